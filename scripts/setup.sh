@@ -1,0 +1,26 @@
+#!/bin/sh
+# Idempotent set-up on Debian 12: installs missing build dependencies with
+# apt-get, then autoreconf / configure / make. Extra arguments go to configure.
+set -eu
+cd "$(dirname "$0")/.."
+
+PKGS="autoconf automake libtool pkg-config make gcc libjemalloc-dev libcmocka-dev zlib1g-dev libjansson-dev python3"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "setup: installing:$missing" >&2
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+if [ ! -x configure ] || [ configure.ac -nt configure ] || [ ! -f Makefile.in ] || [ Makefile.am -nt Makefile.in ]; then
+    autoreconf -fi
+fi
+if [ ! -f Makefile ] || [ configure -nt config.status ]; then
+    ./configure "$@"
+fi
+make -j"$(nproc)"

@@ -1,0 +1,69 @@
+/*
+ * Backend: the only layer that talks to a device. It knows nothing about
+ * blocks: it reserves virtual ranges, maps and unmaps physical pages in them,
+ * allocates whole segments where there is no virtual memory management, and
+ * records / queries events on streams. One implementation per device kind
+ * (backend_host.c, backend_cuda.c) plus a fault-injecting wrapper
+ * (backend_fault.c) that every pool goes through.
+ */
+#ifndef COOP_BACKEND_H
+#define COOP_BACKEND_H
+
+#include "coop.h"
+
+typedef struct coop_backend coop_backend;
+
+/* An event recorded on a stream; opaque to the pool. */
+typedef uintptr_t coop_event;
+
+typedef struct coop_backend_ops {
+    /* VMM: reserve / release address space (no physical memory). */
+    coop_status (*reserve)(coop_backend *be, uint64_t size, uintptr_t *addr);
+    coop_status (*release)(coop_backend *be, uintptr_t addr, uint64_t size);
+    /* VMM: back [addr, addr+size) with physical pages; both page-aligned. */
+    coop_status (*map)(coop_backend *be, uintptr_t addr, uint64_t size);
+    /* VMM: drop the physical pages of [addr, addr+size). Waits for the device
+     * to finish using them first. */
+    coop_status (*unmap)(coop_backend *be, uintptr_t addr, uint64_t size);
+    /* Without VMM: one allocation of mapped device memory, and its release. */
+    coop_status (*segment_alloc)(coop_backend *be, uint64_t size, uintptr_t *addr);
+    coop_status (*segment_free)(coop_backend *be, uintptr_t addr, uint64_t size);
+    /* Events: record on stream now; query completion; destroy. */
+    coop_status (*event_record)(coop_backend *be, coop_stream stream, coop_event *ev);
+    coop_status (*event_query)(coop_backend *be, coop_event ev, bool *done);
+    void (*event_destroy)(coop_backend *be, coop_event ev);
+    /* Host only: hold a stream's events incomplete (NULL elsewhere). */
+    coop_status (*hold_stream)(coop_backend *be, coop_stream stream, bool hold);
+    void (*destroy)(coop_backend *be);
+} coop_backend_ops;
+
+struct coop_backend {
+    const coop_backend_ops *ops;
+    const char *name;
+    bool has_vmm;        /* reserve/map/unmap usable */
+    uint64_t page_size;  /* physical granularity the backend needs */
+    uint64_t device_memory; /* total device memory (host: simulated size) */
+};
+
+/* Host backend: a simulated device of device_memory bytes in this process's
+ * address space (PROT_NONE, MAP_NORESERVE). */
+coop_status coop_backend_host_create(uint64_t device_memory, uint64_t page_size, bool vmm,
+                                     coop_backend **out);
+
+/* CUDA backend on device ordinal; COOP_ERR_NO_DRIVER if libcuda.so.1 cannot be
+ * loaded, COOP_ERR_UNSUPPORTED if the build has no CUDA support. want_vmm
+ * false forces the cuMemAlloc fallback. */
+coop_status coop_backend_cuda_create(int device, bool want_vmm, coop_backend **out);
+
+/* Wraps inner (taking ownership) with call counting and fault injection. */
+coop_status coop_backend_fault_create(coop_backend *inner, coop_backend **out);
+void coop_backend_fault_arm(coop_backend *be, unsigned kinds, uint64_t nth);
+uint64_t coop_backend_fault_calls(const coop_backend *be, unsigned kinds);
+
+static inline void coop_backend_destroy(coop_backend *be)
+{
+    if (be)
+        be->ops->destroy(be);
+}
+
+#endif

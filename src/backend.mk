@@ -1,0 +1,1 @@
+# src build fragment (included by Makefile.am)

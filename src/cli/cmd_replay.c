@@ -1,0 +1,12 @@
+/* coop replay: placeholder until its owner lands it (returns a usage error). */
+#include <stdio.h>
+
+#include "cli/commands.h"
+
+int cmd_replay(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "coop replay: not built yet\n");
+    return 2;
+}

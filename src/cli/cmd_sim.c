@@ -1,0 +1,12 @@
+/* coop sim: placeholder until its owner lands it (returns a usage error). */
+#include <stdio.h>
+
+#include "cli/commands.h"
+
+int cmd_sim(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "coop sim: not built yet\n");
+    return 2;
+}

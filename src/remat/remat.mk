@@ -1,0 +1,2 @@
+# rematerialization simulator
+coop_SOURCES += src/cli/cmd_sim.c

@@ -1,0 +1,55 @@
+/* Status strings, version, and the per-thread last error message. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "coop.h"
+#include "status.h"
+
+static const char *const status_text[COOP_STATUS_COUNT] = {
+    [COOP_OK] = "success",
+    [COOP_ERR_NOMEM] = "out of device memory",
+    [COOP_ERR_INVALID] = "invalid argument",
+    [COOP_ERR_FOREIGN_PTR] = "pointer was not allocated by this pool",
+    [COOP_ERR_DOUBLE_FREE] = "pointer was already freed",
+    [COOP_ERR_INTERIOR_PTR] = "pointer is inside a block, not at its start",
+    [COOP_ERR_BACKEND] = "device backend call failed",
+    [COOP_ERR_NO_DRIVER] = "no CUDA driver",
+    [COOP_ERR_UNSUPPORTED] = "not supported by this backend or build",
+    [COOP_ERR_CORRUPT] = "allocator invariant violated",
+    [COOP_ERR_HOST_NOMEM] = "out of host memory for allocator metadata",
+    [COOP_ERR_BUSY] = "object is in use",
+};
+
+const char *coop_strerror(coop_status status)
+{
+    if ((unsigned)status >= COOP_STATUS_COUNT)
+        return "unknown status";
+    return status_text[status];
+}
+
+const char *coop_version(void)
+{
+    return COOP_VERSION_STRING;
+}
+
+/* One message per thread: PyTorch calls the allocator from several threads. */
+static _Thread_local char last_error[512];
+
+const char *coop_last_error(void)
+{
+    return last_error;
+}
+
+coop_status coop_set_error(coop_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void coop_clear_error(void)
+{
+    last_error[0] = '\0';
+}

@@ -1,0 +1,1 @@
+# src/torch build fragment (included by Makefile.am)

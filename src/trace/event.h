@@ -1,0 +1,55 @@
+/*
+ * One stream of allocation events, produced by every trace reader (pytorch
+ * snapshot pickles, coop text traces, minimalloc CSV, DTR op logs) and
+ * consumed by replay, convert and sim. Readers load a whole trace into
+ * memory: replay runs it many times (capacity bisection).
+ */
+#ifndef COOP_TRACE_EVENT_H
+#define COOP_TRACE_EVENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum trace_event_kind {
+    TRACE_ALLOC = 0,      /* id becomes live: size bytes requested on stream */
+    TRACE_FREE_REQUESTED, /* owner released id (reuse not yet stream-safe) */
+    TRACE_FREE,           /* id's memory reusable (free_completed) */
+    TRACE_SEGMENT_ALLOC,  /* recorded allocator reserved [addr, addr+size) */
+    TRACE_SEGMENT_FREE,   /* recorded allocator released [addr, addr+size) */
+    TRACE_SEGMENT_MAP,    /* expandable segments: pages mapped */
+    TRACE_SEGMENT_UNMAP,
+    TRACE_OOM             /* the recorded run hit out-of-memory */
+} trace_event_kind;
+
+/* Allocation ids are dense, 0 .. trace.num_ids-1, so replay can index arrays. */
+typedef struct trace_event {
+    trace_event_kind kind;
+    uint32_t id;
+    uint64_t size;     /* requested bytes (segments: segment bytes) */
+    uint64_t addr;     /* recorded address, 0 if unknown */
+    uint64_t stream;
+    int64_t time_us;   /* recorded time, -1 if unknown */
+    uint64_t cost_ns;  /* optional producer cost (remat), 0 if unknown */
+} trace_event;
+
+typedef struct trace_segment {
+    uint64_t addr, size, stream;
+} trace_segment;
+
+typedef struct trace {
+    char *name;             /* file name without directories */
+    trace_event *events;
+    size_t num_events;
+    uint32_t num_ids;
+    /* ids live before recording began (pickle: freed without alloc, or
+     * allocated in the final segments without an alloc event); replay
+     * allocates them first, in this order. */
+    uint32_t *live_at_start;
+    size_t num_live_at_start;
+    /* snapshots only: the recorded allocator's final segments */
+    trace_segment *final_segments;
+    size_t num_final_segments;
+    int has_segment_events;
+} trace;
+
+#endif
