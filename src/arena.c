@@ -209,9 +209,9 @@ static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t 
 }
 
 /* Maps every unmapped page under [lo, hi), reclaiming cached pages elsewhere
- * first if the capacity requires. On failure, pages mapped here are unmapped
- * again (best effort: a page that cannot be unmapped stays mapped, which the
- * invariants allow). */
+ * first if the capacity requires. If a map call fails, the pages mapped
+ * before it stay mapped: they lie in free space or above the top, which the
+ * invariants allow (cached pages, counted in reserved and within capacity). */
 static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintptr_t hi,
                                  bool *reclaimed)
 {
@@ -235,11 +235,8 @@ static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintp
     size_t from = first;
     while (from < end && page_map_next_run(&s->pages, from, end, false, &rf, &re)) {
         coop_status st = a->backend->ops->map(a->backend, s->base + rf * ps, (re - rf) * ps);
-        if (st != COOP_OK) {
-            uint64_t ignored = 0;
-            unmap_pages(a, s, first, rf, &ignored);
+        if (st != COOP_OK)
             return st;
-        }
         page_map_set(&s->pages, rf, re, true);
         count_mapping(a, (re - rf) * ps, true);
         from = re;
