@@ -28,7 +28,7 @@
  * num_alloc_retries counts allocations that released memory or took the slow
  * path; num_ooms counts failures.
  *
- * Locking: one mutex per pool, held for the whole of every public call.
+ * Locking: one mutex per pool (pool_lock.h), held for the whole of every public call.
  * Every operation touches the shared address-ordered structure (free index,
  * neighbours for coalescing, page map, counters), so finer locks would have to
  * be taken together on nearly every path; the critical sections are short
@@ -165,7 +165,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
         free(pool);
         return st;
     }
-    pthread_mutex_init(&pool->lock, NULL);
+    pool_mutex_init(&pool->lock);
     *out = pool;
     return COOP_OK;
 }
@@ -194,7 +194,6 @@ void coop_pool_destroy(coop_pool *pool)
     arena_fini(&pool->arena);
     meta_heap_fini(&pool->heap);
     coop_backend_destroy(pool->backend);
-    pthread_mutex_destroy(&pool->lock);
     free(pool);
 }
 

@@ -34,6 +34,8 @@ static void test_against_array(void **state)
         for (size_t i = 0; i < PAGES; i++)
             total += bits[i];
         assert_int_equal(page_map_count(&pm, lo, hi), n);
+        if (lo < hi)
+            assert_int_equal(page_map_all_set(&pm, lo, hi), n == hi - lo);
         assert_int_equal(pm.num_mapped, total);
         assert_int_equal(page_map_popcount(&pm), total);
         bool want = rand() % 2;
