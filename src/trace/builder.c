@@ -114,7 +114,8 @@ coop_status trace_builder_finish(trace_builder *b, trace *out)
         trace_builder_discard(b);
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", b->path);
     }
-    memcpy(events, b->live, b->num_live * sizeof *events);
+    if (b->num_live)
+        memcpy(events, b->live, b->num_live * sizeof *events);
     if (b->num_events)
         memcpy(events + b->num_live, b->events, b->num_events * sizeof *events);
     memset(renumber, 0xff, (b->num_ids ? b->num_ids : 1) * sizeof *renumber);

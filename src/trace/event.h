@@ -18,18 +18,18 @@ typedef enum trace_event_kind {
     TRACE_SEGMENT_FREE,   /* recorded allocator released [addr, addr+size) */
     TRACE_SEGMENT_MAP,    /* expandable segments: pages mapped */
     TRACE_SEGMENT_UNMAP,
-    TRACE_OOM /* the recorded run hit out-of-memory */
+    TRACE_OOM             /* the recorded run hit out-of-memory */
 } trace_event_kind;
 
 /* Allocation ids are dense, 0 .. trace.num_ids-1, so replay can index arrays. */
 typedef struct trace_event {
     trace_event_kind kind;
     uint32_t id;
-    uint64_t size; /* requested bytes (segments: segment bytes) */
-    uint64_t addr; /* recorded address, 0 if unknown */
+    uint64_t size;     /* requested bytes (segments: segment bytes) */
+    uint64_t addr;     /* recorded address, 0 if unknown */
     uint64_t stream;
-    int64_t time_us;  /* recorded time, -1 if unknown */
-    uint64_t cost_ns; /* optional producer cost (remat), 0 if unknown */
+    int64_t time_us;   /* recorded time, -1 if unknown */
+    uint64_t cost_ns;  /* optional producer cost (remat), 0 if unknown */
 } trace_event;
 
 typedef struct trace_segment {
@@ -37,13 +37,16 @@ typedef struct trace_segment {
 } trace_segment;
 
 typedef struct trace {
-    char *name; /* file name without directories */
+    char *name;             /* file name without directories */
     trace_event *events;
     size_t num_events;
     uint32_t num_ids;
     /* ids live before recording began (pickle: freed without alloc, or
      * allocated in the final segments without an alloc event); replay
-     * allocates them first, in this order. */
+     * allocates them first, in this order. Readers put their TRACE_ALLOC
+     * events (size, stream, addr) first in events[], in this same order:
+     * events[i].id == live_at_start[i] for i < num_live_at_start, so
+     * replaying events[] from the start allocates them first. */
     uint32_t *live_at_start;
     size_t num_live_at_start;
     /* snapshots only: the recorded allocator's final segments */

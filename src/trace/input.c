@@ -106,12 +106,17 @@ coop_status trace_input_line(trace_input *in, char **line, size_t *len)
         if (n > TRACE_INPUT_MAX_LINE)
             return coop_set_error(COOP_ERR_INVALID, "%s:%llu: line longer than %zu bytes", in->path,
                                   (unsigned long long)in->line + 1, TRACE_INPUT_MAX_LINE);
-        if (nl || (in->at_eof && avail > 0)) {
+        if (!nl && in->at_eof && avail > 0)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s:%llu: the last line has no newline: the file looks "
+                                  "truncated",
+                                  in->path, (unsigned long long)in->line + 1);
+        if (nl) {
             in->line++;
-            in->start += nl ? n + 1 : n;
+            in->start += n + 1;
             if (n > 0 && begin[n - 1] == '\r')
                 n--;
-            begin[n] = '\0'; /* the '\n' (or spare room at eof) */
+            begin[n] = '\0'; /* overwrites the '\n' */
             if (memchr(begin, '\0', n))
                 return coop_set_error(COOP_ERR_INVALID,
                                       "%s:%llu: NUL byte in a text line (binary data?)", in->path,

@@ -37,8 +37,9 @@ coop_status trace_input_open(trace_input *in, const char *path);
  * its length in *len, and advances in->line. At the end of the file *line is
  * NULL and COOP_OK is returned. The line stays valid until the next call.
  * Errors: a line longer than TRACE_INPUT_MAX_LINE, a NUL byte inside a line
- * (binary data), a read error or a truncated/corrupt gzip stream, each as
- * "PATH:LINE: what". */
+ * (binary data), a last line without its newline (a file cut short: text
+ * traces, CSVs and JSON-lines logs all end with one), a read error or a
+ * truncated/corrupt gzip stream, each as "PATH:LINE: what". */
 coop_status trace_input_line(trace_input *in, char **line, size_t *len);
 
 /* Closes the file and frees the buffer; safe on a zeroed or closed input. */

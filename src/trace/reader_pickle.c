@@ -54,7 +54,7 @@ static coop_status get_u64(const snapshot_reader *r, const pkl_value *dict, cons
     if (!v)
         return required ? bad(r, "'%s' is missing", key) : COOP_OK;
     if (v->kind != PKL_INT)
-        return bad(r, "'%s' is a %s, expected an int", key, pkl_type_name(v));
+        return bad(r, "'%s' has type %s, expected int", key, pkl_type_name(v));
     if (!v->big && v->v.i < 0 && !negative_ok)
         return bad(r, "'%s' is negative", key);
     *out = v->v.u;
@@ -68,7 +68,7 @@ static coop_status get_time(const snapshot_reader *r, const pkl_value *dict, int
     if (!v || v->kind == PKL_NONE)
         return COOP_OK;
     if (v->kind != PKL_INT || v->big)
-        return bad(r, "'%s' is a %s, expected an int", "time_us", pkl_type_name(v));
+        return bad(r, "'%s' has type %s, expected int", "time_us", pkl_type_name(v));
     *out = v->v.i;
     return COOP_OK;
 }
@@ -164,12 +164,12 @@ static const struct {
 static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
 {
     if (entry->kind != PKL_DICT)
-        return bad(r, "entry is a %s, expected a dict", pkl_type_name(entry));
+        return bad(r, "entry has type %s, expected dict", pkl_type_name(entry));
     const pkl_value *action = pkl_dict_get(entry, "action");
     if (!action)
         return bad(r, "'%s' is missing", "action");
     if (action->kind != PKL_STR)
-        return bad(r, "'%s' is a %s, expected a str", "action", pkl_type_name(action));
+        return bad(r, "'%s' has type %s, expected str", "action", pkl_type_name(action));
     int kind = -2;
     for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++)
         if (pkl_str_eq(action, actions[i].name))
@@ -207,7 +207,7 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
         r->where = r->where_buf;
         r->where_at = seg->offset;
         if (seg->kind != PKL_DICT)
-            return bad(r, "segment is a %s, expected a dict", pkl_type_name(seg));
+            return bad(r, "segment has type %s, expected dict", pkl_type_name(seg));
         uint64_t seg_device = device;
         trace_segment s = {0};
         coop_status st;
@@ -224,13 +224,13 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
         if (!blocks)
             continue;
         if (blocks->kind != PKL_LIST)
-            return bad(r, "'%s' is a %s, expected a list", "blocks", pkl_type_name(blocks));
+            return bad(r, "'%s' has type %s, expected list", "blocks", pkl_type_name(blocks));
         for (size_t j = 0; j < blocks->v.seq.len; j++) {
             const pkl_value *blk = blocks->v.seq.items[j];
             snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu].blocks[%zu]", i, j);
             r->where_at = blk->offset;
             if (blk->kind != PKL_DICT)
-                return bad(r, "block is a %s, expected a dict", pkl_type_name(blk));
+                return bad(r, "block has type %s, expected dict", pkl_type_name(blk));
             const pkl_value *state = pkl_dict_get(blk, "state");
             if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
                 continue;
@@ -278,8 +278,7 @@ static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int 
     r->where = "snapshot";
     r->where_at = root->offset;
     if (root->kind != PKL_DICT)
-        return bad(r, "the pickle holds a %s, expected the snapshot dict%s", pkl_type_name(root),
-                   "");
+        return bad(r, "the pickle holds a %s, expected the snapshot dict", pkl_type_name(root));
     const pkl_value *traces = pkl_dict_get(root, "device_traces");
     const pkl_value *segments = pkl_dict_get(root, "segments");
     if (!traces)
@@ -288,9 +287,9 @@ static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int 
                    "(call torch.cuda.memory._record_memory_history() first)",
                    "device_traces");
     if (traces->kind != PKL_LIST)
-        return bad(r, "'%s' is a %s, expected a list", "device_traces", pkl_type_name(traces));
+        return bad(r, "'%s' has type %s, expected list", "device_traces", pkl_type_name(traces));
     if (segments && segments->kind != PKL_LIST)
-        return bad(r, "'%s' is a %s, expected a list", "segments", pkl_type_name(segments));
+        return bad(r, "'%s' has type %s, expected list", "segments", pkl_type_name(segments));
 
     size_t device = 0;
     coop_status st = pick_device(r, traces, device_wanted, &device);
@@ -302,7 +301,7 @@ static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int 
             snprintf(r->where_buf, sizeof r->where_buf, "device_traces[%zu]", device);
             r->where = r->where_buf;
             r->where_at = list->offset;
-            return bad(r, "is a %s, expected a list", pkl_type_name(list));
+            return bad(r, "has type %s, expected list", pkl_type_name(list));
         }
         r->where = r->where_buf;
         for (size_t i = 0; i < list->v.seq.len; i++) {

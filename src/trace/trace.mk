@@ -9,3 +9,42 @@ libcooptools_la_SOURCES += src/trace/event.h src/trace/trace.h src/trace/trace_f
 	src/trace/writer_text.c src/trace/detect.c
 # src/trace/reader_dtr.c (trace_read_dtr) is listed by its owner's fragment (remat.mk).
 coop_SOURCES += src/cli/cmd_convert.c
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/trace_pickle_test
+TESTS += tests/trace_pickle_test
+tests_trace_pickle_test_SOURCES = tests/trace_pickle_test.c tests/trace_fixture.h
+tests_trace_pickle_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
+tests_trace_pickle_test_LDADD = $(TESTLIBS)
+tests_trace_pickle_test_LDFLAGS = $(TESTLDFLAGS)
+
+check_PROGRAMS += tests/trace_text_test
+TESTS += tests/trace_text_test
+tests_trace_text_test_SOURCES = tests/trace_text_test.c tests/trace_fixture.h
+tests_trace_text_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
+tests_trace_text_test_LDADD = $(TESTLIBS)
+tests_trace_text_test_LDFLAGS = $(TESTLDFLAGS)
+
+check_PROGRAMS += tests/trace_minimalloc_test
+TESTS += tests/trace_minimalloc_test
+tests_trace_minimalloc_test_SOURCES = tests/trace_minimalloc_test.c tests/trace_fixture.h
+tests_trace_minimalloc_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
+tests_trace_minimalloc_test_LDADD = $(TESTLIBS)
+tests_trace_minimalloc_test_LDFLAGS = $(TESTLDFLAGS)
+
+check_PROGRAMS += tests/trace_read_test
+TESTS += tests/trace_read_test
+tests_trace_read_test_SOURCES = tests/trace_read_test.c tests/trace_fixture.h
+tests_trace_read_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
+tests_trace_read_test_LDADD = $(TESTLIBS)
+tests_trace_read_test_LDFLAGS = $(TESTLDFLAGS)
+
+check_PROGRAMS += tests/trace_workloads_test
+TESTS += tests/trace_workloads_test
+tests_trace_workloads_test_SOURCES = tests/trace_workloads_test.c tests/trace_fixture.h
+tests_trace_workloads_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
+tests_trace_workloads_test_LDADD = $(TESTLIBS)
+tests_trace_workloads_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+TESTS += tests/trace_convert_test.sh
+EXTRA_DIST += tests/data/example.trace tests/trace_convert_test.sh
