@@ -19,8 +19,6 @@
 #ifndef COOP_TRACE_H
 #define COOP_TRACE_H
 
-#include <stdbool.h>
-
 #include "coop.h"
 #include "trace/event.h"
 
@@ -67,10 +65,6 @@ coop_status trace_read_text(const char *path, trace *out);
  * time_us holds the CSV's logical time. */
 coop_status trace_read_minimalloc(const char *path, trace *out);
 
-/* DTR prototype operator log (one JSON object per line): the allocation and
- * release pattern of its storages. Implemented in reader_dtr.c. */
-coop_status trace_read_dtr(const char *path, trace *out);
-
 /* Writes t as a coop text trace to path, or to standard output if path is
  * "-". A path ending in ".gz" is gzip-compressed. Reading the result back
  * with trace_read_text gives t again, field for field. */
@@ -82,5 +76,16 @@ coop_status trace_write_text_to(const trace *t, const char *path, bool gzip);
 
 /* Releases everything a reader allocated in *t and zeroes it. */
 void trace_free(trace *t);
+
+/* ---- DTR operator logs (remat work: src/trace/dtr_events.c) ---- */
+
+/* Reads a DTR JSONL op log (plain or gzip) as the allocations the logged
+ * program makes with no budget: fresh CALL results and constants allocate,
+ * views and in-place mutations do not, a storage is freed with the last name
+ * bound to it. cost_ns carries the producing op's time. Errors name
+ * PATH:LINE. */
+coop_status trace_read_dtr(const char *path, trace *out);
+
+/* ---- end DTR operator logs ---- */
 
 #endif
