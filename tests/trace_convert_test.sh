@@ -41,6 +41,8 @@ grep -v '^#' "$tmp/a.trace" >"$tmp/c"
 cmp -s "$tmp/b" "$tmp/c" || fail "converting a converted trace changed it"
 [ "$(grep -c '^[LASRFUMNOE] ' "$tmp/c")" -eq 7 ] || fail "expected 7 event lines"
 [ ! -e "$tmp/a.trace.tmp" ] || fail "a.trace.tmp left behind"
+# a device is written in place (no /dev/null.tmp)
+expect_exit 0 $coop convert "$data/example.trace" /dev/null
 
 # bad input: exit 2, message with the position, no output, old output kept
 printf 'coop-trace 1\nA 1 2\n' >"$tmp/bad.trace"

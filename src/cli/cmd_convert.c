@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -17,7 +18,7 @@ static void usage(FILE *out)
                  "IN may be a PyTorch memory snapshot pickle, a coop text trace, a minimalloc\n"
                  "CSV or a DTR op log, plain or gzip-compressed: the format is detected from\n"
                  "the content. OUT is compressed if it ends in .gz; '-' writes to stdout.\n"
-                 "OUT appears only when complete (written to OUT.tmp, then renamed).\n"
+                 "A file OUT appears only when complete (written to OUT.tmp, then renamed).\n"
                  "\n"
                  "options:\n"
                  "  --device N   snapshots: read device N's history (default: the first\n"
@@ -45,11 +46,15 @@ static int parse_device(const char *text, int *device)
     return 0;
 }
 
-/* Writes to OUT.tmp and renames, so OUT is never half-written. */
+/* Writes to OUT.tmp and renames, so a regular file OUT is never
+ * half-written. */
 static int write_output(const trace *t, const char *out_path)
 {
-    if (!strcmp(out_path, "-")) {
-        if (trace_write_text(t, "-") != COOP_OK) {
+    struct stat st;
+    int special = stat(out_path, &st) == 0 && !S_ISREG(st.st_mode);
+    /* standard output, a device or a pipe: nothing to rename */
+    if (!strcmp(out_path, "-") || special) {
+        if (trace_write_text(t, out_path) != COOP_OK) {
             fprintf(stderr, "coop convert: %s\n", coop_last_error());
             return 1;
         }
