@@ -158,6 +158,27 @@ static void test_bad_lines(void **state)
     }
 }
 
+/* Many lines across the reader's 64 KiB chunks, with ids reused. */
+static void test_many_lines(void **state)
+{
+    (void)state;
+    size_t cap = 1 << 21, n = 0;
+    char *text = malloc(cap);
+    n += (size_t)snprintf(text + n, cap - n, "coop-trace 1\n");
+    for (int i = 0; i < 30000; i++)
+        n += (size_t)snprintf(text + n, cap - n, "A %d %d 0 t=%d\nR %d\nF %d\n", i % 97, i + 1, i,
+                              i % 97, i % 97);
+    trace t;
+    assert_int_equal(read_text(text, 0, &t), COOP_OK);
+    fixture_check_invariants(&t);
+    assert_int_equal(t.num_events, 90000);
+    assert_int_equal(t.num_ids, 30000);
+    assert_int_equal(t.events[3 * 29999].size, 30000);
+    assert_int_equal(t.events[3 * 29999].time_us, 29999);
+    trace_free(&t);
+    free(text);
+}
+
 static void test_long_line(void **state)
 {
     (void)state;
@@ -280,9 +301,9 @@ int main(void)
     fixture_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_readme_example), cmocka_unit_test(test_all_lines),
-        cmocka_unit_test(test_bad_lines),      cmocka_unit_test(test_long_line),
-        cmocka_unit_test(test_truncated),      cmocka_unit_test(test_numbers),
-        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_bad_lines),      cmocka_unit_test(test_many_lines),
+        cmocka_unit_test(test_long_line),      cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_numbers),        cmocka_unit_test(test_round_trip),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

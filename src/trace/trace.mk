@@ -45,12 +45,19 @@ tests_trace_workloads_test_SOURCES = tests/trace_workloads_test.c tests/trace_fi
 tests_trace_workloads_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
 tests_trace_workloads_test_LDADD = $(TESTLIBS)
 tests_trace_workloads_test_LDFLAGS = $(TESTLDFLAGS)
+
+check_PROGRAMS += tests/trace_id_map_test
+TESTS += tests/trace_id_map_test
+tests_trace_id_map_test_SOURCES = tests/trace_id_map_test.c
+tests_trace_id_map_test_CFLAGS = $(TESTCFLAGS)
+tests_trace_id_map_test_LDADD = $(TESTLIBS)
+tests_trace_id_map_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 TESTS += tests/trace_convert_test.sh
+EXTRA_DIST += tests/data/example.trace tests/trace_convert_test.sh
 
 # reader speed (built by make check, not a test): tests/trace_read_bench FILE...
 check_PROGRAMS += tests/trace_read_bench
 tests_trace_read_bench_SOURCES = tests/trace_read_bench.c
 tests_trace_read_bench_LDADD = libcooptools.la libcoop.la
 tests_trace_read_bench_LDFLAGS = -static
-EXTRA_DIST += tests/data/example.trace tests/trace_convert_test.sh
