@@ -1,0 +1,105 @@
+/*
+ * The rematerialization runtime of the simulator: executes a sim_program
+ * under a memory budget, evicting and recomputing storages.
+ *
+ * Semantics follow the DTR authors' simulator, runtime "V2 eager" (simrd
+ * RuntimeV2EagerOptimized), which the reference figures came from:
+ *  - a storage whose last external handle is released is evicted at once
+ *    but stays recomputable (no banishing);
+ *  - constants are pinned (never evicted);
+ *  - computing an op locks its inputs' storages (rematerializing missing
+ *    inputs first, recursively), evicts until the outputs fit, computes,
+ *    unlocks; a storage is evictable when material, unlocked and unpinned;
+ *  - staleness = clock - last access, the clock being the sum of the costs of
+ *    the ops executed so far (it starts at 1);
+ *  - a heuristic eviction takes the argmin of the policy's score over the
+ *    evictable pool, in pool order, ties going to the later one, stopping
+ *    at the first zero score (simrd Heuristic.choose);
+ *  - the run thrashes when recomputation exceeds the base compute.
+ */
+#ifndef COOP_REMAT_SIM_RUNTIME_H
+#define COOP_REMAT_SIM_RUNTIME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "remat/sim_program.h"
+#include "remat/union_find.h"
+
+typedef enum sim_policy {
+    SIM_POLICY_DTR,       /* c_eq / (m * s): evicted neighbourhood via union-find */
+    SIM_POLICY_DTR_FULL,  /* (c + c(e*)) / (m * s): exact evicted neighbourhood */
+    SIM_POLICY_DTR_LOCAL, /* c / (m * s) */
+    SIM_POLICY_DTE,       /* c / (m' * s), m' = m + adjacent free bytes (arena model) */
+    SIM_POLICY_LRU,       /* least recently accessed */
+    SIM_POLICY_SIZE,      /* largest first */
+    SIM_POLICY_COOP,      /* sliding window (arena model) */
+    SIM_POLICY_COUNT
+} sim_policy;
+
+typedef enum sim_result { SIM_OK = 0, SIM_OOM, SIM_THRASH, SIM_ERROR } sim_result;
+
+const char *sim_policy_name(sim_policy p);
+int sim_policy_parse(const char *name, sim_policy *out); /* 0 ok, -1 unknown */
+const char *sim_result_name(sim_result r);
+
+typedef struct sim_stats {
+    uint64_t base_compute;  /* ns */
+    uint64_t model_compute; /* ns actually executed as model ops */
+    uint64_t remat_compute; /* ns spent recomputing */
+    uint64_t evictions;     /* evictions chosen by the policy (not eager releases) */
+    uint64_t remat_ops;     /* ops recomputed */
+    uint64_t searches;      /* eviction searches */
+    uint64_t heuristic_evals;
+    uint64_t peak_memory;   /* most resident bytes */
+    double frag_sum;        /* sum over searches of free bytes / budget */
+    uint64_t frag_failures; /* searches although free bytes >= request */
+    uint64_t *search_ns;    /* wall clock per search (searches entries) */
+    size_t search_ns_cap;
+} sim_stats;
+
+typedef struct rt_storage {
+    uint64_t compute;     /* ns: unique ops among the created tensors on it */
+    int64_t last_access;  /* clock of the last access */
+    uint32_t ref_int;     /* locks */
+    uint32_t ref_ext;     /* external handles */
+    uint32_t num_created; /* tensors created so far (prefix of its tensor list) */
+    uint32_t pool_pos;    /* index in the pool, UINT32_MAX if not evictable */
+    uint32_t ecn;         /* union-find node while evicted, else UINT32_MAX */
+    uint32_t mark;        /* traversal stamp */
+    bool material, pinned;
+} rt_storage;
+
+typedef struct sim_runtime {
+    const sim_program *prog;
+    sim_policy policy;
+    uint64_t budget;      /* bytes; UINT64_MAX = unlimited */
+    bool baseline;        /* unlimited reference run: a released storage is freed
+                           * even when pinned (simrd V1 banishing) */
+    uint64_t remat_limit; /* ns of recomputation allowed (thrash beyond) */
+    uint64_t clock;
+    uint64_t memory; /* resident bytes */
+    uint32_t num_created_tensors;
+    rt_storage *storages;
+    bool *defined;         /* per tensor */
+    uint32_t *tensor_refs; /* per tensor: external handles */
+    uint32_t *pool;        /* evictable storages in order; UINT32_MAX = hole */
+    uint32_t pool_len, pool_live, pool_cap;
+    union_find uf;
+    uint32_t mark_epoch;
+    uint32_t *stack; /* traversal stack */
+    uint32_t stack_len, stack_cap;
+    sim_stats stats;
+} sim_runtime;
+
+/* Runs prog under budget bytes with the policy (ideal memory model).
+ * remat_limit: thrash when recomputation exceeds it (UINT64_MAX: never). */
+sim_result sim_run_ideal(const sim_program *prog, sim_policy policy, uint64_t budget,
+                         uint64_t remat_limit, sim_stats *stats);
+
+/* The unlimited run's peak of resident bytes (simrd V1, budget infinite). */
+uint64_t sim_baseline_peak(const sim_program *prog);
+
+void sim_stats_free(sim_stats *s);
+
+#endif
