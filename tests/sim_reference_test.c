@@ -39,15 +39,14 @@ int main(void)
         return 1;
     }
     int failed = 0;
-    uint64_t peak = sim_baseline_peak(&p);
+    uint64_t peak = sim_baseline_peak(&p, 1);
     if (fabs((double)peak / 1e9 - 10.06) > 0.01) {
         fprintf(stderr, "FAIL: peak %.4f GB, reference 10.06\n", (double)peak / 1e9);
         failed = 1;
     }
     const sim_policy policies[] = {SIM_POLICY_DTR, SIM_POLICY_DTR_FULL};
     for (int i = 0; i < 2; i++) {
-        sim_options opt = {
-            .policy = policies[i], .memory = SIM_MEMORY_IDEAL, .overhead_limit = 2.0};
+        sim_options opt = sim_options_default(policies[i], SIM_MEMORY_IDEAL);
         sim_outcome o = sim_run(&p, peak, &opt, 0.9);
         int ok = o.result == SIM_OK && fabs(o.overhead - 1.013) <= 0.02 && o.evictions == 6;
         printf("%s %s: %s overhead %.4f evictions %llu (reference 1.013/6)\n", ok ? "PASS" : "FAIL",

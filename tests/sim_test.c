@@ -62,8 +62,8 @@ static sim_outcome run_chain(sim_policy policy, double ratio)
     load(chain_log, &p);
     assert_int_equal(p.base_compute, 82);
     /* unlimited: w a b c d e all live when e is made */
-    assert_int_equal(sim_baseline_peak(&p), 600);
-    sim_options opt = {.policy = policy, .memory = SIM_MEMORY_IDEAL, .overhead_limit = 2.0};
+    assert_int_equal(sim_baseline_peak(&p, 1), 600);
+    sim_options opt = sim_options_default(policy, SIM_MEMORY_IDEAL);
     sim_outcome o = sim_run(&p, 500, &opt, ratio); /* budgets relative to 500 B */
     sim_program_free(&p);
     return o;
@@ -114,10 +114,9 @@ static void thrash_when_recompute_exceeds_the_limit(void **state)
     (void)state;
     sim_program p;
     load(chain_log, &p);
-    sim_options opt = {.policy = SIM_POLICY_DTR,
-                       .memory = SIM_MEMORY_IDEAL,
-                       .overhead_limit = 1.1}; /* 10 ns recompute > 8.2 ns allowed */
-    sim_outcome o = sim_run(&p, sim_baseline_peak(&p), &opt, 0.8);
+    sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_IDEAL);
+    opt.overhead_limit = 1.1; /* 10 ns recompute > 8.2 ns allowed */
+    sim_outcome o = sim_run(&p, sim_baseline_peak(&p, 1), &opt, 0.8);
     assert_int_equal(o.result, SIM_THRASH);
     sim_program_free(&p);
 }
@@ -140,8 +139,8 @@ static void min_budget_ratio_brackets_feasibility(void **state)
     (void)state;
     sim_program p;
     load(chain_log, &p);
-    uint64_t peak = sim_baseline_peak(&p);
-    sim_options opt = {.policy = SIM_POLICY_DTR, .memory = SIM_MEMORY_IDEAL, .overhead_limit = 2.0};
+    uint64_t peak = sim_baseline_peak(&p, 1);
+    sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_IDEAL);
     double r = sim_min_budget_ratio(&p, peak, &opt, 0.01);
     assert_true(r > 0 && r <= 1.0);
     assert_int_equal(sim_run(&p, peak, &opt, r).result, SIM_OK);

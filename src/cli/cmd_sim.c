@@ -1,5 +1,6 @@
 /* coop sim: rematerialization under a memory budget on operator logs. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,18 +14,28 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: coop sim [--policy LIST] [--memory ideal|arena] [--budget LIST] [--json]\n"
-            "                [--no-min-ratio] [--overhead-limit X] LOG ...\n"
+            "                [--no-min-ratio] [--overhead-limit X] [--inplace on|off]\n"
+            "                [--partition off|THRESHOLD] LOG ...\n"
             "\n"
             "Replays DTR-format operator logs (JSON lines, .gz read transparently) under\n"
             "budget = ratio x the peak of an unlimited run, evicting and recomputing tensors.\n"
             "\n"
             "  --policy LIST      comma-separated: dtr, dtr-full, dtr-local, dte, lru, size, coop\n"
+            "                     (arena only), and coop's ablations coop-nopart (no cheap\n"
+            "                     tensor partitioning), coop-cow (copy-on-write instead of\n"
+            "                     recomputable in-place), coop-dte (DTE's score in the window)\n"
             "                     (default dtr,dtr-full,lru)\n"
-            "  --memory MODEL     ideal: only the sum of resident bytes is limited (default)\n"
+            "  --memory MODEL     ideal: only the sum of resident bytes is limited (default);\n"
+            "                     arena: every tensor is a block of libcoop's pool (host\n"
+            "                     backend, one segment of the budget's size)\n"
             "  --budget LIST      comma-separated ratios in (0, 1] (default 0.9,0.7,0.5,0.3)\n"
             "  --json             one JSON object per line instead of a table\n"
             "  --no-min-ratio     skip the bisection for min_budget_ratio (reported as null)\n"
             "  --overhead-limit X a run thrashes beyond total / base compute X (default 2)\n"
+            "  --inplace on|off   MUTATE keeps its buffer (default: on for coop, off otherwise,\n"
+            "                     which is DTR's copy-on-write)\n"
+            "  --partition T|off  place tensors cheaper than T ns/byte at the high end of free\n"
+            "                     blocks (default: 1e-4 for coop, off otherwise)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
             "thrash. Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
@@ -71,7 +82,8 @@ int cmd_sim(int argc, char **argv)
     char policy_buf[512] = "dtr,dtr-full,lru", budget_buf[512] = "0.9,0.7,0.5,0.3";
     const char *memory = "ideal";
     int json = 0, want_min = 1;
-    double overhead_limit = 2.0;
+    double overhead_limit = 2.0, threshold_opt = NAN;
+    int inplace_opt = -1;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -98,6 +110,25 @@ int cmd_sim(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'i':
+            if (!strcmp(optarg, "on") || !strcmp(optarg, "off")) {
+                inplace_opt = !strcmp(optarg, "on");
+                break;
+            }
+            fprintf(stderr, "coop sim: --inplace takes on or off, not '%s'\n", optarg);
+            return 2;
+        case 't': {
+            char *end;
+            threshold_opt = !strcmp(optarg, "off") ? -1.0 : strtod(optarg, &end);
+            if (strcmp(optarg, "off") && (*end || !(threshold_opt >= 0))) {
+                fprintf(stderr,
+                        "coop sim: --partition takes off or a threshold >= 0 (ns/byte), "
+                        "not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        }
         case 'h':
             usage(stdout);
             return 0;
@@ -116,8 +147,6 @@ int cmd_sim(int argc, char **argv)
         mem_model = SIM_MEMORY_IDEAL;
     } else if (!strcmp(memory, "arena")) {
         mem_model = SIM_MEMORY_ARENA;
-        fprintf(stderr, "coop sim: --memory arena is not built yet\n");
-        return 2;
     } else {
         fprintf(stderr, "coop sim: --memory must be ideal or arena, not '%s'\n", memory);
         return 2;
@@ -129,17 +158,23 @@ int cmd_sim(int argc, char **argv)
                 MAX_ITEMS);
         return 2;
     }
-    sim_policy policies[MAX_ITEMS];
+    sim_options options[MAX_ITEMS];
     double ratios[MAX_ITEMS];
     for (int i = 0; i < np; i++) {
-        if (sim_policy_parse(policy_items[i], &policies[i])) {
+        options[i] = sim_options_default(SIM_POLICY_DTR, mem_model);
+        options[i].overhead_limit = overhead_limit;
+        if (sim_options_parse_policy(policy_items[i], &options[i])) {
             fprintf(stderr,
                     "coop sim: unknown policy '%s' (dtr, dtr-full, dtr-local, dte, lru, "
-                    "size, coop)\n",
+                    "size, coop, coop-nopart, coop-cow, coop-dte)\n",
                     policy_items[i]);
             return 2;
         }
-        if (policies[i] == SIM_POLICY_COOP && mem_model == SIM_MEMORY_IDEAL) {
+        if (inplace_opt >= 0)
+            options[i].inplace = inplace_opt;
+        if (!isnan(threshold_opt))
+            options[i].cheap_threshold = threshold_opt;
+        if (options[i].policy == SIM_POLICY_COOP && mem_model == SIM_MEMORY_IDEAL) {
             fprintf(stderr, "coop sim: policy coop needs --memory arena (it evicts windows of "
                             "address-adjacent blocks)\n");
             return 2;
@@ -166,13 +201,16 @@ int cmd_sim(int argc, char **argv)
             status = 1;
             continue;
         }
-        uint64_t peak = sim_baseline_peak(&prog);
+        uint64_t peak = sim_peak(&prog, mem_model);
         for (int i = 0; i < np; i++) {
-            sim_options opt = {
-                .policy = policies[i], .memory = mem_model, .overhead_limit = overhead_limit};
+            sim_options opt = options[i];
             double min_ratio = want_min ? sim_min_budget_ratio(&prog, peak, &opt, 0.005) : 0;
             for (int k = 0; k < nb; k++) {
                 sim_outcome o = sim_run(&prog, peak, &opt, ratios[k]);
+                if (o.result == SIM_ERROR) {
+                    fprintf(stderr, "coop sim: %s: %s\n", prog.name, coop_last_error());
+                    status = 1;
+                }
                 if (json) {
                     print_json(prog.name, policy_items[i], memory, &o, min_ratio, want_min);
                 } else {

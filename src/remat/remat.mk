@@ -6,7 +6,10 @@ libcooptools_la_SOURCES += src/trace/dtr_log.h src/trace/reader_dtr.c \
 libcooptools_la_SOURCES += src/remat/union_find.h src/remat/union_find.c \
 	src/remat/sim_program.h src/remat/sim_program.c \
 	src/remat/sim_runtime.h src/remat/sim_runtime.c \
-	src/remat/sim.h src/remat/sim.c
+	src/remat/sim.h src/remat/sim.c src/remat/sim_internal.h src/remat/sim_policy.c \
+	src/remat/sim_arena.c
+# libcoop: the window search over the pool's blocks
+libcoop_la_SOURCES += src/remat/window.h src/remat/window.c
 coop_SOURCES += src/cli/cmd_sim.c
 
 if HAVE_CMOCKA

@@ -82,8 +82,8 @@ static coop_status check_unbound(builder *b, const dtr_instr *in, uint32_t name)
 /* Creates an op over input tensors args with nout outputs; output i has
  * sizes[i] bytes of fresh storage, or aliases input aliases[i] (>= 0). */
 static coop_status add_op(builder *b, const dtr_instr *in, const uint32_t *args, uint32_t nargs,
-                          const uint64_t *sizes, const int32_t *aliases, uint32_t nout,
-                          bool constant, bool mutation)
+                          const uint64_t *sizes, const int32_t *aliases, const int32_t *mutates,
+                          uint32_t nout, bool constant, bool mutation)
 {
     sim_program *p = b->p;
     if (grow((void **)&p->ops, &b->ops_cap, p->num_ops + 1, sizeof *p->ops) ||
@@ -110,7 +110,8 @@ static coop_status add_op(builder *b, const dtr_instr *in, const uint32_t *args,
     for (uint32_t i = 0; i < nout; i++) {
         uint32_t t = p->num_tensors++;
         sim_tensor *st = &p->tensors[t];
-        *st = (sim_tensor){.op = op_id, .index = i, .alias = aliases[i]};
+        *st = (sim_tensor){
+            .op = op_id, .index = i, .alias = aliases[i], .mutates = mutates ? mutates[i] : -1};
         if (aliases[i] >= 0) {
             st->storage = p->tensors[args[aliases[i]]].storage;
             st->size = 0;
@@ -136,7 +137,7 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
         if ((st = check_unbound(b, in, in->name)))
             return st;
         int32_t fresh = -1;
-        if ((st = add_op(b, in, NULL, 0, &in->memory, &fresh, 1, true, false)))
+        if ((st = add_op(b, in, NULL, 0, &in->memory, &fresh, NULL, 1, true, false)))
             return st;
         t = p->num_tensors - 1;
         bind(b, in->name, t);
@@ -164,7 +165,7 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
                 aliases[i] = r->alias;
                 sizes[i] = r->alias == DTR_FRESH ? r->memory : 0;
             }
-            if (st || (st = add_op(b, in, args, nargs, sizes, aliases, nout, false, false)))
+            if (st || (st = add_op(b, in, args, nargs, sizes, aliases, NULL, nout, false, false)))
                 goto call_out;
             for (uint32_t i = 0; i < nout; i++)
                 bind(b, log->results[in->first_result + i].name,
@@ -175,7 +176,9 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
                 sizes[i] = p->storages[p->tensors[arg].storage].size;
                 aliases[i] = -1;
             }
-            if ((st = add_op(b, in, args, nargs, sizes, aliases, nout, false, true)))
+            if ((st =
+                     add_op(b, in, args, nargs, sizes, aliases,
+                            (const int32_t *)(log->mutates + in->first_mutate), nout, false, true)))
                 goto call_out;
             uint32_t first_out = p->ops[p->num_ops - 1].first_output;
             for (uint32_t i = 0; i < nout && !st; i++) {

@@ -54,6 +54,7 @@ typedef struct sim_tensor {
     uint32_t index; /* output index */
     uint32_t storage;
     int32_t alias;        /* input index whose storage this shares, or -1 */
+    int32_t mutates;      /* MUTATE outputs: the input index mutated, else -1 */
     uint64_t size;        /* op output size: storage size if fresh, 0 if alias */
     uint32_t first_child; /* children[first_child .. +num_children): consumer outputs */
     uint32_t num_children;

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "remat/sim_runtime.h"
+#include "remat/sim_internal.h"
 
-#define NONE UINT32_MAX
+#define NONE SIM_NONE
 
 static const char *const policy_names[SIM_POLICY_COUNT] = {
     [SIM_POLICY_DTR] = "dtr",
@@ -107,212 +107,78 @@ static void lock(sim_runtime *rt, uint32_t s)
         pool_remove(rt, s);
 }
 
+/* A storage whose buffer an in-place op took over is no longer material:
+ * it stays out of the pool. */
 static int unlock(sim_runtime *rt, uint32_t s)
 {
-    if (--rt->storages[s].ref_int == 0)
+    if (--rt->storages[s].ref_int == 0 && rt->storages[s].material)
         return pool_add(rt, s);
     return 0;
 }
 
-/* ---- neighbourhoods -------------------------------------------------------- */
-
-static uint32_t next_mark(sim_runtime *rt)
-{
-    if (++rt->mark_epoch == 0) {
-        for (uint32_t i = 0; i < rt->prog->num_storages; i++)
-            rt->storages[i].mark = 0;
-        rt->mark_epoch = 1;
-    }
-    return rt->mark_epoch;
-}
-
-static int push(sim_runtime *rt, uint32_t s)
-{
-    if (rt->stack_len == rt->stack_cap) {
-        uint32_t cap = rt->stack_cap ? rt->stack_cap * 2 : 1024;
-        uint32_t *st = realloc(rt->stack, cap * sizeof *st);
-        if (!st)
-            return -1;
-        rt->stack = st;
-        rt->stack_cap = cap;
-    }
-    rt->stack[rt->stack_len++] = s;
-    return 0;
-}
-
-/* Calls visit(rt, n, ctx) for every storage adjacent to s (through the
- * parents and created children of s's created tensors), duplicates included. */
-#define FOR_EACH_NEIGHBOUR(rt, s, n, body)                                                         \
-    do {                                                                                           \
-        const sim_program *p_ = (rt)->prog;                                                        \
-        const sim_storage *ss_ = &p_->storages[s];                                                 \
-        for (uint32_t k_ = 0; k_ < (rt)->storages[s].num_created; k_++) {                          \
-            const sim_tensor *t_ = &p_->tensors[p_->storage_tensors[ss_->first_tensor + k_]];      \
-            const sim_op *op_ = &p_->ops[t_->op];                                                  \
-            for (uint32_t i_ = 0; i_ < op_->num_inputs; i_++) {                                    \
-                uint32_t n = p_->tensors[p_->inputs[op_->first_input + i_]].storage;               \
-                body;                                                                              \
-            }                                                                                      \
-            for (uint32_t i_ = 0; i_ < t_->num_children; i_++) {                                   \
-                uint32_t c_ = p_->children[t_->first_child + i_];                                  \
-                if (c_ >= (rt)->num_created_tensors)                                               \
-                    break;                                                                         \
-                uint32_t n = p_->tensors[c_].storage;                                              \
-                body;                                                                              \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
-/* Compute (ns) of the evicted storages reachable from s through evicted
- * storages, in one direction (children if forward, else parents): simrd's
- * Region, whose interior is e*. */
-static int64_t region_compute(sim_runtime *rt, uint32_t s, bool forward)
-{
-    const sim_program *p = rt->prog;
-    uint32_t mark = next_mark(rt);
-    int64_t compute = 0;
-    rt->stack_len = 0;
-    push(rt, s);
-    while (rt->stack_len) {
-        uint32_t x = rt->stack[--rt->stack_len];
-        const sim_storage *xs = &p->storages[x];
-        for (uint32_t k = 0; k < rt->storages[x].num_created; k++) {
-            const sim_tensor *t = &p->tensors[p->storage_tensors[xs->first_tensor + k]];
-            const sim_op *op = &p->ops[t->op];
-            uint32_t n = forward ? t->num_children : op->num_inputs;
-            for (uint32_t i = 0; i < n; i++) {
-                uint32_t u =
-                    forward ? p->children[t->first_child + i] : p->inputs[op->first_input + i];
-                if (forward && u >= rt->num_created_tensors)
-                    break;
-                uint32_t us = p->tensors[u].storage;
-                rt_storage *r = &rt->storages[us];
-                if (r->material || us == s || r->mark == mark)
-                    continue;
-                r->mark = mark;
-                compute += (int64_t)r->compute;
-                if (push(rt, us))
-                    return compute;
-            }
-        }
-    }
-    return compute;
-}
-
-/* c_eq: s's compute plus the values of the distinct classes of its evicted
- * neighbours. */
-static int64_t eq_compute(sim_runtime *rt, uint32_t s)
-{
-    int64_t compute = (int64_t)rt->storages[s].compute;
-    rt->stack_len = 0; /* roots seen, to count each class once */
-    FOR_EACH_NEIGHBOUR(rt, s, n, {
-        rt_storage *r = &rt->storages[n];
-        if (!r->material && n != s && r->ecn != NONE) {
-            uint32_t root = uf_find(&rt->uf, r->ecn);
-            bool seen = false;
-            for (uint32_t j = 0; j < rt->stack_len && !seen; j++)
-                seen = rt->stack[j] == root;
-            if (!seen) {
-                push(rt, root);
-                compute += rt->uf.value[root];
-            }
-        }
-    });
-    return compute;
-}
-
-/* ---- scores -------------------------------------------------------------- */
-
-/* compute / (size * staleness) with the exactness of simrd's Python ints:
- * the product is formed in long double (64-bit mantissa). */
-static double ratio_score(int64_t compute, uint64_t size, uint64_t staleness)
-{
-    long double denom = (long double)size * (long double)staleness;
-    if (denom <= 0)
-        return INFINITY;
-    return (double)((long double)compute / denom);
-}
-
-static double score(sim_runtime *rt, uint32_t s)
-{
-    rt_storage *r = &rt->storages[s];
-    uint64_t size = rt->prog->storages[s].size;
-    uint64_t stale = rt->clock - (uint64_t)r->last_access;
-    rt->stats.heuristic_evals++;
-    switch (rt->policy) {
-    case SIM_POLICY_DTR:
-        return ratio_score(eq_compute(rt, s), size, stale);
-    case SIM_POLICY_DTR_FULL:
-        return ratio_score((int64_t)r->compute + region_compute(rt, s, true) +
-                               region_compute(rt, s, false),
-                           size, stale);
-    case SIM_POLICY_LRU:
-        return (double)r->last_access;
-    case SIM_POLICY_SIZE:
-        return size ? 1.0 / (double)size : INFINITY;
-    case SIM_POLICY_DTR_LOCAL:
-    case SIM_POLICY_DTE: /* ideal model: no neighbouring free blocks, so DTR-local */
-    default:
-        return ratio_score((int64_t)r->compute, size, stale);
-    }
-}
-
-/* simrd Heuristic.choose: argmin in pool order, ties to the later, stop at 0. */
-static uint32_t choose(sim_runtime *rt)
-{
-    double best = INFINITY;
-    uint32_t best_s = NONE;
-    for (uint32_t i = 0; i < rt->pool_len; i++) {
-        uint32_t s = rt->pool[i];
-        if (s == NONE)
-            continue;
-        double c = score(rt, s);
-        if (c <= best) {
-            best = c;
-            best_s = s;
-        }
-        if (c == 0)
-            break;
-    }
-    if (best_s == NONE) /* every score NaN: take the last, as simrd would fail */
-        for (uint32_t i = 0; i < rt->pool_len; i++)
-            if (rt->pool[i] != NONE)
-                best_s = rt->pool[i];
-    return best_s;
-}
-
 /* ---- eviction ------------------------------------------------------------- */
 
-static int evict(sim_runtime *rt, uint32_t s)
+int sim_mark_evicted(sim_runtime *rt, uint32_t s)
 {
     const sim_program *p = rt->prog;
     rt_storage *r = &rt->storages[s];
     r->material = false;
-    rt->memory -= p->storages[s].size;
     pool_remove(rt, s);
     for (uint32_t k = 0; k < r->num_created; k++)
         rt->defined[p->storage_tensors[p->storages[s].first_tensor + k]] = false;
-    if (rt->policy == SIM_POLICY_DTR) {
-        r->ecn = uf_make(&rt->uf, (int64_t)r->compute);
-        if (r->ecn == NONE)
-            return -1;
-        FOR_EACH_NEIGHBOUR(rt, s, n, {
+    if (!rt->uses_eq)
+        return 0;
+    /* simrd RuntimeV2Optimized._evict: a class of its own, merged with the
+     * classes of its evicted neighbours */
+    r->ecn = uf_make(&rt->uf, (int64_t)r->compute);
+    if (r->ecn == SIM_NONE)
+        return -1;
+    const sim_storage *ss = &p->storages[s];
+    for (uint32_t k = 0; k < r->num_created; k++) {
+        const sim_tensor *t = &p->tensors[p->storage_tensors[ss->first_tensor + k]];
+        const sim_op *op = &p->ops[t->op];
+        uint32_t total = op->num_inputs + t->num_children;
+        for (uint32_t i = 0; i < total; i++) {
+            uint32_t u = i < op->num_inputs ? p->inputs[op->first_input + i]
+                                            : p->children[t->first_child + i - op->num_inputs];
+            if (i >= op->num_inputs && u >= rt->num_created_tensors)
+                break;
+            uint32_t n = p->tensors[u].storage;
             rt_storage *q = &rt->storages[n];
-            if (!q->material && n != s && q->ecn != NONE)
+            if (!q->material && n != s && q->ecn != SIM_NONE)
                 uf_merge(&rt->uf, q->ecn, r->ecn);
-        });
+        }
     }
     return 0;
 }
 
-static uint64_t now_ns(void)
+static uint64_t footprint(const sim_runtime *rt, uint32_t s)
+{
+    uint64_t size = rt->prog->storages[s].size;
+    return (size + rt->align - 1) / rt->align * rt->align;
+}
+
+int sim_evict(sim_runtime *rt, uint32_t s)
+{
+    if (sim_mark_evicted(rt, s))
+        return -1;
+    if (rt->mem_pool) {
+        rt->memory -= rt->storages[s].placed;
+        sim_arena_free(rt, s);
+    } else {
+        rt->memory -= footprint(rt, s);
+    }
+    return 0;
+}
+
+uint64_t sim_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int record_search(sim_stats *st, uint64_t ns)
+int sim_record_search(sim_stats *st, uint64_t ns)
 {
     if (st->searches == st->search_ns_cap) {
         size_t cap = st->search_ns_cap ? st->search_ns_cap * 2 : 1024;
@@ -326,34 +192,92 @@ static int record_search(sim_stats *st, uint64_t ns)
     return 0;
 }
 
-/* Evicts until size more bytes fit under the budget. */
+/* Ideal model: evicts (policy argmin, one at a time) until size more bytes
+ * fit under the budget. All the argmins for one request are one search. */
 static sim_result make_room(sim_runtime *rt, uint64_t size)
 {
+    if (rt->memory + size <= rt->budget)
+        return SIM_OK;
+    rt->stats.frag_sum += (double)(rt->budget - rt->memory) / (double)rt->budget;
+    uint64_t t0 = sim_now_ns();
+    sim_result res = SIM_OK;
     while (rt->memory + size > rt->budget) {
-        if (!rt->pool_live)
-            return SIM_OOM;
-        rt->stats.frag_sum += (double)(rt->budget - rt->memory) / (double)rt->budget;
-        uint64_t t0 = now_ns();
-        uint32_t s = choose(rt);
-        if (record_search(&rt->stats, now_ns() - t0) || evict(rt, s))
-            return SIM_ERROR;
+        if (!rt->pool_live) {
+            res = SIM_OOM;
+            break;
+        }
+        if (sim_evict(rt, sim_choose(rt))) {
+            res = SIM_ERROR;
+            break;
+        }
         rt->stats.evictions++;
     }
-    return SIM_OK;
+    if (sim_record_search(&rt->stats, sim_now_ns() - t0))
+        return SIM_ERROR;
+    return res;
 }
 
 /* ---- computing ------------------------------------------------------------- */
 
+/* Recomputable in-place: output i of a MUTATE takes over the mutated input's
+ * storage (buffer and address) when nothing else can observe the old value:
+ * no external handle besides the one being rebound, no lock besides this
+ * op's own, not pinned. The old value becomes an evicted storage that keeps
+ * its producer; the output's producer is the mutation applied to it. */
+static bool can_take_over(const sim_runtime *rt, const sim_op *op, uint32_t out)
+{
+    const sim_program *p = rt->prog;
+    int32_t m = p->tensors[out].mutates;
+    if (!rt->cfg.inplace || m < 0 || rt->storages[p->tensors[out].storage].material)
+        return false;
+    uint32_t old = p->tensors[p->inputs[op->first_input + (uint32_t)m]].storage;
+    const rt_storage *r = &rt->storages[old];
+    uint32_t own_locks = 0;
+    for (uint32_t i = 0; i < op->num_inputs; i++)
+        own_locks += p->tensors[p->inputs[op->first_input + i]].storage == old;
+    return r->material && !r->pinned && r->ref_ext <= 1 && r->ref_int == own_locks &&
+           footprint(rt, old) == footprint(rt, p->tensors[out].storage);
+}
+
+/* Brings the missing output storages of t's op into memory: ideal model,
+ * room under the budget; arena model, a block each. Outputs that take over
+ * their mutated input's buffer (take_over[i]) need nothing. */
+static sim_result place_outputs(sim_runtime *rt, const sim_op *op, const bool *take_over)
+{
+    const sim_program *p = rt->prog;
+    if (!rt->mem_pool) {
+        uint64_t need = op->total_size;
+        if (rt->align > 1) {
+            need = 0;
+            for (uint32_t i = 0; i < op->num_outputs; i++)
+                if (p->tensors[op->first_output + i].alias < 0)
+                    need += footprint(rt, p->tensors[op->first_output + i].storage);
+        }
+        for (uint32_t i = 0; i < op->num_outputs; i++)
+            if (take_over[i])
+                need -= footprint(rt, p->tensors[op->first_output + i].storage);
+        return make_room(rt, need);
+    }
+    for (uint32_t i = 0; i < op->num_outputs; i++) {
+        const sim_tensor *u = &p->tensors[op->first_output + i];
+        rt_storage *r = &rt->storages[u->storage];
+        if (u->alias >= 0 || take_over[i] || r->material || r->ptr || !p->storages[u->storage].size)
+            continue;
+        sim_result res = sim_arena_place(rt, u->storage);
+        if (res)
+            return res;
+    }
+    return SIM_OK;
+}
+
 /* simrd _compute: runs t's op, materializing its missing siblings too. */
-static int compute_op(sim_runtime *rt, uint32_t t, bool remat)
+static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_over)
 {
     const sim_program *p = rt->prog;
     const sim_op *op = &p->ops[p->tensors[t].op];
     uint32_t first = op->first_output, n = op->num_outputs;
-    /* state before: which outputs were defined, which storages missing */
-    bool small_was_defined[8];
+    bool small_was_defined[8], small_missing[8];
     bool *was_defined = n <= 8 ? small_was_defined : malloc(n * sizeof *was_defined);
-    bool small_missing[8];
     bool *missing = n <= 8 ? small_missing : malloc(n * sizeof *missing);
     if (!was_defined || !missing)
         return -1;
@@ -361,8 +285,31 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat)
         was_defined[i] = rt->defined[first + i];
         missing[i] = !rt->storages[p->tensors[first + i].storage].material;
     }
+    int err = 0;
     rt->clock += op->cost;
-    rt->memory += op->total_size;
+    if (!rt->mem_pool) {
+        /* simrd adds every output's bytes, then drops recomputed duplicates */
+        for (uint32_t i = 0; i < n; i++)
+            if (p->tensors[first + i].alias < 0)
+                rt->memory += rt->align > 1 ? footprint(rt, p->tensors[first + i].storage)
+                                            : p->tensors[first + i].size;
+    }
+    for (uint32_t i = 0; i < n && !err; i++) {
+        if (!take_over[i])
+            continue;
+        uint32_t s = p->tensors[first + i].storage;
+        uint32_t old =
+            p->tensors[p->inputs[op->first_input + (uint32_t)p->tensors[first + i].mutates]]
+                .storage;
+        rt->storages[s].ptr = rt->storages[old].ptr;
+        rt->storages[s].placed = rt->storages[old].placed;
+        rt->storages[old].ptr = NULL;
+        rt->storages[old].placed = 0;
+        if (!rt->mem_pool)
+            rt->memory -= footprint(rt, old);
+        err = sim_mark_evicted(rt, old);
+        rt->stats.inplace_ops++;
+    }
     if (rt->memory > rt->stats.peak_memory)
         rt->stats.peak_memory = rt->memory;
     if (remat) {
@@ -374,13 +321,14 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat)
     for (uint32_t i = 0; i < n; i++) {
         uint32_t u = first + i;
         if (u != t && was_defined[i]) {
-            rt->memory -= p->tensors[u].size; /* recomputed duplicate, dropped */
+            if (!rt->mem_pool && p->tensors[u].alias < 0) /* recomputed duplicate, dropped */
+                rt->memory -=
+                    rt->align > 1 ? footprint(rt, p->tensors[u].storage) : p->tensors[u].size;
             continue;
         }
         rt->storages[p->tensors[u].storage].material = true;
         rt->defined[u] = true;
     }
-    int err = 0;
     /* simrd order: siblings first, then t */
     for (uint32_t pass = 0; pass < 2 && !err; pass++) {
         for (uint32_t i = 0; i < n && !err; i++) {
@@ -389,9 +337,9 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat)
                 continue;
             uint32_t s = p->tensors[u].storage;
             rt_storage *r = &rt->storages[s];
-            if (r->ecn != NONE) {
+            if (r->ecn != SIM_NONE) {
                 uf_add(&rt->uf, r->ecn, -(int64_t)r->compute);
-                r->ecn = NONE;
+                r->ecn = SIM_NONE;
             }
             err = pool_add(rt, s);
         }
@@ -412,32 +360,36 @@ static sim_result materialize(sim_runtime *rt, uint32_t t, bool remat)
     for (uint32_t i = 0; i < op->num_inputs; i++)
         rt->storages[p->tensors[in[i]].storage].last_access = (int64_t)rt->clock;
     /* lock the inputs present, then bring the others in and lock them */
-    bool small_present[16];
-    bool *present = op->num_inputs <= 16 ? small_present : malloc(op->num_inputs);
-    if (!present)
+    uint32_t nflags = op->num_inputs > op->num_outputs ? op->num_inputs : op->num_outputs;
+    bool small_flags[16];
+    bool *flags = nflags <= 16 ? small_flags : malloc(nflags);
+    if (!flags)
         return SIM_ERROR;
     for (uint32_t i = 0; i < op->num_inputs; i++) {
-        present[i] = rt->defined[in[i]];
-        if (present[i])
+        flags[i] = rt->defined[in[i]];
+        if (flags[i])
             lock(rt, p->tensors[in[i]].storage);
     }
     sim_result res = SIM_OK;
     for (uint32_t i = 0; i < op->num_inputs && res == SIM_OK; i++) {
-        if (present[i])
+        if (flags[i])
             continue;
         if (!rt->defined[in[i]])
             res = materialize(rt, in[i], true);
         if (res == SIM_OK)
             lock(rt, p->tensors[in[i]].storage);
     }
-    if (present != small_present)
-        free(present);
+    /* flags now say which outputs take over their mutated input's buffer */
+    for (uint32_t i = 0; i < op->num_outputs && res == SIM_OK; i++)
+        flags[i] = can_take_over(rt, op, op->first_output + i);
+    if (res == SIM_OK)
+        res = place_outputs(rt, op, flags);
+    if (res == SIM_OK && compute_op(rt, t, remat, flags))
+        res = SIM_ERROR;
+    if (flags != small_flags)
+        free(flags);
     if (res != SIM_OK)
         return res;
-    if (rt->memory + op->total_size > rt->budget && (res = make_room(rt, op->total_size)))
-        return res;
-    if (compute_op(rt, t, remat))
-        return SIM_ERROR;
     for (uint32_t i = 0; i < op->num_inputs; i++)
         if (unlock(rt, p->tensors[in[i]].storage))
             return SIM_ERROR;
@@ -489,11 +441,11 @@ static sim_result run_release(sim_runtime *rt, uint32_t t)
     if (rt->baseline) {
         /* V1 banishing: gone for good, pinned or not */
         r->material = false;
-        rt->memory -= rt->prog->storages[s].size;
+        rt->memory -= footprint(rt, s);
         pool_remove(rt, s);
         return SIM_OK;
     }
-    if (!r->pinned && evict(rt, s))
+    if (!r->pinned && sim_evict(rt, s))
         return SIM_ERROR;
     return SIM_OK;
 }
@@ -540,41 +492,49 @@ static sim_result run(sim_runtime *rt)
     return SIM_OK;
 }
 
-static int runtime_init(sim_runtime *rt, const sim_program *prog, sim_policy policy,
-                        uint64_t budget, uint64_t remat_limit)
+static int runtime_init(sim_runtime *rt, const sim_program *prog, const sim_config *cfg)
 {
-    *rt = (sim_runtime){
-        .prog = prog, .policy = policy, .budget = budget, .remat_limit = remat_limit, .clock = 1};
+    *rt = (sim_runtime){.prog = prog,
+                        .cfg = *cfg,
+                        .policy = cfg->policy,
+                        .budget = cfg->budget,
+                        .remat_limit = cfg->remat_limit,
+                        .align = 1,
+                        .clock = 1};
+    rt->uses_eq = cfg->policy == SIM_POLICY_DTR || cfg->policy == SIM_POLICY_COOP;
     rt->storages = calloc(prog->num_storages + 1, sizeof *rt->storages);
     rt->defined = calloc(prog->num_tensors + 1, sizeof *rt->defined);
     rt->tensor_refs = calloc(prog->num_tensors + 1, sizeof *rt->tensor_refs);
     if (!rt->storages || !rt->defined || !rt->tensor_refs)
         return -1;
     for (uint32_t s = 0; s < prog->num_storages; s++) {
-        rt->storages[s].pool_pos = NONE;
-        rt->storages[s].ecn = NONE;
+        rt->storages[s].pool_pos = SIM_NONE;
+        rt->storages[s].ecn = SIM_NONE;
         rt->storages[s].last_access = INT64_MIN;
     }
     rt->stats.base_compute = prog->base_compute;
+    if (cfg->arena && sim_arena_open(rt))
+        return -1;
     return 0;
 }
 
 static void runtime_free(sim_runtime *rt)
 {
+    sim_arena_close(rt);
     free(rt->storages);
     free(rt->defined);
     free(rt->tensor_refs);
     free(rt->pool);
     free(rt->stack);
+    free(rt->victims);
     uf_free(&rt->uf);
 }
 
-sim_result sim_run_ideal(const sim_program *prog, sim_policy policy, uint64_t budget,
-                         uint64_t remat_limit, sim_stats *stats)
+sim_result sim_execute(const sim_program *prog, const sim_config *cfg, sim_stats *stats)
 {
     sim_runtime rt;
     sim_result res = SIM_ERROR;
-    if (!runtime_init(&rt, prog, policy, budget, remat_limit))
+    if (!runtime_init(&rt, prog, cfg))
         res = run(&rt);
     *stats = rt.stats;
     rt.stats.search_ns = NULL;
@@ -582,12 +542,14 @@ sim_result sim_run_ideal(const sim_program *prog, sim_policy policy, uint64_t bu
     return res;
 }
 
-uint64_t sim_baseline_peak(const sim_program *prog)
+uint64_t sim_baseline_peak(const sim_program *prog, uint64_t align)
 {
     sim_runtime rt;
+    sim_config cfg = {.policy = SIM_POLICY_LRU, .budget = UINT64_MAX, .remat_limit = UINT64_MAX};
     uint64_t peak = 0;
-    if (!runtime_init(&rt, prog, SIM_POLICY_LRU, UINT64_MAX, UINT64_MAX)) {
+    if (!runtime_init(&rt, prog, &cfg)) {
         rt.baseline = true;
+        rt.align = align ? align : 1;
         if (run(&rt) == SIM_OK)
             peak = rt.stats.peak_memory;
     }

@@ -39,6 +39,23 @@ typedef enum sim_policy {
 
 typedef enum sim_result { SIM_OK = 0, SIM_OOM, SIM_THRASH, SIM_ERROR } sim_result;
 
+/* What the coop policy sums over a window's evictable blocks. */
+typedef enum sim_window_cost {
+    SIM_WINDOW_COOP, /* c_eq / staleness (Coop) */
+    SIM_WINDOW_DTE   /* ablation: DTE's score c / (m' * staleness) */
+} sim_window_cost;
+
+typedef struct sim_config {
+    sim_policy policy;
+    bool arena;             /* place storages with libcoop (fragmentation is real) */
+    bool inplace;           /* MUTATE keeps its buffer (recomputable in-place) where
+                             * the old value has no other user; else copy-on-write */
+    double cheap_threshold; /* ns per byte below which a storage is placed high; < 0 off */
+    sim_window_cost window_cost;
+    uint64_t budget;      /* bytes; UINT64_MAX = unlimited */
+    uint64_t remat_limit; /* ns of recomputation allowed (thrash beyond) */
+} sim_config;
+
 const char *sim_policy_name(sim_policy p);
 int sim_policy_parse(const char *name, sim_policy *out); /* 0 ok, -1 unknown */
 const char *sim_result_name(sim_result r);
@@ -54,6 +71,7 @@ typedef struct sim_stats {
     uint64_t peak_memory;   /* most resident bytes */
     double frag_sum;        /* sum over searches of free bytes / budget */
     uint64_t frag_failures; /* searches although free bytes >= request */
+    uint64_t inplace_ops;   /* mutations that kept their buffer */
     uint64_t *search_ns;    /* wall clock per search (searches entries) */
     size_t search_ns_cap;
 } sim_stats;
@@ -67,16 +85,30 @@ typedef struct rt_storage {
     uint32_t pool_pos;    /* index in the pool, UINT32_MAX if not evictable */
     uint32_t ecn;         /* union-find node while evicted, else UINT32_MAX */
     uint32_t mark;        /* traversal stamp */
+    void *ptr;            /* arena model: the block's address (NULL: none) */
+    uint64_t placed;      /* arena model: bytes allocated for it (rounded) */
     bool material, pinned;
 } rt_storage;
 
+struct coop_pool;
+struct window_scratch;
+struct arena_block;
+
 typedef struct sim_runtime {
     const sim_program *prog;
-    sim_policy policy;
-    uint64_t budget;      /* bytes; UINT64_MAX = unlimited */
-    bool baseline;        /* unlimited reference run: a released storage is freed
-                           * even when pinned (simrd V1 banishing) */
-    uint64_t remat_limit; /* ns of recomputation allowed (thrash beyond) */
+    sim_config cfg;
+    sim_policy policy;          /* cfg.policy */
+    uint64_t budget;            /* bytes (arena model: rounded down to 512) */
+    uint64_t remat_limit;       /* cfg.remat_limit */
+    uint64_t align;             /* a storage occupies its size rounded up to this (1: as logged) */
+    bool baseline;              /* unlimited reference run: a released storage is freed
+                                 * even when pinned (simrd V1 banishing) */
+    bool uses_eq;               /* keep union-find classes of evicted storages */
+    struct coop_pool *mem_pool; /* arena model: libcoop's pool */
+    struct window_scratch *scratch;
+    struct arena_block *last_freed; /* arena model: free block the last eviction left */
+    uint32_t *victims;              /* arena model: a window's storages */
+    uint32_t victims_cap;
     uint64_t clock;
     uint64_t memory; /* resident bytes */
     uint32_t num_created_tensors;
@@ -92,13 +124,13 @@ typedef struct sim_runtime {
     sim_stats stats;
 } sim_runtime;
 
-/* Runs prog under budget bytes with the policy (ideal memory model).
- * remat_limit: thrash when recomputation exceeds it (UINT64_MAX: never). */
-sim_result sim_run_ideal(const sim_program *prog, sim_policy policy, uint64_t budget,
-                         uint64_t remat_limit, sim_stats *stats);
+/* Runs prog under cfg (budget, policy, memory model). stats receives the
+ * counters (free its search_ns with sim_stats_free). */
+sim_result sim_execute(const sim_program *prog, const sim_config *cfg, sim_stats *stats);
 
-/* The unlimited run's peak of resident bytes (simrd V1, budget infinite). */
-uint64_t sim_baseline_peak(const sim_program *prog);
+/* The unlimited run's peak of resident bytes (simrd V1, budget infinite),
+ * each storage's size rounded up to align bytes (1: as logged). */
+uint64_t sim_baseline_peak(const sim_program *prog, uint64_t align);
 
 void sim_stats_free(sim_stats *s);
 
