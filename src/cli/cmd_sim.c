@@ -23,7 +23,8 @@ static void usage(FILE *out)
             "  --policy LIST      comma-separated: dtr, dtr-full, dtr-local, dte, lru, size, coop\n"
             "                     (arena only), and coop's ablations coop-nopart (no cheap\n"
             "                     tensor partitioning), coop-cow (copy-on-write instead of\n"
-            "                     recomputable in-place), coop-dte (DTE's score in the window)\n"
+            "                     recomputable in-place), coop-dte (DTE's score in the window),\n"
+            "                     coop-sum (sum of window costs, not per byte)\n"
             "                     (default dtr,dtr-full,lru)\n"
             "  --memory MODEL     ideal: only the sum of resident bytes is limited (default);\n"
             "                     arena: every tensor is a block of libcoop's pool (host\n"
@@ -35,7 +36,7 @@ static void usage(FILE *out)
             "  --inplace on|off   MUTATE keeps its buffer (default: on for coop, off otherwise,\n"
             "                     which is DTR's copy-on-write)\n"
             "  --partition T|off  place tensors cheaper than T ns/byte at the high end of free\n"
-            "                     blocks (default: 1e-4 for coop, off otherwise)\n"
+            "                     blocks (default: 1e-2 for coop, off otherwise)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
             "thrash. Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
@@ -74,10 +75,11 @@ static void print_json(const char *log, const char *policy, const char *memory,
 int cmd_sim(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"policy", required_argument, 0, 'p'}, {"memory", required_argument, 0, 'm'},
-        {"budget", required_argument, 0, 'b'}, {"json", no_argument, 0, 'j'},
-        {"no-min-ratio", no_argument, 0, 'n'}, {"overhead-limit", required_argument, 0, 'o'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"policy", required_argument, 0, 'p'},  {"memory", required_argument, 0, 'm'},
+        {"budget", required_argument, 0, 'b'},  {"json", no_argument, 0, 'j'},
+        {"no-min-ratio", no_argument, 0, 'n'},  {"overhead-limit", required_argument, 0, 'o'},
+        {"inplace", required_argument, 0, 'i'}, {"partition", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     char policy_buf[512] = "dtr,dtr-full,lru", budget_buf[512] = "0.9,0.7,0.5,0.3";
     const char *memory = "ideal";
@@ -166,7 +168,7 @@ int cmd_sim(int argc, char **argv)
         if (sim_options_parse_policy(policy_items[i], &options[i])) {
             fprintf(stderr,
                     "coop sim: unknown policy '%s' (dtr, dtr-full, dtr-local, dte, lru, "
-                    "size, coop, coop-nopart, coop-cow, coop-dte)\n",
+                    "size, coop, coop-nopart, coop-cow, coop-dte, coop-sum)\n",
                     policy_items[i]);
             return 2;
         }

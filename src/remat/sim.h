@@ -12,7 +12,7 @@ typedef enum sim_memory { SIM_MEMORY_IDEAL, SIM_MEMORY_ARENA } sim_memory;
 
 /* Cheap tensor partitioning threshold (ns of producer time per byte) used by
  * coop unless told otherwise; see docs/remat.md for the measurement. */
-#define SIM_DEFAULT_CHEAP_THRESHOLD 1e-4
+#define SIM_DEFAULT_CHEAP_THRESHOLD 1e-2
 
 typedef struct sim_options {
     sim_policy policy;
@@ -29,7 +29,8 @@ sim_options sim_options_default(sim_policy policy, sim_memory memory);
 
 /* Parses a policy name, including coop's ablation variants: coop-nopart
  * (no cheap tensor partitioning), coop-cow (copy-on-write instead of
- * recomputable in-place), coop-dte (DTE's score inside the window).
+ * recomputable in-place), coop-dte (DTE's score inside the window),
+ * coop-sum (the window's plain sum of costs instead of cost per byte).
  * 0 and *out filled (memory, overhead limit untouched), -1 unknown. */
 int sim_options_parse_policy(const char *name, sim_options *out);
 

@@ -116,6 +116,20 @@ void sim_arena_free(sim_runtime *rt, uint32_t s)
     r->placed = 0;
 }
 
+void sim_arena_transfer(sim_runtime *rt, uint32_t from, uint32_t to)
+{
+    rt_storage *a = &rt->storages[from], *b = &rt->storages[to];
+    b->ptr = a->ptr;
+    b->placed = a->placed;
+    a->ptr = NULL;
+    a->placed = 0;
+    if (b->ptr) {
+        arena_block *blk = arena_lookup(pool_arena(rt->mem_pool), (uintptr_t)b->ptr);
+        if (blk)
+            blk->owner = b;
+    }
+}
+
 /* Window cost of an allocated block: its tensor's Coop cost, or blocked. */
 static double window_cost(void *owner, const arena_block *b, void *ctx)
 {
@@ -141,7 +155,9 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
 {
     uint64_t size = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
-    int found = window_search(pool_arena(rt->mem_pool), size, window_cost, rt, rt->scratch, &w);
+    window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COOP ? WINDOW_PER_BYTE : WINDOW_SUM;
+    int found =
+        window_search(pool_arena(rt->mem_pool), size, obj, window_cost, rt, rt->scratch, &w);
     if (found == -2)
         return SIM_ERROR;
     if (found < 0)

@@ -38,6 +38,8 @@ void sim_arena_close(sim_runtime *rt);
 /* Places storage s (size bytes), evicting per the policy when it does not
  * fit. SIM_OK, SIM_OOM or SIM_ERROR. */
 sim_result sim_arena_place(sim_runtime *rt, uint32_t s);
+/* Hands from's block to storage to (recomputable in-place). */
+void sim_arena_transfer(sim_runtime *rt, uint32_t from, uint32_t to);
 /* Frees s's block. */
 void sim_arena_free(sim_runtime *rt, uint32_t s);
 

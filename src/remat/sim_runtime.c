@@ -301,10 +301,8 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
         uint32_t old =
             p->tensors[p->inputs[op->first_input + (uint32_t)p->tensors[first + i].mutates]]
                 .storage;
-        rt->storages[s].ptr = rt->storages[old].ptr;
-        rt->storages[s].placed = rt->storages[old].placed;
-        rt->storages[old].ptr = NULL;
-        rt->storages[old].placed = 0;
+        if (rt->mem_pool)
+            sim_arena_transfer(rt, old, s);
         if (!rt->mem_pool)
             rt->memory -= footprint(rt, old);
         err = sim_mark_evicted(rt, old);

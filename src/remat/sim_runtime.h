@@ -41,8 +41,9 @@ typedef enum sim_result { SIM_OK = 0, SIM_OOM, SIM_THRASH, SIM_ERROR } sim_resul
 
 /* What the coop policy sums over a window's evictable blocks. */
 typedef enum sim_window_cost {
-    SIM_WINDOW_COOP, /* c_eq / staleness (Coop) */
-    SIM_WINDOW_DTE   /* ablation: DTE's score c / (m' * staleness) */
+    SIM_WINDOW_COOP, /* sum of c_eq / staleness per byte of the window (default) */
+    SIM_WINDOW_SUM,  /* sum of c_eq / staleness (Coop's literal objective) */
+    SIM_WINDOW_DTE   /* ablation: sum of DTE's score c / (m' * staleness) */
 } sim_window_cost;
 
 typedef struct sim_config {

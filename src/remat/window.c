@@ -18,11 +18,12 @@ static int reserve(window_scratch *s, size_t n)
     return 0;
 }
 
-int window_search(const arena *a, uint64_t size, window_cost_fn cost, void *ctx,
-                  window_scratch *scratch, window *out)
+int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
+                  void *ctx, window_scratch *scratch, window *out)
 {
     *out = (window){.cost = -1};
     int found = 0;
+    double best_key = 0;
     for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
         /* run [left, right]: costs[head .. tail) hold its blocks' costs */
         arena_block *left = NULL;
@@ -59,7 +60,9 @@ int window_search(const arena *a, uint64_t size, window_cost_fn cost, void *ctx,
                 run_cost -= scratch->costs[head++];
                 left = left->next;
             }
-            if (run_size >= size && (!found || run_cost < out->cost)) {
+            double key = objective == WINDOW_PER_BYTE ? run_cost / (double)run_size : run_cost;
+            if (run_size >= size && (!found || key < best_key)) {
+                best_key = key;
                 found = 1;
                 out->first = left;
                 out->last = b;
