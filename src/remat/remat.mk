@@ -13,8 +13,10 @@ libcoop_la_SOURCES += src/remat/window.h src/remat/window.c
 coop_SOURCES += src/cli/cmd_sim.c
 
 if HAVE_CMOCKA
-check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test
-TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test
+check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
+	tests/window_test
+TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
+	tests/window_test
 tests_union_find_test_SOURCES = tests/union_find_test.c
 tests_union_find_test_CFLAGS = $(TESTCFLAGS)
 tests_union_find_test_LDADD = $(TESTLIBS)
@@ -31,4 +33,8 @@ tests_sim_reference_test_SOURCES = tests/sim_reference_test.c
 tests_sim_reference_test_CFLAGS = $(TESTCFLAGS)
 tests_sim_reference_test_LDADD = $(TESTLIBS)
 tests_sim_reference_test_LDFLAGS = $(TESTLDFLAGS)
+tests_window_test_SOURCES = tests/window_test.c
+tests_window_test_CFLAGS = $(TESTCFLAGS)
+tests_window_test_LDADD = $(TESTLIBS)
+tests_window_test_LDFLAGS = $(TESTLDFLAGS)
 endif
