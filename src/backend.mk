@@ -24,10 +24,9 @@ else
 libcoop_la_SOURCES += src/backend_cuda_absent.c
 endif
 
-# (tests/backend_cuda_test needs the pool: added once the core lands)
-#check_PROGRAMS += tests/backend_cuda_test
-#TESTS += tests/backend_cuda_test
-#tests_backend_cuda_test_SOURCES = tests/backend_cuda_test.c tests/pool_sequence.h
-#tests_backend_cuda_test_CFLAGS = $(TESTCFLAGS)
-#tests_backend_cuda_test_LDADD = $(TESTLIBS)
-#tests_backend_cuda_test_LDFLAGS = $(TESTLDFLAGS)
+check_PROGRAMS += tests/backend_cuda_test
+TESTS += tests/backend_cuda_test
+tests_backend_cuda_test_SOURCES = tests/backend_cuda_test.c tests/pool_sequence.h
+tests_backend_cuda_test_CFLAGS = $(TESTCFLAGS)
+tests_backend_cuda_test_LDADD = $(TESTLIBS)
+tests_backend_cuda_test_LDFLAGS = $(TESTLDFLAGS)

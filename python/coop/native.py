@@ -180,6 +180,11 @@ _SIGNATURES = {
     "coop_torch_snapshot_free": (None, [ctypes.POINTER(TorchSnapshot)]),
 }
 
+TLS_HINT = (
+    "libcoop.so uses libjemalloc.so.2, whose initial-exec thread-local storage does not "
+    "fit in a process that is already running; start Python with "
+    "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 (or LD_PRELOAD=libjemalloc.so.2)")
+
 _lock = threading.Lock()
 _lib = None
 _lib_gil = None
@@ -224,6 +229,8 @@ def library():
             try:
                 lib = ctypes.CDLL(cand)
             except OSError as e:
+                if "static TLS" in str(e):
+                    raise CoopError(ERR_NO_DRIVER, f"coop: cannot load {cand}: {e}. " + TLS_HINT)
                 tried.append(f"{cand} ({e})")
                 continue
             for name, (restype, argtypes) in _SIGNATURES.items():

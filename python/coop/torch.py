@@ -260,12 +260,21 @@ def _mapped_pieces(b, page):
 
     Pages wholly inside a free block are the ones coop unmaps (empty_cache,
     capacity pressure); the partial pages at its two ends are shared with its
-    allocated neighbours and stay mapped. When mapped_bytes says exactly
-    that, the block's head and tail are the mapped parts."""
+    neighbours and stay mapped while a neighbour uses them. When mapped_bytes
+    equals head + tail, head or tail, those are the mapped parts."""
     head = (-b.address) % page
     tail = (b.address + b.size) % page
-    if head + tail >= b.size or head + tail != b.mapped_bytes:
+    if head + tail > b.size:  # inside one page: wholly mapped or not at all
         return None
+    if head + tail != b.mapped_bytes:
+        # the page at one end is unmapped: the arena's top, or a neighbour
+        # that is free too (free blocks of different streams do not merge)
+        if head == b.mapped_bytes:
+            tail = 0
+        elif tail == b.mapped_bytes:
+            head = 0
+        else:
+            return None
     return (_piece(b, b.address, head) if head else None,
             _piece(b, b.address + b.size - tail, tail) if tail else None)
 
@@ -289,6 +298,13 @@ def _torch_segments(device, walk_segments, vmm, page):
                 out.append(_segment_dict(device, list(run), vmm))
                 run.clear()
 
+        # mapped pages past the tiled range (the top page is partly above
+        # the arena's end): free, reserved space the arena grows into
+        beyond = seg.mapped_bytes - sum(b.mapped_bytes for b in blocks)
+        if beyond > 0:
+            top = native.BlockInfo(address=seg.address + seg.size, size=beyond,
+                                   state=native.BLOCK_FREE)
+            blocks = list(blocks) + [_piece(top, top.address, beyond)]
         for b in blocks:
             if b.state != native.BLOCK_FREE or b.mapped_bytes == b.size:
                 run.append(b)

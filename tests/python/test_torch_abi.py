@@ -499,22 +499,23 @@ class Install(unittest.TestCase):
             "fake = FakeTorch()\n"
             "hooks = ctorch.install(torch_module=fake)\n"
             "assert ctorch.install(torch_module=fake) == hooks\n"
-            "import json; print(json.dumps([hooks, fake.calls, native.library_path()]))\n" % HERE,
+            "addr = lambda n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value\n"
+            "expected = {n: addr(n) for n in ('coop_torch_init', 'coop_torch_record_stream')}\n"
+            "import json\n"
+            "print(json.dumps([hooks, fake.calls, native.library_path(), expected]))\n" % HERE,
             "backend:host")
         self.assertEqual(r.returncode, 0, r.stderr)
         import json
 
-        hooks, calls, path = json.loads(r.stdout.strip().splitlines()[-1])
+        hooks, calls, path, expected = json.loads(r.stdout.strip().splitlines()[-1])
         self.assertEqual(hooks, ["set_init_fn", "set_reset_fn", "set_memory_fraction_fn",
                                  "set_record_stream_fn"])
         self.assertEqual(calls[0], ["CUDAPluggableAllocator", path, "coop_torch_malloc",
                                     "coop_torch_free"])
         self.assertEqual(calls[-1], ["change"])
         addresses = {c[0]: c[1] for c in calls[1:-1]}
-        self.assertEqual(addresses["set_record_stream_fn"],
-                         ctypes.cast(_dl.coop_torch_record_stream, ctypes.c_void_p).value)
-        self.assertEqual(addresses["set_init_fn"],
-                         ctypes.cast(_dl.coop_torch_init, ctypes.c_void_p).value)
+        self.assertEqual(addresses["set_record_stream_fn"], expected["coop_torch_record_stream"])
+        self.assertEqual(addresses["set_init_fn"], expected["coop_torch_init"])
 
 
 class GpuScripts(unittest.TestCase):
@@ -532,6 +533,39 @@ class GpuScripts(unittest.TestCase):
                                capture_output=True, text=True, timeout=120)
             self.assertEqual(r.returncode, 77, script + r.stderr)
             self.assertIn("no CUDA device", r.stderr)
+
+
+class ReplayReader(unittest.TestCase):
+    """The replay script's trace readers run on CPU."""
+
+    def setUp(self):
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "gpu"))
+        import replay_native_vs_coop
+
+        self.replay = replay_native_vs_coop
+
+    def test_text_trace(self):
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"coop_replay_{os.getpid()}.trace")
+        with open(path, "w") as f:
+            f.write("# test\ncoop-trace 1\nL 7 4096 0\nA 1 512 0 t=5\nR 1\nF 1\n"
+                    "S 0x1000 2097152 0\nA 2 0x100 3\nF 7\n")
+        try:
+            events = self.replay.read_events(path)
+        finally:
+            os.unlink(path)
+        self.assertEqual(events, [("A", 7, 4096, 0), ("A", 1, 512, 0), ("F", 1, 0, 0),
+                                  ("A", 2, 256, 3), ("F", 7, 0, 0)])
+
+    def test_torch_snapshot(self):
+        folder = os.path.join(HERE, "..", "..", "..", "shared", "workloads", "torch-snapshots")
+        path = os.path.join(folder, "cs336-transformer-ctx128-forward.pickle.gz")
+        if not os.path.exists(path):
+            self.skipTest(f"{path} is absent")
+        events = self.replay.read_events(path)
+        allocs = [e for e in events if e[0] == "A"]
+        self.assertGreater(len(allocs), 100)
+        frees = {e[1] for e in events if e[0] == "F"}
+        self.assertTrue(frees <= {e[1] for e in allocs})
 
 
 if __name__ == "__main__":
