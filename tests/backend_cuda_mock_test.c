@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "coop.h"
+#include "pool_sequence.h"
 
 #define MIB (1ull << 20)
 
@@ -276,6 +277,51 @@ static void test_destroy_releases_everything(void **state)
     coop_backend_destroy(be);
 }
 
+/* The allocator's essential sequence on the CUDA backend (mock driver). */
+static void run_pool_on_mock(bool use_vmm)
+{
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 256 * MIB;
+    config.use_vmm = use_vmm;
+    config.check = true;
+    coop_pool *pool = NULL;
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    coop_config resolved;
+    coop_pool_config(pool, &resolved);
+    assert_int_equal(resolved.use_vmm, use_vmm);
+    run_pool_sequence(pool);
+    coop_pool_destroy(pool);
+}
+
+static void test_pool_sequence_vmm(void **state)
+{
+    (void)state;
+    run_pool_on_mock(true);
+}
+
+static void test_pool_sequence_segments(void **state)
+{
+    (void)state;
+    run_pool_on_mock(false);
+}
+
+/* Without a driver the pool fails cleanly too. */
+static void test_pool_without_driver(void **state)
+{
+    (void)state;
+    setenv("COOP_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    coop_pool *pool = (coop_pool *)0x1;
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_NO_DRIVER);
+    assert_null(pool);
+    assert_non_null(strstr(coop_last_error(), "no CUDA driver"));
+}
+
 int main(void)
 {
     const char *builddir = getenv("COOP_TEST_BUILDDIR");
@@ -305,6 +351,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_without_driver, use_mock, check_clean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

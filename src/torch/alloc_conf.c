@@ -52,12 +52,23 @@ bool coop_alloc_conf_parse_bytes(const char *text, size_t len, uint64_t *out)
     unsigned shift = 0;
     if (i < len) {
         switch (toupper((unsigned char)text[i])) {
-        case 'K': shift = 10; break;
-        case 'M': shift = 20; break;
-        case 'G': shift = 30; break;
-        case 'T': shift = 40; break;
-        case 'B': shift = 0; break;
-        default: return false;
+        case 'K':
+            shift = 10;
+            break;
+        case 'M':
+            shift = 20;
+            break;
+        case 'G':
+            shift = 30;
+            break;
+        case 'T':
+            shift = 40;
+            break;
+        case 'B':
+            shift = 0;
+            break;
+        default:
+            return false;
         }
         const char *rest = text + i + 1;
         size_t rest_len = len - i - 1;
@@ -131,9 +142,8 @@ static coop_status bad_value(const token *key, const token *value, const char *e
 /* Applies one key:value to conf; *seen_bit marks the key for duplicates. */
 static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, unsigned *seen)
 {
-    static const char *const keys[] = {"backend", "capacity", "fraction",  "page",
-                                       "vmm",     "segment",  "placement", "min_split",
-                                       "check",   "history"};
+    static const char *const keys[] = {"backend", "capacity",  "fraction",  "page",  "vmm",
+                                       "segment", "placement", "min_split", "check", "history"};
     unsigned index = 0;
     while (index < sizeof keys / sizeof keys[0] && !token_is(k, keys[index]))
         index++;
@@ -144,8 +154,9 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
                               "check, history)",
                               (int)k->len, k->start, k->off);
     if (*seen & (1u << index))
-        return coop_set_error(COOP_ERR_INVALID, "COOP_ALLOC_CONF: key '%.*s' given twice (byte %zu)",
-                              (int)k->len, k->start, k->off);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "COOP_ALLOC_CONF: key '%.*s' given twice (byte %zu)", (int)k->len,
+                              k->start, k->off);
     *seen |= 1u << index;
 
     uint64_t bytes = 0;

@@ -27,9 +27,9 @@
 
 typedef struct coop_alloc_conf {
     coop_backend_kind backend;
-    uint64_t capacity;   /* 0 = not set */
-    double fraction;     /* 0 = not set */
-    uint64_t page_size;  /* 0 = backend's */
+    uint64_t capacity;  /* 0 = not set */
+    double fraction;    /* 0 = not set */
+    uint64_t page_size; /* 0 = backend's */
     bool use_vmm;
     uint64_t segment_size; /* 0 = pool's default */
     unsigned placement;    /* COOP_ALLOC_LOW or COOP_ALLOC_HIGH */

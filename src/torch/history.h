@@ -20,7 +20,10 @@ typedef struct torch_history {
     size_t count;
 } torch_history;
 
-#define TORCH_HISTORY_INIT {PTHREAD_MUTEX_INITIALIZER, false, NULL, 0, 0, 0}
+#define TORCH_HISTORY_INIT                                                                         \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER, false, NULL, 0, 0, 0                                            \
+    }
 
 /* Drops what was recorded and keeps the last max_entries events from now
  * on (0 = off). COOP_ERR_HOST_NOMEM leaves recording off. */

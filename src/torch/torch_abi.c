@@ -69,8 +69,7 @@ static void report(coop_status st)
     pthread_mutex_unlock(&error_lock);
     unsigned bit = 1u << ((unsigned)st % 32u);
     if (!(atomic_fetch_or(&printed_kinds, bit) & bit))
-        fprintf(stderr, "coop: %s [further '%s' errors are not printed]\n", msg,
-                coop_strerror(st));
+        fprintf(stderr, "coop: %s [further '%s' errors are not printed]\n", msg, coop_strerror(st));
 }
 
 size_t coop_torch_last_error(char *buf, size_t size)
@@ -259,9 +258,11 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
     torch_history *h = &slot(device)->history;
     if (!ptr) {
         torch_history_record(h, COOP_TORCH_OOM, 0, size, (uintptr_t)stream, device);
-        report(st != COOP_OK ? st : coop_set_error(COOP_ERR_NOMEM, "coop torch: malloc of %zu "
-                                                                   "bytes returned nothing",
-                                                   size));
+        report(st != COOP_OK ? st
+                             : coop_set_error(COOP_ERR_NOMEM,
+                                              "coop torch: malloc of %zu "
+                                              "bytes returned nothing",
+                                              size));
         return NULL;
     }
     torch_history_record(h, COOP_TORCH_ALLOC, (uintptr_t)ptr, size, (uintptr_t)stream, device);

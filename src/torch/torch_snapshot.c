@@ -56,8 +56,9 @@ coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out)
 {
     *out = NULL;
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
-        return coop_set_error(COOP_ERR_INVALID, "coop torch: snapshot of device %d: devices are "
-                                                "0..%d",
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop torch: snapshot of device %d: devices are "
+                              "0..%d",
                               device, COOP_TORCH_MAX_DEVICES - 1);
     coop_torch_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap)
