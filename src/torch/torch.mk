@@ -11,6 +11,13 @@ tests_alloc_conf_test_CFLAGS = $(TESTCFLAGS)
 tests_alloc_conf_test_LDADD = $(TESTLIBS)
 tests_alloc_conf_test_LDFLAGS = $(TESTLDFLAGS)
 
+check_PROGRAMS += tests/torch_abi_test
+TESTS += tests/torch_abi_test
+tests_torch_abi_test_SOURCES = tests/torch_abi_test.c
+tests_torch_abi_test_CFLAGS = $(TESTCFLAGS)
+tests_torch_abi_test_LDADD = $(TESTLIBS)
+tests_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)
+
 # Python tests of the ABI and the python/coop helper (ctypes, host backend).
 TESTS += tests/python_tests.sh
 EXTRA_DIST += tests/python_tests.sh tests/python/test_torch_abi.py python/coop docs
