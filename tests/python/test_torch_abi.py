@@ -492,6 +492,29 @@ class Install(unittest.TestCase):
             ctorch.install(torch_module=real)
         self.assertIn("PyTorch >= 2.0", str(cm.exception))
 
+    def test_mem_pool_route(self):
+        fake = FakeTorch()
+        with self.assertRaises(RuntimeError) as cm:
+            ctorch.mem_pool(torch_module=fake)
+        self.assertIn("MemPool", str(cm.exception))
+        made = []
+        fake.cuda.MemPool = lambda handle: made.append(handle) or "pool"
+        self.assertEqual(ctorch.mem_pool(torch_module=fake), "pool")
+        self.assertEqual(len(made), 1)
+        self.assertIn(("CUDAPluggableAllocator", native.library_path(), "coop_torch_malloc",
+                       "coop_torch_free"), fake.calls)
+
+    def test_memory_stats_keys(self):
+        keys = ctorch.memory_stats(0).keys()
+        for stat in native.STAT_NAMES:
+            for pool_kind in ("all", "large_pool", "small_pool"):
+                for metric in ("current", "peak", "allocated", "freed"):
+                    self.assertIn(f"{stat}.{pool_kind}.{metric}", keys)
+        for key in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
+                    "max_split_size", "oversize_allocations.current"):
+            self.assertIn(key, keys)
+        self.assertEqual(ctorch.memory_stats(17)["allocation.all.current"], 0)
+
     def test_install_wires_entry_points_and_hooks(self):
         r = run_child(
             "sys.path.insert(0, %r)\n"
