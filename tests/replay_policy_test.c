@@ -134,22 +134,23 @@ static void free_requested_does_not_release(void **unused)
     built_free(&b);
 }
 
-/* ids live before the trace began are allocated first with their free's size. */
-static void live_at_start_allocated_first(void **unused)
+/* A free without an allocation (nothing known about the block) is skipped. */
+static void unknown_free_is_skipped(void **unused)
 {
     (void)unused;
     built b = {0};
     alloc_ev(&b, 1, 500);
-    free_ev(&b, 0, 700); /* id 0: freed without an alloc */
+    free_ev(&b, 0, 700); /* id 0 was never allocated */
     free_ev(&b, 1, 500);
-    b.t.live_at_start = malloc(sizeof(uint32_t));
-    b.t.live_at_start[0] = 0;
-    b.t.num_live_at_start = 1;
     replay_prepared p;
     assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
-    assert_int_equal(p.peak_live, 1200);
-    assert_int_equal(p.unknown_start, 0);
+    assert_int_equal(p.peak_live, 500);
+    assert_int_equal(p.unknown_frees, 1);
+    assert_int_equal(p.num_ops, 2);
     replay_prepared_free(&p);
+    replay_run r = run(&b, &replay_policy_ideal, GiB);
+    assert_false(r.oom);
+    assert_int_equal(r.peak_reserved, 500);
     built_free(&b);
 }
 
@@ -384,7 +385,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ideal_peak_is_peak_of_live_bytes),
         cmocka_unit_test(free_requested_does_not_release),
-        cmocka_unit_test(live_at_start_allocated_first),
+        cmocka_unit_test(unknown_free_is_skipped),
         cmocka_unit_test(double_alloc_is_an_input_error),
         cmocka_unit_test(torch_medium_request_takes_one_20mib_segment),
         cmocka_unit_test(torch_segment_sizes),

@@ -12,51 +12,24 @@ coop_status replay_prepare(const trace *t, replay_prepared *out)
 {
     *out = (replay_prepared){.trace = t};
     size_t n = t->num_ids ? t->num_ids : 1;
-    out->start_size = calloc(n, sizeof *out->start_size);
-    out->start_stream = calloc(n, sizeof *out->start_stream);
     uint64_t *size = calloc(n, sizeof *size);
     unsigned char *live = calloc(n, 1);
-    unsigned char *named = calloc(n, 1);
     coop_status st = COOP_OK;
-    if (!out->start_size || !out->start_stream || !size || !live || !named) {
+    if (!size || !live) {
         st = coop_set_error(COOP_ERR_HOST_NOMEM, "replay: out of host memory for %u ids",
                             t->num_ids);
         goto done;
     }
-    /* A live_at_start id takes its size and stream from the first event naming
-     * it (its free), provided that event is not an allocation. */
+    uint64_t live_bytes = 0;
     for (size_t i = 0; i < t->num_events; i++) {
         const trace_event *e = &t->events[i];
-        if (e->kind != TRACE_ALLOC && e->kind != TRACE_FREE && e->kind != TRACE_FREE_REQUESTED)
+        if (e->kind != TRACE_ALLOC && e->kind != TRACE_FREE)
             continue;
         if (e->id >= t->num_ids) {
             st = coop_set_error(COOP_ERR_INVALID, "%s: event %zu names id %u, beyond %u ids",
                                 t->name ? t->name : "trace", i, e->id, t->num_ids);
             goto done;
         }
-        if (named[e->id])
-            continue;
-        named[e->id] = 1;
-        if (e->kind != TRACE_ALLOC) {
-            out->start_size[e->id] = e->size;
-            out->start_stream[e->id] = e->stream;
-        }
-    }
-    uint64_t live_bytes = 0;
-    for (size_t k = 0; k < t->num_live_at_start; k++) {
-        uint32_t id = t->live_at_start[k];
-        if (id >= t->num_ids || live[id] || !out->start_size[id]) {
-            out->unknown_start++;
-            continue;
-        }
-        live[id] = 1;
-        size[id] = out->start_size[id];
-        live_bytes += size[id];
-        out->num_ops++;
-    }
-    out->peak_live = live_bytes;
-    for (size_t i = 0; i < t->num_events; i++) {
-        const trace_event *e = &t->events[i];
         if (e->kind == TRACE_ALLOC) {
             if (live[e->id]) {
                 st = coop_set_error(COOP_ERR_INVALID,
@@ -64,17 +37,17 @@ coop_status replay_prepare(const trace *t, replay_prepared *out)
                                     t->name ? t->name : "trace", i, e->id);
                 goto done;
             }
+            if (e->size == 0)
+                continue; /* nothing to place; its free is skipped too */
             live[e->id] = 1;
             size[e->id] = e->size;
             live_bytes += e->size;
             out->num_ops++;
             if (live_bytes > out->peak_live)
                 out->peak_live = live_bytes;
-        } else if (e->kind == TRACE_FREE) {
-            if (!live[e->id]) {
-                out->unknown_frees++;
-                continue;
-            }
+        } else if (!live[e->id]) {
+            out->unknown_frees++;
+        } else {
             live[e->id] = 0;
             live_bytes -= size[e->id];
             out->num_ops++;
@@ -83,17 +56,12 @@ coop_status replay_prepare(const trace *t, replay_prepared *out)
 done:
     free(size);
     free(live);
-    free(named);
-    if (st != COOP_OK)
-        replay_prepared_free(out);
     return st;
 }
 
 void replay_prepared_free(replay_prepared *p)
 {
-    free(p->start_size);
-    free(p->start_stream);
-    p->start_size = p->start_stream = NULL;
+    (void)p; /* nothing owned today; kept so callers need not change */
 }
 
 /* ---- Running ---- */
@@ -221,19 +189,10 @@ static coop_status run_events(run_state *r)
 {
     const trace *t = r->p->trace;
     coop_status st;
-    for (size_t k = 0; k < t->num_live_at_start; k++) {
-        uint32_t id = t->live_at_start[k];
-        if (id >= t->num_ids || r->addr[id] || !r->p->start_size[id])
-            continue; /* counted in replay_prepared.unknown_start */
-        st = place(r, id, r->p->start_size[id], r->p->start_stream[id], 0);
-        if (st != COOP_OK || r->out->oom)
-            return st;
-        track_peaks(r);
-    }
     replay_series *s = r->opt ? r->opt->series : NULL;
     for (size_t i = 0; i < t->num_events; i++) {
         const trace_event *e = &t->events[i];
-        if (e->kind == TRACE_ALLOC) {
+        if (e->kind == TRACE_ALLOC && e->size > 0) {
             st = place(r, e->id, e->size, e->stream, i);
             if (st != COOP_OK || r->out->oom)
                 return st;

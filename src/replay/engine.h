@@ -2,8 +2,9 @@
  * Replay engine: runs one trace through one policy at one capacity.
  *
  * Semantics:
- *  - ids in trace.live_at_start are allocated first, in that order, with the
- *    size and stream of the first event that names them;
+ *  - blocks live before recording began need nothing special: readers put
+ *    their TRACE_ALLOC events first in events[] (trace.h), so replaying the
+ *    events from the start allocates them first;
  *  - TRACE_ALLOC -> malloc(size, stream); TRACE_FREE (free_completed) -> free;
  *  - TRACE_FREE_REQUESTED places nothing: the owner has let go, but the block
  *    may still be in use by another stream's kernels until free_completed, so
@@ -24,12 +25,9 @@
 /* What is known about a trace before any policy runs it. */
 typedef struct replay_prepared {
     const trace *trace;
-    uint64_t *start_size;   /* per id: size of a live_at_start id (0 = unknown) */
-    uint64_t *start_stream; /* per id: its stream */
     uint64_t peak_live;     /* peak of live requested bytes */
     uint64_t num_ops;       /* malloc + free calls a full replay makes */
     uint64_t unknown_frees; /* TRACE_FREE of an id that is not live: skipped */
-    uint64_t unknown_start; /* live_at_start ids with no size: skipped */
 } replay_prepared;
 
 /* Validates the trace's id structure and computes the peak of live bytes.
@@ -61,7 +59,7 @@ typedef struct replay_run_options {
 
 typedef struct replay_run {
     bool oom;           /* the policy ran out of memory ... */
-    uint64_t oom_event; /* ... at this event (live_at_start allocations: 0) */
+    uint64_t oom_event; /* ... at this event index */
     uint64_t peak_reserved, peak_active, final_reserved, map_bytes;
     double frag_mean, frag_max; /* over allocation times; valid when has_frag */
     bool has_frag;

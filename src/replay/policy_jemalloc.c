@@ -133,9 +133,8 @@ static coop_status create_arena(jemalloc_state *s)
     extent_hooks_t *hooks = &s->hooks;
     size_t len = sizeof s->arena;
     jemalloc_arena_config config = {.extent_hooks = hooks, .metadata_use_hooks = false};
-    jemalloc_arena_config *config_ptr = &config;
-    int err =
-        mallctl("experimental.arenas_create_ext", &s->arena, &len, &config_ptr, sizeof config_ptr);
+    /* the control takes the config struct itself as its new value */
+    int err = mallctl("experimental.arenas_create_ext", &s->arena, &len, &config, sizeof config);
     if (err)
         err = mallctl("arenas.create", &s->arena, &len, &hooks, sizeof hooks);
     if (err)

@@ -53,10 +53,13 @@ bool replay_report_json(FILE *out, const replay_row *r)
     return ok;
 }
 
+/* Sizes print in MiB, or KiB when every trace is small (minimalloc's 1 MB). */
+static double unit_bytes = 1048576.0;
+
 static void mib_cell(char *buf, size_t len, bool valid, uint64_t bytes)
 {
     if (valid)
-        snprintf(buf, len, "%.2f", (double)bytes / 1048576.0);
+        snprintf(buf, len, "%.2f", (double)bytes / unit_bytes);
     else
         snprintf(buf, len, "-");
 }
@@ -71,9 +74,13 @@ static void real_cell(char *buf, size_t len, bool valid, const char *fmt, double
 
 enum { NUM_COLUMNS = 13, CELL = 48 };
 
-static const char *const headers[NUM_COLUMNS] = {
+static const char *const headers_mib[NUM_COLUMNS] = {
     "trace",        "policy",  "events",    "live_MiB", "reserved_MiB", "res/live", "min_cap_MiB",
     "min_cap/live", "map_MiB", "frag_mean", "frag_max", "gmlake",       "ns/op",
+};
+static const char *const headers_kib[NUM_COLUMNS] = {
+    "trace",        "policy",  "events",    "live_KiB", "reserved_KiB", "res/live", "min_cap_KiB",
+    "min_cap/live", "map_KiB", "frag_mean", "frag_max", "gmlake",       "ns/op",
 };
 
 static void cells_of(const replay_row *r, char cells[NUM_COLUMNS][CELL])
@@ -101,6 +108,13 @@ void replay_report_table(FILE *out, const replay_row *rows, size_t count)
 {
     size_t width[NUM_COLUMNS];
     char cells[NUM_COLUMNS][CELL];
+    uint64_t largest = 0;
+    for (size_t i = 0; i < count; i++)
+        if (rows[i].peak_reserved > largest)
+            largest = rows[i].peak_reserved;
+    bool small = largest < (64u << 20);
+    unit_bytes = small ? 1024.0 : 1048576.0;
+    const char *const *headers = small ? headers_kib : headers_mib;
     for (int c = 0; c < NUM_COLUMNS; c++)
         width[c] = strlen(headers[c]);
     for (size_t i = 0; i < count; i++) {

@@ -30,7 +30,7 @@ typedef struct replay_row {
  * not apply. Returns false when the row cannot be encoded or written. */
 bool replay_report_json(FILE *out, const replay_row *row);
 
-/* The aligned table with a header, sizes in MiB. */
+/* The aligned table with a header; sizes in MiB, or KiB when all are under 64 MiB. */
 void replay_report_table(FILE *out, const replay_row *rows, size_t count);
 
 #endif
