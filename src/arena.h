@@ -1,60 +1,166 @@
 /*
  * Arena: address-ordered blocks tiling segments. Knows addresses and sizes
- * only: no locks, no tensors. Streams appear only as a tag on blocks so the
- * free index can keep per-stream reuse safe.
+ * only: no locks, no tensors, no events. Streams appear only as a tag on free
+ * blocks so the free index can keep per-stream reuse safe.
+ *
+ * With VMM there is one segment: a virtual reservation of va_size bytes whose
+ * blocks tile [base, base + top); top grows when no free block fits. Pages
+ * are mapped when an allocation first needs them, stay mapped when it is
+ * freed, and are unmapped only by arena_reclaim (empty_cache, or when
+ * mapping would exceed the capacity). Without VMM, segments are fixed
+ * backend allocations (segment_size, or larger for big requests), blocks
+ * never coalesce across segments, and wholly free segments are released by
+ * arena_reclaim.
  *
  * Invariants (checked by arena_check):
  *  - the blocks of a segment tile [seg->base, seg->base + seg->top) in address
- *    order, no gaps, no overlaps;
+ *    order, no gaps, no overlaps; sizes and addresses are multiples of 512;
  *  - no two address-adjacent free blocks are mergeable (same stream tag, or
  *    one of them tagged COOP_STREAM_ANY);
  *  - every free block is in the free index exactly once, nothing else is;
  *  - every block start is in the address map exactly once;
- *  - with VMM, a page is mapped if any non-free block overlaps it.
+ *  - with VMM, every page overlapped by a non-free block is mapped, and the
+ *    mapped pages times the page size equal the reserved bytes;
+ *  - the counters (free bytes, inactive split, reserved) equal a walk.
+ *
+ * Internal hooks for the rematerialization layer (call under the pool lock):
+ * walk segments with arena_first_segment / seg->next and blocks with
+ * seg->first / block->next; block->owner is theirs; arena_release returns the
+ * free block that absorbed a released block, and arena_alloc_in places an
+ * allocation at an exact address inside one free block (an evicted window).
  */
 #ifndef COOP_ARENA_H
 #define COOP_ARENA_H
 
+#include "addr_map.h"
 #include "backend.h"
-#include "free_index.h" /* written with the arena */
+#include "free_index.h"
+#include "meta.h"
+#include "page_map.h"
 
 #define COOP_ALIGN 512u
 /* Free blocks whose last user is unknown or synchronized: reusable on any stream. */
 #define COOP_STREAM_ANY ((coop_stream)UINTPTR_MAX)
 
 typedef struct arena_segment arena_segment;
+struct block_uses; /* pool-owned: record_stream set and pending events */
 
 typedef struct arena_block {
+    free_index_node index_node; /* membership in the free index (free blocks) */
+    addr_map_entry map_entry;   /* address map entry, keyed by addr */
     uintptr_t addr;
     uint64_t size;
     struct arena_block *prev, *next; /* address order inside the segment */
     arena_segment *segment;
+    coop_stream stream;      /* allocation stream, or a free block's tag */
+    uint64_t requested;      /* bytes asked for (allocated and pending blocks) */
+    void *owner;             /* remat: the tensor living here, or NULL */
+    struct block_uses *uses; /* pool: record_stream set, NULL if none */
     coop_block_state state;
-    coop_stream stream;              /* allocation stream, or free block's tag */
-    uint64_t requested;              /* bytes asked for (allocated blocks) */
-    free_index_node index_node;      /* membership in the free index (free blocks) */
-    struct arena_block *hash_next;   /* address map chain */
-    void *owner;                     /* remat: the tensor living here, or NULL */
-    struct block_streams *used_on;   /* record_stream set, NULL if none */
+    bool counted_split; /* counted in inactive_split (free, segment split) */
 } arena_block;
 
 struct arena_segment {
     uintptr_t base;
-    uint64_t reserved;               /* VA reserved (VMM) or segment size */
-    uint64_t top;                    /* bytes tiled by blocks, from base */
+    uint64_t reserved; /* VA reserved (VMM) or segment size */
+    uint64_t top;      /* bytes tiled by blocks, from base */
     arena_block *first, *last;
-    arena_segment *prev, *next;      /* segments in address order */
-    uint64_t *page_live;             /* VMM: per page, non-free blocks overlapping it */
-    uint8_t *page_mapped;            /* VMM: per page, 1 when mapped */
+    arena_segment *prev, *next; /* segments in address order */
+    page_map pages;             /* VMM: mapped pages of the reservation */
     size_t num_blocks;
 };
 
-typedef struct arena arena;
+typedef struct arena_params {
+    bool vmm;
+    uint64_t page_size;    /* power of two, multiple of COOP_ALIGN */
+    uint64_t va_size;      /* VMM reservation, multiple of page_size */
+    uint64_t segment_size; /* without VMM, multiple of page_size */
+    uint64_t capacity;     /* most bytes reserved (mapped or in segments) */
+    uint64_t min_split;    /* smallest remainder a split leaves, multiple of 512 */
+} arena_params;
+
+/* Counters kept incrementally, torch-style where the concept matches. */
+typedef struct arena_counters {
+    coop_stat segment, reserved_bytes, inactive_split, inactive_split_bytes;
+    uint64_t num_maps, num_unmaps, map_bytes;
+    uint64_t free_bytes;
+    size_t num_blocks;
+} arena_counters;
+
+#define ARENA_SPARES 4
+
+typedef struct arena {
+    coop_backend *backend;
+    meta_heap *heap;
+    arena_params params;
+    arena_segment *first_segment, *last_segment;
+    size_t num_segments;
+    uint64_t reserved; /* bytes mapped (VMM) or in segments */
+    free_index index;
+    addr_map map;
+    arena_counters counters;
+    arena_block *spares[ARENA_SPARES]; /* preallocated records: commits cannot fail */
+    int num_spares;
+} arena;
+
+/* Reserves the VMM range (if any). COOP_ERR_BACKEND / COOP_ERR_NOMEM /
+ * COOP_ERR_HOST_NOMEM leave nothing behind. */
+coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const arena_params *p);
+/* Unmaps, frees and releases everything. */
+void arena_fini(arena *a);
+
+/* Best-fit allocation of size bytes (a multiple of 512) usable on stream,
+ * at the low or high end of the chosen free block. Maps pages as needed,
+ * releasing cached pages / free segments not needed by this placement when
+ * the capacity would be exceeded (*reclaimed is then set true).
+ * COOP_ERR_NOMEM: no room; COOP_ERR_BACKEND / COOP_ERR_HOST_NOMEM: a call
+ * failed. On failure the arena is unchanged apart from released cache. */
+coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, arena_block **out,
+                        bool *reclaimed);
+
+/* Allocates exactly [addr, addr + size) inside the free block fb, which must
+ * contain it and be usable on stream. Same errors as arena_alloc plus
+ * COOP_ERR_INVALID for a range outside fb or a block not free. */
+coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t size,
+                           coop_stream stream, arena_block **out, bool *reclaimed);
+
+/* Turns a non-free block into a free block tagged tag, coalescing with
+ * mergeable neighbours. Returns the free block now containing its range. */
+arena_block *arena_release(arena *a, arena_block *b, coop_stream tag);
+
+/* Releases cached memory, highest addresses first, until at least want bytes
+ * are released (UINT64_MAX: all): with VMM the mapped pages overlapped by no
+ * non-free block, outside [keep_lo, keep_hi); without VMM the wholly free
+ * segments. *released gets the bytes released. A backend failure stops it
+ * and is returned; what was released stays released. */
+coop_status arena_reclaim(arena *a, uint64_t want, uintptr_t keep_lo, uintptr_t keep_hi,
+                          uint64_t *released);
+
+/* Retags every free block tagged stream as usable on any stream (the stream
+ * has been synchronized), coalescing where that makes neighbours mergeable. */
+void arena_retag_any(arena *a, coop_stream stream);
 
 /* Lookup and walk (address order). */
-arena_segment *arena_first_segment(const arena *a);
-arena_block *arena_lookup(const arena *a, uintptr_t addr); /* exact block start or NULL */
-/* The block containing addr (any byte of it), or NULL: error path, may be linear. */
+static inline arena_segment *arena_first_segment(const arena *a)
+{
+    return a->first_segment;
+}
+/* The block starting exactly at addr, or NULL. */
+arena_block *arena_lookup(const arena *a, uintptr_t addr);
+/* The block containing addr (any byte of it), or NULL. Linear in the blocks
+ * of the segment: for error reporting only. */
 arena_block *arena_find_containing(const arena *a, uintptr_t addr);
+/* The segment whose reserved range contains addr, or NULL. */
+arena_segment *arena_segment_of(const arena *a, uintptr_t addr);
+
+/* Bytes of [addr, addr + size) backed by mapped pages. */
+uint64_t arena_mapped_bytes_in(const arena *a, const arena_segment *seg, uintptr_t addr,
+                               uint64_t size);
+/* The largest free block (the free index's maximum), 0 if none. */
+uint64_t arena_largest_free(const arena *a);
+
+/* Validates every invariant above; on a violation writes a message naming it
+ * (with addresses) into msg and returns false. */
+bool arena_check(const arena *a, char *msg, size_t len);
 
 #endif

@@ -13,6 +13,11 @@
 
 typedef struct coop_backend coop_backend;
 
+/* Every call is made under the owning pool's lock, so implementations need
+ * no locking of their own. map may return COOP_ERR_NOMEM when the device is
+ * full (the pool then releases cached pages and retries); other failures are
+ * COOP_ERR_BACKEND. */
+
 /* An event recorded on a stream; opaque to the pool. */
 typedef uintptr_t coop_event;
 
@@ -23,7 +28,7 @@ typedef struct coop_backend_ops {
     /* VMM: back [addr, addr+size) with physical pages; both page-aligned. */
     coop_status (*map)(coop_backend *be, uintptr_t addr, uint64_t size);
     /* VMM: drop the physical pages of [addr, addr+size). Waits for the device
-     * to finish using them first. */
+     * to finish using them first. A failure leaves the pages mapped. */
     coop_status (*unmap)(coop_backend *be, uintptr_t addr, uint64_t size);
     /* Without VMM: one allocation of mapped device memory, and its release. */
     coop_status (*segment_alloc)(coop_backend *be, uint64_t size, uintptr_t *addr);
@@ -40,8 +45,8 @@ typedef struct coop_backend_ops {
 struct coop_backend {
     const coop_backend_ops *ops;
     const char *name;
-    bool has_vmm;        /* reserve/map/unmap usable */
-    uint64_t page_size;  /* physical granularity the backend needs */
+    bool has_vmm;           /* reserve/map/unmap usable */
+    uint64_t page_size;     /* physical granularity the backend needs */
     uint64_t device_memory; /* total device memory (host: simulated size) */
 };
 
@@ -59,6 +64,14 @@ coop_status coop_backend_cuda_create(int device, bool want_vmm, coop_backend **o
 coop_status coop_backend_fault_create(coop_backend *inner, coop_backend **out);
 void coop_backend_fault_arm(coop_backend *be, unsigned kinds, uint64_t nth);
 uint64_t coop_backend_fault_calls(const coop_backend *be, unsigned kinds);
+/* The backend a fault wrapper forwards to. */
+coop_backend *coop_backend_fault_inner(coop_backend *be);
+
+/* Host backend introspection (tests): be must be a host backend. */
+bool coop_backend_is_host(const coop_backend *be);
+uint64_t coop_backend_host_mapped(const coop_backend *be);    /* bytes mapped or in segments */
+size_t coop_backend_host_live_ranges(const coop_backend *be); /* reservations + segments */
+size_t coop_backend_host_live_events(const coop_backend *be); /* recorded, not destroyed */
 
 static inline void coop_backend_destroy(coop_backend *be)
 {

@@ -1,0 +1,673 @@
+/* Arena: blocks over segments, best fit, split / coalesce, page mapping. See arena.h. */
+#include <stddef.h>
+
+#include "arena.h"
+#include "stat.h"
+#include "status.h"
+
+#define BLOCK_OF(node) ((arena_block *)((char *)(node)-offsetof(arena_block, index_node)))
+#define BLOCK_OF_ENTRY(e) ((arena_block *)((char *)(e)-offsetof(arena_block, map_entry)))
+
+static inline bool tags_mergeable(coop_stream a, coop_stream b)
+{
+    return a == b || a == COOP_STREAM_ANY || b == COOP_STREAM_ANY;
+}
+
+static inline coop_stream merged_tag(coop_stream a, coop_stream b)
+{
+    return a == COOP_STREAM_ANY ? b : a;
+}
+
+static inline uint64_t round_up(uint64_t x, uint64_t align)
+{
+    return (x + align - 1) & ~(align - 1);
+}
+
+/* ---- Block records: a few spares are kept so that commits cannot fail ---- */
+
+static coop_status reserve_records(arena *a, int n)
+{
+    while (a->num_spares < n) {
+        arena_block *b = meta_alloc(a->heap, sizeof *b);
+        if (!b)
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a block record");
+        a->spares[a->num_spares++] = b;
+    }
+    return addr_map_reserve(&a->map, (size_t)n);
+}
+
+static arena_block *take_record(arena *a)
+{
+    arena_block *b = a->spares[--a->num_spares];
+    *b = (arena_block){0};
+    return b;
+}
+
+static void drop_record(arena *a, arena_block *b)
+{
+    if (a->num_spares < ARENA_SPARES)
+        a->spares[a->num_spares++] = b;
+    else
+        meta_free(a->heap, b, sizeof *b);
+}
+
+/* ---- Free-index membership, with the free counters it implies ---- */
+
+static void index_add(arena *a, arena_block *b)
+{
+    free_index_insert(&a->index, &b->index_node, b->size, b->addr, b->stream);
+    a->counters.free_bytes += b->size;
+    if (b->prev || b->next) {
+        b->counted_split = true;
+        stat_add(&a->counters.inactive_split, 1);
+        stat_add(&a->counters.inactive_split_bytes, (int64_t)b->size);
+    }
+}
+
+static void index_del(arena *a, arena_block *b)
+{
+    free_index_remove(&a->index, &b->index_node);
+    a->counters.free_bytes -= b->size;
+    if (b->counted_split) {
+        b->counted_split = false;
+        stat_add(&a->counters.inactive_split, -1);
+        stat_add(&a->counters.inactive_split_bytes, -(int64_t)b->size);
+    }
+}
+
+/* A free block that just gained a neighbour without leaving the index. */
+static void recount_split(arena *a, arena_block *b)
+{
+    if (b->state == COOP_BLOCK_FREE && !b->counted_split && (b->prev || b->next)) {
+        b->counted_split = true;
+        stat_add(&a->counters.inactive_split, 1);
+        stat_add(&a->counters.inactive_split_bytes, (int64_t)b->size);
+    }
+}
+
+/* ---- Address order ---- */
+
+static void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_block *b)
+{
+    b->segment = seg;
+    b->prev = pos;
+    b->next = pos ? pos->next : seg->first;
+    if (b->next)
+        b->next->prev = b;
+    else
+        seg->last = b;
+    if (pos)
+        pos->next = b;
+    else
+        seg->first = b;
+    seg->num_blocks++;
+    a->counters.num_blocks++;
+    addr_map_insert(&a->map, &b->map_entry, b->addr);
+}
+
+static void unlink_block(arena *a, arena_block *b)
+{
+    arena_segment *seg = b->segment;
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        seg->first = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    else
+        seg->last = b->prev;
+    seg->num_blocks--;
+    a->counters.num_blocks--;
+    addr_map_remove(&a->map, &b->map_entry);
+}
+
+arena_block *arena_lookup(const arena *a, uintptr_t addr)
+{
+    addr_map_entry *e = addr_map_find(&a->map, addr);
+    return e ? BLOCK_OF_ENTRY(e) : NULL;
+}
+
+arena_segment *arena_segment_of(const arena *a, uintptr_t addr)
+{
+    for (arena_segment *s = a->first_segment; s; s = s->next)
+        if (addr >= s->base && addr - s->base < s->reserved)
+            return s;
+    return NULL;
+}
+
+arena_block *arena_find_containing(const arena *a, uintptr_t addr)
+{
+    arena_segment *s = arena_segment_of(a, addr);
+    for (arena_block *b = s ? s->first : NULL; b; b = b->next)
+        if (addr >= b->addr && addr - b->addr < b->size)
+            return b;
+    return NULL;
+}
+
+uint64_t arena_largest_free(const arena *a)
+{
+    free_index_node *n = free_index_max(&a->index);
+    return n ? n->size : 0;
+}
+
+/* ---- Pages (VMM) ---- */
+
+static inline size_t page_floor(const arena *a, const arena_segment *s, uintptr_t addr)
+{
+    return (size_t)((addr - s->base) / a->params.page_size);
+}
+
+static inline size_t page_ceil(const arena *a, const arena_segment *s, uintptr_t addr)
+{
+    return (size_t)((addr - s->base + a->params.page_size - 1) / a->params.page_size);
+}
+
+uint64_t arena_mapped_bytes_in(const arena *a, const arena_segment *seg, uintptr_t addr,
+                               uint64_t size)
+{
+    if (!a->params.vmm)
+        return size;
+    uint64_t ps = a->params.page_size, total = 0;
+    for (size_t p = page_floor(a, seg, addr); p < page_ceil(a, seg, addr + size); p++) {
+        if (!page_map_test(&seg->pages, p))
+            continue;
+        uintptr_t lo = seg->base + p * ps, hi = lo + ps;
+        lo = lo < addr ? addr : lo;
+        hi = hi > addr + size ? addr + size : hi;
+        total += hi - lo;
+    }
+    return total;
+}
+
+static void count_mapping(arena *a, uint64_t bytes, bool mapped)
+{
+    if (mapped) {
+        a->reserved += bytes;
+        a->counters.num_maps++;
+        a->counters.map_bytes += bytes;
+        stat_add(&a->counters.reserved_bytes, (int64_t)bytes);
+    } else {
+        a->reserved -= bytes;
+        a->counters.num_unmaps++;
+        stat_add(&a->counters.reserved_bytes, -(int64_t)bytes);
+    }
+}
+
+/* Unmaps the mapped pages of [first, end); stops at the first failure. */
+static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t end,
+                               uint64_t *released)
+{
+    uint64_t ps = a->params.page_size;
+    size_t rf, re;
+    while (first < end && page_map_next_run(&s->pages, first, end, true, &rf, &re)) {
+        coop_status st = a->backend->ops->unmap(a->backend, s->base + rf * ps, (re - rf) * ps);
+        if (st != COOP_OK)
+            return st;
+        page_map_set(&s->pages, rf, re, false);
+        count_mapping(a, (re - rf) * ps, false);
+        *released += (re - rf) * ps;
+        first = re;
+    }
+    return COOP_OK;
+}
+
+/* Maps every unmapped page under [lo, hi), reclaiming cached pages elsewhere
+ * first if the capacity requires. On failure, pages mapped here are unmapped
+ * again (best effort: a page that cannot be unmapped stays mapped, which the
+ * invariants allow). */
+static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintptr_t hi,
+                                 bool *reclaimed)
+{
+    if (!a->params.vmm)
+        return COOP_OK;
+    uint64_t ps = a->params.page_size;
+    size_t first = page_floor(a, s, lo), end = page_ceil(a, s, hi);
+    uint64_t need = (uint64_t)(end - first - page_map_count(&s->pages, first, end)) * ps;
+    if (need == 0)
+        return COOP_OK;
+    if (a->reserved + need > a->params.capacity) {
+        uint64_t released = 0;
+        *reclaimed = true;
+        coop_status st = arena_reclaim(a, a->reserved + need - a->params.capacity,
+                                       s->base + first * ps, s->base + end * ps, &released);
+        if (st != COOP_OK)
+            return st;
+        if (a->reserved + need > a->params.capacity)
+            return COOP_ERR_NOMEM;
+    }
+    size_t rf, re, from = first;
+    while (from < end && page_map_next_run(&s->pages, from, end, false, &rf, &re)) {
+        coop_status st = a->backend->ops->map(a->backend, s->base + rf * ps, (re - rf) * ps);
+        if (st != COOP_OK) {
+            uint64_t ignored = 0;
+            unmap_pages(a, s, first, rf, &ignored);
+            return st;
+        }
+        page_map_set(&s->pages, rf, re, true);
+        count_mapping(a, (re - rf) * ps, true);
+        from = re;
+    }
+    return COOP_OK;
+}
+
+/* ---- Segments ---- */
+
+static coop_status segment_create(arena *a, uintptr_t base, uint64_t size, bool vmm,
+                                  arena_segment **out)
+{
+    arena_segment *s = meta_zalloc(a->heap, sizeof *s);
+    if (!s)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a segment record");
+    s->base = base;
+    s->reserved = size;
+    if (vmm) {
+        coop_status st = page_map_init(&s->pages, (size_t)(size / a->params.page_size), a->heap);
+        if (st != COOP_OK) {
+            meta_free(a->heap, s, sizeof *s);
+            return st;
+        }
+    }
+    *out = s;
+    return COOP_OK;
+}
+
+static void segment_link(arena *a, arena_segment *s)
+{
+    arena_segment *pos = a->last_segment;
+    while (pos && pos->base > s->base)
+        pos = pos->prev;
+    s->prev = pos;
+    s->next = pos ? pos->next : a->first_segment;
+    if (s->next)
+        s->next->prev = s;
+    else
+        a->last_segment = s;
+    if (pos)
+        pos->next = s;
+    else
+        a->first_segment = s;
+    a->num_segments++;
+    stat_add(&a->counters.segment, 1);
+}
+
+static void segment_unlink(arena *a, arena_segment *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        a->first_segment = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    else
+        a->last_segment = s->prev;
+    a->num_segments--;
+    stat_add(&a->counters.segment, -1);
+}
+
+static void segment_destroy(arena *a, arena_segment *s)
+{
+    if (a->params.vmm)
+        page_map_fini(&s->pages, a->heap);
+    meta_free(a->heap, s, sizeof *s);
+}
+
+/* Without VMM: a new segment holding one free block of at least size bytes.
+ * The returned block is not in the free index. */
+static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, bool *reclaimed)
+{
+    uint64_t ps = a->params.page_size;
+    uint64_t exact = round_up(size, ps);
+    uint64_t want = exact > a->params.segment_size ? exact : a->params.segment_size;
+    if (a->reserved + want > a->params.capacity)
+        want = exact; /* a smaller segment may still fit */
+    if (a->reserved + want > a->params.capacity) {
+        uint64_t released = 0;
+        *reclaimed = true;
+        coop_status st = arena_reclaim(a, a->reserved + want - a->params.capacity, 0, 0, &released);
+        if (st != COOP_OK)
+            return st;
+        if (a->reserved + want > a->params.capacity)
+            return COOP_ERR_NOMEM;
+    }
+    coop_status st = reserve_records(a, 2);
+    arena_segment *s = NULL;
+    if (st == COOP_OK)
+        st = segment_create(a, 0, want, false, &s);
+    if (st != COOP_OK)
+        return st;
+    uintptr_t base;
+    st = a->backend->ops->segment_alloc(a->backend, want, &base);
+    if (st != COOP_OK) {
+        segment_destroy(a, s);
+        return st;
+    }
+    s->base = base;
+    s->top = want;
+    segment_link(a, s);
+    a->reserved += want;
+    stat_add(&a->counters.reserved_bytes, (int64_t)want);
+    arena_block *b = take_record(a);
+    b->addr = base;
+    b->size = want;
+    b->state = COOP_BLOCK_FREE;
+    b->stream = COOP_STREAM_ANY;
+    link_after(a, s, NULL, b);
+    *out = b;
+    return COOP_OK;
+}
+
+/* ---- Init and teardown ---- */
+
+coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const arena_params *p)
+{
+    *a = (arena){.backend = backend, .heap = heap, .params = *p};
+    free_index_init(&a->index, COOP_STREAM_ANY, heap);
+    coop_status st = free_index_reserve(&a->index, COOP_STREAM_ANY);
+    if (st == COOP_OK)
+        st = addr_map_init(&a->map, heap);
+    if (st != COOP_OK) {
+        free_index_fini(&a->index);
+        return st;
+    }
+    if (p->vmm) {
+        uintptr_t base;
+        st = backend->ops->reserve(backend, p->va_size, &base);
+        arena_segment *s = NULL;
+        if (st == COOP_OK) {
+            st = segment_create(a, base, p->va_size, true, &s);
+            if (st != COOP_OK)
+                backend->ops->release(backend, base, p->va_size);
+        }
+        if (st != COOP_OK) {
+            addr_map_fini(&a->map);
+            free_index_fini(&a->index);
+            return st;
+        }
+        segment_link(a, s);
+    }
+    return COOP_OK;
+}
+
+void arena_fini(arena *a)
+{
+    arena_segment *s = a->first_segment;
+    while (s) {
+        arena_segment *next = s->next;
+        arena_block *b = s->first;
+        while (b) {
+            arena_block *bn = b->next;
+            meta_free(a->heap, b, sizeof *b);
+            b = bn;
+        }
+        if (a->params.vmm) {
+            uint64_t ps = a->params.page_size;
+            size_t rf, re, from = 0;
+            while (page_map_next_run(&s->pages, from, s->pages.num_pages, true, &rf, &re)) {
+                a->backend->ops->unmap(a->backend, s->base + rf * ps, (re - rf) * ps);
+                from = re;
+            }
+            a->backend->ops->release(a->backend, s->base, s->reserved);
+        } else {
+            a->backend->ops->segment_free(a->backend, s->base, s->reserved);
+        }
+        segment_destroy(a, s);
+        s = next;
+    }
+    for (int i = 0; i < a->num_spares; i++)
+        meta_free(a->heap, a->spares[i], sizeof *a->spares[i]);
+    addr_map_fini(&a->map);
+    free_index_fini(&a->index);
+    a->first_segment = a->last_segment = NULL;
+    a->num_spares = 0;
+}
+
+/* ---- Allocation ---- */
+
+/* Carves [lo, lo + size) out of the free block b (not in the index), leaving
+ * the parts before and after it free in the index. A remainder after the
+ * allocation smaller than min_split stays with the allocation; the part
+ * before it is always split off (exact placement). Needs two spare records. */
+static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size, coop_stream stream)
+{
+    uint64_t before = lo - b->addr;
+    uint64_t after = b->addr + b->size - (lo + size);
+    if (after > 0 && after < a->params.min_split) {
+        size += after;
+        after = 0;
+    }
+    arena_block *used = b;
+    if (before > 0) {
+        /* b keeps its record (its address map entry stays valid) as the free part. */
+        used = take_record(a);
+        used->addr = lo;
+        used->size = b->size - before;
+        b->size = before;
+        link_after(a, b->segment, b, used);
+        index_add(a, b);
+    }
+    if (after > 0) {
+        arena_block *rest = take_record(a);
+        rest->addr = lo + size;
+        rest->size = after;
+        rest->state = COOP_BLOCK_FREE;
+        rest->stream = b->stream;
+        used->size = size;
+        link_after(a, used->segment, used, rest);
+        index_add(a, rest);
+    }
+    used->state = COOP_BLOCK_ALLOCATED;
+    used->stream = stream;
+    used->requested = size;
+    return used;
+}
+
+coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, arena_block **out,
+                        bool *reclaimed)
+{
+    *out = NULL;
+    coop_status st = reserve_records(a, 2);
+    if (st == COOP_OK)
+        st = free_index_reserve(&a->index, stream);
+    if (st != COOP_OK)
+        return st;
+    free_index_node *fit = free_index_best_fit(&a->index, size, stream);
+    if (fit) {
+        arena_block *b = BLOCK_OF(fit);
+        uintptr_t lo = high ? b->addr + b->size - size : b->addr;
+        st = ensure_mapped(a, b->segment, lo, lo + size, reclaimed);
+        if (st != COOP_OK)
+            return st;
+        index_del(a, b);
+        *out = carve(a, b, lo, size, stream);
+        return COOP_OK;
+    }
+    if (!a->params.vmm) {
+        arena_block *b;
+        st = grow_segments(a, size, &b, reclaimed);
+        if (st != COOP_OK)
+            return st;
+        *out = carve(a, b, high ? b->addr + b->size - size : b->addr, size, stream);
+        return COOP_OK;
+    }
+    /* VMM: grow the tiled range. The last block joins if it is free and usable here. */
+    arena_segment *s = a->first_segment;
+    arena_block *last = s->last;
+    bool extend_last =
+        last && last->state == COOP_BLOCK_FREE && tags_mergeable(last->stream, stream);
+    uintptr_t lo = extend_last ? last->addr : s->base + s->top;
+    uint64_t grow = lo + size - (s->base + s->top);
+    if (grow > s->reserved - s->top)
+        return COOP_ERR_NOMEM;
+    st = ensure_mapped(a, s, lo, lo + size, reclaimed);
+    if (st != COOP_OK)
+        return st;
+    arena_block *b;
+    if (extend_last) {
+        b = last;
+        index_del(a, b);
+        b->size += grow;
+    } else {
+        b = take_record(a);
+        b->addr = lo;
+        b->size = size;
+        b->state = COOP_BLOCK_FREE;
+        b->stream = COOP_STREAM_ANY;
+        link_after(a, s, last, b);
+        if (last)
+            recount_split(a, last);
+    }
+    s->top += grow;
+    *out = carve(a, b, lo, size, stream);
+    return COOP_OK;
+}
+
+coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t size,
+                           coop_stream stream, arena_block **out, bool *reclaimed)
+{
+    *out = NULL;
+    if (fb->state != COOP_BLOCK_FREE || addr < fb->addr || size == 0 || size % COOP_ALIGN ||
+        addr % COOP_ALIGN || size > fb->addr + fb->size - addr)
+        return coop_set_error(
+            COOP_ERR_INVALID, "cannot place [%#lx, +%llu) inside block [%#lx, +%llu) (%s)",
+            (unsigned long)addr, (unsigned long long)size, (unsigned long)fb->addr,
+            (unsigned long long)fb->size, fb->state == COOP_BLOCK_FREE ? "free" : "not free");
+    if (!tags_mergeable(fb->stream, stream))
+        return coop_set_error(
+            COOP_ERR_INVALID, "free block at %#lx belongs to stream %#lx, not %#lx",
+            (unsigned long)fb->addr, (unsigned long)fb->stream, (unsigned long)stream);
+    coop_status st = reserve_records(a, 2);
+    if (st == COOP_OK)
+        st = free_index_reserve(&a->index, stream);
+    if (st == COOP_OK)
+        st = ensure_mapped(a, fb->segment, addr, addr + size, reclaimed);
+    if (st != COOP_OK)
+        return st;
+    index_del(a, fb);
+    *out = carve(a, fb, addr, size, stream);
+    return COOP_OK;
+}
+
+/* ---- Release and coalescing ---- */
+
+/* b is free and outside the index: merge it with mergeable neighbours (the
+ * lower block's record survives, keeping its address map entry), then index it. */
+static arena_block *coalesce(arena *a, arena_block *b)
+{
+    arena_block *p = b->prev;
+    if (p && p->state == COOP_BLOCK_FREE && tags_mergeable(p->stream, b->stream)) {
+        index_del(a, p);
+        p->size += b->size;
+        p->stream = merged_tag(p->stream, b->stream);
+        unlink_block(a, b);
+        drop_record(a, b);
+        b = p;
+    }
+    arena_block *n = b->next;
+    if (n && n->state == COOP_BLOCK_FREE && tags_mergeable(n->stream, b->stream)) {
+        index_del(a, n);
+        b->size += n->size;
+        b->stream = merged_tag(b->stream, n->stream);
+        unlink_block(a, n);
+        drop_record(a, n);
+    }
+    index_add(a, b);
+    return b;
+}
+
+arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
+{
+    b->state = COOP_BLOCK_FREE;
+    b->stream = tag;
+    b->requested = 0;
+    b->owner = NULL;
+    b->uses = NULL;
+    return coalesce(a, b);
+}
+
+void arena_retag_any(arena *a, coop_stream stream)
+{
+    if (stream == COOP_STREAM_ANY)
+        return;
+    free_index_node *n;
+    while ((n = free_index_first(&a->index, stream)) != NULL) {
+        arena_block *b = BLOCK_OF(n);
+        index_del(a, b);
+        b->stream = COOP_STREAM_ANY;
+        coalesce(a, b);
+    }
+}
+
+/* ---- Reclaiming cached memory ---- */
+
+/* VMM: unmaps pages wholly inside the free run [lo, hi) but outside [keep_lo, keep_hi). */
+static coop_status reclaim_run(arena *a, arena_segment *s, uintptr_t lo, uintptr_t hi,
+                               uintptr_t keep_lo, uintptr_t keep_hi, uint64_t *released)
+{
+    size_t first = page_ceil(a, s, lo), end = page_floor(a, s, hi);
+    if (first >= end)
+        return COOP_OK;
+    if (keep_hi > keep_lo && keep_lo < hi && keep_hi > lo) {
+        size_t kf = page_floor(a, s, keep_lo > lo ? keep_lo : lo);
+        size_t ke = page_ceil(a, s, keep_hi < hi ? keep_hi : hi);
+        coop_status st = COOP_OK;
+        if (ke < end)
+            st = unmap_pages(a, s, ke, end, released);
+        if (st == COOP_OK && first < kf)
+            st = unmap_pages(a, s, first, kf, released);
+        return st;
+    }
+    return unmap_pages(a, s, first, end, released);
+}
+
+static coop_status reclaim_pages(arena *a, uint64_t want, uintptr_t keep_lo, uintptr_t keep_hi,
+                                 uint64_t *released)
+{
+    arena_segment *s = a->first_segment;
+    /* Walk down from the end of the reservation: [top, end) is free space too. */
+    uintptr_t run_hi = s->base + s->reserved, run_lo = s->base + s->top;
+    for (arena_block *b = s->last;; b = b->prev) {
+        if (b && b->state == COOP_BLOCK_FREE) {
+            run_lo = b->addr;
+            continue;
+        }
+        coop_status st = reclaim_run(a, s, run_lo, run_hi, keep_lo, keep_hi, released);
+        if (st != COOP_OK)
+            return st;
+        if (!b || *released >= want)
+            return COOP_OK;
+        run_hi = run_lo = b->addr;
+    }
+}
+
+static coop_status reclaim_segments(arena *a, uint64_t want, uint64_t *released)
+{
+    arena_segment *s = a->last_segment;
+    while (s && *released < want) {
+        arena_segment *prev = s->prev;
+        arena_block *b = s->first;
+        if (b && b == s->last && b->state == COOP_BLOCK_FREE) {
+            coop_status st = a->backend->ops->segment_free(a->backend, s->base, s->reserved);
+            if (st != COOP_OK)
+                return st;
+            index_del(a, b);
+            unlink_block(a, b);
+            drop_record(a, b);
+            segment_unlink(a, s);
+            a->reserved -= s->reserved;
+            stat_add(&a->counters.reserved_bytes, -(int64_t)s->reserved);
+            *released += s->reserved;
+            segment_destroy(a, s);
+        }
+        s = prev;
+    }
+    return COOP_OK;
+}
+
+coop_status arena_reclaim(arena *a, uint64_t want, uintptr_t keep_lo, uintptr_t keep_hi,
+                          uint64_t *released)
+{
+    *released = 0;
+    if (a->params.vmm)
+        return reclaim_pages(a, want, keep_lo, keep_hi, released);
+    return reclaim_segments(a, want, released);
+}

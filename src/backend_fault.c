@@ -1,0 +1,177 @@
+/*
+ * Fault-injection wrapper: every pool's backend goes through it. It counts
+ * calls per kind (COOP_FAULT_*) and fails the Nth armed call once with
+ * COOP_ERR_BACKEND, so tests can make every step of a sequence fail in turn.
+ * release, event_destroy and destroy cannot report failure usefully and are
+ * neither counted nor failed.
+ */
+#include <stdlib.h>
+
+#include "backend.h"
+#include "status.h"
+
+enum { KIND_RESERVE, KIND_MAP, KIND_UNMAP, KIND_EVENT, KIND_SEGMENT, NUM_KINDS };
+
+typedef struct fault_backend {
+    coop_backend base;
+    coop_backend *inner;
+    uint64_t calls[NUM_KINDS];
+    unsigned armed_kinds;
+    uint64_t countdown; /* armed calls left until the failing one */
+} fault_backend;
+
+static fault_backend *fault_of(coop_backend *be)
+{
+    return (fault_backend *)be;
+}
+
+static const char *const kind_name[NUM_KINDS] = {"reserve", "map", "unmap", "event", "segment"};
+
+/* Counts a call of kind; true when this call must fail. */
+static bool should_fail(fault_backend *f, int kind)
+{
+    f->calls[kind]++;
+    if (!(f->armed_kinds & (1u << kind)))
+        return false;
+    if (--f->countdown > 0)
+        return false;
+    f->armed_kinds = 0;
+    coop_set_error(COOP_ERR_BACKEND, "injected fault: %s call #%llu failed", kind_name[kind],
+                   (unsigned long long)f->calls[kind]);
+    return true;
+}
+
+static coop_status fault_reserve(coop_backend *be, uint64_t size, uintptr_t *addr)
+{
+    fault_backend *f = fault_of(be);
+    if (should_fail(f, KIND_RESERVE))
+        return COOP_ERR_BACKEND;
+    return f->inner->ops->reserve(f->inner, size, addr);
+}
+
+static coop_status fault_release(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    fault_backend *f = fault_of(be);
+    return f->inner->ops->release(f->inner, addr, size);
+}
+
+static coop_status fault_map(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    fault_backend *f = fault_of(be);
+    if (should_fail(f, KIND_MAP))
+        return COOP_ERR_BACKEND;
+    return f->inner->ops->map(f->inner, addr, size);
+}
+
+static coop_status fault_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    fault_backend *f = fault_of(be);
+    if (should_fail(f, KIND_UNMAP))
+        return COOP_ERR_BACKEND;
+    return f->inner->ops->unmap(f->inner, addr, size);
+}
+
+static coop_status fault_segment_alloc(coop_backend *be, uint64_t size, uintptr_t *addr)
+{
+    fault_backend *f = fault_of(be);
+    if (should_fail(f, KIND_SEGMENT))
+        return COOP_ERR_BACKEND;
+    return f->inner->ops->segment_alloc(f->inner, size, addr);
+}
+
+static coop_status fault_segment_free(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    fault_backend *f = fault_of(be);
+    if (should_fail(f, KIND_SEGMENT))
+        return COOP_ERR_BACKEND;
+    return f->inner->ops->segment_free(f->inner, addr, size);
+}
+
+static coop_status fault_event_record(coop_backend *be, coop_stream stream, coop_event *ev)
+{
+    fault_backend *f = fault_of(be);
+    if (should_fail(f, KIND_EVENT))
+        return COOP_ERR_BACKEND;
+    return f->inner->ops->event_record(f->inner, stream, ev);
+}
+
+static coop_status fault_event_query(coop_backend *be, coop_event ev, bool *done)
+{
+    fault_backend *f = fault_of(be);
+    if (should_fail(f, KIND_EVENT))
+        return COOP_ERR_BACKEND;
+    return f->inner->ops->event_query(f->inner, ev, done);
+}
+
+static void fault_event_destroy(coop_backend *be, coop_event ev)
+{
+    fault_backend *f = fault_of(be);
+    f->inner->ops->event_destroy(f->inner, ev);
+}
+
+static coop_status fault_hold_stream(coop_backend *be, coop_stream stream, bool hold)
+{
+    fault_backend *f = fault_of(be);
+    if (!f->inner->ops->hold_stream)
+        return coop_set_error(COOP_ERR_UNSUPPORTED, "the %s backend cannot hold streams",
+                              f->inner->name);
+    return f->inner->ops->hold_stream(f->inner, stream, hold);
+}
+
+static void fault_destroy(coop_backend *be)
+{
+    fault_backend *f = fault_of(be);
+    coop_backend_destroy(f->inner);
+    free(f);
+}
+
+static const coop_backend_ops fault_ops = {
+    .reserve = fault_reserve,
+    .release = fault_release,
+    .map = fault_map,
+    .unmap = fault_unmap,
+    .segment_alloc = fault_segment_alloc,
+    .segment_free = fault_segment_free,
+    .event_record = fault_event_record,
+    .event_query = fault_event_query,
+    .event_destroy = fault_event_destroy,
+    .hold_stream = fault_hold_stream,
+    .destroy = fault_destroy,
+};
+
+coop_status coop_backend_fault_create(coop_backend *inner, coop_backend **out)
+{
+    *out = NULL;
+    fault_backend *f = calloc(1, sizeof *f);
+    if (!f) {
+        coop_backend_destroy(inner);
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "out of host memory for the backend");
+    }
+    f->base = *inner;
+    f->base.ops = &fault_ops;
+    f->inner = inner;
+    *out = &f->base;
+    return COOP_OK;
+}
+
+void coop_backend_fault_arm(coop_backend *be, unsigned kinds, uint64_t nth)
+{
+    fault_backend *f = fault_of(be);
+    f->armed_kinds = nth ? (kinds & COOP_FAULT_ALL) : 0;
+    f->countdown = nth;
+}
+
+uint64_t coop_backend_fault_calls(const coop_backend *be, unsigned kinds)
+{
+    const fault_backend *f = (const fault_backend *)be;
+    uint64_t n = 0;
+    for (int k = 0; k < NUM_KINDS; k++)
+        if (kinds & (1u << k))
+            n += f->calls[k];
+    return n;
+}
+
+coop_backend *coop_backend_fault_inner(coop_backend *be)
+{
+    return fault_of(be)->inner;
+}

@@ -1,0 +1,283 @@
+/*
+ * Host backend: a simulated device inside this process's address space.
+ *
+ * Reservations and segments are mmap(PROT_NONE, MAP_NORESERVE) ranges that
+ * are never touched, so an 80 GiB "device" costs no memory and any CPU access
+ * to device memory faults. Mapping and unmapping pages is bookkeeping: the
+ * backend counts mapped bytes against the simulated device size and refuses
+ * (COOP_ERR_NOMEM) beyond it, like a GPU that is full.
+ *
+ * Streams and events are simulated: an event recorded on a stream is complete
+ * at once unless the stream is held (coop_host_hold_stream); releasing the
+ * hold completes every event recorded during it. Each hold has a generation
+ * number, so an event belongs to exactly one hold.
+ *
+ * Not thread-safe: the pool calls its backend under the pool lock.
+ */
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "backend.h"
+#include "status.h"
+
+typedef struct host_stream {
+    coop_stream stream;
+    bool held;
+    uint64_t hold_generation; /* of the current or last hold; starts at 0 */
+} host_stream;
+
+/* generation 0: complete when recorded (the stream was not held). */
+typedef struct host_event {
+    size_t stream_slot;
+    uint64_t generation;
+} host_event;
+
+typedef struct host_backend {
+    coop_backend base;
+    uint64_t mapped; /* bytes mapped or in segments */
+    size_t ranges;   /* live reservations and segments */
+    host_stream *streams;
+    size_t num_streams, cap_streams;
+    size_t live_events;
+} host_backend;
+
+static host_backend *host_of(coop_backend *be)
+{
+    return (host_backend *)be;
+}
+
+/* ---- Address space ---- */
+
+/* An mmap'ed PROT_NONE range of size bytes aligned to align (a power of two). */
+static coop_status reserve_aligned(uint64_t size, uint64_t align, uintptr_t *addr)
+{
+    if (size == 0 || size > UINT64_MAX - align)
+        return coop_set_error(COOP_ERR_INVALID, "host backend: bad reservation size %llu",
+                              (unsigned long long)size);
+    size_t len = (size_t)(size + align);
+    void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return coop_set_error(COOP_ERR_NOMEM,
+                              "host backend: cannot reserve %llu bytes of address space",
+                              (unsigned long long)size);
+    uintptr_t start = (uintptr_t)p;
+    uintptr_t aligned = (start + align - 1) & ~(uintptr_t)(align - 1);
+    if (aligned > start)
+        munmap(p, aligned - start);
+    uintptr_t end = start + len, aligned_end = aligned + size;
+    if (end > aligned_end)
+        munmap((void *)aligned_end, end - aligned_end);
+    *addr = aligned;
+    return COOP_OK;
+}
+
+static coop_status host_reserve(coop_backend *be, uint64_t size, uintptr_t *addr)
+{
+    coop_status st = reserve_aligned(size, be->page_size, addr);
+    if (st == COOP_OK)
+        host_of(be)->ranges++;
+    return st;
+}
+
+static coop_status host_release(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    if (munmap((void *)addr, size) != 0)
+        return coop_set_error(COOP_ERR_BACKEND, "host backend: munmap(%#lx, %llu) failed",
+                              (unsigned long)addr, (unsigned long long)size);
+    host_of(be)->ranges--;
+    return COOP_OK;
+}
+
+static coop_status check_page_range(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    if (size == 0 || addr % be->page_size || size % be->page_size)
+        return coop_set_error(
+            COOP_ERR_INVALID,
+            "host backend: [%#lx, +%llu) is not a whole number of %llu-byte pages",
+            (unsigned long)addr, (unsigned long long)size, (unsigned long long)be->page_size);
+    return COOP_OK;
+}
+
+static coop_status host_map(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    host_backend *h = host_of(be);
+    coop_status st = check_page_range(be, addr, size);
+    if (st != COOP_OK)
+        return st;
+    if (size > be->device_memory - h->mapped)
+        return coop_set_error(COOP_ERR_NOMEM,
+                              "host backend: simulated device full (%llu of %llu bytes mapped, "
+                              "%llu more asked)",
+                              (unsigned long long)h->mapped, (unsigned long long)be->device_memory,
+                              (unsigned long long)size);
+    h->mapped += size;
+    return COOP_OK;
+}
+
+static coop_status host_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    host_backend *h = host_of(be);
+    coop_status st = check_page_range(be, addr, size);
+    if (st != COOP_OK)
+        return st;
+    if (size > h->mapped)
+        return coop_set_error(COOP_ERR_INVALID, "host backend: unmapping more than is mapped");
+    h->mapped -= size;
+    return COOP_OK;
+}
+
+static coop_status host_segment_alloc(coop_backend *be, uint64_t size, uintptr_t *addr)
+{
+    host_backend *h = host_of(be);
+    if (size > be->device_memory - h->mapped)
+        return coop_set_error(COOP_ERR_NOMEM,
+                              "host backend: simulated device full (%llu of %llu bytes in "
+                              "segments, %llu more asked)",
+                              (unsigned long long)h->mapped, (unsigned long long)be->device_memory,
+                              (unsigned long long)size);
+    coop_status st = reserve_aligned(size, be->page_size, addr);
+    if (st != COOP_OK)
+        return st;
+    h->mapped += size;
+    h->ranges++;
+    return COOP_OK;
+}
+
+static coop_status host_segment_free(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    coop_status st = host_release(be, addr, size);
+    if (st == COOP_OK)
+        host_of(be)->mapped -= size;
+    return st;
+}
+
+/* ---- Streams and events ---- */
+
+static host_stream *stream_slot(host_backend *h, coop_stream stream, size_t *slot)
+{
+    for (size_t i = 0; i < h->num_streams; i++)
+        if (h->streams[i].stream == stream) {
+            *slot = i;
+            return &h->streams[i];
+        }
+    if (h->num_streams == h->cap_streams) {
+        size_t cap = h->cap_streams ? 2 * h->cap_streams : 8;
+        host_stream *s = realloc(h->streams, cap * sizeof *s);
+        if (!s)
+            return NULL;
+        h->streams = s;
+        h->cap_streams = cap;
+    }
+    *slot = h->num_streams;
+    h->streams[h->num_streams] = (host_stream){.stream = stream};
+    return &h->streams[h->num_streams++];
+}
+
+static coop_status host_event_record(coop_backend *be, coop_stream stream, coop_event *ev)
+{
+    host_backend *h = host_of(be);
+    size_t slot;
+    host_stream *s = stream_slot(h, stream, &slot);
+    host_event *e = s ? malloc(sizeof *e) : NULL;
+    if (!e)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "host backend: no memory for an event");
+    e->stream_slot = slot;
+    e->generation = s->held ? s->hold_generation : 0;
+    h->live_events++;
+    *ev = (coop_event)e;
+    return COOP_OK;
+}
+
+static coop_status host_event_query(coop_backend *be, coop_event ev, bool *done)
+{
+    host_backend *h = host_of(be);
+    const host_event *e = (const host_event *)ev;
+    const host_stream *s = &h->streams[e->stream_slot];
+    *done = e->generation == 0 || !s->held || s->hold_generation != e->generation;
+    return COOP_OK;
+}
+
+static void host_event_destroy(coop_backend *be, coop_event ev)
+{
+    free((void *)ev);
+    host_of(be)->live_events--;
+}
+
+static coop_status host_hold_stream(coop_backend *be, coop_stream stream, bool hold)
+{
+    host_backend *h = host_of(be);
+    size_t slot;
+    host_stream *s = stream_slot(h, stream, &slot);
+    if (!s)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "host backend: no memory for a stream");
+    if (hold && !s->held)
+        s->hold_generation++;
+    s->held = hold;
+    return COOP_OK;
+}
+
+static void host_destroy(coop_backend *be)
+{
+    host_backend *h = host_of(be);
+    free(h->streams);
+    free(h);
+}
+
+static const coop_backend_ops host_ops = {
+    .reserve = host_reserve,
+    .release = host_release,
+    .map = host_map,
+    .unmap = host_unmap,
+    .segment_alloc = host_segment_alloc,
+    .segment_free = host_segment_free,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .event_destroy = host_event_destroy,
+    .hold_stream = host_hold_stream,
+    .destroy = host_destroy,
+};
+
+coop_status coop_backend_host_create(uint64_t device_memory, uint64_t page_size, bool vmm,
+                                     coop_backend **out)
+{
+    *out = NULL;
+    if (page_size < 4096 || (page_size & (page_size - 1)))
+        return coop_set_error(COOP_ERR_INVALID,
+                              "host backend: page size %llu is not a power of two >= 4096",
+                              (unsigned long long)page_size);
+    if (device_memory == 0 || device_memory % page_size)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "host backend: device size %llu is not a positive multiple of the "
+                              "page size %llu",
+                              (unsigned long long)device_memory, (unsigned long long)page_size);
+    host_backend *h = calloc(1, sizeof *h);
+    if (!h)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "host backend: out of host memory");
+    h->base.ops = &host_ops;
+    h->base.name = "host";
+    h->base.has_vmm = vmm;
+    h->base.page_size = page_size;
+    h->base.device_memory = device_memory;
+    *out = &h->base;
+    return COOP_OK;
+}
+
+bool coop_backend_is_host(const coop_backend *be)
+{
+    return be->ops == &host_ops;
+}
+
+uint64_t coop_backend_host_mapped(const coop_backend *be)
+{
+    return ((const host_backend *)be)->mapped;
+}
+
+size_t coop_backend_host_live_ranges(const coop_backend *be)
+{
+    return ((const host_backend *)be)->ranges;
+}
+
+size_t coop_backend_host_live_events(const coop_backend *be)
+{
+    return ((const host_backend *)be)->live_events;
+}

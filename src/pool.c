@@ -1,0 +1,572 @@
+/*
+ * Pool: what an allocator user sees on top of the arena: rounding, stream
+ * safety, the capacity, the out-of-memory path, statistics and the lock.
+ *
+ * Streams (PyTorch's caching-allocator semantics):
+ *  - An allocation belongs to the stream it was made on. Freed without other
+ *    uses, its block is free at once, tagged with that stream: a later
+ *    allocation on the same stream may reuse it immediately (the stream
+ *    orders the old and the new use), another stream may not.
+ *  - coop_record_stream(ptr, s) adds s to the block's uses. Freeing such a
+ *    block records one event on each used stream and makes the block
+ *    PENDING: still active, no longer allocated, not reusable. Pending blocks
+ *    are examined at the start of every allocation and on the OOM path; once
+ *    every event has completed the block becomes free, tagged with its
+ *    allocation stream. A failed event query leaves the block pending.
+ *  - Free space never used (new pages, new segments) is tagged "any stream".
+ *    On the OOM path the pool records an event on each stream that has free
+ *    blocks and, where it has already completed (the stream is idle), retags
+ *    those blocks "any stream": every use before the free is finished, so any
+ *    stream may reuse them. Adjacent free blocks merge when their tags are
+ *    equal or one of them is "any stream" (the merged block keeps the
+ *    specific tag).
+ *
+ * Out of memory: process pending frees, try; if mapping would exceed the
+ * capacity, unmap cached pages outside the placement (or release free
+ * segments) and retry; if still failing, retag idle streams and try once
+ * more. Then NULL with COOP_ERR_NOMEM and a message with the numbers.
+ * num_alloc_retries counts allocations that released memory or took the slow
+ * path; num_ooms counts failures.
+ *
+ * Locking: one mutex per pool, held for the whole of every public call.
+ * Every operation touches the shared address-ordered structure (free index,
+ * neighbours for coalescing, page map, counters), so finer locks would have to
+ * be taken together on nearly every path; the critical sections are short
+ * (about a hundred nanoseconds), and PyTorch's caching allocator also uses one
+ * mutex per device. Backends and the metadata heap's cache are only used
+ * under it, so they need no locking of their own.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pool_internal.h"
+#include "stat.h"
+#include "status.h"
+
+#define GiB (UINT64_C(1) << 30)
+#define MiB (UINT64_C(1) << 20)
+
+static inline uint64_t round_up(uint64_t x, uint64_t align)
+{
+    return (x + align - 1) & ~(align - 1);
+}
+
+void coop_config_default(coop_config *config)
+{
+    *config = (coop_config){.backend = COOP_BACKEND_HOST, .use_vmm = true};
+}
+
+/* ---- Creation ---- */
+
+static coop_status make_backend(const coop_config *c, coop_backend **out)
+{
+    coop_backend *inner = NULL;
+    coop_status st;
+    switch (c->backend) {
+    case COOP_BACKEND_HOST: {
+        uint64_t ps = c->page_size ? c->page_size : 2 * MiB;
+        uint64_t device = c->capacity ? round_up(c->capacity, ps) : 80 * GiB;
+        st = coop_backend_host_create(device, ps, c->use_vmm, &inner);
+        break;
+    }
+    case COOP_BACKEND_CUDA:
+#if __has_include("cuda_driver.h")
+        /* The CUDA area defines this in every build (a stub without cuda.h). */
+        st = coop_backend_cuda_create(c->device, c->use_vmm, &inner);
+#else
+        st = coop_set_error(COOP_ERR_UNSUPPORTED,
+                            "this build has no CUDA backend (configure --with-cuda)");
+#endif
+        break;
+    default:
+        st = coop_set_error(COOP_ERR_INVALID, "unknown backend kind %d", (int)c->backend);
+    }
+    if (st != COOP_OK)
+        return st;
+    return coop_backend_fault_create(inner, out);
+}
+
+/* Fills in defaults against the backend and validates the result. */
+static coop_status resolve_config(const coop_config *in, const coop_backend *be, coop_config *c)
+{
+    *c = *in;
+    c->use_vmm = in->use_vmm && be->has_vmm;
+    if (!c->page_size)
+        c->page_size = be->page_size;
+    if (c->page_size < COOP_ALIGN || (c->page_size & (c->page_size - 1)) ||
+        c->page_size % be->page_size)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "page_size %llu must be a power of two and a multiple of the %s "
+                              "backend's %llu-byte pages",
+                              (unsigned long long)c->page_size, be->name,
+                              (unsigned long long)be->page_size);
+    if (!c->capacity)
+        c->capacity = be->device_memory;
+    c->capacity = round_up(c->capacity, c->page_size);
+    if (c->capacity > be->device_memory)
+        return coop_set_error(COOP_ERR_INVALID, "capacity %llu exceeds the device's %llu bytes",
+                              (unsigned long long)c->capacity,
+                              (unsigned long long)be->device_memory);
+    if (!c->va_size)
+        c->va_size = c->capacity > UINT64_MAX / 4 ? UINT64_MAX / 4 : 4 * c->capacity;
+    c->va_size = round_up(c->va_size, c->page_size);
+    if (!c->segment_size)
+        c->segment_size = 20 * MiB;
+    c->segment_size = round_up(c->segment_size, c->page_size);
+    if (!c->min_split)
+        c->min_split = COOP_ALIGN;
+    c->min_split = round_up(c->min_split, COOP_ALIGN);
+    return COOP_OK;
+}
+
+coop_status coop_pool_create(const coop_config *config, coop_pool **out)
+{
+    *out = NULL;
+    coop_config defaults;
+    if (!config) {
+        coop_config_default(&defaults);
+        config = &defaults;
+    }
+    coop_backend *be;
+    coop_status st = make_backend(config, &be);
+    if (st != COOP_OK)
+        return st;
+    if (config->fault_nth)
+        coop_backend_fault_arm(be, config->fault_kinds, config->fault_nth);
+    coop_pool *pool = calloc(1, sizeof *pool);
+    if (!pool) {
+        coop_backend_destroy(be);
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "out of host memory for a pool");
+    }
+    pool->backend = be;
+    st = resolve_config(config, be, &pool->config);
+    if (st == COOP_OK)
+        st = meta_heap_init(&pool->heap);
+    if (st != COOP_OK) {
+        coop_backend_destroy(be);
+        free(pool);
+        return st;
+    }
+    arena_params p = {
+        .vmm = pool->config.use_vmm,
+        .page_size = pool->config.page_size,
+        .va_size = pool->config.va_size,
+        .segment_size = pool->config.segment_size,
+        .capacity = pool->config.capacity,
+        .min_split = pool->config.min_split,
+    };
+    st = arena_init(&pool->arena, be, &pool->heap, &p);
+    if (st != COOP_OK) {
+        if (st == COOP_ERR_BACKEND || st == COOP_ERR_NOMEM)
+            coop_set_error(st, "cannot reserve %llu bytes of device address space: %s",
+                           (unsigned long long)p.va_size, coop_strerror(st));
+        meta_heap_fini(&pool->heap);
+        coop_backend_destroy(be);
+        free(pool);
+        return st;
+    }
+    pthread_mutex_init(&pool->lock, NULL);
+    *out = pool;
+    return COOP_OK;
+}
+
+static void uses_free(coop_pool *pool, block_uses *u)
+{
+    meta_free(&pool->heap, u->events, u->num_streams * sizeof *u->events);
+    meta_free(&pool->heap, u->streams, u->cap_streams * sizeof *u->streams);
+    meta_free(&pool->heap, u, sizeof *u);
+}
+
+void coop_pool_destroy(coop_pool *pool)
+{
+    if (!pool)
+        return;
+    for (arena_segment *s = arena_first_segment(&pool->arena); s; s = s->next)
+        for (arena_block *b = s->first; b; b = b->next)
+            if (b->uses) {
+                block_uses *u = b->uses;
+                if (u->events)
+                    for (size_t i = 0; i < u->num_streams; i++)
+                        pool->backend->ops->event_destroy(pool->backend, u->events[i]);
+                uses_free(pool, u);
+                b->uses = NULL;
+            }
+    arena_fini(&pool->arena);
+    meta_heap_fini(&pool->heap);
+    coop_backend_destroy(pool->backend);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+}
+
+void coop_pool_config(const coop_pool *pool, coop_config *out)
+{
+    coop_pool *p = (coop_pool *)pool;
+    pool_lock(p);
+    *out = p->config;
+    pool_unlock(p);
+}
+
+/* ---- Pending frees and stream synchronization ---- */
+
+static void pending_unlink(coop_pool *pool, block_uses *u)
+{
+    if (u->pending_prev)
+        u->pending_prev->pending_next = u->pending_next;
+    else
+        pool->pending = u->pending_next;
+    if (u->pending_next)
+        u->pending_next->pending_prev = u->pending_prev;
+    u->pending_prev = u->pending_next = NULL;
+    pool->num_pending--;
+}
+
+/* True when every event of u has completed (a failed query counts as not yet). */
+static bool events_done(coop_pool *pool, block_uses *u)
+{
+    for (size_t i = 0; i < u->num_streams; i++) {
+        bool done = false;
+        if (pool->backend->ops->event_query(pool->backend, u->events[i], &done) != COOP_OK || !done)
+            return false;
+    }
+    return true;
+}
+
+void pool_process_pending_locked(coop_pool *pool)
+{
+    block_uses *u = pool->pending;
+    while (u) {
+        block_uses *next = u->pending_next;
+        if (events_done(pool, u)) {
+            arena_block *b = u->block;
+            pending_unlink(pool, u);
+            for (size_t i = 0; i < u->num_streams; i++)
+                pool->backend->ops->event_destroy(pool->backend, u->events[i]);
+            uses_free(pool, u);
+            stat_add(&pool->active, -1);
+            stat_add(&pool->active_bytes, -(int64_t)b->size);
+            arena_release(&pool->arena, b, b->stream);
+        }
+        u = next;
+    }
+}
+
+/* OOM path: retags the free blocks of every idle stream "any stream". */
+static void sync_idle_streams(coop_pool *pool)
+{
+    const free_index *fi = &pool->arena.index;
+    for (size_t i = 0; i < fi->num_sets; i++) {
+        coop_stream s = fi->sets[i].stream;
+        if (s == COOP_STREAM_ANY || fi->sets[i].count == 0)
+            continue;
+        coop_event ev;
+        if (pool->backend->ops->event_record(pool->backend, s, &ev) != COOP_OK)
+            continue;
+        bool done = false;
+        coop_status st = pool->backend->ops->event_query(pool->backend, ev, &done);
+        pool->backend->ops->event_destroy(pool->backend, ev);
+        if (st == COOP_OK && done)
+            arena_retag_any(&pool->arena, s);
+    }
+}
+
+/* ---- Allocation ---- */
+
+static void count_alloc(coop_pool *pool, arena_block *b, size_t requested)
+{
+    b->requested = requested;
+    stat_add(&pool->allocation, 1);
+    stat_add(&pool->active, 1);
+    stat_add(&pool->allocated_bytes, (int64_t)b->size);
+    stat_add(&pool->active_bytes, (int64_t)b->size);
+    stat_add(&pool->requested_bytes, (int64_t)requested);
+}
+
+static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, coop_stream stream)
+{
+    const arena *a = &pool->arena;
+    return coop_set_error(
+        COOP_ERR_NOMEM,
+        "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "
+        "mapped %llu, allocated %lld, free %llu in %zu blocks, largest free block %llu",
+        size, (unsigned long long)rounded, (unsigned long)stream,
+        (unsigned long long)a->params.capacity, (unsigned long long)a->reserved,
+        (long long)pool->allocated_bytes.current, (unsigned long long)a->counters.free_bytes,
+        a->index.count, (unsigned long long)arena_largest_free(a));
+}
+
+void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
+                         coop_status *status)
+{
+    coop_status st = COOP_OK;
+    arena_block *b = NULL;
+    if (size == 0)
+        goto out;
+    if (stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH)) {
+        st = coop_set_error(COOP_ERR_INVALID, "coop_malloc: stream %#lx or flags %#x not allowed",
+                            (unsigned long)stream, flags);
+        goto out;
+    }
+    uint64_t rounded = round_up((uint64_t)size, COOP_ALIGN);
+    if ((uint64_t)size > pool->arena.params.capacity) {
+        pool->num_ooms++;
+        st = oom_message(pool, size, rounded, stream);
+        goto out;
+    }
+    bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
+    if (pool->pending)
+        pool_process_pending_locked(pool);
+    st = arena_alloc(&pool->arena, rounded, stream, high, &b, &reclaimed);
+    if (st == COOP_ERR_NOMEM) {
+        reclaimed = true;
+        pool_process_pending_locked(pool);
+        sync_idle_streams(pool);
+        st = arena_alloc(&pool->arena, rounded, stream, high, &b, &reclaimed);
+    }
+    if (reclaimed)
+        pool->num_alloc_retries++;
+    if (st == COOP_ERR_NOMEM) {
+        pool->num_ooms++;
+        st = oom_message(pool, size, rounded, stream);
+    }
+    if (st == COOP_OK)
+        count_alloc(pool, b, size);
+out:
+    if (status)
+        *status = st;
+    return b ? (void *)b->addr : NULL;
+}
+
+void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
+                  coop_status *status)
+{
+    pool_lock(pool);
+    void *p = pool_malloc_locked(pool, size, stream, flags, status);
+    pool_after_op_locked(pool, "malloc");
+    pool_unlock(pool);
+    return p;
+}
+
+coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintptr_t addr,
+                                 size_t size, coop_stream stream, arena_block **out)
+{
+    bool reclaimed = false;
+    coop_status st = arena_alloc_in(&pool->arena, free_block, addr,
+                                    round_up((uint64_t)size, COOP_ALIGN), stream, out, &reclaimed);
+    if (reclaimed)
+        pool->num_alloc_retries++;
+    if (st == COOP_ERR_NOMEM) {
+        pool->num_ooms++;
+        st = oom_message(pool, size, round_up((uint64_t)size, COOP_ALIGN), stream);
+    }
+    if (st == COOP_OK)
+        count_alloc(pool, *out, size);
+    return st;
+}
+
+/* ---- Free and record_stream ---- */
+
+/* The allocated block starting at ptr, or an error naming what ptr is. */
+static coop_status find_allocated(coop_pool *pool, void *ptr, const char *op, arena_block **out)
+{
+    uintptr_t addr = (uintptr_t)ptr;
+    arena_block *b = arena_lookup(&pool->arena, addr);
+    if (b && b->state == COOP_BLOCK_ALLOCATED) {
+        *out = b;
+        return COOP_OK;
+    }
+    if (b)
+        return coop_set_error(COOP_ERR_DOUBLE_FREE, "%s(%p): already freed (block is %s)", op, ptr,
+                              b->state == COOP_BLOCK_PENDING ? "pending on stream events" : "free");
+    b = arena_find_containing(&pool->arena, addr);
+    if (b && b->state == COOP_BLOCK_FREE)
+        return coop_set_error(COOP_ERR_DOUBLE_FREE,
+                              "%s(%p): lies in free block [%#lx, +%llu): already freed", op, ptr,
+                              (unsigned long)b->addr, (unsigned long long)b->size);
+    if (b)
+        return coop_set_error(COOP_ERR_INTERIOR_PTR,
+                              "%s(%p): %llu bytes inside the block at %#lx (%llu bytes); pass the "
+                              "block's start",
+                              op, ptr, (unsigned long long)(addr - b->addr), (unsigned long)b->addr,
+                              (unsigned long long)b->size);
+    return coop_set_error(COOP_ERR_FOREIGN_PTR, "%s(%p): not allocated by this pool", op, ptr);
+}
+
+coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
+{
+    if (merged)
+        *merged = NULL;
+    if (!ptr)
+        return COOP_OK;
+    arena_block *b;
+    coop_status st = find_allocated(pool, ptr, "coop_free", &b);
+    if (st != COOP_OK)
+        return st;
+    block_uses *u = b->uses;
+    if (u) {
+        coop_event *ev = meta_alloc(&pool->heap, u->num_streams * sizeof *ev);
+        if (!ev)
+            return coop_set_error(COOP_ERR_HOST_NOMEM,
+                                  "coop_free(%p): no host memory for stream events", ptr);
+        for (size_t i = 0; i < u->num_streams; i++) {
+            st = pool->backend->ops->event_record(pool->backend, u->streams[i], &ev[i]);
+            if (st != COOP_OK) {
+                while (i-- > 0)
+                    pool->backend->ops->event_destroy(pool->backend, ev[i]);
+                meta_free(&pool->heap, ev, u->num_streams * sizeof *ev);
+                return st;
+            }
+        }
+        u->events = ev;
+        b->state = COOP_BLOCK_PENDING;
+        u->pending_prev = NULL;
+        u->pending_next = pool->pending;
+        if (pool->pending)
+            pool->pending->pending_prev = u;
+        pool->pending = u;
+        pool->num_pending++;
+    }
+    stat_add(&pool->allocation, -1);
+    stat_add(&pool->allocated_bytes, -(int64_t)b->size);
+    stat_add(&pool->requested_bytes, -(int64_t)b->requested);
+    if (u)
+        return COOP_OK;
+    stat_add(&pool->active, -1);
+    stat_add(&pool->active_bytes, -(int64_t)b->size);
+    arena_block *f = arena_release(&pool->arena, b, b->stream);
+    if (merged)
+        *merged = f;
+    return COOP_OK;
+}
+
+coop_status coop_free(coop_pool *pool, void *ptr)
+{
+    pool_lock(pool);
+    coop_status st = pool_free_locked(pool, ptr, NULL);
+    pool_after_op_locked(pool, "free");
+    pool_unlock(pool);
+    return st;
+}
+
+static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream stream)
+{
+    if (stream == COOP_STREAM_ANY)
+        return coop_set_error(COOP_ERR_INVALID, "coop_record_stream: stream %#lx not allowed",
+                              (unsigned long)stream);
+    arena_block *b;
+    coop_status st = find_allocated(pool, ptr, "coop_record_stream", &b);
+    if (st != COOP_OK || stream == b->stream)
+        return st;
+    block_uses *u = b->uses;
+    if (u)
+        for (size_t i = 0; i < u->num_streams; i++)
+            if (u->streams[i] == stream)
+                return COOP_OK;
+    if (!u) {
+        u = meta_zalloc(&pool->heap, sizeof *u);
+        if (!u)
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory to record a stream use");
+        u->block = b;
+        b->uses = u;
+    }
+    if (u->num_streams == u->cap_streams) {
+        size_t cap = u->cap_streams ? 2 * u->cap_streams : 2;
+        coop_stream *s = meta_alloc(&pool->heap, cap * sizeof *s);
+        if (!s) {
+            if (u->num_streams == 0) {
+                b->uses = NULL;
+                uses_free(pool, u);
+            }
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory to record a stream use");
+        }
+        for (size_t i = 0; i < u->num_streams; i++)
+            s[i] = u->streams[i];
+        meta_free(&pool->heap, u->streams, u->cap_streams * sizeof *u->streams);
+        u->streams = s;
+        u->cap_streams = cap;
+    }
+    u->streams[u->num_streams++] = stream;
+    return COOP_OK;
+}
+
+coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
+{
+    pool_lock(pool);
+    coop_status st = record_stream_locked(pool, ptr, stream);
+    pool_after_op_locked(pool, "record_stream");
+    pool_unlock(pool);
+    return st;
+}
+
+/* ---- Cache and capacity ---- */
+
+coop_status coop_empty_cache(coop_pool *pool)
+{
+    pool_lock(pool);
+    pool_process_pending_locked(pool);
+    uint64_t released;
+    coop_status st = arena_reclaim(&pool->arena, UINT64_MAX, 0, 0, &released);
+    pool_after_op_locked(pool, "empty_cache");
+    pool_unlock(pool);
+    return st;
+}
+
+coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
+{
+    pool_lock(pool);
+    coop_status st = COOP_OK;
+    arena *a = &pool->arena;
+    uint64_t c = round_up(capacity, a->params.page_size);
+    if (capacity == 0 || c > pool->backend->device_memory) {
+        st = coop_set_error(
+            COOP_ERR_INVALID, "capacity %llu must be between 1 and the device's %llu bytes",
+            (unsigned long long)capacity, (unsigned long long)pool->backend->device_memory);
+    } else if (c < a->reserved) {
+        pool_process_pending_locked(pool);
+        uint64_t released;
+        st = arena_reclaim(a, a->reserved - c, 0, 0, &released);
+        if (st == COOP_OK && c < a->reserved)
+            st = coop_set_error(COOP_ERR_NOMEM,
+                                "capacity %llu is below the %llu bytes live blocks keep mapped; "
+                                "capacity stays %llu",
+                                (unsigned long long)c, (unsigned long long)a->reserved,
+                                (unsigned long long)a->params.capacity);
+    }
+    if (st == COOP_OK)
+        a->params.capacity = pool->config.capacity = c;
+    pool_after_op_locked(pool, "set_capacity");
+    pool_unlock(pool);
+    return st;
+}
+
+/* ---- Test controls ---- */
+
+coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold)
+{
+    pool_lock(pool);
+    coop_status st;
+    if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
+        st = coop_set_error(COOP_ERR_UNSUPPORTED, "coop_host_hold_stream: the pool's backend is %s",
+                            pool->backend->name);
+    else
+        st = pool->backend->ops->hold_stream(pool->backend, stream, hold);
+    pool_unlock(pool);
+    return st;
+}
+
+coop_status coop_inject_fault(coop_pool *pool, unsigned kinds, uint64_t nth)
+{
+    if (kinds & ~(unsigned)COOP_FAULT_ALL)
+        return coop_set_error(COOP_ERR_INVALID, "coop_inject_fault: unknown kinds %#x", kinds);
+    pool_lock(pool);
+    coop_backend_fault_arm(pool->backend, kinds, nth);
+    pool_unlock(pool);
+    return COOP_OK;
+}
+
+uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds)
+{
+    pool_lock(pool);
+    uint64_t n = coop_backend_fault_calls(pool->backend, kinds);
+    pool_unlock(pool);
+    return n;
+}

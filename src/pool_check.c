@@ -1,0 +1,144 @@
+/* Pool walk and checker: arena invariants plus the pool's own bookkeeping
+ * (statistics equal a walk, pending list, stream uses). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pool_internal.h"
+#include "status.h"
+
+coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
+                      void *ctx)
+{
+    pool_lock(pool);
+    const arena *a = &pool->arena;
+    for (const arena_segment *s = arena_first_segment(a); s; s = s->next) {
+        if (on_segment) {
+            coop_segment_info si = {
+                .address = s->base,
+                .size = s->top,
+                .mapped_bytes =
+                    a->params.vmm ? s->pages.num_mapped * a->params.page_size : s->reserved,
+                .num_blocks = s->num_blocks,
+            };
+            if (on_segment(&si, ctx))
+                break;
+        }
+        if (!on_block)
+            continue;
+        for (const arena_block *b = s->first; b; b = b->next) {
+            coop_block_info bi = {
+                .address = b->addr,
+                .size = b->size,
+                .requested_size = b->state == COOP_BLOCK_FREE ? 0 : b->requested,
+                .state = b->state,
+                .stream = b->stream,
+                .mapped_bytes = arena_mapped_bytes_in(a, s, b->addr, b->size),
+            };
+            if (on_block(&bi, ctx))
+                goto done;
+        }
+    }
+done:
+    pool_unlock(pool);
+    return COOP_OK;
+}
+
+coop_status pool_check_locked(coop_pool *pool)
+{
+    char msg[400];
+    const arena *a = &pool->arena;
+    if (!arena_check(a, msg, sizeof msg))
+        return coop_set_error(COOP_ERR_CORRUPT, "coop_pool_check: %s", msg);
+    int64_t allocated = 0, allocated_bytes = 0, active = 0, active_bytes = 0, requested = 0;
+    size_t pending = 0;
+    uint64_t largest = 0;
+    for (const arena_segment *s = arena_first_segment(a); s; s = s->next)
+        for (const arena_block *b = s->first; b; b = b->next) {
+            if (b->state == COOP_BLOCK_FREE) {
+                largest = b->size > largest ? b->size : largest;
+                if (b->uses || b->owner)
+                    return coop_set_error(COOP_ERR_CORRUPT,
+                                          "coop_pool_check: free block %#lx keeps stream uses "
+                                          "or an owner",
+                                          (unsigned long)b->addr);
+                continue;
+            }
+            active++;
+            active_bytes += (int64_t)b->size;
+            if (b->uses && (b->uses->block != b || b->uses->num_streams == 0))
+                return coop_set_error(COOP_ERR_CORRUPT,
+                                      "coop_pool_check: block %#lx: stream uses are stale",
+                                      (unsigned long)b->addr);
+            if (b->state == COOP_BLOCK_PENDING) {
+                pending++;
+                if (!b->uses || !b->uses->events)
+                    return coop_set_error(COOP_ERR_CORRUPT,
+                                          "coop_pool_check: pending block %#lx has no events",
+                                          (unsigned long)b->addr);
+                continue;
+            }
+            if (b->uses && b->uses->events)
+                return coop_set_error(COOP_ERR_CORRUPT,
+                                      "coop_pool_check: allocated block %#lx has events",
+                                      (unsigned long)b->addr);
+            if (b->requested == 0 || b->requested > b->size)
+                return coop_set_error(COOP_ERR_CORRUPT,
+                                      "coop_pool_check: block %#lx: requested %llu of %llu bytes",
+                                      (unsigned long)b->addr, (unsigned long long)b->requested,
+                                      (unsigned long long)b->size);
+            allocated++;
+            allocated_bytes += (int64_t)b->size;
+            requested += (int64_t)b->requested;
+        }
+    size_t listed = 0;
+    for (const block_uses *u = pool->pending; u; u = u->pending_next, listed++)
+        if (u->block->state != COOP_BLOCK_PENDING || u->block->uses != u ||
+            (u->pending_next && u->pending_next->pending_prev != u))
+            return coop_set_error(COOP_ERR_CORRUPT,
+                                  "coop_pool_check: pending list entry %#lx is stale",
+                                  (unsigned long)u->block->addr);
+    if (listed != pending || pending != pool->num_pending)
+        return coop_set_error(COOP_ERR_CORRUPT,
+                              "coop_pool_check: %zu pending blocks, %zu listed, %zu counted",
+                              pending, listed, pool->num_pending);
+    if (allocated != pool->allocation.current || allocated_bytes != pool->allocated_bytes.current ||
+        active != pool->active.current || active_bytes != pool->active_bytes.current ||
+        requested != pool->requested_bytes.current)
+        return coop_set_error(
+            COOP_ERR_CORRUPT,
+            "coop_pool_check: walk finds %lld allocated (%lld bytes, %lld "
+            "requested), %lld active (%lld bytes); counters say %lld (%lld, "
+            "%lld), %lld (%lld)",
+            (long long)allocated, (long long)allocated_bytes, (long long)requested,
+            (long long)active, (long long)active_bytes, (long long)pool->allocation.current,
+            (long long)pool->allocated_bytes.current, (long long)pool->requested_bytes.current,
+            (long long)pool->active.current, (long long)pool->active_bytes.current);
+    if (largest != arena_largest_free(a))
+        return coop_set_error(
+            COOP_ERR_CORRUPT, "coop_pool_check: largest free block %llu, the index says %llu",
+            (unsigned long long)largest, (unsigned long long)arena_largest_free(a));
+    if (a->params.capacity != pool->config.capacity)
+        return coop_set_error(COOP_ERR_CORRUPT, "coop_pool_check: capacity out of sync");
+    return COOP_OK;
+}
+
+coop_status coop_pool_check(coop_pool *pool)
+{
+    pool_lock(pool);
+    coop_status st = pool_check_locked(pool);
+    pool_unlock(pool);
+    return st;
+}
+
+void pool_after_op_locked(coop_pool *pool, const char *op)
+{
+    if (!pool->config.check)
+        return;
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", coop_last_error());
+    if (pool_check_locked(pool) != COOP_OK) {
+        fprintf(stderr, "coop: invariant broken after %s: %s\n", op, coop_last_error());
+        abort();
+    }
+    coop_set_error(COOP_OK, "%s", saved); /* the checker must not hide the op's message */
+}

@@ -1,0 +1,80 @@
+/*
+ * Pool internals: the pool object, and the hooks that in-library layers
+ * (rematerialization, replay, tools) use under the pool lock.
+ *
+ * Hooks for the rematerialization layer:
+ *   pool_lock / pool_unlock      hold the pool while inspecting or evicting;
+ *   pool_arena(pool)             the arena: walk segments (arena_first_segment,
+ *                                seg->next) and blocks in address order
+ *                                (seg->first, b->next); b->owner is free for
+ *                                the caller's tensor pointer (reset on free);
+ *   pool_malloc_locked / pool_free_locked
+ *                                the public calls without taking the lock;
+ *                                pool_free_locked reports the free block that
+ *                                absorbed the freed one (after coalescing);
+ *   pool_alloc_in_locked         allocate exactly [addr, addr + size) inside a
+ *                                free block (an evicted contiguous window),
+ *                                mapping pages as needed, with statistics.
+ * All of them keep the invariants coop_pool_check validates.
+ */
+#ifndef COOP_POOL_INTERNAL_H
+#define COOP_POOL_INTERNAL_H
+
+#include <pthread.h>
+
+#include "arena.h"
+#include "backend.h"
+#include "meta.h"
+
+/* Streams a block was used on besides its own (coop_record_stream), and,
+ * once freed, the events recorded on them; the block is PENDING until all
+ * complete. Allocated from the metadata heap only for such blocks. */
+typedef struct block_uses {
+    arena_block *block;
+    coop_stream *streams;
+    size_t num_streams, cap_streams;
+    coop_event *events; /* num_streams events while pending, else NULL */
+    struct block_uses *pending_prev, *pending_next;
+} block_uses;
+
+struct coop_pool {
+    pthread_mutex_t lock;
+    coop_config config;    /* as resolved at creation; capacity follows set_capacity */
+    coop_backend *backend; /* fault wrapper around the device backend */
+    meta_heap heap;
+    arena arena;
+    block_uses *pending; /* freed blocks waiting for events, newest first */
+    size_t num_pending;
+    coop_stat allocation, active, allocated_bytes, active_bytes, requested_bytes;
+    uint64_t num_alloc_retries, num_ooms;
+};
+
+static inline void pool_lock(coop_pool *pool)
+{
+    pthread_mutex_lock(&pool->lock);
+}
+
+static inline void pool_unlock(coop_pool *pool)
+{
+    pthread_mutex_unlock(&pool->lock);
+}
+
+static inline arena *pool_arena(coop_pool *pool)
+{
+    return &pool->arena;
+}
+
+void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
+                         coop_status *status);
+/* merged (may be NULL) receives the free block now covering ptr's range, or
+ * NULL when the block went pending. */
+coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged);
+coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintptr_t addr,
+                                 size_t size, coop_stream stream, arena_block **out);
+/* Completes pending frees whose events are done. */
+void pool_process_pending_locked(coop_pool *pool);
+coop_status pool_check_locked(coop_pool *pool);
+/* With config.check: runs the checker and aborts with its message on failure. */
+void pool_after_op_locked(coop_pool *pool, const char *op);
+
+#endif

@@ -1,0 +1,25 @@
+/* One torch-style counter: current value, its peak, and the cumulative
+ * amounts added ("allocated") and removed ("freed"). */
+#ifndef COOP_STAT_H
+#define COOP_STAT_H
+
+#include "coop.h"
+
+static inline void stat_add(coop_stat *s, int64_t delta)
+{
+    s->current += delta;
+    if (delta > 0) {
+        s->allocated += delta;
+        if (s->current > s->peak)
+            s->peak = s->current;
+    } else {
+        s->freed -= delta;
+    }
+}
+
+static inline void stat_reset_peak(coop_stat *s)
+{
+    s->peak = s->current;
+}
+
+#endif

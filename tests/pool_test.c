@@ -1,0 +1,386 @@
+/* Pool API: allocation, placement, statistics, errors, streams, capacity. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "coop.h"
+#include "meta.h"
+
+#define MiB (UINT64_C(1) << 20)
+#define GiB (UINT64_C(1) << 30)
+
+static coop_pool *make_pool(uint64_t capacity, bool vmm)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = capacity;
+    c.use_vmm = vmm;
+    c.check = true;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    return p;
+}
+
+static coop_stats stats_of(coop_pool *p)
+{
+    coop_stats s;
+    coop_get_stats(p, &s);
+    return s;
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(0, true);
+    coop_config c;
+    coop_pool_config(p, &c);
+    assert_int_equal(c.capacity, 80 * GiB);
+    assert_int_equal(c.page_size, 2 * MiB);
+    assert_int_equal(c.va_size, 320 * GiB);
+    assert_int_equal(c.min_split, 512);
+    assert_true(c.use_vmm);
+    assert_int_equal(stats_of(p).segment.current, 1);
+    coop_pool_destroy(p);
+}
+
+static void test_rounding_and_alignment(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    coop_status st;
+    void *a = coop_malloc(p, 1, 0, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    void *b = coop_malloc(p, 513, 0, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_int_equal((uintptr_t)a % 512, 0);
+    assert_int_equal((uintptr_t)b, (uintptr_t)a + 512); /* 1 byte rounds to 512 */
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.allocated_bytes.current, 512 + 1024);
+    assert_int_equal(s.requested_bytes.current, 1 + 513);
+    assert_int_equal(s.allocation.current, 2);
+    assert_int_equal(s.reserved_bytes.current, 2 * MiB);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    s = stats_of(p);
+    assert_int_equal(s.allocated_bytes.current, 0);
+    assert_int_equal(s.allocated_bytes.peak, 1536);
+    assert_int_equal(s.allocation.allocated, 2);
+    assert_int_equal(s.allocation.freed, 2);
+    assert_int_equal(s.num_free_blocks, 1); /* coalesced */
+    assert_int_equal(s.free_bytes, 1536);
+    coop_pool_destroy(p);
+}
+
+static void test_size_zero_and_huge(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true);
+    coop_status st = COOP_ERR_CORRUPT;
+    assert_null(coop_malloc(p, 0, 0, 0, &st));
+    assert_int_equal(st, COOP_OK);
+    assert_null(coop_malloc(p, SIZE_MAX, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "capacity 67108864"));
+    assert_int_equal(stats_of(p).num_ooms, 1);
+    assert_null(coop_malloc(p, 100, 0, 0x80, &st));
+    assert_int_equal(st, COOP_ERR_INVALID);
+    assert_null(coop_malloc(p, 100, UINTPTR_MAX, 0, &st));
+    assert_int_equal(st, COOP_ERR_INVALID);
+    coop_pool_destroy(p);
+}
+
+/* Best fit: the smallest free block that fits, lowest address on ties. */
+static void test_best_fit(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *blk[8];
+    uint64_t sizes[8] = {4096, 512, 2048, 512, 2048, 512, 4096, 512};
+    for (int i = 0; i < 8; i++)
+        blk[i] = coop_malloc(p, sizes[i], 0, 0, NULL);
+    /* Free the holes of 4096 (0), 2048 (2), 2048 (4), 4096 (6). */
+    for (int i = 0; i < 8; i += 2)
+        assert_int_equal(coop_free(p, blk[i]), COOP_OK);
+    assert_ptr_equal(coop_malloc(p, 1500, 0, 0, NULL), blk[2]); /* smallest fit, lowest */
+    assert_ptr_equal(coop_malloc(p, 2048, 0, 0, NULL), blk[4]);
+    assert_ptr_equal(coop_malloc(p, 3000, 0, 0, NULL), blk[0]);
+    /* HIGH places at the top end of the chosen block (the 1024-byte rest
+     * of blk[0] and the 512-byte rest of blk[2] are too small). */
+    void *h = coop_malloc(p, 2048, 0, COOP_ALLOC_HIGH, NULL);
+    assert_ptr_equal(h, (char *)blk[6] + 4096 - 2048);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+static void test_free_errors(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    char *a = coop_malloc(p, 4096, 0, 0, NULL);
+    char *b = coop_malloc(p, 4096, 0, 0, NULL);
+    coop_stats before = stats_of(p);
+    assert_int_equal(coop_free(p, a + 512), COOP_ERR_INTERIOR_PTR);
+    char want[64];
+    snprintf(want, sizeof want, "%p", (void *)(a + 512));
+    assert_non_null(strstr(coop_last_error(), want));
+    int local;
+    assert_int_equal(coop_free(p, &local), COOP_ERR_FOREIGN_PTR);
+    snprintf(want, sizeof want, "%p", (void *)&local);
+    assert_non_null(strstr(coop_last_error(), want));
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_ERR_DOUBLE_FREE);
+    assert_int_equal(coop_record_stream(p, a, 3), COOP_ERR_DOUBLE_FREE);
+    assert_int_equal(coop_free(p, b + 4096 * 8), COOP_ERR_FOREIGN_PTR); /* beyond the top */
+    assert_int_equal(coop_free(p, NULL), COOP_OK);
+    coop_stats after = stats_of(p);
+    assert_int_equal(after.allocation.current, before.allocation.current - 1);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* A block freed on its own stream is reusable at once there, not elsewhere. */
+static void test_stream_reuse(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *a = coop_malloc(p, 8192, 1, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    void *other = coop_malloc(p, 8192, 2, 0, NULL);
+    assert_ptr_not_equal(other, a);
+    void *same = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_equal(same, a);
+    coop_free(p, same);
+    coop_free(p, other);
+    coop_free(p, guard);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* record_stream: the block stays pending until the other stream's event completes. */
+static void test_record_stream_pending(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *a = coop_malloc(p, 8192, 1, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK); /* idempotent */
+    assert_int_equal(coop_record_stream(p, a, 1), COOP_OK); /* own stream: no-op */
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.allocation.current, 1);
+    assert_int_equal(s.active.current, 2);
+    assert_int_equal(s.active_bytes.current, 8192 + 512);
+    assert_int_equal(coop_free(p, a), COOP_ERR_DOUBLE_FREE);
+    void *b = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_not_equal(b, a); /* still pending */
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    void *c = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_equal(c, a); /* event complete: reusable on stream 1 */
+    assert_int_equal(stats_of(p).active.current, 3);
+    coop_free(p, b);
+    coop_free(p, c);
+    coop_free(p, guard);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+static int count_blocks(const coop_block_info *b, void *ctx)
+{
+    size_t *n = ctx;
+    n[b->state]++;
+    return 0;
+}
+
+static void test_walk(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *a = coop_malloc(p, 3 * MiB, 0, 0, NULL);
+    void *b = coop_malloc(p, 1 * MiB, 0, 0, NULL);
+    coop_malloc(p, 1 * MiB, 0, 0, NULL);
+    coop_free(p, b);
+    size_t n[3] = {0};
+    assert_int_equal(coop_walk(p, NULL, count_blocks, n), COOP_OK);
+    assert_int_equal(n[COOP_BLOCK_ALLOCATED], 2);
+    assert_int_equal(n[COOP_BLOCK_FREE], 1);
+    coop_free(p, a);
+    coop_pool_destroy(p);
+}
+
+/* Mapping: pages stay mapped after free, empty_cache unmaps wholly free pages. */
+static void test_mapping_and_empty_cache(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *a = coop_malloc(p, 5 * MiB, 0, 0, NULL);
+    void *b = coop_malloc(p, 512, 0, 0, NULL);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.reserved_bytes.current, 6 * MiB);
+    assert_int_equal(s.num_maps, 1); /* b lies in a's last page */
+    assert_int_equal(s.map_bytes, 6 * MiB);
+    coop_free(p, a);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 6 * MiB);
+    void *c = coop_malloc(p, 4 * MiB, 0, 0, NULL); /* reuses mapped pages */
+    assert_ptr_equal(c, a);
+    assert_int_equal(stats_of(p).map_bytes, 6 * MiB);
+    coop_free(p, c);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    s = stats_of(p);
+    /* b sits in the third page (at 5 MiB): only pages 0 and 1 are wholly free. */
+    assert_int_equal(s.reserved_bytes.current, 2 * MiB);
+    assert_int_equal(s.num_unmaps, 1);
+    coop_free(p, b);
+    coop_empty_cache(p);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 0);
+    coop_pool_destroy(p);
+}
+
+/* Capacity pressure unmaps cached pages and retries; the OOM message has the numbers. */
+static void test_capacity_reclaim_and_oom(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(16 * MiB, true);
+    coop_status st;
+    void *a = coop_malloc(p, 8 * MiB, 0, 0, &st);
+    void *g = coop_malloc(p, 512, 0, 0, &st);
+    coop_free(p, a);
+    /* 10 MiB does not fit in the 8 MiB hole: needs new pages past g, so the
+     * cached pages of the hole are unmapped to make room. */
+    void *b = coop_malloc(p, 10 * MiB, 0, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_non_null(b);
+    coop_stats s = stats_of(p);
+    assert_true(s.num_alloc_retries >= 1);
+    assert_true(s.num_unmaps >= 1);
+    assert_true((uint64_t)s.reserved_bytes.current <= 16 * MiB);
+    void *c = coop_malloc(p, 7 * MiB, 0, 0, &st);
+    assert_null(c);
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "7340032 bytes"));
+    assert_non_null(strstr(m, "capacity 16777216"));
+    assert_non_null(strstr(m, "largest free block"));
+    assert_int_equal(stats_of(p).num_ooms, 1);
+    coop_free(p, b);
+    coop_free(p, g);
+    coop_pool_destroy(p);
+}
+
+static void test_set_capacity(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true);
+    void *a = coop_malloc(p, 10 * MiB, 0, 0, NULL);
+    void *b = coop_malloc(p, 10 * MiB, 0, 0, NULL);
+    coop_free(p, a);
+    assert_int_equal(coop_set_capacity(p, 8 * MiB), COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "capacity stays 67108864"));
+    assert_int_equal(stats_of(p).capacity, 64 * MiB);
+    assert_int_equal(coop_set_capacity(p, 12 * MiB), COOP_OK); /* a's pages released */
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.capacity, 12 * MiB);
+    assert_true((uint64_t)s.reserved_bytes.current <= 12 * MiB);
+    assert_int_equal(coop_set_capacity(p, 128 * MiB), COOP_ERR_INVALID); /* beyond device */
+    assert_int_equal(coop_set_capacity(p, 0), COOP_ERR_INVALID);
+    coop_free(p, b);
+    coop_pool_destroy(p);
+}
+
+/* Without VMM: fixed segments, no coalescing across them, free segments released. */
+static void test_segments(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(128 * MiB, false);
+    assert_int_equal(stats_of(p).segment.current, 0);
+    void *a = coop_malloc(p, 1 * MiB, 0, 0, NULL);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.segment.current, 1);
+    assert_int_equal(s.reserved_bytes.current, 20 * MiB);
+    void *big = coop_malloc(p, 30 * MiB, 0, 0, NULL); /* own segment */
+    s = stats_of(p);
+    assert_int_equal(s.segment.current, 2);
+    assert_int_equal(s.reserved_bytes.current, 50 * MiB);
+    coop_free(p, big);
+    coop_empty_cache(p);
+    s = stats_of(p);
+    assert_int_equal(s.segment.current, 1);
+    assert_int_equal(s.reserved_bytes.current, 20 * MiB);
+    assert_int_equal(s.inactive_split.current, 1); /* a's segment remainder */
+    coop_free(p, a);
+    s = stats_of(p);
+    assert_int_equal(s.inactive_split.current, 0);
+    coop_empty_cache(p);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 0);
+    coop_pool_destroy(p);
+}
+
+static void test_fragmentation_stats(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *blk[6];
+    for (int i = 0; i < 6; i++)
+        blk[i] = coop_malloc(p, 1024 * (i + 1), 0, 0, NULL);
+    coop_free(p, blk[1]); /* 2048 */
+    coop_free(p, blk[3]); /* 4096 */
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.free_bytes, 2048 + 4096);
+    assert_int_equal(s.largest_free_block, 4096);
+    assert_int_equal(s.num_free_blocks, 2);
+    assert_true(s.fragmentation > 0.33 && s.fragmentation < 0.34);
+    assert_true(s.reserved_over_allocated > 1.0);
+    coop_reset_peak_stats(p);
+    assert_int_equal(stats_of(p).allocated_bytes.peak, stats_of(p).allocated_bytes.current);
+    coop_pool_destroy(p);
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.page_size = 3000;
+    coop_pool *p = (coop_pool *)1;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(coop_last_error(), "3000"));
+    coop_config_default(&c);
+    c.backend = (coop_backend_kind)9;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+}
+
+static void test_no_metadata_leak(void **state)
+{
+    (void)state;
+    assert_int_equal(meta_leaked_allocations(), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_rounding_and_alignment),
+        cmocka_unit_test(test_size_zero_and_huge),
+        cmocka_unit_test(test_best_fit),
+        cmocka_unit_test(test_free_errors),
+        cmocka_unit_test(test_stream_reuse),
+        cmocka_unit_test(test_record_stream_pending),
+        cmocka_unit_test(test_walk),
+        cmocka_unit_test(test_mapping_and_empty_cache),
+        cmocka_unit_test(test_capacity_reclaim_and_oom),
+        cmocka_unit_test(test_set_capacity),
+        cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_fragmentation_stats),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_no_metadata_leak),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
