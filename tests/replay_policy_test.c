@@ -276,6 +276,35 @@ static void torch_merges_neighbours(void **unused)
     d.ops->destroy(d.state);
 }
 
+/* ---- coop ---- */
+
+static void coop_maps_whole_pages(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_coop, GiB);
+    uintptr_t a = must_malloc(&d, 3 * MiB / 2, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 2 * MiB);
+    assert_int_equal(s.map_bytes, 2 * MiB);
+    assert_int_equal(s.active_bytes, 3 * MiB / 2);
+    must_malloc(&d, 3 * MiB / 2, 0); /* straddles into a second page */
+    assert_int_equal(stats_of(&d).reserved_bytes, 4 * MiB);
+    assert_int_equal(d.ops->free(d.state, a, 3 * MiB / 2), COOP_OK);
+    assert_int_equal(stats_of(&d).active_bytes, 3 * MiB / 2);
+    d.ops->destroy(d.state);
+}
+
+static void coop_segments_count_segment_bytes_as_mapped(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_coop_segments, GiB);
+    must_malloc(&d, 3 * MiB / 2, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_true(s.reserved_bytes >= 3 * MiB / 2);
+    assert_int_equal(s.map_bytes, s.reserved_bytes);
+    d.ops->destroy(d.state);
+}
+
 /* ---- jemalloc ---- */
 
 static void jemalloc_places_in_its_range_within_capacity(void **unused)
@@ -326,6 +355,13 @@ static void bisection_finds_the_threshold(void **unused)
     assert_true(cap <= 20 * MiB + 20 * MiB / 1000);
     assert_false(at.oom);
     assert_int_equal(at.map_bytes, 22 * MiB); /* 20 MiB, released, then 2 MiB */
+    /* coop: whole 2 MiB pages; the 1.5 MiB block's page is reused */
+    assert_int_equal(
+        replay_min_capacity(&p, &replay_policy_coop, 2 * MiB, p.peak_live, GiB, &cap, &at),
+        COOP_OK);
+    if (cap < 2 * MiB || cap > 2 * MiB + 2 * MiB / 1000)
+        fail_msg("coop min capacity %llu", (unsigned long long)cap);
+    assert_int_equal(at.map_bytes, 2 * MiB);
     /* an upper bound that does not fit is an error */
     assert_int_equal(replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, 1, 10 * MiB, &cap, &at),
                      COOP_ERR_NOMEM);
@@ -393,6 +429,8 @@ int main(void)
         cmocka_unit_test(torch_blocks_are_per_stream),
         cmocka_unit_test(torch_frees_cached_segments_and_retries),
         cmocka_unit_test(torch_merges_neighbours),
+        cmocka_unit_test(coop_maps_whole_pages),
+        cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),
         cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),
         cmocka_unit_test(bisection_finds_the_threshold),
         cmocka_unit_test(recorded_curve_rebuilt_backwards),

@@ -104,7 +104,8 @@ static coop_status measure_policy(const replay_prepared *p, const replay_policy_
 }
 
 coop_status replay_measure(const trace *t, const replay_choice *choices, size_t count,
-                           const replay_measure_options *opt, replay_row *rows, size_t *filled)
+                           const replay_measure_options *opt, replay_row *rows, size_t *filled,
+                           size_t *failed)
 {
     *filled = 0;
     replay_prepared p;
@@ -132,8 +133,16 @@ coop_status replay_measure(const trace *t, const replay_choice *choices, size_t 
             continue;
         }
         st = measure_policy(&p, choices[i].ops, opt, row);
-        if (st == COOP_OK)
+        if (st == COOP_OK) {
             (*filled)++;
+        } else if (st != COOP_ERR_HOST_NOMEM) {
+            /* one policy failing (e.g. a --page its backend refuses) leaves
+             * the others' figures standing: say so and go on */
+            fprintf(stderr, "%scoop replay: %s: %s skipped: %s\n", opt->progress ? "\r\033[K" : "",
+                    row->trace, choices[i].name, coop_last_error());
+            (*failed)++;
+            st = COOP_OK;
+        }
     }
     if (opt->progress)
         fprintf(stderr, "\r\033[K");

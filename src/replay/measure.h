@@ -28,8 +28,13 @@ typedef struct replay_measure_options {
 } replay_measure_options;
 
 /* Fills rows[0 .. count-1] (one per choice, in order; a `recorded` choice on
- * a trace without segments is skipped, so *filled may be < count). */
+ * a trace without segments is skipped, so *filled may be < count). A policy
+ * that fails (its backend refuses the configuration, say) is reported on
+ * stderr, counted in *failed (not reset) and skipped; errors in the trace
+ * itself (found before any policy runs) and host memory exhaustion end the
+ * measurement with their status. */
 coop_status replay_measure(const trace *t, const replay_choice *choices, size_t count,
-                           const replay_measure_options *opt, replay_row *rows, size_t *filled);
+                           const replay_measure_options *opt, replay_row *rows, size_t *filled,
+                           size_t *failed);
 
 #endif

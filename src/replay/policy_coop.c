@@ -11,21 +11,35 @@
 #include "replay/policy.h"
 #include "status.h"
 
+typedef struct coop_policy {
+    coop_pool *pool;
+    bool below_one_page; /* the capacity holds no whole page: every malloc fails */
+} coop_policy;
+
 static coop_status create_pool(uint64_t capacity, uint64_t page, bool vmm, void **state)
 {
+    coop_policy *p = calloc(1, sizeof *p);
+    if (!p)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop policy: out of host memory");
     coop_config config;
     coop_config_default(&config);
     config.backend = COOP_BACKEND_HOST;
     config.page_size = page;
     config.use_vmm = vmm;
-    /* Mapping happens in whole pages: a capacity between two page multiples
-     * allows exactly what the lower multiple allows. */
-    config.capacity = vmm && capacity >= page ? capacity / page * page : capacity;
-    coop_pool *pool = NULL;
-    coop_status st = coop_pool_create(&config, &pool);
-    if (st != COOP_OK)
+    /* The pool rounds its capacity up to whole pages; replay must not hand
+     * it more than asked, so round down (mapping is in whole pages anyway:
+     * a capacity between two multiples allows what the lower one allows). */
+    config.capacity = capacity / page * page;
+    if (config.capacity == 0) {
+        p->below_one_page = true;
+        config.capacity = page;
+    }
+    coop_status st = coop_pool_create(&config, &p->pool);
+    if (st != COOP_OK) {
+        free(p);
         return st;
-    *state = pool;
+    }
+    *state = p;
     return COOP_OK;
 }
 
@@ -41,8 +55,11 @@ static coop_status coop_segments_create(uint64_t capacity, uint64_t page, void *
 
 static coop_status coop_policy_malloc(void *state, uint64_t size, uint64_t stream, uintptr_t *addr)
 {
+    coop_policy *cp = state;
+    if (cp->below_one_page)
+        return coop_set_error(COOP_ERR_NOMEM, "coop policy: the capacity holds no whole page");
     coop_status st = COOP_OK;
-    void *p = coop_malloc(state, (size_t)size, (coop_stream)stream, COOP_ALLOC_LOW, &st);
+    void *p = coop_malloc(cp->pool, (size_t)size, (coop_stream)stream, COOP_ALLOC_LOW, &st);
     if (!p)
         return st == COOP_OK ? COOP_ERR_NOMEM : st;
     *addr = (uintptr_t)p;
@@ -52,16 +69,18 @@ static coop_status coop_policy_malloc(void *state, uint64_t size, uint64_t strea
 static coop_status coop_policy_free(void *state, uintptr_t addr, uint64_t size)
 {
     (void)size;
-    return coop_free(state, (void *)addr);
+    return coop_free(((coop_policy *)state)->pool, (void *)addr);
 }
 
 static void coop_policy_stats(void *state, replay_policy_stats *out)
 {
     coop_stats s;
-    coop_get_stats(state, &s);
+    coop_get_stats(((coop_policy *)state)->pool, &s);
     *out = (replay_policy_stats){
         .reserved_bytes = (uint64_t)s.reserved_bytes.current,
-        .map_bytes = s.map_bytes,
+        /* every byte that ever became reserved: page mappings (VMM) or whole
+         * segments (without VMM, where the pool's map_bytes stays 0) */
+        .map_bytes = (uint64_t)s.reserved_bytes.allocated,
         .active_bytes = (uint64_t)s.allocated_bytes.current,
         .free_bytes = s.free_bytes,
         .largest_free = s.largest_free_block,
@@ -71,7 +90,11 @@ static void coop_policy_stats(void *state, replay_policy_stats *out)
 
 static void coop_policy_destroy(void *state)
 {
-    coop_pool_destroy(state);
+    coop_policy *p = state;
+    if (!p)
+        return;
+    coop_pool_destroy(p->pool);
+    free(p);
 }
 
 const replay_policy_ops replay_policy_coop = {
