@@ -13,6 +13,11 @@
  * figures do not depend on the wall clock); on out-of-memory the policy purges
  * the arena (decommitting every cached page) and retries once.
  *
+ * Fragmentation figures need the free space, which jemalloc does not expose:
+ * the policy keeps it itself (free_ranges.h) from the hooks (committed and
+ * decommitted ranges) and the allocations (their usable sizes), applying the
+ * changes only when the figures are read so that timing sees jemalloc alone.
+ *
  * jemalloc's metadata goes to host memory where the build offers
  * experimental.arenas_create_ext with metadata_use_hooks = false; otherwise
  * it is written through the hooks into the range (hence read/write) and
@@ -27,6 +32,7 @@
 
 #include <jemalloc/jemalloc.h>
 
+#include "replay/free_ranges.h"
 #include "replay/policy.h"
 #include "status.h"
 
@@ -37,7 +43,70 @@ typedef struct jemalloc_state {
     char *range;
     uint64_t range_size, range_used; /* bump pointer over the reservation */
     uint64_t capacity, committed, map_bytes, active;
+    free_ranges free; /* committed bytes no allocation covers */
+    /* Free-space changes are logged in order and applied when the figures
+     * are read, so that the timed malloc / free calls cost jemalloc's work
+     * plus an append, not the bookkeeping replay adds around jemalloc. */
+    struct space_change *log;
+    size_t log_len, log_cap;
+    bool log_failed;
 } jemalloc_state;
+
+typedef enum space_change_kind {
+    RANGE_FREED,     /* [addr, addr+size) became committed: free until allocated */
+    RANGE_TAKEN,     /* [addr, addr+size) decommitted or destroyed */
+    BLOCK_ALLOCATED, /* jemalloc returned addr for size requested bytes */
+    BLOCK_RELEASED,  /* the block at addr (size requested bytes) was freed */
+} space_change_kind;
+
+typedef struct space_change {
+    space_change_kind kind;
+    uint64_t addr, size;
+} space_change;
+
+static void log_change(jemalloc_state *s, space_change_kind kind, uint64_t addr, uint64_t size)
+{
+    if (s->log_len == s->log_cap) {
+        size_t cap = s->log_cap ? 2 * s->log_cap : 256;
+        space_change *grown = realloc(s->log, cap * sizeof *grown);
+        if (!grown) {
+            s->log_failed = true;
+            return;
+        }
+        s->log = grown;
+        s->log_cap = cap;
+    }
+    s->log[s->log_len++] = (space_change){.kind = kind, .addr = addr, .size = size};
+}
+
+/* Applies the logged changes to the free-range set and the active bytes. */
+static void apply_log(jemalloc_state *s)
+{
+    for (size_t i = 0; i < s->log_len; i++) {
+        const space_change *c = &s->log[i];
+        /* nallocx: the usable size jemalloc gives a request, as sallocx would */
+        uint64_t usable;
+        switch (c->kind) {
+        case RANGE_FREED:
+            free_ranges_add(&s->free, c->addr, c->size);
+            break;
+        case RANGE_TAKEN:
+            free_ranges_remove(&s->free, c->addr, c->size);
+            break;
+        case BLOCK_ALLOCATED:
+            usable = nallocx(c->size, s->flags);
+            s->active += usable;
+            free_ranges_remove(&s->free, c->addr, usable);
+            break;
+        case BLOCK_RELEASED:
+            usable = nallocx(c->size, s->flags);
+            s->active -= usable;
+            free_ranges_add(&s->free, c->addr, usable);
+            break;
+        }
+    }
+    s->log_len = 0;
+}
 
 static jemalloc_state *state_of(extent_hooks_t *hooks)
 {
@@ -67,6 +136,8 @@ static void *hook_alloc(extent_hooks_t *hooks, void *new_addr, size_t size, size
         return NULL;
     if (*commit && !commit_bytes(s, size))
         return NULL;
+    if (*commit)
+        log_change(s, RANGE_FREED, (uint64_t)(uintptr_t)(s->range + start), size);
     s->range_used = start + size;
     *zero = true; /* never-touched MAP_NORESERVE pages read as zero */
     return s->range + start;
@@ -83,24 +154,32 @@ static bool hook_dalloc(extent_hooks_t *hooks, void *addr, size_t size, bool com
 static void hook_destroy(extent_hooks_t *hooks, void *addr, size_t size, bool committed,
                          unsigned arena_ind)
 {
-    (void)addr, (void)arena_ind;
+    (void)arena_ind;
     jemalloc_state *s = state_of(hooks);
-    if (committed)
+    if (committed) {
         s->committed -= size;
+        log_change(s, RANGE_TAKEN, (uint64_t)(uintptr_t)addr, size);
+    }
 }
 
 static bool hook_commit(extent_hooks_t *hooks, void *addr, size_t size, size_t offset,
                         size_t length, unsigned arena_ind)
 {
-    (void)addr, (void)size, (void)offset, (void)arena_ind;
-    return !commit_bytes(state_of(hooks), length);
+    (void)size, (void)arena_ind;
+    jemalloc_state *s = state_of(hooks);
+    if (!commit_bytes(s, length))
+        return true;
+    log_change(s, RANGE_FREED, (uint64_t)(uintptr_t)addr + offset, length);
+    return false;
 }
 
 static bool hook_decommit(extent_hooks_t *hooks, void *addr, size_t size, size_t offset,
                           size_t length, unsigned arena_ind)
 {
-    (void)addr, (void)size, (void)offset, (void)arena_ind;
-    state_of(hooks)->committed -= length;
+    (void)size, (void)arena_ind;
+    jemalloc_state *s = state_of(hooks);
+    s->committed -= length;
+    log_change(s, RANGE_TAKEN, (uint64_t)(uintptr_t)addr + offset, length);
     return false;
 }
 
@@ -202,32 +281,34 @@ static coop_status jemalloc_malloc(void *state, uint64_t size, uint64_t stream, 
                               "jemalloc policy: %llu bytes do not fit (committed %llu of %llu)",
                               (unsigned long long)size, (unsigned long long)s->committed,
                               (unsigned long long)s->capacity);
-    s->active += sallocx(p, s->flags);
+    log_change(s, BLOCK_ALLOCATED, (uint64_t)(uintptr_t)p, size);
     *addr = (uintptr_t)p;
     return COOP_OK;
 }
 
 static coop_status jemalloc_free(void *state, uintptr_t addr, uint64_t size)
 {
-    (void)size;
     jemalloc_state *s = state;
     void *p = (void *)addr;
-    s->active -= sallocx(p, s->flags);
-    dallocx(p, s->flags);
+    /* sdallocx: the size is known, as a sized delete would pass it */
+    log_change(s, BLOCK_RELEASED, (uint64_t)addr, size); /* before: dallocx may decommit */
+    sdallocx(p, size, s->flags);
     return COOP_OK;
 }
 
 static void jemalloc_stats(void *state, replay_policy_stats *out)
 {
     jemalloc_state *s = state;
-    /* jemalloc does not expose its free extents: free bytes are the committed
-     * bytes no allocation uses, the largest free block is unknown */
+    apply_log(s);
+    /* free space as tracked through the hooks and the allocations: committed
+     * bytes outside every allocation's usable size (slab regions included) */
     *out = (replay_policy_stats){
         .reserved_bytes = s->committed,
         .map_bytes = s->map_bytes,
         .active_bytes = s->active,
-        .free_bytes = s->committed > s->active ? s->committed - s->active : 0,
-        .has_free_blocks = false,
+        .free_bytes = s->free.total,
+        .largest_free = free_ranges_largest(&s->free),
+        .has_free_blocks = !s->free.failed && !s->log_failed,
     };
 }
 
@@ -240,6 +321,8 @@ static void jemalloc_destroy(void *state)
     snprintf(name, sizeof name, "arena.%u.destroy", s->arena);
     mallctl(name, NULL, NULL, NULL, 0);
     munmap(s->range, s->range_size);
+    free_ranges_clear(&s->free);
+    free(s->log);
     free(s);
 }
 

@@ -7,6 +7,7 @@ libcooptools_la_SOURCES += \
 	src/replay/policy_ideal.c \
 	src/replay/block_tree.c src/replay/block_tree.h \
 	src/replay/block_map.c src/replay/block_map.h \
+	src/replay/free_ranges.c src/replay/free_ranges.h \
 	src/replay/engine.c src/replay/engine.h \
 	src/replay/recorded.c src/replay/recorded.h \
 	src/replay/measure.c src/replay/measure.h \
@@ -21,4 +22,13 @@ tests_replay_policy_test_SOURCES = tests/replay_policy_test.c
 tests_replay_policy_test_CFLAGS = $(TESTCFLAGS)
 tests_replay_policy_test_LDADD = $(TESTLIBS)
 tests_replay_policy_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/replay_free_ranges_test
+TESTS += tests/replay_free_ranges_test
+tests_replay_free_ranges_test_SOURCES = tests/replay_free_ranges_test.c
+tests_replay_free_ranges_test_CFLAGS = $(TESTCFLAGS)
+tests_replay_free_ranges_test_LDADD = $(TESTLIBS)
+tests_replay_free_ranges_test_LDFLAGS = $(TESTLDFLAGS)
 endif
