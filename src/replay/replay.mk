@@ -32,3 +32,7 @@ tests_replay_free_ranges_test_CFLAGS = $(TESTCFLAGS)
 tests_replay_free_ranges_test_LDADD = $(TESTLIBS)
 tests_replay_free_ranges_test_LDFLAGS = $(TESTLDFLAGS)
 endif
+
+# the plot script's test needs Debian's python3-matplotlib (it skips without)
+TESTS += tests/replay_plot_test.py
+EXTRA_DIST += tests/replay_plot_test.py
