@@ -112,7 +112,7 @@ typedef struct arena {
     coop_backend *backend;
     meta_heap *heap;
     arena_params params;
-    unsigned page_shift;   /* log2(params.page_size): page arithmetic without division */
+    unsigned page_shift;         /* log2(params.page_size): page arithmetic without division */
     coop_stream reserved_stream; /* last stream whose free-index set is known to exist */
     arena_segment *first_segment, *last_segment;
     size_t num_segments;

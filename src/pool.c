@@ -300,12 +300,12 @@ void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsig
                             (unsigned long)stream, flags);
         goto out;
     }
-    uint64_t rounded = round_up((uint64_t)size, COOP_ALIGN);
     if ((uint64_t)size > pool->arena.params.capacity) {
         pool->num_ooms++;
-        st = oom_message(pool, size, rounded, stream);
+        st = oom_message(pool, size, (uint64_t)size, stream);
         goto out;
     }
+    uint64_t rounded = round_up((uint64_t)size, COOP_ALIGN);
     bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
     if (pool->pending)
         pool_process_pending_locked(pool);

@@ -15,7 +15,8 @@
  * (metadata_use_hooks is on by default in 5.3), so PROT_NONE would fault; we
  * never touch the blocks, so the untouched pages cost nothing. It also gets
  * an explicit tcache, as coop's metadata heap has. Its footprint is counted
- * from what the hooks hand out.
+ * from what the hooks hand out (retained extents included); coop's is its
+ * reserved (mapped) bytes. The table's ratio is coop's time over jemalloc's.
  */
 #include <jemalloc/jemalloc.h>
 #include <math.h>
@@ -114,12 +115,16 @@ static int cmp_double(const void *a, const void *b)
 typedef struct allocator {
     void *(*alloc)(void *ctx, size_t size);
     void (*release)(void *ctx, void *ptr, size_t size);
+    uint64_t (*footprint)(void *ctx); /* device bytes held now */
     void *ctx;
 } allocator;
 
 /* Fills the live set, warms up with one pass of pairs, then times batches.
- * Returns the median ns per pair, or a negative value on failure. */
-static double run_pairs(const allocator *a, const workload *w, size_t batches)
+ * Returns the median ns per pair, or a negative value on failure; *footprint
+ * gets the allocator's footprint at the end of the steady state, *live_bytes
+ * the bytes asked for by the live blocks then. */
+static double run_pairs(const allocator *a, const workload *w, size_t batches, uint64_t *footprint,
+                        uint64_t *live_bytes)
 {
     void **slot = malloc(w->live * sizeof *slot);
     size_t *slot_size = malloc(w->live * sizeof *slot_size);
@@ -149,6 +154,10 @@ static double run_pairs(const allocator *a, const workload *w, size_t batches)
     }
     qsort(batch_ns, batches, sizeof *batch_ns, cmp_double);
     result = batch_ns[batches / 2] / BATCH;
+    *footprint = a->footprint(a->ctx);
+    *live_bytes = 0;
+    for (size_t i = 0; i < w->live; i++)
+        *live_bytes += slot_size[i];
 out:
     for (size_t i = 0; slot && i < w->live; i++)
         if (slot[i])
@@ -170,6 +179,13 @@ static void coop_release_cb(void *ctx, void *ptr, size_t size)
 {
     (void)size;
     coop_free(ctx, ptr);
+}
+
+static uint64_t coop_footprint_cb(void *ctx)
+{
+    coop_stats s;
+    coop_get_stats(ctx, &s);
+    return (uint64_t)s.reserved_bytes.current;
 }
 
 /* ---- jemalloc peer: a private arena over NORESERVE address space ---- */
@@ -201,21 +217,21 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
     return (void *)aligned;
 }
 
+/* Opting out of dalloc makes jemalloc retain the range for reuse, as its
+ * default hooks do on Linux (opt.retain): no munmap / mmap churn. */
 static bool hook_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed,
                         unsigned arena_ind)
 {
-    (void)h;
-    (void)committed;
-    (void)arena_ind;
-    munmap(addr, size);
-    je_mapped -= size;
-    return false;
+    (void)h, (void)addr, (void)size, (void)committed, (void)arena_ind;
+    return true;
 }
 
 static void hook_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed,
                          unsigned arena_ind)
 {
-    hook_dalloc(h, addr, size, committed, arena_ind);
+    (void)h, (void)committed, (void)arena_ind;
+    munmap(addr, size);
+    je_mapped -= size;
 }
 
 /* Split and merge are plain bookkeeping for anonymous mappings. */
@@ -279,12 +295,19 @@ static void je_release_cb(void *ctx, void *ptr, size_t size)
     sdallocx(ptr, size, ((je_peer *)ctx)->flags);
 }
 
+static uint64_t je_footprint_cb(void *ctx)
+{
+    (void)ctx;
+    return je_mapped;
+}
+
 /* ---- Command ---- */
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: coop bench [--json] [--batches N] [--live N[,N...]] [--seed N]\n"
+            "                  [--only coop|jemalloc] [--capacity-gib N]\n"
             "\n"
             "Times malloc+free pairs (sizes log-uniform 512 B .. 256 MiB) on coop's host\n"
             "backend and on jemalloc (mallocx/dallocx, private arena) in the steady state\n"
@@ -292,7 +315,8 @@ static void usage(FILE *out)
             "of %d pairs (default 200 batches).\n"
             "\n"
             "  --json       one JSON object per live count: live_blocks, coop_ns_per_pair,\n"
-            "               jemalloc_ns_per_pair\n"
+            "               jemalloc_ns_per_pair, and each one's footprint over the live\n"
+            "               bytes at the end (coop: mapped pages; jemalloc: extents held)\n"
             "  --batches N  timed batches per live count\n"
             "  --live LIST  comma-separated live-block counts (at most 8)\n"
             "  --seed N     random seed (default 1)\n"
@@ -337,8 +361,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         } else if (!strcmp(arg, "--capacity-gib") && i + 1 < argc) {
             unsigned long long n = strtoull(argv[++i], &end, 10);
             if (*end || n == 0 || n > (1u << 20)) {
-                fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n",
-                        argv[i]);
+                fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n", argv[i]);
                 return 2;
             }
             o->capacity = (uint64_t)n << 30;
@@ -380,8 +403,8 @@ int cmd_bench(int argc, char **argv)
     if (rc >= 0)
         return rc;
     if (!o.json)
-        printf("%12s %16s %20s %8s\n", "live_blocks", "coop_ns_per_pair", "jemalloc_ns_per_pair",
-               "ratio");
+        printf("%12s %16s %20s %8s %14s %18s\n", "live_blocks", "coop_ns_per_pair",
+               "jemalloc_ns_per_pair", "ratio", "coop_footprint", "jemalloc_footprint");
     for (size_t k = 0; k < o.num_live; k++) {
         size_t live = o.live[k];
         rng = o.seed * UINT64_C(0x9E3779B97F4A7C15) + live;
@@ -394,6 +417,7 @@ int cmd_bench(int argc, char **argv)
         }
         /* Capacity: 8 x the expected live bytes (mean size ~20.4 MB), at least 1 TiB. */
         double coop_ns = 0, je_ns = 0;
+        uint64_t coop_bytes = 0, je_bytes = 0, live_bytes = 0;
         coop_config c;
         coop_config_default(&c);
         double mean = (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE));
@@ -409,16 +433,16 @@ int cmd_bench(int argc, char **argv)
                 workload_free(&w);
                 return 1;
             }
-            allocator ca = {coop_alloc_cb, coop_release_cb, pool};
-            coop_ns = run_pairs(&ca, &w, o.batches);
+            allocator ca = {coop_alloc_cb, coop_release_cb, coop_footprint_cb, pool};
+            coop_ns = run_pairs(&ca, &w, o.batches, &coop_bytes, &live_bytes);
             coop_pool_destroy(pool);
         }
         je_peer jp;
         if (o.run_jemalloc) {
             je_ns = -1;
             if (je_peer_create(&jp)) {
-                allocator ja = {je_alloc_cb, je_release_cb, &jp};
-                je_ns = run_pairs(&ja, &w, o.batches);
+                allocator ja = {je_alloc_cb, je_release_cb, je_footprint_cb, &jp};
+                je_ns = run_pairs(&ja, &w, o.batches, &je_bytes, &live_bytes);
                 je_peer_destroy(&jp);
             }
         }
@@ -428,13 +452,17 @@ int cmd_bench(int argc, char **argv)
                     coop_ns < 0 ? coop_last_error() : "jemalloc");
             return 1;
         }
+        /* Footprint over the bytes the live blocks asked for, at the end. */
+        double coop_fp = live_bytes ? (double)coop_bytes / (double)live_bytes : 0;
+        double je_fp = live_bytes ? (double)je_bytes / (double)live_bytes : 0;
         if (o.json)
             printf("{\"live_blocks\": %zu, \"coop_ns_per_pair\": %.1f, "
-                   "\"jemalloc_ns_per_pair\": %.1f}\n",
-                   live, coop_ns, je_ns);
+                   "\"jemalloc_ns_per_pair\": %.1f, \"coop_footprint_over_live\": %.3f, "
+                   "\"jemalloc_footprint_over_live\": %.3f}\n",
+                   live, coop_ns, je_ns, coop_fp, je_fp);
         else
-            printf("%12zu %16.1f %20.1f %8.2f\n", live, coop_ns, je_ns,
-                   je_ns > 0 ? coop_ns / je_ns : 0);
+            printf("%12zu %16.1f %20.1f %8.2f %14.3f %18.3f\n", live, coop_ns, je_ns,
+                   je_ns > 0 ? coop_ns / je_ns : 0, coop_fp, je_fp);
         fflush(stdout);
     }
     return 0;
