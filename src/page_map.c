@@ -2,6 +2,16 @@
 #include "page_map.h"
 #include "status.h"
 
+/* Portable popcount: without -mpopcnt, __builtin_popcountll is a libgcc call
+ * with a table per byte; this SWAR form is a dozen instructions. */
+static inline unsigned popcount64(uint64_t x)
+{
+    x = x - ((x >> 1) & UINT64_C(0x5555555555555555));
+    x = (x & UINT64_C(0x3333333333333333)) + ((x >> 2) & UINT64_C(0x3333333333333333));
+    x = (x + (x >> 4)) & UINT64_C(0x0F0F0F0F0F0F0F0F);
+    return (unsigned)((x * UINT64_C(0x0101010101010101)) >> 56);
+}
+
 coop_status page_map_init(page_map *pm, size_t num_pages, meta_heap *heap)
 {
     size_t words = (num_pages + 63) / 64;
@@ -35,7 +45,7 @@ size_t page_map_count(const page_map *pm, size_t first, size_t end)
         size_t w = first >> 6;
         unsigned lo = first & 63;
         unsigned hi = (end - (w << 6)) >= 64 ? 64 : (unsigned)(end - (w << 6));
-        n += (size_t)__builtin_popcountll(pm->bits[w] & word_mask(lo, hi));
+        n += (size_t)popcount64(pm->bits[w] & word_mask(lo, hi));
         first = (w << 6) + hi;
     }
     return n;
@@ -75,7 +85,7 @@ void page_map_set(page_map *pm, size_t first, size_t end, bool mapped)
         unsigned lo = first & 63;
         unsigned hi = (end - (w << 6)) >= 64 ? 64 : (unsigned)(end - (w << 6));
         uint64_t mask = word_mask(lo, hi);
-        size_t before = (size_t)__builtin_popcountll(pm->bits[w] & mask);
+        size_t before = (size_t)popcount64(pm->bits[w] & mask);
         if (mapped) {
             pm->bits[w] |= mask;
             pm->num_mapped += (hi - lo) - before;
@@ -91,6 +101,6 @@ size_t page_map_popcount(const page_map *pm)
 {
     size_t n = 0;
     for (size_t w = 0; w < (pm->num_pages + 63) / 64; w++)
-        n += (size_t)__builtin_popcountll(pm->bits[w]);
+        n += (size_t)popcount64(pm->bits[w]);
     return n;
 }
