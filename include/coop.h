@@ -77,12 +77,15 @@ typedef enum coop_alloc_flags {
 typedef struct coop_config {
     coop_backend_kind backend;
     int device;             /* CUDA device ordinal (ignored by the host backend) */
-    uint64_t capacity;      /* most bytes mapped at once; 0 = device's total (CUDA) or 80 GiB (host) */
-    uint64_t page_size;     /* physical mapping granularity; 0 = backend's (2 MiB) */
+    uint64_t capacity;      /* most bytes mapped at once; 0 = device's total (CUDA) or 80 GiB
+                             * (host: the simulated device is this size); rounded up to pages */
+    uint64_t page_size;     /* physical mapping granularity: a power of two, a multiple of the
+                             * backend's; 0 = backend's (2 MiB) */
     uint64_t va_size;       /* virtual range reserved; 0 = 4 x capacity */
     uint64_t segment_size;  /* segment size without VMM; 0 = 20 MiB */
     uint64_t min_split;     /* smallest remainder a split leaves; 0 = 512 */
-    bool use_vmm;           /* map pages on demand (true) or fixed segments (false) */
+    bool use_vmm;           /* map pages on demand (true) or fixed segments (false); a backend
+                             * without VMM uses segments (coop_pool_config says which) */
     bool check;             /* run coop_pool_check after every operation (slow) */
     unsigned fault_kinds;   /* tests: COOP_FAULT_* mask armed from creation on */
     uint64_t fault_nth;     /* tests: fail the Nth call of fault_kinds (0 = never) */
@@ -107,21 +110,29 @@ void coop_pool_destroy(coop_pool *pool);
 void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
                   coop_status *status);
 
-/* Frees a pointer returned by coop_malloc. Foreign pointers, interior pointers
- * and double frees return a distinct status and leave the pool untouched.
- * A block used on other streams (coop_record_stream) becomes reusable only
- * once events recorded now on those streams complete. */
+/* Frees a pointer returned by coop_malloc; NULL is a no-op. Foreign pointers
+ * (COOP_ERR_FOREIGN_PTR), interior pointers (COOP_ERR_INTERIOR_PTR) and
+ * double frees (COOP_ERR_DOUBLE_FREE: the block is free or pending) return a
+ * distinct status, with the address in coop_last_error(), and leave the pool
+ * untouched. The block is reusable at once on its allocation stream. A block
+ * used on other streams (coop_record_stream) becomes pending: events are
+ * recorded now on those streams and the block is reusable once they complete
+ * (checked at the next allocations). If recording an event fails the block
+ * stays allocated and the status says why. */
 coop_status coop_free(coop_pool *pool, void *ptr);
 
-/* Marks ptr as used on stream (besides its allocation stream). */
+/* Marks ptr as used on stream (besides its allocation stream; recording the
+ * allocation stream is a no-op). Bad pointers give the statuses of coop_free. */
 coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream);
 
 /* Unmaps every physical page lying wholly inside free blocks (VMM) or releases
  * wholly free segments (without VMM). */
 coop_status coop_empty_cache(coop_pool *pool);
 
-/* Changes the capacity. Lowering it below the mapped bytes releases free
- * pages; COOP_ERR_NOMEM if live blocks still need more. */
+/* Changes the capacity (rounded up to pages; at most the device's memory,
+ * which on the host backend is the capacity given at creation). Lowering it
+ * below the mapped bytes releases free pages / segments; COOP_ERR_NOMEM if
+ * live blocks still need more, and the capacity stays as it was. */
 coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity);
 
 /* The pool's configuration as resolved at creation (defaults filled in). */
@@ -216,7 +227,10 @@ coop_status coop_pool_check(coop_pool *pool);
 coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold);
 
 /* Fault injection: makes the Nth next backend call of the given kinds fail
- * (counting from 1; 0 disarms). kinds is a mask of COOP_FAULT_* values. */
+ * once with COOP_ERR_BACKEND (counting from 1; 0 disarms). kinds is a mask of
+ * COOP_FAULT_* values: RESERVE (address-space reservation), MAP, UNMAP, EVENT
+ * (event record and query), SEGMENT (segment allocation and release).
+ * COOP_ERR_INVALID for unknown kinds. */
 enum {
     COOP_FAULT_RESERVE = 1u << 0,
     COOP_FAULT_MAP = 1u << 1,
