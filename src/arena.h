@@ -7,7 +7,12 @@
  * blocks tile [base, base + top); top grows when no free block fits. Pages
  * are mapped when an allocation first needs them, stay mapped when it is
  * freed, and are unmapped only by arena_reclaim (empty_cache, or when
- * mapping would exceed the capacity). Without VMM, segments are fixed
+ * mapping would exceed the capacity). Reuse of mapped space before mapping
+ * new pages follows from that: free space below the top stays mapped unless
+ * the capacity forced it out, and the top grows (mapping) only when no free
+ * block fits. Best fit itself does not rank candidates by mapping state: that
+ * is not cheap to know per candidate, and under pressure reclaim unmaps
+ * cached pages outside the chosen placement first. Without VMM, segments are fixed
  * backend allocations (segment_size, or larger for big requests), blocks
  * never coalesce across segments, and wholly free segments are released by
  * arena_reclaim.
