@@ -54,7 +54,7 @@ coop_status addr_map_reserve(addr_map *m, size_t extra)
         return COOP_OK;
     /* Rebuild without tombstones, doubling when live entries need it. */
     unsigned log2_slots = 64u - m->shift;
-    while (((size_t)1 << log2_slots) < 4 * (m->count + extra))
+    while (((size_t)1 << log2_slots) < 3 * (m->count + extra))
         log2_slots++;
     addr_map old = *m;
     coop_status st = alloc_table(m, log2_slots);
