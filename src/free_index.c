@@ -19,11 +19,13 @@ static inline uint64_t priority(uintptr_t addr)
 
 /* ---- Sets ---- */
 
-static free_index_set *find_set(const free_index *fi, coop_stream stream)
+static free_index_set *find_set(free_index *fi, coop_stream stream)
 {
+    if (fi->last_set && fi->last_set->stream == stream)
+        return fi->last_set;
     for (size_t i = 0; i < fi->num_sets; i++)
         if (fi->sets[i]->stream == stream)
-            return fi->sets[i];
+            return fi->last_set = fi->sets[i];
     return NULL;
 }
 
@@ -80,6 +82,7 @@ void free_index_init(free_index *fi, coop_stream any_tag, meta_heap *heap)
     fi->num_sets = fi->cap_sets = 0;
     fi->count = 0;
     fi->any = any_tag;
+    fi->any_set = fi->last_set = NULL;
     fi->heap = heap;
 }
 
@@ -112,6 +115,8 @@ coop_status free_index_reserve(free_index *fi, coop_stream stream)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a free-index set");
     set->stream = stream;
     fi->sets[fi->num_sets++] = set;
+    if (stream == fi->any)
+        fi->any_set = set;
     return COOP_OK;
 }
 
@@ -242,21 +247,18 @@ static free_index_node *set_lower_bound(const free_index_set *set, uint64_t size
     return bin < FREE_INDEX_BINS ? leftmost(set->bins[bin]) : NULL;
 }
 
-free_index_node *free_index_best_fit(const free_index *fi, uint64_t size, coop_stream stream)
+free_index_node *free_index_best_fit(free_index *fi, uint64_t size, coop_stream stream)
 {
-    free_index_node *best = NULL;
-    for (size_t i = 0; i < fi->num_sets; i++) {
-        const free_index_set *set = fi->sets[i];
-        if ((set->stream != stream && set->stream != fi->any) || set->count == 0)
-            continue;
-        free_index_node *n = set_lower_bound(set, size);
-        if (n && (!best || key_less(n->size, n->addr, best->size, best->addr)))
-            best = n;
-    }
-    return best;
+    const free_index_set *own = stream == fi->any ? NULL : find_set(fi, stream);
+    const free_index_set *any = fi->any_set;
+    free_index_node *a = own && own->count ? set_lower_bound(own, size) : NULL;
+    free_index_node *b = any && any->count ? set_lower_bound(any, size) : NULL;
+    if (!a || (b && key_less(b->size, b->addr, a->size, a->addr)))
+        return b;
+    return a;
 }
 
-free_index_node *free_index_first(const free_index *fi, coop_stream stream)
+free_index_node *free_index_first(free_index *fi, coop_stream stream)
 {
     free_index_set *set = find_set(fi, stream);
     if (!set || set->count == 0)
@@ -278,7 +280,10 @@ free_index_node *free_index_max(const free_index *fi)
 
 bool free_index_contains(const free_index *fi, const free_index_node *node)
 {
-    const free_index_set *set = find_set(fi, node->stream);
+    const free_index_set *set = NULL;
+    for (size_t i = 0; i < fi->num_sets && !set; i++)
+        if (fi->sets[i]->stream == node->stream)
+            set = fi->sets[i];
     const free_index_node *n = set ? set->bins[bin_of(node->size)] : NULL;
     while (n && n != node)
         n = key_less(node->size, node->addr, n->size, n->addr) ? n->left : n->right;

@@ -53,8 +53,10 @@ typedef struct free_index_set {
 typedef struct free_index {
     free_index_set **sets; /* unordered; a set stays (possibly empty) once created */
     size_t num_sets, cap_sets;
-    size_t count;    /* nodes over all sets */
-    coop_stream any; /* the tag usable from every stream */
+    size_t count;             /* nodes over all sets */
+    coop_stream any;          /* the tag usable from every stream */
+    free_index_set *any_set;  /* the set of "any" (once reserved) */
+    free_index_set *last_set; /* the set found last: streams repeat */
     meta_heap *heap;
 } free_index;
 
@@ -72,9 +74,9 @@ void free_index_remove(free_index *fi, free_index_node *node);
 
 /* Smallest (size, addr) >= (size, 0) among stream's set and the any set;
  * NULL if none fits. */
-free_index_node *free_index_best_fit(const free_index *fi, uint64_t size, coop_stream stream);
+free_index_node *free_index_best_fit(free_index *fi, uint64_t size, coop_stream stream);
 /* Smallest node of one stream's set (NULL if empty or no set). */
-free_index_node *free_index_first(const free_index *fi, coop_stream stream);
+free_index_node *free_index_first(free_index *fi, coop_stream stream);
 /* Largest node over all sets, NULL if empty. O(sets x depth). */
 free_index_node *free_index_max(const free_index *fi);
 /* True iff node is reachable in its stream's set by key search. */
