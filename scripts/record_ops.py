@@ -5,7 +5,7 @@ Every aten operator of the step is captured with a TorchDispatchMode (the
 Python dispatch key, below autograd, so the forward, the backward pass run by
 the autograd engine and the optimizer's in-place updates are all seen), with
 its tensor inputs, fresh outputs, storage aliasing, in-place mutations,
-measured wall-clock time, and the moment each tensor dies.
+measured time, and the moment each tensor dies.
 
 Output: one JSON object per line, the instruction set of the DTR prototype's
 logs (uwsampl/dtr-prototype; ../shared/workloads/README.md):
@@ -14,7 +14,8 @@ logs (uwsampl/dtr-prototype; ../shared/workloads/README.md):
   CONSTANT  NAME, then MEMORY: a tensor alive before the step (parameters,
             buffers, optimizer state, the batch), or first seen as an input
   CALL      NAME (aten op), ARGS (tensor names), RESULT (fresh tensor names),
-            TIME (ns, measured); each result is followed by MEMORY (bytes of
+            TIME (ns, measured: CPU time of the recording thread during the
+            op, see --clock); each result is followed by MEMORY (bytes of
             its storage, a string) and ALIAS ("-1": fresh storage, "k": shares
             the storage of ARGS[k])
   MUTATE    NAME, ARGS, MUTATE (indices into ARGS that the op writes, from the
@@ -26,8 +27,13 @@ An op that both returns fresh tensors and writes an argument gives a CALL
 (with the time) then a MUTATE with TIME "0". Ops with no tensor result and no
 written argument (e.g. .item()) are not logged. Names are "x<N>".
 
+Timing: intra-op parallelism is set to one thread and TIME is the thread's
+CPU time (CLOCK_THREAD_CPUTIME_ID), which on a shared machine excludes time
+the scheduler gave to other processes; --clock wall measures wall time
+instead (then use all threads you like, on a quiet machine).
+
 Usage:
-  record_ops.py [--out-dir DIR] [--batch N] MODEL ...     (models.ALL)
+  record_ops.py [--out-dir DIR] [--batch N] [--clock thread|wall] MODEL ...
   record_ops.py --check LOG ...                           validate logs
 
 Writes DIR/<model>-train-step.ops.jsonl.gz (default DIR: traces/ beside this
@@ -44,9 +50,13 @@ import sys
 import time
 import weakref
 
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+# One BLAS thread unless told otherwise: the default thread clock measures only
+# the recording thread (OpenBLAS reads this when torch loads it).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
 
 
 def _dumps(record):
@@ -72,9 +82,10 @@ class OpRecorder(TorchDispatchMode):
     """Dispatch mode that writes DTR-format instructions to `sink` (a
     callable taking one line, without the newline)."""
 
-    def __init__(self, sink):
+    def __init__(self, sink, clock=time.thread_time_ns):
         super().__init__()
         self.sink = sink
+        self.clock = clock
         self.attr = "_coop_op_name_%x" % id(self)  # per recorder: two recorders never mix
         self.next_id = 0
         self.active = True
@@ -162,9 +173,9 @@ class OpRecorder(TorchDispatchMode):
                 self.late_constants[op] = self.late_constants.get(op, 0) + 1
                 self.constant(t)
 
-        t0 = time.perf_counter_ns()
+        t0 = self.clock()
         out = func(*args, **kwargs)
-        dt = time.perf_counter_ns() - t0
+        dt = self.clock() - t0
         self.time_ns += dt
 
         arg_names = [self._name(t) for t, _ in targs]
@@ -204,12 +215,15 @@ class OpRecorder(TorchDispatchMode):
         return out
 
 
-def record_step(workload, sink):
+CLOCKS = {"thread": time.thread_time_ns, "wall": time.perf_counter_ns}
+
+
+def record_step(workload, sink, clock="thread"):
     """Records one steady-state training step of `workload` (models.Workload)
     into `sink`; returns the recorder (for its counters)."""
     workload.warm_up()
     gc.collect()
-    rec = OpRecorder(sink)
+    rec = OpRecorder(sink, CLOCKS[clock])
 
     def step():
         with rec:
@@ -378,6 +392,7 @@ def main(argv=None):
     ap.add_argument("models", nargs="*", help="models to record (%s), or logs with --check" % ", ".join(models.ALL))
     ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
     ap.add_argument("--batch", type=int, default=None, help="override the model's batch size")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="thread", help="how TIME is measured (default: thread)")
     ap.add_argument("--check", action="store_true", help="validate the given log files instead of recording")
     opts = ap.parse_args(argv)
 
@@ -393,20 +408,24 @@ def main(argv=None):
                 status = 1
         return status
 
+    if opts.clock == "thread":
+        torch.set_num_threads(1)  # the thread clock sees only this thread's work
     os.makedirs(opts.out_dir, exist_ok=True)
     for name in opts.models or models.ALL:
+        if name not in models.ALL:
+            ap.error("unknown model %r" % name)
         w = models.build(name, batch=opts.batch)
         path = os.path.join(opts.out_dir, "%s-train-step.ops.jsonl.gz" % name)
         t0 = time.time()
         buf = []
-        rec = record_step(w, buf.append)
+        rec = record_step(w, buf.append, opts.clock)
         elapsed = time.time() - t0
         text = "\n".join(buf) + "\n"
         with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
             gz.write(text.encode())
         summary = check_log(text.splitlines())
         print(
-            "%s: %d lines, %d bytes gz, peak live %d bytes, op time %.2f s, recorded in %.1f s "
+            "%s: %d lines, %d bytes gz, peak live %d bytes, op time %.2f s (%s clock), recorded in %.1f s "
             "(incl. warm-up step), counts %s, late constants %s, unlogged ops %s, config %s"
             % (
                 path,
@@ -414,6 +433,7 @@ def main(argv=None):
                 os.path.getsize(path),
                 summary["peak_live_bytes"],
                 rec.time_ns / 1e9,
+                opts.clock,
                 elapsed,
                 json.dumps(summary["counts"], sort_keys=True),
                 json.dumps(rec.late_constants, sort_keys=True),

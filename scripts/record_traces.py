@@ -33,8 +33,11 @@ import os
 import sys
 import time
 
-import torch
-from torch.profiler import ProfilerActivity, profile, record_function
+# One BLAS thread by default: gentle on a shared machine; allocations do not depend on it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
 MARKER = "coop::recorded_step"
 
