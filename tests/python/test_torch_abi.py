@@ -492,6 +492,32 @@ class Install(unittest.TestCase):
             ctorch.install(torch_module=real)
         self.assertIn("PyTorch >= 2.0", str(cm.exception))
 
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_patched_torch_reports_coop(self):
+        """torch's own memory_allocated() & co. (which call memory_stats) and
+        _snapshot() read coop's pools once patched (done in a child: the
+        patch is for the whole process)."""
+        r = run_child(
+            "import torch\n"
+            "names = ctorch.patch_torch(torch)\n"
+            "p = lib.coop_torch_malloc(3 << 20, 0, None)\n"
+            "q = lib.coop_torch_malloc(1000, 0, None)\n"
+            "print(torch.cuda.memory_allocated(0), torch.cuda.max_memory_reserved(0))\n"
+            "lib.coop_torch_free(q, 1000, 0, None)\n"
+            "torch.cuda.reset_peak_memory_stats(0)\n"
+            "print(torch.cuda.max_memory_allocated(0))\n"
+            "torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=10)\n"
+            "lib.coop_torch_free(lib.coop_torch_malloc(512, 0, None), 512, 0, None)\n"
+            "snap = torch.cuda.memory._snapshot()\n"
+            "print(len(snap['device_traces'][0]), len(torch.cuda.memory_snapshot()))\n"
+            "print(' '.join(sorted(names)))\n", "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(lines[0].split(), [str((3 << 20) + 1024), str(4 << 20)])
+        self.assertEqual(lines[1], str(3 << 20))
+        self.assertEqual(lines[2].split(), ["3", "1"])
+        self.assertIn("memory_stats", lines[3])
+
     def test_mem_pool_route(self):
         fake = FakeTorch()
         with self.assertRaises(RuntimeError) as cm:
