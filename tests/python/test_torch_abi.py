@@ -567,6 +567,26 @@ class Install(unittest.TestCase):
         self.assertEqual(addresses["set_init_fn"], expected["coop_torch_init"])
 
 
+class Run(unittest.TestCase):
+    def test_run_makes_libcoop_loadable(self):
+        env = dict(os.environ)
+        env.pop("GLIBC_TUNABLES", None)
+        env["PYTHONPATH"] = os.path.join(HERE, "..", "..", "python")
+        code = "import ctypes, os, sys; ctypes.CDLL(sys.argv[1]); print(os.environ['GLIBC_TUNABLES'])"
+        r = subprocess.run([sys.executable, "-m", "coop.run", "-c", code, LIB_PATH], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("optional_static_tls=16384", r.stdout)
+        # and without it the library does not load: the reason coop.run exists
+        r = subprocess.run([sys.executable, "-c",
+                            "import sys, coop.native as n\n"
+                            "try:\n    n.library()\nexcept n.CoopError as e:\n    print(e)\n"],
+                           env=dict(env, COOP_LIBRARY=LIB_PATH), capture_output=True, text=True,
+                           timeout=60)
+        if "static TLS" in r.stdout:
+            self.assertIn("coop.run", r.stdout)
+
+
 class GpuScripts(unittest.TestCase):
     """scripts/gpu/ exit with a clear message where there is no CUDA device."""
 
