@@ -150,7 +150,7 @@ typedef struct coop_stats {
     coop_stat requested_bytes;      /* sizes as asked, before rounding */
     uint64_t num_alloc_retries;     /* allocations that had to release memory and retry */
     uint64_t num_ooms;              /* allocations that failed for lack of memory */
-    uint64_t num_maps, num_unmaps;  /* backend map / unmap calls */
+    uint64_t num_maps, num_unmaps;  /* backend map / unmap calls (segment allocs / frees without VMM) */
     uint64_t map_bytes;             /* total bytes ever mapped (first mappings included) */
     uint64_t capacity;
     uint64_t free_bytes;            /* sum of free blocks */
