@@ -21,10 +21,13 @@ static coop_status alloc_table(addr_map *m, unsigned log2_slots)
     return COOP_OK;
 }
 
+#define TOMBSTONE ((uintptr_t)1)
+
 coop_status addr_map_init(addr_map *m, meta_heap *heap)
 {
     m->heap = heap;
     m->count = 0;
+    m->tombstones = 0;
     return alloc_table(m, 7);
 }
 
@@ -37,25 +40,29 @@ void addr_map_fini(addr_map *m)
 static void place(addr_map *m, uintptr_t key, void *value)
 {
     size_t i = home_slot(m, key);
-    while (m->slots[i].key)
+    while (m->slots[i].key > TOMBSTONE)
         i = (i + 1) & m->mask;
+    if (m->slots[i].key == TOMBSTONE)
+        m->tombstones--;
     m->slots[i].key = key;
     m->slots[i].value = value;
 }
 
 coop_status addr_map_reserve(addr_map *m, size_t extra)
 {
-    if (2 * (m->count + extra) <= m->mask + 1)
+    if (2 * (m->count + m->tombstones + extra) <= m->mask + 1)
         return COOP_OK;
+    /* Rebuild without tombstones, doubling when live entries need it. */
     unsigned log2_slots = 64u - m->shift;
-    while (((size_t)1 << log2_slots) < 2 * (m->count + extra))
+    while (((size_t)1 << log2_slots) < 4 * (m->count + extra))
         log2_slots++;
     addr_map old = *m;
     coop_status st = alloc_table(m, log2_slots);
     if (st != COOP_OK)
         return st;
+    m->tombstones = 0;
     for (size_t i = 0; i <= old.mask; i++)
-        if (old.slots[i].key)
+        if (old.slots[i].key > TOMBSTONE)
             place(m, old.slots[i].key, old.slots[i].value);
     meta_free(m->heap, old.slots, (old.mask + 1) * sizeof *old.slots);
     return COOP_OK;
@@ -75,22 +82,9 @@ void addr_map_remove(addr_map *m, uintptr_t key)
             return;
         i = (i + 1) & m->mask;
     }
-    /* Backward shift: move later entries of the probe run into the hole when
-     * their home slot does not lie cyclically in (hole, j]. */
-    size_t hole = i, j = i;
-    for (;;) {
-        j = (j + 1) & m->mask;
-        if (!m->slots[j].key)
-            break;
-        size_t home = home_slot(m, m->slots[j].key);
-        bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-        if (stays)
-            continue;
-        m->slots[hole] = m->slots[j];
-        hole = j;
-    }
-    m->slots[hole].key = 0;
-    m->slots[hole].value = NULL;
+    m->slots[i].key = TOMBSTONE;
+    m->slots[i].value = NULL;
+    m->tombstones++;
     m->count--;
 }
 

@@ -2,9 +2,10 @@
  * Address map: block start address -> block record, so free(ptr) finds its
  * block in O(1) expected. Open addressing with linear probing: keys sit in
  * the table next to their values, so a lookup costs one cache miss for the
- * slot (plus the block itself) instead of walking a chain of records. The
- * load factor stays at most 1/2; deletion shifts later entries back, so
- * there are no tombstones.
+ * slot (plus the block itself) instead of walking a chain of records.
+ * Deletion leaves a tombstone (O(1)); entries plus tombstones stay at most
+ * half the slots, and the table is rebuilt (amortized O(1)) when they would
+ * not.
  */
 #ifndef COOP_ADDR_MAP_H
 #define COOP_ADDR_MAP_H
@@ -16,7 +17,7 @@
 #include "meta.h"
 
 typedef struct addr_map_slot {
-    uintptr_t key; /* 0: empty (no block starts at address 0) */
+    uintptr_t key; /* 0: empty, 1: deleted (block addresses are 512-aligned, non-zero) */
     void *value;
 } addr_map_slot;
 
@@ -25,6 +26,7 @@ typedef struct addr_map {
     size_t mask;    /* slots - 1, a power of two minus one */
     unsigned shift; /* 64 - log2(slots) */
     size_t count;
+    size_t tombstones;
     meta_heap *heap;
 } addr_map;
 

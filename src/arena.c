@@ -35,10 +35,28 @@ static coop_status reserve_records(arena *a, int n)
     return addr_map_reserve(&a->map, 1);
 }
 
+/* Makes sure blocks allocated on stream can be freed into the index later. */
+static inline coop_status reserve_stream(arena *a, coop_stream stream)
+{
+    if (stream == a->reserved_stream)
+        return COOP_OK;
+    coop_status st = free_index_reserve(&a->index, stream);
+    if (st == COOP_OK)
+        a->reserved_stream = stream;
+    return st;
+}
+
+/* A spare record with links, owner and stream uses cleared; the caller
+ * sets address, size, state and stream. */
 static arena_block *take_record(arena *a)
 {
     arena_block *b = a->spares[--a->num_spares];
-    *b = (arena_block){0};
+    b->index_node.left = b->index_node.right = b->index_node.parent = NULL;
+    b->prev = b->next = NULL;
+    b->counted_split = false;
+    b->requested = 0;
+    b->owner = NULL;
+    b->uses = NULL;
     return b;
 }
 
@@ -150,12 +168,12 @@ uint64_t arena_largest_free(const arena *a)
 
 static inline size_t page_floor(const arena *a, const arena_segment *s, uintptr_t addr)
 {
-    return (size_t)((addr - s->base) / a->params.page_size);
+    return (size_t)((addr - s->base) >> a->page_shift);
 }
 
 static inline size_t page_ceil(const arena *a, const arena_segment *s, uintptr_t addr)
 {
-    return (size_t)((addr - s->base + a->params.page_size - 1) / a->params.page_size);
+    return (size_t)((addr - s->base + a->params.page_size - 1) >> a->page_shift);
 }
 
 uint64_t arena_mapped_bytes_in(const arena *a, const arena_segment *seg, uintptr_t addr,
@@ -209,9 +227,9 @@ static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t 
 }
 
 /* Maps every unmapped page under [lo, hi), reclaiming cached pages elsewhere
- * first if the capacity requires. On failure, pages mapped here are unmapped
- * again (best effort: a page that cannot be unmapped stays mapped, which the
- * invariants allow). */
+ * first if the capacity requires. If a map call fails, the pages mapped
+ * before it stay mapped: they lie in free space or above the top, which the
+ * invariants allow (cached pages, counted in reserved and within capacity). */
 static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintptr_t hi,
                                  bool *reclaimed)
 {
@@ -219,7 +237,7 @@ static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintp
         return COOP_OK;
     uint64_t ps = a->params.page_size;
     size_t first = page_floor(a, s, lo), end = page_ceil(a, s, hi), rf, re;
-    if (!page_map_next_run(&s->pages, first, end, false, &rf, &re))
+    if (page_map_all_set(&s->pages, first, end))
         return COOP_OK; /* the common case: reusing mapped space */
     uint64_t need = (uint64_t)(end - first - page_map_count(&s->pages, first, end)) * ps;
     if (a->reserved + need > a->params.capacity) {
@@ -235,11 +253,8 @@ static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintp
     size_t from = first;
     while (from < end && page_map_next_run(&s->pages, from, end, false, &rf, &re)) {
         coop_status st = a->backend->ops->map(a->backend, s->base + rf * ps, (re - rf) * ps);
-        if (st != COOP_OK) {
-            uint64_t ignored = 0;
-            unmap_pages(a, s, first, rf, &ignored);
+        if (st != COOP_OK)
             return st;
-        }
         page_map_set(&s->pages, rf, re, true);
         count_mapping(a, (re - rf) * ps, true);
         from = re;
@@ -356,7 +371,11 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
 
 coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const arena_params *p)
 {
-    *a = (arena){.backend = backend, .heap = heap, .params = *p};
+    *a = (arena){.backend = backend,
+                 .heap = heap,
+                 .params = *p,
+                 .page_shift = (unsigned)__builtin_ctzll(p->page_size),
+                 .reserved_stream = COOP_STREAM_ANY};
     free_index_init(&a->index, COOP_STREAM_ANY, heap);
     coop_status st = free_index_reserve(&a->index, COOP_STREAM_ANY);
     if (st == COOP_OK)
@@ -464,7 +483,7 @@ coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, 
     *out = NULL;
     coop_status st = reserve_records(a, 2);
     if (st == COOP_OK)
-        st = free_index_reserve(&a->index, stream);
+        st = reserve_stream(a, stream);
     if (st != COOP_OK)
         return st;
     free_index_node *fit = free_index_best_fit(&a->index, size, stream);
@@ -534,7 +553,7 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
             (unsigned long)fb->addr, (unsigned long)fb->stream, (unsigned long)stream);
     coop_status st = reserve_records(a, 2);
     if (st == COOP_OK)
-        st = free_index_reserve(&a->index, stream);
+        st = reserve_stream(a, stream);
     if (st == COOP_OK)
         st = ensure_mapped(a, fb->segment, addr, addr + size, reclaimed);
     if (st != COOP_OK)

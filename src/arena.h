@@ -112,6 +112,8 @@ typedef struct arena {
     coop_backend *backend;
     meta_heap *heap;
     arena_params params;
+    unsigned page_shift;   /* log2(params.page_size): page arithmetic without division */
+    coop_stream reserved_stream; /* last stream whose free-index set is known to exist */
     arena_segment *first_segment, *last_segment;
     size_t num_segments;
     uint64_t reserved; /* bytes mapped (VMM) or in segments */

@@ -4,23 +4,62 @@ libcoop_la_SOURCES += src/status.c src/status.h src/backend.h src/stat.h \
 	src/addr_map.c src/addr_map.h src/page_map.c src/page_map.h \
 	src/arena.c src/arena_check.c src/arena.h \
 	src/backend_host.c src/backend_fault.c \
-	src/pool.c src/pool_stats.c src/pool_check.c src/pool_internal.h
+	src/pool.c src/pool_stats.c src/pool_check.c src/pool_internal.h src/pool_lock.h
 coop_SOURCES += src/cli/cmd_bench.c
 
+# Unit tests per module, the randomized model test, the threaded stress test
+# and the fault sweep.
 if HAVE_CMOCKA
-check_PROGRAMS += tests/pool_test
-TESTS += tests/pool_test
+check_PROGRAMS += tests/meta_test tests/free_index_test tests/addr_map_test \
+	tests/page_map_test tests/backend_host_test tests/backend_fault_test \
+	tests/arena_test tests/pool_test tests/random_model_test tests/stress_test \
+	tests/fault_sweep_test
+TESTS += tests/meta_test tests/free_index_test tests/addr_map_test \
+	tests/page_map_test tests/backend_host_test tests/backend_fault_test \
+	tests/arena_test tests/pool_test tests/random_model_test tests/stress_test \
+	tests/fault_sweep_test
+tests_meta_test_SOURCES = tests/meta_test.c
+tests_meta_test_CFLAGS = $(TESTCFLAGS)
+tests_meta_test_LDADD = $(TESTLIBS)
+tests_meta_test_LDFLAGS = $(TESTLDFLAGS)
+tests_free_index_test_SOURCES = tests/free_index_test.c
+tests_free_index_test_CFLAGS = $(TESTCFLAGS)
+tests_free_index_test_LDADD = $(TESTLIBS)
+tests_free_index_test_LDFLAGS = $(TESTLDFLAGS)
+tests_addr_map_test_SOURCES = tests/addr_map_test.c
+tests_addr_map_test_CFLAGS = $(TESTCFLAGS)
+tests_addr_map_test_LDADD = $(TESTLIBS)
+tests_addr_map_test_LDFLAGS = $(TESTLDFLAGS)
+tests_page_map_test_SOURCES = tests/page_map_test.c
+tests_page_map_test_CFLAGS = $(TESTCFLAGS)
+tests_page_map_test_LDADD = $(TESTLIBS)
+tests_page_map_test_LDFLAGS = $(TESTLDFLAGS)
+tests_backend_host_test_SOURCES = tests/backend_host_test.c
+tests_backend_host_test_CFLAGS = $(TESTCFLAGS)
+tests_backend_host_test_LDADD = $(TESTLIBS)
+tests_backend_host_test_LDFLAGS = $(TESTLDFLAGS)
+tests_backend_fault_test_SOURCES = tests/backend_fault_test.c
+tests_backend_fault_test_CFLAGS = $(TESTCFLAGS)
+tests_backend_fault_test_LDADD = $(TESTLIBS)
+tests_backend_fault_test_LDFLAGS = $(TESTLDFLAGS)
+tests_arena_test_SOURCES = tests/arena_test.c
+tests_arena_test_CFLAGS = $(TESTCFLAGS)
+tests_arena_test_LDADD = $(TESTLIBS)
+tests_arena_test_LDFLAGS = $(TESTLDFLAGS)
 tests_pool_test_SOURCES = tests/pool_test.c
 tests_pool_test_CFLAGS = $(TESTCFLAGS)
 tests_pool_test_LDADD = $(TESTLIBS)
 tests_pool_test_LDFLAGS = $(TESTLDFLAGS)
-endif
-
-if HAVE_CMOCKA
-check_PROGRAMS += tests/random_model_test
-TESTS += tests/random_model_test
 tests_random_model_test_SOURCES = tests/random_model_test.c
 tests_random_model_test_CFLAGS = $(TESTCFLAGS)
 tests_random_model_test_LDADD = $(TESTLIBS)
 tests_random_model_test_LDFLAGS = $(TESTLDFLAGS)
+tests_stress_test_SOURCES = tests/stress_test.c
+tests_stress_test_CFLAGS = $(TESTCFLAGS)
+tests_stress_test_LDADD = $(TESTLIBS)
+tests_stress_test_LDFLAGS = $(TESTLDFLAGS)
+tests_fault_sweep_test_SOURCES = tests/fault_sweep_test.c
+tests_fault_sweep_test_CFLAGS = $(TESTCFLAGS)
+tests_fault_sweep_test_LDADD = $(TESTLIBS)
+tests_fault_sweep_test_LDFLAGS = $(TESTLDFLAGS)
 endif

@@ -97,3 +97,8 @@ void meta_fail_nth(uint64_t nth)
 {
     atomic_store(&fail_countdown, nth);
 }
+
+uint64_t meta_fail_remaining(void)
+{
+    return atomic_load(&fail_countdown);
+}

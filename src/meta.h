@@ -8,7 +8,7 @@
  * ("tcache.create"). A pool only allocates metadata under its lock, so the
  * cache is never used by two threads at once; it makes the record
  * allocation of a split and the release of a merge about as cheap as an
- * intrusive free list (measured: see README, "metadata"), while a
+ * intrusive free list, while a
  * MALLOCX_TCACHE_NONE call goes to the arena's locked bins every time.
  */
 #ifndef COOP_META_H
@@ -41,5 +41,7 @@ void meta_free(meta_heap *heap, void *ptr, size_t size);
 int64_t meta_leaked_allocations(void);
 /* Fails the Nth next metadata allocation of every heap (tests; 0 disarms). */
 void meta_fail_nth(uint64_t nth);
+/* Allocations left before the armed failure (0: fired or never armed). */
+uint64_t meta_fail_remaining(void);
 
 #endif

@@ -27,6 +27,22 @@ static inline bool page_map_test(const page_map *pm, size_t page)
     return (pm->bits[page >> 6] >> (page & 63)) & 1u;
 }
 
+/* True when every page of [first, end) is mapped (first < end). */
+static inline bool page_map_all_set(const page_map *pm, size_t first, size_t end)
+{
+    size_t w = first >> 6, last = (end - 1) >> 6;
+    uint64_t lo_mask = ~UINT64_C(0) << (first & 63);
+    uint64_t hi_mask = ~UINT64_C(0) >> (63 - ((end - 1) & 63));
+    if (w == last)
+        return (~pm->bits[w] & lo_mask & hi_mask) == 0;
+    if (~pm->bits[w] & lo_mask)
+        return false;
+    for (size_t i = w + 1; i < last; i++)
+        if (~pm->bits[i])
+            return false;
+    return (~pm->bits[last] & hi_mask) == 0;
+}
+
 /* Number of set (mapped) bits in [first, end). */
 size_t page_map_count(const page_map *pm, size_t first, size_t end);
 /* Finds the first run of pages in [from, end) whose bit equals mapped; on

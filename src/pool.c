@@ -28,7 +28,7 @@
  * num_alloc_retries counts allocations that released memory or took the slow
  * path; num_ooms counts failures.
  *
- * Locking: one mutex per pool, held for the whole of every public call.
+ * Locking: one mutex per pool (pool_lock.h), held for the whole of every public call.
  * Every operation touches the shared address-ordered structure (free index,
  * neighbours for coalescing, page map, counters), so finer locks would have to
  * be taken together on nearly every path; the critical sections are short
@@ -70,13 +70,8 @@ static coop_status make_backend(const coop_config *c, coop_backend **out)
         break;
     }
     case COOP_BACKEND_CUDA:
-#if __has_include("cuda_driver.h")
-        /* The CUDA area defines this in every build (a stub without cuda.h). */
+        /* Defined in every build: backend_cuda_absent.c reports the missing support. */
         st = coop_backend_cuda_create(c->device, c->use_vmm, &inner);
-#else
-        st = coop_set_error(COOP_ERR_UNSUPPORTED,
-                            "this build has no CUDA backend (configure --with-cuda)");
-#endif
         break;
     default:
         st = coop_set_error(COOP_ERR_INVALID, "unknown backend kind %d", (int)c->backend);
@@ -165,7 +160,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
         free(pool);
         return st;
     }
-    pthread_mutex_init(&pool->lock, NULL);
+    pool_mutex_init(&pool->lock);
     *out = pool;
     return COOP_OK;
 }
@@ -194,7 +189,6 @@ void coop_pool_destroy(coop_pool *pool)
     arena_fini(&pool->arena);
     meta_heap_fini(&pool->heap);
     coop_backend_destroy(pool->backend);
-    pthread_mutex_destroy(&pool->lock);
     free(pool);
 }
 

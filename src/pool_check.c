@@ -130,10 +130,8 @@ coop_status coop_pool_check(coop_pool *pool)
     return st;
 }
 
-void pool_after_op_locked(coop_pool *pool, const char *op)
+void pool_check_or_abort_locked(coop_pool *pool, const char *op)
 {
-    if (!pool->config.check)
-        return;
     char saved[512];
     snprintf(saved, sizeof saved, "%s", coop_last_error());
     if (pool_check_locked(pool) != COOP_OK) {

@@ -20,11 +20,10 @@
 #ifndef COOP_POOL_INTERNAL_H
 #define COOP_POOL_INTERNAL_H
 
-#include <pthread.h>
-
 #include "arena.h"
 #include "backend.h"
 #include "meta.h"
+#include "pool_lock.h"
 
 /* Streams a block was used on besides its own (coop_record_stream), and,
  * once freed, the events recorded on them; the block is PENDING until all
@@ -38,7 +37,7 @@ typedef struct block_uses {
 } block_uses;
 
 struct coop_pool {
-    pthread_mutex_t lock;
+    pool_mutex lock;
     coop_config config;    /* as resolved at creation; capacity follows set_capacity */
     coop_backend *backend; /* fault wrapper around the device backend */
     meta_heap heap;
@@ -51,12 +50,12 @@ struct coop_pool {
 
 static inline void pool_lock(coop_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock);
+    pool_mutex_lock(&pool->lock);
 }
 
 static inline void pool_unlock(coop_pool *pool)
 {
-    pthread_mutex_unlock(&pool->lock);
+    pool_mutex_unlock(&pool->lock);
 }
 
 static inline arena *pool_arena(coop_pool *pool)
@@ -75,6 +74,11 @@ coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintp
 void pool_process_pending_locked(coop_pool *pool);
 coop_status pool_check_locked(coop_pool *pool);
 /* With config.check: runs the checker and aborts with its message on failure. */
-void pool_after_op_locked(coop_pool *pool, const char *op);
+void pool_check_or_abort_locked(coop_pool *pool, const char *op);
+static inline void pool_after_op_locked(coop_pool *pool, const char *op)
+{
+    if (pool->config.check)
+        pool_check_or_abort_locked(pool, op);
+}
 
 #endif

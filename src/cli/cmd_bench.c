@@ -35,6 +35,7 @@
 typedef struct bench_opts {
     bool json;
     bool run_coop, run_jemalloc;
+    uint64_t capacity; /* 0: from the live count */
     size_t batches;
     uint64_t seed;
     size_t live[8];
@@ -296,7 +297,9 @@ static void usage(FILE *out)
             "  --live LIST  comma-separated live-block counts (at most 8)\n"
             "  --seed N     random seed (default 1)\n"
             "  --only WHICH time only coop or only jemalloc (profiling; the other\n"
-            "               column reads 0)\n",
+            "               column reads 0)\n"
+            "  --capacity-gib N  simulated device size (default: 8 x the expected live\n"
+            "               bytes, at least 1 TiB; small values run under valgrind)\n",
             BATCH);
 }
 
@@ -331,6 +334,14 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return 2;
             }
             o->batches = (size_t)n;
+        } else if (!strcmp(arg, "--capacity-gib") && i + 1 < argc) {
+            unsigned long long n = strtoull(argv[++i], &end, 10);
+            if (*end || n == 0 || n > (1u << 20)) {
+                fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+            o->capacity = (uint64_t)n << 30;
         } else if (!strcmp(arg, "--seed") && i + 1 < argc) {
             o->seed = strtoull(argv[++i], &end, 0);
             if (*end) {
@@ -388,6 +399,8 @@ int cmd_bench(int argc, char **argv)
         double mean = (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE));
         uint64_t cap = (uint64_t)(8.0 * mean * (double)live);
         c.capacity = cap < (UINT64_C(1) << 40) ? (UINT64_C(1) << 40) : cap;
+        if (o.capacity)
+            c.capacity = o.capacity;
         c.va_size = 2 * c.capacity;
         coop_pool *pool;
         if (o.run_coop) {

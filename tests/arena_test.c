@@ -1,0 +1,278 @@
+/* Arena: placement, split / coalesce, stream tags, exact placement, reclaim, checker. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <cmocka.h>
+
+#include "arena.h"
+
+#define KiB (UINT64_C(1) << 10)
+#define MiB (UINT64_C(1) << 20)
+
+typedef struct fixture {
+    coop_backend *be;
+    meta_heap heap;
+    arena a;
+} fixture;
+
+static fixture F;
+
+static void open_arena(bool vmm, uint64_t capacity, uint64_t va, uint64_t min_split)
+{
+    assert_int_equal(coop_backend_host_create(capacity, 64 * KiB, vmm, &F.be), COOP_OK);
+    assert_int_equal(meta_heap_init(&F.heap), COOP_OK);
+    arena_params p = {.vmm = vmm,
+                      .page_size = 64 * KiB,
+                      .va_size = va,
+                      .segment_size = 1 * MiB,
+                      .capacity = capacity,
+                      .min_split = min_split};
+    assert_int_equal(arena_init(&F.a, F.be, &F.heap, &p), COOP_OK);
+}
+
+static void close_arena(void)
+{
+    arena_fini(&F.a);
+    assert_int_equal(coop_backend_host_live_ranges(F.be), 0);
+    meta_heap_fini(&F.heap);
+    assert_int_equal(F.heap.live, 0);
+    coop_backend_destroy(F.be);
+}
+
+static void check(void)
+{
+    char msg[400];
+    if (!arena_check(&F.a, msg, sizeof msg))
+        fail_msg("arena_check: %s", msg);
+}
+
+static arena_block *alloc(uint64_t size, coop_stream s, bool high)
+{
+    arena_block *b = NULL;
+    bool reclaimed = false;
+    coop_status st = arena_alloc(&F.a, size, s, high, &b, &reclaimed);
+    if (st != COOP_OK)
+        return NULL;
+    check();
+    return b;
+}
+
+static void release(arena_block *b, coop_stream tag)
+{
+    arena_release(&F.a, b, tag);
+    check();
+}
+
+static void test_split_and_coalesce(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *x = alloc(4 * KiB, 0, false);
+    arena_block *y = alloc(8 * KiB, 0, false);
+    arena_block *z = alloc(4 * KiB, 0, false);
+    uintptr_t base = x->addr;
+    assert_int_equal(y->addr, base + 4 * KiB);
+    assert_int_equal(z->addr, base + 12 * KiB);
+    release(y, 0);
+    arena_block *hi = alloc(2 * KiB, 0, true);
+    assert_int_equal(hi->addr, base + 10 * KiB); /* top end of y's hole */
+    arena_block *lo = alloc(2 * KiB, 0, false);
+    assert_int_equal(lo->addr, base + 4 * KiB);
+    assert_int_equal(F.a.index.count, 1); /* the 4 KiB middle */
+    release(lo, 0);
+    release(hi, 0);
+    assert_int_equal(F.a.index.count, 1); /* one 8 KiB block again */
+    assert_int_equal(arena_largest_free(&F.a), 8 * KiB);
+    release(x, 0);
+    arena_block *f = arena_release(&F.a, z, 0);
+    check();
+    assert_int_equal(f->addr, base); /* everything merged into the first record */
+    assert_int_equal(f->size, 16 * KiB);
+    assert_int_equal(F.a.counters.inactive_split.current, 0);
+    close_arena();
+}
+
+static void test_min_split(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 2 * KiB);
+    arena_block *x = alloc(4 * KiB, 0, false);
+    arena_block *g = alloc(512, 0, false);
+    release(x, 0);
+    arena_block *y = alloc(3 * KiB, 0, false); /* 1 KiB rest < min_split: absorbed */
+    assert_int_equal(y->size, 4 * KiB);
+    release(y, 0);
+    arena_block *w = alloc(2 * KiB, 0, false); /* 2 KiB rest: split */
+    assert_int_equal(w->size, 2 * KiB);
+    release(w, 0);
+    release(g, 0);
+    close_arena();
+}
+
+static void test_stream_tags(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *a1 = alloc(4 * KiB, 1, false);
+    arena_block *a2 = alloc(4 * KiB, 2, false);
+    arena_block *g = alloc(512, 1, false);
+    uintptr_t a1_addr = a1->addr, a2_addr = a2->addr;
+    release(a1, 1);
+    release(a2, 2);
+    assert_int_equal(F.a.index.count, 2);          /* different tags: not merged */
+    arena_block *grown = alloc(8 * KiB, 1, false); /* no 8 KiB fit: the top grows */
+    assert_true(grown->addr > g->addr);
+    arena_block *r2 = alloc(4 * KiB, 2, false); /* stream 2 reuses its own block */
+    assert_int_equal(r2->addr, a2_addr);
+    release(r2, 2);
+    arena_retag_any(&F.a, 1); /* a1 becomes "any" and merges into a2's tag */
+    check();
+    assert_int_equal(F.a.index.count, 1); /* [a1 a2], tagged 2 */
+    arena_retag_any(&F.a, 2);
+    check();
+    arena_block *any = alloc(8 * KiB, 3, false); /* usable from any stream now */
+    assert_int_equal(any->addr, a1_addr);
+    release(any, 3);
+    release(grown, 1);
+    release(g, 1);
+    close_arena();
+}
+
+static void test_alloc_in(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *x = alloc(64 * KiB, 0, false);
+    arena_block *g = alloc(512, 0, false);
+    uintptr_t base = x->addr;
+    arena_block *f = arena_release(&F.a, x, 0);
+    arena_block *b = NULL;
+    bool reclaimed = false;
+    assert_int_equal(arena_alloc_in(&F.a, f, base + 8 * KiB, 16 * KiB, 0, &b, &reclaimed), COOP_OK);
+    check();
+    assert_int_equal(b->addr, base + 8 * KiB);
+    assert_int_equal(b->size, 16 * KiB);
+    assert_int_equal(b->prev->size, 8 * KiB);
+    assert_int_equal(b->next->size, 40 * KiB);
+    /* Outside a free block, or not free: refused, nothing changes. */
+    assert_int_equal(arena_alloc_in(&F.a, b, b->addr, 512, 0, &f, &reclaimed), COOP_ERR_INVALID);
+    assert_int_equal(arena_alloc_in(&F.a, b->next, b->next->addr, 41 * KiB, 0, &f, &reclaimed),
+                     COOP_ERR_INVALID);
+    /* b->next is tagged stream 0: not usable from stream 9. */
+    assert_int_equal(arena_alloc_in(&F.a, b->next, b->next->addr, 512, 9, &f, &reclaimed),
+                     COOP_ERR_INVALID);
+    check();
+    release(b, 0);
+    release(g, 0);
+    close_arena();
+}
+
+static void test_reclaim_keeps_range_and_capacity(void **state)
+{
+    (void)state;
+    open_arena(true, 1 * MiB, 8 * MiB, 512);
+    arena_block *x = alloc(512 * KiB, 0, false);
+    arena_block *g = alloc(512, 0, false);
+    assert_int_equal(F.a.reserved, 576 * KiB); /* 9 pages of 64 KiB */
+    release(x, 0);
+    uint64_t released = 0;
+    /* Keep the first two pages: seven of the eight wholly free pages minus those. */
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, x->addr, x->addr + 128 * KiB, &released),
+                     COOP_OK);
+    check();
+    assert_int_equal(released, 384 * KiB);
+    /* A 1 MiB request needs 16 pages: more than the capacity allows. */
+    assert_null(alloc(1 * MiB, 0, false));
+    /* 768 KiB fits (the failed attempt left pages 0 and 1 unmapped too). */
+    arena_block *y = alloc(768 * KiB, 0, false);
+    assert_non_null(y);
+    assert_true(F.a.reserved <= 1 * MiB);
+    release(y, 0);
+    release(g, 0);
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(F.a.reserved, 0);
+    check();
+    close_arena();
+}
+
+static void test_va_exhausted(void **state)
+{
+    (void)state;
+    open_arena(true, 4 * MiB, 1 * MiB, 512);
+    arena_block *x = alloc(768 * KiB, 0, false);
+    assert_non_null(x);
+    assert_null(alloc(512 * KiB, 0, false)); /* beyond the reservation */
+    release(x, 0);
+    close_arena();
+}
+
+static void test_segments(void **state)
+{
+    (void)state;
+    open_arena(false, 8 * MiB, 0, 512);
+    arena_block *x = alloc(512 * KiB, 0, false);
+    arena_block *y = alloc(768 * KiB, 0, false); /* does not fit x's segment rest */
+    assert_ptr_not_equal(x->segment, y->segment);
+    assert_int_equal(F.a.num_segments, 2);
+    arena_block *big = alloc(3 * MiB, 0, true); /* own segment, high end */
+    assert_int_equal(big->size, 3 * MiB);
+    assert_int_equal(F.a.reserved, 5 * MiB);
+    assert_null(alloc(4 * MiB, 0, false)); /* capacity */
+    release(big, 0);
+    arena_block *again = alloc(4 * MiB, 0, false); /* after releasing big's free segment */
+    assert_non_null(again);
+    release(again, 0);
+    release(x, 0);
+    release(y, 0);
+    uint64_t released;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(F.a.reserved, 0);
+    assert_int_equal(F.a.num_segments, 0);
+    check();
+    close_arena();
+}
+
+/* The checker must be able to fail: break invariants one at a time. */
+static void test_check_detects_corruption(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *x = alloc(4 * KiB, 0, false);
+    arena_block *y = alloc(4 * KiB, 0, false);
+    arena_block *g = alloc(4 * KiB, 0, false);
+    char msg[400];
+    release(y, 0);
+    x->size += 512; /* overlap */
+    assert_false(arena_check(&F.a, msg, sizeof msg));
+    x->size -= 512;
+    F.a.counters.free_bytes++;
+    assert_false(arena_check(&F.a, msg, sizeof msg));
+    F.a.counters.free_bytes--;
+    x->state = COOP_BLOCK_FREE; /* free but not indexed, and adjacent to a free block */
+    assert_false(arena_check(&F.a, msg, sizeof msg));
+    x->state = COOP_BLOCK_ALLOCATED;
+    page_map_set(&F.a.first_segment->pages, 0, 1, false); /* x's page unmapped */
+    assert_false(arena_check(&F.a, msg, sizeof msg));
+    page_map_set(&F.a.first_segment->pages, 0, 1, true);
+    assert_true(arena_check(&F.a, msg, sizeof msg));
+    release(x, 0);
+    release(g, 0);
+    close_arena();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split_and_coalesce),
+        cmocka_unit_test(test_min_split),
+        cmocka_unit_test(test_stream_tags),
+        cmocka_unit_test(test_alloc_in),
+        cmocka_unit_test(test_reclaim_keeps_range_and_capacity),
+        cmocka_unit_test(test_va_exhausted),
+        cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_check_detects_corruption),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

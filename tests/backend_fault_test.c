@@ -1,0 +1,70 @@
+/* Fault wrapper: counts calls per kind and fails exactly the Nth armed call. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "backend.h"
+
+#define MiB (UINT64_C(1) << 20)
+
+static coop_backend *make(void)
+{
+    coop_backend *inner, *be;
+    assert_int_equal(coop_backend_host_create(64 * MiB, 2 * MiB, true, &inner), COOP_OK);
+    assert_int_equal(coop_backend_fault_create(inner, &be), COOP_OK);
+    assert_ptr_equal(coop_backend_fault_inner(be), inner);
+    assert_int_equal(be->page_size, 2 * MiB);
+    return be;
+}
+
+static void test_counts_and_nth(void **state)
+{
+    (void)state;
+    coop_backend *be = make();
+    uintptr_t va;
+    assert_int_equal(be->ops->reserve(be, 64 * MiB, &va), COOP_OK);
+    coop_backend_fault_arm(be, COOP_FAULT_MAP, 3);
+    assert_int_equal(be->ops->map(be, va, 2 * MiB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, va, 2 * MiB), COOP_OK); /* other kind: not counted down */
+    assert_int_equal(be->ops->map(be, va, 2 * MiB), COOP_OK);
+    assert_int_equal(be->ops->map(be, va + 2 * MiB, 2 * MiB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "injected fault: map call #3"));
+    assert_int_equal(be->ops->map(be, va + 2 * MiB, 2 * MiB), COOP_OK); /* fails once */
+    assert_int_equal(coop_backend_fault_calls(be, COOP_FAULT_MAP), 4);
+    assert_int_equal(coop_backend_fault_calls(be, COOP_FAULT_UNMAP), 1);
+    assert_int_equal(coop_backend_fault_calls(be, COOP_FAULT_MAP | COOP_FAULT_RESERVE), 5);
+    /* A failed call leaves the device untouched: 2 maps of 2 MiB succeeded after the unmap. */
+    assert_int_equal(coop_backend_host_mapped(coop_backend_fault_inner(be)), 4 * MiB);
+    assert_int_equal(be->ops->unmap(be, va, 4 * MiB), COOP_OK);
+    assert_int_equal(be->ops->release(be, va, 64 * MiB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
+static void test_events_and_disarm(void **state)
+{
+    (void)state;
+    coop_backend *be = make();
+    coop_event ev;
+    coop_backend_fault_arm(be, COOP_FAULT_EVENT, 1);
+    assert_int_equal(be->ops->event_record(be, 0, &ev), COOP_ERR_BACKEND);
+    coop_backend_fault_arm(be, COOP_FAULT_EVENT, 2);
+    coop_backend_fault_arm(be, COOP_FAULT_EVENT, 0); /* disarmed */
+    assert_int_equal(be->ops->event_record(be, 0, &ev), COOP_OK);
+    bool done;
+    assert_int_equal(be->ops->event_query(be, ev, &done), COOP_OK);
+    be->ops->event_destroy(be, ev);
+    assert_int_equal(be->ops->hold_stream(be, 0, true), COOP_OK); /* forwarded */
+    coop_backend_destroy(be);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_counts_and_nth),
+        cmocka_unit_test(test_events_and_disarm),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,103 @@
+/* Host backend: reservations, page accounting, segments, simulated events. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <signal.h>
+#include <cmocka.h>
+
+#include "backend.h"
+
+#define MiB (UINT64_C(1) << 20)
+
+static void test_reserve_map_unmap(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(8 * MiB, 2 * MiB, true, &be), COOP_OK);
+    assert_true(be->has_vmm);
+    assert_true(coop_backend_is_host(be));
+    uintptr_t va;
+    /* 1 TiB of address space on a machine with far less memory. */
+    assert_int_equal(be->ops->reserve(be, UINT64_C(1) << 40, &va), COOP_OK);
+    assert_int_equal(va % (2 * MiB), 0);
+    assert_int_equal(be->ops->map(be, va, 4 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_mapped(be), 4 * MiB);
+    assert_int_equal(be->ops->map(be, va + 4 * MiB, 6 * MiB), COOP_ERR_NOMEM); /* device full */
+    assert_int_equal(be->ops->map(be, va + 1, 2 * MiB), COOP_ERR_INVALID);     /* unaligned */
+    assert_int_equal(be->ops->unmap(be, va, 4 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_mapped(be), 0);
+    assert_int_equal(be->ops->release(be, va, UINT64_C(1) << 40), COOP_OK);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
+    coop_backend_destroy(be);
+}
+
+static void test_segments(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(40 * MiB, 2 * MiB, false, &be), COOP_OK);
+    assert_false(be->has_vmm);
+    uintptr_t a, b, c;
+    assert_int_equal(be->ops->segment_alloc(be, 20 * MiB, &a), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 20 * MiB, &b), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &c), COOP_ERR_NOMEM);
+    assert_int_equal(coop_backend_host_live_ranges(be), 2);
+    assert_int_equal(be->ops->segment_free(be, a, 20 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 20 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_mapped(be), 0);
+    coop_backend_destroy(be);
+}
+
+static bool query(coop_backend *be, coop_event ev)
+{
+    bool done = false;
+    assert_int_equal(be->ops->event_query(be, ev, &done), COOP_OK);
+    return done;
+}
+
+static void test_events_and_holds(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(8 * MiB, 2 * MiB, true, &be), COOP_OK);
+    coop_event free_run, held, other;
+    assert_int_equal(be->ops->event_record(be, 1, &free_run), COOP_OK);
+    assert_true(query(be, free_run));
+    assert_int_equal(be->ops->hold_stream(be, 1, true), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 1, &held), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 2, &other), COOP_OK);
+    assert_false(query(be, held));
+    assert_true(query(be, other));
+    assert_true(query(be, free_run)); /* recorded before the hold */
+    assert_int_equal(be->ops->hold_stream(be, 1, false), COOP_OK);
+    assert_true(query(be, held));
+    assert_int_equal(be->ops->hold_stream(be, 1, true), COOP_OK); /* a new hold */
+    assert_true(query(be, held));                                 /* belongs to the released hold */
+    assert_int_equal(coop_backend_host_live_events(be), 3);
+    be->ops->event_destroy(be, free_run);
+    be->ops->event_destroy(be, held);
+    be->ops->event_destroy(be, other);
+    assert_int_equal(coop_backend_host_live_events(be), 0);
+    coop_backend_destroy(be);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    coop_backend *be = (coop_backend *)1;
+    assert_int_equal(coop_backend_host_create(8 * MiB, 3000, true, &be), COOP_ERR_INVALID);
+    assert_null(be);
+    assert_int_equal(coop_backend_host_create(3 * MiB, 2 * MiB, true, &be), COOP_ERR_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reserve_map_unmap),
+        cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_events_and_holds),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

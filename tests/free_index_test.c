@@ -1,0 +1,152 @@
+/* Free index: best fit, max, per-stream sets, against a brute-force model. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "free_index.h"
+
+#define N 3000
+#define ANY ((coop_stream)UINTPTR_MAX)
+
+static meta_heap heap;
+static free_index fi;
+static free_index_node nodes[N];
+static bool present[N];
+
+static int setup(void **state)
+{
+    (void)state;
+    assert_int_equal(meta_heap_init(&heap), COOP_OK);
+    free_index_init(&fi, ANY, &heap);
+    assert_int_equal(free_index_reserve(&fi, ANY), COOP_OK);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    free_index_fini(&fi);
+    meta_heap_fini(&heap);
+    return 0;
+}
+
+static bool less(const free_index_node *a, const free_index_node *b)
+{
+    return a->size < b->size || (a->size == b->size && a->addr < b->addr);
+}
+
+/* Brute force: smallest (size, addr) >= size among stream's and any's nodes. */
+static free_index_node *model_best_fit(uint64_t size, coop_stream stream)
+{
+    free_index_node *best = NULL;
+    for (int i = 0; i < N; i++)
+        if (present[i] && nodes[i].size >= size &&
+            (nodes[i].stream == stream || nodes[i].stream == ANY) &&
+            (!best || less(&nodes[i], best)))
+            best = &nodes[i];
+    return best;
+}
+
+static void test_small_cases(void **state)
+{
+    (void)state;
+    assert_null(free_index_best_fit(&fi, 512, 0));
+    assert_null(free_index_max(&fi));
+    assert_int_equal(free_index_reserve(&fi, 1), COOP_OK);
+    free_index_node a, b, c;
+    free_index_insert(&fi, &a, 4096, 0x10000, 1);
+    free_index_insert(&fi, &b, 4096, 0x8000, ANY);
+    free_index_insert(&fi, &c, 1024, 0x20000, 1);
+    assert_ptr_equal(free_index_best_fit(&fi, 512, 1), &c);
+    assert_ptr_equal(free_index_best_fit(&fi, 2048, 1), &b); /* tie on size: lower address */
+    assert_ptr_equal(free_index_best_fit(&fi, 512, 2), &b);  /* stream 2 sees only "any" */
+    assert_null(free_index_best_fit(&fi, 8192, 1));
+    assert_ptr_equal(free_index_max(&fi), &a);
+    assert_ptr_equal(free_index_first(&fi, 1), &c);
+    assert_true(free_index_contains(&fi, &b));
+    free_index_remove(&fi, &b);
+    assert_false(free_index_contains(&fi, &b));
+    assert_ptr_equal(free_index_best_fit(&fi, 2048, 1), &a);
+    free_index_remove(&fi, &a);
+    free_index_remove(&fi, &c);
+    assert_int_equal(fi.count, 0);
+    assert_null(free_index_check(&fi));
+}
+
+static void test_random_against_model(void **state)
+{
+    (void)state;
+    uint64_t seed = getenv("COOP_TEST_SEED") ? strtoull(getenv("COOP_TEST_SEED"), NULL, 0) : 42;
+    printf("free_index: seed %llu\n", (unsigned long long)seed);
+    srand((unsigned)seed);
+    for (coop_stream s = 0; s < 3; s++)
+        assert_int_equal(free_index_reserve(&fi, s), COOP_OK);
+    for (int op = 0; op < 60000; op++) {
+        int i = rand() % N;
+        if (present[i]) {
+            free_index_remove(&fi, &nodes[i]);
+            present[i] = false;
+        } else {
+            /* Sizes from 512 B to 1 GiB with many duplicates; unique addresses. */
+            uint64_t size = (uint64_t)(1 + rand() % 64) << (9 + rand() % 22);
+            coop_stream s = rand() % 4 == 3 ? ANY : (coop_stream)(rand() % 3);
+            free_index_insert(&fi, &nodes[i], size, 0x100000 + (uintptr_t)i * 512, s);
+            present[i] = true;
+        }
+        uint64_t want = (uint64_t)(1 + rand() % 64) << (9 + rand() % 22);
+        coop_stream s = (coop_stream)(rand() % 3);
+        assert_ptr_equal(free_index_best_fit(&fi, want, s), model_best_fit(want, s));
+        if (op % 1000 == 0) {
+            const char *why = free_index_check(&fi);
+            if (why)
+                fail_msg("op %d: %s", op, why);
+            free_index_node *max = NULL;
+            for (int k = 0; k < N; k++)
+                if (present[k] && (!max || less(max, &nodes[k])))
+                    max = &nodes[k];
+            assert_ptr_equal(free_index_max(&fi), max);
+        }
+    }
+    for (int i = 0; i < N; i++)
+        if (present[i]) {
+            assert_true(free_index_contains(&fi, &nodes[i]));
+            free_index_remove(&fi, &nodes[i]);
+            present[i] = false;
+        }
+    assert_int_equal(fi.count, 0);
+    assert_null(free_index_check(&fi));
+}
+
+/* The checker notices a broken tree (it must be able to fail). */
+static void test_check_detects_corruption(void **state)
+{
+    (void)state;
+    free_index_node a, b;
+    free_index_insert(&fi, &a, 4096, 0x10000, ANY);
+    free_index_insert(&fi, &b, 8192, 0x20000, ANY);
+    assert_null(free_index_check(&fi));
+    uint64_t saved = a.size;
+    a.size = 1 << 30; /* key changed while indexed */
+    assert_non_null(free_index_check(&fi));
+    a.size = saved;
+    fi.count++;
+    assert_non_null(free_index_check(&fi));
+    fi.count--;
+    free_index_remove(&fi, &a);
+    free_index_remove(&fi, &b);
+    assert_null(free_index_check(&fi));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small_cases),
+        cmocka_unit_test(test_random_against_model),
+        cmocka_unit_test(test_check_detects_corruption),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
