@@ -1,12 +1,140 @@
-/* coop convert: placeholder until its owner lands it (returns a usage error). */
+/* coop convert: any supported trace format to coop's text trace. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "status.h"
+#include "trace/trace.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: coop convert [--device N] [--verbose] IN OUT\n"
+                 "\n"
+                 "Writes the trace IN as a coop text trace (traces/README.md) to OUT.\n"
+                 "IN may be a PyTorch memory snapshot pickle, a coop text trace, a minimalloc\n"
+                 "CSV or a DTR op log, plain or gzip-compressed: the format is detected from\n"
+                 "the content. OUT is compressed if it ends in .gz; '-' writes to stdout.\n"
+                 "A file OUT appears only when complete (written to OUT.tmp, then renamed).\n"
+                 "\n"
+                 "options:\n"
+                 "  --device N   snapshots: read device N's history (default: the first\n"
+                 "               device with events)\n"
+                 "  --verbose    print what was converted to stderr\n"
+                 "  -h, --help   show this help\n"
+                 "\n"
+                 "exit status: 0 converted, 1 OUT could not be written, 2 usage error or bad IN\n");
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+static int parse_device(const char *text, int *device)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < 0 || v > 1 << 16)
+        return -1;
+    *device = (int)v;
+    return 0;
+}
+
+/* Writes to OUT.tmp and renames, so a regular file OUT is never
+ * half-written. */
+static int write_output(const trace *t, const char *out_path)
+{
+    struct stat st;
+    int special = stat(out_path, &st) == 0 && !S_ISREG(st.st_mode);
+    /* standard output, a device or a pipe: nothing to rename */
+    if (!strcmp(out_path, "-") || special) {
+        if (trace_write_text(t, out_path) != COOP_OK) {
+            fprintf(stderr, "coop convert: %s\n", coop_last_error());
+            return 1;
+        }
+        return 0;
+    }
+    size_t n = strlen(out_path) + sizeof ".tmp";
+    char *tmp = malloc(n);
+    if (!tmp) {
+        fprintf(stderr, "coop convert: out of memory\n");
+        return 1;
+    }
+    snprintf(tmp, n, "%s.tmp", out_path);
+    int rc = 0;
+    if (trace_write_text_to(t, tmp, ends_with(out_path, ".gz")) != COOP_OK) {
+        fprintf(stderr, "coop convert: %s\n", coop_last_error());
+        unlink(tmp);
+        rc = 1;
+    } else if (rename(tmp, out_path) != 0) {
+        fprintf(stderr, "coop convert: %s: cannot rename %s: %s\n", out_path, tmp, strerror(errno));
+        unlink(tmp);
+        rc = 1;
+    }
+    free(tmp);
+    return rc;
+}
 
 int cmd_convert(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "coop convert: not built yet\n");
-    return 2;
+    const char *paths[2];
+    int num_paths = 0, device = -1, verbose = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+            verbose = 1;
+        } else if (!strcmp(a, "--device")) {
+            if (i + 1 >= argc || parse_device(argv[i + 1], &device) != 0) {
+                fprintf(stderr, "coop convert: --device needs a device number\n");
+                return 2;
+            }
+            i++;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "coop convert: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        } else if (num_paths < 2) {
+            paths[num_paths++] = a;
+        } else {
+            fprintf(stderr, "coop convert: too many arguments\n");
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (num_paths != 2) {
+        usage(stderr);
+        return 2;
+    }
+
+    trace_format format;
+    trace t;
+    coop_status st = trace_detect_format(paths[0], &format);
+    if (st == COOP_OK && device >= 0 && format != TRACE_FORMAT_PICKLE)
+        st = coop_set_error(COOP_ERR_INVALID, "%s: --device applies to PyTorch snapshots only",
+                            paths[0]);
+    if (st == COOP_OK)
+        st = format == TRACE_FORMAT_PICKLE ? trace_read_pickle_device(paths[0], device, &t)
+                                           : trace_read(paths[0], &t);
+    if (st != COOP_OK) {
+        fprintf(stderr, "coop convert: %s\n", coop_last_error());
+        return 2;
+    }
+    int rc = write_output(&t, paths[1]);
+    if (rc == 0 && verbose)
+        fprintf(stderr,
+                "coop convert: %s (%s): %zu events, %u ids, %zu live at start, %zu final "
+                "segments -> %s\n",
+                paths[0], trace_format_name(format), t.num_events, t.num_ids, t.num_live_at_start,
+                t.num_final_segments, paths[1]);
+    trace_free(&t);
+    return rc;
 }

@@ -43,7 +43,10 @@ typedef struct trace {
     uint32_t num_ids;
     /* ids live before recording began (pickle: freed without alloc, or
      * allocated in the final segments without an alloc event); replay
-     * allocates them first, in this order. */
+     * allocates them first, in this order. Readers put their TRACE_ALLOC
+     * events (size, stream, addr) first in events[], in this same order:
+     * events[i].id == live_at_start[i] for i < num_live_at_start, so
+     * replaying events[] from the start allocates them first. */
     uint32_t *live_at_start;
     size_t num_live_at_start;
     /* snapshots only: the recorded allocator's final segments */

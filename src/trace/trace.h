@@ -1,12 +1,78 @@
 /*
  * Trace readers: one per format, each producing a struct trace (event.h).
- * Errors name the file and the position (line, byte offset or opcode).
+ *
+ * Every reader takes a path to a plain or gzip-compressed file (zlib reads
+ * both the same way; the name's suffix does not matter) and loads the whole
+ * trace. On success *out owns the trace (release it with trace_free). On
+ * failure *out is zeroed, nothing leaks, and coop_last_error() says what is
+ * wrong and where: "FILE:LINE: what" for text formats, "FILE: byte OFFSET:
+ * what" for pickles (offsets count decompressed bytes). Statuses:
+ * COOP_ERR_INVALID for unreadable or malformed input, COOP_ERR_HOST_NOMEM
+ * when memory runs out.
+ *
+ * Every reader yields the canonical form built by trace_builder_finish:
+ * live-at-start allocations first (as TRACE_ALLOC events, in live_at_start
+ * order), then the trace's events, with ids numbered 0.. in order of first
+ * appearance; free events (TRACE_FREE_REQUESTED, TRACE_FREE) repeat their
+ * alloc's size, addr and stream.
  */
 #ifndef COOP_TRACE_H
 #define COOP_TRACE_H
 
 #include "coop.h"
 #include "trace/event.h"
+
+typedef enum trace_format {
+    TRACE_FORMAT_PICKLE = 0, /* PyTorch memory snapshot (starts with byte 0x80) */
+    TRACE_FORMAT_TEXT,       /* coop text trace (header "coop-trace 1") */
+    TRACE_FORMAT_MINIMALLOC, /* minimalloc CSV (header "id,lower,upper,size") */
+    TRACE_FORMAT_DTR         /* DTR prototype op log (JSON object per line) */
+} trace_format;
+
+/* The format's name as users write it: "pickle", "text", "minimalloc", "dtr". */
+const char *trace_format_name(trace_format format);
+
+/* Detects a file's format from its first decompressed bytes: byte 0x80 is a
+ * pickle, "coop-trace" (after optional '#' comment lines and blank lines) a
+ * text trace, "id,lower,upper,size" a minimalloc CSV, '{' a DTR log. */
+coop_status trace_detect_format(const char *path, trace_format *out);
+
+/* Reads any supported format (trace_detect_format, then its reader). */
+coop_status trace_read(const char *path, trace *out);
+
+/* PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot()). Only
+ * plain-data pickle opcodes are accepted (pickle.h): anything that would
+ * import or call is refused, so reading a snapshot never runs code. Events:
+ * device_traces entries alloc / free_requested / free_completed (paired by
+ * address and stream), segment_alloc / segment_free / segment_map /
+ * segment_unmap, oom; other actions are skipped. Blocks freed without a
+ * recorded alloc, and blocks allocated in the final `segments` but never
+ * allocated in the trace, are live at start (ordered by address); the final
+ * `segments` become final_segments. Reads the first device with events. */
+coop_status trace_read_pickle(const char *path, trace *out);
+
+/* As trace_read_pickle, for one device (device_traces index); device < 0
+ * picks the first device with events. */
+coop_status trace_read_pickle_device(const char *path, int device, trace *out);
+
+/* coop text trace (traces/README.md): streamed line by line; the file's ids
+ * may be reused after their F line and are mapped to dense ids. */
+coop_status trace_read_text(const char *path, trace *out);
+
+/* minimalloc CSV: header "id,lower,upper,size", then one buffer per row,
+ * live over [lower, upper). Each buffer becomes an alloc at lower and a free
+ * at upper, ordered by time, frees before allocs at equal times, then by id.
+ * time_us holds the CSV's logical time. */
+coop_status trace_read_minimalloc(const char *path, trace *out);
+
+/* Writes t as a coop text trace to path, or to standard output if path is
+ * "-". A path ending in ".gz" is gzip-compressed. Reading the result back
+ * with trace_read_text gives t again, field for field. */
+coop_status trace_write_text(const trace *t, const char *path_or_dash);
+
+/* As trace_write_text, compressing or not as asked whatever the name
+ * (for writing to a temporary name before renaming). */
+coop_status trace_write_text_to(const trace *t, const char *path, bool gzip);
 
 /* Releases everything a reader allocated in *t and zeroes it. */
 void trace_free(trace *t);

@@ -1,0 +1,92 @@
+/* Choosing a reader by a file's content, whatever its name. */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "status.h"
+#include "trace/input.h"
+#include "trace/trace.h"
+
+#define PEEK_BYTES 4096
+
+const char *trace_format_name(trace_format format)
+{
+    switch (format) {
+    case TRACE_FORMAT_PICKLE:
+        return "pickle";
+    case TRACE_FORMAT_TEXT:
+        return "text";
+    case TRACE_FORMAT_MINIMALLOC:
+        return "minimalloc";
+    case TRACE_FORMAT_DTR:
+        return "dtr";
+    }
+    return "unknown";
+}
+
+static int starts_with(const unsigned char *p, size_t n, const char *prefix)
+{
+    size_t m = strlen(prefix);
+    return n >= m && memcmp(p, prefix, m) == 0;
+}
+
+coop_status trace_detect_format(const char *path, trace_format *out)
+{
+    unsigned char buf[PEEK_BYTES];
+    size_t n;
+    coop_status st = trace_input_peek(path, buf, sizeof buf, &n);
+    if (st != COOP_OK)
+        return st;
+    if (n == 0)
+        return coop_set_error(COOP_ERR_INVALID, "%s: empty file", path);
+    if (buf[0] == 0x80) { /* pickle PROTO opcode: protocol 2 or later */
+        *out = TRACE_FORMAT_PICKLE;
+        return COOP_OK;
+    }
+    size_t i = 0;
+    while (i < n && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n'))
+        i++;
+    const unsigned char *p = buf + i;
+    n -= i;
+    if (n > 0 && (p[0] == '#' || starts_with(p, n, "coop-trace"))) {
+        *out = TRACE_FORMAT_TEXT; /* only text traces have comments */
+        return COOP_OK;
+    }
+    if (starts_with(p, n, "id,lower,upper,size")) {
+        *out = TRACE_FORMAT_MINIMALLOC;
+        return COOP_OK;
+    }
+    if (n > 0 && p[0] == '{') {
+        *out = TRACE_FORMAT_DTR;
+        return COOP_OK;
+    }
+    char shown[64] = "";
+    size_t k = 0;
+    for (size_t j = 0; j < n && j < 12 && k + 5 < sizeof shown; j++)
+        k += (size_t)snprintf(shown + k, sizeof shown - k, isprint(p[j]) ? "%c" : "\\x%02x", p[j]);
+    return coop_set_error(COOP_ERR_INVALID,
+                          "%s: unknown trace format (starts with \"%s\"): expected a PyTorch "
+                          "memory snapshot pickle, a coop text trace ('coop-trace 1'), a "
+                          "minimalloc CSV ('id,lower,upper,size') or a DTR log (JSON lines)",
+                          path, n ? shown : "only blank space");
+}
+
+coop_status trace_read(const char *path, trace *out)
+{
+    *out = (trace){0};
+    trace_format format;
+    coop_status st = trace_detect_format(path, &format);
+    if (st != COOP_OK)
+        return st;
+    switch (format) {
+    case TRACE_FORMAT_PICKLE:
+        return trace_read_pickle(path, out);
+    case TRACE_FORMAT_TEXT:
+        return trace_read_text(path, out);
+    case TRACE_FORMAT_MINIMALLOC:
+        return trace_read_minimalloc(path, out);
+    case TRACE_FORMAT_DTR:
+        return trace_read_dtr(path, out);
+    }
+    return coop_set_error(COOP_ERR_INVALID, "%s: unknown trace format", path);
+}

@@ -1,0 +1,205 @@
+/* Reading (possibly gzip-compressed) trace files by line or whole. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+#include "trace/input.h"
+
+#define READ_CHUNK ((size_t)1 << 16)
+
+/* zlib reports a truncated stream as a short read with Z_BUF_ERROR set, not
+ * as -1, so every short read is followed by a look at gzerror. */
+static coop_status gz_failure(gzFile gz, const char *path, uint64_t line)
+{
+    int err = Z_OK;
+    const char *msg = gzerror(gz, &err);
+    if (err == Z_OK)
+        return COOP_OK;
+    if (err == Z_ERRNO)
+        msg = strerror(errno);
+    else if (err == Z_BUF_ERROR)
+        msg = "file is truncated (gzip stream ends early)";
+    if (line)
+        return coop_set_error(COOP_ERR_INVALID, "%s:%llu: read error: %s", path,
+                              (unsigned long long)line, msg);
+    return coop_set_error(COOP_ERR_INVALID, "%s: read error: %s", path, msg);
+}
+
+static coop_status open_gz(const char *path, gzFile *out)
+{
+    errno = 0;
+    gzFile gz = gzopen(path, "rb");
+    if (!gz)
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path,
+                              errno ? strerror(errno) : "out of memory");
+    gzbuffer(gz, 1u << 17);
+    *out = gz;
+    return COOP_OK;
+}
+
+coop_status trace_input_open(trace_input *in, const char *path)
+{
+    *in = (trace_input){0};
+    in->path = path;
+    coop_status st = open_gz(path, &in->gz);
+    if (st != COOP_OK)
+        return st;
+    in->cap = READ_CHUNK * 2;
+    in->buf = malloc(in->cap);
+    if (!in->buf) {
+        trace_input_close(in);
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
+    }
+    return COOP_OK;
+}
+
+void trace_input_close(trace_input *in)
+{
+    if (in->gz)
+        gzclose(in->gz);
+    free(in->buf);
+    *in = (trace_input){0};
+}
+
+/* Moves unconsumed bytes to the front and appends up to READ_CHUNK more,
+ * growing the buffer while one line does not fit. Sets at_eof at the end. */
+static coop_status fill(trace_input *in)
+{
+    if (in->start > 0) {
+        memmove(in->buf, in->buf + in->start, in->end - in->start);
+        in->end -= in->start;
+        in->start = 0;
+    }
+    if (in->cap - in->end < READ_CHUNK + 1) {
+        size_t cap = in->cap * 2;
+        char *buf = realloc(in->buf, cap);
+        if (!buf)
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", in->path);
+        in->buf = buf;
+        in->cap = cap;
+    }
+    int got = gzread(in->gz, in->buf + in->end, (unsigned)READ_CHUNK);
+    if (got < 0)
+        return gz_failure(in->gz, in->path, in->line + 1);
+    if (got == 0) {
+        coop_status st = gz_failure(in->gz, in->path, in->line + 1);
+        if (st != COOP_OK)
+            return st;
+        in->at_eof = 1;
+    }
+    in->end += (size_t)got;
+    return COOP_OK;
+}
+
+coop_status trace_input_line(trace_input *in, char **line, size_t *len)
+{
+    *line = NULL;
+    *len = 0;
+    size_t scanned = 0; /* bytes after start already known to hold no '\n' */
+    for (;;) {
+        char *begin = in->buf + in->start;
+        size_t avail = in->end - in->start;
+        char *nl = memchr(begin + scanned, '\n', avail - scanned);
+        size_t n = nl ? (size_t)(nl - begin) : avail;
+        if (n > TRACE_INPUT_MAX_LINE)
+            return coop_set_error(COOP_ERR_INVALID, "%s:%llu: line longer than %zu bytes", in->path,
+                                  (unsigned long long)in->line + 1, TRACE_INPUT_MAX_LINE);
+        if (!nl && in->at_eof && avail > 0)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s:%llu: the last line has no newline: the file looks "
+                                  "truncated",
+                                  in->path, (unsigned long long)in->line + 1);
+        if (nl) {
+            in->line++;
+            in->start += n + 1;
+            if (n > 0 && begin[n - 1] == '\r')
+                n--;
+            begin[n] = '\0'; /* overwrites the '\n' */
+            if (memchr(begin, '\0', n))
+                return coop_set_error(COOP_ERR_INVALID,
+                                      "%s:%llu: NUL byte in a text line (binary data?)", in->path,
+                                      (unsigned long long)in->line);
+            *line = begin;
+            *len = n;
+            return COOP_OK;
+        }
+        if (in->at_eof)
+            return COOP_OK;
+        scanned = avail;
+        coop_status st = fill(in);
+        if (st != COOP_OK)
+            return st;
+    }
+}
+
+coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    gzFile gz;
+    coop_status st = open_gz(path, &gz);
+    if (st != COOP_OK)
+        return st;
+    size_t cap = (size_t)1 << 20, n = 0;
+    unsigned char *buf = malloc(cap + 1);
+    for (;;) {
+        if (!buf) {
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        if (cap - n < READ_CHUNK) {
+            if (cap >= TRACE_INPUT_MAX_SLURP) {
+                st = coop_set_error(COOP_ERR_INVALID, "%s: larger than %zu bytes uncompressed",
+                                    path, TRACE_INPUT_MAX_SLURP);
+                break;
+            }
+            unsigned char *grown = realloc(buf, cap * 2 + 1);
+            if (!grown) {
+                st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
+                break;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+        size_t want = cap - n < (size_t)INT_MAX ? cap - n : (size_t)INT_MAX;
+        int got = gzread(gz, buf + n, (unsigned)want);
+        if (got <= 0) {
+            st = gz_failure(gz, path, 0);
+            if (st == COOP_OK && got < 0)
+                st = coop_set_error(COOP_ERR_INVALID, "%s: read error", path);
+            break;
+        }
+        n += (size_t)got;
+    }
+    gzclose(gz);
+    if (st != COOP_OK) {
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    return COOP_OK;
+}
+
+coop_status trace_input_peek(const char *path, unsigned char *buf, size_t cap, size_t *len)
+{
+    *len = 0;
+    gzFile gz;
+    coop_status st = open_gz(path, &gz);
+    if (st != COOP_OK)
+        return st;
+    int got = cap ? gzread(gz, buf, (unsigned)cap) : 0;
+    /* A peek that got bytes is fine even if the stream breaks later: the
+     * reader that reads the whole file reports that with its position. */
+    if (got <= 0)
+        st = gz_failure(gz, path, 0);
+    if (got > 0)
+        *len = (size_t)got;
+    gzclose(gz);
+    if (got < 0 && st == COOP_OK)
+        st = coop_set_error(COOP_ERR_INVALID, "%s: read error", path);
+    return st;
+}

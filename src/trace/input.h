@@ -1,0 +1,57 @@
+/*
+ * Reading trace files, compressed or not: every reader goes through here, so
+ * `.gz` is transparent everywhere (zlib's gzread passes plain files through
+ * unchanged). Two ways in: a line stream (text formats, bounded memory) and
+ * the whole file at once (pickles, whose strings the parser points into).
+ */
+#ifndef COOP_TRACE_INPUT_H
+#define COOP_TRACE_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zlib.h>
+
+#include "coop.h"
+
+/* Longest line the line reader accepts (bytes, newline excluded). */
+#define TRACE_INPUT_MAX_LINE ((size_t)1 << 20)
+
+/* Largest file trace_input_slurp loads (decompressed bytes): a guard against
+ * gzip bombs; real snapshots are a few hundred MB at most. */
+#define TRACE_INPUT_MAX_SLURP ((size_t)4 << 30)
+
+typedef struct trace_input {
+    gzFile gz;
+    const char *path; /* borrowed: the caller keeps it alive */
+    char *buf;        /* raw bytes read and not yet consumed */
+    size_t cap, start, end;
+    uint64_t line; /* number of the line last returned (1-based) */
+    int at_eof;
+} trace_input;
+
+/* Opens path for line reading. Errors: "PATH: cannot open: reason". */
+coop_status trace_input_open(trace_input *in, const char *path);
+
+/* Returns the next line in *line (NUL-terminated, without "\n" or "\r\n"),
+ * its length in *len, and advances in->line. At the end of the file *line is
+ * NULL and COOP_OK is returned. The line stays valid until the next call.
+ * Errors: a line longer than TRACE_INPUT_MAX_LINE, a NUL byte inside a line
+ * (binary data), a last line without its newline (a file cut short: text
+ * traces, CSVs and JSON-lines logs all end with one), a read error or a
+ * truncated/corrupt gzip stream, each as "PATH:LINE: what". */
+coop_status trace_input_line(trace_input *in, char **line, size_t *len);
+
+/* Closes the file and frees the buffer; safe on a zeroed or closed input. */
+void trace_input_close(trace_input *in);
+
+/* Reads all of path (decompressed) into a malloc'ed buffer *data of *len
+ * bytes, plus one NUL byte after the end. Errors as above, or a file larger
+ * than TRACE_INPUT_MAX_SLURP. */
+coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *len);
+
+/* Reads up to cap decompressed bytes from the start of path into buf (for
+ * format detection); *len gets the count (less than cap at the end). */
+coop_status trace_input_peek(const char *path, unsigned char *buf, size_t cap, size_t *len);
+
+#endif

@@ -1,0 +1,664 @@
+/* A pickle virtual machine restricted to plain data (see pickle.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+#include "trace/pickle.h"
+
+/* ------------------------------------------------------------------------
+ * Arena: nodes and item arrays live until pkl_arena_free
+ * ---------------------------------------------------------------------- */
+
+struct pkl_chunk {
+    pkl_chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char bytes[];
+};
+
+#define CHUNK_BYTES ((size_t)1 << 20)
+
+static void *arena_alloc(pkl_arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    pkl_chunk *c = a->chunks;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > CHUNK_BYTES ? n : CHUNK_BYTES;
+        c = malloc(sizeof *c + cap);
+        if (!c)
+            return NULL;
+        c->cap = cap;
+        c->used = 0;
+        c->next = a->chunks;
+        a->chunks = c;
+    }
+    void *p = c->bytes + c->used;
+    c->used += n;
+    return p;
+}
+
+void pkl_arena_free(pkl_arena *arena)
+{
+    pkl_chunk *c = arena->chunks;
+    while (c) {
+        pkl_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    arena->chunks = NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Opcodes
+ * ---------------------------------------------------------------------- */
+
+enum {
+    OP_MARK = '(',
+    OP_STOP = '.',
+    OP_BININT = 'J',
+    OP_BININT1 = 'K',
+    OP_BININT2 = 'M',
+    OP_NONE = 'N',
+    OP_BINUNICODE = 'X',
+    OP_APPEND = 'a',
+    OP_DICT = 'd',
+    OP_EMPTY_DICT = '}',
+    OP_APPENDS = 'e',
+    OP_BINGET = 'h',
+    OP_LONG_BINGET = 'j',
+    OP_LIST = 'l',
+    OP_EMPTY_LIST = ']',
+    OP_BINPUT = 'q',
+    OP_LONG_BINPUT = 'r',
+    OP_SETITEM = 's',
+    OP_TUPLE = 't',
+    OP_EMPTY_TUPLE = ')',
+    OP_SETITEMS = 'u',
+    OP_BINFLOAT = 'G',
+    OP_BINBYTES = 'B',
+    OP_SHORT_BINBYTES = 'C',
+    OP_PROTO = 0x80,
+    OP_TUPLE1 = 0x85,
+    OP_TUPLE2 = 0x86,
+    OP_TUPLE3 = 0x87,
+    OP_NEWTRUE = 0x88,
+    OP_NEWFALSE = 0x89,
+    OP_LONG1 = 0x8a,
+    OP_SHORT_BINUNICODE = 0x8c,
+    OP_BINUNICODE8 = 0x8d,
+    OP_MEMOIZE = 0x94,
+    OP_FRAME = 0x95,
+};
+
+/* Every opcode of pickle protocols 0 to 5, by byte. */
+static const char *const opcode_names[256] = {
+    ['('] = "MARK",
+    ['.'] = "STOP",
+    ['0'] = "POP",
+    ['1'] = "POP_MARK",
+    ['2'] = "DUP",
+    ['F'] = "FLOAT",
+    ['I'] = "INT",
+    ['J'] = "BININT",
+    ['K'] = "BININT1",
+    ['L'] = "LONG",
+    ['M'] = "BININT2",
+    ['N'] = "NONE",
+    ['P'] = "PERSID",
+    ['Q'] = "BINPERSID",
+    ['R'] = "REDUCE",
+    ['S'] = "STRING",
+    ['T'] = "BINSTRING",
+    ['U'] = "SHORT_BINSTRING",
+    ['V'] = "UNICODE",
+    ['X'] = "BINUNICODE",
+    ['a'] = "APPEND",
+    ['b'] = "BUILD",
+    ['c'] = "GLOBAL",
+    ['d'] = "DICT",
+    ['}'] = "EMPTY_DICT",
+    ['e'] = "APPENDS",
+    ['g'] = "GET",
+    ['h'] = "BINGET",
+    ['i'] = "INST",
+    ['j'] = "LONG_BINGET",
+    ['l'] = "LIST",
+    [']'] = "EMPTY_LIST",
+    ['o'] = "OBJ",
+    ['p'] = "PUT",
+    ['q'] = "BINPUT",
+    ['r'] = "LONG_BINPUT",
+    ['s'] = "SETITEM",
+    ['t'] = "TUPLE",
+    [')'] = "EMPTY_TUPLE",
+    ['u'] = "SETITEMS",
+    ['G'] = "BINFLOAT",
+    [0x80] = "PROTO",
+    [0x81] = "NEWOBJ",
+    [0x82] = "EXT1",
+    [0x83] = "EXT2",
+    [0x84] = "EXT4",
+    [0x85] = "TUPLE1",
+    [0x86] = "TUPLE2",
+    [0x87] = "TUPLE3",
+    [0x88] = "NEWTRUE",
+    [0x89] = "NEWFALSE",
+    [0x8a] = "LONG1",
+    [0x8b] = "LONG4",
+    ['B'] = "BINBYTES",
+    ['C'] = "SHORT_BINBYTES",
+    [0x8c] = "SHORT_BINUNICODE",
+    [0x8d] = "BINUNICODE8",
+    [0x8e] = "BINBYTES8",
+    [0x8f] = "EMPTY_SET",
+    [0x90] = "ADDITEMS",
+    [0x91] = "FROZENSET",
+    [0x92] = "NEWOBJ_EX",
+    [0x93] = "STACK_GLOBAL",
+    [0x94] = "MEMOIZE",
+    [0x95] = "FRAME",
+    [0x96] = "BYTEARRAY8",
+    [0x97] = "NEXT_BUFFER",
+    [0x98] = "READONLY_BUFFER",
+};
+
+const char *pkl_opcode_name(unsigned char op)
+{
+    return opcode_names[op];
+}
+
+/* Opcodes that import a name or call an object: loading them would run code. */
+static int runs_code(unsigned char op)
+{
+    switch (op) {
+    case 'c':
+    case 0x93:
+    case 'R':
+    case 'b':
+    case 'i':
+    case 'o':
+    case 0x81:
+    case 0x92:
+    case 'P':
+    case 'Q':
+    case 0x82:
+    case 0x83:
+    case 0x84:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The machine
+ * ---------------------------------------------------------------------- */
+
+typedef struct machine {
+    const char *path;
+    const unsigned char *data;
+    size_t len, pos;
+    size_t op_at; /* offset of the opcode being executed */
+    unsigned char op;
+    pkl_arena *arena;
+    pkl_value **stack;
+    size_t depth, stack_cap;
+    size_t *marks; /* stack depths at each MARK */
+    size_t num_marks, marks_cap;
+    pkl_value **memo;
+    size_t memo_len, memo_cap; /* memo_len: next MEMOIZE index */
+    size_t ops;                /* opcodes executed: bounds memo indices */
+} machine;
+
+static coop_status fail(const machine *m, const char *what)
+{
+    return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s %s", m->path, m->op_at,
+                          opcode_names[m->op] ? opcode_names[m->op] : "opcode", what);
+}
+
+static coop_status out_of_memory(const machine *m)
+{
+    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: byte %zu: out of memory", m->path, m->op_at);
+}
+
+/* Argument bytes of the current opcode, or NULL (and an error) if the file
+ * ends first. */
+static const unsigned char *take(machine *m, size_t n, coop_status *st)
+{
+    if (m->len - m->pos < n) {
+        *st = coop_set_error(COOP_ERR_INVALID,
+                             "%s: byte %zu: truncated: %s needs %zu argument bytes, "
+                             "the file has %zu left",
+                             m->path, m->op_at, opcode_names[m->op], n, m->len - m->pos);
+        return NULL;
+    }
+    const unsigned char *p = m->data + m->pos;
+    m->pos += n;
+    return p;
+}
+
+static uint64_t little_endian(const unsigned char *p, size_t n)
+{
+    uint64_t x = 0;
+    for (size_t i = n; i-- > 0;)
+        x = x << 8 | p[i];
+    return x;
+}
+
+/* Grows a malloc'ed array of elem-sized items to hold at least want. */
+static int grow_array(void **items, size_t *cap, size_t want, size_t elem)
+{
+    if (want <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 64;
+    while (n < want)
+        n *= 2;
+    void *p = realloc(*items, n * elem);
+    if (!p)
+        return -1;
+    *items = p;
+    *cap = n;
+    return 0;
+}
+
+static pkl_value *new_value(machine *m, pkl_kind kind)
+{
+    pkl_value *v = arena_alloc(m->arena, sizeof *v);
+    if (v) {
+        memset(v, 0, sizeof *v);
+        v->kind = (uint8_t)kind;
+        v->offset = m->op_at;
+    }
+    return v;
+}
+
+static coop_status push(machine *m, pkl_value *v)
+{
+    if (!v)
+        return out_of_memory(m);
+    if (grow_array((void **)&m->stack, &m->stack_cap, m->depth + 1, sizeof *m->stack))
+        return out_of_memory(m);
+    m->stack[m->depth++] = v;
+    return COOP_OK;
+}
+
+static pkl_value *top(const machine *m)
+{
+    size_t floor = m->num_marks ? m->marks[m->num_marks - 1] : 0;
+    return m->depth > floor ? m->stack[m->depth - 1] : NULL;
+}
+
+/* Appends items to a list, tuple or dict's item array (arena-allocated,
+ * doubling: total waste stays below the final size). */
+static coop_status seq_extend(machine *m, pkl_value *seq, pkl_value *const *items, size_t n)
+{
+    size_t need = seq->v.seq.len + n;
+    if (need > seq->v.seq.cap) {
+        size_t cap = seq->v.seq.cap ? seq->v.seq.cap : 4;
+        while (cap < need)
+            cap *= 2;
+        pkl_value **grown = arena_alloc(m->arena, cap * sizeof *grown);
+        if (!grown)
+            return out_of_memory(m);
+        if (seq->v.seq.len)
+            memcpy(grown, seq->v.seq.items, seq->v.seq.len * sizeof *grown);
+        seq->v.seq.items = grown;
+        seq->v.seq.cap = cap;
+    }
+    if (n)
+        memcpy(seq->v.seq.items + seq->v.seq.len, items, n * sizeof *items);
+    seq->v.seq.len = need;
+    return COOP_OK;
+}
+
+/* Pops the innermost MARK: *items and *n are the values above it (still in the
+ * stack array, valid until the next push). */
+static coop_status pop_mark(machine *m, pkl_value ***items, size_t *n)
+{
+    if (!m->num_marks)
+        return fail(m, "without a MARK before it");
+    size_t at = m->marks[--m->num_marks];
+    *items = m->stack + at;
+    *n = m->depth - at;
+    m->depth = at;
+    return COOP_OK;
+}
+
+static int hashable(const pkl_value *v)
+{
+    return v->kind != PKL_LIST && v->kind != PKL_DICT;
+}
+
+static coop_status set_items(machine *m, pkl_value *dict, pkl_value *const *kv, size_t n)
+{
+    if (n % 2)
+        return fail(m, "has a key without a value");
+    for (size_t i = 0; i < n; i += 2)
+        if (!hashable(kv[i]))
+            return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s: unhashable %s as a dict key",
+                                  m->path, m->op_at, opcode_names[m->op], pkl_type_name(kv[i]));
+    return seq_extend(m, dict, kv, n);
+}
+
+static coop_status make_seq(machine *m, pkl_kind kind, pkl_value *const *items, size_t n)
+{
+    pkl_value *v = new_value(m, kind);
+    if (!v)
+        return out_of_memory(m);
+    coop_status st = kind == PKL_DICT ? set_items(m, v, items, n) : seq_extend(m, v, items, n);
+    if (st != COOP_OK)
+        return st;
+    return push(m, v);
+}
+
+static coop_status push_int(machine *m, int64_t x)
+{
+    pkl_value *v = new_value(m, PKL_INT);
+    if (v)
+        v->v.i = x;
+    return push(m, v);
+}
+
+static coop_status push_str(machine *m, pkl_kind kind, size_t len_bytes)
+{
+    coop_status st = COOP_OK;
+    const unsigned char *p = take(m, len_bytes, &st);
+    if (!p)
+        return st;
+    uint64_t n = little_endian(p, len_bytes);
+    if (n > m->len - m->pos)
+        return coop_set_error(
+            COOP_ERR_INVALID, "%s: byte %zu: truncated: %s of %llu bytes, the file has %zu left",
+            m->path, m->op_at, opcode_names[m->op], (unsigned long long)n, m->len - m->pos);
+    pkl_value *v = new_value(m, kind);
+    if (v) {
+        v->v.str.ptr = (const char *)m->data + m->pos;
+        v->v.str.len = (size_t)n;
+    }
+    m->pos += (size_t)n;
+    return push(m, v);
+}
+
+/* LONG1: n little-endian two's complement bytes. Values from -2^63 to
+ * 2^64 - 1 are kept (stream handles are unsigned 64-bit pointers). */
+static coop_status push_long1(machine *m)
+{
+    coop_status st = COOP_OK;
+    const unsigned char *p = take(m, 1, &st);
+    if (!p)
+        return st;
+    size_t n = p[0];
+    if (!(p = take(m, n, &st)))
+        return st;
+    pkl_value *v = new_value(m, PKL_INT);
+    if (!v)
+        return out_of_memory(m);
+    if (n == 0) {
+        v->v.i = 0;
+    } else if (n <= 8) {
+        uint64_t x = little_endian(p, n);
+        if (n < 8 && (p[n - 1] & 0x80))
+            x |= ~(uint64_t)0 << (8 * n); /* sign-extend */
+        v->v.i = (int64_t)x;
+    } else {
+        /* 9 or more bytes fit in 64 bits only as a non-negative value below
+         * 2^64 whose extra bytes are zero padding. */
+        for (size_t i = 8; i < n; i++)
+            if (p[i] != 0)
+                return fail(m, "holds an integer outside -2^63 .. 2^64-1");
+        uint64_t x = little_endian(p, 8);
+        v->v.u = x;
+        v->big = (x >> 63) != 0;
+    }
+    return push(m, v);
+}
+
+static coop_status memo_put(machine *m, uint64_t index)
+{
+    pkl_value *v = top(m);
+    if (!v)
+        return fail(m, "with an empty stack");
+    /* A pickler memoizes objects it has emitted, so an index beyond the
+     * opcodes read so far is corrupt; bounding it bounds memory. */
+    if (index > m->ops)
+        return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s index %llu out of range", m->path,
+                              m->op_at, opcode_names[m->op], (unsigned long long)index);
+    if (grow_array((void **)&m->memo, &m->memo_cap, (size_t)index + 1, sizeof *m->memo))
+        return out_of_memory(m);
+    while (m->memo_len <= index)
+        m->memo[m->memo_len++] = NULL;
+    m->memo[index] = v;
+    return COOP_OK;
+}
+
+static coop_status memo_get(machine *m, uint64_t index)
+{
+    if (index >= m->memo_len || !m->memo[index])
+        return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s of memo entry %llu, never set",
+                              m->path, m->op_at, opcode_names[m->op], (unsigned long long)index);
+    return push(m, m->memo[index]);
+}
+
+/* Executes one opcode (already read into m->op). *done is set by STOP. */
+static coop_status step(machine *m, int *done)
+{
+    coop_status st = COOP_OK;
+    const unsigned char *p;
+    pkl_value **items = NULL, *v;
+    size_t n = 0;
+
+    switch (m->op) {
+    case OP_PROTO:
+        if (!(p = take(m, 1, &st)))
+            return st;
+        if (p[0] < 2 || p[0] > 5)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s: byte %zu: pickle protocol %u is not supported (2 to 5 are)",
+                                  m->path, m->op_at, p[0]);
+        return COOP_OK;
+    case OP_FRAME:
+        /* Only a read-ahead hint; a frame longer than the rest of the file
+         * means the file was cut. */
+        if (!(p = take(m, 8, &st)))
+            return st;
+        if (little_endian(p, 8) > m->len - m->pos)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s: byte %zu: truncated: FRAME of %llu bytes, the file has "
+                                  "%zu left",
+                                  m->path, m->op_at, (unsigned long long)little_endian(p, 8),
+                                  m->len - m->pos);
+        return COOP_OK;
+    case OP_MARK:
+        if (grow_array((void **)&m->marks, &m->marks_cap, m->num_marks + 1, sizeof *m->marks))
+            return out_of_memory(m);
+        m->marks[m->num_marks++] = m->depth;
+        return COOP_OK;
+    case OP_STOP:
+        if (m->num_marks || m->depth != 1)
+            return fail(m, m->num_marks ? "with an unclosed MARK"
+                                        : "with other than one value on the stack");
+        *done = 1;
+        return COOP_OK;
+    case OP_EMPTY_DICT:
+        return push(m, new_value(m, PKL_DICT));
+    case OP_EMPTY_LIST:
+        return push(m, new_value(m, PKL_LIST));
+    case OP_EMPTY_TUPLE:
+        return push(m, new_value(m, PKL_TUPLE));
+    case OP_NONE:
+        return push(m, new_value(m, PKL_NONE));
+    case OP_NEWTRUE:
+    case OP_NEWFALSE:
+        if ((v = new_value(m, PKL_BOOL)))
+            v->v.i = m->op == OP_NEWTRUE;
+        return push(m, v);
+    case OP_DICT:
+    case OP_LIST:
+    case OP_TUPLE:
+        if ((st = pop_mark(m, &items, &n)) != COOP_OK)
+            return st;
+        return make_seq(m,
+                        m->op == OP_DICT   ? PKL_DICT
+                        : m->op == OP_LIST ? PKL_LIST
+                                           : PKL_TUPLE,
+                        items, n);
+    case OP_TUPLE1:
+    case OP_TUPLE2:
+    case OP_TUPLE3:
+        n = (size_t)(m->op - OP_TUPLE1 + 1);
+        if (!top(m) || m->depth - (m->num_marks ? m->marks[m->num_marks - 1] : 0) < n)
+            return fail(m, "needs more values on the stack");
+        m->depth -= n;
+        return make_seq(m, PKL_TUPLE, m->stack + m->depth, n);
+    case OP_APPEND:
+    case OP_SETITEM:
+        n = m->op == OP_APPEND ? 1 : 2;
+        if (!top(m) || m->depth - (m->num_marks ? m->marks[m->num_marks - 1] : 0) < n + 1)
+            return fail(m, "needs more values on the stack");
+        m->depth -= n;
+        v = m->stack[m->depth - 1];
+        if (v->kind != (m->op == OP_APPEND ? PKL_LIST : PKL_DICT))
+            return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s to a %s", m->path, m->op_at,
+                                  opcode_names[m->op], pkl_type_name(v));
+        return m->op == OP_APPEND ? seq_extend(m, v, m->stack + m->depth, 1)
+                                  : set_items(m, v, m->stack + m->depth, 2);
+    case OP_APPENDS:
+    case OP_SETITEMS:
+        if ((st = pop_mark(m, &items, &n)) != COOP_OK)
+            return st;
+        if (!(v = top(m)))
+            return fail(m, "without a container before its MARK");
+        if (v->kind != (m->op == OP_APPENDS ? PKL_LIST : PKL_DICT))
+            return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s to a %s", m->path, m->op_at,
+                                  opcode_names[m->op], pkl_type_name(v));
+        return m->op == OP_APPENDS ? seq_extend(m, v, items, n) : set_items(m, v, items, n);
+    case OP_SHORT_BINUNICODE:
+        return push_str(m, PKL_STR, 1);
+    case OP_BINUNICODE:
+        return push_str(m, PKL_STR, 4);
+    case OP_BINUNICODE8:
+        return push_str(m, PKL_STR, 8);
+    case OP_SHORT_BINBYTES:
+        return push_str(m, PKL_BYTES, 1);
+    case OP_BINBYTES:
+        return push_str(m, PKL_BYTES, 4);
+    case OP_BININT:
+        if (!(p = take(m, 4, &st)))
+            return st;
+        /* 4-byte two's complement */
+        return push_int(m, (int64_t)little_endian(p, 4) - (p[3] & 0x80 ? (int64_t)1 << 32 : 0));
+    case OP_BININT1:
+        if (!(p = take(m, 1, &st)))
+            return st;
+        return push_int(m, p[0]);
+    case OP_BININT2:
+        if (!(p = take(m, 2, &st)))
+            return st;
+        return push_int(m, (int64_t)little_endian(p, 2));
+    case OP_LONG1:
+        return push_long1(m);
+    case OP_BINFLOAT: {
+        if (!(p = take(m, 8, &st)))
+            return st;
+        uint64_t bits = 0; /* big-endian IEEE 754 double */
+        for (int i = 0; i < 8; i++)
+            bits = bits << 8 | p[i];
+        if ((v = new_value(m, PKL_FLOAT)))
+            memcpy(&v->v.f, &bits, sizeof bits);
+        return push(m, v);
+    }
+    case OP_MEMOIZE:
+        return memo_put(m, m->memo_len);
+    case OP_BINPUT:
+        if (!(p = take(m, 1, &st)))
+            return st;
+        return memo_put(m, p[0]);
+    case OP_LONG_BINPUT:
+        if (!(p = take(m, 4, &st)))
+            return st;
+        return memo_put(m, little_endian(p, 4));
+    case OP_BINGET:
+        if (!(p = take(m, 1, &st)))
+            return st;
+        return memo_get(m, p[0]);
+    case OP_LONG_BINGET:
+        if (!(p = take(m, 4, &st)))
+            return st;
+        return memo_get(m, little_endian(p, 4));
+    default:
+        if (runs_code(m->op))
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s: byte %zu: pickle opcode %s (0x%02x) is not allowed: coop "
+                                  "never executes code from a pickle",
+                                  m->path, m->op_at, opcode_names[m->op], m->op);
+        if (opcode_names[m->op])
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s: byte %zu: pickle opcode %s (0x%02x) is not supported: "
+                                  "PyTorch memory snapshots do not use it",
+                                  m->path, m->op_at, opcode_names[m->op], m->op);
+        return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: 0x%02x is not a pickle opcode",
+                              m->path, m->op_at, m->op);
+    }
+}
+
+coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, pkl_arena *arena,
+                      const pkl_value **root)
+{
+    *root = NULL;
+    machine m = {.path = path, .data = data, .len = len, .arena = arena};
+    coop_status st = COOP_OK;
+    if (len == 0 || data[0] != OP_PROTO)
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "%s: byte 0: not a pickle of protocol 2 or later (first byte %s)", path,
+                            len ? "is not 0x80" : "missing: empty file");
+    int done = 0;
+    while (st == COOP_OK && !done) {
+        if (m.pos >= m.len) {
+            st = coop_set_error(COOP_ERR_INVALID,
+                                "%s: byte %zu: truncated: the pickle ends without STOP", path,
+                                m.len);
+            break;
+        }
+        m.op_at = m.pos;
+        m.op = data[m.pos++];
+        m.ops++;
+        st = step(&m, &done);
+    }
+    if (st == COOP_OK)
+        *root = m.stack[0];
+    else
+        pkl_arena_free(arena);
+    free(m.stack);
+    free(m.marks);
+    free(m.memo);
+    return st;
+}
+
+/* ------------------------------------------------------------------------
+ * Queries
+ * ---------------------------------------------------------------------- */
+
+int pkl_str_eq(const pkl_value *v, const char *s)
+{
+    size_t n = strlen(s);
+    return v && v->kind == PKL_STR && v->v.str.len == n && memcmp(v->v.str.ptr, s, n) == 0;
+}
+
+const pkl_value *pkl_dict_get(const pkl_value *dict, const char *key)
+{
+    if (!dict || dict->kind != PKL_DICT)
+        return NULL;
+    for (size_t i = dict->v.seq.len; i >= 2; i -= 2)
+        if (pkl_str_eq(dict->v.seq.items[i - 2], key))
+            return dict->v.seq.items[i - 1];
+    return NULL;
+}
+
+const char *pkl_type_name(const pkl_value *v)
+{
+    static const char *const names[] = {
+        [PKL_NONE] = "None",   [PKL_BOOL] = "bool",   [PKL_INT] = "int",
+        [PKL_FLOAT] = "float", [PKL_STR] = "str",     [PKL_BYTES] = "bytes",
+        [PKL_LIST] = "list",   [PKL_TUPLE] = "tuple", [PKL_DICT] = "dict",
+    };
+    return v ? names[v->kind] : "nothing";
+}

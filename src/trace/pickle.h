@@ -1,0 +1,86 @@
+/*
+ * A safe subset of Python's pickle format: just enough to load what
+ * torch.cuda.memory._dump_snapshot() writes (protocol 2 to 5 pickles of
+ * dicts, lists, tuples, strings, bytes, ints, floats, bools and None, with a
+ * memo). Every opcode that would import or call anything (GLOBAL,
+ * STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, PERSID,
+ * BINPERSID, EXT1/2/4) is refused, as is every opcode such files do not use.
+ *
+ * The result is a tree of pkl_value nodes held in one arena. Strings point
+ * into the input buffer (not NUL-terminated), so the buffer must outlive the
+ * tree. Memory is linear in the input: each node comes from one opcode, memo
+ * indices are bounded by the opcodes read so far, and nothing recurses (a
+ * memo can make a list contain itself; consumers walk fixed paths only).
+ */
+#ifndef COOP_TRACE_PICKLE_H
+#define COOP_TRACE_PICKLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coop.h"
+
+typedef enum pkl_kind {
+    PKL_NONE = 0,
+    PKL_BOOL,
+    PKL_INT,
+    PKL_FLOAT,
+    PKL_STR,
+    PKL_BYTES,
+    PKL_LIST,
+    PKL_TUPLE,
+    PKL_DICT
+} pkl_kind;
+
+typedef struct pkl_value pkl_value;
+struct pkl_value {
+    uint8_t kind;  /* pkl_kind */
+    uint8_t big;   /* PKL_INT: the value is v.u, at least 2^63 */
+    size_t offset; /* byte offset of the opcode that created the value */
+    union {
+        int64_t i;  /* PKL_INT (big == 0), PKL_BOOL (0 or 1) */
+        uint64_t u; /* PKL_INT with big == 1 */
+        double f;
+        struct {
+            const char *ptr;
+            size_t len;
+        } str; /* PKL_STR (UTF-8, unchecked), PKL_BYTES */
+        struct {
+            pkl_value **items;
+            size_t len, cap;
+        } seq; /* PKL_LIST, PKL_TUPLE; PKL_DICT: key, value, key, value... */
+    } v;
+};
+
+typedef struct pkl_chunk pkl_chunk;
+
+/* Owns every node of one parse. */
+typedef struct pkl_arena {
+    pkl_chunk *chunks;
+} pkl_arena;
+
+/* Parses data[0..len) (decompressed pickle bytes). On success *root is the
+ * unpickled object and the arena owns the tree; on failure the arena holds
+ * nothing, and the message is "PATH: byte OFFSET: what". Bytes after STOP
+ * are ignored, as Python's pickle.load does. */
+coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, pkl_arena *arena,
+                      const pkl_value **root);
+
+/* Frees every node; the arena is empty (reusable) afterwards. */
+void pkl_arena_free(pkl_arena *arena);
+
+/* The value for a string key in a dict (the last one if repeated, as in
+ * Python), or NULL if absent or dict is not a dict. */
+const pkl_value *pkl_dict_get(const pkl_value *dict, const char *key);
+
+/* Whether v is a str equal to s. */
+int pkl_str_eq(const pkl_value *v, const char *s);
+
+/* Python's name of the value's type ("dict", "int", ...), for messages. */
+const char *pkl_type_name(const pkl_value *v);
+
+/* Python's name of a pickle opcode byte ("GLOBAL", ...) or NULL if the byte
+ * is no opcode. */
+const char *pkl_opcode_name(unsigned char op);
+
+#endif

@@ -1,0 +1,349 @@
+/*
+ * PyTorch memory snapshots (torch.cuda.memory._dump_snapshot()) as traces.
+ *
+ * The history is a ring buffer, so it may begin in the middle of the run:
+ * a block freed without a recorded alloc, or allocated in the final
+ * `segments` without one, was live before recording began. Such blocks
+ * become live-at-start allocations, ordered by address.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+#include "trace/builder.h"
+#include "trace/id_map.h"
+#include "trace/input.h"
+#include "trace/pickle.h"
+#include "trace/trace.h"
+
+enum { BLOCK_ALLOCATED = 1, BLOCK_FREE_REQUESTED = 2 };
+
+typedef struct snapshot_reader {
+    const char *path;
+    trace_builder b;
+    id_map blocks;     /* (addr, stream) -> live block */
+    const char *where; /* "device_traces[D][I]" or "segments[I]" of the entry being read */
+    char where_buf[64];
+    size_t where_at; /* its byte offset */
+} snapshot_reader;
+
+/* An error about the entry being read: "PATH: byte N: WHERE: what". */
+static coop_status bad(const snapshot_reader *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static coop_status bad(const snapshot_reader *r, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s: %s", r->path, r->where_at, r->where,
+                          what);
+}
+
+/* Reads dict[key] as an unsigned 64-bit integer; *found says whether it was
+ * there (a missing optional key leaves *out alone). negative_ok accepts a
+ * negative value as its two's complement (stream handles). */
+static coop_status get_u64(const snapshot_reader *r, const pkl_value *dict, const char *key,
+                           int required, int negative_ok, uint64_t *out)
+{
+    const pkl_value *v = pkl_dict_get(dict, key);
+    if (!v)
+        return required ? bad(r, "'%s' is missing", key) : COOP_OK;
+    if (v->kind != PKL_INT)
+        return bad(r, "'%s' has type %s, expected int", key, pkl_type_name(v));
+    if (!v->big && v->v.i < 0 && !negative_ok)
+        return bad(r, "'%s' is negative", key);
+    *out = v->v.u;
+    return COOP_OK;
+}
+
+static coop_status get_time(const snapshot_reader *r, const pkl_value *dict, int64_t *out)
+{
+    const pkl_value *v = pkl_dict_get(dict, "time_us");
+    *out = -1;
+    if (!v || v->kind == PKL_NONE)
+        return COOP_OK;
+    if (v->kind != PKL_INT || v->big)
+        return bad(r, "'%s' has type %s, expected int", "time_us", pkl_type_name(v));
+    *out = v->v.i;
+    return COOP_OK;
+}
+
+/* A block freed (requested or completed) whose alloc came before the
+ * recording: it becomes a live-at-start allocation. */
+static coop_status adopt_block(snapshot_reader *r, const trace_event *ev, uint8_t state,
+                               uint32_t *id)
+{
+    coop_status st = trace_builder_new_id(&r->b, id);
+    if (st != COOP_OK)
+        return st;
+    trace_event alloc = {.kind = TRACE_ALLOC,
+                         .id = *id,
+                         .size = ev->size,
+                         .addr = ev->addr,
+                         .stream = ev->stream,
+                         .time_us = -1};
+    if ((st = trace_builder_push_live(&r->b, &alloc)) != COOP_OK)
+        return st;
+    if (state) {
+        id_map_slot *s = id_map_insert(&r->blocks, ev->addr, ev->stream);
+        if (!s)
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+        s->id = *id;
+        s->state = state;
+        s->size = ev->size;
+        s->where = r->where_at;
+    }
+    return COOP_OK;
+}
+
+static coop_status on_alloc(snapshot_reader *r, trace_event *ev)
+{
+    id_map_slot *s = id_map_find(&r->blocks, ev->addr, ev->stream);
+    if (s) {
+        return bad(r,
+                   "alloc of address 0x%llx, already allocated by the entry at byte %llu "
+                   "and not freed",
+                   (unsigned long long)ev->addr, (unsigned long long)s->where);
+    }
+    coop_status st = trace_builder_new_id(&r->b, &ev->id);
+    if (st != COOP_OK)
+        return st;
+    if (!(s = id_map_insert(&r->blocks, ev->addr, ev->stream)))
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+    s->id = ev->id;
+    s->state = BLOCK_ALLOCATED;
+    s->size = ev->size;
+    s->where = r->where_at;
+    return trace_builder_push(&r->b, ev);
+}
+
+static coop_status on_free(snapshot_reader *r, trace_event *ev)
+{
+    id_map_slot *s = id_map_find(&r->blocks, ev->addr, ev->stream);
+    coop_status st;
+    if (ev->kind == TRACE_FREE_REQUESTED) {
+        if (s && s->state == BLOCK_FREE_REQUESTED)
+            return bad(r, "free_requested twice for one block (without free_completed)");
+        if (s) {
+            s->state = BLOCK_FREE_REQUESTED;
+            ev->id = s->id;
+        } else if ((st = adopt_block(r, ev, BLOCK_FREE_REQUESTED, &ev->id)) != COOP_OK) {
+            return st;
+        }
+    } else {
+        if (s) {
+            ev->id = s->id;
+            id_map_remove(&r->blocks, s);
+        } else if ((st = adopt_block(r, ev, 0, &ev->id)) != COOP_OK) {
+            return st;
+        }
+    }
+    return trace_builder_push(&r->b, ev);
+}
+
+static const struct {
+    const char *name;
+    int kind; /* trace_event_kind, or -1: not an allocation event (skipped) */
+} actions[] = {
+    {"alloc", TRACE_ALLOC},
+    {"free_requested", TRACE_FREE_REQUESTED},
+    {"free_completed", TRACE_FREE},
+    {"segment_alloc", TRACE_SEGMENT_ALLOC},
+    {"segment_free", TRACE_SEGMENT_FREE},
+    {"segment_map", TRACE_SEGMENT_MAP},
+    {"segment_unmap", TRACE_SEGMENT_UNMAP},
+    {"oom", TRACE_OOM},
+    {"snapshot", -1},
+};
+
+static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
+{
+    if (entry->kind != PKL_DICT)
+        return bad(r, "entry has type %s, expected dict", pkl_type_name(entry));
+    const pkl_value *action = pkl_dict_get(entry, "action");
+    if (!action)
+        return bad(r, "'%s' is missing", "action");
+    if (action->kind != PKL_STR)
+        return bad(r, "'%s' has type %s, expected str", "action", pkl_type_name(action));
+    int kind = -2;
+    for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++)
+        if (pkl_str_eq(action, actions[i].name))
+            kind = actions[i].kind;
+    /* Newer PyTorch versions may add actions that are not allocations
+     * (like "snapshot"): they say nothing about memory use. */
+    if (kind < 0)
+        return COOP_OK;
+
+    trace_event ev = {.kind = (trace_event_kind)kind, .time_us = -1};
+    coop_status st;
+    if ((st = get_u64(r, entry, "addr", kind != TRACE_OOM, 0, &ev.addr)) != COOP_OK ||
+        (st = get_u64(r, entry, "size", 1, 0, &ev.size)) != COOP_OK ||
+        (st = get_u64(r, entry, "stream", 0, 1, &ev.stream)) != COOP_OK ||
+        (st = get_time(r, entry, &ev.time_us)) != COOP_OK)
+        return st;
+    switch (ev.kind) {
+    case TRACE_ALLOC:
+        return on_alloc(r, &ev);
+    case TRACE_FREE_REQUESTED:
+    case TRACE_FREE:
+        return on_free(r, &ev);
+    default:
+        return trace_builder_push(&r->b, &ev);
+    }
+}
+
+/* The final `segments`: the recorded allocator's reservations, and blocks
+ * allocated before recording began that are still allocated at the end. */
+static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, uint64_t device)
+{
+    for (size_t i = 0; i < segments->v.seq.len; i++) {
+        const pkl_value *seg = segments->v.seq.items[i];
+        snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu]", i);
+        r->where = r->where_buf;
+        r->where_at = seg->offset;
+        if (seg->kind != PKL_DICT)
+            return bad(r, "segment has type %s, expected dict", pkl_type_name(seg));
+        uint64_t seg_device = device;
+        trace_segment s = {0};
+        coop_status st;
+        if ((st = get_u64(r, seg, "device", 0, 0, &seg_device)) != COOP_OK ||
+            (st = get_u64(r, seg, "address", 1, 0, &s.addr)) != COOP_OK ||
+            (st = get_u64(r, seg, "total_size", 1, 0, &s.size)) != COOP_OK ||
+            (st = get_u64(r, seg, "stream", 0, 1, &s.stream)) != COOP_OK)
+            return st;
+        if (seg_device != device)
+            continue;
+        if ((st = trace_builder_push_segment(&r->b, &s)) != COOP_OK)
+            return st;
+        const pkl_value *blocks = pkl_dict_get(seg, "blocks");
+        if (!blocks)
+            continue;
+        if (blocks->kind != PKL_LIST)
+            return bad(r, "'%s' has type %s, expected list", "blocks", pkl_type_name(blocks));
+        for (size_t j = 0; j < blocks->v.seq.len; j++) {
+            const pkl_value *blk = blocks->v.seq.items[j];
+            snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu].blocks[%zu]", i, j);
+            r->where_at = blk->offset;
+            if (blk->kind != PKL_DICT)
+                return bad(r, "block has type %s, expected dict", pkl_type_name(blk));
+            const pkl_value *state = pkl_dict_get(blk, "state");
+            if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
+                continue;
+            trace_event ev = {.kind = TRACE_ALLOC, .stream = s.stream, .time_us = -1};
+            if ((st = get_u64(r, blk, "address", 1, 0, &ev.addr)) != COOP_OK ||
+                (st = get_u64(r, blk, "size", 1, 0, &ev.size)) != COOP_OK ||
+                (st = get_u64(r, blk, "requested_size", 0, 0, &ev.size)) != COOP_OK)
+                return st;
+            /* Allocated at the end but never seen allocated: it was live
+             * through the whole recording. */
+            if (!id_map_find(&r->blocks, ev.addr, ev.stream) &&
+                (st = adopt_block(r, &ev, 0, &ev.id)) != COOP_OK)
+                return st;
+        }
+    }
+    return COOP_OK;
+}
+
+/* Picks the device: the one asked for, else the first with events. */
+static coop_status pick_device(snapshot_reader *r, const pkl_value *traces, int device, size_t *out)
+{
+    size_t n = traces->v.seq.len;
+    if (device >= 0) {
+        if ((size_t)device >= n)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s: device %d has no device_traces (%zu "
+                                  "devices recorded)",
+                                  r->path, device, n);
+        *out = (size_t)device;
+        return COOP_OK;
+    }
+    *out = 0;
+    for (size_t i = 0; i < n; i++) {
+        const pkl_value *t = traces->v.seq.items[i];
+        if (t->kind == PKL_LIST && t->v.seq.len > 0) {
+            *out = i;
+            break;
+        }
+    }
+    return COOP_OK;
+}
+
+static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int device_wanted)
+{
+    r->where = "snapshot";
+    r->where_at = root->offset;
+    if (root->kind != PKL_DICT)
+        return bad(r, "the pickle holds a %s, expected the snapshot dict", pkl_type_name(root));
+    const pkl_value *traces = pkl_dict_get(root, "device_traces");
+    const pkl_value *segments = pkl_dict_get(root, "segments");
+    if (!traces)
+        return bad(r,
+                   "no '%s': not a memory snapshot, or history was not recorded "
+                   "(call torch.cuda.memory._record_memory_history() first)",
+                   "device_traces");
+    if (traces->kind != PKL_LIST)
+        return bad(r, "'%s' has type %s, expected list", "device_traces", pkl_type_name(traces));
+    if (segments && segments->kind != PKL_LIST)
+        return bad(r, "'%s' has type %s, expected list", "segments", pkl_type_name(segments));
+
+    size_t device = 0;
+    coop_status st = pick_device(r, traces, device_wanted, &device);
+    if (st != COOP_OK)
+        return st;
+    if (device < traces->v.seq.len) {
+        const pkl_value *list = traces->v.seq.items[device];
+        if (list->kind != PKL_LIST) {
+            snprintf(r->where_buf, sizeof r->where_buf, "device_traces[%zu]", device);
+            r->where = r->where_buf;
+            r->where_at = list->offset;
+            return bad(r, "has type %s, expected list", pkl_type_name(list));
+        }
+        r->where = r->where_buf;
+        for (size_t i = 0; i < list->v.seq.len; i++) {
+            const pkl_value *entry = list->v.seq.items[i];
+            snprintf(r->where_buf, sizeof r->where_buf, "device_traces[%zu][%zu]", device, i);
+            r->where_at = entry->offset;
+            if ((st = read_entry(r, entry)) != COOP_OK)
+                return st;
+        }
+    }
+    if (segments && (st = read_segments(r, segments, device)) != COOP_OK)
+        return st;
+    trace_builder_sort_live_by_addr(&r->b);
+    return COOP_OK;
+}
+
+coop_status trace_read_pickle_device(const char *path, int device, trace *out)
+{
+    *out = (trace){0};
+    unsigned char *data;
+    size_t len;
+    coop_status st = trace_input_slurp(path, &data, &len);
+    if (st != COOP_OK)
+        return st;
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    st = pkl_parse(path, data, len, &arena, &root);
+    if (st == COOP_OK) {
+        snapshot_reader r = {.path = path};
+        trace_builder_init(&r.b, path);
+        st = read_snapshot(&r, root, device);
+        if (st == COOP_OK)
+            st = trace_builder_finish(&r.b, out);
+        trace_builder_discard(&r.b);
+        id_map_free(&r.blocks);
+        pkl_arena_free(&arena);
+    }
+    free(data);
+    return st;
+}
+
+coop_status trace_read_pickle(const char *path, trace *out)
+{
+    return trace_read_pickle_device(path, -1, out);
+}

@@ -1,0 +1,610 @@
+/*
+ * The pickle parser and the snapshot reader on hand-made pickles: values,
+ * snapshot semantics (pairing, live at start, segments), refusal of every
+ * code-running opcode, malformed and truncated input, and random byte
+ * mutations (seed printed; COOP_TEST_SEED replays one).
+ */
+#include "trace_fixture.h"
+
+#include "trace/pickle.h"
+
+/* ------------------------------------------------------------------------
+ * A tiny pickle writer for building inputs
+ * ---------------------------------------------------------------------- */
+
+typedef struct pk {
+    unsigned char b[1 << 14];
+    size_t n;
+} pk;
+
+static void op(pk *p, unsigned char c)
+{
+    assert_true(p->n < sizeof p->b);
+    p->b[p->n++] = c;
+}
+
+static void bytes(pk *p, const void *data, size_t n)
+{
+    assert_true(p->n + n <= sizeof p->b);
+    memcpy(p->b + p->n, data, n);
+    p->n += n;
+}
+
+static void str(pk *p, const char *s)
+{
+    op(p, 0x8c); /* SHORT_BINUNICODE */
+    op(p, (unsigned char)strlen(s));
+    bytes(p, s, strlen(s));
+}
+
+/* Integers the way Python's pickler writes them. */
+static void integer(pk *p, int64_t x)
+{
+    if (x >= 0 && x < 256) {
+        op(p, 'K');
+        op(p, (unsigned char)x);
+    } else if (x >= 0 && x < 65536) {
+        op(p, 'M');
+        op(p, (unsigned char)x);
+        op(p, (unsigned char)(x >> 8));
+    } else if (x >= INT32_MIN && x <= INT32_MAX) {
+        op(p, 'J');
+        for (int i = 0; i < 4; i++)
+            op(p, (unsigned char)((uint64_t)x >> (8 * i)));
+    } else {
+        op(p, 0x8a); /* LONG1, 8 bytes two's complement */
+        op(p, 8);
+        for (int i = 0; i < 8; i++)
+            op(p, (unsigned char)((uint64_t)x >> (8 * i)));
+    }
+}
+
+/* An unsigned value at or above 2^63: LONG1 with a zero ninth byte. */
+static void big_unsigned(pk *p, uint64_t x)
+{
+    op(p, 0x8a);
+    op(p, 9);
+    for (int i = 0; i < 8; i++)
+        op(p, (unsigned char)(x >> (8 * i)));
+    op(p, 0);
+}
+
+static void key_int(pk *p, const char *k, int64_t v)
+{
+    str(p, k);
+    integer(p, v);
+}
+
+static void key_str(pk *p, const char *k, const char *v)
+{
+    str(p, k);
+    str(p, v);
+}
+
+static void begin_dict(pk *p)
+{
+    op(p, '}');
+    op(p, 0x94); /* MEMOIZE */
+    op(p, '(');
+}
+
+static void end_dict(pk *p)
+{
+    op(p, 'u'); /* SETITEMS */
+}
+
+static void begin_list(pk *p)
+{
+    op(p, ']');
+    op(p, 0x94);
+    op(p, '(');
+}
+
+static void end_list(pk *p)
+{
+    op(p, 'e'); /* APPENDS */
+}
+
+/* One device_traces entry: action, addr, size, stream (time if >= 0). */
+static void entry(pk *p, const char *action, int64_t addr, int64_t size, int64_t stream,
+                  int64_t time_us)
+{
+    begin_dict(p);
+    key_str(p, "action", action);
+    if (addr >= 0)
+        key_int(p, "addr", addr);
+    key_int(p, "size", size);
+    key_int(p, "stream", stream);
+    if (time_us >= 0)
+        key_int(p, "time_us", time_us);
+    str(p, "frames");
+    op(p, ']');
+    end_dict(p);
+}
+
+static void block(pk *p, int64_t addr, int64_t size, int64_t requested, const char *state)
+{
+    begin_dict(p);
+    key_int(p, "address", addr);
+    key_int(p, "size", size);
+    key_int(p, "requested_size", requested);
+    key_str(p, "state", state);
+    end_dict(p);
+}
+
+/* The reference snapshot of the semantics test (see test_semantics). */
+static void reference_snapshot(pk *p)
+{
+    p->n = 0;
+    op(p, 0x80);
+    op(p, 4);
+    begin_dict(p);
+    str(p, "segments");
+    begin_list(p);
+    begin_dict(p); /* device 0 */
+    key_int(p, "device", 0);
+    key_int(p, "address", 0);
+    key_int(p, "total_size", 2 << 20);
+    key_int(p, "stream", 0);
+    key_str(p, "segment_type", "large");
+    str(p, "blocks");
+    begin_list(p);
+    block(p, 0x2000, 512, 128, "active_allocated"); /* allocated in the trace */
+    block(p, 0x4000, 512, 300, "active_allocated"); /* never seen: live at start */
+    block(p, 0x5000, 4096, 0, "inactive");          /* free: ignored */
+    end_list(p);
+    end_dict(p);
+    begin_dict(p); /* another device: not read */
+    key_int(p, "device", 1);
+    key_int(p, "address", 0x900000);
+    key_int(p, "total_size", 2 << 20);
+    key_int(p, "stream", 0);
+    end_dict(p);
+    end_list(p);
+    str(p, "device_traces");
+    begin_list(p);
+    begin_list(p);
+    entry(p, "free_requested", 0x1000, 512, 0, 1); /* alloc before recording */
+    entry(p, "free_completed", 0x1000, 512, 0, 2);
+    entry(p, "alloc", 0x2000, 1000, 0, 10);
+    entry(p, "alloc", 0x2000, 64, 7, 11); /* same address, other stream */
+    entry(p, "segment_alloc", 0x10000, 2 << 20, 0, 12);
+    entry(p, "free_requested", 0x2000, 1000, 0, 13);
+    entry(p, "free_completed", 0x2000, 1000, 0, 14);
+    entry(p, "alloc", 0x2000, 128, 0, 15);
+    entry(p, "oom", -1, (int64_t)1 << 40, 0, 16);
+    entry(p, "snapshot", 0, 0, 0, 17);
+    entry(p, "free_completed", 0x3000, 256, 0, 18); /* alloc and request before recording */
+    end_list(p);
+    begin_list(p); /* device 1: empty */
+    end_list(p);
+    end_list(p);
+    key_int(p, "allocator_settings", 0);
+    end_dict(p);
+    op(p, '.');
+}
+
+static coop_status read_bytes(const void *data, size_t len, int gzip, trace *t)
+{
+    char path[300];
+    fixture_path(path, sizeof path, gzip ? "snap.pickle.gz" : "snap.pickle");
+    fixture_write(path, data, len, gzip);
+    return trace_read_pickle(path, t);
+}
+
+/* ------------------------------------------------------------------------
+ * Values
+ * ---------------------------------------------------------------------- */
+
+static void test_values(void **state)
+{
+    (void)state;
+    pk p = {0};
+    op(&p, 0x80);
+    op(&p, 2);
+    op(&p, '(');
+    integer(&p, 5);
+    integer(&p, 40000);
+    integer(&p, -2);
+    integer(&p, INT64_MIN);
+    big_unsigned(&p, 0xfedcba9876543210ull);
+    op(&p, 0x8a); /* LONG1 of 2 bytes: -256 */
+    op(&p, 2);
+    op(&p, 0x00);
+    op(&p, 0xff);
+    op(&p, 'G'); /* BINFLOAT 1.5, big-endian */
+    bytes(&p, "\x3f\xf8\0\0\0\0\0\0", 8);
+    op(&p, 0x88);
+    op(&p, 0x89);
+    op(&p, 'N');
+    op(&p, 'C'); /* SHORT_BINBYTES */
+    op(&p, 2);
+    bytes(&p, "\x01\x02", 2);
+    op(&p, 'X'); /* BINUNICODE */
+    bytes(&p, "\3\0\0\0abc", 7);
+    integer(&p, 1);
+    integer(&p, 2);
+    op(&p, 0x86); /* TUPLE2 */
+    op(&p, 'l');  /* LIST from MARK */
+    op(&p, '.');
+
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    assert_int_equal(pkl_parse("v", p.b, p.n, &arena, &root), COOP_OK);
+    assert_int_equal(root->kind, PKL_LIST);
+    assert_int_equal(root->v.seq.len, 13);
+    pkl_value **v = root->v.seq.items;
+    assert_int_equal(v[0]->v.i, 5);
+    assert_int_equal(v[1]->v.i, 40000);
+    assert_int_equal(v[2]->v.i, -2);
+    assert_true(v[3]->v.i == INT64_MIN && !v[3]->big);
+    assert_true(v[4]->big && v[4]->v.u == 0xfedcba9876543210ull);
+    assert_int_equal(v[5]->v.i, -256);
+    assert_true(v[6]->kind == PKL_FLOAT && v[6]->v.f == 1.5);
+    assert_true(v[7]->kind == PKL_BOOL && v[7]->v.i == 1);
+    assert_true(v[8]->kind == PKL_BOOL && v[8]->v.i == 0);
+    assert_int_equal(v[9]->kind, PKL_NONE);
+    assert_true(v[10]->kind == PKL_BYTES && v[10]->v.str.len == 2);
+    assert_true(pkl_str_eq(v[11], "abc"));
+    assert_true(v[12]->kind == PKL_TUPLE && v[12]->v.seq.len == 2);
+    assert_int_equal(v[12]->v.seq.items[1]->v.i, 2);
+    assert_int_equal(v[2]->offset, 8); /* after PROTO 2, MARK, BININT1 5, BININT2 40000 */
+    pkl_arena_free(&arena);
+}
+
+/* A list that contains itself (through the memo) must not hang anything. */
+static void test_self_reference(void **state)
+{
+    (void)state;
+    pk p = {0};
+    op(&p, 0x80);
+    op(&p, 2);
+    op(&p, '}');
+    str(&p, "device_traces");
+    op(&p, ']');
+    op(&p, 0x94); /* memo 0 = the list */
+    op(&p, 'h');  /* BINGET 0 */
+    op(&p, 0);
+    op(&p, 'a'); /* list.append(list) */
+    op(&p, 's');
+    op(&p, '.');
+    trace t;
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][0]",
+                         "entry has type list, expected dict", NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Snapshot semantics
+ * ---------------------------------------------------------------------- */
+
+static void test_semantics(void **state)
+{
+    (void)state;
+    pk p;
+    reference_snapshot(&p);
+    for (int gzip = 0; gzip <= 1; gzip++) {
+        trace t;
+        assert_int_equal(read_bytes(p.b, p.n, gzip, &t), COOP_OK);
+        fixture_check_invariants(&t);
+        assert_string_equal(t.name, gzip ? "snap.pickle.gz" : "snap.pickle");
+        /* live at start by address: 0x1000 (freed), 0x3000 (freed), 0x4000 (segments) */
+        assert_int_equal(t.num_live_at_start, 3);
+        assert_int_equal(t.events[0].addr, 0x1000);
+        assert_int_equal(t.events[0].size, 512);
+        assert_int_equal(t.events[0].time_us, -1);
+        assert_int_equal(t.events[1].addr, 0x3000);
+        assert_int_equal(t.events[1].size, 256);
+        assert_int_equal(t.events[2].addr, 0x4000);
+        assert_int_equal(t.events[2].size, 300); /* requested, not the block size */
+        /* 10 device events (snapshot skipped) */
+        assert_int_equal(t.num_events, 13);
+        assert_int_equal(t.num_ids, 6);
+        static const trace_event_kind kinds[] = {
+            TRACE_ALLOC, TRACE_ALLOC, TRACE_ALLOC,         TRACE_FREE_REQUESTED, TRACE_FREE,
+            TRACE_ALLOC, TRACE_ALLOC, TRACE_SEGMENT_ALLOC, TRACE_FREE_REQUESTED, TRACE_FREE,
+            TRACE_ALLOC, TRACE_OOM,   TRACE_FREE};
+        static const uint32_t ids[] = {0, 1, 2, 0, 0, 3, 4, 0, 3, 3, 5, 0, 1};
+        for (size_t i = 0; i < 13; i++) {
+            assert_int_equal(t.events[i].kind, kinds[i]);
+            assert_int_equal(t.events[i].id, ids[i]);
+        }
+        assert_int_equal(t.events[3].time_us, 1);
+        assert_int_equal(t.events[5].size, 1000);
+        assert_int_equal(t.events[5].time_us, 10);
+        assert_int_equal(t.events[6].stream, 7);
+        assert_int_equal(t.events[7].size, 2 << 20);
+        assert_int_equal(t.events[7].addr, 0x10000);
+        assert_int_equal(t.events[11].size, (uint64_t)1 << 40);
+        assert_int_equal(t.events[12].size, 256);
+        assert_true(t.has_segment_events);
+        assert_int_equal(t.num_final_segments, 1); /* device 1's segment left out */
+        assert_int_equal(t.final_segments[0].size, 2 << 20);
+        trace_free(&t);
+        assert_null(t.events);
+    }
+}
+
+static void test_device_choice(void **state)
+{
+    (void)state;
+    pk p;
+    reference_snapshot(&p);
+    char path[300];
+    fixture_path(path, sizeof path, "dev.pickle");
+    fixture_write(path, p.b, p.n, 0);
+    trace t;
+    assert_int_equal(trace_read_pickle_device(path, 1, &t), COOP_OK);
+    assert_int_equal(t.num_events, 0); /* device 1 recorded nothing */
+    assert_int_equal(t.num_final_segments, 1);
+    assert_int_equal(t.final_segments[0].addr, 0x900000);
+    trace_free(&t);
+    fixture_expect_error(trace_read_pickle_device(path, 2, &t), "device 2", NULL);
+    assert_null(t.events);
+}
+
+static void test_unsigned_stream(void **state)
+{
+    (void)state;
+    pk p = {0};
+    op(&p, 0x80);
+    op(&p, 4);
+    begin_dict(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    begin_dict(&p);
+    key_str(&p, "action", "alloc");
+    key_int(&p, "addr", 0x7f0000000000);
+    key_int(&p, "size", 512);
+    str(&p, "stream");
+    big_unsigned(&p, 0x8000000000000010ull);
+    end_dict(&p);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_events, 1);
+    assert_true(t.events[0].stream == 0x8000000000000010ull);
+    assert_int_equal(t.events[0].time_us, -1);
+    assert_false(t.has_segment_events);
+    trace_free(&t);
+}
+
+/* ------------------------------------------------------------------------
+ * Refusals and malformed input
+ * ---------------------------------------------------------------------- */
+
+static void test_code_opcodes_refused(void **state)
+{
+    (void)state;
+    /* the classic: os.system via GLOBAL + REDUCE */
+    static const unsigned char global[] = "\x80\x02"
+                                          "cos\nsystem\nq\x00X\x02\x00\x00\x00id\x85R.";
+    trace t;
+    fixture_expect_error(read_bytes(global, sizeof global - 1, 0, &t),
+                         "byte 2: ", "pickle opcode GLOBAL (0x63) is not allowed",
+                         "coop never executes code from a pickle", NULL);
+    assert_null(t.events);
+    /* REDUCE after harmless values */
+    static const unsigned char reduce[] = "\x80\x02N)R.";
+    fixture_expect_error(read_bytes(reduce, sizeof reduce - 1, 1, &t),
+                         "byte 4: ", "REDUCE (0x52) is not allowed", NULL);
+    static const unsigned char code_ops[] = {'c',  0x93, 'R', 'b',  'i',  'o', 0x81,
+                                             0x92, 'P',  'Q', 0x82, 0x83, 0x84};
+    for (size_t i = 0; i < sizeof code_ops; i++) {
+        unsigned char bad[] = {0x80, 0x04, 'N', 'N', code_ops[i], 0, 0, 0, '.'};
+        fixture_expect_error(read_bytes(bad, sizeof bad, 0, &t), "byte 4: ", "is not allowed",
+                             pkl_opcode_name(code_ops[i]), NULL);
+    }
+}
+
+typedef struct bad_pickle {
+    const char *bytes;
+    size_t len;
+    const char *expect1, *expect2;
+} bad_pickle;
+
+#define BAD(lit, e1, e2)                                                                           \
+    {                                                                                              \
+        lit, sizeof lit - 1, e1, e2                                                                \
+    }
+
+static void test_malformed(void **state)
+{
+    (void)state;
+    static const bad_pickle cases[] = {
+        BAD("", "byte 0", "empty file"),
+        BAD("hello", "byte 0", "not a pickle of protocol 2 or later"),
+        BAD("\x80\x06N.", "byte 0", "protocol 6 is not supported"),
+        BAD("\x80\x02I1\n.", "byte 2", "INT (0x49) is not supported"),
+        BAD("\x80\x02\xff", "byte 2", "0xff is not a pickle opcode"),
+        BAD("\x80\x02N", "byte 3", "ends without STOP"),
+        BAD("\x80\x02NN.", "byte 4", "STOP with other than one value"),
+        BAD("\x80\x02(N.", "byte 4", "unclosed MARK"),
+        BAD("\x80\x02Nd.", "byte 3", "DICT without a MARK"),
+        BAD("\x80\x02(Nd.", "byte 4", "key without a value"),
+        BAD("\x80\x02}Na.", "byte 4", "APPEND to a dict"),
+        BAD("\x80\x02]NNs.", "byte 5", "SETITEM to a list"),
+        BAD("\x80\x02}(]Nu.", "byte 6", "unhashable list"),
+        BAD("\x80\x02"
+            "a.",
+            "byte 2", "needs more values"),
+        BAD("\x80\x02h\x05.", "byte 2", "memo entry 5, never set"),
+        BAD("\x80\x02Nr\xff\xff\xff\x7f.", "byte 3", "index 2147483647 out of range"),
+        BAD("\x80\x02\x94.", "byte 2", "empty stack"),
+        BAD("\x80\x02\x8c\x10"
+            "abc",
+            "byte 2", "truncated: SHORT_BINUNICODE of 16 bytes"),
+        BAD("\x80\x02X\x01\x00", "byte 2", "truncated: BINUNICODE needs 4 argument bytes"),
+        BAD("\x80\x02\x8d\xff\xff\xff\xff\xff\xff\xff\xff", "byte 2", "truncated: BINUNICODE8"),
+        BAD("\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.", "byte 2", "truncated: FRAME of 255"),
+        BAD("\x80\x02\x8a\x0a\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a.", "byte 2",
+            "outside -2^63 .. 2^64-1"),
+        BAD("\x80\x02\x8a\x09\x01\x02\x03\x04\x05\x06\x07\x08\xff.", "byte 2", "outside"),
+        /* well-formed pickles that are no snapshots */
+        BAD("\x80\x02]\x94.", "byte 2", "holds a list, expected the snapshot dict"),
+        BAD("\x80\x02}\x94.", "byte 2", "no 'device_traces'"),
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces}s.",
+            "byte 2", "'device_traces' has type dict"),
+        BAD("\x80\x02}(\x8c\x0d"
+            "device_traces](]e\x8c\x08segmentsNu.",
+            "'segments' has type None", "expected list"),
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}ees.",
+            "device_traces[0][0]", "'action' is missing"),
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}\x8c\x06"
+            "actionK\x01see\x73.",
+            "device_traces[0][0]", "'action' has type int, expected str"),
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}(\x8c\x06"
+            "action\x8c\x05"
+            "alloc"
+            "\x8c\x04"
+            "addr\x8c\x01x\x8c\x04sizeK\x01uees.",
+            "'addr' has type str, expected int", "byte 22"),
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}(\x8c\x06"
+            "action\x8c\x05"
+            "alloc"
+            "\x8c\x04"
+            "addrK\x01\x8c\x04sizeJ\xff\xff\xff\xffuees.",
+            "'size' is negative", "device_traces[0][0]"),
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}(\x8c\x06"
+            "action\x8c\x05"
+            "alloc"
+            "\x8c\x04"
+            "addrK\x01uees.",
+            "'size' is missing", "device_traces[0][0]"),
+        /* same block allocated twice */
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}(\x8c\x06"
+            "action\x8c\x05"
+            "alloc"
+            "\x8c\x04"
+            "addrK\x01\x8c\x04sizeK\x01u\x94h\x00"
+            "ees.",
+            "device_traces[0][1]", "already allocated by the entry at byte 22"),
+        /* free_requested twice */
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}(\x8c\x06"
+            "action\x8c\x0e"
+            "free_requested"
+            "\x8c\x04"
+            "addrK\x01\x8c\x04sizeK\x01u\x94h\x00"
+            "ees.",
+            "device_traces[0][1]", "free_requested twice"),
+        BAD("\x80\x02}(\x8c\x0d"
+            "device_traces]\x8c\x08segments](K\x01"
+            "eu.",
+            "segments[0]", "segment has type int"),
+        BAD("\x80\x02}(\x8c\x0d"
+            "device_traces]\x8c\x08segments](}(\x8c\x07"
+            "address"
+            "K\x00\x8c\x0atotal_sizeK\x01\x8c\x06"
+            "blocks(N"
+            "lueu.",
+            "segments[0].blocks[0]", "block has type None"),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        trace t;
+        coop_status st = read_bytes(cases[i].bytes, cases[i].len, (int)(i % 2), &t);
+        if (st == COOP_OK)
+            fail_msg("case %zu was accepted", i);
+        if (!strstr(coop_last_error(), cases[i].expect1) ||
+            !strstr(coop_last_error(), cases[i].expect2))
+            fail_msg("case %zu: \"%s\" lacks \"%s\" or \"%s\"", i, coop_last_error(),
+                     cases[i].expect1, cases[i].expect2);
+        assert_null(t.events);
+    }
+}
+
+/* Every proper prefix of a valid snapshot is an error naming a byte, plain
+ * or gzip-compressed (gzip: the stream itself is then cut short, too). */
+static void test_truncated(void **state)
+{
+    (void)state;
+    pk p;
+    reference_snapshot(&p);
+    for (size_t len = 0; len < p.n; len++) {
+        trace t;
+        coop_status st = read_bytes(p.b, len, 0, &t);
+        if (st == COOP_OK)
+            fail_msg("prefix of %zu bytes (of %zu) was accepted", len, p.n);
+        assert_non_null(strstr(coop_last_error(), "byte"));
+    }
+    /* cutting the compressed file */
+    char path[300], cut[300];
+    fixture_path(path, sizeof path, "whole.pickle.gz");
+    fixture_path(cut, sizeof cut, "cut.pickle.gz");
+    fixture_write(path, p.b, p.n, 1);
+    size_t gz_len;
+    unsigned char *gz = fixture_read(path, &gz_len);
+    for (size_t len = 0; len < gz_len; len++) {
+        fixture_write(cut, gz, len, 0);
+        trace t;
+        if (trace_read_pickle(cut, &t) == COOP_OK)
+            fail_msg("gzip prefix of %zu bytes (of %zu) was accepted", len, gz_len);
+    }
+    free(gz);
+}
+
+static uint64_t next_random(uint64_t *s)
+{
+    *s += 0x9e3779b97f4a7c15ull;
+    uint64_t z = *s;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Random byte changes: each read either succeeds with a consistent trace
+ * or fails with a positioned message; never crashes (run under ASan). */
+static void test_mutations(void **state)
+{
+    (void)state;
+    const char *env = getenv("COOP_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 0) : 20261121;
+    printf("trace_pickle_test: mutation seed %llu (set COOP_TEST_SEED to replay)\n",
+           (unsigned long long)seed);
+    uint64_t rng = seed;
+    pk ref, p;
+    reference_snapshot(&ref);
+    int accepted = 0;
+    for (int round = 0; round < 3000; round++) {
+        p = ref;
+        int changes = 1 + (int)(next_random(&rng) % 4);
+        for (int c = 0; c < changes; c++) {
+            size_t at = next_random(&rng) % p.n;
+            p.b[at] = (unsigned char)next_random(&rng);
+        }
+        trace t;
+        if (read_bytes(p.b, p.n, 0, &t) == COOP_OK) {
+            fixture_check_invariants(&t);
+            trace_free(&t);
+            accepted++;
+        } else {
+            assert_non_null(strstr(coop_last_error(), "snap.pickle: "));
+        }
+    }
+    printf("trace_pickle_test: %d of 3000 mutants still valid snapshots\n", accepted);
+}
+
+int main(void)
+{
+    fixture_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_values),          cmocka_unit_test(test_self_reference),
+        cmocka_unit_test(test_semantics),       cmocka_unit_test(test_device_choice),
+        cmocka_unit_test(test_unsigned_stream), cmocka_unit_test(test_code_opcodes_refused),
+        cmocka_unit_test(test_malformed),       cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_mutations),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    fixture_cleanup();
+    return failed;
+}

@@ -1,0 +1,124 @@
+/*
+ * Format detection and trace_read's dispatch: by content, never by name,
+ * through gzip; unknown, empty and missing files give clear errors.
+ */
+#include "trace_fixture.h"
+
+static const char *write_named(const char *name, const void *data, size_t len, int gzip)
+{
+    static char path[300];
+    fixture_path(path, sizeof path, name);
+    fixture_write(path, data, len, gzip);
+    return path;
+}
+
+static const unsigned char tiny_pickle[] = {0x80, 0x04, '}', 0x8c, 13,  'd', 'e',
+                                            'v',  'i',  'c', 'e',  '_', 't', 'r',
+                                            'a',  'c',  'e', 's',  ']', 's', '.'};
+
+static void test_detect(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        trace_format format;
+    } cases[] = {
+        {"coop-trace 1\n", TRACE_FORMAT_TEXT},
+        {"# comment first\ncoop-trace 1\n", TRACE_FORMAT_TEXT},
+        {"\n\n  coop-trace 1\n", TRACE_FORMAT_TEXT},
+        {"id,lower,upper,size\n", TRACE_FORMAT_MINIMALLOC},
+        {"{\"TYPE\": \"ANNOTATE\", \"ANNOTATION\": \"START\"}\n", TRACE_FORMAT_DTR},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int gzip = 0; gzip <= 1; gzip++) {
+            /* a misleading name: content decides */
+            const char *path = write_named("x.pickle", cases[i].text, strlen(cases[i].text), gzip);
+            trace_format f;
+            assert_int_equal(trace_detect_format(path, &f), COOP_OK);
+            assert_int_equal(f, cases[i].format);
+        }
+    trace_format f;
+    const char *path = write_named("x.csv", tiny_pickle, sizeof tiny_pickle, 1);
+    assert_int_equal(trace_detect_format(path, &f), COOP_OK);
+    assert_int_equal(f, TRACE_FORMAT_PICKLE);
+    assert_string_equal(trace_format_name(TRACE_FORMAT_PICKLE), "pickle");
+    assert_string_equal(trace_format_name(TRACE_FORMAT_TEXT), "text");
+    assert_string_equal(trace_format_name(TRACE_FORMAT_MINIMALLOC), "minimalloc");
+    assert_string_equal(trace_format_name(TRACE_FORMAT_DTR), "dtr");
+}
+
+static void test_detect_errors(void **state)
+{
+    (void)state;
+    trace_format f;
+    trace t;
+    const char *path = write_named("unknown.bin", "PK\x03\x04zip?", 8, 0);
+    fixture_expect_error(trace_detect_format(path, &f), "unknown.bin: unknown trace format",
+                         "starts with \"PK\\x03\\x04zip?\"", NULL);
+    fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
+    assert_null(t.events);
+    path = write_named("empty", "", 0, 0);
+    fixture_expect_error(trace_read(path, &t), "empty: empty file", NULL);
+    path = write_named("empty.gz", "", 0, 1);
+    fixture_expect_error(trace_read(path, &t), "empty.gz: empty file", NULL);
+    path = write_named("blank", " \n\t\n", 4, 0);
+    fixture_expect_error(trace_read(path, &t), "only blank space", NULL);
+    fixture_expect_error(trace_read("/nonexistent/coop/trace", &t),
+                         "/nonexistent/coop/trace: cannot open", NULL);
+    /* a gzip header cut short */
+    path = write_named("cut.gz", "\x1f\x8b\x08\x00\x00", 5, 0);
+    fixture_expect_error(trace_read(path, &t), "cut.gz", NULL);
+    assert_null(t.events);
+}
+
+/* trace_read gives what the format's own reader gives. */
+static void test_dispatch(void **state)
+{
+    (void)state;
+    trace a, b;
+    const char *path = write_named("p", tiny_pickle, sizeof tiny_pickle, 0);
+    assert_int_equal(trace_read(path, &a), COOP_OK);
+    assert_int_equal(trace_read_pickle(path, &b), COOP_OK);
+    fixture_assert_same_trace(&a, &b);
+    assert_int_equal(a.num_events, 0);
+    trace_free(&a);
+    trace_free(&b);
+
+    const char *text = "coop-trace 1\nA 1 10 0\nF 1\n";
+    path = write_named("t", text, strlen(text), 1);
+    assert_int_equal(trace_read(path, &a), COOP_OK);
+    assert_int_equal(trace_read_text(path, &b), COOP_OK);
+    fixture_assert_same_trace(&a, &b);
+    assert_int_equal(a.num_events, 2);
+    trace_free(&a);
+    trace_free(&b);
+
+    const char *csv = "id,lower,upper,size\n0,1,2,3\n";
+    path = write_named("c", csv, strlen(csv), 0);
+    assert_int_equal(trace_read(path, &a), COOP_OK);
+    assert_int_equal(trace_read_minimalloc(path, &b), COOP_OK);
+    fixture_assert_same_trace(&a, &b);
+    assert_int_equal(a.num_events, 2);
+    trace_free(&a);
+    trace_free(&b);
+
+    /* the wrong reader on a file is an error, not a misreading */
+    fixture_expect_error(trace_read_text(path, &a), ":1: expected the header 'coop-trace 1'", NULL);
+    fixture_expect_error(trace_read_pickle(path, &a), "byte 0: not a pickle", NULL);
+    path = write_named("p", tiny_pickle, sizeof tiny_pickle, 0);
+    fixture_expect_error(trace_read_minimalloc(path, &a), "p:1:", NULL);
+    trace_free(&a); /* safe on the zeroed trace a failed reader leaves */
+}
+
+int main(void)
+{
+    fixture_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_detect_errors),
+        cmocka_unit_test(test_dispatch),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    fixture_cleanup();
+    return failed;
+}

@@ -1,0 +1,311 @@
+/*
+ * The coop text trace reader and writer: the README's example, id reuse,
+ * every kind of bad line (with its line number), truncation at every byte,
+ * number parsing, and write/read round trips (plain, gzip).
+ */
+#include "trace_fixture.h"
+
+#include "trace/text_number.h"
+
+static coop_status read_text(const char *text, int gzip, trace *t)
+{
+    char path[300];
+    fixture_path(path, sizeof path, gzip ? "t.trace.gz" : "t.trace");
+    fixture_write(path, text, strlen(text), gzip);
+    return trace_read_text(path, t);
+}
+
+static void test_readme_example(void **state)
+{
+    (void)state;
+    trace t;
+    assert_int_equal(trace_read_text(COOP_TEST_SRCDIR "/tests/data/example.trace", &t), COOP_OK);
+    fixture_check_invariants(&t);
+    assert_string_equal(t.name, "example.trace");
+    assert_int_equal(t.num_events, 6);
+    assert_int_equal(t.num_ids, 2);
+    assert_int_equal(t.num_live_at_start, 1);
+    assert_int_equal(t.live_at_start[0], 0); /* file id 7 is the first seen: dense 0 */
+    assert_int_equal(t.events[0].kind, TRACE_ALLOC);
+    assert_int_equal(t.events[0].size, 1024);
+    assert_int_equal(t.events[0].addr, 0x7f0000000000);
+    assert_int_equal(t.events[0].time_us, -1);
+    assert_int_equal(t.events[1].kind, TRACE_SEGMENT_ALLOC);
+    assert_int_equal(t.events[1].size, 2097152);
+    assert_int_equal(t.events[1].time_us, 100);
+    assert_int_equal(t.events[2].kind, TRACE_ALLOC);
+    assert_int_equal(t.events[2].id, 1); /* file id 0 */
+    assert_int_equal(t.events[3].kind, TRACE_FREE_REQUESTED);
+    assert_int_equal(t.events[3].id, 0);
+    assert_int_equal(t.events[3].size, 1024); /* frees repeat the alloc */
+    assert_int_equal(t.events[4].kind, TRACE_FREE);
+    assert_int_equal(t.events[4].time_us, 105);
+    assert_int_equal(t.events[5].id, 1);
+    assert_true(t.has_segment_events);
+    assert_int_equal(t.num_final_segments, 1);
+    trace_free(&t);
+}
+
+static void test_all_lines(void **state)
+{
+    (void)state;
+    const char *text = "\n"
+                       "# leading comment\n"
+                       "  coop-trace\t1   # trailing comment\n"
+                       "A 5 100 3 cost=77\r\n"
+                       "F 5\n"
+                       "A 5 200 0x10 t=-3\n" /* id 5 reused after its F */
+                       "M 0x1000 4096\n"
+                       "N 4096 4096 2 t=9\n"
+                       "U 0 2097152\n"
+                       "O 18446744073709551615 1\n"
+                       "\t\n";
+    for (int gzip = 0; gzip <= 1; gzip++) {
+        trace t;
+        assert_int_equal(read_text(text, gzip, &t), COOP_OK);
+        fixture_check_invariants(&t);
+        assert_int_equal(t.num_events, 7);
+        assert_int_equal(t.num_ids, 2);
+        assert_int_equal(t.events[0].cost_ns, 77);
+        assert_int_equal(t.events[0].stream, 3);
+        assert_int_equal(t.events[2].id, 1);
+        assert_int_equal(t.events[2].size, 200);
+        assert_int_equal(t.events[2].stream, 16);
+        assert_int_equal(t.events[2].time_us, -3);
+        assert_int_equal(t.events[3].kind, TRACE_SEGMENT_MAP);
+        assert_int_equal(t.events[3].stream, 0);
+        assert_int_equal(t.events[4].kind, TRACE_SEGMENT_UNMAP);
+        assert_int_equal(t.events[4].addr, 4096);
+        assert_int_equal(t.events[5].kind, TRACE_SEGMENT_FREE);
+        assert_int_equal(t.events[6].kind, TRACE_OOM);
+        assert_true(t.events[6].size == UINT64_MAX);
+        assert_int_equal(t.events[6].stream, 1);
+        assert_true(t.has_segment_events);
+        trace_free(&t);
+    }
+    /* only a header: a valid, empty trace */
+    trace t;
+    assert_int_equal(read_text("coop-trace 1\n", 0, &t), COOP_OK);
+    assert_int_equal(t.num_events, 0);
+    assert_false(t.has_segment_events);
+    trace_free(&t);
+}
+
+typedef struct bad_text {
+    const char *text;
+    const char *expect1, *expect2;
+} bad_text;
+
+static void test_bad_lines(void **state)
+{
+    (void)state;
+    static const bad_text cases[] = {
+        {"", ":1: no 'coop-trace 1' header", "empty"},
+        {"# only a comment\n", ":2: no 'coop-trace 1' header", ""},
+        {"A 1 2 3\n", ":1: expected the header 'coop-trace 1' before 'A'", ""},
+        {"coop-trace 2\n", ":1: unsupported header", ""},
+        {"coop-trace\n", ":1: unsupported header", ""},
+        {"coop-trace 1\nX 1\n", ":2: unknown line 'X'", ""},
+        {"coop-trace 1\nAA 1 2 3\n", ":2: unknown line 'AA'", ""},
+        {"coop-trace 1\nA 1 2\n", ":2: missing fields on a A line", "usage: A id size stream"},
+        {"coop-trace 1\nA 1 2 3 4\n", ":2: too many fields on a A line", ""},
+        {"coop-trace 1\nA 1 two 3\n", ":2: size 'two' is not a number", ""},
+        {"coop-trace 1\nA 1 -2 3\n", ":2: size '-2' is negative", ""},
+        {"coop-trace 1\nA 1 18446744073709551616 3\n",
+         ":2: size '18446744073709551616' is out of range", ""},
+        {"coop-trace 1\nA 1 0x1ffffffffffffffff 3\n", ":2: size", "out of range"},
+        {"coop-trace 1\nA 1 2 3 foo=1\n", ":2: unknown key 'foo' on a A line", ""},
+        {"coop-trace 1\nA 1 2 3 t=1 t=2\n", ":2: key 't' given twice", ""},
+        {"coop-trace 1\nA 1 2 3 t=x\n", ":2: t 'x' is not a number", ""},
+        {"coop-trace 1\nA 1 2 3 t=9223372036854775808\n",
+         ":2: t '9223372036854775808' is out of range", ""},
+        {"coop-trace 1\nA 1 2 3 addr=\n", ":2: addr '' is not a number", ""},
+        {"coop-trace 1\nA 1 2 3 t=1 junk\n", ":2: unexpected 'junk'", ""},
+        {"coop-trace 1\nR 1 addr=5\n", ":2: unknown key 'addr' on a R line", ""},
+        {"coop-trace 1\nA 1 2 3\nA 1 2 3\n", ":3: id 1 is already live (allocated at line 2", ""},
+        {"coop-trace 1\nF 4\n", ":2: F of id 4, which is not live", ""},
+        {"coop-trace 1\nA 1 2 3\nF 1\nR 1\n", ":4: R of id 1, which is not live", ""},
+        {"coop-trace 1\nA 1 2 3\nR 1\nR 1\n", ":4: second R of id 1", ""},
+        {"coop-trace 1\nA 1 2 3\nL 2 2 3\n", ":3: L lines must come before every other event", ""},
+        {"coop-trace 1\nS 1\n", ":2: missing fields on a S line", ""},
+        {"coop-trace 1\nO\n", ":2: missing fields on a O line", ""},
+        {"coop-trace 1\nE 1 2 3 4\n", ":2: too many fields on a E line", ""},
+        {"coop-trace 1\nE 1 2 t=4\n", ":2: unknown key 't' on a E line", ""},
+        {"coop-trace 1\nA 1 2 3 4 5 6 7 8 9 10 11 12 13\n", ":2: more than 12 fields", ""},
+        {"coop-trace 1\nA 1 2 3", ":2: the last line has no newline", "truncated"},
+        {"coop-trace 1\nA 1 2 \0003\n", ":2: NUL byte", ""},
+        {"\x1f\x8b\x08\x00garbage\n", "read error", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        trace t;
+        char path[300];
+        fixture_path(path, sizeof path, "bad.trace");
+        /* the NUL case needs its real length */
+        size_t len = strlen(cases[i].text);
+        if (strstr(cases[i].expect1, "NUL"))
+            len += 1 + strlen(cases[i].text + len + 1);
+        fixture_write(path, cases[i].text, len, 0);
+        coop_status st = trace_read_text(path, &t);
+        if (st == COOP_OK)
+            fail_msg("case %zu was accepted", i);
+        if (!strstr(coop_last_error(), cases[i].expect1) ||
+            !strstr(coop_last_error(), cases[i].expect2))
+            fail_msg("case %zu: \"%s\" lacks \"%s\" or \"%s\"", i, coop_last_error(),
+                     cases[i].expect1, cases[i].expect2);
+        if (strncmp(coop_last_error(), path, strlen(path)) != 0)
+            fail_msg("case %zu: \"%s\" does not start with the file name", i, coop_last_error());
+        assert_null(t.events);
+    }
+}
+
+/* Many lines across the reader's 64 KiB chunks, with ids reused. */
+static void test_many_lines(void **state)
+{
+    (void)state;
+    size_t cap = 1 << 21, n = 0;
+    char *text = malloc(cap);
+    n += (size_t)snprintf(text + n, cap - n, "coop-trace 1\n");
+    for (int i = 0; i < 30000; i++)
+        n += (size_t)snprintf(text + n, cap - n, "A %d %d 0 t=%d\nR %d\nF %d\n", i % 97, i + 1, i,
+                              i % 97, i % 97);
+    trace t;
+    assert_int_equal(read_text(text, 0, &t), COOP_OK);
+    fixture_check_invariants(&t);
+    assert_int_equal(t.num_events, 90000);
+    assert_int_equal(t.num_ids, 30000);
+    assert_int_equal(t.events[3 * 29999].size, 30000);
+    assert_int_equal(t.events[3 * 29999].time_us, 29999);
+    trace_free(&t);
+    free(text);
+}
+
+static void test_long_line(void **state)
+{
+    (void)state;
+    size_t n = (1 << 20) + 100;
+    char *text = malloc(n + 32);
+    strcpy(text, "coop-trace 1\n# ");
+    memset(text + 15, 'x', n);
+    strcpy(text + 15 + n, "\n");
+    trace t;
+    fixture_expect_error(read_text(text, 1, &t), ":2: line longer than", NULL);
+    free(text);
+}
+
+/* A valid trace cut at every byte: a cut inside a line is an error (the last
+ * line has no newline); a cut at a line end may be a valid shorter trace.
+ * Compressed, every cut is an error. */
+static void test_truncated(void **state)
+{
+    (void)state;
+    size_t len;
+    unsigned char *text = fixture_read(COOP_TEST_SRCDIR "/tests/data/example.trace", &len);
+    char path[300], gz_path[300];
+    fixture_path(path, sizeof path, "cut.trace");
+    fixture_path(gz_path, sizeof gz_path, "whole.trace.gz");
+    for (size_t cut = 0; cut < len; cut++) {
+        fixture_write(path, text, cut, 0);
+        trace t;
+        coop_status st = trace_read_text(path, &t);
+        if (cut == 0 || text[cut - 1] != '\n') {
+            if (st == COOP_OK)
+                fail_msg("cut at %zu of %zu accepted", cut, len);
+        } else if (st == COOP_OK) {
+            fixture_check_invariants(&t);
+            trace_free(&t);
+        }
+    }
+    fixture_write(gz_path, text, len, 1);
+    size_t gz_len;
+    unsigned char *gz = fixture_read(gz_path, &gz_len);
+    for (size_t cut = 0; cut < gz_len; cut++) {
+        fixture_write(path, gz, cut, 0);
+        trace t;
+        if (trace_read_text(path, &t) == COOP_OK)
+            fail_msg("gzip cut at %zu of %zu accepted", cut, gz_len);
+    }
+    free(gz);
+    free(text);
+}
+
+static void test_numbers(void **state)
+{
+    (void)state;
+    uint64_t u;
+    int64_t i;
+    assert_int_equal(text_parse_u64("0", &u), TEXT_NUMBER_OK);
+    assert_int_equal(u, 0);
+    assert_int_equal(text_parse_u64("18446744073709551615", &u), TEXT_NUMBER_OK);
+    assert_true(u == UINT64_MAX);
+    assert_int_equal(text_parse_u64("0xFFFFffffFFFFffff", &u), TEXT_NUMBER_OK);
+    assert_true(u == UINT64_MAX);
+    assert_int_equal(text_parse_u64("0x10", &u), TEXT_NUMBER_OK);
+    assert_int_equal(u, 16);
+    assert_int_equal(text_parse_u64("18446744073709551616", &u), TEXT_NUMBER_OVERFLOW);
+    assert_int_equal(text_parse_u64("99999999999999999999999", &u), TEXT_NUMBER_OVERFLOW);
+    assert_int_equal(text_parse_u64("0x10000000000000000", &u), TEXT_NUMBER_OVERFLOW);
+    assert_int_equal(text_parse_u64("-1", &u), TEXT_NUMBER_NEGATIVE);
+    assert_int_equal(text_parse_u64("", &u), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_u64("0x", &u), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_u64("12a", &u), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_u64(" 1", &u), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_u64("+1", &u), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_u64("99999999999999999999x", &u), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_i64("-9223372036854775808", &i), TEXT_NUMBER_OK);
+    assert_true(i == INT64_MIN);
+    assert_int_equal(text_parse_i64("9223372036854775807", &i), TEXT_NUMBER_OK);
+    assert_true(i == INT64_MAX);
+    assert_int_equal(text_parse_i64("-9223372036854775809", &i), TEXT_NUMBER_OVERFLOW);
+    assert_int_equal(text_parse_i64("--1", &i), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_i64("-", &i), TEXT_NUMBER_INVALID);
+}
+
+/* Writing then reading gives the same trace, plain and compressed. */
+static void test_round_trip(void **state)
+{
+    (void)state;
+    trace a, b;
+    assert_int_equal(trace_read_text(COOP_TEST_SRCDIR "/tests/data/example.trace", &a), COOP_OK);
+    char path[300];
+    const char *names[] = {"rt.trace", "rt.trace.gz"};
+    for (int k = 0; k < 2; k++) {
+        fixture_path(path, sizeof path, names[k]);
+        assert_int_equal(trace_write_text(&a, path), COOP_OK);
+        size_t len;
+        unsigned char *bytes = fixture_read(path, &len);
+        /* gzip magic only when asked for */
+        assert_int_equal(len > 2 && bytes[0] == 0x1f && bytes[1] == 0x8b, k == 1);
+        free(bytes);
+        assert_int_equal(trace_read_text(path, &b), COOP_OK);
+        fixture_assert_same_trace(&a, &b);
+        trace_free(&b);
+    }
+    /* compression by flag, whatever the name */
+    fixture_path(path, sizeof path, "rt.tmp");
+    assert_int_equal(trace_write_text_to(&a, path, true), COOP_OK);
+    assert_int_equal(trace_read(path, &b), COOP_OK);
+    fixture_assert_same_trace(&a, &b);
+    trace_free(&b);
+    /* a directory that does not exist */
+    fixture_path(path, sizeof path, "no/such/dir.trace");
+    fixture_expect_error(trace_write_text(&a, path), "no/such/dir.trace: cannot write", NULL);
+    /* a trace that breaks the canonical form is refused, not mis-written */
+    a.live_at_start[0] = 1;
+    fixture_path(path, sizeof path, "bad.trace");
+    fixture_expect_error(trace_write_text(&a, path), "not the alloc of live-at-start id 1", NULL);
+    trace_free(&a);
+}
+
+int main(void)
+{
+    fixture_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_readme_example), cmocka_unit_test(test_all_lines),
+        cmocka_unit_test(test_bad_lines),      cmocka_unit_test(test_many_lines),
+        cmocka_unit_test(test_long_line),      cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_numbers),        cmocka_unit_test(test_round_trip),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    fixture_cleanup();
+    return failed;
+}
