@@ -169,6 +169,19 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     return eq_cost(r, t) / (double)(stale ? stale : 1);
 }
 
+/* window_cost without the neighbourhood walk: a lower bound (classes are
+ * never negative). */
+static double window_bound(void *owner, const arena_block *b, void *ctx)
+{
+    (void)b;
+    coop_remat *r = ctx;
+    coop_tensor *t = owner;
+    if (!remat_evictable(t))
+        return WINDOW_BLOCKED;
+    uint64_t stale = r->clock - t->last_access;
+    return (double)t->cost / (double)(stale ? stale : 1);
+}
+
 static unsigned placement(const coop_remat *r, const coop_tensor *t)
 {
     if (t->flags & COOP_TENSOR_CHEAP)
@@ -184,7 +197,8 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags)
 {
     uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
-    if (window_search(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost, r, &r->scratch, &w))
+    if (window_search(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost, window_bound, r,
+                      &r->scratch, &w))
         return NULL;
     /* collect first: freeing coalesces blocks under the walk */
     size_t n = 0;
