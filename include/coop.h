@@ -150,7 +150,7 @@ typedef struct coop_stats {
     coop_stat requested_bytes;      /* sizes as asked, before rounding */
     uint64_t num_alloc_retries;     /* allocations that had to release memory and retry */
     uint64_t num_ooms;              /* allocations that failed for lack of memory */
-    uint64_t num_maps, num_unmaps;  /* backend map / unmap calls */
+    uint64_t num_maps, num_unmaps;  /* backend map / unmap calls (segment allocs / frees without VMM) */
     uint64_t map_bytes;             /* total bytes ever mapped (first mappings included) */
     uint64_t capacity;
     uint64_t free_bytes;            /* sum of free blocks */
@@ -235,6 +235,96 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds);
 /* ---- end section: rematerialization ---- */
 
 /* ---- section: PyTorch integration (torch_abi.c) ---- */
+
+/*
+ * The entry points of torch.cuda.memory.CUDAPluggableAllocator, with C
+ * linkage (python/coop/torch.py installs them). One pool per device, created
+ * on first use from COOP_ALLOC_CONF (or coop_torch_configure). Streams are
+ * cudaStream_t values passed as void * (any integer on the host backend).
+ * None of them crashes the process on bad input or failure: the first error
+ * of each kind is printed to stderr, every error is kept for
+ * coop_torch_last_error(), and coop_torch_malloc returns NULL.
+ */
+
+/* Allocates size bytes on device for use on stream. NULL for size 0 (as
+ * PyTorch's own allocator) and on failure (out of memory, bad configuration,
+ * no driver). */
+void *coop_torch_malloc(size_t size, int device, void *stream);
+
+/* Frees ptr (size and stream as PyTorch recorded them at allocation). */
+void coop_torch_free(void *ptr, size_t size, int device, void *stream);
+
+/* Init hook: PyTorch's device count (devices >= it are refused). Also
+ * parses the configuration so that errors show at installation. */
+void coop_torch_init(int device_count);
+
+/* Reset / empty_cache hook: unmaps every free page of every pool. */
+void coop_torch_empty_cache(void);
+
+/* Memory-fraction hook: limits device's pool to fraction (0, 1] of its full
+ * capacity (COOP_ALLOC_CONF's capacity, else the device's memory). Applied
+ * at creation when the pool does not exist yet. */
+void coop_torch_memory_fraction(double fraction, int device);
+
+/* record_stream hook: ptr is also used on stream. */
+void coop_torch_record_stream(void *ptr, void *stream);
+
+/* Sets the configuration from conf (COOP_ALLOC_CONF syntax; NULL = read the
+ * environment variable). COOP_ERR_INVALID with a message naming the key and
+ * value if it does not parse; COOP_ERR_BUSY once a pool exists. */
+coop_status coop_torch_configure(const char *conf);
+
+/* The configuration in force, as key:value text (NUL-terminated, truncated
+ * to size). Returns COOP_ERR_INVALID with the parse error if it is bad. */
+coop_status coop_torch_settings(char *buf, size_t size);
+
+/* Copies the most recent error of any thread of the ABI (NUL-terminated,
+ * truncated to size) and returns its length; 0 if none. */
+size_t coop_torch_last_error(char *buf, size_t size);
+
+/* Device's pool if it has been created, else NULL (never creates one).
+ * Valid until process exit: the ABI never destroys its pools. */
+coop_pool *coop_torch_pool(int device);
+
+/* Turns history recording on with room for max_entries events per device,
+ * or off (0), dropping what was recorded. */
+void coop_torch_record_history(size_t max_entries);
+
+/* One recorded event (torch's device_traces entry). */
+typedef enum coop_torch_action {
+    COOP_TORCH_ALLOC = 0,
+    COOP_TORCH_FREE_REQUESTED = 1,
+    COOP_TORCH_FREE_COMPLETED = 2,
+    COOP_TORCH_OOM = 3
+} coop_torch_action;
+
+typedef struct coop_torch_event {
+    uint64_t time_us;  /* microseconds since the Unix epoch */
+    uintptr_t address; /* 0 for OOM */
+    uint64_t size;     /* requested bytes */
+    uintptr_t stream;
+    int32_t action;    /* coop_torch_action */
+    int32_t device;
+} coop_torch_event;
+
+/* What snapshot() needs for one device: segments and their blocks (as
+ * coop_walk gives them; blocks[] holds segments[i].num_blocks blocks for
+ * each segment in order) and the recorded events, oldest first. */
+typedef struct coop_torch_snapshot {
+    int device;
+    bool vmm;
+    size_t num_segments;
+    coop_segment_info *segments;
+    size_t num_blocks;
+    coop_block_info *blocks;
+    size_t num_events;
+    coop_torch_event *events;
+} coop_torch_snapshot;
+
+/* Takes device's snapshot (an empty one if it has no pool). Free it with
+ * coop_torch_snapshot_free. */
+coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out);
+void coop_torch_snapshot_free(coop_torch_snapshot *snapshot);
 
 /* ---- end section: PyTorch integration ---- */
 

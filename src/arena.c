@@ -6,7 +6,6 @@
 #include "status.h"
 
 #define BLOCK_OF(node) ((arena_block *)((char *)(node)-offsetof(arena_block, index_node)))
-#define BLOCK_OF_ENTRY(e) ((arena_block *)((char *)(e)-offsetof(arena_block, map_entry)))
 
 static inline bool tags_mergeable(coop_stream a, coop_stream b)
 {
@@ -33,7 +32,7 @@ static coop_status reserve_records(arena *a, int n)
             return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a block record");
         a->spares[a->num_spares++] = b;
     }
-    return addr_map_reserve(&a->map, (size_t)n);
+    return addr_map_reserve(&a->map, 1);
 }
 
 static arena_block *take_record(arena *a)
@@ -102,7 +101,6 @@ static void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_blo
         seg->first = b;
     seg->num_blocks++;
     a->counters.num_blocks++;
-    addr_map_insert(&a->map, &b->map_entry, b->addr);
 }
 
 static void unlink_block(arena *a, arena_block *b)
@@ -118,13 +116,11 @@ static void unlink_block(arena *a, arena_block *b)
         seg->last = b->prev;
     seg->num_blocks--;
     a->counters.num_blocks--;
-    addr_map_remove(&a->map, &b->map_entry);
 }
 
 arena_block *arena_lookup(const arena *a, uintptr_t addr)
 {
-    addr_map_entry *e = addr_map_find(&a->map, addr);
-    return e ? BLOCK_OF_ENTRY(e) : NULL;
+    return addr_map_find(&a->map, addr);
 }
 
 arena_segment *arena_segment_of(const arena *a, uintptr_t addr)
@@ -179,6 +175,7 @@ uint64_t arena_mapped_bytes_in(const arena *a, const arena_segment *seg, uintptr
     return total;
 }
 
+/* Pages mapped or unmapped, or (without VMM) a segment allocated or freed. */
 static void count_mapping(arena *a, uint64_t bytes, bool mapped)
 {
     if (mapped) {
@@ -221,10 +218,10 @@ static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintp
     if (!a->params.vmm)
         return COOP_OK;
     uint64_t ps = a->params.page_size;
-    size_t first = page_floor(a, s, lo), end = page_ceil(a, s, hi);
+    size_t first = page_floor(a, s, lo), end = page_ceil(a, s, hi), rf, re;
+    if (!page_map_next_run(&s->pages, first, end, false, &rf, &re))
+        return COOP_OK; /* the common case: reusing mapped space */
     uint64_t need = (uint64_t)(end - first - page_map_count(&s->pages, first, end)) * ps;
-    if (need == 0)
-        return COOP_OK;
     if (a->reserved + need > a->params.capacity) {
         uint64_t released = 0;
         *reclaimed = true;
@@ -235,7 +232,7 @@ static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintp
         if (a->reserved + need > a->params.capacity)
             return COOP_ERR_NOMEM;
     }
-    size_t rf, re, from = first;
+    size_t from = first;
     while (from < end && page_map_next_run(&s->pages, from, end, false, &rf, &re)) {
         coop_status st = a->backend->ops->map(a->backend, s->base + rf * ps, (re - rf) * ps);
         if (st != COOP_OK) {
@@ -344,8 +341,7 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
     s->base = base;
     s->top = want;
     segment_link(a, s);
-    a->reserved += want;
-    stat_add(&a->counters.reserved_bytes, (int64_t)want);
+    count_mapping(a, want, true);
     arena_block *b = take_record(a);
     b->addr = base;
     b->size = want;
@@ -437,7 +433,7 @@ static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
     }
     arena_block *used = b;
     if (before > 0) {
-        /* b keeps its record (its address map entry stays valid) as the free part. */
+        /* b keeps its record as the free part before the allocation. */
         used = take_record(a);
         used->addr = lo;
         used->size = b->size - before;
@@ -458,6 +454,7 @@ static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
     used->state = COOP_BLOCK_ALLOCATED;
     used->stream = stream;
     used->requested = size;
+    addr_map_insert(&a->map, used->addr, used);
     return used;
 }
 
@@ -576,6 +573,7 @@ static arena_block *coalesce(arena *a, arena_block *b)
 
 arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
 {
+    addr_map_remove(&a->map, b->addr);
     b->state = COOP_BLOCK_FREE;
     b->stream = tag;
     b->requested = 0;
@@ -639,22 +637,33 @@ static coop_status reclaim_pages(arena *a, uint64_t want, uintptr_t keep_lo, uin
     }
 }
 
+/* A segment whose blocks are all free (possibly several, tagged with
+ * different streams and so not merged). */
+static bool segment_wholly_free(const arena_segment *s)
+{
+    for (const arena_block *b = s->first; b; b = b->next)
+        if (b->state != COOP_BLOCK_FREE)
+            return false;
+    return true;
+}
+
 static coop_status reclaim_segments(arena *a, uint64_t want, uint64_t *released)
 {
     arena_segment *s = a->last_segment;
     while (s && *released < want) {
         arena_segment *prev = s->prev;
-        arena_block *b = s->first;
-        if (b && b == s->last && b->state == COOP_BLOCK_FREE) {
+        if (segment_wholly_free(s)) {
             coop_status st = a->backend->ops->segment_free(a->backend, s->base, s->reserved);
             if (st != COOP_OK)
                 return st;
-            index_del(a, b);
-            unlink_block(a, b);
-            drop_record(a, b);
+            while (s->first) {
+                arena_block *b = s->first;
+                index_del(a, b);
+                unlink_block(a, b);
+                drop_record(a, b);
+            }
             segment_unlink(a, s);
-            a->reserved -= s->reserved;
-            stat_add(&a->counters.reserved_bytes, -(int64_t)s->reserved);
+            count_mapping(a, s->reserved, false);
             *released += s->reserved;
             segment_destroy(a, s);
         }

@@ -18,7 +18,8 @@
  *  - no two address-adjacent free blocks are mergeable (same stream tag, or
  *    one of them tagged COOP_STREAM_ANY);
  *  - every free block is in the free index exactly once, nothing else is;
- *  - every block start is in the address map exactly once;
+ *  - every allocated or pending block start is in the address map exactly
+ *    once, and nothing else is;
  *  - with VMM, every page overlapped by a non-free block is mapped, and the
  *    mapped pages times the page size equal the reserved bytes;
  *  - the counters (free bytes, inactive split, reserved) equal a walk.
@@ -31,6 +32,8 @@
  */
 #ifndef COOP_ARENA_H
 #define COOP_ARENA_H
+
+#include <stddef.h>
 
 #include "addr_map.h"
 #include "backend.h"
@@ -46,19 +49,35 @@ typedef struct arena_segment arena_segment;
 struct block_uses; /* pool-owned: record_stream set and pending events */
 
 typedef struct arena_block {
-    free_index_node index_node; /* membership in the free index (free blocks) */
-    addr_map_entry map_entry;   /* address map entry, keyed by addr */
-    uintptr_t addr;
-    uint64_t size;
+    /* First cache line: what best fit, splitting and coalescing touch. The
+     * free index's node overlays the block's own size, address and tag, so
+     * the index reads its keys without a second line. */
+    union {
+        free_index_node index_node; /* membership in the free index (free blocks) */
+        struct {
+            free_index_node *index_links_[3]; /* the node's left, right, parent */
+            uint64_t size;
+            uintptr_t addr;
+            coop_stream stream; /* allocation stream, or a free block's tag */
+        };
+    };
     struct arena_block *prev, *next; /* address order inside the segment */
+    /* Second cache line: state and what allocated blocks carry. Records are
+     * 128 bytes and 128-aligned, so both lines form one aligned pair (which
+     * x86's adjacent-line prefetcher fetches together). */
+    _Alignas(64) coop_block_state state;
+    bool counted_split; /* counted in inactive_split (free, segment split) */
     arena_segment *segment;
-    coop_stream stream;      /* allocation stream, or a free block's tag */
     uint64_t requested;      /* bytes asked for (allocated and pending blocks) */
     void *owner;             /* remat: the tensor living here, or NULL */
     struct block_uses *uses; /* pool: record_stream set, NULL if none */
-    coop_block_state state;
-    bool counted_split; /* counted in inactive_split (free, segment split) */
 } arena_block;
+
+_Static_assert(offsetof(arena_block, size) == offsetof(free_index_node, size) &&
+                   offsetof(arena_block, addr) == offsetof(free_index_node, addr) &&
+                   offsetof(arena_block, stream) == offsetof(free_index_node, stream),
+               "arena_block must overlay free_index_node's key fields");
+_Static_assert(sizeof(arena_block) == 128, "block records are two cache lines");
 
 struct arena_segment {
     uintptr_t base;
@@ -145,7 +164,9 @@ static inline arena_segment *arena_first_segment(const arena *a)
 {
     return a->first_segment;
 }
-/* The block starting exactly at addr, or NULL. */
+/* The allocated or pending block starting exactly at addr, or NULL. The
+ * address map holds only blocks in use: free blocks are found through the
+ * free index and their neighbours, so splits and merges never touch it. */
 arena_block *arena_lookup(const arena *a, uintptr_t addr);
 /* The block containing addr (any byte of it), or NULL. Linear in the blocks
  * of the segment: for error reporting only. */

@@ -60,10 +60,10 @@ static bool check_segment(const arena *a, const arena_segment *s, char *msg, siz
         if (b->size > s->base + s->top - b->addr)
             return fail(msg, len, "block [%#lx, +%llu) ends beyond the segment's top",
                         (unsigned long)b->addr, (unsigned long long)b->size);
-        if (arena_lookup(a, b->addr) != b)
-            return fail(msg, len, "block %#lx is missing from the address map",
-                        (unsigned long)b->addr);
         bool is_free = b->state == COOP_BLOCK_FREE;
+        if (arena_lookup(a, b->addr) != (is_free ? NULL : b))
+            return fail(msg, len, "block %#lx (%s) is %s the address map", (unsigned long)b->addr,
+                        is_free ? "free" : "in use", is_free ? "in" : "missing from");
         if (is_free) {
             if (prev && prev->state == COOP_BLOCK_FREE && mergeable(prev->stream, b->stream))
                 return fail(msg, len, "free blocks %#lx and %#lx are adjacent and mergeable",
@@ -168,8 +168,8 @@ bool arena_check(const arena *a, char *msg, size_t len)
                     (long long)split, (long long)split_bytes,
                     (long long)a->counters.inactive_split.current,
                     (long long)a->counters.inactive_split_bytes.current);
-    if (blocks != a->map.count || blocks != a->counters.num_blocks)
-        return fail(msg, len, "address map holds %zu entries, the walk finds %zu blocks",
-                    a->map.count, blocks);
+    if (blocks != a->counters.num_blocks || blocks - free_blocks != a->map.count)
+        return fail(msg, len, "address map holds %zu entries, the walk finds %zu blocks in use",
+                    a->map.count, blocks - free_blocks);
     return true;
 }

@@ -1,1 +1,32 @@
-# src build fragment (included by Makefile.am)
+# src build fragment (included by Makefile.am): the CUDA backend.
+# The driver is loaded with dlopen at run time: only cuda.h is needed to build,
+# and libcoop has no link-time dependency on libcuda.
+if HAVE_CUDA
+libcoop_la_SOURCES += src/backend_cuda.c src/cuda_driver.c src/cuda_driver.h
+
+# A mock driver (libmockcuda.so) that lets the backend be tested without a GPU.
+check_LTLIBRARIES = tests/libmockcuda.la
+tests_libmockcuda_la_SOURCES = tests/mock_cuda_driver.c
+tests_libmockcuda_la_CPPFLAGS = $(CUDA_CPPFLAGS)
+tests_libmockcuda_la_CFLAGS = $(AM_CFLAGS)
+# -rpath makes libtool build a shared object although it is never installed
+tests_libmockcuda_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+
+check_PROGRAMS += tests/backend_cuda_mock_test
+TESTS += tests/backend_cuda_mock_test
+tests_backend_cuda_mock_test_SOURCES = tests/backend_cuda_mock_test.c
+tests_backend_cuda_mock_test_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_backend_cuda_mock_test_CFLAGS = $(TESTCFLAGS) -DCOOP_TEST_BUILDDIR='"$(abs_top_builddir)"'
+tests_backend_cuda_mock_test_LDADD = $(TESTLIBS)
+tests_backend_cuda_mock_test_LDFLAGS = $(TESTLDFLAGS)
+# make check builds check_LTLIBRARIES with the programs, before any test runs
+else
+libcoop_la_SOURCES += src/backend_cuda_absent.c
+endif
+
+check_PROGRAMS += tests/backend_cuda_test
+TESTS += tests/backend_cuda_test
+tests_backend_cuda_test_SOURCES = tests/backend_cuda_test.c tests/pool_sequence.h
+tests_backend_cuda_test_CFLAGS = $(TESTCFLAGS)
+tests_backend_cuda_test_LDADD = $(TESTLIBS)
+tests_backend_cuda_test_LDFLAGS = $(TESTLDFLAGS)

@@ -8,11 +8,19 @@ libcoop_la_SOURCES += src/status.c src/status.h src/backend.h src/stat.h \
 coop_SOURCES += src/cli/cmd_bench.c
 
 if HAVE_CMOCKA
-core_tests = pool_test
 check_PROGRAMS += tests/pool_test
 TESTS += tests/pool_test
 tests_pool_test_SOURCES = tests/pool_test.c
 tests_pool_test_CFLAGS = $(TESTCFLAGS)
 tests_pool_test_LDADD = $(TESTLIBS)
 tests_pool_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/random_model_test
+TESTS += tests/random_model_test
+tests_random_model_test_SOURCES = tests/random_model_test.c
+tests_random_model_test_CFLAGS = $(TESTCFLAGS)
+tests_random_model_test_LDADD = $(TESTLIBS)
+tests_random_model_test_LDFLAGS = $(TESTLDFLAGS)
 endif

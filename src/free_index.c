@@ -22,9 +22,54 @@ static inline uint64_t priority(uintptr_t addr)
 static free_index_set *find_set(const free_index *fi, coop_stream stream)
 {
     for (size_t i = 0; i < fi->num_sets; i++)
-        if (fi->sets[i].stream == stream)
-            return &fi->sets[i];
+        if (fi->sets[i]->stream == stream)
+            return fi->sets[i];
     return NULL;
+}
+
+/* ---- Bins ---- */
+
+static inline unsigned bin_of(uint64_t size)
+{
+    uint64_t u = size >> 9;
+    if (u < (1u << FREE_INDEX_SUBBIN_BITS))
+        return (unsigned)u;
+    unsigned fl = 63u - (unsigned)__builtin_clzll(u);
+    unsigned sl =
+        (unsigned)(u >> (fl - FREE_INDEX_SUBBIN_BITS)) & ((1u << FREE_INDEX_SUBBIN_BITS) - 1);
+    return ((fl - FREE_INDEX_SUBBIN_BITS + 1) << FREE_INDEX_SUBBIN_BITS) + sl;
+}
+
+static inline void bin_mark(free_index_set *set, unsigned bin, bool nonempty)
+{
+    if (nonempty)
+        set->nonempty[bin >> 6] |= UINT64_C(1) << (bin & 63);
+    else
+        set->nonempty[bin >> 6] &= ~(UINT64_C(1) << (bin & 63));
+}
+
+/* First non-empty bin >= bin, or FREE_INDEX_BINS. */
+static inline unsigned next_bin(const free_index_set *set, unsigned bin)
+{
+    unsigned w = bin >> 6;
+    if (w >= FREE_INDEX_BINS / 64)
+        return FREE_INDEX_BINS;
+    uint64_t word = set->nonempty[w] & (~UINT64_C(0) << (bin & 63));
+    while (!word) {
+        if (++w == FREE_INDEX_BINS / 64)
+            return FREE_INDEX_BINS;
+        word = set->nonempty[w];
+    }
+    return (w << 6) + (unsigned)__builtin_ctzll(word);
+}
+
+/* Last non-empty bin, or FREE_INDEX_BINS if none. */
+static inline unsigned last_bin(const free_index_set *set)
+{
+    for (unsigned w = FREE_INDEX_BINS / 64; w-- > 0;)
+        if (set->nonempty[w])
+            return (w << 6) + 63u - (unsigned)__builtin_clzll(set->nonempty[w]);
+    return FREE_INDEX_BINS;
 }
 
 void free_index_init(free_index *fi, coop_stream any_tag, meta_heap *heap)
@@ -38,6 +83,8 @@ void free_index_init(free_index *fi, coop_stream any_tag, meta_heap *heap)
 
 void free_index_fini(free_index *fi)
 {
+    for (size_t i = 0; i < fi->num_sets; i++)
+        meta_free(fi->heap, fi->sets[i], sizeof *fi->sets[i]);
     meta_free(fi->heap, fi->sets, fi->cap_sets * sizeof *fi->sets);
     fi->sets = NULL;
     fi->num_sets = fi->cap_sets = 0;
@@ -49,7 +96,7 @@ coop_status free_index_reserve(free_index *fi, coop_stream stream)
         return COOP_OK;
     if (fi->num_sets == fi->cap_sets) {
         size_t cap = fi->cap_sets ? 2 * fi->cap_sets : 4;
-        free_index_set *sets = meta_alloc(fi->heap, cap * sizeof *sets);
+        free_index_set **sets = meta_alloc(fi->heap, cap * sizeof *sets);
         if (!sets)
             return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a free-index set");
         for (size_t i = 0; i < fi->num_sets; i++)
@@ -58,73 +105,86 @@ coop_status free_index_reserve(free_index *fi, coop_stream stream)
         fi->sets = sets;
         fi->cap_sets = cap;
     }
-    fi->sets[fi->num_sets++] = (free_index_set){.stream = stream, .root = NULL, .count = 0};
+    free_index_set *set = meta_zalloc(fi->heap, sizeof *set);
+    if (!set)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a free-index set");
+    set->stream = stream;
+    fi->sets[fi->num_sets++] = set;
     return COOP_OK;
 }
 
-/* ---- Treap operations ---- */
+/* ---- Treap operations (parent-linked; max-heap on the address hash) ---- */
 
-static free_index_node *rotate_right(free_index_node *n)
+/* Points whatever linked to old (parent's child or the bin root) at new_. */
+static inline void replace_child(free_index_node **root, free_index_node *parent,
+                                 free_index_node *old, free_index_node *new_)
 {
-    free_index_node *l = n->left;
-    n->left = l->right;
-    l->right = n;
-    return l;
+    if (!parent)
+        *root = new_;
+    else if (parent->left == old)
+        parent->left = new_;
+    else
+        parent->right = new_;
+    if (new_)
+        new_->parent = parent;
 }
 
-static free_index_node *rotate_left(free_index_node *n)
+/* Rotates n above its parent. */
+static void rotate_up(free_index_node **root, free_index_node *n)
 {
-    free_index_node *r = n->right;
-    n->right = r->left;
-    r->left = n;
-    return r;
-}
-
-/* Recursive insert: depth is O(log n) expected, so the stack stays shallow. */
-static free_index_node *treap_insert(free_index_node *root, free_index_node *node)
-{
-    if (!root)
-        return node;
-    if (key_less(node->size, node->addr, root->size, root->addr)) {
-        root->left = treap_insert(root->left, node);
-        if (priority(root->left->addr) > priority(root->addr))
-            root = rotate_right(root);
+    free_index_node *p = n->parent, *g = p->parent;
+    if (p->left == n) {
+        p->left = n->right;
+        if (n->right)
+            n->right->parent = p;
+        n->right = p;
     } else {
-        root->right = treap_insert(root->right, node);
-        if (priority(root->right->addr) > priority(root->addr))
-            root = rotate_left(root);
+        p->right = n->left;
+        if (n->left)
+            n->left->parent = p;
+        n->left = p;
     }
-    return root;
+    p->parent = n;
+    replace_child(root, g, p, n);
 }
 
-/* Joins two treaps where every key of a is below every key of b. */
-static free_index_node *treap_join(free_index_node *a, free_index_node *b)
+static void treap_insert(free_index_node **root, free_index_node *node)
 {
-    free_index_node *root = NULL, **link = &root;
-    while (a && b) {
-        if (priority(a->addr) > priority(b->addr)) {
-            *link = a;
-            link = &a->right;
-            a = a->right;
-        } else {
-            *link = b;
-            link = &b->left;
-            b = b->left;
-        }
+    free_index_node **link = root, *parent = NULL;
+    while (*link) {
+        parent = *link;
+        link = key_less(node->size, node->addr, parent->size, parent->addr) ? &parent->left
+                                                                            : &parent->right;
     }
-    *link = a ? a : b;
-    return root;
+    node->left = node->right = NULL;
+    node->parent = parent;
+    *link = node;
+    while (node->parent && priority(node->addr) > priority(node->parent->addr))
+        rotate_up(root, node);
+}
+
+/* Rotates node down below its higher-priority child until it has at most
+ * one child (expected O(1) rotations), then splices it out. */
+static void treap_remove(free_index_node **root, free_index_node *node)
+{
+    while (node->left && node->right)
+        rotate_up(root, priority(node->left->addr) > priority(node->right->addr) ? node->left
+                                                                                 : node->right);
+    replace_child(root, node->parent, node, node->left ? node->left : node->right);
+    node->left = node->right = node->parent = NULL;
 }
 
 void free_index_insert(free_index *fi, free_index_node *node, uint64_t size, uintptr_t addr,
                        coop_stream stream)
 {
     free_index_set *set = find_set(fi, stream);
-    node->left = node->right = NULL;
     node->size = size;
     node->addr = addr;
     node->stream = stream;
-    set->root = treap_insert(set->root, node);
+    unsigned bin = bin_of(size);
+    if (!set->bins[bin])
+        bin_mark(set, bin, true);
+    treap_insert(&set->bins[bin], node);
     set->count++;
     fi->count++;
 }
@@ -132,12 +192,10 @@ void free_index_insert(free_index *fi, free_index_node *node, uint64_t size, uin
 void free_index_remove(free_index *fi, free_index_node *node)
 {
     free_index_set *set = find_set(fi, node->stream);
-    free_index_node **link = &set->root;
-    while (*link != node)
-        link = key_less(node->size, node->addr, (*link)->size, (*link)->addr) ? &(*link)->left
-                                                                              : &(*link)->right;
-    *link = treap_join(node->left, node->right);
-    node->left = node->right = NULL;
+    unsigned bin = bin_of(node->size);
+    treap_remove(&set->bins[bin], node);
+    if (!set->bins[bin])
+        bin_mark(set, bin, false);
     set->count--;
     fi->count--;
 }
@@ -157,14 +215,39 @@ static free_index_node *lower_bound(free_index_node *n, uint64_t size)
     return best;
 }
 
+static free_index_node *leftmost(free_index_node *n)
+{
+    while (n && n->left)
+        n = n->left;
+    return n;
+}
+
+static free_index_node *rightmost(free_index_node *n)
+{
+    while (n && n->right)
+        n = n->right;
+    return n;
+}
+
+/* Smallest node of one set with size >= size. */
+static free_index_node *set_lower_bound(const free_index_set *set, uint64_t size)
+{
+    unsigned bin = bin_of(size);
+    free_index_node *n = lower_bound(set->bins[bin], size);
+    if (n)
+        return n;
+    bin = next_bin(set, bin + 1);
+    return bin < FREE_INDEX_BINS ? leftmost(set->bins[bin]) : NULL;
+}
+
 free_index_node *free_index_best_fit(const free_index *fi, uint64_t size, coop_stream stream)
 {
     free_index_node *best = NULL;
     for (size_t i = 0; i < fi->num_sets; i++) {
-        const free_index_set *set = &fi->sets[i];
-        if (set->stream != stream && set->stream != fi->any)
+        const free_index_set *set = fi->sets[i];
+        if ((set->stream != stream && set->stream != fi->any) || set->count == 0)
             continue;
-        free_index_node *n = lower_bound(set->root, size);
+        free_index_node *n = set_lower_bound(set, size);
         if (n && (!best || key_less(n->size, n->addr, best->size, best->addr)))
             best = n;
     }
@@ -174,19 +257,17 @@ free_index_node *free_index_best_fit(const free_index *fi, uint64_t size, coop_s
 free_index_node *free_index_first(const free_index *fi, coop_stream stream)
 {
     free_index_set *set = find_set(fi, stream);
-    free_index_node *n = set ? set->root : NULL;
-    while (n && n->left)
-        n = n->left;
-    return n;
+    if (!set || set->count == 0)
+        return NULL;
+    return leftmost(set->bins[next_bin(set, 0)]);
 }
 
 free_index_node *free_index_max(const free_index *fi)
 {
     free_index_node *best = NULL;
     for (size_t i = 0; i < fi->num_sets; i++) {
-        free_index_node *n = fi->sets[i].root;
-        while (n && n->right)
-            n = n->right;
+        unsigned bin = last_bin(fi->sets[i]);
+        free_index_node *n = bin < FREE_INDEX_BINS ? rightmost(fi->sets[i]->bins[bin]) : NULL;
         if (n && (!best || key_less(best->size, best->addr, n->size, n->addr)))
             best = n;
     }
@@ -196,33 +277,38 @@ free_index_node *free_index_max(const free_index *fi)
 bool free_index_contains(const free_index *fi, const free_index_node *node)
 {
     const free_index_set *set = find_set(fi, node->stream);
-    const free_index_node *n = set ? set->root : NULL;
+    const free_index_node *n = set ? set->bins[bin_of(node->size)] : NULL;
     while (n && n != node)
         n = key_less(node->size, node->addr, n->size, n->addr) ? n->left : n->right;
-    return n == node;
+    if (n != node)
+        return false;
+    /* The parent links must lead back to the same root. */
+    while (n->parent)
+        n = n->parent;
+    return n == set->bins[bin_of(node->size)];
 }
 
 /* ---- Checking ---- */
 
-/* Counts nodes of a subtree whose keys must lie in (lo, hi); returns SIZE_MAX
- * on an order or heap violation. Bounds are NULL when open. */
+/* Counts nodes of a subtree whose keys must lie in (lo, hi) and in bin;
+ * returns SIZE_MAX on an order, heap or bin violation. Bounds are NULL when open. */
 static size_t check_subtree(const free_index_node *n, const free_index_node *lo,
-                            const free_index_node *hi, coop_stream stream, int depth)
+                            const free_index_node *hi, coop_stream stream, unsigned bin, int depth)
 {
     if (!n)
         return 0;
-    if (depth > 10000 || n->stream != stream)
+    if (depth > 10000 || n->stream != stream || bin_of(n->size) != bin)
         return SIZE_MAX;
     if (lo && !key_less(lo->size, lo->addr, n->size, n->addr))
         return SIZE_MAX;
     if (hi && !key_less(n->size, n->addr, hi->size, hi->addr))
         return SIZE_MAX;
-    if (n->left && priority(n->left->addr) > priority(n->addr))
+    if (n->left && (priority(n->left->addr) > priority(n->addr) || n->left->parent != n))
         return SIZE_MAX;
-    if (n->right && priority(n->right->addr) > priority(n->addr))
+    if (n->right && (priority(n->right->addr) > priority(n->addr) || n->right->parent != n))
         return SIZE_MAX;
-    size_t l = check_subtree(n->left, lo, n, stream, depth + 1);
-    size_t r = check_subtree(n->right, n, hi, stream, depth + 1);
+    size_t l = check_subtree(n->left, lo, n, stream, bin, depth + 1);
+    size_t r = check_subtree(n->right, n, hi, stream, bin, depth + 1);
     if (l == SIZE_MAX || r == SIZE_MAX)
         return SIZE_MAX;
     return l + r + 1;
@@ -232,15 +318,28 @@ const char *free_index_check(const free_index *fi)
 {
     size_t total = 0;
     for (size_t i = 0; i < fi->num_sets; i++) {
+        const free_index_set *set = fi->sets[i];
         for (size_t j = 0; j < i; j++)
-            if (fi->sets[j].stream == fi->sets[i].stream)
+            if (fi->sets[j]->stream == set->stream)
                 return "free index: two sets for one stream";
-        size_t n = check_subtree(fi->sets[i].root, NULL, NULL, fi->sets[i].stream, 0);
-        if (n == SIZE_MAX)
-            return "free index: a set breaks key order, heap order or its stream tag";
-        if (n != fi->sets[i].count)
-            return "free index: a set's node count differs from its tree";
-        total += n;
+        size_t in_set = 0;
+        for (unsigned b = 0; b < FREE_INDEX_BINS; b++) {
+            bool marked = (set->nonempty[b >> 6] >> (b & 63)) & 1u;
+            if (marked != (set->bins[b] != NULL))
+                return "free index: a bin's non-empty bit is stale";
+            if (!set->bins[b])
+                continue;
+            if (set->bins[b]->parent)
+                return "free index: a bin's root has a parent";
+            size_t n = check_subtree(set->bins[b], NULL, NULL, set->stream, b, 0);
+            if (n == SIZE_MAX)
+                return "free index: a bin breaks key order, heap order, parent links, its "
+                       "size range or its stream tag";
+            in_set += n;
+        }
+        if (in_set != set->count)
+            return "free index: a set's node count differs from its trees";
+        total += in_set;
     }
     if (total != fi->count)
         return "free index: total count differs from the sets";

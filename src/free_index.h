@@ -4,11 +4,19 @@
  * smaller (by that key) of the lower bounds in s's set and in the
  * "any stream" set: the smallest block that fits, lowest address on ties.
  *
- * Each set is a treap whose priorities are a hash of the address, so its
- * expected depth is O(log n) without storing priorities or balancing
- * metadata; lower bound, insert and remove walk one root-to-leaf path. The
- * number of stream tags is small (streams of one process), so the sets sit
- * in a short array searched linearly.
+ * A set is segregated into size bins (TLSF-style: 64 bins per power of two
+ * of 512-byte units) with a bitmap of non-empty bins. Each bin is a treap
+ * keyed by (size, address) whose priorities are a hash of the address, so
+ * it needs no balancing metadata; parent links make removal O(1) expected
+ * (a few rotations, no search from the root). A lower bound searches the request's own
+ * bin, then takes the smallest block of the next non-empty bin (found in
+ * the bitmap): every block there is larger. Bins hold few blocks, so the
+ * treap paths are short (about log2 of the bin's population rather than of
+ * all free blocks), which is what the per-pair cost depends on. All
+ * operations are O(log n) in the worst expected case, with no linear scan.
+ *
+ * The number of stream tags is small (streams of one process), so the sets
+ * sit in a short array searched linearly.
  *
  * Nodes are intrusive (embedded in the arena's block records); the key is
  * copied into the node on insert and must not change while it is indexed.
@@ -24,20 +32,26 @@
 #include "meta.h"
 
 typedef struct free_index_node {
-    struct free_index_node *left, *right;
+    struct free_index_node *left, *right, *parent;
     uint64_t size;
     uintptr_t addr;
     coop_stream stream;
 } free_index_node;
 
+/* Bins: sizes in 512-byte units u; bin = 64 * floor(log2 u) + the next
+ * 6 bits of u (u < 64: bin = u). 64-bit sizes need fewer than 64 * 56 bins. */
+#define FREE_INDEX_SUBBIN_BITS 6
+#define FREE_INDEX_BINS 3584
+
 typedef struct free_index_set {
     coop_stream stream;
-    free_index_node *root;
     size_t count;
+    uint64_t nonempty[FREE_INDEX_BINS / 64]; /* bit b: bins[b] holds a node */
+    free_index_node *bins[FREE_INDEX_BINS];  /* treap roots */
 } free_index_set;
 
 typedef struct free_index {
-    free_index_set *sets; /* unordered; a set stays (possibly empty) once created */
+    free_index_set **sets; /* unordered; a set stays (possibly empty) once created */
     size_t num_sets, cap_sets;
     size_t count;    /* nodes over all sets */
     coop_stream any; /* the tag usable from every stream */

@@ -255,8 +255,8 @@ static void sync_idle_streams(coop_pool *pool)
 {
     const free_index *fi = &pool->arena.index;
     for (size_t i = 0; i < fi->num_sets; i++) {
-        coop_stream s = fi->sets[i].stream;
-        if (s == COOP_STREAM_ANY || fi->sets[i].count == 0)
+        coop_stream s = fi->sets[i]->stream;
+        if (s == COOP_STREAM_ANY || fi->sets[i]->count == 0)
             continue;
         coop_event ev;
         if (pool->backend->ops->event_record(pool->backend, s, &ev) != COOP_OK)

@@ -1,12 +1,238 @@
-/* coop sim: placeholder until its owner lands it (returns a usage error). */
+/* coop sim: rematerialization under a memory budget on operator logs. */
+#include <getopt.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
+#include "remat/sim.h"
+
+#define MAX_ITEMS 64
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: coop sim [--policy LIST] [--memory ideal|arena] [--budget LIST] [--json]\n"
+            "                [--no-min-ratio] [--overhead-limit X] [--inplace on|off]\n"
+            "                [--partition off|THRESHOLD] LOG ...\n"
+            "\n"
+            "Replays DTR-format operator logs (JSON lines, .gz read transparently) under\n"
+            "budget = ratio x the peak of an unlimited run, evicting and recomputing tensors.\n"
+            "\n"
+            "  --policy LIST      comma-separated: dtr, dtr-full, dtr-local, dte, lru, size, coop\n"
+            "                     (arena only), and coop's ablations coop-nopart (no cheap\n"
+            "                     tensor partitioning), coop-cow (copy-on-write instead of\n"
+            "                     recomputable in-place), coop-dte (DTE's score in the window),\n"
+            "                     coop-sum (sum of window costs, not per byte)\n"
+            "                     (default dtr,dtr-full,lru)\n"
+            "  --memory MODEL     ideal: only the sum of resident bytes is limited (default);\n"
+            "                     arena: every tensor is a block of libcoop's pool (host\n"
+            "                     backend, one segment of the budget's size)\n"
+            "  --budget LIST      comma-separated ratios in (0, 1] (default 0.9,0.7,0.5,0.3)\n"
+            "  --json             one JSON object per line instead of a table\n"
+            "  --no-min-ratio     skip the bisection for min_budget_ratio (reported as null)\n"
+            "  --overhead-limit X a run thrashes beyond total / base compute X (default 2)\n"
+            "  --inplace on|off   MUTATE keeps its buffer (default: on for coop, off otherwise,\n"
+            "                     which is DTR's copy-on-write)\n"
+            "  --partition T|off  place tensors cheaper than T ns/byte at the high end of free\n"
+            "                     blocks (default: 1e-2 for coop, off otherwise)\n"
+            "\n"
+            "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
+            "thrash. Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
+}
+
+/* Splits a comma-separated list in place; returns the count or -1. */
+static int split_list(char *s, char **items)
+{
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == MAX_ITEMS)
+            return -1;
+        items[n++] = tok;
+    }
+    return n;
+}
+
+static void print_json(const char *log, const char *policy, const char *memory,
+                       const sim_outcome *o, double min_ratio, int have_min)
+{
+    printf("{\"log\":\"%s\",\"policy\":\"%s\",\"memory\":\"%s\",\"budget_ratio\":%.4g,"
+           "\"result\":\"%s\",\"overhead\":%.6f,\"evictions\":%llu,\"remat_ops\":%llu,"
+           "\"search_ns_p50\":%llu,\"search_ns_p99\":%llu,\"heuristic_evals\":%llu,"
+           "\"frag_at_evict\":%.6f,\"frag_failures\":%llu,\"min_budget_ratio\":",
+           log, policy, memory, o->budget_ratio, sim_result_name(o->result), o->overhead,
+           (unsigned long long)o->evictions, (unsigned long long)o->remat_ops,
+           (unsigned long long)o->search_ns_p50, (unsigned long long)o->search_ns_p99,
+           (unsigned long long)o->heuristic_evals, o->frag_at_evict,
+           (unsigned long long)o->frag_failures);
+    if (have_min)
+        printf("%.4f}\n", min_ratio);
+    else
+        printf("null}\n");
+}
 
 int cmd_sim(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "coop sim: not built yet\n");
-    return 2;
+    static const struct option longopts[] = {
+        {"policy", required_argument, 0, 'p'},  {"memory", required_argument, 0, 'm'},
+        {"budget", required_argument, 0, 'b'},  {"json", no_argument, 0, 'j'},
+        {"no-min-ratio", no_argument, 0, 'n'},  {"overhead-limit", required_argument, 0, 'o'},
+        {"inplace", required_argument, 0, 'i'}, {"partition", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+    };
+    char policy_buf[512] = "dtr,dtr-full,lru", budget_buf[512] = "0.9,0.7,0.5,0.3";
+    const char *memory = "ideal";
+    int json = 0, want_min = 1;
+    double overhead_limit = 2.0, threshold_opt = NAN;
+    int inplace_opt = -1;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            snprintf(policy_buf, sizeof policy_buf, "%s", optarg);
+            break;
+        case 'b':
+            snprintf(budget_buf, sizeof budget_buf, "%s", optarg);
+            break;
+        case 'm':
+            memory = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'n':
+            want_min = 0;
+            break;
+        case 'o':
+            overhead_limit = strtod(optarg, NULL);
+            if (!(overhead_limit >= 1.0)) {
+                fprintf(stderr, "coop sim: --overhead-limit must be a number >= 1\n");
+                return 2;
+            }
+            break;
+        case 'i':
+            if (!strcmp(optarg, "on") || !strcmp(optarg, "off")) {
+                inplace_opt = !strcmp(optarg, "on");
+                break;
+            }
+            fprintf(stderr, "coop sim: --inplace takes on or off, not '%s'\n", optarg);
+            return 2;
+        case 't': {
+            char *end;
+            threshold_opt = !strcmp(optarg, "off") ? -1.0 : strtod(optarg, &end);
+            if (strcmp(optarg, "off") && (*end || !(threshold_opt >= 0))) {
+                fprintf(stderr,
+                        "coop sim: --partition takes off or a threshold >= 0 (ns/byte), "
+                        "not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        }
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "coop sim: no LOG given\n");
+        usage(stderr);
+        return 2;
+    }
+    sim_memory mem_model;
+    if (!strcmp(memory, "ideal")) {
+        mem_model = SIM_MEMORY_IDEAL;
+    } else if (!strcmp(memory, "arena")) {
+        mem_model = SIM_MEMORY_ARENA;
+    } else {
+        fprintf(stderr, "coop sim: --memory must be ideal or arena, not '%s'\n", memory);
+        return 2;
+    }
+    char *policy_items[MAX_ITEMS], *budget_items[MAX_ITEMS];
+    int np = split_list(policy_buf, policy_items), nb = split_list(budget_buf, budget_items);
+    if (np <= 0 || nb <= 0) {
+        fprintf(stderr, "coop sim: --policy and --budget take 1 to %d comma-separated items\n",
+                MAX_ITEMS);
+        return 2;
+    }
+    sim_options options[MAX_ITEMS];
+    double ratios[MAX_ITEMS];
+    for (int i = 0; i < np; i++) {
+        options[i] = sim_options_default(SIM_POLICY_DTR, mem_model);
+        options[i].overhead_limit = overhead_limit;
+        if (sim_options_parse_policy(policy_items[i], &options[i])) {
+            fprintf(stderr,
+                    "coop sim: unknown policy '%s' (dtr, dtr-full, dtr-local, dte, lru, "
+                    "size, coop, coop-nopart, coop-cow, coop-dte, coop-sum)\n",
+                    policy_items[i]);
+            return 2;
+        }
+        if (inplace_opt >= 0)
+            options[i].inplace = inplace_opt;
+        if (!isnan(threshold_opt))
+            options[i].cheap_threshold = threshold_opt;
+        if (options[i].policy == SIM_POLICY_COOP && mem_model == SIM_MEMORY_IDEAL) {
+            fprintf(stderr, "coop sim: policy coop needs --memory arena (it evicts windows of "
+                            "address-adjacent blocks)\n");
+            return 2;
+        }
+    }
+    for (int i = 0; i < nb; i++) {
+        char *end;
+        ratios[i] = strtod(budget_items[i], &end);
+        if (*end || !(ratios[i] > 0 && ratios[i] <= 1.0)) {
+            fprintf(stderr, "coop sim: budget ratio '%s' is not a number in (0, 1]\n",
+                    budget_items[i]);
+            return 2;
+        }
+    }
+    int status = 0;
+    if (!json)
+        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s\n", "log", "policy",
+               "memory", "ratio", "result", "overhead", "evictions", "remat_ops", "search_p50",
+               "search_p99", "heur_evals", "frag", "ffail", "min_ratio");
+    for (int a = optind; a < argc; a++) {
+        sim_program prog;
+        if (sim_program_load(argv[a], &prog)) {
+            fprintf(stderr, "coop sim: %s\n", coop_last_error());
+            status = 1;
+            continue;
+        }
+        uint64_t peak = sim_peak(&prog, mem_model);
+        for (int i = 0; i < np; i++) {
+            sim_options opt = options[i];
+            double min_ratio = want_min ? sim_min_budget_ratio(&prog, peak, &opt, 0.005) : 0;
+            for (int k = 0; k < nb; k++) {
+                sim_outcome o = sim_run(&prog, peak, &opt, ratios[k]);
+                if (o.result == SIM_ERROR) {
+                    fprintf(stderr, "coop sim: %s: %s\n", prog.name, coop_last_error());
+                    status = 1;
+                }
+                if (json) {
+                    print_json(prog.name, policy_items[i], memory, &o, min_ratio, want_min);
+                } else {
+                    printf("%-28.28s %-9s %-6s %5.2f %-6s %8.4f %9llu %9llu %10llu %10llu "
+                           "%12llu %6.3f %6llu ",
+                           prog.name, policy_items[i], memory, ratios[k], sim_result_name(o.result),
+                           o.overhead, (unsigned long long)o.evictions,
+                           (unsigned long long)o.remat_ops, (unsigned long long)o.search_ns_p50,
+                           (unsigned long long)o.search_ns_p99,
+                           (unsigned long long)o.heuristic_evals, o.frag_at_evict,
+                           (unsigned long long)o.frag_failures);
+                    if (want_min)
+                        printf("%9.4f\n", min_ratio);
+                    else
+                        printf("%9s\n", "-");
+                }
+                fflush(stdout);
+            }
+        }
+        sim_program_free(&prog);
+    }
+    return status;
 }

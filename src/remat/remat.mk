@@ -1,2 +1,40 @@
+# src/remat build fragment (included by Makefile.am)
+# DTR operator logs: reader (trace layer, owned by the remat work)
+libcooptools_la_SOURCES += src/trace/dtr_log.h src/trace/reader_dtr.c \
+	src/trace/name_table.h src/trace/name_table.c src/trace/dtr_events.c
 # rematerialization simulator
+libcooptools_la_SOURCES += src/remat/union_find.h src/remat/union_find.c \
+	src/remat/sim_program.h src/remat/sim_program.c \
+	src/remat/sim_runtime.h src/remat/sim_runtime.c \
+	src/remat/sim.h src/remat/sim.c src/remat/sim_internal.h src/remat/sim_policy.c \
+	src/remat/sim_arena.c
+# libcoop: the window search over the pool's blocks
+libcoop_la_SOURCES += src/remat/window.h src/remat/window.c
 coop_SOURCES += src/cli/cmd_sim.c
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
+	tests/window_test
+TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
+	tests/window_test
+tests_union_find_test_SOURCES = tests/union_find_test.c
+tests_union_find_test_CFLAGS = $(TESTCFLAGS)
+tests_union_find_test_LDADD = $(TESTLIBS)
+tests_union_find_test_LDFLAGS = $(TESTLDFLAGS)
+tests_dtr_log_test_SOURCES = tests/dtr_log_test.c
+tests_dtr_log_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
+tests_dtr_log_test_LDADD = $(TESTLIBS) $(ZLIB_LIBS)
+tests_dtr_log_test_LDFLAGS = $(TESTLDFLAGS)
+tests_sim_test_SOURCES = tests/sim_test.c
+tests_sim_test_CFLAGS = $(TESTCFLAGS)
+tests_sim_test_LDADD = $(TESTLIBS)
+tests_sim_test_LDFLAGS = $(TESTLDFLAGS)
+tests_sim_reference_test_SOURCES = tests/sim_reference_test.c
+tests_sim_reference_test_CFLAGS = $(TESTCFLAGS)
+tests_sim_reference_test_LDADD = $(TESTLIBS)
+tests_sim_reference_test_LDFLAGS = $(TESTLDFLAGS)
+tests_window_test_SOURCES = tests/window_test.c
+tests_window_test_CFLAGS = $(TESTCFLAGS)
+tests_window_test_LDADD = $(TESTLIBS)
+tests_window_test_LDFLAGS = $(TESTLDFLAGS)
+endif

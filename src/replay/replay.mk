@@ -1,2 +1,38 @@
-# replay: policies side by side
+# replay: policies side by side (src/replay), the coop replay command, tests
+libcooptools_la_SOURCES += \
+	src/replay/policy.c src/replay/policy.h \
+	src/replay/policy_coop.c \
+	src/replay/policy_torch.c \
+	src/replay/policy_jemalloc.c \
+	src/replay/policy_ideal.c \
+	src/replay/block_tree.c src/replay/block_tree.h \
+	src/replay/block_map.c src/replay/block_map.h \
+	src/replay/free_ranges.c src/replay/free_ranges.h \
+	src/replay/engine.c src/replay/engine.h \
+	src/replay/recorded.c src/replay/recorded.h \
+	src/replay/measure.c src/replay/measure.h \
+	src/replay/report.c src/replay/report.h \
+	src/replay/timeline.c src/replay/timeline.h
 coop_SOURCES += src/cli/cmd_replay.c
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/replay_policy_test
+TESTS += tests/replay_policy_test
+tests_replay_policy_test_SOURCES = tests/replay_policy_test.c
+tests_replay_policy_test_CFLAGS = $(TESTCFLAGS)
+tests_replay_policy_test_LDADD = $(TESTLIBS)
+tests_replay_policy_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/replay_free_ranges_test
+TESTS += tests/replay_free_ranges_test
+tests_replay_free_ranges_test_SOURCES = tests/replay_free_ranges_test.c
+tests_replay_free_ranges_test_CFLAGS = $(TESTCFLAGS)
+tests_replay_free_ranges_test_LDADD = $(TESTLIBS)
+tests_replay_free_ranges_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
+# the plot script's test needs Debian's python3-matplotlib (it skips without)
+TESTS += tests/replay_plot_test.py
+EXTRA_DIST += tests/replay_plot_test.py

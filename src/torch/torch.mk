@@ -1,1 +1,36 @@
-# src/torch build fragment (included by Makefile.am)
+# src/torch build fragment (included by Makefile.am): the PyTorch integration.
+libcoop_la_SOURCES += src/torch/torch_abi.c src/torch/torch_abi.h \
+	src/torch/alloc_conf.c src/torch/alloc_conf.h \
+	src/torch/history.c src/torch/history.h \
+	src/torch/torch_snapshot.c
+
+check_PROGRAMS += tests/alloc_conf_test
+TESTS += tests/alloc_conf_test
+tests_alloc_conf_test_SOURCES = tests/alloc_conf_test.c
+tests_alloc_conf_test_CFLAGS = $(TESTCFLAGS)
+tests_alloc_conf_test_LDADD = $(TESTLIBS)
+tests_alloc_conf_test_LDFLAGS = $(TESTLDFLAGS)
+
+check_PROGRAMS += tests/torch_abi_test
+TESTS += tests/torch_abi_test
+tests_torch_abi_test_SOURCES = tests/torch_abi_test.c
+tests_torch_abi_test_CFLAGS = $(TESTCFLAGS)
+tests_torch_abi_test_LDADD = $(TESTLIBS)
+tests_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)
+
+# Python tests of the ABI and the python/coop helper (ctypes, host backend).
+TESTS += tests/python_tests.sh
+EXTRA_DIST += tests/python_tests.sh tests/python/test_torch_abi.py python/coop docs
+
+# The Python package: make install puts it under $(pythondir)/coop, with the
+# directory libcoop.so was installed to (python/coop/_build_config.py).
+if HAVE_PYTHON
+coopdir = $(pythondir)/coop
+coop_PYTHON = python/coop/__init__.py python/coop/native.py python/coop/torch.py
+nodist_coop_PYTHON = python/coop/_build_config.py
+python/coop/_build_config.py: Makefile
+	$(AM_V_GEN)mkdir -p python/coop && \
+	echo '"""Written by make: where make install put libcoop.so."""' > $@ && \
+	echo 'LIBDIR = "$(libdir)"' >> $@
+CLEANFILES += python/coop/_build_config.py
+endif

@@ -1,0 +1,418 @@
+"""Use coop as PyTorch's CUDA allocator.
+
+    import coop.torch
+    coop.torch.install("capacity:70G,history:true")   # before any CUDA work
+    ...
+    coop.torch.memory_stats(0)        # torch.cuda.memory_stats() keys
+    coop.torch.dump_snapshot("s.pickle")  # opens in PyTorch's memory viewer
+
+Configuration: the ``conf`` argument, else the COOP_ALLOC_CONF environment
+variable (``key:value,key:value``; see docs/pytorch.md).
+"""
+
+import ctypes
+import pickle
+import threading
+
+from . import native
+
+__all__ = [
+    "CoopConfigError",
+    "OutOfMemoryError",
+    "install",
+    "installed",
+    "mem_pool",
+    "memory_stats",
+    "snapshot",
+    "dump_snapshot",
+    "record_history",
+    "last_error",
+    "check_oom",
+    "empty_cache",
+]
+
+# The ABI entry points and the CUDAPluggableAllocator setters they go to.
+MALLOC, FREE = "coop_torch_malloc", "coop_torch_free"
+HOOKS = (
+    ("set_init_fn", "coop_torch_init"),
+    ("set_reset_fn", "coop_torch_empty_cache"),
+    ("set_memory_fraction_fn", "coop_torch_memory_fraction"),
+    ("set_record_stream_fn", "coop_torch_record_stream"),
+)
+
+_state_lock = threading.Lock()
+_installed = None  # {"route": ..., "hooks": [...], "allocator": ...}
+_oom_seen = {}  # device -> num_ooms already raised for
+
+
+class CoopConfigError(ValueError):
+    """COOP_ALLOC_CONF (or install's conf) has an unknown key or a bad value."""
+
+
+def _torch_oom_base():
+    try:
+        import torch
+
+        return getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
+    except ImportError:
+        return RuntimeError
+
+
+class OutOfMemoryError(_torch_oom_base()):
+    """coop could not satisfy an allocation; the message has the numbers."""
+
+
+def last_error():
+    """The most recent error of the ABI (any thread), '' if none."""
+    lib = native.library()
+    buf = ctypes.create_string_buffer(1024)
+    lib.coop_torch_last_error(buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
+def _configure(lib, conf):
+    st = lib.coop_torch_configure(conf.encode() if conf is not None else None)
+    if st == native.ERR_INVALID:
+        raise CoopConfigError(lib.coop_last_error().decode())
+    if st != native.OK:
+        raise native.CoopError(st, lib.coop_last_error().decode())
+
+
+def _fn_address(lib, name):
+    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+
+def install(conf=None, *, torch_module=None):
+    """Makes coop PyTorch's CUDA allocator (CUDAPluggableAllocator route).
+
+    Must run before CUDA is initialized in this process (before the first
+    CUDA tensor, stream, or torch.cuda call that creates a context): PyTorch
+    cannot swap an allocator that has been used. Raises CoopConfigError for
+    a bad configuration, RuntimeError if CUDA is already initialized or this
+    torch lacks CUDAPluggableAllocator. Returns the names of the hooks set.
+    torch_module is for tests (a stand-in for the torch package).
+    """
+    global _installed
+    if torch_module is None:
+        import torch as torch_module
+    torch = torch_module
+    with _state_lock:
+        if _installed is not None:
+            return list(_installed["hooks"])
+        memory = getattr(torch.cuda, "memory", None)
+        if memory is None or not hasattr(memory, "CUDAPluggableAllocator"):
+            raise RuntimeError(
+                "coop.torch.install: this torch (%s) has no "
+                "torch.cuda.memory.CUDAPluggableAllocator (PyTorch >= 2.0 needed)"
+                % getattr(torch, "__version__", "?"))
+        if torch.cuda.is_initialized():
+            raise RuntimeError(
+                "coop.torch.install: CUDA is already initialized in this process, so PyTorch "
+                "cannot switch allocators; call coop.torch.install() first, before any CUDA "
+                "tensor or stream is created")
+        lib = native.library()
+        _configure(lib, conf)
+        allocator = memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
+        hooks = []
+        handle = allocator.allocator() if hasattr(allocator, "allocator") else None
+        for setter, symbol in HOOKS:
+            fn = getattr(handle, setter, None)
+            if callable(fn):
+                fn(_fn_address(lib, symbol))
+                hooks.append(setter)
+        memory.change_current_allocator(allocator)
+        # PyTorch called its init before the hook could be set: tell coop the
+        # device count now (a count query creates no CUDA context).
+        lib.coop_torch_init(int(torch.cuda.device_count()))
+        _installed = {"route": "allocator", "hooks": hooks, "allocator": allocator}
+        return list(hooks)
+
+
+def installed():
+    """The installation's route and hooks, or None."""
+    return None if _installed is None else {k: _installed[k] for k in ("route", "hooks")}
+
+
+def mem_pool(conf=None, *, torch_module=None):
+    """A torch.cuda.MemPool whose segments come from coop, where torch has it.
+
+    Use with ``with torch.cuda.use_mem_pool(pool): ...``. PyTorch's caching
+    allocator keeps managing blocks inside the pool and raises its own
+    torch.cuda.OutOfMemoryError when coop returns NULL.
+    """
+    if torch_module is None:
+        import torch as torch_module
+    torch = torch_module
+    if not hasattr(torch.cuda, "MemPool"):
+        raise RuntimeError("coop.torch.mem_pool: this torch (%s) has no torch.cuda.MemPool"
+                           % getattr(torch, "__version__", "?"))
+    lib = native.library()
+    if not any(lib.coop_torch_pool(d) for d in range(64)):
+        _configure(lib, conf)
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
+    return torch.cuda.MemPool(allocator.allocator())
+
+
+def _pool(device):
+    return native.library().coop_torch_pool(int(device))
+
+
+def _devices():
+    lib = native.library()
+    return [d for d in range(64) if lib.coop_torch_pool(d)]
+
+
+def _device_index(device):
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        return device
+    index = getattr(device, "index", None)  # torch.device
+    if index is not None:
+        return index
+    if isinstance(device, str) and ":" in device:
+        return int(device.split(":", 1)[1])
+    return 0
+
+
+def memory_stats(device=None):
+    """torch.cuda.memory_stats()'s keys for coop's pool on device.
+
+    coop has one pool per device: every counter is under "all" and
+    "large_pool"; "small_pool" counters are zero. coop's own figures are
+    under "coop.*" keys. A device without a pool gives zeros.
+    """
+    device = _device_index(device)
+    pool = _pool(device)
+    s = native.stats(pool) if pool else native.Stats()
+    out = {}
+    for name in native.STAT_NAMES:
+        stat = getattr(s, name)
+        for metric in ("current", "peak", "allocated", "freed"):
+            value = getattr(stat, metric)
+            out[f"{name}.all.{metric}"] = value
+            out[f"{name}.large_pool.{metric}"] = value
+            out[f"{name}.small_pool.{metric}"] = 0
+    for metric in ("current", "peak", "allocated", "freed"):
+        out[f"oversize_allocations.{metric}"] = 0
+        out[f"oversize_segments.{metric}"] = 0
+    out["num_alloc_retries"] = s.num_alloc_retries
+    out["num_ooms"] = s.num_ooms
+    out["num_sync_all_streams"] = 0
+    out["num_device_alloc"] = s.num_maps
+    out["num_device_free"] = s.num_unmaps
+    out["max_split_size"] = -1
+    out["coop.capacity"] = s.capacity
+    out["coop.free_bytes"] = s.free_bytes
+    out["coop.largest_free_block"] = s.largest_free_block
+    out["coop.num_free_blocks"] = s.num_free_blocks
+    out["coop.fragmentation"] = s.fragmentation
+    out["coop.reserved_over_allocated"] = s.reserved_over_allocated
+    out["coop.map_bytes"] = s.map_bytes
+    return dict(sorted(out.items()))
+
+
+_STATES = {
+    native.BLOCK_FREE: "inactive",
+    native.BLOCK_ALLOCATED: "active_allocated",
+    native.BLOCK_PENDING: "active_pending_free",
+}
+
+
+def _block_dict(b):
+    return {
+        "address": b.address,
+        "size": b.size,
+        "requested_size": b.requested_size if b.state != native.BLOCK_FREE else 0,
+        "state": _STATES.get(b.state, "inactive"),
+        "frames": [],
+    }
+
+
+def _segment_dict(device, blocks, vmm):
+    used = [b for b in blocks if b.state != native.BLOCK_FREE]
+    streams = [b.stream for b in used]
+    return {
+        "device": device,
+        "address": blocks[0].address,
+        "total_size": sum(b.size for b in blocks),
+        "allocated_size": sum(b.size for b in used if b.state == native.BLOCK_ALLOCATED),
+        "active_size": sum(b.size for b in used),
+        "requested_size": sum(b.requested_size for b in used),
+        "stream": streams[0] if streams else 0,
+        "segment_type": "large",
+        "segment_pool_id": (0, 0),
+        "is_expandable": bool(vmm),
+        "frames": [],
+        "blocks": [_block_dict(b) for b in blocks],
+    }
+
+
+def _piece(b, address, size):
+    """A free piece of block b (a copy with another address and size)."""
+    piece = native.BlockInfo.from_buffer_copy(b)
+    piece.address, piece.size, piece.mapped_bytes = address, size, size
+    return piece
+
+
+def _mapped_pieces(b, page):
+    """The mapped parts of a partly mapped free block, or None if unknown.
+
+    Pages wholly inside a free block are the ones coop unmaps (empty_cache,
+    capacity pressure); the partial pages at its two ends are shared with its
+    neighbours and stay mapped while a neighbour uses them. When mapped_bytes
+    equals head + tail, head or tail, those are the mapped parts."""
+    head = (-b.address) % page
+    tail = (b.address + b.size) % page
+    if head + tail > b.size:  # inside one page: wholly mapped or not at all
+        return None
+    if head + tail != b.mapped_bytes:
+        # the page at one end is unmapped: the arena's top, or a neighbour
+        # that is free too (free blocks of different streams do not merge)
+        if head == b.mapped_bytes:
+            tail = 0
+        elif tail == b.mapped_bytes:
+            head = 0
+        else:
+            return None
+    return (_piece(b, b.address, head) if head else None,
+            _piece(b, b.address + b.size - tail, tail) if tail else None)
+
+
+def _torch_segments(device, walk_segments, vmm, page):
+    """torch segments from coop's. Without VMM: one each. With VMM: one per
+    contiguous mapped range, as PyTorch reports expandable segments, so that
+    total_size adds up to reserved (mapped) bytes. A free block partly mapped
+    in a way _mapped_pieces cannot tell counts whole."""
+    out = []
+    for seg, blocks in walk_segments:
+        if not blocks:
+            continue
+        if not vmm:
+            out.append(_segment_dict(device, blocks, vmm))
+            continue
+        run = []
+
+        def close():
+            if run:
+                out.append(_segment_dict(device, list(run), vmm))
+                run.clear()
+
+        # mapped pages past the tiled range (the top page is partly above
+        # the arena's end): free, reserved space the arena grows into
+        beyond = seg.mapped_bytes - sum(b.mapped_bytes for b in blocks)
+        if beyond > 0:
+            top = native.BlockInfo(address=seg.address + seg.size, size=beyond,
+                                   state=native.BLOCK_FREE)
+            blocks = list(blocks) + [_piece(top, top.address, beyond)]
+        for b in blocks:
+            if b.state != native.BLOCK_FREE or b.mapped_bytes == b.size:
+                run.append(b)
+            elif b.mapped_bytes == 0:
+                close()
+            else:
+                pieces = _mapped_pieces(b, page)
+                if pieces is None:
+                    run.append(b)
+                    continue
+                head, tail = pieces
+                if head:
+                    run.append(head)
+                close()
+                if tail:
+                    run.append(tail)
+        close()
+    return out
+
+
+def _trace_entry(e):
+    return {
+        "action": native.TORCH_ACTIONS.get(e.action, "alloc"),
+        "addr": e.address,
+        "size": e.size,
+        "stream": e.stream,
+        "time_us": e.time_us,
+        "frames": [],
+    }
+
+
+def _take(device):
+    lib = native.library()
+    pool = lib.coop_torch_pool(device)
+    page = native.config(pool).page_size if pool else 2 << 20
+    ptr = ctypes.POINTER(native.TorchSnapshot)()
+    st = lib.coop_torch_snapshot_take(device, ctypes.byref(ptr))
+    if st != native.OK:
+        raise native.CoopError(st, lib.coop_last_error().decode())
+    try:
+        snap = ptr.contents
+        segs, k = [], 0
+        for i in range(snap.num_segments):
+            seg = snap.segments[i]
+            blocks = [native.BlockInfo.from_buffer_copy(snap.blocks[k + j])
+                      for j in range(seg.num_blocks)]
+            k += seg.num_blocks
+            segs.append((native.SegmentInfo.from_buffer_copy(seg), blocks))
+        events = [_trace_entry(snap.events[i]) for i in range(snap.num_events)]
+        return bool(snap.vmm), page, segs, events
+    finally:
+        lib.coop_torch_snapshot_free(ptr)
+
+
+def snapshot():
+    """torch.cuda.memory._snapshot()'s structure for coop's pools:
+    {"segments": [...], "device_traces": [[...] per device],
+     "allocator_settings": {...}}. device_traces are empty unless history
+    is on (COOP_ALLOC_CONF history:true, or record_history())."""
+    lib = native.library()
+    devices = _devices()
+    ndev = max(devices) + 1 if devices else 1
+    segments, traces = [], []
+    vmm_any = False
+    for d in range(ndev):
+        vmm, page, segs, events = _take(d)
+        vmm_any = vmm_any or vmm
+        segments.extend(_torch_segments(d, segs, vmm, page))
+        traces.append(events)
+    buf = ctypes.create_string_buffer(512)
+    lib.coop_torch_settings(buf, len(buf))
+    settings = {
+        "PYTORCH_CUDA_ALLOC_CONF": "",
+        "COOP_ALLOC_CONF": buf.value.decode(errors="replace"),
+        "allocator": "coop",
+        "expandable_segments": vmm_any,
+        "max_split_size": -1,
+        "garbage_collection_threshold": 0.0,
+    }
+    return {"segments": segments, "device_traces": traces, "allocator_settings": settings}
+
+
+def dump_snapshot(path):
+    """Writes snapshot() as a pickle, as torch.cuda.memory._dump_snapshot does."""
+    with open(path, "wb") as f:
+        pickle.dump(snapshot(), f)
+
+
+def record_history(max_entries=100000):
+    """Starts (or, with 0, stops) recording alloc/free events for snapshots."""
+    native.library().coop_torch_record_history(int(max_entries))
+
+
+def empty_cache():
+    native.library().coop_torch_empty_cache()
+
+
+def check_oom(device=None):
+    """Raises OutOfMemoryError if an allocation on device (None = any) failed
+    since the last check. With the CUDAPluggableAllocator route PyTorch does
+    not check the allocator's result, so call this where a failed
+    allocation would otherwise go unnoticed (e.g. after each step)."""
+    devices = _devices() if device is None else [_device_index(device)]
+    for d in devices:
+        pool = _pool(d)
+        if not pool:
+            continue
+        n = native.stats(pool).num_ooms
+        if n > _oom_seen.get(d, 0):
+            _oom_seen[d] = n
+            raise OutOfMemoryError("coop: out of memory on device %d: %s" % (d, last_error()))

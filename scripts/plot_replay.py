@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""Draw a `coop replay --timeline FILE` as PNG: live vs reserved bytes per
+policy over the trace's events, and an address map of every block over time
+for each placement policy.
+
+usage: scripts/plot_replay.py TIMELINE [-o OUT.png] [--policy LIST] [--max-blocks N]
+
+With several traces in the timeline, one PNG per trace is written
+(OUT-<trace>.png). The timeline format is documented in src/replay/timeline.h.
+"""
+import argparse
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
+
+MiB = 1024.0 * 1024.0
+
+
+class TimelineError(Exception):
+    pass
+
+
+def read_timeline(path):
+    """Returns [(trace_name, events, {policy: {"s": [...], "b": [...]}})]."""
+    traces = []
+    policy = None
+    with open(path, encoding="utf-8") as f:
+        header = f.readline().split()
+        if header != ["coop-replay-timeline", "1"]:
+            raise TimelineError(f"{path}:1: not a coop replay timeline (version 1)")
+        for lineno, line in enumerate(f, start=2):
+            fields = line.split()
+            if not fields:
+                continue
+            try:
+                kind = fields[0]
+                if kind == "trace":
+                    traces.append((fields[1], int(fields[2]), {}))
+                    policy = None
+                elif kind == "policy":
+                    if not traces:
+                        raise ValueError("policy before any trace")
+                    policy = {"s": [], "b": []}
+                    traces[-1][2][fields[1]] = policy
+                elif kind == "s":
+                    policy["s"].append((int(fields[1]), int(fields[2]), int(fields[3])))
+                elif kind == "b":
+                    policy["b"].append(
+                        (int(fields[1], 16), int(fields[2]), int(fields[3]), int(fields[4]))
+                    )
+                else:
+                    raise ValueError(f"unknown record '{kind}'")
+            except (ValueError, IndexError, TypeError) as e:
+                raise TimelineError(f"{path}:{lineno}: {e}") from None
+    return traces
+
+
+def steps(samples, events):
+    """Step-curve x/y lists from change-point samples."""
+    xs, live, reserved = [], [], []
+    for i, (event, l, r) in enumerate(samples):
+        xs.append(event)
+        live.append(l / MiB)
+        reserved.append(r / MiB)
+    if xs and xs[-1] < events:
+        xs.append(events)
+        live.append(live[-1])
+        reserved.append(reserved[-1])
+    return xs, live, reserved
+
+
+def address_map(ax, name, blocks, events, max_blocks):
+    if len(blocks) > max_blocks:
+        # keep the largest blocks: they dominate the picture
+        blocks = sorted(blocks, key=lambda b: b[1], reverse=True)[:max_blocks]
+    if not blocks:
+        ax.set_title(f"{name}: no blocks")
+        return
+    base = min(b[0] for b in blocks)
+    polys = []
+    for addr, size, start, end in blocks:
+        y0 = (addr - base) / MiB
+        y1 = y0 + size / MiB
+        polys.append([(start, y0), (end, y0), (end, y1), (start, y1)])
+    coll = PolyCollection(polys, linewidths=0, alpha=0.7)
+    coll.set_array([b[1] for b in blocks])
+    coll.set_cmap("viridis")
+    ax.add_collection(coll)
+    ax.set_xlim(0, max(events, 1))
+    ax.set_ylim(0, max(p[2][1] for p in polys) * 1.02)
+    ax.set_title(f"{name}: address map ({len(blocks)} blocks)")
+    ax.set_xlabel("event")
+    ax.set_ylabel("offset (MiB)")
+
+
+def plot_trace(name, events, policies, out, wanted, max_blocks):
+    names = [p for p in policies if not wanted or p in wanted]
+    # address maps: policies that place blocks at real addresses
+    mapped = [p for p in names if policies[p]["b"] and p != "ideal"]
+    rows = 1 + len(mapped)
+    fig, axes = plt.subplots(rows, 1, figsize=(11, 3.2 * rows), squeeze=False)
+    ax = axes[0][0]
+    live_drawn = False
+    for p in names:
+        xs, live, reserved = steps(policies[p]["s"], events)
+        if not xs:
+            continue
+        if not live_drawn and any(live):
+            ax.step(xs, live, where="post", color="black", linewidth=1.2, label="live")
+            live_drawn = True
+        if p != "ideal":
+            ax.step(xs, reserved, where="post", linewidth=1, label=f"{p} reserved")
+    ax.set_title(f"{name}: live vs reserved")
+    ax.set_xlabel("event")
+    ax.set_ylabel("MiB")
+    ax.legend(fontsize="small", loc="upper left")
+    for k, p in enumerate(mapped, start=1):
+        address_map(axes[k][0], p, policies[p]["b"], events, max_blocks)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("timeline")
+    ap.add_argument("-o", "--output", help="PNG path (default: TIMELINE.png)")
+    ap.add_argument("--policy", help="comma-separated policies to draw (default: all)")
+    ap.add_argument("--max-blocks", type=int, default=20000,
+                    help="most blocks per address map (largest kept)")
+    args = ap.parse_args(argv)
+    try:
+        traces = read_timeline(args.timeline)
+    except (OSError, TimelineError) as e:
+        print(f"plot_replay: {e}", file=sys.stderr)
+        return 2
+    if not traces:
+        print(f"plot_replay: {args.timeline}: no traces", file=sys.stderr)
+        return 2
+    out = args.output or args.timeline + ".png"
+    wanted = set(args.policy.split(",")) if args.policy else None
+    stem, ext = os.path.splitext(out)
+    for name, events, policies in traces:
+        path = out if len(traces) == 1 else f"{stem}-{name}{ext or '.png'}"
+        plot_trace(name, events, policies, path, wanted, args.max_blocks)
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,592 @@
+/*
+ * CUDA backend: the driver API (loaded at run time, cuda_driver.c) on one
+ * device's primary context, the context the CUDA runtime and PyTorch use.
+ *
+ * With virtual memory management every page of a reservation gets its own
+ * physical allocation (cuMemCreate of one granule), so the arena can unmap
+ * any single page while its neighbours stay mapped. Without it (device
+ * lacks VMM, or want_vmm is false) the pool works on cuMemAlloc segments.
+ *
+ * Every entry point makes the primary context current for the duration of
+ * the call (push / pop only when another context is current), so it works
+ * from any thread, whatever the caller had made current.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_driver.h"
+#include "status.h"
+
+/* ------------------------------------------------------------------------
+ * State
+ * ---------------------------------------------------------------------- */
+
+/* One cuMemAddressReserve range and the physical handle of each page. */
+typedef struct cuda_reservation {
+    CUdeviceptr base;
+    uint64_t size;
+    uint64_t num_pages;
+    CUmemGenericAllocationHandle *handles; /* valid where mapped[i] */
+    uint8_t *mapped;
+    struct cuda_reservation *next;
+} cuda_reservation;
+
+typedef struct cuda_backend {
+    coop_backend base;
+    cuda_driver drv;
+    int ordinal;
+    CUdevice device;
+    CUcontext context; /* primary context, retained */
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+    pthread_mutex_t lock; /* guards reservations */
+    cuda_reservation *reservations;
+} cuda_backend;
+
+static cuda_backend *as_cuda(coop_backend *be)
+{
+    return (cuda_backend *)be;
+}
+
+/* ------------------------------------------------------------------------
+ * Context scope: the primary context is current between enter and leave.
+ * ---------------------------------------------------------------------- */
+
+typedef struct ctx_scope {
+    bool pushed;
+} ctx_scope;
+
+static coop_status ctx_enter(cuda_backend *cb, ctx_scope *scope)
+{
+    CUcontext current = NULL;
+    scope->pushed = false;
+    CUresult rc = cb->drv.fn.cuCtxGetCurrent(&current);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuCtxGetCurrent", "(device %d)", cb->ordinal);
+    if (current == cb->context)
+        return COOP_OK;
+    rc = cb->drv.fn.cuCtxPushCurrent(cb->context);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuCtxPushCurrent", "(device %d)", cb->ordinal);
+    scope->pushed = true;
+    return COOP_OK;
+}
+
+static void ctx_leave(cuda_backend *cb, const ctx_scope *scope)
+{
+    if (scope->pushed) {
+        CUcontext popped;
+        cb->drv.fn.cuCtxPopCurrent(&popped);
+    }
+}
+
+/* Waits until the device has finished all work: freed blocks may still be
+ * read or written by kernels queued before the free. */
+static coop_status device_sync(cuda_backend *cb)
+{
+    CUresult rc = cb->drv.fn.cuCtxSynchronize();
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuCtxSynchronize", "(device %d)", cb->ordinal);
+    return COOP_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Reservations and pages (VMM)
+ * ---------------------------------------------------------------------- */
+
+/* The reservation holding [addr, addr+size), or NULL. Caller holds lock. */
+static cuda_reservation *find_reservation(cuda_backend *cb, uintptr_t addr, uint64_t size)
+{
+    for (cuda_reservation *r = cb->reservations; r; r = r->next)
+        if (addr >= r->base && size <= r->size && addr - r->base <= r->size - size)
+            return r;
+    return NULL;
+}
+
+static coop_status check_page_range(cuda_backend *cb, const char *op, uintptr_t addr, uint64_t size,
+                                    cuda_reservation **out)
+{
+    uint64_t page = cb->base.page_size;
+    if (size == 0 || addr % page || size % page)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "cuda backend: %s of [%#jx, +%ju) is not aligned to the %ju-byte "
+                              "page",
+                              op, (uintmax_t)addr, (uintmax_t)size, (uintmax_t)page);
+    *out = find_reservation(cb, addr, size);
+    if (!*out)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "cuda backend: %s of [%#jx, +%ju) is outside every reservation", op,
+                              (uintmax_t)addr, (uintmax_t)size);
+    return COOP_OK;
+}
+
+/* Unmaps and releases page i of r (mapped). Returns the first failure. */
+static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
+{
+    uint64_t page = cb->base.page_size;
+    CUdeviceptr at = r->base + i * page;
+    CUresult rc = cb->drv.fn.cuMemUnmap(at, page);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuMemUnmap", "at %#jx (%ju bytes)", (uintmax_t)at,
+                                 (uintmax_t)page);
+    r->mapped[i] = 0;
+    rc = cb->drv.fn.cuMemRelease(r->handles[i]);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuMemRelease", "of the page at %#jx",
+                                 (uintmax_t)at);
+    return COOP_OK;
+}
+
+/* Creates, maps and opens page i of r. On failure nothing of it is left. */
+static coop_status map_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
+{
+    uint64_t page = cb->base.page_size;
+    CUdeviceptr at = r->base + i * page;
+    CUmemGenericAllocationHandle handle;
+    CUresult rc = cb->drv.fn.cuMemCreate(&handle, page, &cb->prop, 0);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuMemCreate", "(%ju bytes on device %d)",
+                                 (uintmax_t)page, cb->ordinal);
+    rc = cb->drv.fn.cuMemMap(at, page, 0, handle, 0);
+    if (rc != CUDA_SUCCESS) {
+        coop_status st = cuda_driver_error(&cb->drv, rc, "cuMemMap", "at %#jx (%ju bytes)",
+                                           (uintmax_t)at, (uintmax_t)page);
+        cb->drv.fn.cuMemRelease(handle);
+        return st;
+    }
+    rc = cb->drv.fn.cuMemSetAccess(at, page, &cb->access, 1);
+    if (rc != CUDA_SUCCESS) {
+        coop_status st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "at %#jx (%ju bytes)",
+                                           (uintmax_t)at, (uintmax_t)page);
+        cb->drv.fn.cuMemUnmap(at, page);
+        cb->drv.fn.cuMemRelease(handle);
+        return st;
+    }
+    r->handles[i] = handle;
+    r->mapped[i] = 1;
+    return COOP_OK;
+}
+
+static coop_status cuda_reserve(coop_backend *be, uint64_t size, uintptr_t *addr)
+{
+    cuda_backend *cb = as_cuda(be);
+    uint64_t page = be->page_size;
+    if (size == 0 || size % page)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "cuda backend: reservation of %ju bytes is not a multiple of the "
+                              "%ju-byte page",
+                              (uintmax_t)size, (uintmax_t)page);
+    cuda_reservation *r = calloc(1, sizeof *r);
+    uint64_t num_pages = size / page;
+    if (r) {
+        r->handles = malloc(num_pages * sizeof *r->handles);
+        r->mapped = calloc(num_pages, 1);
+    }
+    if (!r || !r->handles || !r->mapped) {
+        if (r) {
+            free(r->handles);
+            free(r->mapped);
+        }
+        free(r);
+        return coop_set_error(COOP_ERR_HOST_NOMEM,
+                              "cuda backend: no host memory for the page table of a %ju-byte "
+                              "reservation",
+                              (uintmax_t)size);
+    }
+    r->size = size;
+    r->num_pages = num_pages;
+
+    ctx_scope scope;
+    coop_status st = ctx_enter(cb, &scope);
+    if (st == COOP_OK) {
+        CUresult rc = cb->drv.fn.cuMemAddressReserve(&r->base, size, page, 0, 0);
+        if (rc != CUDA_SUCCESS)
+            st = cuda_driver_error(&cb->drv, rc, "cuMemAddressReserve",
+                                   "(%ju bytes of address space)", (uintmax_t)size);
+        ctx_leave(cb, &scope);
+    }
+    if (st != COOP_OK) {
+        free(r->handles);
+        free(r->mapped);
+        free(r);
+        return st;
+    }
+    pthread_mutex_lock(&cb->lock);
+    r->next = cb->reservations;
+    cb->reservations = r;
+    pthread_mutex_unlock(&cb->lock);
+    *addr = (uintptr_t)r->base;
+    return COOP_OK;
+}
+
+/* Unmaps every mapped page of r after one device synchronisation. */
+static coop_status unmap_all(cuda_backend *cb, cuda_reservation *r)
+{
+    bool any = false;
+    for (uint64_t i = 0; i < r->num_pages && !any; i++)
+        any = r->mapped[i];
+    if (!any)
+        return COOP_OK;
+    coop_status st = device_sync(cb);
+    for (uint64_t i = 0; i < r->num_pages && st == COOP_OK; i++)
+        if (r->mapped[i])
+            st = unmap_page(cb, r, i);
+    return st;
+}
+
+static coop_status cuda_release(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    cuda_backend *cb = as_cuda(be);
+    pthread_mutex_lock(&cb->lock);
+    cuda_reservation **link = &cb->reservations;
+    while (*link && !((*link)->base == addr && (*link)->size == size))
+        link = &(*link)->next;
+    cuda_reservation *r = *link;
+    if (!r) {
+        pthread_mutex_unlock(&cb->lock);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "cuda backend: release of [%#jx, +%ju) matches no reservation",
+                              (uintmax_t)addr, (uintmax_t)size);
+    }
+    ctx_scope scope;
+    coop_status st = ctx_enter(cb, &scope);
+    if (st == COOP_OK) {
+        st = unmap_all(cb, r);
+        if (st == COOP_OK) {
+            CUresult rc = cb->drv.fn.cuMemAddressFree(r->base, r->size);
+            if (rc != CUDA_SUCCESS)
+                st = cuda_driver_error(&cb->drv, rc, "cuMemAddressFree", "of [%#jx, +%ju)",
+                                       (uintmax_t)addr, (uintmax_t)size);
+        }
+        ctx_leave(cb, &scope);
+    }
+    if (st == COOP_OK) {
+        *link = r->next;
+        free(r->handles);
+        free(r->mapped);
+        free(r);
+    }
+    pthread_mutex_unlock(&cb->lock);
+    return st;
+}
+
+static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    cuda_backend *cb = as_cuda(be);
+    uint64_t page = be->page_size;
+    pthread_mutex_lock(&cb->lock);
+    cuda_reservation *r;
+    coop_status st = check_page_range(cb, "map", addr, size, &r);
+    uint64_t first = 0, count = 0;
+    if (st == COOP_OK) {
+        first = (addr - r->base) / page;
+        count = size / page;
+        for (uint64_t i = first; i < first + count; i++)
+            if (r->mapped[i]) {
+                st = coop_set_error(COOP_ERR_INVALID,
+                                    "cuda backend: map of [%#jx, +%ju): page at %#jx is already "
+                                    "mapped",
+                                    (uintmax_t)addr, (uintmax_t)size,
+                                    (uintmax_t)(r->base + i * page));
+                break;
+            }
+    }
+    ctx_scope scope;
+    if (st == COOP_OK)
+        st = ctx_enter(cb, &scope);
+    if (st == COOP_OK) {
+        uint64_t done = 0;
+        while (done < count && (st = map_page(cb, r, first + done)) == COOP_OK)
+            done++;
+        /* all or nothing: undo the pages this call mapped (never used yet) */
+        while (st != COOP_OK && done > 0)
+            unmap_page(cb, r, first + --done);
+        ctx_leave(cb, &scope);
+    }
+    pthread_mutex_unlock(&cb->lock);
+    return st;
+}
+
+static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    cuda_backend *cb = as_cuda(be);
+    uint64_t page = be->page_size;
+    pthread_mutex_lock(&cb->lock);
+    cuda_reservation *r;
+    coop_status st = check_page_range(cb, "unmap", addr, size, &r);
+    uint64_t first = 0, count = 0;
+    if (st == COOP_OK) {
+        first = (addr - r->base) / page;
+        count = size / page;
+        for (uint64_t i = first; i < first + count; i++)
+            if (!r->mapped[i]) {
+                st = coop_set_error(COOP_ERR_INVALID,
+                                    "cuda backend: unmap of [%#jx, +%ju): page at %#jx is not "
+                                    "mapped",
+                                    (uintmax_t)addr, (uintmax_t)size,
+                                    (uintmax_t)(r->base + i * page));
+                break;
+            }
+    }
+    ctx_scope scope;
+    if (st == COOP_OK)
+        st = ctx_enter(cb, &scope);
+    if (st == COOP_OK) {
+        st = device_sync(cb);
+        for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
+            st = unmap_page(cb, r, i);
+        ctx_leave(cb, &scope);
+    }
+    pthread_mutex_unlock(&cb->lock);
+    return st;
+}
+
+/* ------------------------------------------------------------------------
+ * Segments (no VMM)
+ * ---------------------------------------------------------------------- */
+
+static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t *addr)
+{
+    cuda_backend *cb = as_cuda(be);
+    ctx_scope scope;
+    coop_status st = ctx_enter(cb, &scope);
+    if (st != COOP_OK)
+        return st;
+    CUdeviceptr dptr = 0;
+    CUresult rc = cb->drv.fn.cuMemAlloc(&dptr, size);
+    if (rc != CUDA_SUCCESS)
+        st = cuda_driver_error(&cb->drv, rc, "cuMemAlloc", "(%ju bytes on device %d)",
+                               (uintmax_t)size, cb->ordinal);
+    else
+        *addr = (uintptr_t)dptr;
+    ctx_leave(cb, &scope);
+    return st;
+}
+
+static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    cuda_backend *cb = as_cuda(be);
+    ctx_scope scope;
+    coop_status st = ctx_enter(cb, &scope);
+    if (st != COOP_OK)
+        return st;
+    st = device_sync(cb);
+    if (st == COOP_OK) {
+        CUresult rc = cb->drv.fn.cuMemFree((CUdeviceptr)addr);
+        if (rc != CUDA_SUCCESS)
+            st = cuda_driver_error(&cb->drv, rc, "cuMemFree", "of [%#jx, +%ju)", (uintmax_t)addr,
+                                   (uintmax_t)size);
+    }
+    ctx_leave(cb, &scope);
+    return st;
+}
+
+/* ------------------------------------------------------------------------
+ * Events
+ * ---------------------------------------------------------------------- */
+
+static coop_status cuda_event_record(coop_backend *be, coop_stream stream, coop_event *ev)
+{
+    cuda_backend *cb = as_cuda(be);
+    ctx_scope scope;
+    coop_status st = ctx_enter(cb, &scope);
+    if (st != COOP_OK)
+        return st;
+    CUevent event = NULL;
+    CUresult rc = cb->drv.fn.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+    if (rc != CUDA_SUCCESS) {
+        st = cuda_driver_error(&cb->drv, rc, "cuEventCreate", "(device %d)", cb->ordinal);
+    } else {
+        rc = cb->drv.fn.cuEventRecord(event, (CUstream)stream);
+        if (rc != CUDA_SUCCESS) {
+            st = cuda_driver_error(&cb->drv, rc, "cuEventRecord", "on stream %#jx",
+                                   (uintmax_t)stream);
+            cb->drv.fn.cuEventDestroy(event);
+        } else {
+            *ev = (coop_event)event;
+        }
+    }
+    ctx_leave(cb, &scope);
+    return st;
+}
+
+static coop_status cuda_event_query(coop_backend *be, coop_event ev, bool *done)
+{
+    cuda_backend *cb = as_cuda(be);
+    ctx_scope scope;
+    coop_status st = ctx_enter(cb, &scope);
+    if (st != COOP_OK)
+        return st;
+    CUresult rc = cb->drv.fn.cuEventQuery((CUevent)ev);
+    if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_READY)
+        *done = rc == CUDA_SUCCESS;
+    else
+        st = cuda_driver_error(&cb->drv, rc, "cuEventQuery", "(device %d)", cb->ordinal);
+    ctx_leave(cb, &scope);
+    return st;
+}
+
+static void cuda_event_destroy(coop_backend *be, coop_event ev)
+{
+    cuda_backend *cb = as_cuda(be);
+    ctx_scope scope;
+    if (ctx_enter(cb, &scope) != COOP_OK)
+        return;
+    cb->drv.fn.cuEventDestroy((CUevent)ev);
+    ctx_leave(cb, &scope);
+}
+
+/* ------------------------------------------------------------------------
+ * Creation and destruction
+ * ---------------------------------------------------------------------- */
+
+static void cuda_destroy(coop_backend *be)
+{
+    cuda_backend *cb = as_cuda(be);
+    ctx_scope scope;
+    bool entered = cb->context && ctx_enter(cb, &scope) == COOP_OK;
+    while (cb->reservations) {
+        cuda_reservation *r = cb->reservations;
+        cb->reservations = r->next;
+        if (entered && unmap_all(cb, r) == COOP_OK)
+            cb->drv.fn.cuMemAddressFree(r->base, r->size);
+        free(r->handles);
+        free(r->mapped);
+        free(r);
+    }
+    if (entered)
+        ctx_leave(cb, &scope);
+    if (cb->context)
+        cb->drv.fn.cuDevicePrimaryCtxRelease(cb->device);
+    cuda_driver_unload(&cb->drv);
+    pthread_mutex_destroy(&cb->lock);
+    free(cb);
+}
+
+static const coop_backend_ops cuda_ops = {
+    .reserve = cuda_reserve,
+    .release = cuda_release,
+    .map = cuda_map,
+    .unmap = cuda_unmap,
+    .segment_alloc = cuda_segment_alloc,
+    .segment_free = cuda_segment_free,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_destroy = cuda_event_destroy,
+    .hold_stream = NULL,
+    .destroy = cuda_destroy,
+};
+
+/* Segment backends still report a page size: the pool rounds segments to it. */
+#define COOP_CUDA_SEGMENT_GRANULE (2u << 20)
+
+/* Device queries once the primary context is current. */
+static coop_status query_device(cuda_backend *cb, bool want_vmm)
+{
+    cuda_driver *d = &cb->drv;
+    size_t free_bytes = 0, total_bytes = 0;
+    CUresult rc = d->fn.cuMemGetInfo(&free_bytes, &total_bytes);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(d, rc, "cuMemGetInfo", "(device %d)", cb->ordinal);
+    cb->base.device_memory = total_bytes;
+
+    int vmm = 0;
+    rc = d->fn.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                                    cb->device);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(d, rc, "cuDeviceGetAttribute",
+                                 "(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device %d)", cb->ordinal);
+
+    memset(&cb->prop, 0, sizeof cb->prop);
+    cb->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    cb->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    cb->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    cb->prop.location.id = cb->device;
+    memset(&cb->access, 0, sizeof cb->access);
+    cb->access.location = cb->prop.location;
+    cb->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+
+    cb->base.has_vmm = want_vmm && vmm;
+    cb->base.page_size = COOP_CUDA_SEGMENT_GRANULE;
+    if (cb->base.has_vmm) {
+        size_t granularity = 0;
+        rc = d->fn.cuMemGetAllocationGranularity(&granularity, &cb->prop,
+                                                 CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (rc != CUDA_SUCCESS)
+            return cuda_driver_error(d, rc, "cuMemGetAllocationGranularity", "(device %d)",
+                                     cb->ordinal);
+        if (granularity == 0)
+            return coop_set_error(COOP_ERR_BACKEND,
+                                  "CUDA driver: device %d reports a zero allocation granularity",
+                                  cb->ordinal);
+        cb->base.page_size = granularity;
+    }
+    return COOP_OK;
+}
+
+coop_status coop_backend_cuda_create(int device, bool want_vmm, coop_backend **out)
+{
+    *out = NULL;
+    cuda_backend *cb = calloc(1, sizeof *cb);
+    if (!cb)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "cuda backend: no host memory");
+    pthread_mutex_init(&cb->lock, NULL);
+    cb->base.ops = &cuda_ops;
+    cb->base.name = "cuda";
+    cb->ordinal = device;
+    coop_status st = cuda_driver_load(&cb->drv);
+    if (st != COOP_OK) {
+        cuda_destroy(&cb->base);
+        return st;
+    }
+    cuda_driver *d = &cb->drv;
+    CUresult rc = d->fn.cuInit(0);
+    if (rc != CUDA_SUCCESS) {
+        /* e.g. CUDA_ERROR_NO_DEVICE: a driver library without a usable device */
+        cuda_driver_error(d, rc, "cuInit", "(no usable CUDA device)");
+        char why[400];
+        snprintf(why, sizeof why, "%s", coop_last_error());
+        cuda_destroy(&cb->base);
+        return coop_set_error(COOP_ERR_NO_DRIVER, "no CUDA driver usable: %s", why);
+    }
+    int count = 0;
+    rc = d->fn.cuDeviceGetCount(&count);
+    if (rc != CUDA_SUCCESS) {
+        st = cuda_driver_error(d, rc, "cuDeviceGetCount", "%s", "");
+        cuda_destroy(&cb->base);
+        return st;
+    }
+    if (device < 0 || device >= count) {
+        cuda_destroy(&cb->base);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "cuda backend: device %d does not exist (%d CUDA device%s)", device,
+                              count, count == 1 ? "" : "s");
+    }
+    rc = d->fn.cuDeviceGet(&cb->device, device);
+    if (rc == CUDA_SUCCESS) {
+        rc = d->fn.cuDevicePrimaryCtxRetain(&cb->context, cb->device);
+        if (rc != CUDA_SUCCESS) {
+            cb->context = NULL;
+            st = cuda_driver_error(d, rc, "cuDevicePrimaryCtxRetain", "(device %d)", device);
+        }
+    } else {
+        st = cuda_driver_error(d, rc, "cuDeviceGet", "(device %d)", device);
+    }
+    if (st == COOP_OK) {
+        ctx_scope scope;
+        st = ctx_enter(cb, &scope);
+        if (st == COOP_OK) {
+            st = query_device(cb, want_vmm);
+            ctx_leave(cb, &scope);
+        }
+    }
+    if (st != COOP_OK) {
+        cuda_destroy(&cb->base);
+        return st;
+    }
+    *out = &cb->base;
+    return COOP_OK;
+}

@@ -1,0 +1,125 @@
+/* One simulation reduced to its metrics, and the feasibility bisection. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remat/sim.h"
+
+sim_options sim_options_default(sim_policy policy, sim_memory memory)
+{
+    return (sim_options){.policy = policy,
+                         .memory = memory,
+                         .overhead_limit = 2.0,
+                         .inplace = -1,
+                         .cheap_threshold = NAN,
+                         .window_cost = SIM_WINDOW_COOP};
+}
+
+int sim_options_parse_policy(const char *name, sim_options *out)
+{
+    static const struct {
+        const char *name;
+        int inplace;
+        double threshold;
+        sim_window_cost cost;
+    } variants[] = {
+        {"coop-nopart", -1, -1.0, SIM_WINDOW_COOP},
+        {"coop-cow", 0, NAN, SIM_WINDOW_COOP},
+        {"coop-dte", -1, NAN, SIM_WINDOW_DTE},
+        {"coop-sum", -1, NAN, SIM_WINDOW_SUM},
+    };
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        if (!strcmp(name, variants[i].name)) {
+            out->policy = SIM_POLICY_COOP;
+            out->inplace = variants[i].inplace;
+            out->cheap_threshold = variants[i].threshold;
+            out->window_cost = variants[i].cost;
+            return 0;
+        }
+    }
+    sim_policy p;
+    if (sim_policy_parse(name, &p))
+        return -1;
+    out->policy = p;
+    out->inplace = -1;
+    out->cheap_threshold = NAN;
+    out->window_cost = SIM_WINDOW_COOP;
+    return 0;
+}
+
+uint64_t sim_peak(const sim_program *prog, sim_memory memory)
+{
+    return sim_baseline_peak(prog, memory == SIM_MEMORY_ARENA ? 512 : 1);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of n sorted values. */
+static uint64_t percentile(const uint64_t *sorted, size_t n, double q)
+{
+    if (!n)
+        return 0;
+    size_t rank = (size_t)(q * (double)n + 0.999999);
+    if (rank < 1)
+        rank = 1;
+    if (rank > n)
+        rank = n;
+    return sorted[rank - 1];
+}
+
+sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio)
+{
+    sim_outcome out = {.budget_ratio = ratio};
+    /* simrd: int(baseline_memory * ratio) */
+    out.budget = (uint64_t)((double)peak * ratio);
+    uint64_t limit = (uint64_t)((double)prog->base_compute * (opt->overhead_limit - 1.0));
+    bool coop = opt->policy == SIM_POLICY_COOP;
+    sim_config cfg = {
+        .policy = opt->policy,
+        .arena = opt->memory == SIM_MEMORY_ARENA,
+        .inplace = opt->inplace < 0 ? coop : opt->inplace > 0,
+        .cheap_threshold = isnan(opt->cheap_threshold) ? (coop ? SIM_DEFAULT_CHEAP_THRESHOLD : -1.0)
+                                                       : opt->cheap_threshold,
+        .window_cost = opt->window_cost,
+        .budget = out.budget,
+        .remat_limit = limit,
+    };
+    sim_stats st;
+    out.result = sim_execute(prog, &cfg, &st);
+    out.overhead = prog->base_compute ? (double)(prog->base_compute + st.remat_compute) /
+                                            (double)prog->base_compute
+                                      : 1.0;
+    out.evictions = st.evictions;
+    out.remat_ops = st.remat_ops;
+    out.heuristic_evals = st.heuristic_evals;
+    out.frag_failures = st.frag_failures;
+    out.inplace_ops = st.inplace_ops;
+    out.frag_at_evict = st.searches ? st.frag_sum / (double)st.searches : 0.0;
+    if (st.searches) {
+        qsort(st.search_ns, st.searches, sizeof *st.search_ns, cmp_u64);
+        out.search_ns_p50 = percentile(st.search_ns, st.searches, 0.50);
+        out.search_ns_p99 = percentile(st.search_ns, st.searches, 0.99);
+    }
+    sim_stats_free(&st);
+    return out;
+}
+
+double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                            double tolerance)
+{
+    double lo = 0.0, hi = 1.0; /* lo fails (nothing fits in 0 bytes), hi is checked */
+    if (sim_run(prog, peak, opt, hi).result != SIM_OK)
+        return 0.0;
+    while (hi - lo > tolerance) {
+        double mid = (lo + hi) / 2;
+        if (sim_run(prog, peak, opt, mid).result == SIM_OK)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return hi;
+}

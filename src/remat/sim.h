@@ -1,0 +1,59 @@
+/*
+ * One simulation: a program, a policy, a memory model and a budget ratio,
+ * reduced to the metrics `coop sim` reports.
+ */
+#ifndef COOP_REMAT_SIM_H
+#define COOP_REMAT_SIM_H
+
+#include "remat/sim_program.h"
+#include "remat/sim_runtime.h"
+
+typedef enum sim_memory { SIM_MEMORY_IDEAL, SIM_MEMORY_ARENA } sim_memory;
+
+/* Cheap tensor partitioning threshold (ns of producer time per byte) used by
+ * coop unless told otherwise; see docs/remat.md for the measurement. */
+#define SIM_DEFAULT_CHEAP_THRESHOLD 1e-2
+
+typedef struct sim_options {
+    sim_policy policy;
+    sim_memory memory;
+    double overhead_limit;  /* thrash when total / base compute exceeds it (2.0) */
+    int inplace;            /* recomputable in-place: -1 policy default (coop on), 0, 1 */
+    double cheap_threshold; /* NAN: policy default (coop SIM_DEFAULT_CHEAP_THRESHOLD,
+                             * others off); < 0: off */
+    sim_window_cost window_cost;
+} sim_options;
+
+/* Options with the policy's defaults. */
+sim_options sim_options_default(sim_policy policy, sim_memory memory);
+
+/* Parses a policy name, including coop's ablation variants: coop-nopart
+ * (no cheap tensor partitioning), coop-cow (copy-on-write instead of
+ * recomputable in-place), coop-dte (DTE's score inside the window),
+ * coop-sum (the window's plain sum of costs instead of cost per byte).
+ * 0 and *out filled (memory, overhead limit untouched), -1 unknown. */
+int sim_options_parse_policy(const char *name, sim_options *out);
+
+typedef struct sim_outcome {
+    sim_result result;
+    double budget_ratio;
+    uint64_t budget; /* bytes */
+    double overhead; /* (base + recompute) / base */
+    uint64_t evictions, remat_ops, heuristic_evals, frag_failures, inplace_ops;
+    double frag_at_evict; /* mean free bytes / budget at eviction searches */
+    uint64_t search_ns_p50, search_ns_p99;
+} sim_outcome;
+
+/* The unlimited run's peak for the memory model (arena: sizes rounded to
+ * the pool's 512-byte granularity). */
+uint64_t sim_peak(const sim_program *prog, sim_memory memory);
+
+/* Runs prog at budget = ratio x peak. */
+sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio);
+
+/* Smallest ratio in (0, 1] at which the run succeeds, by bisection to
+ * within tolerance (e.g. 0.005); 0 if even ratio 1 fails. */
+double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                            double tolerance);
+
+#endif

@@ -1,0 +1,232 @@
+/*
+ * The simulator's arena memory model: every storage is a block of libcoop's
+ * pool on the host backend, whose capacity is the budget, so placement and
+ * fragmentation are real.
+ *
+ * The pool has one fixed segment of the budget's size (no VMM): with
+ * virtual memory and small pages, free pages anywhere could be unmapped and
+ * remapped at the top, which hides fragmentation entirely; with 2 MiB pages
+ * it would hide it at page granularity. A fixed segment is what an
+ * allocator without remapping (or a GPU with a hard budget) sees, at the
+ * pool's 512-byte block granularity (the segment itself is the budget
+ * rounded down to the host backend's 4 KiB pages).
+ *
+ * Eviction when a block does not fit:
+ *  - argmin policies (dtr, dtr-full, dtr-local, dte, lru, size): evict the
+ *    argmin, retry, repeat (as DTR's PyTorch implementation does);
+ *  - coop: one window search over the address-ordered blocks, evict the
+ *    window's tensors, place the block inside the window.
+ * Either way, everything done for one failing request is one search.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "pool_internal.h"
+#include "remat/sim_internal.h"
+#include "remat/window.h"
+#include "status.h"
+
+#define SIM_ARENA_PAGE 4096u
+
+int sim_arena_open(sim_runtime *rt)
+{
+    /* the host backend maps in 4 KiB pages: the segment is the budget rounded
+     * down to them; blocks inside are still placed at 512-byte granularity */
+    uint64_t cap = rt->budget / SIM_ARENA_PAGE * SIM_ARENA_PAGE;
+    if (cap < SIM_ARENA_PAGE)
+        cap = SIM_ARENA_PAGE;
+    coop_config c;
+    coop_config_default(&c);
+    c.backend = COOP_BACKEND_HOST;
+    c.use_vmm = false;
+    c.page_size = SIM_ARENA_PAGE;
+    c.capacity = cap;
+    c.segment_size = cap;
+    c.min_split = COOP_ALIGN;
+    if (coop_pool_create(&c, &rt->mem_pool))
+        return -1;
+    rt->scratch = calloc(1, sizeof *rt->scratch);
+    if (!rt->scratch)
+        return -1;
+    rt->budget = cap;
+    pool_lock(rt->mem_pool); /* the simulator is the only user: hold it for the run */
+    return 0;
+}
+
+void sim_arena_close(sim_runtime *rt)
+{
+    if (!rt->mem_pool)
+        return;
+    pool_unlock(rt->mem_pool);
+    coop_pool_destroy(rt->mem_pool);
+    rt->mem_pool = NULL;
+    if (rt->scratch)
+        window_scratch_free(rt->scratch);
+    free(rt->scratch);
+    rt->scratch = NULL;
+}
+
+static uint32_t storage_of(const sim_runtime *rt, const void *owner)
+{
+    return (uint32_t)((const rt_storage *)owner - rt->storages);
+}
+
+/* Cheap tensor partitioning: storages cheap to recompute per byte go to the
+ * high end of free blocks, the others to the low end. */
+static unsigned placement(const sim_runtime *rt, uint32_t s)
+{
+    double t = rt->cfg.cheap_threshold;
+    uint64_t size = rt->prog->storages[s].size;
+    if (t < 0 || !size)
+        return COOP_ALLOC_LOW;
+    double density =
+        (double)rt->prog->ops[rt->prog->tensors[rt->prog->storages[s].root].op].cost / (double)size;
+    return density < t ? COOP_ALLOC_HIGH : COOP_ALLOC_LOW;
+}
+
+static void bind_block(sim_runtime *rt, uint32_t s, arena_block *b)
+{
+    rt_storage *r = &rt->storages[s];
+    r->ptr = (void *)b->addr;
+    r->placed = b->size;
+    b->owner = r;
+    rt->memory += b->size;
+    if (rt->memory > rt->stats.peak_memory)
+        rt->stats.peak_memory = rt->memory;
+}
+
+static bool try_alloc(sim_runtime *rt, uint32_t s)
+{
+    coop_status st;
+    void *ptr =
+        pool_malloc_locked(rt->mem_pool, rt->prog->storages[s].size, 0, placement(rt, s), &st);
+    if (!ptr)
+        return false;
+    bind_block(rt, s, arena_lookup(pool_arena(rt->mem_pool), (uintptr_t)ptr));
+    return true;
+}
+
+void sim_arena_free(sim_runtime *rt, uint32_t s)
+{
+    rt_storage *r = &rt->storages[s];
+    if (!r->ptr)
+        return;
+    pool_free_locked(rt->mem_pool, r->ptr, &rt->last_freed);
+    r->ptr = NULL;
+    r->placed = 0;
+}
+
+void sim_arena_transfer(sim_runtime *rt, uint32_t from, uint32_t to)
+{
+    rt_storage *a = &rt->storages[from], *b = &rt->storages[to];
+    b->ptr = a->ptr;
+    b->placed = a->placed;
+    a->ptr = NULL;
+    a->placed = 0;
+    if (b->ptr) {
+        arena_block *blk = arena_lookup(pool_arena(rt->mem_pool), (uintptr_t)b->ptr);
+        if (blk)
+            blk->owner = b;
+    }
+}
+
+/* Window cost of an allocated block: its tensor's Coop cost, or blocked. */
+static double window_cost(void *owner, const arena_block *b, void *ctx)
+{
+    (void)b;
+    sim_runtime *rt = ctx;
+    uint32_t s = storage_of(rt, owner);
+    rt_storage *r = &rt->storages[s];
+    if (r->pool_pos == SIM_NONE) /* locked, pinned, or being placed */
+        return WINDOW_BLOCKED;
+    uint64_t stale = rt->clock - (uint64_t)r->last_access;
+    if (!stale)
+        stale = 1; /* just used: dearest, but finite so sums stay ordered */
+    rt->stats.heuristic_evals++;
+    if (rt->cfg.window_cost == SIM_WINDOW_DTE) {
+        uint64_t m = rt->prog->storages[s].size + sim_adjacent_free(rt, s);
+        return m ? (double)r->compute / ((double)m * (double)stale) : (double)r->compute;
+    }
+    return (double)sim_eq_compute(rt, s) / (double)stale;
+}
+
+/* Coop: evict the cheapest covering window and place s inside it. */
+static sim_result place_in_window(sim_runtime *rt, uint32_t s)
+{
+    uint64_t size = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
+    window w;
+    window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COOP ? WINDOW_PER_BYTE : WINDOW_SUM;
+    int found =
+        window_search(pool_arena(rt->mem_pool), size, obj, window_cost, rt, rt->scratch, &w);
+    if (found == -2)
+        return SIM_ERROR;
+    if (found < 0)
+        return SIM_OOM;
+    /* evict the window's tensors (collected first: freeing coalesces blocks);
+     * the window then is one free block, the one the last free left */
+    uint32_t n = 0;
+    for (arena_block *b = w.first;; b = b->next) {
+        if (b->state == COOP_BLOCK_ALLOCATED) {
+            if (n == rt->victims_cap) {
+                uint32_t cap = rt->victims_cap ? rt->victims_cap * 2 : 64;
+                uint32_t *v = realloc(rt->victims, cap * sizeof *v);
+                if (!v)
+                    return SIM_ERROR;
+                rt->victims = v;
+                rt->victims_cap = cap;
+            }
+            rt->victims[n++] = storage_of(rt, b->owner);
+        }
+        if (b == w.last)
+            break;
+    }
+    uintptr_t lo = w.addr;
+    for (uint32_t i = 0; i < n; i++) {
+        if (sim_evict(rt, rt->victims[i]))
+            return SIM_ERROR;
+        rt->stats.evictions++;
+    }
+    arena_block *fb = rt->last_freed;
+    if (!n || !fb || fb->state != COOP_BLOCK_FREE || fb->addr > lo ||
+        fb->addr + fb->size < lo + w.size)
+        return SIM_ERROR; /* cannot happen: a covering free block would have fit */
+    uintptr_t at = placement(rt, s) == COOP_ALLOC_HIGH ? lo + w.size - size : lo;
+    arena_block *out;
+    if (pool_alloc_in_locked(rt->mem_pool, fb, at, rt->prog->storages[s].size, 0, &out))
+        return SIM_ERROR;
+    bind_block(rt, s, out);
+    return SIM_OK;
+}
+
+sim_result sim_arena_place(sim_runtime *rt, uint32_t s)
+{
+    if (try_alloc(rt, s))
+        return SIM_OK;
+    uint64_t want = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
+    uint64_t free_bytes = rt->budget - rt->memory;
+    rt->stats.frag_sum += (double)free_bytes / (double)rt->budget;
+    if (free_bytes >= want)
+        rt->stats.frag_failures++;
+    uint64_t t0 = sim_now_ns();
+    sim_result res = SIM_OK;
+    if (rt->policy == SIM_POLICY_COOP) {
+        res = place_in_window(rt, s);
+    } else {
+        for (;;) {
+            if (!rt->pool_live) {
+                res = SIM_OOM;
+                break;
+            }
+            if (sim_evict(rt, sim_choose(rt))) {
+                res = SIM_ERROR;
+                break;
+            }
+            rt->stats.evictions++;
+            if (try_alloc(rt, s))
+                break;
+        }
+    }
+    if (sim_record_search(&rt->stats, sim_now_ns() - t0))
+        return SIM_ERROR;
+    return res;
+}

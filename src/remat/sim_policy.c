@@ -1,0 +1,168 @@
+/* Eviction scores of the simulator's policies, and simrd's argmin (sim_internal.h). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "pool_internal.h"
+#include "remat/sim_internal.h"
+
+static uint32_t next_mark(sim_runtime *rt)
+{
+    if (++rt->mark_epoch == 0) {
+        for (uint32_t i = 0; i < rt->prog->num_storages; i++)
+            rt->storages[i].mark = 0;
+        rt->mark_epoch = 1;
+    }
+    return rt->mark_epoch;
+}
+
+static int push(sim_runtime *rt, uint32_t s)
+{
+    if (rt->stack_len == rt->stack_cap) {
+        uint32_t cap = rt->stack_cap ? rt->stack_cap * 2 : 1024;
+        uint32_t *st = realloc(rt->stack, cap * sizeof *st);
+        if (!st)
+            return -1;
+        rt->stack = st;
+        rt->stack_cap = cap;
+    }
+    rt->stack[rt->stack_len++] = s;
+    return 0;
+}
+
+/* Compute (ns) of the evicted storages reachable from s through evicted
+ * storages, in one direction (children if forward, else parents): simrd's
+ * Region, whose interior is e*. */
+static int64_t region_compute(sim_runtime *rt, uint32_t s, bool forward)
+{
+    const sim_program *p = rt->prog;
+    uint32_t mark = next_mark(rt);
+    int64_t compute = 0;
+    rt->stack_len = 0;
+    if (push(rt, s))
+        return 0;
+    while (rt->stack_len) {
+        uint32_t x = rt->stack[--rt->stack_len];
+        const sim_storage *xs = &p->storages[x];
+        for (uint32_t k = 0; k < rt->storages[x].num_created; k++) {
+            const sim_tensor *t = &p->tensors[p->storage_tensors[xs->first_tensor + k]];
+            const sim_op *op = &p->ops[t->op];
+            uint32_t n = forward ? t->num_children : op->num_inputs;
+            for (uint32_t i = 0; i < n; i++) {
+                uint32_t u =
+                    forward ? p->children[t->first_child + i] : p->inputs[op->first_input + i];
+                if (forward && u >= rt->num_created_tensors)
+                    break;
+                uint32_t us = p->tensors[u].storage;
+                rt_storage *r = &rt->storages[us];
+                if (r->material || us == s || r->mark == mark)
+                    continue;
+                r->mark = mark;
+                compute += (int64_t)r->compute;
+                if (push(rt, us))
+                    return compute;
+            }
+        }
+    }
+    return compute;
+}
+
+int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
+{
+    const sim_program *p = rt->prog;
+    int64_t compute = (int64_t)rt->storages[s].compute;
+    rt->stack_len = 0; /* class roots seen: each class counts once */
+    const sim_storage *ss = &p->storages[s];
+    for (uint32_t k = 0; k < rt->storages[s].num_created; k++) {
+        const sim_tensor *t = &p->tensors[p->storage_tensors[ss->first_tensor + k]];
+        const sim_op *op = &p->ops[t->op];
+        uint32_t total = op->num_inputs + t->num_children;
+        for (uint32_t i = 0; i < total; i++) {
+            uint32_t u = i < op->num_inputs ? p->inputs[op->first_input + i]
+                                            : p->children[t->first_child + i - op->num_inputs];
+            if (i >= op->num_inputs && u >= rt->num_created_tensors)
+                break;
+            uint32_t n = p->tensors[u].storage;
+            rt_storage *r = &rt->storages[n];
+            if (r->material || n == s || r->ecn == SIM_NONE)
+                continue;
+            uint32_t root = uf_find(&rt->uf, r->ecn);
+            bool seen = false;
+            for (uint32_t j = 0; j < rt->stack_len && !seen; j++)
+                seen = rt->stack[j] == root;
+            if (!seen && !push(rt, root))
+                compute += rt->uf.value[root];
+        }
+    }
+    return compute;
+}
+
+uint64_t sim_adjacent_free(sim_runtime *rt, uint32_t s)
+{
+    if (!rt->mem_pool || !rt->storages[s].ptr)
+        return 0;
+    arena_block *b = arena_lookup(pool_arena(rt->mem_pool), (uintptr_t)rt->storages[s].ptr);
+    if (!b)
+        return 0;
+    uint64_t bytes = 0;
+    if (b->prev && b->prev->state == COOP_BLOCK_FREE)
+        bytes += b->prev->size;
+    if (b->next && b->next->state == COOP_BLOCK_FREE)
+        bytes += b->next->size;
+    return bytes;
+}
+
+/* compute / (size * staleness) as exactly as simrd's Python ints allow: the
+ * product is formed in long double (64-bit mantissa on x86-64). */
+static double ratio_score(int64_t compute, uint64_t size, uint64_t staleness)
+{
+    long double denom = (long double)size * (long double)staleness;
+    if (denom <= 0)
+        return INFINITY;
+    return (double)((long double)compute / denom);
+}
+
+double sim_score(sim_runtime *rt, uint32_t s)
+{
+    rt_storage *r = &rt->storages[s];
+    uint64_t size = rt->prog->storages[s].size;
+    uint64_t stale = rt->clock - (uint64_t)r->last_access;
+    rt->stats.heuristic_evals++;
+    switch (rt->policy) {
+    case SIM_POLICY_DTR:
+    case SIM_POLICY_COOP: /* argmin fallback only; the window sums its own costs */
+        return ratio_score(sim_eq_compute(rt, s), size, stale);
+    case SIM_POLICY_DTR_FULL:
+        return ratio_score((int64_t)r->compute + region_compute(rt, s, true) +
+                               region_compute(rt, s, false),
+                           size, stale);
+    case SIM_POLICY_LRU:
+        return (double)r->last_access;
+    case SIM_POLICY_SIZE:
+        return size ? 1.0 / (double)size : INFINITY;
+    case SIM_POLICY_DTE: /* MegEngine DTE: the tensor's bytes plus its free neighbours' */
+        return ratio_score((int64_t)r->compute, size + sim_adjacent_free(rt, s), stale);
+    case SIM_POLICY_DTR_LOCAL:
+    default:
+        return ratio_score((int64_t)r->compute, size, stale);
+    }
+}
+
+uint32_t sim_choose(sim_runtime *rt)
+{
+    double best = INFINITY;
+    uint32_t best_s = SIM_NONE, last = SIM_NONE;
+    for (uint32_t i = 0; i < rt->pool_len; i++) {
+        uint32_t s = rt->pool[i];
+        if (s == SIM_NONE)
+            continue;
+        last = s;
+        double c = sim_score(rt, s);
+        if (c <= best) { /* ties go to the later storage, as in simrd */
+            best = c;
+            best_s = s;
+        }
+        if (c == 0)
+            break;
+    }
+    return best_s != SIM_NONE ? best_s : last; /* all NaN: any one */
+}

@@ -1,0 +1,339 @@
+/* Compiling a DTR log into a static op graph and a schedule (sim_program.h). */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remat/sim_program.h"
+#include "status.h"
+
+#define UNBOUND UINT32_MAX
+
+typedef struct builder {
+    const dtr_log *log;
+    sim_program *p;
+    size_t ops_cap, tensors_cap, storages_cap, inputs_cap, cmds_cap, refs_cap;
+    size_t num_inputs;
+    uint32_t *binding;    /* name id -> tensor id, UNBOUND */
+    int64_t *refs;        /* tensor id -> names bound to it (simrd's _ref) */
+    uint32_t *bind_order; /* names in order of first binding */
+    uint32_t num_bound;
+} builder;
+
+static int grow(void **items, size_t *cap, size_t need, size_t item_size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 256;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*items, n * item_size);
+    if (!q)
+        return -1;
+    *items = q;
+    *cap = n;
+    return 0;
+}
+
+static coop_status nomem(void)
+{
+    return coop_set_error(COOP_ERR_HOST_NOMEM, "out of host memory compiling a DTR log");
+}
+
+static coop_status push_cmd(builder *b, sim_cmd_kind kind, uint32_t arg)
+{
+    sim_program *p = b->p;
+    if (grow((void **)&p->cmds, &b->cmds_cap, p->num_cmds + 1, sizeof *p->cmds))
+        return nomem();
+    p->cmds[p->num_cmds++] = (sim_cmd){kind, arg};
+    return COOP_OK;
+}
+
+static void bind(builder *b, uint32_t name, uint32_t tensor)
+{
+    if (b->binding[name] == UNBOUND)
+        b->bind_order[b->num_bound++] = name;
+    b->binding[name] = tensor;
+}
+
+static const char *path_of(const builder *b)
+{
+    return b->log->path ? b->log->path : "log";
+}
+
+/* The tensor a name is bound to, or an error naming the line. */
+static coop_status lookup(builder *b, const dtr_instr *in, uint32_t name, const char *role,
+                          uint32_t *tensor)
+{
+    *tensor = b->binding[name];
+    if (*tensor != UNBOUND)
+        return COOP_OK;
+    return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s %s is not defined", path_of(b),
+                          in->line, role, b->log->names[name]);
+}
+
+static coop_status check_unbound(builder *b, const dtr_instr *in, uint32_t name)
+{
+    if (b->binding[name] == UNBOUND)
+        return COOP_OK;
+    return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s is already defined", path_of(b),
+                          in->line, b->log->names[name]);
+}
+
+/* Creates an op over input tensors args with nout outputs; output i has
+ * sizes[i] bytes of fresh storage, or aliases input aliases[i] (>= 0). */
+static coop_status add_op(builder *b, const dtr_instr *in, const uint32_t *args, uint32_t nargs,
+                          const uint64_t *sizes, const int32_t *aliases, const int32_t *mutates,
+                          uint32_t nout, bool constant, bool mutation)
+{
+    sim_program *p = b->p;
+    if (grow((void **)&p->ops, &b->ops_cap, p->num_ops + 1, sizeof *p->ops) ||
+        grow((void **)&p->tensors, &b->tensors_cap, p->num_tensors + nout, sizeof *p->tensors) ||
+        grow((void **)&p->storages, &b->storages_cap, p->num_storages + nout,
+             sizeof *p->storages) ||
+        grow((void **)&p->inputs, &b->inputs_cap, b->num_inputs + nargs, sizeof *p->inputs) ||
+        grow((void **)&b->refs, &b->refs_cap, p->num_tensors + nout, sizeof *b->refs))
+        return nomem();
+    uint32_t op_id = p->num_ops++;
+    sim_op *op = &p->ops[op_id];
+    *op = (sim_op){.cost = constant ? 0 : in->time_ns,
+                   .first_input = (uint32_t)b->num_inputs,
+                   .num_inputs = nargs,
+                   .first_output = p->num_tensors,
+                   .num_outputs = nout,
+                   .line = in->line,
+                   .name = constant ? UINT32_MAX : in->op,
+                   .is_constant = constant,
+                   .is_mutation = mutation};
+    memcpy(p->inputs + b->num_inputs, args, nargs * sizeof *args);
+    b->num_inputs += nargs;
+    p->base_compute += op->cost;
+    for (uint32_t i = 0; i < nout; i++) {
+        uint32_t t = p->num_tensors++;
+        sim_tensor *st = &p->tensors[t];
+        *st = (sim_tensor){
+            .op = op_id, .index = i, .alias = aliases[i], .mutates = mutates ? mutates[i] : -1};
+        if (aliases[i] >= 0) {
+            st->storage = p->tensors[args[aliases[i]]].storage;
+            st->size = 0;
+        } else {
+            st->storage = p->num_storages++;
+            st->size = sizes[i];
+            p->storages[st->storage] = (sim_storage){.size = sizes[i], .root = t};
+            op->total_size += sizes[i];
+        }
+        b->refs[t] = 1;
+    }
+    return push_cmd(b, SIM_COMPUTE, op_id);
+}
+
+static coop_status compile_instr(builder *b, const dtr_instr *in)
+{
+    const dtr_log *log = b->log;
+    sim_program *p = b->p;
+    coop_status st = COOP_OK;
+    uint32_t t, src;
+    switch (in->kind) {
+    case DTR_CONSTANT: {
+        if ((st = check_unbound(b, in, in->name)))
+            return st;
+        int32_t fresh = -1;
+        if ((st = add_op(b, in, NULL, 0, &in->memory, &fresh, NULL, 1, true, false)))
+            return st;
+        t = p->num_tensors - 1;
+        bind(b, in->name, t);
+        return push_cmd(b, SIM_PIN, t);
+    }
+    case DTR_CALL:
+    case DTR_MUTATE: {
+        uint32_t nargs = in->num_args;
+        uint32_t nout = in->kind == DTR_CALL ? in->num_results : in->num_mutates;
+        uint32_t *args = malloc((nargs + 1) * sizeof *args);
+        uint64_t *sizes = malloc((nout + 1) * sizeof *sizes);
+        int32_t *aliases = malloc((nout + 1) * sizeof *aliases);
+        if (!args || !sizes || !aliases) {
+            st = nomem();
+            goto call_out;
+        }
+        for (uint32_t i = 0; i < nargs && !st; i++)
+            st = lookup(b, in, log->args[in->first_arg + i], "argument", &args[i]);
+        if (st)
+            goto call_out;
+        if (in->kind == DTR_CALL) {
+            for (uint32_t i = 0; i < nout && !st; i++) {
+                const dtr_result *r = &log->results[in->first_result + i];
+                st = check_unbound(b, in, r->name);
+                aliases[i] = r->alias;
+                sizes[i] = r->alias == DTR_FRESH ? r->memory : 0;
+            }
+            if (st || (st = add_op(b, in, args, nargs, sizes, aliases, NULL, nout, false, false)))
+                goto call_out;
+            for (uint32_t i = 0; i < nout; i++)
+                bind(b, log->results[in->first_result + i].name,
+                     p->ops[p->num_ops - 1].first_output + i);
+        } else {
+            for (uint32_t i = 0; i < nout; i++) {
+                uint32_t arg = args[log->mutates[in->first_mutate + i]];
+                sizes[i] = p->storages[p->tensors[arg].storage].size;
+                aliases[i] = -1;
+            }
+            if ((st =
+                     add_op(b, in, args, nargs, sizes, aliases,
+                            (const int32_t *)(log->mutates + in->first_mutate), nout, false, true)))
+                goto call_out;
+            uint32_t first_out = p->ops[p->num_ops - 1].first_output;
+            for (uint32_t i = 0; i < nout && !st; i++) {
+                uint32_t name = log->args[in->first_arg + log->mutates[in->first_mutate + i]];
+                uint32_t old = b->binding[name];
+                bind(b, name, first_out + i);
+                b->refs[old]--;
+                st = push_cmd(b, SIM_RELEASE, old);
+            }
+        }
+    call_out:
+        free(args);
+        free(sizes);
+        free(aliases);
+        return st;
+    }
+    case DTR_COPY:
+        if ((st = check_unbound(b, in, in->name)) ||
+            (st = lookup(b, in, in->src, "COPY source", &src)))
+            return st;
+        bind(b, in->name, src);
+        b->refs[src]++;
+        return push_cmd(b, SIM_GET, src);
+    case DTR_COPY_FROM:
+        if ((st = lookup(b, in, in->name, "COPY_FROM destination", &t)) ||
+            (st = lookup(b, in, in->src, "COPY_FROM source", &src)))
+            return st;
+        bind(b, in->name, src);
+        b->refs[t]--;
+        b->refs[src]++;
+        if ((st = push_cmd(b, SIM_RELEASE, t)))
+            return st;
+        return push_cmd(b, SIM_GET, src);
+    case DTR_RELEASE:
+        t = b->binding[in->name];
+        if (t == UNBOUND)
+            return COOP_OK; /* simrd ignores releases of undefined names */
+        b->refs[t]--;
+        return push_cmd(b, SIM_RELEASE, t);
+    case DTR_ANNOTATE:
+        return COOP_OK;
+    }
+    return COOP_OK;
+}
+
+/* Children (consumer outputs) and storage membership, as flat arrays. */
+static coop_status build_edges(sim_program *p)
+{
+    uint32_t *child_count = calloc(p->num_tensors + 1, sizeof *child_count);
+    uint32_t *tensor_count = calloc(p->num_storages + 1, sizeof *tensor_count);
+    if (!child_count || !tensor_count) {
+        free(child_count);
+        free(tensor_count);
+        return nomem();
+    }
+    size_t num_children = 0;
+    for (uint32_t o = 0; o < p->num_ops; o++) {
+        const sim_op *op = &p->ops[o];
+        for (uint32_t i = 0; i < op->num_inputs; i++)
+            child_count[p->inputs[op->first_input + i]] += op->num_outputs;
+        num_children += (size_t)op->num_inputs * op->num_outputs;
+    }
+    for (uint32_t t = 0; t < p->num_tensors; t++)
+        tensor_count[p->tensors[t].storage]++;
+    p->children = malloc((num_children + 1) * sizeof *p->children);
+    p->storage_tensors = malloc((p->num_tensors + 1) * sizeof *p->storage_tensors);
+    if (!p->children || !p->storage_tensors) {
+        free(child_count);
+        free(tensor_count);
+        return nomem();
+    }
+    uint32_t pos = 0;
+    for (uint32_t t = 0; t < p->num_tensors; t++) {
+        p->tensors[t].first_child = pos;
+        pos += child_count[t];
+    }
+    pos = 0;
+    for (uint32_t s = 0; s < p->num_storages; s++) {
+        p->storages[s].first_tensor = pos;
+        pos += tensor_count[s];
+    }
+    /* fill in creation order: ops in order, so children are in order too */
+    for (uint32_t o = 0; o < p->num_ops; o++) {
+        const sim_op *op = &p->ops[o];
+        for (uint32_t i = 0; i < op->num_inputs; i++) {
+            sim_tensor *parent = &p->tensors[p->inputs[op->first_input + i]];
+            for (uint32_t k = 0; k < op->num_outputs; k++)
+                p->children[parent->first_child + parent->num_children++] = op->first_output + k;
+        }
+    }
+    for (uint32_t t = 0; t < p->num_tensors; t++) {
+        sim_storage *s = &p->storages[p->tensors[t].storage];
+        p->storage_tensors[s->first_tensor + s->num_tensors++] = t;
+    }
+    free(child_count);
+    free(tensor_count);
+    return COOP_OK;
+}
+
+coop_status sim_program_build(const dtr_log *log, sim_program *out)
+{
+    *out = (sim_program){0};
+    builder b = {.log = log, .p = out};
+    b.binding = malloc((log->num_names + 1) * sizeof *b.binding);
+    b.bind_order = malloc((log->num_names + 1) * sizeof *b.bind_order);
+    const char *path = log->path ? log->path : "log";
+    const char *slash = strrchr(path, '/');
+    out->name = strdup(slash ? slash + 1 : path);
+    coop_status st = COOP_OK;
+    if (!b.binding || !b.bind_order || !out->name)
+        st = nomem();
+    for (uint32_t i = 0; !st && i < log->num_names; i++)
+        b.binding[i] = UNBOUND;
+    for (size_t i = log->start; !st && i < log->num_instrs; i++)
+        st = compile_instr(&b, &log->instrs[i]);
+    /* simrd's REMATERIALIZE output condition: pin what is still named */
+    for (uint32_t i = 0; !st && i < b.num_bound; i++) {
+        uint32_t t = b.binding[b.bind_order[i]];
+        if (b.refs[t] > 0)
+            st = push_cmd(&b, SIM_PIN, t);
+    }
+    if (!st)
+        st = build_edges(out);
+    free(b.binding);
+    free(b.bind_order);
+    free(b.refs);
+    if (st)
+        sim_program_free(out);
+    return st;
+}
+
+coop_status sim_program_load(const char *path, sim_program *out)
+{
+    dtr_log log;
+    coop_status st = dtr_log_read(path, &log);
+    if (st) {
+        *out = (sim_program){0};
+        return st;
+    }
+    st = sim_program_build(&log, out);
+    dtr_log_free(&log);
+    return st;
+}
+
+void sim_program_free(sim_program *p)
+{
+    if (!p)
+        return;
+    free(p->name);
+    free(p->ops);
+    free(p->tensors);
+    free(p->storages);
+    free(p->inputs);
+    free(p->children);
+    free(p->storage_tensors);
+    free(p->cmds);
+    *p = (sim_program){0};
+}

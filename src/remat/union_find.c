@@ -1,0 +1,59 @@
+/* Union-find with path compression (iterative: classes can be long chains). */
+#include <stdlib.h>
+
+#include "remat/union_find.h"
+
+uint32_t uf_make(union_find *uf, int64_t value)
+{
+    if (uf->count == uf->cap) {
+        uint32_t cap = uf->cap ? uf->cap * 2 : 1024;
+        uint32_t *parent = realloc(uf->parent, cap * sizeof *parent);
+        if (!parent)
+            return UINT32_MAX;
+        uf->parent = parent;
+        int64_t *value_arr = realloc(uf->value, cap * sizeof *value_arr);
+        if (!value_arr)
+            return UINT32_MAX;
+        uf->value = value_arr;
+        uf->cap = cap;
+    }
+    uint32_t x = uf->count++;
+    uf->parent[x] = x;
+    uf->value[x] = value;
+    return x;
+}
+
+uint32_t uf_find(union_find *uf, uint32_t x)
+{
+    uint32_t root = x;
+    while (uf->parent[root] != root)
+        root = uf->parent[root];
+    while (uf->parent[x] != root) {
+        uint32_t next = uf->parent[x];
+        uf->parent[x] = root;
+        x = next;
+    }
+    return root;
+}
+
+uint32_t uf_merge(union_find *uf, uint32_t a, uint32_t b)
+{
+    uint32_t ra = uf_find(uf, a), rb = uf_find(uf, b);
+    if (ra == rb)
+        return rb;
+    uf->parent[ra] = rb;
+    uf->value[rb] += uf->value[ra];
+    return rb;
+}
+
+void uf_clear(union_find *uf)
+{
+    uf->count = 0;
+}
+
+void uf_free(union_find *uf)
+{
+    free(uf->parent);
+    free(uf->value);
+    *uf = (union_find){0};
+}

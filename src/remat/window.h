@@ -1,0 +1,63 @@
+/*
+ * Coop's sliding-window eviction search over the pool's address-ordered
+ * blocks (call under the pool lock).
+ *
+ * A window is a run of address-adjacent blocks inside one segment, each
+ * either free (cost 0) or allocated with an evictable owner (cost >= 0 from
+ * the caller's cost function). An allocated block without an owner, one
+ * whose owner is not evictable (cost function returns WINDOW_BLOCKED: pinned,
+ * locked, in use), and a pending block break runs. The search returns the
+ * window covering at least `size` bytes with the smallest summed cost (or
+ * summed cost per byte of the window), ties to the lowest address, in one
+ * pass over the blocks: for every right end
+ * the left end advances while the window without its leftmost block still
+ * covers the request, so each block's cost is evaluated once and each block
+ * enters and leaves the window once (two pointers). Non-negative costs make
+ * the shrunk window never dearer, so for WINDOW_SUM the minimum over right
+ * ends is the minimum over all covering runs. WINDOW_PER_BYTE compares the
+ * same minimal windows by cost / bytes (free bytes included): the window
+ * analogue of DTR's c / (m * s), which prefers windows that free more memory
+ * per unit of recompute for the requests that follow; it is a heuristic
+ * over the minimal windows, not an exact minimum over all runs.
+ */
+#ifndef COOP_REMAT_WINDOW_H
+#define COOP_REMAT_WINDOW_H
+
+#include <stdint.h>
+
+#include "arena.h"
+
+#define WINDOW_BLOCKED (-1.0)
+
+typedef enum window_objective {
+    WINDOW_SUM,     /* smallest sum of block costs */
+    WINDOW_PER_BYTE /* smallest sum of block costs / window bytes */
+} window_objective;
+
+/* Cost of evicting the owner of an allocated block, or WINDOW_BLOCKED. */
+typedef double (*window_cost_fn)(void *owner, const arena_block *block, void *ctx);
+
+typedef struct window {
+    arena_block *first, *last; /* inclusive, address order, same segment */
+    uintptr_t addr;            /* first->addr */
+    uint64_t size;             /* bytes of the blocks first..last */
+    double cost;
+    uint64_t blocks_visited; /* blocks the pass looked at */
+    uint64_t evals;          /* cost function calls */
+} window;
+
+/* Scratch memory reused across searches (costs of the blocks in the
+ * current run, in FIFO order). Zero-initialize; window_scratch_free at end. */
+typedef struct window_scratch {
+    double *costs;
+    size_t cap;
+} window_scratch;
+
+/* 0 and *out on success; -1 when no run covers size bytes (out->blocks_visited
+ * and out->evals still count the work); -2 when host memory runs out. */
+int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
+                  void *ctx, window_scratch *scratch, window *out);
+
+void window_scratch_free(window_scratch *s);
+
+#endif

@@ -1,0 +1,330 @@
+/* Replay engine: one trace through one policy; see engine.h. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "replay/engine.h"
+#include "status.h"
+
+/* ---- Preparing a trace ---- */
+
+coop_status replay_prepare(const trace *t, replay_prepared *out)
+{
+    *out = (replay_prepared){.trace = t};
+    size_t n = t->num_ids ? t->num_ids : 1;
+    uint64_t *size = calloc(n, sizeof *size);
+    unsigned char *live = calloc(n, 1);
+    coop_status st = COOP_OK;
+    if (!size || !live) {
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "replay: out of host memory for %u ids",
+                            t->num_ids);
+        goto done;
+    }
+    uint64_t live_bytes = 0;
+    for (size_t i = 0; i < t->num_events; i++) {
+        const trace_event *e = &t->events[i];
+        if (e->kind != TRACE_ALLOC && e->kind != TRACE_FREE)
+            continue;
+        if (e->id >= t->num_ids) {
+            st = coop_set_error(COOP_ERR_INVALID, "%s: event %zu names id %u, beyond %u ids",
+                                t->name ? t->name : "trace", i, e->id, t->num_ids);
+            goto done;
+        }
+        if (e->kind == TRACE_ALLOC) {
+            if (live[e->id]) {
+                st = coop_set_error(COOP_ERR_INVALID,
+                                    "%s: event %zu allocates id %u, which is already live",
+                                    t->name ? t->name : "trace", i, e->id);
+                goto done;
+            }
+            if (e->size == 0)
+                continue; /* nothing to place; its free is skipped too */
+            live[e->id] = 1;
+            size[e->id] = e->size;
+            live_bytes += e->size;
+            out->num_ops++;
+            if (live_bytes > out->peak_live)
+                out->peak_live = live_bytes;
+        } else if (!live[e->id]) {
+            out->unknown_frees++;
+        } else {
+            live[e->id] = 0;
+            live_bytes -= size[e->id];
+            out->num_ops++;
+        }
+    }
+done:
+    free(size);
+    free(live);
+    return st;
+}
+
+void replay_prepared_free(replay_prepared *p)
+{
+    (void)p; /* nothing owned today; kept so callers need not change */
+}
+
+/* ---- Running ---- */
+
+typedef struct run_state {
+    const replay_prepared *p;
+    const replay_policy_ops *ops;
+    void *policy;
+    const replay_run_options *opt;
+    replay_run *out;
+    uintptr_t *addr;     /* per id: placed address, 0 = not live */
+    uint64_t *size;      /* per id: requested bytes */
+    uint64_t *placement; /* per id: index into series placements */
+    uint32_t *op_ns;     /* per op: nanoseconds */
+    uint64_t num_timed;
+    uint64_t live;
+    double frag_weighted; /* sum of frag x events it held for */
+    double frag_last;
+    uint64_t frag_since; /* event index of the last sample */
+    uint64_t frag_first; /* event index of the first sample */
+    bool frag_started;
+} run_state;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void record_time(run_state *r, uint64_t ns)
+{
+    if (r->op_ns && r->num_timed < r->p->num_ops)
+        r->op_ns[r->num_timed++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+}
+
+/* Fragmentation faced by an allocation at event index `at`: sampled before
+ * placing it, and held (weighted) until the next allocation. */
+static void sample_fragmentation(run_state *r, uint64_t at)
+{
+    replay_policy_stats st;
+    r->ops->stats(r->policy, &st);
+    if (!st.has_free_blocks)
+        return;
+    double frag = st.free_bytes ? 1.0 - (double)st.largest_free / (double)st.free_bytes : 0.0;
+    if (r->frag_started)
+        r->frag_weighted += r->frag_last * (double)(at - r->frag_since);
+    else
+        r->frag_first = at;
+    r->frag_started = true;
+    r->frag_last = frag;
+    r->frag_since = at;
+    if (frag > r->out->frag_max)
+        r->out->frag_max = frag;
+}
+
+static void track_peaks(run_state *r)
+{
+    replay_policy_stats st;
+    r->ops->stats(r->policy, &st);
+    if (st.reserved_bytes > r->out->peak_reserved)
+        r->out->peak_reserved = st.reserved_bytes;
+    if (st.active_bytes > r->out->peak_active)
+        r->out->peak_active = st.active_bytes;
+}
+
+static coop_status place(run_state *r, uint32_t id, uint64_t size, uint64_t stream, uint64_t at)
+{
+    sample_fragmentation(r, at);
+    uintptr_t addr = 0;
+    uint64_t t0 = r->op_ns ? now_ns() : 0;
+    coop_status st = r->ops->malloc(r->policy, size, stream, &addr);
+    if (r->op_ns)
+        record_time(r, now_ns() - t0);
+    if (st == COOP_ERR_NOMEM) {
+        r->out->oom = true;
+        r->out->oom_event = at;
+        return COOP_OK;
+    }
+    if (st != COOP_OK)
+        return st;
+    r->addr[id] = addr;
+    r->size[id] = size;
+    r->live += size;
+    replay_series *s = r->opt ? r->opt->series : NULL;
+    if (s) {
+        if (s->num_placements == s->cap_placements) {
+            uint64_t cap = s->cap_placements ? 2 * s->cap_placements : 1024;
+            replay_placement *grown = realloc(s->placements, cap * sizeof *grown);
+            if (!grown)
+                return coop_set_error(COOP_ERR_HOST_NOMEM, "replay: out of host memory");
+            s->placements = grown;
+            s->cap_placements = cap;
+        }
+        r->placement[id] = s->num_placements;
+        s->placements[s->num_placements++] = (replay_placement){
+            .addr = addr, .size = size, .start_event = at, .end_event = r->p->trace->num_events};
+    }
+    return COOP_OK;
+}
+
+static coop_status release(run_state *r, uint32_t id, uint64_t at)
+{
+    uint64_t t0 = r->op_ns ? now_ns() : 0;
+    coop_status st = r->ops->free(r->policy, r->addr[id], r->size[id]);
+    if (r->op_ns)
+        record_time(r, now_ns() - t0);
+    if (st != COOP_OK)
+        return st;
+    r->live -= r->size[id];
+    r->addr[id] = 0;
+    replay_series *s = r->opt ? r->opt->series : NULL;
+    if (s)
+        s->placements[r->placement[id]].end_event = at;
+    return COOP_OK;
+}
+
+static int compare_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static coop_status run_events(run_state *r)
+{
+    const trace *t = r->p->trace;
+    coop_status st;
+    replay_series *s = r->opt ? r->opt->series : NULL;
+    for (size_t i = 0; i < t->num_events; i++) {
+        const trace_event *e = &t->events[i];
+        if (e->kind == TRACE_ALLOC && e->size > 0) {
+            st = place(r, e->id, e->size, e->stream, i);
+            if (st != COOP_OK || r->out->oom)
+                return st;
+            track_peaks(r);
+        } else if (e->kind == TRACE_FREE && r->addr[e->id]) {
+            st = release(r, e->id, i);
+            if (st != COOP_OK)
+                return st;
+            track_peaks(r);
+        }
+        if (s) {
+            replay_policy_stats ps;
+            r->ops->stats(r->policy, &ps);
+            s->live[i] = r->live;
+            s->reserved[i] = ps.reserved_bytes;
+        }
+        if (r->opt && r->opt->progress && (i & 0xfff) == 0)
+            r->opt->progress(r->opt->progress_ctx, i, t->num_events);
+    }
+    return COOP_OK;
+}
+
+coop_status replay_run_trace(const replay_prepared *p, const replay_policy_ops *ops,
+                             uint64_t capacity, uint64_t page, const replay_run_options *opt,
+                             replay_run *out)
+{
+    const trace *t = p->trace;
+    *out = (replay_run){0};
+    run_state r = {.p = p, .ops = ops, .opt = opt, .out = out};
+    size_t n = t->num_ids ? t->num_ids : 1;
+    r.addr = calloc(n, sizeof *r.addr);
+    r.size = calloc(n, sizeof *r.size);
+    bool want_series = opt && opt->series;
+    if (want_series) {
+        replay_series *s = opt->series;
+        *s = (replay_series){0};
+        r.placement = calloc(n, sizeof *r.placement);
+        s->live = calloc(t->num_events ? t->num_events : 1, sizeof *s->live);
+        s->reserved = calloc(t->num_events ? t->num_events : 1, sizeof *s->reserved);
+    }
+    if (opt && opt->measure_time)
+        r.op_ns = malloc((p->num_ops ? p->num_ops : 1) * sizeof *r.op_ns);
+    coop_status st = COOP_OK;
+    if (!r.addr || !r.size ||
+        (want_series && (!r.placement || !opt->series->live || !opt->series->reserved)) ||
+        (opt && opt->measure_time && !r.op_ns)) {
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "replay: out of host memory");
+        goto done;
+    }
+    st = ops->create(capacity, page, &r.policy);
+    if (st != COOP_OK)
+        goto done;
+    st = run_events(&r);
+    if (st == COOP_OK) {
+        replay_policy_stats ps;
+        ops->stats(r.policy, &ps);
+        out->final_reserved = ps.reserved_bytes;
+        out->map_bytes = ps.map_bytes;
+        if (r.frag_started) {
+            uint64_t end = out->oom ? out->oom_event : t->num_events;
+            uint64_t span = end - r.frag_first;
+            out->frag_mean = span ? r.frag_weighted / (double)span : r.frag_last;
+            out->has_frag = true;
+        }
+        if (r.op_ns && r.num_timed) {
+            uint64_t mid = r.num_timed / 2;
+            qsort(r.op_ns, r.num_timed, sizeof *r.op_ns, compare_u32);
+            out->ns_per_op =
+                r.num_timed % 2 ? r.op_ns[mid] : ((double)r.op_ns[mid - 1] + r.op_ns[mid]) / 2;
+        }
+    }
+    ops->destroy(r.policy);
+done:
+    free(r.addr);
+    free(r.size);
+    free(r.placement);
+    free(r.op_ns);
+    if (st != COOP_OK && want_series)
+        replay_series_free(opt->series);
+    return st;
+}
+
+void replay_series_free(replay_series *s)
+{
+    if (!s)
+        return;
+    free(s->live);
+    free(s->reserved);
+    free(s->placements);
+    *s = (replay_series){0};
+}
+
+/* ---- Minimum capacity ---- */
+
+coop_status replay_min_capacity(const replay_prepared *p, const replay_policy_ops *ops,
+                                uint64_t page, uint64_t lo, uint64_t hi, uint64_t *min_capacity,
+                                replay_run *at_min)
+{
+    replay_run run;
+    coop_status st = replay_run_trace(p, ops, hi, page, NULL, &run);
+    if (st != COOP_OK)
+        return st;
+    if (run.oom)
+        return coop_set_error(COOP_ERR_NOMEM, "%s does not fit in %llu bytes under %s",
+                              p->trace->name ? p->trace->name : "trace", (unsigned long long)hi,
+                              ops->name);
+    *at_min = run;
+    if (lo > hi)
+        lo = hi;
+    /* Invariant: hi passes. lo is tried first: often the answer (ideal, VMM). */
+    if (lo < hi) {
+        st = replay_run_trace(p, ops, lo, page, NULL, &run);
+        if (st != COOP_OK)
+            return st;
+        if (!run.oom) {
+            hi = lo;
+            *at_min = run;
+        }
+    }
+    /* lo fails from here on (unless lo == hi); stop at 0.1% of hi */
+    while (hi - lo > hi / 1000 && hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        st = replay_run_trace(p, ops, mid, page, NULL, &run);
+        if (st != COOP_OK)
+            return st;
+        if (run.oom) {
+            lo = mid;
+        } else {
+            hi = mid;
+            *at_min = run;
+        }
+    }
+    *min_capacity = hi;
+    return COOP_OK;
+}

@@ -1,0 +1,87 @@
+/*
+ * Replay engine: runs one trace through one policy at one capacity.
+ *
+ * Semantics:
+ *  - blocks live before recording began need nothing special: readers put
+ *    their TRACE_ALLOC events first in events[] (trace.h), so replaying the
+ *    events from the start allocates them first;
+ *  - TRACE_ALLOC -> malloc(size, stream); TRACE_FREE (free_completed) -> free;
+ *  - TRACE_FREE_REQUESTED places nothing: the owner has let go, but the block
+ *    may still be in use by another stream's kernels until free_completed, so
+ *    neither PyTorch nor a stream-safe coop may reuse it before then; the bytes
+ *    stay live until TRACE_FREE;
+ *  - segment and OOM events describe the recorded allocator and are ignored
+ *    here (recorded.h reads them).
+ */
+#ifndef COOP_REPLAY_ENGINE_H
+#define COOP_REPLAY_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "replay/policy.h"
+#include "trace/event.h"
+
+/* What is known about a trace before any policy runs it. */
+typedef struct replay_prepared {
+    const trace *trace;
+    uint64_t peak_live;     /* peak of live requested bytes */
+    uint64_t num_ops;       /* malloc + free calls a full replay makes */
+    uint64_t unknown_frees; /* TRACE_FREE of an id that is not live: skipped */
+} replay_prepared;
+
+/* Validates the trace's id structure and computes the peak of live bytes.
+ * COOP_ERR_INVALID (with the event index) for an alloc of an id already live
+ * or an id out of range. */
+coop_status replay_prepare(const trace *t, replay_prepared *out);
+void replay_prepared_free(replay_prepared *p);
+
+/* One block's life in the address map: [start_event, end_event). */
+typedef struct replay_placement {
+    uint64_t addr, size;
+    uint64_t start_event, end_event; /* end = num_events when never freed */
+} replay_placement;
+
+/* The memory-over-time series of one run (collected on request). */
+typedef struct replay_series {
+    uint64_t *live;     /* per event index: live bytes after the event */
+    uint64_t *reserved; /* per event index: the policy's reserved bytes */
+    replay_placement *placements;
+    uint64_t num_placements, cap_placements;
+} replay_series;
+
+typedef struct replay_run_options {
+    bool measure_time;     /* time every malloc / free call (median in ns_per_op) */
+    replay_series *series; /* non-NULL: record the series (arrays sized num_events) */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total); /* optional */
+    void *progress_ctx;
+} replay_run_options;
+
+typedef struct replay_run {
+    bool oom;           /* the policy ran out of memory ... */
+    uint64_t oom_event; /* ... at this event index */
+    uint64_t peak_reserved, peak_active, final_reserved, map_bytes;
+    double frag_mean, frag_max; /* over allocation times; valid when has_frag */
+    bool has_frag;
+    double ns_per_op; /* median; valid when measure_time */
+} replay_run;
+
+/* Runs the whole trace (or up to the first OOM). An OOM is a result, not an
+ * error: the return is COOP_OK with out->oom set. Other statuses mean the
+ * policy itself failed. */
+coop_status replay_run_trace(const replay_prepared *p, const replay_policy_ops *ops,
+                             uint64_t capacity, uint64_t page, const replay_run_options *opt,
+                             replay_run *out);
+
+/* The smallest capacity in [lo, hi] at which the trace runs without OOM,
+ * to within 0.1% (bisection; every probe is a fresh replay through the
+ * policy's own retry path). hi must pass (COOP_ERR_NOMEM otherwise). The run
+ * at the capacity found is returned in *at_min (its map_bytes are the bytes
+ * mapped at the minimum capacity). */
+coop_status replay_min_capacity(const replay_prepared *p, const replay_policy_ops *ops,
+                                uint64_t page, uint64_t lo, uint64_t hi, uint64_t *min_capacity,
+                                replay_run *at_min);
+
+void replay_series_free(replay_series *s);
+
+#endif

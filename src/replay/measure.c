@@ -1,0 +1,151 @@
+/* Measuring one trace under several policies; see measure.h. */
+#include <stdlib.h>
+
+#include "replay/engine.h"
+#include "replay/measure.h"
+#include "replay/recorded.h"
+#include "replay/timeline.h"
+#include "status.h"
+
+typedef struct progress_ctx {
+    const char *trace, *policy, *phase;
+} progress_ctx;
+
+static void show_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    const progress_ctx *p = ctx;
+    fprintf(stderr, "\r\033[K%s: %s: %s %3.0f%%", p->trace, p->policy, p->phase,
+            total ? 100.0 * (double)done / (double)total : 100.0);
+}
+
+static coop_status measure_recorded(const trace *t, const replay_measure_options *opt,
+                                    replay_row *row, bool *filled)
+{
+    *filled = false;
+    uint64_t *curve = NULL;
+    if (opt->timeline && t->num_events) {
+        curve = calloc(t->num_events, sizeof *curve);
+        if (!curve)
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "replay: out of host memory");
+    }
+    replay_recorded rec;
+    coop_status st = replay_recorded_compute(t, &rec, curve);
+    if (st == COOP_OK && rec.available) {
+        *filled = true;
+        row->peak_reserved = rec.peak_reserved;
+        /* the recorded run completed within its peak: that is its capacity need */
+        row->has_min_capacity = true;
+        row->min_capacity = rec.peak_reserved;
+        row->has_map_bytes = true;
+        row->map_bytes = rec.map_bytes;
+        if (curve &&
+            !replay_timeline_policy(opt->timeline, "recorded", NULL, curve, t->num_events, NULL, 0))
+            st = coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
+    }
+    free(curve);
+    return st;
+}
+
+static coop_status measure_policy(const replay_prepared *p, const replay_policy_ops *ops,
+                                  const replay_measure_options *opt, replay_row *row)
+{
+    const trace *t = p->trace;
+    progress_ctx pc = {.trace = t->name ? t->name : "trace", .policy = ops->name};
+    replay_series series;
+    replay_run_options ro = {.measure_time = true, .series = opt->timeline ? &series : NULL};
+    if (opt->progress) {
+        pc.phase = "replay";
+        ro.progress = show_progress;
+        ro.progress_ctx = &pc;
+    }
+    replay_run main_run;
+    coop_status st = replay_run_trace(p, ops, opt->capacity, opt->page, &ro, &main_run);
+    if (st != COOP_OK)
+        return st;
+    row->peak_reserved = main_run.peak_reserved;
+    row->peak_active = main_run.peak_active;
+    row->has_frag = main_run.has_frag;
+    row->frag_mean = main_run.frag_mean;
+    row->frag_max = main_run.frag_max;
+    row->has_ns = true;
+    row->ns_per_op = main_run.ns_per_op;
+    row->oom = main_run.oom;
+    row->oom_event = main_run.oom_event;
+    if (opt->timeline) {
+        bool ok = replay_timeline_policy(opt->timeline, ops->name, series.live, series.reserved,
+                                         t->num_events, series.placements, series.num_placements);
+        replay_series_free(&series);
+        if (!ok)
+            return coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
+    }
+    if (main_run.oom)
+        return COOP_OK; /* needs more than --capacity: no minimum within it */
+
+    if (opt->progress) {
+        pc.phase = "bisecting";
+        show_progress(&pc, 0, 1);
+    }
+    /* The main run's peak is an upper bound that usually passes; a policy
+     * whose placement depends on the capacity may need the full capacity. */
+    uint64_t hi = main_run.peak_reserved > p->peak_live ? main_run.peak_reserved : p->peak_live;
+    if (hi > opt->capacity)
+        hi = opt->capacity;
+    replay_run at_min;
+    st = replay_min_capacity(p, ops, opt->page, p->peak_live, hi, &row->min_capacity, &at_min);
+    if (st == COOP_ERR_NOMEM && hi < opt->capacity)
+        st = replay_min_capacity(p, ops, opt->page, p->peak_live, opt->capacity, &row->min_capacity,
+                                 &at_min);
+    if (st != COOP_OK)
+        return st;
+    row->has_min_capacity = true;
+    row->has_map_bytes = true;
+    row->map_bytes = at_min.map_bytes;
+    return COOP_OK;
+}
+
+coop_status replay_measure(const trace *t, const replay_choice *choices, size_t count,
+                           const replay_measure_options *opt, replay_row *rows, size_t *filled,
+                           size_t *failed)
+{
+    *filled = 0;
+    replay_prepared p;
+    coop_status st = replay_prepare(t, &p);
+    if (st != COOP_OK)
+        return st;
+    if (opt->timeline &&
+        !replay_timeline_trace(opt->timeline, t->name ? t->name : "trace", t->num_events)) {
+        replay_prepared_free(&p);
+        return coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
+    }
+    for (size_t i = 0; i < count && st == COOP_OK; i++) {
+        replay_row *row = &rows[*filled];
+        *row = (replay_row){
+            .trace = t->name ? t->name : "trace",
+            .policy = choices[i].name,
+            .events = t->num_events,
+            .peak_live = p.peak_live,
+        };
+        if (!choices[i].ops) {
+            bool have;
+            st = measure_recorded(t, opt, row, &have);
+            if (st == COOP_OK && have)
+                (*filled)++;
+            continue;
+        }
+        st = measure_policy(&p, choices[i].ops, opt, row);
+        if (st == COOP_OK) {
+            (*filled)++;
+        } else if (st != COOP_ERR_HOST_NOMEM) {
+            /* one policy failing (e.g. a --page its backend refuses) leaves
+             * the others' figures standing: say so and go on */
+            fprintf(stderr, "%scoop replay: %s: %s skipped: %s\n", opt->progress ? "\r\033[K" : "",
+                    row->trace, choices[i].name, coop_last_error());
+            (*failed)++;
+            st = COOP_OK;
+        }
+    }
+    if (opt->progress)
+        fprintf(stderr, "\r\033[K");
+    replay_prepared_free(&p);
+    return st;
+}

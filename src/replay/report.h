@@ -1,0 +1,36 @@
+/*
+ * Replay results: one row per (trace, policy), written as an aligned table
+ * for people or as JSON (one object per line) for machines.
+ */
+#ifndef COOP_REPLAY_REPORT_H
+#define COOP_REPLAY_REPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct replay_row {
+    const char *trace, *policy; /* borrowed: outlive the row */
+    uint64_t events, peak_live, peak_reserved, peak_active;
+    bool has_min_capacity; /* false: does not fit in --capacity, or unknown */
+    uint64_t min_capacity;
+    bool has_map_bytes; /* map_bytes at the minimum capacity */
+    uint64_t map_bytes;
+    bool has_frag;
+    double frag_mean, frag_max;
+    bool has_ns;
+    double ns_per_op;
+    bool oom;           /* ran out of memory at --capacity ... */
+    uint64_t oom_event; /* ... at this event */
+} replay_row;
+
+/* JSON: the issue's keys (trace, policy, events, peak_live_bytes,
+ * peak_reserved_bytes, reserved_over_live, min_capacity_bytes, map_bytes,
+ * frag_mean, frag_max, ns_per_op) plus gmlake_frag; null where a figure does
+ * not apply. Returns false when the row cannot be encoded or written. */
+bool replay_report_json(FILE *out, const replay_row *row);
+
+/* The aligned table with a header; sizes in MiB, or KiB when all are under 64 MiB. */
+void replay_report_table(FILE *out, const replay_row *rows, size_t count);
+
+#endif

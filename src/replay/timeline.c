@@ -1,0 +1,46 @@
+/* Writing the --timeline file; see timeline.h. */
+#include <inttypes.h>
+
+#include "replay/timeline.h"
+
+static void write_name(FILE *out, const char *name)
+{
+    for (const char *c = name; *c; c++)
+        fputc(*c == ' ' || *c == '\t' || *c == '\n' ? '_' : *c, out);
+}
+
+bool replay_timeline_header(FILE *out)
+{
+    return fprintf(out, "coop-replay-timeline 1\n") > 0;
+}
+
+bool replay_timeline_trace(FILE *out, const char *name, uint64_t events)
+{
+    fputs("trace ", out);
+    write_name(out, name);
+    return fprintf(out, " %" PRIu64 "\n", events) > 0;
+}
+
+bool replay_timeline_policy(FILE *out, const char *policy, const uint64_t *live,
+                            const uint64_t *reserved, uint64_t events,
+                            const replay_placement *placements, uint64_t num_placements)
+{
+    fputs("policy ", out);
+    write_name(out, policy);
+    fputc('\n', out);
+    uint64_t last_live = UINT64_MAX, last_reserved = UINT64_MAX;
+    for (uint64_t i = 0; i < events; i++) {
+        uint64_t l = live ? live[i] : 0;
+        if (l == last_live && reserved[i] == last_reserved && i + 1 < events)
+            continue;
+        fprintf(out, "s %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", i, l, reserved[i]);
+        last_live = l;
+        last_reserved = reserved[i];
+    }
+    for (uint64_t k = 0; k < num_placements; k++) {
+        const replay_placement *p = &placements[k];
+        fprintf(out, "b %" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", p->addr, p->size,
+                p->start_event, p->end_event);
+    }
+    return !ferror(out);
+}

@@ -1,0 +1,31 @@
+/*
+ * The --timeline file: memory over time, per trace and policy, read by
+ * scripts/plot_replay.py. Plain text, one record a line:
+ *
+ *   coop-replay-timeline 1
+ *   trace NAME EVENTS              a trace; the policies below belong to it
+ *   policy NAME                    a policy's series follows
+ *   s EVENT LIVE RESERVED          after event EVENT (0-based): live and reserved
+ *                                  bytes; written only where either changes
+ *   b ADDR SIZE START END          a block at ADDR (hex) of SIZE bytes, placed at
+ *                                  event START, freed at END (EVENTS: never)
+ *
+ * NAME has no spaces (they are written as '_').
+ */
+#ifndef COOP_REPLAY_TIMELINE_H
+#define COOP_REPLAY_TIMELINE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "replay/engine.h"
+
+bool replay_timeline_header(FILE *out);
+bool replay_timeline_trace(FILE *out, const char *name, uint64_t events);
+/* live may be NULL for a policy that has no live series of its own
+ * (recorded): the live column is then 0. placements: s->placements. */
+bool replay_timeline_policy(FILE *out, const char *policy, const uint64_t *live,
+                            const uint64_t *reserved, uint64_t events,
+                            const replay_placement *placements, uint64_t num_placements);
+
+#endif

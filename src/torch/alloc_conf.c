@@ -1,0 +1,262 @@
+/* COOP_ALLOC_CONF parsing (see alloc_conf.h). */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+#include "torch/alloc_conf.h"
+
+void coop_alloc_conf_default(coop_alloc_conf *conf)
+{
+    memset(conf, 0, sizeof *conf);
+    conf->backend = COOP_BACKEND_CUDA;
+    conf->use_vmm = true;
+    conf->placement = COOP_ALLOC_LOW;
+}
+
+/* A token of the input: [start, start+len), at byte offset off. */
+typedef struct token {
+    const char *start;
+    size_t len;
+    size_t off;
+} token;
+
+static bool token_is(const token *t, const char *word)
+{
+    return strlen(word) == t->len && strncasecmp(t->start, word, t->len) == 0;
+}
+
+static token trim(const char *text, size_t begin, size_t end)
+{
+    while (begin < end && isspace((unsigned char)text[begin]))
+        begin++;
+    while (end > begin && isspace((unsigned char)text[end - 1]))
+        end--;
+    return (token){text + begin, end - begin, begin};
+}
+
+bool coop_alloc_conf_parse_bytes(const char *text, size_t len, uint64_t *out)
+{
+    size_t i = 0;
+    uint64_t value = 0;
+    if (len == 0 || !isdigit((unsigned char)text[0]))
+        return false;
+    for (; i < len && isdigit((unsigned char)text[i]); i++) {
+        unsigned digit = (unsigned)(text[i] - '0');
+        if (value > (UINT64_MAX - digit) / 10)
+            return false;
+        value = value * 10 + digit;
+    }
+    unsigned shift = 0;
+    if (i < len) {
+        switch (toupper((unsigned char)text[i])) {
+        case 'K':
+            shift = 10;
+            break;
+        case 'M':
+            shift = 20;
+            break;
+        case 'G':
+            shift = 30;
+            break;
+        case 'T':
+            shift = 40;
+            break;
+        case 'B':
+            shift = 0;
+            break;
+        default:
+            return false;
+        }
+        const char *rest = text + i + 1;
+        size_t rest_len = len - i - 1;
+        bool ok = toupper((unsigned char)text[i]) == 'B'
+                      ? rest_len == 0
+                      : rest_len == 0 || (rest_len == 1 && (rest[0] == 'B' || rest[0] == 'i')) ||
+                            (rest_len == 2 && rest[0] == 'i' && rest[1] == 'B');
+        if (!ok)
+            return false;
+    }
+    if (value == 0 || value > (UINT64_MAX >> shift))
+        return false;
+    *out = value << shift;
+    return true;
+}
+
+static bool parse_bool(const token *v, bool *out)
+{
+    if (token_is(v, "true") || token_is(v, "1") || token_is(v, "yes")) {
+        *out = true;
+        return true;
+    }
+    if (token_is(v, "false") || token_is(v, "0") || token_is(v, "no")) {
+        *out = false;
+        return true;
+    }
+    return false;
+}
+
+static bool parse_fraction(const token *v, double *out)
+{
+    char buf[64];
+    if (v->len == 0 || v->len >= sizeof buf)
+        return false;
+    memcpy(buf, v->start, v->len);
+    buf[v->len] = '\0';
+    char *end = NULL;
+    errno = 0;
+    double f = strtod(buf, &end);
+    if (errno || *end != '\0' || !isfinite(f) || f <= 0.0 || f > 1.0)
+        return false;
+    *out = f;
+    return true;
+}
+
+static bool parse_count(const token *v, size_t *out)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < v->len; i++) {
+        if (!isdigit((unsigned char)v->start[i]) || n > (SIZE_MAX - 9) / 10)
+            return false;
+        n = n * 10 + (uint64_t)(v->start[i] - '0');
+    }
+    if (v->len == 0)
+        return false;
+    *out = (size_t)n;
+    return true;
+}
+
+static coop_status bad_value(const token *key, const token *value, const char *expected)
+{
+    return coop_set_error(COOP_ERR_INVALID,
+                          "COOP_ALLOC_CONF: bad value '%.*s' for key '%.*s' at byte %zu: "
+                          "expected %s",
+                          (int)value->len, value->start, (int)key->len, key->start, value->off,
+                          expected);
+}
+
+#define SIZE_EXPECTED "a byte count such as 512M, 40G or 1Ti"
+
+/* Applies one key:value to conf; *seen_bit marks the key for duplicates. */
+static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, unsigned *seen)
+{
+    static const char *const keys[] = {"backend", "capacity",  "fraction",  "page",  "vmm",
+                                       "segment", "placement", "min_split", "check", "history"};
+    unsigned index = 0;
+    while (index < sizeof keys / sizeof keys[0] && !token_is(k, keys[index]))
+        index++;
+    if (index == sizeof keys / sizeof keys[0])
+        return coop_set_error(COOP_ERR_INVALID,
+                              "COOP_ALLOC_CONF: unknown key '%.*s' at byte %zu (known: backend, "
+                              "capacity, fraction, page, vmm, segment, placement, min_split, "
+                              "check, history)",
+                              (int)k->len, k->start, k->off);
+    if (*seen & (1u << index))
+        return coop_set_error(COOP_ERR_INVALID,
+                              "COOP_ALLOC_CONF: key '%.*s' given twice (byte %zu)", (int)k->len,
+                              k->start, k->off);
+    *seen |= 1u << index;
+
+    uint64_t bytes = 0;
+    const char *name = keys[index];
+    if (strcmp(name, "backend") == 0) {
+        if (token_is(v, "cuda"))
+            conf->backend = COOP_BACKEND_CUDA;
+        else if (token_is(v, "host"))
+            conf->backend = COOP_BACKEND_HOST;
+        else
+            return bad_value(k, v, "cuda or host");
+    } else if (strcmp(name, "capacity") == 0) {
+        if (!coop_alloc_conf_parse_bytes(v->start, v->len, &conf->capacity))
+            return bad_value(k, v, SIZE_EXPECTED);
+    } else if (strcmp(name, "fraction") == 0) {
+        if (!parse_fraction(v, &conf->fraction))
+            return bad_value(k, v, "a number in (0, 1] such as 0.8");
+    } else if (strcmp(name, "page") == 0) {
+        if (!coop_alloc_conf_parse_bytes(v->start, v->len, &bytes) || bytes < 512 ||
+            (bytes & (bytes - 1)))
+            return bad_value(k, v, "a power of two >= 512 such as 2M");
+        conf->page_size = bytes;
+    } else if (strcmp(name, "vmm") == 0) {
+        if (!parse_bool(v, &conf->use_vmm))
+            return bad_value(k, v, "true or false");
+    } else if (strcmp(name, "segment") == 0) {
+        if (!coop_alloc_conf_parse_bytes(v->start, v->len, &conf->segment_size))
+            return bad_value(k, v, SIZE_EXPECTED);
+    } else if (strcmp(name, "placement") == 0) {
+        if (token_is(v, "low"))
+            conf->placement = COOP_ALLOC_LOW;
+        else if (token_is(v, "high"))
+            conf->placement = COOP_ALLOC_HIGH;
+        else
+            return bad_value(k, v, "low or high");
+    } else if (strcmp(name, "min_split") == 0) {
+        if (!coop_alloc_conf_parse_bytes(v->start, v->len, &bytes) || bytes % 512)
+            return bad_value(k, v, "a multiple of 512 bytes such as 512 or 1M");
+        conf->min_split = bytes;
+    } else if (strcmp(name, "check") == 0) {
+        if (!parse_bool(v, &conf->check))
+            return bad_value(k, v, "true or false");
+    } else { /* history */
+        bool on = false;
+        if (parse_bool(v, &on) && !(v->len == 1 && v->start[0] == '1'))
+            conf->history = on ? COOP_ALLOC_CONF_DEFAULT_HISTORY : 0;
+        else if (!parse_count(v, &conf->history))
+            return bad_value(k, v, "true, false or a number of events such as 50000");
+    }
+    return COOP_OK;
+}
+
+coop_status coop_alloc_conf_parse(const char *text, coop_alloc_conf *out)
+{
+    coop_alloc_conf conf;
+    coop_alloc_conf_default(&conf);
+    unsigned seen = 0;
+    size_t n = text ? strlen(text) : 0;
+    size_t begin = 0;
+    while (begin < n) {
+        size_t end = begin;
+        while (end < n && text[end] != ',')
+            end++;
+        token item = trim(text, begin, end);
+        if (item.len > 0) {
+            const char *colon = memchr(item.start, ':', item.len);
+            if (!colon)
+                return coop_set_error(COOP_ERR_INVALID,
+                                      "COOP_ALLOC_CONF: '%.*s' at byte %zu has no value "
+                                      "(expected key:value)",
+                                      (int)item.len, item.start, item.off);
+            size_t colon_at = (size_t)(colon - text);
+            token key = trim(text, item.off, colon_at);
+            token value = trim(text, colon_at + 1, item.off + item.len);
+            if (key.len == 0)
+                return coop_set_error(COOP_ERR_INVALID,
+                                      "COOP_ALLOC_CONF: missing key before ':' at byte %zu",
+                                      colon_at);
+            coop_status st = apply(&conf, &key, &value, &seen);
+            if (st != COOP_OK)
+                return st;
+        }
+        begin = end + 1;
+    }
+    if (conf.capacity && conf.fraction > 0.0)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "COOP_ALLOC_CONF: capacity and fraction are exclusive: give one");
+    *out = conf;
+    return COOP_OK;
+}
+
+void coop_alloc_conf_to_config(const coop_alloc_conf *conf, int device, coop_config *config)
+{
+    coop_config_default(config);
+    config->backend = conf->backend;
+    config->device = device;
+    config->capacity = conf->capacity;
+    config->page_size = conf->page_size;
+    config->use_vmm = conf->use_vmm;
+    config->segment_size = conf->segment_size;
+    config->min_split = conf->min_split;
+    config->check = conf->check;
+}

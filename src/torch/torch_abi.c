@@ -1,0 +1,360 @@
+/*
+ * The CUDAPluggableAllocator ABI (see coop.h, "PyTorch integration").
+ *
+ * State: one slot per device holding its pool (published with release
+ * semantics once created, so the allocation path reads it with one acquire
+ * load), a pending memory fraction, and its history ring. Creation, the
+ * configuration and fraction changes happen under state_lock; the pools do
+ * their own locking for malloc / free.
+ *
+ * The configuration is parsed once, at first use (or by coop_torch_configure
+ * before any pool exists), and never changes while a pool exists.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "status.h"
+#include "torch/alloc_conf.h"
+#include "torch/torch_abi.h"
+
+typedef struct device_slot {
+    _Atomic(coop_pool *) pool;
+    double fraction;        /* pending until the pool exists; 0 = none */
+    uint64_t full_capacity; /* capacity a fraction applies to */
+    torch_history history;
+} device_slot;
+
+static device_slot slots[COOP_TORCH_MAX_DEVICES];
+static pthread_once_t slots_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool conf_loaded; /* under state_lock */
+static coop_status conf_status;
+static coop_alloc_conf conf;
+static char conf_error[512];
+static atomic_int device_limit = COOP_TORCH_MAX_DEVICES;
+
+static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_error[512];
+static atomic_uint printed_kinds; /* bit per coop_status already printed */
+
+static void init_slots(void)
+{
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
+        pthread_mutex_init(&slots[i].history.lock, NULL);
+        atomic_init(&slots[i].history.enabled, false);
+        atomic_init(&slots[i].pool, NULL);
+    }
+}
+
+static device_slot *slot(int device)
+{
+    pthread_once(&slots_once, init_slots);
+    return &slots[device];
+}
+
+torch_history *torch_abi_history(int device)
+{
+    return &slot(device)->history;
+}
+
+/* Keeps the thread's message (coop_last_error) for coop_torch_last_error and
+ * prints the first error of each kind: PyTorch gives no other channel. */
+static void report(coop_status st)
+{
+    const char *msg = coop_last_error();
+    pthread_mutex_lock(&error_lock);
+    snprintf(last_error, sizeof last_error, "%s", msg);
+    pthread_mutex_unlock(&error_lock);
+    unsigned bit = 1u << ((unsigned)st % 32u);
+    if (!(atomic_fetch_or(&printed_kinds, bit) & bit))
+        fprintf(stderr, "coop: %s [further '%s' errors are not printed]\n", msg, coop_strerror(st));
+}
+
+size_t coop_torch_last_error(char *buf, size_t size)
+{
+    pthread_mutex_lock(&error_lock);
+    size_t n = strlen(last_error);
+    if (buf && size)
+        snprintf(buf, size, "%s", last_error);
+    pthread_mutex_unlock(&error_lock);
+    return n;
+}
+
+/* ------------------------------------------------------------------------
+ * Configuration
+ * ---------------------------------------------------------------------- */
+
+static bool any_pool_locked(void)
+{
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        if (atomic_load(&slot(i)->pool))
+            return true;
+    return false;
+}
+
+/* Parses text into the configuration in force. Caller holds state_lock. */
+static coop_status set_conf_locked(const char *text)
+{
+    coop_alloc_conf parsed;
+    conf_loaded = true;
+    conf_status = coop_alloc_conf_parse(text, &parsed);
+    if (conf_status != COOP_OK) {
+        snprintf(conf_error, sizeof conf_error, "%s", coop_last_error());
+        return conf_status;
+    }
+    conf = parsed;
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
+        coop_status st = torch_history_resize(&slot(i)->history, conf.history);
+        if (st != COOP_OK)
+            return st;
+    }
+    return COOP_OK;
+}
+
+/* Loads COOP_ALLOC_CONF on first use; re-sets the thread's error if bad. */
+static coop_status ensure_conf_locked(void)
+{
+    if (!conf_loaded)
+        set_conf_locked(getenv("COOP_ALLOC_CONF"));
+    if (conf_status != COOP_OK)
+        return coop_set_error(conf_status, "%s", conf_error);
+    return COOP_OK;
+}
+
+coop_status coop_torch_configure(const char *text)
+{
+    pthread_mutex_lock(&state_lock);
+    coop_status st;
+    if (any_pool_locked())
+        st = coop_set_error(COOP_ERR_BUSY, "coop torch: configure before the first allocation "
+                                           "(a pool already exists)");
+    else
+        st = set_conf_locked(text ? text : getenv("COOP_ALLOC_CONF"));
+    pthread_mutex_unlock(&state_lock);
+    return st;
+}
+
+coop_status coop_torch_settings(char *buf, size_t size)
+{
+    pthread_mutex_lock(&state_lock);
+    coop_status st = ensure_conf_locked();
+    if (st == COOP_OK && buf && size) {
+        char fraction[32] = "";
+        if (conf.fraction > 0.0)
+            snprintf(fraction, sizeof fraction, ",fraction:%g", conf.fraction);
+        snprintf(buf, size,
+                 "backend:%s,capacity:%ju%s,page:%ju,vmm:%s,segment:%ju,placement:%s,"
+                 "min_split:%ju,check:%s,history:%zu",
+                 conf.backend == COOP_BACKEND_HOST ? "host" : "cuda", (uintmax_t)conf.capacity,
+                 fraction, (uintmax_t)conf.page_size, conf.use_vmm ? "true" : "false",
+                 (uintmax_t)conf.segment_size, conf.placement == COOP_ALLOC_HIGH ? "high" : "low",
+                 (uintmax_t)conf.min_split, conf.check ? "true" : "false", conf.history);
+    } else if (buf && size) {
+        snprintf(buf, size, "%s", coop_last_error());
+    }
+    pthread_mutex_unlock(&state_lock);
+    return st;
+}
+
+void coop_torch_record_history(size_t max_entries)
+{
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        if (torch_history_resize(&slot(i)->history, max_entries) != COOP_OK)
+            report(COOP_ERR_HOST_NOMEM);
+}
+
+/* ------------------------------------------------------------------------
+ * Pools
+ * ---------------------------------------------------------------------- */
+
+static bool device_ok(int device, const char *what)
+{
+    int limit = atomic_load(&device_limit);
+    if (device >= 0 && device < limit)
+        return true;
+    report(coop_set_error(COOP_ERR_INVALID, "coop torch: %s on device %d: devices are 0..%d", what,
+                          device, limit - 1));
+    return false;
+}
+
+coop_pool *coop_torch_pool(int device)
+{
+    if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
+        return NULL;
+    return atomic_load_explicit(&slot(device)->pool, memory_order_acquire);
+}
+
+/* Capacity for fraction of the full capacity, never 0. */
+static uint64_t fraction_of(uint64_t full, double fraction)
+{
+    uint64_t cap = (uint64_t)((double)full * fraction);
+    return cap ? cap : 1;
+}
+
+static coop_status create_pool_locked(int device, coop_pool **out)
+{
+    coop_status st = ensure_conf_locked();
+    if (st != COOP_OK)
+        return st;
+    device_slot *s = slot(device);
+    coop_config config;
+    coop_alloc_conf_to_config(&conf, device, &config);
+    coop_pool *pool = NULL;
+    st = coop_pool_create(&config, &pool);
+    if (st != COOP_OK)
+        return st;
+    coop_config resolved;
+    coop_pool_config(pool, &resolved);
+    s->full_capacity = resolved.capacity;
+    double fraction = s->fraction > 0.0 ? s->fraction : conf.fraction;
+    if (fraction > 0.0) {
+        st = coop_set_capacity(pool, fraction_of(s->full_capacity, fraction));
+        if (st != COOP_OK) {
+            coop_pool_destroy(pool);
+            return st;
+        }
+    }
+    atomic_store_explicit(&s->pool, pool, memory_order_release);
+    *out = pool;
+    return COOP_OK;
+}
+
+/* Device's pool, created on first use; NULL (reported) on failure. */
+static coop_pool *pool_for(int device, const char *what)
+{
+    if (!device_ok(device, what))
+        return NULL;
+    coop_pool *pool = coop_torch_pool(device);
+    if (pool)
+        return pool;
+    pthread_mutex_lock(&state_lock);
+    pool = coop_torch_pool(device);
+    coop_status st = COOP_OK;
+    if (!pool)
+        st = create_pool_locked(device, &pool);
+    pthread_mutex_unlock(&state_lock);
+    if (st != COOP_OK) {
+        report(st);
+        return NULL;
+    }
+    return pool;
+}
+
+/* ------------------------------------------------------------------------
+ * Entry points
+ * ---------------------------------------------------------------------- */
+
+void *coop_torch_malloc(size_t size, int device, void *stream)
+{
+    if (size == 0)
+        return NULL;
+    coop_pool *pool = pool_for(device, "malloc");
+    if (!pool)
+        return NULL;
+    coop_status st = COOP_OK;
+    void *ptr = coop_malloc(pool, size, (coop_stream)stream, conf.placement, &st);
+    torch_history *h = &slot(device)->history;
+    if (!ptr) {
+        torch_history_record(h, COOP_TORCH_OOM, 0, size, (uintptr_t)stream, device);
+        report(st != COOP_OK ? st
+                             : coop_set_error(COOP_ERR_NOMEM,
+                                              "coop torch: malloc of %zu "
+                                              "bytes returned nothing",
+                                              size));
+        return NULL;
+    }
+    torch_history_record(h, COOP_TORCH_ALLOC, (uintptr_t)ptr, size, (uintptr_t)stream, device);
+    return ptr;
+}
+
+void coop_torch_free(void *ptr, size_t size, int device, void *stream)
+{
+    if (!ptr)
+        return;
+    if (!device_ok(device, "free"))
+        return;
+    coop_pool *pool = coop_torch_pool(device);
+    if (!pool) {
+        report(coop_set_error(COOP_ERR_FOREIGN_PTR,
+                              "coop torch: free of %p on device %d, which has no coop pool", ptr,
+                              device));
+        return;
+    }
+    coop_status st = coop_free(pool, ptr);
+    if (st != COOP_OK) {
+        report(st);
+        return;
+    }
+    torch_history *h = &slot(device)->history;
+    torch_history_record(h, COOP_TORCH_FREE_REQUESTED, (uintptr_t)ptr, size, (uintptr_t)stream,
+                         device);
+    torch_history_record(h, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, size, (uintptr_t)stream,
+                         device);
+}
+
+void coop_torch_init(int device_count)
+{
+    if (device_count > 0 && device_count <= COOP_TORCH_MAX_DEVICES)
+        atomic_store(&device_limit, device_count);
+    pthread_mutex_lock(&state_lock);
+    coop_status st = ensure_conf_locked();
+    pthread_mutex_unlock(&state_lock);
+    if (st != COOP_OK)
+        report(st);
+}
+
+void coop_torch_empty_cache(void)
+{
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
+        coop_pool *pool = coop_torch_pool(i);
+        if (pool) {
+            coop_status st = coop_empty_cache(pool);
+            if (st != COOP_OK)
+                report(st);
+        }
+    }
+}
+
+void coop_torch_memory_fraction(double fraction, int device)
+{
+    if (!(fraction > 0.0 && fraction <= 1.0)) {
+        report(coop_set_error(COOP_ERR_INVALID,
+                              "coop torch: memory fraction %g for device %d is not in (0, 1]",
+                              fraction, device));
+        return;
+    }
+    if (!device_ok(device, "set_per_process_memory_fraction"))
+        return;
+    pthread_mutex_lock(&state_lock);
+    device_slot *s = slot(device);
+    s->fraction = fraction;
+    coop_pool *pool = coop_torch_pool(device);
+    coop_status st = COOP_OK;
+    if (pool)
+        st = coop_set_capacity(pool, fraction_of(s->full_capacity, fraction));
+    pthread_mutex_unlock(&state_lock);
+    if (st != COOP_OK)
+        report(st);
+}
+
+void coop_torch_record_stream(void *ptr, void *stream)
+{
+    if (!ptr)
+        return;
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
+        coop_pool *pool = coop_torch_pool(i);
+        if (!pool)
+            continue;
+        coop_status st = coop_record_stream(pool, ptr, (coop_stream)stream);
+        if (st == COOP_OK)
+            return;
+        if (st != COOP_ERR_FOREIGN_PTR) {
+            report(st);
+            return;
+        }
+    }
+    report(coop_set_error(COOP_ERR_FOREIGN_PTR,
+                          "coop torch: record_stream of %p: no coop pool allocated it", ptr));
+}

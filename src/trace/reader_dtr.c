@@ -1,0 +1,485 @@
+/*
+ * DTR operator log reader: JSON lines (jansson), gzip-transparent (zlib).
+ *
+ * Grammar enforced here (simrd's parse_file is the reference):
+ *   CONSTANT NAME                   followed by MEMORY for that NAME
+ *   CALL NAME ARGS RESULT TIME      followed, per result in order, by MEMORY
+ *                                   then ALIAS for that result
+ *   MUTATE NAME ARGS MUTATE TIME
+ *   COPY DST SRC | COPY_FROM DST SRC | RELEASE NAME | ANNOTATE ANNOTATION
+ * MEMORY and TIME are decimal strings in the authors' logs; plain integers
+ * are accepted too. Whether names are bound when used is checked by the
+ * consumer (it knows the instruction's line).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "status.h"
+#include "trace/dtr_log.h"
+#include "trace/name_table.h"
+
+/* ---- growable arrays -------------------------------------------------- */
+
+static int grow(void **items, size_t *cap, size_t need, size_t item_size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*items, n * item_size);
+    if (!p)
+        return -1;
+    *items = p;
+    *cap = n;
+    return 0;
+}
+
+/* ---- parser state ----------------------------------------------------- */
+
+typedef struct parser {
+    const char *file;
+    uint32_t line;
+    dtr_log *log;
+    size_t instrs_cap, args_cap, results_cap, mutates_cap;
+    name_table names, ops;
+    /* results of the last CALL still waiting for MEMORY / ALIAS lines:
+     * pending_next counts lines consumed, 2 per result */
+    dtr_instr *pending_call;
+    uint32_t pending_next;
+    dtr_instr *pending_constant; /* CONSTANT waiting for its MEMORY */
+    char line_error[256];
+} parser;
+
+static coop_status fail(parser *p, const char *what)
+{
+    return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s", p->file, p->line, what);
+}
+
+static coop_status fail_host(parser *p)
+{
+    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s:%" PRIu32 ": out of host memory", p->file,
+                          p->line);
+}
+
+/* A field holding a string, or NULL (message in p->line_error). */
+static const char *string_field(parser *p, json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v) {
+        snprintf(p->line_error, sizeof p->line_error, "missing field %s", key);
+        return NULL;
+    }
+    if (!json_is_string(v)) {
+        snprintf(p->line_error, sizeof p->line_error, "field %s is not a string", key);
+        return NULL;
+    }
+    return json_string_value(v);
+}
+
+/* A non-negative integer given as a decimal string or a JSON integer. */
+static int uint_field(parser *p, json_t *obj, const char *key, uint64_t *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v) {
+        snprintf(p->line_error, sizeof p->line_error, "missing field %s", key);
+        return -1;
+    }
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *out = (uint64_t)json_integer_value(v);
+        return 0;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(s, &end, 10);
+        if (*s >= '0' && *s <= '9' && !*end && !errno) {
+            *out = x;
+            return 0;
+        }
+    }
+    snprintf(p->line_error, sizeof p->line_error, "field %s is not a non-negative integer", key);
+    return -1;
+}
+
+/* A signed integer given as a decimal string or a JSON integer (ALIAS). */
+static int int_field(parser *p, json_t *obj, const char *key, int64_t *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (v && json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return 0;
+    }
+    if (v && json_is_string(v)) {
+        const char *s = json_string_value(v);
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (*s && !*end && !errno) {
+            *out = x;
+            return 0;
+        }
+    }
+    snprintf(p->line_error, sizeof p->line_error, "field %s is %s", key,
+             v ? "not an integer" : "missing");
+    return -1;
+}
+
+static int intern(parser *p, name_table *t, const char *s, uint32_t *id)
+{
+    if (name_table_intern(t, s, id)) {
+        snprintf(p->line_error, sizeof p->line_error, "out of host memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Appends the names of a JSON array of strings to log->args. */
+static int name_list(parser *p, json_t *obj, const char *key, uint32_t *first, uint32_t *count)
+{
+    json_t *arr = json_object_get(obj, key);
+    if (!arr || !json_is_array(arr)) {
+        snprintf(p->line_error, sizeof p->line_error, "field %s is %s", key,
+                 arr ? "not an array" : "missing");
+        return -1;
+    }
+    dtr_log *log = p->log;
+    size_t n = json_array_size(arr);
+    if (grow((void **)&log->args, &p->args_cap, log->num_args + n, sizeof *log->args)) {
+        snprintf(p->line_error, sizeof p->line_error, "out of host memory");
+        return -1;
+    }
+    *first = (uint32_t)log->num_args;
+    *count = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_string(v)) {
+            snprintf(p->line_error, sizeof p->line_error, "%s[%zu] is not a string", key, i);
+            return -1;
+        }
+        if (intern(p, &p->names, json_string_value(v), &log->args[log->num_args++]))
+            return -1;
+    }
+    return 0;
+}
+
+static dtr_instr *new_instr(parser *p, dtr_kind kind)
+{
+    dtr_log *log = p->log;
+    if (grow((void **)&log->instrs, &p->instrs_cap, log->num_instrs + 1, sizeof *log->instrs))
+        return NULL;
+    dtr_instr *in = &log->instrs[log->num_instrs++];
+    *in = (dtr_instr){.kind = kind, .line = p->line};
+    return in;
+}
+
+/* ---- one line ---------------------------------------------------------- */
+
+/* MEMORY / ALIAS lines belong to the preceding CONSTANT or CALL. */
+static coop_status attach_detail(parser *p, json_t *obj, const char *instr)
+{
+    const char *name = string_field(p, obj, "NAME");
+    if (!name)
+        return fail(p, p->line_error);
+    int is_memory = !strcmp(instr, "MEMORY");
+    uint32_t id;
+    if (intern(p, &p->names, name, &id))
+        return fail_host(p);
+    char msg[256];
+    if (p->pending_constant) {
+        if (!is_memory)
+            return fail(p, "ALIAS after CONSTANT (expected MEMORY)");
+        if (id != p->pending_constant->name) {
+            snprintf(msg, sizeof msg, "MEMORY for %s, expected it for CONSTANT %s", name,
+                     p->names.names[p->pending_constant->name]);
+            return fail(p, msg);
+        }
+        if (uint_field(p, obj, "MEMORY", &p->pending_constant->memory))
+            return fail(p, p->line_error);
+        p->pending_constant = NULL;
+        return COOP_OK;
+    }
+    if (!p->pending_call) {
+        snprintf(msg, sizeof msg, "%s line without a preceding CALL or CONSTANT", instr);
+        return fail(p, msg);
+    }
+    dtr_instr *call = p->pending_call;
+    dtr_result *r = &p->log->results[call->first_result + p->pending_next / 2];
+    int want_memory = p->pending_next % 2 == 0;
+    if (is_memory != want_memory) {
+        snprintf(msg, sizeof msg, "%s for %s, expected %s (CALL on line %" PRIu32 ")", instr, name,
+                 want_memory ? "MEMORY" : "ALIAS", call->line);
+        return fail(p, msg);
+    }
+    if (id != r->name) {
+        snprintf(msg, sizeof msg, "%s for %s, expected it for result %s of CALL on line %" PRIu32,
+                 instr, name, p->names.names[r->name], call->line);
+        return fail(p, msg);
+    }
+    if (is_memory) {
+        if (uint_field(p, obj, "MEMORY", &r->memory))
+            return fail(p, p->line_error);
+    } else {
+        int64_t alias;
+        if (int_field(p, obj, "ALIAS", &alias))
+            return fail(p, p->line_error);
+        if (alias < -1 || alias >= (int64_t)call->num_args) {
+            snprintf(msg, sizeof msg,
+                     "ALIAS %" PRId64 " of %s is not -1 or an argument index (0..%" PRIu32 ")",
+                     alias, name, call->num_args ? call->num_args - 1 : 0);
+            return fail(p, msg);
+        }
+        r->alias = (int32_t)alias;
+    }
+    if (++p->pending_next == 2 * call->num_results)
+        p->pending_call = NULL;
+    return COOP_OK;
+}
+
+static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
+{
+    dtr_instr *in = new_instr(p, kind);
+    if (!in)
+        return fail_host(p);
+    const char *op = string_field(p, obj, "NAME");
+    if (!op || uint_field(p, obj, "TIME", &in->time_ns) ||
+        name_list(p, obj, "ARGS", &in->first_arg, &in->num_args))
+        return fail(p, p->line_error);
+    if (intern(p, &p->ops, op, &in->op))
+        return fail_host(p);
+    dtr_log *log = p->log;
+    if (kind == DTR_MUTATE) {
+        json_t *arr = json_object_get(obj, "MUTATE");
+        if (!arr || !json_is_array(arr))
+            return fail(p, "field MUTATE is missing or not an array");
+        size_t n = json_array_size(arr);
+        if (grow((void **)&log->mutates, &p->mutates_cap, log->num_mutates + n,
+                 sizeof *log->mutates))
+            return fail_host(p);
+        in->first_mutate = (uint32_t)log->num_mutates;
+        in->num_mutates = (uint32_t)n;
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_array_get(arr, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) >= (json_int_t)in->num_args)
+                return fail(p, "MUTATE index is not an argument index");
+            log->mutates[log->num_mutates++] = (uint32_t)json_integer_value(v);
+        }
+        return COOP_OK;
+    }
+    uint32_t first, n;
+    size_t before = log->num_args;
+    if (name_list(p, obj, "RESULT", &first, &n))
+        return fail(p, p->line_error);
+    if (n == 0)
+        return fail(p, "CALL with an empty RESULT list");
+    if (grow((void **)&log->results, &p->results_cap, log->num_results + n, sizeof *log->results))
+        return fail_host(p);
+    in->first_result = (uint32_t)log->num_results;
+    in->num_results = n;
+    for (uint32_t i = 0; i < n; i++)
+        log->results[log->num_results++] =
+            (dtr_result){.name = log->args[first + i], .alias = DTR_FRESH};
+    log->num_args = before; /* result names were staged in args */
+    p->pending_call = in;
+    p->pending_next = 0;
+    return COOP_OK;
+}
+
+static coop_status parse_line(parser *p, const char *text, size_t len)
+{
+    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+        len--;
+    if (!len)
+        return COOP_OK; /* blank lines carry nothing */
+    json_error_t jerr;
+    json_t *obj = json_loadb(text, len, 0, &jerr);
+    if (!obj) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "invalid JSON at column %d: %s", jerr.column, jerr.text);
+        return fail(p, msg);
+    }
+    coop_status st = COOP_OK;
+    const char *instr = json_is_object(obj) ? string_field(p, obj, "INSTRUCTION") : NULL;
+    if (!instr) {
+        st = fail(p, json_is_object(obj) ? p->line_error : "line is not a JSON object");
+        goto out;
+    }
+    int is_detail = !strcmp(instr, "MEMORY") || !strcmp(instr, "ALIAS");
+    if (is_detail) {
+        st = attach_detail(p, obj, instr);
+        goto out;
+    }
+    if (p->pending_call || p->pending_constant) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s before the MEMORY/ALIAS lines of the %s on line %" PRIu32,
+                 instr, p->pending_call ? "CALL" : "CONSTANT",
+                 p->pending_call ? p->pending_call->line : p->pending_constant->line);
+        st = fail(p, msg);
+        goto out;
+    }
+    if (!strcmp(instr, "CALL")) {
+        st = parse_call(p, obj, DTR_CALL);
+    } else if (!strcmp(instr, "MUTATE")) {
+        st = parse_call(p, obj, DTR_MUTATE);
+    } else if (!strcmp(instr, "CONSTANT") || !strcmp(instr, "RELEASE")) {
+        int is_constant = instr[1] == 'O';
+        const char *name = string_field(p, obj, "NAME");
+        dtr_instr *in = name ? new_instr(p, is_constant ? DTR_CONSTANT : DTR_RELEASE) : NULL;
+        if (!name)
+            st = fail(p, p->line_error);
+        else if (!in || intern(p, &p->names, name, &in->name))
+            st = fail_host(p);
+        else if (is_constant)
+            p->pending_constant = in;
+    } else if (!strcmp(instr, "COPY") || !strcmp(instr, "COPY_FROM")) {
+        const char *dst = string_field(p, obj, "DST");
+        const char *src = dst ? string_field(p, obj, "SRC") : NULL;
+        dtr_instr *in = src ? new_instr(p, instr[4] ? DTR_COPY_FROM : DTR_COPY) : NULL;
+        if (!src)
+            st = fail(p, p->line_error);
+        else if (!in || intern(p, &p->names, dst, &in->name) || intern(p, &p->names, src, &in->src))
+            st = fail_host(p);
+    } else if (!strcmp(instr, "ANNOTATE")) {
+        const char *a = string_field(p, obj, "ANNOTATION");
+        dtr_instr *in = a ? new_instr(p, DTR_ANNOTATE) : NULL;
+        if (!a) {
+            st = fail(p, p->line_error);
+        } else if (!in) {
+            st = fail_host(p);
+        } else {
+            in->annotation = !strcmp(a, "START")      ? DTR_ANNOT_START
+                             : !strcmp(a, "BACKWARD") ? DTR_ANNOT_BACKWARD
+                                                      : DTR_ANNOT_OTHER;
+            if (in->annotation == DTR_ANNOT_START && !p->log->start)
+                p->log->start = p->log->num_instrs;
+        }
+    } else {
+        char msg[256];
+        snprintf(msg, sizeof msg, "unknown INSTRUCTION \"%.64s\"", instr);
+        st = fail(p, msg);
+    }
+out:
+    json_decref(obj);
+    return st;
+}
+
+/* ---- drivers ----------------------------------------------------------- */
+
+static coop_status finish(parser *p, coop_status st)
+{
+    dtr_log *log = p->log;
+    if (st == COOP_OK && (p->pending_call || p->pending_constant)) {
+        p->line++;
+        st = fail(p, "log ends before the MEMORY/ALIAS lines of the last CALL or CONSTANT");
+    }
+    if (st == COOP_OK) {
+        log->names = name_table_take_names(&p->names, &log->num_names);
+        log->op_names = name_table_take_names(&p->ops, &log->num_op_names);
+        log->path = strdup(p->file);
+        if (!log->path)
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", p->file);
+    }
+    name_table_free(&p->names);
+    name_table_free(&p->ops);
+    if (st != COOP_OK)
+        dtr_log_free(log);
+    return st;
+}
+
+coop_status dtr_log_parse_buffer(const char *name, const char *text, size_t len, dtr_log *out)
+{
+    *out = (dtr_log){0};
+    parser p = {.file = name, .log = out};
+    coop_status st = COOP_OK;
+    size_t pos = 0;
+    while (st == COOP_OK && pos < len) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - text) : len;
+        p.line++;
+        st = parse_line(&p, text + pos, end - pos);
+        pos = end + 1;
+    }
+    return finish(&p, st);
+}
+
+coop_status dtr_log_read(const char *path, dtr_log *out)
+{
+    *out = (dtr_log){0};
+    gzFile gz = gzopen(path, "rb");
+    if (!gz)
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path,
+                              errno ? strerror(errno) : "out of memory");
+    gzbuffer(gz, 1 << 17);
+    parser p = {.file = path, .log = out};
+    coop_status st = COOP_OK;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", path);
+    while (st == COOP_OK) {
+        /* read one whole line, however long */
+        len = 0;
+        int eof = 0;
+        for (;;) {
+            if (!gzgets(gz, buf + len, (int)(cap - len))) {
+                eof = 1;
+                break;
+            }
+            len += strlen(buf + len);
+            if (len && buf[len - 1] == '\n')
+                break;
+            if (len + 1 < cap)
+                continue; /* short read without newline: the next gzgets says EOF */
+            char *bigger = realloc(buf, cap * 2);
+            if (!bigger) {
+                st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", path);
+                break;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        if (st != COOP_OK)
+            break;
+        int zerr;
+        const char *zmsg = gzerror(gz, &zerr);
+        if (zerr != Z_OK && zerr != Z_BUF_ERROR) {
+            p.line++;
+            st = coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": decompression failed: %s", path,
+                                p.line, zmsg);
+            break;
+        }
+        if (eof && !len)
+            break;
+        p.line++;
+        st = parse_line(&p, buf, len);
+        if (eof)
+            break;
+    }
+    free(buf);
+    gzclose(gz);
+    return finish(&p, st);
+}
+
+void dtr_log_free(dtr_log *log)
+{
+    if (!log)
+        return;
+    for (uint32_t i = 0; i < log->num_names; i++)
+        free(log->names[i]);
+    for (uint32_t i = 0; i < log->num_op_names; i++)
+        free(log->op_names[i]);
+    free(log->names);
+    free(log->op_names);
+    free(log->instrs);
+    free(log->args);
+    free(log->results);
+    free(log->mutates);
+    free(log->path);
+    *log = (dtr_log){0};
+}

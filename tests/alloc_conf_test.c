@@ -1,0 +1,193 @@
+/* COOP_ALLOC_CONF parsing: every key, every kind of bad value. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coop.h"
+#include "torch/alloc_conf.h"
+
+#define KIB (1ull << 10)
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+#define TIB (1ull << 40)
+
+static coop_alloc_conf parse_ok(const char *text)
+{
+    coop_alloc_conf conf;
+    coop_status st = coop_alloc_conf_parse(text, &conf);
+    if (st != COOP_OK)
+        fail_msg("'%s' should parse: %s", text, coop_last_error());
+    return conf;
+}
+
+/* text must fail; the message must contain each of the NULL-terminated
+ * fragments; conf must stay as it was. */
+static void parse_bad(const char *text, ...)
+{
+    coop_alloc_conf conf;
+    memset(&conf, 0xab, sizeof conf);
+    coop_alloc_conf before = conf;
+    assert_int_equal(coop_alloc_conf_parse(text, &conf), COOP_ERR_INVALID);
+    assert_memory_equal(&conf, &before, sizeof conf);
+    const char *msg = coop_last_error();
+    va_list ap;
+    va_start(ap, text);
+    for (const char *frag; (frag = va_arg(ap, const char *));)
+        if (!strstr(msg, frag))
+            fail_msg("'%s': message '%s' lacks '%s'", text, msg, frag);
+    va_end(ap);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    coop_alloc_conf conf = parse_ok(NULL);
+    assert_int_equal(conf.backend, COOP_BACKEND_CUDA);
+    assert_true(conf.use_vmm);
+    assert_int_equal(conf.capacity, 0);
+    assert_true(conf.fraction == 0.0);
+    assert_int_equal(conf.placement, COOP_ALLOC_LOW);
+    assert_false(conf.check);
+    assert_int_equal(conf.history, 0);
+    coop_alloc_conf empty = parse_ok("");
+    assert_memory_equal(&conf, &empty, sizeof conf);
+    coop_alloc_conf commas = parse_ok(" , ,, ");
+    assert_memory_equal(&conf, &commas, sizeof conf);
+}
+
+static void test_every_key(void **state)
+{
+    (void)state;
+    coop_alloc_conf c = parse_ok("backend:host,capacity:40G,page:4M,vmm:false,segment:64M,"
+                                 "placement:high,min_split:1K,check:true,history:500");
+    assert_int_equal(c.backend, COOP_BACKEND_HOST);
+    assert_int_equal(c.capacity, 40 * GIB);
+    assert_int_equal(c.page_size, 4 * MIB);
+    assert_false(c.use_vmm);
+    assert_int_equal(c.segment_size, 64 * MIB);
+    assert_int_equal(c.placement, COOP_ALLOC_HIGH);
+    assert_int_equal(c.min_split, KIB);
+    assert_true(c.check);
+    assert_int_equal(c.history, 500);
+
+    c = parse_ok(" backend : CUDA , fraction: 0.25 ,vmm:True,check:0,history:true,placement:low");
+    assert_int_equal(c.backend, COOP_BACKEND_CUDA);
+    assert_true(c.fraction == 0.25);
+    assert_true(c.use_vmm);
+    assert_false(c.check);
+    assert_int_equal(c.history, COOP_ALLOC_CONF_DEFAULT_HISTORY);
+    assert_int_equal(c.placement, COOP_ALLOC_LOW);
+    assert_int_equal(parse_ok("history:false").history, 0);
+    assert_int_equal(parse_ok("history:0").history, 0);
+    assert_int_equal(parse_ok("history:1").history, 1);
+    assert_true(parse_ok("fraction:1").fraction == 1.0);
+}
+
+static void test_byte_suffixes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t bytes;
+    } cases[] = {{"512", 512},        {"1K", KIB},           {"1k", KIB},      {"2KiB", 2 * KIB},
+                 {"3KB", 3 * KIB},    {"5M", 5 * MIB},       {"5Mi", 5 * MIB}, {"7G", 7 * GIB},
+                 {"80GiB", 80 * GIB}, {"1Ti", TIB},          {"2T", 2 * TIB},  {"4096B", 4096},
+                 {"141G", 141 * GIB}, {"16777216", 16 * MIB}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t v = 0;
+        if (!coop_alloc_conf_parse_bytes(cases[i].text, strlen(cases[i].text), &v))
+            fail_msg("'%s' should parse", cases[i].text);
+        assert_int_equal(v, cases[i].bytes);
+    }
+    static const char *const bad[] = {"",
+                                      "G",
+                                      "1X",
+                                      "1GG",
+                                      "1Gb",
+                                      "-1",
+                                      "0",
+                                      "0G",
+                                      "1.5G",
+                                      " 1G",
+                                      "1 G",
+                                      "1iB",
+                                      "99999999999999999999",
+                                      "20000000T",
+                                      "1Bi",
+                                      "1GiBs"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t v = 42;
+        if (coop_alloc_conf_parse_bytes(bad[i], strlen(bad[i]), &v))
+            fail_msg("'%s' should not parse", bad[i]);
+        assert_int_equal(v, 42);
+    }
+}
+
+static void test_bad_values_name_key_value_offset(void **state)
+{
+    (void)state;
+    parse_bad("backend:rocm", "'rocm'", "'backend'", "byte 8", "cuda or host", NULL);
+    parse_bad("capacity:lots", "'lots'", "'capacity'", "byte 9", NULL);
+    parse_bad("capacity:0", "'0'", "'capacity'", NULL);
+    parse_bad("vmm:true,capacity:12Q", "'12Q'", "'capacity'", "byte 18", NULL);
+    parse_bad("fraction:0", "'0'", "'fraction'", "(0, 1]", NULL);
+    parse_bad("fraction:1.5", "'1.5'", "'fraction'", NULL);
+    parse_bad("fraction:nan", "'nan'", NULL);
+    parse_bad("fraction:0.5x", "'0.5x'", NULL);
+    parse_bad("page:3M", "'3M'", "'page'", "power of two", NULL);
+    parse_bad("page:256", "'256'", "'page'", NULL);
+    parse_bad("vmm:maybe", "'maybe'", "'vmm'", "true or false", NULL);
+    parse_bad("segment:-1", "'-1'", "'segment'", NULL);
+    parse_bad("placement:middle", "'middle'", "'placement'", "low or high", NULL);
+    parse_bad("min_split:100", "'100'", "'min_split'", "multiple of 512", NULL);
+    parse_bad("check:on", "'on'", "'check'", NULL);
+    parse_bad("history:-5", "'-5'", "'history'", NULL);
+    parse_bad("history:", "''", "'history'", NULL);
+    parse_bad("capacity:", "''", "'capacity'", NULL);
+}
+
+static void test_bad_syntax(void **state)
+{
+    (void)state;
+    parse_bad("expandable_segments:True", "unknown key 'expandable_segments'", "byte 0",
+              "known:", NULL);
+    parse_bad("vmm:true,colour:red", "unknown key 'colour'", "byte 9", NULL);
+    parse_bad("check", "'check'", "has no value", NULL);
+    parse_bad("vmm:true, history", "'history'", "byte 10", "no value", NULL);
+    parse_bad(":5", "missing key", NULL);
+    parse_bad("check:true,check:false", "'check' given twice", NULL);
+    parse_bad("capacity:1G,fraction:0.5", "exclusive", NULL);
+}
+
+static void test_to_config(void **state)
+{
+    (void)state;
+    coop_alloc_conf c = parse_ok("backend:host,capacity:1G,page:64K,vmm:false,segment:8M,"
+                                 "min_split:1K,check:true");
+    coop_config config;
+    coop_alloc_conf_to_config(&c, 3, &config);
+    assert_int_equal(config.backend, COOP_BACKEND_HOST);
+    assert_int_equal(config.device, 3);
+    assert_int_equal(config.capacity, GIB);
+    assert_int_equal(config.page_size, 64 * KIB);
+    assert_false(config.use_vmm);
+    assert_int_equal(config.segment_size, 8 * MIB);
+    assert_int_equal(config.min_split, KIB);
+    assert_true(config.check);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_every_key),
+        cmocka_unit_test(test_byte_suffixes),
+        cmocka_unit_test(test_bad_values_name_key_value_offset),
+        cmocka_unit_test(test_bad_syntax),
+        cmocka_unit_test(test_to_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

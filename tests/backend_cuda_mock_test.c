@@ -1,0 +1,359 @@
+/*
+ * backend_cuda.c against tests/mock_cuda_driver.c (libmockcuda.so, selected
+ * through COOP_CUDA_DRIVER): every backend operation, its error paths, the
+ * context discipline and the synchronisation before unmap, without a GPU.
+ * Also: creation without any driver fails cleanly.
+ */
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cuda.h>
+
+#include "backend.h"
+#include "coop.h"
+#include "pool_sequence.h"
+
+#define MIB (1ull << 20)
+
+typedef struct mock_counters {
+    long mapped_bytes, live_handles, live_events, live_segments, syncs, unsafe_releases, no_context,
+        retained;
+} mock_counters;
+
+static char mock_path[4096];
+static void *mock_lib;
+static void (*mock_counters_fn)(mock_counters *);
+static void (*mock_fail_nth)(const char *, int, int);
+static void (*mock_hold_streams)(bool);
+static void (*mock_set_memory)(long);
+
+static mock_counters counters(void)
+{
+    mock_counters c;
+    mock_counters_fn(&c);
+    return c;
+}
+
+static int use_mock(void **state)
+{
+    (void)state;
+    setenv("COOP_CUDA_DRIVER", mock_path, 1);
+    unsetenv("MOCK_CUDA_NO_VMM");
+    unsetenv("MOCK_CUDA_NO_DEVICE");
+    mock_set_memory(1l << 30);
+    mock_hold_streams(false);
+    return 0;
+}
+
+/* After each test: nothing leaked, nothing unmapped unsafely, no call
+ * without a context. */
+static int check_clean(void **state)
+{
+    (void)state;
+    mock_counters c = counters();
+    assert_int_equal(c.mapped_bytes, 0);
+    assert_int_equal(c.live_handles, 0);
+    assert_int_equal(c.live_events, 0);
+    assert_int_equal(c.live_segments, 0);
+    assert_int_equal(c.unsafe_releases, 0);
+    assert_int_equal(c.no_context, 0);
+    assert_int_equal(c.retained, 0);
+    return 0;
+}
+
+static coop_backend *create_vmm(void)
+{
+    coop_backend *be = NULL;
+    assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_OK);
+    assert_non_null(be);
+    assert_true(be->has_vmm);
+    assert_int_equal(be->page_size, 2 * MIB);
+    assert_int_equal(be->device_memory, 1ull << 30);
+    return be;
+}
+
+static void test_no_driver_fails_cleanly(void **state)
+{
+    (void)state;
+    setenv("COOP_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+    coop_backend *be = (coop_backend *)0x1;
+    assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_NO_DRIVER);
+    assert_null(be);
+    assert_non_null(strstr(coop_last_error(), "no CUDA driver (/nonexistent/libcuda.so.1"));
+    /* a library that is not a driver: loads, lacks the entry points */
+    setenv("COOP_CUDA_DRIVER", "libm.so.6", 1);
+    assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_NO_DRIVER);
+    assert_non_null(strstr(coop_last_error(), "lacks cuGetErrorName"));
+}
+
+static void test_no_device(void **state)
+{
+    (void)state;
+    setenv("MOCK_CUDA_NO_DEVICE", "1", 1);
+    coop_backend *be = NULL;
+    assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_NO_DRIVER);
+    assert_null(be);
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_NO_DEVICE"));
+}
+
+static void test_bad_device(void **state)
+{
+    (void)state;
+    coop_backend *be = NULL;
+    assert_int_equal(coop_backend_cuda_create(5, true, &be), COOP_ERR_INVALID);
+    assert_null(be);
+    assert_non_null(strstr(coop_last_error(), "device 5 does not exist (2 CUDA devices)"));
+    assert_int_equal(coop_backend_cuda_create(-1, true, &be), COOP_ERR_INVALID);
+}
+
+static void test_vmm_pages_unmap_alone(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 64 * MIB, &base), COOP_OK);
+    assert_int_equal(base % (2 * MIB), 0);
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 6 * MIB);
+    assert_int_equal(counters().live_handles, 3);
+
+    /* queued work, then the middle page alone: the backend must sync first */
+    coop_event ev;
+    assert_int_equal(be->ops->event_record(be, 3, &ev), COOP_OK);
+    long syncs = counters().syncs;
+    assert_int_equal(be->ops->unmap(be, base + 2 * MIB, 2 * MIB), COOP_OK);
+    assert_true(counters().syncs > syncs);
+    assert_int_equal(counters().unsafe_releases, 0);
+    assert_int_equal(counters().mapped_bytes, 4 * MIB);
+    be->ops->event_destroy(be, ev);
+
+    /* the hole can be mapped again; its neighbours were untouched */
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 2 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 0);
+    assert_int_equal(be->ops->release(be, base, 64 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
+static void test_vmm_bad_ranges_leave_state(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 3 * MIB, &base), COOP_ERR_INVALID);
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_OK);
+    assert_int_equal(be->ops->map(be, base + 4096, 2 * MIB), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "not aligned"));
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 4 * MIB), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "already mapped"));
+    assert_int_equal(be->ops->unmap(be, base + 4 * MIB, 2 * MIB), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "not mapped"));
+    assert_int_equal(be->ops->map(be, base + 16 * MIB, 2 * MIB), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "outside every reservation"));
+    assert_int_equal(be->ops->release(be, base, 8 * MIB), COOP_ERR_INVALID);
+    assert_int_equal(counters().mapped_bytes, 4 * MIB);
+    /* release with pages still mapped unmaps them (after a sync) */
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 0);
+    coop_backend_destroy(be);
+}
+
+static void test_vmm_driver_failure_midway(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK);
+    /* the third page of this call fails: all or nothing */
+    mock_fail_nth("cuMemSetAccess", 3, CUDA_ERROR_ILLEGAL_ADDRESS);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 6 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemSetAccess"));
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS"));
+    assert_int_equal(counters().mapped_bytes, 2 * MIB);
+    /* out of device memory is COOP_ERR_NOMEM, the pool's retry signal */
+    mock_set_memory(8 * MIB);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 8 * MIB), COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
+    assert_int_equal(counters().mapped_bytes, 2 * MIB);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 6 * MIB), COOP_OK);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    mock_fail_nth("cuMemAddressReserve", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "cuMemAddressReserve"));
+    coop_backend_destroy(be);
+}
+
+static void test_events(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    coop_event ev;
+    bool done = false;
+    mock_hold_streams(true);
+    assert_int_equal(be->ops->event_record(be, 0x7f00, &ev), COOP_OK);
+    assert_int_equal(be->ops->event_query(be, ev, &done), COOP_OK);
+    assert_false(done);
+    mock_hold_streams(false);
+    assert_int_equal(be->ops->event_query(be, ev, &done), COOP_OK);
+    assert_true(done);
+    mock_fail_nth("cuEventQuery", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+    assert_int_equal(be->ops->event_query(be, ev, &done), COOP_ERR_BACKEND);
+    be->ops->event_destroy(be, ev);
+    mock_fail_nth("cuEventRecord", 1, CUDA_ERROR_INVALID_VALUE);
+    assert_int_equal(be->ops->event_record(be, 1, &ev), COOP_ERR_BACKEND);
+    assert_int_equal(counters().live_events, 0);
+    coop_backend_destroy(be);
+}
+
+static void test_segments_without_vmm(void **state)
+{
+    (void)state;
+    coop_backend *be = NULL;
+    assert_int_equal(coop_backend_cuda_create(1, false, &be), COOP_OK);
+    assert_false(be->has_vmm);
+    uintptr_t a = 0, b = 0;
+    assert_int_equal(be->ops->segment_alloc(be, 20 * MIB, &a), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &b), COOP_OK);
+    assert_int_equal(counters().live_segments, 2);
+    coop_event ev;
+    assert_int_equal(be->ops->event_record(be, 9, &ev), COOP_OK);
+    be->ops->event_destroy(be, ev);
+    assert_int_equal(be->ops->segment_free(be, a, 20 * MIB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 4 * MIB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 4 * MIB), COOP_ERR_BACKEND);
+    mock_set_memory(8 * MIB);
+    assert_int_equal(be->ops->segment_alloc(be, 20 * MIB, &a), COOP_ERR_NOMEM);
+    coop_backend_destroy(be);
+
+    /* a device without VMM gives segments even when VMM is wanted */
+    setenv("MOCK_CUDA_NO_VMM", "1", 1);
+    assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_OK);
+    assert_false(be->has_vmm);
+    coop_backend_destroy(be);
+}
+
+/* The caller's own current context stays current around every call. */
+static void test_caller_context_preserved(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    CUresult (*push)(CUcontext) = (CUresult(*)(CUcontext))dlsym(mock_lib, "cuCtxPushCurrent_v2");
+    CUresult (*pop)(CUcontext *) = (CUresult(*)(CUcontext *))dlsym(mock_lib, "cuCtxPopCurrent_v2");
+    CUresult (*get)(CUcontext *) = (CUresult(*)(CUcontext *))dlsym(mock_lib, "cuCtxGetCurrent");
+    assert_non_null(push);
+    static char other_ctx;
+    assert_int_equal(push((CUcontext)(void *)&other_ctx), CUDA_SUCCESS);
+    uintptr_t base;
+    assert_int_equal(be->ops->reserve(be, 4 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_OK);
+    CUcontext cur = NULL;
+    get(&cur);
+    assert_ptr_equal(cur, &other_ctx);
+    assert_int_equal(be->ops->release(be, base, 4 * MIB), COOP_OK);
+    get(&cur);
+    assert_ptr_equal(cur, &other_ctx);
+    pop(&cur);
+    coop_backend_destroy(be);
+}
+
+/* destroy unmaps and releases whatever the pool left behind */
+static void test_destroy_releases_everything(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t a, b;
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, &a), COOP_OK);
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, &b), COOP_OK);
+    assert_int_equal(be->ops->map(be, a + 2 * MIB, 4 * MIB), COOP_OK);
+    assert_int_equal(be->ops->map(be, b, 2 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
+/* The allocator's essential sequence on the CUDA backend (mock driver). */
+static void run_pool_on_mock(bool use_vmm)
+{
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 256 * MIB;
+    config.use_vmm = use_vmm;
+    config.check = true;
+    coop_pool *pool = NULL;
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    coop_config resolved;
+    coop_pool_config(pool, &resolved);
+    assert_int_equal(resolved.use_vmm, use_vmm);
+    run_pool_sequence(pool);
+    coop_pool_destroy(pool);
+}
+
+static void test_pool_sequence_vmm(void **state)
+{
+    (void)state;
+    run_pool_on_mock(true);
+}
+
+static void test_pool_sequence_segments(void **state)
+{
+    (void)state;
+    run_pool_on_mock(false);
+}
+
+/* Without a driver the pool fails cleanly too. */
+static void test_pool_without_driver(void **state)
+{
+    (void)state;
+    setenv("COOP_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    coop_pool *pool = (coop_pool *)0x1;
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_NO_DRIVER);
+    assert_null(pool);
+    assert_non_null(strstr(coop_last_error(), "no CUDA driver"));
+}
+
+int main(void)
+{
+    const char *builddir = getenv("COOP_TEST_BUILDDIR");
+    snprintf(mock_path, sizeof mock_path, "%s/tests/.libs/libmockcuda.so",
+             builddir ? builddir : COOP_TEST_BUILDDIR);
+    mock_lib = dlopen(mock_path, RTLD_NOW | RTLD_LOCAL);
+    if (!mock_lib) {
+        fprintf(stderr, "backend_cuda_mock_test: cannot load the mock driver: %s\n", dlerror());
+        return 1;
+    }
+    *(void **)&mock_counters_fn = dlsym(mock_lib, "mock_cuda_counters");
+    *(void **)&mock_fail_nth = dlsym(mock_lib, "mock_cuda_fail_nth");
+    *(void **)&mock_hold_streams = dlsym(mock_lib, "mock_cuda_hold_streams");
+    *(void **)&mock_set_memory = dlsym(mock_lib, "mock_cuda_set_memory");
+    if (!mock_counters_fn || !mock_fail_nth || !mock_hold_streams || !mock_set_memory) {
+        fprintf(stderr, "backend_cuda_mock_test: mock driver lacks its controls\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_no_driver_fails_cleanly, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_no_device, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_bad_device, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_pages_unmap_alone, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_bad_ranges_leave_state, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_driver_failure_midway, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_without_driver, use_mock, check_clean),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

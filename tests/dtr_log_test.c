@@ -1,0 +1,181 @@
+/* DTR log reader: structure, gzip, errors with line numbers, allocation events. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmocka.h>
+
+#include "status.h"
+#include "trace/dtr_log.h"
+#include "trace/trace.h"
+
+static const char small_log[] =
+    "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"pre\"}\n"
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"pre\",\"MEMORY\":\"8\"}\n"
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n"
+    "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"w\"}\n"
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"w\",\"MEMORY\":\"100\"}\n"
+    "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"split\",\"ARGS\":[\"w\"],\"RESULT\":[\"a\",\"v\"],"
+    "\"TIME\":\"10\"}\n"
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"a\",\"MEMORY\":\"64\"}\n"
+    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\",\"ALIAS\":\"-1\"}\n"
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"v\",\"MEMORY\":\"100\"}\n"
+    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"v\",\"ALIAS\":\"0\"}\n"
+    "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"add_\",\"ARGS\":[\"a\",\"w\"],\"MUTATE\":[0],"
+    "\"TIME\":7}\n"
+    "{\"INSTRUCTION\":\"COPY\",\"DST\":\"a2\",\"SRC\":\"a\"}\n"
+    "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"a\"}\n"
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"BACKWARD\"}\n"
+    "{\"INSTRUCTION\":\"COPY_FROM\",\"DST\":\"a2\",\"SRC\":\"v\"}\n"
+    "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"v\"}\n";
+
+static void parses_structure(void **state)
+{
+    (void)state;
+    dtr_log log;
+    assert_int_equal(dtr_log_parse_buffer("t.log", small_log, strlen(small_log), &log), COOP_OK);
+    assert_int_equal(log.num_instrs, 10);
+    assert_int_equal(log.start, 2); /* after the pre-START constant and START */
+    const dtr_instr *call = &log.instrs[3];
+    assert_int_equal(call->kind, DTR_CALL);
+    assert_int_equal(call->line, 6);
+    assert_int_equal(call->time_ns, 10);
+    assert_int_equal(call->num_results, 2);
+    assert_string_equal(log.op_names[call->op], "split");
+    assert_string_equal(log.names[log.args[call->first_arg]], "w");
+    const dtr_result *r = &log.results[call->first_result];
+    assert_string_equal(log.names[r[0].name], "a");
+    assert_int_equal(r[0].memory, 64);
+    assert_int_equal(r[0].alias, DTR_FRESH);
+    assert_int_equal(r[1].alias, 0);
+    const dtr_instr *mut = &log.instrs[4];
+    assert_int_equal(mut->kind, DTR_MUTATE);
+    assert_int_equal(mut->time_ns, 7); /* integer TIME accepted too */
+    assert_int_equal(mut->num_mutates, 1);
+    assert_int_equal(log.mutates[mut->first_mutate], 0);
+    assert_int_equal(log.instrs[5].kind, DTR_COPY);
+    assert_int_equal(log.instrs[8].kind, DTR_COPY_FROM);
+    assert_int_equal(log.instrs[7].annotation, DTR_ANNOT_BACKWARD);
+    dtr_log_free(&log);
+}
+
+/* Parses text expected to fail and checks the message names the line. */
+static void expect_error(const char *text, const char *want)
+{
+    dtr_log log;
+    coop_status st = dtr_log_parse_buffer("bad.log", text, strlen(text), &log);
+    assert_int_equal(st, COOP_ERR_INVALID);
+    if (!strstr(coop_last_error(), want))
+        fail_msg("message \"%s\" lacks \"%s\"", coop_last_error(), want);
+    assert_null(log.instrs);
+}
+
+static void errors_name_the_line(void **state)
+{
+    (void)state;
+    expect_error("{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n{oops\n",
+                 "bad.log:2: invalid JSON");
+    expect_error("{\"INSTRUCTION\":\"FROB\"}\n", "bad.log:1: unknown INSTRUCTION \"FROB\"");
+    expect_error("{\"NAME\":\"x\"}\n", "bad.log:1: missing field INSTRUCTION");
+    expect_error("[1,2]\n", "bad.log:1: line is not a JSON object");
+    expect_error("{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"4\"}\n",
+                 "bad.log:1: MEMORY line without a preceding CALL");
+    expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"-4\"}\n",
+                 "bad.log:2: field MEMORY is not a non-negative integer");
+    expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"1\"}\n",
+                 "bad.log:2: CALL before the MEMORY/ALIAS lines of the CONSTANT on line 1");
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"x\"],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"1\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":\"4\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":\"3\"}\n",
+                 "bad.log:3: ALIAS 3 of y is not -1 or an argument index");
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"1\"}\n",
+                 "bad.log:2: log ends before the MEMORY/ALIAS lines");
+    expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"f_\",\"ARGS\":[\"a\"],\"MUTATE\":[1],"
+                 "\"TIME\":\"1\"}\n",
+                 "bad.log:1: MUTATE index is not an argument index");
+}
+
+static char *write_gz(const char *text)
+{
+    char *path = strdup("/tmp/coop_dtr_test_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    gzFile gz = gzdopen(fd, "wb");
+    assert_non_null(gz);
+    assert_int_equal(gzwrite(gz, text, (unsigned)strlen(text)), (int)strlen(text));
+    gzclose(gz);
+    return path;
+}
+
+static void reads_gzip_files(void **state)
+{
+    (void)state;
+    char *path = write_gz(small_log);
+    dtr_log log;
+    assert_int_equal(dtr_log_read(path, &log), COOP_OK);
+    assert_int_equal(log.num_instrs, 10);
+    assert_string_equal(log.path, path);
+    dtr_log_free(&log);
+    unlink(path);
+    free(path);
+}
+
+static void read_errors_carry_the_path(void **state)
+{
+    (void)state;
+    char *path = write_gz("{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n\"x\n");
+    dtr_log log;
+    assert_int_equal(dtr_log_read(path, &log), COOP_ERR_INVALID);
+    char want[128];
+    snprintf(want, sizeof want, "%s:2: invalid JSON", path);
+    assert_non_null(strstr(coop_last_error(), want));
+    unlink(path);
+    free(path);
+    assert_int_equal(dtr_log_read("/nonexistent/x.log", &log), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "/nonexistent/x.log: cannot open"));
+}
+
+/* Allocation events: views and mutations allocate nothing; the storage of a
+ * and v (a view of w) is freed with its last name. */
+static void derives_allocation_events(void **state)
+{
+    (void)state;
+    char *path = write_gz(small_log);
+    trace t;
+    assert_int_equal(trace_read_dtr(path, &t), COOP_OK);
+    /* allocs: w (100), a (64, cost 10). a2 holds a after RELEASE a; COPY_FROM
+     * rebinds a2 to v (w's storage), which frees a's storage. */
+    assert_int_equal(t.num_ids, 2);
+    assert_int_equal(t.num_events, 3);
+    assert_int_equal(t.events[0].kind, TRACE_ALLOC);
+    assert_int_equal(t.events[0].size, 100);
+    assert_int_equal(t.events[1].kind, TRACE_ALLOC);
+    assert_int_equal(t.events[1].size, 64);
+    assert_int_equal(t.events[1].cost_ns, 10);
+    assert_int_equal(t.events[2].kind, TRACE_FREE);
+    assert_int_equal(t.events[2].id, 1);
+    trace_free(&t);
+    unlink(path);
+    free(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(parses_structure),          cmocka_unit_test(errors_name_the_line),
+        cmocka_unit_test(reads_gzip_files),          cmocka_unit_test(read_errors_carry_the_path),
+        cmocka_unit_test(derives_allocation_events),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,595 @@
+#!/usr/bin/env python3
+"""The PyTorch ABI of libcoop.so, loaded with ctypes the way PyTorch's
+CUDAPluggableAllocator loads it (dlopen the path, call the entry points
+through C function pointers), on the host backend, without a GPU.
+
+Run by tests/python_tests.sh with COOP_LIBRARY set to the build tree's
+libcoop.so. Seeded randomness: COOP_TEST_SEED (printed).
+"""
+
+import ctypes
+import io
+import os
+import pickle
+import random
+import subprocess
+import sys
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+# This process's configuration (once per process, as in PyTorch).
+CONF = "backend:host,capacity:1G,page:2M,check:true,history:100000"
+os.environ["COOP_ALLOC_CONF"] = CONF
+
+import coop.native as native  # noqa: E402
+import coop.torch as ctorch  # noqa: E402
+
+LIB_PATH = os.environ.get("COOP_LIBRARY")
+SEED = int(os.environ.get("COOP_TEST_SEED", random.randrange(1 << 30)))
+print(f"test_torch_abi: seed {SEED} (COOP_TEST_SEED to repeat)", flush=True)
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+try:
+    import torch  # noqa: F401
+    import torch.cuda._memory_viz as memory_viz
+
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+# The entry points as PyTorch sees them: C function pointers of these types.
+MallocFn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+FreeFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)
+InitFn = ctypes.CFUNCTYPE(None, ctypes.c_int)
+ResetFn = ctypes.CFUNCTYPE(None)
+FractionFn = ctypes.CFUNCTYPE(None, ctypes.c_double, ctypes.c_int)
+RecordStreamFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+_dl = ctypes.CDLL(LIB_PATH)
+
+
+def entry(name, ftype):
+    return ftype(ctypes.cast(getattr(_dl, name), ctypes.c_void_p).value)
+
+
+torch_malloc = entry("coop_torch_malloc", MallocFn)
+torch_free = entry("coop_torch_free", FreeFn)
+torch_reset = entry("coop_torch_empty_cache", ResetFn)
+torch_fraction = entry("coop_torch_memory_fraction", FractionFn)
+torch_record_stream = entry("coop_torch_record_stream", RecordStreamFn)
+
+
+def run_child(code, conf, extra_env=None):
+    """Runs code in a fresh interpreter with its own COOP_ALLOC_CONF."""
+    env = dict(os.environ)
+    env["COOP_ALLOC_CONF"] = conf
+    env.update(extra_env or {})
+    prelude = (
+        "import ctypes, sys\n"
+        f"sys.path.insert(0, {os.path.join(HERE, '..', '..', 'python')!r})\n"
+        "import coop.native as native, coop.torch as ctorch\n"
+        "lib = native.library()\n"
+    )
+    return subprocess.run([sys.executable, "-c", prelude + code], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def pool(device):
+    return native.library().coop_torch_pool(device)
+
+
+class Abi(unittest.TestCase):
+    """One process, CONF above; tests leave every device empty."""
+
+    def tearDown(self):
+        for d in range(4):
+            p = pool(d)
+            if p:
+                native.check(p)
+                self.assertEqual(native.stats(p).allocation.current, 0, f"device {d} leaked")
+
+    def test_symbols_exported_internals_hidden(self):
+        for name in ("coop_torch_malloc", "coop_torch_free", "coop_torch_init",
+                     "coop_torch_empty_cache", "coop_torch_memory_fraction",
+                     "coop_torch_record_stream", "coop_torch_snapshot_take",
+                     "coop_get_stats", "coop_walk"):
+            self.assertTrue(hasattr(_dl, name), name)
+        for hidden in ("coop_alloc_conf_parse", "torch_history_record", "coop_set_error"):
+            with self.assertRaises(AttributeError):
+                getattr(_dl, hidden)
+
+    def test_devices_streams_sizes(self):
+        rng = random.Random(SEED)
+        live = []
+        for i in range(400):
+            device = rng.randrange(4)
+            stream = rng.randrange(6)
+            size = rng.choice([1, 511, 512, 513, 4096, 1 << 20, rng.randrange(1, 8 * MIB)])
+            p = torch_malloc(size, device, stream)
+            self.assertIsNotNone(p, ctorch.last_error())
+            self.assertEqual(p % 512, 0)
+            live.append((p, size, device, stream))
+        by_device = {}
+        for p, size, device, _ in live:
+            by_device.setdefault(device, []).append((p, size))
+        for device, blocks in by_device.items():
+            blocks.sort()
+            for (a, sa), (b, _) in zip(blocks, blocks[1:]):
+                self.assertLessEqual(a + sa, b, f"overlap on device {device}")
+            stats = ctorch.memory_stats(device)
+            self.assertEqual(stats["allocation.all.current"], len(blocks))
+            self.assertEqual(stats["requested_bytes.all.current"], sum(s for _, s in blocks))
+            native.check(pool(device))
+        rng.shuffle(live)
+        for p, size, device, stream in live:
+            torch_free(p, size, device, stream)
+        for device in by_device:
+            self.assertEqual(ctorch.memory_stats(device)["allocated_bytes.all.current"], 0)
+
+    def test_size_zero(self):
+        before = ctorch.last_error()
+        self.assertIsNone(torch_malloc(0, 0, 0))
+        torch_free(None, 0, 0, 0)
+        self.assertEqual(ctorch.last_error(), before)
+
+    def test_bad_pointers_do_not_crash(self):
+        p = torch_malloc(4096, 1, 3)
+        self.assertIsNotNone(p)
+        torch_free(p + 512, 4096, 1, 3)
+        self.assertIn("inside", ctorch.last_error())
+        local = ctypes.create_string_buffer(64)
+        torch_free(ctypes.addressof(local), 64, 1, 0)
+        self.assertNotEqual(ctorch.last_error(), "")
+        torch_free(p, 4096, 1, 3)
+        torch_free(p, 4096, 1, 3)  # double free
+        self.assertIn("already", ctorch.last_error())
+        torch_free(0x1000, 16, 9, 0)  # device without a pool
+        self.assertIn("device 9", ctorch.last_error())
+        torch_free(0x1000, 16, -1, 0)
+        self.assertIn("device -1", ctorch.last_error())
+        self.assertIsNone(torch_malloc(16, 99, 0))
+        self.assertIn("device 99", ctorch.last_error())
+        torch_record_stream(ctypes.addressof(local), 5)
+        self.assertIn("record_stream", ctorch.last_error())
+        native.check(pool(1))
+
+    def test_record_stream_and_empty_cache(self):
+        p = torch_malloc(6 * MIB, 2, 1)
+        q = torch_malloc(1 * MIB, 2, 1)
+        torch_record_stream(p, 7)
+        torch_free(p, 6 * MIB, 2, 1)
+        native.check(pool(2))
+        before = ctorch.memory_stats(2)["reserved_bytes.all.current"]
+        torch_reset()
+        after = ctorch.memory_stats(2)["reserved_bytes.all.current"]
+        self.assertLess(after, before)
+        self.assertGreaterEqual(after, 1 * MIB)
+        torch_free(q, 1 * MIB, 2, 1)
+        torch_reset()
+        self.assertEqual(ctorch.memory_stats(2)["reserved_bytes.all.current"], 0)
+
+    def test_oom_and_memory_fraction(self):
+        self.assertIsNone(torch_malloc(2 * GIB, 3, 0))
+        msg = ctorch.last_error()
+        self.assertIn(str(2 * GIB), msg.replace(",", ""))
+        with self.assertRaises(ctorch.OutOfMemoryError) as cm:
+            ctorch.check_oom(3)
+        self.assertIn("device 3", str(cm.exception))
+        ctorch.check_oom(3)  # already reported: no second raise
+        self.assertEqual(ctorch.memory_stats(3)["num_ooms"], 1)
+
+        torch_fraction(0.25, 3)
+        self.assertEqual(ctorch.memory_stats(3)["coop.capacity"], GIB // 4)
+        self.assertIsNone(torch_malloc(300 * MIB, 3, 0))
+        p = torch_malloc(200 * MIB, 3, 0)
+        self.assertIsNotNone(p)
+        torch_fraction(1.5, 3)
+        self.assertIn("1.5", ctorch.last_error())
+        torch_fraction(float("nan"), 3)
+        torch_free(p, 200 * MIB, 3, 0)
+        torch_fraction(1.0, 3)
+        self.assertEqual(ctorch.memory_stats(3)["coop.capacity"], GIB)
+
+    def test_eight_threads(self):
+        errors = []
+        live_lock = threading.Lock()
+        live = {}  # (device, address) -> size
+
+        def worker(index):
+            rng = random.Random(SEED * 31 + index)
+            mine = []
+            try:
+                for _ in range(1500):
+                    if mine and rng.random() < 0.5:
+                        p, size, device, stream = mine.pop(rng.randrange(len(mine)))
+                        with live_lock:
+                            del live[(device, p)]
+                        torch_free(p, size, device, stream)
+                    else:
+                        device = rng.randrange(4)
+                        size = rng.randrange(1, 256 * 1024)
+                        stream = index  # each thread its own stream
+                        p = torch_malloc(size, device, stream)
+                        if p is None:
+                            errors.append(ctorch.last_error())
+                            return
+                        with live_lock:
+                            for (d, a), s in live.items():
+                                if d == device and a < p + size and p < a + s:
+                                    errors.append(f"overlap {a:#x}+{s} / {p:#x}+{size}")
+                            live[(device, p)] = size
+                        mine.append((p, size, device, stream))
+                for p, size, device, stream in mine:
+                    with live_lock:
+                        del live[(device, p)]
+                    torch_free(p, size, device, stream)
+            except Exception as e:  # reported below, not swallowed
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        for d in range(4):
+            native.check(pool(d))
+
+    def test_walk_binding_matches_stats(self):
+        p = torch_malloc(3 * MIB, 0, 0)
+        q = torch_malloc(5000, 0, 1)
+        walked = native.walk(pool(0))
+        blocks = [b for _, bs in walked for b in bs]
+        allocated = [b for b in blocks if b["state"] == native.BLOCK_ALLOCATED]
+        stats = native.stats(pool(0))
+        self.assertEqual(len(allocated), stats.allocation.current)
+        self.assertEqual(sum(b["size"] for b in allocated), stats.allocated_bytes.current)
+        self.assertIn(p, [b["address"] for b in allocated])
+        addresses = [b["address"] for b in blocks]
+        self.assertEqual(addresses, sorted(addresses))
+        torch_free(p, 3 * MIB, 0, 0)
+        torch_free(q, 5000, 0, 1)
+
+
+# Format facts of ../shared/workloads/README.md (torch.cuda.memory._snapshot()).
+SEGMENT_KEYS = {"address", "total_size", "allocated_size", "stream", "segment_type", "blocks"}
+BLOCK_KEYS = {"address", "size", "requested_size", "state"}
+TRACE_KEYS = {"action", "addr", "size", "stream", "time_us", "frames"}
+ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+           "segment_map", "segment_unmap", "oom", "snapshot"}
+PLAIN = (dict, list, tuple, str, int, float, bool, type(None))
+
+
+def assert_plain(test, obj, where="snapshot"):
+    test.assertIsInstance(obj, PLAIN, where)
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            test.assertIsInstance(k, str, where)
+            assert_plain(test, v, f"{where}[{k!r}]")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            assert_plain(test, v, f"{where}[{i}]")
+
+
+def training_like_sequence(rng, devices=(0, 1)):
+    """Parameters that live on, activations freed in reverse, gradients,
+    an optimizer state; a few steps. Leaves the parameters allocated."""
+    kept = []
+    for device in devices:
+        params = [(torch_malloc(s, device, 0), s, device, 0)
+                  for s in (rng.randrange(1, 4 * MIB) for _ in range(20))]
+        kept += params
+        for step in range(3):
+            acts = [(torch_malloc(s, device, 0), s, device, 0)
+                    for s in (rng.randrange(1, 2 * MIB) for _ in range(40))]
+            grads = [(torch_malloc(s, device, 1), s, device, 1) for _, s, _, _ in params[:10]]
+            for a in reversed(acts):
+                torch_free(*a)
+            for g in grads:
+                torch_free(*g)
+    return kept
+
+
+class Snapshot(unittest.TestCase):
+    def setUp(self):
+        rng = random.Random(SEED + 1)
+        ctorch.record_history(100000)
+        self.kept = training_like_sequence(rng)
+        torch_reset()
+        self.snap = ctorch.snapshot()
+
+    def tearDown(self):
+        for b in self.kept:
+            torch_free(*b)
+
+    def test_format_facts(self):
+        snap = self.snap
+        self.assertTrue({"segments", "device_traces", "allocator_settings"} <= set(snap))
+        assert_plain(self, snap)
+        self.assertGreater(len(snap["segments"]), 0)
+        for seg in snap["segments"]:
+            self.assertTrue(SEGMENT_KEYS <= set(seg), set(seg))
+            self.assertEqual(sum(b["size"] for b in seg["blocks"]), seg["total_size"])
+            self.assertEqual(seg["blocks"][0]["address"], seg["address"])
+            addr = seg["address"]
+            for b in seg["blocks"]:
+                self.assertTrue(BLOCK_KEYS <= set(b))
+                self.assertEqual(b["address"], addr, "blocks must tile the segment")
+                addr += b["size"]
+                self.assertIn(b["state"], ("active_allocated", "active_pending_free", "inactive"))
+                if b["state"] == "active_allocated":
+                    self.assertLessEqual(b["requested_size"], b["size"])
+            self.assertEqual(seg["allocated_size"],
+                             sum(b["size"] for b in seg["blocks"]
+                                 if b["state"] == "active_allocated"))
+        # every allocated block of coop's pools appears, and nothing else
+        for device in (0, 1):
+            stats = ctorch.memory_stats(device)
+            allocated = sum(b["size"] for s in snap["segments"] if s["device"] == device
+                            for b in s["blocks"] if b["state"] == "active_allocated")
+            self.assertEqual(allocated, stats["allocated_bytes.all.current"])
+            self.assertEqual(sum(s["total_size"] for s in snap["segments"]
+                                 if s["device"] == device),
+                             stats["reserved_bytes.all.current"])
+
+    def test_device_traces(self):
+        traces = self.snap["device_traces"]
+        self.assertGreaterEqual(len(traces), 2)
+        live = {}
+        for device, trace in enumerate(traces[:2]):
+            self.assertGreater(len(trace), 0)
+            times = [e["time_us"] for e in trace]
+            self.assertEqual(times, sorted(times))
+            for e in trace:
+                self.assertTrue(TRACE_KEYS <= set(e), set(e))
+                self.assertIn(e["action"], ACTIONS)
+                key = (device, e["addr"])
+                if e["action"] == "alloc":
+                    live[key] = e["size"]
+                elif e["action"] == "free_completed" and key in live:
+                    self.assertEqual(live.pop(key), e["size"], "free size = alloc size")
+        kept = {(d, p): s for p, s, d, _ in self.kept}
+        self.assertEqual({k: v for k, v in live.items() if k in kept}, kept)
+
+    def test_pickle_round_trip(self):
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"coop_snapshot_{os.getpid()}.pickle")
+        ctorch.dump_snapshot(path)
+        try:
+            with open(path, "rb") as f:
+                data = pickle.load(f)
+        finally:
+            os.unlink(path)
+        self.assertEqual(len(data["segments"]), len(self.snap["segments"]))
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_torch_memory_viz_reads_it(self):
+        segments = self.snap["segments"]
+        stats = memory_viz.stats(segments)  # asserts blocks add up to total_size
+        self.assertEqual(stats["segments"], len(segments))
+        self.assertEqual(stats["total_size"].value, sum(s["total_size"] for s in segments))
+        self.assertEqual(stats["active_allocated"].value,
+                         sum(ctorch.memory_stats(d)["allocated_bytes.all.current"]
+                             for d in (0, 1)))
+        # segments() and memory() produce flamegraph input; keep it (no download)
+        lines = memory_viz.segments(segments, format_flamegraph=lambda text: text)
+        self.assertEqual(len(lines.splitlines()), sum(len(s["blocks"]) for s in segments))
+        self.assertIn("active_allocated", lines)
+        mem = memory_viz.memory(segments, format_flamegraph=lambda text: text)
+        total = sum(int(line.rsplit(" ", 1)[1]) for line in mem.splitlines())
+        self.assertEqual(total, stats["total_size"].value)
+
+
+class Configuration(unittest.TestCase):
+    """Each case in its own process: the configuration is read once."""
+
+    def test_unknown_key_is_reported_once_and_malloc_returns_null(self):
+        r = run_child("for _ in range(3): assert lib.coop_torch_malloc(64, 0, None) is None\n"
+                      "print(ctorch.last_error())\n", "backend:host,colour:red")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("unknown key 'colour'", r.stdout)
+        self.assertEqual(r.stderr.count("unknown key 'colour'"), 1, r.stderr)
+
+    def test_bad_value_names_key_and_value(self):
+        r = run_child("assert lib.coop_torch_malloc(64, 0, None) is None\n"
+                      "print(ctorch.last_error())\n", "backend:host,capacity:12Q")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("'12Q'", r.stdout)
+        self.assertIn("'capacity'", r.stdout)
+
+    def test_python_helper_raises_on_bad_conf(self):
+        r = run_child("try:\n    ctorch._configure(lib, 'vmm:sometimes')\n"
+                      "except ctorch.CoopConfigError as e:\n    print('raised', e)\n",
+                      "backend:host")
+        self.assertIn("raised COOP_ALLOC_CONF: bad value 'sometimes' for key 'vmm'", r.stdout,
+                      r.stderr)
+
+    def test_no_cuda_driver_fails_cleanly(self):
+        r = run_child("assert lib.coop_torch_malloc(64, 0, None) is None\n"
+                      "print(ctorch.last_error())\n", "backend:cuda",
+                      {"COOP_CUDA_DRIVER": "/nonexistent/libcuda.so.1"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue("no CUDA driver" in r.stdout or "without CUDA" in r.stdout, r.stdout)
+
+    def test_init_limits_devices(self):
+        r = run_child("lib.coop_torch_init(2)\n"
+                      "assert lib.coop_torch_malloc(64, 1, None)\n"
+                      "assert lib.coop_torch_malloc(64, 2, None) is None\n"
+                      "print(ctorch.last_error())\n", "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("devices are 0..1", r.stdout)
+
+    def test_fraction_key_and_pending_hook(self):
+        r = run_child("lib.coop_torch_memory_fraction(0.5, 1)\n"
+                      "assert lib.coop_torch_malloc(64, 0, None)\n"
+                      "assert lib.coop_torch_malloc(64, 1, None)\n"
+                      "print(ctorch.memory_stats(0)['coop.capacity'],"
+                      " ctorch.memory_stats(1)['coop.capacity'])\n",
+                      "backend:host,fraction:0.25,page:2M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), [str(20 * GIB), str(40 * GIB)])
+
+    def test_configure_after_first_use_is_refused(self):
+        r = run_child("assert lib.coop_torch_malloc(64, 0, None)\n"
+                      "print(lib.coop_torch_configure(b'backend:host'))\n", "backend:host")
+        self.assertEqual(r.stdout.strip(), str(native.ERR_BUSY), r.stderr)
+
+
+class FakeTorch:
+    """Just enough of the torch package for install() without a GPU."""
+
+    def __init__(self, initialized=False, pluggable=True):
+        self.calls = []
+        self.__version__ = "fake"
+        outer = self
+
+        class Handle:
+            def __getattr__(self, name):
+                if name.startswith("set_"):
+                    return lambda address: outer.calls.append((name, address))
+                raise AttributeError(name)
+
+        class Pluggable:
+            def __init__(self, path, malloc, free):
+                outer.calls.append(("CUDAPluggableAllocator", path, malloc, free))
+
+            def allocator(self):
+                return Handle()
+
+        memory = type("memory", (), {})()
+        if pluggable:
+            memory.CUDAPluggableAllocator = Pluggable
+            memory.change_current_allocator = lambda a: outer.calls.append(("change",))
+        cuda = type("cuda", (), {})()
+        cuda.memory = memory
+        cuda.is_initialized = lambda: initialized
+        cuda.device_count = lambda: 2
+        self.cuda = cuda
+
+
+class Install(unittest.TestCase):
+    def test_refuses_when_cuda_initialized(self):
+        with self.assertRaises(RuntimeError) as cm:
+            ctorch.install(torch_module=FakeTorch(initialized=True))
+        self.assertIn("already initialized", str(cm.exception))
+
+    def test_refuses_without_pluggable_allocator(self):
+        with self.assertRaises(RuntimeError) as cm:
+            ctorch.install(torch_module=FakeTorch(pluggable=False))
+        self.assertIn("CUDAPluggableAllocator", str(cm.exception))
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_real_torch(self):
+        import torch as real
+
+        if hasattr(real.cuda, "memory") and hasattr(real.cuda.memory, "CUDAPluggableAllocator"):
+            self.skipTest("this torch has CUDAPluggableAllocator: covered on GPU machines")
+        with self.assertRaises(RuntimeError) as cm:
+            ctorch.install(torch_module=real)
+        self.assertIn("PyTorch >= 2.0", str(cm.exception))
+
+    def test_mem_pool_route(self):
+        fake = FakeTorch()
+        with self.assertRaises(RuntimeError) as cm:
+            ctorch.mem_pool(torch_module=fake)
+        self.assertIn("MemPool", str(cm.exception))
+        made = []
+        fake.cuda.MemPool = lambda handle: made.append(handle) or "pool"
+        self.assertEqual(ctorch.mem_pool(torch_module=fake), "pool")
+        self.assertEqual(len(made), 1)
+        self.assertIn(("CUDAPluggableAllocator", native.library_path(), "coop_torch_malloc",
+                       "coop_torch_free"), fake.calls)
+
+    def test_memory_stats_keys(self):
+        keys = ctorch.memory_stats(0).keys()
+        for stat in native.STAT_NAMES:
+            for pool_kind in ("all", "large_pool", "small_pool"):
+                for metric in ("current", "peak", "allocated", "freed"):
+                    self.assertIn(f"{stat}.{pool_kind}.{metric}", keys)
+        for key in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
+                    "max_split_size", "oversize_allocations.current"):
+            self.assertIn(key, keys)
+        self.assertEqual(ctorch.memory_stats(17)["allocation.all.current"], 0)
+
+    def test_install_wires_entry_points_and_hooks(self):
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "hooks = ctorch.install(torch_module=fake)\n"
+            "assert ctorch.install(torch_module=fake) == hooks\n"
+            "addr = lambda n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value\n"
+            "expected = {n: addr(n) for n in ('coop_torch_init', 'coop_torch_record_stream')}\n"
+            "import json\n"
+            "print(json.dumps([hooks, fake.calls, native.library_path(), expected]))\n" % HERE,
+            "backend:host")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        import json
+
+        hooks, calls, path, expected = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(hooks, ["set_init_fn", "set_reset_fn", "set_memory_fraction_fn",
+                                 "set_record_stream_fn"])
+        self.assertEqual(calls[0], ["CUDAPluggableAllocator", path, "coop_torch_malloc",
+                                    "coop_torch_free"])
+        self.assertEqual(calls[-1], ["change"])
+        addresses = {c[0]: c[1] for c in calls[1:-1]}
+        self.assertEqual(addresses["set_record_stream_fn"], expected["coop_torch_record_stream"])
+        self.assertEqual(addresses["set_init_fn"], expected["coop_torch_init"])
+
+
+class GpuScripts(unittest.TestCase):
+    """scripts/gpu/ exit with a clear message where there is no CUDA device."""
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_scripts_refuse_without_cuda(self):
+        import torch as real
+
+        if real.cuda.is_available():
+            self.skipTest("a CUDA device exists: the scripts would measure for real")
+        top = os.path.normpath(os.path.join(HERE, "..", ".."))
+        for script in ("train_compare.py", "replay_native_vs_coop.py"):
+            r = subprocess.run([sys.executable, os.path.join(top, "scripts", "gpu", script)],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 77, script + r.stderr)
+            self.assertIn("no CUDA device", r.stderr)
+
+
+class ReplayReader(unittest.TestCase):
+    """The replay script's trace readers run on CPU."""
+
+    def setUp(self):
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "gpu"))
+        import replay_native_vs_coop
+
+        self.replay = replay_native_vs_coop
+
+    def test_text_trace(self):
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"coop_replay_{os.getpid()}.trace")
+        with open(path, "w") as f:
+            f.write("# test\ncoop-trace 1\nL 7 4096 0\nA 1 512 0 t=5\nR 1\nF 1\n"
+                    "S 0x1000 2097152 0\nA 2 0x100 3\nF 7\n")
+        try:
+            events = self.replay.read_events(path)
+        finally:
+            os.unlink(path)
+        self.assertEqual(events, [("A", 7, 4096, 0), ("A", 1, 512, 0), ("F", 1, 0, 0),
+                                  ("A", 2, 256, 3), ("F", 7, 0, 0)])
+
+    def test_torch_snapshot(self):
+        folder = os.path.join(HERE, "..", "..", "..", "shared", "workloads", "torch-snapshots")
+        path = os.path.join(folder, "cs336-transformer-ctx128-forward.pickle.gz")
+        if not os.path.exists(path):
+            self.skipTest(f"{path} is absent")
+        events = self.replay.read_events(path)
+        allocs = [e for e in events if e[0] == "A"]
+        self.assertGreater(len(allocs), 100)
+        frees = {e[1] for e in events if e[0] == "F"}
+        self.assertTrue(frees <= {e[1] for e in allocs})
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

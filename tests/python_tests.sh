@@ -1,0 +1,36 @@
+#!/bin/sh
+# Runs the Python tests of the PyTorch integration against this build tree's
+# libcoop.so (make check runs tests from the top build directory; automake
+# exports srcdir). Picks an interpreter that has torch when there is one
+# (Debian's python3-torch lives in /usr/bin/python3's site packages).
+srcdir=${srcdir:-.}
+lib="$(pwd)/.libs/libcoop.so"
+if [ -n "${COOP_SANITIZED:-}" ]; then
+    echo "SKIP python_tests: sanitized build (python cannot load an ASan libcoop.so)"
+    exit 77
+fi
+if [ ! -f "$lib" ]; then
+    echo "SKIP python_tests: no shared library at $lib (built with --disable-shared?)"
+    exit 77
+fi
+py=""
+for cand in python3 /usr/bin/python3; do
+    command -v "$cand" >/dev/null 2>&1 || continue
+    [ -n "$py" ] || py=$cand
+    if "$cand" -c "import torch" >/dev/null 2>&1; then
+        py=$cand
+        break
+    fi
+done
+if [ -z "$py" ]; then
+    echo "SKIP python_tests: no python3"
+    exit 77
+fi
+# libcoop.so needs libjemalloc.so.2, whose initial-exec TLS (2.6 KB) does
+# not fit glibc's default static TLS surplus for libraries loaded with
+# dlopen: give the interpreter room, as docs/pytorch.md tells users to.
+GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.rtld.optional_static_tls=16384"
+export GLIBC_TUNABLES
+echo "python_tests: $("$py" --version 2>&1) ($py), $lib"
+COOP_LIBRARY="$lib" PYTHONPATH="$srcdir/python" PYTHONDONTWRITEBYTECODE=1 \
+    exec "$py" "$srcdir/tests/python/test_torch_abi.py"

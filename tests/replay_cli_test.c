@@ -1,0 +1,224 @@
+/* coop replay's command line: arguments, exit codes, JSON and timeline output. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "cli/commands.h"
+
+#define MiB (1ull << 20)
+
+static char dir[] = "/tmp/coop-replay-cli-XXXXXX";
+
+static char *path_in_dir(const char *name)
+{
+    static char buf[4][256];
+    static int next;
+    char *p = buf[next++ % 4];
+    snprintf(p, 256, "%s/%s", dir, name);
+    return p;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Runs cmd_replay with stdout sent to a file; returns the exit status. */
+static int run_replay(const char *out_path, int argc, char **argv)
+{
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO);
+    FILE *out = fopen(out_path, "w");
+    assert_non_null(out);
+    dup2(fileno(out), STDOUT_FILENO);
+    int rc = cmd_replay(argc, argv);
+    fflush(stdout);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    fclose(out);
+    return rc;
+}
+
+/* cmd_replay with the given arguments (NULL-terminated), stdout to out.txt. */
+static int run_args(const char *first, ...)
+{
+    char *argv[32] = {"replay"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && argc < 31; a = va_arg(ap, const char *))
+        argv[argc++] = (char *)a;
+    va_end(ap);
+    argv[argc] = NULL;
+    return run_replay(path_in_dir("out.txt"), argc, argv);
+}
+
+#define RUN(...) run_args(__VA_ARGS__, (const char *)NULL)
+
+static const char small_trace[] = "coop-trace 1\n"
+                                  "# one medium tensor, then a small one after it is gone\n"
+                                  "A 1 1572864 0\n"
+                                  "F 1\n"
+                                  "A 2 1000 0\n"
+                                  "F 2\n";
+
+static int setup(void **state)
+{
+    (void)state;
+    if (!mkdtemp(dir))
+        return -1;
+    write_file(path_in_dir("small.trace"), small_trace);
+    write_file(path_in_dir("bad.trace"), "coop-trace 1\nA 1 banana 0\n");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    const char *names[] = {"small.trace", "bad.trace", "out.txt", "timeline.txt"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        unlink(path_in_dir(names[i]));
+    rmdir(dir);
+    return 0;
+}
+
+static void help_exits_zero(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--help"), 0);
+}
+
+static void bad_arguments_exit_two(void **unused)
+{
+    (void)unused;
+    char *trace = path_in_dir("small.trace");
+    assert_int_equal(RUN("--bogus", trace), 2);
+    assert_int_equal(RUN("--policy", "nonsense", trace), 2);
+    assert_int_equal(RUN("--policy", ",", trace), 2);
+    assert_int_equal(RUN("--capacity", "lots", trace), 2);
+    assert_int_equal(RUN("--capacity", "0", trace), 2);
+    assert_int_equal(RUN("--capacity", "-5", trace), 2);
+    assert_int_equal(RUN("--page", "3000", trace), 2);
+    assert_int_equal(RUN("--capacity"), 2); /* missing value */
+}
+
+static void unreadable_traces_exit_two(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--policy", "ideal", path_in_dir("does-not-exist.trace")), 2);
+    assert_int_equal(RUN("--policy", "ideal", path_in_dir("bad.trace")), 2);
+}
+
+/* Reads the JSON lines of the last run into an array of objects. */
+static json_t *read_json_lines(void)
+{
+    FILE *f = fopen(path_in_dir("out.txt"), "r");
+    assert_non_null(f);
+    json_t *all = json_array();
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        json_error_t err;
+        json_t *o = json_loads(line, 0, &err);
+        if (!o)
+            fail_msg("output line is not JSON: %s (%s)", line, err.text);
+        json_array_append_new(all, o);
+    }
+    fclose(f);
+    return all;
+}
+
+static void json_rows_have_the_issue_keys(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--json", "--policy", "ideal,torch", path_in_dir("small.trace")), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 2);
+    static const char *const keys[] = {"trace",
+                                       "policy",
+                                       "events",
+                                       "peak_live_bytes",
+                                       "peak_reserved_bytes",
+                                       "reserved_over_live",
+                                       "min_capacity_bytes",
+                                       "map_bytes",
+                                       "frag_mean",
+                                       "frag_max",
+                                       "ns_per_op",
+                                       "gmlake_frag"};
+    for (size_t r = 0; r < 2; r++) {
+        json_t *o = json_array_get(rows, r);
+        assert_int_equal(json_object_size(o), sizeof keys / sizeof keys[0]);
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            if (!json_object_get(o, keys[k]))
+                fail_msg("row %zu lacks key %s", r, keys[k]);
+        assert_int_equal(json_integer_value(json_object_get(o, "peak_live_bytes")), 1572864);
+        assert_int_equal(json_integer_value(json_object_get(o, "events")), 4);
+    }
+    json_t *ideal = json_array_get(rows, 0), *torch = json_array_get(rows, 1);
+    assert_string_equal(json_string_value(json_object_get(ideal, "policy")), "ideal");
+    assert_int_equal(json_integer_value(json_object_get(ideal, "min_capacity_bytes")), 1572864);
+    /* torch: a 20 MiB segment for the 1.5 MiB tensor stays cached beside the
+     * small one's 2 MiB; at the minimum capacity it is released for the small
+     * segment instead: 22 MiB mapped either way */
+    assert_int_equal(json_integer_value(json_object_get(torch, "peak_reserved_bytes")), 22 * MiB);
+    json_int_t min = json_integer_value(json_object_get(torch, "min_capacity_bytes"));
+    assert_true(min >= (json_int_t)(20 * MiB) && min <= (json_int_t)(20 * MiB + 20 * MiB / 1000));
+    assert_int_equal(json_integer_value(json_object_get(torch, "map_bytes")), 22 * MiB);
+    json_decref(rows);
+}
+
+static void capacity_too_small_reports_oom(void **unused)
+{
+    (void)unused;
+    assert_int_equal(
+        RUN("--json", "--capacity", "10M", "--policy", "torch", path_in_dir("small.trace")), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    assert_true(json_is_null(json_object_get(json_array_get(rows, 0), "min_capacity_bytes")));
+    json_decref(rows);
+}
+
+static void timeline_is_written(void **unused)
+{
+    (void)unused;
+    char *timeline = path_in_dir("timeline.txt");
+    assert_int_equal(
+        RUN("--timeline", timeline, "--policy", "torch,ideal", path_in_dir("small.trace")), 0);
+    FILE *f = fopen(timeline, "r");
+    assert_non_null(f);
+    char line[256];
+    int policies = 0, blocks = 0;
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_string_equal(line, "coop-replay-timeline 1\n");
+    while (fgets(line, sizeof line, f)) {
+        policies += !strncmp(line, "policy ", 7);
+        blocks += line[0] == 'b';
+    }
+    fclose(f);
+    assert_int_equal(policies, 2);
+    assert_int_equal(blocks, 4); /* two blocks per policy */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(help_exits_zero),
+        cmocka_unit_test(bad_arguments_exit_two),
+        cmocka_unit_test(unreadable_traces_exit_two),
+        cmocka_unit_test(json_rows_have_the_issue_keys),
+        cmocka_unit_test(capacity_too_small_reports_oom),
+        cmocka_unit_test(timeline_is_written),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,440 @@
+/* Replay policies and engine on small hand-built traces with known answers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "replay/engine.h"
+#include "replay/policy.h"
+#include "replay/recorded.h"
+
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+/* ---- Building traces in memory ---- */
+
+typedef struct built {
+    trace t;
+    size_t cap;
+} built;
+
+static void add(built *b, trace_event_kind kind, uint32_t id, uint64_t size, uint64_t stream)
+{
+    if (b->t.num_events == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 16;
+        b->t.events = realloc(b->t.events, b->cap * sizeof *b->t.events);
+        assert_non_null(b->t.events);
+    }
+    b->t.events[b->t.num_events++] =
+        (trace_event){.kind = kind, .id = id, .size = size, .stream = stream, .time_us = -1};
+    if (kind <= TRACE_FREE && id + 1 > b->t.num_ids)
+        b->t.num_ids = id + 1;
+}
+
+static void alloc_ev(built *b, uint32_t id, uint64_t size)
+{
+    add(b, TRACE_ALLOC, id, size, 0);
+}
+
+static void free_ev(built *b, uint32_t id, uint64_t size)
+{
+    add(b, TRACE_FREE, id, size, 0);
+}
+
+static void built_free(built *b)
+{
+    free(b->t.events);
+    free(b->t.live_at_start);
+    free(b->t.final_segments);
+}
+
+/* Runs t under ops at capacity; asserts success, returns the run. */
+static replay_run run(const built *b, const replay_policy_ops *ops, uint64_t capacity)
+{
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b->t, &p), COOP_OK);
+    replay_run r;
+    assert_int_equal(replay_run_trace(&p, ops, capacity, 2 * MiB, NULL, &r), COOP_OK);
+    replay_prepared_free(&p);
+    return r;
+}
+
+/* ---- A policy driven directly ---- */
+
+typedef struct driven {
+    const replay_policy_ops *ops;
+    void *state;
+} driven;
+
+static driven start(const replay_policy_ops *ops, uint64_t capacity)
+{
+    driven d = {.ops = ops};
+    assert_int_equal(ops->create(capacity, 2 * MiB, &d.state), COOP_OK);
+    return d;
+}
+
+static uintptr_t must_malloc(driven *d, uint64_t size, uint64_t stream)
+{
+    uintptr_t addr = 0;
+    assert_int_equal(d->ops->malloc(d->state, size, stream, &addr), COOP_OK);
+    assert_true(addr != 0);
+    return addr;
+}
+
+static replay_policy_stats stats_of(driven *d)
+{
+    replay_policy_stats s;
+    d->ops->stats(d->state, &s);
+    return s;
+}
+
+/* ---- ideal ---- */
+
+static void ideal_peak_is_peak_of_live_bytes(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 100);
+    alloc_ev(&b, 1, 200);
+    free_ev(&b, 0, 100);
+    alloc_ev(&b, 2, 50);
+    alloc_ev(&b, 3, 40); /* live: 200 + 50 + 40 = 290 < 300 */
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    assert_int_equal(p.peak_live, 300);
+    assert_int_equal(p.num_ops, 5);
+    replay_prepared_free(&p);
+    replay_run r = run(&b, &replay_policy_ideal, GiB);
+    assert_false(r.oom);
+    assert_int_equal(r.peak_reserved, 300);
+    assert_int_equal(r.map_bytes, 300);
+    /* one byte less than the peak: OOM at the second allocation (event 1) */
+    r = run(&b, &replay_policy_ideal, 299);
+    assert_true(r.oom);
+    assert_int_equal(r.oom_event, 1);
+    built_free(&b);
+}
+
+/* free_requested keeps the bytes live: only free_completed releases them. */
+static void free_requested_does_not_release(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 1000);
+    add(&b, TRACE_FREE_REQUESTED, 0, 1000, 0);
+    alloc_ev(&b, 1, 1000);
+    free_ev(&b, 0, 1000);
+    free_ev(&b, 1, 1000);
+    replay_run r = run(&b, &replay_policy_ideal, GiB);
+    assert_int_equal(r.peak_reserved, 2000);
+    built_free(&b);
+}
+
+/* A free without an allocation (nothing known about the block) is skipped. */
+static void unknown_free_is_skipped(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 1, 500);
+    free_ev(&b, 0, 700); /* id 0 was never allocated */
+    free_ev(&b, 1, 500);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    assert_int_equal(p.peak_live, 500);
+    assert_int_equal(p.unknown_frees, 1);
+    assert_int_equal(p.num_ops, 2);
+    replay_prepared_free(&p);
+    replay_run r = run(&b, &replay_policy_ideal, GiB);
+    assert_false(r.oom);
+    assert_int_equal(r.peak_reserved, 500);
+    built_free(&b);
+}
+
+static void double_alloc_is_an_input_error(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 100);
+    alloc_ev(&b, 0, 100);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_ERR_INVALID);
+    built_free(&b);
+}
+
+/* ---- torch ---- */
+
+static void torch_medium_request_takes_one_20mib_segment(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, GiB);
+    uintptr_t a = must_malloc(&d, 3 * MiB / 2, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 20 * MiB);
+    assert_int_equal(s.active_bytes, 3 * MiB / 2);
+    assert_int_equal(s.free_bytes, 20 * MiB - 3 * MiB / 2);
+    /* a second one splits the same segment, right after the first */
+    uintptr_t b2 = must_malloc(&d, 3 * MiB / 2, 0);
+    assert_int_equal(b2, a + 3 * MiB / 2);
+    assert_int_equal(stats_of(&d).reserved_bytes, 20 * MiB);
+    d.ops->destroy(d.state);
+}
+
+static void torch_segment_sizes(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, GiB);
+    must_malloc(&d, 1000, 0); /* small: 2 MiB segment, 1024 bytes */
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 2 * MiB);
+    assert_int_equal(s.active_bytes, 1024);
+    must_malloc(&d, 11 * MiB + 1, 0); /* >= 10 MiB: rounded up to 2 MiB */
+    s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 2 * MiB + 12 * MiB);
+    must_malloc(&d, 1 * MiB, 0); /* exactly 1 MiB: small, fits the first small segment */
+    assert_int_equal(stats_of(&d).reserved_bytes, 14 * MiB);
+    must_malloc(&d, 1 * MiB, 0); /* 2 MiB - 1024 - 1 MiB left there: a new small segment */
+    assert_int_equal(stats_of(&d).reserved_bytes, 16 * MiB);
+    d.ops->destroy(d.state);
+}
+
+/* Best fit by size, then lowest address; large-pool remainders <= 1 MiB are not split. */
+static void torch_best_fit_order(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, GiB);
+    uintptr_t a = must_malloc(&d, 4 * MiB, 0);
+    uintptr_t b2 = must_malloc(&d, 2 * MiB, 0);
+    uintptr_t c = must_malloc(&d, 6 * MiB, 0);
+    uintptr_t e = must_malloc(&d, 2 * MiB, 0); /* leaves a 6 MiB tail */
+    assert_int_equal(b2, a + 4 * MiB);
+    assert_int_equal(c, b2 + 2 * MiB);
+    assert_int_equal(e, c + 6 * MiB);
+    assert_int_equal(d.ops->free(d.state, a, 4 * MiB), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, c, 6 * MiB), COOP_OK);
+    /* 3 MiB: the 4 MiB block fits best; its 1 MiB remainder is not split */
+    assert_int_equal(must_malloc(&d, 3 * MiB, 0), a);
+    assert_int_equal(stats_of(&d).active_bytes, 4 * MiB + 2 * MiB + 2 * MiB);
+    /* 5 MiB: two 6 MiB blocks (c and the tail); the lower address wins */
+    assert_int_equal(must_malloc(&d, 5 * MiB, 0), c);
+    assert_int_equal(stats_of(&d).reserved_bytes, 20 * MiB);
+    d.ops->destroy(d.state);
+}
+
+static void torch_blocks_are_per_stream(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, GiB);
+    uintptr_t a = must_malloc(&d, 3 * MiB, 1);
+    assert_int_equal(d.ops->free(d.state, a, 3 * MiB), COOP_OK);
+    uintptr_t b2 = must_malloc(&d, 3 * MiB, 2);
+    assert_true(b2 != a);
+    assert_int_equal(stats_of(&d).reserved_bytes, 40 * MiB);
+    assert_int_equal(must_malloc(&d, 3 * MiB, 1), a); /* stream 1 gets its block back */
+    d.ops->destroy(d.state);
+}
+
+static void torch_frees_cached_segments_and_retries(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, 40 * MiB);
+    uintptr_t a = must_malloc(&d, 3 * MiB / 2, 0);
+    assert_int_equal(d.ops->free(d.state, a, 3 * MiB / 2), COOP_OK);
+    must_malloc(&d, 30 * MiB, 0); /* 20 + 30 > 40: the cached 20 MiB goes */
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 30 * MiB);
+    assert_int_equal(s.map_bytes, 50 * MiB);
+    /* a split segment is not released: 30 + 20 > 40 with the 12 MiB one kept */
+    driven d2 = start(&replay_policy_torch, 40 * MiB);
+    must_malloc(&d2, 12 * MiB, 0);
+    uintptr_t x;
+    assert_int_equal(d2.ops->malloc(d2.state, 30 * MiB, 0, &x), COOP_ERR_NOMEM);
+    d.ops->destroy(d.state);
+    d2.ops->destroy(d2.state);
+}
+
+/* Freed neighbours merge, and the largest free block reflects it. */
+static void torch_merges_neighbours(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, GiB);
+    uintptr_t a = must_malloc(&d, 4 * MiB, 0);
+    uintptr_t b2 = must_malloc(&d, 4 * MiB, 0);
+    uintptr_t c = must_malloc(&d, 4 * MiB, 0);
+    assert_int_equal(stats_of(&d).largest_free, 8 * MiB);
+    assert_int_equal(d.ops->free(d.state, a, 4 * MiB), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, c, 4 * MiB), COOP_OK);
+    assert_int_equal(stats_of(&d).largest_free, 12 * MiB); /* c merged with the tail */
+    assert_int_equal(d.ops->free(d.state, b2, 4 * MiB), COOP_OK);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.largest_free, 20 * MiB);
+    assert_int_equal(s.free_bytes, 20 * MiB);
+    assert_int_equal(s.active_bytes, 0);
+    d.ops->destroy(d.state);
+}
+
+/* ---- coop ---- */
+
+static void coop_maps_whole_pages(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_coop, GiB);
+    uintptr_t a = must_malloc(&d, 3 * MiB / 2, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 2 * MiB);
+    assert_int_equal(s.map_bytes, 2 * MiB);
+    assert_int_equal(s.active_bytes, 3 * MiB / 2);
+    must_malloc(&d, 3 * MiB / 2, 0); /* straddles into a second page */
+    assert_int_equal(stats_of(&d).reserved_bytes, 4 * MiB);
+    assert_int_equal(d.ops->free(d.state, a, 3 * MiB / 2), COOP_OK);
+    assert_int_equal(stats_of(&d).active_bytes, 3 * MiB / 2);
+    d.ops->destroy(d.state);
+}
+
+static void coop_segments_count_segment_bytes_as_mapped(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_coop_segments, GiB);
+    must_malloc(&d, 3 * MiB / 2, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_true(s.reserved_bytes >= 3 * MiB / 2);
+    assert_int_equal(s.map_bytes, s.reserved_bytes);
+    d.ops->destroy(d.state);
+}
+
+/* ---- jemalloc ---- */
+
+static void jemalloc_places_in_its_range_within_capacity(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_jemalloc, 64 * MiB);
+    uintptr_t a = must_malloc(&d, 3 * MiB, 0);
+    uintptr_t b2 = must_malloc(&d, 100, 0);
+    assert_true(a != b2);
+    replay_policy_stats s = stats_of(&d);
+    assert_true(s.reserved_bytes >= 3 * MiB + 100);
+    assert_true(s.reserved_bytes <= 64 * MiB);
+    assert_true(s.active_bytes >= 3 * MiB + 100);
+    /* beyond the capacity: OOM, not a crash */
+    uintptr_t x;
+    assert_int_equal(d.ops->malloc(d.state, 100 * MiB, 0, &x), COOP_ERR_NOMEM);
+    assert_int_equal(d.ops->free(d.state, a, 3 * MiB), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, b2, 100), COOP_OK);
+    assert_int_equal(stats_of(&d).active_bytes, 0);
+    d.ops->destroy(d.state);
+}
+
+/* ---- minimum capacity ---- */
+
+static void bisection_finds_the_threshold(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 3 * MiB / 2);
+    free_ev(&b, 0, 3 * MiB / 2);
+    alloc_ev(&b, 1, 1000);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    uint64_t cap;
+    replay_run at;
+    /* ideal: exactly the peak of live bytes */
+    assert_int_equal(
+        replay_min_capacity(&p, &replay_policy_ideal, 2 * MiB, p.peak_live, GiB, &cap, &at),
+        COOP_OK);
+    assert_int_equal(cap, 3 * MiB / 2);
+    /* torch: the 20 MiB segment must fit, and the small request then needs a
+     * 2 MiB segment: 22 MiB, unless the cached 20 MiB is released first
+     * (it is: wholly free), so 20 MiB. Found to within 0.1%. */
+    assert_int_equal(
+        replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, p.peak_live, GiB, &cap, &at),
+        COOP_OK);
+    assert_true(cap >= 20 * MiB);
+    assert_true(cap <= 20 * MiB + 20 * MiB / 1000);
+    assert_false(at.oom);
+    assert_int_equal(at.map_bytes, 22 * MiB); /* 20 MiB, released, then 2 MiB */
+    /* coop: whole 2 MiB pages; the 1.5 MiB block's page is reused */
+    assert_int_equal(
+        replay_min_capacity(&p, &replay_policy_coop, 2 * MiB, p.peak_live, GiB, &cap, &at),
+        COOP_OK);
+    if (cap < 2 * MiB || cap > 2 * MiB + 2 * MiB / 1000)
+        fail_msg("coop min capacity %llu", (unsigned long long)cap);
+    assert_int_equal(at.map_bytes, 2 * MiB);
+    /* an upper bound that does not fit is an error */
+    assert_int_equal(replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, 1, 10 * MiB, &cap, &at),
+                     COOP_ERR_NOMEM);
+    replay_prepared_free(&p);
+    built_free(&b);
+}
+
+/* ---- recorded ---- */
+
+static void recorded_curve_rebuilt_backwards(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    /* 20 MiB existed before recording; a 2 MiB segment comes and goes, a
+     * 4 MiB one comes and stays */
+    add(&b, TRACE_SEGMENT_ALLOC, 0, 2 * MiB, 0);
+    alloc_ev(&b, 0, 1000);
+    free_ev(&b, 0, 1000);
+    add(&b, TRACE_SEGMENT_FREE, 0, 2 * MiB, 0);
+    add(&b, TRACE_SEGMENT_ALLOC, 0, 4 * MiB, 0);
+    b.t.final_segments = calloc(2, sizeof *b.t.final_segments);
+    b.t.final_segments[0].size = 20 * MiB;
+    b.t.final_segments[1].size = 4 * MiB;
+    b.t.num_final_segments = 2;
+    b.t.has_segment_events = 1;
+    replay_recorded rec;
+    uint64_t curve[5];
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, curve), COOP_OK);
+    assert_true(rec.available);
+    assert_int_equal(rec.initial_reserved, 20 * MiB);
+    assert_int_equal(rec.final_reserved, 24 * MiB);
+    assert_int_equal(rec.peak_reserved, 24 * MiB);
+    assert_int_equal(rec.map_bytes, 26 * MiB);
+    assert_int_equal(curve[0], 22 * MiB);
+    assert_int_equal(curve[3], 20 * MiB);
+    assert_int_equal(curve[4], 24 * MiB);
+    /* a free of more than existed is inconsistent */
+    b.t.final_segments[0].size = 0;
+    b.t.final_segments[1].size = 1 * MiB;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_ERR_INVALID);
+    built_free(&b);
+}
+
+static void recorded_absent_without_segments(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 1000);
+    replay_recorded rec;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_OK);
+    assert_false(rec.available);
+    built_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(ideal_peak_is_peak_of_live_bytes),
+        cmocka_unit_test(free_requested_does_not_release),
+        cmocka_unit_test(unknown_free_is_skipped),
+        cmocka_unit_test(double_alloc_is_an_input_error),
+        cmocka_unit_test(torch_medium_request_takes_one_20mib_segment),
+        cmocka_unit_test(torch_segment_sizes),
+        cmocka_unit_test(torch_best_fit_order),
+        cmocka_unit_test(torch_blocks_are_per_stream),
+        cmocka_unit_test(torch_frees_cached_segments_and_retries),
+        cmocka_unit_test(torch_merges_neighbours),
+        cmocka_unit_test(coop_maps_whole_pages),
+        cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),
+        cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),
+        cmocka_unit_test(bisection_finds_the_threshold),
+        cmocka_unit_test(recorded_curve_rebuilt_backwards),
+        cmocka_unit_test(recorded_absent_without_segments),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

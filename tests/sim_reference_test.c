@@ -1,0 +1,59 @@
+/*
+ * Smoke test against the DTR authors' simulator (simrd, unmodified; table in
+ * ../shared/workloads/README.md): resnet32 at ratio 0.9 in the ideal model,
+ * DTR-eq and DTR-full: overhead 1.013 (within 0.02), 6 evictions, peak
+ * 10.06 GB. Exits 77 (skip) when the shared workloads are absent.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "remat/sim.h"
+#include "status.h"
+
+#define LOG_NAME                                                                                   \
+    "/shared/workloads/dtr-logs/resnet32-56-9000000000.0-2020-10-1-13-3-30-default.log.gz"
+
+/* The shared folder sits beside the checkout (main) or beside the worktrees'
+ * parent (/work/wt/NAME). */
+static const char *const candidates[] = {COOP_TEST_SRCDIR "/.." LOG_NAME,
+                                         COOP_TEST_SRCDIR "/../.." LOG_NAME};
+
+int main(void)
+{
+    const char *path = NULL;
+    for (int i = 0; i < 2 && !path; i++) {
+        FILE *f = fopen(candidates[i], "rb");
+        if (f) {
+            fclose(f);
+            path = candidates[i];
+        }
+    }
+    if (!path) {
+        printf("SKIP: %s absent\n", candidates[0]);
+        return 77;
+    }
+    sim_program p;
+    if (sim_program_load(path, &p)) {
+        fprintf(stderr, "FAIL: %s\n", coop_last_error());
+        return 1;
+    }
+    int failed = 0;
+    uint64_t peak = sim_baseline_peak(&p, 1);
+    if (fabs((double)peak / 1e9 - 10.06) > 0.01) {
+        fprintf(stderr, "FAIL: peak %.4f GB, reference 10.06\n", (double)peak / 1e9);
+        failed = 1;
+    }
+    const sim_policy policies[] = {SIM_POLICY_DTR, SIM_POLICY_DTR_FULL};
+    for (int i = 0; i < 2; i++) {
+        sim_options opt = sim_options_default(policies[i], SIM_MEMORY_IDEAL);
+        sim_outcome o = sim_run(&p, peak, &opt, 0.9);
+        int ok = o.result == SIM_OK && fabs(o.overhead - 1.013) <= 0.02 && o.evictions == 6;
+        printf("%s %s: %s overhead %.4f evictions %llu (reference 1.013/6)\n", ok ? "PASS" : "FAIL",
+               sim_policy_name(policies[i]), sim_result_name(o.result), o.overhead,
+               (unsigned long long)o.evictions);
+        failed |= !ok;
+    }
+    sim_program_free(&p);
+    return failed;
+}

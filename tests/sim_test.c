@@ -1,0 +1,162 @@
+/*
+ * The simulator on tiny hand-built logs with results computed by hand.
+ *
+ *
+ * The chain log: w (constant, 100 B) -f-> a -g-> b -h-> c -k-> d, then
+ * m(a) -> e; every result 100 B; costs f 10, g 20, h 40, k 5, m 7 (base 82).
+ * Budgets below are ratios of 500 B (the unlimited peak is 600 B: a lives
+ * until the end). At ratio 0.8 (400 B), computing d must
+ * evict one of a, b (c is locked as k's input). Clock at that moment: 71;
+ * last accesses a 11, b 31.
+ *  - dtr family: a scores 10/(100*60) < b's 20/(100*40): evict a. m then
+ *    recomputes a (evicting b: 20+10/(100*45) vs d inf (just made) vs c
+ *    40/(100*5)), then evicts d (5/(100*10) < c 40/(100*15)) for e.
+ *    3 evictions, 1 recompute of 10 ns: overhead 92/82.
+ *  - size: all 100 B, ties go to the later in pool order: b, then c
+ *    (for e). 2 evictions, no recompute.
+ *  - lru: a (at k), then b (for a's recompute), then c (last access 71 < d's
+ *    76): 3 evictions, 1 recompute.
+ * At ratio 0.3 (150 B) w + a do not fit and nothing is evictable: oom.
+ * (The reference check on a shared log is tests/sim_reference_test.c.)
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "remat/sim.h"
+#include "status.h"
+
+#define CONST(n, m)                                                                                \
+    "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"" n "\"}\n"                                          \
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"" n "\",\"MEMORY\":\"" m "\"}\n"
+#define CALL1(op, arg, res, t)                                                                     \
+    "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"" op "\",\"ARGS\":[" arg "],\"RESULT\":[\"" res          \
+    "\"],\"TIME\":\"" t "\"}\n"                                                                    \
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"" res "\",\"MEMORY\":\"100\"}\n"                       \
+    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" res "\",\"ALIAS\":\"-1\"}\n"
+#define RELEASE(n) "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"" n "\"}\n"
+
+static const char chain_log[] =
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("w", "100")
+        CALL1("f", "\"w\"", "a", "10") CALL1("g", "\"a\"", "b", "20") CALL1("h", "\"b\"", "c", "40")
+            CALL1("k", "\"c\"", "d", "5") CALL1("m", "\"a\"", "e", "7") RELEASE("a") RELEASE("b")
+                RELEASE("c") RELEASE("d") RELEASE("e");
+
+static void load(const char *text, sim_program *p)
+{
+    dtr_log log;
+    assert_int_equal(dtr_log_parse_buffer("chain.log", text, strlen(text), &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, p), COOP_OK);
+    dtr_log_free(&log);
+}
+
+static sim_outcome run_chain(sim_policy policy, double ratio)
+{
+    sim_program p;
+    load(chain_log, &p);
+    assert_int_equal(p.base_compute, 82);
+    /* unlimited: w a b c d e all live when e is made */
+    assert_int_equal(sim_baseline_peak(&p, 1), 600);
+    sim_options opt = sim_options_default(policy, SIM_MEMORY_IDEAL);
+    sim_outcome o = sim_run(&p, 500, &opt, ratio); /* budgets relative to 500 B */
+    sim_program_free(&p);
+    return o;
+}
+
+static void dtr_family_evicts_the_cheap_stale_tensor(void **state)
+{
+    (void)state;
+    const sim_policy dtrs[] = {SIM_POLICY_DTR, SIM_POLICY_DTR_FULL, SIM_POLICY_DTR_LOCAL,
+                               SIM_POLICY_DTE};
+    for (size_t i = 0; i < sizeof dtrs / sizeof dtrs[0]; i++) {
+        sim_outcome o = run_chain(dtrs[i], 0.8);
+        assert_int_equal(o.result, SIM_OK);
+        assert_int_equal(o.budget, 400);
+        assert_int_equal(o.evictions, 3);
+        assert_int_equal(o.remat_ops, 1);
+        assert_true(fabs(o.overhead - 92.0 / 82.0) < 1e-12);
+    }
+}
+
+static void size_and_lru_choose_differently(void **state)
+{
+    (void)state;
+    sim_outcome o = run_chain(SIM_POLICY_SIZE, 0.8);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.evictions, 2);
+    assert_int_equal(o.remat_ops, 0);
+    assert_true(o.overhead == 1.0);
+    o = run_chain(SIM_POLICY_LRU, 0.8);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.evictions, 3);
+    assert_int_equal(o.remat_ops, 1);
+}
+
+static void too_small_is_oom_and_unlimited_needs_nothing(void **state)
+{
+    (void)state;
+    sim_outcome o = run_chain(SIM_POLICY_DTR, 0.3);
+    assert_int_equal(o.result, SIM_OOM);
+    o = run_chain(SIM_POLICY_DTR, 1.2); /* 600 B: the unlimited peak */
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.evictions, 0);
+    assert_true(o.overhead == 1.0);
+}
+
+static void thrash_when_recompute_exceeds_the_limit(void **state)
+{
+    (void)state;
+    sim_program p;
+    load(chain_log, &p);
+    sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_IDEAL);
+    opt.overhead_limit = 1.1; /* 10 ns recompute > 8.2 ns allowed */
+    sim_outcome o = sim_run(&p, sim_baseline_peak(&p, 1), &opt, 0.8);
+    assert_int_equal(o.result, SIM_THRASH);
+    sim_program_free(&p);
+}
+
+static void undefined_names_are_errors_with_lines(void **state)
+{
+    (void)state;
+    static const char text[] = "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CALL1(
+        "f", "\"nope\"", "a", "1");
+    dtr_log log;
+    sim_program p;
+    assert_int_equal(dtr_log_parse_buffer("u.log", text, strlen(text), &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "u.log:2: argument nope is not defined"));
+    dtr_log_free(&log);
+}
+
+static void min_budget_ratio_brackets_feasibility(void **state)
+{
+    (void)state;
+    sim_program p;
+    load(chain_log, &p);
+    uint64_t peak = sim_baseline_peak(&p, 1);
+    sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_IDEAL);
+    double r = sim_min_budget_ratio(&p, peak, &opt, 0.01);
+    assert_true(r > 0 && r <= 1.0);
+    assert_int_equal(sim_run(&p, peak, &opt, r).result, SIM_OK);
+    assert_int_not_equal(sim_run(&p, peak, &opt, r - 0.011).result, SIM_OK);
+    sim_program_free(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(dtr_family_evicts_the_cheap_stale_tensor),
+        cmocka_unit_test(size_and_lru_choose_differently),
+        cmocka_unit_test(too_small_is_oom_and_unlimited_needs_nothing),
+        cmocka_unit_test(thrash_when_recompute_exceeds_the_limit),
+        cmocka_unit_test(undefined_names_are_errors_with_lines),
+        cmocka_unit_test(min_budget_ratio_brackets_feasibility),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,232 @@
+/*
+ * The PyTorch ABI in C (also under the sanitizers, where the Python tests
+ * cannot load libcoop.so): configuration, pools per device, history ring
+ * wrap-around, snapshots, misuse, threads. The ABI's state is per process:
+ * the tests run in order on one configuration.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coop.h"
+
+#define MIB (1ull << 20)
+#define STREAM(n) ((void *)(uintptr_t)(n))
+
+static void test_configure_rejects_then_accepts(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,colour:red"), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "unknown key 'colour'"));
+    /* a bad configuration in force: allocations fail cleanly */
+    assert_null(coop_torch_malloc(64, 0, STREAM(0)));
+    char buf[256];
+    assert_true(coop_torch_last_error(buf, sizeof buf) > 0);
+    assert_non_null(strstr(buf, "colour"));
+    assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_ERR_INVALID);
+    assert_null(coop_torch_pool(0));
+    assert_int_equal(coop_torch_configure("backend:host,capacity:256M,history:8,check:true"),
+                     COOP_OK);
+    assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);
+    assert_non_null(strstr(buf, "backend:host"));
+    assert_non_null(strstr(buf, "history:8"));
+}
+
+static void test_pools_per_device(void **state)
+{
+    (void)state;
+    assert_null(coop_torch_malloc(0, 0, STREAM(0)));
+    void *a = coop_torch_malloc(1000, 0, STREAM(1));
+    void *b = coop_torch_malloc(1000, 3, STREAM(2));
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(coop_torch_pool(0));
+    assert_non_null(coop_torch_pool(3));
+    assert_null(coop_torch_pool(1));
+    assert_ptr_not_equal(coop_torch_pool(0), coop_torch_pool(3));
+    /* a pool exists: the configuration is fixed */
+    assert_int_equal(coop_torch_configure("backend:host"), COOP_ERR_BUSY);
+    /* freeing on the wrong device is refused, the block stays */
+    coop_torch_free(a, 1000, 3, STREAM(1));
+    coop_stats s;
+    coop_get_stats(coop_torch_pool(0), &s);
+    assert_int_equal(s.allocation.current, 1);
+    coop_torch_free(a, 1000, 0, STREAM(1));
+    coop_torch_free(b, 1000, 3, STREAM(2));
+    coop_get_stats(coop_torch_pool(0), &s);
+    assert_int_equal(s.allocation.current, 0);
+    assert_int_equal(coop_pool_check(coop_torch_pool(0)), COOP_OK);
+}
+
+static void test_history_ring_keeps_the_last_events(void **state)
+{
+    (void)state;
+    coop_torch_record_history(8); /* drops what was recorded */
+    void *p[6];
+    for (int i = 0; i < 6; i++)
+        p[i] = coop_torch_malloc(512u * (unsigned)(i + 1), 2, STREAM(i));
+    for (int i = 0; i < 6; i++)
+        coop_torch_free(p[i], 512u * (unsigned)(i + 1), 2, STREAM(i));
+    /* 6 allocs + 12 free events = 18: the ring holds the last 8 */
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(2, &snap), COOP_OK);
+    assert_int_equal(snap->num_events, 8);
+    /* the last 8: frees of p[2..5], requested then completed */
+    for (size_t i = 0; i < 8; i++) {
+        int k = 2 + (int)i / 2;
+        assert_int_equal(snap->events[i].action,
+                         i % 2 ? COOP_TORCH_FREE_COMPLETED : COOP_TORCH_FREE_REQUESTED);
+        assert_int_equal(snap->events[i].address, (uintptr_t)p[k]);
+        assert_int_equal(snap->events[i].size, 512u * (unsigned)(k + 1));
+        assert_int_equal(snap->events[i].stream, (uintptr_t)k);
+        assert_int_equal(snap->events[i].device, 2);
+        if (i)
+            assert_true(snap->events[i].time_us >= snap->events[i - 1].time_us);
+    }
+    coop_torch_snapshot_free(snap);
+    /* OOM is recorded too */
+    assert_null(coop_torch_malloc(1ull << 40, 2, STREAM(0)));
+    assert_int_equal(coop_torch_snapshot_take(2, &snap), COOP_OK);
+    assert_int_equal(snap->events[snap->num_events - 1].action, COOP_TORCH_OOM);
+    assert_int_equal(snap->events[snap->num_events - 1].size, 1ull << 40);
+    coop_torch_snapshot_free(snap);
+    coop_torch_record_history(0);
+    assert_int_equal(coop_torch_snapshot_take(2, &snap), COOP_OK);
+    assert_int_equal(snap->num_events, 0);
+    coop_torch_snapshot_free(snap);
+}
+
+static void test_snapshot_walks_blocks(void **state)
+{
+    (void)state;
+    void *a = coop_torch_malloc(3 * MIB, 1, STREAM(0));
+    void *b = coop_torch_malloc(5000, 1, STREAM(0));
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(1, &snap), COOP_OK);
+    assert_true(snap->vmm);
+    assert_true(snap->num_segments >= 1);
+    size_t blocks = 0, allocated = 0;
+    for (size_t i = 0; i < snap->num_segments; i++)
+        blocks += snap->segments[i].num_blocks;
+    assert_int_equal(blocks, snap->num_blocks);
+    for (size_t i = 0; i < snap->num_blocks; i++)
+        if (snap->blocks[i].state == COOP_BLOCK_ALLOCATED) {
+            allocated++;
+            assert_true(snap->blocks[i].address == (uintptr_t)a ||
+                        snap->blocks[i].address == (uintptr_t)b);
+        }
+    assert_int_equal(allocated, 2);
+    coop_torch_snapshot_free(snap);
+    assert_int_equal(coop_torch_snapshot_take(7, &snap), COOP_OK); /* no pool: empty */
+    assert_int_equal(snap->num_segments, 0);
+    coop_torch_snapshot_free(snap);
+    assert_int_equal(coop_torch_snapshot_take(-1, &snap), COOP_ERR_INVALID);
+    assert_null(snap);
+    coop_torch_free(a, 3 * MIB, 1, STREAM(0));
+    coop_torch_free(b, 5000, 1, STREAM(0));
+}
+
+static void test_hooks_and_misuse(void **state)
+{
+    (void)state;
+    void *a = coop_torch_malloc(4 * MIB, 0, STREAM(1));
+    coop_torch_record_stream(a, STREAM(9));
+    coop_torch_record_stream(NULL, STREAM(9));
+    int local;
+    coop_torch_record_stream(&local, STREAM(9));
+    char buf[256];
+    coop_torch_last_error(buf, sizeof buf);
+    assert_non_null(strstr(buf, "record_stream"));
+    coop_torch_free(a, 4 * MIB, 0, STREAM(1));
+    coop_torch_free(a, 4 * MIB, 0, STREAM(1)); /* double free: reported, no crash */
+    coop_torch_free((char *)a + 512, 1, 0, STREAM(1));
+    coop_torch_free(&local, 4, 0, STREAM(1));
+    coop_torch_free(&local, 4, 5, STREAM(1)); /* device without a pool */
+    coop_torch_free(&local, 4, 64, STREAM(1));
+    coop_torch_empty_cache();
+    coop_stats s;
+    coop_get_stats(coop_torch_pool(0), &s);
+    assert_int_equal(s.reserved_bytes.current, 0);
+
+    coop_torch_memory_fraction(0.5, 0);
+    coop_get_stats(coop_torch_pool(0), &s);
+    assert_int_equal(s.capacity, 128 * MIB);
+    assert_null(coop_torch_malloc(200 * MIB, 0, STREAM(0)));
+    coop_torch_memory_fraction(0.0, 0);
+    coop_torch_memory_fraction(2.0, 0);
+    coop_torch_memory_fraction(0.5, 99);
+    coop_torch_memory_fraction(1.0, 0);
+    coop_get_stats(coop_torch_pool(0), &s);
+    assert_int_equal(s.capacity, 256 * MIB);
+
+    coop_torch_init(2);
+    assert_null(coop_torch_malloc(64, 3, STREAM(0)));
+    coop_torch_last_error(buf, sizeof buf);
+    assert_non_null(strstr(buf, "devices are 0..1"));
+    assert_int_equal(coop_pool_check(coop_torch_pool(0)), COOP_OK);
+}
+
+static void *thread_body(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    void *live[32] = {0};
+    size_t sizes[32] = {0};
+    for (int i = 0; i < 3000; i++) {
+        unsigned slot = (unsigned)rand_r(&seed) % 32;
+        int device = (int)(slot % 2);
+        if (live[slot]) {
+            coop_torch_free(live[slot], sizes[slot], device, arg);
+            live[slot] = NULL;
+        } else {
+            sizes[slot] = 1 + (size_t)rand_r(&seed) % (64 * 1024);
+            live[slot] = coop_torch_malloc(sizes[slot], device, arg);
+            if (!live[slot])
+                return (void *)1;
+        }
+    }
+    for (unsigned slot = 0; slot < 32; slot++)
+        if (live[slot])
+            coop_torch_free(live[slot], sizes[slot], (int)(slot % 2), arg);
+    return NULL;
+}
+
+static void test_eight_threads(void **state)
+{
+    (void)state;
+    pthread_t t[8];
+    for (uintptr_t i = 0; i < 8; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, thread_body, (void *)(i + 1)), 0);
+    for (int i = 0; i < 8; i++) {
+        void *ret;
+        pthread_join(t[i], &ret);
+        assert_null(ret);
+    }
+    for (int d = 0; d < 2; d++) {
+        coop_stats s;
+        coop_get_stats(coop_torch_pool(d), &s);
+        assert_int_equal(s.allocation.current, 0);
+        assert_int_equal(coop_pool_check(coop_torch_pool(d)), COOP_OK);
+    }
+}
+
+int main(void)
+{
+    /* the suite's own configuration, whatever the environment says */
+    unsetenv("COOP_ALLOC_CONF");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_configure_rejects_then_accepts),
+        cmocka_unit_test(test_pools_per_device),
+        cmocka_unit_test(test_history_ring_keeps_the_last_events),
+        cmocka_unit_test(test_snapshot_walks_blocks),
+        cmocka_unit_test(test_hooks_and_misuse),
+        cmocka_unit_test(test_eight_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,179 @@
+/*
+ * Window search on hand-built arenas: a pool with one 64 KiB segment whose
+ * blocks are allocated in address order, given owners with known costs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "pool_internal.h"
+#include "remat/window.h"
+
+#define UNIT 4096u /* every test block is 4 KiB */
+
+typedef struct owner {
+    double cost; /* WINDOW_BLOCKED for pinned */
+} owner;
+
+static double owner_cost(void *o, const arena_block *b, void *ctx)
+{
+    (void)b;
+    (*(int *)ctx)++;
+    return ((owner *)o)->cost;
+}
+
+typedef struct fixture {
+    coop_pool *pool;
+    void *ptr[16];
+    owner owners[16];
+    int n;
+} fixture;
+
+/* Allocates one block per cost (in address order), units[i] UNITs each
+ * (NULL: one); cost < -1.5 makes the block free afterwards. */
+static void build_sized(fixture *f, const double *costs, const int *units, int n)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.use_vmm = false;
+    c.page_size = 4096;
+    c.capacity = 16 * UNIT;
+    c.segment_size = 16 * UNIT;
+    assert_int_equal(coop_pool_create(&c, &f->pool), COOP_OK);
+    f->n = n;
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        size_t u = units ? (size_t)units[i] : 1;
+        f->ptr[i] = coop_malloc(f->pool, u * UNIT, 0, COOP_ALLOC_LOW, NULL);
+        assert_non_null(f->ptr[i]);
+        if (i)
+            assert_int_equal((uintptr_t)f->ptr[i], (uintptr_t)f->ptr[0] + used * UNIT);
+        used += u;
+    }
+    /* the rest of the segment: one block that breaks windows (no owner) */
+    assert_non_null(coop_malloc(f->pool, (16 - used) * UNIT, 0, COOP_ALLOC_LOW, NULL));
+    for (int i = 0; i < n; i++) {
+        if (costs[i] < -1.5) {
+            assert_int_equal(coop_free(f->pool, f->ptr[i]), COOP_OK);
+            continue;
+        }
+        f->owners[i].cost = costs[i];
+        pool_lock(f->pool);
+        arena_lookup(pool_arena(f->pool), (uintptr_t)f->ptr[i])->owner = &f->owners[i];
+        pool_unlock(f->pool);
+    }
+}
+
+static void build(fixture *f, const double *costs, int n)
+{
+    build_sized(f, costs, NULL, n);
+}
+
+static int search(fixture *f, uint64_t size, window_objective obj, window *w, int *evals)
+{
+    window_scratch scratch = {0};
+    *evals = 0;
+    pool_lock(f->pool);
+    int r = window_search(pool_arena(f->pool), size, obj, owner_cost, evals, &scratch, w);
+    pool_unlock(f->pool);
+    window_scratch_free(&scratch);
+    return r;
+}
+
+#define FREE (-2.0)
+#define PINNED WINDOW_BLOCKED
+
+static void cheapest_window_is_chosen(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {5, 1, 1, 5, 0.5, 9};
+    build(&f, costs, 6);
+    window w;
+    int evals;
+    assert_int_equal(search(&f, 2 * UNIT, WINDOW_SUM, &w, &evals), 0);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[1]); /* blocks 1 and 2: cost 2 */
+    assert_int_equal(w.size, 2 * UNIT);
+    assert_true(w.cost == 2.0);
+    assert_int_equal(evals, 6); /* one pass: each block's cost evaluated once */
+    coop_pool_destroy(f.pool);
+}
+
+static void pinned_block_breaks_the_window(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    /* blocks 0 and 2 would be cheapest, but the pinned block 1 separates them */
+    const double costs[] = {1, PINNED, 1, 10, 8};
+    build(&f, costs, 5);
+    window w;
+    int evals;
+    assert_int_equal(search(&f, 2 * UNIT, WINDOW_SUM, &w, &evals), 0);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[2]);
+    assert_true(w.cost == 11.0);
+    /* a request no unbroken run covers */
+    const double blocked[] = {1, PINNED, 1, PINNED, 1};
+    fixture g = {0};
+    build(&g, blocked, 5);
+    assert_int_equal(search(&g, 2 * UNIT, WINDOW_SUM, &w, &evals), -1);
+    coop_pool_destroy(f.pool);
+    coop_pool_destroy(g.pool);
+}
+
+static void free_blocks_cost_nothing_and_the_window_covers(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    /* [3][free][3][1][1]: 3 + free covers 2 units for 3, as do [1][1] for 2 */
+    const double costs[] = {3, FREE, 3, 1, 1};
+    build(&f, costs, 5);
+    window w;
+    int evals;
+    assert_int_equal(search(&f, 2 * UNIT, WINDOW_SUM, &w, &evals), 0);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[3]);
+    assert_true(w.cost == 2.0);
+    /* 3 units: [3][free][3] costs 6, [free][3][1] costs 4, [3][1][1] costs 5 */
+    assert_int_equal(search(&f, 3 * UNIT, WINDOW_SUM, &w, &evals), 0);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[1]);
+    assert_true(w.size >= 3 * UNIT);
+    assert_true(w.cost == 4.0);
+    /* a request smaller than a block still takes whole blocks */
+    assert_int_equal(search(&f, 512, WINDOW_SUM, &w, &evals), 0);
+    assert_true(w.cost == 0.0); /* the free block itself */
+    coop_pool_destroy(f.pool);
+}
+
+/* [1 (1 unit)][1 (1 unit)][2.5 (3 units)], request 2 units: the sum
+ * prefers the two small blocks (2 < 2.5), cost per byte the large one
+ * (2.5 / 3 < 2 / 2). */
+static void per_byte_prefers_what_frees_more_per_cost(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {1, 1, 2.5};
+    const int units[] = {1, 1, 3};
+    build_sized(&f, costs, units, 3);
+    window w;
+    int evals;
+    assert_int_equal(search(&f, 2 * UNIT, WINDOW_SUM, &w, &evals), 0);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[0]);
+    assert_true(w.cost == 2.0);
+    assert_int_equal(search(&f, 2 * UNIT, WINDOW_PER_BYTE, &w, &evals), 0);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[2]);
+    assert_int_equal(w.size, 3 * UNIT);
+    coop_pool_destroy(f.pool);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(cheapest_window_is_chosen),
+        cmocka_unit_test(pinned_block_breaks_the_window),
+        cmocka_unit_test(free_blocks_cost_nothing_and_the_window_covers),
+        cmocka_unit_test(per_byte_prefers_what_frees_more_per_cost),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
