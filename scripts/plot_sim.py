@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Plot `coop sim --json` results: overhead vs budget ratio, one line per
 policy, one panel per log (and memory model). Runs that thrashed or ran out
 of memory are drawn as crosses at the top of the panel.
