@@ -40,6 +40,10 @@ def load(path):
 
 
 def short(log):
+    """resnet32-56-9000000000.0-...log.gz -> resnet32; lstm-train-step.ops.jsonl.gz ->
+    lstm-train-step (the project's op traces keep their full stem)."""
+    if ".ops." in log:
+        return log.split(".ops.")[0]
     return log.split("-")[0] if "-" in log else log.split(".")[0]
 
 
