@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Plot `coop sim --json` results: overhead vs budget ratio, one line per
 policy, one panel per log (and memory model). Runs that thrashed or ran out
 of memory are drawn as crosses at the top of the panel.
@@ -40,6 +40,10 @@ def load(path):
 
 
 def short(log):
+    """resnet32-56-9000000000.0-...log.gz -> resnet32; lstm-train-step.ops.jsonl.gz ->
+    lstm-train-step (the project's op traces keep their full stem)."""
+    if ".ops." in log:
+        return log.split(".ops.")[0]
     return log.split("-")[0] if "-" in log else log.split(".")[0]
 
 

@@ -43,3 +43,5 @@ tests_remat_test_CFLAGS = $(TESTCFLAGS)
 tests_remat_test_LDADD = $(TESTLIBS)
 tests_remat_test_LDFLAGS = $(TESTLDFLAGS)
 endif
+TESTS += tests/sim_plot_test.py
+EXTRA_DIST += tests/sim_plot_test.py
