@@ -246,6 +246,120 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds);
 
 /* ---- section: rematerialization (remat.c) ---- */
 
+/*
+ * Tensors that the pool may evict and the owner can recompute. A context
+ * (coop_remat) manages the tensors of one pool under its capacity: when an
+ * allocation does not fit, it evicts resident, unpinned, evictable tensors
+ * chosen by its policy (by default Coop's sliding window over the pool's
+ * address-ordered blocks: the cheapest contiguous run of free and evictable
+ * blocks covering the request, and the new tensor is placed inside it), and
+ * tells the owner through on_evict. Accessing an evicted tensor recomputes
+ * it: inputs first (recursively), each pinned while in use, then the
+ * recompute callback writes the result into the tensor's new buffer.
+ *
+ * Costs are nanoseconds; staleness runs on a logical clock advanced by the
+ * cost of every op executed (created, mutated or recomputed), so decisions
+ * are deterministic. A context is not thread-safe: use it from one thread
+ * (the pool itself stays thread-safe for other users, whose blocks simply
+ * break eviction windows). Tensors stay valid until the context is destroyed:
+ * a released tensor is freed from memory at once but its record stays, as
+ * other tensors may need it to be recomputed (DTR's eager eviction without
+ * banishing).
+ */
+typedef struct coop_remat coop_remat;
+typedef struct coop_tensor coop_tensor;
+
+typedef enum coop_remat_policy {
+    COOP_REMAT_COOP = 0,  /* sliding window, cost c_eq / staleness per window byte */
+    COOP_REMAT_DTR,       /* argmin of c_eq / (bytes * staleness), one at a time */
+    COOP_REMAT_DTR_LOCAL, /* argmin of c / (bytes * staleness) */
+    COOP_REMAT_DTE,       /* as DTR-local, bytes including adjacent free blocks */
+    COOP_REMAT_LRU,       /* least recently accessed first */
+    COOP_REMAT_SIZE       /* largest first */
+} coop_remat_policy;
+
+enum {
+    COOP_TENSOR_EVICTABLE = 1u << 0, /* may be evicted (else resident until released) */
+    COOP_TENSOR_CHEAP = 1u << 1      /* force cheap placement (high end of free blocks) */
+};
+
+/* The owner learns that t's buffer is gone (its pointer must not be used). */
+typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
+/* Recomputes t: runs producer reading inputs[i] (resident, pinned) and
+ * writing out (t's new buffer of coop_tensor_size(t) bytes). */
+typedef coop_status (*coop_recompute_fn)(coop_tensor *t, void *producer, void *const *inputs,
+                                         size_t num_inputs, void *out, void *user);
+
+typedef struct coop_remat_config {
+    coop_remat_policy policy;
+    /* cheap tensor partitioning: tensors whose cost per byte is below this
+     * (ns/byte) are placed at the high end of free blocks, the others at the
+     * low end; < 0 turns it off. 0 selects the default (1e-2, measured on
+     * the DTR logs: docs/remat.md). */
+    double cheap_threshold;
+    /* in-place ops: false = recomputable in-place (the buffer and address
+     * stay, the old value becomes an evicted tensor); true = DTR's
+     * copy-on-write (the new value gets a new buffer). */
+    bool copy_on_write;
+    coop_evict_fn on_evict;      /* may be NULL */
+    coop_recompute_fn recompute; /* required */
+    void *user;                  /* passed to both callbacks */
+} coop_remat_config;
+
+typedef struct coop_remat_stats {
+    uint64_t evictions;     /* tensors evicted to make room */
+    uint64_t searches;      /* allocations that had to evict */
+    uint64_t recomputes;    /* recompute callbacks run */
+    uint64_t recompute_ns;  /* their summed cost */
+    uint64_t clock;         /* logical clock (ns of ops executed) */
+    uint64_t resident_bytes;
+} coop_remat_stats;
+
+/* Creates a context over pool (which must outlive it). */
+coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out);
+/* Frees every tensor's buffer and record. */
+void coop_remat_destroy(coop_remat *r);
+void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out);
+
+/* A new resident tensor of size bytes produced by an op of cost_ns from
+ * inputs (which must be resident: access or pin them first), evicting
+ * others if needed. producer is what the recompute callback receives.
+ * flags: COOP_TENSOR_*. COOP_ERR_NOMEM when nothing evictable makes room. */
+coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, void *producer,
+                               coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
+                               coop_tensor **out);
+
+/* A view of base: shares its storage (evicted and recomputed with it). */
+coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out);
+
+/* Makes t resident (recomputing as needed), marks it accessed, and returns
+ * its buffer (views: the base's buffer). */
+coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr);
+
+/* Access plus protection from eviction until the matching unpin. */
+coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr);
+coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t);
+
+/* Records an in-place op on t (cost_ns, producer, extra inputs besides t).
+ * Recomputable in-place: t keeps its buffer and address; its old value
+ * becomes an evicted tensor that inherits t's previous producer, and t's
+ * producer becomes this op applied to that value (inputs[0] of the
+ * recompute callback), so t stays evictable. Copy-on-write: t moves to a
+ * new buffer; *old_value (if non-NULL) receives the buffer holding the old
+ * value, which the caller reads while computing the new one. Ops that had
+ * read t before now read the old value when recomputed. */
+coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
+                               coop_tensor *const *inputs, size_t num_inputs, void **old_value);
+
+/* The owner drops t: its memory is freed once no view or pin holds it; the
+ * record stays for recomputing others. */
+coop_status coop_tensor_release(coop_remat *r, coop_tensor *t);
+
+size_t coop_tensor_size(const coop_tensor *t);
+bool coop_tensor_resident(const coop_tensor *t);
+/* The buffer if resident, else NULL (no recomputation). */
+void *coop_tensor_data(const coop_tensor *t);
+
 /* ---- end section: rematerialization ---- */
 
 /* ---- section: PyTorch integration (torch_abi.c) ---- */

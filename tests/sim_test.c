@@ -148,6 +148,54 @@ static void min_budget_ratio_brackets_feasibility(void **state)
     sim_program_free(&p);
 }
 
+/* The chain with 4 KiB tensors in the arena model: equal block sizes leave
+ * no room for fragmentation, so argmin policies decide exactly as in the
+ * ideal model (3 evictions, one recompute of a for dtr; 2 and none for
+ * size), and coop's window (one block each time) finds the same room. */
+static void arena_model_with_equal_blocks_matches_ideal(void **state)
+{
+    (void)state;
+    char text[sizeof chain_log + 64];
+    /* every "100" MEMORY becomes "4096": rebuild the log */
+    const char *src = chain_log;
+    char *dst = text;
+    while (*src) {
+        if (!strncmp(src, "\"MEMORY\":\"100\"", 14)) {
+            memcpy(dst, "\"MEMORY\":\"4096\"", 15);
+            dst += 15;
+            src += 14;
+        } else {
+            *dst++ = *src++;
+        }
+    }
+    *dst = 0;
+    sim_program p;
+    load(text, &p);
+    const sim_policy pols[] = {SIM_POLICY_DTR, SIM_POLICY_SIZE, SIM_POLICY_COOP};
+    for (int i = 0; i < 3; i++) {
+        sim_options opt = sim_options_default(pols[i], SIM_MEMORY_ARENA);
+        opt.inplace = 0;
+        opt.cheap_threshold = -1;
+        sim_outcome o = sim_run(&p, 5 * 4096, &opt, 0.8); /* 4 blocks */
+        assert_int_equal(o.result, SIM_OK);
+        assert_int_equal(o.budget, 4 * 4096);
+        assert_int_equal(o.frag_failures, 0);
+        if (pols[i] == SIM_POLICY_SIZE) {
+            assert_int_equal(o.evictions, 2);
+            assert_int_equal(o.remat_ops, 0);
+        } else {
+            assert_int_equal(o.evictions, 3);
+            assert_int_equal(o.remat_ops, 1);
+        }
+    }
+    /* 3 blocks: w, then f..k need their input and output: still feasible */
+    sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+    assert_int_equal(sim_run(&p, 4 * 4096, &opt, 0.75).result, SIM_OK);
+    /* 2 blocks: w and one more cannot hold an op's input and output */
+    assert_int_equal(sim_run(&p, 4 * 4096, &opt, 0.5).result, SIM_OOM);
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -157,6 +205,7 @@ int main(void)
         cmocka_unit_test(thrash_when_recompute_exceeds_the_limit),
         cmocka_unit_test(undefined_names_are_errors_with_lines),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
+        cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

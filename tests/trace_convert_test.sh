@@ -65,4 +65,8 @@ expect_exit 2 $coop convert "$tmp/none" "$tmp/x"
 grep -q "none: cannot open" "$tmp/err" || fail "message: $(cat "$tmp/err")"
 expect_exit 1 $coop convert "$data/example.trace" "$tmp/no/such/dir/x.trace"
 grep -q "cannot write" "$tmp/err" || fail "message: $(cat "$tmp/err")"
+if [ -w /dev/full ]; then
+    expect_exit 1 $coop convert "$data/example.trace" /dev/full
+    grep -q "/dev/full: write failed" "$tmp/err" || fail "message: $(cat "$tmp/err")"
+fi
 exit 0

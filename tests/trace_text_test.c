@@ -280,6 +280,16 @@ static void test_round_trip(void **state)
         fixture_assert_same_trace(&a, &b);
         trace_free(&b);
     }
+    /* negative times survive; a name cannot inject lines */
+    a.events[1].time_us = -5;
+    free(a.name);
+    a.name = strdup("evil\nA 99 1 0\n");
+    fixture_path(path, sizeof path, "rt2.trace");
+    assert_int_equal(trace_write_text(&a, path), COOP_OK);
+    assert_int_equal(trace_read_text(path, &b), COOP_OK);
+    assert_int_equal(b.events[1].time_us, -5);
+    fixture_assert_same_trace(&a, &b);
+    trace_free(&b);
     /* compression by flag, whatever the name */
     fixture_path(path, sizeof path, "rt.tmp");
     assert_int_equal(trace_write_text_to(&a, path, true), COOP_OK);

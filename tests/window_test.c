@@ -77,7 +77,7 @@ static int search(fixture *f, uint64_t size, window_objective obj, window *w, in
     window_scratch scratch = {0};
     *evals = 0;
     pool_lock(f->pool);
-    int r = window_search(pool_arena(f->pool), size, obj, owner_cost, evals, &scratch, w);
+    int r = window_search(pool_arena(f->pool), size, obj, owner_cost, NULL, evals, &scratch, w);
     pool_unlock(f->pool);
     window_scratch_free(&scratch);
     return r;
@@ -167,6 +167,46 @@ static void per_byte_prefers_what_frees_more_per_cost(void **state)
     coop_pool_destroy(f.pool);
 }
 
+/* A lower bound (here: half the cost) prunes exact evaluations without
+ * changing the answer. */
+static int bound_calls;
+static double half_cost(void *o, const arena_block *b, void *ctx)
+{
+    (void)b;
+    (void)ctx;
+    bound_calls++;
+    double c = ((owner *)o)->cost;
+    return c < 0 ? c : c / 2;
+}
+
+static void bounds_prune_without_changing_the_window(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {1, 1, 50, 60, 70, 80, 90, 100};
+    build(&f, costs, 8);
+    for (int obj = WINDOW_SUM; obj <= WINDOW_PER_BYTE; obj++) {
+        window w, wb;
+        int evals, evals_b = 0;
+        assert_int_equal(search(&f, 2 * UNIT, (window_objective)obj, &w, &evals), 0);
+        window_scratch scratch = {0};
+        bound_calls = 0;
+        pool_lock(f.pool);
+        assert_int_equal(window_search(pool_arena(f.pool), 2 * UNIT, (window_objective)obj,
+                                       owner_cost, half_cost, &evals_b, &scratch, &wb),
+                         0);
+        pool_unlock(f.pool);
+        window_scratch_free(&scratch);
+        assert_int_equal(wb.addr, w.addr);
+        assert_true(wb.cost == w.cost);
+        assert_int_equal(bound_calls, 8);
+        assert_int_equal(evals, 8);
+        assert_true(evals_b < evals); /* later windows' bounds (>= 55) lose to 2 */
+        assert_int_equal(evals_b, 2);
+    }
+    coop_pool_destroy(f.pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -174,6 +214,7 @@ int main(void)
         cmocka_unit_test(pinned_block_breaks_the_window),
         cmocka_unit_test(free_blocks_cost_nothing_and_the_window_covers),
         cmocka_unit_test(per_byte_prefers_what_frees_more_per_cost),
+        cmocka_unit_test(bounds_prune_without_changing_the_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -182,8 +182,9 @@ _SIGNATURES = {
 
 TLS_HINT = (
     "libcoop.so uses libjemalloc.so.2, whose initial-exec thread-local storage does not "
-    "fit in a process that is already running; start Python with "
-    "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 (or LD_PRELOAD=libjemalloc.so.2)")
+    "fit in a process that is already running; run the program with "
+    "'python -m coop.run program.py ...' or start Python with "
+    "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384")
 
 _lock = threading.Lock()
 _lib = None

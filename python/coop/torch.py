@@ -21,6 +21,7 @@ __all__ = [
     "OutOfMemoryError",
     "install",
     "installed",
+    "patch_torch",
     "mem_pool",
     "memory_stats",
     "snapshot",
@@ -82,7 +83,60 @@ def _fn_address(lib, name):
     return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
 
 
-def install(conf=None, *, torch_module=None):
+def _current_device(torch):
+    try:
+        return torch.cuda.current_device()
+    except Exception:  # CPU-only torch, or no device yet
+        return 0
+
+
+def _record_history_compat(*args, **kwargs):
+    """torch.cuda.memory._record_memory_history for coop: on unless the
+    first argument (enabled) is None or False; max_entries (2.1+) or
+    trace_alloc_max_entries (2.0) sets the ring's size."""
+    enabled = args[0] if args else kwargs.get("enabled", "all")
+    if enabled is None or enabled is False:
+        record_history(0)
+        return
+    entries = kwargs.get("max_entries") or kwargs.get("trace_alloc_max_entries") or 100000
+    record_history(max(int(entries), 1))
+
+
+def patch_torch(torch):
+    """Points torch.cuda's memory statistics and snapshot functions at coop,
+    so code that calls torch.cuda.memory_allocated(), memory_stats(),
+    max_memory_reserved(), reset_peak_memory_stats(), memory_snapshot(),
+    torch.cuda.memory._snapshot() / _dump_snapshot() or
+    _record_memory_history() keeps working (the pluggable route raises for
+    them). Returns the names replaced."""
+    memory = torch.cuda.memory
+
+    def stats(device=None):
+        return memory_stats(_current_device(torch) if device is None else device)
+
+    def reset_peak(device=None):
+        pool = _pool(_device_index(_current_device(torch) if device is None else device))
+        if pool:
+            native.library().coop_reset_peak_stats(pool)
+
+    replacements = {
+        "memory_stats": stats,
+        "reset_peak_memory_stats": reset_peak,
+        "memory_snapshot": lambda: snapshot()["segments"],
+        "_snapshot": lambda device=None: snapshot(),
+        "_record_memory_history": _record_history_compat,
+    }
+    done = []
+    for name, fn in replacements.items():
+        for module in (memory, torch.cuda):
+            if hasattr(module, name):
+                setattr(module, name, fn)
+                if name not in done:
+                    done.append(name)
+    return done
+
+
+def install(conf=None, *, torch_module=None, patch=True):
     """Makes coop PyTorch's CUDA allocator (CUDAPluggableAllocator route).
 
     Must run before CUDA is initialized in this process (before the first
@@ -90,7 +144,9 @@ def install(conf=None, *, torch_module=None):
     cannot swap an allocator that has been used. Raises CoopConfigError for
     a bad configuration, RuntimeError if CUDA is already initialized or this
     torch lacks CUDAPluggableAllocator. Returns the names of the hooks set.
-    torch_module is for tests (a stand-in for the torch package).
+    With patch (default), torch.cuda's memory statistics and snapshot
+    functions report coop's pools (see patch_torch). torch_module is for
+    tests (a stand-in for the torch package).
     """
     global _installed
     if torch_module is None:
@@ -124,6 +180,8 @@ def install(conf=None, *, torch_module=None):
         # PyTorch called its init before the hook could be set: tell coop the
         # device count now (a count query creates no CUDA context).
         lib.coop_torch_init(int(torch.cuda.device_count()))
+        if patch:
+            patch_torch(torch)
         _installed = {"route": "allocator", "hooks": hooks, "allocator": allocator}
         return list(hooks)
 

@@ -1,12 +1,348 @@
-/* coop replay: placeholder until its owner lands it (returns a usage error). */
+/*
+ * coop replay: runs allocation traces through coop and its peers side by side
+ * and reports peaks, minimum capacity, bytes mapped, fragmentation and speed.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <glob.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "replay/measure.h"
+#include "replay/policy.h"
+#include "replay/report.h"
+#include "replay/timeline.h"
+#include "trace/trace.h"
+
+#ifndef COOP_SRCDIR
+#define COOP_SRCDIR "."
+#endif
+
+#define DEFAULT_CAPACITY (80ull << 30) /* an 80 GiB device */
+#define DEFAULT_PAGE (2ull << 20)      /* NVIDIA's physical page granularity */
+#define MAX_CHOICES 16
+
+static void usage(FILE *out)
+{
+    size_t n;
+    const replay_policy_ops *const *all = replay_policy_all(&n);
+    fprintf(out,
+            "usage: coop replay [--policy LIST] [--json] [--timeline FILE] "
+            "[--capacity BYTES]\n"
+            "                   [--page BYTES] [TRACE ...]\n"
+            "\n"
+            "Replays allocation traces (PyTorch snapshot pickles, coop text "
+            "traces, minimalloc\n"
+            "CSV, DTR op logs; .gz read transparently) through several "
+            "allocators on a\n"
+            "simulated device and compares them. Without TRACE, replays the "
+            "bundled traces\n"
+            "(%s/traces/*.trace.gz).\n"
+            "\n"
+            "options:\n"
+            "  --policy LIST     comma-separated policies (default: all):\n",
+            COOP_SRCDIR);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "                      %-14s %s\n", all[i]->name, all[i]->summary);
+    fprintf(out,
+            "                      %-14s %s\n"
+            "  --json            one JSON object per (trace, policy) line "
+            "instead of a table\n"
+            "  --timeline FILE   write live and reserved bytes per event and "
+            "every block's\n"
+            "                    placement (scripts/plot_replay.py draws it)\n"
+            "  --capacity BYTES  device capacity (default 80GiB); suffixes K, M, "
+            "G (binary)\n"
+            "  --page BYTES      physical page size for coop (default 2MiB)\n"
+            "  -h, --help        this text\n"
+            "\n"
+            "Figures: peak live and reserved bytes at --capacity; min_capacity, "
+            "the smallest\n"
+            "capacity that runs the whole trace (bisection to 0.1%%); map_bytes, "
+            "bytes mapped\n"
+            "over the run at that capacity; frag = 1 - largest_free/free_bytes "
+            "at allocation\n"
+            "times (mean weighted by events, and max); gmlake = 1 - "
+            "peak_active/peak_reserved;\n"
+            "ns/op, the median time of one malloc or free.\n"
+            "Exit status: 0 ok, 1 a policy failed, 2 usage or input error.\n",
+            "recorded", "what PyTorch's allocator reserved (snapshots with segments)");
+}
+
+/* Parses "123", "4K", "2MiB", "80G" (binary multiples). */
+static bool parse_bytes(const char *s, uint64_t *out)
+{
+    errno = 0;
+    char *end;
+    if (*s == '-' || *s == '\0')
+        return false;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s)
+        return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        shift = 10;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        break;
+    case 't':
+    case 'T':
+        shift = 40;
+        break;
+    default:
+        break;
+    }
+    if (shift) {
+        end++;
+        if (!strcmp(end, "iB") || !strcmp(end, "B"))
+            end += strlen(end);
+    }
+    if (*end || v == 0 || (shift && v > (UINT64_MAX >> shift)))
+        return false;
+    *out = (uint64_t)v << shift;
+    return true;
+}
+
+/* Splits LIST into choices; false (with a message) on an unknown name. */
+static bool parse_policies(const char *list, replay_choice *choices, size_t *count)
+{
+    *count = 0;
+    char *copy = strdup(list);
+    if (!copy)
+        return false;
+    bool ok = true;
+    for (char *save = NULL, *name = strtok_r(copy, ",", &save); name && ok;
+         name = strtok_r(NULL, ",", &save)) {
+        const replay_policy_ops *ops = replay_policy_find(name);
+        if (!ops && strcmp(name, "recorded")) {
+            fprintf(stderr, "coop replay: unknown policy '%s' (see --help)\n", name);
+            ok = false;
+        } else if (*count == MAX_CHOICES) {
+            fprintf(stderr, "coop replay: too many policies in '%s'\n", list);
+            ok = false;
+        } else {
+            choices[*count] = (replay_choice){.name = ops ? ops->name : "recorded", .ops = ops};
+            (*count)++;
+        }
+    }
+    free(copy);
+    if (ok && *count == 0) {
+        fprintf(stderr, "coop replay: --policy needs at least one policy\n");
+        ok = false;
+    }
+    return ok;
+}
+
+static void default_policies(replay_choice *choices, size_t *count)
+{
+    size_t n;
+    const replay_policy_ops *const *all = replay_policy_all(&n);
+    *count = 0;
+    for (size_t i = 0; i < n; i++)
+        choices[(*count)++] = (replay_choice){.name = all[i]->name, .ops = all[i]};
+    choices[(*count)++] = (replay_choice){.name = "recorded", .ops = NULL};
+}
+
+/* The bundled traces: the source tree's traces/, else traces/ beside the
+ * binary. */
+static bool find_default_traces(glob_t *g)
+{
+    char pattern[PATH_MAX + 32];
+    snprintf(pattern, sizeof pattern, "%s/traces/*.trace.gz", COOP_SRCDIR);
+    if (glob(pattern, 0, NULL, g) == 0)
+        return true;
+    globfree(g);
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = '\0';
+        snprintf(pattern, sizeof pattern, "%s/traces/*.trace.gz", exe);
+        if (glob(pattern, 0, NULL, g) == 0)
+            return true;
+        globfree(g);
+    }
+    fprintf(stderr,
+            "coop replay: no bundled traces found (looked for "
+            "%s/traces/*.trace.gz and\n"
+            "traces/*.trace.gz beside the coop binary); name trace files as "
+            "arguments\n",
+            COOP_SRCDIR);
+    return false;
+}
+
+typedef struct replay_cli {
+    replay_choice choices[MAX_CHOICES];
+    size_t num_choices;
+    bool json;
+    replay_measure_options opt;
+} replay_cli;
+
+/* Everything the run accumulates: rows borrow the names of the traces. */
+typedef struct replay_results {
+    replay_row *rows;
+    size_t num_rows;
+    trace *traces;
+    size_t num_traces;
+    size_t failed; /* policies that failed (and were skipped) */
+} replay_results;
+
+/* Replays one file; rows are printed now (JSON) or kept for the table. */
+static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
+{
+    trace *grown_traces = realloc(res->traces, (res->num_traces + 1) * sizeof *grown_traces);
+    if (!grown_traces)
+        return 1;
+    res->traces = grown_traces;
+    trace *t = &grown_traces[res->num_traces];
+    *t = (trace){0};
+    if (trace_read(path, t) != COOP_OK) {
+        fprintf(stderr, "coop replay: %s\n", coop_last_error());
+        return 2;
+    }
+    res->num_traces++;
+    replay_row *grown = realloc(res->rows, (res->num_rows + cli->num_choices) * sizeof *grown);
+    if (!grown)
+        return 1;
+    res->rows = grown;
+    size_t filled = 0;
+    coop_status st = replay_measure(t, cli->choices, cli->num_choices, &cli->opt,
+                                    &grown[res->num_rows], &filled, &res->failed);
+    if (st != COOP_OK) {
+        fprintf(stderr, "coop replay: %s: %s\n", path, coop_last_error());
+        return st == COOP_ERR_INVALID ? 2 : 1;
+    }
+    if (cli->json)
+        for (size_t i = 0; i < filled; i++)
+            if (!replay_report_json(stdout, &grown[res->num_rows + i]))
+                return 1;
+    res->num_rows += filled;
+    fflush(stdout);
+    return 0;
+}
+
+/* Parses the options into *cli; returns -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, replay_cli *cli, const char **timeline_path)
+{
+    static const struct option long_options[] = {
+        {"policy", required_argument, NULL, 'p'},
+        {"json", no_argument, NULL, 'j'},
+        {"timeline", required_argument, NULL, 't'},
+        {"capacity", required_argument, NULL, 'c'},
+        {"page", required_argument, NULL, 'g'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *policy_list = NULL;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            policy_list = optarg;
+            break;
+        case 'j':
+            cli->json = true;
+            break;
+        case 't':
+            *timeline_path = optarg;
+            break;
+        case 'c':
+            if (!parse_bytes(optarg, &cli->opt.capacity)) {
+                fprintf(stderr, "coop replay: --capacity '%s' is not a byte count\n", optarg);
+                return 2;
+            }
+            break;
+        case 'g':
+            if (!parse_bytes(optarg, &cli->opt.page) || (cli->opt.page & (cli->opt.page - 1))) {
+                fprintf(stderr, "coop replay: --page '%s' is not a power of two byte count\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case ':':
+            fprintf(stderr, "coop replay: %s needs a value\n", argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "coop replay: unknown option '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (policy_list) {
+        if (!parse_policies(policy_list, cli->choices, &cli->num_choices))
+            return 2;
+    } else {
+        default_policies(cli->choices, &cli->num_choices);
+    }
+    return -1;
+}
 
 int cmd_replay(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "coop replay: not built yet\n");
-    return 2;
+    replay_cli cli = {.opt = {.capacity = DEFAULT_CAPACITY, .page = DEFAULT_PAGE}};
+    const char *timeline_path = NULL;
+    int rc = parse_options(argc, argv, &cli, &timeline_path);
+    if (rc >= 0)
+        return rc;
+    rc = 0;
+
+    glob_t bundled = {0};
+    bool use_bundled = optind >= argc;
+    if (use_bundled && !find_default_traces(&bundled))
+        return 2;
+    char **paths = use_bundled ? bundled.gl_pathv : argv + optind;
+    size_t num_paths = use_bundled ? bundled.gl_pathc : (size_t)(argc - optind);
+
+    FILE *timeline = NULL;
+    if (timeline_path) {
+        timeline = fopen(timeline_path, "w");
+        if (!timeline) {
+            fprintf(stderr, "coop replay: cannot write --timeline %s: %s\n", timeline_path,
+                    strerror(errno));
+            if (use_bundled)
+                globfree(&bundled);
+            return 2;
+        }
+        replay_timeline_header(timeline);
+    }
+    cli.opt.timeline = timeline;
+    cli.opt.progress = isatty(STDERR_FILENO);
+
+    replay_results res = {0};
+    for (size_t i = 0; i < num_paths && rc == 0; i++)
+        rc = replay_file(&cli, paths[i], &res);
+    if (rc == 0 && !cli.json)
+        replay_report_table(stdout, res.rows, res.num_rows);
+    if (rc == 0 && res.failed)
+        rc = 1;
+    for (size_t i = 0; i < res.num_traces; i++)
+        trace_free(&res.traces[i]);
+    free(res.traces);
+    free(res.rows);
+    if (timeline && fclose(timeline) != 0 && rc == 0) {
+        fprintf(stderr, "coop replay: writing --timeline %s failed\n", timeline_path);
+        rc = 1;
+    }
+    if (use_bundled)
+        globfree(&bundled);
+    return rc;
 }

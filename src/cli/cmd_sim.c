@@ -66,7 +66,7 @@ static void print_json(const char *log, const char *policy, const char *memory,
            (unsigned long long)o->search_ns_p50, (unsigned long long)o->search_ns_p99,
            (unsigned long long)o->heuristic_evals, o->frag_at_evict,
            (unsigned long long)o->frag_failures);
-    if (have_min)
+    if (have_min && min_ratio >= 0)
         printf("%.4f}\n", min_ratio);
     else
         printf("null}\n");
@@ -224,8 +224,10 @@ int cmd_sim(int argc, char **argv)
                            (unsigned long long)o.search_ns_p99,
                            (unsigned long long)o.heuristic_evals, o.frag_at_evict,
                            (unsigned long long)o.frag_failures);
-                    if (want_min)
+                    if (want_min && min_ratio >= 0)
                         printf("%9.4f\n", min_ratio);
+                    else if (want_min)
+                        printf("%9s\n", "none");
                     else
                         printf("%9s\n", "-");
                 }

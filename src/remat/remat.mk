@@ -3,20 +3,21 @@
 libcooptools_la_SOURCES += src/trace/dtr_log.h src/trace/reader_dtr.c \
 	src/trace/name_table.h src/trace/name_table.c src/trace/dtr_events.c
 # rematerialization simulator
-libcooptools_la_SOURCES += src/remat/union_find.h src/remat/union_find.c \
-	src/remat/sim_program.h src/remat/sim_program.c \
+libcooptools_la_SOURCES += src/remat/sim_program.h src/remat/sim_program.c \
 	src/remat/sim_runtime.h src/remat/sim_runtime.c \
 	src/remat/sim.h src/remat/sim.c src/remat/sim_internal.h src/remat/sim_policy.c \
 	src/remat/sim_arena.c
-# libcoop: the window search over the pool's blocks
-libcoop_la_SOURCES += src/remat/window.h src/remat/window.c
+# libcoop: the remat API, the window search over the pool's blocks, union-find
+libcoop_la_SOURCES += src/remat/window.h src/remat/window.c \
+	src/remat/union_find.h src/remat/union_find.c \
+	src/remat/remat_internal.h src/remat/remat.c src/remat/remat_evict.c
 coop_SOURCES += src/cli/cmd_sim.c
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
-	tests/window_test
+	tests/window_test tests/remat_test
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
-	tests/window_test
+	tests/window_test tests/remat_test
 tests_union_find_test_SOURCES = tests/union_find_test.c
 tests_union_find_test_CFLAGS = $(TESTCFLAGS)
 tests_union_find_test_LDADD = $(TESTLIBS)
@@ -37,4 +38,10 @@ tests_window_test_SOURCES = tests/window_test.c
 tests_window_test_CFLAGS = $(TESTCFLAGS)
 tests_window_test_LDADD = $(TESTLIBS)
 tests_window_test_LDFLAGS = $(TESTLDFLAGS)
+tests_remat_test_SOURCES = tests/remat_test.c
+tests_remat_test_CFLAGS = $(TESTCFLAGS)
+tests_remat_test_LDADD = $(TESTLIBS)
+tests_remat_test_LDFLAGS = $(TESTLDFLAGS)
 endif
+TESTS += tests/sim_plot_test.py
+EXTRA_DIST += tests/sim_plot_test.py

@@ -113,7 +113,7 @@ double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_op
 {
     double lo = 0.0, hi = 1.0; /* lo fails (nothing fits in 0 bytes), hi is checked */
     if (sim_run(prog, peak, opt, hi).result != SIM_OK)
-        return 0.0;
+        return -1.0;
     while (hi - lo > tolerance) {
         double mid = (lo + hi) / 2;
         if (sim_run(prog, peak, opt, mid).result == SIM_OK)

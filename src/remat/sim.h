@@ -52,7 +52,9 @@ uint64_t sim_peak(const sim_program *prog, sim_memory memory);
 sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio);
 
 /* Smallest ratio in (0, 1] at which the run succeeds, by bisection to
- * within tolerance (e.g. 0.005); 0 if even ratio 1 fails. */
+ * within tolerance (e.g. 0.005); -1 if even ratio 1 fails. Feasibility is
+ * not monotone near the thrash limit, so this is one feasible ratio whose
+ * neighbour tolerance below failed, not a guarantee for all ratios above. */
 double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
                             double tolerance);
 

@@ -150,14 +150,28 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     return (double)sim_eq_compute(rt, s) / (double)stale;
 }
 
+/* A lower bound of window_cost that needs no neighbourhood walk: the
+ * storage's own compute (c_eq >= c: class values are never negative). */
+static double window_bound(void *owner, const arena_block *b, void *ctx)
+{
+    (void)b;
+    sim_runtime *rt = ctx;
+    rt_storage *r = owner;
+    if (r->pool_pos == SIM_NONE)
+        return WINDOW_BLOCKED;
+    uint64_t stale = rt->clock - (uint64_t)r->last_access;
+    return (double)r->compute / (double)(stale ? stale : 1);
+}
+
 /* Coop: evict the cheapest covering window and place s inside it. */
 static sim_result place_in_window(sim_runtime *rt, uint32_t s)
 {
     uint64_t size = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
     window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COOP ? WINDOW_PER_BYTE : WINDOW_SUM;
-    int found =
-        window_search(pool_arena(rt->mem_pool), size, obj, window_cost, rt, rt->scratch, &w);
+    int found = window_search(pool_arena(rt->mem_pool), size, obj, window_cost,
+                              rt->cfg.window_cost == SIM_WINDOW_DTE ? NULL : window_bound, rt,
+                              rt->scratch, &w);
     if (found == -2)
         return SIM_ERROR;
     if (found < 0)

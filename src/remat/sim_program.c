@@ -104,7 +104,8 @@ static coop_status add_op(builder *b, const dtr_instr *in, const uint32_t *args,
                    .name = constant ? UINT32_MAX : in->op,
                    .is_constant = constant,
                    .is_mutation = mutation};
-    memcpy(p->inputs + b->num_inputs, args, nargs * sizeof *args);
+    if (nargs) /* constants have no inputs (memcpy with NULL is undefined) */
+        memcpy(p->inputs + b->num_inputs, args, nargs * sizeof *args);
     b->num_inputs += nargs;
     p->base_compute += op->cost;
     for (uint32_t i = 0; i < nout; i++) {

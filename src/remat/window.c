@@ -1,4 +1,5 @@
 /* Sliding-window search over address-ordered blocks (window.h). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "remat/window.h"
@@ -10,65 +11,105 @@ static int reserve(window_scratch *s, size_t n)
     size_t cap = s->cap ? s->cap * 2 : 256;
     while (cap < n)
         cap *= 2;
-    double *c = realloc(s->costs, cap * sizeof *c);
-    if (!c)
+    double *lb = realloc(s->lower, cap * sizeof *lb);
+    if (!lb)
         return -1;
-    s->costs = c;
+    s->lower = lb;
+    double *ex = realloc(s->costs, cap * sizeof *ex);
+    if (!ex)
+        return -1;
+    s->costs = ex;
+    arena_block **bl = realloc(s->blocks, cap * sizeof *bl);
+    if (!bl)
+        return -1;
+    s->blocks = bl;
     s->cap = cap;
     return 0;
 }
 
+static double key_of(window_objective objective, double cost, uint64_t bytes)
+{
+    return objective == WINDOW_PER_BYTE ? cost / (double)bytes : cost;
+}
+
 int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
-                  void *ctx, window_scratch *scratch, window *out)
+                  window_cost_fn bound, void *ctx, window_scratch *scratch, window *out)
 {
     *out = (window){.cost = -1};
     int found = 0;
     double best_key = 0;
     for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
-        /* run [left, right]: costs[head .. tail) hold its blocks' costs */
-        arena_block *left = NULL;
+        /* the run: blocks[head .. tail), lower bounds in lower[], exact costs
+         * in costs[] for indices below evaluated (a prefix of every run:
+         * exact costs are filled left to right) */
         uint64_t run_size = 0;
-        double run_cost = 0;
-        size_t head = 0, tail = 0;
+        double run_lower = 0, run_exact = 0;
+        size_t head = 0, tail = 0, evaluated = 0;
         for (arena_block *b = seg->first; b; b = b->next) {
             out->blocks_visited++;
-            double c;
+            double lb, ex = NAN;
             if (b->state == COOP_BLOCK_FREE) {
-                c = 0;
+                lb = ex = 0;
             } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
-                out->evals++;
-                c = cost(b->owner, b, ctx);
+                if (bound) {
+                    lb = bound(b->owner, b, ctx);
+                } else {
+                    out->evals++;
+                    lb = ex = cost(b->owner, b, ctx);
+                }
             } else {
-                c = WINDOW_BLOCKED;
+                lb = WINDOW_BLOCKED;
             }
-            if (c < 0) { /* breaks every run through b */
-                left = NULL;
+            if (lb < 0) { /* breaks every run through b */
                 run_size = 0;
-                run_cost = 0;
-                head = tail = 0;
+                run_lower = run_exact = 0;
+                head = tail = evaluated = 0;
                 continue;
             }
-            if (!left)
-                left = b;
             if (reserve(scratch, tail + 1))
                 return -2;
-            scratch->costs[tail++] = c;
+            scratch->blocks[tail] = b;
+            scratch->lower[tail] = lb;
+            scratch->costs[tail] = ex;
+            tail++;
             run_size += b->size;
-            run_cost += c;
-            while (run_size - left->size >= size) {
-                run_size -= left->size;
-                run_cost -= scratch->costs[head++];
-                left = left->next;
+            run_lower += lb;
+            while (run_size - scratch->blocks[head]->size >= size) {
+                run_size -= scratch->blocks[head]->size;
+                run_lower -= scratch->lower[head];
+                if (head < evaluated)
+                    run_exact -= scratch->costs[head];
+                head++;
             }
-            double key = objective == WINDOW_PER_BYTE ? run_cost / (double)run_size : run_cost;
-            if (run_size >= size && (!found || key < best_key)) {
+            if (evaluated < head) {
+                evaluated = head;
+                run_exact = 0;
+            }
+            if (run_size < size)
+                continue;
+            /* a window whose lower bound cannot beat the best needs no exact costs */
+            if (found && key_of(objective, run_lower, run_size) >= best_key)
+                continue;
+            for (; evaluated < tail; evaluated++) {
+                double *c = &scratch->costs[evaluated];
+                if (isnan(*c)) {
+                    out->evals++;
+                    *c = cost(scratch->blocks[evaluated]->owner, scratch->blocks[evaluated], ctx);
+                    if (*c <
+                        scratch->lower[evaluated]) /* inconsistent callbacks: trust the bound */
+                        *c = scratch->lower[evaluated];
+                }
+                run_exact += *c;
+            }
+            double key = key_of(objective, run_exact, run_size);
+            if (!found || key < best_key) {
                 best_key = key;
                 found = 1;
-                out->first = left;
+                out->first = scratch->blocks[head];
                 out->last = b;
-                out->addr = left->addr;
+                out->addr = out->first->addr;
                 out->size = run_size;
-                out->cost = run_cost < 0 ? 0 : run_cost; /* float drift of the running sum */
+                out->cost = run_exact < 0 ? 0 : run_exact; /* float drift of the running sum */
             }
         }
     }
@@ -78,5 +119,7 @@ int window_search(const arena *a, uint64_t size, window_objective objective, win
 void window_scratch_free(window_scratch *s)
 {
     free(s->costs);
+    free(s->lower);
+    free(s->blocks);
     *s = (window_scratch){0};
 }

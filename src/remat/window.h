@@ -11,8 +11,8 @@
  * summed cost per byte of the window), ties to the lowest address, in one
  * pass over the blocks: for every right end
  * the left end advances while the window without its leftmost block still
- * covers the request, so each block's cost is evaluated once and each block
- * enters and leaves the window once (two pointers). Non-negative costs make
+ * covers the request, so each block's cost is evaluated at most once and
+ * each block enters and leaves the window once (two pointers). Non-negative costs make
  * the shrunk window never dearer, so for WINDOW_SUM the minimum over right
  * ends is the minimum over all covering runs. WINDOW_PER_BYTE compares the
  * same minimal windows by cost / bytes (free bytes included): the window
@@ -49,14 +49,19 @@ typedef struct window {
 /* Scratch memory reused across searches (costs of the blocks in the
  * current run, in FIFO order). Zero-initialize; window_scratch_free at end. */
 typedef struct window_scratch {
-    double *costs;
+    double *costs, *lower;
+    arena_block **blocks;
     size_t cap;
 } window_scratch;
 
 /* 0 and *out on success; -1 when no run covers size bytes (out->blocks_visited
- * and out->evals still count the work); -2 when host memory runs out. */
+ * and out->evals still count the work); -2 when host memory runs out.
+ * bound (may be NULL) is a cheap lower bound of cost that also says which
+ * blocks are blocked: exact costs are then evaluated only for windows whose
+ * bound could still beat the best window so far (each block at most once),
+ * which gives the same window as evaluating every block. */
 int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
-                  void *ctx, window_scratch *scratch, window *out);
+                  window_cost_fn bound, void *ctx, window_scratch *scratch, window *out);
 
 void window_scratch_free(window_scratch *s);
 

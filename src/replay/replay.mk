@@ -36,3 +36,19 @@ endif
 # the plot script's test needs Debian's python3-matplotlib (it skips without)
 TESTS += tests/replay_plot_test.py
 EXTRA_DIST += tests/replay_plot_test.py
+
+# The bundled traces are found through the source tree (coop replay without arguments).
+coop_CPPFLAGS = $(AM_CPPFLAGS) -DCOOP_SRCDIR='"$(abs_top_srcdir)"'
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/replay_cli_test tests/replay_snapshot_test
+TESTS += tests/replay_cli_test tests/replay_snapshot_test
+tests_replay_cli_test_SOURCES = tests/replay_cli_test.c src/cli/cmd_replay.c
+tests_replay_cli_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
+tests_replay_cli_test_LDADD = $(TESTLIBS)
+tests_replay_cli_test_LDFLAGS = $(TESTLDFLAGS)
+tests_replay_snapshot_test_SOURCES = tests/replay_snapshot_test.c
+tests_replay_snapshot_test_CFLAGS = $(TESTCFLAGS)
+tests_replay_snapshot_test_LDADD = $(TESTLIBS)
+tests_replay_snapshot_test_LDFLAGS = $(TESTLDFLAGS)
+endif

@@ -72,7 +72,7 @@ static void real_cell(char *buf, size_t len, bool valid, const char *fmt, double
         snprintf(buf, len, "-");
 }
 
-enum { NUM_COLUMNS = 13, CELL = 48 };
+enum { NUM_COLUMNS = 13, CELL = 256 }; /* a cell holds a whole file name */
 
 static const char *const headers_mib[NUM_COLUMNS] = {
     "trace",        "policy",  "events",    "live_MiB", "reserved_MiB", "res/live", "min_cap_MiB",

@@ -20,13 +20,14 @@ tests_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)
 
 # Python tests of the ABI and the python/coop helper (ctypes, host backend).
 TESTS += tests/python_tests.sh
-EXTRA_DIST += tests/python_tests.sh tests/python/test_torch_abi.py python/coop docs
+EXTRA_DIST += tests/python_tests.sh tests/python/test_torch_abi.py docs/pytorch.md
 
 # The Python package: make install puts it under $(pythondir)/coop, with the
 # directory libcoop.so was installed to (python/coop/_build_config.py).
 if HAVE_PYTHON
 coopdir = $(pythondir)/coop
-coop_PYTHON = python/coop/__init__.py python/coop/native.py python/coop/torch.py
+coop_PYTHON = python/coop/__init__.py python/coop/native.py python/coop/torch.py \
+	python/coop/run.py
 nodist_coop_PYTHON = python/coop/_build_config.py
 python/coop/_build_config.py: Makefile
 	$(AM_V_GEN)mkdir -p python/coop && \

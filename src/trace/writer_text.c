@@ -46,7 +46,7 @@ static void put(writer *w, const char *fmt, ...)
 
 static void put_time(writer *w, int64_t time_us)
 {
-    if (time_us >= 0)
+    if (time_us != -1) /* -1: unknown */
         put(w, " t=%" PRId64, time_us);
 }
 
@@ -137,8 +137,13 @@ coop_status trace_write_text_to(const trace *t, const char *path, bool gzip)
     }
 
     put(w, "coop-trace 1\n");
-    if (t->name)
-        put(w, "# from %s\n", t->name);
+    if (t->name) {
+        /* a comment line: a newline in the name must not start a line */
+        put(w, "# from ");
+        for (const char *c = t->name; *c && c - t->name < 200; c++)
+            put(w, "%c", (unsigned char)*c < 0x20 ? '?' : *c);
+        put(w, "\n");
+    }
     put(w, "# %zu events, %" PRIu32 " ids, %zu live at start, %zu final segments\n", t->num_events,
         t->num_ids, t->num_live_at_start, t->num_final_segments);
     for (size_t i = 0; i < t->num_events; i++)

@@ -492,6 +492,32 @@ class Install(unittest.TestCase):
             ctorch.install(torch_module=real)
         self.assertIn("PyTorch >= 2.0", str(cm.exception))
 
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_patched_torch_reports_coop(self):
+        """torch's own memory_allocated() & co. (which call memory_stats) and
+        _snapshot() read coop's pools once patched (done in a child: the
+        patch is for the whole process)."""
+        r = run_child(
+            "import torch\n"
+            "names = ctorch.patch_torch(torch)\n"
+            "p = lib.coop_torch_malloc(3 << 20, 0, None)\n"
+            "q = lib.coop_torch_malloc(1000, 0, None)\n"
+            "print(torch.cuda.memory_allocated(0), torch.cuda.max_memory_reserved(0))\n"
+            "lib.coop_torch_free(q, 1000, 0, None)\n"
+            "torch.cuda.reset_peak_memory_stats(0)\n"
+            "print(torch.cuda.max_memory_allocated(0))\n"
+            "torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=10)\n"
+            "lib.coop_torch_free(lib.coop_torch_malloc(512, 0, None), 512, 0, None)\n"
+            "snap = torch.cuda.memory._snapshot()\n"
+            "print(len(snap['device_traces'][0]), len(torch.cuda.memory_snapshot()))\n"
+            "print(' '.join(sorted(names)))\n", "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(lines[0].split(), [str((3 << 20) + 1024), str(4 << 20)])
+        self.assertEqual(lines[1], str(3 << 20))
+        self.assertEqual(lines[2].split(), ["3", "1"])
+        self.assertIn("memory_stats", lines[3])
+
     def test_mem_pool_route(self):
         fake = FakeTorch()
         with self.assertRaises(RuntimeError) as cm:
@@ -541,15 +567,35 @@ class Install(unittest.TestCase):
         self.assertEqual(addresses["set_init_fn"], expected["coop_torch_init"])
 
 
+class Run(unittest.TestCase):
+    def test_run_makes_libcoop_loadable(self):
+        env = dict(os.environ)
+        env.pop("GLIBC_TUNABLES", None)
+        env["PYTHONPATH"] = os.path.join(HERE, "..", "..", "python")
+        code = "import ctypes, os, sys; ctypes.CDLL(sys.argv[1]); print(os.environ['GLIBC_TUNABLES'])"
+        r = subprocess.run([sys.executable, "-m", "coop.run", "-c", code, LIB_PATH], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("optional_static_tls=16384", r.stdout)
+        # and without it the library does not load: the reason coop.run exists
+        r = subprocess.run([sys.executable, "-c",
+                            "import sys, coop.native as n\n"
+                            "try:\n    n.library()\nexcept n.CoopError as e:\n    print(e)\n"],
+                           env=dict(env, COOP_LIBRARY=LIB_PATH), capture_output=True, text=True,
+                           timeout=60)
+        if "static TLS" in r.stdout:
+            self.assertIn("coop.run", r.stdout)
+
+
 class GpuScripts(unittest.TestCase):
     """scripts/gpu/ exit with a clear message where there is no CUDA device."""
 
-    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_scripts_refuse_without_cuda(self):
-        import torch as real
+        if HAVE_TORCH:
+            import torch as real
 
-        if real.cuda.is_available():
-            self.skipTest("a CUDA device exists: the scripts would measure for real")
+            if real.cuda.is_available():
+                self.skipTest("a CUDA device exists: the scripts would measure for real")
         top = os.path.normpath(os.path.join(HERE, "..", ".."))
         for script in ("train_compare.py", "replay_native_vs_coop.py"):
             r = subprocess.run([sys.executable, os.path.join(top, "scripts", "gpu", script)],

@@ -1,0 +1,355 @@
+"""Model definitions shared by the recording scripts (record_ops.py,
+record_traces.py, record_cuda_snapshot.py).
+
+Each workload is one full training step of a real model at a realistic size:
+forward, loss, backward, optimizer step. Weights, inputs and targets come from
+fixed seeds, so two recordings of the same workload run the same computation.
+
+Sizes are chosen so one step stays within a minute or two on one CPU core of
+Debian's python3-torch 1.13 (see traces/README.md, "Recorded traces"), while
+keeping the published architecture dimensions (ResNet-50 / DenseNet-121 at
+224x224, BERT-base and GPT-2-small widths and depths).
+
+Usage from another script:
+    import models
+    w = models.build("resnet50", device="cpu")
+    w.warm_up()                 # one untimed step: optimizer state exists
+    loss = w.forward_loss()     # recorded step, split where BACKWARD goes
+    w.backward(loss)
+    w.optimizer_step()
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SEED = 1234
+
+
+class Workload:
+    """A model, its batch and its optimizer; one training step in three parts
+    (forward_loss, backward, optimizer_step) so recorders can mark the
+    boundaries."""
+
+    def __init__(self, name, model, inputs, target, loss_fn, optimizer, config):
+        self.name = name
+        self.model = model
+        self.inputs = inputs  # tuple of positional model arguments
+        self.target = target
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.config = config  # dict describing sizes, for the README
+
+    def forward_loss(self):
+        out = self.model(*self.inputs)
+        return self.loss_fn(out, self.target)
+
+    def backward(self, loss):
+        loss.backward()
+
+    def optimizer_step(self):
+        self.optimizer.step()
+
+    def zero_grad(self):
+        # set_to_none: the gradients are allocated by the backward pass of the
+        # recorded step itself, as in PyTorch >= 2.0's default.
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self):
+        """One plain training step (no recording hooks)."""
+        self.zero_grad()
+        loss = self.forward_loss()
+        self.backward(loss)
+        self.optimizer_step()
+        return float(loss.detach())
+
+    def warm_up(self):
+        """Run one step so the optimizer state (momentum, Adam moments)
+        exists, then drop the gradients: the recorded step is a
+        steady-state step."""
+        self.step()
+        self.zero_grad()
+
+    def persistent_tensors(self):
+        """(label, tensor) for everything alive across steps: parameters,
+        buffers, optimizer state, the batch. Recorders treat these as live
+        before the step."""
+        seen = set()
+        out = []
+
+        def add(label, t):
+            if isinstance(t, torch.Tensor) and id(t) not in seen:
+                seen.add(id(t))
+                out.append((label, t))
+
+        for n, p in self.model.named_parameters():
+            add("param:" + n, p)
+        for n, b in self.model.named_buffers():
+            add("buffer:" + n, b)
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        for p, state in self.optimizer.state.items():
+            for k, v in state.items():
+                add("optim:%s:%s" % (names.get(id(p), "?"), k), v)
+        for i, x in enumerate(self.inputs):
+            add("input:%d" % i, x)
+        add("target", self.target)
+        return out
+
+
+# ---------------------------------------------------------------- vision
+
+
+def _vision(name, model, batch, size, classes, device):
+    g = torch.Generator().manual_seed(SEED + 1)
+    x = torch.randn(batch, 3, size, size, generator=g).to(device)
+    y = torch.randint(0, classes, (batch,), generator=g).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    cfg = {"batch": batch, "input": "3x%dx%d" % (size, size), "optimizer": "SGD momentum 0.9, wd 1e-4"}
+    return Workload(name, model, (x,), y, F.cross_entropy, opt, cfg)
+
+
+def resnet50(device, batch=None):
+    import torchvision
+
+    torch.manual_seed(SEED)
+    m = torchvision.models.resnet50(num_classes=1000).to(device).train()
+    return _vision("resnet50", m, batch or 32, 224, 1000, device)
+
+
+def densenet121(device, batch=None):
+    import torchvision
+
+    torch.manual_seed(SEED)
+    m = torchvision.models.densenet121(num_classes=1000).to(device).train()
+    return _vision("densenet121", m, batch or 32, 224, 1000, device)
+
+
+class DoubleConv(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(
+            nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.ReLU(inplace=True),
+        )
+
+
+class UNet(nn.Module):
+    """Classic 4-level U-Net (Ronneberger et al. 2015): 64-128-256-512
+    channels down, a 1024-channel bottleneck, transposed-convolution
+    upsampling with skip concatenation; padded convolutions and batch norm as
+    in common implementations."""
+
+    def __init__(self, in_ch=3, classes=2, width=64):
+        super().__init__()
+        chs = [width * 2**i for i in range(5)]  # 64 .. 1024
+        self.downs = nn.ModuleList()
+        c = in_ch
+        for ch in chs[:-1]:
+            self.downs.append(DoubleConv(c, ch))
+            c = ch
+        self.bottom = DoubleConv(chs[-2], chs[-1])
+        self.ups = nn.ModuleList()
+        self.up_convs = nn.ModuleList()
+        for ch in reversed(chs[:-1]):
+            self.ups.append(nn.ConvTranspose2d(ch * 2, ch, 2, stride=2))
+            self.up_convs.append(DoubleConv(ch * 2, ch))
+        self.head = nn.Conv2d(chs[0], classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for d in self.downs:
+            x = d(x)
+            skips.append(x)
+            x = F.max_pool2d(x, 2)
+        x = self.bottom(x)
+        for up, conv in zip(self.ups, self.up_convs):
+            x = up(x)
+            x = conv(torch.cat([skips.pop(), x], dim=1))
+        return self.head(x)
+
+
+def unet(device, batch=None):
+    torch.manual_seed(SEED)
+    batch = batch or 4
+    size = 256
+    m = UNet().to(device).train()
+    g = torch.Generator().manual_seed(SEED + 1)
+    x = torch.randn(batch, 3, size, size, generator=g).to(device)
+    y = torch.randint(0, 2, (batch, size, size), generator=g).to(device)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.99)
+    cfg = {"batch": batch, "input": "3x%dx%d" % (size, size), "classes": 2, "optimizer": "SGD momentum 0.99"}
+    return Workload("unet", m, (x,), y, F.cross_entropy, opt, cfg)
+
+
+# ---------------------------------------------------------------- language
+
+
+class BertMLM(nn.Module):
+    """BERT-base-sized encoder: 12 layers, d_model 768, 12 heads, FFN 3072,
+    GELU, post-norm, token + position + segment embeddings, masked-LM head
+    over the 30522-token vocabulary (decoder tied to the token embedding)."""
+
+    def __init__(self, vocab=30522, d=768, heads=12, layers=12, ffn=3072, max_len=512):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(max_len, d)
+        self.seg = nn.Embedding(2, d)
+        self.norm = nn.LayerNorm(d)
+        self.drop = nn.Dropout(0.1)
+        layer = nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.1, activation="gelu", batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.transform = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d))
+        self.decoder_bias = nn.Parameter(torch.zeros(vocab))
+        for e in (self.tok, self.pos, self.seg):
+            nn.init.normal_(e.weight, std=0.02)
+
+    def forward(self, ids, pad_mask):
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        h = self.tok(ids) + self.pos(pos)[None] + self.seg(torch.zeros_like(ids))
+        h = self.drop(self.norm(h))
+        h = self.encoder(h, src_key_padding_mask=pad_mask)
+        h = self.transform(h)
+        return F.linear(h, self.tok.weight, self.decoder_bias)
+
+
+def _mlm_loss(logits, target):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
+
+
+def bert(device, batch=None):
+    torch.manual_seed(SEED)
+    batch = batch or 16
+    seq = 128
+    vocab = 30522
+    m = BertMLM(vocab=vocab).to(device).train()
+    g = torch.Generator().manual_seed(SEED + 1)
+    ids = torch.randint(1000, vocab, (batch, seq), generator=g)
+    pad = torch.zeros(batch, seq, dtype=torch.bool)
+    # 15% of positions are prediction targets, as in BERT pre-training.
+    chosen = torch.rand(batch, seq, generator=g) < 0.15
+    target = torch.where(chosen, ids, torch.full_like(ids, -100))
+    ids = torch.where(chosen, torch.full_like(ids, 103), ids)  # [MASK]
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.01)
+    cfg = {"batch": batch, "seq": seq, "layers": 12, "d_model": 768, "heads": 12, "vocab": vocab, "optimizer": "AdamW"}
+    return Workload("bert", m, (ids.to(device), pad.to(device)), target.to(device), _mlm_loss, opt, cfg)
+
+
+class GPT2(nn.Module):
+    """GPT-2-small-sized decoder: 12 pre-norm layers, d_model 768, 12 heads,
+    FFN 3072, GELU, causal self-attention mask, learned positions, 50257-token
+    vocabulary with the output projection tied to the token embedding."""
+
+    def __init__(self, vocab=50257, d=768, heads=12, layers=12, ffn=3072, max_len=1024):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(max_len, d)
+        self.drop = nn.Dropout(0.1)
+        layer = nn.TransformerEncoderLayer(
+            d, heads, ffn, dropout=0.1, activation="gelu", batch_first=True, norm_first=True
+        )
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+        for e in (self.tok, self.pos):
+            nn.init.normal_(e.weight, std=0.02)
+
+    def forward(self, ids):
+        seq = ids.shape[1]
+        causal = torch.triu(torch.full((seq, seq), float("-inf"), device=ids.device), diagonal=1)
+        pos = torch.arange(seq, device=ids.device)
+        h = self.drop(self.tok(ids) + self.pos(pos)[None])
+        h = self.blocks(h, mask=causal)
+        return F.linear(self.norm(h), self.tok.weight)
+
+
+def _lm_loss(logits, target):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def gpt2(device, batch=None):
+    torch.manual_seed(SEED)
+    batch = batch or 4
+    seq = 512
+    vocab = 50257
+    m = GPT2(vocab=vocab).to(device).train()
+    g = torch.Generator().manual_seed(SEED + 1)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.1)
+    cfg = {"batch": batch, "seq": seq, "layers": 12, "d_model": 768, "heads": 12, "vocab": vocab, "optimizer": "AdamW"}
+    return Workload(
+        "gpt2", m, (tokens[:, :-1].contiguous().to(device),), tokens[:, 1:].contiguous().to(device), _lm_loss, opt, cfg
+    )
+
+
+class LSTMLM(nn.Module):
+    """Word-level LSTM language model (as PyTorch's word_language_model
+    example, 'large' setting): embedding, 2-layer LSTM, dropout, linear
+    decoder over a WikiText-2-sized vocabulary."""
+
+    def __init__(self, vocab=33278, emb=1024, hidden=1024, layers=2, dropout=0.5):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, emb)
+        self.drop = nn.Dropout(dropout)
+        self.rnn = nn.LSTM(emb, hidden, layers, dropout=dropout)
+        self.dec = nn.Linear(hidden, vocab)
+
+    def forward(self, ids):  # ids: (seq, batch)
+        out, _ = self.rnn(self.drop(self.emb(ids)))
+        return self.dec(self.drop(out))
+
+
+def lstm(device, batch=None):
+    torch.manual_seed(SEED)
+    batch = batch or 64
+    seq = 35
+    vocab = 33278
+    m = LSTMLM(vocab=vocab).to(device).train()
+    g = torch.Generator().manual_seed(SEED + 1)
+    tokens = torch.randint(0, vocab, (seq + 1, batch), generator=g)
+    opt = torch.optim.SGD(m.parameters(), lr=20.0, momentum=0.9)
+    cfg = {"batch": batch, "seq": seq, "layers": 2, "hidden": 1024, "vocab": vocab, "optimizer": "SGD momentum 0.9"}
+    return Workload(
+        "lstm", m, (tokens[:-1].contiguous().to(device),), tokens[1:].contiguous().to(device), _lm_loss, opt, cfg
+    )
+
+
+BUILDERS = {
+    "resnet50": resnet50,
+    "densenet121": densenet121,
+    "bert": bert,
+    "gpt2": gpt2,
+    "unet": unet,
+    "lstm": lstm,
+}
+
+ALL = list(BUILDERS)
+
+
+def build(name, device="cpu", batch=None):
+    """Builds workload `name` (one of ALL) on `device`; `batch` overrides the
+    default batch size."""
+    if name not in BUILDERS:
+        raise SystemExit("unknown model %r; choose from %s" % (name, ", ".join(ALL)))
+    return BUILDERS[name](torch.device(device), batch)
+
+
+def param_count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    for name in sys.argv[1:] or ALL:
+        w = build(name)
+        t0 = time.time()
+        loss = w.step()
+        t1 = time.time()
+        print(
+            "%-12s params %6.1fM  loss %.3f  step %.1f s  %s"
+            % (name, param_count(w.model) / 1e6, loss, t1 - t0, w.config),
+            flush=True,
+        )

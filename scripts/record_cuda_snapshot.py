@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Records real CUDA memory snapshots of one training step of the models in
+models.py, with PyTorch's native caching allocator (no PYTORCH_CUDA_ALLOC_CONF
+needed; whatever is set is recorded in the snapshot's allocator_settings when
+the torch version writes them).
+
+For each model: build it on the GPU, run one warm-up step (so optimizer state
+and the allocator's cached segments exist, as in a running job), synchronize,
+start torch.cuda.memory._record_memory_history, run the recorded step,
+synchronize, and dump the snapshot (the pickle PyTorch writes: `segments`,
+`device_traces`, ...) gzip-compressed to DIR/<model>-train-step.cuda.pickle.gz.
+Weights and optimizer state allocated before recording show up as allocated
+blocks in the final `segments` never seen in the trace: a reader treats them as
+live from the start.
+
+Handles both history APIs: torch >= 2.1 (_record_memory_history(enabled="all",
+context=..., stacks=..., max_entries=...), _dump_snapshot) and torch 2.0
+(_record_memory_history(True, trace_alloc_max_entries=...), _snapshot()); torch
+1.13's allocator has no allocation trace (device_traces), so it is refused.
+
+Usage:
+  record_cuda_snapshot.py [--out-dir DIR] [--batch N] [--device cuda:0] [MODEL ...]
+Exits with status 2 and a message when no CUDA device is present.
+"""
+
+import argparse
+import gc
+import gzip
+import os
+import pickle
+import sys
+import time
+
+MAX_ENTRIES = 2_000_000  # ring-buffer size: far above one step's events
+
+
+def start_history():
+    import torch
+
+    record = torch.cuda.memory._record_memory_history
+    try:  # torch >= 2.1
+        record(enabled="all", context="all", stacks="python", max_entries=MAX_ENTRIES)
+        return "2.1+"
+    except TypeError:
+        pass
+    try:  # torch 2.0
+        record(True, record_context=True, trace_alloc_max_entries=MAX_ENTRIES, trace_alloc_record_context=True)
+        return "2.0"
+    except TypeError:
+        raise SystemExit(
+            "record_cuda_snapshot.py: torch %s has no allocation trace in its memory history "
+            "(needs torch >= 2.0)" % torch.__version__
+        )
+
+
+def stop_history():
+    import torch
+
+    record = torch.cuda.memory._record_memory_history
+    try:
+        record(enabled=None)
+    except TypeError:
+        record(False)
+
+
+def snapshot_bytes():
+    import torch
+
+    mem = torch.cuda.memory
+    if hasattr(mem, "_snapshot"):
+        return pickle.dumps(mem._snapshot())
+    raise SystemExit("record_cuda_snapshot.py: torch %s has no torch.cuda.memory._snapshot" % torch.__version__)
+
+
+def summarize(snap):
+    traces = snap.get("device_traces", [])
+    events = sum(len(t) for t in traces)
+    actions = {}
+    for t in traces:
+        for e in t:
+            actions[e["action"]] = actions.get(e["action"], 0) + 1
+    reserved = sum(s["total_size"] for s in snap.get("segments", []))
+    return {"events": events, "actions": actions, "final_reserved_bytes": reserved}
+
+
+def record(name, batch, device, out_dir):
+    import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import models
+
+    t0 = time.time()
+    w = models.build(name, device=device, batch=batch)
+    w.warm_up()
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    api = start_history()
+    w.zero_grad()
+    loss = w.forward_loss()
+    w.backward(loss)
+    w.optimizer_step()
+    del loss
+    gc.collect()
+    torch.cuda.synchronize(device)
+    data = snapshot_bytes()
+    stop_history()
+    path = os.path.join(out_dir, "%s-train-step.cuda.pickle.gz" % name)
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+        gz.write(data)
+    stats = summarize(pickle.loads(data))
+    stats.update(
+        {
+            "max_allocated_bytes": torch.cuda.max_memory_allocated(device),
+            "max_reserved_bytes": torch.cuda.max_memory_reserved(device),
+            "bytes_gz": os.path.getsize(path),
+            "seconds": round(time.time() - t0, 1),
+            "history_api": api,
+            "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(device),
+        }
+    )
+    print("%s: %s config %s" % (path, stats, w.config), flush=True)
+    del w
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def main(argv=None):
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*", help="models to record (default: all of models.ALL)")
+    ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
+    ap.add_argument("--batch", type=int, default=None, help="override the model's batch size")
+    ap.add_argument("--device", default="cuda:0")
+    opts = ap.parse_args(argv)
+
+    try:
+        import torch
+    except ImportError:
+        print("record_cuda_snapshot.py: PyTorch is not installed", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        print(
+            "record_cuda_snapshot.py: no CUDA device present (torch %s, built with CUDA: %s); "
+            "run it on a machine with an NVIDIA GPU and a CUDA build of PyTorch >= 2.0"
+            % (torch.__version__, torch.version.cuda or "no"),
+            file=sys.stderr,
+        )
+        return 2
+
+    sys.path.insert(0, here)
+    import models
+
+    os.makedirs(opts.out_dir, exist_ok=True)
+    for name in opts.models or models.ALL:
+        if name not in models.ALL:
+            ap.error("unknown model %r (choose from %s)" % (name, ", ".join(models.ALL)))
+        record(name, opts.batch, opts.device, opts.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,451 @@
+#!/usr/bin/python3
+"""Records DTR-format operator logs of one real training step.
+
+Every aten operator of the step is captured with a TorchDispatchMode (the
+Python dispatch key, below autograd, so the forward, the backward pass run by
+the autograd engine and the optimizer's in-place updates are all seen), with
+its tensor inputs, fresh outputs, storage aliasing, in-place mutations,
+measured time, and the moment each tensor dies.
+
+Output: one JSON object per line, the instruction set of the DTR prototype's
+logs (uwsampl/dtr-prototype; ../shared/workloads/README.md):
+
+  ANNOTATE  ANNOTATION=START before the step, BACKWARD before loss.backward()
+  CONSTANT  NAME, then MEMORY: a tensor alive before the step (parameters,
+            buffers, optimizer state, the batch), or first seen as an input
+  CALL      NAME (aten op), ARGS (tensor names), RESULT (fresh tensor names),
+            TIME (ns, measured: CPU time of the recording thread during the
+            op, see --clock); each result is followed by MEMORY (bytes of
+            its storage, a string) and ALIAS ("-1": fresh storage, "k": shares
+            the storage of ARGS[k])
+  MUTATE    NAME, ARGS, MUTATE (indices into ARGS that the op writes, from the
+            schema's alias annotations, e.g. Tensor(a!)), TIME
+  RELEASE   NAME: the tensor died (its TensorImpl was freed; PyTorch keeps a
+            tensor's Python object alive while C++, e.g. autograd, holds it)
+
+An op that both returns fresh tensors and writes an argument gives a CALL
+(with the time) then a MUTATE with TIME "0". Ops with no tensor result and no
+written argument (e.g. .item()) are not logged. Names are "x<N>".
+
+Timing: intra-op parallelism is set to one thread and TIME is the thread's
+CPU time (CLOCK_THREAD_CPUTIME_ID), which on a shared machine excludes time
+the scheduler gave to other processes; --clock wall measures wall time
+instead (then use all threads you like, on a quiet machine).
+
+Usage:
+  record_ops.py [--out-dir DIR] [--batch N] [--clock thread|wall] MODEL ...
+  record_ops.py --check LOG ...                           validate logs
+
+Writes DIR/<model>-train-step.ops.jsonl.gz (default DIR: traces/ beside this
+script's folder) and prints instruction counts, peak live bytes and timing.
+"""
+
+import argparse
+import gc
+import gzip
+import io
+import json
+import os
+import sys
+import time
+import weakref
+
+# One BLAS thread unless told otherwise: the default thread clock measures only
+# the recording thread (OpenBLAS reads this when torch loads it).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
+
+
+def _dumps(record):
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def _storage_key_and_bytes(t):
+    """(identity of t's storage, its size in bytes); tensors without a
+    storage (opaque layouts) get a key of their own."""
+    try:
+        s = t._storage()
+        return ("s", s._cdata), s.nbytes()
+    except Exception:  # noqa: BLE001 - mkldnn / sparse tensors have no plain storage
+        return ("t", id(t)), t.numel() * t.element_size()
+
+
+# torch.profiler.record_function bookkeeping (optimizer.step() opens one):
+# its handle "tensor" holds no data, so these are not operators of the model.
+PROFILER_OPS = ("_record_function_enter", "_record_function_enter_new", "_record_function_exit")
+
+
+class OpRecorder(TorchDispatchMode):
+    """Dispatch mode that writes DTR-format instructions to `sink` (a
+    callable taking one line, without the newline)."""
+
+    def __init__(self, sink, clock=time.thread_time_ns):
+        super().__init__()
+        self.sink = sink
+        self.clock = clock
+        self.attr = "_coop_op_name_%x" % id(self)  # per recorder: two recorders never mix
+        self.next_id = 0
+        self.active = True
+        self.pending = []  # RELEASE records from finalizers, written before the next instruction
+        self.counts = {}
+        self.late_constants = {}  # op name -> inputs first seen there (not persistent, not produced by an op)
+        self.skipped_ops = {}
+        self.time_ns = 0
+
+    # -- naming -------------------------------------------------------
+    def _name(self, t):
+        return getattr(t, self.attr, None)
+
+    def _new_name(self, t):
+        name = "x%d" % self.next_id
+        self.next_id += 1
+        setattr(t, self.attr, name)
+        # Fires when the tensor's Python object is freed; PyTorch preserves the
+        # object while C++ (autograd's saved tensors) still owns the tensor.
+        weakref.finalize(t, self._released, name)
+        return name
+
+    def _released(self, name):
+        if self.active:
+            self.pending.append({"INSTRUCTION": "RELEASE", "NAME": name})
+
+    def _emit(self, records):
+        # Releases first: they happened before the instruction being written.
+        # A finalizer firing inside this loop lands in pending, not between a
+        # CALL and its MEMORY / ALIAS lines.
+        pending, self.pending = self.pending, []
+        for r in pending + records:
+            self.counts[r["INSTRUCTION"]] = self.counts.get(r["INSTRUCTION"], 0) + 1
+            self.sink(_dumps(r))
+
+    def constant(self, t):
+        """Names tensor t as a CONSTANT (alive before the step)."""
+        name = self._name(t)
+        if name is None:
+            name = self._new_name(t)
+            _, nbytes = _storage_key_and_bytes(t)
+            self._emit(
+                [
+                    {"INSTRUCTION": "CONSTANT", "NAME": name},
+                    {"INSTRUCTION": "MEMORY", "NAME": name, "MEMORY": str(nbytes)},
+                ]
+            )
+        return name
+
+    def annotate(self, what):
+        self._emit([{"INSTRUCTION": "ANNOTATE", "ANNOTATION": what}])
+
+    def stop(self):
+        """Writes the releases seen so far and ignores later deaths."""
+        self._emit([])
+        self.active = False
+
+    # -- dispatch -----------------------------------------------------
+    def _tensor_args(self, func, args, kwargs):
+        """[(tensor, written)] in schema order; tensor lists flattened."""
+        out = []
+        pos = 0
+        for a in func._schema.arguments:
+            if a.kwarg_only or pos >= len(args):
+                if a.name not in kwargs:
+                    continue
+                v = kwargs[a.name]
+            else:
+                v = args[pos]
+                pos += 1
+            written = bool(a.alias_info is not None and a.alias_info.is_write)
+            for t in tree_flatten(v)[0]:
+                if isinstance(t, torch.Tensor):
+                    out.append((t, written))
+        return out
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        op = func.overloadpacket.__name__
+        if op in PROFILER_OPS:
+            return func(*args, **kwargs)
+        targs = self._tensor_args(func, args, kwargs)
+        for t, _ in targs:
+            if self._name(t) is None:
+                self.late_constants[op] = self.late_constants.get(op, 0) + 1
+                self.constant(t)
+
+        t0 = self.clock()
+        out = func(*args, **kwargs)
+        dt = self.clock() - t0
+        self.time_ns += dt
+
+        arg_names = [self._name(t) for t, _ in targs]
+        arg_storage = [_storage_key_and_bytes(t)[0] for t, _ in targs]
+        written = [k for k, (_, w) in enumerate(targs) if w]
+
+        results = []
+        result_lines = []
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor) or self._name(t) is not None:
+                continue  # in-place / out= ops return their (named) argument
+            name = self._new_name(t)
+            key, nbytes = _storage_key_and_bytes(t)
+            alias = arg_storage.index(key) if key in arg_storage else -1
+            results.append(name)
+            result_lines.append({"INSTRUCTION": "MEMORY", "NAME": name, "MEMORY": str(nbytes)})
+            result_lines.append({"INSTRUCTION": "ALIAS", "NAME": name, "ALIAS": str(alias)})
+
+        records = []
+        if results:
+            records.append({"INSTRUCTION": "CALL", "NAME": op, "ARGS": arg_names, "RESULT": results, "TIME": str(dt)})
+            records.extend(result_lines)
+        if written:
+            records.append(
+                {
+                    "INSTRUCTION": "MUTATE",
+                    "NAME": op,
+                    "ARGS": arg_names,
+                    "MUTATE": written,
+                    "TIME": "0" if results else str(dt),
+                }
+            )
+        if records:
+            self._emit(records)
+        else:
+            self.skipped_ops[op] = self.skipped_ops.get(op, 0) + 1
+        return out
+
+
+CLOCKS = {"thread": time.thread_time_ns, "wall": time.perf_counter_ns}
+
+
+def record_step(workload, sink, clock="thread"):
+    """Records one steady-state training step of `workload` (models.Workload)
+    into `sink`; returns the recorder (for its counters)."""
+    workload.warm_up()
+    gc.collect()
+    rec = OpRecorder(sink, CLOCKS[clock])
+
+    def step():
+        with rec:
+            rec.annotate("START")
+            for _, t in workload.persistent_tensors():
+                rec.constant(t)
+            loss = workload.forward_loss()
+            rec.annotate("BACKWARD")
+            workload.backward(loss)
+            del loss
+            workload.optimizer_step()
+
+    step()
+    gc.collect()  # tensors in reference cycles die here, still recorded
+    rec.stop()
+    return rec
+
+
+# ---------------------------------------------------------------- checking
+
+
+class LogError(Exception):
+    pass
+
+
+def check_log(lines):
+    """Validates a DTR-format log given as an iterable of text lines.
+
+    Checks: every line is a JSON object with a known INSTRUCTION; CONSTANT is
+    followed by its MEMORY; CALL by MEMORY and ALIAS for each RESULT, in
+    order; every ARG, MUTATE index, COPY source and RELEASE names a tensor
+    that is defined and not yet released; names are defined once; ALIAS
+    indices are in range. Returns a summary dict (instruction counts, peak
+    and final live bytes with aliases sharing their storage's bytes);
+    raises LogError naming the line on the first violation."""
+    live = {}  # name -> storage id
+    storage_bytes = {}  # storage id -> bytes
+    storage_refs = {}  # storage id -> live names
+    defined = set()
+    counts = {}
+    live_bytes = 0
+    peak = 0
+    next_storage = [0]
+    expect = []  # (instruction, name) lines that must come next
+
+    def fail(n, msg):
+        raise LogError("line %d: %s" % (n, msg))
+
+    def need_live(n, name, what):
+        if name not in live:
+            fail(n, "%s %r is %s" % (what, name, "released" if name in defined else "not defined"))
+
+    def define(n, name, sid):
+        nonlocal live_bytes, peak
+        if name in defined:
+            fail(n, "name %r defined twice" % name)
+        defined.add(name)
+        live[name] = sid
+        if storage_refs.get(sid, 0) == 0:
+            live_bytes += storage_bytes[sid]
+            peak = max(peak, live_bytes)
+        storage_refs[sid] = storage_refs.get(sid, 0) + 1
+
+    def release(name):
+        nonlocal live_bytes
+        sid = live.pop(name)
+        storage_refs[sid] -= 1
+        if storage_refs[sid] == 0:
+            live_bytes -= storage_bytes[sid]
+
+    def fresh_storage(nbytes):
+        next_storage[0] += 1
+        storage_bytes[next_storage[0]] = nbytes
+        return next_storage[0]
+
+    pending_call = None  # (args, results, index of next result, memory of it)
+    n = 0
+    for n, line in enumerate(lines, 1):
+        try:
+            r = json.loads(line)
+        except ValueError as e:
+            fail(n, "not JSON: %s" % e)
+        if not isinstance(r, dict) or "INSTRUCTION" not in r:
+            fail(n, "not an object with INSTRUCTION")
+        ins = r["INSTRUCTION"]
+        counts[ins] = counts.get(ins, 0) + 1
+        if expect:
+            want, wname = expect.pop(0)
+            if ins != want or r.get("NAME") != wname:
+                fail(n, "expected %s for %s, got %s" % (want, wname, ins))
+        if ins == "CONSTANT":
+            expect.append(("MEMORY", r["NAME"]))
+        elif ins == "MEMORY":
+            nbytes = int(r["MEMORY"])
+            if nbytes < 0:
+                fail(n, "negative MEMORY")
+            if pending_call is None:  # a CONSTANT's
+                define(n, r["NAME"], fresh_storage(nbytes))
+            else:
+                pending_call[3] = nbytes
+        elif ins == "ALIAS":
+            if pending_call is None:
+                fail(n, "ALIAS outside a CALL")
+            args, results, i, nbytes = pending_call
+            k = int(r["ALIAS"])
+            if k == -1:
+                sid = fresh_storage(nbytes)
+            elif 0 <= k < len(args):
+                sid = live[args[k]]
+            else:
+                fail(n, "ALIAS %d out of range for %d ARGS" % (k, len(args)))
+            define(n, results[i], sid)
+            pending_call = None if i + 1 == len(results) else [args, results, i + 1, None]
+        elif ins == "CALL":
+            for a in r["ARGS"]:
+                need_live(n, a, "ARG")
+            if not r["RESULT"]:
+                fail(n, "CALL without RESULT")
+            int(r["TIME"])
+            for res in r["RESULT"]:
+                expect.append(("MEMORY", res))
+                expect.append(("ALIAS", res))
+            pending_call = [r["ARGS"], r["RESULT"], 0, None]
+        elif ins == "MUTATE":
+            for a in r["ARGS"]:
+                need_live(n, a, "ARG")
+            for k in r["MUTATE"]:
+                if not 0 <= k < len(r["ARGS"]):
+                    fail(n, "MUTATE index %d out of range" % k)
+            int(r["TIME"])
+        elif ins == "RELEASE":
+            need_live(n, r["NAME"], "RELEASE of")
+            release(r["NAME"])
+        elif ins == "COPY":
+            need_live(n, r["SRC"], "COPY source")
+            define(n, r["DST"], live[r["SRC"]])
+        elif ins == "COPY_FROM":
+            need_live(n, r["SRC"], "COPY_FROM source")
+            need_live(n, r["DST"], "COPY_FROM destination")
+            sid = live[r["SRC"]]
+            release(r["DST"])
+            live[r["DST"]] = sid
+            storage_refs[sid] += 1
+        elif ins == "ANNOTATE":
+            if r.get("ANNOTATION") not in ("START", "BACKWARD"):
+                fail(n, "unknown ANNOTATION %r" % r.get("ANNOTATION"))
+        else:
+            fail(n, "unknown INSTRUCTION %r" % ins)
+    if expect:
+        fail(n, "log ends inside an instruction (expected %s for %s)" % expect[0])
+    return {"lines": n, "counts": counts, "peak_live_bytes": peak, "final_live_bytes": live_bytes}
+
+
+def _open_text(path):
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def main(argv=None):
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    import models
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("models", nargs="*", help="models to record (%s), or logs with --check" % ", ".join(models.ALL))
+    ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
+    ap.add_argument("--batch", type=int, default=None, help="override the model's batch size")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="thread", help="how TIME is measured (default: thread)")
+    ap.add_argument("--check", action="store_true", help="validate the given log files instead of recording")
+    opts = ap.parse_args(argv)
+
+    if opts.check:
+        status = 0
+        for path in opts.models:
+            try:
+                with _open_text(path) as f:
+                    s = check_log(f)
+                print("%s: ok %s" % (path, json.dumps(s, sort_keys=True)))
+            except (LogError, OSError, KeyError, ValueError) as e:
+                print("%s: %s" % (path, e), file=sys.stderr)
+                status = 1
+        return status
+
+    if opts.clock == "thread":
+        torch.set_num_threads(1)  # the thread clock sees only this thread's work
+    os.makedirs(opts.out_dir, exist_ok=True)
+    for name in opts.models or models.ALL:
+        if name not in models.ALL:
+            ap.error("unknown model %r" % name)
+        w = models.build(name, batch=opts.batch)
+        path = os.path.join(opts.out_dir, "%s-train-step.ops.jsonl.gz" % name)
+        t0 = time.time()
+        buf = []
+        rec = record_step(w, buf.append, opts.clock)
+        elapsed = time.time() - t0
+        text = "\n".join(buf) + "\n"
+        with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            gz.write(text.encode())
+        summary = check_log(text.splitlines())
+        print(
+            "%s: %d lines, %d bytes gz, peak live %d bytes, op time %.2f s (%s clock), recorded in %.1f s "
+            "(incl. warm-up step), counts %s, late constants %s, unlogged ops %s, config %s"
+            % (
+                path,
+                summary["lines"],
+                os.path.getsize(path),
+                summary["peak_live_bytes"],
+                rec.time_ns / 1e9,
+                opts.clock,
+                elapsed,
+                json.dumps(summary["counts"], sort_keys=True),
+                json.dumps(rec.late_constants, sort_keys=True),
+                json.dumps(rec.skipped_ops, sort_keys=True),
+                json.dumps(w.config, sort_keys=True),
+            ),
+            flush=True,
+        )
+        del w, rec, buf, text
+        gc.collect()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+# Recording scripts (Python; Debian's python3-torch): their test runs the
+# recorders on small models and validates the shipped traces in traces/.
+# It exits 77 (SKIP) where python3-torch is absent.
+TESTS += tests/python/test_record_ops.py
+EXTRA_DIST += tests/python/test_record_ops.py

@@ -1,0 +1,365 @@
+/*
+ * The remat API: tensor records, access and recomputation, pins, views,
+ * in-place ops (include/coop.h, rematerialization section).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "remat/remat_internal.h"
+#include "status.h"
+
+#define DEFAULT_CHEAP_THRESHOLD 1e-2 /* ns per byte: see docs/remat.md */
+
+coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out)
+{
+    *out = NULL;
+    if (!pool || !config || !config->recompute)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_remat_create: pool, config and config->recompute are required");
+    if ((unsigned)config->policy > COOP_REMAT_SIZE)
+        return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: unknown policy %d",
+                              (int)config->policy);
+    coop_remat *r = calloc(1, sizeof *r);
+    if (!r)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat_create: out of host memory");
+    r->pool = pool;
+    r->cfg = *config;
+    if (r->cfg.cheap_threshold == 0)
+        r->cfg.cheap_threshold = DEFAULT_CHEAP_THRESHOLD;
+    r->clock = 1;
+    *out = r;
+    return COOP_OK;
+}
+
+void coop_remat_destroy(coop_remat *r)
+{
+    if (!r)
+        return;
+    for (coop_tensor *t = r->all, *next; t; t = next) {
+        next = t->next_all;
+        if (t->base == t && t->ptr)
+            coop_free(r->pool, t->ptr);
+        free(t->inputs);
+        free(t->children);
+        free(t);
+    }
+    uf_free(&r->uf);
+    window_scratch_free(&r->scratch);
+    free(r->victims);
+    free(r->seen);
+    free(r);
+}
+
+void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out)
+{
+    *out = r->stats;
+    out->clock = r->clock;
+}
+
+size_t coop_tensor_size(const coop_tensor *t)
+{
+    return t->base->size;
+}
+
+bool coop_tensor_resident(const coop_tensor *t)
+{
+    return t->base->ptr != NULL;
+}
+
+void *coop_tensor_data(const coop_tensor *t)
+{
+    return t->base->ptr;
+}
+
+/* ---- records ---------------------------------------------------------- */
+
+static int add_child(coop_tensor *parent, coop_tensor *child)
+{
+    if (parent->num_children == parent->cap_children) {
+        size_t cap = parent->cap_children ? parent->cap_children * 2 : 4;
+        coop_tensor **c = realloc(parent->children, cap * sizeof *c);
+        if (!c)
+            return -1;
+        parent->children = c;
+        parent->cap_children = cap;
+    }
+    parent->children[parent->num_children++] = child;
+    return 0;
+}
+
+static coop_tensor *new_record(coop_remat *r)
+{
+    coop_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->base = t;
+    t->uf = REMAT_NONE;
+    t->next_all = r->all;
+    r->all = t;
+    return t;
+}
+
+/* Sets t's producer: cost, opaque op and input bases (children links too). */
+static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, coop_tensor *first,
+                                coop_tensor *const *inputs, size_t n)
+{
+    size_t total = n + (first != NULL);
+    coop_tensor **in = total ? malloc(total * sizeof *in) : NULL;
+    if (total && !in)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
+    size_t k = 0;
+    if (first)
+        in[k++] = first;
+    for (size_t i = 0; i < n; i++)
+        in[k++] = inputs[i]->base;
+    for (size_t i = 0; i < total; i++)
+        if (add_child(in[i], t)) {
+            free(in);
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
+        }
+    free(t->inputs);
+    t->inputs = in;
+    t->num_inputs = total;
+    t->cost = cost;
+    t->producer = producer;
+    return COOP_OK;
+}
+
+static coop_status check_resident(coop_tensor *const *inputs, size_t n, const char *fn)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!inputs[i])
+            return coop_set_error(COOP_ERR_INVALID, "%s: input %zu is NULL", fn, i);
+        if (!inputs[i]->base->ptr)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s: input %zu is not resident (access or pin it first)", fn, i);
+    }
+    return COOP_OK;
+}
+
+static void pin_all(coop_tensor *const *inputs, size_t n, int delta)
+{
+    for (size_t i = 0; i < n; i++)
+        inputs[i]->base->pins += (uint32_t)delta;
+}
+
+static void touch(coop_remat *r, coop_tensor *const *inputs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        inputs[i]->base->last_access = r->clock;
+}
+
+coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, void *producer,
+                               coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
+                               coop_tensor **out)
+{
+    *out = NULL;
+    if (!size)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: size 0");
+    coop_status st = check_resident(inputs, num_inputs, "coop_tensor_create");
+    if (st)
+        return st;
+    coop_tensor *t = new_record(r);
+    if (!t)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_create: out of host memory");
+    t->size = size;
+    t->flags = flags;
+    t->handles = 1;
+    if ((st = set_producer(t, cost_ns, producer, NULL, inputs, num_inputs))) {
+        t->released = true;
+        return st;
+    }
+    touch(r, inputs, num_inputs);
+    pin_all(inputs, num_inputs, 1); /* the op reads them while t is placed */
+    st = remat_alloc(r, t);
+    pin_all(inputs, num_inputs, -1);
+    if (st) {
+        t->released = true; /* the record stays in r->all, unreachable */
+        return st;
+    }
+    r->clock += cost_ns;
+    t->last_access = r->clock;
+    *out = t;
+    return COOP_OK;
+}
+
+coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
+{
+    *out = NULL;
+    if (!base || base->base->released)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_alias: base is NULL or released");
+    coop_tensor *v = new_record(r);
+    if (!v)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_alias: out of host memory");
+    v->base = base->base;
+    v->base->handles++;
+    *out = v;
+    return COOP_OK;
+}
+
+/* ---- recomputation ------------------------------------------------------ */
+
+/* Makes base tensor t resident: inputs first (each pinned once resident),
+ * then a buffer, then the owner's recompute callback. */
+static coop_status materialize(coop_remat *r, coop_tensor *t)
+{
+    if (t->ptr)
+        return COOP_OK;
+    coop_status st = COOP_OK;
+    size_t pinned = 0;
+    for (; pinned < t->num_inputs; pinned++) {
+        coop_tensor *in = t->inputs[pinned];
+        if ((st = materialize(r, in)))
+            break;
+        in->pins++;
+        in->last_access = r->clock;
+    }
+    void *small[8], **ptrs = small;
+    if (!st && t->num_inputs > 8 && !(ptrs = malloc(t->num_inputs * sizeof *ptrs)))
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
+    if (!st)
+        st = remat_alloc(r, t);
+    if (!st) {
+        for (size_t i = 0; i < t->num_inputs; i++)
+            ptrs[i] = t->inputs[i]->ptr;
+        st = r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
+        r->clock += t->cost;
+        r->stats.recomputes++;
+        r->stats.recompute_ns += t->cost;
+        t->last_access = r->clock;
+    }
+    if (ptrs != small)
+        free(ptrs);
+    for (size_t i = 0; i < pinned; i++)
+        t->inputs[i]->pins--;
+    return st;
+}
+
+coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
+{
+    if (ptr)
+        *ptr = NULL;
+    if (!t)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_access: NULL tensor");
+    coop_tensor *b = t->base;
+    coop_status st = materialize(r, b);
+    if (st)
+        return st;
+    b->last_access = r->clock;
+    if (ptr)
+        *ptr = b->ptr;
+    return COOP_OK;
+}
+
+coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
+{
+    coop_status st = coop_tensor_access(r, t, ptr);
+    if (!st)
+        t->base->pins++;
+    return st;
+}
+
+/* A storage nobody names is freed at once (it stays recomputable). */
+static void drop_if_unused(coop_remat *r, coop_tensor *b)
+{
+    if (b->handles || b->pins || !b->ptr)
+        return;
+    pool_lock(r->pool);
+    remat_evict_locked(r, b);
+    pool_unlock(r->pool);
+    r->num_victims = 0; /* the owner released it: no eviction notice */
+}
+
+coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
+{
+    if (!t || !t->base->pins)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_unpin: tensor is not pinned");
+    t->base->pins--;
+    drop_if_unused(r, t->base);
+    return COOP_OK;
+}
+
+coop_status coop_tensor_release(coop_remat *r, coop_tensor *t)
+{
+    if (!t || t->released)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_release: tensor %s",
+                              t ? "already released" : "is NULL");
+    t->released = true;
+    t->base->handles--;
+    drop_if_unused(r, t->base);
+    return COOP_OK;
+}
+
+/* ---- in-place ops -------------------------------------------------------- */
+
+/* Ops that read b before the mutation read old from now on; so do b's
+ * producer's inputs' child links. */
+static void redirect(coop_tensor *b, coop_tensor *old)
+{
+    for (size_t i = 0; i < old->num_children; i++) {
+        coop_tensor *c = old->children[i];
+        for (size_t k = 0; k < c->num_inputs; k++)
+            if (c->inputs[k] == b)
+                c->inputs[k] = old;
+    }
+    for (size_t i = 0; i < old->num_inputs; i++) {
+        coop_tensor *p = old->inputs[i];
+        for (size_t k = 0; k < p->num_children; k++)
+            if (p->children[k] == b)
+                p->children[k] = old;
+    }
+}
+
+coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
+                               coop_tensor *const *inputs, size_t num_inputs, void **old_value)
+{
+    if (old_value)
+        *old_value = NULL;
+    if (!t || t->released)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_mutate: tensor is NULL or released");
+    coop_tensor *b = t->base;
+    coop_status st = coop_tensor_access(r, b, NULL);
+    if (st || (st = check_resident(inputs, num_inputs, "coop_tensor_mutate")))
+        return st;
+    coop_tensor *old = new_record(r);
+    if (!old)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_mutate: out of host memory");
+    /* old inherits b's producer and consumers; b becomes op(old, inputs) */
+    old->size = b->size;
+    old->flags = b->flags | COOP_TENSOR_EVICTABLE;
+    old->released = true;
+    old->cost = b->cost;
+    old->producer = b->producer;
+    old->inputs = b->inputs;
+    old->num_inputs = b->num_inputs;
+    old->children = b->children;
+    old->num_children = b->num_children;
+    old->cap_children = b->cap_children;
+    b->inputs = NULL;
+    b->num_inputs = 0;
+    b->children = NULL;
+    b->num_children = b->cap_children = 0;
+    redirect(b, old);
+    if ((st = set_producer(b, cost_ns, producer, old, inputs, num_inputs)))
+        return st;
+    touch(r, inputs, num_inputs);
+    if (!r->cfg.copy_on_write) {
+        /* recomputable in-place: b keeps the buffer, old is evicted */
+        remat_mark_evicted(r, old);
+    } else {
+        /* copy-on-write: old keeps the buffer, b gets a new one */
+        remat_hand_over(r, b, old);
+        old->pins++;
+        pin_all(inputs, num_inputs, 1);
+        st = remat_alloc(r, b);
+        pin_all(inputs, num_inputs, -1);
+        old->pins--;
+        if (st)
+            return st;
+        if (old_value)
+            *old_value = old->ptr;
+    }
+    r->clock += cost_ns;
+    b->last_access = r->clock;
+    return COOP_OK;
+}

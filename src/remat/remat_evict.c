@@ -1,0 +1,282 @@
+/*
+ * Eviction for the remat API: policies, Coop's window, placement
+ * (remat_internal.h).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "remat/remat_internal.h"
+#include "status.h"
+
+bool remat_evictable(const coop_tensor *t)
+{
+    return t->base == t && t->ptr && !t->pins &&
+           ((t->flags & COOP_TENSOR_EVICTABLE) || t->released);
+}
+
+static void resident_unlink(coop_remat *r, coop_tensor *t)
+{
+    if (t->prev_resident)
+        t->prev_resident->next_resident = t->next_resident;
+    else
+        r->resident = t->next_resident;
+    if (t->next_resident)
+        t->next_resident->prev_resident = t->prev_resident;
+    t->prev_resident = t->next_resident = NULL;
+}
+
+void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
+{
+    t->ptr = ptr;
+    t->prev_resident = NULL;
+    t->next_resident = r->resident;
+    if (r->resident)
+        r->resident->prev_resident = t;
+    r->resident = t;
+    r->stats.resident_bytes += t->size;
+    if (t->uf != REMAT_NONE) { /* leaves its class: the class loses its cost */
+        uf_add(&r->uf, t->uf, -(int64_t)t->cost);
+        t->uf = REMAT_NONE;
+    }
+}
+
+void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to)
+{
+    void *buf = from->ptr;
+    resident_unlink(r, from);
+    from->ptr = NULL;
+    r->stats.resident_bytes -= from->size;
+    remat_make_resident(r, to, buf);
+    pool_lock(r->pool);
+    arena_lookup(pool_arena(r->pool), (uintptr_t)buf)->owner = to;
+    pool_unlock(r->pool);
+}
+
+/* Evicted tensors adjacent to t (inputs, children) in union-find classes. */
+static void join_evicted_neighbours(coop_remat *r, coop_tensor *t)
+{
+    t->uf = uf_make(&r->uf, (int64_t)t->cost);
+    if (t->uf == REMAT_NONE)
+        return; /* out of host memory: the tensor just counts alone */
+    for (size_t i = 0; i < t->num_inputs + t->num_children; i++) {
+        coop_tensor *n = i < t->num_inputs ? t->inputs[i] : t->children[i - t->num_inputs];
+        if (n != t && !n->ptr && n->uf != REMAT_NONE)
+            uf_merge(&r->uf, n->uf, t->uf);
+    }
+}
+
+void remat_mark_evicted(coop_remat *r, coop_tensor *t)
+{
+    join_evicted_neighbours(r, t);
+}
+
+arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
+{
+    arena_block *merged = NULL;
+    pool_free_locked(r->pool, t->ptr, &merged);
+    t->ptr = NULL;
+    resident_unlink(r, t);
+    r->stats.resident_bytes -= t->size;
+    join_evicted_neighbours(r, t);
+    if (r->num_victims == r->cap_victims) {
+        size_t cap = r->cap_victims ? r->cap_victims * 2 : 16;
+        coop_tensor **v = realloc(r->victims, cap * sizeof *v);
+        if (!v)
+            return merged; /* the owner is not told; its tensor is still consistent */
+        r->victims = v;
+        r->cap_victims = cap;
+    }
+    r->victims[r->num_victims++] = t;
+    return merged;
+}
+
+void remat_notify_victims(coop_remat *r)
+{
+    for (size_t i = 0; i < r->num_victims; i++)
+        if (r->cfg.on_evict)
+            r->cfg.on_evict(r->victims[i], r->cfg.user);
+    r->num_victims = 0;
+}
+
+/* c_eq: t's cost plus the distinct classes of its evicted neighbours. */
+static double eq_cost(coop_remat *r, coop_tensor *t)
+{
+    int64_t c = (int64_t)t->cost;
+    size_t n_seen = 0;
+    for (size_t i = 0; i < t->num_inputs + t->num_children; i++) {
+        coop_tensor *n = i < t->num_inputs ? t->inputs[i] : t->children[i - t->num_inputs];
+        if (n == t || n->ptr || n->uf == REMAT_NONE)
+            continue;
+        uint32_t root = uf_find(&r->uf, n->uf);
+        bool seen = false;
+        for (size_t j = 0; j < n_seen && !seen; j++)
+            seen = (uintptr_t)r->seen[j] == root;
+        if (seen)
+            continue;
+        if (n_seen == r->cap_seen) {
+            size_t cap = r->cap_seen ? r->cap_seen * 2 : 16;
+            coop_tensor **s = realloc(r->seen, cap * sizeof *s);
+            if (!s)
+                break;
+            r->seen = s;
+            r->cap_seen = cap;
+        }
+        r->seen[n_seen++] = (coop_tensor *)(uintptr_t)root;
+        c += r->uf.value[root];
+    }
+    return (double)c;
+}
+
+static uint64_t adjacent_free(coop_remat *r, const coop_tensor *t)
+{
+    arena_block *b = arena_lookup(pool_arena(r->pool), (uintptr_t)t->ptr);
+    uint64_t bytes = 0;
+    if (b && b->prev && b->prev->state == COOP_BLOCK_FREE)
+        bytes += b->prev->size;
+    if (b && b->next && b->next->state == COOP_BLOCK_FREE)
+        bytes += b->next->size;
+    return bytes;
+}
+
+/* Argmin policies' score (lower: evict first). */
+static double score(coop_remat *r, coop_tensor *t)
+{
+    double stale = (double)(r->clock - t->last_access);
+    double m = (double)t->size;
+    switch (r->cfg.policy) {
+    case COOP_REMAT_LRU:
+        return (double)t->last_access;
+    case COOP_REMAT_SIZE:
+        return 1.0 / m;
+    case COOP_REMAT_DTR_LOCAL:
+        return stale > 0 ? (double)t->cost / (m * stale) : INFINITY;
+    case COOP_REMAT_DTE:
+        return stale > 0 ? (double)t->cost / ((m + (double)adjacent_free(r, t)) * stale) : INFINITY;
+    case COOP_REMAT_DTR:
+    default:
+        return stale > 0 ? eq_cost(r, t) / (m * stale) : INFINITY;
+    }
+}
+
+static double window_cost(void *owner, const arena_block *b, void *ctx)
+{
+    (void)b;
+    coop_remat *r = ctx;
+    coop_tensor *t = owner;
+    if (!remat_evictable(t))
+        return WINDOW_BLOCKED;
+    uint64_t stale = r->clock - t->last_access;
+    return eq_cost(r, t) / (double)(stale ? stale : 1);
+}
+
+/* window_cost without the neighbourhood walk: a lower bound (classes are
+ * never negative). */
+static double window_bound(void *owner, const arena_block *b, void *ctx)
+{
+    (void)b;
+    coop_remat *r = ctx;
+    coop_tensor *t = owner;
+    if (!remat_evictable(t))
+        return WINDOW_BLOCKED;
+    uint64_t stale = r->clock - t->last_access;
+    return (double)t->cost / (double)(stale ? stale : 1);
+}
+
+static unsigned placement(const coop_remat *r, const coop_tensor *t)
+{
+    if (t->flags & COOP_TENSOR_CHEAP)
+        return COOP_ALLOC_HIGH;
+    if (r->cfg.cheap_threshold < 0)
+        return COOP_ALLOC_LOW;
+    return (double)t->cost / (double)t->size < r->cfg.cheap_threshold ? COOP_ALLOC_HIGH
+                                                                      : COOP_ALLOC_LOW;
+}
+
+/* Coop: evict the cheapest covering window, allocate inside it. */
+static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags)
+{
+    uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
+    window w;
+    if (window_search(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost, window_bound, r,
+                      &r->scratch, &w))
+        return NULL;
+    /* collect first: freeing coalesces blocks under the walk */
+    size_t n = 0;
+    coop_tensor *small[32], **list = small;
+    for (arena_block *b = w.first;; b = b->next) {
+        if (b->state == COOP_BLOCK_ALLOCATED)
+            n++;
+        if (b == w.last)
+            break;
+    }
+    if (n > 32 && !(list = malloc(n * sizeof *list)))
+        return NULL;
+    n = 0;
+    for (arena_block *b = w.first;; b = b->next) {
+        if (b->state == COOP_BLOCK_ALLOCATED)
+            list[n++] = b->owner;
+        if (b == w.last)
+            break;
+    }
+    arena_block *merged = NULL;
+    for (size_t i = 0; i < n; i++) {
+        merged = remat_evict_locked(r, list[i]);
+        r->stats.evictions++;
+    }
+    if (list != small)
+        free(list);
+    if (!merged || merged->state != COOP_BLOCK_FREE || merged->addr > w.addr ||
+        merged->addr + merged->size < w.addr + w.size)
+        return NULL;
+    uintptr_t at = flags & COOP_ALLOC_HIGH ? w.addr + w.size - want : w.addr;
+    arena_block *out;
+    if (pool_alloc_in_locked(r->pool, merged, at, t->size, 0, &out))
+        return NULL;
+    return (void *)out->addr;
+}
+
+coop_status remat_alloc(coop_remat *r, coop_tensor *t)
+{
+    unsigned flags = placement(r, t);
+    coop_status st = COOP_OK;
+    pool_lock(r->pool);
+    void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
+    if (!ptr && st == COOP_ERR_NOMEM) {
+        r->stats.searches++;
+        if (r->cfg.policy == COOP_REMAT_COOP) {
+            ptr = alloc_in_window(r, t, flags);
+        } else {
+            while (!ptr) {
+                coop_tensor *best = NULL;
+                double best_score = INFINITY;
+                for (coop_tensor *c = r->resident; c; c = c->next_resident) {
+                    if (!remat_evictable(c))
+                        continue;
+                    double s = score(r, c);
+                    if (!best || s <= best_score) {
+                        best = c;
+                        best_score = s;
+                    }
+                }
+                if (!best)
+                    break;
+                remat_evict_locked(r, best);
+                r->stats.evictions++;
+                ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
+            }
+        }
+        if (!ptr)
+            st = coop_set_error(COOP_ERR_NOMEM,
+                                "coop_remat: no room for %zu bytes: nothing evictable frees a "
+                                "contiguous range that large",
+                                t->size);
+    }
+    if (ptr) {
+        arena_lookup(pool_arena(r->pool), (uintptr_t)ptr)->owner = t;
+        remat_make_resident(r, t, ptr);
+        st = COOP_OK;
+    }
+    pool_unlock(r->pool);
+    remat_notify_victims(r);
+    return st;
+}

@@ -1,0 +1,292 @@
+/*
+ * The remat API on a small pool (one 64 KiB segment, host backend): eviction
+ * and its notice, recursive recomputation with pinned inputs, pins, views,
+ * recomputable in-place versus copy-on-write, and Coop's window placement.
+ * The device memory is never touched (the host backend maps it PROT_NONE):
+ * the recompute callback only records what it was asked to do.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coop.h"
+
+#define KiB 1024u
+
+typedef struct journal {
+    char log[256];     /* producers recomputed, in order, one letter each */
+    char evicted[256]; /* producers of tensors evicted, in order */
+    void *inputs[8];   /* inputs of the last recompute */
+    size_t num_inputs;
+    void *out;
+} journal;
+
+static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
+                             void *out, void *user)
+{
+    (void)t;
+    journal *j = user;
+    strncat(j->log, (const char *)producer, 1);
+    j->num_inputs = n < 8 ? n : 8;
+    memcpy(j->inputs, inputs, j->num_inputs * sizeof *inputs);
+    j->out = out;
+    return COOP_OK;
+}
+
+static journal *current;
+static void on_evict(coop_tensor *t, void *user)
+{
+    (void)t;
+    (void)user;
+    strcat(current->evicted, "x");
+}
+
+static coop_pool *small_pool(void)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.use_vmm = false;
+    c.page_size = 4096;
+    c.capacity = 64 * KiB;
+    c.segment_size = 64 * KiB;
+    coop_pool *p;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    return p;
+}
+
+static coop_remat *context(coop_pool *pool, journal *j, coop_remat_policy policy, bool cow)
+{
+    memset(j, 0, sizeof *j);
+    current = j;
+    coop_remat_config cfg = {.policy = policy,
+                             .cheap_threshold = -1,
+                             .copy_on_write = cow,
+                             .on_evict = on_evict,
+                             .recompute = recompute,
+                             .user = j};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    return r;
+}
+
+#define EV COOP_TENSOR_EVICTABLE
+
+/* w (constant) -> a -> b; filling memory evicts a or b; access recomputes
+ * a chain, inputs first, each resident when its consumer runs. */
+static void evicts_and_recomputes_recursively(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *w, *a, *b, *fill;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 0, "W", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 100, "A", &w, 1, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 100, "B", &a, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "F", &b, 1, EV, &fill), COOP_OK);
+    /* full: 64 KiB. Three unevictable 16 KiB tensors evict a, b and fill */
+    coop_tensor *g[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "G", &w, 1, 0, &g[i]), COOP_OK);
+    assert_true(coop_tensor_resident(w)); /* not evictable */
+    assert_false(coop_tensor_resident(a) || coop_tensor_resident(b) || coop_tensor_resident(fill));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 3);
+    assert_string_equal(j.evicted, "xxx"); /* the owner heard of each */
+    /* no room to recompute anything until the owner lets go of two */
+    void *pb;
+    assert_int_equal(coop_tensor_access(r, b, &pb), COOP_ERR_NOMEM);
+    assert_int_equal(coop_tensor_release(r, g[0]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, g[1]), COOP_OK);
+    j.log[0] = 0;
+    assert_int_equal(coop_tensor_access(r, b, &pb), COOP_OK);
+    assert_string_equal(j.log, "AB"); /* inputs first */
+    assert_int_equal(j.num_inputs, 1);
+    assert_ptr_equal(j.inputs[0], coop_tensor_data(a)); /* a resident while B ran */
+    assert_ptr_equal(j.out, pb);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+static void pinned_tensors_stay(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 5, "T", NULL, 0, EV, &t[i]), COOP_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_pin(r, t[i], NULL), COOP_OK);
+    coop_tensor *x;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 5, "X", NULL, 0, EV, &x), COOP_ERR_NOMEM);
+    assert_int_equal(coop_tensor_unpin(r, t[2]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 5, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_false(coop_tensor_resident(t[2]));
+    assert_true(coop_tensor_resident(t[0]) && coop_tensor_resident(t[1]) &&
+                coop_tensor_resident(t[3]));
+    assert_int_equal(coop_tensor_unpin(r, x), COOP_ERR_INVALID); /* never pinned */
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+static void views_share_storage_and_release_frees(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *a, *v;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 5, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, a, &v), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(v), coop_tensor_data(a));
+    assert_int_equal(coop_tensor_release(r, a), COOP_OK);
+    assert_true(coop_tensor_resident(v)); /* the view still names the storage */
+    assert_int_equal(coop_tensor_release(r, v), COOP_OK);
+    assert_false(coop_tensor_resident(a));  /* freed at once, record kept */
+    assert_int_equal(strlen(j.evicted), 0); /* a release is not an eviction */
+    assert_int_equal(coop_tensor_release(r, v), COOP_ERR_INVALID);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, 0);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* t = A(); t.mutate(M): in place t keeps its address; evicting t and
+ * accessing it recomputes A (the old value) then M on it. */
+static void inplace_keeps_address_and_recomputes_old_value(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *t, *reader;
+    void *before, *after, *old = (void *)1;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 50, "A", NULL, 0, EV, &t), COOP_OK);
+    before = coop_tensor_data(t);
+    /* an op that read t before the mutation */
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "R", &t, 1, EV, &reader), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, t, 20, "M", NULL, 0, &old), COOP_OK);
+    assert_null(old); /* in place: no separate old buffer */
+    assert_ptr_equal(coop_tensor_data(t), before);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, 32 * KiB); /* t and reader only */
+    /* fill the pool so t and reader get evicted, then ask for t */
+    coop_tensor *f[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 1000, "F", NULL, 0, 0, &f[i]),
+                         i < 4 ? COOP_OK : COOP_OK);
+    assert_false(coop_tensor_resident(t));
+    assert_int_equal(coop_tensor_release(r, f[0]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, f[1]), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, t, &after), COOP_OK);
+    assert_string_equal(j.log, "AM"); /* old value first, then the in-place op */
+    assert_int_equal(j.num_inputs, 1);
+    /* recomputing the reader reads the old value (recomputed above into a
+     * buffer of its own), not t's new one */
+    j.log[0] = 0;
+    assert_int_equal(coop_tensor_access(r, reader, NULL), COOP_OK);
+    assert_string_equal(j.log, "R");
+    assert_int_equal(j.num_inputs, 1);
+    assert_ptr_not_equal(j.inputs[0], coop_tensor_data(t));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+static void copy_on_write_moves_the_new_value(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, true);
+    coop_tensor *t;
+    void *before, *old = NULL;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 50, "A", NULL, 0, EV, &t), COOP_OK);
+    before = coop_tensor_data(t);
+    assert_int_equal(coop_tensor_mutate(r, t, 20, "M", NULL, 0, &old), COOP_OK);
+    assert_ptr_equal(old, before); /* the old value keeps the old buffer */
+    assert_ptr_not_equal(coop_tensor_data(t), before);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, 32 * KiB);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* Coop: four 16 KiB tensors fill the pool; a 32 KiB request evicts the
+ * cheapest adjacent pair and lands exactly where it was. */
+static void coop_evicts_a_window_and_places_inside(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_COOP, false);
+    coop_tensor *t[4];
+    const uint64_t costs[4] = {900, 10, 10, 900};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, costs[i], "T", NULL, 0, EV, &t[i]),
+                         COOP_OK);
+    void *where = coop_tensor_data(t[1]);
+    coop_tensor *x;
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_false(coop_tensor_resident(t[1]) || coop_tensor_resident(t[2]));
+    assert_true(coop_tensor_resident(t[0]) && coop_tensor_resident(t[3]));
+    assert_ptr_equal(coop_tensor_data(x), where);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.searches, 1);
+    assert_int_equal(st.evictions, 2);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+static void bad_arguments_are_refused(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    coop_remat_config cfg = {0};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_ERR_INVALID); /* no recompute */
+    journal j;
+    r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *a, *b;
+    assert_int_equal(coop_tensor_create(r, 0, 1, "A", NULL, 0, EV, &a), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, a), COOP_OK);
+    /* a released, non-resident input cannot feed a new op without access */
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "B", &a, 1, EV, &b), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "not resident"));
+    assert_int_equal(coop_tensor_create(r, 128 * KiB, 1, "B", NULL, 0, EV, &b), COOP_ERR_NOMEM);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+int main(void)
+{
+    static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_DTR_LOCAL,
+                                           COOP_REMAT_DTE,  COOP_REMAT_LRU, COOP_REMAT_SIZE};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[0]),
+        cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[1]),
+        cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[2]),
+        cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[3]),
+        cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[4]),
+        cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[5]),
+        cmocka_unit_test(pinned_tensors_stay),
+        cmocka_unit_test(views_share_storage_and_release_frees),
+        cmocka_unit_test(inplace_keeps_address_and_recomputes_old_value),
+        cmocka_unit_test(copy_on_write_moves_the_new_value),
+        cmocka_unit_test(coop_evicts_a_window_and_places_inside),
+        cmocka_unit_test(bad_arguments_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
