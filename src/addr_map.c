@@ -2,12 +2,6 @@
 #include "addr_map.h"
 #include "status.h"
 
-/* Block addresses are 512-aligned: drop those bits, mix (Fibonacci), keep the top bits. */
-static inline size_t home_slot(const addr_map *m, uintptr_t key)
-{
-    return (size_t)((((uint64_t)key >> 9) * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift);
-}
-
 static coop_status alloc_table(addr_map *m, unsigned log2_slots)
 {
     size_t n = (size_t)1 << log2_slots;
@@ -21,7 +15,7 @@ static coop_status alloc_table(addr_map *m, unsigned log2_slots)
     return COOP_OK;
 }
 
-#define TOMBSTONE ((uintptr_t)1)
+#define TOMBSTONE ADDR_MAP_TOMBSTONE
 
 coop_status addr_map_init(addr_map *m, meta_heap *heap)
 {
@@ -39,7 +33,7 @@ void addr_map_fini(addr_map *m)
 
 static void place(addr_map *m, uintptr_t key, void *value)
 {
-    size_t i = home_slot(m, key);
+    size_t i = addr_map_home(m, key);
     while (m->slots[i].key > TOMBSTONE)
         i = (i + 1) & m->mask;
     if (m->slots[i].key == TOMBSTONE)
@@ -48,10 +42,9 @@ static void place(addr_map *m, uintptr_t key, void *value)
     m->slots[i].value = value;
 }
 
-coop_status addr_map_reserve(addr_map *m, size_t extra)
+/* Rebuilds the table (dropping tombstones) so that extra more entries fit. */
+coop_status addr_map_grow(addr_map *m, size_t extra)
 {
-    if (2 * (m->count + m->tombstones + extra) <= m->mask + 1)
-        return COOP_OK;
     /* Rebuild without tombstones, doubling when live entries need it. */
     unsigned log2_slots = 64u - m->shift;
     while (((size_t)1 << log2_slots) < 3 * (m->count + extra))
@@ -66,35 +59,4 @@ coop_status addr_map_reserve(addr_map *m, size_t extra)
             place(m, old.slots[i].key, old.slots[i].value);
     meta_free(m->heap, old.slots, (old.mask + 1) * sizeof *old.slots);
     return COOP_OK;
-}
-
-void addr_map_insert(addr_map *m, uintptr_t key, void *value)
-{
-    place(m, key, value);
-    m->count++;
-}
-
-void addr_map_remove(addr_map *m, uintptr_t key)
-{
-    size_t i = home_slot(m, key);
-    while (m->slots[i].key != key) {
-        if (!m->slots[i].key)
-            return;
-        i = (i + 1) & m->mask;
-    }
-    m->slots[i].key = TOMBSTONE;
-    m->slots[i].value = NULL;
-    m->tombstones++;
-    m->count--;
-}
-
-void *addr_map_find(const addr_map *m, uintptr_t key)
-{
-    size_t i = home_slot(m, key);
-    while (m->slots[i].key) {
-        if (m->slots[i].key == key)
-            return m->slots[i].value;
-        i = (i + 1) & m->mask;
-    }
-    return NULL;
 }

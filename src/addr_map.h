@@ -35,11 +35,61 @@ void addr_map_fini(addr_map *m);
 
 /* Grows the table ahead of inserts so that insert itself cannot fail:
  * call with the number of entries about to be added. */
-coop_status addr_map_reserve(addr_map *m, size_t extra);
+coop_status addr_map_grow(addr_map *m, size_t extra);
+static inline coop_status addr_map_reserve(addr_map *m, size_t extra)
+{
+    if (2 * (m->count + m->tombstones + extra) <= m->mask + 1)
+        return COOP_OK;
+    return addr_map_grow(m, extra);
+}
+/* Block addresses are 512-aligned: drop those bits, mix (Fibonacci), keep the top bits. */
+static inline size_t addr_map_home(const addr_map *m, uintptr_t key)
+{
+    return (size_t)((((uint64_t)key >> 9) * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift);
+}
+
+#define ADDR_MAP_TOMBSTONE ((uintptr_t)1)
+
+/* The lookups are inline: free() and malloc() each do one, and a call
+ * across translation units would cost as much as the probe. */
+
 /* key (non-zero) must not be present already; room must be reserved. */
-void addr_map_insert(addr_map *m, uintptr_t key, void *value);
+static inline void addr_map_insert(addr_map *m, uintptr_t key, void *value)
+{
+    size_t i = addr_map_home(m, key);
+    while (m->slots[i].key > ADDR_MAP_TOMBSTONE)
+        i = (i + 1) & m->mask;
+    if (m->slots[i].key == ADDR_MAP_TOMBSTONE)
+        m->tombstones--;
+    m->slots[i].key = key;
+    m->slots[i].value = value;
+    m->count++;
+}
+
 /* Removes key if present. */
-void addr_map_remove(addr_map *m, uintptr_t key);
-void *addr_map_find(const addr_map *m, uintptr_t key);
+static inline void addr_map_remove(addr_map *m, uintptr_t key)
+{
+    size_t i = addr_map_home(m, key);
+    while (m->slots[i].key != key) {
+        if (!m->slots[i].key)
+            return;
+        i = (i + 1) & m->mask;
+    }
+    m->slots[i].key = ADDR_MAP_TOMBSTONE;
+    m->slots[i].value = NULL;
+    m->tombstones++;
+    m->count--;
+}
+
+static inline void *addr_map_find(const addr_map *m, uintptr_t key)
+{
+    size_t i = addr_map_home(m, key);
+    while (m->slots[i].key) {
+        if (m->slots[i].key == key)
+            return m->slots[i].value;
+        i = (i + 1) & m->mask;
+    }
+    return NULL;
+}
 
 #endif
