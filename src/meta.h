@@ -5,11 +5,14 @@
  * fragments nor is fragmented by the caller's objects.
  *
  * Each pool owns a meta_heap with an explicit jemalloc thread cache
- * ("tcache.create"). A pool only allocates metadata under its lock, so the
- * cache is never used by two threads at once; it makes the record
- * allocation of a split and the release of a merge about as cheap as an
- * intrusive free list, while a
- * MALLOCX_TCACHE_NONE call goes to the arena's locked bins every time.
+ * ("tcache.create") instead of MALLOCX_TCACHE_NONE. A pool only allocates
+ * metadata under its lock, so the cache is never used by two threads at
+ * once. The arena already keeps a few spare block records, so only about
+ * one malloc+free pair in ten reaches jemalloc (callgrind), but those calls
+ * go to the arena's locked bins without a cache: measured with coop bench
+ * (interleaved runs, same machine), the cache saves 7-10 ns per pair
+ * (1k live blocks: 128-130 vs 136-139 ns; 10k: 217-219 vs 227-230 ns).
+ * README.md, "Allocator metadata", says the same for users.
  */
 #ifndef COOP_META_H
 #define COOP_META_H
