@@ -2,7 +2,8 @@
  * Smoke test against the DTR authors' simulator (simrd, unmodified; table in
  * ../shared/workloads/README.md): resnet32 at ratio 0.9 in the ideal model,
  * DTR-eq and DTR-full: overhead 1.013 (within 0.02), 6 evictions, peak
- * 10.06 GB. Exits 77 (skip) when the shared workloads are absent.
+ * 10.06 GB; and coop in the arena model with and without the breaker index
+ * (identical decisions). Exits 77 (skip) when the shared workloads are absent.
  */
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +53,27 @@ int main(void)
         printf("%s %s: %s overhead %.4f evictions %llu (reference 1.013/6)\n", ok ? "PASS" : "FAIL",
                sim_policy_name(policies[i]), sim_result_name(o.result), o.overhead,
                (unsigned long long)o.evictions);
+        failed |= !ok;
+    }
+    /* coop's window search skipping breaker runs decides exactly as the
+     * plain walk over every block, visiting fewer blocks */
+    const double ratios[] = {0.9, 0.5, 0.3};
+    for (int i = 0; i < 3; i++) {
+        sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+        uint64_t arena_peak = sim_peak(&p, SIM_MEMORY_ARENA);
+        sim_outcome fast = sim_run(&p, arena_peak, &opt, ratios[i]);
+        opt.plain_window_walk = 1;
+        sim_outcome plain = sim_run(&p, arena_peak, &opt, ratios[i]);
+        int ok = fast.result == plain.result && fast.overhead == plain.overhead &&
+                 fast.evictions == plain.evictions && fast.remat_ops == plain.remat_ops &&
+                 fast.heuristic_evals == plain.heuristic_evals &&
+                 fast.blocks_visited <= plain.blocks_visited;
+        printf("%s coop arena %.1f: indexed %s %.4f/%llu visiting %llu blocks, plain %s %.4f/%llu "
+               "visiting %llu\n",
+               ok ? "PASS" : "FAIL", ratios[i], sim_result_name(fast.result), fast.overhead,
+               (unsigned long long)fast.evictions, (unsigned long long)fast.blocks_visited,
+               sim_result_name(plain.result), plain.overhead, (unsigned long long)plain.evictions,
+               (unsigned long long)plain.blocks_visited);
         failed |= !ok;
     }
     sim_program_free(&p);

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "remat/breaker_index.h"
 
 #define WINDOW_BLOCKED (-1.0)
 
@@ -44,6 +45,7 @@ typedef struct window {
     double cost;
     uint64_t blocks_visited; /* blocks the pass looked at */
     uint64_t evals;          /* cost function calls */
+    uint64_t runs_skipped;   /* breaker runs jumped over (indexed search) */
 } window;
 
 /* Scratch memory reused across searches (costs of the blocks in the
@@ -62,6 +64,15 @@ typedef struct window_scratch {
  * which gives the same window as evaluating every block. */
 int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
                   window_cost_fn bound, void *ctx, window_scratch *scratch, window *out);
+
+/* window_search, skipping the blocks of breakers' runs (each in O(1)) and
+ * every gap between runs smaller than size without visiting it: the same
+ * window and result as window_search when every block inside breakers' runs
+ * breaks windows (blocked by bound, or by cost without bound). NULL
+ * breakers: window_search. */
+int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
+                          window_cost_fn cost, window_cost_fn bound, void *ctx,
+                          const breaker_index *breakers, window_scratch *scratch, window *out);
 
 void window_scratch_free(window_scratch *s);
 
