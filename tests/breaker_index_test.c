@@ -4,7 +4,8 @@
  * runs are exactly the maximal runs of pinned blocks, and the indexed window
  * search returns the same window as the plain walk over every block, for
  * both objectives, with and without lower bounds, for random request sizes,
- * while visiting no more blocks. COOP_TEST_SEED sets the seed (printed).
+ * while visiting no more blocks; and with bounds (best bound first) the
+ * window of the exhaustive search that evaluates every exact cost. COOP_TEST_SEED sets the seed (printed).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,6 +87,7 @@ static void compare_searches(arena *a, const breaker_index *x, uint64_t size)
 {
     window_scratch scratch = {0};
     for (int obj = WINDOW_SUM; obj <= WINDOW_PER_BYTE; obj++) {
+        window exhaustive = {0}; /* without bound: every exact cost evaluated */
         for (int with_bound = 0; with_bound < 2; with_bound++) {
             window_cost_fn bound = with_bound ? owner_bound : NULL;
             window plain, fast;
@@ -101,6 +103,15 @@ static void compare_searches(arena *a, const breaker_index *x, uint64_t size)
             assert_ptr_equal(plain.last, fast.last);
             assert_int_equal(plain.size, fast.size);
             assert_true(plain.cost == fast.cost);
+            if (!with_bound) {
+                exhaustive = plain;
+                continue;
+            }
+            /* bounds and best-first evaluation choose the exhaustive window */
+            assert_ptr_equal(fast.first, exhaustive.first);
+            assert_ptr_equal(fast.last, exhaustive.last);
+            assert_true(fast.cost == exhaustive.cost);
+            assert_true(fast.evals <= exhaustive.evals);
         }
     }
     window_scratch_free(&scratch);
