@@ -15,7 +15,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: coop sim [--policy LIST] [--memory ideal|arena] [--budget LIST] [--json]\n"
             "                [--no-min-ratio] [--overhead-limit X] [--inplace on|off]\n"
-            "                [--partition off|THRESHOLD] LOG ...\n"
+            "                [--partition off|THRESHOLD] [--plain-walk] LOG ...\n"
             "\n"
             "Replays DTR-format operator logs (JSON lines, .gz read transparently) under\n"
             "budget = ratio x the peak of an unlimited run, evicting and recomputing tensors.\n"
@@ -37,6 +37,8 @@ static void usage(FILE *out)
             "                     which is DTR's copy-on-write)\n"
             "  --partition T|off  place tensors cheaper than T ns/byte at the high end of free\n"
             "                     blocks (default: 1e-2 for coop, off otherwise)\n"
+            "  --plain-walk       coop's window search visits every block instead of skipping\n"
+            "                     runs of pinned or locked ones (same results; for timing)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
             "thrash. Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
@@ -75,17 +77,23 @@ static void print_json(const char *log, const char *policy, const char *memory,
 int cmd_sim(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"policy", required_argument, 0, 'p'},  {"memory", required_argument, 0, 'm'},
-        {"budget", required_argument, 0, 'b'},  {"json", no_argument, 0, 'j'},
-        {"no-min-ratio", no_argument, 0, 'n'},  {"overhead-limit", required_argument, 0, 'o'},
-        {"inplace", required_argument, 0, 'i'}, {"partition", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+        {"policy", required_argument, 0, 'p'},
+        {"memory", required_argument, 0, 'm'},
+        {"budget", required_argument, 0, 'b'},
+        {"json", no_argument, 0, 'j'},
+        {"no-min-ratio", no_argument, 0, 'n'},
+        {"overhead-limit", required_argument, 0, 'o'},
+        {"inplace", required_argument, 0, 'i'},
+        {"partition", required_argument, 0, 't'},
+        {"plain-walk", no_argument, 0, 'w'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     char policy_buf[512] = "dtr,dtr-full,lru", budget_buf[512] = "0.9,0.7,0.5,0.3";
     const char *memory = "ideal";
     int json = 0, want_min = 1;
     double overhead_limit = 2.0, threshold_opt = NAN;
-    int inplace_opt = -1;
+    int inplace_opt = -1, plain_walk = 0;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -104,6 +112,9 @@ int cmd_sim(int argc, char **argv)
             break;
         case 'n':
             want_min = 0;
+            break;
+        case 'w':
+            plain_walk = 1;
             break;
         case 'o':
             overhead_limit = strtod(optarg, NULL);
@@ -174,6 +185,7 @@ int cmd_sim(int argc, char **argv)
         }
         if (inplace_opt >= 0)
             options[i].inplace = inplace_opt;
+        options[i].plain_window_walk = plain_walk;
         if (!isnan(threshold_opt))
             options[i].cheap_threshold = threshold_opt;
         if (options[i].policy == SIM_POLICY_COOP && mem_model == SIM_MEMORY_IDEAL) {

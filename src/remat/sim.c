@@ -85,6 +85,7 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
         .cheap_threshold = isnan(opt->cheap_threshold) ? (coop ? SIM_DEFAULT_CHEAP_THRESHOLD : -1.0)
                                                        : opt->cheap_threshold,
         .window_cost = opt->window_cost,
+        .plain_window_walk = opt->plain_window_walk != 0,
         .budget = out.budget,
         .remat_limit = limit,
     };
@@ -98,6 +99,7 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
     out.heuristic_evals = st.heuristic_evals;
     out.frag_failures = st.frag_failures;
     out.inplace_ops = st.inplace_ops;
+    out.blocks_visited = st.blocks_visited;
     out.frag_at_evict = st.searches ? st.frag_sum / (double)st.searches : 0.0;
     if (st.searches) {
         qsort(st.search_ns, st.searches, sizeof *st.search_ns, cmp_u64);

@@ -22,6 +22,8 @@ typedef struct sim_options {
     double cheap_threshold; /* NAN: policy default (coop SIM_DEFAULT_CHEAP_THRESHOLD,
                              * others off); < 0: off */
     sim_window_cost window_cost;
+    int plain_window_walk; /* coop in the arena: walk every block instead of
+                            * skipping breaker runs (same windows; 0 default) */
 } sim_options;
 
 /* Options with the policy's defaults. */
@@ -40,7 +42,8 @@ typedef struct sim_outcome {
     uint64_t budget; /* bytes */
     double overhead; /* (base + recompute) / base */
     uint64_t evictions, remat_ops, heuristic_evals, frag_failures, inplace_ops;
-    double frag_at_evict; /* mean free bytes / budget at eviction searches */
+    uint64_t blocks_visited; /* coop in the arena: blocks its window searches visited */
+    double frag_at_evict;    /* mean free bytes / budget at eviction searches */
     uint64_t search_ns_p50, search_ns_p99;
 } sim_outcome;
 

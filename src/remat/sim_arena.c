@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "pool_internal.h"
+#include "remat/breaker_index.h"
 #include "remat/sim_internal.h"
 #include "remat/window.h"
 #include "status.h"
@@ -48,9 +49,57 @@ int sim_arena_open(sim_runtime *rt)
     rt->scratch = calloc(1, sizeof *rt->scratch);
     if (!rt->scratch)
         return -1;
+    if (!rt->cfg.plain_window_walk) {
+        rt->breakers = calloc(1, sizeof *rt->breakers);
+        if (!rt->breakers)
+            return -1;
+    }
     rt->budget = cap;
     pool_lock(rt->mem_pool); /* the simulator is the only user: hold it for the run */
     return 0;
+}
+
+static void drop_breakers(sim_runtime *rt)
+{
+    if (!rt->breakers)
+        return;
+    breaker_index_free(rt->breakers);
+    free(rt->breakers);
+    rt->breakers = NULL;
+}
+
+/* The index only needs every indexed block to break windows: a breaker left
+ * out (no memory to add it) costs search time, never a different window; a
+ * block that cannot be taken out (no memory to split its run) would be
+ * skipped wrongly, so the index is dropped and searches walk every block. */
+void sim_arena_sync(sim_runtime *rt, uint32_t s)
+{
+    rt_storage *r = &rt->storages[s];
+    if (!rt->breakers)
+        return;
+    bool breaks = r->ptr && r->pool_pos == SIM_NONE;
+    if (breaks == r->breaking)
+        return;
+    arena_block *b = arena_lookup(pool_arena(rt->mem_pool), (uintptr_t)r->ptr);
+    if (breaks) {
+        if (b && !breaker_index_add(rt->breakers, b))
+            r->breaking = true;
+        return;
+    }
+    r->breaking = false;
+    if (!b || breaker_index_remove(rt->breakers, b))
+        drop_breakers(rt);
+}
+
+static void sim_arena_unindex(sim_runtime *rt, uint32_t s)
+{
+    rt_storage *r = &rt->storages[s];
+    if (!r->breaking)
+        return;
+    r->breaking = false;
+    arena_block *b = arena_lookup(pool_arena(rt->mem_pool), (uintptr_t)r->ptr);
+    if (!rt->breakers || !b || breaker_index_remove(rt->breakers, b))
+        drop_breakers(rt);
 }
 
 void sim_arena_close(sim_runtime *rt)
@@ -64,6 +113,7 @@ void sim_arena_close(sim_runtime *rt)
         window_scratch_free(rt->scratch);
     free(rt->scratch);
     rt->scratch = NULL;
+    drop_breakers(rt);
 }
 
 static uint32_t storage_of(const sim_runtime *rt, const void *owner)
@@ -93,6 +143,7 @@ static void bind_block(sim_runtime *rt, uint32_t s, arena_block *b)
     rt->memory += b->size;
     if (rt->memory > rt->stats.peak_memory)
         rt->stats.peak_memory = rt->memory;
+    sim_arena_sync(rt, s);
 }
 
 static bool try_alloc(sim_runtime *rt, uint32_t s)
@@ -111,6 +162,7 @@ void sim_arena_free(sim_runtime *rt, uint32_t s)
     rt_storage *r = &rt->storages[s];
     if (!r->ptr)
         return;
+    sim_arena_unindex(rt, s); /* while the block and its neighbours stand */
     pool_free_locked(rt->mem_pool, r->ptr, &rt->last_freed);
     r->ptr = NULL;
     r->placed = 0;
@@ -119,6 +171,7 @@ void sim_arena_free(sim_runtime *rt, uint32_t s)
 void sim_arena_transfer(sim_runtime *rt, uint32_t from, uint32_t to)
 {
     rt_storage *a = &rt->storages[from], *b = &rt->storages[to];
+    sim_arena_unindex(rt, from);
     b->ptr = a->ptr;
     b->placed = a->placed;
     a->ptr = NULL;
@@ -128,6 +181,7 @@ void sim_arena_transfer(sim_runtime *rt, uint32_t from, uint32_t to)
         if (blk)
             blk->owner = b;
     }
+    sim_arena_sync(rt, to);
 }
 
 /* Window cost of an allocated block: its tensor's Coop cost, or blocked. */
@@ -169,9 +223,10 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
     uint64_t size = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
     window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COOP ? WINDOW_PER_BYTE : WINDOW_SUM;
-    int found = window_search(pool_arena(rt->mem_pool), size, obj, window_cost,
-                              rt->cfg.window_cost == SIM_WINDOW_DTE ? NULL : window_bound, rt,
-                              rt->scratch, &w);
+    int found = window_search_indexed(pool_arena(rt->mem_pool), size, obj, window_cost,
+                                      rt->cfg.window_cost == SIM_WINDOW_DTE ? NULL : window_bound,
+                                      rt, rt->breakers, rt->scratch, &w);
+    rt->stats.blocks_visited += w.blocks_visited;
     if (found == -2)
         return SIM_ERROR;
     if (found < 0)

@@ -40,6 +40,10 @@ void sim_arena_close(sim_runtime *rt);
 sim_result sim_arena_place(sim_runtime *rt, uint32_t s);
 /* Hands from's block to storage to (recomputable in-place). */
 void sim_arena_transfer(sim_runtime *rt, uint32_t from, uint32_t to);
+/* Keeps the breaker index in step after s's residency or evictability
+ * changed: a resident storage outside the evictable pool breaks windows.
+ * Without host memory the index degrades safely (see sim_arena.c). */
+void sim_arena_sync(sim_runtime *rt, uint32_t s);
 /* Frees s's block. */
 void sim_arena_free(sim_runtime *rt, uint32_t s);
 

@@ -84,6 +84,8 @@ static int pool_add(sim_runtime *rt, uint32_t s)
     rt->storages[s].pool_pos = rt->pool_len;
     rt->pool[rt->pool_len++] = s;
     rt->pool_live++;
+    if (rt->mem_pool)
+        sim_arena_sync(rt, s);
     return 0;
 }
 
@@ -97,6 +99,8 @@ static void pool_remove(sim_runtime *rt, uint32_t s)
     rt->pool_live--;
     while (rt->pool_len && rt->pool[rt->pool_len - 1] == NONE)
         rt->pool_len--;
+    if (rt->mem_pool)
+        sim_arena_sync(rt, s);
 }
 
 /* ---- locks ---------------------------------------------------------------- */

@@ -53,8 +53,10 @@ typedef struct sim_config {
                              * the old value has no other user; else copy-on-write */
     double cheap_threshold; /* ns per byte below which a storage is placed high; < 0 off */
     sim_window_cost window_cost;
-    uint64_t budget;      /* bytes; UINT64_MAX = unlimited */
-    uint64_t remat_limit; /* ns of recomputation allowed (thrash beyond) */
+    bool plain_window_walk; /* arena coop: walk every block, no breaker index
+                             * (same windows, slower: for tests and timing) */
+    uint64_t budget;        /* bytes; UINT64_MAX = unlimited */
+    uint64_t remat_limit;   /* ns of recomputation allowed (thrash beyond) */
 } sim_config;
 
 const char *sim_policy_name(sim_policy p);
@@ -69,11 +71,12 @@ typedef struct sim_stats {
     uint64_t remat_ops;     /* ops recomputed */
     uint64_t searches;      /* eviction searches */
     uint64_t heuristic_evals;
-    uint64_t peak_memory;   /* most resident bytes */
-    double frag_sum;        /* sum over searches of free bytes / budget */
-    uint64_t frag_failures; /* searches although free bytes >= request */
-    uint64_t inplace_ops;   /* mutations that kept their buffer */
-    uint64_t *search_ns;    /* wall clock per search (searches entries) */
+    uint64_t blocks_visited; /* arena coop: blocks the window searches looked at */
+    uint64_t peak_memory;    /* most resident bytes */
+    double frag_sum;         /* sum over searches of free bytes / budget */
+    uint64_t frag_failures;  /* searches although free bytes >= request */
+    uint64_t inplace_ops;    /* mutations that kept their buffer */
+    uint64_t *search_ns;     /* wall clock per search (searches entries) */
     size_t search_ns_cap;
 } sim_stats;
 
@@ -89,10 +92,12 @@ typedef struct rt_storage {
     void *ptr;            /* arena model: the block's address (NULL: none) */
     uint64_t placed;      /* arena model: bytes allocated for it (rounded) */
     bool material, pinned;
+    bool breaking; /* arena model: its block is in the breaker index */
 } rt_storage;
 
 struct coop_pool;
 struct window_scratch;
+struct breaker_index;
 struct arena_block;
 
 typedef struct sim_runtime {
@@ -107,6 +112,7 @@ typedef struct sim_runtime {
     bool uses_eq;               /* keep union-find classes of evicted storages */
     struct coop_pool *mem_pool; /* arena model: libcoop's pool */
     struct window_scratch *scratch;
+    struct breaker_index *breakers; /* arena model: resident blocks not evictable */
     struct arena_block *last_freed; /* arena model: free block the last eviction left */
     uint32_t *victims;              /* arena model: a window's storages */
     uint32_t victims_cap;

@@ -4,6 +4,11 @@
 
 #include "remat/window.h"
 
+/* Relative slack when comparing a lower bound (a running sum, which drifts
+ * by rounding) with an exact key: a window within it is evaluated rather
+ * than pruned, so near-ties are decided on exact sums. */
+#define BOUND_SLACK 1e-9
+
 static int reserve(window_scratch *s, size_t n)
 {
     if (n <= s->cap)
@@ -23,6 +28,10 @@ static int reserve(window_scratch *s, size_t n)
     if (!bl)
         return -1;
     s->blocks = bl;
+    window_candidate *wc = realloc(s->cands, cap * sizeof *wc);
+    if (!wc)
+        return -1;
+    s->cands = wc;
     s->cap = cap;
     return 0;
 }
@@ -32,88 +41,184 @@ static double key_of(window_objective objective, double cost, uint64_t bytes)
     return objective == WINDOW_PER_BYTE ? cost / (double)bytes : cost;
 }
 
+/* One search: the blocks walked (blocks[0 .. n), bounds in lower[], exact
+ * costs or NAN in costs[]) and the minimal covering windows found
+ * (cands[0 .. num_cands), in the order of their right ends). */
+typedef struct search {
+    uint64_t size;
+    window_objective objective;
+    window_cost_fn cost, bound;
+    void *ctx;
+    window_scratch *scratch;
+    window *out;
+    size_t n, num_cands;
+} search;
+
+/* The two-pointer pass over the blocks from first up to stop (exclusive,
+ * NULL: the segment's end), a run starting empty at first: records, for
+ * every right end, the shortest run ending there that covers the request.
+ * 0, or -2 when host memory runs out. */
+static int scan(search *q, arena_block *first, const arena_block *stop)
+{
+    window_scratch *s = q->scratch;
+    window *out = q->out;
+    uint64_t run_size = 0;
+    double run_lower = 0;
+    size_t head = q->n; /* the run: blocks[head .. q->n) */
+    for (arena_block *b = first; b != stop; b = b->next) {
+        out->blocks_visited++;
+        double lb, ex = NAN;
+        if (b->state == COOP_BLOCK_FREE) {
+            lb = ex = 0;
+        } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
+            if (q->bound) {
+                lb = q->bound(b->owner, b, q->ctx);
+            } else {
+                out->evals++;
+                lb = ex = q->cost(b->owner, b, q->ctx);
+            }
+        } else {
+            lb = WINDOW_BLOCKED;
+        }
+        if (lb < 0) { /* breaks every run through b */
+            run_size = 0;
+            run_lower = 0;
+            head = q->n;
+            continue;
+        }
+        if (reserve(s, q->n + 1))
+            return -2;
+        s->blocks[q->n] = b;
+        s->lower[q->n] = lb;
+        s->costs[q->n] = ex;
+        q->n++;
+        run_size += b->size;
+        run_lower += lb;
+        while (run_size - s->blocks[head]->size >= q->size) {
+            run_size -= s->blocks[head]->size;
+            run_lower -= s->lower[head];
+            head++;
+        }
+        if (run_size < q->size)
+            continue;
+        s->cands[q->num_cands++] = (window_candidate){
+            .head = head,
+            .tail = q->n,
+            .size = run_size,
+            .lower_key = key_of(q->objective, run_lower < 0 ? 0 : run_lower, run_size)};
+    }
+    return 0;
+}
+
+/* Exact cost of block i, evaluated at most once per search. */
+static double block_cost(search *q, size_t i)
+{
+    window_scratch *s = q->scratch;
+    if (isnan(s->costs[i])) {
+        q->out->evals++;
+        s->costs[i] = q->cost(s->blocks[i]->owner, s->blocks[i], q->ctx);
+        if (s->costs[i] < s->lower[i]) /* inconsistent callbacks: trust the bound */
+            s->costs[i] = s->lower[i];
+    }
+    return s->costs[i];
+}
+
+/* The candidate with the smallest exact key, ties to the earliest right end
+ * (the plain pass's choice). The candidate with the smallest bound is
+ * evaluated first and sets the best key; then one pass over the candidates
+ * in order evaluates only those whose bound can still reach the best key,
+ * keeping the exact sum of [head, tail) incrementally (heads and tails
+ * only advance), so each block's cost is evaluated at most once. -1 if
+ * there is no candidate. */
+static int choose(search *q, window_candidate *best, double *best_cost)
+{
+    window_scratch *s = q->scratch;
+    if (!q->num_cands)
+        return -1;
+    size_t seed = 0;
+    for (size_t i = 1; i < q->num_cands; i++)
+        if (s->cands[i].lower_key < s->cands[seed].lower_key)
+            seed = i;
+    *best = s->cands[seed];
+    *best_cost = 0;
+    for (size_t i = best->head; i < best->tail; i++)
+        *best_cost += block_cost(q, i);
+    double best_key = key_of(q->objective, *best_cost, best->size);
+    size_t ev_head = 0, ev_tail = 0; /* sum = exact costs of blocks[ev_head .. ev_tail) */
+    double sum = 0;
+    for (size_t k = 0; k < q->num_cands; k++) {
+        const window_candidate *c = &s->cands[k];
+        if (c->lower_key > best_key * (1 + BOUND_SLACK))
+            continue;
+        if (c->head >= ev_tail) {
+            ev_head = ev_tail = c->head;
+            sum = 0;
+        }
+        for (; ev_head < c->head; ev_head++)
+            sum -= s->costs[ev_head];
+        for (; ev_tail < c->tail; ev_tail++)
+            sum += block_cost(q, ev_tail);
+        double cost = sum < 0 ? 0 : sum; /* float drift of the running sum */
+        double key = key_of(q->objective, cost, c->size);
+        if (key < best_key || (key == best_key && c->tail < best->tail)) {
+            best_key = key;
+            *best_cost = cost;
+            *best = *c;
+        }
+    }
+    return 0;
+}
+
 int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
                   window_cost_fn bound, void *ctx, window_scratch *scratch, window *out)
 {
+    return window_search_indexed(a, size, objective, cost, bound, ctx, NULL, scratch, out);
+}
+
+int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
+                          window_cost_fn cost, window_cost_fn bound, void *ctx,
+                          const breaker_index *breakers, window_scratch *scratch, window *out)
+{
     *out = (window){.cost = -1};
-    int found = 0;
-    double best_key = 0;
+    search q = {size, objective, cost, bound, ctx, scratch, out, 0, 0};
+    size_t r = 0; /* next breaker run, address order (segments are too) */
     for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
-        /* the run: blocks[head .. tail), lower bounds in lower[], exact costs
-         * in costs[] for indices below evaluated (a prefix of every run:
-         * exact costs are filled left to right) */
-        uint64_t run_size = 0;
-        double run_lower = 0, run_exact = 0;
-        size_t head = 0, tail = 0, evaluated = 0;
-        for (arena_block *b = seg->first; b; b = b->next) {
-            out->blocks_visited++;
-            double lb, ex = NAN;
-            if (b->state == COOP_BLOCK_FREE) {
-                lb = ex = 0;
-            } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
-                if (bound) {
-                    lb = bound(b->owner, b, ctx);
-                } else {
-                    out->evals++;
-                    lb = ex = cost(b->owner, b, ctx);
-                }
-            } else {
-                lb = WINDOW_BLOCKED;
-            }
-            if (lb < 0) { /* breaks every run through b */
-                run_size = 0;
-                run_lower = run_exact = 0;
-                head = tail = evaluated = 0;
-                continue;
-            }
-            if (reserve(scratch, tail + 1))
+        if (!breakers) {
+            if (scan(&q, seg->first, NULL))
                 return -2;
-            scratch->blocks[tail] = b;
-            scratch->lower[tail] = lb;
-            scratch->costs[tail] = ex;
-            tail++;
-            run_size += b->size;
-            run_lower += lb;
-            while (run_size - scratch->blocks[head]->size >= size) {
-                run_size -= scratch->blocks[head]->size;
-                run_lower -= scratch->lower[head];
-                if (head < evaluated)
-                    run_exact -= scratch->costs[head];
-                head++;
-            }
-            if (evaluated < head) {
-                evaluated = head;
-                run_exact = 0;
-            }
-            if (run_size < size)
-                continue;
-            /* a window whose lower bound cannot beat the best needs no exact costs */
-            if (found && key_of(objective, run_lower, run_size) >= best_key)
-                continue;
-            for (; evaluated < tail; evaluated++) {
-                double *c = &scratch->costs[evaluated];
-                if (isnan(*c)) {
-                    out->evals++;
-                    *c = cost(scratch->blocks[evaluated]->owner, scratch->blocks[evaluated], ctx);
-                    if (*c <
-                        scratch->lower[evaluated]) /* inconsistent callbacks: trust the bound */
-                        *c = scratch->lower[evaluated];
-                }
-                run_exact += *c;
-            }
-            double key = key_of(objective, run_exact, run_size);
-            if (!found || key < best_key) {
-                best_key = key;
-                found = 1;
-                out->first = scratch->blocks[head];
-                out->last = b;
-                out->addr = out->first->addr;
-                out->size = run_size;
-                out->cost = run_exact < 0 ? 0 : run_exact; /* float drift of the running sum */
-            }
+            continue;
+        }
+        uintptr_t seg_end = seg->base + seg->top;
+        while (r < breakers->len && breakers->runs[r].start < seg->base)
+            r++; /* below this segment: none while the runs' blocks are allocated */
+        /* the gaps between the segment's runs: [gap_start, gap_end) */
+        uintptr_t gap_start = seg->base;
+        arena_block *gap_first = seg->first;
+        for (;;) {
+            int last_gap = r >= breakers->len || breakers->runs[r].start >= seg_end;
+            uintptr_t gap_end = last_gap ? seg_end : breakers->runs[r].start;
+            const arena_block *stop = last_gap ? NULL : breakers->runs[r].first;
+            out->runs_skipped += !last_gap;
+            if (gap_end - gap_start >= size && gap_first && gap_first != stop &&
+                scan(&q, gap_first, stop))
+                return -2;
+            if (last_gap)
+                break;
+            gap_start = breakers->runs[r].end;
+            gap_first = breakers->runs[r].last->next;
+            r++;
         }
     }
-    return found ? 0 : -1;
+    window_candidate best;
+    double best_cost;
+    if (choose(&q, &best, &best_cost))
+        return -1;
+    out->first = scratch->blocks[best.head];
+    out->last = scratch->blocks[best.tail - 1];
+    out->addr = out->first->addr;
+    out->size = best.size;
+    out->cost = best_cost;
+    return 0;
 }
 
 void window_scratch_free(window_scratch *s)
@@ -121,5 +226,6 @@ void window_scratch_free(window_scratch *s)
     free(s->costs);
     free(s->lower);
     free(s->blocks);
+    free(s->cands);
     *s = (window_scratch){0};
 }

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "remat/breaker_index.h"
 
 #define WINDOW_BLOCKED (-1.0)
 
@@ -44,24 +45,46 @@ typedef struct window {
     double cost;
     uint64_t blocks_visited; /* blocks the pass looked at */
     uint64_t evals;          /* cost function calls */
+    uint64_t runs_skipped;   /* breaker runs jumped over (indexed search) */
 } window;
 
-/* Scratch memory reused across searches (costs of the blocks in the
- * current run, in FIFO order). Zero-initialize; window_scratch_free at end. */
+/* A minimal covering window found by the pass: blocks[head .. tail) of
+ * the scratch arrays, its bytes and the key of its summed lower bounds. */
+typedef struct window_candidate {
+    size_t head, tail;
+    uint64_t size;
+    double lower_key;
+} window_candidate;
+
+/* Scratch memory reused across searches (the blocks walked, their bounds
+ * and exact costs, the candidate windows). Zero-initialize;
+ * window_scratch_free at end. */
 typedef struct window_scratch {
     double *costs, *lower;
     arena_block **blocks;
+    window_candidate *cands;
     size_t cap;
 } window_scratch;
 
 /* 0 and *out on success; -1 when no run covers size bytes (out->blocks_visited
  * and out->evals still count the work); -2 when host memory runs out.
  * bound (may be NULL) is a cheap lower bound of cost that also says which
- * blocks are blocked: exact costs are then evaluated only for windows whose
- * bound could still beat the best window so far (each block at most once),
- * which gives the same window as evaluating every block. */
+ * blocks are blocked: the pass then records every minimal covering window
+ * with its summed bound; the window with the smallest bound is evaluated
+ * exactly first, then only windows whose bound can still reach the best
+ * exact key (each block at most once), which gives the same window as
+ * evaluating every block. */
 int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
                   window_cost_fn bound, void *ctx, window_scratch *scratch, window *out);
+
+/* window_search, skipping the blocks of breakers' runs (each in O(1)) and
+ * every gap between runs smaller than size without visiting it: the same
+ * window and result as window_search when every block inside breakers' runs
+ * breaks windows (blocked by bound, or by cost without bound). NULL
+ * breakers: window_search. */
+int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
+                          window_cost_fn cost, window_cost_fn bound, void *ctx,
+                          const breaker_index *breakers, window_scratch *scratch, window *out);
 
 void window_scratch_free(window_scratch *s);
 
