@@ -27,7 +27,7 @@ static inline uint64_t round_up(uint64_t x, uint64_t align)
 static coop_status reserve_records(arena *a, int n)
 {
     while (a->num_spares < n) {
-        arena_block *b = meta_alloc(a->heap, sizeof *b);
+        arena_block *b = meta_slab_take(&a->records);
         if (!b)
             return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a block record");
         a->spares[a->num_spares++] = b;
@@ -65,7 +65,7 @@ static void drop_record(arena *a, arena_block *b)
     if (a->num_spares < ARENA_SPARES)
         a->spares[a->num_spares++] = b;
     else
-        meta_free(a->heap, b, sizeof *b);
+        meta_slab_give(&a->records, b);
 }
 
 /* ---- Free-index membership, with the free counters it implies ---- */
@@ -376,6 +376,7 @@ coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const a
                  .params = *p,
                  .page_shift = (unsigned)__builtin_ctzll(p->page_size),
                  .reserved_stream = COOP_STREAM_ANY};
+    meta_slab_init(&a->records, heap, sizeof(arena_block), ARENA_RECORDS_PER_CHUNK);
     free_index_init(&a->index, COOP_STREAM_ANY, heap);
     coop_status st = free_index_reserve(&a->index, COOP_STREAM_ANY);
     if (st == COOP_OK)
@@ -411,7 +412,7 @@ void arena_fini(arena *a)
         arena_block *b = s->first;
         while (b) {
             arena_block *bn = b->next;
-            meta_free(a->heap, b, sizeof *b);
+            meta_slab_give(&a->records, b);
             b = bn;
         }
         if (a->params.vmm) {
@@ -429,7 +430,8 @@ void arena_fini(arena *a)
         s = next;
     }
     for (int i = 0; i < a->num_spares; i++)
-        meta_free(a->heap, a->spares[i], sizeof *a->spares[i]);
+        meta_slab_give(&a->records, a->spares[i]);
+    meta_slab_fini(&a->records);
     addr_map_fini(&a->map);
     free_index_fini(&a->index);
     a->first_segment = a->last_segment = NULL;

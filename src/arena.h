@@ -112,6 +112,8 @@ typedef struct arena_counters {
 } arena_counters;
 
 #define ARENA_SPARES 4
+/* Block records per slab chunk: 64 KiB of 128-byte records. */
+#define ARENA_RECORDS_PER_CHUNK 511
 
 typedef struct arena {
     coop_backend *backend;
@@ -125,6 +127,7 @@ typedef struct arena {
     free_index index;
     addr_map map;
     arena_counters counters;
+    meta_slab records;                 /* block records (see meta.h) */
     arena_block *spares[ARENA_SPARES]; /* preallocated records: commits cannot fail */
     int num_spares;
 } arena;
