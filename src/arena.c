@@ -54,9 +54,6 @@ static arena_block *take_record(arena *a)
     b->index_node.left = b->index_node.right = b->index_node.parent = NULL;
     b->prev = b->next = NULL;
     b->counted_split = false;
-    b->requested = 0;
-    b->owner = NULL;
-    b->uses = NULL;
     return b;
 }
 
@@ -104,26 +101,29 @@ static void recount_split(arena *a, arena_block *b)
 
 /* ---- Address order ---- */
 
+/* Links b after pos (NULL: first in seg). seg may be NULL when pos is given:
+ * it is looked up only if b becomes the segment's last block. */
 static void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_block *b)
 {
-    b->segment = seg;
     b->prev = pos;
     b->next = pos ? pos->next : seg->first;
-    if (b->next)
+    if (b->next) {
         b->next->prev = b;
-    else
+    } else {
+        if (!seg)
+            seg = arena_block_segment(a, pos);
         seg->last = b;
+    }
     if (pos)
         pos->next = b;
     else
         seg->first = b;
-    seg->num_blocks++;
     a->counters.num_blocks++;
 }
 
 static void unlink_block(arena *a, arena_block *b)
 {
-    arena_segment *seg = b->segment;
+    arena_segment *seg = b->prev && b->next ? NULL : arena_block_segment(a, b);
     if (b->prev)
         b->prev->next = b->next;
     else
@@ -132,7 +132,6 @@ static void unlink_block(arena *a, arena_block *b)
         b->next->prev = b->prev;
     else
         seg->last = b->prev;
-    seg->num_blocks--;
     a->counters.num_blocks--;
 }
 
@@ -459,7 +458,7 @@ static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
         used->addr = lo;
         used->size = b->size - before;
         b->size = before;
-        link_after(a, b->segment, b, used);
+        link_after(a, NULL, b, used);
         index_add(a, b);
     }
     if (after > 0) {
@@ -469,12 +468,14 @@ static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
         rest->state = COOP_BLOCK_FREE;
         rest->stream = b->stream;
         used->size = size;
-        link_after(a, used->segment, used, rest);
+        link_after(a, NULL, used, rest);
         index_add(a, rest);
     }
     used->state = COOP_BLOCK_ALLOCATED;
     used->stream = stream;
-    used->requested = size;
+    used->requested = size; /* the links are no longer needed: not in the index */
+    used->owner = NULL;
+    used->uses = NULL;
     addr_map_insert(&a->map, used->addr, used);
     return used;
 }
@@ -492,7 +493,7 @@ coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, 
     if (fit) {
         arena_block *b = BLOCK_OF(fit);
         uintptr_t lo = high ? b->addr + b->size - size : b->addr;
-        st = ensure_mapped(a, b->segment, lo, lo + size, reclaimed);
+        st = ensure_mapped(a, arena_block_segment(a, b), lo, lo + size, reclaimed);
         if (st != COOP_OK)
             return st;
         index_del(a, b);
@@ -557,7 +558,7 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
     if (st == COOP_OK)
         st = reserve_stream(a, stream);
     if (st == COOP_OK)
-        st = ensure_mapped(a, fb->segment, addr, addr + size, reclaimed);
+        st = ensure_mapped(a, arena_block_segment(a, fb), addr, addr + size, reclaimed);
     if (st != COOP_OK)
         return st;
     index_del(a, fb);
@@ -597,7 +598,7 @@ arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
     addr_map_remove(&a->map, b->addr);
     b->state = COOP_BLOCK_FREE;
     b->stream = tag;
-    b->requested = 0;
+    b->requested = 0; /* owner and uses too: they become free-index links */
     b->owner = NULL;
     b->uses = NULL;
     return coalesce(a, b);

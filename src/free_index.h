@@ -33,7 +33,8 @@
 
 typedef struct free_index_node {
     struct free_index_node *left, *right, *parent;
-    uint64_t size;
+    uint64_t size : 56;       /* the key's size; the rest of the word is the owner's */
+    uint64_t owner_bits_ : 8; /* untouched by the index (arena: block state) */
     uintptr_t addr;
     coop_stream stream;
 } free_index_node;

@@ -178,7 +178,7 @@ void coop_pool_destroy(coop_pool *pool)
         return;
     for (arena_segment *s = arena_first_segment(&pool->arena); s; s = s->next)
         for (arena_block *b = s->first; b; b = b->next)
-            if (b->uses) {
+            if (b->state != COOP_BLOCK_FREE && b->uses) {
                 block_uses *u = b->uses;
                 if (u->events)
                     for (size_t i = 0; i < u->num_streams; i++)
