@@ -105,6 +105,13 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     if (!c->va_size)
         c->va_size = c->capacity > UINT64_MAX / 4 ? UINT64_MAX / 4 : 4 * c->capacity;
     c->va_size = round_up(c->va_size, c->page_size);
+    uint64_t size_limit = UINT64_C(1) << BLOCK_SIZE_BITS;
+    if (c->capacity >= size_limit || (c->use_vmm && c->va_size >= size_limit))
+        return coop_set_error(COOP_ERR_INVALID,
+                              "capacity %llu / va_size %llu: block sizes are limited to 2^%d "
+                              "bytes; choose less",
+                              (unsigned long long)c->capacity, (unsigned long long)c->va_size,
+                              BLOCK_SIZE_BITS);
     if (!c->segment_size)
         c->segment_size = 20 * MiB;
     c->segment_size = round_up(c->segment_size, c->page_size);
