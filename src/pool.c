@@ -500,10 +500,16 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
 
 /* ---- Cache and capacity ---- */
 
+/* Completes what can be completed, then retags the free blocks of every idle
+ * stream "any stream" (their last uses are finished) and coalesces them, so
+ * free space split only by stream tags becomes one block, and releases
+ * cached memory: unmappable pages (VMM) or wholly free segments. A stream
+ * with work outstanding keeps its tags (its blocks stay reusable on it). */
 coop_status coop_empty_cache(coop_pool *pool)
 {
     pool_lock(pool);
     pool_process_pending_locked(pool);
+    sync_idle_streams(pool);
     uint64_t released;
     coop_status st = arena_reclaim(&pool->arena, UINT64_MAX, 0, 0, &released);
     pool_after_op_locked(pool, "empty_cache");
