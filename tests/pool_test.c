@@ -267,10 +267,35 @@ static void test_capacity_reclaim_and_oom(void **state)
     const char *m = coop_last_error();
     assert_non_null(strstr(m, "7340032 bytes"));
     assert_non_null(strstr(m, "capacity 16777216"));
-    assert_non_null(strstr(m, "largest free block"));
+    assert_non_null(strstr(m, "largest free block 8388608"));
+    /* b and g keep pages 4..9 mapped: 4 MiB of the 16 remain, fewer than the 8 c needs */
+    assert_non_null(strstr(m, "headroom 4194304"));
     assert_int_equal(stats_of(p).num_ooms, 1);
     coop_free(p, b);
     coop_free(p, g);
+    coop_pool_destroy(p);
+}
+
+/* No free block at all, yet capacity left: the message shows the headroom. */
+static void test_oom_message_headroom(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true);
+    coop_status st;
+    void *a = coop_malloc(p, 3 * MiB, 0, 0, &st);
+    void *b = coop_malloc(p, 3 * MiB, 0, 0, &st); /* pages 0..2 mapped */
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_null(coop_malloc(p, 4 * MiB, 0, 0, &st)); /* needs pages 3..4 too: 10 MiB */
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "cannot allocate 4194304 bytes"));
+    assert_non_null(strstr(m, "mapped 6291456"));
+    assert_non_null(strstr(m, "allocated 6291456"));
+    assert_non_null(strstr(m, "headroom 2097152"));
+    assert_non_null(strstr(m, "free 0 in 0 blocks, largest free block 0"));
+    coop_free(p, a);
+    coop_free(p, b);
     coop_pool_destroy(p);
 }
 
@@ -424,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_set_capacity),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segments_two_streams),
+        cmocka_unit_test(test_oom_message_headroom),
         cmocka_unit_test(test_fragmentation_stats),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_no_metadata_leak),
