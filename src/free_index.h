@@ -51,7 +51,10 @@ typedef struct free_index_set {
     coop_stream stream;
     size_t count;
     uint64_t nonempty[FREE_INDEX_BINS / 64]; /* bit b: bins[b] holds a node */
-    free_index_node *bins[FREE_INDEX_BINS];  /* treap roots */
+    /* bit w: nonempty[w] != 0, so finding the next or last non-empty bin
+     * reads at most a few words instead of scanning all of nonempty */
+    uint64_t nonempty_words[(FREE_INDEX_BINS / 64 + 63) / 64];
+    free_index_node *bins[FREE_INDEX_BINS]; /* treap roots */
 } free_index_set;
 
 typedef struct free_index {
