@@ -102,7 +102,8 @@ static void recount_split(arena *a, arena_block *b)
 /* ---- Address order ---- */
 
 /* Links b after pos (NULL: first in seg). seg may be NULL when pos is given:
- * it is looked up only if b becomes the segment's last block. */
+ * it is looked up (by b's end address) only if b becomes the segment's last
+ * block, so b's address and size must be set. */
 static void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_block *b)
 {
     b->prev = pos;
@@ -111,7 +112,8 @@ static void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_blo
         b->next->prev = b;
     } else {
         if (!seg)
-            seg = arena_block_segment(a, pos);
+            seg = a->params.vmm ? a->first_segment
+                                : (arena_segment *)addr_map_find(&a->seg_ends, b->addr + b->size);
         seg->last = b;
     }
     if (pos)
@@ -121,9 +123,11 @@ static void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_blo
     a->counters.num_blocks++;
 }
 
-static void unlink_block(arena *a, arena_block *b)
+/* seg may be NULL: looked up only when b is its segment's first or last block. */
+static void unlink_block(arena *a, arena_block *b, arena_segment *seg)
 {
-    arena_segment *seg = b->prev && b->next ? NULL : arena_block_segment(a, b);
+    if (!seg && (!b->prev || !b->next))
+        seg = arena_block_segment(a, b);
     if (b->prev)
         b->prev->next = b->next;
     else
@@ -341,6 +345,10 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
             return COOP_ERR_NOMEM;
     }
     coop_status st = reserve_records(a, 2);
+    if (st == COOP_OK)
+        st = addr_map_reserve(&a->seg_starts, 1);
+    if (st == COOP_OK)
+        st = addr_map_reserve(&a->seg_ends, 1);
     arena_segment *s = NULL;
     if (st == COOP_OK)
         st = segment_create(a, 0, want, false, &s);
@@ -355,6 +363,8 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
     s->base = base;
     s->top = want;
     segment_link(a, s);
+    addr_map_insert(&a->seg_starts, base, s);
+    addr_map_insert(&a->seg_ends, base + want, s);
     count_mapping(a, want, true);
     arena_block *b = take_record(a);
     b->addr = base;
@@ -380,7 +390,13 @@ coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const a
     coop_status st = free_index_reserve(&a->index, COOP_STREAM_ANY);
     if (st == COOP_OK)
         st = addr_map_init(&a->map, heap);
+    if (st == COOP_OK)
+        st = addr_map_init(&a->seg_starts, heap);
+    if (st == COOP_OK)
+        st = addr_map_init(&a->seg_ends, heap);
     if (st != COOP_OK) {
+        addr_map_fini(&a->map); /* (an unset map's table is NULL: nothing to free) */
+        addr_map_fini(&a->seg_starts);
         free_index_fini(&a->index);
         return st;
     }
@@ -395,6 +411,8 @@ coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const a
         }
         if (st != COOP_OK) {
             addr_map_fini(&a->map);
+            addr_map_fini(&a->seg_starts);
+            addr_map_fini(&a->seg_ends);
             free_index_fini(&a->index);
             return st;
         }
@@ -432,6 +450,8 @@ void arena_fini(arena *a)
         meta_slab_give(&a->records, a->spares[i]);
     meta_slab_fini(&a->records);
     addr_map_fini(&a->map);
+    addr_map_fini(&a->seg_starts);
+    addr_map_fini(&a->seg_ends);
     free_index_fini(&a->index);
     a->first_segment = a->last_segment = NULL;
     a->num_spares = 0;
@@ -493,7 +513,7 @@ coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, 
     if (fit) {
         arena_block *b = BLOCK_OF(fit);
         uintptr_t lo = high ? b->addr + b->size - size : b->addr;
-        st = ensure_mapped(a, arena_block_segment(a, b), lo, lo + size, reclaimed);
+        st = a->params.vmm ? ensure_mapped(a, a->first_segment, lo, lo + size, reclaimed) : COOP_OK;
         if (st != COOP_OK)
             return st;
         index_del(a, b);
@@ -558,7 +578,8 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
     if (st == COOP_OK)
         st = reserve_stream(a, stream);
     if (st == COOP_OK)
-        st = ensure_mapped(a, arena_block_segment(a, fb), addr, addr + size, reclaimed);
+        st = a->params.vmm ? ensure_mapped(a, a->first_segment, addr, addr + size, reclaimed)
+                           : COOP_OK;
     if (st != COOP_OK)
         return st;
     index_del(a, fb);
@@ -577,7 +598,7 @@ static arena_block *coalesce(arena *a, arena_block *b)
         index_del(a, p);
         p->size += b->size;
         p->stream = merged_tag(p->stream, b->stream);
-        unlink_block(a, b);
+        unlink_block(a, b, NULL);
         drop_record(a, b);
         b = p;
     }
@@ -586,7 +607,7 @@ static arena_block *coalesce(arena *a, arena_block *b)
         index_del(a, n);
         b->size += n->size;
         b->stream = merged_tag(b->stream, n->stream);
-        unlink_block(a, n);
+        unlink_block(a, n, NULL);
         drop_record(a, n);
     }
     index_add(a, b);
@@ -681,9 +702,11 @@ static coop_status reclaim_segments(arena *a, uint64_t want, uint64_t *released)
             while (s->first) {
                 arena_block *b = s->first;
                 index_del(a, b);
-                unlink_block(a, b);
+                unlink_block(a, b, s);
                 drop_record(a, b);
             }
+            addr_map_remove(&a->seg_starts, s->base);
+            addr_map_remove(&a->seg_ends, s->base + s->reserved);
             segment_unlink(a, s);
             count_mapping(a, s->reserved, false);
             *released += s->reserved;

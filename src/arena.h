@@ -135,6 +135,7 @@ typedef struct arena {
     uint64_t reserved; /* bytes mapped (VMM) or in segments */
     free_index index;
     addr_map map;
+    addr_map seg_starts, seg_ends; /* without VMM: segment by base / end address */
     arena_counters counters;
     meta_slab records;                 /* block records (see meta.h) */
     arena_block *spares[ARENA_SPARES]; /* preallocated records: commits cannot fail */
@@ -192,11 +193,19 @@ arena_block *arena_lookup(const arena *a, uintptr_t addr);
 arena_block *arena_find_containing(const arena *a, uintptr_t addr);
 /* The segment whose reserved range contains addr, or NULL. */
 arena_segment *arena_segment_of(const arena *a, uintptr_t addr);
-/* The segment holding block b: the only one with VMM, else found by address
- * (linear in the segments; the arena asks only at segment boundaries). */
+/* The segment holding block b: the only one with VMM; without it, a
+ * segment's first and last blocks are found by its base and end addresses
+ * in O(1) (the arena asks only at segment boundaries), other blocks by a
+ * linear search of the segments. */
 static inline arena_segment *arena_block_segment(const arena *a, const arena_block *b)
 {
-    return a->params.vmm ? a->first_segment : arena_segment_of(a, b->addr);
+    if (a->params.vmm)
+        return a->first_segment;
+    if (!b->prev)
+        return (arena_segment *)addr_map_find(&a->seg_starts, b->addr);
+    if (!b->next)
+        return (arena_segment *)addr_map_find(&a->seg_ends, b->addr + b->size);
+    return arena_segment_of(a, b->addr);
 }
 
 /* Bytes of [addr, addr + size) backed by mapped pages. */

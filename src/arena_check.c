@@ -47,7 +47,7 @@ static bool check_segment(const arena *a, const arena_segment *s, char *msg, siz
                     (unsigned long)s->base, (unsigned long long)s->top,
                     (unsigned long long)s->reserved);
     for (const arena_block *b = s->first; b; prev = b, b = b->next) {
-        if (b->prev != prev || arena_block_segment(a, b) != s)
+        if (b->prev != prev || ((!b->prev || !b->next) && arena_block_segment(a, b) != s))
             return fail(msg, len, "block %#lx: broken prev or segment link",
                         (unsigned long)b->addr);
         if (b->addr != expect)
@@ -168,5 +168,9 @@ bool arena_check(const arena *a, char *msg, size_t len)
     if (blocks != a->counters.num_blocks || blocks - free_blocks != a->map.count)
         return fail(msg, len, "address map holds %zu entries, the walk finds %zu blocks in use",
                     a->map.count, blocks - free_blocks);
+    size_t seg_keys = a->params.vmm ? 0 : a->num_segments;
+    if (a->seg_starts.count != seg_keys || a->seg_ends.count != seg_keys)
+        return fail(msg, len, "segment maps hold %zu / %zu entries for %zu segments",
+                    a->seg_starts.count, a->seg_ends.count, seg_keys);
     return true;
 }
