@@ -24,7 +24,7 @@ static inline uint64_t round_up(uint64_t x, uint64_t align)
 
 /* ---- Block records: a few spares are kept so that commits cannot fail ---- */
 
-static coop_status reserve_records(arena *a, int n)
+static coop_status reserve_records_slow(arena *a, int n)
 {
     while (a->num_spares < n) {
         arena_block *b = meta_slab_take(&a->records);
@@ -33,6 +33,14 @@ static coop_status reserve_records(arena *a, int n)
         a->spares[a->num_spares++] = b;
     }
     return addr_map_reserve(&a->map, 1);
+}
+
+/* Every allocation calls this; spares and map room are nearly always there. */
+static inline coop_status reserve_records(arena *a, int n)
+{
+    if (__builtin_expect(a->num_spares >= n && 2 * (a->map.count + 1) <= a->map.mask + 1, 1))
+        return COOP_OK;
+    return reserve_records_slow(a, n);
 }
 
 /* Makes sure blocks allocated on stream can be freed into the index later. */
@@ -229,19 +237,15 @@ static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t 
     return COOP_OK;
 }
 
-/* Maps every unmapped page under [lo, hi), reclaiming cached pages elsewhere
+/* Maps the unmapped pages of [first, end), reclaiming cached pages elsewhere
  * first if the capacity requires. If a map call fails, the pages mapped
  * before it stay mapped: they lie in free space or above the top, which the
  * invariants allow (cached pages, counted in reserved and within capacity). */
-static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintptr_t hi,
-                                 bool *reclaimed)
+static coop_status map_missing(arena *a, arena_segment *s, size_t first, size_t end,
+                               bool *reclaimed)
 {
-    if (!a->params.vmm)
-        return COOP_OK;
     uint64_t ps = a->params.page_size;
-    size_t first = page_floor(a, s, lo), end = page_ceil(a, s, hi), rf, re;
-    if (page_map_all_set(&s->pages, first, end))
-        return COOP_OK; /* the common case: reusing mapped space */
+    size_t rf, re;
     uint64_t need = (uint64_t)(end - first - page_map_count(&s->pages, first, end)) * ps;
     if (a->reserved + need > a->params.capacity) {
         uint64_t released = 0;
@@ -263,6 +267,19 @@ static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintp
         from = re;
     }
     return COOP_OK;
+}
+
+/* Maps every unmapped page under [lo, hi) (VMM); the check is inline
+ * because nearly every allocation reuses mapped space. */
+static inline coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintptr_t hi,
+                                        bool *reclaimed)
+{
+    if (!a->params.vmm)
+        return COOP_OK;
+    size_t first = page_floor(a, s, lo), end = page_ceil(a, s, hi);
+    if (__builtin_expect(page_map_all_set(&s->pages, first, end), 1))
+        return COOP_OK; /* the common case: reusing mapped space */
+    return map_missing(a, s, first, end, reclaimed);
 }
 
 /* ---- Segments ---- */
