@@ -81,7 +81,7 @@ typedef struct coop_config {
                              * (host: the simulated device is this size); rounded up to pages */
     uint64_t page_size;     /* physical mapping granularity: a power of two, a multiple of the
                              * backend's; 0 = backend's (2 MiB) */
-    uint64_t va_size;       /* virtual range reserved; 0 = 4 x capacity */
+    uint64_t va_size;       /* virtual range reserved; 0 = 4 x capacity (both below 2^56) */
     uint64_t segment_size;  /* segment size without VMM; 0 = 20 MiB */
     uint64_t min_split;     /* smallest remainder a split leaves; 0 = 512 */
     bool use_vmm;           /* map pages on demand (true) or fixed segments (false); a backend

@@ -17,7 +17,19 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
-if [ ! -x configure ] || [ configure.ac -nt configure ] || [ ! -f Makefile.in ] || [ Makefile.am -nt Makefile.in ]; then
+# autoreconf when configure or Makefile.in is missing or older than what
+# generates it: configure.ac, Makefile.am or any fragment it includes
+# (src/**/*.mk, tests/**/*.mk, scripts/*.mk).
+needs_autoreconf() {
+    [ -x configure ] && [ -f Makefile.in ] || return 0
+    [ configure.ac -nt configure ] && return 0
+    [ configure.ac -nt Makefile.in ] && return 0
+    [ -n "$(find src tests scripts -name '*.mk' -newer Makefile.in 2>/dev/null)" ] &&
+        return 0
+    [ Makefile.am -nt Makefile.in ] && return 0
+    return 1
+}
+if needs_autoreconf; then
     autoreconf -fi
 fi
 if [ ! -f Makefile ] || [ configure -nt config.status ]; then

@@ -15,13 +15,10 @@ static coop_status alloc_table(addr_map *m, unsigned log2_slots)
     return COOP_OK;
 }
 
-#define TOMBSTONE ADDR_MAP_TOMBSTONE
-
 coop_status addr_map_init(addr_map *m, meta_heap *heap)
 {
     m->heap = heap;
     m->count = 0;
-    m->tombstones = 0;
     return alloc_table(m, 7);
 }
 
@@ -34,18 +31,15 @@ void addr_map_fini(addr_map *m)
 static void place(addr_map *m, uintptr_t key, void *value)
 {
     size_t i = addr_map_home(m, key);
-    while (m->slots[i].key > TOMBSTONE)
+    while (m->slots[i].key)
         i = (i + 1) & m->mask;
-    if (m->slots[i].key == TOMBSTONE)
-        m->tombstones--;
     m->slots[i].key = key;
     m->slots[i].value = value;
 }
 
-/* Rebuilds the table (dropping tombstones) so that extra more entries fit. */
+/* Rebuilds the table larger so that extra more entries fit at load <= 1/2. */
 coop_status addr_map_grow(addr_map *m, size_t extra)
 {
-    /* Rebuild without tombstones, doubling when live entries need it. */
     unsigned log2_slots = 64u - m->shift;
     while (((size_t)1 << log2_slots) < 3 * (m->count + extra))
         log2_slots++;
@@ -53,9 +47,8 @@ coop_status addr_map_grow(addr_map *m, size_t extra)
     coop_status st = alloc_table(m, log2_slots);
     if (st != COOP_OK)
         return st;
-    m->tombstones = 0;
     for (size_t i = 0; i <= old.mask; i++)
-        if (old.slots[i].key > TOMBSTONE)
+        if (old.slots[i].key)
             place(m, old.slots[i].key, old.slots[i].value);
     meta_free(m->heap, old.slots, (old.mask + 1) * sizeof *old.slots);
     return COOP_OK;

@@ -2,10 +2,11 @@
  * Address map: block start address -> block record, so free(ptr) finds its
  * block in O(1) expected. Open addressing with linear probing: keys sit in
  * the table next to their values, so a lookup costs one cache miss for the
- * slot (plus the block itself) instead of walking a chain of records.
- * Deletion leaves a tombstone (O(1)); entries plus tombstones stay at most
- * half the slots, and the table is rebuilt (amortized O(1)) when they would
- * not.
+ * slot (plus the block itself) instead of walking a chain of records, and
+ * compares keys without touching records. Deletion shifts the following
+ * entries of the probe run back (no tombstones, so a steady malloc/free mix
+ * never forces a rebuild); entries stay at most half the slots and the
+ * table doubles when they would not.
  */
 #ifndef COOP_ADDR_MAP_H
 #define COOP_ADDR_MAP_H
@@ -17,7 +18,7 @@
 #include "meta.h"
 
 typedef struct addr_map_slot {
-    uintptr_t key; /* 0: empty, 1: deleted (block addresses are 512-aligned, non-zero) */
+    uintptr_t key; /* 0: empty (block addresses are 512-aligned, non-zero) */
     void *value;
 } addr_map_slot;
 
@@ -26,7 +27,6 @@ typedef struct addr_map {
     size_t mask;    /* slots - 1, a power of two minus one */
     unsigned shift; /* 64 - log2(slots) */
     size_t count;
-    size_t tombstones;
     meta_heap *heap;
 } addr_map;
 
@@ -38,7 +38,7 @@ void addr_map_fini(addr_map *m);
 coop_status addr_map_grow(addr_map *m, size_t extra);
 static inline coop_status addr_map_reserve(addr_map *m, size_t extra)
 {
-    if (2 * (m->count + m->tombstones + extra) <= m->mask + 1)
+    if (2 * (m->count + extra) <= m->mask + 1)
         return COOP_OK;
     return addr_map_grow(m, extra);
 }
@@ -48,8 +48,6 @@ static inline size_t addr_map_home(const addr_map *m, uintptr_t key)
     return (size_t)((((uint64_t)key >> 9) * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift);
 }
 
-#define ADDR_MAP_TOMBSTONE ((uintptr_t)1)
-
 /* The lookups are inline: free() and malloc() each do one, and a call
  * across translation units would cost as much as the probe. */
 
@@ -57,16 +55,15 @@ static inline size_t addr_map_home(const addr_map *m, uintptr_t key)
 static inline void addr_map_insert(addr_map *m, uintptr_t key, void *value)
 {
     size_t i = addr_map_home(m, key);
-    while (m->slots[i].key > ADDR_MAP_TOMBSTONE)
+    while (m->slots[i].key)
         i = (i + 1) & m->mask;
-    if (m->slots[i].key == ADDR_MAP_TOMBSTONE)
-        m->tombstones--;
     m->slots[i].key = key;
     m->slots[i].value = value;
     m->count++;
 }
 
-/* Removes key if present. */
+/* Removes key if present: later entries of the run whose home is not
+ * cyclically in (hole, their slot] move back into the hole. */
 static inline void addr_map_remove(addr_map *m, uintptr_t key)
 {
     size_t i = addr_map_home(m, key);
@@ -75,9 +72,18 @@ static inline void addr_map_remove(addr_map *m, uintptr_t key)
             return;
         i = (i + 1) & m->mask;
     }
-    m->slots[i].key = ADDR_MAP_TOMBSTONE;
+    for (size_t j = i;;) {
+        j = (j + 1) & m->mask;
+        if (!m->slots[j].key)
+            break;
+        size_t k = addr_map_home(m, m->slots[j].key);
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+            continue;
+        m->slots[i] = m->slots[j];
+        i = j;
+    }
+    m->slots[i].key = 0;
     m->slots[i].value = NULL;
-    m->tombstones++;
     m->count--;
 }
 

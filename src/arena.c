@@ -24,15 +24,23 @@ static inline uint64_t round_up(uint64_t x, uint64_t align)
 
 /* ---- Block records: a few spares are kept so that commits cannot fail ---- */
 
-static coop_status reserve_records(arena *a, int n)
+static coop_status reserve_records_slow(arena *a, int n)
 {
     while (a->num_spares < n) {
-        arena_block *b = meta_alloc(a->heap, sizeof *b);
+        arena_block *b = meta_slab_take(&a->records);
         if (!b)
             return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a block record");
         a->spares[a->num_spares++] = b;
     }
     return addr_map_reserve(&a->map, 1);
+}
+
+/* Every allocation calls this; spares and map room are nearly always there. */
+static inline coop_status reserve_records(arena *a, int n)
+{
+    if (__builtin_expect(a->num_spares >= n && 2 * (a->map.count + 1) <= a->map.mask + 1, 1))
+        return COOP_OK;
+    return reserve_records_slow(a, n);
 }
 
 /* Makes sure blocks allocated on stream can be freed into the index later. */
@@ -54,9 +62,6 @@ static arena_block *take_record(arena *a)
     b->index_node.left = b->index_node.right = b->index_node.parent = NULL;
     b->prev = b->next = NULL;
     b->counted_split = false;
-    b->requested = 0;
-    b->owner = NULL;
-    b->uses = NULL;
     return b;
 }
 
@@ -65,7 +70,7 @@ static void drop_record(arena *a, arena_block *b)
     if (a->num_spares < ARENA_SPARES)
         a->spares[a->num_spares++] = b;
     else
-        meta_free(a->heap, b, sizeof *b);
+        meta_slab_give(&a->records, b);
 }
 
 /* ---- Free-index membership, with the free counters it implies ---- */
@@ -104,26 +109,33 @@ static void recount_split(arena *a, arena_block *b)
 
 /* ---- Address order ---- */
 
+/* Links b after pos (NULL: first in seg). seg may be NULL when pos is given:
+ * it is looked up (by b's end address) only if b becomes the segment's last
+ * block, so b's address and size must be set. */
 static void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_block *b)
 {
-    b->segment = seg;
     b->prev = pos;
     b->next = pos ? pos->next : seg->first;
-    if (b->next)
+    if (b->next) {
         b->next->prev = b;
-    else
+    } else {
+        if (!seg)
+            seg = a->params.vmm ? a->first_segment
+                                : (arena_segment *)addr_map_find(&a->seg_ends, b->addr + b->size);
         seg->last = b;
+    }
     if (pos)
         pos->next = b;
     else
         seg->first = b;
-    seg->num_blocks++;
     a->counters.num_blocks++;
 }
 
-static void unlink_block(arena *a, arena_block *b)
+/* seg may be NULL: looked up only when b is its segment's first or last block. */
+static void unlink_block(arena *a, arena_block *b, arena_segment *seg)
 {
-    arena_segment *seg = b->segment;
+    if (!seg && (!b->prev || !b->next))
+        seg = arena_block_segment(a, b);
     if (b->prev)
         b->prev->next = b->next;
     else
@@ -132,7 +144,6 @@ static void unlink_block(arena *a, arena_block *b)
         b->next->prev = b->prev;
     else
         seg->last = b->prev;
-    seg->num_blocks--;
     a->counters.num_blocks--;
 }
 
@@ -226,19 +237,15 @@ static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t 
     return COOP_OK;
 }
 
-/* Maps every unmapped page under [lo, hi), reclaiming cached pages elsewhere
+/* Maps the unmapped pages of [first, end), reclaiming cached pages elsewhere
  * first if the capacity requires. If a map call fails, the pages mapped
  * before it stay mapped: they lie in free space or above the top, which the
  * invariants allow (cached pages, counted in reserved and within capacity). */
-static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintptr_t hi,
-                                 bool *reclaimed)
+static coop_status map_missing(arena *a, arena_segment *s, size_t first, size_t end,
+                               bool *reclaimed)
 {
-    if (!a->params.vmm)
-        return COOP_OK;
     uint64_t ps = a->params.page_size;
-    size_t first = page_floor(a, s, lo), end = page_ceil(a, s, hi), rf, re;
-    if (page_map_all_set(&s->pages, first, end))
-        return COOP_OK; /* the common case: reusing mapped space */
+    size_t rf, re;
     uint64_t need = (uint64_t)(end - first - page_map_count(&s->pages, first, end)) * ps;
     if (a->reserved + need > a->params.capacity) {
         uint64_t released = 0;
@@ -260,6 +267,19 @@ static coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintp
         from = re;
     }
     return COOP_OK;
+}
+
+/* Maps every unmapped page under [lo, hi) (VMM); the check is inline
+ * because nearly every allocation reuses mapped space. */
+static inline coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo, uintptr_t hi,
+                                        bool *reclaimed)
+{
+    if (!a->params.vmm)
+        return COOP_OK;
+    size_t first = page_floor(a, s, lo), end = page_ceil(a, s, hi);
+    if (__builtin_expect(page_map_all_set(&s->pages, first, end), 1))
+        return COOP_OK; /* the common case: reusing mapped space */
+    return map_missing(a, s, first, end, reclaimed);
 }
 
 /* ---- Segments ---- */
@@ -342,6 +362,10 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
             return COOP_ERR_NOMEM;
     }
     coop_status st = reserve_records(a, 2);
+    if (st == COOP_OK)
+        st = addr_map_reserve(&a->seg_starts, 1);
+    if (st == COOP_OK)
+        st = addr_map_reserve(&a->seg_ends, 1);
     arena_segment *s = NULL;
     if (st == COOP_OK)
         st = segment_create(a, 0, want, false, &s);
@@ -356,6 +380,8 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
     s->base = base;
     s->top = want;
     segment_link(a, s);
+    addr_map_insert(&a->seg_starts, base, s);
+    addr_map_insert(&a->seg_ends, base + want, s);
     count_mapping(a, want, true);
     arena_block *b = take_record(a);
     b->addr = base;
@@ -376,11 +402,18 @@ coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const a
                  .params = *p,
                  .page_shift = (unsigned)__builtin_ctzll(p->page_size),
                  .reserved_stream = COOP_STREAM_ANY};
+    meta_slab_init(&a->records, heap, sizeof(arena_block), ARENA_RECORDS_PER_CHUNK);
     free_index_init(&a->index, COOP_STREAM_ANY, heap);
     coop_status st = free_index_reserve(&a->index, COOP_STREAM_ANY);
     if (st == COOP_OK)
         st = addr_map_init(&a->map, heap);
+    if (st == COOP_OK)
+        st = addr_map_init(&a->seg_starts, heap);
+    if (st == COOP_OK)
+        st = addr_map_init(&a->seg_ends, heap);
     if (st != COOP_OK) {
+        addr_map_fini(&a->map); /* (an unset map's table is NULL: nothing to free) */
+        addr_map_fini(&a->seg_starts);
         free_index_fini(&a->index);
         return st;
     }
@@ -395,6 +428,8 @@ coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const a
         }
         if (st != COOP_OK) {
             addr_map_fini(&a->map);
+            addr_map_fini(&a->seg_starts);
+            addr_map_fini(&a->seg_ends);
             free_index_fini(&a->index);
             return st;
         }
@@ -411,7 +446,7 @@ void arena_fini(arena *a)
         arena_block *b = s->first;
         while (b) {
             arena_block *bn = b->next;
-            meta_free(a->heap, b, sizeof *b);
+            meta_slab_give(&a->records, b);
             b = bn;
         }
         if (a->params.vmm) {
@@ -429,8 +464,11 @@ void arena_fini(arena *a)
         s = next;
     }
     for (int i = 0; i < a->num_spares; i++)
-        meta_free(a->heap, a->spares[i], sizeof *a->spares[i]);
+        meta_slab_give(&a->records, a->spares[i]);
+    meta_slab_fini(&a->records);
     addr_map_fini(&a->map);
+    addr_map_fini(&a->seg_starts);
+    addr_map_fini(&a->seg_ends);
     free_index_fini(&a->index);
     a->first_segment = a->last_segment = NULL;
     a->num_spares = 0;
@@ -457,7 +495,7 @@ static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
         used->addr = lo;
         used->size = b->size - before;
         b->size = before;
-        link_after(a, b->segment, b, used);
+        link_after(a, NULL, b, used);
         index_add(a, b);
     }
     if (after > 0) {
@@ -467,12 +505,14 @@ static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
         rest->state = COOP_BLOCK_FREE;
         rest->stream = b->stream;
         used->size = size;
-        link_after(a, used->segment, used, rest);
+        link_after(a, NULL, used, rest);
         index_add(a, rest);
     }
     used->state = COOP_BLOCK_ALLOCATED;
     used->stream = stream;
-    used->requested = size;
+    used->requested = size; /* the links are no longer needed: not in the index */
+    used->owner = NULL;
+    used->uses = NULL;
     addr_map_insert(&a->map, used->addr, used);
     return used;
 }
@@ -490,7 +530,7 @@ coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, 
     if (fit) {
         arena_block *b = BLOCK_OF(fit);
         uintptr_t lo = high ? b->addr + b->size - size : b->addr;
-        st = ensure_mapped(a, b->segment, lo, lo + size, reclaimed);
+        st = a->params.vmm ? ensure_mapped(a, a->first_segment, lo, lo + size, reclaimed) : COOP_OK;
         if (st != COOP_OK)
             return st;
         index_del(a, b);
@@ -555,7 +595,8 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
     if (st == COOP_OK)
         st = reserve_stream(a, stream);
     if (st == COOP_OK)
-        st = ensure_mapped(a, fb->segment, addr, addr + size, reclaimed);
+        st = a->params.vmm ? ensure_mapped(a, a->first_segment, addr, addr + size, reclaimed)
+                           : COOP_OK;
     if (st != COOP_OK)
         return st;
     index_del(a, fb);
@@ -574,7 +615,7 @@ static arena_block *coalesce(arena *a, arena_block *b)
         index_del(a, p);
         p->size += b->size;
         p->stream = merged_tag(p->stream, b->stream);
-        unlink_block(a, b);
+        unlink_block(a, b, NULL);
         drop_record(a, b);
         b = p;
     }
@@ -583,7 +624,7 @@ static arena_block *coalesce(arena *a, arena_block *b)
         index_del(a, n);
         b->size += n->size;
         b->stream = merged_tag(b->stream, n->stream);
-        unlink_block(a, n);
+        unlink_block(a, n, NULL);
         drop_record(a, n);
     }
     index_add(a, b);
@@ -595,7 +636,7 @@ arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
     addr_map_remove(&a->map, b->addr);
     b->state = COOP_BLOCK_FREE;
     b->stream = tag;
-    b->requested = 0;
+    b->requested = 0; /* owner and uses too: they become free-index links */
     b->owner = NULL;
     b->uses = NULL;
     return coalesce(a, b);
@@ -678,9 +719,11 @@ static coop_status reclaim_segments(arena *a, uint64_t want, uint64_t *released)
             while (s->first) {
                 arena_block *b = s->first;
                 index_del(a, b);
-                unlink_block(a, b);
+                unlink_block(a, b, s);
                 drop_record(a, b);
             }
+            addr_map_remove(&a->seg_starts, s->base);
+            addr_map_remove(&a->seg_ends, s->base + s->reserved);
             segment_unlink(a, s);
             count_mapping(a, s->reserved, false);
             *released += s->reserved;

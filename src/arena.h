@@ -53,36 +53,46 @@
 typedef struct arena_segment arena_segment;
 struct block_uses; /* pool-owned: record_stream set and pending events */
 
+/* Block sizes are below 2^BLOCK_SIZE_BITS bytes (64 PiB): the size shares
+ * its word with the state bits. */
+#define BLOCK_SIZE_BITS 56
+
+/*
+ * One 64-byte record, one cache line: best fit, split, coalescing and free
+ * read nothing else. The free index's node overlays the block's own links,
+ * size, address and tag. Its tree links are needed only while the block is
+ * free; requested, owner and uses only while it is allocated or pending, so
+ * they share those bytes (read them only when state says so). The segment is
+ * not stored: with VMM there is one, without it arena_block_segment finds it
+ * (only at segment boundaries).
+ */
 typedef struct arena_block {
-    /* First cache line: what best fit, splitting and coalescing touch. The
-     * free index's node overlays the block's own size, address and tag, so
-     * the index reads its keys without a second line. */
     union {
         free_index_node index_node; /* membership in the free index (free blocks) */
         struct {
-            free_index_node *index_links_[3]; /* the node's left, right, parent */
-            uint64_t size;
+            union {
+                free_index_node *index_links_[3]; /* free: the node's left, right, parent */
+                struct {                          /* allocated or pending */
+                    uint64_t requested;           /* bytes asked for */
+                    void *owner;                  /* remat: the tensor living here, or NULL */
+                    struct block_uses *uses;      /* pool: record_stream set, NULL if none */
+                };
+            };
+            uint64_t size : BLOCK_SIZE_BITS;
+            uint64_t state : 2;         /* coop_block_state */
+            uint64_t counted_split : 1; /* counted in inactive_split (free, segment split) */
             uintptr_t addr;
             coop_stream stream; /* allocation stream, or a free block's tag */
         };
     };
     struct arena_block *prev, *next; /* address order inside the segment */
-    /* Second cache line: state and what allocated blocks carry. Records are
-     * 128 bytes and 128-aligned, so both lines form one aligned pair (which
-     * x86's adjacent-line prefetcher fetches together). */
-    _Alignas(64) coop_block_state state;
-    bool counted_split; /* counted in inactive_split (free, segment split) */
-    arena_segment *segment;
-    uint64_t requested;      /* bytes asked for (allocated and pending blocks) */
-    void *owner;             /* remat: the tensor living here, or NULL */
-    struct block_uses *uses; /* pool: record_stream set, NULL if none */
 } arena_block;
 
-_Static_assert(offsetof(arena_block, size) == offsetof(free_index_node, size) &&
-                   offsetof(arena_block, addr) == offsetof(free_index_node, addr) &&
-                   offsetof(arena_block, stream) == offsetof(free_index_node, stream),
+_Static_assert(offsetof(arena_block, addr) == offsetof(free_index_node, addr) &&
+                   offsetof(arena_block, stream) == offsetof(free_index_node, stream) &&
+                   offsetof(arena_block, requested) == offsetof(free_index_node, left),
                "arena_block must overlay free_index_node's key fields");
-_Static_assert(sizeof(arena_block) == 128, "block records are two cache lines");
+_Static_assert(sizeof(arena_block) == 64, "block records are one cache line");
 
 struct arena_segment {
     uintptr_t base;
@@ -91,7 +101,6 @@ struct arena_segment {
     arena_block *first, *last;
     arena_segment *prev, *next; /* segments in address order */
     page_map pages;             /* VMM: mapped pages of the reservation */
-    size_t num_blocks;
 };
 
 typedef struct arena_params {
@@ -112,6 +121,8 @@ typedef struct arena_counters {
 } arena_counters;
 
 #define ARENA_SPARES 4
+/* Block records per slab chunk: 64 KiB of 64-byte records. */
+#define ARENA_RECORDS_PER_CHUNK 1023
 
 typedef struct arena {
     coop_backend *backend;
@@ -124,7 +135,9 @@ typedef struct arena {
     uint64_t reserved; /* bytes mapped (VMM) or in segments */
     free_index index;
     addr_map map;
+    addr_map seg_starts, seg_ends; /* without VMM: segment by base / end address */
     arena_counters counters;
+    meta_slab records;                 /* block records (see meta.h) */
     arena_block *spares[ARENA_SPARES]; /* preallocated records: commits cannot fail */
     int num_spares;
 } arena;
@@ -180,6 +193,20 @@ arena_block *arena_lookup(const arena *a, uintptr_t addr);
 arena_block *arena_find_containing(const arena *a, uintptr_t addr);
 /* The segment whose reserved range contains addr, or NULL. */
 arena_segment *arena_segment_of(const arena *a, uintptr_t addr);
+/* The segment holding block b: the only one with VMM; without it, a
+ * segment's first and last blocks are found by its base and end addresses
+ * in O(1) (the arena asks only at segment boundaries), other blocks by a
+ * linear search of the segments. */
+static inline arena_segment *arena_block_segment(const arena *a, const arena_block *b)
+{
+    if (a->params.vmm)
+        return a->first_segment;
+    if (!b->prev)
+        return (arena_segment *)addr_map_find(&a->seg_starts, b->addr);
+    if (!b->next)
+        return (arena_segment *)addr_map_find(&a->seg_ends, b->addr + b->size);
+    return arena_segment_of(a, b->addr);
+}
 
 /* Bytes of [addr, addr + size) backed by mapped pages. */
 uint64_t arena_mapped_bytes_in(const arena *a, const arena_segment *seg, uintptr_t addr,

@@ -47,7 +47,7 @@ static bool check_segment(const arena *a, const arena_segment *s, char *msg, siz
                     (unsigned long)s->base, (unsigned long long)s->top,
                     (unsigned long long)s->reserved);
     for (const arena_block *b = s->first; b; prev = b, b = b->next) {
-        if (b->prev != prev || b->segment != s)
+        if (b->prev != prev || ((!b->prev || !b->next) && arena_block_segment(a, b) != s))
             return fail(msg, len, "block %#lx: broken prev or segment link",
                         (unsigned long)b->addr);
         if (b->addr != expect)
@@ -104,9 +104,6 @@ static bool check_segment(const arena *a, const arena_segment *s, char *msg, siz
         return fail(msg, len, "segment %#lx: blocks end at %#lx but the top is %#lx",
                     (unsigned long)s->base, (unsigned long)expect,
                     (unsigned long)(s->base + s->top));
-    if (n != s->num_blocks)
-        return fail(msg, len, "segment %#lx: %zu blocks counted as %zu", (unsigned long)s->base, n,
-                    s->num_blocks);
     if (!a->params.vmm && (s->top != s->reserved || n == 0))
         return fail(msg, len, "segment %#lx: not wholly tiled", (unsigned long)s->base);
     *blocks += n;
@@ -171,5 +168,9 @@ bool arena_check(const arena *a, char *msg, size_t len)
     if (blocks != a->counters.num_blocks || blocks - free_blocks != a->map.count)
         return fail(msg, len, "address map holds %zu entries, the walk finds %zu blocks in use",
                     a->map.count, blocks - free_blocks);
+    size_t seg_keys = a->params.vmm ? 0 : a->num_segments;
+    if (a->seg_starts.count != seg_keys || a->seg_ends.count != seg_keys)
+        return fail(msg, len, "segment maps hold %zu / %zu entries for %zu segments",
+                    a->seg_starts.count, a->seg_ends.count, seg_keys);
     return true;
 }

@@ -12,10 +12,16 @@
  * hold completes every event recorded during it. Each hold has a generation
  * number, so an event belongs to exactly one hold.
  *
+ * Simulated pages may be smaller than the OS's (any power of two >= 512:
+ * replay and the rematerialization model use 512-byte pages): ranges are
+ * then reserved on OS-page boundaries and rounded up to whole OS pages, and
+ * mapping stays bookkeeping in simulated pages.
+ *
  * Not thread-safe: the pool calls its backend under the pool lock.
  */
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "status.h"
@@ -48,12 +54,29 @@ static host_backend *host_of(coop_backend *be)
 
 /* ---- Address space ---- */
 
-/* An mmap'ed PROT_NONE range of size bytes aligned to align (a power of two). */
+static uint64_t os_page(void)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    return ps > 0 ? (uint64_t)ps : 4096;
+}
+
+/* size rounded up to whole OS pages: what munmap releases for a range. */
+static uint64_t os_length(uint64_t size)
+{
+    uint64_t ps = os_page();
+    return (size + ps - 1) & ~(ps - 1);
+}
+
+/* An mmap'ed PROT_NONE range of size bytes aligned to align (a power of two;
+ * at least the OS page), its length rounded up to whole OS pages. */
 static coop_status reserve_aligned(uint64_t size, uint64_t align, uintptr_t *addr)
 {
-    if (size == 0 || size > UINT64_MAX - align)
+    if (align < os_page())
+        align = os_page();
+    if (size == 0 || size > UINT64_MAX - 2 * align)
         return coop_set_error(COOP_ERR_INVALID, "host backend: bad reservation size %llu",
                               (unsigned long long)size);
+    size = os_length(size);
     size_t len = (size_t)(size + align);
     void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
@@ -81,7 +104,7 @@ static coop_status host_reserve(coop_backend *be, uint64_t size, uintptr_t *addr
 
 static coop_status host_release(coop_backend *be, uintptr_t addr, uint64_t size)
 {
-    if (munmap((void *)addr, size) != 0)
+    if (munmap((void *)addr, os_length(size)) != 0)
         return coop_set_error(COOP_ERR_BACKEND, "host backend: munmap(%#lx, %llu) failed",
                               (unsigned long)addr, (unsigned long long)size);
     host_of(be)->ranges--;
@@ -241,9 +264,9 @@ coop_status coop_backend_host_create(uint64_t device_memory, uint64_t page_size,
                                      coop_backend **out)
 {
     *out = NULL;
-    if (page_size < 4096 || (page_size & (page_size - 1)))
+    if (page_size < 512 || (page_size & (page_size - 1)))
         return coop_set_error(COOP_ERR_INVALID,
-                              "host backend: page size %llu is not a power of two >= 4096",
+                              "host backend: page size %llu is not a power of two >= 512",
                               (unsigned long long)page_size);
     if (device_memory == 0 || device_memory % page_size)
         return coop_set_error(COOP_ERR_INVALID,

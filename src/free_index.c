@@ -42,23 +42,47 @@ static inline unsigned bin_of(uint64_t size)
     return ((fl - FREE_INDEX_SUBBIN_BITS + 1) << FREE_INDEX_SUBBIN_BITS) + sl;
 }
 
+#define WORDS (FREE_INDEX_BINS / 64)
+#define TOP_WORDS ((WORDS + 63) / 64)
+
 static inline void bin_mark(free_index_set *set, unsigned bin, bool nonempty)
 {
-    if (nonempty)
-        set->nonempty[bin >> 6] |= UINT64_C(1) << (bin & 63);
-    else
-        set->nonempty[bin >> 6] &= ~(UINT64_C(1) << (bin & 63));
+    unsigned w = bin >> 6;
+    if (nonempty) {
+        set->nonempty[w] |= UINT64_C(1) << (bin & 63);
+        set->nonempty_words[w >> 6] |= UINT64_C(1) << (w & 63);
+    } else {
+        set->nonempty[w] &= ~(UINT64_C(1) << (bin & 63));
+        if (!set->nonempty[w])
+            set->nonempty_words[w >> 6] &= ~(UINT64_C(1) << (w & 63));
+    }
+}
+
+/* First non-empty word >= w, or WORDS. */
+static inline unsigned next_word(const free_index_set *set, unsigned w)
+{
+    unsigned t = w >> 6;
+    if (t >= TOP_WORDS)
+        return WORDS;
+    uint64_t top = set->nonempty_words[t] & (~UINT64_C(0) << (w & 63));
+    while (!top) {
+        if (++t == TOP_WORDS)
+            return WORDS;
+        top = set->nonempty_words[t];
+    }
+    return (t << 6) + (unsigned)__builtin_ctzll(top);
 }
 
 /* First non-empty bin >= bin, or FREE_INDEX_BINS. */
 static inline unsigned next_bin(const free_index_set *set, unsigned bin)
 {
     unsigned w = bin >> 6;
-    if (w >= FREE_INDEX_BINS / 64)
+    if (w >= WORDS)
         return FREE_INDEX_BINS;
     uint64_t word = set->nonempty[w] & (~UINT64_C(0) << (bin & 63));
-    while (!word) {
-        if (++w == FREE_INDEX_BINS / 64)
+    if (!word) {
+        w = next_word(set, w + 1);
+        if (w >= WORDS)
             return FREE_INDEX_BINS;
         word = set->nonempty[w];
     }
@@ -70,9 +94,11 @@ static inline unsigned last_bin(const free_index_set *set)
 {
     if (set->count == 0)
         return FREE_INDEX_BINS;
-    for (unsigned w = FREE_INDEX_BINS / 64; w-- > 0;)
-        if (set->nonempty[w])
+    for (unsigned t = TOP_WORDS; t-- > 0;)
+        if (set->nonempty_words[t]) {
+            unsigned w = (t << 6) + 63u - (unsigned)__builtin_clzll(set->nonempty_words[t]);
             return (w << 6) + 63u - (unsigned)__builtin_clzll(set->nonempty[w]);
+        }
     return FREE_INDEX_BINS;
 }
 
@@ -346,6 +372,9 @@ const char *free_index_check(const free_index *fi)
         }
         if (in_set != set->count)
             return "free index: a set's node count differs from its trees";
+        for (unsigned w = 0; w < WORDS; w++)
+            if (!!set->nonempty[w] != !!(set->nonempty_words[w >> 6] >> (w & 63) & 1))
+                return "free index: the word summary disagrees with the bin bitmap";
         total += in_set;
     }
     if (total != fi->count)

@@ -1,49 +1,22 @@
-/* Metadata heap on a private jemalloc arena; see meta.h for why. */
-#include <jemalloc/jemalloc.h>
-#include <pthread.h>
+/* Metadata heap: C library malloc plus per-arena record slabs; see meta.h. */
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "meta.h"
 #include "status.h"
 
-static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
-static unsigned arena_index;
-static bool arena_ok;
 static _Atomic int64_t leaked;
 static _Atomic uint64_t fail_countdown; /* tests: 0 = never fail */
 
-static void create_arena(void)
-{
-    size_t len = sizeof arena_index;
-    arena_ok = mallctl("arenas.create", &arena_index, &len, NULL, 0) == 0;
-}
-
 coop_status meta_heap_init(meta_heap *heap)
 {
-    pthread_once(&arena_once, create_arena);
-    if (!arena_ok)
-        return coop_set_error(COOP_ERR_HOST_NOMEM,
-                              "jemalloc refused to create the metadata arena (arenas.create)");
     heap->live = 0;
-    unsigned tcache;
-    size_t len = sizeof tcache;
-    if (mallctl("tcache.create", &tcache, &len, NULL, 0) == 0) {
-        heap->tcache = tcache;
-        heap->flags = MALLOCX_ARENA(arena_index) | MALLOCX_TCACHE(tcache);
-    } else {
-        heap->tcache = UINT32_MAX;
-        heap->flags = MALLOCX_ARENA(arena_index) | MALLOCX_TCACHE_NONE;
-    }
     return COOP_OK;
 }
 
 void meta_heap_fini(meta_heap *heap)
 {
-    if (heap->tcache != UINT32_MAX) {
-        unsigned tcache = heap->tcache;
-        mallctl("tcache.destroy", NULL, NULL, &tcache, sizeof tcache);
-        heap->tcache = UINT32_MAX;
-    }
     if (heap->live)
         atomic_fetch_add(&leaked, heap->live);
     heap->live = 0;
@@ -64,7 +37,7 @@ void *meta_alloc(meta_heap *heap, size_t size)
 {
     if (injected_failure())
         return NULL;
-    void *p = mallocx(size, heap->flags);
+    void *p = malloc(size ? size : 1);
     if (p)
         heap->live++;
     return p;
@@ -74,7 +47,7 @@ void *meta_zalloc(meta_heap *heap, size_t size)
 {
     if (injected_failure())
         return NULL;
-    void *p = mallocx(size, heap->flags | MALLOCX_ZERO);
+    void *p = calloc(1, size ? size : 1);
     if (p)
         heap->live++;
     return p;
@@ -82,10 +55,57 @@ void *meta_zalloc(meta_heap *heap, size_t size)
 
 void meta_free(meta_heap *heap, void *ptr, size_t size)
 {
+    (void)size;
     if (!ptr)
         return;
-    sdallocx(ptr, size, heap->flags);
+    free(ptr);
     heap->live--;
+}
+
+/* ---- Slabs ---- */
+
+/* A chunk: this header on its own cache line, then per_chunk records. */
+struct slab_chunk {
+    struct slab_chunk *next;
+    _Alignas(64) unsigned char records[];
+};
+
+void meta_slab_init(meta_slab *slab, meta_heap *heap, size_t record_size, size_t per_chunk)
+{
+    *slab = (meta_slab){.heap = heap, .record_size = record_size, .per_chunk = per_chunk};
+}
+
+void meta_slab_fini(meta_slab *slab)
+{
+    while (slab->chunks) {
+        struct slab_chunk *c = slab->chunks;
+        slab->chunks = c->next;
+        free(c);
+        slab->heap->live--;
+    }
+    slab->free_list = NULL;
+    slab->live = 0;
+}
+
+void *meta_slab_grow_and_take(meta_slab *slab)
+{
+    if (injected_failure())
+        return NULL;
+    size_t bytes = sizeof(struct slab_chunk) + slab->per_chunk * slab->record_size;
+    struct slab_chunk *c = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!c)
+        return NULL;
+    slab->heap->live++;
+    c->next = slab->chunks;
+    slab->chunks = c;
+    /* Thread the records so the lowest address is taken first. */
+    for (size_t i = slab->per_chunk; i-- > 1;) {
+        void *r = c->records + i * slab->record_size;
+        *(void **)r = slab->free_list;
+        slab->free_list = r;
+    }
+    slab->live++;
+    return c->records;
 }
 
 int64_t meta_leaked_allocations(void)

@@ -1,18 +1,23 @@
 /*
- * Host-side metadata heap: block records, segment records, page bitmaps and
- * hash tables live in one private jemalloc arena (mallctl "arenas.create"),
- * apart from the application's heap, so allocator bookkeeping neither
- * fragments nor is fragmented by the caller's objects.
+ * Host-side metadata heap: the allocator's own bookkeeping.
  *
- * Each pool owns a meta_heap with an explicit jemalloc thread cache
- * ("tcache.create") instead of MALLOCX_TCACHE_NONE. A pool only allocates
- * metadata under its lock, so the cache is never used by two threads at
- * once. The arena already keeps a few spare block records, so only about
- * one malloc+free pair in ten reaches jemalloc (callgrind), but those calls
- * go to the arena's locked bins without a cache: measured with coop bench
- * (interleaved runs, same machine), the cache saves 7-10 ns per pair
- * (1k live blocks: 128-130 vs 136-139 ns; 10k: 217-219 vs 227-230 ns).
- * README.md, "Allocator metadata", says the same for users.
+ * Block records, by far the most frequent metadata, come from a per-arena
+ * slab (meta_slab): fixed-size records carved from chunks and recycled
+ * through an intrusive LIFO free list. The pool lock already serializes
+ * every call, so the slab needs no thread cache, no atomics and no TLS; a
+ * recycled record is usually still in cache. Everything else (segment
+ * records, page bitmaps, the address map's table, free-index sets, stream
+ * uses) is rare or large and comes from the C library's malloc.
+ *
+ * Why not jemalloc (the first version used a private jemalloc arena with an
+ * explicit tcache): libjemalloc.so.2 uses initial-exec TLS (about 2.6 KB),
+ * which does not fit glibc's static TLS surplus for dlopen'ed libraries, so
+ * libcoop.so could not be loaded into a running Python (ctypes, PyTorch's
+ * pluggable allocator) without GLIBC_TUNABLES. The slab also measured at
+ * least as fast (README.md, "Allocator metadata").
+ *
+ * Failure injection (tests): meta_fail_nth(n) fails the nth next metadata
+ * allocation: a malloc, or a slab chunk when the slab must grow.
  */
 #ifndef COOP_META_H
 #define COOP_META_H
@@ -23,22 +28,50 @@
 #include "coop.h"
 
 typedef struct meta_heap {
-    int flags;       /* mallocx flags: the private arena and this heap's cache */
-    unsigned tcache; /* explicit tcache id, or UINT32_MAX when none */
-    int64_t live;    /* allocations not yet freed (leak accounting) */
+    int64_t live; /* allocations not yet freed (leak accounting) */
 } meta_heap;
 
-/* Creates the shared private arena on first use and a cache for this heap.
- * COOP_ERR_HOST_NOMEM if jemalloc refuses. */
 coop_status meta_heap_init(meta_heap *heap);
-/* Destroys the cache; allocations still live are counted as leaked. */
+/* Allocations still live are counted as leaked (and stay allocated). */
 void meta_heap_fini(meta_heap *heap);
 
-/* NULL when host memory runs out. */
+/* NULL when host memory runs out (or an injected failure fires). */
 void *meta_alloc(meta_heap *heap, size_t size);
 void *meta_zalloc(meta_heap *heap, size_t size);
-/* size must be what was asked for (sized deallocation). ptr may be NULL. */
+/* size is what was asked for (kept for symmetry and checks). ptr may be NULL. */
 void meta_free(meta_heap *heap, void *ptr, size_t size);
+
+/* A slab of fixed-size records (size a multiple of 64: records are
+ * cache-line aligned). Chunks come from the heap, so growing can fail. */
+typedef struct meta_slab {
+    meta_heap *heap;
+    size_t record_size;
+    size_t per_chunk; /* records per chunk */
+    void *free_list;  /* first word of a free record links the next */
+    struct slab_chunk *chunks;
+    size_t live; /* records handed out and not returned */
+} meta_slab;
+
+void meta_slab_init(meta_slab *slab, meta_heap *heap, size_t record_size, size_t per_chunk);
+/* Frees every chunk (records still live are gone too). */
+void meta_slab_fini(meta_slab *slab);
+/* Grows by a chunk; NULL (no host memory) leaves the slab unchanged. */
+void *meta_slab_grow_and_take(meta_slab *slab);
+static inline void *meta_slab_take(meta_slab *slab)
+{
+    void *r = slab->free_list;
+    if (!r)
+        return meta_slab_grow_and_take(slab);
+    slab->free_list = *(void **)r;
+    slab->live++;
+    return r;
+}
+static inline void meta_slab_give(meta_slab *slab, void *record)
+{
+    *(void **)record = slab->free_list;
+    slab->free_list = record;
+    slab->live--;
+}
 
 /* Total allocations left live when heaps were finalized (tests: must be 0). */
 int64_t meta_leaked_allocations(void);

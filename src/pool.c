@@ -105,6 +105,13 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     if (!c->va_size)
         c->va_size = c->capacity > UINT64_MAX / 4 ? UINT64_MAX / 4 : 4 * c->capacity;
     c->va_size = round_up(c->va_size, c->page_size);
+    uint64_t size_limit = UINT64_C(1) << BLOCK_SIZE_BITS;
+    if (c->capacity >= size_limit || (c->use_vmm && c->va_size >= size_limit))
+        return coop_set_error(COOP_ERR_INVALID,
+                              "capacity %llu / va_size %llu: block sizes are limited to 2^%d "
+                              "bytes; choose less",
+                              (unsigned long long)c->capacity, (unsigned long long)c->va_size,
+                              BLOCK_SIZE_BITS);
     if (!c->segment_size)
         c->segment_size = 20 * MiB;
     c->segment_size = round_up(c->segment_size, c->page_size);
@@ -178,7 +185,7 @@ void coop_pool_destroy(coop_pool *pool)
         return;
     for (arena_segment *s = arena_first_segment(&pool->arena); s; s = s->next)
         for (arena_block *b = s->first; b; b = b->next)
-            if (b->uses) {
+            if (b->state != COOP_BLOCK_FREE && b->uses) {
                 block_uses *u = b->uses;
                 if (u->events)
                     for (size_t i = 0; i < u->num_streams; i++)
@@ -275,17 +282,57 @@ static void count_alloc(coop_pool *pool, arena_block *b, size_t requested)
     stat_add(&pool->requested_bytes, (int64_t)requested);
 }
 
+/* Bytes live (allocated or pending) blocks keep reserved: with VMM the pages
+ * they overlap, without it the segments holding one. Walks every block:
+ * for the out-of-memory message only. */
+static uint64_t live_footprint(const arena *a)
+{
+    uint64_t bytes = 0;
+    for (const arena_segment *s = arena_first_segment(a); s; s = s->next) {
+        if (!a->params.vmm) {
+            for (const arena_block *b = s->first; b; b = b->next)
+                if (b->state != COOP_BLOCK_FREE) {
+                    bytes += s->reserved;
+                    break;
+                }
+            continue;
+        }
+        uint64_t ps = a->params.page_size;
+        uint64_t counted_end = 0; /* pages below this offset are counted */
+        for (const arena_block *b = s->first; b; b = b->next) {
+            if (b->state == COOP_BLOCK_FREE)
+                continue;
+            uint64_t lo = (b->addr - s->base) / ps * ps;
+            uint64_t hi = (b->addr - s->base + b->size + ps - 1) / ps * ps;
+            lo = lo < counted_end ? counted_end : lo;
+            if (hi > lo)
+                bytes += hi - lo;
+            counted_end = hi > counted_end ? hi : counted_end;
+        }
+    }
+    return bytes;
+}
+
+/* Says what a user needs to act: the request, the capacity and what is
+ * mapped and allocated, the headroom (capacity minus what live blocks keep
+ * mapped: at most this much more can ever be mapped without freeing), and
+ * the free space in blocks with its largest block (a request larger than
+ * both the largest free block and the headroom cannot fit). */
 static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, coop_stream stream)
 {
     const arena *a = &pool->arena;
+    uint64_t live = live_footprint(a);
+    uint64_t headroom = a->params.capacity > live ? a->params.capacity - live : 0;
     return coop_set_error(
         COOP_ERR_NOMEM,
         "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "
-        "mapped %llu, allocated %lld, free %llu in %zu blocks, largest free block %llu",
+        "mapped %llu, allocated %lld, headroom %llu (capacity minus the %llu bytes live blocks "
+        "keep mapped), free %llu in %zu blocks, largest free block %llu",
         size, (unsigned long long)rounded, (unsigned long)stream,
         (unsigned long long)a->params.capacity, (unsigned long long)a->reserved,
-        (long long)pool->allocated_bytes.current, (unsigned long long)a->counters.free_bytes,
-        a->index.count, (unsigned long long)arena_largest_free(a));
+        (long long)pool->allocated_bytes.current, (unsigned long long)headroom,
+        (unsigned long long)live, (unsigned long long)a->counters.free_bytes, a->index.count,
+        (unsigned long long)arena_largest_free(a));
 }
 
 void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
@@ -493,10 +540,16 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
 
 /* ---- Cache and capacity ---- */
 
+/* Completes what can be completed, then retags the free blocks of every idle
+ * stream "any stream" (their last uses are finished) and coalesces them, so
+ * free space split only by stream tags becomes one block, and releases
+ * cached memory: unmappable pages (VMM) or wholly free segments. A stream
+ * with work outstanding keeps its tags (its blocks stay reusable on it). */
 coop_status coop_empty_cache(coop_pool *pool)
 {
     pool_lock(pool);
     pool_process_pending_locked(pool);
+    sync_idle_streams(pool);
     uint64_t released;
     coop_status st = arena_reclaim(&pool->arena, UINT64_MAX, 0, 0, &released);
     pool_after_op_locked(pool, "empty_cache");

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "coop.h"
 
 #define MiB (UINT64_C(1) << 20)
 
@@ -49,6 +50,59 @@ static void test_segments(void **state)
     coop_backend_destroy(be);
 }
 
+/* Simulated pages below the OS page size (512 B): reservations, mapping and
+ * segments of odd page counts, and a pool on top. */
+static void test_small_pages(void **state)
+{
+    (void)state;
+    for (uint64_t ps = 512; ps <= 2048; ps *= 2) {
+        coop_backend *be;
+        assert_int_equal(coop_backend_host_create(64 * ps, ps, true, &be), COOP_OK);
+        uintptr_t va;
+        assert_int_equal(be->ops->reserve(be, 3 * ps, &va), COOP_OK);
+        assert_int_equal(va % ps, 0);
+        assert_int_equal(be->ops->map(be, va + ps, ps), COOP_OK);
+        assert_int_equal(coop_backend_host_mapped(be), ps);
+        assert_int_equal(be->ops->map(be, va + ps / 2, ps), COOP_ERR_INVALID);
+        assert_int_equal(be->ops->unmap(be, va + ps, ps), COOP_OK);
+        assert_int_equal(be->ops->release(be, va, 3 * ps), COOP_OK);
+        assert_int_equal(coop_backend_host_live_ranges(be), 0);
+        coop_backend_destroy(be);
+
+        assert_int_equal(coop_backend_host_create(64 * ps, ps, false, &be), COOP_OK);
+        uintptr_t a, b;
+        assert_int_equal(be->ops->segment_alloc(be, 5 * ps, &a), COOP_OK);
+        assert_int_equal(be->ops->segment_alloc(be, ps, &b), COOP_OK);
+        assert_true(a + 5 * ps <= b || b + ps <= a); /* distinct ranges */
+        assert_int_equal(coop_backend_host_mapped(be), 6 * ps);
+        assert_int_equal(be->ops->segment_free(be, a, 5 * ps), COOP_OK);
+        assert_int_equal(be->ops->segment_free(be, b, ps), COOP_OK);
+        assert_int_equal(coop_backend_host_live_ranges(be), 0);
+        coop_backend_destroy(be);
+    }
+    /* A pool with 512-byte pages maps exactly what its blocks need. */
+    coop_config c;
+    coop_config_default(&c);
+    c.page_size = 512;
+    c.capacity = 64 * 512;
+    coop_pool *pool;
+    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    void *p = coop_malloc(pool, 1000, 1, 0, NULL);
+    void *q = coop_malloc(pool, 512, 1, 0, NULL);
+    assert_non_null(p);
+    assert_non_null(q);
+    coop_stats s;
+    coop_get_stats(pool, &s);
+    assert_int_equal(s.reserved_bytes.current, 3 * 512);
+    assert_int_equal(coop_free(pool, p), COOP_OK);
+    assert_int_equal(coop_empty_cache(pool), COOP_OK);
+    coop_get_stats(pool, &s);
+    assert_int_equal(s.reserved_bytes.current, 512);
+    assert_int_equal(coop_free(pool, q), COOP_OK);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_pool_destroy(pool);
+}
+
 static bool query(coop_backend *be, coop_event ev)
 {
     bool done = false;
@@ -88,15 +142,15 @@ static void test_bad_arguments(void **state)
     coop_backend *be = (coop_backend *)1;
     assert_int_equal(coop_backend_host_create(8 * MiB, 3000, true, &be), COOP_ERR_INVALID);
     assert_null(be);
+    assert_int_equal(coop_backend_host_create(8 * MiB, 256, true, &be), COOP_ERR_INVALID);
     assert_int_equal(coop_backend_host_create(3 * MiB, 2 * MiB, true, &be), COOP_ERR_INVALID);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reserve_map_unmap),
-        cmocka_unit_test(test_segments),
-        cmocka_unit_test(test_events_and_holds),
+        cmocka_unit_test(test_reserve_map_unmap), cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_small_pages),       cmocka_unit_test(test_events_and_holds),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -267,10 +267,35 @@ static void test_capacity_reclaim_and_oom(void **state)
     const char *m = coop_last_error();
     assert_non_null(strstr(m, "7340032 bytes"));
     assert_non_null(strstr(m, "capacity 16777216"));
-    assert_non_null(strstr(m, "largest free block"));
+    assert_non_null(strstr(m, "largest free block 8388608"));
+    /* b and g keep pages 4..9 mapped: 4 MiB of the 16 remain, fewer than the 8 c needs */
+    assert_non_null(strstr(m, "headroom 4194304"));
     assert_int_equal(stats_of(p).num_ooms, 1);
     coop_free(p, b);
     coop_free(p, g);
+    coop_pool_destroy(p);
+}
+
+/* No free block at all, yet capacity left: the message shows the headroom. */
+static void test_oom_message_headroom(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true);
+    coop_status st;
+    void *a = coop_malloc(p, 3 * MiB, 0, 0, &st);
+    void *b = coop_malloc(p, 3 * MiB, 0, 0, &st); /* pages 0..2 mapped */
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_null(coop_malloc(p, 4 * MiB, 0, 0, &st)); /* needs pages 3..4 too: 10 MiB */
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "cannot allocate 4194304 bytes"));
+    assert_non_null(strstr(m, "mapped 6291456"));
+    assert_non_null(strstr(m, "allocated 6291456"));
+    assert_non_null(strstr(m, "headroom 2097152"));
+    assert_non_null(strstr(m, "free 0 in 0 blocks, largest free block 0"));
+    coop_free(p, a);
+    coop_free(p, b);
     coop_pool_destroy(p);
 }
 
@@ -319,6 +344,51 @@ static void test_segments(void **state)
     assert_int_equal(s.inactive_split.current, 0);
     coop_empty_cache(p);
     assert_int_equal(stats_of(p).reserved_bytes.current, 0);
+    coop_pool_destroy(p);
+}
+
+/* Without VMM: free blocks of two streams in one segment do not merge while
+ * their streams may still use them; empty_cache synchronizes (idle streams'
+ * blocks become "any stream"), merges them, and releases wholly free
+ * segments. */
+static void test_segments_two_streams(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(128 * MiB, false);
+    void *a = coop_malloc(p, 1 * MiB, 1, 0, NULL);
+    void *b = coop_malloc(p, 1 * MiB, 2, 0, NULL);
+    void *c = coop_malloc(p, 1 * MiB, 1, 0, NULL);
+    void *d = coop_malloc(p, 1 * MiB, 1, 0, NULL);
+    assert_int_equal(stats_of(p).segment.current, 1);
+    coop_free(p, a);
+    coop_free(p, b);
+    coop_free(p, c);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.num_free_blocks, 4); /* a(1) | b(2) | c(1) | d live | rest */
+    assert_int_equal(s.largest_free_block, 16 * MiB);
+    /* Stream 2 busy: only stream 1's blocks become "any", which merge with
+     * b into one block reusable on stream 2. */
+    assert_int_equal(coop_host_hold_stream(p, 2, true), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    s = stats_of(p);
+    assert_int_equal(s.num_free_blocks, 2);
+    assert_int_equal(s.segment.current, 1);
+    void *on1 = coop_malloc(p, 3 * MiB, 1, 0, NULL); /* not from stream 2's block */
+    assert_true((uintptr_t)on1 > (uintptr_t)d);
+    coop_free(p, on1);
+    assert_int_equal(coop_host_hold_stream(p, 2, false), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    s = stats_of(p);
+    assert_int_equal(s.num_free_blocks, 2);
+    void *any = coop_malloc(p, 3 * MiB, 1, 0, NULL); /* now reusable on stream 1 */
+    assert_ptr_equal(any, a);
+    coop_free(p, any);
+    coop_free(p, d);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    s = stats_of(p);
+    assert_int_equal(s.segment.current, 0);
+    assert_int_equal(s.reserved_bytes.current, 0);
+    assert_int_equal(s.num_free_blocks, 0);
     coop_pool_destroy(p);
 }
 
@@ -378,6 +448,8 @@ int main(void)
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
         cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_segments_two_streams),
+        cmocka_unit_test(test_oom_message_headroom),
         cmocka_unit_test(test_fragmentation_stats),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_no_metadata_leak),

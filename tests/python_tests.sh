@@ -26,11 +26,6 @@ if [ -z "$py" ]; then
     echo "SKIP python_tests: no python3"
     exit 77
 fi
-# libcoop.so needs libjemalloc.so.2, whose initial-exec TLS (2.6 KB) does
-# not fit glibc's default static TLS surplus for libraries loaded with
-# dlopen: give the interpreter room, as docs/pytorch.md tells users to.
-GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.rtld.optional_static_tls=16384"
-export GLIBC_TUNABLES
 echo "python_tests: $("$py" --version 2>&1) ($py), $lib"
 COOP_LIBRARY="$lib" PYTHONPATH="$srcdir/python" PYTHONDONTWRITEBYTECODE=1 \
     exec "$py" "$srcdir/tests/python/test_torch_abi.py"

@@ -181,10 +181,8 @@ _SIGNATURES = {
 }
 
 TLS_HINT = (
-    "libcoop.so uses libjemalloc.so.2, whose initial-exec thread-local storage does not "
-    "fit in a process that is already running; run the program with "
-    "'python -m coop.run program.py ...' or start Python with "
-    "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384")
+    "libcoop.so should not need static TLS (it links no jemalloc); "
+    "a copy built before that change may: rebuild it")
 
 _lock = threading.Lock()
 _lib = None

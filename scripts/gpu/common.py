@@ -28,13 +28,10 @@ def require_cuda(script):
 
 
 def child_env():
-    """The environment for children: coop's package and library, and the
-    static TLS room libjemalloc needs when libcoop.so is dlopened."""
+    """The environment for children: coop's package and library (libcoop.so
+    links no jemalloc, so dlopen needs no GLIBC_TUNABLES)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(TOP, "python") + os.pathsep + env.get("PYTHONPATH", "")
-    tun = env.get("GLIBC_TUNABLES", "")
-    if "optional_static_tls" not in tun:
-        env["GLIBC_TUNABLES"] = (tun + ":" if tun else "") + "glibc.rtld.optional_static_tls=16384"
     if "COOP_LIBRARY" not in env:
         lib = os.path.join(TOP, ".libs", "libcoop.so")
         if os.path.exists(lib):
