@@ -360,7 +360,8 @@ static sim_result materialize(sim_runtime *rt, uint32_t t, bool remat)
 {
     const sim_program *p = rt->prog;
     const sim_op *op = &p->ops[p->tensors[t].op];
-    const uint32_t *in = p->inputs + op->first_input;
+    /* p->inputs is NULL when no op of the program has inputs: no offset then */
+    const uint32_t *in = op->num_inputs ? p->inputs + op->first_input : NULL;
     for (uint32_t i = 0; i < op->num_inputs; i++)
         rt->storages[p->tensors[in[i]].storage].last_access = (int64_t)rt->clock;
     /* lock the inputs present, then bring the others in and lock them */
