@@ -4,7 +4,7 @@
  * smaller (by that key) of the lower bounds in s's set and in the
  * "any stream" set: the smallest block that fits, lowest address on ties.
  *
- * A set is segregated into size bins (TLSF-style: 256 bins per power of two
+ * A set is segregated into size bins (TLSF-style: 1024 bins per power of two
  * of 512-byte units) with a bitmap of non-empty bins. Each bin is a treap
  * keyed by (size, address) whose priorities are a hash of the address, so
  * it needs no balancing metadata; parent links make removal O(1) expected
@@ -39,13 +39,19 @@ typedef struct free_index_node {
     coop_stream stream;
 } free_index_node;
 
-/* Bins: sizes in 512-byte units u; bin = 256 * (floor(log2 u) - 7) + the
- * next 8 bits of u (u < 256: bin = u). Sizes below 2^56 bytes (the node's
- * size field; u < 2^47) need 40 * 256 bins. Finer bins keep each treap shallow: with 64 bins per
- * power of two, coop bench took 207-219 / 573-696 ns per pair at 10k / 100k
- * live blocks; with 128, 191-196 / 470-496; with 256, 183-187 / 486-521. */
-#define FREE_INDEX_SUBBIN_BITS 8
-#define FREE_INDEX_BINS 10240 /* 40 * 256, a multiple of 64 */
+/* Bins: sizes in 512-byte units u; bin = 1024 * (floor(log2 u) - 9) + the
+ * next 10 bits of u (u < 1024: bin = u), so every bin below 1 MiB holds a
+ * single size. Sizes below 2^56 bytes (the node's size field; u < 2^47)
+ * need fewer than 40 * 1024 bins. Finer bins keep each treap shallow, and
+ * the treap depth is what a pair's cache misses grow with: coop bench at
+ * 10k / 100k live blocks took, with 64 bins per power of two, 207-219 /
+ * 573-696 ns per pair; 128: 191-196 / 470-496 (those two with an older
+ * harness); 256: 168-172 / 403-432;
+ * 1024: 163-165 / 356-362; 2048: 167-171 / 354-356; 4096: 168-170 /
+ * 365 (the bin array outgrows the cache). A set's bin array is 320 KiB
+ * (calloc'ed: pages of bins never used are never touched). */
+#define FREE_INDEX_SUBBIN_BITS 10
+#define FREE_INDEX_BINS 40960 /* 40 * 1024, a multiple of 64 */
 
 typedef struct free_index_set {
     coop_stream stream;
