@@ -18,3 +18,7 @@ tests_fault_replay_test_CFLAGS = $(TESTCFLAGS)
 tests_fault_replay_test_LDADD = $(TESTLIBS)
 tests_fault_replay_test_LDFLAGS = $(TESTLDFLAGS)
 endif
+
+# bad command lines of every coop command
+TESTS += tests/cli_errors_test.sh
+EXTRA_DIST += tests/cli_errors_test.sh

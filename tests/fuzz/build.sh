@@ -11,7 +11,8 @@ shift 5
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 common="-g -O1 -std=c11 -D_GNU_SOURCE $san -I$srcdir/include -I$srcdir/src $cflags"
 mkdir -p "$out/obj"
-newest_header=$(ls -t "$srcdir"/include/*.h "$srcdir"/src/*.h "$srcdir"/src/*/*.h | head -1)
+newest_header=$(ls -t "$srcdir"/include/*.h "$srcdir"/src/*.h "$srcdir"/src/*/*.h \
+    "$srcdir/tests/fuzz/coverage_ignore.txt" | head -1)
 objs=
 for src in "$@"; do
     case $src in *.c) ;; *) continue ;; esac
@@ -19,7 +20,9 @@ for src in "$@"; do
     objs="$objs $obj"
     if [ ! -f "$obj" ] || [ "$srcdir/$src" -nt "$obj" ] || [ "$newest_header" -nt "$obj" ]; then
         echo "  FUZZCC   $src"
-        $cc $common -fsanitize=fuzzer-no-link -c "$srcdir/$src" -o "$obj"
+        $cc $common -fsanitize=fuzzer-no-link \
+            -fsanitize-coverage-ignorelist="$srcdir/tests/fuzz/coverage_ignore.txt" \
+            -c "$srcdir/$src" -o "$obj"
     fi
 done
 for harness in "$srcdir"/tests/fuzz/fuzz_*.c; do

@@ -61,5 +61,5 @@ tests_fuzz_replay_api_LDFLAGS = -static
 TESTS += tests/fuzz/replay_corpora.sh
 endif
 EXTRA_DIST += tests/fuzz/replay_corpora.sh tests/fuzz/build.sh tests/fuzz/fuzz_scratch.h \
-	tests/fuzz/fuzz_reader.h tests/fuzz/corpus tests/fuzz/regressions scripts/fuzz.sh \
+	tests/fuzz/fuzz_reader.h tests/fuzz/coverage_ignore.txt tests/fuzz/corpus tests/fuzz/regressions scripts/fuzz.sh \
 	tests/README.md

@@ -126,7 +126,9 @@ static void op_malloc(state *s, input *in)
     if (s->live[i].ptr)
         return;
     coop_status st = COOP_ERR_CORRUPT;
-    void *p = coop_malloc(s->pool, size, stream % STREAMS, stream >> 7, &st);
+    /* now and then the reserved stream value or undefined flags: refused */
+    coop_stream on = stream & 0x20 ? UINTPTR_MAX : stream % STREAMS;
+    void *p = coop_malloc(s->pool, size, on, stream >> 6, &st);
     if (p && st != COOP_OK)
         fail("malloc returned a block", st);
     if (!p && (st == COOP_OK ? size != 0 : !(resource_status(st) || st == COOP_ERR_INVALID)))
@@ -183,11 +185,19 @@ static void op_bad_free(state *s, input *in)
 static void op_record_stream(state *s, input *in)
 {
     unsigned i = next_byte(in) % SLOTS, stream = next_byte(in) % STREAMS;
-    if (!s->live[i].ptr)
-        return;
-    coop_status st = coop_record_stream(s->pool, s->live[i].ptr, stream);
-    if (!resource_status(st))
-        fail("record_stream", st);
+    void *p = s->live[i].ptr;
+    coop_status st;
+    if (p) {
+        st = coop_record_stream(s->pool, p, stream);
+        if (!resource_status(st))
+            fail("record_stream", st);
+    } else if ((p = s->stale[i]) && !is_live(s, p) && !is_remat_buffer(s, p)) {
+        /* a pointer freed before: refused (it may lie inside a newer block,
+         * or in a segment released since) */
+        st = coop_record_stream(s->pool, p, stream);
+        if (st != COOP_ERR_DOUBLE_FREE && st != COOP_ERR_INTERIOR_PTR && st != COOP_ERR_FOREIGN_PTR)
+            fail("record_stream on a freed pointer", st);
+    }
 }
 
 static void op_set_capacity(state *s, input *in)
