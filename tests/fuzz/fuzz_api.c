@@ -305,6 +305,47 @@ static void op_remat(state *s, input *in)
         fail("remat", st);
 }
 
+typedef struct walk_result {
+    coop_block_info blocks[4096];
+    size_t num_blocks, allocated;
+} walk_result;
+
+static int on_block(const coop_block_info *b, void *ctx)
+{
+    walk_result *w = ctx;
+    w->allocated += b->state == COOP_BLOCK_ALLOCATED;
+    if (w->num_blocks < sizeof w->blocks / sizeof w->blocks[0])
+        w->blocks[w->num_blocks++] = *b;
+    return 0;
+}
+
+/* The walk agrees with the statistics, and every live slot is an allocated
+ * block starting at its pointer, at least as large as asked. */
+static void op_walk(state *s)
+{
+    static walk_result w;
+    w.num_blocks = w.allocated = 0;
+    coop_status st = coop_walk(s->pool, NULL, on_block, &w);
+    if (st != COOP_OK)
+        fail("walk", st);
+    coop_stats stats;
+    coop_get_stats(s->pool, &stats);
+    if ((int64_t)w.allocated != stats.allocation.current)
+        fail("walk: allocated blocks differ from stats.allocation.current", COOP_ERR_CORRUPT);
+    if (w.num_blocks == sizeof w.blocks / sizeof w.blocks[0])
+        return; /* too many blocks to look up the slots */
+    for (int i = 0; i < SLOTS; i++) {
+        if (!s->live[i].ptr)
+            continue;
+        size_t k = 0;
+        while (k < w.num_blocks && w.blocks[k].address != (uintptr_t)s->live[i].ptr)
+            k++;
+        if (k == w.num_blocks || w.blocks[k].state != COOP_BLOCK_ALLOCATED ||
+            w.blocks[k].size < s->live[i].size || w.blocks[k].requested_size != s->live[i].size)
+            fail("walk: a live block is missing or wrong", COOP_ERR_CORRUPT);
+    }
+}
+
 static void create_pool(state *s, unsigned shape)
 {
     coop_config cfg;
@@ -360,7 +401,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
     for (int step = 0; step < MAX_STEPS && in.pos < in.len; step++) {
         unsigned op = next_byte(&in);
         coop_status st;
-        switch (op % 10) {
+        switch (op % 11) {
         case 0:
         case 1:
             op_malloc(&s, &in);
@@ -393,8 +434,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
             if (st != COOP_OK)
                 fail("inject_fault", st);
             break;
-        default:
+        case 9:
             op_remat(&s, &in);
+            break;
+        default:
+            op_walk(&s);
             break;
         }
         check_pool(&s, "step");
