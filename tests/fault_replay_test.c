@@ -21,7 +21,8 @@
  *
  * The whole sweep (every index, both pool kinds: ~2300 replays) takes about
  * a second, 3 s under ASan, so CI runs all of it. COOP_FAULT_STRIDE=K sweeps
- * every Kth index only; COOP_FAULT_CHECK_EVERY_OP=1 also runs
+ * every Kth index only; COOP_FAULT_TRACE=PATH sweeps another trace (any
+ * format trace_read reads); COOP_FAULT_CHECK_EVERY_OP=1 also runs
  * coop_pool_check after every operation of every replay (the pool's check
  * mode: a minute or more, for a one-off deep run).
  */
@@ -207,7 +208,10 @@ static void sweep_segments(void **state)
 static int load(void **state)
 {
     (void)state;
-    const char *path = COOP_TEST_SRCDIR "/traces/unet-train-step.trace.gz";
+    const char *path = getenv("COOP_FAULT_TRACE");
+    if (!path)
+        path = COOP_TEST_SRCDIR "/traces/unet-train-step.trace.gz";
+    printf("trace %s\n", path);
     if (trace_read(path, &t) != COOP_OK) {
         fprintf(stderr, "%s\n", coop_last_error());
         return -1;
