@@ -129,6 +129,8 @@ static void drain(replay *r)
 
 /* One replay with call fault_at failing; returns the backend calls made
  * (and, if asked, the pool's statistics before the drain). */
+static uint64_t capacity; /* of the sweep in progress */
+
 static uint64_t run_once(bool vmm, uint64_t fault_at, uint64_t *failed_ops, coop_stats *stats)
 {
     coop_config cfg;
@@ -138,7 +140,7 @@ static uint64_t run_once(bool vmm, uint64_t fault_at, uint64_t *failed_ops, coop
     cfg.segment_size = 4 * MiB;
     cfg.check = getenv("COOP_FAULT_CHECK_EVERY_OP") != NULL;
     /* just above the peak: room runs out unless free pages are given back */
-    cfg.capacity = (peak_live + peak_live / 32 + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
+    cfg.capacity = capacity;
     replay r = {.fault_at = fault_at};
     r.live = calloc(t.num_ids ? t.num_ids : 1, sizeof *r.live);
     assert_non_null(r.live);
@@ -166,8 +168,17 @@ static uint64_t stride(void)
 
 static void sweep(bool vmm)
 {
+    /* The tightest capacity just above the peak (in 2 MiB pages, 1/128 of
+     * the peak apart) at which a clean replay runs without running out of
+     * memory but has to give memory back (unmaps); the loosest if none does. */
     coop_stats clean;
-    uint64_t failed = 0, clean_calls = run_once(vmm, 0, &failed, &clean);
+    uint64_t failed = 0, clean_calls = 0;
+    for (uint64_t k = 1; k <= 16; k++) {
+        capacity = (peak_live + peak_live / 128 * k + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
+        clean_calls = run_once(vmm, 0, &failed, &clean);
+        if (failed == 0 && clean.num_unmaps > 0)
+            break;
+    }
     printf("%s: %zu events, peak live %llu bytes, capacity %llu; a clean replay makes %llu "
            "backend calls, %llu maps, %llu unmaps, %llu retries, %llu OOMs\n",
            vmm ? "vmm" : "segments", t.num_events, (unsigned long long)peak_live,
