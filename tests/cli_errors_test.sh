@@ -57,6 +57,8 @@ expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
 expect 2 "cut.trace.gz:" $coop convert "$tmp/cut.trace.gz" "$tmp/x"
 expect 2 "truncated" $coop convert "$tmp/cut.trace.gz" "$tmp/x"
 expect 2 "garbled.trace.gz: read error" $coop convert "$tmp/garbled.trace.gz" "$tmp/x"
+[ "$(grep -o 'garbled.trace.gz' "$tmp/err" | wc -l)" -eq 1 ] ||
+    { echo "FAIL: the message names the file more than once: $(cat "$tmp/err")"; failures=$((failures + 1)); }
 expect 2 "truncated" $coop replay "$tmp/cut.trace.gz"
 [ ! -e "$tmp/x" ] || { echo "FAIL: a failed convert left $tmp/x behind"; failures=$((failures + 1)); }
 
