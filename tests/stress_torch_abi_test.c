@@ -9,7 +9,8 @@
  * coop_torch_snapshot_take (a walk under the pool lock while others allocate).
  *
  * Configured through the environment as PyTorch would load it:
- * COOP_ALLOC_CONF=backend:host,capacity:256M,history:4096.
+ * COOP_ALLOC_CONF=backend:host,capacity:256M,history:4096,check:true
+ * (every pool operation also validates every invariant under the lock).
  *
  * Checked: the blocks live at any checkpoint are pairwise disjoint per device
  * and never handed out twice, every pool's invariants hold
@@ -251,7 +252,7 @@ int main(void)
     base_seed = seed ? strtoul(seed, NULL, 0) : 20261121;
     printf("COOP_STRESS_SEED=%lu\n", base_seed);
     /* as PyTorch would load it, before the first call */
-    setenv("COOP_ALLOC_CONF", "backend:host,capacity:256M,history:4096", 1);
+    setenv("COOP_ALLOC_CONF", "backend:host,capacity:256M,history:4096,check:true", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(eight_threads_devices_and_streams),
     };
