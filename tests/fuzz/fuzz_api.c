@@ -142,8 +142,10 @@ static void op_free(state *s, input *in)
     if (!s->live[i].ptr)
         return;
     coop_status st = coop_free(s->pool, s->live[i].ptr);
-    if (st != COOP_OK)
+    if (!resource_status(st))
         fail("free", st);
+    if (st != COOP_OK)
+        return; /* an event could not be recorded: still allocated, freed later */
     memmove(s->stale + 1, s->stale, (SLOTS - 1) * sizeof *s->stale);
     s->stale[0] = s->live[i].ptr;
     s->live[i].ptr = NULL;
