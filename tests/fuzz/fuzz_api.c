@@ -103,14 +103,6 @@ static size_t pick_size(input *in, uint64_t capacity)
     }
 }
 
-static bool is_remat_buffer(const state *s, const void *p)
-{
-    for (size_t i = 0; i < s->num_tensors; i++)
-        if (coop_tensor_data(s->tensors[i]) == p)
-            return true;
-    return false;
-}
-
 static bool is_live(const state *s, const void *p)
 {
     for (int i = 0; i < SLOTS; i++)
@@ -161,8 +153,8 @@ static void op_bad_free(state *s, input *in)
     switch (kind % 3) {
     case 0: /* double free of a pointer nobody owns now */
         p = s->stale[i];
-        if (!p || is_live(s, p) || is_remat_buffer(s, p))
-            return;
+        if (!p || is_live(s, p) || s->remat)
+            return; /* remat allocates on its own (recomputes, old values): p may be its */
         want = COOP_ERR_DOUBLE_FREE;
         break;
     case 1: /* inside a live block */
@@ -180,8 +172,14 @@ static void op_bad_free(state *s, input *in)
     /* a stale pointer may now lie inside a block allocated since, or in a
      * segment released since (no longer the pool's) */
     if (st != want && !(want == COOP_ERR_DOUBLE_FREE &&
-                        (st == COOP_ERR_INTERIOR_PTR || st == COOP_ERR_FOREIGN_PTR)))
+                        (st == COOP_ERR_INTERIOR_PTR || st == COOP_ERR_FOREIGN_PTR))) {
+        fprintf(stderr, "bad free of %p (%s) returned %s\n", p,
+                want == COOP_ERR_DOUBLE_FREE    ? "freed before"
+                : want == COOP_ERR_INTERIOR_PTR ? "inside a live block"
+                                                : "foreign",
+                coop_strerror(st));
         fail("bad free", st);
+    }
 }
 
 static void op_record_stream(state *s, input *in)
@@ -193,7 +191,7 @@ static void op_record_stream(state *s, input *in)
         st = coop_record_stream(s->pool, p, stream);
         if (!resource_status(st))
             fail("record_stream", st);
-    } else if ((p = s->stale[i]) && !is_live(s, p) && !is_remat_buffer(s, p)) {
+    } else if ((p = s->stale[i]) && !is_live(s, p) && !s->remat) {
         /* a pointer freed before: refused (it may lie inside a newer block,
          * or in a segment released since) */
         st = coop_record_stream(s->pool, p, stream);
