@@ -17,6 +17,11 @@ static coop_status gz_failure(gzFile gz, const char *path, uint64_t line)
     const char *msg = gzerror(gz, &err);
     if (err == Z_OK)
         return COOP_OK;
+    /* zlib's own messages start with the path it was given: drop it, the
+     * message names the file once, below */
+    size_t n = strlen(path);
+    if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+        msg += n + 2;
     if (err == Z_ERRNO)
         msg = strerror(errno);
     else if (err == Z_BUF_ERROR)

@@ -317,7 +317,7 @@ static coop_status pop_mark(machine *m, pkl_value ***items, size_t *n)
     if (!m->num_marks)
         return fail(m, "without a MARK before it");
     size_t at = m->marks[--m->num_marks];
-    *items = m->stack + at;
+    *items = m->stack ? m->stack + at : NULL; /* nothing pushed yet: no array */
     *n = m->depth - at;
     m->depth = at;
     return COOP_OK;

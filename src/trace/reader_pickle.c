@@ -192,6 +192,11 @@ static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
     case TRACE_FREE_REQUESTED:
     case TRACE_FREE:
         return on_free(r, &ev);
+    case TRACE_OOM:
+        /* PyTorch stores the device's free bytes in an oom entry's "addr":
+         * not an address, and the event has none (event.h: addr 0). */
+        ev.addr = 0;
+        return trace_builder_push(&r->b, &ev);
     default:
         return trace_builder_push(&r->b, &ev);
     }

@@ -57,8 +57,7 @@ TESTS += tests/trace_convert_test.sh
 if HAVE_PYTHON
 TESTS += tests/trace_pickle_python_test.py
 endif
-EXTRA_DIST += tests/data/example.trace tests/trace_convert_test.sh tests/trace_pickle_python_test.py \
-	tests/fuzz_trace_read.c tests/data/fuzz
+EXTRA_DIST += tests/data/example.trace tests/trace_convert_test.sh tests/trace_pickle_python_test.py
 
 # reader speed (built by make check, not a test): tests/trace_read_bench FILE...
 check_PROGRAMS += tests/trace_read_bench

@@ -1,0 +1,65 @@
+#!/bin/sh
+# Bad command lines of every coop command: each must exit with its documented
+# status (2 for usage errors and bad input, 1 where the command says so) and
+# print one message on stderr that names what was wrong (the option, the
+# value or the file), never crash. Complements trace_convert_test.sh (convert)
+# and replay_cli_test.c (replay), which cover those commands' own cases.
+set -u
+coop=./coop
+traces="${srcdir:-.}/traces"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/coop-cli-errors-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+# expect CODE FRAGMENT CMD...: CMD exits CODE and its stderr contains FRAGMENT
+expect() {
+    want=$1 fragment=$2
+    shift 2
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    if [ "$got" -ne "$want" ]; then
+        echo "FAIL: '$*' exited $got, expected $want: $(head -3 "$tmp/err")"
+        failures=$((failures + 1))
+    elif ! grep -qF -- "$fragment" "$tmp/err"; then
+        echo "FAIL: '$*': stderr does not say '$fragment': $(head -3 "$tmp/err")"
+        failures=$((failures + 1))
+    else
+        echo "ok: '$*' -> $got: $(head -1 "$tmp/err")"
+    fi
+}
+printf 'coop-trace 1\nA 0 512 0\nX what\n' >"$tmp/bad.trace"
+printf '{"type": "call", "op"\n' >"$tmp/bad.jsonl"
+# damaged gzip: cut short, and garbage after a valid start
+head -c 3000 "$traces/unet-train-step.trace.gz" >"$tmp/cut.trace.gz"
+{ head -c 100 "$traces/unet-train-step.trace.gz"; head -c 3000 "$traces/unet-train-step.ops.jsonl.gz" | tail -c 2000; } >"$tmp/garbled.trace.gz"
+
+expect 2 "usage: coop COMMAND" $coop
+expect 2 "unknown command 'bogus'" $coop bogus
+
+expect 2 "'--bogus'" $coop sim --bogus
+expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "unknown policy 'nope'" $coop sim --policy nope "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "'weird'" $coop sim --memory weird "$traces/unet-train-step.ops.jsonl.gz"
+expect 1 "$tmp/none.jsonl: cannot open" $coop sim "$tmp/none.jsonl"
+expect 1 "bad.jsonl:1" $coop sim "$tmp/bad.jsonl"
+
+expect 2 "'--bogus'" $coop bench --bogus
+expect 2 "--batches wants 1..100000, got 'x'" $coop bench --batches x
+expect 2 "got '-3'" $coop bench --live -3
+
+expect 2 "--capacity '12QB' is not a byte count" $coop replay --capacity 12QB "$traces/unet-train-step.trace.gz"
+expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
+expect 2 "$tmp/none: cannot open" $coop replay "$tmp/none"
+expect 2 "bad.trace:3" $coop replay "$tmp/bad.trace"
+
+expect 2 "--device" $coop convert --device -5 "$traces/unet-train-step.trace.gz" "$tmp/x"
+expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
+
+expect 2 "cut.trace.gz:" $coop convert "$tmp/cut.trace.gz" "$tmp/x"
+expect 2 "truncated" $coop convert "$tmp/cut.trace.gz" "$tmp/x"
+expect 2 "garbled.trace.gz: read error" $coop convert "$tmp/garbled.trace.gz" "$tmp/x"
+[ "$(grep -o 'garbled.trace.gz' "$tmp/err" | wc -l)" -eq 1 ] ||
+    { echo "FAIL: the message names the file more than once: $(cat "$tmp/err")"; failures=$((failures + 1)); }
+expect 2 "truncated" $coop replay "$tmp/cut.trace.gz"
+[ ! -e "$tmp/x" ] || { echo "FAIL: a failed convert left $tmp/x behind"; failures=$((failures + 1)); }
+
+[ "$failures" -eq 0 ]

@@ -1,0 +1,11 @@
+/* libFuzzer harness: the PyTorch memory snapshot pickle reader (trace_read_pickle), with the
+ * property of fuzz_reader.h. */
+#include "fuzz_reader.h"
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len);
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
+{
+    fuzz_reader_check(trace_read_pickle, data, len);
+    return 0;
+}

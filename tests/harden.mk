@@ -1,0 +1,24 @@
+# Hardening tests (included by Makefile.am): the threaded stress test of the
+# PyTorch ABI and the fault-injection sweep over a whole replayed trace.
+# .ci/run also builds the threaded tests with ThreadSanitizer (HARDEN_TSAN_TESTS).
+if HAVE_CMOCKA
+check_PROGRAMS += tests/stress_torch_abi_test
+TESTS += tests/stress_torch_abi_test
+tests_stress_torch_abi_test_SOURCES = tests/stress_torch_abi_test.c
+tests_stress_torch_abi_test_CFLAGS = $(TESTCFLAGS)
+tests_stress_torch_abi_test_LDADD = $(TESTLIBS)
+tests_stress_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
+if HAVE_CMOCKA
+check_PROGRAMS += tests/fault_replay_test
+TESTS += tests/fault_replay_test
+tests_fault_replay_test_SOURCES = tests/fault_replay_test.c
+tests_fault_replay_test_CFLAGS = $(TESTCFLAGS)
+tests_fault_replay_test_LDADD = $(TESTLIBS)
+tests_fault_replay_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
+# bad command lines of every coop command
+TESTS += tests/cli_errors_test.sh
+EXTRA_DIST += tests/cli_errors_test.sh
