@@ -1,5 +1,7 @@
 /* Reading (possibly gzip-compressed) trace files by line or whole. */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,17 @@ static coop_status open_gz(const char *path, gzFile *out)
     gzbuffer(gz, 1u << 17);
     *out = gz;
     return COOP_OK;
+}
+
+coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
+{
+    char what[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return coop_set_error(COOP_ERR_INVALID, "%s:%llu: %s", in->path, (unsigned long long)in->line,
+                          what);
 }
 
 coop_status trace_input_open(trace_input *in, const char *path)

@@ -30,6 +30,12 @@ typedef struct trace_input {
     int at_eof;
 } trace_input;
 
+/* Reports bad input on the line last returned: sets the thread's error to
+ * "PATH:LINE: what" (what formatted from fmt) and returns COOP_ERR_INVALID.
+ * Every line-oriented reader words its errors this way. */
+coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* Opens path for line reading. Errors: "PATH: cannot open: reason". */
 coop_status trace_input_open(trace_input *in, const char *path);
 

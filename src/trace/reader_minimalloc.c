@@ -37,20 +37,6 @@ typedef struct csv_reader {
     id_map seen; /* file id -> line of its row */
 } csv_reader;
 
-static coop_status fail(const csv_reader *r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static coop_status fail(const csv_reader *r, const char *fmt, ...)
-{
-    char what[384];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return coop_set_error(COOP_ERR_INVALID, "%s:%llu: %s", r->path, (unsigned long long)r->in.line,
-                          what);
-}
-
 static char *trim(char *s)
 {
     while (*s == ' ' || *s == '\t')
@@ -68,11 +54,12 @@ static coop_status field(const csv_reader *r, char *text, const char *name, uint
     case TEXT_NUMBER_OK:
         return COOP_OK;
     case TEXT_NUMBER_NEGATIVE:
-        return fail(r, "%s '%s' is negative", name, text);
+        return trace_input_error(&r->in, "%s '%s' is negative", name, text);
     case TEXT_NUMBER_OVERFLOW:
-        return fail(r, "%s '%s' is out of range (at most 2^64-1)", name, text);
+        return trace_input_error(&r->in, "%s '%s' is out of range (at most 2^64-1)", name, text);
     default:
-        return fail(r, "%s '%s' is not a number", name, text[0] ? text : "(empty)");
+        return trace_input_error(&r->in, "%s '%s' is not a number", name,
+                                 text[0] ? text : "(empty)");
     }
 }
 
@@ -82,7 +69,7 @@ static coop_status read_row(csv_reader *r, char *line)
     size_t n = 0;
     for (char *p = line;; p++) {
         if (n == 4)
-            return fail(r, "more than 4 fields (expected id,lower,upper,size)");
+            return trace_input_error(&r->in, "more than 4 fields (expected id,lower,upper,size)");
         fields[n++] = p;
         p = strchr(p, ',');
         if (!p)
@@ -90,7 +77,8 @@ static coop_status read_row(csv_reader *r, char *line)
         *p = '\0';
     }
     if (n < 4)
-        return fail(r, "%zu field%s, expected 4: id,lower,upper,size", n, n == 1 ? "" : "s");
+        return trace_input_error(&r->in, "%zu field%s, expected 4: id,lower,upper,size", n,
+                                 n == 1 ? "" : "s");
     static const char *const names[] = {"id", "lower", "upper", "size"};
     csv_buffer b;
     uint64_t *dst[] = {&b.id, &b.lower, &b.upper, &b.size};
@@ -99,12 +87,12 @@ static coop_status read_row(csv_reader *r, char *line)
         if ((st = field(r, fields[i], names[i], dst[i])) != COOP_OK)
             return st;
     if (b.upper <= b.lower)
-        return fail(r, "upper %llu must be greater than lower %llu", (unsigned long long)b.upper,
-                    (unsigned long long)b.lower);
+        return trace_input_error(&r->in, "upper %llu must be greater than lower %llu",
+                                 (unsigned long long)b.upper, (unsigned long long)b.lower);
     id_map_slot *s = id_map_find(&r->seen, b.id, 0);
     if (s)
-        return fail(r, "id %llu repeated (first at line %llu)", (unsigned long long)b.id,
-                    (unsigned long long)s->where);
+        return trace_input_error(&r->in, "id %llu repeated (first at line %llu)",
+                                 (unsigned long long)b.id, (unsigned long long)s->where);
     if (!(s = id_map_insert(&r->seen, b.id, 0)))
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
     s->where = r->in.line;
@@ -183,7 +171,7 @@ coop_status trace_read_minimalloc(const char *path, trace *out)
             break;
         if (!seen_header) {
             if (strcmp(trim(line), "id,lower,upper,size") != 0)
-                st = fail(&r, "expected the header 'id,lower,upper,size'");
+                st = trace_input_error(&r.in, "expected the header 'id,lower,upper,size'");
             seen_header = 1;
             continue;
         }

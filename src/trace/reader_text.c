@@ -50,20 +50,6 @@ typedef struct text_reader {
     int seen_event; /* an event other than L was read */
 } text_reader;
 
-static coop_status fail(const text_reader *r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static coop_status fail(const text_reader *r, const char *fmt, ...)
-{
-    char what[384];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return coop_set_error(COOP_ERR_INVALID, "%s:%llu: %s", r->path, (unsigned long long)r->in.line,
-                          what);
-}
-
 /* Splits line at spaces and tabs, up to a '#' that starts a field. */
 static int split(char *line, char **fields, int max)
 {
@@ -90,11 +76,11 @@ static coop_status number(const text_reader *r, const char *field, const char *w
     case TEXT_NUMBER_OK:
         return COOP_OK;
     case TEXT_NUMBER_OVERFLOW:
-        return fail(r, "%s '%s' is out of range (at most 2^64-1)", what, field);
+        return trace_input_error(&r->in, "%s '%s' is out of range (at most 2^64-1)", what, field);
     case TEXT_NUMBER_NEGATIVE:
-        return fail(r, "%s '%s' is negative", what, field);
+        return trace_input_error(&r->in, "%s '%s' is negative", what, field);
     default:
-        return fail(r, "%s '%s' is not a number", what, field);
+        return trace_input_error(&r->in, "%s '%s' is not a number", what, field);
     }
 }
 
@@ -105,7 +91,7 @@ static coop_status read_keys(const text_reader *r, const line_kind *k, char **fi
     for (int i = 0; i < n; i++) {
         char *eq = strchr(fields[i], '=');
         if (!eq)
-            return fail(r, "unexpected '%s' (usage: %s)", fields[i], k->usage);
+            return trace_input_error(&r->in, "unexpected '%s' (usage: %s)", fields[i], k->usage);
         *eq = '\0';
         const char *key = fields[i], *value = eq + 1;
         unsigned bit = !strcmp(key, "addr")   ? KEY_ADDR
@@ -113,9 +99,10 @@ static coop_status read_keys(const text_reader *r, const line_kind *k, char **fi
                        : !strcmp(key, "cost") ? KEY_COST
                                               : 0;
         if (!(bit & k->keys))
-            return fail(r, "unknown key '%s' on a %c line (usage: %s)", key, k->letter, k->usage);
+            return trace_input_error(&r->in, "unknown key '%s' on a %c line (usage: %s)", key,
+                                     k->letter, k->usage);
         if (seen & bit)
-            return fail(r, "key '%s' given twice", key);
+            return trace_input_error(&r->in, "key '%s' given twice", key);
         seen |= bit;
         coop_status st = COOP_OK;
         if (bit == KEY_ADDR) {
@@ -125,9 +112,9 @@ static coop_status read_keys(const text_reader *r, const line_kind *k, char **fi
         } else {
             enum text_number_result res = text_parse_i64(value, &ev->time_us);
             if (res == TEXT_NUMBER_OVERFLOW)
-                return fail(r, "t '%s' is out of range", value);
+                return trace_input_error(&r->in, "t '%s' is out of range", value);
             if (res != TEXT_NUMBER_OK)
-                return fail(r, "t '%s' is not a number", value);
+                return trace_input_error(&r->in, "t '%s' is not a number", value);
         }
         if (st != COOP_OK)
             return st;
@@ -139,8 +126,9 @@ static coop_status on_alloc(text_reader *r, const line_kind *k, uint64_t file_id
 {
     id_map_slot *s = id_map_find(&r->ids, file_id, 0);
     if (s)
-        return fail(r, "id %llu is already live (allocated at line %llu, not freed)",
-                    (unsigned long long)file_id, (unsigned long long)s->where);
+        return trace_input_error(&r->in,
+                                 "id %llu is already live (allocated at line %llu, not freed)",
+                                 (unsigned long long)file_id, (unsigned long long)s->where);
     coop_status st = trace_builder_new_id(&r->b, &ev->id);
     if (st != COOP_OK)
         return st;
@@ -156,11 +144,12 @@ static coop_status on_free(text_reader *r, const line_kind *k, uint64_t file_id,
 {
     id_map_slot *s = id_map_find(&r->ids, file_id, 0);
     if (!s)
-        return fail(r, "%c of id %llu, which is not live (never allocated, or already freed)",
-                    k->letter, (unsigned long long)file_id);
+        return trace_input_error(
+            &r->in, "%c of id %llu, which is not live (never allocated, or already freed)",
+            k->letter, (unsigned long long)file_id);
     if (k->letter == 'R' && s->state == ID_RELEASED)
-        return fail(r, "second R of id %llu (allocated at line %llu)", (unsigned long long)file_id,
-                    (unsigned long long)s->where);
+        return trace_input_error(&r->in, "second R of id %llu (allocated at line %llu)",
+                                 (unsigned long long)file_id, (unsigned long long)s->where);
     ev->id = s->id;
     if (k->letter == 'R')
         s->state = ID_RELEASED;
@@ -172,9 +161,10 @@ static coop_status on_free(text_reader *r, const line_kind *k, uint64_t file_id,
 static coop_status read_header(text_reader *r, char **fields, int n)
 {
     if (strcmp(fields[0], "coop-trace") != 0)
-        return fail(r, "expected the header 'coop-trace 1' before '%s'", fields[0]);
+        return trace_input_error(&r->in, "expected the header 'coop-trace 1' before '%s'",
+                                 fields[0]);
     if (n != 2 || strcmp(fields[1], "1") != 0)
-        return fail(r, "unsupported header (this coop reads 'coop-trace 1')");
+        return trace_input_error(&r->in, "unsupported header (this coop reads 'coop-trace 1')");
     r->seen_header = 1;
     return COOP_OK;
 }
@@ -186,7 +176,7 @@ static coop_status read_line(text_reader *r, char *line)
     if (n == 0)
         return COOP_OK;
     if (n > MAX_FIELDS)
-        return fail(r, "more than %d fields", MAX_FIELDS);
+        return trace_input_error(&r->in, "more than %d fields", MAX_FIELDS);
     if (!r->seen_header)
         return read_header(r, fields, n);
 
@@ -196,14 +186,16 @@ static coop_status read_line(text_reader *r, char *line)
             if (line_kinds[i].letter == fields[0][0])
                 k = &line_kinds[i];
     if (!k)
-        return fail(r, "unknown line '%s' (expected one of A L R F S U M N O E, or # comment)",
-                    fields[0]);
+        return trace_input_error(
+            &r->in, "unknown line '%s' (expected one of A L R F S U M N O E, or # comment)",
+            fields[0]);
     int positional = 0;
     while (1 + positional < n && !strchr(fields[1 + positional], '='))
         positional++;
     if (positional < k->min_fields || positional > k->max_fields)
-        return fail(r, "%s fields on a %c line (usage: %s)",
-                    positional < k->min_fields ? "missing" : "too many", k->letter, k->usage);
+        return trace_input_error(&r->in, "%s fields on a %c line (usage: %s)",
+                                 positional < k->min_fields ? "missing" : "too many", k->letter,
+                                 k->usage);
 
     uint64_t nums[3] = {0, 0, 0};
     static const char *const names_alloc[] = {"id", "size", "stream"};
@@ -223,7 +215,7 @@ static coop_status read_line(text_reader *r, char *line)
         return st;
 
     if (k->letter == 'L' && r->seen_event)
-        return fail(r, "L lines must come before every other event");
+        return trace_input_error(&r->in, "L lines must come before every other event");
     if (k->letter != 'L' && k->letter != 'E')
         r->seen_event = 1;
     if (k->kind < 0) {
