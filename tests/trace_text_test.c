@@ -119,7 +119,7 @@ static void test_bad_lines(void **state)
         {"coop-trace 1\nA 1 2 3 t=x\n", ":2: t 'x' is not a number", ""},
         {"coop-trace 1\nA 1 2 3 t=9223372036854775808\n",
          ":2: t '9223372036854775808' is out of range", ""},
-        {"coop-trace 1\nA 1 2 3 addr=\n", ":2: addr '' is not a number", ""},
+        {"coop-trace 1\nA 1 2 3 addr=\n", ":2: addr '(empty)' is not a number", ""},
         {"coop-trace 1\nA 1 2 3 t=1 junk\n", ":2: unexpected 'junk'", ""},
         {"coop-trace 1\nR 1 addr=5\n", ":2: unknown key 'addr' on a R line", ""},
         {"coop-trace 1\nA 1 2 3\nA 1 2 3\n", ":3: id 1 is already live (allocated at line 2", ""},

@@ -8,6 +8,7 @@
 
 #include "status.h"
 #include "trace/input.h"
+#include "trace/text_number.h"
 
 #define READ_CHUNK ((size_t)1 << 16)
 
@@ -55,6 +56,21 @@ coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
     va_end(ap);
     return coop_set_error(COOP_ERR_INVALID, "%s:%llu: %s", in->path, (unsigned long long)in->line,
                           what);
+}
+
+coop_status trace_input_u64(const trace_input *in, const char *name, const char *text,
+                            uint64_t *out)
+{
+    switch (text_parse_u64(text, out)) {
+    case TEXT_NUMBER_OK:
+        return COOP_OK;
+    case TEXT_NUMBER_OVERFLOW:
+        return trace_input_error(in, "%s '%s' is out of range (at most 2^64-1)", name, text);
+    case TEXT_NUMBER_NEGATIVE:
+        return trace_input_error(in, "%s '%s' is negative", name, text);
+    default:
+        return trace_input_error(in, "%s '%s' is not a number", name, text[0] ? text : "(empty)");
+    }
 }
 
 coop_status trace_input_open(trace_input *in, const char *path)

@@ -36,6 +36,12 @@ typedef struct trace_input {
 coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Parses the whole field text as an unsigned number (text_parse_u64); on
+ * failure reports "PATH:LINE: NAME 'TEXT' is negative / out of range / not a
+ * number" through trace_input_error. */
+coop_status trace_input_u64(const trace_input *in, const char *name, const char *text,
+                            uint64_t *out);
+
 /* Opens path for line reading. Errors: "PATH: cannot open: reason". */
 coop_status trace_input_open(trace_input *in, const char *path);
 

@@ -47,22 +47,6 @@ static char *trim(char *s)
     return s;
 }
 
-static coop_status field(const csv_reader *r, char *text, const char *name, uint64_t *out)
-{
-    text = trim(text);
-    switch (text_parse_u64(text, out)) {
-    case TEXT_NUMBER_OK:
-        return COOP_OK;
-    case TEXT_NUMBER_NEGATIVE:
-        return trace_input_error(&r->in, "%s '%s' is negative", name, text);
-    case TEXT_NUMBER_OVERFLOW:
-        return trace_input_error(&r->in, "%s '%s' is out of range (at most 2^64-1)", name, text);
-    default:
-        return trace_input_error(&r->in, "%s '%s' is not a number", name,
-                                 text[0] ? text : "(empty)");
-    }
-}
-
 static coop_status read_row(csv_reader *r, char *line)
 {
     char *fields[4];
@@ -84,7 +68,7 @@ static coop_status read_row(csv_reader *r, char *line)
     uint64_t *dst[] = {&b.id, &b.lower, &b.upper, &b.size};
     coop_status st;
     for (int i = 0; i < 4; i++)
-        if ((st = field(r, fields[i], names[i], dst[i])) != COOP_OK)
+        if ((st = trace_input_u64(&r->in, names[i], trim(fields[i]), dst[i])) != COOP_OK)
             return st;
     if (b.upper <= b.lower)
         return trace_input_error(&r->in, "upper %llu must be greater than lower %llu",

@@ -70,20 +70,6 @@ static int split(char *line, char **fields, int max)
     }
 }
 
-static coop_status number(const text_reader *r, const char *field, const char *what, uint64_t *out)
-{
-    switch (text_parse_u64(field, out)) {
-    case TEXT_NUMBER_OK:
-        return COOP_OK;
-    case TEXT_NUMBER_OVERFLOW:
-        return trace_input_error(&r->in, "%s '%s' is out of range (at most 2^64-1)", what, field);
-    case TEXT_NUMBER_NEGATIVE:
-        return trace_input_error(&r->in, "%s '%s' is negative", what, field);
-    default:
-        return trace_input_error(&r->in, "%s '%s' is not a number", what, field);
-    }
-}
-
 static coop_status read_keys(const text_reader *r, const line_kind *k, char **fields, int n,
                              trace_event *ev)
 {
@@ -106,9 +92,9 @@ static coop_status read_keys(const text_reader *r, const line_kind *k, char **fi
         seen |= bit;
         coop_status st = COOP_OK;
         if (bit == KEY_ADDR) {
-            st = number(r, value, "addr", &ev->addr);
+            st = trace_input_u64(&r->in, "addr", value, &ev->addr);
         } else if (bit == KEY_COST) {
-            st = number(r, value, "cost", &ev->cost_ns);
+            st = trace_input_u64(&r->in, "cost", value, &ev->cost_ns);
         } else {
             enum text_number_result res = text_parse_i64(value, &ev->time_us);
             if (res == TEXT_NUMBER_OVERFLOW)
@@ -208,7 +194,7 @@ static coop_status read_line(text_reader *r, char *line)
             : names_segment;
     coop_status st;
     for (int i = 0; i < positional; i++)
-        if ((st = number(r, fields[1 + i], names[i], &nums[i])) != COOP_OK)
+        if ((st = trace_input_u64(&r->in, names[i], fields[1 + i], &nums[i])) != COOP_OK)
             return st;
     trace_event ev = {.time_us = -1};
     if ((st = read_keys(r, k, fields + 1 + positional, n - 1 - positional, &ev)) != COOP_OK)
