@@ -106,8 +106,12 @@ static cuda_reservation *find_reservation(cuda_backend *cb, uintptr_t addr, uint
     return NULL;
 }
 
+/* Validates a map (want_mapped = 0) or unmap (want_mapped = 1) of [addr, addr+size):
+ * page-aligned, inside one reservation, every page in the opposite state. Sets
+ * the reservation and the range's first page index and page count. */
 static coop_status check_page_range(cuda_backend *cb, const char *op, uintptr_t addr, uint64_t size,
-                                    cuda_reservation **out)
+                                    uint8_t want_mapped, cuda_reservation **out, uint64_t *first,
+                                    uint64_t *count)
 {
     uint64_t page = cb->base.page_size;
     if (size == 0 || addr % page || size % page)
@@ -115,11 +119,20 @@ static coop_status check_page_range(cuda_backend *cb, const char *op, uintptr_t 
                               "cuda backend: %s of [%#jx, +%ju) is not aligned to the %ju-byte "
                               "page",
                               op, (uintmax_t)addr, (uintmax_t)size, (uintmax_t)page);
-    *out = find_reservation(cb, addr, size);
-    if (!*out)
+    cuda_reservation *r = find_reservation(cb, addr, size);
+    if (!r)
         return coop_set_error(COOP_ERR_INVALID,
                               "cuda backend: %s of [%#jx, +%ju) is outside every reservation", op,
                               (uintmax_t)addr, (uintmax_t)size);
+    *out = r;
+    *first = (addr - r->base) / page;
+    *count = size / page;
+    for (uint64_t i = *first; i < *first + *count; i++)
+        if (r->mapped[i] != want_mapped)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "cuda backend: %s of [%#jx, +%ju): page at %#jx is %s", op,
+                                  (uintmax_t)addr, (uintmax_t)size, (uintmax_t)(r->base + i * page),
+                                  want_mapped ? "not mapped" : "already mapped");
     return COOP_OK;
 }
 
@@ -276,24 +289,10 @@ static coop_status cuda_release(coop_backend *be, uintptr_t addr, uint64_t size)
 static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
 {
     cuda_backend *cb = as_cuda(be);
-    uint64_t page = be->page_size;
     pthread_mutex_lock(&cb->lock);
     cuda_reservation *r;
-    coop_status st = check_page_range(cb, "map", addr, size, &r);
     uint64_t first = 0, count = 0;
-    if (st == COOP_OK) {
-        first = (addr - r->base) / page;
-        count = size / page;
-        for (uint64_t i = first; i < first + count; i++)
-            if (r->mapped[i]) {
-                st = coop_set_error(COOP_ERR_INVALID,
-                                    "cuda backend: map of [%#jx, +%ju): page at %#jx is already "
-                                    "mapped",
-                                    (uintmax_t)addr, (uintmax_t)size,
-                                    (uintmax_t)(r->base + i * page));
-                break;
-            }
-    }
+    coop_status st = check_page_range(cb, "map", addr, size, 0, &r, &first, &count);
     ctx_scope scope;
     if (st == COOP_OK)
         st = ctx_enter(cb, &scope);
@@ -313,24 +312,10 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
 static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
 {
     cuda_backend *cb = as_cuda(be);
-    uint64_t page = be->page_size;
     pthread_mutex_lock(&cb->lock);
     cuda_reservation *r;
-    coop_status st = check_page_range(cb, "unmap", addr, size, &r);
     uint64_t first = 0, count = 0;
-    if (st == COOP_OK) {
-        first = (addr - r->base) / page;
-        count = size / page;
-        for (uint64_t i = first; i < first + count; i++)
-            if (!r->mapped[i]) {
-                st = coop_set_error(COOP_ERR_INVALID,
-                                    "cuda backend: unmap of [%#jx, +%ju): page at %#jx is not "
-                                    "mapped",
-                                    (uintmax_t)addr, (uintmax_t)size,
-                                    (uintmax_t)(r->base + i * page));
-                break;
-            }
-    }
+    coop_status st = check_page_range(cb, "unmap", addr, size, 1, &r, &first, &count);
     ctx_scope scope;
     if (st == COOP_OK)
         st = ctx_enter(cb, &scope);
