@@ -17,14 +17,8 @@ static uint32_t next_mark(sim_runtime *rt)
 
 static int push(sim_runtime *rt, uint32_t s)
 {
-    if (rt->stack_len == rt->stack_cap) {
-        uint32_t cap = rt->stack_cap ? rt->stack_cap * 2 : 1024;
-        uint32_t *st = realloc(rt->stack, cap * sizeof *st);
-        if (!st)
-            return -1;
-        rt->stack = st;
-        rt->stack_cap = cap;
-    }
+    if (sim_grow((void **)&rt->stack, &rt->stack_cap, (size_t)rt->stack_len + 1, sizeof *rt->stack))
+        return -1;
     rt->stack[rt->stack_len++] = s;
     return 0;
 }

@@ -19,7 +19,7 @@ typedef struct builder {
     uint32_t num_bound;
 } builder;
 
-static int grow(void **items, size_t *cap, size_t need, size_t item_size)
+int sim_grow(void **items, size_t *cap, size_t need, size_t item_size)
 {
     if (need <= *cap)
         return 0;
@@ -42,7 +42,7 @@ static coop_status nomem(void)
 static coop_status push_cmd(builder *b, sim_cmd_kind kind, uint32_t arg)
 {
     sim_program *p = b->p;
-    if (grow((void **)&p->cmds, &b->cmds_cap, p->num_cmds + 1, sizeof *p->cmds))
+    if (sim_grow((void **)&p->cmds, &b->cmds_cap, p->num_cmds + 1, sizeof *p->cmds))
         return nomem();
     p->cmds[p->num_cmds++] = (sim_cmd){kind, arg};
     return COOP_OK;
@@ -86,12 +86,13 @@ static coop_status add_op(builder *b, const dtr_instr *in, const uint32_t *args,
                           uint32_t nout, bool constant, bool mutation)
 {
     sim_program *p = b->p;
-    if (grow((void **)&p->ops, &b->ops_cap, p->num_ops + 1, sizeof *p->ops) ||
-        grow((void **)&p->tensors, &b->tensors_cap, p->num_tensors + nout, sizeof *p->tensors) ||
-        grow((void **)&p->storages, &b->storages_cap, p->num_storages + nout,
-             sizeof *p->storages) ||
-        grow((void **)&p->inputs, &b->inputs_cap, b->num_inputs + nargs, sizeof *p->inputs) ||
-        grow((void **)&b->refs, &b->refs_cap, p->num_tensors + nout, sizeof *b->refs))
+    if (sim_grow((void **)&p->ops, &b->ops_cap, p->num_ops + 1, sizeof *p->ops) ||
+        sim_grow((void **)&p->tensors, &b->tensors_cap, p->num_tensors + nout,
+                 sizeof *p->tensors) ||
+        sim_grow((void **)&p->storages, &b->storages_cap, p->num_storages + nout,
+                 sizeof *p->storages) ||
+        sim_grow((void **)&p->inputs, &b->inputs_cap, b->num_inputs + nargs, sizeof *p->inputs) ||
+        sim_grow((void **)&b->refs, &b->refs_cap, p->num_tensors + nout, sizeof *b->refs))
         return nomem();
     uint32_t op_id = p->num_ops++;
     sim_op *op = &p->ops[op_id];

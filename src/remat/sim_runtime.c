@@ -186,14 +186,9 @@ uint64_t sim_now_ns(void)
 
 int sim_record_search(sim_stats *st, uint64_t ns)
 {
-    if (st->searches == st->search_ns_cap) {
-        size_t cap = st->search_ns_cap ? st->search_ns_cap * 2 : 1024;
-        uint64_t *a = realloc(st->search_ns, cap * sizeof *a);
-        if (!a)
-            return -1;
-        st->search_ns = a;
-        st->search_ns_cap = cap;
-    }
+    if (sim_grow((void **)&st->search_ns, &st->search_ns_cap, (size_t)st->searches + 1,
+                 sizeof *st->search_ns))
+        return -1;
     st->search_ns[st->searches++] = ns;
     return 0;
 }

@@ -127,7 +127,8 @@ typedef struct sim_runtime {
     union_find uf;
     uint32_t mark_epoch;
     uint32_t *stack; /* traversal stack */
-    uint32_t stack_len, stack_cap;
+    uint32_t stack_len;
+    size_t stack_cap;
     sim_stats stats;
 } sim_runtime;
 
