@@ -427,6 +427,43 @@ static void test_bad_config(void **state)
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
 }
 
+/* A remainder below min_split stays with the allocation; when that tail lies
+ * in a page nothing has mapped yet, the allocation must map it too (the
+ * checker requires every page of an in-use block to be mapped and counted).
+ * Found by fuzz_api (tests/README.md). */
+static void test_absorbed_remainder_is_mapped(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * 1024;
+    coop_config c;
+    coop_config_default(&c);
+    c.page_size = P;
+    c.capacity = 32 * MiB;
+    c.min_split = 4096;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_status st;
+    /* The tiled range's top ends 512 bytes into page 1; freeing and
+     * emptying the cache unmaps both pages under the free block [0, P + 512). */
+    void *a = coop_malloc(p, P + 512, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 0);
+    /* P bytes leave a 512-byte remainder (< min_split): the block keeps it,
+     * so the block's second page must be mapped as well. */
+    void *d = coop_malloc(p, P, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_ptr_equal(d, a);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.allocated_bytes.current, P + 512);
+    assert_int_equal(s.reserved_bytes.current, 2 * P);
+    assert_int_equal(coop_free(p, d), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 static void test_no_metadata_leak(void **state)
 {
     (void)state;
@@ -437,6 +474,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_absorbed_remainder_is_mapped),
         cmocka_unit_test(test_rounding_and_alignment),
         cmocka_unit_test(test_size_zero_and_huge),
         cmocka_unit_test(test_best_fit),
