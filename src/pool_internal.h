@@ -24,6 +24,7 @@
 #include "backend.h"
 #include "meta.h"
 #include "pool_lock.h"
+#include "status.h"
 
 /* Streams a block was used on besides its own (coop_record_stream), and,
  * once freed, the events recorded on them; the block is PENDING until all
@@ -79,6 +80,13 @@ static inline void pool_after_op_locked(coop_pool *pool, const char *op)
 {
     if (pool->config.check)
         pool_check_or_abort_locked(pool, op);
+}
+
+/* The error for a NULL handle or output pointer passed to fn: API misuse
+ * is reported (COOP_ERR_INVALID), never dereferenced. */
+static inline coop_status null_argument(const char *fn, const char *arg)
+{
+    return coop_set_error(COOP_ERR_INVALID, "%s: %s is NULL", fn, arg);
 }
 
 #endif

@@ -464,6 +464,100 @@ static void test_absorbed_remainder_is_mapped(void **state)
     coop_pool_destroy(p);
 }
 
+static void expect_null_error(coop_status st, const char *fn, const char *arg)
+{
+    assert_int_equal(st, COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), fn));
+    assert_non_null(strstr(coop_last_error(), arg));
+}
+
+/* NULL handles and output pointers are API misuse: an error, never a crash. */
+static void test_null_handles(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 64 * MiB;
+    expect_null_error(coop_pool_create(&c, NULL), "coop_pool_create", "out");
+    coop_pool_destroy(NULL);
+    coop_status st = COOP_OK;
+    assert_null(coop_malloc(NULL, 512, 0, 0, &st));
+    expect_null_error(st, "coop_malloc", "pool");
+    assert_null(coop_malloc(NULL, 512, 0, 0, NULL));
+    int x;
+    expect_null_error(coop_free(NULL, &x), "coop_free", "pool");
+    expect_null_error(coop_record_stream(NULL, &x, 1), "coop_record_stream", "pool");
+    expect_null_error(coop_empty_cache(NULL), "coop_empty_cache", "pool");
+    expect_null_error(coop_set_capacity(NULL, MiB), "coop_set_capacity", "pool");
+    expect_null_error(coop_pool_check(NULL), "coop_pool_check", "pool");
+    expect_null_error(coop_host_hold_stream(NULL, 1, true), "coop_host_hold_stream", "pool");
+    expect_null_error(coop_inject_fault(NULL, COOP_FAULT_MAP, 1), "coop_inject_fault", "pool");
+    expect_null_error(coop_walk(NULL, NULL, NULL, NULL), "coop_walk", "pool");
+    assert_int_equal(coop_backend_calls(NULL, COOP_FAULT_ALL), 0);
+    coop_reset_peak_stats(NULL);
+    coop_stats s;
+    memset(&s, 0xff, sizeof s);
+    coop_get_stats(NULL, &s);
+    assert_int_equal(s.capacity, 0);
+    assert_int_equal(s.allocated_bytes.current, 0);
+    coop_config got;
+    memset(&got, 0xff, sizeof got);
+    coop_pool_config(NULL, &got);
+    assert_int_equal(got.capacity, 0);
+    coop_pool *p = make_pool(64 * MiB, true);
+    coop_get_stats(p, NULL);
+    coop_pool_config(p, NULL);
+    coop_remat *r = (coop_remat *)&x;
+    coop_remat_config rc = {0};
+    assert_int_equal(coop_remat_create(p, NULL, NULL), COOP_ERR_INVALID);
+    assert_int_equal(coop_remat_create(p, &rc, &r), COOP_ERR_INVALID);
+    assert_null(r);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* Sizes that overflow when rounded up to pages are refused by name, and a
+ * reservation below the capacity is refused at creation. */
+static void test_config_limits(void **state)
+{
+    (void)state;
+    coop_pool *p = (coop_pool *)&p;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = UINT64_MAX;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(coop_last_error(), "config.capacity"));
+    assert_non_null(strstr(coop_last_error(), "2^56"));
+    coop_config_default(&c);
+    c.capacity = 64 * MiB;
+    c.va_size = UINT64_MAX;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.va_size"));
+    c.va_size = 0;
+    c.segment_size = UINT64_MAX - 1;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.segment_size"));
+    c.segment_size = 0;
+    c.min_split = UINT64_MAX;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.min_split"));
+    c.min_split = 0;
+    c.va_size = 32 * MiB;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "va_size"));
+    assert_non_null(strstr(coop_last_error(), "below the capacity"));
+    c.va_size = 64 * MiB; /* equal is enough */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *a = coop_malloc(p, 64 * MiB, 0, 0, NULL);
+    assert_non_null(a);
+    coop_pool_destroy(p);
+    c.va_size = 32 * MiB; /* without VMM the reservation is unused */
+    c.use_vmm = false;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 static void test_no_metadata_leak(void **state)
 {
     (void)state;
@@ -475,6 +569,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_absorbed_remainder_is_mapped),
+        cmocka_unit_test(test_null_handles),
+        cmocka_unit_test(test_config_limits),
         cmocka_unit_test(test_rounding_and_alignment),
         cmocka_unit_test(test_size_zero_and_huge),
         cmocka_unit_test(test_best_fit),
