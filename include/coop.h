@@ -127,8 +127,11 @@ void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned fla
  * untouched. The block is reusable at once on its allocation stream. A block
  * used on other streams (coop_record_stream) becomes pending: events are
  * recorded now on those streams and the block is reusable once they complete
- * (checked at the next allocations). If recording an event fails the block
- * stays allocated and the status says why. */
+ * (checked at the next allocations). Freeing a valid pointer never fails:
+ * if the backend cannot record an event now, the block is pending all the
+ * same and that event is recorded when pending frees are next processed
+ * (allocations, coop_empty_cache), so it is not reused before the other
+ * stream's work queued until then completes. */
 coop_status coop_free(coop_pool *pool, void *ptr);
 
 /* Marks ptr as used on stream (besides its allocation stream; recording the

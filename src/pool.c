@@ -209,7 +209,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
 
 static void uses_free(coop_pool *pool, block_uses *u)
 {
-    meta_free(&pool->heap, u->events, u->num_streams * sizeof *u->events);
+    meta_free(&pool->heap, u->slots, u->cap_streams * sizeof *u->slots);
     meta_free(&pool->heap, u->streams, u->cap_streams * sizeof *u->streams);
     meta_free(&pool->heap, u, sizeof *u);
 }
@@ -224,7 +224,8 @@ void coop_pool_destroy(coop_pool *pool)
                 block_uses *u = b->uses;
                 if (u->events)
                     for (size_t i = 0; i < u->num_streams; i++)
-                        pool->backend->ops->event_destroy(pool->backend, u->events[i]);
+                        if (u->events[i] != NO_EVENT)
+                            pool->backend->ops->event_destroy(pool->backend, u->events[i]);
                 uses_free(pool, u);
                 b->uses = NULL;
             }
@@ -262,10 +263,18 @@ static void pending_unlink(coop_pool *pool, block_uses *u)
     pool->num_pending--;
 }
 
-/* True when every event of u has completed (a failed query counts as not yet). */
+/* True when every event of u has completed (a failed query counts as not
+ * yet). Records the events that coop_free could not record; one that fails
+ * again keeps the block pending. */
 static bool events_done(coop_pool *pool, block_uses *u)
 {
     for (size_t i = 0; i < u->num_streams; i++) {
+        if (u->events[i] == NO_EVENT &&
+            pool->backend->ops->event_record(pool->backend, u->streams[i], &u->events[i]) !=
+                COOP_OK) {
+            u->events[i] = NO_EVENT;
+            return false;
+        }
         bool done = false;
         if (pool->backend->ops->event_query(pool->backend, u->events[i], &done) != COOP_OK || !done)
             return false;
@@ -283,7 +292,7 @@ void pool_process_pending_locked(coop_pool *pool)
             pending_unlink(pool, u);
             for (size_t i = 0; i < u->num_streams; i++)
                 pool->backend->ops->event_destroy(pool->backend, u->events[i]);
-            uses_free(pool, u);
+            uses_free(pool, u); /* (events_done: no slot is NO_EVENT) */
             stat_add(&pool->active, -1);
             stat_add(&pool->active_bytes, -(int64_t)b->size);
             arena_release(&pool->arena, b, b->stream);
@@ -491,19 +500,12 @@ coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
         return st;
     block_uses *u = b->uses;
     if (u) {
-        coop_event *ev = meta_alloc(&pool->heap, u->num_streams * sizeof *ev);
-        if (!ev)
-            return coop_set_error(COOP_ERR_HOST_NOMEM,
-                                  "coop_free(%p): no host memory for stream events", ptr);
-        for (size_t i = 0; i < u->num_streams; i++) {
-            st = pool->backend->ops->event_record(pool->backend, u->streams[i], &ev[i]);
-            if (st != COOP_OK) {
-                while (i-- > 0)
-                    pool->backend->ops->event_destroy(pool->backend, ev[i]);
-                meta_free(&pool->heap, ev, u->num_streams * sizeof *ev);
-                return st;
-            }
-        }
+        /* Never fails: an event the backend cannot record now is recorded
+         * at the next processing of pending frees (see block_uses). */
+        coop_event *ev = u->slots;
+        for (size_t i = 0; i < u->num_streams; i++)
+            if (pool->backend->ops->event_record(pool->backend, u->streams[i], &ev[i]) != COOP_OK)
+                ev[i] = NO_EVENT;
         u->events = ev;
         b->state = COOP_BLOCK_PENDING;
         u->pending_prev = NULL;
@@ -561,7 +563,10 @@ static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream 
     if (u->num_streams == u->cap_streams) {
         size_t cap = u->cap_streams ? 2 * u->cap_streams : 2;
         coop_stream *s = meta_alloc(&pool->heap, cap * sizeof *s);
-        if (!s) {
+        coop_event *slots = s ? meta_zalloc(&pool->heap, cap * sizeof *slots) : NULL;
+        if (!slots) {
+            if (s)
+                meta_free(&pool->heap, s, cap * sizeof *s);
             if (u->num_streams == 0) {
                 b->uses = NULL;
                 uses_free(pool, u);
@@ -571,7 +576,9 @@ static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream 
         for (size_t i = 0; i < u->num_streams; i++)
             s[i] = u->streams[i];
         meta_free(&pool->heap, u->streams, u->cap_streams * sizeof *u->streams);
+        meta_free(&pool->heap, u->slots, u->cap_streams * sizeof *u->slots);
         u->streams = s;
+        u->slots = slots;
         u->cap_streams = cap;
     }
     u->streams[u->num_streams++] = stream;

@@ -192,6 +192,66 @@ static void test_record_stream_pending(void **state)
     coop_pool_destroy(p);
 }
 
+/* coop_free never fails on a valid pointer: when the backend cannot record
+ * the event of another stream's use, the block still goes pending and the
+ * event is recorded at the next processing of pending frees. The block is
+ * not reused until that later event completes (through the PyTorch ABI a
+ * failed free used to lose the block for good). */
+static void test_free_when_event_record_fails(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *a = coop_malloc(p, 8192, 1, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK); /* stream 7 busy */
+    uint64_t before = coop_backend_calls(p, COOP_FAULT_EVENT);
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT), before + 1); /* the failed record */
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.allocation.current, 1);
+    assert_int_equal(s.active.current, 2); /* pending */
+    assert_int_equal(coop_free(p, a), COOP_ERR_DOUBLE_FREE);
+    /* The retry fails too: still pending, not reused. */
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK);
+    void *b = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_non_null(b);
+    assert_ptr_not_equal(b, a);
+    /* The retry records the event while stream 7 is held: still not reused. */
+    void *c = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_not_equal(c, a);
+    assert_int_equal(stats_of(p).active.current, 4);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    void *d = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_equal(d, a); /* the late event completed: reusable */
+    assert_int_equal(stats_of(p).active.current, 4);
+    coop_free(p, b);
+    coop_free(p, c);
+    coop_free(p, d);
+    coop_free(p, guard);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(stats_of(p).active.current, 0);
+    coop_pool_destroy(p);
+}
+
+/* A pool destroyed with a pending block whose event was never recorded. */
+static void test_destroy_with_unrecorded_event(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true);
+    void *a = coop_malloc(p, 4096, 1, 0, NULL);
+    assert_int_equal(coop_record_stream(p, a, 3), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 4), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 5), COOP_OK); /* grows the slots to 4 */
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 2), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p); /* destroys the two recorded events, skips the other */
+}
+
 static int count_blocks(const coop_block_info *b, void *ctx)
 {
     size_t *n = ctx;
@@ -570,6 +630,8 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_absorbed_remainder_is_mapped),
         cmocka_unit_test(test_null_handles),
+        cmocka_unit_test(test_free_when_event_record_fails),
+        cmocka_unit_test(test_destroy_with_unrecorded_event),
         cmocka_unit_test(test_config_limits),
         cmocka_unit_test(test_rounding_and_alignment),
         cmocka_unit_test(test_size_zero_and_huge),
