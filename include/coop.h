@@ -94,8 +94,18 @@ typedef struct coop_config {
 /* Fills *config with defaults: host backend, device 0, VMM on, checks off. */
 void coop_config_default(coop_config *config);
 
+/* NULL handles: every pool function given a NULL pool (or a NULL out pointer
+ * where it returns a status) returns COOP_ERR_INVALID with a message naming
+ * the function and the argument, and touches nothing. Functions without a
+ * status do nothing: coop_pool_destroy(NULL) and coop_reset_peak_stats(NULL)
+ * are no-ops, coop_get_stats / coop_pool_config with a NULL pool zero *out
+ * (and ignore a NULL out), coop_backend_calls(NULL, ...) returns 0, and
+ * coop_malloc(NULL, ...) returns NULL with *status set. */
+
 /* Creates a pool. On failure *out is NULL and the status says why;
- * coop_last_error() holds a message with details. */
+ * coop_last_error() holds a message with details. Size fields at or above
+ * 2^56 bytes, and a va_size (when given, with VMM) below the capacity, are
+ * refused (COOP_ERR_INVALID naming the field). */
 coop_status coop_pool_create(const coop_config *config, coop_pool **out);
 
 /* Releases every mapping and reservation of the pool. Outstanding
@@ -117,8 +127,11 @@ void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned fla
  * untouched. The block is reusable at once on its allocation stream. A block
  * used on other streams (coop_record_stream) becomes pending: events are
  * recorded now on those streams and the block is reusable once they complete
- * (checked at the next allocations). If recording an event fails the block
- * stays allocated and the status says why. */
+ * (checked at the next allocations). Freeing a valid pointer never fails:
+ * if the backend cannot record an event now, the block is pending all the
+ * same and that event is recorded when pending frees are next processed
+ * (allocations, coop_empty_cache), so it is not reused before the other
+ * stream's work queued until then completes. */
 coop_status coop_free(coop_pool *pool, void *ptr);
 
 /* Marks ptr as used on stream (besides its allocation stream; recording the

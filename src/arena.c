@@ -476,6 +476,18 @@ void arena_fini(arena *a)
 
 /* ---- Allocation ---- */
 
+/* The bytes carve() gives an allocation of size at lo inside the free block
+ * b: size, plus the remainder after it when that is below min_split. The
+ * whole carved block is in use, so all of its pages must be mapped (and
+ * counted) before carving: map [lo, lo + carved_size) rather than
+ * [lo, lo + size), or an absorbed tail can lie in an unmapped page. */
+static inline uint64_t carved_size(const arena *a, const arena_block *b, uintptr_t lo,
+                                   uint64_t size)
+{
+    uint64_t after = b->addr + b->size - (lo + size);
+    return after > 0 && after < a->params.min_split ? size + after : size;
+}
+
 /* Carves [lo, lo + size) out of the free block b (not in the index), leaving
  * the parts before and after it free in the index. A remainder after the
  * allocation smaller than min_split stays with the allocation; the part
@@ -530,7 +542,9 @@ coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, 
     if (fit) {
         arena_block *b = BLOCK_OF(fit);
         uintptr_t lo = high ? b->addr + b->size - size : b->addr;
-        st = a->params.vmm ? ensure_mapped(a, a->first_segment, lo, lo + size, reclaimed) : COOP_OK;
+        st = a->params.vmm ? ensure_mapped(a, a->first_segment, lo,
+                                           lo + carved_size(a, b, lo, size), reclaimed)
+                           : COOP_OK;
         if (st != COOP_OK)
             return st;
         index_del(a, b);
@@ -595,7 +609,8 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
     if (st == COOP_OK)
         st = reserve_stream(a, stream);
     if (st == COOP_OK)
-        st = a->params.vmm ? ensure_mapped(a, a->first_segment, addr, addr + size, reclaimed)
+        st = a->params.vmm ? ensure_mapped(a, a->first_segment, addr,
+                                           addr + carved_size(a, fb, addr, size), reclaimed)
                            : COOP_OK;
     if (st != COOP_OK)
         return st;

@@ -58,6 +58,28 @@ void coop_config_default(coop_config *config)
 
 /* ---- Creation ---- */
 
+/* Refuses size fields that would overflow when rounded up to pages (and
+ * would then read as 0): every size must lie below 2^BLOCK_SIZE_BITS. */
+static coop_status check_size_fields(const coop_config *c)
+{
+    const uint64_t limit = UINT64_C(1) << BLOCK_SIZE_BITS;
+    const struct {
+        const char *name;
+        uint64_t value;
+    } fields[] = {
+        {"capacity", c->capacity},   {"va_size", c->va_size},     {"segment_size", c->segment_size},
+        {"min_split", c->min_split}, {"page_size", c->page_size},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (fields[i].value >= limit)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "coop_pool_create: config.%s = %llu is too large: sizes must "
+                                  "be below 2^%d (%llu) bytes",
+                                  fields[i].name, (unsigned long long)fields[i].value,
+                                  BLOCK_SIZE_BITS, (unsigned long long)limit);
+    return COOP_OK;
+}
+
 static coop_status make_backend(const coop_config *c, coop_backend **out)
 {
     coop_backend *inner = NULL;
@@ -112,6 +134,14 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
                               "bytes; choose less",
                               (unsigned long long)c->capacity, (unsigned long long)c->va_size,
                               BLOCK_SIZE_BITS);
+    /* A smaller reservation could never hold the capacity: allocations would
+     * fail with an out-of-memory error that blames the capacity. Refused
+     * rather than silently raised, since the caller chose the value. */
+    if (c->use_vmm && in->va_size && c->va_size < c->capacity)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_pool_create: config.va_size %llu is below the capacity %llu: "
+                              "the reserved range must hold the capacity (0 = 4 x capacity)",
+                              (unsigned long long)c->va_size, (unsigned long long)c->capacity);
     if (!c->segment_size)
         c->segment_size = 20 * MiB;
     c->segment_size = round_up(c->segment_size, c->page_size);
@@ -123,14 +153,19 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
 
 coop_status coop_pool_create(const coop_config *config, coop_pool **out)
 {
+    if (!out)
+        return coop_set_error(COOP_ERR_INVALID, "coop_pool_create: out is NULL");
     *out = NULL;
     coop_config defaults;
     if (!config) {
         coop_config_default(&defaults);
         config = &defaults;
     }
+    coop_status st = check_size_fields(config);
+    if (st != COOP_OK)
+        return st;
     coop_backend *be;
-    coop_status st = make_backend(config, &be);
+    st = make_backend(config, &be);
     if (st != COOP_OK)
         return st;
     if (config->fault_nth)
@@ -174,7 +209,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
 
 static void uses_free(coop_pool *pool, block_uses *u)
 {
-    meta_free(&pool->heap, u->events, u->num_streams * sizeof *u->events);
+    meta_free(&pool->heap, u->slots, u->cap_streams * sizeof *u->slots);
     meta_free(&pool->heap, u->streams, u->cap_streams * sizeof *u->streams);
     meta_free(&pool->heap, u, sizeof *u);
 }
@@ -189,7 +224,8 @@ void coop_pool_destroy(coop_pool *pool)
                 block_uses *u = b->uses;
                 if (u->events)
                     for (size_t i = 0; i < u->num_streams; i++)
-                        pool->backend->ops->event_destroy(pool->backend, u->events[i]);
+                        if (u->events[i] != NO_EVENT)
+                            pool->backend->ops->event_destroy(pool->backend, u->events[i]);
                 uses_free(pool, u);
                 b->uses = NULL;
             }
@@ -201,6 +237,12 @@ void coop_pool_destroy(coop_pool *pool)
 
 void coop_pool_config(const coop_pool *pool, coop_config *out)
 {
+    if (!out)
+        return;
+    if (!pool) {
+        *out = (coop_config){0};
+        return;
+    }
     coop_pool *p = (coop_pool *)pool;
     pool_lock(p);
     *out = p->config;
@@ -221,10 +263,18 @@ static void pending_unlink(coop_pool *pool, block_uses *u)
     pool->num_pending--;
 }
 
-/* True when every event of u has completed (a failed query counts as not yet). */
+/* True when every event of u has completed (a failed query counts as not
+ * yet). Records the events that coop_free could not record; one that fails
+ * again keeps the block pending. */
 static bool events_done(coop_pool *pool, block_uses *u)
 {
     for (size_t i = 0; i < u->num_streams; i++) {
+        if (u->events[i] == NO_EVENT &&
+            pool->backend->ops->event_record(pool->backend, u->streams[i], &u->events[i]) !=
+                COOP_OK) {
+            u->events[i] = NO_EVENT;
+            return false;
+        }
         bool done = false;
         if (pool->backend->ops->event_query(pool->backend, u->events[i], &done) != COOP_OK || !done)
             return false;
@@ -242,7 +292,7 @@ void pool_process_pending_locked(coop_pool *pool)
             pending_unlink(pool, u);
             for (size_t i = 0; i < u->num_streams; i++)
                 pool->backend->ops->event_destroy(pool->backend, u->events[i]);
-            uses_free(pool, u);
+            uses_free(pool, u); /* (events_done: no slot is NO_EVENT) */
             stat_add(&pool->active, -1);
             stat_add(&pool->active_bytes, -(int64_t)b->size);
             arena_release(&pool->arena, b, b->stream);
@@ -380,6 +430,12 @@ out:
 void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
                   coop_status *status)
 {
+    if (!pool) {
+        coop_status st = null_argument("coop_malloc", "pool");
+        if (status)
+            *status = st;
+        return NULL;
+    }
     pool_lock(pool);
     void *p = pool_malloc_locked(pool, size, stream, flags, status);
     pool_after_op_locked(pool, "malloc");
@@ -444,19 +500,12 @@ coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
         return st;
     block_uses *u = b->uses;
     if (u) {
-        coop_event *ev = meta_alloc(&pool->heap, u->num_streams * sizeof *ev);
-        if (!ev)
-            return coop_set_error(COOP_ERR_HOST_NOMEM,
-                                  "coop_free(%p): no host memory for stream events", ptr);
-        for (size_t i = 0; i < u->num_streams; i++) {
-            st = pool->backend->ops->event_record(pool->backend, u->streams[i], &ev[i]);
-            if (st != COOP_OK) {
-                while (i-- > 0)
-                    pool->backend->ops->event_destroy(pool->backend, ev[i]);
-                meta_free(&pool->heap, ev, u->num_streams * sizeof *ev);
-                return st;
-            }
-        }
+        /* Never fails: an event the backend cannot record now is recorded
+         * at the next processing of pending frees (see block_uses). */
+        coop_event *ev = u->slots;
+        for (size_t i = 0; i < u->num_streams; i++)
+            if (pool->backend->ops->event_record(pool->backend, u->streams[i], &ev[i]) != COOP_OK)
+                ev[i] = NO_EVENT;
         u->events = ev;
         b->state = COOP_BLOCK_PENDING;
         u->pending_prev = NULL;
@@ -481,6 +530,8 @@ coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
 
 coop_status coop_free(coop_pool *pool, void *ptr)
 {
+    if (!pool)
+        return null_argument("coop_free", "pool");
     pool_lock(pool);
     coop_status st = pool_free_locked(pool, ptr, NULL);
     pool_after_op_locked(pool, "free");
@@ -512,7 +563,10 @@ static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream 
     if (u->num_streams == u->cap_streams) {
         size_t cap = u->cap_streams ? 2 * u->cap_streams : 2;
         coop_stream *s = meta_alloc(&pool->heap, cap * sizeof *s);
-        if (!s) {
+        coop_event *slots = s ? meta_zalloc(&pool->heap, cap * sizeof *slots) : NULL;
+        if (!slots) {
+            if (s)
+                meta_free(&pool->heap, s, cap * sizeof *s);
             if (u->num_streams == 0) {
                 b->uses = NULL;
                 uses_free(pool, u);
@@ -522,7 +576,9 @@ static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream 
         for (size_t i = 0; i < u->num_streams; i++)
             s[i] = u->streams[i];
         meta_free(&pool->heap, u->streams, u->cap_streams * sizeof *u->streams);
+        meta_free(&pool->heap, u->slots, u->cap_streams * sizeof *u->slots);
         u->streams = s;
+        u->slots = slots;
         u->cap_streams = cap;
     }
     u->streams[u->num_streams++] = stream;
@@ -531,6 +587,8 @@ static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream 
 
 coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
 {
+    if (!pool)
+        return null_argument("coop_record_stream", "pool");
     pool_lock(pool);
     coop_status st = record_stream_locked(pool, ptr, stream);
     pool_after_op_locked(pool, "record_stream");
@@ -547,6 +605,8 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
  * with work outstanding keeps its tags (its blocks stay reusable on it). */
 coop_status coop_empty_cache(coop_pool *pool)
 {
+    if (!pool)
+        return null_argument("coop_empty_cache", "pool");
     pool_lock(pool);
     pool_process_pending_locked(pool);
     sync_idle_streams(pool);
@@ -559,6 +619,8 @@ coop_status coop_empty_cache(coop_pool *pool)
 
 coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
 {
+    if (!pool)
+        return null_argument("coop_set_capacity", "pool");
     pool_lock(pool);
     coop_status st = COOP_OK;
     arena *a = &pool->arena;
@@ -589,6 +651,8 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
 
 coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold)
 {
+    if (!pool)
+        return null_argument("coop_host_hold_stream", "pool");
     pool_lock(pool);
     coop_status st;
     if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
@@ -602,6 +666,8 @@ coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold
 
 coop_status coop_inject_fault(coop_pool *pool, unsigned kinds, uint64_t nth)
 {
+    if (!pool)
+        return null_argument("coop_inject_fault", "pool");
     if (kinds & ~(unsigned)COOP_FAULT_ALL)
         return coop_set_error(COOP_ERR_INVALID, "coop_inject_fault: unknown kinds %#x", kinds);
     pool_lock(pool);
@@ -612,6 +678,8 @@ coop_status coop_inject_fault(coop_pool *pool, unsigned kinds, uint64_t nth)
 
 uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds)
 {
+    if (!pool)
+        return 0;
     pool_lock(pool);
     uint64_t n = coop_backend_fault_calls(pool->backend, kinds);
     pool_unlock(pool);

@@ -9,6 +9,8 @@
 coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
                       void *ctx)
 {
+    if (!pool)
+        return null_argument("coop_walk", "pool");
     pool_lock(pool);
     const arena *a = &pool->arena;
     for (const arena_segment *s = arena_first_segment(a); s; s = s->next) {
@@ -123,6 +125,8 @@ coop_status pool_check_locked(coop_pool *pool)
 
 coop_status coop_pool_check(coop_pool *pool)
 {
+    if (!pool)
+        return null_argument("coop_pool_check", "pool");
     pool_lock(pool);
     coop_status st = pool_check_locked(pool);
     pool_unlock(pool);

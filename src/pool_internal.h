@@ -24,15 +24,24 @@
 #include "backend.h"
 #include "meta.h"
 #include "pool_lock.h"
+#include "status.h"
 
 /* Streams a block was used on besides its own (coop_record_stream), and,
  * once freed, the events recorded on them; the block is PENDING until all
- * complete. Allocated from the metadata heap only for such blocks. */
+ * complete. Allocated from the metadata heap only for such blocks.
+ *
+ * The event slots are allocated with the streams (record_stream), so that
+ * coop_free never allocates and never fails on a valid pointer: a slot whose
+ * event could not be recorded at free time holds NO_EVENT and is recorded
+ * again when pending frees are processed (an event recorded later covers at
+ * least the work queued at free time, so the block still waits for it). */
+#define NO_EVENT ((coop_event)0) /* backends never return 0 (pointers) */
 typedef struct block_uses {
     arena_block *block;
     coop_stream *streams;
     size_t num_streams, cap_streams;
-    coop_event *events; /* num_streams events while pending, else NULL */
+    coop_event *slots;  /* cap_streams slots: the events while pending */
+    coop_event *events; /* == slots while pending (num_streams used), else NULL */
     struct block_uses *pending_prev, *pending_next;
 } block_uses;
 
@@ -79,6 +88,13 @@ static inline void pool_after_op_locked(coop_pool *pool, const char *op)
 {
     if (pool->config.check)
         pool_check_or_abort_locked(pool, op);
+}
+
+/* The error for a NULL handle or output pointer passed to fn: API misuse
+ * is reported (COOP_ERR_INVALID), never dereferenced. */
+static inline coop_status null_argument(const char *fn, const char *arg)
+{
+    return coop_set_error(COOP_ERR_INVALID, "%s: %s is NULL", fn, arg);
 }
 
 #endif

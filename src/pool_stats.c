@@ -4,6 +4,12 @@
 
 void coop_get_stats(coop_pool *pool, coop_stats *out)
 {
+    if (!out)
+        return;
+    if (!pool) {
+        *out = (coop_stats){0};
+        return;
+    }
     pool_lock(pool);
     const arena *a = &pool->arena;
     *out = (coop_stats){
@@ -36,6 +42,8 @@ void coop_get_stats(coop_pool *pool, coop_stats *out)
 
 void coop_reset_peak_stats(coop_pool *pool)
 {
+    if (!pool)
+        return;
     pool_lock(pool);
     coop_stat *all[] = {&pool->allocation,
                         &pool->active,

@@ -192,6 +192,66 @@ static void test_record_stream_pending(void **state)
     coop_pool_destroy(p);
 }
 
+/* coop_free never fails on a valid pointer: when the backend cannot record
+ * the event of another stream's use, the block still goes pending and the
+ * event is recorded at the next processing of pending frees. The block is
+ * not reused until that later event completes (through the PyTorch ABI a
+ * failed free used to lose the block for good). */
+static void test_free_when_event_record_fails(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *a = coop_malloc(p, 8192, 1, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK); /* stream 7 busy */
+    uint64_t before = coop_backend_calls(p, COOP_FAULT_EVENT);
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT), before + 1); /* the failed record */
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.allocation.current, 1);
+    assert_int_equal(s.active.current, 2); /* pending */
+    assert_int_equal(coop_free(p, a), COOP_ERR_DOUBLE_FREE);
+    /* The retry fails too: still pending, not reused. */
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK);
+    void *b = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_non_null(b);
+    assert_ptr_not_equal(b, a);
+    /* The retry records the event while stream 7 is held: still not reused. */
+    void *c = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_not_equal(c, a);
+    assert_int_equal(stats_of(p).active.current, 4);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    void *d = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_equal(d, a); /* the late event completed: reusable */
+    assert_int_equal(stats_of(p).active.current, 4);
+    coop_free(p, b);
+    coop_free(p, c);
+    coop_free(p, d);
+    coop_free(p, guard);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(stats_of(p).active.current, 0);
+    coop_pool_destroy(p);
+}
+
+/* A pool destroyed with a pending block whose event was never recorded. */
+static void test_destroy_with_unrecorded_event(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true);
+    void *a = coop_malloc(p, 4096, 1, 0, NULL);
+    assert_int_equal(coop_record_stream(p, a, 3), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 4), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 5), COOP_OK); /* grows the slots to 4 */
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 2), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p); /* destroys the two recorded events, skips the other */
+}
+
 static int count_blocks(const coop_block_info *b, void *ctx)
 {
     size_t *n = ctx;
@@ -427,6 +487,137 @@ static void test_bad_config(void **state)
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
 }
 
+/* A remainder below min_split stays with the allocation; when that tail lies
+ * in a page nothing has mapped yet, the allocation must map it too (the
+ * checker requires every page of an in-use block to be mapped and counted).
+ * Found by fuzz_api (tests/README.md). */
+static void test_absorbed_remainder_is_mapped(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * 1024;
+    coop_config c;
+    coop_config_default(&c);
+    c.page_size = P;
+    c.capacity = 32 * MiB;
+    c.min_split = 4096;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_status st;
+    /* The tiled range's top ends 512 bytes into page 1; freeing and
+     * emptying the cache unmaps both pages under the free block [0, P + 512). */
+    void *a = coop_malloc(p, P + 512, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 0);
+    /* P bytes leave a 512-byte remainder (< min_split): the block keeps it,
+     * so the block's second page must be mapped as well. */
+    void *d = coop_malloc(p, P, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_ptr_equal(d, a);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.allocated_bytes.current, P + 512);
+    assert_int_equal(s.reserved_bytes.current, 2 * P);
+    assert_int_equal(coop_free(p, d), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+static void expect_null_error(coop_status st, const char *fn, const char *arg)
+{
+    assert_int_equal(st, COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), fn));
+    assert_non_null(strstr(coop_last_error(), arg));
+}
+
+/* NULL handles and output pointers are API misuse: an error, never a crash. */
+static void test_null_handles(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 64 * MiB;
+    expect_null_error(coop_pool_create(&c, NULL), "coop_pool_create", "out");
+    coop_pool_destroy(NULL);
+    coop_status st = COOP_OK;
+    assert_null(coop_malloc(NULL, 512, 0, 0, &st));
+    expect_null_error(st, "coop_malloc", "pool");
+    assert_null(coop_malloc(NULL, 512, 0, 0, NULL));
+    int x;
+    expect_null_error(coop_free(NULL, &x), "coop_free", "pool");
+    expect_null_error(coop_record_stream(NULL, &x, 1), "coop_record_stream", "pool");
+    expect_null_error(coop_empty_cache(NULL), "coop_empty_cache", "pool");
+    expect_null_error(coop_set_capacity(NULL, MiB), "coop_set_capacity", "pool");
+    expect_null_error(coop_pool_check(NULL), "coop_pool_check", "pool");
+    expect_null_error(coop_host_hold_stream(NULL, 1, true), "coop_host_hold_stream", "pool");
+    expect_null_error(coop_inject_fault(NULL, COOP_FAULT_MAP, 1), "coop_inject_fault", "pool");
+    expect_null_error(coop_walk(NULL, NULL, NULL, NULL), "coop_walk", "pool");
+    assert_int_equal(coop_backend_calls(NULL, COOP_FAULT_ALL), 0);
+    coop_reset_peak_stats(NULL);
+    coop_stats s;
+    memset(&s, 0xff, sizeof s);
+    coop_get_stats(NULL, &s);
+    assert_int_equal(s.capacity, 0);
+    assert_int_equal(s.allocated_bytes.current, 0);
+    coop_config got;
+    memset(&got, 0xff, sizeof got);
+    coop_pool_config(NULL, &got);
+    assert_int_equal(got.capacity, 0);
+    coop_pool *p = make_pool(64 * MiB, true);
+    coop_get_stats(p, NULL);
+    coop_pool_config(p, NULL);
+    coop_remat *r = (coop_remat *)&x;
+    coop_remat_config rc = {0};
+    assert_int_equal(coop_remat_create(p, NULL, NULL), COOP_ERR_INVALID);
+    assert_int_equal(coop_remat_create(p, &rc, &r), COOP_ERR_INVALID);
+    assert_null(r);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* Sizes that overflow when rounded up to pages are refused by name, and a
+ * reservation below the capacity is refused at creation. */
+static void test_config_limits(void **state)
+{
+    (void)state;
+    coop_pool *p = (coop_pool *)&p;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = UINT64_MAX;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(coop_last_error(), "config.capacity"));
+    assert_non_null(strstr(coop_last_error(), "2^56"));
+    coop_config_default(&c);
+    c.capacity = 64 * MiB;
+    c.va_size = UINT64_MAX;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.va_size"));
+    c.va_size = 0;
+    c.segment_size = UINT64_MAX - 1;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.segment_size"));
+    c.segment_size = 0;
+    c.min_split = UINT64_MAX;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.min_split"));
+    c.min_split = 0;
+    c.va_size = 32 * MiB;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "va_size"));
+    assert_non_null(strstr(coop_last_error(), "below the capacity"));
+    c.va_size = 64 * MiB; /* equal is enough */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *a = coop_malloc(p, 64 * MiB, 0, 0, NULL);
+    assert_non_null(a);
+    coop_pool_destroy(p);
+    c.va_size = 32 * MiB; /* without VMM the reservation is unused */
+    c.use_vmm = false;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 static void test_no_metadata_leak(void **state)
 {
     (void)state;
@@ -437,6 +628,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_absorbed_remainder_is_mapped),
+        cmocka_unit_test(test_null_handles),
+        cmocka_unit_test(test_free_when_event_record_fails),
+        cmocka_unit_test(test_destroy_with_unrecorded_event),
+        cmocka_unit_test(test_config_limits),
         cmocka_unit_test(test_rounding_and_alignment),
         cmocka_unit_test(test_size_zero_and_huge),
         cmocka_unit_test(test_best_fit),

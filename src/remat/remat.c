@@ -12,6 +12,8 @@
 
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out)
 {
+    if (!out)
+        return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: out is NULL");
     *out = NULL;
     if (!pool || !config || !config->recompute)
         return coop_set_error(COOP_ERR_INVALID,
