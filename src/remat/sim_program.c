@@ -149,6 +149,11 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
     case DTR_MUTATE: {
         uint32_t nargs = in->num_args;
         uint32_t nout = in->kind == DTR_CALL ? in->num_results : in->num_mutates;
+        /* an op without outputs has nothing to compute or rematerialize */
+        if (nout == 0)
+            return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s with no %s", path_of(b),
+                                  in->line, in->kind == DTR_CALL ? "CALL" : "MUTATE",
+                                  in->kind == DTR_CALL ? "RESULT" : "mutated argument");
         uint32_t *args = malloc((nargs + 1) * sizeof *args);
         uint64_t *sizes = malloc((nout + 1) * sizeof *sizes);
         int32_t *aliases = malloc((nout + 1) * sizeof *aliases);
