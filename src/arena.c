@@ -22,23 +22,20 @@ static inline uint64_t round_up(uint64_t x, uint64_t align)
     return (x + align - 1) & ~(align - 1);
 }
 
-/* ---- Block records: a few spares are kept so that commits cannot fail ---- */
+/* ---- Block records: reserved before a commit so that it cannot fail ---- */
 
 static coop_status reserve_records_slow(arena *a, int n)
 {
-    while (a->num_spares < n) {
-        arena_block *b = meta_slab_take(&a->records);
-        if (!b)
-            return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a block record");
-        a->spares[a->num_spares++] = b;
-    }
+    if (!meta_slab_reserve(&a->records, (size_t)n))
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a block record");
     return addr_map_reserve(&a->map, 1);
 }
 
-/* Every allocation calls this; spares and map room are nearly always there. */
+/* Every allocation calls this; free records and map room are nearly always there. */
 static inline coop_status reserve_records(arena *a, int n)
 {
-    if (__builtin_expect(a->num_spares >= n && 2 * (a->map.count + 1) <= a->map.mask + 1, 1))
+    if (__builtin_expect(
+            a->records.num_free >= (size_t)n && 2 * (a->map.count + 1) <= a->map.mask + 1, 1))
         return COOP_OK;
     return reserve_records_slow(a, n);
 }
@@ -54,23 +51,20 @@ static inline coop_status reserve_stream(arena *a, coop_stream stream)
     return st;
 }
 
-/* A spare record with links, owner and stream uses cleared; the caller
+/* A reserved record with links, owner and stream uses cleared; the caller
  * sets address, size, state and stream. */
 static arena_block *take_record(arena *a)
 {
-    arena_block *b = a->spares[--a->num_spares];
+    arena_block *b = meta_slab_take(&a->records);
     b->index_node.left = b->index_node.right = b->index_node.parent = NULL;
     b->prev = b->next = NULL;
-    b->counted_split = false;
+    b->size_word_ = 0; /* size, state and counted_split: the caller sets them */
     return b;
 }
 
 static void drop_record(arena *a, arena_block *b)
 {
-    if (a->num_spares < ARENA_SPARES)
-        a->spares[a->num_spares++] = b;
-    else
-        meta_slab_give(&a->records, b);
+    meta_slab_give(&a->records, b);
 }
 
 /* ---- Free-index membership, with the free counters it implies ---- */
@@ -80,7 +74,7 @@ static void index_add(arena *a, arena_block *b)
     free_index_insert(&a->index, &b->index_node, b->size, b->addr, b->stream);
     a->counters.free_bytes += b->size;
     if (b->prev || b->next) {
-        b->counted_split = true;
+        block_set_counted(b, true);
         stat_add(&a->counters.inactive_split, 1);
         stat_add(&a->counters.inactive_split_bytes, (int64_t)b->size);
     }
@@ -91,7 +85,7 @@ static void index_del(arena *a, arena_block *b)
     free_index_remove(&a->index, &b->index_node);
     a->counters.free_bytes -= b->size;
     if (b->counted_split) {
-        b->counted_split = false;
+        block_set_counted(b, false);
         stat_add(&a->counters.inactive_split, -1);
         stat_add(&a->counters.inactive_split_bytes, -(int64_t)b->size);
     }
@@ -101,7 +95,7 @@ static void index_del(arena *a, arena_block *b)
 static void recount_split(arena *a, arena_block *b)
 {
     if (b->state == COOP_BLOCK_FREE && !b->counted_split && (b->prev || b->next)) {
-        b->counted_split = true;
+        block_set_counted(b, true);
         stat_add(&a->counters.inactive_split, 1);
         stat_add(&a->counters.inactive_split_bytes, (int64_t)b->size);
     }
@@ -386,7 +380,7 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
     arena_block *b = take_record(a);
     b->addr = base;
     b->size = want;
-    b->state = COOP_BLOCK_FREE;
+    block_set_state(b, COOP_BLOCK_FREE);
     b->stream = COOP_STREAM_ANY;
     link_after(a, s, NULL, b);
     *out = b;
@@ -463,15 +457,12 @@ void arena_fini(arena *a)
         segment_destroy(a, s);
         s = next;
     }
-    for (int i = 0; i < a->num_spares; i++)
-        meta_slab_give(&a->records, a->spares[i]);
     meta_slab_fini(&a->records);
     addr_map_fini(&a->map);
     addr_map_fini(&a->seg_starts);
     addr_map_fini(&a->seg_ends);
     free_index_fini(&a->index);
     a->first_segment = a->last_segment = NULL;
-    a->num_spares = 0;
 }
 
 /* ---- Allocation ---- */
@@ -514,13 +505,13 @@ static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
         arena_block *rest = take_record(a);
         rest->addr = lo + size;
         rest->size = after;
-        rest->state = COOP_BLOCK_FREE;
+        block_set_state(rest, COOP_BLOCK_FREE);
         rest->stream = b->stream;
         used->size = size;
         link_after(a, NULL, used, rest);
         index_add(a, rest);
     }
-    used->state = COOP_BLOCK_ALLOCATED;
+    block_set_state(used, COOP_BLOCK_ALLOCATED);
     used->stream = stream;
     used->requested = size; /* the links are no longer needed: not in the index */
     used->owner = NULL;
@@ -580,7 +571,7 @@ coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, 
         b = take_record(a);
         b->addr = lo;
         b->size = size;
-        b->state = COOP_BLOCK_FREE;
+        block_set_state(b, COOP_BLOCK_FREE);
         b->stream = COOP_STREAM_ANY;
         link_after(a, s, last, b);
         if (last)
@@ -649,7 +640,7 @@ static arena_block *coalesce(arena *a, arena_block *b)
 arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
 {
     addr_map_remove(&a->map, b->addr);
-    b->state = COOP_BLOCK_FREE;
+    block_set_state(b, COOP_BLOCK_FREE);
     b->stream = tag;
     b->requested = 0; /* owner and uses too: they become free-index links */
     b->owner = NULL;

@@ -78,9 +78,15 @@ typedef struct arena_block {
                     struct block_uses *uses;      /* pool: record_stream set, NULL if none */
                 };
             };
-            uint64_t size : BLOCK_SIZE_BITS;
-            uint64_t state : 2;         /* coop_block_state */
-            uint64_t counted_split : 1; /* counted in inactive_split (free, segment split) */
+            union {
+                struct {
+                    uint64_t size : BLOCK_SIZE_BITS;
+                    uint64_t state : 2;         /* coop_block_state: write with block_set_state */
+                    uint64_t counted_split : 1; /* counted in inactive_split (free, segment
+                                                 * split): write with block_set_counted */
+                };
+                uint64_t size_word_; /* the three above as one word (block_set_*) */
+            };
             uintptr_t addr;
             coop_stream stream; /* allocation stream, or a free block's tag */
         };
@@ -93,6 +99,30 @@ _Static_assert(offsetof(arena_block, addr) == offsetof(free_index_node, addr) &&
                    offsetof(arena_block, requested) == offsetof(free_index_node, left),
                "arena_block must overlay free_index_node's key fields");
 _Static_assert(sizeof(arena_block) == 64, "block records are one cache line");
+
+/* state and counted_split share the size's word. A bitfield store to them
+ * is a one-byte store, and the next read of the size (an eight-byte load of
+ * that word, on nearly every path) cannot be forwarded from it: the load
+ * waits for the store to retire. perf put a third of carve's samples on that
+ * stall. These setters change the word in a register and store all of it. */
+/* Bit positions of state and counted_split in size_word_: bitfields are
+ * allocated from the least significant bit on the ABIs coop builds for
+ * (System V x86-64 and AArch64); tests/arena_test checks these setters
+ * against the bitfields. */
+#define BLOCK_STATE_SHIFT BLOCK_SIZE_BITS
+#define BLOCK_COUNTED_SHIFT (BLOCK_SIZE_BITS + 2)
+
+static inline void block_set_state(arena_block *b, unsigned state)
+{
+    uint64_t w = b->size_word_ & ~(UINT64_C(3) << BLOCK_STATE_SHIFT);
+    b->size_word_ = w | (uint64_t)(state & 3u) << BLOCK_STATE_SHIFT;
+}
+
+static inline void block_set_counted(arena_block *b, bool counted)
+{
+    uint64_t w = b->size_word_ & ~(UINT64_C(1) << BLOCK_COUNTED_SHIFT);
+    b->size_word_ = w | (uint64_t)counted << BLOCK_COUNTED_SHIFT;
+}
 
 struct arena_segment {
     uintptr_t base;
@@ -120,7 +150,6 @@ typedef struct arena_counters {
     size_t num_blocks;
 } arena_counters;
 
-#define ARENA_SPARES 4
 /* Block records per slab chunk: 64 KiB of 64-byte records. */
 #define ARENA_RECORDS_PER_CHUNK 1023
 
@@ -137,9 +166,7 @@ typedef struct arena {
     addr_map map;
     addr_map seg_starts, seg_ends; /* without VMM: segment by base / end address */
     arena_counters counters;
-    meta_slab records;                 /* block records (see meta.h) */
-    arena_block *spares[ARENA_SPARES]; /* preallocated records: commits cannot fail */
-    int num_spares;
+    meta_slab records; /* block records (see meta.h); reserved before commits */
 } arena;
 
 /* Reserves the VMM range (if any). COOP_ERR_BACKEND / COOP_ERR_NOMEM /

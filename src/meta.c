@@ -84,28 +84,28 @@ void meta_slab_fini(meta_slab *slab)
         slab->heap->live--;
     }
     slab->free_list = NULL;
-    slab->live = 0;
+    slab->live = slab->num_free = 0;
 }
 
-void *meta_slab_grow_and_take(meta_slab *slab)
+bool meta_slab_grow(meta_slab *slab)
 {
     if (injected_failure())
-        return NULL;
+        return false;
     size_t bytes = sizeof(struct slab_chunk) + slab->per_chunk * slab->record_size;
     struct slab_chunk *c = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!c)
-        return NULL;
+        return false;
     slab->heap->live++;
     c->next = slab->chunks;
     slab->chunks = c;
     /* Thread the records so the lowest address is taken first. */
-    for (size_t i = slab->per_chunk; i-- > 1;) {
+    for (size_t i = slab->per_chunk; i-- > 0;) {
         void *r = c->records + i * slab->record_size;
         *(void **)r = slab->free_list;
         slab->free_list = r;
     }
-    slab->live++;
-    return c->records;
+    slab->num_free += slab->per_chunk;
+    return true;
 }
 
 int64_t meta_leaked_allocations(void)

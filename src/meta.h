@@ -49,20 +49,32 @@ typedef struct meta_slab {
     size_t per_chunk; /* records per chunk */
     void *free_list;  /* first word of a free record links the next */
     struct slab_chunk *chunks;
-    size_t live; /* records handed out and not returned */
+    size_t live;     /* records handed out and not returned */
+    size_t num_free; /* records on free_list */
 } meta_slab;
 
 void meta_slab_init(meta_slab *slab, meta_heap *heap, size_t record_size, size_t per_chunk);
 /* Frees every chunk (records still live are gone too). */
 void meta_slab_fini(meta_slab *slab);
-/* Grows by a chunk; NULL (no host memory) leaves the slab unchanged. */
-void *meta_slab_grow_and_take(meta_slab *slab);
+/* Grows by a chunk; false (no host memory) leaves the slab unchanged. */
+bool meta_slab_grow(meta_slab *slab);
+/* Makes sure n records can be taken without growing (callers that must not
+ * fail halfway reserve first, then take). false: no host memory. */
+static inline bool meta_slab_reserve(meta_slab *slab, size_t n)
+{
+    while (slab->num_free < n)
+        if (!meta_slab_grow(slab))
+            return false;
+    return true;
+}
+/* A record, or NULL when none is free and the slab cannot grow. */
 static inline void *meta_slab_take(meta_slab *slab)
 {
+    if (!slab->free_list && !meta_slab_grow(slab))
+        return NULL;
     void *r = slab->free_list;
-    if (!r)
-        return meta_slab_grow_and_take(slab);
     slab->free_list = *(void **)r;
+    slab->num_free--;
     slab->live++;
     return r;
 }
@@ -70,6 +82,7 @@ static inline void meta_slab_give(meta_slab *slab, void *record)
 {
     *(void **)record = slab->free_list;
     slab->free_list = record;
+    slab->num_free++;
     slab->live--;
 }
 

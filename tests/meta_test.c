@@ -75,6 +75,15 @@ static void test_slab_failure(void **state)
     assert_null(meta_slab_take(&slab)); /* must grow: the injected failure fires */
     assert_int_equal(slab.live, 2);
     assert_non_null(meta_slab_take(&slab));
+    /* Reserving grows as many chunks as needed, or fails without taking any. */
+    assert_int_equal(slab.num_free, 1);
+    meta_fail_nth(2);
+    assert_false(meta_slab_reserve(&slab, 6)); /* one chunk grows, the second fails */
+    assert_int_equal(slab.num_free, 3);
+    assert_int_equal(slab.live, 3);
+    assert_true(meta_slab_reserve(&slab, 6));
+    assert_true(slab.num_free >= 6);
+    assert_int_equal(h.live, 5); /* chunks: 1, 2, 3 above, then 4 and 5 */
     meta_slab_fini(&slab);
     assert_int_equal(h.live, 0);
     meta_heap_fini(&h);
