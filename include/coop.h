@@ -70,25 +70,28 @@ typedef enum coop_backend_kind {
 
 /* Where inside the chosen free block an allocation is placed. */
 typedef enum coop_alloc_flags {
-    COOP_ALLOC_LOW = 0,     /* at the block's low-address end (default) */
-    COOP_ALLOC_HIGH = 1u    /* at the block's high-address end (cheap tensors) */
+    COOP_ALLOC_LOW = 0,  /* at the block's low-address end (default) */
+    COOP_ALLOC_HIGH = 1u /* at the block's high-address end (cheap tensors) */
 } coop_alloc_flags;
 
 typedef struct coop_config {
     coop_backend_kind backend;
-    int device;             /* CUDA device ordinal (ignored by the host backend) */
-    uint64_t capacity;      /* most bytes mapped at once; 0 = device's total (CUDA) or 80 GiB
-                             * (host: the simulated device is this size); rounded up to pages */
-    uint64_t page_size;     /* physical mapping granularity: a power of two, a multiple of the
-                             * backend's; 0 = backend's (2 MiB) */
-    uint64_t va_size;       /* virtual range reserved; 0 = 4 x capacity (both below 2^56) */
-    uint64_t segment_size;  /* segment size without VMM; 0 = 20 MiB */
-    uint64_t min_split;     /* smallest remainder a split leaves; 0 = 512 */
-    bool use_vmm;           /* map pages on demand (true) or fixed segments (false); a backend
-                             * without VMM uses segments (coop_pool_config says which) */
-    bool check;             /* run coop_pool_check after every operation (slow) */
-    unsigned fault_kinds;   /* tests: COOP_FAULT_* mask armed from creation on */
-    uint64_t fault_nth;     /* tests: fail the Nth call of fault_kinds (0 = never) */
+    int device;            /* CUDA device ordinal (ignored by the host backend) */
+    uint64_t capacity;     /* most bytes mapped at once; 0 = device's total (CUDA) or 80 GiB
+                            * (host: the simulated device is this size); rounded up to pages */
+    uint64_t page_size;    /* physical mapping granularity: a power of two, a multiple of the
+                            * backend's; 0 = backend's (2 MiB) */
+    uint64_t va_size;      /* virtual range reserved; 0 = 4 x capacity (both below 2^56) */
+    uint64_t segment_size; /* segment size without VMM; 0 = 20 MiB */
+    uint64_t min_split;    /* smallest remainder a split leaves; 0 = 512 */
+    bool use_vmm;          /* map pages on demand (true) or fixed segments (false); a backend
+                            * without VMM uses segments (coop_pool_config says which) */
+    bool check;            /* run coop_pool_check after every operation (slow) */
+    bool single_thread;    /* the caller serializes every call on the pool (one thread, or
+                            * its own lock): the pool takes no lock of its own. For
+                            * single-threaded tools (replays, simulators); default false */
+    unsigned fault_kinds;  /* tests: COOP_FAULT_* mask armed from creation on */
+    uint64_t fault_nth;    /* tests: fail the Nth call of fault_kinds (0 = never) */
 } coop_config;
 
 /* Fills *config with defaults: host backend, device 0, VMM on, checks off. */
@@ -163,21 +166,22 @@ typedef struct coop_stat {
 } coop_stat;
 
 typedef struct coop_stats {
-    coop_stat allocation;           /* allocated blocks */
-    coop_stat segment;              /* segments (VMM: 1 reservation) */
-    coop_stat active;               /* allocated + awaiting stream events */
-    coop_stat inactive_split;       /* free blocks that are part of a split segment */
+    coop_stat allocation;     /* allocated blocks */
+    coop_stat segment;        /* segments (VMM: 1 reservation) */
+    coop_stat active;         /* allocated + awaiting stream events */
+    coop_stat inactive_split; /* free blocks that are part of a split segment */
     coop_stat allocated_bytes;
-    coop_stat reserved_bytes;       /* mapped bytes (VMM) or segment bytes */
+    coop_stat reserved_bytes; /* mapped bytes (VMM) or segment bytes */
     coop_stat active_bytes;
     coop_stat inactive_split_bytes;
-    coop_stat requested_bytes;      /* sizes as asked, before rounding */
-    uint64_t num_alloc_retries;     /* allocations that had to release memory and retry */
-    uint64_t num_ooms;              /* allocations that failed for lack of memory */
-    uint64_t num_maps, num_unmaps;  /* backend map / unmap calls (segment allocs / frees without VMM) */
-    uint64_t map_bytes;             /* total bytes ever mapped (first mappings included) */
+    coop_stat requested_bytes;  /* sizes as asked, before rounding */
+    uint64_t num_alloc_retries; /* allocations that had to release memory and retry */
+    uint64_t num_ooms;          /* allocations that failed for lack of memory */
+    uint64_t num_maps,
+        num_unmaps;     /* backend map / unmap calls (segment allocs / frees without VMM) */
+    uint64_t map_bytes; /* total bytes ever mapped (first mappings included) */
     uint64_t capacity;
-    uint64_t free_bytes;            /* sum of free blocks */
+    uint64_t free_bytes; /* sum of free blocks */
     uint64_t largest_free_block;
     uint64_t num_free_blocks;
     double fragmentation;           /* 1 - largest_free_block / free_bytes (0 if none free) */
@@ -205,13 +209,13 @@ typedef struct coop_block_info {
     uint64_t size;
     uint64_t requested_size; /* 0 for free blocks */
     coop_block_state state;
-    coop_stream stream;      /* allocation stream (free blocks: last stream) */
-    uint64_t mapped_bytes;   /* bytes of the block backed by mapped pages */
+    coop_stream stream;    /* allocation stream (free blocks: last stream) */
+    uint64_t mapped_bytes; /* bytes of the block backed by mapped pages */
 } coop_block_info;
 
 typedef struct coop_segment_info {
     uintptr_t address;
-    uint64_t size;           /* tiled range (VMM: up to the top of the arena) */
+    uint64_t size; /* tiled range (VMM: up to the top of the arena) */
     uint64_t mapped_bytes;
     size_t num_blocks;
 } coop_segment_info;
@@ -223,8 +227,8 @@ typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
 /* Visits every segment and block under the pool's lock: visitors must not
  * call back into the pool. */
-coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment,
-                      coop_block_visitor on_block, void *ctx);
+coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
+                      void *ctx);
 
 /* Validates every invariant (tiling, coalescing, free index, statistics,
  * page map). Returns COOP_ERR_CORRUPT with a message naming the first
@@ -320,11 +324,11 @@ typedef struct coop_remat_config {
 } coop_remat_config;
 
 typedef struct coop_remat_stats {
-    uint64_t evictions;     /* tensors evicted to make room */
-    uint64_t searches;      /* allocations that had to evict */
-    uint64_t recomputes;    /* recompute callbacks run */
-    uint64_t recompute_ns;  /* their summed cost */
-    uint64_t clock;         /* logical clock (ns of ops executed) */
+    uint64_t evictions;    /* tensors evicted to make room */
+    uint64_t searches;     /* allocations that had to evict */
+    uint64_t recomputes;   /* recompute callbacks run */
+    uint64_t recompute_ns; /* their summed cost */
+    uint64_t clock;        /* logical clock (ns of ops executed) */
     uint64_t resident_bytes;
 } coop_remat_stats;
 
@@ -444,7 +448,7 @@ typedef struct coop_torch_event {
     uintptr_t address; /* 0 for OOM */
     uint64_t size;     /* requested bytes */
     uintptr_t stream;
-    int32_t action;    /* coop_torch_action */
+    int32_t action; /* coop_torch_action */
     int32_t device;
 } coop_torch_event;
 

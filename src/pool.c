@@ -507,7 +507,7 @@ coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
             if (pool->backend->ops->event_record(pool->backend, u->streams[i], &ev[i]) != COOP_OK)
                 ev[i] = NO_EVENT;
         u->events = ev;
-        b->state = COOP_BLOCK_PENDING;
+        block_set_state(b, COOP_BLOCK_PENDING);
         u->pending_prev = NULL;
         u->pending_next = pool->pending;
         if (pool->pending)

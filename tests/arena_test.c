@@ -65,6 +65,27 @@ static void release(arena_block *b, coop_stream tag)
     check();
 }
 
+/* The whole-word setters change exactly the bitfield they name. */
+static void test_block_word_setters(void **state)
+{
+    (void)state;
+    arena_block b = {0};
+    uint64_t size = (UINT64_C(1) << BLOCK_SIZE_BITS) - 512;
+    b.size = size;
+    for (unsigned s = 0; s < 4; s++)
+        for (int c = 0; c < 2; c++) {
+            block_set_state(&b, s);
+            block_set_counted(&b, c);
+            assert_int_equal(b.state, s);
+            assert_int_equal(b.counted_split, c);
+            assert_int_equal(b.size, size);
+            block_set_state(&b, 3 - s);
+            assert_int_equal(b.state, 3 - s);
+            assert_int_equal(b.counted_split, c);
+            assert_int_equal(b.size, size);
+        }
+}
+
 static void test_split_and_coalesce(void **state)
 {
     (void)state;
@@ -265,6 +286,7 @@ static void test_check_detects_corruption(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_block_word_setters),
         cmocka_unit_test(test_split_and_coalesce),
         cmocka_unit_test(test_min_split),
         cmocka_unit_test(test_stream_tags),

@@ -9,6 +9,7 @@
 
 #include "coop.h"
 #include "meta.h"
+#include "pool_internal.h"
 
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
@@ -618,6 +619,50 @@ static void test_config_limits(void **state)
     coop_pool_destroy(p);
 }
 
+/* single_thread: the pool takes no lock of its own (calls go through while
+ * the test holds the pool's mutex, which would block a default pool) and
+ * places exactly as a default pool does. */
+static void test_single_thread(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 4 * GiB;
+    c.check = true;
+    coop_pool *locked = NULL, *unlocked = NULL;
+    assert_int_equal(coop_pool_create(&c, &locked), COOP_OK);
+    c.single_thread = true;
+    assert_int_equal(coop_pool_create(&c, &unlocked), COOP_OK);
+    pool_mutex_lock(&unlocked->lock);
+    void *a[64] = {0}, *b[64] = {0};
+    uint64_t x = 12345;
+    for (int i = 0; i < 2000; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        int k = (int)(x >> 58);
+        size_t size = (size_t)((x >> 20) % (8 * MiB)) + 1;
+        if (a[k]) {
+            assert_int_equal(coop_free(locked, a[k]), COOP_OK);
+            assert_int_equal(coop_free(unlocked, b[k]), COOP_OK);
+            a[k] = b[k] = NULL;
+        } else {
+            a[k] = coop_malloc(locked, size, 0, COOP_ALLOC_LOW, NULL);
+            b[k] = coop_malloc(unlocked, size, 0, COOP_ALLOC_LOW, NULL);
+            assert_non_null(a[k]);
+            assert_non_null(b[k]);
+            assert_int_equal((uintptr_t)a[k] - (uintptr_t)arena_first_segment(&locked->arena)->base,
+                             (uintptr_t)b[k] -
+                                 (uintptr_t)arena_first_segment(&unlocked->arena)->base);
+        }
+    }
+    coop_stats sl = stats_of(locked), su = stats_of(unlocked);
+    assert_int_equal(sl.allocated_bytes.current, su.allocated_bytes.current);
+    assert_int_equal(sl.reserved_bytes.peak, su.reserved_bytes.peak);
+    assert_int_equal(sl.num_free_blocks, su.num_free_blocks);
+    pool_mutex_unlock(&unlocked->lock);
+    coop_pool_destroy(locked);
+    coop_pool_destroy(unlocked);
+}
+
 static void test_no_metadata_leak(void **state)
 {
     (void)state;
@@ -648,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_oom_message_headroom),
         cmocka_unit_test(test_fragmentation_stats),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_single_thread),
         cmocka_unit_test(test_no_metadata_leak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

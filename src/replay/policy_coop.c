@@ -26,6 +26,7 @@ static coop_status create_pool(uint64_t capacity, uint64_t page, bool vmm, void 
     config.backend = COOP_BACKEND_HOST;
     config.page_size = page;
     config.use_vmm = vmm;
+    config.single_thread = true; /* the replay is the pool's only user */
     /* The pool rounds its capacity up to whole pages; replay must not hand
      * it more than asked, so round down (mapping is in whole pages anyway:
      * a capacity between two multiples allows what the lower one allows). */
