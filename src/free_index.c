@@ -10,11 +10,13 @@ static inline bool key_less(uint64_t size_a, uintptr_t addr_a, uint64_t size_b, 
     return size_a < size_b || (size_a == size_b && addr_a < addr_b);
 }
 
-/* Priority from the address (Fibonacci hashing; block addresses are 512-aligned
- * so the low bits carry nothing). Max-heap on priority. */
-static inline uint64_t priority(uintptr_t addr)
+/* Priority from the node's own address (Fibonacci hashing; records are
+ * 64-byte aligned, so the low bits carry nothing). Max-heap on priority.
+ * Hashing the node rather than its key means that comparing a child's
+ * priority needs no load of the child. */
+static inline uint64_t priority(const free_index_node *node)
 {
-    return ((uint64_t)addr >> 9) * UINT64_C(0x9E3779B97F4A7C15);
+    return ((uint64_t)(uintptr_t)node >> 6) * UINT64_C(0x9E3779B97F4A7C15);
 }
 
 /* ---- Sets ---- */
@@ -192,7 +194,7 @@ static void treap_insert(free_index_node **root, free_index_node *node)
     node->left = node->right = NULL;
     node->parent = parent;
     *link = node;
-    while (node->parent && priority(node->addr) > priority(node->parent->addr))
+    while (node->parent && priority(node) > priority(node->parent))
         rotate_up(root, node);
 }
 
@@ -201,8 +203,7 @@ static void treap_insert(free_index_node **root, free_index_node *node)
 static void treap_remove(free_index_node **root, free_index_node *node)
 {
     while (node->left && node->right)
-        rotate_up(root, priority(node->left->addr) > priority(node->right->addr) ? node->left
-                                                                                 : node->right);
+        rotate_up(root, priority(node->left) > priority(node->right) ? node->left : node->right);
     replace_child(root, node->parent, node, node->left ? node->left : node->right);
     node->left = node->right = node->parent = NULL;
 }
@@ -336,9 +337,9 @@ static size_t check_subtree(const free_index_node *n, const free_index_node *lo,
         return SIZE_MAX;
     if (hi && !key_less(n->size, n->addr, hi->size, hi->addr))
         return SIZE_MAX;
-    if (n->left && (priority(n->left->addr) > priority(n->addr) || n->left->parent != n))
+    if (n->left && (priority(n->left) > priority(n) || n->left->parent != n))
         return SIZE_MAX;
-    if (n->right && (priority(n->right->addr) > priority(n->addr) || n->right->parent != n))
+    if (n->right && (priority(n->right) > priority(n) || n->right->parent != n))
         return SIZE_MAX;
     size_t l = check_subtree(n->left, lo, n, stream, bin, depth + 1);
     size_t r = check_subtree(n->right, n, hi, stream, bin, depth + 1);

@@ -6,8 +6,9 @@
  *
  * A set is segregated into size bins (TLSF-style: 1024 bins per power of two
  * of 512-byte units) with a bitmap of non-empty bins. Each bin is a treap
- * keyed by (size, address) whose priorities are a hash of the address, so
- * it needs no balancing metadata; parent links make removal O(1) expected
+ * keyed by (size, address) whose priorities are a hash of the node's own
+ * address, so it needs no balancing metadata and comparing priorities
+ * loads no child; parent links make removal O(1) expected
  * (a few rotations, no search from the root). A lower bound searches the request's own
  * bin, then takes the smallest block of the next non-empty bin (found in
  * the bitmap): every block there is larger. Bins hold few blocks, so the
