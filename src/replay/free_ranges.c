@@ -1,102 +1,35 @@
-/* Disjoint free ranges in a treap by start address; see free_ranges.h. */
+/* Disjoint free ranges in a max_treap by start address; see free_ranges.h. */
 #include <stdlib.h>
 
 #include "replay/free_ranges.h"
+#include "replay/max_treap.h"
 
 struct free_range {
+    max_treap_node link; /* first member; weight = end - start */
     uint64_t start, end; /* [start, end) */
-    uint64_t priority;
-    uint64_t subtree_max; /* the longest range in this subtree */
-    free_range *left, *right;
 };
 
-static uint64_t mix(uint64_t x)
+static inline free_range *range_of(max_treap_node *l)
 {
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ull;
-    x ^= x >> 27;
-    x *= 0x81dadef4bc2dd44dull;
-    x ^= x >> 33;
-    return x;
+    return (free_range *)l;
 }
 
-static uint64_t max_of(const free_range *n)
+/* Ranges starting before the pivot address. */
+static bool starts_before(const max_treap_node *n, const void *pivot)
 {
-    return n ? n->subtree_max : 0;
+    return ((const free_range *)n)->start < *(const uint64_t *)pivot;
 }
 
-static void update(free_range *n)
+static void split(max_treap_node *t, uint64_t key, max_treap_node **lo, max_treap_node **hi)
 {
-    uint64_t m = n->end - n->start;
-    if (max_of(n->left) > m)
-        m = max_of(n->left);
-    if (max_of(n->right) > m)
-        m = max_of(n->right);
-    n->subtree_max = m;
+    max_treap_split(t, starts_before, &key, lo, hi);
 }
 
-/* Ranges starting before key go to *lo, the rest to *hi. */
-static void split(free_range *t, uint64_t key, free_range **lo, free_range **hi)
+static void set_bounds(free_range *r, uint64_t start, uint64_t end)
 {
-    if (!t) {
-        *lo = *hi = NULL;
-        return;
-    }
-    if (t->start < key) {
-        split(t->right, key, &t->right, hi);
-        *lo = t;
-    } else {
-        split(t->left, key, lo, &t->left);
-        *hi = t;
-    }
-    update(t);
-}
-
-static free_range *merge(free_range *a, free_range *b)
-{
-    if (!a)
-        return b;
-    if (!b)
-        return a;
-    if (a->priority > b->priority) {
-        a->right = merge(a->right, b);
-        update(a);
-        return a;
-    }
-    b->left = merge(a, b->left);
-    update(b);
-    return b;
-}
-
-/* Detaches and returns the last (highest) range of t; *t loses it. */
-static free_range *pop_last(free_range **t)
-{
-    if (!*t)
-        return NULL;
-    if (!(*t)->right) {
-        free_range *last = *t;
-        *t = last->left;
-        last->left = NULL;
-        return last;
-    }
-    free_range *last = pop_last(&(*t)->right);
-    update(*t);
-    return last;
-}
-
-static free_range *pop_first(free_range **t)
-{
-    if (!*t)
-        return NULL;
-    if (!(*t)->left) {
-        free_range *first = *t;
-        *t = first->right;
-        first->right = NULL;
-        return first;
-    }
-    free_range *first = pop_first(&(*t)->left);
-    update(*t);
-    return first;
+    r->start = start;
+    r->end = end;
+    max_treap_set_weight(&r->link, end - start);
 }
 
 static free_range *node(free_ranges *set, uint64_t start, uint64_t end)
@@ -106,27 +39,28 @@ static free_range *node(free_ranges *set, uint64_t start, uint64_t end)
         set->failed = true;
         return NULL;
     }
-    *n = (free_range){.start = start, .end = end, .priority = mix(start)};
-    update(n);
+    max_treap_node_init(&n->link, end - start, max_treap_mix(start));
+    n->start = start;
+    n->end = end;
     return n;
 }
 
-static void destroy(free_range *t)
+static void destroy(max_treap_node *t)
 {
     while (t) {
         destroy(t->left);
-        free_range *right = t->right;
-        free(t);
+        max_treap_node *right = t->right;
+        free(t); /* the link is the range's first member */
         t = right;
     }
 }
 
 /* Total length of the ranges in t (used when whole subtrees are dropped). */
-static uint64_t length_of(const free_range *t)
+static uint64_t length_of(const max_treap_node *t)
 {
     uint64_t sum = 0;
     for (; t; t = t->right)
-        sum += t->end - t->start + length_of(t->left);
+        sum += t->weight + length_of(t->left);
     return sum;
 }
 
@@ -135,39 +69,36 @@ void free_ranges_remove(free_ranges *set, uint64_t addr, uint64_t size)
     if (!size)
         return;
     uint64_t end = addr + size;
-    free_range *lo, *mid, *hi;
+    max_treap_node *lo, *mid, *hi;
     split(set->root, addr, &lo, &mid);
     split(mid, end, &mid, &hi);
     /* the range before addr may reach into [addr, end) */
-    free_range *before = pop_last(&lo);
+    free_range *before = range_of(max_treap_pop_last(&lo));
     if (before) {
         if (before->end > addr) {
             uint64_t tail_end = before->end;
             set->total -= (tail_end < end ? tail_end : end) - addr;
-            before->end = addr;
+            set_bounds(before, before->start, addr);
             if (tail_end > end) { /* [addr, end) was inside it: keep its tail */
                 free_range *tail = node(set, end, tail_end);
                 if (tail)
-                    hi = merge(tail, hi);
+                    hi = max_treap_merge(&tail->link, hi);
                 else
                     set->total -= tail_end - end;
             }
         }
-        if (before->end > before->start) {
-            update(before);
-            lo = merge(lo, before);
-        } else {
+        if (before->end > before->start)
+            lo = max_treap_merge(lo, &before->link);
+        else
             free(before);
-        }
     }
     /* ranges starting inside [addr, end): all go, but the last may stick out */
-    free_range *last = pop_last(&mid);
+    free_range *last = range_of(max_treap_pop_last(&mid));
     if (last) {
         if (last->end > end) {
             set->total -= end - last->start;
-            last->start = end;
-            update(last);
-            hi = merge(last, hi);
+            set_bounds(last, end, last->end);
+            hi = max_treap_merge(&last->link, hi);
         } else {
             set->total -= last->end - last->start;
             free(last);
@@ -175,7 +106,7 @@ void free_ranges_remove(free_ranges *set, uint64_t addr, uint64_t size)
     }
     set->total -= length_of(mid);
     destroy(mid);
-    set->root = merge(lo, hi);
+    set->root = max_treap_merge(lo, hi);
 }
 
 void free_ranges_add(free_ranges *set, uint64_t addr, uint64_t size)
@@ -184,33 +115,33 @@ void free_ranges_add(free_ranges *set, uint64_t addr, uint64_t size)
         return;
     free_ranges_remove(set, addr, size); /* no overlaps: counted once */
     uint64_t start = addr, end = addr + size;
-    free_range *lo, *hi;
+    max_treap_node *lo, *hi;
     split(set->root, start, &lo, &hi);
-    free_range *before = pop_last(&lo);
+    free_range *before = range_of(max_treap_pop_last(&lo));
     if (before && before->end == start) {
         start = before->start;
         free(before);
     } else if (before) {
-        lo = merge(lo, before);
+        lo = max_treap_merge(lo, &before->link);
     }
-    free_range *after = pop_first(&hi);
+    free_range *after = range_of(max_treap_pop_first(&hi));
     if (after && after->start == end) {
         end = after->end;
         free(after);
     } else if (after) {
-        hi = merge(after, hi);
+        hi = max_treap_merge(&after->link, hi);
     }
     free_range *n = node(set, start, end);
     if (n)
         set->total += size;
     else
         set->total -= (addr - start) + (end - addr - size); /* the merged neighbours are gone */
-    set->root = merge(merge(lo, n), hi);
+    set->root = max_treap_merge(max_treap_merge(lo, n ? &n->link : NULL), hi);
 }
 
 uint64_t free_ranges_largest(const free_ranges *set)
 {
-    return max_of(set->root);
+    return max_treap_max(set->root);
 }
 
 void free_ranges_clear(free_ranges *set)

@@ -3,7 +3,8 @@
  * total and the largest range kept current: how the jemalloc policy knows its
  * free space (jemalloc does not expose its free extents). Ranges become free
  * when committed or freed and stop being free when allocated or decommitted;
- * adjacent ranges coalesce. A treap: O(log n) expected per operation.
+ * adjacent ranges coalesce. A max_treap: O(log n) expected per operation,
+ * the largest range in O(1).
  */
 #ifndef COOP_REPLAY_FREE_RANGES_H
 #define COOP_REPLAY_FREE_RANGES_H
@@ -11,10 +12,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "replay/max_treap.h"
+
 typedef struct free_range free_range;
 
 typedef struct free_ranges {
-    free_range *root;
+    max_treap_node *root;
     uint64_t total; /* bytes in all ranges */
     bool failed;    /* host memory ran out once: the figures are unreliable */
 } free_ranges;

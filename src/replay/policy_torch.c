@@ -135,15 +135,18 @@ static coop_status torch_create(uint64_t capacity, uint64_t page, void **state)
     return COOP_OK;
 }
 
-/* Appends the free blocks of the subtree that span a whole segment. */
-static void collect_whole_segments(block_tree_node *n, torch_block **out, size_t *count)
+/* Collects the free blocks that span a whole segment. */
+typedef struct whole_segments {
+    torch_block **out;
+    size_t count;
+} whole_segments;
+
+static void collect_whole_segment(block_tree_node *n, void *ctx)
 {
-    for (; n; n = n->right) {
-        collect_whole_segments(n->left, out, count);
-        torch_block *b = (torch_block *)n; /* the node is the block's first member */
-        if (!b->prev && !b->next)
-            out[(*count)++] = b;
-    }
+    whole_segments *w = ctx;
+    torch_block *b = (torch_block *)n; /* the node is the block's first member */
+    if (!b->prev && !b->next)
+        w->out[w->count++] = b;
 }
 
 /* Releases every cached segment that is wholly free (all streams, both pools). */
@@ -152,19 +155,19 @@ static void release_cached_segments(torch_state *s)
     block_tree *pools[2] = {&s->small_pool, &s->large_pool};
     for (int p = 0; p < 2; p++) {
         /* collect first: releasing changes the tree under an in-order walk */
-        size_t n = 0, cap = pools[p]->count;
-        torch_block **whole = cap ? malloc(cap * sizeof *whole) : NULL;
-        if (cap && !whole)
+        size_t cap = pools[p]->count;
+        whole_segments whole = {.out = cap ? malloc(cap * sizeof *whole.out) : NULL};
+        if (cap && !whole.out)
             return; /* no host memory: behave as if nothing were cached */
-        collect_whole_segments(pools[p]->root, whole, &n);
-        for (size_t i = 0; i < n; i++) {
-            torch_block *b = whole[i];
+        block_tree_each(pools[p], collect_whole_segment, &whole);
+        for (size_t i = 0; i < whole.count; i++) {
+            torch_block *b = whole.out[i];
             free_remove(s, b);
             s->device->ops->segment_free(s->device, (uintptr_t)b->addr, b->size);
             s->reserved -= b->size;
             block_recycle(s, b);
         }
-        free(whole);
+        free(whole.out);
     }
 }
 
@@ -292,21 +295,11 @@ static void torch_stats(void *state, replay_policy_stats *out)
     };
 }
 
-/* Calls fn on every block record, free or allocated. */
-static void each_free_block(block_tree_node *n, void (*fn)(torch_state *, torch_block *),
-                            torch_state *s)
-{
-    while (n) {
-        each_free_block(n->left, fn, s);
-        block_tree_node *right = n->right;
-        fn(s, (torch_block *)n);
-        n = right;
-    }
-}
-
 /* Segment heads (no prev) release their whole segment: sum of the chain. */
-static void release_segment_of(torch_state *s, torch_block *b)
+static void release_segment_of(block_tree_node *n, void *ctx)
 {
+    torch_state *s = ctx;
+    torch_block *b = (torch_block *)n;
     if (b->prev)
         return;
     uint64_t size = 0;
@@ -315,10 +308,10 @@ static void release_segment_of(torch_state *s, torch_block *b)
     s->device->ops->segment_free(s->device, (uintptr_t)b->addr, size);
 }
 
-static void free_record(torch_state *s, torch_block *b)
+static void free_record(block_tree_node *n, void *ctx)
 {
-    (void)s;
-    free(b);
+    (void)ctx;
+    free(n); /* the node is the record's first member */
 }
 
 static void torch_destroy(void *state)
@@ -327,14 +320,14 @@ static void torch_destroy(void *state)
     if (!s)
         return;
     /* segments first (they walk the chains), then the records */
-    each_free_block(s->small_pool.root, release_segment_of, s);
-    each_free_block(s->large_pool.root, release_segment_of, s);
+    block_tree_each(&s->small_pool, release_segment_of, s);
+    block_tree_each(&s->large_pool, release_segment_of, s);
     if (s->allocated.slots)
         for (size_t i = 0; i <= s->allocated.mask; i++)
             if (s->allocated.slots[i].key)
-                release_segment_of(s, s->allocated.slots[i].value);
-    each_free_block(s->small_pool.root, free_record, s);
-    each_free_block(s->large_pool.root, free_record, s);
+                release_segment_of(s->allocated.slots[i].value, s);
+    block_tree_each(&s->small_pool, free_record, NULL);
+    block_tree_each(&s->large_pool, free_record, NULL);
     if (s->allocated.slots)
         for (size_t i = 0; i <= s->allocated.mask; i++)
             free(s->allocated.slots[i].value);

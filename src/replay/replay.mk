@@ -8,6 +8,7 @@ libcooptools_la_SOURCES += \
 	src/replay/block_tree.c src/replay/block_tree.h \
 	src/replay/block_map.c src/replay/block_map.h \
 	src/replay/free_ranges.c src/replay/free_ranges.h \
+	src/replay/max_treap.c src/replay/max_treap.h \
 	src/replay/engine.c src/replay/engine.h \
 	src/replay/recorded.c src/replay/recorded.h \
 	src/replay/measure.c src/replay/measure.h \
@@ -25,6 +26,12 @@ tests_replay_policy_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 
 if HAVE_CMOCKA
+check_PROGRAMS += tests/replay_max_treap_test
+TESTS += tests/replay_max_treap_test
+tests_replay_max_treap_test_SOURCES = tests/replay_max_treap_test.c
+tests_replay_max_treap_test_CFLAGS = $(TESTCFLAGS)
+tests_replay_max_treap_test_LDADD = $(TESTLIBS)
+tests_replay_max_treap_test_LDFLAGS = $(TESTLDFLAGS)
 check_PROGRAMS += tests/replay_free_ranges_test
 TESTS += tests/replay_free_ranges_test
 tests_replay_free_ranges_test_SOURCES = tests/replay_free_ranges_test.c
