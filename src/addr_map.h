@@ -62,16 +62,22 @@ static inline void addr_map_insert(addr_map *m, uintptr_t key, void *value)
     m->count++;
 }
 
-/* Removes key if present: later entries of the run whose home is not
- * cyclically in (hole, their slot] move back into the hole. */
-static inline void addr_map_remove(addr_map *m, uintptr_t key)
+/* The slot holding key, or SIZE_MAX. */
+static inline size_t addr_map_find_slot(const addr_map *m, uintptr_t key)
 {
     size_t i = addr_map_home(m, key);
     while (m->slots[i].key != key) {
         if (!m->slots[i].key)
-            return;
+            return SIZE_MAX;
         i = (i + 1) & m->mask;
     }
+    return i;
+}
+
+/* Empties slot i (occupied): later entries of the run whose home is not
+ * cyclically in (hole, their slot] move back into the hole. */
+static inline void addr_map_remove_slot(addr_map *m, size_t i)
+{
     for (size_t j = i;;) {
         j = (j + 1) & m->mask;
         if (!m->slots[j].key)
@@ -85,6 +91,14 @@ static inline void addr_map_remove(addr_map *m, uintptr_t key)
     m->slots[i].key = 0;
     m->slots[i].value = NULL;
     m->count--;
+}
+
+/* Removes key if present. */
+static inline void addr_map_remove(addr_map *m, uintptr_t key)
+{
+    size_t i = addr_map_find_slot(m, key);
+    if (i != SIZE_MAX)
+        addr_map_remove_slot(m, i);
 }
 
 static inline void *addr_map_find(const addr_map *m, uintptr_t key)

@@ -146,6 +146,15 @@ arena_block *arena_lookup(const arena *a, uintptr_t addr)
     return addr_map_find(&a->map, addr);
 }
 
+arena_block *arena_lookup_to_release(arena *a, uintptr_t addr)
+{
+    size_t i = addr_map_find_slot(&a->map, addr);
+    if (i == SIZE_MAX)
+        return NULL;
+    a->release_hint = i;
+    return a->map.slots[i].value;
+}
+
 arena_segment *arena_segment_of(const arena *a, uintptr_t addr)
 {
     for (arena_segment *s = a->first_segment; s; s = s->next)
@@ -639,7 +648,11 @@ static arena_block *coalesce(arena *a, arena_block *b)
 
 arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
 {
-    addr_map_remove(&a->map, b->addr);
+    size_t i = a->release_hint;
+    if (i <= a->map.mask && a->map.slots[i].key == b->addr)
+        addr_map_remove_slot(&a->map, i); /* found by arena_lookup_to_release */
+    else
+        addr_map_remove(&a->map, b->addr);
     block_set_state(b, COOP_BLOCK_FREE);
     b->stream = tag;
     b->requested = 0; /* owner and uses too: they become free-index links */

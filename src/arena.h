@@ -164,6 +164,7 @@ typedef struct arena {
     uint64_t reserved; /* bytes mapped (VMM) or in segments */
     free_index index;
     addr_map map;
+    size_t release_hint;           /* map slot found by arena_lookup_to_release */
     addr_map seg_starts, seg_ends; /* without VMM: segment by base / end address */
     arena_counters counters;
     meta_slab records; /* block records (see meta.h); reserved before commits */
@@ -215,6 +216,9 @@ static inline arena_segment *arena_first_segment(const arena *a)
  * address map holds only blocks in use: free blocks are found through the
  * free index and their neighbours, so splits and merges never touch it. */
 arena_block *arena_lookup(const arena *a, uintptr_t addr);
+/* The same, remembering where the map holds it: the arena_release that
+ * usually follows (a free) then removes it without probing again. */
+arena_block *arena_lookup_to_release(arena *a, uintptr_t addr);
 /* The block containing addr (any byte of it), or NULL. Linear in the blocks
  * of the segment: for error reporting only. */
 arena_block *arena_find_containing(const arena *a, uintptr_t addr);

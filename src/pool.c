@@ -466,7 +466,7 @@ coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintp
 static coop_status find_allocated(coop_pool *pool, void *ptr, const char *op, arena_block **out)
 {
     uintptr_t addr = (uintptr_t)ptr;
-    arena_block *b = arena_lookup(&pool->arena, addr);
+    arena_block *b = arena_lookup_to_release(&pool->arena, addr);
     if (b && b->state == COOP_BLOCK_ALLOCATED) {
         *out = b;
         return COOP_OK;
