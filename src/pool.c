@@ -494,7 +494,7 @@ coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
         *merged = NULL;
     if (!ptr)
         return COOP_OK;
-    arena_block *b;
+    arena_block *b = NULL;
     coop_status st = find_allocated(pool, ptr, "coop_free", &b);
     if (st != COOP_OK)
         return st;
@@ -544,7 +544,7 @@ static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream 
     if (stream == COOP_STREAM_ANY)
         return coop_set_error(COOP_ERR_INVALID, "coop_record_stream: stream %#lx not allowed",
                               (unsigned long)stream);
-    arena_block *b;
+    arena_block *b = NULL;
     coop_status st = find_allocated(pool, ptr, "coop_record_stream", &b);
     if (st != COOP_OK || stream == b->stream)
         return st;
