@@ -35,6 +35,7 @@
 
 typedef struct bench_opts {
     bool json;
+    bool latency; /* --latency: the memory-latency table instead */
     bool run_coop, run_jemalloc;
     uint64_t capacity; /* 0: from the live count */
     size_t batches;
@@ -321,6 +322,62 @@ static uint64_t je_footprint_cb(void *ctx)
     return je_mapped;
 }
 
+/* ---- Memory latency: what a cache miss on metadata costs here ---- */
+
+/* Nanoseconds per dependent load over a random cyclic permutation of the
+ * cache lines of a bytes-sized buffer: each load's address comes from the
+ * previous one, so nothing overlaps (as in a tree walk or a chain of
+ * block -> neighbour -> index node). -1 without host memory. */
+static double dependent_load_ns(size_t bytes)
+{
+    size_t lines = bytes / 64;
+    size_t *buf = aligned_alloc(64, lines * 64), *order = malloc(lines * sizeof *order);
+    double ns = -1;
+    if (!buf || !order)
+        goto out;
+    for (size_t i = 0; i < lines; i++)
+        order[i] = i;
+    for (size_t i = lines - 1; i > 0; i--) {
+        size_t j = (size_t)(next_random() % (i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    for (size_t i = 0; i < lines; i++)
+        buf[order[i] * 8] = order[(i + 1) % lines] * 8;
+    size_t at = 0, loads = 4 * 1000 * 1000;
+    for (size_t i = 0; i < lines; i++) /* warm the caches and the TLB */
+        at = buf[at];
+    double t0 = now_ns();
+    for (size_t i = 0; i < loads; i++)
+        at = buf[at];
+    ns = (now_ns() - t0) / (double)loads;
+    if (at == SIZE_MAX) /* keeps the chain live */
+        ns = -1;
+out:
+    free(buf);
+    free(order);
+    return ns;
+}
+
+static int run_latency(const bench_opts *o)
+{
+    rng = o->seed * UINT64_C(0x9E3779B97F4A7C15);
+    if (!o->json)
+        printf("%12s %16s\n", "buffer_bytes", "ns_per_load");
+    for (size_t kib = 256; kib <= 64 * 1024; kib *= 2) {
+        double ns = dependent_load_ns(kib * 1024);
+        if (ns < 0) {
+            fprintf(stderr, "coop bench: out of host memory for a %zu KiB buffer\n", kib);
+            return 1;
+        }
+        if (o->json)
+            printf("{\"buffer_bytes\": %zu, \"ns_per_load\": %.2f}\n", kib * 1024, ns);
+        else
+            printf("%12zu %16.1f\n", kib * 1024, ns);
+    }
+    return 0;
+}
+
 /* ---- Command ---- */
 
 static void usage(FILE *out)
@@ -328,6 +385,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: coop bench [--json] [--batches N] [--live N[,N...]] [--seed N]\n"
             "                  [--only coop|jemalloc] [--capacity-gib N]\n"
+            "       coop bench --latency [--json]\n"
             "\n"
             "Times malloc+free pairs (sizes log-uniform 512 B .. 256 MiB) on coop's host\n"
             "backend and on jemalloc (mallocx/dallocx, private arena) in the steady state\n"
@@ -343,7 +401,10 @@ static void usage(FILE *out)
             "  --only WHICH time only coop or only jemalloc (profiling; the other\n"
             "               column reads 0)\n"
             "  --capacity-gib N  simulated device size (default: 8 x the expected live\n"
-            "               bytes, at least 1 TiB; small values run under valgrind)\n",
+            "               bytes, at least 1 TiB; small values run under valgrind)\n"
+            "  --latency    instead: nanoseconds per dependent load over random cache\n"
+            "               lines of buffers of 256 KiB .. 64 MiB (what a cache miss on\n"
+            "               allocator metadata of that size costs on this machine)\n",
             BATCH);
 }
 
@@ -363,6 +424,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             return 0;
         } else if (!strcmp(arg, "--json")) {
             o->json = true;
+        } else if (!strcmp(arg, "--latency")) {
+            o->latency = true;
         } else if (!strcmp(arg, "--only") && i + 1 < argc) {
             const char *which = argv[++i];
             o->run_coop = !strcmp(which, "coop");
@@ -422,6 +485,8 @@ int cmd_bench(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    if (o.latency)
+        return run_latency(&o);
     if (!o.json)
         printf("%12s %16s %20s %8s %14s %18s\n", "live_blocks", "coop_ns_per_pair",
                "jemalloc_ns_per_pair", "ratio", "coop_footprint", "jemalloc_footprint");
