@@ -4,7 +4,8 @@
  *
  * With virtual memory management every page of a reservation gets its own
  * physical allocation (cuMemCreate of one granule), so the arena can unmap
- * any single page while its neighbours stay mapped. Without it (device
+ * any single page while its neighbours stay mapped; a map call opens its
+ * whole range with one cuMemSetAccess. Without it (device
  * lacks VMM, or want_vmm is false) the pool works on cuMemAlloc segments.
  *
  * Every entry point makes the primary context current for the duration of
@@ -153,7 +154,8 @@ static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
     return COOP_OK;
 }
 
-/* Creates, maps and opens page i of r. On failure nothing of it is left. */
+/* Creates and maps page i of r (not yet accessible: cuda_map opens its
+ * whole range with one cuMemSetAccess). On failure nothing of it is left. */
 static coop_status map_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
 {
     uint64_t page = cb->base.page_size;
@@ -167,14 +169,6 @@ static coop_status map_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
     if (rc != CUDA_SUCCESS) {
         coop_status st = cuda_driver_error(&cb->drv, rc, "cuMemMap", "at %#jx (%ju bytes)",
                                            (uintmax_t)at, (uintmax_t)page);
-        cb->drv.fn.cuMemRelease(handle);
-        return st;
-    }
-    rc = cb->drv.fn.cuMemSetAccess(at, page, &cb->access, 1);
-    if (rc != CUDA_SUCCESS) {
-        coop_status st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "at %#jx (%ju bytes)",
-                                           (uintmax_t)at, (uintmax_t)page);
-        cb->drv.fn.cuMemUnmap(at, page);
         cb->drv.fn.cuMemRelease(handle);
         return st;
     }
@@ -300,6 +294,15 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
         uint64_t done = 0;
         while (done < count && (st = map_page(cb, r, first + done)) == COOP_OK)
             done++;
+        /* One cuMemSetAccess opens every page of the range: the driver
+         * accepts a fully mapped range spanning several allocations, and a
+         * call per page would cost a third of the driver calls again. */
+        if (st == COOP_OK) {
+            CUresult rc = cb->drv.fn.cuMemSetAccess((CUdeviceptr)addr, size, &cb->access, 1);
+            if (rc != CUDA_SUCCESS)
+                st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "of [%#jx, +%ju)",
+                                       (uintmax_t)addr, (uintmax_t)size);
+        }
         /* all or nothing: undo the pages this call mapped (never used yet) */
         while (st != COOP_OK && done > 0)
             unmap_page(cb, r, first + --done);

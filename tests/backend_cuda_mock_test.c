@@ -23,7 +23,7 @@
 
 typedef struct mock_counters {
     long mapped_bytes, live_handles, live_events, live_segments, syncs, unsafe_releases, no_context,
-        retained;
+        retained, accessible_bytes, access_calls;
 } mock_counters;
 
 static char mock_path[4096];
@@ -64,6 +64,7 @@ static int check_clean(void **state)
     assert_int_equal(c.unsafe_releases, 0);
     assert_int_equal(c.no_context, 0);
     assert_int_equal(c.retained, 0);
+    assert_int_equal(c.accessible_bytes, 0);
     return 0;
 }
 
@@ -119,9 +120,13 @@ static void test_vmm_pages_unmap_alone(void **state)
     uintptr_t base = 0;
     assert_int_equal(be->ops->reserve(be, 64 * MIB, &base), COOP_OK);
     assert_int_equal(base % (2 * MIB), 0);
+    long access_calls = counters().access_calls;
     assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
     assert_int_equal(counters().mapped_bytes, 6 * MIB);
     assert_int_equal(counters().live_handles, 3);
+    /* one handle per page, opened by a single cuMemSetAccess over the range */
+    assert_int_equal(counters().accessible_bytes, 6 * MIB);
+    assert_int_equal(counters().access_calls, access_calls + 1);
 
     /* queued work, then the middle page alone: the backend must sync first */
     coop_event ev;
@@ -173,11 +178,17 @@ static void test_vmm_driver_failure_midway(void **state)
     assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
     assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK);
     /* the third page of this call fails: all or nothing */
-    mock_fail_nth("cuMemSetAccess", 3, CUDA_ERROR_ILLEGAL_ADDRESS);
+    mock_fail_nth("cuMemMap", 3, CUDA_ERROR_ILLEGAL_ADDRESS);
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 6 * MIB), COOP_ERR_BACKEND);
-    assert_non_null(strstr(coop_last_error(), "cuMemSetAccess"));
+    assert_non_null(strstr(coop_last_error(), "cuMemMap"));
     assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS"));
     assert_int_equal(counters().mapped_bytes, 2 * MIB);
+    /* opening the mapped range fails: its pages are unmapped and released */
+    mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 6 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemSetAccess"));
+    assert_int_equal(counters().mapped_bytes, 2 * MIB);
+    assert_int_equal(counters().accessible_bytes, 2 * MIB);
     /* out of device memory is COOP_ERR_NOMEM, the pool's retry signal */
     mock_set_memory(8 * MIB);
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 8 * MIB), COOP_ERR_NOMEM);

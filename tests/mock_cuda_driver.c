@@ -22,14 +22,16 @@
 #define MOCK_GRANULE (2u << 20)
 
 typedef struct mock_counters {
-    long mapped_bytes;    /* physical bytes currently mapped */
-    long live_handles;    /* cuMemCreate minus cuMemRelease */
-    long live_events;     /* cuEventCreate minus cuEventDestroy */
-    long live_segments;   /* cuMemAlloc minus cuMemFree */
-    long syncs;           /* cuCtxSynchronize calls */
-    long unsafe_releases; /* unmap / cuMemFree while work was queued */
-    long no_context;      /* calls made without a current context */
-    long retained;        /* primary context references */
+    long mapped_bytes;     /* physical bytes currently mapped */
+    long live_handles;     /* cuMemCreate minus cuMemRelease */
+    long live_events;      /* cuEventCreate minus cuEventDestroy */
+    long live_segments;    /* cuMemAlloc minus cuMemFree */
+    long syncs;            /* cuCtxSynchronize calls */
+    long unsafe_releases;  /* unmap / cuMemFree while work was queued */
+    long no_context;       /* calls made without a current context */
+    long retained;         /* primary context references */
+    long accessible_bytes; /* cuMemMap'ed bytes opened by cuMemSetAccess */
+    long access_calls;     /* cuMemSetAccess calls */
 } mock_counters;
 
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -44,6 +46,7 @@ static CUresult fail_rc;
 static struct {
     CUdeviceptr addr;
     size_t size;
+    bool accessible; /* cuMemSetAccess covered it (VMM mappings) */
 } mappings[MOCK_MAX_MAPPINGS];
 
 static _Thread_local CUcontext ctx_stack[16];
@@ -319,7 +322,10 @@ static size_t take_mapping(CUdeviceptr addr, size_t size)
     for (int i = 0; i < MOCK_MAX_MAPPINGS; i++)
         if (mappings[i].addr == addr && (size == 0 || mappings[i].size == size)) {
             found = mappings[i].size;
+            if (mappings[i].accessible)
+                counters.accessible_bytes -= (long)found;
             mappings[i].addr = 0;
+            mappings[i].accessible = false;
             break;
         }
     pthread_mutex_unlock(&mock_lock);
@@ -422,6 +428,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         if (!mappings[i].addr) {
             mappings[i].addr = ptr;
             mappings[i].size = size;
+            mappings[i].accessible = false;
             rc = CUDA_SUCCESS;
         }
     pthread_mutex_unlock(&mock_lock);
@@ -437,18 +444,37 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
     return CUDA_SUCCESS;
 }
 
+/* As the driver documents it: the range must be fully mapped, and may span
+ * several mappings (one per page here); all of them become accessible. */
 CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                 size_t count)
 {
     MOCK_ENTRY("cuMemSetAccess", true);
-    if (count != 1 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    if (count != 1 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    bool found = false;
     pthread_mutex_lock(&mock_lock);
-    for (int i = 0; i < MOCK_MAX_MAPPINGS && !found; i++)
-        found = mappings[i].addr == ptr && mappings[i].size == size;
+    counters.access_calls++;
+    int covering[MOCK_MAX_MAPPINGS];
+    int n = 0;
+    CUdeviceptr at = ptr;
+    while (at < ptr + size) {
+        int found = -1;
+        for (int i = 0; i < MOCK_MAX_MAPPINGS && found < 0; i++)
+            if (mappings[i].addr == at && mappings[i].size)
+                found = i;
+        if (found < 0 || at + mappings[found].size > ptr + size)
+            break;
+        covering[n++] = found;
+        at += mappings[found].size;
+    }
+    bool ok = at == ptr + size;
+    for (int k = 0; ok && k < n; k++)
+        if (!mappings[covering[k]].accessible) {
+            mappings[covering[k]].accessible = true;
+            counters.accessible_bytes += (long)mappings[covering[k]].size;
+        }
     pthread_mutex_unlock(&mock_lock);
-    return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ---- events ---- */
