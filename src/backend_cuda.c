@@ -25,6 +25,11 @@
  * State
  * ---------------------------------------------------------------------- */
 
+/* Events the pool is done with, kept for the next record: a block used on
+ * other streams records one per stream at every free, and cuEventCreate /
+ * cuEventDestroy are driver calls (PyTorch's allocator pools its events too). */
+#define CUDA_EVENT_CACHE 64
+
 /* One cuMemAddressReserve range and the physical handle of each page. */
 typedef struct cuda_reservation {
     CUdeviceptr base;
@@ -43,8 +48,10 @@ typedef struct cuda_backend {
     CUcontext context; /* primary context, retained */
     CUmemAllocationProp prop;
     CUmemAccessDesc access;
-    pthread_mutex_t lock; /* guards reservations */
+    pthread_mutex_t lock; /* guards reservations and the event cache */
     cuda_reservation *reservations;
+    CUevent event_cache[CUDA_EVENT_CACHE]; /* destroyed events kept for reuse */
+    int num_cached_events;
 } cuda_backend;
 
 static cuda_backend *as_cuda(coop_backend *be)
@@ -376,6 +383,26 @@ static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t 
  * Events
  * ---------------------------------------------------------------------- */
 
+/* A cached event, or NULL. */
+static CUevent take_cached_event(cuda_backend *cb)
+{
+    pthread_mutex_lock(&cb->lock);
+    CUevent event = cb->num_cached_events ? cb->event_cache[--cb->num_cached_events] : NULL;
+    pthread_mutex_unlock(&cb->lock);
+    return event;
+}
+
+/* Keeps event for reuse; false when the cache is full. */
+static bool cache_event(cuda_backend *cb, CUevent event)
+{
+    pthread_mutex_lock(&cb->lock);
+    bool kept = cb->num_cached_events < CUDA_EVENT_CACHE;
+    if (kept)
+        cb->event_cache[cb->num_cached_events++] = event;
+    pthread_mutex_unlock(&cb->lock);
+    return kept;
+}
+
 static coop_status cuda_event_record(coop_backend *be, coop_stream stream, coop_event *ev)
 {
     cuda_backend *cb = as_cuda(be);
@@ -383,16 +410,20 @@ static coop_status cuda_event_record(coop_backend *be, coop_stream stream, coop_
     coop_status st = ctx_enter(cb, &scope);
     if (st != COOP_OK)
         return st;
-    CUevent event = NULL;
-    CUresult rc = cb->drv.fn.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
+    CUevent event = take_cached_event(cb);
+    CUresult rc = CUDA_SUCCESS;
+    if (!event)
+        rc = cb->drv.fn.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
     if (rc != CUDA_SUCCESS) {
         st = cuda_driver_error(&cb->drv, rc, "cuEventCreate", "(device %d)", cb->ordinal);
     } else {
+        /* re-recording an event captures the stream's work anew */
         rc = cb->drv.fn.cuEventRecord(event, (CUstream)stream);
         if (rc != CUDA_SUCCESS) {
             st = cuda_driver_error(&cb->drv, rc, "cuEventRecord", "on stream %#jx",
                                    (uintmax_t)stream);
-            cb->drv.fn.cuEventDestroy(event);
+            if (!cache_event(cb, event))
+                cb->drv.fn.cuEventDestroy(event);
         } else {
             *ev = (coop_event)event;
         }
@@ -420,6 +451,8 @@ static coop_status cuda_event_query(coop_backend *be, coop_event ev, bool *done)
 static void cuda_event_destroy(coop_backend *be, coop_event ev)
 {
     cuda_backend *cb = as_cuda(be);
+    if (cache_event(cb, (CUevent)ev))
+        return;
     ctx_scope scope;
     if (ctx_enter(cb, &scope) != COOP_OK)
         return;
@@ -445,6 +478,8 @@ static void cuda_destroy(coop_backend *be)
         free(r->mapped);
         free(r);
     }
+    while (entered && cb->num_cached_events > 0)
+        cb->drv.fn.cuEventDestroy(cb->event_cache[--cb->num_cached_events]);
     if (entered)
         ctx_leave(cb, &scope);
     if (cb->context)

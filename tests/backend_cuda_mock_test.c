@@ -23,7 +23,7 @@
 
 typedef struct mock_counters {
     long mapped_bytes, live_handles, live_events, live_segments, syncs, unsafe_releases, no_context,
-        retained, accessible_bytes, access_calls;
+        retained, accessible_bytes, access_calls, event_creates;
 } mock_counters;
 
 static char mock_path[4096];
@@ -220,8 +220,23 @@ static void test_events(void **state)
     be->ops->event_destroy(be, ev);
     mock_fail_nth("cuEventRecord", 1, CUDA_ERROR_INVALID_VALUE);
     assert_int_equal(be->ops->event_record(be, 1, &ev), COOP_ERR_BACKEND);
-    assert_int_equal(counters().live_events, 0);
+    /* destroyed events are reused: a hundred records create no new event */
+    long creates = counters().event_creates;
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(be->ops->event_record(be, 2, &ev), COOP_OK);
+        be->ops->event_destroy(be, ev);
+    }
+    assert_int_equal(counters().event_creates, creates);
+    /* past the cache's 64, destroy really destroys */
+    coop_event many[80];
+    for (int i = 0; i < 80; i++)
+        assert_int_equal(be->ops->event_record(be, 2, &many[i]), COOP_OK);
+    assert_int_equal(counters().live_events, 80);
+    for (int i = 0; i < 80; i++)
+        be->ops->event_destroy(be, many[i]);
+    assert_int_equal(counters().live_events, 64);
     coop_backend_destroy(be);
+    assert_int_equal(counters().live_events, 0);
 }
 
 static void test_segments_without_vmm(void **state)

@@ -32,6 +32,7 @@ typedef struct mock_counters {
     long retained;         /* primary context references */
     long accessible_bytes; /* cuMemMap'ed bytes opened by cuMemSetAccess */
     long access_calls;     /* cuMemSetAccess calls */
+    long event_creates;    /* cuEventCreate calls */
 } mock_counters;
 
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -486,6 +487,7 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
         return CUDA_ERROR_INVALID_VALUE; /* coop never needs timing */
     *phEvent = (CUevent)malloc(16);
     __atomic_add_fetch(&counters.live_events, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&counters.event_creates, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
