@@ -205,8 +205,9 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
 }
 
 /* A lower bound of window_cost that needs no neighbourhood walk: the
- * storage's own compute (c_eq >= c: class values are never negative). */
-static double window_bound(void *owner, const arena_block *b, void *ctx)
+ * storage's own compute (c_eq >= c: class values are never negative), or
+ * window_cost itself when the storage's c_eq is cached (exact). */
+static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
     sim_runtime *rt = ctx;
@@ -214,6 +215,12 @@ static double window_bound(void *owner, const arena_block *b, void *ctx)
     if (r->pool_pos == SIM_NONE)
         return WINDOW_BLOCKED;
     uint64_t stale = rt->clock - (uint64_t)r->last_access;
+    int64_t eq;
+    if (rt->cfg.window_cost != SIM_WINDOW_DTE && sim_eq_cached(rt, storage_of(rt, owner), &eq)) {
+        rt->stats.heuristic_evals++;
+        *exact = true;
+        return (double)eq / (double)(stale ? stale : 1);
+    }
     return (double)r->compute / (double)(stale ? stale : 1);
 }
 

@@ -10,6 +10,59 @@
 
 #define SIM_NONE UINT32_MAX
 
+/* ---- the operator graph around a storage ---- */
+
+/* Iterates storage s's neighbours as DTR defines them: the storages of the
+ * inputs of the ops that made s's created tensors, and of those tensors'
+ * created consumers (children); duplicates and s itself included. */
+typedef struct sim_neighbours {
+    const sim_program *p;
+    const uint32_t *tensors; /* s's tensors, creation order */
+    uint32_t num_tensors, k; /* created tensors of s; next one */
+    uint32_t created;        /* tensors created in the run so far */
+    const sim_tensor *t;     /* current tensor */
+    const sim_op *op;        /* its producer */
+    uint32_t i, total;       /* next of op inputs + children */
+} sim_neighbours;
+
+static inline sim_neighbours sim_neighbours_of(const sim_runtime *rt, uint32_t s)
+{
+    const sim_program *p = rt->prog;
+    return (sim_neighbours){.p = p,
+                            .tensors = p->storage_tensors + p->storages[s].first_tensor,
+                            .num_tensors = rt->storages[s].num_created,
+                            .created = rt->num_created_tensors};
+}
+
+/* The next neighbour's storage id in *n; false at the end. */
+static inline bool sim_neighbours_next(sim_neighbours *it, uint32_t *n)
+{
+    const sim_program *p = it->p;
+    for (;;) {
+        if (it->i < it->total) {
+            uint32_t i = it->i++;
+            uint32_t u;
+            if (i < it->op->num_inputs) {
+                u = p->inputs[it->op->first_input + i];
+            } else {
+                u = p->children[it->t->first_child + i - it->op->num_inputs];
+                if (u >= it->created) { /* children are in creation order */
+                    it->i = it->total;
+                    continue;
+                }
+            }
+            *n = p->tensors[u].storage;
+            return true;
+        }
+        if (it->k >= it->num_tensors)
+            return false;
+        it->t = &p->tensors[it->tensors[it->k++]];
+        it->op = &p->ops[it->t->op];
+        it->i = 0;
+        it->total = it->op->num_inputs + it->t->num_children;
+    }
+}
+
 /* ---- runtime (sim_runtime.c) ---- */
 
 /* Marks s evicted (not material, its tensors undefined, out of the pool,
@@ -26,8 +79,16 @@ int sim_record_search(sim_stats *st, uint64_t ns);
 double sim_score(sim_runtime *rt, uint32_t s);
 /* simrd Heuristic.choose over the pool; SIM_NONE if the pool is empty. */
 uint32_t sim_choose(sim_runtime *rt);
-/* c_eq: s's compute plus its evicted neighbours' distinct classes (ns). */
+/* c_eq: s's compute plus its evicted neighbours' distinct classes (ns).
+ * With cfg.eq_cache, from s's cached class roots when still valid (O(roots)
+ * instead of a walk over its neighbours); the same value either way. */
 int64_t sim_eq_compute(sim_runtime *rt, uint32_t s);
+/* c_eq from s's cache alone: false (and nothing computed) without a valid one. */
+bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out);
+/* Forgets the cached c_eq of s's neighbours and of s (a neighbourhood
+ * changed: s was evicted or rematerialized, or a tensor was created). */
+int64_t sim_eq_cached_pub(const sim_runtime *rt, const rt_storage *r);
+void sim_eq_forget_around(sim_runtime *rt, uint32_t s);
 /* Bytes of the free blocks adjacent to s's block (arena model; 0 otherwise). */
 uint64_t sim_adjacent_free(sim_runtime *rt, uint32_t s);
 

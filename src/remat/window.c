@@ -9,7 +9,7 @@
  * than pruned, so near-ties are decided on exact sums. */
 #define BOUND_SLACK 1e-9
 
-static int reserve(window_scratch *s, size_t n)
+int window_scratch_reserve(window_scratch *s, size_t n)
 {
     if (n <= s->cap)
         return 0;
@@ -43,15 +43,17 @@ static double key_of(window_objective objective, double cost, uint64_t bytes)
 
 /* One search: the blocks walked (blocks[0 .. n), bounds in lower[], exact
  * costs or NAN in costs[]) and the minimal covering windows found
- * (cands[0 .. num_cands), in the order of their right ends). */
+ * (cands[0 .. num_cands), in the order of their right ends; cands[seed]
+ * the first with the smallest bound key). */
 typedef struct search {
     uint64_t size;
     window_objective objective;
-    window_cost_fn cost, bound;
+    window_cost_fn cost;
+    window_bound_fn bound;
     void *ctx;
     window_scratch *scratch;
     window *out;
-    size_t n, num_cands;
+    size_t n, num_cands, seed;
 } search;
 
 /* The two-pointer pass over the blocks from first up to stop (exclusive,
@@ -72,7 +74,10 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
             lb = ex = 0;
         } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
             if (q->bound) {
-                lb = q->bound(b->owner, b, q->ctx);
+                bool exact = false;
+                lb = q->bound(b->owner, b, q->ctx, &exact);
+                if (exact)
+                    ex = lb;
             } else {
                 out->evals++;
                 lb = ex = q->cost(b->owner, b, q->ctx);
@@ -86,7 +91,7 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
             head = q->n;
             continue;
         }
-        if (reserve(s, q->n + 1))
+        if (window_scratch_reserve(s, q->n + 1))
             return -2;
         s->blocks[q->n] = b;
         s->lower[q->n] = lb;
@@ -101,11 +106,15 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         }
         if (run_size < q->size)
             continue;
-        s->cands[q->num_cands++] = (window_candidate){
-            .head = head,
-            .tail = q->n,
-            .size = run_size,
-            .lower_key = key_of(q->objective, run_lower < 0 ? 0 : run_lower, run_size)};
+        window_candidate *c = &s->cands[q->num_cands];
+        *c = (window_candidate){.head = head,
+                                .tail = q->n,
+                                .size = run_size,
+                                .lower_key =
+                                    key_of(q->objective, run_lower < 0 ? 0 : run_lower, run_size)};
+        if (!q->num_cands || c->lower_key < s->cands[q->seed].lower_key)
+            q->seed = q->num_cands;
+        q->num_cands++;
     }
     return 0;
 }
@@ -135,11 +144,7 @@ static int choose(search *q, window_candidate *best, double *best_cost)
     window_scratch *s = q->scratch;
     if (!q->num_cands)
         return -1;
-    size_t seed = 0;
-    for (size_t i = 1; i < q->num_cands; i++)
-        if (s->cands[i].lower_key < s->cands[seed].lower_key)
-            seed = i;
-    *best = s->cands[seed];
+    *best = s->cands[q->seed];
     *best_cost = 0;
     for (size_t i = best->head; i < best->tail; i++)
         *best_cost += block_cost(q, i);
@@ -170,17 +175,17 @@ static int choose(search *q, window_candidate *best, double *best_cost)
 }
 
 int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
-                  window_cost_fn bound, void *ctx, window_scratch *scratch, window *out)
+                  window_bound_fn bound, void *ctx, window_scratch *scratch, window *out)
 {
     return window_search_indexed(a, size, objective, cost, bound, ctx, NULL, scratch, out);
 }
 
 int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
-                          window_cost_fn cost, window_cost_fn bound, void *ctx,
+                          window_cost_fn cost, window_bound_fn bound, void *ctx,
                           const breaker_index *breakers, window_scratch *scratch, window *out)
 {
     *out = (window){.cost = -1};
-    search q = {size, objective, cost, bound, ctx, scratch, out, 0, 0};
+    search q = {size, objective, cost, bound, ctx, scratch, out, 0, 0, 0};
     size_t r = 0; /* next breaker run, address order (segments are too) */
     for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
         if (!breakers) {
