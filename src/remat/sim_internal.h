@@ -83,11 +83,27 @@ uint32_t sim_choose(sim_runtime *rt);
  * With cfg.eq_cache, from s's cached class roots when still valid (O(roots)
  * instead of a walk over its neighbours); the same value either way. */
 int64_t sim_eq_compute(sim_runtime *rt, uint32_t s);
-/* c_eq from s's cache alone: false (and nothing computed) without a valid one. */
-bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out);
+/* c_eq from s's cache alone: false (and nothing computed) without a valid
+ * one, or when a cached root has joined another class since (the set of
+ * classes changed). Inline: coop's window pass asks it for every block. */
+static inline bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out)
+{
+    const rt_storage *r = &rt->storages[s];
+    if (!r->eq_valid)
+        return false;
+    const uint32_t *roots = rt->eq_roots + r->eq_first;
+    int64_t compute = (int64_t)r->compute;
+    for (uint32_t j = 0; j < r->eq_num_roots; j++) {
+        if (!uf_is_root(&rt->uf, roots[j]))
+            return false;
+        compute += rt->uf.value[roots[j]];
+    }
+    *out = compute;
+    return true;
+}
+
 /* Forgets the cached c_eq of s's neighbours and of s (a neighbourhood
  * changed: s was evicted or rematerialized, or a tensor was created). */
-int64_t sim_eq_cached_pub(const sim_runtime *rt, const rt_storage *r);
 void sim_eq_forget_around(sim_runtime *rt, uint32_t s);
 /* Bytes of the free blocks adjacent to s's block (arena model; 0 otherwise). */
 uint64_t sim_adjacent_free(sim_runtime *rt, uint32_t s);

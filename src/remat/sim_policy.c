@@ -60,28 +60,6 @@ static int64_t region_compute(sim_runtime *rt, uint32_t s, bool forward)
     return compute;
 }
 
-/* s's cached c_eq in *out: false when there is none, or when a cached root
- * has joined another class since (the set of classes changed). */
-static bool eq_cached(const sim_runtime *rt, const rt_storage *r, int64_t *out)
-{
-    if (!r->eq_valid)
-        return false;
-    const uint32_t *roots = rt->eq_roots + r->eq_first;
-    int64_t compute = (int64_t)r->compute;
-    for (uint32_t j = 0; j < r->eq_num_roots; j++) {
-        if (!uf_is_root(&rt->uf, roots[j]))
-            return false;
-        compute += rt->uf.value[roots[j]];
-    }
-    *out = compute;
-    return true;
-}
-
-bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out)
-{
-    return eq_cached(rt, &rt->storages[s], out);
-}
-
 /* Remembers the class roots on the traversal stack as s's cache; a slot too
  * small is replaced by a new one at the end of the roots array (the old one
  * is not reused: slots only grow, doubling). */
@@ -115,7 +93,7 @@ int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
 {
     rt_storage *me = &rt->storages[s];
     int64_t compute;
-    if (eq_cached(rt, me, &compute))
+    if (sim_eq_cached(rt, s, &compute))
         return compute;
     compute = (int64_t)me->compute;
     rt->stats.eq_walks++;

@@ -1,6 +1,8 @@
 /* Sliding-window search over address-ordered blocks (window.h). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "remat/window.h"
 
@@ -32,6 +34,13 @@ int window_scratch_reserve(window_scratch *s, size_t n)
     if (!wc)
         return -1;
     s->cands = wc;
+    /* write the new parts once: their pages are then mapped before a
+     * search walks into them */
+    size_t old = s->cap;
+    memset(s->lower + old, 0, (cap - old) * sizeof *s->lower);
+    memset(s->costs + old, 0, (cap - old) * sizeof *s->costs);
+    memset(s->blocks + old, 0, (cap - old) * sizeof *s->blocks);
+    memset(s->cands + old, 0, (cap - old) * sizeof *s->cands);
     s->cap = cap;
     return 0;
 }
@@ -39,6 +48,21 @@ int window_scratch_reserve(window_scratch *s, size_t n)
 static double key_of(window_objective objective, double cost, uint64_t bytes)
 {
     return objective == WINDOW_PER_BYTE ? cost / (double)bytes : cost;
+}
+
+/* key_of(a, a_bytes) < key_of(b, b_bytes) without dividing (the pass does
+ * this for every candidate: a division's latency there was a third of the
+ * pass's time). Only orders the evaluation; choices use key_of. */
+static bool key_less(window_objective objective, double a, uint64_t a_bytes, double b,
+                     uint64_t b_bytes)
+{
+    return objective == WINDOW_PER_BYTE ? a * (double)b_bytes < b * (double)a_bytes : a < b;
+}
+
+/* key_of(sum, bytes) > limit without dividing. */
+static bool key_above(window_objective objective, double sum, uint64_t bytes, double limit)
+{
+    return objective == WINDOW_PER_BYTE ? sum > limit * (double)bytes : sum > limit;
 }
 
 /* One search: the blocks walked (blocks[0 .. n), bounds in lower[], exact
@@ -110,9 +134,10 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         *c = (window_candidate){.head = head,
                                 .tail = q->n,
                                 .size = run_size,
-                                .lower_key =
-                                    key_of(q->objective, run_lower < 0 ? 0 : run_lower, run_size)};
-        if (!q->num_cands || c->lower_key < s->cands[q->seed].lower_key)
+                                .lower_sum = run_lower < 0 ? 0 : run_lower};
+        const window_candidate *seed = &s->cands[q->seed];
+        if (!q->num_cands ||
+            key_less(q->objective, c->lower_sum, c->size, seed->lower_sum, seed->size))
             q->seed = q->num_cands;
         q->num_cands++;
     }
@@ -153,7 +178,7 @@ static int choose(search *q, window_candidate *best, double *best_cost)
     double sum = 0;
     for (size_t k = 0; k < q->num_cands; k++) {
         const window_candidate *c = &s->cands[k];
-        if (c->lower_key > best_key * (1 + BOUND_SLACK))
+        if (key_above(q->objective, c->lower_sum, c->size, best_key * (1 + BOUND_SLACK)))
             continue;
         if (c->head >= ev_tail) {
             ev_head = ev_tail = c->head;

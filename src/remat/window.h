@@ -55,12 +55,12 @@ typedef struct window {
 } window;
 
 /* A minimal covering window found by the pass: blocks[head .. tail) of
- * the scratch arrays, its bytes and the key of its summed lower bounds
+ * the scratch arrays, its bytes and the sum of its blocks' lower bounds
  * (exact where every block's bound was). */
 typedef struct window_candidate {
     size_t head, tail;
     uint64_t size;
-    double lower_key;
+    double lower_sum;
 } window_candidate;
 
 /* Scratch memory reused across searches (the blocks walked, their bounds
@@ -74,7 +74,8 @@ typedef struct window_scratch {
 } window_scratch;
 
 /* Makes room in s for searches that walk up to n blocks, so that searches
- * allocate nothing until they walk more. 0, or -1 when host memory runs out. */
+ * allocate nothing (and touch no fresh page) until they walk more. 0, or -1
+ * when host memory runs out. */
 int window_scratch_reserve(window_scratch *s, size_t n);
 
 /* 0 and *out on success; -1 when no run covers size bytes (out->blocks_visited
