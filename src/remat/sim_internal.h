@@ -14,53 +14,26 @@
 
 /* Iterates storage s's neighbours as DTR defines them: the storages of the
  * inputs of the ops that made s's created tensors, and of those tensors'
- * created consumers (children); duplicates and s itself included. */
+ * created consumers; each once, s itself not (sim_program.neighbours). */
 typedef struct sim_neighbours {
-    const sim_program *p;
-    const uint32_t *tensors; /* s's tensors, creation order */
-    uint32_t num_tensors, k; /* created tensors of s; next one */
-    uint32_t created;        /* tensors created in the run so far */
-    const sim_tensor *t;     /* current tensor */
-    const sim_op *op;        /* its producer */
-    uint32_t i, total;       /* next of op inputs + children */
+    const sim_neighbour *next, *end;
+    uint32_t created; /* tensors created in the run so far */
 } sim_neighbours;
 
 static inline sim_neighbours sim_neighbours_of(const sim_runtime *rt, uint32_t s)
 {
     const sim_program *p = rt->prog;
-    return (sim_neighbours){.p = p,
-                            .tensors = p->storage_tensors + p->storages[s].first_tensor,
-                            .num_tensors = rt->storages[s].num_created,
-                            .created = rt->num_created_tensors};
+    return (sim_neighbours){p->neighbours + p->neighbour_first[s],
+                            p->neighbours + p->neighbour_first[s + 1], rt->num_created_tensors};
 }
 
 /* The next neighbour's storage id in *n; false at the end. */
 static inline bool sim_neighbours_next(sim_neighbours *it, uint32_t *n)
 {
-    const sim_program *p = it->p;
-    for (;;) {
-        if (it->i < it->total) {
-            uint32_t i = it->i++;
-            uint32_t u;
-            if (i < it->op->num_inputs) {
-                u = p->inputs[it->op->first_input + i];
-            } else {
-                u = p->children[it->t->first_child + i - it->op->num_inputs];
-                if (u >= it->created) { /* children are in creation order */
-                    it->i = it->total;
-                    continue;
-                }
-            }
-            *n = p->tensors[u].storage;
-            return true;
-        }
-        if (it->k >= it->num_tensors)
-            return false;
-        it->t = &p->tensors[it->tensors[it->k++]];
-        it->op = &p->ops[it->t->op];
-        it->i = 0;
-        it->total = it->op->num_inputs + it->t->num_children;
-    }
+    if (it->next == it->end || it->next->since >= it->created)
+        return false; /* by since: the rest is not created yet */
+    *n = it->next++->storage;
+    return true;
 }
 
 /* ---- runtime (sim_runtime.c) ---- */

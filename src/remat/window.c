@@ -87,12 +87,15 @@ typedef struct search {
 static int scan(search *q, arena_block *first, const arena_block *stop)
 {
     window_scratch *s = q->scratch;
-    window *out = q->out;
-    uint64_t run_size = 0;
+    uint64_t run_size = 0, visited = 0;
     double run_lower = 0;
-    size_t head = q->n; /* the run: blocks[head .. q->n) */
+    /* the search's counters in locals (the callbacks could alias them as
+     * far as the compiler knows), written back at the end */
+    size_t n = q->n, num_cands = q->num_cands, seed = q->seed;
+    size_t head = n; /* the run: blocks[head .. n) */
+    int err = 0;
     for (arena_block *b = first; b != stop; b = b->next) {
-        out->blocks_visited++;
+        visited++;
         double lb, ex = NAN;
         if (b->state == COOP_BLOCK_FREE) {
             lb = ex = 0;
@@ -103,7 +106,7 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
                 if (exact)
                     ex = lb;
             } else {
-                out->evals++;
+                q->out->evals++;
                 lb = ex = q->cost(b->owner, b, q->ctx);
             }
         } else {
@@ -112,15 +115,17 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         if (lb < 0) { /* breaks every run through b */
             run_size = 0;
             run_lower = 0;
-            head = q->n;
+            head = n;
             continue;
         }
-        if (window_scratch_reserve(s, q->n + 1))
-            return -2;
-        s->blocks[q->n] = b;
-        s->lower[q->n] = lb;
-        s->costs[q->n] = ex;
-        q->n++;
+        if (n == s->cap && window_scratch_reserve(s, n + 1)) {
+            err = -2;
+            break;
+        }
+        s->blocks[n] = b;
+        s->lower[n] = lb;
+        s->costs[n] = ex;
+        n++;
         run_size += b->size;
         run_lower += lb;
         while (run_size - s->blocks[head]->size >= q->size) {
@@ -130,18 +135,20 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         }
         if (run_size < q->size)
             continue;
-        window_candidate *c = &s->cands[q->num_cands];
-        *c = (window_candidate){.head = head,
-                                .tail = q->n,
-                                .size = run_size,
-                                .lower_sum = run_lower < 0 ? 0 : run_lower};
-        const window_candidate *seed = &s->cands[q->seed];
-        if (!q->num_cands ||
-            key_less(q->objective, c->lower_sum, c->size, seed->lower_sum, seed->size))
-            q->seed = q->num_cands;
-        q->num_cands++;
+        window_candidate *c = &s->cands[num_cands];
+        *c = (window_candidate){
+            .head = head, .tail = n, .size = run_size, .lower_sum = run_lower < 0 ? 0 : run_lower};
+        const window_candidate *best = &s->cands[seed];
+        if (!num_cands ||
+            key_less(q->objective, c->lower_sum, c->size, best->lower_sum, best->size))
+            seed = num_cands;
+        num_cands++;
     }
-    return 0;
+    q->out->blocks_visited += visited;
+    q->n = n;
+    q->num_cands = num_cands;
+    q->seed = seed;
+    return err;
 }
 
 /* Exact cost of block i, evaluated at most once per search. */
