@@ -44,7 +44,9 @@ static void usage(FILE *out)
             "                     results; for timing)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
-            "thrash. Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
+            "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
+            "a tensor's neighbours: dtr, coop) and blocks (blocks coop's window searches\n"
+            "visited). Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
 }
 
 /* Splits a comma-separated list in place; returns the count or -1. */
@@ -207,9 +209,10 @@ int cmd_sim(int argc, char **argv)
     }
     int status = 0;
     if (!json)
-        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s\n", "log", "policy",
-               "memory", "ratio", "result", "overhead", "evictions", "remat_ops", "search_p50",
-               "search_p99", "heur_evals", "frag", "ffail", "min_ratio");
+        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s\n", "log",
+               "policy", "memory", "ratio", "result", "overhead", "evictions", "remat_ops",
+               "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag", "ffail",
+               "min_ratio");
     for (int a = optind; a < argc; a++) {
         sim_program prog;
         if (sim_program_load(argv[a], &prog)) {
@@ -231,12 +234,13 @@ int cmd_sim(int argc, char **argv)
                     print_json(prog.name, policy_items[i], memory, &o, min_ratio, want_min);
                 } else {
                     printf("%-28.28s %-9s %-6s %5.2f %-6s %8.4f %9llu %9llu %10llu %10llu "
-                           "%12llu %6.3f %6llu ",
+                           "%12llu %10llu %10llu %6.3f %6llu ",
                            prog.name, policy_items[i], memory, ratios[k], sim_result_name(o.result),
                            o.overhead, (unsigned long long)o.evictions,
                            (unsigned long long)o.remat_ops, (unsigned long long)o.search_ns_p50,
                            (unsigned long long)o.search_ns_p99,
-                           (unsigned long long)o.heuristic_evals, o.frag_at_evict,
+                           (unsigned long long)o.heuristic_evals, (unsigned long long)o.eq_walks,
+                           (unsigned long long)o.blocks_visited, o.frag_at_evict,
                            (unsigned long long)o.frag_failures);
                     if (want_min && min_ratio >= 0)
                         printf("%9.4f\n", min_ratio);
