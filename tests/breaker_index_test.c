@@ -4,8 +4,9 @@
  * runs are exactly the maximal runs of pinned blocks, and the indexed window
  * search returns the same window as the plain walk over every block, for
  * both objectives, with and without lower bounds, for random request sizes,
- * while visiting no more blocks; and with bounds (best bound first) the
- * window of the exhaustive search that evaluates every exact cost. COOP_TEST_SEED sets the seed (printed).
+ * while visiting no more blocks; and with bounds (best bound first, some of
+ * them exact) the window of the exhaustive search that evaluates every exact
+ * cost. COOP_TEST_SEED sets the seed (printed).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +28,7 @@ typedef struct owner {
     void *ptr;
     double cost;
     int pinned;
+    int exact_bound; /* owner_bound returns the cost itself */
 } owner;
 
 static uint64_t rng_state;
@@ -47,9 +49,15 @@ static double owner_cost(void *o, const arena_block *b, void *ctx)
     return w->pinned ? WINDOW_BLOCKED : w->cost;
 }
 
-static double owner_bound(void *o, const arena_block *b, void *ctx)
+/* Half the cost, or the cost itself (exact, as a cache would know it) for
+ * the owners marked so (a third of them). */
+static double owner_bound(void *o, const arena_block *b, void *ctx, bool *exact)
 {
     double c = owner_cost(o, b, ctx);
+    if (c >= 0 && ((const owner *)o)->exact_bound) {
+        *exact = true;
+        return c;
+    }
     return c < 0 ? c : c * 0.5;
 }
 
@@ -89,7 +97,7 @@ static void compare_searches(arena *a, const breaker_index *x, uint64_t size)
     for (int obj = WINDOW_SUM; obj <= WINDOW_PER_BYTE; obj++) {
         window exhaustive = {0}; /* without bound: every exact cost evaluated */
         for (int with_bound = 0; with_bound < 2; with_bound++) {
-            window_cost_fn bound = with_bound ? owner_bound : NULL;
+            window_bound_fn bound = with_bound ? owner_bound : NULL;
             window plain, fast;
             int rp = window_search(a, size, (window_objective)obj, owner_cost, bound, NULL,
                                    &scratch, &plain);
@@ -149,7 +157,8 @@ static void random_arenas_give_the_plain_walks_windows(void **state)
                 if (!p)
                     continue;
                 owner *o = &owners[live++];
-                *o = (owner){p, (double)(rng() % 100), rng() % 3 == 0};
+                double cost = (double)(rng() % 100);
+                *o = (owner){p, cost, rng() % 3 == 0, (int)cost % 3 == 0};
                 arena_block *b = arena_lookup(a, (uintptr_t)p);
                 b->owner = o;
                 if (o->pinned)
@@ -203,7 +212,7 @@ static void pinned_runs_are_not_visited(void **state)
     coop_status st;
     /* 60 pinned 1 KiB blocks, then 4 evictable ones, then the free rest */
     for (int i = 0; i < 64; i++) {
-        owners[i] = (owner){pool_malloc_locked(pool, 1024, 0, COOP_ALLOC_LOW, &st), i, i < 60};
+        owners[i] = (owner){pool_malloc_locked(pool, 1024, 0, COOP_ALLOC_LOW, &st), i, i < 60, 0};
         assert_non_null(owners[i].ptr);
         arena_block *b = arena_lookup(a, (uintptr_t)owners[i].ptr);
         b->owner = &owners[i];

@@ -4,7 +4,9 @@
  * DTR-eq and DTR-full: overhead 1.013 (within 0.02), 6 evictions, peak
  * 10.06 GB; and coop in the arena model with and without the breaker index
  * on resnet32 and tv_densenet121 at 0.9, 0.5, 0.3 (identical decisions,
- * fewer blocks visited). Exits 77 (skip) when the shared workloads are absent.
+ * fewer blocks visited), and dtr and coop with and without the c_eq cache at
+ * 0.5 (identical decisions, fewer neighbour walks). Exits 77 (skip) when the
+ * shared workloads are absent.
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,9 +38,11 @@ static int compare_walks(const char *name, const sim_program *p)
         sim_outcome fast = sim_run(p, arena_peak, &opt, ratios[i]);
         opt.plain_window_walk = 1;
         sim_outcome plain = sim_run(p, arena_peak, &opt, ratios[i]);
+        /* the plain walk also reads the cached costs of the blocks in gaps too
+         * small for the request: more evaluations, the same neighbour walks */
         int ok = fast.result == plain.result && fast.overhead == plain.overhead &&
                  fast.evictions == plain.evictions && fast.remat_ops == plain.remat_ops &&
-                 fast.heuristic_evals == plain.heuristic_evals &&
+                 fast.heuristic_evals <= plain.heuristic_evals && fast.eq_walks == plain.eq_walks &&
                  fast.blocks_visited <= plain.blocks_visited;
         printf("%s %s coop arena %.1f: indexed %s %.4f/%llu visiting %llu blocks, plain %s "
                "%.4f/%llu visiting %llu\n",
@@ -46,6 +50,36 @@ static int compare_walks(const char *name, const sim_program *p)
                (unsigned long long)fast.evictions, (unsigned long long)fast.blocks_visited,
                sim_result_name(plain.result), plain.overhead, (unsigned long long)plain.evictions,
                (unsigned long long)plain.blocks_visited);
+        failed |= !ok;
+    }
+    return failed;
+}
+
+/* dtr and coop decide exactly the same with c_eq's cached class roots as
+ * with a neighbour walk at every evaluation, walking less. 1 on a difference. */
+static int compare_eq_cache(const char *name, const sim_program *p)
+{
+    const sim_policy policies[] = {SIM_POLICY_DTR, SIM_POLICY_COOP};
+    int failed = 0;
+    uint64_t arena_peak = sim_peak(p, SIM_MEMORY_ARENA);
+    for (int i = 0; i < 2; i++) {
+        sim_options opt = sim_options_default(policies[i], SIM_MEMORY_ARENA);
+        sim_outcome cached = sim_run(p, arena_peak, &opt, 0.5);
+        opt.no_eq_cache = 1;
+        sim_outcome walked = sim_run(p, arena_peak, &opt, 0.5);
+        int ok =
+            cached.result == walked.result && cached.overhead == walked.overhead &&
+            cached.evictions == walked.evictions && cached.remat_ops == walked.remat_ops &&
+            cached.eq_walks <= walked.eq_walks &&
+            (policies[i] != SIM_POLICY_DTR || cached.heuristic_evals == walked.heuristic_evals);
+        printf("%s %s %s arena 0.5: c_eq cached %s %.4f/%llu with %llu walks (%llu neighbours), "
+               "uncached %s %.4f/%llu with %llu walks (%llu neighbours)\n",
+               ok ? "PASS" : "FAIL", name, sim_policy_name(policies[i]),
+               sim_result_name(cached.result), cached.overhead,
+               (unsigned long long)cached.evictions, (unsigned long long)cached.eq_walks,
+               (unsigned long long)cached.eq_neighbours, sim_result_name(walked.result),
+               walked.overhead, (unsigned long long)walked.evictions,
+               (unsigned long long)walked.eq_walks, (unsigned long long)walked.eq_neighbours);
         failed |= !ok;
     }
     return failed;
@@ -87,6 +121,7 @@ int main(void)
         failed |= !ok;
     }
     failed |= compare_walks("resnet32", &p);
+    failed |= compare_eq_cache("resnet32", &p);
     /* densenet: ~850 pinned constants, the case the index is for */
     char dense[4096];
     snprintf(dense, sizeof dense, "%.*s%s", (int)(strrchr(path, '/') - path + 1), path, DENSE_NAME);
@@ -95,6 +130,7 @@ int main(void)
         printf("SKIP densenet comparison: %s\n", coop_last_error());
     } else {
         failed |= compare_walks("tv_densenet121", &d);
+        failed |= compare_eq_cache("tv_densenet121", &d);
         sim_program_free(&d);
     }
     sim_program_free(&p);

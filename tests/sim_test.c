@@ -69,6 +69,30 @@ static sim_outcome run_chain(sim_policy policy, double ratio)
     return o;
 }
 
+/* Each storage's distinct neighbours, each with the tensor whose creation
+ * makes it one, in creation order: a (tensor and storage 1) has w as its
+ * op's input from its own creation on, then its consumers b (2) and e (5). */
+static void neighbours_are_distinct_in_creation_order(void **state)
+{
+    (void)state;
+    sim_program p;
+    load(chain_log, &p);
+    assert_int_equal(p.num_storages, 6);
+    const uint32_t expect[6][3][2] = {
+        {{1, 1}}, {{0, 1}, {2, 2}, {5, 5}}, {{1, 2}, {3, 3}}, {{2, 3}, {4, 4}}, {{3, 4}}, {{1, 5}},
+    };
+    const uint32_t count[6] = {1, 3, 2, 2, 1, 1};
+    for (uint32_t s = 0; s < 6; s++) {
+        assert_int_equal(p.neighbour_first[s + 1] - p.neighbour_first[s], count[s]);
+        for (uint32_t i = 0; i < count[s]; i++) {
+            const sim_neighbour *n = &p.neighbours[p.neighbour_first[s] + i];
+            assert_int_equal(n->storage, expect[s][i][0]);
+            assert_int_equal(n->since, expect[s][i][1]);
+        }
+    }
+    sim_program_free(&p);
+}
+
 static void dtr_family_evicts_the_cheap_stale_tensor(void **state)
 {
     (void)state;
@@ -199,6 +223,7 @@ static void arena_model_with_equal_blocks_matches_ideal(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(neighbours_are_distinct_in_creation_order),
         cmocka_unit_test(dtr_family_evicts_the_cheap_stale_tensor),
         cmocka_unit_test(size_and_lru_choose_differently),
         cmocka_unit_test(too_small_is_oom_and_unlimited_needs_nothing),

@@ -1,4 +1,5 @@
-/* Union-find: class values add on merge, finds compress, merging twice is a no-op. */
+/* Union-find: class values add on merge, the bigger class keeps its root, finds
+ * compress, merging twice is a no-op. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -37,21 +38,45 @@ static void merge_sums_once(void **state)
     uf_free(&uf);
 }
 
-static void long_chain_compresses(void **state)
+static void big_classes_keep_their_root(void **state)
 {
     (void)state;
     union_find uf = {0};
     enum { N = 5000 };
-    uint32_t first = uf_make(&uf, 1), prev = first;
-    for (int i = 1; i < N; i++) {
+    uint32_t first = uf_make(&uf, 1), second = uf_make(&uf, 1);
+    uint32_t root = uf_merge(&uf, first, second); /* equal sizes: the second's */
+    assert_int_equal(root, second);
+    for (int i = 2; i < N; i++) {
         uint32_t x = uf_make(&uf, 1);
-        uf_merge(&uf, prev, x); /* builds a chain first -> ... -> last */
-        prev = x;
+        /* the new singleton is the second argument, yet the bigger class's
+         * root stays: callers caching roots see it unchanged */
+        assert_int_equal(uf_merge(&uf, first, x), root);
     }
     assert_int_equal(uf_value(&uf, first), N);
-    /* after one find every node on the path points at the root */
-    uint32_t root = uf_find(&uf, first);
-    assert_int_equal(uf.parent[first], root);
+    assert_true(uf_is_root(&uf, root));
+    for (uint32_t i = 0; i < N; i++) /* union by size: every node hangs off the root */
+        assert_int_equal(uf.parent[i], root);
+    uf_free(&uf);
+}
+
+static void finds_compress_paths(void **state)
+{
+    (void)state;
+    union_find uf = {0};
+    /* equal sizes at every level: a binary tree of depth 4 */
+    enum { N = 16 };
+    uint32_t nodes[N];
+    for (int i = 0; i < N; i++)
+        nodes[i] = uf_make(&uf, 1);
+    for (int step = 1; step < N; step *= 2)
+        for (int i = 0; i + step < N; i += 2 * step)
+            uf_merge(&uf, nodes[i], nodes[i + step]);
+    uint32_t root = uf_find(&uf, nodes[0]);
+    assert_int_equal(uf_value(&uf, nodes[0]), N);
+    for (int i = 0; i < N; i++) { /* after one find each node points at the root */
+        uf_find(&uf, nodes[i]);
+        assert_int_equal(uf.parent[nodes[i]], root);
+    }
     uf_free(&uf);
 }
 
@@ -60,7 +85,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(singletons_keep_their_values),
         cmocka_unit_test(merge_sums_once),
-        cmocka_unit_test(long_chain_compresses),
+        cmocka_unit_test(big_classes_keep_their_root),
+        cmocka_unit_test(finds_compress_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

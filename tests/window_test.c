@@ -170,10 +170,11 @@ static void per_byte_prefers_what_frees_more_per_cost(void **state)
 /* A lower bound (here: half the cost) prunes exact evaluations without
  * changing the answer. */
 static int bound_calls;
-static double half_cost(void *o, const arena_block *b, void *ctx)
+static double half_cost(void *o, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
     (void)ctx;
+    (void)exact;
     bound_calls++;
     double c = ((owner *)o)->cost;
     return c < 0 ? c : c / 2;
@@ -207,6 +208,49 @@ static void bounds_prune_without_changing_the_window(void **state)
     coop_pool_destroy(f.pool);
 }
 
+/* A bound that knows some costs exactly (a cache): those blocks are never
+ * evaluated, the others only where their window can still win. */
+static double exact_when_dear(void *o, const arena_block *b, void *ctx, bool *exact)
+{
+    (void)b;
+    (void)ctx;
+    double c = ((owner *)o)->cost;
+    if (c >= 50 || c < 0) {
+        *exact = c >= 0;
+        return c;
+    }
+    return c / 2;
+}
+
+static void exact_bounds_are_not_evaluated(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {80, 1, 1, 50, 60, 3, 70, 90};
+    build(&f, costs, 8);
+    for (int obj = WINDOW_SUM; obj <= WINDOW_PER_BYTE; obj++) {
+        window w, wb;
+        int evals, evals_b = 0;
+        assert_int_equal(search(&f, 2 * UNIT, (window_objective)obj, &w, &evals), 0);
+        window_scratch scratch = {0};
+        pool_lock(f.pool);
+        assert_int_equal(window_search(pool_arena(f.pool), 2 * UNIT, (window_objective)obj,
+                                       owner_cost, exact_when_dear, &evals_b, &scratch, &wb),
+                         0);
+        pool_unlock(f.pool);
+        window_scratch_free(&scratch);
+        assert_int_equal(wb.addr, w.addr);
+        assert_int_equal(wb.size, w.size);
+        assert_true(wb.cost == w.cost);
+        assert_int_equal(wb.cost, 2); /* the two 1s */
+        /* only the two 1s are evaluated: the dear blocks' bounds are exact,
+         * and the 3's windows (bounds 61.5 and 71.5) cannot reach 2 */
+        assert_int_equal(evals_b, 2);
+        assert_int_equal(wb.evals, 2);
+    }
+    coop_pool_destroy(f.pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +259,7 @@ int main(void)
         cmocka_unit_test(free_blocks_cost_nothing_and_the_window_covers),
         cmocka_unit_test(per_byte_prefers_what_frees_more_per_cost),
         cmocka_unit_test(bounds_prune_without_changing_the_window),
+        cmocka_unit_test(exact_bounds_are_not_evaluated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

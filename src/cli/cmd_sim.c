@@ -15,7 +15,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: coop sim [--policy LIST] [--memory ideal|arena] [--budget LIST] [--json]\n"
             "                [--no-min-ratio] [--overhead-limit X] [--inplace on|off]\n"
-            "                [--partition off|THRESHOLD] [--plain-walk] LOG ...\n"
+            "                [--partition off|THRESHOLD] [--plain-walk] [--no-eq-cache] LOG ...\n"
             "\n"
             "Replays DTR-format operator logs (JSON lines, .gz read transparently) under\n"
             "budget = ratio x the peak of an unlimited run, evicting and recomputing tensors.\n"
@@ -39,9 +39,14 @@ static void usage(FILE *out)
             "                     blocks (default: 1e-2 for coop, off otherwise)\n"
             "  --plain-walk       coop's window search visits every block instead of skipping\n"
             "                     runs of pinned or locked ones (same results; for timing)\n"
+            "  --no-eq-cache      dtr and coop walk a tensor's neighbours at every cost\n"
+            "                     evaluation instead of reusing its cached classes (same\n"
+            "                     results; for timing)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
-            "thrash. Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
+            "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
+            "a tensor's neighbours: dtr, coop) and blocks (blocks coop's window searches\n"
+            "visited). Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
 }
 
 /* Splits a comma-separated list in place; returns the count or -1. */
@@ -77,23 +82,18 @@ static void print_json(const char *log, const char *policy, const char *memory,
 int cmd_sim(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"policy", required_argument, 0, 'p'},
-        {"memory", required_argument, 0, 'm'},
-        {"budget", required_argument, 0, 'b'},
-        {"json", no_argument, 0, 'j'},
-        {"no-min-ratio", no_argument, 0, 'n'},
-        {"overhead-limit", required_argument, 0, 'o'},
-        {"inplace", required_argument, 0, 'i'},
-        {"partition", required_argument, 0, 't'},
-        {"plain-walk", no_argument, 0, 'w'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"policy", required_argument, 0, 'p'},  {"memory", required_argument, 0, 'm'},
+        {"budget", required_argument, 0, 'b'},  {"json", no_argument, 0, 'j'},
+        {"no-min-ratio", no_argument, 0, 'n'},  {"overhead-limit", required_argument, 0, 'o'},
+        {"inplace", required_argument, 0, 'i'}, {"partition", required_argument, 0, 't'},
+        {"plain-walk", no_argument, 0, 'w'},    {"no-eq-cache", no_argument, 0, 'e'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     char policy_buf[512] = "dtr,dtr-full,lru", budget_buf[512] = "0.9,0.7,0.5,0.3";
     const char *memory = "ideal";
     int json = 0, want_min = 1;
     double overhead_limit = 2.0, threshold_opt = NAN;
-    int inplace_opt = -1, plain_walk = 0;
+    int inplace_opt = -1, plain_walk = 0, no_eq_cache = 0;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -115,6 +115,9 @@ int cmd_sim(int argc, char **argv)
             break;
         case 'w':
             plain_walk = 1;
+            break;
+        case 'e':
+            no_eq_cache = 1;
             break;
         case 'o':
             overhead_limit = strtod(optarg, NULL);
@@ -186,6 +189,7 @@ int cmd_sim(int argc, char **argv)
         if (inplace_opt >= 0)
             options[i].inplace = inplace_opt;
         options[i].plain_window_walk = plain_walk;
+        options[i].no_eq_cache = no_eq_cache;
         if (!isnan(threshold_opt))
             options[i].cheap_threshold = threshold_opt;
         if (options[i].policy == SIM_POLICY_COOP && mem_model == SIM_MEMORY_IDEAL) {
@@ -205,9 +209,10 @@ int cmd_sim(int argc, char **argv)
     }
     int status = 0;
     if (!json)
-        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s\n", "log", "policy",
-               "memory", "ratio", "result", "overhead", "evictions", "remat_ops", "search_p50",
-               "search_p99", "heur_evals", "frag", "ffail", "min_ratio");
+        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s\n", "log",
+               "policy", "memory", "ratio", "result", "overhead", "evictions", "remat_ops",
+               "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag", "ffail",
+               "min_ratio");
     for (int a = optind; a < argc; a++) {
         sim_program prog;
         if (sim_program_load(argv[a], &prog)) {
@@ -229,12 +234,13 @@ int cmd_sim(int argc, char **argv)
                     print_json(prog.name, policy_items[i], memory, &o, min_ratio, want_min);
                 } else {
                     printf("%-28.28s %-9s %-6s %5.2f %-6s %8.4f %9llu %9llu %10llu %10llu "
-                           "%12llu %6.3f %6llu ",
+                           "%12llu %10llu %10llu %6.3f %6llu ",
                            prog.name, policy_items[i], memory, ratios[k], sim_result_name(o.result),
                            o.overhead, (unsigned long long)o.evictions,
                            (unsigned long long)o.remat_ops, (unsigned long long)o.search_ns_p50,
                            (unsigned long long)o.search_ns_p99,
-                           (unsigned long long)o.heuristic_evals, o.frag_at_evict,
+                           (unsigned long long)o.heuristic_evals, (unsigned long long)o.eq_walks,
+                           (unsigned long long)o.blocks_visited, o.frag_at_evict,
                            (unsigned long long)o.frag_failures);
                     if (want_min && min_ratio >= 0)
                         printf("%9.4f\n", min_ratio);

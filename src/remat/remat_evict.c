@@ -171,8 +171,9 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
 
 /* window_cost without the neighbourhood walk: a lower bound (classes are
  * never negative). */
-static double window_bound(void *owner, const arena_block *b, void *ctx)
+static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
+    (void)exact; /* never exact: c_eq needs the neighbours */
     (void)b;
     coop_remat *r = ctx;
     coop_tensor *t = owner;

@@ -86,6 +86,7 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
                                                        : opt->cheap_threshold,
         .window_cost = opt->window_cost,
         .plain_window_walk = opt->plain_window_walk != 0,
+        .eq_cache = !opt->no_eq_cache,
         .budget = out.budget,
         .remat_limit = limit,
     };
@@ -100,6 +101,8 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
     out.frag_failures = st.frag_failures;
     out.inplace_ops = st.inplace_ops;
     out.blocks_visited = st.blocks_visited;
+    out.eq_walks = st.eq_walks;
+    out.eq_neighbours = st.eq_neighbours;
     out.frag_at_evict = st.searches ? st.frag_sum / (double)st.searches : 0.0;
     if (st.searches) {
         qsort(st.search_ns, st.searches, sizeof *st.search_ns, cmp_u64);

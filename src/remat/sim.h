@@ -24,6 +24,9 @@ typedef struct sim_options {
     sim_window_cost window_cost;
     int plain_window_walk; /* coop in the arena: walk every block instead of
                             * skipping breaker runs (same windows; 0 default) */
+    int no_eq_cache;       /* dtr and coop: recompute c_eq by walking the
+                            * neighbours at every evaluation (same values; 0
+                            * default: cached class roots, see sim_runtime.h) */
 } sim_options;
 
 /* Options with the policy's defaults. */
@@ -43,6 +46,8 @@ typedef struct sim_outcome {
     double overhead; /* (base + recompute) / base */
     uint64_t evictions, remat_ops, heuristic_evals, frag_failures, inplace_ops;
     uint64_t blocks_visited; /* coop in the arena: blocks its window searches visited */
+    uint64_t eq_walks;       /* c_eq evaluations that walked the neighbours */
+    uint64_t eq_neighbours;  /* neighbours those walks visited */
     double frag_at_evict;    /* mean free bytes / budget at eviction searches */
     uint64_t search_ns_p50, search_ns_p99;
 } sim_outcome;

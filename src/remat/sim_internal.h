@@ -10,6 +10,32 @@
 
 #define SIM_NONE UINT32_MAX
 
+/* ---- the operator graph around a storage ---- */
+
+/* Iterates storage s's neighbours as DTR defines them: the storages of the
+ * inputs of the ops that made s's created tensors, and of those tensors'
+ * created consumers; each once, s itself not (sim_program.neighbours). */
+typedef struct sim_neighbours {
+    const sim_neighbour *next, *end;
+    uint32_t created; /* tensors created in the run so far */
+} sim_neighbours;
+
+static inline sim_neighbours sim_neighbours_of(const sim_runtime *rt, uint32_t s)
+{
+    const sim_program *p = rt->prog;
+    return (sim_neighbours){p->neighbours + p->neighbour_first[s],
+                            p->neighbours + p->neighbour_first[s + 1], rt->num_created_tensors};
+}
+
+/* The next neighbour's storage id in *n; false at the end. */
+static inline bool sim_neighbours_next(sim_neighbours *it, uint32_t *n)
+{
+    if (it->next == it->end || it->next->since >= it->created)
+        return false; /* by since: the rest is not created yet */
+    *n = it->next++->storage;
+    return true;
+}
+
 /* ---- runtime (sim_runtime.c) ---- */
 
 /* Marks s evicted (not material, its tensors undefined, out of the pool,
@@ -26,8 +52,32 @@ int sim_record_search(sim_stats *st, uint64_t ns);
 double sim_score(sim_runtime *rt, uint32_t s);
 /* simrd Heuristic.choose over the pool; SIM_NONE if the pool is empty. */
 uint32_t sim_choose(sim_runtime *rt);
-/* c_eq: s's compute plus its evicted neighbours' distinct classes (ns). */
+/* c_eq: s's compute plus its evicted neighbours' distinct classes (ns).
+ * With cfg.eq_cache, from s's cached class roots when still valid (O(roots)
+ * instead of a walk over its neighbours); the same value either way. */
 int64_t sim_eq_compute(sim_runtime *rt, uint32_t s);
+/* c_eq from s's cache alone: false (and nothing computed) without a valid
+ * one, or when a cached root has joined another class since (the set of
+ * classes changed). Inline: coop's window pass asks it for every block. */
+static inline bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out)
+{
+    const rt_storage *r = &rt->storages[s];
+    if (!r->eq_valid)
+        return false;
+    const uint32_t *roots = rt->eq_roots + r->eq_first;
+    int64_t compute = (int64_t)r->compute;
+    for (uint32_t j = 0; j < r->eq_num_roots; j++) {
+        if (!uf_is_root(&rt->uf, roots[j]))
+            return false;
+        compute += rt->uf.value[roots[j]];
+    }
+    *out = compute;
+    return true;
+}
+
+/* Forgets the cached c_eq of s's neighbours and of s (a neighbourhood
+ * changed: s was evicted or rematerialized, or a tensor was created). */
+void sim_eq_forget_around(sim_runtime *rt, uint32_t s);
 /* Bytes of the free blocks adjacent to s's block (arena model; 0 otherwise). */
 uint64_t sim_adjacent_free(sim_runtime *rt, uint32_t s);
 

@@ -60,34 +60,75 @@ static int64_t region_compute(sim_runtime *rt, uint32_t s, bool forward)
     return compute;
 }
 
+/* Remembers the class roots on the traversal stack as s's cache; a slot too
+ * small is replaced by a new one at the end of the roots array (the old one
+ * is not reused: slots only grow, doubling). */
+static void eq_remember(sim_runtime *rt, rt_storage *r)
+{
+    uint32_t k = rt->stack_len;
+    r->eq_valid = false;
+    if (k > UINT16_MAX)
+        return;
+    if (k > r->eq_cap) {
+        uint32_t cap = r->eq_cap ? r->eq_cap : 4;
+        while (cap < k)
+            cap *= 2;
+        if (cap > UINT16_MAX)
+            cap = UINT16_MAX;
+        if (rt->eq_roots_len + cap > UINT32_MAX ||
+            sim_grow((void **)&rt->eq_roots, &rt->eq_roots_cap, rt->eq_roots_len + cap,
+                     sizeof *rt->eq_roots))
+            return; /* out of host memory: not cached */
+        r->eq_first = (uint32_t)rt->eq_roots_len;
+        r->eq_cap = (uint16_t)cap;
+        rt->eq_roots_len += cap;
+    }
+    for (uint32_t j = 0; j < k; j++)
+        rt->eq_roots[r->eq_first + j] = rt->stack[j];
+    r->eq_num_roots = (uint16_t)k;
+    r->eq_valid = true;
+}
+
 int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
 {
-    const sim_program *p = rt->prog;
-    int64_t compute = (int64_t)rt->storages[s].compute;
+    rt_storage *me = &rt->storages[s];
+    int64_t compute;
+    if (sim_eq_cached(rt, s, &compute))
+        return compute;
+    compute = (int64_t)me->compute;
+    rt->stats.eq_walks++;
     rt->stack_len = 0; /* class roots seen: each class counts once */
-    const sim_storage *ss = &p->storages[s];
-    for (uint32_t k = 0; k < rt->storages[s].num_created; k++) {
-        const sim_tensor *t = &p->tensors[p->storage_tensors[ss->first_tensor + k]];
-        const sim_op *op = &p->ops[t->op];
-        uint32_t total = op->num_inputs + t->num_children;
-        for (uint32_t i = 0; i < total; i++) {
-            uint32_t u = i < op->num_inputs ? p->inputs[op->first_input + i]
-                                            : p->children[t->first_child + i - op->num_inputs];
-            if (i >= op->num_inputs && u >= rt->num_created_tensors)
-                break;
-            uint32_t n = p->tensors[u].storage;
-            rt_storage *r = &rt->storages[n];
-            if (r->material || n == s || r->ecn == SIM_NONE)
-                continue;
-            uint32_t root = uf_find(&rt->uf, r->ecn);
-            bool seen = false;
-            for (uint32_t j = 0; j < rt->stack_len && !seen; j++)
-                seen = rt->stack[j] == root;
-            if (!seen && !push(rt, root))
-                compute += rt->uf.value[root];
-        }
+    bool complete = true;
+    sim_neighbours it = sim_neighbours_of(rt, s);
+    uint32_t n;
+    while (sim_neighbours_next(&it, &n)) {
+        rt->stats.eq_neighbours++;
+        const rt_storage *r = &rt->storages[n];
+        if (r->material || n == s || r->ecn == SIM_NONE)
+            continue;
+        uint32_t root = uf_find(&rt->uf, r->ecn);
+        bool seen = false;
+        for (uint32_t j = 0; j < rt->stack_len && !seen; j++)
+            seen = rt->stack[j] == root;
+        if (seen)
+            continue;
+        if (push(rt, root))
+            complete = false; /* out of host memory: this class is not counted */
+        else
+            compute += rt->uf.value[root];
     }
+    if (rt->cfg.eq_cache && complete)
+        eq_remember(rt, me);
     return compute;
+}
+
+void sim_eq_forget_around(sim_runtime *rt, uint32_t s)
+{
+    rt->storages[s].eq_valid = false;
+    sim_neighbours it = sim_neighbours_of(rt, s);
+    uint32_t n;
+    while (sim_neighbours_next(&it, &n))
+        rt->storages[n].eq_valid = false;
 }
 
 uint64_t sim_adjacent_free(sim_runtime *rt, uint32_t s)

@@ -285,6 +285,68 @@ static coop_status build_edges(sim_program *p)
     return COOP_OK;
 }
 
+static int by_storage_then_since(const void *a, const void *b)
+{
+    const sim_neighbour *x = a, *y = b;
+    if (x->storage != y->storage)
+        return x->storage < y->storage ? -1 : 1;
+    return (x->since > y->since) - (x->since < y->since);
+}
+
+static int by_since_then_storage(const void *a, const void *b)
+{
+    const sim_neighbour *x = a, *y = b;
+    if (x->since != y->since)
+        return x->since < y->since ? -1 : 1;
+    return (x->storage > y->storage) - (x->storage < y->storage);
+}
+
+/* Each storage's distinct neighbours with the tensor whose creation first
+ * makes them neighbours: via tensor t's op inputs, from t on; via t's
+ * consumer u, from u on (u > t). Sorted by that tensor, so a walk over
+ * what exists stops at the first entry not yet created. */
+static coop_status build_neighbours(sim_program *p)
+{
+    size_t total = 0;
+    for (uint32_t t = 0; t < p->num_tensors; t++)
+        total += (size_t)p->ops[p->tensors[t].op].num_inputs + p->tensors[t].num_children;
+    p->neighbour_first = malloc(((size_t)p->num_storages + 1) * sizeof *p->neighbour_first);
+    p->neighbours = malloc((total + 1) * sizeof *p->neighbours);
+    if (!p->neighbour_first || !p->neighbours || total > UINT32_MAX)
+        return nomem();
+    uint32_t len = 0;
+    for (uint32_t s = 0; s < p->num_storages; s++) {
+        p->neighbour_first[s] = len;
+        uint32_t first = len;
+        const sim_storage *ss = &p->storages[s];
+        for (uint32_t k = 0; k < ss->num_tensors; k++) {
+            uint32_t t = p->storage_tensors[ss->first_tensor + k];
+            const sim_tensor *tt = &p->tensors[t];
+            const sim_op *op = &p->ops[tt->op];
+            for (uint32_t i = 0; i < op->num_inputs; i++) {
+                uint32_t n = p->tensors[p->inputs[op->first_input + i]].storage;
+                if (n != s)
+                    p->neighbours[len++] = (sim_neighbour){n, t};
+            }
+            for (uint32_t i = 0; i < tt->num_children; i++) {
+                uint32_t u = p->children[tt->first_child + i];
+                if (p->tensors[u].storage != s)
+                    p->neighbours[len++] = (sim_neighbour){p->tensors[u].storage, u};
+            }
+        }
+        /* distinct storages, each with its earliest tensor */
+        qsort(p->neighbours + first, len - first, sizeof *p->neighbours, by_storage_then_since);
+        uint32_t out = first;
+        for (uint32_t i = first; i < len; i++)
+            if (out == first || p->neighbours[out - 1].storage != p->neighbours[i].storage)
+                p->neighbours[out++] = p->neighbours[i];
+        len = out;
+        qsort(p->neighbours + first, len - first, sizeof *p->neighbours, by_since_then_storage);
+    }
+    p->neighbour_first[p->num_storages] = len;
+    return COOP_OK;
+}
+
 coop_status sim_program_build(const dtr_log *log, sim_program *out)
 {
     *out = (sim_program){0};
@@ -309,6 +371,8 @@ coop_status sim_program_build(const dtr_log *log, sim_program *out)
     }
     if (!st)
         st = build_edges(out);
+    if (!st)
+        st = build_neighbours(out);
     free(b.binding);
     free(b.bind_order);
     free(b.refs);
@@ -341,6 +405,8 @@ void sim_program_free(sim_program *p)
     free(p->inputs);
     free(p->children);
     free(p->storage_tensors);
+    free(p->neighbour_first);
+    free(p->neighbours);
     free(p->cmds);
     *p = (sim_program){0};
 }

@@ -67,6 +67,14 @@ typedef struct sim_storage {
     uint32_t num_tensors;
 } sim_storage;
 
+/* A storage's neighbour in the operator graph (DTR's: the storage of an input
+ * of one of its tensors' ops, or of a consumer of one of its tensors),
+ * present once tensor `since` has been created. */
+typedef struct sim_neighbour {
+    uint32_t storage;
+    uint32_t since; /* tensor id */
+} sim_neighbour;
+
 typedef struct sim_program {
     char *name; /* log file name without directories */
     sim_op *ops;
@@ -78,6 +86,10 @@ typedef struct sim_program {
     uint32_t *inputs;
     uint32_t *children;
     uint32_t *storage_tensors;
+    /* neighbours[neighbour_first[s] .. neighbour_first[s + 1]): s's distinct
+     * neighbour storages (s itself excluded), by since, then storage */
+    uint32_t *neighbour_first;
+    sim_neighbour *neighbours;
     sim_cmd *cmds;
     size_t num_cmds;
     uint64_t base_compute; /* sum of op costs: the unlimited run's compute */

@@ -137,21 +137,14 @@ int sim_mark_evicted(sim_runtime *rt, uint32_t s)
     r->ecn = uf_make(&rt->uf, (int64_t)r->compute);
     if (r->ecn == SIM_NONE)
         return -1;
-    const sim_storage *ss = &p->storages[s];
-    for (uint32_t k = 0; k < r->num_created; k++) {
-        const sim_tensor *t = &p->tensors[p->storage_tensors[ss->first_tensor + k]];
-        const sim_op *op = &p->ops[t->op];
-        uint32_t total = op->num_inputs + t->num_children;
-        for (uint32_t i = 0; i < total; i++) {
-            uint32_t u = i < op->num_inputs ? p->inputs[op->first_input + i]
-                                            : p->children[t->first_child + i - op->num_inputs];
-            if (i >= op->num_inputs && u >= rt->num_created_tensors)
-                break;
-            uint32_t n = p->tensors[u].storage;
-            rt_storage *q = &rt->storages[n];
-            if (!q->material && n != s && q->ecn != SIM_NONE)
-                uf_merge(&rt->uf, q->ecn, r->ecn);
-        }
+    r->eq_valid = false;
+    sim_neighbours it = sim_neighbours_of(rt, s);
+    uint32_t n;
+    while (sim_neighbours_next(&it, &n)) {
+        rt_storage *q = &rt->storages[n];
+        q->eq_valid = false; /* s now counts in its c_eq */
+        if (!q->material && n != s && q->ecn != SIM_NONE)
+            uf_merge(&rt->uf, q->ecn, r->ecn);
     }
     return 0;
 }
@@ -339,6 +332,7 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
             if (r->ecn != SIM_NONE) {
                 uf_add(&rt->uf, r->ecn, -(int64_t)r->compute);
                 r->ecn = SIM_NONE;
+                sim_eq_forget_around(rt, s); /* s no longer counts in their c_eq */
             }
             err = pool_add(rt, s);
         }
@@ -398,6 +392,26 @@ static sim_result materialize(sim_runtime *rt, uint32_t t, bool remat)
     return SIM_OK;
 }
 
+/* The op's new tensors give their storages new neighbours (the op's
+ * inputs), and the inputs' storages a new neighbour each (the outputs'
+ * storages): c_eq caches around them go, except that an output storage not
+ * evicted (a fresh one, usually) counts in nobody's c_eq, so the inputs'
+ * caches stay; its later eviction forgets them (sim_mark_evicted). */
+static void forget_around_new_tensors(sim_runtime *rt, const sim_op *op)
+{
+    const sim_program *p = rt->prog;
+    bool evicted_output = false;
+    for (uint32_t i = 0; i < op->num_outputs; i++) {
+        rt_storage *r = &rt->storages[p->tensors[op->first_output + i].storage];
+        r->eq_valid = false;
+        evicted_output |= !r->material && r->ecn != SIM_NONE;
+    }
+    if (!evicted_output)
+        return;
+    for (uint32_t i = 0; i < op->num_inputs; i++)
+        rt->storages[p->tensors[p->inputs[op->first_input + i]].storage].eq_valid = false;
+}
+
 /* simrd compute(): creates an op's tensors and materializes them. */
 static sim_result run_compute(sim_runtime *rt, uint32_t op_id)
 {
@@ -420,6 +434,8 @@ static sim_result run_compute(sim_runtime *rt, uint32_t op_id)
         rt->tensor_refs[t] = 1;
     }
     rt->num_created_tensors = op->first_output + op->num_outputs;
+    if (rt->uses_eq)
+        forget_around_new_tensors(rt, op);
     sim_result res = materialize(rt, op->first_output, false);
     if (res)
         return res;
@@ -526,6 +542,7 @@ static void runtime_free(sim_runtime *rt)
     free(rt->tensor_refs);
     free(rt->pool);
     free(rt->stack);
+    free(rt->eq_roots);
     free(rt->victims);
     uf_free(&rt->uf);
 }

@@ -55,6 +55,7 @@ typedef struct sim_config {
     sim_window_cost window_cost;
     bool plain_window_walk; /* arena coop: walk every block, no breaker index
                              * (same windows, slower: for tests and timing) */
+    bool eq_cache;          /* cache c_eq's class roots per storage (same values) */
     uint64_t budget;        /* bytes; UINT64_MAX = unlimited */
     uint64_t remat_limit;   /* ns of recomputation allowed (thrash beyond) */
 } sim_config;
@@ -72,6 +73,8 @@ typedef struct sim_stats {
     uint64_t searches;      /* eviction searches */
     uint64_t heuristic_evals;
     uint64_t blocks_visited; /* arena coop: blocks the window searches looked at */
+    uint64_t eq_walks;       /* c_eq evaluations that walked the neighbours (cache misses) */
+    uint64_t eq_neighbours;  /* neighbours those walks visited */
     uint64_t peak_memory;    /* most resident bytes */
     double frag_sum;         /* sum over searches of free bytes / budget */
     uint64_t frag_failures;  /* searches although free bytes >= request */
@@ -93,6 +96,14 @@ typedef struct rt_storage {
     uint64_t placed;      /* arena model: bytes allocated for it (rounded) */
     bool material, pinned;
     bool breaking; /* arena model: its block is in the breaker index */
+    /* c_eq cache: the distinct class roots of its evicted neighbours,
+     * eq_roots[eq_first .. +eq_num_roots) of the runtime (a slot of eq_cap).
+     * Valid while no neighbour was evicted or rematerialized, no tensor was
+     * created on it or next to an evicted one, and every root is still a
+     * root; the classes' values are read fresh. */
+    bool eq_valid;
+    uint16_t eq_num_roots, eq_cap;
+    uint32_t eq_first;
 } rt_storage;
 
 struct coop_pool;
@@ -126,6 +137,8 @@ typedef struct sim_runtime {
     uint32_t pool_len, pool_live, pool_cap;
     union_find uf;
     uint32_t mark_epoch;
+    uint32_t *eq_roots; /* storages' cached class roots (rt_storage.eq_first) */
+    size_t eq_roots_len, eq_roots_cap;
     uint32_t *stack; /* traversal stack */
     uint32_t stack_len;
     size_t stack_cap;

@@ -15,11 +15,16 @@ uint32_t uf_make(union_find *uf, int64_t value)
         if (!value_arr)
             return UINT32_MAX;
         uf->value = value_arr;
+        uint32_t *members = realloc(uf->members, cap * sizeof *members);
+        if (!members)
+            return UINT32_MAX;
+        uf->members = members;
         uf->cap = cap;
     }
     uint32_t x = uf->count++;
     uf->parent[x] = x;
     uf->value[x] = value;
+    uf->members[x] = 1;
     return x;
 }
 
@@ -41,8 +46,14 @@ uint32_t uf_merge(union_find *uf, uint32_t a, uint32_t b)
     uint32_t ra = uf_find(uf, a), rb = uf_find(uf, b);
     if (ra == rb)
         return rb;
+    if (uf->members[ra] > uf->members[rb]) { /* union by size */
+        uint32_t t = ra;
+        ra = rb;
+        rb = t;
+    }
     uf->parent[ra] = rb;
     uf->value[rb] += uf->value[ra];
+    uf->members[rb] += uf->members[ra];
     return rb;
 }
 
@@ -55,5 +66,6 @@ void uf_free(union_find *uf)
 {
     free(uf->parent);
     free(uf->value);
+    free(uf->members);
     *uf = (union_find){0};
 }

@@ -14,6 +14,7 @@
 typedef struct union_find {
     uint32_t *parent; /* parent[i] == i for roots */
     int64_t *value;
+    uint32_t *members; /* nodes in the class (meaningful at roots) */
     uint32_t count, cap;
 } union_find;
 
@@ -24,9 +25,16 @@ uint32_t uf_make(union_find *uf, int64_t value);
 /* The root of x's class (with path compression). */
 uint32_t uf_find(union_find *uf, uint32_t x);
 
-/* Merges the classes of a and b (b's root becomes the root); the new root's
- * value is the sum. Returns the root. */
+/* Merges the classes of a and b; the new root's value is the sum. The
+ * larger class's root stays the root (ties: b's), so finds stay shallow and
+ * a big class keeps its root while small ones join it (callers may cache
+ * roots and check them with uf_is_root). Returns the root. */
 uint32_t uf_merge(union_find *uf, uint32_t a, uint32_t b);
+
+static inline int uf_is_root(const union_find *uf, uint32_t x)
+{
+    return uf->parent[x] == x;
+}
 
 static inline int64_t uf_value(union_find *uf, uint32_t x)
 {

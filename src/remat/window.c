@@ -1,6 +1,8 @@
 /* Sliding-window search over address-ordered blocks (window.h). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "remat/window.h"
 
@@ -9,7 +11,7 @@
  * than pruned, so near-ties are decided on exact sums. */
 #define BOUND_SLACK 1e-9
 
-static int reserve(window_scratch *s, size_t n)
+int window_scratch_reserve(window_scratch *s, size_t n)
 {
     if (n <= s->cap)
         return 0;
@@ -32,6 +34,13 @@ static int reserve(window_scratch *s, size_t n)
     if (!wc)
         return -1;
     s->cands = wc;
+    /* write the new parts once: their pages are then mapped before a
+     * search walks into them */
+    size_t old = s->cap;
+    memset(s->lower + old, 0, (cap - old) * sizeof *s->lower);
+    memset(s->costs + old, 0, (cap - old) * sizeof *s->costs);
+    memset(s->blocks + old, 0, (cap - old) * sizeof *s->blocks);
+    memset(s->cands + old, 0, (cap - old) * sizeof *s->cands);
     s->cap = cap;
     return 0;
 }
@@ -41,17 +50,34 @@ static double key_of(window_objective objective, double cost, uint64_t bytes)
     return objective == WINDOW_PER_BYTE ? cost / (double)bytes : cost;
 }
 
+/* key_of(a, a_bytes) < key_of(b, b_bytes) without dividing (the pass does
+ * this for every candidate: a division's latency there was a third of the
+ * pass's time). Only orders the evaluation; choices use key_of. */
+static bool key_less(window_objective objective, double a, uint64_t a_bytes, double b,
+                     uint64_t b_bytes)
+{
+    return objective == WINDOW_PER_BYTE ? a * (double)b_bytes < b * (double)a_bytes : a < b;
+}
+
+/* key_of(sum, bytes) > limit without dividing. */
+static bool key_above(window_objective objective, double sum, uint64_t bytes, double limit)
+{
+    return objective == WINDOW_PER_BYTE ? sum > limit * (double)bytes : sum > limit;
+}
+
 /* One search: the blocks walked (blocks[0 .. n), bounds in lower[], exact
  * costs or NAN in costs[]) and the minimal covering windows found
- * (cands[0 .. num_cands), in the order of their right ends). */
+ * (cands[0 .. num_cands), in the order of their right ends; cands[seed]
+ * the first with the smallest bound key). */
 typedef struct search {
     uint64_t size;
     window_objective objective;
-    window_cost_fn cost, bound;
+    window_cost_fn cost;
+    window_bound_fn bound;
     void *ctx;
     window_scratch *scratch;
     window *out;
-    size_t n, num_cands;
+    size_t n, num_cands, seed;
 } search;
 
 /* The two-pointer pass over the blocks from first up to stop (exclusive,
@@ -61,20 +87,26 @@ typedef struct search {
 static int scan(search *q, arena_block *first, const arena_block *stop)
 {
     window_scratch *s = q->scratch;
-    window *out = q->out;
-    uint64_t run_size = 0;
+    uint64_t run_size = 0, visited = 0;
     double run_lower = 0;
-    size_t head = q->n; /* the run: blocks[head .. q->n) */
+    /* the search's counters in locals (the callbacks could alias them as
+     * far as the compiler knows), written back at the end */
+    size_t n = q->n, num_cands = q->num_cands, seed = q->seed;
+    size_t head = n; /* the run: blocks[head .. n) */
+    int err = 0;
     for (arena_block *b = first; b != stop; b = b->next) {
-        out->blocks_visited++;
+        visited++;
         double lb, ex = NAN;
         if (b->state == COOP_BLOCK_FREE) {
             lb = ex = 0;
         } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
             if (q->bound) {
-                lb = q->bound(b->owner, b, q->ctx);
+                bool exact = false;
+                lb = q->bound(b->owner, b, q->ctx, &exact);
+                if (exact)
+                    ex = lb;
             } else {
-                out->evals++;
+                q->out->evals++;
                 lb = ex = q->cost(b->owner, b, q->ctx);
             }
         } else {
@@ -83,15 +115,17 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         if (lb < 0) { /* breaks every run through b */
             run_size = 0;
             run_lower = 0;
-            head = q->n;
+            head = n;
             continue;
         }
-        if (reserve(s, q->n + 1))
-            return -2;
-        s->blocks[q->n] = b;
-        s->lower[q->n] = lb;
-        s->costs[q->n] = ex;
-        q->n++;
+        if (n == s->cap && window_scratch_reserve(s, n + 1)) {
+            err = -2;
+            break;
+        }
+        s->blocks[n] = b;
+        s->lower[n] = lb;
+        s->costs[n] = ex;
+        n++;
         run_size += b->size;
         run_lower += lb;
         while (run_size - s->blocks[head]->size >= q->size) {
@@ -101,13 +135,20 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         }
         if (run_size < q->size)
             continue;
-        s->cands[q->num_cands++] = (window_candidate){
-            .head = head,
-            .tail = q->n,
-            .size = run_size,
-            .lower_key = key_of(q->objective, run_lower < 0 ? 0 : run_lower, run_size)};
+        window_candidate *c = &s->cands[num_cands];
+        *c = (window_candidate){
+            .head = head, .tail = n, .size = run_size, .lower_sum = run_lower < 0 ? 0 : run_lower};
+        const window_candidate *best = &s->cands[seed];
+        if (!num_cands ||
+            key_less(q->objective, c->lower_sum, c->size, best->lower_sum, best->size))
+            seed = num_cands;
+        num_cands++;
     }
-    return 0;
+    q->out->blocks_visited += visited;
+    q->n = n;
+    q->num_cands = num_cands;
+    q->seed = seed;
+    return err;
 }
 
 /* Exact cost of block i, evaluated at most once per search. */
@@ -135,11 +176,7 @@ static int choose(search *q, window_candidate *best, double *best_cost)
     window_scratch *s = q->scratch;
     if (!q->num_cands)
         return -1;
-    size_t seed = 0;
-    for (size_t i = 1; i < q->num_cands; i++)
-        if (s->cands[i].lower_key < s->cands[seed].lower_key)
-            seed = i;
-    *best = s->cands[seed];
+    *best = s->cands[q->seed];
     *best_cost = 0;
     for (size_t i = best->head; i < best->tail; i++)
         *best_cost += block_cost(q, i);
@@ -148,7 +185,7 @@ static int choose(search *q, window_candidate *best, double *best_cost)
     double sum = 0;
     for (size_t k = 0; k < q->num_cands; k++) {
         const window_candidate *c = &s->cands[k];
-        if (c->lower_key > best_key * (1 + BOUND_SLACK))
+        if (key_above(q->objective, c->lower_sum, c->size, best_key * (1 + BOUND_SLACK)))
             continue;
         if (c->head >= ev_tail) {
             ev_head = ev_tail = c->head;
@@ -170,17 +207,17 @@ static int choose(search *q, window_candidate *best, double *best_cost)
 }
 
 int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
-                  window_cost_fn bound, void *ctx, window_scratch *scratch, window *out)
+                  window_bound_fn bound, void *ctx, window_scratch *scratch, window *out)
 {
     return window_search_indexed(a, size, objective, cost, bound, ctx, NULL, scratch, out);
 }
 
 int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
-                          window_cost_fn cost, window_cost_fn bound, void *ctx,
+                          window_cost_fn cost, window_bound_fn bound, void *ctx,
                           const breaker_index *breakers, window_scratch *scratch, window *out)
 {
     *out = (window){.cost = -1};
-    search q = {size, objective, cost, bound, ctx, scratch, out, 0, 0};
+    search q = {size, objective, cost, bound, ctx, scratch, out, 0, 0, 0};
     size_t r = 0; /* next breaker run, address order (segments are too) */
     for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
         if (!breakers) {

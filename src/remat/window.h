@@ -23,6 +23,7 @@
 #ifndef COOP_REMAT_WINDOW_H
 #define COOP_REMAT_WINDOW_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "arena.h"
@@ -38,6 +39,11 @@ typedef enum window_objective {
 /* Cost of evicting the owner of an allocated block, or WINDOW_BLOCKED. */
 typedef double (*window_cost_fn)(void *owner, const arena_block *block, void *ctx);
 
+/* A cheap lower bound of that cost, or WINDOW_BLOCKED exactly when the cost
+ * is. Sets *exact (false on entry) when the value returned is the cost
+ * itself, known cheaply (cached): the block is then never evaluated. */
+typedef double (*window_bound_fn)(void *owner, const arena_block *block, void *ctx, bool *exact);
+
 typedef struct window {
     arena_block *first, *last; /* inclusive, address order, same segment */
     uintptr_t addr;            /* first->addr */
@@ -49,11 +55,12 @@ typedef struct window {
 } window;
 
 /* A minimal covering window found by the pass: blocks[head .. tail) of
- * the scratch arrays, its bytes and the key of its summed lower bounds. */
+ * the scratch arrays, its bytes and the sum of its blocks' lower bounds
+ * (exact where every block's bound was). */
 typedef struct window_candidate {
     size_t head, tail;
     uint64_t size;
-    double lower_key;
+    double lower_sum;
 } window_candidate;
 
 /* Scratch memory reused across searches (the blocks walked, their bounds
@@ -66,16 +73,22 @@ typedef struct window_scratch {
     size_t cap;
 } window_scratch;
 
+/* Makes room in s for searches that walk up to n blocks, so that searches
+ * allocate nothing (and touch no fresh page) until they walk more. 0, or -1
+ * when host memory runs out. */
+int window_scratch_reserve(window_scratch *s, size_t n);
+
 /* 0 and *out on success; -1 when no run covers size bytes (out->blocks_visited
  * and out->evals still count the work); -2 when host memory runs out.
  * bound (may be NULL) is a cheap lower bound of cost that also says which
  * blocks are blocked: the pass then records every minimal covering window
  * with its summed bound; the window with the smallest bound is evaluated
  * exactly first, then only windows whose bound can still reach the best
- * exact key (each block at most once), which gives the same window as
- * evaluating every block. */
+ * exact key (each block at most once, blocks whose bound was exact never),
+ * which gives the same window as evaluating every block. out->evals counts
+ * calls of cost only. */
 int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
-                  window_cost_fn bound, void *ctx, window_scratch *scratch, window *out);
+                  window_bound_fn bound, void *ctx, window_scratch *scratch, window *out);
 
 /* window_search, skipping the blocks of breakers' runs (each in O(1)) and
  * every gap between runs smaller than size without visiting it: the same
@@ -83,7 +96,7 @@ int window_search(const arena *a, uint64_t size, window_objective objective, win
  * breaks windows (blocked by bound, or by cost without bound). NULL
  * breakers: window_search. */
 int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
-                          window_cost_fn cost, window_cost_fn bound, void *ctx,
+                          window_cost_fn cost, window_bound_fn bound, void *ctx,
                           const breaker_index *breakers, window_scratch *scratch, window *out);
 
 void window_scratch_free(window_scratch *s);
