@@ -104,11 +104,10 @@ _Static_assert(sizeof(arena_block) == 64, "block records are one cache line");
  * is a one-byte store, and the next read of the size (an eight-byte load of
  * that word, on nearly every path) cannot be forwarded from it: the load
  * waits for the store to retire. perf put a third of carve's samples on that
- * stall. These setters change the word in a register and store all of it. */
-/* Bit positions of state and counted_split in size_word_: bitfields are
- * allocated from the least significant bit on the ABIs coop builds for
- * (System V x86-64 and AArch64); tests/arena_test checks these setters
- * against the bitfields. */
+ * stall. These setters change the word in a register and store all of it.
+ * The bit positions assume bitfields allocated from the least significant
+ * bit, as on the ABIs coop builds for (System V x86-64 and AArch64);
+ * tests/arena_test checks the setters against the bitfields. */
 #define BLOCK_STATE_SHIFT BLOCK_SIZE_BITS
 #define BLOCK_COUNTED_SHIFT (BLOCK_SIZE_BITS + 2)
 
