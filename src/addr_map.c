@@ -37,11 +37,12 @@ static void place(addr_map *m, uintptr_t key, void *value)
     m->slots[i].value = value;
 }
 
-/* Rebuilds the table larger so that extra more entries fit at load <= 1/2. */
+/* Rebuilds the table larger: six slots per entry, so that it runs a while
+ * below ADDR_MAP_MAX_LOAD before the next rebuild. */
 coop_status addr_map_grow(addr_map *m, size_t extra)
 {
     unsigned log2_slots = 64u - m->shift;
-    while (((size_t)1 << log2_slots) < 3 * (m->count + extra))
+    while (((size_t)1 << log2_slots) < 6 * (m->count + extra))
         log2_slots++;
     addr_map old = *m;
     coop_status st = alloc_table(m, log2_slots);

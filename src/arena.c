@@ -34,8 +34,7 @@ static coop_status reserve_records_slow(arena *a, int n)
 /* Every allocation calls this; free records and map room are nearly always there. */
 static inline coop_status reserve_records(arena *a, int n)
 {
-    if (__builtin_expect(
-            a->records.num_free >= (size_t)n && 2 * (a->map.count + 1) <= a->map.mask + 1, 1))
+    if (__builtin_expect(a->records.num_free >= (size_t)n && addr_map_has_room(&a->map, 1), 1))
         return COOP_OK;
     return reserve_records_slow(a, n);
 }
