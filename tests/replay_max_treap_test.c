@@ -77,9 +77,17 @@ static void matches_model(void **unused)
                 assert_ptr_equal(self, &it->link);
                 max_treap_set_weight(self, next() % 100000);
                 hi = max_treap_merge(self, hi);
-            } else {
+            } else if (next() % 2) {
                 assert_ptr_equal(max_treap_pop_first(&hi), &it->link);
                 it->present = false;
+            } else {
+                /* removal by descent, from the whole tree */
+                root = max_treap_merge(lo, hi);
+                max_treap_remove(&root, &it->link, key_before, &it->key);
+                assert_null(it->link.left);
+                assert_null(it->link.right);
+                it->present = false;
+                max_treap_split(root, key_before, &it->key, &lo, &hi);
             }
         } else {
             max_treap_node_init(&it->link, next() % 100000, max_treap_mix(it->key));

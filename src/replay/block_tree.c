@@ -33,13 +33,9 @@ void block_tree_insert(block_tree *tree, block_tree_node *node)
     tree->count++;
 }
 
-/* Keys are unique: node is the first of the nodes not before it. */
 void block_tree_remove(block_tree *tree, block_tree_node *node)
 {
-    max_treap_node *lo, *hi;
-    max_treap_split(tree->root, before, node, &lo, &hi);
-    max_treap_pop_first(&hi);
-    tree->root = max_treap_merge(lo, hi);
+    max_treap_remove(&tree->root, &node->link, before, node);
     tree->count--;
 }
 

@@ -13,16 +13,6 @@ uint64_t max_treap_mix(uint64_t x)
     return x;
 }
 
-static void update(max_treap_node *n)
-{
-    uint64_t m = n->weight;
-    if (max_treap_max(n->left) > m)
-        m = max_treap_max(n->left);
-    if (max_treap_max(n->right) > m)
-        m = max_treap_max(n->right);
-    n->subtree_max = m;
-}
-
 void max_treap_node_init(max_treap_node *n, uint64_t weight, uint64_t priority)
 {
     *n = (max_treap_node){.priority = priority, .weight = weight, .subtree_max = weight};
@@ -31,24 +21,7 @@ void max_treap_node_init(max_treap_node *n, uint64_t weight, uint64_t priority)
 void max_treap_set_weight(max_treap_node *n, uint64_t weight)
 {
     n->weight = weight;
-    update(n);
-}
-
-void max_treap_split(max_treap_node *t, max_treap_before before, const void *pivot,
-                     max_treap_node **lo, max_treap_node **hi)
-{
-    if (!t) {
-        *lo = *hi = NULL;
-        return;
-    }
-    if (before(t, pivot)) {
-        max_treap_split(t->right, before, pivot, &t->right, hi);
-        *lo = t;
-    } else {
-        max_treap_split(t->left, before, pivot, lo, &t->left);
-        *hi = t;
-    }
-    update(t);
+    max_treap_update(n);
 }
 
 max_treap_node *max_treap_merge(max_treap_node *a, max_treap_node *b)
@@ -59,11 +32,11 @@ max_treap_node *max_treap_merge(max_treap_node *a, max_treap_node *b)
         return a;
     if (a->priority > b->priority) {
         a->right = max_treap_merge(a->right, b);
-        update(a);
+        max_treap_update(a);
         return a;
     }
     b->left = max_treap_merge(a, b->left);
-    update(b);
+    max_treap_update(b);
     return b;
 }
 
@@ -75,11 +48,11 @@ max_treap_node *max_treap_pop_first(max_treap_node **t)
         max_treap_node *first = *t;
         *t = first->right;
         first->right = NULL;
-        update(first);
+        max_treap_update(first);
         return first;
     }
     max_treap_node *first = max_treap_pop_first(&(*t)->left);
-    update(*t);
+    max_treap_update(*t);
     return first;
 }
 
@@ -91,10 +64,10 @@ max_treap_node *max_treap_pop_last(max_treap_node **t)
         max_treap_node *last = *t;
         *t = last->left;
         last->left = NULL;
-        update(last);
+        max_treap_update(last);
         return last;
     }
     max_treap_node *last = max_treap_pop_last(&(*t)->right);
-    update(*t);
+    max_treap_update(*t);
     return last;
 }
