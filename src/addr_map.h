@@ -117,13 +117,8 @@ static inline void addr_map_remove(addr_map *m, uintptr_t key)
 
 static inline void *addr_map_find(const addr_map *m, uintptr_t key)
 {
-    size_t i = addr_map_home(m, key);
-    while (m->slots[i].key) {
-        if (m->slots[i].key == key)
-            return m->slots[i].value;
-        i = (i + 1) & m->mask;
-    }
-    return NULL;
+    size_t i = addr_map_find_slot(m, key);
+    return i == SIZE_MAX ? NULL : m->slots[i].value;
 }
 
 #endif
