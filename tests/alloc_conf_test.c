@@ -19,7 +19,7 @@ static coop_alloc_conf parse_ok(const char *text)
     coop_alloc_conf conf;
     coop_status st = coop_alloc_conf_parse(text, &conf);
     if (st != COOP_OK)
-        fail_msg("'%s' should parse: %s", text, coop_last_error());
+        fail_msg("'%s' should parse: %s", text ? text : "(null)", coop_last_error());
     return conf;
 }
 

@@ -87,7 +87,7 @@ static coop_status convert(events_builder *b, const dtr_instr *in)
 {
     const dtr_log *log = b->log;
     coop_status st = COOP_OK;
-    uint32_t s;
+    uint32_t s = 0; /* set by new_storage before use; -O3 cannot see it */
     switch (in->kind) {
     case DTR_CONSTANT:
         if ((st = new_storage(b, &s)) || (st = push(b, TRACE_ALLOC, s, in->memory, 0)))

@@ -172,7 +172,7 @@ coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *le
 {
     *data = NULL;
     *len = 0;
-    gzFile gz;
+    gzFile gz = NULL; /* set by open_gz; initialized for -O3's maybe-uninitialized */
     coop_status st = open_gz(path, &gz);
     if (st != COOP_OK)
         return st;
@@ -221,7 +221,7 @@ coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *le
 coop_status trace_input_peek(const char *path, unsigned char *buf, size_t cap, size_t *len)
 {
     *len = 0;
-    gzFile gz;
+    gzFile gz = NULL;
     coop_status st = open_gz(path, &gz);
     if (st != COOP_OK)
         return st;
