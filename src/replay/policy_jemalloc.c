@@ -39,7 +39,9 @@
 typedef struct jemalloc_state {
     extent_hooks_t hooks; /* first member: the hooks pointer leads back to the state */
     unsigned arena;
-    int flags; /* mallocx/dallocx flags: this arena, no thread cache */
+    /* mallocx/dallocx flags: this arena, no thread cache (a cached block
+     * would be free to the replay but not to the arena) */
+    int flags;
     char *range;
     uint64_t range_size, range_used; /* bump pointer over the reservation */
     uint64_t capacity, committed, map_bytes, active;
