@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Checks `coop replay --json` output against the replay issue's done criteria.
+
+Usage:
+  coop replay --json traces/*.trace.gz ../shared/workloads/torch-snapshots/*.gz > main.jsonl
+  coop replay --json --page 512 ../shared/workloads/minimalloc/*.csv > minimalloc.jsonl
+  scripts/check_replay_criteria.py main.jsonl [--minimalloc minimalloc.jsonl]
+
+Per trace of main.jsonl (each needs coop, torch and jemalloc rows; snapshots also a
+recorded row):
+  capacity  coop min_capacity_bytes <= 1.02 x peak_live_bytes
+  map       coop map_bytes <= 2 x peak_live_bytes
+  vs-torch  coop min_capacity_bytes < torch's (and < recorded's where present)
+  speed     coop ns_per_op <= jemalloc's (same run)
+  torch-rec torch peak_reserved_bytes within 5% of recorded's (snapshots only)
+Per minimalloc CSV: coop min_capacity_bytes <= jemalloc's, and every policy's figure
+against the offline optimum in the file name (A.1048576.csv: 1,048,576 bytes).
+
+Prints one line per check and a summary; exits 1 if any check fails, 2 on bad input.
+"""
+import argparse
+import json
+import re
+import sys
+
+
+NUMBERS = ("peak_live_bytes", "peak_reserved_bytes", "min_capacity_bytes", "map_bytes", "ns_per_op")
+
+
+def die(message):
+    print(f"check_replay_criteria: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load(path):
+    rows = {}
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        die(f"{path}: {e.strerror}")
+    with f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                rows.setdefault(r["trace"], {})[r["policy"]] = r
+            except (ValueError, KeyError, TypeError) as e:
+                die(f"{path}:{lineno}: not a coop replay JSON row ({e})")
+            for key in NUMBERS:
+                v = r.get(key)
+                if isinstance(v, bool) or not isinstance(v, (int, float, type(None))):
+                    die(f"{path}:{lineno}: {key} is {v!r}, not a number or null")
+            if not r.get("peak_live_bytes"):
+                die(f"{path}:{lineno}: peak_live_bytes is missing or zero")
+    return rows
+
+
+def need(rows, trace, policy, path):
+    if policy not in rows[trace]:
+        die(f"{path}: no {policy} row for {trace} (run coop replay with the default policies)")
+    return rows[trace][policy]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("main", help="coop replay --json output for traces and snapshots")
+    ap.add_argument("--minimalloc", help="coop replay --json --page 512 output for the CSVs")
+    args = ap.parse_args()
+
+    results = []  # (ok, text)
+
+    def check(ok, text):
+        results.append((ok, text))
+        print(("ok   " if ok else "FAIL ") + text)
+
+    rows = load(args.main)
+    for trace in sorted(rows):
+        coop = need(rows, trace, "coop", args.main)
+        torch = need(rows, trace, "torch", args.main)
+        jem = need(rows, trace, "jemalloc", args.main)
+        live = coop["peak_live_bytes"]
+        cap = coop["min_capacity_bytes"]
+        if cap is None:
+            check(False, f"{trace}: coop has no minimum capacity (does not fit --capacity)")
+            continue
+        check(cap <= 1.02 * live, f"{trace}: capacity coop {cap / live:.4f} x peak live (<= 1.02)")
+        check(coop["map_bytes"] <= 2 * live,
+              f"{trace}: map coop {coop['map_bytes'] / live:.4f} x peak live (<= 2)")
+        rivals = [("torch", torch)]
+        if "recorded" in rows[trace]:
+            rivals.append(("recorded", rows[trace]["recorded"]))
+        for name, r in rivals:
+            other = r["min_capacity_bytes"]
+            check(other is not None and cap < other,
+                  f"{trace}: vs-{name} coop {cap:,} < {name} {other if other is None else f'{other:,}'}")
+        cns, jns = coop["ns_per_op"], jem["ns_per_op"]
+        check(cns is not None and jns is not None and cns <= jns,
+              f"{trace}: speed coop {cns} <= jemalloc {jns} ns/op")
+        if "recorded" in rows[trace]:
+            rec = rows[trace]["recorded"]["peak_reserved_bytes"]
+            diff = torch["peak_reserved_bytes"] / rec - 1
+            check(abs(diff) <= 0.05,
+                  f"{trace}: torch-rec torch peak reserved {diff:+.2%} vs recorded (within 5%)")
+
+    if args.minimalloc:
+        mrows = load(args.minimalloc)
+        for trace in sorted(mrows):
+            coop = need(mrows, trace, "coop", args.minimalloc)
+            jem = need(mrows, trace, "jemalloc", args.minimalloc)
+            m = re.search(r"\.(\d+)\.csv", trace)
+            optimum = int(m.group(1)) if m else None
+            cap, jcap = coop["min_capacity_bytes"], jem["min_capacity_bytes"]
+            check(cap is not None and jcap is not None and cap <= jcap,
+                  f"{trace}: minimalloc coop {cap} <= jemalloc {jcap}")
+            if optimum:
+                figures = ", ".join(
+                    f"{p} {r['min_capacity_bytes'] / optimum:.4f}"
+                    for p, r in sorted(mrows[trace].items())
+                    if r.get("min_capacity_bytes") is not None)
+                print(f"     {trace}: min capacity / offline optimum {optimum:,}: {figures}")
+
+    failed = sum(1 for ok, _ in results if not ok)
+    print(f"{len(results) - failed} checks passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Tests scripts/check_replay_criteria.py on hand-made replay rows: each
+criterion passes and fails where it should, and bad input is refused with
+the file and line (exit 2). Standard library only."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "check_replay_criteria.py")
+GIB = 1 << 30
+
+
+def row(trace, policy, live=10 * GIB, cap=None, mapped=None, ns=40.0, reserved=None):
+    return {"trace": trace, "policy": policy, "events": 100, "peak_live_bytes": live,
+            "peak_reserved_bytes": reserved if reserved is not None else cap,
+            "reserved_over_live": 1.0, "min_capacity_bytes": cap, "map_bytes": mapped,
+            "frag_mean": 0.1, "frag_max": 0.2, "ns_per_op": ns}
+
+
+def good_trace(name="t.trace.gz"):
+    return [row(name, "coop", cap=int(10.1 * GIB), mapped=int(10.2 * GIB), ns=40.0),
+            row(name, "torch", cap=11 * GIB, mapped=11 * GIB, ns=60.0),
+            row(name, "jemalloc", cap=12 * GIB, mapped=12 * GIB, ns=41.0)]
+
+
+class CheckReplayCriteria(unittest.TestCase):
+    def run_script(self, rows, *extra, raw=None):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write(raw if raw is not None else "".join(json.dumps(r) + "\n" for r in rows))
+        self.addCleanup(os.unlink, f.name)
+        p = subprocess.run([sys.executable, SCRIPT, f.name, *extra], capture_output=True,
+                           text=True)
+        return p.returncode, p.stdout, p.stderr, f.name
+
+    def test_all_met(self):
+        rc, out, _, _ = self.run_script(good_trace())
+        self.assertEqual(rc, 0, out)
+        self.assertIn("4 checks passed, 0 failed", out)
+
+    def test_each_criterion_fails(self):
+        cases = {
+            "capacity": lambda rs: rs[0].update(min_capacity_bytes=int(10.3 * GIB)),
+            "map": lambda rs: rs[0].update(map_bytes=21 * GIB),
+            "vs-torch": lambda rs: rs[1].update(min_capacity_bytes=int(10.05 * GIB)),
+            "speed": lambda rs: rs[2].update(ns_per_op=39.0),
+        }
+        for name, spoil in cases.items():
+            rows = good_trace()
+            spoil(rows)
+            rc, out, _, _ = self.run_script(rows)
+            self.assertEqual(rc, 1, name)
+            failing = [l for l in out.splitlines() if l.startswith("FAIL")]
+            self.assertEqual(len(failing), 1, out)
+            self.assertIn(f": {name} ", failing[0])
+
+    def test_recorded_rows(self):
+        rows = good_trace("s.pickle.gz")
+        rows.append(row("s.pickle.gz", "recorded", cap=11 * GIB, ns=None))
+        rc, out, _, _ = self.run_script(rows)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("vs-recorded", out)
+        self.assertIn("torch-rec torch peak reserved +0.00%", out)
+        rows[-1]["peak_reserved_bytes"] = 12 * GIB  # torch 8.3% below recorded
+        rc, out, _, _ = self.run_script(rows)
+        self.assertEqual(rc, 1)
+        self.assertIn("FAIL s.pickle.gz: torch-rec", out)
+
+    def test_minimalloc(self):
+        mm = [row("A.1048576.csv", "coop", live=900000, cap=1048576, mapped=1048576),
+              row("A.1048576.csv", "jemalloc", live=900000, cap=1200000, mapped=1200000)]
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write("".join(json.dumps(r) + "\n" for r in mm))
+        self.addCleanup(os.unlink, f.name)
+        rc, out, _, _ = self.run_script(good_trace(), "--minimalloc", f.name)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("coop 1.0000, jemalloc 1.1444", out)
+
+    def test_bad_input(self):
+        rc, _, err, path = self.run_script(None, raw=json.dumps(good_trace()[0]) + "\n{oops\n")
+        self.assertEqual(rc, 2)
+        self.assertIn(f"{path}:2:", err)
+        bad = good_trace()
+        bad[0]["ns_per_op"] = "fast"
+        rc, _, err, path = self.run_script(bad)
+        self.assertEqual(rc, 2)
+        self.assertIn(f"{path}:1: ns_per_op is 'fast'", err)
+        rc, _, err, _ = self.run_script(good_trace()[:2])  # no jemalloc row
+        self.assertEqual(rc, 2)
+        self.assertIn("no jemalloc row for t.trace.gz", err)
+        p = subprocess.run([sys.executable, SCRIPT, "/nonexistent.jsonl"], capture_output=True,
+                           text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("/nonexistent.jsonl", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
