@@ -34,6 +34,10 @@ int window_scratch_reserve(window_scratch *s, size_t n)
     if (!wc)
         return -1;
     s->cands = wc;
+    uint64_t *sz = realloc(s->sizes, cap * sizeof *sz);
+    if (!sz)
+        return -1;
+    s->sizes = sz;
     /* write the new parts once: their pages are then mapped before a
      * search walks into them */
     size_t old = s->cap;
@@ -41,32 +45,33 @@ int window_scratch_reserve(window_scratch *s, size_t n)
     memset(s->costs + old, 0, (cap - old) * sizeof *s->costs);
     memset(s->blocks + old, 0, (cap - old) * sizeof *s->blocks);
     memset(s->cands + old, 0, (cap - old) * sizeof *s->cands);
+    memset(s->sizes + old, 0, (cap - old) * sizeof *s->sizes);
     s->cap = cap;
     return 0;
 }
 
-static double key_of(window_objective objective, double cost, uint64_t bytes)
+/* (double)bytes: the same value through a signed conversion, one
+ * instruction on x86-64 where an unsigned one is a branchy sequence (byte
+ * counts of one arena are far below 2^63, where both round alike). */
+static inline double bytes_to_double(uint64_t bytes)
 {
-    return objective == WINDOW_PER_BYTE ? cost / (double)bytes : cost;
+    return (double)(int64_t)bytes;
 }
 
-/* key_of(a, a_bytes) < key_of(b, b_bytes) without dividing (the pass does
- * this for every candidate: a division's latency there was a third of the
- * pass's time). Only orders the evaluation; choices use key_of. */
-static bool key_less(window_objective objective, double a, uint64_t a_bytes, double b,
-                     uint64_t b_bytes)
+static double key_of(window_objective objective, double cost, uint64_t bytes)
 {
-    return objective == WINDOW_PER_BYTE ? a * (double)b_bytes < b * (double)a_bytes : a < b;
+    return objective == WINDOW_PER_BYTE ? cost / bytes_to_double(bytes) : cost;
 }
 
 /* key_of(sum, bytes) > limit without dividing. */
 static bool key_above(window_objective objective, double sum, uint64_t bytes, double limit)
 {
-    return objective == WINDOW_PER_BYTE ? sum > limit * (double)bytes : sum > limit;
+    return objective == WINDOW_PER_BYTE ? sum > limit * bytes_to_double(bytes) : sum > limit;
 }
 
-/* One search: the blocks walked (blocks[0 .. n), bounds in lower[], exact
- * costs or NAN in costs[]) and the minimal covering windows found
+/* One search: the blocks walked (blocks[0 .. n) with their sizes, bounds
+ * in lower[], exact costs or NAN in costs[]; blocks that break windows are
+ * kept too, with a negative bound) and the minimal covering windows found
  * (cands[0 .. num_cands), in the order of their right ends; cands[seed]
  * the first with the smallest bound key). */
 typedef struct search {
@@ -74,28 +79,20 @@ typedef struct search {
     window_objective objective;
     window_cost_fn cost;
     window_bound_fn bound;
+    window_bounds_fn bounds;
     void *ctx;
     window_scratch *scratch;
     window *out;
     size_t n, num_cands, seed;
 } search;
 
-/* The two-pointer pass over the blocks from first up to stop (exclusive,
- * NULL: the segment's end), a run starting empty at first: records, for
- * every right end, the shortest run ending there that covers the request.
- * 0, or -2 when host memory runs out. */
-static int scan(search *q, arena_block *first, const arena_block *stop)
+/* lower[] and costs[] of blocks[from .. to) one block at a time, from the
+ * per-block callbacks (what a window_bounds_fn does in one call). */
+static void bound_each(search *q, size_t from, size_t to)
 {
     window_scratch *s = q->scratch;
-    uint64_t run_size = 0, visited = 0;
-    double run_lower = 0;
-    /* the search's counters in locals (the callbacks could alias them as
-     * far as the compiler knows), written back at the end */
-    size_t n = q->n, num_cands = q->num_cands, seed = q->seed;
-    size_t head = n; /* the run: blocks[head .. n) */
-    int err = 0;
-    for (arena_block *b = first; b != stop; b = b->next) {
-        visited++;
+    for (size_t i = from; i < to; i++) {
+        arena_block *b = s->blocks[i];
         double lb, ex = NAN;
         if (b->state == COOP_BLOCK_FREE) {
             lb = ex = 0;
@@ -112,43 +109,94 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         } else {
             lb = WINDOW_BLOCKED;
         }
-        if (lb < 0) { /* breaks every run through b */
+        s->lower[i] = lb;
+        s->costs[i] = ex;
+    }
+}
+
+/* The pass over the blocks from first up to stop (exclusive, NULL: the
+ * segment's end), a run starting empty at first, in three loops so that
+ * the only dependency carried from block to block while walking is the
+ * next pointer: collect the blocks and their sizes, bound them (one
+ * callback per gap), then the two-pointer pass over the arrays, which
+ * records, for every right end, the shortest run ending there that covers
+ * the request. 0, or -2 when host memory runs out. */
+static int scan(search *q, arena_block *first, const arena_block *stop)
+{
+    window_scratch *s = q->scratch;
+    size_t from = q->n, n = q->n;
+    /* in locals: the stores below could alias s's fields */
+    size_t cap = s->cap;
+    arena_block **blocks = s->blocks;
+    uint64_t *sizes_out = s->sizes;
+    for (arena_block *b = first; b != stop; b = b->next) {
+        if (n == cap) {
+            if (window_scratch_reserve(s, n + 1)) {
+                q->out->blocks_visited += n - from;
+                q->n = n;
+                return -2;
+            }
+            cap = s->cap;
+            blocks = s->blocks;
+            sizes_out = s->sizes;
+        }
+        blocks[n] = b;
+        sizes_out[n] = b->size;
+        n++;
+    }
+    q->out->blocks_visited += n - from;
+    if (q->bounds)
+        q->bounds(s->blocks + from, n - from, s->lower + from, s->costs + from, q->ctx);
+    else
+        bound_each(q, from, n);
+
+    /* the search's counters in locals (stores to the arrays could alias
+     * them as far as the compiler knows), written back at the end */
+    const uint64_t want = q->size;
+    const uint64_t *sizes = s->sizes;
+    const double *lower = s->lower;
+    size_t num_cands = q->num_cands, seed = q->seed;
+    /* the seed's bound sum and bytes, for the cross-multiplied comparison */
+    double seed_lower = num_cands ? s->cands[seed].lower_sum : 0;
+    double seed_bytes = num_cands ? bytes_to_double(s->cands[seed].size) : 0;
+    const bool per_byte = q->objective == WINDOW_PER_BYTE;
+    uint64_t run_size = 0;
+    double run_lower = 0;
+    size_t head = from; /* the run: [head .. i] */
+    for (size_t i = from; i < n; i++) {
+        double lb = lower[i];
+        if (lb < 0) { /* breaks every run through this block */
             run_size = 0;
             run_lower = 0;
-            head = n;
+            head = i + 1;
             continue;
         }
-        if (n == s->cap && window_scratch_reserve(s, n + 1)) {
-            err = -2;
-            break;
-        }
-        s->blocks[n] = b;
-        s->lower[n] = lb;
-        s->costs[n] = ex;
-        n++;
-        run_size += b->size;
+        run_size += sizes[i];
         run_lower += lb;
-        while (run_size - s->blocks[head]->size >= q->size) {
-            run_size -= s->blocks[head]->size;
-            run_lower -= s->lower[head];
+        while (run_size - sizes[head] >= want) {
+            run_size -= sizes[head];
+            run_lower -= lower[head];
             head++;
         }
-        if (run_size < q->size)
+        if (run_size < want)
             continue;
-        window_candidate *c = &s->cands[num_cands];
-        *c = (window_candidate){
-            .head = head, .tail = n, .size = run_size, .lower_sum = run_lower < 0 ? 0 : run_lower};
-        const window_candidate *best = &s->cands[seed];
+        double sum = run_lower < 0 ? 0 : run_lower;
+        s->cands[num_cands] =
+            (window_candidate){.head = head, .tail = i + 1, .size = run_size, .lower_sum = sum};
+        /* key_less(this, seed) */
         if (!num_cands ||
-            key_less(q->objective, c->lower_sum, c->size, best->lower_sum, best->size))
+            (per_byte ? sum * seed_bytes < seed_lower * bytes_to_double(run_size)
+                      : sum < seed_lower)) {
             seed = num_cands;
+            seed_lower = sum;
+            seed_bytes = bytes_to_double(run_size);
+        }
         num_cands++;
     }
-    q->out->blocks_visited += visited;
     q->n = n;
     q->num_cands = num_cands;
     q->seed = seed;
-    return err;
+    return 0;
 }
 
 /* Exact cost of block i, evaluated at most once per search. */
@@ -212,16 +260,15 @@ int window_search(const arena *a, uint64_t size, window_objective objective, win
     return window_search_indexed(a, size, objective, cost, bound, ctx, NULL, scratch, out);
 }
 
-int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
-                          window_cost_fn cost, window_bound_fn bound, void *ctx,
-                          const breaker_index *breakers, window_scratch *scratch, window *out)
+/* The search behind the entry points: per-block bound, or bounds per gap. */
+static int search_gaps(search *q, const arena *a, const breaker_index *breakers)
 {
-    *out = (window){.cost = -1};
-    search q = {size, objective, cost, bound, ctx, scratch, out, 0, 0, 0};
+    window *out = q->out;
+    uint64_t size = q->size;
     size_t r = 0; /* next breaker run, address order (segments are too) */
     for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
         if (!breakers) {
-            if (scan(&q, seg->first, NULL))
+            if (scan(q, seg->first, NULL))
                 return -2;
             continue;
         }
@@ -237,7 +284,7 @@ int window_search_indexed(const arena *a, uint64_t size, window_objective object
             const arena_block *stop = last_gap ? NULL : breakers->runs[r].first;
             out->runs_skipped += !last_gap;
             if (gap_end - gap_start >= size && gap_first && gap_first != stop &&
-                scan(&q, gap_first, stop))
+                scan(q, gap_first, stop))
                 return -2;
             if (last_gap)
                 break;
@@ -248,8 +295,9 @@ int window_search_indexed(const arena *a, uint64_t size, window_objective object
     }
     window_candidate best;
     double best_cost;
-    if (choose(&q, &best, &best_cost))
+    if (choose(q, &best, &best_cost))
         return -1;
+    window_scratch *scratch = q->scratch;
     out->first = scratch->blocks[best.head];
     out->last = scratch->blocks[best.tail - 1];
     out->addr = out->first->addr;
@@ -258,11 +306,30 @@ int window_search_indexed(const arena *a, uint64_t size, window_objective object
     return 0;
 }
 
+int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
+                          window_cost_fn cost, window_bound_fn bound, void *ctx,
+                          const breaker_index *breakers, window_scratch *scratch, window *out)
+{
+    *out = (window){.cost = -1};
+    search q = {size, objective, cost, bound, NULL, ctx, scratch, out, 0, 0, 0};
+    return search_gaps(&q, a, breakers);
+}
+
+int window_search_batched(const arena *a, uint64_t size, window_objective objective,
+                          window_cost_fn cost, window_bounds_fn bounds, void *ctx,
+                          const breaker_index *breakers, window_scratch *scratch, window *out)
+{
+    *out = (window){.cost = -1};
+    search q = {size, objective, cost, NULL, bounds, ctx, scratch, out, 0, 0, 0};
+    return search_gaps(&q, a, breakers);
+}
+
 void window_scratch_free(window_scratch *s)
 {
     free(s->costs);
     free(s->lower);
     free(s->blocks);
     free(s->cands);
+    free(s->sizes);
     *s = (window_scratch){0};
 }
