@@ -114,56 +114,35 @@ static void bound_each(search *q, size_t from, size_t to)
     }
 }
 
-/* The pass over the blocks from first up to stop (exclusive, NULL: the
- * segment's end), a run starting empty at first, in three loops so that
- * the only dependency carried from block to block while walking is the
- * next pointer: collect the blocks and their sizes, bound them (one
- * callback per gap), then the two-pointer pass over the arrays, which
+/* The two-pointer pass's state inside one gap: the run blocks[head .. i]
+ * with its bytes and summed bounds, and the search's candidates so far
+ * with the seed's bound sum and bytes (for the cross-multiplied
+ * comparison). */
+typedef struct pass {
+    uint64_t run_size;
+    double run_lower;
+    size_t head, num_cands, seed;
+    double seed_lower, seed_bytes;
+} pass;
+
+/* The two-pointer pass over blocks[from .. to) (their bounds known):
  * records, for every right end, the shortest run ending there that covers
- * the request. 0, or -2 when host memory runs out. */
-static int scan(search *q, arena_block *first, const arena_block *stop)
+ * the request. */
+static inline void pass_blocks(search *q, pass *p, size_t from, size_t to)
 {
     window_scratch *s = q->scratch;
-    size_t from = q->n, n = q->n;
-    /* in locals: the stores below could alias s's fields */
-    size_t cap = s->cap;
-    arena_block **blocks = s->blocks;
-    uint64_t *sizes_out = s->sizes;
-    for (arena_block *b = first; b != stop; b = b->next) {
-        if (n == cap) {
-            if (window_scratch_reserve(s, n + 1)) {
-                q->out->blocks_visited += n - from;
-                q->n = n;
-                return -2;
-            }
-            cap = s->cap;
-            blocks = s->blocks;
-            sizes_out = s->sizes;
-        }
-        blocks[n] = b;
-        sizes_out[n] = b->size;
-        n++;
-    }
-    q->out->blocks_visited += n - from;
-    if (q->bounds)
-        q->bounds(s->blocks + from, n - from, s->lower + from, s->costs + from, q->ctx);
-    else
-        bound_each(q, from, n);
-
-    /* the search's counters in locals (stores to the arrays could alias
-     * them as far as the compiler knows), written back at the end */
+    /* in locals (stores to the arrays could alias them as far as the
+     * compiler knows), written back at the end */
     const uint64_t want = q->size;
     const uint64_t *sizes = s->sizes;
     const double *lower = s->lower;
-    size_t num_cands = q->num_cands, seed = q->seed;
-    /* the seed's bound sum and bytes, for the cross-multiplied comparison */
-    double seed_lower = num_cands ? s->cands[seed].lower_sum : 0;
-    double seed_bytes = num_cands ? bytes_to_double(s->cands[seed].size) : 0;
+    window_candidate *cands = s->cands;
     const bool per_byte = q->objective == WINDOW_PER_BYTE;
-    uint64_t run_size = 0;
-    double run_lower = 0;
-    size_t head = from; /* the run: [head .. i] */
-    for (size_t i = from; i < n; i++) {
+    uint64_t run_size = p->run_size;
+    double run_lower = p->run_lower;
+    size_t head = p->head, num_cands = p->num_cands, seed = p->seed;
+    double seed_lower = p->seed_lower, seed_bytes = p->seed_bytes;
+    for (size_t i = from; i < to; i++) {
         double lb = lower[i];
         if (lb < 0) { /* breaks every run through this block */
             run_size = 0;
@@ -181,7 +160,7 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         if (run_size < want)
             continue;
         double sum = run_lower < 0 ? 0 : run_lower;
-        s->cands[num_cands] =
+        cands[num_cands] =
             (window_candidate){.head = head, .tail = i + 1, .size = run_size, .lower_sum = sum};
         /* key_less(this, seed) */
         if (!num_cands ||
@@ -193,10 +172,56 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         }
         num_cands++;
     }
+    *p = (pass){run_size, run_lower, head, num_cands, seed, seed_lower, seed_bytes};
+}
+
+/* Blocks walked before their bounds and pass: few enough that the walk of
+ * the next ones proceeds while the processor still works on these (the
+ * walk is a chain of dependent loads; bounds and pass are independent
+ * work), enough to amortize the bounds call. */
+#define WINDOW_CHUNK 8
+
+/* The pass over the blocks from first up to stop (exclusive, NULL: the
+ * segment's end), a run starting empty at first: walks WINDOW_CHUNK blocks
+ * at a time, collecting them and their sizes, bounds them (one callback
+ * call) and runs the two-pointer pass over them. 0, or -2 when host memory
+ * runs out. */
+static int scan(search *q, arena_block *first, const arena_block *stop)
+{
+    window_scratch *s = q->scratch;
+    size_t from = q->n, n = q->n;
+    pass p = {0, 0, n, q->num_cands, q->seed, 0, 0};
+    if (p.num_cands) {
+        p.seed_lower = s->cands[p.seed].lower_sum;
+        p.seed_bytes = bytes_to_double(s->cands[p.seed].size);
+    }
+    int err = 0;
+    arena_block *b = first;
+    while (b != stop) {
+        /* make room for a chunk: the arrays do not move inside it */
+        if (n + WINDOW_CHUNK > s->cap && window_scratch_reserve(s, n + WINDOW_CHUNK)) {
+            err = -2;
+            break;
+        }
+        size_t chunk = n;
+        arena_block **blocks = s->blocks;
+        uint64_t *sizes = s->sizes;
+        for (size_t k = 0; k < WINDOW_CHUNK && b != stop; k++, b = b->next) {
+            blocks[n] = b;
+            sizes[n] = b->size;
+            n++;
+        }
+        if (q->bounds)
+            q->bounds(blocks + chunk, n - chunk, s->lower + chunk, s->costs + chunk, q->ctx);
+        else
+            bound_each(q, chunk, n);
+        pass_blocks(q, &p, chunk, n);
+    }
+    q->out->blocks_visited += n - from;
     q->n = n;
-    q->num_cands = num_cands;
-    q->seed = seed;
-    return 0;
+    q->num_cands = p.num_cands;
+    q->seed = p.seed;
+    return err;
 }
 
 /* Exact cost of block i, evaluated at most once per search. */
@@ -266,6 +291,7 @@ static int search_gaps(search *q, const arena *a, const breaker_index *breakers)
     window *out = q->out;
     uint64_t size = q->size;
     size_t r = 0; /* next breaker run, address order (segments are too) */
+
     for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
         if (!breakers) {
             if (scan(q, seg->first, NULL))
