@@ -218,6 +218,15 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     return (double)sim_eq_compute(rt, s) / (double)stale;
 }
 
+/* (double)x, through a signed conversion when the value allows: one
+ * instruction on x86-64 where an unsigned one is a branchy sequence
+ * (staleness and compute, in ns, stay far below 2^63, so the branch always
+ * goes the same way). */
+static inline double u64_to_double(uint64_t x)
+{
+    return x <= INT64_MAX ? (double)(int64_t)x : (double)x;
+}
+
 /* A lower bound of window_cost that needs no neighbourhood walk, for a
  * gap's blocks in one call (window_bounds_fn): the storage's own compute
  * (c_eq >= c: class values are never negative), or window_cost itself when
@@ -243,9 +252,7 @@ static void window_bounds(arena_block *const *blocks, size_t n, double *lower, d
             continue;
         }
         uint64_t stale = clock - (uint64_t)r->last_access;
-        /* signed conversions: the same values (both far below 2^63), one
-         * instruction each instead of an unsigned conversion's sequence */
-        double div = (double)(int64_t)(stale ? stale : 1);
+        double div = u64_to_double(stale ? stale : 1);
         /* sim_eq_cached, on r rather than its index */
         int64_t eq = (int64_t)r->compute;
         bool exact = r->eq_valid;
@@ -263,7 +270,7 @@ static void window_bounds(arena_block *const *blocks, size_t n, double *lower, d
             cached++;
             lower[i] = costs[i] = (double)eq / div;
         } else {
-            lower[i] = (double)(int64_t)r->compute / div;
+            lower[i] = u64_to_double(r->compute) / div;
             costs[i] = NAN;
         }
     }
@@ -276,12 +283,11 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
     uint64_t size = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
     window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COOP ? WINDOW_PER_BYTE : WINDOW_SUM;
-    int found =
-        rt->cfg.window_cost == SIM_WINDOW_DTE
-            ? window_search_indexed(pool_arena(rt->mem_pool), size, obj, window_cost, NULL, rt,
-                                    rt->breakers, rt->scratch, &w)
-            : window_search_batched(pool_arena(rt->mem_pool), size, obj, window_cost,
-                                    window_bounds, rt, rt->breakers, rt->scratch, &w);
+    int found = rt->cfg.window_cost == SIM_WINDOW_DTE
+                    ? window_search_indexed(pool_arena(rt->mem_pool), size, obj, window_cost, NULL,
+                                            rt, rt->breakers, rt->scratch, &w)
+                    : window_search_batched(pool_arena(rt->mem_pool), size, obj, window_cost,
+                                            window_bounds, rt, rt->breakers, rt->scratch, &w);
     rt->stats.blocks_visited += w.blocks_visited;
     if (found == -2)
         return SIM_ERROR;

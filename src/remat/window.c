@@ -50,12 +50,12 @@ int window_scratch_reserve(window_scratch *s, size_t n)
     return 0;
 }
 
-/* (double)bytes: the same value through a signed conversion, one
- * instruction on x86-64 where an unsigned one is a branchy sequence (byte
- * counts of one arena are far below 2^63, where both round alike). */
+/* (double)bytes, through a signed conversion when the value allows (one
+ * instruction on x86-64, where an unsigned one is a branchy sequence; byte
+ * counts are far below 2^63, so the branch always goes the same way). */
 static inline double bytes_to_double(uint64_t bytes)
 {
-    return (double)(int64_t)bytes;
+    return bytes <= INT64_MAX ? (double)(int64_t)bytes : (double)bytes;
 }
 
 static double key_of(window_objective objective, double cost, uint64_t bytes)
@@ -163,9 +163,8 @@ static inline void pass_blocks(search *q, pass *p, size_t from, size_t to)
         cands[num_cands] =
             (window_candidate){.head = head, .tail = i + 1, .size = run_size, .lower_sum = sum};
         /* key_less(this, seed) */
-        if (!num_cands ||
-            (per_byte ? sum * seed_bytes < seed_lower * bytes_to_double(run_size)
-                      : sum < seed_lower)) {
+        if (!num_cands || (per_byte ? sum * seed_bytes < seed_lower * bytes_to_double(run_size)
+                                    : sum < seed_lower)) {
             seed = num_cands;
             seed_lower = sum;
             seed_bytes = bytes_to_double(run_size);

@@ -51,8 +51,8 @@ typedef double (*window_bound_fn)(void *owner, const arena_block *block, void *c
  * allocated block with an owner its bound (window_bound_fn) and, where that
  * is exact, costs[i] the same value, else NAN; any other block
  * WINDOW_BLOCKED (costs[i] unused). */
-typedef void (*window_bounds_fn)(arena_block *const *blocks, size_t n, double *lower,
-                                 double *costs, void *ctx);
+typedef void (*window_bounds_fn)(arena_block *const *blocks, size_t n, double *lower, double *costs,
+                                 void *ctx);
 
 typedef struct window {
     arena_block *first, *last; /* inclusive, address order, same segment */
