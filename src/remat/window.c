@@ -253,11 +253,18 @@ static int choose(search *q, window_candidate *best, double *best_cost)
     for (size_t i = best->head; i < best->tail; i++)
         *best_cost += block_cost(q, i);
     double best_key = key_of(q->objective, *best_cost, best->size);
+    /* the loop's state in locals (the block_cost calls could alias it as far
+     * as the compiler knows); most candidates only take the first test */
+    const window_candidate *cands = s->cands;
+    const size_t num_cands = q->num_cands;
+    const window_objective objective = q->objective;
+    double limit = best_key * (1 + BOUND_SLACK);
+    size_t best_k = q->seed, best_tail = best->tail;
     size_t ev_head = 0, ev_tail = 0; /* sum = exact costs of blocks[ev_head .. ev_tail) */
     double sum = 0;
-    for (size_t k = 0; k < q->num_cands; k++) {
-        const window_candidate *c = &s->cands[k];
-        if (key_above(q->objective, c->lower_sum, c->size, best_key * (1 + BOUND_SLACK)))
+    for (size_t k = 0; k < num_cands; k++) {
+        const window_candidate *c = &cands[k];
+        if (key_above(objective, c->lower_sum, c->size, limit))
             continue;
         if (c->head >= ev_tail) {
             ev_head = ev_tail = c->head;
@@ -268,13 +275,16 @@ static int choose(search *q, window_candidate *best, double *best_cost)
         for (; ev_tail < c->tail; ev_tail++)
             sum += block_cost(q, ev_tail);
         double cost = sum < 0 ? 0 : sum; /* float drift of the running sum */
-        double key = key_of(q->objective, cost, c->size);
-        if (key < best_key || (key == best_key && c->tail < best->tail)) {
+        double key = key_of(objective, cost, c->size);
+        if (key < best_key || (key == best_key && c->tail < best_tail)) {
             best_key = key;
+            limit = best_key * (1 + BOUND_SLACK);
             *best_cost = cost;
-            *best = *c;
+            best_k = k;
+            best_tail = c->tail;
         }
     }
+    *best = cands[best_k];
     return 0;
 }
 
