@@ -6,11 +6,8 @@
  * both objectives, with and without lower bounds, for random request sizes,
  * while visiting no more blocks; and with bounds (best bound first, some of
  * them exact) the window of the exhaustive search that evaluates every exact
- * cost; and window_search_batched (the bounds of each gap in one call) the
- * same window as the per-block bound, with the same evaluations and blocks
- * visited. COOP_TEST_SEED sets the seed (printed).
+ * cost. COOP_TEST_SEED sets the seed (printed).
  */
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,25 +59,6 @@ static double owner_bound(void *o, const arena_block *b, void *ctx, bool *exact)
         return c;
     }
     return c < 0 ? c : c * 0.5;
-}
-
-/* owner_bound for a gap's blocks in one call (window_bounds_fn): what the
- * simulator's batched bounds do. */
-static void owner_bounds(arena_block *const *blocks, size_t n, double *lower, double *costs,
-                         void *ctx)
-{
-    for (size_t i = 0; i < n; i++) {
-        arena_block *b = blocks[i];
-        if (b->state == COOP_BLOCK_FREE) {
-            lower[i] = costs[i] = 0;
-        } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
-            bool exact = false;
-            lower[i] = owner_bound(b->owner, b, ctx, &exact);
-            costs[i] = exact ? lower[i] : NAN;
-        } else {
-            lower[i] = WINDOW_BLOCKED;
-        }
-    }
 }
 
 /* The index's runs against the arena: runs in address order, each a maximal
@@ -136,21 +114,6 @@ static void compare_searches(arena *a, const breaker_index *x, uint64_t size)
             if (!with_bound) {
                 exhaustive = plain;
                 continue;
-            }
-            /* bounds per gap in one call: the same search, block for block */
-            for (int indexed = 0; indexed < 2; indexed++) {
-                window batched;
-                assert_int_equal(window_search_batched(a, size, (window_objective)obj, owner_cost,
-                                                       owner_bounds, NULL, indexed ? x : NULL,
-                                                       &scratch, &batched),
-                                 0);
-                const window *same = indexed ? &fast : &plain;
-                assert_ptr_equal(batched.first, same->first);
-                assert_ptr_equal(batched.last, same->last);
-                assert_int_equal(batched.size, same->size);
-                assert_true(batched.cost == same->cost);
-                assert_int_equal(batched.evals, same->evals);
-                assert_int_equal(batched.blocks_visited, same->blocks_visited);
             }
             /* bounds and best-first evaluation choose the exhaustive window */
             assert_ptr_equal(fast.first, exhaustive.first);

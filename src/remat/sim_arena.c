@@ -218,63 +218,32 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     return (double)sim_eq_compute(rt, s) / (double)stale;
 }
 
-/* (double)x, through a signed conversion when the value allows: one
- * instruction on x86-64 where an unsigned one is a branchy sequence
- * (staleness and compute, in ns, stay far below 2^63, so the branch always
- * goes the same way). */
-static inline double u64_to_double(uint64_t x)
+/* A lower bound of window_cost that needs no neighbourhood walk: the
+ * storage's own compute (c_eq >= c: class values are never negative), or
+ * window_cost itself when the storage's c_eq is cached (exact). */
+static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
-    return x <= INT64_MAX ? (double)(int64_t)x : (double)x;
-}
-
-/* A lower bound of window_cost that needs no neighbourhood walk, for a
- * gap's blocks in one call (window_bounds_fn): the storage's own compute
- * (c_eq >= c: class values are never negative), or window_cost itself when
- * the storage's c_eq is cached (exact). One loop with everything inline:
- * this is the work the pass does per block. */
-static void window_bounds(arena_block *const *blocks, size_t n, double *lower, double *costs,
-                          void *ctx)
-{
+    (void)b;
     sim_runtime *rt = ctx;
-    const uint64_t clock = rt->clock;
-    const union_find *uf = &rt->uf;
-    const uint32_t *eq_roots = rt->eq_roots;
-    uint64_t cached = 0;
-    for (size_t i = 0; i < n; i++) {
-        const arena_block *b = blocks[i];
-        if (b->state == COOP_BLOCK_FREE) {
-            lower[i] = costs[i] = 0;
-            continue;
-        }
-        const rt_storage *r = b->owner;
-        if (b->state != COOP_BLOCK_ALLOCATED || !r || r->pool_pos == SIM_NONE) {
-            lower[i] = WINDOW_BLOCKED;
-            continue;
-        }
-        uint64_t stale = clock - (uint64_t)r->last_access;
-        double div = u64_to_double(stale ? stale : 1);
+    rt_storage *r = owner;
+    if (r->pool_pos == SIM_NONE)
+        return WINDOW_BLOCKED;
+    uint64_t stale = rt->clock - (uint64_t)r->last_access;
+    double div = (double)(stale ? stale : 1);
+    if (r->eq_valid && rt->cfg.window_cost != SIM_WINDOW_DTE) {
         /* sim_eq_cached, on r rather than its index */
+        const uint32_t *roots = rt->eq_roots + r->eq_first;
         int64_t eq = (int64_t)r->compute;
-        bool exact = r->eq_valid;
-        if (exact) {
-            const uint32_t *roots = eq_roots + r->eq_first;
-            for (uint32_t j = 0; j < r->eq_num_roots; j++) {
-                if (!uf_is_root(uf, roots[j])) {
-                    exact = false;
-                    break;
-                }
-                eq += uf->value[roots[j]];
-            }
-        }
-        if (exact) {
-            cached++;
-            lower[i] = costs[i] = (double)eq / div;
-        } else {
-            lower[i] = u64_to_double(r->compute) / div;
-            costs[i] = NAN;
+        uint32_t j = 0;
+        for (; j < r->eq_num_roots && uf_is_root(&rt->uf, roots[j]); j++)
+            eq += rt->uf.value[roots[j]];
+        if (j == r->eq_num_roots) {
+            rt->stats.heuristic_evals++;
+            *exact = true;
+            return (double)eq / div;
         }
     }
-    rt->stats.heuristic_evals += cached;
+    return (double)r->compute / div;
 }
 
 /* Coop: evict the cheapest covering window and place s inside it. */
@@ -283,11 +252,9 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
     uint64_t size = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
     window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COOP ? WINDOW_PER_BYTE : WINDOW_SUM;
-    int found = rt->cfg.window_cost == SIM_WINDOW_DTE
-                    ? window_search_indexed(pool_arena(rt->mem_pool), size, obj, window_cost, NULL,
-                                            rt, rt->breakers, rt->scratch, &w)
-                    : window_search_batched(pool_arena(rt->mem_pool), size, obj, window_cost,
-                                            window_bounds, rt, rt->breakers, rt->scratch, &w);
+    int found = window_search_indexed(pool_arena(rt->mem_pool), size, obj, window_cost,
+                                      rt->cfg.window_cost == SIM_WINDOW_DTE ? NULL : window_bound,
+                                      rt, rt->breakers, rt->scratch, &w);
     rt->stats.blocks_visited += w.blocks_visited;
     if (found == -2)
         return SIM_ERROR;

@@ -50,28 +50,19 @@ int window_scratch_reserve(window_scratch *s, size_t n)
     return 0;
 }
 
-/* (double)bytes, through a signed conversion when the value allows (one
- * instruction on x86-64, where an unsigned one is a branchy sequence; byte
- * counts are far below 2^63, so the branch always goes the same way). */
-static inline double bytes_to_double(uint64_t bytes)
-{
-    return bytes <= INT64_MAX ? (double)(int64_t)bytes : (double)bytes;
-}
-
 static double key_of(window_objective objective, double cost, uint64_t bytes)
 {
-    return objective == WINDOW_PER_BYTE ? cost / bytes_to_double(bytes) : cost;
+    return objective == WINDOW_PER_BYTE ? cost / (double)bytes : cost;
 }
 
 /* key_of(sum, bytes) > limit without dividing. */
 static bool key_above(window_objective objective, double sum, uint64_t bytes, double limit)
 {
-    return objective == WINDOW_PER_BYTE ? sum > limit * bytes_to_double(bytes) : sum > limit;
+    return objective == WINDOW_PER_BYTE ? sum > limit * (double)bytes : sum > limit;
 }
 
-/* One search: the blocks walked (blocks[0 .. n) with their sizes, bounds
- * in lower[], exact costs or NAN in costs[]; blocks that break windows are
- * kept too, with a negative bound) and the minimal covering windows found
+/* One search: the blocks walked (blocks[0 .. n), bounds in lower[], exact
+ * costs or NAN in costs[]) and the minimal covering windows found
  * (cands[0 .. num_cands), in the order of their right ends; cands[seed]
  * the first with the smallest bound key). */
 typedef struct search {
@@ -79,78 +70,81 @@ typedef struct search {
     window_objective objective;
     window_cost_fn cost;
     window_bound_fn bound;
-    window_bounds_fn bounds;
     void *ctx;
     window_scratch *scratch;
     window *out;
     size_t n, num_cands, seed;
 } search;
 
-/* lower[] and costs[] of blocks[from .. to) one block at a time, from the
- * per-block callbacks (what a window_bounds_fn does in one call). */
-static void bound_each(search *q, size_t from, size_t to)
+/* The two-pointer pass over the blocks from first up to stop (exclusive,
+ * NULL: the segment's end), a run starting empty at first: records, for
+ * every right end, the shortest run ending there that covers the request.
+ * One loop (walking, bounding and the two pointers interleave: the walk is
+ * a chain of dependent loads that the rest overlaps), its state in locals:
+ * stores to the scratch arrays could alias the search's fields as far as
+ * the compiler knows. 0, or -2 when host memory runs out. */
+static int scan(search *q, arena_block *first, const arena_block *stop)
 {
     window_scratch *s = q->scratch;
-    for (size_t i = from; i < to; i++) {
-        arena_block *b = s->blocks[i];
+    const uint64_t want = q->size;
+    const bool per_byte = q->objective == WINDOW_PER_BYTE;
+    const window_bound_fn bound = q->bound;
+    uint64_t run_size = 0, visited = 0, evals = 0;
+    double run_lower = 0;
+    size_t n = q->n, num_cands = q->num_cands, seed = q->seed;
+    size_t head = n; /* the run: blocks[head .. n) */
+    /* the seed's bound sum and bytes, for the cross-multiplied comparison */
+    double seed_lower = num_cands ? s->cands[seed].lower_sum : 0;
+    double seed_bytes = num_cands ? (double)s->cands[seed].size : 0;
+    size_t cap = s->cap;
+    arena_block **blocks = s->blocks;
+    uint64_t *sizes = s->sizes;
+    double *lower = s->lower, *costs = s->costs;
+    window_candidate *cands = s->cands;
+    int err = 0;
+    for (arena_block *b = first; b != stop; b = b->next) {
+        visited++;
         double lb, ex = NAN;
         if (b->state == COOP_BLOCK_FREE) {
             lb = ex = 0;
         } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
-            if (q->bound) {
+            if (bound) {
                 bool exact = false;
-                lb = q->bound(b->owner, b, q->ctx, &exact);
+                lb = bound(b->owner, b, q->ctx, &exact);
                 if (exact)
                     ex = lb;
             } else {
-                q->out->evals++;
+                evals++;
                 lb = ex = q->cost(b->owner, b, q->ctx);
             }
         } else {
             lb = WINDOW_BLOCKED;
         }
-        s->lower[i] = lb;
-        s->costs[i] = ex;
-    }
-}
-
-/* The two-pointer pass's state inside one gap: the run blocks[head .. i]
- * with its bytes and summed bounds, and the search's candidates so far
- * with the seed's bound sum and bytes (for the cross-multiplied
- * comparison). */
-typedef struct pass {
-    uint64_t run_size;
-    double run_lower;
-    size_t head, num_cands, seed;
-    double seed_lower, seed_bytes;
-} pass;
-
-/* The two-pointer pass over blocks[from .. to) (their bounds known):
- * records, for every right end, the shortest run ending there that covers
- * the request. */
-static inline void pass_blocks(search *q, pass *p, size_t from, size_t to)
-{
-    window_scratch *s = q->scratch;
-    /* in locals (stores to the arrays could alias them as far as the
-     * compiler knows), written back at the end */
-    const uint64_t want = q->size;
-    const uint64_t *sizes = s->sizes;
-    const double *lower = s->lower;
-    window_candidate *cands = s->cands;
-    const bool per_byte = q->objective == WINDOW_PER_BYTE;
-    uint64_t run_size = p->run_size;
-    double run_lower = p->run_lower;
-    size_t head = p->head, num_cands = p->num_cands, seed = p->seed;
-    double seed_lower = p->seed_lower, seed_bytes = p->seed_bytes;
-    for (size_t i = from; i < to; i++) {
-        double lb = lower[i];
-        if (lb < 0) { /* breaks every run through this block */
+        if (lb < 0) { /* breaks every run through b */
             run_size = 0;
             run_lower = 0;
-            head = i + 1;
+            head = n;
             continue;
         }
-        run_size += sizes[i];
+        if (n == cap) {
+            if (window_scratch_reserve(s, n + 1)) {
+                err = -2;
+                break;
+            }
+            cap = s->cap;
+            blocks = s->blocks;
+            sizes = s->sizes;
+            lower = s->lower;
+            costs = s->costs;
+            cands = s->cands;
+        }
+        uint64_t bytes = b->size;
+        blocks[n] = b;
+        sizes[n] = bytes;
+        lower[n] = lb;
+        costs[n] = ex;
+        n++;
+        run_size += bytes;
         run_lower += lb;
         while (run_size - sizes[head] >= want) {
             run_size -= sizes[head];
@@ -161,65 +155,23 @@ static inline void pass_blocks(search *q, pass *p, size_t from, size_t to)
             continue;
         double sum = run_lower < 0 ? 0 : run_lower;
         cands[num_cands] =
-            (window_candidate){.head = head, .tail = i + 1, .size = run_size, .lower_sum = sum};
-        /* key_less(this, seed) */
-        if (!num_cands || (per_byte ? sum * seed_bytes < seed_lower * bytes_to_double(run_size)
-                                    : sum < seed_lower)) {
+            (window_candidate){.head = head, .tail = n, .size = run_size, .lower_sum = sum};
+        /* key(this) < key(seed) without dividing (a division's latency per
+         * candidate had been a third of the pass); only orders the
+         * evaluation: choices use key_of */
+        if (!num_cands ||
+            (per_byte ? sum * seed_bytes < seed_lower * (double)run_size : sum < seed_lower)) {
             seed = num_cands;
             seed_lower = sum;
-            seed_bytes = bytes_to_double(run_size);
+            seed_bytes = (double)run_size;
         }
         num_cands++;
     }
-    *p = (pass){run_size, run_lower, head, num_cands, seed, seed_lower, seed_bytes};
-}
-
-/* Blocks walked before their bounds and pass: few enough that the walk of
- * the next ones proceeds while the processor still works on these (the
- * walk is a chain of dependent loads; bounds and pass are independent
- * work), enough to amortize the bounds call. */
-#define WINDOW_CHUNK 8
-
-/* The pass over the blocks from first up to stop (exclusive, NULL: the
- * segment's end), a run starting empty at first: walks WINDOW_CHUNK blocks
- * at a time, collecting them and their sizes, bounds them (one callback
- * call) and runs the two-pointer pass over them. 0, or -2 when host memory
- * runs out. */
-static int scan(search *q, arena_block *first, const arena_block *stop)
-{
-    window_scratch *s = q->scratch;
-    size_t from = q->n, n = q->n;
-    pass p = {0, 0, n, q->num_cands, q->seed, 0, 0};
-    if (p.num_cands) {
-        p.seed_lower = s->cands[p.seed].lower_sum;
-        p.seed_bytes = bytes_to_double(s->cands[p.seed].size);
-    }
-    int err = 0;
-    arena_block *b = first;
-    while (b != stop) {
-        /* make room for a chunk: the arrays do not move inside it */
-        if (n + WINDOW_CHUNK > s->cap && window_scratch_reserve(s, n + WINDOW_CHUNK)) {
-            err = -2;
-            break;
-        }
-        size_t chunk = n;
-        arena_block **blocks = s->blocks;
-        uint64_t *sizes = s->sizes;
-        for (size_t k = 0; k < WINDOW_CHUNK && b != stop; k++, b = b->next) {
-            blocks[n] = b;
-            sizes[n] = b->size;
-            n++;
-        }
-        if (q->bounds)
-            q->bounds(blocks + chunk, n - chunk, s->lower + chunk, s->costs + chunk, q->ctx);
-        else
-            bound_each(q, chunk, n);
-        pass_blocks(q, &p, chunk, n);
-    }
-    q->out->blocks_visited += n - from;
+    q->out->blocks_visited += visited;
+    q->out->evals += evals;
     q->n = n;
-    q->num_cands = p.num_cands;
-    q->seed = p.seed;
+    q->num_cands = num_cands;
+    q->seed = seed;
     return err;
 }
 
@@ -294,16 +246,16 @@ int window_search(const arena *a, uint64_t size, window_objective objective, win
     return window_search_indexed(a, size, objective, cost, bound, ctx, NULL, scratch, out);
 }
 
-/* The search behind the entry points: per-block bound, or bounds per gap. */
-static int search_gaps(search *q, const arena *a, const breaker_index *breakers)
+int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
+                          window_cost_fn cost, window_bound_fn bound, void *ctx,
+                          const breaker_index *breakers, window_scratch *scratch, window *out)
 {
-    window *out = q->out;
-    uint64_t size = q->size;
+    *out = (window){.cost = -1};
+    search q = {size, objective, cost, bound, ctx, scratch, out, 0, 0, 0};
     size_t r = 0; /* next breaker run, address order (segments are too) */
-
     for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
         if (!breakers) {
-            if (scan(q, seg->first, NULL))
+            if (scan(&q, seg->first, NULL))
                 return -2;
             continue;
         }
@@ -319,7 +271,7 @@ static int search_gaps(search *q, const arena *a, const breaker_index *breakers)
             const arena_block *stop = last_gap ? NULL : breakers->runs[r].first;
             out->runs_skipped += !last_gap;
             if (gap_end - gap_start >= size && gap_first && gap_first != stop &&
-                scan(q, gap_first, stop))
+                scan(&q, gap_first, stop))
                 return -2;
             if (last_gap)
                 break;
@@ -330,33 +282,14 @@ static int search_gaps(search *q, const arena *a, const breaker_index *breakers)
     }
     window_candidate best;
     double best_cost;
-    if (choose(q, &best, &best_cost))
+    if (choose(&q, &best, &best_cost))
         return -1;
-    window_scratch *scratch = q->scratch;
     out->first = scratch->blocks[best.head];
     out->last = scratch->blocks[best.tail - 1];
     out->addr = out->first->addr;
     out->size = best.size;
     out->cost = best_cost;
     return 0;
-}
-
-int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
-                          window_cost_fn cost, window_bound_fn bound, void *ctx,
-                          const breaker_index *breakers, window_scratch *scratch, window *out)
-{
-    *out = (window){.cost = -1};
-    search q = {size, objective, cost, bound, NULL, ctx, scratch, out, 0, 0, 0};
-    return search_gaps(&q, a, breakers);
-}
-
-int window_search_batched(const arena *a, uint64_t size, window_objective objective,
-                          window_cost_fn cost, window_bounds_fn bounds, void *ctx,
-                          const breaker_index *breakers, window_scratch *scratch, window *out)
-{
-    *out = (window){.cost = -1};
-    search q = {size, objective, cost, NULL, bounds, ctx, scratch, out, 0, 0, 0};
-    return search_gaps(&q, a, breakers);
 }
 
 void window_scratch_free(window_scratch *s)

@@ -24,7 +24,6 @@
 #define COOP_REMAT_WINDOW_H
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
 
 #include "arena.h"
@@ -44,15 +43,6 @@ typedef double (*window_cost_fn)(void *owner, const arena_block *block, void *ct
  * is. Sets *exact (false on entry) when the value returned is the cost
  * itself, known cheaply (cached): the block is then never evaluated. */
 typedef double (*window_bound_fn)(void *owner, const arena_block *block, void *ctx, bool *exact);
-
-/* Bounds of a gap's blocks in one call (address order; the pass then needs
- * no call per block): for each blocks[i], lower[i] and costs[i] as the pass
- * sets them from the per-block callbacks: a free block 0 and 0; an
- * allocated block with an owner its bound (window_bound_fn) and, where that
- * is exact, costs[i] the same value, else NAN; any other block
- * WINDOW_BLOCKED (costs[i] unused). */
-typedef void (*window_bounds_fn)(arena_block *const *blocks, size_t n, double *lower, double *costs,
-                                 void *ctx);
 
 typedef struct window {
     arena_block *first, *last; /* inclusive, address order, same segment */
@@ -108,13 +98,6 @@ int window_search(const arena *a, uint64_t size, window_objective objective, win
  * breakers: window_search. */
 int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
                           window_cost_fn cost, window_bound_fn bound, void *ctx,
-                          const breaker_index *breakers, window_scratch *scratch, window *out);
-
-/* window_search_indexed with the bounds of each gap's blocks from one
- * bounds call instead of one bound call per block: the same window and
- * result when bounds gives what the per-block bound would. */
-int window_search_batched(const arena *a, uint64_t size, window_objective objective,
-                          window_cost_fn cost, window_bounds_fn bounds, void *ctx,
                           const breaker_index *breakers, window_scratch *scratch, window *out);
 
 void window_scratch_free(window_scratch *s);
