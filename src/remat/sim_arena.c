@@ -229,13 +229,21 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
     if (r->pool_pos == SIM_NONE)
         return WINDOW_BLOCKED;
     uint64_t stale = rt->clock - (uint64_t)r->last_access;
-    int64_t eq;
-    if (rt->cfg.window_cost != SIM_WINDOW_DTE && sim_eq_cached(rt, storage_of(rt, owner), &eq)) {
-        rt->stats.heuristic_evals++;
-        *exact = true;
-        return (double)eq / (double)(stale ? stale : 1);
+    double div = (double)(stale ? stale : 1);
+    if (r->eq_valid && rt->cfg.window_cost != SIM_WINDOW_DTE) {
+        /* sim_eq_cached, on r rather than its index */
+        const uint32_t *roots = rt->eq_roots + r->eq_first;
+        int64_t eq = (int64_t)r->compute;
+        uint32_t j = 0;
+        for (; j < r->eq_num_roots && uf_is_root(&rt->uf, roots[j]); j++)
+            eq += rt->uf.value[roots[j]];
+        if (j == r->eq_num_roots) {
+            rt->stats.heuristic_evals++;
+            *exact = true;
+            return (double)eq / div;
+        }
     }
-    return (double)r->compute / (double)(stale ? stale : 1);
+    return (double)r->compute / div;
 }
 
 /* Coop: evict the cheapest covering window and place s inside it. */

@@ -17,7 +17,8 @@ static uint32_t next_mark(sim_runtime *rt)
 
 static int push(sim_runtime *rt, uint32_t s)
 {
-    if (sim_grow((void **)&rt->stack, &rt->stack_cap, (size_t)rt->stack_len + 1, sizeof *rt->stack))
+    if (rt->stack_len == rt->stack_cap &&
+        sim_grow((void **)&rt->stack, &rt->stack_cap, (size_t)rt->stack_len + 1, sizeof *rt->stack))
         return -1;
     rt->stack[rt->stack_len++] = s;
     return 0;
@@ -106,7 +107,11 @@ int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
         const rt_storage *r = &rt->storages[n];
         if (r->material || n == s || r->ecn == SIM_NONE)
             continue;
-        uint32_t root = uf_find(&rt->uf, r->ecn);
+        /* uf_find without the call where the class is at most one link
+         * deep (as union by size and path compression keep most): the
+         * same root, and nothing to compress */
+        uint32_t up = rt->uf.parent[r->ecn];
+        uint32_t root = rt->uf.parent[up] == up ? up : uf_find(&rt->uf, r->ecn);
         bool seen = false;
         for (uint32_t j = 0; j < rt->stack_len && !seen; j++)
             seen = rt->stack[j] == root;

@@ -34,6 +34,10 @@ int window_scratch_reserve(window_scratch *s, size_t n)
     if (!wc)
         return -1;
     s->cands = wc;
+    uint64_t *sz = realloc(s->sizes, cap * sizeof *sz);
+    if (!sz)
+        return -1;
+    s->sizes = sz;
     /* write the new parts once: their pages are then mapped before a
      * search walks into them */
     size_t old = s->cap;
@@ -41,6 +45,7 @@ int window_scratch_reserve(window_scratch *s, size_t n)
     memset(s->costs + old, 0, (cap - old) * sizeof *s->costs);
     memset(s->blocks + old, 0, (cap - old) * sizeof *s->blocks);
     memset(s->cands + old, 0, (cap - old) * sizeof *s->cands);
+    memset(s->sizes + old, 0, (cap - old) * sizeof *s->sizes);
     s->cap = cap;
     return 0;
 }
@@ -48,15 +53,6 @@ int window_scratch_reserve(window_scratch *s, size_t n)
 static double key_of(window_objective objective, double cost, uint64_t bytes)
 {
     return objective == WINDOW_PER_BYTE ? cost / (double)bytes : cost;
-}
-
-/* key_of(a, a_bytes) < key_of(b, b_bytes) without dividing (the pass does
- * this for every candidate: a division's latency there was a third of the
- * pass's time). Only orders the evaluation; choices use key_of. */
-static bool key_less(window_objective objective, double a, uint64_t a_bytes, double b,
-                     uint64_t b_bytes)
-{
-    return objective == WINDOW_PER_BYTE ? a * (double)b_bytes < b * (double)a_bytes : a < b;
 }
 
 /* key_of(sum, bytes) > limit without dividing. */
@@ -83,30 +79,49 @@ typedef struct search {
 /* The two-pointer pass over the blocks from first up to stop (exclusive,
  * NULL: the segment's end), a run starting empty at first: records, for
  * every right end, the shortest run ending there that covers the request.
- * 0, or -2 when host memory runs out. */
+ * One loop (walking, bounding and the two pointers interleave: the walk is
+ * a chain of dependent loads that the rest overlaps), its state in locals:
+ * stores to the scratch arrays could alias the search's fields as far as
+ * the compiler knows. 0, or -2 when host memory runs out. */
 static int scan(search *q, arena_block *first, const arena_block *stop)
 {
     window_scratch *s = q->scratch;
-    uint64_t run_size = 0, visited = 0;
+    const uint64_t want = q->size;
+    const bool per_byte = q->objective == WINDOW_PER_BYTE;
+    const window_bound_fn bound = q->bound;
+    uint64_t run_size = 0, visited = 0, evals = 0;
     double run_lower = 0;
-    /* the search's counters in locals (the callbacks could alias them as
-     * far as the compiler knows), written back at the end */
     size_t n = q->n, num_cands = q->num_cands, seed = q->seed;
     size_t head = n; /* the run: blocks[head .. n) */
+    /* the seed's bound sum and bytes, for the cross-multiplied comparison */
+    double seed_lower = num_cands ? s->cands[seed].lower_sum : 0;
+    double seed_bytes = num_cands ? (double)s->cands[seed].size : 0;
+    size_t cap = s->cap;
+    arena_block **blocks = s->blocks;
+    uint64_t *sizes = s->sizes;
+    double *lower = s->lower, *costs = s->costs;
+    window_candidate *cands = s->cands;
     int err = 0;
     for (arena_block *b = first; b != stop; b = b->next) {
         visited++;
+        /* the next block's owner (its record may span two lines): its loads
+         * start while this block's work runs (for a free block the field is
+         * a tree link, harmless to prefetch) */
+        if (b->next && b->next != stop) {
+            __builtin_prefetch(b->next->owner);
+            __builtin_prefetch((char *)b->next->owner + 64);
+        }
         double lb, ex = NAN;
         if (b->state == COOP_BLOCK_FREE) {
             lb = ex = 0;
         } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
-            if (q->bound) {
+            if (bound) {
                 bool exact = false;
-                lb = q->bound(b->owner, b, q->ctx, &exact);
+                lb = bound(b->owner, b, q->ctx, &exact);
                 if (exact)
                     ex = lb;
             } else {
-                q->out->evals++;
+                evals++;
                 lb = ex = q->cost(b->owner, b, q->ctx);
             }
         } else {
@@ -118,33 +133,49 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
             head = n;
             continue;
         }
-        if (n == s->cap && window_scratch_reserve(s, n + 1)) {
-            err = -2;
-            break;
+        if (n == cap) {
+            if (window_scratch_reserve(s, n + 1)) {
+                err = -2;
+                break;
+            }
+            cap = s->cap;
+            blocks = s->blocks;
+            sizes = s->sizes;
+            lower = s->lower;
+            costs = s->costs;
+            cands = s->cands;
         }
-        s->blocks[n] = b;
-        s->lower[n] = lb;
-        s->costs[n] = ex;
+        uint64_t bytes = b->size;
+        blocks[n] = b;
+        sizes[n] = bytes;
+        lower[n] = lb;
+        costs[n] = ex;
         n++;
-        run_size += b->size;
+        run_size += bytes;
         run_lower += lb;
-        while (run_size - s->blocks[head]->size >= q->size) {
-            run_size -= s->blocks[head]->size;
-            run_lower -= s->lower[head];
+        while (run_size - sizes[head] >= want) {
+            run_size -= sizes[head];
+            run_lower -= lower[head];
             head++;
         }
-        if (run_size < q->size)
+        if (run_size < want)
             continue;
-        window_candidate *c = &s->cands[num_cands];
-        *c = (window_candidate){
-            .head = head, .tail = n, .size = run_size, .lower_sum = run_lower < 0 ? 0 : run_lower};
-        const window_candidate *best = &s->cands[seed];
+        double sum = run_lower < 0 ? 0 : run_lower;
+        cands[num_cands] =
+            (window_candidate){.head = head, .tail = n, .size = run_size, .lower_sum = sum};
+        /* key(this) < key(seed) without dividing (a division's latency per
+         * candidate had been a third of the pass); only orders the
+         * evaluation: choices use key_of */
         if (!num_cands ||
-            key_less(q->objective, c->lower_sum, c->size, best->lower_sum, best->size))
+            (per_byte ? sum * seed_bytes < seed_lower * (double)run_size : sum < seed_lower)) {
             seed = num_cands;
+            seed_lower = sum;
+            seed_bytes = (double)run_size;
+        }
         num_cands++;
     }
     q->out->blocks_visited += visited;
+    q->out->evals += evals;
     q->n = n;
     q->num_cands = num_cands;
     q->seed = seed;
@@ -181,11 +212,18 @@ static int choose(search *q, window_candidate *best, double *best_cost)
     for (size_t i = best->head; i < best->tail; i++)
         *best_cost += block_cost(q, i);
     double best_key = key_of(q->objective, *best_cost, best->size);
+    /* the loop's state in locals (the block_cost calls could alias it as far
+     * as the compiler knows); most candidates only take the first test */
+    const window_candidate *cands = s->cands;
+    const size_t num_cands = q->num_cands;
+    const window_objective objective = q->objective;
+    double limit = best_key * (1 + BOUND_SLACK);
+    size_t best_k = q->seed, best_tail = best->tail;
     size_t ev_head = 0, ev_tail = 0; /* sum = exact costs of blocks[ev_head .. ev_tail) */
     double sum = 0;
-    for (size_t k = 0; k < q->num_cands; k++) {
-        const window_candidate *c = &s->cands[k];
-        if (key_above(q->objective, c->lower_sum, c->size, best_key * (1 + BOUND_SLACK)))
+    for (size_t k = 0; k < num_cands; k++) {
+        const window_candidate *c = &cands[k];
+        if (key_above(objective, c->lower_sum, c->size, limit))
             continue;
         if (c->head >= ev_tail) {
             ev_head = ev_tail = c->head;
@@ -196,13 +234,16 @@ static int choose(search *q, window_candidate *best, double *best_cost)
         for (; ev_tail < c->tail; ev_tail++)
             sum += block_cost(q, ev_tail);
         double cost = sum < 0 ? 0 : sum; /* float drift of the running sum */
-        double key = key_of(q->objective, cost, c->size);
-        if (key < best_key || (key == best_key && c->tail < best->tail)) {
+        double key = key_of(objective, cost, c->size);
+        if (key < best_key || (key == best_key && c->tail < best_tail)) {
             best_key = key;
+            limit = best_key * (1 + BOUND_SLACK);
             *best_cost = cost;
-            *best = *c;
+            best_k = k;
+            best_tail = c->tail;
         }
     }
+    *best = cands[best_k];
     return 0;
 }
 
@@ -264,5 +305,6 @@ void window_scratch_free(window_scratch *s)
     free(s->lower);
     free(s->blocks);
     free(s->cands);
+    free(s->sizes);
     *s = (window_scratch){0};
 }

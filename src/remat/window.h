@@ -63,12 +63,13 @@ typedef struct window_candidate {
     double lower_sum;
 } window_candidate;
 
-/* Scratch memory reused across searches (the blocks walked, their bounds
- * and exact costs, the candidate windows). Zero-initialize;
+/* Scratch memory reused across searches (the blocks walked, their sizes,
+ * bounds and exact costs, the candidate windows). Zero-initialize;
  * window_scratch_free at end. */
 typedef struct window_scratch {
     double *costs, *lower;
     arena_block **blocks;
+    uint64_t *sizes;
     window_candidate *cands;
     size_t cap;
 } window_scratch;
