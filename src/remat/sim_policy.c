@@ -122,6 +122,48 @@ int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
     return compute;
 }
 
+bool sim_classes_uncut(const sim_runtime *rt, uint32_t s)
+{
+    const rt_storage *r = &rt->storages[s];
+    const uint32_t *roots = r->eq_valid ? rt->eq_roots + r->eq_first : rt->stack;
+    uint32_t n = r->eq_valid ? r->eq_num_roots : rt->stack_len;
+    if (!rt->class_cut)
+        return false;
+    for (uint32_t j = 0; j < n; j++)
+        if (rt->class_cut[roots[j]])
+            return false;
+    return true;
+}
+
+int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
+{
+    int64_t eq = sim_eq_compute(rt, s);
+    if (sim_classes_uncut(rt, s))
+        return eq;
+    uint32_t mark = next_mark(rt);
+    int64_t compute = (int64_t)rt->storages[s].compute;
+    rt->stats.eq_walks++;
+    rt->stack_len = 0;
+    rt->storages[s].mark = mark;
+    if (push(rt, s))
+        return compute;
+    while (rt->stack_len) {
+        sim_neighbours it = sim_neighbours_of(rt, rt->stack[--rt->stack_len]);
+        uint32_t n;
+        while (sim_neighbours_next(&it, &n)) {
+            rt_storage *r = &rt->storages[n];
+            rt->stats.eq_neighbours++;
+            if (r->material || r->ecn == SIM_NONE || r->mark == mark)
+                continue;
+            r->mark = mark;
+            compute += (int64_t)r->compute;
+            if (push(rt, n))
+                return compute; /* out of host memory: the rest is not counted */
+        }
+    }
+    return compute;
+}
+
 void sim_eq_forget_around(sim_runtime *rt, uint32_t s)
 {
     rt->storages[s].eq_valid = false;
