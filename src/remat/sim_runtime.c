@@ -127,6 +127,7 @@ int sim_mark_evicted(sim_runtime *rt, uint32_t s)
     const sim_program *p = rt->prog;
     rt_storage *r = &rt->storages[s];
     r->material = false;
+    rt->comp_epoch++;
     pool_remove(rt, s);
     for (uint32_t k = 0; k < r->num_created; k++)
         rt->defined[p->storage_tensors[p->storages[s].first_tensor + k]] = false;
@@ -334,6 +335,7 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
             continue;
         }
         rt->storages[p->tensors[u].storage].material = true;
+        rt->comp_epoch++;
         rt->defined[u] = true;
     }
     /* simrd order: siblings first, then t */
@@ -450,6 +452,7 @@ static sim_result run_compute(sim_runtime *rt, uint32_t op_id)
         rt->tensor_refs[t] = 1;
     }
     rt->num_created_tensors = op->first_output + op->num_outputs;
+    rt->comp_epoch++;
     if (rt->uses_eq)
         forget_around_new_tensors(rt, op);
     sim_result res = materialize(rt, op->first_output, false);
@@ -532,7 +535,8 @@ static int runtime_init(sim_runtime *rt, const sim_program *prog, const sim_conf
                         .budget = cfg->budget,
                         .remat_limit = cfg->remat_limit,
                         .align = 1,
-                        .clock = 1};
+                        .clock = 1,
+                        .comp_epoch = 1};
     rt->uses_eq = cfg->policy == SIM_POLICY_DTR || cfg->policy == SIM_POLICY_COOP;
     rt->storages = calloc(prog->num_storages + 1, sizeof *rt->storages);
     rt->defined = calloc(prog->num_tensors + 1, sizeof *rt->defined);

@@ -98,6 +98,11 @@ typedef struct rt_storage {
     void *ptr;            /* arena model: the block's address (NULL: none) */
     uint64_t placed;      /* arena model: bytes allocated for it (rounded) */
     uint32_t remats;      /* times its producer was recomputed (coop's window cost) */
+    /* c_comp's components of evicted storages, valid while comp_epoch is
+     * the runtime's: the component's first-walked storage (comp_label),
+     * and at that storage the component's summed compute (comp_sum) */
+    uint32_t comp_epoch, comp_label;
+    int64_t comp_sum;
     bool material, pinned;
     bool breaking; /* arena model: its block is in the breaker index */
     /* c_eq cache: the distinct class roots of its evicted neighbours,
@@ -140,8 +145,10 @@ typedef struct sim_runtime {
     uint32_t *pool;        /* evictable storages in order; UINT32_MAX = hole */
     uint32_t pool_len, pool_live, pool_cap;
     union_find uf;
-    bool *class_cut; /* per union-find node, read at roots: a member of the class was
-                      * rematerialized since it formed (it may no longer be connected) */
+    uint32_t comp_epoch; /* advances whenever the set of evicted storages or the
+                          * graph changes (rt_storage.comp_epoch) */
+    bool *class_cut;     /* per union-find node, read at roots: a member of the class was
+                          * rematerialized since it formed (it may no longer be connected) */
     uint32_t class_cut_cap;
     uint32_t mark_epoch;
     uint32_t *eq_roots; /* storages' cached class roots (rt_storage.eq_first) */
