@@ -5,8 +5,10 @@
  * 10.06 GB; and coop in the arena model with and without the breaker index
  * on resnet32 and tv_densenet121 at 0.9, 0.5, 0.3 (identical decisions,
  * fewer blocks visited), and dtr and coop with and without the c_eq cache at
- * 0.5 (identical decisions, fewer neighbour walks). Exits 77 (skip) when the
- * shared workloads are absent.
+ * 0.5 (identical decisions, fewer neighbour walks); and coop's component
+ * cost on tv_densenet121 at 0.3, where c_eq (coop-eq) thrashes and coop
+ * completes (docs/remat.md, section 2). Exits 77 (skip) when the shared
+ * workloads are absent.
  */
 #include <math.h>
 #include <stdio.h>
@@ -85,6 +87,23 @@ static int compare_eq_cache(const char *name, const sim_program *p)
     return failed;
 }
 
+/* coop with c_comp completes tv_densenet121 at 0.3 (overhead 1.336,
+ * docs/remat_arena.jsonl); with c_eq (coop-eq) it thrashes. 1 if not. */
+static int check_component_cost(const sim_program *p)
+{
+    uint64_t arena_peak = sim_peak(p, SIM_MEMORY_ARENA);
+    sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+    sim_outcome comp = sim_run(p, arena_peak, &opt, 0.3);
+    if (sim_options_parse_policy("coop-eq", &opt))
+        return 1;
+    sim_outcome eq = sim_run(p, arena_peak, &opt, 0.3);
+    int ok = comp.result == SIM_OK && comp.overhead < 1.5 && eq.result == SIM_THRASH;
+    printf("%s tv_densenet121 arena 0.3: coop %s %.4f/%llu, coop-eq %s\n", ok ? "PASS" : "FAIL",
+           sim_result_name(comp.result), comp.overhead, (unsigned long long)comp.evictions,
+           sim_result_name(eq.result));
+    return !ok;
+}
+
 int main(void)
 {
     const char *path = NULL;
@@ -131,6 +150,7 @@ int main(void)
     } else {
         failed |= compare_walks("tv_densenet121", &d);
         failed |= compare_eq_cache("tv_densenet121", &d);
+        failed |= check_component_cost(&d);
         sim_program_free(&d);
     }
     sim_program_free(&p);

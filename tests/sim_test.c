@@ -25,11 +25,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "remat/sim.h"
+#include "remat/sim_internal.h"
 #include "status.h"
 
 #define CONST(n, m)                                                                                \
@@ -90,6 +92,64 @@ static void neighbours_are_distinct_in_creation_order(void **state)
             assert_int_equal(n->since, expect[s][i][1]);
         }
     }
+    sim_program_free(&p);
+}
+
+/* coop's window cost c_comp counts the evicted storages actually connected
+ * to a storage; c_eq counts its neighbours' union-find classes, which never
+ * split. On the chain: a, b, c evicted (one class, 10 + 20 + 40), then b
+ * rematerialized (the class keeps a and c, value 50). d's only neighbour is
+ * c: c_eq(d) = 5 + 50, but a is cut off from c by the resident b, so
+ * c_comp(d) = 5 + 40. e's only neighbour is a: c_eq(e) = 7 + 50, c_comp(e)
+ * = 7 + 10. With b evicted again all three are connected: c_comp = c_eq. */
+static void component_cost_ignores_classes_cut_by_rematerialization(void **state)
+{
+    (void)state;
+    sim_program p;
+    load(chain_log, &p);
+    rt_storage st[6] = {{0}};
+    const uint64_t compute[6] = {0, 10, 20, 40, 5, 7};
+    bool cut[8] = {false}; /* per union-find node, as the runtime keeps them */
+    sim_runtime rt = {.prog = &p,
+                      .storages = st,
+                      .num_created_tensors = p.num_tensors,
+                      .class_cut = cut,
+                      .comp_epoch = 1, /* advanced below at each change, as the runtime does */
+                      .class_cut_cap = 8};
+    for (uint32_t s = 0; s < 6; s++) {
+        st[s] = (rt_storage){.compute = compute[s], .material = true, .ecn = SIM_NONE};
+    }
+    for (uint32_t s = 1; s <= 3; s++) { /* evict a, b, c: one class */
+        st[s].material = false;
+        st[s].ecn = uf_make(&rt.uf, (int64_t)compute[s]);
+        assert_int_not_equal(st[s].ecn, SIM_NONE);
+        if (s > 1)
+            uf_merge(&rt.uf, st[s - 1].ecn, st[s].ecn);
+    }
+    assert_int_equal(sim_eq_compute(&rt, 4), 5 + 70);
+    assert_true(sim_classes_uncut(&rt, 4)); /* c_comp is c_eq, no walk */
+    uint64_t walks = rt.stats.eq_walks;
+    assert_int_equal(sim_component_compute(&rt, 4), 5 + 70);
+    assert_int_equal(rt.stats.eq_walks, walks + 1); /* c_eq's own walk only (no cache) */
+    /* b rematerialized: subtracts its compute, leaves its node behind */
+    st[2].material = true;
+    uf_add(&rt.uf, st[2].ecn, -20);
+    cut[uf_find(&rt.uf, st[2].ecn)] = true;
+    st[2].ecn = SIM_NONE;
+    rt.comp_epoch++;
+    assert_int_equal(sim_eq_compute(&rt, 4), 5 + 50);
+    assert_int_equal(sim_component_compute(&rt, 4), 5 + 40);
+    assert_int_equal(sim_eq_compute(&rt, 5), 7 + 50);
+    assert_int_equal(sim_component_compute(&rt, 5), 7 + 10);
+    /* b evicted again: one component a-b-c */
+    st[2].material = false;
+    st[2].ecn = uf_make(&rt.uf, 20);
+    uf_merge(&rt.uf, st[1].ecn, st[2].ecn);
+    rt.comp_epoch++;
+    assert_int_equal(sim_component_compute(&rt, 5), 7 + 70);
+    assert_int_equal(sim_eq_compute(&rt, 5), 7 + 70);
+    uf_free(&rt.uf);
+    free(rt.stack);
     sim_program_free(&p);
 }
 
@@ -224,6 +284,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(neighbours_are_distinct_in_creation_order),
+        cmocka_unit_test(component_cost_ignores_classes_cut_by_rematerialization),
         cmocka_unit_test(dtr_family_evicts_the_cheap_stale_tensor),
         cmocka_unit_test(size_and_lru_choose_differently),
         cmocka_unit_test(too_small_is_oom_and_unlimited_needs_nothing),

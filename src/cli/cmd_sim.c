@@ -24,7 +24,8 @@ static void usage(FILE *out)
             "                     (arena only), and coop's ablations coop-nopart (no cheap\n"
             "                     tensor partitioning), coop-cow (copy-on-write instead of\n"
             "                     recomputable in-place), coop-dte (DTE's score in the window),\n"
-            "                     coop-sum (sum of window costs, not per byte)\n"
+            "                     coop-sum (sum of window costs, not per byte), coop-eq\n"
+            "                     (c_eq of union-find classes as each tensor's cost)\n"
             "                     (default dtr,dtr-full,lru)\n"
             "  --memory MODEL     ideal: only the sum of resident bytes is limited (default);\n"
             "                     arena: every tensor is a block of libcoop's pool (host\n"
@@ -182,7 +183,7 @@ int cmd_sim(int argc, char **argv)
         if (sim_options_parse_policy(policy_items[i], &options[i])) {
             fprintf(stderr,
                     "coop sim: unknown policy '%s' (dtr, dtr-full, dtr-local, dte, lru, "
-                    "size, coop, coop-nopart, coop-cow, coop-dte, coop-sum)\n",
+                    "size, coop, coop-nopart, coop-cow, coop-dte, coop-sum, coop-eq)\n",
                     policy_items[i]);
             return 2;
         }

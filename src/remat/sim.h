@@ -35,7 +35,9 @@ sim_options sim_options_default(sim_policy policy, sim_memory memory);
 /* Parses a policy name, including coop's ablation variants: coop-nopart
  * (no cheap tensor partitioning), coop-cow (copy-on-write instead of
  * recomputable in-place), coop-dte (DTE's score inside the window),
- * coop-sum (the window's plain sum of costs instead of cost per byte).
+ * coop-sum (the window's plain sum of costs instead of cost per byte),
+ * coop-eq (c_eq, union-find classes, instead of c_comp with the
+ * recompute history: the default before docs/remat.md section 2's change).
  * 0 and *out filled (memory, overhead limit untouched), -1 unknown. */
 int sim_options_parse_policy(const char *name, sim_options *out);
 

@@ -198,6 +198,13 @@ void sim_arena_transfer(sim_runtime *rt, uint32_t from, uint32_t to)
     sim_arena_sync(rt, to);
 }
 
+/* How much a recomputation raises a storage's window cost: c_comp x (1 +
+ * remats x this). An online memory of where recomputation happened (no
+ * lookahead): a storage recomputed before tends to be needed again. Chosen
+ * by the issue's criteria over 0.1, 0.25, 0.5, 1 and 4 (docs/remat.md,
+ * section 2); only 0.1 met them. */
+#define SIM_REMAT_WEIGHT 0.1
+
 /* Window cost of an allocated block: its tensor's Coop cost, or blocked. */
 static double window_cost(void *owner, const arena_block *b, void *ctx)
 {
@@ -215,12 +222,16 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
         uint64_t m = rt->prog->storages[s].size + sim_adjacent_free(rt, s);
         return m ? (double)r->compute / ((double)m * (double)stale) : (double)r->compute;
     }
+    if (rt->cfg.window_cost == SIM_WINDOW_COOP) /* as window_bound's exact value */
+        return (double)sim_component_compute(rt, s) *
+               ((1.0 + SIM_REMAT_WEIGHT * r->remats) / (double)stale);
     return (double)sim_eq_compute(rt, s) / (double)stale;
 }
 
 /* A lower bound of window_cost that needs no neighbourhood walk: the
- * storage's own compute (c_eq >= c: class values are never negative), or
- * window_cost itself when the storage's c_eq is cached (exact). */
+ * storage's own compute (c_eq, c_comp >= c: class values and computes are
+ * never negative), or window_cost itself when it is c_eq and the storage's
+ * c_eq is cached (exact). */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
@@ -229,21 +240,23 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
     if (r->pool_pos == SIM_NONE)
         return WINDOW_BLOCKED;
     uint64_t stale = rt->clock - (uint64_t)r->last_access;
-    double div = (double)(stale ? stale : 1);
-    if (r->eq_valid && rt->cfg.window_cost != SIM_WINDOW_DTE) {
-        /* sim_eq_cached, on r rather than its index */
-        const uint32_t *roots = rt->eq_roots + r->eq_first;
-        int64_t eq = (int64_t)r->compute;
-        uint32_t j = 0;
-        for (; j < r->eq_num_roots && uf_is_root(&rt->uf, roots[j]); j++)
-            eq += rt->uf.value[roots[j]];
-        if (j == r->eq_num_roots) {
+    int64_t eq;
+    if (rt->cfg.window_cost == SIM_WINDOW_COOP) {
+        double weight = (1.0 + SIM_REMAT_WEIGHT * r->remats) / (double)(stale ? stale : 1);
+        uint32_t s = storage_of(rt, owner);
+        if (sim_eq_cached(rt, s, &eq) && sim_classes_uncut(rt, s)) {
             rt->stats.heuristic_evals++;
             *exact = true;
-            return (double)eq / div;
+            return (double)eq * weight;
         }
+        return (double)r->compute * weight;
     }
-    return (double)r->compute / div;
+    if (rt->cfg.window_cost != SIM_WINDOW_DTE && sim_eq_cached(rt, storage_of(rt, owner), &eq)) {
+        rt->stats.heuristic_evals++;
+        *exact = true;
+        return (double)eq / (double)(stale ? stale : 1);
+    }
+    return (double)r->compute / (double)(stale ? stale : 1);
 }
 
 /* Coop: evict the cheapest covering window and place s inside it. */
@@ -251,7 +264,10 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
 {
     uint64_t size = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
-    window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COOP ? WINDOW_PER_BYTE : WINDOW_SUM;
+    window_objective obj =
+        rt->cfg.window_cost == SIM_WINDOW_COOP || rt->cfg.window_cost == SIM_WINDOW_EQ
+            ? WINDOW_PER_BYTE
+            : WINDOW_SUM;
     int found = window_search_indexed(pool_arena(rt->mem_pool), size, obj, window_cost,
                                       rt->cfg.window_cost == SIM_WINDOW_DTE ? NULL : window_bound,
                                       rt, rt->breakers, rt->scratch, &w);

@@ -75,6 +75,24 @@ static inline bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out
     return true;
 }
 
+/* c_comp: s's compute plus the compute of the evicted storages connected
+ * to s through evicted storages (neighbours as for c_eq, both directions),
+ * found by a walk at each call. What c_eq approximates with union-find
+ * classes, exactly: classes never split, so once a class has absorbed a
+ * region its value stays attached to storages that a rematerialization has
+ * since cut off from it; c_comp <= c_eq. The walk is needed only where one
+ * of s's neighbours' classes had a member rematerialized (class_cut);
+ * otherwise c_comp is c_eq (cached). */
+int64_t sim_component_compute(sim_runtime *rt, uint32_t s);
+
+/* Whether s's evicted neighbours' classes (the roots of s's valid c_eq
+ * cache, or else the ones sim_eq_compute just left on the stack) are all
+ * uncut: each is then exactly a connected set of evicted storages, not
+ * connected to another (storages evicted next to each other are merged,
+ * and no new neighbour of an evicted storage can appear), so c_comp is
+ * c_eq. */
+bool sim_classes_uncut(const sim_runtime *rt, uint32_t s);
+
 /* Forgets the cached c_eq of s's neighbours and of s (a neighbourhood
  * changed: s was evicted or rematerialized, or a tensor was created). */
 void sim_eq_forget_around(sim_runtime *rt, uint32_t s);

@@ -127,6 +127,79 @@ int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
     return compute;
 }
 
+bool sim_classes_uncut(const sim_runtime *rt, uint32_t s)
+{
+    const rt_storage *r = &rt->storages[s];
+    const uint32_t *roots = r->eq_valid ? rt->eq_roots + r->eq_first : rt->stack;
+    uint32_t n = r->eq_valid ? r->eq_num_roots : rt->stack_len;
+    if (!rt->class_cut)
+        return false;
+    for (uint32_t j = 0; j < n; j++)
+        if (rt->class_cut[roots[j]])
+            return false;
+    return true;
+}
+
+/* The summed compute of the component of evicted storages that contains
+ * evicted storage n, walking it once per comp_epoch (every storage of it
+ * is labelled with n). */
+static int64_t component_of(sim_runtime *rt, uint32_t n)
+{
+    rt_storage *first = &rt->storages[n];
+    if (first->comp_epoch == rt->comp_epoch)
+        return rt->storages[first->comp_label].comp_sum;
+    rt->stats.eq_walks++;
+    int64_t sum = 0;
+    first->comp_epoch = rt->comp_epoch;
+    first->comp_label = n;
+    rt->stack_len = 0;
+    if (push(rt, n))
+        return (int64_t)first->compute; /* out of host memory: the rest is not counted */
+    while (rt->stack_len) {
+        uint32_t x = rt->stack[--rt->stack_len];
+        sum += (int64_t)rt->storages[x].compute;
+        sim_neighbours it = sim_neighbours_of(rt, x);
+        uint32_t m;
+        while (sim_neighbours_next(&it, &m)) {
+            rt_storage *r = &rt->storages[m];
+            rt->stats.eq_neighbours++;
+            if (r->material || r->ecn == SIM_NONE || r->comp_epoch == rt->comp_epoch)
+                continue;
+            r->comp_epoch = rt->comp_epoch;
+            r->comp_label = n;
+            if (push(rt, m))
+                break;
+        }
+    }
+    first->comp_sum = sum;
+    return sum;
+}
+
+int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
+{
+    int64_t eq = sim_eq_compute(rt, s);
+    if (sim_classes_uncut(rt, s))
+        return eq;
+    /* s's compute plus its evicted neighbours' distinct components (labels
+     * marked as counted) */
+    uint32_t mark = next_mark(rt);
+    int64_t compute = (int64_t)rt->storages[s].compute;
+    sim_neighbours it = sim_neighbours_of(rt, s);
+    uint32_t n;
+    while (sim_neighbours_next(&it, &n)) {
+        const rt_storage *r = &rt->storages[n];
+        if (r->material || r->ecn == SIM_NONE)
+            continue;
+        int64_t sum = component_of(rt, n);
+        rt_storage *label = &rt->storages[rt->storages[n].comp_label];
+        if (label->mark == mark)
+            continue;
+        label->mark = mark;
+        compute += sum;
+    }
+    return compute;
+}
+
 void sim_eq_forget_around(sim_runtime *rt, uint32_t s)
 {
     rt->storages[s].eq_valid = false;

@@ -127,6 +127,7 @@ int sim_mark_evicted(sim_runtime *rt, uint32_t s)
     const sim_program *p = rt->prog;
     rt_storage *r = &rt->storages[s];
     r->material = false;
+    rt->comp_epoch++;
     pool_remove(rt, s);
     for (uint32_t k = 0; k < r->num_created; k++)
         rt->defined[p->storage_tensors[p->storages[s].first_tensor + k]] = false;
@@ -137,14 +138,28 @@ int sim_mark_evicted(sim_runtime *rt, uint32_t s)
     r->ecn = uf_make(&rt->uf, (int64_t)r->compute);
     if (r->ecn == SIM_NONE)
         return -1;
+    if (r->ecn >= rt->class_cut_cap) {
+        uint32_t cap = rt->class_cut_cap ? rt->class_cut_cap : 256;
+        while (cap <= r->ecn)
+            cap *= 2;
+        bool *cut = realloc(rt->class_cut, cap * sizeof *cut);
+        if (!cut)
+            return -1;
+        rt->class_cut = cut;
+        rt->class_cut_cap = cap;
+    }
+    rt->class_cut[r->ecn] = false;
     r->eq_valid = false;
     sim_neighbours it = sim_neighbours_of(rt, s);
     uint32_t n;
     while (sim_neighbours_next(&it, &n)) {
         rt_storage *q = &rt->storages[n];
         q->eq_valid = false; /* s now counts in its c_eq */
-        if (!q->material && n != s && q->ecn != SIM_NONE)
-            uf_merge(&rt->uf, q->ecn, r->ecn);
+        if (!q->material && n != s && q->ecn != SIM_NONE) {
+            bool cut =
+                rt->class_cut[uf_find(&rt->uf, q->ecn)] || rt->class_cut[uf_find(&rt->uf, r->ecn)];
+            rt->class_cut[uf_merge(&rt->uf, q->ecn, r->ecn)] = cut;
+        }
     }
     return 0;
 }
@@ -307,6 +322,7 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
     if (remat) {
         rt->stats.remat_compute += op->cost;
         rt->stats.remat_ops++;
+        rt->storages[p->tensors[t].storage].remats++;
     } else {
         rt->stats.model_compute += op->cost;
     }
@@ -319,6 +335,7 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
             continue;
         }
         rt->storages[p->tensors[u].storage].material = true;
+        rt->comp_epoch++;
         rt->defined[u] = true;
     }
     /* simrd order: siblings first, then t */
@@ -331,6 +348,7 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
             rt_storage *r = &rt->storages[s];
             if (r->ecn != SIM_NONE) {
                 uf_add(&rt->uf, r->ecn, -(int64_t)r->compute);
+                rt->class_cut[uf_find(&rt->uf, r->ecn)] = true;
                 r->ecn = SIM_NONE;
                 sim_eq_forget_around(rt, s); /* s no longer counts in their c_eq */
             }
@@ -434,6 +452,7 @@ static sim_result run_compute(sim_runtime *rt, uint32_t op_id)
         rt->tensor_refs[t] = 1;
     }
     rt->num_created_tensors = op->first_output + op->num_outputs;
+    rt->comp_epoch++;
     if (rt->uses_eq)
         forget_around_new_tensors(rt, op);
     sim_result res = materialize(rt, op->first_output, false);
@@ -516,7 +535,8 @@ static int runtime_init(sim_runtime *rt, const sim_program *prog, const sim_conf
                         .budget = cfg->budget,
                         .remat_limit = cfg->remat_limit,
                         .align = 1,
-                        .clock = 1};
+                        .clock = 1,
+                        .comp_epoch = 1};
     rt->uses_eq = cfg->policy == SIM_POLICY_DTR || cfg->policy == SIM_POLICY_COOP;
     rt->storages = calloc(prog->num_storages + 1, sizeof *rt->storages);
     rt->defined = calloc(prog->num_tensors + 1, sizeof *rt->defined);
@@ -545,6 +565,7 @@ static void runtime_free(sim_runtime *rt)
     free(rt->eq_roots);
     free(rt->victims);
     uf_free(&rt->uf);
+    free(rt->class_cut);
 }
 
 sim_result sim_execute(const sim_program *prog, const sim_config *cfg, sim_stats *stats)

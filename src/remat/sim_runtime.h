@@ -41,7 +41,10 @@ typedef enum sim_result { SIM_OK = 0, SIM_OOM, SIM_THRASH, SIM_ERROR } sim_resul
 
 /* What the coop policy sums over a window's evictable blocks. */
 typedef enum sim_window_cost {
-    SIM_WINDOW_COOP, /* sum of c_eq / staleness per byte of the window (default) */
+    SIM_WINDOW_COOP, /* sum of c_comp * (1 + remats / 10) / staleness per byte of the
+                      * window (default; c_comp: sim_component_compute) */
+    SIM_WINDOW_EQ,   /* ablation: sum of c_eq / staleness per byte (the default
+                      * until the component cost; see docs/remat.md) */
     SIM_WINDOW_SUM,  /* sum of c_eq / staleness (Coop's literal objective) */
     SIM_WINDOW_DTE   /* ablation: sum of DTE's score c / (m' * staleness) */
 } sim_window_cost;
@@ -94,6 +97,12 @@ typedef struct rt_storage {
     uint32_t mark;        /* traversal stamp */
     void *ptr;            /* arena model: the block's address (NULL: none) */
     uint64_t placed;      /* arena model: bytes allocated for it (rounded) */
+    uint32_t remats;      /* times its producer was recomputed (coop's window cost) */
+    /* c_comp's components of evicted storages, valid while comp_epoch is
+     * the runtime's: the component's first-walked storage (comp_label),
+     * and at that storage the component's summed compute (comp_sum) */
+    uint32_t comp_epoch, comp_label;
+    int64_t comp_sum;
     bool material, pinned;
     bool breaking; /* arena model: its block is in the breaker index */
     /* c_eq cache: the distinct class roots of its evicted neighbours,
@@ -136,6 +145,11 @@ typedef struct sim_runtime {
     uint32_t *pool;        /* evictable storages in order; UINT32_MAX = hole */
     uint32_t pool_len, pool_live, pool_cap;
     union_find uf;
+    uint32_t comp_epoch; /* advances whenever the set of evicted storages or the
+                          * graph changes (rt_storage.comp_epoch) */
+    bool *class_cut;     /* per union-find node, read at roots: a member of the class was
+                          * rematerialized since it formed (it may no longer be connected) */
+    uint32_t class_cut_cap;
     uint32_t mark_epoch;
     uint32_t *eq_roots; /* storages' cached class roots (rt_storage.eq_first) */
     size_t eq_roots_len, eq_roots_cap;

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Checks issue 3's arena criteria on `coop sim --json` output.
+
+A cell is (log, budget ratio) or (log, "min"). It is violated when:
+  - coop fails (oom / thrash) where dtr or dte succeeds, or coop's overhead
+    is above dtr's or dte's + 0.005 where they succeed;
+  - "min": coop's min_budget_ratio is above dtr's or dte's where theirs
+    exists (coop having none while they have one counts too).
+
+Usage: check_sim_criteria.py RESULTS.jsonl [BASELINE.jsonl]
+       [--policy P] (the policy checked, default coop)
+Prints every violated cell; with a baseline, also the cells that started
+or stopped failing. Exit status 1 when any cell is violated, or (with a
+baseline) when a cell passing in the baseline fails.
+
+The results come from, e.g.:
+  ./coop sim --json --memory arena --policy coop,dtr,dte \\
+      --budget 0.9,0.8,0.7,0.6,0.5,0.4,0.3 ../shared/workloads/dtr-logs/*.gz \\
+      traces/*.ops.jsonl.gz
+"""
+import argparse
+import json
+import sys
+
+SLACK = 0.005
+RIVALS = ("dtr", "dte")
+
+
+def load(path):
+    rows = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                r = json.loads(line)
+                rows[(r["log"], r["policy"], round(float(r["budget_ratio"]), 4))] = r
+            except (ValueError, KeyError) as e:
+                sys.exit(f"{path}:{n}: not a coop sim --json row ({e})")
+    return rows
+
+
+def short(log):
+    """The model's name; the project's own traces marked (own), since both
+    sets have an lstm."""
+    name = log.split("/")[-1].split("-")[0]
+    return name + " (own)" if log.endswith(".ops.jsonl.gz") else name
+
+
+def fmt(r):
+    return f"{r['overhead']:.3f}" if r["result"] == "ok" else r["result"]
+
+
+def violations(rows, policy):
+    """{cell: description} of the violated cells."""
+    out = {}
+    logs = sorted({k[0] for k in rows if k[1] == policy})
+    for log in logs:
+        ratios = sorted({k[2] for k in rows if k[0] == log and k[1] == policy}, reverse=True)
+        for ratio in ratios:
+            me = rows[(log, policy, ratio)]
+            why = []
+            for rival in RIVALS:
+                r = rows.get((log, rival, ratio))
+                if not r or r["result"] != "ok":
+                    continue
+                if me["result"] != "ok" or me["overhead"] > r["overhead"] + SLACK:
+                    why.append(f"{policy} {fmt(me)} vs {rival} {fmt(r)}")
+            if why:
+                out[(short(log), f"{ratio:g}")] = "; ".join(why)
+        mine = rows[(log, policy, ratios[0])].get("min_budget_ratio")
+        why = []
+        for rival in RIVALS:
+            r = rows.get((log, rival, ratios[0]))
+            theirs = r.get("min_budget_ratio") if r else None
+            if theirs is None:
+                continue
+            if mine is None or mine > theirs:
+                why.append(f"{policy} min {mine} vs {rival} {theirs}")
+        if why:
+            out[(short(log), "min")] = "; ".join(why)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results")
+    ap.add_argument("baseline", nargs="?")
+    ap.add_argument("--policy", default="coop")
+    a = ap.parse_args()
+    now = violations(load(a.results), a.policy)
+    for cell, why in sorted(now.items()):
+        print(f"violation {cell[0]} {cell[1]}: {why}")
+    print(f"{len(now)} violations")
+    worse = False
+    if a.baseline:
+        base = violations(load(a.baseline), a.policy)
+        fixed = sorted(set(base) - set(now))
+        new = sorted(set(now) - set(base))
+        for cell in fixed:
+            print(f"fixed {cell[0]} {cell[1]}")
+        for cell in new:
+            print(f"NEW {cell[0]} {cell[1]}: {now[cell]}")
+        worse = bool(new)
+    return 1 if now or worse else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
