@@ -107,7 +107,9 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         /* the next block's owner (its record may span two lines): its loads
          * start while this block's work runs (for a free block the field is
          * a tree link, harmless to prefetch) */
-        if (b->next && b->next != stop) {
+        if (b->next && b->next != stop && b->next->owner) {
+            /* NULL checked first: offsetting a null pointer is undefined
+             * (UBSan and the api fuzzer flagged it) */
             __builtin_prefetch(b->next->owner);
             __builtin_prefetch((char *)b->next->owner + 64);
         }
