@@ -205,6 +205,22 @@ void sim_arena_transfer(sim_runtime *rt, uint32_t from, uint32_t to)
  * section 2); only 0.1 met them. */
 #define SIM_REMAT_WEIGHT 0.1
 
+/* Logical time since r was last used, at least 1: a storage just used is
+ * dearest, but finite so sums stay ordered. */
+static uint64_t staleness(const sim_runtime *rt, const rt_storage *r)
+{
+    uint64_t stale = rt->clock - (uint64_t)r->last_access;
+    return stale ? stale : 1;
+}
+
+/* What the coop cost multiplies c_comp (or c_eq where that equals it) by.
+ * One expression for window_cost and window_bound, so that an exact bound
+ * is the very value the cost would return. */
+static double coop_weight(const sim_runtime *rt, const rt_storage *r)
+{
+    return (1.0 + SIM_REMAT_WEIGHT * r->remats) / (double)staleness(rt, r);
+}
+
 /* Window cost of an allocated block: its tensor's Coop cost, or blocked. */
 static double window_cost(void *owner, const arena_block *b, void *ctx)
 {
@@ -214,24 +230,21 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     rt_storage *r = &rt->storages[s];
     if (r->pool_pos == SIM_NONE) /* locked, pinned, or being placed */
         return WINDOW_BLOCKED;
-    uint64_t stale = rt->clock - (uint64_t)r->last_access;
-    if (!stale)
-        stale = 1; /* just used: dearest, but finite so sums stay ordered */
+    uint64_t stale = staleness(rt, r);
     rt->stats.heuristic_evals++;
     if (rt->cfg.window_cost == SIM_WINDOW_DTE) {
         uint64_t m = rt->prog->storages[s].size + sim_adjacent_free(rt, s);
         return m ? (double)r->compute / ((double)m * (double)stale) : (double)r->compute;
     }
-    if (rt->cfg.window_cost == SIM_WINDOW_COOP) /* as window_bound's exact value */
-        return (double)sim_component_compute(rt, s) *
-               ((1.0 + SIM_REMAT_WEIGHT * r->remats) / (double)stale);
+    if (rt->cfg.window_cost == SIM_WINDOW_COOP)
+        return (double)sim_component_compute(rt, s) * coop_weight(rt, r);
     return (double)sim_eq_compute(rt, s) / (double)stale;
 }
 
 /* A lower bound of window_cost that needs no neighbourhood walk: the
  * storage's own compute (c_eq, c_comp >= c: class values and computes are
- * never negative), or window_cost itself when it is c_eq and the storage's
- * c_eq is cached (exact). */
+ * never negative), or window_cost itself when the storage's c_eq is cached
+ * (exact; for coop only where c_comp is that c_eq: no class cut). */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
@@ -239,10 +252,9 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
     rt_storage *r = owner;
     if (r->pool_pos == SIM_NONE)
         return WINDOW_BLOCKED;
-    uint64_t stale = rt->clock - (uint64_t)r->last_access;
     int64_t eq;
     if (rt->cfg.window_cost == SIM_WINDOW_COOP) {
-        double weight = (1.0 + SIM_REMAT_WEIGHT * r->remats) / (double)(stale ? stale : 1);
+        double weight = coop_weight(rt, r);
         uint32_t s = storage_of(rt, owner);
         if (sim_eq_cached(rt, s, &eq) && sim_classes_uncut(rt, s)) {
             rt->stats.heuristic_evals++;
@@ -251,12 +263,13 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
         }
         return (double)r->compute * weight;
     }
+    double stale = (double)staleness(rt, r);
     if (rt->cfg.window_cost != SIM_WINDOW_DTE && sim_eq_cached(rt, storage_of(rt, owner), &eq)) {
         rt->stats.heuristic_evals++;
         *exact = true;
-        return (double)eq / (double)(stale ? stale : 1);
+        return (double)eq / stale;
     }
-    return (double)r->compute / (double)(stale ? stale : 1);
+    return (double)r->compute / stale;
 }
 
 /* Coop: evict the cheapest covering window and place s inside it. */

@@ -138,16 +138,9 @@ int sim_mark_evicted(sim_runtime *rt, uint32_t s)
     r->ecn = uf_make(&rt->uf, (int64_t)r->compute);
     if (r->ecn == SIM_NONE)
         return -1;
-    if (r->ecn >= rt->class_cut_cap) {
-        uint32_t cap = rt->class_cut_cap ? rt->class_cut_cap : 256;
-        while (cap <= r->ecn)
-            cap *= 2;
-        bool *cut = realloc(rt->class_cut, cap * sizeof *cut);
-        if (!cut)
-            return -1;
-        rt->class_cut = cut;
-        rt->class_cut_cap = cap;
-    }
+    if (sim_grow((void **)&rt->class_cut, &rt->class_cut_cap, (size_t)r->ecn + 1,
+                 sizeof *rt->class_cut))
+        return -1;
     rt->class_cut[r->ecn] = false;
     r->eq_valid = false;
     sim_neighbours it = sim_neighbours_of(rt, s);
