@@ -125,6 +125,24 @@ static void compare_searches(arena *a, const breaker_index *x, uint64_t size)
     window_scratch_free(&scratch);
 }
 
+/* A pool of one fixed SEG_BYTES segment (no VMM: blocks never move),
+ * returned locked so tests can call the arena's internal hooks. */
+static coop_pool *locked_segment_pool(void)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.backend = COOP_BACKEND_HOST;
+    c.use_vmm = false;
+    c.page_size = 4096;
+    c.capacity = SEG_BYTES;
+    c.segment_size = SEG_BYTES;
+    c.min_split = COOP_ALIGN;
+    coop_pool *pool;
+    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    pool_lock(pool);
+    return pool;
+}
+
 static void random_arenas_give_the_plain_walks_windows(void **state)
 {
     (void)state;
@@ -132,17 +150,7 @@ static void random_arenas_give_the_plain_walks_windows(void **state)
     printf("breaker_index_test seed %llu (COOP_TEST_SEED)\n", (unsigned long long)seed);
     for (int round = 0; round < 20; round++) {
         rng_state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)round + 1;
-        coop_config c;
-        coop_config_default(&c);
-        c.backend = COOP_BACKEND_HOST;
-        c.use_vmm = false;
-        c.page_size = 4096;
-        c.capacity = SEG_BYTES;
-        c.segment_size = SEG_BYTES;
-        c.min_split = COOP_ALIGN;
-        coop_pool *pool;
-        assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
-        pool_lock(pool);
+        coop_pool *pool = locked_segment_pool();
         arena *a = pool_arena(pool);
         breaker_index x = {0};
         owner owners[MAX_LIVE] = {{0}};
@@ -195,17 +203,7 @@ static void random_arenas_give_the_plain_walks_windows(void **state)
 static void pinned_runs_are_not_visited(void **state)
 {
     (void)state;
-    coop_config c;
-    coop_config_default(&c);
-    c.backend = COOP_BACKEND_HOST;
-    c.use_vmm = false;
-    c.page_size = 4096;
-    c.capacity = SEG_BYTES;
-    c.segment_size = SEG_BYTES;
-    c.min_split = COOP_ALIGN;
-    coop_pool *pool;
-    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
-    pool_lock(pool);
+    coop_pool *pool = locked_segment_pool();
     arena *a = pool_arena(pool);
     breaker_index x = {0};
     owner owners[64];

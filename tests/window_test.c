@@ -72,15 +72,22 @@ static void build(fixture *f, const double *costs, int n)
     build_sized(f, costs, NULL, n);
 }
 
-static int search(fixture *f, uint64_t size, window_objective obj, window *w, int *evals)
+/* One search over the fixture's arena, with a lower bound (NULL: none). */
+static int search_bounded(fixture *f, uint64_t size, window_objective obj, window_bound_fn bound,
+                          window *w, int *evals)
 {
     window_scratch scratch = {0};
     *evals = 0;
     pool_lock(f->pool);
-    int r = window_search(pool_arena(f->pool), size, obj, owner_cost, NULL, evals, &scratch, w);
+    int r = window_search(pool_arena(f->pool), size, obj, owner_cost, bound, evals, &scratch, w);
     pool_unlock(f->pool);
     window_scratch_free(&scratch);
     return r;
+}
+
+static int search(fixture *f, uint64_t size, window_objective obj, window *w, int *evals)
+{
+    return search_bounded(f, size, obj, NULL, w, evals);
 }
 
 #define FREE (-2.0)
@@ -190,14 +197,9 @@ static void bounds_prune_without_changing_the_window(void **state)
         window w, wb;
         int evals, evals_b = 0;
         assert_int_equal(search(&f, 2 * UNIT, (window_objective)obj, &w, &evals), 0);
-        window_scratch scratch = {0};
         bound_calls = 0;
-        pool_lock(f.pool);
-        assert_int_equal(window_search(pool_arena(f.pool), 2 * UNIT, (window_objective)obj,
-                                       owner_cost, half_cost, &evals_b, &scratch, &wb),
-                         0);
-        pool_unlock(f.pool);
-        window_scratch_free(&scratch);
+        assert_int_equal(
+            search_bounded(&f, 2 * UNIT, (window_objective)obj, half_cost, &wb, &evals_b), 0);
         assert_int_equal(wb.addr, w.addr);
         assert_true(wb.cost == w.cost);
         assert_int_equal(bound_calls, 8);
@@ -232,13 +234,8 @@ static void exact_bounds_are_not_evaluated(void **state)
         window w, wb;
         int evals, evals_b = 0;
         assert_int_equal(search(&f, 2 * UNIT, (window_objective)obj, &w, &evals), 0);
-        window_scratch scratch = {0};
-        pool_lock(f.pool);
-        assert_int_equal(window_search(pool_arena(f.pool), 2 * UNIT, (window_objective)obj,
-                                       owner_cost, exact_when_dear, &evals_b, &scratch, &wb),
-                         0);
-        pool_unlock(f.pool);
-        window_scratch_free(&scratch);
+        assert_int_equal(
+            search_bounded(&f, 2 * UNIT, (window_objective)obj, exact_when_dear, &wb, &evals_b), 0);
         assert_int_equal(wb.addr, w.addr);
         assert_int_equal(wb.size, w.size);
         assert_true(wb.cost == w.cost);
