@@ -6,7 +6,7 @@ libcooptools_la_SOURCES += src/trace/dtr_log.h src/trace/reader_dtr.c \
 libcooptools_la_SOURCES += src/remat/sim_program.h src/remat/sim_program.c \
 	src/remat/sim_runtime.h src/remat/sim_runtime.c \
 	src/remat/sim.h src/remat/sim.c src/remat/sim_internal.h src/remat/sim_policy.c \
-	src/remat/sim_arena.c
+	src/remat/sim_arena.c src/remat/coop_cost.h
 # libcoop: the remat API, the window search over the pool's blocks, union-find
 libcoop_la_SOURCES += src/remat/window.h src/remat/window.c \
 	src/remat/breaker_index.h src/remat/breaker_index.c \

@@ -35,7 +35,7 @@ void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
     r->resident = t;
     r->stats.resident_bytes += t->size;
     if (t->uf != REMAT_NONE) { /* leaves its class: the class loses its cost */
-        uf_add(&r->uf, t->uf, -(int64_t)t->cost);
+        uf_leave(&r->uf, t->uf, (int64_t)t->cost);
         t->uf = REMAT_NONE;
     }
 }
