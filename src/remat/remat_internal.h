@@ -1,7 +1,8 @@
 /*
  * Internals of the remat API (include/coop.h, rematerialization section):
  * the context and the tensor records, shared by remat.c (tensor lifecycle,
- * recomputation, in-place) and remat_evict.c (policies, window, placement).
+ * recomputation, in-place), remat_evict.c (policies, window, placement) and
+ * remat_cost.c (c_eq and c_comp over the tensor graph).
  *
  * Storage: a tensor with base == itself owns a storage (a block of the pool
  * while resident, whose owner field points back at it); views point at their
