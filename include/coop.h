@@ -292,7 +292,8 @@ typedef struct coop_tensor coop_tensor;
  * next to each other share a class, which never splits, so after a member
  * is recomputed the class still counts tensors no longer connected to it);
  * c_comp adds exactly the evicted tensors connected to it through evicted
- * tensors (c_comp <= c_eq, equal until a class has a member recomputed).
+ * tensors (c_comp <= c_eq, equal while none of its neighbours' classes
+ * has had a member recomputed).
  * staleness is the logical time since the tensor's last access (at least
  * 1 for the window policies), remats how often its recompute callback has
  * run (coop_tensor_recomputes).
