@@ -286,13 +286,34 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds);
 typedef struct coop_remat coop_remat;
 typedef struct coop_tensor coop_tensor;
 
+/*
+ * Recompute costs (ns): c is a tensor's own producer cost; c_eq adds the
+ * union-find classes of its evicted neighbours (DTR-eq: evicted tensors
+ * next to each other share a class, which never splits, so after a member
+ * is recomputed the class still counts tensors no longer connected to it);
+ * c_comp adds exactly the evicted tensors connected to it through evicted
+ * tensors (c_comp <= c_eq, equal while none of its neighbours' classes
+ * has had a member recomputed).
+ * staleness is the logical time since the tensor's last access (at least
+ * 1 for the window policies), remats how often its recompute callback has
+ * run (coop_tensor_recomputes).
+ */
 typedef enum coop_remat_policy {
-    COOP_REMAT_COOP = 0,  /* sliding window, cost c_eq / staleness per window byte */
+    /* sliding window: the covering window with the smallest sum of
+     * c_comp x (1 + 0.1 x remats) / staleness per window byte, as
+     * `coop sim`'s coop policy (docs/remat.md, section 2) */
+    COOP_REMAT_COOP = 0,
     COOP_REMAT_DTR,       /* argmin of c_eq / (bytes * staleness), one at a time */
     COOP_REMAT_DTR_LOCAL, /* argmin of c / (bytes * staleness) */
     COOP_REMAT_DTE,       /* as DTR-local, bytes including adjacent free blocks */
     COOP_REMAT_LRU,       /* least recently accessed first */
-    COOP_REMAT_SIZE       /* largest first */
+    COOP_REMAT_SIZE,      /* largest first */
+    /* the window with the cost COOP_REMAT_COOP had before the component
+     * cost, for comparison: sum of c_eq / staleness per window byte, no
+     * recompute history (`coop sim`'s coop-eq ablation, which thrashes on
+     * densenet121's DTR log at budget 0.3 where coop does not: one
+     * never-splitting class next to many tensors) */
+    COOP_REMAT_COOP_EQ
 } coop_remat_policy;
 
 enum {
@@ -373,6 +394,10 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
 coop_status coop_tensor_release(coop_remat *r, coop_tensor *t);
 
 size_t coop_tensor_size(const coop_tensor *t);
+/* How often t's storage has been recomputed (recompute callbacks run for it;
+ * views: their base's). An in-place op starts the count afresh for t's new
+ * value; the old value keeps the history. */
+uint32_t coop_tensor_recomputes(const coop_tensor *t);
 bool coop_tensor_resident(const coop_tensor *t);
 /* The buffer if resident, else NULL (no recomputation). */
 void *coop_tensor_data(const coop_tensor *t);

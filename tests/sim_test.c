@@ -109,13 +109,10 @@ static void component_cost_ignores_classes_cut_by_rematerialization(void **state
     load(chain_log, &p);
     rt_storage st[6] = {{0}};
     const uint64_t compute[6] = {0, 10, 20, 40, 5, 7};
-    bool cut[8] = {false}; /* per union-find node, as the runtime keeps them */
     sim_runtime rt = {.prog = &p,
                       .storages = st,
                       .num_created_tensors = p.num_tensors,
-                      .class_cut = cut,
-                      .comp_epoch = 1, /* advanced below at each change, as the runtime does */
-                      .class_cut_cap = 8};
+                      .comp_epoch = 1}; /* advanced below at each change, as the runtime does */
     for (uint32_t s = 0; s < 6; s++) {
         st[s] = (rt_storage){.compute = compute[s], .material = true, .ecn = SIM_NONE};
     }
@@ -133,8 +130,7 @@ static void component_cost_ignores_classes_cut_by_rematerialization(void **state
     assert_int_equal(rt.stats.eq_walks, walks + 1); /* c_eq's own walk only (no cache) */
     /* b rematerialized: subtracts its compute, leaves its node behind */
     st[2].material = true;
-    uf_add(&rt.uf, st[2].ecn, -20);
-    cut[uf_find(&rt.uf, st[2].ecn)] = true;
+    uf_leave(&rt.uf, st[2].ecn, 20);
     st[2].ecn = SIM_NONE;
     rt.comp_epoch++;
     assert_int_equal(sim_eq_compute(&rt, 4), 5 + 50);

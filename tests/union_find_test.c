@@ -33,8 +33,32 @@ static void merge_sums_once(void **state)
     uf_merge(&uf, c, a);
     assert_int_equal(uf_value(&uf, b), 23);
     assert_int_equal(uf_find(&uf, a), uf_find(&uf, c));
-    uf_add(&uf, c, -5); /* a member leaves: the class value drops, membership stays */
+    uf_leave(&uf, c, 5); /* a member leaves: the class value drops, membership stays */
     assert_int_equal(uf_value(&uf, a), 18);
+    uf_free(&uf);
+}
+
+/* A class is cut once a member leaves it, and a merge with a cut class is
+ * cut: it may no longer be one connected set. */
+static void leaving_cuts_the_class_and_merges_carry_it(void **state)
+{
+    (void)state;
+    union_find uf = {0};
+    uint32_t a = uf_make(&uf, 5), b = uf_make(&uf, 7), c = uf_make(&uf, 11), d = uf_make(&uf, 1);
+    uf_merge(&uf, a, b);
+    assert_false(uf_is_cut(&uf, uf_find(&uf, a)));
+    uf_leave(&uf, a, 5);
+    assert_true(uf_is_cut(&uf, uf_find(&uf, b)));
+    assert_int_equal(uf_value(&uf, b), 7);
+    assert_false(uf_is_cut(&uf, uf_find(&uf, c)));
+    uf_merge(&uf, c, d); /* two clean classes: clean */
+    assert_false(uf_is_cut(&uf, uf_find(&uf, d)));
+    uf_merge(&uf, d, b); /* clean with cut, either order: cut */
+    assert_true(uf_is_cut(&uf, uf_find(&uf, c)));
+    uint32_t e = uf_make(&uf, 2); /* a new node starts clean */
+    assert_false(uf_is_cut(&uf, e));
+    uf_merge(&uf, a, e);
+    assert_true(uf_is_cut(&uf, uf_find(&uf, e)));
     uf_free(&uf);
 }
 
@@ -85,6 +109,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(singletons_keep_their_values),
         cmocka_unit_test(merge_sums_once),
+        cmocka_unit_test(leaving_cuts_the_class_and_merges_carry_it),
         cmocka_unit_test(big_classes_keep_their_root),
         cmocka_unit_test(finds_compress_paths),
     };

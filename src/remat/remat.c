@@ -18,7 +18,7 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
     if (!pool || !config || !config->recompute)
         return coop_set_error(COOP_ERR_INVALID,
                               "coop_remat_create: pool, config and config->recompute are required");
-    if ((unsigned)config->policy > COOP_REMAT_SIZE)
+    if ((unsigned)config->policy > COOP_REMAT_COOP_EQ)
         return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: unknown policy %d",
                               (int)config->policy);
     coop_remat *r = calloc(1, sizeof *r);
@@ -29,6 +29,7 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
     if (r->cfg.cheap_threshold == 0)
         r->cfg.cheap_threshold = DEFAULT_CHEAP_THRESHOLD;
     r->clock = 1;
+    r->comp_epoch = 1; /* records start at 0: no component label is current */
     *out = r;
     return COOP_OK;
 }
@@ -48,7 +49,8 @@ void coop_remat_destroy(coop_remat *r)
     uf_free(&r->uf);
     window_scratch_free(&r->scratch);
     free(r->victims);
-    free(r->seen);
+    free(r->roots);
+    free(r->stack);
     free(r);
 }
 
@@ -61,6 +63,11 @@ void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out)
 size_t coop_tensor_size(const coop_tensor *t)
 {
     return t->base->size;
+}
+
+uint32_t coop_tensor_recomputes(const coop_tensor *t)
+{
+    return t->base->remats;
 }
 
 bool coop_tensor_resident(const coop_tensor *t)
@@ -102,8 +109,8 @@ static coop_tensor *new_record(coop_remat *r)
 }
 
 /* Sets t's producer: cost, opaque op and input bases (children links too). */
-static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, coop_tensor *first,
-                                coop_tensor *const *inputs, size_t n)
+static coop_status set_producer(coop_remat *r, coop_tensor *t, uint64_t cost, void *producer,
+                                coop_tensor *first, coop_tensor *const *inputs, size_t n)
 {
     size_t total = n + (first != NULL);
     coop_tensor **in = total ? malloc(total * sizeof *in) : NULL;
@@ -122,6 +129,7 @@ static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, c
     free(t->inputs);
     t->inputs = in;
     t->num_inputs = total;
+    remat_graph_changed(r); /* edges changed: component labels are stale */
     t->cost = cost;
     t->producer = producer;
     return COOP_OK;
@@ -167,7 +175,7 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
     t->size = size;
     t->flags = flags;
     t->handles = 1;
-    if ((st = set_producer(t, cost_ns, producer, NULL, inputs, num_inputs))) {
+    if ((st = set_producer(r, t, cost_ns, producer, NULL, inputs, num_inputs))) {
         t->released = true;
         return st;
     }
@@ -227,6 +235,7 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
         st = r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
         r->clock += t->cost;
         r->stats.recomputes++;
+        t->remats++;
         r->stats.recompute_ns += t->cost;
         t->last_access = r->clock;
     }
@@ -331,6 +340,8 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     old->flags = b->flags | COOP_TENSOR_EVICTABLE;
     old->released = true;
     old->cost = b->cost;
+    old->remats = b->remats; /* the old value's producer's history; b's op is new */
+    b->remats = 0;
     old->producer = b->producer;
     old->inputs = b->inputs;
     old->num_inputs = b->num_inputs;
@@ -342,7 +353,7 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     b->children = NULL;
     b->num_children = b->cap_children = 0;
     redirect(b, old);
-    if ((st = set_producer(b, cost_ns, producer, old, inputs, num_inputs)))
+    if ((st = set_producer(r, b, cost_ns, producer, old, inputs, num_inputs)))
         return st;
     touch(r, inputs, num_inputs);
     if (!r->cfg.copy_on_write) {

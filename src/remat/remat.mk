@@ -7,18 +7,20 @@ libcooptools_la_SOURCES += src/remat/sim_program.h src/remat/sim_program.c \
 	src/remat/sim_runtime.h src/remat/sim_runtime.c \
 	src/remat/sim.h src/remat/sim.c src/remat/sim_internal.h src/remat/sim_policy.c \
 	src/remat/sim_arena.c
-# libcoop: the remat API, the window search over the pool's blocks, union-find
+# libcoop: the remat API (its costs in remat_cost.c; coop's weight, coop_cost.h, shared
+# with the simulator), the window search over the pool's blocks, union-find
 libcoop_la_SOURCES += src/remat/window.h src/remat/window.c \
 	src/remat/breaker_index.h src/remat/breaker_index.c \
 	src/remat/union_find.h src/remat/union_find.c \
-	src/remat/remat_internal.h src/remat/remat.c src/remat/remat_evict.c
+	src/remat/coop_cost.h \
+	src/remat/remat_internal.h src/remat/remat.c src/remat/remat_evict.c src/remat/remat_cost.c
 coop_SOURCES += src/cli/cmd_sim.c
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
-	tests/window_test tests/remat_test tests/breaker_index_test
+	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
-	tests/window_test tests/remat_test tests/breaker_index_test
+	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test
 tests_union_find_test_SOURCES = tests/union_find_test.c
 tests_union_find_test_CFLAGS = $(TESTCFLAGS)
 tests_union_find_test_LDADD = $(TESTLIBS)
@@ -47,6 +49,10 @@ tests_breaker_index_test_SOURCES = tests/breaker_index_test.c
 tests_breaker_index_test_CFLAGS = $(TESTCFLAGS)
 tests_breaker_index_test_LDADD = $(TESTLIBS)
 tests_breaker_index_test_LDFLAGS = $(TESTLDFLAGS)
+tests_remat_cost_test_SOURCES = tests/remat_cost_test.c
+tests_remat_cost_test_CFLAGS = $(TESTCFLAGS)
+tests_remat_cost_test_LDADD = $(TESTLIBS)
+tests_remat_cost_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 TESTS += tests/sim_plot_test.py
 EXTRA_DIST += tests/sim_plot_test.py

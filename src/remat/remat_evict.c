@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "remat/coop_cost.h"
 #include "remat/remat_internal.h"
 #include "status.h"
 
@@ -34,10 +35,11 @@ void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
         r->resident->prev_resident = t;
     r->resident = t;
     r->stats.resident_bytes += t->size;
-    if (t->uf != REMAT_NONE) { /* leaves its class: the class loses its cost */
-        uf_add(&r->uf, t->uf, -(int64_t)t->cost);
+    if (t->uf != REMAT_NONE) { /* leaves its class: the class loses its cost, is cut */
+        uf_leave(&r->uf, t->uf, (int64_t)t->cost);
         t->uf = REMAT_NONE;
     }
+    remat_graph_changed(r);
 }
 
 void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to)
@@ -55,12 +57,13 @@ void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to)
 /* Evicted tensors adjacent to t (inputs, children) in union-find classes. */
 static void join_evicted_neighbours(coop_remat *r, coop_tensor *t)
 {
+    remat_graph_changed(r);
     t->uf = uf_make(&r->uf, (int64_t)t->cost);
     if (t->uf == REMAT_NONE)
-        return; /* out of host memory: the tensor just counts alone */
-    for (size_t i = 0; i < t->num_inputs + t->num_children; i++) {
-        coop_tensor *n = i < t->num_inputs ? t->inputs[i] : t->children[i - t->num_inputs];
-        if (n != t && !n->ptr && n->uf != REMAT_NONE)
+        return; /* out of host memory: no class, counted by no cost */
+    for (size_t i = 0; i < remat_num_neighbours(t); i++) {
+        coop_tensor *n = remat_neighbour(t, i);
+        if (n != t && remat_is_evicted(n))
             uf_merge(&r->uf, n->uf, t->uf);
     }
 }
@@ -98,35 +101,6 @@ void remat_notify_victims(coop_remat *r)
     r->num_victims = 0;
 }
 
-/* c_eq: t's cost plus the distinct classes of its evicted neighbours. */
-static double eq_cost(coop_remat *r, coop_tensor *t)
-{
-    int64_t c = (int64_t)t->cost;
-    size_t n_seen = 0;
-    for (size_t i = 0; i < t->num_inputs + t->num_children; i++) {
-        coop_tensor *n = i < t->num_inputs ? t->inputs[i] : t->children[i - t->num_inputs];
-        if (n == t || n->ptr || n->uf == REMAT_NONE)
-            continue;
-        uint32_t root = uf_find(&r->uf, n->uf);
-        bool seen = false;
-        for (size_t j = 0; j < n_seen && !seen; j++)
-            seen = (uintptr_t)r->seen[j] == root;
-        if (seen)
-            continue;
-        if (n_seen == r->cap_seen) {
-            size_t cap = r->cap_seen ? r->cap_seen * 2 : 16;
-            coop_tensor **s = realloc(r->seen, cap * sizeof *s);
-            if (!s)
-                break;
-            r->seen = s;
-            r->cap_seen = cap;
-        }
-        r->seen[n_seen++] = (coop_tensor *)(uintptr_t)root;
-        c += r->uf.value[root];
-    }
-    return (double)c;
-}
-
 static uint64_t adjacent_free(coop_remat *r, const coop_tensor *t)
 {
     arena_block *b = arena_lookup(pool_arena(r->pool), (uintptr_t)t->ptr);
@@ -154,10 +128,13 @@ static double score(coop_remat *r, coop_tensor *t)
         return stale > 0 ? (double)t->cost / ((m + (double)adjacent_free(r, t)) * stale) : INFINITY;
     case COOP_REMAT_DTR:
     default:
-        return stale > 0 ? eq_cost(r, t) / (m * stale) : INFINITY;
+        return stale > 0 ? (double)remat_eq_compute(r, t) / (m * stale) : INFINITY;
     }
 }
 
+/* Window cost of a block's tensor: COOP_REMAT_COOP c_comp x (1 + 0.1 x
+ * remats) / staleness (coop_cost.h), COOP_REMAT_COOP_EQ c_eq / staleness;
+ * the search divides their sum by the window's bytes. */
 static double window_cost(void *owner, const arena_block *b, void *ctx)
 {
     (void)b;
@@ -165,22 +142,27 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     coop_tensor *t = owner;
     if (!remat_evictable(t))
         return WINDOW_BLOCKED;
-    uint64_t stale = r->clock - t->last_access;
-    return eq_cost(r, t) / (double)(stale ? stale : 1);
+    uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
+    if (r->cfg.policy == COOP_REMAT_COOP_EQ)
+        return (double)remat_eq_compute(r, t) / (double)stale;
+    return (double)remat_component_compute(r, t) * coop_cost_weight(t->remats, stale);
 }
 
-/* window_cost without the neighbourhood walk: a lower bound (classes are
- * never negative). */
+/* window_cost without the neighbourhood walk: a lower bound (c_eq and
+ * c_comp are at least the tensor's own cost: classes and costs are never
+ * negative). */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
-    (void)exact; /* never exact: c_eq needs the neighbours */
+    (void)exact; /* never exact: both costs need the neighbours */
     (void)b;
     coop_remat *r = ctx;
     coop_tensor *t = owner;
     if (!remat_evictable(t))
         return WINDOW_BLOCKED;
-    uint64_t stale = r->clock - t->last_access;
-    return (double)t->cost / (double)(stale ? stale : 1);
+    uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
+    if (r->cfg.policy == COOP_REMAT_COOP_EQ)
+        return (double)t->cost / (double)stale;
+    return (double)t->cost * coop_cost_weight(t->remats, stale);
 }
 
 static unsigned placement(const coop_remat *r, const coop_tensor *t)
@@ -244,7 +226,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
     if (!ptr && st == COOP_ERR_NOMEM) {
         r->stats.searches++;
-        if (r->cfg.policy == COOP_REMAT_COOP) {
+        if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ) {
             ptr = alloc_in_window(r, t, flags);
         } else {
             while (!ptr) {

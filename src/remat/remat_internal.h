@@ -1,7 +1,8 @@
 /*
  * Internals of the remat API (include/coop.h, rematerialization section):
  * the context and the tensor records, shared by remat.c (tensor lifecycle,
- * recomputation, in-place) and remat_evict.c (policies, window, placement).
+ * recomputation, in-place), remat_evict.c (policies, window, placement) and
+ * remat_cost.c (c_eq and c_comp over the tensor graph).
  *
  * Storage: a tensor with base == itself owns a storage (a block of the pool
  * while resident, whose owner field points back at it); views point at their
@@ -32,6 +33,14 @@ struct coop_tensor {
     uint32_t handles;     /* base: unreleased tensors on the storage (itself, views) */
     uint32_t pins;        /* base: user pins plus pins of recomputations in progress */
     uint32_t uf;          /* union-find node while evicted, else REMAT_NONE */
+    uint32_t remats;      /* base: recompute callbacks run for it (coop's window cost) */
+    /* c_comp's components of evicted tensors (remat_cost.c), valid while
+     * comp_epoch is the context's: the component's first-walked tensor
+     * (comp_label), and at that tensor the component's summed cost */
+    uint32_t comp_epoch;
+    coop_tensor *comp_label;
+    int64_t comp_sum;
+    uint32_t mark; /* traversal stamp (coop_remat.mark_epoch) */
     unsigned flags;
     bool released;
     coop_tensor *prev_resident, *next_resident; /* base tensors holding memory */
@@ -48,10 +57,55 @@ struct coop_remat {
     window_scratch scratch;
     coop_tensor **victims; /* evicted by the current allocation, for on_evict */
     size_t num_victims, cap_victims;
-    coop_tensor **seen; /* scratch: classes counted by an eq cost */
-    size_t cap_seen;
+    /* the distinct class roots of the evicted neighbours the last c_eq
+     * counted (complete unless host memory ran out) */
+    uint32_t *roots;
+    size_t num_roots, cap_roots;
+    bool roots_complete;
+    uint32_t comp_epoch; /* advances whenever the set of evicted tensors or the
+                          * graph changes (coop_tensor.comp_epoch) */
+    uint32_t mark_epoch;
+    coop_tensor **stack; /* traversal stack of the component walks */
+    size_t cap_stack;
+    uint64_t comp_walks; /* components walked (each at most once per comp_epoch) */
     coop_remat_stats stats;
 };
+
+/* Evicted and in a union-find class: what c_eq and c_comp count. (A tensor
+ * without a buffer and without a class is either a record whose creation
+ * failed or an evicted one whose class could not be made for lack of host
+ * memory: counted by neither.) */
+static inline bool remat_is_evicted(const coop_tensor *t)
+{
+    return !t->ptr && t->uf != REMAT_NONE;
+}
+
+/* t's graph neighbours: its producer's inputs, then the tensors produced
+ * from it (base tensors; repeats possible). */
+static inline size_t remat_num_neighbours(const coop_tensor *t)
+{
+    return t->num_inputs + t->num_children;
+}
+
+static inline coop_tensor *remat_neighbour(const coop_tensor *t, size_t i)
+{
+    return i < t->num_inputs ? t->inputs[i] : t->children[i - t->num_inputs];
+}
+
+/* ---- remat_cost.c ---- */
+
+/* Starts a new epoch of c_comp's component labels: call whenever the set
+ * of evicted tensors or the graph's edges change. */
+void remat_graph_changed(coop_remat *r);
+/* c_eq (ns): t's cost plus its evicted neighbours' distinct union-find
+ * classes (DTR-eq). Leaves those classes' roots in r->roots. */
+int64_t remat_eq_compute(coop_remat *r, const coop_tensor *t);
+/* c_comp (ns): t's cost plus the cost of the evicted tensors connected to t
+ * through evicted tensors. Equal to c_eq where none of t's neighbour
+ * classes has had a member rematerialized (uf_is_cut), and then answered
+ * by it; otherwise each evicted component is walked at most once per
+ * epoch (remat_graph_changed), so one window search walks none twice. */
+int64_t remat_component_compute(coop_remat *r, const coop_tensor *t);
 
 /* ---- remat_evict.c ---- */
 

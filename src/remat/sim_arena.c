@@ -23,6 +23,7 @@
 
 #include "pool_internal.h"
 #include "remat/breaker_index.h"
+#include "remat/coop_cost.h"
 #include "remat/sim_internal.h"
 #include "remat/window.h"
 #include "status.h"
@@ -198,27 +199,17 @@ void sim_arena_transfer(sim_runtime *rt, uint32_t from, uint32_t to)
     sim_arena_sync(rt, to);
 }
 
-/* How much a recomputation raises a storage's window cost: c_comp x (1 +
- * remats x this). An online memory of where recomputation happened (no
- * lookahead): a storage recomputed before tends to be needed again. Chosen
- * by the issue's criteria over 0.1, 0.25, 0.5, 1 and 4 (docs/remat.md,
- * section 2); only 0.1 met them. */
-#define SIM_REMAT_WEIGHT 0.1
-
-/* Logical time since r was last used, at least 1: a storage just used is
- * dearest, but finite so sums stay ordered. */
+/* Logical time since r was last used, at least 1 (coop_cost.h). */
 static uint64_t staleness(const sim_runtime *rt, const rt_storage *r)
 {
-    uint64_t stale = rt->clock - (uint64_t)r->last_access;
-    return stale ? stale : 1;
+    return coop_cost_staleness(rt->clock, (uint64_t)r->last_access);
 }
 
-/* What the coop cost multiplies c_comp (or c_eq where that equals it) by.
- * One expression for window_cost and window_bound, so that an exact bound
- * is the very value the cost would return. */
+/* What the coop cost multiplies c_comp (or c_eq where that equals it) by,
+ * the same for window_cost and window_bound (coop_cost.h). */
 static double coop_weight(const sim_runtime *rt, const rt_storage *r)
 {
-    return (1.0 + SIM_REMAT_WEIGHT * r->remats) / (double)staleness(rt, r);
+    return coop_cost_weight(r->remats, staleness(rt, r));
 }
 
 /* Window cost of an allocated block: its tensor's Coop cost, or blocked. */

@@ -81,7 +81,7 @@ static inline bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out
  * classes, exactly: classes never split, so once a class has absorbed a
  * region its value stays attached to storages that a rematerialization has
  * since cut off from it; c_comp <= c_eq. The walk is needed only where one
- * of s's neighbours' classes had a member rematerialized (class_cut);
+ * of s's neighbours' classes had a member rematerialized (uf_is_cut);
  * otherwise c_comp is c_eq (cached). */
 int64_t sim_component_compute(sim_runtime *rt, uint32_t s);
 

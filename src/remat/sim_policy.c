@@ -132,10 +132,8 @@ bool sim_classes_uncut(const sim_runtime *rt, uint32_t s)
     const rt_storage *r = &rt->storages[s];
     const uint32_t *roots = r->eq_valid ? rt->eq_roots + r->eq_first : rt->stack;
     uint32_t n = r->eq_valid ? r->eq_num_roots : rt->stack_len;
-    if (!rt->class_cut)
-        return false;
     for (uint32_t j = 0; j < n; j++)
-        if (rt->class_cut[roots[j]])
+        if (uf_is_cut(&rt->uf, roots[j]))
             return false;
     return true;
 }

@@ -138,21 +138,14 @@ int sim_mark_evicted(sim_runtime *rt, uint32_t s)
     r->ecn = uf_make(&rt->uf, (int64_t)r->compute);
     if (r->ecn == SIM_NONE)
         return -1;
-    if (sim_grow((void **)&rt->class_cut, &rt->class_cut_cap, (size_t)r->ecn + 1,
-                 sizeof *rt->class_cut))
-        return -1;
-    rt->class_cut[r->ecn] = false;
     r->eq_valid = false;
     sim_neighbours it = sim_neighbours_of(rt, s);
     uint32_t n;
     while (sim_neighbours_next(&it, &n)) {
         rt_storage *q = &rt->storages[n];
         q->eq_valid = false; /* s now counts in its c_eq */
-        if (!q->material && n != s && q->ecn != SIM_NONE) {
-            bool cut =
-                rt->class_cut[uf_find(&rt->uf, q->ecn)] || rt->class_cut[uf_find(&rt->uf, r->ecn)];
-            rt->class_cut[uf_merge(&rt->uf, q->ecn, r->ecn)] = cut;
-        }
+        if (!q->material && n != s && q->ecn != SIM_NONE)
+            uf_merge(&rt->uf, q->ecn, r->ecn);
     }
     return 0;
 }
@@ -340,8 +333,7 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
             uint32_t s = p->tensors[u].storage;
             rt_storage *r = &rt->storages[s];
             if (r->ecn != SIM_NONE) {
-                uf_add(&rt->uf, r->ecn, -(int64_t)r->compute);
-                rt->class_cut[uf_find(&rt->uf, r->ecn)] = true;
+                uf_leave(&rt->uf, r->ecn, (int64_t)r->compute);
                 r->ecn = SIM_NONE;
                 sim_eq_forget_around(rt, s); /* s no longer counts in their c_eq */
             }
@@ -558,7 +550,6 @@ static void runtime_free(sim_runtime *rt)
     free(rt->eq_roots);
     free(rt->victims);
     uf_free(&rt->uf);
-    free(rt->class_cut);
 }
 
 sim_result sim_execute(const sim_program *prog, const sim_config *cfg, sim_stats *stats)

@@ -147,9 +147,6 @@ typedef struct sim_runtime {
     union_find uf;
     uint32_t comp_epoch; /* advances whenever the set of evicted storages or the
                           * graph changes (rt_storage.comp_epoch) */
-    bool *class_cut;     /* per union-find node, read at roots: a member of the class was
-                          * rematerialized since it formed (it may no longer be connected) */
-    size_t class_cut_cap;
     uint32_t mark_epoch;
     uint32_t *eq_roots; /* storages' cached class roots (rt_storage.eq_first) */
     size_t eq_roots_len, eq_roots_cap;

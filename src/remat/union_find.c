@@ -19,12 +19,17 @@ uint32_t uf_make(union_find *uf, int64_t value)
         if (!members)
             return UINT32_MAX;
         uf->members = members;
+        bool *cut = realloc(uf->cut, cap * sizeof *cut);
+        if (!cut)
+            return UINT32_MAX;
+        uf->cut = cut;
         uf->cap = cap;
     }
     uint32_t x = uf->count++;
     uf->parent[x] = x;
     uf->value[x] = value;
     uf->members[x] = 1;
+    uf->cut[x] = false;
     return x;
 }
 
@@ -54,6 +59,7 @@ uint32_t uf_merge(union_find *uf, uint32_t a, uint32_t b)
     uf->parent[ra] = rb;
     uf->value[rb] += uf->value[ra];
     uf->members[rb] += uf->members[ra];
+    uf->cut[rb] = uf->cut[rb] || uf->cut[ra];
     return rb;
 }
 
@@ -67,5 +73,6 @@ void uf_free(union_find *uf)
     free(uf->parent);
     free(uf->value);
     free(uf->members);
+    free(uf->cut);
     *uf = (union_find){0};
 }

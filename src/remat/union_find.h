@@ -4,17 +4,23 @@
  * merged into its class); only a root's value is meaningful. Nodes are
  * never freed during a run: an evicted storage gets a fresh node, and a
  * rematerialized one subtracts its compute from its class and leaves its
- * node behind (as simrd does: the class is approximate after that).
+ * node behind (uf_leave; as simrd does: the class is approximate after
+ * that). A class remembers whether a member has left it (cut): until then
+ * it is exactly one connected set of evicted storages, after that it may
+ * hold several (callers that need the exact evicted component walk the
+ * graph only around cut classes).
  */
 #ifndef COOP_REMAT_UNION_FIND_H
 #define COOP_REMAT_UNION_FIND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct union_find {
     uint32_t *parent; /* parent[i] == i for roots */
     int64_t *value;
     uint32_t *members; /* nodes in the class (meaningful at roots) */
+    bool *cut;         /* a member left the class since it formed (meaningful at roots) */
     uint32_t count, cap;
 } union_find;
 
@@ -25,7 +31,8 @@ uint32_t uf_make(union_find *uf, int64_t value);
 /* The root of x's class (with path compression). */
 uint32_t uf_find(union_find *uf, uint32_t x);
 
-/* Merges the classes of a and b; the new root's value is the sum. The
+/* Merges the classes of a and b; the new root's value is the sum, and it is
+ * cut if either was. The
  * larger class's root stays the root (ties: b's), so finds stay shallow and
  * a big class keeps its root while small ones join it (callers may cache
  * roots and check them with uf_is_root). Returns the root. */
@@ -41,9 +48,19 @@ static inline int64_t uf_value(union_find *uf, uint32_t x)
     return uf->value[uf_find(uf, x)];
 }
 
-static inline void uf_add(union_find *uf, uint32_t x, int64_t delta)
+/* x's storage left its class (rematerialized): the class loses value
+ * (x's compute) and is cut; x's node stays in it. */
+static inline void uf_leave(union_find *uf, uint32_t x, int64_t value)
 {
-    uf->value[uf_find(uf, x)] += delta;
+    uint32_t root = uf_find(uf, x);
+    uf->value[root] -= value;
+    uf->cut[root] = true;
+}
+
+/* Whether root's class had a member leave it (root must be a root). */
+static inline bool uf_is_cut(const union_find *uf, uint32_t root)
+{
+    return uf->cut[root];
 }
 
 void uf_clear(union_find *uf); /* forgets all nodes, keeps the memory */

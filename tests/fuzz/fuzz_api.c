@@ -237,7 +237,13 @@ static void op_remat(state *s, input *in)
     void *ptr = NULL;
     coop_status st = COOP_OK;
     if (!s->remat) {
-        coop_remat_config cfg = {.policy = kind % 6,
+        /* kind % 6, and COOP_REMAT_COOP_EQ where that picks coop's window
+         * and bit 64 is set (inputs recorded before keep their policy
+         * unless they have both) */
+        coop_remat_policy policy = kind % 6;
+        if (policy == COOP_REMAT_COOP && (kind & 64))
+            policy = COOP_REMAT_COOP_EQ;
+        coop_remat_config cfg = {.policy = policy,
                                  .copy_on_write = kind & 8,
                                  .cheap_threshold = kind & 16 ? -1 : 0,
                                  .recompute = recompute};

@@ -1,0 +1,154 @@
+/*
+ * The remat API's recompute costs over its tensor graph (remat_internal.h):
+ * c_eq through union-find classes (DTR-eq; the DTR policy and the
+ * COOP_REMAT_COOP_EQ window) and c_comp, the exact evicted component
+ * (COOP_REMAT_COOP's window, as `coop sim`'s coop policy).
+ *
+ * The simulator computes the same two values over its own compiled program
+ * (sim_policy.c); the walks are written once per graph because the graphs
+ * differ (flat neighbour lists of storage ids filtered by creation time
+ * there, inputs and children pointers here) and the simulator's walk is a
+ * measured hot path that a callback per neighbour would slow. What the two
+ * share is the cost built on them (coop_cost.h) and the cut classes
+ * (union_find.h).
+ */
+#include <stdlib.h>
+
+#include "remat/remat_internal.h"
+
+void remat_graph_changed(coop_remat *r)
+{
+    if (++r->comp_epoch == 0) { /* wrapped: no label may look current */
+        for (coop_tensor *t = r->all; t; t = t->next_all)
+            t->comp_epoch = 0;
+        r->comp_epoch = 1;
+    }
+}
+
+static uint32_t next_mark(coop_remat *r)
+{
+    if (++r->mark_epoch == 0) {
+        for (coop_tensor *t = r->all; t; t = t->next_all)
+            t->mark = 0;
+        r->mark_epoch = 1;
+    }
+    return r->mark_epoch;
+}
+
+int64_t remat_eq_compute(coop_remat *r, const coop_tensor *t)
+{
+    int64_t c = (int64_t)t->cost;
+    r->num_roots = 0;
+    r->roots_complete = true;
+    for (size_t i = 0; i < remat_num_neighbours(t); i++) {
+        coop_tensor *n = remat_neighbour(t, i);
+        if (n == t || !remat_is_evicted(n))
+            continue;
+        uint32_t root = uf_find(&r->uf, n->uf);
+        bool seen = false;
+        for (size_t j = 0; j < r->num_roots && !seen; j++)
+            seen = r->roots[j] == root;
+        if (seen)
+            continue;
+        if (r->num_roots == r->cap_roots) {
+            size_t cap = r->cap_roots ? r->cap_roots * 2 : 16;
+            uint32_t *roots = realloc(r->roots, cap * sizeof *roots);
+            if (!roots) {
+                r->roots_complete = false; /* out of host memory: the rest is not counted */
+                break;
+            }
+            r->roots = roots;
+            r->cap_roots = cap;
+        }
+        r->roots[r->num_roots++] = root;
+        c += r->uf.value[root];
+    }
+    return c;
+}
+
+/* Whether the classes the last c_eq counted are each exactly one connected
+ * set of evicted tensors, none connected to another: true while no member
+ * of any has been rematerialized. Tensors evicted next to each other are
+ * merged at eviction, and an evicted tensor gains no new evicted neighbour
+ * (a new tensor's inputs are resident; an in-place op's old value is
+ * evicted with the edges it inherits and merged then), so only a
+ * rematerialization separates a class. */
+static bool classes_uncut(const coop_remat *r)
+{
+    if (!r->roots_complete)
+        return false;
+    for (size_t j = 0; j < r->num_roots; j++)
+        if (uf_is_cut(&r->uf, r->roots[j]))
+            return false;
+    return true;
+}
+
+static int push(coop_remat *r, size_t *len, coop_tensor *t)
+{
+    if (*len == r->cap_stack) {
+        size_t cap = r->cap_stack ? r->cap_stack * 2 : 64;
+        coop_tensor **s = realloc(r->stack, cap * sizeof *s);
+        if (!s)
+            return -1;
+        r->stack = s;
+        r->cap_stack = cap;
+    }
+    r->stack[(*len)++] = t;
+    return 0;
+}
+
+/* The summed cost of the component of evicted tensors containing evicted
+ * tensor n, walked once per comp_epoch (every member is labelled with n).
+ * Out of host memory the walk stops early and the sum is a lower bound. */
+static int64_t component_of(coop_remat *r, coop_tensor *n)
+{
+    if (n->comp_epoch == r->comp_epoch)
+        return n->comp_label->comp_sum;
+    r->comp_walks++;
+    n->comp_epoch = r->comp_epoch;
+    n->comp_label = n;
+    int64_t sum = 0;
+    size_t len = 0;
+    if (push(r, &len, n)) {
+        n->comp_sum = (int64_t)n->cost;
+        return n->comp_sum;
+    }
+    while (len) {
+        coop_tensor *x = r->stack[--len];
+        sum += (int64_t)x->cost;
+        for (size_t i = 0; i < remat_num_neighbours(x); i++) {
+            coop_tensor *m = remat_neighbour(x, i);
+            if (!remat_is_evicted(m) || m->comp_epoch == r->comp_epoch)
+                continue;
+            m->comp_epoch = r->comp_epoch;
+            m->comp_label = n;
+            if (push(r, &len, m))
+                sum += (int64_t)m->cost; /* labelled: count it, leave its neighbours */
+        }
+    }
+    n->comp_sum = sum;
+    return sum;
+}
+
+int64_t remat_component_compute(coop_remat *r, const coop_tensor *t)
+{
+    int64_t eq = remat_eq_compute(r, t);
+    if (classes_uncut(r))
+        return eq;
+    /* t's cost plus its evicted neighbours' distinct components (labels
+     * marked as counted) */
+    uint32_t mark = next_mark(r);
+    int64_t c = (int64_t)t->cost;
+    for (size_t i = 0; i < remat_num_neighbours(t); i++) {
+        coop_tensor *n = remat_neighbour(t, i);
+        if (n == t || !remat_is_evicted(n))
+            continue;
+        int64_t sum = component_of(r, n);
+        coop_tensor *label = n->comp_label;
+        if (label->mark == mark)
+            continue;
+        label->mark = mark;
+        c += sum;
+    }
+    return c;
+}
