@@ -154,8 +154,8 @@ def main(argv=None):
 
     os.makedirs(opts.out_dir, exist_ok=True)
     for name in opts.models or models.ALL:
-        if name not in models.ALL:
-            ap.error("unknown model %r (choose from %s)" % (name, ", ".join(models.ALL)))
+        if name not in models.BUILDERS:
+            ap.error("unknown model %r (choose from %s)" % (name, ", ".join(models.BUILDERS)))
         record(name, opts.batch, opts.device, opts.out_dir)
     return 0
 

@@ -389,7 +389,12 @@ def main(argv=None):
     import models
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("models", nargs="*", help="models to record (%s), or logs with --check" % ", ".join(models.ALL))
+    ap.add_argument(
+        "models",
+        nargs="*",
+        help="models to record (default: %s; also: %s), or logs with --check"
+        % (", ".join(models.ALL), ", ".join(models.HELDOUT)),
+    )
     ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
     ap.add_argument("--batch", type=int, default=None, help="override the model's batch size")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="thread", help="how TIME is measured (default: thread)")
@@ -412,7 +417,7 @@ def main(argv=None):
         torch.set_num_threads(1)  # the thread clock sees only this thread's work
     os.makedirs(opts.out_dir, exist_ok=True)
     for name in opts.models or models.ALL:
-        if name not in models.ALL:
+        if name not in models.BUILDERS:
             ap.error("unknown model %r" % name)
         w = models.build(name, batch=opts.batch)
         path = os.path.join(opts.out_dir, "%s-train-step.ops.jsonl.gz" % name)

@@ -195,7 +195,7 @@ def main(argv=None):
     opts = ap.parse_args(argv)
     os.makedirs(opts.out_dir, exist_ok=True)
     for name in opts.models or models.ALL:
-        if name not in models.ALL:
+        if name not in models.BUILDERS:
             ap.error("unknown model %r" % name)
         record(name, opts.batch, opts.out_dir, argv)
         gc.collect()

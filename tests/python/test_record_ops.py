@@ -204,9 +204,12 @@ TRACES = os.path.join(HERE, "..", "..", "traces")
 
 
 def shipped(suffix):
-    if not os.path.isdir(TRACES):
-        return []
-    return sorted(os.path.join(TRACES, f) for f in os.listdir(TRACES) if f.endswith(suffix))
+    """Files in traces/ and traces/heldout/ (the held-out op logs) ending in suffix."""
+    out = []
+    for d in (TRACES, os.path.join(TRACES, "heldout")):
+        if os.path.isdir(d):
+            out += [os.path.join(d, f) for f in os.listdir(d) if f.endswith(suffix)]
+    return sorted(out)
 
 
 class ShippedTracesTest(unittest.TestCase):
