@@ -165,6 +165,7 @@ static void derives_allocation_events(void **state)
     assert_int_equal(t.events[1].cost_ns, 10);
     assert_int_equal(t.events[2].kind, TRACE_FREE);
     assert_int_equal(t.events[2].id, 1);
+    assert_int_equal(t.events[2].size, 64); /* a free describes its allocation's block */
     trace_free(&t);
     unlink(path);
     free(path);

@@ -9,8 +9,9 @@
  * one of its views is released or rebound (COPY_FROM, in which case dst's old
  * storage loses a handle). Storages still named at the end stay allocated.
  * Allocation ids are storages in order of allocation; cost_ns is the
- * producing op's measured time. Instructions before ANNOTATE START are
- * skipped, as the simulator does.
+ * producing op's measured time; a free carries its allocation's size, as
+ * the other readers' frees do (trace_builder_finish). Instructions before
+ * ANNOTATE START are skipped, as the simulator does.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@ typedef struct events_builder {
     size_t cap;
     uint32_t *binding; /* name -> storage id */
     uint32_t *handles; /* storage id -> names bound to it */
+    uint64_t *sizes;   /* storage id -> bytes allocated */
     size_t handles_cap;
 } events_builder;
 
@@ -48,18 +50,22 @@ static coop_status push(events_builder *b, trace_event_kind kind, uint32_t id, u
     return COOP_OK;
 }
 
-static coop_status new_storage(events_builder *b, uint32_t *id)
+static coop_status new_storage(events_builder *b, uint64_t size, uint32_t *id)
 {
     if (b->t->num_ids == b->handles_cap) {
         size_t cap = b->handles_cap ? b->handles_cap * 2 : 1024;
         uint32_t *h = realloc(b->handles, cap * sizeof *h);
-        if (!h)
+        if (h)
+            b->handles = h;
+        uint64_t *sz = h ? realloc(b->sizes, cap * sizeof *sz) : NULL;
+        if (!sz)
             return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", b->log->path);
-        b->handles = h;
+        b->sizes = sz;
         b->handles_cap = cap;
     }
     *id = b->t->num_ids++;
     b->handles[*id] = 0;
+    b->sizes[*id] = size;
     return COOP_OK;
 }
 
@@ -73,7 +79,7 @@ static coop_status undefined(events_builder *b, const dtr_instr *in, uint32_t na
 static coop_status drop(events_builder *b, uint32_t s)
 {
     if (b->handles[s] && --b->handles[s] == 0)
-        return push(b, TRACE_FREE, s, 0, 0);
+        return push(b, TRACE_FREE, s, b->sizes[s], 0);
     return COOP_OK;
 }
 
@@ -90,7 +96,7 @@ static coop_status convert(events_builder *b, const dtr_instr *in)
     uint32_t s = 0; /* set by new_storage before use; -O3 cannot see it */
     switch (in->kind) {
     case DTR_CONSTANT:
-        if ((st = new_storage(b, &s)) || (st = push(b, TRACE_ALLOC, s, in->memory, 0)))
+        if ((st = new_storage(b, in->memory, &s)) || (st = push(b, TRACE_ALLOC, s, in->memory, 0)))
             return st;
         bind(b, in->name, s);
         return COOP_OK;
@@ -101,7 +107,7 @@ static coop_status convert(events_builder *b, const dtr_instr *in)
         for (uint32_t i = 0; i < in->num_results; i++) {
             const dtr_result *r = &log->results[in->first_result + i];
             if (r->alias == DTR_FRESH) {
-                if ((st = new_storage(b, &s)) ||
+                if ((st = new_storage(b, r->memory, &s)) ||
                     (st = push(b, TRACE_ALLOC, s, r->memory, in->time_ns)))
                     return st;
             } else {
@@ -158,6 +164,7 @@ coop_status trace_read_dtr(const char *path, trace *out)
         st = convert(&b, &log.instrs[i]);
     free(b.binding);
     free(b.handles);
+    free(b.sizes);
     dtr_log_free(&log);
     if (st)
         trace_free(out);
