@@ -159,6 +159,31 @@ static void views_share_storage_and_release_frees(void **state)
     coop_pool_destroy(pool);
 }
 
+/* y = x.view(); del x; z = y.view(): the view names the storage after its
+ * base was released, so it can be viewed again (as every DTR log of a
+ * model with views does); a released view cannot. */
+static void a_view_outlives_its_released_base(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *x, *y, *z;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 5, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, x, &y), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, x), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, y, &z), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(z), coop_tensor_data(y));
+    assert_int_equal(coop_tensor_release(r, y), COOP_OK);
+    assert_true(coop_tensor_resident(z)); /* z still names the storage */
+    coop_tensor *again;
+    assert_int_equal(coop_tensor_alias(r, y, &again), COOP_ERR_INVALID); /* y released */
+    assert_int_equal(coop_tensor_release(r, z), COOP_OK);
+    assert_false(coop_tensor_resident(x));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* t = A(); t.mutate(M): in place t keeps its address; evicting t and
  * accessing it recomputes A (the old value) then M on it. */
 static void inplace_keeps_address_and_recomputes_old_value(void **state)
@@ -197,6 +222,44 @@ static void inplace_keeps_address_and_recomputes_old_value(void **state)
     assert_string_equal(j.log, "R");
     assert_int_equal(j.num_inputs, 1);
     assert_ptr_not_equal(j.inputs[0], coop_tensor_data(t));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* t.mul_(t): an in-place op reading its own target reads the old value,
+ * so recomputing t runs A (the old value) then M on it, M's inputs being
+ * the old value twice; t never becomes its own input (which would recurse
+ * without end: before the fix this test overflowed the stack). Both
+ * in-place modes. */
+static void inplace_op_reading_its_target_reads_the_old_value(void **state)
+{
+    bool cow = *(bool *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, cow);
+    coop_tensor *t, *v;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 50, "A", NULL, 0, EV, &t), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, t, &v), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, t, 20, "M", &v, 1, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, v), COOP_OK);
+    /* fill the pool with unevictable tensors until t is evicted */
+    coop_tensor *f[4];
+    int n = 0;
+    while (coop_tensor_resident(t))
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 1000, "F", NULL, 0, 0, &f[n++]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, f[0]), COOP_OK);
+    if (n > 1)
+        assert_int_equal(coop_tensor_release(r, f[1]), COOP_OK);
+    j.log[0] = 0;
+    void *pt;
+    assert_int_equal(coop_tensor_access(r, t, &pt), COOP_OK);
+    /* in place the old value was evicted with t; copy-on-write it may
+     * still be resident in its own buffer */
+    assert_string_equal(j.log, cow && !strcmp(j.log, "M") ? "M" : "AM");
+    assert_int_equal(j.num_inputs, 2);
+    assert_ptr_equal(j.inputs[0], j.inputs[1]); /* the old value, twice */
+    assert_ptr_not_equal(j.inputs[0], pt);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
     coop_remat_destroy(r);
     coop_pool_destroy(pool);
 }
@@ -272,6 +335,7 @@ static void bad_arguments_are_refused(void **state)
 
 int main(void)
 {
+    static bool modes[] = {false, true}; /* copy_on_write */
     static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_DTR_LOCAL,
                                            COOP_REMAT_DTE,  COOP_REMAT_LRU, COOP_REMAT_SIZE};
     const struct CMUnitTest tests[] = {
@@ -283,8 +347,11 @@ int main(void)
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[5]),
         cmocka_unit_test(pinned_tensors_stay),
         cmocka_unit_test(views_share_storage_and_release_frees),
+        cmocka_unit_test(a_view_outlives_its_released_base),
         cmocka_unit_test(inplace_keeps_address_and_recomputes_old_value),
         cmocka_unit_test(copy_on_write_moves_the_new_value),
+        cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[0]),
+        cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
         cmocka_unit_test(bad_arguments_are_refused),
     };

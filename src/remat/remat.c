@@ -108,7 +108,11 @@ static coop_tensor *new_record(coop_remat *r)
     return t;
 }
 
-/* Sets t's producer: cost, opaque op and input bases (children links too). */
+/* Sets t's producer: cost, opaque op and input bases (children links too).
+ * first (an in-place op's old value, else NULL) is input 0, and stands for
+ * t wherever t itself is among inputs: an in-place op that reads its own
+ * target (x.mul_(x)) reads the old value, and t must never be its own
+ * input (recomputing it would recurse without end). */
 static coop_status set_producer(coop_remat *r, coop_tensor *t, uint64_t cost, void *producer,
                                 coop_tensor *first, coop_tensor *const *inputs, size_t n)
 {
@@ -120,7 +124,7 @@ static coop_status set_producer(coop_remat *r, coop_tensor *t, uint64_t cost, vo
     if (first)
         in[k++] = first;
     for (size_t i = 0; i < n; i++)
-        in[k++] = inputs[i]->base;
+        in[k++] = first && inputs[i]->base == t ? first : inputs[i]->base;
     for (size_t i = 0; i < total; i++)
         if (add_child(in[i], t)) {
             free(in);
@@ -196,7 +200,9 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
 coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
 {
     *out = NULL;
-    if (!base || base->base->released)
+    /* the handle given must be live; its storage's root may have been
+     * released while views (this one) still name the storage */
+    if (!base || base->released)
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_alias: base is NULL or released");
     coop_tensor *v = new_record(r);
     if (!v)
