@@ -215,8 +215,26 @@ coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **ou
 
 /* ---- recomputation ------------------------------------------------------ */
 
+/* Whether recomputing t, produced in place, may rebuild it inside its old
+ * value's buffer (resident now: t's inputs are): as when the op first ran,
+ * only if nothing else can observe the old value, i.e. nothing but t's own
+ * recomputation pins it (a hidden record has no handles). */
+static bool takes_over_old_value(const coop_tensor *t)
+{
+    if (!t->in_place)
+        return false;
+    const coop_tensor *old = t->inputs[0];
+    uint32_t own = 0;
+    for (size_t i = 0; i < t->num_inputs; i++)
+        own += t->inputs[i] == old;
+    return old->ptr && !old->handles && old->pins == own && old->size == t->size;
+}
+
 /* Makes base tensor t resident: inputs first (each pinned once resident),
- * then a buffer, then the owner's recompute callback. */
+ * then a buffer, then the owner's recompute callback. A tensor produced in
+ * place takes its recomputed old value's buffer, and the old value is
+ * evicted again (recomputable in-place, as when the op first ran); the
+ * callback then reads and writes that one buffer. */
 static coop_status materialize(coop_remat *r, coop_tensor *t)
 {
     if (t->ptr)
@@ -233,11 +251,17 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
     void *small[8], **ptrs = small;
     if (!st && t->num_inputs > 8 && !(ptrs = malloc(t->num_inputs * sizeof *ptrs)))
         st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
-    if (!st)
+    coop_tensor *old = NULL;
+    if (!st && takes_over_old_value(t)) {
+        old = t->inputs[0];
+        remat_hand_over(r, old, t);
+        remat_mark_evicted(r, old);
+    } else if (!st) {
         st = remat_alloc(r, t);
+    }
     if (!st) {
         for (size_t i = 0; i < t->num_inputs; i++)
-            ptrs[i] = t->inputs[i]->ptr;
+            ptrs[i] = t->inputs[i] == old ? t->ptr : t->inputs[i]->ptr;
         st = r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
         r->clock += t->cost;
         r->stats.recomputes++;
@@ -362,7 +386,8 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     if ((st = set_producer(r, b, cost_ns, producer, old, inputs, num_inputs)))
         return st;
     touch(r, inputs, num_inputs);
-    if (!r->cfg.copy_on_write) {
+    b->in_place = !r->cfg.copy_on_write;
+    if (b->in_place) {
         /* recomputable in-place: b keeps the buffer, old is evicted */
         remat_mark_evicted(r, old);
     } else {
