@@ -113,6 +113,43 @@ static void evicts_and_recomputes_recursively(void **state)
     coop_pool_destroy(pool);
 }
 
+/* t = T(a, b), a evicted, b resident and the cheapest tensor: recomputing
+ * a for t must not evict b (only to recompute it next, "ABT"): the
+ * resident inputs are pinned before the missing ones are recomputed. 8 KiB
+ * tensors, 8 slots. */
+static void recomputing_an_input_keeps_the_resident_ones(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    const size_t sz = 8 * KiB;
+    coop_tensor *w, *a, *b, *t, *c, *d, *f[4];
+    assert_int_equal(coop_tensor_create(r, sz, 0, "W", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 100, "A", &w, 1, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1, "B", &w, 1, EV, &b), COOP_OK);
+    coop_tensor *ab[2] = {a, b};
+    assert_int_equal(coop_tensor_create(r, sz, 100, "T", ab, 2, EV, &t), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 10000, "C", &w, 1, EV, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 10000, "D", &w, 1, EV, &d), COOP_OK);
+    /* evict a and t only, then fill the pool */
+    assert_int_equal(coop_tensor_pin(r, b, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, c, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, d, NULL), COOP_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, sz, 1, "F", NULL, 0, 0, &f[i]), COOP_OK);
+    assert_false(coop_tensor_resident(a) || coop_tensor_resident(t));
+    assert_int_equal(coop_tensor_unpin(r, b), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, c), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, d), COOP_OK);
+    j.log[0] = 0;
+    assert_int_equal(coop_tensor_access(r, t, NULL), COOP_OK);
+    assert_string_equal(j.log, "AT"); /* before: "ABT" */
+    assert_false(coop_tensor_resident(c) || coop_tensor_resident(d));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static void pinned_tensors_stay(void **state)
 {
     (void)state;
@@ -359,6 +396,7 @@ int main(void)
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[4]),
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[5]),
         cmocka_unit_test(pinned_tensors_stay),
+        cmocka_unit_test(recomputing_an_input_keeps_the_resident_ones),
         cmocka_unit_test(views_share_storage_and_release_frees),
         cmocka_unit_test(a_view_outlives_its_released_base),
         cmocka_unit_test(inplace_keeps_address_and_recomputes_old_value),

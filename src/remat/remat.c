@@ -240,17 +240,28 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
     if (t->ptr)
         return COOP_OK;
     coop_status st = COOP_OK;
-    size_t pinned = 0;
-    for (; pinned < t->num_inputs; pinned++) {
-        coop_tensor *in = t->inputs[pinned];
-        if ((st = materialize(r, in)))
-            break;
+    void *small[8], **ptrs = small;
+    if (t->num_inputs > 8 && !(ptrs = malloc(t->num_inputs * sizeof *ptrs)))
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
+    /* ptrs[i] non-NULL: input i pinned. The resident inputs first, so that
+     * recomputing a missing one cannot evict them (only to recompute them
+     * next), as DTR locks an op's inputs */
+    for (size_t i = 0; i < t->num_inputs; i++) {
+        coop_tensor *in = t->inputs[i];
+        ptrs[i] = in->ptr ? in : NULL;
+        if (in->ptr) {
+            in->pins++;
+            in->last_access = r->clock;
+        }
+    }
+    for (size_t i = 0; i < t->num_inputs && !st; i++) {
+        coop_tensor *in = t->inputs[i];
+        if (ptrs[i] || (st = materialize(r, in)))
+            continue;
         in->pins++;
         in->last_access = r->clock;
+        ptrs[i] = in;
     }
-    void *small[8], **ptrs = small;
-    if (!st && t->num_inputs > 8 && !(ptrs = malloc(t->num_inputs * sizeof *ptrs)))
-        st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
     coop_tensor *old = NULL;
     if (!st && takes_over_old_value(t)) {
         old = t->inputs[0];
@@ -259,7 +270,11 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
     } else if (!st) {
         st = remat_alloc(r, t);
     }
-    if (!st) {
+    if (st) {
+        for (size_t i = 0; i < t->num_inputs; i++)
+            if (ptrs[i])
+                t->inputs[i]->pins--;
+    } else { /* every input pinned */
         for (size_t i = 0; i < t->num_inputs; i++)
             ptrs[i] = t->inputs[i] == old ? t->ptr : t->inputs[i]->ptr;
         st = r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
@@ -268,11 +283,11 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
         t->remats++;
         r->stats.recompute_ns += t->cost;
         t->last_access = r->clock;
+        for (size_t i = 0; i < t->num_inputs; i++)
+            t->inputs[i]->pins--;
     }
     if (ptrs != small)
         free(ptrs);
-    for (size_t i = 0; i < pinned; i++)
-        t->inputs[i]->pins--;
     return st;
 }
 
