@@ -6,7 +6,7 @@ libcooptools_la_SOURCES += src/trace/dtr_log.h src/trace/reader_dtr.c \
 libcooptools_la_SOURCES += src/remat/sim_program.h src/remat/sim_program.c \
 	src/remat/sim_runtime.h src/remat/sim_runtime.c \
 	src/remat/sim.h src/remat/sim.c src/remat/sim_internal.h src/remat/sim_policy.c \
-	src/remat/sim_arena.c
+	src/remat/sim_arena.c src/remat/sim_lib.h src/remat/sim_lib.c
 # libcoop: the remat API (its costs in remat_cost.c; coop's weight, coop_cost.h, shared
 # with the simulator), the window search over the pool's blocks, union-find
 libcoop_la_SOURCES += src/remat/window.h src/remat/window.c \
