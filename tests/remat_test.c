@@ -314,6 +314,37 @@ static void inplace_op_reading_its_target_reads_the_old_value(void **state)
     coop_pool_destroy(pool);
 }
 
+/* t = A(); t.add_(M); t.mul_(N): recomputing t rebuilds both old values
+ * inside one buffer, each in-place op taking over its input's (the middle
+ * value inherits "produced in place" from t; before, it got a buffer of its
+ * own and A's value stayed resident beside it). */
+static void a_chain_of_inplace_ops_recomputes_in_one_buffer(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *t, *f[4];
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 50, "A", NULL, 0, EV, &t), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, t, 20, "M", NULL, 0, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, t, 20, "N", NULL, 0, NULL), COOP_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 1000, "F", NULL, 0, 0, &f[i]), COOP_OK);
+    assert_false(coop_tensor_resident(t));
+    assert_int_equal(coop_tensor_release(r, f[0]), COOP_OK);
+    j.log[0] = 0;
+    void *pt;
+    assert_int_equal(coop_tensor_access(r, t, &pt), COOP_OK); /* one free slot suffices */
+    assert_string_equal(j.log, "AMN");
+    assert_ptr_equal(j.inputs[0], pt);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, 4 * 16 * KiB); /* f[1..3] and t */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static void copy_on_write_moves_the_new_value(void **state)
 {
     (void)state;
@@ -401,6 +432,7 @@ int main(void)
         cmocka_unit_test(a_view_outlives_its_released_base),
         cmocka_unit_test(inplace_keeps_address_and_recomputes_old_value),
         cmocka_unit_test(copy_on_write_moves_the_new_value),
+        cmocka_unit_test(a_chain_of_inplace_ops_recomputes_in_one_buffer),
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[0]),
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),

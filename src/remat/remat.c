@@ -388,6 +388,7 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     old->remats = b->remats; /* the old value's producer's history; b's op is new */
     b->remats = 0;
     old->producer = b->producer;
+    old->in_place = b->in_place; /* its producer, b's before: in place on its own old value? */
     old->inputs = b->inputs;
     old->num_inputs = b->num_inputs;
     old->children = b->children;
