@@ -150,6 +150,50 @@ static void recomputing_an_input_keeps_the_resident_ones(void **state)
     coop_pool_destroy(pool);
 }
 
+/* An op with three results: the clock advances by its cost once, all three
+ * are stamped at its end, and placing one does not evict another (the
+ * cheapest tensor while unstamped) but the evictable fillers. */
+static void one_op_with_several_outputs(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *f[3], *o[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10000, "F", NULL, 0, EV, &f[i]), COOP_OK);
+    coop_remat_stats before, after;
+    coop_remat_get_stats(r, &before);
+    const size_t sizes[3] = {16 * KiB, 16 * KiB, 16 * KiB};
+    assert_int_equal(coop_tensor_create_outputs(r, 3, sizes, 500, "O", NULL, 0, EV, o), COOP_OK);
+    coop_remat_get_stats(r, &after);
+    assert_int_equal(after.clock - before.clock, 500); /* once, not 3 x 500 */
+    assert_int_equal(after.evictions - before.evictions, 2);
+    for (int i = 0; i < 3; i++)
+        assert_true(coop_tensor_resident(o[i]));
+    /* refused whole: an output of 0 bytes, or more than fits */
+    coop_tensor *bad[2] = {(coop_tensor *)1, (coop_tensor *)1};
+    const size_t zero[2] = {16 * KiB, 0}, huge[2] = {16 * KiB, 128 * KiB};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, zero, 1, "B", NULL, 0, EV, bad),
+                     COOP_ERR_INVALID);
+    assert_null(bad[0]);
+    coop_remat_destroy(r);
+    /* on a pool holding one unevictable tensor, the first output fits and
+     * the second cannot: the first is released, not left behind */
+    r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *w;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "W", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_create_outputs(r, 2, huge, 1, "B", NULL, 0, EV, bad),
+                     COOP_ERR_NOMEM);
+    assert_null(bad[0]);
+    assert_null(bad[1]);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, 16 * KiB); /* w alone */
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static void pinned_tensors_stay(void **state)
 {
     (void)state;
@@ -427,6 +471,7 @@ int main(void)
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[4]),
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[5]),
         cmocka_unit_test(pinned_tensors_stay),
+        cmocka_unit_test(one_op_with_several_outputs),
         cmocka_unit_test(recomputing_an_input_keeps_the_resident_ones),
         cmocka_unit_test(views_share_storage_and_release_frees),
         cmocka_unit_test(a_view_outlives_its_released_base),

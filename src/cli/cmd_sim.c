@@ -99,19 +99,19 @@ static int run_lib(const sim_program *prog, uint64_t peak, const sim_options *op
         printf("{\"log\":\"%s\",\"engine\":\"lib\",\"policy\":\"%s\",\"memory\":\"arena\","
                "\"budget_ratio\":%.4g,\"result\":\"%s\",\"overhead\":%.6f,\"evictions\":%llu,"
                "\"remat_ops\":%llu,\"searches\":%llu,\"inplace_ops\":%llu,"
-               "\"multi_output_ops\":%llu,\"view_outputs\":%llu,\"zero_size\":%llu,"
+               "\"multi_call_ops\":%llu,\"view_outputs\":%llu,\"zero_size\":%llu,"
                "\"min_budget_ratio\":null}\n",
                prog->name, policy, ratio, sim_result_name(o.result), o.overhead,
                (unsigned long long)o.evictions, (unsigned long long)o.remat_ops,
                (unsigned long long)n.searches, (unsigned long long)n.inplace_ops,
-               (unsigned long long)n.multi_output_ops, (unsigned long long)n.view_outputs,
+               (unsigned long long)n.multi_call_ops, (unsigned long long)n.view_outputs,
                (unsigned long long)n.zero_size);
     else
         printf("%-28.28s %-9s %-6s %5.2f %-6s %8.4f %9llu %9llu %9llu %8llu %9llu %9llu %9llu\n",
                prog->name, policy, "lib", ratio, sim_result_name(o.result), o.overhead,
                (unsigned long long)o.evictions, (unsigned long long)o.remat_ops,
                (unsigned long long)n.searches, (unsigned long long)n.inplace_ops,
-               (unsigned long long)n.multi_output_ops, (unsigned long long)n.view_outputs,
+               (unsigned long long)n.multi_call_ops, (unsigned long long)n.view_outputs,
                (unsigned long long)n.zero_size);
     fflush(stdout);
     return o.result == SIM_ERROR ? -1 : 0;
@@ -282,7 +282,7 @@ int cmd_sim(int argc, char **argv)
     if (!json && lib)
         printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %9s %8s %9s %9s %9s\n", "log", "policy",
                "engine", "ratio", "result", "overhead", "evictions", "remat_ops", "searches",
-               "inplace", "multi_out", "views", "zero_size");
+               "inplace", "multi_call", "views", "zero_size");
     else if (!json)
         printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s\n", "log",
                "policy", "memory", "ratio", "result", "overhead", "evictions", "remat_ops",

@@ -163,38 +163,64 @@ static void touch(coop_remat *r, coop_tensor *const *inputs, size_t n)
         inputs[i]->base->last_access = r->clock;
 }
 
+coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
+                                       uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
+                                       size_t num_inputs, unsigned flags, coop_tensor **outs)
+{
+    if (!outs || !num_outputs || !sizes)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: no outputs");
+    for (size_t i = 0; i < num_outputs; i++)
+        outs[i] = NULL;
+    for (size_t i = 0; i < num_outputs; i++)
+        if (!sizes[i])
+            return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: output %zu has size 0", i);
+    coop_status st = check_resident(inputs, num_inputs, "coop_tensor_create");
+    if (st)
+        return st;
+    touch(r, inputs, num_inputs);
+    pin_all(inputs, num_inputs, 1); /* the op reads them while its outputs are placed */
+    size_t made = 0;
+    for (; made < num_outputs; made++) {
+        coop_tensor *t = new_record(r);
+        if (!t) {
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_create: out of host memory");
+            break;
+        }
+        t->size = sizes[made];
+        t->flags = flags;
+        t->handles = 1;
+        if ((st = set_producer(r, t, cost_ns, producer, NULL, inputs, num_inputs)) ||
+            (st = remat_alloc(r, t))) {
+            t->released = true; /* the record stays in r->all, unreachable */
+            break;
+        }
+        t->pins++; /* placed: placing the next output must not evict it */
+        outs[made] = t;
+    }
+    pin_all(inputs, num_inputs, -1);
+    for (size_t i = 0; i < made; i++)
+        outs[i]->pins--;
+    if (st) {
+        for (size_t i = 0; i < made; i++) {
+            coop_tensor_release(r, outs[i]); /* frees its buffer */
+            outs[i] = NULL;
+        }
+        return st;
+    }
+    r->clock += cost_ns; /* the op ran once */
+    for (size_t i = 0; i < num_outputs; i++)
+        outs[i]->last_access = r->clock;
+    return COOP_OK;
+}
+
 coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, void *producer,
                                coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
                                coop_tensor **out)
 {
-    *out = NULL;
-    if (!size)
-        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: size 0");
-    coop_status st = check_resident(inputs, num_inputs, "coop_tensor_create");
-    if (st)
-        return st;
-    coop_tensor *t = new_record(r);
-    if (!t)
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_create: out of host memory");
-    t->size = size;
-    t->flags = flags;
-    t->handles = 1;
-    if ((st = set_producer(r, t, cost_ns, producer, NULL, inputs, num_inputs))) {
-        t->released = true;
-        return st;
-    }
-    touch(r, inputs, num_inputs);
-    pin_all(inputs, num_inputs, 1); /* the op reads them while t is placed */
-    st = remat_alloc(r, t);
-    pin_all(inputs, num_inputs, -1);
-    if (st) {
-        t->released = true; /* the record stays in r->all, unreachable */
-        return st;
-    }
-    r->clock += cost_ns;
-    t->last_access = r->clock;
-    *out = t;
-    return COOP_OK;
+    if (!out)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: out is NULL");
+    return coop_tensor_create_outputs(r, 1, &size, cost_ns, producer, inputs, num_inputs, flags,
+                                      out);
 }
 
 coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)

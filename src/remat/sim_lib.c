@@ -15,13 +15,22 @@ typedef struct lib_drive {
     uint32_t *refs;         /* per tensor id: handles the program holds */
     uint32_t *storage_refs; /* per storage: the sum over its tensors */
     bool *pinned;           /* per storage: PINned (constants, the end) */
-    coop_tensor **ins;      /* one op's input records (scratch) */
-    bool *in_pinned;        /* and which of them this op pinned */
+    /* one op's scratch: input records and which of them it pinned; fresh
+     * outputs' sizes and records; what each output is (out_kind) */
+    coop_tensor **ins;
+    bool *in_pinned;
     uint32_t ins_cap;
+    coop_tensor **outs;
+    size_t *sizes;
+    uint8_t *out_kind;
+    uint32_t outs_cap;
     uint64_t remat_ns, remat_limit;
     bool thrashed;
     sim_lib_counts counts;
 } lib_drive;
+
+/* What an output of an op becomes in the API. */
+enum { OUT_FRESH, OUT_VIEW, OUT_IN_PLACE, OUT_NONE };
 
 int sim_lib_policy(const sim_options *opt, coop_remat_policy *policy)
 {
@@ -119,22 +128,40 @@ static bool takes_over(const lib_drive *d, const sim_op *op, uint32_t out)
            d->refs[old_t] == 1;
 }
 
-static int grow_inputs(lib_drive *d, uint32_t n)
+static int grow_scratch(lib_drive *d, uint32_t num_inputs, uint32_t num_outputs)
 {
-    if (n <= d->ins_cap)
-        return 0;
-    uint32_t cap = d->ins_cap ? d->ins_cap : 16;
-    while (cap < n)
-        cap *= 2;
-    coop_tensor **ins = realloc(d->ins, cap * sizeof *ins);
-    if (!ins)
-        return -1;
-    d->ins = ins;
-    bool *pinned = realloc(d->in_pinned, cap * sizeof *pinned);
-    if (!pinned)
-        return -1;
-    d->in_pinned = pinned;
-    d->ins_cap = cap;
+    if (num_inputs > d->ins_cap) {
+        uint32_t cap = d->ins_cap ? d->ins_cap : 16;
+        while (cap < num_inputs)
+            cap *= 2;
+        coop_tensor **ins = realloc(d->ins, cap * sizeof *ins);
+        if (!ins)
+            return -1;
+        d->ins = ins;
+        bool *pinned = realloc(d->in_pinned, cap * sizeof *pinned);
+        if (!pinned)
+            return -1;
+        d->in_pinned = pinned;
+        d->ins_cap = cap;
+    }
+    if (num_outputs > d->outs_cap) {
+        uint32_t cap = d->outs_cap ? d->outs_cap : 16;
+        while (cap < num_outputs)
+            cap *= 2;
+        coop_tensor **outs = realloc(d->outs, cap * sizeof *outs);
+        if (!outs)
+            return -1;
+        d->outs = outs;
+        size_t *sizes = realloc(d->sizes, cap * sizeof *sizes);
+        if (!sizes)
+            return -1;
+        d->sizes = sizes;
+        uint8_t *kind = realloc(d->out_kind, cap * sizeof *kind);
+        if (!kind)
+            return -1;
+        d->out_kind = kind;
+        d->outs_cap = cap;
+    }
     return 0;
 }
 
@@ -203,11 +230,13 @@ static coop_status mutate_in_place(lib_drive *d, const sim_op *op, uint32_t op_i
     return COOP_OK;
 }
 
+/* An op: its fresh outputs made in one call (the op runs once), then its
+ * in-place outputs (coop_tensor_mutate), then its views. */
 static coop_status run_compute(lib_drive *d, uint32_t op_id)
 {
     const sim_program *p = d->prog;
     const sim_op *op = &p->ops[op_id];
-    if (grow_inputs(d, op->num_inputs + op->num_outputs))
+    if (grow_scratch(d, op->num_inputs, op->num_outputs))
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop sim --engine lib: out of host memory");
     uint32_t n = 0;
     for (uint32_t i = 0; i < op->num_inputs; i++) {
@@ -216,37 +245,50 @@ static coop_status run_compute(lib_drive *d, uint32_t op_id)
             d->ins[n++] = h;
     }
     coop_status st = pin_inputs(d, n);
-    uint32_t fresh = 0, created = 0;
-    coop_tensor **outs = d->ins + n; /* records pinned until the last output is made */
+    /* which outputs are fresh (not views, not empty, not taken over) */
+    uint32_t fresh = 0, in_place = 0;
     for (uint32_t i = 0; i < op->num_outputs && !st; i++) {
         uint32_t u = op->first_output + i;
         const sim_tensor *t = &p->tensors[u];
+        d->out_kind[i] = OUT_FRESH;
         if (t->alias >= 0) {
-            coop_tensor *base = handle_of(d, p->inputs[op->first_input + (uint32_t)t->alias]);
+            d->out_kind[i] = OUT_VIEW;
             d->counts.view_outputs++;
-            if (base)
-                st = coop_tensor_alias(d->remat, base, &d->handle[u]);
         } else if (!p->storages[t->storage].size) {
+            d->out_kind[i] = OUT_NONE;
             d->counts.zero_size++;
         } else if (op->is_mutation && takes_over(d, op, u)) {
-            st = mutate_in_place(d, op, op_id, u, n);
+            d->out_kind[i] = OUT_IN_PLACE;
+            in_place++;
         } else {
-            fresh++;
-            st = coop_tensor_create(d->remat, p->storages[t->storage].size, op->cost,
-                                    producer_of(op_id), d->ins, n, COOP_TENSOR_EVICTABLE,
-                                    &d->handle[u]);
-            if (!st && (st = coop_tensor_pin(d->remat, d->handle[u], NULL)) == COOP_OK)
-                outs[created++] = d->handle[u];
-        }
-        if (!st) {
-            d->refs[u] = 1;
-            d->storage_refs[t->storage]++;
+            d->sizes[fresh++] = p->storages[t->storage].size;
         }
     }
-    if (fresh > 1)
-        d->counts.multi_output_ops++;
-    for (uint32_t i = 0; i < created; i++)
-        coop_tensor_unpin(d->remat, outs[i]);
+    if (!st && fresh) {
+        st = coop_tensor_create_outputs(d->remat, fresh, d->sizes, op->cost, producer_of(op_id),
+                                        d->ins, n, COOP_TENSOR_EVICTABLE, d->outs);
+        for (uint32_t i = 0, k = 0; i < op->num_outputs && !st; i++)
+            if (d->out_kind[i] == OUT_FRESH)
+                d->handle[op->first_output + i] = d->outs[k++];
+    }
+    if ((fresh > 0) + in_place > 1)
+        d->counts.multi_call_ops++;
+    for (uint32_t i = 0; i < op->num_outputs && !st; i++) {
+        uint32_t u = op->first_output + i;
+        const sim_tensor *t = &p->tensors[u];
+        if (d->out_kind[i] == OUT_IN_PLACE) {
+            st = mutate_in_place(d, op, op_id, u, n);
+        } else if (d->out_kind[i] == OUT_VIEW) {
+            coop_tensor *base = handle_of(d, p->inputs[op->first_input + (uint32_t)t->alias]);
+            if (base)
+                st = coop_tensor_alias(d->remat, base, &d->handle[u]);
+        }
+    }
+    for (uint32_t i = 0; i < op->num_outputs && !st; i++) {
+        uint32_t u = op->first_output + i;
+        d->refs[u] = 1;
+        d->storage_refs[p->tensors[u].storage]++;
+    }
     unpin_inputs(d, n);
     return st;
 }
@@ -361,5 +403,8 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
     free(d.pinned);
     free(d.ins);
     free(d.in_pinned);
+    free(d.outs);
+    free(d.sizes);
+    free(d.out_kind);
     return out;
 }

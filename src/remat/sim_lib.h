@@ -40,11 +40,13 @@ int sim_lib_policy(const sim_options *opt, coop_remat_policy *policy);
 /* Shapes of the program the API maps only approximately (docs/remat.md,
  * section 4), and the library's count of searches, for one run. */
 typedef struct sim_lib_counts {
-    uint64_t multi_output_ops; /* ops with more than one fresh output */
-    uint64_t zero_size;        /* fresh outputs of 0 bytes (no tensor) */
-    uint64_t view_outputs;     /* aliasing results (views) */
-    uint64_t inplace_ops;      /* mutations done with coop_tensor_mutate */
-    uint64_t searches;         /* allocations that had to evict (coop_remat_stats) */
+    uint64_t multi_call_ops; /* ops that took more than one clock-advancing call
+                              * (fresh outputs and in-place ones, or several
+                              * in-place ones): the clock counts them more than once */
+    uint64_t zero_size;      /* fresh outputs of 0 bytes (no tensor) */
+    uint64_t view_outputs;   /* aliasing results (views) */
+    uint64_t inplace_ops;    /* mutations done with coop_tensor_mutate */
+    uint64_t searches;       /* allocations that had to evict (coop_remat_stats) */
 } sim_lib_counts;
 
 /* Runs prog through the remat API at budget = ratio x peak (peak:
