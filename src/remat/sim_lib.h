@@ -11,13 +11,13 @@
  * differences this leaves are listed in docs/remat.md, section 4):
  *  - COMPUTE of a constant: coop_tensor_create (cost 0), then its PIN;
  *  - COMPUTE of an op: its inputs pinned (resident ones first, then the
- *    missing ones, recomputed, as the simulator locks them), then per
- *    output: a view (coop_tensor_alias) for an aliasing result, an
- *    in-place op (coop_tensor_mutate) where the simulator's recomputable
- *    in-place would take the buffer over, else coop_tensor_create with the
- *    op's cost and its inputs as producer inputs; outputs stay pinned
- *    until the last is created (the simulator places them all before the
- *    op runs); then everything unpinned;
+ *    missing ones, recomputed, as the simulator locks them); its fresh
+ *    results made by one coop_tensor_create_outputs (the op's cost, its
+ *    inputs as producer inputs: the op runs once); an in-place op
+ *    (coop_tensor_mutate) for a MUTATE result where the simulator's
+ *    recomputable in-place would take the buffer over (the record carries
+ *    on as the new tensor); a view (coop_tensor_alias) for an aliasing
+ *    result; then the inputs unpinned;
  *  - GET, RELEASE: the program's handle counts per tensor, and
  *    coop_tensor_release when a tensor's count reaches 0;
  *  - PIN: coop_tensor_pin, never unpinned (recomputing first if evicted).
