@@ -28,7 +28,8 @@ static void usage(FILE *out)
             "                     recomputable in-place), coop-dte (DTE's score in the window),\n"
             "                     coop-sum (sum of window costs, not per byte), coop-eq\n"
             "                     (c_eq of union-find classes as each tensor's cost)\n"
-            "                     (default dtr,dtr-full,lru)\n"
+            "                     (default dtr,dtr-full,lru; --engine lib:\n"
+            "                     coop,coop-eq,dtr,dte)\n"
             "  --memory MODEL     ideal: only the sum of resident bytes is limited (default);\n"
             "                     arena: every tensor is a block of libcoop's pool (host\n"
             "                     backend, one segment of the budget's size)\n"
@@ -134,7 +135,7 @@ int cmd_sim(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    char policy_buf[512] = "dtr,dtr-full,lru", budget_buf[512] = "0.9,0.7,0.5,0.3";
+    char policy_buf[512] = "", budget_buf[512] = "0.9,0.7,0.5,0.3";
     const char *memory = NULL; /* ideal, or arena for --engine lib */
     const char *engine = "sim";
     int json = 0, want_min = 1;
@@ -222,7 +223,10 @@ int cmd_sim(int argc, char **argv)
         return 2;
     }
     if (lib)
-        want_min = 0; /* no bisection: min_budget_ratio is null */
+        want_min = 0;   /* no bisection: min_budget_ratio is null */
+    if (!policy_buf[0]) /* the lib engine lacks dtr-full */
+        snprintf(policy_buf, sizeof policy_buf, "%s",
+                 lib ? "coop,coop-eq,dtr,dte" : "dtr,dtr-full,lru");
     sim_memory mem_model;
     if (!strcmp(memory, "ideal")) {
         mem_model = SIM_MEMORY_IDEAL;
