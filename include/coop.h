@@ -367,6 +367,19 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
                                coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
                                coop_tensor **out);
 
+/* The outputs of one op with several results (batch norm's output and
+ * statistics, an LSTM cell's states): num_outputs new resident tensors of
+ * sizes[i] bytes, each as coop_tensor_create makes one, except that the op
+ * runs once: the clock advances by cost_ns once, and all outputs are
+ * stamped at its end (creating them one by one would count the op once per
+ * output); an output placed is not evicted to place the next. Each output
+ * records cost_ns as its producer's cost (recomputing one reruns the op).
+ * outs[i] receives them; on failure none is left (those placed are
+ * released). */
+coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
+                                       uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
+                                       size_t num_inputs, unsigned flags, coop_tensor **outs);
+
 /* A view of base: shares its storage (evicted and recomputed with it). */
 coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out);
 

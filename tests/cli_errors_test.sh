@@ -39,6 +39,10 @@ expect 2 "'--bogus'" $coop sim --bogus
 expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unknown policy 'nope'" $coop sim --policy nope "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "'weird'" $coop sim --memory weird "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--engine must be sim or lib, not 'gpu'" $coop sim --engine gpu "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--memory arena only, not 'ideal'" $coop sim --engine lib --memory ideal "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "cannot run policy 'dtr-full'" $coop sim --engine lib --policy dtr-full "$traces/unet-train-step.ops.jsonl.gz"
+expect 1 "$tmp/none.jsonl: cannot open" $coop sim --engine lib "$tmp/none.jsonl"
 expect 1 "$tmp/none.jsonl: cannot open" $coop sim "$tmp/none.jsonl"
 expect 1 "bad.jsonl:1" $coop sim "$tmp/bad.jsonl"
 

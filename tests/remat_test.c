@@ -113,6 +113,87 @@ static void evicts_and_recomputes_recursively(void **state)
     coop_pool_destroy(pool);
 }
 
+/* t = T(a, b), a evicted, b resident and the cheapest tensor: recomputing
+ * a for t must not evict b (only to recompute it next, "ABT"): the
+ * resident inputs are pinned before the missing ones are recomputed. 8 KiB
+ * tensors, 8 slots. */
+static void recomputing_an_input_keeps_the_resident_ones(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    const size_t sz = 8 * KiB;
+    coop_tensor *w, *a, *b, *t, *c, *d, *f[4];
+    assert_int_equal(coop_tensor_create(r, sz, 0, "W", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 100, "A", &w, 1, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1, "B", &w, 1, EV, &b), COOP_OK);
+    coop_tensor *ab[2] = {a, b};
+    assert_int_equal(coop_tensor_create(r, sz, 100, "T", ab, 2, EV, &t), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 10000, "C", &w, 1, EV, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 10000, "D", &w, 1, EV, &d), COOP_OK);
+    /* evict a and t only, then fill the pool */
+    assert_int_equal(coop_tensor_pin(r, b, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, c, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, d, NULL), COOP_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, sz, 1, "F", NULL, 0, 0, &f[i]), COOP_OK);
+    assert_false(coop_tensor_resident(a) || coop_tensor_resident(t));
+    assert_int_equal(coop_tensor_unpin(r, b), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, c), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, d), COOP_OK);
+    j.log[0] = 0;
+    assert_int_equal(coop_tensor_access(r, t, NULL), COOP_OK);
+    assert_string_equal(j.log, "AT"); /* before: "ABT" */
+    assert_false(coop_tensor_resident(c) || coop_tensor_resident(d));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* An op with three results: the clock advances by its cost once, all three
+ * are stamped at its end, and placing one does not evict another (the
+ * cheapest tensor while unstamped) but the evictable fillers. */
+static void one_op_with_several_outputs(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *f[3], *o[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10000, "F", NULL, 0, EV, &f[i]), COOP_OK);
+    coop_remat_stats before, after;
+    coop_remat_get_stats(r, &before);
+    const size_t sizes[3] = {16 * KiB, 16 * KiB, 16 * KiB};
+    assert_int_equal(coop_tensor_create_outputs(r, 3, sizes, 500, "O", NULL, 0, EV, o), COOP_OK);
+    coop_remat_get_stats(r, &after);
+    assert_int_equal(after.clock - before.clock, 500); /* once, not 3 x 500 */
+    assert_int_equal(after.evictions - before.evictions, 2);
+    for (int i = 0; i < 3; i++)
+        assert_true(coop_tensor_resident(o[i]));
+    /* refused whole: an output of 0 bytes, or more than fits */
+    coop_tensor *bad[2] = {(coop_tensor *)1, (coop_tensor *)1};
+    const size_t zero[2] = {16 * KiB, 0}, huge[2] = {16 * KiB, 128 * KiB};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, zero, 1, "B", NULL, 0, EV, bad),
+                     COOP_ERR_INVALID);
+    assert_null(bad[0]);
+    coop_remat_destroy(r);
+    /* on a pool holding one unevictable tensor, the first output fits and
+     * the second cannot: the first is released, not left behind */
+    r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *w;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "W", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_create_outputs(r, 2, huge, 1, "B", NULL, 0, EV, bad),
+                     COOP_ERR_NOMEM);
+    assert_null(bad[0]);
+    assert_null(bad[1]);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, 16 * KiB); /* w alone */
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static void pinned_tensors_stay(void **state)
 {
     (void)state;
@@ -159,8 +240,34 @@ static void views_share_storage_and_release_frees(void **state)
     coop_pool_destroy(pool);
 }
 
+/* y = x.view(); del x; z = y.view(): the view names the storage after its
+ * base was released, so it can be viewed again (as every DTR log of a
+ * model with views does); a released view cannot. */
+static void a_view_outlives_its_released_base(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *x, *y, *z;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 5, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, x, &y), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, x), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, y, &z), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(z), coop_tensor_data(y));
+    assert_int_equal(coop_tensor_release(r, y), COOP_OK);
+    assert_true(coop_tensor_resident(z)); /* z still names the storage */
+    coop_tensor *again;
+    assert_int_equal(coop_tensor_alias(r, y, &again), COOP_ERR_INVALID); /* y released */
+    assert_int_equal(coop_tensor_release(r, z), COOP_OK);
+    assert_false(coop_tensor_resident(x));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* t = A(); t.mutate(M): in place t keeps its address; evicting t and
- * accessing it recomputes A (the old value) then M on it. */
+ * accessing it recomputes A (the old value) then M on it, inside the
+ * buffer A was recomputed into. */
 static void inplace_keeps_address_and_recomputes_old_value(void **state)
 {
     (void)state;
@@ -190,13 +297,94 @@ static void inplace_keeps_address_and_recomputes_old_value(void **state)
     assert_int_equal(coop_tensor_access(r, t, &after), COOP_OK);
     assert_string_equal(j.log, "AM"); /* old value first, then the in-place op */
     assert_int_equal(j.num_inputs, 1);
-    /* recomputing the reader reads the old value (recomputed above into a
-     * buffer of its own), not t's new one */
+    /* in t's buffer: M read and wrote the one buffer the old value was
+     * recomputed into, and the old value is evicted again, so t costs its
+     * bytes only (before, the old value stayed resident in a buffer of its
+     * own: 48 KiB) */
+    assert_ptr_equal(j.inputs[0], after);
+    assert_ptr_equal(j.out, after);
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, (2 + 1) * 16 * KiB); /* f[2], f[3], t */
+    /* recomputing the reader reads the old value, recomputed again into a
+     * buffer of its own, not t's new one */
     j.log[0] = 0;
     assert_int_equal(coop_tensor_access(r, reader, NULL), COOP_OK);
-    assert_string_equal(j.log, "R");
+    assert_string_equal(j.log, "AR");
     assert_int_equal(j.num_inputs, 1);
     assert_ptr_not_equal(j.inputs[0], coop_tensor_data(t));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* t.mul_(t): an in-place op reading its own target reads the old value,
+ * so recomputing t runs A (the old value) then M on it, M's inputs being
+ * the old value twice; t never becomes its own input (which would recurse
+ * without end: before the fix this test overflowed the stack). Both
+ * in-place modes. */
+static void inplace_op_reading_its_target_reads_the_old_value(void **state)
+{
+    bool cow = *(bool *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, cow);
+    coop_tensor *t, *v;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 50, "A", NULL, 0, EV, &t), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, t, &v), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, t, 20, "M", &v, 1, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, v), COOP_OK);
+    /* fill the pool with unevictable tensors until t is evicted */
+    coop_tensor *f[4];
+    int n = 0;
+    while (coop_tensor_resident(t))
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 1000, "F", NULL, 0, 0, &f[n++]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, f[0]), COOP_OK);
+    if (n > 1)
+        assert_int_equal(coop_tensor_release(r, f[1]), COOP_OK);
+    j.log[0] = 0;
+    void *pt;
+    assert_int_equal(coop_tensor_access(r, t, &pt), COOP_OK);
+    /* in place the old value was evicted with t; copy-on-write it may
+     * still be resident in its own buffer */
+    assert_string_equal(j.log, cow && !strcmp(j.log, "M") ? "M" : "AM");
+    assert_int_equal(j.num_inputs, 2);
+    assert_ptr_equal(j.inputs[0], j.inputs[1]); /* the old value, twice */
+    if (cow)
+        assert_ptr_not_equal(j.inputs[0], pt);
+    else /* rebuilt inside t's buffer */
+        assert_ptr_equal(j.inputs[0], pt);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* t = A(); t.add_(M); t.mul_(N): recomputing t rebuilds both old values
+ * inside one buffer, each in-place op taking over its input's (the middle
+ * value inherits "produced in place" from t; before, it got a buffer of its
+ * own and A's value stayed resident beside it). */
+static void a_chain_of_inplace_ops_recomputes_in_one_buffer(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *t, *f[4];
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 50, "A", NULL, 0, EV, &t), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, t, 20, "M", NULL, 0, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, t, 20, "N", NULL, 0, NULL), COOP_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 1000, "F", NULL, 0, 0, &f[i]), COOP_OK);
+    assert_false(coop_tensor_resident(t));
+    assert_int_equal(coop_tensor_release(r, f[0]), COOP_OK);
+    j.log[0] = 0;
+    void *pt;
+    assert_int_equal(coop_tensor_access(r, t, &pt), COOP_OK); /* one free slot suffices */
+    assert_string_equal(j.log, "AMN");
+    assert_ptr_equal(j.inputs[0], pt);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, 4 * 16 * KiB); /* f[1..3] and t */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
     coop_remat_destroy(r);
     coop_pool_destroy(pool);
 }
@@ -272,6 +460,7 @@ static void bad_arguments_are_refused(void **state)
 
 int main(void)
 {
+    static bool modes[] = {false, true}; /* copy_on_write */
     static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_DTR_LOCAL,
                                            COOP_REMAT_DTE,  COOP_REMAT_LRU, COOP_REMAT_SIZE};
     const struct CMUnitTest tests[] = {
@@ -282,9 +471,15 @@ int main(void)
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[4]),
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[5]),
         cmocka_unit_test(pinned_tensors_stay),
+        cmocka_unit_test(one_op_with_several_outputs),
+        cmocka_unit_test(recomputing_an_input_keeps_the_resident_ones),
         cmocka_unit_test(views_share_storage_and_release_frees),
+        cmocka_unit_test(a_view_outlives_its_released_base),
         cmocka_unit_test(inplace_keeps_address_and_recomputes_old_value),
         cmocka_unit_test(copy_on_write_moves_the_new_value),
+        cmocka_unit_test(a_chain_of_inplace_ops_recomputes_in_one_buffer),
+        cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[0]),
+        cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
         cmocka_unit_test(bad_arguments_are_refused),
     };

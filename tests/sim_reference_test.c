@@ -7,7 +7,9 @@
  * fewer blocks visited), and dtr and coop with and without the c_eq cache at
  * 0.5 (identical decisions, fewer neighbour walks); and coop's component
  * cost on tv_densenet121 at 0.3, where c_eq (coop-eq) thrashes and coop
- * completes (docs/remat.md, section 2). Exits 77 (skip) when the shared
+ * completes (docs/remat.md, section 2); and the remat API driven by the
+ * resnet32 log deciding as the simulator (coop sim --engine lib, coop,
+ * coop-eq and dtr at 0.9 to 0.3). Exits 77 (skip) when the shared
  * workloads are absent.
  */
 #include <math.h>
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "remat/sim.h"
+#include "remat/sim_lib.h"
 #include "status.h"
 
 #define LOG_NAME                                                                                   \
@@ -104,6 +107,35 @@ static int check_component_cost(const sim_program *p)
     return !ok;
 }
 
+/* The remat API driven by the log (coop sim --engine lib) decides exactly
+ * as the simulator's arena model on resnet32: coop, coop-eq and dtr at
+ * 0.9, 0.7, 0.5 and 0.3, the same result, evictions, recomputations and
+ * overhead (docs/remat.md, section 4). 1 on a difference. */
+static int compare_lib_engine(const sim_program *p)
+{
+    const char *policies[] = {"coop", "coop-eq", "dtr"};
+    const double ratios[] = {0.9, 0.7, 0.5, 0.3};
+    uint64_t peak = sim_peak(p, SIM_MEMORY_ARENA);
+    int failed = 0;
+    for (int i = 0; i < 3; i++) {
+        for (int k = 0; k < 4; k++) {
+            sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_ARENA);
+            sim_options_parse_policy(policies[i], &opt);
+            sim_outcome lib = sim_lib_run(p, peak, &opt, ratios[k], NULL);
+            sim_outcome sim = sim_run(p, peak, &opt, ratios[k]);
+            int ok = lib.result == SIM_OK && lib.result == sim.result &&
+                     lib.evictions == sim.evictions && lib.remat_ops == sim.remat_ops &&
+                     fabs(lib.overhead - sim.overhead) < 1e-12;
+            printf("%s resnet32 %s %.1f: lib %s %.6f/%llu, sim %s %.6f/%llu\n",
+                   ok ? "PASS" : "FAIL", policies[i], ratios[k], sim_result_name(lib.result),
+                   lib.overhead, (unsigned long long)lib.evictions, sim_result_name(sim.result),
+                   sim.overhead, (unsigned long long)sim.evictions);
+            failed |= !ok;
+        }
+    }
+    return failed;
+}
+
 int main(void)
 {
     const char *path = NULL;
@@ -141,6 +173,7 @@ int main(void)
     }
     failed |= compare_walks("resnet32", &p);
     failed |= compare_eq_cache("resnet32", &p);
+    failed |= compare_lib_engine(&p);
     /* densenet: ~850 pinned constants, the case the index is for */
     char dense[4096];
     snprintf(dense, sizeof dense, "%.*s%s", (int)(strrchr(path, '/') - path + 1), path, DENSE_NAME);

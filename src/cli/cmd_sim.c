@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "remat/sim.h"
+#include "remat/sim_lib.h"
 
 #define MAX_ITEMS 64
 
@@ -15,7 +16,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: coop sim [--policy LIST] [--memory ideal|arena] [--budget LIST] [--json]\n"
             "                [--no-min-ratio] [--overhead-limit X] [--inplace on|off]\n"
-            "                [--partition off|THRESHOLD] [--plain-walk] [--no-eq-cache] LOG ...\n"
+            "                [--partition off|THRESHOLD] [--plain-walk] [--no-eq-cache]\n"
+            "                [--engine sim|lib] LOG ...\n"
             "\n"
             "Replays DTR-format operator logs (JSON lines, .gz read transparently) under\n"
             "budget = ratio x the peak of an unlimited run, evicting and recomputing tensors.\n"
@@ -26,7 +28,8 @@ static void usage(FILE *out)
             "                     recomputable in-place), coop-dte (DTE's score in the window),\n"
             "                     coop-sum (sum of window costs, not per byte), coop-eq\n"
             "                     (c_eq of union-find classes as each tensor's cost)\n"
-            "                     (default dtr,dtr-full,lru)\n"
+            "                     (default dtr,dtr-full,lru; --engine lib:\n"
+            "                     coop,coop-eq,dtr,dte)\n"
             "  --memory MODEL     ideal: only the sum of resident bytes is limited (default);\n"
             "                     arena: every tensor is a block of libcoop's pool (host\n"
             "                     backend, one segment of the budget's size)\n"
@@ -43,6 +46,11 @@ static void usage(FILE *out)
             "  --no-eq-cache      dtr and coop walk a tensor's neighbours at every cost\n"
             "                     evaluation instead of reusing its cached classes (same\n"
             "                     results; for timing)\n"
+            "  --engine E         sim: the simulator's own runtime (default); lib: libcoop's\n"
+            "                     public remat API (coop_remat_*, coop_tensor_*) driven by\n"
+            "                     the log over the arena model's pool (implies --memory\n"
+            "                     arena and --no-min-ratio; policies coop, coop-eq,\n"
+            "                     coop-nopart, coop-cow, dtr, dtr-local, dte, lru, size)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
             "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
@@ -80,18 +88,56 @@ static void print_json(const char *log, const char *policy, const char *memory,
         printf("null}\n");
 }
 
+/* One run of the lib engine, printed; -1 if it failed (not oom or thrash). */
+static int run_lib(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio,
+                   const char *policy, int json)
+{
+    sim_lib_counts n;
+    sim_outcome o = sim_lib_run(prog, peak, opt, ratio, &n);
+    if (o.result == SIM_ERROR)
+        fprintf(stderr, "coop sim: %s: %s\n", prog->name, coop_last_error());
+    if (json)
+        printf("{\"log\":\"%s\",\"engine\":\"lib\",\"policy\":\"%s\",\"memory\":\"arena\","
+               "\"budget_ratio\":%.4g,\"result\":\"%s\",\"overhead\":%.6f,\"evictions\":%llu,"
+               "\"remat_ops\":%llu,\"searches\":%llu,\"inplace_ops\":%llu,"
+               "\"multi_call_ops\":%llu,\"view_outputs\":%llu,\"zero_size\":%llu,"
+               "\"min_budget_ratio\":null}\n",
+               prog->name, policy, ratio, sim_result_name(o.result), o.overhead,
+               (unsigned long long)o.evictions, (unsigned long long)o.remat_ops,
+               (unsigned long long)n.searches, (unsigned long long)n.inplace_ops,
+               (unsigned long long)n.multi_call_ops, (unsigned long long)n.view_outputs,
+               (unsigned long long)n.zero_size);
+    else
+        printf("%-28.28s %-9s %-6s %5.2f %-6s %8.4f %9llu %9llu %9llu %8llu %9llu %9llu %9llu\n",
+               prog->name, policy, "lib", ratio, sim_result_name(o.result), o.overhead,
+               (unsigned long long)o.evictions, (unsigned long long)o.remat_ops,
+               (unsigned long long)n.searches, (unsigned long long)n.inplace_ops,
+               (unsigned long long)n.multi_call_ops, (unsigned long long)n.view_outputs,
+               (unsigned long long)n.zero_size);
+    fflush(stdout);
+    return o.result == SIM_ERROR ? -1 : 0;
+}
+
 int cmd_sim(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"policy", required_argument, 0, 'p'},  {"memory", required_argument, 0, 'm'},
-        {"budget", required_argument, 0, 'b'},  {"json", no_argument, 0, 'j'},
-        {"no-min-ratio", no_argument, 0, 'n'},  {"overhead-limit", required_argument, 0, 'o'},
-        {"inplace", required_argument, 0, 'i'}, {"partition", required_argument, 0, 't'},
-        {"plain-walk", no_argument, 0, 'w'},    {"no-eq-cache", no_argument, 0, 'e'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+        {"policy", required_argument, 0, 'p'},
+        {"memory", required_argument, 0, 'm'},
+        {"budget", required_argument, 0, 'b'},
+        {"json", no_argument, 0, 'j'},
+        {"no-min-ratio", no_argument, 0, 'n'},
+        {"overhead-limit", required_argument, 0, 'o'},
+        {"inplace", required_argument, 0, 'i'},
+        {"partition", required_argument, 0, 't'},
+        {"plain-walk", no_argument, 0, 'w'},
+        {"no-eq-cache", no_argument, 0, 'e'},
+        {"engine", required_argument, 0, 'E'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
-    char policy_buf[512] = "dtr,dtr-full,lru", budget_buf[512] = "0.9,0.7,0.5,0.3";
-    const char *memory = "ideal";
+    char policy_buf[512] = "", budget_buf[512] = "0.9,0.7,0.5,0.3";
+    const char *memory = NULL; /* ideal, or arena for --engine lib */
+    const char *engine = "sim";
     int json = 0, want_min = 1;
     double overhead_limit = 2.0, threshold_opt = NAN;
     int inplace_opt = -1, plain_walk = 0, no_eq_cache = 0;
@@ -110,6 +156,9 @@ int cmd_sim(int argc, char **argv)
             break;
         case 'j':
             json = 1;
+            break;
+        case 'E':
+            engine = optarg;
             break;
         case 'n':
             want_min = 0;
@@ -159,6 +208,25 @@ int cmd_sim(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    bool lib = !strcmp(engine, "lib");
+    if (!lib && strcmp(engine, "sim")) {
+        fprintf(stderr, "coop sim: --engine must be sim or lib, not '%s'\n", engine);
+        return 2;
+    }
+    if (!memory)
+        memory = lib ? "arena" : "ideal";
+    if (lib && strcmp(memory, "arena")) {
+        fprintf(stderr,
+                "coop sim: --engine lib runs the remat API over a pool: --memory "
+                "arena only, not '%s'\n",
+                memory);
+        return 2;
+    }
+    if (lib)
+        want_min = 0;   /* no bisection: min_budget_ratio is null */
+    if (!policy_buf[0]) /* the lib engine lacks dtr-full */
+        snprintf(policy_buf, sizeof policy_buf, "%s",
+                 lib ? "coop,coop-eq,dtr,dte" : "dtr,dtr-full,lru");
     sim_memory mem_model;
     if (!strcmp(memory, "ideal")) {
         mem_model = SIM_MEMORY_IDEAL;
@@ -193,6 +261,12 @@ int cmd_sim(int argc, char **argv)
         options[i].no_eq_cache = no_eq_cache;
         if (!isnan(threshold_opt))
             options[i].cheap_threshold = threshold_opt;
+        coop_remat_policy lib_policy;
+        if (lib && sim_lib_policy(&options[i], &lib_policy)) {
+            fprintf(stderr, "coop sim: --engine lib cannot run policy '%s': %s\n", policy_items[i],
+                    coop_last_error());
+            return 2;
+        }
         if (options[i].policy == SIM_POLICY_COOP && mem_model == SIM_MEMORY_IDEAL) {
             fprintf(stderr, "coop sim: policy coop needs --memory arena (it evicts windows of "
                             "address-adjacent blocks)\n");
@@ -209,7 +283,11 @@ int cmd_sim(int argc, char **argv)
         }
     }
     int status = 0;
-    if (!json)
+    if (!json && lib)
+        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %9s %8s %9s %9s %9s\n", "log", "policy",
+               "engine", "ratio", "result", "overhead", "evictions", "remat_ops", "searches",
+               "inplace", "multi_call", "views", "zero_size");
+    else if (!json)
         printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s\n", "log",
                "policy", "memory", "ratio", "result", "overhead", "evictions", "remat_ops",
                "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag", "ffail",
@@ -226,6 +304,11 @@ int cmd_sim(int argc, char **argv)
             sim_options opt = options[i];
             double min_ratio = want_min ? sim_min_budget_ratio(&prog, peak, &opt, 0.005) : 0;
             for (int k = 0; k < nb; k++) {
+                if (lib) {
+                    if (run_lib(&prog, peak, &opt, ratios[k], policy_items[i], json))
+                        status = 1;
+                    continue;
+                }
                 sim_outcome o = sim_run(&prog, peak, &opt, ratios[k]);
                 if (o.result == SIM_ERROR) {
                     fprintf(stderr, "coop sim: %s: %s\n", prog.name, coop_last_error());

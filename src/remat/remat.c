@@ -108,7 +108,11 @@ static coop_tensor *new_record(coop_remat *r)
     return t;
 }
 
-/* Sets t's producer: cost, opaque op and input bases (children links too). */
+/* Sets t's producer: cost, opaque op and input bases (children links too).
+ * first (an in-place op's old value, else NULL) is input 0, and stands for
+ * t wherever t itself is among inputs: an in-place op that reads its own
+ * target (x.mul_(x)) reads the old value, and t must never be its own
+ * input (recomputing it would recurse without end). */
 static coop_status set_producer(coop_remat *r, coop_tensor *t, uint64_t cost, void *producer,
                                 coop_tensor *first, coop_tensor *const *inputs, size_t n)
 {
@@ -120,7 +124,7 @@ static coop_status set_producer(coop_remat *r, coop_tensor *t, uint64_t cost, vo
     if (first)
         in[k++] = first;
     for (size_t i = 0; i < n; i++)
-        in[k++] = inputs[i]->base;
+        in[k++] = first && inputs[i]->base == t ? first : inputs[i]->base;
     for (size_t i = 0; i < total; i++)
         if (add_child(in[i], t)) {
             free(in);
@@ -159,44 +163,72 @@ static void touch(coop_remat *r, coop_tensor *const *inputs, size_t n)
         inputs[i]->base->last_access = r->clock;
 }
 
+coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
+                                       uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
+                                       size_t num_inputs, unsigned flags, coop_tensor **outs)
+{
+    if (!outs || !num_outputs || !sizes)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: no outputs");
+    for (size_t i = 0; i < num_outputs; i++)
+        outs[i] = NULL;
+    for (size_t i = 0; i < num_outputs; i++)
+        if (!sizes[i])
+            return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: output %zu has size 0", i);
+    coop_status st = check_resident(inputs, num_inputs, "coop_tensor_create");
+    if (st)
+        return st;
+    touch(r, inputs, num_inputs);
+    pin_all(inputs, num_inputs, 1); /* the op reads them while its outputs are placed */
+    size_t made = 0;
+    for (; made < num_outputs; made++) {
+        coop_tensor *t = new_record(r);
+        if (!t) {
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_create: out of host memory");
+            break;
+        }
+        t->size = sizes[made];
+        t->flags = flags;
+        t->handles = 1;
+        if ((st = set_producer(r, t, cost_ns, producer, NULL, inputs, num_inputs)) ||
+            (st = remat_alloc(r, t))) {
+            t->released = true; /* the record stays in r->all, unreachable */
+            break;
+        }
+        t->pins++; /* placed: placing the next output must not evict it */
+        outs[made] = t;
+    }
+    pin_all(inputs, num_inputs, -1);
+    for (size_t i = 0; i < made; i++)
+        outs[i]->pins--;
+    if (st) {
+        for (size_t i = 0; i < made; i++) {
+            coop_tensor_release(r, outs[i]); /* frees its buffer */
+            outs[i] = NULL;
+        }
+        return st;
+    }
+    r->clock += cost_ns; /* the op ran once */
+    for (size_t i = 0; i < num_outputs; i++)
+        outs[i]->last_access = r->clock;
+    return COOP_OK;
+}
+
 coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, void *producer,
                                coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
                                coop_tensor **out)
 {
-    *out = NULL;
-    if (!size)
-        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: size 0");
-    coop_status st = check_resident(inputs, num_inputs, "coop_tensor_create");
-    if (st)
-        return st;
-    coop_tensor *t = new_record(r);
-    if (!t)
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_create: out of host memory");
-    t->size = size;
-    t->flags = flags;
-    t->handles = 1;
-    if ((st = set_producer(r, t, cost_ns, producer, NULL, inputs, num_inputs))) {
-        t->released = true;
-        return st;
-    }
-    touch(r, inputs, num_inputs);
-    pin_all(inputs, num_inputs, 1); /* the op reads them while t is placed */
-    st = remat_alloc(r, t);
-    pin_all(inputs, num_inputs, -1);
-    if (st) {
-        t->released = true; /* the record stays in r->all, unreachable */
-        return st;
-    }
-    r->clock += cost_ns;
-    t->last_access = r->clock;
-    *out = t;
-    return COOP_OK;
+    if (!out)
+        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: out is NULL");
+    return coop_tensor_create_outputs(r, 1, &size, cost_ns, producer, inputs, num_inputs, flags,
+                                      out);
 }
 
 coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
 {
     *out = NULL;
-    if (!base || base->base->released)
+    /* the handle given must be live; its storage's root may have been
+     * released while views (this one) still name the storage */
+    if (!base || base->released)
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_alias: base is NULL or released");
     coop_tensor *v = new_record(r);
     if (!v)
@@ -209,40 +241,79 @@ coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **ou
 
 /* ---- recomputation ------------------------------------------------------ */
 
+/* Whether recomputing t, produced in place, may rebuild it inside its old
+ * value's buffer (resident now: t's inputs are): as when the op first ran,
+ * only if nothing else can observe the old value, i.e. nothing but t's own
+ * recomputation pins it (a hidden record has no handles). */
+static bool takes_over_old_value(const coop_tensor *t)
+{
+    if (!t->in_place)
+        return false;
+    const coop_tensor *old = t->inputs[0];
+    uint32_t own = 0;
+    for (size_t i = 0; i < t->num_inputs; i++)
+        own += t->inputs[i] == old;
+    return old->ptr && !old->handles && old->pins == own && old->size == t->size;
+}
+
 /* Makes base tensor t resident: inputs first (each pinned once resident),
- * then a buffer, then the owner's recompute callback. */
+ * then a buffer, then the owner's recompute callback. A tensor produced in
+ * place takes its recomputed old value's buffer, and the old value is
+ * evicted again (recomputable in-place, as when the op first ran); the
+ * callback then reads and writes that one buffer. */
 static coop_status materialize(coop_remat *r, coop_tensor *t)
 {
     if (t->ptr)
         return COOP_OK;
     coop_status st = COOP_OK;
-    size_t pinned = 0;
-    for (; pinned < t->num_inputs; pinned++) {
-        coop_tensor *in = t->inputs[pinned];
-        if ((st = materialize(r, in)))
-            break;
+    void *small[8], **ptrs = small;
+    if (t->num_inputs > 8 && !(ptrs = malloc(t->num_inputs * sizeof *ptrs)))
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
+    /* ptrs[i] non-NULL: input i pinned. The resident inputs first, so that
+     * recomputing a missing one cannot evict them (only to recompute them
+     * next), as DTR locks an op's inputs */
+    for (size_t i = 0; i < t->num_inputs; i++) {
+        coop_tensor *in = t->inputs[i];
+        ptrs[i] = in->ptr ? in : NULL;
+        if (in->ptr) {
+            in->pins++;
+            in->last_access = r->clock;
+        }
+    }
+    for (size_t i = 0; i < t->num_inputs && !st; i++) {
+        coop_tensor *in = t->inputs[i];
+        if (ptrs[i] || (st = materialize(r, in)))
+            continue;
         in->pins++;
         in->last_access = r->clock;
+        ptrs[i] = in;
     }
-    void *small[8], **ptrs = small;
-    if (!st && t->num_inputs > 8 && !(ptrs = malloc(t->num_inputs * sizeof *ptrs)))
-        st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
-    if (!st)
+    coop_tensor *old = NULL;
+    if (!st && takes_over_old_value(t)) {
+        old = t->inputs[0];
+        remat_hand_over(r, old, t);
+        remat_mark_evicted(r, old);
+    } else if (!st) {
         st = remat_alloc(r, t);
-    if (!st) {
+    }
+    if (st) {
         for (size_t i = 0; i < t->num_inputs; i++)
-            ptrs[i] = t->inputs[i]->ptr;
+            if (ptrs[i])
+                t->inputs[i]->pins--;
+    } else { /* every input pinned */
+        for (size_t i = 0; i < t->num_inputs; i++)
+            ptrs[i] = t->inputs[i] == old ? t->ptr : t->inputs[i]->ptr;
         st = r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
         r->clock += t->cost;
         r->stats.recomputes++;
         t->remats++;
         r->stats.recompute_ns += t->cost;
         t->last_access = r->clock;
+        for (size_t i = 0; i < t->num_inputs; i++)
+            t->inputs[i]->pins--;
     }
     if (ptrs != small)
         free(ptrs);
-    for (size_t i = 0; i < pinned; i++)
-        t->inputs[i]->pins--;
     return st;
 }
 
@@ -343,6 +414,7 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     old->remats = b->remats; /* the old value's producer's history; b's op is new */
     b->remats = 0;
     old->producer = b->producer;
+    old->in_place = b->in_place; /* its producer, b's before: in place on its own old value? */
     old->inputs = b->inputs;
     old->num_inputs = b->num_inputs;
     old->children = b->children;
@@ -356,7 +428,8 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     if ((st = set_producer(r, b, cost_ns, producer, old, inputs, num_inputs)))
         return st;
     touch(r, inputs, num_inputs);
-    if (!r->cfg.copy_on_write) {
+    b->in_place = !r->cfg.copy_on_write;
+    if (b->in_place) {
         /* recomputable in-place: b keeps the buffer, old is evicted */
         remat_mark_evicted(r, old);
     } else {

@@ -34,6 +34,9 @@ struct coop_tensor {
     uint32_t pins;        /* base: user pins plus pins of recomputations in progress */
     uint32_t uf;          /* union-find node while evicted, else REMAT_NONE */
     uint32_t remats;      /* base: recompute callbacks run for it (coop's window cost) */
+    /* its producer is a recomputable in-place op: inputs[0] is its old value
+     * (a hidden record), whose buffer a recomputation takes over */
+    bool in_place;
     /* c_comp's components of evicted tensors (remat_cost.c), valid while
      * comp_epoch is the context's: the component's first-walked tensor
      * (comp_label), and at that tensor the component's summed cost */

@@ -31,21 +31,27 @@
 #define SIM_ARENA_PAGE 4096u
 #define SIM_SCRATCH_BLOCKS 16384u /* blocks a window search has room for at first */
 
-int sim_arena_open(sim_runtime *rt)
+void sim_arena_pool_config(uint64_t budget, coop_config *c)
 {
     /* the host backend maps in 4 KiB pages: the segment is the budget rounded
      * down to them; blocks inside are still placed at 512-byte granularity */
-    uint64_t cap = rt->budget / SIM_ARENA_PAGE * SIM_ARENA_PAGE;
+    uint64_t cap = budget / SIM_ARENA_PAGE * SIM_ARENA_PAGE;
     if (cap < SIM_ARENA_PAGE)
         cap = SIM_ARENA_PAGE;
+    coop_config_default(c);
+    c->backend = COOP_BACKEND_HOST;
+    c->use_vmm = false;
+    c->page_size = SIM_ARENA_PAGE;
+    c->capacity = cap;
+    c->segment_size = cap;
+    c->min_split = COOP_ALIGN;
+}
+
+int sim_arena_open(sim_runtime *rt)
+{
     coop_config c;
-    coop_config_default(&c);
-    c.backend = COOP_BACKEND_HOST;
-    c.use_vmm = false;
-    c.page_size = SIM_ARENA_PAGE;
-    c.capacity = cap;
-    c.segment_size = cap;
-    c.min_split = COOP_ALIGN;
+    sim_arena_pool_config(rt->budget, &c);
+    uint64_t cap = c.capacity;
     if (coop_pool_create(&c, &rt->mem_pool))
         return -1;
     rt->scratch = calloc(1, sizeof *rt->scratch);

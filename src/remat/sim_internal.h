@@ -101,6 +101,11 @@ uint64_t sim_adjacent_free(sim_runtime *rt, uint32_t s);
 
 /* ---- arena model (sim_arena.c) ---- */
 
+/* The arena model's pool for a budget (bytes): host backend, no VMM, one
+ * segment of the budget rounded down to 4 KiB pages (capacity says how
+ * much), 512-byte blocks. Also what `coop sim --engine lib` runs the remat
+ * API over (sim_lib.c). */
+void sim_arena_pool_config(uint64_t budget, coop_config *c);
 int sim_arena_open(sim_runtime *rt);
 void sim_arena_close(sim_runtime *rt);
 /* Places storage s (size bytes), evicting per the policy when it does not

@@ -1,0 +1,410 @@
+/* A compiled DTR log replayed through the public remat API (sim_lib.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remat/sim_internal.h"
+#include "remat/sim_lib.h"
+#include "status.h"
+
+typedef struct lib_drive {
+    const sim_program *prog;
+    coop_remat *remat;
+    bool inplace;
+    coop_tensor **handle;   /* per tensor id: its record (base or view); NULL: none */
+    uint32_t *refs;         /* per tensor id: handles the program holds */
+    uint32_t *storage_refs; /* per storage: the sum over its tensors */
+    bool *pinned;           /* per storage: PINned (constants, the end) */
+    /* one op's scratch: input records and which of them it pinned; fresh
+     * outputs' sizes and records; what each output is (out_kind) */
+    coop_tensor **ins;
+    bool *in_pinned;
+    uint32_t ins_cap;
+    coop_tensor **outs;
+    size_t *sizes;
+    uint8_t *out_kind;
+    uint32_t outs_cap;
+    uint64_t remat_ns, remat_limit;
+    bool thrashed;
+    sim_lib_counts counts;
+} lib_drive;
+
+/* What an output of an op becomes in the API. */
+enum { OUT_FRESH, OUT_VIEW, OUT_IN_PLACE, OUT_NONE };
+
+int sim_lib_policy(const sim_options *opt, coop_remat_policy *policy)
+{
+    switch (opt->policy) {
+    case SIM_POLICY_COOP:
+        if (opt->window_cost == SIM_WINDOW_COOP) {
+            *policy = COOP_REMAT_COOP;
+            return 0;
+        }
+        if (opt->window_cost == SIM_WINDOW_EQ) {
+            *policy = COOP_REMAT_COOP_EQ;
+            return 0;
+        }
+        coop_set_error(COOP_ERR_UNSUPPORTED,
+                       "the remat API's window costs c_comp (coop) or c_eq (coop-eq), "
+                       "not coop-sum's or coop-dte's");
+        return -1;
+    case SIM_POLICY_DTR:
+        *policy = COOP_REMAT_DTR;
+        return 0;
+    case SIM_POLICY_DTR_LOCAL:
+        *policy = COOP_REMAT_DTR_LOCAL;
+        return 0;
+    case SIM_POLICY_DTE:
+        *policy = COOP_REMAT_DTE;
+        return 0;
+    case SIM_POLICY_LRU:
+        *policy = COOP_REMAT_LRU;
+        return 0;
+    case SIM_POLICY_SIZE:
+        *policy = COOP_REMAT_SIZE;
+        return 0;
+    default:
+        coop_set_error(COOP_ERR_UNSUPPORTED, "the remat API has no %s policy",
+                       sim_policy_name(opt->policy));
+        return -1;
+    }
+}
+
+/* The producer the API hands back to the recompute callback: the op id. */
+static void *producer_of(uint32_t op)
+{
+    return (void *)(uintptr_t)op;
+}
+
+/* Recomputation costs what the op costs, in the library's logical clock
+ * (which it advances itself) and in the run's overhead, accounted here to
+ * stop a thrashing run where the simulator does: once recomputation
+ * exceeds the limit. The buffer is never touched (PROT_NONE). */
+static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs, size_t num_inputs,
+                             void *out, void *user)
+{
+    (void)t;
+    (void)inputs;
+    (void)num_inputs;
+    (void)out;
+    lib_drive *d = user;
+    d->remat_ns += d->prog->ops[(uintptr_t)producer].cost;
+    if (d->remat_ns > d->remat_limit) {
+        d->thrashed = true;
+        return coop_set_error(COOP_ERR_BUSY, "thrash: recomputation exceeds the limit");
+    }
+    return COOP_OK;
+}
+
+/* A status of the API as the run's result. */
+static sim_result result_of(const lib_drive *d, coop_status st)
+{
+    if (!st)
+        return SIM_OK;
+    if (d->thrashed)
+        return SIM_THRASH;
+    return st == COOP_ERR_NOMEM ? SIM_OOM : SIM_ERROR;
+}
+
+static coop_tensor *handle_of(const lib_drive *d, uint32_t t)
+{
+    return d->handle[t];
+}
+
+/* The simulator's can_take_over, in the driver's terms: output `out` of a
+ * MUTATE keeps the mutated input's buffer when nothing else can observe
+ * the old value (one program handle, the one being rebound; not PINned;
+ * the op's own pins are the only ones, as nothing else pins at this
+ * level). */
+static bool takes_over(const lib_drive *d, const sim_op *op, uint32_t out)
+{
+    const sim_program *p = d->prog;
+    int32_t m = p->tensors[out].mutates;
+    if (!d->inplace || m < 0)
+        return false;
+    uint32_t old_t = p->inputs[op->first_input + (uint32_t)m];
+    uint32_t old = p->tensors[old_t].storage;
+    return handle_of(d, old_t) && !d->pinned[old] && d->storage_refs[old] <= 1 &&
+           d->refs[old_t] == 1;
+}
+
+static int grow_scratch(lib_drive *d, uint32_t num_inputs, uint32_t num_outputs)
+{
+    if (num_inputs > d->ins_cap) {
+        uint32_t cap = d->ins_cap ? d->ins_cap : 16;
+        while (cap < num_inputs)
+            cap *= 2;
+        coop_tensor **ins = realloc(d->ins, cap * sizeof *ins);
+        if (!ins)
+            return -1;
+        d->ins = ins;
+        bool *pinned = realloc(d->in_pinned, cap * sizeof *pinned);
+        if (!pinned)
+            return -1;
+        d->in_pinned = pinned;
+        d->ins_cap = cap;
+    }
+    if (num_outputs > d->outs_cap) {
+        uint32_t cap = d->outs_cap ? d->outs_cap : 16;
+        while (cap < num_outputs)
+            cap *= 2;
+        coop_tensor **outs = realloc(d->outs, cap * sizeof *outs);
+        if (!outs)
+            return -1;
+        d->outs = outs;
+        size_t *sizes = realloc(d->sizes, cap * sizeof *sizes);
+        if (!sizes)
+            return -1;
+        d->sizes = sizes;
+        uint8_t *kind = realloc(d->out_kind, cap * sizeof *kind);
+        if (!kind)
+            return -1;
+        d->out_kind = kind;
+        d->outs_cap = cap;
+    }
+    return 0;
+}
+
+/* Pins the op's inputs (d->ins[0 .. n)): the resident ones first, so that
+ * recomputing a missing one cannot evict them, then the missing ones. */
+static coop_status pin_inputs(lib_drive *d, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        d->in_pinned[i] = false;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < n; i++) {
+            if (d->in_pinned[i] || (pass == 0 && !coop_tensor_resident(d->ins[i])))
+                continue;
+            coop_status st = coop_tensor_pin(d->remat, d->ins[i], NULL);
+            if (st)
+                return st;
+            d->in_pinned[i] = true;
+        }
+    }
+    return COOP_OK;
+}
+
+static void unpin_inputs(lib_drive *d, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (d->in_pinned[i])
+            coop_tensor_unpin(d->remat, d->ins[i]);
+}
+
+/* The op's output u as an in-place op on the mutated input's record: the
+ * record carries on as u (the library keeps the buffer and makes the old
+ * value an evicted tensor), and the program's release of the old tensor,
+ * which follows, is already done. ins: the op's input records, n. */
+static coop_status mutate_in_place(lib_drive *d, const sim_op *op, uint32_t op_id, uint32_t u,
+                                   uint32_t n)
+{
+    const sim_program *p = d->prog;
+    uint32_t m = (uint32_t)p->tensors[u].mutates;
+    uint32_t old_t = p->inputs[op->first_input + m];
+    coop_tensor *rec = handle_of(d, old_t);
+    /* the other inputs: the op's, less the mutated one (records of 0-byte
+     * storages were left out of ins, so find it by record) */
+    coop_tensor *small[16], **extra = n <= 16 ? small : malloc(n * sizeof *extra);
+    if (!extra)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop sim --engine lib: out of host memory");
+    uint32_t k = 0;
+    bool skipped = false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!skipped && d->ins[i] == rec) {
+            skipped = true;
+            continue;
+        }
+        extra[k++] = d->ins[i];
+    }
+    coop_status st =
+        coop_tensor_mutate(d->remat, rec, op->cost, producer_of(op_id), extra, k, NULL);
+    if (extra != small)
+        free(extra);
+    if (st)
+        return st;
+    d->handle[u] = rec;
+    d->handle[old_t] = NULL;
+    d->refs[old_t] = 0;
+    d->storage_refs[p->tensors[old_t].storage]--;
+    d->counts.inplace_ops++;
+    return COOP_OK;
+}
+
+/* An op: its fresh outputs made in one call (the op runs once), then its
+ * in-place outputs (coop_tensor_mutate), then its views. */
+static coop_status run_compute(lib_drive *d, uint32_t op_id)
+{
+    const sim_program *p = d->prog;
+    const sim_op *op = &p->ops[op_id];
+    if (grow_scratch(d, op->num_inputs, op->num_outputs))
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop sim --engine lib: out of host memory");
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < op->num_inputs; i++) {
+        coop_tensor *h = handle_of(d, p->inputs[op->first_input + i]);
+        if (h)
+            d->ins[n++] = h;
+    }
+    coop_status st = pin_inputs(d, n);
+    /* which outputs are fresh (not views, not empty, not taken over) */
+    uint32_t fresh = 0, in_place = 0;
+    for (uint32_t i = 0; i < op->num_outputs && !st; i++) {
+        uint32_t u = op->first_output + i;
+        const sim_tensor *t = &p->tensors[u];
+        d->out_kind[i] = OUT_FRESH;
+        if (t->alias >= 0) {
+            d->out_kind[i] = OUT_VIEW;
+            d->counts.view_outputs++;
+        } else if (!p->storages[t->storage].size) {
+            d->out_kind[i] = OUT_NONE;
+            d->counts.zero_size++;
+        } else if (op->is_mutation && takes_over(d, op, u)) {
+            d->out_kind[i] = OUT_IN_PLACE;
+            in_place++;
+        } else {
+            d->sizes[fresh++] = p->storages[t->storage].size;
+        }
+    }
+    if (!st && fresh) {
+        st = coop_tensor_create_outputs(d->remat, fresh, d->sizes, op->cost, producer_of(op_id),
+                                        d->ins, n, COOP_TENSOR_EVICTABLE, d->outs);
+        for (uint32_t i = 0, k = 0; i < op->num_outputs && !st; i++)
+            if (d->out_kind[i] == OUT_FRESH)
+                d->handle[op->first_output + i] = d->outs[k++];
+    }
+    if ((fresh > 0) + in_place > 1)
+        d->counts.multi_call_ops++;
+    for (uint32_t i = 0; i < op->num_outputs && !st; i++) {
+        uint32_t u = op->first_output + i;
+        const sim_tensor *t = &p->tensors[u];
+        if (d->out_kind[i] == OUT_IN_PLACE) {
+            st = mutate_in_place(d, op, op_id, u, n);
+        } else if (d->out_kind[i] == OUT_VIEW) {
+            coop_tensor *base = handle_of(d, p->inputs[op->first_input + (uint32_t)t->alias]);
+            if (base)
+                st = coop_tensor_alias(d->remat, base, &d->handle[u]);
+        }
+    }
+    for (uint32_t i = 0; i < op->num_outputs && !st; i++) {
+        uint32_t u = op->first_output + i;
+        d->refs[u] = 1;
+        d->storage_refs[p->tensors[u].storage]++;
+    }
+    unpin_inputs(d, n);
+    return st;
+}
+
+static coop_status run_release(lib_drive *d, uint32_t t)
+{
+    if (!d->refs[t])
+        return COOP_OK; /* over-release, or released by an in-place op: as the simulator */
+    d->refs[t]--;
+    d->storage_refs[d->prog->tensors[t].storage]--;
+    if (d->refs[t] || !d->handle[t])
+        return COOP_OK;
+    coop_status st = coop_tensor_release(d->remat, d->handle[t]);
+    d->handle[t] = NULL;
+    return st;
+}
+
+static coop_status run_pin(lib_drive *d, uint32_t t)
+{
+    uint32_t s = d->prog->tensors[t].storage;
+    if (d->pinned[s] || !d->handle[t])
+        return COOP_OK;
+    coop_status st = coop_tensor_pin(d->remat, d->handle[t], NULL);
+    if (!st)
+        d->pinned[s] = true;
+    return st;
+}
+
+static coop_status run_program(lib_drive *d)
+{
+    const sim_program *p = d->prog;
+    for (size_t i = 0; i < p->num_cmds; i++) {
+        const sim_cmd *c = &p->cmds[i];
+        coop_status st = COOP_OK;
+        switch (c->kind) {
+        case SIM_COMPUTE:
+            st = run_compute(d, c->arg);
+            break;
+        case SIM_GET:
+            if (d->refs[c->arg]) { /* a name holds it, so its record is live */
+                d->refs[c->arg]++;
+                d->storage_refs[p->tensors[c->arg].storage]++;
+            }
+            break;
+        case SIM_PIN:
+            st = run_pin(d, c->arg);
+            break;
+        case SIM_RELEASE:
+            st = run_release(d, c->arg);
+            break;
+        }
+        if (st)
+            return st;
+    }
+    return COOP_OK;
+}
+
+sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                        double ratio, sim_lib_counts *counts)
+{
+    sim_outcome out = {.budget_ratio = ratio, .result = SIM_ERROR};
+    out.budget = (uint64_t)((double)peak * ratio); /* as sim_run */
+    bool coop = opt->policy == SIM_POLICY_COOP;
+    lib_drive d = {
+        .prog = prog,
+        .inplace = opt->inplace < 0 ? coop : opt->inplace > 0,
+        .remat_limit = (uint64_t)((double)prog->base_compute * (opt->overhead_limit - 1.0)),
+    };
+    /* the simulator's threshold; 0 (nothing is cheaper than 0 ns/byte) is
+     * off, as the library would read 0 as its default */
+    double threshold = isnan(opt->cheap_threshold) ? (coop ? SIM_DEFAULT_CHEAP_THRESHOLD : -1.0)
+                                                   : opt->cheap_threshold;
+    coop_remat_config rc = {
+        .cheap_threshold = threshold > 0 ? threshold : -1.0,
+        .copy_on_write = false, /* in-place ops that are not taken over are created anew */
+        .recompute = recompute,
+        .user = &d,
+    };
+    if (sim_lib_policy(opt, &rc.policy))
+        return out;
+    coop_config pc;
+    sim_arena_pool_config(out.budget, &pc);
+    coop_pool *pool = NULL;
+    d.handle = calloc(prog->num_tensors + 1, sizeof *d.handle);
+    d.refs = calloc(prog->num_tensors + 1, sizeof *d.refs);
+    d.storage_refs = calloc(prog->num_storages + 1, sizeof *d.storage_refs);
+    d.pinned = calloc(prog->num_storages + 1, sizeof *d.pinned);
+    coop_status st;
+    if (!d.handle || !d.refs || !d.storage_refs || !d.pinned)
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop sim --engine lib: out of host memory");
+    else if (!(st = coop_pool_create(&pc, &pool)) && !(st = coop_remat_create(pool, &rc, &d.remat)))
+        st = run_program(&d);
+    out.result = result_of(&d, st);
+    if (d.remat) {
+        coop_remat_stats rs;
+        coop_remat_get_stats(d.remat, &rs);
+        out.evictions = rs.evictions;
+        out.remat_ops = rs.recomputes;
+        out.overhead = prog->base_compute ? (double)(prog->base_compute + rs.recompute_ns) /
+                                                (double)prog->base_compute
+                                          : 1.0;
+        d.counts.searches = rs.searches;
+    }
+    out.inplace_ops = d.counts.inplace_ops;
+    if (counts)
+        *counts = d.counts;
+    coop_remat_destroy(d.remat);
+    coop_pool_destroy(pool);
+    free(d.handle);
+    free(d.refs);
+    free(d.storage_refs);
+    free(d.pinned);
+    free(d.ins);
+    free(d.in_pinned);
+    free(d.outs);
+    free(d.sizes);
+    free(d.out_kind);
+    return out;
+}
