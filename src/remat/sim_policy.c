@@ -130,8 +130,10 @@ int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
 bool sim_classes_uncut(const sim_runtime *rt, uint32_t s)
 {
     const rt_storage *r = &rt->storages[s];
-    const uint32_t *roots = r->eq_valid ? rt->eq_roots + r->eq_first : rt->stack;
     uint32_t n = r->eq_valid ? r->eq_num_roots : rt->stack_len;
+    if (n == 0) /* no class to be cut (and the root arrays may not exist yet) */
+        return true;
+    const uint32_t *roots = r->eq_valid ? rt->eq_roots + r->eq_first : rt->stack;
     for (uint32_t j = 0; j < n; j++)
         if (uf_is_cut(&rt->uf, roots[j]))
             return false;
