@@ -27,7 +27,9 @@ static void usage(FILE *out)
             "                     tensor partitioning), coop-cow (copy-on-write instead of\n"
             "                     recomputable in-place), coop-dte (DTE's score in the window),\n"
             "                     coop-sum (sum of window costs, not per byte), coop-eq\n"
-            "                     (c_eq of union-find classes as each tensor's cost)\n"
+            "                     (c_eq of union-find classes as each tensor's cost),\n"
+            "                     coop-live (c_live: what recomputation needs, instead of\n"
+            "                     the evicted component)\n"
             "                     (default dtr,dtr-full,lru; --engine lib:\n"
             "                     coop,coop-eq,dtr,dte)\n"
             "  --memory MODEL     ideal: only the sum of resident bytes is limited (default);\n"
@@ -251,7 +253,7 @@ int cmd_sim(int argc, char **argv)
         if (sim_options_parse_policy(policy_items[i], &options[i])) {
             fprintf(stderr,
                     "coop sim: unknown policy '%s' (dtr, dtr-full, dtr-local, dte, lru, "
-                    "size, coop, coop-nopart, coop-cow, coop-dte, coop-sum, coop-eq)\n",
+                    "size, coop, coop-nopart, coop-cow, coop-dte, coop-sum, coop-eq, coop-live)\n",
                     policy_items[i]);
             return 2;
         }

@@ -25,7 +25,7 @@ int sim_options_parse_policy(const char *name, sim_options *out)
     } variants[] = {
         {"coop-nopart", -1, -1.0, SIM_WINDOW_COOP}, {"coop-cow", 0, NAN, SIM_WINDOW_COOP},
         {"coop-dte", -1, NAN, SIM_WINDOW_DTE},      {"coop-sum", -1, NAN, SIM_WINDOW_SUM},
-        {"coop-eq", -1, NAN, SIM_WINDOW_EQ},
+        {"coop-eq", -1, NAN, SIM_WINDOW_EQ},        {"coop-live", -1, NAN, SIM_WINDOW_LIVE},
     };
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
         if (!strcmp(name, variants[i].name)) {

@@ -37,7 +37,8 @@ sim_options sim_options_default(sim_policy policy, sim_memory memory);
  * recomputable in-place), coop-dte (DTE's score inside the window),
  * coop-sum (the window's plain sum of costs instead of cost per byte),
  * coop-eq (c_eq, union-find classes, instead of c_comp with the
- * recompute history: the default before docs/remat.md section 2's change).
+ * recompute history: the default before docs/remat.md section 2's change),
+ * coop-live (c_live instead of c_comp: docs/remat.md, section 2c).
  * 0 and *out filled (memory, overhead limit untouched), -1 unknown. */
 int sim_options_parse_policy(const char *name, sim_options *out);
 

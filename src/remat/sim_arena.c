@@ -235,13 +235,16 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     }
     if (rt->cfg.window_cost == SIM_WINDOW_COOP)
         return (double)sim_component_compute(rt, s) * coop_weight(rt, r);
+    if (rt->cfg.window_cost == SIM_WINDOW_LIVE)
+        return (double)sim_live_compute(rt, s) * coop_weight(rt, r);
     return (double)sim_eq_compute(rt, s) / (double)stale;
 }
 
 /* A lower bound of window_cost that needs no neighbourhood walk: the
- * storage's own compute (c_eq, c_comp >= c: class values and computes are
- * never negative), or window_cost itself when the storage's c_eq is cached
- * (exact; for coop only where c_comp is that c_eq: no class cut). */
+ * storage's own compute (c_eq, c_comp, c_live >= c: class values and
+ * computes are never negative), or window_cost itself when the storage's
+ * c_eq is cached (exact; for coop only where c_comp is that c_eq: no class
+ * cut; never for coop-live, whose walks no cache holds). */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
@@ -260,6 +263,8 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
         }
         return (double)r->compute * weight;
     }
+    if (rt->cfg.window_cost == SIM_WINDOW_LIVE)
+        return (double)r->compute * coop_weight(rt, r);
     double stale = (double)staleness(rt, r);
     if (rt->cfg.window_cost != SIM_WINDOW_DTE && sim_eq_cached(rt, storage_of(rt, owner), &eq)) {
         rt->stats.heuristic_evals++;
@@ -274,10 +279,11 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
 {
     uint64_t size = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
-    window_objective obj =
-        rt->cfg.window_cost == SIM_WINDOW_COOP || rt->cfg.window_cost == SIM_WINDOW_EQ
-            ? WINDOW_PER_BYTE
-            : WINDOW_SUM;
+    window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COOP ||
+                                   rt->cfg.window_cost == SIM_WINDOW_EQ ||
+                                   rt->cfg.window_cost == SIM_WINDOW_LIVE
+                               ? WINDOW_PER_BYTE
+                               : WINDOW_SUM;
     int found = window_search_indexed(pool_arena(rt->mem_pool), size, obj, window_cost,
                                       rt->cfg.window_cost == SIM_WINDOW_DTE ? NULL : window_bound,
                                       rt, rt->breakers, rt->scratch, &w);

@@ -85,6 +85,21 @@ static inline bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out
  * otherwise c_comp is c_eq (cached). */
 int64_t sim_component_compute(sim_runtime *rt, uint32_t s);
 
+/* c_live, coop-live's window cost (coop's with c_live for c_comp, the same
+ * weight, coop_cost.h; a candidate, not the default): s's compute, plus
+ * the compute of the evicted storages its recomputation needs (its evicted
+ * ancestors, reached through evicted storages: simrd's backward region),
+ * plus the compute of the evicted storages the program still holds
+ * (ref_ext > 0) whose recomputation would need s (its evicted descendants
+ * reached through evicted storages, released ones walked through but not
+ * counted). What
+ * c_comp counts beyond it is evicted storages that neither recomputation
+ * needs: released descendants (recomputed only on the way to a held one,
+ * whose own cost counts them when it is evicted) and storages connected to
+ * s only through a common ancestor or descendant. A walk at each call
+ * (docs/remat.md, section 2c, "Why coop loses vgg16 at 0.9"). */
+int64_t sim_live_compute(sim_runtime *rt, uint32_t s);
+
 /* Whether s's evicted neighbours' classes (the roots of s's valid c_eq
  * cache, or else the ones sim_eq_compute just left on the stack) are all
  * uncut: each is then exactly a connected set of evicted storages, not

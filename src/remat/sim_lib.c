@@ -46,7 +46,7 @@ int sim_lib_policy(const sim_options *opt, coop_remat_policy *policy)
         }
         coop_set_error(COOP_ERR_UNSUPPORTED,
                        "the remat API's window costs c_comp (coop) or c_eq (coop-eq), "
-                       "not coop-sum's or coop-dte's");
+                       "not coop-sum's, coop-dte's or coop-live's");
         return -1;
     case SIM_POLICY_DTR:
         *policy = COOP_REMAT_DTR;

@@ -26,8 +26,10 @@ static int push(sim_runtime *rt, uint32_t s)
 
 /* Compute (ns) of the evicted storages reachable from s through evicted
  * storages, in one direction (children if forward, else parents): simrd's
- * Region, whose interior is e*. */
-static int64_t region_compute(sim_runtime *rt, uint32_t s, bool forward)
+ * Region, whose interior is e*. With live_only, the walk still goes through
+ * every evicted storage but counts only those the program holds a handle to
+ * (sim_live_compute). */
+static int64_t region_compute(sim_runtime *rt, uint32_t s, bool forward, bool live_only)
 {
     const sim_program *p = rt->prog;
     uint32_t mark = next_mark(rt);
@@ -52,7 +54,8 @@ static int64_t region_compute(sim_runtime *rt, uint32_t s, bool forward)
                 if (r->material || us == s || r->mark == mark)
                     continue;
                 r->mark = mark;
-                compute += (int64_t)r->compute;
+                if (!live_only || r->ref_ext)
+                    compute += (int64_t)r->compute;
                 if (push(rt, us))
                     return compute;
             }
@@ -200,6 +203,12 @@ int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
     return compute;
 }
 
+int64_t sim_live_compute(sim_runtime *rt, uint32_t s)
+{
+    return (int64_t)rt->storages[s].compute + region_compute(rt, s, false, false) +
+           region_compute(rt, s, true, true);
+}
+
 void sim_eq_forget_around(sim_runtime *rt, uint32_t s)
 {
     rt->storages[s].eq_valid = false;
@@ -245,8 +254,8 @@ double sim_score(sim_runtime *rt, uint32_t s)
     case SIM_POLICY_COOP: /* argmin fallback only; the window sums its own costs */
         return ratio_score(sim_eq_compute(rt, s), size, stale);
     case SIM_POLICY_DTR_FULL:
-        return ratio_score((int64_t)r->compute + region_compute(rt, s, true) +
-                               region_compute(rt, s, false),
+        return ratio_score((int64_t)r->compute + region_compute(rt, s, true, false) +
+                               region_compute(rt, s, false, false),
                            size, stale);
     case SIM_POLICY_LRU:
         return (double)r->last_access;

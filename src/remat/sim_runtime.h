@@ -46,7 +46,10 @@ typedef enum sim_window_cost {
     SIM_WINDOW_EQ,   /* ablation: sum of c_eq / staleness per byte (the default
                       * until the component cost; see docs/remat.md) */
     SIM_WINDOW_SUM,  /* sum of c_eq / staleness (Coop's literal objective) */
-    SIM_WINDOW_DTE   /* ablation: sum of DTE's score c / (m' * staleness) */
+    SIM_WINDOW_DTE,  /* ablation: sum of DTE's score c / (m' * staleness) */
+    SIM_WINDOW_LIVE  /* candidate: SIM_WINDOW_COOP with c_live (sim_live_compute)
+                      * for c_comp (docs/remat.md, section 2c, "Why coop loses
+                      * vgg16 at 0.9") */
 } sim_window_cost;
 
 typedef struct sim_config {
