@@ -113,20 +113,22 @@ def _vision(name, model, batch, size, classes, device, adamw=False):
     return Workload(name, model, (x,), y, F.cross_entropy, opt, cfg)
 
 
-def resnet50(device, batch=None):
+def _torchvision(name, device, batch, adamw=False):
+    """A torchvision classifier by its constructor's name, trained on 224x224
+    images of 1000 classes, batch 32 unless told."""
     import torchvision
 
     torch.manual_seed(SEED)
-    m = torchvision.models.resnet50(num_classes=1000).to(device).train()
-    return _vision("resnet50", m, batch or 32, 224, 1000, device)
+    m = getattr(torchvision.models, name)(num_classes=1000).to(device).train()
+    return _vision(name, m, batch or 32, 224, 1000, device, adamw=adamw)
+
+
+def resnet50(device, batch=None):
+    return _torchvision("resnet50", device, batch)
 
 
 def densenet121(device, batch=None):
-    import torchvision
-
-    torch.manual_seed(SEED)
-    m = torchvision.models.densenet121(num_classes=1000).to(device).train()
-    return _vision("densenet121", m, batch or 32, 224, 1000, device)
+    return _torchvision("densenet121", device, batch)
 
 
 # The models below were added for a held-out check of `coop sim` (docs/remat.md,
@@ -135,35 +137,19 @@ def densenet121(device, batch=None):
 
 
 def mobilenet_v2(device, batch=None):
-    import torchvision
-
-    torch.manual_seed(SEED)
-    m = torchvision.models.mobilenet_v2(num_classes=1000).to(device).train()
-    return _vision("mobilenet_v2", m, batch or 32, 224, 1000, device)
+    return _torchvision("mobilenet_v2", device, batch)
 
 
 def efficientnet_b0(device, batch=None):
-    import torchvision
-
-    torch.manual_seed(SEED)
-    m = torchvision.models.efficientnet_b0(num_classes=1000).to(device).train()
-    return _vision("efficientnet_b0", m, batch or 32, 224, 1000, device)
+    return _torchvision("efficientnet_b0", device, batch)
 
 
 def vgg16(device, batch=None):
-    import torchvision
-
-    torch.manual_seed(SEED)
-    m = torchvision.models.vgg16(num_classes=1000).to(device).train()
-    return _vision("vgg16", m, batch or 32, 224, 1000, device)
+    return _torchvision("vgg16", device, batch)
 
 
 def vit_b_16(device, batch=None):
-    import torchvision
-
-    torch.manual_seed(SEED)
-    m = torchvision.models.vit_b_16(num_classes=1000).to(device).train()
-    return _vision("vit_b_16", m, batch or 32, 224, 1000, device, adamw=True)
+    return _torchvision("vit_b_16", device, batch, adamw=True)
 
 
 class DoubleConv(nn.Sequential):
