@@ -19,11 +19,11 @@ typedef struct lib_drive {
      * outputs' sizes and records; what each output is (out_kind) */
     coop_tensor **ins;
     bool *in_pinned;
-    uint32_t ins_cap;
+    size_t ins_cap, in_pinned_cap;
     coop_tensor **outs;
     size_t *sizes;
     uint8_t *out_kind;
-    uint32_t outs_cap;
+    size_t outs_cap, sizes_cap, out_kind_cap;
     uint64_t remat_ns, remat_limit;
     bool thrashed;
     sim_lib_counts counts;
@@ -128,40 +128,16 @@ static bool takes_over(const lib_drive *d, const sim_op *op, uint32_t out)
            d->refs[old_t] == 1;
 }
 
+/* Room in one op's scratch arrays for its inputs and outputs: 0, or -1 when
+ * out of host memory (the arrays grown so far stay valid). */
 static int grow_scratch(lib_drive *d, uint32_t num_inputs, uint32_t num_outputs)
 {
-    if (num_inputs > d->ins_cap) {
-        uint32_t cap = d->ins_cap ? d->ins_cap : 16;
-        while (cap < num_inputs)
-            cap *= 2;
-        coop_tensor **ins = realloc(d->ins, cap * sizeof *ins);
-        if (!ins)
-            return -1;
-        d->ins = ins;
-        bool *pinned = realloc(d->in_pinned, cap * sizeof *pinned);
-        if (!pinned)
-            return -1;
-        d->in_pinned = pinned;
-        d->ins_cap = cap;
-    }
-    if (num_outputs > d->outs_cap) {
-        uint32_t cap = d->outs_cap ? d->outs_cap : 16;
-        while (cap < num_outputs)
-            cap *= 2;
-        coop_tensor **outs = realloc(d->outs, cap * sizeof *outs);
-        if (!outs)
-            return -1;
-        d->outs = outs;
-        size_t *sizes = realloc(d->sizes, cap * sizeof *sizes);
-        if (!sizes)
-            return -1;
-        d->sizes = sizes;
-        uint8_t *kind = realloc(d->out_kind, cap * sizeof *kind);
-        if (!kind)
-            return -1;
-        d->out_kind = kind;
-        d->outs_cap = cap;
-    }
+    if (sim_grow((void **)&d->ins, &d->ins_cap, num_inputs, sizeof *d->ins) ||
+        sim_grow((void **)&d->in_pinned, &d->in_pinned_cap, num_inputs, sizeof *d->in_pinned) ||
+        sim_grow((void **)&d->outs, &d->outs_cap, num_outputs, sizeof *d->outs) ||
+        sim_grow((void **)&d->sizes, &d->sizes_cap, num_outputs, sizeof *d->sizes) ||
+        sim_grow((void **)&d->out_kind, &d->out_kind_cap, num_outputs, sizeof *d->out_kind))
+        return -1;
     return 0;
 }
 
