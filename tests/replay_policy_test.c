@@ -416,6 +416,73 @@ static void recorded_absent_without_segments(void **unused)
     built_free(&b);
 }
 
+/* ---- Timed runs ---- */
+
+/* The ideal policy with its calls counted: what a timed run may touch. */
+static struct {
+    int creates, stats, mallocs, frees;
+} counted;
+
+static coop_status counted_create(uint64_t capacity, uint64_t page, void **state)
+{
+    counted.creates++;
+    return replay_policy_ideal.create(capacity, page, state);
+}
+static coop_status counted_malloc(void *state, uint64_t size, uint64_t stream, uintptr_t *addr)
+{
+    counted.mallocs++;
+    return replay_policy_ideal.malloc(state, size, stream, addr);
+}
+static coop_status counted_free(void *state, uintptr_t addr, uint64_t size)
+{
+    counted.frees++;
+    return replay_policy_ideal.free(state, addr, size);
+}
+static void counted_stats(void *state, replay_policy_stats *out)
+{
+    counted.stats++;
+    replay_policy_ideal.stats(state, out);
+}
+
+static void timed_run_reads_no_statistics(void **unused)
+{
+    (void)unused;
+    replay_policy_ops ops = replay_policy_ideal;
+    ops.create = counted_create;
+    ops.malloc = counted_malloc;
+    ops.free = counted_free;
+    ops.stats = counted_stats;
+    built b = {0};
+    for (uint32_t i = 0; i < 10; i++)
+        alloc_ev(&b, i, (i + 1) * 1000);
+    for (uint32_t i = 0; i < 10; i += 2)
+        free_ev(&b, i, (i + 1) * 1000);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    replay_run r;
+    /* untimed: figures read after every event, no timing */
+    memset(&counted, 0, sizeof counted);
+    assert_int_equal(replay_run_trace(&p, &ops, GiB, 2 * MiB, NULL, &r), COOP_OK);
+    assert_true(counted.stats >= 15);
+    assert_int_equal(counted.creates, 1);
+    assert_true(r.peak_active > 0);
+    /* timed, three passes: only the calls, each pass with a fresh policy */
+    memset(&counted, 0, sizeof counted);
+    replay_run_options opt = {.measure_time = true, .timed_passes = 3};
+    assert_int_equal(replay_run_trace(&p, &ops, GiB, 2 * MiB, &opt, &r), COOP_OK);
+    assert_int_equal(counted.stats, 0);
+    assert_int_equal(counted.creates, 3);
+    assert_int_equal(counted.mallocs, 30);
+    assert_int_equal(counted.frees, 15);
+    assert_true(r.ns_per_op > 0);
+    /* a timed run keeps no series */
+    replay_series series;
+    opt.series = &series;
+    assert_int_equal(replay_run_trace(&p, &ops, GiB, 2 * MiB, &opt, &r), COOP_ERR_INVALID);
+    replay_prepared_free(&p);
+    built_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -433,6 +500,7 @@ int main(void)
         cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),
         cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),
         cmocka_unit_test(bisection_finds_the_threshold),
+        cmocka_unit_test(timed_run_reads_no_statistics),
         cmocka_unit_test(recorded_curve_rebuilt_backwards),
         cmocka_unit_test(recorded_absent_without_segments),
     };

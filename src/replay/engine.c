@@ -75,8 +75,8 @@ typedef struct run_state {
     uintptr_t *addr;     /* per id: placed address, 0 = not live */
     uint64_t *size;      /* per id: requested bytes */
     uint64_t *placement; /* per id: index into series placements */
-    uint32_t *op_ns;     /* per op: nanoseconds */
-    uint64_t num_timed;
+    uint32_t *op_ns;     /* per timed call: nanoseconds (timed runs only) */
+    uint64_t num_timed, timed_cap;
     uint64_t live;
     double frag_weighted; /* sum of frag x events it held for */
     double frag_last;
@@ -94,7 +94,7 @@ static uint64_t now_ns(void)
 
 static void record_time(run_state *r, uint64_t ns)
 {
-    if (r->op_ns && r->num_timed < r->p->num_ops)
+    if (r->op_ns && r->num_timed < r->timed_cap)
         r->op_ns[r->num_timed++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
 }
 
@@ -130,7 +130,8 @@ static void track_peaks(run_state *r)
 
 static coop_status place(run_state *r, uint32_t id, uint64_t size, uint64_t stream, uint64_t at)
 {
-    sample_fragmentation(r, at);
+    if (!r->op_ns)
+        sample_fragmentation(r, at);
     uintptr_t addr = 0;
     uint64_t t0 = r->op_ns ? now_ns() : 0;
     coop_status st = r->ops->malloc(r->policy, size, stream, &addr);
@@ -192,16 +193,19 @@ static coop_status run_events(run_state *r)
     replay_series *s = r->opt ? r->opt->series : NULL;
     for (size_t i = 0; i < t->num_events; i++) {
         const trace_event *e = &t->events[i];
+        bool timed = r->op_ns != NULL; /* timed runs read no statistics */
         if (e->kind == TRACE_ALLOC && e->size > 0) {
             st = place(r, e->id, e->size, e->stream, i);
             if (st != COOP_OK || r->out->oom)
                 return st;
-            track_peaks(r);
+            if (!timed)
+                track_peaks(r);
         } else if (e->kind == TRACE_FREE && r->addr[e->id]) {
             st = release(r, e->id, i);
             if (st != COOP_OK)
                 return st;
-            track_peaks(r);
+            if (!timed)
+                track_peaks(r);
         }
         if (s) {
             replay_policy_stats ps;
@@ -215,6 +219,33 @@ static coop_status run_events(run_state *r)
     return COOP_OK;
 }
 
+/* Creates the policy, runs the events and destroys it; r's per-id arrays
+ * must be clear. */
+static coop_status run_once(run_state *r, uint64_t capacity, uint64_t page)
+{
+    const replay_policy_ops *ops = r->ops;
+    coop_status st = ops->create(capacity, page, &r->policy);
+    if (st != COOP_OK)
+        return st;
+    st = run_events(r);
+    if (st == COOP_OK && !r->op_ns) {
+        replay_run *out = r->out;
+        replay_policy_stats ps;
+        ops->stats(r->policy, &ps);
+        out->final_reserved = ps.reserved_bytes;
+        out->map_bytes = ps.map_bytes;
+        if (r->frag_started) {
+            uint64_t end = out->oom ? out->oom_event : r->p->trace->num_events;
+            uint64_t span = end - r->frag_first;
+            out->frag_mean = span ? r->frag_weighted / (double)span : r->frag_last;
+            out->has_frag = true;
+        }
+    }
+    ops->destroy(r->policy);
+    r->policy = NULL;
+    return st;
+}
+
 coop_status replay_run_trace(const replay_prepared *p, const replay_policy_ops *ops,
                              uint64_t capacity, uint64_t page, const replay_run_options *opt,
                              replay_run *out)
@@ -222,6 +253,10 @@ coop_status replay_run_trace(const replay_prepared *p, const replay_policy_ops *
     const trace *t = p->trace;
     *out = (replay_run){0};
     run_state r = {.p = p, .ops = ops, .opt = opt, .out = out};
+    bool timed = opt && opt->measure_time;
+    if (timed && opt->series)
+        return coop_set_error(COOP_ERR_INVALID, "replay: a timed run keeps no series");
+    unsigned passes = timed && opt->timed_passes > 1 ? opt->timed_passes : 1;
     size_t n = t->num_ids ? t->num_ids : 1;
     r.addr = calloc(n, sizeof *r.addr);
     r.size = calloc(n, sizeof *r.size);
@@ -233,38 +268,31 @@ coop_status replay_run_trace(const replay_prepared *p, const replay_policy_ops *
         s->live = calloc(t->num_events ? t->num_events : 1, sizeof *s->live);
         s->reserved = calloc(t->num_events ? t->num_events : 1, sizeof *s->reserved);
     }
-    if (opt && opt->measure_time)
-        r.op_ns = malloc((p->num_ops ? p->num_ops : 1) * sizeof *r.op_ns);
+    uint64_t timed_cap = (uint64_t)(p->num_ops ? p->num_ops : 1) * passes;
+    if (timed)
+        r.op_ns = malloc(timed_cap * sizeof *r.op_ns);
+    r.timed_cap = timed_cap;
     coop_status st = COOP_OK;
     if (!r.addr || !r.size ||
         (want_series && (!r.placement || !opt->series->live || !opt->series->reserved)) ||
-        (opt && opt->measure_time && !r.op_ns)) {
+        (timed && !r.op_ns)) {
         st = coop_set_error(COOP_ERR_HOST_NOMEM, "replay: out of host memory");
         goto done;
     }
-    st = ops->create(capacity, page, &r.policy);
-    if (st != COOP_OK)
-        goto done;
-    st = run_events(&r);
-    if (st == COOP_OK) {
-        replay_policy_stats ps;
-        ops->stats(r.policy, &ps);
-        out->final_reserved = ps.reserved_bytes;
-        out->map_bytes = ps.map_bytes;
-        if (r.frag_started) {
-            uint64_t end = out->oom ? out->oom_event : t->num_events;
-            uint64_t span = end - r.frag_first;
-            out->frag_mean = span ? r.frag_weighted / (double)span : r.frag_last;
-            out->has_frag = true;
+    for (unsigned pass = 0; pass < passes && st == COOP_OK && !out->oom; pass++) {
+        if (pass) {
+            memset(r.addr, 0, n * sizeof *r.addr);
+            memset(r.size, 0, n * sizeof *r.size);
+            r.live = 0;
         }
-        if (r.op_ns && r.num_timed) {
-            uint64_t mid = r.num_timed / 2;
-            qsort(r.op_ns, r.num_timed, sizeof *r.op_ns, compare_u32);
-            out->ns_per_op =
-                r.num_timed % 2 ? r.op_ns[mid] : ((double)r.op_ns[mid - 1] + r.op_ns[mid]) / 2;
-        }
+        st = run_once(&r, capacity, page);
     }
-    ops->destroy(r.policy);
+    if (st == COOP_OK && r.op_ns && r.num_timed) {
+        uint64_t mid = r.num_timed / 2;
+        qsort(r.op_ns, r.num_timed, sizeof *r.op_ns, compare_u32);
+        out->ns_per_op =
+            r.num_timed % 2 ? r.op_ns[mid] : ((double)r.op_ns[mid - 1] + r.op_ns[mid]) / 2;
+    }
 done:
     free(r.addr);
     free(r.size);

@@ -51,7 +51,15 @@ typedef struct replay_series {
 } replay_series;
 
 typedef struct replay_run_options {
-    bool measure_time;     /* time every malloc / free call (median in ns_per_op) */
+    /* Time every malloc / free call (median in ns_per_op). A timed run does
+     * nothing but the calls between them: no statistics are read, no
+     * fragmentation sampled and no series kept, so that reading one policy's
+     * figures (which touches its metadata) cannot slow or speed the next
+     * timed call; the other figures of a timed run are not filled. */
+    bool measure_time;
+    /* Timed runs: replay the trace this many times (each with a fresh
+     * policy) and take the median over all calls (0 counts as 1). */
+    unsigned timed_passes;
     replay_series *series; /* non-NULL: record the series (arrays sized num_events) */
     void (*progress)(void *ctx, uint64_t done, uint64_t total); /* optional */
     void *progress_ctx;
@@ -63,7 +71,7 @@ typedef struct replay_run {
     uint64_t peak_reserved, peak_active, final_reserved, map_bytes;
     double frag_mean, frag_max; /* over allocation times; valid when has_frag */
     bool has_frag;
-    double ns_per_op; /* median; valid when measure_time */
+    double ns_per_op; /* median over all timed calls; valid when measure_time */
 } replay_run;
 
 /* Runs the whole trace (or up to the first OOM). An OOM is a result, not an
