@@ -351,6 +351,24 @@ typedef struct coop_remat_stats {
     uint64_t recompute_ns; /* their summed cost */
     uint64_t clock;        /* logical clock (ns of ops executed) */
     uint64_t resident_bytes;
+    /* The searches' cost. A search is everything one allocation that did
+     * not fit does to place its tensor: every argmin round until it fits
+     * (argmin policies), or the window search, evicting the window and
+     * placing the tensor in it (coop). Timed in the searching thread's CPU
+     * time (CLOCK_THREAD_CPUTIME_ID, ns: preemption and lock waits are not
+     * charged); allocations that fit read no clock. For percentiles, read
+     * last_search_ns from on_evict, which runs after every search that
+     * evicted, before the next allocation (coop sim --engine lib does). */
+    uint64_t search_ns;      /* summed over the searches */
+    uint64_t last_search_ns; /* the most recent search's */
+    /* evaluations of a tensor's eviction cost by the searches: argmin
+     * scores, coop's window costs (not their lower bounds, which read the
+     * tensor's own cost only) */
+    uint64_t heuristic_evals;
+    /* searches that began although the pool's free bytes (coop_stats
+     * free_bytes) covered the request: fragmentation made them evict */
+    uint64_t frag_failures;
+    uint64_t search_free_bytes; /* the pool's free bytes at each search, summed */
 } coop_remat_stats;
 
 /* Creates a context over pool (which must outlive it). */

@@ -51,8 +51,9 @@ static void usage(FILE *out)
             "  --engine E         sim: the simulator's own runtime (default); lib: libcoop's\n"
             "                     public remat API (coop_remat_*, coop_tensor_*) driven by\n"
             "                     the log over the arena model's pool (implies --memory\n"
-            "                     arena and --no-min-ratio; policies coop, coop-eq,\n"
-            "                     coop-nopart, coop-cow, dtr, dtr-local, dte, lru, size)\n"
+            "                     arena; policies coop, coop-eq, coop-nopart, coop-cow,\n"
+            "                     dtr, dtr-local, dte, lru, size); search times are the\n"
+            "                     library's own (coop_remat_stats)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
             "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
@@ -90,32 +91,49 @@ static void print_json(const char *log, const char *policy, const char *memory,
         printf("null}\n");
 }
 
-/* One run of the lib engine, printed; -1 if it failed (not oom or thrash). */
+/* One run of the lib engine, printed with the log's min_budget_ratio
+ * (have_min: computed; < 0: none feasible); -1 if it failed (not oom or
+ * thrash). */
 static int run_lib(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio,
-                   const char *policy, int json)
+                   const char *policy, int json, double min_ratio, int have_min)
 {
     sim_lib_counts n;
     sim_outcome o = sim_lib_run(prog, peak, opt, ratio, &n);
     if (o.result == SIM_ERROR)
         fprintf(stderr, "coop sim: %s: %s\n", prog->name, coop_last_error());
-    if (json)
+    if (json) {
         printf("{\"log\":\"%s\",\"engine\":\"lib\",\"policy\":\"%s\",\"memory\":\"arena\","
                "\"budget_ratio\":%.4g,\"result\":\"%s\",\"overhead\":%.6f,\"evictions\":%llu,"
-               "\"remat_ops\":%llu,\"searches\":%llu,\"inplace_ops\":%llu,"
-               "\"multi_call_ops\":%llu,\"view_outputs\":%llu,\"zero_size\":%llu,"
-               "\"min_budget_ratio\":null}\n",
+               "\"remat_ops\":%llu,\"search_ns_p50\":%llu,\"search_ns_p99\":%llu,"
+               "\"heuristic_evals\":%llu,\"frag_at_evict\":%.6f,\"frag_failures\":%llu,"
+               "\"searches\":%llu,\"inplace_ops\":%llu,\"multi_call_ops\":%llu,"
+               "\"view_outputs\":%llu,\"zero_size\":%llu,\"min_budget_ratio\":",
                prog->name, policy, ratio, sim_result_name(o.result), o.overhead,
                (unsigned long long)o.evictions, (unsigned long long)o.remat_ops,
-               (unsigned long long)n.searches, (unsigned long long)n.inplace_ops,
-               (unsigned long long)n.multi_call_ops, (unsigned long long)n.view_outputs,
-               (unsigned long long)n.zero_size);
-    else
-        printf("%-28.28s %-9s %-6s %5.2f %-6s %8.4f %9llu %9llu %9llu %8llu %9llu %9llu %9llu\n",
+               (unsigned long long)o.search_ns_p50, (unsigned long long)o.search_ns_p99,
+               (unsigned long long)o.heuristic_evals, o.frag_at_evict,
+               (unsigned long long)o.frag_failures, (unsigned long long)n.searches,
+               (unsigned long long)n.inplace_ops, (unsigned long long)n.multi_call_ops,
+               (unsigned long long)n.view_outputs, (unsigned long long)n.zero_size);
+        if (have_min && min_ratio >= 0)
+            printf("%.4f}\n", min_ratio);
+        else
+            printf("null}\n");
+    } else {
+        printf("%-28.28s %-9s %-6s %5.2f %-6s %8.4f %9llu %9llu %10llu %10llu %12llu %6.3f "
+               "%6llu %9llu %8llu %10llu %9llu %9llu ",
                prog->name, policy, "lib", ratio, sim_result_name(o.result), o.overhead,
                (unsigned long long)o.evictions, (unsigned long long)o.remat_ops,
-               (unsigned long long)n.searches, (unsigned long long)n.inplace_ops,
-               (unsigned long long)n.multi_call_ops, (unsigned long long)n.view_outputs,
-               (unsigned long long)n.zero_size);
+               (unsigned long long)o.search_ns_p50, (unsigned long long)o.search_ns_p99,
+               (unsigned long long)o.heuristic_evals, o.frag_at_evict,
+               (unsigned long long)o.frag_failures, (unsigned long long)n.searches,
+               (unsigned long long)n.inplace_ops, (unsigned long long)n.multi_call_ops,
+               (unsigned long long)n.view_outputs, (unsigned long long)n.zero_size);
+        if (have_min && min_ratio >= 0)
+            printf("%9.4f\n", min_ratio);
+        else
+            printf("%9s\n", have_min ? "none" : "-");
+    }
     fflush(stdout);
     return o.result == SIM_ERROR ? -1 : 0;
 }
@@ -224,8 +242,6 @@ int cmd_sim(int argc, char **argv)
                 memory);
         return 2;
     }
-    if (lib)
-        want_min = 0;   /* no bisection: min_budget_ratio is null */
     if (!policy_buf[0]) /* the lib engine lacks dtr-full */
         snprintf(policy_buf, sizeof policy_buf, "%s",
                  lib ? "coop,coop-eq,dtr,dte" : "dtr,dtr-full,lru");
@@ -286,9 +302,11 @@ int cmd_sim(int argc, char **argv)
     }
     int status = 0;
     if (!json && lib)
-        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %9s %8s %9s %9s %9s\n", "log", "policy",
-               "engine", "ratio", "result", "overhead", "evictions", "remat_ops", "searches",
-               "inplace", "multi_call", "views", "zero_size");
+        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s %8s %10s %9s "
+               "%9s %9s\n",
+               "log", "policy", "engine", "ratio", "result", "overhead", "evictions", "remat_ops",
+               "search_p50", "search_p99", "heur_evals", "frag", "ffail", "searches", "inplace",
+               "multi_call", "views", "zero_size", "min_ratio");
     else if (!json)
         printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s\n", "log",
                "policy", "memory", "ratio", "result", "overhead", "evictions", "remat_ops",
@@ -304,10 +322,13 @@ int cmd_sim(int argc, char **argv)
         uint64_t peak = sim_peak(&prog, mem_model);
         for (int i = 0; i < np; i++) {
             sim_options opt = options[i];
-            double min_ratio = want_min ? sim_min_budget_ratio(&prog, peak, &opt, 0.005) : 0;
+            double min_ratio = !want_min ? 0
+                               : lib     ? sim_lib_min_budget_ratio(&prog, peak, &opt, 0.005)
+                                         : sim_min_budget_ratio(&prog, peak, &opt, 0.005);
             for (int k = 0; k < nb; k++) {
                 if (lib) {
-                    if (run_lib(&prog, peak, &opt, ratios[k], policy_items[i], json))
+                    if (run_lib(&prog, peak, &opt, ratios[k], policy_items[i], json, min_ratio,
+                                want_min))
                         status = 1;
                     continue;
                 }

@@ -4,6 +4,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "remat/coop_cost.h"
 #include "remat/remat_internal.h"
@@ -117,6 +118,7 @@ static double score(coop_remat *r, coop_tensor *t)
 {
     double stale = (double)(r->clock - t->last_access);
     double m = (double)t->size;
+    r->stats.heuristic_evals++;
     switch (r->cfg.policy) {
     case COOP_REMAT_LRU:
         return (double)t->last_access;
@@ -142,6 +144,7 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     coop_tensor *t = owner;
     if (!remat_evictable(t))
         return WINDOW_BLOCKED;
+    r->stats.heuristic_evals++;
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
     if (r->cfg.policy == COOP_REMAT_COOP_EQ)
         return (double)remat_eq_compute(r, t) / (double)stale;
@@ -218,6 +221,21 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags)
     return (void *)out->addr;
 }
 
+/* The calling thread's CPU time (ns). Searches are timed by the library
+ * itself, where the search starts and ends, rather than by a caller around
+ * its API calls: one call can search several times (an op's outputs, a
+ * chain of recomputations), and a caller's clock would also charge the
+ * recompute callbacks. Only searches read it: an allocation that fits
+ * costs no clock call. A sum alone gives no percentiles, and a per-search
+ * array would grow without bound in a long-running allocator, so the
+ * stats keep the sum and the last search's time (coop_remat_stats). */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 coop_status remat_alloc(coop_remat *r, coop_tensor *t)
 {
     unsigned flags = placement(r, t);
@@ -225,7 +243,12 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     pool_lock(r->pool);
     void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
     if (!ptr && st == COOP_ERR_NOMEM) {
+        uint64_t t0 = thread_cpu_ns();
+        uint64_t free_bytes = pool_arena(r->pool)->counters.free_bytes;
         r->stats.searches++;
+        r->stats.search_free_bytes += free_bytes;
+        if (free_bytes >= (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN)
+            r->stats.frag_failures++;
         if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ) {
             ptr = alloc_in_window(r, t, flags);
         } else {
@@ -248,6 +271,8 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
                 ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
             }
         }
+        r->stats.last_search_ns = thread_cpu_ns() - t0;
+        r->stats.search_ns += r->stats.last_search_ns;
         if (!ptr)
             st = coop_set_error(COOP_ERR_NOMEM,
                                 "coop_remat: no room for %zu bytes: nothing evictable frees a "

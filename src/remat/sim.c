@@ -103,27 +103,51 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
     out.eq_walks = st.eq_walks;
     out.eq_neighbours = st.eq_neighbours;
     out.frag_at_evict = st.searches ? st.frag_sum / (double)st.searches : 0.0;
-    if (st.searches) {
-        qsort(st.search_ns, st.searches, sizeof *st.search_ns, cmp_u64);
-        out.search_ns_p50 = percentile(st.search_ns, st.searches, 0.50);
-        out.search_ns_p99 = percentile(st.search_ns, st.searches, 0.99);
-    }
+    sim_search_percentiles(st.search_ns, st.searches, &out.search_ns_p50, &out.search_ns_p99);
     sim_stats_free(&st);
     return out;
 }
 
-double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
-                            double tolerance)
+void sim_search_percentiles(uint64_t *ns, size_t n, uint64_t *p50, uint64_t *p99)
+{
+    *p50 = *p99 = 0;
+    if (!n)
+        return;
+    qsort(ns, n, sizeof *ns, cmp_u64);
+    *p50 = percentile(ns, n, 0.50);
+    *p99 = percentile(ns, n, 0.99);
+}
+
+double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double tolerance)
 {
     double lo = 0.0, hi = 1.0; /* lo fails (nothing fits in 0 bytes), hi is checked */
-    if (sim_run(prog, peak, opt, hi).result != SIM_OK)
+    if (!feasible(hi, ctx))
         return -1.0;
     while (hi - lo > tolerance) {
         double mid = (lo + hi) / 2;
-        if (sim_run(prog, peak, opt, mid).result == SIM_OK)
+        if (feasible(mid, ctx))
             hi = mid;
         else
             lo = mid;
     }
     return hi;
+}
+
+typedef struct sim_run_args {
+    const sim_program *prog;
+    uint64_t peak;
+    const sim_options *opt;
+} sim_run_args;
+
+static bool sim_run_feasible(double ratio, void *ctx)
+{
+    const sim_run_args *a = ctx;
+    return sim_run(a->prog, a->peak, a->opt, ratio).result == SIM_OK;
+}
+
+double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                            double tolerance)
+{
+    sim_run_args a = {prog, peak, opt};
+    return sim_bisect_min_ratio(sim_run_feasible, &a, tolerance);
 }

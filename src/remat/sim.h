@@ -69,4 +69,16 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
 double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
                             double tolerance);
 
+/* Whether one run at budget ratio succeeds (result ok; oom, thrash and
+ * errors fail). */
+typedef bool (*sim_feasible_fn)(double ratio, void *ctx);
+
+/* sim_min_budget_ratio's bisection over any engine: the smallest ratio in
+ * (0, 1] that feasible accepts, to within tolerance; -1 if 1 fails. */
+double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double tolerance);
+
+/* Nearest-rank p50 and p99 (ns) of n search times, which it sorts in
+ * place; both 0 when n is 0. */
+void sim_search_percentiles(uint64_t *ns, size_t n, uint64_t *p50, uint64_t *p99);
+
 #endif

@@ -26,6 +26,12 @@ typedef struct lib_drive {
     size_t outs_cap, sizes_cap, out_kind_cap;
     uint64_t remat_ns, remat_limit;
     bool thrashed;
+    /* each search's thread CPU time as the library measured it, sampled
+     * from coop_remat_stats.last_search_ns (note_searches) */
+    uint64_t *search_ns;
+    size_t num_search_ns, search_ns_cap;
+    uint64_t searches_seen; /* coop_remat_stats.searches at the last look */
+    bool out_of_memory;     /* the samples could not grow */
     sim_lib_counts counts;
 } lib_drive;
 
@@ -94,6 +100,37 @@ static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs
         return coop_set_error(COOP_ERR_BUSY, "thrash: recomputation exceeds the limit");
     }
     return COOP_OK;
+}
+
+/* Samples the searches the library made since the last look: exactly one
+ * since then has its time in last_search_ns; more than one (never seen:
+ * on_evict runs after every search that evicted, before the next
+ * allocation, and a search that evicted nothing fails the run) leaves
+ * their times unsampled, counted. */
+static void note_searches(lib_drive *d)
+{
+    coop_remat_stats rs;
+    coop_remat_get_stats(d->remat, &rs);
+    uint64_t n = rs.searches - d->searches_seen;
+    d->searches_seen = rs.searches;
+    if (n > 1)
+        d->counts.unsampled_searches += n;
+    if (n != 1)
+        return;
+    if (sim_grow((void **)&d->search_ns, &d->search_ns_cap, d->num_search_ns + 1,
+                 sizeof *d->search_ns)) {
+        d->out_of_memory = true;
+        return;
+    }
+    d->search_ns[d->num_search_ns++] = rs.last_search_ns;
+}
+
+/* Runs after each search that evicted, once per victim: the first of a
+ * search's calls samples its time. */
+static void on_evict(coop_tensor *t, void *user)
+{
+    (void)t;
+    note_searches(user);
 }
 
 /* A status of the API as the run's result. */
@@ -341,6 +378,7 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
         .cheap_threshold = threshold > 0 ? threshold : -1.0,
         .copy_on_write = false, /* in-place ops that are not taken over are created anew */
         .recompute = recompute,
+        .on_evict = on_evict,
         .user = &d,
     };
     if (sim_lib_policy(opt, &rc.policy))
@@ -357,6 +395,10 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
         st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop sim --engine lib: out of host memory");
     else if (!(st = coop_pool_create(&pc, &pool)) && !(st = coop_remat_create(pool, &rc, &d.remat)))
         st = run_program(&d);
+    if (d.remat)
+        note_searches(&d); /* a last search that failed evicting nothing */
+    if (!st && d.out_of_memory)
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop sim --engine lib: out of host memory");
     out.result = result_of(&d, st);
     if (d.remat) {
         coop_remat_stats rs;
@@ -366,6 +408,14 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
         out.overhead = prog->base_compute ? (double)(prog->base_compute + rs.recompute_ns) /
                                                 (double)prog->base_compute
                                           : 1.0;
+        out.heuristic_evals = rs.heuristic_evals;
+        out.frag_failures = rs.frag_failures;
+        /* as the simulator: mean free bytes / budget at the searches */
+        out.frag_at_evict = rs.searches && out.budget ? (double)rs.search_free_bytes /
+                                                            (double)rs.searches / (double)out.budget
+                                                      : 0.0;
+        sim_search_percentiles(d.search_ns, d.num_search_ns, &out.search_ns_p50,
+                               &out.search_ns_p99);
         d.counts.searches = rs.searches;
     }
     out.inplace_ops = d.counts.inplace_ops;
@@ -382,5 +432,25 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
     free(d.outs);
     free(d.sizes);
     free(d.out_kind);
+    free(d.search_ns);
     return out;
+}
+
+typedef struct lib_run_args {
+    const sim_program *prog;
+    uint64_t peak;
+    const sim_options *opt;
+} lib_run_args;
+
+static bool lib_run_feasible(double ratio, void *ctx)
+{
+    const lib_run_args *a = ctx;
+    return sim_lib_run(a->prog, a->peak, a->opt, ratio, NULL).result == SIM_OK;
+}
+
+double sim_lib_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                                double tolerance)
+{
+    lib_run_args a = {prog, peak, opt};
+    return sim_bisect_min_ratio(lib_run_feasible, &a, tolerance);
 }

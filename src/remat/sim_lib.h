@@ -40,20 +40,31 @@ int sim_lib_policy(const sim_options *opt, coop_remat_policy *policy);
 /* Shapes of the program the API maps only approximately (docs/remat.md,
  * section 4), and the library's count of searches, for one run. */
 typedef struct sim_lib_counts {
-    uint64_t multi_call_ops; /* ops that took more than one clock-advancing call
-                              * (fresh outputs and in-place ones, or several
-                              * in-place ones): the clock counts them more than once */
-    uint64_t zero_size;      /* fresh outputs of 0 bytes (no tensor) */
-    uint64_t view_outputs;   /* aliasing results (views) */
-    uint64_t inplace_ops;    /* mutations done with coop_tensor_mutate */
-    uint64_t searches;       /* allocations that had to evict (coop_remat_stats) */
+    uint64_t multi_call_ops;     /* ops that took more than one clock-advancing call
+                                  * (fresh outputs and in-place ones, or several
+                                  * in-place ones): the clock counts them more than once */
+    uint64_t zero_size;          /* fresh outputs of 0 bytes (no tensor) */
+    uint64_t view_outputs;       /* aliasing results (views) */
+    uint64_t inplace_ops;        /* mutations done with coop_tensor_mutate */
+    uint64_t searches;           /* allocations that had to evict (coop_remat_stats) */
+    uint64_t unsampled_searches; /* searches whose time was not sampled (0: see
+                                  * note_searches in sim_lib.c) */
 } sim_lib_counts;
 
 /* Runs prog through the remat API at budget = ratio x peak (peak:
  * sim_peak(prog, SIM_MEMORY_ARENA)). Fills the outcome's result, budget,
- * overhead, evictions, remat_ops, inplace_ops; the simulator's search
- * metrics stay 0. counts may be NULL. */
+ * overhead, evictions, remat_ops, inplace_ops, and from the library's
+ * coop_remat_stats the search metrics: search_ns_p50/p99 (nearest rank
+ * over each search's thread CPU time, as the library timed it),
+ * heuristic_evals, frag_failures, frag_at_evict (mean pool free bytes /
+ * budget at the searches). blocks_visited, eq_walks and eq_neighbours stay
+ * 0. counts may be NULL. */
 sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_options *opt,
                         double ratio, sim_lib_counts *counts);
+
+/* sim_min_budget_ratio with sim_lib_run as the run: the same bisection
+ * (sim_bisect_min_ratio), feasible where the result is ok. */
+double sim_lib_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                                double tolerance);
 
 #endif
