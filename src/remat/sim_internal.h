@@ -64,12 +64,14 @@ static inline bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out
     const rt_storage *r = &rt->storages[s];
     if (!r->eq_valid)
         return false;
-    const uint32_t *roots = rt->eq_roots + r->eq_first;
     int64_t compute = (int64_t)r->compute;
+    /* indexed, not offset: with no roots cached yet eq_roots may be NULL
+     * (UBSan and the sim fuzzer flagged the offset) */
     for (uint32_t j = 0; j < r->eq_num_roots; j++) {
-        if (!uf_is_root(&rt->uf, roots[j]))
+        uint32_t root = rt->eq_roots[r->eq_first + j];
+        if (!uf_is_root(&rt->uf, root))
             return false;
-        compute += rt->uf.value[roots[j]];
+        compute += rt->uf.value[root];
     }
     *out = compute;
     return true;
