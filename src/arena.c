@@ -528,6 +528,51 @@ static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
     return used;
 }
 
+/* Carves an allocation of size bytes from the low or the high end of the
+ * free block b (in the index) when that leaves a free part of at least
+ * min_split bytes, as most best fits do: the part replaces b in the index in
+ * one update, and the free counters change by their net amounts, instead of
+ * b leaving the index (and the counters) and the part entering them as
+ * carve() does: 3.3% fewer instructions in coop's calls over the bert
+ * trace (callgrind). coop bench, alternating runs, medians at 1k / 10k live
+ * blocks: 1-4 / 2-11 ns per pair faster over three comparisons (100k: no
+ * change), the spread being that of code layout: the same source linked
+ * into a binary with other unrelated changes moved the 10k figure by 7 ns. */
+static arena_block *carve_end(arena *a, arena_block *b, bool high, uint64_t size,
+                              coop_stream stream)
+{
+    uint64_t left_size = b->size - size;
+    arena_block *part = take_record(a);
+    /* high end: b stays the free part before the allocation; low end: b
+     * becomes the allocation and the new record the free rest */
+    arena_block *used = high ? part : b, *left = high ? b : part;
+    part->addr = high ? b->addr + left_size : b->addr + size;
+    part->stream = b->stream;
+    /* while b's size (the key it is filed under) is unchanged; this sets
+     * the free part's size */
+    free_index_replace(&a->index, &b->index_node, &left->index_node, left_size, left->addr);
+    block_set_state(part, high ? COOP_BLOCK_ALLOCATED : COOP_BLOCK_FREE);
+    used->size = size;
+    link_after(a, NULL, b, part);
+    a->counters.free_bytes -= size;
+    /* the free part has a neighbour (the allocation): it counts as split */
+    if (b->counted_split) {
+        block_set_counted(b, false);
+        stat_add(&a->counters.inactive_split_bytes, -(int64_t)size);
+    } else {
+        stat_add(&a->counters.inactive_split, 1);
+        stat_add(&a->counters.inactive_split_bytes, (int64_t)left_size);
+    }
+    block_set_counted(left, true);
+    block_set_state(used, COOP_BLOCK_ALLOCATED);
+    used->stream = stream;
+    used->requested = size;
+    used->owner = NULL;
+    used->uses = NULL;
+    addr_map_insert(&a->map, used->addr, used);
+    return used;
+}
+
 coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, arena_block **out,
                         bool *reclaimed)
 {
@@ -546,6 +591,10 @@ coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, 
                            : COOP_OK;
         if (st != COOP_OK)
             return st;
+        if (b->size - size >= a->params.min_split) {
+            *out = carve_end(a, b, high, size, stream);
+            return COOP_OK;
+        }
         index_del(a, b);
         *out = carve(a, b, lo, size, stream);
         return COOP_OK;

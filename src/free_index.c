@@ -234,6 +234,22 @@ void free_index_remove(free_index *fi, free_index_node *node)
     fi->count--;
 }
 
+void free_index_replace(free_index *fi, free_index_node *old, free_index_node *node, uint64_t size,
+                        uintptr_t addr)
+{
+    free_index_set *set = find_set(fi, old->stream);
+    unsigned old_bin = bin_of(old->size), bin = bin_of(size);
+    treap_remove(&set->bins[old_bin], old);
+    if (!set->bins[old_bin])
+        bin_mark(set, old_bin, false);
+    node->size = size;
+    node->addr = addr;
+    node->stream = set->stream;
+    if (!set->bins[bin])
+        bin_mark(set, bin, true);
+    treap_insert(&set->bins[bin], node);
+}
+
 /* Smallest node with size >= size in one treap. */
 static free_index_node *lower_bound(free_index_node *n, uint64_t size)
 {

@@ -1,4 +1,4 @@
-/* Free index: best fit, max, per-stream sets, against a brute-force model. */
+/* Free index: best fit, max, per-stream sets, replace, against a brute-force model. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,8 +86,20 @@ static void test_random_against_model(void **state)
     for (coop_stream s = 0; s < 3; s++)
         assert_int_equal(free_index_reserve(&fi, s), COOP_OK);
     for (int op = 0; op < 60000; op++) {
-        int i = rand() % N;
-        if (present[i]) {
+        int i = rand() % N, j = rand() % N;
+        if (present[i] && rand() % 3 == 0) {
+            /* replace, as a split does: by another node (its own address)
+             * or by itself with a new size, in i's stream */
+            uint64_t size = (uint64_t)(1 + rand() % 64) << (9 + rand() % 22);
+            if (present[j] || j == i) {
+                free_index_replace(&fi, &nodes[i], &nodes[i], size, nodes[i].addr);
+            } else {
+                free_index_replace(&fi, &nodes[i], &nodes[j], size, 0x100000 + (uintptr_t)j * 512);
+                assert_int_equal(nodes[j].stream, nodes[i].stream);
+                present[i] = false;
+                present[j] = true;
+            }
+        } else if (present[i]) {
             free_index_remove(&fi, &nodes[i]);
             present[i] = false;
         } else {
