@@ -1,6 +1,7 @@
 /* Arena: blocks over segments, best fit, split / coalesce, page mapping. See arena.h. */
 #include <stddef.h>
 
+#include "hot_path.h"
 #include "arena.h"
 #include "stat.h"
 #include "status.h"
@@ -145,7 +146,7 @@ arena_block *arena_lookup(const arena *a, uintptr_t addr)
     return addr_map_find(&a->map, addr);
 }
 
-arena_block *arena_lookup_to_release(arena *a, uintptr_t addr)
+COOP_HOT arena_block *arena_lookup_to_release(arena *a, uintptr_t addr)
 {
     size_t i = addr_map_find_slot(&a->map, addr);
     if (i == SIZE_MAX)
@@ -491,7 +492,8 @@ static inline uint64_t carved_size(const arena *a, const arena_block *b, uintptr
  * the parts before and after it free in the index. A remainder after the
  * allocation smaller than min_split stays with the allocation; the part
  * before it is always split off (exact placement). Needs two spare records. */
-static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size, coop_stream stream)
+COOP_HOT static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
+                                   coop_stream stream)
 {
     uint64_t before = lo - b->addr;
     uint64_t after = b->addr + b->size - (lo + size);
@@ -538,8 +540,8 @@ static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint64_t size,
  * blocks: 1-4 / 2-11 ns per pair faster over three comparisons (100k: no
  * change), the spread being that of code layout: the same source linked
  * into a binary with other unrelated changes moved the 10k figure by 7 ns. */
-static arena_block *carve_end(arena *a, arena_block *b, bool high, uint64_t size,
-                              coop_stream stream)
+COOP_HOT static arena_block *carve_end(arena *a, arena_block *b, bool high, uint64_t size,
+                                       coop_stream stream)
 {
     uint64_t left_size = b->size - size;
     arena_block *part = take_record(a);
@@ -573,8 +575,8 @@ static arena_block *carve_end(arena *a, arena_block *b, bool high, uint64_t size
     return used;
 }
 
-coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, arena_block **out,
-                        bool *reclaimed)
+COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high,
+                                 arena_block **out, bool *reclaimed)
 {
     *out = NULL;
     coop_status st = reserve_records(a, 2);
@@ -671,7 +673,7 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
 
 /* b is free and outside the index: merge it with mergeable neighbours (the
  * lower block's record survives, keeping its address map entry), then index it. */
-static arena_block *coalesce(arena *a, arena_block *b)
+COOP_HOT static arena_block *coalesce(arena *a, arena_block *b)
 {
     arena_block *p = b->prev;
     if (p && p->state == COOP_BLOCK_FREE && tags_mergeable(p->stream, b->stream)) {
@@ -694,7 +696,7 @@ static arena_block *coalesce(arena *a, arena_block *b)
     return b;
 }
 
-arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
+COOP_HOT arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
 {
     size_t i = a->release_hint;
     if (i <= a->map.mask && a->map.slots[i].key == b->addr)

@@ -1,6 +1,6 @@
 # core: status, metadata heap, backends (host, fault wrapper), arena, pool
 libcoop_la_SOURCES += src/status.c src/status.h src/backend.h src/stat.h \
-	src/meta.c src/meta.h src/free_index.c src/free_index.h \
+	src/meta.c src/meta.h src/free_index.c src/free_index.h src/hot_path.h \
 	src/addr_map.c src/addr_map.h src/page_map.c src/page_map.h \
 	src/arena.c src/arena_check.c src/arena.h \
 	src/backend_host.c src/backend_fault.c \

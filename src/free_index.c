@@ -1,4 +1,5 @@
 /* Free index: per-stream treaps keyed by (size, address); see free_index.h. */
+#include "hot_path.h"
 #include "free_index.h"
 #include "status.h"
 
@@ -165,7 +166,7 @@ static inline void replace_child(free_index_node **root, free_index_node *parent
 }
 
 /* Rotates n above its parent. */
-static void rotate_up(free_index_node **root, free_index_node *n)
+COOP_HOT static void rotate_up(free_index_node **root, free_index_node *n)
 {
     free_index_node *p = n->parent, *g = p->parent;
     if (p->left == n) {
@@ -183,7 +184,7 @@ static void rotate_up(free_index_node **root, free_index_node *n)
     replace_child(root, g, p, n);
 }
 
-static void treap_insert(free_index_node **root, free_index_node *node)
+COOP_HOT static void treap_insert(free_index_node **root, free_index_node *node)
 {
     free_index_node **link = root, *parent = NULL;
     while (*link) {
@@ -200,7 +201,7 @@ static void treap_insert(free_index_node **root, free_index_node *node)
 
 /* Rotates node down below its higher-priority child until it has at most
  * one child (expected O(1) rotations), then splices it out. */
-static void treap_remove(free_index_node **root, free_index_node *node)
+COOP_HOT static void treap_remove(free_index_node **root, free_index_node *node)
 {
     while (node->left && node->right)
         rotate_up(root, priority(node->left) > priority(node->right) ? node->left : node->right);
@@ -208,8 +209,8 @@ static void treap_remove(free_index_node **root, free_index_node *node)
     node->left = node->right = node->parent = NULL;
 }
 
-void free_index_insert(free_index *fi, free_index_node *node, uint64_t size, uintptr_t addr,
-                       coop_stream stream)
+COOP_HOT void free_index_insert(free_index *fi, free_index_node *node, uint64_t size,
+                                uintptr_t addr, coop_stream stream)
 {
     free_index_set *set = find_set(fi, stream);
     node->size = size;
@@ -223,7 +224,7 @@ void free_index_insert(free_index *fi, free_index_node *node, uint64_t size, uin
     fi->count++;
 }
 
-void free_index_remove(free_index *fi, free_index_node *node)
+COOP_HOT void free_index_remove(free_index *fi, free_index_node *node)
 {
     free_index_set *set = find_set(fi, node->stream);
     unsigned bin = bin_of(node->size);
@@ -234,8 +235,8 @@ void free_index_remove(free_index *fi, free_index_node *node)
     fi->count--;
 }
 
-void free_index_replace(free_index *fi, free_index_node *old, free_index_node *node, uint64_t size,
-                        uintptr_t addr)
+COOP_HOT void free_index_replace(free_index *fi, free_index_node *old, free_index_node *node,
+                                 uint64_t size, uintptr_t addr)
 {
     free_index_set *set = find_set(fi, old->stream);
     unsigned old_bin = bin_of(old->size), bin = bin_of(size);
@@ -280,7 +281,7 @@ static free_index_node *rightmost(free_index_node *n)
 }
 
 /* Smallest node of one set with size >= size. */
-static free_index_node *set_lower_bound(const free_index_set *set, uint64_t size)
+COOP_HOT static free_index_node *set_lower_bound(const free_index_set *set, uint64_t size)
 {
     unsigned bin = bin_of(size);
     free_index_node *n = lower_bound(set->bins[bin], size);
@@ -290,7 +291,7 @@ static free_index_node *set_lower_bound(const free_index_set *set, uint64_t size
     return bin < FREE_INDEX_BINS ? leftmost(set->bins[bin]) : NULL;
 }
 
-free_index_node *free_index_best_fit(free_index *fi, uint64_t size, coop_stream stream)
+COOP_HOT free_index_node *free_index_best_fit(free_index *fi, uint64_t size, coop_stream stream)
 {
     const free_index_set *own = stream == fi->any ? NULL : find_set(fi, stream);
     const free_index_set *any = fi->any_set;

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "hot_path.h"
 #include "pool_internal.h"
 #include "stat.h"
 #include "status.h"
@@ -385,8 +386,8 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         (unsigned long long)arena_largest_free(a));
 }
 
-void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
-                         coop_status *status)
+COOP_HOT void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
+                                  coop_status *status)
 {
     coop_status st = COOP_OK;
     arena_block *b = NULL;
@@ -427,8 +428,8 @@ out:
     return b ? (void *)b->addr : NULL;
 }
 
-void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
-                  coop_status *status)
+COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
+                           coop_status *status)
 {
     if (!pool) {
         coop_status st = null_argument("coop_malloc", "pool");
@@ -463,7 +464,8 @@ coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintp
 /* ---- Free and record_stream ---- */
 
 /* The allocated block starting at ptr, or an error naming what ptr is. */
-static coop_status find_allocated(coop_pool *pool, void *ptr, const char *op, arena_block **out)
+COOP_HOT static coop_status find_allocated(coop_pool *pool, void *ptr, const char *op,
+                                           arena_block **out)
 {
     uintptr_t addr = (uintptr_t)ptr;
     arena_block *b = arena_lookup_to_release(&pool->arena, addr);
@@ -488,7 +490,7 @@ static coop_status find_allocated(coop_pool *pool, void *ptr, const char *op, ar
     return coop_set_error(COOP_ERR_FOREIGN_PTR, "%s(%p): not allocated by this pool", op, ptr);
 }
 
-coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
+COOP_HOT coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
 {
     if (merged)
         *merged = NULL;
@@ -528,7 +530,7 @@ coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
     return COOP_OK;
 }
 
-coop_status coop_free(coop_pool *pool, void *ptr)
+COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
 {
     if (!pool)
         return null_argument("coop_free", "pool");
