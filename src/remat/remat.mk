@@ -62,3 +62,6 @@ tests_sim_lib_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 TESTS += tests/sim_plot_test.py
 EXTRA_DIST += tests/sim_plot_test.py
+# coop sim --json fields of both engines, --no-min-ratio
+TESTS += tests/sim_cli_test.sh
+EXTRA_DIST += tests/sim_cli_test.sh

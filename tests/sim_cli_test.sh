@@ -1,0 +1,30 @@
+#!/bin/sh
+# coop sim's --json rows: both engines print every field the issue names
+# (the lib engine may add its own), --no-min-ratio prints min_budget_ratio as
+# null, and without it the bisection's ratio is a number in (0, 1].
+set -u
+coop=./coop
+log="${srcdir:-.}/traces/unet-train-step.ops.jsonl.gz"
+failures=0
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+keys() { grep -o '"[a-z_0-9]*":' | tr -d '":' | sort -u; }
+for engine in sim lib; do
+    row=$($coop sim --engine $engine --json --memory arena --policy coop --budget 0.9 "$log") ||
+        fail "$engine: coop sim exited $?"
+    for key in log policy memory budget_ratio result overhead evictions remat_ops \
+        search_ns_p50 search_ns_p99 heuristic_evals frag_at_evict frag_failures min_budget_ratio; do
+        printf '%s\n' "$row" | keys | grep -qx "$key" || fail "$engine: no '$key' in $row"
+    done
+    printf '%s\n' "$row" | grep -q '"min_budget_ratio":0\.[0-9]*[1-9]' ||
+        printf '%s\n' "$row" | grep -q '"min_budget_ratio":1\.0*}' ||
+        fail "$engine: min_budget_ratio not in (0, 1]: $row"
+    row=$($coop sim --engine $engine --json --no-min-ratio --memory arena --policy coop \
+        --budget 0.9 "$log") || fail "$engine --no-min-ratio: exited $?"
+    printf '%s\n' "$row" | grep -q '"min_budget_ratio":null' ||
+        fail "$engine --no-min-ratio: $row"
+    [ "$failures" -eq 0 ] && echo "ok: $engine"
+done
+[ "$failures" -eq 0 ]
