@@ -53,7 +53,7 @@ static inline coop_status reserve_stream(arena *a, coop_stream stream)
 
 /* A reserved record with links, owner and stream uses cleared; the caller
  * sets address, size, state and stream. */
-static arena_block *take_record(arena *a)
+static COOP_INLINE arena_block *take_record(arena *a)
 {
     arena_block *b = meta_slab_take(&a->records);
     b->index_node.left = b->index_node.right = b->index_node.parent = NULL;
@@ -62,14 +62,14 @@ static arena_block *take_record(arena *a)
     return b;
 }
 
-static void drop_record(arena *a, arena_block *b)
+static COOP_INLINE void drop_record(arena *a, arena_block *b)
 {
     meta_slab_give(&a->records, b);
 }
 
 /* ---- Free-index membership, with the free counters it implies ---- */
 
-static void index_add(arena *a, arena_block *b)
+static COOP_INLINE void index_add(arena *a, arena_block *b)
 {
     free_index_insert(&a->index, &b->index_node, b->size, b->addr, b->stream);
     a->counters.free_bytes += b->size;
@@ -80,7 +80,7 @@ static void index_add(arena *a, arena_block *b)
     }
 }
 
-static void index_del(arena *a, arena_block *b)
+static COOP_INLINE void index_del(arena *a, arena_block *b)
 {
     free_index_remove(&a->index, &b->index_node);
     a->counters.free_bytes -= b->size;
@@ -106,7 +106,7 @@ static void recount_split(arena *a, arena_block *b)
 /* Links b after pos (NULL: first in seg). seg may be NULL when pos is given:
  * it is looked up (by b's end address) only if b becomes the segment's last
  * block, so b's address and size must be set. */
-static void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_block *b)
+static COOP_INLINE void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_block *b)
 {
     b->prev = pos;
     b->next = pos ? pos->next : seg->first;
@@ -126,7 +126,7 @@ static void link_after(arena *a, arena_segment *seg, arena_block *pos, arena_blo
 }
 
 /* seg may be NULL: looked up only when b is its segment's first or last block. */
-static void unlink_block(arena *a, arena_block *b, arena_segment *seg)
+static COOP_INLINE void unlink_block(arena *a, arena_block *b, arena_segment *seg)
 {
     if (!seg && (!b->prev || !b->next))
         seg = arena_block_segment(a, b);
@@ -144,15 +144,6 @@ static void unlink_block(arena *a, arena_block *b, arena_segment *seg)
 arena_block *arena_lookup(const arena *a, uintptr_t addr)
 {
     return addr_map_find(&a->map, addr);
-}
-
-COOP_HOT arena_block *arena_lookup_to_release(arena *a, uintptr_t addr)
-{
-    size_t i = addr_map_find_slot(&a->map, addr);
-    if (i == SIZE_MAX)
-        return NULL;
-    a->release_hint = i;
-    return a->map.slots[i].value;
 }
 
 arena_segment *arena_segment_of(const arena *a, uintptr_t addr)

@@ -323,7 +323,7 @@ static void sync_idle_streams(coop_pool *pool)
 
 /* ---- Allocation ---- */
 
-static void count_alloc(coop_pool *pool, arena_block *b, size_t requested)
+static COOP_INLINE void count_alloc(coop_pool *pool, arena_block *b, size_t requested)
 {
     b->requested = requested;
     stat_add(&pool->allocation, 1);
@@ -386,8 +386,11 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         (unsigned long long)arena_largest_free(a));
 }
 
-COOP_HOT void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
-                                  coop_status *status)
+/* The body of pool_malloc_locked, inlined into coop_malloc too: a call
+ * between the two cost the split small malloc (coop replay's median on
+ * bert) its own saves and restores. */
+static COOP_INLINE void *malloc_locked(coop_pool *pool, size_t size, coop_stream stream,
+                                       unsigned flags, coop_status *status)
 {
     coop_status st = COOP_OK;
     arena_block *b = NULL;
@@ -428,6 +431,12 @@ out:
     return b ? (void *)b->addr : NULL;
 }
 
+COOP_HOT void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
+                                  coop_status *status)
+{
+    return malloc_locked(pool, size, stream, flags, status);
+}
+
 COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
                            coop_status *status)
 {
@@ -438,7 +447,7 @@ COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, uns
         return NULL;
     }
     pool_lock(pool);
-    void *p = pool_malloc_locked(pool, size, stream, flags, status);
+    void *p = malloc_locked(pool, size, stream, flags, status);
     pool_after_op_locked(pool, "malloc");
     pool_unlock(pool);
     return p;
@@ -463,16 +472,11 @@ coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintp
 
 /* ---- Free and record_stream ---- */
 
-/* The allocated block starting at ptr, or an error naming what ptr is. */
-COOP_HOT static coop_status find_allocated(coop_pool *pool, void *ptr, const char *op,
-                                           arena_block **out)
+/* The error naming what ptr is, when it is not an allocated block's start
+ * (b: the block the address map holds at ptr, or NULL). */
+static coop_status not_allocated(coop_pool *pool, void *ptr, const char *op, arena_block *b)
 {
     uintptr_t addr = (uintptr_t)ptr;
-    arena_block *b = arena_lookup_to_release(&pool->arena, addr);
-    if (b && b->state == COOP_BLOCK_ALLOCATED) {
-        *out = b;
-        return COOP_OK;
-    }
     if (b)
         return coop_set_error(COOP_ERR_DOUBLE_FREE, "%s(%p): already freed (block is %s)", op, ptr,
                               b->state == COOP_BLOCK_PENDING ? "pending on stream events" : "free");
@@ -490,7 +494,21 @@ COOP_HOT static coop_status find_allocated(coop_pool *pool, void *ptr, const cha
     return coop_set_error(COOP_ERR_FOREIGN_PTR, "%s(%p): not allocated by this pool", op, ptr);
 }
 
-COOP_HOT coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
+/* The allocated block starting at ptr, or an error naming what ptr is.
+ * Inline, with the errors out of line: every free passes here. */
+static COOP_INLINE coop_status find_allocated(coop_pool *pool, void *ptr, const char *op,
+                                              arena_block **out)
+{
+    arena_block *b = arena_lookup_to_release(&pool->arena, (uintptr_t)ptr);
+    if (__builtin_expect(b && b->state == COOP_BLOCK_ALLOCATED, 1)) {
+        *out = b;
+        return COOP_OK;
+    }
+    return not_allocated(pool, ptr, op, b);
+}
+
+/* The body of pool_free_locked, inlined into coop_free too (as malloc_locked). */
+static COOP_INLINE coop_status free_locked(coop_pool *pool, void *ptr, arena_block **merged)
 {
     if (merged)
         *merged = NULL;
@@ -530,12 +548,17 @@ COOP_HOT coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **
     return COOP_OK;
 }
 
+COOP_HOT coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
+{
+    return free_locked(pool, ptr, merged);
+}
+
 COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
 {
     if (!pool)
         return null_argument("coop_free", "pool");
     pool_lock(pool);
-    coop_status st = pool_free_locked(pool, ptr, NULL);
+    coop_status st = free_locked(pool, ptr, NULL);
     pool_after_op_locked(pool, "free");
     pool_unlock(pool);
     return st;
