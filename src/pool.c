@@ -386,31 +386,12 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         (unsigned long long)arena_largest_free(a));
 }
 
-/* The body of pool_malloc_locked, inlined into coop_malloc too: a call
- * between the two cost the split small malloc (coop replay's median on
- * bert) its own saves and restores. */
-static COOP_INLINE void *malloc_locked(coop_pool *pool, size_t size, coop_stream stream,
-                                       unsigned flags, coop_status *status)
+/* From arena_alloc's first answer on, when that was not a plain success:
+ * the out-of-memory retry, the counts and the status. */
+static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, bool high,
+                           coop_status st, arena_block *b, bool reclaimed, coop_status *status)
 {
-    coop_status st = COOP_OK;
-    arena_block *b = NULL;
-    if (size == 0)
-        goto out;
-    if (stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH)) {
-        st = coop_set_error(COOP_ERR_INVALID, "coop_malloc: stream %#lx or flags %#x not allowed",
-                            (unsigned long)stream, flags);
-        goto out;
-    }
-    if ((uint64_t)size > pool->arena.params.capacity) {
-        pool->num_ooms++;
-        st = oom_message(pool, size, (uint64_t)size, stream);
-        goto out;
-    }
     uint64_t rounded = round_up((uint64_t)size, COOP_ALIGN);
-    bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
-    if (pool->pending)
-        pool_process_pending_locked(pool);
-    st = arena_alloc(&pool->arena, rounded, stream, high, &b, &reclaimed);
     if (st == COOP_ERR_NOMEM) {
         reclaimed = true;
         pool_process_pending_locked(pool);
@@ -425,10 +406,65 @@ static COOP_INLINE void *malloc_locked(coop_pool *pool, size_t size, coop_stream
     }
     if (st == COOP_OK)
         count_alloc(pool, b, size);
-out:
     if (status)
         *status = st;
     return b ? (void *)b->addr : NULL;
+}
+
+/* Size 0, bad arguments, a request above the capacity, and pending frees
+ * to process first; then as malloc_locked. */
+static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
+                            coop_status *status)
+{
+    coop_status st = COOP_OK;
+    if (size == 0)
+        goto out;
+    if (stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH)) {
+        st = coop_set_error(COOP_ERR_INVALID, "coop_malloc: stream %#lx or flags %#x not allowed",
+                            (unsigned long)stream, flags);
+        goto out;
+    }
+    if ((uint64_t)size > pool->arena.params.capacity) {
+        pool->num_ooms++;
+        st = oom_message(pool, size, (uint64_t)size, stream);
+        goto out;
+    }
+    bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
+    arena_block *b = NULL;
+    if (pool->pending)
+        pool_process_pending_locked(pool);
+    st = arena_alloc(&pool->arena, round_up((uint64_t)size, COOP_ALIGN), stream, high, &b,
+                     &reclaimed);
+    return malloc_finish(pool, size, stream, high, st, b, reclaimed, status);
+out:
+    if (status)
+        *status = st;
+    return NULL;
+}
+
+/* The body of pool_malloc_locked, inlined into coop_malloc too: a call
+ * between the two cost the split small malloc (coop replay's median on
+ * bert) its own saves and restores. The common case (valid arguments,
+ * nothing pending, the arena allocates at once) is one straight path; the
+ * rest is out of line. */
+static COOP_INLINE void *malloc_locked(coop_pool *pool, size_t size, coop_stream stream,
+                                       unsigned flags, coop_status *status)
+{
+    if (__builtin_expect((uint64_t)size - 1 >= pool->arena.params.capacity ||
+                             stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH) ||
+                             pool->pending,
+                         0))
+        return malloc_checked(pool, size, stream, flags, status);
+    arena_block *b = NULL;
+    bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
+    coop_status st = arena_alloc(&pool->arena, round_up((uint64_t)size, COOP_ALIGN), stream, high,
+                                 &b, &reclaimed);
+    if (__builtin_expect(st != COOP_OK || reclaimed, 0))
+        return malloc_finish(pool, size, stream, high, st, b, reclaimed, status);
+    count_alloc(pool, b, size);
+    if (status)
+        *status = COOP_OK;
+    return (void *)b->addr;
 }
 
 COOP_HOT void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
