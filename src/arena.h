@@ -216,8 +216,16 @@ static inline arena_segment *arena_first_segment(const arena *a)
  * free index and their neighbours, so splits and merges never touch it. */
 arena_block *arena_lookup(const arena *a, uintptr_t addr);
 /* The same, remembering where the map holds it: the arena_release that
- * usually follows (a free) then removes it without probing again. */
-arena_block *arena_lookup_to_release(arena *a, uintptr_t addr);
+ * usually follows (a free) then removes it without probing again. Inline:
+ * every coop_free calls it from pool.c. */
+static inline arena_block *arena_lookup_to_release(arena *a, uintptr_t addr)
+{
+    size_t i = addr_map_find_slot(&a->map, addr);
+    if (i == SIZE_MAX)
+        return NULL;
+    a->release_hint = i;
+    return a->map.slots[i].value;
+}
 /* The block containing addr (any byte of it), or NULL. Linear in the blocks
  * of the segment: for error reporting only. */
 arena_block *arena_find_containing(const arena *a, uintptr_t addr);

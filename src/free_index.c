@@ -22,7 +22,7 @@ static inline uint64_t priority(const free_index_node *node)
 
 /* ---- Sets ---- */
 
-static free_index_set *find_set(free_index *fi, coop_stream stream)
+static COOP_INLINE free_index_set *find_set(free_index *fi, coop_stream stream)
 {
     if (fi->last_set && fi->last_set->stream == stream)
         return fi->last_set;
@@ -166,7 +166,7 @@ static inline void replace_child(free_index_node **root, free_index_node *parent
 }
 
 /* Rotates n above its parent. */
-COOP_HOT static void rotate_up(free_index_node **root, free_index_node *n)
+static COOP_INLINE void rotate_up(free_index_node **root, free_index_node *n)
 {
     free_index_node *p = n->parent, *g = p->parent;
     if (p->left == n) {
@@ -184,7 +184,7 @@ COOP_HOT static void rotate_up(free_index_node **root, free_index_node *n)
     replace_child(root, g, p, n);
 }
 
-COOP_HOT static void treap_insert(free_index_node **root, free_index_node *node)
+static COOP_INLINE void treap_insert(free_index_node **root, free_index_node *node)
 {
     free_index_node **link = root, *parent = NULL;
     while (*link) {
@@ -201,7 +201,7 @@ COOP_HOT static void treap_insert(free_index_node **root, free_index_node *node)
 
 /* Rotates node down below its higher-priority child until it has at most
  * one child (expected O(1) rotations), then splices it out. */
-COOP_HOT static void treap_remove(free_index_node **root, free_index_node *node)
+static COOP_INLINE void treap_remove(free_index_node **root, free_index_node *node)
 {
     while (node->left && node->right)
         rotate_up(root, priority(node->left) > priority(node->right) ? node->left : node->right);
@@ -252,7 +252,7 @@ COOP_HOT void free_index_replace(free_index *fi, free_index_node *old, free_inde
 }
 
 /* Smallest node with size >= size in one treap. */
-static free_index_node *lower_bound(free_index_node *n, uint64_t size)
+static COOP_INLINE free_index_node *lower_bound(free_index_node *n, uint64_t size)
 {
     free_index_node *best = NULL;
     while (n) {
@@ -266,7 +266,7 @@ static free_index_node *lower_bound(free_index_node *n, uint64_t size)
     return best;
 }
 
-static free_index_node *leftmost(free_index_node *n)
+static COOP_INLINE free_index_node *leftmost(free_index_node *n)
 {
     while (n && n->left)
         n = n->left;
@@ -281,7 +281,7 @@ static free_index_node *rightmost(free_index_node *n)
 }
 
 /* Smallest node of one set with size >= size. */
-COOP_HOT static free_index_node *set_lower_bound(const free_index_set *set, uint64_t size)
+static COOP_INLINE free_index_node *set_lower_bound(const free_index_set *set, uint64_t size)
 {
     unsigned bin = bin_of(size);
     free_index_node *n = lower_bound(set->bins[bin], size);

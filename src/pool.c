@@ -323,7 +323,7 @@ static void sync_idle_streams(coop_pool *pool)
 
 /* ---- Allocation ---- */
 
-static void count_alloc(coop_pool *pool, arena_block *b, size_t requested)
+static COOP_INLINE void count_alloc(coop_pool *pool, arena_block *b, size_t requested)
 {
     b->requested = requested;
     stat_add(&pool->allocation, 1);
@@ -386,28 +386,12 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         (unsigned long long)arena_largest_free(a));
 }
 
-COOP_HOT void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
-                                  coop_status *status)
+/* From arena_alloc's first answer on, when that was not a plain success:
+ * the out-of-memory retry, the counts and the status. */
+static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, bool high,
+                           coop_status st, arena_block *b, bool reclaimed, coop_status *status)
 {
-    coop_status st = COOP_OK;
-    arena_block *b = NULL;
-    if (size == 0)
-        goto out;
-    if (stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH)) {
-        st = coop_set_error(COOP_ERR_INVALID, "coop_malloc: stream %#lx or flags %#x not allowed",
-                            (unsigned long)stream, flags);
-        goto out;
-    }
-    if ((uint64_t)size > pool->arena.params.capacity) {
-        pool->num_ooms++;
-        st = oom_message(pool, size, (uint64_t)size, stream);
-        goto out;
-    }
     uint64_t rounded = round_up((uint64_t)size, COOP_ALIGN);
-    bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
-    if (pool->pending)
-        pool_process_pending_locked(pool);
-    st = arena_alloc(&pool->arena, rounded, stream, high, &b, &reclaimed);
     if (st == COOP_ERR_NOMEM) {
         reclaimed = true;
         pool_process_pending_locked(pool);
@@ -422,10 +406,71 @@ COOP_HOT void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stre
     }
     if (st == COOP_OK)
         count_alloc(pool, b, size);
-out:
     if (status)
         *status = st;
     return b ? (void *)b->addr : NULL;
+}
+
+/* Size 0, bad arguments, a request above the capacity, and pending frees
+ * to process first; then as malloc_locked. */
+static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
+                            coop_status *status)
+{
+    coop_status st = COOP_OK;
+    if (size == 0)
+        goto out;
+    if (stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH)) {
+        st = coop_set_error(COOP_ERR_INVALID, "coop_malloc: stream %#lx or flags %#x not allowed",
+                            (unsigned long)stream, flags);
+        goto out;
+    }
+    if ((uint64_t)size > pool->arena.params.capacity) {
+        pool->num_ooms++;
+        st = oom_message(pool, size, (uint64_t)size, stream);
+        goto out;
+    }
+    bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
+    arena_block *b = NULL;
+    if (pool->pending)
+        pool_process_pending_locked(pool);
+    st = arena_alloc(&pool->arena, round_up((uint64_t)size, COOP_ALIGN), stream, high, &b,
+                     &reclaimed);
+    return malloc_finish(pool, size, stream, high, st, b, reclaimed, status);
+out:
+    if (status)
+        *status = st;
+    return NULL;
+}
+
+/* The body of pool_malloc_locked, inlined into coop_malloc too: a call
+ * between the two cost the split small malloc (coop replay's median on
+ * bert) its own saves and restores. The common case (valid arguments,
+ * nothing pending, the arena allocates at once) is one straight path; the
+ * rest is out of line. */
+static COOP_INLINE void *malloc_locked(coop_pool *pool, size_t size, coop_stream stream,
+                                       unsigned flags, coop_status *status)
+{
+    if (__builtin_expect((uint64_t)size - 1 >= pool->arena.params.capacity ||
+                             stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH) ||
+                             pool->pending,
+                         0))
+        return malloc_checked(pool, size, stream, flags, status);
+    arena_block *b = NULL;
+    bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
+    coop_status st = arena_alloc(&pool->arena, round_up((uint64_t)size, COOP_ALIGN), stream, high,
+                                 &b, &reclaimed);
+    if (__builtin_expect(st != COOP_OK || reclaimed, 0))
+        return malloc_finish(pool, size, stream, high, st, b, reclaimed, status);
+    count_alloc(pool, b, size);
+    if (status)
+        *status = COOP_OK;
+    return (void *)b->addr;
+}
+
+COOP_HOT void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
+                                  coop_status *status)
+{
+    return malloc_locked(pool, size, stream, flags, status);
 }
 
 COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
@@ -438,7 +483,7 @@ COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, uns
         return NULL;
     }
     pool_lock(pool);
-    void *p = pool_malloc_locked(pool, size, stream, flags, status);
+    void *p = malloc_locked(pool, size, stream, flags, status);
     pool_after_op_locked(pool, "malloc");
     pool_unlock(pool);
     return p;
@@ -463,16 +508,11 @@ coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintp
 
 /* ---- Free and record_stream ---- */
 
-/* The allocated block starting at ptr, or an error naming what ptr is. */
-COOP_HOT static coop_status find_allocated(coop_pool *pool, void *ptr, const char *op,
-                                           arena_block **out)
+/* The error naming what ptr is, when it is not an allocated block's start
+ * (b: the block the address map holds at ptr, or NULL). */
+static coop_status not_allocated(coop_pool *pool, void *ptr, const char *op, arena_block *b)
 {
     uintptr_t addr = (uintptr_t)ptr;
-    arena_block *b = arena_lookup_to_release(&pool->arena, addr);
-    if (b && b->state == COOP_BLOCK_ALLOCATED) {
-        *out = b;
-        return COOP_OK;
-    }
     if (b)
         return coop_set_error(COOP_ERR_DOUBLE_FREE, "%s(%p): already freed (block is %s)", op, ptr,
                               b->state == COOP_BLOCK_PENDING ? "pending on stream events" : "free");
@@ -490,7 +530,21 @@ COOP_HOT static coop_status find_allocated(coop_pool *pool, void *ptr, const cha
     return coop_set_error(COOP_ERR_FOREIGN_PTR, "%s(%p): not allocated by this pool", op, ptr);
 }
 
-COOP_HOT coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
+/* The allocated block starting at ptr, or an error naming what ptr is.
+ * Inline, with the errors out of line: every free passes here. */
+static COOP_INLINE coop_status find_allocated(coop_pool *pool, void *ptr, const char *op,
+                                              arena_block **out)
+{
+    arena_block *b = arena_lookup_to_release(&pool->arena, (uintptr_t)ptr);
+    if (__builtin_expect(b && b->state == COOP_BLOCK_ALLOCATED, 1)) {
+        *out = b;
+        return COOP_OK;
+    }
+    return not_allocated(pool, ptr, op, b);
+}
+
+/* The body of pool_free_locked, inlined into coop_free too (as malloc_locked). */
+static COOP_INLINE coop_status free_locked(coop_pool *pool, void *ptr, arena_block **merged)
 {
     if (merged)
         *merged = NULL;
@@ -530,12 +584,17 @@ COOP_HOT coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **
     return COOP_OK;
 }
 
+COOP_HOT coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
+{
+    return free_locked(pool, ptr, merged);
+}
+
 COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
 {
     if (!pool)
         return null_argument("coop_free", "pool");
     pool_lock(pool);
-    coop_status st = pool_free_locked(pool, ptr, NULL);
+    coop_status st = free_locked(pool, ptr, NULL);
     pool_after_op_locked(pool, "free");
     pool_unlock(pool);
     return st;
