@@ -50,6 +50,7 @@ void coop_remat_destroy(coop_remat *r)
     window_scratch_free(&r->scratch);
     free(r->victims);
     free(r->roots);
+    free(r->eq_roots);
     free(r->stack);
     free(r);
 }
@@ -130,9 +131,17 @@ static coop_status set_producer(coop_remat *r, coop_tensor *t, uint64_t cost, vo
             free(in);
             return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
         }
+    /* edges change: t's c_eq cache goes; its inputs' stay, as t (new, or
+     * resident in place) counts in nobody's c_eq until it is evicted, and
+     * its eviction forgets them (an evicted t: both neighbourhoods go) */
+    if (remat_is_evicted(t))
+        remat_eq_forget_around(t);
+    t->eq_valid = false;
     free(t->inputs);
     t->inputs = in;
     t->num_inputs = total;
+    if (remat_is_evicted(t))
+        remat_eq_forget_around(t);
     remat_graph_changed(r); /* edges changed: component labels are stale */
     t->cost = cost;
     t->producer = producer;
@@ -425,6 +434,8 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     b->children = NULL;
     b->num_children = b->cap_children = 0;
     redirect(b, old);
+    /* b's neighbours now name old: neither is evicted yet, so their c_eq
+     * values stand; old's eviction (in place) forgets their caches */
     if ((st = set_producer(r, b, cost_ns, producer, old, inputs, num_inputs)))
         return st;
     touch(r, inputs, num_inputs);

@@ -39,6 +39,11 @@ void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
     if (t->uf != REMAT_NONE) { /* leaves its class: the class loses its cost, is cut */
         uf_leave(&r->uf, t->uf, (int64_t)t->cost);
         t->uf = REMAT_NONE;
+        remat_eq_forget_around(t); /* t no longer counts in its neighbours' c_eq */
+    } else {
+        /* a new tensor (or one whose class could not be made) counts in
+         * nobody's c_eq: its neighbours' caches stay */
+        t->eq_valid = false;
     }
     remat_graph_changed(r);
 }
@@ -59,6 +64,7 @@ void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to)
 static void join_evicted_neighbours(coop_remat *r, coop_tensor *t)
 {
     remat_graph_changed(r);
+    remat_eq_forget_around(t); /* t now counts in its neighbours' c_eq */
     t->uf = uf_make(&r->uf, (int64_t)t->cost);
     if (t->uf == REMAT_NONE)
         return; /* out of host memory: no class, counted by no cost */
@@ -153,19 +159,35 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
 
 /* window_cost without the neighbourhood walk: a lower bound (c_eq and
  * c_comp are at least the tensor's own cost: classes and costs are never
- * negative). */
+ * negative), or window_cost itself when the tensor's c_eq is cached
+ * (exact; for COOP_REMAT_COOP only where c_comp is that c_eq: no class
+ * cut). The same expressions as window_cost, so an exact bound is the very
+ * value the cost would return; reading it counts as an evaluation. */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
-    (void)exact; /* never exact: both costs need the neighbours */
     (void)b;
     coop_remat *r = ctx;
     coop_tensor *t = owner;
     if (!remat_evictable(t))
         return WINDOW_BLOCKED;
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
-    if (r->cfg.policy == COOP_REMAT_COOP_EQ)
+    int64_t eq;
+    bool cached = !r->eq_cache_off && remat_eq_cached(r, t, &eq);
+    if (r->cfg.policy == COOP_REMAT_COOP_EQ) {
+        if (cached) {
+            r->stats.heuristic_evals++;
+            *exact = true;
+            return (double)eq / (double)stale;
+        }
         return (double)t->cost / (double)stale;
-    return (double)t->cost * coop_cost_weight(t->remats, stale);
+    }
+    double weight = coop_cost_weight(t->remats, stale);
+    if (cached && remat_classes_uncut(r, t)) {
+        r->stats.heuristic_evals++;
+        *exact = true;
+        return (double)eq * weight;
+    }
+    return (double)t->cost * weight;
 }
 
 static unsigned placement(const coop_remat *r, const coop_tensor *t)
