@@ -1,17 +1,21 @@
 /*
- * The remat API's c_eq cache (src/remat/remat_cost.c): each tensor keeps
- * the class roots of its evicted neighbours, and the cache must give the
- * value the walk gives after anything that changes them. Random programs
- * (creations with inputs, releases, accesses that recompute, pins, views,
- * in-place ops) on a small pool under pressure, for coop, coop-eq and dtr:
+ * What makes the remat API's searches cheaper must not change them: the
+ * c_eq cache (src/remat/remat_cost.c: each tensor keeps the class roots of
+ * its evicted neighbours) and coop's breaker index (remat_breakers.c: the
+ * runs of blocks that break windows, skipped by the search). Random
+ * programs (creations with inputs, releases, accesses that recompute, pins,
+ * views, in-place ops, plain coop_malloc allocations beside the tensors) on
+ * a small pool under pressure, for coop, coop-eq and dtr:
  *
  * - after every operation, every record's c_eq and c_comp read with the
  *   cache (a hit wherever the last check left a valid one) equal the walk
  *   without it, and so does "no class cut" (c_comp answered by c_eq);
- * - the same program run by a second context with the cache off makes the
- *   same decisions: every call returns the same status, the same tensors
- *   are resident at the same pool offsets, with the same eviction and
- *   recomputation counts.
+ * - once brought up to date (as a search does), the breaker index holds
+ *   exactly the blocks of resident tensors that break windows;
+ * - the same program run by a second context with neither (cache off, no
+ *   index) makes the same decisions: every call returns the same status,
+ *   the same tensors are resident at the same pool offsets, with the same
+ *   eviction and recomputation counts.
  *
  * COOP_TEST_SEED sets the seed (printed); the pool is the host backend's
  * (never touched).
@@ -32,6 +36,7 @@
 #define UNIT 4096u
 #define POOL_UNITS 48u
 #define MAX_HANDLES 4096
+#define MAX_PLAIN 8 /* plain allocations held at once */
 #define OPS 1500
 
 static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
@@ -46,6 +51,7 @@ typedef struct side {
     coop_pool *pool;
     coop_remat *r;
     coop_tensor *h[MAX_HANDLES];
+    void *plain[MAX_PLAIN];
 } side;
 
 typedef struct world {
@@ -54,7 +60,7 @@ typedef struct world {
     uint32_t pins[MAX_HANDLES]; /* the test's own pins per handle */
     size_t n;
     uint64_t rng;
-    uint64_t hits, checks;
+    uint64_t hits, checks, breakers;
 } world;
 
 static uint64_t next(world *w)
@@ -71,7 +77,7 @@ static uint64_t seed_of(void)
     return e ? strtoull(e, NULL, 0) : 0x9e3779b97f4a7c15ull;
 }
 
-static void open_side(side *s, coop_remat_policy policy, bool cache)
+static void open_side(side *s, coop_remat_policy policy, bool fast)
 {
     coop_config c;
     coop_config_default(&c);
@@ -82,7 +88,9 @@ static void open_side(side *s, coop_remat_policy policy, bool cache)
     assert_int_equal(coop_pool_create(&c, &s->pool), COOP_OK);
     coop_remat_config cfg = {.policy = policy, .cheap_threshold = -1, .recompute = recompute};
     assert_int_equal(coop_remat_create(s->pool, &cfg, &s->r), COOP_OK);
-    s->r->eq_cache_off = !cache;
+    s->r->eq_cache_off = !fast;
+    if (!fast)
+        remat_breakers_close(s->r); /* and no breaker index */
 }
 
 /* A random live handle, or -1. */
@@ -135,6 +143,38 @@ static uintptr_t base_of(const side *s)
 {
     const arena_segment *seg = arena_first_segment(pool_arena(s->pool));
     return seg ? seg->base : 0;
+}
+
+/* Brought up to date, side 0's breaker index (coop policies) holds exactly
+ * the blocks of the resident tensors that are not evictable: every block of
+ * every run is one, and the runs hold as many blocks as there are. */
+static void check_breakers(world *w)
+{
+    coop_remat *r = w->s[0].r;
+    if (!r->breakers)
+        return;
+    pool_lock(w->s[0].pool);
+    remat_breakers_sync_locked(r);
+    size_t in_runs = 0;
+    for (size_t i = 0; i < r->breakers->len; i++) {
+        const breaker_run *run = &r->breakers->runs[i];
+        for (const arena_block *b = run->first;; b = b->next) {
+            assert_int_equal(b->state, COOP_BLOCK_ALLOCATED);
+            const coop_tensor *t = b->owner;
+            assert_non_null(t);
+            assert_true(t->breaking && !remat_evictable(t));
+            in_runs++;
+            if (b == run->last)
+                break;
+        }
+    }
+    size_t breaking = 0;
+    for (const coop_tensor *t = r->all; t; t = t->next_all)
+        breaking += t->base == t && t->ptr && !remat_evictable(t);
+    pool_unlock(w->s[0].pool);
+    assert_int_equal(in_runs, breaking);
+    assert_int_equal(r->breakers->blocks, breaking);
+    w->breakers += breaking;
 }
 
 /* Both sides hold the same tensors at the same offsets, with the same counts. */
@@ -190,6 +230,8 @@ static void step(world *w)
     size_t units = 1 + next(w) % 6;
     uint64_t cost = 1 + next(w) % 1000;
     int target = pick(w);
+    /* a fifth not evictable until released (breakers while held) */
+    unsigned flags = next(w) % 5 ? COOP_TENSOR_EVICTABLE : 0;
     coop_status st[2];
     if (what < 50 || target < 0) { /* an op with k inputs */
         if (w->n == MAX_HANDLES)
@@ -199,8 +241,8 @@ static void step(world *w)
             coop_tensor *in[3];
             st[s] = pin_inputs(sd, idx, k, in);
             if (!st[s]) {
-                st[s] = coop_tensor_create(sd->r, units * UNIT, cost, "op", in, k,
-                                           COOP_TENSOR_EVICTABLE, &sd->h[w->n]);
+                st[s] =
+                    coop_tensor_create(sd->r, units * UNIT, cost, "op", in, k, flags, &sd->h[w->n]);
                 unpin_inputs(sd, idx, k);
             }
         }
@@ -232,7 +274,19 @@ static void step(world *w)
             assert_int_equal(st[0], st[1]);
             w->pins[target] += !st[0];
         }
-    } else if (what < 95) { /* a view of the target */
+    } else if (what < 93) { /* a plain allocation or free beside the tensors */
+        size_t slot = next(w) % MAX_PLAIN;
+        for (int s = 0; s < 2; s++) {
+            side *sd = &w->s[s];
+            if (sd->plain[slot]) {
+                assert_int_equal(coop_free(sd->pool, sd->plain[slot]), COOP_OK);
+                sd->plain[slot] = NULL;
+            } else {
+                sd->plain[slot] = coop_malloc(sd->pool, units * UNIT / 2, 0, COOP_ALLOC_LOW, NULL);
+            }
+        }
+        assert_int_equal(w->s[0].plain[slot] != NULL, w->s[1].plain[slot] != NULL);
+    } else if (what < 96) { /* a view of the target */
         if (w->n == MAX_HANDLES)
             return;
         for (int s = 0; s < 2; s++)
@@ -267,17 +321,23 @@ static void run(coop_remat_policy policy, const char *name)
         step(w);
         check_same_decisions(w);
         check_costs(w);
+        check_breakers(w);
     }
     coop_remat_stats x;
     coop_remat_get_stats(w->s[0].r, &x);
-    printf("  %llu checks, %llu cache hits, %llu evictions, %llu recomputations\n",
+    printf("  %llu checks, %llu cache hits, %llu evictions, %llu recomputations, %llu breakers "
+           "(summed over the checks)\n",
            (unsigned long long)w->checks, (unsigned long long)w->hits,
-           (unsigned long long)x.evictions, (unsigned long long)x.recomputes);
+           (unsigned long long)x.evictions, (unsigned long long)x.recomputes,
+           (unsigned long long)w->breakers);
     /* the program exercised what the cache must survive */
     assert_true(x.evictions > 100);
     assert_true(x.recomputes > 20);
     assert_true(w->hits > w->checks / 4);
+    assert_true(policy == COOP_REMAT_DTR || w->breakers > OPS);
     for (int s = 0; s < 2; s++) {
+        for (size_t i = 0; i < MAX_PLAIN; i++)
+            coop_free(w->s[s].pool, w->s[s].plain[i]);
         coop_remat_destroy(w->s[s].r);
         coop_pool_destroy(w->s[s].pool);
     }

@@ -30,6 +30,7 @@ static void resident_unlink(coop_remat *r, coop_tensor *t)
 void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
 {
     t->ptr = ptr;
+    remat_breaker_touch(r, t);
     t->prev_resident = NULL;
     t->next_resident = r->resident;
     if (r->resident)
@@ -51,6 +52,10 @@ void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
 void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to)
 {
     void *buf = from->ptr;
+    /* the block stays allocated and in the breaker index if it was; to's
+     * breaking is looked at again (make_resident touches it) */
+    to->breaking = from->breaking;
+    from->breaking = false;
     resident_unlink(r, from);
     from->ptr = NULL;
     r->stats.resident_bytes -= from->size;
@@ -83,6 +88,7 @@ void remat_mark_evicted(coop_remat *r, coop_tensor *t)
 arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
 {
     arena_block *merged = NULL;
+    remat_breaker_forget_locked(r, t); /* the index names allocated blocks only */
     pool_free_locked(r->pool, t->ptr, &merged);
     t->ptr = NULL;
     resident_unlink(r, t);
@@ -205,8 +211,9 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags)
 {
     uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
-    if (window_search(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost, window_bound, r,
-                      &r->scratch, &w))
+    remat_breakers_sync_locked(r); /* exact for this search */
+    if (window_search_indexed(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost, window_bound,
+                              r, r->breakers, &r->scratch, &w))
         return NULL;
     /* collect first: freeing coalesces blocks under the walk */
     size_t n = 0;
