@@ -9,6 +9,7 @@
 #include "status.h"
 
 #define DEFAULT_CHEAP_THRESHOLD 1e-2 /* ns per byte: see docs/remat.md */
+#define REMAT_SCRATCH_BLOCKS 1024    /* blocks a search walks without growing */
 
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out)
 {
@@ -30,8 +31,13 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
         r->cfg.cheap_threshold = DEFAULT_CHEAP_THRESHOLD;
     r->clock = 1;
     r->comp_epoch = 1; /* records start at 0: no component label is current */
-    if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ)
+    if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ) {
         remat_breakers_open(r); /* without one (no host memory) searches walk every block */
+        /* the window search's arrays (64 bytes a block), pages touched now
+         * rather than grown inside the first searches; larger searches
+         * still grow them */
+        (void)window_scratch_reserve(&r->scratch, REMAT_SCRATCH_BLOCKS);
+    }
     *out = r;
     return COOP_OK;
 }

@@ -134,18 +134,18 @@ void remat_eq_forget_around(coop_tensor *t)
  * rematerialization separates a class. */
 bool remat_classes_uncut(const coop_remat *r, const coop_tensor *t)
 {
-    const uint32_t *roots = r->roots;
-    size_t n = r->num_roots;
     if (t->eq_valid && !r->eq_cache_off) {
-        roots = r->eq_roots + t->eq_first;
-        n = t->eq_num_roots;
-        if (!n) /* nothing to be cut (and eq_roots may not exist yet) */
-            return true;
-    } else if (!r->roots_complete) {
-        return false;
+        /* indexed, not offset: with no roots cached yet eq_roots may be
+         * NULL (UBSan flagged the offset) */
+        for (uint32_t j = 0; j < t->eq_num_roots; j++)
+            if (uf_is_cut(&r->uf, r->eq_roots[t->eq_first + j]))
+                return false;
+        return true;
     }
-    for (size_t j = 0; j < n; j++)
-        if (uf_is_cut(&r->uf, roots[j]))
+    if (!r->roots_complete)
+        return false;
+    for (size_t j = 0; j < r->num_roots; j++)
+        if (uf_is_cut(&r->uf, r->roots[j]))
             return false;
     return true;
 }
