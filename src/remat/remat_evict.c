@@ -10,6 +10,8 @@
 #include "remat/remat_internal.h"
 #include "status.h"
 
+#define REMAT_DIRTY_BATCH 128 /* tensors touched before an allocation syncs them */
+
 bool remat_evictable(const coop_tensor *t)
 {
     return t->base == t && t->ptr && !t->pins &&
@@ -271,6 +273,11 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     coop_status st = COOP_OK;
     pool_lock(r->pool);
     void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
+    /* the breaker index catches up in batches at allocations that fit, so
+     * that a search (the first above all: every tensor made so far is
+     * dirty) brings up to date at most a batch */
+    if (ptr && r->num_dirty >= REMAT_DIRTY_BATCH)
+        remat_breakers_sync_locked(r);
     if (!ptr && st == COOP_ERR_NOMEM) {
         uint64_t t0 = thread_cpu_ns();
         uint64_t free_bytes = pool_arena(r->pool)->counters.free_bytes;
