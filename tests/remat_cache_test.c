@@ -1,19 +1,22 @@
 /*
  * What makes the remat API's searches cheaper must not change them: the
  * c_eq cache (src/remat/remat_cost.c: each tensor keeps the class roots of
- * its evicted neighbours) and coop's breaker index (remat_breakers.c: the
- * runs of blocks that break windows, skipped by the search). Random
+ * its evicted neighbours), coop's breaker index (remat_search_index.c: the
+ * runs of blocks that break windows, skipped by the search) and the argmin
+ * policies' evictable set (the same file: the tensors a round scores). Random
  * programs (creations with inputs, releases, accesses that recompute, pins,
  * views, in-place ops, plain coop_malloc allocations beside the tensors) on
- * a small pool under pressure, for coop, coop-eq and dtr:
+ * a small pool under pressure, for coop, coop-eq, dtr and dte:
  *
  * - after every operation, every record's c_eq and c_comp read with the
  *   cache (a hit wherever the last check left a valid one) equal the walk
  *   without it, and so does "no class cut" (c_comp answered by c_eq);
  * - once brought up to date (as a search does), the breaker index holds
- *   exactly the blocks of resident tensors that break windows;
- * - the same program run by a second context with neither (cache off, no
- *   index) makes the same decisions: every call returns the same status,
+ *   exactly the blocks of resident tensors that break windows, and the
+ *   evictable set exactly the resident tensors that may be evicted;
+ * - the same program run by a second context with none of them (cache
+ *   off, no index, the argmin over the resident list) makes the same
+ *   decisions: every call returns the same status,
  *   the same tensors are resident at the same pool offsets, with the same
  *   eviction and recomputation counts.
  *
@@ -60,7 +63,7 @@ typedef struct world {
     uint32_t pins[MAX_HANDLES]; /* the test's own pins per handle */
     size_t n;
     uint64_t rng;
-    uint64_t hits, checks, breakers;
+    uint64_t hits, checks, breakers, evictable;
 } world;
 
 static uint64_t next(world *w)
@@ -90,7 +93,7 @@ static void open_side(side *s, coop_remat_policy policy, bool fast)
     assert_int_equal(coop_remat_create(s->pool, &cfg, &s->r), COOP_OK);
     s->r->eq_cache_off = !fast;
     if (!fast)
-        remat_breakers_close(s->r); /* and no breaker index */
+        remat_search_index_close(s->r); /* and no breaker index or evictable set */
 }
 
 /* A random live handle, or -1. */
@@ -154,7 +157,7 @@ static void check_breakers(world *w)
     if (!r->breakers)
         return;
     pool_lock(w->s[0].pool);
-    remat_breakers_sync_locked(r);
+    remat_search_index_sync_locked(r);
     size_t in_runs = 0;
     for (size_t i = 0; i < r->breakers->len; i++) {
         const breaker_run *run = &r->breakers->runs[i];
@@ -175,6 +178,35 @@ static void check_breakers(world *w)
     assert_int_equal(in_runs, breaking);
     assert_int_equal(r->breakers->blocks, breaking);
     w->breakers += breaking;
+}
+
+/* Brought up to date, side 0's evictable set (argmin policies) holds
+ * exactly the resident tensors that may be evicted, each at its place; and
+ * the resident list runs from the latest made resident to the earliest
+ * (the order the argmin's ties follow, resident_seq). */
+static void check_evictable_set(world *w)
+{
+    coop_remat *r = w->s[0].r;
+    for (const coop_tensor *t = r->resident; t && t->next_resident; t = t->next_resident)
+        assert_true(t->resident_seq > t->next_resident->resident_seq);
+    if (!r->cands_on)
+        return;
+    pool_lock(w->s[0].pool);
+    remat_search_index_sync_locked(r);
+    pool_unlock(w->s[0].pool);
+    size_t evictable = 0;
+    for (const coop_tensor *t = r->all; t; t = t->next_all) {
+        bool in = t->base == t && t->ptr && remat_evictable(t);
+        evictable += in;
+        if (!in) {
+            assert_int_equal(t->cand_pos, REMAT_NONE);
+            continue;
+        }
+        assert_true(t->cand_pos < r->num_cands);
+        assert_ptr_equal(r->cands[t->cand_pos], t);
+    }
+    assert_int_equal(r->num_cands, evictable);
+    w->evictable += evictable;
 }
 
 /* Both sides hold the same tensors at the same offsets, with the same counts. */
@@ -322,19 +354,21 @@ static void run(coop_remat_policy policy, const char *name)
         check_same_decisions(w);
         check_costs(w);
         check_breakers(w);
+        check_evictable_set(w);
     }
     coop_remat_stats x;
     coop_remat_get_stats(w->s[0].r, &x);
-    printf("  %llu checks, %llu cache hits, %llu evictions, %llu recomputations, %llu breakers "
-           "(summed over the checks)\n",
+    printf("  %llu checks, %llu cache hits, %llu evictions, %llu recomputations, %llu breakers, "
+           "%llu in the evictable set (summed over the checks)\n",
            (unsigned long long)w->checks, (unsigned long long)w->hits,
            (unsigned long long)x.evictions, (unsigned long long)x.recomputes,
-           (unsigned long long)w->breakers);
+           (unsigned long long)w->breakers, (unsigned long long)w->evictable);
     /* the program exercised what the cache must survive */
     assert_true(x.evictions > 100);
     assert_true(x.recomputes > 20);
     assert_true(w->hits > w->checks / 4);
-    assert_true(policy == COOP_REMAT_DTR || w->breakers > OPS);
+    bool argmin = policy != COOP_REMAT_COOP && policy != COOP_REMAT_COOP_EQ;
+    assert_true(argmin ? w->evictable > OPS : w->breakers > OPS);
     for (int s = 0; s < 2; s++) {
         for (size_t i = 0; i < MAX_PLAIN; i++)
             coop_free(w->s[s].pool, w->s[s].plain[i]);
@@ -362,12 +396,19 @@ static void dtr_cache(void **state)
     run(COOP_REMAT_DTR, "dtr");
 }
 
+static void dte_cache(void **state)
+{
+    (void)state;
+    run(COOP_REMAT_DTE, "dte");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(coop_cache),
         cmocka_unit_test(coop_eq_cache),
         cmocka_unit_test(dtr_cache),
+        cmocka_unit_test(dte_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,8 +31,8 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
         r->cfg.cheap_threshold = DEFAULT_CHEAP_THRESHOLD;
     r->clock = 1;
     r->comp_epoch = 1; /* records start at 0: no component label is current */
+    remat_search_index_open(r);
     if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ) {
-        remat_breakers_open(r); /* without one (no host memory) searches walk every block */
         /* the window search's arrays (64 bytes a block), pages touched now
          * rather than grown inside the first searches; larger searches
          * still grow them */
@@ -46,7 +46,7 @@ void coop_remat_destroy(coop_remat *r)
 {
     if (!r)
         return;
-    remat_breakers_close(r); /* before the blocks it names are freed */
+    remat_search_index_close(r); /* before the blocks it names are freed */
     for (coop_tensor *t = r->all, *next; t; t = next) {
         next = t->next_all;
         if (t->base == t && t->ptr)
@@ -113,6 +113,7 @@ static coop_tensor *new_record(coop_remat *r)
         return NULL;
     t->base = t;
     t->uf = REMAT_NONE;
+    t->cand_pos = REMAT_NONE;
     t->next_all = r->all;
     r->all = t;
     return t;
@@ -390,7 +391,7 @@ coop_status coop_tensor_release(coop_remat *r, coop_tensor *t)
                               t ? "already released" : "is NULL");
     t->released = true;
     t->base->handles--;
-    remat_breaker_touch(r, t->base); /* a released base is evictable */
+    remat_touch(r, t->base); /* a released base is evictable */
     drop_if_unused(r, t->base);
     return COOP_OK;
 }

@@ -50,9 +50,13 @@ struct coop_tensor {
     uint32_t eq_first;
     uint16_t eq_num_roots, eq_cap;
     bool eq_valid;
-    /* its block is in the context's breaker index (remat_breakers.c); its
-     * state may have changed since the index last looked at it */
-    bool breaking, breaker_dirty;
+    /* remat_search_index.c: its block is in the breaker index; its place
+     * in the evictable set (REMAT_NONE: not in it); when it was last made
+     * resident (the resident list's order); whether it may have changed
+     * since the last search */
+    bool breaking, dirty;
+    uint32_t cand_pos;
+    uint64_t resident_seq;
     unsigned flags;
     bool released;
     coop_tensor *prev_resident, *next_resident; /* base tensors holding memory */
@@ -78,14 +82,20 @@ struct coop_remat {
     uint32_t *eq_roots;
     size_t eq_roots_len, eq_roots_cap;
     bool eq_cache_off; /* walk at every c_eq (tests compare the two) */
-    /* coop policies: the blocks that break windows, as runs (NULL: none
-     * kept, or dropped when host memory ran out), and the tensors whose
-     * breaking may have changed since the last search (remat_breakers.c) */
+    /* what searches skip (remat_search_index.c): coop policies, the blocks
+     * that break windows, as runs (NULL: none kept, or dropped when host
+     * memory ran out); argmin policies, the evictable tensors (cands_on,
+     * else the resident list is walked); the tensors that may have changed
+     * since the last search (tracked while either is kept) */
     breaker_index *breakers;
+    coop_tensor **cands;
+    size_t num_cands, cap_cands;
+    bool cands_on, track;
     coop_tensor **dirty;
     size_t num_dirty, cap_dirty;
-    uint32_t comp_epoch; /* advances whenever the set of evicted tensors or the
-                          * graph changes (coop_tensor.comp_epoch) */
+    uint64_t resident_seq; /* made resident so far */
+    uint32_t comp_epoch;   /* advances whenever the set of evicted tensors or the
+                            * graph changes (coop_tensor.comp_epoch) */
     uint32_t mark_epoch;
     coop_tensor **stack; /* traversal stack of the component walks */
     size_t cap_stack;
@@ -157,38 +167,40 @@ void remat_eq_forget_around(coop_tensor *t);
  * epoch (remat_graph_changed), so one window search walks none twice. */
 int64_t remat_component_compute(coop_remat *r, coop_tensor *t);
 
-/* ---- remat_breakers.c ---- */
+/* ---- remat_search_index.c ---- */
 
-/* A breaker index for the context (coop policies); 0, or -1 when host
- * memory runs out (searches then walk every block). */
-int remat_breakers_open(coop_remat *r);
-/* Frees the index (also how it is dropped: searches walk every block). */
-void remat_breakers_close(coop_remat *r);
-void remat_breaker_mark(coop_remat *r, coop_tensor *t);
-/* Whether t breaks windows may have changed (its buffer, pins, release):
- * the next search looks at it. */
-static inline void remat_breaker_touch(coop_remat *r, coop_tensor *t)
+/* The breaker index (coop policies) or the evictable set (argmin
+ * policies) of a new context; without memory for one, searches walk every
+ * block or every resident tensor. */
+void remat_search_index_open(coop_remat *r);
+/* Frees both (also how they are dropped: searches walk everything). */
+void remat_search_index_close(coop_remat *r);
+void remat_mark_dirty(coop_remat *r, coop_tensor *t);
+/* Whether t breaks windows or may be evicted may have changed (its buffer,
+ * pins, release): the next search looks at it. */
+static inline void remat_touch(coop_remat *r, coop_tensor *t)
 {
-    if (r->breakers && !t->breaker_dirty)
-        remat_breaker_mark(r, t);
+    if (r->track && !t->dirty)
+        remat_mark_dirty(r, t);
 }
-/* Takes t's block out of the index (pool lock held) before it is freed. */
-void remat_breaker_forget_locked(coop_remat *r, coop_tensor *t);
-/* Brings the index up to date with the tensors touched (pool lock held):
- * call before a search. */
-void remat_breakers_sync_locked(coop_remat *r);
+/* Takes t out of both (pool lock held) before its buffer is freed or
+ * handed over. */
+void remat_search_index_forget_locked(coop_remat *r, coop_tensor *t);
+/* Brings both up to date with the tensors touched (pool lock held): call
+ * before a search. */
+void remat_search_index_sync_locked(coop_remat *r);
 
 /* A pin of base tensor t; pins going to or from 0 touch its breaking. */
 static inline void remat_pin(coop_remat *r, coop_tensor *t)
 {
     if (!t->pins++)
-        remat_breaker_touch(r, t);
+        remat_touch(r, t);
 }
 
 static inline void remat_unpin(coop_remat *r, coop_tensor *t)
 {
     if (!--t->pins)
-        remat_breaker_touch(r, t);
+        remat_touch(r, t);
 }
 
 /* ---- remat_evict.c ---- */
