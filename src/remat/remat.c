@@ -9,6 +9,7 @@
 #include "status.h"
 
 #define DEFAULT_CHEAP_THRESHOLD 1e-2 /* ns per byte: see docs/remat.md */
+#define REMAT_SCRATCH_BLOCKS 1024    /* blocks a search walks without growing */
 
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out)
 {
@@ -30,6 +31,13 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
         r->cfg.cheap_threshold = DEFAULT_CHEAP_THRESHOLD;
     r->clock = 1;
     r->comp_epoch = 1; /* records start at 0: no component label is current */
+    remat_search_index_open(r);
+    if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ) {
+        /* the window search's arrays (64 bytes a block), pages touched now
+         * rather than grown inside the first searches; larger searches
+         * still grow them */
+        (void)window_scratch_reserve(&r->scratch, REMAT_SCRATCH_BLOCKS);
+    }
     *out = r;
     return COOP_OK;
 }
@@ -38,6 +46,7 @@ void coop_remat_destroy(coop_remat *r)
 {
     if (!r)
         return;
+    remat_search_index_close(r); /* before the blocks it names are freed */
     for (coop_tensor *t = r->all, *next; t; t = next) {
         next = t->next_all;
         if (t->base == t && t->ptr)
@@ -50,6 +59,7 @@ void coop_remat_destroy(coop_remat *r)
     window_scratch_free(&r->scratch);
     free(r->victims);
     free(r->roots);
+    free(r->eq_roots);
     free(r->stack);
     free(r);
 }
@@ -103,6 +113,7 @@ static coop_tensor *new_record(coop_remat *r)
         return NULL;
     t->base = t;
     t->uf = REMAT_NONE;
+    t->cand_pos = REMAT_NONE;
     t->next_all = r->all;
     r->all = t;
     return t;
@@ -130,9 +141,17 @@ static coop_status set_producer(coop_remat *r, coop_tensor *t, uint64_t cost, vo
             free(in);
             return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
         }
+    /* edges change: t's c_eq cache goes; its inputs' stay, as t (new, or
+     * resident in place) counts in nobody's c_eq until it is evicted, and
+     * its eviction forgets them (an evicted t: both neighbourhoods go) */
+    if (remat_is_evicted(t))
+        remat_eq_forget_around(t);
+    t->eq_valid = false;
     free(t->inputs);
     t->inputs = in;
     t->num_inputs = total;
+    if (remat_is_evicted(t))
+        remat_eq_forget_around(t);
     remat_graph_changed(r); /* edges changed: component labels are stale */
     t->cost = cost;
     t->producer = producer;
@@ -151,10 +170,14 @@ static coop_status check_resident(coop_tensor *const *inputs, size_t n, const ch
     return COOP_OK;
 }
 
-static void pin_all(coop_tensor *const *inputs, size_t n, int delta)
+static void pin_all(coop_remat *r, coop_tensor *const *inputs, size_t n, bool pin)
 {
-    for (size_t i = 0; i < n; i++)
-        inputs[i]->base->pins += (uint32_t)delta;
+    for (size_t i = 0; i < n; i++) {
+        if (pin)
+            remat_pin(r, inputs[i]->base);
+        else
+            remat_unpin(r, inputs[i]->base);
+    }
 }
 
 static void touch(coop_remat *r, coop_tensor *const *inputs, size_t n)
@@ -178,7 +201,7 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
     if (st)
         return st;
     touch(r, inputs, num_inputs);
-    pin_all(inputs, num_inputs, 1); /* the op reads them while its outputs are placed */
+    pin_all(r, inputs, num_inputs, true); /* the op reads them while its outputs are placed */
     size_t made = 0;
     for (; made < num_outputs; made++) {
         coop_tensor *t = new_record(r);
@@ -194,12 +217,12 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
             t->released = true; /* the record stays in r->all, unreachable */
             break;
         }
-        t->pins++; /* placed: placing the next output must not evict it */
+        remat_pin(r, t); /* placed: placing the next output must not evict it */
         outs[made] = t;
     }
-    pin_all(inputs, num_inputs, -1);
+    pin_all(r, inputs, num_inputs, false);
     for (size_t i = 0; i < made; i++)
-        outs[i]->pins--;
+        remat_unpin(r, outs[i]);
     if (st) {
         for (size_t i = 0; i < made; i++) {
             coop_tensor_release(r, outs[i]); /* frees its buffer */
@@ -276,7 +299,7 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
         coop_tensor *in = t->inputs[i];
         ptrs[i] = in->ptr ? in : NULL;
         if (in->ptr) {
-            in->pins++;
+            remat_pin(r, in);
             in->last_access = r->clock;
         }
     }
@@ -284,7 +307,7 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
         coop_tensor *in = t->inputs[i];
         if (ptrs[i] || (st = materialize(r, in)))
             continue;
-        in->pins++;
+        remat_pin(r, in);
         in->last_access = r->clock;
         ptrs[i] = in;
     }
@@ -299,7 +322,7 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
     if (st) {
         for (size_t i = 0; i < t->num_inputs; i++)
             if (ptrs[i])
-                t->inputs[i]->pins--;
+                remat_unpin(r, t->inputs[i]);
     } else { /* every input pinned */
         for (size_t i = 0; i < t->num_inputs; i++)
             ptrs[i] = t->inputs[i] == old ? t->ptr : t->inputs[i]->ptr;
@@ -310,7 +333,7 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
         r->stats.recompute_ns += t->cost;
         t->last_access = r->clock;
         for (size_t i = 0; i < t->num_inputs; i++)
-            t->inputs[i]->pins--;
+            remat_unpin(r, t->inputs[i]);
     }
     if (ptrs != small)
         free(ptrs);
@@ -337,7 +360,7 @@ coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
 {
     coop_status st = coop_tensor_access(r, t, ptr);
     if (!st)
-        t->base->pins++;
+        remat_pin(r, t->base);
     return st;
 }
 
@@ -356,7 +379,7 @@ coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
 {
     if (!t || !t->base->pins)
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_unpin: tensor is not pinned");
-    t->base->pins--;
+    remat_unpin(r, t->base);
     drop_if_unused(r, t->base);
     return COOP_OK;
 }
@@ -368,6 +391,7 @@ coop_status coop_tensor_release(coop_remat *r, coop_tensor *t)
                               t ? "already released" : "is NULL");
     t->released = true;
     t->base->handles--;
+    remat_touch(r, t->base); /* a released base is evictable */
     drop_if_unused(r, t->base);
     return COOP_OK;
 }
@@ -425,6 +449,8 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     b->children = NULL;
     b->num_children = b->cap_children = 0;
     redirect(b, old);
+    /* b's neighbours now name old: neither is evicted yet, so their c_eq
+     * values stand; old's eviction (in place) forgets their caches */
     if ((st = set_producer(r, b, cost_ns, producer, old, inputs, num_inputs)))
         return st;
     touch(r, inputs, num_inputs);
@@ -435,11 +461,11 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     } else {
         /* copy-on-write: old keeps the buffer, b gets a new one */
         remat_hand_over(r, b, old);
-        old->pins++;
-        pin_all(inputs, num_inputs, 1);
+        remat_pin(r, old);
+        pin_all(r, inputs, num_inputs, true);
         st = remat_alloc(r, b);
-        pin_all(inputs, num_inputs, -1);
-        old->pins--;
+        pin_all(r, inputs, num_inputs, false);
+        remat_unpin(r, old);
         if (st)
             return st;
         if (old_value)

@@ -13,16 +13,17 @@ libcoop_la_SOURCES += src/remat/window.h src/remat/window.c \
 	src/remat/breaker_index.h src/remat/breaker_index.c \
 	src/remat/union_find.h src/remat/union_find.c \
 	src/remat/coop_cost.h \
-	src/remat/remat_internal.h src/remat/remat.c src/remat/remat_evict.c src/remat/remat_cost.c
+	src/remat/remat_internal.h src/remat/remat.c src/remat/remat_evict.c src/remat/remat_cost.c \
+	src/remat/remat_search_index.c
 coop_SOURCES += src/cli/cmd_sim.c
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
-	tests/sim_lib_test
+	tests/sim_lib_test tests/remat_cache_test
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
-	tests/sim_lib_test
+	tests/sim_lib_test tests/remat_cache_test
 tests_union_find_test_SOURCES = tests/union_find_test.c
 tests_union_find_test_CFLAGS = $(TESTCFLAGS)
 tests_union_find_test_LDADD = $(TESTLIBS)
@@ -59,6 +60,10 @@ tests_sim_lib_test_SOURCES = tests/sim_lib_test.c
 tests_sim_lib_test_CFLAGS = $(TESTCFLAGS)
 tests_sim_lib_test_LDADD = $(TESTLIBS)
 tests_sim_lib_test_LDFLAGS = $(TESTLDFLAGS)
+tests_remat_cache_test_SOURCES = tests/remat_cache_test.c
+tests_remat_cache_test_CFLAGS = $(TESTCFLAGS)
+tests_remat_cache_test_LDADD = $(TESTLIBS)
+tests_remat_cache_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 TESTS += tests/sim_plot_test.py
 EXTRA_DIST += tests/sim_plot_test.py

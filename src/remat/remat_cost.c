@@ -35,7 +35,9 @@ static uint32_t next_mark(coop_remat *r)
     return r->mark_epoch;
 }
 
-int64_t remat_eq_compute(coop_remat *r, const coop_tensor *t)
+/* The walk: t's cost plus its evicted neighbours' distinct classes, their
+ * roots left in r->roots (roots_complete unless host memory ran out). */
+static int64_t eq_walk(coop_remat *r, const coop_tensor *t)
 {
     int64_t c = (int64_t)t->cost;
     r->num_roots = 0;
@@ -66,15 +68,80 @@ int64_t remat_eq_compute(coop_remat *r, const coop_tensor *t)
     return c;
 }
 
-/* Whether the classes the last c_eq counted are each exactly one connected
- * set of evicted tensors, none connected to another: true while no member
- * of any has been rematerialized. Tensors evicted next to each other are
+/* Remembers the roots of the walk just made (r->roots) as t's cache. A slot
+ * too small is replaced by a new one at the end of r->eq_roots (the old one
+ * is not reused: slots only grow, doubling); out of host memory, or beyond
+ * the slot's counters, t is simply not cached. */
+static void eq_remember(coop_remat *r, coop_tensor *t)
+{
+    t->eq_valid = false;
+    size_t k = r->num_roots;
+    if (!r->roots_complete || k > UINT16_MAX)
+        return;
+    if (k > t->eq_cap) {
+        size_t cap = t->eq_cap ? t->eq_cap : 4;
+        while (cap < k)
+            cap *= 2;
+        if (cap > UINT16_MAX)
+            cap = UINT16_MAX;
+        size_t len = r->eq_roots_len + cap;
+        if (len > UINT32_MAX)
+            return;
+        if (len > r->eq_roots_cap) {
+            size_t grown = r->eq_roots_cap ? r->eq_roots_cap * 2 : 1024;
+            while (grown < len)
+                grown *= 2;
+            uint32_t *roots = realloc(r->eq_roots, grown * sizeof *roots);
+            if (!roots)
+                return;
+            r->eq_roots = roots;
+            r->eq_roots_cap = grown;
+        }
+        t->eq_first = (uint32_t)r->eq_roots_len;
+        t->eq_cap = (uint16_t)cap;
+        r->eq_roots_len = len;
+    }
+    for (size_t j = 0; j < k; j++)
+        r->eq_roots[t->eq_first + j] = r->roots[j];
+    t->eq_num_roots = (uint16_t)k;
+    t->eq_valid = true;
+}
+
+int64_t remat_eq_compute(coop_remat *r, coop_tensor *t)
+{
+    int64_t c;
+    if (!r->eq_cache_off && remat_eq_cached(r, t, &c))
+        return c;
+    c = eq_walk(r, t);
+    if (!r->eq_cache_off)
+        eq_remember(r, t);
+    return c;
+}
+
+void remat_eq_forget_around(coop_tensor *t)
+{
+    t->eq_valid = false;
+    for (size_t i = 0; i < remat_num_neighbours(t); i++)
+        remat_neighbour(t, i)->eq_valid = false;
+}
+
+/* Whether the classes t's c_eq counted are each exactly one connected set
+ * of evicted tensors, none connected to another: true while no member of
+ * any has been rematerialized. Tensors evicted next to each other are
  * merged at eviction, and an evicted tensor gains no new evicted neighbour
  * (a new tensor's inputs are resident; an in-place op's old value is
  * evicted with the edges it inherits and merged then), so only a
  * rematerialization separates a class. */
-static bool classes_uncut(const coop_remat *r)
+bool remat_classes_uncut(const coop_remat *r, const coop_tensor *t)
 {
+    if (t->eq_valid && !r->eq_cache_off) {
+        /* indexed, not offset: with no roots cached yet eq_roots may be
+         * NULL (UBSan flagged the offset) */
+        for (uint32_t j = 0; j < t->eq_num_roots; j++)
+            if (uf_is_cut(&r->uf, r->eq_roots[t->eq_first + j]))
+                return false;
+        return true;
+    }
     if (!r->roots_complete)
         return false;
     for (size_t j = 0; j < r->num_roots; j++)
@@ -130,10 +197,10 @@ static int64_t component_of(coop_remat *r, coop_tensor *n)
     return sum;
 }
 
-int64_t remat_component_compute(coop_remat *r, const coop_tensor *t)
+int64_t remat_component_compute(coop_remat *r, coop_tensor *t)
 {
     int64_t eq = remat_eq_compute(r, t);
-    if (classes_uncut(r))
+    if (remat_classes_uncut(r, t))
         return eq;
     /* t's cost plus its evicted neighbours' distinct components (labels
      * marked as counted) */

@@ -10,6 +10,8 @@
 #include "remat/remat_internal.h"
 #include "status.h"
 
+#define REMAT_DIRTY_BATCH 128 /* tensors touched before an allocation syncs them */
+
 bool remat_evictable(const coop_tensor *t)
 {
     return t->base == t && t->ptr && !t->pins &&
@@ -30,6 +32,8 @@ static void resident_unlink(coop_remat *r, coop_tensor *t)
 void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
 {
     t->ptr = ptr;
+    t->resident_seq = ++r->resident_seq; /* the resident list's head */
+    remat_touch(r, t);
     t->prev_resident = NULL;
     t->next_resident = r->resident;
     if (r->resident)
@@ -39,6 +43,11 @@ void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
     if (t->uf != REMAT_NONE) { /* leaves its class: the class loses its cost, is cut */
         uf_leave(&r->uf, t->uf, (int64_t)t->cost);
         t->uf = REMAT_NONE;
+        remat_eq_forget_around(t); /* t no longer counts in its neighbours' c_eq */
+    } else {
+        /* a new tensor (or one whose class could not be made) counts in
+         * nobody's c_eq: its neighbours' caches stay */
+        t->eq_valid = false;
     }
     remat_graph_changed(r);
 }
@@ -46,11 +55,17 @@ void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
 void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to)
 {
     void *buf = from->ptr;
+    pool_lock(r->pool);
+    /* the block stays allocated and in the breaker index if it was; from
+     * leaves the evictable set; to is looked at again (make_resident
+     * touches it) */
+    to->breaking = from->breaking;
+    from->breaking = false;
+    remat_search_index_forget_locked(r, from);
     resident_unlink(r, from);
     from->ptr = NULL;
     r->stats.resident_bytes -= from->size;
     remat_make_resident(r, to, buf);
-    pool_lock(r->pool);
     arena_lookup(pool_arena(r->pool), (uintptr_t)buf)->owner = to;
     pool_unlock(r->pool);
 }
@@ -59,6 +74,7 @@ void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to)
 static void join_evicted_neighbours(coop_remat *r, coop_tensor *t)
 {
     remat_graph_changed(r);
+    remat_eq_forget_around(t); /* t now counts in its neighbours' c_eq */
     t->uf = uf_make(&r->uf, (int64_t)t->cost);
     if (t->uf == REMAT_NONE)
         return; /* out of host memory: no class, counted by no cost */
@@ -77,6 +93,7 @@ void remat_mark_evicted(coop_remat *r, coop_tensor *t)
 arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
 {
     arena_block *merged = NULL;
+    remat_search_index_forget_locked(r, t); /* both name resident tensors only */
     pool_free_locked(r->pool, t->ptr, &merged);
     t->ptr = NULL;
     resident_unlink(r, t);
@@ -153,19 +170,77 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
 
 /* window_cost without the neighbourhood walk: a lower bound (c_eq and
  * c_comp are at least the tensor's own cost: classes and costs are never
- * negative). */
+ * negative), or window_cost itself when the tensor's c_eq is cached
+ * (exact; for COOP_REMAT_COOP only where c_comp is that c_eq: no class
+ * cut). The same expressions as window_cost, so an exact bound is the very
+ * value the cost would return; reading it counts as an evaluation. */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
-    (void)exact; /* never exact: both costs need the neighbours */
     (void)b;
     coop_remat *r = ctx;
     coop_tensor *t = owner;
     if (!remat_evictable(t))
         return WINDOW_BLOCKED;
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
-    if (r->cfg.policy == COOP_REMAT_COOP_EQ)
+    int64_t eq;
+    bool cached = !r->eq_cache_off && remat_eq_cached(r, t, &eq);
+    if (r->cfg.policy == COOP_REMAT_COOP_EQ) {
+        if (cached) {
+            r->stats.heuristic_evals++;
+            *exact = true;
+            return (double)eq / (double)stale;
+        }
         return (double)t->cost / (double)stale;
-    return (double)t->cost * coop_cost_weight(t->remats, stale);
+    }
+    double weight = coop_cost_weight(t->remats, stale);
+    if (cached && remat_classes_uncut(r, t)) {
+        r->stats.heuristic_evals++;
+        *exact = true;
+        return (double)eq * weight;
+    }
+    return (double)t->cost * weight;
+}
+
+/* Whether c goes before best (NULL: none yet): the lower score, ties to
+ * the tensor made resident earlier (the last of the resident list's scan),
+ * so the argmin does not depend on the order tensors are scored in. */
+static inline bool scores_before(const coop_tensor *c, double s, const coop_tensor *best,
+                                 double best_score)
+{
+    return !best || s < best_score || (s == best_score && c->resident_seq < best->resident_seq);
+}
+
+/* The argmin over the evictable set (remat_search_index.c). */
+static coop_tensor *argmin_set(coop_remat *r)
+{
+    coop_tensor *best = NULL;
+    double best_score = INFINITY;
+    for (size_t i = 0; i < r->num_cands; i++) {
+        coop_tensor *c = r->cands[i];
+        double s = score(r, c);
+        if (scores_before(c, s, best, best_score)) {
+            best = c;
+            best_score = s;
+        }
+    }
+    return best;
+}
+
+/* The same over every resident tensor (no evictable set). */
+static coop_tensor *argmin_resident(coop_remat *r)
+{
+    coop_tensor *best = NULL;
+    double best_score = INFINITY;
+    for (coop_tensor *c = r->resident; c; c = c->next_resident) {
+        if (!remat_evictable(c))
+            continue;
+        double s = score(r, c);
+        if (scores_before(c, s, best, best_score)) {
+            best = c;
+            best_score = s;
+        }
+    }
+    return best;
 }
 
 static unsigned placement(const coop_remat *r, const coop_tensor *t)
@@ -183,8 +258,9 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags)
 {
     uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
-    if (window_search(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost, window_bound, r,
-                      &r->scratch, &w))
+    remat_search_index_sync_locked(r); /* exact for this search */
+    if (window_search_indexed(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost, window_bound,
+                              r, r->breakers, &r->scratch, &w))
         return NULL;
     /* collect first: freeing coalesces blocks under the walk */
     size_t n = 0;
@@ -242,6 +318,11 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     coop_status st = COOP_OK;
     pool_lock(r->pool);
     void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
+    /* the search index catches up in batches at allocations that fit, so
+     * that a search (the first above all: every tensor made so far is
+     * dirty) brings up to date at most a batch */
+    if (ptr && r->num_dirty >= REMAT_DIRTY_BATCH)
+        remat_search_index_sync_locked(r);
     if (!ptr && st == COOP_ERR_NOMEM) {
         uint64_t t0 = thread_cpu_ns();
         uint64_t free_bytes = pool_arena(r->pool)->counters.free_bytes;
@@ -252,18 +333,9 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ) {
             ptr = alloc_in_window(r, t, flags);
         } else {
+            remat_search_index_sync_locked(r); /* the evictable set, exact */
             while (!ptr) {
-                coop_tensor *best = NULL;
-                double best_score = INFINITY;
-                for (coop_tensor *c = r->resident; c; c = c->next_resident) {
-                    if (!remat_evictable(c))
-                        continue;
-                    double s = score(r, c);
-                    if (!best || s <= best_score) {
-                        best = c;
-                        best_score = s;
-                    }
-                }
+                coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
                 if (!best)
                     break;
                 remat_evict_locked(r, best);

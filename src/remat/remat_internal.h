@@ -44,6 +44,19 @@ struct coop_tensor {
     coop_tensor *comp_label;
     int64_t comp_sum;
     uint32_t mark; /* traversal stamp (coop_remat.mark_epoch) */
+    /* c_eq cache (remat_cost.c): the distinct class roots of the evicted
+     * neighbours its last walk found, coop_remat.eq_roots[eq_first ..
+     * +eq_num_roots) (a slot of eq_cap), while eq_valid */
+    uint32_t eq_first;
+    uint16_t eq_num_roots, eq_cap;
+    bool eq_valid;
+    /* remat_search_index.c: its block is in the breaker index; its place
+     * in the evictable set (REMAT_NONE: not in it); when it was last made
+     * resident (the resident list's order); whether it may have changed
+     * since the last search */
+    bool breaking, dirty;
+    uint32_t cand_pos;
+    uint64_t resident_seq;
     unsigned flags;
     bool released;
     coop_tensor *prev_resident, *next_resident; /* base tensors holding memory */
@@ -65,8 +78,24 @@ struct coop_remat {
     uint32_t *roots;
     size_t num_roots, cap_roots;
     bool roots_complete;
-    uint32_t comp_epoch; /* advances whenever the set of evicted tensors or the
-                          * graph changes (coop_tensor.comp_epoch) */
+    /* tensors' cached c_eq roots (coop_tensor.eq_first); slots only grow */
+    uint32_t *eq_roots;
+    size_t eq_roots_len, eq_roots_cap;
+    bool eq_cache_off; /* walk at every c_eq (tests compare the two) */
+    /* what searches skip (remat_search_index.c): coop policies, the blocks
+     * that break windows, as runs (NULL: none kept, or dropped when host
+     * memory ran out); argmin policies, the evictable tensors (cands_on,
+     * else the resident list is walked); the tensors that may have changed
+     * since the last search (tracked while either is kept) */
+    breaker_index *breakers;
+    coop_tensor **cands;
+    size_t num_cands, cap_cands;
+    bool cands_on, track;
+    coop_tensor **dirty;
+    size_t num_dirty, cap_dirty;
+    uint64_t resident_seq; /* made resident so far */
+    uint32_t comp_epoch;   /* advances whenever the set of evicted tensors or the
+                            * graph changes (coop_tensor.comp_epoch) */
     uint32_t mark_epoch;
     coop_tensor **stack; /* traversal stack of the component walks */
     size_t cap_stack;
@@ -101,14 +130,78 @@ static inline coop_tensor *remat_neighbour(const coop_tensor *t, size_t i)
  * of evicted tensors or the graph's edges change. */
 void remat_graph_changed(coop_remat *r);
 /* c_eq (ns): t's cost plus its evicted neighbours' distinct union-find
- * classes (DTR-eq). Leaves those classes' roots in r->roots. */
-int64_t remat_eq_compute(coop_remat *r, const coop_tensor *t);
+ * classes (DTR-eq). From t's cached class roots when still valid (O(roots)
+ * instead of a walk over its neighbours with a uf_find each), else by a
+ * walk that caches them; the same value either way. */
+int64_t remat_eq_compute(coop_remat *r, coop_tensor *t);
+/* c_eq from t's cache alone: false (nothing computed) without a valid one
+ * or when a cached root has joined another class since. The cache stays
+ * right while no neighbour of t is evicted or rematerialized and t's edges
+ * do not change (remat_eq_forget_around at each), and each cached root is
+ * still a root (checked here): class values are read fresh. */
+static inline bool remat_eq_cached(const coop_remat *r, const coop_tensor *t, int64_t *out)
+{
+    if (!t->eq_valid)
+        return false;
+    int64_t c = (int64_t)t->cost;
+    for (uint32_t j = 0; j < t->eq_num_roots; j++) {
+        uint32_t root = r->eq_roots[t->eq_first + j];
+        if (!uf_is_root(&r->uf, root))
+            return false;
+        c += r->uf.value[root];
+    }
+    *out = c;
+    return true;
+}
+/* Whether c_comp is c_eq for t: none of the classes its c_eq counts (its
+ * valid cache, else the last walk's) had a member rematerialized. Call
+ * right after remat_eq_compute(r, t) or a true remat_eq_cached. */
+bool remat_classes_uncut(const coop_remat *r, const coop_tensor *t);
+/* Forgets the cached c_eq of t and of its neighbours: call when t is
+ * evicted or rematerialized, or its edges change. */
+void remat_eq_forget_around(coop_tensor *t);
 /* c_comp (ns): t's cost plus the cost of the evicted tensors connected to t
  * through evicted tensors. Equal to c_eq where none of t's neighbour
  * classes has had a member rematerialized (uf_is_cut), and then answered
  * by it; otherwise each evicted component is walked at most once per
  * epoch (remat_graph_changed), so one window search walks none twice. */
-int64_t remat_component_compute(coop_remat *r, const coop_tensor *t);
+int64_t remat_component_compute(coop_remat *r, coop_tensor *t);
+
+/* ---- remat_search_index.c ---- */
+
+/* The breaker index (coop policies) or the evictable set (argmin
+ * policies) of a new context; without memory for one, searches walk every
+ * block or every resident tensor. */
+void remat_search_index_open(coop_remat *r);
+/* Frees both (also how they are dropped: searches walk everything). */
+void remat_search_index_close(coop_remat *r);
+void remat_mark_dirty(coop_remat *r, coop_tensor *t);
+/* Whether t breaks windows or may be evicted may have changed (its buffer,
+ * pins, release): the next search looks at it. */
+static inline void remat_touch(coop_remat *r, coop_tensor *t)
+{
+    if (r->track && !t->dirty)
+        remat_mark_dirty(r, t);
+}
+/* Takes t out of both (pool lock held) before its buffer is freed or
+ * handed over. */
+void remat_search_index_forget_locked(coop_remat *r, coop_tensor *t);
+/* Brings both up to date with the tensors touched (pool lock held): call
+ * before a search. */
+void remat_search_index_sync_locked(coop_remat *r);
+
+/* A pin of base tensor t; pins going to or from 0 touch its breaking. */
+static inline void remat_pin(coop_remat *r, coop_tensor *t)
+{
+    if (!t->pins++)
+        remat_touch(r, t);
+}
+
+static inline void remat_unpin(coop_remat *r, coop_tensor *t)
+{
+    if (!--t->pins)
+        remat_touch(r, t);
+}
 
 /* ---- remat_evict.c ---- */
 
