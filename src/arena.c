@@ -479,6 +479,20 @@ static inline uint64_t carved_size(const arena *a, const arena_block *b, uintptr
     return after > 0 && after < a->params.min_split ? size + after : size;
 }
 
+/* Makes b an allocated block of size bytes on stream, entered in the
+ * address map (its free-index links are no longer needed: not indexed). */
+static COOP_INLINE arena_block *mark_allocated(arena *a, arena_block *b, uint64_t size,
+                                               coop_stream stream)
+{
+    block_set_state(b, COOP_BLOCK_ALLOCATED);
+    b->stream = stream;
+    b->requested = size;
+    b->owner = NULL;
+    b->uses = NULL;
+    addr_map_insert(&a->map, b->addr, b);
+    return b;
+}
+
 /* Carves [lo, lo + size) out of the free block b (not in the index), leaving
  * the parts before and after it free in the index. A remainder after the
  * allocation smaller than min_split stays with the allocation; the part
@@ -512,13 +526,7 @@ COOP_HOT static arena_block *carve(arena *a, arena_block *b, uintptr_t lo, uint6
         link_after(a, NULL, used, rest);
         index_add(a, rest);
     }
-    block_set_state(used, COOP_BLOCK_ALLOCATED);
-    used->stream = stream;
-    used->requested = size; /* the links are no longer needed: not in the index */
-    used->owner = NULL;
-    used->uses = NULL;
-    addr_map_insert(&a->map, used->addr, used);
-    return used;
+    return mark_allocated(a, used, size, stream);
 }
 
 /* Carves an allocation of size bytes from the low or the high end of the
@@ -557,13 +565,7 @@ COOP_HOT static arena_block *carve_end(arena *a, arena_block *b, bool high, uint
         stat_add(&a->counters.inactive_split_bytes, (int64_t)left_size);
     }
     block_set_counted(left, true);
-    block_set_state(used, COOP_BLOCK_ALLOCATED);
-    used->stream = stream;
-    used->requested = size;
-    used->owner = NULL;
-    used->uses = NULL;
-    addr_map_insert(&a->map, used->addr, used);
-    return used;
+    return mark_allocated(a, used, size, stream);
 }
 
 COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high,
@@ -592,13 +594,7 @@ COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bo
         if (b->size == size) {
             /* an exact fit (a third of bert's small mallocs): carve's
              * tests of the parts before and after, and the call, skipped */
-            block_set_state(b, COOP_BLOCK_ALLOCATED);
-            b->stream = stream;
-            b->requested = size;
-            b->owner = NULL;
-            b->uses = NULL;
-            addr_map_insert(&a->map, b->addr, b);
-            *out = b;
+            *out = mark_allocated(a, b, size, stream);
             return COOP_OK;
         }
         *out = carve(a, b, lo, size, stream);
