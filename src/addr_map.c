@@ -5,7 +5,8 @@
 static coop_status alloc_table(addr_map *m, unsigned log2_slots)
 {
     size_t n = (size_t)1 << log2_slots;
-    addr_map_slot *slots = meta_zalloc(m->heap, n * sizeof *slots);
+    /* huge pages from 4 MiB on: see meta_zalloc_hot */
+    addr_map_slot *slots = meta_zalloc_hot(m->heap, n * sizeof *slots);
     if (!slots)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for an address map of %zu slots",
                               n);

@@ -2,6 +2,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "meta.h"
 #include "status.h"
@@ -33,6 +34,28 @@ static bool injected_failure(void)
     return n == 1;
 }
 
+/* Marks the 2 MiB-aligned pages inside [p, p + size) for transparent huge
+ * pages (before anything touches them). The address map's table and the
+ * block records are read at random, one or two lines per lookup; at 100k
+ * live blocks they span about 16 MB, 4,000 small pages, more than the
+ * second-level TLB holds, so nearly every such read also walked the page
+ * table. A dependent load over 16 MiB took 85 instead of 113 ns with huge
+ * pages here (coop bench --latency's method); coop bench at 100k live
+ * blocks, alternating runs: 384 -> 352 ns per pair (README, "Speed").
+ * Advice only: where THP is off or the call fails, the pages stay small and
+ * nothing else changes. */
+static void advise_huge(void *p, size_t size)
+{
+#ifdef MADV_HUGEPAGE
+    uintptr_t lo = ((uintptr_t)p + META_HUGE_PAGE - 1) & ~(uintptr_t)(META_HUGE_PAGE - 1);
+    uintptr_t hi = ((uintptr_t)p + size) & ~(uintptr_t)(META_HUGE_PAGE - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)p, (void)size;
+#endif
+}
+
 void *meta_alloc(meta_heap *heap, size_t size)
 {
     if (injected_failure())
@@ -51,6 +74,25 @@ void *meta_zalloc(meta_heap *heap, size_t size)
     if (p)
         heap->live++;
     return p;
+}
+
+void *meta_zalloc_hot(meta_heap *heap, size_t size)
+{
+    if (size < META_HUGE_MIN)
+        return meta_zalloc(heap, size);
+    if (injected_failure())
+        return NULL;
+    /* Aligned, so that all of it can be huge pages, and zeroed after the
+     * advice so that the first touch already faults huge pages in. (This
+     * touches every page at once, where calloc would leave them to first
+     * use: fine for a table whose entries land at random anyway.) */
+    size_t bytes = (size + META_HUGE_PAGE - 1) & ~(META_HUGE_PAGE - 1);
+    void *p = aligned_alloc(META_HUGE_PAGE, bytes);
+    if (!p)
+        return NULL;
+    heap->live++;
+    advise_huge(p, bytes);
+    return memset(p, 0, size);
 }
 
 void meta_free(meta_heap *heap, void *ptr, size_t size)
@@ -91,20 +133,32 @@ bool meta_slab_grow(meta_slab *slab)
 {
     if (injected_failure())
         return false;
-    size_t bytes = sizeof(struct slab_chunk) + slab->per_chunk * slab->record_size;
-    struct slab_chunk *c = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    /* Once the slab holds a huge page's worth of records, it grows by
+     * chunks of one aligned huge page (advise_huge): small pools keep small
+     * chunks, and the records of a large one (7.7 MB at 100k live blocks)
+     * sit on a few TLB entries instead of about 1,900. */
+    size_t per = slab->per_chunk, align = 64;
+    if ((slab->live + slab->num_free) * slab->record_size >= META_HUGE_PAGE &&
+        slab->record_size <= META_HUGE_PAGE / 2) {
+        per = (META_HUGE_PAGE - sizeof(struct slab_chunk)) / slab->record_size;
+        align = META_HUGE_PAGE;
+    }
+    size_t bytes = sizeof(struct slab_chunk) + per * slab->record_size;
+    struct slab_chunk *c = aligned_alloc(align, (bytes + align - 1) & ~(align - 1));
     if (!c)
         return false;
+    if (align == META_HUGE_PAGE)
+        advise_huge(c, META_HUGE_PAGE);
     slab->heap->live++;
     c->next = slab->chunks;
     slab->chunks = c;
     /* Thread the records so the lowest address is taken first. */
-    for (size_t i = slab->per_chunk; i-- > 0;) {
+    for (size_t i = per; i-- > 0;) {
         void *r = c->records + i * slab->record_size;
         *(void **)r = slab->free_list;
         slab->free_list = r;
     }
-    slab->num_free += slab->per_chunk;
+    slab->num_free += per;
     return true;
 }
 

@@ -38,15 +38,30 @@ void meta_heap_fini(meta_heap *heap);
 /* NULL when host memory runs out (or an injected failure fires). */
 void *meta_alloc(meta_heap *heap, size_t size);
 void *meta_zalloc(meta_heap *heap, size_t size);
+/* As meta_zalloc, for large metadata read at random on the hot paths (the
+ * address map's table): from META_HUGE_MIN bytes on, huge-page aligned and
+ * advised for transparent huge pages, and touched (zeroed) at once. Freed
+ * with meta_free. */
+void *meta_zalloc_hot(meta_heap *heap, size_t size);
 /* size is what was asked for (kept for symmetry and checks). ptr may be NULL. */
 void meta_free(meta_heap *heap, void *ptr, size_t size);
 
+/* Transparent huge pages for hot large metadata (meta.c, advise_huge): the
+ * huge page size assumed (x86-64, and AArch64 with 4 KiB base pages; with
+ * other sizes the advice covers fewer or no pages and is harmless), and
+ * the smallest meta_zalloc_hot allocation made huge-page aligned (below it,
+ * rounding up to whole huge pages would waste more than it could save). */
+#define META_HUGE_PAGE ((size_t)2 << 20)
+#define META_HUGE_MIN (2 * META_HUGE_PAGE)
+
 /* A slab of fixed-size records (size a multiple of 64: records are
- * cache-line aligned). Chunks come from the heap, so growing can fail. */
+ * cache-line aligned). Chunks come from the heap, so growing can fail.
+ * Chunks hold per_chunk records until the slab holds META_HUGE_PAGE bytes
+ * of records, then one aligned huge page each. */
 typedef struct meta_slab {
     meta_heap *heap;
     size_t record_size;
-    size_t per_chunk; /* records per chunk */
+    size_t per_chunk; /* records per chunk (below a huge page of records) */
     void *free_list;  /* first word of a free record links the next */
     struct slab_chunk *chunks;
     size_t live;     /* records handed out and not returned */

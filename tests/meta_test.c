@@ -59,6 +59,66 @@ static void test_slab(void **state)
     meta_heap_fini(&h);
 }
 
+/* Past a huge page of records the slab grows by aligned huge-page chunks:
+ * records stay aligned, distinct and recyclable across the switch. */
+static void test_slab_huge_chunks(void **state)
+{
+    (void)state;
+    meta_heap h;
+    assert_int_equal(meta_heap_init(&h), COOP_OK);
+    meta_slab slab;
+    meta_slab_init(&slab, &h, 64, 1023);
+    size_t n = 3 * META_HUGE_PAGE / 64; /* small chunks, then two or more huge ones */
+    unsigned char **r = malloc(n * sizeof *r);
+    assert_non_null(r);
+    for (size_t i = 0; i < n; i++) {
+        r[i] = meta_slab_take(&slab);
+        assert_non_null(r[i]);
+        assert_int_equal((uintptr_t)r[i] % 64, 0);
+        r[i][0] = (unsigned char)i; /* the first byte of a record, as the free list uses it */
+        r[i][63] = (unsigned char)(i >> 8);
+    }
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(r[i][0], (unsigned char)i);
+        assert_int_equal(r[i][63], (unsigned char)(i >> 8));
+    }
+    size_t small = (META_HUGE_PAGE / 64 + 1022) / 1023; /* chunks before the switch */
+    assert_true((size_t)h.live > small);
+    assert_true((size_t)h.live < small + 4);
+    assert_int_equal(slab.live, n);
+    meta_slab_give(&slab, r[n - 1]);
+    assert_ptr_equal(meta_slab_take(&slab), r[n - 1]);
+    free(r);
+    meta_slab_fini(&slab);
+    assert_int_equal(h.live, 0);
+    meta_heap_fini(&h);
+}
+
+/* Hot zeroed allocations (huge-page aligned and advised from META_HUGE_MIN
+ * on) come back zeroed, small ones too. */
+static void test_large_zalloc(void **state)
+{
+    (void)state;
+    meta_heap h;
+    assert_int_equal(meta_heap_init(&h), COOP_OK);
+    size_t sizes[] = {META_HUGE_MIN + 4096 + 8 /* not a multiple of the huge page */, 4096,
+                      META_HUGE_MIN + 4096 + 8};
+    for (int round = 0; round < 3; round++) {
+        size_t size = sizes[round];
+        unsigned char *p = meta_zalloc_hot(&h, size);
+        assert_non_null(p);
+        for (size_t i = 0; i < size; i += 997)
+            assert_int_equal(p[i], 0);
+        assert_int_equal(p[size - 1], 0);
+        if (size >= META_HUGE_MIN)
+            assert_int_equal((uintptr_t)p % META_HUGE_PAGE, 0);
+        memset(p, 0xcd, size); /* a later round may get this memory back */
+        meta_free(&h, p, size);
+    }
+    assert_int_equal(h.live, 0);
+    meta_heap_fini(&h);
+}
+
 /* The slab fails only when it must grow, and then stays usable. */
 static void test_slab_failure(void **state)
 {
@@ -112,6 +172,8 @@ int main(void)
         cmocka_unit_test(test_alloc_free_and_leaks),
         cmocka_unit_test(test_injected_failure),
         cmocka_unit_test(test_slab),
+        cmocka_unit_test(test_slab_huge_chunks),
+        cmocka_unit_test(test_large_zalloc),
         cmocka_unit_test(test_slab_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
