@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "cli/bench_floor.h"
 #include "cli/commands.h"
 #include "coop.h"
 
@@ -36,6 +37,7 @@
 typedef struct bench_opts {
     bool json;
     bool latency; /* --latency: the memory-latency table instead */
+    bool floor;   /* --floor: the skeleton pair instead (bench_floor.c) */
     bool run_coop, run_jemalloc;
     uint64_t capacity; /* 0: from the live count */
     size_t batches;
@@ -386,6 +388,7 @@ static void usage(FILE *out)
             "usage: coop bench [--json] [--batches N] [--live N[,N...]] [--seed N]\n"
             "                  [--only coop|jemalloc] [--capacity-gib N]\n"
             "       coop bench --latency [--json]\n"
+            "       coop bench --floor [--json] [--live N[,N...]]\n"
             "\n"
             "Times malloc+free pairs (sizes log-uniform 512 B .. 256 MiB) on coop's host\n"
             "backend and on jemalloc (mallocx/dallocx, private arena) in the steady state\n"
@@ -401,10 +404,16 @@ static void usage(FILE *out)
             "  --only WHICH time only coop or only jemalloc (profiling; the other\n"
             "               column reads 0)\n"
             "  --capacity-gib N  simulated device size (default: 8 x the expected live\n"
-            "               bytes, at least 1 TiB; small values run under valgrind)\n"
+            "               bytes, at least 1 TiB; valgrind needs 16 or less, enough\n"
+            "               for about 1,000 live blocks)\n"
             "  --latency    instead: nanoseconds per dependent load over random cache\n"
             "               lines of buffers of 256 KiB .. 64 MiB (what a cache miss on\n"
-            "               allocator metadata of that size costs on this machine)\n",
+            "               allocator metadata of that size costs on this machine)\n"
+            "  --floor      instead: ns per skeleton pair that only makes the metadata\n"
+            "               accesses a pair cannot avoid (map slot, freed record, a\n"
+            "               neighbour, two bins' records) over arrays sized as coop's\n"
+            "               metadata at each live count, with bookkeeping work after\n"
+            "               each load; its growth is a floor for coop's\n",
             BATCH);
 }
 
@@ -426,6 +435,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->json = true;
         } else if (!strcmp(arg, "--latency")) {
             o->latency = true;
+        } else if (!strcmp(arg, "--floor")) {
+            o->floor = true;
         } else if (!strcmp(arg, "--only") && i + 1 < argc) {
             const char *which = argv[++i];
             o->run_coop = !strcmp(which, "coop");
@@ -487,6 +498,8 @@ int cmd_bench(int argc, char **argv)
         return rc;
     if (o.latency)
         return run_latency(&o);
+    if (o.floor)
+        return bench_floor_run(o.live, o.num_live, o.json);
     if (!o.json)
         printf("%12s %16s %20s %8s %14s %18s\n", "live_blocks", "coop_ns_per_pair",
                "jemalloc_ns_per_pair", "ratio", "coop_footprint", "jemalloc_footprint");
