@@ -63,3 +63,11 @@ tests_fault_sweep_test_CFLAGS = $(TESTCFLAGS)
 tests_fault_sweep_test_LDADD = $(TESTLIBS)
 tests_fault_sweep_test_LDFLAGS = $(TESTLDFLAGS)
 endif
+
+# cache misses of coop bench's pair under valgrind (built by make check, not a
+# test; commands in its header): tests/arena_pairs LIVE PAIRS MAX_BYTES
+check_PROGRAMS += tests/arena_pairs
+tests_arena_pairs_SOURCES = tests/arena_pairs.c
+tests_arena_pairs_CFLAGS = $(TESTCFLAGS)
+tests_arena_pairs_LDADD = libcoop.la -lm
+tests_arena_pairs_LDFLAGS = -static

@@ -4,13 +4,13 @@
  * arena over a fake VMM backend that reserves and maps nothing, so that
  * valgrind, which cannot reserve the bench's terabytes of address space,
  * can count the cache misses of a pair at 100k live blocks. A measuring
- * tool, not built by make. From a built tree (README.md, "Speed"):
+ * tool, built by make check (so that it keeps compiling), not a test. From a
+ * built tree (README.md, "Speed"):
  *
- *   gcc -O2 -g -Iinclude -Isrc -I. -o /tmp/arena_pairs scripts/arena_pairs.c \
- *       .libs/libcoop.a -lm -lpthread
+ *   make check   # or: make tests/arena_pairs
  *   for p in 100000 300000; do
  *     valgrind --tool=cachegrind --cache-sim=yes --I1=32768,8,64 --D1=2097152,16,64 \
- *       --cachegrind-out-file=/tmp/cg.$p /tmp/arena_pairs 100000 $p 268435456
+ *       --cachegrind-out-file=/tmp/cg.$p tests/arena_pairs 100000 $p 268435456
  *   done
  *   cg_diff /tmp/cg.100000 /tmp/cg.300000 > /tmp/cg.diff
  *   cg_annotate --show=D1mr,D1mw --sort=D1mr /tmp/cg.diff   # / 200000 = per pair
