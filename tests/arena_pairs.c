@@ -26,15 +26,13 @@
 #include <stdlib.h>
 
 #include "arena.h"
+#include "cli/bench_rng.h"
 
 static uint64_t rng;
 
 static uint64_t next_random(void)
 {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * UINT64_C(2685821657736338717);
+    return bench_rng_next(&rng);
 }
 
 static double max_size;
@@ -42,7 +40,7 @@ static double max_size;
 /* A size as coop bench draws it, rounded up to 512 as coop_malloc does. */
 static uint64_t draw_size(void)
 {
-    double u = (double)(next_random() >> 11) / 9007199254740992.0;
+    double u = bench_rng_unit(&rng);
     size_t s = (size_t)exp(log(512.0) + u * (log(max_size) - log(512.0)));
     return (s + 511) & ~(uint64_t)511;
 }

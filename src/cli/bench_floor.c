@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "cli/bench_rng.h"
 #include "cli/bench_floor.h"
 
 #define SKELETON_WORK 20
@@ -44,10 +45,7 @@ static uint64_t skel_rng = UINT64_C(88172645463325252);
 
 static uint64_t skel_random(void)
 {
-    skel_rng ^= skel_rng >> 12;
-    skel_rng ^= skel_rng << 25;
-    skel_rng ^= skel_rng >> 27;
-    return skel_rng * UINT64_C(2685821657736338717);
+    return bench_rng_next(&skel_rng);
 }
 
 static double skel_now_ns(void)

@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "cli/bench_rng.h"
 #include "cli/bench_floor.h"
 #include "cli/commands.h"
 #include "coop.h"
@@ -52,15 +53,12 @@ static uint64_t rng;
 
 static uint64_t next_random(void)
 {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * UINT64_C(2685821657736338717);
+    return bench_rng_next(&rng);
 }
 
 static double uniform01(void)
 {
-    return (double)(next_random() >> 11) / 9007199254740992.0;
+    return bench_rng_unit(&rng);
 }
 
 static size_t log_uniform_size(void)
