@@ -551,7 +551,8 @@ COOP_HOT static arena_block *carve_end(arena *a, arena_block *b, bool high, uint
     part->stream = b->stream;
     /* while b's size (the key it is filed under) is unchanged; this sets
      * the free part's size */
-    free_index_replace(&a->index, &b->index_node, &left->index_node, left_size, left->addr);
+    free_index_replace(&a->index, &b->index_node, &left->index_node, left_size, left->addr,
+                       b->stream);
     block_set_state(part, high ? COOP_BLOCK_ALLOCATED : COOP_BLOCK_FREE);
     used->size = size;
     link_after(a, NULL, b, part);
@@ -671,37 +672,13 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
 /* ---- Release and coalescing ---- */
 
 /* b is free and outside the index: merge it with mergeable neighbours (the
- * lower block's record survives), then index the result. */
-static arena_block *coalesce_general(arena *a, arena_block *b)
-{
-    arena_block *p = b->prev;
-    if (p && p->state == COOP_BLOCK_FREE && tags_mergeable(p->stream, b->stream)) {
-        index_del(a, p);
-        p->size += b->size;
-        p->stream = merged_tag(p->stream, b->stream);
-        unlink_block(a, b, NULL);
-        drop_record(a, b);
-        b = p;
-    }
-    arena_block *n = b->next;
-    if (n && n->state == COOP_BLOCK_FREE && tags_mergeable(n->stream, b->stream)) {
-        index_del(a, n);
-        b->size += n->size;
-        b->stream = merged_tag(b->stream, n->stream);
-        unlink_block(a, n, NULL);
-        drop_record(a, n);
-    }
-    index_add(a, b);
-    return b;
-}
-
-/* As coalesce_general, but when a merged neighbour keeps its stream tag
- * (as nearly always: blocks of one stream), the result replaces that
- * neighbour in the free index in one update, and the free counters change
- * by their net amounts (as PyTorch's free_block does), instead of every
- * merged neighbour leaving the index and the counters and the result
- * entering them: one free-index update instead of two for a free that
- * merges, the case of most small frees on the bert trace. */
+ * lower block's record survives), then index the result. When it merges,
+ * the result replaces a merged neighbour in the free index in one update
+ * (retagged if the merge changes the tag), and the free counters change by
+ * their net amounts (as PyTorch's free_block does), instead of every merged
+ * neighbour leaving the index and the counters and the result entering
+ * them: one free-index update instead of two for a free that merges, the
+ * case of most small frees on the bert trace. */
 COOP_HOT static arena_block *coalesce(arena *a, arena_block *b)
 {
     arena_block *p = b->prev, *n = b->next;
@@ -713,11 +690,9 @@ COOP_HOT static arena_block *coalesce(arena *a, arena_block *b)
     /* the indexed neighbour whose place in the index the result takes */
     arena_block *kept = with_prev ? p : n;
     if (!with_prev && !with_next) {
-        index_add(a, b); /* no merge: the general path would test both again */
+        index_add(a, b);
         return b;
     }
-    if (kept->stream != tag)
-        return coalesce_general(a, b);
     int64_t split_before = 0, split_bytes_before = 0;
     if (with_prev && p->counted_split) {
         split_before++;
@@ -744,9 +719,9 @@ COOP_HOT static arena_block *coalesce(arena *a, arena_block *b)
         if (with_prev)
             drop_record(a, n);
     }
-    r->stream = tag;
-    /* (sets r's size: the node's key overlays it) */
-    free_index_replace(&a->index, &kept->index_node, &r->index_node, size, r->addr);
+    /* sets r's size and tag (the node's key overlays them); not before:
+     * kept may be r, and replace finds kept's set by its old tag */
+    free_index_replace(&a->index, &kept->index_node, &r->index_node, size, r->addr, tag);
     if (!with_prev)
         drop_record(a, n); /* only now: replace read its node */
     bool split_now = r->prev || r->next;

@@ -236,16 +236,21 @@ COOP_HOT void free_index_remove(free_index *fi, free_index_node *node)
 }
 
 COOP_HOT void free_index_replace(free_index *fi, free_index_node *old, free_index_node *node,
-                                 uint64_t size, uintptr_t addr)
+                                 uint64_t size, uintptr_t addr, coop_stream stream)
 {
     free_index_set *set = find_set(fi, old->stream);
     unsigned old_bin = bin_of(old->size), bin = bin_of(size);
     treap_remove(&set->bins[old_bin], old);
     if (!set->bins[old_bin])
         bin_mark(set, old_bin, false);
+    if (stream != set->stream) { /* a merge that retags: the node moves to stream's set */
+        set->count--;
+        set = find_set(fi, stream);
+        set->count++;
+    }
     node->size = size;
     node->addr = addr;
-    node->stream = set->stream;
+    node->stream = stream;
     if (!set->bins[bin])
         bin_mark(set, bin, true);
     treap_insert(&set->bins[bin], node);

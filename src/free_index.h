@@ -85,11 +85,13 @@ coop_status free_index_reserve(free_index *fi, coop_stream stream);
 void free_index_insert(free_index *fi, free_index_node *node, uint64_t size, uintptr_t addr,
                        coop_stream stream);
 void free_index_remove(free_index *fi, free_index_node *node);
-/* Removes old and inserts node keyed (size, addr) in old's stream's set:
- * what a split does to the block it cuts (the free part replaces it), with
- * one set lookup and the counts unchanged. node may be old itself. */
+/* Removes old and inserts node keyed (size, addr) in stream's set (which
+ * must exist, as for free_index_insert): what a split does to the block it
+ * cuts (the free part replaces it) and a merge to the neighbour it keeps,
+ * with one set lookup when the tag stays and the total count unchanged.
+ * node may be old itself. */
 void free_index_replace(free_index *fi, free_index_node *old, free_index_node *node, uint64_t size,
-                        uintptr_t addr);
+                        uintptr_t addr, coop_stream stream);
 
 /* Smallest (size, addr) >= (size, 0) among stream's set and the any set;
  * NULL if none fits. */

@@ -88,14 +88,20 @@ static void test_random_against_model(void **state)
     for (int op = 0; op < 60000; op++) {
         int i = rand() % N, j = rand() % N;
         if (present[i] && rand() % 3 == 0) {
-            /* replace, as a split does: by another node (its own address)
-             * or by itself with a new size, in i's stream */
+            /* replace, as a split or a merge does: by another node (its own
+             * address) or by itself with a new size, in i's stream or, a
+             * time in four, another (a merge that retags) */
             uint64_t size = (uint64_t)(1 + rand() % 64) << (9 + rand() % 22);
+            coop_stream s = nodes[i].stream;
+            if (rand() % 4 == 0)
+                s = rand() % 4 == 3 ? ANY : (coop_stream)(rand() % 3);
             if (present[j] || j == i) {
-                free_index_replace(&fi, &nodes[i], &nodes[i], size, nodes[i].addr);
+                free_index_replace(&fi, &nodes[i], &nodes[i], size, nodes[i].addr, s);
+                assert_int_equal(nodes[i].stream, s);
             } else {
-                free_index_replace(&fi, &nodes[i], &nodes[j], size, 0x100000 + (uintptr_t)j * 512);
-                assert_int_equal(nodes[j].stream, nodes[i].stream);
+                free_index_replace(&fi, &nodes[i], &nodes[j], size, 0x100000 + (uintptr_t)j * 512,
+                                   s);
+                assert_int_equal(nodes[j].stream, s);
                 present[i] = false;
                 present[j] = true;
             }
