@@ -9,8 +9,10 @@
  * cost on tv_densenet121 at 0.3, where c_eq (coop-eq) thrashes and coop
  * completes (docs/remat.md, section 2); and the remat API driven by the
  * resnet32 log deciding as the simulator (coop sim --engine lib, coop,
- * coop-eq and dtr at 0.9 to 0.3). Exits 77 (skip) when the shared
- * workloads are absent.
+ * coop-eq and dtr at 0.9 to 0.3); and c_comp's component labels checked
+ * against a fresh walk at every evaluation (tv_densenet121 at 0.3, coop
+ * and coop-cow; lstm at 0.32, coop). Exits 77 (skip) when the shared workloads are
+ * absent.
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@
     "/shared/workloads/dtr-logs/resnet32-56-9000000000.0-2020-10-1-13-3-30-default.log.gz"
 
 #define DENSE_NAME "tv_densenet121-84-10000000000.0-2020-10-1-13-41-18-default.log.gz"
+#define LSTM_NAME "lstm-128-11000000000.0-2020-10-1-16-38-52-default.log.gz"
 
 /* The shared folder sits beside the checkout (main) or beside the worktrees'
  * parent (/work/wt/NAME). */
@@ -107,6 +110,38 @@ static int check_component_cost(const sim_program *p)
     return !ok;
 }
 
+/* coop's component labels (sim_policy.c: a component walked is answered
+ * by its label until an eviction, rematerialization or new tensor changes
+ * it) give what a fresh walk gives at every c_comp evaluation of the run,
+ * and the runs checked decide as unchecked ones. 1 on a difference, or if
+ * no evaluation was checked. */
+static int check_component_labels(const char *name, const sim_program *p, double ratio,
+                                  int num_policies)
+{
+    const char *policies[] = {"coop", "coop-cow"};
+    uint64_t arena_peak = sim_peak(p, SIM_MEMORY_ARENA);
+    int failed = 0;
+    for (int i = 0; i < num_policies; i++) {
+        sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+        if (sim_options_parse_policy(policies[i], &opt))
+            return 1;
+        sim_outcome plain = sim_run(p, arena_peak, &opt, ratio);
+        opt.check_components = 1;
+        sim_outcome checked = sim_run(p, arena_peak, &opt, ratio);
+        int ok = checked.comp_checks > 0 && checked.comp_mismatches == 0 &&
+                 checked.result == plain.result && checked.overhead == plain.overhead &&
+                 checked.evictions == plain.evictions && checked.eq_walks == plain.eq_walks;
+        printf("%s %s %s arena %.2f: %llu c_comp evaluations checked against fresh walks, %llu "
+               "differ; %s %.4f/%llu\n",
+               ok ? "PASS" : "FAIL", name, policies[i], ratio,
+               (unsigned long long)checked.comp_checks, (unsigned long long)checked.comp_mismatches,
+               sim_result_name(checked.result), checked.overhead,
+               (unsigned long long)checked.evictions);
+        failed |= !ok;
+    }
+    return failed;
+}
+
 /* The remat API driven by the log (coop sim --engine lib) decides exactly
  * as the simulator's arena model on resnet32: coop, coop-eq and dtr at
  * 0.9, 0.7, 0.5 and 0.3, the same result, evictions, recomputations and
@@ -184,7 +219,19 @@ int main(void)
         failed |= compare_walks("tv_densenet121", &d);
         failed |= compare_eq_cache("tv_densenet121", &d);
         failed |= check_component_cost(&d);
+        failed |= check_component_labels("tv_densenet121", &d, 0.3, 2);
         sim_program_free(&d);
+    }
+    /* lstm: recomputations cut its components in most searches below 0.4
+     * (coop alone: coop-cow's run checks 66,000 evaluations, seconds) */
+    char lstm[4096];
+    snprintf(lstm, sizeof lstm, "%.*s%s", (int)(strrchr(path, '/') - path + 1), path, LSTM_NAME);
+    sim_program l;
+    if (sim_program_load(lstm, &l)) {
+        printf("SKIP lstm component labels: %s\n", coop_last_error());
+    } else {
+        failed |= check_component_labels("lstm", &l, 0.32, 1);
+        sim_program_free(&l);
     }
     sim_program_free(&p);
     return failed;

@@ -30,7 +30,6 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
     if (r->cfg.cheap_threshold == 0)
         r->cfg.cheap_threshold = DEFAULT_CHEAP_THRESHOLD;
     r->clock = 1;
-    r->comp_epoch = 1; /* records start at 0: no component label is current */
     remat_search_index_open(r);
     if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ) {
         /* the window search's arrays (64 bytes a block), pages touched now
@@ -124,8 +123,8 @@ static coop_tensor *new_record(coop_remat *r)
  * t wherever t itself is among inputs: an in-place op that reads its own
  * target (x.mul_(x)) reads the old value, and t must never be its own
  * input (recomputing it would recurse without end). */
-static coop_status set_producer(coop_remat *r, coop_tensor *t, uint64_t cost, void *producer,
-                                coop_tensor *first, coop_tensor *const *inputs, size_t n)
+static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, coop_tensor *first,
+                                coop_tensor *const *inputs, size_t n)
 {
     size_t total = n + (first != NULL);
     coop_tensor **in = total ? malloc(total * sizeof *in) : NULL;
@@ -147,12 +146,22 @@ static coop_status set_producer(coop_remat *r, coop_tensor *t, uint64_t cost, vo
     if (remat_is_evicted(t))
         remat_eq_forget_around(t);
     t->eq_valid = false;
+    /* Components: t is a new record or a resident base (coop_tensor_mutate
+     * accesses it first), first a new record (not evicted) and the inputs
+     * resident (check_resident), so no edge here joins two evicted tensors
+     * and no evicted tensor's cost changes: every label stands. Were t
+     * evicted, its component (losing the old edges, t's cost changing)
+     * and the inputs' (joined to it) would go. */
+    if (remat_is_evicted(t)) {
+        remat_comp_forget(t);
+        for (size_t i = 0; i < total; i++)
+            remat_comp_forget(in[i]);
+    }
     free(t->inputs);
     t->inputs = in;
     t->num_inputs = total;
     if (remat_is_evicted(t))
         remat_eq_forget_around(t);
-    remat_graph_changed(r); /* edges changed: component labels are stale */
     t->cost = cost;
     t->producer = producer;
     return COOP_OK;
@@ -212,7 +221,7 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
         t->size = sizes[made];
         t->flags = flags;
         t->handles = 1;
-        if ((st = set_producer(r, t, cost_ns, producer, NULL, inputs, num_inputs)) ||
+        if ((st = set_producer(t, cost_ns, producer, NULL, inputs, num_inputs)) ||
             (st = remat_alloc(r, t))) {
             t->released = true; /* the record stays in r->all, unreachable */
             break;
@@ -450,8 +459,9 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     b->num_children = b->cap_children = 0;
     redirect(b, old);
     /* b's neighbours now name old: neither is evicted yet, so their c_eq
-     * values stand; old's eviction (in place) forgets their caches */
-    if ((st = set_producer(r, b, cost_ns, producer, old, inputs, num_inputs)))
+     * values and their components stand; old's eviction (in place) forgets
+     * their caches and merges their components */
+    if ((st = set_producer(b, cost_ns, producer, old, inputs, num_inputs)))
         return st;
     touch(r, inputs, num_inputs);
     b->in_place = !r->cfg.copy_on_write;

@@ -16,13 +16,16 @@
 
 #include "remat/remat_internal.h"
 
-void remat_graph_changed(coop_remat *r)
+/* A stamp no tensor carries yet (coop_tensor.comp_stamp); on wrapping,
+ * every label is forgotten. */
+static uint32_t next_comp_stamp(coop_remat *r)
 {
-    if (++r->comp_epoch == 0) { /* wrapped: no label may look current */
+    if (++r->comp_stamp == 0) {
         for (coop_tensor *t = r->all; t; t = t->next_all)
-            t->comp_epoch = 0;
-        r->comp_epoch = 1;
+            t->comp_stamp = 0;
+        r->comp_stamp = 1;
     }
+    return r->comp_stamp;
 }
 
 static uint32_t next_mark(coop_remat *r)
@@ -165,19 +168,23 @@ static int push(coop_remat *r, size_t *len, coop_tensor *t)
 }
 
 /* The summed cost of the component of evicted tensors containing evicted
- * tensor n, walked once per comp_epoch (every member is labelled with n).
- * Out of host memory the walk stops early and the sum is a lower bound. */
+ * tensor n: its label's while valid, else walked and labelled (every member
+ * stamped with a new stamp and n as label). Out of host memory the walk
+ * stops early: the sum is a lower bound, for this evaluation only. */
 static int64_t component_of(coop_remat *r, coop_tensor *n)
 {
-    if (n->comp_epoch == r->comp_epoch)
+    if (remat_comp_label_valid(n))
         return n->comp_label->comp_sum;
     r->comp_walks++;
-    n->comp_epoch = r->comp_epoch;
+    uint32_t stamp = next_comp_stamp(r);
+    n->comp_stamp = stamp;
     n->comp_label = n;
     int64_t sum = 0;
+    bool complete = true;
     size_t len = 0;
     if (push(r, &len, n)) {
         n->comp_sum = (int64_t)n->cost;
+        n->comp_stamp = 0;
         return n->comp_sum;
     }
     while (len) {
@@ -185,15 +192,19 @@ static int64_t component_of(coop_remat *r, coop_tensor *n)
         sum += (int64_t)x->cost;
         for (size_t i = 0; i < remat_num_neighbours(x); i++) {
             coop_tensor *m = remat_neighbour(x, i);
-            if (!remat_is_evicted(m) || m->comp_epoch == r->comp_epoch)
+            if (!remat_is_evicted(m) || m->comp_stamp == stamp)
                 continue;
-            m->comp_epoch = r->comp_epoch;
+            m->comp_stamp = stamp;
             m->comp_label = n;
-            if (push(r, &len, m))
+            if (push(r, &len, m)) {
                 sum += (int64_t)m->cost; /* labelled: count it, leave its neighbours */
+                complete = false;
+            }
         }
     }
     n->comp_sum = sum;
+    if (!complete)
+        n->comp_stamp = 0;
     return sum;
 }
 

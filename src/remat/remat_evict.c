@@ -41,6 +41,7 @@ void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
     r->resident = t;
     r->stats.resident_bytes += t->size;
     if (t->uf != REMAT_NONE) { /* leaves its class: the class loses its cost, is cut */
+        remat_comp_forget(t);  /* and its component may split */
         uf_leave(&r->uf, t->uf, (int64_t)t->cost);
         t->uf = REMAT_NONE;
         remat_eq_forget_around(t); /* t no longer counts in its neighbours' c_eq */
@@ -49,7 +50,6 @@ void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
          * nobody's c_eq: its neighbours' caches stay */
         t->eq_valid = false;
     }
-    remat_graph_changed(r);
 }
 
 void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to)
@@ -73,15 +73,17 @@ void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to)
 /* Evicted tensors adjacent to t (inputs, children) in union-find classes. */
 static void join_evicted_neighbours(coop_remat *r, coop_tensor *t)
 {
-    remat_graph_changed(r);
+    remat_comp_forget(t);      /* no-op: a tensor with a buffer has a stale label */
     remat_eq_forget_around(t); /* t now counts in its neighbours' c_eq */
     t->uf = uf_make(&r->uf, (int64_t)t->cost);
     if (t->uf == REMAT_NONE)
         return; /* out of host memory: no class, counted by no cost */
     for (size_t i = 0; i < remat_num_neighbours(t); i++) {
         coop_tensor *n = remat_neighbour(t, i);
-        if (n != t && remat_is_evicted(n))
+        if (n != t && remat_is_evicted(n)) { /* their components merge with t */
             uf_merge(&r->uf, n->uf, t->uf);
+            remat_comp_forget(n);
+        }
     }
 }
 

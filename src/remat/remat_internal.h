@@ -37,10 +37,12 @@ struct coop_tensor {
     /* its producer is a recomputable in-place op: inputs[0] is its old value
      * (a hidden record), whose buffer a recomputation takes over */
     bool in_place;
-    /* c_comp's components of evicted tensors (remat_cost.c), valid while
-     * comp_epoch is the context's: the component's first-walked tensor
-     * (comp_label), and at that tensor the component's summed cost */
-    uint32_t comp_epoch;
+    /* c_comp's components of evicted tensors (remat_cost.c): the walk that
+     * found it stamped it comp_stamp (0: never) with the component's first-
+     * walked tensor, comp_label. Valid while that label still carries the
+     * same stamp (remat_comp_label_valid); the label's comp_sum is then
+     * the component's summed cost. */
+    uint32_t comp_stamp;
     coop_tensor *comp_label;
     int64_t comp_sum;
     uint32_t mark; /* traversal stamp (coop_remat.mark_epoch) */
@@ -94,12 +96,11 @@ struct coop_remat {
     coop_tensor **dirty;
     size_t num_dirty, cap_dirty;
     uint64_t resident_seq; /* made resident so far */
-    uint32_t comp_epoch;   /* advances whenever the set of evicted tensors or the
-                            * graph changes (coop_tensor.comp_epoch) */
+    uint32_t comp_stamp;   /* the last component walk's (coop_tensor.comp_stamp) */
     uint32_t mark_epoch;
     coop_tensor **stack; /* traversal stack of the component walks */
     size_t cap_stack;
-    uint64_t comp_walks; /* components walked (each at most once per comp_epoch) */
+    uint64_t comp_walks; /* components walked (each again only once forgotten) */
     coop_remat_stats stats;
 };
 
@@ -126,9 +127,24 @@ static inline coop_tensor *remat_neighbour(const coop_tensor *t, size_t i)
 
 /* ---- remat_cost.c ---- */
 
-/* Starts a new epoch of c_comp's component labels: call whenever the set
- * of evicted tensors or the graph's edges change. */
-void remat_graph_changed(coop_remat *r);
+/* Whether t's component label is current: t was stamped by the walk whose
+ * stamp its label still carries. Every walk takes a new stamp, so members
+ * a later walk did not reach (a split component) stay stale even when
+ * their label heads a new component. */
+static inline bool remat_comp_label_valid(const coop_tensor *t)
+{
+    return t->comp_stamp && t->comp_stamp == t->comp_label->comp_stamp;
+}
+/* Forgets the label of evicted tensor t's component (every member then
+ * stale): call when the component changes, i.e. t is rematerialized (the
+ * component may split), a neighbour of t is evicted (components merge), or
+ * t's cost or edges change. A stale t is left alone: its label may head
+ * another component by now. */
+static inline void remat_comp_forget(coop_tensor *t)
+{
+    if (remat_comp_label_valid(t))
+        t->comp_label->comp_stamp = 0;
+}
 /* c_eq (ns): t's cost plus its evicted neighbours' distinct union-find
  * classes (DTR-eq). From t's cached class roots when still valid (O(roots)
  * instead of a walk over its neighbours with a uf_find each), else by a
@@ -163,8 +179,9 @@ void remat_eq_forget_around(coop_tensor *t);
 /* c_comp (ns): t's cost plus the cost of the evicted tensors connected to t
  * through evicted tensors. Equal to c_eq where none of t's neighbour
  * classes has had a member rematerialized (uf_is_cut), and then answered
- * by it; otherwise each evicted component is walked at most once per
- * epoch (remat_graph_changed), so one window search walks none twice. */
+ * by it; otherwise each evicted component walked is labelled and answered
+ * by its label until remat_comp_forget is called for one of its members,
+ * so one window search walks none twice. */
 int64_t remat_component_compute(coop_remat *r, coop_tensor *t);
 
 /* ---- remat_search_index.c ---- */

@@ -86,6 +86,7 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
         .window_cost = opt->window_cost,
         .plain_window_walk = opt->plain_window_walk != 0,
         .eq_cache = !opt->no_eq_cache,
+        .check_components = opt->check_components != 0,
         .budget = out.budget,
         .remat_limit = limit,
     };
@@ -102,6 +103,8 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
     out.blocks_visited = st.blocks_visited;
     out.eq_walks = st.eq_walks;
     out.eq_neighbours = st.eq_neighbours;
+    out.comp_checks = st.comp_checks;
+    out.comp_mismatches = st.comp_mismatches;
     out.frag_at_evict = st.searches ? st.frag_sum / (double)st.searches : 0.0;
     sim_search_percentiles(st.search_ns, st.searches, &out.search_ns_p50, &out.search_ns_p99);
     sim_stats_free(&st);

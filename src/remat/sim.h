@@ -27,6 +27,8 @@ typedef struct sim_options {
     int no_eq_cache;       /* dtr and coop: recompute c_eq by walking the
                             * neighbours at every evaluation (same values; 0
                             * default: cached class roots, see sim_runtime.h) */
+    int check_components;  /* coop (tests): compare every c_comp walk-free answer
+                            * with a fresh walk (sim_outcome.comp_mismatches) */
 } sim_options;
 
 /* Options with the policy's defaults. */
@@ -51,7 +53,10 @@ typedef struct sim_outcome {
     uint64_t blocks_visited; /* coop in the arena: blocks its window searches visited */
     uint64_t eq_walks;       /* c_eq evaluations that walked the neighbours */
     uint64_t eq_neighbours;  /* neighbours those walks visited */
-    double frag_at_evict;    /* mean free bytes / budget at eviction searches */
+    /* with check_components: c_comp evaluations checked, and those whose
+     * component labels disagreed with a fresh walk (a stale label: a bug) */
+    uint64_t comp_checks, comp_mismatches;
+    double frag_at_evict; /* mean free bytes / budget at eviction searches */
     uint64_t search_ns_p50, search_ns_p99;
 } sim_outcome;
 

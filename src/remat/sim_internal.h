@@ -78,14 +78,36 @@ static inline bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out
 }
 
 /* c_comp: s's compute plus the compute of the evicted storages connected
- * to s through evicted storages (neighbours as for c_eq, both directions),
- * found by a walk at each call. What c_eq approximates with union-find
- * classes, exactly: classes never split, so once a class has absorbed a
- * region its value stays attached to storages that a rematerialization has
- * since cut off from it; c_comp <= c_eq. The walk is needed only where one
- * of s's neighbours' classes had a member rematerialized (uf_is_cut);
- * otherwise c_comp is c_eq (cached). */
+ * to s through evicted storages (neighbours as for c_eq, both directions).
+ * What c_eq approximates with union-find classes, exactly: classes never
+ * split, so once a class has absorbed a region its value stays attached to
+ * storages that a rematerialization has since cut off from it; c_comp <=
+ * c_eq. The walk is needed only where one of s's neighbours' classes had a
+ * member rematerialized (uf_is_cut); otherwise c_comp is c_eq (cached).
+ * Each component walked is labelled, and the label answers until
+ * sim_comp_forget is called for one of its members. */
 int64_t sim_component_compute(sim_runtime *rt, uint32_t s);
+
+/* Whether s's component label is current: s was stamped by the walk whose
+ * stamp its label still carries. Every walk takes a new stamp, so members a
+ * later walk did not reach (a split component) stay stale even when their
+ * label heads a new component. */
+static inline bool sim_comp_label_valid(const sim_runtime *rt, const rt_storage *r)
+{
+    return r->comp_stamp && r->comp_stamp == rt->storages[r->comp_label].comp_stamp;
+}
+
+/* Forgets the label of evicted storage s's component (every member then
+ * stale): call when the component changes, i.e. s is rematerialized (the
+ * component may split), a neighbour of s is evicted (components merge),
+ * s's compute changes, or s gains an evicted neighbour. A stale s is left
+ * alone: its label may head another component by now. */
+static inline void sim_comp_forget(sim_runtime *rt, uint32_t s)
+{
+    rt_storage *r = &rt->storages[s];
+    if (sim_comp_label_valid(rt, r))
+        rt->storages[r->comp_label].comp_stamp = 0;
+}
 
 /* c_live, coop-live's window cost (coop's with c_live for c_comp, the same
  * weight, coop_cost.h; a candidate, not the default): s's compute, plus

@@ -143,22 +143,38 @@ bool sim_classes_uncut(const sim_runtime *rt, uint32_t s)
     return true;
 }
 
+/* A stamp no storage carries yet (rt_storage.comp_stamp); on wrapping,
+ * every label is forgotten. */
+static uint32_t next_comp_stamp(sim_runtime *rt)
+{
+    if (++rt->comp_stamp == 0) {
+        for (uint32_t i = 0; i < rt->prog->num_storages; i++)
+            rt->storages[i].comp_stamp = 0;
+        rt->comp_stamp = 1;
+    }
+    return rt->comp_stamp;
+}
+
 /* The summed compute of the component of evicted storages that contains
- * evicted storage n, walking it once per comp_epoch (every storage of it
- * is labelled with n). */
+ * evicted storage n: its label's while valid, else walked and labelled
+ * (every storage of it stamped with a new stamp and n as label). */
 static int64_t component_of(sim_runtime *rt, uint32_t n)
 {
     rt_storage *first = &rt->storages[n];
-    if (first->comp_epoch == rt->comp_epoch)
+    if (sim_comp_label_valid(rt, first))
         return rt->storages[first->comp_label].comp_sum;
     rt->stats.eq_walks++;
+    uint32_t stamp = next_comp_stamp(rt);
     int64_t sum = 0;
-    first->comp_epoch = rt->comp_epoch;
+    bool complete = true;
+    first->comp_stamp = stamp;
     first->comp_label = n;
     rt->stack_len = 0;
-    if (push(rt, n))
-        return (int64_t)first->compute; /* out of host memory: the rest is not counted */
-    while (rt->stack_len) {
+    if (push(rt, n)) {
+        sum = (int64_t)first->compute;
+        complete = false;
+    }
+    while (rt->stack_len && complete) {
         uint32_t x = rt->stack[--rt->stack_len];
         sum += (int64_t)rt->storages[x].compute;
         sim_neighbours it = sim_neighbours_of(rt, x);
@@ -166,16 +182,53 @@ static int64_t component_of(sim_runtime *rt, uint32_t n)
         while (sim_neighbours_next(&it, &m)) {
             rt_storage *r = &rt->storages[m];
             rt->stats.eq_neighbours++;
-            if (r->material || r->ecn == SIM_NONE || r->comp_epoch == rt->comp_epoch)
+            if (r->material || r->ecn == SIM_NONE || r->comp_stamp == stamp)
                 continue;
-            r->comp_epoch = rt->comp_epoch;
+            r->comp_stamp = stamp;
             r->comp_label = n;
-            if (push(rt, m))
+            if (push(rt, m)) {
+                complete = false;
                 break;
+            }
         }
     }
     first->comp_sum = sum;
+    if (!complete) /* out of host memory: a lower bound, for this evaluation only */
+        first->comp_stamp = 0;
     return sum;
+}
+
+/* c_comp of s by its definition, by a walk that neither reads nor writes
+ * component labels (cfg.check_components compares it with the labels'). */
+static int64_t component_walked(sim_runtime *rt, uint32_t s)
+{
+    uint32_t seen = next_mark(rt);
+    int64_t compute = (int64_t)rt->storages[s].compute;
+    rt->stack_len = 0;
+    sim_neighbours it = sim_neighbours_of(rt, s);
+    uint32_t n;
+    while (sim_neighbours_next(&it, &n)) {
+        rt_storage *r = &rt->storages[n];
+        if (r->material || r->ecn == SIM_NONE || r->mark == seen)
+            continue;
+        r->mark = seen;
+        compute += (int64_t)r->compute;
+        if (push(rt, n))
+            return -1; /* out of host memory: counted as a mismatch */
+    }
+    while (rt->stack_len) {
+        sim_neighbours around = sim_neighbours_of(rt, rt->stack[--rt->stack_len]);
+        while (sim_neighbours_next(&around, &n)) {
+            rt_storage *r = &rt->storages[n];
+            if (r->material || r->ecn == SIM_NONE || r->mark == seen)
+                continue;
+            r->mark = seen;
+            compute += (int64_t)r->compute;
+            if (push(rt, n))
+                return -1;
+        }
+    }
+    return compute;
 }
 
 int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
@@ -199,6 +252,10 @@ int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
             continue;
         label->mark = mark;
         compute += sum;
+    }
+    if (rt->cfg.check_components) {
+        rt->stats.comp_checks++;
+        rt->stats.comp_mismatches += compute != component_walked(rt, s);
     }
     return compute;
 }

@@ -127,14 +127,15 @@ int sim_mark_evicted(sim_runtime *rt, uint32_t s)
     const sim_program *p = rt->prog;
     rt_storage *r = &rt->storages[s];
     r->material = false;
-    rt->comp_epoch++;
+    sim_comp_forget(rt, s); /* no-op: a material storage's label is stale */
     pool_remove(rt, s);
     for (uint32_t k = 0; k < r->num_created; k++)
         rt->defined[p->storage_tensors[p->storages[s].first_tensor + k]] = false;
     if (!rt->uses_eq)
         return 0;
     /* simrd RuntimeV2Optimized._evict: a class of its own, merged with the
-     * classes of its evicted neighbours */
+     * classes of its evicted neighbours. Their components merge with s
+     * into one: their labels go (components not next to s are unchanged) */
     r->ecn = uf_make(&rt->uf, (int64_t)r->compute);
     if (r->ecn == SIM_NONE)
         return -1;
@@ -144,8 +145,10 @@ int sim_mark_evicted(sim_runtime *rt, uint32_t s)
     while (sim_neighbours_next(&it, &n)) {
         rt_storage *q = &rt->storages[n];
         q->eq_valid = false; /* s now counts in its c_eq */
-        if (!q->material && n != s && q->ecn != SIM_NONE)
+        if (!q->material && n != s && q->ecn != SIM_NONE) {
             uf_merge(&rt->uf, q->ecn, r->ecn);
+            sim_comp_forget(rt, n);
+        }
     }
     return 0;
 }
@@ -320,8 +323,10 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
                     rt->align > 1 ? footprint(rt, p->tensors[u].storage) : p->tensors[u].size;
             continue;
         }
+        /* an evicted storage back: its component may split (a storage
+         * never evicted, ecn SIM_NONE, was in none) */
+        sim_comp_forget(rt, p->tensors[u].storage);
         rt->storages[p->tensors[u].storage].material = true;
-        rt->comp_epoch++;
         rt->defined[u] = true;
     }
     /* simrd order: siblings first, then t */
@@ -415,6 +420,26 @@ static void forget_around_new_tensors(sim_runtime *rt, const sim_op *op)
         rt->storages[p->tensors[p->inputs[op->first_input + i]].storage].eq_valid = false;
 }
 
+/* The op's new tensors add edges between their storages and the inputs'
+ * storages, and add the op's cost to their storages' compute. Where an
+ * output's storage is evicted (a view of an evicted storage), its component
+ * changes (compute) and may merge with evicted inputs' components: all
+ * their labels go. An output storage not evicted is in no component, and
+ * edges to it join none: nothing changes (its eviction will merge). */
+static void forget_components_of_new_tensors(sim_runtime *rt, const sim_op *op)
+{
+    const sim_program *p = rt->prog;
+    for (uint32_t i = 0; i < op->num_outputs; i++) {
+        uint32_t s = p->tensors[op->first_output + i].storage;
+        const rt_storage *r = &rt->storages[s];
+        if (r->material || r->ecn == SIM_NONE)
+            continue;
+        sim_comp_forget(rt, s);
+        for (uint32_t k = 0; k < op->num_inputs; k++)
+            sim_comp_forget(rt, p->tensors[p->inputs[op->first_input + k]].storage);
+    }
+}
+
 /* simrd compute(): creates an op's tensors and materializes them. */
 static sim_result run_compute(sim_runtime *rt, uint32_t op_id)
 {
@@ -437,7 +462,7 @@ static sim_result run_compute(sim_runtime *rt, uint32_t op_id)
         rt->tensor_refs[t] = 1;
     }
     rt->num_created_tensors = op->first_output + op->num_outputs;
-    rt->comp_epoch++;
+    forget_components_of_new_tensors(rt, op);
     if (rt->uses_eq)
         forget_around_new_tensors(rt, op);
     sim_result res = materialize(rt, op->first_output, false);
@@ -520,8 +545,7 @@ static int runtime_init(sim_runtime *rt, const sim_program *prog, const sim_conf
                         .budget = cfg->budget,
                         .remat_limit = cfg->remat_limit,
                         .align = 1,
-                        .clock = 1,
-                        .comp_epoch = 1};
+                        .clock = 1};
     rt->uses_eq = cfg->policy == SIM_POLICY_DTR || cfg->policy == SIM_POLICY_COOP;
     rt->storages = calloc(prog->num_storages + 1, sizeof *rt->storages);
     rt->defined = calloc(prog->num_tensors + 1, sizeof *rt->defined);

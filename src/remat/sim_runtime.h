@@ -62,6 +62,8 @@ typedef struct sim_config {
     bool plain_window_walk; /* arena coop: walk every block, no breaker index
                              * (same windows, slower: for tests and timing) */
     bool eq_cache;          /* cache c_eq's class roots per storage (same values) */
+    bool check_components;  /* tests: check every c_comp against a fresh walk
+                             * (sim_stats.comp_checks, comp_mismatches) */
     uint64_t budget;        /* bytes; UINT64_MAX = unlimited */
     uint64_t remat_limit;   /* ns of recomputation allowed (thrash beyond) */
 } sim_config;
@@ -78,14 +80,16 @@ typedef struct sim_stats {
     uint64_t remat_ops;     /* ops recomputed */
     uint64_t searches;      /* eviction searches */
     uint64_t heuristic_evals;
-    uint64_t blocks_visited; /* arena coop: blocks the window searches looked at */
-    uint64_t eq_walks;       /* c_eq evaluations that walked the neighbours (cache misses) */
-    uint64_t eq_neighbours;  /* neighbours those walks visited */
-    uint64_t peak_memory;    /* most resident bytes */
-    double frag_sum;         /* sum over searches of free bytes / budget */
-    uint64_t frag_failures;  /* searches although free bytes >= request */
-    uint64_t inplace_ops;    /* mutations that kept their buffer */
-    uint64_t *search_ns;     /* wall clock per search (searches entries) */
+    uint64_t blocks_visited;  /* arena coop: blocks the window searches looked at */
+    uint64_t eq_walks;        /* c_eq evaluations that walked the neighbours (cache misses) */
+    uint64_t eq_neighbours;   /* neighbours those walks visited */
+    uint64_t comp_checks;     /* cfg.check_components: c_comp evaluations checked */
+    uint64_t comp_mismatches; /* and those whose labels gave another value */
+    uint64_t peak_memory;     /* most resident bytes */
+    double frag_sum;          /* sum over searches of free bytes / budget */
+    uint64_t frag_failures;   /* searches although free bytes >= request */
+    uint64_t inplace_ops;     /* mutations that kept their buffer */
+    uint64_t *search_ns;      /* wall clock per search (searches entries) */
     size_t search_ns_cap;
 } sim_stats;
 
@@ -101,10 +105,12 @@ typedef struct rt_storage {
     void *ptr;            /* arena model: the block's address (NULL: none) */
     uint64_t placed;      /* arena model: bytes allocated for it (rounded) */
     uint32_t remats;      /* times its producer was recomputed (coop's window cost) */
-    /* c_comp's components of evicted storages, valid while comp_epoch is
-     * the runtime's: the component's first-walked storage (comp_label),
-     * and at that storage the component's summed compute (comp_sum) */
-    uint32_t comp_epoch, comp_label;
+    /* c_comp's components of evicted storages (sim_policy.c): the walk that
+     * found it stamped it comp_stamp (0: never) with the component's first-
+     * walked storage, comp_label. Valid while that label still carries the
+     * same stamp (sim_comp_label_valid); the label's comp_sum is then the
+     * component's summed compute. */
+    uint32_t comp_stamp, comp_label;
     int64_t comp_sum;
     bool material, pinned;
     bool breaking; /* arena model: its block is in the breaker index */
@@ -148,8 +154,7 @@ typedef struct sim_runtime {
     uint32_t *pool;        /* evictable storages in order; UINT32_MAX = hole */
     uint32_t pool_len, pool_live, pool_cap;
     union_find uf;
-    uint32_t comp_epoch; /* advances whenever the set of evicted storages or the
-                          * graph changes (rt_storage.comp_epoch) */
+    uint32_t comp_stamp; /* the last component walk's stamp (rt_storage.comp_stamp) */
     uint32_t mark_epoch;
     uint32_t *eq_roots; /* storages' cached class roots (rt_storage.eq_first) */
     size_t eq_roots_len, eq_roots_cap;
