@@ -140,7 +140,9 @@ static void live_cost_counts_what_recomputation_needs(void **state)
  * rematerialized (the class keeps a and c, value 50). d's only neighbour is
  * c: c_eq(d) = 5 + 50, but a is cut off from c by the resident b, so
  * c_comp(d) = 5 + 40. e's only neighbour is a: c_eq(e) = 7 + 50, c_comp(e)
- * = 7 + 10. With b evicted again all three are connected: c_comp = c_eq. */
+ * = 7 + 10. With b evicted again all three are connected: c_comp = c_eq;
+ * that component's label then answers d's c_comp until a new tensor on
+ * evicted c (its compute grown) makes the runtime forget it. */
 static void component_cost_ignores_classes_cut_by_rematerialization(void **state)
 {
     (void)state;
@@ -182,6 +184,17 @@ static void component_cost_ignores_classes_cut_by_rematerialization(void **state
     sim_comp_forget(&rt, 3);
     assert_int_equal(sim_component_compute(&rt, 5), 7 + 70);
     assert_int_equal(sim_eq_compute(&rt, 5), 7 + 70);
+    /* the walk labelled a-b-c: d's c_comp reads the label, no walk */
+    assert_false(sim_classes_uncut(&rt, 4)); /* the class stays cut: c_comp walks */
+    uint64_t comp_walks = rt.stats.eq_walks;
+    assert_int_equal(sim_component_compute(&rt, 4), 5 + 70);
+    assert_int_equal(rt.stats.eq_walks, comp_walks + 1); /* c_eq's own walk only */
+    /* h's tensor made again on evicted c (as a view of an evicted storage
+     * adds its op's cost): c's component grows by 3 and its label goes */
+    st[3].compute += 3;
+    assert_int_equal(sim_component_compute(&rt, 4), 5 + 70); /* the label, before */
+    sim_comp_forget_new_tensors(&rt, &p.ops[p.tensors[3].op]);
+    assert_int_equal(sim_component_compute(&rt, 4), 5 + 73);
     uf_free(&rt.uf);
     free(rt.stack);
     sim_program_free(&p);

@@ -97,6 +97,15 @@ static inline bool sim_comp_label_valid(const sim_runtime *rt, const rt_storage 
     return r->comp_stamp && r->comp_stamp == rt->storages[r->comp_label].comp_stamp;
 }
 
+/* Call when op's tensors are created: they add edges between their
+ * storages and the inputs' storages, and the op's cost to their storages'
+ * compute. Where an output's storage is evicted (a view of an evicted
+ * storage), its component changes (compute) and may merge with evicted
+ * inputs' components: all their labels go. An output storage not evicted
+ * is in no component, and edges to it join none: nothing changes (its
+ * eviction will merge). */
+void sim_comp_forget_new_tensors(sim_runtime *rt, const sim_op *op);
+
 /* Forgets the label of evicted storage s's component (every member then
  * stale): call when the component changes, i.e. s is rematerialized (the
  * component may split), a neighbour of s is evicted (components merge),

@@ -420,13 +420,7 @@ static void forget_around_new_tensors(sim_runtime *rt, const sim_op *op)
         rt->storages[p->tensors[p->inputs[op->first_input + i]].storage].eq_valid = false;
 }
 
-/* The op's new tensors add edges between their storages and the inputs'
- * storages, and add the op's cost to their storages' compute. Where an
- * output's storage is evicted (a view of an evicted storage), its component
- * changes (compute) and may merge with evicted inputs' components: all
- * their labels go. An output storage not evicted is in no component, and
- * edges to it join none: nothing changes (its eviction will merge). */
-static void forget_components_of_new_tensors(sim_runtime *rt, const sim_op *op)
+void sim_comp_forget_new_tensors(sim_runtime *rt, const sim_op *op)
 {
     const sim_program *p = rt->prog;
     for (uint32_t i = 0; i < op->num_outputs; i++) {
@@ -462,7 +456,7 @@ static sim_result run_compute(sim_runtime *rt, uint32_t op_id)
         rt->tensor_refs[t] = 1;
     }
     rt->num_created_tensors = op->first_output + op->num_outputs;
-    forget_components_of_new_tensors(rt, op);
+    sim_comp_forget_new_tensors(rt, op);
     if (rt->uses_eq)
         forget_around_new_tensors(rt, op);
     sim_result res = materialize(rt, op->first_output, false);
