@@ -269,6 +269,11 @@ static void a_component_is_walked_once_per_epoch(void **state)
     remat_comp_forget(a); /* as when A's component changes */
     assert_int_equal(remat_component_compute(r, x[3]), 10 + 10);
     assert_int_equal(r->comp_walks, walks + 2);
+    /* no stamp left: every label is forgotten before the evaluation */
+    r->comp_stamp = UINT32_MAX;
+    assert_int_equal(remat_component_compute(r, x[2]), 10 + 10);
+    assert_int_equal(r->comp_walks, walks + 3);
+    assert_int_equal(r->comp_stamp, 1);
 
     /* creating a resident tensor changes no component: the search that
      * places it evaluates all four from the label */

@@ -176,6 +176,12 @@ static void component_cost_ignores_classes_cut_by_rematerialization(void **state
     assert_int_equal(sim_component_compute(&rt, 4), 5 + 40);
     assert_int_equal(sim_eq_compute(&rt, 5), 7 + 50);
     assert_int_equal(sim_component_compute(&rt, 5), 7 + 10);
+    /* resident b between a and c: two components; with too few stamps left
+     * for its two walks the labels start over before it, not halfway */
+    rt.comp_stamp = UINT32_MAX - 1;
+    assert_int_equal(sim_component_compute(&rt, 2), 20 + 10 + 40);
+    assert_int_equal(rt.comp_stamp, 2);
+    assert_int_equal(sim_component_compute(&rt, 4), 5 + 40);
     /* b evicted again: one component a-b-c */
     st[2].material = false;
     st[2].ecn = uf_make(&rt.uf, 20);

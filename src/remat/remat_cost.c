@@ -16,16 +16,18 @@
 
 #include "remat/remat_internal.h"
 
-/* A stamp no tensor carries yet (coop_tensor.comp_stamp); on wrapping,
- * every label is forgotten. */
-static uint32_t next_comp_stamp(coop_remat *r)
+/* Makes room for `walks` new stamps (coop_tensor.comp_stamp) without
+ * wrapping: when too few are left, every label is forgotten and the stamps
+ * start over. Called before an evaluation, never inside one: forgetting the
+ * labels of components it has already counted would let it count one twice
+ * under a second label. */
+static void reserve_comp_stamps(coop_remat *r, size_t walks)
 {
-    if (++r->comp_stamp == 0) {
-        for (coop_tensor *t = r->all; t; t = t->next_all)
-            t->comp_stamp = 0;
-        r->comp_stamp = 1;
-    }
-    return r->comp_stamp;
+    if (walks < UINT32_MAX && r->comp_stamp <= UINT32_MAX - (uint32_t)walks)
+        return;
+    for (coop_tensor *t = r->all; t; t = t->next_all)
+        t->comp_stamp = 0;
+    r->comp_stamp = 0;
 }
 
 static uint32_t next_mark(coop_remat *r)
@@ -176,7 +178,7 @@ static int64_t component_of(coop_remat *r, coop_tensor *n)
     if (remat_comp_label_valid(n))
         return n->comp_label->comp_sum;
     r->comp_walks++;
-    uint32_t stamp = next_comp_stamp(r);
+    uint32_t stamp = ++r->comp_stamp; /* new: reserve_comp_stamps */
     n->comp_stamp = stamp;
     n->comp_label = n;
     int64_t sum = 0;
@@ -215,6 +217,7 @@ int64_t remat_component_compute(coop_remat *r, coop_tensor *t)
         return eq;
     /* t's cost plus its evicted neighbours' distinct components (labels
      * marked as counted) */
+    reserve_comp_stamps(r, remat_num_neighbours(t));
     uint32_t mark = next_mark(r);
     int64_t c = (int64_t)t->cost;
     for (size_t i = 0; i < remat_num_neighbours(t); i++) {

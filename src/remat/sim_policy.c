@@ -143,16 +143,18 @@ bool sim_classes_uncut(const sim_runtime *rt, uint32_t s)
     return true;
 }
 
-/* A stamp no storage carries yet (rt_storage.comp_stamp); on wrapping,
- * every label is forgotten. */
-static uint32_t next_comp_stamp(sim_runtime *rt)
+/* Makes room for `walks` new stamps (rt_storage.comp_stamp) without
+ * wrapping: when too few are left, every label is forgotten and the stamps
+ * start over. Called before an evaluation, never inside one: forgetting the
+ * labels of components it has already counted would let it count one twice
+ * under a second label. */
+static void reserve_comp_stamps(sim_runtime *rt, uint32_t walks)
 {
-    if (++rt->comp_stamp == 0) {
-        for (uint32_t i = 0; i < rt->prog->num_storages; i++)
-            rt->storages[i].comp_stamp = 0;
-        rt->comp_stamp = 1;
-    }
-    return rt->comp_stamp;
+    if (rt->comp_stamp <= UINT32_MAX - walks)
+        return;
+    for (uint32_t i = 0; i < rt->prog->num_storages; i++)
+        rt->storages[i].comp_stamp = 0;
+    rt->comp_stamp = 0;
 }
 
 /* The summed compute of the component of evicted storages that contains
@@ -164,7 +166,7 @@ static int64_t component_of(sim_runtime *rt, uint32_t n)
     if (sim_comp_label_valid(rt, first))
         return rt->storages[first->comp_label].comp_sum;
     rt->stats.eq_walks++;
-    uint32_t stamp = next_comp_stamp(rt);
+    uint32_t stamp = ++rt->comp_stamp; /* new: reserve_comp_stamps */
     int64_t sum = 0;
     bool complete = true;
     first->comp_stamp = stamp;
@@ -238,6 +240,8 @@ int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
         return eq;
     /* s's compute plus its evicted neighbours' distinct components (labels
      * marked as counted) */
+    const sim_program *p = rt->prog;
+    reserve_comp_stamps(rt, p->neighbour_first[s + 1] - p->neighbour_first[s]);
     uint32_t mark = next_mark(rt);
     int64_t compute = (int64_t)rt->storages[s].compute;
     sim_neighbours it = sim_neighbours_of(rt, s);
