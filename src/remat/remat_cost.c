@@ -21,13 +21,17 @@
  * start over. Called before an evaluation, never inside one: forgetting the
  * labels of components it has already counted would let it count one twice
  * under a second label. */
-static void reserve_comp_stamps(coop_remat *r, size_t walks)
+static void restart_comp_stamps(coop_remat *r)
 {
-    if (walks < UINT32_MAX && r->comp_stamp <= UINT32_MAX - (uint32_t)walks)
-        return;
     for (coop_tensor *t = r->all; t; t = t->next_all)
         t->comp_stamp = 0;
     r->comp_stamp = 0;
+}
+
+static inline void reserve_comp_stamps(coop_remat *r, size_t walks)
+{
+    if (walks >= UINT32_MAX || r->comp_stamp > UINT32_MAX - (uint32_t)walks)
+        restart_comp_stamps(r);
 }
 
 static uint32_t next_mark(coop_remat *r)

@@ -148,13 +148,17 @@ bool sim_classes_uncut(const sim_runtime *rt, uint32_t s)
  * start over. Called before an evaluation, never inside one: forgetting the
  * labels of components it has already counted would let it count one twice
  * under a second label. */
-static void reserve_comp_stamps(sim_runtime *rt, uint32_t walks)
+static void restart_comp_stamps(sim_runtime *rt)
 {
-    if (rt->comp_stamp <= UINT32_MAX - walks)
-        return;
     for (uint32_t i = 0; i < rt->prog->num_storages; i++)
         rt->storages[i].comp_stamp = 0;
     rt->comp_stamp = 0;
+}
+
+static inline void reserve_comp_stamps(sim_runtime *rt, uint32_t walks)
+{
+    if (rt->comp_stamp > UINT32_MAX - walks)
+        restart_comp_stamps(rt);
 }
 
 /* The summed compute of the component of evicted storages that contains
