@@ -411,7 +411,9 @@ static void usage(FILE *out)
             "               accesses a pair cannot avoid (map slot, freed record, a\n"
             "               neighbour, two bins' records) over arrays sized as coop's\n"
             "               metadata at each live count, with bookkeeping work after\n"
-            "               each load; its growth is a floor for coop's\n",
+            "               each load; its growth is a floor for coop's. Also over\n"
+            "               32- and 16-byte records with 8-byte slots: the floor\n"
+            "               of a more compact allocator\n",
             BATCH);
 }
 
