@@ -25,6 +25,7 @@
 #include "remat/breaker_index.h"
 #include "remat/coop_cost.h"
 #include "remat/sim_internal.h"
+#include "remat/sim_live.h"
 #include "remat/window.h"
 #include "status.h"
 
@@ -244,7 +245,7 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
  * storage's own compute (c_eq, c_comp, c_live >= c: class values and
  * computes are never negative), or window_cost itself when the storage's
  * c_eq is cached (exact; for coop only where c_comp is that c_eq: no class
- * cut; never for coop-live, whose walks no cache holds). */
+ * cut), or for coop-live its c_live is (sim_live_peek). */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
@@ -263,8 +264,15 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
         }
         return (double)r->compute * weight;
     }
-    if (rt->cfg.window_cost == SIM_WINDOW_LIVE)
+    if (rt->cfg.window_cost == SIM_WINDOW_LIVE) {
+        int64_t live;
+        if (sim_live_peek(rt, storage_of(rt, owner), &live)) {
+            rt->stats.heuristic_evals++;
+            *exact = true;
+            return (double)live * coop_weight(rt, r);
+        }
         return (double)r->compute * coop_weight(rt, r);
+    }
     double stale = (double)staleness(rt, r);
     if (rt->cfg.window_cost != SIM_WINDOW_DTE && sim_eq_cached(rt, storage_of(rt, owner), &eq)) {
         rt->stats.heuristic_evals++;
