@@ -245,7 +245,8 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
  * storage's own compute (c_eq, c_comp, c_live >= c: class values and
  * computes are never negative), or window_cost itself when the storage's
  * c_eq is cached (exact; for coop only where c_comp is that c_eq: no class
- * cut), or for coop-live its c_live is (sim_live_peek). */
+ * cut), or for coop-live its c_live is, or else a c_live invalidated only
+ * by changes that add to it (sim_live_known). */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
@@ -266,12 +267,14 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
     }
     if (rt->cfg.window_cost == SIM_WINDOW_LIVE) {
         int64_t live;
-        if (sim_live_peek(rt, storage_of(rt, owner), &live)) {
+        int known = sim_live_known(rt, storage_of(rt, owner), &live);
+        if (known > 0) {
             rt->stats.heuristic_evals++;
             *exact = true;
-            return (double)live * coop_weight(rt, r);
         }
-        return (double)r->compute * coop_weight(rt, r);
+        if (known < 0 || live < (int64_t)r->compute)
+            live = (int64_t)r->compute;
+        return (double)live * coop_weight(rt, r);
     }
     double stale = (double)staleness(rt, r);
     if (rt->cfg.window_cost != SIM_WINDOW_DTE && sim_eq_cached(rt, storage_of(rt, owner), &eq)) {

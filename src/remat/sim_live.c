@@ -40,10 +40,16 @@ typedef struct live_dep {
 #define LIVE_HELD 2u     /* evicted and held (ref_ext > 0) */
 #define LIVE_SELF 4u     /* the storage walked from (its material state not read) */
 
+/* A value's state: exact; a lower bound (invalidated by changes that only
+ * add to c_live, sim_live_lower); neither. */
+#define LIVE_STALE 0
+#define LIVE_VALID 1
+#define LIVE_LOWER 2
+
 typedef struct sim_live_cache {
     /* per storage */
     int64_t *value;     /* its c_live, where valid */
-    uint8_t *valid;     /* cleared by a change of a dependency */
+    uint8_t *valid;     /* LIVE_VALID, LIVE_LOWER or LIVE_STALE */
     uint32_t *ver;      /* its walks so far: its watchers of older ones are stale */
     uint32_t *head;     /* its list of watchers (LIVE_NONE: empty) */
     uint32_t *children; /* consumers created of its tensors (a count that moves
@@ -178,7 +184,7 @@ static void start_over(sim_runtime *rt)
 {
     sim_live_cache *c = rt->live;
     for (uint32_t i = 0; i <= rt->prog->num_storages; i++) {
-        c->valid[i] = 0;
+        c->valid[i] = LIVE_STALE;
         c->ver[i]++;
         c->head[i] = LIVE_NONE;
     }
@@ -189,16 +195,23 @@ static void start_over(sim_runtime *rt)
 
 /* The watchers stay (a value found valid again by deps_hold still depends
  * on s); stale ones (of an older walk) go back to the free list. */
-void sim_live_fire(sim_runtime *rt, uint32_t s)
+/* A value invalidated: still a lower bound where it was one and the change
+ * only adds. */
+static void drop(sim_live_cache *c, uint32_t s, bool shrinks)
+{
+    c->valid[s] = shrinks || c->valid[s] == LIVE_STALE ? LIVE_STALE : LIVE_LOWER;
+}
+
+void sim_live_fire(sim_runtime *rt, uint32_t s, bool shrinks)
 {
     sim_live_cache *c = rt->live;
-    c->valid[s] = 0;
+    drop(c, s, shrinks);
     uint32_t *link = &c->head[s];
     while (*link != LIVE_NONE) {
         uint32_t i = *link;
         live_watcher *e = watcher(c, i);
         if (c->ver[e->s] == e->ver) {
-            c->valid[e->s] = 0;
+            drop(c, e->s, shrinks);
             link = &e->next;
             continue;
         }
@@ -208,12 +221,12 @@ void sim_live_fire(sim_runtime *rt, uint32_t s)
     }
 }
 
-void sim_live_fire_if_evicted(sim_runtime *rt, uint32_t s)
+void sim_live_fire_if_evicted(sim_runtime *rt, uint32_t s, bool shrinks)
 {
     if (rt->storages[s].material)
-        rt->live->valid[s] = 0;
+        drop(rt->live, s, shrinks);
     else
-        sim_live_fire(rt, s);
+        sim_live_fire(rt, s, shrinks);
 }
 
 void sim_live_note_op(sim_runtime *rt, uint32_t op_id)
@@ -221,11 +234,11 @@ void sim_live_note_op(sim_runtime *rt, uint32_t op_id)
     const sim_program *p = rt->prog;
     const sim_op *op = &p->ops[op_id];
     for (uint32_t i = 0; i < op->num_outputs; i++)
-        sim_live_fire_if_evicted(rt, p->tensors[op->first_output + i].storage);
+        sim_live_fire_if_evicted(rt, p->tensors[op->first_output + i].storage, false);
     for (uint32_t i = 0; i < op->num_inputs; i++) {
         uint32_t x = p->tensors[p->inputs[op->first_input + i]].storage;
         rt->live->children[x]++;
-        sim_live_fire_if_evicted(rt, x);
+        sim_live_fire_if_evicted(rt, x, false);
     }
 }
 
@@ -401,27 +414,30 @@ static int region(sim_runtime *rt, uint32_t s, bool forward, bool live_only, boo
     return 0;
 }
 
-bool sim_live_peek(sim_runtime *rt, uint32_t s, int64_t *out)
+int sim_live_known(sim_runtime *rt, uint32_t s, int64_t *out)
 {
     const sim_live_cache *c = rt->live;
-    if (!c || !c->valid[s])
-        return false;
+    if (!c || c->valid[s] == LIVE_STALE)
+        return -1;
     *out = c->value[s];
+    int exact = c->valid[s] == LIVE_VALID;
 #ifdef COOP_SIM_LIVE_CHECK
-    if (sim_live_compute(rt, s) != *out) /* debug builds: walks and compares */
+    /* debug builds: walks (or, where valid, walks and compares) */
+    int64_t walked = sim_live_compute(rt, s);
+    if (exact ? walked != *out : walked < *out)
         abort();
 #endif
-    return true;
+    return exact;
 }
 
 int64_t sim_live_cached(sim_runtime *rt, uint32_t s)
 {
     sim_live_cache *c = rt->live;
-    if (c->valid[s])
+    if (c->valid[s] == LIVE_VALID)
         return c->value[s];
     if (deps_hold(rt, s)) {
         /* the same value, and its watchers still in place */
-        c->valid[s] = 1;
+        c->valid[s] = LIVE_VALID;
         return c->value[s];
     }
     c->ver[s]++; /* the last walk's watchers are stale */
@@ -436,7 +452,7 @@ int64_t sim_live_cached(sim_runtime *rt, uint32_t s)
     int64_t v = (int64_t)rt->storages[s].compute + back + fwd;
     if (record) {
         c->value[s] = v;
-        c->valid[s] = 1;
+        c->valid[s] = LIVE_VALID;
         deps_remember(rt, s);
     } else {
         start_over(rt); /* full (of stale watchers, mostly): all of it goes */

@@ -43,26 +43,33 @@ void sim_live_close(sim_runtime *rt);
  * walked and remembered. Needs rt->live. */
 int64_t sim_live_cached(sim_runtime *rt, uint32_t s);
 
-/* s's c_live without a walk, where its cached value is valid (true). */
-bool sim_live_peek(sim_runtime *rt, uint32_t s, int64_t *out);
+/* What the cache knows of s's c_live without a walk (the window pass's
+ * bound): 1 and *out its c_live where its value is valid; 0 and *out a
+ * lower bound where its invalidated value is one (c_live only grows while
+ * no storage its last walk looked at is rematerialized or released:
+ * evictions, new tensors and consumers, new handles only add to its
+ * regions); -1 where neither. */
+int sim_live_known(sim_runtime *rt, uint32_t s, int64_t *out);
 
-/* Invalidates the values depending on s and s's own value. */
-void sim_live_fire(sim_runtime *rt, uint32_t s);
+/* Invalidates the values depending on s and s's own value; where shrinks
+ * (s rematerialized or released), they stop being lower bounds too. */
+void sim_live_fire(sim_runtime *rt, uint32_t s, bool shrinks);
 /* The same where s is evicted, else only s's own value. */
-void sim_live_fire_if_evicted(sim_runtime *rt, uint32_t s);
+void sim_live_fire_if_evicted(sim_runtime *rt, uint32_t s, bool shrinks);
 
 /* s became material or evicted (the runtime calls it right after the change). */
 static inline void sim_live_flipped(sim_runtime *rt, uint32_t s)
 {
     if (rt->live)
-        sim_live_fire(rt, s);
+        sim_live_fire(rt, s, rt->storages[s].material);
 }
 
-/* s's tensors, compute, handles (ref_ext) or created consumers changed. */
-static inline void sim_live_changed(sim_runtime *rt, uint32_t s)
+/* s's tensors, compute, handles (ref_ext) or created consumers changed;
+ * shrinks where it lost a handle. */
+static inline void sim_live_changed(sim_runtime *rt, uint32_t s, bool shrinks)
 {
     if (rt->live)
-        sim_live_fire_if_evicted(rt, s);
+        sim_live_fire_if_evicted(rt, s, shrinks);
 }
 
 /* Op op's tensors were created (after num_created, compute, ref_ext and

@@ -460,7 +460,7 @@ static sim_result run_release(sim_runtime *rt, uint32_t t)
         return SIM_OK; /* over-release: simrd would assert; ignore */
     r->ref_ext--;
     rt->tensor_refs[t]--;
-    sim_live_changed(rt, s);
+    sim_live_changed(rt, s, true);
     if (r->ref_ext || !r->material)
         return SIM_OK;
     if (rt->baseline) {
@@ -504,7 +504,7 @@ static sim_result run(sim_runtime *rt)
         case SIM_GET:
             rt->tensor_refs[c->arg]++;
             rt->storages[p->tensors[c->arg].storage].ref_ext++;
-            sim_live_changed(rt, p->tensors[c->arg].storage);
+            sim_live_changed(rt, p->tensors[c->arg].storage, false);
             break;
         case SIM_PIN:
             res = run_pin(rt, c->arg);
