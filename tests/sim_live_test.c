@@ -8,8 +8,8 @@
  * fraction, blocks visited. A value left valid after a change it depends on
  * (a missing invalidation) changes a window somewhere on these runs: with
  * the invalidation of storages rematerialized (sim_live_flipped in
- * compute_op) removed, lstm and mobilenet_v2 at 0.4 and unet at 0.5 differ;
- * without the one at evictions, 39 of the 49 runs (docs/remat.md, section
+ * compute_op) removed, 12 of the 49 runs differ (10 without the shared
+ * logs); without the one at evictions, 39 (docs/remat.md, section
  * 2c, "The c_live cache"). Cost evaluations are not compared: with the cache,
  * the window pass's bound reads valid values exactly (counted as
  * evaluations, as coop's cached c_eq is).
