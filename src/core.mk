@@ -71,3 +71,7 @@ tests_arena_pairs_SOURCES = tests/arena_pairs.c
 tests_arena_pairs_CFLAGS = $(TESTCFLAGS)
 tests_arena_pairs_LDADD = libcoop.la -lm
 tests_arena_pairs_LDFLAGS = -static
+
+# coop bench's and its floor's output rows (fields and layouts, never speed)
+TESTS += tests/bench_cli_test.sh
+EXTRA_DIST += tests/bench_cli_test.sh

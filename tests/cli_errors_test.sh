@@ -49,6 +49,13 @@ expect 1 "bad.jsonl:1" $coop sim "$tmp/bad.jsonl"
 expect 2 "'--bogus'" $coop bench --bogus
 expect 2 "--batches wants 1..100000, got 'x'" $coop bench --batches x
 expect 2 "got '-3'" $coop bench --live -3
+# comma lists: an empty item is an error in every command, never skipped
+expect 2 "--live: item 2 of '1000,' is empty" $coop bench --live 1000,
+expect 2 "--live: more than 8 items" $coop bench --live 1,2,3,4,5,6,7,8,9
+expect 2 "--policy: item 2 of 'dtr,,lru' is empty" $coop sim --policy dtr,,lru "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--budget: item 1 of ',0.5' is empty" $coop sim --budget ,0.5 "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--policy: item 1 of '' is empty" $coop replay --policy '' "$traces/unet-train-step.trace.gz"
+expect 2 "--policy: item 2 of 'coop,,torch' is empty" $coop replay --policy coop,,torch "$traces/unet-train-step.trace.gz"
 
 expect 2 "--capacity '12QB' is not a byte count" $coop replay --capacity 12QB "$traces/unet-train-step.trace.gz"
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"

@@ -17,6 +17,11 @@
  * up to the hardware, as for coop. Metadata is advised for huge pages as
  * coop's is (meta.c). The growth of this figure from 1k to 100k is a floor
  * for any allocator that reads those lines on each pair.
+ *
+ * The same skeleton also runs over two smaller layouts (32-byte records and
+ * 8-byte slots; 16-byte records): the growth a more compact allocator could
+ * at best reach on this machine. The table's growth column is each layout's
+ * figure over its own at the first live count.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,13 +38,25 @@
 #define SKELETON_BINS 19456 /* 19 powers of two x 1024 sub-bins */
 #define HUGE_PAGE ((size_t)2 << 20)
 
-typedef struct skel_record {
-    uint64_t link, size, pad[6];
-} skel_record;
+/* A metadata layout: bytes per block record and per address-map slot. A
+ * record holds a link (another record's index) and a size in its first 16
+ * bytes; a 16-byte slot a key and a record index as two words, an 8-byte
+ * slot the same as two 32-bit halves. */
+typedef struct skel_layout {
+    const char *name;
+    size_t record_bytes, slot_bytes;
+} skel_layout;
 
-typedef struct skel_slot {
-    uint64_t key, record;
-} skel_slot;
+/* coop's layout, and two more compact ones no design here reaches (a
+ * best-fit block record with its free-index node, address-order links, size,
+ * address and stream in 32 bytes would need 32-bit links and offsets): how
+ * far from 1.5x would a smaller allocator be? */
+static const skel_layout skel_layouts[] = {
+    {"coop", 64, 16},
+    {"compact", 32, 8},
+    {"minimal", 16, 8},
+};
+#define SKEL_NUM_LAYOUTS (sizeof skel_layouts / sizeof skel_layouts[0])
 
 static uint64_t skel_rng = UINT64_C(88172645463325252);
 
@@ -79,24 +96,108 @@ static inline uint64_t work(uint64_t x, uint64_t v)
     return x;
 }
 
-/* Best of five runs of SKELETON_PAIRS skeleton pairs, ns per pair; -1
- * without host memory. */
-static double skeleton_ns(size_t live)
+/* The record at index i of a table of rb-byte records; its link and size. */
+static inline uint64_t *skel_record(unsigned char *rec, size_t rb, uint64_t i)
 {
-    size_t records = live + live / 5, slots = 1;
+    return (uint64_t *)(rec + i * rb);
+}
+
+/* The record index in slot i of a table of sb-byte slots, and a store of
+ * key to that slot. */
+static inline uint64_t skel_slot_record(const unsigned char *map, size_t sb, uint64_t i)
+{
+    if (sb == 16)
+        return ((const uint64_t *)(map + i * 16))[1];
+    return ((const uint32_t *)(map + i * 8))[1];
+}
+
+static inline void skel_slot_set(unsigned char *map, size_t sb, uint64_t i, uint64_t key,
+                                 uint64_t record)
+{
+    if (sb == 16) {
+        uint64_t *s = (uint64_t *)(map + i * 16);
+        s[0] = key;
+        s[1] = record;
+    } else {
+        uint32_t *s = (uint32_t *)(map + i * 8);
+        s[0] = (uint32_t)key;
+        s[1] = (uint32_t)record;
+    }
+}
+
+/* n skeleton pairs over the tables (rb-byte records, sb-byte slots, slots a
+ * power of two), their draws three per pair; a value that depends on every
+ * load. Inlined into a call per layout with constant rb and sb, so the
+ * offsets are shifts, as in an allocator built for that layout. */
+static inline __attribute__((always_inline)) uint64_t skel_pairs(unsigned char *rec, size_t rb,
+                                                                 unsigned char *map, size_t sb,
+                                                                 size_t slots, const uint64_t *bins,
+                                                                 const uint64_t *draws, size_t n)
+{
+    uint64_t sink = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t *d = &draws[3 * i];
+        uint64_t x = d[0];
+        /* free: slot -> record -> neighbour */
+        uint64_t r = skel_slot_record(map, sb, x & (slots - 1));
+        x = work(x, r);
+        uint64_t link = skel_record(rec, rb, r)[0];
+        x = work(x, link);
+        x = work(x, skel_record(rec, rb, link)[1]);
+        /* malloc: best fit, the remainder's bin, the new map slot */
+        uint64_t root = bins[d[1] % SKELETON_BINS];
+        x = work(x, root);
+        uint64_t fit_size = skel_record(rec, rb, root)[1];
+        x = work(x, fit_size);
+        uint64_t rest_root = bins[(d[2] + fit_size) % SKELETON_BINS];
+        x = work(x, rest_root);
+        x = work(x, skel_record(rec, rb, rest_root)[1]);
+        skel_slot_set(map, sb, (d[2] >> 20) & (slots - 1), i, r);
+        sink += x & 1;
+    }
+    return sink;
+}
+
+static uint64_t skel_run(const skel_layout *l, unsigned char *rec, unsigned char *map, size_t slots,
+                         const uint64_t *bins, const uint64_t *draws, size_t n)
+{
+    if (l->record_bytes == 64)
+        return skel_pairs(rec, 64, map, 16, slots, bins, draws, n);
+    if (l->record_bytes == 32)
+        return skel_pairs(rec, 32, map, 8, slots, bins, draws, n);
+    return skel_pairs(rec, 16, map, 8, slots, bins, draws, n);
+}
+
+/* The address map's slots at a live count: the power of two >= 4 live (its
+ * load kept at or below 1/4, as coop's). */
+static size_t skel_slots(size_t live)
+{
+    size_t slots = 1;
     while (slots < 4 * live)
         slots <<= 1;
-    skel_record *rec = skel_buffer(records * sizeof *rec);
-    skel_slot *map = skel_buffer(slots * sizeof *map);
+    return slots;
+}
+
+/* Best of five runs of SKELETON_PAIRS skeleton pairs in layout l, ns per
+ * pair; -1 without host memory. */
+static double skeleton_ns(size_t live, const skel_layout *l)
+{
+    size_t records = live + live / 5, slots = skel_slots(live);
+    unsigned char *rec = skel_buffer(records * l->record_bytes);
+    unsigned char *map = skel_buffer(slots * l->slot_bytes);
     uint64_t *bins = skel_buffer(SKELETON_BINS * sizeof *bins);
     uint64_t *draws = malloc(3 * SKELETON_PAIRS * sizeof *draws);
     double best = -1;
     if (!rec || !map || !bins || !draws)
         goto out;
-    for (size_t i = 0; i < records; i++)
-        rec[i] = (skel_record){.link = skel_random() % records, .size = skel_random() % records};
+    memset(rec, 0, records * l->record_bytes);
+    for (size_t i = 0; i < records; i++) {
+        uint64_t *r = skel_record(rec, l->record_bytes, i);
+        r[0] = skel_random() % records;
+        r[1] = skel_random() % records;
+    }
     for (size_t i = 0; i < slots; i++)
-        map[i] = (skel_slot){.key = i, .record = skel_random() % records};
+        skel_slot_set(map, l->slot_bytes, i, i, skel_random() % records);
     for (size_t i = 0; i < SKELETON_BINS; i++)
         bins[i] = skel_random() % records;
     for (size_t i = 0; i < 3 * SKELETON_PAIRS; i++)
@@ -104,26 +205,7 @@ static double skeleton_ns(size_t live)
     uint64_t sink = 0;
     for (int run = 0; run < 5; run++) {
         double t0 = skel_now_ns();
-        for (size_t i = 0; i < SKELETON_PAIRS; i++) {
-            const uint64_t *d = &draws[3 * i];
-            uint64_t x = d[0];
-            /* free: slot -> record -> neighbour */
-            const skel_slot *s = &map[x & (slots - 1)];
-            x = work(x, s->record);
-            const skel_record *b = &rec[s->record];
-            x = work(x, b->link);
-            x = work(x, rec[b->link].size);
-            /* malloc: best fit, the remainder's bin, the new map slot */
-            uint64_t root = bins[d[1] % SKELETON_BINS];
-            x = work(x, root);
-            const skel_record *fit = &rec[root];
-            x = work(x, fit->size);
-            uint64_t rest_root = bins[(d[2] + fit->size) % SKELETON_BINS];
-            x = work(x, rest_root);
-            x = work(x, rec[rest_root].size);
-            map[(d[2] >> 20) & (slots - 1)].key = i;
-            sink += x & 1;
-        }
+        sink += skel_run(l, rec, map, slots, bins, draws, SKELETON_PAIRS);
         double ns = (skel_now_ns() - t0) / SKELETON_PAIRS;
         if (best < 0 || ns < best)
             best = ns;
@@ -141,26 +223,32 @@ out:
 int bench_floor_run(const size_t *live, size_t num_live, bool json)
 {
     if (!json)
-        printf("%12s %14s %14s %20s\n", "live_blocks", "records_mb", "map_mb",
-               "skeleton_ns_per_pair");
-    for (size_t k = 0; k < num_live; k++) {
-        size_t slots = 1;
-        while (slots < 4 * live[k])
-            slots <<= 1;
-        double rec_mb = (double)(live[k] + live[k] / 5) * sizeof(skel_record) / 1e6;
-        double map_mb = (double)slots * sizeof(skel_slot) / 1e6;
-        double ns = skeleton_ns(live[k]);
-        if (ns < 0) {
-            fprintf(stderr, "coop bench: out of host memory for the skeleton at %zu live blocks\n",
-                    live[k]);
-            return 1;
+        printf("%12s %8s %8s %8s %11s %8s %20s %8s\n", "live_blocks", "layout", "record_b",
+               "slot_b", "records_mb", "map_mb", "skeleton_ns_per_pair", "growth");
+    for (size_t li = 0; li < SKEL_NUM_LAYOUTS; li++) {
+        const skel_layout *l = &skel_layouts[li];
+        double first = -1;
+        for (size_t k = 0; k < num_live; k++) {
+            double rec_mb = (double)(live[k] + live[k] / 5) * l->record_bytes / 1e6;
+            double map_mb = (double)skel_slots(live[k]) * l->slot_bytes / 1e6;
+            double ns = skeleton_ns(live[k], l);
+            if (ns < 0) {
+                fprintf(stderr,
+                        "coop bench: out of host memory for the skeleton at %zu live blocks\n",
+                        live[k]);
+                return 1;
+            }
+            if (first < 0)
+                first = ns;
+            if (json)
+                printf("{\"live_blocks\": %zu, \"layout\": \"%s\", \"record_bytes\": %zu, "
+                       "\"slot_bytes\": %zu, \"records_mb\": %.2f, \"map_mb\": %.2f, "
+                       "\"skeleton_ns_per_pair\": %.1f}\n",
+                       live[k], l->name, l->record_bytes, l->slot_bytes, rec_mb, map_mb, ns);
+            else
+                printf("%12zu %8s %8zu %8zu %11.2f %8.2f %20.1f %7.2fx\n", live[k], l->name,
+                       l->record_bytes, l->slot_bytes, rec_mb, map_mb, ns, ns / first);
         }
-        if (json)
-            printf("{\"live_blocks\": %zu, \"records_mb\": %.2f, \"map_mb\": %.2f, "
-                   "\"skeleton_ns_per_pair\": %.1f}\n",
-                   live[k], rec_mb, map_mb, ns);
-        else
-            printf("%12zu %14.2f %14.2f %20.1f\n", live[k], rec_mb, map_mb, ns);
     }
     return 0;
 }

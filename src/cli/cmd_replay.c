@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cli_list.h"
 #include "cli/commands.h"
 #include "replay/measure.h"
 #include "replay/policy.h"
@@ -115,33 +116,25 @@ static bool parse_bytes(const char *s, uint64_t *out)
     return true;
 }
 
-/* Splits LIST into choices; false (with a message) on an unknown name. */
+/* Splits LIST into choices; false (with a message) on an unknown name or a
+ * malformed list. */
 static bool parse_policies(const char *list, replay_choice *choices, size_t *count)
 {
     *count = 0;
     char *copy = strdup(list);
-    if (!copy)
-        return false;
-    bool ok = true;
-    for (char *save = NULL, *name = strtok_r(copy, ",", &save); name && ok;
-         name = strtok_r(NULL, ",", &save)) {
-        const replay_policy_ops *ops = replay_policy_find(name);
-        if (!ops && strcmp(name, "recorded")) {
-            fprintf(stderr, "coop replay: unknown policy '%s' (see --help)\n", name);
-            ok = false;
-        } else if (*count == MAX_CHOICES) {
-            fprintf(stderr, "coop replay: too many policies in '%s'\n", list);
+    char *names[MAX_CHOICES];
+    int n = copy ? cli_split_list(copy, names, MAX_CHOICES, "coop replay", "--policy") : -1;
+    bool ok = n > 0;
+    for (int i = 0; i < n && ok; i++) {
+        const replay_policy_ops *ops = replay_policy_find(names[i]);
+        if (!ops && strcmp(names[i], "recorded")) {
+            fprintf(stderr, "coop replay: unknown policy '%s' (see --help)\n", names[i]);
             ok = false;
         } else {
-            choices[*count] = (replay_choice){.name = ops ? ops->name : "recorded", .ops = ops};
-            (*count)++;
+            choices[(*count)++] = (replay_choice){.name = ops ? ops->name : "recorded", .ops = ops};
         }
     }
     free(copy);
-    if (ok && *count == 0) {
-        fprintf(stderr, "coop replay: --policy needs at least one policy\n");
-        ok = false;
-    }
     return ok;
 }
 

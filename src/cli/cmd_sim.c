@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_list.h"
 #include "cli/commands.h"
 #include "remat/sim.h"
 #include "remat/sim_lib.h"
@@ -46,8 +47,9 @@ static void usage(FILE *out)
             "  --plain-walk       coop's window search visits every block instead of skipping\n"
             "                     runs of pinned or locked ones (same results; for timing)\n"
             "  --no-eq-cache      dtr and coop walk a tensor's neighbours at every cost\n"
-            "                     evaluation instead of reusing its cached classes (same\n"
-            "                     results; for timing)\n"
+            "                     evaluation instead of reusing its cached classes, and\n"
+            "                     coop-live walks its regions instead of reusing its\n"
+            "                     cached c_live (same results; for timing)\n"
             "  --engine E         sim: the simulator's own runtime (default); lib: libcoop's\n"
             "                     public remat API (coop_remat_*, coop_tensor_*) driven by\n"
             "                     the log over the arena model's pool (implies --memory\n"
@@ -59,18 +61,6 @@ static void usage(FILE *out)
             "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
             "a tensor's neighbours: dtr, coop) and blocks (blocks coop's window searches\n"
             "visited). Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
-}
-
-/* Splits a comma-separated list in place; returns the count or -1. */
-static int split_list(char *s, char **items)
-{
-    int n = 0;
-    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
-        if (n == MAX_ITEMS)
-            return -1;
-        items[n++] = tok;
-    }
-    return n;
 }
 
 static void print_json(const char *log, const char *policy, const char *memory,
@@ -255,12 +245,12 @@ int cmd_sim(int argc, char **argv)
         return 2;
     }
     char *policy_items[MAX_ITEMS], *budget_items[MAX_ITEMS];
-    int np = split_list(policy_buf, policy_items), nb = split_list(budget_buf, budget_items);
-    if (np <= 0 || nb <= 0) {
-        fprintf(stderr, "coop sim: --policy and --budget take 1 to %d comma-separated items\n",
-                MAX_ITEMS);
+    int np = cli_split_list(policy_buf, policy_items, MAX_ITEMS, "coop sim", "--policy");
+    if (np < 0)
         return 2;
-    }
+    int nb = cli_split_list(budget_buf, budget_items, MAX_ITEMS, "coop sim", "--budget");
+    if (nb < 0)
+        return 2;
     sim_options options[MAX_ITEMS];
     double ratios[MAX_ITEMS];
     for (int i = 0; i < np; i++) {

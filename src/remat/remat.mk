@@ -6,7 +6,8 @@ libcooptools_la_SOURCES += src/trace/dtr_log.h src/trace/reader_dtr.c \
 libcooptools_la_SOURCES += src/remat/sim_program.h src/remat/sim_program.c \
 	src/remat/sim_runtime.h src/remat/sim_runtime.c \
 	src/remat/sim.h src/remat/sim.c src/remat/sim_internal.h src/remat/sim_policy.c \
-	src/remat/sim_arena.c src/remat/sim_lib.h src/remat/sim_lib.c
+	src/remat/sim_arena.c src/remat/sim_lib.h src/remat/sim_lib.c \
+	src/remat/sim_live.h src/remat/sim_live.c
 # libcoop: the remat API (its costs in remat_cost.c; coop's weight, coop_cost.h, shared
 # with the simulator), the window search over the pool's blocks, union-find
 libcoop_la_SOURCES += src/remat/window.h src/remat/window.c \
@@ -20,10 +21,14 @@ coop_SOURCES += src/cli/cmd_sim.c
 if HAVE_CMOCKA
 check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
-	tests/sim_lib_test tests/remat_cache_test
+	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
-	tests/sim_lib_test tests/remat_cache_test
+	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test
+tests_sim_live_test_SOURCES = tests/sim_live_test.c
+tests_sim_live_test_CFLAGS = $(TESTCFLAGS)
+tests_sim_live_test_LDADD = $(TESTLIBS)
+tests_sim_live_test_LDFLAGS = $(TESTLDFLAGS)
 tests_union_find_test_SOURCES = tests/union_find_test.c
 tests_union_find_test_CFLAGS = $(TESTCFLAGS)
 tests_union_find_test_LDADD = $(TESTLIBS)

@@ -25,8 +25,9 @@ typedef struct sim_options {
     int plain_window_walk; /* coop in the arena: walk every block instead of
                             * skipping breaker runs (same windows; 0 default) */
     int no_eq_cache;       /* dtr and coop: recompute c_eq by walking the
-                            * neighbours at every evaluation (same values; 0
-                            * default: cached class roots, see sim_runtime.h) */
+                            * neighbours at every evaluation, coop-live c_live
+                            * by walking its regions (same values; 0 default:
+                            * cached class roots and c_live, see sim_runtime.h) */
     int check_components;  /* coop (tests): compare every c_comp walk-free answer
                             * with a fresh walk (sim_outcome.comp_mismatches) */
 } sim_options;

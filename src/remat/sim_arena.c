@@ -25,6 +25,7 @@
 #include "remat/breaker_index.h"
 #include "remat/coop_cost.h"
 #include "remat/sim_internal.h"
+#include "remat/sim_live.h"
 #include "remat/window.h"
 #include "status.h"
 
@@ -244,7 +245,8 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
  * storage's own compute (c_eq, c_comp, c_live >= c: class values and
  * computes are never negative), or window_cost itself when the storage's
  * c_eq is cached (exact; for coop only where c_comp is that c_eq: no class
- * cut; never for coop-live, whose walks no cache holds). */
+ * cut), or for coop-live its c_live is, or else a c_live invalidated only
+ * by changes that add to it (sim_live_known). */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
@@ -263,8 +265,17 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
         }
         return (double)r->compute * weight;
     }
-    if (rt->cfg.window_cost == SIM_WINDOW_LIVE)
-        return (double)r->compute * coop_weight(rt, r);
+    if (rt->cfg.window_cost == SIM_WINDOW_LIVE) {
+        int64_t live;
+        int known = sim_live_known(rt, storage_of(rt, owner), &live);
+        if (known > 0) {
+            rt->stats.heuristic_evals++;
+            *exact = true;
+        }
+        if (known < 0 || live < (int64_t)r->compute)
+            live = (int64_t)r->compute;
+        return (double)live * coop_weight(rt, r);
+    }
     double stale = (double)staleness(rt, r);
     if (rt->cfg.window_cost != SIM_WINDOW_DTE && sim_eq_cached(rt, storage_of(rt, owner), &eq)) {
         rt->stats.heuristic_evals++;

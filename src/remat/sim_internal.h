@@ -129,8 +129,9 @@ static inline void sim_comp_forget(sim_runtime *rt, uint32_t s)
  * c_comp counts beyond it is evicted storages that neither recomputation
  * needs: released descendants (recomputed only on the way to a held one,
  * whose own cost counts them when it is evicted) and storages connected to
- * s only through a common ancestor or descendant. A walk at each call
- * (docs/remat.md, section 2c, "Why coop loses vgg16 at 0.9"). */
+ * s only through a common ancestor or descendant (docs/remat.md, section
+ * 2c, "Why coop loses vgg16 at 0.9"). With cfg.eq_cache, from s's cached
+ * value while valid (sim_live.h: the same value); else two walks. */
 int64_t sim_live_compute(sim_runtime *rt, uint32_t s);
 
 /* Whether s's evicted neighbours' classes (the roots of s's valid c_eq

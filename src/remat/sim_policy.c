@@ -4,6 +4,7 @@
 
 #include "pool_internal.h"
 #include "remat/sim_internal.h"
+#include "remat/sim_live.h"
 
 static uint32_t next_mark(sim_runtime *rt)
 {
@@ -270,8 +271,19 @@ int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
 
 int64_t sim_live_compute(sim_runtime *rt, uint32_t s)
 {
-    return (int64_t)rt->storages[s].compute + region_compute(rt, s, false, false) +
-           region_compute(rt, s, true, true);
+#ifndef COOP_SIM_LIVE_CHECK
+    if (rt->live)
+        return sim_live_cached(rt, s);
+#endif
+    int64_t walked = (int64_t)rt->storages[s].compute + region_compute(rt, s, false, false) +
+                     region_compute(rt, s, true, true);
+#ifdef COOP_SIM_LIVE_CHECK
+    /* debug builds (-DCOOP_SIM_LIVE_CHECK): the cache against the walk at
+     * every evaluation */
+    if (rt->live && sim_live_cached(rt, s) != walked)
+        abort();
+#endif
+    return walked;
 }
 
 void sim_eq_forget_around(sim_runtime *rt, uint32_t s)

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "remat/sim_internal.h"
+#include "remat/sim_live.h"
 
 #define NONE SIM_NONE
 
@@ -128,6 +129,7 @@ int sim_mark_evicted(sim_runtime *rt, uint32_t s)
     rt_storage *r = &rt->storages[s];
     r->material = false;
     sim_comp_forget(rt, s); /* no-op: a material storage's label is stale */
+    sim_live_flipped(rt, s);
     pool_remove(rt, s);
     for (uint32_t k = 0; k < r->num_created; k++)
         rt->defined[p->storage_tensors[p->storages[s].first_tensor + k]] = false;
@@ -327,6 +329,7 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
          * never evicted, ecn SIM_NONE, was in none) */
         sim_comp_forget(rt, p->tensors[u].storage);
         rt->storages[p->tensors[u].storage].material = true;
+        sim_live_flipped(rt, p->tensors[u].storage);
         rt->defined[u] = true;
     }
     /* simrd order: siblings first, then t */
@@ -457,6 +460,7 @@ static sim_result run_compute(sim_runtime *rt, uint32_t op_id)
     }
     rt->num_created_tensors = op->first_output + op->num_outputs;
     sim_comp_forget_new_tensors(rt, op);
+    sim_live_created(rt, op_id);
     if (rt->uses_eq)
         forget_around_new_tensors(rt, op);
     sim_result res = materialize(rt, op->first_output, false);
@@ -475,11 +479,13 @@ static sim_result run_release(sim_runtime *rt, uint32_t t)
         return SIM_OK; /* over-release: simrd would assert; ignore */
     r->ref_ext--;
     rt->tensor_refs[t]--;
+    sim_live_changed(rt, s, true);
     if (r->ref_ext || !r->material)
         return SIM_OK;
     if (rt->baseline) {
         /* V1 banishing: gone for good, pinned or not */
         r->material = false;
+        sim_live_flipped(rt, s);
         rt->memory -= footprint(rt, s);
         pool_remove(rt, s);
         return SIM_OK;
@@ -517,6 +523,7 @@ static sim_result run(sim_runtime *rt)
         case SIM_GET:
             rt->tensor_refs[c->arg]++;
             rt->storages[p->tensors[c->arg].storage].ref_ext++;
+            sim_live_changed(rt, p->tensors[c->arg].storage, false);
             break;
         case SIM_PIN:
             res = run_pin(rt, c->arg);
@@ -554,12 +561,15 @@ static int runtime_init(sim_runtime *rt, const sim_program *prog, const sim_conf
     rt->stats.base_compute = prog->base_compute;
     if (cfg->arena && sim_arena_open(rt))
         return -1;
+    if (sim_live_open(rt))
+        return -1;
     return 0;
 }
 
 static void runtime_free(sim_runtime *rt)
 {
     sim_arena_close(rt);
+    sim_live_close(rt);
     free(rt->storages);
     free(rt->defined);
     free(rt->tensor_refs);

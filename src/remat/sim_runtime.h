@@ -61,7 +61,8 @@ typedef struct sim_config {
     sim_window_cost window_cost;
     bool plain_window_walk; /* arena coop: walk every block, no breaker index
                              * (same windows, slower: for tests and timing) */
-    bool eq_cache;          /* cache c_eq's class roots per storage (same values) */
+    bool eq_cache;          /* cache c_eq's class roots per storage, and coop-live's
+                             * c_live (sim_live.h) (same values) */
     bool check_components;  /* tests: check every c_comp against a fresh walk
                              * (sim_stats.comp_checks, comp_mismatches) */
     uint64_t budget;        /* bytes; UINT64_MAX = unlimited */
@@ -128,6 +129,7 @@ struct coop_pool;
 struct window_scratch;
 struct breaker_index;
 struct arena_block;
+struct sim_live_cache;
 
 typedef struct sim_runtime {
     const sim_program *prog;
@@ -158,7 +160,8 @@ typedef struct sim_runtime {
     uint32_t mark_epoch;
     uint32_t *eq_roots; /* storages' cached class roots (rt_storage.eq_first) */
     size_t eq_roots_len, eq_roots_cap;
-    uint32_t *stack; /* traversal stack */
+    struct sim_live_cache *live; /* coop-live's c_live cache (sim_live.h), or NULL */
+    uint32_t *stack;             /* traversal stack */
     uint32_t stack_len;
     size_t stack_cap;
     sim_stats stats;
