@@ -77,6 +77,10 @@ static inline bool sim_eq_cached(const sim_runtime *rt, uint32_t s, int64_t *out
     return true;
 }
 
+/* A fresh traversal stamp for rt_storage.mark (every storage's mark reset
+ * when the counter wraps), shared by the walks here and in sim_live.c. */
+uint32_t sim_next_mark(sim_runtime *rt);
+
 /* c_comp: s's compute plus the compute of the evicted storages connected
  * to s through evicted storages (neighbours as for c_eq, both directions).
  * What c_eq approximates with union-find classes, exactly: classes never

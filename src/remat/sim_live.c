@@ -337,19 +337,6 @@ static int watch(sim_runtime *rt, uint32_t x, uint32_t s)
     return 0;
 }
 
-/* The runtime's traversal stamp (rt_storage.mark, next to what the walk
- * reads of the storage: one cache line less per storage than a stamp array
- * of its own), advanced as sim_policy.c's walks advance it. */
-static uint32_t next_mark(sim_runtime *rt)
-{
-    if (++rt->mark_epoch == 0) {
-        for (uint32_t i = 0; i < rt->prog->num_storages; i++)
-            rt->storages[i].mark = 0;
-        rt->mark_epoch = 1;
-    }
-    return rt->mark_epoch;
-}
-
 /* Records x (state d) as a dependency of the current walk; -1 out of host
  * memory. */
 static int depend(sim_live_cache *c, live_dep d)
@@ -370,7 +357,7 @@ static int region(sim_runtime *rt, uint32_t s, bool forward, bool live_only, boo
 {
     sim_live_cache *c = rt->live;
     const sim_program *p = rt->prog;
-    uint32_t stamp = next_mark(rt);
+    uint32_t stamp = sim_next_mark(rt);
     int64_t compute = 0;
     size_t len = 0;
     c->stack[len++] = s; /* stack_cap >= 1 from sim_live_open */

@@ -6,7 +6,7 @@
 #include "remat/sim_internal.h"
 #include "remat/sim_live.h"
 
-static uint32_t next_mark(sim_runtime *rt)
+uint32_t sim_next_mark(sim_runtime *rt)
 {
     if (++rt->mark_epoch == 0) {
         for (uint32_t i = 0; i < rt->prog->num_storages; i++)
@@ -33,7 +33,7 @@ static int push(sim_runtime *rt, uint32_t s)
 static int64_t region_compute(sim_runtime *rt, uint32_t s, bool forward, bool live_only)
 {
     const sim_program *p = rt->prog;
-    uint32_t mark = next_mark(rt);
+    uint32_t mark = sim_next_mark(rt);
     int64_t compute = 0;
     rt->stack_len = 0;
     if (push(rt, s))
@@ -209,22 +209,12 @@ static int64_t component_of(sim_runtime *rt, uint32_t n)
  * component labels (cfg.check_components compares it with the labels'). */
 static int64_t component_walked(sim_runtime *rt, uint32_t s)
 {
-    uint32_t seen = next_mark(rt);
+    uint32_t seen = sim_next_mark(rt);
     int64_t compute = (int64_t)rt->storages[s].compute;
     rt->stack_len = 0;
-    sim_neighbours it = sim_neighbours_of(rt, s);
-    uint32_t n;
-    while (sim_neighbours_next(&it, &n)) {
-        rt_storage *r = &rt->storages[n];
-        if (r->material || r->ecn == SIM_NONE || r->mark == seen)
-            continue;
-        r->mark = seen;
-        compute += (int64_t)r->compute;
-        if (push(rt, n))
-            return -1; /* out of host memory: counted as a mismatch */
-    }
-    while (rt->stack_len) {
-        sim_neighbours around = sim_neighbours_of(rt, rt->stack[--rt->stack_len]);
+    for (uint32_t from = s;; from = rt->stack[--rt->stack_len]) {
+        sim_neighbours around = sim_neighbours_of(rt, from);
+        uint32_t n;
         while (sim_neighbours_next(&around, &n)) {
             rt_storage *r = &rt->storages[n];
             if (r->material || r->ecn == SIM_NONE || r->mark == seen)
@@ -232,10 +222,11 @@ static int64_t component_walked(sim_runtime *rt, uint32_t s)
             r->mark = seen;
             compute += (int64_t)r->compute;
             if (push(rt, n))
-                return -1;
+                return -1; /* out of host memory: counted as a mismatch */
         }
+        if (!rt->stack_len)
+            return compute;
     }
-    return compute;
 }
 
 int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
@@ -247,7 +238,7 @@ int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
      * marked as counted) */
     const sim_program *p = rt->prog;
     reserve_comp_stamps(rt, p->neighbour_first[s + 1] - p->neighbour_first[s]);
-    uint32_t mark = next_mark(rt);
+    uint32_t mark = sim_next_mark(rt);
     int64_t compute = (int64_t)rt->storages[s].compute;
     sim_neighbours it = sim_neighbours_of(rt, s);
     uint32_t n;
