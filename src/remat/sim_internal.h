@@ -36,6 +36,59 @@ static inline bool sim_neighbours_next(sim_neighbours *it, uint32_t *n)
     return true;
 }
 
+/* The storages one step from storage x in a region walk (simrd's Region):
+ * forward, those of the created children of x's created tensors; backward,
+ * those of the inputs of the ops that produced them. A storage may come
+ * more than once; callers mark what they have seen. */
+typedef struct sim_region_step {
+    const sim_program *prog;
+    const uint32_t *tensors; /* x's tensors (storage_tensors), num_tensors created */
+    uint32_t num_tensors, next_tensor;
+    const uint32_t *ids; /* the current tensor's children or its op's inputs */
+    uint32_t num_ids, next_id;
+    uint32_t created; /* tensors created in the run so far (forward: children beyond are not) */
+    bool forward;
+} sim_region_step;
+
+static inline sim_region_step sim_region_step_of(const sim_runtime *rt, uint32_t x, bool forward)
+{
+    const sim_program *p = rt->prog;
+    return (sim_region_step){.prog = p,
+                             .tensors = p->storage_tensors + p->storages[x].first_tensor,
+                             .num_tensors = rt->storages[x].num_created,
+                             .created = rt->num_created_tensors,
+                             .forward = forward};
+}
+
+/* The next storage id in *s; false at the end. */
+static inline bool sim_region_step_next(sim_region_step *it, uint32_t *s)
+{
+    const sim_program *p = it->prog;
+    for (;;) {
+        if (it->next_id < it->num_ids) {
+            uint32_t u = it->ids[it->next_id++];
+            if (it->forward && u >= it->created) {
+                it->next_id = it->num_ids; /* children in creation order: the rest neither */
+                continue;
+            }
+            *s = p->tensors[u].storage;
+            return true;
+        }
+        if (it->next_tensor == it->num_tensors)
+            return false;
+        const sim_tensor *t = &p->tensors[it->tensors[it->next_tensor++]];
+        if (it->forward) {
+            it->ids = p->children + t->first_child;
+            it->num_ids = t->num_children;
+        } else {
+            const sim_op *op = &p->ops[t->op];
+            it->ids = p->inputs + op->first_input;
+            it->num_ids = op->num_inputs;
+        }
+        it->next_id = 0;
+    }
+}
+
 /* ---- runtime (sim_runtime.c) ---- */
 
 /* Marks s evicted (not material, its tensors undefined, out of the pool,

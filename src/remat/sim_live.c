@@ -356,45 +356,34 @@ static int region(sim_runtime *rt, uint32_t s, bool forward, bool live_only, boo
                   int64_t *out)
 {
     sim_live_cache *c = rt->live;
-    const sim_program *p = rt->prog;
     uint32_t stamp = sim_next_mark(rt);
     int64_t compute = 0;
     size_t len = 0;
     c->stack[len++] = s; /* stack_cap >= 1 from sim_live_open */
     rt->storages[s].mark = stamp;
     while (len) {
-        uint32_t x = c->stack[--len];
-        const sim_storage *xs = &p->storages[x];
-        for (uint32_t k = 0; k < rt->storages[x].num_created; k++) {
-            const sim_tensor *t = &p->tensors[p->storage_tensors[xs->first_tensor + k]];
-            const sim_op *op = &p->ops[t->op];
-            uint32_t n = forward ? t->num_children : op->num_inputs;
-            for (uint32_t i = 0; i < n; i++) {
-                uint32_t u =
-                    forward ? p->children[t->first_child + i] : p->inputs[op->first_input + i];
-                if (forward && u >= rt->num_created_tensors)
-                    break;
-                uint32_t us = p->tensors[u].storage;
-                rt_storage *r = &rt->storages[us];
-                if (r->mark == stamp) /* s itself, or looked at already */
-                    continue;
-                r->mark = stamp;
-                if (*record) {
-                    live_dep d = r->material ? (live_dep){us, 0, 0, LIVE_MATERIAL}
-                                             : (live_dep){us, r->num_created, c->children[us],
-                                                          r->ref_ext ? LIVE_HELD : 0};
-                    if (watch(rt, us, s) || depend(c, d))
-                        *record = false;
-                }
-                if (r->material)
-                    continue;
-                if (!live_only || r->ref_ext)
-                    compute += (int64_t)r->compute;
-                if (len == c->stack_cap &&
-                    sim_grow((void **)&c->stack, &c->stack_cap, len + 1, sizeof *c->stack))
-                    return -1;
-                c->stack[len++] = us;
+        sim_region_step step = sim_region_step_of(rt, c->stack[--len], forward);
+        uint32_t us;
+        while (sim_region_step_next(&step, &us)) {
+            rt_storage *r = &rt->storages[us];
+            if (r->mark == stamp) /* s itself, or looked at already */
+                continue;
+            r->mark = stamp;
+            if (*record) {
+                live_dep d = r->material ? (live_dep){us, 0, 0, LIVE_MATERIAL}
+                                         : (live_dep){us, r->num_created, c->children[us],
+                                                      r->ref_ext ? LIVE_HELD : 0};
+                if (watch(rt, us, s) || depend(c, d))
+                    *record = false;
             }
+            if (r->material)
+                continue;
+            if (!live_only || r->ref_ext)
+                compute += (int64_t)r->compute;
+            if (len == c->stack_cap &&
+                sim_grow((void **)&c->stack, &c->stack_cap, len + 1, sizeof *c->stack))
+                return -1;
+            c->stack[len++] = us;
         }
     }
     *out = compute;

@@ -32,34 +32,23 @@ static int push(sim_runtime *rt, uint32_t s)
  * (sim_live_compute). */
 static int64_t region_compute(sim_runtime *rt, uint32_t s, bool forward, bool live_only)
 {
-    const sim_program *p = rt->prog;
     uint32_t mark = sim_next_mark(rt);
     int64_t compute = 0;
     rt->stack_len = 0;
     if (push(rt, s))
         return 0;
     while (rt->stack_len) {
-        uint32_t x = rt->stack[--rt->stack_len];
-        const sim_storage *xs = &p->storages[x];
-        for (uint32_t k = 0; k < rt->storages[x].num_created; k++) {
-            const sim_tensor *t = &p->tensors[p->storage_tensors[xs->first_tensor + k]];
-            const sim_op *op = &p->ops[t->op];
-            uint32_t n = forward ? t->num_children : op->num_inputs;
-            for (uint32_t i = 0; i < n; i++) {
-                uint32_t u =
-                    forward ? p->children[t->first_child + i] : p->inputs[op->first_input + i];
-                if (forward && u >= rt->num_created_tensors)
-                    break;
-                uint32_t us = p->tensors[u].storage;
-                rt_storage *r = &rt->storages[us];
-                if (r->material || us == s || r->mark == mark)
-                    continue;
-                r->mark = mark;
-                if (!live_only || r->ref_ext)
-                    compute += (int64_t)r->compute;
-                if (push(rt, us))
-                    return compute;
-            }
+        sim_region_step step = sim_region_step_of(rt, rt->stack[--rt->stack_len], forward);
+        uint32_t us;
+        while (sim_region_step_next(&step, &us)) {
+            rt_storage *r = &rt->storages[us];
+            if (r->material || us == s || r->mark == mark)
+                continue;
+            r->mark = mark;
+            if (!live_only || r->ref_ext)
+                compute += (int64_t)r->compute;
+            if (push(rt, us))
+                return compute;
         }
     }
     return compute;
