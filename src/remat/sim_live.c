@@ -21,11 +21,15 @@
 /* dependencies one value may keep (more: the value is only watched) */
 #define LIVE_MAX_DEPS_ONE 4096u
 
-/* "The value cached for storage s by its walk number ver depends on me":
- * stale once s walked again. */
+/* "The value cached for storage s by its walk number ver depends on me, as
+ * its dependency number dep": stale once s walked again. dep's LIVE_DIFFERS
+ * bit: my state differed from what that dependency recorded when I last
+ * changed (counted in sim_live_cache.differ[s]). */
 typedef struct live_watcher {
-    uint32_t s, ver, next;
+    uint32_t s, ver, next, dep;
 } live_watcher;
+
+#define LIVE_DIFFERS 0x80000000u
 
 /* What a walk read of a storage it looked at: enough to tell whether a walk
  * now would read the same, and so give the same value. */
@@ -36,9 +40,10 @@ typedef struct live_dep {
     uint32_t bits;        /* LIVE_MATERIAL, LIVE_HELD, LIVE_SELF */
 } live_dep;
 
-#define LIVE_MATERIAL 1u /* material: the walk stopped there (nothing else read) */
-#define LIVE_HELD 2u     /* evicted and held (ref_ext > 0) */
-#define LIVE_SELF 4u     /* the storage walked from (its material state not read) */
+#define LIVE_MATERIAL 1u     /* material: the walk stopped there (nothing else read) */
+#define LIVE_HELD 2u         /* evicted and held (ref_ext > 0) */
+#define LIVE_SELF 4u         /* the storage walked from (its material state not read) */
+#define LIVE_SELF_DIFFERS 8u /* with LIVE_SELF: its tensors or consumers changed since */
 
 /* A value's state: exact; a lower bound (invalidated by changes that only
  * add to c_live, sim_live_lower); neither. */
@@ -55,9 +60,15 @@ typedef struct sim_live_cache {
     uint32_t *children; /* consumers created of its tensors (a count that moves
                          * whenever one is created) */
     uint32_t *dep_first, *dep_len, *dep_cap; /* its value's dependencies (cap 0: none) */
-    live_watcher **w;                        /* chunks of watchers */
-    uint32_t w_chunks, w_len, w_free;        /* chunks allocated, entries used; free list */
-    live_dep **d;                            /* chunks of dependencies */
+    /* its dependencies whose state now differs from the recorded one (where
+     * it keeps them): 0 exactly when a walk now would read what its last one
+     * read, and its value is then LIVE_VALID (kept up to date by
+     * sim_live_fire, so a search finds revalidated values valid, exact in the
+     * window pass's bound, instead of checking every dependency) */
+    uint32_t *differ;
+    live_watcher **w;                 /* chunks of watchers */
+    uint32_t w_chunks, w_len, w_free; /* chunks allocated, entries used; free list */
+    live_dep **d;                     /* chunks of dependencies */
     uint32_t d_chunks, d_len;
     size_t w_ptrs_cap, d_ptrs_cap;
     uint32_t *stack; /* walk stack */
@@ -131,12 +142,13 @@ int sim_live_open(sim_runtime *rt)
     c->dep_first = touched(n, sizeof *c->dep_first);
     c->dep_len = touched(n, sizeof *c->dep_len);
     c->dep_cap = touched(n, sizeof *c->dep_cap);
+    c->differ = touched(n, sizeof *c->differ);
     c->stack_cap = c->walk_cap = 1024;
     c->stack = touched(c->stack_cap, sizeof *c->stack);
     c->walk = touched(c->walk_cap, sizeof *c->walk);
     if (!c->value || !c->valid || !c->ver || !c->head || !c->children || !c->dep_first ||
-        !c->dep_len || !c->dep_cap || !c->stack || !c->walk || add_watcher_chunk(c, true) ||
-        add_dep_chunk(c, true))
+        !c->dep_len || !c->dep_cap || !c->differ || !c->stack || !c->walk ||
+        add_watcher_chunk(c, true) || add_dep_chunk(c, true))
         return -1;
     for (size_t i = 0; i < n; i++)
         c->head[i] = LIVE_NONE;
@@ -157,6 +169,7 @@ void sim_live_close(sim_runtime *rt)
     free(c->dep_first);
     free(c->dep_len);
     free(c->dep_cap);
+    free(c->differ);
     for (uint32_t i = 0; i < c->w_chunks; i++)
         free(c->w[i]);
     free(c->w);
@@ -193,25 +206,71 @@ static void start_over(sim_runtime *rt)
     forget_deps(rt);
 }
 
-/* The watchers stay (a value found valid again by deps_hold still depends
- * on s); stale ones (of an older walk) go back to the free list. */
-/* A value invalidated: still a lower bound where it was one and the change
- * only adds. */
-static void drop(sim_live_cache *c, uint32_t s, bool shrinks)
+/* Whether x's state now is what dependency d (not the LIVE_SELF one)
+ * recorded of it: a walk reads it the same. */
+static bool dep_same(const sim_runtime *rt, const live_dep *d)
 {
-    c->valid[s] = shrinks || c->valid[s] == LIVE_STALE ? LIVE_STALE : LIVE_LOWER;
+    const rt_storage *r = &rt->storages[d->x];
+    if (d->bits == LIVE_MATERIAL)
+        return r->material;
+    return !r->material && r->num_created == d->num_created &&
+           rt->live->children[d->x] == d->children && (r->ref_ext ? LIVE_HELD : 0) == d->bits;
 }
 
+/* A change of s or of one of its value's dependencies: the value is exact
+ * again where it keeps its dependencies and none differs now; else
+ * invalidated, still a lower bound where it was one (or exact) and the
+ * change only adds. */
+static void settle(sim_live_cache *c, uint32_t s, bool shrinks)
+{
+    if (c->dep_cap[s] && !c->differ[s])
+        c->valid[s] = LIVE_VALID;
+    else
+        c->valid[s] = shrinks || c->valid[s] == LIVE_STALE ? LIVE_STALE : LIVE_LOWER;
+}
+
+/* s changed: recounts its own dependency (its created tensors and
+ * consumers; its material state is not read) and settles its value. */
+static void self_changed(sim_runtime *rt, uint32_t s, bool shrinks)
+{
+    sim_live_cache *c = rt->live;
+    if (c->dep_cap[s]) {
+        live_dep *d = deps_of(c, s);
+        bool same = rt->storages[s].num_created == d->num_created && c->children[s] == d->children;
+        if (same == !!(d->bits & LIVE_SELF_DIFFERS)) {
+            d->bits ^= LIVE_SELF_DIFFERS;
+            c->differ[s] += same ? (uint32_t)-1 : 1u;
+        }
+    }
+    settle(c, s, shrinks);
+}
+
+/* The watchers stay (a value valid again later still depends on s); stale
+ * ones (of an older walk) go back to the free list. Each live one compares
+ * s's state now with what its value's dependency recorded. */
 void sim_live_fire(sim_runtime *rt, uint32_t s, bool shrinks)
 {
     sim_live_cache *c = rt->live;
-    drop(c, s, shrinks);
+    self_changed(rt, s, shrinks);
     uint32_t *link = &c->head[s];
     while (*link != LIVE_NONE) {
         uint32_t i = *link;
         live_watcher *e = watcher(c, i);
-        if (c->ver[e->s] == e->ver) {
-            drop(c, e->s, shrinks);
+        uint32_t v = e->s;
+        if (c->ver[v] == e->ver) {
+            if (c->dep_cap[v]) { /* else its dependencies were forgotten */
+                const live_dep *d = deps_of(c, v) + (e->dep & ~LIVE_DIFFERS);
+#ifdef COOP_SIM_LIVE_CHECK
+                if (d->x != s || (e->dep & ~LIVE_DIFFERS) >= c->dep_len[v])
+                    abort();
+#endif
+                bool same = dep_same(rt, d);
+                if (same == !!(e->dep & LIVE_DIFFERS)) {
+                    e->dep ^= LIVE_DIFFERS;
+                    c->differ[v] += same ? (uint32_t)-1 : 1u;
+                }
+            }
+            settle(c, v, shrinks);
             link = &e->next;
             continue;
         }
@@ -224,7 +283,7 @@ void sim_live_fire(sim_runtime *rt, uint32_t s, bool shrinks)
 void sim_live_fire_if_evicted(sim_runtime *rt, uint32_t s, bool shrinks)
 {
     if (rt->storages[s].material)
-        drop(rt->live, s, shrinks);
+        self_changed(rt, s, shrinks);
     else
         sim_live_fire(rt, s, shrinks);
 }
@@ -253,6 +312,7 @@ static live_dep dep_now(const sim_runtime *rt, uint32_t x, uint32_t self)
                                    : 0};
 }
 
+#ifdef COOP_SIM_LIVE_CHECK
 /* Whether a walk from s now would read what its last one read. The walk
  * reads, of a storage it looks at, whether it is material, and of an
  * evicted one (and of s) also its created tensors (their inputs, its
@@ -269,19 +329,12 @@ static bool deps_hold(const sim_runtime *rt, uint32_t s)
     /* d[0] is s itself (LIVE_SELF); then the storages looked at */
     if (st[s].num_created != d->num_created || c->children[s] != d->children)
         return false;
-    for (d++; d < end; d++) {
-        const rt_storage *r = &st[d->x];
-        if (d->bits == LIVE_MATERIAL) {
-            if (!r->material)
-                return false;
-            continue;
-        }
-        if (r->material || r->num_created != d->num_created || c->children[d->x] != d->children ||
-            (r->ref_ext ? LIVE_HELD : 0) != d->bits)
+    for (d++; d < end; d++)
+        if (!dep_same(rt, d))
             return false;
-    }
     return true;
 }
+#endif
 
 /* Keeps the walk's dependencies as s's: in its slot if large enough, else
  * in a new one (the old one is not reused: slots only grow, doubling, as
@@ -317,6 +370,7 @@ static void deps_remember(sim_runtime *rt, uint32_t s)
     }
     memcpy(deps_of(c, s), c->walk, k * sizeof *c->walk);
     c->dep_len[s] = (uint32_t)k;
+    c->differ[s] = 0; /* all of them read now */
 }
 
 /* Adds "s's value depends on x". -1 when full or out of host memory. */
@@ -332,7 +386,8 @@ static int watch(sim_runtime *rt, uint32_t x, uint32_t s)
             return -1;
         i = c->w_len++;
     }
-    *watcher(c, i) = (live_watcher){s, c->ver[s], c->head[x]};
+    /* x is the walk's next dependency (depend) */
+    *watcher(c, i) = (live_watcher){s, c->ver[s], c->head[x], (uint32_t)c->walk_len};
     c->head[x] = i;
     return 0;
 }
@@ -411,11 +466,11 @@ int64_t sim_live_cached(sim_runtime *rt, uint32_t s)
     sim_live_cache *c = rt->live;
     if (c->valid[s] == LIVE_VALID)
         return c->value[s];
-    if (deps_hold(rt, s)) {
-        /* the same value, and its watchers still in place */
-        c->valid[s] = LIVE_VALID;
-        return c->value[s];
-    }
+#ifdef COOP_SIM_LIVE_CHECK
+    /* a value whose dependencies all hold is valid (sim_live_fire) */
+    if (deps_hold(rt, s))
+        abort();
+#endif
     c->ver[s]++; /* the last walk's watchers are stale */
     c->walk_len = 0;
     bool record = !depend(c, dep_now(rt, s, s));
