@@ -6,6 +6,7 @@
 #include "remat/sim_live.h"
 
 #define LIVE_NONE UINT32_MAX
+#define LIVE_PAGE 4096u /* bytes; a smaller page than the real one only touches more often */
 
 /* Watchers and dependencies live in chunks that never move: a search that
  * needs room gets a new chunk, not a copy of all the others (a doubling
@@ -88,12 +89,17 @@ static live_dep *deps_of(const sim_live_cache *c, uint32_t s)
     return &c->d[i >> LIVE_D_BITS][i & ((1u << LIVE_D_BITS) - 1)];
 }
 
-/* Allocates and touches n items (the pages fault here, not in a search). */
+/* Allocates n zeroed items and faults their pages in now, not in a search:
+ * a byte of each page written through a volatile pointer (a memset of zeros
+ * after malloc is folded into calloc by the compiler, and calloc leaves fresh
+ * pages unmapped until first written: lstm's first coop-live search had
+ * taken 13 to 20 minor faults, getrusage). */
 static void *touched(size_t n, size_t size)
 {
-    void *p = malloc(n * size);
+    unsigned char *p = calloc(n, size);
     if (p)
-        memset(p, 0, n * size);
+        for (size_t i = 0; i < n * size; i += LIVE_PAGE)
+            ((volatile unsigned char *)p)[i] = 0;
     return p;
 }
 
