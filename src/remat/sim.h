@@ -29,7 +29,8 @@ typedef struct sim_options {
                             * by walking its regions (same values; 0 default:
                             * cached class roots and c_live, see sim_runtime.h) */
     int check_components;  /* coop (tests): compare every c_comp walk-free answer
-                            * with a fresh walk (sim_outcome.comp_mismatches) */
+                            * with a fresh walk (sim_outcome.comp_mismatches);
+                            * coop-live: every c_live read from its cache */
 } sim_options;
 
 /* Options with the policy's defaults. */

@@ -190,6 +190,8 @@ static inline void sim_comp_forget(sim_runtime *rt, uint32_t s)
  * 2c, "Why coop loses vgg16 at 0.9"). With cfg.eq_cache, from s's cached
  * value while valid (sim_live.h: the same value); else two walks. */
 int64_t sim_live_compute(sim_runtime *rt, uint32_t s);
+/* c_live of s by its two walks, never from the cache. */
+int64_t sim_live_walked(sim_runtime *rt, uint32_t s);
 
 /* Whether s's evicted neighbours' classes (the roots of s's valid c_eq
  * cache, or else the ones sim_eq_compute just left on the stack) are all

@@ -451,6 +451,17 @@ static int region(sim_runtime *rt, uint32_t s, bool forward, bool live_only, boo
     return 0;
 }
 
+/* cfg.check_components (tests): a value read from the cache against the
+ * walks (an exact one must equal them, a lower bound must not exceed them),
+ * counted in sim_stats.comp_checks and comp_mismatches. Changes nothing the
+ * run decides. */
+static void check_value(sim_runtime *rt, uint32_t s, int64_t value, bool exact)
+{
+    int64_t walked = sim_live_walked(rt, s);
+    rt->stats.comp_checks++;
+    rt->stats.comp_mismatches += exact ? walked != value : walked < value;
+}
+
 int sim_live_known(sim_runtime *rt, uint32_t s, int64_t *out)
 {
     const sim_live_cache *c = rt->live;
@@ -458,6 +469,8 @@ int sim_live_known(sim_runtime *rt, uint32_t s, int64_t *out)
         return -1;
     *out = c->value[s];
     int exact = c->valid[s] == LIVE_VALID;
+    if (rt->cfg.check_components)
+        check_value(rt, s, *out, exact);
 #ifdef COOP_SIM_LIVE_CHECK
     /* debug builds: walks (or, where valid, walks and compares) */
     int64_t walked = sim_live_compute(rt, s);
@@ -470,8 +483,11 @@ int sim_live_known(sim_runtime *rt, uint32_t s, int64_t *out)
 int64_t sim_live_cached(sim_runtime *rt, uint32_t s)
 {
     sim_live_cache *c = rt->live;
-    if (c->valid[s] == LIVE_VALID)
+    if (c->valid[s] == LIVE_VALID) {
+        if (rt->cfg.check_components)
+            check_value(rt, s, c->value[s], true);
         return c->value[s];
+    }
 #ifdef COOP_SIM_LIVE_CHECK
     /* a value whose dependencies all hold is valid (sim_live_fire) */
     if (deps_hold(rt, s))

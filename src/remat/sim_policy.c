@@ -249,14 +249,19 @@ int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
     return compute;
 }
 
+int64_t sim_live_walked(sim_runtime *rt, uint32_t s)
+{
+    return (int64_t)rt->storages[s].compute + region_compute(rt, s, false, false) +
+           region_compute(rt, s, true, true);
+}
+
 int64_t sim_live_compute(sim_runtime *rt, uint32_t s)
 {
 #ifndef COOP_SIM_LIVE_CHECK
     if (rt->live)
         return sim_live_cached(rt, s);
 #endif
-    int64_t walked = (int64_t)rt->storages[s].compute + region_compute(rt, s, false, false) +
-                     region_compute(rt, s, true, true);
+    int64_t walked = sim_live_walked(rt, s);
 #ifdef COOP_SIM_LIVE_CHECK
     /* debug builds (-DCOOP_SIM_LIVE_CHECK): the cache against the walk at
      * every evaluation */

@@ -63,7 +63,8 @@ typedef struct sim_config {
                              * (same windows, slower: for tests and timing) */
     bool eq_cache;          /* cache c_eq's class roots per storage, and coop-live's
                              * c_live (sim_live.h) (same values) */
-    bool check_components;  /* tests: check every c_comp against a fresh walk
+    bool check_components;  /* tests: check every c_comp, and every c_live read
+                             * from its cache, against a fresh walk
                              * (sim_stats.comp_checks, comp_mismatches) */
     uint64_t budget;        /* bytes; UINT64_MAX = unlimited */
     uint64_t remat_limit;   /* ns of recomputation allowed (thrash beyond) */
