@@ -70,6 +70,7 @@ typedef struct world {
     /* checks where c_live counted more than the tensor's own cost, and
      * less than c_comp (the bounds were not both trivially met) */
     uint64_t live_above_own, live_below_comp;
+    uint64_t live_bound_exact; /* checks where c_live's window bound was exact */
 } world;
 
 static uint64_t next(world *w)
@@ -196,6 +197,13 @@ static void check_costs(world *w)
             fail_msg("c_live %lld outside [cost %lld, c_comp %lld] (after %llu checks)",
                      (long long)live, (long long)t->cost, (long long)comp_walked,
                      (unsigned long long)w->checks);
+        /* the window's bound of it: below it, and it where exact */
+        bool exact = false;
+        int64_t bound = remat_live_bound(r, t, &exact);
+        if (bound < (int64_t)t->cost || bound > live || (exact && bound != live))
+            fail_msg("c_live bound %lld (exact %d) vs c_live %lld, cost %lld", (long long)bound,
+                     exact, (long long)live, (long long)t->cost);
+        w->live_bound_exact += exact;
         w->live_above_own += live > (int64_t)t->cost;
         w->live_below_comp += live < comp_walked;
         if (cached != walked || uncut_cached != uncut_walked || comp_cached != comp_walked)
@@ -442,6 +450,7 @@ static void run(coop_remat_policy policy, const char *name)
     assert_true(w->hits > w->checks / 4);
     assert_true(w->label_hits > 100); /* labels outlived operations and were checked */
     assert_true(w->live_above_own > 100 && w->live_below_comp > 100);
+    assert_true(w->live_bound_exact > 100);
     bool argmin = !remat_policy_windowed(policy);
     assert_true(argmin ? w->evictable > OPS : w->breakers > OPS);
     for (int s = 0; s < 2; s++) {

@@ -150,6 +150,17 @@ static void c_live_counts_what_recomputation_needs(void **state)
      * descendants count only through evicted tensors, and Y is resident:
      * neither R nor H counts for P */
     assert_int_equal(remat_live_compute(gr.r, gr.p), 5 + 50);
+    /* the window's bound, from neighbours alone: evicted inputs and held
+     * evicted children; exact only without an evicted neighbour */
+    bool exact = true;
+    assert_int_equal(remat_live_bound(gr.r, gr.x, &exact), 10); /* D released */
+    assert_false(exact);
+    assert_int_equal(remat_live_bound(gr.r, gr.y, &exact), 10 + 5); /* P, not G; R released */
+    assert_false(exact);
+    assert_int_equal(remat_live_bound(gr.r, gr.z, &exact), 130);
+    assert_true(exact);
+    assert_int_equal(remat_live_bound(gr.r, gr.rr, &exact), 7 + 100); /* Y resident, H held */
+    assert_false(exact);
     destroy(&gr);
 }
 

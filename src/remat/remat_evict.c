@@ -173,13 +173,15 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     return (double)remat_component_compute(r, t) * coop_cost_weight(t->remats, stale);
 }
 
-/* window_cost without the neighbourhood walk: a lower bound (c_eq, c_comp
- * and c_live are at least the tensor's own cost: classes and costs are
- * never negative), or window_cost itself when the tensor's c_eq is cached
- * (exact; for COOP_REMAT_COOP only where c_comp is that c_eq: no class
- * cut; never for COOP_REMAT_COOP_LIVE, whose c_live no cache holds). The
- * same expressions as window_cost, so an exact bound is the very value the
- * cost would return; reading it counts as an evaluation. */
+/* window_cost without the neighbourhood walk: a lower bound (c_eq and
+ * c_comp are at least the tensor's own cost: classes and costs are never
+ * negative; c_live at least its own cost plus its evicted inputs and held
+ * evicted children, remat_live_bound), or window_cost itself when the
+ * tensor's c_eq is cached (exact; for COOP_REMAT_COOP only where c_comp is
+ * that c_eq: no class cut) or, for COOP_REMAT_COOP_LIVE, when it has no
+ * evicted neighbour (c_live is its cost). The same expressions as
+ * window_cost, so an exact bound is the very value the cost would return;
+ * reading it counts as an evaluation. */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
@@ -188,8 +190,12 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
     if (!remat_evictable(t))
         return WINDOW_BLOCKED;
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
-    if (r->cfg.policy == COOP_REMAT_COOP_LIVE)
-        return (double)t->cost * coop_cost_weight(t->remats, stale);
+    if (r->cfg.policy == COOP_REMAT_COOP_LIVE) {
+        int64_t live = remat_live_bound(r, t, exact);
+        if (*exact)
+            r->stats.heuristic_evals++;
+        return (double)live * coop_cost_weight(t->remats, stale);
+    }
     int64_t eq;
     bool cached = !r->eq_cache_off && remat_eq_cached(r, t, &eq);
     if (r->cfg.policy == COOP_REMAT_COOP_EQ) {

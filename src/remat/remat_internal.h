@@ -209,6 +209,11 @@ int remat_stack_push(coop_remat *r, size_t *len, coop_tensor *t);
  * <= c_comp. Out of host memory a walk stops early and the value is a
  * lower bound. */
 int64_t remat_live_compute(coop_remat *r, coop_tensor *t);
+/* A lower bound of c_live from t's neighbours alone (O(neighbours), no
+ * walk): t's cost plus its distinct evicted inputs and its distinct held
+ * evicted children. *exact when t has no evicted neighbour, where c_live
+ * is t's cost. */
+int64_t remat_live_bound(coop_remat *r, coop_tensor *t, bool *exact);
 
 /* ---- remat_search_index.c ---- */
 

@@ -24,7 +24,10 @@
  * own with its own op (a view here is its base); they are written per graph
  * for the reason remat_cost.c gives. Uncached: two walks at every
  * evaluation (the simulator's c_live cache, sim_live.c, watches the storages
- * each walk read; none exists here yet).
+ * each walk read; none exists here yet). The window pass is spared most of
+ * them by a lower bound from the tensor's neighbours alone
+ * (remat_live_bound: the first step of both walks), exact for a tensor
+ * with no evicted neighbour.
  */
 #include "remat/remat_internal.h"
 
@@ -61,4 +64,26 @@ static int64_t region_compute(coop_remat *r, coop_tensor *t, bool forward)
 int64_t remat_live_compute(coop_remat *r, coop_tensor *t)
 {
     return (int64_t)t->cost + region_compute(r, t, false) + region_compute(r, t, true);
+}
+
+int64_t remat_live_bound(coop_remat *r, coop_tensor *t, bool *exact)
+{
+    /* the first step of both walks: each evicted input is an ancestor
+     * reached through evicted tensors, each held evicted child a counted
+     * descendant; repeats counted once (marks) */
+    uint32_t mark = remat_next_mark(r);
+    int64_t c = (int64_t)t->cost;
+    bool alone = true;
+    for (size_t i = 0; i < remat_num_neighbours(t); i++) {
+        coop_tensor *n = remat_neighbour(t, i);
+        if (n == t || !remat_is_evicted(n))
+            continue;
+        alone = false;
+        if (n->mark == mark || (i >= t->num_inputs && !n->handles))
+            continue;
+        n->mark = mark;
+        c += (int64_t)n->cost;
+    }
+    *exact = alone;
+    return c;
 }
