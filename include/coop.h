@@ -294,6 +294,8 @@ typedef struct coop_tensor coop_tensor;
  * c_comp adds exactly the evicted tensors connected to it through evicted
  * tensors (c_comp <= c_eq, equal while none of its neighbours' classes
  * has had a member recomputed).
+ * c_live, the part of c_comp that recomputations need, is defined at
+ * COOP_REMAT_COOP_LIVE.
  * staleness is the logical time since the tensor's last access (at least
  * 1 for the window policies), remats how often its recompute callback has
  * run (coop_tensor_recomputes).
@@ -313,7 +315,21 @@ typedef enum coop_remat_policy {
      * recompute history (`coop sim`'s coop-eq ablation, which thrashes on
      * densenet121's DTR log at budget 0.3 where coop does not: one
      * never-splitting class next to many tensors) */
-    COOP_REMAT_COOP_EQ
+    COOP_REMAT_COOP_EQ,
+    /* the window of COOP_REMAT_COOP with each member costed by c_live
+     * instead of c_comp: the same weight (1 + 0.1 x remats) / staleness
+     * and the same sum per window byte (`coop sim`'s coop-live candidate,
+     * docs/remat.md, section 2c). c_live counts what evicting the tensor
+     * makes the program recompute: its own cost, its evicted ancestors
+     * reached through evicted tensors (its recomputation needs them), and
+     * its evicted descendants reached through evicted tensors that are
+     * still held, i.e. whose storage has a tensor (itself or a view) the
+     * owner has not released with coop_tensor_release (recomputing them
+     * would need it); released descendants (and an in-place op's old
+     * value) are walked through but not counted, as they are recomputed
+     * only on the way to a held one. c <= c_live <= c_comp. Costs two
+     * walks over the evicted neighbourhood per evaluation (no cache). */
+    COOP_REMAT_COOP_LIVE
 } coop_remat_policy;
 
 enum {

@@ -6,11 +6,13 @@
  * policies' evictable set (the same file: the tensors a round scores). Random
  * programs (creations with inputs, releases, accesses that recompute, pins,
  * views, in-place ops, plain coop_malloc allocations beside the tensors) on
- * a small pool under pressure, for coop, coop-eq, dtr and dte:
+ * a small pool under pressure, for coop, coop-eq, coop-live, dtr and dte:
  *
  * - after every operation, every record's c_eq and c_comp read with the
  *   cache (a hit wherever the last check left a valid one) equal the walk
- *   without it, and so does "no class cut" (c_comp answered by c_eq);
+ *   without it, and so does "no class cut" (c_comp answered by c_eq); its
+ *   c_live (coop-live's cost, uncached) lies between its own cost and
+ *   c_comp;
  * - once brought up to date (as a search does), the breaker index holds
  *   exactly the blocks of resident tensors that break windows, and the
  *   evictable set exactly the resident tensors that may be evicted;
@@ -65,6 +67,10 @@ typedef struct world {
     uint64_t rng;
     uint64_t hits, checks, breakers, evictable;
     uint64_t label_hits; /* checks whose c_comp read a component label kept from before */
+    /* checks where c_live counted more than the tensor's own cost, and
+     * less than c_comp (the bounds were not both trivially met) */
+    uint64_t live_above_own, live_below_comp;
+    uint64_t live_bound_exact; /* checks where c_live's window bound was exact */
 } world;
 
 static uint64_t next(world *w)
@@ -184,6 +190,22 @@ static void check_costs(world *w)
          * library's costs do not change once evicted) */
         int64_t comp_walked = uncut_walked ? walked : component_walked(r, t);
         r->eq_cache_off = false;
+        /* c_live's regions are parts of the evicted components c_comp
+         * counts whole */
+        int64_t live = remat_live_compute(r, t);
+        if (live < (int64_t)t->cost || live > comp_walked)
+            fail_msg("c_live %lld outside [cost %lld, c_comp %lld] (after %llu checks)",
+                     (long long)live, (long long)t->cost, (long long)comp_walked,
+                     (unsigned long long)w->checks);
+        /* the window's bound of it: below it, and it where exact */
+        bool exact = false;
+        int64_t bound = remat_live_bound(r, t, &exact);
+        if (bound < (int64_t)t->cost || bound > live || (exact && bound != live))
+            fail_msg("c_live bound %lld (exact %d) vs c_live %lld, cost %lld", (long long)bound,
+                     exact, (long long)live, (long long)t->cost);
+        w->live_bound_exact += exact;
+        w->live_above_own += live > (int64_t)t->cost;
+        w->live_below_comp += live < comp_walked;
         if (cached != walked || uncut_cached != uncut_walked || comp_cached != comp_walked)
             fail_msg("c_eq %lld cached vs %lld walked, uncut %d vs %d, c_comp %lld vs %lld "
                      "(hit %d, after %llu checks)",
@@ -416,17 +438,20 @@ static void run(coop_remat_policy policy, const char *name)
     coop_remat_get_stats(w->s[0].r, &x);
     printf("  %llu checks, %llu cache hits, %llu component labels read, %llu evictions, "
            "%llu recomputations, %llu breakers, %llu in the evictable set (summed over the "
-           "checks)\n",
+           "checks), c_live above own %llu and below c_comp %llu\n",
            (unsigned long long)w->checks, (unsigned long long)w->hits,
            (unsigned long long)w->label_hits, (unsigned long long)x.evictions,
            (unsigned long long)x.recomputes, (unsigned long long)w->breakers,
-           (unsigned long long)w->evictable);
+           (unsigned long long)w->evictable, (unsigned long long)w->live_above_own,
+           (unsigned long long)w->live_below_comp);
     /* the program exercised what the cache must survive */
     assert_true(x.evictions > 100);
     assert_true(x.recomputes > 20);
     assert_true(w->hits > w->checks / 4);
     assert_true(w->label_hits > 100); /* labels outlived operations and were checked */
-    bool argmin = policy != COOP_REMAT_COOP && policy != COOP_REMAT_COOP_EQ;
+    assert_true(w->live_above_own > 100 && w->live_below_comp > 100);
+    assert_true(w->live_bound_exact > 100);
+    bool argmin = !remat_policy_windowed(policy);
     assert_true(argmin ? w->evictable > OPS : w->breakers > OPS);
     for (int s = 0; s < 2; s++) {
         for (size_t i = 0; i < MAX_PLAIN; i++)
@@ -449,6 +474,12 @@ static void coop_eq_cache(void **state)
     run(COOP_REMAT_COOP_EQ, "coop-eq");
 }
 
+static void coop_live_cache(void **state)
+{
+    (void)state;
+    run(COOP_REMAT_COOP_LIVE, "coop-live");
+}
+
 static void dtr_cache(void **state)
 {
     (void)state;
@@ -464,9 +495,8 @@ static void dte_cache(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(coop_cache),
-        cmocka_unit_test(coop_eq_cache),
-        cmocka_unit_test(dtr_cache),
+        cmocka_unit_test(coop_cache),      cmocka_unit_test(coop_eq_cache),
+        cmocka_unit_test(coop_live_cache), cmocka_unit_test(dtr_cache),
         cmocka_unit_test(dte_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -461,8 +461,9 @@ static void bad_arguments_are_refused(void **state)
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
-    static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_DTR_LOCAL,
-                                           COOP_REMAT_DTE,  COOP_REMAT_LRU, COOP_REMAT_SIZE};
+    static coop_remat_policy policies[] = {
+        COOP_REMAT_COOP, COOP_REMAT_DTR,  COOP_REMAT_DTR_LOCAL, COOP_REMAT_DTE,
+        COOP_REMAT_LRU,  COOP_REMAT_SIZE, COOP_REMAT_COOP_EQ,   COOP_REMAT_COOP_LIVE};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[0]),
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[1]),
@@ -470,6 +471,8 @@ int main(void)
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[3]),
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[4]),
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[5]),
+        cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[6]),
+        cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[7]),
         cmocka_unit_test(pinned_tensors_stay),
         cmocka_unit_test(one_op_with_several_outputs),
         cmocka_unit_test(recomputing_an_input_keeps_the_resident_ones),

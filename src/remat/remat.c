@@ -19,7 +19,7 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
     if (!pool || !config || !config->recompute)
         return coop_set_error(COOP_ERR_INVALID,
                               "coop_remat_create: pool, config and config->recompute are required");
-    if ((unsigned)config->policy > COOP_REMAT_COOP_EQ)
+    if ((unsigned)config->policy > COOP_REMAT_COOP_LIVE)
         return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: unknown policy %d",
                               (int)config->policy);
     coop_remat *r = calloc(1, sizeof *r);
@@ -31,7 +31,7 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
         r->cfg.cheap_threshold = DEFAULT_CHEAP_THRESHOLD;
     r->clock = 1;
     remat_search_index_open(r);
-    if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ) {
+    if (remat_policy_windowed(r->cfg.policy)) {
         /* the window search's arrays (64 bytes a block), pages touched now
          * rather than grown inside the first searches; larger searches
          * still grow them */

@@ -8,23 +8,27 @@ libcooptools_la_SOURCES += src/remat/sim_program.h src/remat/sim_program.c \
 	src/remat/sim.h src/remat/sim.c src/remat/sim_internal.h src/remat/sim_policy.c \
 	src/remat/sim_arena.c src/remat/sim_lib.h src/remat/sim_lib.c \
 	src/remat/sim_live.h src/remat/sim_live.c
-# libcoop: the remat API (its costs in remat_cost.c; coop's weight, coop_cost.h, shared
-# with the simulator), the window search over the pool's blocks, union-find
+# libcoop: the remat API (its costs in remat_cost.c and remat_live.c; coop's weight,
+# coop_cost.h, shared with the simulator), the window search over the pool's blocks, union-find
 libcoop_la_SOURCES += src/remat/window.h src/remat/window.c \
 	src/remat/breaker_index.h src/remat/breaker_index.c \
 	src/remat/union_find.h src/remat/union_find.c \
 	src/remat/coop_cost.h \
 	src/remat/remat_internal.h src/remat/remat.c src/remat/remat_evict.c src/remat/remat_cost.c \
-	src/remat/remat_search_index.c
+	src/remat/remat_live.c src/remat/remat_search_index.c
 coop_SOURCES += src/cli/cmd_sim.c
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
-	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test
+	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
-	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test
+	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test
+tests_remat_live_test_SOURCES = tests/remat_live_test.c
+tests_remat_live_test_CFLAGS = $(TESTCFLAGS)
+tests_remat_live_test_LDADD = $(TESTLIBS)
+tests_remat_live_test_LDFLAGS = $(TESTLDFLAGS)
 tests_sim_live_test_SOURCES = tests/sim_live_test.c
 tests_sim_live_test_CFLAGS = $(TESTCFLAGS)
 tests_sim_live_test_LDADD = $(TESTLIBS)

@@ -34,7 +34,7 @@ static inline void reserve_comp_stamps(coop_remat *r, size_t walks)
         restart_comp_stamps(r);
 }
 
-static uint32_t next_mark(coop_remat *r)
+uint32_t remat_next_mark(coop_remat *r)
 {
     if (++r->mark_epoch == 0) {
         for (coop_tensor *t = r->all; t; t = t->next_all)
@@ -159,7 +159,7 @@ bool remat_classes_uncut(const coop_remat *r, const coop_tensor *t)
     return true;
 }
 
-static int push(coop_remat *r, size_t *len, coop_tensor *t)
+int remat_stack_push(coop_remat *r, size_t *len, coop_tensor *t)
 {
     if (*len == r->cap_stack) {
         size_t cap = r->cap_stack ? r->cap_stack * 2 : 64;
@@ -188,7 +188,7 @@ static int64_t component_of(coop_remat *r, coop_tensor *n)
     int64_t sum = 0;
     bool complete = true;
     size_t len = 0;
-    if (push(r, &len, n)) {
+    if (remat_stack_push(r, &len, n)) {
         n->comp_sum = (int64_t)n->cost;
         n->comp_stamp = 0;
         return n->comp_sum;
@@ -202,7 +202,7 @@ static int64_t component_of(coop_remat *r, coop_tensor *n)
                 continue;
             m->comp_stamp = stamp;
             m->comp_label = n;
-            if (push(r, &len, m)) {
+            if (remat_stack_push(r, &len, m)) {
                 sum += (int64_t)m->cost; /* labelled: count it, leave its neighbours */
                 complete = false;
             }
@@ -222,7 +222,7 @@ int64_t remat_component_compute(coop_remat *r, coop_tensor *t)
     /* t's cost plus its evicted neighbours' distinct components (labels
      * marked as counted) */
     reserve_comp_stamps(r, remat_num_neighbours(t));
-    uint32_t mark = next_mark(r);
+    uint32_t mark = remat_next_mark(r);
     int64_t c = (int64_t)t->cost;
     for (size_t i = 0; i < remat_num_neighbours(t); i++) {
         coop_tensor *n = remat_neighbour(t, i);

@@ -154,8 +154,9 @@ static double score(coop_remat *r, coop_tensor *t)
 }
 
 /* Window cost of a block's tensor: COOP_REMAT_COOP c_comp x (1 + 0.1 x
- * remats) / staleness (coop_cost.h), COOP_REMAT_COOP_EQ c_eq / staleness;
- * the search divides their sum by the window's bytes. */
+ * remats) / staleness (coop_cost.h), COOP_REMAT_COOP_LIVE the same with
+ * c_live (remat_live.c), COOP_REMAT_COOP_EQ c_eq / staleness; the search
+ * divides their sum by the window's bytes. */
 static double window_cost(void *owner, const arena_block *b, void *ctx)
 {
     (void)b;
@@ -167,15 +168,20 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
     if (r->cfg.policy == COOP_REMAT_COOP_EQ)
         return (double)remat_eq_compute(r, t) / (double)stale;
+    if (r->cfg.policy == COOP_REMAT_COOP_LIVE)
+        return (double)remat_live_compute(r, t) * coop_cost_weight(t->remats, stale);
     return (double)remat_component_compute(r, t) * coop_cost_weight(t->remats, stale);
 }
 
 /* window_cost without the neighbourhood walk: a lower bound (c_eq and
  * c_comp are at least the tensor's own cost: classes and costs are never
- * negative), or window_cost itself when the tensor's c_eq is cached
- * (exact; for COOP_REMAT_COOP only where c_comp is that c_eq: no class
- * cut). The same expressions as window_cost, so an exact bound is the very
- * value the cost would return; reading it counts as an evaluation. */
+ * negative; c_live at least its own cost plus its evicted inputs and held
+ * evicted children, remat_live_bound), or window_cost itself when the
+ * tensor's c_eq is cached (exact; for COOP_REMAT_COOP only where c_comp is
+ * that c_eq: no class cut) or, for COOP_REMAT_COOP_LIVE, when it has no
+ * evicted neighbour (c_live is its cost). The same expressions as
+ * window_cost, so an exact bound is the very value the cost would return;
+ * reading it counts as an evaluation. */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
     (void)b;
@@ -184,6 +190,12 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
     if (!remat_evictable(t))
         return WINDOW_BLOCKED;
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
+    if (r->cfg.policy == COOP_REMAT_COOP_LIVE) {
+        int64_t live = remat_live_bound(r, t, exact);
+        if (*exact)
+            r->stats.heuristic_evals++;
+        return (double)live * coop_cost_weight(t->remats, stale);
+    }
     int64_t eq;
     bool cached = !r->eq_cache_off && remat_eq_cached(r, t, &eq);
     if (r->cfg.policy == COOP_REMAT_COOP_EQ) {
@@ -332,7 +344,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         r->stats.search_free_bytes += free_bytes;
         if (free_bytes >= (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN)
             r->stats.frag_failures++;
-        if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ) {
+        if (remat_policy_windowed(r->cfg.policy)) {
             ptr = alloc_in_window(r, t, flags);
         } else {
             remat_search_index_sync_locked(r); /* the evictable set, exact */

@@ -1,8 +1,9 @@
 /*
  * Internals of the remat API (include/coop.h, rematerialization section):
  * the context and the tensor records, shared by remat.c (tensor lifecycle,
- * recomputation, in-place), remat_evict.c (policies, window, placement) and
- * remat_cost.c (c_eq and c_comp over the tensor graph).
+ * recomputation, in-place), remat_evict.c (policies, window, placement),
+ * remat_cost.c (c_eq and c_comp over the tensor graph) and remat_live.c
+ * (c_live, COOP_REMAT_COOP_LIVE's cost).
  *
  * Storage: a tensor with base == itself owns a storage (a block of the pool
  * while resident, whose owner field points back at it); views point at their
@@ -104,6 +105,14 @@ struct coop_remat {
     coop_remat_stats stats;
 };
 
+/* The policies that evict a window of blocks (remat_evict.c's
+ * alloc_in_window, the breaker index) rather than one argmin at a time. */
+static inline bool remat_policy_windowed(coop_remat_policy policy)
+{
+    return policy == COOP_REMAT_COOP || policy == COOP_REMAT_COOP_EQ ||
+           policy == COOP_REMAT_COOP_LIVE;
+}
+
 /* Evicted and in a union-find class: what c_eq and c_comp count. (A tensor
  * without a buffer and without a class is either a record whose creation
  * failed or an evicted one whose class could not be made for lack of host
@@ -183,6 +192,28 @@ void remat_eq_forget_around(coop_tensor *t);
  * by its label until remat_comp_forget is called for one of its members,
  * so one window search walks none twice. */
 int64_t remat_component_compute(coop_remat *r, coop_tensor *t);
+
+/* A new traversal stamp (coop_tensor.mark): every record's mark differs
+ * from it (all are reset when the counter wraps). */
+uint32_t remat_next_mark(coop_remat *r);
+/* Pushes t on the traversal stack (r->stack, *len entries in use); -1 when
+ * host memory runs out (nothing pushed). */
+int remat_stack_push(coop_remat *r, size_t *len, coop_tensor *t);
+
+/* ---- remat_live.c ---- */
+
+/* c_live (ns), COOP_REMAT_COOP_LIVE's cost (include/coop.h): t's cost plus
+ * its evicted ancestors reached through evicted tensors plus its evicted
+ * descendants reached through evicted tensors whose storage is still held
+ * (handles > 0). Two walks at every call (no cache); t's own cost <= c_live
+ * <= c_comp. Out of host memory a walk stops early and the value is a
+ * lower bound. */
+int64_t remat_live_compute(coop_remat *r, coop_tensor *t);
+/* A lower bound of c_live from t's neighbours alone (O(neighbours), no
+ * walk): t's cost plus its distinct evicted inputs and its distinct held
+ * evicted children. *exact when t has no evicted neighbour, where c_live
+ * is t's cost. */
+int64_t remat_live_bound(coop_remat *r, coop_tensor *t, bool *exact);
 
 /* ---- remat_search_index.c ---- */
 

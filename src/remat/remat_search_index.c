@@ -1,11 +1,10 @@
 /*
  * What the searches of a context skip, kept per policy (remat_internal.h):
  *
- * - coop and coop-eq: the breaker index. The resident tensors that break
- *   windows (pinned, or neither evictable nor released) as maximal runs of
- *   their blocks (breaker_index.h), so that the window search jumps over
- *   them and skips every gap smaller than the request
- *   (window_search_indexed), as the simulator's does.
+ * - the window policies (coop, coop-eq, coop-live): the breaker index. The resident tensors that
+ * break windows (pinned, or neither evictable nor released) as maximal runs of their blocks
+ * (breaker_index.h), so that the window search jumps over them and skips every gap smaller than the
+ * request (window_search_indexed), as the simulator's does.
  * - the argmin policies (dtr, dte, ...): the evictable set, an unordered
  *   array of the resident tensors that may be evicted, so that a round
  *   scores those instead of walking every resident tensor (pinned
@@ -39,7 +38,7 @@
 
 void remat_search_index_open(coop_remat *r)
 {
-    if (r->cfg.policy == COOP_REMAT_COOP || r->cfg.policy == COOP_REMAT_COOP_EQ)
+    if (remat_policy_windowed(r->cfg.policy))
         r->breakers = calloc(1, sizeof *r->breakers);
     else
         r->cands_on = true;

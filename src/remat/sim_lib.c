@@ -50,9 +50,13 @@ int sim_lib_policy(const sim_options *opt, coop_remat_policy *policy)
             *policy = COOP_REMAT_COOP_EQ;
             return 0;
         }
+        if (opt->window_cost == SIM_WINDOW_LIVE) {
+            *policy = COOP_REMAT_COOP_LIVE;
+            return 0;
+        }
         coop_set_error(COOP_ERR_UNSUPPORTED,
-                       "the remat API's window costs c_comp (coop) or c_eq (coop-eq), "
-                       "not coop-sum's, coop-dte's or coop-live's");
+                       "the remat API's window costs c_comp (coop), c_eq (coop-eq) or c_live "
+                       "(coop-live), not coop-sum's or coop-dte's");
         return -1;
     case SIM_POLICY_DTR:
         *policy = COOP_REMAT_DTR;

@@ -237,12 +237,15 @@ static void op_remat(state *s, input *in)
     void *ptr = NULL;
     coop_status st = COOP_OK;
     if (!s->remat) {
-        /* kind % 6, and COOP_REMAT_COOP_EQ where that picks coop's window
-         * and bit 64 is set (inputs recorded before keep their policy
-         * unless they have both) */
+        /* kind % 6, and where that picks coop's window COOP_REMAT_COOP_EQ
+         * if bit 64 is set, else COOP_REMAT_COOP_LIVE if bit 128 is
+         * (inputs recorded before keep their policy unless they have
+         * both; those with bit 128 alone on coop now run coop-live) */
         coop_remat_policy policy = kind % 6;
         if (policy == COOP_REMAT_COOP && (kind & 64))
             policy = COOP_REMAT_COOP_EQ;
+        else if (policy == COOP_REMAT_COOP && (kind & 128))
+            policy = COOP_REMAT_COOP_LIVE;
         coop_remat_config cfg = {.policy = policy,
                                  .copy_on_write = kind & 8,
                                  .cheap_threshold = kind & 16 ? -1 : 0,
