@@ -25,7 +25,7 @@ check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
 	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test
-tests_remat_live_test_SOURCES = tests/remat_live_test.c
+tests_remat_live_test_SOURCES = tests/remat_live_test.c tests/remat_block_fixture.h
 tests_remat_live_test_CFLAGS = $(TESTCFLAGS)
 tests_remat_live_test_LDADD = $(TESTLIBS)
 tests_remat_live_test_LDFLAGS = $(TESTLDFLAGS)
@@ -61,7 +61,7 @@ tests_breaker_index_test_SOURCES = tests/breaker_index_test.c
 tests_breaker_index_test_CFLAGS = $(TESTCFLAGS)
 tests_breaker_index_test_LDADD = $(TESTLIBS)
 tests_breaker_index_test_LDFLAGS = $(TESTLDFLAGS)
-tests_remat_cost_test_SOURCES = tests/remat_cost_test.c
+tests_remat_cost_test_SOURCES = tests/remat_cost_test.c tests/remat_block_fixture.h
 tests_remat_cost_test_CFLAGS = $(TESTCFLAGS)
 tests_remat_cost_test_LDADD = $(TESTLIBS)
 tests_remat_cost_test_LDFLAGS = $(TESTLDFLAGS)
