@@ -295,41 +295,48 @@ typedef struct coop_tensor coop_tensor;
  * tensors (c_comp <= c_eq, equal while none of its neighbours' classes
  * has had a member recomputed).
  * c_live, the part of c_comp that recomputations need, is defined at
- * COOP_REMAT_COOP_LIVE.
+ * COOP_REMAT_COOP.
  * staleness is the logical time since the tensor's last access (at least
  * 1 for the window policies), remats how often its recompute callback has
  * run (coop_tensor_recomputes).
  */
 typedef enum coop_remat_policy {
-    /* sliding window: the covering window with the smallest sum of
-     * c_comp x (1 + 0.1 x remats) / staleness per window byte, as
-     * `coop sim`'s coop policy (docs/remat.md, section 2) */
+    /* sliding window (the default): the covering window with the smallest
+     * sum of c_live x (1 + 0.1 x remats) / staleness per window byte, as
+     * `coop sim`'s coop policy (docs/remat.md, sections 2 and 2c). c_live
+     * counts what evicting the tensor makes the program recompute: its own
+     * cost, its evicted ancestors reached through evicted tensors (its
+     * recomputation needs them), and its evicted descendants reached
+     * through evicted tensors that are still held, i.e. whose storage has a
+     * tensor (itself or a view) the owner has not released with
+     * coop_tensor_release (recomputing them would need it); released
+     * descendants (and an in-place op's old value) are walked through but
+     * not counted, as they are recomputed only on the way to a held one.
+     * c <= c_live <= c_comp. Costs two walks over the evicted
+     * neighbourhood per evaluation (no cache). Until round 5
+     * (docs/remat.md, section 2) this policy costed members by c_comp: that
+     * is now COOP_REMAT_COOP_COMP; the name COOP_REMAT_COOP_LIVE, which this
+     * policy had while c_live was a candidate, is gone. */
     COOP_REMAT_COOP = 0,
     COOP_REMAT_DTR,       /* argmin of c_eq / (bytes * staleness), one at a time */
     COOP_REMAT_DTR_LOCAL, /* argmin of c / (bytes * staleness) */
     COOP_REMAT_DTE,       /* as DTR-local, bytes including adjacent free blocks */
     COOP_REMAT_LRU,       /* least recently accessed first */
     COOP_REMAT_SIZE,      /* largest first */
-    /* the window with the cost COOP_REMAT_COOP had before the component
+    /* the window with the cost the coop policy had before the component
      * cost, for comparison: sum of c_eq / staleness per window byte, no
      * recompute history (`coop sim`'s coop-eq ablation, which thrashes on
-     * densenet121's DTR log at budget 0.3 where coop does not: one
-     * never-splitting class next to many tensors) */
+     * densenet121's DTR log at budget 0.3 where coop-comp and coop do not:
+     * one never-splitting class next to many tensors) */
     COOP_REMAT_COOP_EQ,
-    /* the window of COOP_REMAT_COOP with each member costed by c_live
-     * instead of c_comp: the same weight (1 + 0.1 x remats) / staleness
-     * and the same sum per window byte (`coop sim`'s coop-live candidate,
-     * docs/remat.md, section 2c). c_live counts what evicting the tensor
-     * makes the program recompute: its own cost, its evicted ancestors
-     * reached through evicted tensors (its recomputation needs them), and
-     * its evicted descendants reached through evicted tensors that are
-     * still held, i.e. whose storage has a tensor (itself or a view) the
-     * owner has not released with coop_tensor_release (recomputing them
-     * would need it); released descendants (and an in-place op's old
-     * value) are walked through but not counted, as they are recomputed
-     * only on the way to a held one. c <= c_live <= c_comp. Costs two
-     * walks over the evicted neighbourhood per evaluation (no cache). */
-    COOP_REMAT_COOP_LIVE
+    /* the window of COOP_REMAT_COOP with each member costed by c_comp
+     * instead of c_live (the same weight and the same sum per window byte):
+     * COOP_REMAT_COOP's cost until round 5, kept for comparison (`coop
+     * sim`'s coop-comp ablation, docs/remat.md, section 2). c_comp also
+     * counts evicted tensors that neither recomputation needs (released
+     * descendants, tensors connected only through a common ancestor or
+     * descendant): section 2c, "Why coop loses vgg16 at 0.9". */
+    COOP_REMAT_COOP_COMP
 } coop_remat_policy;
 
 enum {

@@ -8,7 +8,8 @@ A cell is (log, budget ratio) or (log, "min"). It is violated when:
     exists (coop having none while they have one counts too).
 
 Usage: check_sim_criteria.py RESULTS.jsonl [BASELINE.jsonl]
-       [--policy P] (the policy checked, default coop)
+       [--policy P] (the policy checked, default coop, whose cost is c_live;
+       coop-comp for its former cost c_comp, coop-eq, ...)
 Prints every violated cell; with a baseline, also the cells that started
 or stopped failing. Exit status 1 when any cell is violated, or (with a
 baseline) when a cell passing in the baseline fails.

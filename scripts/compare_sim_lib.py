@@ -59,7 +59,7 @@ def short(name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--coop", default=os.path.join(os.path.dirname(__file__), "..", "coop"))
-    ap.add_argument("--policy", default="coop,coop-eq,dtr,dte")
+    ap.add_argument("--policy", default="coop,coop-comp,coop-eq,dtr,dte")
     ap.add_argument("--budget", default="0.9,0.7,0.5,0.3")
     ap.add_argument("--min-ratio", action="store_true",
                     help="also bisect min_budget_ratio with each engine")

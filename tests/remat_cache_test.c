@@ -6,12 +6,12 @@
  * policies' evictable set (the same file: the tensors a round scores). Random
  * programs (creations with inputs, releases, accesses that recompute, pins,
  * views, in-place ops, plain coop_malloc allocations beside the tensors) on
- * a small pool under pressure, for coop, coop-eq, coop-live, dtr and dte:
+ * a small pool under pressure, for coop, coop-comp, coop-eq, dtr and dte:
  *
  * - after every operation, every record's c_eq and c_comp read with the
  *   cache (a hit wherever the last check left a valid one) equal the walk
  *   without it, and so does "no class cut" (c_comp answered by c_eq); its
- *   c_live (coop-live's cost, uncached) lies between its own cost and
+ *   c_live (coop's cost, uncached) lies between its own cost and
  *   c_comp;
  * - once brought up to date (as a search does), the breaker index holds
  *   exactly the blocks of resident tensors that break windows, and the
@@ -468,16 +468,16 @@ static void coop_cache(void **state)
     run(COOP_REMAT_COOP, "coop");
 }
 
+static void coop_comp_cache(void **state)
+{
+    (void)state;
+    run(COOP_REMAT_COOP_COMP, "coop-comp");
+}
+
 static void coop_eq_cache(void **state)
 {
     (void)state;
     run(COOP_REMAT_COOP_EQ, "coop-eq");
-}
-
-static void coop_live_cache(void **state)
-{
-    (void)state;
-    run(COOP_REMAT_COOP_LIVE, "coop-live");
 }
 
 static void dtr_cache(void **state)
@@ -496,7 +496,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(coop_cache),      cmocka_unit_test(coop_eq_cache),
-        cmocka_unit_test(coop_live_cache), cmocka_unit_test(dtr_cache),
+        cmocka_unit_test(coop_comp_cache), cmocka_unit_test(dtr_cache),
         cmocka_unit_test(dte_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

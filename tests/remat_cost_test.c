@@ -1,11 +1,10 @@
 /*
  * The remat API's window costs (src/remat/remat_cost.c, coop_cost.h):
- * COOP_REMAT_COOP costs a window member by c_comp x (1 + 0.1 x remats) /
- * staleness, COOP_REMAT_COOP_EQ by c_eq / staleness. Small host-backend
- * pools laid out block by block (every layout the tests rely on is
- * asserted), with windows between unevictable blocks so that a request has
- * exactly two candidate windows of equal bytes and equal staleness: the
- * tensor each evicts is the one its policy costs lower.
+ * COOP_REMAT_COOP_COMP (coop sim's coop-comp) costs a window member by c_comp x (1 + 0.1 x remats)
+ * / staleness, COOP_REMAT_COOP_EQ by c_eq / staleness. Small host-backend pools laid out block by
+ * block (every layout the tests rely on is asserted), with windows between unevictable blocks so
+ * that a request has exactly two candidate windows of equal bytes and equal staleness: the tensor
+ * each evicts is the one its policy costs lower.
  */
 #include <string.h>
 
@@ -100,7 +99,7 @@ static void a_cut_class_window_follows_c_comp(void **state)
     coop_remat_get_stats(r, &after);
     assert_int_equal(after.searches, before.searches + 1);
     assert_int_equal(after.evictions, before.evictions + 1);
-    if (policy == COOP_REMAT_COOP) {
+    if (policy == COOP_REMAT_COOP_COMP) {
         assert_false(coop_tensor_resident(x));
         assert_true(coop_tensor_resident(y));
         assert_at(req, base, 3);
@@ -171,7 +170,7 @@ static void an_inplace_op_restarts_the_count(void **state)
 {
     (void)state;
     coop_pool *pool = pool_of(2);
-    coop_remat *r = context(pool, COOP_REMAT_COOP);
+    coop_remat *r = context(pool, COOP_REMAT_COOP_COMP);
     coop_tensor *x = make(r, 1, 100, NULL, EV);
     coop_tensor *v;
     assert_int_equal(coop_tensor_alias(r, x, &v), COOP_OK);
@@ -199,7 +198,7 @@ static void a_component_is_walked_once_per_epoch(void **state)
 {
     (void)state;
     coop_pool *pool = pool_of(8);
-    coop_remat *r = context(pool, COOP_REMAT_COOP);
+    coop_remat *r = context(pool, COOP_REMAT_COOP_COMP);
     coop_tensor *m = make(r, 1, 1, NULL, EV);
     const char *base = coop_tensor_data(m);
     coop_tensor *a = make(r, 1, 10, m, EV);
@@ -262,10 +261,10 @@ static void the_weight_is_coop_sims(void **state)
 
 int main(void)
 {
-    static coop_remat_policy window_policies[] = {COOP_REMAT_COOP, COOP_REMAT_COOP_EQ};
+    static coop_remat_policy window_policies[] = {COOP_REMAT_COOP_COMP, COOP_REMAT_COOP_EQ};
     static history_case history[] = {
-        {COOP_REMAT_COOP, false, true},
-        {COOP_REMAT_COOP, true, false},
+        {COOP_REMAT_COOP_COMP, false, true},
+        {COOP_REMAT_COOP_COMP, true, false},
         {COOP_REMAT_COOP_EQ, true, true},
     };
     const struct CMUnitTest tests[] = {

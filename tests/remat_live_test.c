@@ -1,8 +1,8 @@
 /*
- * COOP_REMAT_COOP_LIVE's window cost, c_live (src/remat/remat_live.c):
+ * COOP_REMAT_COOP's window cost, c_live (src/remat/remat_live.c):
  * own cost + evicted ancestors reached through evicted tensors + evicted
  * descendants reached through evicted tensors that are still held (a
- * tensor on their storage not released), against COOP_REMAT_COOP's c_comp
+ * tensor on their storage not released), against COOP_REMAT_COOP_COMP's c_comp
  * (every evicted tensor connected through evicted tensors). One small
  * host-backend pool of nine one-block tensors, every layout the tests rely
  * on asserted:
@@ -21,8 +21,8 @@
  *     c_live(Z) = c_comp(Z) = 130
  *
  * With X, Y and Z the only evictable blocks (equal bytes, staleness and
- * history), two one-block requests evict by the policy's cost: coop Z then
- * Y, coop-live X then Z. Counting D would make coop-live evict Z first;
+ * history), two one-block requests evict by the policy's cost: coop-comp Z
+ * then Y, coop X then Z. Counting D would make coop evict Z first;
  * not counting G, or H, or not walking through R, would make it evict Y
  * second.
  */
@@ -102,7 +102,7 @@ static void c_live_counts_what_recomputation_needs(void **state)
 {
     (void)state;
     graph gr;
-    build(&gr, COOP_REMAT_COOP_LIVE);
+    build(&gr, COOP_REMAT_COOP);
     assert_int_equal(remat_live_compute(gr.r, gr.x), 10);
     assert_int_equal(remat_component_compute(gr.r, gr.x), 10 + 1000);
     assert_int_equal(remat_live_compute(gr.r, gr.y), 10 + 5 + 50 + 100);
@@ -133,7 +133,7 @@ static void a_view_keeps_a_descendant_held(void **state)
 {
     (void)state;
     graph gr;
-    build(&gr, COOP_REMAT_COOP_LIVE);
+    build(&gr, COOP_REMAT_COOP);
     coop_tensor *v;
     assert_int_equal(coop_tensor_alias(gr.r, gr.h, &v), COOP_OK);
     assert_int_equal(coop_tensor_release(gr.r, gr.h), COOP_OK);
@@ -173,15 +173,15 @@ static void the_window_follows_the_policy_s_cost(void **state)
     destroy(&gr);
 }
 
-/* The enum's new member is accepted; one past it is refused. */
+/* The enum's last member is accepted; one past it is refused. */
 static void the_policy_is_known(void **state)
 {
     (void)state;
     coop_pool *pool = pool_of(2);
-    coop_remat *r = context(pool, COOP_REMAT_COOP_LIVE);
+    coop_remat *r = context(pool, COOP_REMAT_COOP_COMP);
     assert_non_null(r->breakers); /* a window policy: the breaker index kept */
     coop_remat_destroy(r);
-    coop_remat_config cfg = {.policy = (coop_remat_policy)(COOP_REMAT_COOP_LIVE + 1),
+    coop_remat_config cfg = {.policy = (coop_remat_policy)(COOP_REMAT_COOP_COMP + 1),
                              .recompute = recompute};
     assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_ERR_INVALID);
     assert_null(r);
@@ -190,12 +190,12 @@ static void the_policy_is_known(void **state)
 
 int main(void)
 {
-    static const window_case coop = {COOP_REMAT_COOP, 2, 1};
-    static const window_case live = {COOP_REMAT_COOP_LIVE, 0, 2};
+    static const window_case comp = {COOP_REMAT_COOP_COMP, 2, 1};
+    static const window_case live = {COOP_REMAT_COOP, 0, 2};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(c_live_counts_what_recomputation_needs),
         cmocka_unit_test(a_view_keeps_a_descendant_held),
-        cmocka_unit_test_prestate(the_window_follows_the_policy_s_cost, (void *)&coop),
+        cmocka_unit_test_prestate(the_window_follows_the_policy_s_cost, (void *)&comp),
         cmocka_unit_test_prestate(the_window_follows_the_policy_s_cost, (void *)&live),
         cmocka_unit_test(the_policy_is_known),
     };

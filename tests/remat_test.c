@@ -463,7 +463,7 @@ int main(void)
     static bool modes[] = {false, true}; /* copy_on_write */
     static coop_remat_policy policies[] = {
         COOP_REMAT_COOP, COOP_REMAT_DTR,  COOP_REMAT_DTR_LOCAL, COOP_REMAT_DTE,
-        COOP_REMAT_LRU,  COOP_REMAT_SIZE, COOP_REMAT_COOP_EQ,   COOP_REMAT_COOP_LIVE};
+        COOP_REMAT_LRU,  COOP_REMAT_SIZE, COOP_REMAT_COOP_EQ,   COOP_REMAT_COOP_COMP};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[0]),
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[1]),

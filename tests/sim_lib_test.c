@@ -81,7 +81,7 @@ static sim_options options(const char *policy)
     return opt;
 }
 
-/* At the full budget nothing is evicted; coop's and coop-live's
+/* At the full budget nothing is evicted; coop's and coop-comp's
  * recomputable in-place takes over three buffers (mul_ on the view, both
  * of d's), dtr's copy-on-write none. At 0.9 both engines evict the same
  * two tensors. */
@@ -91,7 +91,7 @@ static void shapes_run_as_the_simulator(void **state)
     sim_program p;
     load(&p);
     uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
-    const char *policies[] = {"coop", "coop-live", "dtr"};
+    const char *policies[] = {"coop", "coop-comp", "dtr"};
     for (int i = 0; i < 3; i++) {
         sim_options opt = options(policies[i]);
         sim_lib_counts n;
@@ -200,26 +200,28 @@ static void own_traces_evict_as_the_simulator(void **state)
     }
 }
 
-/* coop-live in the library (COOP_REMAT_COOP_LIVE) as in the simulator on
- * the held-out vgg16 at 0.9, the cell that motivated it (docs/remat.md,
+/* coop (c_live) in the library (COOP_REMAT_COOP) as in the simulator on
+ * the held-out vgg16 at 0.9, the cell that motivated c_live (docs/remat.md,
  * section 2c): two evictions and 1.034 in both engines, below the
- * library's coop there (its c_comp counts the released pre-ReLU value
- * next to conv1_1's output). */
-static void coop_live_evicts_as_the_simulator_on_vgg16(void **state)
+ * library's coop-comp there (COOP_REMAT_COOP_COMP: its c_comp counts the
+ * released pre-ReLU value next to conv1_1's output). */
+static void coop_evicts_as_the_simulator_on_vgg16(void **state)
 {
     (void)state;
     sim_program p;
     if (sim_program_load(COOP_TEST_SRCDIR "/traces/heldout/vgg16-train-step.ops.jsonl.gz", &p))
         fail_msg("%s", coop_last_error());
     uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
-    sim_options live = options("coop-live"), coop = options("coop");
+    sim_options live = options("coop"), coop = options("coop-comp");
     coop_remat_policy pol;
     assert_int_equal(sim_lib_policy(&live, &pol), 0);
-    assert_int_equal(pol, COOP_REMAT_COOP_LIVE);
+    assert_int_equal(pol, COOP_REMAT_COOP);
+    assert_int_equal(sim_lib_policy(&coop, &pol), 0);
+    assert_int_equal(pol, COOP_REMAT_COOP_COMP);
     sim_outcome lib = sim_lib_run(&p, peak, &live, 0.9, NULL);
     sim_outcome sim = sim_run(&p, peak, &live, 0.9);
     sim_outcome lib_coop = sim_lib_run(&p, peak, &coop, 0.9, NULL);
-    printf("vgg16 0.9: coop-live lib %s %.6f/%llu, sim %s %.6f/%llu; coop lib %.6f/%llu\n",
+    printf("vgg16 0.9: coop lib %s %.6f/%llu, sim %s %.6f/%llu; coop-comp lib %.6f/%llu\n",
            sim_result_name(lib.result), lib.overhead, (unsigned long long)lib.evictions,
            sim_result_name(sim.result), sim.overhead, (unsigned long long)sim.evictions,
            lib_coop.overhead, (unsigned long long)lib_coop.evictions);
@@ -242,7 +244,7 @@ static void search_metrics_come_from_the_library(void **state)
     (void)state;
     const char *logs[] = {COOP_TEST_SRCDIR "/traces/unet-train-step.ops.jsonl.gz",
                           COOP_TEST_SRCDIR "/traces/resnet50-train-step.ops.jsonl.gz"};
-    const char *policies[] = {"coop", "coop-eq", "coop-live", "dtr", "dte", "lru"};
+    const char *policies[] = {"coop", "coop-eq", "coop-comp", "dtr", "dte", "lru"};
     sim_program shapes;
     load(&shapes);
     uint64_t shapes_peak = sim_peak(&shapes, SIM_MEMORY_ARENA);
@@ -286,8 +288,10 @@ static void search_metrics_come_from_the_library(void **state)
 
 /* min_budget_ratio by the simulator's bisection over the lib engine: in
  * (0, 1], the run just above it succeeds and one 0.02 below fails.
- * (Feasibility is not monotone near the thrash limit: on unet, coop at
- * the min ratio + 0.01 thrashes; resnet50 is checked here.) */
+ * (Feasibility is not monotone near the thrash limit: on unet, coop-comp at
+ * the min ratio + 0.01 thrashes, and on resnet50 coop (c_live) succeeds
+ * 0.02 below its min ratio 0.383; coop-comp and dtr on resnet50 are
+ * checked here.) */
 static void min_ratio_bisects_the_lib_engine(void **state)
 {
     (void)state;
@@ -295,7 +299,7 @@ static void min_ratio_bisects_the_lib_engine(void **state)
     if (sim_program_load(COOP_TEST_SRCDIR "/traces/resnet50-train-step.ops.jsonl.gz", &p))
         fail_msg("%s", coop_last_error());
     uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
-    const char *policies[] = {"coop", "dtr"};
+    const char *policies[] = {"coop-comp", "dtr"};
     for (int i = 0; i < 2; i++) {
         sim_options opt = options(policies[i]);
         double min = sim_lib_min_budget_ratio(&p, peak, &opt, 0.005);
@@ -320,7 +324,7 @@ int main(void)
         cmocka_unit_test(one_result_recomputed_alone),
         cmocka_unit_test(unsupported_policies_are_named),
         cmocka_unit_test(own_traces_evict_as_the_simulator),
-        cmocka_unit_test(coop_live_evicts_as_the_simulator_on_vgg16),
+        cmocka_unit_test(coop_evicts_as_the_simulator_on_vgg16),
         cmocka_unit_test(search_metrics_come_from_the_library),
         cmocka_unit_test(min_ratio_bisects_the_lib_engine),
     };

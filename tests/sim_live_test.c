@@ -1,8 +1,8 @@
 /*
- * coop-live's c_live cache (src/remat/sim_live.c) decides exactly as the
+ * coop's c_live cache (src/remat/sim_live.c) decides exactly as the
  * walk at every evaluation: the project's own traces (traces/, in the
  * repository; and the DTR logs of lstm and tv_densenet121 where the shared
- * workloads are) at seven budgets, coop-live with the cache (the default)
+ * workloads are) at seven budgets, coop with the cache (the default)
  * against `--no-eq-cache` (no cache), field by field: result, overhead,
  * evictions, recomputed ops, in-place ops, fragmentation failures and
  * fraction, blocks visited. A value left valid after a change it depends on
@@ -86,7 +86,7 @@ static int compare_log(const char *path, int *searched)
     uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
     for (size_t i = 0; i < sizeof ratios / sizeof *ratios; i++) {
         sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
-        assert_int_equal(sim_options_parse_policy("coop-live", &opt), 0);
+        assert_int_equal(sim_options_parse_policy("coop", &opt), 0);
         sim_outcome cached = sim_run(&p, peak, &opt, ratios[i]);
         opt.no_eq_cache = 1;
         sim_outcome walked = sim_run(&p, peak, &opt, ratios[i]);
@@ -126,7 +126,7 @@ static void check_log(const char *path, uint64_t *checks, uint64_t *mismatches)
     uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
     for (size_t i = 0; i < sizeof ratios / sizeof *ratios; i++) {
         sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
-        assert_int_equal(sim_options_parse_policy("coop-live", &opt), 0);
+        assert_int_equal(sim_options_parse_policy("coop", &opt), 0);
         opt.check_components = 1;
         sim_outcome o = sim_run(&p, peak, &opt, ratios[i]);
         assert_int_not_equal(o.result, SIM_ERROR);
@@ -201,7 +201,7 @@ static void handle_taken_on_an_evicted_storage(void **state)
     assert_int_equal(sim_program_build(&log, &p), COOP_OK);
     dtr_log_free(&log);
     sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
-    assert_int_equal(sim_options_parse_policy("coop-live", &opt), 0);
+    assert_int_equal(sim_options_parse_policy("coop", &opt), 0);
     opt.check_components = 1;
     sim_outcome o = sim_run(&p, sim_peak(&p, SIM_MEMORY_ARENA), &opt, 0.5);
     sim_program_free(&p);

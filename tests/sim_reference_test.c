@@ -2,16 +2,18 @@
  * Smoke test against the DTR authors' simulator (simrd, unmodified; table in
  * ../shared/workloads/README.md): resnet32 at ratio 0.9 in the ideal model,
  * DTR-eq and DTR-full: overhead 1.013 (within 0.02), 6 evictions, peak
- * 10.06 GB; and coop in the arena model with and without the breaker index
- * on resnet32 and tv_densenet121 at 0.9, 0.5, 0.3 (identical decisions,
- * fewer blocks visited), and dtr and coop with and without the c_eq cache at
- * 0.5 (identical decisions, fewer neighbour walks); and coop's component
- * cost on tv_densenet121 at 0.3, where c_eq (coop-eq) thrashes and coop
+ * 10.06 GB; and coop and coop-comp in the arena model with and without
+ * the breaker index on resnet32 and tv_densenet121 at 0.9, 0.5, 0.3
+ * (identical decisions, fewer blocks visited), and dtr, coop and coop-comp
+ * with and without the c_eq (coop: c_live) cache at 0.5 (identical
+ * decisions, fewer neighbour walks); and coop-comp's component cost on
+ * tv_densenet121 at 0.3, where c_eq (coop-eq) thrashes and c_comp
  * completes (docs/remat.md, section 2); and the remat API driven by the
  * resnet32 log deciding as the simulator (coop sim --engine lib, coop,
- * coop-eq and dtr at 0.9 to 0.3); and c_comp's component labels checked
- * against a fresh walk at every evaluation (tv_densenet121 at 0.3, coop
- * and coop-cow; lstm at 0.32, coop). Exits 77 (skip) when the shared workloads are
+ * coop-comp, coop-eq and dtr at 0.9 to 0.3); and c_comp's component labels
+ * checked against a fresh walk at every evaluation (tv_densenet121 at 0.3,
+ * coop-comp with recomputable in-place and with copy-on-write; lstm at
+ * 0.32, coop-comp). Exits 77 (skip) when the shared workloads are
  * absent.
  */
 #include <math.h>
@@ -34,83 +36,93 @@
 static const char *const candidates[] = {COOP_TEST_SRCDIR "/.." LOG_NAME,
                                          COOP_TEST_SRCDIR "/../.." LOG_NAME};
 
-/* coop's window search skipping breaker runs decides exactly as the plain
- * walk over every block, visiting fewer blocks. 1 on a difference. */
+/* coop's (and coop-comp's) window search skipping breaker runs decides
+ * exactly as the plain walk over every block, visiting fewer blocks. 1 on a
+ * difference. */
 static int compare_walks(const char *name, const sim_program *p)
 {
     const double ratios[] = {0.9, 0.5, 0.3};
+    const char *policies[] = {"coop", "coop-comp"};
+    int failed = 0;
+    uint64_t arena_peak = sim_peak(p, SIM_MEMORY_ARENA);
+    for (int j = 0; j < 2; j++)
+        for (int i = 0; i < 3; i++) {
+            sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+            if (sim_options_parse_policy(policies[j], &opt))
+                return 1;
+            sim_outcome fast = sim_run(p, arena_peak, &opt, ratios[i]);
+            opt.plain_window_walk = 1;
+            sim_outcome plain = sim_run(p, arena_peak, &opt, ratios[i]);
+            /* the plain walk also reads the cached costs of the blocks in gaps too
+             * small for the request: more evaluations, the same neighbour walks */
+            int ok = fast.result == plain.result && fast.overhead == plain.overhead &&
+                     fast.evictions == plain.evictions && fast.remat_ops == plain.remat_ops &&
+                     fast.heuristic_evals <= plain.heuristic_evals &&
+                     fast.eq_walks == plain.eq_walks && fast.blocks_visited <= plain.blocks_visited;
+            printf("%s %s %s arena %.1f: indexed %s %.4f/%llu visiting %llu blocks, plain %s "
+                   "%.4f/%llu visiting %llu\n",
+                   ok ? "PASS" : "FAIL", name, policies[j], ratios[i], sim_result_name(fast.result),
+                   fast.overhead, (unsigned long long)fast.evictions,
+                   (unsigned long long)fast.blocks_visited, sim_result_name(plain.result),
+                   plain.overhead, (unsigned long long)plain.evictions,
+                   (unsigned long long)plain.blocks_visited);
+            failed |= !ok;
+        }
+    return failed;
+}
+
+/* dtr and coop-comp decide exactly the same with c_eq's cached class roots
+ * as with a neighbour walk at every evaluation, walking less; coop the same
+ * with its cached c_live. 1 on a difference. */
+static int compare_eq_cache(const char *name, const sim_program *p)
+{
+    const char *policies[] = {"dtr", "coop", "coop-comp"};
     int failed = 0;
     uint64_t arena_peak = sim_peak(p, SIM_MEMORY_ARENA);
     for (int i = 0; i < 3; i++) {
-        sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
-        sim_outcome fast = sim_run(p, arena_peak, &opt, ratios[i]);
-        opt.plain_window_walk = 1;
-        sim_outcome plain = sim_run(p, arena_peak, &opt, ratios[i]);
-        /* the plain walk also reads the cached costs of the blocks in gaps too
-         * small for the request: more evaluations, the same neighbour walks */
-        int ok = fast.result == plain.result && fast.overhead == plain.overhead &&
-                 fast.evictions == plain.evictions && fast.remat_ops == plain.remat_ops &&
-                 fast.heuristic_evals <= plain.heuristic_evals && fast.eq_walks == plain.eq_walks &&
-                 fast.blocks_visited <= plain.blocks_visited;
-        printf("%s %s coop arena %.1f: indexed %s %.4f/%llu visiting %llu blocks, plain %s "
-               "%.4f/%llu visiting %llu\n",
-               ok ? "PASS" : "FAIL", name, ratios[i], sim_result_name(fast.result), fast.overhead,
-               (unsigned long long)fast.evictions, (unsigned long long)fast.blocks_visited,
-               sim_result_name(plain.result), plain.overhead, (unsigned long long)plain.evictions,
-               (unsigned long long)plain.blocks_visited);
-        failed |= !ok;
-    }
-    return failed;
-}
-
-/* dtr and coop decide exactly the same with c_eq's cached class roots as
- * with a neighbour walk at every evaluation, walking less. 1 on a difference. */
-static int compare_eq_cache(const char *name, const sim_program *p)
-{
-    const sim_policy policies[] = {SIM_POLICY_DTR, SIM_POLICY_COOP};
-    int failed = 0;
-    uint64_t arena_peak = sim_peak(p, SIM_MEMORY_ARENA);
-    for (int i = 0; i < 2; i++) {
-        sim_options opt = sim_options_default(policies[i], SIM_MEMORY_ARENA);
+        sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_ARENA);
+        if (sim_options_parse_policy(policies[i], &opt))
+            return 1;
         sim_outcome cached = sim_run(p, arena_peak, &opt, 0.5);
         opt.no_eq_cache = 1;
         sim_outcome walked = sim_run(p, arena_peak, &opt, 0.5);
-        int ok =
-            cached.result == walked.result && cached.overhead == walked.overhead &&
-            cached.evictions == walked.evictions && cached.remat_ops == walked.remat_ops &&
-            cached.eq_walks <= walked.eq_walks &&
-            (policies[i] != SIM_POLICY_DTR || cached.heuristic_evals == walked.heuristic_evals);
-        printf("%s %s %s arena 0.5: c_eq cached %s %.4f/%llu with %llu walks (%llu neighbours), "
+        int ok = cached.result == walked.result && cached.overhead == walked.overhead &&
+                 cached.evictions == walked.evictions && cached.remat_ops == walked.remat_ops &&
+                 cached.eq_walks <= walked.eq_walks &&
+                 (opt.policy != SIM_POLICY_DTR || cached.heuristic_evals == walked.heuristic_evals);
+        printf("%s %s %s arena 0.5: cached %s %.4f/%llu with %llu walks (%llu neighbours), "
                "uncached %s %.4f/%llu with %llu walks (%llu neighbours)\n",
-               ok ? "PASS" : "FAIL", name, sim_policy_name(policies[i]),
-               sim_result_name(cached.result), cached.overhead,
-               (unsigned long long)cached.evictions, (unsigned long long)cached.eq_walks,
-               (unsigned long long)cached.eq_neighbours, sim_result_name(walked.result),
-               walked.overhead, (unsigned long long)walked.evictions,
-               (unsigned long long)walked.eq_walks, (unsigned long long)walked.eq_neighbours);
+               ok ? "PASS" : "FAIL", name, policies[i], sim_result_name(cached.result),
+               cached.overhead, (unsigned long long)cached.evictions,
+               (unsigned long long)cached.eq_walks, (unsigned long long)cached.eq_neighbours,
+               sim_result_name(walked.result), walked.overhead,
+               (unsigned long long)walked.evictions, (unsigned long long)walked.eq_walks,
+               (unsigned long long)walked.eq_neighbours);
         failed |= !ok;
     }
     return failed;
 }
 
-/* coop with c_comp completes tv_densenet121 at 0.3 (overhead 1.336,
+/* coop-comp (c_comp) completes tv_densenet121 at 0.3 (overhead 1.336,
  * docs/remat_arena.jsonl); with c_eq (coop-eq) it thrashes. 1 if not. */
 static int check_component_cost(const sim_program *p)
 {
     uint64_t arena_peak = sim_peak(p, SIM_MEMORY_ARENA);
     sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+    if (sim_options_parse_policy("coop-comp", &opt))
+        return 1;
     sim_outcome comp = sim_run(p, arena_peak, &opt, 0.3);
     if (sim_options_parse_policy("coop-eq", &opt))
         return 1;
     sim_outcome eq = sim_run(p, arena_peak, &opt, 0.3);
     int ok = comp.result == SIM_OK && comp.overhead < 1.5 && eq.result == SIM_THRASH;
-    printf("%s tv_densenet121 arena 0.3: coop %s %.4f/%llu, coop-eq %s\n", ok ? "PASS" : "FAIL",
-           sim_result_name(comp.result), comp.overhead, (unsigned long long)comp.evictions,
-           sim_result_name(eq.result));
+    printf("%s tv_densenet121 arena 0.3: coop-comp %s %.4f/%llu, coop-eq %s\n",
+           ok ? "PASS" : "FAIL", sim_result_name(comp.result), comp.overhead,
+           (unsigned long long)comp.evictions, sim_result_name(eq.result));
     return !ok;
 }
 
-/* coop's component labels (sim_policy.c: a component walked is answered
+/* coop-comp's component labels (sim_policy.c: a component walked is answered
  * by its label until an eviction, rematerialization or new tensor changes
  * it) give what a fresh walk gives at every c_comp evaluation of the run,
  * and the runs checked decide as unchecked ones. 1 on a difference, or if
@@ -118,13 +130,16 @@ static int check_component_cost(const sim_program *p)
 static int check_component_labels(const char *name, const sim_program *p, double ratio,
                                   int num_policies)
 {
-    const char *policies[] = {"coop", "coop-cow"};
+    /* coop-comp, and coop-comp with copy-on-write (coop-cow's c_comp) */
+    const char *policies[] = {"coop-comp", "coop-comp --inplace off"};
     uint64_t arena_peak = sim_peak(p, SIM_MEMORY_ARENA);
     int failed = 0;
     for (int i = 0; i < num_policies; i++) {
         sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
-        if (sim_options_parse_policy(policies[i], &opt))
+        if (sim_options_parse_policy("coop-comp", &opt))
             return 1;
+        if (i == 1)
+            opt.inplace = 0;
         sim_outcome plain = sim_run(p, arena_peak, &opt, ratio);
         opt.check_components = 1;
         sim_outcome checked = sim_run(p, arena_peak, &opt, ratio);
@@ -143,16 +158,16 @@ static int check_component_labels(const char *name, const sim_program *p, double
 }
 
 /* The remat API driven by the log (coop sim --engine lib) decides exactly
- * as the simulator's arena model on resnet32: coop, coop-eq and dtr at
+ * as the simulator's arena model on resnet32: coop, coop-comp, coop-eq and dtr at
  * 0.9, 0.7, 0.5 and 0.3, the same result, evictions, recomputations and
  * overhead (docs/remat.md, section 4). 1 on a difference. */
 static int compare_lib_engine(const sim_program *p)
 {
-    const char *policies[] = {"coop", "coop-eq", "dtr"};
+    const char *policies[] = {"coop", "coop-comp", "coop-eq", "dtr"};
     const double ratios[] = {0.9, 0.7, 0.5, 0.3};
     uint64_t peak = sim_peak(p, SIM_MEMORY_ARENA);
     int failed = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         for (int k = 0; k < 4; k++) {
             sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_ARENA);
             sim_options_parse_policy(policies[i], &opt);
@@ -223,7 +238,8 @@ int main(void)
         sim_program_free(&d);
     }
     /* lstm: recomputations cut its components in most searches below 0.4
-     * (coop alone: coop-cow's run checks 66,000 evaluations, seconds) */
+     * (coop-comp alone: its copy-on-write run checks 66,000 evaluations,
+     * seconds) */
     char lstm[4096];
     snprintf(lstm, sizeof lstm, "%.*s%s", (int)(strrchr(path, '/') - path + 1), path, LSTM_NAME);
     sim_program l;

@@ -334,13 +334,15 @@ static void arena_model_with_equal_blocks_matches_ideal(void **state)
 }
 
 /* The held-out vgg16 log at 0.9 (docs/remat.md, section 2c, "Why coop
- * loses vgg16 at 0.9"): coop's first window is conv1_2's output, whose
+ * loses vgg16 at 0.9", written when c_comp was coop's cost): coop-comp's
+ * first window is conv1_2's output, whose
  * c_comp (1.03 s) is below conv1_1's (1.36 s, of which 0.99 s is conv1_2's
  * released pre-ReLU value); a later window then evicts fc1's weight
  * gradient and recomputes most of the forward pass (overhead 1.297).
- * coop-live costs conv1_1's output 0.37 s, evicts it (as dtr does) and
- * stays near dtr's 1.042. */
-static void coop_live_follows_what_recomputation_needs_on_vgg16(void **state)
+ * coop (c_live; coop-live, its name as a candidate, is an alias) costs
+ * conv1_1's output 0.37 s, evicts it (as dtr does) and stays near dtr's
+ * 1.042. */
+static void coop_follows_what_recomputation_needs_on_vgg16(void **state)
 {
     (void)state;
     sim_program p;
@@ -349,8 +351,15 @@ static void coop_live_follows_what_recomputation_needs_on_vgg16(void **state)
         COOP_OK);
     uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
     sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+    assert_int_equal(opt.window_cost, SIM_WINDOW_LIVE);
+    assert_int_equal(sim_options_parse_policy("coop-comp", &opt), 0);
+    assert_int_equal(opt.policy, SIM_POLICY_COOP);
+    assert_int_equal(opt.window_cost, SIM_WINDOW_COMP);
     sim_outcome comp = sim_run(&p, peak, &opt, 0.9);
     assert_int_equal(sim_options_parse_policy("coop-live", &opt), 0);
+    assert_int_equal(opt.policy, SIM_POLICY_COOP);
+    assert_int_equal(opt.window_cost, SIM_WINDOW_LIVE);
+    assert_int_equal(sim_options_parse_policy("coop", &opt), 0);
     assert_int_equal(opt.policy, SIM_POLICY_COOP);
     assert_int_equal(opt.window_cost, SIM_WINDOW_LIVE);
     sim_outcome live = sim_run(&p, peak, &opt, 0.9);
@@ -367,7 +376,7 @@ int main(void)
         cmocka_unit_test(neighbours_are_distinct_in_creation_order),
         cmocka_unit_test(component_cost_ignores_classes_cut_by_rematerialization),
         cmocka_unit_test(live_cost_counts_what_recomputation_needs),
-        cmocka_unit_test(coop_live_follows_what_recomputation_needs_on_vgg16),
+        cmocka_unit_test(coop_follows_what_recomputation_needs_on_vgg16),
         cmocka_unit_test(dtr_family_evicts_the_cheap_stale_tensor),
         cmocka_unit_test(size_and_lru_choose_differently),
         cmocka_unit_test(too_small_is_oom_and_unlimited_needs_nothing),

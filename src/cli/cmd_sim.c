@@ -24,13 +24,14 @@ static void usage(FILE *out)
             "budget = ratio x the peak of an unlimited run, evicting and recomputing tensors.\n"
             "\n"
             "  --policy LIST      comma-separated: dtr, dtr-full, dtr-local, dte, lru, size, coop\n"
-            "                     (arena only), and coop's ablations coop-nopart (no cheap\n"
-            "                     tensor partitioning), coop-cow (copy-on-write instead of\n"
-            "                     recomputable in-place), coop-dte (DTE's score in the window),\n"
-            "                     coop-sum (sum of window costs, not per byte), coop-eq\n"
-            "                     (c_eq of union-find classes as each tensor's cost),\n"
-            "                     coop-live (c_live: what recomputation needs, instead of\n"
-            "                     the evicted component)\n"
+            "                     (arena only; costs a tensor by c_live, what recomputation\n"
+            "                     needs; coop-live is another name for it), and coop's\n"
+            "                     ablations coop-nopart (no cheap tensor partitioning),\n"
+            "                     coop-cow (copy-on-write instead of recomputable in-place),\n"
+            "                     coop-dte (DTE's score in the window), coop-sum (sum of\n"
+            "                     window costs, not per byte), coop-eq (c_eq of union-find\n"
+            "                     classes as each tensor's cost), coop-comp (c_comp, the\n"
+            "                     whole evicted component: coop's cost before c_live)\n"
             "                     (default dtr,dtr-full,lru; --engine lib:\n"
             "                     coop,coop-eq,dtr,dte)\n"
             "  --memory MODEL     ideal: only the sum of resident bytes is limited (default);\n"
@@ -46,20 +47,20 @@ static void usage(FILE *out)
             "                     blocks (default: 1e-2 for coop, off otherwise)\n"
             "  --plain-walk       coop's window search visits every block instead of skipping\n"
             "                     runs of pinned or locked ones (same results; for timing)\n"
-            "  --no-eq-cache      dtr and coop walk a tensor's neighbours at every cost\n"
+            "  --no-eq-cache      dtr and coop-comp walk a tensor's neighbours at every cost\n"
             "                     evaluation instead of reusing its cached classes, and\n"
-            "                     coop-live walks its regions instead of reusing its\n"
-            "                     cached c_live (same results; for timing)\n"
+            "                     coop walks its regions instead of reusing its cached\n"
+            "                     c_live (same results; for timing)\n"
             "  --engine E         sim: the simulator's own runtime (default); lib: libcoop's\n"
             "                     public remat API (coop_remat_*, coop_tensor_*) driven by\n"
             "                     the log over the arena model's pool (implies --memory\n"
-            "                     arena; policies coop, coop-eq, coop-live, coop-nopart,\n"
+            "                     arena; policies coop, coop-comp, coop-eq, coop-nopart,\n"
             "                     coop-cow, dtr, dtr-local, dte, lru, size); search times\n"
             "                     are the library's own (coop_remat_stats)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
             "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
-            "a tensor's neighbours: dtr, coop) and blocks (blocks coop's window searches\n"
+            "a tensor's neighbours: dtr, coop-comp) and blocks (blocks coop's window searches\n"
             "visited). Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
 }
 
@@ -259,7 +260,8 @@ int cmd_sim(int argc, char **argv)
         if (sim_options_parse_policy(policy_items[i], &options[i])) {
             fprintf(stderr,
                     "coop sim: unknown policy '%s' (dtr, dtr-full, dtr-local, dte, lru, "
-                    "size, coop, coop-nopart, coop-cow, coop-dte, coop-sum, coop-eq, coop-live)\n",
+                    "size, coop, coop-nopart, coop-cow, coop-dte, coop-sum, coop-eq, coop-comp, "
+                    "coop-live)\n",
                     policy_items[i]);
             return 2;
         }

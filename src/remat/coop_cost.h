@@ -3,12 +3,15 @@
  * policy (sim_arena.c) and the remat API's COOP_REMAT_COOP (remat_evict.c),
  * so that both weigh a window the same way:
  *
- *     c_comp x (1 + COOP_COST_REMAT_WEIGHT x remats) / staleness
+ *     c_live x (1 + COOP_COST_REMAT_WEIGHT x remats) / staleness
  *
  * summed over the window's tensors and divided by the window's bytes.
- * c_comp (ns) is the tensor's own compute plus the compute of the evicted
- * tensors connected to it through evicted tensors (its exact evicted
- * component; docs/remat.md, section 2, "The component cost"), remats how
+ * c_live (ns) is what evicting the tensor makes the program recompute
+ * (docs/remat.md, section 2c; the default since section 2's round 5); the
+ * ablation coop-comp (COOP_REMAT_COOP_COMP) uses c_comp instead, the
+ * tensor's own compute plus the compute of the evicted tensors connected
+ * to it through evicted tensors (its exact evicted component; docs/remat.md,
+ * section 2, "The component cost"). remats is how
  * often its producer has been recomputed so far, staleness the logical time
  * since its last access.
  */
@@ -34,7 +37,7 @@ static inline uint64_t coop_cost_staleness(uint64_t clock, uint64_t last_access)
     return stale ? stale : 1;
 }
 
-/* What the cost multiplies c_comp by. One expression for the cost and its
+/* What the cost multiplies c_live (or c_comp) by. One expression for the cost and its
  * lower bounds (own compute times this), so that a bound known exact is
  * the very value the cost would return. */
 static inline double coop_cost_weight(uint32_t remats, uint64_t staleness)

@@ -19,7 +19,7 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
     if (!pool || !config || !config->recompute)
         return coop_set_error(COOP_ERR_INVALID,
                               "coop_remat_create: pool, config and config->recompute are required");
-    if ((unsigned)config->policy > COOP_REMAT_COOP_LIVE)
+    if ((unsigned)config->policy > COOP_REMAT_COOP_COMP)
         return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: unknown policy %d",
                               (int)config->policy);
     coop_remat *r = calloc(1, sizeof *r);

@@ -2,7 +2,7 @@
  * The remat API's recompute costs over its tensor graph (remat_internal.h):
  * c_eq through union-find classes (DTR-eq; the DTR policy and the
  * COOP_REMAT_COOP_EQ window) and c_comp, the exact evicted component
- * (COOP_REMAT_COOP's window, as `coop sim`'s coop policy).
+ * (COOP_REMAT_COOP_COMP's window, as `coop sim`'s coop-comp ablation).
  *
  * The simulator computes the same two values over its own compiled program
  * (sim_policy.c); the walks are written once per graph because the graphs

@@ -153,9 +153,9 @@ static double score(coop_remat *r, coop_tensor *t)
     }
 }
 
-/* Window cost of a block's tensor: COOP_REMAT_COOP c_comp x (1 + 0.1 x
- * remats) / staleness (coop_cost.h), COOP_REMAT_COOP_LIVE the same with
- * c_live (remat_live.c), COOP_REMAT_COOP_EQ c_eq / staleness; the search
+/* Window cost of a block's tensor: COOP_REMAT_COOP c_live (remat_live.c)
+ * x (1 + 0.1 x remats) / staleness (coop_cost.h), COOP_REMAT_COOP_COMP the
+ * same with c_comp, COOP_REMAT_COOP_EQ c_eq / staleness; the search
  * divides their sum by the window's bytes. */
 static double window_cost(void *owner, const arena_block *b, void *ctx)
 {
@@ -168,7 +168,7 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
     if (r->cfg.policy == COOP_REMAT_COOP_EQ)
         return (double)remat_eq_compute(r, t) / (double)stale;
-    if (r->cfg.policy == COOP_REMAT_COOP_LIVE)
+    if (r->cfg.policy == COOP_REMAT_COOP)
         return (double)remat_live_compute(r, t) * coop_cost_weight(t->remats, stale);
     return (double)remat_component_compute(r, t) * coop_cost_weight(t->remats, stale);
 }
@@ -177,8 +177,8 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
  * c_comp are at least the tensor's own cost: classes and costs are never
  * negative; c_live at least its own cost plus its evicted inputs and held
  * evicted children, remat_live_bound), or window_cost itself when the
- * tensor's c_eq is cached (exact; for COOP_REMAT_COOP only where c_comp is
- * that c_eq: no class cut) or, for COOP_REMAT_COOP_LIVE, when it has no
+ * tensor's c_eq is cached (exact; for COOP_REMAT_COOP_COMP only where c_comp
+ * is that c_eq: no class cut) or, for COOP_REMAT_COOP, when it has no
  * evicted neighbour (c_live is its cost). The same expressions as
  * window_cost, so an exact bound is the very value the cost would return;
  * reading it counts as an evaluation. */
@@ -190,7 +190,7 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
     if (!remat_evictable(t))
         return WINDOW_BLOCKED;
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
-    if (r->cfg.policy == COOP_REMAT_COOP_LIVE) {
+    if (r->cfg.policy == COOP_REMAT_COOP) {
         int64_t live = remat_live_bound(r, t, exact);
         if (*exact)
             r->stats.heuristic_evals++;

@@ -3,7 +3,7 @@
  * the context and the tensor records, shared by remat.c (tensor lifecycle,
  * recomputation, in-place), remat_evict.c (policies, window, placement),
  * remat_cost.c (c_eq and c_comp over the tensor graph) and remat_live.c
- * (c_live, COOP_REMAT_COOP_LIVE's cost).
+ * (c_live, COOP_REMAT_COOP's cost).
  *
  * Storage: a tensor with base == itself owns a storage (a block of the pool
  * while resident, whose owner field points back at it); views point at their
@@ -110,7 +110,7 @@ struct coop_remat {
 static inline bool remat_policy_windowed(coop_remat_policy policy)
 {
     return policy == COOP_REMAT_COOP || policy == COOP_REMAT_COOP_EQ ||
-           policy == COOP_REMAT_COOP_LIVE;
+           policy == COOP_REMAT_COOP_COMP;
 }
 
 /* Evicted and in a union-find class: what c_eq and c_comp count. (A tensor
@@ -202,7 +202,7 @@ int remat_stack_push(coop_remat *r, size_t *len, coop_tensor *t);
 
 /* ---- remat_live.c ---- */
 
-/* c_live (ns), COOP_REMAT_COOP_LIVE's cost (include/coop.h): t's cost plus
+/* c_live (ns), COOP_REMAT_COOP's cost (include/coop.h): t's cost plus
  * its evicted ancestors reached through evicted tensors plus its evicted
  * descendants reached through evicted tensors whose storage is still held
  * (handles > 0). Two walks at every call (no cache); t's own cost <= c_live

@@ -1,6 +1,6 @@
 /*
  * c_live over the remat API's tensor graph (remat_internal.h): the window
- * cost of COOP_REMAT_COOP_LIVE, `coop sim`'s coop-live (docs/remat.md,
+ * cost of COOP_REMAT_COOP (the default), `coop sim`'s coop (docs/remat.md,
  * section 2c). c_comp counts every evicted tensor connected to a candidate
  * through evicted tensors, including released ones that neither its own
  * recomputation nor any recomputation the owner can still ask for needs;

@@ -12,7 +12,7 @@ sim_options sim_options_default(sim_policy policy, sim_memory memory)
                          .overhead_limit = 2.0,
                          .inplace = -1,
                          .cheap_threshold = NAN,
-                         .window_cost = SIM_WINDOW_COOP};
+                         .window_cost = SIM_WINDOW_LIVE};
 }
 
 int sim_options_parse_policy(const char *name, sim_options *out)
@@ -23,9 +23,14 @@ int sim_options_parse_policy(const char *name, sim_options *out)
         double threshold;
         sim_window_cost cost;
     } variants[] = {
-        {"coop-nopart", -1, -1.0, SIM_WINDOW_COOP}, {"coop-cow", 0, NAN, SIM_WINDOW_COOP},
-        {"coop-dte", -1, NAN, SIM_WINDOW_DTE},      {"coop-sum", -1, NAN, SIM_WINDOW_SUM},
-        {"coop-eq", -1, NAN, SIM_WINDOW_EQ},        {"coop-live", -1, NAN, SIM_WINDOW_LIVE},
+        {"coop-nopart", -1, -1.0, SIM_WINDOW_LIVE},
+        {"coop-cow", 0, NAN, SIM_WINDOW_LIVE},
+        {"coop-dte", -1, NAN, SIM_WINDOW_DTE},
+        {"coop-sum", -1, NAN, SIM_WINDOW_SUM},
+        {"coop-eq", -1, NAN, SIM_WINDOW_EQ},
+        {"coop-comp", -1, NAN, SIM_WINDOW_COMP},
+        /* coop's former name for its default cost, kept for scripts */
+        {"coop-live", -1, NAN, SIM_WINDOW_LIVE},
     };
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
         if (!strcmp(name, variants[i].name)) {
@@ -42,7 +47,7 @@ int sim_options_parse_policy(const char *name, sim_options *out)
     out->policy = p;
     out->inplace = -1;
     out->cheap_threshold = NAN;
-    out->window_cost = SIM_WINDOW_COOP;
+    out->window_cost = SIM_WINDOW_LIVE;
     return 0;
 }
 

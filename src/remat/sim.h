@@ -25,12 +25,12 @@ typedef struct sim_options {
     int plain_window_walk; /* coop in the arena: walk every block instead of
                             * skipping breaker runs (same windows; 0 default) */
     int no_eq_cache;       /* dtr and coop: recompute c_eq by walking the
-                            * neighbours at every evaluation, coop-live c_live
+                            * neighbours at every evaluation, coop's c_live
                             * by walking its regions (same values; 0 default:
                             * cached class roots and c_live, see sim_runtime.h) */
-    int check_components;  /* coop (tests): compare every c_comp walk-free answer
-                            * with a fresh walk (sim_outcome.comp_mismatches);
-                            * coop-live: every c_live read from its cache */
+    int check_components;  /* coop-comp (tests): compare every c_comp walk-free
+                            * answer with a fresh walk (sim_outcome.comp_mismatches);
+                            * coop: every c_live read from its cache */
 } sim_options;
 
 /* Options with the policy's defaults. */
@@ -40,9 +40,11 @@ sim_options sim_options_default(sim_policy policy, sim_memory memory);
  * (no cheap tensor partitioning), coop-cow (copy-on-write instead of
  * recomputable in-place), coop-dte (DTE's score inside the window),
  * coop-sum (the window's plain sum of costs instead of cost per byte),
- * coop-eq (c_eq, union-find classes, instead of c_comp with the
- * recompute history: the default before docs/remat.md section 2's change),
- * coop-live (c_live instead of c_comp: docs/remat.md, section 2c).
+ * coop-eq (c_eq, union-find classes, instead of c_live with the
+ * recompute history: the default before docs/remat.md section 2's
+ * component cost), coop-comp (c_comp instead of c_live: coop's cost until
+ * docs/remat.md section 2's round 5). coop-live is accepted as another name
+ * of coop (its name while c_live was a candidate, section 2c).
  * 0 and *out filled (memory, overhead limit untouched), -1 unknown. */
 int sim_options_parse_policy(const char *name, sim_options *out);
 

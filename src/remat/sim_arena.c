@@ -212,7 +212,8 @@ static uint64_t staleness(const sim_runtime *rt, const rt_storage *r)
     return coop_cost_staleness(rt->clock, (uint64_t)r->last_access);
 }
 
-/* What the coop cost multiplies c_comp (or c_eq where that equals it) by,
+/* What the coop cost multiplies c_live (coop-comp: c_comp, or c_eq where
+ * that equals it) by,
  * the same for window_cost and window_bound (coop_cost.h). */
 static double coop_weight(const sim_runtime *rt, const rt_storage *r)
 {
@@ -234,18 +235,18 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
         uint64_t m = rt->prog->storages[s].size + sim_adjacent_free(rt, s);
         return m ? (double)r->compute / ((double)m * (double)stale) : (double)r->compute;
     }
-    if (rt->cfg.window_cost == SIM_WINDOW_COOP)
-        return (double)sim_component_compute(rt, s) * coop_weight(rt, r);
     if (rt->cfg.window_cost == SIM_WINDOW_LIVE)
         return (double)sim_live_compute(rt, s) * coop_weight(rt, r);
+    if (rt->cfg.window_cost == SIM_WINDOW_COMP)
+        return (double)sim_component_compute(rt, s) * coop_weight(rt, r);
     return (double)sim_eq_compute(rt, s) / (double)stale;
 }
 
 /* A lower bound of window_cost that needs no neighbourhood walk: the
  * storage's own compute (c_eq, c_comp, c_live >= c: class values and
  * computes are never negative), or window_cost itself when the storage's
- * c_eq is cached (exact; for coop only where c_comp is that c_eq: no class
- * cut), or for coop-live its c_live is, or else a c_live invalidated only
+ * c_eq is cached (exact; for coop-comp only where c_comp is that c_eq: no
+ * class cut), or for coop (c_live) its c_live is, or else a c_live invalidated only
  * by changes that add to it (sim_live_known). */
 static double window_bound(void *owner, const arena_block *b, void *ctx, bool *exact)
 {
@@ -255,7 +256,7 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
     if (r->pool_pos == SIM_NONE)
         return WINDOW_BLOCKED;
     int64_t eq;
-    if (rt->cfg.window_cost == SIM_WINDOW_COOP) {
+    if (rt->cfg.window_cost == SIM_WINDOW_COMP) {
         double weight = coop_weight(rt, r);
         uint32_t s = storage_of(rt, owner);
         if (sim_eq_cached(rt, s, &eq) && sim_classes_uncut(rt, s)) {
@@ -290,7 +291,7 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
 {
     uint64_t size = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
-    window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COOP ||
+    window_objective obj = rt->cfg.window_cost == SIM_WINDOW_COMP ||
                                    rt->cfg.window_cost == SIM_WINDOW_EQ ||
                                    rt->cfg.window_cost == SIM_WINDOW_LIVE
                                ? WINDOW_PER_BYTE

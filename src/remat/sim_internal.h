@@ -175,8 +175,9 @@ static inline void sim_comp_forget(sim_runtime *rt, uint32_t s)
         rt->storages[r->comp_label].comp_stamp = 0;
 }
 
-/* c_live, coop-live's window cost (coop's with c_live for c_comp, the same
- * weight, coop_cost.h; a candidate, not the default): s's compute, plus
+/* c_live, coop's window cost (coop-comp's with c_live for c_comp, the same
+ * weight, coop_cost.h; the default since docs/remat.md section 2's round
+ * 5): s's compute, plus
  * the compute of the evicted storages its recomputation needs (its evicted
  * ancestors, reached through evicted storages: simrd's backward region),
  * plus the compute of the evicted storages the program still holds

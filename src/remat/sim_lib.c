@@ -42,7 +42,7 @@ int sim_lib_policy(const sim_options *opt, coop_remat_policy *policy)
 {
     switch (opt->policy) {
     case SIM_POLICY_COOP:
-        if (opt->window_cost == SIM_WINDOW_COOP) {
+        if (opt->window_cost == SIM_WINDOW_LIVE) {
             *policy = COOP_REMAT_COOP;
             return 0;
         }
@@ -50,13 +50,13 @@ int sim_lib_policy(const sim_options *opt, coop_remat_policy *policy)
             *policy = COOP_REMAT_COOP_EQ;
             return 0;
         }
-        if (opt->window_cost == SIM_WINDOW_LIVE) {
-            *policy = COOP_REMAT_COOP_LIVE;
+        if (opt->window_cost == SIM_WINDOW_COMP) {
+            *policy = COOP_REMAT_COOP_COMP;
             return 0;
         }
         coop_set_error(COOP_ERR_UNSUPPORTED,
-                       "the remat API's window costs c_comp (coop), c_eq (coop-eq) or c_live "
-                       "(coop-live), not coop-sum's or coop-dte's");
+                       "the remat API's window costs c_live (coop), c_comp (coop-comp) or c_eq "
+                       "(coop-eq), not coop-sum's or coop-dte's");
         return -1;
     case SIM_POLICY_DTR:
         *policy = COOP_REMAT_DTR;

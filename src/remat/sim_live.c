@@ -1,4 +1,4 @@
-/* coop-live's c_live cache (sim_live.h). */
+/* coop's c_live cache (sim_live.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,7 +92,7 @@ static live_dep *deps_of(const sim_live_cache *c, uint32_t s)
 /* Allocates n zeroed items and faults their pages in now, not in a search:
  * a byte of each page written through a volatile pointer (a memset of zeros
  * after malloc is folded into calloc by the compiler, and calloc leaves fresh
- * pages unmapped until first written: lstm's first coop-live search had
+ * pages unmapped until first written: lstm's first coop (c_live) search had
  * taken 13 to 20 minor faults, getrusage). */
 static void *touched(size_t n, size_t size)
 {

@@ -1,5 +1,5 @@
 /*
- * coop-live's cache of c_live (sim_live_compute) per storage: exact, the
+ * coop's cache of c_live (sim_live_compute) per storage: exact, the
  * value a walk would give at every evaluation (docs/remat.md, section 2c,
  * "The c_live cache").
  *
@@ -34,7 +34,7 @@
 
 struct sim_live_cache;
 
-/* Allocates rt->live when the run scores with c_live (coop-live) and caches
+/* Allocates rt->live when the run scores with c_live (coop, coop-live) and caches
  * costs (cfg.eq_cache); else leaves it NULL. 0, or -1 out of host memory. */
 int sim_live_open(sim_runtime *rt);
 void sim_live_close(sim_runtime *rt);

@@ -41,15 +41,15 @@ typedef enum sim_result { SIM_OK = 0, SIM_OOM, SIM_THRASH, SIM_ERROR } sim_resul
 
 /* What the coop policy sums over a window's evictable blocks. */
 typedef enum sim_window_cost {
-    SIM_WINDOW_COOP, /* sum of c_comp * (1 + remats / 10) / staleness per byte of the
-                      * window (default; c_comp: sim_component_compute) */
-    SIM_WINDOW_EQ,   /* ablation: sum of c_eq / staleness per byte (the default
-                      * until the component cost; see docs/remat.md) */
-    SIM_WINDOW_SUM,  /* sum of c_eq / staleness (Coop's literal objective) */
-    SIM_WINDOW_DTE,  /* ablation: sum of DTE's score c / (m' * staleness) */
-    SIM_WINDOW_LIVE  /* candidate: SIM_WINDOW_COOP with c_live (sim_live_compute)
-                      * for c_comp (docs/remat.md, section 2c, "Why coop loses
-                      * vgg16 at 0.9") */
+    SIM_WINDOW_LIVE = 0, /* sum of c_live * (1 + remats / 10) / staleness per byte of
+                          * the window (default since docs/remat.md section 2's round 5;
+                          * c_live: sim_live_compute, what recomputation needs) */
+    SIM_WINDOW_COMP,     /* ablation coop-comp: the same with c_comp
+                          * (sim_component_compute), the default before round 5 */
+    SIM_WINDOW_EQ,       /* ablation: sum of c_eq / staleness per byte (the default
+                          * until the component cost; see docs/remat.md) */
+    SIM_WINDOW_SUM,      /* sum of c_eq / staleness (Coop's literal objective) */
+    SIM_WINDOW_DTE       /* ablation: sum of DTE's score c / (m' * staleness) */
 } sim_window_cost;
 
 typedef struct sim_config {
@@ -61,7 +61,7 @@ typedef struct sim_config {
     sim_window_cost window_cost;
     bool plain_window_walk; /* arena coop: walk every block, no breaker index
                              * (same windows, slower: for tests and timing) */
-    bool eq_cache;          /* cache c_eq's class roots per storage, and coop-live's
+    bool eq_cache;          /* cache c_eq's class roots per storage, and coop's
                              * c_live (sim_live.h) (same values) */
     bool check_components;  /* tests: check every c_comp, and every c_live read
                              * from its cache, against a fresh walk
@@ -161,7 +161,7 @@ typedef struct sim_runtime {
     uint32_t mark_epoch;
     uint32_t *eq_roots; /* storages' cached class roots (rt_storage.eq_first) */
     size_t eq_roots_len, eq_roots_cap;
-    struct sim_live_cache *live; /* coop-live's c_live cache (sim_live.h), or NULL */
+    struct sim_live_cache *live; /* coop's c_live cache (sim_live.h), or NULL */
     uint32_t *stack;             /* traversal stack */
     uint32_t stack_len;
     size_t stack_cap;

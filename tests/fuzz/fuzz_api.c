@@ -238,14 +238,15 @@ static void op_remat(state *s, input *in)
     coop_status st = COOP_OK;
     if (!s->remat) {
         /* kind % 6, and where that picks coop's window COOP_REMAT_COOP_EQ
-         * if bit 64 is set, else COOP_REMAT_COOP_LIVE if bit 128 is
-         * (inputs recorded before keep their policy unless they have
-         * both; those with bit 128 alone on coop now run coop-live) */
+         * if bit 64 is set, else COOP_REMAT_COOP_COMP if bit 128 is
+         * (since coop's cost became c_live, recorded inputs that picked
+         * COOP_REMAT_COOP run c_live and those with bit 128 alone c_comp:
+         * the two swapped, both still covered) */
         coop_remat_policy policy = kind % 6;
         if (policy == COOP_REMAT_COOP && (kind & 64))
             policy = COOP_REMAT_COOP_EQ;
         else if (policy == COOP_REMAT_COOP && (kind & 128))
-            policy = COOP_REMAT_COOP_LIVE;
+            policy = COOP_REMAT_COOP_COMP;
         coop_remat_config cfg = {.policy = policy,
                                  .copy_on_write = kind & 8,
                                  .cheap_threshold = kind & 16 ? -1 : 0,
