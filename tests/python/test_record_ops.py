@@ -204,9 +204,10 @@ TRACES = os.path.join(HERE, "..", "..", "traces")
 
 
 def shipped(suffix):
-    """Files in traces/ and traces/heldout/ (the held-out op logs) ending in suffix."""
+    """Files in traces/, traces/heldout/ and traces/heldout2/ (the held-out op
+    logs) ending in suffix."""
     out = []
-    for d in (TRACES, os.path.join(TRACES, "heldout")):
+    for d in (TRACES, os.path.join(TRACES, "heldout"), os.path.join(TRACES, "heldout2")):
         if os.path.isdir(d):
             out += [os.path.join(d, f) for f in os.listdir(d) if f.endswith(suffix)]
     return sorted(out)
