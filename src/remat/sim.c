@@ -141,12 +141,6 @@ double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double toleranc
     return hi;
 }
 
-typedef struct sim_run_args {
-    const sim_program *prog;
-    uint64_t peak;
-    const sim_options *opt;
-} sim_run_args;
-
 static bool sim_run_feasible(double ratio, void *ctx)
 {
     const sim_run_args *a = ctx;

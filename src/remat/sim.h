@@ -86,6 +86,15 @@ typedef bool (*sim_feasible_fn)(double ratio, void *ctx);
  * (0, 1] that feasible accepts, to within tolerance; -1 if 1 fails. */
 double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double tolerance);
 
+/* What an engine's feasibility callback needs to run one budget ratio: the
+ * program, its unlimited peak and the options (the ctx of both engines'
+ * bisections). */
+typedef struct sim_run_args {
+    const sim_program *prog;
+    uint64_t peak;
+    const sim_options *opt;
+} sim_run_args;
+
 /* Nearest-rank p50 and p99 (ns) of n search times, which it sorts in
  * place; both 0 when n is 0. */
 void sim_search_percentiles(uint64_t *ns, size_t n, uint64_t *p50, uint64_t *p99);

@@ -440,21 +440,15 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
     return out;
 }
 
-typedef struct lib_run_args {
-    const sim_program *prog;
-    uint64_t peak;
-    const sim_options *opt;
-} lib_run_args;
-
 static bool lib_run_feasible(double ratio, void *ctx)
 {
-    const lib_run_args *a = ctx;
+    const sim_run_args *a = ctx;
     return sim_lib_run(a->prog, a->peak, a->opt, ratio, NULL).result == SIM_OK;
 }
 
 double sim_lib_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
                                 double tolerance)
 {
-    lib_run_args a = {prog, peak, opt};
+    sim_run_args a = {prog, peak, opt};
     return sim_bisect_min_ratio(lib_run_feasible, &a, tolerance);
 }
