@@ -64,69 +64,115 @@ static void usage(FILE *out)
             "visited). Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
 }
 
-static void print_json(const char *log, const char *policy, const char *memory,
-                       const sim_outcome *o, double min_ratio, int have_min)
+/* One row of results, a JSON object (--json) or a table line: both come from
+ * the same calls, so they list the same fields in the same order. */
+typedef struct sim_row {
+    bool json;
+    unsigned fields; /* fields printed so far (JSON: the first opens the object) */
+} sim_row;
+
+/* Starts a field: true if this row prints it, a JSON one after its key.
+ * key NULL: table only; width 0: JSON only. */
+static bool row_field(sim_row *r, const char *key, int width)
 {
-    printf("{\"log\":\"%s\",\"policy\":\"%s\",\"memory\":\"%s\",\"budget_ratio\":%.4g,"
-           "\"result\":\"%s\",\"overhead\":%.6f,\"evictions\":%llu,\"remat_ops\":%llu,"
-           "\"search_ns_p50\":%llu,\"search_ns_p99\":%llu,\"heuristic_evals\":%llu,"
-           "\"frag_at_evict\":%.6f,\"frag_failures\":%llu,\"min_budget_ratio\":",
-           log, policy, memory, o->budget_ratio, sim_result_name(o->result), o->overhead,
-           (unsigned long long)o->evictions, (unsigned long long)o->remat_ops,
-           (unsigned long long)o->search_ns_p50, (unsigned long long)o->search_ns_p99,
-           (unsigned long long)o->heuristic_evals, o->frag_at_evict,
-           (unsigned long long)o->frag_failures);
-    if (have_min && min_ratio >= 0)
-        printf("%.4f}\n", min_ratio);
-    else
-        printf("null}\n");
+    if (!r->json)
+        return width > 0;
+    if (!key)
+        return false;
+    printf("%c\"%s\":", r->fields++ ? ',' : '{', key);
+    return true;
 }
 
-/* One run of the lib engine, printed with the log's min_budget_ratio
- * (have_min: computed; < 0: none feasible); -1 if it failed (not oom or
- * thrash). */
-static int run_lib(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio,
-                   const char *policy, int json, double min_ratio, int have_min)
+/* A text column: left-aligned, cut to width where clip. */
+static void row_text(sim_row *r, const char *key, int width, bool clip, const char *v)
 {
-    sim_lib_counts n;
-    sim_outcome o = sim_lib_run(prog, peak, opt, ratio, &n);
-    if (o.result == SIM_ERROR)
-        fprintf(stderr, "coop sim: %s: %s\n", prog->name, coop_last_error());
-    if (json) {
-        printf("{\"log\":\"%s\",\"engine\":\"lib\",\"policy\":\"%s\",\"memory\":\"arena\","
-               "\"budget_ratio\":%.4g,\"result\":\"%s\",\"overhead\":%.6f,\"evictions\":%llu,"
-               "\"remat_ops\":%llu,\"search_ns_p50\":%llu,\"search_ns_p99\":%llu,"
-               "\"heuristic_evals\":%llu,\"frag_at_evict\":%.6f,\"frag_failures\":%llu,"
-               "\"searches\":%llu,\"inplace_ops\":%llu,\"multi_call_ops\":%llu,"
-               "\"view_outputs\":%llu,\"zero_size\":%llu,\"min_budget_ratio\":",
-               prog->name, policy, ratio, sim_result_name(o.result), o.overhead,
-               (unsigned long long)o.evictions, (unsigned long long)o.remat_ops,
-               (unsigned long long)o.search_ns_p50, (unsigned long long)o.search_ns_p99,
-               (unsigned long long)o.heuristic_evals, o.frag_at_evict,
-               (unsigned long long)o.frag_failures, (unsigned long long)n.searches,
-               (unsigned long long)n.inplace_ops, (unsigned long long)n.multi_call_ops,
-               (unsigned long long)n.view_outputs, (unsigned long long)n.zero_size);
-        if (have_min && min_ratio >= 0)
+    if (!row_field(r, key, width))
+        return;
+    if (r->json)
+        printf("\"%s\"", v);
+    else if (clip)
+        printf("%-*.*s ", width, width, v);
+    else
+        printf("%-*s ", width, v);
+}
+
+static void row_count(sim_row *r, const char *key, int width, uint64_t v)
+{
+    if (!row_field(r, key, width))
+        return;
+    if (r->json)
+        printf("%llu", (unsigned long long)v);
+    else
+        printf("%*llu ", width, (unsigned long long)v);
+}
+
+/* A real column with prec decimals in the table; in JSON 6 decimals, or
+ * 4 significant digits where as_given (a ratio, printed as the user wrote it). */
+static void row_real(sim_row *r, const char *key, int width, int prec, bool as_given, double v)
+{
+    if (!row_field(r, key, width))
+        return;
+    if (!r->json)
+        printf("%*.*f ", width, prec, v);
+    else if (as_given)
+        printf("%.4g", v);
+    else
+        printf("%.6f", v);
+}
+
+/* Ends the row with the log's min_budget_ratio (have_min: computed; < 0:
+ * none feasible). */
+static void row_end(sim_row *r, double min_ratio, int have_min)
+{
+    bool found = have_min && min_ratio >= 0;
+    if (r->json) {
+        row_field(r, "min_budget_ratio", 0);
+        if (found)
             printf("%.4f}\n", min_ratio);
         else
             printf("null}\n");
+    } else if (found) {
+        printf("%9.4f\n", min_ratio);
     } else {
-        printf("%-28.28s %-9s %-6s %5.2f %-6s %8.4f %9llu %9llu %10llu %10llu %12llu %6.3f "
-               "%6llu %9llu %8llu %10llu %9llu %9llu ",
-               prog->name, policy, "lib", ratio, sim_result_name(o.result), o.overhead,
-               (unsigned long long)o.evictions, (unsigned long long)o.remat_ops,
-               (unsigned long long)o.search_ns_p50, (unsigned long long)o.search_ns_p99,
-               (unsigned long long)o.heuristic_evals, o.frag_at_evict,
-               (unsigned long long)o.frag_failures, (unsigned long long)n.searches,
-               (unsigned long long)n.inplace_ops, (unsigned long long)n.multi_call_ops,
-               (unsigned long long)n.view_outputs, (unsigned long long)n.zero_size);
-        if (have_min && min_ratio >= 0)
-            printf("%9.4f\n", min_ratio);
-        else
-            printf("%9s\n", have_min ? "none" : "-");
+        printf("%9s\n", have_min ? "none" : "-");
     }
     fflush(stdout);
-    return o.result == SIM_ERROR ? -1 : 0;
+}
+
+/* One run's row; n: the lib engine's counts, NULL for the simulator. */
+static void print_row(bool json, const char *log, const char *policy, const char *memory,
+                      const sim_outcome *o, const sim_lib_counts *n, double min_ratio, int have_min)
+{
+    sim_row r = {.json = json};
+    row_text(&r, "log", 28, true, log);
+    if (n) /* JSON names the engine first, the table after the policy */
+        row_text(&r, "engine", 0, false, "lib");
+    row_text(&r, "policy", 9, false, policy);
+    row_text(&r, "memory", n ? 0 : 6, false, memory);
+    if (n)
+        row_text(&r, NULL, 6, false, "lib");
+    row_real(&r, "budget_ratio", 5, 2, true, o->budget_ratio);
+    row_text(&r, "result", 6, false, sim_result_name(o->result));
+    row_real(&r, "overhead", 8, 4, false, o->overhead);
+    row_count(&r, "evictions", 9, o->evictions);
+    row_count(&r, "remat_ops", 9, o->remat_ops);
+    row_count(&r, "search_ns_p50", 10, o->search_ns_p50);
+    row_count(&r, "search_ns_p99", 10, o->search_ns_p99);
+    row_count(&r, "heuristic_evals", 12, o->heuristic_evals);
+    if (!n) { /* the simulator's search work, in its table only */
+        row_count(&r, NULL, 10, o->eq_walks);
+        row_count(&r, NULL, 10, o->blocks_visited);
+    }
+    row_real(&r, "frag_at_evict", 6, 3, false, o->frag_at_evict);
+    row_count(&r, "frag_failures", 6, o->frag_failures);
+    if (n) {
+        row_count(&r, "searches", 9, n->searches);
+        row_count(&r, "inplace_ops", 8, n->inplace_ops);
+        row_count(&r, "multi_call_ops", 10, n->multi_call_ops);
+        row_count(&r, "view_outputs", 9, n->view_outputs);
+        row_count(&r, "zero_size", 9, n->zero_size);
+    }
+    row_end(&r, min_ratio, have_min);
 }
 
 int cmd_sim(int argc, char **argv)
@@ -318,37 +364,15 @@ int cmd_sim(int argc, char **argv)
                                : lib     ? sim_lib_min_budget_ratio(&prog, peak, &opt, 0.005)
                                          : sim_min_budget_ratio(&prog, peak, &opt, 0.005);
             for (int k = 0; k < nb; k++) {
-                if (lib) {
-                    if (run_lib(&prog, peak, &opt, ratios[k], policy_items[i], json, min_ratio,
-                                want_min))
-                        status = 1;
-                    continue;
-                }
-                sim_outcome o = sim_run(&prog, peak, &opt, ratios[k]);
+                sim_lib_counts n;
+                sim_outcome o = lib ? sim_lib_run(&prog, peak, &opt, ratios[k], &n)
+                                    : sim_run(&prog, peak, &opt, ratios[k]);
                 if (o.result == SIM_ERROR) {
                     fprintf(stderr, "coop sim: %s: %s\n", prog.name, coop_last_error());
                     status = 1;
                 }
-                if (json) {
-                    print_json(prog.name, policy_items[i], memory, &o, min_ratio, want_min);
-                } else {
-                    printf("%-28.28s %-9s %-6s %5.2f %-6s %8.4f %9llu %9llu %10llu %10llu "
-                           "%12llu %10llu %10llu %6.3f %6llu ",
-                           prog.name, policy_items[i], memory, ratios[k], sim_result_name(o.result),
-                           o.overhead, (unsigned long long)o.evictions,
-                           (unsigned long long)o.remat_ops, (unsigned long long)o.search_ns_p50,
-                           (unsigned long long)o.search_ns_p99,
-                           (unsigned long long)o.heuristic_evals, (unsigned long long)o.eq_walks,
-                           (unsigned long long)o.blocks_visited, o.frag_at_evict,
-                           (unsigned long long)o.frag_failures);
-                    if (want_min && min_ratio >= 0)
-                        printf("%9.4f\n", min_ratio);
-                    else if (want_min)
-                        printf("%9s\n", "none");
-                    else
-                        printf("%9s\n", "-");
-                }
-                fflush(stdout);
+                print_row(json, prog.name, policy_items[i], memory, &o, lib ? &n : NULL, min_ratio,
+                          want_min);
             }
         }
         sim_program_free(&prog);
