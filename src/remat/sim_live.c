@@ -103,31 +103,33 @@ static void *touched(size_t n, size_t size)
     return p;
 }
 
-/* A new chunk: touched when the cache opens; later (inside a search) only
- * allocated, its pages faulting as entries fill it (a memset of the chunk
- * had cost one search tens of microseconds). */
+/* Appends a chunk of 2^bits items of size bytes to the count chunks of
+ * *chunks (room for ptrs_cap of them): touched when the cache opens; later
+ * (inside a search) only allocated, its pages faulting as entries fill it (a
+ * memset of the chunk had cost one search tens of microseconds). */
+static int add_chunk(void ***chunks, size_t *ptrs_cap, uint32_t *count, unsigned bits, size_t size,
+                     bool touch)
+{
+    if (sim_grow((void **)chunks, ptrs_cap, (size_t)*count + 1, sizeof **chunks))
+        return -1;
+    size_t n = (size_t)1 << bits;
+    void *chunk = touch ? touched(n, size) : malloc(n * size);
+    if (!chunk)
+        return -1;
+    (*chunks)[(*count)++] = chunk;
+    return 0;
+}
+
 static int add_watcher_chunk(sim_live_cache *c, bool touch)
 {
-    if (sim_grow((void **)&c->w, &c->w_ptrs_cap, (size_t)c->w_chunks + 1, sizeof *c->w))
-        return -1;
-    size_t n = (size_t)1 << LIVE_W_BITS;
-    c->w[c->w_chunks] = touch ? touched(n, sizeof **c->w) : malloc(n * sizeof **c->w);
-    if (!c->w[c->w_chunks])
-        return -1;
-    c->w_chunks++;
-    return 0;
+    return add_chunk((void ***)&c->w, &c->w_ptrs_cap, &c->w_chunks, LIVE_W_BITS, sizeof **c->w,
+                     touch);
 }
 
 static int add_dep_chunk(sim_live_cache *c, bool touch)
 {
-    if (sim_grow((void **)&c->d, &c->d_ptrs_cap, (size_t)c->d_chunks + 1, sizeof *c->d))
-        return -1;
-    size_t n = (size_t)1 << LIVE_D_BITS;
-    c->d[c->d_chunks] = touch ? touched(n, sizeof **c->d) : malloc(n * sizeof **c->d);
-    if (!c->d[c->d_chunks])
-        return -1;
-    c->d_chunks++;
-    return 0;
+    return add_chunk((void ***)&c->d, &c->d_ptrs_cap, &c->d_chunks, LIVE_D_BITS, sizeof **c->d,
+                     touch);
 }
 
 int sim_live_open(sim_runtime *rt)
