@@ -121,19 +121,29 @@ static coop_status check_page_range(coop_backend *be, uintptr_t addr, uint64_t s
     return COOP_OK;
 }
 
-static coop_status host_map(coop_backend *be, uintptr_t addr, uint64_t size)
+/* COOP_OK when size more bytes fit in the simulated device, whose bytes in
+ * use (h->mapped) are pages mapped or segments (how: "mapped", "in
+ * segments", for the message). */
+static coop_status check_device_room(coop_backend *be, uint64_t size, const char *how)
 {
     host_backend *h = host_of(be);
-    coop_status st = check_page_range(be, addr, size);
-    if (st != COOP_OK)
-        return st;
     if (size > be->device_memory - h->mapped)
         return coop_set_error(COOP_ERR_NOMEM,
-                              "host backend: simulated device full (%llu of %llu bytes mapped, "
+                              "host backend: simulated device full (%llu of %llu bytes %s, "
                               "%llu more asked)",
                               (unsigned long long)h->mapped, (unsigned long long)be->device_memory,
-                              (unsigned long long)size);
-    h->mapped += size;
+                              how, (unsigned long long)size);
+    return COOP_OK;
+}
+
+static coop_status host_map(coop_backend *be, uintptr_t addr, uint64_t size)
+{
+    coop_status st = check_page_range(be, addr, size);
+    if (st == COOP_OK)
+        st = check_device_room(be, size, "mapped");
+    if (st != COOP_OK)
+        return st;
+    host_of(be)->mapped += size;
     return COOP_OK;
 }
 
@@ -152,13 +162,9 @@ static coop_status host_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
 static coop_status host_segment_alloc(coop_backend *be, uint64_t size, uintptr_t *addr)
 {
     host_backend *h = host_of(be);
-    if (size > be->device_memory - h->mapped)
-        return coop_set_error(COOP_ERR_NOMEM,
-                              "host backend: simulated device full (%llu of %llu bytes in "
-                              "segments, %llu more asked)",
-                              (unsigned long long)h->mapped, (unsigned long long)be->device_memory,
-                              (unsigned long long)size);
-    coop_status st = reserve_aligned(size, be->page_size, addr);
+    coop_status st = check_device_room(be, size, "in segments");
+    if (st == COOP_OK)
+        st = reserve_aligned(size, be->page_size, addr);
     if (st != COOP_OK)
         return st;
     h->mapped += size;
