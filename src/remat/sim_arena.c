@@ -354,19 +354,9 @@ sim_result sim_arena_place(sim_runtime *rt, uint32_t s)
     if (rt->policy == SIM_POLICY_COOP) {
         res = place_in_window(rt, s);
     } else {
-        for (;;) {
-            if (!rt->pool_live) {
-                res = SIM_OOM;
-                break;
-            }
-            if (sim_evict(rt, sim_choose(rt))) {
-                res = SIM_ERROR;
-                break;
-            }
-            rt->stats.evictions++;
-            if (try_alloc(rt, s))
-                break;
-        }
+        do
+            res = sim_evict_choice(rt);
+        while (res == SIM_OK && !try_alloc(rt, s));
     }
     if (sim_record_search(&rt->stats, sim_now_ns() - t0))
         return SIM_ERROR;

@@ -96,6 +96,10 @@ static inline bool sim_region_step_next(sim_region_step *it, uint32_t *s)
 int sim_mark_evicted(sim_runtime *rt, uint32_t s);
 /* Evicts s: sim_mark_evicted plus releasing its memory. */
 int sim_evict(sim_runtime *rt, uint32_t s);
+/* One step of a search's eviction loop, in both memory models: evicts the
+ * policy's choice (sim_choose) and counts it; SIM_OOM when nothing is
+ * evictable, SIM_ERROR when the eviction failed. */
+sim_result sim_evict_choice(sim_runtime *rt);
 uint64_t sim_now_ns(void);
 int sim_record_search(sim_stats *st, uint64_t ns);
 

@@ -183,6 +183,16 @@ uint64_t sim_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+sim_result sim_evict_choice(sim_runtime *rt)
+{
+    if (!rt->pool_live)
+        return SIM_OOM;
+    if (sim_evict(rt, sim_choose(rt)))
+        return SIM_ERROR;
+    rt->stats.evictions++;
+    return SIM_OK;
+}
+
 int sim_record_search(sim_stats *st, uint64_t ns)
 {
     if (sim_grow((void **)&st->search_ns, &st->search_ns_cap, (size_t)st->searches + 1,
@@ -201,17 +211,8 @@ static sim_result make_room(sim_runtime *rt, uint64_t size)
     rt->stats.frag_sum += (double)(rt->budget - rt->memory) / (double)rt->budget;
     uint64_t t0 = sim_now_ns();
     sim_result res = SIM_OK;
-    while (rt->memory + size > rt->budget) {
-        if (!rt->pool_live) {
-            res = SIM_OOM;
-            break;
-        }
-        if (sim_evict(rt, sim_choose(rt))) {
-            res = SIM_ERROR;
-            break;
-        }
-        rt->stats.evictions++;
-    }
+    while (res == SIM_OK && rt->memory + size > rt->budget)
+        res = sim_evict_choice(rt);
     if (sim_record_search(&rt->stats, sim_now_ns() - t0))
         return SIM_ERROR;
     return res;
