@@ -71,6 +71,18 @@ static sim_outcome run_chain(sim_policy policy, double ratio)
     return o;
 }
 
+/* The chain loaded into p and a runtime over it built by hand: every
+ * storage (w a b c d e) material with its op's compute (0, f 10, g 20,
+ * h 40, k 5, m 7), in no class, and nothing else set. */
+static sim_runtime chain_runtime(sim_program *p, rt_storage st[6])
+{
+    static const uint64_t compute[6] = {0, 10, 20, 40, 5, 7};
+    load(chain_log, p);
+    for (uint32_t s = 0; s < 6; s++)
+        st[s] = (rt_storage){.compute = compute[s], .material = true, .ecn = SIM_NONE};
+    return (sim_runtime){.prog = p, .storages = st, .num_created_tensors = p->num_tensors};
+}
+
 /* Each storage's distinct neighbours, each with the tensor whose creation
  * makes it one, in creation order: a (tensor and storage 1) has w as its
  * op's input from its own creation on, then its consumers b (2) and e (5). */
@@ -111,16 +123,12 @@ static void live_cost_counts_what_recomputation_needs(void **state)
 {
     (void)state;
     sim_program p;
-    load(chain_log, &p);
-    rt_storage st[6] = {{0}};
-    const uint64_t compute[6] = {0, 10, 20, 40, 5, 7};
-    sim_runtime rt = {.prog = &p, .storages = st, .num_created_tensors = p.num_tensors};
-    for (uint32_t s = 0; s < 6; s++)
-        st[s] = (rt_storage){.compute = compute[s],
-                             .num_created = 1,
-                             .ref_ext = 1,
-                             .material = true,
-                             .ecn = SIM_NONE};
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    for (uint32_t s = 0; s < 6; s++) {
+        st[s].num_created = 1;
+        st[s].ref_ext = 1;
+    }
     for (uint32_t s = 1; s <= 3; s++)
         st[s].material = false;
     assert_int_equal(sim_live_compute(&rt, 4), 5 + 40 + 20 + 10);
@@ -147,17 +155,12 @@ static void component_cost_ignores_classes_cut_by_rematerialization(void **state
 {
     (void)state;
     sim_program p;
-    load(chain_log, &p);
-    rt_storage st[6] = {{0}};
-    const uint64_t compute[6] = {0, 10, 20, 40, 5, 7};
+    rt_storage st[6];
     /* component labels are forgotten below at each change, as the runtime does */
-    sim_runtime rt = {.prog = &p, .storages = st, .num_created_tensors = p.num_tensors};
-    for (uint32_t s = 0; s < 6; s++) {
-        st[s] = (rt_storage){.compute = compute[s], .material = true, .ecn = SIM_NONE};
-    }
+    sim_runtime rt = chain_runtime(&p, st);
     for (uint32_t s = 1; s <= 3; s++) { /* evict a, b, c: one class */
         st[s].material = false;
-        st[s].ecn = uf_make(&rt.uf, (int64_t)compute[s]);
+        st[s].ecn = uf_make(&rt.uf, (int64_t)st[s].compute);
         assert_int_not_equal(st[s].ecn, SIM_NONE);
         if (s > 1)
             uf_merge(&rt.uf, st[s - 1].ecn, st[s].ecn);
