@@ -86,6 +86,22 @@ static inline unsigned char *fixture_read(const char *path, size_t *len)
     return buf;
 }
 
+/* Asserts that read refuses every proper prefix of the gzip file gz_path
+ * (the compressed stream itself cut short), each written to cut_path. */
+static inline void fixture_refuses_gzip_prefixes(coop_status (*read)(const char *, trace *),
+                                                 const char *gz_path, const char *cut_path)
+{
+    size_t gz_len;
+    unsigned char *gz = fixture_read(gz_path, &gz_len);
+    for (size_t len = 0; len < gz_len; len++) {
+        fixture_write(cut_path, gz, len, 0);
+        trace t;
+        if (read(cut_path, &t) == COOP_OK)
+            fail_msg("gzip prefix of %zu bytes (of %zu) was accepted", len, gz_len);
+    }
+    free(gz);
+}
+
 /* Asserts that st is an error whose message contains every given fragment
  * (NULL-terminated list), and prints the message when it does not. */
 static inline void fixture_expect_error(coop_status st, ...)

@@ -542,15 +542,7 @@ static void test_truncated(void **state)
     fixture_path(path, sizeof path, "whole.pickle.gz");
     fixture_path(cut, sizeof cut, "cut.pickle.gz");
     fixture_write(path, p.b, p.n, 1);
-    size_t gz_len;
-    unsigned char *gz = fixture_read(path, &gz_len);
-    for (size_t len = 0; len < gz_len; len++) {
-        fixture_write(cut, gz, len, 0);
-        trace t;
-        if (trace_read_pickle(cut, &t) == COOP_OK)
-            fail_msg("gzip prefix of %zu bytes (of %zu) was accepted", len, gz_len);
-    }
-    free(gz);
+    fixture_refuses_gzip_prefixes(trace_read_pickle, path, cut);
 }
 
 static uint64_t next_random(uint64_t *s)
