@@ -19,6 +19,8 @@ Usage from another script:
     w.optimizer_step()
 """
 
+import gc
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -55,13 +57,24 @@ class Workload:
         # recorded step itself, as in PyTorch >= 2.0's default.
         self.optimizer.zero_grad(set_to_none=True)
 
-    def step(self):
-        """One plain training step (no recording hooks)."""
+    def _train(self):
+        """zero_grad, forward_loss, backward, optimizer_step; the loss."""
         self.zero_grad()
         loss = self.forward_loss()
         self.backward(loss)
         self.optimizer_step()
-        return float(loss.detach())
+        return loss
+
+    def step(self):
+        """One plain training step (no recording hooks)."""
+        return float(self._train().detach())
+
+    def recorded_step(self):
+        """The step the recorders record: as step(), but the loss is not read
+        back, and it is dropped and garbage collected before returning, so
+        that only what outlives a step is left."""
+        self._train()
+        gc.collect()
 
     def warm_up(self):
         """Run one step so the optimizer state (momentum, Adam moments)

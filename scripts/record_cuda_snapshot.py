@@ -96,12 +96,7 @@ def record(name, batch, device, out_dir):
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     api = start_history()
-    w.zero_grad()
-    loss = w.forward_loss()
-    w.backward(loss)
-    w.optimizer_step()
-    del loss
-    gc.collect()
+    w.recorded_step()
     torch.cuda.synchronize(device)
     data = snapshot_bytes()
     stop_history()
