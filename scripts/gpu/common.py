@@ -5,6 +5,7 @@ in its own child process (``--child``) and prints one JSON line; the parent
 collects them and prints them again with summaries.
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import sys
 
 TOP = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 NO_CUDA_EXIT = 77
+ALLOCATORS = ("native", "coop")  # what --allocator takes; parents run both
 
 
 def require_cuda(script):
@@ -39,11 +41,29 @@ def child_env():
     return env
 
 
-def run_child(script_path, args, timeout):
-    """Runs script_path --child args; returns (parsed last JSON line or None, rc, stderr tail)."""
+def arg_parser(doc):
+    """The parser of a script that measures in --child processes: its
+    description (doc's first line) and --child (hidden)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def add_parent_options(p):
+    """The parent's --conf (given on to coop children) and --timeout (seconds
+    a child may take), as run_child takes them."""
+    p.add_argument("--conf", default=None, help="COOP_ALLOC_CONF for coop runs")
+    p.add_argument("--timeout", type=int, default=1800)
+
+
+def run_child(script_path, args, opts):
+    """Runs script_path --child args (and --conf opts.conf if set) for at most
+    opts.timeout seconds; returns (parsed last JSON line or None, rc, stderr tail)."""
+    if opts.conf:
+        args = list(args) + ["--conf", opts.conf]
     cmd = [sys.executable, script_path, "--child"] + [str(a) for a in args]
     try:
-        r = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=opts.timeout)
     except subprocess.TimeoutExpired:
         return None, -1, "timeout"
     result = None

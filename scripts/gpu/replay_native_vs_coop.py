@@ -14,7 +14,6 @@ PyTorch snapshots with device_traces (*.pickle[.gz], e.g.
 Exits 77 with a message when there is no CUDA device.
 """
 
-import argparse
 import glob
 import gzip
 import os
@@ -110,11 +109,9 @@ def default_traces():
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--allocator", choices=("native", "coop"), default="native")
-    p.add_argument("--conf", default=None, help="COOP_ALLOC_CONF for coop runs")
-    p.add_argument("--timeout", type=int, default=1800)
+    p = common.arg_parser(__doc__)
+    p.add_argument("--allocator", choices=common.ALLOCATORS, default="native")
+    common.add_parent_options(p)
     p.add_argument("trace", nargs="*")
     args = p.parse_args()
     common.require_cuda("replay_native_vs_coop")
@@ -126,11 +123,9 @@ def main():
         return 2
     for path in traces:
         results = {}
-        for allocator in ("native", "coop"):
-            child_args = ["--allocator", allocator, path]
-            if args.conf:
-                child_args += ["--conf", args.conf]
-            r, rc, err = common.run_child(os.path.abspath(__file__), child_args, args.timeout)
+        for allocator in common.ALLOCATORS:
+            r, rc, err = common.run_child(os.path.abspath(__file__),
+                                          ["--allocator", allocator, path], args)
             r = r or {"script": "replay_native_vs_coop", "trace": os.path.basename(path),
                       "allocator": allocator, "error": f"child exit {rc}: {err[-300:]}"}
             results[allocator] = r

@@ -12,7 +12,6 @@ child process, since PyTorch takes an allocator once per process.
 Exits 77 with a message when there is no CUDA device.
 """
 
-import argparse
 import os
 import statistics
 import sys
@@ -118,9 +117,7 @@ def child(args):
 def run(args, model, allocator, batch, steps, fraction):
     child_args = ["--model", model, "--allocator", allocator, "--batch", batch, "--steps", steps,
                   "--seed", args.seed, "--fraction", fraction]
-    if args.conf:
-        child_args += ["--conf", args.conf]
-    result, rc, err = common.run_child(os.path.abspath(__file__), child_args, args.timeout)
+    result, rc, err = common.run_child(os.path.abspath(__file__), child_args, args)
     if result is None:
         result = {"script": "train_compare", "model": model, "allocator": allocator,
                   "batch": batch, "ok": False, "error": f"child exit {rc}: {err[-300:]}"}
@@ -142,17 +139,15 @@ def max_batch(args, model, allocator):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p = common.arg_parser(__doc__)
     p.add_argument("--model", choices=sorted(MODELS), action="append")
-    p.add_argument("--allocator", choices=("native", "coop"), default="native")
+    p.add_argument("--allocator", choices=common.ALLOCATORS, default="native")
     p.add_argument("--batch", type=int, default=0)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--fraction", type=float, default=0.0,
                    help="memory fraction for the largest-batch search (default 0.5)")
-    p.add_argument("--conf", default=None, help="COOP_ALLOC_CONF for coop runs")
-    p.add_argument("--timeout", type=int, default=1800)
+    common.add_parent_options(p)
     p.add_argument("--no-max-batch", action="store_true")
     args = p.parse_args()
     common.require_cuda("train_compare")
@@ -163,7 +158,7 @@ def main():
     fraction = args.fraction or 0.5
     for model in models:
         batch = args.batch or MODELS[model][0]
-        runs = {a: run(args, model, a, batch, args.steps, 0.0) for a in ("native", "coop")}
+        runs = {a: run(args, model, a, batch, args.steps, 0.0) for a in common.ALLOCATORS}
         for r in runs.values():
             common.emit(r)
         n, c = runs["native"], runs["coop"]
@@ -177,7 +172,7 @@ def main():
                 "peak_reserved_coop": c["peak_reserved_bytes"]})
         if not args.no_max_batch:
             args.fraction = fraction
-            for a in ("native", "coop"):
+            for a in common.ALLOCATORS:
                 common.emit({"script": "train_compare", "model": model, "allocator": a,
                              "summary": "max_batch", "fraction": fraction,
                              "max_batch": max_batch(args, model, a)})
