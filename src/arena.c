@@ -128,16 +128,17 @@ static COOP_INLINE void link_after(arena *a, arena_segment *seg, arena_block *po
 /* seg may be NULL: looked up only when b is its segment's first or last block. */
 static COOP_INLINE void unlink_block(arena *a, arena_block *b, arena_segment *seg)
 {
-    if (!seg && (!b->prev || !b->next))
+    arena_block *prev = b->prev, *next = b->next;
+    if (!seg && (!prev || !next))
         seg = arena_block_segment(a, b);
-    if (b->prev)
-        b->prev->next = b->next;
+    if (prev)
+        prev->next = next;
     else
-        seg->first = b->next;
-    if (b->next)
-        b->next->prev = b->prev;
+        seg->first = next;
+    if (next)
+        next->prev = prev;
     else
-        seg->last = b->prev;
+        seg->last = prev;
     a->counters.num_blocks--;
 }
 

@@ -40,13 +40,12 @@ const char *coop_last_error(void)
     return last_error;
 }
 
-coop_status coop_set_error(coop_status status, const char *fmt, ...)
+void coop_set_error_message(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
-    return status;
 }
 
 void coop_clear_error(void)

@@ -146,7 +146,8 @@ static coop_pool *locked_segment_pool(void)
 static void random_arenas_give_the_plain_walks_windows(void **state)
 {
     (void)state;
-    uint64_t seed = getenv("COOP_TEST_SEED") ? strtoull(getenv("COOP_TEST_SEED"), NULL, 0) : 7;
+    const char *seed_env = getenv("COOP_TEST_SEED");
+    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 7;
     printf("breaker_index_test seed %llu (COOP_TEST_SEED)\n", (unsigned long long)seed);
     for (int round = 0; round < 20; round++) {
         rng_state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)round + 1;

@@ -80,7 +80,8 @@ static void test_small_cases(void **state)
 static void test_random_against_model(void **state)
 {
     (void)state;
-    uint64_t seed = getenv("COOP_TEST_SEED") ? strtoull(getenv("COOP_TEST_SEED"), NULL, 0) : 42;
+    const char *seed_env = getenv("COOP_TEST_SEED");
+    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 42;
     printf("free_index: seed %llu\n", (unsigned long long)seed);
     srand((unsigned)seed);
     for (coop_stream s = 0; s < 3; s++)

@@ -59,7 +59,8 @@ static uint64_t walk(const max_treap_node *t, uint64_t *keys, size_t *n)
 static void matches_model(void **unused)
 {
     (void)unused;
-    uint64_t seed = getenv("COOP_TEST_SEED") ? strtoull(getenv("COOP_TEST_SEED"), NULL, 0) : 11;
+    const char *seed_env = getenv("COOP_TEST_SEED");
+    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 11;
     printf("replay_max_treap_test seed %llu (COOP_TEST_SEED)\n", (unsigned long long)seed);
     rng = seed * 0x9E3779B97F4A7C15ull | 1;
     static item items[KEYS];

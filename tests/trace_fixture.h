@@ -75,11 +75,14 @@ static inline unsigned char *fixture_read(const char *path, size_t *len)
     assert_non_null(f);
     size_t cap = 1 << 16, n = 0;
     unsigned char *buf = malloc(cap);
+    assert_non_null(buf);
     size_t got;
     while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
         n += got;
-        if (n == cap)
+        if (n == cap) {
             buf = realloc(buf, cap *= 2);
+            assert_non_null(buf);
+        }
     }
     fclose(f);
     *len = n;

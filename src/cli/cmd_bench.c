@@ -76,6 +76,14 @@ typedef struct workload {
     size_t *size;   /* size allocated by pair i */
 } workload;
 
+static void workload_free(workload *w)
+{
+    free(w->initial);
+    free(w->victim);
+    free(w->size);
+}
+
+/* false: out of host memory, and nothing is left allocated. */
 static bool workload_make(workload *w, size_t live, size_t pairs)
 {
     w->live = live;
@@ -83,8 +91,10 @@ static bool workload_make(workload *w, size_t live, size_t pairs)
     w->initial = malloc(live * sizeof *w->initial);
     w->victim = malloc(pairs * sizeof *w->victim);
     w->size = malloc(pairs * sizeof *w->size);
-    if (!w->initial || !w->victim || !w->size)
+    if (!w->initial || !w->victim || !w->size) {
+        workload_free(w);
         return false;
+    }
     for (size_t i = 0; i < live; i++)
         w->initial[i] = log_uniform_size();
     for (size_t i = 0; i < pairs; i++) {
@@ -92,13 +102,6 @@ static bool workload_make(workload *w, size_t live, size_t pairs)
         w->size[i] = log_uniform_size();
     }
     return true;
-}
-
-static void workload_free(workload *w)
-{
-    free(w->initial);
-    free(w->victim);
-    free(w->size);
 }
 
 static double now_ns(void)

@@ -280,8 +280,13 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
     bool small_was_defined[8], small_missing[8];
     bool *was_defined = n <= 8 ? small_was_defined : malloc(n * sizeof *was_defined);
     bool *missing = n <= 8 ? small_missing : malloc(n * sizeof *missing);
-    if (!was_defined || !missing)
+    if (!was_defined || !missing) {
+        if (was_defined != small_was_defined)
+            free(was_defined);
+        if (missing != small_missing)
+            free(missing);
         return -1;
+    }
     for (uint32_t i = 0; i < n; i++) {
         was_defined[i] = rt->defined[first + i];
         missing[i] = !rt->storages[p->tensors[first + i].storage].material;

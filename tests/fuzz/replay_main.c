@@ -73,7 +73,8 @@ static int replay_dir(const char *dir)
         snprintf(names[n++], size, "%s/%s", dir, e->d_name);
     }
     closedir(d);
-    qsort(names, n, sizeof *names, compare_names);
+    if (n > 1) /* an empty directory leaves names NULL: qsort wants a valid pointer */
+        qsort(names, n, sizeof *names, compare_names);
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
         bad |= replay_file(names[i]);
