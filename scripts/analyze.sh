@@ -3,9 +3,15 @@
 # of everything make check compiles: libcoop, the coop command, the tools
 # library and the test programs (compiled, not run).
 #
-# Exit status: 0 no findings; 1 findings (the HTML report directory is
-# printed: open it with scan-view or a browser); 2 the build itself failed;
-# 77 scan-build is not installed (the automake SKIP code).
+# Every finding is keyed "file|function|bug type" and compared with the
+# reviewed false positives in scripts/analyze_baseline.txt (one key and the
+# reason it is not a bug per line; keys without line numbers, so unrelated
+# edits do not move them). Only findings beyond the baseline fail the run;
+# baseline entries no longer found are listed so they can be removed.
+#
+# Exit status: 0 nothing beyond the baseline; 1 new findings (printed, with
+# the HTML report directory: open it with scan-view or a browser); 2 the
+# build itself failed; 77 scan-build is not installed (automake's SKIP code).
 #
 # A source tree configured in place (scripts/setup.sh does that) refuses
 # out-of-tree builds, so then the files git knows (tracked, and untracked
@@ -20,6 +26,7 @@ if ! command -v scan-build >/dev/null 2>&1; then
 fi
 
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
+baseline=${ANALYZE_BASELINE:-$srcdir/scripts/analyze_baseline.txt}
 jobs=${ANALYZE_JOBS:-2}
 work=$(mktemp -d "${TMPDIR:-/tmp}/coop-analyze.XXXXXX")
 report="$work/report"
@@ -61,11 +68,38 @@ if [ "$rc" -ne 0 ]; then
     echo "analyze: the build failed (exit $rc), see $work/build.log" >&2
     exit 2
 fi
-reports=$(find "$report" -name 'report-*.html' 2>/dev/null | wc -l)
-if [ "$reports" -gt 0 ]; then
+# One key per report, from the metadata comments scan-build writes into it.
+for f in $(find "$report" -name 'report-*.html' | sort); do
+    file=$(sed -n 's/^<!-- BUGFILE \(.*\) -->$/\1/p' "$f")
+    printf '%s|%s|%s\t%s:%s\n' "${file#"$srcdir"/}" \
+        "$(sed -n 's/^<!-- FUNCTIONNAME \(.*\) -->$/\1/p' "$f")" \
+        "$(sed -n 's/^<!-- BUGTYPE \(.*\) -->$/\1/p' "$f")" \
+        "${file#"$srcdir"/}" "$(sed -n 's/^<!-- BUGLINE \(.*\) -->$/\1/p' "$f")"
+done | sort >"$work/found.txt"
+cut -f1 "$work/found.txt" >"$work/found.keys"
+if [ -f "$baseline" ]; then
+    grep -v -e '^#' -e '^[[:space:]]*$' "$baseline" | cut -d'|' -f1-3 | sort >"$work/base.keys"
+else
+    : >"$work/base.keys"
+fi
+# comm pairs repeated keys one for one, so a second finding of a known kind
+# in the same function still counts as new.
+comm -23 "$work/found.keys" "$work/base.keys" >"$work/new.keys"
+comm -13 "$work/found.keys" "$work/base.keys" >"$work/stale.keys"
+found=$(wc -l <"$work/found.keys")
+known=$((found - $(wc -l <"$work/new.keys")))
+if [ -s "$work/stale.keys" ]; then
+    echo "analyze: baseline entries no longer found (remove them from $baseline):"
+    sed 's/^/  /' "$work/stale.keys"
+fi
+if [ -s "$work/new.keys" ]; then
+    echo "analyze: $((found - known)) new finding(s) (file|function|bug type, at file:line):" >&2
+    sort -u "$work/new.keys" | while IFS= read -r k; do
+        grep -F "$k	" "$work/found.txt" | cut -f2 | paste -sd' ' - | sed "s#^#  $k  at #"
+    done >&2
     grep 'warning:.*\[' "$work/build.log" | sort -u >&2 || true
-    echo "analyze: $reports finding(s); report: $(dirname "$(find "$report" -name index.html | head -n 1)")"
+    echo "analyze: report: $(dirname "$(find "$report" -name index.html | head -n 1)")"
     exit 1
 fi
-echo "analyze: scan-build found nothing"
+echo "analyze: scan-build found $found finding(s), all reviewed in $(basename "$baseline")"
 rm -rf "$work"
