@@ -22,3 +22,6 @@ endif
 # bad command lines of every coop command
 TESTS += tests/cli_errors_test.sh
 EXTRA_DIST += tests/cli_errors_test.sh
+
+# the seed and generators every randomized test includes (tests/test_seed.h)
+EXTRA_DIST += tests/test_seed.h
