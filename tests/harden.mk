@@ -23,5 +23,10 @@ endif
 TESTS += tests/cli_errors_test.sh
 EXTRA_DIST += tests/cli_errors_test.sh
 
-# the seed and generators every randomized test includes (tests/test_seed.h)
-EXTRA_DIST += tests/test_seed.h
+# the seed and generators every randomized test includes (tests/test_seed.h),
+# and the check that each one refuses a malformed COOP_TEST_SEED and echoes a
+# valid one (it runs the cmocka programs)
+if HAVE_CMOCKA
+TESTS += tests/test_seed_test.sh
+endif
+EXTRA_DIST += tests/test_seed.h tests/test_seed_test.sh

@@ -576,6 +576,7 @@ static void test_mutations(void **state)
 
 int main(void)
 {
+    test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
     fixture_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values),          cmocka_unit_test(test_self_reference),
