@@ -4,7 +4,10 @@
 #   on stderr naming the variable and the value, before it tests anything
 #   with another seed;
 # - a valid one, decimal or 0x hex, is the seed the test runs with and
-#   prints, and without it the test prints the seed it chose.
+#   prints, and without it the test prints the seed it chose;
+# - the Python tests' reader (tests/coop_test_seed.py) takes and refuses the
+#   same values with the same lines, so that one COOP_TEST_SEED for the
+#   whole of make check reaches every randomized test.
 set -u
 programs="addr_map breaker_index free_index page_map pool random_model remat_cache
 replay_free_ranges replay_max_treap stress stress_torch_abi torch_abi trace_id_map
@@ -79,6 +82,32 @@ echoed 010 0xa # decimal, not octal
 echoed 0 0x0
 echoed 18446744073709551615 0xffffffffffffffff
 echoed - 0x7 # the test's own seed
+
+# same_in_python SEED: the Python reader's status and stderr line are the C one's
+same_in_python() {
+    COOP_TEST_SEED=$1 tests/trace_id_map_test >"$tmp/out" 2>"$tmp/err"
+    c_status=$? c_line=$(head -1 "$tmp/err")
+    COOP_TEST_SEED=$1 $python -B -c "import sys; sys.path.insert(0, sys.argv[1]); \
+import coop_test_seed; coop_test_seed.read_seed('trace_id_map_test', 7)" \
+        "${srcdir:-.}/tests" >"$tmp/out" 2>"$tmp/err"
+    py_status=$? py_line=$(head -1 "$tmp/err")
+    c_ok=$([ "$c_status" -eq 0 ] && echo yes) py_ok=$([ "$py_status" -eq 0 ] && echo yes)
+    if [ "$c_ok" != "$py_ok" ] || [ "$c_line" != "$py_line" ]; then
+        fail "COOP_TEST_SEED='$1': C exited $c_status ('$c_line'), Python $py_status ('$py_line')"
+    else
+        echo "ok: COOP_TEST_SEED='$1' -> the same in Python: $py_line"
+    fi
+}
+
+python=$(command -v python3 || command -v /usr/bin/python3 || true)
+if [ -n "$python" ]; then
+    for value in abc 12x "" -1 " 7" 0x 0x0x5 1e5 18446744073709551616 12345 0XABCdef 010 \
+        18446744073709551615; do
+        same_in_python "$value"
+    done
+else
+    echo "note: no python3, the Python reader is not compared"
+fi
 
 if [ "$failures" -ne 0 ]; then
     echo "test_seed_test: $failures failure(s)"
