@@ -1,4 +1,5 @@
-/* Address map: insert / find / remove against a plain array, through growth. */
+/* Address map: insert / find / remove against a plain array, through growth.
+ * Random keys: seed printed, COOP_TEST_SEED sets it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,7 @@
 #include <cmocka.h>
 
 #include "addr_map.h"
+#include "test_seed.h"
 
 #define N 20000
 
@@ -18,7 +20,7 @@ static void test_against_array(void **state)
     addr_map m;
     assert_int_equal(addr_map_init(&m, &heap), COOP_OK);
     static bool present[N];
-    srand(7);
+    srand((unsigned)test_seed("addr_map_test", 7));
     for (int op = 0; op < 200000; op++) {
         int i = rand() % N;
         /* Clustered keys (neighbouring blocks) stress linear probing. */

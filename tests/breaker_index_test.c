@@ -20,6 +20,7 @@
 #include "pool_internal.h"
 #include "remat/breaker_index.h"
 #include "remat/window.h"
+#include "test_seed.h"
 
 #define SEG_BYTES (256u * 1024u)
 #define MAX_LIVE 96
@@ -35,10 +36,7 @@ static uint64_t rng_state;
 
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return test_xorshift64(&rng_state);
 }
 
 static double owner_cost(void *o, const arena_block *b, void *ctx)
@@ -146,9 +144,7 @@ static coop_pool *locked_segment_pool(void)
 static void random_arenas_give_the_plain_walks_windows(void **state)
 {
     (void)state;
-    const char *seed_env = getenv("COOP_TEST_SEED");
-    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 7;
-    printf("breaker_index_test seed %llu (COOP_TEST_SEED)\n", (unsigned long long)seed);
+    uint64_t seed = test_seed("breaker_index_test", 7);
     for (int round = 0; round < 20; round++) {
         rng_state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)round + 1;
         coop_pool *pool = locked_segment_pool();

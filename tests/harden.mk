@@ -22,3 +22,12 @@ endif
 # bad command lines of every coop command
 TESTS += tests/cli_errors_test.sh
 EXTRA_DIST += tests/cli_errors_test.sh
+
+# the seed and generators every randomized C test includes (tests/test_seed.h),
+# the Python tests' reader of the same variable (tests/coop_test_seed.py), and
+# the check that each refuses a malformed COOP_TEST_SEED and echoes a valid one
+# (it runs the cmocka programs)
+if HAVE_CMOCKA
+TESTS += tests/test_seed_test.sh
+endif
+EXTRA_DIST += tests/test_seed.h tests/test_seed_test.sh tests/coop_test_seed.py

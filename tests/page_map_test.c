@@ -1,4 +1,5 @@
-/* Page map: counts, runs and ranges across word boundaries, against a bool array. */
+/* Page map: counts, runs and ranges across word boundaries, against a bool array.
+ * Random ranges: seed printed, COOP_TEST_SEED sets it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,7 @@
 #include <cmocka.h>
 
 #include "page_map.h"
+#include "test_seed.h"
 
 #define PAGES 1000
 
@@ -18,7 +20,7 @@ static void test_against_array(void **state)
     page_map pm;
     assert_int_equal(page_map_init(&pm, PAGES, &heap), COOP_OK);
     bool bits[PAGES] = {0};
-    srand(3);
+    srand((unsigned)test_seed("page_map_test", 3));
     for (int op = 0; op < 20000; op++) {
         size_t a = (size_t)rand() % PAGES, b = (size_t)rand() % (PAGES + 1);
         size_t lo = a < b ? a : b, hi = a < b ? b : a;

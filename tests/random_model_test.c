@@ -15,10 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <cmocka.h>
 
 #include "coop.h"
+#include "test_seed.h"
 
 #define KiB (UINT64_C(1) << 10)
 #define MiB (UINT64_C(1) << 20)
@@ -32,10 +32,7 @@ static uint64_t rng_state;
 
 static uint64_t rnd(void)
 {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * UINT64_C(2685821657736338717);
+    return test_xorshift64star(&rng_state);
 }
 
 static uint64_t rnd_below(uint64_t n)
@@ -399,12 +396,10 @@ static void test_segments(void **state)
 
 int main(void)
 {
-    const char *seed_env = getenv("COOP_TEST_SEED");
     const char *ops_env = getenv("COOP_TEST_OPS");
-    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
+    uint64_t seed = test_seed("random_model_test", test_seed_from_clock());
     total_ops = ops_env ? strtoull(ops_env, NULL, 0) : 1000000;
-    printf("random_model: seed %llu (set COOP_TEST_SEED to repeat), %llu ops (COOP_TEST_OPS)\n",
-           (unsigned long long)seed, (unsigned long long)total_ops);
+    printf("random_model: %llu ops (COOP_TEST_OPS)\n", (unsigned long long)total_ops);
     rng_state = seed * UINT64_C(0x9E3779B97F4A7C15) | 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vmm),

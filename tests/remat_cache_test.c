@@ -37,6 +37,7 @@
 
 #include "coop.h"
 #include "remat/remat_internal.h"
+#include "test_seed.h"
 
 #define UNIT 4096u
 #define POOL_UNITS 48u
@@ -75,16 +76,7 @@ typedef struct world {
 
 static uint64_t next(world *w)
 {
-    w->rng ^= w->rng << 13;
-    w->rng ^= w->rng >> 7;
-    w->rng ^= w->rng << 17;
-    return w->rng;
-}
-
-static uint64_t seed_of(void)
-{
-    const char *e = getenv("COOP_TEST_SEED");
-    return e ? strtoull(e, NULL, 0) : 0x9e3779b97f4a7c15ull;
+    return test_xorshift64(&w->rng);
 }
 
 static void open_side(side *s, coop_remat_policy policy, bool fast)
@@ -421,9 +413,9 @@ static void run(coop_remat_policy policy, const char *name)
 {
     world *w = calloc(1, sizeof *w);
     assert_non_null(w);
-    uint64_t seed = seed_of() + (uint64_t)policy;
-    printf("remat_cache_test %s seed %llu (COOP_TEST_SEED %llu)\n", name, (unsigned long long)seed,
-           (unsigned long long)seed_of());
+    /* each policy its own run: the program's seed plus the policy's number */
+    uint64_t seed = test_seed("remat_cache_test", 0x9e3779b97f4a7c15ull) + (uint64_t)policy;
+    printf("remat_cache_test %s: the seed + %d\n", name, (int)policy);
     w->rng = seed ? seed : 1;
     open_side(&w->s[0], policy, true);
     open_side(&w->s[1], policy, false);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "replay/free_ranges.h"
+#include "test_seed.h"
 
 static void known_answers(void **unused)
 {
@@ -54,10 +55,10 @@ static uint64_t model_largest(const unsigned char *m)
 static void random_against_model(void **unused)
 {
     (void)unused;
-    const char *env = getenv("COOP_TEST_SEED");
-    unsigned seed = env ? (unsigned)strtoul(env, NULL, 0) : 12345u;
-    printf("free_ranges random test: seed %u (COOP_TEST_SEED)\n", seed);
-    srand(seed);
+    uint64_t seed = test_seed("replay_free_ranges_test", 12345);
+    /* libc's rand(), as before test_seed.h, so that a seed from an older
+     * log repeats its run (srand takes the seed's low 32 bits) */
+    srand((unsigned)seed);
     unsigned char model[SPACE] = {0};
     free_ranges set = {0};
     for (int step = 0; step < 5000; step++) {
@@ -74,9 +75,9 @@ static void random_against_model(void **unused)
         for (int i = 0; i < SPACE; i++)
             total += model[i];
         if (set.total != total || free_ranges_largest(&set) != model_largest(model))
-            fail_msg("seed %u step %d: total %llu vs %llu, largest %llu vs %llu", seed, step,
-                     (unsigned long long)set.total, (unsigned long long)total,
-                     (unsigned long long)free_ranges_largest(&set),
+            fail_msg("seed 0x%llx step %d: total %llu vs %llu, largest %llu vs %llu",
+                     (unsigned long long)seed, step, (unsigned long long)set.total,
+                     (unsigned long long)total, (unsigned long long)free_ranges_largest(&set),
                      (unsigned long long)model_largest(model));
     }
     assert_false(set.failed);

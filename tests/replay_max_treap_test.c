@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "replay/max_treap.h"
+#include "test_seed.h"
 
 #define KEYS 512
 
@@ -30,10 +31,7 @@ static bool key_before(const max_treap_node *n, const void *pivot)
 static uint64_t rng;
 static uint64_t next(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    return test_xorshift64(&rng);
 }
 
 /* Walks t in order, checking heap order and subtree maxima; appends keys. */
@@ -59,9 +57,7 @@ static uint64_t walk(const max_treap_node *t, uint64_t *keys, size_t *n)
 static void matches_model(void **unused)
 {
     (void)unused;
-    const char *seed_env = getenv("COOP_TEST_SEED");
-    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : 11;
-    printf("replay_max_treap_test seed %llu (COOP_TEST_SEED)\n", (unsigned long long)seed);
+    uint64_t seed = test_seed("replay_max_treap_test", 11);
     rng = seed * 0x9E3779B97F4A7C15ull | 1;
     static item items[KEYS];
     for (uint64_t k = 0; k < KEYS; k++)

@@ -12,10 +12,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <cmocka.h>
 
 #include "coop.h"
+#include "test_seed.h"
 
 #define THREADS 4
 #define OPS 40000
@@ -32,24 +32,16 @@ typedef struct worker {
     char error[256];
 } worker;
 
-static uint64_t next_random(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * UINT64_C(2685821657736338717);
-}
-
 static void *work(void *arg)
 {
     worker *w = arg;
     coop_stream own = (coop_stream)w->id + 1;
     for (int op = 0; op < OPS && !w->failures; op++) {
-        int slot = (int)(next_random(&w->rng) % LIVE);
-        uint64_t r = next_random(&w->rng) % 100;
+        int slot = (int)(test_xorshift64star(&w->rng) % LIVE);
+        uint64_t r = test_xorshift64star(&w->rng) % 100;
         if (w->live[slot]) {
             if (r < 10) {
-                coop_stream other = 1 + next_random(&w->rng) % THREADS;
+                coop_stream other = 1 + test_xorshift64star(&w->rng) % THREADS;
                 if (coop_record_stream(w->pool, w->live[slot], other) != COOP_OK) {
                     snprintf(w->error, sizeof w->error, "record_stream: %s", coop_last_error());
                     w->failures++;
@@ -62,8 +54,8 @@ static void *work(void *arg)
             }
             w->live[slot] = NULL;
         } else {
-            size_t size = (size_t)1 << (9 + next_random(&w->rng) % 13);
-            size += next_random(&w->rng) % size;
+            size_t size = (size_t)1 << (9 + test_xorshift64star(&w->rng) % 13);
+            size += test_xorshift64star(&w->rng) % size;
             coop_status st;
             w->live[slot] = coop_malloc(w->pool, size, own, r < 30 ? COOP_ALLOC_HIGH : 0, &st);
             w->size[slot] = size;
@@ -101,9 +93,7 @@ static int count_allocated(const coop_block_info *b, void *ctx)
 static void test_four_threads(void **state)
 {
     (void)state;
-    const char *env = getenv("COOP_TEST_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
-    printf("stress: seed %llu (COOP_TEST_SEED)\n", (unsigned long long)seed);
+    uint64_t seed = test_seed("stress_test", test_seed_from_clock());
     coop_config c;
     coop_config_default(&c);
     c.capacity = 256 * MiB;
@@ -113,6 +103,7 @@ static void test_four_threads(void **state)
     static worker w[THREADS];
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++) {
+        /* each thread's seed derived from the one printed */
         w[i] = (worker){.pool = pool, .id = i, .rng = (seed + 1) * (uint64_t)(i + 7) | 1};
         assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
     }

@@ -15,7 +15,8 @@
  * Checked: the blocks live at any checkpoint are pairwise disjoint per device
  * and never handed out twice, every pool's invariants hold
  * (coop_pool_check) after the threads join, and once everything is freed no
- * allocation remains. Seeded: COOP_STRESS_SEED=N (printed).
+ * allocation remains. Seeded: COOP_TEST_SEED (printed); each thread's seed is
+ * derived from it.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -28,6 +29,7 @@
 #include <cmocka.h>
 
 #include "coop.h"
+#include "test_seed.h"
 
 #define THREADS 8
 #define DEVICES 4
@@ -248,9 +250,7 @@ static void eight_threads_devices_and_streams(void **state)
 
 int main(void)
 {
-    const char *seed = getenv("COOP_STRESS_SEED");
-    base_seed = seed ? strtoul(seed, NULL, 0) : 20261121;
-    printf("COOP_STRESS_SEED=%lu\n", base_seed);
+    base_seed = test_seed("stress_torch_abi_test", 20261121);
     /* as PyTorch would load it, before the first call */
     setenv("COOP_ALLOC_CONF", "backend:host,capacity:256M,history:4096,check:true", 1);
     const struct CMUnitTest tests[] = {

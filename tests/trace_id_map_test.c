@@ -12,18 +12,10 @@
 
 #include <cmocka.h>
 
+#include "test_seed.h"
 #include "trace/id_map.h"
 
 #define KEYS 512
-
-static uint64_t next_random(uint64_t *s)
-{
-    *s += 0x9e3779b97f4a7c15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static void count_entry(const id_map_slot *slot, void *ctx)
 {
@@ -34,17 +26,13 @@ static void count_entry(const id_map_slot *slot, void *ctx)
 static void test_against_array(void **state)
 {
     (void)state;
-    const char *env = getenv("COOP_TEST_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 0) : 7;
-    printf("trace_id_map_test: seed %llu (set COOP_TEST_SEED to replay)\n",
-           (unsigned long long)seed);
-    uint64_t rng = seed;
+    uint64_t rng = test_seed("trace_id_map_test", 7);
     id_map m = {0};
     int present[KEYS] = {0};
     uint32_t value[KEYS];
     size_t count = 0;
     for (int step = 0; step < 200000; step++) {
-        unsigned k = (unsigned)(next_random(&rng) % KEYS);
+        unsigned k = (unsigned)(test_splitmix64(&rng) % KEYS);
         /* keys alike in their low bits, as addresses are; the second word
          * splits some of them, as streams do */
         uint64_t a = 0x7f0000000000ull + (uint64_t)(k / 2) * 512, b = k % 2;
@@ -52,12 +40,12 @@ static void test_against_array(void **state)
         assert_int_equal(s != NULL, present[k]);
         if (s) {
             assert_int_equal(s->id, value[k]);
-            if (next_random(&rng) % 2) {
+            if (test_splitmix64(&rng) % 2) {
                 id_map_remove(&m, s);
                 present[k] = 0;
                 count--;
             }
-        } else if (next_random(&rng) % 3) {
+        } else if (test_splitmix64(&rng) % 3) {
             s = id_map_insert(&m, a, b);
             assert_non_null(s);
             s->id = value[k] = (uint32_t)step;

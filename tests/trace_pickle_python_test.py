@@ -7,7 +7,7 @@ output (ring-buffer start, several streams, segment events, oom, actions coop
 skips, shared frame strings, batches of more than 1000 items, long strings),
 pickles it with protocols 2 to 5, plain and gzip, converts each with
 `coop convert` and compares the event lines with what this script expects.
-Seed: COOP_TEST_SEED (printed).
+Seed: COOP_TEST_SEED (printed; tests/coop_test_seed.py).
 """
 import gzip
 import os
@@ -16,6 +16,9 @@ import random
 import subprocess
 import sys
 import tempfile
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import coop_test_seed  # noqa: E402  (this script's directory)
 
 COOP = os.environ.get("COOP", "./coop")
 
@@ -145,8 +148,7 @@ def expected_lines(snap):
 
 
 def main():
-    seed = int(os.environ.get("COOP_TEST_SEED", "4242"))
-    print("trace_pickle_python_test: seed %d (set COOP_TEST_SEED to replay)" % seed)
+    seed = coop_test_seed.read_seed("trace_pickle_python_test", 4242)
     snap = make_snapshot(random.Random(seed))
     want = expected_lines(snap)
     failures = 0

@@ -4,6 +4,7 @@
  * code-running opcode, malformed and truncated input, and random byte
  * mutations (seed printed; COOP_TEST_SEED replays one).
  */
+#include "test_seed.h"
 #include "trace_fixture.h"
 
 #include "trace/pickle.h"
@@ -545,34 +546,21 @@ static void test_truncated(void **state)
     fixture_refuses_gzip_prefixes(trace_read_pickle, path, cut);
 }
 
-static uint64_t next_random(uint64_t *s)
-{
-    *s += 0x9e3779b97f4a7c15ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Random byte changes: each read either succeeds with a consistent trace
  * or fails with a positioned message; never crashes (run under ASan). */
 static void test_mutations(void **state)
 {
     (void)state;
-    const char *env = getenv("COOP_TEST_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 0) : 20261121;
-    printf("trace_pickle_test: mutation seed %llu (set COOP_TEST_SEED to replay)\n",
-           (unsigned long long)seed);
-    uint64_t rng = seed;
+    uint64_t rng = test_seed("trace_pickle_test", 20261121);
     pk ref, p;
     reference_snapshot(&ref);
     int accepted = 0;
     for (int round = 0; round < 3000; round++) {
         p = ref;
-        int changes = 1 + (int)(next_random(&rng) % 4);
+        int changes = 1 + (int)(test_splitmix64(&rng) % 4);
         for (int c = 0; c < changes; c++) {
-            size_t at = next_random(&rng) % p.n;
-            p.b[at] = (unsigned char)next_random(&rng);
+            size_t at = test_splitmix64(&rng) % p.n;
+            p.b[at] = (unsigned char)test_splitmix64(&rng);
         }
         trace t;
         if (read_bytes(p.b, p.n, 0, &t) == COOP_OK) {
@@ -588,6 +576,7 @@ static void test_mutations(void **state)
 
 int main(void)
 {
+    test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
     fixture_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values),          cmocka_unit_test(test_self_reference),

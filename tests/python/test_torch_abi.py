@@ -4,7 +4,7 @@ CUDAPluggableAllocator loads it (dlopen the path, call the entry points
 through C function pointers), on the host backend, without a GPU.
 
 Run by tests/python_tests.sh with COOP_LIBRARY set to the build tree's
-libcoop.so. Seeded randomness: COOP_TEST_SEED (printed).
+libcoop.so. Seeded randomness: COOP_TEST_SEED (printed; tests/coop_test_seed.py).
 """
 
 import ctypes
@@ -19,6 +19,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, ".."))  # tests/coop_test_seed.py
 
 # This process's configuration (once per process, as in PyTorch).
 CONF = "backend:host,capacity:1G,page:2M,check:true,history:100000"
@@ -26,10 +27,10 @@ os.environ["COOP_ALLOC_CONF"] = CONF
 
 import coop.native as native  # noqa: E402
 import coop.torch as ctorch  # noqa: E402
+import coop_test_seed  # noqa: E402
 
 LIB_PATH = os.environ.get("COOP_LIBRARY")
-SEED = int(os.environ.get("COOP_TEST_SEED", random.randrange(1 << 30)))
-print(f"test_torch_abi: seed {SEED} (COOP_TEST_SEED to repeat)", flush=True)
+SEED = coop_test_seed.read_seed("test_torch_abi", random.randrange(1 << 30))
 
 MIB = 1 << 20
 GIB = 1 << 30
