@@ -12,6 +12,16 @@
  * hold completes every event recorded during it. Each hold has a generation
  * number, so an event belongs to exactly one hold.
  *
+ * Segments (pools without VMM) are carved from one reservation of twice the
+ * device size, from the top of the highest free range that fits, so the same
+ * calls give the same addresses in every run: mmap's own choices move with
+ * ASLR and with whatever else the process maps, and an address-ordered pool
+ * decides by address (with mmap, random_model_test's segment pools ended one
+ * seed with other retry counts from run to run). Top-down is where Linux's
+ * mmap puts mappings, so replays keep the figures measured with mmap'ed
+ * segments. A segment that finds no room there (the space fragmented) falls
+ * back to its own mmap.
+ *
  * Simulated pages may be smaller than the OS's (any power of two >= 512:
  * replay and the rematerialization model use 512-byte pages): ranges are
  * then reserved on OS-page boundaries and rounded up to whole OS pages, and
@@ -20,6 +30,7 @@
  * Not thread-safe: the pool calls its backend under the pool lock.
  */
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -38,10 +49,23 @@ typedef struct host_event {
     uint64_t generation;
 } host_event;
 
+/* A free range of the segment space. */
+typedef struct seg_hole {
+    uintptr_t start;
+    uint64_t size;
+} seg_hole;
+
 typedef struct host_backend {
     coop_backend base;
     uint64_t mapped; /* bytes mapped or in segments */
     size_t ranges;   /* live reservations and segments */
+    /* Segment space: [space, space + space_size), reserved at the first
+     * segment; its free ranges in address order, never two adjacent. */
+    uintptr_t space;
+    uint64_t space_size;
+    seg_hole *holes;
+    size_t num_holes, cap_holes;
+    size_t space_segments; /* live segments carved from the space */
     host_stream *streams;
     size_t num_streams, cap_streams;
     size_t live_events;
@@ -159,13 +183,120 @@ static coop_status host_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
     return COOP_OK;
 }
 
+/* ---- Segments ---- */
+
+/* Segments are carved in whole granules: simulated pages, at least the OS's
+ * (as a segment of its own mmap is aligned and rounded). */
+static uint64_t segment_granule(const coop_backend *be)
+{
+    uint64_t ps = os_page();
+    return be->page_size > ps ? be->page_size : ps;
+}
+
+/* Reserves the segment space once; leaves none (segments then get their own
+ * mmap) when the address space or the host's memory refuses it. */
+static void open_segment_space(coop_backend *be)
+{
+    host_backend *h = host_of(be);
+    uint64_t g = segment_granule(be);
+    if (be->device_memory > (UINT64_MAX - g) / 4)
+        return;
+    uint64_t size = (2 * be->device_memory + g - 1) / g * g;
+    if (reserve_aligned(size, g, &h->space) != COOP_OK) {
+        coop_clear_error();
+        h->space = 0;
+        return;
+    }
+    h->holes = malloc(4 * sizeof *h->holes);
+    if (!h->holes) {
+        munmap((void *)h->space, os_length(size));
+        h->space = 0;
+        return;
+    }
+    h->cap_holes = 4;
+    h->holes[0] = (seg_hole){h->space, size};
+    h->num_holes = 1;
+    h->space_size = size;
+}
+
+/* The top of the highest free range of the space holding size bytes, or 0
+ * (a linear pass: segments are few, and made rarely). A free never
+ * needs more holes than live segments + 1, so room for that many is made
+ * here, where failing is allowed, and never in host_segment_free. */
+static uintptr_t carve_segment(host_backend *h, uint64_t size)
+{
+    if (h->space_segments + 2 > h->cap_holes) {
+        size_t cap = 2 * h->cap_holes;
+        seg_hole *grown = realloc(h->holes, cap * sizeof *grown);
+        if (!grown)
+            return 0;
+        h->holes = grown;
+        h->cap_holes = cap;
+    }
+    for (size_t i = h->num_holes; i-- > 0;) {
+        seg_hole *hole = &h->holes[i];
+        if (hole->size < size)
+            continue;
+        hole->size -= size;
+        uintptr_t addr = hole->start + hole->size;
+        if (hole->size == 0) {
+            memmove(hole, hole + 1, (h->num_holes - i - 1) * sizeof *hole);
+            h->num_holes--;
+        }
+        h->space_segments++;
+        return addr;
+    }
+    return 0;
+}
+
+/* Gives [addr, addr + size) back to the space, merging with its neighbours. */
+static coop_status return_segment(host_backend *h, uintptr_t addr, uint64_t size)
+{
+    size_t i = 0; /* first hole above addr */
+    while (i < h->num_holes && h->holes[i].start < addr)
+        i++;
+    bool overlaps_prev = i > 0 && h->holes[i - 1].start + h->holes[i - 1].size > addr;
+    bool overlaps_next = i < h->num_holes && addr + size > h->holes[i].start;
+    if (overlaps_prev || overlaps_next || addr + size > h->space + h->space_size)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "host backend: segment [%#lx, +%llu) is not a live segment",
+                              (unsigned long)addr, (unsigned long long)size);
+    bool join_prev = i > 0 && h->holes[i - 1].start + h->holes[i - 1].size == addr;
+    bool join_next = i < h->num_holes && addr + size == h->holes[i].start;
+    if (join_prev && join_next) {
+        h->holes[i - 1].size += size + h->holes[i].size;
+        memmove(&h->holes[i], &h->holes[i + 1], (h->num_holes - i - 1) * sizeof *h->holes);
+        h->num_holes--;
+    } else if (join_prev) {
+        h->holes[i - 1].size += size;
+    } else if (join_next) {
+        h->holes[i].start = addr;
+        h->holes[i].size += size;
+    } else {
+        memmove(&h->holes[i + 1], &h->holes[i], (h->num_holes - i) * sizeof *h->holes);
+        h->holes[i] = (seg_hole){addr, size};
+        h->num_holes++;
+    }
+    h->space_segments--;
+    return COOP_OK;
+}
+
 static coop_status host_segment_alloc(coop_backend *be, uint64_t size, uintptr_t *addr)
 {
     host_backend *h = host_of(be);
     coop_status st = check_device_room(be, size, "in segments");
-    if (st == COOP_OK)
-        st = reserve_aligned(size, be->page_size, addr);
     if (st != COOP_OK)
+        return st;
+    uint64_t g = segment_granule(be);
+    if (size == 0 || size > UINT64_MAX - g)
+        return coop_set_error(COOP_ERR_INVALID, "host backend: bad segment size %llu",
+                              (unsigned long long)size);
+    if (!h->space)
+        open_segment_space(be);
+    uintptr_t carved = h->space ? carve_segment(h, (size + g - 1) / g * g) : 0;
+    if (carved)
+        *addr = carved;
+    else if ((st = reserve_aligned(size, be->page_size, addr)) != COOP_OK)
         return st;
     h->mapped += size;
     h->ranges++;
@@ -174,9 +305,21 @@ static coop_status host_segment_alloc(coop_backend *be, uint64_t size, uintptr_t
 
 static coop_status host_segment_free(coop_backend *be, uintptr_t addr, uint64_t size)
 {
-    coop_status st = host_release(be, addr, size);
+    host_backend *h = host_of(be);
+    coop_status st;
+    if (h->space && addr >= h->space && addr - h->space < h->space_size) {
+        uint64_t g = segment_granule(be);
+        st = size && size <= UINT64_MAX - g
+                 ? return_segment(h, addr, (size + g - 1) / g * g)
+                 : coop_set_error(COOP_ERR_INVALID, "host backend: bad segment size %llu",
+                                  (unsigned long long)size);
+        if (st == COOP_OK)
+            h->ranges--;
+    } else {
+        st = host_release(be, addr, size);
+    }
     if (st == COOP_OK)
-        host_of(be)->mapped -= size;
+        h->mapped -= size;
     return st;
 }
 
@@ -248,6 +391,9 @@ static coop_status host_hold_stream(coop_backend *be, coop_stream stream, bool h
 static void host_destroy(coop_backend *be)
 {
     host_backend *h = host_of(be);
+    if (h->space)
+        munmap((void *)h->space, os_length(h->space_size));
+    free(h->holes);
     free(h->streams);
     free(h);
 }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <cmocka.h>
 
 #include "backend.h"
@@ -51,6 +52,83 @@ static void test_segments(void **state)
     assert_int_equal(coop_backend_host_live_ranges(be), 2);
     assert_int_equal(be->ops->segment_free(be, a, 20 * MiB), COOP_OK);
     assert_int_equal(be->ops->segment_free(be, b, 20 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_mapped(be), 0);
+    coop_backend_destroy(be);
+}
+
+/* The addresses one sequence of segment calls gets, as distances below its
+ * first segment: a, b, c; free b; d (fits b's room); free a; e (a's room);
+ * f (what d left of b's). */
+static void segment_offsets(coop_backend *be, uint64_t offsets[4])
+{
+    uintptr_t a, b, c, d, e, f;
+    assert_int_equal(be->ops->segment_alloc(be, 6 * MiB, &a), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MiB, &b), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 8 * MiB, &c), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 4 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &d), COOP_OK);
+    assert_int_equal(d, b + 2 * MiB); /* the top of the highest room that fits */
+    assert_int_equal(be->ops->segment_free(be, a, 6 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 6 * MiB, &e), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &f), COOP_OK);
+    assert_int_equal(e, a); /* a's room came back */
+    assert_int_equal(f, b); /* the rest of b's */
+    offsets[0] = a - b, offsets[1] = a - c, offsets[2] = a - d, offsets[3] = a - f;
+    /* a segment freed twice is refused, and nothing changes */
+    assert_int_equal(be->ops->segment_free(be, c, 8 * MiB), COOP_OK);
+    uint64_t mapped = coop_backend_host_mapped(be);
+    assert_int_equal(be->ops->segment_free(be, c, 8 * MiB), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "is not a live segment"));
+    assert_int_equal(coop_backend_host_mapped(be), mapped);
+    assert_int_equal(be->ops->segment_free(be, d, 2 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, e, 6 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, f, 2 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_mapped(be), 0);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
+}
+
+/* Segments come from the backend's own space, top down, so the
+ * same calls give the same layout in every run, whatever else the process
+ * has mapped in between (mmap's choices would move). */
+static void test_segment_addresses_repeat(void **state)
+{
+    (void)state;
+    uint64_t first[4], second[4];
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(40 * MiB, 2 * MiB, false, &be), COOP_OK);
+    segment_offsets(be, first);
+    coop_backend_destroy(be);
+    /* disturb the process's address space: an odd-sized mapping */
+    size_t odd = 3 * MiB + 12288;
+    void *noise = mmap(NULL, odd, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    assert_true(noise != MAP_FAILED);
+    assert_int_equal(coop_backend_host_create(40 * MiB, 2 * MiB, false, &be), COOP_OK);
+    segment_offsets(be, second);
+    coop_backend_destroy(be);
+    munmap(noise, odd);
+    assert_memory_equal(first, second, sizeof first);
+    assert_int_equal(first[0], 4 * MiB); /* b right below a, c below b */
+    assert_int_equal(first[1], 12 * MiB);
+}
+
+/* A space too small for the segments asked (512-byte pages, each segment
+ * taking a whole OS page of it): the rest get their own mapping, and all of
+ * them are given back. */
+static void test_segment_space_full(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(64 * 512, 512, false, &be), COOP_OK);
+    uintptr_t seg[64];
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(be->ops->segment_alloc(be, 512, &seg[i]), COOP_OK);
+    assert_int_equal(coop_backend_host_live_ranges(be), 64);
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < i; j++)
+            assert_true(seg[i] != seg[j]);
+    for (int i = 63; i >= 0; i--)
+        assert_int_equal(be->ops->segment_free(be, seg[i], 512), COOP_OK);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
     assert_int_equal(coop_backend_host_mapped(be), 0);
     coop_backend_destroy(be);
 }
@@ -154,9 +232,10 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reserve_map_unmap), cmocka_unit_test(test_segments),
-        cmocka_unit_test(test_small_pages),       cmocka_unit_test(test_events_and_holds),
-        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_reserve_map_unmap),  cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_small_pages),        cmocka_unit_test(test_events_and_holds),
+        cmocka_unit_test(test_bad_arguments),      cmocka_unit_test(test_segment_addresses_repeat),
+        cmocka_unit_test(test_segment_space_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
