@@ -58,7 +58,11 @@ static inline int grow_array_to(void *arrayp, size_t *cap, size_t need, size_t f
     void *grown = realloc(items, n * item_size);
     if (!grown)
         return -1;
-    memcpy(arrayp, &grown, sizeof grown);
+    /* copied from a second local: gcc 12's -fanalyzer, on the path where
+     * realloc grows in place, reports memcpy from &grown itself as reading
+     * an uninitialized value (a false positive) */
+    void *out = grown;
+    memcpy(arrayp, &out, sizeof out);
     *cap = n;
     return 0;
 }
