@@ -1,5 +1,5 @@
 # core: status, metadata heap, backends (host, fault wrapper), arena, pool
-libcoop_la_SOURCES += src/status.c src/status.h src/backend.h src/stat.h \
+libcoop_la_SOURCES += src/status.c src/status.h src/backend.h src/stat.h src/growable.h \
 	src/meta.c src/meta.h src/free_index.c src/free_index.h src/hot_path.h \
 	src/addr_map.c src/addr_map.h src/page_map.c src/page_map.h \
 	src/arena.c src/arena_check.c src/arena.h \
@@ -75,3 +75,13 @@ tests_arena_pairs_LDFLAGS = -static
 # coop bench's and its floor's output rows (fields and layouts, never speed)
 TESTS += tests/bench_cli_test.sh
 EXTRA_DIST += tests/bench_cli_test.sh
+
+# growable arrays (src/growable.h): doubling, and sizes that would wrap refused
+if HAVE_CMOCKA
+check_PROGRAMS += tests/growable_test
+TESTS += tests/growable_test
+tests_growable_test_SOURCES = tests/growable_test.c
+tests_growable_test_CFLAGS = $(TESTCFLAGS)
+tests_growable_test_LDADD = $(TESTLIBS)
+tests_growable_test_LDFLAGS = $(TESTLDFLAGS)
+endif

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growable.h"
 #include "remat/sim_internal.h"
 #include "remat/sim_lib.h"
 #include "status.h"
@@ -121,8 +122,7 @@ static void note_searches(lib_drive *d)
         d->counts.unsampled_searches += n;
     if (n != 1)
         return;
-    if (sim_grow((void **)&d->search_ns, &d->search_ns_cap, d->num_search_ns + 1,
-                 sizeof *d->search_ns)) {
+    if (GROW_ARRAY(d->search_ns, d->search_ns_cap, d->num_search_ns + 1, SIM_ARRAY_FIRST)) {
         d->out_of_memory = true;
         return;
     }
@@ -173,11 +173,11 @@ static bool takes_over(const lib_drive *d, const sim_op *op, uint32_t out)
  * out of host memory (the arrays grown so far stay valid). */
 static int grow_scratch(lib_drive *d, uint32_t num_inputs, uint32_t num_outputs)
 {
-    if (sim_grow((void **)&d->ins, &d->ins_cap, num_inputs, sizeof *d->ins) ||
-        sim_grow((void **)&d->in_pinned, &d->in_pinned_cap, num_inputs, sizeof *d->in_pinned) ||
-        sim_grow((void **)&d->outs, &d->outs_cap, num_outputs, sizeof *d->outs) ||
-        sim_grow((void **)&d->sizes, &d->sizes_cap, num_outputs, sizeof *d->sizes) ||
-        sim_grow((void **)&d->out_kind, &d->out_kind_cap, num_outputs, sizeof *d->out_kind))
+    if (GROW_ARRAY(d->ins, d->ins_cap, num_inputs, SIM_ARRAY_FIRST) ||
+        GROW_ARRAY(d->in_pinned, d->in_pinned_cap, num_inputs, SIM_ARRAY_FIRST) ||
+        GROW_ARRAY(d->outs, d->outs_cap, num_outputs, SIM_ARRAY_FIRST) ||
+        GROW_ARRAY(d->sizes, d->sizes_cap, num_outputs, SIM_ARRAY_FIRST) ||
+        GROW_ARRAY(d->out_kind, d->out_kind_cap, num_outputs, SIM_ARRAY_FIRST))
         return -1;
     return 0;
 }

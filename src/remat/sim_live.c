@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growable.h"
 #include "remat/sim_internal.h"
 #include "remat/sim_live.h"
 
@@ -103,33 +104,37 @@ static void *touched(size_t n, size_t size)
     return p;
 }
 
-/* Appends a chunk of 2^bits items of size bytes to the count chunks of
- * *chunks (room for ptrs_cap of them): touched when the cache opens; later
- * (inside a search) only allocated, its pages faulting as entries fill it (a
- * memset of the chunk had cost one search tens of microseconds). */
-static int add_chunk(void ***chunks, size_t *ptrs_cap, uint32_t *count, unsigned bits, size_t size,
-                     bool touch)
+/* A chunk of 2^bits items of size bytes: touched when the cache opens;
+ * later (inside a search) only allocated, its pages faulting as entries fill
+ * it (a memset of the chunk had cost one search tens of microseconds). */
+static void *new_chunk(unsigned bits, size_t size, bool touch)
 {
-    if (sim_grow((void **)chunks, ptrs_cap, (size_t)*count + 1, sizeof **chunks))
-        return -1;
     size_t n = (size_t)1 << bits;
-    void *chunk = touch ? touched(n, size) : malloc(n * size);
-    if (!chunk)
-        return -1;
-    (*chunks)[(*count)++] = chunk;
-    return 0;
+    return touch ? touched(n, size) : malloc(n * size);
 }
 
+/* Appends a chunk of watchers to c->w (add_dep_chunk: of dependencies to
+ * c->d); a function per array, as GROW_ARRAY takes the array's own type. */
 static int add_watcher_chunk(sim_live_cache *c, bool touch)
 {
-    return add_chunk((void ***)&c->w, &c->w_ptrs_cap, &c->w_chunks, LIVE_W_BITS, sizeof **c->w,
-                     touch);
+    if (GROW_ARRAY(c->w, c->w_ptrs_cap, (size_t)c->w_chunks + 1, SIM_ARRAY_FIRST))
+        return -1;
+    live_watcher *chunk = new_chunk(LIVE_W_BITS, sizeof *chunk, touch);
+    if (!chunk)
+        return -1;
+    c->w[c->w_chunks++] = chunk;
+    return 0;
 }
 
 static int add_dep_chunk(sim_live_cache *c, bool touch)
 {
-    return add_chunk((void ***)&c->d, &c->d_ptrs_cap, &c->d_chunks, LIVE_D_BITS, sizeof **c->d,
-                     touch);
+    if (GROW_ARRAY(c->d, c->d_ptrs_cap, (size_t)c->d_chunks + 1, SIM_ARRAY_FIRST))
+        return -1;
+    live_dep *chunk = new_chunk(LIVE_D_BITS, sizeof *chunk, touch);
+    if (!chunk)
+        return -1;
+    c->d[c->d_chunks++] = chunk;
+    return 0;
 }
 
 int sim_live_open(sim_runtime *rt)
@@ -405,7 +410,7 @@ static int watch(sim_runtime *rt, uint32_t x, uint32_t s)
 static int depend(sim_live_cache *c, live_dep d)
 {
     if (c->walk_len == c->walk_cap &&
-        sim_grow((void **)&c->walk, &c->walk_cap, c->walk_len + 1, sizeof *c->walk))
+        GROW_ARRAY(c->walk, c->walk_cap, c->walk_len + 1, SIM_ARRAY_FIRST))
         return -1;
     c->walk[c->walk_len++] = d;
     return 0;
@@ -443,8 +448,7 @@ static int region(sim_runtime *rt, uint32_t s, bool forward, bool live_only, boo
                 continue;
             if (!live_only || r->ref_ext)
                 compute += (int64_t)r->compute;
-            if (len == c->stack_cap &&
-                sim_grow((void **)&c->stack, &c->stack_cap, len + 1, sizeof *c->stack))
+            if (len == c->stack_cap && GROW_ARRAY(c->stack, c->stack_cap, len + 1, SIM_ARRAY_FIRST))
                 return -1;
             c->stack[len++] = us;
         }

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "growable.h"
 #include "pool_internal.h"
 #include "remat/sim_internal.h"
 #include "remat/sim_live.h"
@@ -19,7 +20,7 @@ uint32_t sim_next_mark(sim_runtime *rt)
 static int push(sim_runtime *rt, uint32_t s)
 {
     if (rt->stack_len == rt->stack_cap &&
-        sim_grow((void **)&rt->stack, &rt->stack_cap, (size_t)rt->stack_len + 1, sizeof *rt->stack))
+        GROW_ARRAY(rt->stack, rt->stack_cap, (size_t)rt->stack_len + 1, SIM_ARRAY_FIRST))
         return -1;
     rt->stack[rt->stack_len++] = s;
     return 0;
@@ -70,8 +71,7 @@ static void eq_remember(sim_runtime *rt, rt_storage *r)
         if (cap > UINT16_MAX)
             cap = UINT16_MAX;
         if (rt->eq_roots_len + cap > UINT32_MAX ||
-            sim_grow((void **)&rt->eq_roots, &rt->eq_roots_cap, rt->eq_roots_len + cap,
-                     sizeof *rt->eq_roots))
+            GROW_ARRAY(rt->eq_roots, rt->eq_roots_cap, rt->eq_roots_len + cap, SIM_ARRAY_FIRST))
             return; /* out of host memory: not cached */
         r->eq_first = (uint32_t)rt->eq_roots_len;
         r->eq_cap = (uint16_t)cap;

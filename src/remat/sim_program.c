@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growable.h"
 #include "remat/sim_program.h"
 #include "status.h"
 
@@ -19,21 +20,6 @@ typedef struct builder {
     uint32_t num_bound;
 } builder;
 
-int sim_grow(void **items, size_t *cap, size_t need, size_t item_size)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 256;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*items, n * item_size);
-    if (!q)
-        return -1;
-    *items = q;
-    *cap = n;
-    return 0;
-}
-
 static coop_status nomem(void)
 {
     return coop_set_error(COOP_ERR_HOST_NOMEM, "out of host memory compiling a DTR log");
@@ -42,7 +28,7 @@ static coop_status nomem(void)
 static coop_status push_cmd(builder *b, sim_cmd_kind kind, uint32_t arg)
 {
     sim_program *p = b->p;
-    if (sim_grow((void **)&p->cmds, &b->cmds_cap, p->num_cmds + 1, sizeof *p->cmds))
+    if (GROW_ARRAY(p->cmds, b->cmds_cap, p->num_cmds + 1, SIM_ARRAY_FIRST))
         return nomem();
     p->cmds[p->num_cmds++] = (sim_cmd){kind, arg};
     return COOP_OK;
@@ -86,13 +72,11 @@ static coop_status add_op(builder *b, const dtr_instr *in, const uint32_t *args,
                           uint32_t nout, bool constant, bool mutation)
 {
     sim_program *p = b->p;
-    if (sim_grow((void **)&p->ops, &b->ops_cap, p->num_ops + 1, sizeof *p->ops) ||
-        sim_grow((void **)&p->tensors, &b->tensors_cap, p->num_tensors + nout,
-                 sizeof *p->tensors) ||
-        sim_grow((void **)&p->storages, &b->storages_cap, p->num_storages + nout,
-                 sizeof *p->storages) ||
-        sim_grow((void **)&p->inputs, &b->inputs_cap, b->num_inputs + nargs, sizeof *p->inputs) ||
-        sim_grow((void **)&b->refs, &b->refs_cap, p->num_tensors + nout, sizeof *b->refs))
+    if (GROW_ARRAY(p->ops, b->ops_cap, p->num_ops + 1, SIM_ARRAY_FIRST) ||
+        GROW_ARRAY(p->tensors, b->tensors_cap, p->num_tensors + nout, SIM_ARRAY_FIRST) ||
+        GROW_ARRAY(p->storages, b->storages_cap, p->num_storages + nout, SIM_ARRAY_FIRST) ||
+        GROW_ARRAY(p->inputs, b->inputs_cap, b->num_inputs + nargs, SIM_ARRAY_FIRST) ||
+        GROW_ARRAY(b->refs, b->refs_cap, p->num_tensors + nout, SIM_ARRAY_FIRST))
         return nomem();
     uint32_t op_id = p->num_ops++;
     sim_op *op = &p->ops[op_id];

@@ -104,9 +104,8 @@ coop_status sim_program_load(const char *path, sim_program *out);
 
 void sim_program_free(sim_program *p);
 
-/* Grows the array *items (of *cap items of item_size bytes) to hold at least
- * need items, doubling (first 256). Returns 0, or -1 when out of memory (the
- * array is left as it was). */
-int sim_grow(void **items, size_t *cap, size_t need, size_t item_size);
+/* The first capacity (items) of the simulator's growable arrays (GROW_ARRAY,
+ * growable.h). */
+#define SIM_ARRAY_FIRST 256
 
 #endif

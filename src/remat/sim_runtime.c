@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "growable.h"
 #include "remat/sim_internal.h"
 #include "remat/sim_live.h"
 
@@ -195,8 +196,7 @@ sim_result sim_evict_choice(sim_runtime *rt)
 
 int sim_record_search(sim_stats *st, uint64_t ns)
 {
-    if (sim_grow((void **)&st->search_ns, &st->search_ns_cap, (size_t)st->searches + 1,
-                 sizeof *st->search_ns))
+    if (GROW_ARRAY(st->search_ns, st->search_ns_cap, (size_t)st->searches + 1, SIM_ARRAY_FIRST))
         return -1;
     st->search_ns[st->searches++] = ns;
     return 0;

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growable.h"
 #include "status.h"
 #include "torch/torch_abi.h"
 
@@ -13,26 +14,14 @@ typedef struct walk_copy {
     bool out_of_memory;
 } walk_copy;
 
-static bool grow(void **array, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t cap2 = *cap ? *cap * 2 : 64;
-    while (cap2 < need)
-        cap2 *= 2;
-    void *p = realloc(*array, cap2 * elem);
-    if (!p)
-        return false;
-    *array = p;
-    *cap = cap2;
-    return true;
-}
+/* The first capacity (items) of the copies' arrays (GROW_ARRAY). */
+#define COPY_ARRAY_FIRST 64
 
 static int copy_segment(const coop_segment_info *segment, void *ctx)
 {
     walk_copy *w = ctx;
     coop_torch_snapshot *s = w->snap;
-    if (!grow((void **)&s->segments, &w->seg_cap, s->num_segments + 1, sizeof *s->segments)) {
+    if (GROW_ARRAY(s->segments, w->seg_cap, s->num_segments + 1, COPY_ARRAY_FIRST)) {
         w->out_of_memory = true;
         return 1;
     }
@@ -44,7 +33,7 @@ static int copy_block(const coop_block_info *block, void *ctx)
 {
     walk_copy *w = ctx;
     coop_torch_snapshot *s = w->snap;
-    if (!grow((void **)&s->blocks, &w->block_cap, s->num_blocks + 1, sizeof *s->blocks)) {
+    if (GROW_ARRAY(s->blocks, w->block_cap, s->num_blocks + 1, COPY_ARRAY_FIRST)) {
         w->out_of_memory = true;
         return 1;
     }

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growable.h"
 #include "status.h"
 #include "trace/builder.h"
 
@@ -11,21 +12,17 @@ void trace_builder_init(trace_builder *b, const char *path)
     b->path = path;
 }
 
-/* Doubles *items (of elem bytes each) when *count reached *cap. */
-static coop_status reserve(const trace_builder *b, void **items, size_t *cap, size_t count,
-                           size_t elem)
+/* The first capacity (items) of the builder's arrays: each doubles when full. */
+#define BUILDER_ARRAY_FIRST 1024
+
+/* Why an array of cap items of item_size bytes could not grow by one: its
+ * doubled size would not fit in a size_t, or the host is out of memory. */
+static coop_status grow_failed(const trace_builder *b, size_t cap, size_t item_size)
 {
-    if (count < *cap)
-        return COOP_OK;
-    size_t want = *cap ? *cap * 2 : 1024;
-    if (want > SIZE_MAX / elem)
+    size_t unused;
+    if (!grow_array_capacity(cap, cap + 1, BUILDER_ARRAY_FIRST, item_size, &unused))
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: trace too large", b->path);
-    void *grown = realloc(*items, want * elem);
-    if (!grown)
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", b->path);
-    *items = grown;
-    *cap = want;
-    return COOP_OK;
+    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", b->path);
 }
 
 coop_status trace_builder_new_id(trace_builder *b, uint32_t *id)
@@ -44,10 +41,8 @@ static int is_allocation_event(trace_event_kind kind)
 
 coop_status trace_builder_push(trace_builder *b, const trace_event *event)
 {
-    coop_status st =
-        reserve(b, (void **)&b->events, &b->cap_events, b->num_events, sizeof *b->events);
-    if (st != COOP_OK)
-        return st;
+    if (GROW_ARRAY(b->events, b->cap_events, b->num_events + 1, BUILDER_ARRAY_FIRST))
+        return grow_failed(b, b->cap_events, sizeof *b->events);
     trace_event *e = &b->events[b->num_events++];
     *e = *event;
     if (!is_allocation_event(e->kind))
@@ -59,9 +54,8 @@ coop_status trace_builder_push(trace_builder *b, const trace_event *event)
 
 coop_status trace_builder_push_live(trace_builder *b, const trace_event *alloc)
 {
-    coop_status st = reserve(b, (void **)&b->live, &b->cap_live, b->num_live, sizeof *b->live);
-    if (st != COOP_OK)
-        return st;
+    if (GROW_ARRAY(b->live, b->cap_live, b->num_live + 1, BUILDER_ARRAY_FIRST))
+        return grow_failed(b, b->cap_live, sizeof *b->live);
     b->live[b->num_live] = *alloc;
     b->live[b->num_live].kind = TRACE_ALLOC;
     b->num_live++;
@@ -70,10 +64,8 @@ coop_status trace_builder_push_live(trace_builder *b, const trace_event *alloc)
 
 coop_status trace_builder_push_segment(trace_builder *b, const trace_segment *segment)
 {
-    coop_status st =
-        reserve(b, (void **)&b->segments, &b->cap_segments, b->num_segments, sizeof *b->segments);
-    if (st != COOP_OK)
-        return st;
+    if (GROW_ARRAY(b->segments, b->cap_segments, b->num_segments + 1, BUILDER_ARRAY_FIRST))
+        return grow_failed(b, b->cap_segments, sizeof *b->segments);
     b->segments[b->num_segments++] = *segment;
     return COOP_OK;
 }

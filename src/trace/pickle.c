@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growable.h"
 #include "status.h"
 #include "trace/pickle.h"
 
@@ -244,21 +245,8 @@ static uint64_t little_endian(const unsigned char *p, size_t n)
     return x;
 }
 
-/* Grows a malloc'ed array of elem-sized items to hold at least want. */
-static int grow_array(void **items, size_t *cap, size_t want, size_t elem)
-{
-    if (want <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 64;
-    while (n < want)
-        n *= 2;
-    void *p = realloc(*items, n * elem);
-    if (!p)
-        return -1;
-    *items = p;
-    *cap = n;
-    return 0;
-}
+/* The first capacity (items) of the machine's stack, memo and marks. */
+#define MACHINE_ARRAY_FIRST 64
 
 static pkl_value *new_value(machine *m, pkl_kind kind)
 {
@@ -275,7 +263,7 @@ static coop_status push(machine *m, pkl_value *v)
 {
     if (!v)
         return out_of_memory(m);
-    if (grow_array((void **)&m->stack, &m->stack_cap, m->depth + 1, sizeof *m->stack))
+    if (GROW_ARRAY(m->stack, m->stack_cap, m->depth + 1, MACHINE_ARRAY_FIRST))
         return out_of_memory(m);
     m->stack[m->depth++] = v;
     return COOP_OK;
@@ -422,7 +410,7 @@ static coop_status memo_put(machine *m, uint64_t index)
     if (index > m->ops)
         return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s index %llu out of range", m->path,
                               m->op_at, opcode_names[m->op], (unsigned long long)index);
-    if (grow_array((void **)&m->memo, &m->memo_cap, (size_t)index + 1, sizeof *m->memo))
+    if (GROW_ARRAY(m->memo, m->memo_cap, (size_t)index + 1, MACHINE_ARRAY_FIRST))
         return out_of_memory(m);
     while (m->memo_len <= index)
         m->memo[m->memo_len++] = NULL;
@@ -468,7 +456,7 @@ static coop_status step(machine *m, int *done)
                                   m->len - m->pos);
         return COOP_OK;
     case OP_MARK:
-        if (grow_array((void **)&m->marks, &m->marks_cap, m->num_marks + 1, sizeof *m->marks))
+        if (GROW_ARRAY(m->marks, m->marks_cap, m->num_marks + 1, MACHINE_ARRAY_FIRST))
             return out_of_memory(m);
         m->marks[m->num_marks++] = m->depth;
         return COOP_OK;

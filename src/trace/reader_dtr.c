@@ -18,26 +18,13 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "growable.h"
 #include "status.h"
 #include "trace/dtr_log.h"
 #include "trace/name_table.h"
 
-/* ---- growable arrays -------------------------------------------------- */
-
-static int grow(void **items, size_t *cap, size_t need, size_t item_size)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 64;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*items, n * item_size);
-    if (!p)
-        return -1;
-    *items = p;
-    *cap = n;
-    return 0;
-}
+/* The first capacity (items) of the log's arrays (GROW_ARRAY). */
+#define LOG_ARRAY_FIRST 64
 
 /* ---- parser state ----------------------------------------------------- */
 
@@ -150,7 +137,7 @@ static int name_list(parser *p, json_t *obj, const char *key, uint32_t *first, u
     }
     dtr_log *log = p->log;
     size_t n = json_array_size(arr);
-    if (grow((void **)&log->args, &p->args_cap, log->num_args + n, sizeof *log->args)) {
+    if (GROW_ARRAY(log->args, p->args_cap, log->num_args + n, LOG_ARRAY_FIRST)) {
         snprintf(p->line_error, sizeof p->line_error, "out of host memory");
         return -1;
     }
@@ -171,7 +158,7 @@ static int name_list(parser *p, json_t *obj, const char *key, uint32_t *first, u
 static dtr_instr *new_instr(parser *p, dtr_kind kind)
 {
     dtr_log *log = p->log;
-    if (grow((void **)&log->instrs, &p->instrs_cap, log->num_instrs + 1, sizeof *log->instrs))
+    if (GROW_ARRAY(log->instrs, p->instrs_cap, log->num_instrs + 1, LOG_ARRAY_FIRST))
         return NULL;
     dtr_instr *in = &log->instrs[log->num_instrs++];
     *in = (dtr_instr){.kind = kind, .line = p->line};
@@ -258,8 +245,7 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
         if (!arr || !json_is_array(arr))
             return fail(p, "field MUTATE is missing or not an array");
         size_t n = json_array_size(arr);
-        if (grow((void **)&log->mutates, &p->mutates_cap, log->num_mutates + n,
-                 sizeof *log->mutates))
+        if (GROW_ARRAY(log->mutates, p->mutates_cap, log->num_mutates + n, LOG_ARRAY_FIRST))
             return fail_host(p);
         in->first_mutate = (uint32_t)log->num_mutates;
         in->num_mutates = (uint32_t)n;
@@ -278,7 +264,7 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
         return fail(p, p->line_error);
     if (n == 0)
         return fail(p, "CALL with an empty RESULT list");
-    if (grow((void **)&log->results, &p->results_cap, log->num_results + n, sizeof *log->results))
+    if (GROW_ARRAY(log->results, p->results_cap, log->num_results + n, LOG_ARRAY_FIRST))
         return fail_host(p);
     in->first_result = (uint32_t)log->num_results;
     in->num_results = n;
