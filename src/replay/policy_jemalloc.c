@@ -133,7 +133,9 @@ static void *hook_alloc(extent_hooks_t *hooks, void *new_addr, size_t size, size
     if (new_addr)
         return NULL; /* in-place growth at a given address: not offered */
     uint64_t align = alignment ? alignment : 4096;
-    uint64_t start = (s->range_used + align - 1) / align * align;
+    /* aligned as an address, not only as an offset into the range */
+    uint64_t base = (uint64_t)(uintptr_t)s->range;
+    uint64_t start = (base + s->range_used + align - 1) / align * align - base;
     if (start + size > s->range_size)
         return NULL;
     if (*commit && !commit_bytes(s, size))
