@@ -126,33 +126,33 @@ static int intern(parser *p, name_table *t, const char *s, uint32_t *id)
     return 0;
 }
 
-/* Appends the names of a JSON array of strings to log->args. */
-static int name_list(parser *p, json_t *obj, const char *key, uint32_t *first, uint32_t *count)
+/* Appends the names of a JSON array of strings to log->args. Invalid input
+ * and running out of memory are told apart (COOP_ERR_INVALID, _HOST_NOMEM). */
+static coop_status name_list(parser *p, json_t *obj, const char *key, uint32_t *first,
+                             uint32_t *count)
 {
     json_t *arr = json_object_get(obj, key);
     if (!arr || !json_is_array(arr)) {
         snprintf(p->line_error, sizeof p->line_error, "field %s is %s", key,
                  arr ? "not an array" : "missing");
-        return -1;
+        return fail(p, p->line_error);
     }
     dtr_log *log = p->log;
     size_t n = json_array_size(arr);
-    if (GROW_ARRAY(log->args, p->args_cap, log->num_args + n, LOG_ARRAY_FIRST)) {
-        snprintf(p->line_error, sizeof p->line_error, "out of host memory");
-        return -1;
-    }
+    if (GROW_ARRAY(log->args, p->args_cap, log->num_args + n, LOG_ARRAY_FIRST))
+        return fail_host(p);
     *first = (uint32_t)log->num_args;
     *count = (uint32_t)n;
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, i);
         if (!json_is_string(v)) {
             snprintf(p->line_error, sizeof p->line_error, "%s[%zu] is not a string", key, i);
-            return -1;
+            return fail(p, p->line_error);
         }
         if (intern(p, &p->names, json_string_value(v), &log->args[log->num_args++]))
-            return -1;
+            return fail_host(p);
     }
-    return 0;
+    return COOP_OK;
 }
 
 static dtr_instr *new_instr(parser *p, dtr_kind kind)
@@ -234,9 +234,11 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
     if (!in)
         return fail_host(p);
     const char *op = string_field(p, obj, "NAME");
-    if (!op || uint_field(p, obj, "TIME", &in->time_ns) ||
-        name_list(p, obj, "ARGS", &in->first_arg, &in->num_args))
+    if (!op || uint_field(p, obj, "TIME", &in->time_ns))
         return fail(p, p->line_error);
+    coop_status st = name_list(p, obj, "ARGS", &in->first_arg, &in->num_args);
+    if (st != COOP_OK)
+        return st;
     if (intern(p, &p->ops, op, &in->op))
         return fail_host(p);
     dtr_log *log = p->log;
@@ -260,8 +262,9 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
     }
     uint32_t first, n;
     size_t before = log->num_args;
-    if (name_list(p, obj, "RESULT", &first, &n))
-        return fail(p, p->line_error);
+    st = name_list(p, obj, "RESULT", &first, &n);
+    if (st != COOP_OK)
+        return st;
     if (n == 0)
         return fail(p, "CALL with an empty RESULT list");
     if (GROW_ARRAY(log->results, p->results_cap, log->num_results + n, LOG_ARRAY_FIRST))
