@@ -1,4 +1,5 @@
 /* The simulator's rematerialization runtime, ideal memory model (sim_runtime.h). */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "growable.h"
 #include "remat/sim_internal.h"
 #include "remat/sim_live.h"
+#include "status.h"
 
 #define NONE SIM_NONE
 
@@ -557,8 +559,11 @@ static int runtime_init(sim_runtime *rt, const sim_program *prog, const sim_conf
     rt->storages = calloc(prog->num_storages + 1, sizeof *rt->storages);
     rt->defined = calloc(prog->num_tensors + 1, sizeof *rt->defined);
     rt->tensor_refs = calloc(prog->num_tensors + 1, sizeof *rt->tensor_refs);
-    if (!rt->storages || !rt->defined || !rt->tensor_refs)
+    if (!rt->storages || !rt->defined || !rt->tensor_refs) {
+        coop_set_error_message("simulator: out of host memory for %" PRIu32 " storages",
+                               prog->num_storages);
         return -1;
+    }
     for (uint32_t s = 0; s < prog->num_storages; s++) {
         rt->storages[s].pool_pos = SIM_NONE;
         rt->storages[s].ecn = SIM_NONE;
@@ -590,8 +595,15 @@ sim_result sim_execute(const sim_program *prog, const sim_config *cfg, sim_stats
 {
     sim_runtime rt;
     sim_result res = SIM_ERROR;
+    /* The run's SIM_ERROR paths are allocation failures that return -1
+     * through several layers (growable arrays, scratch flags, the live
+     * cache); the few others set their own message. So a SIM_ERROR that
+     * comes back without a message ran out of host memory. */
+    coop_clear_error();
     if (!runtime_init(&rt, prog, cfg))
         res = run(&rt);
+    if (res == SIM_ERROR && !coop_last_error()[0])
+        coop_set_error_message("simulator: out of host memory");
     *stats = rt.stats;
     rt.stats.search_ns = NULL;
     runtime_free(&rt);
