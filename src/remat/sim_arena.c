@@ -168,15 +168,18 @@ static void bind_block(sim_runtime *rt, uint32_t s, arena_block *b)
     sim_arena_sync(rt, s);
 }
 
-static bool try_alloc(sim_runtime *rt, uint32_t s)
+/* Places s if a free block fits: SIM_OK placed, SIM_OOM no room (evict and
+ * retry), SIM_ERROR the pool failed otherwise (its metadata ran out of host
+ * memory: evicting would not help, and must not read as the budget's OOM). */
+static sim_result try_alloc(sim_runtime *rt, uint32_t s)
 {
     coop_status st;
     void *ptr =
         pool_malloc_locked(rt->mem_pool, rt->prog->storages[s].size, 0, placement(rt, s), &st);
     if (!ptr)
-        return false;
+        return st == COOP_ERR_NOMEM ? SIM_OOM : SIM_ERROR;
     bind_block(rt, s, arena_lookup(pool_arena(rt->mem_pool), (uintptr_t)ptr));
-    return true;
+    return SIM_OK;
 }
 
 void sim_arena_free(sim_runtime *rt, uint32_t s)
@@ -330,8 +333,11 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
     }
     arena_block *fb = rt->last_freed;
     if (!n || !fb || fb->state != COOP_BLOCK_FREE || fb->addr > lo ||
-        fb->addr + fb->size < lo + w.size)
-        return SIM_ERROR; /* cannot happen: a covering free block would have fit */
+        fb->addr + fb->size < lo + w.size) {
+        /* cannot happen: a covering free block would have fit */
+        coop_set_error_message("simulator: no free block covers the evicted window");
+        return SIM_ERROR;
+    }
     uintptr_t at = placement(rt, s) == COOP_ALLOC_HIGH ? lo + w.size - size : lo;
     arena_block *out;
     if (pool_alloc_in_locked(rt->mem_pool, fb, at, rt->prog->storages[s].size, 0, &out))
@@ -342,8 +348,9 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
 
 sim_result sim_arena_place(sim_runtime *rt, uint32_t s)
 {
-    if (try_alloc(rt, s))
-        return SIM_OK;
+    sim_result placed = try_alloc(rt, s);
+    if (placed != SIM_OOM)
+        return placed;
     uint64_t want = (rt->prog->storages[s].size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     uint64_t free_bytes = rt->budget - rt->memory;
     rt->stats.frag_sum += (double)free_bytes / (double)rt->budget;
@@ -354,9 +361,13 @@ sim_result sim_arena_place(sim_runtime *rt, uint32_t s)
     if (rt->policy == SIM_POLICY_COOP) {
         res = place_in_window(rt, s);
     } else {
-        do
+        do {
             res = sim_evict_choice(rt);
-        while (res == SIM_OK && !try_alloc(rt, s));
+            if (res == SIM_OK)
+                placed = try_alloc(rt, s);
+        } while (res == SIM_OK && placed == SIM_OOM);
+        if (res == SIM_OK)
+            res = placed;
     }
     if (sim_record_search(&rt->stats, sim_now_ns() - t0))
         return SIM_ERROR;
