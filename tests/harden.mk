@@ -31,3 +31,18 @@ if HAVE_CMOCKA
 TESTS += tests/test_seed_test.sh
 endif
 EXTRA_DIST += tests/test_seed.h tests/test_seed_test.sh tests/coop_test_seed.py
+
+# every host allocation (malloc, calloc, realloc, strdup) of the trace
+# readers, the simulator and the remat library failed in turn, with a
+# live-block count for leaks (tests/host_alloc_fault.h): the wraps reach
+# libcoop and libcooptools because tests link them statically
+if HAVE_CMOCKA
+check_PROGRAMS += tests/host_alloc_fault_test
+TESTS += tests/host_alloc_fault_test
+tests_host_alloc_fault_test_SOURCES = tests/host_alloc_fault_test.c tests/host_alloc_fault.c \
+	tests/host_alloc_fault.h
+tests_host_alloc_fault_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
+tests_host_alloc_fault_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
+tests_host_alloc_fault_test_LDFLAGS = $(TESTLDFLAGS) \
+	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=aligned_alloc
+endif

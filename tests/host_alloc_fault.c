@@ -1,0 +1,135 @@
+/* The --wrap allocation wrappers of host_alloc_fault.h. Each forwards to
+ * __real_X, which is the C library's (or, under ASan, the sanitizer's
+ * interceptor beneath it). Single-threaded tests only: the counters are
+ * plain variables. */
+#include "host_alloc_fault.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t size);
+void __real_free(void *p);
+char *__real_strdup(const char *s);
+void *__real_aligned_alloc(size_t align, size_t size);
+
+void *__wrap_malloc(size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t size);
+void __wrap_free(void *p);
+char *__wrap_strdup(const char *s);
+void *__wrap_aligned_alloc(size_t align, size_t size);
+
+static long live;    /* blocks out through the wrappers */
+static long calls;   /* allocation calls since arming */
+static long fail_at; /* the call to fail; 0: disarmed */
+static bool hit;     /* the armed call was reached */
+
+/* Counts one allocation call; true if this one must fail. */
+static bool inject(void)
+{
+    if (!fail_at)
+        return false;
+    calls++;
+    if (calls != fail_at)
+        return false;
+    hit = true;
+    return true;
+}
+
+void *__wrap_malloc(size_t size)
+{
+    if (inject())
+        return NULL;
+    void *p = __real_malloc(size);
+    if (p)
+        live++;
+    return p;
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    if (inject())
+        return NULL;
+    void *p = __real_calloc(n, size);
+    if (p)
+        live++;
+    return p;
+}
+
+void *__wrap_realloc(void *p, size_t size)
+{
+    if (inject())
+        return NULL; /* the old block stays allocated */
+    void *q = __real_realloc(p, size);
+    if (q && !p)
+        live++; /* realloc(NULL, n) is malloc(n) */
+    return q;
+}
+
+void __wrap_free(void *p)
+{
+    if (p)
+        live--;
+    __real_free(p);
+}
+
+char *__wrap_strdup(const char *s)
+{
+    if (inject())
+        return NULL;
+    char *p = __real_strdup(s);
+    if (p)
+        live++;
+    return p;
+}
+
+void *__wrap_aligned_alloc(size_t align, size_t size)
+{
+    if (inject())
+        return NULL;
+    void *p = __real_aligned_alloc(align, size);
+    if (p)
+        live++;
+    return p;
+}
+
+/* jansson's allocations are counted but never failed: jansson reports an
+ * allocation failing inside its lexer as a syntax error ("string or '}'
+ * expected"), so a reader cannot tell it from bad input. */
+static void *json_counted_malloc(size_t size)
+{
+    void *p = __real_malloc(size);
+    if (p)
+        live++;
+    return p;
+}
+
+void host_fault_install(void)
+{
+    json_set_alloc_funcs(json_counted_malloc, __wrap_free);
+}
+
+long host_fault_live(void)
+{
+    return live;
+}
+
+void host_fault_arm(long n)
+{
+    calls = 0;
+    hit = false;
+    fail_at = n;
+}
+
+bool host_fault_disarm(void)
+{
+    fail_at = 0;
+    return hit;
+}
+
+long host_fault_calls(void)
+{
+    return calls;
+}
