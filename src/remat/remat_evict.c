@@ -267,14 +267,22 @@ static unsigned placement(const coop_remat *r, const coop_tensor *t)
                                                                       : COOP_ALLOC_LOW;
 }
 
-/* Coop: evict the cheapest covering window, allocate inside it. */
-static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags)
+/* Coop: evict the cheapest covering window, allocate inside it. NULL with
+ * *st COOP_ERR_NOMEM when no window covers t, another status (message set)
+ * when host memory ran out (before anything was evicted) or the pool failed. */
+static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop_status *st)
 {
     uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
     remat_search_index_sync_locked(r); /* exact for this search */
-    if (window_search_indexed(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost, window_bound,
-                              r, r->breakers, &r->scratch, &w))
+    int found = window_search_indexed(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost,
+                                      window_bound, r, r->breakers, &r->scratch, &w);
+    if (found == -2)
+        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
+                             "coop_remat: out of host memory searching a "
+                             "window for %zu bytes",
+                             t->size);
+    if (found)
         return NULL;
     /* collect first: freeing coalesces blocks under the walk */
     size_t n = 0;
@@ -285,8 +293,11 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags)
         if (b == w.last)
             break;
     }
-    if (n > 32 && !(list = malloc(n * sizeof *list)))
+    if (n > 32 && !(list = malloc(n * sizeof *list))) {
+        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
+                             "coop_remat: out of host memory listing a window's %zu tensors", n);
         return NULL;
+    }
     n = 0;
     for (arena_block *b = w.first;; b = b->next) {
         if (b->state == COOP_BLOCK_ALLOCATED)
@@ -306,8 +317,11 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags)
         return NULL;
     uintptr_t at = flags & COOP_ALLOC_HIGH ? w.addr + w.size - want : w.addr;
     arena_block *out;
-    if (pool_alloc_in_locked(r->pool, merged, at, t->size, 0, &out))
+    coop_status placed = pool_alloc_in_locked(r->pool, merged, at, t->size, 0, &out);
+    if (placed != COOP_OK) {
+        *st = placed;
         return NULL;
+    }
     return (void *)out->addr;
 }
 
@@ -345,7 +359,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         if (free_bytes >= (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN)
             r->stats.frag_failures++;
         if (remat_policy_windowed(r->cfg.policy)) {
-            ptr = alloc_in_window(r, t, flags);
+            ptr = alloc_in_window(r, t, flags, &st);
         } else {
             remat_search_index_sync_locked(r); /* the evictable set, exact */
             while (!ptr) {
@@ -355,11 +369,13 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
                 remat_evict_locked(r, best);
                 r->stats.evictions++;
                 ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
+                if (!ptr && st != COOP_ERR_NOMEM)
+                    break; /* the pool's metadata failed: evicting more would not help */
             }
         }
         r->stats.last_search_ns = thread_cpu_ns() - t0;
         r->stats.search_ns += r->stats.last_search_ns;
-        if (!ptr)
+        if (!ptr && st == COOP_ERR_NOMEM)
             st = coop_set_error(COOP_ERR_NOMEM,
                                 "coop_remat: no room for %zu bytes: nothing evictable frees a "
                                 "contiguous range that large",
