@@ -92,6 +92,23 @@ void remat_mark_evicted(coop_remat *r, coop_tensor *t)
     join_evicted_neighbours(r, t);
 }
 
+/* Room in r->victims for n more, so that the evictions about to happen
+ * can all be told to the owner: 0, or -1 when host memory ran out. */
+static int reserve_victims(coop_remat *r, size_t n)
+{
+    if (r->num_victims + n <= r->cap_victims)
+        return 0;
+    size_t cap = r->cap_victims ? r->cap_victims : 16;
+    while (cap < r->num_victims + n)
+        cap *= 2;
+    coop_tensor **v = realloc(r->victims, cap * sizeof *v);
+    if (!v)
+        return -1;
+    r->victims = v;
+    r->cap_victims = cap;
+    return 0;
+}
+
 arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
 {
     arena_block *merged = NULL;
@@ -101,14 +118,10 @@ arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
     resident_unlink(r, t);
     r->stats.resident_bytes -= t->size;
     join_evicted_neighbours(r, t);
-    if (r->num_victims == r->cap_victims) {
-        size_t cap = r->cap_victims ? r->cap_victims * 2 : 16;
-        coop_tensor **v = realloc(r->victims, cap * sizeof *v);
-        if (!v)
-            return merged; /* the owner is not told; its tensor is still consistent */
-        r->victims = v;
-        r->cap_victims = cap;
-    }
+    /* searches reserve first (reserve_victims); a release, which discards
+     * the list (drop_if_unused), may find no room: nobody is to be told */
+    if (reserve_victims(r, 1))
+        return merged;
     r->victims[r->num_victims++] = t;
     return merged;
 }
@@ -305,6 +318,13 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         if (b == w.last)
             break;
     }
+    if (reserve_victims(r, n)) {
+        if (list != small)
+            free(list);
+        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
+                             "coop_remat: out of host memory listing a window's %zu tensors", n);
+        return NULL;
+    }
     arena_block *merged = NULL;
     for (size_t i = 0; i < n; i++) {
         merged = remat_evict_locked(r, list[i]);
@@ -366,6 +386,12 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
                 coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
                 if (!best)
                     break;
+                if (reserve_victims(r, 1)) { /* else the owner would not hear of it */
+                    st = coop_set_error(COOP_ERR_HOST_NOMEM,
+                                        "coop_remat: out of host memory evicting for %zu bytes",
+                                        t->size);
+                    break;
+                }
                 remat_evict_locked(r, best);
                 r->stats.evictions++;
                 ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
