@@ -13,8 +13,12 @@
  * minimalloc CSV, DTR log, and trace_read's detection), a DTR log compiled
  * into a simulator program, simulations at a budget that evicts (ideal and
  * arena memory, several policies), the remat library driven by a program
- * (sim_lib_run), and a short remat API sequence on a small pool that must
- * stay valid (coop_pool_check) after every refused call.
+ * (sim_lib_run), and two remat API sequences on a small pool (remat_test's
+ * shapes; many small tensors, so that a search evicts dozens) that must
+ * stay valid (coop_pool_check) after every refused call, with every tensor
+ * still accessible and every eviction told to the owner (on_evict). The
+ * pool is made inside each run so that its metadata's growth is freed
+ * with it.
  *
  * Not reached: allocations inside shared libraries (zlib's inflate state,
  * libc's stdio buffers); see host_alloc_fault.h. jansson's blocks are
@@ -439,8 +443,29 @@ typedef struct api_ctx {
     coop_pool *pool;
     coop_remat *r;
     coop_tensor *t[TENSORS];
-    int steps; /* calls that went through, for the unfaulted run's count */
+    int steps;           /* calls that went through, for the unfaulted run's count */
+    uint64_t notices;    /* on_evict calls */
+    bool counts_notices; /* many_run: on_evict counts them */
 } api_ctx;
+
+static void count_notice(coop_tensor *t, void *user)
+{
+    (void)t;
+    ((api_ctx *)user)->notices++;
+}
+
+/* One 64 KiB segment, host backend (remat_test's pool). Made inside each
+ * run, so that what the pool's metadata grows by is freed with it. */
+static coop_status small_pool(coop_pool **out)
+{
+    coop_config cfg;
+    coop_config_default(&cfg);
+    cfg.use_vmm = false;
+    cfg.page_size = 4096;
+    cfg.capacity = 64 * KiB;
+    cfg.segment_size = 64 * KiB;
+    return coop_pool_create(&cfg, out);
+}
 
 /* One call of the sequence: through, or refused for host memory with the
  * pool still valid. */
@@ -448,7 +473,7 @@ typedef struct api_ctx {
     do {                                                                                           \
         coop_status st_ = (call);                                                                  \
         if (st_ != COOP_OK) {                                                                      \
-            if (coop_pool_check(c->pool) != COOP_OK)                                               \
+            if (c->pool && coop_pool_check(c->pool) != COOP_OK)                                    \
                 fail_msg("pool broken after %s failed: %s", #call, coop_last_error());             \
             return st_;                                                                            \
         }                                                                                          \
@@ -463,11 +488,14 @@ static coop_status api_run(void *ctx)
     api_ctx *c = ctx;
     coop_tensor **t = c->t;
     memset(t, 0, sizeof c->t);
+    c->pool = NULL;
+    c->r = NULL;
     c->steps = 0;
     coop_remat_config cfg = {.policy = c->policy,
                              .cheap_threshold = -1,
                              .copy_on_write = c->cow,
                              .recompute = recompute};
+    STEP(small_pool(&c->pool));
     STEP(coop_remat_create(c->pool, &cfg, &c->r));
     coop_remat *r = c->r;
     STEP(coop_tensor_create(r, 8 * KiB, 0, "W", NULL, 0, 0, &t[0]));
@@ -497,9 +525,49 @@ static coop_status api_run(void *ctx)
     return COOP_OK;
 }
 
+/* Many small tensors, then big ones: a search evicts dozens at once (coop's
+ * window collects more victims than its 32 inline slots; the on_evict list
+ * grows past its first 16). */
+static coop_status many_run(void *ctx)
+{
+    api_ctx *c = ctx;
+    coop_tensor **t = c->t;
+    memset(t, 0, sizeof c->t);
+    c->pool = NULL;
+    c->r = NULL;
+    c->steps = 0;
+    c->notices = 0;
+    c->counts_notices = true;
+    coop_remat_config cfg = {.policy = c->policy,
+                             .cheap_threshold = -1,
+                             .copy_on_write = c->cow,
+                             .on_evict = count_notice,
+                             .recompute = recompute,
+                             .user = c};
+    STEP(small_pool(&c->pool));
+    STEP(coop_remat_create(c->pool, &cfg, &c->r));
+    coop_remat *r = c->r;
+    for (int i = 0; i < 120; i++) {
+        coop_tensor *small;
+        STEP(coop_tensor_create(c->r, 512, 1 + (uint64_t)i % 7, "S", NULL, 0, EV, &small));
+    } /* 60 KiB of the 64 resident, held until coop_remat_destroy */
+    STEP(coop_tensor_create(r, 24 * KiB, 10, "B", NULL, 0, 0, &t[0]));
+    STEP(coop_tensor_create(r, 24 * KiB, 10, "C", NULL, 0, 0, &t[1]));
+    return COOP_OK;
+}
+
 static void api_cleanup(void *ctx)
 {
     api_ctx *c = ctx;
+    if (c->r && c->counts_notices) {
+        /* every eviction was told to the owner, faults or not */
+        coop_remat_stats st;
+        coop_remat_get_stats(c->r, &st);
+        if (c->notices != st.evictions)
+            fail_msg("allocation call %ld failed: %llu evictions, %llu on_evict notices",
+                     current_call, (unsigned long long)st.evictions,
+                     (unsigned long long)c->notices);
+    }
     if (c->r) {
         /* whatever a refused call left must still be usable */
         for (int i = 0; i < TENSORS; i++)
@@ -511,6 +579,8 @@ static void api_cleanup(void *ctx)
         coop_remat_destroy(c->r);
         c->r = NULL;
     }
+    if (!c->pool)
+        return;
     if (coop_pool_check(c->pool) != COOP_OK)
         fail_msg("pool broken after the sequence: %s", coop_last_error());
     coop_stats ps;
@@ -518,6 +588,8 @@ static void api_cleanup(void *ctx)
     if (ps.allocated_bytes.current != 0)
         fail_msg("%llu bytes left allocated after coop_remat_destroy",
                  (unsigned long long)ps.allocated_bytes.current);
+    coop_pool_destroy(c->pool);
+    c->pool = NULL;
 }
 
 static void remat_api(void **state)
@@ -532,15 +604,15 @@ static void remat_api(void **state)
         {COOP_REMAT_DTR, true, "remat API dtr copy-on-write"},
         {COOP_REMAT_COOP, false, "remat API coop"},
     };
+    static const struct {
+        coop_remat_policy policy;
+        const char *name;
+    } many[] = {
+        {COOP_REMAT_DTR, "remat API dtr, many small"},
+        {COOP_REMAT_COOP, "remat API coop, many small"},
+    };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-        coop_config cfg;
-        coop_config_default(&cfg);
-        cfg.use_vmm = false;
-        cfg.page_size = 4096;
-        cfg.capacity = 64 * KiB;
-        cfg.segment_size = 64 * KiB;
         api_ctx c = {.policy = runs[i].policy, .cow = runs[i].cow};
-        assert_int_equal(coop_pool_create(&cfg, &c.pool), COOP_OK);
         assert_int_equal(api_run(&c), COOP_OK);
         coop_remat_stats st;
         coop_remat_get_stats(c.r, &st);
@@ -549,7 +621,18 @@ static void remat_api(void **state)
         api_cleanup(&c);
         operation op = {runs[i].name, api_run, api_cleanup, api_cleanup, &c};
         report(op.name, sweep(&op));
-        coop_pool_destroy(c.pool);
+    }
+    for (size_t i = 0; i < sizeof many / sizeof many[0]; i++) {
+        api_ctx c = {.policy = many[i].policy};
+        assert_int_equal(many_run(&c), COOP_OK);
+        coop_remat_stats st;
+        coop_remat_get_stats(c.r, &st);
+        if (st.evictions < 48 || c.notices != st.evictions)
+            fail_msg("%s: %llu evictions, %llu notices", many[i].name,
+                     (unsigned long long)st.evictions, (unsigned long long)c.notices);
+        api_cleanup(&c);
+        operation op = {many[i].name, many_run, api_cleanup, api_cleanup, &c};
+        report(op.name, sweep(&op));
     }
 }
 
