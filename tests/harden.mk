@@ -41,8 +41,8 @@ check_PROGRAMS += tests/host_alloc_fault_test
 TESTS += tests/host_alloc_fault_test
 tests_host_alloc_fault_test_SOURCES = tests/host_alloc_fault_test.c tests/host_alloc_fault.c \
 	tests/host_alloc_fault.h
-tests_host_alloc_fault_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
-tests_host_alloc_fault_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
+tests_host_alloc_fault_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
+tests_host_alloc_fault_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
 tests_host_alloc_fault_test_LDFLAGS = $(TESTLDFLAGS) \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=aligned_alloc
 endif

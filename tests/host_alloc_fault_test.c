@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <zlib.h>
 
 #include "coop.h"
 #include "host_alloc_fault.h"
@@ -320,6 +321,22 @@ static void build_cleanup(void *ctx)
     sim_program_free(&((build_ctx *)ctx)->prog);
 }
 
+typedef struct load_ctx {
+    const char *path;
+    sim_program prog;
+} load_ctx;
+
+static coop_status load_run(void *ctx)
+{
+    load_ctx *c = ctx;
+    return sim_program_load(c->path, &c->prog);
+}
+
+static void load_cleanup(void *ctx)
+{
+    sim_program_free(&((load_ctx *)ctx)->prog);
+}
+
 typedef struct run_ctx {
     const sim_program *prog;
     uint64_t peak;
@@ -382,6 +399,24 @@ static void simulator(void **state)
     parse_ctx pc = {.path = path};
     operation parse = {"dtr_log_read (generated log)", parse_run, parse_cleanup, NULL, &pc};
     report(parse.name, sweep(&parse));
+
+    /* the same log gzip-compressed: the DTR reader's own gzip path, and
+     * sim_program_load (read and compile in one) */
+    char gz_path[] = "/tmp/coop-host-fault-XXXXXX";
+    fd = mkstemp(gz_path);
+    assert_true(fd >= 0);
+    gzFile gz = gzdopen(fd, "wb");
+    assert_non_null(gz);
+    assert_int_equal(gzwrite(gz, text, (unsigned)len), (int)len);
+    assert_int_equal(gzclose(gz), Z_OK);
+    parse_ctx gc = {.path = gz_path};
+    operation parse_gz = {"dtr_log_read (generated log, gzip)", parse_run, parse_cleanup, NULL,
+                          &gc};
+    report(parse_gz.name, sweep(&parse_gz));
+    load_ctx lc = {.path = gz_path};
+    operation load = {"sim_program_load (generated log, gzip)", load_run, load_cleanup, NULL, &lc};
+    report(load.name, sweep(&load));
+    unlink(gz_path);
 
     assert_int_equal(dtr_log_read(pc.path, &pc.log), COOP_OK);
     unlink(path);
