@@ -35,14 +35,29 @@ EXTRA_DIST += tests/test_seed.h tests/test_seed_test.sh tests/coop_test_seed.py
 # every host allocation (malloc, calloc, realloc, strdup) of the trace
 # readers, the simulator and the remat library failed in turn, with a
 # live-block count for leaks (tests/host_alloc_fault.h): the wraps reach
-# libcoop and libcooptools because tests link them statically
-if HAVE_CMOCKA
-check_PROGRAMS += tests/host_alloc_fault_test
-TESTS += tests/host_alloc_fault_test
-tests_host_alloc_fault_test_SOURCES = tests/host_alloc_fault_test.c tests/host_alloc_fault.c \
-	tests/host_alloc_fault.h
-tests_host_alloc_fault_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
-tests_host_alloc_fault_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
-tests_host_alloc_fault_test_LDFLAGS = $(TESTLDFLAGS) \
+# libcoop and libcooptools because tests link them statically; one program
+# each for the readers, the simulator and the remat API (tests/host_alloc_sweep.h)
+HOST_ALLOC_WRAP = \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=aligned_alloc
+HOST_ALLOC_SWEEP = tests/host_alloc_sweep.c tests/host_alloc_sweep.h tests/host_alloc_fault.c \
+	tests/host_alloc_fault.h
+if HAVE_CMOCKA
+check_PROGRAMS += tests/host_alloc_readers_test
+TESTS += tests/host_alloc_readers_test
+tests_host_alloc_readers_test_SOURCES = tests/host_alloc_readers_test.c $(HOST_ALLOC_SWEEP)
+tests_host_alloc_readers_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
+tests_host_alloc_readers_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
+tests_host_alloc_readers_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+check_PROGRAMS += tests/host_alloc_sim_test
+TESTS += tests/host_alloc_sim_test
+tests_host_alloc_sim_test_SOURCES = tests/host_alloc_sim_test.c $(HOST_ALLOC_SWEEP)
+tests_host_alloc_sim_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
+tests_host_alloc_sim_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
+tests_host_alloc_sim_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+check_PROGRAMS += tests/host_alloc_remat_test
+TESTS += tests/host_alloc_remat_test
+tests_host_alloc_remat_test_SOURCES = tests/host_alloc_remat_test.c $(HOST_ALLOC_SWEEP)
+tests_host_alloc_remat_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
+tests_host_alloc_remat_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
+tests_host_alloc_remat_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
 endif

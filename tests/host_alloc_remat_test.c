@@ -1,0 +1,242 @@
+/*
+ * Host allocation fault sweeps (host_alloc_sweep.h) through the remat API:
+ * remat_test's shapes (dtr, dtr with copy-on-write, coop) and many small
+ * tensors, so that a search evicts dozens, on a small pool made inside each
+ * run (its metadata's growth is freed with it). After every refused call
+ * the pool is valid (coop_pool_check), every tensor is still accessible,
+ * and every eviction was told to the owner (on_evict).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "coop.h"
+
+#include "host_alloc_fault.h"
+#include "host_alloc_sweep.h"
+
+#define KiB 1024u
+#define EV COOP_TENSOR_EVICTABLE
+#define TENSORS 16
+
+static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
+                             void *out, void *user)
+{
+    (void)t, (void)producer, (void)inputs, (void)n, (void)out, (void)user;
+    return COOP_OK;
+}
+
+typedef struct api_ctx {
+    coop_remat_policy policy;
+    bool cow;
+    coop_pool *pool;
+    coop_remat *r;
+    coop_tensor *t[TENSORS];
+    int steps;           /* calls that went through, for the unfaulted run's count */
+    uint64_t notices;    /* on_evict calls */
+    bool counts_notices; /* many_run: on_evict counts them */
+} api_ctx;
+
+static void count_notice(coop_tensor *t, void *user)
+{
+    (void)t;
+    ((api_ctx *)user)->notices++;
+}
+
+/* One 64 KiB segment, host backend (remat_test's pool). Made inside each
+ * run, so that what the pool's metadata grows by is freed with it. */
+static coop_status small_pool(coop_pool **out)
+{
+    coop_config cfg;
+    coop_config_default(&cfg);
+    cfg.use_vmm = false;
+    cfg.page_size = 4096;
+    cfg.capacity = 64 * KiB;
+    cfg.segment_size = 64 * KiB;
+    return coop_pool_create(&cfg, out);
+}
+
+/* One call of the sequence: through, or refused for host memory with the
+ * pool still valid. */
+#define STEP(call)                                                                                 \
+    do {                                                                                           \
+        coop_status st_ = (call);                                                                  \
+        if (st_ != COOP_OK) {                                                                      \
+            if (c->pool && coop_pool_check(c->pool) != COOP_OK)                                    \
+                fail_msg("pool broken after %s failed: %s", #call, coop_last_error());             \
+            return st_;                                                                            \
+        }                                                                                          \
+        c->steps++;                                                                                \
+    } while (0)
+
+/* remat_test's shapes on one 64 KiB pool: a constant, a chain that fills
+ * the pool and is evicted by unevictable tensors, releases, recomputation
+ * by access, an op with three outputs, a view, pins, an in-place op. */
+static coop_status api_run(void *ctx)
+{
+    api_ctx *c = ctx;
+    coop_tensor **t = c->t;
+    memset(t, 0, sizeof c->t);
+    c->pool = NULL;
+    c->r = NULL;
+    c->steps = 0;
+    coop_remat_config cfg = {.policy = c->policy,
+                             .cheap_threshold = -1,
+                             .copy_on_write = c->cow,
+                             .recompute = recompute};
+    STEP(small_pool(&c->pool));
+    STEP(coop_remat_create(c->pool, &cfg, &c->r));
+    coop_remat *r = c->r;
+    STEP(coop_tensor_create(r, 8 * KiB, 0, "W", NULL, 0, 0, &t[0]));
+    STEP(coop_tensor_create(r, 8 * KiB, 100, "A", &t[0], 1, EV, &t[1]));
+    STEP(coop_tensor_create(r, 8 * KiB, 100, "B", &t[1], 1, EV, &t[2]));
+    STEP(coop_tensor_alias(r, t[2], &t[3]));
+    STEP(coop_tensor_create(r, 8 * KiB, 10, "C", &t[2], 1, EV, &t[4]));
+    const size_t sizes[3] = {8 * KiB, 4 * KiB, 4 * KiB};
+    STEP(coop_tensor_create_outputs(r, 3, sizes, 500, "O", &t[4], 1, EV, &t[5]));
+    STEP(coop_tensor_pin(r, t[4], NULL));
+    for (int i = 8; i < 11; i++) /* unevictable: the chain is evicted */
+        STEP(coop_tensor_create(r, 8 * KiB, 10, "G", &t[0], 1, 0, &t[i]));
+    STEP(coop_tensor_unpin(r, t[4]));
+    STEP(coop_tensor_release(r, t[8]));
+    t[8] = NULL;
+    STEP(coop_tensor_release(r, t[9]));
+    t[9] = NULL;
+    STEP(coop_tensor_access(r, t[3], NULL)); /* recomputes A, B through the view */
+    void *old = NULL;
+    STEP(coop_tensor_mutate(r, t[2], 20, "M", &t[0], 1, &old));
+    STEP(coop_tensor_create(r, 16 * KiB, 10, "H", &t[2], 1, EV, &t[11]));
+    STEP(coop_tensor_access(r, t[1], NULL));
+    STEP(coop_tensor_access(r, t[6], NULL));
+    STEP(coop_tensor_release(r, t[3]));
+    t[3] = NULL;
+    STEP(coop_tensor_access(r, t[2], NULL));
+    return COOP_OK;
+}
+
+/* Many small tensors, then big ones: a search evicts dozens at once (coop's
+ * window collects more victims than its 32 inline slots; the on_evict list
+ * grows past its first 16). */
+static coop_status many_run(void *ctx)
+{
+    api_ctx *c = ctx;
+    coop_tensor **t = c->t;
+    memset(t, 0, sizeof c->t);
+    c->pool = NULL;
+    c->r = NULL;
+    c->steps = 0;
+    c->notices = 0;
+    c->counts_notices = true;
+    coop_remat_config cfg = {.policy = c->policy,
+                             .cheap_threshold = -1,
+                             .copy_on_write = c->cow,
+                             .on_evict = count_notice,
+                             .recompute = recompute,
+                             .user = c};
+    STEP(small_pool(&c->pool));
+    STEP(coop_remat_create(c->pool, &cfg, &c->r));
+    coop_remat *r = c->r;
+    for (int i = 0; i < 120; i++) {
+        coop_tensor *small;
+        STEP(coop_tensor_create(c->r, 512, 1 + (uint64_t)i % 7, "S", NULL, 0, EV, &small));
+    } /* 60 KiB of the 64 resident, held until coop_remat_destroy */
+    STEP(coop_tensor_create(r, 24 * KiB, 10, "B", NULL, 0, 0, &t[0]));
+    STEP(coop_tensor_create(r, 24 * KiB, 10, "C", NULL, 0, 0, &t[1]));
+    return COOP_OK;
+}
+
+static void api_cleanup(void *ctx)
+{
+    api_ctx *c = ctx;
+    if (c->r && c->counts_notices) {
+        /* every eviction was told to the owner, faults or not */
+        coop_remat_stats st;
+        coop_remat_get_stats(c->r, &st);
+        if (c->notices != st.evictions)
+            fail_msg("allocation call %ld failed: %llu evictions, %llu on_evict notices",
+                     host_alloc_sweep_call(), (unsigned long long)st.evictions,
+                     (unsigned long long)c->notices);
+    }
+    if (c->r) {
+        /* whatever a refused call left must still be usable */
+        for (int i = 0; i < TENSORS; i++)
+            if (c->t[i]) {
+                coop_status st = coop_tensor_access(c->r, c->t[i], NULL);
+                if (st != COOP_OK && st != COOP_ERR_NOMEM)
+                    fail_msg("tensor %d unusable after a refused call: %s", i, coop_last_error());
+            }
+        coop_remat_destroy(c->r);
+        c->r = NULL;
+    }
+    if (!c->pool)
+        return;
+    if (coop_pool_check(c->pool) != COOP_OK)
+        fail_msg("pool broken after the sequence: %s", coop_last_error());
+    coop_stats ps;
+    coop_get_stats(c->pool, &ps);
+    if (ps.allocated_bytes.current != 0)
+        fail_msg("%llu bytes left allocated after coop_remat_destroy",
+                 (unsigned long long)ps.allocated_bytes.current);
+    coop_pool_destroy(c->pool);
+    c->pool = NULL;
+}
+
+static void remat_api(void **state)
+{
+    (void)state;
+    static const struct {
+        coop_remat_policy policy;
+        bool cow;
+        const char *name;
+    } runs[] = {
+        {COOP_REMAT_DTR, false, "remat API dtr"},
+        {COOP_REMAT_DTR, true, "remat API dtr copy-on-write"},
+        {COOP_REMAT_COOP, false, "remat API coop"},
+    };
+    static const struct {
+        coop_remat_policy policy;
+        const char *name;
+    } many[] = {
+        {COOP_REMAT_DTR, "remat API dtr, many small"},
+        {COOP_REMAT_COOP, "remat API coop, many small"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        api_ctx c = {.policy = runs[i].policy, .cow = runs[i].cow};
+        assert_int_equal(api_run(&c), COOP_OK);
+        coop_remat_stats st;
+        coop_remat_get_stats(c.r, &st);
+        if (st.evictions == 0 || st.recomputes == 0)
+            fail_msg("%s: the unfaulted sequence must evict and recompute", runs[i].name);
+        api_cleanup(&c);
+        operation op = {runs[i].name, api_run, api_cleanup, api_cleanup, &c};
+        host_alloc_report(op.name, host_alloc_sweep(&op));
+    }
+    for (size_t i = 0; i < sizeof many / sizeof many[0]; i++) {
+        api_ctx c = {.policy = many[i].policy};
+        assert_int_equal(many_run(&c), COOP_OK);
+        coop_remat_stats st;
+        coop_remat_get_stats(c.r, &st);
+        if (st.evictions < 48 || c.notices != st.evictions)
+            fail_msg("%s: %llu evictions, %llu notices", many[i].name,
+                     (unsigned long long)st.evictions, (unsigned long long)c.notices);
+        api_cleanup(&c);
+        operation op = {many[i].name, many_run, api_cleanup, api_cleanup, &c};
+        host_alloc_report(op.name, host_alloc_sweep(&op));
+    }
+}
+
+int main(void)
+{
+    host_fault_install();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(remat_api),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
