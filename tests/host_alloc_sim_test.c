@@ -181,11 +181,14 @@ static coop_status sim_run_op(void *ctx)
     bool same = got.result == c->want.result && got.evictions == c->want.evictions &&
                 got.remat_ops == c->want.remat_ops;
     if (!same && c->lib) {
-        /* The remat library evicts inside calls that cannot fail halfway
-         * (a release, making room): when the union-find class of an evicted
-         * tensor cannot be allocated (remat_evict.c join_evicted_neighbours)
-         * or a cost walk runs short (remat_cost.c), it goes on with a worse
-         * cost estimate, so later choices may differ. Degraded, not wrong. */
+        /* The remat library frees a storage nobody names inside
+         * coop_tensor_release / coop_tensor_unpin, which do not fail: when
+         * the union-find class of that evicted tensor cannot be allocated
+         * there (remat_evict.c join_evicted_neighbours), or a cost walk runs
+         * short (remat_cost.c), it goes on with a worse cost estimate, so
+         * later choices may differ. Degraded, not wrong. (Searches and
+         * in-place ops reserve their evictions first and fail cleanly
+         * instead: coop's runs here no longer degrade.) */
         c->degraded++;
         return COOP_OK;
     }

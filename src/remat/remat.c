@@ -322,9 +322,13 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
     }
     coop_tensor *old = NULL;
     if (!st && takes_over_old_value(t)) {
-        old = t->inputs[0];
-        remat_hand_over(r, old, t);
-        remat_mark_evicted(r, old);
+        if (remat_reserve_evictions(r, 1)) { /* before anything changes */
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
+        } else {
+            old = t->inputs[0];
+            remat_hand_over(r, old, t);
+            remat_mark_evicted(r, old);
+        }
     } else if (!st) {
         st = remat_alloc(r, t);
     }
@@ -436,7 +440,8 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     coop_status st = coop_tensor_access(r, b, NULL);
     if (st || (st = check_resident(inputs, num_inputs, "coop_tensor_mutate")))
         return st;
-    coop_tensor *old = new_record(r);
+    /* old's eviction below (recomputable in-place) cannot fail half-way */
+    coop_tensor *old = remat_reserve_evictions(r, 1) ? NULL : new_record(r);
     if (!old)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_mutate: out of host memory");
     /* old inherits b's producer and consumers; b becomes op(old, inputs) */

@@ -77,7 +77,8 @@ static void join_evicted_neighbours(coop_remat *r, coop_tensor *t)
     remat_eq_forget_around(t); /* t now counts in its neighbours' c_eq */
     t->uf = uf_make(&r->uf, (int64_t)t->cost);
     if (t->uf == REMAT_NONE)
-        return; /* out of host memory: no class, counted by no cost */
+        return; /* only where nothing reserved (a release, in drop_if_unused):
+                 * out of host memory, no class, its cost counted by none */
     for (size_t i = 0; i < remat_num_neighbours(t); i++) {
         coop_tensor *n = remat_neighbour(t, i);
         if (n != t && remat_is_evicted(n)) { /* their components merge with t */
@@ -92,10 +93,14 @@ void remat_mark_evicted(coop_remat *r, coop_tensor *t)
     join_evicted_neighbours(r, t);
 }
 
-/* Room in r->victims for n more, so that the evictions about to happen
- * can all be told to the owner: 0, or -1 when host memory ran out. */
-static int reserve_victims(coop_remat *r, size_t n)
+/* Room for n more evictions: their slots in r->victims, so that each can be
+ * told to the owner, and their union-find nodes, so that each joins its
+ * evicted neighbours' class. 0, or -1 when host memory ran out (then
+ * nothing has been evicted: callers reserve before the first eviction). */
+int remat_reserve_evictions(coop_remat *r, size_t n)
 {
+    if (n > UINT32_MAX || uf_reserve(&r->uf, (uint32_t)n))
+        return -1;
     if (r->num_victims + n <= r->cap_victims)
         return 0;
     size_t cap = r->cap_victims ? r->cap_victims : 16;
@@ -118,9 +123,9 @@ arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
     resident_unlink(r, t);
     r->stats.resident_bytes -= t->size;
     join_evicted_neighbours(r, t);
-    /* searches reserve first (reserve_victims); a release, which discards
+    /* searches reserve first (remat_reserve_evictions); a release, which discards
      * the list (drop_if_unused), may find no room: nobody is to be told */
-    if (reserve_victims(r, 1))
+    if (remat_reserve_evictions(r, 1))
         return merged;
     r->victims[r->num_victims++] = t;
     return merged;
@@ -318,7 +323,7 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         if (b == w.last)
             break;
     }
-    if (reserve_victims(r, n)) {
+    if (remat_reserve_evictions(r, n)) {
         if (list != small)
             free(list);
         *st = coop_set_error(COOP_ERR_HOST_NOMEM,
@@ -386,7 +391,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
                 coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
                 if (!best)
                     break;
-                if (reserve_victims(r, 1)) { /* else the owner would not hear of it */
+                if (remat_reserve_evictions(r, 1)) { /* else the owner would not hear of it */
                     st = coop_set_error(COOP_ERR_HOST_NOMEM,
                                         "coop_remat: out of host memory evicting for %zu bytes",
                                         t->size);

@@ -262,6 +262,12 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t);
 arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t);
 /* Marks t evicted without a buffer to free (an in-place op took it). */
 void remat_mark_evicted(coop_remat *r, coop_tensor *t);
+
+/* Room for n more evictions (victim slots and union-find nodes), taken
+ * before the first of them so that none can fail half-way: 0, or -1 when
+ * host memory ran out (remat_evict.c). */
+int remat_reserve_evictions(coop_remat *r, size_t n);
+
 /* Bookkeeping when t becomes resident again (leaves its class). */
 void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr);
 bool remat_evictable(const coop_tensor *t);

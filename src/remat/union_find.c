@@ -3,28 +3,41 @@
 
 #include "remat/union_find.h"
 
+int uf_reserve(union_find *uf, uint32_t n)
+{
+    if (n <= uf->cap - uf->count)
+        return 0;
+    if (n >= UINT32_MAX - uf->count) /* node numbers stay below UINT32_MAX */
+        return -1;
+    uint32_t need = uf->count + n, cap = uf->cap ? uf->cap : 1024;
+    while (cap < need)
+        cap = cap > UINT32_MAX / 2 ? UINT32_MAX - 1 : cap * 2;
+    /* each array is kept at its new size even if a later one fails: only
+     * cap, set last, says how much of all four is there */
+    uint32_t *parent = realloc(uf->parent, cap * sizeof *parent);
+    if (!parent)
+        return -1;
+    uf->parent = parent;
+    int64_t *value_arr = realloc(uf->value, cap * sizeof *value_arr);
+    if (!value_arr)
+        return -1;
+    uf->value = value_arr;
+    uint32_t *members = realloc(uf->members, cap * sizeof *members);
+    if (!members)
+        return -1;
+    uf->members = members;
+    bool *cut = realloc(uf->cut, cap * sizeof *cut);
+    if (!cut)
+        return -1;
+    uf->cut = cut;
+    uf->cap = cap;
+    return 0;
+}
+
 uint32_t uf_make(union_find *uf, int64_t value)
 {
-    if (uf->count == uf->cap) {
-        uint32_t cap = uf->cap ? uf->cap * 2 : 1024;
-        uint32_t *parent = realloc(uf->parent, cap * sizeof *parent);
-        if (!parent)
-            return UINT32_MAX;
-        uf->parent = parent;
-        int64_t *value_arr = realloc(uf->value, cap * sizeof *value_arr);
-        if (!value_arr)
-            return UINT32_MAX;
-        uf->value = value_arr;
-        uint32_t *members = realloc(uf->members, cap * sizeof *members);
-        if (!members)
-            return UINT32_MAX;
-        uf->members = members;
-        bool *cut = realloc(uf->cut, cap * sizeof *cut);
-        if (!cut)
-            return UINT32_MAX;
-        uf->cut = cut;
-        uf->cap = cap;
-    }
+    if (uf_reserve(uf, 1))
+        return UINT32_MAX;
     uint32_t x = uf->count++;
     uf->parent[x] = x;
     uf->value[x] = value;

@@ -24,6 +24,10 @@ typedef struct union_find {
     uint32_t count, cap;
 } union_find;
 
+/* Room for n more nodes, so that the next n uf_make calls cannot fail:
+ * 0, or -1 when host memory runs out (nothing changes then). */
+int uf_reserve(union_find *uf, uint32_t n);
+
 /* A new singleton class with the given value; returns its node, or
  * UINT32_MAX when host memory runs out. */
 uint32_t uf_make(union_find *uf, int64_t value);
