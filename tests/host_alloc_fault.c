@@ -38,24 +38,26 @@ static bool inject(void)
     return true;
 }
 
+/* Counts p, a block handed out (NULL: none), and returns it. */
+static void *counted(void *p)
+{
+    if (p)
+        live++;
+    return p;
+}
+
 void *__wrap_malloc(size_t size)
 {
     if (inject())
         return NULL;
-    void *p = __real_malloc(size);
-    if (p)
-        live++;
-    return p;
+    return counted(__real_malloc(size));
 }
 
 void *__wrap_calloc(size_t n, size_t size)
 {
     if (inject())
         return NULL;
-    void *p = __real_calloc(n, size);
-    if (p)
-        live++;
-    return p;
+    return counted(__real_calloc(n, size));
 }
 
 /* realloc(p, 0) is not counted as a free (glibc frees, others allocate):
@@ -82,20 +84,14 @@ char *__wrap_strdup(const char *s)
 {
     if (inject())
         return NULL;
-    char *p = __real_strdup(s);
-    if (p)
-        live++;
-    return p;
+    return counted(__real_strdup(s));
 }
 
 void *__wrap_aligned_alloc(size_t align, size_t size)
 {
     if (inject())
         return NULL;
-    void *p = __real_aligned_alloc(align, size);
-    if (p)
-        live++;
-    return p;
+    return counted(__real_aligned_alloc(align, size));
 }
 
 /* jansson's allocations are counted but never failed: jansson reports an
@@ -103,10 +99,7 @@ void *__wrap_aligned_alloc(size_t align, size_t size)
  * expected"), so a reader cannot tell it from bad input. */
 static void *json_counted_malloc(size_t size)
 {
-    void *p = __real_malloc(size);
-    if (p)
-        live++;
-    return p;
+    return counted(__real_malloc(size));
 }
 
 void host_fault_install(void)
@@ -130,9 +123,4 @@ bool host_fault_disarm(void)
 {
     fail_at = 0;
     return hit;
-}
-
-long host_fault_calls(void)
-{
-    return calls;
 }

@@ -39,7 +39,4 @@ void host_fault_arm(long n);
 /* Stops injecting; true if the armed call was reached (and failed). */
 bool host_fault_disarm(void);
 
-/* Allocation calls seen since the last arm. */
-long host_fault_calls(void);
-
 #endif

@@ -39,7 +39,6 @@ typedef struct api_ctx {
     coop_pool *pool;
     coop_remat *r;
     coop_tensor *t[TENSORS];
-    int steps;           /* calls that went through, for the unfaulted run's count */
     uint64_t notices;    /* on_evict calls */
     bool counts_notices; /* many_run: on_evict counts them */
 } api_ctx;
@@ -73,8 +72,27 @@ static coop_status small_pool(coop_pool **out)
                 fail_msg("pool broken after %s failed: %s", #call, coop_last_error());             \
             return st_;                                                                            \
         }                                                                                          \
-        c->steps++;                                                                                \
     } while (0)
+
+/* A run's start: the context cleared, a fresh small pool and a remat
+ * context over it (with on_evict counting notices when asked). */
+static coop_status open_run(api_ctx *c, bool count_notices)
+{
+    memset(c->t, 0, sizeof c->t);
+    c->pool = NULL;
+    c->r = NULL;
+    c->notices = 0;
+    c->counts_notices = count_notices;
+    coop_remat_config cfg = {.policy = c->policy,
+                             .cheap_threshold = -1,
+                             .copy_on_write = c->cow,
+                             .on_evict = count_notices ? count_notice : NULL,
+                             .recompute = recompute,
+                             .user = c};
+    STEP(small_pool(&c->pool));
+    STEP(coop_remat_create(c->pool, &cfg, &c->r));
+    return COOP_OK;
+}
 
 /* remat_test's shapes on one 64 KiB pool: a constant, a chain that fills
  * the pool and is evicted by unevictable tensors, releases, recomputation
@@ -83,16 +101,7 @@ static coop_status api_run(void *ctx)
 {
     api_ctx *c = ctx;
     coop_tensor **t = c->t;
-    memset(t, 0, sizeof c->t);
-    c->pool = NULL;
-    c->r = NULL;
-    c->steps = 0;
-    coop_remat_config cfg = {.policy = c->policy,
-                             .cheap_threshold = -1,
-                             .copy_on_write = c->cow,
-                             .recompute = recompute};
-    STEP(small_pool(&c->pool));
-    STEP(coop_remat_create(c->pool, &cfg, &c->r));
+    STEP(open_run(c, false));
     coop_remat *r = c->r;
     STEP(coop_tensor_create(r, 8 * KiB, 0, "W", NULL, 0, 0, &t[0]));
     STEP(coop_tensor_create(r, 8 * KiB, 100, "A", &t[0], 1, EV, &t[1]));
@@ -128,20 +137,7 @@ static coop_status many_run(void *ctx)
 {
     api_ctx *c = ctx;
     coop_tensor **t = c->t;
-    memset(t, 0, sizeof c->t);
-    c->pool = NULL;
-    c->r = NULL;
-    c->steps = 0;
-    c->notices = 0;
-    c->counts_notices = true;
-    coop_remat_config cfg = {.policy = c->policy,
-                             .cheap_threshold = -1,
-                             .copy_on_write = c->cow,
-                             .on_evict = count_notice,
-                             .recompute = recompute,
-                             .user = c};
-    STEP(small_pool(&c->pool));
-    STEP(coop_remat_create(c->pool, &cfg, &c->r));
+    STEP(open_run(c, true));
     coop_remat *r = c->r;
     for (int i = 0; i < 120; i++) {
         coop_tensor *small;
