@@ -66,6 +66,7 @@ typedef struct host_backend {
     seg_hole *holes;
     size_t num_holes, cap_holes;
     size_t space_segments; /* live segments carved from the space */
+    bool space_tried;      /* open_segment_space ran (space 0: refused) */
     host_stream *streams;
     size_t num_streams, cap_streams;
     size_t live_events;
@@ -193,11 +194,23 @@ static uint64_t segment_granule(const coop_backend *be)
     return be->page_size > ps ? be->page_size : ps;
 }
 
-/* Reserves the segment space once; leaves none (segments then get their own
+/* The bytes a segment of size takes in the space: whole granules. */
+static coop_status carved_length(const coop_backend *be, uint64_t size, uint64_t *len)
+{
+    uint64_t g = segment_granule(be);
+    if (size == 0 || size > UINT64_MAX - g)
+        return coop_set_error(COOP_ERR_INVALID, "host backend: bad segment size %llu",
+                              (unsigned long long)size);
+    *len = (size + g - 1) / g * g;
+    return COOP_OK;
+}
+
+/* Reserves the segment space, tried once; leaves none (segments then get their own
  * mmap) when the address space or the host's memory refuses it. */
 static void open_segment_space(coop_backend *be)
 {
     host_backend *h = host_of(be);
+    h->space_tried = true;
     uint64_t g = segment_granule(be);
     if (be->device_memory > (UINT64_MAX - g) / 4)
         return;
@@ -287,13 +300,12 @@ static coop_status host_segment_alloc(coop_backend *be, uint64_t size, uintptr_t
     coop_status st = check_device_room(be, size, "in segments");
     if (st != COOP_OK)
         return st;
-    uint64_t g = segment_granule(be);
-    if (size == 0 || size > UINT64_MAX - g)
-        return coop_set_error(COOP_ERR_INVALID, "host backend: bad segment size %llu",
-                              (unsigned long long)size);
-    if (!h->space)
+    uint64_t len;
+    if ((st = carved_length(be, size, &len)) != COOP_OK)
+        return st;
+    if (!h->space_tried)
         open_segment_space(be);
-    uintptr_t carved = h->space ? carve_segment(h, (size + g - 1) / g * g) : 0;
+    uintptr_t carved = h->space ? carve_segment(h, len) : 0;
     if (carved)
         *addr = carved;
     else if ((st = reserve_aligned(size, be->page_size, addr)) != COOP_OK)
@@ -308,11 +320,9 @@ static coop_status host_segment_free(coop_backend *be, uintptr_t addr, uint64_t 
     host_backend *h = host_of(be);
     coop_status st;
     if (h->space && addr >= h->space && addr - h->space < h->space_size) {
-        uint64_t g = segment_granule(be);
-        st = size && size <= UINT64_MAX - g
-                 ? return_segment(h, addr, (size + g - 1) / g * g)
-                 : coop_set_error(COOP_ERR_INVALID, "host backend: bad segment size %llu",
-                                  (unsigned long long)size);
+        uint64_t len;
+        if ((st = carved_length(be, size, &len)) == COOP_OK)
+            st = return_segment(h, addr, len);
         if (st == COOP_OK)
             h->ranges--;
     } else {
