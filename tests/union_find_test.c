@@ -104,6 +104,45 @@ static void finds_compress_paths(void **state)
     uf_free(&uf);
 }
 
+/* Compaction keeps the classes still named, with their values, cut flags
+ * and sizes, one node per class shared by its named nodes; the rest go. */
+static void compaction_keeps_the_named_classes(void **state)
+{
+    (void)state;
+    union_find uf = {0};
+    uint32_t n[8];
+    for (int i = 0; i < 8; i++)
+        n[i] = uf_make(&uf, 10 + i);
+    uf_merge(&uf, n[0], n[1]);
+    uf_merge(&uf, n[1], n[2]); /* {0, 1, 2}: 33, three members */
+    uf_merge(&uf, n[3], n[4]);
+    uf_leave(&uf, n[4], 14); /* {3, 4}: 13, cut */
+    uf_merge(&uf, n[5], n[6]); /* {5, 6}: named by nobody below */
+    /* the caller holds 0 and 2 (one class), 3 (the cut one), 7 (a singleton) */
+    uint32_t held[4] = {n[0], n[2], n[3], n[7]};
+    uint32_t *refs[4] = {&held[0], &held[1], &held[2], &held[3]};
+    assert_int_equal(uf_compact(&uf, refs, 4), 0);
+    assert_int_equal(uf.count, 3);
+    assert_int_equal(held[0], held[1]);
+    assert_int_equal(uf_value(&uf, held[0]), 33);
+    assert_false(uf_is_cut(&uf, uf_find(&uf, held[0])));
+    assert_int_equal(uf_value(&uf, held[2]), 13);
+    assert_true(uf_is_cut(&uf, uf_find(&uf, held[2])));
+    assert_int_equal(uf_value(&uf, held[3]), 17);
+    for (int i = 0; i < 4; i++)
+        assert_true(uf_is_root(&uf, held[i]));
+    /* sizes kept: the three-member class stays the root of a merge with
+     * the singleton, as before compaction */
+    assert_int_equal(uf_merge(&uf, held[0], held[3]), held[0]);
+    assert_int_equal(uf_value(&uf, held[3]), 50);
+    /* nothing named: everything goes, and the union-find still works */
+    assert_int_equal(uf_compact(&uf, NULL, 0), 0);
+    assert_int_equal(uf.count, 0);
+    uint32_t x = uf_make(&uf, 5);
+    assert_int_equal(uf_value(&uf, x), 5);
+    uf_free(&uf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -112,6 +151,7 @@ int main(void)
         cmocka_unit_test(leaving_cuts_the_class_and_merges_carry_it),
         cmocka_unit_test(big_classes_keep_their_root),
         cmocka_unit_test(finds_compress_paths),
+        cmocka_unit_test(compaction_keeps_the_named_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,6 +76,35 @@ uint32_t uf_merge(union_find *uf, uint32_t a, uint32_t b)
     return rb;
 }
 
+int uf_compact(union_find *uf, uint32_t *const *nodes, size_t n)
+{
+    union_find fresh = {0};
+    uint32_t *renumber = uf->count ? malloc(uf->count * sizeof *renumber) : NULL;
+    if ((uf->count && !renumber) || n >= UINT32_MAX || uf_reserve(&fresh, n ? (uint32_t)n : 1)) {
+        free(renumber);
+        uf_free(&fresh);
+        return -1;
+    }
+    for (uint32_t i = 0; i < uf->count; i++)
+        renumber[i] = UINT32_MAX;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t root = uf_find(uf, *nodes[i]);
+        if (renumber[root] == UINT32_MAX) {
+            uint32_t x = fresh.count++;
+            fresh.parent[x] = x;
+            fresh.value[x] = uf->value[root];
+            fresh.members[x] = uf->members[root];
+            fresh.cut[x] = uf->cut[root];
+            renumber[root] = x;
+        }
+        *nodes[i] = renumber[root];
+    }
+    free(renumber);
+    uf_free(uf);
+    *uf = fresh;
+    return 0;
+}
+
 void uf_clear(union_find *uf)
 {
     uf->count = 0;

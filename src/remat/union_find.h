@@ -67,6 +67,14 @@ static inline bool uf_is_cut(const union_find *uf, uint32_t root)
     return uf->cut[root];
 }
 
+/* Renumbers uf down to the classes still named: *nodes[0 .. n) are the
+ * nodes the caller holds (each replaced by its class's new node), every
+ * other node is dropped. Each class named keeps its value, cut flag and
+ * member count (so later merges choose the same roots) in one new node,
+ * which all of its named nodes share: a node matters only through its
+ * root. 0, or -1 when host memory runs out (then nothing changes). */
+int uf_compact(union_find *uf, uint32_t *const *nodes, size_t n);
+
 void uf_clear(union_find *uf); /* forgets all nodes, keeps the memory */
 void uf_free(union_find *uf);
 
