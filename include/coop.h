@@ -278,10 +278,10 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds);
  * cost of every op executed (created, mutated or recomputed), so decisions
  * are deterministic. A context is not thread-safe: use it from one thread
  * (the pool itself stays thread-safe for other users, whose blocks simply
- * break eviction windows). Tensors stay valid until the context is destroyed:
- * a released tensor is freed from memory at once but its record stays, as
- * other tensors may need it to be recomputed (DTR's eager eviction without
- * banishing).
+ * break eviction windows). A released tensor's memory is freed at once; its
+ * record stays while a recomputation the owner can still ask for may need
+ * it, and is reclaimed by a later API call once none can (so a training
+ * loop's host memory stays bounded; docs/remat.md, section 4c).
  */
 typedef struct coop_remat coop_remat;
 typedef struct coop_tensor coop_tensor;
@@ -392,6 +392,11 @@ typedef struct coop_remat_stats {
      * free_bytes) covered the request: fragmentation made them evict */
     uint64_t frag_failures;
     uint64_t search_free_bytes; /* the pool's free bytes at each search, summed */
+    /* tensor records the context holds (live tensors and released ones a
+     * recomputation may still need), and how many it has reclaimed since
+     * it was created (see coop_tensor_release) */
+    uint64_t records;
+    uint64_t records_reclaimed;
 } coop_remat_stats;
 
 /* Creates a context over pool (which must outlive it). */
@@ -444,7 +449,18 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
                                coop_tensor *const *inputs, size_t num_inputs, void **old_value);
 
 /* The owner drops t: its memory is freed once no view or pin holds it; the
- * record stays for recomputing others. */
+ * record stays while a recomputation the owner can still ask for may need
+ * it (an evicted tensor's inputs, recursively), and is reclaimed after
+ * that. t must not be used afterwards: for a while (4,096 reclaimed
+ * records) calls with it fail with COOP_ERR_INVALID naming the misuse,
+ * after that its memory is freed, as a pointer after free().
+ * A tensor updated with coop_tensor_mutate keeps its old value's record,
+ * and that one its producer's inputs, for as long as the tensor is held:
+ * so a parameter updated with coop_tensor_mutate at every step keeps every
+ * step's records. Keep parameters and optimizer state that are updated in
+ * place not evictable and write the update into coop_tensor_data
+ * directly, after the step's readers are released (as DTR treats them:
+ * constants), or outside the context (coop_malloc). */
 coop_status coop_tensor_release(coop_remat *r, coop_tensor *t);
 
 size_t coop_tensor_size(const coop_tensor *t);

@@ -1,10 +1,10 @@
 /*
  * Host allocation fault sweeps (host_alloc_sweep.h) through the remat API:
  * remat_test's shapes (dtr, dtr with copy-on-write, coop) and many small
- * tensors, so that a search evicts dozens, on a small pool made inside each
- * run (its metadata's growth is freed with it). After every refused call
- * the pool is valid (coop_pool_check), every tensor is still accessible,
- * and every eviction was told to the owner (on_evict).
+ * tensors, so that a search evicts dozens, and a collection of records, on
+ * a small pool made inside each run (its metadata's growth is freed with it). After every refused
+ * call the pool is valid (coop_pool_check), every tensor is still accessible, and every eviction
+ * was told to the owner (on_evict).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "coop.h"
+#include "remat/remat_internal.h"
 
 #include "host_alloc_fault.h"
 #include "host_alloc_sweep.h"
@@ -41,6 +42,7 @@ typedef struct api_ctx {
     coop_tensor *t[TENSORS];
     uint64_t notices;    /* on_evict calls */
     bool counts_notices; /* many_run: on_evict counts them */
+    bool swept;          /* collect_run: under host_alloc_sweep (re-arm after the setup) */
 } api_ctx;
 
 static void count_notice(coop_tensor *t, void *user)
@@ -148,6 +150,42 @@ static coop_status many_run(void *ctx)
     return COOP_OK;
 }
 
+/* A collection of records (remat_collect.c) failing at each of its
+ * allocations (marking stack, union-find renumbering) or at the create
+ * that triggers it: the setup, 4,096 records whose garbage is reclaimed,
+ * runs unarmed, so only the calls from the trigger on are failed. A held
+ * tensor's released ancestor must survive whatever the collection did: B,
+ * evicted in the setup, is recomputed from it afterwards. */
+static coop_status collect_run(void *ctx)
+{
+    api_ctx *c = ctx;
+    long armed = c->swept ? host_alloc_sweep_call() : 0;
+    if (armed)
+        host_fault_disarm();
+    coop_tensor **t = c->t;
+    STEP(open_run(c, false)); /* B's eviction below is no search's */
+    coop_remat *r = c->r;
+    coop_tensor *a;
+    STEP(coop_tensor_create(r, 8 * KiB, 0, "W", NULL, 0, 0, &t[0]));
+    STEP(coop_tensor_create(r, 8 * KiB, 100, "A", &t[0], 1, EV, &a));
+    STEP(coop_tensor_create(r, 8 * KiB, 100, "B", &a, 1, EV, &t[1]));
+    STEP(coop_tensor_release(r, a)); /* evicted at once, needed by B */
+    pool_lock(r->pool);              /* B evicted as a search would */
+    remat_evict_locked(r, t[1]);
+    pool_unlock(r->pool);
+    remat_notify_victims(r);
+    while (r->num_records < 4096) { /* the next create collects */
+        coop_tensor *g;
+        STEP(coop_tensor_create(r, 512, 1, "S", NULL, 0, EV, &g));
+        STEP(coop_tensor_release(r, g));
+    }
+    if (armed)
+        host_fault_arm(armed);
+    STEP(coop_tensor_create(r, 16 * KiB, 10, "C", &t[0], 1, EV, &t[2]));
+    STEP(coop_tensor_access(r, t[1], NULL));
+    return COOP_OK;
+}
+
 static void api_cleanup(void *ctx)
 {
     api_ctx *c = ctx;
@@ -212,6 +250,20 @@ static void remat_api(void **state)
             fail_msg("%s: the unfaulted sequence must evict and recompute", runs[i].name);
         api_cleanup(&c);
         operation op = {runs[i].name, api_run, api_cleanup, api_cleanup, &c};
+        host_alloc_report(op.name, host_alloc_sweep(&op));
+    }
+    {
+        api_ctx c = {.policy = COOP_REMAT_COOP};
+        if (collect_run(&c))
+            fail_msg("collection run: %s", coop_last_error());
+        coop_remat_stats st;
+        coop_remat_get_stats(c.r, &st);
+        if (st.records_reclaimed < 4000 || st.recomputes != 2)
+            fail_msg("collection: %llu records reclaimed, %llu recomputations",
+                     (unsigned long long)st.records_reclaimed, (unsigned long long)st.recomputes);
+        api_cleanup(&c);
+        c.swept = true;
+        operation op = {"remat API coop, a collection", collect_run, api_cleanup, api_cleanup, &c};
         host_alloc_report(op.name, host_alloc_sweep(&op));
     }
     for (size_t i = 0; i < sizeof many / sizeof many[0]; i++) {

@@ -9,7 +9,7 @@
 #   same values with the same lines, so that one COOP_TEST_SEED for the
 #   whole of make check reaches every randomized test.
 set -u
-programs="addr_map breaker_index free_index page_map pool random_model remat_cache
+programs="addr_map breaker_index free_index page_map pool random_model remat_cache remat_collect
 replay_free_ranges replay_max_treap stress stress_torch_abi torch_abi trace_id_map
 trace_pickle"
 for p in $programs; do

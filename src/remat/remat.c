@@ -54,6 +54,7 @@ void coop_remat_destroy(coop_remat *r)
         free(t->children);
         free(t);
     }
+    remat_quarantine_free(r);
     uf_free(&r->uf);
     window_scratch_free(&r->scratch);
     free(r->victims);
@@ -67,6 +68,7 @@ void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out)
 {
     *out = r->stats;
     out->clock = r->clock;
+    out->records = r->num_records;
 }
 
 size_t coop_tensor_size(const coop_tensor *t)
@@ -115,6 +117,7 @@ static coop_tensor *new_record(coop_remat *r)
     t->cand_pos = REMAT_NONE;
     t->next_all = r->all;
     r->all = t;
+    r->num_records++;
     return t;
 }
 
@@ -172,6 +175,8 @@ static coop_status check_resident(coop_tensor *const *inputs, size_t n, const ch
     for (size_t i = 0; i < n; i++) {
         if (!inputs[i])
             return coop_set_error(COOP_ERR_INVALID, "%s: input %zu is NULL", fn, i);
+        if (inputs[i]->reclaimed)
+            return remat_reclaimed_error(fn);
         if (!inputs[i]->base->ptr)
             return coop_set_error(COOP_ERR_INVALID,
                                   "%s: input %zu is not resident (access or pin it first)", fn, i);
@@ -206,6 +211,7 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
     for (size_t i = 0; i < num_outputs; i++)
         if (!sizes[i])
             return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: output %zu has size 0", i);
+    remat_maybe_collect(r); /* before the inputs are looked at: they are resident, so kept */
     coop_status st = check_resident(inputs, num_inputs, "coop_tensor_create");
     if (st)
         return st;
@@ -223,7 +229,8 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
         t->handles = 1;
         if ((st = set_producer(t, cost_ns, producer, NULL, inputs, num_inputs)) ||
             (st = remat_alloc(r, t))) {
-            t->released = true; /* the record stays in r->all, unreachable */
+            t->released = true; /* unreachable: the next collection reclaims it */
+            t->handles = 0;
             break;
         }
         remat_pin(r, t); /* placed: placing the next output must not evict it */
@@ -260,8 +267,11 @@ coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **ou
     *out = NULL;
     /* the handle given must be live; its storage's root may have been
      * released while views (this one) still name the storage */
+    if (base && base->reclaimed)
+        return remat_reclaimed_error("coop_tensor_alias");
     if (!base || base->released)
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_alias: base is NULL or released");
+    remat_maybe_collect(r); /* base is held, so kept */
     coop_tensor *v = new_record(r);
     if (!v)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_alias: out of host memory");
@@ -359,6 +369,8 @@ coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
         *ptr = NULL;
     if (!t)
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_access: NULL tensor");
+    if (t->reclaimed)
+        return remat_reclaimed_error("coop_tensor_access");
     coop_tensor *b = t->base;
     coop_status st = materialize(r, b);
     if (st)
@@ -390,6 +402,8 @@ static void drop_if_unused(coop_remat *r, coop_tensor *b)
 
 coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
 {
+    if (t && t->reclaimed)
+        return remat_reclaimed_error("coop_tensor_unpin");
     if (!t || !t->base->pins)
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_unpin: tensor is not pinned");
     remat_unpin(r, t->base);
@@ -399,6 +413,8 @@ coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
 
 coop_status coop_tensor_release(coop_remat *r, coop_tensor *t)
 {
+    if (t && t->reclaimed)
+        return remat_reclaimed_error("coop_tensor_release");
     if (!t || t->released)
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_release: tensor %s",
                               t ? "already released" : "is NULL");
@@ -434,8 +450,11 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
 {
     if (old_value)
         *old_value = NULL;
+    if (t && t->reclaimed)
+        return remat_reclaimed_error("coop_tensor_mutate");
     if (!t || t->released)
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_mutate: tensor is NULL or released");
+    remat_maybe_collect(r); /* t is held, so kept */
     coop_tensor *b = t->base;
     coop_status st = coop_tensor_access(r, b, NULL);
     if (st || (st = check_resident(inputs, num_inputs, "coop_tensor_mutate")))

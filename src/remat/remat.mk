@@ -15,16 +15,22 @@ libcoop_la_SOURCES += src/remat/window.h src/remat/window.c \
 	src/remat/union_find.h src/remat/union_find.c \
 	src/remat/coop_cost.h \
 	src/remat/remat_internal.h src/remat/remat.c src/remat/remat_evict.c src/remat/remat_cost.c \
-	src/remat/remat_live.c src/remat/remat_search_index.c
+	src/remat/remat_live.c src/remat/remat_search_index.c src/remat/remat_collect.c
 coop_SOURCES += src/cli/cmd_sim.c
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
-	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test
+	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test \
+	tests/remat_collect_test
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
-	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test
+	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test \
+	tests/remat_collect_test
+tests_remat_collect_test_SOURCES = tests/remat_collect_test.c tests/test_seed.h
+tests_remat_collect_test_CFLAGS = $(TESTCFLAGS)
+tests_remat_collect_test_LDADD = $(TESTLIBS)
+tests_remat_collect_test_LDFLAGS = $(TESTLDFLAGS)
 tests_remat_live_test_SOURCES = tests/remat_live_test.c tests/remat_block_fixture.h
 tests_remat_live_test_CFLAGS = $(TESTCFLAGS)
 tests_remat_live_test_LDADD = $(TESTLIBS)
@@ -79,3 +85,10 @@ EXTRA_DIST += tests/sim_plot_test.py
 # coop sim --json fields of both engines, --no-min-ratio
 TESTS += tests/sim_cli_test.sh
 EXTRA_DIST += tests/sim_cli_test.sh
+# a measuring tool, built by make check so that it keeps compiling (not a
+# test; commands in its header): tests/remat_loop_memory STEPS POLICY MODE
+check_PROGRAMS += tests/remat_loop_memory
+tests_remat_loop_memory_SOURCES = tests/remat_loop_memory.c
+tests_remat_loop_memory_CFLAGS = $(TESTCFLAGS)
+tests_remat_loop_memory_LDADD = libcoop.la
+tests_remat_loop_memory_LDFLAGS = -static

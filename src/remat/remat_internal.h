@@ -62,8 +62,11 @@ struct coop_tensor {
     uint64_t resident_seq;
     unsigned flags;
     bool released;
+    /* the record was reclaimed: it waits in the quarantine (its memory
+     * still valid), so that a stale handle gets an error, not a crash */
+    bool reclaimed;
     coop_tensor *prev_resident, *next_resident; /* base tensors holding memory */
-    coop_tensor *next_all;                      /* every record, for destroy */
+    coop_tensor *next_all; /* every live record (for destroy), or the quarantine's order */
 };
 
 struct coop_remat {
@@ -72,6 +75,11 @@ struct coop_remat {
     uint64_t clock;
     coop_tensor *resident; /* list of resident base tensors */
     coop_tensor *all;
+    /* remat_collect.c: live records, and how many trigger the next
+     * collection; reclaimed records waiting to be freed (oldest first) */
+    size_t num_records, collect_at;
+    coop_tensor *quarantine, *quarantine_last;
+    size_t num_quarantined;
     union_find uf;
     window_scratch scratch;
     coop_tensor **victims; /* evicted by the current allocation, for on_evict */
@@ -250,6 +258,17 @@ static inline void remat_unpin(coop_remat *r, coop_tensor *t)
     if (!--t->pins)
         remat_touch(r, t);
 }
+
+/* ---- remat_collect.c ---- */
+
+/* Reclaims the records no recomputation can need any more, once enough
+ * records were made since the last collection (amortized O(1) a record):
+ * call at the start of an API call that makes records. */
+void remat_maybe_collect(coop_remat *r);
+/* Error for an API call on a reclaimed record (fn names the call). */
+coop_status remat_reclaimed_error(const char *fn);
+/* Frees the quarantine's records (destroy). */
+void remat_quarantine_free(coop_remat *r);
 
 /* ---- remat_evict.c ---- */
 
