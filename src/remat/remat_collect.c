@@ -110,6 +110,8 @@ static void quarantine(coop_remat *r, coop_tensor *t)
     if (++r->num_quarantined > REMAT_QUARANTINE) {
         coop_tensor *oldest = r->quarantine;
         r->quarantine = oldest->next_all;
+        if (!r->quarantine) /* never with the bound above 1; kept consistent anyway */
+            r->quarantine_last = NULL;
         free(oldest);
         r->num_quarantined--;
     }

@@ -79,8 +79,9 @@ uint32_t uf_merge(union_find *uf, uint32_t a, uint32_t b)
 int uf_compact(union_find *uf, uint32_t *const *nodes, size_t n)
 {
     union_find fresh = {0};
-    uint32_t *renumber = uf->count ? malloc(uf->count * sizeof *renumber) : NULL;
-    if ((uf->count && !renumber) || n >= UINT32_MAX || uf_reserve(&fresh, n ? (uint32_t)n : 1)) {
+    /* at least one slot, so that it is never NULL when allocated */
+    uint32_t *renumber = malloc((uf->count ? uf->count : 1) * sizeof *renumber);
+    if (!renumber || n >= UINT32_MAX || uf_reserve(&fresh, n ? (uint32_t)n : 1)) {
         free(renumber);
         uf_free(&fresh);
         return -1;
