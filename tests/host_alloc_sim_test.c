@@ -161,7 +161,6 @@ typedef struct run_ctx {
     double ratio;
     bool lib; /* sim_lib_run instead of sim_run */
     sim_outcome want;
-    long degraded; /* lib runs the fault changed without failing them */
 } run_ctx;
 
 static sim_outcome simulate(const run_ctx *c)
@@ -180,18 +179,6 @@ static coop_status sim_run_op(void *ctx)
         return COOP_ERR_HOST_NOMEM;
     bool same = got.result == c->want.result && got.evictions == c->want.evictions &&
                 got.remat_ops == c->want.remat_ops;
-    if (!same && c->lib) {
-        /* The remat library frees a storage nobody names inside
-         * coop_tensor_release / coop_tensor_unpin, which do not fail: when
-         * the union-find class of that evicted tensor cannot be allocated
-         * there (remat_evict.c join_evicted_neighbours), or a cost walk runs
-         * short (remat_cost.c), it goes on with a worse cost estimate, so
-         * later choices may differ. Degraded, not wrong. (Searches and
-         * in-place ops reserve their evictions first and fail cleanly
-         * instead: coop's runs here no longer degrade.) */
-        c->degraded++;
-        return COOP_OK;
-    }
     if (!same)
         fail_msg("result %d, %llu evictions, %llu remats after failing allocation call %ld; "
                  "unfaulted: %d, %llu, %llu",
@@ -273,8 +260,6 @@ static void simulator(void **state)
                      runs[i].name, (int)rc.want.result, (unsigned long long)rc.want.evictions);
         operation op = {runs[i].name, sim_run_op, nothing, NULL, &rc};
         host_alloc_report(op.name, host_alloc_sweep(&op));
-        if (rc.degraded)
-            printf("%-40s %5ld of them went on with another outcome (degraded)\n", "", rc.degraded);
     }
     sim_program_free(&bc.prog);
 }

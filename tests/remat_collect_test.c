@@ -176,6 +176,12 @@ static void run_loop(uint64_t seed, bool collect, coop_remat_policy policy, loop
             out->max_records = r->num_records;
         for (coop_tensor *q = r->quarantine; q; q = q->next_all)
             assert_null(q->ptr); /* only evicted records are reclaimed */
+        size_t resident = 0;
+        for (coop_tensor *t = r->resident; t; t = t->next_resident)
+            resident++;
+        assert_int_equal(resident, r->num_resident);
+        /* a union-find node kept for each: a release's eviction never lacks one */
+        assert_true(r->uf.cap - r->uf.count >= r->num_resident);
         assert_int_equal(coop_pool_check(pool), COOP_OK);
     }
     for (int i = 0; i < PARAMS; i++) /* held throughout: resident, never evicted */

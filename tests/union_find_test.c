@@ -116,13 +116,14 @@ static void compaction_keeps_the_named_classes(void **state)
     uf_merge(&uf, n[0], n[1]);
     uf_merge(&uf, n[1], n[2]); /* {0, 1, 2}: 33, three members */
     uf_merge(&uf, n[3], n[4]);
-    uf_leave(&uf, n[4], 14); /* {3, 4}: 13, cut */
+    uf_leave(&uf, n[4], 14);   /* {3, 4}: 13, cut */
     uf_merge(&uf, n[5], n[6]); /* {5, 6}: named by nobody below */
     /* the caller holds 0 and 2 (one class), 3 (the cut one), 7 (a singleton) */
     uint32_t held[4] = {n[0], n[2], n[3], n[7]};
     uint32_t *refs[4] = {&held[0], &held[1], &held[2], &held[3]};
-    assert_int_equal(uf_compact(&uf, refs, 4), 0);
+    assert_int_equal(uf_compact(&uf, refs, 4, 100), 0);
     assert_int_equal(uf.count, 3);
+    assert_true(uf.cap - uf.count >= 100); /* the spare room asked for */
     assert_int_equal(held[0], held[1]);
     assert_int_equal(uf_value(&uf, held[0]), 33);
     assert_false(uf_is_cut(&uf, uf_find(&uf, held[0])));
@@ -136,7 +137,7 @@ static void compaction_keeps_the_named_classes(void **state)
     assert_int_equal(uf_merge(&uf, held[0], held[3]), held[0]);
     assert_int_equal(uf_value(&uf, held[3]), 50);
     /* nothing named: everything goes, and the union-find still works */
-    assert_int_equal(uf_compact(&uf, NULL, 0), 0);
+    assert_int_equal(uf_compact(&uf, NULL, 0, 0), 0);
     assert_int_equal(uf.count, 0);
     uint32_t x = uf_make(&uf, 5);
     assert_int_equal(uf_value(&uf, x), 5);

@@ -135,7 +135,9 @@ static void compact_classes(coop_remat *r)
     for (coop_tensor *t = r->all; t; t = t->next_all)
         if (t->uf != REMAT_NONE)
             nodes[k++] = &t->uf;
-    int failed = uf_compact(&r->uf, nodes, n);
+    /* room kept for every resident tensor's eviction (num_resident) */
+    int failed =
+        r->num_resident >= UINT32_MAX || uf_compact(&r->uf, nodes, n, (uint32_t)r->num_resident);
     free(nodes);
     if (failed)
         return;

@@ -24,6 +24,7 @@ static void resident_unlink(coop_remat *r, coop_tensor *t)
         t->prev_resident->next_resident = t->next_resident;
     else
         r->resident = t->next_resident;
+    r->num_resident--;
     if (t->next_resident)
         t->next_resident->prev_resident = t->prev_resident;
     t->prev_resident = t->next_resident = NULL;
@@ -39,6 +40,7 @@ void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr)
     if (r->resident)
         r->resident->prev_resident = t;
     r->resident = t;
+    r->num_resident++;
     r->stats.resident_bytes += t->size;
     if (t->uf != REMAT_NONE) { /* leaves its class: the class loses its cost, is cut */
         remat_comp_forget(t);  /* and its component may split */
@@ -77,8 +79,8 @@ static void join_evicted_neighbours(coop_remat *r, coop_tensor *t)
     remat_eq_forget_around(t); /* t now counts in its neighbours' c_eq */
     t->uf = uf_make(&r->uf, (int64_t)t->cost);
     if (t->uf == REMAT_NONE)
-        return; /* only where nothing reserved (a release, in drop_if_unused):
-                 * out of host memory, no class, its cost counted by none */
+        return; /* not reached: a node is kept for every resident tensor
+                 * (num_resident); else no class, its cost counted by none */
     for (size_t i = 0; i < remat_num_neighbours(t); i++) {
         coop_tensor *n = remat_neighbour(t, i);
         if (n != t && remat_is_evicted(n)) { /* their components merge with t */
@@ -93,14 +95,15 @@ void remat_mark_evicted(coop_remat *r, coop_tensor *t)
     join_evicted_neighbours(r, t);
 }
 
-/* Room for n more evictions: their slots in r->victims, so that each can be
- * told to the owner, and their union-find nodes, so that each joins its
- * evicted neighbours' class. 0, or -1 when host memory ran out (then
- * nothing has been evicted: callers reserve before the first eviction). */
-int remat_reserve_evictions(coop_remat *r, size_t n)
+int remat_reserve_nodes(coop_remat *r, size_t n)
 {
-    if (n > UINT32_MAX || uf_reserve(&r->uf, (uint32_t)n))
-        return -1;
+    size_t need = n + r->num_resident;
+    return need >= UINT32_MAX || uf_reserve(&r->uf, (uint32_t)need) ? -1 : 0;
+}
+
+/* Room for n more slots in r->victims: 0, or -1 out of host memory. */
+static int reserve_victims(coop_remat *r, size_t n)
+{
     if (r->num_victims + n <= r->cap_victims)
         return 0;
     size_t cap = r->cap_victims ? r->cap_victims : 16;
@@ -114,6 +117,16 @@ int remat_reserve_evictions(coop_remat *r, size_t n)
     return 0;
 }
 
+/* Room for n more evictions: their slots in r->victims, so that each can be
+ * told to the owner, and their union-find nodes, so that each joins its
+ * evicted neighbours' class (beyond those kept for the resident tensors).
+ * 0, or -1 when host memory ran out (then nothing has been evicted: callers
+ * reserve before the first eviction). */
+int remat_reserve_evictions(coop_remat *r, size_t n)
+{
+    return remat_reserve_nodes(r, n) || reserve_victims(r, n) ? -1 : 0;
+}
+
 arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
 {
     arena_block *merged = NULL;
@@ -125,7 +138,7 @@ arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
     join_evicted_neighbours(r, t);
     /* searches reserve first (remat_reserve_evictions); a release, which discards
      * the list (drop_if_unused), may find no room: nobody is to be told */
-    if (remat_reserve_evictions(r, 1))
+    if (reserve_victims(r, 1))
         return merged;
     r->victims[r->num_victims++] = t;
     return merged;
@@ -367,6 +380,9 @@ static uint64_t thread_cpu_ns(void)
 
 coop_status remat_alloc(coop_remat *r, coop_tensor *t)
 {
+    if (remat_reserve_nodes(r, 1)) /* t's node, should it be evicted later */
+        return coop_set_error(COOP_ERR_HOST_NOMEM,
+                              "coop_remat: out of host memory placing %zu bytes", t->size);
     unsigned flags = placement(r, t);
     coop_status st = COOP_OK;
     pool_lock(r->pool);

@@ -74,6 +74,10 @@ struct coop_remat {
     coop_remat_config cfg;
     uint64_t clock;
     coop_tensor *resident; /* list of resident base tensors */
+    /* its length; the union-find always has room for that many more
+     * nodes, so that evicting any of them (a release included, which
+     * cannot fail) always finds one for its class */
+    size_t num_resident;
     coop_tensor *all;
     /* remat_collect.c: live records, and how many trigger the next
      * collection; reclaimed records waiting to be freed (oldest first) */
@@ -282,6 +286,9 @@ arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t);
 /* Marks t evicted without a buffer to free (an in-place op took it). */
 void remat_mark_evicted(coop_remat *r, coop_tensor *t);
 
+/* Room in the union-find for n more nodes beyond one for every resident
+ * tensor (num_resident): 0, or -1 when host memory ran out. */
+int remat_reserve_nodes(coop_remat *r, size_t n);
 /* Room for n more evictions (victim slots and union-find nodes), taken
  * before the first of them so that none can fail half-way: 0, or -1 when
  * host memory ran out (remat_evict.c). */

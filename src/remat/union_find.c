@@ -76,12 +76,13 @@ uint32_t uf_merge(union_find *uf, uint32_t a, uint32_t b)
     return rb;
 }
 
-int uf_compact(union_find *uf, uint32_t *const *nodes, size_t n)
+int uf_compact(union_find *uf, uint32_t *const *nodes, size_t n, uint32_t spare)
 {
     union_find fresh = {0};
     /* at least one slot, so that it is never NULL when allocated */
     uint32_t *renumber = malloc((uf->count ? uf->count : 1) * sizeof *renumber);
-    if (!renumber || n >= UINT32_MAX || uf_reserve(&fresh, n ? (uint32_t)n : 1)) {
+    if (!renumber || n >= UINT32_MAX - 1 - (uint64_t)spare ||
+        uf_reserve(&fresh, (uint32_t)n + spare + 1)) {
         free(renumber);
         uf_free(&fresh);
         return -1;

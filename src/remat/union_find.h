@@ -72,8 +72,9 @@ static inline bool uf_is_cut(const union_find *uf, uint32_t root)
  * other node is dropped. Each class named keeps its value, cut flag and
  * member count (so later merges choose the same roots) in one new node,
  * which all of its named nodes share: a node matters only through its
- * root. 0, or -1 when host memory runs out (then nothing changes). */
-int uf_compact(union_find *uf, uint32_t *const *nodes, size_t n);
+ * root. Afterwards there is room for `spare` more nodes (uf_reserve). 0,
+ * or -1 when host memory runs out (then nothing changes). */
+int uf_compact(union_find *uf, uint32_t *const *nodes, size_t n, uint32_t spare);
 
 void uf_clear(union_find *uf); /* forgets all nodes, keeps the memory */
 void uf_free(union_find *uf);
