@@ -188,12 +188,13 @@ static void collect(coop_remat *r)
 
 void remat_maybe_collect(coop_remat *r)
 {
-    if (r->num_records < r->collect_at)
+    size_t floor = r->collect_min ? r->collect_min : REMAT_COLLECT_MIN;
+    if (r->num_records < (r->collect_at ? r->collect_at : floor))
         return;
     collect(r);
     r->collect_at = 2 * r->num_records;
-    if (r->collect_at < REMAT_COLLECT_MIN)
-        r->collect_at = REMAT_COLLECT_MIN;
+    if (r->collect_at < floor)
+        r->collect_at = floor;
 }
 
 void remat_quarantine_free(coop_remat *r)

@@ -82,6 +82,7 @@ struct coop_remat {
     /* remat_collect.c: live records, and how many trigger the next
      * collection; reclaimed records waiting to be freed (oldest first) */
     size_t num_records, collect_at;
+    size_t collect_min; /* records before a collection at the least (0: the default) */
     coop_tensor *quarantine, *quarantine_last;
     size_t num_quarantined;
     union_find uf;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "coop.h"
+#include "remat/remat_internal.h"
 
 #define KiB (UINT64_C(1) << 10)
 #define MiB (UINT64_C(1) << 20)
@@ -254,6 +255,10 @@ static void op_remat(state *s, input *in)
         st = coop_remat_create(s->pool, &cfg, &s->remat);
         if (st != COOP_OK && st != COOP_ERR_HOST_NOMEM)
             fail("remat_create", st);
+        if (s->remat) /* collect records every few calls, not every 4,096: stale
+                       * handles then meet reclaimed records (the quarantine
+                       * outlasts any input) */
+            s->remat->collect_min = 2;
         return;
     }
     switch (kind % 7) {
