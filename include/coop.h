@@ -344,7 +344,10 @@ enum {
     COOP_TENSOR_CHEAP = 1u << 1      /* force cheap placement (high end of free blocks) */
 };
 
-/* The owner learns that t's buffer is gone (its pointer must not be used). */
+/* The owner learns that t's buffer is gone (its pointer must not be used).
+ * Both callbacks run inside the context's calls: they may read tensors
+ * (coop_tensor_size, _resident, _data, _recomputes) but must not call the
+ * functions that take the context (coop_tensor_create and the others). */
 typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
 /* Recomputes t: runs producer reading inputs[i] (resident, pinned) and
  * writing out (t's new buffer of coop_tensor_size(t) bytes). */
