@@ -4,10 +4,20 @@
  * them to, acting on this process's address space (PROT_NONE, never touched).
  *
  * It checks what a real driver would refuse or what would corrupt a real
- * device: calls without a current context, unmapping or freeing while work
+ * device: calls before cuInit or without a current context (a primary
+ * context must be retained to be usable), unmapping or freeing while work
  * is queued (an event was recorded and no cuCtxSynchronize followed),
- * mappings that do not match exactly, leaked handles and events. Tests read
- * its counters and arm failures through mock_cuda_* functions (dlsym).
+ * mappings outside a reservation or not granularity multiples, reservations
+ * freed with another range than reserved, allocation properties other than
+ * pinned device memory on an existing device, events used after destroy,
+ * streams that were never created, leaked handles, reservations and events.
+ * Tests read its counters and arm failures through mock_cuda_* functions
+ * (dlsym). Each rule is one the driver API documentation states.
+ *
+ * Streams: 0 (legacy default), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD and
+ * those cuStreamCreate made (opaque small integers here). A test can hold a
+ * stream: events recorded on it while held stay incomplete until it is
+ * released, as if a kernel queued before them were still running.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -19,20 +29,24 @@
 
 #define MOCK_EXPORT __attribute__((visibility("default")))
 #define MOCK_MAX_MAPPINGS 4096
-#define MOCK_GRANULE (2u << 20)
+#define MOCK_MAX_RESERVATIONS 256
+#define MOCK_MAX_STREAMS 64
+#define MOCK_DEVICES 2
 
 typedef struct mock_counters {
-    long mapped_bytes;     /* physical bytes currently mapped */
-    long live_handles;     /* cuMemCreate minus cuMemRelease */
-    long live_events;      /* cuEventCreate minus cuEventDestroy */
-    long live_segments;    /* cuMemAlloc minus cuMemFree */
-    long syncs;            /* cuCtxSynchronize calls */
-    long unsafe_releases;  /* unmap / cuMemFree while work was queued */
-    long no_context;       /* calls made without a current context */
-    long retained;         /* primary context references */
-    long accessible_bytes; /* cuMemMap'ed bytes opened by cuMemSetAccess */
-    long access_calls;     /* cuMemSetAccess calls */
-    long event_creates;    /* cuEventCreate calls */
+    long mapped_bytes;      /* physical bytes currently mapped */
+    long live_handles;      /* cuMemCreate minus cuMemRelease */
+    long live_events;       /* cuEventCreate minus cuEventDestroy */
+    long live_segments;     /* cuMemAlloc minus cuMemFree */
+    long syncs;             /* cuCtxSynchronize calls */
+    long unsafe_releases;   /* unmap / cuMemFree while work was queued */
+    long no_context;        /* calls made without a current context */
+    long retained;          /* primary context references */
+    long accessible_bytes;  /* cuMemMap'ed bytes opened by cuMemSetAccess */
+    long access_calls;      /* cuMemSetAccess calls */
+    long event_creates;     /* cuEventCreate calls */
+    long live_reservations; /* cuMemAddressReserve minus cuMemAddressFree */
+    long live_streams;      /* cuStreamCreate minus cuStreamDestroy */
 } mock_counters;
 
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -43,6 +57,32 @@ static bool streams_held;              /* events stay incomplete */
 static char fail_name[64];             /* the Nth next call of this entry point fails */
 static int fail_countdown;
 static CUresult fail_rc;
+static size_t granule = 2u << 20; /* cuMemGetAllocationGranularity's answer */
+static bool initialized;          /* cuInit succeeded */
+static long primary_retains[MOCK_DEVICES];
+
+static struct {
+    CUdeviceptr addr;
+    size_t size;
+} reservations[MOCK_MAX_RESERVATIONS];
+
+/* Per stream handle (index = handle value): created, held, hold generation. */
+static struct {
+    bool created;
+    bool held;
+    uint64_t generation;
+} streams[MOCK_MAX_STREAMS];
+
+/* Events are never freed, only marked dead, so a use after cuEventDestroy is
+ * detected without touching freed memory. */
+typedef struct mock_event {
+    bool live;
+    bool recorded;
+    CUstream stream;
+    uint64_t generation; /* the stream's hold generation when recorded, 0: not held */
+    struct mock_event *next_free;
+} mock_event;
+static mock_event *free_events;
 
 static struct {
     CUdeviceptr addr;
@@ -59,6 +99,8 @@ MOCK_EXPORT void mock_cuda_counters(mock_counters *out);
 MOCK_EXPORT void mock_cuda_fail_nth(const char *entry_point, int nth, int rc);
 MOCK_EXPORT void mock_cuda_hold_streams(bool hold);
 MOCK_EXPORT void mock_cuda_set_memory(long bytes);
+MOCK_EXPORT void mock_cuda_set_granularity(size_t bytes);
+MOCK_EXPORT int mock_cuda_hold_stream(CUstream stream, bool hold);
 
 void mock_cuda_counters(mock_counters *out)
 {
@@ -86,6 +128,34 @@ void mock_cuda_set_memory(long bytes)
     physical_limit = bytes;
 }
 
+void mock_cuda_set_granularity(size_t bytes)
+{
+    granule = bytes;
+}
+
+/* The stream's index in streams[], or -1 if it is not a valid handle. */
+static int stream_index(CUstream s)
+{
+    uintptr_t h = (uintptr_t)s;
+    if (h == 0 || h == (uintptr_t)CU_STREAM_LEGACY || h == (uintptr_t)CU_STREAM_PER_THREAD)
+        return (int)h;
+    return h < MOCK_MAX_STREAMS && streams[h].created ? (int)h : -1;
+}
+
+/* Holds (or releases) a stream; 0 on success, -1 for an invalid stream. */
+int mock_cuda_hold_stream(CUstream stream, bool hold)
+{
+    pthread_mutex_lock(&mock_lock);
+    int i = stream_index(stream);
+    if (i >= 0) {
+        if (hold && !streams[i].held)
+            streams[i].generation++;
+        streams[i].held = hold;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return i >= 0 ? 0 : -1;
+}
+
 /* An armed failure for this entry point, consumed once. */
 static CUresult injected(const char *name)
 {
@@ -99,22 +169,40 @@ static CUresult injected(const char *name)
     return rc;
 }
 
+/* Fake context handles: never dereferenced by the backend. */
+static char primary_contexts[MOCK_DEVICES];
+
+/* A context is current, and if it is a primary context, it is retained
+ * (a primary context whose last reference was released is inactive). */
 static bool has_context(void)
 {
-    if (ctx_depth > 0 && ctx_stack[ctx_depth - 1])
-        return true;
-    __atomic_add_fetch(&counters.no_context, 1, __ATOMIC_RELAXED);
-    return false;
+    CUcontext top = ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
+    bool ok = top != NULL;
+    for (int d = 0; ok && d < MOCK_DEVICES; d++)
+        if (top == (CUcontext)(void *)&primary_contexts[d])
+            ok = __atomic_load_n(&primary_retains[d], __ATOMIC_RELAXED) > 0;
+    if (!ok)
+        __atomic_add_fetch(&counters.no_context, 1, __ATOMIC_RELAXED);
+    return ok;
 }
 
+/* Every entry point but cuInit and the error-string calls needs cuInit first. */
 #define MOCK_ENTRY(name, needs_ctx)                                                                \
     do {                                                                                           \
         CUresult rc_ = injected(name);                                                             \
         if (rc_ != CUDA_SUCCESS)                                                                   \
             return rc_;                                                                            \
+        if (!__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))                                      \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
         if ((needs_ctx) && !has_context())                                                         \
             return CUDA_ERROR_INVALID_CONTEXT;                                                     \
     } while (0)
+
+/* Pinned device memory on a device that exists: all coop may ask for. */
+static bool valid_location(const CUmemLocation *loc)
+{
+    return loc->type == CU_MEM_LOCATION_TYPE_DEVICE && loc->id >= 0 && loc->id < MOCK_DEVICES;
+}
 
 /* ---- errors, devices, contexts ---- */
 
@@ -142,9 +230,34 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
     case CUDA_ERROR_ILLEGAL_ADDRESS:
         *pStr = "CUDA_ERROR_ILLEGAL_ADDRESS";
         return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_HANDLE:
+        *pStr = "CUDA_ERROR_INVALID_HANDLE";
+        return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_INITIALIZED:
+        *pStr = "CUDA_ERROR_NOT_INITIALIZED";
+        return CUDA_SUCCESS;
     default:
         *pStr = NULL;
         return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* A description for the errors the mock returns (the real driver's wording differs). */
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+    switch (error) {
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        *pStr = "out of memory";
+        return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_VALUE:
+        *pStr = "invalid argument";
+        return CUDA_SUCCESS;
+    default: {
+        const char *name = NULL;
+        CUresult rc = cuGetErrorName(error, &name);
+        *pStr = rc == CUDA_SUCCESS ? "mock driver error" : NULL;
+        return rc;
+    }
     }
 }
 
@@ -154,19 +267,23 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
     const char *no_device = getenv("MOCK_CUDA_NO_DEVICE");
     if (no_device && no_device[0] == '1')
         return CUDA_ERROR_NO_DEVICE;
-    return injected("cuInit");
+    CUresult rc = injected("cuInit");
+    if (rc == CUDA_SUCCESS)
+        __atomic_store_n(&initialized, true, __ATOMIC_RELEASE);
+    return rc;
 }
 
 CUresult CUDAAPI cuDeviceGetCount(int *count)
 {
-    *count = 2;
-    return injected("cuDeviceGetCount");
+    MOCK_ENTRY("cuDeviceGetCount", false);
+    *count = MOCK_DEVICES;
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
 {
     MOCK_ENTRY("cuDeviceGet", false);
-    if (ordinal < 0 || ordinal >= 2)
+    if (ordinal < 0 || ordinal >= MOCK_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     *device = ordinal;
     return CUDA_SUCCESS;
@@ -183,33 +300,38 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     return CUDA_SUCCESS;
 }
 
-/* Fake context handles: never dereferenced by the backend. */
-static char primary_contexts[2];
-
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     MOCK_ENTRY("cuDevicePrimaryCtxRetain", false);
+    if (dev < 0 || dev >= MOCK_DEVICES)
+        return CUDA_ERROR_INVALID_VALUE;
     *pctx = (CUcontext)(void *)&primary_contexts[dev];
+    __atomic_add_fetch(&primary_retains[dev], 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&counters.retained, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-    (void)dev;
+    MOCK_ENTRY("cuDevicePrimaryCtxRelease", false);
+    if (dev < 0 || dev >= MOCK_DEVICES || primary_retains[dev] == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    __atomic_sub_fetch(&primary_retains[dev], 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&counters.retained, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
 {
+    MOCK_ENTRY("cuCtxGetCurrent", false);
     *pctx = ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
 {
-    if (ctx_depth == 16)
+    MOCK_ENTRY("cuCtxPushCurrent", false);
+    if (ctx_depth == 16 || !ctx)
         return CUDA_ERROR_INVALID_VALUE;
     ctx_stack[ctx_depth++] = ctx;
     return CUDA_SUCCESS;
@@ -217,6 +339,7 @@ CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
 
 CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
 {
+    MOCK_ENTRY("cuCtxPopCurrent", false);
     if (ctx_depth == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     *pctx = ctx_stack[--ctx_depth];
@@ -349,33 +472,70 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                                CUmemAllocationGranularity_flags option)
 {
-    (void)option;
     MOCK_ENTRY("cuMemGetAllocationGranularity", false);
-    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || !valid_location(&prop->location) ||
+        (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+         option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
         return CUDA_ERROR_INVALID_VALUE;
-    *granularity = MOCK_GRANULE;
+    *granularity = granule;
     return CUDA_SUCCESS;
+}
+
+/* The reservation holding [ptr, ptr+size), or -1. Caller holds mock_lock. */
+static int find_reservation(CUdeviceptr ptr, size_t size)
+{
+    for (int i = 0; i < MOCK_MAX_RESERVATIONS; i++)
+        if (reservations[i].size && ptr >= reservations[i].addr && size <= reservations[i].size &&
+            ptr - reservations[i].addr <= reservations[i].size - size)
+            return i;
+    return -1;
 }
 
 CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
                                      CUdeviceptr addr, unsigned long long flags)
 {
-    (void)addr;
-    (void)flags;
+    (void)addr; /* a hint only */
     MOCK_ENTRY("cuMemAddressReserve", true);
-    if (size == 0 || size % MOCK_GRANULE)
+    /* flags: "currently unused, must be zero"; alignment: a power of two or 0 */
+    if (size == 0 || size % granule || flags != 0 || (alignment & (alignment - 1)))
         return CUDA_ERROR_INVALID_VALUE;
-    void *p = reserve_aligned(size, alignment ? alignment : MOCK_GRANULE);
+    void *p = reserve_aligned(size, alignment ? alignment : granule);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mock_lock);
+    int slot = -1;
+    for (int i = 0; i < MOCK_MAX_RESERVATIONS && slot < 0; i++)
+        if (!reservations[i].size)
+            slot = i;
+    if (slot >= 0) {
+        reservations[slot].addr = (CUdeviceptr)p;
+        reservations[slot].size = size;
+        counters.live_reservations++;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (slot < 0) {
+        munmap(p, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *ptr = (CUdeviceptr)p;
     return CUDA_SUCCESS;
 }
 
+/* "The size must match what was given to memAddressReserve and the ptr given
+ * must match what was returned from memAddressReserve." */
 CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     MOCK_ENTRY("cuMemAddressFree", true);
+    pthread_mutex_lock(&mock_lock);
+    int i = find_reservation(ptr, size);
+    bool exact = i >= 0 && reservations[i].addr == ptr && reservations[i].size == size;
+    if (exact) {
+        reservations[i].size = 0;
+        counters.live_reservations--;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (!exact)
+        return CUDA_ERROR_INVALID_VALUE;
     munmap((void *)ptr, size);
     return CUDA_SUCCESS;
 }
@@ -383,10 +543,9 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    (void)prop;
-    (void)flags;
     MOCK_ENTRY("cuMemCreate", true);
-    if (size == 0 || size % MOCK_GRANULE)
+    if (size == 0 || size % granule || flags != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        !valid_location(&prop->location))
         return CUDA_ERROR_INVALID_VALUE;
     if (!take_physical((long)size))
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -414,13 +573,15 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    (void)flags;
     MOCK_ENTRY("cuMemMap", true);
-    if (offset != 0 || size != *(size_t *)(uintptr_t)handle || ptr % MOCK_GRANULE)
+    if (offset != 0 || flags != 0 || size == 0 || size % granule ||
+        size != *(size_t *)(uintptr_t)handle || ptr % granule)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mock_lock);
-    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
-    for (int i = 0; i < MOCK_MAX_MAPPINGS; i++)
+    /* only inside a range cuMemAddressReserve gave */
+    CUresult rc =
+        find_reservation(ptr, size) >= 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < MOCK_MAX_MAPPINGS && rc == CUDA_ERROR_OUT_OF_MEMORY; i++)
         if (mappings[i].addr == ptr) {
             rc = CUDA_ERROR_INVALID_VALUE; /* already mapped */
             break;
@@ -451,7 +612,8 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
                                 size_t count)
 {
     MOCK_ENTRY("cuMemSetAccess", true);
-    if (count != 1 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || size == 0)
+    if (count != 1 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || size == 0 ||
+        !valid_location(&desc->location))
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mock_lock);
     counters.access_calls++;
@@ -478,41 +640,119 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* ---- events ---- */
+/* ---- streams and events ---- */
+
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    (void)Flags;
+    MOCK_ENTRY("cuStreamCreate", true);
+    pthread_mutex_lock(&mock_lock);
+    int slot = -1;
+    for (int i = 3; i < MOCK_MAX_STREAMS && slot < 0; i++)
+        if (!streams[i].created)
+            slot = i;
+    if (slot >= 0) {
+        streams[slot].created = true;
+        streams[slot].held = false;
+        counters.live_streams++;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (slot < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phStream = (CUstream)(uintptr_t)slot;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
+{
+    MOCK_ENTRY("cuStreamDestroy", true);
+    pthread_mutex_lock(&mock_lock);
+    int i = stream_index(hStream);
+    bool ok = i >= 3;
+    if (ok) {
+        streams[i].created = false;
+        counters.live_streams--;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
 
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     MOCK_ENTRY("cuEventCreate", true);
     if (!(Flags & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_VALUE; /* coop never needs timing */
-    *phEvent = (CUevent)malloc(16);
+    pthread_mutex_lock(&mock_lock);
+    mock_event *e = free_events;
+    if (e)
+        free_events = e->next_free;
+    pthread_mutex_unlock(&mock_lock);
+    if (!e)
+        e = malloc(sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *e = (mock_event){.live = true};
+    *phEvent = (CUevent)(void *)e;
     __atomic_add_fetch(&counters.live_events, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&counters.event_creates, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
+/* Re-recording overwrites what the event captured. */
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    (void)hEvent;
-    (void)hStream;
     MOCK_ENTRY("cuEventRecord", true);
+    mock_event *e = (mock_event *)(void *)hEvent;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&mock_lock);
-    work_queued = true; /* the stream has (pretend) kernels queued */
+    int s = stream_index(hStream);
+    if (!e || !e->live || s < 0) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else {
+        e->recorded = true;
+        e->stream = hStream;
+        e->generation = streams[s].held ? streams[s].generation : 0;
+        work_queued = true; /* the stream has (pretend) kernels queued */
+    }
     pthread_mutex_unlock(&mock_lock);
-    return CUDA_SUCCESS;
+    return rc;
 }
 
+/* CUDA_ERROR_NOT_READY while the work the event captured is incomplete: its
+ * stream is still held in the generation it was recorded in. */
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
-    (void)hEvent;
     MOCK_ENTRY("cuEventQuery", true);
-    return streams_held ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    mock_event *e = (mock_event *)(void *)hEvent;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&mock_lock);
+    if (!e || !e->live) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else if (e->recorded) {
+        int s = stream_index(e->stream);
+        bool held = s >= 0 && streams[s].held && streams[s].generation == e->generation;
+        if (streams_held || (e->generation && held))
+            rc = CUDA_ERROR_NOT_READY;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
 }
 
+/* An incomplete event may be destroyed: "the call does not block". */
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
 {
     MOCK_ENTRY("cuEventDestroy", true);
-    free(hEvent);
+    mock_event *e = (mock_event *)(void *)hEvent;
+    pthread_mutex_lock(&mock_lock);
+    bool ok = e && e->live;
+    if (ok) {
+        e->live = false;
+        e->next_free = free_events;
+        free_events = e;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
     __atomic_sub_fetch(&counters.live_events, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
