@@ -319,6 +319,41 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
     return st;
 }
 
+/* Maps again, with fresh physical pages, every page of [first, first+count)
+ * that an interrupted unmap left unmapped, so that the range is wholly mapped
+ * as before the call (the pool unmaps only free pages: their contents do not
+ * matter). Returns the first failure. */
+static coop_status remap_unmapped(cuda_backend *cb, cuda_reservation *r, uint64_t first,
+                                  uint64_t count)
+{
+    uint64_t page = cb->base.page_size;
+    uint64_t i = first, end = first + count;
+    while (i < end) {
+        if (r->mapped[i]) {
+            i++;
+            continue;
+        }
+        uint64_t run = i;
+        coop_status st = COOP_OK;
+        while (i < end && !r->mapped[i] && (st = map_page(cb, r, i)) == COOP_OK)
+            i++;
+        if (st == COOP_OK && i > run) {
+            CUresult rc =
+                cb->drv.fn.cuMemSetAccess(r->base + run * page, (i - run) * page, &cb->access, 1);
+            if (rc != CUDA_SUCCESS)
+                st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "of [%#jx, +%ju)",
+                                       (uintmax_t)(r->base + run * page),
+                                       (uintmax_t)((i - run) * page));
+        }
+        if (st != COOP_OK)
+            return st;
+    }
+    return COOP_OK;
+}
+
+/* All or nothing, as backend.h requires: if a page fails to unmap, the pages
+ * unmapped before it are mapped again, so the pool's page map (which keeps
+ * the range mapped on failure) stays true. */
 static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
 {
     cuda_backend *cb = as_cuda(be);
@@ -333,6 +368,17 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
         st = device_sync(cb);
         for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
             st = unmap_page(cb, r, i);
+        if (st != COOP_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", coop_last_error());
+            if (remap_unmapped(cb, r, first, count) != COOP_OK)
+                coop_set_error(COOP_ERR_BACKEND,
+                               "%s; mapping its pages again failed too (%s): the device's "
+                               "mappings no longer match the pool's",
+                               why, coop_last_error());
+            else
+                coop_set_error(st, "%s", why);
+        }
         ctx_leave(cb, &scope);
     }
     pthread_mutex_unlock(&cb->lock);

@@ -264,6 +264,29 @@ static void test_vmm_driver_failure_midway(void **state)
     coop_backend_destroy(be);
 }
 
+/* backend.h: "A failure leaves the pages mapped". A cuMemUnmap failing on
+ * the second page of three must not leave the first unmapped: the pool keeps
+ * the range as mapped and may hand it out again. */
+static void test_vmm_unmap_failure_leaves_range_mapped(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    mock_fail_nth("cuMemUnmap", 2, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemUnmap"));
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_UNKNOWN"));
+    assert_int_equal(counters().mapped_bytes, 6 * MIB);
+    assert_int_equal(counters().accessible_bytes, 6 * MIB);
+    /* the pool's retry finds every page mapped, as it believes */
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 0);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
 static void test_events(void **state)
 {
     (void)state;
@@ -463,6 +486,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_pages_unmap_alone, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_bad_ranges_leave_state, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_driver_failure_midway, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_unmap_failure_leaves_range_mapped, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),

@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -57,6 +58,9 @@ static bool streams_held;              /* events stay incomplete */
 static char fail_name[64];             /* the Nth next call of this entry point fails */
 static int fail_countdown;
 static CUresult fail_rc;
+static long calls;        /* calls that acquire or act (not the releasing ones) */
+static long fail_call_at; /* that call fails (0: none) */
+static CUresult fail_call_rc;
 static size_t granule = 2u << 20; /* cuMemGetAllocationGranularity's answer */
 static bool initialized;          /* cuInit succeeded */
 static long primary_retains[MOCK_DEVICES];
@@ -100,6 +104,8 @@ MOCK_EXPORT void mock_cuda_fail_nth(const char *entry_point, int nth, int rc);
 MOCK_EXPORT void mock_cuda_hold_streams(bool hold);
 MOCK_EXPORT void mock_cuda_set_memory(long bytes);
 MOCK_EXPORT void mock_cuda_set_granularity(size_t bytes);
+MOCK_EXPORT void mock_cuda_fail_call(long nth, int rc);
+MOCK_EXPORT long mock_cuda_calls(void);
 MOCK_EXPORT int mock_cuda_hold_stream(CUstream stream, bool hold);
 
 void mock_cuda_counters(mock_counters *out)
@@ -156,6 +162,41 @@ int mock_cuda_hold_stream(CUstream stream, bool hold)
     return i >= 0 ? 0 : -1;
 }
 
+/* Fails the nth call (counted from now) of any entry point that acquires
+ * or acts; the releasing ones (cuMemRelease, cuMemFree, cuMemAddressFree,
+ * cuEventDestroy, cuStreamDestroy, cuDevicePrimaryCtxRelease,
+ * cuCtxPopCurrent) are not counted: when they fail, what they release is
+ * lost whatever the caller does. */
+void mock_cuda_fail_call(long nth, int rc)
+{
+    pthread_mutex_lock(&mock_lock);
+    calls = 0;
+    fail_call_at = nth;
+    fail_call_rc = (CUresult)rc;
+    pthread_mutex_unlock(&mock_lock);
+}
+
+/* Counted calls since the last mock_cuda_fail_call. */
+long mock_cuda_calls(void)
+{
+    pthread_mutex_lock(&mock_lock);
+    long n = calls;
+    pthread_mutex_unlock(&mock_lock);
+    return n;
+}
+
+static bool releases(const char *name)
+{
+    static const char *const releasing[] = {"cuMemRelease",     "cuMemFree",
+                                            "cuMemAddressFree", "cuEventDestroy",
+                                            "cuStreamDestroy",  "cuDevicePrimaryCtxRelease",
+                                            "cuCtxPopCurrent"};
+    for (size_t i = 0; i < sizeof releasing / sizeof releasing[0]; i++)
+        if (strcmp(name, releasing[i]) == 0)
+            return true;
+    return false;
+}
+
 /* An armed failure for this entry point, consumed once. */
 static CUresult injected(const char *name)
 {
@@ -164,6 +205,12 @@ static CUresult injected(const char *name)
     if (fail_name[0] && strcmp(fail_name, name) == 0 && --fail_countdown == 0) {
         rc = fail_rc;
         fail_name[0] = '\0';
+    }
+    if (!releases(name) && ++calls == fail_call_at) {
+        rc = fail_call_rc;
+        fail_call_at = 0;
+        if (getenv("MOCK_CUDA_TRACE"))
+            fprintf(stderr, "mock: failing call %ld: %s\n", calls, name);
     }
     pthread_mutex_unlock(&mock_lock);
     return rc;
@@ -235,6 +282,9 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
         return CUDA_SUCCESS;
     case CUDA_ERROR_NOT_INITIALIZED:
         *pStr = "CUDA_ERROR_NOT_INITIALIZED";
+        return CUDA_SUCCESS;
+    case CUDA_ERROR_UNKNOWN:
+        *pStr = "CUDA_ERROR_UNKNOWN";
         return CUDA_SUCCESS;
     default:
         *pStr = NULL;
