@@ -549,7 +549,8 @@ static const coop_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-/* Segment backends still report a page size: the pool rounds segments to it. */
+/* Segment backends still report a page size: the pool rounds segments to it.
+ * The device's allocation granularity where the driver reports one, else this. */
 #define COOP_CUDA_SEGMENT_GRANULE (2u << 20)
 
 /* Device queries once the primary context is current. */
@@ -580,17 +581,21 @@ static coop_status query_device(cuda_backend *cb, bool want_vmm)
 
     cb->base.has_vmm = want_vmm && vmm;
     cb->base.page_size = COOP_CUDA_SEGMENT_GRANULE;
-    if (cb->base.has_vmm) {
+    if (vmm) {
+        /* cuMemCreate sizes and cuMemMap ranges must be multiples of the
+         * minimum granularity; segments are rounded to it too (2 MiB on
+         * current GPUs, the physical page size) */
         size_t granularity = 0;
         rc = d->fn.cuMemGetAllocationGranularity(&granularity, &cb->prop,
                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM);
         if (rc != CUDA_SUCCESS)
             return cuda_driver_error(d, rc, "cuMemGetAllocationGranularity", "(device %d)",
                                      cb->ordinal);
-        if (granularity == 0)
+        if (granularity == 0 || (granularity & (granularity - 1)))
             return coop_set_error(COOP_ERR_BACKEND,
-                                  "CUDA driver: device %d reports a zero allocation granularity",
-                                  cb->ordinal);
+                                  "CUDA driver: device %d reports an allocation granularity of "
+                                  "%zu bytes (not a power of two)",
+                                  cb->ordinal, granularity);
         cb->base.page_size = granularity;
     }
     return COOP_OK;
