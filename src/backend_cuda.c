@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h" /* COOP_ALIGN, the alignment of the pool's blocks */
 #include "backend.h"
 #include "cuda_driver.h"
 #include "status.h"
@@ -29,6 +30,14 @@
  * other streams records one per stream at every free, and cuEventCreate /
  * cuEventDestroy are driver calls (PyTorch's allocator pools its events too). */
 #define CUDA_EVENT_CACHE 64
+
+/* A segment whose cuMemAlloc address was not aligned for the pool: it was
+ * allocated with room to spare and is handed out aligned up. */
+typedef struct cuda_shifted_segment {
+    CUdeviceptr aligned;  /* what the pool was given */
+    CUdeviceptr original; /* what cuMemFree needs */
+    struct cuda_shifted_segment *next;
+} cuda_shifted_segment;
 
 /* One cuMemAddressReserve range and the physical handle of each page. */
 typedef struct cuda_reservation {
@@ -48,8 +57,9 @@ typedef struct cuda_backend {
     CUcontext context; /* primary context, retained */
     CUmemAllocationProp prop;
     CUmemAccessDesc access;
-    pthread_mutex_t lock; /* guards reservations and the event cache */
+    pthread_mutex_t lock; /* guards reservations, shifted segments and the event cache */
     cuda_reservation *reservations;
+    cuda_shifted_segment *shifted;         /* rare: see cuda_segment_alloc */
     CUevent event_cache[CUDA_EVENT_CACHE]; /* destroyed events kept for reuse */
     int num_cached_events;
 } cuda_backend;
@@ -389,6 +399,22 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
  * Segments (no VMM)
  * ---------------------------------------------------------------------- */
 
+/* The pool tiles a segment with blocks aligned to COOP_ALIGN (512 bytes).
+ * cuMemAlloc promises only 256 ("any address ... returned by one of the
+ * memory allocation routines from the driver or runtime API is always aligned
+ * to at least 256 bytes", CUDA C++ Programming Guide, device memory accesses);
+ * in practice large allocations come page-aligned. */
+_Static_assert(COOP_ALIGN % 256 == 0, "cuMemAlloc's guaranteed alignment divides COOP_ALIGN");
+
+static coop_status mem_alloc(cuda_backend *cb, uint64_t size, CUdeviceptr *dptr)
+{
+    CUresult rc = cb->drv.fn.cuMemAlloc(dptr, size);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuMemAlloc", "(%ju bytes on device %d)",
+                                 (uintmax_t)size, cb->ordinal);
+    return COOP_OK;
+}
+
 static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t *addr)
 {
     cuda_backend *cb = as_cuda(be);
@@ -397,14 +423,51 @@ static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t
     if (st != COOP_OK)
         return st;
     CUdeviceptr dptr = 0;
-    CUresult rc = cb->drv.fn.cuMemAlloc(&dptr, size);
-    if (rc != CUDA_SUCCESS)
-        st = cuda_driver_error(&cb->drv, rc, "cuMemAlloc", "(%ju bytes on device %d)",
-                               (uintmax_t)size, cb->ordinal);
-    else
+    st = mem_alloc(cb, size, &dptr);
+    if (st == COOP_OK && dptr % COOP_ALIGN) {
+        /* allocate again with room to align up; keep the original for cuMemFree */
+        cuda_shifted_segment *shift = malloc(sizeof *shift);
+        cb->drv.fn.cuMemFree(dptr); /* never used: nothing to wait for */
+        if (!shift)
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "cuda backend: no host memory");
+        else
+            st = mem_alloc(cb, size + COOP_ALIGN, &dptr);
+        if (st == COOP_OK) {
+            shift->original = dptr;
+            shift->aligned = (dptr + COOP_ALIGN - 1) & ~(CUdeviceptr)(COOP_ALIGN - 1);
+            dptr = shift->aligned;
+            pthread_mutex_lock(&cb->lock);
+            shift->next = cb->shifted;
+            cb->shifted = shift;
+            pthread_mutex_unlock(&cb->lock);
+        } else {
+            free(shift);
+        }
+    }
+    if (st == COOP_OK)
         *addr = (uintptr_t)dptr;
     ctx_leave(cb, &scope);
     return st;
+}
+
+/* The address cuMemAlloc gave for the segment the pool knows at addr;
+ * forgets the shift when forget is set. */
+static CUdeviceptr segment_original(cuda_backend *cb, uintptr_t addr, bool forget)
+{
+    CUdeviceptr original = (CUdeviceptr)addr;
+    pthread_mutex_lock(&cb->lock);
+    for (cuda_shifted_segment **link = &cb->shifted; *link; link = &(*link)->next)
+        if ((*link)->aligned == (CUdeviceptr)addr) {
+            cuda_shifted_segment *shift = *link;
+            original = shift->original;
+            if (forget) {
+                *link = shift->next;
+                free(shift);
+            }
+            break;
+        }
+    pthread_mutex_unlock(&cb->lock);
+    return original;
 }
 
 static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t size)
@@ -416,10 +479,12 @@ static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t 
         return st;
     st = device_sync(cb);
     if (st == COOP_OK) {
-        CUresult rc = cb->drv.fn.cuMemFree((CUdeviceptr)addr);
+        CUresult rc = cb->drv.fn.cuMemFree(segment_original(cb, addr, false));
         if (rc != CUDA_SUCCESS)
             st = cuda_driver_error(&cb->drv, rc, "cuMemFree", "of [%#jx, +%ju)", (uintmax_t)addr,
                                    (uintmax_t)size);
+        else
+            segment_original(cb, addr, true);
     }
     ctx_leave(cb, &scope);
     return st;
@@ -523,6 +588,11 @@ static void cuda_destroy(coop_backend *be)
         free(r->handles);
         free(r->mapped);
         free(r);
+    }
+    while (cb->shifted) { /* the pool frees its segments first; records only */
+        cuda_shifted_segment *shift = cb->shifted;
+        cb->shifted = shift->next;
+        free(shift);
     }
     while (entered && cb->num_cached_events > 0)
         cb->drv.fn.cuEventDestroy(cb->event_cache[--cb->num_cached_events]);

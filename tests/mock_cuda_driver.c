@@ -53,16 +53,24 @@ typedef struct mock_counters {
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
 static mock_counters counters;
 static long physical_limit = 1l << 30; /* bytes cuMemCreate + cuMemAlloc may hand out */
-static bool work_queued;               /* an event was recorded since the last sync */
-static bool streams_held;              /* events stay incomplete */
-static char fail_name[64];             /* the Nth next call of this entry point fails */
+/* Queued work: every cuEventRecord stands for kernels queued before it. Work
+ * queued after a sync may use memory that existed when it was queued: a
+ * release is unsafe if the memory is older than the last record and no
+ * cuCtxSynchronize followed that record. */
+static uint64_t record_epoch; /* cuEventRecord calls */
+static uint64_t synced_epoch; /* record_epoch at the last cuCtxSynchronize */
+static bool streams_held;     /* events stay incomplete */
+static char fail_name[64];    /* the Nth next call of this entry point fails */
 static int fail_countdown;
 static CUresult fail_rc;
 static long calls;        /* calls that acquire or act (not the releasing ones) */
 static long fail_call_at; /* that call fails (0: none) */
 static CUresult fail_call_rc;
 static size_t granule = 2u << 20; /* cuMemGetAllocationGranularity's answer */
-static bool initialized;          /* cuInit succeeded */
+/* cuMemAlloc's addresses are aligned to this and no more: the CUDA C++
+ * Programming Guide guarantees "at least 256 bytes", nothing beyond */
+static size_t alloc_alignment = 256;
+static bool initialized; /* cuInit succeeded */
 static long primary_retains[MOCK_DEVICES];
 
 static struct {
@@ -92,6 +100,7 @@ static struct {
     CUdeviceptr addr;
     size_t size;
     bool accessible; /* cuMemSetAccess covered it (VMM mappings) */
+    uint64_t epoch;  /* record_epoch when it was made */
 } mappings[MOCK_MAX_MAPPINGS];
 
 static _Thread_local CUcontext ctx_stack[16];
@@ -401,7 +410,7 @@ CUresult CUDAAPI cuCtxSynchronize(void)
     MOCK_ENTRY("cuCtxSynchronize", true);
     pthread_mutex_lock(&mock_lock);
     counters.syncs++;
-    work_queued = false;
+    synced_epoch = record_epoch;
     pthread_mutex_unlock(&mock_lock);
     return CUDA_SUCCESS;
 }
@@ -453,10 +462,10 @@ static void give_physical(long bytes)
     pthread_mutex_unlock(&mock_lock);
 }
 
-static void note_release(void)
+static void note_release(uint64_t created_epoch)
 {
     pthread_mutex_lock(&mock_lock);
-    if (work_queued)
+    if (synced_epoch < record_epoch && created_epoch < record_epoch)
         counters.unsafe_releases++;
     pthread_mutex_unlock(&mock_lock);
 }
@@ -468,17 +477,19 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
         return CUDA_ERROR_INVALID_VALUE;
     if (!take_physical((long)bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    void *p = reserve_aligned(bytesize, 512);
-    if (!p) {
+    char *span = reserve_aligned(bytesize + alloc_alignment, 2 * alloc_alignment);
+    if (!span) {
         give_physical((long)bytesize);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    void *p = span + alloc_alignment;
     /* remember the size in the mapping table to check cuMemFree */
     pthread_mutex_lock(&mock_lock);
     for (int i = 0; i < MOCK_MAX_MAPPINGS; i++)
         if (!mappings[i].addr) {
             mappings[i].addr = (CUdeviceptr)p;
             mappings[i].size = bytesize;
+            mappings[i].epoch = record_epoch;
             break;
         }
     counters.live_segments++;
@@ -488,14 +499,15 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 }
 
 /* Removes the exact mapping [addr, addr+size) (size 0: any size); returns
- * its size or 0 if there is none. */
-static size_t take_mapping(CUdeviceptr addr, size_t size)
+ * its size or 0 if there is none, and when it was made. */
+static size_t take_mapping(CUdeviceptr addr, size_t size, uint64_t *epoch)
 {
     size_t found = 0;
     pthread_mutex_lock(&mock_lock);
     for (int i = 0; i < MOCK_MAX_MAPPINGS; i++)
         if (mappings[i].addr == addr && (size == 0 || mappings[i].size == size)) {
             found = mappings[i].size;
+            *epoch = mappings[i].epoch;
             if (mappings[i].accessible)
                 counters.accessible_bytes -= (long)found;
             mappings[i].addr = 0;
@@ -509,12 +521,13 @@ static size_t take_mapping(CUdeviceptr addr, size_t size)
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
     MOCK_ENTRY("cuMemFree", true);
-    size_t size = take_mapping(dptr, 0);
+    uint64_t epoch = 0;
+    size_t size = take_mapping(dptr, 0, &epoch);
     if (!size)
         return CUDA_ERROR_INVALID_VALUE;
-    note_release();
+    note_release(epoch);
     give_physical((long)size);
-    munmap((void *)dptr, size);
+    munmap((char *)(uintptr_t)dptr - alloc_alignment, size + alloc_alignment);
     __atomic_sub_fetch(&counters.live_segments, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
@@ -640,6 +653,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         if (!mappings[i].addr) {
             mappings[i].addr = ptr;
             mappings[i].size = size;
+            mappings[i].epoch = record_epoch;
             mappings[i].accessible = false;
             rc = CUDA_SUCCESS;
         }
@@ -650,9 +664,10 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     MOCK_ENTRY("cuMemUnmap", true);
-    if (!take_mapping(ptr, size))
+    uint64_t epoch = 0;
+    if (!take_mapping(ptr, size, &epoch))
         return CUDA_ERROR_INVALID_VALUE;
-    note_release();
+    note_release(epoch);
     return CUDA_SUCCESS;
 }
 
@@ -762,7 +777,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
         e->recorded = true;
         e->stream = hStream;
         e->generation = streams[s].held ? streams[s].generation : 0;
-        work_queued = true; /* the stream has (pretend) kernels queued */
+        record_epoch++; /* the stream has (pretend) kernels queued */
     }
     pthread_mutex_unlock(&mock_lock);
     return rc;
