@@ -254,7 +254,7 @@ static void test_vmm_driver_failure_midway(void **state)
     /* out of device memory is COOP_ERR_NOMEM, the pool's retry signal */
     mock_set_memory(8 * MIB);
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 8 * MIB), COOP_ERR_NOMEM);
-    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_OUT_OF_MEMORY (2: out of memory)"));
     assert_int_equal(counters().mapped_bytes, 2 * MIB);
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 6 * MIB), COOP_OK);
     assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
