@@ -39,13 +39,18 @@ typedef struct cuda_shifted_segment {
     struct cuda_shifted_segment *next;
 } cuda_shifted_segment;
 
+/* What a page of a reservation is. A stray page is mapped in the driver while
+ * the pool believes it unmapped: undoing a failed map could not unmap it. The
+ * next map of it takes it as it is; release unmaps it. */
+enum page_state { PAGE_UNMAPPED = 0, PAGE_MAPPED = 1, PAGE_STRAY = 2 };
+
 /* One cuMemAddressReserve range and the physical handle of each page. */
 typedef struct cuda_reservation {
     CUdeviceptr base;
     uint64_t size;
     uint64_t num_pages;
-    CUmemGenericAllocationHandle *handles; /* valid where mapped[i] */
-    uint8_t *mapped;
+    CUmemGenericAllocationHandle *handles; /* valid where mapped[i] != PAGE_UNMAPPED */
+    uint8_t *mapped;                       /* page_state of each page */
     struct cuda_reservation *next;
 } cuda_reservation;
 
@@ -146,7 +151,7 @@ static coop_status check_page_range(cuda_backend *cb, const char *op, uintptr_t 
     *first = (addr - r->base) / page;
     *count = size / page;
     for (uint64_t i = *first; i < *first + *count; i++)
-        if (r->mapped[i] != want_mapped)
+        if (want_mapped ? r->mapped[i] != PAGE_MAPPED : r->mapped[i] == PAGE_MAPPED)
             return coop_set_error(COOP_ERR_INVALID,
                                   "cuda backend: %s of [%#jx, +%ju): page at %#jx is %s", op,
                                   (uintmax_t)addr, (uintmax_t)size, (uintmax_t)(r->base + i * page),
@@ -163,7 +168,7 @@ static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuMemUnmap", "at %#jx (%ju bytes)", (uintmax_t)at,
                                  (uintmax_t)page);
-    r->mapped[i] = 0;
+    r->mapped[i] = PAGE_UNMAPPED;
     rc = cb->drv.fn.cuMemRelease(r->handles[i]);
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuMemRelease", "of the page at %#jx",
@@ -190,7 +195,7 @@ static coop_status map_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
         return st;
     }
     r->handles[i] = handle;
-    r->mapped[i] = 1;
+    r->mapped[i] = PAGE_MAPPED;
     return COOP_OK;
 }
 
@@ -309,8 +314,14 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
         st = ctx_enter(cb, &scope);
     if (st == COOP_OK) {
         uint64_t done = 0;
-        while (done < count && (st = map_page(cb, r, first + done)) == COOP_OK)
+        while (done < count) {
+            uint64_t i = first + done;
+            if (r->mapped[i] == PAGE_STRAY)
+                r->mapped[i] = PAGE_MAPPED; /* still has its handle */
+            else if ((st = map_page(cb, r, i)) != COOP_OK)
+                break;
             done++;
+        }
         /* One cuMemSetAccess opens every page of the range: the driver
          * accepts a fully mapped range spanning several allocations, and a
          * call per page would cost a third of the driver calls again. */
@@ -320,9 +331,18 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
                 st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "of [%#jx, +%ju)",
                                        (uintmax_t)addr, (uintmax_t)size);
         }
-        /* all or nothing: undo the pages this call mapped (never used yet) */
-        while (st != COOP_OK && done > 0)
-            unmap_page(cb, r, first + --done);
+        /* all or nothing: undo the pages this call mapped (never used yet);
+         * a page that will not unmap stays as a stray (see page_state) */
+        if (st != COOP_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", coop_last_error());
+            while (done > 0) {
+                uint64_t i = first + --done;
+                if (unmap_page(cb, r, i) != COOP_OK && r->mapped[i] == PAGE_MAPPED)
+                    r->mapped[i] = PAGE_STRAY;
+            }
+            coop_set_error(st, "%s", why);
+        }
         ctx_leave(cb, &scope);
     }
     pthread_mutex_unlock(&cb->lock);

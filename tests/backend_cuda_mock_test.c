@@ -287,6 +287,33 @@ static void test_vmm_unmap_failure_leaves_range_mapped(void **state)
     coop_backend_destroy(be);
 }
 
+/* A failed map is undone page by page; if undoing a page fails too, that
+ * page stays mapped in the driver while the pool believes the range
+ * unmapped. The pool's next map of the range must still succeed. */
+static void test_vmm_map_rollback_failure(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemSetAccess"));
+    assert_int_equal(counters().mapped_bytes, 2 * MIB); /* the page whose undo failed */
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 6 * MIB);
+    assert_int_equal(counters().accessible_bytes, 6 * MIB);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 0);
+    /* and a page left so is released with its reservation */
+    mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 4 * MIB), COOP_ERR_BACKEND);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
 static void test_events(void **state)
 {
     (void)state;
@@ -492,6 +519,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_driver_failure_midway, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_unmap_failure_leaves_range_mapped, use_mock,
                                         check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_map_rollback_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),

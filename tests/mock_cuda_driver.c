@@ -60,9 +60,14 @@ static long physical_limit = 1l << 30; /* bytes cuMemCreate + cuMemAlloc may han
 static uint64_t record_epoch; /* cuEventRecord calls */
 static uint64_t synced_epoch; /* record_epoch at the last cuCtxSynchronize */
 static bool streams_held;     /* events stay incomplete */
-static char fail_name[64];    /* the Nth next call of this entry point fails */
-static int fail_countdown;
-static CUresult fail_rc;
+/* Armed failures: the Nth next call of an entry point fails (one slot per
+ * entry point, four at most at a time). */
+#define MOCK_FAIL_SLOTS 4
+static struct {
+    char name[64];
+    int countdown;
+    CUresult rc;
+} armed[MOCK_FAIL_SLOTS];
 static long calls;        /* calls that acquire or act (not the releasing ones) */
 static long fail_call_at; /* that call fails (0: none) */
 static CUresult fail_call_rc;
@@ -127,9 +132,18 @@ void mock_cuda_counters(mock_counters *out)
 void mock_cuda_fail_nth(const char *entry_point, int nth, int rc)
 {
     pthread_mutex_lock(&mock_lock);
-    strncpy(fail_name, entry_point, sizeof fail_name - 1);
-    fail_countdown = nth;
-    fail_rc = (CUresult)rc;
+    int slot = -1;
+    for (int i = 0; i < MOCK_FAIL_SLOTS && slot < 0; i++)
+        if (strcmp(armed[i].name, entry_point) == 0)
+            slot = i;
+    for (int i = 0; i < MOCK_FAIL_SLOTS && slot < 0; i++)
+        if (!armed[i].name[0])
+            slot = i;
+    if (slot >= 0) {
+        strncpy(armed[slot].name, entry_point, sizeof armed[slot].name - 1);
+        armed[slot].countdown = nth;
+        armed[slot].rc = (CUresult)rc;
+    }
     pthread_mutex_unlock(&mock_lock);
 }
 
@@ -211,10 +225,11 @@ static CUresult injected(const char *name)
 {
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&mock_lock);
-    if (fail_name[0] && strcmp(fail_name, name) == 0 && --fail_countdown == 0) {
-        rc = fail_rc;
-        fail_name[0] = '\0';
-    }
+    for (int i = 0; i < MOCK_FAIL_SLOTS; i++)
+        if (armed[i].name[0] && strcmp(armed[i].name, name) == 0 && --armed[i].countdown == 0) {
+            rc = armed[i].rc;
+            armed[i].name[0] = '\0';
+        }
     if (!releases(name) && ++calls == fail_call_at) {
         rc = fail_call_rc;
         fail_call_at = 0;
