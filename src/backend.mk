@@ -21,17 +21,17 @@ tests_backend_cuda_mock_test_LDADD = $(TESTLIBS)
 tests_backend_cuda_mock_test_LDFLAGS = $(TESTLDFLAGS)
 
 # The allocator's own tests on the CUDA backend over the mock driver: each
-# includes the host program's source (tests/cuda_mock_streams.h explains how).
+# includes the host program's source (tests/cuda_stream_map.h explains how).
 check_PROGRAMS += tests/cuda_mock_model_test tests/cuda_mock_fault_sweep_test
 TESTS += tests/cuda_mock_model_test tests/cuda_mock_fault_sweep_test
 CUDA_MOCK_TEST_CFLAGS = $(TESTCFLAGS) $(CUDA_CPPFLAGS) -DCOOP_TEST_BUILDDIR='"$(abs_top_builddir)"'
 tests_cuda_mock_model_test_SOURCES = tests/cuda_mock_model_test.c tests/cuda_mock.h \
-	tests/cuda_mock_streams.h
+	tests/cuda_stream_map.h
 tests_cuda_mock_model_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
 tests_cuda_mock_model_test_LDADD = $(TESTLIBS)
 tests_cuda_mock_model_test_LDFLAGS = $(TESTLDFLAGS)
 tests_cuda_mock_fault_sweep_test_SOURCES = tests/cuda_mock_fault_sweep_test.c tests/cuda_mock.h \
-	tests/cuda_mock_streams.h
+	tests/cuda_stream_map.h
 tests_cuda_mock_fault_sweep_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
 tests_cuda_mock_fault_sweep_test_LDADD = $(TESTLIBS)
 tests_cuda_mock_fault_sweep_test_LDFLAGS = $(TESTLDFLAGS)

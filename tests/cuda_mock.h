@@ -2,7 +2,8 @@
  * For test programs that run allocator tests on the CUDA backend over the
  * mock driver (tests/mock_cuda_driver.c, libmockcuda.so): loads the mock,
  * points the backend at it (COOP_CUDA_DRIVER), creates streams in it, and
- * checks that the driver is left clean. Include after <cmocka.h> and <cuda.h>.
+ * checks that the driver is left clean; the driver side of cuda_stream_map.h.
+ * Include after <cmocka.h>, <cuda.h> and "coop.h".
  */
 #ifndef COOP_TEST_CUDA_MOCK_H
 #define COOP_TEST_CUDA_MOCK_H
@@ -119,6 +120,49 @@ static inline void cuda_mock_assert_clean(const char *when)
                  when, c.mapped_bytes, c.live_handles, c.live_events, c.live_segments,
                  c.live_reservations, c.retained, c.accessible_bytes, c.unsafe_releases,
                  c.no_context);
+}
+
+/* ---- the driver side of cuda_stream_map.h, on the mock ---- */
+
+#define CUDA_MAP_STREAMS 8
+static coop_stream cuda_map_streams[CUDA_MAP_STREAMS];
+
+static inline void cuda_mock_streams_create(void)
+{
+    for (int i = 0; i < CUDA_MAP_STREAMS; i++) {
+        CUstream s = NULL;
+        cuda_mock_stream(&s, true);
+        cuda_map_streams[i] = (coop_stream)(uintptr_t)s;
+    }
+}
+
+static inline void cuda_mock_streams_destroy(void)
+{
+    for (int i = 0; i < CUDA_MAP_STREAMS; i++) {
+        CUstream s = (CUstream)cuda_map_streams[i];
+        cuda_mock_stream(&s, false);
+    }
+}
+
+/* The mock completes an event as soon as its stream is not held. */
+static inline coop_status cuda_map_hold(coop_stream stream, bool hold)
+{
+    return cuda_mock.hold_stream((CUstream)stream, hold) == 0 ? COOP_OK : COOP_ERR_INVALID;
+}
+
+static inline void cuda_map_after_free(void) {}
+
+/* A pool created runs on the CUDA backend: it holds the primary context. */
+static inline void cuda_map_after_create(coop_status st)
+{
+    if (st == COOP_OK && cuda_mock_now().retained != 1)
+        fail_msg("the pool does not hold the mock driver's primary context");
+}
+
+/* The pool left the driver clean. */
+static inline void cuda_map_after_destroy(void)
+{
+    cuda_mock_assert_clean("after coop_pool_destroy");
 }
 
 #endif

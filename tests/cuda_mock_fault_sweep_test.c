@@ -28,7 +28,7 @@
 
 #include "coop.h"
 #include "cuda_mock.h"
-#include "cuda_mock_streams.h"
+#include "cuda_stream_map.h"
 
 #include "backend.h"
 

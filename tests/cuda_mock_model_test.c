@@ -5,7 +5,7 @@
  * with cuMemAlloc segments. The mock reports a 64 KiB granularity so that
  * the program's 64 KiB pages and capacities stay what they are on the host
  * backend; its streams are created in the mock and held there (see
- * cuda_mock_streams.h). After the pool is destroyed the driver must be
+ * cuda_stream_map.h). After the pool is destroyed the driver must be
  * clean: no handle, reservation, segment or event left, no unmap or free
  * under queued work, no call without a context.
  *
@@ -26,7 +26,7 @@
 
 #include "coop.h"
 #include "cuda_mock.h"
-#include "cuda_mock_streams.h"
+#include "cuda_stream_map.h"
 
 #define main random_model_main
 int random_model_main(void);
