@@ -35,6 +35,9 @@ tests_cuda_mock_fault_sweep_test_SOURCES = tests/cuda_mock_fault_sweep_test.c te
 tests_cuda_mock_fault_sweep_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
 tests_cuda_mock_fault_sweep_test_LDADD = $(TESTLIBS)
 tests_cuda_mock_fault_sweep_test_LDFLAGS = $(TESTLDFLAGS)
+
+# The real-GPU test against the mock, so that its logic runs in every build.
+TESTS += tests/backend_cuda_test_on_mock.sh
 # make check builds check_LTLIBRARIES with the programs, before any test runs
 else
 libcoop_la_SOURCES += src/backend_cuda_absent.c
@@ -42,7 +45,9 @@ endif
 
 check_PROGRAMS += tests/backend_cuda_test
 TESTS += tests/backend_cuda_test
-tests_backend_cuda_test_SOURCES = tests/backend_cuda_test.c tests/pool_sequence.h
+EXTRA_DIST += tests/backend_cuda_test_on_mock.sh
+tests_backend_cuda_test_SOURCES = tests/backend_cuda_test.c tests/pool_sequence.h \
+	tests/cuda_stream_map.h
 tests_backend_cuda_test_CFLAGS = $(TESTCFLAGS)
 tests_backend_cuda_test_LDADD = $(TESTLIBS)
 tests_backend_cuda_test_LDFLAGS = $(TESTLDFLAGS)

@@ -88,7 +88,29 @@ static struct {
     bool created;
     bool held;
     uint64_t generation;
+    /* a cuStreamWaitValue32 the stream is blocked on: while
+     * (int32_t)(*wait_addr - wait_value) < 0 */
+    const volatile uint32_t *wait_addr;
+    uint32_t wait_value;
 } streams[MOCK_MAX_STREAMS];
+
+/* cuMemHostAlloc'd blocks (the device pointer is the host address, UVA). */
+#define MOCK_MAX_HOST_ALLOCS 16
+static struct {
+    void *ptr;
+    size_t size;
+    bool device_mapped;
+} host_allocs[MOCK_MAX_HOST_ALLOCS];
+
+/* What cuMemsetD8Async wrote, oldest first, for cuMemcpyDtoH to read back
+ * (the mock's device memory is never touched; bytes never set read 0). */
+#define MOCK_MAX_MEMSETS 64
+static struct {
+    CUdeviceptr ptr;
+    size_t size;
+    unsigned char value;
+} memsets[MOCK_MAX_MEMSETS];
+static int num_memsets;
 
 /* Events are never freed, only marked dead, so a use after cuEventDestroy is
  * detected without touching freed memory. */
@@ -97,6 +119,8 @@ typedef struct mock_event {
     bool recorded;
     CUstream stream;
     uint64_t generation; /* the stream's hold generation when recorded, 0: not held */
+    const volatile uint32_t *wait_addr; /* the stream's wait when recorded, or NULL */
+    uint32_t wait_value;
     struct mock_event *next_free;
 } mock_event;
 static mock_event *free_events;
@@ -105,6 +129,7 @@ static struct {
     CUdeviceptr addr;
     size_t size;
     bool accessible; /* cuMemSetAccess covered it (VMM mappings) */
+    bool segment;    /* a cuMemAlloc allocation (accessible as it is) */
     uint64_t epoch;  /* record_epoch when it was made */
 } mappings[MOCK_MAX_MAPPINGS];
 
@@ -169,6 +194,16 @@ static int stream_index(CUstream s)
     if (h == 0 || h == (uintptr_t)CU_STREAM_LEGACY || h == (uintptr_t)CU_STREAM_PER_THREAD)
         return (int)h;
     return h < MOCK_MAX_STREAMS && streams[h].created ? (int)h : -1;
+}
+
+/* Whether stream s is blocked on its cuStreamWaitValue32 (which is forgotten
+ * once satisfied). Caller holds mock_lock. */
+static bool wait_pending(int s)
+{
+    if (streams[s].wait_addr && (int32_t)(*streams[s].wait_addr - streams[s].wait_value) < 0)
+        return true;
+    streams[s].wait_addr = NULL;
+    return false;
 }
 
 /* Holds (or releases) a stream; 0 on success, -1 for an invalid stream. */
@@ -505,6 +540,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
             mappings[i].addr = (CUdeviceptr)p;
             mappings[i].size = bytesize;
             mappings[i].epoch = record_epoch;
+            mappings[i].segment = true;
             break;
         }
     counters.live_segments++;
@@ -527,6 +563,7 @@ static size_t take_mapping(CUdeviceptr addr, size_t size, uint64_t *epoch)
                 counters.accessible_bytes -= (long)found;
             mappings[i].addr = 0;
             mappings[i].accessible = false;
+            mappings[i].segment = false;
             break;
         }
     pthread_mutex_unlock(&mock_lock);
@@ -734,6 +771,7 @@ CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
     if (slot >= 0) {
         streams[slot].created = true;
         streams[slot].held = false;
+        streams[slot].wait_addr = NULL;
         counters.live_streams++;
     }
     pthread_mutex_unlock(&mock_lock);
@@ -792,6 +830,8 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
         e->recorded = true;
         e->stream = hStream;
         e->generation = streams[s].held ? streams[s].generation : 0;
+        e->wait_addr = wait_pending(s) ? streams[s].wait_addr : NULL;
+        e->wait_value = streams[s].wait_value;
         record_epoch++; /* the stream has (pretend) kernels queued */
     }
     pthread_mutex_unlock(&mock_lock);
@@ -811,7 +851,8 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent)
     } else if (e->recorded) {
         int s = stream_index(e->stream);
         bool held = s >= 0 && streams[s].held && streams[s].generation == e->generation;
-        if (streams_held || (e->generation && held))
+        bool waiting = e->wait_addr && (int32_t)(*e->wait_addr - e->wait_value) < 0;
+        if (streams_held || (e->generation && held) || waiting)
             rc = CUDA_ERROR_NOT_READY;
     }
     pthread_mutex_unlock(&mock_lock);
@@ -835,4 +876,184 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
         return CUDA_ERROR_INVALID_HANDLE;
     __atomic_sub_fetch(&counters.live_events, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
+}
+
+/* ---- what tests/backend_cuda_test.c needs of a driver besides coop's ---- */
+
+/* Not ready while the stream is held or blocked on a wait. */
+CUresult CUDAAPI cuStreamQuery(CUstream hStream)
+{
+    MOCK_ENTRY("cuStreamQuery", true);
+    pthread_mutex_lock(&mock_lock);
+    int s = stream_index(hStream);
+    CUresult rc = s < 0                                ? CUDA_ERROR_INVALID_HANDLE
+                  : streams[s].held || wait_pending(s) ? CUDA_ERROR_NOT_READY
+                                                       : CUDA_SUCCESS;
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+/* A real driver blocks until the stream is idle; the mock cannot (nothing
+ * would ever release it), so a blocked stream is reported as
+ * CUDA_ERROR_NOT_READY: a deadlock on a device. */
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+    CUresult rc = cuStreamQuery(hStream);
+    return rc;
+}
+
+/* Only the default condition (CU_STREAM_WAIT_VALUE_GEQ), on host memory
+ * from cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP. */
+CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                     unsigned int flags)
+{
+    MOCK_ENTRY("cuStreamWaitValue32", true);
+    if (flags != CU_STREAM_WAIT_VALUE_GEQ || addr % 4)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&mock_lock);
+    int s = stream_index(stream);
+    bool mapped = false;
+    for (int i = 0; i < MOCK_MAX_HOST_ALLOCS && !mapped; i++)
+        mapped = host_allocs[i].ptr && host_allocs[i].device_mapped &&
+                 addr >= (CUdeviceptr)host_allocs[i].ptr &&
+                 addr + 4 <= (CUdeviceptr)host_allocs[i].ptr + host_allocs[i].size;
+    CUresult rc = s < 0     ? CUDA_ERROR_INVALID_HANDLE
+                  : !mapped ? CUDA_ERROR_INVALID_VALUE
+                            : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS && wait_pending(s))
+        rc = CUDA_ERROR_NOT_SUPPORTED; /* one wait at a time in the mock */
+    if (rc == CUDA_SUCCESS) {
+        streams[s].wait_addr = (const volatile uint32_t *)(uintptr_t)addr;
+        streams[s].wait_value = value;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    MOCK_ENTRY("cuMemHostAlloc", true);
+    if (bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = aligned_alloc(4096, (bytesize + 4095) & ~(size_t)4095);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mock_lock);
+    int slot = -1;
+    for (int i = 0; i < MOCK_MAX_HOST_ALLOCS && slot < 0; i++)
+        if (!host_allocs[i].ptr)
+            slot = i;
+    if (slot >= 0) {
+        host_allocs[slot].ptr = p;
+        host_allocs[slot].size = bytesize;
+        host_allocs[slot].device_mapped = Flags & CU_MEMHOSTALLOC_DEVICEMAP;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (slot < 0) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    MOCK_ENTRY("cuMemHostGetDevicePointer", true);
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mock_lock);
+    for (int i = 0; i < MOCK_MAX_HOST_ALLOCS; i++)
+        if (host_allocs[i].ptr && host_allocs[i].device_mapped &&
+            (char *)p >= (char *)host_allocs[i].ptr &&
+            (char *)p < (char *)host_allocs[i].ptr + host_allocs[i].size) {
+            *pdptr = (CUdeviceptr)(uintptr_t)p;
+            rc = CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+    MOCK_ENTRY("cuMemFreeHost", false);
+    bool found = false;
+    pthread_mutex_lock(&mock_lock);
+    for (int i = 0; i < MOCK_MAX_HOST_ALLOCS && !found; i++)
+        if (host_allocs[i].ptr == p) {
+            host_allocs[i].ptr = NULL;
+            found = true;
+        }
+    pthread_mutex_unlock(&mock_lock);
+    if (!found)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+/* Whether the device may read and write [ptr, ptr+size): inside cuMemAlloc
+ * allocations or VMM mappings opened by cuMemSetAccess. Caller holds mock_lock. */
+static bool device_accessible(CUdeviceptr ptr, size_t size)
+{
+    CUdeviceptr at = ptr, end = ptr + size;
+    while (at < end) {
+        int found = -1;
+        for (int i = 0; i < MOCK_MAX_MAPPINGS && found < 0; i++)
+            if (mappings[i].addr && mappings[i].addr <= at &&
+                at - mappings[i].addr < mappings[i].size &&
+                (mappings[i].accessible || mappings[i].segment))
+                found = i;
+        if (found < 0)
+            return false;
+        at = mappings[found].addr + mappings[found].size;
+    }
+    return true;
+}
+
+/* Queued work on the stream: a release of the memory before a sync is unsafe. */
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                 CUstream hStream)
+{
+    MOCK_ENTRY("cuMemsetD8Async", true);
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&mock_lock);
+    if (stream_index(hStream) < 0)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (N == 0 || !device_accessible(dstDevice, N))
+        rc = CUDA_ERROR_INVALID_VALUE; /* a device would fault: CUDA_ERROR_ILLEGAL_ADDRESS */
+    else {
+        if (num_memsets == MOCK_MAX_MEMSETS) {
+            memmove(&memsets[0], &memsets[1], sizeof memsets[0] * (MOCK_MAX_MEMSETS - 1));
+            num_memsets--;
+        }
+        memsets[num_memsets].ptr = dstDevice;
+        memsets[num_memsets].size = N;
+        memsets[num_memsets].value = uc;
+        num_memsets++;
+        record_epoch++;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    MOCK_ENTRY("cuMemcpyDtoH", true);
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&mock_lock);
+    if (ByteCount == 0 || !device_accessible(srcDevice, ByteCount)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        unsigned char *out = dstHost;
+        memset(out, 0, ByteCount);
+        for (int k = 0; k < num_memsets; k++)
+            for (size_t b = 0; b < ByteCount; b++) {
+                CUdeviceptr at = srcDevice + b;
+                if (at >= memsets[k].ptr && at - memsets[k].ptr < memsets[k].size)
+                    out[b] = memsets[k].value;
+            }
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
 }
