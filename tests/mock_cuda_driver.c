@@ -125,6 +125,17 @@ typedef struct mock_event {
 } mock_event;
 static mock_event *free_events;
 
+/* Destroyed events are kept for reuse; give them back when the library is
+ * unloaded (events still live at that point are the caller's leak). */
+__attribute__((destructor)) static void free_destroyed_events(void)
+{
+    while (free_events) {
+        mock_event *e = free_events;
+        free_events = e->next_free;
+        free(e);
+    }
+}
+
 static struct {
     CUdeviceptr addr;
     size_t size;
