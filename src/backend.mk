@@ -22,8 +22,9 @@ tests_backend_cuda_mock_test_LDFLAGS = $(TESTLDFLAGS)
 
 # The allocator's own tests on the CUDA backend over the mock driver: each
 # includes the host program's source (tests/cuda_stream_map.h explains how).
-check_PROGRAMS += tests/cuda_mock_model_test tests/cuda_mock_fault_sweep_test
-TESTS += tests/cuda_mock_model_test tests/cuda_mock_fault_sweep_test
+check_PROGRAMS += tests/cuda_mock_model_test tests/cuda_mock_fault_sweep_test \
+	tests/cuda_mock_stress_test
+TESTS += tests/cuda_mock_model_test tests/cuda_mock_fault_sweep_test tests/cuda_mock_stress_test
 CUDA_MOCK_TEST_CFLAGS = $(TESTCFLAGS) $(CUDA_CPPFLAGS) -DCOOP_TEST_BUILDDIR='"$(abs_top_builddir)"'
 tests_cuda_mock_model_test_SOURCES = tests/cuda_mock_model_test.c tests/cuda_mock.h \
 	tests/cuda_stream_map.h
@@ -35,6 +36,11 @@ tests_cuda_mock_fault_sweep_test_SOURCES = tests/cuda_mock_fault_sweep_test.c te
 tests_cuda_mock_fault_sweep_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
 tests_cuda_mock_fault_sweep_test_LDADD = $(TESTLIBS)
 tests_cuda_mock_fault_sweep_test_LDFLAGS = $(TESTLDFLAGS)
+tests_cuda_mock_stress_test_SOURCES = tests/cuda_mock_stress_test.c tests/cuda_mock.h \
+	tests/cuda_stream_map.h
+tests_cuda_mock_stress_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
+tests_cuda_mock_stress_test_LDADD = $(TESTLIBS)
+tests_cuda_mock_stress_test_LDFLAGS = $(TESTLDFLAGS)
 
 # The real-GPU test against the mock, so that its logic runs in every build.
 TESTS += tests/backend_cuda_test_on_mock.sh
