@@ -19,6 +19,31 @@ tests_backend_cuda_mock_test_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_backend_cuda_mock_test_CFLAGS = $(TESTCFLAGS) -DCOOP_TEST_BUILDDIR='"$(abs_top_builddir)"'
 tests_backend_cuda_mock_test_LDADD = $(TESTLIBS)
 tests_backend_cuda_mock_test_LDFLAGS = $(TESTLDFLAGS)
+
+# The allocator's own tests on the CUDA backend over the mock driver: each
+# includes the host program's source (tests/cuda_stream_map.h explains how).
+check_PROGRAMS += tests/cuda_mock_model_test tests/cuda_mock_fault_sweep_test \
+	tests/cuda_mock_stress_test
+TESTS += tests/cuda_mock_model_test tests/cuda_mock_fault_sweep_test tests/cuda_mock_stress_test
+CUDA_MOCK_TEST_CFLAGS = $(TESTCFLAGS) $(CUDA_CPPFLAGS) -DCOOP_TEST_BUILDDIR='"$(abs_top_builddir)"'
+tests_cuda_mock_model_test_SOURCES = tests/cuda_mock_model_test.c tests/cuda_mock.h \
+	tests/cuda_stream_map.h
+tests_cuda_mock_model_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
+tests_cuda_mock_model_test_LDADD = $(TESTLIBS)
+tests_cuda_mock_model_test_LDFLAGS = $(TESTLDFLAGS)
+tests_cuda_mock_fault_sweep_test_SOURCES = tests/cuda_mock_fault_sweep_test.c tests/cuda_mock.h \
+	tests/cuda_stream_map.h
+tests_cuda_mock_fault_sweep_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
+tests_cuda_mock_fault_sweep_test_LDADD = $(TESTLIBS)
+tests_cuda_mock_fault_sweep_test_LDFLAGS = $(TESTLDFLAGS)
+tests_cuda_mock_stress_test_SOURCES = tests/cuda_mock_stress_test.c tests/cuda_mock.h \
+	tests/cuda_stream_map.h
+tests_cuda_mock_stress_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
+tests_cuda_mock_stress_test_LDADD = $(TESTLIBS)
+tests_cuda_mock_stress_test_LDFLAGS = $(TESTLDFLAGS)
+
+# The real-GPU test against the mock, so that its logic runs in every build.
+TESTS += tests/backend_cuda_test_on_mock.sh
 # make check builds check_LTLIBRARIES with the programs, before any test runs
 else
 libcoop_la_SOURCES += src/backend_cuda_absent.c
@@ -26,7 +51,9 @@ endif
 
 check_PROGRAMS += tests/backend_cuda_test
 TESTS += tests/backend_cuda_test
-tests_backend_cuda_test_SOURCES = tests/backend_cuda_test.c tests/pool_sequence.h
+EXTRA_DIST += tests/backend_cuda_test_on_mock.sh
+tests_backend_cuda_test_SOURCES = tests/backend_cuda_test.c tests/pool_sequence.h \
+	tests/cuda_stream_map.h
 tests_backend_cuda_test_CFLAGS = $(TESTCFLAGS)
 tests_backend_cuda_test_LDADD = $(TESTLIBS)
 tests_backend_cuda_test_LDFLAGS = $(TESTLDFLAGS)

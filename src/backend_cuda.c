@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h" /* COOP_ALIGN, the alignment of the pool's blocks */
 #include "backend.h"
 #include "cuda_driver.h"
 #include "status.h"
@@ -30,13 +31,26 @@
  * cuEventDestroy are driver calls (PyTorch's allocator pools its events too). */
 #define CUDA_EVENT_CACHE 64
 
+/* A segment whose cuMemAlloc address was not aligned for the pool: it was
+ * allocated with room to spare and is handed out aligned up. */
+typedef struct cuda_shifted_segment {
+    CUdeviceptr aligned;  /* what the pool was given */
+    CUdeviceptr original; /* what cuMemFree needs */
+    struct cuda_shifted_segment *next;
+} cuda_shifted_segment;
+
+/* What a page of a reservation is. A stray page is mapped in the driver while
+ * the pool believes it unmapped: undoing a failed map could not unmap it. The
+ * next map of it takes it as it is; release unmaps it. */
+enum page_state { PAGE_UNMAPPED = 0, PAGE_MAPPED = 1, PAGE_STRAY = 2 };
+
 /* One cuMemAddressReserve range and the physical handle of each page. */
 typedef struct cuda_reservation {
     CUdeviceptr base;
     uint64_t size;
     uint64_t num_pages;
-    CUmemGenericAllocationHandle *handles; /* valid where mapped[i] */
-    uint8_t *mapped;
+    CUmemGenericAllocationHandle *handles; /* valid where mapped[i] != PAGE_UNMAPPED */
+    uint8_t *mapped;                       /* page_state of each page */
     struct cuda_reservation *next;
 } cuda_reservation;
 
@@ -48,8 +62,9 @@ typedef struct cuda_backend {
     CUcontext context; /* primary context, retained */
     CUmemAllocationProp prop;
     CUmemAccessDesc access;
-    pthread_mutex_t lock; /* guards reservations and the event cache */
+    pthread_mutex_t lock; /* guards reservations, shifted segments and the event cache */
     cuda_reservation *reservations;
+    cuda_shifted_segment *shifted;         /* rare: see cuda_segment_alloc */
     CUevent event_cache[CUDA_EVENT_CACHE]; /* destroyed events kept for reuse */
     int num_cached_events;
 } cuda_backend;
@@ -136,7 +151,7 @@ static coop_status check_page_range(cuda_backend *cb, const char *op, uintptr_t 
     *first = (addr - r->base) / page;
     *count = size / page;
     for (uint64_t i = *first; i < *first + *count; i++)
-        if (r->mapped[i] != want_mapped)
+        if (want_mapped ? r->mapped[i] != PAGE_MAPPED : r->mapped[i] == PAGE_MAPPED)
             return coop_set_error(COOP_ERR_INVALID,
                                   "cuda backend: %s of [%#jx, +%ju): page at %#jx is %s", op,
                                   (uintmax_t)addr, (uintmax_t)size, (uintmax_t)(r->base + i * page),
@@ -153,7 +168,7 @@ static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuMemUnmap", "at %#jx (%ju bytes)", (uintmax_t)at,
                                  (uintmax_t)page);
-    r->mapped[i] = 0;
+    r->mapped[i] = PAGE_UNMAPPED;
     rc = cb->drv.fn.cuMemRelease(r->handles[i]);
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuMemRelease", "of the page at %#jx",
@@ -180,7 +195,7 @@ static coop_status map_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
         return st;
     }
     r->handles[i] = handle;
-    r->mapped[i] = 1;
+    r->mapped[i] = PAGE_MAPPED;
     return COOP_OK;
 }
 
@@ -299,8 +314,14 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
         st = ctx_enter(cb, &scope);
     if (st == COOP_OK) {
         uint64_t done = 0;
-        while (done < count && (st = map_page(cb, r, first + done)) == COOP_OK)
+        while (done < count) {
+            uint64_t i = first + done;
+            if (r->mapped[i] == PAGE_STRAY)
+                r->mapped[i] = PAGE_MAPPED; /* still has its handle */
+            else if ((st = map_page(cb, r, i)) != COOP_OK)
+                break;
             done++;
+        }
         /* One cuMemSetAccess opens every page of the range: the driver
          * accepts a fully mapped range spanning several allocations, and a
          * call per page would cost a third of the driver calls again. */
@@ -310,15 +331,59 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
                 st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "of [%#jx, +%ju)",
                                        (uintmax_t)addr, (uintmax_t)size);
         }
-        /* all or nothing: undo the pages this call mapped (never used yet) */
-        while (st != COOP_OK && done > 0)
-            unmap_page(cb, r, first + --done);
+        /* all or nothing: undo the pages this call mapped (never used yet);
+         * a page that will not unmap stays as a stray (see page_state) */
+        if (st != COOP_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", coop_last_error());
+            while (done > 0) {
+                uint64_t i = first + --done;
+                if (unmap_page(cb, r, i) != COOP_OK && r->mapped[i] == PAGE_MAPPED)
+                    r->mapped[i] = PAGE_STRAY;
+            }
+            coop_set_error(st, "%s", why);
+        }
         ctx_leave(cb, &scope);
     }
     pthread_mutex_unlock(&cb->lock);
     return st;
 }
 
+/* Maps again, with fresh physical pages, every page of [first, first+count)
+ * that an interrupted unmap left unmapped, so that the range is wholly mapped
+ * as before the call (the pool unmaps only free pages: their contents do not
+ * matter). Returns the first failure. */
+static coop_status remap_unmapped(cuda_backend *cb, cuda_reservation *r, uint64_t first,
+                                  uint64_t count)
+{
+    uint64_t page = cb->base.page_size;
+    uint64_t i = first, end = first + count;
+    while (i < end) {
+        if (r->mapped[i]) {
+            i++;
+            continue;
+        }
+        uint64_t run = i;
+        coop_status st = COOP_OK;
+        while (i < end && !r->mapped[i] && (st = map_page(cb, r, i)) == COOP_OK)
+            i++;
+        if (st == COOP_OK && i > run) {
+            CUresult rc =
+                cb->drv.fn.cuMemSetAccess(r->base + run * page, (i - run) * page, &cb->access, 1);
+            if (rc != CUDA_SUCCESS)
+                st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "of [%#jx, +%ju)",
+                                       (uintmax_t)(r->base + run * page),
+                                       (uintmax_t)((i - run) * page));
+        }
+        if (st != COOP_OK)
+            return st;
+    }
+    return COOP_OK;
+}
+
+/* All or nothing, as backend.h requires: if a page fails to unmap, the pages
+ * unmapped before it are mapped again, so the pool's page map (which keeps
+ * the range mapped on failure) stays true. */
 static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
 {
     cuda_backend *cb = as_cuda(be);
@@ -333,6 +398,17 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
         st = device_sync(cb);
         for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
             st = unmap_page(cb, r, i);
+        if (st != COOP_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", coop_last_error());
+            if (remap_unmapped(cb, r, first, count) != COOP_OK)
+                coop_set_error(COOP_ERR_BACKEND,
+                               "%s; mapping its pages again failed too (%s): the device's "
+                               "mappings no longer match the pool's",
+                               why, coop_last_error());
+            else
+                coop_set_error(st, "%s", why);
+        }
         ctx_leave(cb, &scope);
     }
     pthread_mutex_unlock(&cb->lock);
@@ -343,6 +419,22 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
  * Segments (no VMM)
  * ---------------------------------------------------------------------- */
 
+/* The pool tiles a segment with blocks aligned to COOP_ALIGN (512 bytes).
+ * cuMemAlloc promises only 256 ("any address ... returned by one of the
+ * memory allocation routines from the driver or runtime API is always aligned
+ * to at least 256 bytes", CUDA C++ Programming Guide, device memory accesses);
+ * in practice large allocations come page-aligned. */
+_Static_assert(COOP_ALIGN % 256 == 0, "cuMemAlloc's guaranteed alignment divides COOP_ALIGN");
+
+static coop_status mem_alloc(cuda_backend *cb, uint64_t size, CUdeviceptr *dptr)
+{
+    CUresult rc = cb->drv.fn.cuMemAlloc(dptr, size);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuMemAlloc", "(%ju bytes on device %d)",
+                                 (uintmax_t)size, cb->ordinal);
+    return COOP_OK;
+}
+
 static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t *addr)
 {
     cuda_backend *cb = as_cuda(be);
@@ -351,14 +443,51 @@ static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t
     if (st != COOP_OK)
         return st;
     CUdeviceptr dptr = 0;
-    CUresult rc = cb->drv.fn.cuMemAlloc(&dptr, size);
-    if (rc != CUDA_SUCCESS)
-        st = cuda_driver_error(&cb->drv, rc, "cuMemAlloc", "(%ju bytes on device %d)",
-                               (uintmax_t)size, cb->ordinal);
-    else
+    st = mem_alloc(cb, size, &dptr);
+    if (st == COOP_OK && dptr % COOP_ALIGN) {
+        /* allocate again with room to align up; keep the original for cuMemFree */
+        cuda_shifted_segment *shift = malloc(sizeof *shift);
+        cb->drv.fn.cuMemFree(dptr); /* never used: nothing to wait for */
+        if (!shift)
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "cuda backend: no host memory");
+        else
+            st = mem_alloc(cb, size + COOP_ALIGN, &dptr);
+        if (st == COOP_OK) {
+            shift->original = dptr;
+            shift->aligned = (dptr + COOP_ALIGN - 1) & ~(CUdeviceptr)(COOP_ALIGN - 1);
+            dptr = shift->aligned;
+            pthread_mutex_lock(&cb->lock);
+            shift->next = cb->shifted;
+            cb->shifted = shift;
+            pthread_mutex_unlock(&cb->lock);
+        } else {
+            free(shift);
+        }
+    }
+    if (st == COOP_OK)
         *addr = (uintptr_t)dptr;
     ctx_leave(cb, &scope);
     return st;
+}
+
+/* The address cuMemAlloc gave for the segment the pool knows at addr;
+ * forgets the shift when forget is set. */
+static CUdeviceptr segment_original(cuda_backend *cb, uintptr_t addr, bool forget)
+{
+    CUdeviceptr original = (CUdeviceptr)addr;
+    pthread_mutex_lock(&cb->lock);
+    for (cuda_shifted_segment **link = &cb->shifted; *link; link = &(*link)->next)
+        if ((*link)->aligned == (CUdeviceptr)addr) {
+            cuda_shifted_segment *shift = *link;
+            original = shift->original;
+            if (forget) {
+                *link = shift->next;
+                free(shift);
+            }
+            break;
+        }
+    pthread_mutex_unlock(&cb->lock);
+    return original;
 }
 
 static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t size)
@@ -370,10 +499,12 @@ static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t 
         return st;
     st = device_sync(cb);
     if (st == COOP_OK) {
-        CUresult rc = cb->drv.fn.cuMemFree((CUdeviceptr)addr);
+        CUresult rc = cb->drv.fn.cuMemFree(segment_original(cb, addr, false));
         if (rc != CUDA_SUCCESS)
             st = cuda_driver_error(&cb->drv, rc, "cuMemFree", "of [%#jx, +%ju)", (uintmax_t)addr,
                                    (uintmax_t)size);
+        else
+            segment_original(cb, addr, true);
     }
     ctx_leave(cb, &scope);
     return st;
@@ -478,6 +609,11 @@ static void cuda_destroy(coop_backend *be)
         free(r->mapped);
         free(r);
     }
+    while (cb->shifted) { /* the pool frees its segments first; records only */
+        cuda_shifted_segment *shift = cb->shifted;
+        cb->shifted = shift->next;
+        free(shift);
+    }
     while (entered && cb->num_cached_events > 0)
         cb->drv.fn.cuEventDestroy(cb->event_cache[--cb->num_cached_events]);
     if (entered)
@@ -503,7 +639,8 @@ static const coop_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-/* Segment backends still report a page size: the pool rounds segments to it. */
+/* Segment backends still report a page size: the pool rounds segments to it.
+ * The device's allocation granularity where the driver reports one, else this. */
 #define COOP_CUDA_SEGMENT_GRANULE (2u << 20)
 
 /* Device queries once the primary context is current. */
@@ -534,17 +671,21 @@ static coop_status query_device(cuda_backend *cb, bool want_vmm)
 
     cb->base.has_vmm = want_vmm && vmm;
     cb->base.page_size = COOP_CUDA_SEGMENT_GRANULE;
-    if (cb->base.has_vmm) {
+    if (vmm) {
+        /* cuMemCreate sizes and cuMemMap ranges must be multiples of the
+         * minimum granularity; segments are rounded to it too (2 MiB on
+         * current GPUs, the physical page size) */
         size_t granularity = 0;
         rc = d->fn.cuMemGetAllocationGranularity(&granularity, &cb->prop,
                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM);
         if (rc != CUDA_SUCCESS)
             return cuda_driver_error(d, rc, "cuMemGetAllocationGranularity", "(device %d)",
                                      cb->ordinal);
-        if (granularity == 0)
+        if (granularity == 0 || (granularity & (granularity - 1)))
             return coop_set_error(COOP_ERR_BACKEND,
-                                  "CUDA driver: device %d reports a zero allocation granularity",
-                                  cb->ordinal);
+                                  "CUDA driver: device %d reports an allocation granularity of "
+                                  "%zu bytes (not a power of two)",
+                                  cb->ordinal, granularity);
         cb->base.page_size = granularity;
     }
     return COOP_OK;

@@ -63,16 +63,19 @@ void cuda_driver_unload(cuda_driver *drv)
 coop_status cuda_driver_error(const cuda_driver *drv, CUresult rc, const char *call,
                               const char *what_fmt, ...)
 {
-    const char *err_name = NULL;
+    const char *err_name = NULL, *err_text = NULL;
     if (!drv->fn.cuGetErrorName || drv->fn.cuGetErrorName(rc, &err_name) != CUDA_SUCCESS ||
         !err_name)
         err_name = "unknown CUDA error";
+    if (!drv->fn.cuGetErrorString || drv->fn.cuGetErrorString(rc, &err_text) != CUDA_SUCCESS ||
+        !err_text)
+        err_text = "no description";
     char what[256];
     va_list ap;
     va_start(ap, what_fmt);
     vsnprintf(what, sizeof what, what_fmt, ap);
     va_end(ap);
     coop_status st = rc == CUDA_ERROR_OUT_OF_MEMORY ? COOP_ERR_NOMEM : COOP_ERR_BACKEND;
-    return coop_set_error(st, "CUDA driver: %s failed with %s (%d) %s", call, err_name, (int)rc,
-                          what);
+    return coop_set_error(st, "CUDA driver: %s failed with %s (%d: %s) %s", call, err_name, (int)rc,
+                          err_text, what);
 }

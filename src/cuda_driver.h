@@ -18,6 +18,7 @@
 /* X(name) for every driver entry point coop calls. */
 #define COOP_CUDA_DRIVER_FUNCTIONS(X)                                                              \
     X(cuGetErrorName)                                                                              \
+    X(cuGetErrorString)                                                                            \
     X(cuInit)                                                                                      \
     X(cuDeviceGetCount)                                                                            \
     X(cuDeviceGet)                                                                                 \
@@ -63,7 +64,8 @@ void cuda_driver_unload(cuda_driver *drv);
 
 /* Sets the thread's error for a failed driver call and returns
  * COOP_ERR_BACKEND (COOP_ERR_NOMEM for CUDA_ERROR_OUT_OF_MEMORY).
- * The message names the call, the driver's error name and what was asked. */
+ * The message names the call, the driver's error name, number and
+ * description (cuGetErrorString), and what was asked. */
 coop_status cuda_driver_error(const cuda_driver *drv, CUresult rc, const char *call,
                               const char *what_fmt, ...) __attribute__((format(printf, 4, 5)));
 

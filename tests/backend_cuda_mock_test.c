@@ -20,10 +20,12 @@
 #include "pool_sequence.h"
 
 #define MIB (1ull << 20)
+/* cuda.h's CU_STREAM_PER_THREAD as a coop_stream */
+#define CU_STREAM_PER_THREAD_HANDLE ((coop_stream)(uintptr_t)CU_STREAM_PER_THREAD)
 
 typedef struct mock_counters {
     long mapped_bytes, live_handles, live_events, live_segments, syncs, unsafe_releases, no_context,
-        retained, accessible_bytes, access_calls, event_creates;
+        retained, accessible_bytes, access_calls, event_creates, live_reservations, live_streams;
 } mock_counters;
 
 static char mock_path[4096];
@@ -32,6 +34,61 @@ static void (*mock_counters_fn)(mock_counters *);
 static void (*mock_fail_nth)(const char *, int, int);
 static void (*mock_hold_streams)(bool);
 static void (*mock_set_memory)(long);
+
+static int (*mock_hold_stream)(CUstream, bool);
+static void (*mock_set_granularity)(size_t);
+
+/* The driver entry point name (cuda.h maps some to versioned names). */
+#define MOCK_STRINGIFY(x) #x
+#define MOCK_SYMBOL(x) MOCK_STRINGIFY(x)
+
+/* Runs fn with device 0's primary context current, as an application would. */
+static CUresult with_primary_context(CUresult (*fn)(void *), void *arg)
+{
+    CUresult (*retain)(CUcontext *, CUdevice);
+    CUresult (*release)(CUdevice);
+    CUresult (*push)(CUcontext);
+    CUresult (*pop)(CUcontext *);
+    *(void **)&retain = dlsym(mock_lib, "cuDevicePrimaryCtxRetain");
+    *(void **)&release = dlsym(mock_lib, MOCK_SYMBOL(cuDevicePrimaryCtxRelease));
+    *(void **)&push = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPushCurrent));
+    *(void **)&pop = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPopCurrent));
+    CUcontext ctx = NULL;
+    assert_int_equal(retain(&ctx, 0), CUDA_SUCCESS);
+    assert_int_equal(push(ctx), CUDA_SUCCESS);
+    CUresult rc = fn(arg);
+    assert_int_equal(pop(&ctx), CUDA_SUCCESS);
+    assert_int_equal(release(0), CUDA_SUCCESS);
+    return rc;
+}
+
+static CUresult create_stream_in_context(void *arg)
+{
+    CUresult (*create)(CUstream *, unsigned);
+    *(void **)&create = dlsym(mock_lib, "cuStreamCreate");
+    return create((CUstream *)arg, CU_STREAM_NON_BLOCKING);
+}
+
+static CUresult destroy_stream_in_context(void *arg)
+{
+    CUresult (*destroy)(CUstream);
+    *(void **)&destroy = dlsym(mock_lib, MOCK_SYMBOL(cuStreamDestroy));
+    return destroy(*(CUstream *)arg);
+}
+
+/* A stream created as an application creates one (cuStreamCreate). */
+static coop_stream new_stream(void)
+{
+    CUstream s = NULL;
+    assert_int_equal(with_primary_context(create_stream_in_context, &s), CUDA_SUCCESS);
+    return (coop_stream)s;
+}
+
+static void destroy_stream(coop_stream stream)
+{
+    CUstream s = (CUstream)stream;
+    assert_int_equal(with_primary_context(destroy_stream_in_context, &s), CUDA_SUCCESS);
+}
 
 static mock_counters counters(void)
 {
@@ -47,6 +104,7 @@ static int use_mock(void **state)
     unsetenv("MOCK_CUDA_NO_VMM");
     unsetenv("MOCK_CUDA_NO_DEVICE");
     mock_set_memory(1l << 30);
+    mock_set_granularity(2 * MIB);
     mock_hold_streams(false);
     return 0;
 }
@@ -65,6 +123,8 @@ static int check_clean(void **state)
     assert_int_equal(c.no_context, 0);
     assert_int_equal(c.retained, 0);
     assert_int_equal(c.accessible_bytes, 0);
+    assert_int_equal(c.live_reservations, 0);
+    assert_int_equal(c.live_streams, 0);
     return 0;
 }
 
@@ -130,7 +190,8 @@ static void test_vmm_pages_unmap_alone(void **state)
 
     /* queued work, then the middle page alone: the backend must sync first */
     coop_event ev;
-    assert_int_equal(be->ops->event_record(be, 3, &ev), COOP_OK);
+    coop_stream stream = new_stream();
+    assert_int_equal(be->ops->event_record(be, stream, &ev), COOP_OK);
     long syncs = counters().syncs;
     assert_int_equal(be->ops->unmap(be, base + 2 * MIB, 2 * MIB), COOP_OK);
     assert_true(counters().syncs > syncs);
@@ -144,6 +205,7 @@ static void test_vmm_pages_unmap_alone(void **state)
     assert_int_equal(counters().mapped_bytes, 0);
     assert_int_equal(be->ops->release(be, base, 64 * MIB), COOP_OK);
     coop_backend_destroy(be);
+    destroy_stream(stream);
 }
 
 static void test_vmm_bad_ranges_leave_state(void **state)
@@ -192,7 +254,7 @@ static void test_vmm_driver_failure_midway(void **state)
     /* out of device memory is COOP_ERR_NOMEM, the pool's retry signal */
     mock_set_memory(8 * MIB);
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 8 * MIB), COOP_ERR_NOMEM);
-    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_OUT_OF_MEMORY (2: out of memory)"));
     assert_int_equal(counters().mapped_bytes, 2 * MIB);
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 6 * MIB), COOP_OK);
     assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
@@ -202,14 +264,65 @@ static void test_vmm_driver_failure_midway(void **state)
     coop_backend_destroy(be);
 }
 
+/* backend.h: "A failure leaves the pages mapped". A cuMemUnmap failing on
+ * the second page of three must not leave the first unmapped: the pool keeps
+ * the range as mapped and may hand it out again. */
+static void test_vmm_unmap_failure_leaves_range_mapped(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    mock_fail_nth("cuMemUnmap", 2, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemUnmap"));
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_UNKNOWN"));
+    assert_int_equal(counters().mapped_bytes, 6 * MIB);
+    assert_int_equal(counters().accessible_bytes, 6 * MIB);
+    /* the pool's retry finds every page mapped, as it believes */
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 0);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
+/* A failed map is undone page by page; if undoing a page fails too, that
+ * page stays mapped in the driver while the pool believes the range
+ * unmapped. The pool's next map of the range must still succeed. */
+static void test_vmm_map_rollback_failure(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemSetAccess"));
+    assert_int_equal(counters().mapped_bytes, 2 * MIB); /* the page whose undo failed */
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 6 * MIB);
+    assert_int_equal(counters().accessible_bytes, 6 * MIB);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 0);
+    /* and a page left so is released with its reservation */
+    mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 4 * MIB), COOP_ERR_BACKEND);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
 static void test_events(void **state)
 {
     (void)state;
     coop_backend *be = create_vmm();
     coop_event ev;
     bool done = false;
+    coop_stream stream = new_stream();
     mock_hold_streams(true);
-    assert_int_equal(be->ops->event_record(be, 0x7f00, &ev), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, stream, &ev), COOP_OK);
     assert_int_equal(be->ops->event_query(be, ev, &done), COOP_OK);
     assert_false(done);
     mock_hold_streams(false);
@@ -235,8 +348,30 @@ static void test_events(void **state)
     for (int i = 0; i < 80; i++)
         be->ops->event_destroy(be, many[i]);
     assert_int_equal(counters().live_events, 64);
+    /* an event captures the work queued before it, on its own stream only */
+    coop_event before, after, other;
+    assert_int_equal(be->ops->event_record(be, stream, &before), COOP_OK);
+    assert_int_equal(mock_hold_stream((CUstream)stream, true), 0);
+    assert_int_equal(be->ops->event_record(be, stream, &after), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 0, &other), COOP_OK);
+    assert_int_equal(be->ops->event_query(be, before, &done), COOP_OK);
+    assert_true(done);
+    assert_int_equal(be->ops->event_query(be, after, &done), COOP_OK);
+    assert_false(done);
+    assert_int_equal(be->ops->event_query(be, other, &done), COOP_OK);
+    assert_true(done);
+    assert_int_equal(mock_hold_stream((CUstream)stream, false), 0);
+    assert_int_equal(be->ops->event_query(be, after, &done), COOP_OK);
+    assert_true(done);
+    be->ops->event_destroy(be, before);
+    be->ops->event_destroy(be, after);
+    be->ops->event_destroy(be, other);
+    /* a stream nobody created is the driver's CUDA_ERROR_INVALID_HANDLE */
+    assert_int_equal(be->ops->event_record(be, 0x7f00, &ev), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_INVALID_HANDLE"));
     coop_backend_destroy(be);
     assert_int_equal(counters().live_events, 0);
+    destroy_stream(stream);
 }
 
 static void test_segments_without_vmm(void **state)
@@ -249,8 +384,12 @@ static void test_segments_without_vmm(void **state)
     assert_int_equal(be->ops->segment_alloc(be, 20 * MIB, &a), COOP_OK);
     assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &b), COOP_OK);
     assert_int_equal(counters().live_segments, 2);
+    /* the mock's cuMemAlloc gives 256-byte alignment only, as documented;
+     * the pool's blocks need 512 */
+    assert_int_equal(a % 512, 0);
+    assert_int_equal(b % 512, 0);
     coop_event ev;
-    assert_int_equal(be->ops->event_record(be, 9, &ev), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, CU_STREAM_PER_THREAD_HANDLE, &ev), COOP_OK);
     be->ops->event_destroy(be, ev);
     assert_int_equal(be->ops->segment_free(be, a, 20 * MIB), COOP_OK);
     assert_int_equal(be->ops->segment_free(be, b, 4 * MIB), COOP_OK);
@@ -318,8 +457,10 @@ static void run_pool_on_mock(bool use_vmm)
     coop_config resolved;
     coop_pool_config(pool, &resolved);
     assert_int_equal(resolved.use_vmm, use_vmm);
-    run_pool_sequence(pool);
+    coop_stream side = new_stream();
+    run_pool_sequence(pool, side);
     coop_pool_destroy(pool);
+    destroy_stream(side);
 }
 
 static void test_pool_sequence_vmm(void **state)
@@ -362,7 +503,10 @@ int main(void)
     *(void **)&mock_fail_nth = dlsym(mock_lib, "mock_cuda_fail_nth");
     *(void **)&mock_hold_streams = dlsym(mock_lib, "mock_cuda_hold_streams");
     *(void **)&mock_set_memory = dlsym(mock_lib, "mock_cuda_set_memory");
-    if (!mock_counters_fn || !mock_fail_nth || !mock_hold_streams || !mock_set_memory) {
+    *(void **)&mock_hold_stream = dlsym(mock_lib, "mock_cuda_hold_stream");
+    *(void **)&mock_set_granularity = dlsym(mock_lib, "mock_cuda_set_granularity");
+    if (!mock_counters_fn || !mock_fail_nth || !mock_hold_streams || !mock_set_memory ||
+        !mock_hold_stream || !mock_set_granularity) {
         fprintf(stderr, "backend_cuda_mock_test: mock driver lacks its controls\n");
         return 1;
     }
@@ -373,6 +517,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_pages_unmap_alone, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_bad_ranges_leave_state, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_driver_failure_midway, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_unmap_failure_leaves_range_mapped, use_mock,
+                                        check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_map_rollback_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),

@@ -4,50 +4,144 @@
  * them to, acting on this process's address space (PROT_NONE, never touched).
  *
  * It checks what a real driver would refuse or what would corrupt a real
- * device: calls without a current context, unmapping or freeing while work
+ * device: calls before cuInit or without a current context (a primary
+ * context must be retained to be usable), unmapping or freeing while work
  * is queued (an event was recorded and no cuCtxSynchronize followed),
- * mappings that do not match exactly, leaked handles and events. Tests read
- * its counters and arm failures through mock_cuda_* functions (dlsym).
+ * mappings outside a reservation or not granularity multiples, reservations
+ * freed with another range than reserved, allocation properties other than
+ * pinned device memory on an existing device, events used after destroy,
+ * streams that were never created, leaked handles, reservations and events.
+ * Tests read its counters and arm failures through mock_cuda_* functions
+ * (dlsym). Each rule is one the driver API documentation states.
+ *
+ * Streams: 0 (legacy default), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD and
+ * those cuStreamCreate made (opaque small integers here). A test can hold a
+ * stream: events recorded on it while held stay incomplete until it is
+ * released, as if a kernel queued before them were still running.
  */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #define MOCK_EXPORT __attribute__((visibility("default")))
 #define MOCK_MAX_MAPPINGS 4096
-#define MOCK_GRANULE (2u << 20)
+#define MOCK_MAX_RESERVATIONS 256
+#define MOCK_MAX_STREAMS 64
+#define MOCK_DEVICES 2
 
 typedef struct mock_counters {
-    long mapped_bytes;     /* physical bytes currently mapped */
-    long live_handles;     /* cuMemCreate minus cuMemRelease */
-    long live_events;      /* cuEventCreate minus cuEventDestroy */
-    long live_segments;    /* cuMemAlloc minus cuMemFree */
-    long syncs;            /* cuCtxSynchronize calls */
-    long unsafe_releases;  /* unmap / cuMemFree while work was queued */
-    long no_context;       /* calls made without a current context */
-    long retained;         /* primary context references */
-    long accessible_bytes; /* cuMemMap'ed bytes opened by cuMemSetAccess */
-    long access_calls;     /* cuMemSetAccess calls */
-    long event_creates;    /* cuEventCreate calls */
+    long mapped_bytes;      /* physical bytes currently mapped */
+    long live_handles;      /* cuMemCreate minus cuMemRelease */
+    long live_events;       /* cuEventCreate minus cuEventDestroy */
+    long live_segments;     /* cuMemAlloc minus cuMemFree */
+    long syncs;             /* cuCtxSynchronize calls */
+    long unsafe_releases;   /* unmap / cuMemFree while work was queued */
+    long no_context;        /* calls made without a current context */
+    long retained;          /* primary context references */
+    long accessible_bytes;  /* cuMemMap'ed bytes opened by cuMemSetAccess */
+    long access_calls;      /* cuMemSetAccess calls */
+    long event_creates;     /* cuEventCreate calls */
+    long live_reservations; /* cuMemAddressReserve minus cuMemAddressFree */
+    long live_streams;      /* cuStreamCreate minus cuStreamDestroy */
 } mock_counters;
 
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
 static mock_counters counters;
 static long physical_limit = 1l << 30; /* bytes cuMemCreate + cuMemAlloc may hand out */
-static bool work_queued;               /* an event was recorded since the last sync */
-static bool streams_held;              /* events stay incomplete */
-static char fail_name[64];             /* the Nth next call of this entry point fails */
-static int fail_countdown;
-static CUresult fail_rc;
+/* Queued work: every cuEventRecord stands for kernels queued before it. Work
+ * queued after a sync may use memory that existed when it was queued: a
+ * release is unsafe if the memory is older than the last record and no
+ * cuCtxSynchronize followed that record. */
+static uint64_t record_epoch; /* cuEventRecord calls */
+static uint64_t synced_epoch; /* record_epoch at the last cuCtxSynchronize */
+static bool streams_held;     /* events stay incomplete */
+/* Armed failures: the Nth next call of an entry point fails (one slot per
+ * entry point, four at most at a time). */
+#define MOCK_FAIL_SLOTS 4
+static struct {
+    char name[64];
+    int countdown;
+    CUresult rc;
+} armed[MOCK_FAIL_SLOTS];
+static long calls;        /* calls that acquire or act (not the releasing ones) */
+static long fail_call_at; /* that call fails (0: none) */
+static CUresult fail_call_rc;
+static size_t granule = 2u << 20; /* cuMemGetAllocationGranularity's answer */
+/* cuMemAlloc's addresses are aligned to this and no more: the CUDA C++
+ * Programming Guide guarantees "at least 256 bytes", nothing beyond */
+static size_t alloc_alignment = 256;
+static bool initialized; /* cuInit succeeded */
+static long primary_retains[MOCK_DEVICES];
+
+static struct {
+    CUdeviceptr addr;
+    size_t size;
+} reservations[MOCK_MAX_RESERVATIONS];
+
+/* Per stream handle (index = handle value): created, held, hold generation. */
+static struct {
+    bool created;
+    bool held;
+    uint64_t generation;
+    /* a cuStreamWaitValue32 the stream is blocked on: while
+     * (int32_t)(*wait_addr - wait_value) < 0 */
+    const volatile uint32_t *wait_addr;
+    uint32_t wait_value;
+} streams[MOCK_MAX_STREAMS];
+
+/* cuMemHostAlloc'd blocks (the device pointer is the host address, UVA). */
+#define MOCK_MAX_HOST_ALLOCS 16
+static struct {
+    void *ptr;
+    size_t size;
+    bool device_mapped;
+} host_allocs[MOCK_MAX_HOST_ALLOCS];
+
+/* What cuMemsetD8Async wrote, oldest first, for cuMemcpyDtoH to read back
+ * (the mock's device memory is never touched; bytes never set read 0). */
+#define MOCK_MAX_MEMSETS 64
+static struct {
+    CUdeviceptr ptr;
+    size_t size;
+    unsigned char value;
+} memsets[MOCK_MAX_MEMSETS];
+static int num_memsets;
+
+/* Events are never freed, only marked dead, so a use after cuEventDestroy is
+ * detected without touching freed memory. */
+typedef struct mock_event {
+    bool live;
+    bool recorded;
+    CUstream stream;
+    uint64_t generation; /* the stream's hold generation when recorded, 0: not held */
+    const volatile uint32_t *wait_addr; /* the stream's wait when recorded, or NULL */
+    uint32_t wait_value;
+    struct mock_event *next_free;
+} mock_event;
+static mock_event *free_events;
+
+/* Destroyed events are kept for reuse; give them back when the library is
+ * unloaded (events still live at that point are the caller's leak). */
+__attribute__((destructor)) static void free_destroyed_events(void)
+{
+    while (free_events) {
+        mock_event *e = free_events;
+        free_events = e->next_free;
+        free(e);
+    }
+}
 
 static struct {
     CUdeviceptr addr;
     size_t size;
     bool accessible; /* cuMemSetAccess covered it (VMM mappings) */
+    bool segment;    /* a cuMemAlloc allocation (accessible as it is) */
+    uint64_t epoch;  /* record_epoch when it was made */
 } mappings[MOCK_MAX_MAPPINGS];
 
 static _Thread_local CUcontext ctx_stack[16];
@@ -59,6 +153,10 @@ MOCK_EXPORT void mock_cuda_counters(mock_counters *out);
 MOCK_EXPORT void mock_cuda_fail_nth(const char *entry_point, int nth, int rc);
 MOCK_EXPORT void mock_cuda_hold_streams(bool hold);
 MOCK_EXPORT void mock_cuda_set_memory(long bytes);
+MOCK_EXPORT void mock_cuda_set_granularity(size_t bytes);
+MOCK_EXPORT void mock_cuda_fail_call(long nth, int rc);
+MOCK_EXPORT long mock_cuda_calls(void);
+MOCK_EXPORT int mock_cuda_hold_stream(CUstream stream, bool hold);
 
 void mock_cuda_counters(mock_counters *out)
 {
@@ -70,9 +168,18 @@ void mock_cuda_counters(mock_counters *out)
 void mock_cuda_fail_nth(const char *entry_point, int nth, int rc)
 {
     pthread_mutex_lock(&mock_lock);
-    strncpy(fail_name, entry_point, sizeof fail_name - 1);
-    fail_countdown = nth;
-    fail_rc = (CUresult)rc;
+    int slot = -1;
+    for (int i = 0; i < MOCK_FAIL_SLOTS && slot < 0; i++)
+        if (strcmp(armed[i].name, entry_point) == 0)
+            slot = i;
+    for (int i = 0; i < MOCK_FAIL_SLOTS && slot < 0; i++)
+        if (!armed[i].name[0])
+            slot = i;
+    if (slot >= 0) {
+        strncpy(armed[slot].name, entry_point, sizeof armed[slot].name - 1);
+        armed[slot].countdown = nth;
+        armed[slot].rc = (CUresult)rc;
+    }
     pthread_mutex_unlock(&mock_lock);
 }
 
@@ -86,35 +193,133 @@ void mock_cuda_set_memory(long bytes)
     physical_limit = bytes;
 }
 
+void mock_cuda_set_granularity(size_t bytes)
+{
+    granule = bytes;
+}
+
+/* The stream's index in streams[], or -1 if it is not a valid handle. */
+static int stream_index(CUstream s)
+{
+    uintptr_t h = (uintptr_t)s;
+    if (h == 0 || h == (uintptr_t)CU_STREAM_LEGACY || h == (uintptr_t)CU_STREAM_PER_THREAD)
+        return (int)h;
+    return h < MOCK_MAX_STREAMS && streams[h].created ? (int)h : -1;
+}
+
+/* Whether stream s is blocked on its cuStreamWaitValue32 (which is forgotten
+ * once satisfied). Caller holds mock_lock. */
+static bool wait_pending(int s)
+{
+    if (streams[s].wait_addr && (int32_t)(*streams[s].wait_addr - streams[s].wait_value) < 0)
+        return true;
+    streams[s].wait_addr = NULL;
+    return false;
+}
+
+/* Holds (or releases) a stream; 0 on success, -1 for an invalid stream. */
+int mock_cuda_hold_stream(CUstream stream, bool hold)
+{
+    pthread_mutex_lock(&mock_lock);
+    int i = stream_index(stream);
+    if (i >= 0) {
+        if (hold && !streams[i].held)
+            streams[i].generation++;
+        streams[i].held = hold;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return i >= 0 ? 0 : -1;
+}
+
+/* Fails the nth call (counted from now) of any entry point that acquires
+ * or acts; the releasing ones (cuMemRelease, cuMemFree, cuMemAddressFree,
+ * cuEventDestroy, cuStreamDestroy, cuDevicePrimaryCtxRelease,
+ * cuCtxPopCurrent) are not counted: when they fail, what they release is
+ * lost whatever the caller does. */
+void mock_cuda_fail_call(long nth, int rc)
+{
+    pthread_mutex_lock(&mock_lock);
+    calls = 0;
+    fail_call_at = nth;
+    fail_call_rc = (CUresult)rc;
+    pthread_mutex_unlock(&mock_lock);
+}
+
+/* Counted calls since the last mock_cuda_fail_call. */
+long mock_cuda_calls(void)
+{
+    pthread_mutex_lock(&mock_lock);
+    long n = calls;
+    pthread_mutex_unlock(&mock_lock);
+    return n;
+}
+
+static bool releases(const char *name)
+{
+    static const char *const releasing[] = {"cuMemRelease",     "cuMemFree",
+                                            "cuMemAddressFree", "cuEventDestroy",
+                                            "cuStreamDestroy",  "cuDevicePrimaryCtxRelease",
+                                            "cuCtxPopCurrent"};
+    for (size_t i = 0; i < sizeof releasing / sizeof releasing[0]; i++)
+        if (strcmp(name, releasing[i]) == 0)
+            return true;
+    return false;
+}
+
 /* An armed failure for this entry point, consumed once. */
 static CUresult injected(const char *name)
 {
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&mock_lock);
-    if (fail_name[0] && strcmp(fail_name, name) == 0 && --fail_countdown == 0) {
-        rc = fail_rc;
-        fail_name[0] = '\0';
+    for (int i = 0; i < MOCK_FAIL_SLOTS; i++)
+        if (armed[i].name[0] && strcmp(armed[i].name, name) == 0 && --armed[i].countdown == 0) {
+            rc = armed[i].rc;
+            armed[i].name[0] = '\0';
+        }
+    if (!releases(name) && ++calls == fail_call_at) {
+        rc = fail_call_rc;
+        fail_call_at = 0;
+        if (getenv("MOCK_CUDA_TRACE"))
+            fprintf(stderr, "mock: failing call %ld: %s\n", calls, name);
     }
     pthread_mutex_unlock(&mock_lock);
     return rc;
 }
 
+/* Fake context handles: never dereferenced by the backend. */
+static char primary_contexts[MOCK_DEVICES];
+
+/* A context is current, and if it is a primary context, it is retained
+ * (a primary context whose last reference was released is inactive). */
 static bool has_context(void)
 {
-    if (ctx_depth > 0 && ctx_stack[ctx_depth - 1])
-        return true;
-    __atomic_add_fetch(&counters.no_context, 1, __ATOMIC_RELAXED);
-    return false;
+    CUcontext top = ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
+    bool ok = top != NULL;
+    for (int d = 0; ok && d < MOCK_DEVICES; d++)
+        if (top == (CUcontext)(void *)&primary_contexts[d])
+            ok = __atomic_load_n(&primary_retains[d], __ATOMIC_RELAXED) > 0;
+    if (!ok)
+        __atomic_add_fetch(&counters.no_context, 1, __ATOMIC_RELAXED);
+    return ok;
 }
 
+/* Every entry point but cuInit and the error-string calls needs cuInit first. */
 #define MOCK_ENTRY(name, needs_ctx)                                                                \
     do {                                                                                           \
         CUresult rc_ = injected(name);                                                             \
         if (rc_ != CUDA_SUCCESS)                                                                   \
             return rc_;                                                                            \
+        if (!__atomic_load_n(&initialized, __ATOMIC_ACQUIRE))                                      \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
         if ((needs_ctx) && !has_context())                                                         \
             return CUDA_ERROR_INVALID_CONTEXT;                                                     \
     } while (0)
+
+/* Pinned device memory on a device that exists: all coop may ask for. */
+static bool valid_location(const CUmemLocation *loc)
+{
+    return loc->type == CU_MEM_LOCATION_TYPE_DEVICE && loc->id >= 0 && loc->id < MOCK_DEVICES;
+}
 
 /* ---- errors, devices, contexts ---- */
 
@@ -142,9 +347,37 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr)
     case CUDA_ERROR_ILLEGAL_ADDRESS:
         *pStr = "CUDA_ERROR_ILLEGAL_ADDRESS";
         return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_HANDLE:
+        *pStr = "CUDA_ERROR_INVALID_HANDLE";
+        return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_INITIALIZED:
+        *pStr = "CUDA_ERROR_NOT_INITIALIZED";
+        return CUDA_SUCCESS;
+    case CUDA_ERROR_UNKNOWN:
+        *pStr = "CUDA_ERROR_UNKNOWN";
+        return CUDA_SUCCESS;
     default:
         *pStr = NULL;
         return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* A description for the errors the mock returns (the real driver's wording differs). */
+CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
+{
+    switch (error) {
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        *pStr = "out of memory";
+        return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_VALUE:
+        *pStr = "invalid argument";
+        return CUDA_SUCCESS;
+    default: {
+        const char *name = NULL;
+        CUresult rc = cuGetErrorName(error, &name);
+        *pStr = rc == CUDA_SUCCESS ? "mock driver error" : NULL;
+        return rc;
+    }
     }
 }
 
@@ -154,19 +387,23 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
     const char *no_device = getenv("MOCK_CUDA_NO_DEVICE");
     if (no_device && no_device[0] == '1')
         return CUDA_ERROR_NO_DEVICE;
-    return injected("cuInit");
+    CUresult rc = injected("cuInit");
+    if (rc == CUDA_SUCCESS)
+        __atomic_store_n(&initialized, true, __ATOMIC_RELEASE);
+    return rc;
 }
 
 CUresult CUDAAPI cuDeviceGetCount(int *count)
 {
-    *count = 2;
-    return injected("cuDeviceGetCount");
+    MOCK_ENTRY("cuDeviceGetCount", false);
+    *count = MOCK_DEVICES;
+    return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
 {
     MOCK_ENTRY("cuDeviceGet", false);
-    if (ordinal < 0 || ordinal >= 2)
+    if (ordinal < 0 || ordinal >= MOCK_DEVICES)
         return CUDA_ERROR_INVALID_VALUE;
     *device = ordinal;
     return CUDA_SUCCESS;
@@ -183,33 +420,38 @@ CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
     return CUDA_SUCCESS;
 }
 
-/* Fake context handles: never dereferenced by the backend. */
-static char primary_contexts[2];
-
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     MOCK_ENTRY("cuDevicePrimaryCtxRetain", false);
+    if (dev < 0 || dev >= MOCK_DEVICES)
+        return CUDA_ERROR_INVALID_VALUE;
     *pctx = (CUcontext)(void *)&primary_contexts[dev];
+    __atomic_add_fetch(&primary_retains[dev], 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&counters.retained, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-    (void)dev;
+    MOCK_ENTRY("cuDevicePrimaryCtxRelease", false);
+    if (dev < 0 || dev >= MOCK_DEVICES || primary_retains[dev] == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    __atomic_sub_fetch(&primary_retains[dev], 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&counters.retained, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
 {
+    MOCK_ENTRY("cuCtxGetCurrent", false);
     *pctx = ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
 {
-    if (ctx_depth == 16)
+    MOCK_ENTRY("cuCtxPushCurrent", false);
+    if (ctx_depth == 16 || !ctx)
         return CUDA_ERROR_INVALID_VALUE;
     ctx_stack[ctx_depth++] = ctx;
     return CUDA_SUCCESS;
@@ -217,6 +459,7 @@ CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx)
 
 CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
 {
+    MOCK_ENTRY("cuCtxPopCurrent", false);
     if (ctx_depth == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     *pctx = ctx_stack[--ctx_depth];
@@ -228,7 +471,7 @@ CUresult CUDAAPI cuCtxSynchronize(void)
     MOCK_ENTRY("cuCtxSynchronize", true);
     pthread_mutex_lock(&mock_lock);
     counters.syncs++;
-    work_queued = false;
+    synced_epoch = record_epoch;
     pthread_mutex_unlock(&mock_lock);
     return CUDA_SUCCESS;
 }
@@ -280,10 +523,10 @@ static void give_physical(long bytes)
     pthread_mutex_unlock(&mock_lock);
 }
 
-static void note_release(void)
+static void note_release(uint64_t created_epoch)
 {
     pthread_mutex_lock(&mock_lock);
-    if (work_queued)
+    if (synced_epoch < record_epoch && created_epoch < record_epoch)
         counters.unsafe_releases++;
     pthread_mutex_unlock(&mock_lock);
 }
@@ -295,17 +538,20 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
         return CUDA_ERROR_INVALID_VALUE;
     if (!take_physical((long)bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    void *p = reserve_aligned(bytesize, 512);
-    if (!p) {
+    char *span = reserve_aligned(bytesize + alloc_alignment, 2 * alloc_alignment);
+    if (!span) {
         give_physical((long)bytesize);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    void *p = span + alloc_alignment;
     /* remember the size in the mapping table to check cuMemFree */
     pthread_mutex_lock(&mock_lock);
     for (int i = 0; i < MOCK_MAX_MAPPINGS; i++)
         if (!mappings[i].addr) {
             mappings[i].addr = (CUdeviceptr)p;
             mappings[i].size = bytesize;
+            mappings[i].epoch = record_epoch;
+            mappings[i].segment = true;
             break;
         }
     counters.live_segments++;
@@ -315,18 +561,20 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 }
 
 /* Removes the exact mapping [addr, addr+size) (size 0: any size); returns
- * its size or 0 if there is none. */
-static size_t take_mapping(CUdeviceptr addr, size_t size)
+ * its size or 0 if there is none, and when it was made. */
+static size_t take_mapping(CUdeviceptr addr, size_t size, uint64_t *epoch)
 {
     size_t found = 0;
     pthread_mutex_lock(&mock_lock);
     for (int i = 0; i < MOCK_MAX_MAPPINGS; i++)
         if (mappings[i].addr == addr && (size == 0 || mappings[i].size == size)) {
             found = mappings[i].size;
+            *epoch = mappings[i].epoch;
             if (mappings[i].accessible)
                 counters.accessible_bytes -= (long)found;
             mappings[i].addr = 0;
             mappings[i].accessible = false;
+            mappings[i].segment = false;
             break;
         }
     pthread_mutex_unlock(&mock_lock);
@@ -336,12 +584,13 @@ static size_t take_mapping(CUdeviceptr addr, size_t size)
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
     MOCK_ENTRY("cuMemFree", true);
-    size_t size = take_mapping(dptr, 0);
+    uint64_t epoch = 0;
+    size_t size = take_mapping(dptr, 0, &epoch);
     if (!size)
         return CUDA_ERROR_INVALID_VALUE;
-    note_release();
+    note_release(epoch);
     give_physical((long)size);
-    munmap((void *)dptr, size);
+    munmap((char *)(uintptr_t)dptr - alloc_alignment, size + alloc_alignment);
     __atomic_sub_fetch(&counters.live_segments, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
@@ -349,33 +598,70 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                                CUmemAllocationGranularity_flags option)
 {
-    (void)option;
     MOCK_ENTRY("cuMemGetAllocationGranularity", false);
-    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || !valid_location(&prop->location) ||
+        (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+         option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
         return CUDA_ERROR_INVALID_VALUE;
-    *granularity = MOCK_GRANULE;
+    *granularity = granule;
     return CUDA_SUCCESS;
+}
+
+/* The reservation holding [ptr, ptr+size), or -1. Caller holds mock_lock. */
+static int find_reservation(CUdeviceptr ptr, size_t size)
+{
+    for (int i = 0; i < MOCK_MAX_RESERVATIONS; i++)
+        if (reservations[i].size && ptr >= reservations[i].addr && size <= reservations[i].size &&
+            ptr - reservations[i].addr <= reservations[i].size - size)
+            return i;
+    return -1;
 }
 
 CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
                                      CUdeviceptr addr, unsigned long long flags)
 {
-    (void)addr;
-    (void)flags;
+    (void)addr; /* a hint only */
     MOCK_ENTRY("cuMemAddressReserve", true);
-    if (size == 0 || size % MOCK_GRANULE)
+    /* flags: "currently unused, must be zero"; alignment: a power of two or 0 */
+    if (size == 0 || size % granule || flags != 0 || (alignment & (alignment - 1)))
         return CUDA_ERROR_INVALID_VALUE;
-    void *p = reserve_aligned(size, alignment ? alignment : MOCK_GRANULE);
+    void *p = reserve_aligned(size, alignment ? alignment : granule);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mock_lock);
+    int slot = -1;
+    for (int i = 0; i < MOCK_MAX_RESERVATIONS && slot < 0; i++)
+        if (!reservations[i].size)
+            slot = i;
+    if (slot >= 0) {
+        reservations[slot].addr = (CUdeviceptr)p;
+        reservations[slot].size = size;
+        counters.live_reservations++;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (slot < 0) {
+        munmap(p, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *ptr = (CUdeviceptr)p;
     return CUDA_SUCCESS;
 }
 
+/* "The size must match what was given to memAddressReserve and the ptr given
+ * must match what was returned from memAddressReserve." */
 CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     MOCK_ENTRY("cuMemAddressFree", true);
+    pthread_mutex_lock(&mock_lock);
+    int i = find_reservation(ptr, size);
+    bool exact = i >= 0 && reservations[i].addr == ptr && reservations[i].size == size;
+    if (exact) {
+        reservations[i].size = 0;
+        counters.live_reservations--;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (!exact)
+        return CUDA_ERROR_INVALID_VALUE;
     munmap((void *)ptr, size);
     return CUDA_SUCCESS;
 }
@@ -383,10 +669,9 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    (void)prop;
-    (void)flags;
     MOCK_ENTRY("cuMemCreate", true);
-    if (size == 0 || size % MOCK_GRANULE)
+    if (size == 0 || size % granule || flags != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        !valid_location(&prop->location))
         return CUDA_ERROR_INVALID_VALUE;
     if (!take_physical((long)size))
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -414,13 +699,15 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    (void)flags;
     MOCK_ENTRY("cuMemMap", true);
-    if (offset != 0 || size != *(size_t *)(uintptr_t)handle || ptr % MOCK_GRANULE)
+    if (offset != 0 || flags != 0 || size == 0 || size % granule ||
+        size != *(size_t *)(uintptr_t)handle || ptr % granule)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mock_lock);
-    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
-    for (int i = 0; i < MOCK_MAX_MAPPINGS; i++)
+    /* only inside a range cuMemAddressReserve gave */
+    CUresult rc =
+        find_reservation(ptr, size) >= 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < MOCK_MAX_MAPPINGS && rc == CUDA_ERROR_OUT_OF_MEMORY; i++)
         if (mappings[i].addr == ptr) {
             rc = CUDA_ERROR_INVALID_VALUE; /* already mapped */
             break;
@@ -429,6 +716,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         if (!mappings[i].addr) {
             mappings[i].addr = ptr;
             mappings[i].size = size;
+            mappings[i].epoch = record_epoch;
             mappings[i].accessible = false;
             rc = CUDA_SUCCESS;
         }
@@ -439,9 +727,10 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     MOCK_ENTRY("cuMemUnmap", true);
-    if (!take_mapping(ptr, size))
+    uint64_t epoch = 0;
+    if (!take_mapping(ptr, size, &epoch))
         return CUDA_ERROR_INVALID_VALUE;
-    note_release();
+    note_release(epoch);
     return CUDA_SUCCESS;
 }
 
@@ -451,7 +740,8 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
                                 size_t count)
 {
     MOCK_ENTRY("cuMemSetAccess", true);
-    if (count != 1 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || size == 0)
+    if (count != 1 || desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE || size == 0 ||
+        !valid_location(&desc->location))
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mock_lock);
     counters.access_calls++;
@@ -478,41 +768,303 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* ---- events ---- */
+/* ---- streams and events ---- */
+
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    (void)Flags;
+    MOCK_ENTRY("cuStreamCreate", true);
+    pthread_mutex_lock(&mock_lock);
+    int slot = -1;
+    for (int i = 3; i < MOCK_MAX_STREAMS && slot < 0; i++)
+        if (!streams[i].created)
+            slot = i;
+    if (slot >= 0) {
+        streams[slot].created = true;
+        streams[slot].held = false;
+        streams[slot].wait_addr = NULL;
+        counters.live_streams++;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (slot < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *phStream = (CUstream)(uintptr_t)slot;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamDestroy(CUstream hStream)
+{
+    MOCK_ENTRY("cuStreamDestroy", true);
+    pthread_mutex_lock(&mock_lock);
+    int i = stream_index(hStream);
+    bool ok = i >= 3;
+    if (ok) {
+        streams[i].created = false;
+        counters.live_streams--;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
 
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     MOCK_ENTRY("cuEventCreate", true);
     if (!(Flags & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_VALUE; /* coop never needs timing */
-    *phEvent = (CUevent)malloc(16);
+    pthread_mutex_lock(&mock_lock);
+    mock_event *e = free_events;
+    if (e)
+        free_events = e->next_free;
+    pthread_mutex_unlock(&mock_lock);
+    if (!e)
+        e = malloc(sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *e = (mock_event){.live = true};
+    *phEvent = (CUevent)(void *)e;
     __atomic_add_fetch(&counters.live_events, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&counters.event_creates, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
+/* Re-recording overwrites what the event captured. */
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 {
-    (void)hEvent;
-    (void)hStream;
     MOCK_ENTRY("cuEventRecord", true);
+    mock_event *e = (mock_event *)(void *)hEvent;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&mock_lock);
-    work_queued = true; /* the stream has (pretend) kernels queued */
+    int s = stream_index(hStream);
+    if (!e || !e->live || s < 0) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else {
+        e->recorded = true;
+        e->stream = hStream;
+        e->generation = streams[s].held ? streams[s].generation : 0;
+        e->wait_addr = wait_pending(s) ? streams[s].wait_addr : NULL;
+        e->wait_value = streams[s].wait_value;
+        record_epoch++; /* the stream has (pretend) kernels queued */
+    }
     pthread_mutex_unlock(&mock_lock);
-    return CUDA_SUCCESS;
+    return rc;
 }
 
+/* CUDA_ERROR_NOT_READY while the work the event captured is incomplete: its
+ * stream is still held in the generation it was recorded in. */
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
-    (void)hEvent;
     MOCK_ENTRY("cuEventQuery", true);
-    return streams_held ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    mock_event *e = (mock_event *)(void *)hEvent;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&mock_lock);
+    if (!e || !e->live) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else if (e->recorded) {
+        int s = stream_index(e->stream);
+        bool held = s >= 0 && streams[s].held && streams[s].generation == e->generation;
+        bool waiting = e->wait_addr && (int32_t)(*e->wait_addr - e->wait_value) < 0;
+        if (streams_held || (e->generation && held) || waiting)
+            rc = CUDA_ERROR_NOT_READY;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
 }
 
+/* An incomplete event may be destroyed: "the call does not block". */
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent)
 {
     MOCK_ENTRY("cuEventDestroy", true);
-    free(hEvent);
+    mock_event *e = (mock_event *)(void *)hEvent;
+    pthread_mutex_lock(&mock_lock);
+    bool ok = e && e->live;
+    if (ok) {
+        e->live = false;
+        e->next_free = free_events;
+        free_events = e;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
     __atomic_sub_fetch(&counters.live_events, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
+}
+
+/* ---- what tests/backend_cuda_test.c needs of a driver besides coop's ---- */
+
+/* Not ready while the stream is held or blocked on a wait. */
+CUresult CUDAAPI cuStreamQuery(CUstream hStream)
+{
+    MOCK_ENTRY("cuStreamQuery", true);
+    pthread_mutex_lock(&mock_lock);
+    int s = stream_index(hStream);
+    CUresult rc = s < 0                                ? CUDA_ERROR_INVALID_HANDLE
+                  : streams[s].held || wait_pending(s) ? CUDA_ERROR_NOT_READY
+                                                       : CUDA_SUCCESS;
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+/* A real driver blocks until the stream is idle; the mock cannot (nothing
+ * would ever release it), so a blocked stream is reported as
+ * CUDA_ERROR_NOT_READY: a deadlock on a device. */
+CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
+{
+    CUresult rc = cuStreamQuery(hStream);
+    return rc;
+}
+
+/* Only the default condition (CU_STREAM_WAIT_VALUE_GEQ), on host memory
+ * from cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP. */
+CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                     unsigned int flags)
+{
+    MOCK_ENTRY("cuStreamWaitValue32", true);
+    if (flags != CU_STREAM_WAIT_VALUE_GEQ || addr % 4)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&mock_lock);
+    int s = stream_index(stream);
+    bool mapped = false;
+    for (int i = 0; i < MOCK_MAX_HOST_ALLOCS && !mapped; i++)
+        mapped = host_allocs[i].ptr && host_allocs[i].device_mapped &&
+                 addr >= (CUdeviceptr)host_allocs[i].ptr &&
+                 addr + 4 <= (CUdeviceptr)host_allocs[i].ptr + host_allocs[i].size;
+    CUresult rc = s < 0     ? CUDA_ERROR_INVALID_HANDLE
+                  : !mapped ? CUDA_ERROR_INVALID_VALUE
+                            : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS && wait_pending(s))
+        rc = CUDA_ERROR_NOT_SUPPORTED; /* one wait at a time in the mock */
+    if (rc == CUDA_SUCCESS) {
+        streams[s].wait_addr = (const volatile uint32_t *)(uintptr_t)addr;
+        streams[s].wait_value = value;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    MOCK_ENTRY("cuMemHostAlloc", true);
+    if (bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = aligned_alloc(4096, (bytesize + 4095) & ~(size_t)4095);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mock_lock);
+    int slot = -1;
+    for (int i = 0; i < MOCK_MAX_HOST_ALLOCS && slot < 0; i++)
+        if (!host_allocs[i].ptr)
+            slot = i;
+    if (slot >= 0) {
+        host_allocs[slot].ptr = p;
+        host_allocs[slot].size = bytesize;
+        host_allocs[slot].device_mapped = Flags & CU_MEMHOSTALLOC_DEVICEMAP;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    if (slot < 0) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    MOCK_ENTRY("cuMemHostGetDevicePointer", true);
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mock_lock);
+    for (int i = 0; i < MOCK_MAX_HOST_ALLOCS; i++)
+        if (host_allocs[i].ptr && host_allocs[i].device_mapped &&
+            (char *)p >= (char *)host_allocs[i].ptr &&
+            (char *)p < (char *)host_allocs[i].ptr + host_allocs[i].size) {
+            *pdptr = (CUdeviceptr)(uintptr_t)p;
+            rc = CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+    MOCK_ENTRY("cuMemFreeHost", false);
+    bool found = false;
+    pthread_mutex_lock(&mock_lock);
+    for (int i = 0; i < MOCK_MAX_HOST_ALLOCS && !found; i++)
+        if (host_allocs[i].ptr == p) {
+            host_allocs[i].ptr = NULL;
+            found = true;
+        }
+    pthread_mutex_unlock(&mock_lock);
+    if (!found)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+/* Whether the device may read and write [ptr, ptr+size): inside cuMemAlloc
+ * allocations or VMM mappings opened by cuMemSetAccess. Caller holds mock_lock. */
+static bool device_accessible(CUdeviceptr ptr, size_t size)
+{
+    CUdeviceptr at = ptr, end = ptr + size;
+    while (at < end) {
+        int found = -1;
+        for (int i = 0; i < MOCK_MAX_MAPPINGS && found < 0; i++)
+            if (mappings[i].addr && mappings[i].addr <= at &&
+                at - mappings[i].addr < mappings[i].size &&
+                (mappings[i].accessible || mappings[i].segment))
+                found = i;
+        if (found < 0)
+            return false;
+        at = mappings[found].addr + mappings[found].size;
+    }
+    return true;
+}
+
+/* Queued work on the stream: a release of the memory before a sync is unsafe. */
+CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                 CUstream hStream)
+{
+    MOCK_ENTRY("cuMemsetD8Async", true);
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&mock_lock);
+    if (stream_index(hStream) < 0)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    else if (N == 0 || !device_accessible(dstDevice, N))
+        rc = CUDA_ERROR_INVALID_VALUE; /* a device would fault: CUDA_ERROR_ILLEGAL_ADDRESS */
+    else {
+        if (num_memsets == MOCK_MAX_MEMSETS) {
+            memmove(&memsets[0], &memsets[1], sizeof memsets[0] * (MOCK_MAX_MEMSETS - 1));
+            num_memsets--;
+        }
+        memsets[num_memsets].ptr = dstDevice;
+        memsets[num_memsets].size = N;
+        memsets[num_memsets].value = uc;
+        num_memsets++;
+        record_epoch++;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    MOCK_ENTRY("cuMemcpyDtoH", true);
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&mock_lock);
+    if (ByteCount == 0 || !device_accessible(srcDevice, ByteCount)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        unsigned char *out = dstHost;
+        memset(out, 0, ByteCount);
+        for (int k = 0; k < num_memsets; k++)
+            for (size_t b = 0; b < ByteCount; b++) {
+                CUdeviceptr at = srcDevice + b;
+                if (at >= memsets[k].ptr && at - memsets[k].ptr < memsets[k].size)
+                    out[b] = memsets[k].value;
+            }
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
 }

@@ -25,6 +25,11 @@
 #define MAX_BLOCKS 4096
 #define NUM_STREAMS 4
 #define TARGET_LIVE 128
+/* The pool's page size. A program that compiles this file again on another
+ * backend may set its own (tests/backend_cuda_test.c: a GPU's 2 MiB). */
+#ifndef RANDOM_MODEL_PAGE
+#define RANDOM_MODEL_PAGE (64 * KiB)
+#endif
 
 /* ---- Random numbers: xorshift64*, reproducible from the seed ---- */
 
@@ -323,7 +328,7 @@ static void op_bad_free(coop_pool *pool, uint64_t op)
 
 static void run_model(bool vmm, uint64_t ops)
 {
-    const uint64_t page = 64 * KiB, capacity = 128 * MiB, max_size = 4 * MiB;
+    const uint64_t page = RANDOM_MODEL_PAGE, capacity = 128 * MiB, max_size = 4 * MiB;
     memset(&M, 0, sizeof M);
     M.capacity = capacity;
     coop_config c;
