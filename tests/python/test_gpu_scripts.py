@@ -64,6 +64,129 @@ class NoDevice(unittest.TestCase):
             self.assertEqual(r.stdout, "", name)
 
 
+class Arguments(unittest.TestCase):
+    def test_bad_values_are_refused(self):
+        for args in (["--fraction", "1.5"], ["--fraction", "0"], ["--steps", "0"],
+                     ["--model", "alexnet"]):
+            r = run(TRAIN, "--dry-run", *args, timeout=60)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn("error", r.stderr)
+        r = run(RECORD, "--dry-run", "nosuchmodel", timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown model 'nosuchmodel'", r.stderr)
+
+    def test_children_take_fraction_zero(self):
+        """Full runs are children with --fraction 0.0 (no limit)."""
+        args = train_compare.parse(["--child", "--model", "resnet50", "--batch", "4",
+                                    "--fraction", "0.0", "--allocator", "coop"])
+        self.assertEqual((args.fraction, args.allocator, args.model), (0.0, "coop", ["resnet50"]))
+
+    def test_child_environment(self):
+        env = common.child_env()
+        self.assertEqual(env["CUBLAS_WORKSPACE_CONFIG"], ":4096:8")
+        self.assertEqual(env["PYTHONUNBUFFERED"], "1")
+        self.assertTrue(env["PYTHONPATH"].startswith(os.path.join(TOP, "python")))
+
+
+class TrainDryRun(unittest.TestCase):
+    def test_whole_run_lines_and_out_file(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "lines.jsonl")
+            r = run(TRAIN, "--dry-run", "--model", "resnet50", "--steps", "4", "--out", out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = lines(r.stdout)
+            with open(out) as f:
+                self.assertEqual([json.loads(x) for x in f], got)
+        env, native, coop, summary, mb_native, mb_coop = got
+        self.assertEqual((env["summary"], env["dry_run"]), ("environment", True))
+        self.assertIn("torch", env)
+        for rec, kind in ((native, "native"), (coop, "coop")):
+            self.assertEqual((rec["allocator"], rec["ok"], rec["batch"], rec["model"]),
+                             (kind, True, 64, "resnet50"))
+            self.assertEqual(rec["batch_shapes"], {"input": [1, 3, 224, 224], "target": [1]})
+            self.assertEqual(len(rec["losses"]), 2)
+            self.assertEqual(len(rec["step_times_ms"]), 2)
+            for key in ("peak_reserved_bytes", "peak_allocated_bytes", "step_time_ms_median"):
+                self.assertGreater(rec[key], 0, key)
+        # same seed, deterministic CPU step: the two children's losses agree
+        self.assertEqual(native["losses"], coop["losses"])
+        self.assertEqual(summary["summary"], "native_vs_coop")
+        self.assertEqual(summary["loss_max_abs_diff"], 0.0)
+        self.assertTrue(summary["losses_identical"])
+        for key in ("step_time_ratio_coop_over_native", "peak_reserved_native",
+                    "peak_reserved_coop", "peak_reserved_coop_over_native"):
+            self.assertIn(key, summary)
+        # the fake device: 40 GiB at fraction 0.5, 100 MiB a sample; coop 5% more
+        self.assertEqual((mb_native["allocator"], mb_native["max_batch"],
+                          mb_native["first_failing_batch"]), ("native", 409, 410))
+        self.assertEqual((mb_coop["allocator"], mb_coop["max_batch"]), ("coop", 430))
+        for mb in (mb_native, mb_coop):
+            self.assertTrue(mb["complete"])
+            self.assertEqual(mb["fraction"], 0.5)
+            self.assertEqual(mb["probes"][0]["batch"], 64)
+            ok = {p["batch"] for p in mb["probes"] if p["ok"]}
+            self.assertEqual(max(ok), mb["max_batch"])
+
+    def test_deadline_stops_before_starting_children(self):
+        r = run(TRAIN, "--dry-run", "--model", "resnet50", "--no-compare", "--deadline", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = lines(r.stdout)
+        self.assertEqual(len(got), 3)
+        for mb in got[1:]:
+            self.assertEqual((mb["summary"], mb["complete"], mb["max_batch"], mb["probes"]),
+                             ("max_batch", False, 0, []))
+
+    def test_gpt_builds_with_the_batch_asked(self):
+        loss_fn, opt, shapes = train_compare.build("gpt2_small", 2, "cpu", 7, ctx=8)
+        self.assertEqual(shapes, {"tokens": [2, 9]})
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        self.assertTrue(torch.isfinite(loss).item())
+
+
+class MaxBatchSearch(unittest.TestCase):
+    """train_compare.max_batch against a stand-in for the child runs."""
+
+    def search(self, limit, model="resnet50", stop_after=None):
+        calls = []
+
+        def fake_run(args, model, allocator, batch, steps, fraction):
+            calls.append(batch)
+            if stop_after is not None and len(calls) > stop_after:
+                return {"ok": False, "not_run": True, "error": "deadline"}
+            return {"ok": batch <= limit}
+
+        saved = train_compare.run
+        train_compare.run = fake_run
+        try:
+            args = type("Args", (), {"dry_run": True})()
+            return train_compare.max_batch(args, model, "native", 0.5), calls
+        finally:
+            train_compare.run = saved
+
+    def test_finds_the_exact_limit(self):
+        cap = train_compare.MODELS["resnet50"][1]
+        for limit in (0, 1, 2, 3, 50, 63, 64, 65, 100, 409, 1000, cap - 1):
+            r, calls = self.search(limit)
+            self.assertEqual((r["max_batch"], r["first_failing_batch"]), (limit, limit + 1),
+                             limit)
+            self.assertTrue(r["complete"])
+            self.assertEqual(len(calls), len(set(calls)), f"a batch probed twice: {calls}")
+
+    def test_capped(self):
+        cap = train_compare.MODELS["resnet50"][1]
+        r, _ = self.search(10 * cap)
+        self.assertEqual((r["max_batch"], r["first_failing_batch"], r["capped"]),
+                         (cap, None, True))
+
+    def test_deadline_gives_a_lower_bound(self):
+        r, calls = self.search(409, stop_after=4)
+        self.assertFalse(r["complete"])
+        self.assertEqual(len(r["probes"]), 4)
+        self.assertEqual(r["max_batch"], 256)  # 64, 128, 256 fit; 512 did not
+
+
 class RecordDryRun(unittest.TestCase):
     def test_writer_round_trip(self):
         with tempfile.TemporaryDirectory() as tmp:
