@@ -187,6 +187,125 @@ class MaxBatchSearch(unittest.TestCase):
         self.assertEqual(r["max_batch"], 256)  # 64, 128, 256 fit; 512 did not
 
 
+class ReplayReaders(unittest.TestCase):
+    def test_snapshot_blocks_from_before_the_recording_come_first(self):
+        mib = 1 << 20
+        snap = {
+            "segments": [{"stream": 0, "blocks": [
+                {"address": 100, "size": 4 * mib, "requested_size": 3 * mib,
+                 "state": "active_allocated"},  # allocated before, never freed
+                {"address": 200, "size": mib, "state": "active_allocated"},  # in the trace
+                {"address": 300, "size": mib, "state": "inactive"},
+            ]}],
+            "device_traces": [[
+                {"action": "free_requested", "addr": 50, "size": 2 * mib, "stream": 0},
+                {"action": "free_completed", "addr": 50, "size": 2 * mib, "stream": 0},
+                {"action": "alloc", "addr": 200, "size": mib, "stream": 7},
+                {"action": "alloc", "addr": 60, "size": 5 * mib, "stream": 0},
+                {"action": "free_requested", "addr": 60, "size": 5 * mib, "stream": 0},
+                {"action": "alloc", "addr": 70, "size": 6 * mib, "stream": 0},
+                {"action": "free_completed", "addr": 60, "size": 5 * mib, "stream": 0},
+                {"action": "free_completed", "addr": 70, "size": 6 * mib, "stream": 0},
+            ]],
+        }
+        ev = replay.snapshot_events(snap)
+        self.assertEqual(ev, [
+            ("A", 0, 2 * mib, 0),  # freed by the trace, allocated before it
+            ("A", 4, 3 * mib, 0),  # live at the end, never in the trace
+            ("F", 0, 0, 0),
+            ("A", 1, mib, 7),
+            ("A", 2, 5 * mib, 0),
+            ("F", 2, 0, 0),  # at free_requested; its free_completed is skipped
+            ("A", 3, 6 * mib, 0),
+            ("F", 3, 0, 0),
+        ])
+
+    def test_shipped_snapshot_matches_coop_reader(self):
+        """Peak live bytes as coop replay reports for this file (19352504320)."""
+        path = os.path.join(TOP, "..", "shared", "workloads", "torch-snapshots",
+                            "cs336-transformer-ctx128-forward.pickle.gz")
+        if not os.path.exists(path):
+            self.skipTest(f"{path} is absent")
+        live, sizes, peak = 0, {}, 0
+        for kind, ident, size, _ in replay.read_events(path):
+            if kind == "A":
+                sizes[ident] = size
+                live += size
+                peak = max(peak, live)
+            else:
+                live -= sizes.pop(ident)
+        self.assertEqual(peak, 19352504320)
+
+    def test_null_is_counted_and_never_freed(self):
+        """As torch's CUDAPluggableAllocator: a NULL is recorded once and a
+        second delete of it raises; unknown pointers raise."""
+        handed, next_ptr = set(), [4096]
+        deleted = []
+
+        def alloc(size, stream):
+            if size == 0 or size >= 1000:
+                return 0  # NULL: size 0 (as coop), or out of memory
+            next_ptr[0] += 4096
+            handed.add(next_ptr[0])
+            return next_ptr[0]
+
+        def delete(ptr):
+            if ptr not in handed:
+                raise RuntimeError("Trying to free a pointer not allocated here")
+            handed.remove(ptr)
+            deleted.append(ptr)
+
+        events = [("A", 1, 10, 0), ("A", 2, 5000, 0), ("A", 3, 6000, 0), ("A", 4, 0, 0),
+                  ("F", 2, 0, 0), ("F", 3, 0, 0), ("F", 4, 0, 0), ("A", 5, 20, 0)]
+        failed, error = replay.replay(events, alloc, delete)
+        self.assertEqual(failed, 2)
+        self.assertIn("5000", error)
+        self.assertEqual(handed, set())  # what stayed live is freed at the end
+        self.assertEqual(len(deleted), 2)
+
+    def test_exceptions_count_as_failures(self):
+        def alloc(size, stream):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
+
+        failed, error = replay.replay([("A", 1, 10, 0), ("F", 1, 0, 0)], alloc, None)
+        self.assertEqual((failed, error), (1, "CUDA out of memory. Tried to allocate 2.00 GiB"))
+
+
+class ReplayDryRun(unittest.TestCase):
+    def test_two_children_per_trace_and_a_summary(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "t.trace.gz")
+            with gzip.open(trace, "wt") as f:
+                f.write("coop-trace 1\nL 1 3000000 0\nA 2 1000 0\nF 2\nA 3 5000000 5\nF 1\nF 3\n")
+            snap = os.path.join(tmp, "s.pickle")
+            with open(snap, "wb") as f:
+                pickle.dump({"segments": [], "device_traces": [[
+                    {"action": "alloc", "addr": 1, "size": 512, "stream": 0},
+                    {"action": "free_completed", "addr": 1, "size": 512, "stream": 0}]]}, f)
+            out = os.path.join(tmp, "lines.jsonl")
+            r = run(REPLAY, "--dry-run", "--out", out, trace, snap)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = lines(r.stdout)
+            with open(out) as f:
+                self.assertEqual([json.loads(x) for x in f], got)
+        self.assertEqual(len(got), 1 + 2 * 3)
+        native, coop, summary = got[1:4]
+        self.assertEqual((native["allocator"], coop["allocator"]), ("native", "coop"))
+        self.assertEqual((native["events"], native["allocations"], native["failed_allocs"]),
+                         (6, 3, 0))
+        # fake: native rounds to 2 MiB pages, coop to 512 B; peak: blocks 1 and 3
+        self.assertEqual(native["peak_reserved_bytes"], (4 + 6) << 20)
+        self.assertEqual(coop["peak_reserved_bytes"], 3000320 + 5000192)
+        self.assertEqual(summary["summary"], "peak_reserved")
+        self.assertAlmostEqual(summary["coop_over_native"], 8000512 / (10 << 20))
+        self.assertEqual(got[4]["trace"], "s.pickle")
+
+    def test_missing_trace_is_an_error(self):
+        r = run(REPLAY, "--dry-run", "/nonexistent/x.trace")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no such trace", r.stderr)
+
+
 class RecordDryRun(unittest.TestCase):
     def test_writer_round_trip(self):
         with tempfile.TemporaryDirectory() as tmp:
