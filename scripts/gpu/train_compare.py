@@ -113,9 +113,18 @@ def fake_fits(model, allocator, batch, fraction):
 
 
 def set_determinism(torch):
+    """Same results under both allocators. Deterministic mode would also
+    fill every torch.empty with NaN (torch >= 2.1,
+    torch.utils.deterministic.fill_uninitialized_memory): an extra kernel
+    per allocation that would dilute the allocators' difference; off."""
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        import torch.utils.deterministic as deterministic
+    except ImportError:  # torch < 2.1: no filling
+        return
+    deterministic.fill_uninitialized_memory = False
 
 
 def dry_child(args, record):
