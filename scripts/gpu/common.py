@@ -157,7 +157,9 @@ def environment(dry_run):
     """What the figures were measured on: device, driver, torch, CUDA, date.
     Never initializes CUDA (the parent stays CUDA-free)."""
     env = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "python": platform.python_version(), "host": platform.node(), "dry_run": dry_run}
+           "python": platform.python_version(), "host": platform.node(), "dry_run": dry_run,
+           "conf_env": {k: os.environ.get(k) for k in
+                        ("COOP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}}
     try:
         import torch
 
