@@ -226,10 +226,14 @@ def run(args, model, allocator, batch, steps, fraction):
     return result
 
 
-def max_batch(args, model, allocator, fraction):
-    """The largest batch that trains PROBE_STEPS steps under fraction: from
-    the model's default batch, doubling (or halving) to a bracket, then
-    bisection. A summary line with every probe; complete is False when the
+def max_batch(args, model, allocator, fraction, hint=None):
+    """The largest batch that trains PROBE_STEPS steps under fraction.
+
+    Without hint: from the model's default batch, doubling (or halving) to
+    a bracket, then bisection. With hint (the other allocator's result):
+    from the hint, in steps of hint/32 that double (up or down) to a
+    bracket, then bisection: a few probes when the two allocators are
+    close. A summary line with every probe; complete is False when the
     deadline stopped the search (max_batch is then a lower bound)."""
     cap = MODELS[model][1]
     probes = []
@@ -242,25 +246,27 @@ def max_batch(args, model, allocator, fraction):
             raise TimeoutError
         return bool(r.get("ok"))
 
+    start = min(hint or MODELS[model][0], cap)
     lo, hi, complete = 0, None, True  # lo fits (0: none known), hi fails
     try:
-        b = min(MODELS[model][0], cap)
-        if fits(b):
-            lo = b
+        if fits(start):
+            lo = start
+            step = max(1, start // 32) if hint else start
             while lo < cap:
-                b = min(2 * lo, cap)
+                b = min(lo + step, cap)
                 if not fits(b):
                     hi = b
                     break
-                lo = b
+                lo, step = b, 2 * step
         else:
-            hi = b
+            hi = start
+            step = max(1, start // 32) if hint else (start + 1) // 2
             while hi > 1:
-                b = hi // 2
+                b = max(hi - step, 1)
                 if fits(b):
                     lo = b
                     break
-                hi = b
+                hi, step = b, 2 * step
         while hi is not None and hi - lo > 1:
             mid = (lo + hi) // 2
             if fits(mid):
@@ -274,7 +280,7 @@ def max_batch(args, model, allocator, fraction):
             "summary": "max_batch", "fraction": fraction, "max_batch": lo,
             "first_failing_batch": hi, "capped": hi is None and lo >= cap,
             "complete": complete, "probe_steps": PROBE_STEPS, "probes": probes,
-            "dry_run": args.dry_run}
+            "hint": hint, "dry_run": args.dry_run}
 
 
 def compare(model, runs):
@@ -344,8 +350,12 @@ def main(argv=None):
             if summary:
                 common.emit(summary)
         if not args.no_max_batch:
-            for a in common.ALLOCATORS:
-                common.emit(max_batch(args, model, a, fraction))
+            hint = None
+            for a in common.ALLOCATORS:  # native first; coop starts from its result
+                result = max_batch(args, model, a, fraction, hint=hint)
+                common.emit(result)
+                if result["complete"] and result["max_batch"] > 0 and not result["capped"]:
+                    hint = result["max_batch"]
     return 0
 
 

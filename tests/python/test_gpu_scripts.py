@@ -120,10 +120,12 @@ class TrainDryRun(unittest.TestCase):
         self.assertEqual((mb_native["allocator"], mb_native["max_batch"],
                           mb_native["first_failing_batch"]), ("native", 409, 410))
         self.assertEqual((mb_coop["allocator"], mb_coop["max_batch"]), ("coop", 430))
-        for mb in (mb_native, mb_coop):
+        self.assertEqual((mb_native["hint"], mb_coop["hint"]), (None, 409))
+        self.assertLess(len(mb_coop["probes"]), len(mb_native["probes"]))
+        for mb, first in ((mb_native, 64), (mb_coop, 409)):
             self.assertTrue(mb["complete"])
             self.assertEqual(mb["fraction"], 0.5)
-            self.assertEqual(mb["probes"][0]["batch"], 64)
+            self.assertEqual(mb["probes"][0]["batch"], first)
             ok = {p["batch"] for p in mb["probes"] if p["ok"]}
             self.assertEqual(max(ok), mb["max_batch"])
 
@@ -148,7 +150,7 @@ class TrainDryRun(unittest.TestCase):
 class MaxBatchSearch(unittest.TestCase):
     """train_compare.max_batch against a stand-in for the child runs."""
 
-    def search(self, limit, model="resnet50", stop_after=None):
+    def search(self, limit, model="resnet50", stop_after=None, hint=None):
         calls = []
 
         def fake_run(args, model, allocator, batch, steps, fraction):
@@ -161,7 +163,7 @@ class MaxBatchSearch(unittest.TestCase):
         train_compare.run = fake_run
         try:
             args = type("Args", (), {"dry_run": True})()
-            return train_compare.max_batch(args, model, "native", 0.5), calls
+            return train_compare.max_batch(args, model, "native", 0.5, hint=hint), calls
         finally:
             train_compare.run = saved
 
@@ -173,6 +175,21 @@ class MaxBatchSearch(unittest.TestCase):
                              limit)
             self.assertTrue(r["complete"])
             self.assertEqual(len(calls), len(set(calls)), f"a batch probed twice: {calls}")
+
+    def test_hint_from_the_other_allocator(self):
+        """coop's search starts at native's result and gallops from there:
+        exact, and fewer probes when the two are close."""
+        cap = train_compare.MODELS["resnet50"][1]
+        for limit, hint in ((430, 409), (409, 430), (409, 409), (5, 409), (cap, 409),
+                            (0, 409), (1000, 1)):
+            r, calls = self.search(limit, hint=hint)
+            self.assertEqual(r["max_batch"], limit, (limit, hint))
+            self.assertEqual(r["first_failing_batch"], None if limit == cap else limit + 1)
+            self.assertEqual(calls[0], hint)
+            self.assertEqual(len(calls), len(set(calls)), f"a batch probed twice: {calls}")
+        _, without = self.search(430)
+        _, with_hint = self.search(430, hint=409)
+        self.assertLess(len(with_hint), len(without))
 
     def test_capped(self):
         cap = train_compare.MODELS["resnet50"][1]
