@@ -9,7 +9,8 @@ fraction (--fraction, default 0.5). Every run is a child process, since
 PyTorch takes an allocator once per process.
 
     scripts/gpu/train_compare.py [--model M] [--steps 50] [--fraction 0.5]
-        [--conf CONF] [--out FILE] [--deadline S] [--no-max-batch] [--dry-run]
+        [--conf CONF] [--out FILE] [--deadline S] [--no-max-batch]
+        [--no-compare] [--search both|native|coop] [--hint N] [--dry-run]
 
 Lines: {"summary": "environment"} first; per run {"model", "allocator",
 "batch", "steps", "ok", "losses", "step_times_ms", "step_time_ms_median",
@@ -318,6 +319,11 @@ def parse(argv=None):
                    help="memory fraction of the largest-batch search (default 0.5)")
     p.add_argument("--no-max-batch", action="store_true", help="skip the largest-batch search")
     p.add_argument("--no-compare", action="store_true", help="skip the full native/coop runs")
+    p.add_argument("--search", choices=("both", "native", "coop"), default="both",
+                   help="whose largest batch to search (default both; to finish a search "
+                        "a deadline cut short)")
+    p.add_argument("--hint", type=int, default=0,
+                   help="start coop's search here (default: native's result of this run)")
     common.add_parent_options(p)
     args = p.parse_args(argv)
     if args.child:
@@ -326,6 +332,8 @@ def parse(argv=None):
         return args
     if not 0.0 < args.fraction <= 1.0:
         p.error(f"--fraction must be in (0, 1], not {args.fraction}")
+    if args.hint < 0:
+        p.error("--hint must be a batch size")
     if args.steps < 1 or args.batch < 0:
         p.error("--steps must be at least 1 and --batch at least 0 (0: the model's default)")
     return args
@@ -350,9 +358,11 @@ def main(argv=None):
             if summary:
                 common.emit(summary)
         if not args.no_max_batch:
-            hint = None
+            hint = args.hint or None
             for a in common.ALLOCATORS:  # native first; coop starts from its result
-                result = max_batch(args, model, a, fraction, hint=hint)
+                if args.search not in ("both", a):
+                    continue
+                result = max_batch(args, model, a, fraction, hint=hint if a == "coop" else None)
                 common.emit(result)
                 if result["complete"] and result["max_batch"] > 0 and not result["capped"]:
                     hint = result["max_batch"]

@@ -138,6 +138,14 @@ class TrainDryRun(unittest.TestCase):
             self.assertEqual((mb["summary"], mb["complete"], mb["max_batch"], mb["probes"]),
                              ("max_batch", False, 0, []))
 
+    def test_search_one_allocator_from_a_hint(self):
+        r = run(TRAIN, "--dry-run", "--model", "resnet50", "--no-compare", "--search", "coop",
+                "--hint", "420")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        (env, mb) = lines(r.stdout)
+        self.assertEqual((mb["allocator"], mb["hint"], mb["max_batch"], mb["probes"][0]["batch"]),
+                         ("coop", 420, 430, 420))
+
     def test_gpt_builds_with_the_batch_asked(self):
         loss_fn, opt, shapes = train_compare.build("gpt2_small", 2, "cpu", 7, ctx=8)
         self.assertEqual(shapes, {"tokens": [2, 9]})
