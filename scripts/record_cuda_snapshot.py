@@ -18,20 +18,35 @@ context=..., stacks=..., max_entries=...), _dump_snapshot) and torch 2.0
 (_record_memory_history(True, trace_alloc_max_entries=...), _snapshot()); torch
 1.13's allocator has no allocation trace (device_traces), so it is refused.
 
+Prints one JSON line per model (path, events by action, peaks, sizes, torch,
+GPU, the model's configuration); --out FILE appends them there too.
+
+--dry-run does everything but the device on the CPU: it checks the model
+names and the output folder, and writes and reads back a small synthetic
+snapshot with the same writer (DIR/dry-run.cuda.pickle.gz).
+
 Usage:
-  record_cuda_snapshot.py [--out-dir DIR] [--batch N] [--device cuda:0] [MODEL ...]
-Exits with status 2 and a message when no CUDA device is present.
+  record_cuda_snapshot.py [--out-dir DIR] [--batch N] [--device cuda:0]
+                          [--out FILE] [--dry-run] [MODEL ...]
+Exits 77 with a one-line message when no CUDA device is present (as the
+scripts in scripts/gpu/), 2 on bad arguments.
 """
 
 import argparse
 import gc
 import gzip
+import json
 import os
 import pickle
 import sys
 import time
 
 MAX_ENTRIES = 2_000_000  # ring-buffer size: far above one step's events
+NO_CUDA_EXIT = 77
+# Pickle protocol of the files written: coop's reader (src/trace/pickle.c)
+# takes 2 to 5; torch's own _dump_snapshot writes Python's default (4 on the
+# Pythons torch supports today). Fixed so a newer Python changes nothing.
+PICKLE_PROTOCOL = 4
 
 
 def start_history():
@@ -68,7 +83,7 @@ def snapshot_bytes():
 
     mem = torch.cuda.memory
     if hasattr(mem, "_snapshot"):
-        return pickle.dumps(mem._snapshot())
+        return pickle.dumps(mem._snapshot(), protocol=PICKLE_PROTOCOL)
     raise SystemExit("record_cuda_snapshot.py: torch %s has no torch.cuda.memory._snapshot" % torch.__version__)
 
 
@@ -83,7 +98,43 @@ def summarize(snap):
     return {"events": events, "actions": actions, "final_reserved_bytes": reserved}
 
 
-def record(name, batch, device, out_dir):
+def write_gz(path, data):
+    """data gzip-compressed to path, reproducibly (no name, mtime 0)."""
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+        gz.write(data)
+
+
+def emit(obj, out):
+    line = json.dumps(obj, sort_keys=True)
+    print(line, flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(line + "\n")
+
+
+def dry_run(out_dir, out):
+    """The writer and the summary on a synthetic two-event snapshot."""
+    snap = {
+        "segments": [{"device": 0, "address": 1 << 30, "total_size": 2 << 20, "stream": 0,
+                      "segment_type": "large", "allocated_size": 4096, "active_size": 4096,
+                      "blocks": [{"address": 1 << 30, "size": 4096, "requested_size": 4000,
+                                  "state": "active_allocated", "frames": []}]}],
+        "device_traces": [[{"action": "alloc", "addr": 1 << 30, "size": 4096, "stream": 0,
+                            "time_us": 1, "frames": []},
+                           {"action": "segment_alloc", "addr": 1 << 30, "size": 2 << 20,
+                            "stream": 0, "time_us": 0, "frames": []}]],
+    }
+    path = os.path.join(out_dir, "dry-run.cuda.pickle.gz")
+    write_gz(path, pickle.dumps(snap, protocol=PICKLE_PROTOCOL))
+    with gzip.open(path, "rb") as f:
+        back = pickle.load(f)
+    stats = summarize(back)
+    stats.update(path=path, bytes_gz=os.path.getsize(path), dry_run=True,
+                 round_trip=back == snap)
+    emit(stats, out)
+
+
+def record(name, batch, device, out_dir, out=None):
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -101,21 +152,24 @@ def record(name, batch, device, out_dir):
     data = snapshot_bytes()
     stop_history()
     path = os.path.join(out_dir, "%s-train-step.cuda.pickle.gz" % name)
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        gz.write(data)
+    write_gz(path, data)
     stats = summarize(pickle.loads(data))
     stats.update(
         {
+            "model": name,
+            "path": path,
             "max_allocated_bytes": torch.cuda.max_memory_allocated(device),
             "max_reserved_bytes": torch.cuda.max_memory_reserved(device),
             "bytes_gz": os.path.getsize(path),
             "seconds": round(time.time() - t0, 1),
             "history_api": api,
             "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
             "gpu": torch.cuda.get_device_name(device),
+            "config": w.config,
         }
     )
-    print("%s: %s config %s" % (path, stats, w.config), flush=True)
+    emit(stats, out)
     del w
     gc.collect()
     torch.cuda.empty_cache()
@@ -128,13 +182,27 @@ def main(argv=None):
     ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
     ap.add_argument("--batch", type=int, default=None, help="override the model's batch size")
     ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--out", default=None, help="also append every JSON line to this file")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="everything but the device: names, folder, the writer (CPU)")
     opts = ap.parse_args(argv)
 
+    sys.path.insert(0, here)
     try:
         import torch
-    except ImportError:
-        print("record_cuda_snapshot.py: PyTorch is not installed", file=sys.stderr)
-        return 2
+    except ImportError as e:
+        print("record_cuda_snapshot.py: no CUDA device: PyTorch is not importable (%s)" % e,
+              file=sys.stderr)
+        return NO_CUDA_EXIT
+    import models
+
+    for name in opts.models:
+        if name not in models.BUILDERS:
+            ap.error("unknown model %r (choose from %s)" % (name, ", ".join(models.BUILDERS)))
+    os.makedirs(opts.out_dir, exist_ok=True)
+    if opts.dry_run:
+        dry_run(opts.out_dir, opts.out)
+        return 0
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         print(
             "record_cuda_snapshot.py: no CUDA device present (torch %s, built with CUDA: %s); "
@@ -142,16 +210,9 @@ def main(argv=None):
             % (torch.__version__, torch.version.cuda or "no"),
             file=sys.stderr,
         )
-        return 2
-
-    sys.path.insert(0, here)
-    import models
-
-    os.makedirs(opts.out_dir, exist_ok=True)
+        return NO_CUDA_EXIT
     for name in opts.models or models.ALL:
-        if name not in models.BUILDERS:
-            ap.error("unknown model %r (choose from %s)" % (name, ", ".join(models.BUILDERS)))
-        record(name, opts.batch, opts.device, opts.out_dir)
+        record(name, opts.batch, opts.device, opts.out_dir, opts.out)
     return 0
 
 

@@ -119,17 +119,33 @@ def patch_torch(torch):
         if pool:
             native.library().coop_reset_peak_stats(pool)
 
+    # The replacements take every argument torch 1.13 .. 2.11 pass them
+    # (2.11: _snapshot(device=None, augment_with_fx_traces=False), called so
+    # by its own _dump_snapshot; memory_snapshot(mempool_id=None,
+    # include_traces=True)); coop has one pool per device and no frames, so
+    # the extra arguments change nothing.
+    def snapshot_compat(*args, **kwargs):
+        return snapshot()
+
+    def segments_compat(*args, **kwargs):
+        return snapshot()["segments"]
+
+    def dump_compat(filename="dump_snapshot.pickle", *args, **kwargs):
+        dump_snapshot(filename)
+
     replacements = {
         "memory_stats": stats,
         "reset_peak_memory_stats": reset_peak,
-        "memory_snapshot": lambda: snapshot()["segments"],
-        "_snapshot": lambda device=None: snapshot(),
+        "memory_snapshot": segments_compat,
+        "_snapshot": snapshot_compat,
+        "_dump_snapshot": dump_compat,
         "_record_memory_history": _record_history_compat,
     }
+    always = ("_dump_snapshot",)  # torch 1.13 lacks it; coop provides it anyway
     done = []
     for name, fn in replacements.items():
         for module in (memory, torch.cuda):
-            if hasattr(module, name):
+            if hasattr(module, name) or (module is memory and name in always):
                 setattr(module, name, fn)
                 if name not in done:
                     done.append(name)
@@ -177,8 +193,10 @@ def install(conf=None, *, torch_module=None, patch=True):
                 fn(_fn_address(lib, symbol))
                 hooks.append(setter)
         memory.change_current_allocator(allocator)
-        # PyTorch called its init before the hook could be set: tell coop the
-        # device count now (a count query creates no CUDA context).
+        # torch's _cuda_customAllocator calls init (with a device count of 0)
+        # before any hook can be set; CUDA's lazy init calls the init hook
+        # again later (coop_torch_init is idempotent). Tell coop the device
+        # count now (a count query creates no CUDA context).
         lib.coop_torch_init(int(torch.cuda.device_count()))
         if patch:
             patch_torch(torch)

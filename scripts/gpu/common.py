@@ -1,19 +1,33 @@
-"""Shared by the GPU scripts: CUDA presence, child processes, coop setup.
+"""Shared by the GPU scripts: CUDA presence, child processes, coop setup,
+JSON lines.
 
-An allocator can be chosen only once per process, so every measurement runs
-in its own child process (``--child``) and prints one JSON line; the parent
-collects them and prints them again with summaries.
+An allocator can be chosen only once per process (torch's
+change_current_allocator refuses once CUDA's allocator is initialized), so
+every measurement runs in its own child process (``--child``) and prints one
+JSON line; the parent collects them and prints them again with summaries
+(and appends every line to ``--out FILE`` when given).
+
+``--dry-run`` runs the whole orchestration on the CPU: children build the
+models on the CPU (or skip the device work) and report fake measurements,
+marked ``"dry_run": true``; no CUDA device or CUDA build of torch is needed.
 """
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import subprocess
 import sys
+import time
 
 TOP = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 NO_CUDA_EXIT = 77
 ALLOCATORS = ("native", "coop")  # what --allocator takes; parents run both
+DEADLINE_MARGIN_S = 5  # a child is not started with less time than this left
+
+_out_path = None  # --out: every emitted line is appended there too
+_deadline = None  # time.monotonic() after which no child starts (--deadline)
 
 
 def require_cuda(script):
@@ -31,9 +45,13 @@ def require_cuda(script):
 
 def child_env():
     """The environment for children: coop's package and library (libcoop.so
-    links no jemalloc, so dlopen needs no GLIBC_TUNABLES)."""
+    links no jemalloc, so dlopen needs no GLIBC_TUNABLES), unbuffered
+    output, and cuBLAS's deterministic workspace setting (needed by
+    torch.use_deterministic_algorithms; must be set before CUDA starts)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(TOP, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if "COOP_LIBRARY" not in env:
         lib = os.path.join(TOP, ".libs", "libcoop.so")
         if os.path.exists(lib):
@@ -43,29 +61,60 @@ def child_env():
 
 def arg_parser(doc):
     """The parser of a script that measures in --child processes: its
-    description (doc's first line) and --child (hidden)."""
+    description (doc's first line), --child (hidden) and --dry-run."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--dry-run", action="store_true",
+                   help="run everything but the device, on the CPU, with fake measurements")
     return p
 
 
 def add_parent_options(p):
-    """The parent's --conf (given on to coop children) and --timeout (seconds
-    a child may take), as run_child takes them."""
+    """The parent's --conf (given on to coop children), --timeout (seconds a
+    child may take), --deadline (seconds after which no child is started, so
+    a run fits a bounded device call) and --out (JSON lines file)."""
     p.add_argument("--conf", default=None, help="COOP_ALLOC_CONF for coop runs")
-    p.add_argument("--timeout", type=int, default=1800)
+    p.add_argument("--timeout", type=int, default=300, help="seconds one child may take")
+    p.add_argument("--deadline", type=float, default=0.0,
+                   help="seconds from the start after which no child is started (0: none)")
+    p.add_argument("--out", default=None, help="also append every JSON line to this file")
+
+
+def start_parent(opts, script):
+    """Applies --out and --deadline, and emits the environment line."""
+    global _out_path, _deadline
+    _out_path = opts.out
+    _deadline = time.monotonic() + opts.deadline if opts.deadline > 0 else None
+    emit(dict(environment(opts.dry_run), script=script, summary="environment",
+              argv=sys.argv[1:]))
+
+
+def time_left():
+    """Seconds before --deadline (None: no deadline)."""
+    return None if _deadline is None else _deadline - time.monotonic()
 
 
 def run_child(script_path, args, opts):
-    """Runs script_path --child args (and --conf opts.conf if set) for at most
-    opts.timeout seconds; returns (parsed last JSON line or None, rc, stderr tail)."""
+    """Runs script_path --child args (with --conf and --dry-run when set) for
+    at most opts.timeout seconds, or what is left before --deadline; returns
+    (parsed last JSON line or None, rc, stderr tail). rc is -1 on a timeout
+    and -2 when the deadline left no time to start it."""
+    timeout = opts.timeout
+    left = time_left()
+    if left is not None:
+        if left < DEADLINE_MARGIN_S:
+            return None, -2, "not started: --deadline reached"
+        timeout = min(timeout, left)
+    args = [str(a) for a in args]
     if opts.conf:
-        args = list(args) + ["--conf", opts.conf]
-    cmd = [sys.executable, script_path, "--child"] + [str(a) for a in args]
+        args += ["--conf", opts.conf]
+    if opts.dry_run:
+        args.append("--dry-run")
+    cmd = [sys.executable, script_path, "--child"] + args
     try:
-        r = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=opts.timeout)
+        r = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return None, -1, "timeout"
+        return None, -1, f"timeout after {timeout:.0f} s"
     result = None
     for line in r.stdout.splitlines():
         line = line.strip()
@@ -78,7 +127,49 @@ def run_child(script_path, args, opts):
 
 
 def emit(obj):
-    print(json.dumps(obj, sort_keys=True), flush=True)
+    """Prints obj as one JSON line (sorted keys); appends it to --out."""
+    line = json.dumps(obj, sort_keys=True)
+    print(line, flush=True)
+    if _out_path:
+        with open(_out_path, "a") as f:
+            f.write(line + "\n")
+
+
+def finish_child(rc):
+    """Ends a child at once after its JSON line: skips interpreter and CUDA
+    teardown, which can hang or abort after a failed step (a NULL from coop
+    ends in an illegal address, which poisons the CUDA context)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+def _nvidia_smi(query):
+    try:
+        r = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30)
+        return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(dry_run):
+    """What the figures were measured on: device, driver, torch, CUDA, date.
+    Never initializes CUDA (the parent stays CUDA-free)."""
+    env = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "python": platform.python_version(), "host": platform.node(), "dry_run": dry_run,
+           "conf_env": {k: os.environ.get(k) for k in
+                        ("COOP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}}
+    try:
+        import torch
+
+        env.update(torch=torch.__version__, torch_cuda=torch.version.cuda)
+    except ImportError:
+        env.update(torch=None, torch_cuda=None)
+    if not dry_run:
+        env.update(device=_nvidia_smi("name"), driver=_nvidia_smi("driver_version"),
+                   device_memory=_nvidia_smi("memory.total"))
+    return env
 
 
 def install_allocator(kind, conf):
@@ -89,23 +180,38 @@ def install_allocator(kind, conf):
         coop.torch.install(conf)
 
 
-def peak_reserved(kind, device=0):
-    import torch
+def coop_settings():
+    """coop's configuration in force (COOP_ALLOC_CONF resolved), as text."""
+    import ctypes
 
+    import coop.native
+
+    buf = ctypes.create_string_buffer(512)
+    coop.native.library().coop_torch_settings(buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
+def peak_reserved(kind, device=0):
+    """Peak reserved bytes of this process's allocator: torch's
+    reserved_bytes.all.peak (max_memory_reserved) for native; coop's own
+    statistics for coop (torch's memory_stats raises under a pluggable
+    allocator unless coop.torch patched it)."""
     if kind == "coop":
         import coop.torch
 
         return coop.torch.memory_stats(device)["reserved_bytes.all.peak"]
+    import torch
+
     return torch.cuda.max_memory_reserved(device)
 
 
 def peak_allocated(kind, device=0):
-    import torch
-
     if kind == "coop":
         import coop.torch
 
         return coop.torch.memory_stats(device)["allocated_bytes.all.peak"]
+    import torch
+
     return torch.cuda.max_memory_allocated(device)
 
 

@@ -8,10 +8,16 @@ allocator, and one summary line per trace.
 Traces: coop text traces (traces/*.trace[.gz], see traces/README.md) and
 PyTorch snapshots with device_traces (*.pickle[.gz], e.g.
 ../shared/workloads/torch-snapshots/). With no arguments, both folders.
+A snapshot's blocks that were allocated before recording started (freed
+during the trace, or still allocated in its final segments) are allocated
+first, as the `L` lines of a text trace: both allocators see the same
+live bytes as coop replay does.
 
     scripts/gpu/replay_native_vs_coop.py [TRACE ...] [--conf CONF]
+        [--out FILE] [--deadline S] [--dry-run]
 
-Exits 77 with a message when there is no CUDA device.
+Exits 77 with a one-line message when there is no CUDA device (unless
+--dry-run: then the children replay into a fake allocator on the CPU).
 """
 
 import glob
@@ -19,6 +25,7 @@ import gzip
 import os
 import pickle
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -35,23 +42,55 @@ class _PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing {module}.{name} in a snapshot")
 
 
+def snapshot_events(snap):
+    """[(kind, id, size, stream)] of a snapshot's first device trace, as
+    coop's reader (src/trace/reader_pickle.c) sees it: a block is freed at
+    its free_requested (the program's free; the allocator's own stream
+    waits are its business), else at free_completed; blocks allocated
+    before recording started come first: those the trace frees without
+    allocating them, and those allocated (or pending free) in the final
+    segments that the trace did not allocate (size: requested_size)."""
+    trace = snap.get("device_traces", [[]])[0] if isinstance(snap, dict) else []
+    trace = trace or []
+    events, before = [], []
+    live = {}  # address -> id, allocated and not freed yet
+    requested = set()  # addresses freed at free_requested, free_completed to come
+    next_id = 0
+    for e in trace:
+        action, addr = e.get("action"), e.get("addr")
+        if action == "alloc":
+            live[addr] = next_id
+            events.append(("A", next_id, e["size"], e.get("stream", 0)))
+            next_id += 1
+        elif action in ("free_requested", "free_completed"):
+            if action == "free_completed" and addr in requested:
+                requested.discard(addr)
+                continue
+            if addr in live:
+                events.append(("F", live.pop(addr), 0, 0))
+            else:  # allocated before recording started
+                before.append(("A", next_id, e["size"], e.get("stream", 0)))
+                events.append(("F", next_id, 0, 0))
+                next_id += 1
+            if action == "free_requested":
+                requested.add(addr)
+    for seg in snap.get("segments", []) if isinstance(snap, dict) else []:
+        for b in seg.get("blocks", []):
+            if (b.get("state") in ("active_allocated", "active_pending_free")
+                    and b["address"] not in live and b["address"] not in requested):
+                size = b.get("requested_size") or b["size"]
+                before.append(("A", next_id, size, seg.get("stream", 0)))
+                next_id += 1
+    return before + events
+
+
 def read_events(path):
     """[(kind, id, size, stream)] with kind 'A' (alloc) or 'F' (free)."""
-    events = []
     if ".pickle" in os.path.basename(path):
         with _open(path) as f:
             snap = _PlainUnpickler(f).load()
-        trace = snap["device_traces"][0] if isinstance(snap, dict) else []
-        live = {}
-        next_id = 0
-        for e in trace:
-            if e["action"] == "alloc":
-                live[e["addr"]] = next_id
-                events.append(("A", next_id, e["size"], e["stream"]))
-                next_id += 1
-            elif e["action"] == "free_completed" and e["addr"] in live:
-                events.append(("F", live.pop(e["addr"]), 0, 0))
-        return events
+        return snapshot_events(snap)
+    events = []
     with _open(path) as f:
         lines = f.read().decode().splitlines()
     header_seen = False
@@ -72,30 +111,88 @@ def read_events(path):
     return events
 
 
-def child(args):
-    common.install_allocator(args.allocator, args.conf)
-    import torch
-
-    events = read_events(args.trace[0])
-    streams = {0: torch.cuda.default_stream(0)}
+def replay(events, alloc, delete):
+    """Runs events through alloc(size, stream_id) -> address (0 or an
+    exception: failed) and delete(address), then frees what is left. A
+    failed allocation is counted and its later free skipped: a NULL is never
+    handed back (PyTorch's pluggable allocator records a NULL once and
+    refuses a second delete of it: "Trying to free a pointer not allocated
+    here"). Returns (failed, first failure message or None)."""
     live = {}
-    failed = 0
+    failed, first_error = 0, None
     for kind, ident, size, stream in events:
         if kind == "A":
-            if stream not in streams:
-                streams[stream] = torch.cuda.Stream(0)
             try:
-                live[ident] = torch.cuda.caching_allocator_alloc(size, 0, streams[stream])
-            except RuntimeError:
+                ptr = alloc(size, stream)
+            except Exception as e:  # torch.cuda.OutOfMemoryError
+                ptr, first_error = 0, first_error or (str(e).splitlines() or [""])[0][:300]
+            if ptr:
+                live[ident] = ptr
+            elif size:
                 failed += 1
-            if common.oom_happened(args.allocator):
-                failed += 1
+                first_error = first_error or f"allocation of {size} bytes returned NULL"
         elif ident in live:
-            torch.cuda.caching_allocator_delete(live.pop(ident))
-    torch.cuda.synchronize()
-    common.emit({"script": "replay_native_vs_coop", "trace": os.path.basename(args.trace[0]),
-                 "allocator": args.allocator, "events": len(events), "failed_allocs": failed,
-                 "peak_reserved_bytes": common.peak_reserved(args.allocator)})
+            delete(live.pop(ident))
+    for ptr in live.values():
+        delete(ptr)
+    return failed, first_error
+
+
+class FakeAllocator:
+    """--dry-run's device: a bump allocator whose 'reserved' peak is the
+    live bytes' peak rounded up to 2 MiB pages (coop: 512 B rounding)."""
+
+    def __init__(self, kind):
+        self.round = 2 << 20 if kind == "native" else 512
+        self.next, self.live, self.current, self.peak = 1 << 20, {}, 0, 0
+
+    def alloc(self, size, stream):
+        if size == 0:
+            return 0
+        size = -(-size // self.round) * self.round
+        ptr, self.next = self.next, self.next + size
+        self.live[ptr] = size
+        self.current += size
+        self.peak = max(self.peak, self.current)
+        return ptr
+
+    def delete(self, ptr):
+        self.current -= self.live.pop(ptr)
+
+
+def child(args):
+    path = args.trace[0]
+    record = {"script": "replay_native_vs_coop", "trace": os.path.basename(path),
+              "allocator": args.allocator, "dry_run": args.dry_run}
+    events = read_events(path)
+    t0 = time.perf_counter()
+    if args.dry_run:
+        fake = FakeAllocator(args.allocator)
+        failed, error = replay(events, fake.alloc, fake.delete)
+        peak = fake.peak
+    else:
+        common.install_allocator(args.allocator, args.conf)  # before any CUDA work
+        import torch
+
+        if args.allocator == "coop":
+            record["coop_settings"] = common.coop_settings()
+        streams = {}
+
+        def alloc(size, stream):
+            if stream not in streams:  # trace stream ids -> streams (0: the default)
+                streams[stream] = (torch.cuda.default_stream(0) if stream == 0
+                                   else torch.cuda.Stream(0))
+            return torch.cuda.caching_allocator_alloc(size, 0, streams[stream])
+
+        failed, error = replay(events, alloc, torch.cuda.caching_allocator_delete)
+        common.oom_happened(args.allocator)  # clears coop's OOM count (failed has them)
+        torch.cuda.synchronize()
+        peak = common.peak_reserved(args.allocator)
+        record["peak_allocated_bytes"] = common.peak_allocated(args.allocator)
+    record.update(events=len(events), allocations=sum(1 for e in events if e[0] == "A"),
+                  failed_allocs=failed, first_error=error, peak_reserved_bytes=peak,
+                  seconds=round(time.perf_counter() - t0, 3))
+    common.emit(record)
     return 0
 
 
@@ -108,19 +205,27 @@ def default_traces():
     return found
 
 
-def main():
+def main(argv=None):
     p = common.arg_parser(__doc__)
     p.add_argument("--allocator", choices=common.ALLOCATORS, default="native")
     common.add_parent_options(p)
     p.add_argument("trace", nargs="*")
-    args = p.parse_args()
-    common.require_cuda("replay_native_vs_coop")
+    args = p.parse_args(argv)
     if args.child:
-        return child(args)
+        if len(args.trace) != 1:
+            p.error("a child replays exactly one trace")
+        return common.finish_child(child(args))
+    if not args.dry_run:
+        common.require_cuda("replay_native_vs_coop")
     traces = args.trace or default_traces()
     if not traces:
         sys.stderr.write("replay_native_vs_coop: no traces given or found\n")
         return 2
+    missing = [t for t in traces if not os.path.exists(t)]
+    if missing:
+        sys.stderr.write(f"replay_native_vs_coop: no such trace: {missing[0]}\n")
+        return 2
+    common.start_parent(args, "replay_native_vs_coop")
     for path in traces:
         results = {}
         for allocator in common.ALLOCATORS:
@@ -136,7 +241,10 @@ def main():
                          "summary": "peak_reserved", "native": n["peak_reserved_bytes"],
                          "coop": c["peak_reserved_bytes"],
                          "coop_over_native": c["peak_reserved_bytes"] /
-                         max(1, n["peak_reserved_bytes"])})
+                         max(1, n["peak_reserved_bytes"]),
+                         "failed_allocs_native": n.get("failed_allocs"),
+                         "failed_allocs_coop": c.get("failed_allocs"),
+                         "dry_run": args.dry_run})
     return 0
 
 

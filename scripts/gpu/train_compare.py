@@ -2,16 +2,32 @@
 """Native caching allocator vs coop on real training, one JSON line each.
 
 For torchvision ResNet-50 and a GPT-2-small-sized transformer (12 layers,
-d_model 768, 12 heads, vocabulary 50257): 50 steps with the same seed under
-each allocator (losses, median step time, peak reserved), then the largest
-batch that trains 3 steps under a fixed memory fraction. Every run is a
-child process, since PyTorch takes an allocator once per process.
+d_model 768, 12 heads, context 512, vocabulary 50257): --steps steps with
+the same seed under each allocator (losses, step times, peak reserved and
+allocated), then the largest batch that trains 3 steps under a fixed memory
+fraction (--fraction, default 0.5). Every run is a child process, since
+PyTorch takes an allocator once per process.
 
-    scripts/gpu/train_compare.py [--steps 50] [--fraction 0.5] [--conf CONF]
+    scripts/gpu/train_compare.py [--model M] [--steps 50] [--fraction 0.5]
+        [--conf CONF] [--out FILE] [--deadline S] [--no-max-batch]
+        [--no-compare] [--search both|native|coop] [--hint N] [--dry-run]
 
-Exits 77 with a message when there is no CUDA device.
+Lines: {"summary": "environment"} first; per run {"model", "allocator",
+"batch", "steps", "ok", "losses", "step_times_ms", "step_time_ms_median",
+"peak_reserved_bytes", "peak_allocated_bytes", ...}; per model
+{"summary": "native_vs_coop"} (loss difference, step-time ratio, peaks) and
+per model and allocator {"summary": "max_batch"} (with every probe).
+
+Determinism: same seed, cudnn.benchmark off (its search calls the
+allocator's cacheInfo, which CUDAPluggableAllocator refuses), cudnn
+deterministic, torch.use_deterministic_algorithms(warn_only) and
+CUBLAS_WORKSPACE_CONFIG=:4096:8, so the two allocators' losses should agree.
+
+Exits 77 with a one-line message when there is no CUDA device (unless
+--dry-run: then everything runs on the CPU with fake measurements).
 """
 
+import argparse
 import os
 import statistics
 import sys
@@ -22,13 +38,23 @@ import common  # noqa: E402
 
 MODELS = {
     # name: (default batch, batch search upper bound)
-    "resnet50": (64, 1024),
-    "gpt2_small": (8, 256),
+    "resnet50": (64, 2048),
+    "gpt2_small": (8, 512),
 }
+GPT = {"vocab": 50257, "ctx": 512, "d": 768, "heads": 12, "layers": 12}
+DRY_GPT_CTX = 16  # --dry-run: a short context keeps the CPU step quick
+PROBE_STEPS = 3  # steps a max-batch probe must complete
+
+# --dry-run's fake device: a batch fits when batch * bytes per sample is at
+# most fraction * FAKE_DEVICE_BYTES (coop 5% better, to exercise the summary).
+FAKE_DEVICE_BYTES = 80 << 30
+FAKE_SAMPLE_BYTES = {"resnet50": 100 << 20, "gpt2_small": 600 << 20}
+FAKE_COOP_GAIN = 1.05
 
 
-def build(model, batch, device, seed):
-    """Model, optimizer and a fixed batch; deterministic for a seed."""
+def build(model, batch, device, seed, ctx=None):
+    """(loss_fn, optimizer, batch description): model, optimizer and one
+    fixed batch, deterministic for a seed. ctx shortens the GPT context."""
     import torch
     import torch.nn as nn
 
@@ -40,11 +66,13 @@ def build(model, batch, device, seed):
         net = torchvision.models.resnet50(num_classes=1000).to(device)
         x = torch.randn(batch, 3, 224, 224, generator=gen).to(device)
         y = torch.randint(0, 1000, (batch,), generator=gen).to(device)
+        shapes = {"input": list(x.shape), "target": list(y.shape)}
 
         def loss_fn():
             return nn.functional.cross_entropy(net(x), y)
-    else:
-        vocab, ctx, d, heads, layers = 50257, 512, 768, 12, 12
+    elif model == "gpt2_small":
+        vocab, d, heads, layers = GPT["vocab"], GPT["d"], GPT["heads"], GPT["layers"]
+        ctx = ctx or GPT["ctx"]
 
         class Gpt(nn.Module):
             def __init__(self):
@@ -67,28 +95,92 @@ def build(model, batch, device, seed):
 
         net = Gpt().to(device)
         tokens = torch.randint(0, vocab, (batch, ctx + 1), generator=gen).to(device)
+        shapes = {"tokens": list(tokens.shape)}
 
         def loss_fn():
             logits = net(tokens[:, :-1])
             return nn.functional.cross_entropy(logits.reshape(-1, vocab),
                                                tokens[:, 1:].reshape(-1))
+    else:
+        raise ValueError(f"unknown model {model!r}")
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    return loss_fn, opt
+    return loss_fn, opt, shapes
+
+
+def fake_fits(model, allocator, batch, fraction):
+    """--dry-run's stand-in for 'the batch trains under this fraction'."""
+    limit = (fraction or 1.0) * FAKE_DEVICE_BYTES * (FAKE_COOP_GAIN if allocator == "coop" else 1)
+    return batch * FAKE_SAMPLE_BYTES[model] <= limit
+
+
+def set_determinism(torch):
+    """Same results under both allocators. Deterministic mode would also
+    fill every torch.empty with NaN (torch >= 2.1,
+    torch.utils.deterministic.fill_uninitialized_memory): an extra kernel
+    per allocation that would dilute the allocators' difference; off."""
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        import torch.utils.deterministic as deterministic
+    except ImportError:  # torch < 2.1: no filling
+        return
+    deterministic.fill_uninitialized_memory = False
+
+
+def dry_child(args, record):
+    """The child's work without a device: real model construction and
+    (for the full runs) two real CPU steps at batch 1, fake peaks; max-batch
+    probes only answer fake_fits, without torch."""
+    fits = fake_fits(args.model, args.allocator, args.batch, args.fraction)
+    if args.steps > PROBE_STEPS:  # a full run: build and step the model on the CPU
+        import torch
+
+        set_determinism(torch)
+        loss_fn, opt, shapes = build(args.model, 1, "cpu", args.seed, ctx=DRY_GPT_CTX)
+        losses, times = [], []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn()
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+            losses.append(float(loss.item()))
+        record.update(batch_shapes=shapes, losses=losses,
+                      step_times_ms=[1e3 * t for t in times],
+                      step_time_ms_median=1e3 * statistics.median(times))
+    if not fits:
+        record.update(ok=False, oom=True, error="dry run: fake out of memory")
+        return 3
+    per_sample = FAKE_SAMPLE_BYTES[args.model]
+    record.update(ok=True, peak_reserved_bytes=args.batch * per_sample,
+                  peak_allocated_bytes=args.batch * per_sample * 9 // 10)
+    return 0
 
 
 def child(args):
-    common.install_allocator(args.allocator, args.conf)
+    record = {"script": "train_compare", "model": args.model, "allocator": args.allocator,
+              "batch": args.batch, "steps": args.steps, "fraction": args.fraction,
+              "seed": args.seed, "dry_run": args.dry_run}
+    if args.dry_run:
+        rc = dry_child(args, record)
+        common.emit(record)
+        return rc
+    common.install_allocator(args.allocator, args.conf)  # before any CUDA work
     import torch
 
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.deterministic = True
-    if args.fraction:
-        torch.cuda.set_per_process_memory_fraction(args.fraction, 0)
-    device = torch.device("cuda", 0)
-    record = {"script": "train_compare", "model": args.model, "allocator": args.allocator,
-              "batch": args.batch, "steps": args.steps, "fraction": args.fraction}
+    set_determinism(torch)
+    if args.allocator == "coop":
+        record["coop_settings"] = common.coop_settings()
     try:
-        loss_fn, opt = build(args.model, args.batch, device, args.seed)
+        if args.fraction:
+            # float: torch refuses other types; under coop this reaches
+            # coop_torch_memory_fraction (its capacity: fraction of the device)
+            torch.cuda.set_per_process_memory_fraction(float(args.fraction), 0)
+        device = torch.device("cuda", 0)
+        loss_fn, opt, shapes = build(args.model, args.batch, device, args.seed)
+        record["batch_shapes"] = shapes
         losses, times = [], []
         for _ in range(args.steps):
             torch.cuda.synchronize()
@@ -100,18 +192,28 @@ def child(args):
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
             if common.oom_happened(args.allocator):
-                raise MemoryError("coop: out of memory")
+                raise MemoryError("coop: out of memory: " + last_coop_error())
             losses.append(float(loss.item()))
-    except (RuntimeError, MemoryError) as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
-        record.update(ok=False, error=str(e).splitlines()[0][:300])
+    except Exception as e:  # torch.cuda.OutOfMemoryError, CUDA errors after a NULL
+        oom = isinstance(e, MemoryError) or "out of memory" in str(e).lower()
+        if not oom and common.oom_happened(args.allocator):
+            oom, e = True, MemoryError("coop: out of memory: " + last_coop_error())
+        record.update(ok=False, oom=oom, error=(str(e).splitlines() or [""])[0][:300])
         common.emit(record)
         return 3
     warm = times[5:] if len(times) > 5 else times
-    record.update(ok=True, losses=losses, step_time_ms_median=1e3 * statistics.median(warm),
+    record.update(ok=True, losses=losses, step_times_ms=[round(1e3 * t, 4) for t in times],
+                  step_time_ms_median=1e3 * statistics.median(warm),
                   peak_reserved_bytes=common.peak_reserved(args.allocator),
                   peak_allocated_bytes=common.peak_allocated(args.allocator))
     common.emit(record)
     return 0
+
+
+def last_coop_error():
+    import coop.torch
+
+    return coop.torch.last_error()
 
 
 def run(args, model, allocator, batch, steps, fraction):
@@ -120,63 +222,150 @@ def run(args, model, allocator, batch, steps, fraction):
     result, rc, err = common.run_child(os.path.abspath(__file__), child_args, args)
     if result is None:
         result = {"script": "train_compare", "model": model, "allocator": allocator,
-                  "batch": batch, "ok": False, "error": f"child exit {rc}: {err[-300:]}"}
+                  "batch": batch, "steps": steps, "fraction": fraction, "ok": False,
+                  "not_run": rc == -2, "error": f"child exit {rc}: {err[-300:]}"}
     return result
 
 
-def max_batch(args, model, allocator):
-    """Largest batch (doubling, then bisection) that runs 3 steps."""
-    lo, hi = 0, 1
-    while hi <= MODELS[model][1] and run(args, model, allocator, hi, 3, args.fraction)["ok"]:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if run(args, model, allocator, mid, 3, args.fraction)["ok"]:
-            lo = mid
+def max_batch(args, model, allocator, fraction, hint=None):
+    """The largest batch that trains PROBE_STEPS steps under fraction.
+
+    Without hint: from the model's default batch, doubling (or halving) to
+    a bracket, then bisection. With hint (the other allocator's result):
+    from the hint, in steps of hint/32 that double (up or down) to a
+    bracket, then bisection: a few probes when the two allocators are
+    close. A summary line with every probe; complete is False when the
+    deadline stopped the search (max_batch is then a lower bound)."""
+    cap = MODELS[model][1]
+    probes = []
+
+    def fits(batch):
+        r = run(args, model, allocator, batch, PROBE_STEPS, fraction)
+        probes.append({"batch": batch, "ok": bool(r.get("ok")), "oom": r.get("oom"),
+                       "error": None if r.get("ok") else r.get("error", "")[:200]})
+        if r.get("not_run"):
+            raise TimeoutError
+        return bool(r.get("ok"))
+
+    start = min(hint or MODELS[model][0], cap)
+    lo, hi, complete = 0, None, True  # lo fits (0: none known), hi fails
+    try:
+        if fits(start):
+            lo = start
+            step = max(1, start // 32) if hint else start
+            while lo < cap:
+                b = min(lo + step, cap)
+                if not fits(b):
+                    hi = b
+                    break
+                lo, step = b, 2 * step
         else:
-            hi = mid
-    return lo
+            hi = start
+            step = max(1, start // 32) if hint else (start + 1) // 2
+            while hi > 1:
+                b = max(hi - step, 1)
+                if fits(b):
+                    lo = b
+                    break
+                hi, step = b, 2 * step
+        while hi is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+    except TimeoutError:
+        complete = False
+        probes.pop()
+    return {"script": "train_compare", "model": model, "allocator": allocator,
+            "summary": "max_batch", "fraction": fraction, "max_batch": lo,
+            "first_failing_batch": hi, "capped": hi is None and lo >= cap,
+            "complete": complete, "probe_steps": PROBE_STEPS, "probes": probes,
+            "hint": hint, "dry_run": args.dry_run}
 
 
-def main():
+def compare(model, runs):
+    """The native_vs_coop summary of two ok runs (None otherwise)."""
+    n, c = runs["native"], runs["coop"]
+    if not (n.get("ok") and c.get("ok")):
+        return None
+    return {"script": "train_compare", "model": model, "summary": "native_vs_coop",
+            "batch": n["batch"], "steps": n["steps"],
+            "loss_max_abs_diff": max(abs(a - b) for a, b in zip(n["losses"], c["losses"])),
+            "losses_identical": n["losses"] == c["losses"],
+            "step_time_ratio_coop_over_native":
+                c["step_time_ms_median"] / n["step_time_ms_median"],
+            "step_time_ms_median_native": n["step_time_ms_median"],
+            "step_time_ms_median_coop": c["step_time_ms_median"],
+            "peak_reserved_native": n["peak_reserved_bytes"],
+            "peak_reserved_coop": c["peak_reserved_bytes"],
+            "peak_reserved_coop_over_native":
+                c["peak_reserved_bytes"] / max(1, n["peak_reserved_bytes"]),
+            "peak_allocated_native": n["peak_allocated_bytes"],
+            "peak_allocated_coop": c["peak_allocated_bytes"]}
+
+
+def parse(argv=None):
     p = common.arg_parser(__doc__)
-    p.add_argument("--model", choices=sorted(MODELS), action="append")
-    p.add_argument("--allocator", choices=common.ALLOCATORS, default="native")
-    p.add_argument("--batch", type=int, default=0)
+    p.add_argument("--model", choices=sorted(MODELS), action="append",
+                   help="model to run (repeatable; default: all)")
+    p.add_argument("--allocator", choices=common.ALLOCATORS, default="native",
+                   help=argparse.SUPPRESS)  # children's
+    p.add_argument("--batch", type=int, default=0, help="batch of the full runs (default: "
+                   + ", ".join(f"{m} {b}" for m, (b, _) in sorted(MODELS.items())) + ")")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--fraction", type=float, default=0.0,
-                   help="memory fraction for the largest-batch search (default 0.5)")
+    p.add_argument("--fraction", type=float, default=0.5,
+                   help="memory fraction of the largest-batch search (default 0.5)")
+    p.add_argument("--no-max-batch", action="store_true", help="skip the largest-batch search")
+    p.add_argument("--no-compare", action="store_true", help="skip the full native/coop runs")
+    p.add_argument("--search", choices=("both", "native", "coop"), default="both",
+                   help="whose largest batch to search (default both; to finish a search "
+                        "a deadline cut short)")
+    p.add_argument("--hint", type=int, default=0,
+                   help="start coop's search here (default: native's result of this run)")
     common.add_parent_options(p)
-    p.add_argument("--no-max-batch", action="store_true")
-    args = p.parse_args()
-    common.require_cuda("train_compare")
+    args = p.parse_args(argv)
     if args.child:
-        args.model = args.model[0]
-        return child(args)
-    models = args.model or sorted(MODELS)
-    fraction = args.fraction or 0.5
-    for model in models:
-        batch = args.batch or MODELS[model][0]
-        runs = {a: run(args, model, a, batch, args.steps, 0.0) for a in common.ALLOCATORS}
-        for r in runs.values():
-            common.emit(r)
-        n, c = runs["native"], runs["coop"]
-        if n.get("ok") and c.get("ok"):
-            common.emit({
-                "script": "train_compare", "model": model, "summary": "native_vs_coop",
-                "loss_max_abs_diff": max(abs(a - b) for a, b in zip(n["losses"], c["losses"])),
-                "step_time_ratio_coop_over_native":
-                    c["step_time_ms_median"] / n["step_time_ms_median"],
-                "peak_reserved_native": n["peak_reserved_bytes"],
-                "peak_reserved_coop": c["peak_reserved_bytes"]})
+        if not args.model or args.batch < 1 or not 0.0 <= args.fraction <= 1.0:
+            p.error("a child needs --model, --batch >= 1 and --fraction in [0, 1] (0: none)")
+        return args
+    if not 0.0 < args.fraction <= 1.0:
+        p.error(f"--fraction must be in (0, 1], not {args.fraction}")
+    if args.hint < 0:
+        p.error("--hint must be a batch size")
+    if args.steps < 1 or args.batch < 0:
+        p.error("--steps must be at least 1 and --batch at least 0 (0: the model's default)")
+    return args
+
+
+def main(argv=None):
+    args = parse(argv)
+    if args.child:
+        args.model = args.model[0]  # children take the fraction as given; 0: none
+        return common.finish_child(child(args))
+    if not args.dry_run:
+        common.require_cuda("train_compare")
+    common.start_parent(args, "train_compare")
+    fraction = args.fraction
+    for model in args.model or sorted(MODELS):
+        if not args.no_compare:
+            batch = args.batch or MODELS[model][0]
+            runs = {a: run(args, model, a, batch, args.steps, 0.0) for a in common.ALLOCATORS}
+            for r in runs.values():
+                common.emit(r)
+            summary = compare(model, runs)
+            if summary:
+                common.emit(summary)
         if not args.no_max_batch:
-            args.fraction = fraction
-            for a in common.ALLOCATORS:
-                common.emit({"script": "train_compare", "model": model, "allocator": a,
-                             "summary": "max_batch", "fraction": fraction,
-                             "max_batch": max_batch(args, model, a)})
-            args.fraction = 0.0
+            hint = args.hint or None
+            for a in common.ALLOCATORS:  # native first; coop starts from its result
+                if args.search not in ("both", a):
+                    continue
+                result = max_batch(args, model, a, fraction, hint=hint if a == "coop" else None)
+                common.emit(result)
+                if result["complete"] and result["max_batch"] > 0 and not result["capped"]:
+                    hint = result["max_batch"]
     return 0
 
 

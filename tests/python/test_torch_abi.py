@@ -519,6 +519,34 @@ class Install(unittest.TestCase):
         self.assertEqual(lines[2].split(), ["3", "1"])
         self.assertIn("memory_stats", lines[3])
 
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_patched_functions_take_torch_2_11_arguments(self):
+        """torch 2.11 calls _snapshot(augment_with_fx_traces=...) from its
+        _dump_snapshot and memory_snapshot(mempool_id, include_traces=...):
+        the replacements take those arguments, and _dump_snapshot exists
+        (1.13 lacks it) and writes the pickle coop.torch.snapshot() gives."""
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"coop_dump_{os.getpid()}.pickle")
+        r = run_child(
+            "import pickle, torch\n"
+            "ctorch.patch_torch(torch)\n"
+            "p = lib.coop_torch_malloc(3 << 20, 0, None)\n"
+            "mem = torch.cuda.memory\n"
+            "a = mem._snapshot(None, augment_with_fx_traces=False)\n"
+            "b = mem._snapshot(augment_with_fx_traces=True)\n"
+            "c = mem.memory_snapshot(None, include_traces=False)\n"
+            "d = torch.cuda.memory_snapshot(mempool_id=None, include_traces=True)\n"
+            "mem._dump_snapshot(%r, augment_with_fx_traces=False)\n"
+            "e = pickle.load(open(%r, 'rb'))\n"
+            "print(len(a['segments']), len(b['segments']), len(c), len(d), len(e['segments']))\n"
+            "lib.coop_torch_free(p, 3 << 20, 0, None)\n" % (path, path),
+            "backend:host,capacity:256M")
+        try:
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), ["1"] * 5)
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+
     def test_mem_pool_route(self):
         fake = FakeTorch()
         with self.assertRaises(RuntimeError) as cm:

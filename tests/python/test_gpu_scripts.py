@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""The GPU scripts (scripts/gpu/*.py, scripts/record_cuda_snapshot.py) on
+the CPU: the one-line exit 77 without a device, argument checks, --dry-run
+end to end (process orchestration, JSON lines, --out, --deadline), the
+largest-batch search, and the replay's trace readers and NULL handling.
+
+Needs Debian's python3-torch (the scripts import torch); exits 77 (automake
+SKIP) without it. No GPU is used: where one exists, the no-device test skips.
+"""
+
+import gzip
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import torch
+except ImportError:
+    # The interpreter on PATH may not be Debian's (pyenv, venv): try that one.
+    debian = "/usr/bin/python3"
+    if os.path.realpath(sys.executable) != os.path.realpath(debian) and os.path.exists(debian):
+        os.execv(debian, [debian] + sys.argv)
+    print("SKIP: python3-torch is not installed", file=sys.stderr)
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
+GPU = os.path.join(TOP, "scripts", "gpu")
+TRAIN = os.path.join(GPU, "train_compare.py")
+REPLAY = os.path.join(GPU, "replay_native_vs_coop.py")
+RECORD = os.path.join(TOP, "scripts", "record_cuda_snapshot.py")
+sys.path.insert(0, GPU)
+
+import common  # noqa: E402
+import replay_native_vs_coop as replay  # noqa: E402
+import train_compare  # noqa: E402
+
+
+def run(script, *args, timeout=300):
+    env = dict(os.environ)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return subprocess.run([sys.executable, script] + [str(a) for a in args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def lines(stdout):
+    return [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
+
+
+class NoDevice(unittest.TestCase):
+    def test_each_script_exits_77_with_one_line(self):
+        if torch.cuda.is_available():
+            self.skipTest("a CUDA device exists: the scripts would measure for real")
+        for script in (TRAIN, REPLAY, RECORD):
+            r = run(script, timeout=120)
+            name = os.path.basename(script)
+            self.assertEqual(r.returncode, 77, name + r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, name + r.stderr)
+            self.assertIn("no CUDA device", r.stderr)
+            self.assertEqual(r.stdout, "", name)
+
+
+class Arguments(unittest.TestCase):
+    def test_bad_values_are_refused(self):
+        for args in (["--fraction", "1.5"], ["--fraction", "0"], ["--steps", "0"],
+                     ["--model", "alexnet"]):
+            r = run(TRAIN, "--dry-run", *args, timeout=60)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn("error", r.stderr)
+        r = run(RECORD, "--dry-run", "nosuchmodel", timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown model 'nosuchmodel'", r.stderr)
+
+    def test_children_take_fraction_zero(self):
+        """Full runs are children with --fraction 0.0 (no limit)."""
+        args = train_compare.parse(["--child", "--model", "resnet50", "--batch", "4",
+                                    "--fraction", "0.0", "--allocator", "coop"])
+        self.assertEqual((args.fraction, args.allocator, args.model), (0.0, "coop", ["resnet50"]))
+
+    def test_child_environment(self):
+        env = common.child_env()
+        self.assertEqual(env["CUBLAS_WORKSPACE_CONFIG"], ":4096:8")
+        self.assertEqual(env["PYTHONUNBUFFERED"], "1")
+        self.assertTrue(env["PYTHONPATH"].startswith(os.path.join(TOP, "python")))
+
+
+class TrainDryRun(unittest.TestCase):
+    def test_whole_run_lines_and_out_file(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "lines.jsonl")
+            r = run(TRAIN, "--dry-run", "--model", "resnet50", "--steps", "4", "--out", out)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = lines(r.stdout)
+            with open(out) as f:
+                self.assertEqual([json.loads(x) for x in f], got)
+        env, native, coop, summary, mb_native, mb_coop = got
+        self.assertEqual((env["summary"], env["dry_run"]), ("environment", True))
+        self.assertIn("torch", env)
+        for rec, kind in ((native, "native"), (coop, "coop")):
+            self.assertEqual((rec["allocator"], rec["ok"], rec["batch"], rec["model"]),
+                             (kind, True, 64, "resnet50"))
+            self.assertEqual(rec["batch_shapes"], {"input": [1, 3, 224, 224], "target": [1]})
+            self.assertEqual(len(rec["losses"]), 2)
+            self.assertEqual(len(rec["step_times_ms"]), 2)
+            for key in ("peak_reserved_bytes", "peak_allocated_bytes", "step_time_ms_median"):
+                self.assertGreater(rec[key], 0, key)
+        # same seed, deterministic CPU step: the two children's losses agree
+        self.assertEqual(native["losses"], coop["losses"])
+        self.assertEqual(summary["summary"], "native_vs_coop")
+        self.assertEqual(summary["loss_max_abs_diff"], 0.0)
+        self.assertTrue(summary["losses_identical"])
+        for key in ("step_time_ratio_coop_over_native", "peak_reserved_native",
+                    "peak_reserved_coop", "peak_reserved_coop_over_native"):
+            self.assertIn(key, summary)
+        # the fake device: 40 GiB at fraction 0.5, 100 MiB a sample; coop 5% more
+        self.assertEqual((mb_native["allocator"], mb_native["max_batch"],
+                          mb_native["first_failing_batch"]), ("native", 409, 410))
+        self.assertEqual((mb_coop["allocator"], mb_coop["max_batch"]), ("coop", 430))
+        self.assertEqual((mb_native["hint"], mb_coop["hint"]), (None, 409))
+        self.assertLess(len(mb_coop["probes"]), len(mb_native["probes"]))
+        for mb, first in ((mb_native, 64), (mb_coop, 409)):
+            self.assertTrue(mb["complete"])
+            self.assertEqual(mb["fraction"], 0.5)
+            self.assertEqual(mb["probes"][0]["batch"], first)
+            ok = {p["batch"] for p in mb["probes"] if p["ok"]}
+            self.assertEqual(max(ok), mb["max_batch"])
+
+    def test_deadline_stops_before_starting_children(self):
+        r = run(TRAIN, "--dry-run", "--model", "resnet50", "--no-compare", "--deadline", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = lines(r.stdout)
+        self.assertEqual(len(got), 3)
+        for mb in got[1:]:
+            self.assertEqual((mb["summary"], mb["complete"], mb["max_batch"], mb["probes"]),
+                             ("max_batch", False, 0, []))
+
+    def test_search_one_allocator_from_a_hint(self):
+        r = run(TRAIN, "--dry-run", "--model", "resnet50", "--no-compare", "--search", "coop",
+                "--hint", "420")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        (env, mb) = lines(r.stdout)
+        self.assertEqual((mb["allocator"], mb["hint"], mb["max_batch"], mb["probes"][0]["batch"]),
+                         ("coop", 420, 430, 420))
+
+    def test_gpt_builds_with_the_batch_asked(self):
+        loss_fn, opt, shapes = train_compare.build("gpt2_small", 2, "cpu", 7, ctx=8)
+        self.assertEqual(shapes, {"tokens": [2, 9]})
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        self.assertTrue(torch.isfinite(loss).item())
+
+
+class MaxBatchSearch(unittest.TestCase):
+    """train_compare.max_batch against a stand-in for the child runs."""
+
+    def search(self, limit, model="resnet50", stop_after=None, hint=None):
+        calls = []
+
+        def fake_run(args, model, allocator, batch, steps, fraction):
+            calls.append(batch)
+            if stop_after is not None and len(calls) > stop_after:
+                return {"ok": False, "not_run": True, "error": "deadline"}
+            return {"ok": batch <= limit}
+
+        saved = train_compare.run
+        train_compare.run = fake_run
+        try:
+            args = type("Args", (), {"dry_run": True})()
+            return train_compare.max_batch(args, model, "native", 0.5, hint=hint), calls
+        finally:
+            train_compare.run = saved
+
+    def test_finds_the_exact_limit(self):
+        cap = train_compare.MODELS["resnet50"][1]
+        for limit in (0, 1, 2, 3, 50, 63, 64, 65, 100, 409, 1000, cap - 1):
+            r, calls = self.search(limit)
+            self.assertEqual((r["max_batch"], r["first_failing_batch"]), (limit, limit + 1),
+                             limit)
+            self.assertTrue(r["complete"])
+            self.assertEqual(len(calls), len(set(calls)), f"a batch probed twice: {calls}")
+
+    def test_hint_from_the_other_allocator(self):
+        """coop's search starts at native's result and gallops from there:
+        exact, and fewer probes when the two are close."""
+        cap = train_compare.MODELS["resnet50"][1]
+        for limit, hint in ((430, 409), (409, 430), (409, 409), (5, 409), (cap, 409),
+                            (0, 409), (1000, 1)):
+            r, calls = self.search(limit, hint=hint)
+            self.assertEqual(r["max_batch"], limit, (limit, hint))
+            self.assertEqual(r["first_failing_batch"], None if limit == cap else limit + 1)
+            self.assertEqual(calls[0], hint)
+            self.assertEqual(len(calls), len(set(calls)), f"a batch probed twice: {calls}")
+        _, without = self.search(430)
+        _, with_hint = self.search(430, hint=409)
+        self.assertLess(len(with_hint), len(without))
+
+    def test_capped(self):
+        cap = train_compare.MODELS["resnet50"][1]
+        r, _ = self.search(10 * cap)
+        self.assertEqual((r["max_batch"], r["first_failing_batch"], r["capped"]),
+                         (cap, None, True))
+
+    def test_deadline_gives_a_lower_bound(self):
+        r, calls = self.search(409, stop_after=4)
+        self.assertFalse(r["complete"])
+        self.assertEqual(len(r["probes"]), 4)
+        self.assertEqual(r["max_batch"], 256)  # 64, 128, 256 fit; 512 did not
+
+
+class ReplayReaders(unittest.TestCase):
+    def test_snapshot_blocks_from_before_the_recording_come_first(self):
+        mib = 1 << 20
+        snap = {
+            "segments": [{"stream": 0, "blocks": [
+                {"address": 100, "size": 4 * mib, "requested_size": 3 * mib,
+                 "state": "active_allocated"},  # allocated before, never freed
+                {"address": 200, "size": mib, "state": "active_allocated"},  # in the trace
+                {"address": 300, "size": mib, "state": "inactive"},
+            ]}],
+            "device_traces": [[
+                {"action": "free_requested", "addr": 50, "size": 2 * mib, "stream": 0},
+                {"action": "free_completed", "addr": 50, "size": 2 * mib, "stream": 0},
+                {"action": "alloc", "addr": 200, "size": mib, "stream": 7},
+                {"action": "alloc", "addr": 60, "size": 5 * mib, "stream": 0},
+                {"action": "free_requested", "addr": 60, "size": 5 * mib, "stream": 0},
+                {"action": "alloc", "addr": 70, "size": 6 * mib, "stream": 0},
+                {"action": "free_completed", "addr": 60, "size": 5 * mib, "stream": 0},
+                {"action": "free_completed", "addr": 70, "size": 6 * mib, "stream": 0},
+            ]],
+        }
+        ev = replay.snapshot_events(snap)
+        self.assertEqual(ev, [
+            ("A", 0, 2 * mib, 0),  # freed by the trace, allocated before it
+            ("A", 4, 3 * mib, 0),  # live at the end, never in the trace
+            ("F", 0, 0, 0),
+            ("A", 1, mib, 7),
+            ("A", 2, 5 * mib, 0),
+            ("F", 2, 0, 0),  # at free_requested; its free_completed is skipped
+            ("A", 3, 6 * mib, 0),
+            ("F", 3, 0, 0),
+        ])
+
+    def test_shipped_snapshot_matches_coop_reader(self):
+        """Peak live bytes as coop replay reports for this file (19352504320)."""
+        path = os.path.join(TOP, "..", "shared", "workloads", "torch-snapshots",
+                            "cs336-transformer-ctx128-forward.pickle.gz")
+        if not os.path.exists(path):
+            self.skipTest(f"{path} is absent")
+        live, sizes, peak = 0, {}, 0
+        for kind, ident, size, _ in replay.read_events(path):
+            if kind == "A":
+                sizes[ident] = size
+                live += size
+                peak = max(peak, live)
+            else:
+                live -= sizes.pop(ident)
+        self.assertEqual(peak, 19352504320)
+
+    def test_null_is_counted_and_never_freed(self):
+        """As torch's CUDAPluggableAllocator: a NULL is recorded once and a
+        second delete of it raises; unknown pointers raise."""
+        handed, next_ptr = set(), [4096]
+        deleted = []
+
+        def alloc(size, stream):
+            if size == 0 or size >= 1000:
+                return 0  # NULL: size 0 (as coop), or out of memory
+            next_ptr[0] += 4096
+            handed.add(next_ptr[0])
+            return next_ptr[0]
+
+        def delete(ptr):
+            if ptr not in handed:
+                raise RuntimeError("Trying to free a pointer not allocated here")
+            handed.remove(ptr)
+            deleted.append(ptr)
+
+        events = [("A", 1, 10, 0), ("A", 2, 5000, 0), ("A", 3, 6000, 0), ("A", 4, 0, 0),
+                  ("F", 2, 0, 0), ("F", 3, 0, 0), ("F", 4, 0, 0), ("A", 5, 20, 0)]
+        failed, error = replay.replay(events, alloc, delete)
+        self.assertEqual(failed, 2)
+        self.assertIn("5000", error)
+        self.assertEqual(handed, set())  # what stayed live is freed at the end
+        self.assertEqual(len(deleted), 2)
+
+    def test_exceptions_count_as_failures(self):
+        def alloc(size, stream):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
+
+        failed, error = replay.replay([("A", 1, 10, 0), ("F", 1, 0, 0)], alloc, None)
+        self.assertEqual((failed, error), (1, "CUDA out of memory. Tried to allocate 2.00 GiB"))
+
+
+class ReplayDryRun(unittest.TestCase):
+    def test_two_children_per_trace_and_a_summary(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "t.trace.gz")
+            with gzip.open(trace, "wt") as f:
+                f.write("coop-trace 1\nL 1 3000000 0\nA 2 1000 0\nF 2\nA 3 5000000 5\nF 1\nF 3\n")
+            snap = os.path.join(tmp, "s.pickle")
+            with open(snap, "wb") as f:
+                pickle.dump({"segments": [], "device_traces": [[
+                    {"action": "alloc", "addr": 1, "size": 512, "stream": 0},
+                    {"action": "free_completed", "addr": 1, "size": 512, "stream": 0}]]}, f)
+            out = os.path.join(tmp, "lines.jsonl")
+            r = run(REPLAY, "--dry-run", "--out", out, trace, snap)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = lines(r.stdout)
+            with open(out) as f:
+                self.assertEqual([json.loads(x) for x in f], got)
+        self.assertEqual(len(got), 1 + 2 * 3)
+        native, coop, summary = got[1:4]
+        self.assertEqual((native["allocator"], coop["allocator"]), ("native", "coop"))
+        self.assertEqual((native["events"], native["allocations"], native["failed_allocs"]),
+                         (6, 3, 0))
+        # fake: native rounds to 2 MiB pages, coop to 512 B; peak: blocks 1 and 3
+        self.assertEqual(native["peak_reserved_bytes"], (4 + 6) << 20)
+        self.assertEqual(coop["peak_reserved_bytes"], 3000320 + 5000192)
+        self.assertEqual(summary["summary"], "peak_reserved")
+        self.assertAlmostEqual(summary["coop_over_native"], 8000512 / (10 << 20))
+        self.assertEqual(got[4]["trace"], "s.pickle")
+
+    def test_missing_trace_is_an_error(self):
+        r = run(REPLAY, "--dry-run", "/nonexistent/x.trace")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no such trace", r.stderr)
+
+
+class RecordDryRun(unittest.TestCase):
+    def test_writer_round_trip(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "lines.jsonl")
+            r = run(RECORD, "--dry-run", "--out-dir", tmp, "--out", out, "resnet50", timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            (line,) = lines(r.stdout)
+            self.assertTrue(line["round_trip"])
+            self.assertEqual((line["events"], line["actions"], line["final_reserved_bytes"]),
+                             (2, {"alloc": 1, "segment_alloc": 1}, 2 << 20))
+            with open(line["path"], "rb") as f:
+                self.assertEqual(f.read(2), b"\x1f\x8b")
+            with gzip.open(line["path"], "rb") as f:
+                self.assertEqual(f.read(2), b"\x80\x04")  # pickle protocol 4
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
