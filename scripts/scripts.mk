@@ -2,7 +2,7 @@
 # recorders on small models and validates the shipped traces in traces/.
 # It exits 77 (SKIP) where python3-torch is absent.
 TESTS += tests/python/test_record_ops.py
-EXTRA_DIST += tests/python/test_record_ops.py
+EXTRA_DIST += tests/python/test_record_ops.py tests/python/debian_torch.py
 # The replay criteria checker: standard library only, always runs.
 TESTS += tests/python/test_check_replay_criteria.py
 EXTRA_DIST += tests/python/test_check_replay_criteria.py

@@ -17,15 +17,8 @@ import sys
 import tempfile
 import unittest
 
-try:
-    import torch
-except ImportError:
-    # The interpreter on PATH may not be Debian's (pyenv, venv): try that one.
-    debian = "/usr/bin/python3"
-    if os.path.realpath(sys.executable) != os.path.realpath(debian) and os.path.exists(debian):
-        os.execv(debian, [debian] + sys.argv)
-    print("SKIP: python3-torch is not installed", file=sys.stderr)
-    sys.exit(77)
+import debian_torch  # noqa: E402,F401  (torch, or a restart under Debian's python, or SKIP)
+import torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.normpath(os.path.join(HERE, "..", ".."))

@@ -13,15 +13,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "..", "..", "scripts")
 
-try:
-    import torch
-except ImportError:
-    # The interpreter on PATH may not be Debian's (pyenv, venv): try that one.
-    debian = "/usr/bin/python3"
-    if os.path.realpath(sys.executable) != os.path.realpath(debian) and os.path.exists(debian):
-        os.execv(debian, [debian] + sys.argv)
-    print("SKIP: python3-torch is not installed", file=sys.stderr)
-    sys.exit(77)
+import debian_torch  # noqa: E402,F401  (torch, or a restart under Debian's python, or SKIP)
+import torch  # noqa: E402
 
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
