@@ -81,8 +81,10 @@ int uf_compact(union_find *uf, uint32_t *const *nodes, size_t n, uint32_t spare)
     union_find fresh = {0};
     /* at least one slot, so that it is never NULL when allocated */
     uint32_t *renumber = malloc((uf->count ? uf->count : 1) * sizeof *renumber);
+    /* (a reserve of at least one node allocates all four arrays: the last
+     * test says so to static analysers) */
     if (!renumber || n >= UINT32_MAX - 1 - (uint64_t)spare ||
-        uf_reserve(&fresh, (uint32_t)n + spare + 1)) {
+        uf_reserve(&fresh, (uint32_t)n + spare + 1) || !fresh.parent) {
         free(renumber);
         uf_free(&fresh);
         return -1;
