@@ -109,6 +109,7 @@ static void errors_name_the_line(void **state)
 static char *write_gz(const char *text)
 {
     char *path = strdup("/tmp/coop_dtr_test_XXXXXX");
+    assert_non_null(path);
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     gzFile gz = gzdopen(fd, "wb");

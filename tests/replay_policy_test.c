@@ -383,6 +383,7 @@ static void recorded_curve_rebuilt_backwards(void **unused)
     add(&b, TRACE_SEGMENT_FREE, 0, 2 * MiB, 0);
     add(&b, TRACE_SEGMENT_ALLOC, 0, 4 * MiB, 0);
     b.t.final_segments = calloc(2, sizeof *b.t.final_segments);
+    assert_non_null(b.t.final_segments);
     b.t.final_segments[0].size = 20 * MiB;
     b.t.final_segments[1].size = 4 * MiB;
     b.t.num_final_segments = 2;
