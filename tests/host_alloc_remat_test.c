@@ -27,10 +27,29 @@
 #define EV COOP_TENSOR_EVICTABLE
 #define TENSORS 16
 
+/* Each producer's inputs in the sequences below ("M", the in-place op,
+ * reads the old value and W): a recomputation with another count means a
+ * refused call left a tensor with the wrong producer or inputs. */
+static size_t producer_inputs(const char *producer)
+{
+    switch (producer[0]) {
+    case 'W':
+    case 'S':
+        return 0;
+    case 'M':
+        return 2;
+    default:
+        return 1;
+    }
+}
+
 static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
                              void *out, void *user)
 {
-    (void)t, (void)producer, (void)inputs, (void)n, (void)out, (void)user;
+    (void)t, (void)inputs, (void)out, (void)user;
+    if (n != producer_inputs(producer))
+        fail_msg("allocation call %ld failed: %s recomputed with %zu inputs, not %zu",
+                 host_alloc_sweep_call(), (const char *)producer, n, producer_inputs(producer));
     return COOP_OK;
 }
 
@@ -197,6 +216,20 @@ static void api_cleanup(void *ctx)
             fail_msg("allocation call %ld failed: %llu evictions, %llu on_evict notices",
                      host_alloc_sweep_call(), (unsigned long long)st.evictions,
                      (unsigned long long)c->notices);
+    }
+    if (c->r && !c->counts_notices) {
+        /* every tensor left, recomputed: with its own producer's inputs
+         * (recompute checks the count). Evicted directly, as no search
+         * would evict them all (no notices are counted here) */
+        for (int i = 0; i < TENSORS; i++) {
+            coop_tensor *b = c->t[i] ? c->t[i]->base : NULL;
+            if (b && b->ptr && remat_evictable(b)) {
+                pool_lock(c->r->pool);
+                remat_evict_locked(c->r, b);
+                pool_unlock(c->r->pool);
+                c->r->num_victims = 0;
+            }
+        }
     }
     if (c->r) {
         /* whatever a refused call left must still be usable */

@@ -409,6 +409,43 @@ static void copy_on_write_moves_the_new_value(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Copy-on-write with no room for the new value: the op is refused and
+ * leaves t as it was, buffer, producer and consumers: recomputed later,
+ * t is A's output again (from W), not M's, and its reader R reads t. */
+static void a_refused_copy_on_write_leaves_the_tensor_as_it_was(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, true);
+    coop_tensor *w, *t, *reader, *g[2];
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 0, "W", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 50, "A", &w, 1, EV, &t), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 50, "R", &t, 1, EV, &reader), COOP_OK);
+    for (int i = 0; i < 2; i++) /* 56 KiB of 64 taken, none of it evictable but t and R */
+        assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "G", NULL, 0, 0, &g[i]), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, reader, NULL), COOP_OK);
+    void *before = coop_tensor_data(t), *old = NULL;
+    /* t's buffer is the old value, pinned while the new one is placed: no room */
+    assert_int_equal(coop_tensor_mutate(r, t, 20, "M", &w, 1, &old), COOP_ERR_NOMEM);
+    assert_null(old);
+    assert_ptr_equal(coop_tensor_data(t), before);
+    assert_int_equal(coop_tensor_unpin(r, reader), COOP_OK);
+    /* evict both (t's unpinned now): a 40 KiB unevictable tensor needs their room */
+    coop_tensor *big;
+    assert_int_equal(coop_tensor_release(r, g[0]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, g[1]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 40 * KiB, 10, "H", NULL, 0, 0, &big), COOP_OK);
+    assert_false(coop_tensor_resident(t) || coop_tensor_resident(reader));
+    assert_int_equal(coop_tensor_release(r, big), COOP_OK);
+    j.log[0] = 0;
+    assert_int_equal(coop_tensor_access(r, reader, NULL), COOP_OK);
+    assert_string_equal(j.log, "AR"); /* t as A made it, then its reader */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* Coop: four 16 KiB tensors fill the pool; a 32 KiB request evicts the
  * cheapest adjacent pair and lands exactly where it was. */
 static void coop_evicts_a_window_and_places_inside(void **state)
@@ -480,6 +517,7 @@ int main(void)
         cmocka_unit_test(a_view_outlives_its_released_base),
         cmocka_unit_test(inplace_keeps_address_and_recomputes_old_value),
         cmocka_unit_test(copy_on_write_moves_the_new_value),
+        cmocka_unit_test(a_refused_copy_on_write_leaves_the_tensor_as_it_was),
         cmocka_unit_test(a_chain_of_inplace_ops_recomputes_in_one_buffer),
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[0]),
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),

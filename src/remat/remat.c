@@ -93,18 +93,41 @@ void *coop_tensor_data(const coop_tensor *t)
 
 /* ---- records ---------------------------------------------------------- */
 
+/* Room for `more` children beyond parent's: 0, or -1 out of host memory. */
+static int reserve_children(coop_tensor *parent, size_t more)
+{
+    size_t need = parent->num_children + more;
+    if (need <= parent->cap_children)
+        return 0;
+    size_t cap = parent->cap_children ? parent->cap_children : 4;
+    while (cap < need)
+        cap *= 2;
+    coop_tensor **c = realloc(parent->children, cap * sizeof *c);
+    if (!c)
+        return -1;
+    parent->children = c;
+    parent->cap_children = cap;
+    return 0;
+}
+
 static int add_child(coop_tensor *parent, coop_tensor *child)
 {
-    if (parent->num_children == parent->cap_children) {
-        size_t cap = parent->cap_children ? parent->cap_children * 2 : 4;
-        coop_tensor **c = realloc(parent->children, cap * sizeof *c);
-        if (!c)
-            return -1;
-        parent->children = c;
-        parent->cap_children = cap;
-    }
+    if (reserve_children(parent, 1))
+        return -1;
     parent->children[parent->num_children++] = child;
     return 0;
+}
+
+/* Takes child's last link out of parent's children (undoing add_child). */
+static void remove_last_child(coop_tensor *parent, const coop_tensor *child)
+{
+    for (size_t i = parent->num_children; i-- > 0;)
+        if (parent->children[i] == child) {
+            memmove(&parent->children[i], &parent->children[i + 1],
+                    (parent->num_children - i - 1) * sizeof *parent->children);
+            parent->num_children--;
+            return;
+        }
 }
 
 static coop_tensor *new_record(coop_remat *r)
@@ -127,11 +150,11 @@ static coop_tensor *new_record(coop_remat *r)
  * target (x.mul_(x)) reads the old value, and t must never be its own
  * input (recomputing it would recurse without end). */
 static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, coop_tensor *first,
-                                coop_tensor *const *inputs, size_t n)
+                                coop_tensor *const *inputs, size_t n, coop_tensor **in)
 {
+    /* in: room for the inputs (prepare_in_place's), else allocated here */
     size_t total = n + (first != NULL);
-    coop_tensor **in = total ? malloc(total * sizeof *in) : NULL;
-    if (total && !in)
+    if (!in && total && !(in = malloc(total * sizeof *in)))
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
     size_t k = 0;
     if (first)
@@ -227,7 +250,7 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
         t->size = sizes[made];
         t->flags = flags;
         t->handles = 1;
-        if ((st = set_producer(t, cost_ns, producer, NULL, inputs, num_inputs)) ||
+        if ((st = set_producer(t, cost_ns, producer, NULL, inputs, num_inputs, NULL)) ||
             (st = remat_alloc(r, t))) {
             t->released = true; /* unreachable: the next collection reclaims it */
             t->handles = 0;
@@ -445,6 +468,59 @@ static void redirect(coop_tensor *b, coop_tensor *old)
     }
 }
 
+/* What an in-place op on b needs from host memory, taken before anything
+ * changes so that recording it cannot fail half-way: b's new input array
+ * (its old value first) and a child slot in each input (the old value
+ * inherits b's children array, so b's own holds its slots). NULL out of
+ * host memory. */
+static coop_tensor **prepare_in_place(coop_tensor *b, coop_tensor *const *inputs, size_t n)
+{
+    coop_tensor **in = malloc((n + 1) * sizeof *in);
+    if (!in)
+        return NULL;
+    size_t self = 1; /* the old value's slot for b, plus b among the inputs */
+    for (size_t i = 0; i < n; i++)
+        self += inputs[i]->base == b;
+    bool ok = !reserve_children(b, self);
+    for (size_t i = 0; i < n && ok; i++) {
+        coop_tensor *p = inputs[i]->base;
+        size_t uses = 0;
+        for (size_t k = 0; k < n; k++)
+            uses += inputs[k]->base == p;
+        ok = p == b || !reserve_children(p, uses);
+    }
+    if (!ok) {
+        free(in);
+        return NULL;
+    }
+    return in;
+}
+
+/* Undoes a recorded in-place op whose copy-on-write placement failed
+ * (b's buffer already handed to old): b takes its buffer, producer and
+ * consumers back, and old is left as an unreachable released record. */
+static void undo_in_place(coop_remat *r, coop_tensor *b, coop_tensor *old, uint64_t cost,
+                          void *producer, bool in_place, uint32_t remats)
+{
+    remat_hand_over(r, old, b);
+    for (size_t i = 0; i < b->num_inputs; i++)
+        remove_last_child(b->inputs[i], b);
+    free(b->inputs);
+    b->inputs = old->inputs;
+    b->num_inputs = old->num_inputs;
+    b->children = old->children;
+    b->num_children = old->num_children;
+    b->cap_children = old->cap_children;
+    old->inputs = old->children = NULL;
+    old->num_inputs = old->num_children = old->cap_children = 0;
+    redirect(old, b);
+    b->cost = cost;
+    b->producer = producer;
+    b->in_place = in_place;
+    b->remats = remats;
+    b->eq_valid = false;
+}
+
 coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
                                coop_tensor *const *inputs, size_t num_inputs, void **old_value)
 {
@@ -459,10 +535,18 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     coop_status st = coop_tensor_access(r, b, NULL);
     if (st || (st = check_resident(inputs, num_inputs, "coop_tensor_mutate")))
         return st;
-    /* old's eviction below (recomputable in-place) cannot fail half-way */
-    coop_tensor *old = remat_reserve_evictions(r, 1) ? NULL : new_record(r);
-    if (!old)
+    /* old's eviction below (recomputable in-place) and b's new producer
+     * cannot fail half-way: their host memory first */
+    coop_tensor **in = prepare_in_place(b, inputs, num_inputs);
+    coop_tensor *old = !in || remat_reserve_evictions(r, 1) ? NULL : new_record(r);
+    if (!old) {
+        free(in);
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_mutate: out of host memory");
+    }
+    uint64_t prev_cost = b->cost;
+    void *prev_producer = b->producer;
+    bool prev_in_place = b->in_place;
+    uint32_t prev_remats = b->remats;
     /* old inherits b's producer and consumers; b becomes op(old, inputs) */
     old->size = b->size;
     old->flags = b->flags | COOP_TENSOR_EVICTABLE;
@@ -484,10 +568,9 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     redirect(b, old);
     /* b's neighbours now name old: neither is evicted yet, so their c_eq
      * values and their components stand; old's eviction (in place) forgets
-     * their caches and merges their components */
-    if ((st = set_producer(b, cost_ns, producer, old, inputs, num_inputs)))
-        return st;
-    touch(r, inputs, num_inputs);
+     * their caches and merges their components. Cannot fail: in and the
+     * child slots are there. */
+    (void)set_producer(b, cost_ns, producer, old, inputs, num_inputs, in);
     b->in_place = !r->cfg.copy_on_write;
     if (b->in_place) {
         /* recomputable in-place: b keeps the buffer, old is evicted */
@@ -500,11 +583,14 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
         st = remat_alloc(r, b);
         pin_all(r, inputs, num_inputs, false);
         remat_unpin(r, old);
-        if (st)
+        if (st) { /* no room (or host memory): as if the op was never recorded */
+            undo_in_place(r, b, old, prev_cost, prev_producer, prev_in_place, prev_remats);
             return st;
+        }
         if (old_value)
             *old_value = old->ptr;
     }
+    touch(r, inputs, num_inputs);
     r->clock += cost_ns;
     b->last_access = r->clock;
     return COOP_OK;
