@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growable.h"
 #include "remat/remat_internal.h"
 #include "status.h"
 
@@ -96,18 +97,7 @@ void *coop_tensor_data(const coop_tensor *t)
 /* Room for `more` children beyond parent's: 0, or -1 out of host memory. */
 static int reserve_children(coop_tensor *parent, size_t more)
 {
-    size_t need = parent->num_children + more;
-    if (need <= parent->cap_children)
-        return 0;
-    size_t cap = parent->cap_children ? parent->cap_children : 4;
-    while (cap < need)
-        cap *= 2;
-    coop_tensor **c = realloc(parent->children, cap * sizeof *c);
-    if (!c)
-        return -1;
-    parent->children = c;
-    parent->cap_children = cap;
-    return 0;
+    return GROW_ARRAY(parent->children, parent->cap_children, parent->num_children + more, 4);
 }
 
 static int add_child(coop_tensor *parent, coop_tensor *child)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "growable.h"
 #include "remat/coop_cost.h"
 #include "remat/remat_internal.h"
 #include "status.h"
@@ -104,17 +105,7 @@ int remat_reserve_nodes(coop_remat *r, size_t n)
 /* Room for n more slots in r->victims: 0, or -1 out of host memory. */
 static int reserve_victims(coop_remat *r, size_t n)
 {
-    if (r->num_victims + n <= r->cap_victims)
-        return 0;
-    size_t cap = r->cap_victims ? r->cap_victims : 16;
-    while (cap < r->num_victims + n)
-        cap *= 2;
-    coop_tensor **v = realloc(r->victims, cap * sizeof *v);
-    if (!v)
-        return -1;
-    r->victims = v;
-    r->cap_victims = cap;
-    return 0;
+    return GROW_ARRAY(r->victims, r->cap_victims, r->num_victims + n, 16);
 }
 
 /* Room for n more evictions: their slots in r->victims, so that each can be
