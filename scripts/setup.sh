@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 
 PKGS="autoconf automake libtool pkg-config make gcc libjemalloc-dev libcmocka-dev zlib1g-dev libjansson-dev python3"
 # What make check's Python tests use: torch 1.13's _memory_viz reads coop's snapshots,
-# the recorders run a small model, the plot scripts draw with matplotlib.
-PKGS="$PKGS python3-torch python3-numpy python3-matplotlib"
+# the recorders run a small model (torchvision's resnet in train_compare's dry run),
+# the plot scripts draw with matplotlib.
+PKGS="$PKGS python3-torch python3-torchvision python3-numpy python3-matplotlib"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
