@@ -90,6 +90,12 @@ typedef struct coop_config {
     bool single_thread;    /* the caller serializes every call on the pool (one thread, or
                             * its own lock): the pool takes no lock of its own. For
                             * single-threaded tools (replays, simulators); default false */
+    bool never_wait;       /* never block on a stream's work: by default (false), when memory
+                            * runs out and on coop_empty_cache, the pool waits for busy
+                            * streams' pending frees and free blocks, as PyTorch does. Set it
+                            * where a stream can be blocked on this thread (a wait for a value
+                            * it writes later, a collective waiting for a peer): such memory is
+                            * then reported out of memory instead of deadlocking */
     unsigned fault_kinds;  /* tests: COOP_FAULT_* mask armed from creation on */
     uint64_t fault_nth;    /* tests: fail the Nth call of fault_kinds (0 = never) */
 } coop_config;
@@ -118,8 +124,12 @@ void coop_pool_destroy(coop_pool *pool);
 /* Allocates size bytes (rounded up to 512) for use on stream. Returns NULL and
  * sets *status (if non-NULL) on failure; size 0 returns NULL with COOP_OK.
  * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH. On out-of-memory the pool first
- * releases unmappable pages and retries; the final message (coop_last_error)
- * gives the requested bytes, free bytes and the largest free block. */
+ * releases unmappable pages and retries, then makes the free blocks of idle
+ * streams usable on any stream and retries, then (unless
+ * coop_config.never_wait) waits for busy streams' pending frees and free
+ * blocks, holding the pool's lock, and retries; the final message
+ * (coop_last_error) gives the requested bytes, free bytes and the largest
+ * free block. */
 void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
                   coop_status *status);
 
@@ -142,7 +152,9 @@ coop_status coop_free(coop_pool *pool, void *ptr);
 coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream);
 
 /* Unmaps every physical page lying wholly inside free blocks (VMM) or releases
- * wholly free segments (without VMM). */
+ * wholly free segments (without VMM). First, unless coop_config.never_wait,
+ * waits for the streams of pending frees and of free blocks (as PyTorch's
+ * empty_cache does), so that their blocks are freed and merge. */
 coop_status coop_empty_cache(coop_pool *pool);
 
 /* Changes the capacity (rounded up to pages; at most the device's memory,
@@ -240,8 +252,17 @@ coop_status coop_pool_check(coop_pool *pool);
  * ---------------------------------------------------------------------- */
 
 /* While a stream is held, events recorded on it stay incomplete; releasing
- * it completes them. Host backend only (else COOP_ERR_UNSUPPORTED). */
+ * it completes them. A hold stands for a stream blocked on the host: the
+ * pool's waits for it fail (on a device they would never return), so its
+ * memory stays busy. Host backend only (else COOP_ERR_UNSUPPORTED). */
 coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold);
+
+/* Holds a stream as busy: kernels queued on it still running. Like a hold,
+ * except that a wait for one of its events (the out-of-memory path's,
+ * coop_empty_cache's; see coop_config.never_wait) ends it, as the device
+ * would finish them. coop_host_hold_stream(pool, stream, false) ends it too.
+ * Host backend only (else COOP_ERR_UNSUPPORTED). */
+coop_status coop_host_busy_stream(coop_pool *pool, coop_stream stream);
 
 /* Fault injection: makes the Nth next backend call of the given kinds fail
  * once with COOP_ERR_BACKEND (counting from 1; 0 disarms). kinds is a mask of

@@ -33,12 +33,18 @@ typedef struct coop_backend_ops {
     /* Without VMM: one allocation of mapped device memory, and its release. */
     coop_status (*segment_alloc)(coop_backend *be, uint64_t size, uintptr_t *addr);
     coop_status (*segment_free)(coop_backend *be, uintptr_t addr, uint64_t size);
-    /* Events: record on stream now; query completion; destroy. */
+    /* Events: record on stream now; query completion; block until complete
+     * (under the pool's lock: the out-of-memory path and empty_cache, unless
+     * the pool's never_wait is set); destroy. */
     coop_status (*event_record)(coop_backend *be, coop_stream stream, coop_event *ev);
     coop_status (*event_query)(coop_backend *be, coop_event ev, bool *done);
+    coop_status (*event_wait)(coop_backend *be, coop_event ev);
     void (*event_destroy)(coop_backend *be, coop_event ev);
-    /* Host only: hold a stream's events incomplete (NULL elsewhere). */
-    coop_status (*hold_stream)(coop_backend *be, coop_stream stream, bool hold);
+    /* Host only (NULL elsewhere): hold a stream's events incomplete. A busy
+     * hold ends when one of its events is waited for (the device finishing
+     * the stream's work); a plain hold stands for a stream blocked on the
+     * host, and a wait for it fails instead of never returning. */
+    coop_status (*hold_stream)(coop_backend *be, coop_stream stream, bool hold, bool busy);
     void (*destroy)(coop_backend *be);
 } coop_backend_ops;
 

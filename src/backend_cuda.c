@@ -579,6 +579,23 @@ static coop_status cuda_event_query(coop_backend *be, coop_event ev, bool *done)
     return st;
 }
 
+/* Blocks this thread until the event's work is done (the pool's lock is
+ * held: other threads' calls on the pool wait too, as in PyTorch's
+ * synchronize_and_free_events). */
+static coop_status cuda_event_wait(coop_backend *be, coop_event ev)
+{
+    cuda_backend *cb = as_cuda(be);
+    ctx_scope scope;
+    coop_status st = ctx_enter(cb, &scope);
+    if (st != COOP_OK)
+        return st;
+    CUresult rc = cb->drv.fn.cuEventSynchronize((CUevent)ev);
+    if (rc != CUDA_SUCCESS)
+        st = cuda_driver_error(&cb->drv, rc, "cuEventSynchronize", "(device %d)", cb->ordinal);
+    ctx_leave(cb, &scope);
+    return st;
+}
+
 static void cuda_event_destroy(coop_backend *be, coop_event ev)
 {
     cuda_backend *cb = as_cuda(be);
@@ -634,6 +651,7 @@ static const coop_backend_ops cuda_ops = {
     .segment_free = cuda_segment_free,
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
+    .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,
     .hold_stream = NULL,
     .destroy = cuda_destroy,

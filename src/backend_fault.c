@@ -103,19 +103,27 @@ static coop_status fault_event_query(coop_backend *be, coop_event ev, bool *done
     return f->inner->ops->event_query(f->inner, ev, done);
 }
 
+static coop_status fault_event_wait(coop_backend *be, coop_event ev)
+{
+    fault_backend *f = fault_of(be);
+    if (should_fail(f, KIND_EVENT))
+        return COOP_ERR_BACKEND;
+    return f->inner->ops->event_wait(f->inner, ev);
+}
+
 static void fault_event_destroy(coop_backend *be, coop_event ev)
 {
     fault_backend *f = fault_of(be);
     f->inner->ops->event_destroy(f->inner, ev);
 }
 
-static coop_status fault_hold_stream(coop_backend *be, coop_stream stream, bool hold)
+static coop_status fault_hold_stream(coop_backend *be, coop_stream stream, bool hold, bool busy)
 {
     fault_backend *f = fault_of(be);
     if (!f->inner->ops->hold_stream)
         return coop_set_error(COOP_ERR_UNSUPPORTED, "the %s backend cannot hold streams",
                               f->inner->name);
-    return f->inner->ops->hold_stream(f->inner, stream, hold);
+    return f->inner->ops->hold_stream(f->inner, stream, hold, busy);
 }
 
 static void fault_destroy(coop_backend *be)
@@ -134,6 +142,7 @@ static const coop_backend_ops fault_ops = {
     .segment_free = fault_segment_free,
     .event_record = fault_event_record,
     .event_query = fault_event_query,
+    .event_wait = fault_event_wait,
     .event_destroy = fault_event_destroy,
     .hold_stream = fault_hold_stream,
     .destroy = fault_destroy,

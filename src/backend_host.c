@@ -10,7 +10,10 @@
  * Streams and events are simulated: an event recorded on a stream is complete
  * at once unless the stream is held (coop_host_hold_stream); releasing the
  * hold completes every event recorded during it. Each hold has a generation
- * number, so an event belongs to exactly one hold.
+ * number, so an event belongs to exactly one hold. A busy hold (queued
+ * kernels still running) also ends when one of its events is waited for; a
+ * plain hold stands for a stream blocked on the host, which no wait of this
+ * thread could end: waiting for it fails rather than never returning.
  *
  * Segments (pools without VMM) are carved from one reservation of twice the
  * device size, from the top of the highest free range that fits, so the same
@@ -40,6 +43,7 @@
 typedef struct host_stream {
     coop_stream stream;
     bool held;
+    bool busy;                /* the hold ends when waited for */
     uint64_t hold_generation; /* of the current or last hold; starts at 0 */
 } host_stream;
 
@@ -379,13 +383,31 @@ static coop_status host_event_query(coop_backend *be, coop_event ev, bool *done)
     return COOP_OK;
 }
 
+static coop_status host_event_wait(coop_backend *be, coop_event ev)
+{
+    host_backend *h = host_of(be);
+    const host_event *e = (const host_event *)ev;
+    host_stream *s = &h->streams[e->stream_slot];
+    bool done;
+    host_event_query(be, ev, &done);
+    if (done)
+        return COOP_OK;
+    if (!s->busy)
+        return coop_set_error(COOP_ERR_BACKEND,
+                              "host backend: stream %#lx is held (blocked on the host): waiting "
+                              "for it would never end",
+                              (unsigned long)s->stream);
+    s->held = s->busy = false; /* its work has finished */
+    return COOP_OK;
+}
+
 static void host_event_destroy(coop_backend *be, coop_event ev)
 {
     free((void *)ev);
     host_of(be)->live_events--;
 }
 
-static coop_status host_hold_stream(coop_backend *be, coop_stream stream, bool hold)
+static coop_status host_hold_stream(coop_backend *be, coop_stream stream, bool hold, bool busy)
 {
     host_backend *h = host_of(be);
     size_t slot;
@@ -395,6 +417,7 @@ static coop_status host_hold_stream(coop_backend *be, coop_stream stream, bool h
     if (hold && !s->held)
         s->hold_generation++;
     s->held = hold;
+    s->busy = hold && busy;
     return COOP_OK;
 }
 
@@ -417,6 +440,7 @@ static const coop_backend_ops host_ops = {
     .segment_free = host_segment_free,
     .event_record = host_event_record,
     .event_query = host_event_query,
+    .event_wait = host_event_wait,
     .event_destroy = host_event_destroy,
     .hold_stream = host_hold_stream,
     .destroy = host_destroy,

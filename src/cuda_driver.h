@@ -43,6 +43,7 @@
     X(cuEventCreate)                                                                               \
     X(cuEventRecord)                                                                               \
     X(cuEventQuery)                                                                                \
+    X(cuEventSynchronize)                                                                          \
     X(cuEventDestroy)
 
 #define COOP_CUDA_DRIVER_FIELD(name) __typeof__(name) *name;

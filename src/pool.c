@@ -20,13 +20,24 @@
  *    stream may reuse them. Adjacent free blocks merge when their tags are
  *    equal or one of them is "any stream" (the merged block keeps the
  *    specific tag).
+ *  - Waiting: a stream that is still busy (its queued kernels running, as
+ *    the GPU usually runs behind the host) would keep its free blocks and
+ *    pending frees from every other stream, and a pool would report out of
+ *    memory with that memory about to be free. So, like PyTorch's caching
+ *    allocator (synchronize_and_free_events), the OOM path and empty_cache
+ *    wait for those streams' events, under the pool's lock. A stream blocked
+ *    on the host (waiting for a value only this thread would write, a
+ *    collective waiting for a peer that waits for us) would never finish:
+ *    config.never_wait turns waiting off, and such memory is then reported
+ *    out of memory instead of hanging.
  *
  * Out of memory: process pending frees, try; if mapping would exceed the
  * capacity, unmap cached pages outside the placement (or release free
  * segments) and retry; if still failing, retag idle streams and try once
- * more. Then NULL with COOP_ERR_NOMEM and a message with the numbers.
- * num_alloc_retries counts allocations that released memory or took the slow
- * path; num_ooms counts failures.
+ * more; if some stream was busy and waiting is allowed, wait for it, retag,
+ * and try a last time. Then NULL with COOP_ERR_NOMEM and a message with the
+ * numbers. num_alloc_retries counts allocations that released memory or took
+ * the slow path; num_ooms counts failures.
  *
  * Locking: one mutex per pool (pool_lock.h), held for the whole of every public call.
  * Every operation touches the shared address-ordered structure (free index,
@@ -302,23 +313,51 @@ void pool_process_pending_locked(coop_pool *pool)
     }
 }
 
-/* OOM path: retags the free blocks of every idle stream "any stream". */
-static void sync_idle_streams(coop_pool *pool)
+/* Whether ev has completed; if not and wait is set, waits for it (a failed
+ * wait, such as the host backend's for a stream blocked on the host, counts
+ * as not completed). *busy is set when it had not completed by itself. */
+static bool event_settled(coop_pool *pool, coop_event ev, bool wait, bool *busy)
 {
+    coop_backend *be = pool->backend;
+    bool done = false;
+    if (be->ops->event_query(be, ev, &done) != COOP_OK)
+        return false;
+    if (!done) {
+        *busy = true;
+        done = wait && be->ops->event_wait(be, ev) == COOP_OK;
+    }
+    return done;
+}
+
+/* OOM path and empty_cache: with wait, first waits for the events of pending
+ * frees (then processed); then retags the free blocks of every stream whose
+ * work has finished (or, with wait, has been waited for) "any stream".
+ * Returns whether some stream or pending free was still busy. */
+static bool settle_streams(coop_pool *pool, bool wait)
+{
+    coop_backend *be = pool->backend;
+    bool busy = false;
+    if (wait && pool->pending) {
+        for (block_uses *u = pool->pending; u; u = u->pending_next)
+            for (size_t i = 0; i < u->num_streams; i++)
+                if (u->events[i] != NO_EVENT)
+                    event_settled(pool, u->events[i], true, &busy);
+        pool_process_pending_locked(pool);
+    }
     const free_index *fi = &pool->arena.index;
     for (size_t i = 0; i < fi->num_sets; i++) {
         coop_stream s = fi->sets[i]->stream;
         if (s == COOP_STREAM_ANY || fi->sets[i]->count == 0)
             continue;
         coop_event ev;
-        if (pool->backend->ops->event_record(pool->backend, s, &ev) != COOP_OK)
+        if (be->ops->event_record(be, s, &ev) != COOP_OK)
             continue;
-        bool done = false;
-        coop_status st = pool->backend->ops->event_query(pool->backend, ev, &done);
-        pool->backend->ops->event_destroy(pool->backend, ev);
-        if (st == COOP_OK && done)
+        bool done = event_settled(pool, ev, wait, &busy);
+        be->ops->event_destroy(be, ev);
+        if (done)
             arena_retag_any(&pool->arena, s);
     }
+    return busy || pool->pending;
 }
 
 /* ---- Allocation ---- */
@@ -395,8 +434,12 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
     if (st == COOP_ERR_NOMEM) {
         reclaimed = true;
         pool_process_pending_locked(pool);
-        sync_idle_streams(pool);
+        bool busy = settle_streams(pool, false);
         st = arena_alloc(&pool->arena, rounded, stream, high, &b, &reclaimed);
+        if (st == COOP_ERR_NOMEM && busy && !pool->config.never_wait) {
+            settle_streams(pool, true);
+            st = arena_alloc(&pool->arena, rounded, stream, high, &b, &reclaimed);
+        }
     }
     if (reclaimed)
         pool->num_alloc_retries++;
@@ -659,18 +702,20 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
 
 /* ---- Cache and capacity ---- */
 
-/* Completes what can be completed, then retags the free blocks of every idle
- * stream "any stream" (their last uses are finished) and coalesces them, so
- * free space split only by stream tags becomes one block, and releases
- * cached memory: unmappable pages (VMM) or wholly free segments. A stream
- * with work outstanding keeps its tags (its blocks stay reusable on it). */
+/* Completes what can be completed (waiting for busy streams unless
+ * never_wait), then retags the free blocks of every idle stream "any stream"
+ * (their last uses are finished) and coalesces them, so free space split
+ * only by stream tags becomes one block, and releases cached memory:
+ * unmappable pages (VMM) or wholly free segments. A stream with work
+ * outstanding that was not waited for keeps its tags (its blocks stay
+ * reusable on it). */
 coop_status coop_empty_cache(coop_pool *pool)
 {
     if (!pool)
         return null_argument("coop_empty_cache", "pool");
     pool_lock(pool);
     pool_process_pending_locked(pool);
-    sync_idle_streams(pool);
+    settle_streams(pool, !pool->config.never_wait);
     uint64_t released;
     coop_status st = arena_reclaim(&pool->arena, UINT64_MAX, 0, 0, &released);
     pool_after_op_locked(pool, "empty_cache");
@@ -710,19 +755,30 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
 
 /* ---- Test controls ---- */
 
-coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold)
+static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream, bool hold,
+                             bool busy)
 {
     if (!pool)
-        return null_argument("coop_host_hold_stream", "pool");
+        return null_argument(fn, "pool");
     pool_lock(pool);
     coop_status st;
     if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
-        st = coop_set_error(COOP_ERR_UNSUPPORTED, "coop_host_hold_stream: the pool's backend is %s",
+        st = coop_set_error(COOP_ERR_UNSUPPORTED, "%s: the pool's backend is %s", fn,
                             pool->backend->name);
     else
-        st = pool->backend->ops->hold_stream(pool->backend, stream, hold);
+        st = pool->backend->ops->hold_stream(pool->backend, stream, hold, busy);
     pool_unlock(pool);
     return st;
+}
+
+coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold)
+{
+    return host_hold(pool, "coop_host_hold_stream", stream, hold, false);
+}
+
+coop_status coop_host_busy_stream(coop_pool *pool, coop_stream stream)
+{
+    return host_hold(pool, "coop_host_busy_stream", stream, true, true);
 }
 
 coop_status coop_inject_fault(coop_pool *pool, unsigned kinds, uint64_t nth)

@@ -55,8 +55,13 @@ static void test_events_and_disarm(void **state)
     assert_int_equal(be->ops->event_record(be, 0, &ev), COOP_OK);
     bool done;
     assert_int_equal(be->ops->event_query(be, ev, &done), COOP_OK);
+    uint64_t before = coop_backend_fault_calls(be, COOP_FAULT_EVENT);
+    coop_backend_fault_arm(be, COOP_FAULT_EVENT, 1); /* a wait is an event call */
+    assert_int_equal(be->ops->event_wait(be, ev), COOP_ERR_BACKEND);
+    assert_int_equal(be->ops->event_wait(be, ev), COOP_OK);
+    assert_int_equal(coop_backend_fault_calls(be, COOP_FAULT_EVENT), before + 2);
     be->ops->event_destroy(be, ev);
-    assert_int_equal(be->ops->hold_stream(be, 0, true), COOP_OK); /* forwarded */
+    assert_int_equal(be->ops->hold_stream(be, 0, true, false), COOP_OK); /* forwarded */
     coop_backend_destroy(be);
 }
 

@@ -201,20 +201,53 @@ static void test_events_and_holds(void **state)
     coop_event free_run, held, other;
     assert_int_equal(be->ops->event_record(be, 1, &free_run), COOP_OK);
     assert_true(query(be, free_run));
-    assert_int_equal(be->ops->hold_stream(be, 1, true), COOP_OK);
+    assert_int_equal(be->ops->hold_stream(be, 1, true, false), COOP_OK);
     assert_int_equal(be->ops->event_record(be, 1, &held), COOP_OK);
     assert_int_equal(be->ops->event_record(be, 2, &other), COOP_OK);
     assert_false(query(be, held));
     assert_true(query(be, other));
     assert_true(query(be, free_run)); /* recorded before the hold */
-    assert_int_equal(be->ops->hold_stream(be, 1, false), COOP_OK);
+    assert_int_equal(be->ops->hold_stream(be, 1, false, false), COOP_OK);
     assert_true(query(be, held));
-    assert_int_equal(be->ops->hold_stream(be, 1, true), COOP_OK); /* a new hold */
-    assert_true(query(be, held));                                 /* belongs to the released hold */
+    assert_int_equal(be->ops->hold_stream(be, 1, true, false), COOP_OK); /* a new hold */
+    assert_true(query(be, held)); /* belongs to the released hold */
     assert_int_equal(coop_backend_host_live_events(be), 3);
     be->ops->event_destroy(be, free_run);
     be->ops->event_destroy(be, held);
     be->ops->event_destroy(be, other);
+    assert_int_equal(coop_backend_host_live_events(be), 0);
+    coop_backend_destroy(be);
+}
+
+/* Waiting: a complete event at once; a busy hold ends (its kernels finish);
+ * a plain hold (blocked on the host) fails the wait with the stream named
+ * and stays held. */
+static void test_event_wait(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(8 * MiB, 2 * MiB, true, &be), COOP_OK);
+    coop_event idle, busy, blocked, after;
+    assert_int_equal(be->ops->event_record(be, 1, &idle), COOP_OK);
+    assert_int_equal(be->ops->event_wait(be, idle), COOP_OK);
+    assert_int_equal(be->ops->hold_stream(be, 2, true, true), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 2, &busy), COOP_OK);
+    assert_false(query(be, busy));
+    assert_int_equal(be->ops->event_wait(be, busy), COOP_OK);
+    assert_true(query(be, busy));
+    assert_int_equal(be->ops->event_record(be, 2, &after), COOP_OK);
+    assert_true(query(be, after)); /* the hold ended */
+    assert_int_equal(be->ops->hold_stream(be, 3, true, false), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 3, &blocked), COOP_OK);
+    assert_int_equal(be->ops->event_wait(be, blocked), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "stream 0x3 is held"));
+    assert_false(query(be, blocked));
+    assert_int_equal(be->ops->hold_stream(be, 3, false, false), COOP_OK);
+    assert_true(query(be, blocked));
+    be->ops->event_destroy(be, idle);
+    be->ops->event_destroy(be, busy);
+    be->ops->event_destroy(be, blocked);
+    be->ops->event_destroy(be, after);
     assert_int_equal(coop_backend_host_live_events(be), 0);
     coop_backend_destroy(be);
 }
@@ -232,9 +265,13 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reserve_map_unmap),  cmocka_unit_test(test_segments),
-        cmocka_unit_test(test_small_pages),        cmocka_unit_test(test_events_and_holds),
-        cmocka_unit_test(test_bad_arguments),      cmocka_unit_test(test_segment_addresses_repeat),
+        cmocka_unit_test(test_reserve_map_unmap),
+        cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_small_pages),
+        cmocka_unit_test(test_events_and_holds),
+        cmocka_unit_test(test_event_wait),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_segment_addresses_repeat),
         cmocka_unit_test(test_segment_space_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -194,6 +194,119 @@ static void test_record_stream_pending(void **state)
     coop_pool_destroy(p);
 }
 
+/* Out of memory while a record_stream'd free is pending on a busy stream:
+ * the pool waits for that stream (as PyTorch's synchronize_and_free_events)
+ * and reuses the block. A stream blocked on the host cannot be waited for:
+ * out of memory, state intact. With never_wait the pool never waits. */
+static coop_pool *full_pool_with_pending(bool never_wait, void **pending)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 8 * MiB;
+    c.check = true;
+    c.never_wait = never_wait;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    *pending = coop_malloc(p, 8 * MiB, 1, 0, NULL);
+    assert_non_null(*pending);
+    assert_int_equal(coop_record_stream(p, *pending, 7), COOP_OK);
+    return p;
+}
+
+static void test_oom_waits_for_a_busy_stream(void **state)
+{
+    (void)state;
+    void *a;
+    coop_pool *p = full_pool_with_pending(false, &a);
+    assert_int_equal(coop_host_busy_stream(p, 7), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(stats_of(p).active.current, 1); /* pending */
+    coop_status st;
+    void *b = coop_malloc(p, 8 * MiB, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_ptr_equal(b, a);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.active.current, 1);
+    assert_int_equal(s.num_alloc_retries, 1);
+    assert_int_equal(s.num_ooms, 0);
+    coop_free(p, b);
+    coop_pool_destroy(p);
+
+    /* the same with stream 7 blocked on the host: no wait can end it */
+    p = full_pool_with_pending(false, &a);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_null(coop_malloc(p, 8 * MiB, 1, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "out of memory"));
+    s = stats_of(p);
+    assert_int_equal(s.active.current, 1);
+    assert_int_equal(s.num_ooms, 1);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    assert_ptr_equal(coop_malloc(p, 8 * MiB, 1, 0, NULL), a);
+    coop_free(p, a);
+    coop_pool_destroy(p);
+
+    /* never_wait: out of memory although the stream would finish */
+    p = full_pool_with_pending(true, &a);
+    assert_int_equal(coop_host_busy_stream(p, 7), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_null(coop_malloc(p, 8 * MiB, 1, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_int_equal(coop_empty_cache(p), COOP_OK); /* does not wait either */
+    assert_int_equal(stats_of(p).active.current, 1);
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    assert_ptr_equal(coop_malloc(p, 8 * MiB, 1, 0, NULL), a);
+    coop_free(p, a);
+    coop_pool_destroy(p);
+}
+
+/* A free block of a busy stream that shares its segment with a live block
+ * (so it cannot be released): another stream's allocation waits for the
+ * busy stream, after which the block is any stream's. */
+static void test_oom_waits_for_a_free_blocks_stream(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 4 * MiB;
+    c.segment_size = 4 * MiB;
+    c.use_vmm = false;
+    c.check = true;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *live = coop_malloc(p, 512, 1, 0, NULL);
+    void *big = coop_malloc(p, 3 * MiB, 2, 0, NULL);
+    assert_non_null(live);
+    assert_non_null(big);
+    assert_int_equal(coop_host_busy_stream(p, 2), COOP_OK);
+    assert_int_equal(coop_free(p, big), COOP_OK); /* free, stream 2's */
+    void *on1 = coop_malloc(p, 2 * MiB, 1, 0, NULL);
+    assert_ptr_equal(on1, big); /* after the wait, any stream's */
+    assert_int_equal(stats_of(p).num_ooms, 0);
+    coop_free(p, on1);
+    coop_free(p, live);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 0);
+    coop_pool_destroy(p);
+}
+
+/* empty_cache waits for pending frees' streams, then releases. */
+static void test_empty_cache_waits(void **state)
+{
+    (void)state;
+    void *a;
+    coop_pool *p = full_pool_with_pending(false, &a);
+    assert_int_equal(coop_host_busy_stream(p, 7), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.active.current, 0);
+    assert_int_equal(s.reserved_bytes.current, 0);
+    coop_pool_destroy(p);
+}
+
 /* coop_free never fails on a valid pointer: when the backend cannot record
  * the event of another stream's use, the block still goes pending and the
  * event is recorded at the next processing of pending frees. The block is
@@ -553,6 +666,7 @@ static void test_null_handles(void **state)
     expect_null_error(coop_set_capacity(NULL, MiB), "coop_set_capacity", "pool");
     expect_null_error(coop_pool_check(NULL), "coop_pool_check", "pool");
     expect_null_error(coop_host_hold_stream(NULL, 1, true), "coop_host_hold_stream", "pool");
+    expect_null_error(coop_host_busy_stream(NULL, 1), "coop_host_busy_stream", "pool");
     expect_null_error(coop_inject_fault(NULL, COOP_FAULT_MAP, 1), "coop_inject_fault", "pool");
     expect_null_error(coop_walk(NULL, NULL, NULL, NULL), "coop_walk", "pool");
     assert_int_equal(coop_backend_calls(NULL, COOP_FAULT_ALL), 0);
@@ -685,6 +799,9 @@ int main(void)
         cmocka_unit_test(test_free_errors),
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_record_stream_pending),
+        cmocka_unit_test(test_oom_waits_for_a_busy_stream),
+        cmocka_unit_test(test_oom_waits_for_a_free_blocks_stream),
+        cmocka_unit_test(test_empty_cache_waits),
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
