@@ -52,6 +52,7 @@ static void test_defaults(void **state)
     assert_int_equal(conf.placement, COOP_ALLOC_LOW);
     assert_false(conf.check);
     assert_int_equal(conf.history, 0);
+    assert_false(conf.never_wait);
     coop_alloc_conf empty = parse_ok("");
     assert_memory_equal(&conf, &empty, sizeof conf);
     coop_alloc_conf commas = parse_ok(" , ,, ");
@@ -62,7 +63,7 @@ static void test_every_key(void **state)
 {
     (void)state;
     coop_alloc_conf c = parse_ok("backend:host,capacity:40G,page:4M,vmm:false,segment:64M,"
-                                 "placement:high,min_split:1K,check:true,history:500");
+                                 "placement:high,min_split:1K,check:true,history:500,wait:false");
     assert_int_equal(c.backend, COOP_BACKEND_HOST);
     assert_int_equal(c.capacity, 40 * GIB);
     assert_int_equal(c.page_size, 4 * MIB);
@@ -72,6 +73,8 @@ static void test_every_key(void **state)
     assert_int_equal(c.min_split, KIB);
     assert_true(c.check);
     assert_int_equal(c.history, 500);
+    assert_true(c.never_wait);
+    assert_false(parse_ok("wait:true").never_wait);
 
     c = parse_ok(" backend : CUDA , fraction: 0.25 ,vmm:True,check:0,history:true,placement:low");
     assert_int_equal(c.backend, COOP_BACKEND_CUDA);
@@ -146,6 +149,7 @@ static void test_bad_values_name_key_value_offset(void **state)
     parse_bad("check:on", "'on'", "'check'", NULL);
     parse_bad("history:-5", "'-5'", "'history'", NULL);
     parse_bad("history:", "''", "'history'", NULL);
+    parse_bad("wait:sometimes", "'sometimes'", "'wait'", "true or false", NULL);
     parse_bad("capacity:", "''", "'capacity'", NULL);
 }
 
@@ -166,7 +170,7 @@ static void test_to_config(void **state)
 {
     (void)state;
     coop_alloc_conf c = parse_ok("backend:host,capacity:1G,page:64K,vmm:false,segment:8M,"
-                                 "min_split:1K,check:true");
+                                 "min_split:1K,check:true,wait:false");
     coop_config config;
     coop_alloc_conf_to_config(&c, 3, &config);
     assert_int_equal(config.backend, COOP_BACKEND_HOST);
@@ -177,6 +181,7 @@ static void test_to_config(void **state)
     assert_int_equal(config.segment_size, 8 * MIB);
     assert_int_equal(config.min_split, KIB);
     assert_true(config.check);
+    assert_true(config.never_wait);
 }
 
 int main(void)

@@ -122,6 +122,8 @@ class Config(ctypes.Structure):
         ("min_split", ctypes.c_uint64),
         ("use_vmm", ctypes.c_bool),
         ("check", ctypes.c_bool),
+        ("single_thread", ctypes.c_bool),
+        ("never_wait", ctypes.c_bool),
         ("fault_kinds", ctypes.c_uint),
         ("fault_nth", ctypes.c_uint64),
     ]

@@ -142,8 +142,9 @@ static coop_status bad_value(const token *key, const token *value, const char *e
 /* Applies one key:value to conf; *seen_bit marks the key for duplicates. */
 static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, unsigned *seen)
 {
-    static const char *const keys[] = {"backend", "capacity",  "fraction",  "page",  "vmm",
-                                       "segment", "placement", "min_split", "check", "history"};
+    static const char *const keys[] = {"backend", "capacity", "fraction",  "page",
+                                       "vmm",     "segment",  "placement", "min_split",
+                                       "check",   "history",  "wait"};
     unsigned index = 0;
     while (index < sizeof keys / sizeof keys[0] && !token_is(k, keys[index]))
         index++;
@@ -151,7 +152,7 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         return coop_set_error(COOP_ERR_INVALID,
                               "COOP_ALLOC_CONF: unknown key '%.*s' at byte %zu (known: backend, "
                               "capacity, fraction, page, vmm, segment, placement, min_split, "
-                              "check, history)",
+                              "check, history, wait)",
                               (int)k->len, k->start, k->off);
     if (*seen & (1u << index))
         return coop_set_error(COOP_ERR_INVALID,
@@ -199,6 +200,11 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
     } else if (strcmp(name, "check") == 0) {
         if (!parse_bool(v, &conf->check))
             return bad_value(k, v, "true or false");
+    } else if (strcmp(name, "wait") == 0) {
+        bool wait = true;
+        if (!parse_bool(v, &wait))
+            return bad_value(k, v, "true or false");
+        conf->never_wait = !wait;
     } else { /* history */
         bool on = false;
         if (parse_bool(v, &on) && !(v->len == 1 && v->start[0] == '1'))
@@ -259,4 +265,5 @@ void coop_alloc_conf_to_config(const coop_alloc_conf *conf, int device, coop_con
     config->segment_size = conf->segment_size;
     config->min_split = conf->min_split;
     config->check = conf->check;
+    config->never_wait = conf->never_wait;
 }

@@ -15,6 +15,9 @@
  *   check:true|false        validate every invariant after every operation (slow)
  *   history:true|false|N    record alloc/free events for snapshots' device_traces,
  *                           keeping the last N (true = 100000)
+ *   wait:true|false         wait for busy streams when memory runs out and on
+ *                           empty_cache (default true, as PyTorch); false where a
+ *                           stream can be blocked on the host (coop_config.never_wait)
  *
  * Whitespace around keys and values is ignored; empty items (",,") are skipped.
  */
@@ -35,7 +38,8 @@ typedef struct coop_alloc_conf {
     unsigned placement;    /* COOP_ALLOC_LOW or COOP_ALLOC_HIGH */
     uint64_t min_split;    /* 0 = pool's default */
     bool check;
-    size_t history; /* events kept per device; 0 = off */
+    size_t history;  /* events kept per device; 0 = off */
+    bool never_wait; /* "wait:false" */
 } coop_alloc_conf;
 
 /* Defaults: cuda backend, VMM, low placement, no checks, no history. */
@@ -51,7 +55,7 @@ coop_status coop_alloc_conf_parse(const char *text, coop_alloc_conf *conf);
 bool coop_alloc_conf_parse_bytes(const char *text, size_t len, uint64_t *out);
 
 /* Fills a pool configuration for device from conf (capacity, page, VMM,
- * segment size, min split, checks); fraction is applied after creation. */
+ * segment size, min split, checks, waiting); fraction is applied after creation. */
 void coop_alloc_conf_to_config(const coop_alloc_conf *conf, int device, coop_config *config);
 
 #endif
