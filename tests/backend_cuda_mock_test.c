@@ -23,9 +23,11 @@
 /* cuda.h's CU_STREAM_PER_THREAD as a coop_stream */
 #define CU_STREAM_PER_THREAD_HANDLE ((coop_stream)(uintptr_t)CU_STREAM_PER_THREAD)
 
+/* tests/mock_cuda_driver.c's counters, field for field */
 typedef struct mock_counters {
     long mapped_bytes, live_handles, live_events, live_segments, syncs, unsafe_releases, no_context,
-        retained, accessible_bytes, access_calls, event_creates, live_reservations, live_streams;
+        retained, accessible_bytes, access_calls, event_creates, live_reservations, live_streams,
+        deadlocks, event_waits;
 } mock_counters;
 
 static char mock_path[4096];

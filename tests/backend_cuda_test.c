@@ -7,12 +7,16 @@
  *     another stream, recorded there and freed, is read back (the mapping is
  *     readable and writable by the device), and is reused only once the
  *     stream's work has completed;
+ *   - out of memory with the only block pending on a stream blocked (by
+ *     cuStreamWaitValue32) until another thread writes a host word 200 ms
+ *     later: the pool waits for the stream's event and reuses the block, or
+ *     with never_wait reports out of memory at once;
  *   - the randomized model test (tests/random_model_test.c, compiled again
  *     here through tests/cuda_stream_map.h), VMM and segments, 2 MiB pages,
- *     10^5 operations unless COOP_TEST_OPS says otherwise. Its streams are
- *     created streams; a hold is a cuStreamWaitValue32 on a host-mapped word
- *     that the release writes, and after every free the streams that are not
- *     held are waited for, so that events complete when the model says.
+ *     10^5 operations unless COOP_TEST_OPS says otherwise, without holds
+ *     (RANDOM_MODEL_HOLDS below). Its streams are created streams, and after
+ *     every free they are waited for, so that events complete when the model
+ *     says.
  * Exits 77 (skip) with the reason when no driver or device exists.
  *
  * The test's own driver calls (streams, memset, copy) go through dlopen as
@@ -29,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 #include <sched.h>
+#include <pthread.h>
 
 #include <cmocka.h>
 
@@ -185,6 +190,100 @@ static void run_cross_stream_free(bool use_vmm)
     assert_int_equal(stats.active.current, 0);
     coop_pool_destroy(pool);
     DRV_OK(drv.stream_destroy(side));
+}
+
+/* A host word written by another thread after a delay. */
+typedef struct late_write {
+    volatile uint32_t *word;
+    int written; /* set just before the word */
+} late_write;
+
+static void *write_later(void *arg)
+{
+    late_write *w = arg;
+    nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
+    __atomic_store_n(&w->written, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(w->word, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* Out of memory, the pool's only block pending on a stream that waits for a
+ * host word: with waiting (the default) the allocation returns that block
+ * once another thread has written the word; with never_wait it fails at
+ * once, and succeeds after the stream is done. */
+static void run_oom_wait(bool never_wait)
+{
+    const size_t size = 8 * SEQ_MIB;
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = size;
+    config.check = true;
+    config.never_wait = never_wait;
+    coop_pool *pool = NULL;
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    void *words = NULL;
+    drv_ptr word_device;
+    DRV_OK(drv.host_alloc(&words, 4096, DRV_MEMHOSTALLOC_PORTABLE | DRV_MEMHOSTALLOC_DEVICEMAP));
+    DRV_OK(drv.host_device_pointer(&word_device, words, 0));
+    volatile uint32_t *word = words;
+    *word = 0;
+    drv_stream side = NULL;
+    DRV_OK(drv.stream_create(&side, DRV_STREAM_NON_BLOCKING));
+    drv_result rc = drv.wait_value32(side, word_device, 1, DRV_STREAM_WAIT_VALUE_GEQ);
+    if (rc != 0) {
+        printf("SKIP out-of-memory wait: cuStreamWaitValue32 failed with CUresult %d\n", rc);
+    } else {
+        coop_status st;
+        void *block = coop_malloc(pool, size, 0, COOP_ALLOC_LOW, &st);
+        if (!block)
+            fail_msg("coop_malloc: %s", coop_last_error());
+        DRV_OK(drv.memset_async((drv_ptr)(uintptr_t)block, 0xcd, size, side));
+        assert_int_equal(coop_record_stream(pool, block, (coop_stream)(uintptr_t)side), COOP_OK);
+        assert_int_equal(coop_free(pool, block), COOP_OK);
+        late_write w = {.word = word};
+        if (never_wait) {
+            assert_null(coop_malloc(pool, size, 0, COOP_ALLOC_LOW, &st));
+            assert_int_equal(st, COOP_ERR_NOMEM);
+            __atomic_store_n(word, 1, __ATOMIC_SEQ_CST);
+            DRV_OK(drv.stream_synchronize(side));
+        } else {
+            pthread_t writer;
+            assert_int_equal(pthread_create(&writer, NULL, write_later, &w), 0);
+            void *again = coop_malloc(pool, size, 0, COOP_ALLOC_LOW, &st);
+            int written = __atomic_load_n(&w.written, __ATOMIC_SEQ_CST);
+            pthread_join(writer, NULL);
+            if (again != block)
+                fail_msg("coop_malloc while the block was pending: %p (%s), not %p", again,
+                         again ? "another block" : coop_last_error(), block);
+            assert_int_equal(written, 1); /* it returned only once the stream could finish */
+            assert_int_equal(coop_free(pool, again), COOP_OK);
+        }
+        void *after = coop_malloc(pool, size, 0, COOP_ALLOC_LOW, &st);
+        assert_ptr_equal(after, block);
+        assert_int_equal(coop_free(pool, after), COOP_OK);
+        coop_stats stats;
+        coop_get_stats(pool, &stats);
+        assert_int_equal(stats.num_ooms, never_wait ? 1 : 0);
+    }
+    __atomic_store_n(word, 1, __ATOMIC_SEQ_CST);
+    DRV_OK(drv.stream_synchronize(side));
+    coop_pool_destroy(pool);
+    DRV_OK(drv.stream_destroy(side));
+    DRV_OK(drv.host_free(words));
+}
+
+static void test_oom_waits(void **state)
+{
+    (void)state;
+    run_oom_wait(false);
+}
+
+static void test_oom_never_waits(void **state)
+{
+    (void)state;
+    run_oom_wait(true);
 }
 
 static void test_sequence_vmm(void **state)
@@ -357,6 +456,11 @@ static void model_teardown(void)
 #include "cuda_stream_map.h"
 
 #define RANDOM_MODEL_PAGE (2 * MiB)
+/* No holds: the backend synchronizes the device before unmapping, and a
+ * stream held by cuStreamWaitValue32 on a word only this thread writes would
+ * make that synchronization wait forever (the mock counts it as a deadlock:
+ * the model ran into it at its 35th operation). */
+#define RANDOM_MODEL_HOLDS 0
 #define main random_model_main
 int random_model_main(void);
 #include "random_model_test.c"
@@ -387,6 +491,8 @@ int main(void)
         cmocka_unit_test(test_sequence_segments),
         cmocka_unit_test(test_cross_stream_free_vmm),
         cmocka_unit_test(test_cross_stream_free_segments),
+        cmocka_unit_test(test_oom_waits),
+        cmocka_unit_test(test_oom_never_waits),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (model_setup()) {

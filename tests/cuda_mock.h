@@ -16,7 +16,8 @@
 /* tests/mock_cuda_driver.c's counters, field for field */
 typedef struct cuda_mock_counters {
     long mapped_bytes, live_handles, live_events, live_segments, syncs, unsafe_releases, no_context,
-        retained, accessible_bytes, access_calls, event_creates, live_reservations, live_streams;
+        retained, accessible_bytes, access_calls, event_creates, live_reservations, live_streams,
+        deadlocks, event_waits;
 } cuda_mock_counters;
 
 static struct {
@@ -113,13 +114,13 @@ static inline void cuda_mock_assert_clean(const char *when)
     cuda_mock_counters c = cuda_mock_now();
     if (c.mapped_bytes || c.live_handles || c.live_events || c.live_segments ||
         c.live_reservations || c.retained || c.accessible_bytes || c.unsafe_releases ||
-        c.no_context)
+        c.no_context || c.deadlocks)
         fail_msg("%s: the mock driver is not clean: %ld bytes mapped, %ld handles, %ld events, "
                  "%ld segments, %ld reservations, %ld context retains, %ld accessible bytes, "
-                 "%ld unsafe releases, %ld calls without a context",
+                 "%ld unsafe releases, %ld calls without a context, %ld deadlocks",
                  when, c.mapped_bytes, c.live_handles, c.live_events, c.live_segments,
                  c.live_reservations, c.retained, c.accessible_bytes, c.unsafe_releases,
-                 c.no_context);
+                 c.no_context, c.deadlocks);
 }
 
 /* ---- the driver side of cuda_stream_map.h, on the mock ---- */

@@ -4,7 +4,9 @@
  * (0, 1, 2, ...); a driver accepts only streams it created, so each is mapped
  * to a created stream, both ways: coop_malloc and coop_record_stream get the
  * created stream, coop_walk's visitors see the small integer again.
- * coop_pool_create makes a CUDA pool on device 0.
+ * coop_pool_create makes a CUDA pool on device 0 that never waits for a
+ * stream (coop_config.never_wait), as the programs' held streams stand for
+ * streams blocked on the host.
  *
  * The includer provides, before including this file, the driver side:
  *   cuda_map_streams[]: the created streams, CUDA_MAP_STREAMS of them;
@@ -64,6 +66,10 @@ static inline coop_status cuda_map_pool_create(const coop_config *config, coop_p
     coop_config c = *config;
     c.backend = COOP_BACKEND_CUDA;
     c.device = 0;
+    /* The programs' holds are the host backend's: streams blocked on the
+     * host, which a wait cannot end. On the mock a wait would end the hold
+     * (a kernel finishing), on a device it would never return. */
+    c.never_wait = true;
     coop_status st = coop_pool_create(&c, out);
     cuda_map_after_create(st);
     return st;

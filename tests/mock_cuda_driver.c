@@ -17,7 +17,13 @@
  * Streams: 0 (legacy default), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD and
  * those cuStreamCreate made (opaque small integers here). A test can hold a
  * stream: events recorded on it while held stay incomplete until it is
- * released, as if a kernel queued before them were still running.
+ * released, as if a kernel queued before them were still running;
+ * cuEventSynchronize on such an event ends the hold (the kernel finishes).
+ * A stream blocked on cuStreamWaitValue32 waits for a host write instead:
+ * cuCtxSynchronize and cuEventSynchronize poll the word, as the device
+ * would, for up to MOCK_DEADLOCK_MS; if no other thread writes it by then,
+ * the wait would never return on a device, so the mock counts a deadlock,
+ * says so on stderr and returns CUDA_ERROR_NOT_READY.
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -27,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define MOCK_EXPORT __attribute__((visibility("default")))
 #define MOCK_MAX_MAPPINGS 4096
@@ -48,6 +55,8 @@ typedef struct mock_counters {
     long event_creates;     /* cuEventCreate calls */
     long live_reservations; /* cuMemAddressReserve minus cuMemAddressFree */
     long live_streams;      /* cuStreamCreate minus cuStreamDestroy */
+    long deadlocks;         /* synchronizations that would never return */
+    long event_waits;       /* cuEventSynchronize calls */
 } mock_counters;
 
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -466,14 +475,49 @@ CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
     return CUDA_SUCCESS;
 }
 
+static bool wait_pending(int s);
+
+#define MOCK_DEADLOCK_MS 2000
+
+/* Waits, as the device would, for another thread to write a host word a
+ * stream waits on (cuStreamWaitValue32); success unless nothing did within
+ * MOCK_DEADLOCK_MS, which is then counted and reported as a deadlock.
+ * Called with mock_lock held; releases it while waiting. */
+static CUresult wait_host_word(const char *entry_point, int stream, const volatile uint32_t *addr,
+                               uint32_t value)
+{
+    pthread_mutex_unlock(&mock_lock);
+    bool reached = false;
+    for (int ms = 0; ms <= MOCK_DEADLOCK_MS && !reached; ms++) {
+        reached = (int32_t)(*addr - value) >= 0;
+        if (!reached)
+            nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    pthread_mutex_lock(&mock_lock);
+    if (reached)
+        return CUDA_SUCCESS;
+    counters.deadlocks++;
+    fprintf(stderr,
+            "mock CUDA driver: %s would never return: stream %d is blocked on "
+            "cuStreamWaitValue32 for a host write that did not come in %d ms\n",
+            entry_point, stream, MOCK_DEADLOCK_MS);
+    return CUDA_ERROR_NOT_READY;
+}
+
 CUresult CUDAAPI cuCtxSynchronize(void)
 {
     MOCK_ENTRY("cuCtxSynchronize", true);
     pthread_mutex_lock(&mock_lock);
-    counters.syncs++;
-    synced_epoch = record_epoch;
+    CUresult rc = CUDA_SUCCESS;
+    for (int i = 0; i < MOCK_MAX_STREAMS && rc == CUDA_SUCCESS; i++)
+        if ((i < 3 || streams[i].created) && wait_pending(i))
+            rc = wait_host_word("cuCtxSynchronize", i, streams[i].wait_addr, streams[i].wait_value);
+    if (rc == CUDA_SUCCESS) {
+        counters.syncs++;
+        synced_epoch = record_epoch;
+    }
     pthread_mutex_unlock(&mock_lock);
-    return CUDA_SUCCESS;
+    return rc;
 }
 
 /* ---- memory ---- */
@@ -865,6 +909,31 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent)
         bool waiting = e->wait_addr && (int32_t)(*e->wait_addr - e->wait_value) < 0;
         if (streams_held || (e->generation && held) || waiting)
             rc = CUDA_ERROR_NOT_READY;
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+/* Waits for the event's work: a held stream's kernels finish (its hold, or
+ * the hold of every stream, ends); a wait on a host word never would. */
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+    MOCK_ENTRY("cuEventSynchronize", true);
+    mock_event *e = (mock_event *)(void *)hEvent;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&mock_lock);
+    counters.event_waits++;
+    if (!e || !e->live) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else if (e->recorded) {
+        int s = stream_index(e->stream);
+        if (e->wait_addr && (int32_t)(*e->wait_addr - e->wait_value) < 0)
+            rc = wait_host_word("cuEventSynchronize", s, e->wait_addr, e->wait_value);
+        if (rc == CUDA_SUCCESS) {
+            streams_held = false;
+            if (s >= 0 && streams[s].held && streams[s].generation == e->generation)
+                streams[s].held = false;
+        }
     }
     pthread_mutex_unlock(&mock_lock);
     return rc;

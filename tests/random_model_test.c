@@ -30,6 +30,12 @@
 #ifndef RANDOM_MODEL_PAGE
 #define RANDOM_MODEL_PAGE (64 * KiB)
 #endif
+/* Whether the operations include stream holds (the includer may turn them
+ * off: tests/backend_cuda_test.c, where a hold is a stream blocked on the
+ * host that a device synchronization would wait for forever). */
+#ifndef RANDOM_MODEL_HOLDS
+#define RANDOM_MODEL_HOLDS 1
+#endif
 
 /* ---- Random numbers: xorshift64*, reproducible from the seed ---- */
 
@@ -267,6 +273,10 @@ static void op_record_stream(coop_pool *pool, uint64_t op)
 
 static void op_hold(coop_pool *pool, uint64_t op)
 {
+    if (!RANDOM_MODEL_HOLDS) {
+        (void)rnd_below(NUM_STREAMS); /* the same draws: a seed gives the same sequence */
+        return;
+    }
     coop_stream s = rnd_below(NUM_STREAMS);
     bool hold = !M.held[s];
     if (coop_host_hold_stream(pool, s, hold) != COOP_OK)
