@@ -2,8 +2,10 @@
  * libFuzzer harness: an API sequence read from the input drives a host-backend
  * pool (and a remat context over it) through coop_malloc, coop_free (valid,
  * double, interior and foreign pointers), coop_record_stream,
- * coop_empty_cache, coop_set_capacity, coop_host_hold_stream, injected
- * backend faults and the tensor calls of the remat API.
+ * coop_empty_cache, coop_set_capacity, coop_host_hold_stream and
+ * coop_host_busy_stream (a busy stream the pool may wait for, on pools that
+ * wait and pools that never do), injected backend faults and the tensor calls
+ * of the remat API.
  *
  * Checked after every step: the call returned a status from its documented
  * set, and coop_pool_check() holds. At the end, once every hold and fault is
@@ -372,6 +374,7 @@ static void create_pool(state *s, unsigned shape)
     cfg.capacity = (uint64_t)((shape >> 2) % 8 + 1) * 8 * MiB;
     cfg.segment_size = shape & 32 ? 4 * MiB : 0;
     cfg.min_split = shape & 64 ? 4 * KiB : 0;
+    cfg.never_wait = shape & 128;
     coop_status st = coop_pool_create(&cfg, &s->pool);
     if (st != COOP_OK)
         fail("pool_create", st);
@@ -441,7 +444,10 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
             op_set_capacity(&s, &in);
             break;
         case 7:
-            st = coop_host_hold_stream(s.pool, next_byte(&in) % STREAMS, op & 0x80);
+            if (op & 0x40) /* kernels still running: waiting for it ends the hold */
+                st = coop_host_busy_stream(s.pool, next_byte(&in) % STREAMS);
+            else
+                st = coop_host_hold_stream(s.pool, next_byte(&in) % STREAMS, op & 0x80);
             if (st != COOP_OK)
                 fail("hold_stream", st);
             break;
