@@ -18,7 +18,11 @@ tests_torch_abi_test_CFLAGS = $(TESTCFLAGS)
 tests_torch_abi_test_LDADD = $(TESTLIBS)
 tests_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)
 
-# Python tests of the ABI and the python/coop helper (ctypes, host backend).
+# Python tests of the ABI and the python/coop helper (ctypes, host backend);
+# tests/ctypes_layout prints coop.h's struct layouts for their ctypes mirrors.
+check_PROGRAMS += tests/ctypes_layout
+tests_ctypes_layout_SOURCES = tests/ctypes_layout.c
+tests_ctypes_layout_CFLAGS = $(TESTCFLAGS)
 TESTS += tests/python_tests.sh
 EXTRA_DIST += tests/python_tests.sh tests/python/test_torch_abi.py docs/pytorch.md
 

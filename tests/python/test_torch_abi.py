@@ -296,6 +296,41 @@ def training_like_sequence(rng, devices=(0, 1)):
     return kept
 
 
+class Layout(unittest.TestCase):
+    """native.py's ctypes mirrors match coop.h, field for field (offsets and
+    sizes as tests/ctypes_layout prints them, compiled from coop.h)."""
+
+    MIRRORS = {
+        "coop_stat": native.Stat,
+        "coop_stats": native.Stats,
+        "coop_block_info": native.BlockInfo,
+        "coop_segment_info": native.SegmentInfo,
+        "coop_config": native.Config,
+        "coop_torch_event": native.TorchEvent,
+        "coop_torch_snapshot": native.TorchSnapshot,
+    }
+
+    def test_mirrors_match_coop_h(self):
+        program = os.environ.get("COOP_LAYOUT_PROGRAM")
+        if not program or not os.path.exists(program):
+            self.skipTest("COOP_LAYOUT_PROGRAM (tests/ctypes_layout) is not built")
+        sizes, fields = {}, {}
+        for line in subprocess.run([program], check=True, capture_output=True,
+                                   text=True).stdout.splitlines():
+            name, *rest = line.split()
+            if rest[0] == "size":
+                sizes[name] = int(rest[1])
+            else:
+                struct, field = name.split(".")
+                fields.setdefault(struct, {})[field] = int(rest[0])
+        self.assertEqual(set(sizes), set(self.MIRRORS))
+        for struct, cls in self.MIRRORS.items():
+            with self.subTest(struct=struct):
+                got = {name: getattr(cls, name).offset for name, _ in cls._fields_}
+                self.assertEqual(got, fields[struct])
+                self.assertEqual(ctypes.sizeof(cls), sizes[struct])
+
+
 class Snapshot(unittest.TestCase):
     def setUp(self):
         rng = random.Random(SEED + 1)
