@@ -9,6 +9,7 @@ SKIP) without it. No GPU is used: where one exists, the no-device test skips.
 """
 
 import gzip
+import importlib.util
 import json
 import os
 import pickle
@@ -81,7 +82,12 @@ class Arguments(unittest.TestCase):
         self.assertTrue(env["PYTHONPATH"].startswith(os.path.join(TOP, "python")))
 
 
+HAVE_TORCHVISION = importlib.util.find_spec("torchvision") is not None
+
+
 class TrainDryRun(unittest.TestCase):
+    @unittest.skipUnless(HAVE_TORCHVISION, "python3-torchvision is not installed (resnet50 needs "
+                         "it; scripts/setup.sh installs it)")
     def test_whole_run_lines_and_out_file(self):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "lines.jsonl")
