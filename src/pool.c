@@ -329,14 +329,16 @@ static bool event_settled(coop_pool *pool, coop_event ev, bool wait, bool *busy)
     return done;
 }
 
-/* OOM path and empty_cache: with wait, first waits for the events of pending
- * frees (then processed); then retags the free blocks of every stream whose
- * work has finished (or, with wait, has been waited for) "any stream".
- * Returns whether some stream or pending free was still busy. */
+/* OOM path and empty_cache: processes the pending frees that can be; with
+ * wait, waits for the events of the others and processes them too; then
+ * retags the free blocks of every stream whose work has finished (or, with
+ * wait, has been waited for) "any stream". Returns whether some stream or
+ * pending free was still busy. */
 static bool settle_streams(coop_pool *pool, bool wait)
 {
     coop_backend *be = pool->backend;
     bool busy = false;
+    pool_process_pending_locked(pool);
     if (wait && pool->pending) {
         for (block_uses *u = pool->pending; u; u = u->pending_next)
             for (size_t i = 0; i < u->num_streams; i++)
@@ -433,7 +435,6 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
     uint64_t rounded = round_up((uint64_t)size, COOP_ALIGN);
     if (st == COOP_ERR_NOMEM) {
         reclaimed = true;
-        pool_process_pending_locked(pool);
         bool busy = settle_streams(pool, false);
         st = arena_alloc(&pool->arena, rounded, stream, high, &b, &reclaimed);
         if (st == COOP_ERR_NOMEM && busy && !pool->config.never_wait) {
@@ -714,7 +715,6 @@ coop_status coop_empty_cache(coop_pool *pool)
     if (!pool)
         return null_argument("coop_empty_cache", "pool");
     pool_lock(pool);
-    pool_process_pending_locked(pool);
     settle_streams(pool, !pool->config.never_wait);
     uint64_t released;
     coop_status st = arena_reclaim(&pool->arena, UINT64_MAX, 0, 0, &released);
