@@ -216,11 +216,17 @@ static int stream_index(CUstream s)
     return h < MOCK_MAX_STREAMS && streams[h].created ? (int)h : -1;
 }
 
+/* Whether a cuStreamWaitValue32 word has reached its value (GEQ, wrapping). */
+static bool word_reached(const volatile uint32_t *addr, uint32_t value)
+{
+    return (int32_t)(*addr - value) >= 0;
+}
+
 /* Whether stream s is blocked on its cuStreamWaitValue32 (which is forgotten
  * once satisfied). Caller holds mock_lock. */
 static bool wait_pending(int s)
 {
-    if (streams[s].wait_addr && (int32_t)(*streams[s].wait_addr - streams[s].wait_value) < 0)
+    if (streams[s].wait_addr && !word_reached(streams[s].wait_addr, streams[s].wait_value))
         return true;
     streams[s].wait_addr = NULL;
     return false;
@@ -475,8 +481,6 @@ CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
     return CUDA_SUCCESS;
 }
 
-static bool wait_pending(int s);
-
 #define MOCK_DEADLOCK_MS 2000
 
 /* Waits, as the device would, for another thread to write a host word a
@@ -489,7 +493,7 @@ static CUresult wait_host_word(const char *entry_point, int stream, const volati
     pthread_mutex_unlock(&mock_lock);
     bool reached = false;
     for (int ms = 0; ms <= MOCK_DEADLOCK_MS && !reached; ms++) {
-        reached = (int32_t)(*addr - value) >= 0;
+        reached = word_reached(addr, value);
         if (!reached)
             nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     }
@@ -893,6 +897,20 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
     return rc;
 }
 
+/* Whether the stream e was recorded on is still held in the hold e was
+ * recorded in (s: the stream's index, or -1). */
+static bool event_in_hold(const mock_event *e, int s)
+{
+    return s >= 0 && streams[s].held && streams[s].generation == e->generation;
+}
+
+/* Whether e was recorded behind a cuStreamWaitValue32 whose word has not
+ * been written yet. */
+static bool event_behind_wait(const mock_event *e)
+{
+    return e->wait_addr && !word_reached(e->wait_addr, e->wait_value);
+}
+
 /* CUDA_ERROR_NOT_READY while the work the event captured is incomplete: its
  * stream is still held in the generation it was recorded in. */
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
@@ -905,9 +923,7 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent)
         rc = CUDA_ERROR_INVALID_HANDLE;
     } else if (e->recorded) {
         int s = stream_index(e->stream);
-        bool held = s >= 0 && streams[s].held && streams[s].generation == e->generation;
-        bool waiting = e->wait_addr && (int32_t)(*e->wait_addr - e->wait_value) < 0;
-        if (streams_held || (e->generation && held) || waiting)
+        if (streams_held || (e->generation && event_in_hold(e, s)) || event_behind_wait(e))
             rc = CUDA_ERROR_NOT_READY;
     }
     pthread_mutex_unlock(&mock_lock);
@@ -927,11 +943,11 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
         rc = CUDA_ERROR_INVALID_HANDLE;
     } else if (e->recorded) {
         int s = stream_index(e->stream);
-        if (e->wait_addr && (int32_t)(*e->wait_addr - e->wait_value) < 0)
+        if (event_behind_wait(e))
             rc = wait_host_word("cuEventSynchronize", s, e->wait_addr, e->wait_value);
         if (rc == CUDA_SUCCESS) {
             streams_held = false;
-            if (s >= 0 && streams[s].held && streams[s].generation == e->generation)
+            if (event_in_hold(e, s))
                 streams[s].held = false;
         }
     }
