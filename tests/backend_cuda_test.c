@@ -242,13 +242,13 @@ static void run_oom_wait(bool never_wait)
         DRV_OK(drv.memset_async((drv_ptr)(uintptr_t)block, 0xcd, size, side));
         assert_int_equal(coop_record_stream(pool, block, (coop_stream)(uintptr_t)side), COOP_OK);
         assert_int_equal(coop_free(pool, block), COOP_OK);
-        late_write w = {.word = word};
         if (never_wait) {
             assert_null(coop_malloc(pool, size, 0, COOP_ALLOC_LOW, &st));
             assert_int_equal(st, COOP_ERR_NOMEM);
             __atomic_store_n(word, 1, __ATOMIC_SEQ_CST);
             DRV_OK(drv.stream_synchronize(side));
         } else {
+            late_write w = {.word = word};
             pthread_t writer;
             assert_int_equal(pthread_create(&writer, NULL, write_later, &w), 0);
             void *again = coop_malloc(pool, size, 0, COOP_ALLOC_LOW, &st);
