@@ -17,22 +17,16 @@
 
 #include "backend.h"
 #include "coop.h"
+#include "cuda_mock_counters.h"
 #include "pool_sequence.h"
 
 #define MIB (1ull << 20)
 /* cuda.h's CU_STREAM_PER_THREAD as a coop_stream */
 #define CU_STREAM_PER_THREAD_HANDLE ((coop_stream)(uintptr_t)CU_STREAM_PER_THREAD)
 
-/* tests/mock_cuda_driver.c's counters, field for field */
-typedef struct mock_counters {
-    long mapped_bytes, live_handles, live_events, live_segments, syncs, unsafe_releases, no_context,
-        retained, accessible_bytes, access_calls, event_creates, live_reservations, live_streams,
-        deadlocks, event_waits;
-} mock_counters;
-
 static char mock_path[4096];
 static void *mock_lib;
-static void (*mock_counters_fn)(mock_counters *);
+static void (*mock_counters_fn)(cuda_mock_counters *);
 static void (*mock_fail_nth)(const char *, int, int);
 static void (*mock_hold_streams)(bool);
 static void (*mock_set_memory)(long);
@@ -92,9 +86,9 @@ static void destroy_stream(coop_stream stream)
     assert_int_equal(with_primary_context(destroy_stream_in_context, &s), CUDA_SUCCESS);
 }
 
-static mock_counters counters(void)
+static cuda_mock_counters counters(void)
 {
-    mock_counters c;
+    cuda_mock_counters c;
     mock_counters_fn(&c);
     return c;
 }
@@ -116,7 +110,7 @@ static int use_mock(void **state)
 static int check_clean(void **state)
 {
     (void)state;
-    mock_counters c = counters();
+    cuda_mock_counters c = counters();
     assert_int_equal(c.mapped_bytes, 0);
     assert_int_equal(c.live_handles, 0);
     assert_int_equal(c.live_events, 0);

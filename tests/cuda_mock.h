@@ -13,12 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* tests/mock_cuda_driver.c's counters, field for field */
-typedef struct cuda_mock_counters {
-    long mapped_bytes, live_handles, live_events, live_segments, syncs, unsafe_releases, no_context,
-        retained, accessible_bytes, access_calls, event_creates, live_reservations, live_streams,
-        deadlocks, event_waits;
-} cuda_mock_counters;
+#include "cuda_mock_counters.h"
 
 static struct {
     char path[4096];

@@ -35,32 +35,16 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "cuda_mock_counters.h"
+
 #define MOCK_EXPORT __attribute__((visibility("default")))
 #define MOCK_MAX_MAPPINGS 4096
 #define MOCK_MAX_RESERVATIONS 256
 #define MOCK_MAX_STREAMS 64
 #define MOCK_DEVICES 2
 
-typedef struct mock_counters {
-    long mapped_bytes;      /* physical bytes currently mapped */
-    long live_handles;      /* cuMemCreate minus cuMemRelease */
-    long live_events;       /* cuEventCreate minus cuEventDestroy */
-    long live_segments;     /* cuMemAlloc minus cuMemFree */
-    long syncs;             /* cuCtxSynchronize calls */
-    long unsafe_releases;   /* unmap / cuMemFree while work was queued */
-    long no_context;        /* calls made without a current context */
-    long retained;          /* primary context references */
-    long accessible_bytes;  /* cuMemMap'ed bytes opened by cuMemSetAccess */
-    long access_calls;      /* cuMemSetAccess calls */
-    long event_creates;     /* cuEventCreate calls */
-    long live_reservations; /* cuMemAddressReserve minus cuMemAddressFree */
-    long live_streams;      /* cuStreamCreate minus cuStreamDestroy */
-    long deadlocks;         /* synchronizations that would never return */
-    long event_waits;       /* cuEventSynchronize calls */
-} mock_counters;
-
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
-static mock_counters counters;
+static cuda_mock_counters counters;
 static long physical_limit = 1l << 30; /* bytes cuMemCreate + cuMemAlloc may hand out */
 /* Queued work: every cuEventRecord stands for kernels queued before it. Work
  * queued after a sync may use memory that existed when it was queued: a
@@ -158,7 +142,7 @@ static _Thread_local int ctx_depth;
 
 /* ---- controls for tests ---- */
 
-MOCK_EXPORT void mock_cuda_counters(mock_counters *out);
+MOCK_EXPORT void mock_cuda_counters(cuda_mock_counters *out);
 MOCK_EXPORT void mock_cuda_fail_nth(const char *entry_point, int nth, int rc);
 MOCK_EXPORT void mock_cuda_hold_streams(bool hold);
 MOCK_EXPORT void mock_cuda_set_memory(long bytes);
@@ -167,7 +151,7 @@ MOCK_EXPORT void mock_cuda_fail_call(long nth, int rc);
 MOCK_EXPORT long mock_cuda_calls(void);
 MOCK_EXPORT int mock_cuda_hold_stream(CUstream stream, bool hold);
 
-void mock_cuda_counters(mock_counters *out)
+void mock_cuda_counters(cuda_mock_counters *out)
 {
     pthread_mutex_lock(&mock_lock);
     *out = counters;
