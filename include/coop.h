@@ -95,10 +95,12 @@ typedef struct coop_config {
                             * streams' pending frees and free blocks, as PyTorch does. Set it
                             * where a stream can be blocked on this thread (a wait for a value
                             * it writes later, a collective waiting for a peer): such memory is
-                            * then reported out of memory instead of deadlocking. Only the
-                            * pool's waits: the CUDA backend still synchronizes the device
-                            * before unmapping pages or freeing segments (as PyTorch does),
-                            * and such a stream blocks that too */
+                            * then reported out of memory instead of deadlocking. Pages and
+                            * segments are released only where every stream that used them
+                            * is seen to have finished (an event on each, never a device-wide
+                            * synchronize), so a blocked stream that never used them does not
+                            * block that either; without VMM, cuMemFree may still wait for
+                            * the whole device by itself */
     unsigned fault_kinds;  /* tests: COOP_FAULT_* mask armed from creation on */
     uint64_t fault_nth;    /* tests: fail the Nth call of fault_kinds (0 = never) */
 } coop_config;

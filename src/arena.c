@@ -436,6 +436,12 @@ coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const a
 void arena_fini(arena *a)
 {
     arena_segment *s = a->first_segment;
+    /* unmap and segment_free do not wait, and any memory may still be in
+     * use: wait for the whole device once. If that fails (a stream blocked
+     * for good), nothing is unmapped or freed: segments stay allocated, and
+     * pages are left to release, which the CUDA backend does only after a
+     * synchronize of its own. */
+    bool synced = !s || a->backend->ops->synchronize(a->backend) == COOP_OK;
     while (s) {
         arena_segment *next = s->next;
         arena_block *b = s->first;
@@ -446,13 +452,13 @@ void arena_fini(arena *a)
         }
         if (a->params.vmm) {
             uint64_t ps = a->params.page_size;
-            size_t rf, re, from = 0;
+            size_t rf, re, from = synced ? 0 : s->pages.num_pages;
             while (page_map_next_run(&s->pages, from, s->pages.num_pages, true, &rf, &re)) {
                 a->backend->ops->unmap(a->backend, s->base + rf * ps, (re - rf) * ps);
                 from = re;
             }
             a->backend->ops->release(a->backend, s->base, s->reserved);
-        } else {
+        } else if (synced) {
             a->backend->ops->segment_free(a->backend, s->base, s->reserved);
         }
         segment_destroy(a, s);
@@ -783,14 +789,44 @@ static coop_status reclaim_run(arena *a, arena_segment *s, uintptr_t lo, uintptr
     return unmap_pages(a, s, first, end, released);
 }
 
+/* The streams one reclaim has asked about, so that each is asked once
+ * (an event recorded and queried, or waited for). */
+#define IDLE_MEMO 8
+typedef struct idle_memo {
+    coop_stream stream[IDLE_MEMO];
+    bool idle[IDLE_MEMO];
+    int n;
+} idle_memo;
+
+/* Whether no queued work can use a free block tagged tag: tagged any
+ * stream (its last users were seen to finish, or it was never used), or its
+ * stream is idle now. */
+static bool tag_idle(arena *a, coop_stream tag, idle_memo *m)
+{
+    if (tag == COOP_STREAM_ANY || !a->stream_idle)
+        return true;
+    for (int i = 0; i < m->n; i++)
+        if (m->stream[i] == tag)
+            return m->idle[i];
+    bool idle = a->stream_idle(a->stream_idle_ctx, tag);
+    if (m->n < IDLE_MEMO) {
+        m->stream[m->n] = tag;
+        m->idle[m->n++] = idle;
+    }
+    return idle;
+}
+
 static coop_status reclaim_pages(arena *a, uint64_t want, uintptr_t keep_lo, uintptr_t keep_hi,
                                  uint64_t *released)
 {
     arena_segment *s = a->first_segment;
-    /* Walk down from the end of the reservation: [top, end) is free space too. */
+    idle_memo memo = {.n = 0};
+    /* Walk down from the end of the reservation: [top, end) is free space
+     * too, never used. A free block whose stream may still be using it ends
+     * a run as a block in use does. */
     uintptr_t run_hi = s->base + s->reserved, run_lo = s->base + s->top;
     for (arena_block *b = s->last;; b = b->prev) {
-        if (b && b->state == COOP_BLOCK_FREE) {
+        if (b && b->state == COOP_BLOCK_FREE && tag_idle(a, b->stream, &memo)) {
             run_lo = b->addr;
             continue;
         }
@@ -804,11 +840,14 @@ static coop_status reclaim_pages(arena *a, uint64_t want, uintptr_t keep_lo, uin
 }
 
 /* A segment whose blocks are all free (possibly several, tagged with
- * different streams and so not merged). */
-static bool segment_wholly_free(const arena_segment *s)
+ * different streams and so not merged) and idle. */
+static bool segment_idle_free(arena *a, const arena_segment *s, idle_memo *memo)
 {
     for (const arena_block *b = s->first; b; b = b->next)
         if (b->state != COOP_BLOCK_FREE)
+            return false;
+    for (const arena_block *b = s->first; b; b = b->next)
+        if (!tag_idle(a, b->stream, memo))
             return false;
     return true;
 }
@@ -816,9 +855,10 @@ static bool segment_wholly_free(const arena_segment *s)
 static coop_status reclaim_segments(arena *a, uint64_t want, uint64_t *released)
 {
     arena_segment *s = a->last_segment;
+    idle_memo memo = {.n = 0};
     while (s && *released < want) {
         arena_segment *prev = s->prev;
-        if (segment_wholly_free(s)) {
+        if (segment_idle_free(a, s, &memo)) {
             coop_status st = a->backend->ops->segment_free(a->backend, s->base, s->reserved);
             if (st != COOP_OK)
                 return st;

@@ -1,7 +1,9 @@
 /*
  * Arena: address-ordered blocks tiling segments. Knows addresses and sizes
  * only: no locks, no tensors, no events. Streams appear only as a tag on free
- * blocks so the free index can keep per-stream reuse safe.
+ * blocks so the free index can keep per-stream reuse safe, and reclaim asks
+ * the pool (stream_idle) whether a tag's stream has finished before it
+ * releases that block's space.
  *
  * With VMM there is one segment: a virtual reservation of va_size bytes whose
  * blocks tile [base, base + top); top grows when no free block fits. Pages
@@ -149,6 +151,11 @@ typedef struct arena_counters {
     size_t num_blocks;
 } arena_counters;
 
+/* Whether every piece of work queued on stream so far has finished. The
+ * pool answers it with an event (arena_set_stream_idle); without an answer
+ * (arena-only tests) every stream counts as idle. */
+typedef bool (*arena_stream_idle_fn)(void *ctx, coop_stream stream);
+
 /* Block records per slab chunk: 64 KiB of 64-byte records. */
 #define ARENA_RECORDS_PER_CHUNK 1023
 
@@ -166,7 +173,9 @@ typedef struct arena {
     size_t release_hint;           /* map slot found by arena_lookup_to_release */
     addr_map seg_starts, seg_ends; /* without VMM: segment by base / end address */
     arena_counters counters;
-    meta_slab records; /* block records (see meta.h); reserved before commits */
+    meta_slab records;                /* block records (see meta.h); reserved before commits */
+    arena_stream_idle_fn stream_idle; /* reclaim asks it before releasing free space */
+    void *stream_idle_ctx;
 } arena;
 
 /* Reserves the VMM range (if any). COOP_ERR_BACKEND / COOP_ERR_NOMEM /
@@ -195,12 +204,22 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
 arena_block *arena_release(arena *a, arena_block *b, coop_stream tag);
 
 /* Releases cached memory, highest addresses first, until at least want bytes
- * are released (UINT64_MAX: all): with VMM the mapped pages overlapped by no
- * non-free block, outside [keep_lo, keep_hi); without VMM the wholly free
- * segments. *released gets the bytes released. A backend failure stops it
- * and is returned; what was released stays released. */
+ * are released (UINT64_MAX: all): with VMM the mapped pages outside
+ * [keep_lo, keep_hi) that lie wholly in idle free space (free blocks tagged
+ * COOP_STREAM_ANY or whose stream the stream_idle answer says has finished,
+ * and the space above the top), so that no queued work can still use a page
+ * unmapped; without VMM the wholly free segments whose blocks are idle.
+ * *released gets the bytes released. A backend failure stops it and is
+ * returned; what was released stays released. */
 coop_status arena_reclaim(arena *a, uint64_t want, uintptr_t keep_lo, uintptr_t keep_hi,
                           uint64_t *released);
+
+/* Sets the answer arena_reclaim asks of a free block's stream. */
+static inline void arena_set_stream_idle(arena *a, arena_stream_idle_fn fn, void *ctx)
+{
+    a->stream_idle = fn;
+    a->stream_idle_ctx = ctx;
+}
 
 /* Retags every free block tagged stream as usable on any stream (the stream
  * has been synchronized), coalescing where that makes neighbours mergeable. */

@@ -27,9 +27,14 @@ typedef struct coop_backend_ops {
     coop_status (*release)(coop_backend *be, uintptr_t addr, uint64_t size);
     /* VMM: back [addr, addr+size) with physical pages; both page-aligned. */
     coop_status (*map)(coop_backend *be, uintptr_t addr, uint64_t size);
-    /* VMM: drop the physical pages of [addr, addr+size). Waits for the device
-     * to finish using them first. A failure leaves the pages mapped. */
+    /* VMM: drop the physical pages of [addr, addr+size). Does not wait: the
+     * caller has seen every stream that used the pages finish (the pool
+     * unmaps only free space whose streams are idle), or has called
+     * synchronize. A failure leaves the pages mapped. */
     coop_status (*unmap)(coop_backend *be, uintptr_t addr, uint64_t size);
+    /* Waits until the device has finished all queued work (before unmapping
+     * everything when a pool is destroyed). */
+    coop_status (*synchronize)(coop_backend *be);
     /* Without VMM: one allocation of mapped device memory, and its release. */
     coop_status (*segment_alloc)(coop_backend *be, uint64_t size, uintptr_t *addr);
     coop_status (*segment_free)(coop_backend *be, uintptr_t addr, uint64_t size);

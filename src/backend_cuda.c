@@ -395,7 +395,12 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
     if (st == COOP_OK)
         st = ctx_enter(cb, &scope);
     if (st == COOP_OK) {
-        st = device_sync(cb);
+        /* no device synchronization: the pool unmaps only free space whose
+         * streams it has seen finish (an event on each, or cuda_synchronize
+         * at pool destruction), as PyTorch's expandable segments synchronize
+         * only their own stream; a context-wide synchronize would also wait
+         * for streams that never touched these pages, such as one blocked
+         * on the host */
         for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
             st = unmap_page(cb, r, i);
         if (st != COOP_OK) {
@@ -412,6 +417,18 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
         ctx_leave(cb, &scope);
     }
     pthread_mutex_unlock(&cb->lock);
+    return st;
+}
+
+static coop_status cuda_synchronize(coop_backend *be)
+{
+    cuda_backend *cb = as_cuda(be);
+    ctx_scope scope;
+    coop_status st = ctx_enter(cb, &scope);
+    if (st != COOP_OK)
+        return st;
+    st = device_sync(cb);
+    ctx_leave(cb, &scope);
     return st;
 }
 
@@ -497,15 +514,15 @@ static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t 
     coop_status st = ctx_enter(cb, &scope);
     if (st != COOP_OK)
         return st;
-    st = device_sync(cb);
-    if (st == COOP_OK) {
-        CUresult rc = cb->drv.fn.cuMemFree(segment_original(cb, addr, false));
-        if (rc != CUDA_SUCCESS)
-            st = cuda_driver_error(&cb->drv, rc, "cuMemFree", "of [%#jx, +%ju)", (uintmax_t)addr,
-                                   (uintmax_t)size);
-        else
-            segment_original(cb, addr, true);
-    }
+    /* no device synchronization of our own, as for cuda_unmap: the pool
+     * frees only segments whose streams it has seen finish (cuMemFree may
+     * still wait for the device by itself, as cudaFree is documented to) */
+    CUresult rc = cb->drv.fn.cuMemFree(segment_original(cb, addr, false));
+    if (rc != CUDA_SUCCESS)
+        st = cuda_driver_error(&cb->drv, rc, "cuMemFree", "of [%#jx, +%ju)", (uintmax_t)addr,
+                               (uintmax_t)size);
+    else
+        segment_original(cb, addr, true);
     ctx_leave(cb, &scope);
     return st;
 }
@@ -647,6 +664,7 @@ static const coop_backend_ops cuda_ops = {
     .release = cuda_release,
     .map = cuda_map,
     .unmap = cuda_unmap,
+    .synchronize = cuda_synchronize,
     .segment_alloc = cuda_segment_alloc,
     .segment_free = cuda_segment_free,
     .event_record = cuda_event_record,

@@ -71,6 +71,13 @@ static coop_status fault_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
     return f->inner->ops->unmap(f->inner, addr, size);
 }
 
+/* Not a fault kind: it only waits (its failure is the backend's own). */
+static coop_status fault_synchronize(coop_backend *be)
+{
+    fault_backend *f = fault_of(be);
+    return f->inner->ops->synchronize(f->inner);
+}
+
 static coop_status fault_segment_alloc(coop_backend *be, uint64_t size, uintptr_t *addr)
 {
     fault_backend *f = fault_of(be);
@@ -138,6 +145,7 @@ static const coop_backend_ops fault_ops = {
     .release = fault_release,
     .map = fault_map,
     .unmap = fault_unmap,
+    .synchronize = fault_synchronize,
     .segment_alloc = fault_segment_alloc,
     .segment_free = fault_segment_free,
     .event_record = fault_event_record,

@@ -401,6 +401,22 @@ static coop_status host_event_wait(coop_backend *be, coop_event ev)
     return COOP_OK;
 }
 
+/* The device finishes everything: busy holds end; a stream held on the host
+ * would never finish, so that is refused, as host_event_wait refuses it. */
+static coop_status host_synchronize(coop_backend *be)
+{
+    host_backend *h = host_of(be);
+    for (size_t i = 0; i < h->num_streams; i++)
+        if (h->streams[i].held && !h->streams[i].busy)
+            return coop_set_error(COOP_ERR_BACKEND,
+                                  "host backend: stream %#lx is held (blocked on the host): "
+                                  "synchronizing the device would never end",
+                                  (unsigned long)h->streams[i].stream);
+    for (size_t i = 0; i < h->num_streams; i++)
+        h->streams[i].held = h->streams[i].busy = false;
+    return COOP_OK;
+}
+
 static void host_event_destroy(coop_backend *be, coop_event ev)
 {
     free((void *)ev);
@@ -436,6 +452,7 @@ static const coop_backend_ops host_ops = {
     .release = host_release,
     .map = host_map,
     .unmap = host_unmap,
+    .synchronize = host_synchronize,
     .segment_alloc = host_segment_alloc,
     .segment_free = host_segment_free,
     .event_record = host_event_record,

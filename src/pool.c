@@ -31,6 +31,14 @@
  *    config.never_wait turns waiting off, and such memory is then reported
  *    out of memory instead of hanging.
  *
+ *  - Releasing memory: the backend's unmap and segment free do not wait
+ *    for the device. The arena releases only idle free space: free blocks
+ *    tagged "any stream", or whose stream an event recorded now shows
+ *    finished (stream_idle below; waited for unless never_wait), and space
+ *    never used. As PyTorch's expandable segments synchronize their own
+ *    stream before unmapping, not the device, so that a stream blocked on
+ *    the host that never used the pages cannot block the unmap.
+ *
  * Out of memory: process pending frees, try; if mapping would exceed the
  * capacity, unmap cached pages outside the placement (or release free
  * segments) and retry; if still failing, retag idle streams and try once
@@ -163,6 +171,8 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     return COOP_OK;
 }
 
+static bool stream_idle(void *ctx, coop_stream stream);
+
 coop_status coop_pool_create(const coop_config *config, coop_pool **out)
 {
     if (!out)
@@ -214,6 +224,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
         free(pool);
         return st;
     }
+    arena_set_stream_idle(&pool->arena, stream_idle, pool);
     pool_mutex_init(&pool->lock);
     *out = pool;
     return COOP_OK;
@@ -326,6 +337,24 @@ static bool event_settled(coop_pool *pool, coop_event ev, bool wait, bool *busy)
         *busy = true;
         done = wait && be->ops->event_wait(be, ev) == COOP_OK;
     }
+    return done;
+}
+
+/* The arena's question before it unmaps pages of free blocks tagged with
+ * stream: has everything queued on it finished? An event recorded now
+ * answers it, waited for unless never_wait (a stream blocked on the host
+ * then keeps its cached pages mapped instead of blocking this thread). A
+ * stream the event cannot be recorded on counts as busy. */
+static bool stream_idle(void *ctx, coop_stream stream)
+{
+    coop_pool *pool = ctx;
+    coop_backend *be = pool->backend;
+    coop_event ev;
+    if (be->ops->event_record(be, stream, &ev) != COOP_OK)
+        return false;
+    bool busy = false;
+    bool done = event_settled(pool, ev, !pool->config.never_wait, &busy);
+    be->ops->event_destroy(be, ev);
     return done;
 }
 

@@ -58,8 +58,17 @@ static coop_status fake_range(coop_backend *be, uintptr_t addr, uint64_t size)
     return COOP_OK;
 }
 
-static const coop_backend_ops fake_ops = {
-    .reserve = fake_reserve, .release = fake_range, .map = fake_range, .unmap = fake_range};
+static coop_status fake_sync(coop_backend *be)
+{
+    (void)be;
+    return COOP_OK;
+}
+
+static const coop_backend_ops fake_ops = {.reserve = fake_reserve,
+                                          .release = fake_range,
+                                          .map = fake_range,
+                                          .unmap = fake_range,
+                                          .synchronize = fake_sync};
 static coop_backend fake = {.ops = &fake_ops,
                             .name = "fake",
                             .has_vmm = true,

@@ -1,7 +1,8 @@
 /*
  * backend_cuda.c against tests/mock_cuda_driver.c (libmockcuda.so, selected
  * through COOP_CUDA_DRIVER): every backend operation, its error paths, the
- * context discipline and the synchronisation before unmap, without a GPU.
+ * context discipline and that unmap needs no device-wide synchronisation
+ * (the mock reports an unmap under unfinished work), without a GPU.
  * Also: creation without any driver fails cleanly.
  */
 #include <dlfcn.h>
@@ -33,6 +34,7 @@ static void (*mock_set_memory)(long);
 
 static int (*mock_hold_stream)(CUstream, bool);
 static void (*mock_set_granularity)(size_t);
+static long (*mock_take_unsafe)(void);
 
 /* The driver entry point name (cuda.h maps some to versioned names). */
 #define MOCK_STRINGIFY(x) #x
@@ -70,6 +72,27 @@ static CUresult destroy_stream_in_context(void *arg)
     CUresult (*destroy)(CUstream);
     *(void **)&destroy = dlsym(mock_lib, MOCK_SYMBOL(cuStreamDestroy));
     return destroy(*(CUstream *)arg);
+}
+
+typedef struct memset_args {
+    uintptr_t ptr;
+    size_t size;
+    coop_stream stream;
+} memset_args;
+
+static CUresult memset_in_context(void *arg)
+{
+    const memset_args *m = arg;
+    CUresult (*memset_async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    *(void **)&memset_async = dlsym(mock_lib, MOCK_SYMBOL(cuMemsetD8Async));
+    return memset_async((CUdeviceptr)m->ptr, 0x5a, m->size, (CUstream)m->stream);
+}
+
+/* Work an application queues on stream over [ptr, +size): a kernel using it. */
+static void launch_work(uintptr_t ptr, size_t size, coop_stream stream)
+{
+    memset_args m = {ptr, size, stream};
+    assert_int_equal(with_primary_context(memset_in_context, &m), CUDA_SUCCESS);
 }
 
 /* A stream created as an application creates one (cuStreamCreate). */
@@ -184,16 +207,31 @@ static void test_vmm_pages_unmap_alone(void **state)
     assert_int_equal(counters().accessible_bytes, 6 * MIB);
     assert_int_equal(counters().access_calls, access_calls + 1);
 
-    /* queued work, then the middle page alone: the backend must sync first */
+    /* Work queued over the middle page, then the page unmapped alone. unmap
+     * does not wait (the pool unmaps only pages whose streams it has seen
+     * finish): unmapped before the work is seen finished, the mock reports
+     * it; after an event on the stream completes, it is safe, and no
+     * device-wide synchronize was needed. */
     coop_event ev;
     coop_stream stream = new_stream();
-    assert_int_equal(be->ops->event_record(be, stream, &ev), COOP_OK);
     long syncs = counters().syncs;
+    launch_work(base + 2 * MIB + 4096, 8192, stream);
     assert_int_equal(be->ops->unmap(be, base + 2 * MIB, 2 * MIB), COOP_OK);
-    assert_true(counters().syncs > syncs);
+    assert_int_equal(mock_take_unsafe(), 1);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 2 * MIB), COOP_OK);
+    launch_work(base + 2 * MIB + 4096, 8192, stream);
+    assert_int_equal(be->ops->event_record(be, stream, &ev), COOP_OK);
+    assert_int_equal(be->ops->event_wait(be, ev), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base + 2 * MIB, 2 * MIB), COOP_OK);
     assert_int_equal(counters().unsafe_releases, 0);
+    assert_int_equal(counters().syncs, syncs);
     assert_int_equal(counters().mapped_bytes, 4 * MIB);
     be->ops->event_destroy(be, ev);
+    /* work the application synchronized itself, then synchronize (what a
+     * pool's destruction calls before unmapping everything) */
+    launch_work(base + 4096, 512, stream);
+    assert_int_equal(be->ops->synchronize(be), COOP_OK);
+    assert_int_equal(counters().syncs, syncs + 1);
 
     /* the hole can be mapped again; its neighbours were untouched */
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 2 * MIB), COOP_OK);
@@ -501,6 +539,7 @@ int main(void)
     *(void **)&mock_set_memory = dlsym(mock_lib, "mock_cuda_set_memory");
     *(void **)&mock_hold_stream = dlsym(mock_lib, "mock_cuda_hold_stream");
     *(void **)&mock_set_granularity = dlsym(mock_lib, "mock_cuda_set_granularity");
+    *(void **)&mock_take_unsafe = dlsym(mock_lib, "mock_cuda_take_unsafe_releases");
     if (!mock_counters_fn || !mock_fail_nth || !mock_hold_streams || !mock_set_memory ||
         !mock_hold_stream || !mock_set_granularity) {
         fprintf(stderr, "backend_cuda_mock_test: mock driver lacks its controls\n");

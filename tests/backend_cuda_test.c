@@ -196,12 +196,15 @@ static void run_cross_stream_free(bool use_vmm)
 typedef struct late_write {
     volatile uint32_t *word;
     int written; /* set just before the word */
+    long delay_ms;
 } late_write;
 
 static void *write_later(void *arg)
 {
     late_write *w = arg;
-    nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
+    nanosleep(&(struct timespec){.tv_sec = w->delay_ms / 1000,
+                                 .tv_nsec = w->delay_ms % 1000 * 1000 * 1000},
+              NULL);
     __atomic_store_n(&w->written, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(w->word, 1, __ATOMIC_SEQ_CST);
     return NULL;
@@ -248,7 +251,7 @@ static void run_oom_wait(bool never_wait)
             __atomic_store_n(word, 1, __ATOMIC_SEQ_CST);
             DRV_OK(drv.stream_synchronize(side));
         } else {
-            late_write w = {.word = word};
+            late_write w = {.word = word, .delay_ms = 200};
             pthread_t writer;
             assert_int_equal(pthread_create(&writer, NULL, write_later, &w), 0);
             void *again = coop_malloc(pool, size, 0, COOP_ALLOC_LOW, &st);
@@ -272,6 +275,81 @@ static void run_oom_wait(bool never_wait)
     coop_pool_destroy(pool);
     DRV_OK(drv.stream_destroy(side));
     DRV_OK(drv.host_free(words));
+}
+
+/* Pages cached on stream 0 are unmapped to make room while another stream
+ * (that never used them) waits for a host word: the unmap waits for stream
+ * 0 only, so the allocation returns long before the word is written, with
+ * or without never_wait. (A context-wide synchronize before the unmap, as
+ * the backend did before, waits for the blocked stream too: on a device
+ * until another thread writes the word, here 1.5 s later, or forever.) */
+static void run_unmap_beside_blocked_stream(bool never_wait)
+{
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 16 * SEQ_MIB;
+    config.check = true;
+    config.never_wait = never_wait;
+    coop_pool *pool = NULL;
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    coop_config resolved;
+    coop_pool_config(pool, &resolved);
+    void *words = NULL;
+    drv_ptr word_device;
+    DRV_OK(drv.host_alloc(&words, 4096, DRV_MEMHOSTALLOC_PORTABLE | DRV_MEMHOSTALLOC_DEVICEMAP));
+    DRV_OK(drv.host_device_pointer(&word_device, words, 0));
+    volatile uint32_t *word = words;
+    *word = 0;
+    drv_stream side = NULL, own = NULL;
+    DRV_OK(drv.stream_create(&side, DRV_STREAM_NON_BLOCKING));
+    DRV_OK(drv.stream_create(&own, DRV_STREAM_NON_BLOCKING));
+    drv_result rc = drv.wait_value32(side, word_device, 1, DRV_STREAM_WAIT_VALUE_GEQ);
+    if (!resolved.use_vmm) {
+        printf("SKIP unmap beside a blocked stream: no virtual memory management\n");
+    } else if (rc != 0) {
+        printf("SKIP unmap beside a blocked stream: cuStreamWaitValue32 failed with CUresult %d\n",
+               rc);
+    } else {
+        coop_stream s = (coop_stream)(uintptr_t)own;
+        coop_status st;
+        void *a = coop_malloc(pool, 8 * SEQ_MIB, s, COOP_ALLOC_LOW, &st);
+        void *guard = coop_malloc(pool, 2 * SEQ_MIB, s, COOP_ALLOC_LOW, &st);
+        if (!a || !guard)
+            fail_msg("coop_malloc: %s", coop_last_error());
+        DRV_OK(drv.memset_async((drv_ptr)(uintptr_t)a, 0x11, 8 * SEQ_MIB, own));
+        assert_int_equal(coop_free(pool, a), COOP_OK);
+        late_write w = {.word = word, .delay_ms = 1500};
+        pthread_t writer;
+        assert_int_equal(pthread_create(&writer, NULL, write_later, &w), 0);
+        /* 10 MiB: past the guard, over the capacity unless a's pages go */
+        void *b = coop_malloc(pool, 10 * SEQ_MIB, s, COOP_ALLOC_LOW, &st);
+        int written = __atomic_load_n(&w.written, __ATOMIC_SEQ_CST);
+        pthread_join(writer, NULL);
+        if (!b)
+            fail_msg("coop_malloc of 10 MiB: %s", coop_last_error());
+        if (written)
+            fail_msg("the allocation waited for a stream that never used the pages it unmapped");
+        coop_stats stats;
+        coop_get_stats(pool, &stats);
+        assert_true(stats.num_unmaps >= 1);
+        assert_int_equal(coop_free(pool, b), COOP_OK);
+        assert_int_equal(coop_free(pool, guard), COOP_OK);
+    }
+    __atomic_store_n(word, 1, __ATOMIC_SEQ_CST);
+    DRV_OK(drv.stream_synchronize(side));
+    coop_pool_destroy(pool);
+    DRV_OK(drv.stream_destroy(side));
+    DRV_OK(drv.stream_destroy(own));
+    DRV_OK(drv.host_free(words));
+}
+
+static void test_unmap_beside_blocked_stream(void **state)
+{
+    (void)state;
+    run_unmap_beside_blocked_stream(false);
+    run_unmap_beside_blocked_stream(true);
 }
 
 static void test_oom_waits(void **state)
@@ -399,6 +477,17 @@ static void cuda_map_after_free(void)
             wait_stream_idle(cuda_map_streams[i]);
 }
 
+/* A kernel using the memory: a memset of it on the stream (a device faults
+ * on pages the pool unmapped too early, the mock reports them). On a stream
+ * that is not held it is waited for, as the model takes such a stream to be
+ * idle; on a held one it runs after the hold. */
+static void cuda_map_use(void *ptr, size_t size, coop_stream stream)
+{
+    DRV_OK(drv.memset_async((drv_ptr)(uintptr_t)ptr, 0x3c, size, (drv_stream)stream));
+    if (!held[stream_slot(stream)])
+        wait_stream_idle(stream);
+}
+
 static void cuda_map_after_create(coop_status st)
 {
     (void)st;
@@ -456,11 +545,15 @@ static void model_teardown(void)
 #include "cuda_stream_map.h"
 
 #define RANDOM_MODEL_PAGE (2 * MiB)
-/* No holds: the backend synchronizes the device before unmapping, and a
- * stream held by cuStreamWaitValue32 on a word only this thread writes would
- * make that synchronization wait forever (the mock counts it as a deadlock:
- * the model ran into it at its 35th operation). */
-#define RANDOM_MODEL_HOLDS 0
+/* Holds (streams blocked by cuStreamWaitValue32 on a word only this thread
+ * writes) with VMM only: the pool never waits for them (cuda_stream_map.h
+ * sets never_wait) and unmaps only pages of streams seen to finish, with no
+ * device-wide synchronize; but without VMM, cuMemFree may synchronize the
+ * device by itself, as cudaFree is documented to, and would wait for a held
+ * stream forever. (When the backend synchronized the device before every
+ * unmap, the VMM run could not have holds either: the mock counted that
+ * deadlock at the model's 35th operation.) */
+#define RANDOM_MODEL_HOLDS (M.vmm)
 #define main random_model_main
 int random_model_main(void);
 #include "random_model_test.c"
@@ -493,6 +586,7 @@ int main(void)
         cmocka_unit_test(test_cross_stream_free_segments),
         cmocka_unit_test(test_oom_waits),
         cmocka_unit_test(test_oom_never_waits),
+        cmocka_unit_test(test_unmap_beside_blocked_stream),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (model_setup()) {

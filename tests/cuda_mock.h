@@ -23,6 +23,7 @@ static struct {
     void (*fail_call)(long, int);
     long (*calls)(void);
     int (*hold_stream)(CUstream, bool);
+    int (*launch)(CUdeviceptr, size_t, CUstream);
     void (*set_granularity)(size_t);
     CUresult (*init)(unsigned);
     CUresult (*retain)(CUcontext *, CUdevice);
@@ -59,6 +60,7 @@ static inline void cuda_mock_load(const char *program, const char *default_build
         {"mock_cuda_fail_call", offsetof(__typeof__(cuda_mock), fail_call)},
         {"mock_cuda_calls", offsetof(__typeof__(cuda_mock), calls)},
         {"mock_cuda_hold_stream", offsetof(__typeof__(cuda_mock), hold_stream)},
+        {"mock_cuda_launch", offsetof(__typeof__(cuda_mock), launch)},
         {"mock_cuda_set_granularity", offsetof(__typeof__(cuda_mock), set_granularity)},
         {"cuInit", offsetof(__typeof__(cuda_mock), init)},
         {"cuDevicePrimaryCtxRetain", offsetof(__typeof__(cuda_mock), retain)},
@@ -147,6 +149,16 @@ static inline coop_status cuda_map_hold(coop_stream stream, bool hold)
 }
 
 static inline void cuda_map_after_free(void) {}
+
+/* A kernel using [ptr, +size) on the stream, unfinished in the mock until
+ * something sees the stream finish it: unmapping or freeing its memory
+ * before then is reported as unsafe. */
+static inline void cuda_map_use(void *ptr, size_t size, coop_stream stream)
+{
+    if (cuda_mock.launch((CUdeviceptr)(uintptr_t)ptr, size, (CUstream)stream) != 0)
+        fail_msg("a kernel on stream %#jx over [%p, +%zu) would fault: not mapped and accessible",
+                 (uintmax_t)stream, ptr, size);
+}
 
 /* A pool created runs on the CUDA backend: it holds the primary context. */
 static inline void cuda_map_after_create(coop_status st)

@@ -16,6 +16,11 @@
  *   cuda_map_after_free(): runs after every coop_free, so that the events the
  *     free recorded on streams that are not held have completed, as the
  *     program's model assumes (the host backend completes them at once);
+ *   cuda_map_use(ptr, size, stream): queues work on the stream that uses
+ *     [ptr, +size), as a kernel would: after every successful coop_malloc
+ *     (the whole block, on its stream) and coop_record_stream (its first 512
+ *     bytes, on the recorded stream), so that unmapping a page still in use
+ *     shows (the mock reports it; a device faults);
  *   cuda_map_after_create(status): runs after every coop_pool_create;
  *   cuda_map_after_destroy(): runs after every coop_pool_destroy.
  * Requires <cmocka.h> and "coop.h" included before.
@@ -94,13 +99,32 @@ static inline coop_status cuda_map_hold_stream(coop_pool *pool, coop_stream stre
     return cuda_map_hold(cuda_map_handle(stream), hold);
 }
 
+static inline void *cuda_map_malloc(coop_pool *pool, size_t size, coop_stream stream,
+                                    unsigned flags, coop_status *status)
+{
+    coop_stream handle = cuda_map_handle(stream);
+    void *p = coop_malloc(pool, size, handle, flags, status);
+    if (p && size)
+        cuda_map_use(p, size, handle);
+    return p;
+}
+
+static inline coop_status cuda_map_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
+{
+    coop_stream handle = cuda_map_handle(stream);
+    coop_status st = coop_record_stream(pool, ptr, handle);
+    if (st == COOP_OK)
+        cuda_map_use(ptr, 512, handle);
+    return st;
+}
+
 #define coop_pool_create(config, out) cuda_map_pool_create(config, out)
 #define coop_pool_destroy(pool) cuda_map_pool_destroy(pool)
 #define coop_free(pool, ptr) cuda_map_free(pool, ptr)
 #define coop_host_hold_stream(pool, stream, hold) cuda_map_hold_stream(pool, stream, hold)
 #define coop_malloc(pool, size, stream, flags, status)                                             \
-    coop_malloc(pool, size, cuda_map_handle(stream), flags, status)
-#define coop_record_stream(pool, ptr, stream) coop_record_stream(pool, ptr, cuda_map_handle(stream))
+    cuda_map_malloc(pool, size, stream, flags, status)
+#define coop_record_stream(pool, ptr, stream) cuda_map_record_stream(pool, ptr, stream)
 #define coop_walk(pool, on_segment, on_block, ctx)                                                 \
     cuda_map_walk_pool(pool, on_segment, on_block, ctx)
 

@@ -5,8 +5,11 @@
  *
  * It checks what a real driver would refuse or what would corrupt a real
  * device: calls before cuInit or without a current context (a primary
- * context must be retained to be usable), unmapping or freeing while work
- * is queued (an event was recorded and no cuCtxSynchronize followed),
+ * context must be retained to be usable), unmapping or freeing memory that
+ * queued work may still use (a cuMemsetD8Async over it whose stream has not
+ * been seen to finish it: a successful cuEventQuery or cuEventSynchronize of
+ * an event recorded after it on that stream, cuStreamQuery or
+ * cuStreamSynchronize of the stream, or cuCtxSynchronize),
  * mappings outside a reservation or not granularity multiples, reservations
  * freed with another range than reserved, allocation properties other than
  * pinned device memory on an existing device, events used after destroy,
@@ -18,7 +21,8 @@
  * those cuStreamCreate made (opaque small integers here). A test can hold a
  * stream: events recorded on it while held stay incomplete until it is
  * released, as if a kernel queued before them were still running;
- * cuEventSynchronize on such an event ends the hold (the kernel finishes).
+ * cuEventSynchronize on such an event ends the hold (the kernel finishes);
+ * cuCtxSynchronize leaves it (and its work unfinished).
  * A stream blocked on cuStreamWaitValue32 waits for a host write instead:
  * cuCtxSynchronize and cuEventSynchronize poll the word, as the device
  * would, for up to MOCK_DEADLOCK_MS; if no other thread writes it by then,
@@ -46,13 +50,22 @@
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
 static cuda_mock_counters counters;
 static long physical_limit = 1l << 30; /* bytes cuMemCreate + cuMemAlloc may hand out */
-/* Queued work: every cuEventRecord stands for kernels queued before it. Work
- * queued after a sync may use memory that existed when it was queued: a
- * release is unsafe if the memory is older than the last record and no
- * cuCtxSynchronize followed that record. */
-static uint64_t record_epoch; /* cuEventRecord calls */
-static uint64_t synced_epoch; /* record_epoch at the last cuCtxSynchronize */
-static bool streams_held;     /* events stay incomplete */
+/* Queued work: each cuMemsetD8Async stands for a kernel using its range. It
+ * counts as running until its stream is seen to finish it: the driver
+ * cannot know it has finished otherwise, and neither can coop, so a release
+ * of memory it uses before then is unsafe. Work and event records are
+ * numbered in one sequence; an event covers its stream's work numbered
+ * before it. */
+typedef struct mock_work {
+    int stream;
+    CUdeviceptr ptr;
+    size_t size;
+    uint64_t seq;
+} mock_work;
+static mock_work *work; /* unfinished as far as anyone has seen */
+static size_t num_work, cap_work;
+static uint64_t work_seq; /* numbers of work queued and events recorded */
+static bool streams_held; /* events stay incomplete */
 /* Armed failures: the Nth next call of an entry point fails (one slot per
  * entry point, four at most at a time). */
 #define MOCK_FAIL_SLOTS 4
@@ -85,6 +98,7 @@ static struct {
      * (int32_t)(*wait_addr - wait_value) < 0 */
     const volatile uint32_t *wait_addr;
     uint32_t wait_value;
+    uint64_t done_seq; /* its work numbered up to this is seen finished */
 } streams[MOCK_MAX_STREAMS];
 
 /* cuMemHostAlloc'd blocks (the device pointer is the host address, UVA). */
@@ -112,16 +126,20 @@ typedef struct mock_event {
     bool recorded;
     CUstream stream;
     uint64_t generation; /* the stream's hold generation when recorded, 0: not held */
+    uint64_t seq;        /* work_seq when recorded: covers the stream's work before it */
     const volatile uint32_t *wait_addr; /* the stream's wait when recorded, or NULL */
     uint32_t wait_value;
     struct mock_event *next_free;
 } mock_event;
 static mock_event *free_events;
 
-/* Destroyed events are kept for reuse; give them back when the library is
- * unloaded (events still live at that point are the caller's leak). */
-__attribute__((destructor)) static void free_destroyed_events(void)
+/* Destroyed events are kept for reuse; give them back, and the work list,
+ * when the library is unloaded (events still live at that point are the
+ * caller's leak). */
+__attribute__((destructor)) static void free_mock_memory(void)
 {
+    free(work);
+    work = NULL;
     while (free_events) {
         mock_event *e = free_events;
         free_events = e->next_free;
@@ -134,7 +152,6 @@ static struct {
     size_t size;
     bool accessible; /* cuMemSetAccess covered it (VMM mappings) */
     bool segment;    /* a cuMemAlloc allocation (accessible as it is) */
-    uint64_t epoch;  /* record_epoch when it was made */
 } mappings[MOCK_MAX_MAPPINGS];
 
 static _Thread_local CUcontext ctx_stack[16];
@@ -150,6 +167,8 @@ MOCK_EXPORT void mock_cuda_set_granularity(size_t bytes);
 MOCK_EXPORT void mock_cuda_fail_call(long nth, int rc);
 MOCK_EXPORT long mock_cuda_calls(void);
 MOCK_EXPORT int mock_cuda_hold_stream(CUstream stream, bool hold);
+MOCK_EXPORT long mock_cuda_take_unsafe_releases(void);
+MOCK_EXPORT int mock_cuda_launch(CUdeviceptr ptr, size_t size, CUstream stream);
 
 void mock_cuda_counters(cuda_mock_counters *out)
 {
@@ -174,6 +193,17 @@ void mock_cuda_fail_nth(const char *entry_point, int nth, int rc)
         armed[slot].rc = (CUresult)rc;
     }
     pthread_mutex_unlock(&mock_lock);
+}
+
+/* The unsafe releases counted so far, and the count reset: for a test that
+ * shows the mock catches one. */
+long mock_cuda_take_unsafe_releases(void)
+{
+    pthread_mutex_lock(&mock_lock);
+    long n = counters.unsafe_releases;
+    counters.unsafe_releases = 0;
+    pthread_mutex_unlock(&mock_lock);
+    return n;
 }
 
 void mock_cuda_hold_streams(bool hold)
@@ -465,6 +495,20 @@ CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx)
     return CUDA_SUCCESS;
 }
 
+/* Stream s (an index) is seen to have finished its work numbered up to seq:
+ * that work leaves the list. Caller holds mock_lock. */
+static void mark_done(int s, uint64_t seq)
+{
+    if (s < 0 || streams[s].done_seq >= seq)
+        return;
+    streams[s].done_seq = seq;
+    size_t kept = 0;
+    for (size_t i = 0; i < num_work; i++)
+        if (work[i].stream != s || work[i].seq > seq)
+            work[kept++] = work[i];
+    num_work = kept;
+}
+
 #define MOCK_DEADLOCK_MS 2000
 
 /* Waits, as the device would, for another thread to write a host word a
@@ -502,7 +546,14 @@ CUresult CUDAAPI cuCtxSynchronize(void)
             rc = wait_host_word("cuCtxSynchronize", i, streams[i].wait_addr, streams[i].wait_value);
     if (rc == CUDA_SUCCESS) {
         counters.syncs++;
-        synced_epoch = record_epoch;
+        /* Every stream's work is seen finished, except a held stream's: the
+         * mock cannot wait for it, and leaves it held (as it always has: the
+         * random model's holds stand for streams blocked on the host); work
+         * queued on it stays unfinished, so a release of memory that work
+         * uses is still reported. */
+        for (int i = 0; i < MOCK_MAX_STREAMS; i++)
+            if (!streams_held && !streams[i].held)
+                mark_done(i, work_seq);
     }
     pthread_mutex_unlock(&mock_lock);
     return rc;
@@ -555,11 +606,20 @@ static void give_physical(long bytes)
     pthread_mutex_unlock(&mock_lock);
 }
 
-static void note_release(uint64_t created_epoch)
+/* [ptr, ptr+size) is released: unsafe if unfinished work uses any of it. */
+static void note_release(CUdeviceptr ptr, size_t size, const char *entry_point)
 {
     pthread_mutex_lock(&mock_lock);
-    if (synced_epoch < record_epoch && created_epoch < record_epoch)
-        counters.unsafe_releases++;
+    for (size_t i = 0; i < num_work; i++)
+        if (work[i].ptr < ptr + size && ptr < work[i].ptr + work[i].size) {
+            counters.unsafe_releases++;
+            fprintf(stderr,
+                    "mock CUDA driver: %s of [%#llx, +%zu) while stream %d may still use "
+                    "[%#llx, +%zu) (a memset it was not seen to finish)\n",
+                    entry_point, (unsigned long long)ptr, size, work[i].stream,
+                    (unsigned long long)work[i].ptr, work[i].size);
+            break;
+        }
     pthread_mutex_unlock(&mock_lock);
 }
 
@@ -582,7 +642,6 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
         if (!mappings[i].addr) {
             mappings[i].addr = (CUdeviceptr)p;
             mappings[i].size = bytesize;
-            mappings[i].epoch = record_epoch;
             mappings[i].segment = true;
             break;
         }
@@ -593,15 +652,14 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
 }
 
 /* Removes the exact mapping [addr, addr+size) (size 0: any size); returns
- * its size or 0 if there is none, and when it was made. */
-static size_t take_mapping(CUdeviceptr addr, size_t size, uint64_t *epoch)
+ * its size or 0 if there is none. */
+static size_t take_mapping(CUdeviceptr addr, size_t size)
 {
     size_t found = 0;
     pthread_mutex_lock(&mock_lock);
     for (int i = 0; i < MOCK_MAX_MAPPINGS; i++)
         if (mappings[i].addr == addr && (size == 0 || mappings[i].size == size)) {
             found = mappings[i].size;
-            *epoch = mappings[i].epoch;
             if (mappings[i].accessible)
                 counters.accessible_bytes -= (long)found;
             mappings[i].addr = 0;
@@ -616,11 +674,10 @@ static size_t take_mapping(CUdeviceptr addr, size_t size, uint64_t *epoch)
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
     MOCK_ENTRY("cuMemFree", true);
-    uint64_t epoch = 0;
-    size_t size = take_mapping(dptr, 0, &epoch);
+    size_t size = take_mapping(dptr, 0);
     if (!size)
         return CUDA_ERROR_INVALID_VALUE;
-    note_release(epoch);
+    note_release(dptr, size, "cuMemFree");
     give_physical((long)size);
     munmap((char *)(uintptr_t)dptr - alloc_alignment, size + alloc_alignment);
     __atomic_sub_fetch(&counters.live_segments, 1, __ATOMIC_RELAXED);
@@ -748,7 +805,6 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         if (!mappings[i].addr) {
             mappings[i].addr = ptr;
             mappings[i].size = size;
-            mappings[i].epoch = record_epoch;
             mappings[i].accessible = false;
             rc = CUDA_SUCCESS;
         }
@@ -759,10 +815,9 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     MOCK_ENTRY("cuMemUnmap", true);
-    uint64_t epoch = 0;
-    if (!take_mapping(ptr, size, &epoch))
+    if (!take_mapping(ptr, size))
         return CUDA_ERROR_INVALID_VALUE;
-    note_release(epoch);
+    note_release(ptr, size, "cuMemUnmap");
     return CUDA_SUCCESS;
 }
 
@@ -875,7 +930,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
         e->generation = streams[s].held ? streams[s].generation : 0;
         e->wait_addr = wait_pending(s) ? streams[s].wait_addr : NULL;
         e->wait_value = streams[s].wait_value;
-        record_epoch++; /* the stream has (pretend) kernels queued */
+        e->seq = ++work_seq;
     }
     pthread_mutex_unlock(&mock_lock);
     return rc;
@@ -909,6 +964,8 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent)
         int s = stream_index(e->stream);
         if (streams_held || (e->generation && event_in_hold(e, s)) || event_behind_wait(e))
             rc = CUDA_ERROR_NOT_READY;
+        else
+            mark_done(s, e->seq);
     }
     pthread_mutex_unlock(&mock_lock);
     return rc;
@@ -933,6 +990,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
             streams_held = false;
             if (event_in_hold(e, s))
                 streams[s].held = false;
+            mark_done(s, e->seq);
         }
     }
     pthread_mutex_unlock(&mock_lock);
@@ -969,6 +1027,8 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream)
     CUresult rc = s < 0                                ? CUDA_ERROR_INVALID_HANDLE
                   : streams[s].held || wait_pending(s) ? CUDA_ERROR_NOT_READY
                                                        : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS)
+        mark_done(s, work_seq);
     pthread_mutex_unlock(&mock_lock);
     return rc;
 }
@@ -1091,7 +1151,40 @@ static bool device_accessible(CUdeviceptr ptr, size_t size)
     return true;
 }
 
-/* Queued work on the stream: a release of the memory before a sync is unsafe. */
+/* Work on stream s (an index) using [ptr, +size), unfinished until the
+ * stream is seen to finish it. Caller holds mock_lock. */
+static void queue_work(int s, CUdeviceptr ptr, size_t size)
+{
+    if (num_work == cap_work) {
+        size_t cap = cap_work ? 2 * cap_work : 256;
+        mock_work *grown = realloc(work, cap * sizeof *grown);
+        if (!grown) {
+            fprintf(stderr, "mock CUDA driver: out of host memory for queued work\n");
+            abort();
+        }
+        work = grown;
+        cap_work = cap;
+    }
+    work[num_work++] = (mock_work){.stream = s, .ptr = ptr, .size = size, .seq = ++work_seq};
+}
+
+/* A kernel a test launches on stream over [ptr, +size) (a test control: no
+ * context needed, never failed by injection, not counted as a call): 0, or
+ * -1 if the stream is not valid or the range is not wholly mapped and
+ * accessible (a kernel would fault there). */
+int mock_cuda_launch(CUdeviceptr ptr, size_t size, CUstream stream)
+{
+    pthread_mutex_lock(&mock_lock);
+    int s = stream_index(stream);
+    int rc = s < 0 || size == 0 || !device_accessible(ptr, size) ? -1 : 0;
+    if (rc == 0)
+        queue_work(s, ptr, size);
+    pthread_mutex_unlock(&mock_lock);
+    return rc;
+}
+
+/* Queued work on the stream, using [dstDevice, +N) until the stream is seen
+ * to finish it (mock_work). */
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
                                  CUstream hStream)
 {
@@ -1111,7 +1204,7 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t
         memsets[num_memsets].size = N;
         memsets[num_memsets].value = uc;
         num_memsets++;
-        record_epoch++;
+        queue_work(stream_index(hStream), dstDevice, N);
     }
     pthread_mutex_unlock(&mock_lock);
     return rc;

@@ -307,6 +307,75 @@ static void test_empty_cache_waits(void **state)
     coop_pool_destroy(p);
 }
 
+/* A pool over 2 MiB pages whose free space is two 4 MiB blocks, a freed on
+ * stream 1 (held on the host, or busy) and b on stream 2 (idle), split
+ * by a live guard so they stay apart: 10 MiB mapped. */
+static coop_pool *pool_with_busy_cache(bool never_wait, bool busy, void **guard)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 16 * MiB;
+    c.check = true;
+    c.never_wait = never_wait;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *a = coop_malloc(p, 4 * MiB, 1, 0, NULL);
+    *guard = coop_malloc(p, 2 * MiB, 3, 0, NULL);
+    void *b = coop_malloc(p, 4 * MiB, 2, 0, NULL);
+    assert_non_null(a);
+    assert_non_null(*guard);
+    assert_non_null(b);
+    if (busy)
+        assert_int_equal(coop_host_busy_stream(p, 1), COOP_OK);
+    else
+        assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 10 * MiB);
+    return p;
+}
+
+/* Pages are unmapped only where no queued work can use them: a free block
+ * freed on a stream whose work has not been seen to finish keeps its pages
+ * until it has (the backend's unmap does not synchronize the device, so a
+ * stream blocked on the host no longer blocks an unmap, and the mock CUDA
+ * driver reports an unmap under work). Waiting (the default) finishes a
+ * busy stream; a stream blocked on the host cannot be waited for. */
+static void test_reclaim_spares_busy_streams(void **state)
+{
+    (void)state;
+    for (int never_wait = 0; never_wait <= 1; never_wait++) {
+        void *g;
+        coop_pool *p = pool_with_busy_cache(never_wait, false, &g);
+        assert_int_equal(coop_empty_cache(p), COOP_OK);
+        assert_int_equal(stats_of(p).reserved_bytes.current, 6 * MiB); /* a's and g's */
+        /* under capacity pressure too: 12 MiB fits only over a's pages */
+        coop_status st;
+        assert_null(coop_malloc(p, 12 * MiB, 2, 0, &st));
+        assert_int_equal(st, COOP_ERR_NOMEM);
+        assert_int_equal(stats_of(p).reserved_bytes.current, 6 * MiB);
+        /* once stream 1 is seen to finish, its pages go */
+        assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+        void *c = coop_malloc(p, 12 * MiB, 2, 0, &st);
+        assert_non_null(c);
+        assert_int_equal(coop_free(p, c), COOP_OK);
+        assert_int_equal(coop_free(p, g), COOP_OK);
+        assert_int_equal(coop_empty_cache(p), COOP_OK);
+        assert_int_equal(stats_of(p).reserved_bytes.current, 0);
+        coop_pool_destroy(p);
+    }
+    /* a busy stream is waited for, unless never_wait */
+    for (int never_wait = 0; never_wait <= 1; never_wait++) {
+        void *g;
+        coop_pool *p = pool_with_busy_cache(never_wait, true, &g);
+        assert_int_equal(coop_empty_cache(p), COOP_OK);
+        assert_int_equal(stats_of(p).reserved_bytes.current, never_wait ? 6 * MiB : 2 * MiB);
+        assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+        assert_int_equal(coop_free(p, g), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 /* coop_free never fails on a valid pointer: when the backend cannot record
  * the event of another stream's use, the block still goes pending and the
  * event is recorded at the next processing of pending frees. The block is
@@ -802,6 +871,7 @@ int main(void)
         cmocka_unit_test(test_oom_waits_for_a_busy_stream),
         cmocka_unit_test(test_oom_waits_for_a_free_blocks_stream),
         cmocka_unit_test(test_empty_cache_waits),
+        cmocka_unit_test(test_reclaim_spares_busy_streams),
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),

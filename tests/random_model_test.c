@@ -30,9 +30,10 @@
 #ifndef RANDOM_MODEL_PAGE
 #define RANDOM_MODEL_PAGE (64 * KiB)
 #endif
-/* Whether the operations include stream holds (the includer may turn them
- * off: tests/backend_cuda_test.c, where a hold is a stream blocked on the
- * host that a device synchronization would wait for forever). */
+/* Whether the operations include stream holds: an expression, evaluated at
+ * each hold (the includer may turn them off, for all runs or for the
+ * segments run through M.vmm: tests/backend_cuda_test.c, where a hold is a
+ * stream blocked on the host, which cuMemFree may wait for forever). */
 #ifndef RANDOM_MODEL_HOLDS
 #define RANDOM_MODEL_HOLDS 1
 #endif
@@ -89,6 +90,7 @@ typedef struct model {
     uintptr_t freed[64]; /* recently freed addresses, for double frees */
     int num_freed;
     uint64_t capacity;
+    bool vmm; /* the run's pool maps pages (else segments) */
 } model;
 
 static model M;
@@ -341,6 +343,7 @@ static void run_model(bool vmm, uint64_t ops)
     const uint64_t page = RANDOM_MODEL_PAGE, capacity = 128 * MiB, max_size = 4 * MiB;
     memset(&M, 0, sizeof M);
     M.capacity = capacity;
+    M.vmm = vmm;
     coop_config c;
     coop_config_default(&c);
     c.capacity = capacity;
