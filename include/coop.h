@@ -159,8 +159,22 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream);
 /* Unmaps every physical page lying wholly inside free blocks (VMM) or releases
  * wholly free segments (without VMM). First, unless coop_config.never_wait,
  * waits for the streams of pending frees and of free blocks (as PyTorch's
- * empty_cache does), so that their blocks are freed and merge. */
+ * empty_cache does), so that their blocks are freed and merge. Free blocks of
+ * a stream whose work has not finished (never_wait, or a stream blocked on
+ * the host) keep their pages: queued work may still use them. */
 coop_status coop_empty_cache(coop_pool *pool);
+
+/* Call before destroying a stream the pool has seen (allocations on it, or
+ * coop_record_stream on it). The pool keeps the handle in the blocks freed
+ * on it and records events on it later (out of memory, coop_empty_cache,
+ * releasing cached memory), which CUDA leaves undefined once the stream is
+ * destroyed. This waits for the stream's queued work (unless
+ * coop_config.never_wait) and then makes every block the pool keeps for it
+ * usable on any stream, so the handle is never used again. COOP_ERR_BUSY,
+ * the blocks left as they were, while live blocks are allocated on it or
+ * recorded on it (free them first), or while its work has not finished
+ * (never_wait, or a stream blocked on the host). Walks every block. */
+coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
 
 /* Changes the capacity (rounded up to pages; at most the device's memory,
  * which on the host backend is the capacity given at creation). Lowering it

@@ -312,13 +312,14 @@ void pool_process_pending_locked(coop_pool *pool)
         block_uses *next = u->pending_next;
         if (events_done(pool, u)) {
             arena_block *b = u->block;
+            coop_stream tag = u->release_any ? COOP_STREAM_ANY : b->stream;
             pending_unlink(pool, u);
             for (size_t i = 0; i < u->num_streams; i++)
                 pool->backend->ops->event_destroy(pool->backend, u->events[i]);
             uses_free(pool, u); /* (events_done: no slot is NO_EVENT) */
             stat_add(&pool->active, -1);
             stat_add(&pool->active_bytes, -(int64_t)b->size);
-            arena_release(&pool->arena, b, b->stream);
+            arena_release(&pool->arena, b, tag);
         }
         u = next;
     }
@@ -748,6 +749,91 @@ coop_status coop_empty_cache(coop_pool *pool)
     uint64_t released;
     coop_status st = arena_reclaim(&pool->arena, UINT64_MAX, 0, 0, &released);
     pool_after_op_locked(pool, "empty_cache");
+    pool_unlock(pool);
+    return st;
+}
+
+/* Whether stream is one of u's uses (coop_record_stream). */
+static bool uses_stream(const block_uses *u, coop_stream stream)
+{
+    for (size_t i = 0; u && i < u->num_streams; i++)
+        if (u->streams[i] == stream)
+            return true;
+    return false;
+}
+
+/* The backend's message, kept: it is formatted into the same buffer. */
+static coop_status cannot_record(coop_stream stream, const char *what)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", coop_last_error());
+    return coop_set_error(COOP_ERR_BACKEND,
+                          "coop_forget_stream: cannot record %s on stream %#lx: %s", what,
+                          (unsigned long)stream, why);
+}
+
+/* coop_forget_stream under the lock. The pool keeps a stream's handle in
+ * the tags of the blocks freed on it and in pending blocks' uses, and later
+ * records events on it (out of memory, empty_cache, releasing cached
+ * memory): on a destroyed handle that is undefined. So: refuse while live
+ * blocks would bring the handle back (they are allocated on it, or will
+ * record an event on it when freed); record the pending frees' events that
+ * are still missing on it; see it finish (waiting unless never_wait); then
+ * nothing the pool keeps needs it: its free blocks, and the pending blocks
+ * allocated on it, become usable on any stream. A linear walk over the
+ * blocks: not a hot path. */
+static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
+{
+    coop_backend *be = pool->backend;
+    size_t live = 0;
+    for (const arena_segment *sg = arena_first_segment(&pool->arena); sg; sg = sg->next)
+        for (const arena_block *b = sg->first; b; b = b->next)
+            if (b->state == COOP_BLOCK_ALLOCATED &&
+                (b->stream == stream || uses_stream(b->uses, stream)))
+                live++;
+    if (live)
+        return coop_set_error(COOP_ERR_BUSY,
+                              "coop_forget_stream: %zu live blocks are allocated on stream %#lx or "
+                              "used on it (coop_record_stream): free them first",
+                              live, (unsigned long)stream);
+    for (block_uses *u = pool->pending; u; u = u->pending_next)
+        for (size_t i = 0; i < u->num_streams; i++)
+            if (u->streams[i] == stream && u->events[i] == NO_EVENT &&
+                be->ops->event_record(be, stream, &u->events[i]) != COOP_OK) {
+                u->events[i] = NO_EVENT;
+                return cannot_record(stream, "the event of a pending free");
+            }
+    coop_event ev;
+    if (be->ops->event_record(be, stream, &ev) != COOP_OK)
+        return cannot_record(stream, "an event");
+    bool busy = false;
+    bool done = event_settled(pool, ev, !pool->config.never_wait, &busy);
+    be->ops->event_destroy(be, ev);
+    if (!done)
+        return coop_set_error(COOP_ERR_BUSY,
+                              "coop_forget_stream: stream %#lx still has work queued (%s): call "
+                              "again once it has finished",
+                              (unsigned long)stream,
+                              pool->config.never_wait ? "the pool never waits"
+                                                      : "waiting for it failed");
+    for (block_uses *u = pool->pending; u; u = u->pending_next)
+        if (u->block->stream == stream)
+            u->release_any = true;
+    arena_retag_any(&pool->arena, stream);
+    pool_process_pending_locked(pool);
+    return COOP_OK;
+}
+
+coop_status coop_forget_stream(coop_pool *pool, coop_stream stream)
+{
+    if (!pool)
+        return null_argument("coop_forget_stream", "pool");
+    if (stream == COOP_STREAM_ANY)
+        return coop_set_error(COOP_ERR_INVALID, "coop_forget_stream: stream %#lx not allowed",
+                              (unsigned long)stream);
+    pool_lock(pool);
+    coop_status st = forget_stream_locked(pool, stream);
+    pool_after_op_locked(pool, "forget_stream");
     pool_unlock(pool);
     return st;
 }

@@ -43,6 +43,8 @@ typedef struct block_uses {
     coop_event *slots;  /* cap_streams slots: the events while pending */
     coop_event *events; /* == slots while pending (num_streams used), else NULL */
     struct block_uses *pending_prev, *pending_next;
+    bool release_any; /* its allocation stream was forgotten (coop_forget_stream): the
+                       * block becomes free usable on any stream, not on that one */
 } block_uses;
 
 struct coop_pool {

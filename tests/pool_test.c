@@ -376,6 +376,81 @@ static void test_reclaim_spares_busy_streams(void **state)
     }
 }
 
+/* Free blocks still tagged with stream (walk visitor). */
+static int count_tagged(const coop_block_info *b, void *ctx)
+{
+    const coop_stream *want = ctx;
+    if (b->state == COOP_BLOCK_FREE && b->stream == want[0])
+        ((coop_stream *)ctx)[1]++;
+    return 0;
+}
+
+static coop_stream free_blocks_on(coop_pool *p, coop_stream stream)
+{
+    coop_stream ctx[2] = {stream, 0};
+    assert_int_equal(coop_walk(p, NULL, count_tagged, ctx), COOP_OK);
+    return ctx[1];
+}
+
+/* coop_forget_stream: refused while live blocks would bring the handle back
+ * or the stream's work has not finished; then nothing in the pool refers to
+ * the stream any more (its free blocks and the pending blocks allocated on
+ * it are usable on any stream), and the pool records no event on it again. */
+static void test_forget_stream(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *a = coop_malloc(p, 8192, 5, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    void *b = coop_malloc(p, 8192, 1, 0, NULL);
+    void *guard2 = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_record_stream(p, b, 5), COOP_OK);
+    assert_int_equal(coop_forget_stream(p, 5), COOP_ERR_BUSY);
+    assert_non_null(strstr(coop_last_error(), "2 live blocks"));
+    assert_int_equal(coop_forget_stream(p, UINTPTR_MAX), COOP_ERR_INVALID);
+    assert_int_equal(coop_forget_stream(NULL, 5), COOP_ERR_INVALID);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(free_blocks_on(p, 5), 1);
+    /* b is pending on stream 5, which is busy: forgotten only once waited for */
+    assert_int_equal(coop_host_busy_stream(p, 5), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(stats_of(p).active.current, 3);
+    assert_int_equal(coop_forget_stream(p, 5), COOP_OK);
+    assert_int_equal(free_blocks_on(p, 5), 0);
+    assert_int_equal(stats_of(p).active.current, 2); /* b's event was waited for */
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(free_blocks_on(p, 5), 0);
+    assert_int_equal(coop_free(p, guard), COOP_OK);
+    assert_int_equal(coop_free(p, guard2), COOP_OK);
+    coop_pool_destroy(p);
+
+    /* never_wait: a busy stream cannot be forgotten until it has finished;
+     * a pending block allocated on the forgotten stream is released as usable
+     * on any stream */
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 1 * GiB;
+    c.check = true;
+    c.never_wait = true;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    a = coop_malloc(p, 8192, 5, 0, NULL);
+    guard = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_record_stream(p, a, 6), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 6, true), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK); /* pending on stream 6 */
+    assert_int_equal(coop_host_busy_stream(p, 5), COOP_OK);
+    assert_int_equal(coop_forget_stream(p, 5), COOP_ERR_BUSY);
+    assert_non_null(strstr(coop_last_error(), "still has work queued"));
+    assert_int_equal(coop_host_hold_stream(p, 5, false), COOP_OK);
+    assert_int_equal(coop_forget_stream(p, 5), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 6, false), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK); /* a's pending free completes */
+    assert_int_equal(stats_of(p).active.current, 1);
+    assert_int_equal(free_blocks_on(p, 5), 0);
+    assert_int_equal(coop_free(p, guard), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* coop_free never fails on a valid pointer: when the backend cannot record
  * the event of another stream's use, the block still goes pending and the
  * event is recorded at the next processing of pending frees. The block is
@@ -872,6 +947,7 @@ int main(void)
         cmocka_unit_test(test_oom_waits_for_a_free_blocks_stream),
         cmocka_unit_test(test_empty_cache_waits),
         cmocka_unit_test(test_reclaim_spares_busy_streams),
+        cmocka_unit_test(test_forget_stream),
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),

@@ -2,10 +2,10 @@
  * libFuzzer harness: an API sequence read from the input drives a host-backend
  * pool (and a remat context over it) through coop_malloc, coop_free (valid,
  * double, interior and foreign pointers), coop_record_stream,
- * coop_empty_cache, coop_set_capacity, coop_host_hold_stream and
- * coop_host_busy_stream (a busy stream the pool may wait for, on pools that
- * wait and pools that never do), injected backend faults and the tensor calls
- * of the remat API.
+ * coop_empty_cache, coop_set_capacity, coop_forget_stream,
+ * coop_host_hold_stream and coop_host_busy_stream (a busy stream the pool may
+ * wait for, on pools that wait and pools that never do), injected backend
+ * faults and the tensor calls of the remat API.
  *
  * Checked after every step: the call returned a status from its documented
  * set, and coop_pool_check() holds. At the end, once every hold and fault is
@@ -365,6 +365,29 @@ static void op_walk(state *s)
     }
 }
 
+/* coop_forget_stream: refused (live blocks on the stream, its work not
+ * finished, a fault) or done; when done, no block the pool keeps is tagged
+ * with the stream any more (only pending blocks allocated on it could
+ * become free later, and they become usable on any stream). */
+static void op_forget_stream(state *s, input *in)
+{
+    coop_stream stream = next_byte(in) % STREAMS;
+    coop_status st = coop_forget_stream(s->pool, stream);
+    if (st == COOP_ERR_BUSY)
+        return;
+    if (!resource_status(st))
+        fail("forget_stream", st);
+    if (st != COOP_OK)
+        return;
+    static walk_result w;
+    w.num_blocks = w.allocated = 0;
+    if (coop_walk(s->pool, NULL, on_block, &w) != COOP_OK)
+        fail("walk after forget_stream", COOP_ERR_CORRUPT);
+    for (size_t k = 0; k < w.num_blocks; k++)
+        if (w.blocks[k].state != COOP_BLOCK_PENDING && w.blocks[k].stream == stream)
+            fail("forget_stream: a block still belongs to the stream", COOP_ERR_CORRUPT);
+}
+
 static void create_pool(state *s, unsigned shape)
 {
     coop_config cfg;
@@ -462,7 +485,10 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
                 op_remat(&s, &in);
             break;
         default:
-            op_walk(&s);
+            if (op & 0x80)
+                op_forget_stream(&s, &in);
+            else
+                op_walk(&s);
             break;
         }
         check_pool(&s, "step");
