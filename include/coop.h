@@ -552,6 +552,12 @@ void coop_torch_memory_fraction(double fraction, int device);
 /* record_stream hook: ptr is also used on stream. */
 void coop_torch_record_stream(void *ptr, void *stream);
 
+/* Not a PyTorch hook: coop_forget_stream on every device's pool, before an
+ * application destroys a stream of its own (torch.cuda.ExternalStream);
+ * the first failure is returned (coop_last_error says why) and the pools
+ * after it are left as they were. */
+coop_status coop_torch_forget_stream(void *stream);
+
 /* Sets the configuration from conf (COOP_ALLOC_CONF syntax; NULL = read the
  * environment variable). COOP_ERR_INVALID with a message naming the key and
  * value if it does not parse; COOP_ERR_BUSY once a pool exists. */

@@ -173,6 +173,7 @@ _SIGNATURES = {
     "coop_torch_empty_cache": (None, []),
     "coop_torch_memory_fraction": (None, [ctypes.c_double, ctypes.c_int]),
     "coop_torch_record_stream": (None, [_P, _P]),
+    "coop_torch_forget_stream": (ctypes.c_int, [_P]),
     "coop_torch_configure": (ctypes.c_int, [ctypes.c_char_p]),
     "coop_torch_settings": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
     "coop_torch_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),

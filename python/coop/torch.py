@@ -478,6 +478,21 @@ def empty_cache():
     native.library().coop_torch_empty_cache()
 
 
+def forget_stream(stream):
+    """Call before destroying a stream of your own (a torch.cuda.ExternalStream
+    or a raw cudaStream_t handle) that coop has allocated on or recorded: coop
+    keeps stream handles in its cached blocks and records events on them
+    later. Waits for the stream's work and hands its cached blocks to every
+    stream. Raises native.CoopError (COOP_ERR_BUSY) while live tensors were
+    allocated on the stream or recorded on it. PyTorch's own streams come from
+    a pool that is never destroyed and need no call."""
+    handle = getattr(stream, "cuda_stream", stream)
+    lib = native.library()
+    st = lib.coop_torch_forget_stream(ctypes.c_void_p(int(handle)))
+    if st != 0:
+        raise native.CoopError(st, lib.coop_last_error().decode())
+
+
 def check_oom(device=None):
     """Raises OutOfMemoryError if an allocation on device (None = any) failed
     since the last check. With the CUDAPluggableAllocator route PyTorch does

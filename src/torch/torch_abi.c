@@ -317,6 +317,17 @@ void coop_torch_empty_cache(void)
     }
 }
 
+coop_status coop_torch_forget_stream(void *stream)
+{
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
+        coop_pool *pool = coop_torch_pool(i);
+        coop_status st = pool ? coop_forget_stream(pool, (coop_stream)stream) : COOP_OK;
+        if (st != COOP_OK)
+            return st;
+    }
+    return COOP_OK;
+}
+
 void coop_torch_memory_fraction(double fraction, int device)
 {
     if (!(fraction > 0.0 && fraction <= 1.0)) {

@@ -97,7 +97,8 @@ class Abi(unittest.TestCase):
     def test_symbols_exported_internals_hidden(self):
         for name in ("coop_torch_malloc", "coop_torch_free", "coop_torch_init",
                      "coop_torch_empty_cache", "coop_torch_memory_fraction",
-                     "coop_torch_record_stream", "coop_torch_snapshot_take",
+                     "coop_torch_record_stream", "coop_torch_forget_stream",
+                     "coop_torch_snapshot_take",
                      "coop_get_stats", "coop_walk"):
             self.assertTrue(hasattr(_dl, name), name)
         for hidden in ("coop_alloc_conf_parse", "torch_history_record", "coop_set_error"):
@@ -240,6 +241,25 @@ class Abi(unittest.TestCase):
         self.assertEqual(errors, [])
         for d in range(4):
             native.check(pool(d))
+
+    def test_forget_stream(self):
+        p = torch_malloc(1 * MIB, 2, 9)
+        with self.assertRaises(native.CoopError) as refused:
+            ctorch.forget_stream(9)
+        self.assertIn("1 live blocks", str(refused.exception))
+        torch_free(p, 1 * MIB, 2, 9)
+        on_9 = [b for _, bs in native.walk(pool(2)) for b in bs
+                if b["state"] == native.BLOCK_FREE and b["stream"] == 9]
+        self.assertTrue(on_9)
+        ctorch.forget_stream(9)
+        on_9 = [b for _, bs in native.walk(pool(2)) for b in bs
+                if b["state"] == native.BLOCK_FREE and b["stream"] == 9]
+        self.assertEqual(on_9, [])
+
+        class ExternalStream:
+            cuda_stream = 9
+
+        ctorch.forget_stream(ExternalStream())
 
     def test_walk_binding_matches_stats(self):
         p = torch_malloc(3 * MIB, 0, 0)
