@@ -4,7 +4,7 @@ libcoop_la_SOURCES += src/status.c src/status.h src/backend.h src/stat.h src/gro
 	src/addr_map.c src/addr_map.h src/page_map.c src/page_map.h \
 	src/arena.c src/arena_check.c src/arena.h \
 	src/backend_host.c src/backend_fault.c \
-	src/pool.c src/pool_stats.c src/pool_check.c src/pool_internal.h src/pool_lock.h
+	src/pool.c src/pool_streams.c src/pool_stats.c src/pool_check.c src/pool_internal.h src/pool_lock.h
 coop_SOURCES += src/cli/cmd_bench.c src/cli/bench_floor.c src/cli/bench_floor.h src/cli/bench_rng.h
 
 # Unit tests per module, the randomized model test, the threaded stress test

@@ -1,6 +1,8 @@
 /*
  * Pool: what an allocator user sees on top of the arena: rounding, stream
  * safety, the capacity, the out-of-memory path, statistics and the lock.
+ * Pending frees, waiting for streams and coop_forget_stream are in
+ * pool_streams.c, statistics in pool_stats.c, the checker in pool_check.c.
  *
  * Streams (PyTorch's caching-allocator semantics):
  *  - An allocation belongs to the stream it was made on. Freed without other
@@ -34,7 +36,7 @@
  *  - Releasing memory: the backend's unmap and segment free do not wait
  *    for the device. The arena releases only idle free space: free blocks
  *    tagged "any stream", or whose stream an event recorded now shows
- *    finished (stream_idle below; waited for unless never_wait), and space
+ *    finished (pool_stream_idle; waited for unless never_wait), and space
  *    never used. As PyTorch's expandable segments synchronize their own
  *    stream before unmapping, not the device, so that a stream blocked on
  *    the host that never used the pages cannot block the unmap.
@@ -171,8 +173,6 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     return COOP_OK;
 }
 
-static bool stream_idle(void *ctx, coop_stream stream);
-
 coop_status coop_pool_create(const coop_config *config, coop_pool **out)
 {
     if (!out)
@@ -224,17 +224,10 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
         free(pool);
         return st;
     }
-    arena_set_stream_idle(&pool->arena, stream_idle, pool);
+    arena_set_stream_idle(&pool->arena, pool_stream_idle, pool);
     pool_mutex_init(&pool->lock);
     *out = pool;
     return COOP_OK;
-}
-
-static void uses_free(coop_pool *pool, block_uses *u)
-{
-    meta_free(&pool->heap, u->slots, u->cap_streams * sizeof *u->slots);
-    meta_free(&pool->heap, u->streams, u->cap_streams * sizeof *u->streams);
-    meta_free(&pool->heap, u, sizeof *u);
 }
 
 void coop_pool_destroy(coop_pool *pool)
@@ -249,7 +242,7 @@ void coop_pool_destroy(coop_pool *pool)
                     for (size_t i = 0; i < u->num_streams; i++)
                         if (u->events[i] != NO_EVENT)
                             pool->backend->ops->event_destroy(pool->backend, u->events[i]);
-                uses_free(pool, u);
+                pool_uses_free(pool, u);
                 b->uses = NULL;
             }
     arena_fini(&pool->arena);
@@ -270,126 +263,6 @@ void coop_pool_config(const coop_pool *pool, coop_config *out)
     pool_lock(p);
     *out = p->config;
     pool_unlock(p);
-}
-
-/* ---- Pending frees and stream synchronization ---- */
-
-static void pending_unlink(coop_pool *pool, block_uses *u)
-{
-    if (u->pending_prev)
-        u->pending_prev->pending_next = u->pending_next;
-    else
-        pool->pending = u->pending_next;
-    if (u->pending_next)
-        u->pending_next->pending_prev = u->pending_prev;
-    u->pending_prev = u->pending_next = NULL;
-    pool->num_pending--;
-}
-
-/* True when every event of u has completed (a failed query counts as not
- * yet). Records the events that coop_free could not record; one that fails
- * again keeps the block pending. */
-static bool events_done(coop_pool *pool, block_uses *u)
-{
-    for (size_t i = 0; i < u->num_streams; i++) {
-        if (u->events[i] == NO_EVENT &&
-            pool->backend->ops->event_record(pool->backend, u->streams[i], &u->events[i]) !=
-                COOP_OK) {
-            u->events[i] = NO_EVENT;
-            return false;
-        }
-        bool done = false;
-        if (pool->backend->ops->event_query(pool->backend, u->events[i], &done) != COOP_OK || !done)
-            return false;
-    }
-    return true;
-}
-
-void pool_process_pending_locked(coop_pool *pool)
-{
-    block_uses *u = pool->pending;
-    while (u) {
-        block_uses *next = u->pending_next;
-        if (events_done(pool, u)) {
-            arena_block *b = u->block;
-            coop_stream tag = u->release_any ? COOP_STREAM_ANY : b->stream;
-            pending_unlink(pool, u);
-            for (size_t i = 0; i < u->num_streams; i++)
-                pool->backend->ops->event_destroy(pool->backend, u->events[i]);
-            uses_free(pool, u); /* (events_done: no slot is NO_EVENT) */
-            stat_add(&pool->active, -1);
-            stat_add(&pool->active_bytes, -(int64_t)b->size);
-            arena_release(&pool->arena, b, tag);
-        }
-        u = next;
-    }
-}
-
-/* Whether ev has completed; if not and wait is set, waits for it (a failed
- * wait, such as the host backend's for a stream blocked on the host, counts
- * as not completed). *busy is set when it had not completed by itself. */
-static bool event_settled(coop_pool *pool, coop_event ev, bool wait, bool *busy)
-{
-    coop_backend *be = pool->backend;
-    bool done = false;
-    if (be->ops->event_query(be, ev, &done) != COOP_OK)
-        return false;
-    if (!done) {
-        *busy = true;
-        done = wait && be->ops->event_wait(be, ev) == COOP_OK;
-    }
-    return done;
-}
-
-/* The arena's question before it unmaps pages of free blocks tagged with
- * stream: has everything queued on it finished? An event recorded now
- * answers it, waited for unless never_wait (a stream blocked on the host
- * then keeps its cached pages mapped instead of blocking this thread). A
- * stream the event cannot be recorded on counts as busy. */
-static bool stream_idle(void *ctx, coop_stream stream)
-{
-    coop_pool *pool = ctx;
-    coop_backend *be = pool->backend;
-    coop_event ev;
-    if (be->ops->event_record(be, stream, &ev) != COOP_OK)
-        return false;
-    bool busy = false;
-    bool done = event_settled(pool, ev, !pool->config.never_wait, &busy);
-    be->ops->event_destroy(be, ev);
-    return done;
-}
-
-/* OOM path and empty_cache: processes the pending frees that can be; with
- * wait, waits for the events of the others and processes them too; then
- * retags the free blocks of every stream whose work has finished (or, with
- * wait, has been waited for) "any stream". Returns whether some stream or
- * pending free was still busy. */
-static bool settle_streams(coop_pool *pool, bool wait)
-{
-    coop_backend *be = pool->backend;
-    bool busy = false;
-    pool_process_pending_locked(pool);
-    if (wait && pool->pending) {
-        for (block_uses *u = pool->pending; u; u = u->pending_next)
-            for (size_t i = 0; i < u->num_streams; i++)
-                if (u->events[i] != NO_EVENT)
-                    event_settled(pool, u->events[i], true, &busy);
-        pool_process_pending_locked(pool);
-    }
-    const free_index *fi = &pool->arena.index;
-    for (size_t i = 0; i < fi->num_sets; i++) {
-        coop_stream s = fi->sets[i]->stream;
-        if (s == COOP_STREAM_ANY || fi->sets[i]->count == 0)
-            continue;
-        coop_event ev;
-        if (be->ops->event_record(be, s, &ev) != COOP_OK)
-            continue;
-        bool done = event_settled(pool, ev, wait, &busy);
-        be->ops->event_destroy(be, ev);
-        if (done)
-            arena_retag_any(&pool->arena, s);
-    }
-    return busy || pool->pending;
 }
 
 /* ---- Allocation ---- */
@@ -465,10 +338,10 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
     uint64_t rounded = round_up((uint64_t)size, COOP_ALIGN);
     if (st == COOP_ERR_NOMEM) {
         reclaimed = true;
-        bool busy = settle_streams(pool, false);
+        bool busy = pool_settle_streams(pool, false);
         st = arena_alloc(&pool->arena, rounded, stream, high, &b, &reclaimed);
         if (st == COOP_ERR_NOMEM && busy && !pool->config.never_wait) {
-            settle_streams(pool, true);
+            pool_settle_streams(pool, true);
             st = arena_alloc(&pool->arena, rounded, stream, high, &b, &reclaimed);
         }
     }
@@ -704,7 +577,7 @@ static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream 
                 meta_free(&pool->heap, s, cap * sizeof *s);
             if (u->num_streams == 0) {
                 b->uses = NULL;
-                uses_free(pool, u);
+                pool_uses_free(pool, u);
             }
             return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory to record a stream use");
         }
@@ -745,95 +618,10 @@ coop_status coop_empty_cache(coop_pool *pool)
     if (!pool)
         return null_argument("coop_empty_cache", "pool");
     pool_lock(pool);
-    settle_streams(pool, !pool->config.never_wait);
+    pool_settle_streams(pool, !pool->config.never_wait);
     uint64_t released;
     coop_status st = arena_reclaim(&pool->arena, UINT64_MAX, 0, 0, &released);
     pool_after_op_locked(pool, "empty_cache");
-    pool_unlock(pool);
-    return st;
-}
-
-/* Whether stream is one of u's uses (coop_record_stream). */
-static bool uses_stream(const block_uses *u, coop_stream stream)
-{
-    for (size_t i = 0; u && i < u->num_streams; i++)
-        if (u->streams[i] == stream)
-            return true;
-    return false;
-}
-
-/* The backend's message, kept: it is formatted into the same buffer. */
-static coop_status cannot_record(coop_stream stream, const char *what)
-{
-    char why[512];
-    snprintf(why, sizeof why, "%s", coop_last_error());
-    return coop_set_error(COOP_ERR_BACKEND,
-                          "coop_forget_stream: cannot record %s on stream %#lx: %s", what,
-                          (unsigned long)stream, why);
-}
-
-/* coop_forget_stream under the lock. The pool keeps a stream's handle in
- * the tags of the blocks freed on it and in pending blocks' uses, and later
- * records events on it (out of memory, empty_cache, releasing cached
- * memory): on a destroyed handle that is undefined. So: refuse while live
- * blocks would bring the handle back (they are allocated on it, or will
- * record an event on it when freed); record the pending frees' events that
- * are still missing on it; see it finish (waiting unless never_wait); then
- * nothing the pool keeps needs it: its free blocks, and the pending blocks
- * allocated on it, become usable on any stream. A linear walk over the
- * blocks: not a hot path. */
-static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
-{
-    coop_backend *be = pool->backend;
-    size_t live = 0;
-    for (const arena_segment *sg = arena_first_segment(&pool->arena); sg; sg = sg->next)
-        for (const arena_block *b = sg->first; b; b = b->next)
-            if (b->state == COOP_BLOCK_ALLOCATED &&
-                (b->stream == stream || uses_stream(b->uses, stream)))
-                live++;
-    if (live)
-        return coop_set_error(COOP_ERR_BUSY,
-                              "coop_forget_stream: %zu live blocks are allocated on stream %#lx or "
-                              "used on it (coop_record_stream): free them first",
-                              live, (unsigned long)stream);
-    for (block_uses *u = pool->pending; u; u = u->pending_next)
-        for (size_t i = 0; i < u->num_streams; i++)
-            if (u->streams[i] == stream && u->events[i] == NO_EVENT &&
-                be->ops->event_record(be, stream, &u->events[i]) != COOP_OK) {
-                u->events[i] = NO_EVENT;
-                return cannot_record(stream, "the event of a pending free");
-            }
-    coop_event ev;
-    if (be->ops->event_record(be, stream, &ev) != COOP_OK)
-        return cannot_record(stream, "an event");
-    bool busy = false;
-    bool done = event_settled(pool, ev, !pool->config.never_wait, &busy);
-    be->ops->event_destroy(be, ev);
-    if (!done)
-        return coop_set_error(COOP_ERR_BUSY,
-                              "coop_forget_stream: stream %#lx still has work queued (%s): call "
-                              "again once it has finished",
-                              (unsigned long)stream,
-                              pool->config.never_wait ? "the pool never waits"
-                                                      : "waiting for it failed");
-    for (block_uses *u = pool->pending; u; u = u->pending_next)
-        if (u->block->stream == stream)
-            u->release_any = true;
-    arena_retag_any(&pool->arena, stream);
-    pool_process_pending_locked(pool);
-    return COOP_OK;
-}
-
-coop_status coop_forget_stream(coop_pool *pool, coop_stream stream)
-{
-    if (!pool)
-        return null_argument("coop_forget_stream", "pool");
-    if (stream == COOP_STREAM_ANY)
-        return coop_set_error(COOP_ERR_INVALID, "coop_forget_stream: stream %#lx not allowed",
-                              (unsigned long)stream);
-    pool_lock(pool);
-    coop_status st = forget_stream_locked(pool, stream);
-    pool_after_op_locked(pool, "forget_stream");
     pool_unlock(pool);
     return st;
 }

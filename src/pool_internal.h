@@ -86,8 +86,18 @@ void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsig
 coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged);
 coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintptr_t addr,
                                  size_t size, coop_stream stream, arena_block **out);
-/* Completes pending frees whose events are done. */
+/* pool_streams.c. Completes pending frees whose events are done. */
 void pool_process_pending_locked(coop_pool *pool);
+/* Frees a block's uses record. */
+void pool_uses_free(coop_pool *pool, block_uses *u);
+/* The arena's stream_idle answer (ctx: the pool): an event recorded on the
+ * stream now has completed, waited for unless never_wait. */
+bool pool_stream_idle(void *ctx, coop_stream stream);
+/* Out-of-memory path and empty_cache: processes pending frees (with wait,
+ * after waiting for their events) and retags the free blocks of every
+ * stream seen finished "any stream". Returns whether something was still
+ * busy. */
+bool pool_settle_streams(coop_pool *pool, bool wait);
 coop_status pool_check_locked(coop_pool *pool);
 /* With config.check: runs the checker and aborts with its message on failure. */
 void pool_check_or_abort_locked(coop_pool *pool, const char *op);
