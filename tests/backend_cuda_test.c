@@ -119,18 +119,43 @@ static const char *load_driver(void)
             fail_msg("%s failed with CUresult %d", #call, rc_);                                    \
     } while (0)
 
-static coop_pool *create_pool(bool use_vmm)
+/* A checked pool on device 0. */
+static coop_pool *create_pool_with(uint64_t capacity, bool use_vmm, bool never_wait)
 {
     coop_config config;
     coop_config_default(&config);
     config.backend = COOP_BACKEND_CUDA;
     config.device = 0;
-    config.capacity = 256 * SEQ_MIB;
+    config.capacity = capacity;
     config.use_vmm = use_vmm;
+    config.never_wait = never_wait;
     config.check = true;
     coop_pool *pool = NULL;
     if (coop_pool_create(&config, &pool) != COOP_OK)
         fail_msg("coop_pool_create (vmm=%d): %s", use_vmm, coop_last_error());
+    return pool;
+}
+
+/* A word of host memory the device reads (cuStreamWaitValue32), set to 0. */
+typedef struct host_word {
+    volatile uint32_t *word;
+    drv_ptr device;
+} host_word;
+
+static host_word host_word_alloc(void)
+{
+    void *words = NULL;
+    host_word w;
+    DRV_OK(drv.host_alloc(&words, 4096, DRV_MEMHOSTALLOC_PORTABLE | DRV_MEMHOSTALLOC_DEVICEMAP));
+    DRV_OK(drv.host_device_pointer(&w.device, words, 0));
+    w.word = words;
+    *w.word = 0;
+    return w;
+}
+
+static coop_pool *create_pool(bool use_vmm)
+{
+    coop_pool *pool = create_pool_with(256 * SEQ_MIB, use_vmm, false);
     coop_config resolved;
     coop_pool_config(pool, &resolved);
     if (use_vmm && !resolved.use_vmm)
@@ -217,24 +242,12 @@ static void *write_later(void *arg)
 static void run_oom_wait(bool never_wait)
 {
     const size_t size = 8 * SEQ_MIB;
-    coop_config config;
-    coop_config_default(&config);
-    config.backend = COOP_BACKEND_CUDA;
-    config.capacity = size;
-    config.check = true;
-    config.never_wait = never_wait;
-    coop_pool *pool = NULL;
-    if (coop_pool_create(&config, &pool) != COOP_OK)
-        fail_msg("coop_pool_create: %s", coop_last_error());
-    void *words = NULL;
-    drv_ptr word_device;
-    DRV_OK(drv.host_alloc(&words, 4096, DRV_MEMHOSTALLOC_PORTABLE | DRV_MEMHOSTALLOC_DEVICEMAP));
-    DRV_OK(drv.host_device_pointer(&word_device, words, 0));
-    volatile uint32_t *word = words;
-    *word = 0;
+    coop_pool *pool = create_pool_with(size, true, never_wait);
+    host_word hw = host_word_alloc();
+    volatile uint32_t *word = hw.word;
     drv_stream side = NULL;
     DRV_OK(drv.stream_create(&side, DRV_STREAM_NON_BLOCKING));
-    drv_result rc = drv.wait_value32(side, word_device, 1, DRV_STREAM_WAIT_VALUE_GEQ);
+    drv_result rc = drv.wait_value32(side, hw.device, 1, DRV_STREAM_WAIT_VALUE_GEQ);
     if (rc != 0) {
         printf("SKIP out-of-memory wait: cuStreamWaitValue32 failed with CUresult %d\n", rc);
     } else {
@@ -274,7 +287,7 @@ static void run_oom_wait(bool never_wait)
     DRV_OK(drv.stream_synchronize(side));
     coop_pool_destroy(pool);
     DRV_OK(drv.stream_destroy(side));
-    DRV_OK(drv.host_free(words));
+    DRV_OK(drv.host_free((void *)hw.word));
 }
 
 /* Pages cached on stream 0 are unmapped to make room while another stream
@@ -285,27 +298,15 @@ static void run_oom_wait(bool never_wait)
  * until another thread writes the word, here 1.5 s later, or forever.) */
 static void run_unmap_beside_blocked_stream(bool never_wait)
 {
-    coop_config config;
-    coop_config_default(&config);
-    config.backend = COOP_BACKEND_CUDA;
-    config.capacity = 16 * SEQ_MIB;
-    config.check = true;
-    config.never_wait = never_wait;
-    coop_pool *pool = NULL;
-    if (coop_pool_create(&config, &pool) != COOP_OK)
-        fail_msg("coop_pool_create: %s", coop_last_error());
+    coop_pool *pool = create_pool_with(16 * SEQ_MIB, true, never_wait);
     coop_config resolved;
     coop_pool_config(pool, &resolved);
-    void *words = NULL;
-    drv_ptr word_device;
-    DRV_OK(drv.host_alloc(&words, 4096, DRV_MEMHOSTALLOC_PORTABLE | DRV_MEMHOSTALLOC_DEVICEMAP));
-    DRV_OK(drv.host_device_pointer(&word_device, words, 0));
-    volatile uint32_t *word = words;
-    *word = 0;
+    host_word hw = host_word_alloc();
+    volatile uint32_t *word = hw.word;
     drv_stream side = NULL, own = NULL;
     DRV_OK(drv.stream_create(&side, DRV_STREAM_NON_BLOCKING));
     DRV_OK(drv.stream_create(&own, DRV_STREAM_NON_BLOCKING));
-    drv_result rc = drv.wait_value32(side, word_device, 1, DRV_STREAM_WAIT_VALUE_GEQ);
+    drv_result rc = drv.wait_value32(side, hw.device, 1, DRV_STREAM_WAIT_VALUE_GEQ);
     if (!resolved.use_vmm) {
         printf("SKIP unmap beside a blocked stream: no virtual memory management\n");
     } else if (rc != 0) {
@@ -342,7 +343,7 @@ static void run_unmap_beside_blocked_stream(bool never_wait)
     coop_pool_destroy(pool);
     DRV_OK(drv.stream_destroy(side));
     DRV_OK(drv.stream_destroy(own));
-    DRV_OK(drv.host_free(words));
+    DRV_OK(drv.host_free((void *)hw.word));
 }
 
 static void test_unmap_beside_blocked_stream(void **state)

@@ -15,16 +15,23 @@
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
 
-static coop_pool *make_pool(uint64_t capacity, bool vmm)
+/* A checked pool; never_wait: it never waits for a busy stream. */
+static coop_pool *make_pool_with(uint64_t capacity, bool vmm, bool never_wait)
 {
     coop_config c;
     coop_config_default(&c);
     c.capacity = capacity;
     c.use_vmm = vmm;
     c.check = true;
+    c.never_wait = never_wait;
     coop_pool *p = NULL;
     assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
     return p;
+}
+
+static coop_pool *make_pool(uint64_t capacity, bool vmm)
+{
+    return make_pool_with(capacity, vmm, false);
 }
 
 static coop_stats stats_of(coop_pool *p)
@@ -200,13 +207,7 @@ static void test_record_stream_pending(void **state)
  * out of memory, state intact. With never_wait the pool never waits. */
 static coop_pool *full_pool_with_pending(bool never_wait, void **pending)
 {
-    coop_config c;
-    coop_config_default(&c);
-    c.capacity = 8 * MiB;
-    c.check = true;
-    c.never_wait = never_wait;
-    coop_pool *p = NULL;
-    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_pool *p = make_pool_with(8 * MiB, true, never_wait);
     *pending = coop_malloc(p, 8 * MiB, 1, 0, NULL);
     assert_non_null(*pending);
     assert_int_equal(coop_record_stream(p, *pending, 7), COOP_OK);
@@ -312,13 +313,7 @@ static void test_empty_cache_waits(void **state)
  * by a live guard so they stay apart: 10 MiB mapped. */
 static coop_pool *pool_with_busy_cache(bool never_wait, bool busy, void **guard)
 {
-    coop_config c;
-    coop_config_default(&c);
-    c.capacity = 16 * MiB;
-    c.check = true;
-    c.never_wait = never_wait;
-    coop_pool *p = NULL;
-    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_pool *p = make_pool_with(16 * MiB, true, never_wait);
     void *a = coop_malloc(p, 4 * MiB, 1, 0, NULL);
     *guard = coop_malloc(p, 2 * MiB, 3, 0, NULL);
     void *b = coop_malloc(p, 4 * MiB, 2, 0, NULL);
@@ -427,12 +422,7 @@ static void test_forget_stream(void **state)
     /* never_wait: a busy stream cannot be forgotten until it has finished;
      * a pending block allocated on the forgotten stream is released as usable
      * on any stream */
-    coop_config c;
-    coop_config_default(&c);
-    c.capacity = 1 * GiB;
-    c.check = true;
-    c.never_wait = true;
-    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    p = make_pool_with(1 * GiB, true, true);
     a = coop_malloc(p, 8192, 5, 0, NULL);
     guard = coop_malloc(p, 512, 1, 0, NULL);
     assert_int_equal(coop_record_stream(p, a, 6), COOP_OK);
