@@ -134,7 +134,11 @@ void coop_pool_destroy(coop_pool *pool);
  * coop_config.never_wait) waits for busy streams' pending frees and free
  * blocks, holding the pool's lock, and retries; the final message
  * (coop_last_error) gives the requested bytes, free bytes and the largest
- * free block. */
+ * free block. A stream is its handle's value: CUDA's per-thread default
+ * stream handle (CU_STREAM_PER_THREAD) names another stream in each thread,
+ * and the pool cannot tell them apart, so a block freed on it in one thread
+ * is reused at once in another's; use it from one thread, or created
+ * streams. */
 void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
                   coop_status *status);
 
