@@ -1,13 +1,14 @@
 /*
  * tests/random_model_test.c on the CUDA backend over the mock driver: the
  * same randomized operations, model and checks, with VMM (reserve, one
- * cuMemCreate + cuMemMap per page, cuMemSetAccess, unmap after a sync) and
- * with cuMemAlloc segments. The mock reports a 64 KiB granularity so that
- * the program's 64 KiB pages and capacities stay what they are on the host
- * backend; its streams are created in the mock and held there (see
- * cuda_stream_map.h). After the pool is destroyed the driver must be
- * clean: no handle, reservation, segment or event left, no unmap or free
- * under queued work, no call without a context.
+ * cuMemCreate + cuMemMap per page, cuMemSetAccess, unmap once the pages'
+ * streams are seen finished) and with cuMemAlloc segments. The mock reports
+ * a 64 KiB granularity so that the program's 64 KiB pages and capacities
+ * stay what they are on the host backend; its streams are created in the
+ * mock and held there, and every block allocated or recorded gets a kernel
+ * over it (see cuda_stream_map.h). After the pool is destroyed the driver
+ * must be clean: no handle, reservation, segment or event left, no unmap or
+ * free of memory unfinished work uses, no call without a context.
  *
  * What it cannot show: anything a real device does differently from the
  * mock (latencies, the driver's own limits, real asynchronous completion).
