@@ -91,21 +91,33 @@ static bool event_settled(coop_pool *pool, coop_event ev, bool wait, bool *busy)
     return done;
 }
 
+/* Whether everything queued on stream so far has finished: an event
+ * recorded now, settled as event_settled does. A failed record is returned
+ * (*done false). */
+static coop_status stream_settled(coop_pool *pool, coop_stream stream, bool wait, bool *busy,
+                                  bool *done)
+{
+    coop_backend *be = pool->backend;
+    coop_event ev;
+    *done = false;
+    coop_status st = be->ops->event_record(be, stream, &ev);
+    if (st != COOP_OK)
+        return st;
+    *done = event_settled(pool, ev, wait, busy);
+    be->ops->event_destroy(be, ev);
+    return COOP_OK;
+}
+
 /* The arena's question before it unmaps pages of free blocks tagged with
- * stream: has everything queued on it finished? An event recorded now
- * answers it, waited for unless never_wait (a stream blocked on the host
- * then keeps its cached pages mapped instead of blocking this thread). A
- * stream the event cannot be recorded on counts as busy. */
+ * stream: has everything queued on it finished? Waited for unless
+ * never_wait (a stream blocked on the host then keeps its cached pages
+ * mapped instead of blocking this thread). A stream the event cannot be
+ * recorded on counts as busy. */
 bool pool_stream_idle(void *ctx, coop_stream stream)
 {
     coop_pool *pool = ctx;
-    coop_backend *be = pool->backend;
-    coop_event ev;
-    if (be->ops->event_record(be, stream, &ev) != COOP_OK)
-        return false;
-    bool busy = false;
-    bool done = event_settled(pool, ev, !pool->config.never_wait, &busy);
-    be->ops->event_destroy(be, ev);
+    bool busy = false, done;
+    stream_settled(pool, stream, !pool->config.never_wait, &busy, &done);
     return done;
 }
 
@@ -116,7 +128,6 @@ bool pool_stream_idle(void *ctx, coop_stream stream)
  * pending free was still busy. */
 bool pool_settle_streams(coop_pool *pool, bool wait)
 {
-    coop_backend *be = pool->backend;
     bool busy = false;
     pool_process_pending_locked(pool);
     if (wait && pool->pending) {
@@ -131,12 +142,8 @@ bool pool_settle_streams(coop_pool *pool, bool wait)
         coop_stream s = fi->sets[i]->stream;
         if (s == COOP_STREAM_ANY || fi->sets[i]->count == 0)
             continue;
-        coop_event ev;
-        if (be->ops->event_record(be, s, &ev) != COOP_OK)
-            continue;
-        bool done = event_settled(pool, ev, wait, &busy);
-        be->ops->event_destroy(be, ev);
-        if (done)
+        bool done;
+        if (stream_settled(pool, s, wait, &busy, &done) == COOP_OK && done)
             arena_retag_any(&pool->arena, s);
     }
     return busy || pool->pending;
@@ -194,12 +201,9 @@ static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
                 u->events[i] = NO_EVENT;
                 return cannot_record(stream, "the event of a pending free");
             }
-    coop_event ev;
-    if (be->ops->event_record(be, stream, &ev) != COOP_OK)
+    bool busy = false, done;
+    if (stream_settled(pool, stream, !pool->config.never_wait, &busy, &done) != COOP_OK)
         return cannot_record(stream, "an event");
-    bool busy = false;
-    bool done = event_settled(pool, ev, !pool->config.never_wait, &busy);
-    be->ops->event_destroy(be, ev);
     if (!done)
         return coop_set_error(COOP_ERR_BUSY,
                               "coop_forget_stream: stream %#lx still has work queued (%s): call "
