@@ -557,10 +557,8 @@ static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream 
     if (st != COOP_OK || stream == b->stream)
         return st;
     block_uses *u = b->uses;
-    if (u)
-        for (size_t i = 0; i < u->num_streams; i++)
-            if (u->streams[i] == stream)
-                return COOP_OK;
+    if (block_uses_has(u, stream))
+        return COOP_OK;
     if (!u) {
         u = meta_zalloc(&pool->heap, sizeof *u);
         if (!u)

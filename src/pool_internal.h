@@ -47,6 +47,15 @@ typedef struct block_uses {
                        * block becomes free usable on any stream, not on that one */
 } block_uses;
 
+/* Whether stream is one of u's uses (u may be NULL: none). */
+static inline bool block_uses_has(const block_uses *u, coop_stream stream)
+{
+    for (size_t i = 0; u && i < u->num_streams; i++)
+        if (u->streams[i] == stream)
+            return true;
+    return false;
+}
+
 struct coop_pool {
     pool_mutex lock;
     coop_config config;    /* as resolved at creation; capacity follows set_capacity */

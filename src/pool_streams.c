@@ -151,15 +151,6 @@ bool pool_settle_streams(coop_pool *pool, bool wait)
 
 /* ---- Forgetting a stream ---- */
 
-/* Whether stream is one of u's uses (coop_record_stream). */
-static bool uses_stream(const block_uses *u, coop_stream stream)
-{
-    for (size_t i = 0; u && i < u->num_streams; i++)
-        if (u->streams[i] == stream)
-            return true;
-    return false;
-}
-
 /* The backend's message, kept: it is formatted into the same buffer. */
 static coop_status cannot_record(coop_stream stream, const char *what)
 {
@@ -187,7 +178,7 @@ static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
     for (const arena_segment *sg = arena_first_segment(&pool->arena); sg; sg = sg->next)
         for (const arena_block *b = sg->first; b; b = b->next)
             if (b->state == COOP_BLOCK_ALLOCATED &&
-                (b->stream == stream || uses_stream(b->uses, stream)))
+                (b->stream == stream || block_uses_has(b->uses, stream)))
                 live++;
     if (live)
         return coop_set_error(COOP_ERR_BUSY,
