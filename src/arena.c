@@ -437,11 +437,12 @@ void arena_fini(arena *a)
 {
     arena_segment *s = a->first_segment;
     /* unmap and segment_free do not wait, and any memory may still be in
-     * use: wait for the whole device once. If that fails (a stream blocked
+     * use: wait for the whole device once, when there is memory to give back
+     * (reserved: mapped pages or segments). If that fails (a stream blocked
      * for good), nothing is unmapped or freed: segments stay allocated, and
      * pages are left to release, which the CUDA backend does only after a
      * synchronize of its own. */
-    bool synced = !s || a->backend->ops->synchronize(a->backend) == COOP_OK;
+    bool synced = a->reserved == 0 || a->backend->ops->synchronize(a->backend) == COOP_OK;
     while (s) {
         arena_segment *next = s->next;
         arena_block *b = s->first;
