@@ -153,11 +153,16 @@ void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned fla
  * if the backend cannot record an event now, the block is pending all the
  * same and that event is recorded when pending frees are next processed
  * (allocations, coop_empty_cache), so it is not reused before the other
- * stream's work queued until then completes. */
+ * stream's work queued until then completes. The buffer of a coop_tensor
+ * (rematerialization section) is refused with COOP_ERR_INVALID: the
+ * tensor's context frees it (coop_tensor_release). */
 coop_status coop_free(coop_pool *pool, void *ptr);
 
 /* Marks ptr as used on stream (besides its allocation stream; recording the
- * allocation stream is a no-op). Bad pointers give the statuses of coop_free. */
+ * allocation stream is a no-op). Bad pointers give the statuses of coop_free.
+ * A coop_tensor's buffer is refused (COOP_ERR_INVALID): the remat API
+ * places tensors on stream 0 and evicts them at once, which a pending
+ * cross-stream use would defeat. */
 coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream);
 
 /* Unmaps every physical page lying wholly inside free blocks (VMM) or releases
@@ -388,13 +393,23 @@ enum {
     COOP_TENSOR_CHEAP = 1u << 1      /* force cheap placement (high end of free blocks) */
 };
 
+/* The largest cost an op may be given (2^48 ns, about 3.3 days): larger
+ * costs are refused (COOP_ERR_INVALID), so that the sums the policies form
+ * over many tensors cannot overflow. */
+#define COOP_TENSOR_MAX_COST_NS (1ull << 48)
+
 /* The owner learns that t's buffer is gone (its pointer must not be used).
  * Both callbacks run inside the context's calls: they may read tensors
  * (coop_tensor_size, _resident, _data, _recomputes) but must not call the
- * functions that take the context (coop_tensor_create and the others). */
+ * functions that take the context (coop_tensor_create and the others):
+ * such a call fails with COOP_ERR_BUSY and changes nothing. */
 typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
 /* Recomputes t: runs producer reading inputs[i] (resident, pinned) and
- * writing out (t's new buffer of coop_tensor_size(t) bytes). */
+ * writing out (t's new buffer of coop_tensor_size(t) bytes). A status
+ * other than COOP_OK fails the access that asked for t with that status
+ * (COOP_ERR_BACKEND if it is not one): t goes back to evicted, its buffer
+ * freed, and the next access recomputes it; inputs already recomputed stay
+ * resident. */
 typedef coop_status (*coop_recompute_fn)(coop_tensor *t, void *producer, void *const *inputs,
                                          size_t num_inputs, void *out, void *user);
 
@@ -416,7 +431,7 @@ typedef struct coop_remat_config {
 
 typedef struct coop_remat_stats {
     uint64_t evictions;    /* tensors evicted to make room */
-    uint64_t searches;     /* allocations that had to evict */
+    uint64_t searches;     /* allocations that did not fit at once and searched */
     uint64_t recomputes;   /* recompute callbacks run */
     uint64_t recompute_ns; /* their summed cost */
     uint64_t clock;        /* logical clock (ns of ops executed) */
@@ -439,14 +454,24 @@ typedef struct coop_remat_stats {
      * free_bytes) covered the request: fragmentation made them evict */
     uint64_t frag_failures;
     uint64_t search_free_bytes; /* the pool's free bytes at each search, summed */
-    /* tensor records the context holds (live tensors and released ones a
-     * recomputation may still need), and how many it has reclaimed since
-     * it was created (see coop_tensor_release) */
+    /* tensor records the context holds (live tensors, released ones a
+     * recomputation may still need, and released ones not yet looked at:
+     * collections run when the records have doubled), and how many it has
+     * reclaimed since it was created (see coop_tensor_release) */
     uint64_t records;
     uint64_t records_reclaimed;
 } coop_remat_stats;
 
-/* Creates a context over pool (which must outlive it). */
+/* Creates a context over pool (which must outlive it).
+ *
+ * Every function below that takes the context refuses, with
+ * COOP_ERR_INVALID and nothing changed: a NULL context or argument, a
+ * tensor of another context, a released tensor (see coop_tensor_release),
+ * unknown flags, a cost above COOP_TENSOR_MAX_COST_NS; and with
+ * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
+ * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). The
+ * context is not thread-safe: one thread at a time (the pool's own calls
+ * from other threads are fine). */
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out);
 /* Frees every tensor's buffer and record. */
 void coop_remat_destroy(coop_remat *r);
@@ -480,7 +505,11 @@ coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **ou
  * its buffer (views: the base's buffer). */
 coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr);
 
-/* Access plus protection from eviction until the matching unpin. */
+/* Access plus protection from eviction until the matching unpin. Pins
+ * count per handle: a tensor and its views each unpin only what they
+ * pinned. A handle's pins outlive its release (the storage stays resident,
+ * as a constant does): unpin is the one call a released handle takes, as
+ * long as it holds pins. */
 coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr);
 coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t);
 
@@ -491,16 +520,20 @@ coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t);
  * recompute callback), so t stays evictable. Copy-on-write: t moves to a
  * new buffer; *old_value (if non-NULL) receives the buffer holding the old
  * value, which the caller reads while computing the new one. Ops that had
- * read t before now read the old value when recomputed. */
+ * read t before now read the old value when recomputed. The inputs must be
+ * resident (t itself, or a view of it, among them need not be); they stay
+ * so while t is recomputed first. */
 coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
                                coop_tensor *const *inputs, size_t num_inputs, void **old_value);
 
-/* The owner drops t: its memory is freed once no view or pin holds it; the
- * record stays while a recomputation the owner can still ask for may need
- * it (an evicted tensor's inputs, recursively), and is reclaimed after
- * that. t must not be used afterwards: for a while (4,096 reclaimed
- * records) calls with it fail with COOP_ERR_INVALID naming the misuse,
- * after that its memory is freed, as a pointer after free().
+/* The owner drops t: its memory is freed once no view or pin holds it
+ * (pins taken through t included); the record stays while a
+ * recomputation the owner can still ask for may need it (an evicted
+ * tensor's inputs, recursively), and is reclaimed after that. t must not be
+ * used afterwards: calls with it fail with COOP_ERR_INVALID naming the
+ * misuse until its record is reclaimed and for a while after (at least
+ * until the next reclamation, and then among the last 4,096 reclaimed
+ * records); after that its memory is freed, as a pointer after free().
  * A tensor updated with coop_tensor_mutate keeps its old value's record,
  * and that one its producer's inputs, for as long as the tensor is held:
  * so a parameter updated with coop_tensor_mutate at every step keeps every

@@ -490,8 +490,22 @@ static COOP_INLINE coop_status find_allocated(coop_pool *pool, void *ptr, const 
     return not_allocated(pool, ptr, op, b);
 }
 
-/* The body of pool_free_locked, inlined into coop_free too (as malloc_locked). */
-static COOP_INLINE coop_status free_locked(coop_pool *pool, void *ptr, arena_block **merged)
+/* A coop_tensor's buffer given to coop_free or coop_record_stream: its
+ * context owns it (it frees the block when it evicts or releases the
+ * tensor, and expects the space free at once). */
+static __attribute__((cold, noinline)) coop_status tensor_block(const char *op, const void *ptr)
+{
+    return coop_set_error(COOP_ERR_INVALID,
+                          "%s: %p is the buffer of a coop_tensor: its coop_remat context owns it "
+                          "(release the tensor instead)",
+                          op, ptr);
+}
+
+/* The body of pool_free_locked, inlined into coop_free too (as
+ * malloc_locked); from_user: coop_free's call, which a tensor's block
+ * refuses (a constant where inlined). */
+static COOP_INLINE coop_status free_locked(coop_pool *pool, void *ptr, arena_block **merged,
+                                           bool from_user)
 {
     if (merged)
         *merged = NULL;
@@ -501,6 +515,8 @@ static COOP_INLINE coop_status free_locked(coop_pool *pool, void *ptr, arena_blo
     coop_status st = find_allocated(pool, ptr, "coop_free", &b);
     if (st != COOP_OK)
         return st;
+    if (from_user && __builtin_expect(b->owner != NULL, 0))
+        return tensor_block("coop_free", ptr);
     block_uses *u = b->uses;
     if (u) {
         /* Never fails: an event the backend cannot record now is recorded
@@ -533,7 +549,7 @@ static COOP_INLINE coop_status free_locked(coop_pool *pool, void *ptr, arena_blo
 
 COOP_HOT coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged)
 {
-    return free_locked(pool, ptr, merged);
+    return free_locked(pool, ptr, merged, false);
 }
 
 COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
@@ -541,7 +557,7 @@ COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
     if (!pool)
         return null_argument("coop_free", "pool");
     pool_lock(pool);
-    coop_status st = free_locked(pool, ptr, NULL);
+    coop_status st = free_locked(pool, ptr, NULL, true);
     pool_after_op_locked(pool, "free");
     pool_unlock(pool);
     return st;
@@ -554,8 +570,12 @@ static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream 
                               (unsigned long)stream);
     arena_block *b = NULL;
     coop_status st = find_allocated(pool, ptr, "coop_record_stream", &b);
-    if (st != COOP_OK || stream == b->stream)
+    if (st != COOP_OK)
         return st;
+    if (b->owner)
+        return tensor_block("coop_record_stream", ptr);
+    if (stream == b->stream)
+        return COOP_OK;
     block_uses *u = b->uses;
     if (block_uses_has(u, stream))
         return COOP_OK;

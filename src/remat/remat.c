@@ -2,6 +2,7 @@
  * The remat API: tensor records, access and recomputation, pins, views,
  * in-place ops (include/coop.h, rematerialization section).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,55 @@
 
 #define DEFAULT_CHEAP_THRESHOLD 1e-2 /* ns per byte: see docs/remat.md */
 #define REMAT_SCRATCH_BLOCKS 1024    /* blocks a search walks without growing */
+
+/* Checks the context at the entry of fn. Callbacks run inside the
+ * context's calls, in the middle of walks over its records (the window's
+ * victims, a chain of recomputations): a call from one would change what
+ * the caller is walking, so it is refused rather than left undefined. */
+static coop_status enter(const coop_remat *r, const char *fn)
+{
+    if (!r)
+        return coop_set_error(COOP_ERR_INVALID, "%s: the context is NULL", fn);
+    if (r->in_callback)
+        return coop_set_error(COOP_ERR_BUSY,
+                              "%s: called from inside a coop_remat callback (on_evict or "
+                              "recompute), which must not call the context's functions",
+                              fn);
+    return COOP_OK;
+}
+
+/* Checks a tensor handle given to fn: what names the argument ("tensor",
+ * "base", "input"), index its place among the inputs (SIZE_MAX: none). */
+static coop_status check_handle(const coop_remat *r, const coop_tensor *t, const char *fn,
+                                const char *what, size_t index)
+{
+    char name[48];
+    if (index == SIZE_MAX)
+        snprintf(name, sizeof name, "%s", what);
+    else
+        snprintf(name, sizeof name, "%s %zu", what, index);
+    if (!t)
+        return coop_set_error(COOP_ERR_INVALID, "%s: %s is NULL", fn, name);
+    if (t->owner != r)
+        return coop_set_error(COOP_ERR_INVALID, "%s: %s (%p) belongs to another coop_remat", fn,
+                              name, (const void *)t);
+    if (t->reclaimed)
+        return remat_reclaimed_error(fn);
+    if (t->released)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: %s (%p) was released (used after coop_tensor_release)", fn, name,
+                              (const void *)t);
+    return COOP_OK;
+}
+
+static coop_status check_cost(uint64_t cost_ns, const char *fn)
+{
+    if (cost_ns > COOP_TENSOR_MAX_COST_NS)
+        return coop_set_error(
+            COOP_ERR_INVALID, "%s: cost %llu ns is above COOP_TENSOR_MAX_COST_NS (%llu)", fn,
+            (unsigned long long)cost_ns, (unsigned long long)COOP_TENSOR_MAX_COST_NS);
+    return COOP_OK;
+}
 
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out)
 {
@@ -47,14 +97,16 @@ void coop_remat_destroy(coop_remat *r)
     if (!r)
         return;
     remat_search_index_close(r); /* before the blocks it names are freed */
+    pool_lock(r->pool);
     for (coop_tensor *t = r->all, *next; t; t = next) {
         next = t->next_all;
-        if (t->base == t && t->ptr)
-            coop_free(r->pool, t->ptr);
+        if (t->base == t && t->ptr) /* coop_free refuses a tensor's block */
+            (void)pool_free_locked(r->pool, t->ptr, NULL);
         free(t->inputs);
         free(t->children);
         free(t);
     }
+    pool_unlock(r->pool);
     remat_quarantine_free(r);
     uf_free(&r->uf);
     window_scratch_free(&r->scratch);
@@ -62,11 +114,19 @@ void coop_remat_destroy(coop_remat *r)
     free(r->roots);
     free(r->eq_roots);
     free(r->stack);
+    free(r->frames);
+    free(r->slots);
     free(r);
 }
 
 void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out)
 {
+    if (!out)
+        return;
+    if (!r) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
     *out = r->stats;
     out->clock = r->clock;
     out->records = r->num_records;
@@ -74,22 +134,22 @@ void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out)
 
 size_t coop_tensor_size(const coop_tensor *t)
 {
-    return t->base->size;
+    return t ? t->base->size : 0;
 }
 
 uint32_t coop_tensor_recomputes(const coop_tensor *t)
 {
-    return t->base->remats;
+    return t ? t->base->remats : 0;
 }
 
 bool coop_tensor_resident(const coop_tensor *t)
 {
-    return t->base->ptr != NULL;
+    return t && t->base->ptr != NULL;
 }
 
 void *coop_tensor_data(const coop_tensor *t)
 {
-    return t->base->ptr;
+    return t ? t->base->ptr : NULL;
 }
 
 /* ---- records ---------------------------------------------------------- */
@@ -126,6 +186,7 @@ static coop_tensor *new_record(coop_remat *r)
     if (!t)
         return NULL;
     t->base = t;
+    t->owner = r;
     t->uf = REMAT_NONE;
     t->cand_pos = REMAT_NONE;
     t->next_all = r->all;
@@ -183,17 +244,29 @@ static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, c
     return COOP_OK;
 }
 
-static coop_status check_resident(coop_tensor *const *inputs, size_t n, const char *fn)
+/* Checks fn's inputs as handles (before anything changes). */
+static coop_status check_inputs(const coop_remat *r, coop_tensor *const *inputs, size_t n,
+                                const char *fn)
 {
+    if (n && !inputs)
+        return coop_set_error(COOP_ERR_INVALID, "%s: inputs is NULL with num_inputs %zu", fn, n);
     for (size_t i = 0; i < n; i++) {
-        if (!inputs[i])
-            return coop_set_error(COOP_ERR_INVALID, "%s: input %zu is NULL", fn, i);
-        if (inputs[i]->reclaimed)
-            return remat_reclaimed_error(fn);
-        if (!inputs[i]->base->ptr)
+        coop_status st = check_handle(r, inputs[i], fn, "input", i);
+        if (st)
+            return st;
+    }
+    return COOP_OK;
+}
+
+/* Whether fn's inputs (checked handles) are resident; except names a
+ * storage left out (mutate's target, made resident after). */
+static coop_status check_resident(coop_tensor *const *inputs, size_t n, const coop_tensor *except,
+                                  const char *fn)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!inputs[i]->base->ptr && inputs[i]->base != except)
             return coop_set_error(COOP_ERR_INVALID,
                                   "%s: input %zu is not resident (access or pin it first)", fn, i);
-    }
     return COOP_OK;
 }
 
@@ -217,16 +290,23 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
                                        uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
                                        size_t num_inputs, unsigned flags, coop_tensor **outs)
 {
+    static const char fn[] = "coop_tensor_create";
+    coop_status st = enter(r, fn);
+    if (st)
+        return st;
     if (!outs || !num_outputs || !sizes)
-        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: no outputs");
+        return coop_set_error(COOP_ERR_INVALID, "%s: no outputs", fn);
     for (size_t i = 0; i < num_outputs; i++)
         outs[i] = NULL;
     for (size_t i = 0; i < num_outputs; i++)
         if (!sizes[i])
-            return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: output %zu has size 0", i);
-    remat_maybe_collect(r); /* before the inputs are looked at: they are resident, so kept */
-    coop_status st = check_resident(inputs, num_inputs, "coop_tensor_create");
-    if (st)
+            return coop_set_error(COOP_ERR_INVALID, "%s: output %zu has size 0", fn, i);
+    if (flags & ~(unsigned)(COOP_TENSOR_EVICTABLE | COOP_TENSOR_CHEAP))
+        return coop_set_error(COOP_ERR_INVALID, "%s: unknown flags %#x", fn, flags);
+    if ((st = check_cost(cost_ns, fn)) || (st = check_inputs(r, inputs, num_inputs, fn)))
+        return st;
+    remat_maybe_collect(r); /* live inputs are kept */
+    if ((st = check_resident(inputs, num_inputs, NULL, fn)))
         return st;
     touch(r, inputs, num_inputs);
     pin_all(r, inputs, num_inputs, true); /* the op reads them while its outputs are placed */
@@ -259,7 +339,7 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
         }
         return st;
     }
-    r->clock += cost_ns; /* the op ran once */
+    remat_advance_clock(r, cost_ns); /* the op ran once */
     for (size_t i = 0; i < num_outputs; i++)
         outs[i]->last_access = r->clock;
     return COOP_OK;
@@ -269,6 +349,9 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
                                coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
                                coop_tensor **out)
 {
+    coop_status st = enter(r, "coop_tensor_create");
+    if (st)
+        return st;
     if (!out)
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: out is NULL");
     return coop_tensor_create_outputs(r, 1, &size, cost_ns, producer, inputs, num_inputs, flags,
@@ -277,13 +360,17 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
 
 coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
 {
+    static const char fn[] = "coop_tensor_alias";
+    coop_status st = enter(r, fn);
+    if (st)
+        return st;
+    if (!out)
+        return coop_set_error(COOP_ERR_INVALID, "%s: out is NULL", fn);
     *out = NULL;
     /* the handle given must be live; its storage's root may have been
      * released while views (this one) still name the storage */
-    if (base && base->reclaimed)
-        return remat_reclaimed_error("coop_tensor_alias");
-    if (!base || base->released)
-        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_alias: base is NULL or released");
+    if ((st = check_handle(r, base, fn, "base", SIZE_MAX)))
+        return st;
     remat_maybe_collect(r); /* base is held, so kept */
     coop_tensor *v = new_record(r);
     if (!v)
@@ -311,38 +398,64 @@ static bool takes_over_old_value(const coop_tensor *t)
     return old->ptr && !old->handles && old->pins == own && old->size == t->size;
 }
 
-/* Makes base tensor t resident: inputs first (each pinned once resident),
- * then a buffer, then the owner's recompute callback. A tensor produced in
- * place takes its recomputed old value's buffer, and the old value is
- * evicted again (recomputable in-place, as when the op first ran); the
- * callback then reads and writes that one buffer. */
-static coop_status materialize(coop_remat *r, coop_tensor *t)
+/* Pushes a frame to make base tensor t (not resident) resident: its
+ * resident inputs are pinned at once, so that recomputing a missing one
+ * cannot evict them (only to recompute them next), as DTR locks an op's
+ * inputs. */
+static coop_status push_frame(coop_remat *r, coop_tensor *t)
 {
-    if (t->ptr)
-        return COOP_OK;
-    coop_status st = COOP_OK;
-    void *small[8], **ptrs = small;
-    if (t->num_inputs > 8 && !(ptrs = malloc(t->num_inputs * sizeof *ptrs)))
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
-    /* ptrs[i] non-NULL: input i pinned. The resident inputs first, so that
-     * recomputing a missing one cannot evict them (only to recompute them
-     * next), as DTR locks an op's inputs */
+    if (GROW_ARRAY(r->frames, r->cap_frames, r->num_frames + 1, 16) ||
+        GROW_ARRAY(r->slots, r->cap_slots, r->num_slots + t->num_inputs, 64))
+        return coop_set_error(COOP_ERR_HOST_NOMEM,
+                              "coop_remat: out of host memory recomputing a chain of %zu tensors",
+                              r->num_frames + 1);
+    remat_frame *f = &r->frames[r->num_frames++];
+    f->t = t;
+    f->slot = r->num_slots;
+    f->next = 0;
+    void **pinned = r->slots + f->slot;
+    r->num_slots += t->num_inputs;
     for (size_t i = 0; i < t->num_inputs; i++) {
         coop_tensor *in = t->inputs[i];
-        ptrs[i] = in->ptr ? in : NULL;
+        pinned[i] = in->ptr ? in : NULL;
         if (in->ptr) {
             remat_pin(r, in);
             in->last_access = r->clock;
         }
     }
-    for (size_t i = 0; i < t->num_inputs && !st; i++) {
-        coop_tensor *in = t->inputs[i];
-        if (ptrs[i] || (st = materialize(r, in)))
-            continue;
-        remat_pin(r, in);
-        in->last_access = r->clock;
-        ptrs[i] = in;
-    }
+    return COOP_OK;
+}
+
+/* The recompute callback failed for t (placed, inputs pinned): t goes back
+ * to evicted, its buffer freed (it holds whatever the callback left), so
+ * that no access returns it as a value and the next one recomputes it. Its
+ * eviction is nobody's news: the owner never had this buffer. */
+static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status failed)
+{
+    pool_lock(r->pool);
+    remat_evict_locked(r, t); /* a union-find node is kept for every resident tensor */
+    pool_unlock(r->pool);
+    if (r->num_victims && r->victims[r->num_victims - 1] == t)
+        r->num_victims--;
+    if (failed == COOP_OK || (unsigned)failed >= COOP_STATUS_COUNT)
+        failed = COOP_ERR_BACKEND; /* not a status: the callback's failure all the same */
+    return coop_set_error(failed,
+                          "coop_remat: the recompute callback failed (%s) for a tensor of %zu "
+                          "bytes; it stays evicted and is recomputed at its next access",
+                          coop_strerror(failed), t->size);
+}
+
+/* Ends the top frame: with every input pinned (st COOP_OK), places its
+ * tensor and runs the owner's recompute callback, else only unpins what
+ * it pinned. A tensor produced in place takes its recomputed old value's
+ * buffer, and the old value is evicted again (recomputable in-place, as
+ * when the op first ran); the callback then reads and writes that one
+ * buffer. Pops the frame; returns the status for the frame below. */
+static coop_status finish_frame(coop_remat *r, coop_status st)
+{
+    remat_frame *f = &r->frames[r->num_frames - 1];
+    coop_tensor *t = f->t;
+    void **ptrs = r->slots + f->slot; /* non-NULL: input pinned */
     coop_tensor *old = NULL;
     if (!st && takes_over_old_value(t)) {
         if (remat_reserve_evictions(r, 1)) { /* before anything changes */
@@ -362,29 +475,69 @@ static coop_status materialize(coop_remat *r, coop_tensor *t)
     } else { /* every input pinned */
         for (size_t i = 0; i < t->num_inputs; i++)
             ptrs[i] = t->inputs[i] == old ? t->ptr : t->inputs[i]->ptr;
-        st = r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
-        r->clock += t->cost;
-        r->stats.recomputes++;
-        t->remats++;
-        r->stats.recompute_ns += t->cost;
-        t->last_access = r->clock;
+        r->in_callback++;
+        coop_status done =
+            r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
+        r->in_callback--;
+        if (done == COOP_OK) {
+            remat_advance_clock(r, t->cost);
+            r->stats.recomputes++;
+            t->remats++;
+            r->stats.recompute_ns += t->cost;
+            t->last_access = r->clock;
+        } else {
+            st = recompute_failed(r, t, done);
+        }
         for (size_t i = 0; i < t->num_inputs; i++)
             remat_unpin(r, t->inputs[i]);
     }
-    if (ptrs != small)
-        free(ptrs);
+    r->num_slots = f->slot;
+    r->num_frames--;
     return st;
 }
 
-coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
+/* Makes base tensor t resident: inputs first (each pinned once resident),
+ * then a buffer, then the owner's recompute callback; recursively, on an
+ * explicit stack of frames (remat_frame). The order of pins, placements
+ * and callbacks is that of the recursion it replaces: a frame's inputs are
+ * visited in order, each made resident (its own frame, pushed above) and
+ * pinned before the next. A failure unwinds every frame, each unpinning
+ * what it pinned; tensors already recomputed stay resident (valid). */
+static coop_status materialize(coop_remat *r, coop_tensor *root)
 {
-    if (ptr)
-        *ptr = NULL;
-    if (!t)
-        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_access: NULL tensor");
-    if (t->reclaimed)
-        return remat_reclaimed_error("coop_tensor_access");
-    coop_tensor *b = t->base;
+    if (root->ptr)
+        return COOP_OK;
+    size_t bottom = r->num_frames;
+    coop_status st = push_frame(r, root);
+    if (st)
+        return st;
+    while (r->num_frames > bottom) {
+        remat_frame *f = &r->frames[r->num_frames - 1];
+        coop_tensor *t = f->t;
+        if (st || f->next == t->num_inputs) {
+            st = finish_frame(r, st);
+            continue;
+        }
+        size_t i = f->next;
+        coop_tensor *in = t->inputs[i];
+        void **pinned = r->slots + f->slot;
+        if (pinned[i]) {
+            f->next++;
+        } else if (in->ptr) { /* recomputed by its frame, or by an earlier input's */
+            remat_pin(r, in);
+            in->last_access = r->clock;
+            pinned[i] = in;
+            f->next++;
+        } else {
+            st = push_frame(r, in); /* moves frames and slots */
+        }
+    }
+    return st;
+}
+
+/* access without the handle checks: b is a base tensor. */
+static coop_status access_storage(coop_remat *r, coop_tensor *b, void **ptr)
+{
     coop_status st = materialize(r, b);
     if (st)
         return st;
@@ -394,12 +547,33 @@ coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
     return COOP_OK;
 }
 
+coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
+{
+    static const char fn[] = "coop_tensor_access";
+    if (ptr)
+        *ptr = NULL;
+    coop_status st = enter(r, fn);
+    if (st || (st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
+        return st;
+    return access_storage(r, t->base, ptr);
+}
+
 coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
 {
-    coop_status st = coop_tensor_access(r, t, ptr);
-    if (!st)
-        remat_pin(r, t->base);
-    return st;
+    static const char fn[] = "coop_tensor_pin";
+    if (ptr)
+        *ptr = NULL;
+    coop_status st = enter(r, fn);
+    if (st || (st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
+        return st;
+    if (t->user_pins == UINT32_MAX || t->base->pins == UINT32_MAX)
+        return coop_set_error(COOP_ERR_BUSY, "%s: tensor pinned %u times already", fn,
+                              (unsigned)UINT32_MAX);
+    if ((st = access_storage(r, t->base, ptr)))
+        return st;
+    remat_pin(r, t->base);
+    t->user_pins++;
+    return COOP_OK;
 }
 
 /* A storage nobody names is freed at once (it stays recomputable). */
@@ -415,10 +589,21 @@ static void drop_if_unused(coop_remat *r, coop_tensor *b)
 
 coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
 {
-    if (t && t->reclaimed)
-        return remat_reclaimed_error("coop_tensor_unpin");
-    if (!t || !t->base->pins)
-        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_unpin: tensor is not pinned");
+    static const char fn[] = "coop_tensor_unpin";
+    coop_status st = enter(r, fn);
+    if (st)
+        return st;
+    /* a handle's pins outlive its release (a constant stays pinned): the
+     * one call a released handle still takes is the unpin of those */
+    bool released_pinned = t && t->owner == r && !t->reclaimed && t->released && t->user_pins;
+    if (!released_pinned && (st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
+        return st;
+    /* pins count per handle: an unpin through a view that never pinned
+     * must not take the pin another handle holds */
+    if (!t->user_pins)
+        return coop_set_error(COOP_ERR_INVALID, "%s: tensor is not pinned (through this handle)",
+                              fn);
+    t->user_pins--;
     remat_unpin(r, t->base);
     drop_if_unused(r, t->base);
     return COOP_OK;
@@ -426,12 +611,15 @@ coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
 
 coop_status coop_tensor_release(coop_remat *r, coop_tensor *t)
 {
-    if (t && t->reclaimed)
-        return remat_reclaimed_error("coop_tensor_release");
-    if (!t || t->released)
-        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_release: tensor %s",
-                              t ? "already released" : "is NULL");
-    t->released = true;
+    static const char fn[] = "coop_tensor_release";
+    coop_status st = enter(r, fn);
+    if (st)
+        return st;
+    if (t && t->owner == r && t->released && !t->reclaimed)
+        return coop_set_error(COOP_ERR_INVALID, "%s: tensor already released", fn);
+    if ((st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
+        return st;
+    t->released = true; /* its pins stay until unpinned through it */
     t->base->handles--;
     remat_touch(r, t->base); /* a released base is evictable */
     drop_if_unused(r, t->base);
@@ -514,16 +702,27 @@ static void undo_in_place(coop_remat *r, coop_tensor *b, coop_tensor *old, uint6
 coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
                                coop_tensor *const *inputs, size_t num_inputs, void **old_value)
 {
+    static const char fn[] = "coop_tensor_mutate";
     if (old_value)
         *old_value = NULL;
-    if (t && t->reclaimed)
-        return remat_reclaimed_error("coop_tensor_mutate");
-    if (!t || t->released)
-        return coop_set_error(COOP_ERR_INVALID, "coop_tensor_mutate: tensor is NULL or released");
-    remat_maybe_collect(r); /* t is held, so kept */
+    coop_status st = enter(r, fn);
+    if (st || (st = check_handle(r, t, fn, "tensor", SIZE_MAX)) || (st = check_cost(cost_ns, fn)) ||
+        (st = check_inputs(r, inputs, num_inputs, fn)))
+        return st;
+    remat_maybe_collect(r); /* t and the inputs are held, so kept */
     coop_tensor *b = t->base;
-    coop_status st = coop_tensor_access(r, b, NULL);
-    if (st || (st = check_resident(inputs, num_inputs, "coop_tensor_mutate")))
+    /* the inputs other than t's storage must be resident already, and stay
+     * so while t is recomputed (create pins its inputs the same way) */
+    if ((st = check_resident(inputs, num_inputs, b, fn)))
+        return st;
+    for (size_t i = 0; i < num_inputs; i++)
+        if (inputs[i]->base != b)
+            remat_pin(r, inputs[i]->base);
+    st = access_storage(r, b, NULL);
+    for (size_t i = 0; i < num_inputs; i++)
+        if (inputs[i]->base != b)
+            remat_unpin(r, inputs[i]->base);
+    if (st)
         return st;
     /* old's eviction below (recomputable in-place) and b's new producer
      * cannot fail half-way: their host memory first */
@@ -581,7 +780,7 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
             *old_value = old->ptr;
     }
     touch(r, inputs, num_inputs);
-    r->clock += cost_ns;
+    remat_advance_clock(r, cost_ns);
     b->last_access = r->clock;
     return COOP_OK;
 }

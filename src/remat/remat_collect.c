@@ -33,10 +33,13 @@
  * amortized: one runs when the records have doubled since the last (at
  * least REMAT_COLLECT_MIN), in O(records + edges).
  *
- * Reclaimed records wait in a quarantine of REMAT_QUARANTINE before their
- * memory is freed, so that a stale handle (a tensor used after its release)
- * gets an error rather than a crash for a while; beyond it, using a
- * released tensor is undefined, like a pointer after free.
+ * Reclaimed records wait in a quarantine before their memory is freed, so
+ * that a stale handle (a tensor used after its release) gets an error
+ * rather than a crash for a while: a collection's records all stay until
+ * the next collection, which then frees the oldest beyond REMAT_QUARANTINE
+ * before adding its own (trimming while adding would free first the
+ * records of the same call, possibly one released just before it). Beyond
+ * that, using a released tensor is undefined, like a pointer after free.
  */
 #include <stdlib.h>
 
@@ -65,8 +68,8 @@ static int mark_needed(coop_remat *r, uint32_t mark)
     size_t len = 0;
     for (coop_tensor *t = r->all; t; t = t->next_all) {
         if (t->base != t) {
-            if (!t->released)
-                t->mark = mark; /* a live view; its base is held (handles) */
+            if (!t->released || t->user_pins)
+                t->mark = mark; /* a live or pinned view; its base is held (handles, pins) */
             continue;
         }
         if (t->mark == mark || !is_root(t))
@@ -107,10 +110,16 @@ static void quarantine(coop_remat *r, coop_tensor *t)
     else
         r->quarantine = t;
     r->quarantine_last = t;
-    if (++r->num_quarantined > REMAT_QUARANTINE) {
+    r->num_quarantined++;
+}
+
+/* Frees the oldest quarantined records beyond REMAT_QUARANTINE. */
+static void trim_quarantine(coop_remat *r)
+{
+    while (r->num_quarantined > REMAT_QUARANTINE) {
         coop_tensor *oldest = r->quarantine;
         r->quarantine = oldest->next_all;
-        if (!r->quarantine) /* never with the bound above 1; kept consistent anyway */
+        if (!r->quarantine)
             r->quarantine_last = NULL;
         free(oldest);
         r->num_quarantined--;
@@ -171,6 +180,7 @@ static void collect(coop_remat *r)
         if (r->dirty[i]->mark == mark)
             r->dirty[dirty++] = r->dirty[i];
     r->num_dirty = dirty;
+    trim_quarantine(r); /* the previous collections' records, before this one's join */
     coop_tensor **link = &r->all;
     while (*link) {
         coop_tensor *t = *link;

@@ -137,9 +137,11 @@ arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
 
 void remat_notify_victims(coop_remat *r)
 {
+    r->in_callback++; /* the context's calls refuse to run from on_evict */
     for (size_t i = 0; i < r->num_victims; i++)
         if (r->cfg.on_evict)
             r->cfg.on_evict(r->victims[i], r->cfg.user);
+    r->in_callback--;
     r->num_victims = 0;
 }
 
@@ -369,6 +371,51 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The bytes of the evictable tensors' blocks (pool lock held). */
+static uint64_t evictable_bytes(coop_remat *r)
+{
+    const arena *a = pool_arena(r->pool);
+    uint64_t bytes = 0;
+    if (r->cands_on) {
+        for (size_t i = 0; i < r->num_cands; i++)
+            bytes += arena_lookup(a, (uintptr_t)r->cands[i]->ptr)->size;
+        return bytes;
+    }
+    for (coop_tensor *c = r->resident; c; c = c->next_resident)
+        if (remat_evictable(c))
+            bytes += arena_lookup(a, (uintptr_t)c->ptr)->size;
+    return bytes;
+}
+
+/* Whether evicting every evictable tensor could make room for want bytes
+ * at all: the blocks nothing can evict keep their bytes of the capacity
+ * mapped. Only a necessary condition (those blocks may also split the free
+ * space), but it spares an argmin policy evicting everything for a request
+ * that cannot fit. */
+static bool could_fit(coop_remat *r, uint64_t want, uint64_t evictable)
+{
+    coop_pool *pool = r->pool;
+    uint64_t capacity = pool_arena(pool)->params.capacity;
+    uint64_t allocated = (uint64_t)pool->allocated_bytes.current;
+    uint64_t kept = allocated > evictable ? allocated - evictable : 0;
+    return kept <= capacity && want <= capacity - kept;
+}
+
+/* The out-of-memory message, with what the user needs to act (pool lock
+ * held). */
+static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictable)
+{
+    const arena *a = pool_arena(r->pool);
+    return coop_set_error(
+        COOP_ERR_NOMEM,
+        "coop_remat: no room for %zu bytes: capacity %llu, allocated %lld of which %llu "
+        "evictable, free %llu, largest free block %llu; evicting cannot free a contiguous "
+        "range that large",
+        t->size, (unsigned long long)a->params.capacity,
+        (long long)r->pool->allocated_bytes.current, (unsigned long long)evictable,
+        (unsigned long long)a->counters.free_bytes, (unsigned long long)arena_largest_free(a));
+}
+
 coop_status remat_alloc(coop_remat *r, coop_tensor *t)
 {
     if (remat_reserve_nodes(r, 1)) /* t's node, should it be evicted later */
@@ -377,6 +424,16 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     unsigned flags = placement(r, t);
     coop_status st = COOP_OK;
     pool_lock(r->pool);
+    uint64_t capacity = pool_arena(r->pool)->params.capacity;
+    if (t->size > capacity) { /* nothing to search for (and no rounding to wrap) */
+        st = coop_set_error(COOP_ERR_NOMEM,
+                            "coop_remat: a tensor of %zu bytes is larger than the pool's "
+                            "capacity of %llu bytes",
+                            t->size, (unsigned long long)capacity);
+        pool_unlock(r->pool);
+        return st;
+    }
+    uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
     /* the search index catches up in batches at allocations that fit, so
      * that a search (the first above all: every tensor made so far is
@@ -388,13 +445,14 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         uint64_t free_bytes = pool_arena(r->pool)->counters.free_bytes;
         r->stats.searches++;
         r->stats.search_free_bytes += free_bytes;
-        if (free_bytes >= (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN)
+        if (free_bytes >= want)
             r->stats.frag_failures++;
         if (remat_policy_windowed(r->cfg.policy)) {
             ptr = alloc_in_window(r, t, flags, &st);
         } else {
             remat_search_index_sync_locked(r); /* the evictable set, exact */
-            while (!ptr) {
+            bool hopeless = !could_fit(r, want, evictable_bytes(r));
+            while (!ptr && !hopeless) {
                 coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
                 if (!best)
                     break;
@@ -414,10 +472,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         r->stats.last_search_ns = thread_cpu_ns() - t0;
         r->stats.search_ns += r->stats.last_search_ns;
         if (!ptr && st == COOP_ERR_NOMEM)
-            st = coop_set_error(COOP_ERR_NOMEM,
-                                "coop_remat: no room for %zu bytes: nothing evictable frees a "
-                                "contiguous range that large",
-                                t->size);
+            st = no_room(r, t, evictable_bytes(r));
     }
     if (ptr) {
         arena_lookup(pool_arena(r->pool), (uintptr_t)ptr)->owner = t;

@@ -22,6 +22,7 @@
 
 struct coop_tensor {
     coop_tensor *base; /* storage owner (itself for a base tensor) */
+    coop_remat *owner; /* the context that made it: a handle of another is refused */
     size_t size;       /* bytes */
     uint64_t cost;     /* ns of the producer */
     void *producer;
@@ -33,6 +34,7 @@ struct coop_tensor {
     uint64_t last_access; /* logical clock */
     uint32_t handles;     /* base: unreleased tensors on the storage (itself, views) */
     uint32_t pins;        /* base: user pins plus pins of recomputations in progress */
+    uint32_t user_pins;   /* coop_tensor_pin calls through this handle not yet unpinned */
     uint32_t uf;          /* union-find node while evicted, else REMAT_NONE */
     uint32_t remats;      /* base: recompute callbacks run for it (coop's window cost) */
     /* its producer is a recomputable in-place op: inputs[0] is its old value
@@ -69,10 +71,28 @@ struct coop_tensor {
     coop_tensor *next_all; /* every live record (for destroy), or the quarantine's order */
 };
 
+/* One tensor being rematerialized (remat.c's materialize): its inputs are
+ * made resident one after the other, each pinned once it is; slots[slot ..
+ * + num_inputs) of the context say which (non-NULL: pinned). An explicit
+ * stack rather than recursion: a chain of evicted tensors can be as long as
+ * the program, and the C stack is not. */
+typedef struct remat_frame {
+    coop_tensor *t;
+    size_t slot; /* first of its slots in coop_remat.slots */
+    size_t next; /* the input looked at next */
+} remat_frame;
+
 struct coop_remat {
     coop_pool *pool;
     coop_remat_config cfg;
     uint64_t clock;
+    /* a callback (on_evict, recompute) is running: the context's functions
+     * refuse to run inside it (they would change what the caller walks) */
+    uint32_t in_callback;
+    remat_frame *frames; /* materialize's stack */
+    size_t num_frames, cap_frames;
+    void **slots;
+    size_t num_slots, cap_slots;
     coop_tensor *resident; /* list of resident base tensors */
     /* its length; the union-find always has room for that many more
      * nodes, so that evicting any of them (a release included, which
@@ -262,6 +282,13 @@ static inline void remat_unpin(coop_remat *r, coop_tensor *t)
 {
     if (!--t->pins)
         remat_touch(r, t);
+}
+
+/* Advances the logical clock by ns, saturating (costs are at most
+ * COOP_TENSOR_MAX_COST_NS, so only an absurdly long run gets there). */
+static inline void remat_advance_clock(coop_remat *r, uint64_t ns)
+{
+    r->clock = r->clock > UINT64_MAX - ns ? UINT64_MAX : r->clock + ns;
 }
 
 /* ---- remat_collect.c ---- */

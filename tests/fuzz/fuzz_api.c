@@ -275,8 +275,8 @@ static void op_remat(state *s, input *in)
         for (size_t k = 0; k < n; k++) /* inputs must be resident: pin them */
             if (coop_tensor_pin(s->remat, inputs[k], &ptr) != COOP_OK)
                 n = k;
-        st = coop_tensor_create(s->remat, size, next_byte(in) * 1000u, "op", inputs, n, kind >> 5,
-                                &t);
+        st = coop_tensor_create(s->remat, size, next_byte(in) * 1000u, "op", inputs, n,
+                                (kind >> 5) & 3, &t);
         for (size_t k = 0; k < n; k++)
             coop_tensor_unpin(s->remat, inputs[k]);
         if (st == COOP_OK)

@@ -1,0 +1,439 @@
+/*
+ * The remat API under misuse and failure: what a runtime integrating it
+ * gets wrong (a handle of another context, a released handle, NULLs, a
+ * call from inside a callback, a coop_free of a tensor's buffer) is refused
+ * with a status and a message and changes nothing; a recompute callback
+ * that fails leaves its tensor evicted (never a buffer returned as a
+ * value); requests that cannot fit evict nothing; a chain of recomputations
+ * longer than any C stack works; a stale handle from the latest collection
+ * gets an error, not freed memory. Host backend, small pools of 8 KiB
+ * blocks (tests/remat_block_fixture.h); nothing touches device memory.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "remat_block_fixture.h"
+
+/* A recompute callback that fails for the producers named in fail, and
+ * records the producers it ran (one letter each). */
+typedef struct script {
+    const char *fail;
+    char ran[64];
+    unsigned evictions_told;
+    coop_remat *r;       /* for the callbacks that call back in */
+    coop_tensor *victim; /* released or accessed from on_evict */
+    coop_status nested;  /* what that call returned */
+} script;
+
+static coop_status scripted_recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
+                                      void *out, void *user)
+{
+    (void)t, (void)inputs, (void)n, (void)out;
+    script *s = user;
+    const char *p = producer;
+    if (strlen(s->ran) + 1 < sizeof s->ran) /* the first ones (a long chain runs 20,000) */
+        strncat(s->ran, p, 1);
+    if (s->fail && strchr(s->fail, p[0]))
+        return COOP_ERR_BACKEND;
+    if (s->r) { /* calls the context from inside: refused */
+        coop_tensor *tmp;
+        s->nested = coop_tensor_create(s->r, U, 1, "t", NULL, 0, EV, &tmp);
+    }
+    return COOP_OK;
+}
+
+static void count_eviction(coop_tensor *t, void *user)
+{
+    (void)t;
+    script *s = user;
+    s->evictions_told++;
+    if (s->r && s->victim)
+        s->nested = coop_tensor_release(s->r, s->victim);
+}
+
+static coop_remat *scripted(coop_pool *pool, coop_remat_policy policy, script *s)
+{
+    coop_remat_config cfg = {.policy = policy,
+                             .cheap_threshold = -1,
+                             .recompute = scripted_recompute,
+                             .on_evict = count_eviction,
+                             .user = s};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    return r;
+}
+
+static bool error_says(const char *what)
+{
+    return strstr(coop_last_error(), what) != NULL;
+}
+
+/* a -> b -> c on a pool of 4 blocks; a filler of 3 blocks (not evictable)
+ * then evicts b and c: recomputing c runs b first, which fails. */
+static void a_failed_recompute_leaves_the_tensor_evicted(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    script s = {.fail = "b"};
+    coop_remat *r = scripted(pool, policy, &s);
+    coop_tensor *a, *b, *c, *fill;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, 0, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "c", &b, 1, EV, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_false(coop_tensor_resident(b) || coop_tensor_resident(c));
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    void *p = (void *)1;
+    assert_int_equal(coop_tensor_access(r, c, &p), COOP_ERR_BACKEND);
+    assert_null(p);
+    assert_true(error_says("recompute callback failed"));
+    assert_string_equal(s.ran, "b");
+    /* neither b (the callback's garbage) nor c is resident: no value */
+    assert_false(coop_tensor_resident(b) || coop_tensor_resident(c));
+    assert_null(coop_tensor_data(b));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.recomputes, 0); /* only callbacks that succeeded */
+    assert_int_equal(coop_tensor_recomputes(b), 0);
+    assert_int_equal(s.evictions_told, 2); /* b and c by the filler; not b's failure */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    /* the retry recomputes both */
+    s.fail = NULL;
+    s.ran[0] = 0;
+    assert_int_equal(coop_tensor_access(r, c, &p), COOP_OK);
+    assert_non_null(p);
+    assert_string_equal(s.ran, "bc");
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.recomputes, 2);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* The recomputable in-place path fails too: the old value's buffer taken
+ * over, the callback fails, and both stay evicted. */
+static void a_failed_in_place_recompute_leaves_both_evicted(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_DTR, &s);
+    coop_tensor *w, *x, *fill;
+    assert_int_equal(coop_tensor_create(r, U, 10, "w", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "x", &w, 1, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, x, 10, "m", NULL, 0, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_false(coop_tensor_resident(x));
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    s.fail = "m";
+    assert_int_equal(coop_tensor_access(r, x, NULL), COOP_ERR_BACKEND);
+    assert_string_equal(s.ran, "xm");
+    assert_false(coop_tensor_resident(x));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    s.fail = NULL;
+    s.ran[0] = 0;
+    assert_int_equal(coop_tensor_access(r, x, NULL), COOP_OK);
+    assert_string_equal(s.ran, "xm");
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* Larger than the capacity, or than what evicting everything could free:
+ * out of memory at once, with the numbers, and nothing evicted. */
+static void requests_that_cannot_fit_evict_nothing(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(8);
+    script s = {0};
+    coop_remat *r = scripted(pool, policy, &s);
+    coop_tensor *a, *b, *pinned, *t;
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "b", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 4 * U, 10, "p", NULL, 0, 0, &pinned), COOP_OK);
+    const size_t sizes[] = {SIZE_MAX, SIZE_MAX - 100, (size_t)1 << 62, 9 * U};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(coop_tensor_create(r, sizes[i], 1, "t", NULL, 0, EV, &t), COOP_ERR_NOMEM);
+        assert_null(t);
+        assert_true(error_says("larger than the pool's capacity of 65536 bytes"));
+    }
+    /* 5 blocks: within the capacity, but the 4 not evictable leave 4 */
+    assert_int_equal(coop_tensor_create(r, 5 * U, 1, "t", NULL, 0, EV, &t), COOP_ERR_NOMEM);
+    assert_true(error_says("capacity 65536"));
+    assert_true(error_says("of which 32768 evictable"));
+    assert_true(coop_tensor_resident(a) && coop_tensor_resident(b));
+    assert_int_equal(s.evictions_told, 0);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 0);
+    assert_int_equal(st.frag_failures, 0);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* A chain as long as the C stack of a small thread could never recurse
+ * over (each level of the old recursion took ~140 bytes). */
+#define CHAIN 20000
+typedef struct chain_job {
+    coop_remat *r;
+    coop_tensor *end;
+    coop_status st;
+} chain_job;
+
+static void *access_end(void *arg)
+{
+    chain_job *job = arg;
+    job->st = coop_tensor_access(job->r, job->end, NULL);
+    return NULL;
+}
+
+static void a_long_chain_recomputes_on_a_small_stack(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4); /* released links are evicted at once */
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_DTR, &s);
+    coop_tensor *prev;
+    assert_int_equal(coop_tensor_create(r, 512, 1, "w", NULL, 0, 0, &prev), COOP_OK);
+    for (int i = 0; i < CHAIN; i++) {
+        coop_tensor *next;
+        assert_int_equal(coop_tensor_create(r, 512, 1, "c", &prev, 1, EV, &next), COOP_OK);
+        if (i > 0)
+            assert_int_equal(coop_tensor_release(r, prev), COOP_OK);
+        prev = next;
+    }
+    coop_tensor *fill; /* evicts the end: every link is evicted now */
+    assert_int_equal(coop_tensor_create(r, 4 * U - 512, 1, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_false(coop_tensor_resident(prev));
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    chain_job job = {.r = r, .end = prev};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, &attr, access_end, &job), 0);
+    pthread_join(th, NULL);
+    pthread_attr_destroy(&attr);
+    assert_int_equal(job.st, COOP_OK);
+    assert_true(coop_tensor_resident(prev));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_true(st.recomputes >= CHAIN);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* Another context's tensor, a released one, NULLs, bad flags and costs. */
+static void bad_handles_and_arguments_change_nothing(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(8), *pool2 = pool_of(8);
+    coop_remat *r = context(pool, COOP_REMAT_COOP), *r2 = context(pool2, COOP_REMAT_COOP);
+    coop_tensor *a, *b, *v, *t = NULL;
+    void *p;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    /* another context's */
+    assert_int_equal(coop_tensor_access(r2, a, &p), COOP_ERR_INVALID);
+    assert_true(error_says("belongs to another coop_remat"));
+    assert_int_equal(coop_tensor_create(r2, U, 1, "t", &a, 1, EV, &t), COOP_ERR_INVALID);
+    assert_true(error_says("input 0"));
+    assert_int_equal(coop_tensor_release(r2, a), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_alias(r2, a, &v), COOP_ERR_INVALID);
+    /* NULLs and bad values */
+    assert_int_equal(coop_tensor_create(NULL, U, 1, "t", NULL, 0, EV, &t), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", NULL, 1, EV, &t), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", NULL, 0, 0x100, &t), COOP_ERR_INVALID);
+    assert_true(error_says("unknown flags"));
+    assert_int_equal(coop_tensor_create(r, U, COOP_TENSOR_MAX_COST_NS + 1, "t", NULL, 0, EV, &t),
+                     COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_mutate(r, a, UINT64_MAX, "m", NULL, 0, NULL), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_alias(r, a, NULL), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_access(NULL, a, &p), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_pin(r, NULL, &p), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_pin"));
+    assert_int_equal(coop_tensor_mutate(r, a, 1, "m", NULL, 2, NULL), COOP_ERR_INVALID);
+    coop_remat_stats st;
+    coop_remat_get_stats(NULL, &st); /* zeroes */
+    assert_int_equal(st.records, 0);
+    /* released: every call with it is refused, and nothing is recomputed */
+    assert_int_equal(coop_tensor_release(r, b), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, b, &p), COOP_ERR_INVALID);
+    assert_true(error_says("was released"));
+    assert_int_equal(coop_tensor_pin(r, b, &p), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_unpin(r, b), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_release(r, b), COOP_ERR_INVALID);
+    assert_true(error_says("already released"));
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", &b, 1, EV, &t), COOP_ERR_INVALID);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    assert_int_equal(coop_pool_check(pool2), COOP_OK);
+    coop_remat_get_stats(r2, &st);
+    assert_int_equal(st.records, 0);
+    coop_remat_destroy(r2);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool2);
+    coop_pool_destroy(pool);
+}
+
+/* Pins count per handle; a handle's pins go when it is released. */
+static void pins_belong_to_their_handle(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, COOP_REMAT_DTR);
+    coop_tensor *a, *v, *t;
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, a, &v), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, v, NULL), COOP_OK);
+    /* a never pinned: its unpin must not take the view's pin */
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_ERR_INVALID);
+    assert_true(error_says("not pinned"));
+    assert_int_equal(coop_tensor_create(r, 3 * U, 1, "t", NULL, 0, EV, &t), COOP_ERR_NOMEM);
+    assert_true(coop_tensor_resident(a));
+    /* a released view's pin stays until unpinned through it */
+    assert_int_equal(coop_tensor_release(r, v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 1, "t", NULL, 0, EV, &t), COOP_ERR_NOMEM);
+    assert_int_equal(coop_tensor_access(r, v, NULL), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_unpin(r, v), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, v), COOP_ERR_INVALID); /* now released, unpinned */
+    assert_int_equal(coop_tensor_create(r, 3 * U, 1, "t", NULL, 0, EV, &t), COOP_OK);
+    assert_false(coop_tensor_resident(a));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* The pool refuses to free or stream-record a tensor's buffer. */
+static void the_pool_refuses_a_tensors_buffer(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, COOP_REMAT_COOP);
+    coop_tensor *a, *b;
+    void *p;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, a, &p), COOP_OK);
+    assert_int_equal(coop_free(pool, p), COOP_ERR_INVALID);
+    assert_true(error_says("buffer of a coop_tensor"));
+    assert_int_equal(coop_record_stream(pool, p, 7), COOP_ERR_INVALID);
+    assert_true(coop_tensor_resident(a));
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", NULL, 0, EV, &b), COOP_OK);
+    assert_ptr_not_equal(coop_tensor_data(b), p); /* a's block was not freed */
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocation.current, 2);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocation.current, 0); /* destroy frees both */
+    coop_pool_destroy(pool);
+}
+
+/* Calls from inside callbacks are refused, and every eviction is told. */
+static void callbacks_cannot_call_the_context(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *t[3], *big;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, U, 10, "t", NULL, 0, EV, &t[i]), COOP_OK);
+    s.r = r;
+    s.victim = t[2];
+    assert_int_equal(coop_tensor_create(r, 4 * U, 1, "B", NULL, 0, EV, &big), COOP_OK);
+    assert_int_equal(s.nested, COOP_ERR_BUSY);
+    assert_int_equal(s.evictions_told, 3);
+    assert_true(coop_tensor_resident(big));
+    assert_int_equal(coop_tensor_release(r, big), COOP_OK); /* t[2] was not released inside */
+    /* from the recompute callback */
+    s.victim = NULL;
+    s.nested = COOP_OK;
+    void *p;
+    assert_int_equal(coop_tensor_access(r, t[0], &p), COOP_OK);
+    assert_int_equal(s.nested, COOP_ERR_BUSY);
+    assert_non_null(p);
+    assert_true(coop_tensor_resident(t[0]));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* coop_tensor_mutate keeps its inputs resident while it recomputes its
+ * target: no room is then no room, not an input evicted and refused. */
+static void mutate_keeps_its_inputs(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_LRU, &s);
+    coop_tensor *b, *x, *fill;
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "b", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "x", NULL, 0, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    /* b needs 2 blocks; only x (an input) could make room */
+    assert_int_equal(coop_tensor_mutate(r, b, 1, "m", &x, 1, NULL), COOP_ERR_NOMEM);
+    assert_true(coop_tensor_resident(x));
+    assert_string_equal(s.ran, "");
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, b, 1, "m", &x, 1, NULL), COOP_OK);
+    assert_string_equal(s.ran, "b");
+    assert_true(coop_tensor_resident(x) && coop_tensor_resident(b));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* More records reclaimed at once than the quarantine's bound: the latest
+ * collection's stay readable (ASan would see a use after free). */
+#define HELD 6000
+static void handles_from_the_latest_collection_stay_refused(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(8);
+    coop_remat *r = context(pool, COOP_REMAT_DTR);
+    static coop_tensor *held[HELD];
+    for (int i = 0; i < HELD; i++)
+        assert_int_equal(coop_tensor_create(r, 512, 1, "h", NULL, 0, EV, &held[i]), COOP_OK);
+    for (int i = 0; i < HELD; i++)
+        assert_int_equal(coop_tensor_release(r, held[i]), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    uint64_t before = st.records_reclaimed;
+    while (st.records_reclaimed - before < HELD) { /* until a collection takes them */
+        coop_tensor *t;
+        assert_int_equal(coop_tensor_create(r, 512, 1, "t", NULL, 0, EV, &t), COOP_OK);
+        coop_remat_get_stats(r, &st);
+    }
+    for (int i = 0; i < HELD; i++) {
+        assert_int_equal(coop_tensor_access(r, held[i], NULL), COOP_ERR_INVALID);
+        assert_true(error_says("reclaimed"));
+    }
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+int main(void)
+{
+    static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_LRU};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[0]),
+        cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[1]),
+        cmocka_unit_test(a_failed_in_place_recompute_leaves_both_evicted),
+        cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[0]),
+        cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[1]),
+        cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[2]),
+        cmocka_unit_test(a_long_chain_recomputes_on_a_small_stack),
+        cmocka_unit_test(bad_handles_and_arguments_change_nothing),
+        cmocka_unit_test(pins_belong_to_their_handle),
+        cmocka_unit_test(the_pool_refuses_a_tensors_buffer),
+        cmocka_unit_test(callbacks_cannot_call_the_context),
+        cmocka_unit_test(mutate_keeps_its_inputs),
+        cmocka_unit_test(handles_from_the_latest_collection_stay_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
