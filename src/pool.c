@@ -631,11 +631,16 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
     pool_lock(pool);
     coop_status st = COOP_OK;
     arena *a = &pool->arena;
-    uint64_t c = round_up(capacity, a->params.page_size);
-    if (capacity == 0 || c > pool->backend->device_memory) {
-        st = coop_set_error(
-            COOP_ERR_INVALID, "capacity %llu must be between 1 and the device's %llu bytes",
-            (unsigned long long)capacity, (unsigned long long)pool->backend->device_memory);
+    uint64_t device = pool->backend->device_memory;
+    /* Compared before rounding: rounding a value near 2^64 up to pages wraps
+     * to 0. Below the device's size (< 2^56) it cannot wrap. */
+    uint64_t c = capacity == 0 || capacity > device ? 0 : round_up(capacity, a->params.page_size);
+    if (c == 0 || c > device) {
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop_set_capacity: capacity %llu must be between 1 and the device's "
+                            "%llu bytes; capacity stays %llu",
+                            (unsigned long long)capacity, (unsigned long long)device,
+                            (unsigned long long)a->params.capacity);
     } else if (c < a->reserved) {
         pool_process_pending_locked(pool);
         uint64_t released;

@@ -628,6 +628,32 @@ static void test_set_capacity(void **state)
     coop_pool_destroy(p);
 }
 
+/* A capacity above the device's is refused before it is rounded up to
+ * pages: rounding UINT64_MAX used to wrap to 0, which set the capacity to 0
+ * (COOP_OK, every later allocation out of memory) or, with a live block,
+ * blamed the live blocks. */
+static void test_set_capacity_no_wrap(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true);
+    assert_int_equal(coop_set_capacity(p, UINT64_MAX), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_set_capacity: capacity 18446744073709551615"));
+    assert_non_null(strstr(coop_last_error(), "device's 67108864 bytes"));
+    assert_int_equal(stats_of(p).capacity, 64 * MiB);
+    void *a = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    assert_non_null(a);
+    /* the largest value that wraps: 2^64 - page_size + 1 */
+    assert_int_equal(coop_set_capacity(p, UINT64_MAX - 2 * MiB + 2), COOP_ERR_INVALID);
+    assert_int_equal(coop_set_capacity(p, UINT64_MAX - 100), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "capacity stays 67108864"));
+    assert_int_equal(stats_of(p).capacity, 64 * MiB);
+    assert_int_equal(coop_set_capacity(p, 64 * MiB + 1), COOP_ERR_INVALID); /* rounds above */
+    assert_int_equal(coop_set_capacity(p, 64 * MiB - 1), COOP_OK);          /* rounds to it */
+    assert_int_equal(stats_of(p).capacity, 64 * MiB);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* Without VMM: fixed segments, no coalescing across them, free segments released. */
 static void test_segments(void **state)
 {
@@ -942,6 +968,7 @@ int main(void)
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
+        cmocka_unit_test(test_set_capacity_no_wrap),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segments_two_streams),
         cmocka_unit_test(test_oom_message_headroom),
