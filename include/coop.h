@@ -183,7 +183,10 @@ coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
 /* Changes the capacity (rounded up to pages; at most the device's memory,
  * which on the host backend is the capacity given at creation). 0 or a value
  * above the device's memory (UINT64_MAX too: it does not mean "no limit")
- * is COOP_ERR_INVALID. Lowering it below the mapped bytes releases free
+ * is COOP_ERR_INVALID, and so, with VMM, is a capacity above the virtual
+ * range reserved at creation (coop_config.va_size, which cannot grow: create
+ * the pool with a larger va_size to raise the capacity further). Lowering it
+ * below the mapped bytes releases free
  * pages / segments; COOP_ERR_NOMEM if live blocks still need more. On any
  * error the capacity stays as it was. */
 coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity);

@@ -641,6 +641,17 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
                             "%llu bytes; capacity stays %llu",
                             (unsigned long long)capacity, (unsigned long long)device,
                             (unsigned long long)a->params.capacity);
+    } else if (a->params.vmm && c > a->params.va_size) {
+        /* The pages must lie in the one range reserved at creation:
+         * coop_pool_create refuses a va_size below the capacity for the same
+         * reason (allocations would fail blaming a capacity that is not the
+         * limit). The range cannot grow in place. */
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop_set_capacity: capacity %llu exceeds the pool's virtual range "
+                            "(config.va_size %llu, fixed at creation; create the pool with a "
+                            "larger va_size); capacity stays %llu",
+                            (unsigned long long)c, (unsigned long long)a->params.va_size,
+                            (unsigned long long)a->params.capacity);
     } else if (c < a->reserved) {
         pool_process_pending_locked(pool);
         uint64_t released;

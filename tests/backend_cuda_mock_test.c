@@ -509,6 +509,44 @@ static void test_pool_sequence_segments(void **state)
     run_pool_on_mock(false);
 }
 
+/* With VMM the capacity cannot grow past the range reserved at creation
+ * (va_size, 4 x the creation capacity by default): coop_set_capacity
+ * refuses it by name, as coop_pool_create refuses a va_size below the
+ * capacity. It used to accept it, and allocations within the new capacity
+ * then failed with an out-of-memory message that blamed nothing. The host
+ * backend cannot show it: its device is the creation capacity. */
+static void test_set_capacity_above_va_size(void **state)
+{
+    (void)state;
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 16 * MIB; /* of the mock's 1 GiB device */
+    config.check = true;
+    coop_pool *pool = NULL;
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    coop_config resolved;
+    coop_pool_config(pool, &resolved);
+    assert_int_equal(resolved.va_size, 64 * MIB);
+    assert_int_equal(coop_set_capacity(pool, 256 * MIB), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.va_size 67108864"));
+    assert_non_null(strstr(coop_last_error(), "capacity stays 16777216"));
+    coop_pool_config(pool, &resolved);
+    assert_int_equal(resolved.capacity, 16 * MIB);
+    assert_int_equal(coop_set_capacity(pool, 64 * MIB), COOP_OK); /* up to va_size */
+    void *p = coop_malloc(pool, 60 * MIB, 0, 0, NULL);
+    assert_non_null(p);
+    assert_int_equal(coop_free(pool, p), COOP_OK);
+    coop_pool_destroy(pool);
+    /* without VMM there is no reservation to outgrow */
+    config.use_vmm = false;
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    assert_int_equal(coop_set_capacity(pool, 256 * MIB), COOP_OK);
+    coop_pool_destroy(pool);
+}
+
 /* Without a driver the pool fails cleanly too. */
 static void test_pool_without_driver(void **state)
 {
@@ -562,6 +600,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_without_driver, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_set_capacity_above_va_size, use_mock, check_clean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
