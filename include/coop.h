@@ -186,9 +186,14 @@ coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
  * is COOP_ERR_INVALID, and so, with VMM, is a capacity above the virtual
  * range reserved at creation (coop_config.va_size, which cannot grow: create
  * the pool with a larger va_size to raise the capacity further). Lowering it
- * below the mapped bytes releases free
- * pages / segments; COOP_ERR_NOMEM if live blocks still need more. On any
- * error the capacity stays as it was. */
+ * below the mapped bytes completes the pending frees whose events are done
+ * (without waiting for the others), then releases free pages / segments
+ * whose streams have finished (waiting for them unless
+ * coop_config.never_wait); COOP_ERR_NOMEM if more stays mapped than the new
+ * capacity: pages that live blocks keep, pages of pending frees (blocks
+ * waiting for other streams' events), and free pages cached for streams not
+ * seen finished (coop_config.never_wait, or a stream blocked on the host),
+ * each given in the message. On any error the capacity stays as it was. */
 coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity);
 
 /* The pool's configuration as resolved at creation (defaults filled in). */

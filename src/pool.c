@@ -277,16 +277,22 @@ static COOP_INLINE void count_alloc(coop_pool *pool, arena_block *b, size_t requ
     stat_add(&pool->requested_bytes, (int64_t)requested);
 }
 
-/* Bytes live (allocated or pending) blocks keep reserved: with VMM the pages
- * they overlap, without it the segments holding one. Walks every block:
- * for the out-of-memory message only. */
-static uint64_t live_footprint(const arena *a)
+/* Whether b counts as live: allocated, or (with_pending) pending too. */
+static inline bool counts_live(const arena_block *b, bool with_pending)
+{
+    return b->state == COOP_BLOCK_ALLOCATED || (with_pending && b->state == COOP_BLOCK_PENDING);
+}
+
+/* Bytes live blocks keep reserved (allocated ones, and pending ones if
+ * with_pending): with VMM the pages they overlap, without it the segments
+ * holding one. Walks every block: for error messages only. */
+static uint64_t footprint(const arena *a, bool with_pending)
 {
     uint64_t bytes = 0;
     for (const arena_segment *s = arena_first_segment(a); s; s = s->next) {
         if (!a->params.vmm) {
             for (const arena_block *b = s->first; b; b = b->next)
-                if (b->state != COOP_BLOCK_FREE) {
+                if (counts_live(b, with_pending)) {
                     bytes += s->reserved;
                     break;
                 }
@@ -295,7 +301,7 @@ static uint64_t live_footprint(const arena *a)
         uint64_t ps = a->params.page_size;
         uint64_t counted_end = 0; /* pages below this offset are counted */
         for (const arena_block *b = s->first; b; b = b->next) {
-            if (b->state == COOP_BLOCK_FREE)
+            if (!counts_live(b, with_pending))
                 continue;
             uint64_t lo = (b->addr - s->base) / ps * ps;
             uint64_t hi = (b->addr - s->base + b->size + ps - 1) / ps * ps;
@@ -316,7 +322,7 @@ static uint64_t live_footprint(const arena *a)
 static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, coop_stream stream)
 {
     const arena *a = &pool->arena;
-    uint64_t live = live_footprint(a);
+    uint64_t live = footprint(a, true);
     uint64_t headroom = a->params.capacity > live ? a->params.capacity - live : 0;
     return coop_set_error(
         COOP_ERR_NOMEM,
@@ -656,12 +662,23 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
         pool_process_pending_locked(pool);
         uint64_t released;
         st = arena_reclaim(a, a->reserved - c, 0, 0, &released);
-        if (st == COOP_OK && c < a->reserved)
-            st = coop_set_error(COOP_ERR_NOMEM,
-                                "capacity %llu is below the %llu bytes live blocks keep mapped; "
-                                "capacity stays %llu",
-                                (unsigned long long)c, (unsigned long long)a->reserved,
-                                (unsigned long long)a->params.capacity);
+        if (st == COOP_OK && c < a->reserved) {
+            /* What could not be released, by cause: the user frees live
+             * blocks, but waits for streams (or stops blocking them) for the
+             * rest, which reclaim skipped because queued work may still use
+             * it. */
+            uint64_t allocated = footprint(a, false), live = footprint(a, true);
+            st = coop_set_error(
+                COOP_ERR_NOMEM,
+                "coop_set_capacity: capacity %llu is below the %llu bytes still mapped: live "
+                "blocks keep %llu mapped, pending frees (blocks waiting for other streams' "
+                "events) %llu more, and %llu are free space cached for streams not seen "
+                "finished (coop_config.never_wait, or a stream blocked on the host); capacity "
+                "stays %llu",
+                (unsigned long long)c, (unsigned long long)a->reserved,
+                (unsigned long long)allocated, (unsigned long long)(live - allocated),
+                (unsigned long long)(a->reserved - live), (unsigned long long)a->params.capacity);
+        }
     }
     if (st == COOP_OK)
         a->params.capacity = pool->config.capacity = c;

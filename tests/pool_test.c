@@ -628,6 +628,42 @@ static void test_set_capacity(void **state)
     coop_pool_destroy(p);
 }
 
+/* When lowering the capacity fails, the message says what holds the pages:
+ * live blocks, pending frees, or free space cached for a stream still
+ * running. It used to blame live blocks for all of it (the review's r04:
+ * nothing allocated, one freed block on a held stream). */
+static void test_set_capacity_says_what_holds_pages(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool_with(64 * MiB, true, true);
+    void *a = coop_malloc(p, 10 * MiB, 1, 0, NULL);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK); /* stream 1 still running */
+    assert_int_equal(coop_set_capacity(p, 2 * MiB), COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "below the 10485760 bytes still mapped"));
+    assert_non_null(strstr(m, "live blocks keep 0 mapped"));
+    assert_non_null(strstr(m, "pending frees (blocks waiting for other streams' events) 0 more"));
+    assert_non_null(strstr(m, "10485760 are free space cached for streams not seen finished"));
+    assert_non_null(strstr(m, "capacity stays 67108864"));
+    /* a live block on stream 0, a pending free waiting for held stream 1 */
+    void *live = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    void *pend = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    assert_int_equal(coop_record_stream(p, pend, 1), COOP_OK);
+    assert_int_equal(coop_free(p, pend), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 2 * MiB), COOP_ERR_NOMEM);
+    m = coop_last_error();
+    assert_non_null(strstr(m, "below the 18874368 bytes still mapped"));
+    assert_non_null(strstr(m, "live blocks keep 4194304 mapped"));
+    assert_non_null(strstr(m, "other streams' events) 4194304 more"));
+    assert_non_null(strstr(m, "10485760 are free space cached"));
+    assert_int_equal(stats_of(p).capacity, 64 * MiB);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_OK); /* only live remains */
+    assert_int_equal(coop_free(p, live), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* A capacity above the device's is refused before it is rounded up to
  * pages: rounding UINT64_MAX used to wrap to 0, which set the capacity to 0
  * (COOP_OK, every later allocation out of memory) or, with a live block,
@@ -969,6 +1005,7 @@ int main(void)
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
         cmocka_unit_test(test_set_capacity_no_wrap),
+        cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segments_two_streams),
         cmocka_unit_test(test_oom_message_headroom),
