@@ -83,7 +83,9 @@ typedef struct coop_config {
                             * backend's; 0 = backend's (2 MiB) */
     uint64_t va_size;      /* virtual range reserved; 0 = 4 x capacity (both below 2^56) */
     uint64_t segment_size; /* segment size without VMM; 0 = 20 MiB */
-    uint64_t min_split;    /* smallest remainder a split leaves; 0 = 512 */
+    uint64_t min_split;    /* smallest remainder a split leaves (a smaller one stays with the
+                            * allocation); 0 = 512; at most page_size with VMM, segment_size
+                            * without */
     bool use_vmm;          /* map pages on demand (true) or fixed segments (false); a backend
                             * without VMM uses segments (coop_pool_config says which) */
     bool check;            /* run coop_pool_check after every operation (slow) */

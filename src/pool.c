@@ -170,6 +170,19 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     if (!c->min_split)
         c->min_split = COOP_ALIGN;
     c->min_split = round_up(c->min_split, COOP_ALIGN);
+    /* A remainder below min_split stays with the allocation (and is mapped
+     * with it): above a page (a segment), one small allocation could take a
+     * whole free block, larger than the capacity when the tiled range has
+     * grown past it, and fail in an empty pool. */
+    uint64_t split_limit = c->use_vmm ? c->page_size : c->segment_size;
+    if (c->min_split > split_limit)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_pool_create: config.min_split %llu exceeds config.%s %llu: "
+                              "a remainder below min_split stays with the allocation, so it "
+                              "must be at most one %s",
+                              (unsigned long long)c->min_split,
+                              c->use_vmm ? "page_size" : "segment_size",
+                              (unsigned long long)split_limit, c->use_vmm ? "page" : "segment");
     return COOP_OK;
 }
 

@@ -914,6 +914,30 @@ static void test_config_limits(void **state)
     c.min_split = UINT64_MAX;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "config.min_split"));
+    /* A remainder below min_split stays with an allocation: min_split above
+     * a page (a segment) could make a 512-byte malloc take a free block
+     * larger than the capacity (the review's r07: an empty pool then
+     * refused 512 bytes). */
+    c.min_split = 128 * MiB;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(
+        strstr(coop_last_error(), "config.min_split 134217728 exceeds config.page_size"));
+    c.min_split = 2 * MiB + 512;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    c.min_split = 2 * MiB; /* one page is enough */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *small = coop_malloc(p, 512, 0, 0, NULL);
+    assert_non_null(small);
+    assert_int_equal(coop_free(p, small), COOP_OK);
+    coop_pool_destroy(p);
+    c.use_vmm = false; /* segments: the bound is segment_size (20 MiB by default) */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_pool_destroy(p);
+    c.min_split = 21 * MiB;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(
+        strstr(coop_last_error(), "config.min_split 22020096 exceeds config.segment_size"));
+    c.use_vmm = true;
     c.min_split = 0;
     c.va_size = 32 * MiB;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
