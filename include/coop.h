@@ -130,17 +130,20 @@ void coop_pool_destroy(coop_pool *pool);
 
 /* Allocates size bytes (rounded up to 512) for use on stream. Returns NULL and
  * sets *status (if non-NULL) on failure; size 0 returns NULL with COOP_OK.
- * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH. On out-of-memory the pool first
- * releases unmappable pages and retries, then makes the free blocks of idle
+ * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH. On out-of-memory (mapping would
+ * exceed the capacity, or the device itself is full because memory is used
+ * outside the pool and the driver refuses) the pool first releases the
+ * cached pages (or free segments) that no queued work can use and retries
+ * (counted in num_alloc_retries), then makes the free blocks of idle
  * streams usable on any stream and retries, then (unless
  * coop_config.never_wait) waits for busy streams' pending frees and free
  * blocks, holding the pool's lock, and retries; the final message
  * (coop_last_error) gives the requested bytes, free bytes and the largest
- * free block. A stream is its handle's value: CUDA's per-thread default
- * stream handle (CU_STREAM_PER_THREAD) names another stream in each thread,
- * and the pool cannot tell them apart, so a block freed on it in one thread
- * is reused at once in another's; use it from one thread, or created
- * streams. */
+ * free block, and the driver's message when the device refused. A stream is
+ * its handle's value: CUDA's per-thread default stream handle
+ * (CU_STREAM_PER_THREAD) names another stream in each thread, and the pool
+ * cannot tell them apart, so a block freed on it in one thread is reused at
+ * once in another's; use it from one thread, or created streams. */
 void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
                   coop_status *status);
 

@@ -42,12 +42,14 @@
  *    the host that never used the pages cannot block the unmap.
  *
  * Out of memory: process pending frees, try; if mapping would exceed the
- * capacity, unmap cached pages outside the placement (or release free
- * segments) and retry; if still failing, retag idle streams and try once
- * more; if some stream was busy and waiting is allowed, wait for it, retag,
- * and try a last time. Then NULL with COOP_ERR_NOMEM and a message with the
- * numbers. num_alloc_retries counts allocations that released memory or took
- * the slow path; num_ooms counts failures.
+ * capacity, or the backend finds the device itself full (memory used
+ * outside the pool), unmap idle cached pages outside the placement (or
+ * release idle free segments) and retry; if still failing, retag idle
+ * streams and try once more; if some stream was busy and waiting is
+ * allowed, wait for it, retag, and try a last time. Then NULL with
+ * COOP_ERR_NOMEM and a message with the numbers (and the driver's message
+ * when the device refused). num_alloc_retries counts allocations that
+ * released memory or took the slow path; num_ooms counts failures.
  *
  * Locking: one mutex per pool (pool_lock.h), held for the whole of every public call.
  * Every operation touches the shared address-ordered structure (free index,
@@ -331,22 +333,30 @@ static uint64_t footprint(const arena *a, bool with_pending)
  * mapped and allocated, the headroom (capacity minus what live blocks keep
  * mapped: at most this much more can ever be mapped without freeing), and
  * the free space in blocks with its largest block (a request larger than
- * both the largest free block and the headroom cannot fit). */
-static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, coop_stream stream)
+ * both the largest free block and the headroom cannot fit). from_arena: the
+ * arena's last answer was this COOP_ERR_NOMEM, and when the device itself
+ * refused (memory used outside the pool, which the headroom cannot see),
+ * the message keeps the backend's words. */
+static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, coop_stream stream,
+                               bool from_arena)
 {
     const arena *a = &pool->arena;
     uint64_t live = footprint(a, true);
     uint64_t headroom = a->params.capacity > live ? a->params.capacity - live : 0;
+    char why[512] = "";
+    if (from_arena && a->nomem == ARENA_NOMEM_DEVICE) /* copied: formatted into the same buffer */
+        snprintf(why, sizeof why, "; the device is full (memory used outside this pool): %s",
+                 coop_last_error());
     return coop_set_error(
         COOP_ERR_NOMEM,
         "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "
         "mapped %llu, allocated %lld, headroom %llu (capacity minus the %llu bytes live blocks "
-        "keep mapped), free %llu in %zu blocks, largest free block %llu",
+        "keep mapped), free %llu in %zu blocks, largest free block %llu%s",
         size, (unsigned long long)rounded, (unsigned long)stream,
         (unsigned long long)a->params.capacity, (unsigned long long)a->reserved,
         (long long)pool->allocated_bytes.current, (unsigned long long)headroom,
         (unsigned long long)live, (unsigned long long)a->counters.free_bytes, a->index.count,
-        (unsigned long long)arena_largest_free(a));
+        (unsigned long long)arena_largest_free(a), why);
 }
 
 /* From arena_alloc's first answer on, when that was not a plain success:
@@ -368,7 +378,7 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
         pool->num_alloc_retries++;
     if (st == COOP_ERR_NOMEM) {
         pool->num_ooms++;
-        st = oom_message(pool, size, rounded, stream);
+        st = oom_message(pool, size, rounded, stream, true);
     }
     if (st == COOP_OK)
         count_alloc(pool, b, size);
@@ -392,7 +402,7 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
     }
     if ((uint64_t)size > pool->arena.params.capacity) {
         pool->num_ooms++;
-        st = oom_message(pool, size, (uint64_t)size, stream);
+        st = oom_message(pool, size, (uint64_t)size, stream, false);
         goto out;
     }
     bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
@@ -465,7 +475,7 @@ coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintp
         pool->num_alloc_retries++;
     if (st == COOP_ERR_NOMEM) {
         pool->num_ooms++;
-        st = oom_message(pool, size, round_up((uint64_t)size, COOP_ALIGN), stream);
+        st = oom_message(pool, size, round_up((uint64_t)size, COOP_ALIGN), stream, true);
     }
     if (st == COOP_OK)
         count_alloc(pool, *out, size);

@@ -509,6 +509,62 @@ static void test_pool_sequence_segments(void **state)
     run_pool_on_mock(false);
 }
 
+/* A pool on a device whose memory another user took (here a second pool,
+ * through cuMemAlloc): the driver refuses pages the capacity allows, and
+ * the pool releases its own idle cached pages and maps again, as PyTorch
+ * frees its cached blocks and retries. It used to report out of memory
+ * while caching more than the request (the review's r08). When nothing is
+ * left to release, the message says the device refused, in the driver's
+ * words. */
+static void test_pool_device_full_releases_cache(void **state)
+{
+    (void)state;
+    mock_set_memory(256 * MIB);
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA; /* capacity: the whole device */
+    config.check = true;
+    coop_pool *b = NULL, *other = NULL;
+    if (coop_pool_create(&config, &b) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    void *p1 = coop_malloc(b, 64 * MIB, 0, 0, NULL), *g1 = coop_malloc(b, 2 * MIB, 0, 0, NULL);
+    void *p3 = coop_malloc(b, 64 * MIB, 0, 0, NULL), *g2 = coop_malloc(b, 2 * MIB, 0, 0, NULL);
+    assert_non_null(p3);
+    assert_non_null(g2);
+    assert_int_equal(coop_free(b, p1), COOP_OK);
+    assert_int_equal(coop_free(b, p3), COOP_OK); /* 128 MiB cached */
+    coop_config oc = config;
+    oc.use_vmm = false;
+    oc.capacity = oc.segment_size = 108 * MIB;
+    if (coop_pool_create(&oc, &other) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    void *taken = coop_malloc(other, 108 * MIB, 0, 0, NULL);
+    assert_non_null(taken);
+    coop_status st;
+    void *x = coop_malloc(b, 100 * MIB, 0, 0, &st);
+    if (!x)
+        fail_msg("malloc(100 MiB) with 128 MiB cached: %s", coop_last_error());
+    coop_stats s;
+    coop_get_stats(b, &s);
+    assert_int_equal(s.num_alloc_retries, 1);
+    assert_int_equal(s.num_ooms, 0);
+    assert_true(s.num_unmaps >= 1);
+    /* 44 MiB left on the device, nothing cached: refused, in the driver's words */
+    assert_null(coop_malloc(b, 140 * MIB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "cannot allocate 146800640 bytes"));
+    assert_non_null(strstr(coop_last_error(), "the device is full"));
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
+    coop_get_stats(b, &s);
+    assert_int_equal(s.num_ooms, 1);
+    assert_int_equal(coop_free(b, x), COOP_OK);
+    assert_int_equal(coop_free(b, g1), COOP_OK);
+    assert_int_equal(coop_free(b, g2), COOP_OK);
+    assert_int_equal(coop_free(other, taken), COOP_OK);
+    coop_pool_destroy(other);
+    coop_pool_destroy(b);
+}
+
 /* With VMM the capacity cannot grow past the range reserved at creation
  * (va_size, 4 x the creation capacity by default): coop_set_capacity
  * refuses it by name, as coop_pool_create refuses a va_size below the
@@ -601,6 +657,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_without_driver, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_set_capacity_above_va_size, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_device_full_releases_cache, use_mock,
+                                        check_clean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
