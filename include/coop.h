@@ -81,7 +81,14 @@ typedef struct coop_config {
                             * (host: the simulated device is this size); rounded up to pages */
     uint64_t page_size;    /* physical mapping granularity: a power of two, a multiple of the
                             * backend's; 0 = backend's (2 MiB) */
-    uint64_t va_size;      /* virtual range reserved; 0 = 4 x capacity (both below 2^56) */
+    uint64_t va_size;      /* virtual range reserved (VMM); 0 = 4 x capacity (both below
+                            * 2^56). Holes cost no memory, but the tiled range only grows
+                            * (holes between live blocks are not given back): once its top
+                            * reaches va_size, a request larger than every free block fails
+                            * with COOP_ERR_NOMEM ("virtual range ... exhausted") whatever the
+                            * capacity left. Raise it where live blocks spread out (growing
+                            * sizes, long-lived blocks of other streams above them). Also
+                            * the most coop_set_capacity accepts */
     uint64_t segment_size; /* segment size without VMM; 0 = 20 MiB */
     uint64_t min_split;    /* smallest remainder a split leaves (a smaller one stays with the
                             * allocation); 0 = 512; at most page_size with VMM, segment_size

@@ -664,7 +664,7 @@ COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bo
     uintptr_t lo = extend_last ? last->addr : s->base + s->top;
     uint64_t grow = lo + size - (s->base + s->top);
     if (grow > s->reserved - s->top) {
-        a->nomem = ARENA_NOMEM_CAPACITY;
+        a->nomem = ARENA_NOMEM_VA;
         return COOP_ERR_NOMEM;
     }
     st = ensure_mapped(a, s, lo, lo + size, reclaimed);

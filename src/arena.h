@@ -160,10 +160,13 @@ typedef bool (*arena_stream_idle_fn)(void *ctx, coop_stream stream);
  * for the pool's out-of-memory message (set on every such return). */
 typedef enum arena_nomem {
     ARENA_NOMEM_CAPACITY, /* the capacity, after releasing what was idle */
-    ARENA_NOMEM_DEVICE    /* the backend refused (device full, memory used outside the
+    ARENA_NOMEM_DEVICE,   /* the backend refused (device full, memory used outside the
                            * pool) after the arena released idle cached memory and
                            * tried again; the backend's message is the thread's last
                            * error */
+    ARENA_NOMEM_VA        /* VMM: the tiled range would pass the end of the reservation
+                           * (va_size) and no free block fits: holes between live
+                           * blocks cannot be given back, whatever the capacity */
 } arena_nomem;
 
 /* Block records per slab chunk: 64 KiB of 64-byte records. */

@@ -334,9 +334,9 @@ static uint64_t footprint(const arena *a, bool with_pending)
  * mapped: at most this much more can ever be mapped without freeing), and
  * the free space in blocks with its largest block (a request larger than
  * both the largest free block and the headroom cannot fit). from_arena: the
- * arena's last answer was this COOP_ERR_NOMEM, and when the device itself
- * refused (memory used outside the pool, which the headroom cannot see),
- * the message keeps the backend's words. */
+ * arena's last answer was this COOP_ERR_NOMEM; then a limit the headroom
+ * cannot show is named: the device itself refused (memory used outside the
+ * pool), in the backend's words, or the virtual range is used up. */
 static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, coop_stream stream,
                                bool from_arena)
 {
@@ -347,6 +347,12 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
     if (from_arena && a->nomem == ARENA_NOMEM_DEVICE) /* copied: formatted into the same buffer */
         snprintf(why, sizeof why, "; the device is full (memory used outside this pool): %s",
                  coop_last_error());
+    else if (from_arena && a->nomem == ARENA_NOMEM_VA) /* the headroom may well cover it */
+        snprintf(why, sizeof why,
+                 "; virtual range of config.va_size %llu exhausted: top %llu, request %llu, "
+                 "no free block fits; raise config.va_size",
+                 (unsigned long long)a->params.va_size,
+                 (unsigned long long)arena_first_segment(a)->top, (unsigned long long)rounded);
     return coop_set_error(
         COOP_ERR_NOMEM,
         "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "

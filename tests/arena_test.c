@@ -303,6 +303,7 @@ static void test_va_exhausted(void **state)
     arena_block *x = alloc(768 * KiB, 0, false);
     assert_non_null(x);
     assert_null(alloc(512 * KiB, 0, false)); /* beyond the reservation */
+    assert_int_equal(F.a.nomem, ARENA_NOMEM_VA);
     release(x, 0);
     close_arena();
 }

@@ -608,6 +608,44 @@ static void test_oom_message_headroom(void **state)
     coop_pool_destroy(p);
 }
 
+/* The VMM range only grows: holes between live blocks are not given back.
+ * Once its top nears va_size, a request larger than every free block fails
+ * although the capacity has room (the headroom covers it), and the message
+ * has to say that the virtual range is what ran out (the review's r02:
+ * growing blocks on one stream, a small long-lived one on another after
+ * each). */
+static void test_oom_message_va_exhausted(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = c.va_size = 16 * MiB;
+    c.check = true;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *a = coop_malloc(p, 6 * MiB, 0, 0, NULL);
+    void *b = coop_malloc(p, 512, 1, 0, NULL);
+    void *d = coop_malloc(p, 6 * MiB, 0, 0, NULL);
+    void *e = coop_malloc(p, 512, 1, 0, NULL);
+    assert_non_null(e);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, d), COOP_OK);
+    coop_status st;
+    assert_null(coop_malloc(p, 7 * MiB, 0, 0, &st)); /* two 6 MiB holes; top at 12 MiB + 1 KiB */
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "headroom 12582912")); /* b's and e's pages only */
+    assert_non_null(strstr(m, "virtual range of config.va_size 16777216 exhausted: top "
+                              "12583936, request 7340032"));
+    assert_non_null(strstr(m, "raise config.va_size"));
+    /* the capacity, not the range: no such words */
+    assert_null(coop_malloc(p, 17 * MiB, 0, 0, &st));
+    assert_null(strstr(coop_last_error(), "virtual range"));
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, e), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 static void test_set_capacity(void **state)
 {
     (void)state;
@@ -1033,6 +1071,7 @@ int main(void)
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segments_two_streams),
         cmocka_unit_test(test_oom_message_headroom),
+        cmocka_unit_test(test_oom_message_va_exhausted),
         cmocka_unit_test(test_fragmentation_stats),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_single_thread),
