@@ -809,6 +809,13 @@ void arena_retag_any(arena *a, coop_stream stream)
     }
 }
 
+void arena_forget_stream(arena *a, coop_stream stream)
+{
+    arena_retag_any(a, stream);
+    if (free_index_drop(&a->index, stream) && a->reserved_stream == stream)
+        a->reserved_stream = COOP_STREAM_ANY; /* its set always exists */
+}
+
 /* ---- Reclaiming cached memory ---- */
 
 /* VMM: unmaps pages wholly inside the free run [lo, hi) but outside [keep_lo, keep_hi). */

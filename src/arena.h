@@ -243,6 +243,12 @@ static inline void arena_set_stream_idle(arena *a, arena_stream_idle_fn fn, void
  * has been synchronized), coalescing where that makes neighbours mergeable. */
 void arena_retag_any(arena *a, coop_stream stream);
 
+/* Retags stream's free blocks as arena_retag_any does, then frees its
+ * free-index set: for a stream its owner is about to destroy, when no
+ * block in use can come back tagged with it (the caller has seen to that).
+ * A later allocation on the same handle makes a new set. */
+void arena_forget_stream(arena *a, coop_stream stream);
+
 /* Lookup and walk (address order). */
 static inline arena_segment *arena_first_segment(const arena *a)
 {

@@ -205,7 +205,13 @@ static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
     for (block_uses *u = pool->pending; u; u = u->pending_next)
         if (u->block->stream == stream)
             u->release_any = true;
-    arena_retag_any(&pool->arena, stream);
+    /* Nothing can come back tagged with the stream now (live blocks on it
+     * were refused above, pending ones are released "any stream"), so its
+     * free-index set goes too: a server that makes a stream per request
+     * would otherwise keep one set (about 330 KiB of address space) per
+     * stream it ever saw, and every walk over the sets (coop_get_stats,
+     * the out-of-memory path) would grow with them. */
+    arena_forget_stream(&pool->arena, stream);
     pool_process_pending_locked(pool);
     return COOP_OK;
 }
