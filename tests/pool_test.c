@@ -476,6 +476,58 @@ static void test_forget_stream_frees_its_set(void **state)
     coop_pool_destroy(p);
 }
 
+/* Pending frees are examined at every allocation; a stream runs its work
+ * in order, so once one pending free's event on a stream is seen
+ * incomplete, the newer ones on that stream are not asked about in the same
+ * pass. Every pending free's event used to be queried at every malloc (the
+ * review's r10: 10,000 queries per malloc, each a driver call under the
+ * pool's lock on CUDA). Blocks pending on an idle stream still complete at
+ * once, whatever a busy stream holds. */
+static void test_pending_queries_stop_at_a_busy_stream(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    enum { N = 64 };
+    void *v[N];
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK); /* stream 1 busy */
+    for (int i = 0; i < N; i++) {
+        v[i] = coop_malloc(p, 4096, 0, 0, NULL);
+        assert_non_null(v[i]);
+        assert_int_equal(coop_record_stream(p, v[i], i % 2 ? 1 : 2), COOP_OK);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(coop_free(p, v[i]), COOP_OK);
+    uint64_t calls = coop_backend_calls(p, COOP_FAULT_EVENT);
+    void *x = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_non_null(x);
+    /* stream 2's 32 events, done; stream 1's oldest, not done: 33 queries */
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT) - calls, N / 2 + 1);
+    assert_int_equal(stats_of(p).active.current, N / 2 + 1);
+    calls = coop_backend_calls(p, COOP_FAULT_EVENT);
+    void *y = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT) - calls, 1);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    calls = coop_backend_calls(p, COOP_FAULT_EVENT);
+    void *z = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT) - calls, N / 2);
+    assert_int_equal(stats_of(p).active.current, 3);
+    /* the list emptied and fills again: its oldest entry is found anew */
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_record_stream(p, x, 1), COOP_OK);
+    assert_int_equal(coop_record_stream(p, y, 1), COOP_OK);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_free(p, y), COOP_OK);
+    calls = coop_backend_calls(p, COOP_FAULT_EVENT);
+    void *w = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT) - calls, 1);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(stats_of(p).active.current, 2);
+    assert_int_equal(coop_free(p, z), COOP_OK);
+    assert_int_equal(coop_free(p, w), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* coop_free never fails on a valid pointer: when the backend cannot record
  * the event of another stream's use, the block still goes pending and the
  * event is recorded at the next processing of pending frees. The block is
@@ -1092,6 +1144,7 @@ int main(void)
         cmocka_unit_test(test_free_errors),
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_record_stream_pending),
+        cmocka_unit_test(test_pending_queries_stop_at_a_busy_stream),
         cmocka_unit_test(test_oom_waits_for_a_busy_stream),
         cmocka_unit_test(test_oom_waits_for_a_free_blocks_stream),
         cmocka_unit_test(test_empty_cache_waits),
