@@ -231,7 +231,10 @@ typedef struct coop_stats {
     coop_stat reserved_bytes; /* mapped bytes (VMM) or segment bytes */
     coop_stat active_bytes;
     coop_stat inactive_split_bytes;
-    coop_stat requested_bytes;  /* sizes as asked, before rounding */
+    coop_stat requested_bytes;  /* sizes as asked, before rounding, of allocated blocks: it
+                                 * drops at coop_free with allocated_bytes, even when the
+                                 * block stays pending (PyTorch's drops when the block is
+                                 * released, with active_bytes) */
     uint64_t num_alloc_retries; /* allocations that had to release memory and retry */
     uint64_t num_ooms;          /* allocations that failed for lack of memory */
     uint64_t num_maps,

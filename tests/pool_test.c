@@ -187,6 +187,9 @@ static void test_record_stream_pending(void **state)
     assert_int_equal(s.allocation.current, 1);
     assert_int_equal(s.active.current, 2);
     assert_int_equal(s.active_bytes.current, 8192 + 512);
+    /* requested_bytes follows allocated_bytes, not active_bytes as torch's
+     * does (coop.h, docs/pytorch.md) */
+    assert_int_equal(s.requested_bytes.current, 512);
     assert_int_equal(coop_free(p, a), COOP_ERR_DOUBLE_FREE);
     void *b = coop_malloc(p, 8192, 1, 0, NULL);
     assert_ptr_not_equal(b, a); /* still pending */
