@@ -81,9 +81,18 @@ typedef struct coop_config {
                             * (host: the simulated device is this size); rounded up to pages */
     uint64_t page_size;    /* physical mapping granularity: a power of two, a multiple of the
                             * backend's; 0 = backend's (2 MiB) */
-    uint64_t va_size;      /* virtual range reserved; 0 = 4 x capacity (both below 2^56) */
+    uint64_t va_size;      /* virtual range reserved (VMM); 0 = 4 x capacity (both below
+                            * 2^56). Holes cost no memory, but the tiled range only grows
+                            * (holes between live blocks are not given back): once its top
+                            * reaches va_size, a request larger than every free block fails
+                            * with COOP_ERR_NOMEM ("virtual range ... exhausted") whatever the
+                            * capacity left. Raise it where live blocks spread out (growing
+                            * sizes, long-lived blocks of other streams above them). Also
+                            * the most coop_set_capacity accepts */
     uint64_t segment_size; /* segment size without VMM; 0 = 20 MiB */
-    uint64_t min_split;    /* smallest remainder a split leaves; 0 = 512 */
+    uint64_t min_split;    /* smallest remainder a split leaves (a smaller one stays with the
+                            * allocation); 0 = 512; at most page_size with VMM, segment_size
+                            * without */
     bool use_vmm;          /* map pages on demand (true) or fixed segments (false); a backend
                             * without VMM uses segments (coop_pool_config says which) */
     bool check;            /* run coop_pool_check after every operation (slow) */
@@ -128,17 +137,20 @@ void coop_pool_destroy(coop_pool *pool);
 
 /* Allocates size bytes (rounded up to 512) for use on stream. Returns NULL and
  * sets *status (if non-NULL) on failure; size 0 returns NULL with COOP_OK.
- * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH. On out-of-memory the pool first
- * releases unmappable pages and retries, then makes the free blocks of idle
+ * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH. On out-of-memory (mapping would
+ * exceed the capacity, or the device itself is full because memory is used
+ * outside the pool and the driver refuses) the pool first releases the
+ * cached pages (or free segments) that no queued work can use and retries
+ * (counted in num_alloc_retries), then makes the free blocks of idle
  * streams usable on any stream and retries, then (unless
  * coop_config.never_wait) waits for busy streams' pending frees and free
  * blocks, holding the pool's lock, and retries; the final message
  * (coop_last_error) gives the requested bytes, free bytes and the largest
- * free block. A stream is its handle's value: CUDA's per-thread default
- * stream handle (CU_STREAM_PER_THREAD) names another stream in each thread,
- * and the pool cannot tell them apart, so a block freed on it in one thread
- * is reused at once in another's; use it from one thread, or created
- * streams. */
+ * free block, and the driver's message when the device refused. A stream is
+ * its handle's value: CUDA's per-thread default stream handle
+ * (CU_STREAM_PER_THREAD) names another stream in each thread, and the pool
+ * cannot tell them apart, so a block freed on it in one thread is reused at
+ * once in another's; use it from one thread, or created streams. */
 void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
                   coop_status *status);
 
@@ -186,9 +198,19 @@ coop_status coop_empty_cache(coop_pool *pool);
 coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
 
 /* Changes the capacity (rounded up to pages; at most the device's memory,
- * which on the host backend is the capacity given at creation). Lowering it
- * below the mapped bytes releases free pages / segments; COOP_ERR_NOMEM if
- * live blocks still need more, and the capacity stays as it was. */
+ * which on the host backend is the capacity given at creation). 0 or a value
+ * above the device's memory (UINT64_MAX too: it does not mean "no limit")
+ * is COOP_ERR_INVALID, and so, with VMM, is a capacity above the virtual
+ * range reserved at creation (coop_config.va_size, which cannot grow: create
+ * the pool with a larger va_size to raise the capacity further). Lowering it
+ * below the mapped bytes completes the pending frees whose events are done
+ * (without waiting for the others), then releases free pages / segments
+ * whose streams have finished (waiting for them unless
+ * coop_config.never_wait); COOP_ERR_NOMEM if more stays mapped than the new
+ * capacity: pages that live blocks keep, pages of pending frees (blocks
+ * waiting for other streams' events), and free pages cached for streams not
+ * seen finished (coop_config.never_wait, or a stream blocked on the host),
+ * each given in the message. On any error the capacity stays as it was. */
 coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity);
 
 /* The pool's configuration as resolved at creation (defaults filled in). */
@@ -214,7 +236,10 @@ typedef struct coop_stats {
     coop_stat reserved_bytes; /* mapped bytes (VMM) or segment bytes */
     coop_stat active_bytes;
     coop_stat inactive_split_bytes;
-    coop_stat requested_bytes;  /* sizes as asked, before rounding */
+    coop_stat requested_bytes;  /* sizes as asked, before rounding, of allocated blocks: it
+                                 * drops at coop_free with allocated_bytes, even when the
+                                 * block stays pending (PyTorch's drops when the block is
+                                 * released, with active_bytes) */
     uint64_t num_alloc_retries; /* allocations that had to release memory and retry */
     uint64_t num_ooms;          /* allocations that failed for lack of memory */
     uint64_t num_maps,

@@ -235,7 +235,11 @@ static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t 
 /* Maps the unmapped pages of [first, end), reclaiming cached pages elsewhere
  * first if the capacity requires. If a map call fails, the pages mapped
  * before it stay mapped: they lie in free space or above the top, which the
- * invariants allow (cached pages, counted in reserved and within capacity). */
+ * invariants allow (cached pages, counted in reserved and within capacity).
+ * A map that finds the device full (COOP_ERR_NOMEM: memory used outside
+ * the pool, which the capacity cannot see) releases the idle cached pages
+ * outside the placement, as many as it still lacks, and is tried once more,
+ * as PyTorch frees its cached blocks and retries a failed cudaMalloc. */
 static coop_status map_missing(arena *a, arena_segment *s, size_t first, size_t end,
                                bool *reclaimed)
 {
@@ -249,12 +253,28 @@ static coop_status map_missing(arena *a, arena_segment *s, size_t first, size_t 
                                        s->base + first * ps, s->base + end * ps, &released);
         if (st != COOP_OK)
             return st;
-        if (a->reserved + need > a->params.capacity)
+        if (a->reserved + need > a->params.capacity) {
+            a->nomem = ARENA_NOMEM_CAPACITY;
             return COOP_ERR_NOMEM;
+        }
     }
     size_t from = first;
+    bool retried = false;
     while (from < end && page_map_next_run(&s->pages, from, end, false, &rf, &re)) {
         coop_status st = a->backend->ops->map(a->backend, s->base + rf * ps, (re - rf) * ps);
+        if (st == COOP_ERR_NOMEM && !retried) {
+            uint64_t released = 0;
+            uint64_t missing = (uint64_t)(end - rf - page_map_count(&s->pages, rf, end)) * ps;
+            retried = *reclaimed = true;
+            st = arena_reclaim(a, missing, s->base + first * ps, s->base + end * ps, &released);
+            /* tried again even when nothing was released (memory may have
+             * been freed outside meanwhile): the message of a second refusal
+             * is then the backend's, not one of reclaim's stream queries */
+            if (st == COOP_OK)
+                st = a->backend->ops->map(a->backend, s->base + rf * ps, (re - rf) * ps);
+        }
+        if (st == COOP_ERR_NOMEM)
+            a->nomem = ARENA_NOMEM_DEVICE;
         if (st != COOP_OK)
             return st;
         page_map_set(&s->pages, rf, re, true);
@@ -353,8 +373,10 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
         coop_status st = arena_reclaim(a, a->reserved + want - a->params.capacity, 0, 0, &released);
         if (st != COOP_OK)
             return st;
-        if (a->reserved + want > a->params.capacity)
+        if (a->reserved + want > a->params.capacity) {
+            a->nomem = ARENA_NOMEM_CAPACITY;
             return COOP_ERR_NOMEM;
+        }
     }
     coop_status st = reserve_records(a, 2);
     if (st == COOP_OK)
@@ -368,7 +390,24 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
         return st;
     uintptr_t base;
     st = a->backend->ops->segment_alloc(a->backend, want, &base);
+    if (st == COOP_ERR_NOMEM) {
+        /* The device itself is full (memory used outside the pool): release
+         * idle free segments, as many bytes as the request needs, and try
+         * once more at the request's own size (rounding it up to
+         * segment_size may be what did not fit); tried even when nothing
+         * was released, so that a second refusal reports the backend's
+         * message. */
+        uint64_t released = 0;
+        *reclaimed = true;
+        st = arena_reclaim(a, exact, 0, 0, &released);
+        if (st == COOP_OK) {
+            want = s->reserved = exact;
+            st = a->backend->ops->segment_alloc(a->backend, want, &base);
+        }
+    }
     if (st != COOP_OK) {
+        if (st == COOP_ERR_NOMEM)
+            a->nomem = ARENA_NOMEM_DEVICE;
         segment_destroy(a, s);
         return st;
     }
@@ -624,8 +663,10 @@ COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bo
         last && last->state == COOP_BLOCK_FREE && tags_mergeable(last->stream, stream);
     uintptr_t lo = extend_last ? last->addr : s->base + s->top;
     uint64_t grow = lo + size - (s->base + s->top);
-    if (grow > s->reserved - s->top)
+    if (grow > s->reserved - s->top) {
+        a->nomem = ARENA_NOMEM_VA;
         return COOP_ERR_NOMEM;
+    }
     st = ensure_mapped(a, s, lo, lo + size, reclaimed);
     if (st != COOP_OK)
         return st;
@@ -766,6 +807,13 @@ void arena_retag_any(arena *a, coop_stream stream)
         b->stream = COOP_STREAM_ANY;
         coalesce(a, b);
     }
+}
+
+void arena_forget_stream(arena *a, coop_stream stream)
+{
+    arena_retag_any(a, stream);
+    if (free_index_drop(&a->index, stream) && a->reserved_stream == stream)
+        a->reserved_stream = COOP_STREAM_ANY; /* its set always exists */
 }
 
 /* ---- Reclaiming cached memory ---- */

@@ -156,6 +156,19 @@ typedef struct arena_counters {
  * (arena-only tests) every stream counts as idle. */
 typedef bool (*arena_stream_idle_fn)(void *ctx, coop_stream stream);
 
+/* What the last COOP_ERR_NOMEM of arena_alloc / arena_alloc_in ran into,
+ * for the pool's out-of-memory message (set on every such return). */
+typedef enum arena_nomem {
+    ARENA_NOMEM_CAPACITY, /* the capacity, after releasing what was idle */
+    ARENA_NOMEM_DEVICE,   /* the backend refused (device full, memory used outside the
+                           * pool) after the arena released idle cached memory and
+                           * tried again; the backend's message is the thread's last
+                           * error */
+    ARENA_NOMEM_VA        /* VMM: the tiled range would pass the end of the reservation
+                           * (va_size) and no free block fits: holes between live
+                           * blocks cannot be given back, whatever the capacity */
+} arena_nomem;
+
 /* Block records per slab chunk: 64 KiB of 64-byte records. */
 #define ARENA_RECORDS_PER_CHUNK 1023
 
@@ -176,6 +189,7 @@ typedef struct arena {
     meta_slab records;                /* block records (see meta.h); reserved before commits */
     arena_stream_idle_fn stream_idle; /* reclaim asks it before releasing free space */
     void *stream_idle_ctx;
+    arena_nomem nomem; /* why the last COOP_ERR_NOMEM (read only after one) */
 } arena;
 
 /* Reserves the VMM range (if any). COOP_ERR_BACKEND / COOP_ERR_NOMEM /
@@ -187,9 +201,13 @@ void arena_fini(arena *a);
 /* Best-fit allocation of size bytes (a multiple of 512) usable on stream,
  * at the low or high end of the chosen free block. Maps pages as needed,
  * releasing cached pages / free segments not needed by this placement when
- * the capacity would be exceeded (*reclaimed is then set true).
- * COOP_ERR_NOMEM: no room; COOP_ERR_BACKEND / COOP_ERR_HOST_NOMEM: a call
- * failed. On failure the arena is unchanged apart from released cache. */
+ * the capacity would be exceeded, or when the backend's map / segment_alloc
+ * finds the device itself full (COOP_ERR_NOMEM: memory used outside the
+ * pool), then trying that call once more (*reclaimed is then set true).
+ * COOP_ERR_NOMEM: no room (a->nomem says which limit); COOP_ERR_BACKEND /
+ * COOP_ERR_HOST_NOMEM: a call failed. On failure the arena is unchanged
+ * apart from released cache (and, with VMM, pages mapped for the placement,
+ * which stay mapped as cached free pages). */
 coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, arena_block **out,
                         bool *reclaimed);
 
@@ -224,6 +242,12 @@ static inline void arena_set_stream_idle(arena *a, arena_stream_idle_fn fn, void
 /* Retags every free block tagged stream as usable on any stream (the stream
  * has been synchronized), coalescing where that makes neighbours mergeable. */
 void arena_retag_any(arena *a, coop_stream stream);
+
+/* Retags stream's free blocks as arena_retag_any does, then frees its
+ * free-index set: for a stream its owner is about to destroy, when no
+ * block in use can come back tagged with it (the caller has seen to that).
+ * A later allocation on the same handle makes a new set. */
+void arena_forget_stream(arena *a, coop_stream stream);
 
 /* Lookup and walk (address order). */
 static inline arena_segment *arena_first_segment(const arena *a)

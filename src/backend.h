@@ -14,9 +14,11 @@
 typedef struct coop_backend coop_backend;
 
 /* Every call is made under the owning pool's lock, so implementations need
- * no locking of their own. map may return COOP_ERR_NOMEM when the device is
- * full (the pool then releases cached pages and retries); other failures are
- * COOP_ERR_BACKEND. */
+ * no locking of their own. map and segment_alloc return COOP_ERR_NOMEM, with
+ * the device's message as the thread's last error, when the device is full
+ * (memory used outside the pool too): the arena then releases idle cached
+ * pages / free segments and calls once more, and the pool's out-of-memory
+ * message quotes the backend's. Other failures are COOP_ERR_BACKEND. */
 
 /* An event recorded on a stream; opaque to the pool. */
 typedef uintptr_t coop_event;

@@ -149,6 +149,23 @@ coop_status free_index_reserve(free_index *fi, coop_stream stream)
     return COOP_OK;
 }
 
+bool free_index_drop(free_index *fi, coop_stream stream)
+{
+    for (size_t i = 0; i < fi->num_sets; i++) {
+        free_index_set *set = fi->sets[i];
+        if (set->stream != stream)
+            continue;
+        if (stream == fi->any || set->count)
+            return false;
+        fi->sets[i] = fi->sets[--fi->num_sets]; /* unordered */
+        if (fi->last_set == set)
+            fi->last_set = NULL;
+        meta_free(fi->heap, set, sizeof *set);
+        return true;
+    }
+    return false;
+}
+
 /* ---- Treap operations (parent-linked; max-heap on the address hash) ---- */
 
 /* Points whatever linked to old (parent's child or the bin root) at new_. */

@@ -65,7 +65,8 @@ typedef struct free_index_set {
 } free_index_set;
 
 typedef struct free_index {
-    free_index_set **sets; /* unordered; a set stays (possibly empty) once created */
+    free_index_set **sets; /* unordered; a set stays (possibly empty) once created, until
+                            * free_index_drop */
     size_t num_sets, cap_sets;
     size_t count;             /* nodes over all sets */
     coop_stream any;          /* the tag usable from every stream */
@@ -80,6 +81,11 @@ void free_index_fini(free_index *fi);
 /* Makes sure a set for stream exists so a later insert cannot fail.
  * COOP_ERR_HOST_NOMEM if it cannot be created. */
 coop_status free_index_reserve(free_index *fi, coop_stream stream);
+/* Frees stream's set (never the any set) if it exists and is empty: a
+ * stream the owner will not use again (coop_forget_stream) must not keep a
+ * set of about 330 KiB, nor lengthen every walk over the sets. Returns
+ * whether it was freed. A later free_index_reserve makes a new one. */
+bool free_index_drop(free_index *fi, coop_stream stream);
 /* Inserts node keyed (size, addr) in stream's set, which must exist
  * (free_index_reserve). */
 void free_index_insert(free_index *fi, free_index_node *node, uint64_t size, uintptr_t addr,

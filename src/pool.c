@@ -42,12 +42,14 @@
  *    the host that never used the pages cannot block the unmap.
  *
  * Out of memory: process pending frees, try; if mapping would exceed the
- * capacity, unmap cached pages outside the placement (or release free
- * segments) and retry; if still failing, retag idle streams and try once
- * more; if some stream was busy and waiting is allowed, wait for it, retag,
- * and try a last time. Then NULL with COOP_ERR_NOMEM and a message with the
- * numbers. num_alloc_retries counts allocations that released memory or took
- * the slow path; num_ooms counts failures.
+ * capacity, or the backend finds the device itself full (memory used
+ * outside the pool), unmap idle cached pages outside the placement (or
+ * release idle free segments) and retry; if still failing, retag idle
+ * streams and try once more; if some stream was busy and waiting is
+ * allowed, wait for it, retag, and try a last time. Then NULL with
+ * COOP_ERR_NOMEM and a message with the numbers (and the driver's message
+ * when the device refused). num_alloc_retries counts allocations that
+ * released memory or took the slow path; num_ooms counts failures.
  *
  * Locking: one mutex per pool (pool_lock.h), held for the whole of every public call.
  * Every operation touches the shared address-ordered structure (free index,
@@ -170,6 +172,19 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     if (!c->min_split)
         c->min_split = COOP_ALIGN;
     c->min_split = round_up(c->min_split, COOP_ALIGN);
+    /* A remainder below min_split stays with the allocation (and is mapped
+     * with it): above a page (a segment), one small allocation could take a
+     * whole free block, larger than the capacity when the tiled range has
+     * grown past it, and fail in an empty pool. */
+    uint64_t split_limit = c->use_vmm ? c->page_size : c->segment_size;
+    if (c->min_split > split_limit)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_pool_create: config.min_split %llu exceeds config.%s %llu: "
+                              "a remainder below min_split stays with the allocation, so it "
+                              "must be at most one %s",
+                              (unsigned long long)c->min_split,
+                              c->use_vmm ? "page_size" : "segment_size",
+                              (unsigned long long)split_limit, c->use_vmm ? "page" : "segment");
     return COOP_OK;
 }
 
@@ -277,16 +292,22 @@ static COOP_INLINE void count_alloc(coop_pool *pool, arena_block *b, size_t requ
     stat_add(&pool->requested_bytes, (int64_t)requested);
 }
 
-/* Bytes live (allocated or pending) blocks keep reserved: with VMM the pages
- * they overlap, without it the segments holding one. Walks every block:
- * for the out-of-memory message only. */
-static uint64_t live_footprint(const arena *a)
+/* Whether b counts as live: allocated, or (with_pending) pending too. */
+static inline bool counts_live(const arena_block *b, bool with_pending)
+{
+    return b->state == COOP_BLOCK_ALLOCATED || (with_pending && b->state == COOP_BLOCK_PENDING);
+}
+
+/* Bytes live blocks keep reserved (allocated ones, and pending ones if
+ * with_pending): with VMM the pages they overlap, without it the segments
+ * holding one. Walks every block: for error messages only. */
+static uint64_t footprint(const arena *a, bool with_pending)
 {
     uint64_t bytes = 0;
     for (const arena_segment *s = arena_first_segment(a); s; s = s->next) {
         if (!a->params.vmm) {
             for (const arena_block *b = s->first; b; b = b->next)
-                if (b->state != COOP_BLOCK_FREE) {
+                if (counts_live(b, with_pending)) {
                     bytes += s->reserved;
                     break;
                 }
@@ -295,7 +316,7 @@ static uint64_t live_footprint(const arena *a)
         uint64_t ps = a->params.page_size;
         uint64_t counted_end = 0; /* pages below this offset are counted */
         for (const arena_block *b = s->first; b; b = b->next) {
-            if (b->state == COOP_BLOCK_FREE)
+            if (!counts_live(b, with_pending))
                 continue;
             uint64_t lo = (b->addr - s->base) / ps * ps;
             uint64_t hi = (b->addr - s->base + b->size + ps - 1) / ps * ps;
@@ -312,22 +333,36 @@ static uint64_t live_footprint(const arena *a)
  * mapped and allocated, the headroom (capacity minus what live blocks keep
  * mapped: at most this much more can ever be mapped without freeing), and
  * the free space in blocks with its largest block (a request larger than
- * both the largest free block and the headroom cannot fit). */
-static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, coop_stream stream)
+ * both the largest free block and the headroom cannot fit). from_arena: the
+ * arena's last answer was this COOP_ERR_NOMEM; then a limit the headroom
+ * cannot show is named: the device itself refused (memory used outside the
+ * pool), in the backend's words, or the virtual range is used up. */
+static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, coop_stream stream,
+                               bool from_arena)
 {
     const arena *a = &pool->arena;
-    uint64_t live = live_footprint(a);
+    uint64_t live = footprint(a, true);
     uint64_t headroom = a->params.capacity > live ? a->params.capacity - live : 0;
+    char why[512] = "";
+    if (from_arena && a->nomem == ARENA_NOMEM_DEVICE) /* copied: formatted into the same buffer */
+        snprintf(why, sizeof why, "; the device is full (memory used outside this pool): %s",
+                 coop_last_error());
+    else if (from_arena && a->nomem == ARENA_NOMEM_VA) /* the headroom may well cover it */
+        snprintf(why, sizeof why,
+                 "; virtual range of config.va_size %llu exhausted: top %llu, request %llu, "
+                 "no free block fits; raise config.va_size",
+                 (unsigned long long)a->params.va_size,
+                 (unsigned long long)arena_first_segment(a)->top, (unsigned long long)rounded);
     return coop_set_error(
         COOP_ERR_NOMEM,
         "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "
         "mapped %llu, allocated %lld, headroom %llu (capacity minus the %llu bytes live blocks "
-        "keep mapped), free %llu in %zu blocks, largest free block %llu",
+        "keep mapped), free %llu in %zu blocks, largest free block %llu%s",
         size, (unsigned long long)rounded, (unsigned long)stream,
         (unsigned long long)a->params.capacity, (unsigned long long)a->reserved,
         (long long)pool->allocated_bytes.current, (unsigned long long)headroom,
         (unsigned long long)live, (unsigned long long)a->counters.free_bytes, a->index.count,
-        (unsigned long long)arena_largest_free(a));
+        (unsigned long long)arena_largest_free(a), why);
 }
 
 /* From arena_alloc's first answer on, when that was not a plain success:
@@ -349,7 +384,7 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
         pool->num_alloc_retries++;
     if (st == COOP_ERR_NOMEM) {
         pool->num_ooms++;
-        st = oom_message(pool, size, rounded, stream);
+        st = oom_message(pool, size, rounded, stream, true);
     }
     if (st == COOP_OK)
         count_alloc(pool, b, size);
@@ -373,7 +408,7 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
     }
     if ((uint64_t)size > pool->arena.params.capacity) {
         pool->num_ooms++;
-        st = oom_message(pool, size, (uint64_t)size, stream);
+        st = oom_message(pool, size, (uint64_t)size, stream, false);
         goto out;
     }
     bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
@@ -446,7 +481,7 @@ coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintp
         pool->num_alloc_retries++;
     if (st == COOP_ERR_NOMEM) {
         pool->num_ooms++;
-        st = oom_message(pool, size, round_up((uint64_t)size, COOP_ALIGN), stream);
+        st = oom_message(pool, size, round_up((uint64_t)size, COOP_ALIGN), stream, true);
     }
     if (st == COOP_OK)
         count_alloc(pool, *out, size);
@@ -651,21 +686,48 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
     pool_lock(pool);
     coop_status st = COOP_OK;
     arena *a = &pool->arena;
-    uint64_t c = round_up(capacity, a->params.page_size);
-    if (capacity == 0 || c > pool->backend->device_memory) {
-        st = coop_set_error(
-            COOP_ERR_INVALID, "capacity %llu must be between 1 and the device's %llu bytes",
-            (unsigned long long)capacity, (unsigned long long)pool->backend->device_memory);
+    uint64_t device = pool->backend->device_memory;
+    /* Compared before rounding: rounding a value near 2^64 up to pages wraps
+     * to 0. Below the device's size (< 2^56) it cannot wrap. */
+    uint64_t c = capacity == 0 || capacity > device ? 0 : round_up(capacity, a->params.page_size);
+    if (c == 0 || c > device) {
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop_set_capacity: capacity %llu must be between 1 and the device's "
+                            "%llu bytes; capacity stays %llu",
+                            (unsigned long long)capacity, (unsigned long long)device,
+                            (unsigned long long)a->params.capacity);
+    } else if (a->params.vmm && c > a->params.va_size) {
+        /* The pages must lie in the one range reserved at creation:
+         * coop_pool_create refuses a va_size below the capacity for the same
+         * reason (allocations would fail blaming a capacity that is not the
+         * limit). The range cannot grow in place. */
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop_set_capacity: capacity %llu exceeds the pool's virtual range "
+                            "(config.va_size %llu, fixed at creation; create the pool with a "
+                            "larger va_size); capacity stays %llu",
+                            (unsigned long long)c, (unsigned long long)a->params.va_size,
+                            (unsigned long long)a->params.capacity);
     } else if (c < a->reserved) {
         pool_process_pending_locked(pool);
         uint64_t released;
         st = arena_reclaim(a, a->reserved - c, 0, 0, &released);
-        if (st == COOP_OK && c < a->reserved)
-            st = coop_set_error(COOP_ERR_NOMEM,
-                                "capacity %llu is below the %llu bytes live blocks keep mapped; "
-                                "capacity stays %llu",
-                                (unsigned long long)c, (unsigned long long)a->reserved,
-                                (unsigned long long)a->params.capacity);
+        if (st == COOP_OK && c < a->reserved) {
+            /* What could not be released, by cause: the user frees live
+             * blocks, but waits for streams (or stops blocking them) for the
+             * rest, which reclaim skipped because queued work may still use
+             * it. */
+            uint64_t allocated = footprint(a, false), live = footprint(a, true);
+            st = coop_set_error(
+                COOP_ERR_NOMEM,
+                "coop_set_capacity: capacity %llu is below the %llu bytes still mapped: live "
+                "blocks keep %llu mapped, pending frees (blocks waiting for other streams' "
+                "events) %llu more, and %llu are free space cached for streams not seen "
+                "finished (coop_config.never_wait, or a stream blocked on the host); capacity "
+                "stays %llu",
+                (unsigned long long)c, (unsigned long long)a->reserved,
+                (unsigned long long)allocated, (unsigned long long)(live - allocated),
+                (unsigned long long)(a->reserved - live), (unsigned long long)a->params.capacity);
+        }
     }
     if (st == COOP_OK)
         a->params.capacity = pool->config.capacity = c;

@@ -92,12 +92,20 @@ coop_status pool_check_locked(coop_pool *pool)
             requested += (int64_t)b->requested;
         }
     size_t listed = 0;
-    for (const block_uses *u = pool->pending; u; u = u->pending_next, listed++)
+    for (const block_uses *u = pool->pending; u; u = u->pending_next, listed++) {
         if (u->block->state != COOP_BLOCK_PENDING || u->block->uses != u ||
             (u->pending_next && u->pending_next->pending_prev != u))
             return coop_set_error(COOP_ERR_CORRUPT,
                                   "coop_pool_check: pending list entry %#lx is stale",
                                   (unsigned long)u->block->addr);
+        if (pool->pending_oldest && !u->pending_next && pool->pending_oldest != u)
+            return coop_set_error(
+                COOP_ERR_CORRUPT, "coop_pool_check: the oldest pending block is %#lx, not %#lx",
+                (unsigned long)u->block->addr, (unsigned long)pool->pending_oldest->block->addr);
+    }
+    if (!pool->pending && pool->pending_oldest)
+        return coop_set_error(COOP_ERR_CORRUPT,
+                              "coop_pool_check: no pending block, yet an oldest one is kept");
     if (listed != pending || pending != pool->num_pending)
         return coop_set_error(COOP_ERR_CORRUPT,
                               "coop_pool_check: %zu pending blocks, %zu listed, %zu counted",

@@ -63,6 +63,11 @@ struct coop_pool {
     meta_heap heap;
     arena arena;
     block_uses *pending; /* freed blocks waiting for events, newest first */
+    /* The oldest pending block (the list's last), or NULL while not known:
+     * coop_free pushes at the head, which leaves a known last one right, and
+     * pending_unlink keeps it; after the list was empty it is found again
+     * by one walk. Pending frees are processed oldest first from it. */
+    block_uses *pending_oldest;
     size_t num_pending;
     coop_stat allocation, active, allocated_bytes, active_bytes, requested_bytes;
     uint64_t num_alloc_retries, num_ooms;

@@ -24,6 +24,8 @@ void pool_uses_free(coop_pool *pool, block_uses *u)
 
 static void pending_unlink(coop_pool *pool, block_uses *u)
 {
+    if (!u->pending_next) /* the oldest: the one before it is the oldest now */
+        pool->pending_oldest = u->pending_prev;
     if (u->pending_prev)
         u->pending_prev->pending_next = u->pending_next;
     else
@@ -34,12 +36,37 @@ static void pending_unlink(coop_pool *pool, block_uses *u)
     pool->num_pending--;
 }
 
+/* The streams one processing pass has seen an event of not yet complete.
+ * A stream runs its work in order, so an event recorded on it after an
+ * incomplete one is not complete either: the pass need not ask (on CUDA a
+ * driver call under the pool's lock per pending free, every allocation).
+ * Streams beyond the memo's room are asked, as before. */
+#define BUSY_MEMO 16
+typedef struct busy_memo {
+    coop_stream stream[BUSY_MEMO];
+    int n;
+} busy_memo;
+
+static bool memo_busy(const busy_memo *m, coop_stream stream)
+{
+    for (int i = 0; i < m->n; i++)
+        if (m->stream[i] == stream)
+            return true;
+    return false;
+}
+
 /* True when every event of u has completed (a failed query counts as not
  * yet). Records the events that coop_free could not record; one that fails
- * again keeps the block pending. */
-static bool events_done(coop_pool *pool, block_uses *u)
+ * again keeps the block pending. An event on a stream the pass has seen
+ * busy counts as not yet without a query: blocks are visited oldest first,
+ * so its event was recorded after the incomplete one (or, recorded here,
+ * was recorded later than the others anyway; that only keeps a block
+ * pending until a later pass, never frees one early). */
+static bool events_done(coop_pool *pool, block_uses *u, busy_memo *busy)
 {
     for (size_t i = 0; i < u->num_streams; i++) {
+        if (memo_busy(busy, u->streams[i]))
+            return false;
         if (u->events[i] == NO_EVENT &&
             pool->backend->ops->event_record(pool->backend, u->streams[i], &u->events[i]) !=
                 COOP_OK) {
@@ -47,18 +74,32 @@ static bool events_done(coop_pool *pool, block_uses *u)
             return false;
         }
         bool done = false;
-        if (pool->backend->ops->event_query(pool->backend, u->events[i], &done) != COOP_OK || !done)
+        if (pool->backend->ops->event_query(pool->backend, u->events[i], &done) != COOP_OK)
             return false;
+        if (!done) {
+            if (busy->n < BUSY_MEMO)
+                busy->stream[busy->n++] = u->streams[i];
+            return false;
+        }
     }
     return true;
 }
 
+/* Oldest first, so that an incomplete event ends the queries on its stream
+ * for this pass (see events_done): with many frees pending on one busy
+ * stream, one query per pass instead of one per pending free. */
 void pool_process_pending_locked(coop_pool *pool)
 {
-    block_uses *u = pool->pending;
+    block_uses *u = pool->pending_oldest;
+    if (!u && pool->pending) {
+        for (u = pool->pending; u->pending_next; u = u->pending_next)
+            ;
+        pool->pending_oldest = u;
+    }
+    busy_memo busy = {.n = 0};
     while (u) {
-        block_uses *next = u->pending_next;
-        if (events_done(pool, u)) {
+        block_uses *next = u->pending_prev; /* the next newer one */
+        if (events_done(pool, u, &busy)) {
             arena_block *b = u->block;
             coop_stream tag = u->release_any ? COOP_STREAM_ANY : b->stream;
             pending_unlink(pool, u);
@@ -205,7 +246,13 @@ static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
     for (block_uses *u = pool->pending; u; u = u->pending_next)
         if (u->block->stream == stream)
             u->release_any = true;
-    arena_retag_any(&pool->arena, stream);
+    /* Nothing can come back tagged with the stream now (live blocks on it
+     * were refused above, pending ones are released "any stream"), so its
+     * free-index set goes too: a server that makes a stream per request
+     * would otherwise keep one set (about 330 KiB of address space) per
+     * stream it ever saw, and every walk over the sets (coop_get_stats,
+     * the out-of-memory path) would grow with them. */
+    arena_forget_stream(&pool->arena, stream);
     pool_process_pending_locked(pool);
     return COOP_OK;
 }

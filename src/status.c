@@ -32,8 +32,9 @@ const char *coop_version(void)
     return COOP_VERSION_STRING;
 }
 
-/* One message per thread: PyTorch calls the allocator from several threads. */
-static _Thread_local char last_error[512];
+/* One message per thread: PyTorch calls the allocator from several threads.
+ * Room for an out-of-memory message that quotes the driver's. */
+static _Thread_local char last_error[1024];
 
 const char *coop_last_error(void)
 {

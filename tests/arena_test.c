@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "arena.h"
@@ -19,9 +20,13 @@ typedef struct fixture {
 
 static fixture F;
 
-static void open_arena(bool vmm, uint64_t capacity, uint64_t va, uint64_t min_split)
+/* An arena of capacity bytes on a simulated device of device bytes: a
+ * device smaller than the capacity stands for memory used outside the pool
+ * (the device refuses pages the capacity allows). */
+static void open_arena_on(uint64_t device, bool vmm, uint64_t capacity, uint64_t va,
+                          uint64_t min_split)
 {
-    assert_int_equal(coop_backend_host_create(capacity, 64 * KiB, vmm, &F.be), COOP_OK);
+    assert_int_equal(coop_backend_host_create(device, 64 * KiB, vmm, &F.be), COOP_OK);
     assert_int_equal(meta_heap_init(&F.heap), COOP_OK);
     arena_params p = {.vmm = vmm,
                       .page_size = 64 * KiB,
@@ -30,6 +35,11 @@ static void open_arena(bool vmm, uint64_t capacity, uint64_t va, uint64_t min_sp
                       .capacity = capacity,
                       .min_split = min_split};
     assert_int_equal(arena_init(&F.a, F.be, &F.heap, &p), COOP_OK);
+}
+
+static void open_arena(bool vmm, uint64_t capacity, uint64_t va, uint64_t min_split)
+{
+    open_arena_on(capacity, vmm, capacity, va, min_split);
 }
 
 static void close_arena(void)
@@ -219,6 +229,73 @@ static void test_reclaim_keeps_range_and_capacity(void **state)
     close_arena();
 }
 
+/* The device itself full (memory used outside the pool, which the capacity
+ * cannot see): a map refused with COOP_ERR_NOMEM releases the arena's idle
+ * cached pages outside the placement and is tried once more. The arena
+ * used to return the refusal as it was, with enough cached memory to serve
+ * the request (the review's r08). */
+static void test_device_full_releases_cached_pages(void **state)
+{
+    (void)state;
+    open_arena_on(4 * MiB, true, 8 * MiB, 32 * MiB, 512); /* 4 MiB used elsewhere */
+    arena_block *x = alloc(2 * MiB, 0, false);
+    arena_block *g = alloc(512, 0, false);
+    release(x, 0); /* 2 MiB of cached pages; 64 KiB for g */
+    assert_int_equal(F.a.reserved, 2 * MiB + 64 * KiB);
+    uint64_t unmaps = F.a.counters.num_unmaps;
+    /* past g: 2.5 MiB of new pages, within the capacity, but the device
+     * has 1984 KiB left until x's pages are unmapped */
+    arena_block *b = NULL;
+    bool reclaimed = false;
+    assert_int_equal(arena_alloc(&F.a, 2 * MiB + 512 * KiB, 0, false, &b, &reclaimed), COOP_OK);
+    check();
+    assert_true(reclaimed);
+    assert_true(b->addr > g->addr);
+    assert_true(F.a.counters.num_unmaps > unmaps);
+    assert_int_equal(F.a.reserved, 64 * KiB + 2 * MiB + 512 * KiB);
+    /* nothing idle left to release: the refusal stands, and says so */
+    reclaimed = false;
+    arena_block *c = NULL;
+    assert_int_equal(arena_alloc(&F.a, 2 * MiB, 0, false, &c, &reclaimed), COOP_ERR_NOMEM);
+    assert_true(reclaimed);
+    assert_int_equal(F.a.nomem, ARENA_NOMEM_DEVICE);
+    assert_non_null(strstr(coop_last_error(), "simulated device full"));
+    check();
+    release(b, 0);
+    release(g, 0);
+    close_arena();
+}
+
+/* The same without VMM: idle free segments are released, and the retry asks
+ * for the request's own size, since rounding it up to segment_size may be
+ * what the device cannot hold. */
+static void test_device_full_releases_free_segments(void **state)
+{
+    (void)state;
+    open_arena_on(4 * MiB, false, 8 * MiB, 0, 512); /* segment_size 1 MiB */
+    arena_block *x = alloc(2 * MiB, 0, false);      /* its own 2 MiB segment */
+    release(x, 0);                                  /* cached */
+    assert_int_equal(F.a.reserved, 2 * MiB);
+    /* 3.5 MiB: within the capacity, but only 2 MiB left on the device */
+    arena_block *y = NULL;
+    bool reclaimed = false;
+    assert_int_equal(arena_alloc(&F.a, 3 * MiB + 512 * KiB, 0, false, &y, &reclaimed), COOP_OK);
+    check();
+    assert_true(reclaimed);
+    assert_int_equal(F.a.num_segments, 1); /* x's was released */
+    assert_int_equal(F.a.reserved, 3 * MiB + 512 * KiB);
+    /* 256 KiB would take a 1 MiB segment; the device has 512 KiB left */
+    arena_block *z = NULL;
+    reclaimed = false;
+    assert_int_equal(arena_alloc(&F.a, 256 * KiB, 0, false, &z, &reclaimed), COOP_OK);
+    check();
+    assert_true(reclaimed);
+    assert_int_equal(F.a.reserved, 3 * MiB + 768 * KiB);
+    release(y, 0);
+    release(z, 0);
+    close_arena();
+}
+
 static void test_va_exhausted(void **state)
 {
     (void)state;
@@ -226,6 +303,7 @@ static void test_va_exhausted(void **state)
     arena_block *x = alloc(768 * KiB, 0, false);
     assert_non_null(x);
     assert_null(alloc(512 * KiB, 0, false)); /* beyond the reservation */
+    assert_int_equal(F.a.nomem, ARENA_NOMEM_VA);
     release(x, 0);
     close_arena();
 }
@@ -294,6 +372,8 @@ int main(void)
         cmocka_unit_test(test_alloc_in),
         cmocka_unit_test(test_reclaim_keeps_range_and_capacity),
         cmocka_unit_test(test_va_exhausted),
+        cmocka_unit_test(test_device_full_releases_cached_pages),
+        cmocka_unit_test(test_device_full_releases_free_segments),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_check_detects_corruption),
     };

@@ -509,6 +509,100 @@ static void test_pool_sequence_segments(void **state)
     run_pool_on_mock(false);
 }
 
+/* A pool on a device whose memory another user took (here a second pool,
+ * through cuMemAlloc): the driver refuses pages the capacity allows, and
+ * the pool releases its own idle cached pages and maps again, as PyTorch
+ * frees its cached blocks and retries. It used to report out of memory
+ * while caching more than the request (the review's r08). When nothing is
+ * left to release, the message says the device refused, in the driver's
+ * words. */
+static void test_pool_device_full_releases_cache(void **state)
+{
+    (void)state;
+    mock_set_memory(256 * MIB);
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA; /* capacity: the whole device */
+    config.check = true;
+    coop_pool *b = NULL, *other = NULL;
+    if (coop_pool_create(&config, &b) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    void *p1 = coop_malloc(b, 64 * MIB, 0, 0, NULL), *g1 = coop_malloc(b, 2 * MIB, 0, 0, NULL);
+    void *p3 = coop_malloc(b, 64 * MIB, 0, 0, NULL), *g2 = coop_malloc(b, 2 * MIB, 0, 0, NULL);
+    assert_non_null(p3);
+    assert_non_null(g2);
+    assert_int_equal(coop_free(b, p1), COOP_OK);
+    assert_int_equal(coop_free(b, p3), COOP_OK); /* 128 MiB cached */
+    coop_config oc = config;
+    oc.use_vmm = false;
+    oc.capacity = oc.segment_size = 108 * MIB;
+    if (coop_pool_create(&oc, &other) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    void *taken = coop_malloc(other, 108 * MIB, 0, 0, NULL);
+    assert_non_null(taken);
+    coop_status st;
+    void *x = coop_malloc(b, 100 * MIB, 0, 0, &st);
+    if (!x)
+        fail_msg("malloc(100 MiB) with 128 MiB cached: %s", coop_last_error());
+    coop_stats s;
+    coop_get_stats(b, &s);
+    assert_int_equal(s.num_alloc_retries, 1);
+    assert_int_equal(s.num_ooms, 0);
+    assert_true(s.num_unmaps >= 1);
+    /* 44 MiB left on the device, nothing cached: refused, in the driver's words */
+    assert_null(coop_malloc(b, 140 * MIB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "cannot allocate 146800640 bytes"));
+    assert_non_null(strstr(coop_last_error(), "the device is full"));
+    assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
+    coop_get_stats(b, &s);
+    assert_int_equal(s.num_ooms, 1);
+    assert_int_equal(coop_free(b, x), COOP_OK);
+    assert_int_equal(coop_free(b, g1), COOP_OK);
+    assert_int_equal(coop_free(b, g2), COOP_OK);
+    assert_int_equal(coop_free(other, taken), COOP_OK);
+    coop_pool_destroy(other);
+    coop_pool_destroy(b);
+}
+
+/* With VMM the capacity cannot grow past the range reserved at creation
+ * (va_size, 4 x the creation capacity by default): coop_set_capacity
+ * refuses it by name, as coop_pool_create refuses a va_size below the
+ * capacity. It used to accept it, and allocations within the new capacity
+ * then failed with an out-of-memory message that blamed nothing. The host
+ * backend cannot show it: its device is the creation capacity. */
+static void test_set_capacity_above_va_size(void **state)
+{
+    (void)state;
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 16 * MIB; /* of the mock's 1 GiB device */
+    config.check = true;
+    coop_pool *pool = NULL;
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    coop_config resolved;
+    coop_pool_config(pool, &resolved);
+    assert_int_equal(resolved.va_size, 64 * MIB);
+    assert_int_equal(coop_set_capacity(pool, 256 * MIB), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.va_size 67108864"));
+    assert_non_null(strstr(coop_last_error(), "capacity stays 16777216"));
+    coop_pool_config(pool, &resolved);
+    assert_int_equal(resolved.capacity, 16 * MIB);
+    assert_int_equal(coop_set_capacity(pool, 64 * MIB), COOP_OK); /* up to va_size */
+    void *p = coop_malloc(pool, 60 * MIB, 0, 0, NULL);
+    assert_non_null(p);
+    assert_int_equal(coop_free(pool, p), COOP_OK);
+    coop_pool_destroy(pool);
+    /* without VMM there is no reservation to outgrow */
+    config.use_vmm = false;
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    assert_int_equal(coop_set_capacity(pool, 256 * MIB), COOP_OK);
+    coop_pool_destroy(pool);
+}
+
 /* Without a driver the pool fails cleanly too. */
 static void test_pool_without_driver(void **state)
 {
@@ -562,6 +656,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_without_driver, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_set_capacity_above_va_size, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_device_full_releases_cache, use_mock,
+                                        check_clean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

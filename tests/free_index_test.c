@@ -160,12 +160,40 @@ static void test_check_detects_corruption(void **state)
     assert_null(free_index_check(&fi));
 }
 
+/* free_index_drop frees only an empty set of a stream, never the any set,
+ * and forgets it as the set found last (find_set's cache), so that a later
+ * lookup of the stream finds no set rather than freed memory. */
+static void test_drop(void **state)
+{
+    (void)state;
+    free_index_node a;
+    size_t sets = fi.num_sets;
+    assert_int_equal(free_index_reserve(&fi, 7), COOP_OK);
+    free_index_insert(&fi, &a, 4096, 0x10000, 7);
+    assert_false(free_index_drop(&fi, 7)); /* not empty */
+    assert_false(free_index_drop(&fi, ANY));
+    assert_false(free_index_drop(&fi, 8)); /* no set */
+    assert_ptr_equal(free_index_first(&fi, 7), &a);
+    free_index_remove(&fi, &a); /* leaves set 7 as the set found last */
+    assert_int_equal(fi.num_sets, sets + 1);
+    assert_true(free_index_drop(&fi, 7));
+    assert_int_equal(fi.num_sets, sets);
+    assert_null(fi.last_set);
+    assert_null(free_index_first(&fi, 7));
+    assert_null(free_index_best_fit(&fi, 512, 7));
+    assert_null(free_index_check(&fi));
+    assert_int_equal(free_index_reserve(&fi, 7), COOP_OK); /* again, a new set */
+    assert_int_equal(fi.num_sets, sets + 1);
+    assert_true(free_index_drop(&fi, 7));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_cases),
         cmocka_unit_test(test_random_against_model),
         cmocka_unit_test(test_check_detects_corruption),
+        cmocka_unit_test(test_drop),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -187,6 +187,9 @@ static void test_record_stream_pending(void **state)
     assert_int_equal(s.allocation.current, 1);
     assert_int_equal(s.active.current, 2);
     assert_int_equal(s.active_bytes.current, 8192 + 512);
+    /* requested_bytes follows allocated_bytes, not active_bytes as torch's
+     * does (coop.h, docs/pytorch.md) */
+    assert_int_equal(s.requested_bytes.current, 512);
     assert_int_equal(coop_free(p, a), COOP_ERR_DOUBLE_FREE);
     void *b = coop_malloc(p, 8192, 1, 0, NULL);
     assert_ptr_not_equal(b, a); /* still pending */
@@ -441,6 +444,93 @@ static void test_forget_stream(void **state)
     coop_pool_destroy(p);
 }
 
+/* coop_forget_stream frees the stream's free-index set (about 330 KiB of
+ * address space each): a server that makes a stream per request and
+ * forgets it before destroying it must not keep one set per stream it ever
+ * saw (the review's r05: 20,000 streams took 6.5 GB of address space, and
+ * coop_get_stats walked every set). A forgotten handle used again gets a
+ * new set. */
+static void test_forget_stream_frees_its_set(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *keep = coop_malloc(p, 4096, 0, 0, NULL); /* stream 0's set stays */
+    size_t sets = p->arena.index.num_sets;         /* "any" and stream 0 */
+    for (coop_stream s = 100; s < 1100; s++) {
+        void *a = coop_malloc(p, 8192, s, 0, NULL);
+        void *b = coop_malloc(p, 512, s, 0, NULL);
+        assert_non_null(b);
+        assert_int_equal(coop_free(p, a), COOP_OK); /* a free block tagged s */
+        assert_int_equal(coop_free(p, b), COOP_OK);
+        assert_int_equal(coop_forget_stream(p, s), COOP_OK);
+        assert_int_equal(p->arena.index.num_sets, sets);
+    }
+    /* the last forgotten handle again: a new set, reusable as before */
+    void *again = coop_malloc(p, 8192, 1099, 0, NULL);
+    assert_non_null(again);
+    assert_int_equal(p->arena.index.num_sets, sets + 1);
+    assert_int_equal(coop_free(p, again), COOP_OK);
+    assert_ptr_equal(coop_malloc(p, 8192, 1099, 0, NULL), again);
+    assert_int_equal(coop_free(p, again), COOP_OK);
+    assert_int_equal(coop_forget_stream(p, 1099), COOP_OK);
+    assert_int_equal(p->arena.index.num_sets, sets);
+    assert_int_equal(coop_free(p, keep), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* Pending frees are examined at every allocation; a stream runs its work
+ * in order, so once one pending free's event on a stream is seen
+ * incomplete, the newer ones on that stream are not asked about in the same
+ * pass. Every pending free's event used to be queried at every malloc (the
+ * review's r10: 10,000 queries per malloc, each a driver call under the
+ * pool's lock on CUDA). Blocks pending on an idle stream still complete at
+ * once, whatever a busy stream holds. */
+static void test_pending_queries_stop_at_a_busy_stream(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    enum { N = 64 };
+    void *v[N];
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK); /* stream 1 busy */
+    for (int i = 0; i < N; i++) {
+        v[i] = coop_malloc(p, 4096, 0, 0, NULL);
+        assert_non_null(v[i]);
+        assert_int_equal(coop_record_stream(p, v[i], i % 2 ? 1 : 2), COOP_OK);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(coop_free(p, v[i]), COOP_OK);
+    uint64_t calls = coop_backend_calls(p, COOP_FAULT_EVENT);
+    void *x = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_non_null(x);
+    /* stream 2's 32 events, done; stream 1's oldest, not done: 33 queries */
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT) - calls, N / 2 + 1);
+    assert_int_equal(stats_of(p).active.current, N / 2 + 1);
+    calls = coop_backend_calls(p, COOP_FAULT_EVENT);
+    void *y = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT) - calls, 1);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    calls = coop_backend_calls(p, COOP_FAULT_EVENT);
+    void *z = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT) - calls, N / 2);
+    assert_int_equal(stats_of(p).active.current, 3);
+    /* the list emptied and fills again: its oldest entry is found anew */
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_record_stream(p, x, 1), COOP_OK);
+    assert_int_equal(coop_record_stream(p, y, 1), COOP_OK);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_free(p, y), COOP_OK);
+    calls = coop_backend_calls(p, COOP_FAULT_EVENT);
+    void *w = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT) - calls, 1);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(stats_of(p).active.current, 2);
+    assert_int_equal(coop_free(p, z), COOP_OK);
+    assert_int_equal(coop_free(p, w), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* coop_free never fails on a valid pointer: when the backend cannot record
  * the event of another stream's use, the block still goes pending and the
  * event is recorded at the next processing of pending frees. The block is
@@ -608,6 +698,44 @@ static void test_oom_message_headroom(void **state)
     coop_pool_destroy(p);
 }
 
+/* The VMM range only grows: holes between live blocks are not given back.
+ * Once its top nears va_size, a request larger than every free block fails
+ * although the capacity has room (the headroom covers it), and the message
+ * has to say that the virtual range is what ran out (the review's r02:
+ * growing blocks on one stream, a small long-lived one on another after
+ * each). */
+static void test_oom_message_va_exhausted(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = c.va_size = 16 * MiB;
+    c.check = true;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *a = coop_malloc(p, 6 * MiB, 0, 0, NULL);
+    void *b = coop_malloc(p, 512, 1, 0, NULL);
+    void *d = coop_malloc(p, 6 * MiB, 0, 0, NULL);
+    void *e = coop_malloc(p, 512, 1, 0, NULL);
+    assert_non_null(e);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, d), COOP_OK);
+    coop_status st;
+    assert_null(coop_malloc(p, 7 * MiB, 0, 0, &st)); /* two 6 MiB holes; top at 12 MiB + 1 KiB */
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "headroom 12582912")); /* b's and e's pages only */
+    assert_non_null(strstr(m, "virtual range of config.va_size 16777216 exhausted: top "
+                              "12583936, request 7340032"));
+    assert_non_null(strstr(m, "raise config.va_size"));
+    /* the capacity, not the range: no such words */
+    assert_null(coop_malloc(p, 17 * MiB, 0, 0, &st));
+    assert_null(strstr(coop_last_error(), "virtual range"));
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, e), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 static void test_set_capacity(void **state)
 {
     (void)state;
@@ -625,6 +753,68 @@ static void test_set_capacity(void **state)
     assert_int_equal(coop_set_capacity(p, 128 * MiB), COOP_ERR_INVALID); /* beyond device */
     assert_int_equal(coop_set_capacity(p, 0), COOP_ERR_INVALID);
     coop_free(p, b);
+    coop_pool_destroy(p);
+}
+
+/* When lowering the capacity fails, the message says what holds the pages:
+ * live blocks, pending frees, or free space cached for a stream still
+ * running. It used to blame live blocks for all of it (the review's r04:
+ * nothing allocated, one freed block on a held stream). */
+static void test_set_capacity_says_what_holds_pages(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool_with(64 * MiB, true, true);
+    void *a = coop_malloc(p, 10 * MiB, 1, 0, NULL);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK); /* stream 1 still running */
+    assert_int_equal(coop_set_capacity(p, 2 * MiB), COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "below the 10485760 bytes still mapped"));
+    assert_non_null(strstr(m, "live blocks keep 0 mapped"));
+    assert_non_null(strstr(m, "pending frees (blocks waiting for other streams' events) 0 more"));
+    assert_non_null(strstr(m, "10485760 are free space cached for streams not seen finished"));
+    assert_non_null(strstr(m, "capacity stays 67108864"));
+    /* a live block on stream 0, a pending free waiting for held stream 1 */
+    void *live = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    void *pend = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    assert_int_equal(coop_record_stream(p, pend, 1), COOP_OK);
+    assert_int_equal(coop_free(p, pend), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 2 * MiB), COOP_ERR_NOMEM);
+    m = coop_last_error();
+    assert_non_null(strstr(m, "below the 18874368 bytes still mapped"));
+    assert_non_null(strstr(m, "live blocks keep 4194304 mapped"));
+    assert_non_null(strstr(m, "other streams' events) 4194304 more"));
+    assert_non_null(strstr(m, "10485760 are free space cached"));
+    assert_int_equal(stats_of(p).capacity, 64 * MiB);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_OK); /* only live remains */
+    assert_int_equal(coop_free(p, live), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* A capacity above the device's is refused before it is rounded up to
+ * pages: rounding UINT64_MAX used to wrap to 0, which set the capacity to 0
+ * (COOP_OK, every later allocation out of memory) or, with a live block,
+ * blamed the live blocks. */
+static void test_set_capacity_no_wrap(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true);
+    assert_int_equal(coop_set_capacity(p, UINT64_MAX), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_set_capacity: capacity 18446744073709551615"));
+    assert_non_null(strstr(coop_last_error(), "device's 67108864 bytes"));
+    assert_int_equal(stats_of(p).capacity, 64 * MiB);
+    void *a = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    assert_non_null(a);
+    /* the largest value that wraps: 2^64 - page_size + 1 */
+    assert_int_equal(coop_set_capacity(p, UINT64_MAX - 2 * MiB + 2), COOP_ERR_INVALID);
+    assert_int_equal(coop_set_capacity(p, UINT64_MAX - 100), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "capacity stays 67108864"));
+    assert_int_equal(stats_of(p).capacity, 64 * MiB);
+    assert_int_equal(coop_set_capacity(p, 64 * MiB + 1), COOP_ERR_INVALID); /* rounds above */
+    assert_int_equal(coop_set_capacity(p, 64 * MiB - 1), COOP_OK);          /* rounds to it */
+    assert_int_equal(stats_of(p).capacity, 64 * MiB);
+    assert_int_equal(coop_free(p, a), COOP_OK);
     coop_pool_destroy(p);
 }
 
@@ -852,6 +1042,30 @@ static void test_config_limits(void **state)
     c.min_split = UINT64_MAX;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "config.min_split"));
+    /* A remainder below min_split stays with an allocation: min_split above
+     * a page (a segment) could make a 512-byte malloc take a free block
+     * larger than the capacity (the review's r07: an empty pool then
+     * refused 512 bytes). */
+    c.min_split = 128 * MiB;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(
+        strstr(coop_last_error(), "config.min_split 134217728 exceeds config.page_size"));
+    c.min_split = 2 * MiB + 512;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    c.min_split = 2 * MiB; /* one page is enough */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *small = coop_malloc(p, 512, 0, 0, NULL);
+    assert_non_null(small);
+    assert_int_equal(coop_free(p, small), COOP_OK);
+    coop_pool_destroy(p);
+    c.use_vmm = false; /* segments: the bound is segment_size (20 MiB by default) */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_pool_destroy(p);
+    c.min_split = 21 * MiB;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(
+        strstr(coop_last_error(), "config.min_split 22020096 exceeds config.segment_size"));
+    c.use_vmm = true;
     c.min_split = 0;
     c.va_size = 32 * MiB;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
@@ -933,18 +1147,23 @@ int main(void)
         cmocka_unit_test(test_free_errors),
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_record_stream_pending),
+        cmocka_unit_test(test_pending_queries_stop_at_a_busy_stream),
         cmocka_unit_test(test_oom_waits_for_a_busy_stream),
         cmocka_unit_test(test_oom_waits_for_a_free_blocks_stream),
         cmocka_unit_test(test_empty_cache_waits),
         cmocka_unit_test(test_reclaim_spares_busy_streams),
         cmocka_unit_test(test_forget_stream),
+        cmocka_unit_test(test_forget_stream_frees_its_set),
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
+        cmocka_unit_test(test_set_capacity_no_wrap),
+        cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segments_two_streams),
         cmocka_unit_test(test_oom_message_headroom),
+        cmocka_unit_test(test_oom_message_va_exhausted),
         cmocka_unit_test(test_fragmentation_stats),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_single_thread),

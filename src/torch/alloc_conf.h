@@ -11,7 +11,9 @@
  *   vmm:true|false          map pages on demand (default true) or use fixed segments
  *   segment:BYTES           segment size without VMM
  *   placement:low|high      where in a free block allocations go (default low)
- *   min_split:BYTES         smallest remainder a split may leave (multiple of 512)
+ *   min_split:BYTES         smallest remainder a split may leave (multiple of 512; at
+ *                           most the page size, or the segment size without VMM:
+ *                           checked when the pool is created)
  *   check:true|false        validate every invariant after every operation (slow)
  *   history:true|false|N    record alloc/free events for snapshots' device_traces,
  *                           keeping the last N (true = 100000)

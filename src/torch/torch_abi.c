@@ -36,7 +36,7 @@ static char conf_error[512];
 static atomic_int device_limit = COOP_TORCH_MAX_DEVICES;
 
 static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
-static char last_error[512];
+static char last_error[1024];     /* as coop_last_error's */
 static atomic_uint printed_kinds; /* bit per coop_status already printed */
 
 static void init_slots(void)
