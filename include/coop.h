@@ -78,7 +78,8 @@ typedef struct coop_config {
     coop_backend_kind backend;
     int device;            /* CUDA device ordinal (ignored by the host backend) */
     uint64_t capacity;     /* most bytes mapped at once; 0 = device's total (CUDA) or 80 GiB
-                            * (host: the simulated device is this size); rounded up to pages */
+                            * (host: the simulated device is this size); rounded up to pages,
+                            * but not past the device's last whole page */
     uint64_t page_size;    /* physical mapping granularity: a power of two, a multiple of the
                             * backend's; 0 = backend's (2 MiB) */
     uint64_t va_size;      /* virtual range reserved (VMM); 0 = 4 x capacity (both below
@@ -197,7 +198,8 @@ coop_status coop_empty_cache(coop_pool *pool);
  * (never_wait, or a stream blocked on the host). Walks every block. */
 coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
 
-/* Changes the capacity (rounded up to pages; at most the device's memory,
+/* Changes the capacity (rounded up to pages, but not past the device's last
+ * whole page; at most the device's memory,
  * which on the host backend is the capacity given at creation). 0 or a value
  * above the device's memory (UINT64_MAX too: it does not mean "no limit")
  * is COOP_ERR_INVALID, and so, with VMM, is a capacity above the virtual

@@ -75,6 +75,20 @@ static inline uint64_t round_up(uint64_t x, uint64_t align)
     return (x + align - 1) & ~(align - 1);
 }
 
+/* A capacity of requested bytes in whole pages: rounded up, but never past
+ * the device's last whole page (a GPU's total is not always a multiple of
+ * the 2 MiB page: an H100 reports 85,031,714,816 bytes, so "the whole
+ * device", rounded up, would exceed it). 0 when requested is 0, exceeds the
+ * device (compared before rounding, which could wrap near 2^64), or the
+ * device holds no whole page. */
+static uint64_t capacity_in_pages(uint64_t requested, uint64_t device, uint64_t page)
+{
+    if (requested == 0 || requested > device)
+        return 0;
+    uint64_t c = round_up(requested, page), whole = device / page * page;
+    return c > whole ? whole : c;
+}
+
 void coop_config_default(coop_config *config)
 {
     *config = (coop_config){.backend = COOP_BACKEND_HOST, .use_vmm = true};
@@ -141,13 +155,15 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
                               "backend's %llu-byte pages",
                               (unsigned long long)c->page_size, be->name,
                               (unsigned long long)be->page_size);
+    c->capacity = capacity_in_pages(c->capacity ? c->capacity : be->device_memory,
+                                    be->device_memory, c->page_size);
     if (!c->capacity)
-        c->capacity = be->device_memory;
-    c->capacity = round_up(c->capacity, c->page_size);
-    if (c->capacity > be->device_memory)
-        return coop_set_error(COOP_ERR_INVALID, "capacity %llu exceeds the device's %llu bytes",
-                              (unsigned long long)c->capacity,
-                              (unsigned long long)be->device_memory);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "capacity %llu exceeds the device's %llu bytes (or the device holds "
+                              "no whole %llu-byte page)",
+                              (unsigned long long)in->capacity,
+                              (unsigned long long)be->device_memory,
+                              (unsigned long long)c->page_size);
     if (!c->va_size)
         c->va_size = c->capacity > UINT64_MAX / 4 ? UINT64_MAX / 4 : 4 * c->capacity;
     c->va_size = round_up(c->va_size, c->page_size);
@@ -687,10 +703,8 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
     coop_status st = COOP_OK;
     arena *a = &pool->arena;
     uint64_t device = pool->backend->device_memory;
-    /* Compared before rounding: rounding a value near 2^64 up to pages wraps
-     * to 0. Below the device's size (< 2^56) it cannot wrap. */
-    uint64_t c = capacity == 0 || capacity > device ? 0 : round_up(capacity, a->params.page_size);
-    if (c == 0 || c > device) {
+    uint64_t c = capacity_in_pages(capacity, device, a->params.page_size);
+    if (c == 0) {
         st = coop_set_error(COOP_ERR_INVALID,
                             "coop_set_capacity: capacity %llu must be between 1 and the device's "
                             "%llu bytes; capacity stays %llu",

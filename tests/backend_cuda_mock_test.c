@@ -516,6 +516,42 @@ static void test_pool_sequence_segments(void **state)
  * while caching more than the request (the review's r08). When nothing is
  * left to release, the message says the device refused, in the driver's
  * words. */
+/* A device whose total is not a whole number of pages (an H100 reports
+ * 85,031,714,816 bytes: 40,546 pages of 2 MiB and 576 KiB): "the whole
+ * device" is its whole pages, at creation and in coop_set_capacity, not a
+ * refusal for rounding up past the device. */
+static void test_capacity_of_a_device_with_a_partial_page(void **state)
+{
+    (void)state;
+    mock_set_memory(256 * MIB + 576 * 1024);
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    coop_pool *pool = NULL;
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create (default capacity): %s", coop_last_error());
+    coop_config got;
+    coop_pool_config(pool, &got);
+    assert_int_equal(got.capacity, 256 * MIB);
+    assert_int_equal(coop_set_capacity(pool, 100 * MIB + 1), COOP_OK); /* rounded up */
+    coop_pool_config(pool, &got);
+    assert_int_equal(got.capacity, 102 * MIB);
+    assert_int_equal(coop_set_capacity(pool, 256 * MIB + 576 * 1024), COOP_OK); /* the total */
+    coop_pool_config(pool, &got);
+    assert_int_equal(got.capacity, 256 * MIB);
+    assert_int_equal(coop_set_capacity(pool, 256 * MIB + 576 * 1024 + 1), COOP_ERR_INVALID);
+    void *p = coop_malloc(pool, 256 * MIB, 0, 0, NULL);
+    assert_non_null(p);
+    assert_int_equal(coop_free(pool, p), COOP_OK);
+    coop_pool_destroy(pool);
+    config.capacity = 256 * MIB + 4096; /* explicit, within the device: its whole pages */
+    if (coop_pool_create(&config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create (explicit capacity): %s", coop_last_error());
+    coop_pool_config(pool, &got);
+    assert_int_equal(got.capacity, 256 * MIB);
+    coop_pool_destroy(pool);
+}
+
 static void test_pool_device_full_releases_cache(void **state)
 {
     (void)state;
@@ -657,6 +693,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_without_driver, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_set_capacity_above_va_size, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_capacity_of_a_device_with_a_partial_page, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_pool_device_full_releases_cache, use_mock,
                                         check_clean),
     };
