@@ -639,8 +639,11 @@ size_t coop_torch_last_error(char *buf, size_t size);
  * Valid until process exit: the ABI never destroys its pools. */
 coop_pool *coop_torch_pool(int device);
 
-/* Turns history recording on with room for max_entries events per device,
- * or off (0), dropping what was recorded. */
+/* Turns history recording on, keeping the last max_entries events per
+ * device, or off (0), dropping what was recorded. The ring's memory grows
+ * with the events recorded (up to max_entries), so any bound is accepted and
+ * costs nothing until used; if the host has no memory to grow it, it keeps
+ * the last events it has room for and reports that once. */
 void coop_torch_record_history(size_t max_entries);
 
 /* One recorded event (torch's device_traces entry). */

@@ -469,9 +469,19 @@ def dump_snapshot(path):
         pickle.dump(snapshot(), f)
 
 
+# The largest size_t: ctypes would wrap a larger bound (2**64 becomes 0, off).
+_SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+
+
 def record_history(max_entries=100000):
-    """Starts (or, with 0, stops) recording alloc/free events for snapshots."""
-    native.library().coop_torch_record_history(int(max_entries))
+    """Starts (or, with 0, stops) recording alloc/free events for snapshots,
+    keeping the last max_entries per device. The ring grows as events come,
+    so a large bound (torch 2.x's default is sys.maxsize) costs nothing
+    until it is used; bounds past size_t mean "no bound"."""
+    n = int(max_entries)
+    if n < 0:
+        raise ValueError("coop.torch.record_history: max_entries is %d, expected 0 or more" % n)
+    native.library().coop_torch_record_history(min(n, _SIZE_MAX))
 
 
 def empty_cache():

@@ -2,6 +2,11 @@
  * Allocation history for snapshots' device_traces: a ring buffer per device
  * of the last N alloc / free / OOM events at the PyTorch ABI. Recording
  * costs one uncontended lock per event while on, one atomic load while off.
+ *
+ * The ring's memory grows with the events recorded (doubling, up to N), as
+ * PyTorch's own trace buffer does: N is a bound, not a reservation, so any
+ * N is accepted (torch 2.x's _record_memory_history defaults to
+ * sys.maxsize), and a device that records nothing holds nothing.
  */
 #ifndef COOP_TORCH_HISTORY_H
 #define COOP_TORCH_HISTORY_H
@@ -14,23 +19,31 @@
 typedef struct torch_history {
     pthread_mutex_t lock;
     atomic_bool enabled;
-    coop_torch_event *ring; /* capacity slots; the oldest at (next - count) */
-    size_t capacity;
-    size_t next;
+    coop_torch_event *ring; /* slots events allocated, slots <= capacity */
+    size_t slots;
+    size_t capacity; /* most events kept */
+    /* Filling (count < capacity): the events are ring[0, count), oldest
+     * first, and oldest is 0. Full (count == capacity): the ring wraps and
+     * oldest is also where the next event goes. */
     size_t count;
+    size_t oldest;
+    bool grow_failed; /* reported once (torch_history_record's result) */
 } torch_history;
 
 #define TORCH_HISTORY_INIT                                                                         \
     {                                                                                              \
-        PTHREAD_MUTEX_INITIALIZER, false, NULL, 0, 0, 0                                            \
+        PTHREAD_MUTEX_INITIALIZER, false, NULL, 0, 0, 0, 0, false                                  \
     }
 
 /* Drops what was recorded and keeps the last max_entries events from now
- * on (0 = off). COOP_ERR_HOST_NOMEM leaves recording off. */
-coop_status torch_history_resize(torch_history *h, size_t max_entries);
+ * on (0 = off). Allocates nothing, so it cannot fail. */
+void torch_history_resize(torch_history *h, size_t max_entries);
 
-/* Records one event (time filled in here) if recording is on. */
-void torch_history_record(torch_history *h, coop_torch_action action, uintptr_t address,
+/* Records one event (time filled in here) if recording is on. Returns true
+ * the first time the ring could not grow for lack of host memory: the ring
+ * then keeps the last events it has room for (its capacity drops to its
+ * size; the caller reports it with coop_last_error's message). */
+bool torch_history_record(torch_history *h, coop_torch_action action, uintptr_t address,
                           uint64_t size, uintptr_t stream, int device);
 
 /* Copies the events, oldest first, into a malloc'ed array. */

@@ -18,6 +18,25 @@ tests_torch_abi_test_CFLAGS = $(TESTCFLAGS)
 tests_torch_abi_test_LDADD = $(TESTLIBS)
 tests_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)
 
+# cases that need a process of their own (a configuration each, or the
+# state before the configuration is loaded): each runs in a forked child
+check_PROGRAMS += tests/torch_abi_fresh_test
+TESTS += tests/torch_abi_fresh_test
+tests_torch_abi_fresh_test_SOURCES = tests/torch_abi_fresh_test.c
+tests_torch_abi_fresh_test_CFLAGS = $(TESTCFLAGS)
+tests_torch_abi_fresh_test_LDADD = $(TESTLIBS)
+tests_torch_abi_fresh_test_LDFLAGS = $(TESTLDFLAGS)
+
+# the history ring alone, with host allocations counted and failed on
+# demand (tests/host_alloc_fault.h; HOST_ALLOC_WRAP is in tests/harden.mk)
+check_PROGRAMS += tests/torch_history_test
+TESTS += tests/torch_history_test
+tests_torch_history_test_SOURCES = tests/torch_history_test.c tests/host_alloc_fault.c \
+	tests/host_alloc_fault.h
+tests_torch_history_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
+tests_torch_history_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
+tests_torch_history_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+
 # Python tests of the ABI and the python/coop helper (ctypes, host backend);
 # tests/ctypes_layout prints coop.h's struct layouts for their ctypes mirrors.
 check_PROGRAMS += tests/ctypes_layout

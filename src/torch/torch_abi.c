@@ -105,11 +105,8 @@ static coop_status set_conf_locked(const char *text)
         return conf_status;
     }
     conf = parsed;
-    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
-        coop_status st = torch_history_resize(&slot(i)->history, conf.history);
-        if (st != COOP_OK)
-            return st;
-    }
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        torch_history_resize(&slot(i)->history, conf.history);
     return COOP_OK;
 }
 
@@ -161,8 +158,17 @@ coop_status coop_torch_settings(char *buf, size_t size)
 void coop_torch_record_history(size_t max_entries)
 {
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
-        if (torch_history_resize(&slot(i)->history, max_entries) != COOP_OK)
-            report(COOP_ERR_HOST_NOMEM);
+        torch_history_resize(&slot(i)->history, max_entries);
+}
+
+/* Records an event in device's history; reports the ring's first failure to
+ * grow (it then keeps fewer events, and says so). */
+static void history_record(int device, coop_torch_action action, uintptr_t address, uint64_t size,
+                           void *stream)
+{
+    if (torch_history_record(&slot(device)->history, action, address, size, (uintptr_t)stream,
+                             device))
+        report(COOP_ERR_HOST_NOMEM);
 }
 
 /* ------------------------------------------------------------------------
@@ -255,9 +261,8 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
         return NULL;
     coop_status st = COOP_OK;
     void *ptr = coop_malloc(pool, size, (coop_stream)stream, conf.placement, &st);
-    torch_history *h = &slot(device)->history;
     if (!ptr) {
-        torch_history_record(h, COOP_TORCH_OOM, 0, size, (uintptr_t)stream, device);
+        history_record(device, COOP_TORCH_OOM, 0, size, stream);
         report(st != COOP_OK ? st
                              : coop_set_error(COOP_ERR_NOMEM,
                                               "coop torch: malloc of %zu "
@@ -265,7 +270,7 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
                                               size));
         return NULL;
     }
-    torch_history_record(h, COOP_TORCH_ALLOC, (uintptr_t)ptr, size, (uintptr_t)stream, device);
+    history_record(device, COOP_TORCH_ALLOC, (uintptr_t)ptr, size, stream);
     return ptr;
 }
 
@@ -287,11 +292,8 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
         report(st);
         return;
     }
-    torch_history *h = &slot(device)->history;
-    torch_history_record(h, COOP_TORCH_FREE_REQUESTED, (uintptr_t)ptr, size, (uintptr_t)stream,
-                         device);
-    torch_history_record(h, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, size, (uintptr_t)stream,
-                         device);
+    history_record(device, COOP_TORCH_FREE_REQUESTED, (uintptr_t)ptr, size, stream);
+    history_record(device, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, size, stream);
 }
 
 void coop_torch_init(int device_count)

@@ -197,6 +197,24 @@ class Abi(unittest.TestCase):
         torch_fraction(1.0, 3)
         self.assertEqual(ctorch.memory_stats(3)["coop.capacity"], GIB)
 
+    def test_record_history_huge_bounds(self):
+        """Bounds whose byte count wraps size_t (2**62 * 40 is 0 mod 2**64;
+        2**64 // 40 + 1 events make 24 bytes), and bounds past size_t,
+        which ctypes would wrap to 0 (off): every event is kept."""
+        try:
+            for n in (1 << 62, (1 << 64) // 40 + 1, 1 << 64, 1 << 70):
+                ctorch.record_history(n)
+                p = torch_malloc(4096, 0, 0)
+                torch_free(p, 4096, 0, 0)
+                trace = ctorch.snapshot()["device_traces"][0]
+                self.assertEqual([(e["action"], e["addr"]) for e in trace],
+                                 [("alloc", p), ("free_requested", p), ("free_completed", p)],
+                                 f"record_history({n})")
+            with self.assertRaises(ValueError):
+                ctorch.record_history(-1)
+        finally:
+            ctorch.record_history(100000)  # CONF's
+
     def test_eight_threads(self):
         errors = []
         live_lock = threading.Lock()

@@ -1,0 +1,99 @@
+/*
+ * The PyTorch ABI as a process starts: cases that need a configuration of
+ * their own, or that depend on what happens before the configuration is
+ * loaded. The ABI's state is per process, and the first pool fixes the
+ * configuration, so each case runs in a child forked from a parent that
+ * never calls the ABI: every child starts from a new process's state. A
+ * case fails when its child fails an assertion, crashes or exits non-zero.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "coop.h"
+
+#define MIB (1ull << 20)
+#define STREAM(n) ((void *)(uintptr_t)(n))
+
+/* Seconds a case may run: a corrupted heap can leave a lock held forever,
+ * which must fail the case, not hang the suite. */
+#define CASE_TIME_LIMIT 120
+
+/* history:N with N * sizeof(coop_torch_event) past SIZE_MAX (the product
+ * wraps to 24 bytes): accepted, and every event is kept. */
+static void test_huge_history_from_the_configuration(void **state)
+{
+    (void)state;
+    char conf[128];
+    snprintf(conf, sizeof conf, "backend:host,capacity:1G,history:%zu",
+             SIZE_MAX / sizeof(coop_torch_event) + 1);
+    assert_int_equal(coop_torch_configure(conf), COOP_OK);
+    void *p = NULL;
+    for (int i = 0; i < 3000; i++) {
+        p = coop_torch_malloc(4096, 0, STREAM(0));
+        assert_non_null(p);
+        coop_torch_free(p, 4096, 0, STREAM(0));
+    }
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(0, &snap), COOP_OK);
+    assert_int_equal(snap->num_events, 3 * 3000);
+    assert_int_equal(snap->events[0].action, COOP_TORCH_ALLOC);
+    assert_int_equal(snap->events[snap->num_events - 1].action, COOP_TORCH_FREE_COMPLETED);
+    assert_int_equal(snap->events[snap->num_events - 1].address, (uintptr_t)p);
+    coop_torch_snapshot_free(snap);
+}
+
+/* Runs test in a child of its own; 0 if it passed. */
+static int run_in_child(const struct CMUnitTest *test)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("torch_abi_fresh_test: fork");
+        return 1;
+    }
+    if (pid == 0) {
+        alarm(CASE_TIME_LIMIT);
+        const struct CMUnitTest one[] = {*test};
+        _exit(cmocka_run_group_tests_name(test->name, one, NULL, NULL) ? 1 : 0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) {
+        perror("torch_abi_fresh_test: waitpid");
+        return 1;
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "torch_abi_fresh_test: %s: child killed by signal %d%s\n", test->name,
+                WTERMSIG(status), WTERMSIG(status) == SIGALRM ? " (time limit)" : "");
+    else
+        fprintf(stderr, "torch_abi_fresh_test: %s: child failed\n", test->name);
+    return 1;
+}
+
+int main(void)
+{
+    /* each case's own configuration, whatever the environment says */
+    unsetenv("COOP_ALLOC_CONF");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_huge_history_from_the_configuration),
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
+        failed += run_in_child(&tests[i]);
+    if (failed)
+        fprintf(stderr, "torch_abi_fresh_test: %d of %zu cases failed\n", failed,
+                sizeof tests / sizeof tests[0]);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,112 @@
+/*
+ * The PyTorch ABI's history ring (src/torch/history.c): any bound is
+ * accepted without reserving it, the ring grows as events come and wraps
+ * at its bound, and a failed growth keeps the last events it has room for.
+ * Host allocations go through tests/host_alloc_fault.c's wrappers (counted,
+ * and failed on demand).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "coop.h"
+#include "host_alloc_fault.h"
+#include "torch/history.h"
+
+/* Records n events numbered first, first + 1, ... (the number is the address). */
+static void record(torch_history *h, uintptr_t first, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        assert_false(torch_history_record(h, COOP_TORCH_ALLOC, first + i, 512, 7, 0));
+}
+
+/* The ring holds exactly the events numbered first .. first + n - 1, oldest first. */
+static void expect_events(torch_history *h, uintptr_t first, size_t n)
+{
+    coop_torch_event *events = NULL;
+    size_t count = 0;
+    assert_int_equal(torch_history_copy(h, &events, &count), COOP_OK);
+    assert_int_equal(count, n);
+    for (size_t i = 0; i < n; i++) {
+        if (events[i].address != first + i)
+            fail_msg("event %zu is number %ju, expected %ju", i, (uintmax_t)events[i].address,
+                     (uintmax_t)(first + i));
+        assert_int_equal(events[i].size, 512);
+        assert_int_equal(events[i].stream, 7);
+        assert_int_equal(events[i].action, COOP_TORCH_ALLOC);
+    }
+    free(events);
+}
+
+/* A bound whose byte count wraps size_t (n * 40 mod 2^64 = 24) and the
+ * largest one: nothing is reserved for them, and events are kept intact. */
+static void test_huge_bound_reserves_nothing(void **state)
+{
+    (void)state;
+    const size_t bounds[] = {SIZE_MAX / sizeof(coop_torch_event) + 1, SIZE_MAX};
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+        torch_history h = TORCH_HISTORY_INIT;
+        long live = host_fault_live();
+        torch_history_resize(&h, bounds[i]);
+        assert_int_equal(host_fault_live(), live);
+        record(&h, 1, 5000);
+        expect_events(&h, 1, 5000);
+        torch_history_resize(&h, 0);
+        assert_int_equal(host_fault_live(), live);
+    }
+}
+
+/* Growth past the first allocation, then wrap-around at the bound. */
+static void test_ring_grows_then_wraps(void **state)
+{
+    (void)state;
+    torch_history h = TORCH_HISTORY_INIT;
+    torch_history_resize(&h, 3000);
+    record(&h, 0, 2500);
+    expect_events(&h, 0, 2500);
+    record(&h, 2500, 4500);
+    expect_events(&h, 4000, 3000);
+    /* resizing drops what was recorded; 0 turns recording off */
+    torch_history_resize(&h, 5);
+    expect_events(&h, 0, 0);
+    record(&h, 100, 12);
+    expect_events(&h, 107, 5);
+    torch_history_resize(&h, 0);
+    assert_false(torch_history_record(&h, COOP_TORCH_ALLOC, 1, 512, 7, 0));
+    expect_events(&h, 0, 0);
+}
+
+/* The ring cannot grow: it says so once and keeps the last events it has
+ * room for. */
+static void test_failed_growth_keeps_the_last_events(void **state)
+{
+    (void)state;
+    torch_history h = TORCH_HISTORY_INIT;
+    torch_history_resize(&h, 100000);
+    record(&h, 0, 1); /* the first allocation */
+    size_t slots = h.slots;
+    assert_true(slots > 1 && slots < 100000);
+    record(&h, 1, slots - 1);
+    host_fault_arm(1); /* the growth's realloc */
+    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, slots, 512, 7, 3));
+    assert_true(host_fault_disarm());
+    assert_non_null(strstr(coop_last_error(), "device 3's history"));
+    record(&h, slots + 1, 99); /* no second report */
+    expect_events(&h, 100, slots);
+    torch_history_resize(&h, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_huge_bound_reserves_nothing),
+        cmocka_unit_test(test_ring_grows_then_wraps),
+        cmocka_unit_test(test_failed_growth_keeps_the_last_events),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
