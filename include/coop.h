@@ -624,7 +624,9 @@ coop_status coop_torch_forget_stream(void *stream);
 
 /* Sets the configuration from conf (COOP_ALLOC_CONF syntax; NULL = read the
  * environment variable). COOP_ERR_INVALID with a message naming the key and
- * value if it does not parse; COOP_ERR_BUSY once a pool exists. */
+ * value if it does not parse; COOP_ERR_BUSY once a pool exists. Its history
+ * key applies unless coop_torch_record_history has been called, whose
+ * setting stays. */
 coop_status coop_torch_configure(const char *conf);
 
 /* The configuration in force, as key:value text (NUL-terminated, truncated
@@ -640,7 +642,9 @@ size_t coop_torch_last_error(char *buf, size_t size);
 coop_pool *coop_torch_pool(int device);
 
 /* Turns history recording on, keeping the last max_entries events per
- * device, or off (0), dropping what was recorded. The ring's memory grows
+ * device, or off (0), dropping what was recorded. This outlasts the
+ * configuration, whenever that is loaded or set: before the first
+ * allocation as well as after it. The ring's memory grows
  * with the events recorded (up to max_entries), so any bound is accepted and
  * costs nothing until used; if the host has no memory to grow it, it keeps
  * the last events it has room for and reports that once. */

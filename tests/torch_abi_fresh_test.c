@@ -52,6 +52,55 @@ static void test_huge_history_from_the_configuration(void **state)
     coop_torch_snapshot_free(snap);
 }
 
+/* The number of events device's history holds now. */
+static size_t history_events(int device)
+{
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(device, &snap), COOP_OK);
+    size_t n = snap->num_events;
+    coop_torch_snapshot_free(snap);
+    return n;
+}
+
+/* One malloc / free pair on device 0: three events. */
+static void malloc_free(void)
+{
+    void *p = coop_torch_malloc(4096, 0, STREAM(0));
+    assert_non_null(p);
+    coop_torch_free(p, 4096, 0, STREAM(0));
+}
+
+/* record_history before the first allocation (torch's
+ * _record_memory_history early in a program): the lazy load of
+ * COOP_ALLOC_CONF at the first malloc keeps it. */
+static void test_record_history_outlasts_the_lazy_load(void **state)
+{
+    (void)state;
+    setenv("COOP_ALLOC_CONF", "backend:host,capacity:256M", 1);
+    coop_torch_record_history(1000);
+    malloc_free();
+    assert_int_equal(history_events(0), 3);
+    char buf[512];
+    assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);
+    assert_non_null(strstr(buf, "history:1000"));
+}
+
+/* ... and so does a configuration set after it (install(conf) after
+ * record_history), even one that names history itself. */
+static void test_record_history_outlasts_configure(void **state)
+{
+    (void)state;
+    coop_torch_record_history(50);
+    assert_int_equal(coop_torch_configure("backend:host,capacity:256M,history:8"), COOP_OK);
+    malloc_free();
+    malloc_free();
+    malloc_free(); /* 9 events: more than the configuration's 8 */
+    assert_int_equal(history_events(0), 9);
+    char buf[512];
+    assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);
+    assert_non_null(strstr(buf, "history:50"));
+}
+
 /* Runs test in a child of its own; 0 if it passed. */
 static int run_in_child(const struct CMUnitTest *test)
 {
@@ -88,6 +137,8 @@ int main(void)
     unsetenv("COOP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_huge_history_from_the_configuration),
+        cmocka_unit_test(test_record_history_outlasts_the_lazy_load),
+        cmocka_unit_test(test_record_history_outlasts_configure),
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)

@@ -33,6 +33,11 @@ static bool conf_loaded; /* under state_lock */
 static coop_status conf_status;
 static coop_alloc_conf conf;
 static char conf_error[512];
+/* History bound in force, and whether coop_torch_record_history set it: the
+ * API's setting outlasts the configuration, which is loaded lazily and may
+ * be set again until the first pool (under state_lock). */
+static size_t history_entries;
+static bool history_by_api;
 static atomic_int device_limit = COOP_TORCH_MAX_DEVICES;
 
 static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -94,6 +99,14 @@ static bool any_pool_locked(void)
     return false;
 }
 
+/* Sets every device's history bound. Caller holds state_lock. */
+static void set_history_locked(size_t max_entries)
+{
+    history_entries = max_entries;
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        torch_history_resize(&slot(i)->history, max_entries);
+}
+
 /* Parses text into the configuration in force. Caller holds state_lock. */
 static coop_status set_conf_locked(const char *text)
 {
@@ -105,8 +118,8 @@ static coop_status set_conf_locked(const char *text)
         return conf_status;
     }
     conf = parsed;
-    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
-        torch_history_resize(&slot(i)->history, conf.history);
+    if (!history_by_api)
+        set_history_locked(conf.history);
     return COOP_OK;
 }
 
@@ -147,7 +160,7 @@ coop_status coop_torch_settings(char *buf, size_t size)
                  conf.backend == COOP_BACKEND_HOST ? "host" : "cuda", (uintmax_t)conf.capacity,
                  fraction, (uintmax_t)conf.page_size, conf.use_vmm ? "true" : "false",
                  (uintmax_t)conf.segment_size, conf.placement == COOP_ALLOC_HIGH ? "high" : "low",
-                 (uintmax_t)conf.min_split, conf.check ? "true" : "false", conf.history);
+                 (uintmax_t)conf.min_split, conf.check ? "true" : "false", history_entries);
     } else if (buf && size) {
         snprintf(buf, size, "%s", coop_last_error());
     }
@@ -157,8 +170,10 @@ coop_status coop_torch_settings(char *buf, size_t size)
 
 void coop_torch_record_history(size_t max_entries)
 {
-    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
-        torch_history_resize(&slot(i)->history, max_entries);
+    pthread_mutex_lock(&state_lock);
+    history_by_api = true;
+    set_history_locked(max_entries);
+    pthread_mutex_unlock(&state_lock);
 }
 
 /* Records an event in device's history; reports the ring's first failure to
