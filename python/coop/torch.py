@@ -43,6 +43,7 @@ HOOKS = (
 
 _state_lock = threading.Lock()
 _installed = None  # {"route": ..., "hooks": [...], "allocator": ...}
+_applied_conf = None  # the conf text install() / mem_pool() last set (under _state_lock)
 _oom_seen = {}  # device -> num_ooms already raised for
 
 
@@ -77,6 +78,38 @@ def _configure(lib, conf):
         raise CoopConfigError(lib.coop_last_error().decode())
     if st != native.OK:
         raise native.CoopError(st, lib.coop_last_error().decode())
+
+
+def _settings(lib):
+    """(status, text): the configuration in force, loading COOP_ALLOC_CONF if
+    nothing set one yet (never re-reading it); text is the error if bad."""
+    buf = ctypes.create_string_buffer(512)
+    st = lib.coop_torch_settings(buf, len(buf))
+    return st, buf.value.decode(errors="replace")
+
+
+def _apply_conf_locked(lib, conf, who):
+    """Makes conf the configuration for install() / mem_pool() (who). None
+    keeps the one in force (an earlier install(conf)'s, else COOP_ALLOC_CONF,
+    which is read once) and only checks it. The configuration cannot change
+    once a pool exists: a conf other than the one applied then raises
+    RuntimeError instead of being ignored. Caller holds _state_lock."""
+    global _applied_conf
+    if conf is None:
+        st, text = _settings(lib)
+        if st == native.ERR_INVALID:
+            raise CoopConfigError(text)
+        if st != native.OK:
+            raise native.CoopError(st, text)
+        return
+    if conf == _applied_conf:
+        return
+    if _devices():
+        raise RuntimeError(
+            "coop.torch.%s: cannot apply %r: coop has allocated already, so the "
+            "configuration in force (%s) is fixed" % (who, conf, _settings(lib)[1]))
+    _configure(lib, conf)
+    _applied_conf = conf
 
 
 def _fn_address(lib, name):
@@ -160,6 +193,9 @@ def install(conf=None, *, torch_module=None, patch=True):
     cannot swap an allocator that has been used. Raises CoopConfigError for
     a bad configuration, RuntimeError if CUDA is already initialized or this
     torch lacks CUDAPluggableAllocator. Returns the names of the hooks set.
+    conf None keeps the configuration in force (COOP_ALLOC_CONF unless one
+    was set). Called again, it returns the same hooks; a different conf is
+    applied if coop has not allocated yet, else RuntimeError.
     With patch (default), torch.cuda's memory statistics and snapshot
     functions report coop's pools (see patch_torch). torch_module is for
     tests (a stand-in for the torch package).
@@ -170,6 +206,7 @@ def install(conf=None, *, torch_module=None, patch=True):
     torch = torch_module
     with _state_lock:
         if _installed is not None:
+            _apply_conf_locked(native.library(), conf, "install")
             return list(_installed["hooks"])
         memory = getattr(torch.cuda, "memory", None)
         if memory is None or not hasattr(memory, "CUDAPluggableAllocator"):
@@ -183,7 +220,7 @@ def install(conf=None, *, torch_module=None, patch=True):
                 "cannot switch allocators; call coop.torch.install() first, before any CUDA "
                 "tensor or stream is created")
         lib = native.library()
-        _configure(lib, conf)
+        _apply_conf_locked(lib, conf, "install")
         allocator = memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
         hooks = []
         handle = allocator.allocator() if hasattr(allocator, "allocator") else None
@@ -214,7 +251,8 @@ def mem_pool(conf=None, *, torch_module=None):
 
     Use with ``with torch.cuda.use_mem_pool(pool): ...``. PyTorch's caching
     allocator keeps managing blocks inside the pool and raises its own
-    torch.cuda.OutOfMemoryError when coop returns NULL.
+    torch.cuda.OutOfMemoryError when coop returns NULL. conf as install's:
+    None keeps the configuration in force (install's, else COOP_ALLOC_CONF).
     """
     if torch_module is None:
         import torch as torch_module
@@ -222,9 +260,8 @@ def mem_pool(conf=None, *, torch_module=None):
     if not hasattr(torch.cuda, "MemPool"):
         raise RuntimeError("coop.torch.mem_pool: this torch (%s) has no torch.cuda.MemPool"
                            % getattr(torch, "__version__", "?"))
-    lib = native.library()
-    if not any(lib.coop_torch_pool(d) for d in range(64)):
-        _configure(lib, conf)
+    with _state_lock:
+        _apply_conf_locked(native.library(), conf, "mem_pool")
     allocator = torch.cuda.memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
     return torch.cuda.MemPool(allocator.allocator())
 

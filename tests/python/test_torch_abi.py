@@ -632,6 +632,50 @@ class Install(unittest.TestCase):
         self.assertIn(("CUDAPluggableAllocator", native.library_path(), "coop_torch_malloc",
                        "coop_torch_free"), fake.calls)
 
+    def test_install_conf_stays_until_replaced(self):
+        """mem_pool() after install(conf) keeps install's configuration (it
+        used to re-read COOP_ALLOC_CONF, here one that cannot work); a second
+        install() with another conf applies it before the first allocation
+        and raises after it, as mem_pool(conf) does."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "import os\n"
+            "os.environ['COOP_ALLOC_CONF'] = 'backend:cuda'  # the test module set its own\n"
+            "fake = FakeTorch()\n"
+            "fake.cuda.MemPool = lambda handle: 'pool'\n"
+            "def settings():\n"
+            "    b = ctypes.create_string_buffer(512)\n"
+            "    lib.coop_torch_settings(b, 512)\n"
+            "    return b.value.decode()\n"
+            "hooks = ctorch.install('backend:host,capacity:1G', torch_module=fake, patch=False)\n"
+            "ctorch.mem_pool(torch_module=fake)\n"
+            "print(settings())\n"
+            "assert ctorch.install(torch_module=fake, patch=False) == hooks\n"
+            "assert ctorch.install('backend:host,capacity:2G', torch_module=fake) == hooks\n"
+            "print(settings())\n"
+            "p = lib.coop_torch_malloc(4096, 0, None)\n"
+            "print('malloc', p is not None, ctorch.last_error())\n"
+            "ctorch.mem_pool(torch_module=fake)\n"
+            "ctorch.mem_pool('backend:host,capacity:2G', torch_module=fake)\n"
+            "for call in (lambda: ctorch.install('backend:host,capacity:3G', torch_module=fake),\n"
+            "             lambda: ctorch.mem_pool('backend:host', torch_module=fake)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except RuntimeError as e:\n"
+            "        print('refused', e)\n"
+            "lib.coop_torch_free(p, 4096, 0, None)\n" % HERE,
+            "backend:cuda", {"COOP_CUDA_DRIVER": "/nonexistent/libcuda.so.1"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 5, r.stdout + r.stderr)
+        self.assertTrue(lines[0].startswith("backend:host,capacity:1073741824,"), lines[0])
+        self.assertTrue(lines[1].startswith("backend:host,capacity:2147483648,"), lines[1])
+        self.assertEqual(lines[2], "malloc True ", lines[2])
+        for line, who in zip(lines[3:], ("install", "mem_pool")):
+            self.assertIn(f"refused coop.torch.{who}: cannot apply", line)
+            self.assertIn("capacity:2147483648", line)
+
     def test_memory_stats_keys(self):
         keys = ctorch.memory_stats(0).keys()
         for stat in native.STAT_NAMES:
