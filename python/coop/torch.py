@@ -11,7 +11,9 @@ variable (``key:value,key:value``; see docs/pytorch.md).
 """
 
 import ctypes
+import operator
 import pickle
+import sys
 import threading
 
 from . import native
@@ -116,9 +118,15 @@ def _fn_address(lib, name):
     return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
 
 
-def _current_device(torch):
+def _current_device(torch=None):
+    """torch's current CUDA device (torch: the module, else the one loaded),
+    0 without torch or without a usable device."""
+    if torch is None:
+        torch = sys.modules.get("torch")  # not imported: nobody chose a device
+        if torch is None:
+            return 0
     try:
-        return torch.cuda.current_device()
+        return int(torch.cuda.current_device())
     except Exception:  # CPU-only torch, or no device yet
         return 0
 
@@ -145,10 +153,10 @@ def patch_torch(torch):
     memory = torch.cuda.memory
 
     def stats(device=None):
-        return memory_stats(_current_device(torch) if device is None else device)
+        return memory_stats(_device_index(device, torch))
 
     def reset_peak(device=None):
-        pool = _pool(_device_index(_current_device(torch) if device is None else device))
+        pool = _pool(_device_index(device, torch))
         if pool:
             native.library().coop_reset_peak_stats(pool)
 
@@ -275,17 +283,34 @@ def _devices():
     return [d for d in range(64) if lib.coop_torch_pool(d)]
 
 
-def _device_index(device):
+def _device_index(device, torch=None):
+    """The index of device as torch.cuda's memory functions take it: an int,
+    a string ("cuda:1") or a torch.device; None, "cuda" and
+    torch.device("cuda") mean the current device, as in
+    torch.cuda._get_device_index(device, optional=True). ValueError for
+    another device type or a malformed string, TypeError for other values.
+    (Strings are tested first: str has an index method, which a look-up of
+    torch.device's index attribute would find.)"""
     if device is None:
-        return 0
-    if isinstance(device, int):
-        return device
-    index = getattr(device, "index", None)  # torch.device
-    if index is not None:
-        return index
-    if isinstance(device, str) and ":" in device:
-        return int(device.split(":", 1)[1])
-    return 0
+        return _current_device(torch)
+    if isinstance(device, str):
+        kind, colon, index = device.partition(":")
+        if kind == "cuda" and not colon:
+            return _current_device(torch)
+        if kind == "cuda" and index.isdigit():
+            return int(index)
+        raise ValueError("coop.torch: device %r: expected 'cuda' or 'cuda:N'" % device)
+    kind = getattr(device, "type", None)
+    if isinstance(kind, str):  # torch.device
+        if kind != "cuda":
+            raise ValueError("coop.torch: device %r is not a CUDA device" % (device,))
+        index = getattr(device, "index", None)
+        return _current_device(torch) if index is None else int(index)
+    try:
+        return operator.index(device)  # int, numpy integers
+    except TypeError:
+        raise TypeError("coop.torch: device %r: expected an int, a string such as 'cuda:1' "
+                        "or a torch.device" % (device,)) from None
 
 
 def memory_stats(device=None):
@@ -293,7 +318,9 @@ def memory_stats(device=None):
 
     coop has one pool per device: every counter is under "all" and
     "large_pool"; "small_pool" counters are zero. coop's own figures are
-    under "coop.*" keys. A device without a pool gives zeros.
+    under "coop.*" keys. A device without a pool gives zeros. device: an
+    int, a string ("cuda:1") or a torch.device; None and "cuda" mean the
+    current device, as in torch.
     """
     device = _device_index(device)
     pool = _pool(device)

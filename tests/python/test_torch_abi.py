@@ -197,6 +197,35 @@ class Abi(unittest.TestCase):
         torch_fraction(1.0, 3)
         self.assertEqual(ctorch.memory_stats(3)["coop.capacity"], GIB)
 
+    def test_devices_as_torch_takes_them(self):
+        """Strings and torch.device objects, as torch.cuda's memory functions
+        take them ("cuda" and None: the current device, 0 without CUDA).
+        Strings used to raise TypeError: str.index was taken for
+        torch.device's index."""
+        p = torch_malloc(3 * MIB, 1, 0)
+        q = torch_malloc(1 * MIB, 0, 0)
+        try:
+            key = "allocated_bytes.all.current"
+            on_1, on_0 = ctorch.memory_stats(1)[key], ctorch.memory_stats(0)[key]
+            self.assertNotEqual(on_1, on_0)
+            devices = [("cuda:1", on_1), ("cuda:0", on_0), ("cuda", on_0), (None, on_0)]
+            if HAVE_TORCH:
+                import torch as real
+
+                devices += [(real.device("cuda", 1), on_1), (real.device("cuda:1"), on_1),
+                            (real.device("cuda"), on_0)]
+            for device, expected in devices:
+                self.assertEqual(ctorch.memory_stats(device)[key], expected, repr(device))
+                ctorch.check_oom(device)  # no OOM on either: no raise
+            for bad in ("cpu", "cuda:x", "cuda:-1", "1"):
+                with self.assertRaises(ValueError, msg=bad):
+                    ctorch.memory_stats(bad)
+            with self.assertRaises(TypeError):
+                ctorch.memory_stats(1.5)
+        finally:
+            torch_free(p, 3 * MIB, 1, 0)
+            torch_free(q, 1 * MIB, 0, 0)
+
     def test_record_history_huge_bounds(self):
         """Bounds whose byte count wraps size_t (2**62 * 40 is 0 mod 2**64;
         2**64 // 40 + 1 events make 24 bytes), and bounds past size_t,
@@ -591,6 +620,25 @@ class Install(unittest.TestCase):
         self.assertEqual(lines[1], str(3 << 20))
         self.assertEqual(lines[2].split(), ["3", "1"])
         self.assertIn("memory_stats", lines[3])
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_patched_torch_takes_device_strings(self):
+        """torch documents its memory functions as taking "cuda:N" strings:
+        once patched they do too (they raised TypeError)."""
+        r = run_child(
+            "import torch\n"
+            "ctorch.patch_torch(torch)\n"
+            "p = lib.coop_torch_malloc(3 << 20, 1, None)\n"
+            "c = torch.cuda\n"
+            "print(c.memory_stats('cuda:1')['allocated_bytes.all.current'],\n"
+            "      c.memory_allocated('cuda:1'), c.memory_reserved('cuda:1'),\n"
+            "      c.memory_allocated('cuda'))\n"
+            "lib.coop_torch_free(p, 3 << 20, 1, None)\n"
+            "c.reset_peak_memory_stats('cuda:1')\n"
+            "print(c.max_memory_allocated(torch.device('cuda', 1)))\n",
+            "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), [str(3 << 20), str(3 << 20), str(4 << 20), "0", "0"])
 
     @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_patched_functions_take_torch_2_11_arguments(self):
