@@ -608,9 +608,15 @@ void coop_torch_init(int device_count);
 /* Reset / empty_cache hook: unmaps every free page of every pool. */
 void coop_torch_empty_cache(void);
 
-/* Memory-fraction hook: limits device's pool to fraction (0, 1] of its full
- * capacity (COOP_ALLOC_CONF's capacity, else the device's memory). Applied
- * at creation when the pool does not exist yet. */
+/* Memory-fraction hook: limits device's pool to fraction [0, 1] of its full
+ * capacity (COOP_ALLOC_CONF's capacity, else the device's memory; 0 leaves
+ * one page, the smallest capacity a pool has). Applied at creation when the
+ * pool does not exist yet. As in PyTorch, the limit applies to later
+ * allocations and frees nothing in use: below what live blocks keep mapped,
+ * the capacity is held at the bytes mapped now (the pool stops growing) and
+ * lowered to the limit at the first allocation after frees allow it, or at
+ * coop_torch_empty_cache. That is not an error (nothing is reported); a
+ * fraction outside [0, 1] is. */
 void coop_torch_memory_fraction(double fraction, int device);
 
 /* record_stream hook: ptr is also used on stream. */

@@ -6,6 +6,7 @@
  * never calls the ABI: every child starts from a new process's state. A
  * case fails when its child fails an assertion, crashes or exits non-zero.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -101,6 +102,114 @@ static void test_record_history_outlasts_configure(void **state)
     assert_non_null(strstr(buf, "history:50"));
 }
 
+/* stderr goes to a temporary file between capture_begin and capture_end,
+ * which returns what was written (assert after it: cmocka reports failures
+ * on stderr). */
+typedef struct capture {
+    FILE *file;
+    int saved;
+    char text[4096];
+} capture;
+
+static void capture_begin(capture *c)
+{
+    fflush(stderr);
+    c->file = tmpfile();
+    assert_non_null(c->file);
+    c->saved = dup(STDERR_FILENO);
+    assert_true(c->saved >= 0);
+    assert_true(dup2(fileno(c->file), STDERR_FILENO) >= 0);
+}
+
+static const char *capture_end(capture *c)
+{
+    fflush(stderr);
+    dup2(c->saved, STDERR_FILENO);
+    close(c->saved);
+    rewind(c->file);
+    size_t n = fread(c->text, 1, sizeof c->text - 1, c->file);
+    c->text[n] = '\0';
+    fclose(c->file);
+    return c->text;
+}
+
+static coop_stats device_stats(int device)
+{
+    coop_stats s;
+    coop_get_stats(coop_torch_pool(device), &s);
+    return s;
+}
+
+/* set_per_process_memory_fraction below what live blocks use: torch applies
+ * it to later allocations. coop holds the capacity where the mapped bytes
+ * are, lowers it to the limit once blocks are freed, and reports nothing,
+ * so the first real out-of-memory still reaches stderr. */
+static void test_fraction_below_use_applies_after_frees(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:1G,page:2M"), COOP_OK);
+    void *live[600];
+    for (int i = 0; i < 600; i++) {
+        live[i] = coop_torch_malloc(MIB, 0, STREAM(0));
+        assert_non_null(live[i]);
+    }
+    assert_int_equal(device_stats(0).reserved_bytes.current, 600 * MIB);
+    capture c;
+    capture_begin(&c);
+    coop_torch_memory_fraction(0.25, 0);
+    size_t error_after_fraction = coop_torch_last_error(NULL, 0);
+    coop_stats held = device_stats(0);
+    void *grows = coop_torch_malloc(64 * MIB, 0, STREAM(0)); /* needs new pages */
+    for (int i = 0; i < 600; i++)
+        coop_torch_free(live[i], MIB, 0, STREAM(0));
+    void *above = coop_torch_malloc(512 * MIB, 0, STREAM(0)); /* applies the limit first */
+    coop_stats limited = device_stats(0);
+    void *below = coop_torch_malloc(200 * MIB, 0, STREAM(0));
+    const char *err = capture_end(&c);
+
+    assert_int_equal(error_after_fraction, 0);
+    assert_int_equal(held.capacity, 600 * MIB);
+    assert_null(grows);
+    assert_null(above);
+    assert_int_equal(limited.capacity, 256 * MIB);
+    assert_non_null(below);
+    /* the first out-of-memory was printed, and nothing about the fraction */
+    if (!strstr(err, "67108864 bytes") || strstr(err, "fraction") || strstr(err, "capacity 268"))
+        fail_msg("stderr: '%s'", err);
+    coop_torch_free(below, 200 * MIB, 0, STREAM(0));
+    coop_torch_memory_fraction(1.0, 0);
+    assert_int_equal(device_stats(0).capacity, 1024 * MIB);
+}
+
+/* torch accepts fractions in [0, 1]: 0 is the smallest capacity coop has,
+ * one page; outside [0, 1] is an error naming the fraction and the device. */
+static void test_fraction_zero_and_out_of_range(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:1G,page:2M"), COOP_OK);
+    coop_torch_memory_fraction(0.0, 1); /* before the pool: pending */
+    void *small = coop_torch_malloc(MIB, 1, STREAM(0));
+    assert_non_null(small);
+    assert_int_equal(coop_torch_last_error(NULL, 0), 0);
+    assert_int_equal(device_stats(1).capacity, 2 * MIB);
+    assert_null(coop_torch_malloc(4 * MIB, 1, STREAM(0)));
+    coop_torch_free(small, MIB, 1, STREAM(0));
+    coop_torch_memory_fraction(0.5, 1);
+    assert_int_equal(device_stats(1).capacity, 512 * MIB);
+    coop_torch_memory_fraction(0.0, 1); /* with a pool, nothing live */
+    assert_int_equal(device_stats(1).capacity, 2 * MIB);
+
+    const double bad[] = {-0.25, 1.5, NAN};
+    char buf[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        coop_torch_memory_fraction(bad[i], 1);
+        coop_torch_last_error(buf, sizeof buf);
+        if (!strstr(buf, "memory fraction") || !strstr(buf, "device 1") || !strstr(buf, "[0, 1]"))
+            fail_msg("fraction %g: '%s'", bad[i], buf);
+        assert_int_equal(device_stats(1).capacity, 2 * MIB);
+    }
+}
+
 /* Runs test in a child of its own; 0 if it passed. */
 static int run_in_child(const struct CMUnitTest *test)
 {
@@ -139,6 +248,8 @@ int main(void)
         cmocka_unit_test(test_huge_history_from_the_configuration),
         cmocka_unit_test(test_record_history_outlasts_the_lazy_load),
         cmocka_unit_test(test_record_history_outlasts_configure),
+        cmocka_unit_test(test_fraction_below_use_applies_after_frees),
+        cmocka_unit_test(test_fraction_zero_and_out_of_range),
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)

@@ -160,7 +160,7 @@ static void test_hooks_and_misuse(void **state)
     coop_get_stats(coop_torch_pool(0), &s);
     assert_int_equal(s.capacity, 128 * MIB);
     assert_null(coop_torch_malloc(200 * MIB, 0, STREAM(0)));
-    coop_torch_memory_fraction(0.0, 0);
+    coop_torch_memory_fraction(-1.0, 0);
     coop_torch_memory_fraction(2.0, 0);
     coop_torch_memory_fraction(0.5, 99);
     coop_torch_memory_fraction(1.0, 0);

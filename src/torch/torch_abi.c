@@ -3,7 +3,8 @@
  *
  * State: one slot per device holding its pool (published with release
  * semantics once created, so the allocation path reads it with one acquire
- * load), a pending memory fraction, and its history ring. Creation, the
+ * load), its memory fraction (pending until the pool exists) and a limit
+ * waiting for frees, and its history ring. Creation, the
  * configuration and fraction changes happen under state_lock; the pools do
  * their own locking for malloc / free.
  *
@@ -21,8 +22,15 @@
 
 typedef struct device_slot {
     _Atomic(coop_pool *) pool;
-    double fraction;        /* pending until the pool exists; 0 = none */
+    bool has_fraction;      /* set_per_process_memory_fraction was called (under state_lock) */
+    double fraction;        /* its value; pending until the pool exists */
     uint64_t full_capacity; /* capacity a fraction applies to */
+    /* A limit (bytes) below what live blocks keep mapped, 0 if none: torch
+     * applies a fraction to later allocations and frees nothing in use, so
+     * the capacity is held at the mapped bytes and lowered to the limit as
+     * soon as frees allow (apply_limit_locked). */
+    _Atomic uint64_t pending_limit;
+    atomic_bool freed_since_try; /* a free since the limit was last tried */
     torch_history history;
 } device_slot;
 
@@ -50,6 +58,8 @@ static void init_slots(void)
         pthread_mutex_init(&slots[i].history.lock, NULL);
         atomic_init(&slots[i].history.enabled, false);
         atomic_init(&slots[i].pool, NULL);
+        atomic_init(&slots[i].pending_limit, 0);
+        atomic_init(&slots[i].freed_since_try, false);
     }
 }
 
@@ -207,7 +217,8 @@ coop_pool *coop_torch_pool(int device)
     return atomic_load_explicit(&slot(device)->pool, memory_order_acquire);
 }
 
-/* Capacity for fraction of the full capacity, never 0. */
+/* Capacity for fraction of the full capacity, never 0 (the pool's smallest
+ * capacity is one page, which fraction 0 gets). */
 static uint64_t fraction_of(uint64_t full, double fraction)
 {
     uint64_t cap = (uint64_t)((double)full * fraction);
@@ -229,8 +240,8 @@ static coop_status create_pool_locked(int device, coop_pool **out)
     coop_config resolved;
     coop_pool_config(pool, &resolved);
     s->full_capacity = resolved.capacity;
-    double fraction = s->fraction > 0.0 ? s->fraction : conf.fraction;
-    if (fraction > 0.0) {
+    double fraction = s->has_fraction ? s->fraction : conf.fraction;
+    if (s->has_fraction || fraction > 0.0) {
         st = coop_set_capacity(pool, fraction_of(s->full_capacity, fraction));
         if (st != COOP_OK) {
             coop_pool_destroy(pool);
@@ -263,6 +274,52 @@ static coop_pool *pool_for(int device, const char *what)
     return pool;
 }
 
+/* Applies a memory limit (bytes) to device's pool. If live blocks keep more
+ * mapped than that (coop_set_capacity refuses, after releasing the cache),
+ * the limit waits in pending_limit and the capacity is held at the bytes
+ * mapped now, so the pool stops growing; allocations after frees try the
+ * limit again. Not an error, so nothing is reported: torch's fraction too
+ * applies to later allocations only. Caller holds state_lock. */
+static coop_status apply_limit_locked(device_slot *s, coop_pool *pool, uint64_t limit)
+{
+    coop_status st = coop_set_capacity(pool, limit);
+    if (st != COOP_ERR_NOMEM) {
+        atomic_store(&s->pending_limit, 0);
+        return st;
+    }
+    atomic_store(&s->pending_limit, limit);
+    atomic_store(&s->freed_since_try, false);
+    /* a few tries: other threads may map pages between the read and the set */
+    for (int tries = 0; tries < 3; tries++) {
+        coop_stats stats;
+        coop_get_stats(pool, &stats);
+        uint64_t mapped = (uint64_t)stats.reserved_bytes.current;
+        if (mapped <= limit || mapped >= stats.capacity)
+            break; /* freed meanwhile (tried again after the next free), or held already */
+        st = coop_set_capacity(pool, mapped);
+        if (st != COOP_ERR_NOMEM)
+            return st;
+    }
+    return COOP_OK;
+}
+
+/* Tries device's pending limit again if blocks were freed since the last
+ * try (force: regardless, after empty_cache). */
+static void retry_limit(int device, coop_pool *pool, bool force)
+{
+    device_slot *s = slot(device);
+    if (!atomic_load_explicit(&s->pending_limit, memory_order_relaxed))
+        return;
+    if (!atomic_exchange(&s->freed_since_try, false) && !force)
+        return;
+    pthread_mutex_lock(&state_lock);
+    uint64_t limit = atomic_load(&s->pending_limit); /* may have changed meanwhile */
+    coop_status st = limit ? apply_limit_locked(s, pool, limit) : COOP_OK;
+    pthread_mutex_unlock(&state_lock);
+    if (st != COOP_OK)
+        report(st);
+}
+
 /* ------------------------------------------------------------------------
  * Entry points
  * ---------------------------------------------------------------------- */
@@ -274,6 +331,7 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
     coop_pool *pool = pool_for(device, "malloc");
     if (!pool)
         return NULL;
+    retry_limit(device, pool, false);
     coop_status st = COOP_OK;
     void *ptr = coop_malloc(pool, size, (coop_stream)stream, conf.placement, &st);
     if (!ptr) {
@@ -307,6 +365,9 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
         report(st);
         return;
     }
+    device_slot *s = slot(device);
+    if (atomic_load_explicit(&s->pending_limit, memory_order_relaxed))
+        atomic_store_explicit(&s->freed_since_try, true, memory_order_relaxed);
     history_record(device, COOP_TORCH_FREE_REQUESTED, (uintptr_t)ptr, size, stream);
     history_record(device, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, size, stream);
 }
@@ -330,6 +391,7 @@ void coop_torch_empty_cache(void)
             coop_status st = coop_empty_cache(pool);
             if (st != COOP_OK)
                 report(st);
+            retry_limit(i, pool, true);
         }
     }
 }
@@ -347,9 +409,10 @@ coop_status coop_torch_forget_stream(void *stream)
 
 void coop_torch_memory_fraction(double fraction, int device)
 {
-    if (!(fraction > 0.0 && fraction <= 1.0)) {
+    /* torch's set_per_process_memory_fraction accepts [0, 1] */
+    if (!(fraction >= 0.0 && fraction <= 1.0)) {
         report(coop_set_error(COOP_ERR_INVALID,
-                              "coop torch: memory fraction %g for device %d is not in (0, 1]",
+                              "coop torch: memory fraction %g for device %d is not in [0, 1]",
                               fraction, device));
         return;
     }
@@ -357,11 +420,12 @@ void coop_torch_memory_fraction(double fraction, int device)
         return;
     pthread_mutex_lock(&state_lock);
     device_slot *s = slot(device);
+    s->has_fraction = true;
     s->fraction = fraction;
     coop_pool *pool = coop_torch_pool(device);
     coop_status st = COOP_OK;
     if (pool)
-        st = coop_set_capacity(pool, fraction_of(s->full_capacity, fraction));
+        st = apply_limit_locked(s, pool, fraction_of(s->full_capacity, fraction));
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK)
         report(st);
