@@ -666,7 +666,8 @@ typedef enum coop_torch_action {
 
 typedef struct coop_torch_event {
     uint64_t time_us;  /* microseconds since the Unix epoch */
-    uintptr_t address; /* 0 for OOM */
+    uintptr_t address; /* the block; for OOM, torch's device_free: the bytes the
+                        * pool could still map then (capacity minus mapped) */
     uint64_t size;     /* requested bytes */
     uintptr_t stream;
     int32_t action; /* coop_torch_action */

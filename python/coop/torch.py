@@ -466,9 +466,13 @@ def _torch_segments(device, walk_segments, vmm, page):
 
 
 def _trace_entry(e):
+    action = native.TORCH_ACTIONS.get(e.action, "alloc")
+    # torch's oom entries carry device_free (free device memory) where the
+    # others carry addr, and torch 2.x's _memory_viz.trace() and MemoryViz.js
+    # read it; coop records what the pool could still map (capacity - mapped)
     return {
-        "action": native.TORCH_ACTIONS.get(e.action, "alloc"),
-        "addr": e.address,
+        "action": action,
+        "device_free" if action == "oom" else "addr": e.address,
         "size": e.size,
         "stream": e.stream,
         "time_us": e.time_us,

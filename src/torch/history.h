@@ -35,6 +35,12 @@ typedef struct torch_history {
         PTHREAD_MUTEX_INITIALIZER, false, NULL, 0, 0, 0, 0, false                                  \
     }
 
+/* Whether recording is on (an event recorded now would be kept). */
+static inline bool torch_history_on(torch_history *h)
+{
+    return atomic_load_explicit(&h->enabled, memory_order_relaxed);
+}
+
 /* Drops what was recorded and keeps the last max_entries events from now
  * on (0 = off). Allocates nothing, so it cannot fail. */
 void torch_history_resize(torch_history *h, size_t max_entries);

@@ -335,12 +335,22 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
     coop_status st = COOP_OK;
     void *ptr = coop_malloc(pool, size, (coop_stream)stream, conf.placement, &st);
     if (!ptr) {
-        history_record(device, COOP_TORCH_OOM, 0, size, stream);
+        /* reported first: recording may set an error of its own */
         report(st != COOP_OK ? st
                              : coop_set_error(COOP_ERR_NOMEM,
                                               "coop torch: malloc of %zu "
                                               "bytes returned nothing",
                                               size));
+        if (torch_history_on(&slot(device)->history)) {
+            /* torch's OOM entry carries the device's free memory
+             * (device_free); coop's counterpart is what the pool may
+             * still map */
+            coop_stats stats;
+            coop_get_stats(pool, &stats);
+            uint64_t mapped = (uint64_t)stats.reserved_bytes.current;
+            history_record(device, COOP_TORCH_OOM,
+                           stats.capacity > mapped ? stats.capacity - mapped : 0, size, stream);
+        }
         return NULL;
     }
     history_record(device, COOP_TORCH_ALLOC, (uintptr_t)ptr, size, stream);
