@@ -674,9 +674,19 @@ typedef struct coop_torch_event {
     int32_t device;
 } coop_torch_event;
 
+/* A run of mapped pages, [address, address + size). */
+typedef struct coop_torch_range {
+    uintptr_t address;
+    uint64_t size;
+} coop_torch_range;
+
 /* What snapshot() needs for one device: segments and their blocks (as
  * coop_walk gives them; blocks[] holds segments[i].num_blocks blocks for
- * each segment in order) and the recorded events, oldest first. */
+ * each segment in order), the recorded events, oldest first, and with VMM
+ * the runs of mapped pages in address order (they add up to the reserved
+ * bytes; a free block's mapped_bytes counts its mapped pages but does not
+ * say which they are). Segments, blocks and ranges are read under one hold
+ * of the pool's lock, so they agree. */
 typedef struct coop_torch_snapshot {
     int device;
     bool vmm;
@@ -686,6 +696,8 @@ typedef struct coop_torch_snapshot {
     coop_block_info *blocks;
     size_t num_events;
     coop_torch_event *events;
+    size_t num_ranges; /* 0 without VMM */
+    coop_torch_range *ranges;
 } coop_torch_snapshot;
 
 /* Takes device's snapshot (an empty one if it has no pool). Free it with

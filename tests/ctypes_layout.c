@@ -84,6 +84,10 @@ int main(void)
     FIELD(coop_torch_event, action);
     FIELD(coop_torch_event, device);
 
+    SIZE(coop_torch_range);
+    FIELD(coop_torch_range, address);
+    FIELD(coop_torch_range, size);
+
     SIZE(coop_torch_snapshot);
     FIELD(coop_torch_snapshot, device);
     FIELD(coop_torch_snapshot, vmm);
@@ -93,5 +97,7 @@ int main(void)
     FIELD(coop_torch_snapshot, blocks);
     FIELD(coop_torch_snapshot, num_events);
     FIELD(coop_torch_snapshot, events);
+    FIELD(coop_torch_snapshot, num_ranges);
+    FIELD(coop_torch_snapshot, ranges);
     return 0;
 }

@@ -132,6 +132,21 @@ static void test_snapshot_walks_blocks(void **state)
                         snap->blocks[i].address == (uintptr_t)b);
         }
     assert_int_equal(allocated, 2);
+    /* runs of mapped pages: in order, apart, inside the segment, and they
+     * add up to the reserved bytes */
+    coop_stats stats;
+    coop_get_stats(coop_torch_pool(1), &stats);
+    assert_true(snap->num_ranges >= 1);
+    uint64_t mapped = 0;
+    for (size_t i = 0; i < snap->num_ranges; i++) {
+        const coop_torch_range *r = &snap->ranges[i];
+        assert_true(r->size > 0);
+        assert_true(r->address >= snap->segments[0].address);
+        if (i)
+            assert_true(r->address > snap->ranges[i - 1].address + snap->ranges[i - 1].size);
+        mapped += r->size;
+    }
+    assert_int_equal(mapped, stats.reserved_bytes.current);
     coop_torch_snapshot_free(snap);
     assert_int_equal(coop_torch_snapshot_take(7, &snap), COOP_OK); /* no pool: empty */
     assert_int_equal(snap->num_segments, 0);

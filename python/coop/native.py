@@ -140,6 +140,13 @@ class TorchEvent(ctypes.Structure):
     ]
 
 
+class TorchRange(ctypes.Structure):
+    _fields_ = [
+        ("address", ctypes.c_size_t),
+        ("size", ctypes.c_uint64),
+    ]
+
+
 class TorchSnapshot(ctypes.Structure):
     _fields_ = [
         ("device", ctypes.c_int),
@@ -150,6 +157,8 @@ class TorchSnapshot(ctypes.Structure):
         ("blocks", ctypes.POINTER(BlockInfo)),
         ("num_events", ctypes.c_size_t),
         ("events", ctypes.POINTER(TorchEvent)),
+        ("num_ranges", ctypes.c_size_t),
+        ("ranges", ctypes.POINTER(TorchRange)),
     ]
 
 

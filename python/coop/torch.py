@@ -389,79 +389,43 @@ def _segment_dict(device, blocks, vmm):
 
 
 def _piece(b, address, size):
-    """A free piece of block b (a copy with another address and size)."""
+    """The part [address, address + size) of block b (a free one: pieces of
+    allocated blocks are never needed, as their pages are all mapped)."""
     piece = native.BlockInfo.from_buffer_copy(b)
     piece.address, piece.size, piece.mapped_bytes = address, size, size
     return piece
 
 
-def _mapped_pieces(b, page):
-    """The mapped parts of a partly mapped free block, or None if unknown.
-
-    Pages wholly inside a free block are the ones coop unmaps (empty_cache,
-    capacity pressure); the partial pages at its two ends are shared with its
-    neighbours and stay mapped while a neighbour uses them. When mapped_bytes
-    equals head + tail, head or tail, those are the mapped parts."""
-    head = (-b.address) % page
-    tail = (b.address + b.size) % page
-    if head + tail > b.size:  # inside one page: wholly mapped or not at all
-        return None
-    if head + tail != b.mapped_bytes:
-        # the page at one end is unmapped: the arena's top, or a neighbour
-        # that is free too (free blocks of different streams do not merge)
-        if head == b.mapped_bytes:
-            tail = 0
-        elif tail == b.mapped_bytes:
-            head = 0
-        else:
-            return None
-    return (_piece(b, b.address, head) if head else None,
-            _piece(b, b.address + b.size - tail, tail) if tail else None)
-
-
-def _torch_segments(device, walk_segments, vmm, page):
+def _torch_segments(device, walk_segments, vmm, ranges):
     """torch segments from coop's. Without VMM: one each. With VMM: one per
-    contiguous mapped range, as PyTorch reports expandable segments, so that
-    total_size adds up to reserved (mapped) bytes. A free block partly mapped
-    in a way _mapped_pieces cannot tell counts whole."""
-    out = []
-    for seg, blocks in walk_segments:
-        if not blocks:
-            continue
-        if not vmm:
-            out.append(_segment_dict(device, blocks, vmm))
-            continue
-        run = []
-
-        def close():
-            if run:
-                out.append(_segment_dict(device, list(run), vmm))
-                run.clear()
-
-        # mapped pages past the tiled range (the top page is partly above
-        # the arena's end): free, reserved space the arena grows into
-        beyond = seg.mapped_bytes - sum(b.mapped_bytes for b in blocks)
-        if beyond > 0:
-            top = native.BlockInfo(address=seg.address + seg.size, size=beyond,
-                                   state=native.BLOCK_FREE)
-            blocks = list(blocks) + [_piece(top, top.address, beyond)]
-        for b in blocks:
-            if b.state != native.BLOCK_FREE or b.mapped_bytes == b.size:
-                run.append(b)
-            elif b.mapped_bytes == 0:
-                close()
-            else:
-                pieces = _mapped_pieces(b, page)
-                if pieces is None:
-                    run.append(b)
-                    continue
-                head, tail = pieces
-                if head:
-                    run.append(head)
-                close()
-                if tail:
-                    run.append(tail)
-        close()
+    run of mapped pages (ranges, from the page map), as PyTorch reports
+    expandable segments, so that total_size adds up to reserved (mapped)
+    bytes: free blocks are cut to the run's pages, and the mapped space
+    above the arena's top (where it grows) is a free block of its own."""
+    if not vmm:
+        return [_segment_dict(device, blocks, vmm) for _, blocks in walk_segments if blocks]
+    blocks = [b for _, bs in walk_segments for b in bs]  # address order
+    out, i = [], 0
+    for r in ranges:
+        start, end = r.address, r.address + r.size
+        while i < len(blocks) and blocks[i].address + blocks[i].size <= start:
+            i += 1
+        pieces, at = [], start
+        while at < end:
+            b = blocks[i] if i < len(blocks) and blocks[i].address < end else None
+            lo = max(b.address, at) if b else end
+            if lo > at:  # no block here: the top of the arena
+                top = native.BlockInfo(address=at, size=lo - at, state=native.BLOCK_FREE)
+                pieces.append(_piece(top, at, lo - at))
+                at = lo
+                continue
+            hi = min(b.address + b.size, end)
+            whole = (lo, hi) == (b.address, b.address + b.size)
+            pieces.append(b if whole else _piece(b, lo, hi - lo))
+            at = hi
+            if b.address + b.size <= end:
+                i += 1  # else it goes on into the next run
+        out.append(_segment_dict(device, pieces, vmm))
     return out
 
 
@@ -482,8 +446,6 @@ def _trace_entry(e):
 
 def _take(device):
     lib = native.library()
-    pool = lib.coop_torch_pool(device)
-    page = native.config(pool).page_size if pool else 2 << 20
     ptr = ctypes.POINTER(native.TorchSnapshot)()
     st = lib.coop_torch_snapshot_take(device, ctypes.byref(ptr))
     if st != native.OK:
@@ -498,7 +460,9 @@ def _take(device):
             k += seg.num_blocks
             segs.append((native.SegmentInfo.from_buffer_copy(seg), blocks))
         events = [_trace_entry(snap.events[i]) for i in range(snap.num_events)]
-        return bool(snap.vmm), page, segs, events
+        ranges = [native.TorchRange.from_buffer_copy(snap.ranges[i])
+                  for i in range(snap.num_ranges)]
+        return bool(snap.vmm), segs, ranges, events
     finally:
         lib.coop_torch_snapshot_free(ptr)
 
@@ -514,9 +478,9 @@ def snapshot():
     segments, traces = [], []
     vmm_any = False
     for d in range(ndev):
-        vmm, page, segs, events = _take(d)
+        vmm, segs, ranges, events = _take(d)
         vmm_any = vmm_any or vmm
-        segments.extend(_torch_segments(d, segs, vmm, page))
+        segments.extend(_torch_segments(d, segs, vmm, ranges))
         traces.append(events)
     buf = ctypes.create_string_buffer(512)
     lib.coop_torch_settings(buf, len(buf))

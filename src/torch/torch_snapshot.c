@@ -1,8 +1,10 @@
-/* coop_torch_snapshot_take: one device's blocks and history for snapshot(). */
+/* coop_torch_snapshot_take: one device's blocks, mapped ranges and history
+ * for snapshot(). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "growable.h"
+#include "pool_internal.h"
 #include "status.h"
 #include "torch/torch_abi.h"
 
@@ -10,18 +12,57 @@
  * only plain host allocations here). */
 typedef struct walk_copy {
     coop_torch_snapshot *snap;
-    size_t seg_cap, block_cap;
+    size_t seg_cap, block_cap, range_cap;
+    coop_pool *pool;
+    const arena_segment *seg; /* the arena segment the walk is at */
     bool out_of_memory;
 } walk_copy;
 
 /* The first capacity (items) of the copies' arrays (GROW_ARRAY). */
 #define COPY_ARRAY_FIRST 64
 
+/* The arena segment coop_walk reports as segment: the one after the last
+ * (the walk goes in the arena's order), else found by address. */
+static const arena_segment *arena_segment_at(walk_copy *w, const coop_segment_info *segment)
+{
+    const arena *a = pool_arena(w->pool);
+    const arena_segment *s = w->seg ? w->seg->next : arena_first_segment(a);
+    if (!s || s->base != segment->address)
+        for (s = arena_first_segment(a); s && s->base != segment->address; s = s->next)
+            ;
+    w->seg = s;
+    return s;
+}
+
+/* Appends the segment's runs of mapped pages (VMM). coop_walk's visitors
+ * run under the pool's lock, so the page map agrees with the blocks. */
+static bool copy_ranges(walk_copy *w, const coop_segment_info *segment)
+{
+    const arena *a = pool_arena(w->pool);
+    const arena_segment *seg = arena_segment_at(w, segment);
+    if (!a->params.vmm || !seg)
+        return true;
+    coop_torch_snapshot *s = w->snap;
+    size_t first, end;
+    for (size_t from = 0;
+         page_map_next_run(&seg->pages, from, seg->pages.num_pages, true, &first, &end);
+         from = end) {
+        if (GROW_ARRAY(s->ranges, w->range_cap, s->num_ranges + 1, COPY_ARRAY_FIRST))
+            return false;
+        s->ranges[s->num_ranges++] = (coop_torch_range){
+            seg->base + ((uintptr_t)first << a->page_shift),
+            (uint64_t)(end - first) << a->page_shift,
+        };
+    }
+    return true;
+}
+
 static int copy_segment(const coop_segment_info *segment, void *ctx)
 {
     walk_copy *w = ctx;
     coop_torch_snapshot *s = w->snap;
-    if (GROW_ARRAY(s->segments, w->seg_cap, s->num_segments + 1, COPY_ARRAY_FIRST)) {
+    if (GROW_ARRAY(s->segments, w->seg_cap, s->num_segments + 1, COPY_ARRAY_FIRST) ||
+        !copy_ranges(w, segment)) {
         w->out_of_memory = true;
         return 1;
     }
@@ -59,7 +100,7 @@ coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out)
         coop_config config;
         coop_pool_config(pool, &config);
         snap->vmm = config.use_vmm;
-        walk_copy w = {snap, 0, 0, false};
+        walk_copy w = {.snap = snap, .pool = pool};
         st = coop_walk(pool, copy_segment, copy_block, &w);
         if (st == COOP_OK && w.out_of_memory)
             st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop torch: no host memory for a snapshot");
@@ -81,5 +122,6 @@ void coop_torch_snapshot_free(coop_torch_snapshot *snapshot)
     free(snapshot->segments);
     free(snapshot->blocks);
     free(snapshot->events);
+    free(snapshot->ranges);
     free(snapshot);
 }

@@ -388,6 +388,7 @@ class Layout(unittest.TestCase):
         "coop_segment_info": native.SegmentInfo,
         "coop_config": native.Config,
         "coop_torch_event": native.TorchEvent,
+        "coop_torch_range": native.TorchRange,
         "coop_torch_snapshot": native.TorchSnapshot,
     }
 
@@ -499,6 +500,94 @@ class Snapshot(unittest.TestCase):
         mem = memory_viz.memory(segments, format_flamegraph=lambda text: text)
         total = sum(int(line.rsplit(" ", 1)[1]) for line in mem.splitlines())
         self.assertEqual(total, stats["total_size"].value)
+
+
+# Checks, after each step of a random alloc / free / empty_cache sequence
+# (several streams, so free blocks of different streams do not merge), that
+# the snapshot's segments add up to reserved bytes, that blocks tile each
+# segment, that active_allocated blocks add up to allocated bytes and that
+# segments do not overlap. Prints "ok" or the first problems.
+SNAPSHOT_FUZZ = """
+import random
+rng = random.Random(%d)
+live, problems = [], []
+for rnd in range(%d):
+    for _ in range(rng.randrange(1, 40)):
+        if live and rng.random() < 0.45:
+            p, size, stream = live.pop(rng.randrange(len(live)))
+            lib.coop_torch_free(p, size, 0, stream)
+        else:
+            size = rng.choice([512, 4096, 100000, 1 << 20, 3 << 20, rng.randrange(1, 16 << 20)])
+            stream = rng.randrange(3)
+            p = lib.coop_torch_malloc(size, 0, stream)
+            if p:
+                live.append((p, size, stream))
+    if rng.random() < 0.2:
+        lib.coop_torch_empty_cache()
+    segs = [s for s in ctorch.snapshot()["segments"] if s["device"] == 0]
+    stats = ctorch.memory_stats(0)
+    for seg in segs:
+        at = seg["address"]
+        for b in seg["blocks"]:
+            if b["address"] != at:
+                problems.append(f"round {rnd}: blocks do not tile segment {seg['address']:#x}")
+            at += b["size"]
+        if at - seg["address"] != seg["total_size"]:
+            problems.append(f"round {rnd}: blocks do not add up to total_size")
+    total = sum(s["total_size"] for s in segs)
+    if total != stats["reserved_bytes.all.current"]:
+        problems.append(f"round {rnd}: segments {total} != reserved "
+                        f"{stats['reserved_bytes.all.current']}")
+    allocated = sum(b["size"] for s in segs for b in s["blocks"]
+                    if b["state"] == "active_allocated")
+    if allocated != stats["allocated_bytes.all.current"]:
+        problems.append(f"round {rnd}: active_allocated {allocated} != allocated "
+                        f"{stats['allocated_bytes.all.current']}")
+    spans = sorted((s["address"], s["address"] + s["total_size"]) for s in segs)
+    if any(b0 < e0 for (_, e0), (b0, _) in zip(spans, spans[1:])):
+        problems.append(f"round {rnd}: segments overlap")
+    if len(problems) > 3:
+        break
+print("ok" if not problems else "; ".join(problems[:4]))
+"""
+
+
+class SnapshotSegments(unittest.TestCase):
+    """Snapshot segments against reserved bytes, in processes of their own
+    (a configuration each)."""
+
+    def test_free_block_mapped_inside(self):
+        """A free block whose only mapped page is inside it (a block freed,
+        its pages unmapped by empty_cache, a small allocation there mapping
+        one page, freed again): the segment holds that page, not the whole
+        free block's unmapped pages."""
+        r = run_child(
+            "a = lib.coop_torch_malloc(4 << 20, 0, None)\n"
+            "b = lib.coop_torch_malloc(6 << 20, 0, None)\n"
+            "c = lib.coop_torch_malloc(4 << 20, 0, None)\n"
+            "lib.coop_torch_free(b, 6 << 20, 0, None)\n"
+            "lib.coop_torch_empty_cache()\n"
+            "d = lib.coop_torch_malloc(1 << 20, 0, None)\n"
+            "lib.coop_torch_free(d, 1 << 20, 0, None)\n"
+            "segs = ctorch.snapshot()['segments']\n"
+            "print(ctorch.memory_stats(0)['reserved_bytes.all.current'],\n"
+            "      sum(s['total_size'] for s in segs))\n"
+            "print(' '.join('%d+%d' % (s['address'] - a, s['total_size']) for s in segs))\n",
+            "backend:host,capacity:256M,page:2M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        reserved, total = r.stdout.splitlines()[0].split()
+        self.assertEqual(total, reserved, r.stdout)
+        self.assertEqual(reserved, str(10 << 20))
+        # a, then the mapped page of the free block (d's), then c
+        self.assertEqual(r.stdout.splitlines()[1].split(),
+                         [f"0+{6 << 20}", f"{10 << 20}+{4 << 20}"])
+
+    def test_segments_add_up_to_reserved_bytes(self):
+        for conf in ("page:2M", "page:64K", "page:2M,vmm:false"):
+            with self.subTest(conf=conf):
+                r = run_child(SNAPSHOT_FUZZ % (SEED, 300), "backend:host,capacity:512M," + conf)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(r.stdout.strip(), "ok", f"seed {SEED}")
 
 
 class Configuration(unittest.TestCase):
