@@ -33,11 +33,16 @@ static void test_configure_rejects_then_accepts(void **state)
     assert_non_null(strstr(buf, "colour"));
     assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_ERR_INVALID);
     assert_null(coop_torch_pool(0));
+    /* every key is in the settings (snapshots' allocator_settings) */
+    assert_int_equal(coop_torch_configure("backend:host,wait:false"), COOP_OK);
+    assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);
+    assert_non_null(strstr(buf, ",wait:false"));
     assert_int_equal(coop_torch_configure("backend:host,capacity:256M,history:8,check:true"),
                      COOP_OK);
     assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);
     assert_non_null(strstr(buf, "backend:host"));
     assert_non_null(strstr(buf, "history:8"));
+    assert_non_null(strstr(buf, ",wait:true"));
 }
 
 static void test_pools_per_device(void **state)

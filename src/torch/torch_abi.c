@@ -166,11 +166,12 @@ coop_status coop_torch_settings(char *buf, size_t size)
             snprintf(fraction, sizeof fraction, ",fraction:%g", conf.fraction);
         snprintf(buf, size,
                  "backend:%s,capacity:%ju%s,page:%ju,vmm:%s,segment:%ju,placement:%s,"
-                 "min_split:%ju,check:%s,history:%zu",
+                 "min_split:%ju,check:%s,history:%zu,wait:%s",
                  conf.backend == COOP_BACKEND_HOST ? "host" : "cuda", (uintmax_t)conf.capacity,
                  fraction, (uintmax_t)conf.page_size, conf.use_vmm ? "true" : "false",
                  (uintmax_t)conf.segment_size, conf.placement == COOP_ALLOC_HIGH ? "high" : "low",
-                 (uintmax_t)conf.min_split, conf.check ? "true" : "false", history_entries);
+                 (uintmax_t)conf.min_split, conf.check ? "true" : "false", history_entries,
+                 conf.never_wait ? "false" : "true");
     } else if (buf && size) {
         snprintf(buf, size, "%s", coop_last_error());
     }
