@@ -70,12 +70,16 @@ bool coop_alloc_conf_parse_bytes(const char *text, size_t len, uint64_t *out)
         default:
             return false;
         }
+        /* after the unit letter: nothing, "i", "B" or "iB", in any case
+         * (a capacity in bits makes no sense, so "Gb" is bytes too) */
         const char *rest = text + i + 1;
         size_t rest_len = len - i - 1;
-        bool ok = toupper((unsigned char)text[i]) == 'B'
-                      ? rest_len == 0
-                      : rest_len == 0 || (rest_len == 1 && (rest[0] == 'B' || rest[0] == 'i')) ||
-                            (rest_len == 2 && rest[0] == 'i' && rest[1] == 'B');
+        bool has_i = rest_len > 0 && toupper((unsigned char)rest[0]) == 'I';
+        bool ok =
+            toupper((unsigned char)text[i]) == 'B'
+                ? rest_len == 0
+                : rest_len == (size_t)has_i || (rest_len == (size_t)has_i + 1 &&
+                                                toupper((unsigned char)rest[rest_len - 1]) == 'B');
         if (!ok)
             return false;
     }

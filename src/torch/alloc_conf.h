@@ -4,7 +4,8 @@
  *
  *   backend:cuda|host       device kind (default cuda; host = simulated device)
  *   capacity:BYTES          most bytes mapped per device (K/M/G/T suffixes, binary,
- *                           optional "i"/"iB"/"B": 40G, 512MiB, 1Ti)
+ *                           optional "i"/"iB"/"B", any case: 40G, 512MiB, 1ti,
+ *                           40gb); the pool rounds it up to whole pages
  *   fraction:F              capacity as a fraction (0, 1] of the device's memory
  *                           (exclusive with capacity)
  *   page:BYTES              physical mapping granularity (power of two >= 512)
@@ -52,8 +53,9 @@ void coop_alloc_conf_default(coop_alloc_conf *conf);
  * its byte offset, and leaves *conf untouched. */
 coop_status coop_alloc_conf_parse(const char *text, coop_alloc_conf *conf);
 
-/* Parses a byte count with an optional binary suffix; false if malformed,
- * zero or out of range. */
+/* Parses a byte count with an optional binary suffix (K, M, G or T, then
+ * optionally "i", "B" or "iB"; or "B" alone; in any case); false if
+ * malformed, zero or out of range. */
 bool coop_alloc_conf_parse_bytes(const char *text, size_t len, uint64_t *out);
 
 /* Fills a pool configuration for device from conf (capacity, page, VMM,
