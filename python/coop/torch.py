@@ -26,6 +26,8 @@ __all__ = [
     "patch_torch",
     "mem_pool",
     "memory_stats",
+    "memory_stats_as_nested_dict",
+    "reset_accumulated_memory_stats",
     "snapshot",
     "dump_snapshot",
     "record_history",
@@ -146,8 +148,9 @@ def _record_history_compat(*args, **kwargs):
 def patch_torch(torch):
     """Points torch.cuda's memory statistics and snapshot functions at coop,
     so code that calls torch.cuda.memory_allocated(), memory_stats(),
-    max_memory_reserved(), reset_peak_memory_stats(), memory_snapshot(),
-    torch.cuda.memory._snapshot() / _dump_snapshot() or
+    memory_stats_as_nested_dict(), max_memory_reserved(),
+    reset_peak_memory_stats(), reset_accumulated_memory_stats(),
+    memory_snapshot(), torch.cuda.memory._snapshot() / _dump_snapshot() or
     _record_memory_history() keeps working (the pluggable route raises for
     them). Returns the names replaced."""
     memory = torch.cuda.memory
@@ -174,9 +177,17 @@ def patch_torch(torch):
     def dump_compat(filename="dump_snapshot.pickle", *args, **kwargs):
         dump_snapshot(filename)
 
+    def reset_accumulated(device=None):
+        reset_accumulated_memory_stats(_device_index(device, torch))
+
+    def nested(device=None):
+        return memory_stats_as_nested_dict(_device_index(device, torch))
+
     replacements = {
         "memory_stats": stats,
+        "memory_stats_as_nested_dict": nested,
         "reset_peak_memory_stats": reset_peak,
+        "reset_accumulated_memory_stats": reset_accumulated,
         "memory_snapshot": segments_compat,
         "_snapshot": snapshot_compat,
         "_dump_snapshot": dump_compat,
@@ -323,6 +334,49 @@ def memory_stats(device=None):
     current device, as in torch.
     """
     device = _device_index(device)
+    out = _raw_stats(device)
+    # the accumulated counters count from the last reset_accumulated_memory_stats
+    for key, base in _accumulated_base.get(device, {}).items():
+        out[key] -= base
+    return out
+
+
+# torch's accumulated counters (reset_accumulated_memory_stats): every
+# counter's "allocated" and "freed", and these
+_ACCUMULATED = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")
+_accumulated_base = {}  # device -> {key: value at the last reset}
+
+
+def reset_accumulated_memory_stats(device=None):
+    """torch.cuda.reset_accumulated_memory_stats() for coop's pool: the
+    "allocated" and "freed" counters, num_alloc_retries, num_ooms,
+    num_device_alloc and num_device_free of memory_stats() count from 0
+    again. (coop's own counters go on; memory_stats() subtracts what they
+    were at the reset. check_oom() is not affected.)"""
+    device = _device_index(device)
+    raw = _raw_stats(device)
+    base = {k: v for k, v in raw.items()
+            if k.endswith((".allocated", ".freed")) or k in _ACCUMULATED}
+    with _state_lock:
+        _accumulated_base[device] = base
+
+
+def memory_stats_as_nested_dict(device=None):
+    """memory_stats() nested at its dots, as
+    torch.cuda.memory_stats_as_nested_dict() returns it:
+    {"allocated_bytes": {"all": {"current": ...}}, ..., "num_ooms": ...}."""
+    nested = {}
+    for key, value in memory_stats(device).items():
+        *path, leaf = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def _raw_stats(device):
+    """memory_stats()'s keys and coop's counters as they are (no reset)."""
     pool = _pool(device)
     s = native.stats(pool) if pool else native.Stats()
     out = {}

@@ -743,6 +743,52 @@ class Install(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.split(), [str(3 << 20), str(3 << 20), str(4 << 20), "0", "0"])
 
+    def test_accumulated_stats_reset_and_nested_dict(self):
+        """reset_accumulated_memory_stats() and memory_stats_as_nested_dict(),
+        as torch has them (a child: the reset is per process)."""
+        r = run_child(
+            "p = lib.coop_torch_malloc(3 << 20, 0, None)\n"
+            "assert lib.coop_torch_malloc(1 << 40, 0, None) is None\n"
+            "s = ctorch.memory_stats(0)\n"
+            "print(s['allocation.all.allocated'], s['num_ooms'], s['num_device_alloc'])\n"
+            "ctorch.reset_accumulated_memory_stats(0)\n"
+            "s = ctorch.memory_stats(0)\n"
+            "print(s['allocation.all.allocated'], s['allocated_bytes.all.freed'], s['num_ooms'],\n"
+            "      s['num_device_alloc'], s['allocation.all.current'])\n"
+            "lib.coop_torch_free(p, 3 << 20, 0, None)\n"
+            "q = lib.coop_torch_malloc(1 << 20, 0, None)\n"
+            "s = ctorch.memory_stats('cuda:0')\n"
+            "print(s['allocation.all.allocated'], s['allocation.all.freed'])\n"
+            "n = ctorch.memory_stats_as_nested_dict(0)\n"
+            "print(n['allocation']['all']['allocated'], n['allocated_bytes']['all']['current'],\n"
+            "      n['num_ooms'], n['coop']['capacity'])\n"
+            "lib.coop_torch_free(q, 1 << 20, 0, None)\n", "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([line.split() for line in r.stdout.splitlines()],
+                         [["1", "1", "1"], ["0", "0", "0", "0", "1"], ["1", "1"],
+                          ["1", str(1 << 20), "0", str(256 << 20)]])
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_patched_accumulated_and_nested(self):
+        """torch.cuda.reset_accumulated_memory_stats and
+        memory_stats_as_nested_dict are patched too (torch 1.13 raised
+        AttributeError for the first; the pluggable route raises for both)."""
+        r = run_child(
+            "import torch\n"
+            "names = ctorch.patch_torch(torch)\n"
+            "p = lib.coop_torch_malloc(3 << 20, 0, None)\n"
+            "torch.cuda.reset_accumulated_memory_stats('cuda:0')\n"
+            "n = torch.cuda.memory_stats_as_nested_dict(0)\n"
+            "print(n['allocation']['all']['allocated'], n['allocation']['all']['current'],\n"
+            "      torch.cuda.memory_stats(0)['allocation.all.allocated'])\n"
+            "print(' '.join(sorted(names)))\n"
+            "lib.coop_torch_free(p, 3 << 20, 0, None)\n", "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["0", "1", "0"])
+        self.assertIn("reset_accumulated_memory_stats", lines[1].split())
+        self.assertIn("memory_stats_as_nested_dict", lines[1].split())
+
     @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_patched_functions_take_torch_2_11_arguments(self):
         """torch 2.11 calls _snapshot(augment_with_fx_traces=...) from its
