@@ -648,13 +648,18 @@ size_t coop_torch_last_error(char *buf, size_t size);
 coop_pool *coop_torch_pool(int device);
 
 /* Turns history recording on, keeping the last max_entries events per
- * device, or off (0), dropping what was recorded. This outlasts the
+ * device, of those recorded so far too (as PyTorch's
+ * _record_memory_history without clear_history), or off (0), dropping what
+ * was recorded. This outlasts the
  * configuration, whenever that is loaded or set: before the first
  * allocation as well as after it. The ring's memory grows
  * with the events recorded (up to max_entries), so any bound is accepted and
  * costs nothing until used; if the host has no memory to grow it, it keeps
  * the last events it has room for and reports that once. */
 void coop_torch_record_history(size_t max_entries);
+
+/* Drops the events recorded on every device; recording stays on or off. */
+void coop_torch_clear_history(void);
 
 /* One recorded event (torch's device_traces entry). */
 typedef enum coop_torch_action {

@@ -74,7 +74,8 @@ static void test_pools_per_device(void **state)
 static void test_history_ring_keeps_the_last_events(void **state)
 {
     (void)state;
-    coop_torch_record_history(8); /* drops what was recorded */
+    coop_torch_clear_history();
+    coop_torch_record_history(8);
     void *p[6];
     for (int i = 0; i < 6; i++)
         p[i] = coop_torch_malloc(512u * (unsigned)(i + 1), 2, STREAM(i));
@@ -110,6 +111,19 @@ static void test_history_ring_keeps_the_last_events(void **state)
     assert_int_equal(snap->events[snap->num_events - 1].address,
                      stats.capacity - (uint64_t)stats.reserved_bytes.current);
     coop_torch_free(held, 3 * MIB, 2, STREAM(0));
+    coop_torch_snapshot_free(snap);
+    /* a new bound keeps the last events that fit; clearing drops them and
+     * keeps recording */
+    coop_torch_record_history(4);
+    assert_int_equal(coop_torch_snapshot_take(2, &snap), COOP_OK);
+    assert_int_equal(snap->num_events, 4);
+    assert_int_equal(snap->events[3].action, COOP_TORCH_FREE_COMPLETED);
+    assert_int_equal(snap->events[3].address, (uintptr_t)held);
+    coop_torch_snapshot_free(snap);
+    coop_torch_clear_history();
+    coop_torch_free(coop_torch_malloc(512, 2, STREAM(0)), 512, 2, STREAM(0));
+    assert_int_equal(coop_torch_snapshot_take(2, &snap), COOP_OK);
+    assert_int_equal(snap->num_events, 3);
     coop_torch_snapshot_free(snap);
     coop_torch_record_history(0);
     assert_int_equal(coop_torch_snapshot_take(2, &snap), COOP_OK);

@@ -1,7 +1,8 @@
 /*
  * The PyTorch ABI's history ring (src/torch/history.c): any bound is
  * accepted without reserving it, the ring grows as events come and wraps
- * at its bound, and a failed growth keeps the last events it has room for.
+ * at its bound, a new bound keeps the last events that fit, and a failed
+ * growth keeps the last events it has room for.
  * Host allocations go through tests/host_alloc_fault.c's wrappers (counted,
  * and failed on demand).
  */
@@ -71,14 +72,45 @@ static void test_ring_grows_then_wraps(void **state)
     expect_events(&h, 0, 2500);
     record(&h, 2500, 4500);
     expect_events(&h, 4000, 3000);
-    /* resizing drops what was recorded; 0 turns recording off */
-    torch_history_resize(&h, 5);
+    /* clearing drops what was recorded and keeps recording; 0 turns it off */
+    torch_history_clear(&h);
     expect_events(&h, 0, 0);
     record(&h, 100, 12);
-    expect_events(&h, 107, 5);
+    expect_events(&h, 100, 12);
     torch_history_resize(&h, 0);
     assert_false(torch_history_record(&h, COOP_TORCH_ALLOC, 1, 512, 7, 0));
     expect_events(&h, 0, 0);
+}
+
+/* A new bound keeps the last events that fit, whatever state the ring is
+ * in (empty, filling, full with its oldest anywhere), and recording goes on
+ * from there, as torch's _record_memory_history without clear_history. */
+static void test_resize_keeps_the_last_events(void **state)
+{
+    (void)state;
+    const size_t bounds[] = {1, 2, 5, 1024, 1500};
+    const size_t new_bounds[] = {1, 3, 1024, 2000, 5000};
+    for (size_t b = 0; b < sizeof bounds / sizeof bounds[0]; b++) {
+        size_t cap = bounds[b];
+        const size_t counts[] = {0, 1, cap - 1, cap, cap + 1, 3 * cap + 2};
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+            for (size_t n = 0; n < sizeof new_bounds / sizeof new_bounds[0]; n++) {
+                size_t recorded = counts[c], new_cap = new_bounds[n];
+                torch_history h = TORCH_HISTORY_INIT;
+                torch_history_resize(&h, cap);
+                record(&h, 0, recorded);
+                torch_history_resize(&h, new_cap);
+                size_t held = recorded < cap ? recorded : cap;
+                size_t kept = held < new_cap ? held : new_cap;
+                expect_events(&h, recorded - kept, kept);
+                /* recording goes on after them */
+                record(&h, recorded, 7);
+                size_t after = kept + 7 < new_cap ? kept + 7 : new_cap;
+                expect_events(&h, recorded + 7 - after, after);
+                torch_history_resize(&h, 0);
+            }
+        }
+    }
 }
 
 /* The ring cannot grow: it says so once and keeps the last events it has
@@ -106,6 +138,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_huge_bound_reserves_nothing),
         cmocka_unit_test(test_ring_grows_then_wraps),
+        cmocka_unit_test(test_resize_keeps_the_last_events),
         cmocka_unit_test(test_failed_growth_keeps_the_last_events),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -188,6 +188,7 @@ _SIGNATURES = {
     "coop_torch_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
     "coop_torch_pool": (_P, [ctypes.c_int]),
     "coop_torch_record_history": (None, [ctypes.c_size_t]),
+    "coop_torch_clear_history": (None, []),
     "coop_torch_snapshot_take": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.POINTER(TorchSnapshot))]),
     "coop_torch_snapshot_free": (None, [ctypes.POINTER(TorchSnapshot)]),
 }

@@ -133,16 +133,39 @@ def _current_device(torch=None):
         return 0
 
 
-def _record_history_compat(*args, **kwargs):
-    """torch.cuda.memory._record_memory_history for coop: on unless the
-    first argument (enabled) is None or False; max_entries (2.1+) or
-    trace_alloc_max_entries (2.0) sets the ring's size."""
-    enabled = args[0] if args else kwargs.get("enabled", "all")
+# torch.cuda.memory._record_memory_history's arguments after enabled, by
+# position: torch 2.1+ (enabled "all" / "state" / None) and the legacy form
+# (enabled True / False, torch 2.0; 2.1+ route a bool to it)
+_HISTORY_ARGS = ("context", "stacks", "max_entries", "device", "clear_history")
+_LEGACY_HISTORY_ARGS = ("record_context", "trace_alloc_max_entries",
+                        "trace_alloc_record_context", "device", "record_context_cpp",
+                        "clear_history")
+
+
+def _record_history_compat(enabled="all", *args, **kwargs):
+    """torch.cuda.memory._record_memory_history for coop, as torch does it:
+    None or False stop recording and drop the events; "state" keeps one
+    event (torch keeps max_entries only for "all"); otherwise the events
+    recorded so far stay unless clear_history. max_entries (legacy:
+    trace_alloc_max_entries) may be given by position or by name; without
+    it coop keeps 100000 events, where torch's bound is sys.maxsize (legacy:
+    1). coop records no stack frames: context and stacks change nothing."""
+    legacy = isinstance(enabled, bool)
+    names = _LEGACY_HISTORY_ARGS if legacy else _HISTORY_ARGS
+    given = dict(zip(names, args))
+    given.update(kwargs)
     if enabled is None or enabled is False:
         record_history(0)
         return
-    entries = kwargs.get("max_entries") or kwargs.get("trace_alloc_max_entries") or 100000
-    record_history(max(int(entries), 1))
+    if not legacy and enabled not in ("state", "all"):
+        raise ValueError("coop.torch: _record_memory_history: enabled is %r, expected 'state', "
+                         "'all', or None" % (enabled,))
+    entries = given.get("trace_alloc_max_entries" if legacy else "max_entries")
+    if entries is None:  # the other form's name, as the previous version took either
+        entries = given.get("max_entries" if legacy else "trace_alloc_max_entries", 100000)
+    if enabled == "state":
+        entries = 1
+    record_history(max(int(entries), 1), clear_history=bool(given.get("clear_history", False)))
 
 
 def patch_torch(torch):
@@ -559,15 +582,19 @@ def dump_snapshot(path):
 _SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
 
 
-def record_history(max_entries=100000):
-    """Starts (or, with 0, stops) recording alloc/free events for snapshots,
-    keeping the last max_entries per device. The ring grows as events come,
-    so a large bound (torch 2.x's default is sys.maxsize) costs nothing
-    until it is used; bounds past size_t mean "no bound"."""
+def record_history(max_entries=100000, clear_history=False):
+    """Starts recording alloc/free events for snapshots, keeping the last
+    max_entries per device, of those recorded so far too unless
+    clear_history; 0 stops recording and drops them. The ring grows as
+    events come, so a large bound (torch 2.x's default is sys.maxsize)
+    costs nothing until it is used; bounds past size_t mean "no bound"."""
     n = int(max_entries)
     if n < 0:
         raise ValueError("coop.torch.record_history: max_entries is %d, expected 0 or more" % n)
-    native.library().coop_torch_record_history(min(n, _SIZE_MAX))
+    lib = native.library()
+    if clear_history:
+        lib.coop_torch_clear_history()
+    lib.coop_torch_record_history(min(n, _SIZE_MAX))
 
 
 def empty_cache():

@@ -10,17 +10,60 @@
 /* Slots of a ring's first allocation: 40 KiB, a few steps of a small model. */
 #define HISTORY_FIRST_SLOTS 1024u
 
-void torch_history_resize(torch_history *h, size_t max_entries)
+/* Reverses ring[first, end) in place. */
+static void reverse_events(coop_torch_event *ring, size_t first, size_t end)
 {
-    pthread_mutex_lock(&h->lock);
+    while (first + 1 < end) {
+        coop_torch_event t = ring[first];
+        ring[first++] = ring[--end];
+        ring[end] = t;
+    }
+}
+
+/* Drops every event and the ring's memory. Caller holds h->lock. */
+static void drop_events(torch_history *h)
+{
     free(h->ring);
     h->ring = NULL;
     h->slots = 0;
-    h->capacity = max_entries;
     h->count = 0;
     h->oldest = 0;
+}
+
+void torch_history_resize(torch_history *h, size_t max_entries)
+{
+    pthread_mutex_lock(&h->lock);
+    if (max_entries == 0) {
+        drop_events(h);
+    } else {
+        /* oldest first from ring[0] (a rotation in place: nothing to
+         * allocate), then the last max_entries of them */
+        reverse_events(h->ring, 0, h->oldest);
+        reverse_events(h->ring, h->oldest, h->count);
+        reverse_events(h->ring, 0, h->count);
+        h->oldest = 0;
+        size_t kept = h->count < max_entries ? h->count : max_entries;
+        if (kept && kept < h->count)
+            memmove(h->ring, h->ring + (h->count - kept), kept * sizeof *h->ring);
+        h->count = kept;
+        if (h->slots > max_entries) { /* give back what the bound no longer allows */
+            coop_torch_event *ring = realloc(h->ring, max_entries * sizeof *ring);
+            if (ring) {
+                h->ring = ring;
+                h->slots = max_entries;
+            }
+        }
+    }
+    h->capacity = max_entries;
     h->grow_failed = false;
     atomic_store(&h->enabled, max_entries > 0);
+    pthread_mutex_unlock(&h->lock);
+}
+
+void torch_history_clear(torch_history *h)
+{
+    pthread_mutex_lock(&h->lock);
+    drop_events(h);
     pthread_mutex_unlock(&h->lock);
 }
 

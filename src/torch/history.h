@@ -19,7 +19,8 @@
 typedef struct torch_history {
     pthread_mutex_t lock;
     atomic_bool enabled;
-    coop_torch_event *ring; /* slots events allocated, slots <= capacity */
+    coop_torch_event *ring; /* slots events allocated (more than capacity only
+                             * if a shrinking realloc failed) */
     size_t slots;
     size_t capacity; /* most events kept */
     /* Filling (count < capacity): the events are ring[0, count), oldest
@@ -41,9 +42,13 @@ static inline bool torch_history_on(torch_history *h)
     return atomic_load_explicit(&h->enabled, memory_order_relaxed);
 }
 
-/* Drops what was recorded and keeps the last max_entries events from now
- * on (0 = off). Allocates nothing, so it cannot fail. */
+/* Keeps the last max_entries events from now on, and of those recorded
+ * (as PyTorch's _record_memory_history does without clear_history); 0 turns
+ * recording off and drops them. Allocates nothing, so it cannot fail. */
 void torch_history_resize(torch_history *h, size_t max_entries);
+
+/* Drops what was recorded; recording stays as it was. */
+void torch_history_clear(torch_history *h);
 
 /* Records one event (time filled in here) if recording is on. Returns true
  * the first time the ring could not grow for lack of host memory: the ring

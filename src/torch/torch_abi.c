@@ -187,6 +187,12 @@ void coop_torch_record_history(size_t max_entries)
     pthread_mutex_unlock(&state_lock);
 }
 
+void coop_torch_clear_history(void)
+{
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        torch_history_clear(&slot(i)->history);
+}
+
 /* Records an event in device's history; reports the ring's first failure to
  * grow (it then keeps fewer events, and says so). */
 static void history_record(int device, coop_torch_action action, uintptr_t address, uint64_t size,

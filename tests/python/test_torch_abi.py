@@ -232,7 +232,7 @@ class Abi(unittest.TestCase):
         which ctypes would wrap to 0 (off): every event is kept."""
         try:
             for n in (1 << 62, (1 << 64) // 40 + 1, 1 << 64, 1 << 70):
-                ctorch.record_history(n)
+                ctorch.record_history(n, clear_history=True)
                 p = torch_malloc(4096, 0, 0)
                 torch_free(p, 4096, 0, 0)
                 trace = ctorch.snapshot()["device_traces"][0]
@@ -416,7 +416,7 @@ class Layout(unittest.TestCase):
 class Snapshot(unittest.TestCase):
     def setUp(self):
         rng = random.Random(SEED + 1)
-        ctorch.record_history(100000)
+        ctorch.record_history(100000, clear_history=True)
         self.kept = training_like_sequence(rng)
         torch_reset()
         self.snap = ctorch.snapshot()
@@ -788,6 +788,44 @@ class Install(unittest.TestCase):
         self.assertEqual(lines[0].split(), ["0", "1", "0"])
         self.assertIn("reset_accumulated_memory_stats", lines[1].split())
         self.assertIn("memory_stats_as_nested_dict", lines[1].split())
+
+    def test_record_memory_history_as_torch(self):
+        """The replacement of torch.cuda.memory._record_memory_history takes
+        torch 2.x's arguments (max_entries by position, clear_history) and
+        the legacy ones, and does what torch does: events stay unless
+        clear_history, "state" keeps one, None drops them."""
+        r = run_child(
+            "record = ctorch._record_history_compat\n"
+            "def pairs(n):\n"
+            "    for _ in range(n):\n"
+            "        lib.coop_torch_free(lib.coop_torch_malloc(512, 0, None), 512, 0, None)\n"
+            "def events():\n"
+            "    return len(ctorch.snapshot()['device_traces'][0])\n"
+            "out = []\n"
+            "record('all', 'all', 'all', 5)\n"
+            "pairs(3); out.append(events())\n"
+            "record('all', max_entries=100)\n"
+            "out.append(events()); pairs(1); out.append(events())\n"
+            "record('all', None, 'python', 100, None, True)\n"
+            "out.append(events()); pairs(1); out.append(events())\n"
+            "record('state')\n"
+            "out.append(events()); pairs(1); out.append(events())\n"
+            "record(None)\n"
+            "pairs(1); out.append(events())\n"
+            "record(True, True, 7)\n"
+            "pairs(3); out.append(events())\n"
+            "record(True, trace_alloc_max_entries=20, clear_history=True)\n"
+            "out.append(events())\n"
+            "record(False)\n"
+            "out.append(events())\n"
+            "try:\n"
+            "    record('bogus')\n"
+            "except ValueError as e:\n"
+            "    out.append('refused')\n"
+            "print(*out)\n", "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(),
+                         ["5", "5", "8", "0", "3", "1", "1", "0", "7", "0", "0", "refused"])
 
     @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_patched_functions_take_torch_2_11_arguments(self):
