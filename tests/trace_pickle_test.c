@@ -274,6 +274,95 @@ static void test_self_reference(void **state)
                          "entry has type list, expected dict", NULL);
 }
 
+/* A snapshot whose device 0 holds one alloc entry with `keys` keys (action,
+ * addr, size, then repeats of "x"). */
+static void entry_with_keys(pk *p, int keys)
+{
+    p->n = 0;
+    op(p, 0x80);
+    op(p, 4);
+    begin_dict(p);
+    str(p, "device_traces");
+    begin_list(p);
+    begin_list(p);
+    begin_dict(p);
+    key_str(p, "action", "alloc");
+    key_int(p, "addr", 0x1000);
+    key_int(p, "size", 512);
+    for (int i = 3; i < keys; i++)
+        key_int(p, "x", i);
+    end_dict(p);
+    end_list(p);
+    end_list(p);
+    end_dict(p);
+    op(p, '.');
+}
+
+/* Two segments; the second is a BINGET of the first (share_segment), or a
+ * new dict whose "blocks" is a BINGET of the first's list. */
+static void repeated_segment(pk *p, int share_segment)
+{
+    p->n = 0;
+    op(p, 0x80);
+    op(p, 4);
+    begin_dict(p); /* memo 0 */
+    str(p, "device_traces");
+    op(p, ']');
+    str(p, "segments");
+    begin_list(p); /* memo 1 */
+    begin_dict(p); /* memo 2 */
+    key_int(p, "address", 0x100000);
+    key_int(p, "total_size", 2 << 20);
+    str(p, "blocks");
+    begin_list(p); /* memo 3 */
+    block(p, 0x100000, 512, 512, "active_allocated");
+    end_list(p);
+    end_dict(p);
+    if (share_segment) {
+        op(p, 'h');
+        op(p, 2);
+    } else {
+        begin_dict(p);
+        key_int(p, "address", 0x400000);
+        key_int(p, "total_size", 2 << 20);
+        str(p, "blocks");
+        op(p, 'h');
+        op(p, 3);
+        end_dict(p);
+    }
+    end_list(p);
+    end_dict(p);
+    op(p, '.');
+}
+
+/* A 2-byte memo reference can repeat a container of any size: the reader
+ * bounds what one entry costs (finding: a 1.3 KB .gz of one 200,000-key
+ * dict repeated 200,000 times took 69 s), and refuses repeated segments and
+ * blocks lists, whose walks would multiply. */
+static void test_memo_repeats_are_bounded(void **state)
+{
+    (void)state;
+    pk p;
+    trace t;
+    entry_with_keys(&p, 64);
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_events, 1);
+    trace_free(&t);
+    entry_with_keys(&p, 65);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][0]",
+                         "entry has 65 keys (at most 64 expected)", NULL);
+    assert_null(t.events);
+
+    repeated_segment(&p, 1);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "byte 34: segments[0]",
+                         "segment is repeated by a memo reference (BINGET)", NULL);
+    assert_null(t.events);
+    repeated_segment(&p, 0);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "segments[0]",
+                         "'blocks' is repeated by a memo reference", NULL);
+    assert_null(t.events);
+}
+
 /* ------------------------------------------------------------------------
  * Snapshot semantics
  * ---------------------------------------------------------------------- */
@@ -579,10 +668,15 @@ int main(void)
     test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
     fixture_init();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_values),          cmocka_unit_test(test_self_reference),
-        cmocka_unit_test(test_semantics),       cmocka_unit_test(test_device_choice),
-        cmocka_unit_test(test_unsigned_stream), cmocka_unit_test(test_code_opcodes_refused),
-        cmocka_unit_test(test_malformed),       cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_values),
+        cmocka_unit_test(test_self_reference),
+        cmocka_unit_test(test_memo_repeats_are_bounded),
+        cmocka_unit_test(test_semantics),
+        cmocka_unit_test(test_device_choice),
+        cmocka_unit_test(test_unsigned_stream),
+        cmocka_unit_test(test_code_opcodes_refused),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_mutations),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

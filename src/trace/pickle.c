@@ -423,6 +423,7 @@ static coop_status memo_get(machine *m, uint64_t index)
     if (index >= m->memo_len || !m->memo[index])
         return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s of memo entry %llu, never set",
                               m->path, m->op_at, opcode_names[m->op], (unsigned long long)index);
+    m->memo[index]->shared = 1;
     return push(m, m->memo[index]);
 }
 

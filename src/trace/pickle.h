@@ -11,6 +11,9 @@
  * tree. Memory is linear in the input: each node comes from one opcode, memo
  * indices are bounded by the opcodes read so far, and nothing recurses (a
  * memo can make a list contain itself; consumers walk fixed paths only).
+ * A memo also lets a 2-byte BINGET repeat a container of any size, so a
+ * consumer that walks containers bounds its work by refusing shared ones
+ * (pkl_value.shared) or by limiting what it looks up in each.
  */
 #ifndef COOP_TRACE_PICKLE_H
 #define COOP_TRACE_PICKLE_H
@@ -34,9 +37,10 @@ typedef enum pkl_kind {
 
 typedef struct pkl_value pkl_value;
 struct pkl_value {
-    uint8_t kind;  /* pkl_kind */
-    uint8_t big;   /* PKL_INT: the value is v.u, at least 2^63 */
-    size_t offset; /* byte offset of the opcode that created the value */
+    uint8_t kind;   /* pkl_kind */
+    uint8_t big;    /* PKL_INT: the value is v.u, at least 2^63 */
+    uint8_t shared; /* pushed again from the memo (BINGET): one node, several places */
+    size_t offset;  /* byte offset of the opcode that created the value */
     union {
         int64_t i;  /* PKL_INT (big == 0), PKL_BOOL (0 or 1) */
         uint64_t u; /* PKL_INT with big == 1 */
