@@ -30,6 +30,9 @@ printf 'coop-trace 1\nA 0 512 0\nX what\n' >"$tmp/bad.trace"
 printf '{"type": "call", "op"\n' >"$tmp/bad.jsonl"
 # damaged gzip: cut short, and garbage after a valid start
 head -c 3000 "$traces/unet-train-step.trace.gz" >"$tmp/cut.trace.gz"
+# a DTR log cut inside its first line, and just before its gzip trailer
+head -c 125 "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/cut125.ops.jsonl.gz"
+head -c 12537 "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/cut12537.ops.jsonl.gz"
 { head -c 100 "$traces/unet-train-step.trace.gz"; head -c 3000 "$traces/unet-train-step.ops.jsonl.gz" | tail -c 2000; } >"$tmp/garbled.trace.gz"
 
 expect 2 "usage: coop COMMAND" $coop
@@ -71,6 +74,9 @@ expect 2 "garbled.trace.gz: read error" $coop convert "$tmp/garbled.trace.gz" "$
 [ "$(grep -o 'garbled.trace.gz' "$tmp/err" | wc -l)" -eq 1 ] ||
     { echo "FAIL: the message names the file more than once: $(cat "$tmp/err")"; failures=$((failures + 1)); }
 expect 2 "truncated" $coop replay "$tmp/cut.trace.gz"
+expect 1 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop sim --no-min-ratio --budget 0.9 "$tmp/cut125.ops.jsonl.gz"
+expect 2 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop convert "$tmp/cut125.ops.jsonl.gz" "$tmp/x"
+expect 2 "cut12537.ops.jsonl.gz:2103: read error: file is truncated" $coop replay --policy ideal "$tmp/cut12537.ops.jsonl.gz"
 [ ! -e "$tmp/x" ] || { echo "FAIL: a failed convert left $tmp/x behind"; failures=$((failures + 1)); }
 
 [ "$failures" -eq 0 ]

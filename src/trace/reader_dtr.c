@@ -16,11 +16,11 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "growable.h"
 #include "status.h"
 #include "trace/dtr_log.h"
+#include "trace/input.h"
 #include "trace/name_table.h"
 
 /* The first capacity (items) of the log's arrays (GROW_ARRAY). */
@@ -397,61 +397,31 @@ coop_status dtr_log_parse_buffer(const char *name, const char *text, size_t len,
     return finish(&p, st);
 }
 
+/* Reads through trace_input_line, as the other line formats do: it bounds a
+ * line at TRACE_INPUT_MAX_LINE (a long line used to grow without limit, and
+ * jansson copied it again), refuses NUL bytes (strlen-based reading dropped
+ * the rest of such a line) and a last line without its newline, and reports
+ * a gzip stream that ends early (Z_BUF_ERROR, which was taken for the end of
+ * the file) as truncation. */
 coop_status dtr_log_read(const char *path, dtr_log *out)
 {
     *out = (dtr_log){0};
-    gzFile gz = gzopen(path, "rb");
-    if (!gz)
-        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path,
-                              errno ? strerror(errno) : "out of memory");
-    gzbuffer(gz, 1 << 17);
     parser p = {.file = path, .log = out};
-    coop_status st = COOP_OK;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    if (!buf)
-        st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", path);
+    trace_input in;
+    coop_status st = trace_input_open(&in, path);
     while (st == COOP_OK) {
-        /* read one whole line, however long */
-        len = 0;
-        int eof = 0;
-        for (;;) {
-            if (!gzgets(gz, buf + len, (int)(cap - len))) {
-                eof = 1;
-                break;
-            }
-            len += strlen(buf + len);
-            if (len && buf[len - 1] == '\n')
-                break;
-            if (len + 1 < cap)
-                continue; /* short read without newline: the next gzgets says EOF */
-            char *bigger = realloc(buf, cap * 2);
-            if (!bigger) {
-                st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", path);
-                break;
-            }
-            buf = bigger;
-            cap *= 2;
-        }
-        if (st != COOP_OK)
+        char *line;
+        size_t len;
+        if ((st = trace_input_line(&in, &line, &len)) != COOP_OK || !line)
             break;
-        int zerr;
-        const char *zmsg = gzerror(gz, &zerr);
-        if (zerr != Z_OK && zerr != Z_BUF_ERROR) {
-            p.line++;
-            st = coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": decompression failed: %s", path,
-                                p.line, zmsg);
+        if (in.line > UINT32_MAX) { /* instructions keep 32-bit line numbers */
+            st = trace_input_error(&in, "more than %" PRIu32 " lines", UINT32_MAX);
             break;
         }
-        if (eof && !len)
-            break;
-        p.line++;
-        st = parse_line(&p, buf, len);
-        if (eof)
-            break;
+        p.line = (uint32_t)in.line;
+        st = parse_line(&p, line, len);
     }
-    free(buf);
-    gzclose(gz);
+    trace_input_close(&in);
     return finish(&p, st);
 }
 
