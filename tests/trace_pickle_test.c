@@ -363,6 +363,29 @@ static void test_memo_repeats_are_bounded(void **state)
     assert_null(t.events);
 }
 
+/* One node per input byte costs about 56 bytes per byte (50 M NONE opcodes,
+ * a 48 KB .gz, took 2.8 GB): the parse stops at PKL_MEMORY_PER_BYTE per
+ * byte plus PKL_MEMORY_BASE, with the byte where it stopped. 3 M NONEs are
+ * past that bound (56 * 3M > 24 * 3M + 64 MiB); real snapshots use 3.5-9. */
+static void test_memory_is_bounded(void **state)
+{
+    (void)state;
+    size_t nones = (size_t)3 << 20, len = nones + 5;
+    unsigned char *b = malloc(len);
+    assert_non_null(b);
+    memcpy(b, "\x80\x02(", 3);
+    memset(b + 3, 'N', nones);
+    memcpy(b + 3 + nones, "l.", 2);
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    fixture_expect_error(pkl_parse("nones", b, len, &arena, &root), "nones: byte ",
+                         "loading the pickle needs more than",
+                         "(24 per input byte): not the shape of a memory snapshot", NULL);
+    assert_null(root);
+    assert_null(arena.chunks);
+    free(b);
+}
+
 /* ------------------------------------------------------------------------
  * Snapshot semantics
  * ---------------------------------------------------------------------- */
@@ -671,6 +694,7 @@ int main(void)
         cmocka_unit_test(test_values),
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
+        cmocka_unit_test(test_memory_is_bounded),
         cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_device_choice),
         cmocka_unit_test(test_unsigned_stream),

@@ -18,8 +18,10 @@
 #define TRACE_INPUT_MAX_LINE ((size_t)1 << 20)
 
 /* Largest file trace_input_slurp loads (decompressed bytes): a guard against
- * gzip bombs; real snapshots are a few hundred MB at most. */
-#define TRACE_INPUT_MAX_SLURP ((size_t)4 << 30)
+ * gzip bombs; real snapshots are a few hundred MB at most. Parsing a pickle
+ * takes up to PKL_MEMORY_PER_BYTE (24) bytes per byte on top, so 1 GiB
+ * bounds a hostile file at about 25 GB where 4 GiB allowed 100. */
+#define TRACE_INPUT_MAX_SLURP ((size_t)1 << 30)
 
 typedef struct trace_input {
     gzFile gz;
