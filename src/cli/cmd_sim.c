@@ -83,13 +83,55 @@ static bool row_field(sim_row *r, const char *key, int width)
     return true;
 }
 
+/* Writes s as a JSON string: quotes, backslashes and control characters
+ * escaped (a log's file name may hold any of them), and bytes that are not
+ * UTF-8 as U+FFFD, so that every row parses. */
+static void print_json_string(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    putchar('"');
+    while (*p) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') {
+            printf("\\%c", c);
+            p++;
+        } else if (c < 0x20) {
+            printf("\\u%04x", c);
+            p++;
+        } else if (c < 0x80) {
+            putchar(c);
+            p++;
+        } else {
+            /* a well-formed UTF-8 sequence (no overlongs, surrogates or
+             * code points beyond U+10FFFF) is copied, anything else replaced */
+            size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+                       : c >= 0xe0 && c <= 0xef ? 3
+                       : c >= 0xf0 && c <= 0xf4 ? 4
+                                                : 0;
+            unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+            unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+            int ok = n && p[1] >= lo && p[1] <= hi;
+            for (size_t i = 2; ok && i < n; i++)
+                ok = p[i] >= 0x80 && p[i] <= 0xbf;
+            if (ok) {
+                fwrite(p, 1, n, stdout);
+                p += n;
+            } else {
+                fputs("\\ufffd", stdout);
+                p++;
+            }
+        }
+    }
+    putchar('"');
+}
+
 /* A text column: left-aligned, cut to width where clip. */
 static void row_text(sim_row *r, const char *key, int width, bool clip, const char *v)
 {
     if (!row_field(r, key, width))
         return;
     if (r->json)
-        printf("\"%s\"", v);
+        print_json_string(v);
     else if (clip)
         printf("%-*.*s ", width, width, v);
     else
