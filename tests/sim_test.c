@@ -249,6 +249,18 @@ static void too_small_is_oom_and_unlimited_needs_nothing(void **state)
     assert_true(o.overhead == 1.0);
 }
 
+/* A ratio so small that the budget is 0 bytes: out of memory, and the mean
+ * free share at evictions is 0, not 0/0 (it was NaN, printed as -nan in
+ * coop sim --json). */
+static void zero_byte_budget_is_oom_without_nan(void **state)
+{
+    (void)state;
+    sim_outcome o = run_chain(SIM_POLICY_DTR, 1e-300);
+    assert_int_equal(o.budget, 0);
+    assert_int_equal(o.result, SIM_OOM);
+    assert_true(o.frag_at_evict == 0.0);
+}
+
 static void thrash_when_recompute_exceeds_the_limit(void **state)
 {
     (void)state;
@@ -383,6 +395,7 @@ int main(void)
         cmocka_unit_test(dtr_family_evicts_the_cheap_stale_tensor),
         cmocka_unit_test(size_and_lru_choose_differently),
         cmocka_unit_test(too_small_is_oom_and_unlimited_needs_nothing),
+        cmocka_unit_test(zero_byte_budget_is_oom_without_nan),
         cmocka_unit_test(thrash_when_recompute_exceeds_the_limit),
         cmocka_unit_test(undefined_names_are_errors_with_lines),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),

@@ -154,7 +154,11 @@ static void row_real(sim_row *r, const char *key, int width, int prec, bool as_g
 {
     if (!row_field(r, key, width))
         return;
-    if (!r->json)
+    if (!isfinite(v) && r->json) /* JSON has no NaN or infinity: "-nan" broke rows */
+        fputs("null", stdout);
+    else if (!isfinite(v))
+        printf("%*s ", width, "-");
+    else if (!r->json)
         printf("%*.*f ", width, prec, v);
     else if (as_given)
         printf("%.4g", v);
@@ -400,6 +404,23 @@ int cmd_sim(int argc, char **argv)
             continue;
         }
         uint64_t peak = sim_peak(&prog, mem_model);
+        /* budget = ratio x peak, in whole bytes: a ratio in (0, 1] so small
+         * that nothing is left is no budget at all */
+        int zero_budget = 0;
+        for (int k = 0; k < nb; k++) {
+            if (peak && (uint64_t)((double)peak * ratios[k]) == 0) {
+                fprintf(stderr,
+                        "coop sim: %s: budget ratio '%s' gives a budget of 0 bytes (the peak "
+                        "is %llu bytes)\n",
+                        argv[a], budget_items[k], (unsigned long long)peak);
+                zero_budget = 1;
+            }
+        }
+        if (zero_budget) {
+            sim_program_free(&prog);
+            status = 2;
+            continue;
+        }
         for (int i = 0; i < np; i++) {
             sim_options opt = options[i];
             double min_ratio = !want_min ? 0
