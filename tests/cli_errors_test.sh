@@ -66,6 +66,8 @@ expect 2 "--capacity '12QB' is not a byte count" $coop replay --capacity 12QB "$
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
 expect 2 "$tmp/none: cannot open" $coop replay "$tmp/none"
 expect 2 "bad.trace:3" $coop replay "$tmp/bad.trace"
+printf 'coop-trace 1\nA 0 18446744073709551615 0\nF 0\n' >"$tmp/big.trace"
+expect 2 "big.trace:2: size 18446744073709551615 is too large (sizes must be below 2^56)" $coop replay --json --policy torch,ideal "$tmp/big.trace"
 
 expect 2 "--device" $coop convert --device -5 "$traces/unet-train-step.trace.gz" "$tmp/x"
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"

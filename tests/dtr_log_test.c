@@ -89,6 +89,24 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
                  "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"-4\"}\n",
                  "bad.log:2: field MEMORY is not a non-negative integer");
+    /* sizes are below 2^56, and all of them together below 2^63, so that no
+     * sum of live tensors (the simulator's peak) wraps */
+    expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"72057594037927936\"}\n",
+                 "bad.log:2: MEMORY 72057594037927936 is too large (sizes must be below 2^56)");
+    {
+        /* 128 constants of 2^56 - 1 bytes fit below 2^63; the 129th does not */
+        static char big[129 * 120];
+        size_t n = 0;
+        for (int i = 0; i < 129; i++)
+            n += (size_t)snprintf(big + n, sizeof big - n,
+                                  "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c%d\"}\n"
+                                  "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c%d\",\"MEMORY\":"
+                                  "\"72057594037927935\"}\n",
+                                  i, i);
+        assert_true(n < sizeof big);
+        expect_error(big, "bad.log:258: the MEMORY values add up to 2^63 bytes or more");
+    }
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
                  "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"y\"],"
                  "\"TIME\":\"1\"}\n",

@@ -593,6 +593,20 @@ static void test_malformed(void **state)
             "\x8c\x04"
             "addrK\x01uees.",
             "'size' is missing", "device_traces[0][0]"),
+        /* sizes are below 2^56 (so that rounding and sums never wrap) */
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}(\x8c\x06"
+            "action\x8c\x05"
+            "alloc"
+            "\x8c\x04"
+            "addrK\x01\x8c\x04size\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x01uees.",
+            "'size' 72057594037927936 is too large (sizes must be below 2^56)",
+            "device_traces[0][0]"),
+        BAD("\x80\x02}(\x8c\x0d"
+            "device_traces]\x8c\x08segments](}(\x8c\x07"
+            "address"
+            "K\x00\x8c\x0atotal_size\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00ueu.",
+            "segments[0]", "'total_size' 18446744073709551615 is too large"),
         /* same block allocated twice */
         BAD("\x80\x02}\x8c\x0d"
             "device_traces](](}(\x8c\x06"

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "status.h"
+#include "trace/event.h"
 #include "trace/input.h"
 #include "trace/text_number.h"
 
@@ -71,6 +72,16 @@ coop_status trace_input_u64(const trace_input *in, const char *name, const char 
     default:
         return trace_input_error(in, "%s '%s' is not a number", name, text[0] ? text : "(empty)");
     }
+}
+
+coop_status trace_input_size(const trace_input *in, const char *name, const char *text,
+                             uint64_t *out)
+{
+    coop_status st = trace_input_u64(in, name, text, out);
+    if (st == COOP_OK && *out >= TRACE_SIZE_LIMIT)
+        return trace_input_error(in, "%s %llu is too large (sizes must be below 2^56)", name,
+                                 (unsigned long long)*out);
+    return st;
 }
 
 coop_status trace_input_open(trace_input *in, const char *path)

@@ -44,6 +44,11 @@ coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
 coop_status trace_input_u64(const trace_input *in, const char *name, const char *text,
                             uint64_t *out);
 
+/* trace_input_u64 for a size: also "PATH:LINE: NAME N is too large (sizes
+ * must be below 2^56)" for N >= TRACE_SIZE_LIMIT. */
+coop_status trace_input_size(const trace_input *in, const char *name, const char *text,
+                             uint64_t *out);
+
 /* Opens path for line reading. Errors: "PATH: cannot open: reason". */
 coop_status trace_input_open(trace_input *in, const char *path);
 

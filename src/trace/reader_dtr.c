@@ -20,8 +20,13 @@
 #include "growable.h"
 #include "status.h"
 #include "trace/dtr_log.h"
+#include "trace/event.h"
 #include "trace/input.h"
 #include "trace/name_table.h"
+
+/* The sum of a log's MEMORY values is below this (2^63 bytes, 8 EiB): then
+ * no sum of tensors live at once, the simulator's peak or budget, wraps. */
+#define DTR_MEMORY_TOTAL_LIMIT ((uint64_t)1 << 63)
 
 /* The first capacity (items) of the log's arrays (GROW_ARRAY). */
 #define LOG_ARRAY_FIRST 64
@@ -39,6 +44,7 @@ typedef struct parser {
     dtr_instr *pending_call;
     uint32_t pending_next;
     dtr_instr *pending_constant; /* CONSTANT waiting for its MEMORY */
+    uint64_t memory_total;       /* of every MEMORY line so far: below DTR_MEMORY_TOTAL_LIMIT */
     char line_error[256];
 } parser;
 
@@ -92,6 +98,25 @@ static int uint_field(parser *p, json_t *obj, const char *key, uint64_t *out)
     }
     snprintf(p->line_error, sizeof p->line_error, "field %s is not a non-negative integer", key);
     return -1;
+}
+
+/* A MEMORY field: a size below TRACE_SIZE_LIMIT, counted in the log's total. */
+static int memory_field(parser *p, json_t *obj, uint64_t *out)
+{
+    if (uint_field(p, obj, "MEMORY", out))
+        return -1;
+    if (*out >= TRACE_SIZE_LIMIT) {
+        snprintf(p->line_error, sizeof p->line_error,
+                 "MEMORY %" PRIu64 " is too large (sizes must be below 2^56)", *out);
+        return -1;
+    }
+    if (*out >= DTR_MEMORY_TOTAL_LIMIT - p->memory_total) {
+        snprintf(p->line_error, sizeof p->line_error,
+                 "the MEMORY values add up to 2^63 bytes or more");
+        return -1;
+    }
+    p->memory_total += *out;
+    return 0;
 }
 
 /* A signed integer given as a decimal string or a JSON integer (ALIAS). */
@@ -186,7 +211,7 @@ static coop_status attach_detail(parser *p, json_t *obj, const char *instr)
                      p->names.names[p->pending_constant->name]);
             return fail(p, msg);
         }
-        if (uint_field(p, obj, "MEMORY", &p->pending_constant->memory))
+        if (memory_field(p, obj, &p->pending_constant->memory))
             return fail(p, p->line_error);
         p->pending_constant = NULL;
         return COOP_OK;
@@ -209,7 +234,7 @@ static coop_status attach_detail(parser *p, json_t *obj, const char *instr)
         return fail(p, msg);
     }
     if (is_memory) {
-        if (uint_field(p, obj, "MEMORY", &r->memory))
+        if (memory_field(p, obj, &r->memory))
             return fail(p, p->line_error);
     } else {
         int64_t alias;

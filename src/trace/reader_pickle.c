@@ -90,6 +90,17 @@ static coop_status not_shared(const snapshot_reader *r, const pkl_value *v, cons
     return COOP_OK;
 }
 
+/* get_u64 for a size: below TRACE_SIZE_LIMIT. */
+static coop_status get_size(const snapshot_reader *r, const pkl_value *dict, const char *key,
+                            int required, uint64_t *out)
+{
+    coop_status st = get_u64(r, dict, key, required, 0, out);
+    if (st == COOP_OK && *out >= TRACE_SIZE_LIMIT)
+        return bad(r, "'%s' %llu is too large (sizes must be below 2^56)", key,
+                   (unsigned long long)*out);
+    return st;
+}
+
 static coop_status get_time(const snapshot_reader *r, const pkl_value *dict, int64_t *out)
 {
     const pkl_value *v = pkl_dict_get(dict, "time_us");
@@ -211,7 +222,9 @@ static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
 
     trace_event ev = {.kind = (trace_event_kind)kind, .time_us = -1};
     if ((st = get_u64(r, entry, "addr", kind != TRACE_OOM, 0, &ev.addr)) != COOP_OK ||
-        (st = get_u64(r, entry, "size", 1, 0, &ev.size)) != COOP_OK ||
+        (st = kind == TRACE_OOM /* any size: see TRACE_SIZE_LIMIT */
+                  ? get_u64(r, entry, "size", 1, 0, &ev.size)
+                  : get_size(r, entry, "size", 1, &ev.size)) != COOP_OK ||
         (st = get_u64(r, entry, "stream", 0, 1, &ev.stream)) != COOP_OK ||
         (st = get_time(r, entry, &ev.time_us)) != COOP_OK)
         return st;
@@ -248,7 +261,7 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
         trace_segment s = {0};
         if ((st = get_u64(r, seg, "device", 0, 0, &seg_device)) != COOP_OK ||
             (st = get_u64(r, seg, "address", 1, 0, &s.addr)) != COOP_OK ||
-            (st = get_u64(r, seg, "total_size", 1, 0, &s.size)) != COOP_OK ||
+            (st = get_size(r, seg, "total_size", 1, &s.size)) != COOP_OK ||
             (st = get_u64(r, seg, "stream", 0, 1, &s.stream)) != COOP_OK)
             return st;
         if (seg_device != device)
@@ -273,8 +286,8 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
                 continue;
             trace_event ev = {.kind = TRACE_ALLOC, .stream = s.stream, .time_us = -1};
             if ((st = get_u64(r, blk, "address", 1, 0, &ev.addr)) != COOP_OK ||
-                (st = get_u64(r, blk, "size", 1, 0, &ev.size)) != COOP_OK ||
-                (st = get_u64(r, blk, "requested_size", 0, 0, &ev.size)) != COOP_OK)
+                (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK ||
+                (st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
                 return st;
             /* Allocated at the end but never seen allocated: it was live
              * through the whole recording. */

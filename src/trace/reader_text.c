@@ -193,9 +193,13 @@ static coop_status read_line(text_reader *r, char *line)
             ? names_alloc
             : names_segment;
     coop_status st;
-    for (int i = 0; i < positional; i++)
-        if ((st = trace_input_u64(&r->in, names[i], fields[1 + i], &nums[i])) != COOP_OK)
+    for (int i = 0; i < positional; i++) {
+        st = strcmp(names[i], "size") == 0 && k->letter != 'O' /* see TRACE_SIZE_LIMIT */
+                 ? trace_input_size(&r->in, names[i], fields[1 + i], &nums[i])
+                 : trace_input_u64(&r->in, names[i], fields[1 + i], &nums[i]);
+        if (st != COOP_OK)
             return st;
+    }
     trace_event ev = {.time_us = -1};
     if ((st = read_keys(r, k, fields + 1 + positional, n - 1 - positional, &ev)) != COOP_OK)
         return st;
