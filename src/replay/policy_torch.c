@@ -58,8 +58,13 @@ typedef struct torch_state {
     uint64_t reserved, map_bytes, active, free_bytes;
 } torch_state;
 
+/* x rounded up to a multiple of to; the largest multiple when that would
+ * wrap (a size near 2^64 then asks for more than any capacity, an OOM, and
+ * never a 0-byte block or device). */
 static uint64_t round_up(uint64_t x, uint64_t to)
 {
+    if (x > UINT64_MAX - (to - 1))
+        return UINT64_MAX / to * to;
     return (x + to - 1) / to * to;
 }
 
