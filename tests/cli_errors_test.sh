@@ -42,6 +42,8 @@ expect 2 "'--bogus'" $coop sim --bogus
 expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unet-train-step.ops.jsonl.gz: budget ratio '1e-300' gives a budget of 0 bytes" $coop sim --json --no-min-ratio --policy dtr --budget 1e-300 "$traces/unet-train-step.ops.jsonl.gz"
 [ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
+expect 2 "--overhead-limit must be a finite number >= 1, not '3x'" $coop sim --overhead-limit 3x "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--overhead-limit must be a finite number >= 1, not 'inf'" $coop sim --overhead-limit inf "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unknown policy 'nope'" $coop sim --policy nope "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "'weird'" $coop sim --memory weird "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--engine must be sim or lib, not 'gpu'" $coop sim --engine gpu "$traces/unet-train-step.ops.jsonl.gz"

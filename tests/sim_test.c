@@ -273,6 +273,26 @@ static void thrash_when_recompute_exceeds_the_limit(void **state)
     sim_program_free(&p);
 }
 
+/* An overhead limit whose recompute budget passes 2^64 ns is no limit: it was
+ * converted to uint64_t as is (undefined; on x86-64 a budget near 0), so
+ * --overhead-limit 1e12 on a real log, or 1e30 here, made every run thrash. */
+static void huge_overhead_limit_saturates(void **state)
+{
+    (void)state;
+    assert_true(sim_remat_limit(82, 1.1) == 8);
+    assert_true(sim_remat_limit(82, 1e30) == UINT64_MAX);
+    assert_true(sim_remat_limit(UINT64_MAX, 3.0) == UINT64_MAX);
+    assert_true(sim_remat_limit(0, INFINITY) == UINT64_MAX);
+    assert_true(sim_remat_limit(82, 1.0) == 0);
+    sim_program p;
+    load(chain_log, &p);
+    sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_IDEAL);
+    opt.overhead_limit = 1e30;
+    sim_outcome o = sim_run(&p, sim_baseline_peak(&p, 1), &opt, 0.8);
+    assert_int_equal(o.result, SIM_OK);
+    sim_program_free(&p);
+}
+
 static void undefined_names_are_errors_with_lines(void **state)
 {
     (void)state;
@@ -397,6 +417,7 @@ int main(void)
         cmocka_unit_test(too_small_is_oom_and_unlimited_needs_nothing),
         cmocka_unit_test(zero_byte_budget_is_oom_without_nan),
         cmocka_unit_test(thrash_when_recompute_exceeds_the_limit),
+        cmocka_unit_test(huge_overhead_limit_saturates),
         cmocka_unit_test(undefined_names_are_errors_with_lines),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),

@@ -272,13 +272,17 @@ int cmd_sim(int argc, char **argv)
         case 'e':
             no_eq_cache = 1;
             break;
-        case 'o':
-            overhead_limit = strtod(optarg, NULL);
-            if (!(overhead_limit >= 1.0)) {
-                fprintf(stderr, "coop sim: --overhead-limit must be a number >= 1\n");
+        case 'o': {
+            char *end;
+            overhead_limit = strtod(optarg, &end);
+            if (end == optarg || *end || !isfinite(overhead_limit) || !(overhead_limit >= 1.0)) {
+                fprintf(stderr,
+                        "coop sim: --overhead-limit must be a finite number >= 1, not '%s'\n",
+                        optarg);
                 return 2;
             }
             break;
+        }
         case 'i':
             if (!strcmp(optarg, "on") || !strcmp(optarg, "off")) {
                 inplace_opt = !strcmp(optarg, "on");
