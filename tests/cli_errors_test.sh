@@ -85,4 +85,16 @@ expect 2 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop convert "$
 expect 2 "cut12537.ops.jsonl.gz:2103: read error: file is truncated" $coop replay --policy ideal "$tmp/cut12537.ops.jsonl.gz"
 [ ! -e "$tmp/x" ] || { echo "FAIL: a failed convert left $tmp/x behind"; failures=$((failures + 1)); }
 
+# A --budget list of 512 characters or more was cut to 511 without a word:
+# its last ratio was cut (0.25 ran as 0.2, or was refused).
+long_ratio="0.5$(printf '%0505d' 0)"
+$coop sim --json --no-min-ratio --policy lru --budget "$long_ratio,0.25" \
+    "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/out" 2>"$tmp/err"
+if [ "$(grep -o '"budget_ratio":[0-9.]*' "$tmp/out" | tr '\n' ' ')" = '"budget_ratio":0.5 "budget_ratio":0.25 ' ]; then
+    echo "ok: a 513-character --budget list is read whole"
+else
+    echo "FAIL: a 513-character --budget list: $(cat "$tmp/out" "$tmp/err")"
+    failures=$((failures + 1))
+fi
+
 [ "$failures" -eq 0 ]

@@ -238,7 +238,11 @@ int cmd_sim(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    char policy_buf[512] = "", budget_buf[512] = "0.9,0.7,0.5,0.3";
+    /* the lists are split in place, in argv (no copy into a fixed buffer,
+     * which cut lists of 512 characters or more short) or in these */
+    char default_budgets[] = "0.9,0.7,0.5,0.3", default_sim_policies[] = "dtr,dtr-full,lru",
+         default_lib_policies[] = "coop,coop-eq,dtr,dte";
+    char *policy_list = NULL, *budget_list = default_budgets;
     const char *memory = NULL; /* ideal, or arena for --engine lib */
     const char *engine = "sim";
     int json = 0, want_min = 1;
@@ -249,10 +253,10 @@ int cmd_sim(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
-            snprintf(policy_buf, sizeof policy_buf, "%s", optarg);
+            policy_list = optarg;
             break;
         case 'b':
-            snprintf(budget_buf, sizeof budget_buf, "%s", optarg);
+            budget_list = optarg;
             break;
         case 'm':
             memory = optarg;
@@ -329,9 +333,8 @@ int cmd_sim(int argc, char **argv)
                 memory);
         return 2;
     }
-    if (!policy_buf[0]) /* the lib engine lacks dtr-full */
-        snprintf(policy_buf, sizeof policy_buf, "%s",
-                 lib ? "coop,coop-eq,dtr,dte" : "dtr,dtr-full,lru");
+    if (!policy_list) /* the lib engine lacks dtr-full */
+        policy_list = lib ? default_lib_policies : default_sim_policies;
     sim_memory mem_model;
     if (!strcmp(memory, "ideal")) {
         mem_model = SIM_MEMORY_IDEAL;
@@ -342,10 +345,10 @@ int cmd_sim(int argc, char **argv)
         return 2;
     }
     char *policy_items[MAX_ITEMS], *budget_items[MAX_ITEMS];
-    int np = cli_split_list(policy_buf, policy_items, MAX_ITEMS, "coop sim", "--policy");
+    int np = cli_split_list(policy_list, policy_items, MAX_ITEMS, "coop sim", "--policy");
     if (np < 0)
         return 2;
-    int nb = cli_split_list(budget_buf, budget_items, MAX_ITEMS, "coop sim", "--budget");
+    int nb = cli_split_list(budget_list, budget_items, MAX_ITEMS, "coop sim", "--budget");
     if (nb < 0)
         return 2;
     sim_options options[MAX_ITEMS];
