@@ -85,6 +85,29 @@ expect 2 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop convert "$
 expect 2 "cut12537.ops.jsonl.gz:2103: read error: file is truncated" $coop replay --policy ideal "$tmp/cut12537.ops.jsonl.gz"
 [ ! -e "$tmp/x" ] || { echo "FAIL: a failed convert left $tmp/x behind"; failures=$((failures + 1)); }
 
+# Results that cannot be written are a failure (1), not a silent success.
+# expect_full CMD...: CMD with stdout on /dev/full exits 1 and says so.
+expect_full() {
+    "$@" >/dev/full 2>"$tmp/err"
+    got=$?
+    if [ "$got" -ne 1 ] || ! grep -q "writing standard output failed" "$tmp/err"; then
+        echo "FAIL: '$* >/dev/full' exited $got: $(head -3 "$tmp/err")"
+        failures=$((failures + 1))
+    else
+        echo "ok: '$* >/dev/full' -> 1: $(head -1 "$tmp/err")"
+    fi
+}
+if [ -w /dev/full ]; then
+    printf 'coop-trace 1\nA 0 4096 0\nF 0\n' >"$tmp/small.trace"
+    expect_full $coop replay --json --policy ideal "$tmp/small.trace"
+    expect_full $coop replay --policy ideal "$tmp/small.trace"
+    expect_full $coop sim --no-min-ratio --policy dtr --budget 0.5 "$traces/unet-train-step.ops.jsonl.gz"
+    expect_full $coop bench --live 10 --batches 1
+    expect_full $coop --help
+else
+    echo "skipped: no writable /dev/full"
+fi
+
 # A --budget list of 512 characters or more was cut to 511 without a word:
 # its last ratio was cut (0.25 ran as 0.2, or was refused).
 long_ratio="0.5$(printf '%0505d' 0)"
