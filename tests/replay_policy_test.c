@@ -187,6 +187,31 @@ static void live_bytes_stay_below_2_63(void **unused)
 
 /* ---- torch ---- */
 
+/* A trace that allocates no bytes (a header only, or only size-0 blocks) has
+ * a peak of 0, and the bisection then creates each policy at capacity 0:
+ * torch asked its backend for a 0-byte device and was "skipped" (exit 1). */
+static void torch_runs_at_capacity_zero(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, 0);
+    uintptr_t addr = 0;
+    assert_int_equal(d.ops->malloc(d.state, 512, 0, &addr), COOP_ERR_NOMEM);
+    d.ops->destroy(d.state);
+
+    built b = {0};
+    alloc_ev(&b, 0, 0);
+    free_ev(&b, 0, 0);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    assert_int_equal(p.peak_live, 0);
+    uint64_t cap = 1;
+    replay_run at;
+    assert_int_equal(replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, 0, 0, &cap, &at),
+                     COOP_OK);
+    assert_int_equal(cap, 0);
+    built_free(&b);
+}
+
 /* A request near 2^64 rounded up to 512 bytes wrapped to a small block,
  * which was then placed in a 2 MiB segment: it must be out of memory. */
 static void torch_refuses_sizes_that_round_past_2_64(void **unused)
@@ -567,6 +592,7 @@ int main(void)
         cmocka_unit_test(recorded_sums_do_not_wrap),
         cmocka_unit_test(live_bytes_stay_below_2_63),
         cmocka_unit_test(torch_refuses_sizes_that_round_past_2_64),
+        cmocka_unit_test(torch_runs_at_capacity_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
