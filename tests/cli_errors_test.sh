@@ -85,6 +85,15 @@ expect 2 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop convert "$
 expect 2 "cut12537.ops.jsonl.gz:2103: read error: file is truncated" $coop replay --policy ideal "$tmp/cut12537.ops.jsonl.gz"
 [ ! -e "$tmp/x" ] || { echo "FAIL: a failed convert left $tmp/x behind"; failures=$((failures + 1)); }
 
+# Segment events that do not add up: the recorded row is skipped (status 1,
+# as any failed policy) with the line and the event; the other rows print,
+# and the file is named once.
+printf 'coop-trace 1\nA 0 4096 0\nS 0x1000 4096 0\nF 0\n' >"$tmp/segbad.trace"
+expect 1 "segbad.trace: recorded skipped: line 3: segment_alloc of 4096 bytes at 0x1000 (event 1): segment events and final segments disagree" $coop replay --json --policy ideal,recorded "$tmp/segbad.trace"
+grep -q '"policy":"ideal"' "$tmp/out" || { echo "FAIL: no ideal row beside the skipped recorded one"; failures=$((failures + 1)); }
+[ "$(grep -o 'segbad.trace' "$tmp/err" | wc -l)" -eq 1 ] ||
+    { echo "FAIL: the message names the file more than once: $(cat "$tmp/err")"; failures=$((failures + 1)); }
+
 # Results that cannot be written are a failure (1), not a silent success.
 # expect_full CMD...: CMD with stdout on /dev/full exits 1 and says so.
 expect_full() {

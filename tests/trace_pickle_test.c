@@ -427,6 +427,10 @@ static void test_semantics(void **state)
         assert_int_equal(t.events[6].stream, 7);
         assert_int_equal(t.events[7].size, 2 << 20);
         assert_int_equal(t.events[7].addr, 0x10000);
+        /* the segment_alloc's byte offset: its entry's EMPTY_DICT */
+        assert_int_equal(t.num_segment_where, 1);
+        assert_true(t.segment_where_is_byte);
+        assert_int_equal(p.b[t.segment_where[0]], '}');
         assert_int_equal(t.events[11].size, (uint64_t)1 << 40);
         assert_int_equal(t.events[12].size, 256);
         assert_true(t.has_segment_events);

@@ -81,6 +81,12 @@ static void test_all_lines(void **state)
         assert_true(t.events[6].size == UINT64_MAX);
         assert_int_equal(t.events[6].stream, 1);
         assert_true(t.has_segment_events);
+        /* the lines of M, N, U, for messages about segment events */
+        assert_int_equal(t.num_segment_where, 3);
+        assert_false(t.segment_where_is_byte);
+        assert_int_equal(t.segment_where[0], 7);
+        assert_int_equal(t.segment_where[1], 8);
+        assert_int_equal(t.segment_where[2], 9);
         trace_free(&t);
     }
     /* only a header: a valid, empty trace */

@@ -31,25 +31,23 @@ coop_status replay_prepare(const trace *t, replay_prepared *out)
         if (e->kind != TRACE_ALLOC && e->kind != TRACE_FREE)
             continue;
         if (e->id >= t->num_ids) {
-            st = coop_set_error(COOP_ERR_INVALID, "%s: event %zu names id %u, beyond %u ids",
-                                t->name ? t->name : "trace", i, e->id, t->num_ids);
+            st = coop_set_error(COOP_ERR_INVALID, "event %zu names id %u, beyond %u ids", i, e->id,
+                                t->num_ids);
             goto done;
         }
         if (e->kind == TRACE_ALLOC) {
             if (live[e->id]) {
                 st = coop_set_error(COOP_ERR_INVALID,
-                                    "%s: event %zu allocates id %u, which is already live",
-                                    t->name ? t->name : "trace", i, e->id);
+                                    "event %zu allocates id %u, which is already live", i, e->id);
                 goto done;
             }
             if (e->size == 0)
                 continue; /* nothing to place; its free is skipped too */
             if (e->size >= REPLAY_LIVE_LIMIT - live_bytes) {
                 st = coop_set_error(COOP_ERR_INVALID,
-                                    "%s: event %zu (id %u, %llu bytes) brings the live bytes to "
-                                    "2^63 or more",
-                                    t->name ? t->name : "trace", i, e->id,
-                                    (unsigned long long)e->size);
+                                    "event %zu (id %u, %llu bytes) brings the live bytes to 2^63 "
+                                    "or more",
+                                    i, e->id, (unsigned long long)e->size);
                 goto done;
             }
             live[e->id] = 1;

@@ -60,6 +60,13 @@ typedef struct trace {
     trace_segment *final_segments;
     size_t num_final_segments;
     int has_segment_events;
+    /* Where each segment event (TRACE_SEGMENT_*) came from, in event order:
+     * its line (text traces) or byte offset (snapshots, segment_where_is_byte),
+     * for messages about segment events that do not add up; NULL when the
+     * reader (or whoever built the trace) kept none. */
+    uint64_t *segment_where;
+    size_t num_segment_where;
+    int segment_where_is_byte;
 } trace;
 
 #endif

@@ -358,6 +358,7 @@ static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int 
             const pkl_value *entry = list->v.seq.items[i];
             snprintf(r->where_buf, sizeof r->where_buf, "device_traces[%zu][%zu]", device, i);
             r->where_at = entry->offset;
+            r->b.where = entry->offset;
             if ((st = read_entry(r, entry)) != COOP_OK)
                 return st;
         }
@@ -382,6 +383,7 @@ coop_status trace_read_pickle_device(const char *path, int device, trace *out)
     if (st == COOP_OK) {
         snapshot_reader r = {.path = path};
         trace_builder_init(&r.b, path);
+        r.b.where_kind = TRACE_WHERE_BYTE;
         st = read_snapshot(&r, root, device);
         if (st == COOP_OK)
             st = trace_builder_finish(&r.b, out);

@@ -238,6 +238,7 @@ coop_status trace_read_text(const char *path, trace *out)
     *out = (trace){0};
     text_reader r = {.path = path};
     trace_builder_init(&r.b, path);
+    r.b.where_kind = TRACE_WHERE_LINE;
     coop_status st = trace_input_open(&r.in, path);
     while (st == COOP_OK) {
         char *line;
@@ -245,6 +246,7 @@ coop_status trace_read_text(const char *path, trace *out)
         st = trace_input_line(&r.in, &line, &len);
         if (st != COOP_OK || !line)
             break;
+        r.b.where = r.in.line;
         st = read_line(&r, line);
     }
     if (st == COOP_OK && !r.seen_header)
