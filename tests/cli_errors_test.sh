@@ -65,6 +65,18 @@ expect 2 "--policy: item 1 of '' is empty" $coop replay --policy '' "$traces/une
 expect 2 "--policy: item 2 of 'coop,,torch' is empty" $coop replay --policy coop,,torch "$traces/unet-train-step.trace.gz"
 
 expect 2 "--capacity '12QB' is not a byte count" $coop replay --capacity 12QB "$traces/unet-train-step.trace.gz"
+# --page and --capacity are checked where they are parsed (they were
+# refused later as a skipped policy, exit 1, naming other values)
+expect 2 "--page '1' is not a power of two from 512 bytes" $coop replay --policy coop --page 1 "$traces/unet-train-step.trace.gz"
+expect 2 "--page '0x8000000000000000' is not a power of two" $coop replay --policy coop --page 0x8000000000000000 "$traces/unet-train-step.trace.gz"
+expect 2 "--capacity '18446744073709551615' is too large: it must be below 2^54" $coop replay --policy coop,torch --capacity 18446744073709551615 "$traces/unet-train-step.trace.gz"
+# decimal, not octal: 08 was 'not a byte count', 010 was 8
+if $coop replay --json --policy ideal --capacity 08 "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err" &&
+    $coop replay --json --policy ideal --capacity 0x10M "$traces/unet-train-step.trace.gz" >>"$tmp/out" 2>>"$tmp/err"; then
+    echo "ok: --capacity 08 and 0x10M are byte counts"
+else
+    echo "FAIL: --capacity 08 or 0x10M: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
 expect 2 "$tmp/none: cannot open" $coop replay "$tmp/none"
 expect 2 "bad.trace:3" $coop replay "$tmp/bad.trace"
