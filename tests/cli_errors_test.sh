@@ -49,9 +49,11 @@ expect 2 "'weird'" $coop sim --memory weird "$traces/unet-train-step.ops.jsonl.g
 expect 2 "--engine must be sim or lib, not 'gpu'" $coop sim --engine gpu "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--memory arena only, not 'ideal'" $coop sim --engine lib --memory ideal "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "cannot run policy 'dtr-full'" $coop sim --engine lib --policy dtr-full "$traces/unet-train-step.ops.jsonl.gz"
-expect 1 "$tmp/none.jsonl: cannot open" $coop sim --engine lib "$tmp/none.jsonl"
-expect 1 "$tmp/none.jsonl: cannot open" $coop sim "$tmp/none.jsonl"
-expect 1 "bad.jsonl:1" $coop sim "$tmp/bad.jsonl"
+expect 2 "$tmp/none.jsonl: cannot open" $coop sim --engine lib "$tmp/none.jsonl"
+expect 2 "$tmp/none.jsonl: cannot open" $coop sim "$tmp/none.jsonl"
+expect 2 "bad.jsonl:1" $coop sim "$tmp/bad.jsonl"
+# input errors are 2 in every command: a bad log among good ones too
+expect 2 "bad.jsonl:1" $coop sim --no-min-ratio --budget 0.9 --policy dtr "$traces/unet-train-step.ops.jsonl.gz" "$tmp/bad.jsonl"
 
 expect 2 "'--bogus'" $coop bench --bogus
 expect 2 "--batches wants 1..100000, got 'x'" $coop bench --batches x
@@ -92,7 +94,7 @@ expect 2 "garbled.trace.gz: read error" $coop convert "$tmp/garbled.trace.gz" "$
 [ "$(grep -o 'garbled.trace.gz' "$tmp/err" | wc -l)" -eq 1 ] ||
     { echo "FAIL: the message names the file more than once: $(cat "$tmp/err")"; failures=$((failures + 1)); }
 expect 2 "truncated" $coop replay "$tmp/cut.trace.gz"
-expect 1 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop sim --no-min-ratio --budget 0.9 "$tmp/cut125.ops.jsonl.gz"
+expect 2 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop sim --no-min-ratio --budget 0.9 "$tmp/cut125.ops.jsonl.gz"
 expect 2 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop convert "$tmp/cut125.ops.jsonl.gz" "$tmp/x"
 expect 2 "cut12537.ops.jsonl.gz:2103: read error: file is truncated" $coop replay --policy ideal "$tmp/cut12537.ops.jsonl.gz"
 [ ! -e "$tmp/x" ] || { echo "FAIL: a failed convert left $tmp/x behind"; failures=$((failures + 1)); }

@@ -61,7 +61,8 @@ static void usage(FILE *out)
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
             "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
             "a tensor's neighbours: dtr, coop-comp) and blocks (blocks coop's window searches\n"
-            "visited). Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
+            "visited). Exit status 0 when every log ran, 1 when a run failed, 2 on a usage\n"
+            "error or a log that cannot be read (file and line in the message).\n");
 }
 
 /* One row of results, a JSON object (--json) or a table line: both come from
@@ -405,9 +406,12 @@ int cmd_sim(int argc, char **argv)
                "min_ratio");
     for (int a = optind; a < argc; a++) {
         sim_program prog;
-        if (sim_program_load(argv[a], &prog)) {
+        coop_status loaded = sim_program_load(argv[a], &prog);
+        if (loaded != COOP_OK) {
             fprintf(stderr, "coop sim: %s\n", coop_last_error());
-            status = 1;
+            /* a bad or unreadable log is an input error (2), as in replay
+             * and convert; running out of memory is the work failing (1) */
+            status = loaded == COOP_ERR_INVALID ? 2 : status > 1 ? status : 1;
             continue;
         }
         uint64_t peak = sim_peak(&prog, mem_model);
@@ -439,7 +443,8 @@ int cmd_sim(int argc, char **argv)
                                     : sim_run(&prog, peak, &opt, ratios[k]);
                 if (o.result == SIM_ERROR) {
                     fprintf(stderr, "coop sim: %s: %s\n", prog.name, coop_last_error());
-                    status = 1;
+                    if (status == 0)
+                        status = 1;
                 }
                 print_row(json, prog.name, policy_items[i], memory, &o, lib ? &n : NULL, min_ratio,
                           want_min);
