@@ -52,6 +52,11 @@ expect 2 "cannot run policy 'dtr-full'" $coop sim --engine lib --policy dtr-full
 expect 2 "$tmp/none.jsonl: cannot open" $coop sim --engine lib "$tmp/none.jsonl"
 expect 2 "$tmp/none.jsonl: cannot open" $coop sim "$tmp/none.jsonl"
 expect 2 "bad.jsonl:1" $coop sim "$tmp/bad.jsonl"
+: >"$tmp/empty.jsonl"
+printf '\n\n' >"$tmp/blank.jsonl"
+expect 2 "empty.jsonl: no instructions: the log is empty or blank" $coop sim --no-min-ratio "$tmp/empty.jsonl"
+expect 2 "blank.jsonl: no instructions" $coop sim --no-min-ratio "$tmp/blank.jsonl"
+expect 2 "/dev/null: no instructions" $coop sim --no-min-ratio /dev/null
 # input errors are 2 in every command: a bad log among good ones too
 expect 2 "bad.jsonl:1" $coop sim --no-min-ratio --budget 0.9 --policy dtr "$traces/unet-train-step.ops.jsonl.gz" "$tmp/bad.jsonl"
 

@@ -82,6 +82,9 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n{oops\n",
                  "bad.log:2: invalid JSON");
     expect_error("{\"INSTRUCTION\":\"FROB\"}\n", "bad.log:1: unknown INSTRUCTION \"FROB\"");
+    /* no instructions: coop sim ran these as a program of 0 bytes */
+    expect_error("", "bad.log: no instructions: the log is empty or blank");
+    expect_error("\n\n\r\n", "bad.log: no instructions");
     expect_error("{\"NAME\":\"x\"}\n", "bad.log:1: missing field INSTRUCTION");
     expect_error("[1,2]\n", "bad.log:1: line is not a JSON object");
     expect_error("{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"4\"}\n",

@@ -392,6 +392,11 @@ static coop_status finish(parser *p, coop_status st)
         p->line++;
         st = fail(p, "log ends before the MEMORY/ALIAS lines of the last CALL or CONSTANT");
     }
+    /* an empty or blank file is no program (coop sim ran it as one of 0
+     * bytes, 'ok'; replay and convert call it an empty file) */
+    if (st == COOP_OK && !log->num_instrs)
+        st = coop_set_error(COOP_ERR_INVALID, "%s: no instructions: the log is empty or blank",
+                            p->file);
     if (st == COOP_OK) {
         log->names = name_table_take_names(&p->names, &log->num_names);
         log->op_names = name_table_take_names(&p->ops, &log->num_op_names);
