@@ -57,6 +57,8 @@ printf '\n\n' >"$tmp/blank.jsonl"
 expect 2 "empty.jsonl: no instructions: the log is empty or blank" $coop sim --no-min-ratio "$tmp/empty.jsonl"
 expect 2 "blank.jsonl: no instructions" $coop sim --no-min-ratio "$tmp/blank.jsonl"
 expect 2 "/dev/null: no instructions" $coop sim --no-min-ratio /dev/null
+mkdir "$tmp/dir.jsonl"
+expect 2 "dir.jsonl: read error: Is a directory" $coop sim --no-min-ratio "$tmp/dir.jsonl"
 # input errors are 2 in every command: a bad log among good ones too
 expect 2 "bad.jsonl:1" $coop sim --no-min-ratio --budget 0.9 --policy dtr "$traces/unet-train-step.ops.jsonl.gz" "$tmp/bad.jsonl"
 

@@ -223,7 +223,7 @@ static void damaged_files_are_refused(void **state)
         free(path);
     }
     char *path = write_plain(gz, 40);
-    expect_read_error(path, ":1: read error: file is truncated (gzip stream ends early)");
+    expect_read_error(path, ": read error: file is truncated (gzip stream ends early)");
 
     const char *noeol = "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
                         "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"8\"}";

@@ -126,10 +126,13 @@ static coop_status fill(trace_input *in)
         in->cap = cap;
     }
     int got = gzread(in->gz, in->buf + in->end, (unsigned)READ_CHUNK);
+    /* a file that fails before its first byte (a directory) has no line to
+     * blame: the message names the file alone */
+    uint64_t line = in->line == 0 && in->end == 0 ? 0 : in->line + 1;
     if (got < 0)
-        return gz_failure(in->gz, in->path, in->line + 1);
+        return gz_failure(in->gz, in->path, line);
     if (got == 0) {
-        coop_status st = gz_failure(in->gz, in->path, in->line + 1);
+        coop_status st = gz_failure(in->gz, in->path, line);
         if (st != COOP_OK)
             return st;
         in->at_eof = 1;
