@@ -38,7 +38,11 @@ head -c 12537 "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/cut12537.ops.jsonl.g
 expect 2 "usage: coop COMMAND" $coop
 expect 2 "unknown command 'bogus'" $coop bogus
 
-expect 2 "'--bogus'" $coop sim --bogus
+expect 2 "coop sim: unknown option '--bogus'" $coop sim --bogus
+expect 2 "coop sim: unknown option '-x'" $coop sim -xyz
+expect 2 "coop replay: unknown option '-x'" $coop replay -xyz
+expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1
+expect 2 "coop sim: --budget needs a value" $coop sim --budget
 expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unet-train-step.ops.jsonl.gz: budget ratio '1e-300' gives a budget of 0 bytes" $coop sim --json --no-min-ratio --policy dtr --budget 1e-300 "$traces/unet-train-step.ops.jsonl.gz"
 [ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }

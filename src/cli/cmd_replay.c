@@ -298,7 +298,12 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             fprintf(stderr, "coop replay: %s needs a value\n", argv[optind - 1]);
             return 2;
         default:
-            fprintf(stderr, "coop replay: unknown option '%s'\n", argv[optind - 1]);
+            /* a long option is the argument getopt just passed; a short one
+             * may sit inside a cluster (-xyz), named by optopt */
+            if (!strncmp(argv[optind - 1], "--", 2))
+                fprintf(stderr, "coop replay: unknown option '%s'\n", argv[optind - 1]);
+            else
+                fprintf(stderr, "coop replay: unknown option '-%c'\n", optopt);
             usage(stderr);
             return 2;
         }

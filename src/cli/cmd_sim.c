@@ -250,8 +250,9 @@ int cmd_sim(int argc, char **argv)
     double overhead_limit = 2.0, threshold_opt = NAN;
     int inplace_opt = -1, plain_walk = 0, no_eq_cache = 0;
     optind = 1;
+    opterr = 0; /* getopt would name the program "sim": the messages are ours */
     int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
             policy_list = optarg;
@@ -310,7 +311,16 @@ int cmd_sim(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
+        case ':':
+            fprintf(stderr, "coop sim: %s needs a value\n", argv[optind - 1]);
+            return 2;
         default:
+            /* a long option is the argument getopt just passed; a short one
+             * may sit inside a cluster (-xyz), named by optopt */
+            if (!strncmp(argv[optind - 1], "--", 2))
+                fprintf(stderr, "coop sim: unknown option '%s'\n", argv[optind - 1]);
+            else
+                fprintf(stderr, "coop sim: unknown option '-%c'\n", optopt);
             usage(stderr);
             return 2;
         }
