@@ -69,6 +69,10 @@ expect 2 "bad.jsonl:1" $coop sim --no-min-ratio --budget 0.9 --policy dtr "$trac
 expect 2 "'--bogus'" $coop bench --bogus
 expect 2 "--batches wants 1..100000, got 'x'" $coop bench --batches x
 expect 2 "got '-3'" $coop bench --live -3
+expect 2 "--seed wants a number from 0 to 2^64-1 (decimal or 0x hex), got ''" $coop bench --seed ''
+expect 2 "got '-1'" $coop bench --seed -1
+expect 2 "got '99999999999999999999999'" $coop bench --seed 99999999999999999999999
+expect 2 "got '010x'" $coop bench --seed 010x
 # comma lists: an empty item is an error in every command, never skipped
 expect 2 "--live: item 2 of '1000,' is empty" $coop bench --live 1000,
 expect 2 "--live: more than 8 items" $coop bench --live 1,2,3,4,5,6,7,8,9

@@ -31,6 +31,7 @@
 #include "cli/cli_list.h"
 #include "cli/commands.h"
 #include "coop.h"
+#include "trace/text_number.h"
 
 #define BATCH 1000
 #define MIN_SIZE 512.0
@@ -465,9 +466,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
             o->capacity = (uint64_t)n << 30;
         } else if (!strcmp(arg, "--seed") && i + 1 < argc) {
-            o->seed = strtoull(argv[++i], &end, 0);
-            if (*end) {
-                fprintf(stderr, "coop bench: --seed wants a number, got '%s'\n", argv[i]);
+            /* whole field, decimal or 0x hex, below 2^64: strtoull took ""
+             * as 0, wrapped -1 and saturated overflow without a word */
+            if (text_parse_u64(argv[++i], &o->seed) != TEXT_NUMBER_OK) {
+                fprintf(stderr,
+                        "coop bench: --seed wants a number from 0 to 2^64-1 (decimal or 0x "
+                        "hex), got '%s'\n",
+                        argv[i]);
                 return 2;
             }
         } else if (!strcmp(arg, "--live") && i + 1 < argc) {
