@@ -69,6 +69,9 @@ expect 2 "bad.jsonl:1" $coop sim --no-min-ratio --budget 0.9 --policy dtr "$trac
 expect 2 "'--bogus'" $coop bench --bogus
 expect 2 "--batches wants 1..100000, got 'x'" $coop bench --batches x
 expect 2 "got '-3'" $coop bench --live -3
+expect 2 "--latency and --floor are two different runs" $coop bench --latency --floor
+expect 2 "--latency does not take --live" $coop bench --latency --live 1000
+expect 2 "--floor does not take --batches" $coop bench --floor --batches 3
 expect 2 "--seed wants a number from 0 to 2^64-1 (decimal or 0x hex), got ''" $coop bench --seed ''
 expect 2 "got '-1'" $coop bench --seed -1
 expect 2 "got '99999999999999999999999'" $coop bench --seed 99999999999999999999999

@@ -38,7 +38,17 @@
 #define MAX_SIZE (256.0 * 1024 * 1024)
 #define MAX_LIVE_COUNTS 8 /* --live takes at most this many counts */
 
+/* Options a run uses, to refuse those it would ignore (bench_opts.given). */
+enum {
+    GIVEN_LIVE = 1,
+    GIVEN_BATCHES = 2,
+    GIVEN_SEED = 4,
+    GIVEN_ONLY = 8,
+    GIVEN_CAPACITY = 16,
+};
+
 typedef struct bench_opts {
+    unsigned given; /* GIVEN_* of the options on the command line */
     bool json;
     bool latency; /* --latency: the memory-latency table instead */
     bool floor;   /* --floor: the skeleton pair instead (bench_floor.c) */
@@ -444,6 +454,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         } else if (!strcmp(arg, "--floor")) {
             o->floor = true;
         } else if (!strcmp(arg, "--only") && i + 1 < argc) {
+            o->given |= GIVEN_ONLY;
             const char *which = argv[++i];
             o->run_coop = !strcmp(which, "coop");
             o->run_jemalloc = !strcmp(which, "jemalloc");
@@ -452,6 +463,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return 2;
             }
         } else if (!strcmp(arg, "--batches") && i + 1 < argc) {
+            o->given |= GIVEN_BATCHES;
             unsigned long long n = strtoull(argv[++i], &end, 10);
             if (*end || n == 0 || n > 100000) {
                 fprintf(stderr, "coop bench: --batches wants 1..100000, got '%s'\n", argv[i]);
@@ -459,6 +471,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
             o->batches = (size_t)n;
         } else if (!strcmp(arg, "--capacity-gib") && i + 1 < argc) {
+            o->given |= GIVEN_CAPACITY;
             unsigned long long n = strtoull(argv[++i], &end, 10);
             if (*end || n == 0 || n > (1u << 20)) {
                 fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n", argv[i]);
@@ -466,6 +479,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
             o->capacity = (uint64_t)n << 30;
         } else if (!strcmp(arg, "--seed") && i + 1 < argc) {
+            o->given |= GIVEN_SEED;
             /* whole field, decimal or 0x hex, below 2^64: strtoull took ""
              * as 0, wrapped -1 and saturated overflow without a word */
             if (text_parse_u64(argv[++i], &o->seed) != TEXT_NUMBER_OK) {
@@ -476,6 +490,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return 2;
             }
         } else if (!strcmp(arg, "--live") && i + 1 < argc) {
+            o->given |= GIVEN_LIVE;
             char *items[MAX_LIVE_COUNTS];
             int n = cli_split_list(argv[++i], items, MAX_LIVE_COUNTS, "coop bench", "--live");
             if (n < 0)
@@ -497,6 +512,27 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             return 2;
         }
     }
+    /* --latency and --floor are other runs than the pairs: each takes only
+     * some options, and an ignored one would have been dropped silently */
+    static const struct {
+        unsigned flag;
+        const char *name;
+    } names[] = {{GIVEN_LIVE, "--live"},
+                 {GIVEN_BATCHES, "--batches"},
+                 {GIVEN_SEED, "--seed"},
+                 {GIVEN_ONLY, "--only"},
+                 {GIVEN_CAPACITY, "--capacity-gib"}};
+    if (o->latency && o->floor) {
+        fprintf(stderr, "coop bench: --latency and --floor are two different runs: give one\n");
+        return 2;
+    }
+    unsigned takes = o->latency ? GIVEN_SEED : o->floor ? GIVEN_LIVE : ~0u;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (o->given & names[k].flag & ~takes) {
+            fprintf(stderr, "coop bench: %s does not take %s\n",
+                    o->latency ? "--latency" : "--floor", names[k].name);
+            return 2;
+        }
     return -1;
 }
 
