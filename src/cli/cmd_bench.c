@@ -38,6 +38,10 @@
 #define MAX_SIZE (256.0 * 1024 * 1024)
 #define MAX_LIVE_COUNTS 8 /* --live takes at most this many counts */
 
+/* The most the automatic capacity (no --capacity-gib) reaches: 32 TiB, so
+ * that its address space (twice that) fits a 47-bit user address space. */
+#define AUTO_CAPACITY_MAX (UINT64_C(32) << 40)
+
 /* Options a run uses, to refuse those it would ignore (bench_opts.given). */
 enum {
     GIVEN_LIVE = 1,
@@ -418,8 +422,9 @@ static void usage(FILE *out)
             "  --only WHICH time only coop or only jemalloc (profiling; the other\n"
             "               column reads 0)\n"
             "  --capacity-gib N  simulated device size (default: 8 x the expected live\n"
-            "               bytes, at least 1 TiB; valgrind needs 16 or less, enough\n"
-            "               for about 1,000 live blocks)\n"
+            "               bytes, from 1 TiB to 32 TiB, which holds about 1.6 million\n"
+            "               live blocks; valgrind needs 16 or less, enough for about\n"
+            "               1,000 live blocks)\n"
             "  --latency    instead: nanoseconds per dependent load over random cache\n"
             "               lines of buffers of 256 KiB .. 64 MiB (what a cache miss on\n"
             "               allocator metadata of that size costs on this machine)\n"
@@ -536,6 +541,19 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     return -1;
 }
 
+/* The capacity without --capacity-gib: 8 x the expected live bytes (mean
+ * size ~20.4 MB), at least 1 TiB and at most AUTO_CAPACITY_MAX, whose 2x of
+ * address space fits x86-64's 128 TiB of user space (8 x beyond ~430k live
+ * blocks did not: 'cannot reserve'). */
+static uint64_t auto_capacity(size_t live)
+{
+    double mean = (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE));
+    uint64_t cap = (uint64_t)(8.0 * mean * (double)live);
+    if (cap < (UINT64_C(1) << 40))
+        return UINT64_C(1) << 40;
+    return cap > AUTO_CAPACITY_MAX ? AUTO_CAPACITY_MAX : cap;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     bench_opts o;
@@ -559,16 +577,11 @@ int cmd_bench(int argc, char **argv)
             fprintf(stderr, "coop bench: out of host memory for the workload\n");
             return 1;
         }
-        /* Capacity: 8 x the expected live bytes (mean size ~20.4 MB), at least 1 TiB. */
         double coop_ns = 0, je_ns = 0;
         uint64_t coop_bytes = 0, je_bytes = 0, live_bytes = 0;
         coop_config c;
         coop_config_default(&c);
-        double mean = (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE));
-        uint64_t cap = (uint64_t)(8.0 * mean * (double)live);
-        c.capacity = cap < (UINT64_C(1) << 40) ? (UINT64_C(1) << 40) : cap;
-        if (o.capacity)
-            c.capacity = o.capacity;
+        c.capacity = o.capacity ? o.capacity : auto_capacity(live);
         c.va_size = 2 * c.capacity;
         coop_pool *pool;
         if (o.run_coop) {
