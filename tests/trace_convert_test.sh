@@ -22,7 +22,11 @@ expect_exit() {
 expect_exit 0 $coop convert --help
 grep -q "usage: coop convert" "$tmp/out" || fail "--help prints no usage"
 expect_exit 2 $coop convert
+grep -q "missing IN and OUT" "$tmp/err" || fail "no IN nor OUT: $(cat "$tmp/err")"
 expect_exit 2 $coop convert "$data/example.trace"
+grep -q "missing OUT" "$tmp/err" || fail "no OUT: $(cat "$tmp/err")"
+expect_exit 2 $coop convert - "$tmp/x"
+grep -q "IN cannot be '-': standard input is not read" "$tmp/err" || fail "IN '-': $(cat "$tmp/err")"
 expect_exit 2 $coop convert --bogus "$data/example.trace" "$tmp/x"
 expect_exit 2 $coop convert a b c
 expect_exit 2 $coop convert --device "$data/example.trace" "$tmp/x"

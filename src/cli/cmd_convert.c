@@ -111,7 +111,15 @@ int cmd_convert(int argc, char **argv)
         }
     }
     if (num_paths != 2) {
+        fprintf(stderr, "coop convert: %s\n",
+                num_paths ? "missing OUT, the file to write ('-' for standard output)"
+                          : "missing IN and OUT");
         usage(stderr);
+        return 2;
+    }
+    if (!strcmp(paths[0], "-")) { /* readers need a file: pickles are read whole, gzip sniffed */
+        fprintf(stderr, "coop convert: IN cannot be '-': standard input is not read, give a "
+                        "file\n");
         return 2;
     }
 
