@@ -126,6 +126,9 @@ grep -q '"policy":"ideal"' "$tmp/out" || { echo "FAIL: no ideal row beside the s
 [ "$(grep -o 'segbad.trace' "$tmp/err" | wc -l)" -eq 1 ] ||
     { echo "FAIL: the message names the file more than once: $(cat "$tmp/err")"; failures=$((failures + 1)); }
 
+# --policy recorded on a trace without segments: no row, and a note why
+expect 0 "unet-train-step.trace.gz: no recorded row: the trace holds no recorded segments" $coop replay --policy recorded "$traces/unet-train-step.trace.gz"
+
 # Results that cannot be written are a failure (1), not a silent success.
 # expect_full CMD...: CMD with stdout on /dev/full exits 1 and says so.
 expect_full() {

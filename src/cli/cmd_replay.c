@@ -193,6 +193,7 @@ static bool find_default_traces(glob_t *g)
 typedef struct replay_cli {
     replay_choice choices[MAX_CHOICES];
     size_t num_choices;
+    bool asked_recorded; /* --policy names recorded (not the default list) */
     bool json;
     replay_measure_options opt;
 } replay_cli;
@@ -231,6 +232,13 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
         fprintf(stderr, "coop replay: %s: %s\n", path, coop_last_error());
         return st == COOP_ERR_INVALID ? 2 : 1;
     }
+    /* recorded has a row only for snapshots: asked for by name, its absence
+     * is said (an empty table without a word looked like a failure) */
+    if (cli->asked_recorded && !t->num_final_segments && !t->has_segment_events)
+        fprintf(stderr,
+                "coop replay: %s: no recorded row: the trace holds no recorded segments (only "
+                "PyTorch snapshots, or text traces with S/E lines, do)\n",
+                path);
     if (cli->json)
         for (size_t i = 0; i < filled; i++)
             if (!replay_report_json(stdout, &grown[res->num_rows + i]))
@@ -311,6 +319,8 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
     if (policy_list) {
         if (!parse_policies(policy_list, cli->choices, &cli->num_choices))
             return 2;
+        for (size_t i = 0; i < cli->num_choices; i++)
+            cli->asked_recorded |= !cli->choices[i].ops;
     } else {
         default_policies(cli->choices, &cli->num_choices);
     }
