@@ -30,25 +30,52 @@ printf 'coop-trace 1\nA 0 512 0\nX what\n' >"$tmp/bad.trace"
 printf '{"type": "call", "op"\n' >"$tmp/bad.jsonl"
 # damaged gzip: cut short, and garbage after a valid start
 head -c 3000 "$traces/unet-train-step.trace.gz" >"$tmp/cut.trace.gz"
+# a DTR log cut inside its first line, and just before its gzip trailer
+head -c 125 "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/cut125.ops.jsonl.gz"
+head -c 12537 "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/cut12537.ops.jsonl.gz"
 { head -c 100 "$traces/unet-train-step.trace.gz"; head -c 3000 "$traces/unet-train-step.ops.jsonl.gz" | tail -c 2000; } >"$tmp/garbled.trace.gz"
 
 expect 2 "usage: coop COMMAND" $coop
 expect 2 "unknown command 'bogus'" $coop bogus
 
-expect 2 "'--bogus'" $coop sim --bogus
+expect 2 "coop sim: unknown option '--bogus'" $coop sim --bogus
+expect 2 "coop sim: unknown option '-x'" $coop sim -xyz
+expect 2 "coop replay: unknown option '-x'" $coop replay -xyz
+expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1
+expect 2 "coop sim: --budget needs a value" $coop sim --budget
 expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "unet-train-step.ops.jsonl.gz: budget ratio '1e-300' gives a budget of 0 bytes" $coop sim --json --no-min-ratio --policy dtr --budget 1e-300 "$traces/unet-train-step.ops.jsonl.gz"
+[ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
+expect 2 "--overhead-limit must be a finite number >= 1, not '3x'" $coop sim --overhead-limit 3x "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--overhead-limit must be a finite number >= 1, not 'inf'" $coop sim --overhead-limit inf "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unknown policy 'nope'" $coop sim --policy nope "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "'weird'" $coop sim --memory weird "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--engine must be sim or lib, not 'gpu'" $coop sim --engine gpu "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--memory arena only, not 'ideal'" $coop sim --engine lib --memory ideal "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "cannot run policy 'dtr-full'" $coop sim --engine lib --policy dtr-full "$traces/unet-train-step.ops.jsonl.gz"
-expect 1 "$tmp/none.jsonl: cannot open" $coop sim --engine lib "$tmp/none.jsonl"
-expect 1 "$tmp/none.jsonl: cannot open" $coop sim "$tmp/none.jsonl"
-expect 1 "bad.jsonl:1" $coop sim "$tmp/bad.jsonl"
+expect 2 "$tmp/none.jsonl: cannot open" $coop sim --engine lib "$tmp/none.jsonl"
+expect 2 "$tmp/none.jsonl: cannot open" $coop sim "$tmp/none.jsonl"
+expect 2 "bad.jsonl:1" $coop sim "$tmp/bad.jsonl"
+: >"$tmp/empty.jsonl"
+printf '\n\n' >"$tmp/blank.jsonl"
+expect 2 "empty.jsonl: no instructions: the log is empty or blank" $coop sim --no-min-ratio "$tmp/empty.jsonl"
+expect 2 "blank.jsonl: no instructions" $coop sim --no-min-ratio "$tmp/blank.jsonl"
+expect 2 "/dev/null: no instructions" $coop sim --no-min-ratio /dev/null
+mkdir "$tmp/dir.jsonl"
+expect 2 "dir.jsonl: read error: Is a directory" $coop sim --no-min-ratio "$tmp/dir.jsonl"
+# input errors are 2 in every command: a bad log among good ones too
+expect 2 "bad.jsonl:1" $coop sim --no-min-ratio --budget 0.9 --policy dtr "$traces/unet-train-step.ops.jsonl.gz" "$tmp/bad.jsonl"
 
 expect 2 "'--bogus'" $coop bench --bogus
 expect 2 "--batches wants 1..100000, got 'x'" $coop bench --batches x
 expect 2 "got '-3'" $coop bench --live -3
+expect 2 "--latency and --floor are two different runs" $coop bench --latency --floor
+expect 2 "--latency does not take --live" $coop bench --latency --live 1000
+expect 2 "--floor does not take --batches" $coop bench --floor --batches 3
+expect 2 "--seed wants a number from 0 to 2^64-1 (decimal or 0x hex), got ''" $coop bench --seed ''
+expect 2 "got '-1'" $coop bench --seed -1
+expect 2 "got '99999999999999999999999'" $coop bench --seed 99999999999999999999999
+expect 2 "got '010x'" $coop bench --seed 010x
 # comma lists: an empty item is an error in every command, never skipped
 expect 2 "--live: item 2 of '1000,' is empty" $coop bench --live 1000,
 expect 2 "--live: more than 8 items" $coop bench --live 1,2,3,4,5,6,7,8,9
@@ -58,9 +85,23 @@ expect 2 "--policy: item 1 of '' is empty" $coop replay --policy '' "$traces/une
 expect 2 "--policy: item 2 of 'coop,,torch' is empty" $coop replay --policy coop,,torch "$traces/unet-train-step.trace.gz"
 
 expect 2 "--capacity '12QB' is not a byte count" $coop replay --capacity 12QB "$traces/unet-train-step.trace.gz"
+# --page and --capacity are checked where they are parsed (they were
+# refused later as a skipped policy, exit 1, naming other values)
+expect 2 "--page '1' is not a power of two from 512 bytes" $coop replay --policy coop --page 1 "$traces/unet-train-step.trace.gz"
+expect 2 "--page '0x8000000000000000' is not a power of two" $coop replay --policy coop --page 0x8000000000000000 "$traces/unet-train-step.trace.gz"
+expect 2 "--capacity '18446744073709551615' is too large: it must be below 2^54" $coop replay --policy coop,torch --capacity 18446744073709551615 "$traces/unet-train-step.trace.gz"
+# decimal, not octal: 08 was 'not a byte count', 010 was 8
+if $coop replay --json --policy ideal --capacity 08 "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err" &&
+    $coop replay --json --policy ideal --capacity 0x10M "$traces/unet-train-step.trace.gz" >>"$tmp/out" 2>>"$tmp/err"; then
+    echo "ok: --capacity 08 and 0x10M are byte counts"
+else
+    echo "FAIL: --capacity 08 or 0x10M: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
 expect 2 "$tmp/none: cannot open" $coop replay "$tmp/none"
 expect 2 "bad.trace:3" $coop replay "$tmp/bad.trace"
+printf 'coop-trace 1\nA 0 18446744073709551615 0\nF 0\n' >"$tmp/big.trace"
+expect 2 "big.trace:2: size 18446744073709551615 is too large (sizes must be below 2^56)" $coop replay --json --policy torch,ideal "$tmp/big.trace"
 
 expect 2 "--device" $coop convert --device -5 "$traces/unet-train-step.trace.gz" "$tmp/x"
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
@@ -71,6 +112,56 @@ expect 2 "garbled.trace.gz: read error" $coop convert "$tmp/garbled.trace.gz" "$
 [ "$(grep -o 'garbled.trace.gz' "$tmp/err" | wc -l)" -eq 1 ] ||
     { echo "FAIL: the message names the file more than once: $(cat "$tmp/err")"; failures=$((failures + 1)); }
 expect 2 "truncated" $coop replay "$tmp/cut.trace.gz"
+expect 2 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop sim --no-min-ratio --budget 0.9 "$tmp/cut125.ops.jsonl.gz"
+expect 2 "cut125.ops.jsonl.gz:1: read error: file is truncated" $coop convert "$tmp/cut125.ops.jsonl.gz" "$tmp/x"
+expect 2 "cut12537.ops.jsonl.gz:2103: read error: file is truncated" $coop replay --policy ideal "$tmp/cut12537.ops.jsonl.gz"
 [ ! -e "$tmp/x" ] || { echo "FAIL: a failed convert left $tmp/x behind"; failures=$((failures + 1)); }
+
+# Segment events that do not add up: the recorded row is skipped (status 1,
+# as any failed policy) with the line and the event; the other rows print,
+# and the file is named once.
+printf 'coop-trace 1\nA 0 4096 0\nS 0x1000 4096 0\nF 0\n' >"$tmp/segbad.trace"
+expect 1 "segbad.trace: recorded skipped: line 3: segment_alloc of 4096 bytes at 0x1000 (event 1): segment events and final segments disagree" $coop replay --json --policy ideal,recorded "$tmp/segbad.trace"
+grep -q '"policy":"ideal"' "$tmp/out" || { echo "FAIL: no ideal row beside the skipped recorded one"; failures=$((failures + 1)); }
+[ "$(grep -o 'segbad.trace' "$tmp/err" | wc -l)" -eq 1 ] ||
+    { echo "FAIL: the message names the file more than once: $(cat "$tmp/err")"; failures=$((failures + 1)); }
+
+# --policy recorded on a trace without segments: no row, and a note why
+expect 0 "unet-train-step.trace.gz: no recorded row: the trace holds no recorded segments" $coop replay --policy recorded "$traces/unet-train-step.trace.gz"
+
+# Results that cannot be written are a failure (1), not a silent success.
+# expect_full CMD...: CMD with stdout on /dev/full exits 1 and says so.
+expect_full() {
+    "$@" >/dev/full 2>"$tmp/err"
+    got=$?
+    if [ "$got" -ne 1 ] || ! grep -q "writing standard output failed" "$tmp/err"; then
+        echo "FAIL: '$* >/dev/full' exited $got: $(head -3 "$tmp/err")"
+        failures=$((failures + 1))
+    else
+        echo "ok: '$* >/dev/full' -> 1: $(head -1 "$tmp/err")"
+    fi
+}
+if [ -w /dev/full ]; then
+    printf 'coop-trace 1\nA 0 4096 0\nF 0\n' >"$tmp/small.trace"
+    expect_full $coop replay --json --policy ideal "$tmp/small.trace"
+    expect_full $coop replay --policy ideal "$tmp/small.trace"
+    expect_full $coop sim --no-min-ratio --policy dtr --budget 0.5 "$traces/unet-train-step.ops.jsonl.gz"
+    expect_full $coop bench --live 10 --batches 1
+    expect_full $coop --help
+else
+    echo "skipped: no writable /dev/full"
+fi
+
+# A --budget list of 512 characters or more was cut to 511 without a word:
+# its last ratio was cut (0.25 ran as 0.2, or was refused).
+long_ratio="0.5$(printf '%0505d' 0)"
+$coop sim --json --no-min-ratio --policy lru --budget "$long_ratio,0.25" \
+    "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/out" 2>"$tmp/err"
+if [ "$(grep -o '"budget_ratio":[0-9.]*' "$tmp/out" | tr '\n' ' ')" = '"budget_ratio":0.5 "budget_ratio":0.25 ' ]; then
+    echo "ok: a 513-character --budget list is read whole"
+else
+    echo "FAIL: a 513-character --budget list: $(cat "$tmp/out" "$tmp/err")"
+    failures=$((failures + 1))
+fi
 
 [ "$failures" -eq 0 ]

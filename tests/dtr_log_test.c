@@ -82,6 +82,9 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n{oops\n",
                  "bad.log:2: invalid JSON");
     expect_error("{\"INSTRUCTION\":\"FROB\"}\n", "bad.log:1: unknown INSTRUCTION \"FROB\"");
+    /* no instructions: coop sim ran these as a program of 0 bytes */
+    expect_error("", "bad.log: no instructions: the log is empty or blank");
+    expect_error("\n\n\r\n", "bad.log: no instructions");
     expect_error("{\"NAME\":\"x\"}\n", "bad.log:1: missing field INSTRUCTION");
     expect_error("[1,2]\n", "bad.log:1: line is not a JSON object");
     expect_error("{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"4\"}\n",
@@ -89,6 +92,24 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
                  "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"-4\"}\n",
                  "bad.log:2: field MEMORY is not a non-negative integer");
+    /* sizes are below 2^56, and all of them together below 2^63, so that no
+     * sum of live tensors (the simulator's peak) wraps */
+    expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"72057594037927936\"}\n",
+                 "bad.log:2: MEMORY 72057594037927936 is too large (sizes must be below 2^56)");
+    {
+        /* 128 constants of 2^56 - 1 bytes fit below 2^63; the 129th does not */
+        static char big[129 * 120];
+        size_t n = 0;
+        for (int i = 0; i < 129; i++)
+            n += (size_t)snprintf(big + n, sizeof big - n,
+                                  "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c%d\"}\n"
+                                  "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c%d\",\"MEMORY\":"
+                                  "\"72057594037927935\"}\n",
+                                  i, i);
+        assert_true(n < sizeof big);
+        expect_error(big, "bad.log:258: the MEMORY values add up to 2^63 bytes or more");
+    }
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
                  "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"y\"],"
                  "\"TIME\":\"1\"}\n",
@@ -147,6 +168,83 @@ static void read_errors_carry_the_path(void **state)
     assert_non_null(strstr(coop_last_error(), "/nonexistent/x.log: cannot open"));
 }
 
+/* Writes len bytes to a fresh temporary file, plain; returns its path. */
+static char *write_plain(const void *data, size_t len)
+{
+    char *path = strdup("/tmp/coop_dtr_test_XXXXXX");
+    assert_non_null(path);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+    return path;
+}
+
+/* dtr_log_read fails with want (after "PATH") on path, and frees path. */
+static void expect_read_error(char *path, const char *want)
+{
+    dtr_log log;
+    assert_int_equal(dtr_log_read(path, &log), COOP_ERR_INVALID);
+    assert_null(log.instrs);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s%s", path, want);
+    if (!strstr(coop_last_error(), msg))
+        fail_msg("\"%s\" lacks \"%s\"", coop_last_error(), msg);
+    unlink(path);
+    free(path);
+}
+
+/* Damaged files are errors with their line: a gzip stream cut short (zlib
+ * reports it as Z_BUF_ERROR, which was read as the end of the log, so a cut
+ * log passed for a shorter one), a last line without its newline, a NUL
+ * byte (which cut its line short or joined it to the next) and a line over
+ * TRACE_INPUT_MAX_LINE (which grew the buffer without bound). */
+static void damaged_files_are_refused(void **state)
+{
+    (void)state;
+    /* the gzip stream of small_log, cut at every length short of its end:
+     * every cut is an error (the 8-byte trailer carries the length and CRC) */
+    char *whole = write_gz(small_log);
+    FILE *f = fopen(whole, "rb");
+    assert_non_null(f);
+    unsigned char gz[4096];
+    size_t n = fread(gz, 1, sizeof gz, f);
+    fclose(f);
+    unlink(whole);
+    free(whole);
+    assert_true(n > 20 && n < sizeof gz);
+    for (size_t cut = 1; cut < n; cut++) {
+        char *path = write_plain(gz, cut);
+        dtr_log log;
+        if (dtr_log_read(path, &log) == COOP_OK)
+            fail_msg("the gzip log cut to %zu of %zu bytes was accepted", cut, n);
+        assert_null(log.instrs);
+        unlink(path);
+        free(path);
+    }
+    char *path = write_plain(gz, 40);
+    expect_read_error(path, ": read error: file is truncated (gzip stream ends early)");
+
+    const char *noeol = "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"8\"}";
+    expect_read_error(write_plain(noeol, strlen(noeol)), ":2: the last line has no newline");
+
+    static const char nul[] = "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                              "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"8\"}\n"
+                              "\0{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"x\"}\n";
+    expect_read_error(write_plain(nul, sizeof nul - 1), ":3: NUL byte in a text line");
+
+    size_t big = ((size_t)1 << 20) + 100;
+    char *line = malloc(big + 64);
+    assert_non_null(line);
+    int head = snprintf(line, 64, "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"");
+    memset(line + head, 'a', big);
+    memcpy(line + head + big, "\"}\n", 3);
+    expect_read_error(write_plain(line, (size_t)head + big + 3),
+                      ":1: line longer than 1048576 bytes");
+    free(line);
+}
+
 /* Allocation events: views and mutations allocate nothing; the storage of a
  * and v (a view of w) is freed with its last name. */
 static void derives_allocation_events(void **state)
@@ -177,7 +275,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parses_structure),          cmocka_unit_test(errors_name_the_line),
         cmocka_unit_test(reads_gzip_files),          cmocka_unit_test(read_errors_carry_the_path),
-        cmocka_unit_test(derives_allocation_events),
+        cmocka_unit_test(derives_allocation_events), cmocka_unit_test(damaged_files_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

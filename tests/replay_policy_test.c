@@ -165,7 +165,66 @@ static void double_alloc_is_an_input_error(void **unused)
     built_free(&b);
 }
 
+/* Sizes below 2^56 each can still add up past 2^64: 128 live blocks of
+ * 2^56 - 1 bytes make 2^63 - 128, the 129th passes 2^63, and 257 wrapped
+ * the peak (it was printed as a negative JSON integer). */
+static void live_bytes_stay_below_2_63(void **unused)
+{
+    (void)unused;
+    const uint64_t big = (1ull << 56) - 1;
+    built b = {0};
+    for (uint32_t id = 0; id < 128; id++)
+        alloc_ev(&b, id, big);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    assert_true(p.peak_live == 128 * big);
+    alloc_ev(&b, 128, big);
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "event 128 (id 128, 72057594037927935 bytes) brings "
+                                              "the live bytes to 2^63 or more"));
+    built_free(&b);
+}
+
 /* ---- torch ---- */
+
+/* A trace that allocates no bytes (a header only, or only size-0 blocks) has
+ * a peak of 0, and the bisection then creates each policy at capacity 0:
+ * torch asked its backend for a 0-byte device and was "skipped" (exit 1). */
+static void torch_runs_at_capacity_zero(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, 0);
+    uintptr_t addr = 0;
+    assert_int_equal(d.ops->malloc(d.state, 512, 0, &addr), COOP_ERR_NOMEM);
+    d.ops->destroy(d.state);
+
+    built b = {0};
+    alloc_ev(&b, 0, 0);
+    free_ev(&b, 0, 0);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    assert_int_equal(p.peak_live, 0);
+    uint64_t cap = 1;
+    replay_run at;
+    assert_int_equal(replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, 0, 0, &cap, &at),
+                     COOP_OK);
+    assert_int_equal(cap, 0);
+    built_free(&b);
+}
+
+/* A request near 2^64 rounded up to 512 bytes wrapped to a small block,
+ * which was then placed in a 2 MiB segment: it must be out of memory. */
+static void torch_refuses_sizes_that_round_past_2_64(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, GiB);
+    uintptr_t addr = 0;
+    static const uint64_t sizes[] = {UINT64_MAX, UINT64_MAX - 511, 1ull << 63};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        assert_int_equal(d.ops->malloc(d.state, sizes[i], 0, &addr), COOP_ERR_NOMEM);
+    assert_int_equal(stats_of(&d).reserved_bytes, 0);
+    d.ops->destroy(d.state);
+}
 
 static void torch_medium_request_takes_one_20mib_segment(void **unused)
 {
@@ -406,6 +465,34 @@ static void recorded_curve_rebuilt_backwards(void **unused)
     built_free(&b);
 }
 
+/* Reserved bytes that would reach 2^63 are inconsistent input, not a wrap:
+ * final segments adding up to 2^64 - 1 + 2 made a peak of 1 byte. */
+static void recorded_sums_do_not_wrap(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 4096);
+    free_ev(&b, 0, 4096);
+    b.t.final_segments = calloc(2, sizeof *b.t.final_segments);
+    assert_non_null(b.t.final_segments);
+    b.t.final_segments[0].size = UINT64_MAX;
+    b.t.final_segments[1].size = 2;
+    b.t.num_final_segments = 2;
+    replay_recorded rec;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "the final segments add up to 2^63 bytes or more"));
+    /* a segment free before the end that takes the reserved bytes past 2^63 */
+    b.t.final_segments[0].size = 1ull << 62;
+    b.t.final_segments[1].size = 0;
+    add(&b, TRACE_SEGMENT_FREE, 0, 1ull << 62, 0);
+    b.t.has_segment_events = 1;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "segment_free of 4611686018427387904 bytes at 0x0 "
+                                              "(event 2): the reserved bytes before it would be "
+                                              "2^63 or more"));
+    built_free(&b);
+}
+
 static void recorded_absent_without_segments(void **unused)
 {
     (void)unused;
@@ -504,6 +591,10 @@ int main(void)
         cmocka_unit_test(timed_run_reads_no_statistics),
         cmocka_unit_test(recorded_curve_rebuilt_backwards),
         cmocka_unit_test(recorded_absent_without_segments),
+        cmocka_unit_test(recorded_sums_do_not_wrap),
+        cmocka_unit_test(live_bytes_stay_below_2_63),
+        cmocka_unit_test(torch_refuses_sizes_that_round_past_2_64),
+        cmocka_unit_test(torch_runs_at_capacity_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,4 +27,16 @@ for engine in sim lib; do
         fail "$engine --no-min-ratio: $row"
     [ "$failures" -eq 0 ] && echo "ok: $engine"
 done
+# The log's file name is printed as a JSON string: quotes, backslashes and
+# control characters escaped, bytes that are not UTF-8 replaced (it was
+# printed as is, and the row did not parse).
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/coop-sim-cli-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+name=$(printf 'q"u\\o\tx\377\303\251.jsonl')
+gzip -dc "$log" | head -5 >"$tmp/$name"
+row=$($coop sim --json --no-min-ratio --policy dtr --budget 0.5 "$tmp/$name") ||
+    fail "a quoted name: exited $?"
+want=$(printf '"log":"q\\"u\\\\o\\u0009x\\ufffd\303\251.jsonl"')
+printf '%s\n' "$row" | grep -qF -- "$want" || fail "the name is not escaped as $want: $row"
+[ "$failures" -eq 0 ] && echo "ok: file names escaped"
 [ "$failures" -eq 0 ]

@@ -249,6 +249,18 @@ static void too_small_is_oom_and_unlimited_needs_nothing(void **state)
     assert_true(o.overhead == 1.0);
 }
 
+/* A ratio so small that the budget is 0 bytes: out of memory, and the mean
+ * free share at evictions is 0, not 0/0 (it was NaN, printed as -nan in
+ * coop sim --json). */
+static void zero_byte_budget_is_oom_without_nan(void **state)
+{
+    (void)state;
+    sim_outcome o = run_chain(SIM_POLICY_DTR, 1e-300);
+    assert_int_equal(o.budget, 0);
+    assert_int_equal(o.result, SIM_OOM);
+    assert_true(o.frag_at_evict == 0.0);
+}
+
 static void thrash_when_recompute_exceeds_the_limit(void **state)
 {
     (void)state;
@@ -258,6 +270,26 @@ static void thrash_when_recompute_exceeds_the_limit(void **state)
     opt.overhead_limit = 1.1; /* 10 ns recompute > 8.2 ns allowed */
     sim_outcome o = sim_run(&p, sim_baseline_peak(&p, 1), &opt, 0.8);
     assert_int_equal(o.result, SIM_THRASH);
+    sim_program_free(&p);
+}
+
+/* An overhead limit whose recompute budget passes 2^64 ns is no limit: it was
+ * converted to uint64_t as is (undefined; on x86-64 a budget near 0), so
+ * --overhead-limit 1e12 on a real log, or 1e30 here, made every run thrash. */
+static void huge_overhead_limit_saturates(void **state)
+{
+    (void)state;
+    assert_true(sim_remat_limit(82, 1.1) == 8);
+    assert_true(sim_remat_limit(82, 1e30) == UINT64_MAX);
+    assert_true(sim_remat_limit(UINT64_MAX, 3.0) == UINT64_MAX);
+    assert_true(sim_remat_limit(0, INFINITY) == UINT64_MAX);
+    assert_true(sim_remat_limit(82, 1.0) == 0);
+    sim_program p;
+    load(chain_log, &p);
+    sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_IDEAL);
+    opt.overhead_limit = 1e30;
+    sim_outcome o = sim_run(&p, sim_baseline_peak(&p, 1), &opt, 0.8);
+    assert_int_equal(o.result, SIM_OK);
     sim_program_free(&p);
 }
 
@@ -383,7 +415,9 @@ int main(void)
         cmocka_unit_test(dtr_family_evicts_the_cheap_stale_tensor),
         cmocka_unit_test(size_and_lru_choose_differently),
         cmocka_unit_test(too_small_is_oom_and_unlimited_needs_nothing),
+        cmocka_unit_test(zero_byte_budget_is_oom_without_nan),
         cmocka_unit_test(thrash_when_recompute_exceeds_the_limit),
+        cmocka_unit_test(huge_overhead_limit_saturates),
         cmocka_unit_test(undefined_names_are_errors_with_lines),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),

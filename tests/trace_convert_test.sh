@@ -22,7 +22,11 @@ expect_exit() {
 expect_exit 0 $coop convert --help
 grep -q "usage: coop convert" "$tmp/out" || fail "--help prints no usage"
 expect_exit 2 $coop convert
+grep -q "missing IN and OUT" "$tmp/err" || fail "no IN nor OUT: $(cat "$tmp/err")"
 expect_exit 2 $coop convert "$data/example.trace"
+grep -q "missing OUT" "$tmp/err" || fail "no OUT: $(cat "$tmp/err")"
+expect_exit 2 $coop convert - "$tmp/x"
+grep -q "IN cannot be '-': standard input is not read" "$tmp/err" || fail "IN '-': $(cat "$tmp/err")"
 expect_exit 2 $coop convert --bogus "$data/example.trace" "$tmp/x"
 expect_exit 2 $coop convert a b c
 expect_exit 2 $coop convert --device "$data/example.trace" "$tmp/x"
@@ -43,6 +47,27 @@ cmp -s "$tmp/b" "$tmp/c" || fail "converting a converted trace changed it"
 [ ! -e "$tmp/a.trace.tmp" ] || fail "a.trace.tmp left behind"
 # a device is written in place (no /dev/null.tmp)
 expect_exit 0 $coop convert "$data/example.trace" /dev/null
+
+# a symbolic link OUT stays a link and its target gets the trace (the rename
+# replaced the link with a file); a file named OUT.tmp is not OUT's
+# temporary (it was overwritten, then renamed away); a new OUT gets the
+# umask's permissions, a replaced one keeps its own
+echo old >"$tmp/target.trace"
+chmod 640 "$tmp/target.trace"
+ln -s target.trace "$tmp/link.trace"
+echo mine >"$tmp/link.trace.tmp"
+expect_exit 0 $coop convert "$data/example.trace" "$tmp/link.trace"
+[ -L "$tmp/link.trace" ] || fail "the symbolic link OUT was replaced by a file"
+head -n 1 "$tmp/target.trace" | grep -qx "coop-trace 1" || fail "the link's target was not written"
+grep -qx mine "$tmp/link.trace.tmp" || fail "OUT.tmp was overwritten"
+[ "$(stat -c %a "$tmp/target.trace")" = 640 ] || fail "the replaced file's mode changed"
+[ -z "$(find "$tmp" -name '.?*')" ] || fail "a temporary file was left: $(find "$tmp" -name '.?*')"
+(umask 027 && $coop convert "$data/example.trace" "$tmp/fresh.trace") || fail "convert to a new file"
+[ "$(stat -c %a "$tmp/fresh.trace")" = 640 ] || fail "a new OUT ignores the umask: $(stat -c %a "$tmp/fresh.trace")"
+ln -s nowhere.trace "$tmp/dangling.trace"
+expect_exit 1 $coop convert "$data/example.trace" "$tmp/dangling.trace"
+grep -q "dangling.trace: cannot write: a symbolic link to a file that does not exist" "$tmp/err" ||
+    fail "dangling link: $(cat "$tmp/err")"
 
 # bad input: exit 2, message with the position, no output, old output kept
 printf 'coop-trace 1\nA 1 2\n' >"$tmp/bad.trace"

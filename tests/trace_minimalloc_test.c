@@ -73,6 +73,8 @@ static void test_bad_rows(void **state)
         {"id,lower,upper,size\n1,2,99999999999999999999,4\n",
          ":2: upper '99999999999999999999' is out of range"},
         {"id,lower,upper,size\n1,5,5,4\n", ":2: upper 5 must be greater than lower 5"},
+        {"id,lower,upper,size\n1,0,5,72057594037927936\n",
+         ":2: size 72057594037927936 is too large (sizes must be below 2^56)"},
         {"id,lower,upper,size\n1,6,5,4\n", ":2: upper 5 must be greater than lower 6"},
         {"id,lower,upper,size\n1,0,5,4\n2,0,5,4\n1,0,5,4\n", ":4: id 1 repeated (first at line 2)"},
         {"id,lower,upper,size\n1,0,5,4", ":2: the last line has no newline"},

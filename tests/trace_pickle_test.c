@@ -274,6 +274,118 @@ static void test_self_reference(void **state)
                          "entry has type list, expected dict", NULL);
 }
 
+/* A snapshot whose device 0 holds one alloc entry with `keys` keys (action,
+ * addr, size, then repeats of "x"). */
+static void entry_with_keys(pk *p, int keys)
+{
+    p->n = 0;
+    op(p, 0x80);
+    op(p, 4);
+    begin_dict(p);
+    str(p, "device_traces");
+    begin_list(p);
+    begin_list(p);
+    begin_dict(p);
+    key_str(p, "action", "alloc");
+    key_int(p, "addr", 0x1000);
+    key_int(p, "size", 512);
+    for (int i = 3; i < keys; i++)
+        key_int(p, "x", i);
+    end_dict(p);
+    end_list(p);
+    end_list(p);
+    end_dict(p);
+    op(p, '.');
+}
+
+/* Two segments; the second is a BINGET of the first (share_segment), or a
+ * new dict whose "blocks" is a BINGET of the first's list. */
+static void repeated_segment(pk *p, int share_segment)
+{
+    p->n = 0;
+    op(p, 0x80);
+    op(p, 4);
+    begin_dict(p); /* memo 0 */
+    str(p, "device_traces");
+    op(p, ']');
+    str(p, "segments");
+    begin_list(p); /* memo 1 */
+    begin_dict(p); /* memo 2 */
+    key_int(p, "address", 0x100000);
+    key_int(p, "total_size", 2 << 20);
+    str(p, "blocks");
+    begin_list(p); /* memo 3 */
+    block(p, 0x100000, 512, 512, "active_allocated");
+    end_list(p);
+    end_dict(p);
+    if (share_segment) {
+        op(p, 'h');
+        op(p, 2);
+    } else {
+        begin_dict(p);
+        key_int(p, "address", 0x400000);
+        key_int(p, "total_size", 2 << 20);
+        str(p, "blocks");
+        op(p, 'h');
+        op(p, 3);
+        end_dict(p);
+    }
+    end_list(p);
+    end_dict(p);
+    op(p, '.');
+}
+
+/* A 2-byte memo reference can repeat a container of any size: the reader
+ * bounds what one entry costs (finding: a 1.3 KB .gz of one 200,000-key
+ * dict repeated 200,000 times took 69 s), and refuses repeated segments and
+ * blocks lists, whose walks would multiply. */
+static void test_memo_repeats_are_bounded(void **state)
+{
+    (void)state;
+    pk p;
+    trace t;
+    entry_with_keys(&p, 64);
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_events, 1);
+    trace_free(&t);
+    entry_with_keys(&p, 65);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][0]",
+                         "entry has 65 keys (at most 64 expected)", NULL);
+    assert_null(t.events);
+
+    repeated_segment(&p, 1);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "byte 34: segments[0]",
+                         "segment is repeated by a memo reference (BINGET)", NULL);
+    assert_null(t.events);
+    repeated_segment(&p, 0);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "segments[0]",
+                         "'blocks' is repeated by a memo reference", NULL);
+    assert_null(t.events);
+}
+
+/* One node per input byte costs about 56 bytes per byte (50 M NONE opcodes,
+ * a 48 KB .gz, took 2.8 GB): the parse stops at PKL_MEMORY_PER_BYTE per
+ * byte plus PKL_MEMORY_BASE, with the byte where it stopped. 3 M NONEs are
+ * past that bound (56 * 3M > 24 * 3M + 64 MiB); real snapshots use 3.5-9. */
+static void test_memory_is_bounded(void **state)
+{
+    (void)state;
+    size_t nones = (size_t)3 << 20, len = nones + 5;
+    unsigned char *b = malloc(len);
+    assert_non_null(b);
+    memcpy(b, "\x80\x02(", 3);
+    memset(b + 3, 'N', nones);
+    memcpy(b + 3 + nones, "l.", 2);
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    fixture_expect_error(pkl_parse("nones", b, len, &arena, &root), "nones: byte ",
+                         "loading the pickle needs more than",
+                         "(24 per input byte): not the shape of a memory snapshot", NULL);
+    assert_null(root);
+    assert_null(arena.chunks);
+    free(b);
+}
+
 /* ------------------------------------------------------------------------
  * Snapshot semantics
  * ---------------------------------------------------------------------- */
@@ -315,6 +427,10 @@ static void test_semantics(void **state)
         assert_int_equal(t.events[6].stream, 7);
         assert_int_equal(t.events[7].size, 2 << 20);
         assert_int_equal(t.events[7].addr, 0x10000);
+        /* the segment_alloc's byte offset: its entry's EMPTY_DICT */
+        assert_int_equal(t.num_segment_where, 1);
+        assert_true(t.segment_where_is_byte);
+        assert_int_equal(p.b[t.segment_where[0]], '}');
         assert_int_equal(t.events[11].size, (uint64_t)1 << 40);
         assert_int_equal(t.events[12].size, 256);
         assert_true(t.has_segment_events);
@@ -481,6 +597,20 @@ static void test_malformed(void **state)
             "\x8c\x04"
             "addrK\x01uees.",
             "'size' is missing", "device_traces[0][0]"),
+        /* sizes are below 2^56 (so that rounding and sums never wrap) */
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}(\x8c\x06"
+            "action\x8c\x05"
+            "alloc"
+            "\x8c\x04"
+            "addrK\x01\x8c\x04size\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x01uees.",
+            "'size' 72057594037927936 is too large (sizes must be below 2^56)",
+            "device_traces[0][0]"),
+        BAD("\x80\x02}(\x8c\x0d"
+            "device_traces]\x8c\x08segments](}(\x8c\x07"
+            "address"
+            "K\x00\x8c\x0atotal_size\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00ueu.",
+            "segments[0]", "'total_size' 18446744073709551615 is too large"),
         /* same block allocated twice */
         BAD("\x80\x02}\x8c\x0d"
             "device_traces](](}(\x8c\x06"
@@ -579,10 +709,16 @@ int main(void)
     test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
     fixture_init();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_values),          cmocka_unit_test(test_self_reference),
-        cmocka_unit_test(test_semantics),       cmocka_unit_test(test_device_choice),
-        cmocka_unit_test(test_unsigned_stream), cmocka_unit_test(test_code_opcodes_refused),
-        cmocka_unit_test(test_malformed),       cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_values),
+        cmocka_unit_test(test_self_reference),
+        cmocka_unit_test(test_memo_repeats_are_bounded),
+        cmocka_unit_test(test_memory_is_bounded),
+        cmocka_unit_test(test_semantics),
+        cmocka_unit_test(test_device_choice),
+        cmocka_unit_test(test_unsigned_stream),
+        cmocka_unit_test(test_code_opcodes_refused),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_mutations),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

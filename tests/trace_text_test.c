@@ -81,6 +81,12 @@ static void test_all_lines(void **state)
         assert_true(t.events[6].size == UINT64_MAX);
         assert_int_equal(t.events[6].stream, 1);
         assert_true(t.has_segment_events);
+        /* the lines of M, N, U, for messages about segment events */
+        assert_int_equal(t.num_segment_where, 3);
+        assert_false(t.segment_where_is_byte);
+        assert_int_equal(t.segment_where[0], 7);
+        assert_int_equal(t.segment_where[1], 8);
+        assert_int_equal(t.segment_where[2], 9);
         trace_free(&t);
     }
     /* only a header: a valid, empty trace */
@@ -114,6 +120,15 @@ static void test_bad_lines(void **state)
         {"coop-trace 1\nA 1 18446744073709551616 3\n",
          ":2: size '18446744073709551616' is out of range", ""},
         {"coop-trace 1\nA 1 0x1ffffffffffffffff 3\n", ":2: size", "out of range"},
+        /* sizes are below 2^56, so that rounding and sums never wrap */
+        {"coop-trace 1\nA 1 72057594037927936 3\n",
+         ":2: size 72057594037927936 is too large (sizes must be below 2^56)", ""},
+        {"coop-trace 1\nL 1 18446744073709551615 3\n", ":2: size 18446744073709551615 is too large",
+         ""},
+        {"coop-trace 1\nS 0x1000 0x100000000000000\n", ":2: size 72057594037927936 is too large",
+         ""},
+        {"coop-trace 1\nE 0x1000 18446744073709551615 0\n", ":2: size 18446744073709551615 is too",
+         ""},
         {"coop-trace 1\nA 1 2 3 foo=1\n", ":2: unknown key 'foo' on a A line", ""},
         {"coop-trace 1\nA 1 2 3 t=1 t=2\n", ":2: key 't' given twice", ""},
         {"coop-trace 1\nA 1 2 3 t=x\n", ":2: t 'x' is not a number", ""},
@@ -252,6 +267,22 @@ static void test_numbers(void **state)
     assert_int_equal(text_parse_i64("-", &i), TEXT_NUMBER_INVALID);
 }
 
+/* The largest size a trace may carry, 2^56 - 1, is read (2^56 is refused:
+ * test_bad_lines). */
+static void test_largest_size(void **state)
+{
+    (void)state;
+    static const char text[] = "coop-trace 1\nA 1 72057594037927935 0\nE 0 0xffffffffffffff\n";
+    char path[300];
+    fixture_path(path, sizeof path, "largest.trace");
+    fixture_write(path, text, strlen(text), 0);
+    trace t;
+    assert_int_equal(trace_read_text(path, &t), COOP_OK);
+    assert_true(t.events[0].size == (1ull << 56) - 1);
+    assert_true(t.final_segments[0].size == (1ull << 56) - 1);
+    trace_free(&t);
+}
+
 /* Writing then reading gives the same trace, plain and compressed. */
 static void test_round_trip(void **state)
 {
@@ -306,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_bad_lines),      cmocka_unit_test(test_many_lines),
         cmocka_unit_test(test_long_line),      cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_numbers),        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_largest_size),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

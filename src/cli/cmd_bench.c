@@ -31,13 +31,28 @@
 #include "cli/cli_list.h"
 #include "cli/commands.h"
 #include "coop.h"
+#include "trace/text_number.h"
 
 #define BATCH 1000
 #define MIN_SIZE 512.0
 #define MAX_SIZE (256.0 * 1024 * 1024)
 #define MAX_LIVE_COUNTS 8 /* --live takes at most this many counts */
 
+/* The most the automatic capacity (no --capacity-gib) reaches: 32 TiB, so
+ * that its address space (twice that) fits a 47-bit user address space. */
+#define AUTO_CAPACITY_MAX (UINT64_C(32) << 40)
+
+/* Options a run uses, to refuse those it would ignore (bench_opts.given). */
+enum {
+    GIVEN_LIVE = 1,
+    GIVEN_BATCHES = 2,
+    GIVEN_SEED = 4,
+    GIVEN_ONLY = 8,
+    GIVEN_CAPACITY = 16,
+};
+
 typedef struct bench_opts {
+    unsigned given; /* GIVEN_* of the options on the command line */
     bool json;
     bool latency; /* --latency: the memory-latency table instead */
     bool floor;   /* --floor: the skeleton pair instead (bench_floor.c) */
@@ -407,8 +422,9 @@ static void usage(FILE *out)
             "  --only WHICH time only coop or only jemalloc (profiling; the other\n"
             "               column reads 0)\n"
             "  --capacity-gib N  simulated device size (default: 8 x the expected live\n"
-            "               bytes, at least 1 TiB; valgrind needs 16 or less, enough\n"
-            "               for about 1,000 live blocks)\n"
+            "               bytes, from 1 TiB to 32 TiB, which holds about 1.6 million\n"
+            "               live blocks; valgrind needs 16 or less, enough for about\n"
+            "               1,000 live blocks)\n"
             "  --latency    instead: nanoseconds per dependent load over random cache\n"
             "               lines of buffers of 256 KiB .. 64 MiB (what a cache miss on\n"
             "               allocator metadata of that size costs on this machine)\n"
@@ -443,6 +459,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         } else if (!strcmp(arg, "--floor")) {
             o->floor = true;
         } else if (!strcmp(arg, "--only") && i + 1 < argc) {
+            o->given |= GIVEN_ONLY;
             const char *which = argv[++i];
             o->run_coop = !strcmp(which, "coop");
             o->run_jemalloc = !strcmp(which, "jemalloc");
@@ -451,6 +468,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return 2;
             }
         } else if (!strcmp(arg, "--batches") && i + 1 < argc) {
+            o->given |= GIVEN_BATCHES;
             unsigned long long n = strtoull(argv[++i], &end, 10);
             if (*end || n == 0 || n > 100000) {
                 fprintf(stderr, "coop bench: --batches wants 1..100000, got '%s'\n", argv[i]);
@@ -458,6 +476,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
             o->batches = (size_t)n;
         } else if (!strcmp(arg, "--capacity-gib") && i + 1 < argc) {
+            o->given |= GIVEN_CAPACITY;
             unsigned long long n = strtoull(argv[++i], &end, 10);
             if (*end || n == 0 || n > (1u << 20)) {
                 fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n", argv[i]);
@@ -465,12 +484,18 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
             o->capacity = (uint64_t)n << 30;
         } else if (!strcmp(arg, "--seed") && i + 1 < argc) {
-            o->seed = strtoull(argv[++i], &end, 0);
-            if (*end) {
-                fprintf(stderr, "coop bench: --seed wants a number, got '%s'\n", argv[i]);
+            o->given |= GIVEN_SEED;
+            /* whole field, decimal or 0x hex, below 2^64: strtoull took ""
+             * as 0, wrapped -1 and saturated overflow without a word */
+            if (text_parse_u64(argv[++i], &o->seed) != TEXT_NUMBER_OK) {
+                fprintf(stderr,
+                        "coop bench: --seed wants a number from 0 to 2^64-1 (decimal or 0x "
+                        "hex), got '%s'\n",
+                        argv[i]);
                 return 2;
             }
         } else if (!strcmp(arg, "--live") && i + 1 < argc) {
+            o->given |= GIVEN_LIVE;
             char *items[MAX_LIVE_COUNTS];
             int n = cli_split_list(argv[++i], items, MAX_LIVE_COUNTS, "coop bench", "--live");
             if (n < 0)
@@ -492,7 +517,41 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             return 2;
         }
     }
+    /* --latency and --floor are other runs than the pairs: each takes only
+     * some options, and an ignored one would have been dropped silently */
+    static const struct {
+        unsigned flag;
+        const char *name;
+    } names[] = {{GIVEN_LIVE, "--live"},
+                 {GIVEN_BATCHES, "--batches"},
+                 {GIVEN_SEED, "--seed"},
+                 {GIVEN_ONLY, "--only"},
+                 {GIVEN_CAPACITY, "--capacity-gib"}};
+    if (o->latency && o->floor) {
+        fprintf(stderr, "coop bench: --latency and --floor are two different runs: give one\n");
+        return 2;
+    }
+    unsigned takes = o->latency ? GIVEN_SEED : o->floor ? GIVEN_LIVE : ~0u;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (o->given & names[k].flag & ~takes) {
+            fprintf(stderr, "coop bench: %s does not take %s\n",
+                    o->latency ? "--latency" : "--floor", names[k].name);
+            return 2;
+        }
     return -1;
+}
+
+/* The capacity without --capacity-gib: 8 x the expected live bytes (mean
+ * size ~20.4 MB), at least 1 TiB and at most AUTO_CAPACITY_MAX, whose 2x of
+ * address space fits x86-64's 128 TiB of user space (8 x beyond ~430k live
+ * blocks did not: 'cannot reserve'). */
+static uint64_t auto_capacity(size_t live)
+{
+    double mean = (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE));
+    uint64_t cap = (uint64_t)(8.0 * mean * (double)live);
+    if (cap < (UINT64_C(1) << 40))
+        return UINT64_C(1) << 40;
+    return cap > AUTO_CAPACITY_MAX ? AUTO_CAPACITY_MAX : cap;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -518,16 +577,11 @@ int cmd_bench(int argc, char **argv)
             fprintf(stderr, "coop bench: out of host memory for the workload\n");
             return 1;
         }
-        /* Capacity: 8 x the expected live bytes (mean size ~20.4 MB), at least 1 TiB. */
         double coop_ns = 0, je_ns = 0;
         uint64_t coop_bytes = 0, je_bytes = 0, live_bytes = 0;
         coop_config c;
         coop_config_default(&c);
-        double mean = (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE));
-        uint64_t cap = (uint64_t)(8.0 * mean * (double)live);
-        c.capacity = cap < (UINT64_C(1) << 40) ? (UINT64_C(1) << 40) : cap;
-        if (o.capacity)
-            c.capacity = o.capacity;
+        c.capacity = o.capacity ? o.capacity : auto_capacity(live);
         c.va_size = 2 * c.capacity;
         coop_pool *pool;
         if (o.run_coop) {

@@ -18,7 +18,8 @@ static void usage(FILE *out)
                  "IN may be a PyTorch memory snapshot pickle, a coop text trace, a minimalloc\n"
                  "CSV or a DTR op log, plain or gzip-compressed: the format is detected from\n"
                  "the content. OUT is compressed if it ends in .gz; '-' writes to stdout.\n"
-                 "A file OUT appears only when complete (written to OUT.tmp, then renamed).\n"
+                 "A file OUT appears only when complete (written to a temporary file beside\n"
+                 "it, then renamed); a symbolic link OUT stays one, its target is replaced.\n"
                  "\n"
                  "options:\n"
                  "  --device N   snapshots: read device N's history (default: the first\n"
@@ -46,8 +47,26 @@ static int parse_device(const char *text, int *device)
     return 0;
 }
 
-/* Writes to OUT.tmp and renames, so a regular file OUT is never
- * half-written. */
+/* The file OUT names, through symbolic links, malloc'ed: the temporary file
+ * goes beside it and the rename replaces it, not the link (which a rename
+ * onto OUT turned into a regular file). NULL with errno set on failure
+ * (ENOENT for a link to nothing). */
+static char *output_target(const char *out_path)
+{
+    char *real = realpath(out_path, NULL);
+    if (real || errno != ENOENT)
+        return real;
+    struct stat st;
+    if (lstat(out_path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        errno = ENOENT;
+        return NULL;
+    }
+    return strdup(out_path); /* a new file (or a missing directory: said later) */
+}
+
+/* Writes to a fresh temporary file beside OUT and renames it over OUT, so a
+ * regular file OUT is never half-written. The name comes from mkstemp: a
+ * fixed OUT.tmp overwrote whatever had that name. */
 static int write_output(const trace *t, const char *out_path)
 {
     struct stat st;
@@ -60,24 +79,57 @@ static int write_output(const trace *t, const char *out_path)
         }
         return 0;
     }
-    size_t n = strlen(out_path) + sizeof ".tmp";
+    char *target = output_target(out_path);
+    if (!target) {
+        fprintf(stderr, "coop convert: %s: cannot write: %s\n", out_path,
+                errno == ENOENT ? "a symbolic link to a file that does not exist"
+                                : strerror(errno));
+        return 1;
+    }
+    /* the new file gets the old one's permissions, or a new file's */
+    mode_t mode;
+    if (stat(target, &st) == 0) {
+        mode = st.st_mode & 07777;
+    } else {
+        mode_t mask = umask(0);
+        umask(mask);
+        mode = 0666 & ~mask;
+    }
+    const char *slash = strrchr(target, '/');
+    int dir_len = slash ? (int)(slash - target) + 1 : 0;
+    size_t n = strlen(target) + sizeof ".XXXXXX" + 1;
     char *tmp = malloc(n);
     if (!tmp) {
         fprintf(stderr, "coop convert: out of memory\n");
+        free(target);
         return 1;
     }
-    snprintf(tmp, n, "%s.tmp", out_path);
+    /* DIR/.NAME.XXXXXX: hidden, in OUT's directory (rename stays on one
+     * file system) */
+    snprintf(tmp, n, "%.*s.%s.XXXXXX", dir_len, target, target + dir_len);
     int rc = 0;
-    if (trace_write_text_to(t, tmp, ends_with(out_path, ".gz")) != COOP_OK) {
-        fprintf(stderr, "coop convert: %s\n", coop_last_error());
-        unlink(tmp);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        fprintf(stderr, "coop convert: %s: cannot write: %s\n", out_path, strerror(errno));
         rc = 1;
-    } else if (rename(tmp, out_path) != 0) {
-        fprintf(stderr, "coop convert: %s: cannot rename %s: %s\n", out_path, tmp, strerror(errno));
-        unlink(tmp);
-        rc = 1;
+    } else {
+        if (fchmod(fd, mode) != 0)
+            fprintf(stderr, "coop convert: %s: cannot set the mode of %s: %s\n", out_path, tmp,
+                    strerror(errno));
+        close(fd);
+        if (trace_write_text_to(t, tmp, ends_with(out_path, ".gz")) != COOP_OK) {
+            fprintf(stderr, "coop convert: %s\n", coop_last_error());
+            unlink(tmp);
+            rc = 1;
+        } else if (rename(tmp, target) != 0) {
+            fprintf(stderr, "coop convert: %s: cannot rename %s: %s\n", out_path, tmp,
+                    strerror(errno));
+            unlink(tmp);
+            rc = 1;
+        }
     }
     free(tmp);
+    free(target);
     return rc;
 }
 
@@ -111,7 +163,15 @@ int cmd_convert(int argc, char **argv)
         }
     }
     if (num_paths != 2) {
+        fprintf(stderr, "coop convert: %s\n",
+                num_paths ? "missing OUT, the file to write ('-' for standard output)"
+                          : "missing IN and OUT");
         usage(stderr);
+        return 2;
+    }
+    if (!strcmp(paths[0], "-")) { /* readers need a file: pickles are read whole, gzip sniffed */
+        fprintf(stderr, "coop convert: IN cannot be '-': standard input is not read, give a "
+                        "file\n");
         return 2;
     }
 

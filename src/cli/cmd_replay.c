@@ -2,6 +2,7 @@
  * coop replay: runs allocation traces through coop and its peers side by side
  * and reports peaks, minimum capacity, bytes mapped, fragmentation and speed.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <glob.h>
@@ -56,9 +57,11 @@ static void usage(FILE *out)
             "  --timeline FILE   write live and reserved bytes per event and "
             "every block's\n"
             "                    placement (scripts/plot_replay.py draws it)\n"
-            "  --capacity BYTES  device capacity (default 80GiB); suffixes K, M, "
-            "G (binary)\n"
-            "  --page BYTES      physical page size for coop (default 2MiB)\n"
+            "  --capacity BYTES  device capacity (default 80GiB, below 16PiB); "
+            "decimal or 0x hex,\n"
+            "                    suffixes K, M, G, T (binary)\n"
+            "  --page BYTES      physical page size for coop, a power of two from "
+            "512 (default 2MiB)\n"
             "  -h, --help        this text\n"
             "\n"
             "Figures: peak live and reserved bytes at --capacity; min_capacity, "
@@ -74,15 +77,24 @@ static void usage(FILE *out)
             "recorded", "what PyTorch's allocator reserved (snapshots with segments)");
 }
 
-/* Parses "123", "4K", "2MiB", "80G" (binary multiples). */
+/* --capacity and --page are below 2^54 bytes (16 PiB): the coop policy's pool
+ * reserves 4 times its capacity (at least one page) of address space, and
+ * coop refuses sizes of 2^56 or more. Checked here, a value beyond is a
+ * usage error naming its option, not a skipped policy blaming another. */
+#define MAX_BYTES_OPTION ((uint64_t)1 << 54)
+
+/* Parses "123", "0x1000", "4K", "2MiB", "80G" (binary multiples): decimal or
+ * 0x hex, never octal (strtoull's base 0 read "010" as 8 and refused "08"). */
 static bool parse_bytes(const char *s, uint64_t *out)
 {
     errno = 0;
     char *end;
-    if (*s == '-' || *s == '\0')
+    bool hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+    const char *digits = hex ? s + 2 : s;
+    if (!(hex ? isxdigit((unsigned char)*digits) : isdigit((unsigned char)*digits)))
         return false;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s)
+    unsigned long long v = strtoull(digits, &end, hex ? 16 : 10);
+    if (errno || end == digits)
         return false;
     unsigned shift = 0;
     switch (*end) {
@@ -181,6 +193,7 @@ static bool find_default_traces(glob_t *g)
 typedef struct replay_cli {
     replay_choice choices[MAX_CHOICES];
     size_t num_choices;
+    bool asked_recorded; /* --policy names recorded (not the default list) */
     bool json;
     replay_measure_options opt;
 } replay_cli;
@@ -219,6 +232,13 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
         fprintf(stderr, "coop replay: %s: %s\n", path, coop_last_error());
         return st == COOP_ERR_INVALID ? 2 : 1;
     }
+    /* recorded has a row only for snapshots: asked for by name, its absence
+     * is said (an empty table without a word looked like a failure) */
+    if (cli->asked_recorded && !t->num_final_segments && !t->has_segment_events)
+        fprintf(stderr,
+                "coop replay: %s: no recorded row: the trace holds no recorded segments (only "
+                "PyTorch snapshots, or text traces with S/E lines, do)\n",
+                path);
     if (cli->json)
         for (size_t i = 0; i < filled; i++)
             if (!replay_report_json(stdout, &grown[res->num_rows + i]))
@@ -260,10 +280,21 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
                 fprintf(stderr, "coop replay: --capacity '%s' is not a byte count\n", optarg);
                 return 2;
             }
+            if (cli->opt.capacity >= MAX_BYTES_OPTION) {
+                fprintf(stderr,
+                        "coop replay: --capacity '%s' is too large: it must be below 2^54 bytes "
+                        "(16 PiB)\n",
+                        optarg);
+                return 2;
+            }
             break;
         case 'g':
-            if (!parse_bytes(optarg, &cli->opt.page) || (cli->opt.page & (cli->opt.page - 1))) {
-                fprintf(stderr, "coop replay: --page '%s' is not a power of two byte count\n",
+            /* the host backend's pages: a power of two from 512 bytes */
+            if (!parse_bytes(optarg, &cli->opt.page) || (cli->opt.page & (cli->opt.page - 1)) ||
+                cli->opt.page < 512 || cli->opt.page >= MAX_BYTES_OPTION) {
+                fprintf(stderr,
+                        "coop replay: --page '%s' is not a power of two from 512 bytes to "
+                        "2^53\n",
                         optarg);
                 return 2;
             }
@@ -275,7 +306,12 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             fprintf(stderr, "coop replay: %s needs a value\n", argv[optind - 1]);
             return 2;
         default:
-            fprintf(stderr, "coop replay: unknown option '%s'\n", argv[optind - 1]);
+            /* a long option is the argument getopt just passed; a short one
+             * may sit inside a cluster (-xyz), named by optopt */
+            if (!strncmp(argv[optind - 1], "--", 2))
+                fprintf(stderr, "coop replay: unknown option '%s'\n", argv[optind - 1]);
+            else
+                fprintf(stderr, "coop replay: unknown option '-%c'\n", optopt);
             usage(stderr);
             return 2;
         }
@@ -283,6 +319,8 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
     if (policy_list) {
         if (!parse_policies(policy_list, cli->choices, &cli->num_choices))
             return 2;
+        for (size_t i = 0; i < cli->num_choices; i++)
+            cli->asked_recorded |= !cli->choices[i].ops;
     } else {
         default_policies(cli->choices, &cli->num_choices);
     }

@@ -61,7 +61,8 @@ static void usage(FILE *out)
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
             "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
             "a tensor's neighbours: dtr, coop-comp) and blocks (blocks coop's window searches\n"
-            "visited). Exit status 0 when every log ran, 1 when one failed to load, 2 on usage.\n");
+            "visited). Exit status 0 when every log ran, 1 when a run failed, 2 on a usage\n"
+            "error or a log that cannot be read (file and line in the message).\n");
 }
 
 /* One row of results, a JSON object (--json) or a table line: both come from
@@ -83,13 +84,55 @@ static bool row_field(sim_row *r, const char *key, int width)
     return true;
 }
 
+/* Writes s as a JSON string: quotes, backslashes and control characters
+ * escaped (a log's file name may hold any of them), and bytes that are not
+ * UTF-8 as U+FFFD, so that every row parses. */
+static void print_json_string(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    putchar('"');
+    while (*p) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') {
+            printf("\\%c", c);
+            p++;
+        } else if (c < 0x20) {
+            printf("\\u%04x", c);
+            p++;
+        } else if (c < 0x80) {
+            putchar(c);
+            p++;
+        } else {
+            /* a well-formed UTF-8 sequence (no overlongs, surrogates or
+             * code points beyond U+10FFFF) is copied, anything else replaced */
+            size_t n = c >= 0xc2 && c <= 0xdf   ? 2
+                       : c >= 0xe0 && c <= 0xef ? 3
+                       : c >= 0xf0 && c <= 0xf4 ? 4
+                                                : 0;
+            unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+            unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+            int ok = n && p[1] >= lo && p[1] <= hi;
+            for (size_t i = 2; ok && i < n; i++)
+                ok = p[i] >= 0x80 && p[i] <= 0xbf;
+            if (ok) {
+                fwrite(p, 1, n, stdout);
+                p += n;
+            } else {
+                fputs("\\ufffd", stdout);
+                p++;
+            }
+        }
+    }
+    putchar('"');
+}
+
 /* A text column: left-aligned, cut to width where clip. */
 static void row_text(sim_row *r, const char *key, int width, bool clip, const char *v)
 {
     if (!row_field(r, key, width))
         return;
     if (r->json)
-        printf("\"%s\"", v);
+        print_json_string(v);
     else if (clip)
         printf("%-*.*s ", width, width, v);
     else
@@ -112,7 +155,11 @@ static void row_real(sim_row *r, const char *key, int width, int prec, bool as_g
 {
     if (!row_field(r, key, width))
         return;
-    if (!r->json)
+    if (!isfinite(v) && r->json) /* JSON has no NaN or infinity: "-nan" broke rows */
+        fputs("null", stdout);
+    else if (!isfinite(v))
+        printf("%*s ", width, "-");
+    else if (!r->json)
         printf("%*.*f ", width, prec, v);
     else if (as_given)
         printf("%.4g", v);
@@ -192,21 +239,26 @@ int cmd_sim(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    char policy_buf[512] = "", budget_buf[512] = "0.9,0.7,0.5,0.3";
+    /* the lists are split in place, in argv (no copy into a fixed buffer,
+     * which cut lists of 512 characters or more short) or in these */
+    char default_budgets[] = "0.9,0.7,0.5,0.3", default_sim_policies[] = "dtr,dtr-full,lru",
+         default_lib_policies[] = "coop,coop-eq,dtr,dte";
+    char *policy_list = NULL, *budget_list = default_budgets;
     const char *memory = NULL; /* ideal, or arena for --engine lib */
     const char *engine = "sim";
     int json = 0, want_min = 1;
     double overhead_limit = 2.0, threshold_opt = NAN;
     int inplace_opt = -1, plain_walk = 0, no_eq_cache = 0;
     optind = 1;
+    opterr = 0; /* getopt would name the program "sim": the messages are ours */
     int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'p':
-            snprintf(policy_buf, sizeof policy_buf, "%s", optarg);
+            policy_list = optarg;
             break;
         case 'b':
-            snprintf(budget_buf, sizeof budget_buf, "%s", optarg);
+            budget_list = optarg;
             break;
         case 'm':
             memory = optarg;
@@ -226,13 +278,17 @@ int cmd_sim(int argc, char **argv)
         case 'e':
             no_eq_cache = 1;
             break;
-        case 'o':
-            overhead_limit = strtod(optarg, NULL);
-            if (!(overhead_limit >= 1.0)) {
-                fprintf(stderr, "coop sim: --overhead-limit must be a number >= 1\n");
+        case 'o': {
+            char *end;
+            overhead_limit = strtod(optarg, &end);
+            if (end == optarg || *end || !isfinite(overhead_limit) || !(overhead_limit >= 1.0)) {
+                fprintf(stderr,
+                        "coop sim: --overhead-limit must be a finite number >= 1, not '%s'\n",
+                        optarg);
                 return 2;
             }
             break;
+        }
         case 'i':
             if (!strcmp(optarg, "on") || !strcmp(optarg, "off")) {
                 inplace_opt = !strcmp(optarg, "on");
@@ -255,7 +311,16 @@ int cmd_sim(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
+        case ':':
+            fprintf(stderr, "coop sim: %s needs a value\n", argv[optind - 1]);
+            return 2;
         default:
+            /* a long option is the argument getopt just passed; a short one
+             * may sit inside a cluster (-xyz), named by optopt */
+            if (!strncmp(argv[optind - 1], "--", 2))
+                fprintf(stderr, "coop sim: unknown option '%s'\n", argv[optind - 1]);
+            else
+                fprintf(stderr, "coop sim: unknown option '-%c'\n", optopt);
             usage(stderr);
             return 2;
         }
@@ -279,9 +344,8 @@ int cmd_sim(int argc, char **argv)
                 memory);
         return 2;
     }
-    if (!policy_buf[0]) /* the lib engine lacks dtr-full */
-        snprintf(policy_buf, sizeof policy_buf, "%s",
-                 lib ? "coop,coop-eq,dtr,dte" : "dtr,dtr-full,lru");
+    if (!policy_list) /* the lib engine lacks dtr-full */
+        policy_list = lib ? default_lib_policies : default_sim_policies;
     sim_memory mem_model;
     if (!strcmp(memory, "ideal")) {
         mem_model = SIM_MEMORY_IDEAL;
@@ -292,10 +356,10 @@ int cmd_sim(int argc, char **argv)
         return 2;
     }
     char *policy_items[MAX_ITEMS], *budget_items[MAX_ITEMS];
-    int np = cli_split_list(policy_buf, policy_items, MAX_ITEMS, "coop sim", "--policy");
+    int np = cli_split_list(policy_list, policy_items, MAX_ITEMS, "coop sim", "--policy");
     if (np < 0)
         return 2;
-    int nb = cli_split_list(budget_buf, budget_items, MAX_ITEMS, "coop sim", "--budget");
+    int nb = cli_split_list(budget_list, budget_items, MAX_ITEMS, "coop sim", "--budget");
     if (nb < 0)
         return 2;
     sim_options options[MAX_ITEMS];
@@ -352,12 +416,32 @@ int cmd_sim(int argc, char **argv)
                "min_ratio");
     for (int a = optind; a < argc; a++) {
         sim_program prog;
-        if (sim_program_load(argv[a], &prog)) {
+        coop_status loaded = sim_program_load(argv[a], &prog);
+        if (loaded != COOP_OK) {
             fprintf(stderr, "coop sim: %s\n", coop_last_error());
-            status = 1;
+            /* a bad or unreadable log is an input error (2), as in replay
+             * and convert; running out of memory is the work failing (1) */
+            status = loaded == COOP_ERR_INVALID ? 2 : status > 1 ? status : 1;
             continue;
         }
         uint64_t peak = sim_peak(&prog, mem_model);
+        /* budget = ratio x peak, in whole bytes: a ratio in (0, 1] so small
+         * that nothing is left is no budget at all */
+        int zero_budget = 0;
+        for (int k = 0; k < nb; k++) {
+            if (peak && (uint64_t)((double)peak * ratios[k]) == 0) {
+                fprintf(stderr,
+                        "coop sim: %s: budget ratio '%s' gives a budget of 0 bytes (the peak "
+                        "is %llu bytes)\n",
+                        argv[a], budget_items[k], (unsigned long long)peak);
+                zero_budget = 1;
+            }
+        }
+        if (zero_budget) {
+            sim_program_free(&prog);
+            status = 2;
+            continue;
+        }
         for (int i = 0; i < np; i++) {
             sim_options opt = options[i];
             double min_ratio = !want_min ? 0
@@ -369,7 +453,8 @@ int cmd_sim(int argc, char **argv)
                                     : sim_run(&prog, peak, &opt, ratios[k]);
                 if (o.result == SIM_ERROR) {
                     fprintf(stderr, "coop sim: %s: %s\n", prog.name, coop_last_error());
-                    status = 1;
+                    if (status == 0)
+                        status = 1;
                 }
                 print_row(json, prog.name, policy_items[i], memory, &o, lib ? &n : NULL, min_ratio,
                           want_min);

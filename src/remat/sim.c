@@ -75,12 +75,20 @@ static uint64_t percentile(const uint64_t *sorted, size_t n, double q)
     return sorted[rank - 1];
 }
 
+uint64_t sim_remat_limit(uint64_t base_compute, double overhead_limit)
+{
+    double ns = (double)base_compute * (overhead_limit - 1.0);
+    if (!(ns < 18446744073709551616.0)) /* 2^64, and NaN (0 x infinity) */
+        return UINT64_MAX;
+    return ns > 0 ? (uint64_t)ns : 0;
+}
+
 sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio)
 {
     sim_outcome out = {.budget_ratio = ratio};
     /* simrd: int(baseline_memory * ratio) */
     out.budget = (uint64_t)((double)peak * ratio);
-    uint64_t limit = (uint64_t)((double)prog->base_compute * (opt->overhead_limit - 1.0));
+    uint64_t limit = sim_remat_limit(prog->base_compute, opt->overhead_limit);
     bool coop = opt->policy == SIM_POLICY_COOP;
     sim_config cfg = {
         .policy = opt->policy,

@@ -68,6 +68,12 @@ typedef struct sim_outcome {
  * the pool's 512-byte granularity). */
 uint64_t sim_peak(const sim_program *prog, sim_memory memory);
 
+/* The recompute budget in ns of an overhead limit: base_compute x
+ * (overhead_limit - 1), saturated at UINT64_MAX (converting a double of 2^64
+ * or more to uint64_t is undefined, and on x86-64 gave a limit near 0, so a
+ * large --overhead-limit made every run thrash). */
+uint64_t sim_remat_limit(uint64_t base_compute, double overhead_limit);
+
 /* Runs prog at budget = ratio x peak. */
 sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio);
 

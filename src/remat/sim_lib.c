@@ -372,7 +372,7 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
     lib_drive d = {
         .prog = prog,
         .inplace = opt->inplace < 0 ? coop : opt->inplace > 0,
-        .remat_limit = (uint64_t)((double)prog->base_compute * (opt->overhead_limit - 1.0)),
+        .remat_limit = sim_remat_limit(prog->base_compute, opt->overhead_limit),
     };
     /* the simulator's threshold; 0 (nothing is cheaper than 0 ns/byte) is
      * off, as the library would read 0 as its default */

@@ -210,7 +210,9 @@ static sim_result make_room(sim_runtime *rt, uint64_t size)
 {
     if (rt->memory + size <= rt->budget)
         return SIM_OK;
-    rt->stats.frag_sum += (double)(rt->budget - rt->memory) / (double)rt->budget;
+    /* free share of the budget; a budget of 0 bytes has none (not 0/0) */
+    if (rt->budget)
+        rt->stats.frag_sum += (double)(rt->budget - rt->memory) / (double)rt->budget;
     uint64_t t0 = sim_now_ns();
     sim_result res = SIM_OK;
     while (res == SIM_OK && rt->memory + size > rt->budget)

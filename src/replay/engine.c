@@ -8,6 +8,11 @@
 
 /* ---- Preparing a trace ---- */
 
+/* Live bytes stay below 2^63, so that every byte figure of a run (peaks,
+ * capacities, JSON integers) fits a signed 64-bit integer. Readers keep each
+ * size below 2^56: only 128 or more of the largest live at once get here. */
+#define REPLAY_LIVE_LIMIT ((uint64_t)1 << 63)
+
 coop_status replay_prepare(const trace *t, replay_prepared *out)
 {
     *out = (replay_prepared){.trace = t};
@@ -26,19 +31,25 @@ coop_status replay_prepare(const trace *t, replay_prepared *out)
         if (e->kind != TRACE_ALLOC && e->kind != TRACE_FREE)
             continue;
         if (e->id >= t->num_ids) {
-            st = coop_set_error(COOP_ERR_INVALID, "%s: event %zu names id %u, beyond %u ids",
-                                t->name ? t->name : "trace", i, e->id, t->num_ids);
+            st = coop_set_error(COOP_ERR_INVALID, "event %zu names id %u, beyond %u ids", i, e->id,
+                                t->num_ids);
             goto done;
         }
         if (e->kind == TRACE_ALLOC) {
             if (live[e->id]) {
                 st = coop_set_error(COOP_ERR_INVALID,
-                                    "%s: event %zu allocates id %u, which is already live",
-                                    t->name ? t->name : "trace", i, e->id);
+                                    "event %zu allocates id %u, which is already live", i, e->id);
                 goto done;
             }
             if (e->size == 0)
                 continue; /* nothing to place; its free is skipped too */
+            if (e->size >= REPLAY_LIVE_LIMIT - live_bytes) {
+                st = coop_set_error(COOP_ERR_INVALID,
+                                    "event %zu (id %u, %llu bytes) brings the live bytes to 2^63 "
+                                    "or more",
+                                    i, e->id, (unsigned long long)e->size);
+                goto done;
+            }
             live[e->id] = 1;
             size[e->id] = e->size;
             live_bytes += e->size;

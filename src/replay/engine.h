@@ -31,8 +31,9 @@ typedef struct replay_prepared {
 } replay_prepared;
 
 /* Validates the trace's id structure and computes the peak of live bytes.
- * COOP_ERR_INVALID (with the event index) for an alloc of an id already live
- * or an id out of range. */
+ * COOP_ERR_INVALID (with the event index; the caller names the trace) for an
+ * alloc of an id already live, an id out of range, or live bytes reaching
+ * 2^63. */
 coop_status replay_prepare(const trace *t, replay_prepared *out);
 void replay_prepared_free(replay_prepared *p);
 

@@ -136,16 +136,13 @@ coop_status replay_measure(const trace *t, const replay_choice *choices, size_t 
             .events = t->num_events,
             .peak_live = p.peak_live,
         };
-        if (!choices[i].ops) {
-            bool have;
+        bool have = true;
+        if (choices[i].ops)
+            st = measure_policy(&p, choices[i].ops, opt, row);
+        else /* a snapshot whose segment events do not add up is skipped too */
             st = measure_recorded(t, opt, row, &have);
-            if (st == COOP_OK && have)
-                (*filled)++;
-            continue;
-        }
-        st = measure_policy(&p, choices[i].ops, opt, row);
         if (st == COOP_OK) {
-            (*filled)++;
+            *filled += have;
         } else if (st != COOP_ERR_HOST_NOMEM) {
             /* one policy failing (e.g. a --page its backend refuses) leaves
              * the others' figures standing: say so and go on */

@@ -28,7 +28,7 @@ static coop_status ideal_malloc(void *state, uint64_t size, uint64_t stream, uin
 {
     (void)stream;
     ideal_state *s = state;
-    if (s->live + size > s->capacity)
+    if (size > s->capacity - s->live) /* live <= capacity: no wrap */
         return coop_set_error(COOP_ERR_NOMEM, "ideal policy: %llu live + %llu requested > %llu",
                               (unsigned long long)s->live, (unsigned long long)size,
                               (unsigned long long)s->capacity);
@@ -39,6 +39,8 @@ static coop_status ideal_malloc(void *state, uint64_t size, uint64_t stream, uin
     }
     *addr = (uintptr_t)s->next_addr;
     s->next_addr += (size + 511) / 512 * 512;
+    if (s->next_addr < 1u << 20) /* wrapped (sizes below 2^56 add up): never 0 */
+        s->next_addr = 1u << 20;
     return COOP_OK;
 }
 

@@ -58,8 +58,13 @@ typedef struct torch_state {
     uint64_t reserved, map_bytes, active, free_bytes;
 } torch_state;
 
+/* x rounded up to a multiple of to; the largest multiple when that would
+ * wrap (a size near 2^64 then asks for more than any capacity, an OOM, and
+ * never a 0-byte block or device). */
 static uint64_t round_up(uint64_t x, uint64_t to)
 {
+    if (x > UINT64_MAX - (to - 1))
+        return UINT64_MAX / to * to;
     return (x + to - 1) / to * to;
 }
 
@@ -124,8 +129,12 @@ static coop_status torch_create(uint64_t capacity, uint64_t page, void **state)
     s->capacity = capacity;
     /* Segments are multiples of 2 MiB, so a device of the capacity rounded up
      * to 2 MiB holds what the capacity allows; the exact limit is checked here
-     * (segment_new). Each segment is its own range of the simulated device. */
-    coop_status st = coop_backend_host_create(round_up(capacity, TORCH_ROUND_LARGE),
+     * (segment_new). Each segment is its own range of the simulated device.
+     * The device has at least one 2 MiB page, as the backend wants: a
+     * capacity of 0 (the bisection's for a trace that allocates no bytes) is
+     * then enforced by segment_new alone. */
+    uint64_t device = round_up(capacity, TORCH_ROUND_LARGE);
+    coop_status st = coop_backend_host_create(device ? device : TORCH_ROUND_LARGE,
                                               TORCH_ROUND_LARGE, false, &s->device);
     if (st != COOP_OK) {
         free(s);
@@ -174,7 +183,7 @@ static void release_cached_segments(torch_state *s)
 /* cudaMalloc of a new segment, bounded by the capacity. */
 static torch_block *segment_new(torch_state *s, uint64_t size, uint64_t stream, bool small)
 {
-    if (s->reserved + size > s->capacity)
+    if (size > s->capacity - s->reserved) /* reserved <= capacity; a sum could wrap */
         return NULL;
     uintptr_t addr;
     if (s->device->ops->segment_alloc(s->device, size, &addr) != COOP_OK)

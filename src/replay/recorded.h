@@ -26,8 +26,10 @@ typedef struct replay_recorded {
 
 /* Fills *out; when reserved_curve is non-NULL it receives, per event index,
  * the reserved bytes after that event (t->num_events entries). A trace whose
- * segment events would make the reserved bytes negative is inconsistent:
- * COOP_ERR_INVALID naming the event. */
+ * segment events would make the reserved bytes negative (or 2^63 or more) is
+ * inconsistent: COOP_ERR_INVALID naming the event, with its line or byte
+ * where the trace kept one (trace.segment_where); the caller names the
+ * trace. */
 coop_status replay_recorded_compute(const trace *t, replay_recorded *out, uint64_t *reserved_curve);
 
 #endif

@@ -20,9 +20,16 @@ static json_t *real_or_null(bool valid, double x)
     return valid ? json_real(x) : json_null();
 }
 
+/* A byte count as a JSON integer; one beyond json_int_t (2^63 and more,
+ * which a cast made negative) as a real. */
+static json_t *bytes(uint64_t x)
+{
+    return x > (uint64_t)INT64_MAX ? json_real((double)x) : json_integer((json_int_t)x);
+}
+
 static json_t *bytes_or_null(bool valid, uint64_t x)
 {
-    return valid ? json_integer((json_int_t)x) : json_null();
+    return valid ? bytes(x) : json_null();
 }
 
 bool replay_report_json(FILE *out, const replay_row *r)
@@ -33,10 +40,9 @@ bool replay_report_json(FILE *out, const replay_row *r)
     int err = 0;
     err |= json_object_set_new(o, "trace", json_string(r->trace));
     err |= json_object_set_new(o, "policy", json_string(r->policy));
-    err |= json_object_set_new(o, "events", json_integer((json_int_t)r->events));
-    err |= json_object_set_new(o, "peak_live_bytes", json_integer((json_int_t)r->peak_live));
-    err |=
-        json_object_set_new(o, "peak_reserved_bytes", json_integer((json_int_t)r->peak_reserved));
+    err |= json_object_set_new(o, "events", bytes(r->events));
+    err |= json_object_set_new(o, "peak_live_bytes", bytes(r->peak_live));
+    err |= json_object_set_new(o, "peak_reserved_bytes", bytes(r->peak_reserved));
     err |=
         json_object_set_new(o, "reserved_over_live",
                             real_or_null(r->peak_live > 0, ratio(r->peak_reserved, r->peak_live)));

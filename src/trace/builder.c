@@ -41,14 +41,21 @@ static int is_allocation_event(trace_event_kind kind)
 
 coop_status trace_builder_push(trace_builder *b, const trace_event *event)
 {
+    bool segment = event->kind >= TRACE_SEGMENT_ALLOC && event->kind <= TRACE_SEGMENT_UNMAP;
+    bool keep_where = segment && b->where_kind != TRACE_WHERE_NONE;
+    if (keep_where && GROW_ARRAY(b->segment_where, b->cap_segment_where, b->num_segment_where + 1,
+                                 BUILDER_ARRAY_FIRST))
+        return grow_failed(b, b->cap_segment_where, sizeof *b->segment_where);
     if (GROW_ARRAY(b->events, b->cap_events, b->num_events + 1, BUILDER_ARRAY_FIRST))
         return grow_failed(b, b->cap_events, sizeof *b->events);
     trace_event *e = &b->events[b->num_events++];
     *e = *event;
     if (!is_allocation_event(e->kind))
         e->id = 0;
-    if (e->kind >= TRACE_SEGMENT_ALLOC && e->kind <= TRACE_SEGMENT_UNMAP)
+    if (segment)
         b->has_segment_events = 1;
+    if (keep_where)
+        b->segment_where[b->num_segment_where++] = b->where;
     return COOP_OK;
 }
 
@@ -158,7 +165,11 @@ coop_status trace_builder_finish(trace_builder *b, trace *out)
     out->final_segments = b->segments;
     out->num_final_segments = b->num_segments;
     out->has_segment_events = b->has_segment_events;
+    out->segment_where = b->segment_where;
+    out->num_segment_where = b->num_segment_where;
+    out->segment_where_is_byte = b->where_kind == TRACE_WHERE_BYTE;
     b->segments = NULL;
+    b->segment_where = NULL;
     trace_builder_discard(b);
     return COOP_OK;
 }
@@ -168,6 +179,7 @@ void trace_builder_discard(trace_builder *b)
     free(b->events);
     free(b->live);
     free(b->segments);
+    free(b->segment_where);
     const char *path = b->path;
     *b = (trace_builder){0};
     b->path = path;

@@ -21,6 +21,12 @@ typedef struct trace_builder {
     size_t num_segments, cap_segments;
     uint32_t num_ids;
     int has_segment_events;
+    /* Readers that know positions set where_kind once and where before each
+     * push: segment events then keep theirs (trace.segment_where). */
+    enum { TRACE_WHERE_NONE, TRACE_WHERE_LINE, TRACE_WHERE_BYTE } where_kind;
+    uint64_t where;
+    uint64_t *segment_where;
+    size_t num_segment_where, cap_segment_where;
 } trace_builder;
 
 void trace_builder_init(trace_builder *b, const char *path);

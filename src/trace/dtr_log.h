@@ -72,7 +72,8 @@ typedef struct dtr_log {
 } dtr_log;
 
 /* Reads a DTR log (plain or gzip). Errors: COOP_ERR_INVALID with
- * "PATH:LINE: what" in coop_last_error(); *out is left zeroed. */
+ * "PATH:LINE: what" in coop_last_error() (a log without instructions, empty
+ * or blank, is one); *out is left zeroed. */
 coop_status dtr_log_read(const char *path, dtr_log *out);
 
 /* Parses a log held in memory (tests); name is used in messages. */

@@ -32,6 +32,13 @@ typedef struct trace_event {
     uint64_t cost_ns;  /* optional producer cost (remat), 0 if unknown */
 } trace_event;
 
+/* Sizes a trace may carry are below this (2^56 bytes), the pool's own limit
+ * (coop_pool_create refuses capacities at or beyond it). Every reader refuses
+ * larger ones with their position, so that rounding a size (to 512 bytes or
+ * 2 MiB) or adding a few never wraps around 2^64. TRACE_OOM is exempt: a
+ * request that failed may have been of any size, and nothing places it. */
+#define TRACE_SIZE_LIMIT ((uint64_t)1 << 56)
+
 typedef struct trace_segment {
     uint64_t addr, size, stream;
 } trace_segment;
@@ -53,6 +60,13 @@ typedef struct trace {
     trace_segment *final_segments;
     size_t num_final_segments;
     int has_segment_events;
+    /* Where each segment event (TRACE_SEGMENT_*) came from, in event order:
+     * its line (text traces) or byte offset (snapshots, segment_where_is_byte),
+     * for messages about segment events that do not add up; NULL when the
+     * reader (or whoever built the trace) kept none. */
+    uint64_t *segment_where;
+    size_t num_segment_where;
+    int segment_where_is_byte;
 } trace;
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "status.h"
+#include "trace/event.h"
 #include "trace/input.h"
 #include "trace/text_number.h"
 
@@ -73,6 +74,16 @@ coop_status trace_input_u64(const trace_input *in, const char *name, const char 
     }
 }
 
+coop_status trace_input_size(const trace_input *in, const char *name, const char *text,
+                             uint64_t *out)
+{
+    coop_status st = trace_input_u64(in, name, text, out);
+    if (st == COOP_OK && *out >= TRACE_SIZE_LIMIT)
+        return trace_input_error(in, "%s %llu is too large (sizes must be below 2^56)", name,
+                                 (unsigned long long)*out);
+    return st;
+}
+
 coop_status trace_input_open(trace_input *in, const char *path)
 {
     *in = (trace_input){0};
@@ -115,10 +126,13 @@ static coop_status fill(trace_input *in)
         in->cap = cap;
     }
     int got = gzread(in->gz, in->buf + in->end, (unsigned)READ_CHUNK);
+    /* a file that fails before its first byte (a directory) has no line to
+     * blame: the message names the file alone */
+    uint64_t line = in->line == 0 && in->end == 0 ? 0 : in->line + 1;
     if (got < 0)
-        return gz_failure(in->gz, in->path, in->line + 1);
+        return gz_failure(in->gz, in->path, line);
     if (got == 0) {
-        coop_status st = gz_failure(in->gz, in->path, in->line + 1);
+        coop_status st = gz_failure(in->gz, in->path, line);
         if (st != COOP_OK)
             return st;
         in->at_eof = 1;

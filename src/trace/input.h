@@ -18,8 +18,10 @@
 #define TRACE_INPUT_MAX_LINE ((size_t)1 << 20)
 
 /* Largest file trace_input_slurp loads (decompressed bytes): a guard against
- * gzip bombs; real snapshots are a few hundred MB at most. */
-#define TRACE_INPUT_MAX_SLURP ((size_t)4 << 30)
+ * gzip bombs; real snapshots are a few hundred MB at most. Parsing a pickle
+ * takes up to PKL_MEMORY_PER_BYTE (24) bytes per byte on top, so 1 GiB
+ * bounds a hostile file at about 25 GB where 4 GiB allowed 100. */
+#define TRACE_INPUT_MAX_SLURP ((size_t)1 << 30)
 
 typedef struct trace_input {
     gzFile gz;
@@ -41,6 +43,11 @@ coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
  * number" through trace_input_error. */
 coop_status trace_input_u64(const trace_input *in, const char *name, const char *text,
                             uint64_t *out);
+
+/* trace_input_u64 for a size: also "PATH:LINE: NAME N is too large (sizes
+ * must be below 2^56)" for N >= TRACE_SIZE_LIMIT. */
+coop_status trace_input_size(const trace_input *in, const char *name, const char *text,
+                             uint64_t *out);
 
 /* Opens path for line reading. Errors: "PATH: cannot open: reason". */
 coop_status trace_input_open(trace_input *in, const char *path);

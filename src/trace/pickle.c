@@ -31,6 +31,7 @@ static void *arena_alloc(pkl_arena *a, size_t n)
         c->used = 0;
         c->next = a->chunks;
         a->chunks = c;
+        a->bytes += cap;
     }
     void *p = c->bytes + c->used;
     c->used += n;
@@ -46,6 +47,7 @@ void pkl_arena_free(pkl_arena *arena)
         c = next;
     }
     arena->chunks = NULL;
+    arena->bytes = 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -208,6 +210,7 @@ typedef struct machine {
     pkl_value **memo;
     size_t memo_len, memo_cap; /* memo_len: next MEMOIZE index */
     size_t ops;                /* opcodes executed: bounds memo indices */
+    size_t memory_limit;       /* bytes: see PKL_MEMORY_PER_BYTE */
 } machine;
 
 static coop_status fail(const machine *m, const char *what)
@@ -219,6 +222,21 @@ static coop_status fail(const machine *m, const char *what)
 static coop_status out_of_memory(const machine *m)
 {
     return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: byte %zu: out of memory", m->path, m->op_at);
+}
+
+/* Checks the parse's memory (arena, stack, memo, marks) against its bound,
+ * after each growth: a stream of 1-byte opcodes that each make a node would
+ * otherwise take about 56 bytes per input byte (2.8 GB from a 48 KB .gz). */
+static coop_status check_memory(const machine *m)
+{
+    size_t used = m->arena->bytes + (m->stack_cap + m->memo_cap) * sizeof(pkl_value *) +
+                  m->marks_cap * sizeof(size_t);
+    if (used <= m->memory_limit)
+        return COOP_OK;
+    return coop_set_error(COOP_ERR_INVALID,
+                          "%s: byte %zu: loading the pickle needs more than %zu bytes of memory "
+                          "(%d per input byte): not the shape of a memory snapshot",
+                          m->path, m->op_at, m->memory_limit, PKL_MEMORY_PER_BYTE);
 }
 
 /* Argument bytes of the current opcode, or NULL (and an error) if the file
@@ -266,7 +284,7 @@ static coop_status push(machine *m, pkl_value *v)
     if (GROW_ARRAY(m->stack, m->stack_cap, m->depth + 1, MACHINE_ARRAY_FIRST))
         return out_of_memory(m);
     m->stack[m->depth++] = v;
-    return COOP_OK;
+    return check_memory(m);
 }
 
 static pkl_value *top(const machine *m)
@@ -291,6 +309,9 @@ static coop_status seq_extend(machine *m, pkl_value *seq, pkl_value *const *item
             memcpy(grown, seq->v.seq.items, seq->v.seq.len * sizeof *grown);
         seq->v.seq.items = grown;
         seq->v.seq.cap = cap;
+        coop_status st = check_memory(m);
+        if (st != COOP_OK)
+            return st;
     }
     if (n)
         memcpy(seq->v.seq.items + seq->v.seq.len, items, n * sizeof *items);
@@ -415,7 +436,7 @@ static coop_status memo_put(machine *m, uint64_t index)
     while (m->memo_len <= index)
         m->memo[m->memo_len++] = NULL;
     m->memo[index] = v;
-    return COOP_OK;
+    return check_memory(m);
 }
 
 static coop_status memo_get(machine *m, uint64_t index)
@@ -423,6 +444,7 @@ static coop_status memo_get(machine *m, uint64_t index)
     if (index >= m->memo_len || !m->memo[index])
         return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s of memo entry %llu, never set",
                               m->path, m->op_at, opcode_names[m->op], (unsigned long long)index);
+    m->memo[index]->shared = 1;
     return push(m, m->memo[index]);
 }
 
@@ -459,7 +481,7 @@ static coop_status step(machine *m, int *done)
         if (GROW_ARRAY(m->marks, m->marks_cap, m->num_marks + 1, MACHINE_ARRAY_FIRST))
             return out_of_memory(m);
         m->marks[m->num_marks++] = m->depth;
-        return COOP_OK;
+        return check_memory(m);
     case OP_STOP:
         if (m->num_marks || m->depth != 1)
             return fail(m, m->num_marks ? "with an unclosed MARK"
@@ -593,6 +615,9 @@ coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, p
 {
     *root = NULL;
     machine m = {.path = path, .data = data, .len = len, .arena = arena};
+    m.memory_limit = len > (SIZE_MAX - PKL_MEMORY_BASE) / PKL_MEMORY_PER_BYTE
+                         ? SIZE_MAX
+                         : len * PKL_MEMORY_PER_BYTE + PKL_MEMORY_BASE;
     coop_status st = COOP_OK;
     if (len == 0 || data[0] != OP_PROTO)
         st = coop_set_error(COOP_ERR_INVALID,

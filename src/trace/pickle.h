@@ -9,8 +9,12 @@
  * The result is a tree of pkl_value nodes held in one arena. Strings point
  * into the input buffer (not NUL-terminated), so the buffer must outlive the
  * tree. Memory is linear in the input: each node comes from one opcode, memo
- * indices are bounded by the opcodes read so far, and nothing recurses (a
+ * indices are bounded by the opcodes read so far, the whole is bounded at
+ * PKL_MEMORY_PER_BYTE per input byte, and nothing recurses (a
  * memo can make a list contain itself; consumers walk fixed paths only).
+ * A memo also lets a 2-byte BINGET repeat a container of any size, so a
+ * consumer that walks containers bounds its work by refusing shared ones
+ * (pkl_value.shared) or by limiting what it looks up in each.
  */
 #ifndef COOP_TRACE_PICKLE_H
 #define COOP_TRACE_PICKLE_H
@@ -34,9 +38,10 @@ typedef enum pkl_kind {
 
 typedef struct pkl_value pkl_value;
 struct pkl_value {
-    uint8_t kind;  /* pkl_kind */
-    uint8_t big;   /* PKL_INT: the value is v.u, at least 2^63 */
-    size_t offset; /* byte offset of the opcode that created the value */
+    uint8_t kind;   /* pkl_kind */
+    uint8_t big;    /* PKL_INT: the value is v.u, at least 2^63 */
+    uint8_t shared; /* pushed again from the memo (BINGET): one node, several places */
+    size_t offset;  /* byte offset of the opcode that created the value */
     union {
         int64_t i;  /* PKL_INT (big == 0), PKL_BOOL (0 or 1) */
         uint64_t u; /* PKL_INT with big == 1 */
@@ -57,12 +62,21 @@ typedef struct pkl_chunk pkl_chunk;
 /* Owns every node of one parse. */
 typedef struct pkl_arena {
     pkl_chunk *chunks;
+    size_t bytes; /* held in chunks, for the parse's memory bound */
 } pkl_arena;
+
+/* The parse's memory bound: PKL_MEMORY_PER_BYTE bytes per input byte plus
+ * PKL_MEMORY_BASE, nodes and the machine's stack and memo together. PyTorch's
+ * snapshots need 3.5 to 9 bytes per byte (9 without frames); a pickle of
+ * 1-byte opcodes that each make a node needs about 56. */
+#define PKL_MEMORY_PER_BYTE 24
+#define PKL_MEMORY_BASE ((size_t)64 << 20)
 
 /* Parses data[0..len) (decompressed pickle bytes). On success *root is the
  * unpickled object and the arena owns the tree; on failure the arena holds
- * nothing, and the message is "PATH: byte OFFSET: what". Bytes after STOP
- * are ignored, as Python's pickle.load does. */
+ * nothing, and the message is "PATH: byte OFFSET: what" (among the failures:
+ * a parse that would need more memory than its bound). Bytes after STOP are
+ * ignored, as Python's pickle.load does. */
 coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, pkl_arena *arena,
                       const pkl_value **root);
 

@@ -16,12 +16,17 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "growable.h"
 #include "status.h"
 #include "trace/dtr_log.h"
+#include "trace/event.h"
+#include "trace/input.h"
 #include "trace/name_table.h"
+
+/* The sum of a log's MEMORY values is below this (2^63 bytes, 8 EiB): then
+ * no sum of tensors live at once, the simulator's peak or budget, wraps. */
+#define DTR_MEMORY_TOTAL_LIMIT ((uint64_t)1 << 63)
 
 /* The first capacity (items) of the log's arrays (GROW_ARRAY). */
 #define LOG_ARRAY_FIRST 64
@@ -39,6 +44,7 @@ typedef struct parser {
     dtr_instr *pending_call;
     uint32_t pending_next;
     dtr_instr *pending_constant; /* CONSTANT waiting for its MEMORY */
+    uint64_t memory_total;       /* of every MEMORY line so far: below DTR_MEMORY_TOTAL_LIMIT */
     char line_error[256];
 } parser;
 
@@ -92,6 +98,25 @@ static int uint_field(parser *p, json_t *obj, const char *key, uint64_t *out)
     }
     snprintf(p->line_error, sizeof p->line_error, "field %s is not a non-negative integer", key);
     return -1;
+}
+
+/* A MEMORY field: a size below TRACE_SIZE_LIMIT, counted in the log's total. */
+static int memory_field(parser *p, json_t *obj, uint64_t *out)
+{
+    if (uint_field(p, obj, "MEMORY", out))
+        return -1;
+    if (*out >= TRACE_SIZE_LIMIT) {
+        snprintf(p->line_error, sizeof p->line_error,
+                 "MEMORY %" PRIu64 " is too large (sizes must be below 2^56)", *out);
+        return -1;
+    }
+    if (*out >= DTR_MEMORY_TOTAL_LIMIT - p->memory_total) {
+        snprintf(p->line_error, sizeof p->line_error,
+                 "the MEMORY values add up to 2^63 bytes or more");
+        return -1;
+    }
+    p->memory_total += *out;
+    return 0;
 }
 
 /* A signed integer given as a decimal string or a JSON integer (ALIAS). */
@@ -186,7 +211,7 @@ static coop_status attach_detail(parser *p, json_t *obj, const char *instr)
                      p->names.names[p->pending_constant->name]);
             return fail(p, msg);
         }
-        if (uint_field(p, obj, "MEMORY", &p->pending_constant->memory))
+        if (memory_field(p, obj, &p->pending_constant->memory))
             return fail(p, p->line_error);
         p->pending_constant = NULL;
         return COOP_OK;
@@ -209,7 +234,7 @@ static coop_status attach_detail(parser *p, json_t *obj, const char *instr)
         return fail(p, msg);
     }
     if (is_memory) {
-        if (uint_field(p, obj, "MEMORY", &r->memory))
+        if (memory_field(p, obj, &r->memory))
             return fail(p, p->line_error);
     } else {
         int64_t alias;
@@ -367,6 +392,11 @@ static coop_status finish(parser *p, coop_status st)
         p->line++;
         st = fail(p, "log ends before the MEMORY/ALIAS lines of the last CALL or CONSTANT");
     }
+    /* an empty or blank file is no program (coop sim ran it as one of 0
+     * bytes, 'ok'; replay and convert call it an empty file) */
+    if (st == COOP_OK && !log->num_instrs)
+        st = coop_set_error(COOP_ERR_INVALID, "%s: no instructions: the log is empty or blank",
+                            p->file);
     if (st == COOP_OK) {
         log->names = name_table_take_names(&p->names, &log->num_names);
         log->op_names = name_table_take_names(&p->ops, &log->num_op_names);
@@ -397,61 +427,31 @@ coop_status dtr_log_parse_buffer(const char *name, const char *text, size_t len,
     return finish(&p, st);
 }
 
+/* Reads through trace_input_line, as the other line formats do: it bounds a
+ * line at TRACE_INPUT_MAX_LINE (a long line used to grow without limit, and
+ * jansson copied it again), refuses NUL bytes (strlen-based reading dropped
+ * the rest of such a line) and a last line without its newline, and reports
+ * a gzip stream that ends early (Z_BUF_ERROR, which was taken for the end of
+ * the file) as truncation. */
 coop_status dtr_log_read(const char *path, dtr_log *out)
 {
     *out = (dtr_log){0};
-    gzFile gz = gzopen(path, "rb");
-    if (!gz)
-        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path,
-                              errno ? strerror(errno) : "out of memory");
-    gzbuffer(gz, 1 << 17);
     parser p = {.file = path, .log = out};
-    coop_status st = COOP_OK;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    if (!buf)
-        st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", path);
+    trace_input in;
+    coop_status st = trace_input_open(&in, path);
     while (st == COOP_OK) {
-        /* read one whole line, however long */
-        len = 0;
-        int eof = 0;
-        for (;;) {
-            if (!gzgets(gz, buf + len, (int)(cap - len))) {
-                eof = 1;
-                break;
-            }
-            len += strlen(buf + len);
-            if (len && buf[len - 1] == '\n')
-                break;
-            if (len + 1 < cap)
-                continue; /* short read without newline: the next gzgets says EOF */
-            char *bigger = realloc(buf, cap * 2);
-            if (!bigger) {
-                st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", path);
-                break;
-            }
-            buf = bigger;
-            cap *= 2;
-        }
-        if (st != COOP_OK)
+        char *line;
+        size_t len;
+        if ((st = trace_input_line(&in, &line, &len)) != COOP_OK || !line)
             break;
-        int zerr;
-        const char *zmsg = gzerror(gz, &zerr);
-        if (zerr != Z_OK && zerr != Z_BUF_ERROR) {
-            p.line++;
-            st = coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": decompression failed: %s", path,
-                                p.line, zmsg);
+        if (in.line > UINT32_MAX) { /* instructions keep 32-bit line numbers */
+            st = trace_input_error(&in, "more than %" PRIu32 " lines", UINT32_MAX);
             break;
         }
-        if (eof && !len)
-            break;
-        p.line++;
-        st = parse_line(&p, buf, len);
-        if (eof)
-            break;
+        p.line = (uint32_t)in.line;
+        st = parse_line(&p, line, len);
     }
-    free(buf);
-    gzclose(gz);
+    trace_input_close(&in);
     return finish(&p, st);
 }
 

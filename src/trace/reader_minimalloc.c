@@ -67,9 +67,11 @@ static coop_status read_row(csv_reader *r, char *line)
     csv_buffer b;
     uint64_t *dst[] = {&b.id, &b.lower, &b.upper, &b.size};
     coop_status st;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++)
         if ((st = trace_input_u64(&r->in, names[i], trim(fields[i]), dst[i])) != COOP_OK)
             return st;
+    if ((st = trace_input_size(&r->in, names[3], trim(fields[3]), dst[3])) != COOP_OK)
+        return st;
     if (b.upper <= b.lower)
         return trace_input_error(&r->in, "upper %llu must be greater than lower %llu",
                                  (unsigned long long)b.upper, (unsigned long long)b.lower);

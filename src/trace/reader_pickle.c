@@ -20,6 +20,12 @@
 
 enum { BLOCK_ALLOCATED = 1, BLOCK_FREE_REQUESTED = 2 };
 
+/* Most keys an entry, segment or block dict may have. PyTorch writes at most
+ * 12 (a segment); each key lookup scans the dict, and a memo reference can
+ * repeat one dict at every entry for 2 bytes, so without a bound a small
+ * file costs entries x keys comparisons. */
+#define SNAPSHOT_MAX_KEYS 64
+
 typedef struct snapshot_reader {
     const char *path;
     trace_builder b;
@@ -59,6 +65,40 @@ static coop_status get_u64(const snapshot_reader *r, const pkl_value *dict, cons
         return bad(r, "'%s' is negative", key);
     *out = v->v.u;
     return COOP_OK;
+}
+
+/* Checks that v is a dict of at most SNAPSHOT_MAX_KEYS items; what names it
+ * ("entry", "segment", "block") in the error. */
+static coop_status small_dict(const snapshot_reader *r, const pkl_value *v, const char *what)
+{
+    if (v->kind != PKL_DICT)
+        return bad(r, "%s has type %s, expected dict", what, pkl_type_name(v));
+    if (v->v.seq.len / 2 > SNAPSHOT_MAX_KEYS)
+        return bad(r, "%s has %zu keys (at most %d expected)", what, v->v.seq.len / 2,
+                   SNAPSHOT_MAX_KEYS);
+    return COOP_OK;
+}
+
+/* Refuses a container that the pickle's memo places more than once: walking
+ * each place would repeat its work for every 2-byte BINGET (quadratic in the
+ * file). PyTorch never shares a segment or a blocks list. */
+static coop_status not_shared(const snapshot_reader *r, const pkl_value *v, const char *what)
+{
+    if (v->shared)
+        return bad(r, "%s is repeated by a memo reference (BINGET): a snapshot lists each once",
+                   what);
+    return COOP_OK;
+}
+
+/* get_u64 for a size: below TRACE_SIZE_LIMIT. */
+static coop_status get_size(const snapshot_reader *r, const pkl_value *dict, const char *key,
+                            int required, uint64_t *out)
+{
+    coop_status st = get_u64(r, dict, key, required, 0, out);
+    if (st == COOP_OK && *out >= TRACE_SIZE_LIMIT)
+        return bad(r, "'%s' %llu is too large (sizes must be below 2^56)", key,
+                   (unsigned long long)*out);
+    return st;
 }
 
 static coop_status get_time(const snapshot_reader *r, const pkl_value *dict, int64_t *out)
@@ -163,8 +203,9 @@ static const struct {
 
 static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
 {
-    if (entry->kind != PKL_DICT)
-        return bad(r, "entry has type %s, expected dict", pkl_type_name(entry));
+    coop_status st = small_dict(r, entry, "entry");
+    if (st != COOP_OK)
+        return st;
     const pkl_value *action = pkl_dict_get(entry, "action");
     if (!action)
         return bad(r, "'%s' is missing", "action");
@@ -180,9 +221,10 @@ static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
         return COOP_OK;
 
     trace_event ev = {.kind = (trace_event_kind)kind, .time_us = -1};
-    coop_status st;
     if ((st = get_u64(r, entry, "addr", kind != TRACE_OOM, 0, &ev.addr)) != COOP_OK ||
-        (st = get_u64(r, entry, "size", 1, 0, &ev.size)) != COOP_OK ||
+        (st = kind == TRACE_OOM /* any size: see TRACE_SIZE_LIMIT */
+                  ? get_u64(r, entry, "size", 1, 0, &ev.size)
+                  : get_size(r, entry, "size", 1, &ev.size)) != COOP_OK ||
         (st = get_u64(r, entry, "stream", 0, 1, &ev.stream)) != COOP_OK ||
         (st = get_time(r, entry, &ev.time_us)) != COOP_OK)
         return st;
@@ -211,14 +253,15 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
         snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu]", i);
         r->where = r->where_buf;
         r->where_at = seg->offset;
-        if (seg->kind != PKL_DICT)
-            return bad(r, "segment has type %s, expected dict", pkl_type_name(seg));
+        coop_status st;
+        if ((st = small_dict(r, seg, "segment")) != COOP_OK ||
+            (st = not_shared(r, seg, "segment")) != COOP_OK)
+            return st;
         uint64_t seg_device = device;
         trace_segment s = {0};
-        coop_status st;
         if ((st = get_u64(r, seg, "device", 0, 0, &seg_device)) != COOP_OK ||
             (st = get_u64(r, seg, "address", 1, 0, &s.addr)) != COOP_OK ||
-            (st = get_u64(r, seg, "total_size", 1, 0, &s.size)) != COOP_OK ||
+            (st = get_size(r, seg, "total_size", 1, &s.size)) != COOP_OK ||
             (st = get_u64(r, seg, "stream", 0, 1, &s.stream)) != COOP_OK)
             return st;
         if (seg_device != device)
@@ -230,19 +273,21 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
             continue;
         if (blocks->kind != PKL_LIST)
             return bad(r, "'%s' has type %s, expected list", "blocks", pkl_type_name(blocks));
+        if ((st = not_shared(r, blocks, "'blocks'")) != COOP_OK)
+            return st;
         for (size_t j = 0; j < blocks->v.seq.len; j++) {
             const pkl_value *blk = blocks->v.seq.items[j];
             snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu].blocks[%zu]", i, j);
             r->where_at = blk->offset;
-            if (blk->kind != PKL_DICT)
-                return bad(r, "block has type %s, expected dict", pkl_type_name(blk));
+            if ((st = small_dict(r, blk, "block")) != COOP_OK)
+                return st;
             const pkl_value *state = pkl_dict_get(blk, "state");
             if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
                 continue;
             trace_event ev = {.kind = TRACE_ALLOC, .stream = s.stream, .time_us = -1};
             if ((st = get_u64(r, blk, "address", 1, 0, &ev.addr)) != COOP_OK ||
-                (st = get_u64(r, blk, "size", 1, 0, &ev.size)) != COOP_OK ||
-                (st = get_u64(r, blk, "requested_size", 0, 0, &ev.size)) != COOP_OK)
+                (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK ||
+                (st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
                 return st;
             /* Allocated at the end but never seen allocated: it was live
              * through the whole recording. */
@@ -313,6 +358,7 @@ static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int 
             const pkl_value *entry = list->v.seq.items[i];
             snprintf(r->where_buf, sizeof r->where_buf, "device_traces[%zu][%zu]", device, i);
             r->where_at = entry->offset;
+            r->b.where = entry->offset;
             if ((st = read_entry(r, entry)) != COOP_OK)
                 return st;
         }
@@ -337,6 +383,7 @@ coop_status trace_read_pickle_device(const char *path, int device, trace *out)
     if (st == COOP_OK) {
         snapshot_reader r = {.path = path};
         trace_builder_init(&r.b, path);
+        r.b.where_kind = TRACE_WHERE_BYTE;
         st = read_snapshot(&r, root, device);
         if (st == COOP_OK)
             st = trace_builder_finish(&r.b, out);

@@ -193,9 +193,13 @@ static coop_status read_line(text_reader *r, char *line)
             ? names_alloc
             : names_segment;
     coop_status st;
-    for (int i = 0; i < positional; i++)
-        if ((st = trace_input_u64(&r->in, names[i], fields[1 + i], &nums[i])) != COOP_OK)
+    for (int i = 0; i < positional; i++) {
+        st = strcmp(names[i], "size") == 0 && k->letter != 'O' /* see TRACE_SIZE_LIMIT */
+                 ? trace_input_size(&r->in, names[i], fields[1 + i], &nums[i])
+                 : trace_input_u64(&r->in, names[i], fields[1 + i], &nums[i]);
+        if (st != COOP_OK)
             return st;
+    }
     trace_event ev = {.time_us = -1};
     if ((st = read_keys(r, k, fields + 1 + positional, n - 1 - positional, &ev)) != COOP_OK)
         return st;
@@ -234,6 +238,7 @@ coop_status trace_read_text(const char *path, trace *out)
     *out = (trace){0};
     text_reader r = {.path = path};
     trace_builder_init(&r.b, path);
+    r.b.where_kind = TRACE_WHERE_LINE;
     coop_status st = trace_input_open(&r.in, path);
     while (st == COOP_OK) {
         char *line;
@@ -241,6 +246,7 @@ coop_status trace_read_text(const char *path, trace *out)
         st = trace_input_line(&r.in, &line, &len);
         if (st != COOP_OK || !line)
             break;
+        r.b.where = r.in.line;
         st = read_line(&r, line);
     }
     if (st == COOP_OK && !r.seen_header)

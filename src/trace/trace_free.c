@@ -12,5 +12,6 @@ void trace_free(trace *t)
     free(t->events);
     free(t->live_at_start);
     free(t->final_segments);
+    free(t->segment_where);
     *t = (trace){0};
 }
