@@ -424,7 +424,7 @@ static void usage(FILE *out)
             "  --capacity-gib N  simulated device size (default: 8 x the expected live\n"
             "               bytes, from 1 TiB to 32 TiB, which holds about 1.6 million\n"
             "               live blocks; valgrind needs 16 or less, enough for about\n"
-            "               1,000 live blocks)\n"
+            "               600 live blocks: the mean size is about 20 MB)\n"
             "  --latency    instead: nanoseconds per dependent load over random cache\n"
             "               lines of buffers of 256 KiB .. 64 MiB (what a cache miss on\n"
             "               allocator metadata of that size costs on this machine)\n"
