@@ -649,7 +649,7 @@ COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bo
         return COOP_OK;
     }
     if (!a->params.vmm) {
-        arena_block *b;
+        arena_block *b = NULL; /* set on success; gcc -O1 cannot see it through the retry */
         st = grow_segments(a, size, &b, reclaimed);
         if (st != COOP_OK)
             return st;
