@@ -398,6 +398,13 @@ static bool takes_over_old_value(const coop_tensor *t)
     return old->ptr && !old->handles && old->pins == own && old->size == t->size;
 }
 
+/* Frame f's slots (NULL before any frame had an input: no array yet, and
+ * NULL + 0 is undefined). */
+static void **frame_slots(const coop_remat *r, const remat_frame *f)
+{
+    return r->slots ? r->slots + f->slot : NULL;
+}
+
 /* Pushes a frame to make base tensor t (not resident) resident: its
  * resident inputs are pinned at once, so that recomputing a missing one
  * cannot evict them (only to recompute them next), as DTR locks an op's
@@ -413,7 +420,7 @@ static coop_status push_frame(coop_remat *r, coop_tensor *t)
     f->t = t;
     f->slot = r->num_slots;
     f->next = 0;
-    void **pinned = r->slots + f->slot;
+    void **pinned = frame_slots(r, f);
     r->num_slots += t->num_inputs;
     for (size_t i = 0; i < t->num_inputs; i++) {
         coop_tensor *in = t->inputs[i];
@@ -455,7 +462,7 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
 {
     remat_frame *f = &r->frames[r->num_frames - 1];
     coop_tensor *t = f->t;
-    void **ptrs = r->slots + f->slot; /* non-NULL: input pinned */
+    void **ptrs = frame_slots(r, f); /* non-NULL: input pinned */
     coop_tensor *old = NULL;
     if (!st && takes_over_old_value(t)) {
         if (remat_reserve_evictions(r, 1)) { /* before anything changes */
@@ -520,7 +527,7 @@ static coop_status materialize(coop_remat *r, coop_tensor *root)
         }
         size_t i = f->next;
         coop_tensor *in = t->inputs[i];
-        void **pinned = r->slots + f->slot;
+        void **pinned = frame_slots(r, f);
         if (pinned[i]) {
             f->next++;
         } else if (in->ptr) { /* recomputed by its frame, or by an earlier input's */
@@ -593,9 +600,11 @@ coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
     coop_status st = enter(r, fn);
     if (st)
         return st;
+    if (!t)
+        return coop_set_error(COOP_ERR_INVALID, "%s: tensor is NULL", fn);
     /* a handle's pins outlive its release (a constant stays pinned): the
      * one call a released handle still takes is the unpin of those */
-    bool released_pinned = t && t->owner == r && !t->reclaimed && t->released && t->user_pins;
+    bool released_pinned = t->owner == r && !t->reclaimed && t->released && t->user_pins;
     if (!released_pinned && (st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
         return st;
     /* pins count per handle: an unpin through a view that never pinned
@@ -615,7 +624,9 @@ coop_status coop_tensor_release(coop_remat *r, coop_tensor *t)
     coop_status st = enter(r, fn);
     if (st)
         return st;
-    if (t && t->owner == r && t->released && !t->reclaimed)
+    if (!t)
+        return coop_set_error(COOP_ERR_INVALID, "%s: tensor is NULL", fn);
+    if (t->owner == r && t->released && !t->reclaimed)
         return coop_set_error(COOP_ERR_INVALID, "%s: tensor already released", fn);
     if ((st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
         return st;

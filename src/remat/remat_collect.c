@@ -116,7 +116,7 @@ static void quarantine(coop_remat *r, coop_tensor *t)
 /* Frees the oldest quarantined records beyond REMAT_QUARANTINE. */
 static void trim_quarantine(coop_remat *r)
 {
-    while (r->num_quarantined > REMAT_QUARANTINE) {
+    while (r->num_quarantined > REMAT_QUARANTINE && r->quarantine) {
         coop_tensor *oldest = r->quarantine;
         r->quarantine = oldest->next_all;
         if (!r->quarantine)
