@@ -276,6 +276,7 @@ void coop_pool_destroy(coop_pool *pool)
                 pool_uses_free(pool, u);
                 b->uses = NULL;
             }
+    pool_queues_free(pool);
     arena_fini(&pool->arena);
     meta_heap_fini(&pool->heap);
     coop_backend_destroy(pool->backend);
@@ -569,22 +570,8 @@ static COOP_INLINE coop_status free_locked(coop_pool *pool, void *ptr, arena_blo
     if (from_user && __builtin_expect(b->owner != NULL, 0))
         return tensor_block("coop_free", ptr);
     block_uses *u = b->uses;
-    if (u) {
-        /* Never fails: an event the backend cannot record now is recorded
-         * at the next processing of pending frees (see block_uses). */
-        coop_event *ev = u->slots;
-        for (size_t i = 0; i < u->num_streams; i++)
-            if (pool->backend->ops->event_record(pool->backend, u->streams[i], &ev[i]) != COOP_OK)
-                ev[i] = NO_EVENT;
-        u->events = ev;
-        block_set_state(b, COOP_BLOCK_PENDING);
-        u->pending_prev = NULL;
-        u->pending_next = pool->pending;
-        if (pool->pending)
-            pool->pending->pending_prev = u;
-        pool->pending = u;
-        pool->num_pending++;
-    }
+    if (u) /* never fails: see pool_pending_add */
+        pool_pending_add(pool, u);
     stat_add(&pool->allocation, -1);
     stat_add(&pool->allocated_bytes, -(int64_t)b->size);
     stat_add(&pool->requested_bytes, -(int64_t)b->requested);

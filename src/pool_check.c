@@ -1,5 +1,5 @@
 /* Pool walk and checker: arena invariants plus the pool's own bookkeeping
- * (statistics equal a walk, pending list, stream uses). */
+ * (statistics equal a walk, pending list and stream queues, stream uses). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -91,21 +91,43 @@ coop_status pool_check_locked(coop_pool *pool)
             allocated_bytes += (int64_t)b->size;
             requested += (int64_t)b->requested;
         }
-    size_t listed = 0;
+    size_t listed = 0, unrecorded = 0, undone = 0;
     for (const block_uses *u = pool->pending; u; u = u->pending_next, listed++) {
         if (u->block->state != COOP_BLOCK_PENDING || u->block->uses != u ||
             (u->pending_next && u->pending_next->pending_prev != u))
             return coop_set_error(COOP_ERR_CORRUPT,
                                   "coop_pool_check: pending list entry %#lx is stale",
                                   (unsigned long)u->block->addr);
-        if (pool->pending_oldest && !u->pending_next && pool->pending_oldest != u)
-            return coop_set_error(
-                COOP_ERR_CORRUPT, "coop_pool_check: the oldest pending block is %#lx, not %#lx",
-                (unsigned long)u->block->addr, (unsigned long)pool->pending_oldest->block->addr);
+        for (size_t i = 0; i < u->num_streams; i++)
+            unrecorded += u->events[i] == NO_EVENT;
+        if (u->undone > u->num_streams)
+            return coop_set_error(COOP_ERR_CORRUPT,
+                                  "coop_pool_check: pending block %#lx waits for %zu of %zu events",
+                                  (unsigned long)u->block->addr, u->undone, u->num_streams);
+        undone += u->undone;
     }
-    if (!pool->pending && pool->pending_oldest)
+    /* every event not yet seen done is queued on its stream, or unrecorded */
+    size_t queued = 0;
+    for (size_t k = 0; k < pool->num_queues; k++) {
+        const pending_queue *q = &pool->queues[k];
+        if (q->head + q->len > q->cap)
+            return coop_set_error(COOP_ERR_CORRUPT, "coop_pool_check: a stream queue overflows");
+        for (size_t j = q->head; j < q->head + q->len; j++) {
+            const pending_ref *r = &q->refs[j];
+            if (r->u->block->uses != r->u || r->u->block->state != COOP_BLOCK_PENDING ||
+                r->slot >= r->u->num_streams || r->u->streams[r->slot] != q->stream ||
+                r->u->events[r->slot] == NO_EVENT)
+                return coop_set_error(COOP_ERR_CORRUPT,
+                                      "coop_pool_check: stream %#lx's queue holds a stale event",
+                                      (unsigned long)q->stream);
+        }
+        queued += q->len;
+    }
+    if (unrecorded != pool->num_unqueued || queued + unrecorded != undone)
         return coop_set_error(COOP_ERR_CORRUPT,
-                              "coop_pool_check: no pending block, yet an oldest one is kept");
+                              "coop_pool_check: pending events: %zu queued, %zu unrecorded "
+                              "(%zu counted), %zu not yet done",
+                              queued, unrecorded, pool->num_unqueued, undone);
     if (listed != pending || pending != pool->num_pending)
         return coop_set_error(COOP_ERR_CORRUPT,
                               "coop_pool_check: %zu pending blocks, %zu listed, %zu counted",

@@ -43,9 +43,28 @@ typedef struct block_uses {
     coop_event *slots;  /* cap_streams slots: the events while pending */
     coop_event *events; /* == slots while pending (num_streams used), else NULL */
     struct block_uses *pending_prev, *pending_next;
+    /* while pending: its events not yet seen complete, the unrecorded
+     * (NO_EVENT) ones included; released at 0 */
+    size_t undone;
     bool release_any; /* its allocation stream was forgotten (coop_forget_stream): the
                        * block becomes free usable on any stream, not on that one */
 } block_uses;
+
+/* One stream's events of pending frees, in the order they were recorded.
+ * A stream runs its work in order, so they complete in that order:
+ * processing asks only each queue's oldest, and pops while they are done
+ * (as PyTorch's per-stream event queues), instead of asking every pending
+ * free at every allocation. refs[head .. head + len) are in use. */
+typedef struct pending_ref {
+    block_uses *u;
+    size_t slot; /* u->events[slot], recorded on the queue's stream */
+} pending_ref;
+
+typedef struct pending_queue {
+    coop_stream stream;
+    pending_ref *refs;
+    size_t cap, head, len;
+} pending_queue;
 
 /* Whether stream is one of u's uses (u may be NULL: none). */
 static inline bool block_uses_has(const block_uses *u, coop_stream stream)
@@ -63,12 +82,14 @@ struct coop_pool {
     meta_heap heap;
     arena arena;
     block_uses *pending; /* freed blocks waiting for events, newest first */
-    /* The oldest pending block (the list's last), or NULL while not known:
-     * coop_free pushes at the head, which leaves a known last one right, and
-     * pending_unlink keeps it; after the list was empty it is found again
-     * by one walk. Pending frees are processed oldest first from it. */
-    block_uses *pending_oldest;
     size_t num_pending;
+    /* their recorded events by stream (queues stay while the pool lives,
+     * but for a forgotten stream's); and how many of their slots hold no
+     * event yet (NO_EVENT: recorded, and queued, when pending frees are
+     * next processed) */
+    pending_queue *queues;
+    size_t num_queues, cap_queues;
+    size_t num_unqueued;
     coop_stat allocation, active, allocated_bytes, active_bytes, requested_bytes;
     uint64_t num_alloc_retries, num_ooms;
 };
@@ -100,8 +121,15 @@ void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsig
 coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged);
 coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintptr_t addr,
                                  size_t size, coop_stream stream, arena_block **out);
-/* pool_streams.c. Completes pending frees whose events are done. */
+/* pool_streams.c. Makes the freed block of u pending: records an event on
+ * each stream of its uses and queues it. Never fails (a slot whose event
+ * cannot be recorded or queued now holds NO_EVENT until the next
+ * processing). */
+void pool_pending_add(coop_pool *pool, block_uses *u);
+/* Completes pending frees whose events are done: O(streams + completed). */
 void pool_process_pending_locked(coop_pool *pool);
+/* Frees the queues (pool destruction; the events are the blocks'). */
+void pool_queues_free(coop_pool *pool);
 /* Frees a block's uses record. */
 void pool_uses_free(coop_pool *pool, block_uses *u);
 /* The arena's stream_idle answer (ctx: the pool): an event recorded on the

@@ -8,7 +8,9 @@
  * under the pool lock.
  */
 #include <stdio.h>
+#include <string.h>
 
+#include "growable.h"
 #include "pool_internal.h"
 #include "stat.h"
 #include "status.h"
@@ -24,8 +26,6 @@ void pool_uses_free(coop_pool *pool, block_uses *u)
 
 static void pending_unlink(coop_pool *pool, block_uses *u)
 {
-    if (!u->pending_next) /* the oldest: the one before it is the oldest now */
-        pool->pending_oldest = u->pending_prev;
     if (u->pending_prev)
         u->pending_prev->pending_next = u->pending_next;
     else
@@ -36,82 +36,151 @@ static void pending_unlink(coop_pool *pool, block_uses *u)
     pool->num_pending--;
 }
 
-/* The streams one processing pass has seen an event of not yet complete.
- * A stream runs its work in order, so an event recorded on it after an
- * incomplete one is not complete either: the pass need not ask (on CUDA a
- * driver call under the pool's lock per pending free, every allocation).
- * Streams beyond the memo's room are asked, as before. */
-#define BUSY_MEMO 16
-typedef struct busy_memo {
-    coop_stream stream[BUSY_MEMO];
-    int n;
-} busy_memo;
-
-static bool memo_busy(const busy_memo *m, coop_stream stream)
+/* The queue of stream, made if needed; NULL out of host memory. A linear
+ * search: a program has a handful of streams, and only frees of blocks
+ * used on other streams come here. */
+static pending_queue *queue_of(coop_pool *pool, coop_stream stream)
 {
-    for (int i = 0; i < m->n; i++)
-        if (m->stream[i] == stream)
-            return true;
-    return false;
+    for (size_t i = 0; i < pool->num_queues; i++)
+        if (pool->queues[i].stream == stream)
+            return &pool->queues[i];
+    if (GROW_ARRAY(pool->queues, pool->cap_queues, pool->num_queues + 1, 4))
+        return NULL;
+    pending_queue *q = &pool->queues[pool->num_queues++];
+    *q = (pending_queue){.stream = stream};
+    return q;
 }
 
-/* True when every event of u has completed (a failed query counts as not
- * yet). Records the events that coop_free could not record; one that fails
- * again keeps the block pending. An event on a stream the pass has seen
- * busy counts as not yet without a query: blocks are visited oldest first,
- * so its event was recorded after the incomplete one (or, recorded here,
- * was recorded later than the others anyway; that only keeps a block
- * pending until a later pass, never frees one early). */
-static bool events_done(coop_pool *pool, block_uses *u, busy_memo *busy)
+/* Queues u's recorded event in slot i on its stream: 0, or -1 out of host
+ * memory (nothing queued). */
+static int queue_push(coop_pool *pool, block_uses *u, size_t i)
 {
-    for (size_t i = 0; i < u->num_streams; i++) {
-        if (memo_busy(busy, u->streams[i]))
-            return false;
-        if (u->events[i] == NO_EVENT &&
-            pool->backend->ops->event_record(pool->backend, u->streams[i], &u->events[i]) !=
-                COOP_OK) {
-            u->events[i] = NO_EVENT;
-            return false;
-        }
-        bool done = false;
-        if (pool->backend->ops->event_query(pool->backend, u->events[i], &done) != COOP_OK)
-            return false;
-        if (!done) {
-            if (busy->n < BUSY_MEMO)
-                busy->stream[busy->n++] = u->streams[i];
-            return false;
-        }
+    pending_queue *q = queue_of(pool, u->streams[i]);
+    if (!q)
+        return -1;
+    if (q->head + q->len == q->cap && q->head) { /* slide down: amortized O(1) */
+        memmove(q->refs, q->refs + q->head, q->len * sizeof *q->refs);
+        q->head = 0;
     }
-    return true;
+    if (GROW_ARRAY(q->refs, q->cap, q->head + q->len + 1, 16))
+        return -1;
+    q->refs[q->head + q->len++] = (pending_ref){.u = u, .slot = i};
+    return 0;
 }
 
-/* Oldest first, so that an incomplete event ends the queries on its stream
- * for this pass (see events_done): with many frees pending on one busy
- * stream, one query per pass instead of one per pending free. */
+/* Records u's event in slot i now and queues it: COOP_OK, or the failure
+ * (the slot then holds NO_EVENT, to be tried again). */
+static coop_status record_and_queue(coop_pool *pool, block_uses *u, size_t i)
+{
+    coop_backend *be = pool->backend;
+    coop_status st = be->ops->event_record(be, u->streams[i], &u->events[i]);
+    if (st != COOP_OK) {
+        u->events[i] = NO_EVENT;
+        return st;
+    }
+    if (queue_push(pool, u, i)) {
+        be->ops->event_destroy(be, u->events[i]);
+        u->events[i] = NO_EVENT;
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory to queue a stream event");
+    }
+    return COOP_OK;
+}
+
+void pool_pending_add(coop_pool *pool, block_uses *u)
+{
+    u->events = u->slots;
+    u->undone = u->num_streams;
+    for (size_t i = 0; i < u->num_streams; i++)
+        if (record_and_queue(pool, u, i) != COOP_OK)
+            pool->num_unqueued++; /* an event recorded later covers the work queued now */
+    block_set_state(u->block, COOP_BLOCK_PENDING);
+    u->pending_prev = NULL;
+    u->pending_next = pool->pending;
+    if (pool->pending)
+        pool->pending->pending_prev = u;
+    pool->pending = u;
+    pool->num_pending++;
+}
+
+/* Records and queues the events coop_free (or an earlier pass) could not;
+ * only of stream's slots unless stream is COOP_STREAM_ANY. The first
+ * failure is returned (its slot stays NO_EVENT; the others are tried). */
+static coop_status queue_missing(coop_pool *pool, coop_stream stream)
+{
+    coop_status first = COOP_OK;
+    for (block_uses *u = pool->pending; u && pool->num_unqueued; u = u->pending_next)
+        for (size_t i = 0; i < u->num_streams; i++) {
+            if (u->events[i] != NO_EVENT || (stream != COOP_STREAM_ANY && u->streams[i] != stream))
+                continue;
+            coop_status st = record_and_queue(pool, u, i);
+            if (st == COOP_OK)
+                pool->num_unqueued--;
+            else if (first == COOP_OK)
+                first = st;
+        }
+    return first;
+}
+
+/* u's last event is done: its block becomes free, usable on its stream
+ * (on any once that stream was forgotten). */
+static void release_pending(coop_pool *pool, block_uses *u)
+{
+    arena_block *b = u->block;
+    coop_stream tag = u->release_any ? COOP_STREAM_ANY : b->stream;
+    pending_unlink(pool, u);
+    for (size_t i = 0; i < u->num_streams; i++)
+        pool->backend->ops->event_destroy(pool->backend, u->events[i]);
+    pool_uses_free(pool, u);
+    stat_add(&pool->active, -1);
+    stat_add(&pool->active_bytes, -(int64_t)b->size);
+    arena_release(&pool->arena, b, tag);
+}
+
+/* Per queue, pops the events that are done, oldest first, and stops at
+ * the first that is not (a failed query counts as not yet): one query per
+ * stream with pending frees, plus one per event completed. */
 void pool_process_pending_locked(coop_pool *pool)
 {
-    block_uses *u = pool->pending_oldest;
-    if (!u && pool->pending) {
-        for (u = pool->pending; u->pending_next; u = u->pending_next)
-            ;
-        pool->pending_oldest = u;
-    }
-    busy_memo busy = {.n = 0};
-    while (u) {
-        block_uses *next = u->pending_prev; /* the next newer one */
-        if (events_done(pool, u, &busy)) {
-            arena_block *b = u->block;
-            coop_stream tag = u->release_any ? COOP_STREAM_ANY : b->stream;
-            pending_unlink(pool, u);
-            for (size_t i = 0; i < u->num_streams; i++)
-                pool->backend->ops->event_destroy(pool->backend, u->events[i]);
-            pool_uses_free(pool, u); /* (events_done: no slot is NO_EVENT) */
-            stat_add(&pool->active, -1);
-            stat_add(&pool->active_bytes, -(int64_t)b->size);
-            arena_release(&pool->arena, b, tag);
+    if (pool->num_unqueued)
+        (void)queue_missing(pool, COOP_STREAM_ANY);
+    coop_backend *be = pool->backend;
+    for (size_t k = 0; k < pool->num_queues; k++) {
+        pending_queue *q = &pool->queues[k];
+        while (q->len) {
+            pending_ref r = q->refs[q->head];
+            bool done = false;
+            if (be->ops->event_query(be, r.u->events[r.slot], &done) != COOP_OK || !done)
+                break;
+            q->head++;
+            if (!--q->len)
+                q->head = 0;
+            if (!--r.u->undone)
+                release_pending(pool, r.u);
         }
-        u = next;
     }
+}
+
+/* Drops stream's queue if it is empty (a forgotten stream's handle must
+ * not stay in the pool). */
+static void drop_queue(coop_pool *pool, coop_stream stream)
+{
+    for (size_t i = 0; i < pool->num_queues; i++) {
+        pending_queue *q = &pool->queues[i];
+        if (q->stream != stream || q->len)
+            continue;
+        free(q->refs);
+        *q = pool->queues[--pool->num_queues];
+        return;
+    }
+}
+
+void pool_queues_free(coop_pool *pool)
+{
+    for (size_t i = 0; i < pool->num_queues; i++)
+        free(pool->queues[i].refs);
+    free(pool->queues);
+    pool->queues = NULL;
+    pool->num_queues = pool->cap_queues = 0;
 }
 
 /* ---- Stream synchronization ---- */
@@ -214,7 +283,6 @@ static coop_status cannot_record(coop_stream stream, const char *what)
  * blocks: not a hot path. */
 static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
 {
-    coop_backend *be = pool->backend;
     size_t live = 0;
     for (const arena_segment *sg = arena_first_segment(&pool->arena); sg; sg = sg->next)
         for (const arena_block *b = sg->first; b; b = b->next)
@@ -226,13 +294,8 @@ static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
                               "coop_forget_stream: %zu live blocks are allocated on stream %#lx or "
                               "used on it (coop_record_stream): free them first",
                               live, (unsigned long)stream);
-    for (block_uses *u = pool->pending; u; u = u->pending_next)
-        for (size_t i = 0; i < u->num_streams; i++)
-            if (u->streams[i] == stream && u->events[i] == NO_EVENT &&
-                be->ops->event_record(be, stream, &u->events[i]) != COOP_OK) {
-                u->events[i] = NO_EVENT;
-                return cannot_record(stream, "the event of a pending free");
-            }
+    if (pool->num_unqueued && queue_missing(pool, stream) != COOP_OK)
+        return cannot_record(stream, "the event of a pending free");
     bool busy = false, done;
     if (stream_settled(pool, stream, !pool->config.never_wait, &busy, &done) != COOP_OK)
         return cannot_record(stream, "an event");
@@ -254,6 +317,7 @@ static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
      * the out-of-memory path) would grow with them. */
     arena_forget_stream(&pool->arena, stream);
     pool_process_pending_locked(pool);
+    drop_queue(pool, stream); /* empty: its events were all seen done */
     return COOP_OK;
 }
 

@@ -514,7 +514,7 @@ static void test_pending_queries_stop_at_a_busy_stream(void **state)
     void *z = coop_malloc(p, 4096, 0, 0, NULL);
     assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT) - calls, N / 2);
     assert_int_equal(stats_of(p).active.current, 3);
-    /* the list emptied and fills again: its oldest entry is found anew */
+    /* the queues emptied and fill again */
     assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
     assert_int_equal(coop_record_stream(p, x, 1), COOP_OK);
     assert_int_equal(coop_record_stream(p, y, 1), COOP_OK);
@@ -528,6 +528,37 @@ static void test_pending_queries_stop_at_a_busy_stream(void **state)
     assert_int_equal(stats_of(p).active.current, 2);
     assert_int_equal(coop_free(p, z), COOP_OK);
     assert_int_equal(coop_free(p, w), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* Each stream's events are queued apart: a block used on two streams waits
+ * for both, a busy stream holds back only the blocks it used, and blocks of
+ * another stream complete past it. */
+static void test_a_block_used_on_two_streams_waits_for_both(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *both = coop_malloc(p, 4096, 0, 0, NULL), *only2 = coop_malloc(p, 4096, 0, 0, NULL);
+    void *only1 = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_int_equal(coop_record_stream(p, both, 1), COOP_OK);
+    assert_int_equal(coop_record_stream(p, both, 2), COOP_OK);
+    assert_int_equal(coop_record_stream(p, only2, 2), COOP_OK);
+    assert_int_equal(coop_record_stream(p, only1, 1), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_free(p, both), COOP_OK);  /* queued on 1 and on 2 */
+    assert_int_equal(coop_free(p, only2), COOP_OK); /* on 2, behind both's */
+    assert_int_equal(coop_free(p, only1), COOP_OK); /* on 1 */
+    void *x = coop_malloc(p, 512, 0, 0, NULL);
+    assert_non_null(x);
+    /* stream 2 done: only2 free; both still waits for stream 1 */
+    assert_int_equal(stats_of(p).active.current, 3); /* both, only1, x */
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    x = coop_malloc(p, 512, 0, 0, NULL);
+    assert_int_equal(stats_of(p).active.current, 1);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
     coop_pool_destroy(p);
 }
 
@@ -1148,6 +1179,7 @@ int main(void)
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_record_stream_pending),
         cmocka_unit_test(test_pending_queries_stop_at_a_busy_stream),
+        cmocka_unit_test(test_a_block_used_on_two_streams_waits_for_both),
         cmocka_unit_test(test_oom_waits_for_a_busy_stream),
         cmocka_unit_test(test_oom_waits_for_a_free_blocks_stream),
         cmocka_unit_test(test_empty_cache_waits),
