@@ -71,6 +71,13 @@ tests_arena_pairs_SOURCES = tests/arena_pairs.c
 tests_arena_pairs_CFLAGS = $(TESTCFLAGS)
 tests_arena_pairs_LDADD = libcoop.la -lm
 tests_arena_pairs_LDFLAGS = -static
+# tests/pending_pairs PENDING: pairs with frees pending on a busy stream
+# (README.md, "Pending frees"); not a test either
+check_PROGRAMS += tests/pending_pairs
+tests_pending_pairs_SOURCES = tests/pending_pairs.c
+tests_pending_pairs_CFLAGS = $(TESTCFLAGS)
+tests_pending_pairs_LDADD = libcoop.la
+tests_pending_pairs_LDFLAGS = -static
 
 # coop bench's and its floor's output rows (fields and layouts, never speed)
 TESTS += tests/bench_cli_test.sh
