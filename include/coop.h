@@ -151,7 +151,12 @@ void coop_pool_destroy(coop_pool *pool);
  * its handle's value: CUDA's per-thread default stream handle
  * (CU_STREAM_PER_THREAD) names another stream in each thread, and the pool
  * cannot tell them apart, so a block freed on it in one thread is reused at
- * once in another's; use it from one thread, or created streams. */
+ * once in another's; use it from one thread, or created streams. On the
+ * CUDA backend, streams must belong to the pool device's primary context
+ * (as the CUDA runtime's and PyTorch's do): the driver refuses an event on
+ * a stream of another context, and memory used on such a stream stays
+ * cached for good. Pages are mapped readable and writable by the pool's
+ * device only (no peer access). */
 void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
                   coop_status *status);
 

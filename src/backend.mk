@@ -20,6 +20,13 @@ tests_backend_cuda_mock_test_CFLAGS = $(TESTCFLAGS) -DCOOP_TEST_BUILDDIR='"$(abs
 tests_backend_cuda_mock_test_LDADD = $(TESTLIBS)
 tests_backend_cuda_mock_test_LDFLAGS = $(TESTLDFLAGS)
 
+check_PROGRAMS += tests/cuda_driver_load_test
+TESTS += tests/cuda_driver_load_test
+tests_cuda_driver_load_test_SOURCES = tests/cuda_driver_load_test.c
+tests_cuda_driver_load_test_CFLAGS = $(TESTCFLAGS) -DCOOP_TEST_BUILDDIR='"$(abs_top_builddir)"'
+tests_cuda_driver_load_test_LDADD = $(TESTLIBS)
+tests_cuda_driver_load_test_LDFLAGS = $(TESTLDFLAGS)
+
 # The allocator's own tests on the CUDA backend over the mock driver: each
 # includes the host program's source (tests/cuda_stream_map.h explains how).
 check_PROGRAMS += tests/cuda_mock_model_test tests/cuda_mock_fault_sweep_test \

@@ -700,7 +700,7 @@ static coop_status query_device(cuda_backend *cb, bool want_vmm)
     cb->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     cb->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
     cb->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    cb->prop.location.id = cb->device;
+    cb->prop.location.id = cb->ordinal; /* the documentation's device ordinal */
     memset(&cb->access, 0, sizeof cb->access);
     cb->access.location = cb->prop.location;
     cb->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;

@@ -42,7 +42,8 @@ coop_status cuda_driver_load(cuda_driver *drv)
             coop_status st_ =                                                                      \
                 coop_set_error(COOP_ERR_NO_DRIVER, "no CUDA driver (%s: %s lacks %s: %s)", name,   \
                                name, COOP_SYMBOL_NAME(fname), why ? why : "not found");            \
-            cuda_driver_unload(drv);                                                               \
+            dlclose(drv->library); /* nothing of it was used */                                    \
+            memset(drv, 0, sizeof *drv);                                                           \
             return st_;                                                                            \
         }                                                                                          \
         /* POSIX guarantees object and function pointers convert through dlsym */                  \
@@ -55,8 +56,10 @@ coop_status cuda_driver_load(cuda_driver *drv)
 
 void cuda_driver_unload(cuda_driver *drv)
 {
-    if (drv->library)
-        dlclose(drv->library);
+    /* The library stays loaded for the process (dlopen then only counts
+     * references): unloading libcuda while a process runs, and loading it
+     * again at the next pool, has crashed programs on some systems, and the
+     * CUDA runtime never unloads it either. */
     memset(drv, 0, sizeof *drv);
 }
 

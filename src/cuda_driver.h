@@ -60,7 +60,8 @@ typedef struct cuda_driver {
  * loaded or lacks an entry point. */
 coop_status cuda_driver_load(cuda_driver *drv);
 
-/* dlcloses the library; drv may be partly loaded or zeroed. */
+/* Forgets the entry points; drv may be zeroed. The library itself stays
+ * loaded for the life of the process (see cuda_driver.c). */
 void cuda_driver_unload(cuda_driver *drv);
 
 /* Sets the thread's error for a failed driver call and returns
