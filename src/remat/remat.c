@@ -29,10 +29,12 @@ static coop_status enter(const coop_remat *r, const char *fn)
     return COOP_OK;
 }
 
-/* Checks a tensor handle given to fn: what names the argument ("tensor",
- * "base", "input"), index its place among the inputs (SIZE_MAX: none). */
-static coop_status check_handle(const coop_remat *r, const coop_tensor *t, const char *fn,
-                                const char *what, size_t index)
+/* The error for a handle check_handle refused, named as there. Formatted
+ * only on failure: the checks run at every call. */
+static __attribute__((cold, noinline)) coop_status handle_error(const coop_remat *r,
+                                                                const coop_tensor *t,
+                                                                const char *fn, const char *what,
+                                                                size_t index)
 {
     char name[48];
     if (index == SIZE_MAX)
@@ -46,11 +48,19 @@ static coop_status check_handle(const coop_remat *r, const coop_tensor *t, const
                               name, (const void *)t);
     if (t->reclaimed)
         return remat_reclaimed_error(fn);
-    if (t->released)
-        return coop_set_error(COOP_ERR_INVALID,
-                              "%s: %s (%p) was released (used after coop_tensor_release)", fn, name,
-                              (const void *)t);
-    return COOP_OK;
+    return coop_set_error(COOP_ERR_INVALID,
+                          "%s: %s (%p) was released (used after coop_tensor_release)", fn, name,
+                          (const void *)t);
+}
+
+/* Checks a tensor handle given to fn: what names the argument ("tensor",
+ * "base", "input"), index its place among the inputs (SIZE_MAX: none). */
+static inline coop_status check_handle(const coop_remat *r, const coop_tensor *t, const char *fn,
+                                       const char *what, size_t index)
+{
+    if (t && t->owner == r && !t->reclaimed && !t->released)
+        return COOP_OK;
+    return handle_error(r, t, fn, what, index);
 }
 
 static coop_status check_cost(uint64_t cost_ns, const char *fn)
@@ -349,10 +359,7 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
                                coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
                                coop_tensor **out)
 {
-    coop_status st = enter(r, "coop_tensor_create");
-    if (st)
-        return st;
-    if (!out)
+    if (!out) /* the rest is create_outputs' to check */
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: out is NULL");
     return coop_tensor_create_outputs(r, 1, &size, cost_ns, producer, inputs, num_inputs, flags,
                                       out);
