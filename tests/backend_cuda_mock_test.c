@@ -463,6 +463,23 @@ static void test_caller_context_preserved(void **state)
     coop_backend_destroy(be);
 }
 
+/* A pool of config over the mock, or the test fails with the reason. */
+static coop_pool *created(const coop_config *config)
+{
+    coop_pool *pool = NULL;
+    if (coop_pool_create(config, &pool) != COOP_OK)
+        fail_msg("coop_pool_create: %s", coop_last_error());
+    return pool;
+}
+
+/* The pool's capacity as resolved (rounded to pages, set_capacity's). */
+static uint64_t capacity_of(coop_pool *pool)
+{
+    coop_config c;
+    coop_pool_config(pool, &c);
+    return c.capacity;
+}
+
 /* destroy unmaps and releases whatever the pool left behind */
 static void test_destroy_releases_everything(void **state)
 {
@@ -485,9 +502,7 @@ static void run_pool_on_mock(bool use_vmm)
     config.capacity = 256 * MIB;
     config.use_vmm = use_vmm;
     config.check = true;
-    coop_pool *pool = NULL;
-    if (coop_pool_create(&config, &pool) != COOP_OK)
-        fail_msg("coop_pool_create: %s", coop_last_error());
+    coop_pool *pool = created(&config);
     coop_config resolved;
     coop_pool_config(pool, &resolved);
     assert_int_equal(resolved.use_vmm, use_vmm);
@@ -527,28 +542,20 @@ static void test_capacity_of_a_device_with_a_partial_page(void **state)
     coop_config config;
     coop_config_default(&config);
     config.backend = COOP_BACKEND_CUDA;
-    coop_pool *pool = NULL;
-    if (coop_pool_create(&config, &pool) != COOP_OK)
-        fail_msg("coop_pool_create (default capacity): %s", coop_last_error());
-    coop_config got;
-    coop_pool_config(pool, &got);
-    assert_int_equal(got.capacity, 256 * MIB);
+    coop_pool *pool = created(&config);
+    assert_int_equal(capacity_of(pool), 256 * MIB);
     assert_int_equal(coop_set_capacity(pool, 100 * MIB + 1), COOP_OK); /* rounded up */
-    coop_pool_config(pool, &got);
-    assert_int_equal(got.capacity, 102 * MIB);
+    assert_int_equal(capacity_of(pool), 102 * MIB);
     assert_int_equal(coop_set_capacity(pool, 256 * MIB + 576 * 1024), COOP_OK); /* the total */
-    coop_pool_config(pool, &got);
-    assert_int_equal(got.capacity, 256 * MIB);
+    assert_int_equal(capacity_of(pool), 256 * MIB);
     assert_int_equal(coop_set_capacity(pool, 256 * MIB + 576 * 1024 + 1), COOP_ERR_INVALID);
     void *p = coop_malloc(pool, 256 * MIB, 0, 0, NULL);
     assert_non_null(p);
     assert_int_equal(coop_free(pool, p), COOP_OK);
     coop_pool_destroy(pool);
     config.capacity = 256 * MIB + 4096; /* explicit, within the device: its whole pages */
-    if (coop_pool_create(&config, &pool) != COOP_OK)
-        fail_msg("coop_pool_create (explicit capacity): %s", coop_last_error());
-    coop_pool_config(pool, &got);
-    assert_int_equal(got.capacity, 256 * MIB);
+    pool = created(&config);
+    assert_int_equal(capacity_of(pool), 256 * MIB);
     coop_pool_destroy(pool);
 }
 
@@ -560,9 +567,7 @@ static void test_pool_device_full_releases_cache(void **state)
     coop_config_default(&config);
     config.backend = COOP_BACKEND_CUDA; /* capacity: the whole device */
     config.check = true;
-    coop_pool *b = NULL, *other = NULL;
-    if (coop_pool_create(&config, &b) != COOP_OK)
-        fail_msg("coop_pool_create: %s", coop_last_error());
+    coop_pool *b = created(&config), *other = NULL;
     void *p1 = coop_malloc(b, 64 * MIB, 0, 0, NULL), *g1 = coop_malloc(b, 2 * MIB, 0, 0, NULL);
     void *p3 = coop_malloc(b, 64 * MIB, 0, 0, NULL), *g2 = coop_malloc(b, 2 * MIB, 0, 0, NULL);
     assert_non_null(p3);
@@ -572,8 +577,7 @@ static void test_pool_device_full_releases_cache(void **state)
     coop_config oc = config;
     oc.use_vmm = false;
     oc.capacity = oc.segment_size = 108 * MIB;
-    if (coop_pool_create(&oc, &other) != COOP_OK)
-        fail_msg("coop_pool_create: %s", coop_last_error());
+    other = created(&oc);
     void *taken = coop_malloc(other, 108 * MIB, 0, 0, NULL);
     assert_non_null(taken);
     coop_status st;
@@ -615,9 +619,7 @@ static void test_set_capacity_above_va_size(void **state)
     config.backend = COOP_BACKEND_CUDA;
     config.capacity = 16 * MIB; /* of the mock's 1 GiB device */
     config.check = true;
-    coop_pool *pool = NULL;
-    if (coop_pool_create(&config, &pool) != COOP_OK)
-        fail_msg("coop_pool_create: %s", coop_last_error());
+    coop_pool *pool = created(&config);
     coop_config resolved;
     coop_pool_config(pool, &resolved);
     assert_int_equal(resolved.va_size, 64 * MIB);
@@ -633,8 +635,7 @@ static void test_set_capacity_above_va_size(void **state)
     coop_pool_destroy(pool);
     /* without VMM there is no reservation to outgrow */
     config.use_vmm = false;
-    if (coop_pool_create(&config, &pool) != COOP_OK)
-        fail_msg("coop_pool_create: %s", coop_last_error());
+    pool = created(&config);
     assert_int_equal(coop_set_capacity(pool, 256 * MIB), COOP_OK);
     coop_pool_destroy(pool);
 }
