@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "coop.h"
+#include "byte_size.h"
 #include "torch/alloc_conf.h"
 
 #define KIB (1ull << 10)
@@ -96,30 +97,67 @@ static void test_byte_suffixes(void **state)
     static const struct {
         const char *text;
         uint64_t bytes;
-    } cases[] = {{"512", 512},        {"1K", KIB},
-                 {"1k", KIB},         {"2KiB", 2 * KIB},
-                 {"3KB", 3 * KIB},    {"5M", 5 * MIB},
-                 {"5Mi", 5 * MIB},    {"7G", 7 * GIB},
-                 {"80GiB", 80 * GIB}, {"1Ti", TIB},
-                 {"2T", 2 * TIB},     {"4096B", 4096},
-                 {"141G", 141 * GIB}, {"16777216", 16 * MIB},
-                 {"1gb", GIB},        {"1gib", GIB},
-                 {"1GIB", GIB},       {"1Gb", GIB},
-                 {"2kb", 2 * KIB},    {"3mIb", 3 * MIB},
-                 {"1tB", TIB},        {"512b", 512}};
+    } cases[] = {{"512", 512},
+                 {"1K", KIB},
+                 {"1k", KIB},
+                 {"2KiB", 2 * KIB},
+                 {"3KB", 3 * KIB},
+                 {"5M", 5 * MIB},
+                 {"5Mi", 5 * MIB},
+                 {"7G", 7 * GIB},
+                 {"80GiB", 80 * GIB},
+                 {"1Ti", TIB},
+                 {"2T", 2 * TIB},
+                 {"4096B", 4096},
+                 {"141G", 141 * GIB},
+                 {"16777216", 16 * MIB},
+                 {"1gb", GIB},
+                 {"1gib", GIB},
+                 {"1GIB", GIB},
+                 {"1Gb", GIB},
+                 {"2kb", 2 * KIB},
+                 {"3mIb", 3 * MIB},
+                 {"1tB", TIB},
+                 {"512b", 512},
+                 /* the grammar coop replay's --capacity had: hex, never octal */
+                 {"0x1000", 4096},
+                 {"0X10M", 16 * MIB},
+                 {"08", 8},
+                 {"0xffK", 255 * KIB}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint64_t v = 0;
-        if (!coop_alloc_conf_parse_bytes(cases[i].text, strlen(cases[i].text), &v))
+        if (!byte_size_parse(cases[i].text, strlen(cases[i].text), &v))
             fail_msg("'%s' should parse", cases[i].text);
         assert_int_equal(v, cases[i].bytes);
     }
-    static const char *const bad[] = {
-        "",          "G",   "1X",   "1GG",  "1ib", "1gbi", "1gibb", "1bb",
-        "-1",        "0",   "0G",   "1.5G", " 1G", "1 G",  "1iB",   "99999999999999999999",
-        "20000000T", "1Bi", "1GiBs"};
+    static const char *const bad[] = {"",
+                                      "G",
+                                      "1X",
+                                      "1GG",
+                                      "1ib",
+                                      "1gbi",
+                                      "1gibb",
+                                      "1bb",
+                                      "-1",
+                                      "0",
+                                      "0G",
+                                      "1.5G",
+                                      " 1G",
+                                      "1 G",
+                                      "1iB",
+                                      "99999999999999999999",
+                                      "20000000T",
+                                      "1Bi",
+                                      "1GiBs",
+                                      "0x",
+                                      "0xG",
+                                      "0x0",
+                                      "x10",
+                                      "0x1g2",
+                                      "0x10000000000000000"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v = 42;
-        if (coop_alloc_conf_parse_bytes(bad[i], strlen(bad[i]), &v))
+        if (byte_size_parse(bad[i], strlen(bad[i]), &v))
             fail_msg("'%s' should not parse", bad[i]);
         assert_int_equal(v, 42);
     }

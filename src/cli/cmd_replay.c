@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "byte_size.h"
 #include "cli/cli_list.h"
 #include "cli/commands.h"
 #include "replay/measure.h"
@@ -59,7 +60,7 @@ static void usage(FILE *out)
             "                    placement (scripts/plot_replay.py draws it)\n"
             "  --capacity BYTES  device capacity (default 80GiB, below 16PiB); "
             "decimal or 0x hex,\n"
-            "                    suffixes K, M, G, T (binary)\n"
+            "                    suffixes K, M, G, T (binary, any case), as COOP_ALLOC_CONF\n"
             "  --page BYTES      physical page size for coop, a power of two from "
             "512 (default 2MiB)\n"
             "  -h, --help        this text\n"
@@ -82,51 +83,6 @@ static void usage(FILE *out)
  * coop refuses sizes of 2^56 or more. Checked here, a value beyond is a
  * usage error naming its option, not a skipped policy blaming another. */
 #define MAX_BYTES_OPTION ((uint64_t)1 << 54)
-
-/* Parses "123", "0x1000", "4K", "2MiB", "80G" (binary multiples): decimal or
- * 0x hex, never octal (strtoull's base 0 read "010" as 8 and refused "08"). */
-static bool parse_bytes(const char *s, uint64_t *out)
-{
-    errno = 0;
-    char *end;
-    bool hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
-    const char *digits = hex ? s + 2 : s;
-    if (!(hex ? isxdigit((unsigned char)*digits) : isdigit((unsigned char)*digits)))
-        return false;
-    unsigned long long v = strtoull(digits, &end, hex ? 16 : 10);
-    if (errno || end == digits)
-        return false;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        break;
-    case 't':
-    case 'T':
-        shift = 40;
-        break;
-    default:
-        break;
-    }
-    if (shift) {
-        end++;
-        if (!strcmp(end, "iB") || !strcmp(end, "B"))
-            end += strlen(end);
-    }
-    if (*end || v == 0 || (shift && v > (UINT64_MAX >> shift)))
-        return false;
-    *out = (uint64_t)v << shift;
-    return true;
-}
 
 /* Splits LIST into choices; false (with a message) on an unknown name or a
  * malformed list. */
@@ -276,7 +232,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             *timeline_path = optarg;
             break;
         case 'c':
-            if (!parse_bytes(optarg, &cli->opt.capacity)) {
+            if (!byte_size_parse(optarg, strlen(optarg), &cli->opt.capacity)) {
                 fprintf(stderr, "coop replay: --capacity '%s' is not a byte count\n", optarg);
                 return 2;
             }
@@ -290,8 +246,9 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             break;
         case 'g':
             /* the host backend's pages: a power of two from 512 bytes */
-            if (!parse_bytes(optarg, &cli->opt.page) || (cli->opt.page & (cli->opt.page - 1)) ||
-                cli->opt.page < 512 || cli->opt.page >= MAX_BYTES_OPTION) {
+            if (!byte_size_parse(optarg, strlen(optarg), &cli->opt.page) ||
+                (cli->opt.page & (cli->opt.page - 1)) || cli->opt.page < 512 ||
+                cli->opt.page >= MAX_BYTES_OPTION) {
                 fprintf(stderr,
                         "coop replay: --page '%s' is not a power of two from 512 bytes to "
                         "2^53\n",

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "byte_size.h"
 #include "status.h"
 #include "torch/alloc_conf.h"
 
@@ -35,58 +36,6 @@ static token trim(const char *text, size_t begin, size_t end)
     while (end > begin && isspace((unsigned char)text[end - 1]))
         end--;
     return (token){text + begin, end - begin, begin};
-}
-
-bool coop_alloc_conf_parse_bytes(const char *text, size_t len, uint64_t *out)
-{
-    size_t i = 0;
-    uint64_t value = 0;
-    if (len == 0 || !isdigit((unsigned char)text[0]))
-        return false;
-    for (; i < len && isdigit((unsigned char)text[i]); i++) {
-        unsigned digit = (unsigned)(text[i] - '0');
-        if (value > (UINT64_MAX - digit) / 10)
-            return false;
-        value = value * 10 + digit;
-    }
-    unsigned shift = 0;
-    if (i < len) {
-        switch (toupper((unsigned char)text[i])) {
-        case 'K':
-            shift = 10;
-            break;
-        case 'M':
-            shift = 20;
-            break;
-        case 'G':
-            shift = 30;
-            break;
-        case 'T':
-            shift = 40;
-            break;
-        case 'B':
-            shift = 0;
-            break;
-        default:
-            return false;
-        }
-        /* after the unit letter: nothing, "i", "B" or "iB", in any case
-         * (a capacity in bits makes no sense, so "Gb" is bytes too) */
-        const char *rest = text + i + 1;
-        size_t rest_len = len - i - 1;
-        bool has_i = rest_len > 0 && toupper((unsigned char)rest[0]) == 'I';
-        bool ok =
-            toupper((unsigned char)text[i]) == 'B'
-                ? rest_len == 0
-                : rest_len == (size_t)has_i || (rest_len == (size_t)has_i + 1 &&
-                                                toupper((unsigned char)rest[rest_len - 1]) == 'B');
-        if (!ok)
-            return false;
-    }
-    if (value == 0 || value > (UINT64_MAX >> shift))
-        return false;
-    *out = value << shift;
-    return true;
 }
 
 static bool parse_bool(const token *v, bool *out)
@@ -174,21 +123,20 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         else
             return bad_value(k, v, "cuda or host");
     } else if (strcmp(name, "capacity") == 0) {
-        if (!coop_alloc_conf_parse_bytes(v->start, v->len, &conf->capacity))
+        if (!byte_size_parse(v->start, v->len, &conf->capacity))
             return bad_value(k, v, SIZE_EXPECTED);
     } else if (strcmp(name, "fraction") == 0) {
         if (!parse_fraction(v, &conf->fraction))
             return bad_value(k, v, "a number in (0, 1] such as 0.8");
     } else if (strcmp(name, "page") == 0) {
-        if (!coop_alloc_conf_parse_bytes(v->start, v->len, &bytes) || bytes < 512 ||
-            (bytes & (bytes - 1)))
+        if (!byte_size_parse(v->start, v->len, &bytes) || bytes < 512 || (bytes & (bytes - 1)))
             return bad_value(k, v, "a power of two >= 512 such as 2M");
         conf->page_size = bytes;
     } else if (strcmp(name, "vmm") == 0) {
         if (!parse_bool(v, &conf->use_vmm))
             return bad_value(k, v, "true or false");
     } else if (strcmp(name, "segment") == 0) {
-        if (!coop_alloc_conf_parse_bytes(v->start, v->len, &conf->segment_size))
+        if (!byte_size_parse(v->start, v->len, &conf->segment_size))
             return bad_value(k, v, SIZE_EXPECTED);
     } else if (strcmp(name, "placement") == 0) {
         if (token_is(v, "low"))
@@ -198,7 +146,7 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         else
             return bad_value(k, v, "low or high");
     } else if (strcmp(name, "min_split") == 0) {
-        if (!coop_alloc_conf_parse_bytes(v->start, v->len, &bytes) || bytes % 512)
+        if (!byte_size_parse(v->start, v->len, &bytes) || bytes % 512)
             return bad_value(k, v, "a multiple of 512 bytes such as 512 or 1M");
         conf->min_split = bytes;
     } else if (strcmp(name, "check") == 0) {

@@ -53,11 +53,6 @@ void coop_alloc_conf_default(coop_alloc_conf *conf);
  * its byte offset, and leaves *conf untouched. */
 coop_status coop_alloc_conf_parse(const char *text, coop_alloc_conf *conf);
 
-/* Parses a byte count with an optional binary suffix (K, M, G or T, then
- * optionally "i", "B" or "iB"; or "B" alone; in any case); false if
- * malformed, zero or out of range. */
-bool coop_alloc_conf_parse_bytes(const char *text, size_t len, uint64_t *out);
-
 /* Fills a pool configuration for device from conf (capacity, page, VMM,
  * segment size, min split, checks, waiting); fraction is applied after creation. */
 void coop_alloc_conf_to_config(const coop_alloc_conf *conf, int device, coop_config *config);

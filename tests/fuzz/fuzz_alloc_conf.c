@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "coop.h"
+#include "byte_size.h"
 #include "torch/alloc_conf.h"
 
 #define MiB (UINT64_C(1) << 20)
@@ -86,7 +87,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
         try_pool(&conf, text);
     }
     uint64_t bytes;
-    if (coop_alloc_conf_parse_bytes(text, len, &bytes) && bytes == 0)
+    if (byte_size_parse(text, len, &bytes) && bytes == 0)
         fail("parse_bytes accepted zero", text);
     free(text);
     return 0;

@@ -1,0 +1,73 @@
+/* Byte counts as users write them: one grammar for every place that reads
+ * one (PYTORCH_CUDA_ALLOC_CONF's capacity and sizes, `coop replay
+ * --capacity/--page`), so a size accepted in one is accepted in the other.
+ *
+ * Grammar: decimal digits or "0x" and hex digits (never octal: "010" is
+ * ten), then optionally a binary unit K, M, G or T followed by nothing, "i",
+ * "B" or "iB", or "B" alone; letters in any case ("Gb" is bytes too: a
+ * capacity in bits makes no sense). Zero and values of 2^64 or more are
+ * refused. Header-only because libcoop hides its internal symbols and the
+ * command-line tools link against its shared build. */
+#ifndef COOP_BYTE_SIZE_H
+#define COOP_BYTE_SIZE_H
+
+#include <ctype.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* c's value as a hex digit, or 16 if it is none */
+static inline unsigned byte_size_digit(int c)
+{
+    if (isdigit(c))
+        return (unsigned)(c - '0');
+    return isxdigit(c) ? (unsigned)(toupper(c) - 'A' + 10) : 16u;
+}
+
+/* Parses text[0..len) as a byte count into *out; false (and *out
+ * untouched) if malformed, zero or out of range. */
+static inline bool byte_size_parse(const char *text, size_t len, uint64_t *out)
+{
+    size_t i = 0;
+    unsigned base = 10;
+    if (len > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+        base = 16;
+        i = 2;
+    }
+    size_t first_digit = i;
+    uint64_t value = 0;
+    for (; i < len; i++) {
+        unsigned d = byte_size_digit((unsigned char)text[i]);
+        if (d >= base)
+            break;
+        if (value > (UINT64_MAX - d) / base)
+            return false;
+        value = value * base + d;
+    }
+    if (i == first_digit)
+        return false;
+    unsigned shift = 0;
+    if (i < len) {
+        int unit = toupper((unsigned char)text[i]);
+        const char *units = "KMGT";
+        for (unsigned u = 0; units[u]; u++)
+            if (unit == units[u])
+                shift = 10 * (u + 1);
+        if (!shift && unit != 'B')
+            return false;
+        const char *rest = text + i + 1;
+        size_t rest_len = len - i - 1;
+        bool has_i = shift && rest_len > 0 && toupper((unsigned char)rest[0]) == 'I';
+        bool then_b =
+            rest_len == (size_t)has_i + 1 && toupper((unsigned char)rest[rest_len - 1]) == 'B';
+        bool ok = unit == 'B' ? rest_len == 0 : rest_len == (size_t)has_i || (shift && then_b);
+        if (!ok)
+            return false;
+    }
+    if (value == 0 || value > (UINT64_MAX >> shift))
+        return false;
+    *out = value << shift;
+    return true;
+}
+
+#endif
