@@ -171,6 +171,33 @@ static void requests_that_cannot_fit_evict_nothing(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A request that fits the capacity but not between the blocks nothing can
+ * evict. The argmin policies evict what they can, fail, and say that
+ * nothing evictable is left (the loop's count, not the one before it);
+ * coop's window search sees no window and evicts nothing. */
+static void a_request_split_by_a_kept_block_reports_nothing_left(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(8);
+    script s = {0};
+    coop_remat *r = scripted(pool, policy, &s);
+    coop_tensor *a, *kept, *b, *t;
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "k", NULL, 0, 0, &kept), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "b", NULL, 0, EV, &b), COOP_OK);
+    /* free: 2 blocks above b; evicting a and b leaves 2 and 4, never 5 */
+    assert_int_equal(coop_tensor_create(r, 5 * U, 1, "t", NULL, 0, EV, &t), COOP_ERR_NOMEM);
+    bool windowed = policy == COOP_REMAT_COOP;
+    assert_true(error_says(windowed ? "of which 32768 evictable" : "of which 0 evictable"));
+    assert_true(error_says(windowed ? "largest free block 16384" : "largest free block 32768"));
+    assert_true(coop_tensor_resident(a) == windowed && coop_tensor_resident(b) == windowed);
+    assert_true(coop_tensor_resident(kept));
+    assert_int_equal(s.evictions_told, windowed ? 0 : 2);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* A chain as long as the C stack of a small thread could never recurse
  * over (each level of the old recursion took ~140 bytes). */
 #define CHAIN 20000
@@ -427,6 +454,12 @@ int main(void)
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[0]),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[1]),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[2]),
+        cmocka_unit_test_prestate(a_request_split_by_a_kept_block_reports_nothing_left,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(a_request_split_by_a_kept_block_reports_nothing_left,
+                                  &policies[1]),
+        cmocka_unit_test_prestate(a_request_split_by_a_kept_block_reports_nothing_left,
+                                  &policies[2]),
         cmocka_unit_test(a_long_chain_recomputes_on_a_small_stack),
         cmocka_unit_test(bad_handles_and_arguments_change_nothing),
         cmocka_unit_test(pins_belong_to_their_handle),

@@ -447,15 +447,21 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         r->stats.search_free_bytes += free_bytes;
         if (free_bytes >= want)
             r->stats.frag_failures++;
+        /* the evictable bytes the message gives if this fails; UINT64_MAX:
+         * not known without a walk */
+        uint64_t evictable_left = UINT64_MAX;
         if (remat_policy_windowed(r->cfg.policy)) {
             ptr = alloc_in_window(r, t, flags, &st);
         } else {
             remat_search_index_sync_locked(r); /* the evictable set, exact */
-            bool hopeless = !could_fit(r, want, evictable_bytes(r));
+            evictable_left = evictable_bytes(r);
+            bool hopeless = !could_fit(r, want, evictable_left);
             while (!ptr && !hopeless) {
                 coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
-                if (!best)
+                if (!best) {
+                    evictable_left = 0; /* evicted them all */
                     break;
+                }
                 if (remat_reserve_evictions(r, 1)) { /* else the owner would not hear of it */
                     st = coop_set_error(COOP_ERR_HOST_NOMEM,
                                         "coop_remat: out of host memory evicting for %zu bytes",
@@ -472,7 +478,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         r->stats.last_search_ns = thread_cpu_ns() - t0;
         r->stats.search_ns += r->stats.last_search_ns;
         if (!ptr && st == COOP_ERR_NOMEM)
-            st = no_room(r, t, evictable_bytes(r));
+            st = no_room(r, t, evictable_left != UINT64_MAX ? evictable_left : evictable_bytes(r));
     }
     if (ptr) {
         arena_lookup(pool_arena(r->pool), (uintptr_t)ptr)->owner = t;
