@@ -136,6 +136,18 @@ static void release_pending(coop_pool *pool, block_uses *u)
     arena_release(&pool->arena, b, tag);
 }
 
+/* Pops q's oldest event, known done; its block is released once all its
+ * events are. */
+static void queue_pop(coop_pool *pool, pending_queue *q)
+{
+    pending_ref r = q->refs[q->head];
+    q->head++;
+    if (!--q->len)
+        q->head = 0;
+    if (!--r.u->undone)
+        release_pending(pool, r.u);
+}
+
 /* Per queue, pops the events that are done, oldest first, and stops at
  * the first that is not (a failed query counts as not yet): one query per
  * stream with pending frees, plus one per event completed. */
@@ -151,11 +163,7 @@ void pool_process_pending_locked(coop_pool *pool)
             bool done = false;
             if (be->ops->event_query(be, r.u->events[r.slot], &done) != COOP_OK || !done)
                 break;
-            q->head++;
-            if (!--q->len)
-                q->head = 0;
-            if (!--r.u->undone)
-                release_pending(pool, r.u);
+            queue_pop(pool, q);
         }
     }
 }
@@ -232,7 +240,8 @@ bool pool_stream_idle(void *ctx, coop_stream stream)
 }
 
 /* OOM path and empty_cache: processes the pending frees that can be; with
- * wait, waits for the events of the others and processes them too; then
+ * wait, waits for each stream's newest pending event, which releases all of
+ * that stream's (a stream finishes its work in order); then
  * retags the free blocks of every stream whose work has finished (or, with
  * wait, has been waited for) "any stream". Returns whether some stream or
  * pending free was still busy. */
@@ -241,11 +250,16 @@ bool pool_settle_streams(coop_pool *pool, bool wait)
     bool busy = false;
     pool_process_pending_locked(pool);
     if (wait && pool->pending) {
-        for (block_uses *u = pool->pending; u; u = u->pending_next)
-            for (size_t i = 0; i < u->num_streams; i++)
-                if (u->events[i] != NO_EVENT)
-                    event_settled(pool, u->events[i], true, &busy);
-        pool_process_pending_locked(pool);
+        /* one wait per stream, not per free, and no query per free */
+        for (size_t k = 0; k < pool->num_queues; k++) {
+            pending_queue *q = &pool->queues[k];
+            if (!q->len)
+                continue;
+            pending_ref newest = q->refs[q->head + q->len - 1];
+            if (event_settled(pool, newest.u->events[newest.slot], true, &busy))
+                while (q->len)
+                    queue_pop(pool, q);
+        }
     }
     const free_index *fi = &pool->arena.index;
     for (size_t i = 0; i < fi->num_sets; i++) {

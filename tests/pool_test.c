@@ -311,6 +311,34 @@ static void test_empty_cache_waits(void **state)
     coop_pool_destroy(p);
 }
 
+/* Pending frees on two busy streams, several on each, used by both in
+ * either order: one empty_cache waits for both streams and releases every
+ * block (it waits on each stream's newest event, which covers the rest). */
+static void test_empty_cache_waits_for_every_pending_free(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool_with(64 * MiB, true, false);
+    void *blocks[6];
+    for (int i = 0; i < 6; i++) {
+        blocks[i] = coop_malloc(p, 2 * MiB, 1, 0, NULL);
+        assert_non_null(blocks[i]);
+        assert_int_equal(coop_record_stream(p, blocks[i], i % 2 ? 7 : 8), COOP_OK);
+        if (i % 3 == 0)
+            assert_int_equal(coop_record_stream(p, blocks[i], i % 2 ? 8 : 7), COOP_OK);
+    }
+    assert_int_equal(coop_host_busy_stream(p, 7), COOP_OK);
+    assert_int_equal(coop_host_busy_stream(p, 8), COOP_OK);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(coop_free(p, blocks[i]), COOP_OK);
+    assert_int_equal(stats_of(p).active.current, 6);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.active.current, 0);
+    assert_int_equal(s.reserved_bytes.current, 0);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* A pool over 2 MiB pages whose free space is two 4 MiB blocks, a freed on
  * stream 1 (held on the host, or busy) and b on stream 2 (idle), split
  * by a live guard so they stay apart: 10 MiB mapped. */
@@ -1183,6 +1211,7 @@ int main(void)
         cmocka_unit_test(test_oom_waits_for_a_busy_stream),
         cmocka_unit_test(test_oom_waits_for_a_free_blocks_stream),
         cmocka_unit_test(test_empty_cache_waits),
+        cmocka_unit_test(test_empty_cache_waits_for_every_pending_free),
         cmocka_unit_test(test_reclaim_spares_busy_streams),
         cmocka_unit_test(test_forget_stream),
         cmocka_unit_test(test_forget_stream_frees_its_set),
