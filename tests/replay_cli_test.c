@@ -80,13 +80,14 @@ static int setup(void **state)
         return -1;
     write_file(path_in_dir("small.trace"), small_trace);
     write_file(path_in_dir("bad.trace"), "coop-trace 1\nA 1 banana 0\n");
+    write_file(path_in_dir("empty.trace"), "coop-trace 1\n");
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"small.trace", "bad.trace", "out.txt", "timeline.txt"};
+    const char *names[] = {"small.trace", "bad.trace", "empty.trace", "out.txt", "timeline.txt"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(path_in_dir(names[i]));
     rmdir(dir);
@@ -189,6 +190,19 @@ static void capacity_too_small_reports_oom(void **unused)
     json_decref(rows);
 }
 
+/* A trace without a call times nothing: ns_per_op is unknown, not 0 ns. */
+static void empty_trace_has_no_timing(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--json", "--policy", "ideal", path_in_dir("empty.trace")), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    json_t *row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "events")), 0);
+    assert_true(json_is_null(json_object_get(row, "ns_per_op")));
+    json_decref(rows);
+}
+
 static void timeline_is_written(void **unused)
 {
     (void)unused;
@@ -219,6 +233,7 @@ int main(void)
         cmocka_unit_test(json_rows_have_the_issue_keys),
         cmocka_unit_test(capacity_too_small_reports_oom),
         cmocka_unit_test(timeline_is_written),
+        cmocka_unit_test(empty_trace_has_no_timing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -591,6 +591,7 @@ static void timed_run_reads_no_statistics(void **unused)
     assert_int_equal(counted.creates, 3);
     assert_int_equal(counted.mallocs, 30);
     assert_int_equal(counted.frees, 15);
+    assert_int_equal(r.num_timed, 45);
     assert_true(r.ns_per_op > 0);
     /* a timed run keeps no series */
     replay_series series;

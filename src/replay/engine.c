@@ -301,6 +301,7 @@ coop_status replay_run_trace(const replay_prepared *p, const replay_policy_ops *
         }
         st = run_once(&r, capacity, page);
     }
+    out->num_timed = r.num_timed;
     if (st == COOP_OK && r.op_ns && r.num_timed) {
         uint64_t mid = r.num_timed / 2;
         qsort(r.op_ns, r.num_timed, sizeof *r.op_ns, compare_u32);

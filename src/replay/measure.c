@@ -87,7 +87,7 @@ static coop_status measure_policy(const replay_prepared *p, const replay_policy_
     st = replay_run_trace(p, ops, opt->capacity, opt->page, &timed, &timed_run);
     if (st != COOP_OK)
         return st;
-    row->has_ns = true;
+    row->has_ns = timed_run.num_timed > 0; /* an empty trace times nothing */
     row->ns_per_op = timed_run.ns_per_op;
     if (main_run.oom)
         return COOP_OK; /* needs more than --capacity: no minimum within it */
