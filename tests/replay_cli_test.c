@@ -81,13 +81,19 @@ static int setup(void **state)
     write_file(path_in_dir("small.trace"), small_trace);
     write_file(path_in_dir("bad.trace"), "coop-trace 1\nA 1 banana 0\n");
     write_file(path_in_dir("empty.trace"), "coop-trace 1\n");
+    /* the second tensor does not fit beside the first in 2500 bytes */
+    write_file(path_in_dir("two.trace"), "coop-trace 1\nA 1 1000 0\nA 2 2000 0\nF 1\nF 2\n");
+    /* what PyTorch reserved: one 2 MiB segment, held at the end */
+    write_file(path_in_dir("segment.trace"), "coop-trace 1\nS 0x200000 2097152 0\nA 1 1000 0\n"
+                                             "F 1\nE 0x200000 2097152 0\n");
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"small.trace", "bad.trace", "empty.trace", "out.txt", "timeline.txt"};
+    const char *names[] = {"small.trace",   "bad.trace", "empty.trace", "two.trace",
+                           "segment.trace", "out.txt",   "timeline.txt"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(path_in_dir(names[i]));
     rmdir(dir);
@@ -156,7 +162,8 @@ static void json_rows_have_the_issue_keys(void **unused)
                                        "frag_mean",
                                        "frag_max",
                                        "ns_per_op",
-                                       "gmlake_frag"};
+                                       "gmlake_frag",
+                                       "oom_event"};
     for (size_t r = 0; r < 2; r++) {
         json_t *o = json_array_get(rows, r);
         assert_int_equal(json_object_size(o), sizeof keys / sizeof keys[0]);
@@ -165,6 +172,7 @@ static void json_rows_have_the_issue_keys(void **unused)
                 fail_msg("row %zu lacks key %s", r, keys[k]);
         assert_int_equal(json_integer_value(json_object_get(o, "peak_live_bytes")), 1572864);
         assert_int_equal(json_integer_value(json_object_get(o, "events")), 4);
+        assert_true(json_is_null(json_object_get(o, "oom_event"))); /* both completed */
     }
     json_t *ideal = json_array_get(rows, 0), *torch = json_array_get(rows, 1);
     assert_string_equal(json_string_value(json_object_get(ideal, "policy")), "ideal");
@@ -187,6 +195,51 @@ static void capacity_too_small_reports_oom(void **unused)
     json_t *rows = read_json_lines();
     assert_int_equal(json_array_size(rows), 1);
     assert_true(json_is_null(json_object_get(json_array_get(rows, 0), "min_capacity_bytes")));
+    json_decref(rows);
+}
+
+/* A run that ran out of memory says where, and the ratios of its truncated
+ * peaks to the whole trace's are not reported as the trace's. */
+static void oom_row_names_its_event(void **unused)
+{
+    (void)unused;
+    assert_int_equal(
+        RUN("--json", "--capacity", "2500", "--policy", "ideal", path_in_dir("two.trace")), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    json_t *row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "oom_event")), 1);
+    assert_true(json_is_null(json_object_get(row, "min_capacity_bytes")));
+    /* 1000 bytes reserved before the OOM against a whole-trace peak of 3000 */
+    assert_int_equal(json_integer_value(json_object_get(row, "peak_reserved_bytes")), 1000);
+    assert_int_equal(json_integer_value(json_object_get(row, "peak_live_bytes")), 3000);
+    assert_true(json_is_null(json_object_get(row, "reserved_over_live")));
+    assert_true(json_is_null(json_object_get(row, "gmlake_frag")));
+    json_decref(rows);
+}
+
+/* recorded's minimum capacity is its recorded peak, and like any other
+ * policy's it is null when that does not fit in --capacity. */
+static void recorded_above_capacity_has_no_minimum(void **unused)
+{
+    (void)unused;
+    char *trace = path_in_dir("segment.trace");
+    assert_int_equal(RUN("--json", "--capacity", "4M", "--policy", "recorded", trace), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    json_t *row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "min_capacity_bytes")), 2 * MiB);
+    assert_int_equal(json_integer_value(json_object_get(row, "map_bytes")), 2 * MiB);
+    json_decref(rows);
+
+    assert_int_equal(RUN("--json", "--capacity", "1M", "--policy", "recorded", trace), 0);
+    rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "peak_reserved_bytes")), 2 * MiB);
+    assert_true(json_is_null(json_object_get(row, "min_capacity_bytes")));
+    assert_true(json_is_null(json_object_get(row, "map_bytes")));
+    assert_true(json_is_null(json_object_get(row, "oom_event")));
     json_decref(rows);
 }
 
@@ -232,6 +285,8 @@ int main(void)
         cmocka_unit_test(unreadable_traces_exit_two),
         cmocka_unit_test(json_rows_have_the_issue_keys),
         cmocka_unit_test(capacity_too_small_reports_oom),
+        cmocka_unit_test(oom_row_names_its_event),
+        cmocka_unit_test(recorded_above_capacity_has_no_minimum),
         cmocka_unit_test(timeline_is_written),
         cmocka_unit_test(empty_trace_has_no_timing),
     };

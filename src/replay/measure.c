@@ -33,10 +33,15 @@ static coop_status measure_recorded(const trace *t, const replay_measure_options
     if (st == COOP_OK && rec.available) {
         *filled = true;
         row->peak_reserved = rec.peak_reserved;
-        /* the recorded run completed within its peak: that is its capacity need */
-        row->has_min_capacity = true;
+        /* the recorded run completed within its peak: that is its capacity
+         * need, and what it mapped is its map_bytes. Above --capacity the
+         * recording does not fit, and both are null as for a policy that
+         * ran out of memory (nothing was replayed, so there is no
+         * oom_event). */
+        bool fits = rec.peak_reserved <= opt->capacity;
+        row->has_min_capacity = fits;
         row->min_capacity = rec.peak_reserved;
-        row->has_map_bytes = true;
+        row->has_map_bytes = fits;
         row->map_bytes = rec.map_bytes;
         if (curve &&
             !replay_timeline_policy(opt->timeline, "recorded", NULL, curve, t->num_events, NULL, 0))
