@@ -277,6 +277,37 @@ static void timeline_is_written(void **unused)
     assert_int_equal(blocks, 4); /* two blocks per policy */
 }
 
+/* After an OOM nothing is measured: the series stop before the OOM event
+ * (they used to drop to 0 live and 0 reserved) and an oom record says where. */
+static void timeline_stops_at_the_oom(void **unused)
+{
+    (void)unused;
+    char *timeline = path_in_dir("timeline.txt");
+    assert_int_equal(RUN("--timeline", timeline, "--capacity", "2500", "--policy", "ideal",
+                         path_in_dir("two.trace")),
+                     0);
+    FILE *f = fopen(timeline, "r");
+    assert_non_null(f);
+    char line[256];
+    int samples = 0, ooms = 0;
+    unsigned long long event = 0, live = 0, reserved = 0, oom_event = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "s %llu %llu %llu", &event, &live, &reserved) == 3) {
+            samples++;
+            if (event >= 1)
+                fail_msg("a sample at or after the OOM: %s", line);
+        }
+        ooms += sscanf(line, "oom %llu", &oom_event) == 1;
+    }
+    fclose(f);
+    /* the one sample: after event 0, the first 1000 bytes live and held */
+    assert_int_equal(samples, 1);
+    assert_int_equal(live, 1000);
+    assert_int_equal(reserved, 1000);
+    assert_int_equal(ooms, 1);
+    assert_int_equal(oom_event, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -288,6 +319,7 @@ int main(void)
         cmocka_unit_test(oom_row_names_its_event),
         cmocka_unit_test(recorded_above_capacity_has_no_minimum),
         cmocka_unit_test(timeline_is_written),
+        cmocka_unit_test(timeline_stops_at_the_oom),
         cmocka_unit_test(empty_trace_has_no_timing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

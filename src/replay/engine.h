@@ -43,7 +43,8 @@ typedef struct replay_placement {
     uint64_t start_event, end_event; /* end = num_events when never freed */
 } replay_placement;
 
-/* The memory-over-time series of one run (collected on request). */
+/* The memory-over-time series of one run (collected on request). A run that
+ * ran out of memory fills them only before its oom_event; the rest stay 0. */
 typedef struct replay_series {
     uint64_t *live;     /* per event index: live bytes after the event */
     uint64_t *reserved; /* per event index: the policy's reserved bytes */

@@ -43,8 +43,8 @@ static coop_status measure_recorded(const trace *t, const replay_measure_options
         row->min_capacity = rec.peak_reserved;
         row->has_map_bytes = fits;
         row->map_bytes = rec.map_bytes;
-        if (curve &&
-            !replay_timeline_policy(opt->timeline, "recorded", NULL, curve, t->num_events, NULL, 0))
+        if (curve && !replay_timeline_policy(opt->timeline, "recorded", NULL, curve, t->num_events,
+                                             NULL, 0, NULL))
             st = coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
     }
     free(curve);
@@ -76,7 +76,8 @@ static coop_status measure_policy(const replay_prepared *p, const replay_policy_
     row->oom_event = main_run.oom_event;
     if (opt->timeline) {
         bool ok = replay_timeline_policy(opt->timeline, ops->name, series.live, series.reserved,
-                                         t->num_events, series.placements, series.num_placements);
+                                         t->num_events, series.placements, series.num_placements,
+                                         &main_run);
         replay_series_free(&series);
         if (!ok)
             return coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
