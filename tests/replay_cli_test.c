@@ -34,23 +34,55 @@ static void write_file(const char *path, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
-/* Runs cmd_replay with stdout sent to a file; returns the exit status. */
+/* Runs cmd_replay with stdout sent to a file and stderr to err.txt (then
+ * echoed, so a failing test still shows the messages); returns the exit
+ * status. */
 static int run_replay(const char *out_path, int argc, char **argv)
 {
     fflush(stdout);
-    int saved = dup(STDOUT_FILENO);
+    fflush(stderr);
+    int saved = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
     FILE *out = fopen(out_path, "w");
+    char err_path[256]; /* not path_in_dir: argv may hold its buffers */
+    snprintf(err_path, sizeof err_path, "%s/err.txt", dir);
+    FILE *err = fopen(err_path, "w+");
     assert_non_null(out);
+    assert_non_null(err);
     dup2(fileno(out), STDOUT_FILENO);
+    dup2(fileno(err), STDERR_FILENO);
     int rc = cmd_replay(argc, argv);
     fflush(stdout);
+    fflush(stderr);
     dup2(saved, STDOUT_FILENO);
+    dup2(saved_err, STDERR_FILENO);
     close(saved);
+    close(saved_err);
     fclose(out);
+    rewind(err);
+    char buf[1024];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, err)) > 0)
+        fwrite(buf, 1, n, stderr);
+    fclose(err);
     return rc;
 }
 
-/* cmd_replay with the given arguments (NULL-terminated), stdout to out.txt. */
+/* The whole of a file of the test directory (err.txt, out.txt), NUL-ended. */
+static char *slurp(const char *name)
+{
+    static char text[1 << 16];
+    char path[256]; /* not path_in_dir: the caller may hold its buffers */
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* cmd_replay with the given arguments (NULL-terminated), stdout to out.txt,
+ * stderr to err.txt. */
 static int run_args(const char *first, ...)
 {
     char *argv[32] = {"replay"};
@@ -73,6 +105,29 @@ static const char small_trace[] = "coop-trace 1\n"
                                   "A 2 1000 0\n"
                                   "F 2\n";
 
+/* pickle.dumps({"device_traces": [[{"action": "alloc", "addr": 4096,
+ * "size": 512, "stream": 0}]], "segments": [], "allocator_settings":
+ * {"expandable_segments": True, "max_split_size": -1,
+ * "garbage_collection_threshold": 0.0}}, protocol=2): a snapshot recorded
+ * with expandable segments, which torch does not emulate */
+static const char expandable_pickle[] =
+    "\x80\x02\x7d\x71\x00\x28\x58\x0d\x00\x00\x00\x64\x65\x76\x69\x63"
+    "\x65\x5f\x74\x72\x61\x63\x65\x73\x71\x01\x5d\x71\x02\x5d\x71\x03"
+    "\x7d\x71\x04\x28\x58\x06\x00\x00\x00\x61\x63\x74\x69\x6f\x6e\x71"
+    "\x05\x58\x05\x00\x00\x00\x61\x6c\x6c\x6f\x63\x71\x06\x58\x04\x00"
+    "\x00\x00\x61\x64\x64\x72\x71\x07\x4d\x00\x10\x58\x04\x00\x00\x00"
+    "\x73\x69\x7a\x65\x71\x08\x4d\x00\x02\x58\x06\x00\x00\x00\x73\x74"
+    "\x72\x65\x61\x6d\x71\x09\x4b\x00\x75\x61\x61\x58\x08\x00\x00\x00"
+    "\x73\x65\x67\x6d\x65\x6e\x74\x73\x71\x0a\x5d\x71\x0b\x58\x12\x00"
+    "\x00\x00\x61\x6c\x6c\x6f\x63\x61\x74\x6f\x72\x5f\x73\x65\x74\x74"
+    "\x69\x6e\x67\x73\x71\x0c\x7d\x71\x0d\x28\x58\x13\x00\x00\x00\x65"
+    "\x78\x70\x61\x6e\x64\x61\x62\x6c\x65\x5f\x73\x65\x67\x6d\x65\x6e"
+    "\x74\x73\x71\x0e\x88\x58\x0e\x00\x00\x00\x6d\x61\x78\x5f\x73\x70"
+    "\x6c\x69\x74\x5f\x73\x69\x7a\x65\x71\x0f\x4a\xff\xff\xff\xff\x58"
+    "\x1c\x00\x00\x00\x67\x61\x72\x62\x61\x67\x65\x5f\x63\x6f\x6c\x6c"
+    "\x65\x63\x74\x69\x6f\x6e\x5f\x74\x68\x72\x65\x73\x68\x6f\x6c\x64"
+    "\x71\x10\x47\x00\x00\x00\x00\x00\x00\x00\x00\x75\x75\x2e";
+
 static int setup(void **state)
 {
     (void)state;
@@ -81,6 +136,12 @@ static int setup(void **state)
     write_file(path_in_dir("small.trace"), small_trace);
     write_file(path_in_dir("bad.trace"), "coop-trace 1\nA 1 banana 0\n");
     write_file(path_in_dir("empty.trace"), "coop-trace 1\n");
+    FILE *f = fopen(path_in_dir("expandable.pickle"), "wb");
+    if (!f ||
+        fwrite(expandable_pickle, 1, sizeof expandable_pickle - 1, f) !=
+            sizeof expandable_pickle - 1 ||
+        fclose(f) != 0)
+        return -1;
     /* the second tensor does not fit beside the first in 2500 bytes */
     write_file(path_in_dir("two.trace"), "coop-trace 1\nA 1 1000 0\nA 2 2000 0\nF 1\nF 2\n");
     /* what PyTorch reserved: one 2 MiB segment, held at the end */
@@ -92,8 +153,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"small.trace",   "bad.trace", "empty.trace", "two.trace",
-                           "segment.trace", "out.txt",   "timeline.txt"};
+    const char *names[] = {"small.trace", "bad.trace",     "empty.trace",
+                           "two.trace",   "segment.trace", "expandable.pickle",
+                           "out.txt",     "err.txt",       "timeline.txt"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(path_in_dir(names[i]));
     rmdir(dir);
@@ -163,7 +225,8 @@ static void json_rows_have_the_issue_keys(void **unused)
                                        "frag_max",
                                        "ns_per_op",
                                        "gmlake_frag",
-                                       "oom_event"};
+                                       "oom_event",
+                                       "torch_settings_default"};
     for (size_t r = 0; r < 2; r++) {
         json_t *o = json_array_get(rows, r);
         assert_int_equal(json_object_size(o), sizeof keys / sizeof keys[0]);
@@ -308,6 +371,35 @@ static void timeline_stops_at_the_oom(void **unused)
     assert_int_equal(oom_event, 1);
 }
 
+/* A snapshot recorded under settings torch does not emulate: one warning
+ * line naming them, and the rows say so (null for a trace that cannot). */
+static void non_default_torch_settings_are_flagged(void **unused)
+{
+    (void)unused;
+    char *pickle = path_in_dir("expandable.pickle");
+    assert_int_equal(RUN("--json", "--policy", "torch,ideal", pickle), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_true(
+            json_is_false(json_object_get(json_array_get(rows, i), "torch_settings_default")));
+    json_decref(rows);
+    const char *err = slurp("err.txt");
+    if (!strstr(err, "expandable_segments") || !strstr(err, "emulates the default settings only"))
+        fail_msg("no warning about the settings: '%s'", err);
+    const char *newline = strchr(err, '\n');
+    if (!newline || newline[1] != '\0')
+        fail_msg("the warning is not one line: '%s'", err);
+    /* without torch among the policies there is nothing to warn about */
+    assert_int_equal(RUN("--json", "--policy", "ideal", pickle), 0);
+    assert_string_equal(slurp("err.txt"), "");
+    /* a text trace records no settings */
+    assert_int_equal(RUN("--json", "--policy", "torch", path_in_dir("small.trace")), 0);
+    rows = read_json_lines();
+    assert_true(json_is_null(json_object_get(json_array_get(rows, 0), "torch_settings_default")));
+    json_decref(rows);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +413,7 @@ int main(void)
         cmocka_unit_test(timeline_is_written),
         cmocka_unit_test(timeline_stops_at_the_oom),
         cmocka_unit_test(empty_trace_has_no_timing),
+        cmocka_unit_test(non_default_torch_settings_are_flagged),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -163,6 +163,28 @@ typedef struct replay_results {
     size_t failed; /* policies that failed (and were skipped) */
 } replay_results;
 
+/* The torch policy emulates PyTorch's default allocator settings only: a
+ * snapshot recorded under others would compare torch with recorded (and
+ * with coop) under different rules without a word. Says so in one line. */
+static void warn_torch_settings(const replay_cli *cli, const char *path, const trace *t)
+{
+    bool torch = false;
+    for (size_t i = 0; i < cli->num_choices; i++)
+        torch |= cli->choices[i].ops == &replay_policy_torch;
+    if (!torch || !t->torch_settings)
+        return;
+    fprintf(stderr, "coop replay: %s: allocator_settings not PyTorch's defaults (", path);
+    const char *sep = "";
+    for (unsigned bit = 1; bit; bit <<= 1) {
+        const char *name = (t->torch_settings & bit) ? trace_torch_setting_name(bit) : NULL;
+        if (name) {
+            fprintf(stderr, "%s%s", sep, name);
+            sep = ", ";
+        }
+    }
+    fprintf(stderr, "): the torch policy emulates the default settings only\n");
+}
+
 /* Replays one file; rows are printed now (JSON) or kept for the table. */
 static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
 {
@@ -177,6 +199,7 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
         return 2;
     }
     res->num_traces++;
+    warn_torch_settings(cli, path, t);
     replay_row *grown = realloc(res->rows, (res->num_rows + cli->num_choices) * sizeof *grown);
     if (!grown)
         return 1;

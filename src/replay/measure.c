@@ -141,6 +141,8 @@ coop_status replay_measure(const trace *t, const replay_choice *choices, size_t 
             .policy = choices[i].name,
             .events = t->num_events,
             .peak_live = p.peak_live,
+            .has_torch_settings = t->has_torch_settings,
+            .torch_settings_default = !t->torch_settings,
         };
         bool have = true;
         if (choices[i].ops)

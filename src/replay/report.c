@@ -68,6 +68,9 @@ bool replay_report_json(FILE *out, const replay_row *r)
     err |= json_object_set_new(o, "ns_per_op", real_or_null(r->has_ns, r->ns_per_op));
     err |= json_object_set_new(o, "gmlake_frag", real_or_null(has_gmlake_frag(r), gmlake_frag(r)));
     err |= json_object_set_new(o, "oom_event", bytes_or_null(r->oom, r->oom_event));
+    err |= json_object_set_new(o, "torch_settings_default",
+                               r->has_torch_settings ? json_boolean(r->torch_settings_default)
+                                                     : json_null());
     bool ok = !err && json_dumpf(o, out, JSON_COMPACT | JSON_PRESERVE_ORDER) == 0 &&
               fputc('\n', out) != EOF;
     json_decref(o);
