@@ -189,6 +189,24 @@ static void unreadable_traces_exit_two(void **unused)
     assert_int_equal(RUN("--policy", "ideal", path_in_dir("bad.trace")), 2);
 }
 
+/* An input error in a later file stops the run (exit 2) but keeps the table
+ * of the files measured before it, and the error is still said. */
+static void later_input_error_keeps_the_table(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--policy", "ideal", path_in_dir("small.trace"), path_in_dir("bad.trace")),
+                     2);
+    const char *out = slurp("out.txt");
+    if (!strstr(out, "min_cap") || !strstr(out, "small.trace"))
+        fail_msg("no table for small.trace: '%s'", out);
+    if (!strstr(slurp("err.txt"), "bad.trace:2:"))
+        fail_msg("the error is not said: '%s'", slurp("err.txt"));
+    /* an error in the first file: nothing measured, no table */
+    assert_int_equal(RUN("--policy", "ideal", path_in_dir("bad.trace"), path_in_dir("small.trace")),
+                     2);
+    assert_string_equal(slurp("out.txt"), "");
+}
+
 /* Reads the JSON lines of the last run into an array of objects. */
 static json_t *read_json_lines(void)
 {
@@ -406,6 +424,7 @@ int main(void)
         cmocka_unit_test(help_exits_zero),
         cmocka_unit_test(bad_arguments_exit_two),
         cmocka_unit_test(unreadable_traces_exit_two),
+        cmocka_unit_test(later_input_error_keeps_the_table),
         cmocka_unit_test(json_rows_have_the_issue_keys),
         cmocka_unit_test(capacity_too_small_reports_oom),
         cmocka_unit_test(oom_row_names_its_event),

@@ -4,6 +4,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <getopt.h>
 #include <glob.h>
 #include <limits.h>
@@ -160,8 +161,24 @@ typedef struct replay_results {
     size_t num_rows;
     trace *traces;
     size_t num_traces;
-    size_t failed; /* policies that failed (and were skipped) */
+    size_t failed;    /* policies that failed (and were skipped) */
+    char error[1024]; /* why the last file stopped the run (said after the table) */
 } replay_results;
+
+/* Keeps the message that ends the run: it is printed after the rows of the
+ * files measured before, so that a table is not lost for a later file's
+ * error. Returns rc. */
+static int stop(replay_results *res, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int stop(replay_results *res, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(res->error, sizeof res->error, fmt, ap);
+    va_end(ap);
+    return rc;
+}
 
 /* The torch policy emulates PyTorch's default allocator settings only: a
  * snapshot recorded under others would compare torch with recorded (and
@@ -190,27 +207,24 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
 {
     trace *grown_traces = realloc(res->traces, (res->num_traces + 1) * sizeof *grown_traces);
     if (!grown_traces)
-        return 1;
+        return stop(res, 1, "coop replay: %s: out of host memory", path);
     res->traces = grown_traces;
     trace *t = &grown_traces[res->num_traces];
     *t = (trace){0};
-    if (trace_read(path, t) != COOP_OK) {
-        fprintf(stderr, "coop replay: %s\n", coop_last_error());
-        return 2;
-    }
+    if (trace_read(path, t) != COOP_OK)
+        return stop(res, 2, "coop replay: %s", coop_last_error());
     res->num_traces++;
     warn_torch_settings(cli, path, t);
     replay_row *grown = realloc(res->rows, (res->num_rows + cli->num_choices) * sizeof *grown);
     if (!grown)
-        return 1;
+        return stop(res, 1, "coop replay: %s: out of host memory", path);
     res->rows = grown;
     size_t filled = 0;
     coop_status st = replay_measure(t, cli->choices, cli->num_choices, &cli->opt,
                                     &grown[res->num_rows], &filled, &res->failed);
-    if (st != COOP_OK) {
-        fprintf(stderr, "coop replay: %s: %s\n", path, coop_last_error());
-        return st == COOP_ERR_INVALID ? 2 : 1;
-    }
+    if (st != COOP_OK)
+        return stop(res, st == COOP_ERR_INVALID ? 2 : 1, "coop replay: %s: %s", path,
+                    coop_last_error());
     /* recorded has a row only for snapshots: asked for by name, its absence
      * is said (an empty table without a word looked like a failure) */
     if (cli->asked_recorded && !t->num_final_segments && !t->has_segment_events)
@@ -221,7 +235,7 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
     if (cli->json)
         for (size_t i = 0; i < filled; i++)
             if (!replay_report_json(stdout, &grown[res->num_rows + i]))
-                return 1;
+                return stop(res, 1, "coop replay: writing the JSON rows failed");
     res->num_rows += filled;
     fflush(stdout);
     return 0;
@@ -341,8 +355,14 @@ int cmd_replay(int argc, char **argv)
     replay_results res = {0};
     for (size_t i = 0; i < num_paths && rc == 0; i++)
         rc = replay_file(&cli, paths[i], &res);
-    if (rc == 0 && !cli.json)
+    /* An error stops at its file; the files measured before it keep their
+     * rows (JSON printed them already), then the error is said. */
+    if (!cli.json && (rc == 0 || res.num_rows))
         replay_report_table(stdout, res.rows, res.num_rows);
+    if (rc) {
+        fflush(stdout); /* rows first where stdout and stderr meet */
+        fprintf(stderr, "%s\n", res.error);
+    }
     if (rc == 0 && res.failed)
         rc = 1;
     for (size_t i = 0; i < res.num_traces; i++)
