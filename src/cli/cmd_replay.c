@@ -155,12 +155,14 @@ typedef struct replay_cli {
     replay_measure_options opt;
 } replay_cli;
 
-/* Everything the run accumulates: rows borrow the names of the traces. */
+/* Everything the run accumulates. Each trace is freed once measured (the
+ * whole of every trace kept until the table made the peak the sum of all of
+ * them); only its name stays, which its rows borrow. */
 typedef struct replay_results {
     replay_row *rows;
     size_t num_rows;
-    trace *traces;
-    size_t num_traces;
+    char **names; /* the measured traces' names (trace.name, taken over) */
+    size_t num_names;
     size_t failed;    /* policies that failed (and were skipped) */
     char error[1024]; /* why the last file stopped the run (said after the table) */
 } replay_results;
@@ -205,29 +207,35 @@ static void warn_torch_settings(const replay_cli *cli, const char *path, const t
 /* Replays one file; rows are printed now (JSON) or kept for the table. */
 static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
 {
-    trace *grown_traces = realloc(res->traces, (res->num_traces + 1) * sizeof *grown_traces);
-    if (!grown_traces)
-        return stop(res, 1, "coop replay: %s: out of host memory", path);
-    res->traces = grown_traces;
-    trace *t = &grown_traces[res->num_traces];
-    *t = (trace){0};
-    if (trace_read(path, t) != COOP_OK)
+    trace t;
+    if (trace_read(path, &t) != COOP_OK)
         return stop(res, 2, "coop replay: %s", coop_last_error());
-    res->num_traces++;
-    warn_torch_settings(cli, path, t);
-    replay_row *grown = realloc(res->rows, (res->num_rows + cli->num_choices) * sizeof *grown);
-    if (!grown)
+    char **grown_names = realloc(res->names, (res->num_names + 1) * sizeof *grown_names);
+    if (grown_names)
+        res->names = grown_names;
+    replay_row *grown =
+        grown_names ? realloc(res->rows, (res->num_rows + cli->num_choices) * sizeof *grown) : NULL;
+    if (!grown) {
+        trace_free(&t);
         return stop(res, 1, "coop replay: %s: out of host memory", path);
+    }
     res->rows = grown;
+    warn_torch_settings(cli, path, &t);
     size_t filled = 0;
-    coop_status st = replay_measure(t, cli->choices, cli->num_choices, &cli->opt,
+    coop_status st = replay_measure(&t, cli->choices, cli->num_choices, &cli->opt,
                                     &grown[res->num_rows], &filled, &res->failed);
-    if (st != COOP_OK)
-        return stop(res, st == COOP_ERR_INVALID ? 2 : 1, "coop replay: %s: %s", path,
-                    coop_last_error());
+    int rc = st == COOP_OK ? 0
+                           : stop(res, st == COOP_ERR_INVALID ? 2 : 1, "coop replay: %s: %s", path,
+                                  coop_last_error());
+    bool has_segments = t.num_final_segments || t.has_segment_events;
+    res->names[res->num_names++] = t.name; /* the rows point to it */
+    t.name = NULL;
+    trace_free(&t);
+    if (rc)
+        return rc;
     /* recorded has a row only for snapshots: asked for by name, its absence
      * is said (an empty table without a word looked like a failure) */
-    if (cli->asked_recorded && !t->num_final_segments && !t->has_segment_events)
+    if (cli->asked_recorded && !has_segments)
         fprintf(stderr,
                 "coop replay: %s: no recorded row: the trace holds no recorded segments (only "
                 "PyTorch snapshots, or text traces with S/E lines, do)\n",
@@ -365,9 +373,9 @@ int cmd_replay(int argc, char **argv)
     }
     if (rc == 0 && res.failed)
         rc = 1;
-    for (size_t i = 0; i < res.num_traces; i++)
-        trace_free(&res.traces[i]);
-    free(res.traces);
+    for (size_t i = 0; i < res.num_names; i++)
+        free(res.names[i]);
+    free(res.names);
     free(res.rows);
     if (timeline && fclose(timeline) != 0 && rc == 0) {
         fprintf(stderr, "coop replay: writing --timeline %s failed\n", timeline_path);
