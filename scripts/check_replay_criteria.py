@@ -12,7 +12,9 @@ recorded row):
   map       coop map_bytes <= 2 x peak_live_bytes
   vs-torch  coop min_capacity_bytes < torch's (and < recorded's where present)
   speed     coop ns_per_op <= jemalloc's (same run)
-  torch-rec torch peak_reserved_bytes within 5% of recorded's (snapshots only)
+  torch-rec torch peak_reserved_bytes within 5% of recorded's (snapshots only; fails
+            without comparing when the row's torch_settings_default is false: torch
+            emulates PyTorch's default allocator settings only)
 Per minimalloc CSV: coop min_capacity_bytes <= jemalloc's, and every policy's figure
 against the offline optimum in the file name (A.1048576.csv: 1,048,576 bytes).
 
@@ -97,7 +99,10 @@ def main():
         cns, jns = coop["ns_per_op"], jem["ns_per_op"]
         check(cns is not None and jns is not None and cns <= jns,
               f"{trace}: speed coop {cns} <= jemalloc {jns} ns/op")
-        if "recorded" in rows[trace]:
+        if "recorded" in rows[trace] and torch.get("torch_settings_default") is False:
+            check(False, f"{trace}: torch-rec not comparable: the snapshot's allocator settings "
+                         "are not PyTorch's defaults, which torch emulates")
+        elif "recorded" in rows[trace]:
             rec = rows[trace]["recorded"]["peak_reserved_bytes"]
             diff = torch["peak_reserved_bytes"] / rec - 1
             check(abs(diff) <= 0.05,

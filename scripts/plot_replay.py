@@ -26,7 +26,7 @@ class TimelineError(Exception):
 
 
 def read_timeline(path):
-    """Returns [(trace_name, events, {policy: {"s": [...], "b": [...]}})]."""
+    """Returns [(trace_name, events, {policy: {"s": [...], "b": [...], "oom": EVENT or None}})]."""
     traces = []
     policy = None
     with open(path, encoding="utf-8") as f:
@@ -45,14 +45,18 @@ def read_timeline(path):
                 elif kind == "policy":
                     if not traces:
                         raise ValueError("policy before any trace")
-                    policy = {"s": [], "b": []}
+                    policy = {"s": [], "b": [], "oom": None}
                     traces[-1][2][fields[1]] = policy
+                elif kind in ("s", "b", "oom") and policy is None:
+                    raise ValueError(f"'{kind}' record before any policy")
                 elif kind == "s":
                     policy["s"].append((int(fields[1]), int(fields[2]), int(fields[3])))
                 elif kind == "b":
                     policy["b"].append(
                         (int(fields[1], 16), int(fields[2]), int(fields[3]), int(fields[4]))
                     )
+                elif kind == "oom":
+                    policy["oom"] = int(fields[1])
                 else:
                     raise ValueError(f"unknown record '{kind}'")
             except (ValueError, IndexError, TypeError) as e:
@@ -61,7 +65,8 @@ def read_timeline(path):
 
 
 def steps(samples, events):
-    """Step-curve x/y lists from change-point samples."""
+    """Step-curve x/y lists from change-point samples, held until `events`
+    (the trace's end, or the OOM that stopped the run)."""
     xs, live, reserved = [], [], []
     for i, (event, l, r) in enumerate(samples):
         xs.append(event)
@@ -74,7 +79,11 @@ def steps(samples, events):
     return xs, live, reserved
 
 
-def address_map(ax, name, blocks, events, max_blocks):
+def address_map(ax, name, blocks, events, max_blocks, oom=None):
+    if oom is not None:
+        # the run stopped at the OOM: blocks still live then (END = events)
+        # end there, not at the end of a trace the policy never reached
+        blocks = [(a, s, start, min(end, oom)) for a, s, start, end in blocks]
     if len(blocks) > max_blocks:
         # keep the largest blocks: they dominate the picture
         blocks = sorted(blocks, key=lambda b: b[1], reverse=True)[:max_blocks]
@@ -93,7 +102,10 @@ def address_map(ax, name, blocks, events, max_blocks):
     ax.add_collection(coll)
     ax.set_xlim(0, max(events, 1))
     ax.set_ylim(0, max(p[2][1] for p in polys) * 1.02)
-    ax.set_title(f"{name}: address map ({len(blocks)} blocks)")
+    if oom is not None:
+        ax.axvline(oom, color="red", linestyle="--", linewidth=1)
+    title = f"{name}: address map ({len(blocks)} blocks)"
+    ax.set_title(title if oom is None else f"{title}, OOM at event {oom}")
     ax.set_xlabel("event")
     ax.set_ylabel("offset (MiB)")
 
@@ -105,22 +117,31 @@ def plot_trace(name, events, policies, out, wanted, max_blocks):
     rows = 1 + len(mapped)
     fig, axes = plt.subplots(rows, 1, figsize=(11, 3.2 * rows), squeeze=False)
     ax = axes[0][0]
-    live_drawn = False
+    curves = {}
     for p in names:
-        xs, live, reserved = steps(policies[p]["s"], events)
-        if not xs:
-            continue
-        if not live_drawn and any(live):
-            ax.step(xs, live, where="post", color="black", linewidth=1.2, label="live")
-            live_drawn = True
-        if p != "ideal":
+        oom = policies[p]["oom"]
+        curves[p] = steps(policies[p]["s"], events if oom is None else oom)
+    # live bytes are the trace's, the same under every policy, but a run
+    # that ran out of memory has them only up to its OOM: prefer a whole one
+    with_live = [p for p in names if any(curves[p][1])]
+    whole = [p for p in with_live if policies[p]["oom"] is None]
+    if with_live:
+        xs, live, _ = curves[(whole or with_live)[0]]
+        ax.step(xs, live, where="post", color="black", linewidth=1.2, label="live")
+    for p in names:
+        xs, _, reserved = curves[p]
+        oom = policies[p]["oom"]
+        if oom is not None:
+            # where the run stopped: nothing after it was measured
+            ax.axvline(oom, color="red", linestyle="--", linewidth=1, label=f"{p} OOM at {oom}")
+        if xs and p != "ideal":
             ax.step(xs, reserved, where="post", linewidth=1, label=f"{p} reserved")
     ax.set_title(f"{name}: live vs reserved")
     ax.set_xlabel("event")
     ax.set_ylabel("MiB")
     ax.legend(fontsize="small", loc="upper left")
     for k, p in enumerate(mapped, start=1):
-        address_map(axes[k][0], p, policies[p]["b"], events, max_blocks)
+        address_map(axes[k][0], p, policies[p]["b"], events, max_blocks, policies[p]["oom"])
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -34,23 +36,55 @@ static void write_file(const char *path, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
-/* Runs cmd_replay with stdout sent to a file; returns the exit status. */
+/* Runs cmd_replay with stdout sent to a file and stderr to err.txt (then
+ * echoed, so a failing test still shows the messages); returns the exit
+ * status. */
 static int run_replay(const char *out_path, int argc, char **argv)
 {
     fflush(stdout);
-    int saved = dup(STDOUT_FILENO);
+    fflush(stderr);
+    int saved = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
     FILE *out = fopen(out_path, "w");
+    char err_path[256]; /* not path_in_dir: argv may hold its buffers */
+    snprintf(err_path, sizeof err_path, "%s/err.txt", dir);
+    FILE *err = fopen(err_path, "w+");
     assert_non_null(out);
+    assert_non_null(err);
     dup2(fileno(out), STDOUT_FILENO);
+    dup2(fileno(err), STDERR_FILENO);
     int rc = cmd_replay(argc, argv);
     fflush(stdout);
+    fflush(stderr);
     dup2(saved, STDOUT_FILENO);
+    dup2(saved_err, STDERR_FILENO);
     close(saved);
+    close(saved_err);
     fclose(out);
+    rewind(err);
+    char buf[1024];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, err)) > 0)
+        fwrite(buf, 1, n, stderr);
+    fclose(err);
     return rc;
 }
 
-/* cmd_replay with the given arguments (NULL-terminated), stdout to out.txt. */
+/* The whole of a file of the test directory (err.txt, out.txt), NUL-ended. */
+static char *slurp(const char *name)
+{
+    static char text[1 << 16];
+    char path[256]; /* not path_in_dir: the caller may hold its buffers */
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* cmd_replay with the given arguments (NULL-terminated), stdout to out.txt,
+ * stderr to err.txt. */
 static int run_args(const char *first, ...)
 {
     char *argv[32] = {"replay"};
@@ -73,6 +107,29 @@ static const char small_trace[] = "coop-trace 1\n"
                                   "A 2 1000 0\n"
                                   "F 2\n";
 
+/* pickle.dumps({"device_traces": [[{"action": "alloc", "addr": 4096,
+ * "size": 512, "stream": 0}]], "segments": [], "allocator_settings":
+ * {"expandable_segments": True, "max_split_size": -1,
+ * "garbage_collection_threshold": 0.0}}, protocol=2): a snapshot recorded
+ * with expandable segments, which torch does not emulate */
+static const char expandable_pickle[] =
+    "\x80\x02\x7d\x71\x00\x28\x58\x0d\x00\x00\x00\x64\x65\x76\x69\x63"
+    "\x65\x5f\x74\x72\x61\x63\x65\x73\x71\x01\x5d\x71\x02\x5d\x71\x03"
+    "\x7d\x71\x04\x28\x58\x06\x00\x00\x00\x61\x63\x74\x69\x6f\x6e\x71"
+    "\x05\x58\x05\x00\x00\x00\x61\x6c\x6c\x6f\x63\x71\x06\x58\x04\x00"
+    "\x00\x00\x61\x64\x64\x72\x71\x07\x4d\x00\x10\x58\x04\x00\x00\x00"
+    "\x73\x69\x7a\x65\x71\x08\x4d\x00\x02\x58\x06\x00\x00\x00\x73\x74"
+    "\x72\x65\x61\x6d\x71\x09\x4b\x00\x75\x61\x61\x58\x08\x00\x00\x00"
+    "\x73\x65\x67\x6d\x65\x6e\x74\x73\x71\x0a\x5d\x71\x0b\x58\x12\x00"
+    "\x00\x00\x61\x6c\x6c\x6f\x63\x61\x74\x6f\x72\x5f\x73\x65\x74\x74"
+    "\x69\x6e\x67\x73\x71\x0c\x7d\x71\x0d\x28\x58\x13\x00\x00\x00\x65"
+    "\x78\x70\x61\x6e\x64\x61\x62\x6c\x65\x5f\x73\x65\x67\x6d\x65\x6e"
+    "\x74\x73\x71\x0e\x88\x58\x0e\x00\x00\x00\x6d\x61\x78\x5f\x73\x70"
+    "\x6c\x69\x74\x5f\x73\x69\x7a\x65\x71\x0f\x4a\xff\xff\xff\xff\x58"
+    "\x1c\x00\x00\x00\x67\x61\x72\x62\x61\x67\x65\x5f\x63\x6f\x6c\x6c"
+    "\x65\x63\x74\x69\x6f\x6e\x5f\x74\x68\x72\x65\x73\x68\x6f\x6c\x64"
+    "\x71\x10\x47\x00\x00\x00\x00\x00\x00\x00\x00\x75\x75\x2e";
+
 static int setup(void **state)
 {
     (void)state;
@@ -80,13 +137,27 @@ static int setup(void **state)
         return -1;
     write_file(path_in_dir("small.trace"), small_trace);
     write_file(path_in_dir("bad.trace"), "coop-trace 1\nA 1 banana 0\n");
+    write_file(path_in_dir("empty.trace"), "coop-trace 1\n");
+    FILE *f = fopen(path_in_dir("expandable.pickle"), "wb");
+    if (!f ||
+        fwrite(expandable_pickle, 1, sizeof expandable_pickle - 1, f) !=
+            sizeof expandable_pickle - 1 ||
+        fclose(f) != 0)
+        return -1;
+    /* the second tensor does not fit beside the first in 2500 bytes */
+    write_file(path_in_dir("two.trace"), "coop-trace 1\nA 1 1000 0\nA 2 2000 0\nF 1\nF 2\n");
+    /* what PyTorch reserved: one 2 MiB segment, held at the end */
+    write_file(path_in_dir("segment.trace"), "coop-trace 1\nS 0x200000 2097152 0\nA 1 1000 0\n"
+                                             "F 1\nE 0x200000 2097152 0\n");
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"small.trace", "bad.trace", "out.txt", "timeline.txt"};
+    const char *names[] = {"small.trace", "bad.trace",     "empty.trace",
+                           "two.trace",   "segment.trace", "expandable.pickle",
+                           "out.txt",     "err.txt",       "timeline.txt"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(path_in_dir(names[i]));
     rmdir(dir);
@@ -118,6 +189,74 @@ static void unreadable_traces_exit_two(void **unused)
     (void)unused;
     assert_int_equal(RUN("--policy", "ideal", path_in_dir("does-not-exist.trace")), 2);
     assert_int_equal(RUN("--policy", "ideal", path_in_dir("bad.trace")), 2);
+}
+
+/* An input error in a later file stops the run (exit 2) but keeps the table
+ * of the files measured before it, and the error is still said. */
+static void later_input_error_keeps_the_table(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--policy", "ideal", path_in_dir("small.trace"), path_in_dir("bad.trace")),
+                     2);
+    const char *out = slurp("out.txt");
+    if (!strstr(out, "min_cap") || !strstr(out, "small.trace"))
+        fail_msg("no table for small.trace: '%s'", out);
+    if (!strstr(slurp("err.txt"), "bad.trace:2:"))
+        fail_msg("the error is not said: '%s'", slurp("err.txt"));
+    /* an error in the first file: nothing measured, no table */
+    assert_int_equal(RUN("--policy", "ideal", path_in_dir("bad.trace"), path_in_dir("small.trace")),
+                     2);
+    assert_string_equal(slurp("out.txt"), "");
+}
+
+/* Peak resident memory (KiB) of `coop replay --policy ideal` over `copies`
+ * times the same file, run in a child so that the peak is its own. */
+static long replay_peak_kib(const char *path, int copies)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char *argv[24] = {"replay", "--policy", "ideal"};
+        int argc = 3;
+        for (int i = 0; i < copies && argc < 23; i++)
+            argv[argc++] = (char *)path;
+        argv[argc] = NULL;
+        FILE *null = freopen("/dev/null", "w", stdout);
+        _exit(null ? cmd_replay(argc, argv) : 99);
+    }
+    int status;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &status, 0, &ru), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    return ru.ru_maxrss;
+}
+
+/* Each trace is freed once measured: replaying the same 200,000-event trace
+ * eight times needs about the memory of one (the traces used to stay until
+ * the table was printed, about 9.6 MB of events each). */
+static void traces_are_freed_one_by_one(void **unused)
+{
+    (void)unused;
+    enum { ALLOCS = 100000, EVENTS_BYTES = 2 * ALLOCS * 48 / 1024 /* KiB */ };
+    /* AddressSanitizer holds freed memory in its quarantine (.ci/run) */
+    if (getenv("COOP_SANITIZED"))
+        skip();
+    char *path = path_in_dir("big.trace");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("coop-trace 1\n", f);
+    for (int i = 0; i < ALLOCS; i++)
+        fprintf(f, "A %d %d 0\nF %d\n", i, 512 * (1 + i % 7), i);
+    assert_int_equal(fclose(f), 0);
+    long one = replay_peak_kib(path, 1), eight = replay_peak_kib(path, 8);
+    unlink(path);
+    printf("peak RSS: one trace %ld KiB, eight %ld KiB (events %d KiB a trace)\n", one, eight,
+           (int)EVENTS_BYTES);
+    /* kept, the seven more would add 7 x EVENTS_BYTES */
+    assert_true(eight - one < 2 * EVENTS_BYTES);
 }
 
 /* Reads the JSON lines of the last run into an array of objects. */
@@ -155,7 +294,9 @@ static void json_rows_have_the_issue_keys(void **unused)
                                        "frag_mean",
                                        "frag_max",
                                        "ns_per_op",
-                                       "gmlake_frag"};
+                                       "gmlake_frag",
+                                       "oom_event",
+                                       "torch_settings_default"};
     for (size_t r = 0; r < 2; r++) {
         json_t *o = json_array_get(rows, r);
         assert_int_equal(json_object_size(o), sizeof keys / sizeof keys[0]);
@@ -164,6 +305,7 @@ static void json_rows_have_the_issue_keys(void **unused)
                 fail_msg("row %zu lacks key %s", r, keys[k]);
         assert_int_equal(json_integer_value(json_object_get(o, "peak_live_bytes")), 1572864);
         assert_int_equal(json_integer_value(json_object_get(o, "events")), 4);
+        assert_true(json_is_null(json_object_get(o, "oom_event"))); /* both completed */
     }
     json_t *ideal = json_array_get(rows, 0), *torch = json_array_get(rows, 1);
     assert_string_equal(json_string_value(json_object_get(ideal, "policy")), "ideal");
@@ -189,6 +331,64 @@ static void capacity_too_small_reports_oom(void **unused)
     json_decref(rows);
 }
 
+/* A run that ran out of memory says where, and the ratios of its truncated
+ * peaks to the whole trace's are not reported as the trace's. */
+static void oom_row_names_its_event(void **unused)
+{
+    (void)unused;
+    assert_int_equal(
+        RUN("--json", "--capacity", "2500", "--policy", "ideal", path_in_dir("two.trace")), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    json_t *row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "oom_event")), 1);
+    assert_true(json_is_null(json_object_get(row, "min_capacity_bytes")));
+    /* 1000 bytes reserved before the OOM against a whole-trace peak of 3000 */
+    assert_int_equal(json_integer_value(json_object_get(row, "peak_reserved_bytes")), 1000);
+    assert_int_equal(json_integer_value(json_object_get(row, "peak_live_bytes")), 3000);
+    assert_true(json_is_null(json_object_get(row, "reserved_over_live")));
+    assert_true(json_is_null(json_object_get(row, "gmlake_frag")));
+    json_decref(rows);
+}
+
+/* recorded's minimum capacity is its recorded peak, and like any other
+ * policy's it is null when that does not fit in --capacity. */
+static void recorded_above_capacity_has_no_minimum(void **unused)
+{
+    (void)unused;
+    char *trace = path_in_dir("segment.trace");
+    assert_int_equal(RUN("--json", "--capacity", "4M", "--policy", "recorded", trace), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    json_t *row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "min_capacity_bytes")), 2 * MiB);
+    assert_int_equal(json_integer_value(json_object_get(row, "map_bytes")), 2 * MiB);
+    json_decref(rows);
+
+    assert_int_equal(RUN("--json", "--capacity", "1M", "--policy", "recorded", trace), 0);
+    rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "peak_reserved_bytes")), 2 * MiB);
+    assert_true(json_is_null(json_object_get(row, "min_capacity_bytes")));
+    assert_true(json_is_null(json_object_get(row, "map_bytes")));
+    assert_true(json_is_null(json_object_get(row, "oom_event")));
+    json_decref(rows);
+}
+
+/* A trace without a call times nothing: ns_per_op is unknown, not 0 ns. */
+static void empty_trace_has_no_timing(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--json", "--policy", "ideal", path_in_dir("empty.trace")), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    json_t *row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "events")), 0);
+    assert_true(json_is_null(json_object_get(row, "ns_per_op")));
+    json_decref(rows);
+}
+
 static void timeline_is_written(void **unused)
 {
     (void)unused;
@@ -210,15 +410,82 @@ static void timeline_is_written(void **unused)
     assert_int_equal(blocks, 4); /* two blocks per policy */
 }
 
+/* After an OOM nothing is measured: the series stop before the OOM event
+ * (they used to drop to 0 live and 0 reserved) and an oom record says where. */
+static void timeline_stops_at_the_oom(void **unused)
+{
+    (void)unused;
+    char *timeline = path_in_dir("timeline.txt");
+    assert_int_equal(RUN("--timeline", timeline, "--capacity", "2500", "--policy", "ideal",
+                         path_in_dir("two.trace")),
+                     0);
+    FILE *f = fopen(timeline, "r");
+    assert_non_null(f);
+    char line[256];
+    int samples = 0, ooms = 0;
+    unsigned long long event = 0, live = 0, reserved = 0, oom_event = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "s %llu %llu %llu", &event, &live, &reserved) == 3) {
+            samples++;
+            if (event >= 1)
+                fail_msg("a sample at or after the OOM: %s", line);
+        }
+        ooms += sscanf(line, "oom %llu", &oom_event) == 1;
+    }
+    fclose(f);
+    /* the one sample: after event 0, the first 1000 bytes live and held */
+    assert_int_equal(samples, 1);
+    assert_int_equal(live, 1000);
+    assert_int_equal(reserved, 1000);
+    assert_int_equal(ooms, 1);
+    assert_int_equal(oom_event, 1);
+}
+
+/* A snapshot recorded under settings torch does not emulate: one warning
+ * line naming them, and the rows say so (null for a trace that cannot). */
+static void non_default_torch_settings_are_flagged(void **unused)
+{
+    (void)unused;
+    char *pickle = path_in_dir("expandable.pickle");
+    assert_int_equal(RUN("--json", "--policy", "torch,ideal", pickle), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_true(
+            json_is_false(json_object_get(json_array_get(rows, i), "torch_settings_default")));
+    json_decref(rows);
+    const char *err = slurp("err.txt");
+    if (!strstr(err, "expandable_segments") || !strstr(err, "emulates the default settings only"))
+        fail_msg("no warning about the settings: '%s'", err);
+    const char *newline = strchr(err, '\n');
+    if (!newline || newline[1] != '\0')
+        fail_msg("the warning is not one line: '%s'", err);
+    /* without torch among the policies there is nothing to warn about */
+    assert_int_equal(RUN("--json", "--policy", "ideal", pickle), 0);
+    assert_string_equal(slurp("err.txt"), "");
+    /* a text trace records no settings */
+    assert_int_equal(RUN("--json", "--policy", "torch", path_in_dir("small.trace")), 0);
+    rows = read_json_lines();
+    assert_true(json_is_null(json_object_get(json_array_get(rows, 0), "torch_settings_default")));
+    json_decref(rows);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(help_exits_zero),
         cmocka_unit_test(bad_arguments_exit_two),
         cmocka_unit_test(unreadable_traces_exit_two),
+        cmocka_unit_test(later_input_error_keeps_the_table),
+        cmocka_unit_test(traces_are_freed_one_by_one),
         cmocka_unit_test(json_rows_have_the_issue_keys),
         cmocka_unit_test(capacity_too_small_reports_oom),
+        cmocka_unit_test(oom_row_names_its_event),
+        cmocka_unit_test(recorded_above_capacity_has_no_minimum),
         cmocka_unit_test(timeline_is_written),
+        cmocka_unit_test(timeline_stops_at_the_oom),
+        cmocka_unit_test(empty_trace_has_no_timing),
+        cmocka_unit_test(non_default_torch_settings_are_flagged),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""scripts/plot_replay.py draws a small timeline and refuses a malformed one."""
+"""scripts/plot_replay.py draws a small timeline, one where a policy ran out
+of memory, and refuses a malformed one."""
 import os
 import subprocess
 import sys
@@ -26,6 +27,34 @@ b 100000 1572864 0 1
 b 280000 1000 2 3
 """
 
+# `coop replay --capacity 3M --timeline`: torch ran out of memory at event 1
+# (a second stream's segment); its series stop there and its block was still
+# live when the run stopped (END = EVENTS)
+OOM_TIMELINE = """coop-replay-timeline 1
+trace tiny 4
+policy torch
+s 0 100 2097152
+b 7f0000000000 100 0 4
+oom 1
+policy ideal
+s 0 100 100
+s 1 300 300
+s 2 200 200
+s 3 0 0
+b 100000 100 0 2
+b 100200 200 1 3
+"""
+
+
+def draw(d, name, text):
+    """Writes text to d/name and runs the script on it; returns (result, png path)."""
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(text)
+    png = path + ".png"
+    r = subprocess.run([sys.executable, SCRIPT, path, "-o", png], capture_output=True, text=True)
+    return r, png
+
 
 def main():
     try:
@@ -48,6 +77,14 @@ def main():
         r = subprocess.run([sys.executable, SCRIPT, bad, "-o", png], capture_output=True, text=True)
         assert r.returncode == 2, r.returncode
         assert "bad.txt:6:" in r.stderr, r.stderr
+        r, png = draw(d, "oom.txt", OOM_TIMELINE)
+        assert r.returncode == 0, r.stderr
+        with open(png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n", "not a PNG"
+        # an oom record belongs to a policy
+        r, _ = draw(d, "stray.txt", "coop-replay-timeline 1\ntrace tiny 4\noom 1\n")
+        assert r.returncode == 2, r.returncode
+        assert "stray.txt:3:" in r.stderr, r.stderr
     print("plot_replay: ok")
     return 0
 

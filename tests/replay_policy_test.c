@@ -428,6 +428,35 @@ static void bisection_finds_the_threshold(void **unused)
     built_free(&b);
 }
 
+/* frag_mean weights each sample by the events until the next allocation;
+ * the last allocation's sample holds until the end of the trace. Under torch
+ * the 512-byte request at event 3 finds 1 MiB and 512 KiB free apart in the
+ * 2 MiB segment (fragmentation 1/3) and nothing is allocated after it, so
+ * that 1/3 covers events 3..101 of 102 (the earlier samples are 0). */
+static void frag_mean_counts_the_last_interval(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, MiB);
+    alloc_ev(&b, 1, MiB / 2);
+    free_ev(&b, 0, MiB);
+    alloc_ev(&b, 2, 512);
+    /* size-0 requests place nothing (and sample nothing): only time passes */
+    for (uint32_t id = 3; id <= 50; id++) {
+        alloc_ev(&b, id, 0);
+        free_ev(&b, id, 0);
+    }
+    free_ev(&b, 1, MiB / 2);
+    free_ev(&b, 2, 512);
+    assert_int_equal(b.t.num_events, 102);
+    replay_run r = run(&b, &replay_policy_torch, GiB);
+    assert_false(r.oom);
+    assert_true(r.has_frag);
+    assert_float_equal(r.frag_max, 1.0 / 3, 1e-12);
+    assert_float_equal(r.frag_mean, 1.0 / 3 * 99 / 102, 1e-12);
+    built_free(&b);
+}
+
 /* ---- recorded ---- */
 
 static void recorded_curve_rebuilt_backwards(void **unused)
@@ -562,6 +591,7 @@ static void timed_run_reads_no_statistics(void **unused)
     assert_int_equal(counted.creates, 3);
     assert_int_equal(counted.mallocs, 30);
     assert_int_equal(counted.frees, 15);
+    assert_int_equal(r.num_timed, 45);
     assert_true(r.ns_per_op > 0);
     /* a timed run keeps no series */
     replay_series series;
@@ -588,6 +618,7 @@ int main(void)
         cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),
         cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),
         cmocka_unit_test(bisection_finds_the_threshold),
+        cmocka_unit_test(frag_mean_counts_the_last_interval),
         cmocka_unit_test(timed_run_reads_no_statistics),
         cmocka_unit_test(recorded_curve_rebuilt_backwards),
         cmocka_unit_test(recorded_absent_without_segments),

@@ -436,9 +436,130 @@ static void test_semantics(void **state)
         assert_true(t.has_segment_events);
         assert_int_equal(t.num_final_segments, 1); /* device 1's segment left out */
         assert_int_equal(t.final_segments[0].size, 2 << 20);
+        /* allocator_settings is an int here, not a dict: nothing known */
+        assert_false(t.has_torch_settings);
         trace_free(&t);
         assert_null(t.events);
     }
+}
+
+/* A snapshot of one alloc whose allocator_settings dict holds what
+ * settings() writes (no allocator_settings at all when settings is NULL). */
+static void settings_snapshot(pk *p, void (*settings)(pk *p))
+{
+    p->n = 0;
+    op(p, 0x80);
+    op(p, 4);
+    begin_dict(p);
+    str(p, "device_traces");
+    begin_list(p);
+    begin_list(p);
+    entry(p, "alloc", 0x1000, 512, 0, -1);
+    end_list(p);
+    end_list(p);
+    if (settings) {
+        str(p, "allocator_settings");
+        begin_dict(p);
+        settings(p);
+        end_dict(p);
+    }
+    end_dict(p);
+    op(p, '.');
+}
+
+static void binfloat(pk *p, const char *key, const char big_endian[8])
+{
+    str(p, key);
+    op(p, 'G');
+    bytes(p, big_endian, 8);
+}
+
+static void boolean(pk *p, const char *key, int value)
+{
+    str(p, key);
+    op(p, value ? 0x88 : 0x89); /* NEWTRUE, NEWFALSE */
+}
+
+/* roundup_power2_divisions as PyTorch writes it: interval -> divisions */
+static void roundup(pk *p, int64_t divisions_of_1024)
+{
+    str(p, "roundup_power2_divisions");
+    begin_dict(p);
+    key_int(p, "512", 0);
+    key_int(p, "1024", divisions_of_1024);
+    key_int(p, "2048", 0);
+    end_dict(p);
+}
+
+/* PyTorch's defaults, as the shared snapshots record them */
+static void default_settings(pk *p)
+{
+    key_str(p, "PYTORCH_CUDA_ALLOC_CONF", "");
+    key_int(p, "max_split_size", -1);
+    binfloat(p, "garbage_collection_threshold", "\0\0\0\0\0\0\0\0");
+    boolean(p, "expandable_segments", 0);
+    key_int(p, "pinned_num_register_threads", 1);
+    roundup(p, 0);
+}
+
+static void expandable(pk *p)
+{
+    key_str(p, "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True");
+    boolean(p, "expandable_segments", 1);
+    key_int(p, "max_split_size", -1);
+}
+
+/* every setting torch does not emulate, off its default */
+static void all_off_default(pk *p)
+{
+    boolean(p, "expandable_segments", 1);
+    key_int(p, "max_split_size", 200 << 20);
+    binfloat(p, "garbage_collection_threshold", "\x3f\xe3\x33\x33\x33\x33\x33\x33"); /* 0.6 */
+    roundup(p, 4);
+}
+
+/* max_split_size as size_t's maximum, unsigned, and gc as int 0: defaults
+ * too; expandable_segments as a string: not a value PyTorch writes */
+static void odd_forms(pk *p)
+{
+    str(p, "max_split_size");
+    big_unsigned(p, UINT64_MAX);
+    key_int(p, "garbage_collection_threshold", 0);
+    key_str(p, "expandable_segments", "False");
+}
+
+static void test_allocator_settings(void **state)
+{
+    (void)state;
+    static const struct {
+        void (*settings)(pk *p);
+        int has;
+        unsigned bits;
+    } cases[] = {
+        {NULL, 0, 0},
+        {default_settings, 1, 0},
+        {expandable, 1, TRACE_TORCH_EXPANDABLE_SEGMENTS},
+        {all_off_default, 1,
+         TRACE_TORCH_EXPANDABLE_SEGMENTS | TRACE_TORCH_MAX_SPLIT_SIZE |
+             TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS | TRACE_TORCH_GC_THRESHOLD},
+        {odd_forms, 1, TRACE_TORCH_EXPANDABLE_SEGMENTS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pk p;
+        settings_snapshot(&p, cases[i].settings);
+        trace t;
+        assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+        assert_int_equal(t.num_events, 1);
+        if (t.has_torch_settings != cases[i].has || t.torch_settings != cases[i].bits)
+            fail_msg("case %zu: has %d bits %#x, expected %d %#x", i, t.has_torch_settings,
+                     t.torch_settings, cases[i].has, cases[i].bits);
+        trace_free(&t);
+    }
+    assert_string_equal(trace_torch_setting_name(TRACE_TORCH_EXPANDABLE_SEGMENTS),
+                        "expandable_segments");
+    assert_string_equal(trace_torch_setting_name(TRACE_TORCH_GC_THRESHOLD),
+                        "garbage_collection_threshold");
+    assert_null(trace_torch_setting_name(1u << 20));
 }
 
 static void test_device_choice(void **state)
@@ -715,6 +836,7 @@ int main(void)
         cmocka_unit_test(test_memory_is_bounded),
         cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_device_choice),
+        cmocka_unit_test(test_allocator_settings),
         cmocka_unit_test(test_unsigned_stream),
         cmocka_unit_test(test_code_opcodes_refused),
         cmocka_unit_test(test_malformed),

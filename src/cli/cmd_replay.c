@@ -4,6 +4,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <getopt.h>
 #include <glob.h>
 #include <limits.h>
@@ -154,43 +155,87 @@ typedef struct replay_cli {
     replay_measure_options opt;
 } replay_cli;
 
-/* Everything the run accumulates: rows borrow the names of the traces. */
+/* Everything the run accumulates. Each trace is freed once measured (the
+ * whole of every trace kept until the table made the peak the sum of all of
+ * them); only its name stays, which its rows borrow. */
 typedef struct replay_results {
     replay_row *rows;
     size_t num_rows;
-    trace *traces;
-    size_t num_traces;
-    size_t failed; /* policies that failed (and were skipped) */
+    char **names; /* the measured traces' names (trace.name, taken over) */
+    size_t num_names;
+    size_t failed;    /* policies that failed (and were skipped) */
+    char error[1024]; /* why the last file stopped the run (said after the table) */
 } replay_results;
+
+/* Keeps the message that ends the run: it is printed after the rows of the
+ * files measured before, so that a table is not lost for a later file's
+ * error. Returns rc. */
+static int stop(replay_results *res, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int stop(replay_results *res, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(res->error, sizeof res->error, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* The torch policy emulates PyTorch's default allocator settings only: a
+ * snapshot recorded under others would compare torch with recorded (and
+ * with coop) under different rules without a word. Says so in one line. */
+static void warn_torch_settings(const replay_cli *cli, const char *path, const trace *t)
+{
+    bool torch = false;
+    for (size_t i = 0; i < cli->num_choices; i++)
+        torch |= cli->choices[i].ops == &replay_policy_torch;
+    if (!torch || !t->torch_settings)
+        return;
+    fprintf(stderr, "coop replay: %s: allocator_settings not PyTorch's defaults (", path);
+    const char *sep = "";
+    for (unsigned bit = 1; bit; bit <<= 1) {
+        const char *name = (t->torch_settings & bit) ? trace_torch_setting_name(bit) : NULL;
+        if (name) {
+            fprintf(stderr, "%s%s", sep, name);
+            sep = ", ";
+        }
+    }
+    fprintf(stderr, "): the torch policy emulates the default settings only\n");
+}
 
 /* Replays one file; rows are printed now (JSON) or kept for the table. */
 static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
 {
-    trace *grown_traces = realloc(res->traces, (res->num_traces + 1) * sizeof *grown_traces);
-    if (!grown_traces)
-        return 1;
-    res->traces = grown_traces;
-    trace *t = &grown_traces[res->num_traces];
-    *t = (trace){0};
-    if (trace_read(path, t) != COOP_OK) {
-        fprintf(stderr, "coop replay: %s\n", coop_last_error());
-        return 2;
+    trace t;
+    if (trace_read(path, &t) != COOP_OK)
+        return stop(res, 2, "coop replay: %s", coop_last_error());
+    char **grown_names = realloc(res->names, (res->num_names + 1) * sizeof *grown_names);
+    if (grown_names)
+        res->names = grown_names;
+    replay_row *grown =
+        grown_names ? realloc(res->rows, (res->num_rows + cli->num_choices) * sizeof *grown) : NULL;
+    if (!grown) {
+        trace_free(&t);
+        return stop(res, 1, "coop replay: %s: out of host memory", path);
     }
-    res->num_traces++;
-    replay_row *grown = realloc(res->rows, (res->num_rows + cli->num_choices) * sizeof *grown);
-    if (!grown)
-        return 1;
     res->rows = grown;
+    warn_torch_settings(cli, path, &t);
     size_t filled = 0;
-    coop_status st = replay_measure(t, cli->choices, cli->num_choices, &cli->opt,
+    coop_status st = replay_measure(&t, cli->choices, cli->num_choices, &cli->opt,
                                     &grown[res->num_rows], &filled, &res->failed);
-    if (st != COOP_OK) {
-        fprintf(stderr, "coop replay: %s: %s\n", path, coop_last_error());
-        return st == COOP_ERR_INVALID ? 2 : 1;
-    }
+    int rc = st == COOP_OK ? 0
+                           : stop(res, st == COOP_ERR_INVALID ? 2 : 1, "coop replay: %s: %s", path,
+                                  coop_last_error());
+    bool has_segments = t.num_final_segments || t.has_segment_events;
+    res->names[res->num_names++] = t.name; /* the rows point to it */
+    t.name = NULL;
+    trace_free(&t);
+    if (rc)
+        return rc;
     /* recorded has a row only for snapshots: asked for by name, its absence
      * is said (an empty table without a word looked like a failure) */
-    if (cli->asked_recorded && !t->num_final_segments && !t->has_segment_events)
+    if (cli->asked_recorded && !has_segments)
         fprintf(stderr,
                 "coop replay: %s: no recorded row: the trace holds no recorded segments (only "
                 "PyTorch snapshots, or text traces with S/E lines, do)\n",
@@ -198,7 +243,7 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
     if (cli->json)
         for (size_t i = 0; i < filled; i++)
             if (!replay_report_json(stdout, &grown[res->num_rows + i]))
-                return 1;
+                return stop(res, 1, "coop replay: writing the JSON rows failed");
     res->num_rows += filled;
     fflush(stdout);
     return 0;
@@ -318,13 +363,19 @@ int cmd_replay(int argc, char **argv)
     replay_results res = {0};
     for (size_t i = 0; i < num_paths && rc == 0; i++)
         rc = replay_file(&cli, paths[i], &res);
-    if (rc == 0 && !cli.json)
+    /* An error stops at its file; the files measured before it keep their
+     * rows (JSON printed them already), then the error is said. */
+    if (!cli.json && (rc == 0 || res.num_rows))
         replay_report_table(stdout, res.rows, res.num_rows);
+    if (rc) {
+        fflush(stdout); /* rows first where stdout and stderr meet */
+        fprintf(stderr, "%s\n", res.error);
+    }
     if (rc == 0 && res.failed)
         rc = 1;
-    for (size_t i = 0; i < res.num_traces; i++)
-        trace_free(&res.traces[i]);
-    free(res.traces);
+    for (size_t i = 0; i < res.num_names; i++)
+        free(res.names[i]);
+    free(res.names);
     free(res.rows);
     if (timeline && fclose(timeline) != 0 && rc == 0) {
         fprintf(stderr, "coop replay: writing --timeline %s failed\n", timeline_path);

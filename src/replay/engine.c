@@ -248,6 +248,9 @@ static coop_status run_once(run_state *r, uint64_t capacity, uint64_t page)
         if (r->frag_started) {
             uint64_t end = out->oom ? out->oom_event : r->p->trace->num_events;
             uint64_t span = end - r->frag_first;
+            /* the last sample holds until the end of the run: without its
+             * weight the events after the last allocation would count as 0 */
+            r->frag_weighted += r->frag_last * (double)(end - r->frag_since);
             out->frag_mean = span ? r->frag_weighted / (double)span : r->frag_last;
             out->has_frag = true;
         }
@@ -298,6 +301,7 @@ coop_status replay_run_trace(const replay_prepared *p, const replay_policy_ops *
         }
         st = run_once(&r, capacity, page);
     }
+    out->num_timed = r.num_timed;
     if (st == COOP_OK && r.op_ns && r.num_timed) {
         uint64_t mid = r.num_timed / 2;
         qsort(r.op_ns, r.num_timed, sizeof *r.op_ns, compare_u32);

@@ -43,7 +43,8 @@ typedef struct replay_placement {
     uint64_t start_event, end_event; /* end = num_events when never freed */
 } replay_placement;
 
-/* The memory-over-time series of one run (collected on request). */
+/* The memory-over-time series of one run (collected on request). A run that
+ * ran out of memory fills them only before its oom_event; the rest stay 0. */
 typedef struct replay_series {
     uint64_t *live;     /* per event index: live bytes after the event */
     uint64_t *reserved; /* per event index: the policy's reserved bytes */
@@ -72,7 +73,8 @@ typedef struct replay_run {
     uint64_t peak_reserved, peak_active, final_reserved, map_bytes;
     double frag_mean, frag_max; /* over allocation times; valid when has_frag */
     bool has_frag;
-    double ns_per_op; /* median over all timed calls; valid when measure_time */
+    double ns_per_op;   /* median over all timed calls; valid when num_timed > 0 */
+    uint64_t num_timed; /* calls timed (0 unless measure_time; 0 for a trace without calls) */
 } replay_run;
 
 /* Runs the whole trace (or up to the first OOM). An OOM is a result, not an

@@ -33,13 +33,18 @@ static coop_status measure_recorded(const trace *t, const replay_measure_options
     if (st == COOP_OK && rec.available) {
         *filled = true;
         row->peak_reserved = rec.peak_reserved;
-        /* the recorded run completed within its peak: that is its capacity need */
-        row->has_min_capacity = true;
+        /* the recorded run completed within its peak: that is its capacity
+         * need, and what it mapped is its map_bytes. Above --capacity the
+         * recording does not fit, and both are null as for a policy that
+         * ran out of memory (nothing was replayed, so there is no
+         * oom_event). */
+        bool fits = rec.peak_reserved <= opt->capacity;
+        row->has_min_capacity = fits;
         row->min_capacity = rec.peak_reserved;
-        row->has_map_bytes = true;
+        row->has_map_bytes = fits;
         row->map_bytes = rec.map_bytes;
-        if (curve &&
-            !replay_timeline_policy(opt->timeline, "recorded", NULL, curve, t->num_events, NULL, 0))
+        if (curve && !replay_timeline_policy(opt->timeline, "recorded", NULL, curve, t->num_events,
+                                             NULL, 0, NULL))
             st = coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
     }
     free(curve);
@@ -71,7 +76,8 @@ static coop_status measure_policy(const replay_prepared *p, const replay_policy_
     row->oom_event = main_run.oom_event;
     if (opt->timeline) {
         bool ok = replay_timeline_policy(opt->timeline, ops->name, series.live, series.reserved,
-                                         t->num_events, series.placements, series.num_placements);
+                                         t->num_events, series.placements, series.num_placements,
+                                         &main_run);
         replay_series_free(&series);
         if (!ok)
             return coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
@@ -87,7 +93,7 @@ static coop_status measure_policy(const replay_prepared *p, const replay_policy_
     st = replay_run_trace(p, ops, opt->capacity, opt->page, &timed, &timed_run);
     if (st != COOP_OK)
         return st;
-    row->has_ns = true;
+    row->has_ns = timed_run.num_timed > 0; /* an empty trace times nothing */
     row->ns_per_op = timed_run.ns_per_op;
     if (main_run.oom)
         return COOP_OK; /* needs more than --capacity: no minimum within it */
@@ -135,6 +141,8 @@ coop_status replay_measure(const trace *t, const replay_choice *choices, size_t 
             .policy = choices[i].name,
             .events = t->num_events,
             .peak_live = p.peak_live,
+            .has_torch_settings = t->has_torch_settings,
+            .torch_settings_default = !t->torch_settings,
         };
         bool have = true;
         if (choices[i].ops)

@@ -15,6 +15,20 @@ static double gmlake_frag(const replay_row *r)
     return r->peak_reserved ? 1.0 - ratio(r->peak_active, r->peak_reserved) : 0.0;
 }
 
+/* A run that ran out of memory stopped at its oom_event: its peak reserved
+ * covers only the events before, while peak_live is the whole trace's, so
+ * their ratio (0.77 on cs336-b at 10 GiB) would read as a property of the
+ * trace; the same goes for GMLake's ratio of two truncated peaks. */
+static bool has_reserved_over_live(const replay_row *r)
+{
+    return r->peak_live > 0 && !r->oom;
+}
+
+static bool has_gmlake_frag(const replay_row *r)
+{
+    return r->peak_active > 0 && !r->oom;
+}
+
 static json_t *real_or_null(bool valid, double x)
 {
     return valid ? json_real(x) : json_null();
@@ -43,16 +57,20 @@ bool replay_report_json(FILE *out, const replay_row *r)
     err |= json_object_set_new(o, "events", bytes(r->events));
     err |= json_object_set_new(o, "peak_live_bytes", bytes(r->peak_live));
     err |= json_object_set_new(o, "peak_reserved_bytes", bytes(r->peak_reserved));
-    err |=
-        json_object_set_new(o, "reserved_over_live",
-                            real_or_null(r->peak_live > 0, ratio(r->peak_reserved, r->peak_live)));
+    err |= json_object_set_new(
+        o, "reserved_over_live",
+        real_or_null(has_reserved_over_live(r), ratio(r->peak_reserved, r->peak_live)));
     err |= json_object_set_new(o, "min_capacity_bytes",
                                bytes_or_null(r->has_min_capacity, r->min_capacity));
     err |= json_object_set_new(o, "map_bytes", bytes_or_null(r->has_map_bytes, r->map_bytes));
     err |= json_object_set_new(o, "frag_mean", real_or_null(r->has_frag, r->frag_mean));
     err |= json_object_set_new(o, "frag_max", real_or_null(r->has_frag, r->frag_max));
     err |= json_object_set_new(o, "ns_per_op", real_or_null(r->has_ns, r->ns_per_op));
-    err |= json_object_set_new(o, "gmlake_frag", real_or_null(r->peak_active > 0, gmlake_frag(r)));
+    err |= json_object_set_new(o, "gmlake_frag", real_or_null(has_gmlake_frag(r), gmlake_frag(r)));
+    err |= json_object_set_new(o, "oom_event", bytes_or_null(r->oom, r->oom_event));
+    err |= json_object_set_new(o, "torch_settings_default",
+                               r->has_torch_settings ? json_boolean(r->torch_settings_default)
+                                                     : json_null());
     bool ok = !err && json_dumpf(o, out, JSON_COMPACT | JSON_PRESERVE_ORDER) == 0 &&
               fputc('\n', out) != EOF;
     json_decref(o);
@@ -96,7 +114,8 @@ static void cells_of(const replay_row *r, char cells[NUM_COLUMNS][CELL])
     snprintf(cells[2], CELL, "%llu", (unsigned long long)r->events);
     mib_cell(cells[3], CELL, true, r->peak_live);
     mib_cell(cells[4], CELL, true, r->peak_reserved);
-    real_cell(cells[5], CELL, r->peak_live > 0, "%.3f", ratio(r->peak_reserved, r->peak_live));
+    real_cell(cells[5], CELL, has_reserved_over_live(r), "%.3f",
+              ratio(r->peak_reserved, r->peak_live));
     if (r->oom)
         snprintf(cells[6], CELL, "OOM@%llu", (unsigned long long)r->oom_event);
     else
@@ -106,7 +125,7 @@ static void cells_of(const replay_row *r, char cells[NUM_COLUMNS][CELL])
     mib_cell(cells[8], CELL, r->has_map_bytes, r->map_bytes);
     real_cell(cells[9], CELL, r->has_frag, "%.3f", r->frag_mean);
     real_cell(cells[10], CELL, r->has_frag, "%.3f", r->frag_max);
-    real_cell(cells[11], CELL, r->peak_active > 0, "%.3f", gmlake_frag(r));
+    real_cell(cells[11], CELL, has_gmlake_frag(r), "%.3f", gmlake_frag(r));
     real_cell(cells[12], CELL, r->has_ns, "%.0f", r->ns_per_op);
 }
 

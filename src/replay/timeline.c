@@ -23,15 +23,19 @@ bool replay_timeline_trace(FILE *out, const char *name, uint64_t events)
 
 bool replay_timeline_policy(FILE *out, const char *policy, const uint64_t *live,
                             const uint64_t *reserved, uint64_t events,
-                            const replay_placement *placements, uint64_t num_placements)
+                            const replay_placement *placements, uint64_t num_placements,
+                            const replay_run *run)
 {
     fputs("policy ", out);
     write_name(out, policy);
     fputc('\n', out);
+    bool oom = run && run->oom;
+    uint64_t end = oom && run->oom_event < events ? run->oom_event : events;
     uint64_t last_live = UINT64_MAX, last_reserved = UINT64_MAX;
-    for (uint64_t i = 0; i < events; i++) {
+    for (uint64_t i = 0; i < end; i++) {
         uint64_t l = live ? live[i] : 0;
-        if (l == last_live && reserved[i] == last_reserved && i + 1 < events)
+        /* the last event is written even unchanged: it ends the curve */
+        if (l == last_live && reserved[i] == last_reserved && i + 1 < end)
             continue;
         fprintf(out, "s %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", i, l, reserved[i]);
         last_live = l;
@@ -42,5 +46,7 @@ bool replay_timeline_policy(FILE *out, const char *policy, const uint64_t *live,
         fprintf(out, "b %" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", p->addr, p->size,
                 p->start_event, p->end_event);
     }
+    if (oom)
+        fprintf(out, "oom %" PRIu64 "\n", run->oom_event);
     return !ferror(out);
 }

@@ -9,6 +9,10 @@
  *                                  bytes; written only where either changes
  *   b ADDR SIZE START END          a block at ADDR (hex) of SIZE bytes, placed at
  *                                  event START, freed at END (EVENTS: never)
+ *   oom EVENT                      the policy ran out of memory at EVENT and the
+ *                                  run stopped there: its s records end before
+ *                                  EVENT, and a block with END = EVENTS was still
+ *                                  live when it stopped
  *
  * NAME has no spaces (they are written as '_').
  */
@@ -23,9 +27,14 @@
 bool replay_timeline_header(FILE *out);
 bool replay_timeline_trace(FILE *out, const char *name, uint64_t events);
 /* live may be NULL for a policy that has no live series of its own
- * (recorded): the live column is then 0. placements: s->placements. */
+ * (recorded): the live column is then 0. placements: s->placements. run:
+ * the replay the series come from, NULL for recorded; when it ran out of
+ * memory the series stop before its oom_event (the engine leaves the
+ * entries from there on 0, which are no measurement) and an oom record
+ * follows. */
 bool replay_timeline_policy(FILE *out, const char *policy, const uint64_t *live,
                             const uint64_t *reserved, uint64_t events,
-                            const replay_placement *placements, uint64_t num_placements);
+                            const replay_placement *placements, uint64_t num_placements,
+                            const replay_run *run);
 
 #endif

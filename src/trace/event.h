@@ -18,18 +18,18 @@ typedef enum trace_event_kind {
     TRACE_SEGMENT_FREE,   /* recorded allocator released [addr, addr+size) */
     TRACE_SEGMENT_MAP,    /* expandable segments: pages mapped */
     TRACE_SEGMENT_UNMAP,
-    TRACE_OOM             /* the recorded run hit out-of-memory */
+    TRACE_OOM /* the recorded run hit out-of-memory */
 } trace_event_kind;
 
 /* Allocation ids are dense, 0 .. trace.num_ids-1, so replay can index arrays. */
 typedef struct trace_event {
     trace_event_kind kind;
     uint32_t id;
-    uint64_t size;     /* requested bytes (segments: segment bytes) */
-    uint64_t addr;     /* recorded address, 0 if unknown */
+    uint64_t size; /* requested bytes (segments: segment bytes) */
+    uint64_t addr; /* recorded address, 0 if unknown */
     uint64_t stream;
-    int64_t time_us;   /* recorded time, -1 if unknown */
-    uint64_t cost_ns;  /* optional producer cost (remat), 0 if unknown */
+    int64_t time_us;  /* recorded time, -1 if unknown */
+    uint64_t cost_ns; /* optional producer cost (remat), 0 if unknown */
 } trace_event;
 
 /* Sizes a trace may carry are below this (2^56 bytes), the pool's own limit
@@ -39,12 +39,23 @@ typedef struct trace_event {
  * request that failed may have been of any size, and nothing places it. */
 #define TRACE_SIZE_LIMIT ((uint64_t)1 << 56)
 
+/* PyTorch allocator settings that change where blocks go and what is
+ * reserved (trace.torch_settings): replay's torch policy emulates PyTorch's
+ * defaults only (unlimited max_split_size, no power-of-two rounding
+ * divisions, no garbage collection threshold, no expandable segments). */
+enum {
+    TRACE_TORCH_EXPANDABLE_SEGMENTS = 1u << 0,
+    TRACE_TORCH_MAX_SPLIT_SIZE = 1u << 1,
+    TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS = 1u << 2,
+    TRACE_TORCH_GC_THRESHOLD = 1u << 3,
+};
+
 typedef struct trace_segment {
     uint64_t addr, size, stream;
 } trace_segment;
 
 typedef struct trace {
-    char *name;             /* file name without directories */
+    char *name; /* file name without directories */
     trace_event *events;
     size_t num_events;
     uint32_t num_ids;
@@ -67,6 +78,10 @@ typedef struct trace {
     uint64_t *segment_where;
     size_t num_segment_where;
     int segment_where_is_byte;
+    /* snapshots only: whether the snapshot recorded its allocator_settings,
+     * and which of them (TRACE_TORCH_* bits) are not PyTorch's defaults */
+    int has_torch_settings;
+    unsigned torch_settings;
 } trace;
 
 #endif

@@ -16,6 +16,7 @@
 #include "trace/id_map.h"
 #include "trace/input.h"
 #include "trace/pickle.h"
+#include "trace/torch_settings.h"
 #include "trace/trace.h"
 
 enum { BLOCK_ALLOCATED = 1, BLOCK_FREE_REQUESTED = 2 };
@@ -387,6 +388,8 @@ coop_status trace_read_pickle_device(const char *path, int device, trace *out)
         st = read_snapshot(&r, root, device);
         if (st == COOP_OK)
             st = trace_builder_finish(&r.b, out);
+        if (st == COOP_OK) /* after finish, which zeroes *out */
+            trace_torch_settings_read(root, out);
         trace_builder_discard(&r.b);
         id_map_free(&r.blocks);
         pkl_arena_free(&arena);

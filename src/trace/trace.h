@@ -48,8 +48,14 @@ coop_status trace_read(const char *path, trace *out);
  * segment_unmap, oom; other actions are skipped. Blocks freed without a
  * recorded alloc, and blocks allocated in the final `segments` but never
  * allocated in the trace, are live at start (ordered by address); the final
- * `segments` become final_segments. Reads the first device with events. */
+ * `segments` become final_segments; `allocator_settings` set
+ * has_torch_settings and torch_settings (torch_settings.h). Reads the first
+ * device with events. */
 coop_status trace_read_pickle(const char *path, trace *out);
+
+/* PyTorch's key for a TRACE_TORCH_* bit of trace.torch_settings
+ * ("expandable_segments", ...), or NULL for another value. */
+const char *trace_torch_setting_name(unsigned bit);
 
 /* As trace_read_pickle, for one device (device_traces index); device < 0
  * picks the first device with events. */

@@ -5,6 +5,7 @@ libcooptools_la_SOURCES += src/trace/event.h src/trace/trace.h src/trace/trace_f
 	src/trace/builder.h src/trace/builder.c \
 	src/trace/text_number.h src/trace/text_number.c \
 	src/trace/pickle.h src/trace/pickle.c \
+	src/trace/torch_settings.h src/trace/torch_settings.c \
 	src/trace/reader_pickle.c src/trace/reader_text.c src/trace/reader_minimalloc.c \
 	src/trace/writer_text.c src/trace/detect.c
 # src/trace/reader_dtr.c (trace_read_dtr) is listed by its owner's fragment (remat.mk).

@@ -70,6 +70,22 @@ class CheckReplayCriteria(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("FAIL s.pickle.gz: torch-rec", out)
 
+    def test_torch_rec_needs_default_settings(self):
+        rows = good_trace("s.pickle.gz")
+        rows.append(row("s.pickle.gz", "recorded", cap=11 * GIB, ns=None))
+        for r in rows:
+            r["torch_settings_default"] = True
+        rc, out, _, _ = self.run_script(rows)
+        self.assertEqual(rc, 0, out)
+        # recorded under expandable segments, say: torch's figure is not comparable
+        for r in rows:
+            r["torch_settings_default"] = False
+        rc, out, _, _ = self.run_script(rows)
+        self.assertEqual(rc, 1, out)
+        failing = [l for l in out.splitlines() if l.startswith("FAIL")]
+        self.assertEqual(len(failing), 1, out)
+        self.assertIn("torch-rec not comparable", failing[0])
+
     def test_minimalloc(self):
         mm = [row("A.1048576.csv", "coop", live=900000, cap=1048576, mapped=1048576),
               row("A.1048576.csv", "jemalloc", live=900000, cap=1200000, mapped=1200000)]

@@ -1,0 +1,96 @@
+/* A snapshot's allocator_settings; see torch_settings.h. */
+#include <stdbool.h>
+
+#include "trace/torch_settings.h"
+#include "trace/trace.h"
+
+/* PyTorch writes 16 roundup_power2_divisions entries and a dozen settings;
+ * a container larger than this is not one PyTorch wrote. */
+#define TORCH_SETTINGS_MAX_ITEMS 64
+
+static bool int_is(const pkl_value *v, int64_t x)
+{
+    return (v->kind == PKL_INT || v->kind == PKL_BOOL) && !v->big && v->v.i == x;
+}
+
+/* Unlimited (size_t's maximum), which PyTorch writes cast to int64: -1. */
+static bool max_split_size_default(const pkl_value *v)
+{
+    return int_is(v, -1) || (v->kind == PKL_INT && v->big && v->v.u == UINT64_MAX);
+}
+
+/* 0.0: no garbage collection of cached blocks. */
+static bool gc_threshold_default(const pkl_value *v)
+{
+    return (v->kind == PKL_FLOAT && v->v.f == 0.0) || int_is(v, 0);
+}
+
+static bool expandable_segments_default(const pkl_value *v)
+{
+    return int_is(v, 0); /* False */
+}
+
+/* No rounding to power-of-two divisions: PyTorch writes a dict of size
+ * interval -> divisions, all 0 (older versions one number, 0). */
+static bool roundup_default(const pkl_value *v)
+{
+    if (int_is(v, 0))
+        return true;
+    size_t first, step;
+    if (v->kind == PKL_DICT) {
+        first = 1; /* values at odd indices: key, value, key, value... */
+        step = 2;
+    } else if (v->kind == PKL_LIST || v->kind == PKL_TUPLE) {
+        first = 0;
+        step = 1;
+    } else {
+        return false;
+    }
+    if (v->v.seq.len / step > TORCH_SETTINGS_MAX_ITEMS)
+        return false;
+    for (size_t i = first; i < v->v.seq.len; i += step)
+        if (!int_is(v->v.seq.items[i], 0))
+            return false;
+    return true;
+}
+
+static const struct {
+    unsigned bit;
+    const char *name;
+    bool (*is_default)(const pkl_value *v);
+} settings[] = {
+    {TRACE_TORCH_EXPANDABLE_SEGMENTS, "expandable_segments", expandable_segments_default},
+    {TRACE_TORCH_MAX_SPLIT_SIZE, "max_split_size", max_split_size_default},
+    {TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS, "roundup_power2_divisions", roundup_default},
+    {TRACE_TORCH_GC_THRESHOLD, "garbage_collection_threshold", gc_threshold_default},
+};
+
+void trace_torch_settings_read(const pkl_value *root, trace *t)
+{
+    t->has_torch_settings = 0;
+    t->torch_settings = 0;
+    const pkl_value *dict = pkl_dict_get(root, "allocator_settings");
+    /* older snapshots have none; a value that is no dict says nothing */
+    if (!dict || dict->kind != PKL_DICT)
+        return;
+    t->has_torch_settings = 1;
+    if (dict->v.seq.len / 2 > TORCH_SETTINGS_MAX_ITEMS) {
+        /* pkl_dict_get scans the dict once per key: keep that bounded */
+        for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+            t->torch_settings |= settings[i].bit;
+        return;
+    }
+    for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
+        const pkl_value *v = pkl_dict_get(dict, settings[i].name);
+        if (v && !settings[i].is_default(v))
+            t->torch_settings |= settings[i].bit;
+    }
+}
+
+const char *trace_torch_setting_name(unsigned bit)
+{
+    for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+        if (settings[i].bit == bit)
+            return settings[i].name;
+    return NULL;
+}
