@@ -965,8 +965,68 @@ static void test_fragmentation_stats(void **state)
     assert_int_equal(s.num_free_blocks, 2);
     assert_true(s.fragmentation > 0.33 && s.fragmentation < 0.34);
     assert_true(s.reserved_over_allocated > 1.0);
+    assert_true(s.reserved_over_allocated ==
+                (double)s.reserved_bytes.current / (double)s.allocated_bytes.current);
+    /* a free pending on a busy stream leaves allocated_bytes, not active_bytes: the
+     * ratio is over what the program holds */
+    assert_int_equal(coop_record_stream(p, blk[5], 7), COOP_OK);
+    assert_int_equal(coop_host_busy_stream(p, 7), COOP_OK);
+    assert_int_equal(coop_free(p, blk[5]), COOP_OK);
+    s = stats_of(p);
+    assert_true(s.active_bytes.current > s.allocated_bytes.current);
+    assert_true(s.reserved_over_allocated ==
+                (double)s.reserved_bytes.current / (double)s.allocated_bytes.current);
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* After coop_reset_peak_stats every counter's peak is its current value;
+ * built so that before it each peak is above its current value. */
+static void test_reset_peak_stats_resets_every_counter(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 64 * MiB;
+    c.segment_size = 4 * MiB;
+    c.use_vmm = false;
+    c.check = true;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *blk[12];
+    for (int i = 0; i < 12; i++) { /* three segments of four */
+        blk[i] = coop_malloc(p, MiB - 100, 0, 0, NULL);
+        assert_non_null(blk[i]);
+    }
+    coop_free(p, blk[1]);
+    coop_free(p, blk[5]); /* two inactive splits */
+    for (int i = 8; i < 12; i++)
+        coop_free(p, blk[i]); /* three splits for a moment, then a whole free segment */
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    const size_t fields[] = {
+        offsetof(coop_stats, allocation),      offsetof(coop_stats, segment),
+        offsetof(coop_stats, active),          offsetof(coop_stats, inactive_split),
+        offsetof(coop_stats, allocated_bytes), offsetof(coop_stats, reserved_bytes),
+        offsetof(coop_stats, active_bytes),    offsetof(coop_stats, inactive_split_bytes),
+        offsetof(coop_stats, requested_bytes)};
+    coop_stats before = stats_of(p);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const coop_stat *st = (const coop_stat *)((const char *)&before + fields[i]);
+        if (st->peak <= st->current)
+            fail_msg("field at offset %zu: peak %lld not above current %lld", fields[i],
+                     (long long)st->peak, (long long)st->current);
+    }
     coop_reset_peak_stats(p);
-    assert_int_equal(stats_of(p).allocated_bytes.peak, stats_of(p).allocated_bytes.current);
+    coop_stats after = stats_of(p);
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const coop_stat *st = (const coop_stat *)((const char *)&after + fields[i]);
+        if (st->peak != st->current)
+            fail_msg("field at offset %zu: peak %lld after the reset, current %lld", fields[i],
+                     (long long)st->peak, (long long)st->current);
+    }
+    for (int i = 0; i < 8; i++)
+        if (i != 1 && i != 5)
+            coop_free(p, blk[i]);
     coop_pool_destroy(p);
 }
 
@@ -1226,6 +1286,7 @@ int main(void)
         cmocka_unit_test(test_oom_message_headroom),
         cmocka_unit_test(test_oom_message_va_exhausted),
         cmocka_unit_test(test_fragmentation_stats),
+        cmocka_unit_test(test_reset_peak_stats_resets_every_counter),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_single_thread),
         cmocka_unit_test(test_no_metadata_leak),
