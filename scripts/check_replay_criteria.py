@@ -6,8 +6,8 @@ Usage:
   coop replay --json --page 512 ../shared/workloads/minimalloc/*.csv > minimalloc.jsonl
   scripts/check_replay_criteria.py main.jsonl [--minimalloc minimalloc.jsonl]
 
-Per trace of main.jsonl (each needs coop, torch and jemalloc rows; snapshots also a
-recorded row):
+Per trace of main.jsonl (each needs coop, torch and jemalloc rows; snapshots, the
+.pickle and .pickle.gz files, also a recorded row):
   capacity  coop min_capacity_bytes <= 1.02 x peak_live_bytes
   map       coop map_bytes <= 2 x peak_live_bytes
   vs-torch  coop min_capacity_bytes < torch's (and < recorded's where present)
@@ -18,7 +18,9 @@ recorded row):
 Per minimalloc CSV: coop min_capacity_bytes <= jemalloc's, and every policy's figure
 against the offline optimum in the file name (A.1048576.csv: 1,048,576 bytes).
 
-Prints one line per check and a summary; exits 1 if any check fails, 2 on bad input.
+A figure a check needs that is null fails that check. Prints one line per check and a
+summary; exits 1 if any check fails, 2 on bad input (no rows, a missing row, a zero
+recorded peak).
 """
 import argparse
 import json
@@ -58,6 +60,15 @@ def load(path):
     return rows
 
 
+def is_snapshot(trace):
+    return trace.endswith(".pickle") or trace.endswith(".pickle.gz")
+
+
+def ratio(value, base):
+    """value / base - 1, or None where value is missing (base is checked nonzero)."""
+    return None if value is None else value / base - 1
+
+
 def need(rows, trace, policy, path):
     if policy not in rows[trace]:
         die(f"{path}: no {policy} row for {trace} (run coop replay with the default policies)")
@@ -77,18 +88,24 @@ def main():
         print(("ok   " if ok else "FAIL ") + text)
 
     rows = load(args.main)
+    if not rows:
+        die(f"{args.main}: no rows (run coop replay --json)")
     for trace in sorted(rows):
         coop = need(rows, trace, "coop", args.main)
         torch = need(rows, trace, "torch", args.main)
         jem = need(rows, trace, "jemalloc", args.main)
+        if is_snapshot(trace):
+            need(rows, trace, "recorded", args.main)
         live = coop["peak_live_bytes"]
         cap = coop["min_capacity_bytes"]
         if cap is None:
             check(False, f"{trace}: coop has no minimum capacity (does not fit --capacity)")
             continue
         check(cap <= 1.02 * live, f"{trace}: capacity coop {cap / live:.4f} x peak live (<= 1.02)")
-        check(coop["map_bytes"] <= 2 * live,
-              f"{trace}: map coop {coop['map_bytes'] / live:.4f} x peak live (<= 2)")
+        mapped = coop["map_bytes"]
+        check(mapped is not None and mapped <= 2 * live,
+              f"{trace}: map coop {'null' if mapped is None else f'{mapped / live:.4f}'}"
+              " x peak live (<= 2)")
         rivals = [("torch", torch)]
         if "recorded" in rows[trace]:
             rivals.append(("recorded", rows[trace]["recorded"]))
@@ -104,12 +121,17 @@ def main():
                          "are not PyTorch's defaults, which torch emulates")
         elif "recorded" in rows[trace]:
             rec = rows[trace]["recorded"]["peak_reserved_bytes"]
-            diff = torch["peak_reserved_bytes"] / rec - 1
-            check(abs(diff) <= 0.05,
-                  f"{trace}: torch-rec torch peak reserved {diff:+.2%} vs recorded (within 5%)")
+            if not rec:
+                die(f"{args.main}: the recorded row of {trace} has no peak_reserved_bytes")
+            diff = ratio(torch["peak_reserved_bytes"], rec)
+            check(diff is not None and abs(diff) <= 0.05,
+                  f"{trace}: torch-rec torch peak reserved "
+                  f"{'null' if diff is None else f'{diff:+.2%}'} vs recorded (within 5%)")
 
     if args.minimalloc:
         mrows = load(args.minimalloc)
+        if not mrows:
+            die(f"{args.minimalloc}: no rows (run coop replay --json --page 512)")
         for trace in sorted(mrows):
             coop = need(mrows, trace, "coop", args.minimalloc)
             jem = need(mrows, trace, "jemalloc", args.minimalloc)

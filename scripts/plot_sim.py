@@ -3,7 +3,7 @@
 policy, one panel per log (and memory model). Runs that thrashed or ran out
 of memory are drawn as crosses at the top of the panel.
 
-usage: coop sim --json ... > sim.jsonl
+usage: coop sim --json ... > sim.jsonl   (exit 2 on bad input)
        scripts/plot_sim.py sim.jsonl out.png [--title TEXT]
 """
 import argparse
@@ -19,9 +19,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 REQUIRED = ("log", "policy", "memory", "budget_ratio", "result", "overhead")
 
 
+def die(message):
+    print(f"plot_sim: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def load(path):
     rows = []
-    with (sys.stdin if path == "-" else open(path)) as f:
+    try:
+        f = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    except OSError as e:
+        die(f"{path}: {e.strerror}")
+    with f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -29,13 +38,13 @@ def load(path):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise SystemExit(f"{path}:{n}: not JSON: {e}")
+                die(f"{path}:{n}: not JSON: {e}")
             missing = [k for k in REQUIRED if k not in row]
             if missing:
-                raise SystemExit(f"{path}:{n}: missing {', '.join(missing)}")
+                die(f"{path}:{n}: missing {', '.join(missing)}")
             rows.append(row)
     if not rows:
-        raise SystemExit(f"{path}: no results")
+        die(f"{path}: no results")
     return rows
 
 

@@ -35,8 +35,13 @@ def main():
             f.write(ROW % ("coop", 0.9, "ok", 1.01))
             f.write('{"log": "x"}\n')
         r = subprocess.run([sys.executable, SCRIPT, bad, png], capture_output=True, text=True)
-        if r.returncode == 0 or "bad.jsonl:2: missing" not in r.stderr:
+        if r.returncode != 2 or "bad.jsonl:2: missing" not in r.stderr:
             print("FAIL: malformed input accepted or unnamed:", r.returncode, r.stderr)
+            return 1
+        r = subprocess.run([sys.executable, SCRIPT, os.path.join(d, "absent.jsonl"), png],
+                           capture_output=True, text=True)
+        if r.returncode != 2 or "absent.jsonl: No such file" not in r.stderr or "Traceback" in r.stderr:
+            print("FAIL: a missing file is not one line with exit 2:", r.returncode, r.stderr)
             return 1
     print("PASS: plot_sim.py draws and validates")
     return 0

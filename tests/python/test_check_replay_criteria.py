@@ -86,6 +86,33 @@ class CheckReplayCriteria(unittest.TestCase):
         self.assertEqual(len(failing), 1, out)
         self.assertIn("torch-rec not comparable", failing[0])
 
+    def test_a_snapshot_needs_its_recorded_row(self):
+        rc, _, err, _ = self.run_script(good_trace("s.pickle.gz"))
+        self.assertEqual(rc, 2)
+        self.assertIn("no recorded row for s.pickle.gz", err)
+
+    def test_null_figures_fail_their_check(self):
+        rows = good_trace("s.pickle.gz")
+        rows.append(row("s.pickle.gz", "recorded", cap=11 * GIB, ns=None))
+        rows[0]["map_bytes"] = None
+        rows[1]["peak_reserved_bytes"] = None
+        rc, out, _, _ = self.run_script(rows)
+        self.assertEqual(rc, 1, out)
+        failing = [l for l in out.splitlines() if l.startswith("FAIL")]
+        self.assertEqual(len(failing), 2, out)
+        self.assertIn("map coop null", failing[0])
+        self.assertIn("torch-rec torch peak reserved null", failing[1])
+
+    def test_zero_recorded_peak_and_empty_input_are_bad_input(self):
+        rows = good_trace("s.pickle.gz")
+        rows.append(row("s.pickle.gz", "recorded", cap=11 * GIB, ns=None, reserved=0))
+        rc, _, err, _ = self.run_script(rows)
+        self.assertEqual(rc, 2)
+        self.assertIn("recorded row of s.pickle.gz has no peak_reserved_bytes", err)
+        rc, _, err, _ = self.run_script([])
+        self.assertEqual(rc, 2)
+        self.assertIn("no rows", err)
+
     def test_minimalloc(self):
         mm = [row("A.1048576.csv", "coop", live=900000, cap=1048576, mapped=1048576),
               row("A.1048576.csv", "jemalloc", live=900000, cap=1200000, mapped=1200000)]
