@@ -10,9 +10,13 @@ A cell is (log, budget ratio) or (log, "min"). It is violated when:
 Usage: check_sim_criteria.py RESULTS.jsonl [BASELINE.jsonl]
        [--policy P] (the policy checked, default coop, whose cost is c_live;
        coop-comp for its former cost c_comp, coop-eq, ...)
-Prints every violated cell; with a baseline, also the cells that started
-or stopped failing. Exit status 1 when any cell is violated, or (with a
-baseline) when a cell passing in the baseline fails.
+Only arena rows count (ideal ones are skipped). A cell where dtr or dte has
+a row and the checked policy has none is violated ("missing"), so a partial
+run or a misspelt --policy cannot pass. Prints every violated cell; with a
+baseline, also the cells that started or stopped failing. Exit status 1 when
+any cell is violated, or (with a baseline) when a cell passing in the
+baseline fails; 2 on bad input (an unreadable file, a malformed or
+duplicate row, no arena rows, or none of the checked policy).
 
 The results come from, e.g.:
   ./coop sim --json --memory arena --policy coop,dtr,dte \\
@@ -27,18 +31,37 @@ SLACK = 0.005
 RIVALS = ("dtr", "dte")
 
 
+def die(message):
+    print(f"check_sim_criteria: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def load(path):
+    """{(log, policy, ratio): row} of the arena rows."""
     rows = {}
-    with open(path) as f:
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        die(f"{path}: {e.strerror}")
+    with f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
                 continue
             try:
                 r = json.loads(line)
-                rows[(r["log"], r["policy"], round(float(r["budget_ratio"]), 4))] = r
-            except (ValueError, KeyError) as e:
-                sys.exit(f"{path}:{n}: not a coop sim --json row ({e})")
+                if r["memory"] != "arena":
+                    continue
+                key = (r["log"], r["policy"], round(float(r["budget_ratio"]), 4))
+                if r["result"] == "ok":
+                    float(r["overhead"])
+            except (ValueError, KeyError, TypeError) as e:
+                die(f"{path}:{n}: not a coop sim --json row ({e!r})")
+            if key in rows:
+                die(f"{path}:{n}: a second row for {key[0]} {key[1]} at {key[2]:g}")
+            rows[key] = r
+    if not rows:
+        die(f"{path}: no arena rows")
     return rows
 
 
@@ -56,25 +79,27 @@ def fmt(r):
 def violations(rows, policy):
     """{cell: description} of the violated cells."""
     out = {}
-    logs = sorted({k[0] for k in rows if k[1] == policy})
+    logs = sorted({k[0] for k in rows if k[1] in (policy,) + RIVALS})
     for log in logs:
-        ratios = sorted({k[2] for k in rows if k[0] == log and k[1] == policy}, reverse=True)
+        ratios = sorted({k[2] for k in rows if k[0] == log and k[1] in (policy,) + RIVALS},
+                        reverse=True)
         for ratio in ratios:
-            me = rows[(log, policy, ratio)]
+            me = rows.get((log, policy, ratio))
             why = []
             for rival in RIVALS:
                 r = rows.get((log, rival, ratio))
                 if not r or r["result"] != "ok":
                     continue
-                if me["result"] != "ok" or me["overhead"] > r["overhead"] + SLACK:
+                if me is None:
+                    why.append(f"{policy} missing vs {rival} {fmt(r)}")
+                elif me["result"] != "ok" or me["overhead"] > r["overhead"] + SLACK:
                     why.append(f"{policy} {fmt(me)} vs {rival} {fmt(r)}")
             if why:
                 out[(short(log), f"{ratio:g}")] = "; ".join(why)
-        mine = rows[(log, policy, ratios[0])].get("min_budget_ratio")
+        mine = min_ratio(rows, log, policy)
         why = []
         for rival in RIVALS:
-            r = rows.get((log, rival, ratios[0]))
-            theirs = r.get("min_budget_ratio") if r else None
+            theirs = min_ratio(rows, log, rival)
             if theirs is None:
                 continue
             if mine is None or mine > theirs:
@@ -84,13 +109,24 @@ def violations(rows, policy):
     return out
 
 
+def min_ratio(rows, log, policy):
+    """policy's min_budget_ratio on log, from any of its rows (one run gives
+    every row the same); None where no row has one."""
+    found = [r["min_budget_ratio"] for k, r in rows.items()
+             if k[0] == log and k[1] == policy and r.get("min_budget_ratio") is not None]
+    return min(found) if found else None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results")
     ap.add_argument("baseline", nargs="?")
     ap.add_argument("--policy", default="coop")
     a = ap.parse_args()
-    now = violations(load(a.results), a.policy)
+    rows = load(a.results)
+    if not any(k[1] == a.policy for k in rows):
+        die(f"{a.results}: no arena rows of policy {a.policy}")
+    now = violations(rows, a.policy)
     for cell, why in sorted(now.items()):
         print(f"violation {cell[0]} {cell[1]}: {why}")
     print(f"{len(now)} violations")

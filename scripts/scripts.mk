@@ -6,6 +6,9 @@ EXTRA_DIST += tests/python/test_record_ops.py tests/python/debian_torch.py
 # The replay criteria checker: standard library only, always runs.
 TESTS += tests/python/test_check_replay_criteria.py
 EXTRA_DIST += tests/python/test_check_replay_criteria.py
+# The sim criteria checker: standard library only, always runs.
+TESTS += tests/python/test_check_sim_criteria.py
+EXTRA_DIST += tests/python/test_check_sim_criteria.py
 # The GPU scripts on the CPU (--dry-run, exit 77 without a device, readers);
 # exits 77 (SKIP) where python3-torch is absent.
 TESTS += tests/python/test_gpu_scripts.py

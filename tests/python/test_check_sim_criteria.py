@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Tests scripts/check_sim_criteria.py on hand-made coop sim rows: each
+criterion is violated where it should be and nowhere else, missing rows and
+rows of another memory model cannot make a run pass, and bad input is exit 2
+with one line. Standard library only."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "check_sim_criteria.py")
+
+
+def row(policy, ratio, result="ok", overhead=1.1, min_ratio=0.3, log="a.log.gz", memory="arena"):
+    r = {"log": log, "policy": policy, "memory": memory, "budget_ratio": ratio,
+         "result": result, "min_budget_ratio": min_ratio}
+    if overhead is not None:
+        r["overhead"] = overhead
+    return r
+
+
+def met():
+    """coop at or below both rivals everywhere."""
+    return [row("coop", 0.9, overhead=1.01), row("dtr", 0.9, overhead=1.02),
+            row("dte", 0.9, overhead=1.03), row("coop", 0.5, overhead=1.2),
+            row("dtr", 0.5, result="thrash", overhead=2.0), row("dte", 0.5, overhead=1.2)]
+
+
+class CheckSimCriteria(unittest.TestCase):
+    def run_script(self, rows, *extra, raw=None):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write(raw if raw is not None else "".join(json.dumps(r) + "\n" for r in rows))
+        self.addCleanup(os.unlink, f.name)
+        p = subprocess.run([sys.executable, SCRIPT, f.name, *extra], capture_output=True,
+                           text=True)
+        return p.returncode, p.stdout, p.stderr
+
+    def violated(self, rows, count):
+        rc, out, err = self.run_script(rows)
+        self.assertEqual(rc, 1 if count else 0, out + err)
+        self.assertIn(f"{count} violations", out)
+        return out
+
+    def test_met(self):
+        self.violated(met(), 0)
+
+    def test_slack(self):
+        rows = met()
+        rows[0]["overhead"] = 1.02 + 0.005  # at the slack: met
+        self.violated(rows, 0)
+        rows[0]["overhead"] = 1.02 + 0.0051
+        self.assertIn("a.log.gz 0.9: coop 1.025 vs dtr 1.020", self.violated(rows, 1))
+
+    def test_coop_fails_where_a_rival_succeeds(self):
+        rows = met()
+        rows[3].update(result="oom")
+        self.assertIn("coop oom vs dte 1.200", self.violated(rows, 1))
+
+    def test_min_ratio(self):
+        rows = met()
+        for r in rows:
+            if r["policy"] == "coop":
+                r["min_budget_ratio"] = 0.31
+        self.assertIn("coop min 0.31 vs dtr 0.3", self.violated(rows, 1))
+        for r in rows:
+            if r["policy"] == "coop":
+                r["min_budget_ratio"] = None
+        self.violated(rows, 1)
+
+    def test_rival_min_ratio_from_any_of_its_rows(self):
+        rows = met() + [row("dtr", 0.2, result="thrash", min_ratio=0.2)]
+        for r in rows:
+            if r["policy"] == "dtr" and r["budget_ratio"] != 0.2:
+                r["min_budget_ratio"] = None
+        self.assertIn("coop min 0.3 vs dtr 0.2", self.violated(rows, 1))
+
+    def test_missing_rows_are_violations(self):
+        rows = [r for r in met() if not (r["policy"] == "coop" and r["budget_ratio"] == 0.9)]
+        self.assertIn("coop missing vs dtr 1.020", self.violated(rows, 1))
+        other_log = [row("dtr", 0.9, log="b.log.gz"), row("dte", 0.9, log="b.log.gz")]
+        out = self.violated(met() + other_log, 2)  # b 0.9 and b min
+        self.assertIn("b.log.gz 0.9: coop missing", out)
+
+    def test_ideal_rows_do_not_count(self):
+        rows = met() + [row("coop", 0.9, overhead=1.5, memory="ideal")]
+        self.violated(rows, 0)
+        rows = met()
+        rows[0]["overhead"] = 1.3
+        rows.append(row("coop", 0.9, overhead=1.0, memory="ideal"))  # used to overwrite it
+        self.violated(rows, 1)
+
+    def test_bad_input(self):
+        cases = {
+            "not json": (None, "{oops\n", ":1: not a coop sim --json row"),
+            "ok without overhead": ([row("coop", 0.9, overhead=None)], None, "'overhead'"),
+            "duplicate": ([row("coop", 0.9), row("coop", 0.9)], None, ":2: a second row"),
+            "no arena rows": ([row("coop", 0.9, memory="ideal")], None, "no arena rows"),
+            "empty": ([], None, "no arena rows"),
+        }
+        for name, (rows, raw, says) in cases.items():
+            rc, out, err = self.run_script(rows, raw=raw)
+            self.assertEqual(rc, 2, name)
+            self.assertIn(says, err, name)
+            self.assertNotIn("Traceback", err, name)
+        rc, _, err = self.run_script(met(), "--policy", "coop-lve")  # misspelt
+        self.assertEqual(rc, 2)
+        self.assertIn("no arena rows of policy coop-lve", err)
+        p = subprocess.run([sys.executable, SCRIPT, "/nonexistent.jsonl"], capture_output=True,
+                           text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("/nonexistent.jsonl: No such file", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
