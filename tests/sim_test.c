@@ -405,6 +405,54 @@ static void coop_follows_what_recomputation_needs_on_vgg16(void **state)
     sim_program_free(&p);
 }
 
+/* review2 F2: MUTATE swap_(v, v) mutating arguments 0 and 1, both on x's
+ * storage (v is a view of x, x released). Two outputs cannot both take over
+ * that one buffer: the first does, the second needs 1 MiB of its own, and
+ * y = h(v) then needs v's 1 MiB, y's 1 MiB and the constant resident. The
+ * unlimited (copy-on-write) peak is 3 MiB + 512 B, so the smallest feasible
+ * ratio is (2 MiB + 512) / (3 MiB + 512) = 0.667; at 0.34 (about 1.07 MiB)
+ * every policy is out of memory. Both outputs taking over counted the
+ * buffer once for two and reported ok down to 0.336. */
+static const char mutate_same_storage_log[] =
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST(
+        "c", "512") "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"g\",\"ARGS\":[\"c\"],\"RESULT\":[\"x\"],"
+                    "\"TIME\":\"1000\"}\n"
+                    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"1048576\"}\n"
+                    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"x\",\"ALIAS\":-1}\n"
+                    "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"view\",\"ARGS\":[\"x\"],\"RESULT\":["
+                    "\"v\"],\"TIME\":\"10\"}\n"
+                    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"v\",\"MEMORY\":\"0\"}\n"
+                    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"v\",\"ALIAS\":0}\n" RELEASE(
+                        "x") "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"swap_\",\"ARGS\":[\"v\",\"v\"]"
+                             ",\"MUTATE\":[0,1],"
+                             "\"TIME\":\"500\"}\n"
+                             "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"h\",\"ARGS\":[\"v\"],\"RESULT\":"
+                             "[\"y\"],\"TIME\":\"1000\"}\n"
+                             "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":\"1048576\"}\n"
+                             "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":-1}\n";
+
+static void two_outputs_do_not_take_over_one_buffer(void **state)
+{
+    (void)state;
+    sim_program p;
+    load(mutate_same_storage_log, &p);
+    const struct {
+        sim_policy policy;
+        sim_memory memory;
+    } runs[] = {{SIM_POLICY_DTR, SIM_MEMORY_IDEAL}, {SIM_POLICY_COOP, SIM_MEMORY_ARENA}};
+    for (int i = 0; i < 2; i++) {
+        uint64_t peak = sim_peak(&p, runs[i].memory);
+        assert_int_equal(peak, 3 * 1048576 + 512);
+        sim_options opt = sim_options_default(runs[i].policy, runs[i].memory);
+        opt.inplace = 1;
+        assert_int_equal(sim_run(&p, peak, &opt, 0.34).result, SIM_OOM);
+        assert_int_equal(sim_run(&p, peak, &opt, 0.5).result, SIM_OOM);
+        double r = sim_min_budget_ratio(&p, peak, &opt, 0.005);
+        assert_true(r > 0.665 && r < 0.675);
+    }
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -421,6 +469,7 @@ int main(void)
         cmocka_unit_test(undefined_names_are_errors_with_lines),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),
+        cmocka_unit_test(two_outputs_do_not_take_over_one_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
