@@ -453,6 +453,68 @@ static void two_outputs_do_not_take_over_one_buffer(void **state)
     sim_program_free(&p);
 }
 
+/* A one-result CALL of m bytes. */
+#define CALLM(op, arg, res, t, m)                                                                  \
+    "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"" op "\",\"ARGS\":[" arg "],\"RESULT\":[\"" res          \
+    "\"],\"TIME\":\"" t "\"}\n"                                                                    \
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"" res "\",\"MEMORY\":\"" m "\"}\n"                     \
+    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" res "\",\"ALIAS\":\"-1\"}\n"
+
+/* review2 F3, tiny_chain: a pinned 512 B constant, then a chain of 2048 B
+ * results, each released after the next is made: the peak is 4608 B (the
+ * constant and two results). The arena's capacity is the budget rounded
+ * down to 512 B, so at ratio 1.0 everything fits, as in the ideal model; it
+ * was rounded down to 4 KiB, below the peak, and ratio 1.0 was oom. */
+static const char tiny_chain_log[] =
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("in", "512")
+        CALLM("f", "\"in\"", "t0", "1000", "2048") CALLM("f", "\"t0\"", "t1", "1000", "2048")
+            RELEASE("t0") CALLM("f", "\"t1\"", "t2", "1000", "2048") RELEASE("t1")
+                CALLM("f", "\"t2\"", "t3", "1000", "2048") RELEASE("t2");
+
+/* review2 F3, only_constants: 1000 B and 2000 B of constants (3072 B in
+ * 512-byte blocks), never evictable. No ratio below 1 can hold both: at 0.3
+ * (921 B, a 512 B arena) it is oom; the arena had a floor of 4 KiB, which
+ * made it ok with min_budget_ratio 0.0039. Below one block (ratio 0.1,
+ * 307 B) nothing fits at all. */
+static const char only_constants_log[] =
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("c0", "1000")
+        CONST("c1", "2000") RELEASE("c0");
+
+static void arena_capacity_is_the_budget_in_blocks(void **state)
+{
+    (void)state;
+    assert_int_equal(sim_capacity(SIM_MEMORY_ARENA, 4608), 4608);
+    assert_int_equal(sim_capacity(SIM_MEMORY_ARENA, 4607), 4096);
+    assert_int_equal(sim_capacity(SIM_MEMORY_ARENA, 511), 0);
+    assert_int_equal(sim_capacity(SIM_MEMORY_IDEAL, 511), 511);
+    const sim_policy pols[] = {SIM_POLICY_DTR, SIM_POLICY_COOP};
+    sim_program p;
+    load(tiny_chain_log, &p);
+    uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    assert_int_equal(peak, 4608);
+    for (int i = 0; i < 2; i++) {
+        sim_options opt = sim_options_default(pols[i], SIM_MEMORY_ARENA);
+        sim_outcome o = sim_run(&p, peak, &opt, 1.0);
+        assert_int_equal(o.result, SIM_OK);
+        assert_int_equal(o.evictions, 0);
+        assert_true(sim_min_budget_ratio(&p, peak, &opt, 0.005) == 1.0);
+    }
+    sim_program_free(&p);
+    load(only_constants_log, &p);
+    peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    assert_int_equal(peak, 3072);
+    for (int i = 0; i < 2; i++) {
+        sim_options opt = sim_options_default(pols[i], SIM_MEMORY_ARENA);
+        assert_int_equal(sim_run(&p, peak, &opt, 1.0).result, SIM_OK);
+        assert_int_equal(sim_run(&p, peak, &opt, 0.3).result, SIM_OOM);
+        sim_outcome o = sim_run(&p, peak, &opt, 0.1);
+        assert_int_equal(o.result, SIM_OOM);
+        assert_true(o.frag_at_evict == 0.0);
+        assert_true(sim_min_budget_ratio(&p, peak, &opt, 0.005) == 1.0);
+    }
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -470,6 +532,7 @@ int main(void)
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),
         cmocka_unit_test(two_outputs_do_not_take_over_one_buffer),
+        cmocka_unit_test(arena_capacity_is_the_budget_in_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

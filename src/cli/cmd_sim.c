@@ -426,14 +426,19 @@ int cmd_sim(int argc, char **argv)
         }
         uint64_t peak = sim_peak(&prog, mem_model);
         /* budget = ratio x peak, in whole bytes: a ratio in (0, 1] so small
-         * that nothing is left is no budget at all */
+         * that nothing is left is no budget at all; in the arena, neither is
+         * one below a 512-byte block (the bisection's probes there are oom) */
         int zero_budget = 0;
         for (int k = 0; k < nb; k++) {
-            if (peak && (uint64_t)((double)peak * ratios[k]) == 0) {
+            uint64_t bytes = (uint64_t)((double)peak * ratios[k]);
+            if (peak && sim_capacity(mem_model, bytes) == 0) {
                 fprintf(stderr,
-                        "coop sim: %s: budget ratio '%s' gives a budget of 0 bytes (the peak "
-                        "is %llu bytes)\n",
-                        argv[a], budget_items[k], (unsigned long long)peak);
+                        "coop sim: %s: budget ratio '%s' gives %s of 0 bytes (%llu of the peak's "
+                        "%llu bytes%s)\n",
+                        argv[a], budget_items[k],
+                        mem_model == SIM_MEMORY_ARENA ? "an arena" : "a budget",
+                        (unsigned long long)bytes, (unsigned long long)peak,
+                        mem_model == SIM_MEMORY_ARENA ? ", below one 512-byte block" : "");
                 zero_budget = 1;
             }
         }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "remat/sim.h"
+#include "remat/sim_internal.h"
 
 sim_options sim_options_default(sim_policy policy, sim_memory memory)
 {
@@ -54,6 +55,11 @@ int sim_options_parse_policy(const char *name, sim_options *out)
 uint64_t sim_peak(const sim_program *prog, sim_memory memory)
 {
     return sim_baseline_peak(prog, memory == SIM_MEMORY_ARENA ? 512 : 1);
+}
+
+uint64_t sim_capacity(sim_memory memory, uint64_t budget)
+{
+    return memory == SIM_MEMORY_ARENA ? sim_arena_capacity(budget) : budget;
 }
 
 static int cmp_u64(const void *a, const void *b)

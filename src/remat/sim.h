@@ -68,6 +68,11 @@ typedef struct sim_outcome {
  * the pool's 512-byte granularity). */
 uint64_t sim_peak(const sim_program *prog, sim_memory memory);
 
+/* The bytes a budget gives the memory model: ideal, the budget; arena, the
+ * pool's capacity, the budget rounded down to the 512-byte block
+ * granularity (0: no block fits, every run that places one is oom). */
+uint64_t sim_capacity(sim_memory memory, uint64_t budget);
+
 /* The recompute budget in ns of an overhead limit: base_compute x
  * (overhead_limit - 1), saturated at UINT64_MAX (converting a double of 2^64
  * or more to uint64_t is undefined, and on x86-64 gave a limit near 0, so a

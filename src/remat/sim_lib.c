@@ -363,6 +363,15 @@ static coop_status run_program(lib_drive *d)
     return COOP_OK;
 }
 
+/* Whether any storage of prog needs a block (storages of 0 bytes get none). */
+static bool needs_a_block(const sim_program *prog)
+{
+    for (uint32_t s = 0; s < prog->num_storages; s++)
+        if (prog->storages[s].size)
+            return true;
+    return false;
+}
+
 sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_options *opt,
                         double ratio, sim_lib_counts *counts)
 {
@@ -387,6 +396,16 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
     };
     if (sim_lib_policy(opt, &rc.policy))
         return out;
+    uint64_t capacity = sim_arena_capacity(out.budget);
+    if (!capacity && needs_a_block(prog)) {
+        /* as the simulator: no block fits a budget below 512 bytes (the
+         * pool, one page, would hold one) */
+        out.result = SIM_OOM;
+        out.overhead = 1.0;
+        if (counts)
+            *counts = (sim_lib_counts){0};
+        return out;
+    }
     coop_config pc;
     sim_arena_pool_config(out.budget, &pc);
     coop_pool *pool = NULL;
@@ -414,10 +433,11 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
                                           : 1.0;
         out.heuristic_evals = rs.heuristic_evals;
         out.frag_failures = rs.frag_failures;
-        /* as the simulator: mean free bytes / budget at the searches */
-        out.frag_at_evict = rs.searches && out.budget ? (double)rs.search_free_bytes /
-                                                            (double)rs.searches / (double)out.budget
-                                                      : 0.0;
+        /* as the simulator: mean free bytes / the pool's capacity (the
+         * budget rounded down to 512 bytes) at the searches */
+        out.frag_at_evict = rs.searches && capacity ? (double)rs.search_free_bytes /
+                                                          (double)rs.searches / (double)capacity
+                                                    : 0.0;
         sim_search_percentiles(d.search_ns, d.num_search_ns, &out.search_ns_p50,
                                &out.search_ns_p99);
         d.counts.searches = rs.searches;
