@@ -515,6 +515,40 @@ static void arena_capacity_is_the_budget_in_blocks(void **state)
     sim_program_free(&p);
 }
 
+/* review2 F5: the bisection took ratio 0 to fail. A log whose tensors are
+ * all 0 bytes (peak 0) runs in any budget, and its min_budget_ratio is 0,
+ * not the last probe 1/256. */
+static const char zero_peak_log[] =
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("c", "0")
+        CALLM("f", "\"c\"", "a", "10", "0") CALLM("g", "\"a\"", "b", "10", "0") RELEASE("a");
+
+static bool feasible_from(double ratio, void *ctx)
+{
+    return ratio >= *(const double *)ctx;
+}
+
+static void min_ratio_of_a_zero_peak_log_is_zero(void **state)
+{
+    (void)state;
+    double from = 0.0;
+    assert_true(sim_bisect_min_ratio(feasible_from, &from, 0.005) == 0.0);
+    from = 0.3; /* a failing probe: no run at ratio 0, the answer as before */
+    double r = sim_bisect_min_ratio(feasible_from, &from, 0.005);
+    assert_true(r >= 0.3 && r < 0.305);
+    from = 2.0;
+    assert_true(sim_bisect_min_ratio(feasible_from, &from, 0.005) == -1.0);
+    sim_program p;
+    load(zero_peak_log, &p);
+    for (sim_memory m = SIM_MEMORY_IDEAL; m <= SIM_MEMORY_ARENA; m++) {
+        uint64_t peak = sim_peak(&p, m);
+        assert_int_equal(peak, 0);
+        sim_options opt = sim_options_default(SIM_POLICY_DTR, m);
+        assert_int_equal(sim_run(&p, peak, &opt, 0.5).result, SIM_OK);
+        assert_true(sim_min_budget_ratio(&p, peak, &opt, 0.005) == 0.0);
+    }
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -533,6 +567,7 @@ int main(void)
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),
         cmocka_unit_test(two_outputs_do_not_take_over_one_buffer),
         cmocka_unit_test(arena_capacity_is_the_budget_in_blocks),
+        cmocka_unit_test(min_ratio_of_a_zero_peak_log_is_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,7 +59,8 @@ static void usage(FILE *out)
             "                     are the library's own (coop_remat_stats)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
-            "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
+            "thrash; on an oom or thrash row, overhead and the counters cover the run until\n"
+            "it stopped. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
             "a tensor's neighbours: dtr, coop-comp) and blocks (blocks coop's window searches\n"
             "visited). Exit status 0 when every log ran, 1 when a run failed, 2 on a usage\n"
             "error or a log that cannot be read (file and line in the message).\n");

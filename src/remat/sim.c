@@ -142,7 +142,8 @@ void sim_search_percentiles(uint64_t *ns, size_t n, uint64_t *p50, uint64_t *p99
 
 double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double tolerance)
 {
-    double lo = 0.0, hi = 1.0; /* lo fails (nothing fits in 0 bytes), hi is checked */
+    /* lo is taken to fail (nothing fits in 0 bytes), hi is checked */
+    double lo = 0.0, hi = 1.0;
     if (!feasible(hi, ctx))
         return -1.0;
     while (hi - lo > tolerance) {
@@ -152,6 +153,11 @@ double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double toleranc
         else
             lo = mid;
     }
+    /* no probe failed: ratio 0 may not fail either (a log whose peak is 0
+     * bytes runs in any budget), and then the answer is 0, not hi. Checked
+     * only here, so logs with a failing probe cost no extra run */
+    if (lo == 0.0 && feasible(0.0, ctx))
+        return 0.0;
     return hi;
 }
 

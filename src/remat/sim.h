@@ -82,8 +82,9 @@ uint64_t sim_remat_limit(uint64_t base_compute, double overhead_limit);
 /* Runs prog at budget = ratio x peak. */
 sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio);
 
-/* Smallest ratio in (0, 1] at which the run succeeds, by bisection to
- * within tolerance (e.g. 0.005); -1 if even ratio 1 fails. Feasibility is
+/* Smallest ratio in [0, 1] at which the run succeeds, by bisection to
+ * within tolerance (e.g. 0.005); -1 if even ratio 1 fails; 0 for a log
+ * that runs in 0 bytes (its peak is 0). Feasibility is
  * not monotone near the thrash limit, so this is one feasible ratio whose
  * neighbour tolerance below failed, not a guarantee for all ratios above. */
 double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
@@ -94,7 +95,8 @@ double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_op
 typedef bool (*sim_feasible_fn)(double ratio, void *ctx);
 
 /* sim_min_budget_ratio's bisection over any engine: the smallest ratio in
- * (0, 1] that feasible accepts, to within tolerance; -1 if 1 fails. */
+ * [0, 1] that feasible accepts, to within tolerance; -1 if 1 fails; 0 when
+ * every probe and ratio 0 itself succeed (a log whose peak is 0 bytes). */
 double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double tolerance);
 
 /* What an engine's feasibility callback needs to run one budget ratio: the
