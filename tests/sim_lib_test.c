@@ -363,6 +363,41 @@ static void small_budgets_are_the_arena_models(void **state)
     }
 }
 
+/* review2 F2 in the lib engine: swap_(v, v) mutating arguments 0 and 1, v
+ * a view of the released x. The first output takes x's record over, the
+ * second is a fresh tensor; both taking it over passed a NULL record to
+ * coop_tensor_mutate (an error row). As the simulator: ok at 1.0, oom at
+ * 0.34, min ratio (2 MiB + 512) / (3 MiB + 512). */
+static void two_outputs_do_not_take_over_one_record(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n"
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c\",\"MEMORY\":\"512\"}\n" CALL("g", "\"c\"",
+                                                                                "\"x\"", "1000")
+            FRESH("x", "1048576") CALL("view", "\"x\"", "\"v\"", "10") VIEW("v") RELEASE(
+                "x") "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"swap_\",\"ARGS\":[\"v\",\"v\"],"
+                     "\"MUTATE\":[0,1],\"TIME\":\"500\"}\n" CALL("h", "\"v\"", "\"y\"", "1000")
+                         FRESH("y", "1048576");
+    dtr_log log;
+    sim_program p;
+    assert_int_equal(dtr_log_parse_buffer("mutate.log", text, strlen(text), &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, &p), COOP_OK);
+    dtr_log_free(&log);
+    uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    sim_options opt = options("coop");
+    sim_lib_counts n;
+    sim_outcome o = sim_lib_run(&p, peak, &opt, 1.0, &n);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(n.inplace_ops, 1);
+    assert_int_equal(sim_lib_run(&p, peak, &opt, 0.34, NULL).result, SIM_OOM);
+    double lib = sim_lib_min_budget_ratio(&p, peak, &opt, 0.005);
+    assert_true(lib > 0.665 && lib < 0.675);
+    assert_true(lib == sim_min_budget_ratio(&p, peak, &opt, 0.005));
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +409,7 @@ int main(void)
         cmocka_unit_test(search_metrics_come_from_the_library),
         cmocka_unit_test(min_ratio_bisects_the_lib_engine),
         cmocka_unit_test(small_budgets_are_the_arena_models),
+        cmocka_unit_test(two_outputs_do_not_take_over_one_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

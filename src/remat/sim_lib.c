@@ -169,6 +169,24 @@ static bool takes_over(const lib_drive *d, const sim_op *op, uint32_t out)
            d->refs[old_t] == 1;
 }
 
+/* Whether an output of op before output i already takes over the storage
+ * output i mutates: one record carries on as one output (the simulator's
+ * rule, sim_runtime.c materialize), the later ones are fresh. */
+static bool taken_before(const lib_drive *d, const sim_op *op, uint32_t i)
+{
+    const sim_program *p = d->prog;
+    uint32_t mine =
+        p->tensors[p->inputs[op->first_input + (uint32_t)p->tensors[op->first_output + i].mutates]]
+            .storage;
+    for (uint32_t j = 0; j < i; j++) {
+        const sim_tensor *t = &p->tensors[op->first_output + j];
+        if (d->out_kind[j] == OUT_IN_PLACE &&
+            p->tensors[p->inputs[op->first_input + (uint32_t)t->mutates]].storage == mine)
+            return true;
+    }
+    return false;
+}
+
 /* Room in one op's scratch arrays for its inputs and outputs: 0, or -1 when
  * out of host memory (the arrays grown so far stay valid). */
 static int grow_scratch(lib_drive *d, uint32_t num_inputs, uint32_t num_outputs)
@@ -274,7 +292,7 @@ static coop_status run_compute(lib_drive *d, uint32_t op_id)
         } else if (!p->storages[t->storage].size) {
             d->out_kind[i] = OUT_NONE;
             d->counts.zero_size++;
-        } else if (op->is_mutation && takes_over(d, op, u)) {
+        } else if (op->is_mutation && takes_over(d, op, u) && !taken_before(d, op, i)) {
             d->out_kind[i] = OUT_IN_PLACE;
             in_place++;
         } else {
