@@ -549,6 +549,59 @@ static void min_ratio_of_a_zero_peak_log_is_zero(void **state)
     sim_program_free(&p);
 }
 
+/* A feasibility that is not monotone: ok from 0.9 up, and in [0.3, 0.8)
+ * but not in [0.8, 0.9); out of [0.3, 0.8), 0.85 fails too. The bisection
+ * probes 1, 0.5 (ok), 0.25 (fails), ... and answers about 0.3, below the
+ * failing band; the grid's threshold is 0.9. */
+static bool feasible_with_a_band(double ratio, void *ctx)
+{
+    int *runs = ctx;
+    ++*runs;
+    return ratio >= 0.9 - 1e-9 || (ratio >= 0.3 && ratio < 0.8 - 1e-9);
+}
+
+static void stable_min_ratio_is_where_every_grid_ratio_above_succeeds(void **state)
+{
+    (void)state;
+    int runs = 0;
+    double bisect = sim_bisect_min_ratio(feasible_with_a_band, &runs, 0.005);
+    assert_true(bisect >= 0.3 && bisect < 0.305);
+    runs = 0;
+    double stable = sim_grid_stable_ratio(feasible_with_a_band, &runs, SIM_STABLE_STEP);
+    assert_true(fabs(stable - 0.9) < 1e-9);
+    assert_int_equal(runs, 10); /* 1, 0.9875, ..., 0.9 ok, then 0.8875 fails */
+    double from = 0.0;          /* always feasible: the grid's last point, one step */
+    assert_true(fabs(sim_grid_stable_ratio(feasible_from, &from, 0.25) - 0.25) < 1e-12);
+    from = 2.0; /* 1 fails: none */
+    assert_true(sim_grid_stable_ratio(feasible_from, &from, SIM_STABLE_STEP) == -1.0);
+    from = 0.5; /* monotone: the grid point at or above the threshold */
+    assert_true(fabs(sim_grid_stable_ratio(feasible_from, &from, SIM_STABLE_STEP) - 0.5) < 1e-9);
+}
+
+/* review2 F1 on a real log: vgg16 (held out) with coop in the arena. The
+ * bisection's min_budget_ratio, 0.7773, is feasible, but 0.7875 (oom),
+ * 0.8 (thrash) and 0.8875 (oom) above it fail; every grid ratio from 0.9
+ * up succeeds. dtr's two measures agree within a step (0.8398, 0.8375), so
+ * the stable threshold ranks coop behind dtr on this log. */
+static void bisection_lands_below_failing_ratios_on_vgg16(void **state)
+{
+    (void)state;
+    sim_program p;
+    assert_int_equal(
+        sim_program_load(COOP_TEST_SRCDIR "/traces/heldout/vgg16-train-step.ops.jsonl.gz", &p),
+        COOP_OK);
+    uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+    double bisect = sim_min_budget_ratio(&p, peak, &opt, 0.005);
+    assert_true(fabs(bisect - 0.77734375) < 1e-9);
+    assert_int_equal(sim_run(&p, peak, &opt, bisect).result, SIM_OK);
+    assert_int_not_equal(sim_run(&p, peak, &opt, 0.8875).result, SIM_OK);
+    assert_true(fabs(sim_stable_min_ratio(&p, peak, &opt, SIM_STABLE_STEP) - 0.9) < 1e-9);
+    opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_ARENA);
+    assert_true(fabs(sim_stable_min_ratio(&p, peak, &opt, SIM_STABLE_STEP) - 0.8375) < 1e-9);
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -568,6 +621,8 @@ int main(void)
         cmocka_unit_test(two_outputs_do_not_take_over_one_buffer),
         cmocka_unit_test(arena_capacity_is_the_budget_in_blocks),
         cmocka_unit_test(min_ratio_of_a_zero_peak_log_is_zero),
+        cmocka_unit_test(stable_min_ratio_is_where_every_grid_ratio_above_succeeds),
+        cmocka_unit_test(bisection_lands_below_failing_ratios_on_vgg16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

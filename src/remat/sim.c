@@ -173,3 +173,25 @@ double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_op
     sim_run_args a = {prog, peak, opt};
     return sim_bisect_min_ratio(sim_run_feasible, &a, tolerance);
 }
+
+double sim_grid_stable_ratio(sim_feasible_fn feasible, void *ctx, double step)
+{
+    double stable = -1.0;
+    /* each grid ratio computed from 1 (no drift from repeated subtraction);
+     * the walk ends before a ratio within half a step of 0, which is ratio
+     * 0 itself where step divides 1 */
+    for (uint64_t k = 0;; k++) {
+        double r = 1.0 - (double)k * step;
+        if (r < step / 2 || !feasible(r, ctx))
+            break;
+        stable = r;
+    }
+    return stable;
+}
+
+double sim_stable_min_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                            double step)
+{
+    sim_run_args a = {prog, peak, opt};
+    return sim_grid_stable_ratio(sim_run_feasible, &a, step);
+}

@@ -99,6 +99,25 @@ typedef bool (*sim_feasible_fn)(double ratio, void *ctx);
  * every probe and ratio 0 itself succeed (a log whose peak is 0 bytes). */
 double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double tolerance);
 
+/* The default grid step of sim_stable_min_ratio (`coop sim
+ * --stable-min-ratio`): 80 runs at most per log and policy. */
+#define SIM_STABLE_STEP 0.0125
+
+/* The smallest ratio of the grid 1, 1 - step, 1 - 2 step, ... (above 0)
+ * from which every grid ratio up to 1 succeeds: the grid walked down from
+ * 1 until the first failure (at most 1/step runs); -1 if 1 fails.
+ * Feasibility is not monotone in the budget near the thrash limit (a
+ * larger budget can lead the policy to evictions it then recomputes more
+ * often), so the bisection's min_budget_ratio can land on a feasible ratio
+ * below failing ones; this threshold does not depend on where probes land
+ * (review2 F1: vgg16 coop in the arena, bisection 0.777, oom or thrash at
+ * 0.7875, 0.8 and 0.8875, every ratio ok from 0.9). */
+double sim_grid_stable_ratio(sim_feasible_fn feasible, void *ctx, double step);
+
+/* sim_grid_stable_ratio over sim_run. */
+double sim_stable_min_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                            double step);
+
 /* What an engine's feasibility callback needs to run one budget ratio: the
  * program, its unlimited peak and the options (the ctx of both engines'
  * bisections). */

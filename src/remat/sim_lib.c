@@ -490,3 +490,10 @@ double sim_lib_min_budget_ratio(const sim_program *prog, uint64_t peak, const si
     sim_run_args a = {prog, peak, opt};
     return sim_bisect_min_ratio(lib_run_feasible, &a, tolerance);
 }
+
+double sim_lib_stable_min_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                                double step)
+{
+    sim_run_args a = {prog, peak, opt};
+    return sim_grid_stable_ratio(lib_run_feasible, &a, step);
+}

@@ -67,4 +67,8 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
 double sim_lib_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
                                 double tolerance);
 
+/* sim_stable_min_ratio with sim_lib_run as the run (sim_grid_stable_ratio). */
+double sim_lib_stable_min_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                                double step);
+
 #endif
