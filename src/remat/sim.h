@@ -65,7 +65,10 @@ typedef struct sim_outcome {
 } sim_outcome;
 
 /* The unlimited run's peak for the memory model (arena: sizes rounded to
- * the pool's 512-byte granularity). */
+ * the pool's 512-byte granularity). For the arena it is still the ideal
+ * (copy-on-write, V1) run's live bytes, with no placement: every policy and
+ * both models get the same bytes, and an arena of that size already has
+ * to evict where fragmentation leaves no hole (ratio 1 is not free). */
 uint64_t sim_peak(const sim_program *prog, sim_memory memory);
 
 /* The bytes a budget gives the memory model: ideal, the budget; arena, the
