@@ -46,6 +46,11 @@ expect 2 "coop sim: --budget needs a value" $coop sim --budget
 expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unet-train-step.ops.jsonl.gz: budget ratio '1e-300' gives a budget of 0 bytes" $coop sim --json --no-min-ratio --policy dtr --budget 1e-300 "$traces/unet-train-step.ops.jsonl.gz"
 [ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
+# the arena's capacity is the budget in whole 512-byte blocks: below one, no block fits
+expect 2 "budget ratio '1e-7' gives an arena of 0 bytes (175 of the peak's 1757318144 bytes, below one 512-byte block)" $coop sim --json --no-min-ratio --memory arena --policy dtr --budget 1e-7 "$traces/unet-train-step.ops.jsonl.gz"
+[ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
+expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not '0'" $coop sim --stable-min-ratio=0 "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not 'x'" $coop sim --stable-min-ratio=x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--overhead-limit must be a finite number >= 1, not '3x'" $coop sim --overhead-limit 3x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--overhead-limit must be a finite number >= 1, not 'inf'" $coop sim --overhead-limit inf "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unknown policy 'nope'" $coop sim --policy nope "$traces/unet-train-step.ops.jsonl.gz"

@@ -2,6 +2,8 @@
 # coop sim's --json rows: both engines print every field the issue names
 # (the lib engine may add its own), --no-min-ratio prints min_budget_ratio as
 # null, and without it the bisection's ratio is a number in (0, 1].
+# stable_min_ratio is printed only with --stable-min-ratio (the simulator's
+# default rows have exactly the issue's names).
 set -u
 coop=./coop
 log="${srcdir:-.}/traces/unet-train-step.ops.jsonl.gz"
@@ -10,7 +12,7 @@ fail() {
     echo "FAIL: $*"
     failures=$((failures + 1))
 }
-keys() { grep -o '"[a-z_0-9]*":' | tr -d '":' | sort -u; }
+keys() { grep -o '"[a-z_0-9]*":' | tr -d '":' | LC_ALL=C sort -u; }
 for engine in sim lib; do
     row=$($coop sim --engine $engine --json --memory arena --policy coop --budget 0.9 "$log") ||
         fail "$engine: coop sim exited $?"
@@ -25,8 +27,19 @@ for engine in sim lib; do
         --budget 0.9 "$log") || fail "$engine --no-min-ratio: exited $?"
     printf '%s\n' "$row" | grep -q '"min_budget_ratio":null' ||
         fail "$engine --no-min-ratio: $row"
+    printf '%s\n' "$row" | grep -q stable_min_ratio && fail "$engine: stable_min_ratio unasked: $row"
+    row=$($coop sim --engine $engine --json --no-min-ratio --stable-min-ratio=0.05 --memory arena \
+        --policy coop --budget 0.9 "$log") || fail "$engine --stable-min-ratio: exited $?"
+    printf '%s\n' "$row" | grep -q '"min_budget_ratio":null,"stable_min_ratio":[01]\.[0-9]*}$' ||
+        fail "$engine --stable-min-ratio: $row"
     [ "$failures" -eq 0 ] && echo "ok: $engine"
 done
+# the simulator's default row: the issue's names and no others
+row=$($coop sim --json --memory arena --policy coop --budget 0.9 "$log") || fail "exited $?"
+got=$(printf '%s\n' "$row" | keys | tr '\n' ' ')
+want="budget_ratio evictions frag_at_evict frag_failures heuristic_evals log memory min_budget_ratio overhead policy remat_ops result search_ns_p50 search_ns_p99 "
+[ "$got" = "$want" ] || fail "default row's names: $got"
+[ "$failures" -eq 0 ] && echo "ok: default names"
 # The log's file name is printed as a JSON string: quotes, backslashes and
 # control characters escaped, bytes that are not UTF-8 replaced (it was
 # printed as is, and the row did not parse).

@@ -188,12 +188,10 @@ static void own_traces_evict_as_the_simulator(void **state)
                 assert_int_equal(lib.evictions, sim.evictions);
                 assert_true(fabs(sim.overhead - lib.overhead) < 0.01);
                 /* the same evictions from the same pool states: the same
-                 * searches begin with the same free bytes (the library's
-                 * pool is the budget rounded down to 4 KiB pages, the
-                 * simulator counts from the budget: a few KiB of a budget
-                 * of megabytes apart) */
+                 * searches begin with the same free bytes, over the same
+                 * capacity (sim_arena_capacity) */
                 assert_int_equal(lib.frag_failures, sim.frag_failures);
-                assert_true(fabs(sim.frag_at_evict - lib.frag_at_evict) < 1e-4);
+                assert_true(fabs(sim.frag_at_evict - lib.frag_at_evict) < 1e-12);
             }
         }
         sim_program_free(&p);
@@ -317,6 +315,89 @@ static void min_ratio_bisects_the_lib_engine(void **state)
     sim_program_free(&p);
 }
 
+/* review2 F3 in the lib engine, whose pool is the arena model's
+ * (sim_arena_pool_config): tiny_chain (a 512 B constant, then 2048 B
+ * results made one from the other: peak 4608 B) fits at ratio 1.0, where
+ * a capacity rounded down to 4 KiB was oom; only_constants (1000 B and
+ * 2000 B, 3072 B in blocks) is oom at 0.3 (a 512 B pool), where a 4 KiB
+ * floor made it ok, and at 0.1 (307 B: no block fits). */
+static void small_budgets_are_the_arena_models(void **state)
+{
+    (void)state;
+    static const char tiny_chain[] =
+        "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n"
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"in\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"in\",\"MEMORY\":\"512\"}\n" CALL(
+            "f", "\"in\"", "\"t0\"", "1000") FRESH("t0", "2048")
+            CALL("f", "\"t0\"", "\"t1\"", "1000") FRESH("t1", "2048") RELEASE("t0")
+                CALL("f", "\"t1\"", "\"t2\"", "1000") FRESH("t2", "2048") RELEASE("t1");
+    static const char only_constants[] =
+        "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n"
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c0\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c0\",\"MEMORY\":\"1000\"}\n"
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c1\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c1\",\"MEMORY\":\"2000\"}\n" RELEASE("c0");
+    const char *texts[] = {tiny_chain, only_constants};
+    for (int l = 0; l < 2; l++) {
+        dtr_log log;
+        sim_program p;
+        assert_int_equal(dtr_log_parse_buffer("small.log", texts[l], strlen(texts[l]), &log),
+                         COOP_OK);
+        assert_int_equal(sim_program_build(&log, &p), COOP_OK);
+        dtr_log_free(&log);
+        uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
+        assert_int_equal(peak, l ? 3072 : 4608);
+        const char *policies[] = {"coop", "dtr"};
+        for (int i = 0; i < 2; i++) {
+            sim_options opt = options(policies[i]);
+            sim_lib_counts n;
+            assert_int_equal(sim_lib_run(&p, peak, &opt, 1.0, &n).result, SIM_OK);
+            assert_true(sim_lib_min_budget_ratio(&p, peak, &opt, 0.005) == 1.0);
+            if (l) {
+                assert_int_equal(sim_lib_run(&p, peak, &opt, 0.3, &n).result, SIM_OOM);
+                assert_int_equal(sim_lib_run(&p, peak, &opt, 0.1, &n).result, SIM_OOM);
+                assert_int_equal(n.searches, 0);
+            }
+        }
+        sim_program_free(&p);
+    }
+}
+
+/* review2 F2 in the lib engine: swap_(v, v) mutating arguments 0 and 1, v
+ * a view of the released x. The first output takes x's record over, the
+ * second is a fresh tensor; both taking it over passed a NULL record to
+ * coop_tensor_mutate (an error row). As the simulator: ok at 1.0, oom at
+ * 0.34, min ratio (2 MiB + 512) / (3 MiB + 512). */
+static void two_outputs_do_not_take_over_one_record(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n"
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c\",\"MEMORY\":\"512\"}\n" CALL("g", "\"c\"",
+                                                                                "\"x\"", "1000")
+            FRESH("x", "1048576") CALL("view", "\"x\"", "\"v\"", "10") VIEW("v") RELEASE(
+                "x") "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"swap_\",\"ARGS\":[\"v\",\"v\"],"
+                     "\"MUTATE\":[0,1],\"TIME\":\"500\"}\n" CALL("h", "\"v\"", "\"y\"", "1000")
+                         FRESH("y", "1048576");
+    dtr_log log;
+    sim_program p;
+    assert_int_equal(dtr_log_parse_buffer("mutate.log", text, strlen(text), &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, &p), COOP_OK);
+    dtr_log_free(&log);
+    uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    sim_options opt = options("coop");
+    sim_lib_counts n;
+    sim_outcome o = sim_lib_run(&p, peak, &opt, 1.0, &n);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(n.inplace_ops, 1);
+    assert_int_equal(sim_lib_run(&p, peak, &opt, 0.34, NULL).result, SIM_OOM);
+    double lib = sim_lib_min_budget_ratio(&p, peak, &opt, 0.005);
+    assert_true(lib > 0.665 && lib < 0.675);
+    assert_true(lib == sim_min_budget_ratio(&p, peak, &opt, 0.005));
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -327,6 +408,8 @@ int main(void)
         cmocka_unit_test(coop_evicts_as_the_simulator_on_vgg16),
         cmocka_unit_test(search_metrics_come_from_the_library),
         cmocka_unit_test(min_ratio_bisects_the_lib_engine),
+        cmocka_unit_test(small_budgets_are_the_arena_models),
+        cmocka_unit_test(two_outputs_do_not_take_over_one_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

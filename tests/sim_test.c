@@ -405,6 +405,203 @@ static void coop_follows_what_recomputation_needs_on_vgg16(void **state)
     sim_program_free(&p);
 }
 
+/* review2 F2: MUTATE swap_(v, v) mutating arguments 0 and 1, both on x's
+ * storage (v is a view of x, x released). Two outputs cannot both take over
+ * that one buffer: the first does, the second needs 1 MiB of its own, and
+ * y = h(v) then needs v's 1 MiB, y's 1 MiB and the constant resident. The
+ * unlimited (copy-on-write) peak is 3 MiB + 512 B, so the smallest feasible
+ * ratio is (2 MiB + 512) / (3 MiB + 512) = 0.667; at 0.34 (about 1.07 MiB)
+ * every policy is out of memory. Both outputs taking over counted the
+ * buffer once for two and reported ok down to 0.336. */
+static const char mutate_same_storage_log[] =
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST(
+        "c", "512") "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"g\",\"ARGS\":[\"c\"],\"RESULT\":[\"x\"],"
+                    "\"TIME\":\"1000\"}\n"
+                    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"1048576\"}\n"
+                    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"x\",\"ALIAS\":-1}\n"
+                    "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"view\",\"ARGS\":[\"x\"],\"RESULT\":["
+                    "\"v\"],\"TIME\":\"10\"}\n"
+                    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"v\",\"MEMORY\":\"0\"}\n"
+                    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"v\",\"ALIAS\":0}\n" RELEASE(
+                        "x") "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"swap_\",\"ARGS\":[\"v\",\"v\"]"
+                             ",\"MUTATE\":[0,1],"
+                             "\"TIME\":\"500\"}\n"
+                             "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"h\",\"ARGS\":[\"v\"],\"RESULT\":"
+                             "[\"y\"],\"TIME\":\"1000\"}\n"
+                             "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":\"1048576\"}\n"
+                             "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":-1}\n";
+
+static void two_outputs_do_not_take_over_one_buffer(void **state)
+{
+    (void)state;
+    sim_program p;
+    load(mutate_same_storage_log, &p);
+    const struct {
+        sim_policy policy;
+        sim_memory memory;
+    } runs[] = {{SIM_POLICY_DTR, SIM_MEMORY_IDEAL}, {SIM_POLICY_COOP, SIM_MEMORY_ARENA}};
+    for (int i = 0; i < 2; i++) {
+        uint64_t peak = sim_peak(&p, runs[i].memory);
+        assert_int_equal(peak, 3 * 1048576 + 512);
+        sim_options opt = sim_options_default(runs[i].policy, runs[i].memory);
+        opt.inplace = 1;
+        assert_int_equal(sim_run(&p, peak, &opt, 0.34).result, SIM_OOM);
+        assert_int_equal(sim_run(&p, peak, &opt, 0.5).result, SIM_OOM);
+        double r = sim_min_budget_ratio(&p, peak, &opt, 0.005);
+        assert_true(r > 0.665 && r < 0.675);
+    }
+    sim_program_free(&p);
+}
+
+/* A one-result CALL of m bytes. */
+#define CALLM(op, arg, res, t, m)                                                                  \
+    "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"" op "\",\"ARGS\":[" arg "],\"RESULT\":[\"" res          \
+    "\"],\"TIME\":\"" t "\"}\n"                                                                    \
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"" res "\",\"MEMORY\":\"" m "\"}\n"                     \
+    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" res "\",\"ALIAS\":\"-1\"}\n"
+
+/* review2 F3, tiny_chain: a pinned 512 B constant, then a chain of 2048 B
+ * results, each released after the next is made: the peak is 4608 B (the
+ * constant and two results). The arena's capacity is the budget rounded
+ * down to 512 B, so at ratio 1.0 everything fits, as in the ideal model; it
+ * was rounded down to 4 KiB, below the peak, and ratio 1.0 was oom. */
+static const char tiny_chain_log[] =
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("in", "512")
+        CALLM("f", "\"in\"", "t0", "1000", "2048") CALLM("f", "\"t0\"", "t1", "1000", "2048")
+            RELEASE("t0") CALLM("f", "\"t1\"", "t2", "1000", "2048") RELEASE("t1")
+                CALLM("f", "\"t2\"", "t3", "1000", "2048") RELEASE("t2");
+
+/* review2 F3, only_constants: 1000 B and 2000 B of constants (3072 B in
+ * 512-byte blocks), never evictable. No ratio below 1 can hold both: at 0.3
+ * (921 B, a 512 B arena) it is oom; the arena had a floor of 4 KiB, which
+ * made it ok with min_budget_ratio 0.0039. Below one block (ratio 0.1,
+ * 307 B) nothing fits at all. */
+static const char only_constants_log[] =
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("c0", "1000")
+        CONST("c1", "2000") RELEASE("c0");
+
+static void arena_capacity_is_the_budget_in_blocks(void **state)
+{
+    (void)state;
+    assert_int_equal(sim_capacity(SIM_MEMORY_ARENA, 4608), 4608);
+    assert_int_equal(sim_capacity(SIM_MEMORY_ARENA, 4607), 4096);
+    assert_int_equal(sim_capacity(SIM_MEMORY_ARENA, 511), 0);
+    assert_int_equal(sim_capacity(SIM_MEMORY_IDEAL, 511), 511);
+    const sim_policy pols[] = {SIM_POLICY_DTR, SIM_POLICY_COOP};
+    sim_program p;
+    load(tiny_chain_log, &p);
+    uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    assert_int_equal(peak, 4608);
+    for (int i = 0; i < 2; i++) {
+        sim_options opt = sim_options_default(pols[i], SIM_MEMORY_ARENA);
+        sim_outcome o = sim_run(&p, peak, &opt, 1.0);
+        assert_int_equal(o.result, SIM_OK);
+        assert_int_equal(o.evictions, 0);
+        assert_true(sim_min_budget_ratio(&p, peak, &opt, 0.005) == 1.0);
+    }
+    sim_program_free(&p);
+    load(only_constants_log, &p);
+    peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    assert_int_equal(peak, 3072);
+    for (int i = 0; i < 2; i++) {
+        sim_options opt = sim_options_default(pols[i], SIM_MEMORY_ARENA);
+        assert_int_equal(sim_run(&p, peak, &opt, 1.0).result, SIM_OK);
+        assert_int_equal(sim_run(&p, peak, &opt, 0.3).result, SIM_OOM);
+        sim_outcome o = sim_run(&p, peak, &opt, 0.1);
+        assert_int_equal(o.result, SIM_OOM);
+        assert_true(o.frag_at_evict == 0.0);
+        assert_true(sim_min_budget_ratio(&p, peak, &opt, 0.005) == 1.0);
+    }
+    sim_program_free(&p);
+}
+
+/* review2 F5: the bisection took ratio 0 to fail. A log whose tensors are
+ * all 0 bytes (peak 0) runs in any budget, and its min_budget_ratio is 0,
+ * not the last probe 1/256. */
+static const char zero_peak_log[] =
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("c", "0")
+        CALLM("f", "\"c\"", "a", "10", "0") CALLM("g", "\"a\"", "b", "10", "0") RELEASE("a");
+
+static bool feasible_from(double ratio, void *ctx)
+{
+    return ratio >= *(const double *)ctx;
+}
+
+static void min_ratio_of_a_zero_peak_log_is_zero(void **state)
+{
+    (void)state;
+    double from = 0.0;
+    assert_true(sim_bisect_min_ratio(feasible_from, &from, 0.005) == 0.0);
+    from = 0.3; /* a failing probe: no run at ratio 0, the answer as before */
+    double r = sim_bisect_min_ratio(feasible_from, &from, 0.005);
+    assert_true(r >= 0.3 && r < 0.305);
+    from = 2.0;
+    assert_true(sim_bisect_min_ratio(feasible_from, &from, 0.005) == -1.0);
+    sim_program p;
+    load(zero_peak_log, &p);
+    for (sim_memory m = SIM_MEMORY_IDEAL; m <= SIM_MEMORY_ARENA; m++) {
+        uint64_t peak = sim_peak(&p, m);
+        assert_int_equal(peak, 0);
+        sim_options opt = sim_options_default(SIM_POLICY_DTR, m);
+        assert_int_equal(sim_run(&p, peak, &opt, 0.5).result, SIM_OK);
+        assert_true(sim_min_budget_ratio(&p, peak, &opt, 0.005) == 0.0);
+    }
+    sim_program_free(&p);
+}
+
+/* A feasibility that is not monotone: ok from 0.9 up, and in [0.3, 0.8)
+ * but not in [0.8, 0.9); out of [0.3, 0.8), 0.85 fails too. The bisection
+ * probes 1, 0.5 (ok), 0.25 (fails), ... and answers about 0.3, below the
+ * failing band; the grid's threshold is 0.9. */
+static bool feasible_with_a_band(double ratio, void *ctx)
+{
+    int *runs = ctx;
+    ++*runs;
+    return ratio >= 0.9 - 1e-9 || (ratio >= 0.3 && ratio < 0.8 - 1e-9);
+}
+
+static void stable_min_ratio_is_where_every_grid_ratio_above_succeeds(void **state)
+{
+    (void)state;
+    int runs = 0;
+    double bisect = sim_bisect_min_ratio(feasible_with_a_band, &runs, 0.005);
+    assert_true(bisect >= 0.3 && bisect < 0.305);
+    runs = 0;
+    double stable = sim_grid_stable_ratio(feasible_with_a_band, &runs, SIM_STABLE_STEP);
+    assert_true(fabs(stable - 0.9) < 1e-9);
+    assert_int_equal(runs, 10); /* 1, 0.9875, ..., 0.9 ok, then 0.8875 fails */
+    double from = 0.0;          /* always feasible: the grid's last point, one step */
+    assert_true(fabs(sim_grid_stable_ratio(feasible_from, &from, 0.25) - 0.25) < 1e-12);
+    from = 2.0; /* 1 fails: none */
+    assert_true(sim_grid_stable_ratio(feasible_from, &from, SIM_STABLE_STEP) == -1.0);
+    from = 0.5; /* monotone: the grid point at or above the threshold */
+    assert_true(fabs(sim_grid_stable_ratio(feasible_from, &from, SIM_STABLE_STEP) - 0.5) < 1e-9);
+}
+
+/* review2 F1 on a real log: vgg16 (held out) with coop in the arena. The
+ * bisection's min_budget_ratio, 0.7773, is feasible, but 0.7875 (oom),
+ * 0.8 (thrash) and 0.8875 (oom) above it fail; every grid ratio from 0.9
+ * up succeeds. dtr's two measures agree within a step (0.8398, 0.8375), so
+ * the stable threshold ranks coop behind dtr on this log. */
+static void bisection_lands_below_failing_ratios_on_vgg16(void **state)
+{
+    (void)state;
+    sim_program p;
+    assert_int_equal(
+        sim_program_load(COOP_TEST_SRCDIR "/traces/heldout/vgg16-train-step.ops.jsonl.gz", &p),
+        COOP_OK);
+    uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+    double bisect = sim_min_budget_ratio(&p, peak, &opt, 0.005);
+    assert_true(fabs(bisect - 0.77734375) < 1e-9);
+    assert_int_equal(sim_run(&p, peak, &opt, bisect).result, SIM_OK);
+    assert_int_not_equal(sim_run(&p, peak, &opt, 0.8875).result, SIM_OK);
+    assert_true(fabs(sim_stable_min_ratio(&p, peak, &opt, SIM_STABLE_STEP) - 0.9) < 1e-9);
+    opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_ARENA);
+    assert_true(fabs(sim_stable_min_ratio(&p, peak, &opt, SIM_STABLE_STEP) - 0.8375) < 1e-9);
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -421,6 +618,11 @@ int main(void)
         cmocka_unit_test(undefined_names_are_errors_with_lines),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),
+        cmocka_unit_test(two_outputs_do_not_take_over_one_buffer),
+        cmocka_unit_test(arena_capacity_is_the_budget_in_blocks),
+        cmocka_unit_test(min_ratio_of_a_zero_peak_log_is_zero),
+        cmocka_unit_test(stable_min_ratio_is_where_every_grid_ratio_above_succeeds),
+        cmocka_unit_test(bisection_lands_below_failing_ratios_on_vgg16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,12 +16,16 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: coop sim [--policy LIST] [--memory ideal|arena] [--budget LIST] [--json]\n"
-            "                [--no-min-ratio] [--overhead-limit X] [--inplace on|off]\n"
+            "                [--no-min-ratio] [--stable-min-ratio[=STEP]]\n"
+            "                [--overhead-limit X] [--inplace on|off]\n"
             "                [--partition off|THRESHOLD] [--plain-walk] [--no-eq-cache]\n"
             "                [--engine sim|lib] LOG ...\n"
             "\n"
             "Replays DTR-format operator logs (JSON lines, .gz read transparently) under\n"
             "budget = ratio x the peak of an unlimited run, evicting and recomputing tensors.\n"
+            "The peak is the live bytes of the ideal model's unlimited run (arena: sizes in\n"
+            "512-byte blocks), without placement or fragmentation: in the arena, ratio 1 is\n"
+            "already under pressure and can evict (or fail).\n"
             "\n"
             "  --policy LIST      comma-separated: dtr, dtr-full, dtr-local, dte, lru, size, coop\n"
             "                     (arena only; costs a tensor by c_live, what recomputation\n"
@@ -40,6 +44,15 @@ static void usage(FILE *out)
             "  --budget LIST      comma-separated ratios in (0, 1] (default 0.9,0.7,0.5,0.3)\n"
             "  --json             one JSON object per line instead of a table\n"
             "  --no-min-ratio     skip the bisection for min_budget_ratio (reported as null)\n"
+            "  --stable-min-ratio[=STEP]\n"
+            "                     also report stable_min_ratio: the smallest ratio of the grid\n"
+            "                     1, 1-STEP, 1-2 STEP, ... from which every grid ratio up to 1\n"
+            "                     succeeds (null if 1 fails; STEP default 0.0125: up to 80\n"
+            "                     runs per log and policy). min_budget_ratio, the smallest\n"
+            "                     feasible ratio by bisection (to 0.005), is one feasible\n"
+            "                     ratio where the bisection's probes landed: feasibility is\n"
+            "                     not monotone near the thrash limit, and ratios above it can\n"
+            "                     fail\n"
             "  --overhead-limit X a run thrashes beyond total / base compute X (default 2)\n"
             "  --inplace on|off   MUTATE keeps its buffer (default: on for coop, off otherwise,\n"
             "                     which is DTR's copy-on-write)\n"
@@ -59,7 +72,8 @@ static void usage(FILE *out)
             "                     are the library's own (coop_remat_stats)\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
-            "thrash. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
+            "thrash; on an oom or thrash row, overhead and the counters cover the run until\n"
+            "it stopped. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
             "a tensor's neighbours: dtr, coop-comp) and blocks (blocks coop's window searches\n"
             "visited). Exit status 0 when every log ran, 1 when a run failed, 2 on a usage\n"
             "error or a log that cannot be read (file and line in the message).\n");
@@ -67,6 +81,13 @@ static void usage(FILE *out)
 
 /* One row of results, a JSON object (--json) or a table line: both come from
  * the same calls, so they list the same fields in the same order. */
+/* The searches that end a row: the bisection's min_budget_ratio (have_min),
+ * and the grid's stable_min_ratio where asked (want_stable). */
+typedef struct sim_thresholds {
+    double min_ratio, stable;
+    int have_min, want_stable;
+} sim_thresholds;
+
 typedef struct sim_row {
     bool json;
     unsigned fields; /* fields printed so far (JSON: the first opens the object) */
@@ -167,28 +188,40 @@ static void row_real(sim_row *r, const char *key, int width, int prec, bool as_g
         printf("%.6f", v);
 }
 
-/* Ends the row with the log's min_budget_ratio (have_min: computed; < 0:
- * none feasible). */
-static void row_end(sim_row *r, double min_ratio, int have_min)
+/* A ratio found by a search (have: computed; < 0: none feasible); the
+ * table's column is width wide, followed by sep. */
+static void row_ratio(sim_row *r, const char *key, int width, double v, int have, char sep)
 {
-    bool found = have_min && min_ratio >= 0;
+    bool found = have && v >= 0;
     if (r->json) {
-        row_field(r, "min_budget_ratio", 0);
+        row_field(r, key, 0);
         if (found)
-            printf("%.4f}\n", min_ratio);
+            printf("%.4f", v);
         else
-            printf("null}\n");
+            printf("null");
     } else if (found) {
-        printf("%9.4f\n", min_ratio);
+        printf("%*.4f%c", width, v, sep);
     } else {
-        printf("%9s\n", have_min ? "none" : "-");
+        printf("%*s%c", width, have ? "none" : "-", sep);
     }
+}
+
+/* Ends the row with the log's min_budget_ratio (have_min: computed; < 0:
+ * none feasible), and where asked (want_stable) its stable_min_ratio: a
+ * field only then, so that the default rows keep the issue's names. */
+static void row_end(sim_row *r, double min_ratio, int have_min, double stable, int want_stable)
+{
+    row_ratio(r, "min_budget_ratio", 9, min_ratio, have_min, want_stable ? ' ' : '\n');
+    if (want_stable)
+        row_ratio(r, "stable_min_ratio", 9, stable, 1, '\n');
+    if (r->json)
+        printf("}\n");
     fflush(stdout);
 }
 
 /* One run's row; n: the lib engine's counts, NULL for the simulator. */
 static void print_row(bool json, const char *log, const char *policy, const char *memory,
-                      const sim_outcome *o, const sim_lib_counts *n, double min_ratio, int have_min)
+                      const sim_outcome *o, const sim_lib_counts *n, const sim_thresholds *th)
 {
     sim_row r = {.json = json};
     row_text(&r, "log", 28, true, log);
@@ -219,7 +252,7 @@ static void print_row(bool json, const char *log, const char *policy, const char
         row_count(&r, "view_outputs", 9, n->view_outputs);
         row_count(&r, "zero_size", 9, n->zero_size);
     }
-    row_end(&r, min_ratio, have_min);
+    row_end(&r, th->min_ratio, th->have_min, th->stable, th->want_stable);
 }
 
 int cmd_sim(int argc, char **argv)
@@ -230,6 +263,7 @@ int cmd_sim(int argc, char **argv)
         {"budget", required_argument, 0, 'b'},
         {"json", no_argument, 0, 'j'},
         {"no-min-ratio", no_argument, 0, 'n'},
+        {"stable-min-ratio", optional_argument, 0, 'S'},
         {"overhead-limit", required_argument, 0, 'o'},
         {"inplace", required_argument, 0, 'i'},
         {"partition", required_argument, 0, 't'},
@@ -246,7 +280,8 @@ int cmd_sim(int argc, char **argv)
     char *policy_list = NULL, *budget_list = default_budgets;
     const char *memory = NULL; /* ideal, or arena for --engine lib */
     const char *engine = "sim";
-    int json = 0, want_min = 1;
+    int json = 0, want_min = 1, want_stable = 0;
+    double stable_step = SIM_STABLE_STEP;
     double overhead_limit = 2.0, threshold_opt = NAN;
     int inplace_opt = -1, plain_walk = 0, no_eq_cache = 0;
     optind = 1;
@@ -271,6 +306,21 @@ int cmd_sim(int argc, char **argv)
             break;
         case 'n':
             want_min = 0;
+            break;
+        case 'S':
+            want_stable = 1;
+            if (optarg) {
+                char *end;
+                stable_step = strtod(optarg, &end);
+                /* 1e-4: at most 10^4 runs per log and policy */
+                if (end == optarg || *end || !(stable_step >= 1e-4 && stable_step <= 1.0)) {
+                    fprintf(stderr,
+                            "coop sim: --stable-min-ratio's step must be a number in [0.0001, "
+                            "1], not '%s'\n",
+                            optarg);
+                    return 2;
+                }
+            }
             break;
         case 'w':
             plain_walk = 1;
@@ -405,15 +455,17 @@ int cmd_sim(int argc, char **argv)
     int status = 0;
     if (!json && lib)
         printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s %8s %10s %9s "
-               "%9s %9s\n",
+               "%9s %9s",
                "log", "policy", "engine", "ratio", "result", "overhead", "evictions", "remat_ops",
                "search_p50", "search_p99", "heur_evals", "frag", "ffail", "searches", "inplace",
                "multi_call", "views", "zero_size", "min_ratio");
     else if (!json)
-        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s\n", "log",
+        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s", "log",
                "policy", "memory", "ratio", "result", "overhead", "evictions", "remat_ops",
                "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag", "ffail",
                "min_ratio");
+    if (!json)
+        printf(want_stable ? " %9s\n" : "\n", "stable");
     for (int a = optind; a < argc; a++) {
         sim_program prog;
         coop_status loaded = sim_program_load(argv[a], &prog);
@@ -426,14 +478,19 @@ int cmd_sim(int argc, char **argv)
         }
         uint64_t peak = sim_peak(&prog, mem_model);
         /* budget = ratio x peak, in whole bytes: a ratio in (0, 1] so small
-         * that nothing is left is no budget at all */
+         * that nothing is left is no budget at all; in the arena, neither is
+         * one below a 512-byte block (the bisection's probes there are oom) */
         int zero_budget = 0;
         for (int k = 0; k < nb; k++) {
-            if (peak && (uint64_t)((double)peak * ratios[k]) == 0) {
+            uint64_t bytes = (uint64_t)((double)peak * ratios[k]);
+            if (peak && sim_capacity(mem_model, bytes) == 0) {
                 fprintf(stderr,
-                        "coop sim: %s: budget ratio '%s' gives a budget of 0 bytes (the peak "
-                        "is %llu bytes)\n",
-                        argv[a], budget_items[k], (unsigned long long)peak);
+                        "coop sim: %s: budget ratio '%s' gives %s of 0 bytes (%llu of the peak's "
+                        "%llu bytes%s)\n",
+                        argv[a], budget_items[k],
+                        mem_model == SIM_MEMORY_ARENA ? "an arena" : "a budget",
+                        (unsigned long long)bytes, (unsigned long long)peak,
+                        mem_model == SIM_MEMORY_ARENA ? ", below one 512-byte block" : "");
                 zero_budget = 1;
             }
         }
@@ -444,9 +501,13 @@ int cmd_sim(int argc, char **argv)
         }
         for (int i = 0; i < np; i++) {
             sim_options opt = options[i];
-            double min_ratio = !want_min ? 0
-                               : lib     ? sim_lib_min_budget_ratio(&prog, peak, &opt, 0.005)
-                                         : sim_min_budget_ratio(&prog, peak, &opt, 0.005);
+            sim_thresholds th = {.have_min = want_min, .want_stable = want_stable};
+            if (want_min)
+                th.min_ratio = lib ? sim_lib_min_budget_ratio(&prog, peak, &opt, 0.005)
+                                   : sim_min_budget_ratio(&prog, peak, &opt, 0.005);
+            if (want_stable)
+                th.stable = lib ? sim_lib_stable_min_ratio(&prog, peak, &opt, stable_step)
+                                : sim_stable_min_ratio(&prog, peak, &opt, stable_step);
             for (int k = 0; k < nb; k++) {
                 sim_lib_counts n;
                 sim_outcome o = lib ? sim_lib_run(&prog, peak, &opt, ratios[k], &n)
@@ -456,8 +517,7 @@ int cmd_sim(int argc, char **argv)
                     if (status == 0)
                         status = 1;
                 }
-                print_row(json, prog.name, policy_items[i], memory, &o, lib ? &n : NULL, min_ratio,
-                          want_min);
+                print_row(json, prog.name, policy_items[i], memory, &o, lib ? &n : NULL, &th);
             }
         }
         sim_program_free(&prog);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "remat/sim.h"
+#include "remat/sim_internal.h"
 
 sim_options sim_options_default(sim_policy policy, sim_memory memory)
 {
@@ -54,6 +55,11 @@ int sim_options_parse_policy(const char *name, sim_options *out)
 uint64_t sim_peak(const sim_program *prog, sim_memory memory)
 {
     return sim_baseline_peak(prog, memory == SIM_MEMORY_ARENA ? 512 : 1);
+}
+
+uint64_t sim_capacity(sim_memory memory, uint64_t budget)
+{
+    return memory == SIM_MEMORY_ARENA ? sim_arena_capacity(budget) : budget;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -136,7 +142,8 @@ void sim_search_percentiles(uint64_t *ns, size_t n, uint64_t *p50, uint64_t *p99
 
 double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double tolerance)
 {
-    double lo = 0.0, hi = 1.0; /* lo fails (nothing fits in 0 bytes), hi is checked */
+    /* lo is taken to fail (nothing fits in 0 bytes), hi is checked */
+    double lo = 0.0, hi = 1.0;
     if (!feasible(hi, ctx))
         return -1.0;
     while (hi - lo > tolerance) {
@@ -146,6 +153,11 @@ double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double toleranc
         else
             lo = mid;
     }
+    /* no probe failed: ratio 0 may not fail either (a log whose peak is 0
+     * bytes runs in any budget), and then the answer is 0, not hi. Checked
+     * only here, so logs with a failing probe cost no extra run */
+    if (lo == 0.0 && feasible(0.0, ctx))
+        return 0.0;
     return hi;
 }
 
@@ -160,4 +172,26 @@ double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_op
 {
     sim_run_args a = {prog, peak, opt};
     return sim_bisect_min_ratio(sim_run_feasible, &a, tolerance);
+}
+
+double sim_grid_stable_ratio(sim_feasible_fn feasible, void *ctx, double step)
+{
+    double stable = -1.0;
+    /* each grid ratio computed from 1 (no drift from repeated subtraction);
+     * the walk ends before a ratio within half a step of 0, which is ratio
+     * 0 itself where step divides 1 */
+    for (uint64_t k = 0;; k++) {
+        double r = 1.0 - (double)k * step;
+        if (r < step / 2 || !feasible(r, ctx))
+            break;
+        stable = r;
+    }
+    return stable;
+}
+
+double sim_stable_min_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                            double step)
+{
+    sim_run_args a = {prog, peak, opt};
+    return sim_grid_stable_ratio(sim_run_feasible, &a, step);
 }

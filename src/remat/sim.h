@@ -65,8 +65,16 @@ typedef struct sim_outcome {
 } sim_outcome;
 
 /* The unlimited run's peak for the memory model (arena: sizes rounded to
- * the pool's 512-byte granularity). */
+ * the pool's 512-byte granularity). For the arena it is still the ideal
+ * (copy-on-write, V1) run's live bytes, with no placement: every policy and
+ * both models get the same bytes, and an arena of that size already has
+ * to evict where fragmentation leaves no hole (ratio 1 is not free). */
 uint64_t sim_peak(const sim_program *prog, sim_memory memory);
+
+/* The bytes a budget gives the memory model: ideal, the budget; arena, the
+ * pool's capacity, the budget rounded down to the 512-byte block
+ * granularity (0: no block fits, every run that places one is oom). */
+uint64_t sim_capacity(sim_memory memory, uint64_t budget);
 
 /* The recompute budget in ns of an overhead limit: base_compute x
  * (overhead_limit - 1), saturated at UINT64_MAX (converting a double of 2^64
@@ -77,8 +85,9 @@ uint64_t sim_remat_limit(uint64_t base_compute, double overhead_limit);
 /* Runs prog at budget = ratio x peak. */
 sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio);
 
-/* Smallest ratio in (0, 1] at which the run succeeds, by bisection to
- * within tolerance (e.g. 0.005); -1 if even ratio 1 fails. Feasibility is
+/* Smallest ratio in [0, 1] at which the run succeeds, by bisection to
+ * within tolerance (e.g. 0.005); -1 if even ratio 1 fails; 0 for a log
+ * that runs in 0 bytes (its peak is 0). Feasibility is
  * not monotone near the thrash limit, so this is one feasible ratio whose
  * neighbour tolerance below failed, not a guarantee for all ratios above. */
 double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
@@ -89,8 +98,28 @@ double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_op
 typedef bool (*sim_feasible_fn)(double ratio, void *ctx);
 
 /* sim_min_budget_ratio's bisection over any engine: the smallest ratio in
- * (0, 1] that feasible accepts, to within tolerance; -1 if 1 fails. */
+ * [0, 1] that feasible accepts, to within tolerance; -1 if 1 fails; 0 when
+ * every probe and ratio 0 itself succeed (a log whose peak is 0 bytes). */
 double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double tolerance);
+
+/* The default grid step of sim_stable_min_ratio (`coop sim
+ * --stable-min-ratio`): 80 runs at most per log and policy. */
+#define SIM_STABLE_STEP 0.0125
+
+/* The smallest ratio of the grid 1, 1 - step, 1 - 2 step, ... (above 0)
+ * from which every grid ratio up to 1 succeeds: the grid walked down from
+ * 1 until the first failure (at most 1/step runs); -1 if 1 fails.
+ * Feasibility is not monotone in the budget near the thrash limit (a
+ * larger budget can lead the policy to evictions it then recomputes more
+ * often), so the bisection's min_budget_ratio can land on a feasible ratio
+ * below failing ones; this threshold does not depend on where probes land
+ * (review2 F1: vgg16 coop in the arena, bisection 0.777, oom or thrash at
+ * 0.7875, 0.8 and 0.8875, every ratio ok from 0.9). */
+double sim_grid_stable_ratio(sim_feasible_fn feasible, void *ctx, double step);
+
+/* sim_grid_stable_ratio over sim_run. */
+double sim_stable_min_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                            double step);
 
 /* What an engine's feasibility callback needs to run one budget ratio: the
  * program, its unlimited peak and the options (the ctx of both engines'

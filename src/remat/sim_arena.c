@@ -8,8 +8,12 @@
  * remapped at the top, which hides fragmentation entirely; with 2 MiB pages
  * it would hide it at page granularity. A fixed segment is what an
  * allocator without remapping (or a GPU with a hard budget) sees, at the
- * pool's 512-byte block granularity (the segment itself is the budget
- * rounded down to the host backend's 4 KiB pages).
+ * pool's 512-byte block granularity. The segment is the budget rounded
+ * down to 512 bytes (sim_arena_capacity), with the host backend simulating
+ * 512-byte pages: with its default 4 KiB pages the capacity lost up to
+ * 3.5 KiB of the budget, and a floor of one page made budgets below 4 KiB
+ * into 4 KiB, which gave nonsense on small logs (review2 F3). No block fits
+ * a budget below 512 bytes: such a run is out of memory at its first block.
  *
  * Eviction when a block does not fit:
  *  - argmin policies (dtr, dtr-full, dtr-local, dte, lru, size): evict the
@@ -29,14 +33,19 @@
 #include "remat/window.h"
 #include "status.h"
 
-#define SIM_ARENA_PAGE 4096u
+#define SIM_ARENA_PAGE COOP_ALIGN /* the host backend's page: the block granularity */
 #define SIM_SCRATCH_BLOCKS 16384u /* blocks a window search has room for at first */
+
+uint64_t sim_arena_capacity(uint64_t budget)
+{
+    return budget / SIM_ARENA_PAGE * SIM_ARENA_PAGE;
+}
 
 void sim_arena_pool_config(uint64_t budget, coop_config *c)
 {
-    /* the host backend maps in 4 KiB pages: the segment is the budget rounded
-     * down to them; blocks inside are still placed at 512-byte granularity */
-    uint64_t cap = budget / SIM_ARENA_PAGE * SIM_ARENA_PAGE;
+    /* a pool holds at least one page; a capacity of 0 is no room, which the
+     * callers enforce themselves (sim_arena_place, sim_lib_run) */
+    uint64_t cap = sim_arena_capacity(budget);
     if (cap < SIM_ARENA_PAGE)
         cap = SIM_ARENA_PAGE;
     coop_config_default(c);
@@ -52,7 +61,6 @@ int sim_arena_open(sim_runtime *rt)
 {
     coop_config c;
     sim_arena_pool_config(rt->budget, &c);
-    uint64_t cap = c.capacity;
     if (coop_pool_create(&c, &rt->mem_pool))
         return -1;
     rt->scratch = calloc(1, sizeof *rt->scratch);
@@ -76,7 +84,7 @@ int sim_arena_open(sim_runtime *rt)
     rt->victims = malloc(rt->victims_cap * sizeof *rt->victims);
     if (!rt->victims)
         return -1;
-    rt->budget = cap;
+    rt->budget = sim_arena_capacity(rt->budget);
     pool_lock(rt->mem_pool); /* the simulator is the only user: hold it for the run */
     return 0;
 }
@@ -348,6 +356,10 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
 
 sim_result sim_arena_place(sim_runtime *rt, uint32_t s)
 {
+    /* a budget below one block: the pool (one page, sim_arena_pool_config)
+     * would hold a block the budget does not */
+    if (!rt->budget)
+        return SIM_OOM;
     sim_result placed = try_alloc(rt, s);
     if (placed != SIM_OOM)
         return placed;

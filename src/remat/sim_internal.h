@@ -214,10 +214,15 @@ uint64_t sim_adjacent_free(sim_runtime *rt, uint32_t s);
 
 /* ---- arena model (sim_arena.c) ---- */
 
-/* The arena model's pool for a budget (bytes): host backend, no VMM, one
- * segment of the budget rounded down to 4 KiB pages (capacity says how
- * much), 512-byte blocks. Also what `coop sim --engine lib` runs the remat
- * API over (sim_lib.c). */
+/* The arena model's capacity for a budget (bytes): the budget rounded down
+ * to the 512-byte block granularity (0: no block fits). Both engines use it
+ * as the pool's size and as frag_at_evict's denominator. */
+uint64_t sim_arena_capacity(uint64_t budget);
+/* The arena model's pool for a budget (bytes): host backend with 512-byte
+ * pages, no VMM, one segment of sim_arena_capacity(budget) bytes, or of one
+ * page when that is 0 (the caller then refuses every block), 512-byte
+ * blocks. Also what `coop sim --engine lib` runs the remat API over
+ * (sim_lib.c). */
 void sim_arena_pool_config(uint64_t budget, coop_config *c);
 int sim_arena_open(sim_runtime *rt);
 void sim_arena_close(sim_runtime *rt);

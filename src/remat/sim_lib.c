@@ -169,6 +169,24 @@ static bool takes_over(const lib_drive *d, const sim_op *op, uint32_t out)
            d->refs[old_t] == 1;
 }
 
+/* Whether an output of op before output i already takes over the storage
+ * output i mutates: one record carries on as one output (the simulator's
+ * rule, sim_runtime.c materialize), the later ones are fresh. */
+static bool taken_before(const lib_drive *d, const sim_op *op, uint32_t i)
+{
+    const sim_program *p = d->prog;
+    uint32_t mine =
+        p->tensors[p->inputs[op->first_input + (uint32_t)p->tensors[op->first_output + i].mutates]]
+            .storage;
+    for (uint32_t j = 0; j < i; j++) {
+        const sim_tensor *t = &p->tensors[op->first_output + j];
+        if (d->out_kind[j] == OUT_IN_PLACE &&
+            p->tensors[p->inputs[op->first_input + (uint32_t)t->mutates]].storage == mine)
+            return true;
+    }
+    return false;
+}
+
 /* Room in one op's scratch arrays for its inputs and outputs: 0, or -1 when
  * out of host memory (the arrays grown so far stay valid). */
 static int grow_scratch(lib_drive *d, uint32_t num_inputs, uint32_t num_outputs)
@@ -274,7 +292,7 @@ static coop_status run_compute(lib_drive *d, uint32_t op_id)
         } else if (!p->storages[t->storage].size) {
             d->out_kind[i] = OUT_NONE;
             d->counts.zero_size++;
-        } else if (op->is_mutation && takes_over(d, op, u)) {
+        } else if (op->is_mutation && takes_over(d, op, u) && !taken_before(d, op, i)) {
             d->out_kind[i] = OUT_IN_PLACE;
             in_place++;
         } else {
@@ -363,6 +381,15 @@ static coop_status run_program(lib_drive *d)
     return COOP_OK;
 }
 
+/* Whether any storage of prog needs a block (storages of 0 bytes get none). */
+static bool needs_a_block(const sim_program *prog)
+{
+    for (uint32_t s = 0; s < prog->num_storages; s++)
+        if (prog->storages[s].size)
+            return true;
+    return false;
+}
+
 sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_options *opt,
                         double ratio, sim_lib_counts *counts)
 {
@@ -387,6 +414,16 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
     };
     if (sim_lib_policy(opt, &rc.policy))
         return out;
+    uint64_t capacity = sim_arena_capacity(out.budget);
+    if (!capacity && needs_a_block(prog)) {
+        /* as the simulator: no block fits a budget below 512 bytes (the
+         * pool, one page, would hold one) */
+        out.result = SIM_OOM;
+        out.overhead = 1.0;
+        if (counts)
+            *counts = (sim_lib_counts){0};
+        return out;
+    }
     coop_config pc;
     sim_arena_pool_config(out.budget, &pc);
     coop_pool *pool = NULL;
@@ -414,10 +451,11 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
                                           : 1.0;
         out.heuristic_evals = rs.heuristic_evals;
         out.frag_failures = rs.frag_failures;
-        /* as the simulator: mean free bytes / budget at the searches */
-        out.frag_at_evict = rs.searches && out.budget ? (double)rs.search_free_bytes /
-                                                            (double)rs.searches / (double)out.budget
-                                                      : 0.0;
+        /* as the simulator: mean free bytes / the pool's capacity (the
+         * budget rounded down to 512 bytes) at the searches */
+        out.frag_at_evict = rs.searches && capacity ? (double)rs.search_free_bytes /
+                                                          (double)rs.searches / (double)capacity
+                                                    : 0.0;
         sim_search_percentiles(d.search_ns, d.num_search_ns, &out.search_ns_p50,
                                &out.search_ns_p99);
         d.counts.searches = rs.searches;
@@ -451,4 +489,11 @@ double sim_lib_min_budget_ratio(const sim_program *prog, uint64_t peak, const si
 {
     sim_run_args a = {prog, peak, opt};
     return sim_bisect_min_ratio(lib_run_feasible, &a, tolerance);
+}
+
+double sim_lib_stable_min_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                                double step)
+{
+    sim_run_args a = {prog, peak, opt};
+    return sim_grid_stable_ratio(lib_run_feasible, &a, step);
 }

@@ -6,9 +6,10 @@
  * --memory arena` reports for the same log, policy and budget.
  *
  * The pool is the arena model's (sim_arena_pool_config: host backend, no
- * VMM, one segment of the budget), the budget ratio x the arena model's
- * unlimited peak. The schedule maps onto the API as follows (the semantic
- * differences this leaves are listed in docs/remat.md, section 4):
+ * VMM, one segment of the budget in 512-byte blocks), the budget ratio x
+ * sim_peak(prog, SIM_MEMORY_ARENA): the fragmentation-free live-byte peak
+ * of the ideal unlimited run, sizes in 512-byte blocks. The schedule maps onto the API as follows
+ * (the semantic differences this leaves are listed in docs/remat.md, section 4):
  *  - COMPUTE of a constant: coop_tensor_create (cost 0), then its PIN;
  *  - COMPUTE of an op: its inputs pinned (resident ones first, then the
  *    missing ones, recomputed, as the simulator locks them); its fresh
@@ -66,5 +67,9 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
  * (sim_bisect_min_ratio), feasible where the result is ok. */
 double sim_lib_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
                                 double tolerance);
+
+/* sim_stable_min_ratio with sim_lib_run as the run (sim_grid_stable_ratio). */
+double sim_lib_stable_min_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
+                                double step);
 
 #endif

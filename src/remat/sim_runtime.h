@@ -91,7 +91,8 @@ typedef struct sim_stats {
     double frag_sum;          /* sum over searches of free bytes / budget */
     uint64_t frag_failures;   /* searches although free bytes >= request */
     uint64_t inplace_ops;     /* mutations that kept their buffer */
-    uint64_t *search_ns;      /* wall clock per search (searches entries) */
+    uint64_t *search_ns;      /* the searching thread's CPU time per search, ns
+                               * (sim_now_ns; searches entries) */
     size_t search_ns_cap;
 } sim_stats;
 
