@@ -6,9 +6,11 @@ validator's rejection of broken logs, and the allocation-trace pairing.
 Needs Debian's python3-torch; exits 77 (automake SKIP) without it.
 """
 
+import json
 import os
 import sys
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "..", "..", "scripts")
@@ -55,11 +57,82 @@ def small_workload(optimizer="sgd"):
     return models.Workload("small", m, (x,), y, F.cross_entropy, opt, {"batch": 4})
 
 
+class StorageSpy(record_ops.OpRecorder):
+    """The recorder, also noting for every name the real storage it had when
+    named (data_ptr, nbytes): an account of aliasing that does not depend on
+    the recorder's own storage key."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.real = {}
+
+    def _new_name(self, t):
+        name = super()._new_name(t)
+        s = t._storage()
+        self.real[name] = (s.data_ptr(), s.nbytes())
+        return name
+
+
 def record(optimizer="sgd"):
     w = small_workload(optimizer)
     lines = []
-    rec = record_ops.record_step(w, lines.append)
+    with mock.patch.object(record_ops, "OpRecorder", StorageSpy):
+        rec = record_ops.record_step(w, lines.append)
     return w, rec, lines
+
+
+def record_ops_of(fn, *inputs):
+    """Records fn(*inputs) alone; the inputs are CONSTANTs. Returns the
+    records, the inputs' names and the recorder (a StorageSpy)."""
+    lines = []
+    rec = StorageSpy(lines.append)
+    with rec:
+        rec.annotate("START")
+        names = [rec.constant(t) for t in inputs]
+        out = fn(*inputs)
+        del out
+    rec.stop()
+    record_ops.check_log(lines)
+    return [json.loads(line) for line in lines], names, rec
+
+
+def calls_with_aliases(records):
+    """[(CALL record, [(result, MEMORY, ALIAS)])]"""
+    out = []
+    for i, r in enumerate(records):
+        if r["INSTRUCTION"] == "CALL":
+            res = []
+            for j, name in enumerate(r["RESULT"]):
+                mem, alias = records[i + 1 + 2 * j], records[i + 2 + 2 * j]
+                assert mem["NAME"] == alias["NAME"] == name, (r, mem, alias)
+                res.append((name, int(mem["MEMORY"]), int(alias["ALIAS"])))
+            out.append((r, res))
+    return out
+
+
+def storage_alias_errors(records, real):
+    """Checks every ALIAS against the real storages (real: name -> (data_ptr,
+    nbytes)): ALIAS k names a result on ARGS[k]'s storage, ALIAS -1 one on a
+    storage of no argument, MEMORY is the storage's size. Returns the
+    mismatches."""
+    errors = []
+    for call, results in calls_with_aliases(records):
+        arg_ptrs = [real[a][0] for a in call["ARGS"]]
+        for name, mem, alias in results:
+            ptr, nbytes = real[name]
+            if mem != nbytes:
+                errors.append("%s of %s: MEMORY %d, storage %d bytes" % (name, call["NAME"], mem, nbytes))
+            if alias >= 0 and arg_ptrs[alias] != ptr:
+                errors.append("%s of %s: ALIAS %d, another storage" % (name, call["NAME"], alias))
+            if alias == -1 and nbytes > 0 and ptr in arg_ptrs:
+                errors.append("%s of %s: ALIAS -1 on the storage of an argument" % (name, call["NAME"]))
+    return errors
+
+
+# Ops that only make views (or, detach, a new tensor on the same data):
+# none writes anything.
+VIEW_OPS = ("t", "view", "transpose", "detach", "_reshape_alias", "_unsafe_view", "expand", "unsqueeze",
+            "permute", "select", "slice", "split", "split_with_sizes", "chunk", "unbind", "as_strided")
 
 
 class RecordOpsTest(unittest.TestCase):
@@ -102,6 +175,42 @@ class RecordOpsTest(unittest.TestCase):
                 seen += 1
         self.assertGreater(seen, 5)
 
+    def test_aliasing_matches_the_real_storages(self):
+        self.assertEqual(storage_alias_errors(self.records, self.rec.real), [])
+
+    def test_multi_output_views_alias_their_input(self):
+        # the attention layer splits its input projection's gradient
+        seen = 0
+        for call, results in calls_with_aliases(self.records):
+            if call["NAME"] in ("split", "split_with_sizes", "chunk", "unbind"):
+                self.assertGreater(len(results), 1, call)
+                self.assertEqual([a for _, _, a in results], [0] * len(results), call)
+                seen += 1
+        self.assertGreater(seen, 0)
+
+    def test_views_are_not_mutations(self):
+        muts = [r["NAME"] for r in self.records if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual([m for m in muts if m in VIEW_OPS], [])
+        # what this step writes in place: the in-place ReLU and SGD's updates
+        self.assertEqual(sorted(set(muts)), ["add_", "mul_", "relu_"])
+
+    def test_times_are_measured(self):
+        times = [int(r["TIME"]) for r in self.records if r["INSTRUCTION"] in ("CALL", "MUTATE")]
+        # a constant (or a count) would give a handful of distinct values
+        self.assertGreater(len(set(times)), len(times) // 4, sorted(set(times)))
+        calls = [(r["NAME"], int(r["TIME"])) for r in self.records if r["INSTRUCTION"] == "CALL"]
+        conv = max(t for n, t in calls if n == "convolution_backward")
+        views = sorted(t for n, t in calls if n in ("t", "view", "transpose", "detach"))
+        self.assertGreater(conv, views[len(views) // 2])
+
+    def test_inplace_ops_carry_their_time(self):
+        # an in-place op with no fresh result is a MUTATE alone, with the op's time
+        alone = [r for i, r in enumerate(self.records)
+                 if r["INSTRUCTION"] == "MUTATE" and self.records[i - 1]["INSTRUCTION"] != "ALIAS"]
+        self.assertGreater(len(alone), 40)
+        self.assertEqual([r for r in alone if int(r["TIME"]) <= 0], [])
+        self.assertGreater(len({r["TIME"] for r in alone}), len(alone) // 4)
+
     def test_inplace_relu_and_optimizer_updates_are_mutations(self):
         muts = [r for r in self.records if r["INSTRUCTION"] == "MUTATE"]
         self.assertTrue(any(r["NAME"] == "relu_" and r["MUTATE"] == [0] for r in muts))
@@ -119,6 +228,82 @@ class RecordOpsTest(unittest.TestCase):
         s = record_ops.check_log(lines)
         self.assertGreater(s["counts"]["MUTATE"], 10)
         self.assertEqual(rec.late_constants, {})
+
+
+class RecordedOpsTest(unittest.TestCase):
+    """Single ops recorded alone: what each one's records must say."""
+
+    def test_view_ops_write_nothing(self):
+        def views(x):
+            return (x.t(), x.view(16), x.transpose(0, 1), x.detach(), x.expand(2, 4, 4), x.permute(1, 0),
+                    x.unsqueeze(0), x[1], x[:, 1:3], x.reshape(2, 8))
+
+        records, _, rec = record_ops_of(views, torch.randn(4, 4))
+        calls = calls_with_aliases(records)
+        # detach and x[:, 1:3] dispatch twice each (detach of the detached; slice of a slice)
+        self.assertEqual([c["NAME"] for c, _ in calls],
+                         ["t", "view", "transpose", "detach", "detach", "expand", "permute", "unsqueeze",
+                          "select", "slice", "slice", "_reshape_alias"])
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "MUTATE"], [])
+        for call, results in calls:
+            self.assertEqual(len(call["ARGS"]), 1, call)
+            self.assertEqual([a for _, _, a in results], [0], call)
+        self.assertEqual(storage_alias_errors(records, rec.real), [])
+
+    def test_multi_output_views_alias_their_input(self):
+        def pieces(x):
+            return x.chunk(2), x.split([1, 3]), x.unbind(0), x.split(2, dim=1)
+
+        records, (x,), rec = record_ops_of(pieces, torch.randn(4, 6))
+        calls = calls_with_aliases(records)
+        self.assertEqual([len(res) for _, res in calls], [2, 2, 4, 3], [c["NAME"] for c, _ in calls])
+        for call, results in calls:
+            self.assertEqual(call["ARGS"], [x], call)
+            self.assertEqual([a for _, _, a in results], [0] * len(results), call)
+        self.assertEqual(storage_alias_errors(records, rec.real), [])
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "MUTATE"], [])
+
+    def test_fresh_results_are_fresh_storages(self):
+        def ops(x):
+            return x * 2, x.max(dim=1), x.clone(), x.contiguous(), x.t().contiguous()
+
+        records, _, rec = record_ops_of(ops, torch.randn(4, 6))
+        aliases = [(c["NAME"], [a for _, _, a in res]) for c, res in calls_with_aliases(records)]
+        self.assertEqual(aliases, [("mul", [-1]), ("max", [-1, -1]), ("clone", [-1]), ("t", [0]), ("clone", [-1])])
+        self.assertEqual(storage_alias_errors(records, rec.real), [])
+
+    def test_matmul_takes_longer_than_a_view(self):
+        a, b = torch.randn(384, 384), torch.randn(384, 384)
+        a.mm(b)  # BLAS warmed up
+        records, _, _ = record_ops_of(lambda a, b: (a.mm(b), a.view(-1), a.t()), a, b)
+        times = {r["NAME"]: int(r["TIME"]) for r in records if r["INSTRUCTION"] == "CALL"}
+        self.assertEqual(sorted(times), ["mm", "t", "view"])
+        self.assertGreater(times["view"], 0)
+        # 113 MFLOP against a few microseconds of bookkeeping
+        self.assertGreater(times["mm"], 20 * max(times["view"], times["t"]), times)
+
+    def test_inplace_op_is_a_timed_mutate(self):
+        a, b = torch.randn(384, 384), torch.randn(384, 384)
+        records, (x, y), _ = record_ops_of(lambda a, b: (a.mul_(b), a.addmm_(a, b)), a, b)
+        muts = [r for r in records if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual([(r["NAME"], r["ARGS"], r["MUTATE"]) for r in muts],
+                         [("mul_", [x, y], [0]), ("addmm_", [x, x, y], [0])])
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "CALL"], [])
+        t_mul, t_addmm = (int(r["TIME"]) for r in muts)
+        self.assertGreater(t_mul, 0)
+        self.assertGreater(t_addmm, 5 * t_mul)
+
+    def test_releases_come_before_the_next_instruction(self):
+        def ops(x):
+            y = x * 2
+            del y  # dies here: its RELEASE is written before the next op's CALL
+            return x + 1
+
+        records, _, _ = record_ops_of(ops, torch.randn(4))
+        kinds = [r["INSTRUCTION"] for r in records]
+        self.assertEqual(kinds, ["ANNOTATE", "CONSTANT", "MEMORY", "CALL", "MEMORY", "ALIAS", "RELEASE",
+                                 "CALL", "MEMORY", "ALIAS", "RELEASE"])
+        self.assertEqual(records[6]["NAME"], records[3]["RESULT"][0])
 
 
 class CheckLogTest(unittest.TestCase):
