@@ -18,8 +18,10 @@ logs (uwsampl/dtr-prototype; ../shared/workloads/README.md):
             op, see --clock); each result is followed by MEMORY (bytes of
             its storage, a string) and ALIAS ("-1": fresh storage, "k": shares
             the storage of ARGS[k])
-  MUTATE    NAME, ARGS, MUTATE (indices into ARGS that the op writes, from the
-            schema's alias annotations, e.g. Tensor(a!)), TIME
+  MUTATE    NAME, ARGS, MUTATE (indices into ARGS that the op writes: those
+            the schema's alias annotations mark written, e.g. Tensor(a!),
+            and any other tensor argument whose contents the op changed,
+            see "Writes" below), TIME
   RELEASE   NAME: the tensor died (its TensorImpl was freed; PyTorch keeps a
             tensor's Python object alive while C++, e.g. autograd, holds it)
 
@@ -27,13 +29,29 @@ An op that both returns fresh tensors and writes an argument gives a CALL
 (with the time) then a MUTATE with TIME "0". Ops with no tensor result and no
 written argument (e.g. .item()) are not logged. Names are "x<N>".
 
+Writes: some ops write an argument that their schema does not mark. In
+torch 1.13, native_batch_norm in training mode updates running_mean and
+running_var in place (schema: "Tensor? running_mean"), and rrelu_with_noise
+fills its noise argument. Their _version counters do not move either (below
+autograd nothing bumps them, and these kernels never do), so the recorder
+copies every tensor argument that the schema neither marks written nor
+aliases (a view's input), and that shares no storage with a marked one,
+before the op, and compares after it (bitwise, NaN equal to NaN): a changed
+argument is written. A write that leaves every value as it was is not seen.
+--writes schema turns the copies off and logs the marked writes only (as
+logs recorded before this check, e.g. the shipped traces/, were). The copies
+are taken outside the timed interval, but they read the arguments just
+before the op, which may leave small ones warmer in the cache than they
+would have been.
+
 Timing: intra-op parallelism is set to one thread and TIME is the thread's
 CPU time (CLOCK_THREAD_CPUTIME_ID), which on a shared machine excludes time
 the scheduler gave to other processes; --clock wall measures wall time
 instead (then use all threads you like, on a quiet machine).
 
 Usage:
-  record_ops.py [--out-dir DIR] [--batch N] [--clock thread|wall] MODEL ...
+  record_ops.py [--out-dir DIR] [--batch N] [--clock thread|wall]
+                [--writes content|schema] MODEL ...
   record_ops.py --check LOG ...                           validate logs
 
 Writes DIR/<model>-train-step.ops.jsonl.gz (default DIR: traces/ beside this
@@ -82,10 +100,11 @@ class OpRecorder(TorchDispatchMode):
     """Dispatch mode that writes DTR-format instructions to `sink` (a
     callable taking one line, without the newline)."""
 
-    def __init__(self, sink, clock=time.thread_time_ns):
+    def __init__(self, sink, clock=time.thread_time_ns, detect_writes=True):
         super().__init__()
         self.sink = sink
         self.clock = clock
+        self.detect_writes = detect_writes  # compare arguments before / after (see "Writes")
         self.attr = "_coop_op_name_%x" % id(self)  # per recorder: two recorders never mix
         self.next_id = 0
         self.active = True
@@ -93,6 +112,7 @@ class OpRecorder(TorchDispatchMode):
         self.counts = {}
         self.late_constants = {}  # op name -> inputs first seen there (not persistent, not produced by an op)
         self.skipped_ops = {}
+        self.unannotated_writes = {}  # op name -> arguments written without a schema annotation
         self.time_ns = 0
 
     # -- naming -------------------------------------------------------
@@ -145,7 +165,10 @@ class OpRecorder(TorchDispatchMode):
 
     # -- dispatch -----------------------------------------------------
     def _tensor_args(self, func, args, kwargs):
-        """[(tensor, written)] in schema order; tensor lists flattened."""
+        """[(tensor, written, aliased)] in schema order, tensor lists
+        flattened: written when the schema marks the argument written
+        (Tensor(a!)), aliased when it has any alias annotation (a view's
+        input, Tensor(a), included)."""
         out = []
         pos = 0
         for a in func._schema.arguments:
@@ -157,10 +180,47 @@ class OpRecorder(TorchDispatchMode):
                 v = args[pos]
                 pos += 1
             written = bool(a.alias_info is not None and a.alias_info.is_write)
+            aliased = a.alias_info is not None
             for t in tree_flatten(v)[0]:
                 if isinstance(t, torch.Tensor):
-                    out.append((t, written))
+                    out.append((t, written, aliased))
         return out
+
+    def _snapshot(self, targs, arg_storage):
+        """Copies of the arguments an unannotated write could change: not
+        marked written, not aliased, on no storage of a marked argument
+        (whose change the mark explains). None for the others."""
+        snaps = [None] * len(targs)
+        if not self.detect_writes:
+            return snaps
+        marked = {arg_storage[k] for k, (_, w, _) in enumerate(targs) if w}
+        copies = {}
+        with torch.no_grad():
+            for k, (t, w, aliased) in enumerate(targs):
+                if w or aliased or arg_storage[k] in marked:
+                    continue
+                if id(t) not in copies:
+                    try:
+                        copies[id(t)] = t.clone() if t.numel() else None
+                    except Exception:  # noqa: BLE001 - layouts without clone: not checked
+                        copies[id(t)] = None
+                snaps[k] = copies[id(t)]
+        return snaps
+
+    @staticmethod
+    def _changed(t, before):
+        """Whether t's values differ from the copy `before` (NaN == NaN)."""
+        try:
+            with torch.no_grad():
+                if t.shape != before.shape or t.dtype != before.dtype:
+                    return True
+                if torch.equal(t, before):
+                    return False
+                if t.is_floating_point() or t.is_complex():
+                    return not bool(((t == before) | (t.isnan() & before.isnan())).all())
+                return True
+        except Exception:  # noqa: BLE001 - not comparable: not counted as written
+            return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -168,19 +228,24 @@ class OpRecorder(TorchDispatchMode):
         if op in PROFILER_OPS:
             return func(*args, **kwargs)
         targs = self._tensor_args(func, args, kwargs)
-        for t, _ in targs:
+        for t, _, _ in targs:
             if self._name(t) is None:
                 self.late_constants[op] = self.late_constants.get(op, 0) + 1
                 self.constant(t)
+        snaps = self._snapshot(targs, [_storage_key_and_bytes(t)[0] for t, _, _ in targs])
 
         t0 = self.clock()
         out = func(*args, **kwargs)
         dt = self.clock() - t0
         self.time_ns += dt
 
-        arg_names = [self._name(t) for t, _ in targs]
-        arg_storage = [_storage_key_and_bytes(t)[0] for t, _ in targs]
-        written = [k for k, (_, w) in enumerate(targs) if w]
+        arg_names = [self._name(t) for t, _, _ in targs]
+        arg_storage = [_storage_key_and_bytes(t)[0] for t, _, _ in targs]
+        unannotated = [k for k, b in enumerate(snaps) if b is not None and self._changed(targs[k][0], b)]
+        del snaps
+        if unannotated:
+            self.unannotated_writes[op] = self.unannotated_writes.get(op, 0) + len(unannotated)
+        written = sorted([k for k, (_, w, _) in enumerate(targs) if w] + unannotated)
 
         results = []
         result_lines = []
@@ -218,12 +283,13 @@ class OpRecorder(TorchDispatchMode):
 CLOCKS = {"thread": time.thread_time_ns, "wall": time.perf_counter_ns}
 
 
-def record_step(workload, sink, clock="thread"):
+def record_step(workload, sink, clock="thread", detect_writes=True):
     """Records one steady-state training step of `workload` (models.Workload)
-    into `sink`; returns the recorder (for its counters)."""
+    into `sink`; returns the recorder (for its counters). detect_writes:
+    see "Writes" in the module's docstring."""
     workload.warm_up()
     gc.collect()
-    rec = OpRecorder(sink, CLOCKS[clock])
+    rec = OpRecorder(sink, CLOCKS[clock], detect_writes)
 
     def step():
         with rec:
@@ -398,6 +464,13 @@ def main(argv=None):
     ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
     ap.add_argument("--batch", type=int, default=None, help="override the model's batch size")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="thread", help="how TIME is measured (default: thread)")
+    ap.add_argument(
+        "--writes",
+        choices=("content", "schema"),
+        default="content",
+        help="which written arguments MUTATE names: those the schema marks plus any other whose contents "
+        "changed (content, the default), or the marked ones only (schema; as logs recorded before)",
+    )
     ap.add_argument("--check", action="store_true", help="validate the given log files instead of recording")
     opts = ap.parse_args(argv)
 
@@ -423,7 +496,7 @@ def main(argv=None):
         path = os.path.join(opts.out_dir, "%s-train-step.ops.jsonl.gz" % name)
         t0 = time.time()
         buf = []
-        rec = record_step(w, buf.append, opts.clock)
+        rec = record_step(w, buf.append, opts.clock, opts.writes == "content")
         elapsed = time.time() - t0
         text = "\n".join(buf) + "\n"
         with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
@@ -431,7 +504,8 @@ def main(argv=None):
         summary = check_log(text.splitlines())
         print(
             "%s: %d lines, %d bytes gz, peak live %d bytes, op time %.2f s (%s clock), recorded in %.1f s "
-            "(incl. warm-up step), counts %s, late constants %s, unlogged ops %s, config %s"
+            "(incl. warm-up step), counts %s, late constants %s, unlogged ops %s, "
+            "unannotated writes %s, config %s"
             % (
                 path,
                 summary["lines"],
@@ -443,6 +517,7 @@ def main(argv=None):
                 json.dumps(summary["counts"], sort_keys=True),
                 json.dumps(rec.late_constants, sort_keys=True),
                 json.dumps(rec.skipped_ops, sort_keys=True),
+                json.dumps(rec.unannotated_writes, sort_keys=True),
                 json.dumps(w.config, sort_keys=True),
             ),
             flush=True,

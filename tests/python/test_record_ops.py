@@ -81,11 +81,11 @@ def record(optimizer="sgd"):
     return w, rec, lines
 
 
-def record_ops_of(fn, *inputs):
+def record_ops_of(fn, *inputs, detect_writes=True):
     """Records fn(*inputs) alone; the inputs are CONSTANTs. Returns the
     records, the inputs' names and the recorder (a StorageSpy)."""
     lines = []
-    rec = StorageSpy(lines.append)
+    rec = StorageSpy(lines.append, **({} if detect_writes else {"detect_writes": False}))
     with rec:
         rec.annotate("START")
         names = [rec.constant(t) for t in inputs]
@@ -191,8 +191,9 @@ class RecordOpsTest(unittest.TestCase):
     def test_views_are_not_mutations(self):
         muts = [r["NAME"] for r in self.records if r["INSTRUCTION"] == "MUTATE"]
         self.assertEqual([m for m in muts if m in VIEW_OPS], [])
-        # what this step writes in place: the in-place ReLU and SGD's updates
-        self.assertEqual(sorted(set(muts)), ["add_", "mul_", "relu_"])
+        # what this step writes in place: the in-place ReLU, SGD's updates and
+        # batch norm's running statistics
+        self.assertEqual(sorted(set(muts)), ["add_", "mul_", "native_batch_norm", "relu_"])
 
     def test_times_are_measured(self):
         times = [int(r["TIME"]) for r in self.records if r["INSTRUCTION"] in ("CALL", "MUTATE")]
@@ -217,6 +218,8 @@ class RecordOpsTest(unittest.TestCase):
         mutated = {r["ARGS"][k] for r in muts for k in r["MUTATE"]}
         for p in self.w.model.parameters():
             self.assertIn(getattr(p, self.rec.attr), mutated)
+        for b in self.w.model.bn.buffers():  # running_mean, running_var, num_batches_tracked
+            self.assertIn(getattr(b, self.rec.attr), mutated)
 
     def test_releases_follow_the_step(self):
         self.assertGreater(self.summary["counts"].get("RELEASE", 0), 20)
@@ -292,6 +295,54 @@ class RecordedOpsTest(unittest.TestCase):
         t_mul, t_addmm = (int(r["TIME"]) for r in muts)
         self.assertGreater(t_mul, 0)
         self.assertGreater(t_addmm, 5 * t_mul)
+
+    def batch_norm(self, train, detect_writes=True):
+        torch.manual_seed(0)
+        bn = nn.BatchNorm2d(3).train(train)
+        x = torch.randn(4, 3, 2, 2)
+        before = [b.clone() for b in bn.buffers()]
+        records, names, _ = record_ops_of(lambda x, *_: bn(x), x, bn.weight, bn.bias, *bn.buffers(),
+                                          detect_writes=detect_writes)
+        changed = [not torch.equal(a, b) for a, b in zip(before, bn.buffers())]
+        return records, names, changed
+
+    def test_batch_norm_in_training_writes_its_running_stats(self):
+        # torch 1.13's schema: "Tensor? running_mean, Tensor? running_var" (no a!)
+        records, (x, w, b, mean, var, count), changed = self.batch_norm(True)
+        self.assertEqual(changed, [True, True, True])
+        muts = [(i, r) for i, r in enumerate(records) if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual([(r["NAME"], r["ARGS"], r["MUTATE"]) for _, r in muts],
+                         [("add_", [count], [0]), ("native_batch_norm", [x, w, b, mean, var], [3, 4])])
+        # the CALL (its fresh results) carries the time; the MUTATE follows its ALIAS lines
+        i, bn_mut = muts[1]
+        call = records[i - 7]
+        self.assertEqual((call["INSTRUCTION"], call["NAME"], call["ARGS"], len(call["RESULT"])),
+                         ("CALL", "native_batch_norm", [x, w, b, mean, var], 3))
+        self.assertGreater(int(call["TIME"]), 0)
+        self.assertEqual(bn_mut["TIME"], "0")
+
+    def test_batch_norm_in_eval_writes_nothing(self):
+        records, _, changed = self.batch_norm(False)
+        self.assertEqual(changed, [False, False, False])
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "MUTATE"], [])
+
+    def test_schema_writes_only(self):
+        # detect_writes=False (--writes schema): the annotated writes only, as before
+        records, (_, _, _, _, _, count), changed = self.batch_norm(True, detect_writes=False)
+        self.assertEqual(changed, [True, True, True])
+        muts = [(r["NAME"], r["MUTATE"]) for r in records if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual(muts, [("add_", [0])])
+
+    def test_aliases_of_a_marked_argument_are_not_written_twice(self):
+        # arg 1 changes with arg 0 (the same tensor, or a view of it): the mark explains it
+        records, (a,), _ = record_ops_of(lambda a: (a.add_(a), a.mul_(a.view(3, 3))), torch.randn(3, 3))
+        muts = [r for r in records if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual([(r["NAME"], r["MUTATE"]) for r in muts], [("add_", [0]), ("mul_", [0])])
+
+    def test_unchanged_nan_is_not_a_write(self):
+        x = torch.tensor([1.0, float("nan"), 3.0])
+        records, _, _ = record_ops_of(lambda x, y: torch.add(x, y), x, x.clone())
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "MUTATE"], [])
 
     def test_releases_come_before_the_next_instruction(self):
         def ops(x):
