@@ -24,6 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 sys.path.insert(0, SCRIPTS)
 import models  # noqa: E402
 import record_ops  # noqa: E402
+import record_ops_writes_effect  # noqa: E402
 import record_traces  # noqa: E402
 
 
@@ -355,6 +356,21 @@ class RecordedOpsTest(unittest.TestCase):
         self.assertEqual(kinds, ["ANNOTATE", "CONSTANT", "MEMORY", "CALL", "MEMORY", "ALIAS", "RELEASE",
                                  "CALL", "MEMORY", "ALIAS", "RELEASE"])
         self.assertEqual(records[6]["NAME"], records[3]["RESULT"][0])
+
+
+class WritesEffectTest(unittest.TestCase):
+    """scripts/record_ops_writes_effect.py: one recording, two logs."""
+
+    def test_logs_differ_in_the_unannotated_mutates_only(self):
+        w = small_workload()
+        with mock.patch.object(record_ops, "OpRecorder", record_ops_writes_effect.TeeRecorder):
+            rec = record_ops.record_step(w, None)
+        for lines in (rec.all_lines, rec.schema_lines):
+            record_ops.check_log(lines)
+        extra = [line for line in rec.all_lines if '"NAME":"native_batch_norm"' in line and "MUTATE" in line]
+        self.assertEqual([json.loads(line)["MUTATE"] for line in extra], [[3, 4]])
+        self.assertEqual([line for line in rec.all_lines if line not in extra], rec.schema_lines)
+        self.assertEqual(rec.unannotated_writes, {"native_batch_norm": 2})
 
 
 class CheckLogTest(unittest.TestCase):
