@@ -54,6 +54,10 @@ Usage:
                 [--writes content|schema] MODEL ...
   record_ops.py --check LOG ...                           validate logs
 
+--check prints "LOG: ok {summary}" for a valid log and "LOG: line N: what"
+(or why it cannot be read) on stderr for another; exit status 0 when every
+log is valid, 2 when one is not.
+
 Writes DIR/<model>-train-step.ops.jsonl.gz (default DIR: traces/ beside this
 script's folder) and prints instruction counts, peak live bytes and timing.
 """
@@ -64,9 +68,11 @@ import gzip
 import io
 import json
 import os
+import re
 import sys
 import time
 import weakref
+import zlib
 
 # One BLAS thread unless told otherwise: the default thread clock measures only
 # the recording thread (OpenBLAS reads this when torch loads it).
@@ -322,9 +328,13 @@ def check_log(lines):
     followed by its MEMORY; CALL by MEMORY and ALIAS for each RESULT, in
     order; every ARG, MUTATE index, COPY source and RELEASE names a tensor
     that is defined and not yet released; names are defined once; ALIAS
-    indices are in range. Returns a summary dict (instruction counts, peak
-    and final live bytes with aliases sharing their storage's bytes);
-    raises LogError naming the line on the first violation."""
+    indices are in range; every field has its type (names: strings; ARGS,
+    RESULT: lists of names; MUTATE: a list of integers; TIME, MEMORY: a
+    non-negative integer, ALIAS an integer, each as a decimal string or a
+    JSON integer, as coop's reader takes them). Returns a summary dict
+    (instruction counts, peak and final live bytes with aliases sharing
+    their storage's bytes); raises LogError naming the line on the first
+    violation."""
     live = {}  # name -> storage id
     storage_bytes = {}  # storage id -> bytes
     storage_refs = {}  # storage id -> live names
@@ -337,6 +347,31 @@ def check_log(lines):
 
     def fail(n, msg):
         raise LogError("line %d: %s" % (n, msg))
+
+    def field(n, r, key):
+        if key not in r:
+            fail(n, "%s without %s" % (r["INSTRUCTION"], key))
+        return r[key]
+
+    def name_field(n, r, key="NAME"):
+        v = field(n, r, key)
+        if not isinstance(v, str):
+            fail(n, "%s is not a string: %s" % (key, json.dumps(v)))
+        return v
+
+    def names_field(n, r, key):
+        v = field(n, r, key)
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            fail(n, "%s is not a list of names: %s" % (key, json.dumps(v)))
+        return v
+
+    def int_field(n, r, key, signed=False):
+        v = field(n, r, key)
+        if isinstance(v, int) and not isinstance(v, bool) and (signed or v >= 0):
+            return v
+        if isinstance(v, str) and re.fullmatch(r"-?[0-9]+" if signed else r"[0-9]+", v):
+            return int(v)
+        fail(n, "%s is not %s integer: %s" % (key, "an" if signed else "a non-negative", json.dumps(v)))
 
     def need_live(n, name, what):
         if name not in live:
@@ -375,17 +410,19 @@ def check_log(lines):
         if not isinstance(r, dict) or "INSTRUCTION" not in r:
             fail(n, "not an object with INSTRUCTION")
         ins = r["INSTRUCTION"]
+        if not isinstance(ins, str):
+            fail(n, "INSTRUCTION is not a string: %s" % json.dumps(ins))
         counts[ins] = counts.get(ins, 0) + 1
         if expect:
             want, wname = expect.pop(0)
             if ins != want or r.get("NAME") != wname:
                 fail(n, "expected %s for %s, got %s" % (want, wname, ins))
+        elif ins in ("MEMORY", "ALIAS"):
+            fail(n, "%s without a CONSTANT or CALL before it" % ins)
         if ins == "CONSTANT":
-            expect.append(("MEMORY", r["NAME"]))
+            expect.append(("MEMORY", name_field(n, r)))
         elif ins == "MEMORY":
-            nbytes = int(r["MEMORY"])
-            if nbytes < 0:
-                fail(n, "negative MEMORY")
+            nbytes = int_field(n, r, "MEMORY")
             if pending_call is None:  # a CONSTANT's
                 define(n, r["NAME"], fresh_storage(nbytes))
             else:
@@ -394,7 +431,7 @@ def check_log(lines):
             if pending_call is None:
                 fail(n, "ALIAS outside a CALL")
             args, results, i, nbytes = pending_call
-            k = int(r["ALIAS"])
+            k = int_field(n, r, "ALIAS", signed=True)
             if k == -1:
                 sid = fresh_storage(nbytes)
             elif 0 <= k < len(args):
@@ -404,34 +441,45 @@ def check_log(lines):
             define(n, results[i], sid)
             pending_call = None if i + 1 == len(results) else [args, results, i + 1, None]
         elif ins == "CALL":
-            for a in r["ARGS"]:
+            name_field(n, r)
+            args = names_field(n, r, "ARGS")
+            for a in args:
                 need_live(n, a, "ARG")
-            if not r["RESULT"]:
+            results = names_field(n, r, "RESULT")
+            if not results:
                 fail(n, "CALL without RESULT")
-            int(r["TIME"])
-            for res in r["RESULT"]:
+            int_field(n, r, "TIME")
+            for res in results:
                 expect.append(("MEMORY", res))
                 expect.append(("ALIAS", res))
-            pending_call = [r["ARGS"], r["RESULT"], 0, None]
+            pending_call = [args, results, 0, None]
         elif ins == "MUTATE":
-            for a in r["ARGS"]:
+            name_field(n, r)
+            args = names_field(n, r, "ARGS")
+            for a in args:
                 need_live(n, a, "ARG")
-            for k in r["MUTATE"]:
-                if not 0 <= k < len(r["ARGS"]):
+            mutate = field(n, r, "MUTATE")
+            if not isinstance(mutate, list) or not all(isinstance(k, int) and not isinstance(k, bool) for k in mutate):
+                fail(n, "MUTATE is not a list of integers: %s" % json.dumps(mutate))
+            for k in mutate:
+                if not 0 <= k < len(args):
                     fail(n, "MUTATE index %d out of range" % k)
-            int(r["TIME"])
+            int_field(n, r, "TIME")
         elif ins == "RELEASE":
-            need_live(n, r["NAME"], "RELEASE of")
-            release(r["NAME"])
+            name = name_field(n, r)
+            need_live(n, name, "RELEASE of")
+            release(name)
         elif ins == "COPY":
-            need_live(n, r["SRC"], "COPY source")
-            define(n, r["DST"], live[r["SRC"]])
+            src, dst = name_field(n, r, "SRC"), name_field(n, r, "DST")
+            need_live(n, src, "COPY source")
+            define(n, dst, live[src])
         elif ins == "COPY_FROM":
-            need_live(n, r["SRC"], "COPY_FROM source")
-            need_live(n, r["DST"], "COPY_FROM destination")
-            sid = live[r["SRC"]]
-            release(r["DST"])
-            live[r["DST"]] = sid
+            src, dst = name_field(n, r, "SRC"), name_field(n, r, "DST")
+            need_live(n, src, "COPY_FROM source")
+            need_live(n, dst, "COPY_FROM destination")
+            sid = live[src]
+            release(dst)
+            live[dst] = sid
             storage_refs[sid] += 1
         elif ins == "ANNOTATE":
             if r.get("ANNOTATION") not in ("START", "BACKWARD"):
@@ -481,9 +529,9 @@ def main(argv=None):
                 with _open_text(path) as f:
                     s = check_log(f)
                 print("%s: ok %s" % (path, json.dumps(s, sort_keys=True)))
-            except (LogError, OSError, KeyError, ValueError) as e:
+            except (LogError, OSError, ValueError, EOFError, zlib.error) as e:  # unreadable, not UTF-8, bad gzip
                 print("%s: %s" % (path, e), file=sys.stderr)
-                status = 1
+                status = 2
         return status
 
     if opts.clock == "thread":

@@ -6,9 +6,13 @@ validator's rejection of broken logs, and the allocation-trace pairing.
 Needs Debian's python3-torch; exits 77 (automake SKIP) without it.
 """
 
+import contextlib
+import gzip
+import io
 import json
 import os
 import sys
+import tempfile
 import unittest
 from unittest import mock
 
@@ -413,6 +417,81 @@ class CheckLogTest(unittest.TestCase):
 
     def test_not_json(self):
         self.assertRejects(self.GOOD[:2] + ["{oops"], "line 3: not JSON")
+
+    def test_integers_as_strings_or_json_integers(self):
+        # coop's reader takes both; so does the check
+        good = [line.replace('"MEMORY":"64"', '"MEMORY":64').replace('"ALIAS":"0"', '"ALIAS":0')
+                for line in self.GOOD]
+        self.assertEqual(record_ops.check_log(good)["peak_live_bytes"], 128)
+
+    # (line to put in place of GOOD[index], what the error says)
+    BAD_FIELDS = [
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":5,"RESULT":["x1"],"TIME":"5"}', "line 4: ARGS is not a list of names: 5"),
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":[["x0"]],"RESULT":["x1"],"TIME":"5"}', "ARGS is not a list of names"),
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":["x0"],"RESULT":"x1","TIME":"5"}', "RESULT is not a list of names"),
+        (3, '{"INSTRUCTION":"CALL","NAME":7,"ARGS":["x0"],"RESULT":["x1"],"TIME":"5"}', "NAME is not a string: 7"),
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":["x0"],"RESULT":["x1"],"TIME":"fast"}',
+         'TIME is not a non-negative integer: "fast"'),
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":["x0"],"RESULT":["x1"]}', "line 4: CALL without TIME"),
+        (2, '{"INSTRUCTION":"MEMORY","NAME":"x0","MEMORY":null}', "line 3: MEMORY is not a non-negative integer: null"),
+        (2, '{"INSTRUCTION":"MEMORY","NAME":"x0","MEMORY":"-64"}', "MEMORY is not a non-negative integer"),
+        (2, '{"INSTRUCTION":"MEMORY","NAME":"x0","MEMORY":6.5}', "MEMORY is not a non-negative integer: 6.5"),
+        (5, '{"INSTRUCTION":"ALIAS","NAME":"x1","ALIAS":"zero"}', 'line 6: ALIAS is not an integer: "zero"'),
+        (5, '{"INSTRUCTION":"ALIAS","NAME":"x1","ALIAS":true}', "ALIAS is not an integer: true"),
+        (9, '{"INSTRUCTION":"RELEASE","NAME":["x1"]}', 'line 10: NAME is not a string: ["x1"]'),
+        (9, '{"INSTRUCTION":"MUTATE","NAME":"add_","ARGS":["x1"],"MUTATE":["0"],"TIME":"1"}',
+         'MUTATE is not a list of integers: ["0"]'),
+        (9, '{"INSTRUCTION":"MUTATE","NAME":"add_","ARGS":["x1"],"MUTATE":0,"TIME":"1"}', "MUTATE is not a list of integers: 0"),
+        (9, '{"INSTRUCTION":"COPY","DST":"x9","SRC":1}', "SRC is not a string: 1"),
+        (9, '{"INSTRUCTION":"MEMORY","NAME":"x9","MEMORY":"8"}', "line 10: MEMORY without a CONSTANT or CALL before it"),
+        (1, '{"INSTRUCTION":3}', "line 2: INSTRUCTION is not a string: 3"),
+    ]
+
+    def test_bad_field_types(self):
+        for index, line, fragment in self.BAD_FIELDS:
+            with self.subTest(line=line):
+                self.assertRejects(self.GOOD[:index] + [line] + self.GOOD[index + 1:], fragment)
+
+    def check_cli(self, *contents):
+        """record_ops.py --check on files with these contents (str: text,
+        bytes: raw, in a .gz file when gzip's, None: a path that does not
+        exist): (status, stdout, stderr)."""
+        paths = []
+        with tempfile.TemporaryDirectory() as d:
+            for i, c in enumerate(contents):
+                path = os.path.join(d, "log%d.jsonl" % i)
+                if isinstance(c, bytes) and c[:2] == b"\x1f\x8b":
+                    path += ".gz"
+                if c is not None:
+                    with open(path, "wb") as f:
+                        f.write(c.encode() if isinstance(c, str) else c)
+                paths.append(path)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = record_ops.main(["--check"] + paths)
+        return status, out.getvalue(), err.getvalue().replace(d + "/", "")
+
+    def test_check_cli_bad_input(self):
+        good = "\n".join(self.GOOD) + "\n"
+        gz = gzip.compress(good.encode())
+        status, out, err = self.check_cli(good, good.replace('"ARGS":["x0"]', '"ARGS":5'),
+                                          good.replace('"MEMORY":"64"', '"MEMORY":null', 1), None,
+                                          gz[: len(gz) // 2], b"\xff\xfe\n")
+        self.assertEqual(status, 2)
+        self.assertEqual(len(out.splitlines()), 1)
+        self.assertTrue(out.endswith(".jsonl: ok %s\n" % json.dumps(record_ops.check_log(self.GOOD), sort_keys=True)))
+        lines = err.splitlines()
+        self.assertEqual(len(lines), 5, err)
+        self.assertEqual(lines[0], "log1.jsonl: line 4: ARGS is not a list of names: 5")
+        self.assertEqual(lines[1], "log2.jsonl: line 3: MEMORY is not a non-negative integer: null")
+        self.assertIn("log3.jsonl: [Errno 2] No such file or directory", lines[2])
+        self.assertEqual(lines[3], "log4.jsonl.gz: Compressed file ended before the end-of-stream marker was reached")
+        self.assertTrue(lines[4].startswith("log5.jsonl: 'utf-8' codec can't decode byte 0xff"), lines[4])
+        self.assertNotIn("Traceback", err)
+
+    def test_check_cli_good_input(self):
+        status, out, err = self.check_cli("\n".join(self.GOOD) + "\n")
+        self.assertEqual((status, err), (0, ""))
 
 
 class RecordTracesTest(unittest.TestCase):
