@@ -75,7 +75,7 @@ def main(argv=None):
     w = models.build(opts.model, batch=opts.batch)
     orig, record_ops.OpRecorder = record_ops.OpRecorder, TeeRecorder  # record_step's recorder
     try:
-        rec = record_ops.record_step(w, None)
+        rec = record_ops.record_step(w, None, detect_writes=True)
     finally:
         record_ops.OpRecorder = orig
     base = os.path.join(opts.out_dir, "%s-train-step" % opts.model)
