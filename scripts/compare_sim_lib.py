@@ -14,6 +14,12 @@ seconds each engine's process took for the log and policy (with
 Usage: compare_sim_lib.py [--coop PATH] [--policy LIST] [--budget LIST]
        [--min-ratio] [--jsonl OUT] LOG ...
 --jsonl writes every row (both engines, with "engine" and "wall_s").
+
+The two engines' rows are paired by budget_ratio; a ratio that one engine
+has no row for shows "missing" on that side. When coop fails (a log it
+refuses, a missing binary) or prints what is not one row per ratio, the
+script says so in one line on stderr (with coop's own last line) and exits
+2 when the input was bad (coop's status 2, a missing binary), 1 otherwise.
 """
 import argparse
 import json
@@ -23,22 +29,53 @@ import sys
 import time
 
 
+class Failure(Exception):
+    """A run that gave no usable rows; status is the script's exit status."""
+
+    def __init__(self, msg, status):
+        super().__init__(msg)
+        self.status = status
+
+
 def run(coop, engine, policy, budget, log, min_ratio):
+    """coop sim's rows, keyed by budget ratio (rounded to 6 places), and
+    the process's wall seconds; raises Failure."""
     args = [coop, "sim", "--json", "--policy", policy, "--budget", budget]
     args += ["--engine", "lib"] if engine == "lib" else ["--memory", "arena"]
     if not min_ratio:
         args.append("--no-min-ratio")
+    what = "coop sim (%s engine, policy %s) on %s" % (engine, policy, log)
     t0 = time.monotonic()
-    out = subprocess.run(args + [log], check=True, capture_output=True, text=True).stdout
+    try:
+        p = subprocess.run(args + [log], capture_output=True, text=True)
+    except OSError as e:
+        raise Failure("cannot run %s: %s" % (coop, e), 2)
     wall = time.monotonic() - t0
-    rows = [json.loads(line) for line in out.splitlines() if line.strip()]
-    for r in rows:
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise Failure("%s failed (exit %d): %s" % (what, p.returncode, last), 2 if p.returncode == 2 else 1)
+    rows = {}
+    for n, line in enumerate(p.stdout.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            ratio = round(float(r["budget_ratio"]), 6)
+        except (ValueError, TypeError, KeyError) as e:
+            raise Failure("%s: output line %d is not a row with a budget_ratio (%s)" % (what, n, e), 1)
+        if ratio in rows:
+            raise Failure("%s: two rows for budget ratio %g" % (what, ratio), 1)
         r["engine"] = engine
         r["wall_s"] = wall
+        rows[ratio] = r
+    if not rows:
+        raise Failure("%s printed no rows" % what, 1)
     return rows, wall
 
 
 def cell(r):
+    if r is None:
+        return "missing"
     if r["result"] != "ok":
         return r["result"]
     return "%.3f/%d" % (r["overhead"], r["evictions"])
@@ -56,6 +93,13 @@ def short(name):
     return name.split("-")[0] if name.endswith("-default.log.gz") else name
 
 
+def ratio_key(text):
+    try:
+        return round(float(text), 6)
+    except ValueError:
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--coop", default=os.path.join(os.path.dirname(__file__), "..", "coop"))
@@ -67,29 +111,38 @@ def main():
     ap.add_argument("logs", nargs="+")
     a = ap.parse_args()
     ratios = a.budget.split(",")
+    if any(ratio_key(r) is None for r in ratios):
+        ap.error("--budget: not a list of numbers: %r" % a.budget)
     mins = " min ratio lib | min ratio sim |" if a.min_ratio else ""
     print("| log | policy | " + " | ".join(ratios) + " |" + mins + " lib s | sim s |")
     print("|---|---|" + "---|" * len(ratios) + ("---|---|" if a.min_ratio else "") + "---|---|")
     every = []
     for log in a.logs:
         for policy in a.policy.split(","):
-            lib, lib_s = run(a.coop, "lib", policy, a.budget, log, a.min_ratio)
-            sim, sim_s = run(a.coop, "sim", policy, a.budget, log, a.min_ratio)
-            every += lib + sim
+            try:
+                lib, lib_s = run(a.coop, "lib", policy, a.budget, log, a.min_ratio)
+                sim, sim_s = run(a.coop, "sim", policy, a.budget, log, a.min_ratio)
+            except Failure as e:
+                sys.stdout.flush()
+                print("compare_sim_lib.py: %s" % e, file=sys.stderr)
+                return e.status
+            every += list(lib.values()) + list(sim.values())
             cells = []
-            for x, y in zip(lib, sim):
-                same = cell(x) == cell(y)
+            for ratio in map(ratio_key, ratios):
+                x, y = lib.get(ratio), sim.get(ratio)
+                same = x is not None and y is not None and cell(x) == cell(y)
                 cells.append("= " + cell(x) if same else "%s / %s" % (cell(x), cell(y)))
             if a.min_ratio:
-                cells += [min_cell(lib[0]), min_cell(sim[0])]
+                cells += [min_cell(next(iter(lib.values()))), min_cell(next(iter(sim.values())))]
             print("| %s | %s | %s | %.2f | %.2f |"
-                  % (short(lib[0]["log"]), policy, " | ".join(cells), lib_s, sim_s))
+                  % (short(next(iter(lib.values()))["log"]), policy, " | ".join(cells), lib_s, sim_s))
             sys.stdout.flush()
     if a.jsonl:
         with open(a.jsonl, "w") as f:
             for r in every:
                 f.write(json.dumps(r) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -9,6 +9,9 @@ EXTRA_DIST += tests/python/test_check_replay_criteria.py
 # The sim criteria checker: standard library only, always runs.
 TESTS += tests/python/test_check_sim_criteria.py
 EXTRA_DIST += tests/python/test_check_sim_criteria.py
+# compare_sim_lib.py against a stand-in coop: standard library only, always runs.
+TESTS += tests/python/test_compare_sim_lib.py
+EXTRA_DIST += tests/python/test_compare_sim_lib.py
 # The GPU scripts on the CPU (--dry-run, exit 77 without a device, readers);
 # exits 77 (SKIP) where python3-torch is absent.
 TESTS += tests/python/test_gpu_scripts.py

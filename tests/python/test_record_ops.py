@@ -6,9 +6,15 @@ validator's rejection of broken logs, and the allocation-trace pairing.
 Needs Debian's python3-torch; exits 77 (automake SKIP) without it.
 """
 
+import contextlib
+import gzip
+import io
+import json
 import os
 import sys
+import tempfile
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "..", "..", "scripts")
@@ -22,6 +28,7 @@ import torch.nn.functional as F  # noqa: E402
 sys.path.insert(0, SCRIPTS)
 import models  # noqa: E402
 import record_ops  # noqa: E402
+import record_ops_writes_effect  # noqa: E402
 import record_traces  # noqa: E402
 
 
@@ -55,11 +62,82 @@ def small_workload(optimizer="sgd"):
     return models.Workload("small", m, (x,), y, F.cross_entropy, opt, {"batch": 4})
 
 
+class StorageSpy(record_ops.OpRecorder):
+    """The recorder, also noting for every name the real storage it had when
+    named (data_ptr, nbytes): an account of aliasing that does not depend on
+    the recorder's own storage key."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.real = {}
+
+    def _new_name(self, t):
+        name = super()._new_name(t)
+        s = t._storage()
+        self.real[name] = (s.data_ptr(), s.nbytes())
+        return name
+
+
 def record(optimizer="sgd"):
     w = small_workload(optimizer)
     lines = []
-    rec = record_ops.record_step(w, lines.append)
+    with mock.patch.object(record_ops, "OpRecorder", StorageSpy):
+        rec = record_ops.record_step(w, lines.append)
     return w, rec, lines
+
+
+def record_ops_of(fn, *inputs, detect_writes=True):
+    """Records fn(*inputs) alone; the inputs are CONSTANTs. Returns the
+    records, the inputs' names and the recorder (a StorageSpy)."""
+    lines = []
+    rec = StorageSpy(lines.append, **({} if detect_writes else {"detect_writes": False}))
+    with rec:
+        rec.annotate("START")
+        names = [rec.constant(t) for t in inputs]
+        out = fn(*inputs)
+        del out
+    rec.stop()
+    record_ops.check_log(lines)
+    return [json.loads(line) for line in lines], names, rec
+
+
+def calls_with_aliases(records):
+    """[(CALL record, [(result, MEMORY, ALIAS)])]"""
+    out = []
+    for i, r in enumerate(records):
+        if r["INSTRUCTION"] == "CALL":
+            res = []
+            for j, name in enumerate(r["RESULT"]):
+                mem, alias = records[i + 1 + 2 * j], records[i + 2 + 2 * j]
+                assert mem["NAME"] == alias["NAME"] == name, (r, mem, alias)
+                res.append((name, int(mem["MEMORY"]), int(alias["ALIAS"])))
+            out.append((r, res))
+    return out
+
+
+def storage_alias_errors(records, real):
+    """Checks every ALIAS against the real storages (real: name -> (data_ptr,
+    nbytes)): ALIAS k names a result on ARGS[k]'s storage, ALIAS -1 one on a
+    storage of no argument, MEMORY is the storage's size. Returns the
+    mismatches."""
+    errors = []
+    for call, results in calls_with_aliases(records):
+        arg_ptrs = [real[a][0] for a in call["ARGS"]]
+        for name, mem, alias in results:
+            ptr, nbytes = real[name]
+            if mem != nbytes:
+                errors.append("%s of %s: MEMORY %d, storage %d bytes" % (name, call["NAME"], mem, nbytes))
+            if alias >= 0 and arg_ptrs[alias] != ptr:
+                errors.append("%s of %s: ALIAS %d, another storage" % (name, call["NAME"], alias))
+            if alias == -1 and nbytes > 0 and ptr in arg_ptrs:
+                errors.append("%s of %s: ALIAS -1 on the storage of an argument" % (name, call["NAME"]))
+    return errors
+
+
+# Ops that only make views (or, detach, a new tensor on the same data):
+# none writes anything.
+VIEW_OPS = ("t", "view", "transpose", "detach", "_reshape_alias", "_unsafe_view", "expand", "unsqueeze",
+            "permute", "select", "slice", "split", "split_with_sizes", "chunk", "unbind", "as_strided")
 
 
 class RecordOpsTest(unittest.TestCase):
@@ -102,12 +180,56 @@ class RecordOpsTest(unittest.TestCase):
                 seen += 1
         self.assertGreater(seen, 5)
 
+    def test_aliasing_matches_the_real_storages(self):
+        self.assertEqual(storage_alias_errors(self.records, self.rec.real), [])
+
+    def test_multi_output_views_alias_their_input(self):
+        # the attention layer splits its input projection's gradient
+        seen = 0
+        for call, results in calls_with_aliases(self.records):
+            if call["NAME"] in ("split", "split_with_sizes", "chunk", "unbind"):
+                self.assertGreater(len(results), 1, call)
+                self.assertEqual([a for _, _, a in results], [0] * len(results), call)
+                seen += 1
+        self.assertGreater(seen, 0)
+
+    def test_views_are_not_mutations(self):
+        muts = [r["NAME"] for r in self.records if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual([m for m in muts if m in VIEW_OPS], [])
+        # what this step writes in place, by default (--writes schema): the
+        # in-place ReLU and SGD's updates; batch norm's running statistics
+        # only with --writes content (BatchNormWrites below)
+        self.assertEqual(sorted(set(muts)), ["add_", "mul_", "relu_"])
+
+    def test_times_are_measured(self):
+        times = [int(r["TIME"]) for r in self.records if r["INSTRUCTION"] in ("CALL", "MUTATE")]
+        # a constant (or a count) would give a handful of distinct values
+        self.assertGreater(len(set(times)), len(times) // 4, sorted(set(times)))
+        calls = [(r["NAME"], int(r["TIME"])) for r in self.records if r["INSTRUCTION"] == "CALL"]
+        conv = max(t for n, t in calls if n == "convolution_backward")
+        views = sorted(t for n, t in calls if n in ("t", "view", "transpose", "detach"))
+        self.assertGreater(conv, views[len(views) // 2])
+
+    def test_inplace_ops_carry_their_time(self):
+        # an in-place op with no fresh result is a MUTATE alone, with the op's time
+        alone = [r for i, r in enumerate(self.records)
+                 if r["INSTRUCTION"] == "MUTATE" and self.records[i - 1]["INSTRUCTION"] != "ALIAS"]
+        self.assertGreater(len(alone), 40)
+        self.assertEqual([r for r in alone if int(r["TIME"]) <= 0], [])
+        self.assertGreater(len({r["TIME"] for r in alone}), len(alone) // 4)
+
     def test_inplace_relu_and_optimizer_updates_are_mutations(self):
         muts = [r for r in self.records if r["INSTRUCTION"] == "MUTATE"]
         self.assertTrue(any(r["NAME"] == "relu_" and r["MUTATE"] == [0] for r in muts))
         mutated = {r["ARGS"][k] for r in muts for k in r["MUTATE"]}
         for p in self.w.model.parameters():
             self.assertIn(getattr(p, self.rec.attr), mutated)
+        # of the batch norm's buffers only num_batches_tracked (its add_ is
+        # annotated); running_mean and running_var need --writes content
+        bn = dict(self.w.model.bn.named_buffers())
+        self.assertIn(getattr(bn["num_batches_tracked"], self.rec.attr), mutated)
+        for name in ("running_mean", "running_var"):
+            self.assertNotIn(getattr(bn[name], self.rec.attr), mutated)
 
     def test_releases_follow_the_step(self):
         self.assertGreater(self.summary["counts"].get("RELEASE", 0), 20)
@@ -119,6 +241,145 @@ class RecordOpsTest(unittest.TestCase):
         s = record_ops.check_log(lines)
         self.assertGreater(s["counts"]["MUTATE"], 10)
         self.assertEqual(rec.late_constants, {})
+
+
+class RecordedOpsTest(unittest.TestCase):
+    """Single ops recorded alone: what each one's records must say."""
+
+    def test_view_ops_write_nothing(self):
+        def views(x):
+            return (x.t(), x.view(16), x.transpose(0, 1), x.detach(), x.expand(2, 4, 4), x.permute(1, 0),
+                    x.unsqueeze(0), x[1], x[:, 1:3], x.reshape(2, 8))
+
+        records, _, rec = record_ops_of(views, torch.randn(4, 4))
+        calls = calls_with_aliases(records)
+        # detach and x[:, 1:3] dispatch twice each (detach of the detached; slice of a slice)
+        self.assertEqual([c["NAME"] for c, _ in calls],
+                         ["t", "view", "transpose", "detach", "detach", "expand", "permute", "unsqueeze",
+                          "select", "slice", "slice", "_reshape_alias"])
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "MUTATE"], [])
+        for call, results in calls:
+            self.assertEqual(len(call["ARGS"]), 1, call)
+            self.assertEqual([a for _, _, a in results], [0], call)
+        self.assertEqual(storage_alias_errors(records, rec.real), [])
+
+    def test_multi_output_views_alias_their_input(self):
+        def pieces(x):
+            return x.chunk(2), x.split([1, 3]), x.unbind(0), x.split(2, dim=1)
+
+        records, (x,), rec = record_ops_of(pieces, torch.randn(4, 6))
+        calls = calls_with_aliases(records)
+        self.assertEqual([len(res) for _, res in calls], [2, 2, 4, 3], [c["NAME"] for c, _ in calls])
+        for call, results in calls:
+            self.assertEqual(call["ARGS"], [x], call)
+            self.assertEqual([a for _, _, a in results], [0] * len(results), call)
+        self.assertEqual(storage_alias_errors(records, rec.real), [])
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "MUTATE"], [])
+
+    def test_fresh_results_are_fresh_storages(self):
+        def ops(x):
+            return x * 2, x.max(dim=1), x.clone(), x.contiguous(), x.t().contiguous()
+
+        records, _, rec = record_ops_of(ops, torch.randn(4, 6))
+        aliases = [(c["NAME"], [a for _, _, a in res]) for c, res in calls_with_aliases(records)]
+        self.assertEqual(aliases, [("mul", [-1]), ("max", [-1, -1]), ("clone", [-1]), ("t", [0]), ("clone", [-1])])
+        self.assertEqual(storage_alias_errors(records, rec.real), [])
+
+    def test_matmul_takes_longer_than_a_view(self):
+        a, b = torch.randn(384, 384), torch.randn(384, 384)
+        a.mm(b)  # BLAS warmed up
+        records, _, _ = record_ops_of(lambda a, b: (a.mm(b), a.view(-1), a.t()), a, b)
+        times = {r["NAME"]: int(r["TIME"]) for r in records if r["INSTRUCTION"] == "CALL"}
+        self.assertEqual(sorted(times), ["mm", "t", "view"])
+        self.assertGreater(times["view"], 0)
+        # 113 MFLOP against a few microseconds of bookkeeping
+        self.assertGreater(times["mm"], 20 * max(times["view"], times["t"]), times)
+
+    def test_inplace_op_is_a_timed_mutate(self):
+        a, b = torch.randn(384, 384), torch.randn(384, 384)
+        records, (x, y), _ = record_ops_of(lambda a, b: (a.mul_(b), a.addmm_(a, b)), a, b)
+        muts = [r for r in records if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual([(r["NAME"], r["ARGS"], r["MUTATE"]) for r in muts],
+                         [("mul_", [x, y], [0]), ("addmm_", [x, x, y], [0])])
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "CALL"], [])
+        t_mul, t_addmm = (int(r["TIME"]) for r in muts)
+        self.assertGreater(t_mul, 0)
+        self.assertGreater(t_addmm, 5 * t_mul)
+
+    def batch_norm(self, train, detect_writes=True):
+        torch.manual_seed(0)
+        bn = nn.BatchNorm2d(3).train(train)
+        x = torch.randn(4, 3, 2, 2)
+        before = [b.clone() for b in bn.buffers()]
+        records, names, _ = record_ops_of(lambda x, *_: bn(x), x, bn.weight, bn.bias, *bn.buffers(),
+                                          detect_writes=detect_writes)
+        changed = [not torch.equal(a, b) for a, b in zip(before, bn.buffers())]
+        return records, names, changed
+
+    def test_batch_norm_in_training_writes_its_running_stats(self):
+        # torch 1.13's schema: "Tensor? running_mean, Tensor? running_var" (no a!)
+        records, (x, w, b, mean, var, count), changed = self.batch_norm(True)
+        self.assertEqual(changed, [True, True, True])
+        muts = [(i, r) for i, r in enumerate(records) if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual([(r["NAME"], r["ARGS"], r["MUTATE"]) for _, r in muts],
+                         [("add_", [count], [0]), ("native_batch_norm", [x, w, b, mean, var], [3, 4])])
+        # the CALL (its fresh results) carries the time; the MUTATE follows its ALIAS lines
+        i, bn_mut = muts[1]
+        call = records[i - 7]
+        self.assertEqual((call["INSTRUCTION"], call["NAME"], call["ARGS"], len(call["RESULT"])),
+                         ("CALL", "native_batch_norm", [x, w, b, mean, var], 3))
+        self.assertGreater(int(call["TIME"]), 0)
+        self.assertEqual(bn_mut["TIME"], "0")
+
+    def test_batch_norm_in_eval_writes_nothing(self):
+        records, _, changed = self.batch_norm(False)
+        self.assertEqual(changed, [False, False, False])
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "MUTATE"], [])
+
+    def test_schema_writes_only(self):
+        # detect_writes=False (--writes schema): the annotated writes only, as before
+        records, (_, _, _, _, _, count), changed = self.batch_norm(True, detect_writes=False)
+        self.assertEqual(changed, [True, True, True])
+        muts = [(r["NAME"], r["MUTATE"]) for r in records if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual(muts, [("add_", [0])])
+
+    def test_aliases_of_a_marked_argument_are_not_written_twice(self):
+        # arg 1 changes with arg 0 (the same tensor, or a view of it): the mark explains it
+        records, (a,), _ = record_ops_of(lambda a: (a.add_(a), a.mul_(a.view(3, 3))), torch.randn(3, 3))
+        muts = [r for r in records if r["INSTRUCTION"] == "MUTATE"]
+        self.assertEqual([(r["NAME"], r["MUTATE"]) for r in muts], [("add_", [0]), ("mul_", [0])])
+
+    def test_unchanged_nan_is_not_a_write(self):
+        x = torch.tensor([1.0, float("nan"), 3.0])
+        records, _, _ = record_ops_of(lambda x, y: torch.add(x, y), x, x.clone())
+        self.assertEqual([r for r in records if r["INSTRUCTION"] == "MUTATE"], [])
+
+    def test_releases_come_before_the_next_instruction(self):
+        def ops(x):
+            y = x * 2
+            del y  # dies here: its RELEASE is written before the next op's CALL
+            return x + 1
+
+        records, _, _ = record_ops_of(ops, torch.randn(4))
+        kinds = [r["INSTRUCTION"] for r in records]
+        self.assertEqual(kinds, ["ANNOTATE", "CONSTANT", "MEMORY", "CALL", "MEMORY", "ALIAS", "RELEASE",
+                                 "CALL", "MEMORY", "ALIAS", "RELEASE"])
+        self.assertEqual(records[6]["NAME"], records[3]["RESULT"][0])
+
+
+class WritesEffectTest(unittest.TestCase):
+    """scripts/record_ops_writes_effect.py: one recording, two logs."""
+
+    def test_logs_differ_in_the_unannotated_mutates_only(self):
+        w = small_workload()
+        with mock.patch.object(record_ops, "OpRecorder", record_ops_writes_effect.TeeRecorder):
+            rec = record_ops.record_step(w, None, detect_writes=True)
+        for lines in (rec.all_lines, rec.schema_lines):
+            record_ops.check_log(lines)
+        extra = [line for line in rec.all_lines if '"NAME":"native_batch_norm"' in line and "MUTATE" in line]
+        self.assertEqual([json.loads(line)["MUTATE"] for line in extra], [[3, 4]])
+        self.assertEqual([line for line in rec.all_lines if line not in extra], rec.schema_lines)
+        self.assertEqual(rec.unannotated_writes, {"native_batch_norm": 2})
 
 
 class CheckLogTest(unittest.TestCase):
@@ -161,6 +422,81 @@ class CheckLogTest(unittest.TestCase):
 
     def test_not_json(self):
         self.assertRejects(self.GOOD[:2] + ["{oops"], "line 3: not JSON")
+
+    def test_integers_as_strings_or_json_integers(self):
+        # coop's reader takes both; so does the check
+        good = [line.replace('"MEMORY":"64"', '"MEMORY":64').replace('"ALIAS":"0"', '"ALIAS":0')
+                for line in self.GOOD]
+        self.assertEqual(record_ops.check_log(good)["peak_live_bytes"], 128)
+
+    # (line to put in place of GOOD[index], what the error says)
+    BAD_FIELDS = [
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":5,"RESULT":["x1"],"TIME":"5"}', "line 4: ARGS is not a list of names: 5"),
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":[["x0"]],"RESULT":["x1"],"TIME":"5"}', "ARGS is not a list of names"),
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":["x0"],"RESULT":"x1","TIME":"5"}', "RESULT is not a list of names"),
+        (3, '{"INSTRUCTION":"CALL","NAME":7,"ARGS":["x0"],"RESULT":["x1"],"TIME":"5"}', "NAME is not a string: 7"),
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":["x0"],"RESULT":["x1"],"TIME":"fast"}',
+         'TIME is not a non-negative integer: "fast"'),
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":["x0"],"RESULT":["x1"]}', "line 4: CALL without TIME"),
+        (2, '{"INSTRUCTION":"MEMORY","NAME":"x0","MEMORY":null}', "line 3: MEMORY is not a non-negative integer: null"),
+        (2, '{"INSTRUCTION":"MEMORY","NAME":"x0","MEMORY":"-64"}', "MEMORY is not a non-negative integer"),
+        (2, '{"INSTRUCTION":"MEMORY","NAME":"x0","MEMORY":6.5}', "MEMORY is not a non-negative integer: 6.5"),
+        (5, '{"INSTRUCTION":"ALIAS","NAME":"x1","ALIAS":"zero"}', 'line 6: ALIAS is not an integer: "zero"'),
+        (5, '{"INSTRUCTION":"ALIAS","NAME":"x1","ALIAS":true}', "ALIAS is not an integer: true"),
+        (9, '{"INSTRUCTION":"RELEASE","NAME":["x1"]}', 'line 10: NAME is not a string: ["x1"]'),
+        (9, '{"INSTRUCTION":"MUTATE","NAME":"add_","ARGS":["x1"],"MUTATE":["0"],"TIME":"1"}',
+         'MUTATE is not a list of integers: ["0"]'),
+        (9, '{"INSTRUCTION":"MUTATE","NAME":"add_","ARGS":["x1"],"MUTATE":0,"TIME":"1"}', "MUTATE is not a list of integers: 0"),
+        (9, '{"INSTRUCTION":"COPY","DST":"x9","SRC":1}', "SRC is not a string: 1"),
+        (9, '{"INSTRUCTION":"MEMORY","NAME":"x9","MEMORY":"8"}', "line 10: MEMORY without a CONSTANT or CALL before it"),
+        (1, '{"INSTRUCTION":3}', "line 2: INSTRUCTION is not a string: 3"),
+    ]
+
+    def test_bad_field_types(self):
+        for index, line, fragment in self.BAD_FIELDS:
+            with self.subTest(line=line):
+                self.assertRejects(self.GOOD[:index] + [line] + self.GOOD[index + 1:], fragment)
+
+    def check_cli(self, *contents):
+        """record_ops.py --check on files with these contents (str: text,
+        bytes: raw, in a .gz file when gzip's, None: a path that does not
+        exist): (status, stdout, stderr)."""
+        paths = []
+        with tempfile.TemporaryDirectory() as d:
+            for i, c in enumerate(contents):
+                path = os.path.join(d, "log%d.jsonl" % i)
+                if isinstance(c, bytes) and c[:2] == b"\x1f\x8b":
+                    path += ".gz"
+                if c is not None:
+                    with open(path, "wb") as f:
+                        f.write(c.encode() if isinstance(c, str) else c)
+                paths.append(path)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = record_ops.main(["--check"] + paths)
+        return status, out.getvalue(), err.getvalue().replace(d + "/", "")
+
+    def test_check_cli_bad_input(self):
+        good = "\n".join(self.GOOD) + "\n"
+        gz = gzip.compress(good.encode())
+        status, out, err = self.check_cli(good, good.replace('"ARGS":["x0"]', '"ARGS":5'),
+                                          good.replace('"MEMORY":"64"', '"MEMORY":null', 1), None,
+                                          gz[: len(gz) // 2], b"\xff\xfe\n")
+        self.assertEqual(status, 2)
+        self.assertEqual(len(out.splitlines()), 1)
+        self.assertTrue(out.endswith(".jsonl: ok %s\n" % json.dumps(record_ops.check_log(self.GOOD), sort_keys=True)))
+        lines = err.splitlines()
+        self.assertEqual(len(lines), 5, err)
+        self.assertEqual(lines[0], "log1.jsonl: line 4: ARGS is not a list of names: 5")
+        self.assertEqual(lines[1], "log2.jsonl: line 3: MEMORY is not a non-negative integer: null")
+        self.assertIn("log3.jsonl: [Errno 2] No such file or directory", lines[2])
+        self.assertEqual(lines[3], "log4.jsonl.gz: Compressed file ended before the end-of-stream marker was reached")
+        self.assertTrue(lines[4].startswith("log5.jsonl: 'utf-8' codec can't decode byte 0xff"), lines[4])
+        self.assertNotIn("Traceback", err)
+
+    def test_check_cli_good_input(self):
+        status, out, err = self.check_cli("\n".join(self.GOOD) + "\n")
+        self.assertEqual((status, err), (0, ""))
 
 
 class RecordTracesTest(unittest.TestCase):

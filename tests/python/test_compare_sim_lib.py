@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Tests scripts/compare_sim_lib.py against a stand-in for coop that prints
+given rows (or fails as told): rows are paired by budget ratio, a missing
+row shows as missing, and a failing coop gives one line and exit 2 (bad
+input) or 1. Standard library only; one check uses the built ./coop when
+there is one."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "compare_sim_lib.py")
+
+FAKE = """#!%s
+import json, os, sys
+spec = json.load(open(os.environ["FAKE_COOP_SPEC"]))
+engine = "lib" if "--engine" in sys.argv else "sim"
+s = spec[engine]
+sys.stdout.write(s.get("stdout", "".join(json.dumps(r) + "\\n" for r in s.get("rows", []))))
+sys.stderr.write(s.get("stderr", ""))
+sys.exit(s.get("rc", 0))
+""" % sys.executable
+
+
+def row(ratio, result="ok", overhead=1.0, evictions=0, min_ratio=0.5):
+    return {"log": "m-train-step.ops.jsonl.gz", "policy": "coop", "memory": "arena", "budget_ratio": ratio,
+            "result": result, "overhead": overhead, "evictions": evictions, "min_budget_ratio": min_ratio}
+
+
+class CompareSimLib(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.coop = os.path.join(self.dir.name, "coop")
+        with open(self.coop, "w") as f:
+            f.write(FAKE)
+        os.chmod(self.coop, 0o755)
+
+    def run_script(self, lib, sim, *extra, coop=None):
+        spec = os.path.join(self.dir.name, "spec.json")
+        with open(spec, "w") as f:
+            json.dump({"lib": lib, "sim": sim}, f)
+        env = dict(os.environ, FAKE_COOP_SPEC=spec)
+        p = subprocess.run([sys.executable, SCRIPT, "--coop", coop or self.coop, "--policy", "coop",
+                            "--budget", "0.9,0.7,0.5", *extra, "m-train-step.ops.jsonl.gz"],
+                           capture_output=True, text=True, env=env)
+        table = [line for line in p.stdout.splitlines() if line.startswith("| m (own)")]
+        return p.returncode, table, p.stderr
+
+    def test_rows_are_paired_by_ratio(self):
+        lib = {"rows": [row(0.9, overhead=1.1, evictions=3), row(0.7, overhead=1.2, evictions=5), row(0.5, "oom")]}
+        sim = {"rows": [row(0.5, "oom"), row(0.9, overhead=1.1, evictions=3), row(0.7, overhead=1.3, evictions=6)]}
+        jsonl = os.path.join(self.dir.name, "rows.jsonl")
+        rc, table, err = self.run_script(lib, sim, "--jsonl", jsonl)
+        self.assertEqual((rc, err), (0, ""))
+        cells = table[0].split(" | ")[2:5]
+        self.assertEqual(cells, ["= 1.100/3", "1.200/5 / 1.300/6", "= oom"])
+        with open(jsonl) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual(sorted((r["engine"], r["budget_ratio"]) for r in rows),
+                         [("lib", 0.5), ("lib", 0.7), ("lib", 0.9), ("sim", 0.5), ("sim", 0.7), ("sim", 0.9)])
+
+    def test_missing_row_shows_as_missing(self):
+        lib = {"rows": [row(0.9, overhead=1.1, evictions=3), row(0.7, overhead=1.2, evictions=5), row(0.5, "oom")]}
+        sim = {"rows": [row(0.9, overhead=1.1, evictions=3), row(0.5, "oom")]}
+        rc, table, err = self.run_script(lib, sim)
+        self.assertEqual((rc, err), (0, ""))
+        self.assertEqual(table[0].split(" | ")[2:5], ["= 1.100/3", "1.200/5 / missing", "= oom"])
+
+    def test_min_ratio_columns(self):
+        lib = {"rows": [row(r, min_ratio=0.4) for r in (0.9, 0.7, 0.5)]}
+        sim = {"rows": [row(r, min_ratio=None) for r in (0.5, 0.7, 0.9)]}
+        rc, table, _ = self.run_script(lib, sim, "--min-ratio")
+        self.assertEqual(rc, 0)
+        self.assertEqual(table[0].split(" | ")[5:7], ["0.4000", "-"])
+
+    def assertOneLine(self, err, *fragments):
+        self.assertNotIn("Traceback", err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+        for f in fragments:
+            self.assertIn(f, err)
+
+    def test_coop_refuses_the_log(self):
+        refuse = {"rc": 2, "stderr": "coop sim: m-train-step.ops.jsonl.gz:3: field ARGS is not an array\n"}
+        rc, table, err = self.run_script(refuse, {"rows": [row(0.9)]})
+        self.assertEqual((rc, table), (2, []))
+        self.assertOneLine(err, "compare_sim_lib.py: coop sim (lib engine, policy coop) on m-train-step.ops.jsonl.gz",
+                           "failed (exit 2)", ":3: field ARGS is not an array")
+
+    def test_coop_run_fails(self):
+        rc, _, err = self.run_script({"rows": [row(0.9)]}, {"rc": 1, "stderr": "coop sim: out of memory\n"})
+        self.assertEqual(rc, 1)
+        self.assertOneLine(err, "sim engine", "failed (exit 1): coop sim: out of memory")
+
+    def test_no_coop_binary(self):
+        rc, _, err = self.run_script({}, {}, coop=os.path.join(self.dir.name, "nothing"))
+        self.assertEqual(rc, 2)
+        self.assertOneLine(err, "cannot run")
+
+    def test_output_not_rows(self):
+        for lib, fragment in (({"stdout": "log policy ratio\n"}, "output line 1 is not a row with a budget_ratio"),
+                              ({"stdout": json.dumps({"result": "ok"}) + "\n"}, "output line 1 is not a row"),
+                              ({"rows": [row(0.9), row(0.9)]}, "two rows for budget ratio 0.9"),
+                              ({"rows": []}, "printed no rows")):
+            with self.subTest(lib=lib):
+                rc, _, err = self.run_script(lib, {"rows": [row(0.9)]})
+                self.assertEqual(rc, 1)
+                self.assertOneLine(err, fragment)
+
+    def test_real_coop_refuses_a_missing_log(self):
+        coop = next((c for c in (os.path.join(os.getcwd(), "coop"), os.path.join(HERE, "..", "..", "coop"))
+                     if os.access(c, os.X_OK)), None)
+        if coop is None:
+            self.skipTest("no built coop")
+        missing = os.path.join(self.dir.name, "missing.ops.jsonl.gz")
+        p = subprocess.run([sys.executable, SCRIPT, "--coop", coop, "--policy", "coop", missing],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertOneLine(p.stderr, "missing.ops.jsonl.gz", "failed (exit 2)")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
