@@ -1,0 +1,92 @@
+#!/bin/sh
+# Checks what `make install` promises, on a build of this tree into a
+# temporary prefix: the library (shared and static), coop.h, coop.pc, the
+# coop command and the Python package. The README's C example, taken from
+# the README itself so the two cannot drift, is built with pkg-config
+# against the installed copy (shared, then static) and run; the installed
+# coop replays a bundled trace; the Python package loads the installed
+# library; `make uninstall` leaves no file behind.
+#
+# Usage: scripts/check_install.sh
+#   Builds a copy of the tracked sources (the working tree's, as git lists
+#   them) in a temporary directory, so the tree itself is left as it is.
+# Exit status 0 when every check passes, 1 otherwise; prints one line per check.
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+failures=0
+
+check() { # description, command...
+    what=$1
+    shift
+    if out=$("$@" 2>&1); then
+        echo "ok: $what"
+    else
+        echo "FAIL: $what"
+        printf '%s\n' "$out" | tail -20 | sed 's/^/    /'
+        failures=$((failures + 1))
+    fi
+}
+
+mkdir "$work/src"
+if ! (cd "$src" && git ls-files -z --cached --others --exclude-standard |
+    xargs -0 cp --parents -t "$work/src") ||
+    ! (cd "$work/src" && autoreconf -fi && ./configure --prefix="$prefix" &&
+        make -j"$(nproc)" install) >"$work/build.log" 2>&1; then
+    echo "FAIL: build and make install into a temporary prefix"
+    tail -30 "$work/build.log" | sed 's/^/    /'
+    exit 1
+fi
+echo "ok: build and make install into a temporary prefix"
+
+libdir=$prefix/lib
+check "coop.h, libcoop.so, libcoop.a, coop.pc and bin/coop are installed" \
+    test -f "$prefix/include/coop.h" -a -e "$libdir/libcoop.so" -a -f "$libdir/libcoop.a" \
+    -a -f "$libdir/pkgconfig/coop.pc" -a -x "$prefix/bin/coop"
+
+# the README's first ```c block after "## Using libcoop from C"
+awk '/^## Using libcoop from C/ { section = 1 }
+     section && /^```c$/ { inside = 1; next }
+     inside && /^```$/ { exit }
+     inside { print }' "$src/README.md" >"$work/example.c"
+check "the README's C example is found" test -s "$work/example.c"
+
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+run_example() { # binary
+    LD_LIBRARY_PATH=$libdir "$1" >"$work/example.out" &&
+        grep -q '^expected OOM: .*' "$work/example.out" &&
+        grep -q '^allocated 314572800 B' "$work/example.out" &&
+        grep -q '^second free: ' "$work/example.out" &&
+        ! grep -q '^second free: ok' "$work/example.out"
+}
+check "the example builds with pkg-config against the installed library" \
+    sh -c "cc -std=c11 -Wall -Wextra -Werror '$work/example.c' -o '$work/example' \
+           \$(pkg-config --cflags --libs coop)"
+check "the example runs: OOM reported, statistics, double free refused" run_example "$work/example"
+check "the example links statically (pkg-config --static)" \
+    sh -c "cc -std=c11 '$work/example.c' -o '$work/example-static' \
+           \$(pkg-config --cflags coop) '$libdir/libcoop.a' \$(pkg-config --static --libs-only-l coop | sed 's/-lcoop//')"
+check "the static example runs" run_example "$work/example-static"
+
+trace=$(ls "$src"/traces/*.trace.gz 2>/dev/null | head -1)
+check "the installed coop replays a bundled trace" \
+    sh -c "LD_LIBRARY_PATH='$libdir' '$prefix/bin/coop' replay --json --policy coop '$trace' | grep -q '\"min_capacity_bytes\":[0-9]'"
+
+pkg=$(find "$prefix" -name native.py -path '*/coop/*' | head -1)
+if [ -n "$pkg" ] && command -v python3 >/dev/null; then
+    pydir=$(dirname "$(dirname "$pkg")")
+    check "the installed Python package loads the installed library" \
+        sh -c "cd '$work' && env -u COOP_LIBRARY PYTHONPATH='$pydir' python3 -c 'import coop.native as n; print(n.library_path())' | grep -qx '$libdir/libcoop.so'"
+else
+    echo "skip: no Python package installed (configure found no python3)"
+fi
+
+(cd "$work/src" && make uninstall) >"$work/uninstall.log" 2>&1
+left=$(find "$prefix" -type f ! -name '*.pyc' | sed "s|$prefix/||")
+check "make uninstall removes every installed file" test -z "$left"
+[ -z "$left" ] || printf '    left: %s\n' $left
+
+echo "check_install: $failures failed"
+[ "$failures" -eq 0 ]
