@@ -34,6 +34,20 @@ static coop_pool *make_pool(uint64_t capacity, bool vmm)
     return make_pool_with(capacity, vmm, false);
 }
 
+/* A checked pool of fixed segments (no VMM) of segment bytes. */
+static coop_pool *make_segment_pool(uint64_t capacity, uint64_t segment)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = capacity;
+    c.segment_size = segment;
+    c.use_vmm = false;
+    c.check = true;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    return p;
+}
+
 static coop_stats stats_of(coop_pool *p)
 {
     coop_stats s;
@@ -272,14 +286,7 @@ static void test_oom_waits_for_a_busy_stream(void **state)
 static void test_oom_waits_for_a_free_blocks_stream(void **state)
 {
     (void)state;
-    coop_config c;
-    coop_config_default(&c);
-    c.capacity = 4 * MiB;
-    c.segment_size = 4 * MiB;
-    c.use_vmm = false;
-    c.check = true;
-    coop_pool *p = NULL;
-    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_pool *p = make_segment_pool(4 * MiB, 4 * MiB);
     void *live = coop_malloc(p, 512, 1, 0, NULL);
     void *big = coop_malloc(p, 3 * MiB, 2, 0, NULL);
     assert_non_null(live);
@@ -985,14 +992,7 @@ static void test_fragmentation_stats(void **state)
 static void test_reset_peak_stats_resets_every_counter(void **state)
 {
     (void)state;
-    coop_config c;
-    coop_config_default(&c);
-    c.capacity = 64 * MiB;
-    c.segment_size = 4 * MiB;
-    c.use_vmm = false;
-    c.check = true;
-    coop_pool *p = NULL;
-    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_pool *p = make_segment_pool(64 * MiB, 4 * MiB);
     void *blk[12];
     for (int i = 0; i < 12; i++) { /* three segments of four */
         blk[i] = coop_malloc(p, MiB - 100, 0, 0, NULL);
