@@ -248,6 +248,37 @@ static void exact_bounds_are_not_evaluated(void **state)
     coop_pool_destroy(f.pool);
 }
 
+/* A bound that knows nothing (0 for every evictable block), so every
+ * window is costed exactly, one after the other, through the running sum. */
+static double no_bound(void *o, const arena_block *b, void *ctx, bool *exact)
+{
+    (void)b;
+    (void)ctx;
+    (void)exact;
+    double c = ((owner *)o)->cost;
+    return c < 0 ? c : 0;
+}
+
+/* The choosing pass keeps [head, tail)'s cost as a running sum, adding
+ * blocks on the right and subtracting them on the left. After a cost of
+ * 1e16 (whose rounding step is 2) came and went, a plain sum had lost the 5
+ * added beside it: the next windows read 3 - 5 + 1 = -1 and 1 + 0.5 - 5 =
+ * -3.5, both clamped to 0, and the tie went to the earlier window (cost 4)
+ * instead of the cheapest (1.5). */
+static void the_running_sum_survives_a_huge_cost(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {1e16, 5, 3, 1, 0.5};
+    build(&f, costs, 5);
+    window w;
+    int evals;
+    assert_int_equal(search_bounded(&f, 2 * UNIT, WINDOW_SUM, no_bound, &w, &evals), 0);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[3]);
+    assert_true(w.cost == 1.5);
+    coop_pool_destroy(f.pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +288,7 @@ int main(void)
         cmocka_unit_test(per_byte_prefers_what_frees_more_per_cost),
         cmocka_unit_test(bounds_prune_without_changing_the_window),
         cmocka_unit_test(exact_bounds_are_not_evaluated),
+        cmocka_unit_test(the_running_sum_survives_a_huge_cost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -197,6 +197,28 @@ static double block_cost(search *q, size_t i)
     return s->costs[i];
 }
 
+/* A running sum that survives adding and later subtracting terms of very
+ * different sizes (Neumaier's compensated summation): a window's costs span
+ * c / staleness from below 1e-6 to above 1e9, and a plain running sum that
+ * once held a large cost keeps its rounding error after subtracting it,
+ * enough to misorder the small windows that follow. */
+typedef struct exact_sum {
+    double sum, error;
+} exact_sum;
+
+static void exact_add(exact_sum *e, double x)
+{
+    double t = e->sum + x;
+    e->error += fabs(e->sum) >= fabs(x) ? (e->sum - t) + x : (x - t) + e->sum;
+    e->sum = t;
+}
+
+static double exact_value(const exact_sum *e)
+{
+    double v = e->sum + e->error;
+    return v < 0 ? 0 : v; /* costs are >= 0; what rounding is left stays at 0 */
+}
+
 /* The candidate with the smallest exact key, ties to the earliest right end
  * (the plain pass's choice). The candidate with the smallest bound is
  * evaluated first and sets the best key; then one pass over the candidates
@@ -222,20 +244,20 @@ static int choose(search *q, window_candidate *best, double *best_cost)
     double limit = best_key * (1 + BOUND_SLACK);
     size_t best_k = q->seed, best_tail = best->tail;
     size_t ev_head = 0, ev_tail = 0; /* sum = exact costs of blocks[ev_head .. ev_tail) */
-    double sum = 0;
+    exact_sum sum = {0, 0};
     for (size_t k = 0; k < num_cands; k++) {
         const window_candidate *c = &cands[k];
         if (key_above(objective, c->lower_sum, c->size, limit))
             continue;
         if (c->head >= ev_tail) {
             ev_head = ev_tail = c->head;
-            sum = 0;
+            sum = (exact_sum){0, 0};
         }
         for (; ev_head < c->head; ev_head++)
-            sum -= s->costs[ev_head];
+            exact_add(&sum, -s->costs[ev_head]);
         for (; ev_tail < c->tail; ev_tail++)
-            sum += block_cost(q, ev_tail);
-        double cost = sum < 0 ? 0 : sum; /* float drift of the running sum */
+            exact_add(&sum, block_cost(q, ev_tail));
+        double cost = exact_value(&sum);
         double key = key_of(objective, cost, c->size);
         if (key < best_key || (key == best_key && c->tail < best_tail)) {
             best_key = key;
