@@ -153,6 +153,12 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         lower[n] = lb;
         costs[n] = ex;
         n++;
+        /* a plain running sum (compensating it cost lstm's median search
+         * 25%): after a bound far above the others leaves the run, its
+         * rounding error stays, and a bound inflated by more than
+         * BOUND_SLACK could prune the best window. Seen in a constructed
+         * case (1e16, 3, then windows of cost 1.9 and 4, per byte), never on
+         * the shipped logs; choose() itself sums exactly. */
         run_size += bytes;
         run_lower += lb;
         while (run_size - sizes[head] >= want) {
