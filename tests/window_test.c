@@ -279,6 +279,28 @@ static void the_running_sum_survives_a_huge_cost(void **state)
     coop_pool_destroy(f.pool);
 }
 
+/* The pass's running sum of lower bounds drifts the same way, and there a
+ * drift prunes: after 1e16 and 3 (1e16 + 3 rounds to 1e16 + 4), a plain sum
+ * read S (2 units, cost 1.9) as 3 and B (4 units, cost 4) as 5.1. Per byte,
+ * B then looked cheaper (1.275 against 1.5): costed first, its exact 1.0
+ * per byte pruned S, whose bound 1.5 was above it, although S costs 0.95
+ * per byte. */
+static void the_bound_sum_survives_a_huge_cost(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {1e16, 3, 1.9, 4.0};
+    const int units[] = {1, 1, 2, 4};
+    build_sized(&f, costs, units, 4);
+    window w;
+    int evals;
+    assert_int_equal(search(&f, 2 * UNIT, WINDOW_PER_BYTE, &w, &evals), 0);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[2]);
+    assert_int_equal(w.size, 2 * UNIT);
+    assert_true(w.cost == 1.9);
+    coop_pool_destroy(f.pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +311,7 @@ int main(void)
         cmocka_unit_test(bounds_prune_without_changing_the_window),
         cmocka_unit_test(exact_bounds_are_not_evaluated),
         cmocka_unit_test(the_running_sum_survives_a_huge_cost),
+        cmocka_unit_test(the_bound_sum_survives_a_huge_cost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,6 +91,10 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
     const window_bound_fn bound = q->bound;
     uint64_t run_size = 0, visited = 0, evals = 0;
     double run_lower = 0;
+    /* for the rounding error of run_lower: its largest partial sum since
+     * the run was last empty (the additions and subtractions since then
+     * number at most twice the blocks recorded, n) */
+    double run_peak = 0;
     size_t n = q->n, num_cands = q->num_cands, seed = q->seed;
     size_t head = n; /* the run: blocks[head .. n) */
     /* the seed's bound sum and bytes, for the cross-multiplied comparison */
@@ -132,6 +136,7 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         if (lb < 0) { /* breaks every run through b */
             run_size = 0;
             run_lower = 0;
+            run_peak = 0;
             head = n;
             continue;
         }
@@ -153,14 +158,18 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         lower[n] = lb;
         costs[n] = ex;
         n++;
-        /* a plain running sum (compensating it cost lstm's median search
-         * 25%): after a bound far above the others leaves the run, its
-         * rounding error stays, and a bound inflated by more than
-         * BOUND_SLACK could prune the best window. Seen in a constructed
-         * case (1e16, 3, then windows of cost 1.9 and 4, per byte), never on
-         * the shipped logs; choose() itself sums exactly. */
+        /* A plain running sum: compensating it cost lstm's median search
+         * 25%. Once a bound far above the others has left the run, the
+         * rounding error it caused stays in the sum and could exceed
+         * BOUND_SLACK, so the sum recorded is lowered by a bound on that
+         * error (each addition or subtraction errs by at most half an ulp
+         * of the largest partial sum): a lower bound again, which can no
+         * longer prune the best window (tests/window_test: 1e16, 3, then
+         * windows of cost 1.9 and 4, per byte). Without such a bound the
+         * error term is far below BOUND_SLACK and changes nothing. */
         run_size += bytes;
         run_lower += lb;
+        run_peak = run_lower > run_peak ? run_lower : run_peak;
         while (run_size - sizes[head] >= want) {
             run_size -= sizes[head];
             run_lower -= lower[head];
@@ -168,7 +177,8 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         }
         if (run_size < want)
             continue;
-        double sum = run_lower < 0 ? 0 : run_lower;
+        double sum = run_lower - (double)(2 * n) * 0x1p-53 * run_peak;
+        sum = sum < 0 ? 0 : sum;
         cands[num_cands] =
             (window_candidate){.head = head, .tail = n, .size = run_size, .lower_sum = sum};
         /* key(this) < key(seed) without dividing (a division's latency per
