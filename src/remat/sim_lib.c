@@ -175,15 +175,11 @@ static bool takes_over(const lib_drive *d, const sim_op *op, uint32_t out)
 static bool taken_before(const lib_drive *d, const sim_op *op, uint32_t i)
 {
     const sim_program *p = d->prog;
-    uint32_t mine =
-        p->tensors[p->inputs[op->first_input + (uint32_t)p->tensors[op->first_output + i].mutates]]
-            .storage;
-    for (uint32_t j = 0; j < i; j++) {
-        const sim_tensor *t = &p->tensors[op->first_output + j];
+    uint32_t mine = sim_mutated_storage(p, op, op->first_output + i);
+    for (uint32_t j = 0; j < i; j++)
         if (d->out_kind[j] == OUT_IN_PLACE &&
-            p->tensors[p->inputs[op->first_input + (uint32_t)t->mutates]].storage == mine)
+            sim_mutated_storage(p, op, op->first_output + j) == mine)
             return true;
-    }
     return false;
 }
 

@@ -95,6 +95,13 @@ typedef struct sim_program {
     uint64_t base_compute; /* sum of op costs: the unlimited run's compute */
 } sim_program;
 
+/* The storage of the input that output out of a MUTATE overwrites (out's
+ * mutates >= 0). */
+static inline uint32_t sim_mutated_storage(const sim_program *p, const sim_op *op, uint32_t out)
+{
+    return p->tensors[p->inputs[op->first_input + (uint32_t)p->tensors[out].mutates]].storage;
+}
+
 /* Compiles a log. Errors (a name used before it is bound, a name bound
  * twice) are COOP_ERR_INVALID with "PATH:LINE: what". */
 coop_status sim_program_build(const dtr_log *log, sim_program *out);

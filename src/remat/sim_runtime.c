@@ -224,12 +224,6 @@ static sim_result make_room(sim_runtime *rt, uint64_t size)
 
 /* ---- computing ------------------------------------------------------------- */
 
-/* The storage of the input that MUTATE output out overwrites. */
-static uint32_t mutated_storage(const sim_program *p, const sim_op *op, uint32_t out)
-{
-    return p->tensors[p->inputs[op->first_input + (uint32_t)p->tensors[out].mutates]].storage;
-}
-
 /* Recomputable in-place: output i of a MUTATE takes over the mutated input's
  * storage (buffer and address) when nothing else can observe the old value:
  * no external handle besides the one being rebound, no lock besides this
@@ -241,7 +235,7 @@ static bool can_take_over(const sim_runtime *rt, const sim_op *op, uint32_t out)
     int32_t m = p->tensors[out].mutates;
     if (!rt->cfg.inplace || m < 0 || rt->storages[p->tensors[out].storage].material)
         return false;
-    uint32_t old = mutated_storage(p, op, out);
+    uint32_t old = sim_mutated_storage(p, op, out);
     const rt_storage *r = &rt->storages[old];
     uint32_t own_locks = 0;
     for (uint32_t i = 0; i < op->num_inputs; i++)
@@ -314,7 +308,7 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
         if (!take_over[i])
             continue;
         uint32_t s = p->tensors[first + i].storage;
-        uint32_t old = mutated_storage(p, op, first + i);
+        uint32_t old = sim_mutated_storage(p, op, first + i);
         if (rt->mem_pool)
             sim_arena_transfer(rt, old, s);
         if (!rt->mem_pool)
@@ -405,8 +399,8 @@ static sim_result materialize(sim_runtime *rt, uint32_t t, bool remat)
     for (uint32_t i = 0; i < op->num_outputs && res == SIM_OK; i++) {
         flags[i] = can_take_over(rt, op, op->first_output + i);
         for (uint32_t j = 0; j < i && flags[i]; j++)
-            flags[i] = !flags[j] || mutated_storage(p, op, op->first_output + j) !=
-                                        mutated_storage(p, op, op->first_output + i);
+            flags[i] = !flags[j] || sim_mutated_storage(p, op, op->first_output + j) !=
+                                        sim_mutated_storage(p, op, op->first_output + i);
     }
     if (res == SIM_OK)
         res = place_outputs(rt, op, flags);
