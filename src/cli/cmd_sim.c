@@ -79,8 +79,6 @@ static void usage(FILE *out)
             "error or a log that cannot be read (file and line in the message).\n");
 }
 
-/* One row of results, a JSON object (--json) or a table line: both come from
- * the same calls, so they list the same fields in the same order. */
 /* The searches that end a row: the bisection's min_budget_ratio (have_min),
  * and the grid's stable_min_ratio where asked (want_stable). */
 typedef struct sim_thresholds {
@@ -88,6 +86,8 @@ typedef struct sim_thresholds {
     int have_min, want_stable;
 } sim_thresholds;
 
+/* One row of results, a JSON object (--json) or a table line: both come from
+ * the same calls, so they list the same fields in the same order. */
 typedef struct sim_row {
     bool json;
     unsigned fields; /* fields printed so far (JSON: the first opens the object) */
@@ -209,11 +209,11 @@ static void row_ratio(sim_row *r, const char *key, int width, double v, int have
 /* Ends the row with the log's min_budget_ratio (have_min: computed; < 0:
  * none feasible), and where asked (want_stable) its stable_min_ratio: a
  * field only then, so that the default rows keep the issue's names. */
-static void row_end(sim_row *r, double min_ratio, int have_min, double stable, int want_stable)
+static void row_end(sim_row *r, const sim_thresholds *th)
 {
-    row_ratio(r, "min_budget_ratio", 9, min_ratio, have_min, want_stable ? ' ' : '\n');
-    if (want_stable)
-        row_ratio(r, "stable_min_ratio", 9, stable, 1, '\n');
+    row_ratio(r, "min_budget_ratio", 9, th->min_ratio, th->have_min, th->want_stable ? ' ' : '\n');
+    if (th->want_stable)
+        row_ratio(r, "stable_min_ratio", 9, th->stable, 1, '\n');
     if (r->json)
         printf("}\n");
     fflush(stdout);
@@ -252,7 +252,7 @@ static void print_row(bool json, const char *log, const char *policy, const char
         row_count(&r, "view_outputs", 9, n->view_outputs);
         row_count(&r, "zero_size", 9, n->zero_size);
     }
-    row_end(&r, th->min_ratio, th->have_min, th->stable, th->want_stable);
+    row_end(&r, th);
 }
 
 int cmd_sim(int argc, char **argv)
