@@ -2,12 +2,11 @@
  * coop replay: runs allocation traces through coop and its peers side by side
  * and reports peaks, minimum capacity, bytes mapped, fragmentation and speed.
  */
-#include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <getopt.h>
 #include <glob.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
