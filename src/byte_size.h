@@ -55,13 +55,17 @@ static inline bool byte_size_parse(const char *text, size_t len, uint64_t *out)
                 shift = 10 * (u + 1);
         if (!shift && unit != 'B')
             return false;
+        /* after the unit: "B" alone ends; K..T take an optional "i", then
+         * an optional "B" */
         const char *rest = text + i + 1;
         size_t rest_len = len - i - 1;
-        bool has_i = shift && rest_len > 0 && toupper((unsigned char)rest[0]) == 'I';
-        bool then_b =
-            rest_len == (size_t)has_i + 1 && toupper((unsigned char)rest[rest_len - 1]) == 'B';
-        bool ok = unit == 'B' ? rest_len == 0 : rest_len == (size_t)has_i || (shift && then_b);
-        if (!ok)
+        if (shift && rest_len && toupper((unsigned char)*rest) == 'I') {
+            rest++;
+            rest_len--;
+        }
+        if (shift && rest_len == 1 && toupper((unsigned char)*rest) == 'B')
+            rest_len = 0;
+        if (rest_len)
             return false;
     }
     if (value == 0 || value > (UINT64_MAX >> shift))
