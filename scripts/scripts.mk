@@ -5,7 +5,7 @@ TESTS += tests/python/test_record_ops.py
 EXTRA_DIST += tests/python/test_record_ops.py tests/python/debian_torch.py
 # The replay criteria checker: standard library only, always runs.
 TESTS += tests/python/test_check_replay_criteria.py
-EXTRA_DIST += tests/python/test_check_replay_criteria.py
+EXTRA_DIST += tests/python/test_check_replay_criteria.py tests/python/jsonl_script.py
 # The sim criteria checker: standard library only, always runs.
 TESTS += tests/python/test_check_sim_criteria.py
 EXTRA_DIST += tests/python/test_check_sim_criteria.py

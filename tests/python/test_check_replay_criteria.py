@@ -11,6 +11,9 @@ import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from jsonl_script import run_on_rows  # noqa: E402
+
 SCRIPT = os.path.join(HERE, "..", "..", "scripts", "check_replay_criteria.py")
 GIB = 1 << 30
 
@@ -30,12 +33,7 @@ def good_trace(name="t.trace.gz"):
 
 class CheckReplayCriteria(unittest.TestCase):
     def run_script(self, rows, *extra, raw=None):
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            f.write(raw if raw is not None else "".join(json.dumps(r) + "\n" for r in rows))
-        self.addCleanup(os.unlink, f.name)
-        p = subprocess.run([sys.executable, SCRIPT, f.name, *extra], capture_output=True,
-                           text=True)
-        return p.returncode, p.stdout, p.stderr, f.name
+        return run_on_rows(self, SCRIPT, rows, *extra, raw=raw)
 
     def test_all_met(self):
         rc, out, _, _ = self.run_script(good_trace())

@@ -4,14 +4,15 @@ criterion is violated where it should be and nowhere else, missing rows and
 rows of another memory model cannot make a run pass, and bad input is exit 2
 with one line. Standard library only."""
 
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from jsonl_script import run_on_rows  # noqa: E402
+
 SCRIPT = os.path.join(HERE, "..", "..", "scripts", "check_sim_criteria.py")
 
 
@@ -32,12 +33,7 @@ def met():
 
 class CheckSimCriteria(unittest.TestCase):
     def run_script(self, rows, *extra, raw=None):
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            f.write(raw if raw is not None else "".join(json.dumps(r) + "\n" for r in rows))
-        self.addCleanup(os.unlink, f.name)
-        p = subprocess.run([sys.executable, SCRIPT, f.name, *extra], capture_output=True,
-                           text=True)
-        return p.returncode, p.stdout, p.stderr
+        return run_on_rows(self, SCRIPT, rows, *extra, raw=raw)[:3]
 
     def violated(self, rows, count):
         rc, out, err = self.run_script(rows)
