@@ -16,3 +16,7 @@ EXTRA_DIST += tests/python/test_compare_sim_lib.py
 # exits 77 (SKIP) where python3-torch is absent.
 TESTS += tests/python/test_gpu_scripts.py
 EXTRA_DIST += tests/python/test_gpu_scripts.py
+
+# The host-side figures held to what a real GPU measured (scripts/gpu/results).
+TESTS += tests/python/test_gpu_results.py
+EXTRA_DIST += tests/python/test_gpu_results.py

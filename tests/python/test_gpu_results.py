@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Holds coop's host-side figures to what a real GPU measured
+(scripts/gpu/results/*/): the torch policy of `coop replay` (the emulation
+of PyTorch's caching allocator) must give, to the byte, the peak reserved
+that PyTorch's native allocator reached on the device for the same trace
+(replay.jsonl), and the recorded policy must read, from each snapshot
+recorded there (traces/*.cuda.pickle.gz), the peak reserved that PyTorch
+itself reported while recording it (snapshots.jsonl). Traces of
+../shared/workloads are skipped, with the reason, where that folder is
+absent (COOP_WORKLOADS names another). Standard library only; needs the
+built ./coop."""
+
+import glob
+import json
+import os
+import subprocess
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.normpath(os.path.join(HERE, "..", ".."))
+RESULTS = sorted(glob.glob(os.path.join(TOP, "scripts", "gpu", "results", "*")))
+WORKLOADS = os.environ.get("COOP_WORKLOADS") or os.path.join(TOP, "..", "shared", "workloads")
+
+
+def find_coop():
+    for c in (os.path.join(os.getcwd(), "coop"), os.path.join(TOP, "coop")):
+        if os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def rows(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def trace_path(name):
+    """Where a trace of a results file is here: traces/ or the shared
+    snapshots (None when absent)."""
+    for d in (os.path.join(TOP, "traces"), os.path.join(WORKLOADS, "torch-snapshots")):
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    return None
+
+
+class GpuResults(unittest.TestCase):
+    def setUp(self):
+        self.coop = find_coop()
+        if self.coop is None:
+            self.skipTest("no built ./coop")
+        if not RESULTS:
+            self.skipTest("no scripts/gpu/results/*")
+
+    def replay(self, policy, trace):
+        p = subprocess.run([self.coop, "replay", "--json", "--policy", policy, trace],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        (row,) = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+        return row
+
+    def test_torch_emulation_matches_the_native_allocator_on_the_device(self):
+        checked = 0
+        for res in RESULTS:
+            path = os.path.join(res, "replay.jsonl")
+            if not os.path.exists(path):
+                continue
+            native = [r for r in rows(path) if r.get("allocator") == "native"]
+            self.assertTrue(native, f"{path}: no native rows")
+            for r in native:
+                with self.subTest(results=os.path.basename(res), trace=r["trace"]):
+                    self.assertEqual(r["failed_allocs"], 0)
+                    trace = trace_path(r["trace"])
+                    if trace is None:
+                        print(f"skip {r['trace']}: not in traces/ nor {WORKLOADS}/torch-snapshots")
+                        continue
+                    row = self.replay("torch", trace)
+                    self.assertEqual(row["peak_reserved_bytes"], r["peak_reserved_bytes"],
+                                     f"{r['trace']}: torch emulation vs the device's native allocator")
+                    checked += 1
+        print(f"{checked} traces: torch emulation equals the device's peak reserved")
+        self.assertGreater(checked, 0)
+
+    def test_recorded_snapshots_read_back_as_recorded(self):
+        checked = 0
+        for res in RESULTS:
+            path = os.path.join(res, "snapshots.jsonl")
+            if not os.path.exists(path):
+                continue
+            for r in rows(path):
+                name = os.path.basename(r["path"])
+                with self.subTest(results=os.path.basename(res), snapshot=name):
+                    trace = os.path.join(TOP, "traces", name)
+                    self.assertTrue(os.path.exists(trace), f"{name} is not in traces/")
+                    row = self.replay("recorded", trace)
+                    self.assertEqual(row["peak_reserved_bytes"], r["max_reserved_bytes"])
+                    self.assertLessEqual(row["peak_live_bytes"], r["max_allocated_bytes"])
+                    checked += 1
+        print(f"{checked} snapshots: recorded peak reserved equals PyTorch's own")
+        self.assertGreater(checked, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
