@@ -43,35 +43,35 @@ torch.cuda.synchronize()
 print(float(x.sum()), c.memory_stats(0)["reserved_bytes.all.current"], torch.cuda.max_memory_reserved(0))
 ' >"$OUT/smoke.txt" 2>&1
 echo "smoke rc=$?" >>"$OUT/smoke.txt"
-stamp smoke done
+stamp smoke finished
 
 timeout 200 python3 scripts/gpu/train_compare.py --no-max-batch --deadline 150 --timeout 90 \
     --out "$OUT/train_compare.jsonl" >/dev/null 2>"$OUT/train_compare.err"
-stamp phase 1 done rc=$?
+stamp phase 1 finished rc=$?
 
 (
     LD_LIBRARY_PATH=$lib timeout 220 .gpu/bin/backend_cuda_test >"$OUT/backend_cuda_test.log" 2>&1
     echo "backend_cuda_test rc=$?" >>"$OUT/backend_cuda_test.log"
-    stamp backend_cuda_test done
+    stamp backend_cuda_test finished
 ) &
 (
     timeout 200 python3 scripts/record_cuda_snapshot.py --out-dir "$OUT/snap" \
         --out "$OUT/snapshots.jsonl" >/dev/null 2>"$OUT/snapshots.err"
     echo "record rc=$?" >>"$OUT/snapshots.err"
-    stamp snapshots done
+    stamp snapshots finished
 ) &
 (
     timeout 250 python3 scripts/gpu/replay_native_vs_coop.py --deadline 215 --timeout 100 \
         --out "$OUT/replay.jsonl" .gpu/snapshots/*.pickle.gz traces/*.trace.gz \
         >/dev/null 2>"$OUT/replay.err"
-    stamp replay done rc=$?
+    stamp replay finished rc=$?
 ) &
 for model in resnet50 gpt2_small; do
     (
         timeout 250 python3 scripts/gpu/train_compare.py --model $model --no-compare \
             --fraction 0.2 --deadline 215 --timeout 60 --out "$OUT/max_batch_$model.jsonl" \
             >/dev/null 2>"$OUT/max_batch_$model.err"
-        stamp max_batch $model done rc=$?
+        stamp max_batch $model finished rc=$?
     ) &
 done
 wait
