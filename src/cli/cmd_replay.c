@@ -44,7 +44,8 @@ static void usage(FILE *out)
             "allocators on a\n"
             "simulated device and compares them. Without TRACE, replays the "
             "bundled traces\n"
-            "(%s/traces/*.trace.gz).\n"
+            "(%s/traces/*.trace.gz, then the GPU snapshots "
+            "*.cuda.pickle.gz).\n"
             "\n"
             "options:\n"
             "  --policy LIST     comma-separated policies (default: all):\n",
@@ -116,15 +117,34 @@ static void default_policies(replay_choice *choices, size_t *count)
     choices[(*count)++] = (replay_choice){.name = "recorded", .ops = NULL};
 }
 
+/* The bundled traces of one folder: the allocation traces recorded on the
+ * CPU (*.trace.gz), then the snapshots recorded on a GPU (*.cuda.pickle.gz).
+ * True when either matched. */
+static bool glob_bundled(const char *dir, glob_t *g)
+{
+    static const char *const patterns[] = {"*.trace.gz", "*.cuda.pickle.gz"};
+    char pattern[PATH_MAX + 32];
+    int flags = 0;
+    for (size_t i = 0; i < sizeof patterns / sizeof patterns[0]; i++) {
+        snprintf(pattern, sizeof pattern, "%s/traces/%s", dir, patterns[i]);
+        int rc = glob(pattern, flags, NULL, g);
+        if (rc == 0)
+            flags = GLOB_APPEND;
+        else if (rc != GLOB_NOMATCH)
+            break;
+    }
+    if (flags)
+        return true;
+    globfree(g);
+    return false;
+}
+
 /* The bundled traces: the source tree's traces/, else traces/ beside the
  * binary. */
 static bool find_default_traces(glob_t *g)
 {
-    char pattern[PATH_MAX + 32];
-    snprintf(pattern, sizeof pattern, "%s/traces/*.trace.gz", COOP_SRCDIR);
-    if (glob(pattern, 0, NULL, g) == 0)
+    if (glob_bundled(COOP_SRCDIR, g))
         return true;
-    globfree(g);
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len > 0) {
@@ -132,15 +152,13 @@ static bool find_default_traces(glob_t *g)
         char *slash = strrchr(exe, '/');
         if (slash)
             *slash = '\0';
-        snprintf(pattern, sizeof pattern, "%s/traces/*.trace.gz", exe);
-        if (glob(pattern, 0, NULL, g) == 0)
+        if (glob_bundled(exe, g))
             return true;
-        globfree(g);
     }
     fprintf(stderr,
             "coop replay: no bundled traces found (looked for "
-            "%s/traces/*.trace.gz and\n"
-            "traces/*.trace.gz beside the coop binary); name trace files as "
+            "%s/traces/*.trace.gz and *.cuda.pickle.gz,\n"
+            "and traces/ beside the coop binary); name trace files as "
             "arguments\n",
             COOP_SRCDIR);
     return false;

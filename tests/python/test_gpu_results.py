@@ -99,6 +99,18 @@ class GpuResults(unittest.TestCase):
         print(f"{checked} snapshots: recorded peak reserved equals PyTorch's own")
         self.assertGreater(checked, 0)
 
+    def test_the_main_job_replays_the_gpu_snapshots_too(self):
+        """`coop replay` with no trace: the CPU traces, then the GPU snapshots."""
+        p = subprocess.run([self.coop, "replay", "--json", "--policy", "ideal"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        replayed = [json.loads(line)["trace"] for line in p.stdout.splitlines() if line.strip()]
+        cpu = sorted(os.path.basename(f) for f in glob.glob(os.path.join(TOP, "traces", "*.trace.gz")))
+        gpu = sorted(os.path.basename(f)
+                     for f in glob.glob(os.path.join(TOP, "traces", "*.cuda.pickle.gz")))
+        self.assertTrue(cpu and gpu)
+        self.assertEqual(replayed, cpu + gpu)
+
 
 if __name__ == "__main__":
     unittest.main()
