@@ -9,6 +9,10 @@ PKGS="autoconf automake libtool pkg-config make gcc libjemalloc-dev libcmocka-de
 # the recorders run a small model (torchvision's resnet in train_compare's dry run),
 # the plot scripts draw with matplotlib.
 PKGS="$PKGS python3-torch python3-torchvision python3-numpy python3-matplotlib"
+# An optimized BLAS for Debian's torch: without it torch uses the reference BLAS, about
+# 30x slower matrix products, which skews the op times that the recorders write
+# (traces/README.md, "Recording environment").
+PKGS="$PKGS libopenblas0-pthread"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
