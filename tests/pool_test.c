@@ -15,18 +15,31 @@
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
 
-/* A checked pool; never_wait: it never waits for a busy stream. */
-static coop_pool *make_pool_with(uint64_t capacity, bool vmm, bool never_wait)
+/* The default configuration of capacity bytes, with every invariant checked
+ * after each operation; the caller sets the rest. */
+static coop_config checked_config(uint64_t capacity)
 {
     coop_config c;
     coop_config_default(&c);
     c.capacity = capacity;
-    c.use_vmm = vmm;
     c.check = true;
-    c.never_wait = never_wait;
+    return c;
+}
+
+static coop_pool *create_or_fail(const coop_config *c)
+{
     coop_pool *p = NULL;
-    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    assert_int_equal(coop_pool_create(c, &p), COOP_OK);
     return p;
+}
+
+/* A checked pool; never_wait: it never waits for a busy stream. */
+static coop_pool *make_pool_with(uint64_t capacity, bool vmm, bool never_wait)
+{
+    coop_config c = checked_config(capacity);
+    c.use_vmm = vmm;
+    c.never_wait = never_wait;
+    return create_or_fail(&c);
 }
 
 static coop_pool *make_pool(uint64_t capacity, bool vmm)
@@ -37,15 +50,10 @@ static coop_pool *make_pool(uint64_t capacity, bool vmm)
 /* A checked pool of fixed segments (no VMM) of segment bytes. */
 static coop_pool *make_segment_pool(uint64_t capacity, uint64_t segment)
 {
-    coop_config c;
-    coop_config_default(&c);
-    c.capacity = capacity;
+    coop_config c = checked_config(capacity);
     c.segment_size = segment;
     c.use_vmm = false;
-    c.check = true;
-    coop_pool *p = NULL;
-    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
-    return p;
+    return create_or_fail(&c);
 }
 
 static coop_stats stats_of(coop_pool *p)
@@ -773,12 +781,9 @@ static void test_oom_message_headroom(void **state)
 static void test_oom_message_va_exhausted(void **state)
 {
     (void)state;
-    coop_config c;
-    coop_config_default(&c);
-    c.capacity = c.va_size = 16 * MiB;
-    c.check = true;
-    coop_pool *p = NULL;
-    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    coop_config c = checked_config(16 * MiB);
+    c.va_size = 16 * MiB;
+    coop_pool *p = create_or_fail(&c);
     void *a = coop_malloc(p, 6 * MiB, 0, 0, NULL);
     void *b = coop_malloc(p, 512, 1, 0, NULL);
     void *d = coop_malloc(p, 6 * MiB, 0, 0, NULL);
