@@ -133,13 +133,20 @@ static void block(pk *p, int64_t addr, int64_t size, int64_t requested, const ch
     end_dict(p);
 }
 
-/* The reference snapshot of the semantics test (see test_semantics). */
-static void reference_snapshot(pk *p)
+/* Starts p afresh: a protocol-4 pickle whose top object is a dict (memo 0),
+ * as PyTorch writes a snapshot. */
+static void begin_snapshot(pk *p)
 {
     p->n = 0;
     op(p, 0x80);
     op(p, 4);
     begin_dict(p);
+}
+
+/* The reference snapshot of the semantics test (see test_semantics). */
+static void reference_snapshot(pk *p)
+{
+    begin_snapshot(p);
     str(p, "segments");
     begin_list(p);
     begin_dict(p); /* device 0 */
@@ -278,10 +285,7 @@ static void test_self_reference(void **state)
  * addr, size, then repeats of "x"). */
 static void entry_with_keys(pk *p, int keys)
 {
-    p->n = 0;
-    op(p, 0x80);
-    op(p, 4);
-    begin_dict(p);
+    begin_snapshot(p);
     str(p, "device_traces");
     begin_list(p);
     begin_list(p);
@@ -302,10 +306,7 @@ static void entry_with_keys(pk *p, int keys)
  * new dict whose "blocks" is a BINGET of the first's list. */
 static void repeated_segment(pk *p, int share_segment)
 {
-    p->n = 0;
-    op(p, 0x80);
-    op(p, 4);
-    begin_dict(p); /* memo 0 */
+    begin_snapshot(p); /* memo 0 */
     str(p, "device_traces");
     op(p, ']');
     str(p, "segments");
@@ -447,10 +448,7 @@ static void test_semantics(void **state)
  * settings() writes (no allocator_settings at all when settings is NULL). */
 static void settings_snapshot(pk *p, void (*settings)(pk *p))
 {
-    p->n = 0;
-    op(p, 0x80);
-    op(p, 4);
-    begin_dict(p);
+    begin_snapshot(p);
     str(p, "device_traces");
     begin_list(p);
     begin_list(p);
