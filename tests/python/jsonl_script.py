@@ -17,3 +17,11 @@ def run_on_rows(test, script, rows, *extra, raw=None):
     test.addCleanup(os.unlink, f.name)
     p = subprocess.run([sys.executable, script, f.name, *extra], capture_output=True, text=True)
     return p.returncode, p.stdout, p.stderr, f.name
+
+
+def run_on_missing_file(script):
+    """Runs script on a path that does not exist; returns (exit status,
+    stderr)."""
+    p = subprocess.run([sys.executable, script, "/nonexistent.jsonl"], capture_output=True,
+                       text=True)
+    return p.returncode, p.stderr

@@ -5,14 +5,13 @@ the file and line (exit 2). Standard library only."""
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from jsonl_script import run_on_rows  # noqa: E402
+from jsonl_script import run_on_missing_file, run_on_rows  # noqa: E402
 
 SCRIPT = os.path.join(HERE, "..", "..", "scripts", "check_replay_criteria.py")
 GIB = 1 << 30
@@ -133,10 +132,9 @@ class CheckReplayCriteria(unittest.TestCase):
         rc, _, err, _ = self.run_script(good_trace()[:2])  # no jemalloc row
         self.assertEqual(rc, 2)
         self.assertIn("no jemalloc row for t.trace.gz", err)
-        p = subprocess.run([sys.executable, SCRIPT, "/nonexistent.jsonl"], capture_output=True,
-                           text=True)
-        self.assertEqual(p.returncode, 2)
-        self.assertIn("/nonexistent.jsonl", p.stderr)
+        rc, err = run_on_missing_file(SCRIPT)
+        self.assertEqual(rc, 2)
+        self.assertIn("/nonexistent.jsonl", err)
 
 
 if __name__ == "__main__":

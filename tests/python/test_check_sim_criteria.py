@@ -5,13 +5,12 @@ rows of another memory model cannot make a run pass, and bad input is exit 2
 with one line. Standard library only."""
 
 import os
-import subprocess
 import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from jsonl_script import run_on_rows  # noqa: E402
+from jsonl_script import run_on_missing_file, run_on_rows  # noqa: E402
 
 SCRIPT = os.path.join(HERE, "..", "..", "scripts", "check_sim_criteria.py")
 
@@ -105,10 +104,9 @@ class CheckSimCriteria(unittest.TestCase):
         rc, _, err = self.run_script(met(), "--policy", "coop-lve")  # misspelt
         self.assertEqual(rc, 2)
         self.assertIn("no arena rows of policy coop-lve", err)
-        p = subprocess.run([sys.executable, SCRIPT, "/nonexistent.jsonl"], capture_output=True,
-                           text=True)
-        self.assertEqual(p.returncode, 2)
-        self.assertIn("/nonexistent.jsonl: No such file", p.stderr)
+        rc, err = run_on_missing_file(SCRIPT)
+        self.assertEqual(rc, 2)
+        self.assertIn("/nonexistent.jsonl: No such file", err)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,16 @@ def find_coop():
     return None
 
 
-def rows(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+def result_rows(filename):
+    """(results folder name, row) for every JSON line of filename in each
+    results folder that has one."""
+    for res in RESULTS:
+        path = os.path.join(res, filename)
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    if line.strip():
+                        yield os.path.basename(res), json.loads(line)
 
 
 def trace_path(name):
@@ -52,62 +59,54 @@ class GpuResults(unittest.TestCase):
         if not RESULTS:
             self.skipTest("no scripts/gpu/results/*")
 
-    def replay(self, policy, trace):
-        p = subprocess.run([self.coop, "replay", "--json", "--policy", policy, trace],
+    def replay(self, policy, *traces):
+        """The rows of `coop replay --json --policy policy traces...`."""
+        p = subprocess.run([self.coop, "replay", "--json", "--policy", policy, *traces],
                            capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
-        (row,) = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
-        return row
+        return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
 
     def test_torch_emulation_matches_the_native_allocator_on_the_device(self):
         checked = 0
-        for res in RESULTS:
-            path = os.path.join(res, "replay.jsonl")
-            if not os.path.exists(path):
-                continue
-            native = [r for r in rows(path) if r.get("allocator") == "native"]
-            self.assertTrue(native, f"{path}: no native rows")
-            for r in native:
-                with self.subTest(results=os.path.basename(res), trace=r["trace"]):
-                    self.assertEqual(r["failed_allocs"], 0)
-                    trace = trace_path(r["trace"])
-                    if trace is None:
-                        print(f"skip {r['trace']}: not in traces/ nor {WORKLOADS}/torch-snapshots")
-                        continue
-                    row = self.replay("torch", trace)
-                    self.assertEqual(row["peak_reserved_bytes"], r["peak_reserved_bytes"],
-                                     f"{r['trace']}: torch emulation vs the device's native allocator")
-                    checked += 1
+        rows = list(result_rows("replay.jsonl"))
+        native = [(res, r) for res, r in rows if r.get("allocator") == "native"]
+        for res in {res for res, _ in rows}:
+            self.assertIn(res, {n for n, _ in native}, f"{res}/replay.jsonl: no native rows")
+        for res, r in native:
+            with self.subTest(results=res, trace=r["trace"]):
+                self.assertEqual(r["failed_allocs"], 0)
+                trace = trace_path(r["trace"])
+                if trace is None:
+                    print(f"skip {r['trace']}: not in traces/ nor {WORKLOADS}/torch-snapshots")
+                    continue
+                (row,) = self.replay("torch", trace)
+                self.assertEqual(row["peak_reserved_bytes"], r["peak_reserved_bytes"],
+                                 f"{r['trace']}: torch emulation vs the device's native allocator")
+                checked += 1
         print(f"{checked} traces: torch emulation equals the device's peak reserved")
         self.assertGreater(checked, 0)
 
     def test_recorded_snapshots_read_back_as_recorded(self):
         checked = 0
-        for res in RESULTS:
-            path = os.path.join(res, "snapshots.jsonl")
-            if not os.path.exists(path):
-                continue
-            for r in rows(path):
-                name = os.path.basename(r["path"])
-                with self.subTest(results=os.path.basename(res), snapshot=name):
-                    trace = os.path.join(TOP, "traces", name)
-                    self.assertTrue(os.path.exists(trace), f"{name} is not in traces/")
-                    row = self.replay("recorded", trace)
-                    self.assertEqual(row["peak_reserved_bytes"], r["max_reserved_bytes"])
-                    self.assertLessEqual(row["peak_live_bytes"], r["max_allocated_bytes"])
-                    checked += 1
+        for res, r in result_rows("snapshots.jsonl"):
+            name = os.path.basename(r["path"])
+            with self.subTest(results=res, snapshot=name):
+                trace = os.path.join(TOP, "traces", name)
+                self.assertTrue(os.path.exists(trace), f"{name} is not in traces/")
+                (row,) = self.replay("recorded", trace)
+                self.assertEqual(row["peak_reserved_bytes"], r["max_reserved_bytes"])
+                self.assertLessEqual(row["peak_live_bytes"], r["max_allocated_bytes"])
+                checked += 1
         print(f"{checked} snapshots: recorded peak reserved equals PyTorch's own")
         self.assertGreater(checked, 0)
 
     def test_the_main_job_replays_the_gpu_snapshots_too(self):
         """`coop replay` with no trace: the CPU traces, then the GPU snapshots."""
-        p = subprocess.run([self.coop, "replay", "--json", "--policy", "ideal"],
-                           capture_output=True, text=True)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        replayed = [json.loads(line)["trace"] for line in p.stdout.splitlines() if line.strip()]
-        cpu = sorted(os.path.basename(f) for f in glob.glob(os.path.join(TOP, "traces", "*.trace.gz")))
-        gpu = sorted(os.path.basename(f)
-                     for f in glob.glob(os.path.join(TOP, "traces", "*.cuda.pickle.gz")))
+        replayed = [row["trace"] for row in self.replay("ideal")]
+        def bundled(pattern):
+            return sorted(os.path.basename(f) for f in glob.glob(os.path.join(TOP, "traces", pattern)))
+
+        cpu, gpu = bundled("*.trace.gz"), bundled("*.cuda.pickle.gz")
         self.assertTrue(cpu and gpu)
         self.assertEqual(replayed, cpu + gpu)
 
