@@ -49,18 +49,37 @@ tests_cuda_mock_stress_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
 tests_cuda_mock_stress_test_LDADD = $(TESTLIBS)
 tests_cuda_mock_stress_test_LDFLAGS = $(TESTLDFLAGS)
 
-# The real-GPU test against the mock, so that its logic runs in every build.
-TESTS += tests/backend_cuda_test_on_mock.sh
+# The real-GPU tests against the mock, so that their logic runs in every build.
+TESTS += tests/cuda_tests_on_mock.sh
 # make check builds check_LTLIBRARIES with the programs, before any test runs
 else
 libcoop_la_SOURCES += src/backend_cuda_absent.c
 endif
 
-check_PROGRAMS += tests/backend_cuda_test
-TESTS += tests/backend_cuda_test
-EXTRA_DIST += tests/backend_cuda_test_on_mock.sh
+# The allocator's tests on a real GPU (skipped without a driver or device):
+# the CUDA backend's own test, the stress test and the fault sweep.
+check_PROGRAMS += tests/backend_cuda_test tests/backend_cuda_stress_test \
+	tests/backend_cuda_fault_test
+TESTS += tests/backend_cuda_test tests/backend_cuda_stress_test tests/backend_cuda_fault_test
+EXTRA_DIST += tests/cuda_tests_on_mock.sh
 tests_backend_cuda_test_SOURCES = tests/backend_cuda_test.c tests/pool_sequence.h \
-	tests/cuda_stream_map.h
+	tests/cuda_stream_map.h tests/cuda_device.h
 tests_backend_cuda_test_CFLAGS = $(TESTCFLAGS)
 tests_backend_cuda_test_LDADD = $(TESTLIBS)
 tests_backend_cuda_test_LDFLAGS = $(TESTLDFLAGS)
+tests_backend_cuda_stress_test_SOURCES = tests/backend_cuda_stress_test.c \
+	tests/cuda_stream_map.h tests/cuda_device.h
+tests_backend_cuda_stress_test_CFLAGS = $(TESTCFLAGS)
+tests_backend_cuda_stress_test_LDADD = $(TESTLIBS)
+tests_backend_cuda_stress_test_LDFLAGS = $(TESTLDFLAGS)
+tests_backend_cuda_fault_test_SOURCES = tests/backend_cuda_fault_test.c \
+	tests/cuda_stream_map.h tests/cuda_device.h
+tests_backend_cuda_fault_test_CFLAGS = $(TESTCFLAGS)
+tests_backend_cuda_fault_test_LDADD = $(TESTLIBS)
+tests_backend_cuda_fault_test_LDFLAGS = $(TESTLDFLAGS)
+# tests/cuda_map_cost [REPS]: the driver's mapping and freeing costs (not a test)
+check_PROGRAMS += tests/cuda_map_cost
+tests_cuda_map_cost_SOURCES = tests/cuda_map_cost.c tests/cuda_device.h
+tests_cuda_map_cost_CFLAGS = $(TESTCFLAGS)
+tests_cuda_map_cost_LDADD = $(TESTLIBS)
+tests_cuda_map_cost_LDFLAGS = $(TESTLDFLAGS)

@@ -19,11 +19,8 @@
  *     says.
  * Exits 77 (skip) with the reason when no driver or device exists.
  *
- * The test's own driver calls (streams, memset, copy) go through dlopen as
- * the backend's do, with prototypes written out here so that the test builds
- * without cuda.h; the names are the versioned ones cuda.h maps them to.
+ * The test's own driver calls (streams, memset, copy) are tests/cuda_device.h's.
  */
-#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sched.h>
 #include <pthread.h>
 
 #include <cmocka.h>
@@ -40,84 +36,7 @@
 #include "coop.h"
 #include "pool_sequence.h"
 
-/* The driver API types the test needs, as cuda.h defines them (64-bit). */
-typedef int drv_result;             /* CUresult; 0 is CUDA_SUCCESS */
-typedef int drv_device;             /* CUdevice */
-typedef void *drv_context;          /* CUcontext */
-typedef void *drv_stream;           /* CUstream */
-typedef unsigned long long drv_ptr; /* CUdeviceptr */
-#define DRV_STREAM_NON_BLOCKING 0x1u
-#define DRV_NOT_READY 600               /* CUDA_ERROR_NOT_READY */
-#define DRV_MEMHOSTALLOC_PORTABLE 0x1u  /* CU_MEMHOSTALLOC_PORTABLE */
-#define DRV_MEMHOSTALLOC_DEVICEMAP 0x2u /* CU_MEMHOSTALLOC_DEVICEMAP */
-#define DRV_STREAM_WAIT_VALUE_GEQ 0x0u  /* CU_STREAM_WAIT_VALUE_GEQ */
-
-static struct {
-    void *lib;
-    drv_result (*init)(unsigned);
-    drv_result (*device_get)(drv_device *, int);
-    drv_result (*primary_retain)(drv_context *, drv_device);
-    drv_result (*primary_release)(drv_device);
-    drv_result (*push)(drv_context);
-    drv_result (*pop)(drv_context *);
-    drv_result (*stream_create)(drv_stream *, unsigned);
-    drv_result (*stream_destroy)(drv_stream);
-    drv_result (*stream_synchronize)(drv_stream);
-    drv_result (*memset_async)(drv_ptr, unsigned char, size_t, drv_stream);
-    drv_result (*copy_to_host)(void *, drv_ptr, size_t);
-    drv_result (*stream_query)(drv_stream);
-    drv_result (*host_alloc)(void **, size_t, unsigned);
-    drv_result (*host_device_pointer)(drv_ptr *, void *, unsigned);
-    drv_result (*host_free)(void *);
-    drv_result (*wait_value32)(drv_stream, drv_ptr, uint32_t, unsigned);
-} drv;
-
-static drv_device device;
-static drv_context context;
-
-/* Loads the entry points; NULL on success, else what is missing. */
-static const char *load_driver(void)
-{
-    const char *name = getenv("COOP_CUDA_DRIVER");
-    drv.lib = dlopen(name && name[0] ? name : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!drv.lib)
-        return "libcuda.so.1";
-    static const struct {
-        const char *symbol;
-        void *slot;
-    } syms[] = {
-        {"cuInit", &drv.init},
-        {"cuDeviceGet", &drv.device_get},
-        {"cuDevicePrimaryCtxRetain", &drv.primary_retain},
-        {"cuDevicePrimaryCtxRelease_v2", &drv.primary_release},
-        {"cuCtxPushCurrent_v2", &drv.push},
-        {"cuCtxPopCurrent_v2", &drv.pop},
-        {"cuStreamCreate", &drv.stream_create},
-        {"cuStreamDestroy_v2", &drv.stream_destroy},
-        {"cuStreamSynchronize", &drv.stream_synchronize},
-        {"cuMemsetD8Async", &drv.memset_async},
-        {"cuMemcpyDtoH_v2", &drv.copy_to_host},
-        {"cuStreamQuery", &drv.stream_query},
-        {"cuMemHostAlloc", &drv.host_alloc},
-        {"cuMemHostGetDevicePointer_v2", &drv.host_device_pointer},
-        {"cuMemFreeHost", &drv.host_free},
-        {"cuStreamWaitValue32_v2", &drv.wait_value32},
-    };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *sym = dlsym(drv.lib, syms[i].symbol);
-        if (!sym)
-            return syms[i].symbol;
-        memcpy(syms[i].slot, &sym, sizeof sym);
-    }
-    return NULL;
-}
-
-#define DRV_OK(call)                                                                               \
-    do {                                                                                           \
-        drv_result rc_ = (call);                                                                   \
-        if (rc_ != 0)                                                                              \
-            fail_msg("%s failed with CUresult %d", #call, rc_);                                    \
-    } while (0)
+#include "cuda_device.h"
 
 /* A checked pool on device 0. */
 static coop_pool *create_pool_with(uint64_t capacity, bool use_vmm, bool never_wait)
@@ -389,160 +308,6 @@ static void test_cross_stream_free_segments(void **state)
     run_cross_stream_free(false);
 }
 
-/* 0 when a CUDA pool can be made; 77 (printed reason) without a driver or
- * device; 1 on any other failure. */
-static int probe_pool(void)
-{
-    coop_config config;
-    coop_config_default(&config);
-    config.backend = COOP_BACKEND_CUDA;
-    config.capacity = 64 * SEQ_MIB;
-    coop_pool *probe = NULL;
-    coop_status st = coop_pool_create(&config, &probe);
-    if (st == COOP_ERR_NO_DRIVER || st == COOP_ERR_UNSUPPORTED) {
-        printf("SKIP backend_cuda_test: %s\n", coop_last_error());
-        return 77;
-    }
-    if (st != COOP_OK) {
-        fprintf(stderr, "backend_cuda_test: cannot create a CUDA pool: %s\n", coop_last_error());
-        return 1;
-    }
-    coop_pool_destroy(probe);
-    return 0;
-}
-
-/* ---- the driver side of cuda_stream_map.h on the device ---- */
-
-#define CUDA_MAP_STREAMS 4 /* random_model_test.c's NUM_STREAMS */
-#define DEVICE_WAIT_SECONDS 20
-static coop_stream cuda_map_streams[CUDA_MAP_STREAMS];
-static volatile uint32_t *hold_words; /* host memory the device can read */
-static drv_ptr hold_words_device;
-static uint32_t hold_generation[CUDA_MAP_STREAMS];
-static bool held[CUDA_MAP_STREAMS];
-
-/* Waits until the stream has done all its work, or fails the test after
- * DEVICE_WAIT_SECONDS (a hold that never ends would otherwise hang it). */
-static void wait_stream_idle(coop_stream stream)
-{
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (;;) {
-        drv_result rc = drv.stream_query((drv_stream)stream);
-        if (rc == 0)
-            return;
-        if (rc != DRV_NOT_READY)
-            fail_msg("cuStreamQuery failed with CUresult %d", rc);
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - start.tv_sec > DEVICE_WAIT_SECONDS)
-            fail_msg("stream %#jx still busy after %d s (a hold not released? the device "
-                     "serialised streams behind a held one?)",
-                     (uintmax_t)stream, DEVICE_WAIT_SECONDS);
-        sched_yield();
-    }
-}
-
-static int stream_slot(coop_stream stream)
-{
-    for (int i = 0; i < CUDA_MAP_STREAMS; i++)
-        if (cuda_map_streams[i] == stream)
-            return i;
-    fail_msg("stream %#jx is not one of the test's", (uintmax_t)stream);
-    return -1;
-}
-
-/* A hold: the stream waits on the device until its word reaches the hold's
- * generation; the release writes it and waits for the stream to drain. */
-static coop_status cuda_map_hold(coop_stream stream, bool hold)
-{
-    int i = stream_slot(stream);
-    if (hold && !held[i]) {
-        hold_generation[i]++;
-        drv_result rc = drv.wait_value32((drv_stream)stream, hold_words_device + 4 * (unsigned)i,
-                                         hold_generation[i], DRV_STREAM_WAIT_VALUE_GEQ);
-        if (rc != 0)
-            fail_msg("cuStreamWaitValue32 failed with CUresult %d", rc);
-        held[i] = true;
-    } else if (!hold && held[i]) {
-        __atomic_store_n(&hold_words[i], hold_generation[i], __ATOMIC_SEQ_CST);
-        held[i] = false;
-        wait_stream_idle(stream);
-    }
-    return COOP_OK;
-}
-
-static void cuda_map_after_free(void)
-{
-    for (int i = 0; i < CUDA_MAP_STREAMS; i++)
-        if (!held[i])
-            wait_stream_idle(cuda_map_streams[i]);
-}
-
-/* A kernel using the memory: a memset of it on the stream (a device faults
- * on pages the pool unmapped too early, the mock reports them). On a stream
- * that is not held it is waited for, as the model takes such a stream to be
- * idle; on a held one it runs after the hold. */
-static void cuda_map_use(void *ptr, size_t size, coop_stream stream)
-{
-    DRV_OK(drv.memset_async((drv_ptr)(uintptr_t)ptr, 0x3c, size, (drv_stream)stream));
-    if (!held[stream_slot(stream)])
-        wait_stream_idle(stream);
-}
-
-static void cuda_map_after_create(coop_status st)
-{
-    (void)st;
-}
-
-static void cuda_map_after_destroy(void) {}
-
-/* Streams and hold words for the model; false (with the reason printed)
- * when the device cannot hold a stream on a host-written word. */
-static bool model_setup(void)
-{
-    for (int i = 0; i < CUDA_MAP_STREAMS; i++) {
-        drv_stream s = NULL;
-        if (drv.stream_create(&s, DRV_STREAM_NON_BLOCKING) != 0) {
-            printf("SKIP random model on the device: cuStreamCreate failed\n");
-            return false;
-        }
-        cuda_map_streams[i] = (coop_stream)(uintptr_t)s;
-    }
-    void *words = NULL;
-    if (drv.host_alloc(&words, 4096, DRV_MEMHOSTALLOC_PORTABLE | DRV_MEMHOSTALLOC_DEVICEMAP) != 0 ||
-        drv.host_device_pointer(&hold_words_device, words, 0) != 0) {
-        printf("SKIP random model on the device: no host memory mapped for the device\n");
-        return false;
-    }
-    hold_words = words;
-    memset(words, 0, 4096);
-    /* one hold and release, to find out whether the device supports it */
-    drv_result rc = drv.wait_value32((drv_stream)cuda_map_streams[0], hold_words_device, 1,
-                                     DRV_STREAM_WAIT_VALUE_GEQ);
-    if (rc != 0) {
-        printf("SKIP random model on the device: cuStreamWaitValue32 failed with CUresult %d\n",
-               rc);
-        return false;
-    }
-    __atomic_store_n(&hold_words[0], 1, __ATOMIC_SEQ_CST);
-    hold_generation[0] = 1;
-    for (int i = 0; i < CUDA_MAP_STREAMS; i++)
-        if (drv.stream_synchronize((drv_stream)cuda_map_streams[i]) != 0) {
-            printf("SKIP random model on the device: cuStreamSynchronize failed\n");
-            return false;
-        }
-    return true;
-}
-
-static void model_teardown(void)
-{
-    for (int i = 0; i < CUDA_MAP_STREAMS; i++)
-        if (cuda_map_streams[i])
-            drv.stream_destroy((drv_stream)cuda_map_streams[i]);
-    if (hold_words)
-        drv.host_free((void *)hold_words);
-}
-
 #include "cuda_stream_map.h"
 
 #define RANDOM_MODEL_PAGE (2 * MiB)
@@ -562,24 +327,9 @@ int random_model_main(void);
 
 int main(void)
 {
-    /* more hardware queues than the default 8, so that the model's held
-     * streams are not serialised with the others (read by cuInit) */
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
-    int probe = probe_pool();
-    if (probe != 0)
-        return probe;
-    const char *missing = load_driver();
-    if (missing) {
-        fprintf(stderr, "backend_cuda_test: the driver lacks %s\n", missing);
-        return 1;
-    }
-    /* the test's own stream and memory calls run in device 0's primary
-     * context, as a CUDA runtime program's would */
-    if (drv.init(0) != 0 || drv.device_get(&device, 0) != 0 ||
-        drv.primary_retain(&context, device) != 0 || drv.push(context) != 0) {
-        fprintf(stderr, "backend_cuda_test: cannot make device 0's primary context current\n");
-        return 1;
-    }
+    int open = cuda_device_open("backend_cuda_test");
+    if (open != 0)
+        return open;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sequence_vmm),
         cmocka_unit_test(test_sequence_segments),
@@ -590,14 +340,11 @@ int main(void)
         cmocka_unit_test(test_unmap_beside_blocked_stream),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    if (model_setup()) {
+    if (cuda_map_streams_setup("random model on the device")) {
         setenv("COOP_TEST_OPS", "100000", 0);
         failed += random_model_main();
     }
-    model_teardown();
-    drv_context popped;
-    drv.pop(&popped);
-    drv.primary_release(device);
-    dlclose(drv.lib);
+    cuda_map_streams_teardown();
+    cuda_device_close();
     return failed;
 }

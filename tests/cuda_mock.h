@@ -160,6 +160,12 @@ static inline void cuda_map_use(void *ptr, size_t size, coop_stream stream)
                  (uintmax_t)stream, ptr, size);
 }
 
+/* The mock's granularity is set to the programs' pages. */
+static inline void cuda_map_before_create(coop_config *config)
+{
+    (void)config;
+}
+
 /* A pool created runs on the CUDA backend: it holds the primary context. */
 static inline void cuda_map_after_create(coop_status st)
 {

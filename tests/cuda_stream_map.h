@@ -21,6 +21,8 @@
  *     (the whole block, on its stream) and coop_record_stream (its first 512
  *     bytes, on the recorded stream), so that unmapping a page still in use
  *     shows (the mock reports it; a device faults);
+ *   cuda_map_before_create(config): may adjust the configuration of every
+ *     coop_pool_create (a device refuses pages below its granularity);
  *   cuda_map_after_create(status): runs after every coop_pool_create;
  *   cuda_map_after_destroy(): runs after every coop_pool_destroy.
  * Requires <cmocka.h> and "coop.h" included before.
@@ -75,6 +77,7 @@ static inline coop_status cuda_map_pool_create(const coop_config *config, coop_p
      * host, which a wait cannot end. On the mock a wait would end the hold
      * (a kernel finishing), on a device it would never return. */
     c.never_wait = true;
+    cuda_map_before_create(&c);
     coop_status st = coop_pool_create(&c, out);
     cuda_map_after_create(st);
     return st;

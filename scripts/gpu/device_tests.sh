@@ -1,0 +1,81 @@
+#!/bin/bash
+# The allocator's own tests and costs on a lent GPU, in one call of about 4
+# minutes (issue 2's "the CUDA backend passes the same allocator tests on
+# it"). Run from the repository root with .gpu/ built as README.md's step 0
+# says (binaries from make check, and the same tests built with
+# AddressSanitizer + UndefinedBehaviorSanitizer in .gpu/asan/); results go
+# to $OUT/gpu-tests.tgz (default ./gpu-out).
+#
+# Phase 1 runs alone, since it times: `coop bench` (the host backend, on the
+# device machine's CPU: three runs, then --latency and --floor) and
+# tests/cuda_map_cost (the driver's mapping and freeing costs, and whether a
+# free waits for a held stream). Phase 2 runs the three CUDA tests twice at
+# once, as built and sanitized: tests/backend_cuda_test with 10^6 operations
+# of the randomized model (COOP_TEST_OPS), tests/backend_cuda_stress_test and
+# tests/backend_cuda_fault_test. Each test prints its seed.
+#
+# ASan runs with protect_shadow_gap=0, which the CUDA driver needs (it maps
+# memory where ASan's shadow gap would be), and detect_leaks=0: the driver's
+# own allocations at exit are not the allocator's (make check's ASan build
+# checks leaks on the host and mock backends).
+set -u
+DEST=${OUT:-$PWD/gpu-out}
+W=$(mktemp -d /tmp/gpu-tests.XXXXXX)
+mkdir -p "$DEST"
+lib=$PWD/.gpu/lib
+stamp() { echo "$(date -u +%T) $*" >>"$W/phases.log"; }
+
+stamp start
+{
+    date -u
+    uname -a
+    head -2 /etc/os-release
+    nvidia-smi
+    lscpu
+    grep -m1 -i 'model name' /proc/cpuinfo
+    cat /sys/kernel/mm/transparent_hugepage/enabled
+} >"$W/env.txt" 2>&1
+
+for i in 1 2 3; do
+    LD_LIBRARY_PATH=$lib timeout 60 .gpu/bin/coop bench --json >>"$W/bench.jsonl" 2>>"$W/bench.err"
+    echo "bench run $i rc=$?" >>"$W/bench.err"
+done
+LD_LIBRARY_PATH=$lib timeout 60 .gpu/bin/coop bench --latency --json >"$W/bench_latency.jsonl" \
+    2>>"$W/bench.err"
+LD_LIBRARY_PATH=$lib timeout 60 .gpu/bin/coop bench --floor --json >"$W/bench_floor.jsonl" \
+    2>>"$W/bench.err"
+stamp bench finished
+LD_LIBRARY_PATH=$lib timeout 120 .gpu/bin/cuda_map_cost 5 >"$W/map_cost.jsonl" 2>"$W/map_cost.err"
+echo "cuda_map_cost rc=$?" >>"$W/map_cost.err"
+stamp phase 1 finished
+
+run_test() { # VARIANT NAME TIMEOUT
+    local variant=$1 name=$2 limit=$3 dir=.gpu/bin libs=$lib
+    if [ "$variant" = asan ]; then
+        dir=.gpu/asan/bin libs=$PWD/.gpu/asan/lib:$lib
+    fi
+    (
+        export LD_LIBRARY_PATH=$libs COOP_TEST_OPS=1000000
+        export ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0:abort_on_error=1
+        export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+        start=$(date +%s)
+        timeout "$limit" "$dir/$name" >"$W/$variant-$name.log" 2>&1
+        rc=$?
+        echo "$variant $name rc=$rc seconds=$(($(date +%s) - start))" >>"$W/$variant-$name.log"
+        stamp "$variant $name finished rc=$rc"
+    ) &
+}
+for variant in release asan; do
+    run_test $variant backend_cuda_test 300
+    run_test $variant backend_cuda_stress_test 200
+    run_test $variant backend_cuda_fault_test 200
+done
+wait
+stamp end
+tar czf "$DEST/gpu-tests.tgz" -C "$W" .
+cat "$W/phases.log"
+cat "$W/bench.jsonl" "$W/map_cost.jsonl"
+tail -n 3 "$W/bench.err" "$W/map_cost.err"
+grep -h -e 'rc=' -e 'seed' -e 'random_model:' -e 'stress:' -e 'fault_sweep' \
+    -e 'backend_cuda_fault_test:' -e 'FAILED' -e 'ERROR' -e 'runtime error' "$W"/*-*.log |
+    cut -c1-300

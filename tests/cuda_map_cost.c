@@ -1,0 +1,252 @@
+/*
+ * Not a test (timings belong in benchmarks): what device 0's driver costs
+ * the pool, through tests/cuda_device.h (exits 77 without a driver or
+ * device). One JSON line per figure.
+ *
+ * 1. "map": for SIZE in 2 MiB, 64 MiB, 1 GiB and 8 GiB (those under half the
+ *    free memory), the median over REPS of
+ *      - vmm_first_us: a fresh VMM pool's first coop_malloc of SIZE (one
+ *        cuMemCreate + cuMemMap per page, then cuMemSetAccess);
+ *      - vmm_cached_us: the block freed and allocated again (nothing mapped);
+ *      - vmm_release_us: coop_free + coop_empty_cache (every page unmapped
+ *        and released);
+ *      - seg_first_us / seg_release_us: the same with a cuMemAlloc segments
+ *        pool;
+ *      - drv_alloc_us / drv_free_us: cuMemAlloc and cuMemFree of SIZE alone,
+ *        the peer (what PyTorch's native allocator calls underneath).
+ *    Pool creation and destruction are outside the timings.
+ * 2. "held": whether freeing memory waits for a stream that is held busy
+ *    (cuStreamWaitValue32 on a host word another thread writes 1 s later)
+ *    and never used that memory: cuMemFree of a cuMemAlloc allocation, a
+ *    segments pool's empty_cache (its cuMemFree) and a VMM pool's
+ *    empty_cache (cuMemUnmap + cuMemRelease). waited is true when the call
+ *    returned only after the word was written. The reason the CUDA tests
+ *    hold streams with VMM only (tests/cuda_device.h).
+ *
+ *   tests/cuda_map_cost [REPS]     (default 5)
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "coop.h"
+#include "cuda_device.h"
+
+#define MIB (UINT64_C(1) << 20)
+#define MAX_REPS 64
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof v[0], by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static coop_pool *make_pool(bool use_vmm, uint64_t capacity)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.backend = COOP_BACKEND_CUDA;
+    c.capacity = capacity;
+    c.use_vmm = use_vmm;
+    c.segment_size = 2 * MIB; /* a segment is the request, rounded to pages */
+    coop_pool *pool = NULL;
+    if (coop_pool_create(&c, &pool) != COOP_OK) {
+        fprintf(stderr, "cuda_map_cost: pool: %s\n", coop_last_error());
+        exit(1);
+    }
+    return pool;
+}
+
+static void *must_malloc(coop_pool *pool, size_t size)
+{
+    coop_status st;
+    void *p = coop_malloc(pool, size, 0, 0, &st);
+    if (!p) {
+        fprintf(stderr, "cuda_map_cost: malloc of %zu bytes: %s\n", size, coop_last_error());
+        exit(1);
+    }
+    return p;
+}
+
+typedef struct map_times {
+    double vmm_first, vmm_cached, vmm_release, seg_first, seg_release, drv_alloc, drv_free;
+} map_times;
+
+static map_times measure_once(uint64_t size)
+{
+    map_times t;
+    coop_pool *vmm = make_pool(true, 2 * size);
+    double t0 = now_us();
+    void *p = must_malloc(vmm, size);
+    double t1 = now_us();
+    coop_free(vmm, p);
+    double t2 = now_us();
+    p = must_malloc(vmm, size);
+    double t3 = now_us();
+    coop_free(vmm, p);
+    coop_empty_cache(vmm);
+    double t4 = now_us();
+    coop_pool_destroy(vmm);
+    t.vmm_first = t1 - t0;
+    t.vmm_cached = t3 - t2;
+    t.vmm_release = t4 - t3;
+
+    coop_pool *seg = make_pool(false, 2 * size);
+    t0 = now_us();
+    p = must_malloc(seg, size);
+    t1 = now_us();
+    coop_free(seg, p);
+    coop_empty_cache(seg);
+    t2 = now_us();
+    coop_pool_destroy(seg);
+    t.seg_first = t1 - t0;
+    t.seg_release = t2 - t1;
+
+    drv_ptr d = 0;
+    t0 = now_us();
+    drv_result rc = drv.mem_alloc(&d, size);
+    t1 = now_us();
+    if (rc != 0) {
+        fprintf(stderr, "cuda_map_cost: cuMemAlloc of %llu bytes: CUresult %d\n",
+                (unsigned long long)size, rc);
+        exit(1);
+    }
+    drv.mem_free(d);
+    t2 = now_us();
+    t.drv_alloc = t1 - t0;
+    t.drv_free = t2 - t1;
+    return t;
+}
+
+static void measure_map(uint64_t size, int reps)
+{
+    double v[7][MAX_REPS];
+    measure_once(size); /* warm-up, not counted */
+    for (int r = 0; r < reps; r++) {
+        map_times t = measure_once(size);
+        double all[7] = {t.vmm_first,   t.vmm_cached, t.vmm_release, t.seg_first,
+                         t.seg_release, t.drv_alloc,  t.drv_free};
+        for (int k = 0; k < 7; k++)
+            v[k][r] = all[k];
+    }
+    printf("{\"figure\": \"map\", \"size\": %llu, \"pages\": %llu, \"reps\": %d, "
+           "\"vmm_first_us\": %.1f, \"vmm_cached_us\": %.1f, \"vmm_release_us\": %.1f, "
+           "\"seg_first_us\": %.1f, \"seg_release_us\": %.1f, \"drv_alloc_us\": %.1f, "
+           "\"drv_free_us\": %.1f}\n",
+           (unsigned long long)size, (unsigned long long)(size / device_page), reps,
+           median(v[0], reps), median(v[1], reps), median(v[2], reps), median(v[3], reps),
+           median(v[4], reps), median(v[5], reps), median(v[6], reps));
+    fflush(stdout);
+}
+
+/* ---- frees beside a held stream ---- */
+
+typedef struct release_later {
+    volatile uint32_t *word;
+    int64_t written_at; /* now_us() when the word was written */
+} release_later;
+
+static void *write_word_later(void *arg)
+{
+    release_later *r = arg;
+    nanosleep(&(struct timespec){.tv_sec = 1}, NULL);
+    __atomic_store_n(&r->written_at, (int64_t)now_us(), __ATOMIC_SEQ_CST);
+    __atomic_store_n(r->word, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+typedef enum { FREE_DRIVER, FREE_SEGMENTS_POOL, FREE_VMM_POOL } free_kind;
+static const char *const free_names[] = {"cuMemFree", "segments_empty_cache", "vmm_empty_cache"};
+
+static void measure_held(free_kind kind)
+{
+    void *words = NULL;
+    drv_ptr word_device = 0;
+    drv_stream held_stream = NULL;
+    if (drv.host_alloc(&words, 4096, DRV_MEMHOSTALLOC_PORTABLE | DRV_MEMHOSTALLOC_DEVICEMAP) ||
+        drv.host_device_pointer(&word_device, words, 0) ||
+        drv.stream_create(&held_stream, DRV_STREAM_NON_BLOCKING)) {
+        fprintf(stderr, "cuda_map_cost: cannot set up a held stream\n");
+        exit(1);
+    }
+    volatile uint32_t *word = words;
+    *word = 0;
+    coop_pool *pool = kind == FREE_DRIVER ? NULL : make_pool(kind == FREE_VMM_POOL, 64 * MIB);
+    drv_ptr d = 0;
+    void *p = NULL;
+    if (pool) {
+        p = must_malloc(pool, 8 * MIB);
+        coop_free(pool, p); /* cached on stream 0, unmapped or freed below */
+    } else if (drv.mem_alloc(&d, 8 * MIB) != 0) {
+        fprintf(stderr, "cuda_map_cost: cuMemAlloc failed\n");
+        exit(1);
+    }
+    if (drv.wait_value32(held_stream, word_device, 1, DRV_STREAM_WAIT_VALUE_GEQ) != 0) {
+        printf("{\"figure\": \"held\", \"free\": \"%s\", \"skipped\": \"cuStreamWaitValue32 "
+               "failed\"}\n",
+               free_names[kind]);
+        __atomic_store_n(word, 1, __ATOMIC_SEQ_CST);
+    } else {
+        release_later r = {.word = word};
+        pthread_t writer;
+        pthread_create(&writer, NULL, write_word_later, &r);
+        double t0 = now_us();
+        if (pool)
+            coop_empty_cache(pool);
+        else
+            drv.mem_free(d);
+        double t1 = now_us();
+        pthread_join(writer, NULL);
+        double written = (double)__atomic_load_n(&r.written_at, __ATOMIC_SEQ_CST);
+        printf("{\"figure\": \"held\", \"free\": \"%s\", \"call_ms\": %.3f, \"waited\": %s}\n",
+               free_names[kind], (t1 - t0) / 1e3, t1 >= written ? "true" : "false");
+    }
+    fflush(stdout);
+    drv.stream_synchronize(held_stream);
+    if (pool)
+        coop_pool_destroy(pool);
+    drv.stream_destroy(held_stream);
+    drv.host_free(words);
+}
+
+int main(int argc, char **argv)
+{
+    int reps = argc > 1 ? atoi(argv[1]) : 5;
+    if (reps < 1 || reps > MAX_REPS) {
+        fprintf(stderr, "usage: %s [REPS]  (1 .. %d, default 5)\n", argv[0], MAX_REPS);
+        return 2;
+    }
+    int open = cuda_device_open("cuda_map_cost");
+    if (open != 0)
+        return open;
+    uint64_t free_bytes = device_free_bytes();
+    const uint64_t sizes[] = {2 * MIB, 64 * MIB, 1024 * MIB, 8192 * MIB};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i] <= free_bytes / 2)
+            measure_map(sizes[i], reps);
+    measure_held(FREE_DRIVER);
+    measure_held(FREE_SEGMENTS_POOL);
+    measure_held(FREE_VMM_POOL);
+    cuda_device_close();
+    return 0;
+}
