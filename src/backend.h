@@ -73,6 +73,19 @@ coop_status coop_backend_host_create(uint64_t device_memory, uint64_t page_size,
  * false forces the cuMemAlloc fallback. */
 coop_status coop_backend_cuda_create(int device, bool want_vmm, coop_backend **out);
 
+/* What a CUDA backend holds of the driver (tests): counted at every
+ * acquiring and releasing driver call that succeeded, so that a test on a
+ * shared device can check a drained pool without reading the device's free
+ * memory, which other processes change. */
+typedef struct coop_backend_cuda_held {
+    uint64_t handles;      /* physical pages: cuMemCreate'd, not cuMemRelease'd */
+    uint64_t mapped_bytes; /* cuMemMap'd, not cuMemUnmap'd */
+    uint64_t segments;     /* cuMemAlloc'd, not cuMemFree'd */
+    uint64_t reservations; /* cuMemAddressReserve'd, not cuMemAddressFree'd */
+} coop_backend_cuda_held;
+/* be must be a CUDA backend (all zero in a build without CUDA). */
+void coop_backend_cuda_held_now(const coop_backend *be, coop_backend_cuda_held *out);
+
 /* Wraps inner (taking ownership) with call counting and fault injection. */
 coop_status coop_backend_fault_create(coop_backend *inner, coop_backend **out);
 void coop_backend_fault_arm(coop_backend *be, unsigned kinds, uint64_t nth);

@@ -67,6 +67,7 @@ typedef struct cuda_backend {
     cuda_shifted_segment *shifted;         /* rare: see cuda_segment_alloc */
     CUevent event_cache[CUDA_EVENT_CACHE]; /* destroyed events kept for reuse */
     int num_cached_events;
+    coop_backend_cuda_held held; /* under the pool's lock, as every call that changes it */
 } cuda_backend;
 
 static cuda_backend *as_cuda(coop_backend *be)
@@ -169,10 +170,12 @@ static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
         return cuda_driver_error(&cb->drv, rc, "cuMemUnmap", "at %#jx (%ju bytes)", (uintmax_t)at,
                                  (uintmax_t)page);
     r->mapped[i] = PAGE_UNMAPPED;
+    cb->held.mapped_bytes -= page;
     rc = cb->drv.fn.cuMemRelease(r->handles[i]);
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuMemRelease", "of the page at %#jx",
                                  (uintmax_t)at);
+    cb->held.handles--;
     return COOP_OK;
 }
 
@@ -187,15 +190,18 @@ static coop_status map_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuMemCreate", "(%ju bytes on device %d)",
                                  (uintmax_t)page, cb->ordinal);
+    cb->held.handles++;
     rc = cb->drv.fn.cuMemMap(at, page, 0, handle, 0);
     if (rc != CUDA_SUCCESS) {
         coop_status st = cuda_driver_error(&cb->drv, rc, "cuMemMap", "at %#jx (%ju bytes)",
                                            (uintmax_t)at, (uintmax_t)page);
-        cb->drv.fn.cuMemRelease(handle);
+        if (cb->drv.fn.cuMemRelease(handle) == CUDA_SUCCESS)
+            cb->held.handles--;
         return st;
     }
     r->handles[i] = handle;
     r->mapped[i] = PAGE_MAPPED;
+    cb->held.mapped_bytes += page;
     return COOP_OK;
 }
 
@@ -247,6 +253,7 @@ static coop_status cuda_reserve(coop_backend *be, uint64_t size, uintptr_t *addr
     r->next = cb->reservations;
     cb->reservations = r;
     pthread_mutex_unlock(&cb->lock);
+    cb->held.reservations++;
     *addr = (uintptr_t)r->base;
     return COOP_OK;
 }
@@ -289,6 +296,8 @@ static coop_status cuda_release(coop_backend *be, uintptr_t addr, uint64_t size)
             if (rc != CUDA_SUCCESS)
                 st = cuda_driver_error(&cb->drv, rc, "cuMemAddressFree", "of [%#jx, +%ju)",
                                        (uintmax_t)addr, (uintmax_t)size);
+            else
+                cb->held.reservations--;
         }
         ctx_leave(cb, &scope);
     }
@@ -449,6 +458,7 @@ static coop_status mem_alloc(cuda_backend *cb, uint64_t size, CUdeviceptr *dptr)
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuMemAlloc", "(%ju bytes on device %d)",
                                  (uintmax_t)size, cb->ordinal);
+    cb->held.segments++;
     return COOP_OK;
 }
 
@@ -464,7 +474,8 @@ static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t
     if (st == COOP_OK && dptr % COOP_ALIGN) {
         /* allocate again with room to align up; keep the original for cuMemFree */
         cuda_shifted_segment *shift = malloc(sizeof *shift);
-        cb->drv.fn.cuMemFree(dptr); /* never used: nothing to wait for */
+        if (cb->drv.fn.cuMemFree(dptr) == CUDA_SUCCESS) /* never used: nothing to wait for */
+            cb->held.segments--;
         if (!shift)
             st = coop_set_error(COOP_ERR_HOST_NOMEM, "cuda backend: no host memory");
         else
@@ -521,8 +532,10 @@ static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t 
     if (rc != CUDA_SUCCESS)
         st = cuda_driver_error(&cb->drv, rc, "cuMemFree", "of [%#jx, +%ju)", (uintmax_t)addr,
                                (uintmax_t)size);
-    else
+    else {
         segment_original(cb, addr, true);
+        cb->held.segments--;
+    }
     ctx_leave(cb, &scope);
     return st;
 }
@@ -623,6 +636,11 @@ static void cuda_event_destroy(coop_backend *be, coop_event ev)
         return;
     cb->drv.fn.cuEventDestroy((CUevent)ev);
     ctx_leave(cb, &scope);
+}
+
+void coop_backend_cuda_held_now(const coop_backend *be, coop_backend_cuda_held *out)
+{
+    *out = as_cuda((coop_backend *)be)->held;
 }
 
 /* ------------------------------------------------------------------------

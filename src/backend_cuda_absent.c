@@ -11,3 +11,9 @@ coop_status coop_backend_cuda_create(int device, bool want_vmm, coop_backend **o
                           "cuda backend: built without CUDA (configure found no cuda.h; "
                           "rebuild with --with-cuda=DIR)");
 }
+
+void coop_backend_cuda_held_now(const coop_backend *be, coop_backend_cuda_held *out)
+{
+    (void)be;
+    *out = (coop_backend_cuda_held){0};
+}

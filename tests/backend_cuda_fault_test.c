@@ -7,10 +7,16 @@
  * allocation with that allocation failing, with VMM and with cuMemAlloc
  * segments. Every operation must succeed or fail cleanly, coop_pool_check
  * must hold after each, and once the faults stop the drained pool must hold
- * no device memory: the driver's free memory (cuMemGetInfo) is back to what
- * it was before the first pool, to less than one page (some driver-internal
- * allocation may differ; a page left mapped or a segment left allocated
- * would not). Pages are the device's (2 MiB on an H100 / H200). The stream
+ * nothing of the driver: the backend's counts of page handles, mapped bytes
+ * and segments are 0 and of reservations 1 with VMM (counted at every driver
+ * call that succeeded; coop_backend_cuda_held_now). Where the device is the
+ * process's own (the mock, COOP_CUDA_DRIVER, or COOP_TEST_DEVICE_ALONE=1, as
+ * scripts/gpu/device_tests.sh runs it), the driver's free memory
+ * (cuMemGetInfo) must also be back to what it was before the first pool, to
+ * less than one page: that catches a driver call the counts think was made
+ * (on 2026-11-27 it read 545 MB less on an H200 shared with five other test
+ * processes, so it is not checked there). Pages are the device's (2 MiB on an
+ * H100 / H200). The stream
  * the sequence holds is held on the device (cuStreamWaitValue32) with VMM;
  * with segments it is not held (tests/cuda_device.h says why). Exits 77
  * (skip) with the reason when no driver or device exists.
@@ -28,7 +34,9 @@
 
 #include <cmocka.h>
 
+#include "backend.h"
 #include "coop.h"
+#include "pool_internal.h"
 
 #define CUDA_MAP_STREAMS 8 /* the sequence uses streams 0 .. 3 and 7 */
 #include "cuda_device.h"
@@ -36,19 +44,28 @@
 
 static uint64_t free_before; /* the driver's free memory before the sweeps */
 static uint64_t most_held;   /* the most a drained pool was seen to hold */
+static bool device_alone;    /* whether the device's free memory is this process's to read */
 
 #define FAULT_SWEEP_BACKEND_RELEASED
 static void backend_released(coop_pool *p, bool vmm)
 {
-    (void)p;
+    coop_backend_cuda_held held;
+    coop_backend_cuda_held_now(coop_backend_fault_inner(p->backend), &held);
+    bool reserved = p->config.use_vmm; /* a device without VMM gives segments */
+    if (held.handles || held.mapped_bytes || held.segments || held.reservations != reserved)
+        fail_msg("a drained %s pool's backend holds %llu page handles, %llu bytes mapped, %llu "
+                 "segments and %llu reservations (expected 0, 0, 0 and %d)",
+                 vmm ? "VMM" : "segments", (unsigned long long)held.handles,
+                 (unsigned long long)held.mapped_bytes, (unsigned long long)held.segments,
+                 (unsigned long long)held.reservations, reserved);
     uint64_t now = device_free_bytes();
-    uint64_t held_bytes = free_before > now ? free_before - now : 0;
-    if (held_bytes > most_held)
-        most_held = held_bytes;
-    if (held_bytes >= device_page)
+    uint64_t in_use = free_before > now ? free_before - now : 0;
+    if (in_use > most_held)
+        most_held = in_use;
+    if (device_alone && in_use >= device_page)
         fail_msg("a drained %s pool leaves %llu bytes of device memory in use (cuMemGetInfo: "
                  "%llu free, %llu before), a page is %llu",
-                 vmm ? "VMM" : "segments", (unsigned long long)held_bytes, (unsigned long long)now,
+                 vmm ? "VMM" : "segments", (unsigned long long)in_use, (unsigned long long)now,
                  (unsigned long long)free_before, (unsigned long long)device_page);
 }
 
@@ -84,11 +101,15 @@ int main(void)
     if (cuda_map_streams_setup("backend_cuda_fault_test")) {
         failed = 1;
         if (warm_up()) {
+            const char *alone = getenv("COOP_TEST_DEVICE_ALONE");
+            device_alone = getenv("COOP_CUDA_DRIVER") || (alone && alone[0] == '1');
             free_before = device_free_bytes();
             failed = fault_sweep_main();
-            printf("backend_cuda_fault_test: a drained pool held at most %llu bytes of device "
-                   "memory (page %llu)\n",
-                   (unsigned long long)most_held, (unsigned long long)device_page);
+            printf("backend_cuda_fault_test: the device's free memory was at most %llu bytes "
+                   "below its level before the sweeps after a drain (page %llu; %s)\n",
+                   (unsigned long long)most_held, (unsigned long long)device_page,
+                   device_alone ? "checked: the device was this process's"
+                                : "not checked: other processes may use the device");
         }
     }
     cuda_map_streams_teardown();

@@ -239,6 +239,12 @@ static void run_unmap_beside_blocked_stream(bool never_wait)
         if (!a || !guard)
             fail_msg("coop_malloc: %s", coop_last_error());
         DRV_OK(drv.memset_async((drv_ptr)(uintptr_t)a, 0x11, 8 * SEQ_MIB, own));
+        /* A pool that never waits cannot unmap a's pages before it sees the
+         * memset finish: on 2026-11-27, with five other test processes on
+         * the H200, it had not yet, and the allocation failed. With waiting
+         * the pool waits for stream own itself. */
+        if (never_wait)
+            DRV_OK(drv.stream_synchronize(own));
         assert_int_equal(coop_free(pool, a), COOP_OK);
         late_write w = {.word = word, .delay_ms = 1500};
         pthread_t writer;

@@ -202,7 +202,7 @@ static coop_stream cuda_map_streams[CUDA_MAP_STREAMS];
 static volatile uint32_t *hold_words; /* host memory the device can read */
 static drv_ptr hold_words_device;
 static uint32_t hold_generation[CUDA_MAP_STREAMS];
-static bool held[CUDA_MAP_STREAMS];
+static bool stream_held[CUDA_MAP_STREAMS];
 /* Whether the pool last created may see held streams: with VMM only. A
  * hold ends when this thread writes its word; with cuMemAlloc segments the
  * pool's cuMemFree may wait for the whole device, as cudaFree is documented
@@ -248,7 +248,7 @@ static inline int stream_slot(coop_stream stream)
 static inline coop_status cuda_map_hold(coop_stream stream, bool hold)
 {
     int i = stream_slot(stream);
-    if (hold && !held[i] && holds_allowed) {
+    if (hold && !stream_held[i] && holds_allowed) {
         hold_generation[i]++;
         drv_enter();
         drv_result rc = drv.wait_value32((drv_stream)stream, hold_words_device + 4 * (unsigned)i,
@@ -256,10 +256,10 @@ static inline coop_status cuda_map_hold(coop_stream stream, bool hold)
         drv_leave();
         if (rc != 0)
             fail_msg("cuStreamWaitValue32 failed with CUresult %d", rc);
-        held[i] = true;
-    } else if (!hold && held[i]) {
+        stream_held[i] = true;
+    } else if (!hold && stream_held[i]) {
         __atomic_store_n(&hold_words[i], hold_generation[i], __ATOMIC_SEQ_CST);
-        held[i] = false;
+        stream_held[i] = false;
         wait_stream_idle(stream);
     }
     return COOP_OK;
@@ -268,7 +268,7 @@ static inline coop_status cuda_map_hold(coop_stream stream, bool hold)
 static inline void cuda_map_after_free(void)
 {
     for (int i = 0; i < CUDA_MAP_STREAMS; i++)
-        if (!held[i])
+        if (!stream_held[i])
             wait_stream_idle(cuda_map_streams[i]);
 }
 
@@ -281,7 +281,7 @@ static inline void cuda_map_use(void *ptr, size_t size, coop_stream stream)
     drv_enter();
     DRV_OK(drv.memset_async((drv_ptr)(uintptr_t)ptr, 0x3c, size, (drv_stream)stream));
     drv_leave();
-    if (!held[stream_slot(stream)])
+    if (!stream_held[stream_slot(stream)])
         wait_stream_idle(stream);
 }
 

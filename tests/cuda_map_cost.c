@@ -3,8 +3,10 @@
  * the pool, through tests/cuda_device.h (exits 77 without a driver or
  * device). One JSON line per figure.
  *
- * 1. "map": for SIZE in 2 MiB, 64 MiB, 1 GiB and 8 GiB (those under half the
- *    free memory), the median over REPS of
+ * 1. "map": for each VMM page size of PAGES (MiB, comma-separated; default
+ *    the device's granularity) and SIZE in 2 MiB, 64 MiB, 1 GiB and 8 GiB
+ *    (those under half the free memory and at least a page), the median
+ *    over REPS of
  *      - vmm_first_us: a fresh VMM pool's first coop_malloc of SIZE (one
  *        cuMemCreate + cuMemMap per page, then cuMemSetAccess);
  *      - vmm_cached_us: the block freed and allocated again (nothing mapped);
@@ -23,7 +25,7 @@
  *    returned only after the word was written. The reason the CUDA tests
  *    hold streams with VMM only (tests/cuda_device.h).
  *
- *   tests/cuda_map_cost [REPS]     (default 5)
+ *   tests/cuda_map_cost [REPS [PAGES]]     (default 5, the device's page)
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -61,12 +63,13 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static coop_pool *make_pool(bool use_vmm, uint64_t capacity)
+static coop_pool *make_pool(bool use_vmm, uint64_t capacity, uint64_t page)
 {
     coop_config c;
     coop_config_default(&c);
     c.backend = COOP_BACKEND_CUDA;
     c.capacity = capacity;
+    c.page_size = use_vmm ? page : 0;
     c.use_vmm = use_vmm;
     c.segment_size = 2 * MIB; /* a segment is the request, rounded to pages */
     coop_pool *pool = NULL;
@@ -92,10 +95,10 @@ typedef struct map_times {
     double vmm_first, vmm_cached, vmm_release, seg_first, seg_release, drv_alloc, drv_free;
 } map_times;
 
-static map_times measure_once(uint64_t size)
+static map_times measure_once(uint64_t size, uint64_t page)
 {
     map_times t;
-    coop_pool *vmm = make_pool(true, 2 * size);
+    coop_pool *vmm = make_pool(true, 2 * size, page);
     double t0 = now_us();
     void *p = must_malloc(vmm, size);
     double t1 = now_us();
@@ -111,7 +114,7 @@ static map_times measure_once(uint64_t size)
     t.vmm_cached = t3 - t2;
     t.vmm_release = t4 - t3;
 
-    coop_pool *seg = make_pool(false, 2 * size);
+    coop_pool *seg = make_pool(false, 2 * size, 0);
     t0 = now_us();
     p = must_malloc(seg, size);
     t1 = now_us();
@@ -138,23 +141,24 @@ static map_times measure_once(uint64_t size)
     return t;
 }
 
-static void measure_map(uint64_t size, int reps)
+static void measure_map(uint64_t size, uint64_t page, int reps)
 {
     double v[7][MAX_REPS];
-    measure_once(size); /* warm-up, not counted */
+    measure_once(size, page); /* warm-up, not counted */
     for (int r = 0; r < reps; r++) {
-        map_times t = measure_once(size);
+        map_times t = measure_once(size, page);
         double all[7] = {t.vmm_first,   t.vmm_cached, t.vmm_release, t.seg_first,
                          t.seg_release, t.drv_alloc,  t.drv_free};
         for (int k = 0; k < 7; k++)
             v[k][r] = all[k];
     }
-    printf("{\"figure\": \"map\", \"size\": %llu, \"pages\": %llu, \"reps\": %d, "
+    printf("{\"figure\": \"map\", \"size\": %llu, \"page\": %llu, \"pages\": %llu, "
+           "\"reps\": %d, "
            "\"vmm_first_us\": %.1f, \"vmm_cached_us\": %.1f, \"vmm_release_us\": %.1f, "
            "\"seg_first_us\": %.1f, \"seg_release_us\": %.1f, \"drv_alloc_us\": %.1f, "
            "\"drv_free_us\": %.1f}\n",
-           (unsigned long long)size, (unsigned long long)(size / device_page), reps,
-           median(v[0], reps), median(v[1], reps), median(v[2], reps), median(v[3], reps),
+           (unsigned long long)size, (unsigned long long)page, (unsigned long long)(size / page),
+           reps, median(v[0], reps), median(v[1], reps), median(v[2], reps), median(v[3], reps),
            median(v[4], reps), median(v[5], reps), median(v[6], reps));
     fflush(stdout);
 }
@@ -191,7 +195,8 @@ static void measure_held(free_kind kind)
     }
     volatile uint32_t *word = words;
     *word = 0;
-    coop_pool *pool = kind == FREE_DRIVER ? NULL : make_pool(kind == FREE_VMM_POOL, 64 * MIB);
+    coop_pool *pool =
+        kind == FREE_DRIVER ? NULL : make_pool(kind == FREE_VMM_POOL, 64 * MIB, device_page);
     drv_ptr d = 0;
     void *p = NULL;
     if (pool) {
@@ -232,18 +237,34 @@ static void measure_held(free_kind kind)
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 5;
-    if (reps < 1 || reps > MAX_REPS) {
-        fprintf(stderr, "usage: %s [REPS]  (1 .. %d, default 5)\n", argv[0], MAX_REPS);
+    uint64_t pages[8] = {0};
+    int num_pages = 0;
+    for (char *list = argc > 2 ? argv[2] : NULL, *end; list && *list; list = end + (*end == ',')) {
+        long mib = strtol(list, &end, 10);
+        if (end == list || (*end && *end != ',') || mib < 1 || mib > 1024 || num_pages == 8) {
+            num_pages = -1;
+            break;
+        }
+        pages[num_pages++] = (uint64_t)mib * MIB;
+    }
+    if (reps < 1 || reps > MAX_REPS || argc > 3 || num_pages < 0) {
+        fprintf(stderr,
+                "usage: %s [REPS [PAGES]]  (REPS 1 .. %d, default 5; PAGES: up to 8 page sizes "
+                "in MiB, comma-separated, default the device's)\n",
+                argv[0], MAX_REPS);
         return 2;
     }
     int open = cuda_device_open("cuda_map_cost");
     if (open != 0)
         return open;
+    if (num_pages == 0)
+        pages[num_pages++] = device_page;
     uint64_t free_bytes = device_free_bytes();
     const uint64_t sizes[] = {2 * MIB, 64 * MIB, 1024 * MIB, 8192 * MIB};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (sizes[i] <= free_bytes / 2)
-            measure_map(sizes[i], reps);
+    for (int p = 0; p < num_pages; p++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            if (sizes[i] <= free_bytes / 2 && sizes[i] >= pages[p])
+                measure_map(sizes[i], pages[p], reps);
     measure_held(FREE_DRIVER);
     measure_held(FREE_SEGMENTS_POOL);
     measure_held(FREE_VMM_POOL);
