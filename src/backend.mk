@@ -49,6 +49,15 @@ tests_cuda_mock_stress_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
 tests_cuda_mock_stress_test_LDADD = $(TESTLIBS)
 tests_cuda_mock_stress_test_LDFLAGS = $(TESTLDFLAGS)
 
+# tests/cuda_map_cost [REPS [PAGES]]: the driver's mapping and freeing costs
+# (not a test; it calls the driver's VMM entry points itself, with cuda.h's types)
+check_PROGRAMS += tests/cuda_map_cost
+tests_cuda_map_cost_SOURCES = tests/cuda_map_cost.c tests/cuda_device.h
+tests_cuda_map_cost_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_cuda_map_cost_CFLAGS = $(TESTCFLAGS)
+tests_cuda_map_cost_LDADD = $(TESTLIBS)
+tests_cuda_map_cost_LDFLAGS = $(TESTLDFLAGS)
+
 # The real-GPU tests against the mock, so that their logic runs in every build.
 TESTS += tests/cuda_tests_on_mock.sh
 # make check builds check_LTLIBRARIES with the programs, before any test runs
@@ -77,9 +86,4 @@ tests_backend_cuda_fault_test_SOURCES = tests/backend_cuda_fault_test.c \
 tests_backend_cuda_fault_test_CFLAGS = $(TESTCFLAGS)
 tests_backend_cuda_fault_test_LDADD = $(TESTLIBS)
 tests_backend_cuda_fault_test_LDFLAGS = $(TESTLDFLAGS)
-# tests/cuda_map_cost [REPS]: the driver's mapping and freeing costs (not a test)
-check_PROGRAMS += tests/cuda_map_cost
-tests_cuda_map_cost_SOURCES = tests/cuda_map_cost.c tests/cuda_device.h
-tests_cuda_map_cost_CFLAGS = $(TESTCFLAGS)
-tests_cuda_map_cost_LDADD = $(TESTLIBS)
-tests_cuda_map_cost_LDFLAGS = $(TESTLDFLAGS)
+

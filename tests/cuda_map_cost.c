@@ -17,7 +17,13 @@
  *      - drv_alloc_us / drv_free_us: cuMemAlloc and cuMemFree of SIZE alone,
  *        the peer (what PyTorch's native allocator calls underneath).
  *    Pool creation and destruction are outside the timings.
- * 2. "held": whether freeing memory waits for a stream that is held busy
+ * 2. "vmm_calls": where a VMM mapping's time goes, in the driver alone
+ *    (src/cuda_driver.h's entry points, no pool): for 1 GiB (32 pages where
+ *    less than 2 GiB is free, as on the mock), cuMemCreate,
+ *    cuMemMap, cuMemSetAccess, cuMemUnmap and cuMemRelease, each summed over
+ *    the range's handles, with 2 MiB handles (as coop maps) and with one
+ *    handle for the whole range; median over REPS, in milliseconds.
+ * 3. "held": whether freeing memory waits for a stream that is held busy
  *    (cuStreamWaitValue32 on a host word another thread writes 1 s later)
  *    and never used that memory: cuMemFree of a cuMemAlloc allocation, a
  *    segments pool's empty_cache (its cuMemFree) and a VMM pool's
@@ -40,6 +46,7 @@
 
 #include "coop.h"
 #include "cuda_device.h"
+#include "cuda_driver.h"
 
 #define MIB (UINT64_C(1) << 20)
 #define MAX_REPS 64
@@ -163,6 +170,84 @@ static void measure_map(uint64_t size, uint64_t page, int reps)
     fflush(stdout);
 }
 
+/* ---- the driver's VMM calls alone ---- */
+
+enum { CALL_CREATE, CALL_MAP, CALL_ACCESS, CALL_UNMAP, CALL_RELEASE, NUM_CALLS };
+static const char *const call_names[NUM_CALLS] = {"create_ms", "map_ms", "set_access_ms",
+                                                  "unmap_ms", "release_ms"};
+
+#define CU_OK(call)                                                                                \
+    do {                                                                                           \
+        CUresult rc_ = (call);                                                                     \
+        if (rc_ != CUDA_SUCCESS) {                                                                 \
+            fprintf(stderr, "cuda_map_cost: %s failed with CUresult %d\n", #call, rc_);            \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* One mapping of size bytes in handles of handle_size: each call's total. */
+static void vmm_calls_once(const cuda_driver *d, uint64_t size, uint64_t handle_size,
+                           double ms[NUM_CALLS])
+{
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}};
+    CUmemAccessDesc access = {.location = prop.location,
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    uint64_t n = size / handle_size;
+    CUmemGenericAllocationHandle *handles = calloc(n, sizeof *handles);
+    CUdeviceptr base = 0;
+    CU_OK(d->fn.cuMemAddressReserve(&base, size, handle_size, 0, 0));
+    double t[NUM_CALLS] = {0};
+    for (uint64_t i = 0; i < n; i++) {
+        double t0 = now_us();
+        CU_OK(d->fn.cuMemCreate(&handles[i], handle_size, &prop, 0));
+        double t1 = now_us();
+        CU_OK(d->fn.cuMemMap(base + i * handle_size, handle_size, 0, handles[i], 0));
+        t[CALL_CREATE] += t1 - t0;
+        t[CALL_MAP] += now_us() - t1;
+    }
+    double t0 = now_us();
+    CU_OK(d->fn.cuMemSetAccess(base, size, &access, 1));
+    t[CALL_ACCESS] = now_us() - t0;
+    for (uint64_t i = 0; i < n; i++) {
+        double t1 = now_us();
+        CU_OK(d->fn.cuMemUnmap(base + i * handle_size, handle_size));
+        double t2 = now_us();
+        CU_OK(d->fn.cuMemRelease(handles[i]));
+        t[CALL_UNMAP] += t2 - t1;
+        t[CALL_RELEASE] += now_us() - t2;
+    }
+    CU_OK(d->fn.cuMemAddressFree(base, size));
+    free(handles);
+    for (int k = 0; k < NUM_CALLS; k++)
+        ms[k] = t[k] / 1e3;
+}
+
+static void measure_vmm_calls(uint64_t size, uint64_t handle_size, int reps)
+{
+    cuda_driver d = {0};
+    if (cuda_driver_load(&d) != COOP_OK) {
+        fprintf(stderr, "cuda_map_cost: %s\n", coop_last_error());
+        exit(1);
+    }
+    double v[NUM_CALLS][MAX_REPS], once[NUM_CALLS];
+    vmm_calls_once(&d, size, handle_size, once); /* warm-up, not counted */
+    for (int r = 0; r < reps; r++) {
+        vmm_calls_once(&d, size, handle_size, once);
+        for (int k = 0; k < NUM_CALLS; k++)
+            v[k][r] = once[k];
+    }
+    printf("{\"figure\": \"vmm_calls\", \"size\": %llu, \"handle\": %llu, \"handles\": %llu, "
+           "\"reps\": %d",
+           (unsigned long long)size, (unsigned long long)handle_size,
+           (unsigned long long)(size / handle_size), reps);
+    for (int k = 0; k < NUM_CALLS; k++)
+        printf(", \"%s\": %.3f", call_names[k], median(v[k], reps));
+    printf("}\n");
+    fflush(stdout);
+    cuda_driver_unload(&d);
+}
+
 /* ---- frees beside a held stream ---- */
 
 typedef struct release_later {
@@ -265,6 +350,9 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
             if (sizes[i] <= free_bytes / 2 && sizes[i] >= pages[p])
                 measure_map(sizes[i], pages[p], reps);
+    uint64_t calls_size = free_bytes / 2 >= 1024 * MIB ? 1024 * MIB : 32 * device_page;
+    measure_vmm_calls(calls_size, device_page, reps);
+    measure_vmm_calls(calls_size, calls_size, reps);
     measure_held(FREE_DRIVER);
     measure_held(FREE_SEGMENTS_POOL);
     measure_held(FREE_VMM_POOL);

@@ -27,9 +27,11 @@ GPU = os.path.join(TOP, "scripts", "gpu")
 TRAIN = os.path.join(GPU, "train_compare.py")
 REPLAY = os.path.join(GPU, "replay_native_vs_coop.py")
 RECORD = os.path.join(TOP, "scripts", "record_cuda_snapshot.py")
+VIZ = os.path.join(GPU, "memory_viz_check.py")
 sys.path.insert(0, GPU)
 
 import common  # noqa: E402
+import memory_viz_check  # noqa: E402
 import replay_native_vs_coop as replay  # noqa: E402
 import train_compare  # noqa: E402
 
@@ -49,7 +51,7 @@ class NoDevice(unittest.TestCase):
     def test_each_script_exits_77_with_one_line(self):
         if torch.cuda.is_available():
             self.skipTest("a CUDA device exists: the scripts would measure for real")
-        for script in (TRAIN, REPLAY, RECORD):
+        for script in (TRAIN, REPLAY, RECORD, VIZ):
             r = run(script, timeout=120)
             name = os.path.basename(script)
             self.assertEqual(r.returncode, 77, name + r.stderr)
@@ -344,6 +346,43 @@ class RecordDryRun(unittest.TestCase):
                 self.assertEqual(f.read(2), b"\x1f\x8b")
             with gzip.open(line["path"], "rb") as f:
                 self.assertEqual(f.read(2), b"\x80\x04")  # pickle protocol 4
+
+
+class MemoryVizDryRun(unittest.TestCase):
+    def test_both_snapshots_read_and_compared(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run(VIZ, "--dry-run", "--dir", tmp, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            out = lines(r.stdout)
+            viz = [x for x in out if x.get("summary") == "memory_viz"]
+            self.assertEqual([x["allocator"] for x in viz], ["native", "coop"])
+            for x in viz:
+                self.assertEqual(x["calls_failed"], {})
+                self.assertIn("segments", x["calls_ok"])  # torch 1.13 has segments and memory
+                self.assertTrue(x["segments_lines_per_block"])
+                self.assertTrue(x["memory_bytes_add_up"])
+            (cmp,) = [x for x in out if x.get("summary") == "structure_coop_vs_native"]
+            self.assertEqual(cmp["block_coop_lacks"], [])
+            self.assertEqual(sorted(os.listdir(tmp)), ["coop.pickle", "native.pickle"])
+
+    def test_a_snapshot_that_does_not_add_up_is_reported(self):
+        snap = memory_viz_check.synthetic_snapshot("coop")
+        snap["segments"][0]["total_size"] += 512  # blocks no longer tile the segment
+        checks = memory_viz_check.viewer_checks(snap)
+        self.assertIn("memory", checks["calls_ok"], checks)
+        self.assertIs(checks["memory_bytes_add_up"], False)
+
+    def test_structure_differences_are_named(self):
+        coop = memory_viz_check.synthetic_snapshot("coop")
+        native = memory_viz_check.synthetic_snapshot("native")
+        del coop["segments"][0]["blocks"][0]["requested_size"]
+        coop["device_traces"][0][0]["extra"] = 1
+        a, b = memory_viz_check.key_sets(coop), memory_viz_check.key_sets(native)
+        self.assertEqual(b["block"] - a["block"], set())  # the other block still has it
+        del coop["segments"][0]["blocks"][1]["requested_size"]
+        a = memory_viz_check.key_sets(coop)
+        self.assertEqual(b["block"] - a["block"], {"requested_size"})
+        self.assertEqual(a["trace_entry"] - b["trace_entry"], {"extra"})
 
 
 if __name__ == "__main__":
