@@ -92,6 +92,12 @@ void coop_backend_fault_arm(coop_backend *be, unsigned kinds, uint64_t nth);
 uint64_t coop_backend_fault_calls(const coop_backend *be, unsigned kinds);
 /* The backend a fault wrapper forwards to. */
 coop_backend *coop_backend_fault_inner(coop_backend *be);
+/* The pool's page (a multiple of the backend's) becomes the wrapper's and
+ * the inner backend's page, before anything is reserved: the pool maps and
+ * unmaps whole pages only, so the CUDA backend can back each with one
+ * physical allocation (cuMemCreate) of that size instead of one per device
+ * granule, and a driver's per-allocation costs fall with larger pages. */
+void coop_backend_fault_adopt_page(coop_backend *be, uint64_t page_size);
 
 /* Host backend introspection (tests): be must be a host backend. */
 bool coop_backend_is_host(const coop_backend *be);

@@ -171,6 +171,13 @@ coop_status coop_backend_fault_create(coop_backend *inner, coop_backend **out)
     return COOP_OK;
 }
 
+void coop_backend_fault_adopt_page(coop_backend *be, uint64_t page_size)
+{
+    fault_backend *f = fault_of(be);
+    f->base.page_size = page_size;
+    f->inner->page_size = page_size;
+}
+
 void coop_backend_fault_arm(coop_backend *be, unsigned kinds, uint64_t nth)
 {
     fault_backend *f = fault_of(be);

@@ -237,6 +237,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
         free(pool);
         return st;
     }
+    coop_backend_fault_adopt_page(be, pool->config.page_size);
     arena_params p = {
         .vmm = pool->config.use_vmm,
         .page_size = pool->config.page_size,
