@@ -26,13 +26,7 @@ lib=$PWD/.gpu/lib
 stamp() { echo "$(date -u +%T) $*" >>"$OUT/phases.log"; }
 
 stamp start
-{
-    date -u
-    uname -a
-    head -2 /etc/os-release
-    nvidia-smi
-    python3 -c 'import torch, torchvision; print(torch.__version__, torch.version.cuda, torchvision.__version__, torch.cuda.get_device_name(0))'
-} >"$OUT/env.txt" 2>&1
+bash scripts/gpu/device_env.sh >"$OUT/env.txt" 2>&1
 
 timeout 90 python3 -c '
 import coop.torch as c

@@ -30,15 +30,7 @@ lib=$PWD/.gpu/lib
 stamp() { echo "$(date -u +%T) $*" >>"$W/phases.log"; }
 
 stamp start
-{
-    date -u
-    uname -a
-    head -2 /etc/os-release
-    nvidia-smi
-    lscpu
-    grep -m1 -i 'model name' /proc/cpuinfo
-    cat /sys/kernel/mm/transparent_hugepage/enabled
-} >"$W/env.txt" 2>&1
+bash scripts/gpu/device_env.sh >"$W/env.txt" 2>&1
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     for i in 1 2 3; do
