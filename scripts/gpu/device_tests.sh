@@ -56,7 +56,7 @@ run_test() { # VARIANT NAME TIMEOUT [ALONE]
         dir=.gpu/asan/bin libs=$PWD/.gpu/asan/lib:$lib
     fi
     (
-        export LD_LIBRARY_PATH=$libs COOP_TEST_OPS=1000000 COOP_TEST_DEVICE_ALONE=${4:-0}
+        export LD_LIBRARY_PATH=$libs COOP_TEST_OPS=${COOP_TEST_OPS:-1000000} COOP_TEST_DEVICE_ALONE=${4:-0}
         export ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0:abort_on_error=1
         export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
         start=$(date +%s)
