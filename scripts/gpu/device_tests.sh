@@ -4,7 +4,10 @@
 # it"). Run from the repository root with .gpu/ built as README.md's step 0
 # says (binaries from make check, and the same tests built with
 # AddressSanitizer + UndefinedBehaviorSanitizer in .gpu/asan/); results go
-# to $OUT/gpu-tests.tgz (default ./gpu-out).
+# to $OUT/gpu-tests.tgz (default ./gpu-out). GPU_DIR names another folder
+# of that layout (tests/device_tests_script_test.sh runs the script on the
+# mock driver with one); MAP_COST_REPS (default 5) and COOP_TEST_OPS (default
+# 10^6) shorten it.
 #
 # Phase 1 runs alone, since it times: `coop bench` (the host backend, on the
 # device machine's CPU: three runs, then --latency and --floor; SKIP_BENCH=1
@@ -26,34 +29,35 @@ set -u
 DEST=${OUT:-$PWD/gpu-out}
 W=$(mktemp -d /tmp/gpu-tests.XXXXXX)
 mkdir -p "$DEST"
-lib=$PWD/.gpu/lib
+gpu=${GPU_DIR:-$PWD/.gpu}
+lib=$gpu/lib
 stamp() { echo "$(date -u +%T) $*" >>"$W/phases.log"; }
 
 stamp start
-bash scripts/gpu/device_env.sh >"$W/env.txt" 2>&1
+bash "$(dirname "$0")/device_env.sh" >"$W/env.txt" 2>&1
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     for i in 1 2 3; do
-        LD_LIBRARY_PATH=$lib timeout 60 .gpu/bin/coop bench --json >>"$W/bench.jsonl" \
+        LD_LIBRARY_PATH=$lib timeout 60 "$gpu/bin/coop" bench --json >>"$W/bench.jsonl" \
             2>>"$W/bench.err"
         echo "bench run $i rc=$?" >>"$W/bench.err"
     done
-    LD_LIBRARY_PATH=$lib timeout 60 .gpu/bin/coop bench --latency --json \
+    LD_LIBRARY_PATH=$lib timeout 60 "$gpu/bin/coop" bench --latency --json \
         >"$W/bench_latency.jsonl" 2>>"$W/bench.err"
-    LD_LIBRARY_PATH=$lib timeout 60 .gpu/bin/coop bench --floor --json >"$W/bench_floor.jsonl" \
+    LD_LIBRARY_PATH=$lib timeout 60 "$gpu/bin/coop" bench --floor --json >"$W/bench_floor.jsonl" \
         2>>"$W/bench.err"
     stamp bench finished
 fi
 touch "$W/bench.jsonl" "$W/bench.err"
-LD_LIBRARY_PATH=$lib timeout 150 .gpu/bin/cuda_map_cost 5 2,8,32,128 >"$W/map_cost.jsonl" \
-    2>"$W/map_cost.err"
+LD_LIBRARY_PATH=$lib timeout 150 "$gpu/bin/cuda_map_cost" "${MAP_COST_REPS:-5}" 2,8,32,128 \
+    >"$W/map_cost.jsonl" 2>"$W/map_cost.err"
 echo "cuda_map_cost rc=$?" >>"$W/map_cost.err"
 stamp phase 1 finished
 
 run_test() { # VARIANT NAME TIMEOUT [ALONE]
-    local variant=$1 name=$2 limit=$3 dir=.gpu/bin libs=$lib
+    local variant=$1 name=$2 limit=$3 dir=$gpu/bin libs=$lib
     if [ "$variant" = asan ]; then
-        dir=.gpu/asan/bin libs=$PWD/.gpu/asan/lib:$lib
+        dir=$gpu/asan/bin libs=$gpu/asan/lib:$lib
     fi
     (
         export LD_LIBRARY_PATH=$libs COOP_TEST_OPS=${COOP_TEST_OPS:-1000000} COOP_TEST_DEVICE_ALONE=${4:-0}
@@ -83,3 +87,4 @@ tail -n 3 "$W/bench.err" "$W/map_cost.err"
 grep -h -e 'rc=' -e 'seed' -e 'random_model:' -e 'stress:' -e 'fault_sweep' \
     -e 'backend_cuda_fault_test:' -e 'FAILED' -e 'ERROR' -e 'runtime error' "$W"/*-*.log |
     cut -c1-300
+rm -rf "$W"
