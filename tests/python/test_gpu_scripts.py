@@ -359,7 +359,8 @@ class MemoryVizDryRun(unittest.TestCase):
             for x in viz:
                 self.assertEqual(x["calls_failed"], {})
                 self.assertIn("segments", x["calls_ok"])  # torch 1.13 has segments and memory
-                self.assertTrue(x["segments_lines_per_block"])
+                self.assertEqual(x["segments_lines"], x["blocks"])  # 1.13: one per block
+                self.assertEqual(x["segments_bytes"], x["total_bytes"])
                 self.assertTrue(x["memory_bytes_add_up"])
             (cmp,) = [x for x in out if x.get("summary") == "structure_coop_vs_native"]
             self.assertEqual(cmp["block_coop_lacks"], [])
