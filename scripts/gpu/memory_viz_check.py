@@ -3,8 +3,9 @@
 
 Two children (an allocator is chosen once per process): native and coop.
 Each builds a model of scripts/models.py on the GPU, runs its warm-up step,
-starts recording the allocation history (native:
-torch.cuda.memory._record_memory_history; coop: coop.torch.record_history),
+starts recording the allocation history (native: record_cuda_snapshot.py's
+start_history, torch.cuda.memory._record_memory_history; coop:
+coop.torch.record_history),
 runs one step and writes the snapshot (native: torch.cuda.memory._snapshot();
 coop: coop.torch.snapshot()) as DIR/<allocator>.pickle.
 
@@ -27,6 +28,7 @@ runs the parent's checks on it (the viewer's calls only where torch is
 installed). Exits 77 with a one-line reason without a CUDA device.
 """
 
+import argparse
 import os
 import pickle
 import sys
@@ -71,6 +73,7 @@ def child(args):
 
         sys.path.insert(0, os.path.join(common.TOP, "scripts"))
         import models
+        import record_cuda_snapshot
 
         w = models.build(args.model, device="cuda:0", batch=args.batch)
         w.warm_up()
@@ -83,8 +86,7 @@ def child(args):
             torch.cuda.synchronize()
             snap = coop.torch.snapshot()
         else:
-            torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
-                                                  max_entries=2_000_000)
+            record_cuda_snapshot.start_history()  # as the shipped snapshots were recorded
             w.recorded_step()
             torch.cuda.synchronize()
             snap = torch.cuda.memory._snapshot()
@@ -150,7 +152,7 @@ def key_sets(snap):
 def main():
     p = common.arg_parser(__doc__)
     common.add_parent_options(p)
-    p.add_argument("--allocator", choices=common.ALLOCATORS, help=__import__("argparse").SUPPRESS)
+    p.add_argument("--allocator", choices=common.ALLOCATORS, help=argparse.SUPPRESS)
     p.add_argument("--model", default="resnet50")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--dir", default=None, help="where the snapshots go (default: a new temporary one)")
