@@ -368,6 +368,15 @@ static void arena_model_with_equal_blocks_matches_ideal(void **state)
     sim_program_free(&p);
 }
 
+/* The held-out vgg16 log (traces/heldout), loaded; returns its arena peak. */
+static uint64_t load_heldout_vgg16(sim_program *p)
+{
+    assert_int_equal(
+        sim_program_load(COOP_TEST_SRCDIR "/traces/heldout/vgg16-train-step.ops.jsonl.gz", p),
+        COOP_OK);
+    return sim_peak(p, SIM_MEMORY_ARENA);
+}
+
 /* The held-out vgg16 log at 0.9 (docs/remat.md, section 2c, "Why coop
  * loses vgg16 at 0.9", written when c_comp was coop's cost): coop-comp's
  * first window is conv1_2's output, whose
@@ -381,10 +390,7 @@ static void coop_follows_what_recomputation_needs_on_vgg16(void **state)
 {
     (void)state;
     sim_program p;
-    assert_int_equal(
-        sim_program_load(COOP_TEST_SRCDIR "/traces/heldout/vgg16-train-step.ops.jsonl.gz", &p),
-        COOP_OK);
-    uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    uint64_t peak = load_heldout_vgg16(&p);
     sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
     assert_int_equal(opt.window_cost, SIM_WINDOW_LIVE);
     assert_int_equal(sim_options_parse_policy("coop-comp", &opt), 0);
@@ -587,10 +593,7 @@ static void bisection_lands_below_failing_ratios_on_vgg16(void **state)
 {
     (void)state;
     sim_program p;
-    assert_int_equal(
-        sim_program_load(COOP_TEST_SRCDIR "/traces/heldout/vgg16-train-step.ops.jsonl.gz", &p),
-        COOP_OK);
-    uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
+    uint64_t peak = load_heldout_vgg16(&p);
     sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
     double bisect = sim_min_budget_ratio(&p, peak, &opt, 0.005);
     assert_true(fabs(bisect - 0.77734375) < 1e-9);
