@@ -199,13 +199,16 @@ class OpRecorder(TorchDispatchMode):
                     out.append((t, written, aliased))
         return out
 
-    def _snapshot(self, targs, arg_storage):
+    def _snapshot(self, targs):
         """Copies of the arguments an unannotated write could change: not
         marked written, not aliased, on no storage of a marked argument
-        (whose change the mark explains). None for the others."""
+        (whose change the mark explains). None for the others, and for all
+        without detect_writes."""
         snaps = [None] * len(targs)
         if not self.detect_writes:
             return snaps
+        # the storages before the op (one may change it, e.g. set_)
+        arg_storage = [_storage_key_and_bytes(t)[0] for t, _, _ in targs]
         marked = {arg_storage[k] for k, (_, w, _) in enumerate(targs) if w}
         copies = {}
         with torch.no_grad():
@@ -245,7 +248,7 @@ class OpRecorder(TorchDispatchMode):
             if self._name(t) is None:
                 self.late_constants[op] = self.late_constants.get(op, 0) + 1
                 self.constant(t)
-        snaps = self._snapshot(targs, [_storage_key_and_bytes(t)[0] for t, _, _ in targs])
+        snaps = self._snapshot(targs)
 
         t0 = self.clock()
         out = func(*args, **kwargs)
