@@ -132,10 +132,12 @@ def main():
                 x, y = lib.get(ratio), sim.get(ratio)
                 same = x is not None and y is not None and cell(x) == cell(y)
                 cells.append("= " + cell(x) if same else "%s / %s" % (cell(x), cell(y)))
+            # every row of one run carries the log's name and min_budget_ratio
+            lib_any, sim_any = next(iter(lib.values())), next(iter(sim.values()))
             if a.min_ratio:
-                cells += [min_cell(next(iter(lib.values()))), min_cell(next(iter(sim.values())))]
+                cells += [min_cell(lib_any), min_cell(sim_any)]
             print("| %s | %s | %s | %.2f | %.2f |"
-                  % (short(next(iter(lib.values()))["log"]), policy, " | ".join(cells), lib_s, sim_s))
+                  % (short(lib_any["log"]), policy, " | ".join(cells), lib_s, sim_s))
             sys.stdout.flush()
     if a.jsonl:
         with open(a.jsonl, "w") as f:
