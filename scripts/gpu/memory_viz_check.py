@@ -15,8 +15,9 @@ memory() (flamegraph input, kept as text: nothing is downloaded), and
 segment_plot() and trace_plot() (the HTML pages that embed the web viewer's
 data), each where this torch has it. Per snapshot one JSON line: which of
 them ran, the error of any that raised, segments()'s lines and bytes against
-the blocks and the segments' total, and whether memory()'s bytes add up to
-that total. Then one line
+the blocks and the segments' total, whether memory()'s bytes add up to
+that total, and the child's peak reserved and allocated bytes (warm-up and
+recorded step). Then one line
 comparing coop's structure with native's: keys of the snapshot, of its
 segments, blocks and trace entries, and the trace's actions, each as what
 coop lacks and what it adds.
@@ -90,11 +91,16 @@ def child(args):
             w.recorded_step()
             torch.cuda.synchronize()
             snap = torch.cuda.memory._snapshot()
+    # the process's peaks (warm-up and recorded step): what a replay of the
+    # snapshot here, which sees only the recorded step, is compared with
+    peaks = ({"peak_reserved_bytes": None, "peak_allocated_bytes": None} if args.dry_run else
+             {"peak_reserved_bytes": common.peak_reserved(args.allocator),
+              "peak_allocated_bytes": common.peak_allocated(args.allocator)})
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=4)
-    common.emit({"allocator": args.allocator, "path": path, "ok": True,
-                 "segments": len(snap["segments"]),
-                 "events": sum(len(t) for t in snap.get("device_traces", []))})
+    common.emit(dict(peaks, allocator=args.allocator, path=path, ok=True,
+                     segments=len(snap["segments"]),
+                     events=sum(len(t) for t in snap.get("device_traces", []))))
     common.finish_child(0)
 
 
@@ -174,7 +180,9 @@ def main():
         with open(line["path"], "rb") as f:
             snaps[allocator] = pickle.load(f)
         common.emit(dict(viewer_checks(snaps[allocator]), allocator=allocator,
-                         summary="memory_viz", segments=line["segments"], events=line["events"]))
+                         summary="memory_viz", segments=line["segments"], events=line["events"],
+                         peak_reserved_bytes=line.get("peak_reserved_bytes"),
+                         peak_allocated_bytes=line.get("peak_allocated_bytes")))
     if len(snaps) == 2:
         coop_keys, native_keys = key_sets(snaps["coop"]), key_sets(snaps["native"])
         common.emit({"summary": "structure_coop_vs_native",

@@ -11,12 +11,20 @@ PyTorch takes an allocator once per process.
     scripts/gpu/train_compare.py [--model M] [--steps 50] [--fraction 0.5]
         [--conf CONF] [--out FILE] [--deadline S] [--no-max-batch]
         [--no-compare] [--search both|native|coop] [--hint N] [--dry-run]
+        [--snapshot DIR]
 
 Lines: {"summary": "environment"} first; per run {"model", "allocator",
 "batch", "steps", "ok", "losses", "step_times_ms", "step_time_ms_median",
 "peak_reserved_bytes", "peak_allocated_bytes", ...}; per model
 {"summary": "native_vs_coop"} (loss difference, step-time ratio, peaks) and
 per model and allocator {"summary": "max_batch"} (with every probe).
+
+--snapshot DIR records the full runs' allocation history from before the
+model is built (native: torch.cuda.memory._record_memory_history; coop:
+coop.torch.record_history) and writes each run's snapshot as
+DIR/<model>-<allocator>.pickle.gz ("snapshot" in its line): `coop replay`
+then replays the whole process's allocations on the host, so a peak
+measured here can be reproduced, and attributed, there.
 
 Determinism: same seed, cudnn.benchmark off (its search calls the
 allocator's cacheInfo, which CUDAPluggableAllocator refuses), cudnn
@@ -28,7 +36,9 @@ Exits 77 with a one-line message when there is no CUDA device (unless
 """
 
 import argparse
+import gzip
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -156,7 +166,40 @@ def dry_child(args, record):
     per_sample = FAKE_SAMPLE_BYTES[args.model]
     record.update(ok=True, peak_reserved_bytes=args.batch * per_sample,
                   peak_allocated_bytes=args.batch * per_sample * 9 // 10)
+    if args.snapshot:
+        record["snapshot"] = write_snapshot(args, {"segments": [], "device_traces": [[]],
+                                                   "dry_run": True})
     return 0
+
+
+def start_history(allocator):
+    """Records every allocation from here on (no bound on the entries)."""
+    if allocator == "coop":
+        import coop.torch
+
+        coop.torch.record_history(max_entries=sys.maxsize)
+    else:
+        sys.path.insert(0, os.path.join(common.TOP, "scripts"))
+        import record_cuda_snapshot
+
+        record_cuda_snapshot.start_history()
+
+
+def take_snapshot(allocator):
+    if allocator == "coop":
+        import coop.torch
+
+        return coop.torch.snapshot()
+    import torch
+
+    return torch.cuda.memory._snapshot()
+
+
+def write_snapshot(args, snap):
+    path = os.path.join(args.snapshot, f"{args.model}-{args.allocator}.pickle.gz")
+    with gzip.open(path, "wb") as f:
+        pickle.dump(snap, f, protocol=4)
+    return path
 
 
 def child(args):
@@ -179,6 +222,8 @@ def child(args):
             # coop_torch_memory_fraction (its capacity: fraction of the device)
             torch.cuda.set_per_process_memory_fraction(float(args.fraction), 0)
         device = torch.device("cuda", 0)
+        if args.snapshot:
+            start_history(args.allocator)
         loss_fn, opt, shapes = build(args.model, args.batch, device, args.seed)
         record["batch_shapes"] = shapes
         losses, times = [], []
@@ -206,6 +251,8 @@ def child(args):
                   step_time_ms_median=1e3 * statistics.median(warm),
                   peak_reserved_bytes=common.peak_reserved(args.allocator),
                   peak_allocated_bytes=common.peak_allocated(args.allocator))
+    if args.snapshot:
+        record["snapshot"] = write_snapshot(args, take_snapshot(args.allocator))
     common.emit(record)
     return 0
 
@@ -216,9 +263,11 @@ def last_coop_error():
     return coop.torch.last_error()
 
 
-def run(args, model, allocator, batch, steps, fraction):
+def run(args, model, allocator, batch, steps, fraction, snapshot=None):
     child_args = ["--model", model, "--allocator", allocator, "--batch", batch, "--steps", steps,
                   "--seed", args.seed, "--fraction", fraction]
+    if snapshot:
+        child_args += ["--snapshot", snapshot]
     result, rc, err = common.run_child(os.path.abspath(__file__), child_args, args)
     if result is None:
         result = {"script": "train_compare", "model": model, "allocator": allocator,
@@ -324,6 +373,9 @@ def parse(argv=None):
                         "a deadline cut short)")
     p.add_argument("--hint", type=int, default=0,
                    help="start coop's search here (default: native's result of this run)")
+    p.add_argument("--snapshot", metavar="DIR", default=None,
+                   help="write each full run's allocation history as DIR/<model>-<allocator>"
+                        ".pickle.gz (recorded from before the model is built)")
     common.add_parent_options(p)
     args = p.parse_args(argv)
     if args.child:
@@ -347,11 +399,15 @@ def main(argv=None):
     if not args.dry_run:
         common.require_cuda("train_compare")
     common.start_parent(args, "train_compare")
+    if args.snapshot:
+        args.snapshot = os.path.abspath(args.snapshot)
+        os.makedirs(args.snapshot, exist_ok=True)
     fraction = args.fraction
     for model in args.model or sorted(MODELS):
         if not args.no_compare:
             batch = args.batch or MODELS[model][0]
-            runs = {a: run(args, model, a, batch, args.steps, 0.0) for a in common.ALLOCATORS}
+            runs = {a: run(args, model, a, batch, args.steps, 0.0, snapshot=args.snapshot)
+                    for a in common.ALLOCATORS}
             for r in runs.values():
                 common.emit(r)
             summary = compare(model, runs)

@@ -130,6 +130,22 @@ class TrainDryRun(unittest.TestCase):
             ok = {p["batch"] for p in mb["probes"] if p["ok"]}
             self.assertEqual(max(ok), mb["max_batch"])
 
+    @unittest.skipUnless(HAVE_TORCHVISION, "python3-torchvision is not installed (resnet50 needs "
+                         "it; scripts/setup.sh installs it)")
+    def test_snapshot_option_writes_one_snapshot_per_run(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            snaps = os.path.join(tmp, "snaps")  # made by the parent
+            r = run(TRAIN, "--dry-run", "--model", "resnet50", "--steps", "4", "--no-max-batch",
+                    "--snapshot", snaps)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            runs = [x for x in lines(r.stdout) if "allocator" in x and "summary" not in x]
+            self.assertEqual([x["allocator"] for x in runs], ["native", "coop"])
+            for x in runs:
+                self.assertEqual(x["snapshot"],
+                                 os.path.join(snaps, "resnet50-%s.pickle.gz" % x["allocator"]))
+                with gzip.open(x["snapshot"], "rb") as f:
+                    self.assertEqual(pickle.load(f)["segments"], [])
+
     def test_deadline_stops_before_starting_children(self):
         r = run(TRAIN, "--dry-run", "--model", "resnet50", "--no-compare", "--deadline", "1")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -362,6 +378,7 @@ class MemoryVizDryRun(unittest.TestCase):
                 self.assertEqual(x["segments_lines"], x["blocks"])  # 1.13: one per block
                 self.assertEqual(x["segments_bytes"], x["total_bytes"])
                 self.assertTrue(x["memory_bytes_add_up"])
+                self.assertIn("peak_reserved_bytes", x)  # None in a dry run
             (cmp,) = [x for x in out if x.get("summary") == "structure_coop_vs_native"]
             self.assertEqual(cmp["block_coop_lacks"], [])
             self.assertEqual(sorted(os.listdir(tmp)), ["coop.pickle", "native.pickle"])
