@@ -311,14 +311,17 @@ static void test_va_exhausted(void **state)
 static void test_segments(void **state)
 {
     (void)state;
-    open_arena(false, 8 * MiB, 0, 512);
-    arena_block *x = alloc(512 * KiB, 0, false);
+    open_arena(false, 8 * MiB, 0, 512);          /* segment_size 1 MiB */
+    arena_block *x = alloc(384 * KiB, 0, false); /* below half a segment: a whole one */
+    assert_int_equal(F.a.reserved, 1 * MiB);
     arena_block *y = alloc(768 * KiB, 0, false); /* does not fit x's segment rest */
     assert_ptr_not_equal(arena_block_segment(&F.a, x), arena_block_segment(&F.a, y));
     assert_int_equal(F.a.num_segments, 2);
+    arena_block *z = alloc(256 * KiB, 0, false); /* fits x's segment rest */
+    assert_ptr_equal(arena_block_segment(&F.a, x), arena_block_segment(&F.a, z));
     arena_block *big = alloc(3 * MiB, 0, true); /* own segment, high end */
     assert_int_equal(big->size, 3 * MiB);
-    assert_int_equal(F.a.reserved, 5 * MiB);
+    assert_int_equal(F.a.reserved, 1 * MiB + 768 * KiB + 3 * MiB);
     assert_null(alloc(4 * MiB, 0, false)); /* capacity */
     release(big, 0);
     arena_block *again = alloc(4 * MiB, 0, false); /* after releasing big's free segment */
@@ -326,11 +329,57 @@ static void test_segments(void **state)
     release(again, 0);
     release(x, 0);
     release(y, 0);
+    release(z, 0);
     uint64_t released;
     assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
     assert_int_equal(F.a.reserved, 0);
     assert_int_equal(F.a.num_segments, 0);
     check();
+    close_arena();
+}
+
+/* A new segment is a whole segment_size for a request below half of it, and
+ * the request's own size in pages from half on (PyTorch's 10 of 20 MiB): a
+ * whole segment around such a request leaves a rest that the next request of
+ * its size does not fit, so repeated sizes would take a segment each and
+ * strand the rests. */
+static void test_segment_of_its_own_from_half_a_segment(void **state)
+{
+    (void)state;
+    open_arena(false, 64 * MiB, 0, 512); /* segment_size 1 MiB, pages 64 KiB */
+    arena_block *below = alloc(512 * KiB - 512, 0, false);
+    assert_int_equal(F.a.reserved, 1 * MiB);
+    arena_block *half = alloc(512 * KiB, 0, false); /* fits below's rest: no new segment */
+    assert_ptr_equal(arena_block_segment(&F.a, below), arena_block_segment(&F.a, half));
+    arena_block *own[3];
+    for (int i = 0; i < 3; i++) { /* each its own 640 KiB segment, no rest stranded */
+        own[i] = alloc(600 * KiB, 0, false);
+        assert_int_equal(F.a.reserved, 1 * MiB + (uint64_t)(i + 1) * 640 * KiB);
+    }
+    assert_int_equal(F.a.num_segments, 4);
+    arena_block *exact_half = alloc(512 * KiB, 0, false); /* fits no rest: exactly its size */
+    assert_int_equal(F.a.reserved, 1 * MiB + 3 * 640 * KiB + 512 * KiB);
+    release(exact_half, 0);
+    release(half, 0);
+    release(below, 0);
+    for (int i = 0; i < 3; i++)
+        release(own[i], 0);
+    close_arena();
+}
+
+/* Where one segment is the whole capacity the pool is one fixed arena (coop
+ * sim's arena model): its first request takes the whole segment whatever its
+ * size, and the next ones share it. */
+static void test_one_segment_of_the_whole_capacity_stays_whole(void **state)
+{
+    (void)state;
+    open_arena(false, 1 * MiB, 0, 512); /* segment_size 1 MiB = capacity */
+    arena_block *x = alloc(600 * KiB, 0, false);
+    assert_int_equal(F.a.reserved, 1 * MiB);
+    arena_block *y = alloc(300 * KiB, 0, false);
+    assert_ptr_equal(arena_block_segment(&F.a, x), arena_block_segment(&F.a, y));
+    release(x, 0);
+    release(y, 0);
     close_arena();
 }
 
@@ -375,6 +424,8 @@ int main(void)
         cmocka_unit_test(test_device_full_releases_cached_pages),
         cmocka_unit_test(test_device_full_releases_free_segments),
         cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_segment_of_its_own_from_half_a_segment),
+        cmocka_unit_test(test_one_segment_of_the_whole_capacity_stays_whole),
         cmocka_unit_test(test_check_detects_corruption),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
