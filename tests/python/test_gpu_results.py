@@ -5,7 +5,11 @@ of PyTorch's caching allocator) must give, to the byte, the peak reserved
 that PyTorch's native allocator reached on the device for the same trace
 (replay.jsonl), and the recorded policy must read, from each snapshot
 recorded there (traces/*.cuda.pickle.gz), the peak reserved that PyTorch
-itself reported while recording it (snapshots.jsonl). Traces of
+itself reported while recording it (snapshots.jsonl). A training run's
+whole allocation history (train_compare.py --snapshot), replayed through
+the torch, coop and coop-segments policies, must give to the byte the peak
+reserved each allocator reached in that training on the device
+(histories.jsonl pairs a history and a policy with the run's line). Traces of
 ../shared/workloads are skipped, with the reason, where that folder is
 absent (COOP_WORKLOADS names another). Standard library only; needs the
 built ./coop."""
@@ -84,6 +88,39 @@ class GpuResults(unittest.TestCase):
                                  f"{r['trace']}: torch emulation vs the device's native allocator")
                 checked += 1
         print(f"{checked} traces: torch emulation equals the device's peak reserved")
+        self.assertGreater(checked, 0)
+
+    def test_training_histories_replay_to_the_devices_peaks(self):
+        # the coop settings a policy stands for: the defaults but vmm
+        settings = {"coop": "page:0,vmm:true,segment:0,placement:low,min_split:0",
+                    "coop-segments": "page:0,vmm:false,segment:0,placement:low,min_split:0"}
+        checked = 0
+        for res in RESULTS:
+            manifest = os.path.join(res, "histories.jsonl")
+            if not os.path.exists(manifest):
+                continue
+            with open(manifest) as f:
+                pairs = [json.loads(line) for line in f if line.strip()]
+            for p in pairs:
+                with self.subTest(results=os.path.basename(res), history=p["history"],
+                                  policy=p["policy"]):
+                    with open(os.path.join(res, p["run"])) as f:
+                        runs = [r for r in map(json.loads, filter(str.strip, f))
+                                if "summary" not in r and r.get("model") == p["model"]
+                                and r.get("allocator") == p["allocator"]]
+                    self.assertEqual(len(runs), 1, f"{p['run']}: one {p['model']} "
+                                     f"{p['allocator']} run")
+                    (run,) = runs
+                    self.assertTrue(run["ok"])
+                    if p["allocator"] == "native":
+                        self.assertEqual(p["policy"], "torch")
+                    else:
+                        self.assertIn(settings[p["policy"]], run["coop_settings"])
+                    (row,) = self.replay(p["policy"], os.path.join(res, p["history"]))
+                    self.assertEqual(row["peak_reserved_bytes"], run["peak_reserved_bytes"],
+                                     f"{p['policy']} replay vs {p['allocator']} on the device")
+                    checked += 1
+        print(f"{checked} (history, policy) pairs: replay equals the device's peak reserved")
         self.assertGreater(checked, 0)
 
     def test_recorded_snapshots_read_back_as_recorded(self):
