@@ -93,7 +93,10 @@ typedef struct coop_config {
                             * capacity left. Raise it where live blocks spread out (growing
                             * sizes, long-lived blocks of other streams above them). Also
                             * the most coop_set_capacity accepts */
-    uint64_t segment_size; /* segment size without VMM; 0 = 20 MiB */
+    uint64_t segment_size; /* segment size without VMM; 0 = 20 MiB. A request of half of it
+                            * or more gets a segment of its own size in pages (PyTorch: from
+                            * 10 MiB), except where segment_size >= capacity: that pool is
+                            * one fixed arena, its first segment whole */
     uint64_t min_split;    /* smallest remainder a split leaves (a smaller one stays with the
                             * allocation); 0 = 512; at most page_size with VMM, segment_size
                             * without */
