@@ -28,11 +28,13 @@ TRAIN = os.path.join(GPU, "train_compare.py")
 REPLAY = os.path.join(GPU, "replay_native_vs_coop.py")
 RECORD = os.path.join(TOP, "scripts", "record_cuda_snapshot.py")
 VIZ = os.path.join(GPU, "memory_viz_check.py")
+STREAM = os.path.join(GPU, "stream_check.py")
 sys.path.insert(0, GPU)
 
 import common  # noqa: E402
 import memory_viz_check  # noqa: E402
 import replay_native_vs_coop as replay  # noqa: E402
+import stream_check  # noqa: E402
 import train_compare  # noqa: E402
 
 
@@ -51,7 +53,7 @@ class NoDevice(unittest.TestCase):
     def test_each_script_exits_77_with_one_line(self):
         if torch.cuda.is_available():
             self.skipTest("a CUDA device exists: the scripts would measure for real")
-        for script in (TRAIN, REPLAY, RECORD, VIZ):
+        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM):
             r = run(script, timeout=120)
             name = os.path.basename(script)
             self.assertEqual(r.returncode, 77, name + r.stderr)
@@ -362,6 +364,35 @@ class RecordDryRun(unittest.TestCase):
                 self.assertEqual(f.read(2), b"\x1f\x8b")
             with gzip.open(line["path"], "rb") as f:
                 self.assertEqual(f.read(2), b"\x80\x04")  # pickle protocol 4
+
+
+class StreamCheck(unittest.TestCase):
+    def test_dry_run_runs_native_coop_and_coop_on_segments(self):
+        r = run(STREAM, "--dry-run", "--conf", "page:8M", timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = lines(r.stdout)
+        runs = [(x["allocator"], x["conf"]) for x in out if "allocator" in x]
+        self.assertEqual(runs, [("native", None), ("coop", "page:8M"), ("coop", "vmm:false")])
+        self.assertEqual(out[-1], {"summary": "stream_check", "ok": True, "failures": {}})
+
+    def test_each_broken_rule_is_a_failure(self):
+        good = stream_check.fake_line("coop", None)
+        self.assertEqual(stream_check.failures(good), [])
+        breaks = {
+            "had finished": ("side_busy", False),
+            "control": ("control", {"same_address": False, "y_intact": True}),
+            "handed out again": ("record", {"same_address": True, "y_intact": True}),
+            "late write": ("record", {"same_address": False, "y_intact": False}),
+            "not reused": ("reused_after_sync", False),
+            "empty_cache: illegal": ("empty_cache", {"error": "illegal address",
+                                                      "side_busy_after": True}),
+            "failed": ("ok", False),
+        }
+        for words, (key, value) in breaks.items():
+            line = dict(good, **{key: value})
+            found = stream_check.failures(line)
+            self.assertEqual(len(found), 1, (key, found))
+            self.assertIn(words, found[0], key)
 
 
 class MemoryVizDryRun(unittest.TestCase):
