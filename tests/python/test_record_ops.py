@@ -289,12 +289,16 @@ class RecordedOpsTest(unittest.TestCase):
     def test_matmul_takes_longer_than_a_view(self):
         a, b = torch.randn(384, 384), torch.randn(384, 384)
         a.mm(b)  # BLAS warmed up
-        records, _, _ = record_ops_of(lambda a, b: (a.mm(b), a.view(-1), a.t()), a, b)
-        times = {r["NAME"]: int(r["TIME"]) for r in records if r["INSTRUCTION"] == "CALL"}
-        self.assertEqual(sorted(times), ["mm", "t", "view"])
-        self.assertGreater(times["view"], 0)
+        samples = []  # medians of 7 recordings: one sample of a shared machine can be anything
+        for _ in range(7):
+            records, _, _ = record_ops_of(lambda a, b: (a.mm(b), a.view(-1), a.t()), a, b)
+            times = {r["NAME"]: int(r["TIME"]) for r in records if r["INSTRUCTION"] == "CALL"}
+            self.assertEqual(sorted(times), ["mm", "t", "view"])
+            self.assertGreater(min(times.values()), 0, times)
+            samples.append(times)
+        med = {k: statistics.median(t[k] for t in samples) for k in ("mm", "t", "view")}
         # 113 MFLOP against a few microseconds of bookkeeping
-        self.assertGreater(times["mm"], 20 * max(times["view"], times["t"]), times)
+        self.assertGreater(med["mm"], 20 * max(med["view"], med["t"]), samples)
 
     def test_inplace_op_is_a_timed_mutate(self):
         # TIME is the op's measured time: a 384^3 addmm_ (57 MFLOP) takes far
