@@ -29,11 +29,13 @@ REPLAY = os.path.join(GPU, "replay_native_vs_coop.py")
 RECORD = os.path.join(TOP, "scripts", "record_cuda_snapshot.py")
 VIZ = os.path.join(GPU, "memory_viz_check.py")
 STREAM = os.path.join(GPU, "stream_check.py")
+OOM = os.path.join(GPU, "oom_check.py")
 sys.path.insert(0, GPU)
 
 import common  # noqa: E402
 import memory_viz_check  # noqa: E402
 import replay_native_vs_coop as replay  # noqa: E402
+import oom_check  # noqa: E402
 import stream_check  # noqa: E402
 import train_compare  # noqa: E402
 
@@ -53,7 +55,7 @@ class NoDevice(unittest.TestCase):
     def test_each_script_exits_77_with_one_line(self):
         if torch.cuda.is_available():
             self.skipTest("a CUDA device exists: the scripts would measure for real")
-        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM):
+        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM, OOM):
             r = run(script, timeout=120)
             name = os.path.basename(script)
             self.assertEqual(r.returncode, 77, name + r.stderr)
@@ -393,6 +395,35 @@ class StreamCheck(unittest.TestCase):
             found = stream_check.failures(line)
             self.assertEqual(len(found), 1, (key, found))
             self.assertIn(words, found[0], key)
+
+
+class OomCheck(unittest.TestCase):
+    def test_dry_run_runs_both_routes(self):
+        r = run(OOM, "--dry-run", "--capacity", "512M", timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = lines(r.stdout)
+        self.assertEqual([x["route"] for x in out if "route" in x], ["pluggable", "mem_pool"])
+        self.assertEqual(out[-1], {"summary": "oom_check", "ok": True, "failures": {}})
+
+    def test_bad_capacity_is_refused(self):
+        for cap in ("lots", "1X", "32M"):
+            r = run(OOM, "--dry-run", "--capacity", cap, timeout=60)
+            self.assertEqual(r.returncode, 2, cap)
+            self.assertIn("--capacity", r.stderr)
+
+    def test_each_route_is_held_to_what_the_docs_say(self):
+        for route in oom_check.ROUTES:
+            self.assertEqual(oom_check.failures(oom_check.fake_line(route)), [], route)
+        plug = dict(oom_check.fake_line("pluggable"), check_oom=None)
+        self.assertIn("check_oom", oom_check.failures(plug)[0])
+        pool = dict(oom_check.fake_line("mem_pool"), is_torch_oom=False, torch_raised=None)
+        self.assertIn("did not raise", oom_check.failures(pool)[0])
+        pool = dict(oom_check.fake_line("mem_pool"), small_ok=False)
+        self.assertIn("read back", oom_check.failures(pool)[0])
+        for route in oom_check.ROUTES:
+            broken = dict(oom_check.fake_line(route), after_ok=False)
+            self.assertIn("next allocation", oom_check.failures(broken)[0])
+        self.assertIn("failed", oom_check.failures({"route": "mem_pool", "ok": False})[0])
 
 
 class MemoryVizDryRun(unittest.TestCase):

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""What PyTorch makes of coop's out-of-memory, on both routes, on a real GPU.
+
+coop returns NULL when a request does not fit its capacity. Two children,
+each with coop's capacity set to --capacity (default 1G):
+
+- pluggable: coop.torch.install(), then torch.empty of twice the capacity.
+  docs/pytorch.md says, from reading PyTorch's source, that
+  CUDAPluggableAllocator does not check the NULL: the tensor comes back
+  without memory and only coop.torch.check_oom() reports the failure. The
+  line says whether torch raised (and what), the tensor's data_ptr, what
+  check_oom() raised, and whether a small allocation still works after.
+- mem_pool: coop.torch.mem_pool() under torch.cuda.use_mem_pool: a tensor
+  of a quarter of the capacity is written and read back, then one of twice
+  the capacity must raise torch.cuda.OutOfMemoryError (PyTorch's caching
+  allocator asks coop for a segment and checks the answer), and the pool
+  must still serve the next allocation.
+
+Lines: per child {"route", "ok", ...}; then {"summary": "oom_check", "ok",
+"failures"}: a failure is a route that did not do what docs/pytorch.md
+says (pluggable: check_oom() raises coop's OutOfMemoryError; mem_pool:
+torch raises its OutOfMemoryError and the pool keeps working). Exit 1 on a
+failure.
+
+Usage: oom_check.py [--capacity 1G] [--out FILE] [--timeout S] [--dry-run]
+--dry-run runs the parent's logic on fake child lines. Exits 77 with a
+one-line reason without a CUDA device.
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+SCRIPT = os.path.abspath(__file__)
+ROUTES = ("pluggable", "mem_pool")
+
+
+def parse_capacity(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    if text and text[-1] in units:
+        return int(text[:-1]) * units[text[-1]]
+    return int(text)
+
+
+def fake_line(route):
+    if route == "pluggable":
+        return {"route": route, "ok": True, "dry_run": True, "torch_raised": None,
+                "data_ptr": 0, "check_oom": "OutOfMemoryError: dry run", "after_ok": True}
+    return {"route": route, "ok": True, "dry_run": True, "small_ok": True,
+            "torch_raised": "OutOfMemoryError: dry run", "is_torch_oom": True, "after_ok": True}
+
+
+def first_line(e):
+    return "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:300])
+
+
+def child_pluggable(capacity, line):
+    import coop.torch
+
+    coop.torch.install("capacity:%d" % capacity)
+    import torch
+
+    torch.empty(1 << 20, device="cuda").fill_(1.0)  # the pool exists and works
+    torch.cuda.synchronize()
+    try:
+        big = torch.empty(2 * capacity // 4, dtype=torch.float32, device="cuda")
+        line.update(torch_raised=None, data_ptr=big.data_ptr())  # never touched
+        del big
+    except Exception as e:  # noqa: BLE001 - what torch raises is the finding
+        line.update(torch_raised=first_line(e), data_ptr=None)
+    try:
+        coop.torch.check_oom()
+        line["check_oom"] = None
+    except coop.torch.OutOfMemoryError as e:
+        line["check_oom"] = first_line(e)
+    small = torch.ones(1 << 20, device="cuda")
+    line["after_ok"] = float(small.sum().item()) == float(1 << 20)
+
+
+def child_mem_pool(capacity, line):
+    import coop.torch
+    import torch
+
+    pool = coop.torch.mem_pool("capacity:%d" % capacity)
+    with torch.cuda.use_mem_pool(pool):
+        quarter = torch.ones(capacity // 16, device="cuda")  # a quarter, in float32
+        line["small_ok"] = float(quarter.sum().item()) == float(capacity // 16)
+        try:
+            big = torch.empty(2 * capacity // 4, dtype=torch.float32, device="cuda")
+            line.update(torch_raised=None, is_torch_oom=False, data_ptr=big.data_ptr())
+            del big
+        except Exception as e:  # noqa: BLE001
+            line.update(torch_raised=first_line(e),
+                        is_torch_oom=isinstance(e, torch.cuda.OutOfMemoryError))
+        again = torch.ones(capacity // 16, device="cuda")
+        line["after_ok"] = float(again.sum().item()) == float(capacity // 16)
+    line["coop_reserved_bytes"] = coop.torch.memory_stats(0)["reserved_bytes.all.current"]
+
+
+def child(args):
+    if args.dry_run:
+        common.emit(fake_line(args.route))
+        common.finish_child(0)
+    common.require_cuda("oom_check.py")
+    line = {"route": args.route, "ok": True, "capacity": args.capacity_bytes}
+    try:
+        (child_pluggable if args.route == "pluggable" else child_mem_pool)(args.capacity_bytes,
+                                                                            line)
+    except Exception as e:  # noqa: BLE001
+        line.update(ok=False, error=first_line(e))
+    common.emit(line)
+    common.finish_child(0)
+
+
+def failures(line):
+    if not line.get("ok"):
+        return ["failed: %s" % line.get("error")]
+    out = []
+    if line["route"] == "pluggable":
+        if not (line.get("check_oom") or "").startswith("OutOfMemoryError"):
+            out.append("check_oom() did not raise coop's OutOfMemoryError")
+    else:
+        if not line.get("small_ok"):
+            out.append("a tensor in the pool did not read back what was written")
+        if not line.get("is_torch_oom"):
+            out.append("torch did not raise torch.cuda.OutOfMemoryError: %s"
+                       % line.get("torch_raised"))
+    if not line.get("after_ok"):
+        out.append("the next allocation after the failure did not work")
+    return out
+
+
+def main():
+    p = common.arg_parser(__doc__)
+    common.add_parent_options(p)
+    p.add_argument("--route", choices=ROUTES, help=argparse.SUPPRESS)
+    p.add_argument("--capacity", default="1G", help="coop's capacity (default 1G)")
+    args = p.parse_args()
+    try:
+        args.capacity_bytes = parse_capacity(args.capacity)
+    except ValueError:
+        p.error("--capacity: %r is not a size (a number with K, M or G)" % args.capacity)
+    if args.capacity_bytes < (64 << 20):
+        p.error("--capacity: at least 64M")
+    if args.child:
+        child(args)
+    if not args.dry_run:
+        common.require_cuda("oom_check.py")
+    common.start_parent(args, "oom_check")
+    found = {}
+    for route in ROUTES:
+        line, rc, err = common.run_child(SCRIPT, ["--route", route, "--capacity", args.capacity],
+                                         args)
+        if line is None:
+            line = {"route": route, "ok": False, "error": "child exit %s: %s" % (rc, err[-300:])}
+        common.emit(line)
+        if failures(line):
+            found[route] = failures(line)
+    common.emit({"summary": "oom_check", "ok": not found, "failures": found})
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
