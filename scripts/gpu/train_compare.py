@@ -398,10 +398,14 @@ def main(argv=None):
         return common.finish_child(child(args))
     if not args.dry_run:
         common.require_cuda("train_compare")
-    common.start_parent(args, "train_compare")
     if args.snapshot:
         args.snapshot = os.path.abspath(args.snapshot)
-        os.makedirs(args.snapshot, exist_ok=True)
+        try:
+            os.makedirs(args.snapshot, exist_ok=True)
+        except OSError as e:
+            sys.stderr.write(f"train_compare.py: --snapshot {args.snapshot}: {e.strerror}\n")
+            return 2
+    common.start_parent(args, "train_compare")
     fraction = args.fraction
     for model in args.model or sorted(MODELS):
         if not args.no_compare:

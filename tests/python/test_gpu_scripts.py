@@ -150,6 +150,17 @@ class TrainDryRun(unittest.TestCase):
                 with gzip.open(x["snapshot"], "rb") as f:
                     self.assertEqual(pickle.load(f)["segments"], [])
 
+    def test_snapshot_folder_that_cannot_be_made_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            blocker = os.path.join(tmp, "file")
+            open(blocker, "w").close()
+            r = run(TRAIN, "--dry-run", "--model", "resnet50", "--no-max-batch",
+                    "--snapshot", os.path.join(blocker, "snaps"), timeout=60)
+            self.assertEqual(r.returncode, 2)
+            self.assertEqual(r.stdout, "")
+            self.assertIn("--snapshot " + os.path.join(blocker, "snaps"), r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
     def test_deadline_stops_before_starting_children(self):
         r = run(TRAIN, "--dry-run", "--model", "resnet50", "--no-compare", "--deadline", "1")
         self.assertEqual(r.returncode, 0, r.stderr)
