@@ -126,6 +126,28 @@ def run_child(script_path, args, opts):
     return result, r.returncode, r.stderr[-2000:]
 
 
+def run_checks(script_path, opts, runs, failures, summary):
+    """The parent of a check script: runs each child of runs, a list of
+    (name, child args, COOP_ALLOC_CONF or None, the fields that name the run),
+    prints its line (or, when it printed none, the run's fields with "ok":
+    false and the exit), collects failures(line) by name, then prints
+    {"summary": summary, "ok", "failures"}. Returns the exit status: 1 when
+    a run failed a rule, else 0."""
+    found = {}
+    for name, child_args, conf, fields in runs:
+        child_opts = argparse.Namespace(**vars(opts))
+        child_opts.conf = conf
+        line, rc, err = run_child(script_path, child_args, child_opts)
+        if line is None:
+            line = dict(fields, ok=False, error="child exit %s: %s" % (rc, err[-300:]))
+        emit(line)
+        broken = failures(line)
+        if broken:
+            found[name] = broken
+    emit({"summary": summary, "ok": not found, "failures": found})
+    return 1 if found else 0
+
+
 def emit(obj):
     """Prints obj as one JSON line (sorted keys); appends it to --out."""
     line = json.dumps(obj, sort_keys=True)

@@ -151,17 +151,11 @@ def main():
     if not args.dry_run:
         common.require_cuda("oom_check.py")
     common.start_parent(args, "oom_check")
-    found = {}
-    for route in ROUTES:
-        line, rc, err = common.run_child(SCRIPT, ["--route", route, "--capacity", args.capacity],
-                                         args)
-        if line is None:
-            line = {"route": route, "ok": False, "error": "child exit %s: %s" % (rc, err[-300:])}
-        common.emit(line)
-        if failures(line):
-            found[route] = failures(line)
-    common.emit({"summary": "oom_check", "ok": not found, "failures": found})
-    return 1 if found else 0
+    return common.run_checks(
+        SCRIPT, args,
+        [(r, ["--route", r, "--capacity", args.capacity], args.conf, {"route": r})
+         for r in ROUTES],
+        failures, "oom_check")
 
 
 if __name__ == "__main__":

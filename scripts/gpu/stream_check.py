@@ -36,7 +36,6 @@ with a one-line reason without a CUDA device.
 """
 
 import argparse
-import copy
 import os
 import sys
 
@@ -164,22 +163,14 @@ def main():
         common.require_cuda("stream_check.py")
     common.start_parent(args, "stream_check")
     runs = [("native", None), ("coop", args.conf), ("coop", "vmm:false")]
-    all_failures = {}
-    for allocator, conf in runs:
-        opts = copy.copy(args)
-        opts.conf = conf
-        line, rc, err = common.run_child(SCRIPT, ["--allocator", allocator], opts)
-        if line is None:
-            line = {"allocator": allocator, "conf": conf, "ok": False,
-                    "error": "child exit %s: %s" % (rc, err[-300:])}
-        common.emit(line)
-        name = allocator + (":" + conf if conf else "")
-        if allocator == "coop" or not line.get("ok"):
-            found = failures(line)
-            if found:
-                all_failures[name] = found
-    common.emit({"summary": "stream_check", "ok": not all_failures, "failures": all_failures})
-    return 1 if all_failures else 0
+    return common.run_checks(
+        SCRIPT, args,
+        [(a + (":" + c if c else ""), ["--allocator", a], c, {"allocator": a, "conf": c})
+         for a, c in runs],
+        # native's lines are the reference: only a native child that failed counts
+        lambda line: failures(line) if line.get("allocator") == "coop" or not line.get("ok")
+        else [],
+        "stream_check")
 
 
 if __name__ == "__main__":

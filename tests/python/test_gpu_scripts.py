@@ -8,8 +8,11 @@ Needs Debian's python3-torch (the scripts import torch); exits 77 (automake
 SKIP) without it. No GPU is used: where one exists, the no-device test skips.
 """
 
+import argparse
+import contextlib
 import gzip
 import importlib.util
+import io
 import json
 import os
 import pickle
@@ -406,6 +409,25 @@ class StreamCheck(unittest.TestCase):
             found = stream_check.failures(line)
             self.assertEqual(len(found), 1, (key, found))
             self.assertIn(words, found[0], key)
+
+
+class RunChecks(unittest.TestCase):
+    def test_a_child_that_prints_nothing_is_a_failed_run(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            script = os.path.join(tmp, "silent.py")
+            with open(script, "w") as f:
+                f.write("import sys\nsys.stderr.write('boom\\n')\nsys.exit(3)\n")
+            opts = argparse.Namespace(timeout=60, conf=None, dry_run=False)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = common.run_checks(script, opts, [("x", [], "vmm:false", {"route": "x"})],
+                                       lambda line: [] if line["ok"] else ["broken"], "t")
+        self.assertEqual(rc, 1)
+        run_line, summary = lines(out.getvalue())
+        self.assertEqual((run_line["route"], run_line["ok"]), ("x", False))
+        self.assertIn("child exit 3", run_line["error"])
+        self.assertIn("boom", run_line["error"])
+        self.assertEqual(summary, {"summary": "t", "ok": False, "failures": {"x": ["broken"]}})
 
 
 class OomCheck(unittest.TestCase):
