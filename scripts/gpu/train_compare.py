@@ -22,7 +22,9 @@ per model and allocator {"summary": "max_batch"} (with every probe).
 --snapshot DIR records the full runs' allocation history from before the
 model is built (native: torch.cuda.memory._record_memory_history; coop:
 coop.torch.record_history) and writes each run's snapshot as
-DIR/<model>-<allocator>.pickle.gz ("snapshot" in its line): `coop replay`
+DIR/<model>-<allocator>.pickle.gz ("snapshot" in its line, with its event
+count; native's "snapshot_complete" is false when its ring of
+record_cuda_snapshot.MAX_ENTRIES events filled, so the first were lost): `coop replay`
 then replays the whole process's allocations on the host, so a peak
 measured here can be reproduced, and attributed, there.
 
@@ -252,7 +254,16 @@ def child(args):
                   peak_reserved_bytes=common.peak_reserved(args.allocator),
                   peak_allocated_bytes=common.peak_allocated(args.allocator))
     if args.snapshot:
-        record["snapshot"] = write_snapshot(args, take_snapshot(args.allocator))
+        snap = take_snapshot(args.allocator)
+        record["snapshot"] = write_snapshot(args, snap)
+        record["snapshot_events"] = sum(len(t) for t in snap.get("device_traces", []))
+        if args.allocator == "native":
+            # the native ring keeps the last MAX_ENTRIES: a full one has lost the first
+            # events, and a replay of it would start mid-run
+            import record_cuda_snapshot
+
+            record["snapshot_complete"] = (record["snapshot_events"]
+                                           < record_cuda_snapshot.MAX_ENTRIES)
     common.emit(record)
     return 0
 
