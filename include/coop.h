@@ -95,8 +95,10 @@ typedef struct coop_config {
                             * the most coop_set_capacity accepts */
     uint64_t segment_size; /* segment size without VMM; 0 = 20 MiB. A request of half of it
                             * or more gets a segment of its own size in pages (PyTorch: from
-                            * 10 MiB), except where segment_size >= capacity: that pool is
-                            * one fixed arena, its first segment whole */
+                            * 10 MiB), except while segment_size is the capacity in force
+                            * (one fixed arena: its first segment is the whole capacity,
+                            * shared by the requests after); a segment larger than the
+                            * capacity left takes the request's own size */
     uint64_t min_split;    /* smallest remainder a split leaves (a smaller one stays with the
                             * allocation); 0 = 512; at most page_size with VMM, segment_size
                             * without */

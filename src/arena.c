@@ -365,8 +365,10 @@ static void segment_destroy(arena *a, arena_segment *s)
  * would leave a remainder that requests of its own size, often repeated,
  * never fit (GPT-2-small's 12 MiB activations left 8 MiB each: 4.7% more
  * reserved than PyTorch on an H200, reproduced to the byte by `coop replay`).
- * Not where one segment is the whole capacity: that pool is one fixed arena
- * (coop sim's arena model), whose first request must not shrink it. */
+ * Not where one segment is the whole capacity in force: that pool is one
+ * fixed arena (coop sim's arena model), whose first request must not shrink
+ * it. (A segment_size above the capacity never fits: every segment then takes
+ * the request's own size, below.) */
 static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, bool *reclaimed)
 {
     uint64_t ps = a->params.page_size;

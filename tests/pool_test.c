@@ -827,6 +827,35 @@ static void test_set_capacity(void **state)
     coop_pool_destroy(p);
 }
 
+/* Without VMM, whether a request of half a segment or more gets a segment of
+ * its own size follows the capacity in force: a capacity set down to the
+ * segment size makes the pool one fixed arena, whose first segment is whole,
+ * and a capacity set back up gives such requests their own size again. */
+static void test_segment_rule_follows_the_capacity(void **state)
+{
+    (void)state;
+    coop_pool *p = make_segment_pool(64 * MiB, 16 * MiB);
+    void *a = coop_malloc(p, 10 * MiB, 0, 0, NULL);
+    assert_non_null(a);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 10 * MiB); /* its own size */
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 16 * MiB), COOP_OK);
+    a = coop_malloc(p, 10 * MiB, 0, 0, NULL);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 16 * MiB); /* the whole arena */
+    void *b = coop_malloc(p, 4 * MiB, 0, 0, NULL);                  /* in its rest */
+    assert_non_null(b);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 16 * MiB);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 64 * MiB), COOP_OK);
+    a = coop_malloc(p, 12 * MiB, 0, 0, NULL);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 12 * MiB);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* When lowering the capacity fails, the message says what holds the pages:
  * live blocks, pending frees, or free space cached for a stream still
  * running. It used to blame live blocks for all of it (the review's r04:
@@ -1284,6 +1313,7 @@ int main(void)
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
+        cmocka_unit_test(test_segment_rule_follows_the_capacity),
         cmocka_unit_test(test_set_capacity_no_wrap),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
