@@ -22,7 +22,9 @@ says (pluggable: check_oom() raises coop's OutOfMemoryError; mem_pool:
 torch raises its OutOfMemoryError and the pool keeps working). Exit 1 on a
 failure.
 
-Usage: oom_check.py [--capacity 1G] [--out FILE] [--timeout S] [--dry-run]
+Usage: oom_check.py [--capacity 1G] [--conf CONF] [--out FILE] [--timeout S] [--dry-run]
+--conf adds COOP_ALLOC_CONF keys after the capacity (e.g. vmm:false); each
+line's "conf" is the configuration its child used.
 --dry-run runs the parent's logic on fake child lines. Exits 77 with a
 one-line reason without a CUDA device.
 """
@@ -58,10 +60,15 @@ def first_line(e):
     return "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:300])
 
 
-def child_pluggable(capacity, line):
+def child_conf(capacity, conf):
+    """coop's configuration for a child: the capacity, then --conf's keys."""
+    return "capacity:%d" % capacity + ("," + conf if conf else "")
+
+
+def child_pluggable(capacity, conf, line):
     import coop.torch
 
-    coop.torch.install("capacity:%d" % capacity)
+    coop.torch.install(child_conf(capacity, conf))
     import torch
 
     torch.empty(1 << 20, device="cuda").fill_(1.0)  # the pool exists and works
@@ -81,11 +88,11 @@ def child_pluggable(capacity, line):
     line["after_ok"] = float(small.sum().item()) == float(1 << 20)
 
 
-def child_mem_pool(capacity, line):
+def child_mem_pool(capacity, conf, line):
     import coop.torch
     import torch
 
-    pool = coop.torch.mem_pool("capacity:%d" % capacity)
+    pool = coop.torch.mem_pool(child_conf(capacity, conf))
     with torch.cuda.use_mem_pool(pool):
         quarter = torch.ones(capacity // 16, device="cuda")  # a quarter, in float32
         line["small_ok"] = float(quarter.sum().item()) == float(capacity // 16)
@@ -103,13 +110,14 @@ def child_mem_pool(capacity, line):
 
 def child(args):
     if args.dry_run:
-        common.emit(fake_line(args.route))
+        common.emit(dict(fake_line(args.route), conf=child_conf(args.capacity_bytes, args.conf)))
         common.finish_child(0)
     common.require_cuda("oom_check.py")
-    line = {"route": args.route, "ok": True, "capacity": args.capacity_bytes}
+    line = {"route": args.route, "ok": True, "capacity": args.capacity_bytes,
+            "conf": child_conf(args.capacity_bytes, args.conf)}
     try:
-        (child_pluggable if args.route == "pluggable" else child_mem_pool)(args.capacity_bytes,
-                                                                            line)
+        run = child_pluggable if args.route == "pluggable" else child_mem_pool
+        run(args.capacity_bytes, args.conf, line)
     except Exception as e:  # noqa: BLE001
         line.update(ok=False, error=first_line(e))
     common.emit(line)

@@ -8,7 +8,8 @@ allocator may hand its block to the next allocation on M, which S then
 overwrites; with x.record_stream(S) it must not, until S has finished.
 
 One child per allocator run (native; coop with --conf; coop on cuMemAlloc
-segments, vmm:false), each on the device:
+segments, vmm:false; coop that never waits for a stream, wait:false; a run
+that --conf already names is not repeated), each on the device:
 
 - control: the hazard without record_stream. The next allocation of the
   same size takes x's address (same_address) and S's late write lands in
@@ -21,7 +22,11 @@ segments, vmm:false), each on the device:
   that kept such blocks for good would leak).
 - empty_cache: a block pending on a busy S, then torch.cuda.empty_cache();
   S's late write must not fault (coop must not unmap or free memory a
-  stream still writes) and nothing may fail at the synchronize.
+  stream still writes) and nothing may fail at the synchronize. S must
+  still be busy when empty_cache starts (side_busy_before). With the
+  default wait:true coop waits for S first, as native does; only the
+  wait:false run releases while S is busy, and it must return without
+  waiting (side_busy_after).
 
 Each child prints one line {"allocator", "conf", "side_busy", "control",
 "record", "reused_after_sync", "empty_cache", ...}; the parent prints a
@@ -47,6 +52,11 @@ FLOATS = 4 << 20  # 16 MiB blocks: a large-pool size for both allocators
 SPIN_CYCLES = 400_000_000  # torch.cuda._sleep: about 0.2 s at the H200's 1.98 GHz
 
 
+def never_waits(conf):
+    """Whether a coop configuration is wait:false (coop_config.never_wait)."""
+    return "wait:false" in (conf or "").replace(" ", "").split(",")
+
+
 def fake_line(allocator, conf):
     """A dry-run child's line: what a correct allocator reports."""
     return {"allocator": allocator, "conf": conf, "ok": True, "dry_run": True,
@@ -54,7 +64,8 @@ def fake_line(allocator, conf):
             "control": {"same_address": True, "y_intact": False},
             "record": {"same_address": False, "y_intact": True},
             "reused_after_sync": True,
-            "empty_cache": {"error": None, "side_busy_after": False}}
+            "empty_cache": {"error": None, "side_busy_before": True,
+                            "side_busy_after": never_waits(conf)}}
 
 
 def hazard(torch, record, spin):
@@ -111,6 +122,7 @@ def child(args):
             x.fill_(7.0)
         x.record_stream(side)
         del x
+        before = not side.query()
         torch.cuda.empty_cache()
         after = not side.query()
         err = None
@@ -122,7 +134,8 @@ def child(args):
                     control={k: control[k] for k in ("same_address", "y_intact")},
                     record={k: rec[k] for k in ("same_address", "y_intact")},
                     reused_after_sync=reused,
-                    empty_cache={"error": err, "side_busy_after": after})
+                    empty_cache={"error": err, "side_busy_before": before,
+                                 "side_busy_after": after})
         if args.allocator == "coop":
             line["coop_settings"] = common.coop_settings()
     except Exception as e:  # noqa: BLE001 - any failure is the finding
@@ -147,8 +160,13 @@ def failures(line):
         out.append("record: the side stream's late write reached the new allocation")
     if not line["reused_after_sync"]:
         out.append("the recorded block was not reused once its stream had finished")
-    if line["empty_cache"]["error"]:
-        out.append("empty_cache: " + line["empty_cache"]["error"])
+    ec = line["empty_cache"]
+    if not ec.get("side_busy_before"):
+        out.append("empty_cache: the side stream had finished before it: nothing was checked")
+    if ec["error"]:
+        out.append("empty_cache: " + ec["error"])
+    if never_waits(line.get("conf")) and not ec["side_busy_after"]:
+        out.append("empty_cache: waited for the busy stream although wait:false")
     return out
 
 
@@ -162,10 +180,14 @@ def main():
     if not args.dry_run:
         common.require_cuda("stream_check.py")
     common.start_parent(args, "stream_check")
-    runs = [("native", None), ("coop", args.conf), ("coop", "vmm:false")]
+    runs = []
+    for run in [("native", None), ("coop", args.conf), ("coop", "vmm:false"),
+                ("coop", "wait:false")]:
+        if run not in runs:
+            runs.append(run)
     return common.run_checks(
         SCRIPT, args,
-        [(a + (":" + c if c else ""), ["--allocator", a], c, {"allocator": a, "conf": c})
+        [(a + ":" + (c or "default"), ["--allocator", a], c, {"allocator": a, "conf": c})
          for a, c in runs],
         # native's lines are the reference: only a native child that failed counts
         lambda line: failures(line) if line.get("allocator") == "coop" or not line.get("ok")

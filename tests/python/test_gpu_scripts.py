@@ -388,8 +388,15 @@ class StreamCheck(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         out = lines(r.stdout)
         runs = [(x["allocator"], x["conf"]) for x in out if "allocator" in x]
-        self.assertEqual(runs, [("native", None), ("coop", "page:8M"), ("coop", "vmm:false")])
+        self.assertEqual(runs, [("native", None), ("coop", "page:8M"), ("coop", "vmm:false"),
+                                ("coop", "wait:false")])
         self.assertEqual(out[-1], {"summary": "stream_check", "ok": True, "failures": {}})
+
+    def test_a_run_the_conf_names_is_not_repeated(self):
+        r = run(STREAM, "--dry-run", "--conf", "vmm:false", timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        runs = [(x["allocator"], x["conf"]) for x in lines(r.stdout) if "allocator" in x]
+        self.assertEqual(runs, [("native", None), ("coop", "vmm:false"), ("coop", "wait:false")])
 
     def test_each_broken_rule_is_a_failure(self):
         good = stream_check.fake_line("coop", None)
@@ -401,7 +408,10 @@ class StreamCheck(unittest.TestCase):
             "late write": ("record", {"same_address": False, "y_intact": False}),
             "not reused": ("reused_after_sync", False),
             "empty_cache: illegal": ("empty_cache", {"error": "illegal address",
+                                                      "side_busy_before": True,
                                                       "side_busy_after": True}),
+            "before it": ("empty_cache", {"error": None, "side_busy_before": False,
+                                          "side_busy_after": False}),
             "failed": ("ok", False),
         }
         for words, (key, value) in breaks.items():
@@ -409,6 +419,13 @@ class StreamCheck(unittest.TestCase):
             found = stream_check.failures(line)
             self.assertEqual(len(found), 1, (key, found))
             self.assertIn(words, found[0], key)
+        # wait:false: empty_cache must not wait for the busy stream
+        nowait = stream_check.fake_line("coop", "wait:false")
+        self.assertEqual(stream_check.failures(nowait), [])
+        waited = dict(nowait, empty_cache=dict(nowait["empty_cache"], side_busy_after=False))
+        self.assertIn("although wait:false", stream_check.failures(waited)[0])
+        self.assertTrue(stream_check.never_waits("page:8M, wait:false"))
+        self.assertFalse(stream_check.never_waits("wait:true"))
 
 
 class RunChecks(unittest.TestCase):
@@ -431,6 +448,14 @@ class RunChecks(unittest.TestCase):
 
 
 class OomCheck(unittest.TestCase):
+    def test_conf_reaches_the_children(self):
+        r = run(OOM, "--dry-run", "--capacity", "512M", "--conf", "vmm:false", timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([x["conf"] for x in lines(r.stdout) if "route" in x],
+                         ["capacity:536870912,vmm:false"] * 2)
+        self.assertEqual(oom_check.child_conf(512 << 20, "vmm:false"), "capacity:536870912,vmm:false")
+        self.assertEqual(oom_check.child_conf(512 << 20, None), "capacity:536870912")
+
     def test_dry_run_runs_both_routes(self):
         r = run(OOM, "--dry-run", "--capacity", "512M", timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
