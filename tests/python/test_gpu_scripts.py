@@ -453,7 +453,8 @@ class OomCheck(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual([x["conf"] for x in lines(r.stdout) if "route" in x],
                          ["capacity:536870912,vmm:false"] * 2)
-        self.assertEqual(oom_check.child_conf(512 << 20, "vmm:false"), "capacity:536870912,vmm:false")
+        self.assertEqual(oom_check.child_conf(512 << 20, "vmm:false"),
+                         "capacity:536870912,vmm:false")
         self.assertEqual(oom_check.child_conf(512 << 20, None), "capacity:536870912")
 
     def test_dry_run_runs_both_routes(self):
