@@ -148,6 +148,12 @@ def run_checks(script_path, opts, runs, failures, summary):
     return 1 if found else 0
 
 
+def first_line(e):
+    """An exception as one short line: its type and the first line of its
+    message (CUDA errors run over several lines; an empty message is fine)."""
+    return "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:300])
+
+
 def emit(obj):
     """Prints obj as one JSON line (sorted keys); appends it to --out."""
     line = json.dumps(obj, sort_keys=True)

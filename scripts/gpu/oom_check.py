@@ -56,10 +56,6 @@ def fake_line(route):
             "torch_raised": "OutOfMemoryError: dry run", "is_torch_oom": True, "after_ok": True}
 
 
-def first_line(e):
-    return "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:300])
-
-
 def child_conf(capacity, conf):
     """coop's configuration for a child: the capacity, then --conf's keys."""
     return "capacity:%d" % capacity + ("," + conf if conf else "")
@@ -78,12 +74,12 @@ def child_pluggable(capacity, conf, line):
         line.update(torch_raised=None, data_ptr=big.data_ptr())  # never touched
         del big
     except Exception as e:  # noqa: BLE001 - what torch raises is the finding
-        line.update(torch_raised=first_line(e), data_ptr=None)
+        line.update(torch_raised=common.first_line(e), data_ptr=None)
     try:
         coop.torch.check_oom()
         line["check_oom"] = None
     except coop.torch.OutOfMemoryError as e:
-        line["check_oom"] = first_line(e)
+        line["check_oom"] = common.first_line(e)
     small = torch.ones(1 << 20, device="cuda")
     line["after_ok"] = float(small.sum().item()) == float(1 << 20)
 
@@ -101,7 +97,7 @@ def child_mem_pool(capacity, conf, line):
             line.update(torch_raised=None, is_torch_oom=False, data_ptr=big.data_ptr())
             del big
         except Exception as e:  # noqa: BLE001
-            line.update(torch_raised=first_line(e),
+            line.update(torch_raised=common.first_line(e),
                         is_torch_oom=isinstance(e, torch.cuda.OutOfMemoryError))
         again = torch.ones(capacity // 16, device="cuda")
         line["after_ok"] = float(again.sum().item()) == float(capacity // 16)
@@ -119,7 +115,7 @@ def child(args):
         run = child_pluggable if args.route == "pluggable" else child_mem_pool
         run(args.capacity_bytes, args.conf, line)
     except Exception as e:  # noqa: BLE001
-        line.update(ok=False, error=first_line(e))
+        line.update(ok=False, error=common.first_line(e))
     common.emit(line)
     common.finish_child(0)
 

@@ -129,7 +129,7 @@ def child(args):
         try:
             torch.cuda.synchronize()
         except RuntimeError as e:  # an illegal address from a released page
-            err = str(e).splitlines()[0][:300]
+            err = common.first_line(e)
         line.update(side_busy=control["side_busy"] and rec["side_busy"],
                     control={k: control[k] for k in ("same_address", "y_intact")},
                     record={k: rec[k] for k in ("same_address", "y_intact")},
@@ -139,7 +139,7 @@ def child(args):
         if args.allocator == "coop":
             line["coop_settings"] = common.coop_settings()
     except Exception as e:  # noqa: BLE001 - any failure is the finding
-        line.update(ok=False, error="%s: %s" % (type(e).__name__, str(e)[:300]))
+        line.update(ok=False, error=common.first_line(e))
     common.emit(line)
     common.finish_child(0)
 

@@ -447,6 +447,12 @@ class RunChecks(unittest.TestCase):
         self.assertEqual(summary, {"summary": "t", "ok": False, "failures": {"x": ["broken"]}})
 
 
+    def test_first_line_of_an_exception(self):
+        self.assertEqual(common.first_line(RuntimeError("CUDA error: x\nmore")),
+                         "RuntimeError: CUDA error: x")
+        self.assertEqual(common.first_line(RuntimeError("")), "RuntimeError: ")
+
+
 class OomCheck(unittest.TestCase):
     def test_conf_reaches_the_children(self):
         r = run(OOM, "--dry-run", "--capacity", "512M", "--conf", "vmm:false", timeout=120)
