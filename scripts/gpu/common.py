@@ -70,10 +70,14 @@ def arg_parser(doc):
 
 
 def add_parent_options(p):
-    """The parent's --conf (given on to coop children), --timeout (seconds a
+    """The parent's --conf (given on to coop children), --native-conf (to
+    native children), --timeout (seconds a
     child may take), --deadline (seconds after which no child is started, so
     a run fits a bounded device call) and --out (JSON lines file)."""
     p.add_argument("--conf", default=None, help="COOP_ALLOC_CONF for coop runs")
+    p.add_argument("--native-conf", default=None, metavar="CONF",
+                   help="PYTORCH_CUDA_ALLOC_CONF for the native runs (e.g. "
+                        "expandable_segments:True); coop runs never see it")
     p.add_argument("--timeout", type=int, default=300, help="seconds one child may take")
     p.add_argument("--deadline", type=float, default=0.0,
                    help="seconds from the start after which no child is started (0: none)")
@@ -86,7 +90,7 @@ def start_parent(opts, script):
     _out_path = opts.out
     _deadline = time.monotonic() + opts.deadline if opts.deadline > 0 else None
     emit(dict(environment(opts.dry_run), script=script, summary="environment",
-              argv=sys.argv[1:]))
+              argv=sys.argv[1:], native_conf=getattr(opts, "native_conf", None)))
 
 
 def time_left():
@@ -108,6 +112,8 @@ def run_child(script_path, args, opts):
     args = [str(a) for a in args]
     if opts.conf:
         args += ["--conf", opts.conf]
+    if getattr(opts, "native_conf", None):
+        args += ["--native-conf", opts.native_conf]
     if opts.dry_run:
         args.append("--dry-run")
     cmd = [sys.executable, script_path, "--child"] + args
@@ -200,12 +206,18 @@ def environment(dry_run):
     return env
 
 
-def install_allocator(kind, conf):
-    """In a child, before any CUDA work: 'native' or 'coop'."""
+def install_allocator(kind, conf, native_conf=None):
+    """In a child, before any CUDA work: 'native' (with native_conf as its
+    PYTORCH_CUDA_ALLOC_CONF when given) or 'coop' (with conf as its
+    COOP_ALLOC_CONF). A native_conf replaces whatever PYTORCH_CUDA_ALLOC_CONF
+    the environment had; without one the environment's stands."""
     if kind == "coop":
         import coop.torch
 
         coop.torch.install(conf)
+    elif native_conf:
+        # read by torch when its allocator starts (the first CUDA allocation)
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = native_conf
 
 
 def coop_settings():

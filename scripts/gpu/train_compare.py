@@ -9,7 +9,7 @@ fraction (--fraction, default 0.5). Every run is a child process, since
 PyTorch takes an allocator once per process.
 
     scripts/gpu/train_compare.py [--model M] [--steps 50] [--fraction 0.5]
-        [--conf CONF] [--out FILE] [--deadline S] [--no-max-batch]
+        [--conf CONF] [--native-conf CONF] [--out FILE] [--deadline S] [--no-max-batch]
         [--no-compare] [--search both|native|coop] [--hint N] [--dry-run]
         [--snapshot DIR]
 
@@ -18,6 +18,12 @@ Lines: {"summary": "environment"} first; per run {"model", "allocator",
 "peak_reserved_bytes", "peak_allocated_bytes", ...}; per model
 {"summary": "native_vs_coop"} (loss difference, step-time ratio, peaks) and
 per model and allocator {"summary": "max_batch"} (with every probe).
+
+--native-conf CONF runs the native allocator with PYTORCH_CUDA_ALLOC_CONF=CONF
+(e.g. expandable_segments:True, PyTorch's own answer to fragmentation), so
+coop is compared with that configuration; the native lines and summaries
+carry "native_conf", and the native full runs "native_settings" (torch's
+allocator_settings as its snapshot reports them, proof the setting took).
 
 --snapshot DIR records the full runs' allocation history from before the
 model is built (native: torch.cuda.memory._record_memory_history; coop:
@@ -145,6 +151,9 @@ def dry_child(args, record):
     (for the full runs) two real CPU steps at batch 1, fake peaks; max-batch
     probes only answer fake_fits, without torch."""
     fits = fake_fits(args.model, args.allocator, args.batch, args.fraction)
+    # what torch would read here: shows --native-conf reached the native
+    # children, and only them
+    record["dry_alloc_conf_env"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     if args.steps > PROBE_STEPS:  # a full run: build and step the model on the CPU
         import torch
 
@@ -208,11 +217,16 @@ def child(args):
     record = {"script": "train_compare", "model": args.model, "allocator": args.allocator,
               "batch": args.batch, "steps": args.steps, "fraction": args.fraction,
               "seed": args.seed, "dry_run": args.dry_run}
+    if args.allocator == "native":
+        record["native_conf"] = args.native_conf
+        # sets PYTORCH_CUDA_ALLOC_CONF (before any CUDA work): a dry run checks it arrived
+        common.install_allocator("native", None, args.native_conf)
     if args.dry_run:
         rc = dry_child(args, record)
         common.emit(record)
         return rc
-    common.install_allocator(args.allocator, args.conf)  # before any CUDA work
+    if args.allocator == "coop":
+        common.install_allocator("coop", args.conf)  # before any CUDA work
     import torch
 
     set_determinism(torch)
@@ -253,6 +267,8 @@ def child(args):
                   step_time_ms_median=1e3 * statistics.median(warm),
                   peak_reserved_bytes=common.peak_reserved(args.allocator),
                   peak_allocated_bytes=common.peak_allocated(args.allocator))
+    if args.allocator == "native" and args.native_conf and args.steps > PROBE_STEPS:
+        record["native_settings"] = torch.cuda.memory._snapshot().get("allocator_settings")
     if args.snapshot:
         snap = take_snapshot(args.allocator)
         record["snapshot"] = write_snapshot(args, snap)
@@ -339,6 +355,7 @@ def max_batch(args, model, allocator, fraction, hint=None):
         probes.pop()
     return {"script": "train_compare", "model": model, "allocator": allocator,
             "summary": "max_batch", "fraction": fraction, "max_batch": lo,
+            "native_conf": args.native_conf if allocator == "native" else None,
             "first_failing_batch": hi, "capped": hi is None and lo >= cap,
             "complete": complete, "probe_steps": PROBE_STEPS, "probes": probes,
             "hint": hint, "dry_run": args.dry_run}
@@ -350,7 +367,7 @@ def compare(model, runs):
     if not (n.get("ok") and c.get("ok")):
         return None
     return {"script": "train_compare", "model": model, "summary": "native_vs_coop",
-            "batch": n["batch"], "steps": n["steps"],
+            "batch": n["batch"], "steps": n["steps"], "native_conf": n.get("native_conf"),
             "loss_max_abs_diff": max(abs(a - b) for a, b in zip(n["losses"], c["losses"])),
             "losses_identical": n["losses"] == c["losses"],
             "step_time_ratio_coop_over_native":

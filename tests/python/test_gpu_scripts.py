@@ -153,6 +153,27 @@ class TrainDryRun(unittest.TestCase):
                 with gzip.open(x["snapshot"], "rb") as f:
                     self.assertEqual(pickle.load(f)["segments"], [])
 
+    def test_native_conf_reaches_the_native_children_only(self):
+        env = dict(os.environ)
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        r = subprocess.run([sys.executable, TRAIN, "--dry-run", "--model", "resnet50",
+                            "--steps", "4", "--native-conf", "expandable_segments:True"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = lines(r.stdout)
+        self.assertEqual(got[0]["native_conf"], "expandable_segments:True")
+        runs = {x["allocator"]: x for x in got if "allocator" in x and "summary" not in x}
+        # the native child's environment had it, the coop child's did not
+        self.assertEqual(runs["native"]["dry_alloc_conf_env"], "expandable_segments:True")
+        self.assertEqual(runs["native"]["native_conf"], "expandable_segments:True")
+        self.assertIsNone(runs["coop"]["dry_alloc_conf_env"])
+        self.assertNotIn("native_conf", runs["coop"])
+        (cmp,) = [x for x in got if x.get("summary") == "native_vs_coop"]
+        self.assertEqual(cmp["native_conf"], "expandable_segments:True")
+        searches = {x["allocator"]: x for x in got if x.get("summary") == "max_batch"}
+        self.assertEqual(searches["native"]["native_conf"], "expandable_segments:True")
+        self.assertIsNone(searches["coop"]["native_conf"])
+
     def test_snapshot_folder_that_cannot_be_made_is_refused(self):
         with tempfile.TemporaryDirectory() as tmp:
             blocker = os.path.join(tmp, "file")
