@@ -144,6 +144,20 @@ static int setup(void **state)
             sizeof expandable_pickle - 1 ||
         fclose(f) != 0)
         return -1;
+    /* the same snapshot with PyTorch's defaults: expandable_segments False
+     * (NEWFALSE for the NEWTRUE after its key's memo, q\x0e) */
+    char defaults[sizeof expandable_pickle];
+    memcpy(defaults, expandable_pickle, sizeof defaults);
+    char *flag = NULL;
+    for (size_t i = 0; i + 3 < sizeof defaults && !flag; i++)
+        if (!memcmp(defaults + i, "\x71\x0e\x88", 3))
+            flag = defaults + i + 2;
+    f = flag ? fopen(path_in_dir("default.pickle"), "wb") : NULL;
+    if (!f)
+        return -1;
+    *flag = '\x89';
+    if (fwrite(defaults, 1, sizeof defaults - 1, f) != sizeof defaults - 1 || fclose(f) != 0)
+        return -1;
     /* the second tensor does not fit beside the first in 2500 bytes */
     write_file(path_in_dir("two.trace"), "coop-trace 1\nA 1 1000 0\nA 2 2000 0\nF 1\nF 2\n");
     /* what PyTorch reserved: one 2 MiB segment, held at the end */
@@ -155,9 +169,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"small.trace", "bad.trace",     "empty.trace",
-                           "two.trace",   "segment.trace", "expandable.pickle",
-                           "out.txt",     "err.txt",       "timeline.txt"};
+    const char *names[] = {"small.trace",   "bad.trace",         "empty.trace",    "two.trace",
+                           "segment.trace", "expandable.pickle", "default.pickle", "out.txt",
+                           "err.txt",       "timeline.txt"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(path_in_dir(names[i]));
     rmdir(dir);
@@ -441,12 +455,15 @@ static void timeline_stops_at_the_oom(void **unused)
     assert_int_equal(oom_event, 1);
 }
 
-/* A snapshot recorded under settings torch does not emulate: one warning
+/* A snapshot recorded under settings no chosen emulation has: one warning
  * line naming them, and the rows say so (null for a trace that cannot). */
 static void non_default_torch_settings_are_flagged(void **unused)
 {
     (void)unused;
-    char *pickle = path_in_dir("expandable.pickle");
+    /* copies: path_in_dir's buffer is reused by every RUN (for out.txt) */
+    char pickle[256], defaults[256];
+    snprintf(pickle, sizeof pickle, "%s", path_in_dir("expandable.pickle"));
+    snprintf(defaults, sizeof defaults, "%s", path_in_dir("default.pickle"));
     assert_int_equal(RUN("--json", "--policy", "torch,ideal", pickle), 0);
     json_t *rows = read_json_lines();
     assert_int_equal(json_array_size(rows), 2);
@@ -455,11 +472,28 @@ static void non_default_torch_settings_are_flagged(void **unused)
             json_is_false(json_object_get(json_array_get(rows, i), "torch_settings_default")));
     json_decref(rows);
     const char *err = slurp("err.txt");
-    if (!strstr(err, "expandable_segments") || !strstr(err, "emulates the default settings only"))
+    if (!strstr(err, "expandable_segments") || !strstr(err, "torch-expandable"))
         fail_msg("no warning about the settings: '%s'", err);
     const char *newline = strchr(err, '\n');
     if (!newline || newline[1] != '\0')
         fail_msg("the warning is not one line: '%s'", err);
+    /* torch-expandable emulates them: no warning, with or without torch */
+    assert_int_equal(RUN("--json", "--policy", "torch,torch-expandable", pickle), 0);
+    assert_string_equal(slurp("err.txt"), "");
+    assert_int_equal(RUN("--json", "--policy", "torch-expandable", pickle), 0);
+    assert_string_equal(slurp("err.txt"), "");
+    /* default settings: torch emulates them, so with torch no warning; under
+     * torch-expandable alone (a what-if) one line says torch would match */
+    rows = NULL;
+    assert_int_equal(RUN("--json", "--policy", "torch", defaults), 0);
+    assert_string_equal(slurp("err.txt"), "");
+    rows = read_json_lines();
+    assert_true(json_is_true(json_object_get(json_array_get(rows, 0), "torch_settings_default")));
+    json_decref(rows);
+    assert_int_equal(RUN("--json", "--policy", "torch-expandable", defaults), 0);
+    err = slurp("err.txt");
+    if (!strstr(err, "default") || !strstr(err, "torch emulates"))
+        fail_msg("no note that torch emulates the defaults: '%s'", err);
     /* without torch among the policies there is nothing to warn about */
     assert_int_equal(RUN("--json", "--policy", "ideal", pickle), 0);
     assert_string_equal(slurp("err.txt"), "");

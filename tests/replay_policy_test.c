@@ -11,6 +11,7 @@
 #include "replay/engine.h"
 #include "replay/policy.h"
 #include "replay/recorded.h"
+#include "test_seed.h"
 
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
@@ -335,6 +336,184 @@ static void torch_merges_neighbours(void **unused)
     d.ops->destroy(d.state);
 }
 
+/* ---- torch-expandable ---- */
+
+/* Pages of 20 MiB mapped as the large pool's range grows; a request that
+ * outgrows the free tail maps from the tail's end and starts in the tail. */
+static void expandable_maps_pages_as_needed(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, GiB);
+    uintptr_t a = must_malloc(&d, 3 * MiB, 0);
+    assert_int_equal(stats_of(&d).reserved_bytes, 20 * MiB);
+    assert_int_equal(must_malloc(&d, 3 * MiB, 0), a + 3 * MiB);
+    /* 30 MiB: the 14 MiB free tail plus one more page (not two) */
+    assert_int_equal(must_malloc(&d, 30 * MiB, 0), a + 6 * MiB);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 40 * MiB);
+    assert_int_equal(s.free_bytes, 4 * MiB);
+    assert_int_equal(s.largest_free, 4 * MiB);
+    assert_int_equal(s.active_bytes, 36 * MiB);
+    /* the small pool grows its own range in 2 MiB pages */
+    uintptr_t small = must_malloc(&d, 100 * 1024, 0);
+    assert_true(small >= a + 40 * MiB);
+    assert_int_equal(stats_of(&d).reserved_bytes, 42 * MiB);
+    assert_int_equal(stats_of(&d).map_bytes, 42 * MiB);
+    d.ops->destroy(d.state);
+}
+
+/* With expandable segments the large pool splits off any remainder of 512
+ * bytes or more (without them, only one above 1 MiB). */
+static void expandable_splits_small_remainders(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, GiB);
+    uintptr_t a = must_malloc(&d, 4 * MiB, 0);
+    must_malloc(&d, 4 * MiB, 0);
+    assert_int_equal(d.ops->free(d.state, a, 4 * MiB), COOP_OK);
+    assert_int_equal(must_malloc(&d, 4 * MiB - 512, 0), a);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.active_bytes, 8 * MiB - 512);
+    assert_int_equal(s.free_bytes, 12 * MiB + 512);
+    d.ops->destroy(d.state);
+}
+
+/* Best fit passes over a block that could grow into unmapped space for a
+ * larger one that cannot: the free tail (8.5 MiB, before the unmapped rest)
+ * fits an 8 MiB request best by size, but the 9.5 MiB hole is taken. */
+static void expandable_prefers_blocks_that_cannot_grow(void **unused)
+{
+    (void)unused;
+    const uint64_t hole = 19 * MiB / 2;
+    driven d = start(&replay_policy_torch_expandable, GiB);
+    uintptr_t x = must_malloc(&d, hole, 0);
+    uintptr_t y = must_malloc(&d, 2 * MiB, 0);
+    assert_int_equal(y, x + hole);
+    assert_int_equal(d.ops->free(d.state, x, hole), COOP_OK);
+    assert_int_equal(must_malloc(&d, 8 * MiB, 0), x);
+    /* the default emulation, same requests in one 20 MiB segment, takes the tail */
+    driven t = start(&replay_policy_torch, GiB);
+    uintptr_t tx = must_malloc(&t, hole, 0);
+    assert_int_equal(must_malloc(&t, 2 * MiB, 0), tx + hole);
+    assert_int_equal(t.ops->free(t.state, tx, hole), COOP_OK);
+    assert_int_equal(must_malloc(&t, 8 * MiB, 0), tx + hole + 2 * MiB);
+    d.ops->destroy(d.state);
+    t.ops->destroy(t.state);
+}
+
+/* Out of capacity: free blocks' whole pages are unmapped (a range left
+ * wholly unmapped is released) and the request tried once more. */
+static void expandable_unmaps_free_pages_and_retries(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, 40 * MiB);
+    uintptr_t a = must_malloc(&d, 30 * MiB, 0); /* two pages */
+    assert_int_equal(stats_of(&d).reserved_bytes, 40 * MiB);
+    assert_int_equal(d.ops->free(d.state, a, 30 * MiB), COOP_OK);
+    must_malloc(&d, 100 * 1024, 0); /* a 2 MiB small page: 42 > 40 */
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 2 * MiB);
+    assert_int_equal(s.map_bytes, 42 * MiB);
+    assert_int_equal(s.free_bytes, 2 * MiB - 100 * 1024);
+    /* a page only partly free stays: 30 MiB live keeps both pages */
+    driven e = start(&replay_policy_torch_expandable, 40 * MiB);
+    must_malloc(&e, 30 * MiB, 0);
+    uintptr_t x;
+    assert_int_equal(e.ops->malloc(e.state, 100 * 1024, 0, &x), COOP_ERR_NOMEM);
+    assert_int_equal(stats_of(&e).reserved_bytes, 40 * MiB);
+    /* after the failure, frees and mallocs still work */
+    assert_int_equal(must_malloc(&e, 10 * MiB, 0) % (2 * MiB), 0);
+    d.ops->destroy(d.state);
+    e.ops->destroy(e.state);
+}
+
+/* Each stream grows its own range; a block freed on one is not reused on another. */
+static void expandable_ranges_are_per_stream(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, GiB);
+    uintptr_t a = must_malloc(&d, 3 * MiB, 1);
+    assert_int_equal(d.ops->free(d.state, a, 3 * MiB), COOP_OK);
+    uintptr_t b2 = must_malloc(&d, 3 * MiB, 2);
+    assert_true(b2 != a);
+    assert_int_equal(stats_of(&d).reserved_bytes, 40 * MiB);
+    assert_int_equal(must_malloc(&d, 3 * MiB, 1), a);
+    assert_int_equal(d.ops->free(d.state, a + 1, 3 * MiB), COOP_ERR_FOREIGN_PTR);
+    d.ops->destroy(d.state);
+}
+
+/* Random mallocs and frees on two streams, sizes log-uniform from 256 B to
+ * 64 MiB, in 1 GiB: after every call, live blocks do not overlap; every
+ * mapped byte is in an allocated or a free block (reserved == active +
+ * free); mapped bytes are whole 2 MiB pages within the capacity; an
+ * allocation holds its rounded size and less than 512 bytes more; out of
+ * memory happens only where the pages the request needs would pass the
+ * capacity once free pages were released. */
+#define XS_LIVE 256
+static void expandable_random_calls_keep_the_invariants(void **unused)
+{
+    (void)unused;
+    uint64_t rng = test_seed("replay_policy_test", 0x5eed) | 1;
+    const uint64_t capacity = GiB;
+    driven d = start(&replay_policy_torch_expandable, capacity);
+    struct {
+        uintptr_t addr;
+        uint64_t size, rounded;
+    } live[XS_LIVE] = {{0}};
+    uint64_t live_rounded = 0, ooms = 0, calls = 0;
+    for (int step = 0; step < 20000; step++) {
+        size_t i = test_xorshift64(&rng) % XS_LIVE;
+        if (live[i].addr) {
+            assert_int_equal(d.ops->free(d.state, live[i].addr, live[i].size), COOP_OK);
+            live_rounded -= live[i].rounded;
+            live[i].addr = 0;
+        } else {
+            /* log-uniform: 2^(8 + u * 18) */
+            double u = (double)(test_xorshift64(&rng) >> 11) / 9007199254740992.0;
+            uint64_t size = (uint64_t)(256.0 * __builtin_exp2(u * 18.0));
+            uint64_t stream = test_xorshift64(&rng) % 2;
+            uint64_t rounded = size < 512 ? 512 : (size + 511) / 512 * 512;
+            uintptr_t addr = 0;
+            coop_status st = d.ops->malloc(d.state, size, stream, &addr);
+            calls++;
+            if (st == COOP_ERR_NOMEM) {
+                ooms++;
+                /* only when the pages it needed (at most its size in whole
+                 * pages of its pool) would pass the capacity, after the release */
+                uint64_t page = rounded <= MiB ? 2 * MiB : 20 * MiB;
+                assert_true(stats_of(&d).reserved_bytes + (rounded + page - 1) / page * page >
+                            capacity);
+            } else {
+                assert_int_equal(st, COOP_OK);
+                for (size_t j = 0; j < XS_LIVE; j++)
+                    if (live[j].addr)
+                        assert_true(addr + rounded <= live[j].addr ||
+                                    live[j].addr + live[j].rounded <= addr);
+                live[i].addr = addr;
+                live[i].size = size;
+                live[i].rounded = rounded;
+                live_rounded += rounded;
+            }
+        }
+        replay_policy_stats s = stats_of(&d);
+        assert_int_equal(s.reserved_bytes, s.active_bytes + s.free_bytes);
+        assert_true(s.reserved_bytes <= capacity);
+        assert_int_equal(s.reserved_bytes % (2 * MiB), 0);
+        assert_true(s.largest_free <= s.free_bytes);
+        assert_true(s.active_bytes >= live_rounded);
+        assert_true(s.active_bytes - live_rounded < 512 * XS_LIVE);
+    }
+    /* both outcomes were exercised */
+    assert_true(ooms > 0 && ooms < calls);
+    for (size_t i = 0; i < XS_LIVE; i++)
+        if (live[i].addr)
+            assert_int_equal(d.ops->free(d.state, live[i].addr, live[i].size), COOP_OK);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.active_bytes, 0);
+    assert_int_equal(s.free_bytes, s.reserved_bytes);
+    d.ops->destroy(d.state);
+}
+
 /* ---- coop ---- */
 
 static void coop_maps_whole_pages(void **unused)
@@ -614,6 +793,12 @@ int main(void)
         cmocka_unit_test(torch_blocks_are_per_stream),
         cmocka_unit_test(torch_frees_cached_segments_and_retries),
         cmocka_unit_test(torch_merges_neighbours),
+        cmocka_unit_test(expandable_maps_pages_as_needed),
+        cmocka_unit_test(expandable_splits_small_remainders),
+        cmocka_unit_test(expandable_prefers_blocks_that_cannot_grow),
+        cmocka_unit_test(expandable_unmaps_free_pages_and_retries),
+        cmocka_unit_test(expandable_ranges_are_per_stream),
+        cmocka_unit_test(expandable_random_calls_keep_the_invariants),
         cmocka_unit_test(coop_maps_whole_pages),
         cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),
         cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),

@@ -51,9 +51,9 @@ static void usage(FILE *out)
             "  --policy LIST     comma-separated policies (default: all):\n",
             COOP_SRCDIR);
     for (size_t i = 0; i < n; i++)
-        fprintf(out, "                      %-14s %s\n", all[i]->name, all[i]->summary);
+        fprintf(out, "                      %-16s %s\n", all[i]->name, all[i]->summary);
     fprintf(out,
-            "                      %-14s %s\n"
+            "                      %-16s %s\n"
             "  --json            one JSON object per (trace, policy) line "
             "instead of a table\n"
             "  --timeline FILE   write live and reserved bytes per event and "
@@ -199,16 +199,33 @@ static int stop(replay_results *res, int rc, const char *fmt, ...)
     return rc;
 }
 
-/* The torch policy emulates PyTorch's default allocator settings only: a
- * snapshot recorded under others would compare torch with recorded (and
- * with coop) under different rules without a word. Says so in one line. */
+/* The torch emulations reproduce PyTorch's allocator under the settings they
+ * name (torch: the defaults; torch-expandable: expandable_segments:True and
+ * otherwise the defaults). A snapshot recorded under settings that no chosen
+ * emulation has would compare them with recorded (and with coop) under
+ * different rules without a word: says so in one line. Where one chosen
+ * emulation matches, the other is a what-if (what would expandable segments
+ * have reserved?) and needs no warning. */
 static void warn_torch_settings(const replay_cli *cli, const char *path, const trace *t)
 {
-    bool torch = false;
-    for (size_t i = 0; i < cli->num_choices; i++)
-        torch |= cli->choices[i].ops == &replay_policy_torch;
-    if (!torch || !t->torch_settings)
+    bool any = false, matched = false;
+    for (size_t i = 0; i < cli->num_choices; i++) {
+        const replay_policy_ops *ops = cli->choices[i].ops;
+        if (ops != &replay_policy_torch && ops != &replay_policy_torch_expandable)
+            continue;
+        unsigned emulated = ops == &replay_policy_torch ? 0 : TRACE_TORCH_EXPANDABLE_SEGMENTS;
+        any = true;
+        matched |= t->torch_settings == emulated;
+    }
+    if (!any || matched || !t->has_torch_settings)
         return;
+    if (!t->torch_settings) {
+        fprintf(stderr,
+                "coop replay: %s: recorded with PyTorch's default allocator settings, "
+                "which torch emulates (not among the policies)\n",
+                path);
+        return;
+    }
     fprintf(stderr, "coop replay: %s: allocator_settings not PyTorch's defaults (", path);
     const char *sep = "";
     for (unsigned bit = 1; bit; bit <<= 1) {
@@ -218,7 +235,11 @@ static void warn_torch_settings(const replay_cli *cli, const char *path, const t
             sep = ", ";
         }
     }
-    fprintf(stderr, "): the torch policy emulates the default settings only\n");
+    fprintf(stderr,
+            "): torch emulates the defaults, torch-expandable expandable_segments:True "
+            "alone%s\n",
+            t->torch_settings == TRACE_TORCH_EXPANDABLE_SEGMENTS ? " (not among the policies)"
+                                                                 : "");
 }
 
 /* Replays one file; rows are printed now (JSON) or kept for the table. */

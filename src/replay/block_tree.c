@@ -54,6 +54,20 @@ block_tree_node *block_tree_lower_bound(const block_tree *tree, uint64_t stream,
     return (block_tree_node *)node_of(best);
 }
 
+block_tree_node *block_tree_next(const block_tree *tree, const block_tree_node *node)
+{
+    const max_treap_node *best = NULL, *n = tree->root;
+    while (n) {
+        if (key_less(node, node_of(n))) {
+            best = n;
+            n = n->left;
+        } else {
+            n = n->right;
+        }
+    }
+    return (block_tree_node *)node_of(best);
+}
+
 uint64_t block_tree_max_size(const block_tree *tree)
 {
     return max_treap_max(tree->root);

@@ -32,6 +32,9 @@ void block_tree_remove(block_tree *tree, block_tree_node *node);
 /* The smallest node whose key is >= (stream, size, 0), or NULL. */
 block_tree_node *block_tree_lower_bound(const block_tree *tree, uint64_t stream, uint64_t size);
 
+/* The node after node in key order (node must be in the tree), or NULL. */
+block_tree_node *block_tree_next(const block_tree *tree, const block_tree_node *node);
+
 /* The largest size in the set, 0 when empty. */
 uint64_t block_tree_max_size(const block_tree *tree);
 

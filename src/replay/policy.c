@@ -4,7 +4,8 @@
 #include "replay/policy.h"
 
 static const replay_policy_ops *const all_policies[] = {
-    &replay_policy_coop,     &replay_policy_coop_segments, &replay_policy_torch,
+    &replay_policy_coop,     &replay_policy_coop_segments,
+    &replay_policy_torch,    &replay_policy_torch_expandable,
     &replay_policy_jemalloc, &replay_policy_ideal,
 };
 

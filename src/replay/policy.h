@@ -50,6 +50,7 @@ const replay_policy_ops *const *replay_policy_all(size_t *count);
 extern const replay_policy_ops replay_policy_coop;
 extern const replay_policy_ops replay_policy_coop_segments;
 extern const replay_policy_ops replay_policy_torch;
+extern const replay_policy_ops replay_policy_torch_expandable;
 extern const replay_policy_ops replay_policy_jemalloc;
 extern const replay_policy_ops replay_policy_ideal;
 

@@ -30,16 +30,8 @@
 #include "replay/block_map.h"
 #include "replay/block_tree.h"
 #include "replay/policy.h"
+#include "replay/torch_rules.h"
 #include "status.h"
-
-enum {
-    TORCH_MIN_BLOCK = 512,
-    TORCH_SMALL_SIZE = 1 << 20,
-    TORCH_SMALL_BUFFER = 2 << 20,
-    TORCH_LARGE_BUFFER = 20 << 20,
-    TORCH_MIN_LARGE_ALLOC = 10 << 20,
-    TORCH_ROUND_LARGE = 2 << 20,
-};
 
 typedef struct torch_block {
     block_tree_node node; /* key while free: (stream, size, addr) */
@@ -58,28 +50,13 @@ typedef struct torch_state {
     uint64_t reserved, map_bytes, active, free_bytes;
 } torch_state;
 
-/* x rounded up to a multiple of to; the largest multiple when that would
- * wrap (a size near 2^64 then asks for more than any capacity, an OOM, and
- * never a 0-byte block or device). */
-static uint64_t round_up(uint64_t x, uint64_t to)
-{
-    if (x > UINT64_MAX - (to - 1))
-        return UINT64_MAX / to * to;
-    return (x + to - 1) / to * to;
-}
-
-static uint64_t round_size(uint64_t size)
-{
-    return size < TORCH_MIN_BLOCK ? TORCH_MIN_BLOCK : round_up(size, TORCH_MIN_BLOCK);
-}
-
 static uint64_t segment_size_for(uint64_t rounded)
 {
     if (rounded <= TORCH_SMALL_SIZE)
         return TORCH_SMALL_BUFFER;
     if (rounded < TORCH_MIN_LARGE_ALLOC)
         return TORCH_LARGE_BUFFER;
-    return round_up(rounded, TORCH_ROUND_LARGE);
+    return torch_round_up(rounded, TORCH_ROUND_LARGE);
 }
 
 static torch_block *block_new(torch_state *s)
@@ -133,7 +110,7 @@ static coop_status torch_create(uint64_t capacity, uint64_t page, void **state)
      * The device has at least one 2 MiB page, as the backend wants: a
      * capacity of 0 (the bisection's for a trace that allocates no bytes) is
      * then enforced by segment_new alone. */
-    uint64_t device = round_up(capacity, TORCH_ROUND_LARGE);
+    uint64_t device = torch_round_up(capacity, TORCH_ROUND_LARGE);
     coop_status st = coop_backend_host_create(device ? device : TORCH_ROUND_LARGE,
                                               TORCH_ROUND_LARGE, false, &s->device);
     if (st != COOP_OK) {
@@ -205,7 +182,7 @@ static torch_block *segment_new(torch_state *s, uint64_t size, uint64_t stream, 
 static coop_status torch_malloc(void *state, uint64_t size, uint64_t stream, uintptr_t *addr)
 {
     torch_state *s = state;
-    uint64_t rounded = round_size(size);
+    uint64_t rounded = torch_round_size(size);
     bool small = rounded <= TORCH_SMALL_SIZE;
     block_tree *pool = small ? &s->small_pool : &s->large_pool;
 

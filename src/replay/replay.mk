@@ -2,7 +2,8 @@
 libcooptools_la_SOURCES += \
 	src/replay/policy.c src/replay/policy.h \
 	src/replay/policy_coop.c \
-	src/replay/policy_torch.c \
+	src/replay/policy_torch.c src/replay/torch_rules.h \
+	src/replay/policy_torch_expandable.c \
 	src/replay/policy_jemalloc.c \
 	src/replay/policy_ideal.c \
 	src/replay/block_tree.c src/replay/block_tree.h \
