@@ -14,7 +14,12 @@ first, as the `L` lines of a text trace: both allocators see the same
 live bytes as coop replay does.
 
     scripts/gpu/replay_native_vs_coop.py [TRACE ...] [--conf CONF]
-        [--out FILE] [--deadline S] [--dry-run]
+        [--native-conf CONF] [--only native|coop] [--out FILE] [--deadline S]
+        [--dry-run]
+
+--native-conf CONF replays the native runs under PYTORCH_CUDA_ALLOC_CONF=CONF
+(e.g. expandable_segments:True; their lines carry "native_conf"), and
+--only replays through one allocator (no summary lines then).
 
 Exits 77 with a one-line message when there is no CUDA device (unless
 --dry-run: then the children replay into a fake allocator on the CPU).
@@ -164,6 +169,8 @@ def child(args):
     path = args.trace[0]
     record = {"script": "replay_native_vs_coop", "trace": os.path.basename(path),
               "allocator": args.allocator, "dry_run": args.dry_run}
+    if args.allocator == "native":
+        record["native_conf"] = args.native_conf
     events = read_events(path)
     t0 = time.perf_counter()
     if args.dry_run:
@@ -171,7 +178,7 @@ def child(args):
         failed, error = replay(events, fake.alloc, fake.delete)
         peak = fake.peak
     else:
-        common.install_allocator(args.allocator, args.conf)  # before any CUDA work
+        common.install_allocator(args.allocator, args.conf, args.native_conf)  # before CUDA
         import torch
 
         if args.allocator == "coop":
@@ -208,6 +215,8 @@ def default_traces():
 def main(argv=None):
     p = common.arg_parser(__doc__)
     p.add_argument("--allocator", choices=common.ALLOCATORS, default="native")
+    p.add_argument("--only", choices=common.ALLOCATORS, default=None,
+                   help="replay through this allocator alone")
     common.add_parent_options(p)
     p.add_argument("trace", nargs="*")
     args = p.parse_args(argv)
@@ -228,14 +237,14 @@ def main(argv=None):
     common.start_parent(args, "replay_native_vs_coop")
     for path in traces:
         results = {}
-        for allocator in common.ALLOCATORS:
+        for allocator in [args.only] if args.only else common.ALLOCATORS:
             r, rc, err = common.run_child(os.path.abspath(__file__),
                                           ["--allocator", allocator, path], args)
             r = r or {"script": "replay_native_vs_coop", "trace": os.path.basename(path),
                       "allocator": allocator, "error": f"child exit {rc}: {err[-300:]}"}
             results[allocator] = r
             common.emit(r)
-        n, c = results["native"], results["coop"]
+        n, c = results.get("native", {}), results.get("coop", {})
         if "peak_reserved_bytes" in n and "peak_reserved_bytes" in c:
             common.emit({"script": "replay_native_vs_coop", "trace": os.path.basename(path),
                          "summary": "peak_reserved", "native": n["peak_reserved_bytes"],

@@ -90,6 +90,34 @@ class GpuResults(unittest.TestCase):
         print(f"{checked} traces: torch emulation equals the device's peak reserved")
         self.assertGreater(checked, 0)
 
+    def test_expandable_emulation_matches_expandable_segments_on_the_device(self):
+        """Traces replayed on the device through PyTorch's allocator with
+        expandable_segments:True (replay_native_vs_coop.py --native-conf) give
+        the torch-expandable emulation's peaks."""
+        checked = 0
+        for res in RESULTS:
+            for path in sorted(glob.glob(os.path.join(res, "**", "replay_expandable.jsonl"),
+                                         recursive=True)):
+                with open(path) as f:
+                    rows = [json.loads(x) for x in f if x.strip()]
+                for r in rows:
+                    if r.get("summary") or r.get("allocator") != "native":
+                        continue
+                    with self.subTest(results=os.path.basename(res), trace=r["trace"]):
+                        self.assertIn("expandable_segments:true", r["native_conf"].lower())
+                        self.assertEqual(r["failed_allocs"], 0)
+                        trace = trace_path(r["trace"])
+                        if trace is None:
+                            print(f"skip {r['trace']}: not in traces/ nor "
+                                  f"{WORKLOADS}/torch-snapshots")
+                            continue
+                        (row,) = self.replay("torch-expandable", trace)
+                        self.assertEqual(row["peak_reserved_bytes"], r["peak_reserved_bytes"],
+                                         f"{r['trace']}: emulation vs expandable segments")
+                        checked += 1
+        print(f"{checked} traces: torch-expandable equals the device's peak reserved")
+        self.assertGreater(checked, 0)
+
     def test_training_histories_replay_to_the_devices_peaks(self):
         # the coop settings a policy stands for: the defaults but vmm
         settings = {"coop": "page:0,vmm:true,segment:0,placement:low,min_split:0",
@@ -113,7 +141,11 @@ class GpuResults(unittest.TestCase):
                     (run,) = runs
                     self.assertTrue(run["ok"])
                     if p["allocator"] == "native":
-                        self.assertEqual(p["policy"], "torch")
+                        # the emulation of the settings the run had
+                        expandable = "expandable_segments:true" in (run.get("native_conf")
+                                                                    or "").lower()
+                        self.assertEqual(p["policy"],
+                                         "torch-expandable" if expandable else "torch")
                     else:
                         self.assertIn(settings[p["policy"]], run["coop_settings"])
                     (row,) = self.replay(p["policy"], os.path.join(res, p["history"]))

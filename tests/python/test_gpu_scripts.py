@@ -226,7 +226,7 @@ class MaxBatchSearch(unittest.TestCase):
         saved = train_compare.run
         train_compare.run = fake_run
         try:
-            args = type("Args", (), {"dry_run": True})()
+            args = type("Args", (), {"dry_run": True, "native_conf": None})()
             return train_compare.max_batch(args, model, "native", 0.5, hint=hint), calls
         finally:
             train_compare.run = saved
@@ -380,6 +380,20 @@ class ReplayDryRun(unittest.TestCase):
         self.assertEqual(summary["summary"], "peak_reserved")
         self.assertAlmostEqual(summary["coop_over_native"], 8000512 / (10 << 20))
         self.assertEqual(got[4]["trace"], "s.pickle")
+
+    def test_one_allocator_with_a_native_conf(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "t.trace")
+            with open(trace, "w") as f:
+                f.write("coop-trace 1\nA 1 1000 0\nF 1\n")
+            r = run(REPLAY, "--dry-run", "--only", "native", "--native-conf",
+                    "expandable_segments:True", trace, trace)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = lines(r.stdout)
+        self.assertEqual(got[0]["native_conf"], "expandable_segments:True")
+        # one native line per trace, no coop run and so no summary
+        self.assertEqual([(x["allocator"], x["native_conf"]) for x in got[1:]],
+                         [("native", "expandable_segments:True")] * 2)
 
     def test_missing_trace_is_an_error(self):
         r = run(REPLAY, "--dry-run", "/nonexistent/x.trace")
