@@ -9,6 +9,7 @@ With several traces in the timeline, one PNG per trace is written
 (OUT-<trace>.png). The timeline format is documented in src/replay/timeline.h.
 """
 import argparse
+import bisect
 import os
 import sys
 
@@ -79,6 +80,41 @@ def steps(samples, events):
     return xs, live, reserved
 
 
+def cut_gaps(blocks, keep=None):
+    """A map from addresses to plotted offsets (bytes from the lowest block)
+    that shortens every stretch of address space no block ever touched to
+    keep bytes (default: 1/50 of the span the blocks cover, at least
+    1 MiB): torch-expandable reserves 9/8 of the device per stream and pool,
+    so its small pool's blocks sit ~90 GiB above the large pool's. Returns
+    (offset(addr), [offsets where a stretch was cut])."""
+    spans = sorted((a, a + s) for a, s, _, _ in blocks)
+    covered = []  # disjoint [lo, hi) in address order
+    for lo, hi in spans:
+        if covered and lo <= covered[-1][1]:
+            covered[-1][1] = max(covered[-1][1], hi)
+        else:
+            covered.append([lo, hi])
+    used = sum(hi - lo for lo, hi in covered)
+    if keep is None:
+        keep = max(MiB, used // 50)
+    starts, shifts, cuts, shift = [], [], [], 0
+    for i, (lo, hi) in enumerate(covered):
+        if i:
+            gap = lo - covered[i - 1][1]
+            if gap > keep:
+                shift += gap - keep
+                cuts.append(covered[i - 1][1] - covered[0][0] - shift + gap - keep // 2)
+        starts.append(lo)
+        shifts.append(shift)
+    base = covered[0][0] if covered else 0
+
+    def offset(addr):
+        i = max(0, bisect.bisect_right(starts, addr) - 1)
+        return addr - base - shifts[i]
+
+    return offset, cuts
+
+
 def address_map(ax, name, blocks, events, max_blocks, oom=None):
     if oom is not None:
         # the run stopped at the OOM: blocks still live then (END = events)
@@ -90,10 +126,10 @@ def address_map(ax, name, blocks, events, max_blocks, oom=None):
     if not blocks:
         ax.set_title(f"{name}: no blocks")
         return
-    base = min(b[0] for b in blocks)
+    offset, cuts = cut_gaps(blocks)
     polys = []
     for addr, size, start, end in blocks:
-        y0 = (addr - base) / MiB
+        y0 = offset(addr) / MiB
         y1 = y0 + size / MiB
         polys.append([(start, y0), (end, y0), (end, y1), (start, y1)])
     coll = PolyCollection(polys, linewidths=0, alpha=0.7)
@@ -104,7 +140,11 @@ def address_map(ax, name, blocks, events, max_blocks, oom=None):
     ax.set_ylim(0, max(p[2][1] for p in polys) * 1.02)
     if oom is not None:
         ax.axvline(oom, color="red", linestyle="--", linewidth=1)
+    for y in cuts:  # unused address space left out here
+        ax.axhline(y / MiB, color="grey", linestyle=":", linewidth=1)
     title = f"{name}: address map ({len(blocks)} blocks)"
+    if cuts:
+        title += f", {len(cuts)} unused stretch{'es' if len(cuts) > 1 else ''} cut (dotted)"
     ax.set_title(title if oom is None else f"{title}, OOM at event {oom}")
     ax.set_xlabel("event")
     ax.set_ylabel("offset (MiB)")

@@ -85,6 +85,21 @@ def main():
         r, _ = draw(d, "stray.txt", "coop-replay-timeline 1\ntrace tiny 4\noom 1\n")
         assert r.returncode == 2, r.returncode
         assert "stray.txt:3:" in r.stderr, r.stderr
+    # torch-expandable's pools sit ~90 GiB apart: the map cuts the unused stretch
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    import plot_replay
+
+    mib, base = 1 << 20, 0x7F0000000000
+    blocks = [(base, 4 * mib, 0, 1), (base + 2 * mib, 4 * mib, 1, 2),  # overlap: one range
+              (base + (100 << 30), mib, 0, 2), (base + (100 << 30) + 2 * mib, mib, 0, 1)]
+    offset, cuts = plot_replay.cut_gaps(blocks)
+    # covered: 6 MiB, then 1 MiB, a 1 MiB hole (kept: not above keep), 1 MiB
+    assert offset(base) == 0 and offset(base + 2 * mib) == 2 * mib
+    assert offset(base + (100 << 30)) == 7 * mib, offset(base + (100 << 30))
+    assert offset(base + (100 << 30) + 2 * mib) == 9 * mib
+    assert cuts == [6 * mib + mib // 2], cuts
+    offset, cuts = plot_replay.cut_gaps(blocks[:2])
+    assert cuts == [] and offset(base + 5 * mib) == 5 * mib
     print("plot_replay: ok")
     return 0
 
