@@ -427,6 +427,31 @@ static void expandable_unmaps_free_pages_and_retries(void **unused)
     e.ops->destroy(e.state);
 }
 
+/* Requests beyond any range or capacity are out of memory, not a crash: a
+ * capacity near 2^64 (ranges of 2^62, whose labels run out after a few) and
+ * requests up to 2^64 - 1, many times over. */
+static void expandable_refuses_what_no_range_holds(void **unused)
+{
+    (void)unused;
+    uintptr_t x;
+    driven d = start(&replay_policy_torch_expandable, UINT64_MAX);
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(d.ops->malloc(d.state, UINT64_MAX, i % 3, &x), COOP_ERR_NOMEM);
+        assert_int_equal(d.ops->malloc(d.state, UINT64_MAX >> 1, i % 3, &x), COOP_ERR_NOMEM);
+    }
+    assert_int_equal(stats_of(&d).active_bytes, 0);
+    /* what a failed request mapped stays mapped and free, as in torch */
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, s.free_bytes);
+    uintptr_t a = must_malloc(&d, 3 * MiB, 0);
+    uintptr_t b2 = must_malloc(&d, 3 * MiB, 1);
+    assert_true(a != b2);
+    d.ops->destroy(d.state);
+    driven e = start(&replay_policy_torch_expandable, 0);
+    assert_int_equal(e.ops->malloc(e.state, 1, 0, &x), COOP_ERR_NOMEM);
+    e.ops->destroy(e.state);
+}
+
 /* Each stream grows its own range; a block freed on one is not reused on another. */
 static void expandable_ranges_are_per_stream(void **unused)
 {
@@ -799,6 +824,7 @@ int main(void)
         cmocka_unit_test(expandable_unmaps_free_pages_and_retries),
         cmocka_unit_test(expandable_ranges_are_per_stream),
         cmocka_unit_test(expandable_random_calls_keep_the_invariants),
+        cmocka_unit_test(expandable_refuses_what_no_range_holds),
         cmocka_unit_test(coop_maps_whole_pages),
         cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),
         cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),

@@ -30,8 +30,8 @@
  * Left out, as in `torch`: stream events (replay frees at free_completed),
  * garbage_collection_threshold, roundup_power2_divisions, max_split_size.
  *
- * Addresses are labels: each segment takes the next range of a counter that
- * starts at a device-like address. Nothing is reserved or mapped on the host
+ * Addresses are labels: each segment takes a slot of 9/8 of the capacity
+ * above a device-like address, a released one first. Nothing is reserved or mapped on the host
  * (an emulation makes no device accesses, and 9/8 of a large capacity per
  * stream and pool is more address space than a host may want to give).
  * "reserved" is mapped bytes, as torch's reserved_bytes counts them.
@@ -45,8 +45,10 @@
 #include "replay/torch_rules.h"
 #include "status.h"
 
-/* Where the first segment starts: above any host pointer, like a device's. */
-#define XS_FIRST_ADDR ((uint64_t)1 << 44)
+/* Where the first segment starts: above any host pointer, like a device's,
+ * and a multiple of both pools' pages (20 TiB), as every slot is: pages are
+ * found by rounding addresses. */
+#define XS_FIRST_ADDR ((uint64_t)TORCH_LARGE_BUFFER << 20)
 
 typedef struct xs_block {
     block_tree_node node; /* key while free or unmapped: (stream, size, addr) */
@@ -56,7 +58,12 @@ typedef struct xs_block {
 } xs_block;
 
 typedef struct xs_state {
-    uint64_t capacity, segment_bytes, next_addr;
+    uint64_t capacity, segment_bytes;
+    /* segment labels: slot i is [XS_FIRST_ADDR + i * slot_bytes, + slot_bytes);
+     * released slots are taken again first (free_slots, a stack) */
+    uint64_t slot_bytes, next_slot, max_slots;
+    uint64_t *free_slots;
+    size_t num_free_slots, cap_free_slots;
     /* per pool ([small]): free blocks by (stream, size, address), as torch's
      * pool.blocks; unmapped blocks by (stream, address), as its pool.unmapped
      * (filed with size 0) */
@@ -159,13 +166,24 @@ static xs_block *segment_new(xs_state *s, uint64_t stream, bool small)
 {
     uint64_t page = page_of(small);
     uint64_t size = torch_round_up(s->segment_bytes, page);
+    uint64_t slot;
+    if (s->num_free_slots)
+        slot = s->free_slots[s->num_free_slots - 1];
+    else if (s->next_slot < s->max_slots)
+        slot = s->next_slot;
+    else
+        return NULL; /* more live ranges than 64-bit labels hold: out of memory */
     xs_block *b = block_new(s);
     if (!b)
         return NULL;
-    /* segments start at multiples of the large page, so both pools' pages align */
-    uint64_t addr = torch_round_up(s->next_addr, TORCH_LARGE_BUFFER);
-    *b = (xs_block){.addr = addr, .size = size, .stream = stream, .small = small};
-    s->next_addr = addr + size;
+    if (s->num_free_slots)
+        s->num_free_slots--;
+    else
+        s->next_slot++;
+    *b = (xs_block){.addr = XS_FIRST_ADDR + slot * s->slot_bytes,
+                    .size = size,
+                    .stream = stream,
+                    .small = small};
     s->segments++;
     tree_insert(s, b);
     return b;
@@ -245,6 +263,8 @@ static xs_block *allocate_expandable(xs_state *s, uint64_t stream, bool small, u
         /* free -> unmapped -> ...: map the next block's front; it merges with c */
         uint64_t need = size - c->size;
         xs_block *n = c->next;
+        if (!n) /* a request beyond the range: only with a capacity near 2^64 */
+            return NULL;
         if (!(c = map_front(s, n, n->size < need ? n->size : need)))
             return NULL;
     }
@@ -319,6 +339,20 @@ static void unmap_pages(xs_state *s, xs_block *b)
     merge_neighbour(s, b, b->prev);
     merge_neighbour(s, b, b->next);
     if (!b->prev && !b->next) { /* the whole segment unmapped: released */
+        /* its slot is labelled again first: torch reserves a new range each
+         * time, and labels must not run out over many OOM retries */
+        if (s->num_free_slots == s->cap_free_slots) {
+            size_t cap = s->cap_free_slots ? 2 * s->cap_free_slots : 8;
+            uint64_t *grown = realloc(s->free_slots, cap * sizeof *grown);
+            if (!grown) { /* no host memory: the slot stays used, a label lost */
+                s->segments--;
+                block_recycle(s, b);
+                return;
+            }
+            s->free_slots = grown;
+            s->cap_free_slots = cap;
+        }
+        s->free_slots[s->num_free_slots++] = (b->addr - XS_FIRST_ADDR) / s->slot_bytes;
         s->segments--;
         block_recycle(s, b);
         return;
@@ -353,7 +387,9 @@ static coop_status xs_create(uint64_t capacity, uint64_t page, void **state)
     s->segment_bytes = capacity > UINT64_MAX / 2 ? UINT64_MAX / 4 : capacity + ninth;
     if (s->segment_bytes < TORCH_LARGE_BUFFER)
         s->segment_bytes = TORCH_LARGE_BUFFER;
-    s->next_addr = XS_FIRST_ADDR;
+    /* slots of whole large pages, so both pools' pages align */
+    s->slot_bytes = torch_round_up(s->segment_bytes, TORCH_LARGE_BUFFER);
+    s->max_slots = (UINT64_MAX - XS_FIRST_ADDR) / s->slot_bytes;
     *state = s;
     return COOP_OK;
 }
@@ -450,6 +486,7 @@ static void xs_destroy(void *state)
         free(s->spare);
         s->spare = next;
     }
+    free(s->free_slots);
     free(s);
 }
 
