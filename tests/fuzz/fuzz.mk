@@ -4,7 +4,7 @@
 # keeps $(CC)); scripts/fuzz.sh SECONDS runs them. make check replays the
 # seed corpora and every input that once crashed a fuzzer through the same
 # harnesses built with $(CC) and a plain driver (tests/fuzz/replay_main.c).
-FUZZ_NAMES = pickle text minimalloc dtr trace_read alloc_conf api sim
+FUZZ_NAMES = pickle text minimalloc dtr trace_read alloc_conf api sim policies
 FUZZ_LIBRARY_FILES = $(libcoop_la_SOURCES) $(libcooptools_la_SOURCES)
 
 fuzz:
@@ -26,7 +26,8 @@ clean-fuzz:
 if HAVE_CMOCKA
 FUZZ_REPLAYS = tests/fuzz/replay_pickle tests/fuzz/replay_text \
 	tests/fuzz/replay_minimalloc tests/fuzz/replay_dtr tests/fuzz/replay_trace_read \
-	tests/fuzz/replay_alloc_conf tests/fuzz/replay_api tests/fuzz/replay_sim
+	tests/fuzz/replay_alloc_conf tests/fuzz/replay_api tests/fuzz/replay_sim \
+	tests/fuzz/replay_policies
 check_PROGRAMS += $(FUZZ_REPLAYS)
 FUZZ_REPLAY_CFLAGS = $(AM_CFLAGS) -I$(top_srcdir)/tests/fuzz
 FUZZ_REPLAY_LIBS = libcooptools.la libcoop.la
@@ -62,6 +63,10 @@ tests_fuzz_replay_sim_SOURCES = tests/fuzz/fuzz_sim.c tests/fuzz/replay_main.c
 tests_fuzz_replay_sim_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
 tests_fuzz_replay_sim_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_replay_sim_LDFLAGS = -static
+tests_fuzz_replay_policies_SOURCES = tests/fuzz/fuzz_policies.c tests/fuzz/replay_main.c
+tests_fuzz_replay_policies_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
+tests_fuzz_replay_policies_LDADD = $(FUZZ_REPLAY_LIBS)
+tests_fuzz_replay_policies_LDFLAGS = -static
 TESTS += tests/fuzz/replay_corpora.sh
 endif
 EXTRA_DIST += tests/fuzz/replay_corpora.sh tests/fuzz/build.sh tests/fuzz/fuzz_scratch.h \

@@ -5,7 +5,7 @@
 # harness property fails the test.
 srcdir=${srcdir:-.}
 status=0
-for name in pickle text minimalloc dtr trace_read alloc_conf api sim; do
+for name in pickle text minimalloc dtr trace_read alloc_conf api sim policies; do
     set -- "$srcdir/tests/fuzz/corpus/$name"
     [ -d "$srcdir/tests/fuzz/regressions/$name" ] && set -- "$@" "$srcdir/tests/fuzz/regressions/$name"
     if ./tests/fuzz/replay_$name "$@" > "tests/fuzz/replay_$name.out" 2>&1; then
