@@ -171,6 +171,10 @@ def child(args):
               "allocator": args.allocator, "dry_run": args.dry_run}
     if args.allocator == "native":
         record["native_conf"] = args.native_conf
+        # sets PYTORCH_CUDA_ALLOC_CONF (before any CUDA work): a dry run checks it arrived
+        common.install_allocator("native", None, args.native_conf)
+    if args.dry_run:  # what torch would read here
+        record["dry_alloc_conf_env"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     events = read_events(path)
     t0 = time.perf_counter()
     if args.dry_run:
@@ -178,7 +182,8 @@ def child(args):
         failed, error = replay(events, fake.alloc, fake.delete)
         peak = fake.peak
     else:
-        common.install_allocator(args.allocator, args.conf, args.native_conf)  # before CUDA
+        if args.allocator == "coop":
+            common.install_allocator("coop", args.conf)  # before any CUDA work
         import torch
 
         if args.allocator == "coop":

@@ -422,6 +422,7 @@ static coop_status xs_malloc(void *state, uint64_t size, uint64_t stream, uintpt
         tree_insert(s, rest);
     }
     if (!block_map_put(&s->allocated, (uintptr_t)b->addr, b)) {
+        merge_neighbour(s, b, b->next); /* the remainder split off above: whole again */
         tree_insert(s, b);
         return coop_set_error(COOP_ERR_HOST_NOMEM, "torch-expandable policy: out of host memory");
     }

@@ -388,12 +388,19 @@ class ReplayDryRun(unittest.TestCase):
                 f.write("coop-trace 1\nA 1 1000 0\nF 1\n")
             r = run(REPLAY, "--dry-run", "--only", "native", "--native-conf",
                     "expandable_segments:True", trace, trace)
+            both = run(REPLAY, "--dry-run", "--native-conf", "expandable_segments:True", trace)
+        self.assertEqual(both.returncode, 0, both.stderr)
+        runs = {x["allocator"]: x for x in lines(both.stdout)[1:3]}
+        self.assertEqual(runs["native"]["dry_alloc_conf_env"], "expandable_segments:True")
+        self.assertIsNone(runs["coop"]["dry_alloc_conf_env"])  # coop children never see it
         self.assertEqual(r.returncode, 0, r.stderr)
         got = lines(r.stdout)
         self.assertEqual(got[0]["native_conf"], "expandable_segments:True")
-        # one native line per trace, no coop run and so no summary
-        self.assertEqual([(x["allocator"], x["native_conf"]) for x in got[1:]],
-                         [("native", "expandable_segments:True")] * 2)
+        # one native line per trace, no coop run and so no summary; the
+        # children's environment had the setting
+        self.assertEqual([(x["allocator"], x["native_conf"], x["dry_alloc_conf_env"])
+                          for x in got[1:]], [("native", "expandable_segments:True",
+                                               "expandable_segments:True")] * 2)
 
     def test_missing_trace_is_an_error(self):
         r = run(REPLAY, "--dry-run", "/nonexistent/x.trace")
