@@ -531,6 +531,8 @@ static void expandable_random_calls_keep_the_invariants(void **unused)
                 live_rounded += rounded;
             }
         }
+        if (d.ops->check(d.state) != COOP_OK)
+            fail_msg("step %d: %s", step, coop_last_error());
         replay_policy_stats s = stats_of(&d);
         assert_int_equal(s.reserved_bytes, s.active_bytes + s.free_bytes);
         assert_true(s.reserved_bytes <= capacity);

@@ -38,6 +38,10 @@ typedef struct replay_policy_ops {
     coop_status (*free)(void *state, uintptr_t addr, uint64_t size);
     void (*stats)(void *state, replay_policy_stats *out);
     void (*destroy)(void *state);
+    /* Optional (NULL where the policy has none): validates every invariant
+     * of the policy's state, for tests and fuzzers; COOP_OK, or
+     * COOP_ERR_INVALID with a message naming the first broken one. */
+    coop_status (*check)(void *state);
 } replay_policy_ops;
 
 /* The placement policies (the `recorded` figures come from the trace itself,

@@ -491,6 +491,101 @@ static void xs_destroy(void *state)
     free(s);
 }
 
+/* ---- checking (tests and fuzzers) ---------------------------------------- */
+
+typedef struct check_walk {
+    const xs_state *s;
+    bool small, in_free; /* the tree being walked */
+    uint64_t bytes;      /* sizes summed */
+    const char *broken;  /* the first invariant found broken */
+    uint64_t at;         /* its block's address */
+} check_walk;
+
+/* The invariants every block keeps, wherever it is filed. */
+static const char *block_broken(const xs_block *b)
+{
+    uint64_t page = page_of(b->small);
+    if (b->prev && (b->prev->addr + b->prev->size != b->addr || b->prev->next != b ||
+                    b->prev->small != b->small || b->prev->stream != b->stream))
+        return "a block and its previous neighbour do not meet";
+    if (b->next && (b->addr + b->size != b->next->addr || b->next->prev != b))
+        return "a block and its next neighbour do not meet";
+    if (!b->mapped && (b->addr % page || b->size % page))
+        return "an unmapped block is not whole pages";
+    if (b->prev && b->prev->mapped != b->mapped && b->addr % page)
+        return "a mapped / unmapped edge is not on a page boundary";
+    const xs_block *sides[2] = {b->prev, b->next};
+    for (int i = 0; i < 2; i++)
+        if (sides[i] && !sides[i]->allocated && !b->allocated && sides[i]->mapped == b->mapped)
+            return b->mapped ? "two free blocks side by side (unmerged)"
+                             : "two unmapped blocks side by side (unmerged)";
+    return NULL;
+}
+
+static void check_filed(block_tree_node *n, void *ctx)
+{
+    check_walk *w = ctx;
+    const xs_block *b = (const xs_block *)n;
+    const char *broken = NULL;
+    if (b->allocated || b->mapped != w->in_free || b->small != w->small)
+        broken = w->in_free ? "the free tree holds a block that is not free in its pool"
+                            : "the unmapped tree holds a block that is not unmapped in its pool";
+    else if (n->stream != b->stream || n->addr != b->addr || n->size != (b->mapped ? b->size : 0))
+        broken = "a block's tree key does not match the block";
+    else
+        broken = block_broken(b);
+    if (broken && !w->broken) {
+        w->broken = broken;
+        w->at = b->addr;
+    }
+    w->bytes += b->size;
+}
+
+static coop_status xs_check(void *state)
+{
+    const xs_state *s = state;
+    uint64_t free_bytes = 0;
+    for (int small = 0; small < 2; small++) {
+        for (int in_free = 0; in_free < 2; in_free++) {
+            check_walk w = {.s = s, .small = small, .in_free = in_free};
+            block_tree_each(in_free ? &s->free[small] : &s->unmapped[small], check_filed, &w);
+            if (w.broken)
+                return coop_set_error(COOP_ERR_INVALID, "torch-expandable: %s (at %#llx)", w.broken,
+                                      (unsigned long long)w.at);
+            if (in_free)
+                free_bytes += w.bytes;
+        }
+    }
+    uint64_t active = 0;
+    if (s->allocated.slots)
+        for (size_t i = 0; i <= s->allocated.mask; i++) {
+            const xs_block *b = s->allocated.slots[i].value;
+            if (!s->allocated.slots[i].key)
+                continue;
+            const char *broken = !b->allocated || !b->mapped || b->addr != s->allocated.slots[i].key
+                                     ? "the address map holds a block that is not allocated there"
+                                     : block_broken(b);
+            if (broken)
+                return coop_set_error(COOP_ERR_INVALID, "torch-expandable: %s (at %#llx)", broken,
+                                      (unsigned long long)b->addr);
+            active += b->size;
+        }
+    if (free_bytes != s->free_bytes || active != s->active)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "torch-expandable: counted %llu free and %llu active bytes, the "
+                              "totals say %llu and %llu",
+                              (unsigned long long)free_bytes, (unsigned long long)active,
+                              (unsigned long long)s->free_bytes, (unsigned long long)s->active);
+    if (s->reserved != free_bytes + active || s->reserved > s->capacity)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "torch-expandable: %llu bytes mapped, not the %llu free and active "
+                              "(or above the capacity %llu)",
+                              (unsigned long long)s->reserved,
+                              (unsigned long long)(free_bytes + active),
+                              (unsigned long long)s->capacity);
+    return COOP_OK;
+}
+
 const replay_policy_ops replay_policy_torch_expandable = {
     .name = "torch-expandable",
     .summary = "emulation of PyTorch's allocator with expandable_segments:True (one growing "
@@ -500,4 +595,5 @@ const replay_policy_ops replay_policy_torch_expandable = {
     .free = xs_free,
     .stats = xs_stats,
     .destroy = xs_destroy,
+    .check = xs_check,
 };

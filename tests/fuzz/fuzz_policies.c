@@ -9,7 +9,8 @@
  * overlap over their requested bytes; reserved bytes never pass the capacity
  * (each policy enforces it itself); active bytes cover the live requested
  * bytes; the largest free block fits in the free bytes; for the two torch
- * emulations every reserved byte is active or free. At the end, with every
+ * emulations every reserved byte is active or free; and the policy's own
+ * check (replay_policy_ops.check), where it has one. At the end, with every
  * block freed, no active byte is left.
  *
  * Input layout: bytes 0-1 pick the capacity (1 MiB to 4 GiB), then each step
@@ -66,6 +67,8 @@ static void check_stats(const replay_policy_ops *ops, void *state, uint64_t capa
     if ((ops == &replay_policy_torch || ops == &replay_policy_torch_expandable) &&
         s.reserved_bytes != s.active_bytes + s.free_bytes)
         fail(ops->name, "reserved bytes neither active nor free");
+    if (ops->check && ops->check(state) != COOP_OK)
+        fail(ops->name, "its own check failed");
 }
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len);
