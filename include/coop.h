@@ -615,7 +615,9 @@ void *coop_torch_malloc(size_t size, int device, void *stream);
 void coop_torch_free(void *ptr, size_t size, int device, void *stream);
 
 /* Init hook: PyTorch's device count (devices >= it are refused). Also
- * parses the configuration so that errors show at installation. */
+ * parses the configuration so that syntax errors show at installation;
+ * settings the device refuses show at the first allocation (see
+ * coop_torch_failed_mallocs). */
 void coop_torch_init(int device_count);
 
 /* Reset / empty_cache hook: unmaps every free page of every pool. */
@@ -643,7 +645,8 @@ coop_status coop_torch_forget_stream(void *stream);
 
 /* Sets the configuration from conf (COOP_ALLOC_CONF syntax; NULL = read the
  * environment variable). COOP_ERR_INVALID with a message naming the key and
- * value if it does not parse; COOP_ERR_BUSY once a pool exists. Its history
+ * value if it does not parse, and the configuration in force stays as it
+ * was; COOP_ERR_BUSY once a pool exists. Its history
  * key applies unless coop_torch_record_history has been called, whose
  * setting stays. */
 coop_status coop_torch_configure(const char *conf);
@@ -655,6 +658,13 @@ coop_status coop_torch_settings(char *buf, size_t size);
 /* Copies the most recent error of any thread of the ABI (NUL-terminated,
  * truncated to size) and returns its length; 0 if none. */
 size_t coop_torch_last_error(char *buf, size_t size);
+
+/* How many coop_torch_malloc calls on device returned NULL since the process
+ * started, for any reason (out of memory, a configuration or pool that could
+ * not be created, no driver; size 0 is not a failure), and the last one's
+ * message, copied to buf (NUL-terminated, truncated to size; empty if none).
+ * 0 for a device outside 0..63 (the ABI serves at most 64 devices). */
+uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size);
 
 /* Device's pool if it has been created, else NULL (never creates one).
  * Valid until process exit: the ABI never destroys its pools. */

@@ -238,14 +238,35 @@ static void eight_threads_devices_and_streams(void **state)
         assert_int_equal(s.reserved_bytes.current, 0);
         assert_int_equal(coop_pool_check(coop_torch_pool(d)), COOP_OK);
     }
-    /* the history ring saw every thread's events without tearing */
-    coop_torch_snapshot *snap = NULL;
-    assert_int_equal(coop_torch_snapshot_take(0, &snap), COOP_OK);
-    assert_true(snap->num_events > 0);
-    for (size_t i = 0; i < snap->num_events; i++)
-        assert_true(snap->events[i].action >= COOP_TORCH_ALLOC &&
-                    snap->events[i].action <= COOP_TORCH_OOM && snap->events[i].device == 0);
-    coop_torch_snapshot_free(snap);
+    /* the history ring saw every thread's events without tearing, and in an
+     * order the allocator could have had: no address allocated again while
+     * the trace still shows it live (a free recorded after another thread's
+     * malloc of the same address would) */
+    for (int d = 0; d < DEVICES; d++) {
+        coop_torch_snapshot *snap = NULL;
+        assert_int_equal(coop_torch_snapshot_take(d, &snap), COOP_OK);
+        assert_true(snap->num_events > 0);
+        static uintptr_t live[4096];
+        size_t num_live = 0;
+        for (size_t i = 0; i < snap->num_events; i++) {
+            const coop_torch_event *e = &snap->events[i];
+            assert_true(e->action >= COOP_TORCH_ALLOC && e->action <= COOP_TORCH_OOM &&
+                        e->device == d);
+            size_t j = 0;
+            while (j < num_live && live[j] != e->address)
+                j++;
+            if (e->action == COOP_TORCH_ALLOC) {
+                if (j < num_live)
+                    fail_msg("device %d event %zu: %#jx allocated while the trace shows it live",
+                             d, i, (uintmax_t)e->address);
+                assert_true(num_live < sizeof live / sizeof live[0]);
+                live[num_live++] = e->address;
+            } else if (e->action == COOP_TORCH_FREE_COMPLETED && j < num_live) {
+                live[j] = live[--num_live];
+            }
+        }
+        coop_torch_snapshot_free(snap);
+    }
 }
 
 int main(void)

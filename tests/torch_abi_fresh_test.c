@@ -240,6 +240,38 @@ static int run_in_child(const struct CMUnitTest *test)
     return 1;
 }
 
+/* A configuration that parses but cannot make a pool (min_split above the
+ * page) fails every malloc; each failure is counted per device with its
+ * message, so coop.torch.check_oom can raise it (there is no pool whose
+ * num_ooms could). Sizes 0 and devices out of range are not counted. */
+static void test_a_pool_that_cannot_be_made_is_counted(void **state)
+{
+    (void)state;
+    char buf[512];
+    assert_int_equal(coop_torch_configure("backend:host,page:2M,min_split:4M"), COOP_OK);
+    assert_int_equal(coop_torch_failed_mallocs(0, buf, sizeof buf), 0);
+    assert_string_equal(buf, "");
+    assert_null(coop_torch_malloc(64, 0, STREAM(0)));
+    assert_null(coop_torch_malloc(64, 0, STREAM(0)));
+    assert_null(coop_torch_malloc(0, 0, STREAM(0)));
+    assert_null(coop_torch_pool(0));
+    assert_int_equal(coop_torch_failed_mallocs(0, buf, sizeof buf), 2);
+    assert_non_null(strstr(buf, "min_split"));
+    assert_int_equal(coop_torch_failed_mallocs(1, buf, sizeof buf), 0);
+    assert_int_equal(coop_torch_failed_mallocs(-1, buf, sizeof buf), 0);
+    assert_int_equal(coop_torch_failed_mallocs(64, NULL, 0), 0);
+    /* a configuration that works: the count stays, later mallocs succeed */
+    assert_int_equal(coop_torch_configure("backend:host,capacity:64M"), COOP_OK);
+    void *p = coop_torch_malloc(64, 0, STREAM(0));
+    assert_non_null(p);
+    coop_torch_free(p, 64, 0, STREAM(0));
+    assert_int_equal(coop_torch_failed_mallocs(0, NULL, 0), 2);
+    /* an out-of-memory NULL counts too, with its numbers */
+    assert_null(coop_torch_malloc(65 * MIB, 0, STREAM(0)));
+    assert_int_equal(coop_torch_failed_mallocs(0, buf, sizeof buf), 3);
+    assert_non_null(strstr(buf, "out of memory"));
+}
+
 int main(void)
 {
     /* each case's own configuration, whatever the environment says */
@@ -250,6 +282,7 @@ int main(void)
         cmocka_unit_test(test_record_history_outlasts_configure),
         cmocka_unit_test(test_fraction_below_use_applies_after_frees),
         cmocka_unit_test(test_fraction_zero_and_out_of_range),
+        cmocka_unit_test(test_a_pool_that_cannot_be_made_is_counted),
     };
     int failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)

@@ -32,6 +32,17 @@ typedef struct device_slot {
     _Atomic uint64_t pending_limit;
     atomic_bool freed_since_try; /* a free since the limit was last tried */
     torch_history history;
+    /* Held around a pool call and the history events it records, while
+     * recording is on: otherwise a free's events could land after another
+     * thread's malloc of the same address, and the trace would show it
+     * allocated twice. (PyTorch records under its allocator's lock.) */
+    pthread_mutex_t order_lock;
+    /* mallocs that returned NULL on this device, for any reason (out of
+     * memory, a configuration or pool that failed, no driver), and the last
+     * one's message (under error_lock): coop.torch.check_oom reads them, so
+     * a pool that could not be created is not silent */
+    _Atomic uint64_t failed_mallocs;
+    char failure[512];
 } device_slot;
 
 static device_slot slots[COOP_TORCH_MAX_DEVICES];
@@ -56,10 +67,12 @@ static void init_slots(void)
 {
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
         pthread_mutex_init(&slots[i].history.lock, NULL);
+        pthread_mutex_init(&slots[i].order_lock, NULL);
         atomic_init(&slots[i].history.enabled, false);
         atomic_init(&slots[i].pool, NULL);
         atomic_init(&slots[i].pending_limit, 0);
         atomic_init(&slots[i].freed_since_try, false);
+        atomic_init(&slots[i].failed_mallocs, 0);
     }
 }
 
@@ -117,27 +130,32 @@ static void set_history_locked(size_t max_entries)
         torch_history_resize(&slot(i)->history, max_entries);
 }
 
-/* Parses text into the configuration in force. Caller holds state_lock. */
-static coop_status set_conf_locked(const char *text)
+/* Makes parsed the configuration in force. Caller holds state_lock. */
+static void apply_conf_locked(const coop_alloc_conf *parsed)
 {
-    coop_alloc_conf parsed;
     conf_loaded = true;
-    conf_status = coop_alloc_conf_parse(text, &parsed);
-    if (conf_status != COOP_OK) {
-        snprintf(conf_error, sizeof conf_error, "%s", coop_last_error());
-        return conf_status;
-    }
-    conf = parsed;
+    conf_status = COOP_OK;
+    conf = *parsed;
     if (!history_by_api)
         set_history_locked(conf.history);
-    return COOP_OK;
 }
 
-/* Loads COOP_ALLOC_CONF on first use; re-sets the thread's error if bad. */
+/* Loads COOP_ALLOC_CONF on first use; re-sets the thread's error if bad. A
+ * bad environment variable is kept as the state (every malloc reports it):
+ * there is no configuration before it to fall back to. */
 static coop_status ensure_conf_locked(void)
 {
-    if (!conf_loaded)
-        set_conf_locked(getenv("COOP_ALLOC_CONF"));
+    if (!conf_loaded) {
+        coop_alloc_conf parsed;
+        coop_status st = coop_alloc_conf_parse(getenv("COOP_ALLOC_CONF"), &parsed);
+        if (st == COOP_OK) {
+            apply_conf_locked(&parsed);
+        } else {
+            conf_loaded = true;
+            conf_status = st;
+            snprintf(conf_error, sizeof conf_error, "%s", coop_last_error());
+        }
+    }
     if (conf_status != COOP_OK)
         return coop_set_error(conf_status, "%s", conf_error);
     return COOP_OK;
@@ -150,8 +168,14 @@ coop_status coop_torch_configure(const char *text)
     if (any_pool_locked())
         st = coop_set_error(COOP_ERR_BUSY, "coop torch: configure before the first allocation "
                                            "(a pool already exists)");
-    else
-        st = set_conf_locked(text ? text : getenv("COOP_ALLOC_CONF"));
+    else {
+        /* a string that does not parse changes nothing: the configuration
+         * in force (and its status) stays */
+        coop_alloc_conf parsed;
+        st = coop_alloc_conf_parse(text ? text : getenv("COOP_ALLOC_CONF"), &parsed);
+        if (st == COOP_OK)
+            apply_conf_locked(&parsed);
+    }
     pthread_mutex_unlock(&state_lock);
     return st;
 }
@@ -331,24 +355,59 @@ static void retry_limit(int device, coop_pool *pool, bool force)
  * Entry points
  * ---------------------------------------------------------------------- */
 
+/* Counts a NULL from coop_torch_malloc on device and keeps its message
+ * (coop_last_error, set by whatever failed). */
+static void count_failure(int device)
+{
+    if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
+        return;
+    device_slot *s = slot(device);
+    pthread_mutex_lock(&error_lock);
+    snprintf(s->failure, sizeof s->failure, "%s", coop_last_error());
+    pthread_mutex_unlock(&error_lock);
+    atomic_fetch_add(&s->failed_mallocs, 1);
+}
+
+uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size)
+{
+    if (buf && size)
+        buf[0] = '\0';
+    if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
+        return 0;
+    device_slot *s = slot(device);
+    pthread_mutex_lock(&error_lock);
+    uint64_t n = atomic_load(&s->failed_mallocs);
+    if (buf && size)
+        snprintf(buf, size, "%s", s->failure);
+    pthread_mutex_unlock(&error_lock);
+    return n;
+}
+
 void *coop_torch_malloc(size_t size, int device, void *stream)
 {
     if (size == 0)
         return NULL;
     coop_pool *pool = pool_for(device, "malloc");
-    if (!pool)
+    if (!pool) {
+        count_failure(device);
         return NULL;
+    }
     retry_limit(device, pool, false);
+    device_slot *s = slot(device);
+    bool ordered = torch_history_on(&s->history);
+    if (ordered)
+        pthread_mutex_lock(&s->order_lock);
     coop_status st = COOP_OK;
     void *ptr = coop_malloc(pool, size, (coop_stream)stream, conf.placement, &st);
     if (!ptr) {
-        /* reported first: recording may set an error of its own */
+        /* reported and counted first: recording may set an error of its own */
         report(st != COOP_OK ? st
                              : coop_set_error(COOP_ERR_NOMEM,
                                               "coop torch: malloc of %zu "
                                               "bytes returned nothing",
                                               size));
-        if (torch_history_on(&slot(device)->history)) {
+        count_failure(device);
+        if (torch_history_on(&s->history)) {
             /* torch's OOM entry carries the device's free memory
              * (device_free); coop's counterpart is what the pool may
              * still map */
@@ -358,9 +417,13 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
             history_record(device, COOP_TORCH_OOM,
                            stats.capacity > mapped ? stats.capacity - mapped : 0, size, stream);
         }
+        if (ordered)
+            pthread_mutex_unlock(&s->order_lock);
         return NULL;
     }
     history_record(device, COOP_TORCH_ALLOC, (uintptr_t)ptr, size, stream);
+    if (ordered)
+        pthread_mutex_unlock(&s->order_lock);
     return ptr;
 }
 
@@ -377,16 +440,23 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
                               device));
         return;
     }
+    device_slot *s = slot(device);
+    bool ordered = torch_history_on(&s->history);
+    if (ordered)
+        pthread_mutex_lock(&s->order_lock);
     coop_status st = coop_free(pool, ptr);
+    if (st == COOP_OK) {
+        history_record(device, COOP_TORCH_FREE_REQUESTED, (uintptr_t)ptr, size, stream);
+        history_record(device, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, size, stream);
+    }
+    if (ordered)
+        pthread_mutex_unlock(&s->order_lock);
     if (st != COOP_OK) {
         report(st);
         return;
     }
-    device_slot *s = slot(device);
     if (atomic_load_explicit(&s->pending_limit, memory_order_relaxed))
         atomic_store_explicit(&s->freed_since_try, true, memory_order_relaxed);
-    history_record(device, COOP_TORCH_FREE_REQUESTED, (uintptr_t)ptr, size, stream);
-    history_record(device, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, size, stream);
 }
 
 void coop_torch_init(int device_count)
