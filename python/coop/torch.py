@@ -48,7 +48,8 @@ HOOKS = (
 _state_lock = threading.Lock()
 _installed = None  # {"route": ..., "hooks": [...], "allocator": ...}
 _applied_conf = None  # the conf text install() / mem_pool() last set (under _state_lock)
-_oom_seen = {}  # device -> num_ooms already raised for
+_oom_seen = {}  # device -> failed mallocs already raised for
+_MAX_DEVICES = 64  # the ABI's device slots (src/torch/torch_abi.h)
 
 
 class CoopConfigError(ValueError):
@@ -76,8 +77,19 @@ def last_error():
     return buf.value.decode(errors="replace")
 
 
+def _conf_bytes(conf):
+    """conf as the C side takes it: a str without NUL (which would cut it
+    short there), else TypeError / ValueError naming it."""
+    if not isinstance(conf, str):
+        raise TypeError("coop.torch: the configuration must be a str such as "
+                        "'capacity:8G,page:2M', not %s" % type(conf).__name__)
+    if "\0" in conf:
+        raise ValueError("coop.torch: the configuration %r holds a NUL character" % conf)
+    return conf.encode()
+
+
 def _configure(lib, conf):
-    st = lib.coop_torch_configure(conf.encode() if conf is not None else None)
+    st = lib.coop_torch_configure(_conf_bytes(conf) if conf is not None else None)
     if st == native.ERR_INVALID:
         raise CoopConfigError(lib.coop_last_error().decode())
     if st != native.OK:
@@ -106,6 +118,7 @@ def _apply_conf_locked(lib, conf, who):
         if st != native.OK:
             raise native.CoopError(st, text)
         return
+    _conf_bytes(conf)  # its type and characters, before any comparison
     if conf == _applied_conf:
         return
     if _devices():
@@ -165,7 +178,15 @@ def _record_history_compat(enabled="all", *args, **kwargs):
         entries = given.get("max_entries" if legacy else "trace_alloc_max_entries", 100000)
     if enabled == "state":
         entries = 1
-    record_history(max(int(entries), 1), clear_history=bool(given.get("clear_history", False)))
+    try:
+        entries = operator.index(entries)
+    except TypeError:
+        raise TypeError("coop.torch: _record_memory_history: max_entries must be an int, not %s"
+                        % type(entries).__name__) from None
+    if entries < 0:  # torch's size_t refuses it too
+        raise ValueError("coop.torch: _record_memory_history: max_entries is %d, expected 0 or "
+                         "more" % entries)
+    record_history(max(entries, 1), clear_history=bool(given.get("clear_history", False)))
 
 
 def patch_torch(torch):
@@ -314,7 +335,7 @@ def _pool(device):
 
 def _devices():
     lib = native.library()
-    return [d for d in range(64) if lib.coop_torch_pool(d)]
+    return [d for d in range(_MAX_DEVICES) if lib.coop_torch_pool(d)]
 
 
 def _device_index(device, torch=None):
@@ -322,9 +343,19 @@ def _device_index(device, torch=None):
     a string ("cuda:1") or a torch.device; None, "cuda" and
     torch.device("cuda") mean the current device, as in
     torch.cuda._get_device_index(device, optional=True). ValueError for
-    another device type or a malformed string, TypeError for other values.
-    (Strings are tested first: str has an index method, which a look-up of
-    torch.device's index attribute would find.)"""
+    another device type, a malformed string or an index outside 0..63 (the
+    ABI's device slots: a C int would wrap it), TypeError for other values."""
+    index = _device_index_unchecked(device, torch)
+    if not 0 <= index < _MAX_DEVICES:
+        raise ValueError("coop.torch: device %r: index %d is outside 0..%d"
+                         % (device, index, _MAX_DEVICES - 1))
+    return index
+
+
+def _device_index_unchecked(device, torch):
+    """_device_index before the range check. (Strings are tested first: str
+    has an index method, which a look-up of torch.device's index attribute
+    would find.)"""
     if device is None:
         return _current_device(torch)
     if isinstance(device, str):
@@ -588,7 +619,11 @@ def record_history(max_entries=100000, clear_history=False):
     clear_history; 0 stops recording and drops them. The ring grows as
     events come, so a large bound (torch 2.x's default is sys.maxsize)
     costs nothing until it is used; bounds past size_t mean "no bound"."""
-    n = int(max_entries)
+    try:
+        n = operator.index(max_entries)  # an int: 1.7 or "12" is a mistake, not a bound
+    except TypeError:
+        raise TypeError("coop.torch.record_history: max_entries must be an int, not %s"
+                        % type(max_entries).__name__) from None
     if n < 0:
         raise ValueError("coop.torch.record_history: max_entries is %d, expected 0 or more" % n)
     lib = native.library()
@@ -609,24 +644,29 @@ def forget_stream(stream):
     stream. Raises native.CoopError (COOP_ERR_BUSY) while live tensors were
     allocated on the stream or recorded on it. PyTorch's own streams come from
     a pool that is never destroyed and need no call."""
-    handle = getattr(stream, "cuda_stream", stream)
+    handle = operator.index(getattr(stream, "cuda_stream", stream))
+    if not 0 <= handle < 1 << 64:  # a pointer-sized value: a larger one would wrap
+        raise ValueError("coop.torch.forget_stream: stream handle %d is not a pointer" % handle)
     lib = native.library()
-    st = lib.coop_torch_forget_stream(ctypes.c_void_p(int(handle)))
+    st = lib.coop_torch_forget_stream(ctypes.c_void_p(handle))
     if st != 0:
         raise native.CoopError(st, lib.coop_last_error().decode())
 
 
 def check_oom(device=None):
     """Raises OutOfMemoryError if an allocation on device (None = any) failed
-    since the last check. With the CUDAPluggableAllocator route PyTorch does
-    not check the allocator's result, so call this where a failed
-    allocation would otherwise go unnoticed (e.g. after each step)."""
-    devices = _devices() if device is None else [_device_index(device)]
+    since the last check, with that device's last failure: out of memory, or
+    a pool that could not be made (a configuration the device refuses, no
+    CUDA driver). With the CUDAPluggableAllocator route PyTorch does not
+    check the allocator's result, so call this where a failed allocation
+    would otherwise go unnoticed (e.g. after each step)."""
+    lib = native.library()
+    devices = range(_MAX_DEVICES) if device is None else [_device_index(device)]
+    buf = ctypes.create_string_buffer(1024)
     for d in devices:
-        pool = _pool(d)
-        if not pool:
-            continue
-        n = native.stats(pool).num_ooms
+        n = lib.coop_torch_failed_mallocs(d, buf, len(buf))
         if n > _oom_seen.get(d, 0):
             _oom_seen[d] = n
-            raise OutOfMemoryError("coop: out of memory on device %d: %s" % (d, last_error()))
+            what = buf.value.decode(errors="replace")
+            kind = "out of memory" if "out of memory" in what else "allocation failed"
+            raise OutOfMemoryError("coop: %s on device %d: %s" % (kind, d, what))

@@ -146,7 +146,7 @@ class Abi(unittest.TestCase):
         self.assertIn("inside", ctorch.last_error())
         local = ctypes.create_string_buffer(64)
         torch_free(ctypes.addressof(local), 64, 1, 0)
-        self.assertNotEqual(ctorch.last_error(), "")
+        self.assertIn("not allocated by this pool", ctorch.last_error())
         torch_free(p, 4096, 1, 3)
         torch_free(p, 4096, 1, 3)  # double free
         self.assertIn("already", ctorch.last_error())
@@ -639,6 +639,71 @@ class Configuration(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.split(), [str(20 * GIB), str(40 * GIB)])
 
+    def test_rejected_configuration_keeps_the_one_in_force(self):
+        r = run_child("ctorch._configure(lib, 'backend:host,capacity:64M')\n"
+                      "try:\n    ctorch._configure(lib, 'backend:host,capacity:12Q')\n"
+                      "except ctorch.CoopConfigError as e:\n    print('raised', e)\n"
+                      "assert lib.coop_torch_malloc(4096, 0, None)\n"
+                      "print(ctorch.memory_stats(0)['coop.capacity'])\n", "backend:host")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout.splitlines()
+        self.assertIn("'12Q'", out[0])
+        self.assertEqual(out[1], str(64 * MIB))
+
+    def test_check_oom_raises_for_a_pool_that_cannot_be_made(self):
+        """min_split above the page parses but no pool can be made: every
+        malloc fails, and check_oom says why (no pool has a num_ooms)."""
+        r = run_child("assert lib.coop_torch_malloc(64, 0, None) is None\n"
+                      "try:\n    ctorch.check_oom()\n"
+                      "except ctorch.OutOfMemoryError as e:\n    print('raised', e)\n"
+                      "ctorch.check_oom()  # once per failure\n"
+                      "print('quiet')\n", "backend:host,page:2M,min_split:4M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised coop: allocation failed on device 0:", r.stdout)
+        self.assertIn("min_split", r.stdout)
+        self.assertTrue(r.stdout.rstrip().endswith("quiet"), r.stdout)
+
+    def test_check_oom_names_its_own_devices_failure(self):
+        """An out-of-memory on device 1, then a double free on device 0: the
+        message is device 1's, not the latest error of the process."""
+        r = run_child("assert lib.coop_torch_malloc(1 << 40, 1, None) is None\n"
+                      "p = lib.coop_torch_malloc(4096, 0, None)\n"
+                      "lib.coop_torch_free(p, 4096, 0, None)\n"
+                      "lib.coop_torch_free(p, 4096, 0, None)\n"
+                      "try:\n    ctorch.check_oom(1)\n"
+                      "except ctorch.OutOfMemoryError as e:\n    print('raised', e)\n",
+                      "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised coop: out of memory on device 1:", r.stdout)
+        self.assertNotIn("already freed", r.stdout)
+
+    def test_wrong_types_and_values_are_refused_by_name(self):
+        for conf, error in ((b"backend:host", TypeError), (123, TypeError),
+                            ("backend:host\0capacity:12Q", ValueError)):
+            with self.subTest(conf=conf):
+                with self.assertRaises(error) as cm:
+                    ctorch._conf_bytes(conf)
+                self.assertIn("configuration", str(cm.exception))
+        for entries, error in ((1.7, TypeError), ("12", TypeError), (-1, ValueError)):
+            with self.subTest(max_entries=entries):
+                with self.assertRaises(error):
+                    ctorch.record_history(entries)
+        with self.assertRaises(ValueError):
+            ctorch._record_history_compat("all", None, "all", -3)
+        with self.assertRaises(TypeError):
+            ctorch._record_history_compat("all", max_entries=2.5)
+        with self.assertRaises(ValueError) as cm:
+            ctorch.forget_stream(1 << 64)
+        self.assertIn("not a pointer", str(cm.exception))
+
+    def test_device_indexes_outside_the_slots_are_refused(self):
+        for bad in (2 ** 32, "cuda:4294967296", -1, 64):
+            with self.subTest(device=bad):
+                with self.assertRaises(ValueError) as cm:
+                    ctorch.memory_stats(bad)
+                self.assertIn("outside 0..63", str(cm.exception))
+        self.assertEqual(ctorch._device_index(63), 63)
+
     def test_configure_after_first_use_is_refused(self):
         r = run_child("assert lib.coop_torch_malloc(64, 0, None)\n"
                       "print(lib.coop_torch_configure(b'backend:host'))\n", "backend:host")
@@ -930,7 +995,9 @@ class Install(unittest.TestCase):
             "hooks = ctorch.install(torch_module=fake)\n"
             "assert ctorch.install(torch_module=fake) == hooks\n"
             "addr = lambda n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value\n"
-            "expected = {n: addr(n) for n in ('coop_torch_init', 'coop_torch_record_stream')}\n"
+            "expected = {n: addr(n) for n in ('coop_torch_init', 'coop_torch_empty_cache',\n"
+            "                                 'coop_torch_memory_fraction',\n"
+            "                                 'coop_torch_record_stream')}\n"
             "import json\n"
             "print(json.dumps([hooks, fake.calls, native.library_path(), expected]))\n" % HERE,
             "backend:host")
@@ -944,8 +1011,12 @@ class Install(unittest.TestCase):
                                     "coop_torch_free"])
         self.assertEqual(calls[-1], ["change"])
         addresses = {c[0]: c[1] for c in calls[1:-1]}
-        self.assertEqual(addresses["set_record_stream_fn"], expected["coop_torch_record_stream"])
-        self.assertEqual(addresses["set_init_fn"], expected["coop_torch_init"])
+        # each hook gets its own entry point (a swap would pass a count check)
+        self.assertEqual(addresses, {
+            "set_init_fn": expected["coop_torch_init"],
+            "set_reset_fn": expected["coop_torch_empty_cache"],
+            "set_memory_fraction_fn": expected["coop_torch_memory_fraction"],
+            "set_record_stream_fn": expected["coop_torch_record_stream"]})
 
 
 class Run(unittest.TestCase):
