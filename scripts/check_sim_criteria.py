@@ -10,13 +10,19 @@ A cell is (log, budget ratio) or (log, "min"). It is violated when:
 Usage: check_sim_criteria.py RESULTS.jsonl [BASELINE.jsonl]
        [--policy P] (the policy checked, default coop, whose cost is c_live;
        coop-comp for its former cost c_comp, coop-eq, ...)
-Only arena rows count (ideal ones are skipped). A cell where dtr or dte has
+       [--no-min] (check the budget cells alone: for a --no-min-ratio run)
+Only arena rows count (ideal ones are skipped). Cells are per log file (two
+logs whose model names agree stay two cells). A cell where dtr or dte has
 a row and the checked policy has none is violated ("missing"), so a partial
-run or a misspelt --policy cannot pass. Prints every violated cell; with a
-baseline, also the cells that started or stopped failing. Exit status 1 when
-any cell is violated, or (with a baseline) when a cell passing in the
-baseline fails; 2 on bad input (an unreadable file, a malformed or
-duplicate row, no arena rows, or none of the checked policy).
+run or a misspelt --policy cannot pass; a log the checked policy ran but dtr
+or dte did not is bad input, as is a file where no row has a
+min_budget_ratio (unless --no-min: coop sim prints null both for "not
+computed" and for "infeasible even at 1") or rows of both engines (sim and
+lib). Prints every violated cell; with a baseline, also the cells that
+started or stopped failing. Exit status 1 when any cell is violated, or
+(with a baseline) when a cell passing in the baseline fails; 2 on bad input
+(an unreadable file, a malformed or duplicate row, no arena rows, or none of
+the checked policy).
 
 The results come from, e.g.:
   ./coop sim --json --memory arena --policy coop,dtr,dte \\
@@ -62,6 +68,9 @@ def load(path):
             rows[key] = r
     if not rows:
         die(f"{path}: no arena rows")
+    engines = {r.get("engine", "sim") for r in rows.values()}
+    if len(engines) > 1:
+        die(f"{path}: rows of both engines ({', '.join(sorted(engines))}): check one at a time")
     return rows
 
 
@@ -76,11 +85,23 @@ def fmt(r):
     return f"{r['overhead']:.3f}" if r["result"] == "ok" else r["result"]
 
 
-def violations(rows, policy):
-    """{cell: description} of the violated cells."""
+def label(log, logs):
+    """How a cell's log is printed: the model's name, or the whole log name
+    where two logs of the run share it."""
+    name = short(log)
+    return name if sum(short(other) == name for other in logs) == 1 else log
+
+
+def violations(rows, policy, check_min=True):
+    """{(log, ratio or "min"): description} of the violated cells."""
     out = {}
     logs = sorted({k[0] for k in rows if k[1] in (policy,) + RIVALS})
     for log in logs:
+        if any(k[0] == log and k[1] == policy for k in rows):
+            for rival in RIVALS:
+                if not any(k[0] == log and k[1] == rival for k in rows):
+                    die(f"{log}: {policy} ran it, {rival} did not: the criteria compare "
+                        f"{policy} with {' and '.join(RIVALS)} (a partial run cannot pass)")
         ratios = sorted({k[2] for k in rows if k[0] == log and k[1] in (policy,) + RIVALS},
                         reverse=True)
         for ratio in ratios:
@@ -95,7 +116,9 @@ def violations(rows, policy):
                 elif me["result"] != "ok" or me["overhead"] > r["overhead"] + SLACK:
                     why.append(f"{policy} {fmt(me)} vs {rival} {fmt(r)}")
             if why:
-                out[(short(log), f"{ratio:g}")] = "; ".join(why)
+                out[(log, f"{ratio:g}")] = "; ".join(why)
+        if not check_min:
+            continue
         mine = min_ratio(rows, log, policy)
         why = []
         for rival in RIVALS:
@@ -105,7 +128,7 @@ def violations(rows, policy):
             if mine is None or mine > theirs:
                 why.append(f"{policy} min {mine} vs {rival} {theirs}")
         if why:
-            out[(short(log), "min")] = "; ".join(why)
+            out[(log, "min")] = "; ".join(why)
     return out
 
 
@@ -117,28 +140,48 @@ def min_ratio(rows, log, policy):
     return min(found) if found else None
 
 
+def check_has_min(rows, path, no_min):
+    """Unless no_min: some row must carry a min_budget_ratio, or the min
+    criterion would pass unchecked."""
+    if not no_min and all(r.get("min_budget_ratio") is None for r in rows.values()):
+        die(f"{path}: no row has a min_budget_ratio (a --no-min-ratio run?): pass --no-min "
+            "to check the budget cells alone")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results")
     ap.add_argument("baseline", nargs="?")
     ap.add_argument("--policy", default="coop")
+    ap.add_argument("--no-min", action="store_true",
+                    help="skip the min_budget_ratio criterion (a --no-min-ratio run)")
     a = ap.parse_args()
     rows = load(a.results)
     if not any(k[1] == a.policy for k in rows):
         die(f"{a.results}: no arena rows of policy {a.policy}")
-    now = violations(rows, a.policy)
-    for cell, why in sorted(now.items()):
-        print(f"violation {cell[0]} {cell[1]}: {why}")
+    check_has_min(rows, a.results, a.no_min)
+    now = violations(rows, a.policy, not a.no_min)
+    logs = {k[0] for k in rows}
+    if a.baseline:
+        base_rows = load(a.baseline)
+        check_has_min(base_rows, a.baseline, a.no_min)
+        base = violations(base_rows, a.policy, not a.no_min)
+        logs |= {k[0] for k in base_rows}
+
+    def name(cell):
+        return f"{label(cell[0], logs)} {cell[1]}"
+
+    for cell, why in sorted(now.items(), key=lambda c: name(c[0])):
+        print(f"violation {name(cell)}: {why}")
     print(f"{len(now)} violations")
     worse = False
     if a.baseline:
-        base = violations(load(a.baseline), a.policy)
-        fixed = sorted(set(base) - set(now))
-        new = sorted(set(now) - set(base))
+        fixed = sorted(set(base) - set(now), key=name)
+        new = sorted(set(now) - set(base), key=name)
         for cell in fixed:
-            print(f"fixed {cell[0]} {cell[1]}")
+            print(f"fixed {name(cell)}")
         for cell in new:
-            print(f"NEW {cell[0]} {cell[1]}: {now[cell]}")
+            print(f"NEW {name(cell)}: {now[cell]}")
         worse = bool(new)
     return 1 if now or worse else 0
 

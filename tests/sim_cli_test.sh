@@ -40,6 +40,34 @@ got=$(printf '%s\n' "$row" | keys | tr '\n' ' ')
 want="budget_ratio evictions frag_at_evict frag_failures heuristic_evals log memory min_budget_ratio overhead policy remat_ops result search_ns_p50 search_ns_p99 "
 [ "$got" = "$want" ] || fail "default row's names: $got"
 [ "$failures" -eq 0 ] && echo "ok: default names"
+# Metrics against values computed by hand on two small logs (tests/data):
+# - sim_evict_once: a (1024 B), b (1024), d (512) live at h's output, the peak
+#   of 2560 B. Ideal at 0.9 (2304 B): h's 512 B find 2048 live, so one eviction
+#   with 256 B free: frag_at_evict 256 / 2304 = 0.111111; recomputing it adds
+#   10 of 100 ns, overhead 1.1.
+# - sim_two_holes: a, b, c of 512 B, a and c freed: two 512 B holes around b.
+#   Arena at 1.0 (1536 B): w's 1024 B do not fit although 1024 B are free, a
+#   fragmentation failure (free >= request counts: > would miss it);
+#   frag_at_evict 1024 / 1536 = 0.666667.
+data="${srcdir:-.}/tests/data"
+check_row() { # LABEL ROW KEY:VALUE...
+    label=$1 row=$2
+    shift 2
+    for kv in "$@"; do
+        printf '%s\n' "$row" | grep -qF "\"${kv%%:*}\":${kv#*:}," ||
+            printf '%s\n' "$row" | grep -qF "\"${kv%%:*}\":${kv#*:}}" ||
+            fail "$label: expected ${kv%%:*} ${kv#*:}: $row"
+    done
+}
+row=$($coop sim --json --no-min-ratio --memory ideal --policy dtr --budget 0.9 \
+    "$data/sim_evict_once.jsonl") || fail "sim_evict_once: exited $?"
+check_row "evict once, ideal 0.9" "$row" result:'"ok"' overhead:1.100000 evictions:1 \
+    remat_ops:1 frag_at_evict:0.111111 frag_failures:0
+row=$($coop sim --json --no-min-ratio --memory arena --policy dtr --budget 1 \
+    "$data/sim_two_holes.jsonl") || fail "sim_two_holes: exited $?"
+check_row "two holes, arena 1.0" "$row" result:'"ok"' evictions:1 frag_at_evict:0.666667 \
+    frag_failures:1
+[ "$failures" -eq 0 ] && echo "ok: hand-computed metrics"
 # The log's file name is printed as a JSON string: quotes, backslashes and
 # control characters escaped, bytes that are not UTF-8 replaced (it was
 # printed as is, and the row did not parse).

@@ -88,7 +88,7 @@ TESTS += tests/sim_plot_test.py
 EXTRA_DIST += tests/sim_plot_test.py
 # coop sim --json fields of both engines, --no-min-ratio
 TESTS += tests/sim_cli_test.sh
-EXTRA_DIST += tests/sim_cli_test.sh
+EXTRA_DIST += tests/sim_cli_test.sh tests/data/sim_evict_once.jsonl tests/data/sim_two_holes.jsonl
 # a measuring tool, built by make check so that it keeps compiling (not a
 # test; commands in its header): tests/remat_loop_memory STEPS POLICY MODE
 check_PROGRAMS += tests/remat_loop_memory

@@ -80,6 +80,41 @@ class CheckSimCriteria(unittest.TestCase):
         out = self.violated(met() + other_log, 2)  # b 0.9 and b min
         self.assertIn("b.log.gz 0.9: coop missing", out)
 
+    def test_logs_sharing_a_model_name_stay_two_cells(self):
+        rows = []
+        for log in ("lstm-128-a.gz", "lstm-64-b.gz"):
+            rows += [row("coop", 0.5, result="thrash", log=log), row("dtr", 0.5, log=log),
+                     row("dte", 0.5, log=log)]
+        out = self.violated(rows, 2)
+        self.assertIn("violation lstm-128-a.gz 0.5", out)
+        self.assertIn("violation lstm-64-b.gz 0.5", out)
+        # one fixed and the other broken: a NEW cell, not the same one
+        base = rows[:3] + [row("coop", 0.5, log="lstm-64-b.gz")] + rows[4:]
+        fixed = [row("coop", 0.5, log="lstm-128-a.gz")] + rows[1:]
+        base_path = run_on_rows(self, SCRIPT, base)[3]  # the baseline's file, kept till the end
+        rc, out, err = run_on_rows(self, SCRIPT, fixed, base_path)[:3]
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("NEW lstm-64-b.gz 0.5", out)
+        self.assertIn("fixed lstm-128-a.gz 0.5", out)
+
+    def test_runs_that_cannot_check_a_criterion_are_refused(self):
+        no_dte = [r for r in met() if r["policy"] != "dte"]
+        rc, out, err = self.run_script(no_dte)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("dte did not", err)
+        no_min = [dict(r, min_budget_ratio=None) for r in met()]
+        rc, out, err = self.run_script(no_min)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("--no-min", err)
+        rc, out, err = self.run_script(no_min, "--no-min")
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("0 violations", out)
+        mixed = met()
+        mixed[0]["engine"] = "lib"
+        rc, out, err = self.run_script(mixed)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("both engines", err)
+
     def test_ideal_rows_do_not_count(self):
         rows = met() + [row("coop", 0.9, overhead=1.5, memory="ideal")]
         self.violated(rows, 0)
