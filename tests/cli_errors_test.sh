@@ -44,6 +44,10 @@ expect 2 "coop replay: unknown option '-x'" $coop replay -xyz
 expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1
 expect 2 "coop sim: --budget needs a value" $coop sim --budget
 expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "budget ratio ' 0.5' is not a number" $coop sim --budget " 0.5" "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "budget ratio '0.5' is listed twice" $coop sim --budget 0.5,0.5 "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "policy 'dtr' is listed twice" $coop sim --policy dtr,dtr "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--partition takes off or a threshold >= 0 (ns/byte), not ''" $coop sim --partition "" "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unet-train-step.ops.jsonl.gz: budget ratio '1e-300' gives a budget of 0 bytes" $coop sim --json --no-min-ratio --policy dtr --budget 1e-300 "$traces/unet-train-step.ops.jsonl.gz"
 [ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
 # the arena's capacity is the budget in whole 512-byte blocks: below one, no block fits

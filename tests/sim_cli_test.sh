@@ -67,6 +67,10 @@ row=$($coop sim --json --no-min-ratio --memory arena --policy dtr --budget 1 \
     "$data/sim_two_holes.jsonl") || fail "sim_two_holes: exited $?"
 check_row "two holes, arena 1.0" "$row" result:'"ok"' evictions:1 frag_at_evict:0.666667 \
     frag_failures:1
+# ratios given apart print apart (%.4g printed 0.30001 as 0.3)
+rows=$($coop sim --json --no-min-ratio --memory arena --policy dtr --budget 1,0.99999 \
+    "$data/sim_two_holes.jsonl") || fail "two close ratios: exited $?"
+printf '%s\n' "$rows" | grep -qF '"budget_ratio":0.99999,' || fail "0.99999 printed as: $rows"
 [ "$failures" -eq 0 ] && echo "ok: hand-computed metrics"
 # The log's file name is printed as a JSON string: quotes, backslashes and
 # control characters escaped, bytes that are not UTF-8 replaced (it was

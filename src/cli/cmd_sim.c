@@ -1,4 +1,5 @@
 /* coop sim: rematerialization under a memory budget on operator logs. */
+#include <ctype.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -182,8 +183,8 @@ static void row_real(sim_row *r, const char *key, int width, int prec, bool as_g
         printf("%*s ", width, "-");
     else if (!r->json)
         printf("%*.*f ", width, prec, v);
-    else if (as_given)
-        printf("%.4g", v);
+    else if (as_given) /* enough digits that two ratios given apart print apart */
+        printf("%.10g", v);
     else
         printf("%.6f", v);
 }
@@ -349,7 +350,10 @@ int cmd_sim(int argc, char **argv)
         case 't': {
             char *end;
             threshold_opt = !strcmp(optarg, "off") ? -1.0 : strtod(optarg, &end);
-            if (strcmp(optarg, "off") && (*end || !(threshold_opt >= 0))) {
+            /* strtod takes "" (as 0) and leading spaces: neither is a threshold */
+            if (strcmp(optarg, "off") &&
+                (*end || end == optarg || isspace((unsigned char)*optarg) ||
+                 !(threshold_opt >= 0))) {
                 fprintf(stderr,
                         "coop sim: --partition takes off or a threshold >= 0 (ns/byte), "
                         "not '%s'\n",
@@ -415,6 +419,11 @@ int cmd_sim(int argc, char **argv)
     sim_options options[MAX_ITEMS];
     double ratios[MAX_ITEMS];
     for (int i = 0; i < np; i++) {
+        for (int j = 0; j < i; j++)
+            if (!strcmp(policy_items[i], policy_items[j])) {
+                fprintf(stderr, "coop sim: policy '%s' is listed twice\n", policy_items[i]);
+                return 2;
+            }
         options[i] = sim_options_default(SIM_POLICY_DTR, mem_model);
         options[i].overhead_limit = overhead_limit;
         if (sim_options_parse_policy(policy_items[i], &options[i])) {
@@ -444,9 +453,15 @@ int cmd_sim(int argc, char **argv)
         }
     }
     for (int i = 0; i < nb; i++) {
+        for (int j = 0; j < i; j++)
+            if (!strcmp(budget_items[i], budget_items[j])) {
+                fprintf(stderr, "coop sim: budget ratio '%s' is listed twice\n", budget_items[i]);
+                return 2;
+            }
         char *end;
         ratios[i] = strtod(budget_items[i], &end);
-        if (*end || !(ratios[i] > 0 && ratios[i] <= 1.0)) {
+        if (*end || isspace((unsigned char)budget_items[i][0]) ||
+            !(ratios[i] > 0 && ratios[i] <= 1.0)) {
             fprintf(stderr, "coop sim: budget ratio '%s' is not a number in (0, 1]\n",
                     budget_items[i]);
             return 2;
