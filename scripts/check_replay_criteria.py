@@ -107,7 +107,9 @@ def main():
               f"{trace}: map coop {'null' if mapped is None else f'{mapped / live:.4f}'}"
               " x peak live (<= 2)")
         rivals = [("torch", torch)]
-        if "recorded" in rows[trace]:
+        # a snapshot coop.torch wrote: its recorded row is coop's own reservation
+        by_coop = bool(torch.get("recorded_by_coop"))
+        if "recorded" in rows[trace] and not by_coop:
             rivals.append(("recorded", rows[trace]["recorded"]))
         for name, r in rivals:
             other = r["min_capacity_bytes"]
@@ -116,7 +118,9 @@ def main():
         cns, jns = coop["ns_per_op"], jem["ns_per_op"]
         check(cns is not None and jns is not None and cns <= jns,
               f"{trace}: speed coop {cns} <= jemalloc {jns} ns/op")
-        if "recorded" in rows[trace] and torch.get("torch_settings_default") is False:
+        if "recorded" in rows[trace] and by_coop:
+            check(False, f"{trace}: torch-rec not comparable: recorded by coop, not PyTorch")
+        elif "recorded" in rows[trace] and torch.get("torch_settings_default") is False:
             check(False, f"{trace}: torch-rec not comparable: the snapshot's allocator settings "
                          "are not PyTorch's defaults, which torch emulates")
         elif "recorded" in rows[trace]:

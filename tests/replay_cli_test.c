@@ -310,7 +310,8 @@ static void json_rows_have_the_issue_keys(void **unused)
                                        "ns_per_op",
                                        "gmlake_frag",
                                        "oom_event",
-                                       "torch_settings_default"};
+                                       "torch_settings_default",
+                                       "recorded_by_coop"};
     for (size_t r = 0; r < 2; r++) {
         json_t *o = json_array_get(rows, r);
         assert_int_equal(json_object_size(o), sizeof keys / sizeof keys[0]);

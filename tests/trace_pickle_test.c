@@ -507,6 +507,13 @@ static void expandable(pk *p)
     key_int(p, "max_split_size", -1);
 }
 
+/* coop.torch's snapshot: its allocator named, expandable_segments its vmm flag */
+static void written_by_coop(pk *p)
+{
+    key_str(p, "allocator", "coop");
+    boolean(p, "expandable_segments", 1);
+}
+
 /* every setting torch does not emulate, off its default */
 static void all_off_default(pk *p)
 {
@@ -541,6 +548,7 @@ static void test_allocator_settings(void **state)
          TRACE_TORCH_EXPANDABLE_SEGMENTS | TRACE_TORCH_MAX_SPLIT_SIZE |
              TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS | TRACE_TORCH_GC_THRESHOLD},
         {odd_forms, 1, TRACE_TORCH_EXPANDABLE_SEGMENTS},
+        {written_by_coop, 0, 0}, /* coop's settings are not PyTorch's */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pk p;
@@ -551,6 +559,7 @@ static void test_allocator_settings(void **state)
         if (t.has_torch_settings != cases[i].has || t.torch_settings != cases[i].bits)
             fail_msg("case %zu: has %d bits %#x, expected %d %#x", i, t.has_torch_settings,
                      t.torch_settings, cases[i].has, cases[i].bits);
+        assert_int_equal(t.recorded_by_coop, cases[i].settings == written_by_coop);
         trace_free(&t);
     }
     assert_string_equal(trace_torch_setting_name(TRACE_TORCH_EXPANDABLE_SEGMENTS),

@@ -208,6 +208,18 @@ static int stop(replay_results *res, int rc, const char *fmt, ...)
  * have reserved?) and needs no warning. */
 static void warn_torch_settings(const replay_cli *cli, const char *path, const trace *t)
 {
+    if (t->recorded_by_coop) { /* its recorded row is coop's: say so where it is shown */
+        for (size_t i = 0; i < cli->num_choices; i++)
+            if (!cli->choices[i].ops) {
+                fprintf(stderr,
+                        "coop replay: %s: recorded by coop (allocator_settings' "
+                        "allocator): its recorded row is coop's reservation, not "
+                        "PyTorch's\n",
+                        path);
+                break;
+            }
+        return;
+    }
     bool any = false, matched = false;
     for (size_t i = 0; i < cli->num_choices; i++) {
         const replay_policy_ops *ops = cli->choices[i].ops;

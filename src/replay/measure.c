@@ -143,6 +143,7 @@ coop_status replay_measure(const trace *t, const replay_choice *choices, size_t 
             .peak_live = p.peak_live,
             .has_torch_settings = t->has_torch_settings,
             .torch_settings_default = !t->torch_settings,
+            .recorded_by_coop = t->recorded_by_coop,
         };
         bool have = true;
         if (choices[i].ops)

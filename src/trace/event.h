@@ -82,6 +82,10 @@ typedef struct trace {
      * and which of them (TRACE_TORCH_* bits) are not PyTorch's defaults */
     int has_torch_settings;
     unsigned torch_settings;
+    /* snapshots only: written by coop (allocator_settings' "allocator" is
+     * "coop"), so its segments and `recorded` figures are coop's, and it has
+     * no PyTorch settings (has_torch_settings 0) */
+    int recorded_by_coop;
 } trace;
 
 #endif

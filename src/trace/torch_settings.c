@@ -69,10 +69,18 @@ void trace_torch_settings_read(const pkl_value *root, trace *t)
 {
     t->has_torch_settings = 0;
     t->torch_settings = 0;
+    t->recorded_by_coop = 0;
     const pkl_value *dict = pkl_dict_get(root, "allocator_settings");
     /* older snapshots have none; a value that is no dict says nothing */
     if (!dict || dict->kind != PKL_DICT)
         return;
+    /* coop.torch's snapshots name their allocator: their settings are
+     * coop's (expandable_segments there is its vmm flag), not PyTorch's */
+    const pkl_value *allocator = pkl_dict_get(dict, "allocator");
+    if (allocator && pkl_str_eq(allocator, "coop")) {
+        t->recorded_by_coop = 1;
+        return;
+    }
     t->has_torch_settings = 1;
     if (dict->v.seq.len / 2 > TORCH_SETTINGS_MAX_ITEMS) {
         /* pkl_dict_get scans the dict once per key: keep that bounded */

@@ -83,6 +83,19 @@ class CheckReplayCriteria(unittest.TestCase):
         self.assertEqual(len(failing), 1, out)
         self.assertIn("torch-rec not comparable", failing[0])
 
+    def test_a_snapshot_coop_recorded_is_no_pytorch_reference(self):
+        rows = good_trace("s.pickle.gz")
+        rows.append(row("s.pickle.gz", "recorded", cap=10 * GIB, ns=None))  # coop's, below coop
+        for r in rows:
+            r["recorded_by_coop"] = True
+        rc, out, _, _ = self.run_script(rows)
+        self.assertEqual(rc, 1, out)
+        failing = [l for l in out.splitlines() if l.startswith("FAIL")]
+        # neither compared with coop's capacity nor with torch's peak
+        self.assertEqual(len(failing), 1, out)
+        self.assertIn("torch-rec not comparable: recorded by coop", failing[0])
+        self.assertNotIn("vs-recorded", out)
+
     def test_a_snapshot_needs_its_recorded_row(self):
         rc, _, err, _ = self.run_script(good_trace("s.pickle.gz"))
         self.assertEqual(rc, 2)
