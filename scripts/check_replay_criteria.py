@@ -48,7 +48,13 @@ def load(path):
                 continue
             try:
                 r = json.loads(line)
-                rows.setdefault(r["trace"], {})[r["policy"]] = r
+                mine = rows.setdefault(r["trace"], {})
+                if r["policy"] in mine:
+                    # rows name traces by file name: two folders' traces of one
+                    # name would overwrite each other
+                    die(f"{path}:{lineno}: a second {r['policy']} row for {r['trace']} "
+                        "(two traces of that name? check them in separate runs)")
+                mine[r["policy"]] = r
             except (ValueError, KeyError, TypeError) as e:
                 die(f"{path}:{lineno}: not a coop replay JSON row ({e})")
             for key in NUMBERS:

@@ -554,6 +554,17 @@ static void expandable_random_calls_keep_the_invariants(void **unused)
 
 /* ---- coop ---- */
 
+/* A snapshot's stream -1 (all ones, the pool's own "any stream" tag) is
+ * replayed as a stream of its own, not refused. */
+static void coop_takes_the_all_ones_stream(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_coop, GiB);
+    uintptr_t a = must_malloc(&d, 4096, UINT64_MAX);
+    assert_int_equal(d.ops->free(d.state, a, 4096), COOP_OK);
+    d.ops->destroy(d.state);
+}
+
 static void coop_maps_whole_pages(void **unused)
 {
     (void)unused;
@@ -838,6 +849,7 @@ int main(void)
         cmocka_unit_test(expandable_ranges_are_per_stream),
         cmocka_unit_test(expandable_random_calls_keep_the_invariants),
         cmocka_unit_test(expandable_refuses_what_no_range_holds),
+        cmocka_unit_test(coop_takes_the_all_ones_stream),
         cmocka_unit_test(coop_maps_whole_pages),
         cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),
         cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),

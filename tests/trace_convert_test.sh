@@ -44,7 +44,9 @@ grep -v '^#' "$tmp/out" >"$tmp/b"
 grep -v '^#' "$tmp/a.trace" >"$tmp/c"
 cmp -s "$tmp/b" "$tmp/c" || fail "converting a converted trace changed it"
 [ "$(grep -c '^[LASRFUMNOE] ' "$tmp/c")" -eq 7 ] || fail "expected 7 event lines"
-[ ! -e "$tmp/a.trace.tmp" ] || fail "a.trace.tmp left behind"
+# the file is written to a hidden .a.trace.XXXXXX beside it and renamed: none is left
+leftover=$(ls -A "$tmp" | grep '^\.a\.trace\.' || true)
+[ -z "$leftover" ] || fail "temporary file left behind: $leftover"
 # a device is written in place (no /dev/null.tmp)
 expect_exit 0 $coop convert "$data/example.trace" /dev/null
 

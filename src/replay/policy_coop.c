@@ -60,6 +60,12 @@ static coop_status coop_policy_malloc(void *state, uint64_t size, uint64_t strea
     if (cp->below_one_page)
         return coop_set_error(COOP_ERR_NOMEM, "coop policy: the capacity holds no whole page");
     coop_status st = COOP_OK;
+    /* The pool reserves the all-ones stream (its "any stream" tag), but a
+     * snapshot may hold it (stream -1, read as its two's complement): replayed
+     * as all-ones minus 1 instead. Only a trace that also holds -2 would see
+     * the two merged; CUDA stream handles are pointers, never either. */
+    if (stream == (uint64_t)UINTPTR_MAX)
+        stream--;
     void *p = coop_malloc(cp->pool, (size_t)size, (coop_stream)stream, COOP_ALLOC_LOW, &st);
     if (!p)
         return st == COOP_OK ? COOP_ERR_NOMEM : st;

@@ -96,6 +96,11 @@ class CheckReplayCriteria(unittest.TestCase):
         self.assertIn("torch-rec not comparable: recorded by coop", failing[0])
         self.assertNotIn("vs-recorded", out)
 
+    def test_two_rows_of_one_trace_and_policy_are_refused(self):
+        rc, _, err, _ = self.run_script(good_trace() + [good_trace()[0]])
+        self.assertEqual(rc, 2)
+        self.assertIn(":4: a second coop row for t.trace.gz", err)
+
     def test_a_snapshot_needs_its_recorded_row(self):
         rc, _, err, _ = self.run_script(good_trace("s.pickle.gz"))
         self.assertEqual(rc, 2)
