@@ -69,6 +69,6 @@ tests_fuzz_replay_policies_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_replay_policies_LDFLAGS = -static
 TESTS += tests/fuzz/replay_corpora.sh
 endif
-EXTRA_DIST += tests/fuzz/replay_corpora.sh tests/fuzz/build.sh tests/fuzz/fuzz_scratch.h \
+EXTRA_DIST += tests/fuzz/replay_corpora.sh tests/fuzz/build.sh tests/fuzz/fuzz_scratch.h tests/fuzz/fuzz_input.h \
 	tests/fuzz/fuzz_reader.h tests/fuzz/coverage_ignore.txt tests/fuzz/corpus tests/fuzz/regressions scripts/fuzz.sh \
 	tests/README.md

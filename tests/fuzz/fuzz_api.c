@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "coop.h"
+#include "fuzz_input.h"
 #include "remat/remat_internal.h"
 
 #define KiB (UINT64_C(1) << 10)
@@ -32,22 +33,6 @@
 #define TENSORS 16
 #define STREAMS 4
 #define MAX_STEPS 256
-
-typedef struct input {
-    const unsigned char *data;
-    size_t len, pos;
-} input;
-
-static unsigned next_byte(input *in)
-{
-    return in->pos < in->len ? in->data[in->pos++] : 0;
-}
-
-static unsigned next_u16(input *in)
-{
-    unsigned lo = next_byte(in);
-    return lo | next_byte(in) << 8;
-}
 
 typedef struct slot {
     void *ptr;
@@ -86,9 +71,9 @@ static void check_pool(state *s, const char *after)
 }
 
 /* A size: mostly small or page-scale, sometimes 0, odd, near the capacity or huge. */
-static size_t pick_size(input *in, uint64_t capacity)
+static size_t pick_size(fuzz_input *in, uint64_t capacity)
 {
-    unsigned kind = next_byte(in), v = next_u16(in);
+    unsigned kind = fuzz_byte(in), v = fuzz_u16(in);
     switch (kind & 7) {
     case 0:
         return 0;
@@ -116,9 +101,9 @@ static bool is_live(const state *s, const void *p)
     return false;
 }
 
-static void op_malloc(state *s, input *in)
+static void op_malloc(state *s, fuzz_input *in)
 {
-    unsigned i = next_byte(in) % SLOTS, stream = next_byte(in);
+    unsigned i = fuzz_byte(in) % SLOTS, stream = fuzz_byte(in);
     size_t size = pick_size(in, s->capacity);
     if (s->live[i].ptr)
         return;
@@ -133,9 +118,9 @@ static void op_malloc(state *s, input *in)
     s->live[i] = (slot){p, size};
 }
 
-static void op_free(state *s, input *in)
+static void op_free(state *s, fuzz_input *in)
 {
-    unsigned i = next_byte(in) % SLOTS;
+    unsigned i = fuzz_byte(in) % SLOTS;
     if (!s->live[i].ptr)
         return;
     coop_status st = coop_free(s->pool, s->live[i].ptr);
@@ -149,9 +134,9 @@ static void op_free(state *s, input *in)
 }
 
 /* Misuse: each must be refused with its own status and change nothing. */
-static void op_bad_free(state *s, input *in)
+static void op_bad_free(state *s, fuzz_input *in)
 {
-    unsigned kind = next_byte(in), i = next_byte(in) % SLOTS, off = next_u16(in);
+    unsigned kind = fuzz_byte(in), i = fuzz_byte(in) % SLOTS, off = fuzz_u16(in);
     int local;
     void *p;
     coop_status want;
@@ -187,9 +172,9 @@ static void op_bad_free(state *s, input *in)
     }
 }
 
-static void op_record_stream(state *s, input *in)
+static void op_record_stream(state *s, fuzz_input *in)
 {
-    unsigned i = next_byte(in) % SLOTS, stream = next_byte(in) % STREAMS;
+    unsigned i = fuzz_byte(in) % SLOTS, stream = fuzz_byte(in) % STREAMS;
     void *p = s->live[i].ptr;
     coop_status st;
     if (p) {
@@ -205,9 +190,9 @@ static void op_record_stream(state *s, input *in)
     }
 }
 
-static void op_set_capacity(state *s, input *in)
+static void op_set_capacity(state *s, fuzz_input *in)
 {
-    unsigned v = next_u16(in);
+    unsigned v = fuzz_u16(in);
     uint64_t cap = v & 0x8000 ? 0 : (uint64_t)(v + 1) * 64 * KiB;
     coop_status st = coop_set_capacity(s->pool, cap);
     if (!(resource_status(st) || st == COOP_ERR_INVALID || st == COOP_ERR_BUSY))
@@ -223,9 +208,9 @@ static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs
     return COOP_OK;
 }
 
-static coop_tensor *pick_tensor(state *s, input *in, size_t *index)
+static coop_tensor *pick_tensor(state *s, fuzz_input *in, size_t *index)
 {
-    size_t i = next_byte(in);
+    size_t i = fuzz_byte(in);
     if (!s->num_tensors)
         return NULL;
     *index = i % s->num_tensors;
@@ -233,9 +218,9 @@ static coop_tensor *pick_tensor(state *s, input *in, size_t *index)
 }
 
 /* Remat: any tensor, released or not, may be named: misuse must be refused. */
-static void op_remat(state *s, input *in)
+static void op_remat(state *s, fuzz_input *in)
 {
-    unsigned kind = next_byte(in);
+    unsigned kind = fuzz_byte(in);
     size_t i = 0, j = 0;
     void *ptr = NULL;
     coop_status st = COOP_OK;
@@ -268,14 +253,14 @@ static void op_remat(state *s, input *in)
     case 1: {
         coop_tensor *inputs[2] = {pick_tensor(s, in, &i), pick_tensor(s, in, &j)};
         size_t n = inputs[0] ? 1 + (inputs[1] != NULL && kind & 8) : 0;
-        size_t size = (size_t)(next_u16(in) % 4096 + 1) * 512;
+        size_t size = (size_t)(fuzz_u16(in) % 4096 + 1) * 512;
         coop_tensor *t = NULL;
         if (s->num_tensors == TENSORS)
             return;
         for (size_t k = 0; k < n; k++) /* inputs must be resident: pin them */
             if (coop_tensor_pin(s->remat, inputs[k], &ptr) != COOP_OK)
                 n = k;
-        st = coop_tensor_create(s->remat, size, next_byte(in) * 1000u, "op", inputs, n,
+        st = coop_tensor_create(s->remat, size, fuzz_byte(in) * 1000u, "op", inputs, n,
                                 (kind >> 5) & 3, &t);
         for (size_t k = 0; k < n; k++)
             coop_tensor_unpin(s->remat, inputs[k]);
@@ -369,9 +354,9 @@ static void op_walk(state *s)
  * finished, a fault) or done; when done, no block the pool keeps is tagged
  * with the stream any more (only pending blocks allocated on it could
  * become free later, and they become usable on any stream). */
-static void op_forget_stream(state *s, input *in)
+static void op_forget_stream(state *s, fuzz_input *in)
 {
-    coop_stream stream = next_byte(in) % STREAMS;
+    coop_stream stream = fuzz_byte(in) % STREAMS;
     coop_status st = coop_forget_stream(s->pool, stream);
     if (st == COOP_ERR_BUSY)
         return;
@@ -438,11 +423,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len);
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
 {
-    input in = {data, len, 0};
+    fuzz_input in = {data, len, 0};
     state s = {0};
-    create_pool(&s, next_byte(&in));
+    create_pool(&s, fuzz_byte(&in));
     for (int step = 0; step < MAX_STEPS && in.pos < in.len; step++) {
-        unsigned op = next_byte(&in);
+        unsigned op = fuzz_byte(&in);
         coop_status st;
         switch (op % 11) {
         case 0:
@@ -468,15 +453,15 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
             break;
         case 7:
             if (op & 0x40) /* kernels still running: waiting for it ends the hold */
-                st = coop_host_busy_stream(s.pool, next_byte(&in) % STREAMS);
+                st = coop_host_busy_stream(s.pool, fuzz_byte(&in) % STREAMS);
             else
-                st = coop_host_hold_stream(s.pool, next_byte(&in) % STREAMS, op & 0x80);
+                st = coop_host_hold_stream(s.pool, fuzz_byte(&in) % STREAMS, op & 0x80);
             if (st != COOP_OK)
                 fail("hold_stream", st);
             break;
         case 8:
             /* the Nth next backend call of some kinds fails */
-            st = coop_inject_fault(s.pool, next_byte(&in) & COOP_FAULT_ALL, next_byte(&in) % 8);
+            st = coop_inject_fault(s.pool, fuzz_byte(&in) & COOP_FAULT_ALL, fuzz_byte(&in) % 8);
             if (st != COOP_OK)
                 fail("inject_fault", st);
             break;

@@ -23,22 +23,13 @@
 #include <stdlib.h>
 
 #include "coop.h"
+#include "fuzz_input.h"
 #include "replay/policy.h"
 
 #define MiB (UINT64_C(1) << 20)
 #define SLOTS 32
 #define MAX_STEPS 512
 #define MAX_POLICIES 8
-
-typedef struct input {
-    const unsigned char *data;
-    size_t len, pos;
-} input;
-
-static unsigned next_byte(input *in)
-{
-    return in->pos < in->len ? in->data[in->pos++] : 0;
-}
 
 /* A slot is live or not under each policy separately: a malloc one policy
  * refused (out of memory) and another placed leaves them apart. */
@@ -75,9 +66,9 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len);
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
 {
-    input in = {data, len, 0};
-    unsigned lo = next_byte(&in);
-    uint64_t capacity = (UINT64_C(1) + ((lo | next_byte(&in) << 8) & 4095)) * MiB;
+    fuzz_input in = {data, len, 0};
+    unsigned lo = fuzz_byte(&in);
+    uint64_t capacity = (UINT64_C(1) + ((lo | fuzz_byte(&in) << 8) & 4095)) * MiB;
     size_t count;
     const replay_policy_ops *const *all = replay_policy_all(&count);
     if (count > MAX_POLICIES)
@@ -91,7 +82,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
         slots[i] = (slot){0};
     uint64_t live[MAX_POLICIES] = {0}; /* requested bytes live under each policy */
     for (int step = 0; step < MAX_STEPS && in.pos < in.len; step++) {
-        unsigned op = next_byte(&in);
+        unsigned op = fuzz_byte(&in);
         slot *sl = &slots[op % SLOTS];
         if (op & 0x80) {
             for (size_t p = 0; p < count; p++) {
@@ -105,7 +96,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
             }
             continue;
         }
-        unsigned e = next_byte(&in) % 29, m0 = next_byte(&in), m1 = next_byte(&in);
+        unsigned e = fuzz_byte(&in) % 29, m0 = fuzz_byte(&in), m1 = fuzz_byte(&in);
         uint64_t size = (UINT64_C(1) << e) + ((uint64_t)(m0 | m1 << 8) << e >> 16);
         uint64_t stream = (op >> 6) & 1;
         for (size_t p = 0; p < count; p++) {
