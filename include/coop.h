@@ -655,6 +655,13 @@ coop_status coop_torch_configure(const char *conf);
  * to size). Returns COOP_ERR_INVALID with the parse error if it is bad. */
 coop_status coop_torch_settings(char *buf, size_t size);
 
+/* conf (COOP_ALLOC_CONF syntax) parsed and written back as
+ * coop_torch_settings writes a configuration: every key, in one order and
+ * spelling, so two strings that mean the same give the same text
+ * ("capacity:1G" and "capacity:1024M,backend:cuda"). Changes nothing.
+ * COOP_ERR_INVALID, with the parse error in buf, if it does not parse. */
+coop_status coop_torch_normalize_conf(const char *conf, char *buf, size_t size);
+
 /* Copies the most recent error of any thread of the ABI (NUL-terminated,
  * truncated to size) and returns its length; 0 if none. */
 size_t coop_torch_last_error(char *buf, size_t size);

@@ -36,6 +36,20 @@ static void test_configure_rejects_then_accepts(void **state)
     assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);
     assert_string_equal(buf, before);
     assert_null(coop_torch_pool(0));
+    /* normalized: two spellings of one configuration give one text, which
+     * is what the settings say once it is in force; nothing changes */
+    char a[256], b[256];
+    assert_int_equal(coop_torch_normalize_conf("backend:host,capacity:64M", a, sizeof a), COOP_OK);
+    assert_int_equal(
+        coop_torch_normalize_conf("capacity:67108864,vmm:true,backend:host", b, sizeof b), COOP_OK);
+    assert_string_equal(a, b);
+    assert_string_equal(a, before);
+    assert_int_equal(coop_torch_normalize_conf("backend:host,capacity:65M", b, sizeof b), COOP_OK);
+    assert_string_not_equal(a, b);
+    assert_int_equal(coop_torch_normalize_conf("capacity:12Q", b, sizeof b), COOP_ERR_INVALID);
+    assert_non_null(strstr(b, "'12Q'"));
+    assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);
+    assert_string_equal(buf, before);
     /* every key is in the settings (snapshots' allocator_settings) */
     assert_int_equal(coop_torch_configure("backend:host,wait:false"), COOP_OK);
     assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);

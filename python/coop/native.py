@@ -186,6 +186,8 @@ _SIGNATURES = {
     "coop_torch_configure": (ctypes.c_int, [ctypes.c_char_p]),
     "coop_torch_settings": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
     "coop_torch_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
+    "coop_torch_normalize_conf": (ctypes.c_int,
+                                  [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     "coop_torch_failed_mallocs": (ctypes.c_uint64,
                                   [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
     "coop_torch_pool": (_P, [ctypes.c_int]),

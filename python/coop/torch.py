@@ -96,6 +96,14 @@ def _configure(lib, conf):
         raise native.CoopError(st, lib.coop_last_error().decode())
 
 
+def _normalized(lib, conf):
+    """conf as the library writes a configuration (every key, one spelling),
+    or None if it does not parse."""
+    buf = ctypes.create_string_buffer(512)
+    st = lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
+    return buf.value.decode(errors="replace") if st == native.OK else None
+
+
 def _settings(lib):
     """(status, text): the configuration in force, loading COOP_ALLOC_CONF if
     nothing set one yet (never re-reading it); text is the error if bad."""
@@ -119,8 +127,9 @@ def _apply_conf_locked(lib, conf, who):
             raise native.CoopError(st, text)
         return
     _conf_bytes(conf)  # its type and characters, before any comparison
-    if conf == _applied_conf:
-        return
+    if conf == _applied_conf or (_applied_conf is not None
+                                 and _normalized(lib, conf) == _normalized(lib, _applied_conf)):
+        return  # the same configuration, however spelt
     if _devices():
         raise RuntimeError(
             "coop.torch.%s: cannot apply %r: coop has allocated already, so the "

@@ -180,22 +180,41 @@ coop_status coop_torch_configure(const char *text)
     return st;
 }
 
+/* c as key:value text, every key, in one order and spelling (history: the
+ * bound given, which for the settings in force is the one in force). */
+static void format_conf(const coop_alloc_conf *c, size_t history, char *buf, size_t size)
+{
+    char fraction[32] = "";
+    if (c->fraction > 0.0)
+        snprintf(fraction, sizeof fraction, ",fraction:%g", c->fraction);
+    snprintf(buf, size,
+             "backend:%s,capacity:%ju%s,page:%ju,vmm:%s,segment:%ju,placement:%s,"
+             "min_split:%ju,check:%s,history:%zu,wait:%s",
+             c->backend == COOP_BACKEND_HOST ? "host" : "cuda", (uintmax_t)c->capacity, fraction,
+             (uintmax_t)c->page_size, c->use_vmm ? "true" : "false", (uintmax_t)c->segment_size,
+             c->placement == COOP_ALLOC_HIGH ? "high" : "low", (uintmax_t)c->min_split,
+             c->check ? "true" : "false", history, c->never_wait ? "false" : "true");
+}
+
+coop_status coop_torch_normalize_conf(const char *text, char *buf, size_t size)
+{
+    coop_alloc_conf parsed;
+    coop_status st = coop_alloc_conf_parse(text, &parsed);
+    if (buf && size) {
+        if (st == COOP_OK)
+            format_conf(&parsed, parsed.history, buf, size);
+        else
+            snprintf(buf, size, "%s", coop_last_error());
+    }
+    return st;
+}
+
 coop_status coop_torch_settings(char *buf, size_t size)
 {
     pthread_mutex_lock(&state_lock);
     coop_status st = ensure_conf_locked();
     if (st == COOP_OK && buf && size) {
-        char fraction[32] = "";
-        if (conf.fraction > 0.0)
-            snprintf(fraction, sizeof fraction, ",fraction:%g", conf.fraction);
-        snprintf(buf, size,
-                 "backend:%s,capacity:%ju%s,page:%ju,vmm:%s,segment:%ju,placement:%s,"
-                 "min_split:%ju,check:%s,history:%zu,wait:%s",
-                 conf.backend == COOP_BACKEND_HOST ? "host" : "cuda", (uintmax_t)conf.capacity,
-                 fraction, (uintmax_t)conf.page_size, conf.use_vmm ? "true" : "false",
-                 (uintmax_t)conf.segment_size, conf.placement == COOP_ALLOC_HIGH ? "high" : "low",
-                 (uintmax_t)conf.min_split, conf.check ? "true" : "false", history_entries,
-                 conf.never_wait ? "false" : "true");
+        format_conf(&conf, history_entries, buf, size);
     } else if (buf && size) {
         snprintf(buf, size, "%s", coop_last_error());
     }

@@ -958,6 +958,8 @@ class Install(unittest.TestCase):
             "print('malloc', p is not None, ctorch.last_error())\n"
             "ctorch.mem_pool(torch_module=fake)\n"
             "ctorch.mem_pool('backend:host,capacity:2G', torch_module=fake)\n"
+            "# the same configuration spelt otherwise is the same: no refusal\n"
+            "ctorch.install('capacity:2048M,backend:host,vmm:true', torch_module=fake)\n"
             "for call in (lambda: ctorch.install('backend:host,capacity:3G', torch_module=fake),\n"
             "             lambda: ctorch.mem_pool('backend:host', torch_module=fake)):\n"
             "    try:\n"
