@@ -53,7 +53,8 @@ def load(path):
                     # rows name traces by file name: two folders' traces of one
                     # name would overwrite each other
                     die(f"{path}:{lineno}: a second {r['policy']} row for {r['trace']} "
-                        "(two traces of that name? check them in separate runs)")
+                        f"({r.get('path') or 'two traces of that name?'}: check them in "
+                        "separate runs)")
                 mine[r["policy"]] = r
             except (ValueError, KeyError, TypeError) as e:
                 die(f"{path}:{lineno}: not a coop replay JSON row ({e})")

@@ -311,7 +311,8 @@ static void json_rows_have_the_issue_keys(void **unused)
                                        "gmlake_frag",
                                        "oom_event",
                                        "torch_settings_default",
-                                       "recorded_by_coop"};
+                                       "recorded_by_coop",
+                                       "path"};
     for (size_t r = 0; r < 2; r++) {
         json_t *o = json_array_get(rows, r);
         assert_int_equal(json_object_size(o), sizeof keys / sizeof keys[0]);
@@ -320,6 +321,9 @@ static void json_rows_have_the_issue_keys(void **unused)
                 fail_msg("row %zu lacks key %s", r, keys[k]);
         assert_int_equal(json_integer_value(json_object_get(o, "peak_live_bytes")), 1572864);
         assert_int_equal(json_integer_value(json_object_get(o, "events")), 4);
+        /* the path as given, beside the file's name */
+        assert_string_equal(json_string_value(json_object_get(o, "trace")), "small.trace");
+        assert_non_null(strstr(json_string_value(json_object_get(o, "path")), "/small.trace"));
         assert_true(json_is_null(json_object_get(o, "oom_event"))); /* both completed */
     }
     json_t *ideal = json_array_get(rows, 0), *torch = json_array_get(rows, 1);

@@ -290,6 +290,8 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
                 "coop replay: %s: no recorded row: the trace holds no recorded segments (only "
                 "PyTorch snapshots, or text traces with S/E lines, do)\n",
                 path);
+    for (size_t i = 0; i < filled; i++)
+        grown[res->num_rows + i].path = path;
     if (cli->json)
         for (size_t i = 0; i < filled; i++)
             if (!replay_report_json(stdout, &grown[res->num_rows + i]))

@@ -72,6 +72,7 @@ bool replay_report_json(FILE *out, const replay_row *r)
                                r->has_torch_settings ? json_boolean(r->torch_settings_default)
                                                      : json_null());
     err |= json_object_set_new(o, "recorded_by_coop", json_boolean(r->recorded_by_coop));
+    err |= json_object_set_new(o, "path", r->path ? json_string(r->path) : json_null());
     bool ok = !err && json_dumpf(o, out, JSON_COMPACT | JSON_PRESERVE_ORDER) == 0 &&
               fputc('\n', out) != EOF;
     json_decref(o);

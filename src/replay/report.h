@@ -25,13 +25,14 @@ typedef struct replay_row {
     bool has_torch_settings;     /* the trace (a snapshot) recorded PyTorch's settings ... */
     bool torch_settings_default; /* ... and they are the defaults torch emulates */
     bool recorded_by_coop;       /* a snapshot coop.torch wrote: its recorded row is coop's */
+    const char *path;            /* the trace's path as given (JSON "path"); NULL: not known */
 } replay_row;
 
 /* JSON: the issue's keys (trace, policy, events, peak_live_bytes,
  * peak_reserved_bytes, reserved_over_live, min_capacity_bytes, map_bytes,
  * frag_mean, frag_max, ns_per_op) plus gmlake_frag, oom_event,
- * torch_settings_default and recorded_by_coop (properties of the trace, on
- * every row); null
+ * torch_settings_default, recorded_by_coop and path (properties of the trace,
+ * on every row: "trace" is the file's name, "path" the path as given); null
  * where a figure does not apply. A row that ran out of memory at --capacity has
  * its oom_event, and null for the ratios that would compare a truncated run
  * with the whole trace (reserved_over_live, gmlake_frag). Returns false when
