@@ -39,9 +39,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "replay/block_map.h"
-#include "replay/block_tree.h"
 #include "replay/policy.h"
+#include "replay/torch_block.h"
 #include "replay/torch_rules.h"
 #include "status.h"
 
@@ -50,13 +49,6 @@
  * found by rounding addresses. */
 #define XS_FIRST_ADDR ((uint64_t)TORCH_LARGE_BUFFER << 20)
 
-typedef struct xs_block {
-    block_tree_node node; /* key while free or unmapped: (stream, size, addr) */
-    uint64_t addr, size, stream;
-    bool allocated, mapped, small;
-    struct xs_block *prev, *next; /* neighbours inside the segment */
-} xs_block;
-
 typedef struct xs_state {
     uint64_t capacity, segment_bytes;
     /* segment labels: slot i is [XS_FIRST_ADDR + i * slot_bytes, + slot_bytes);
@@ -64,107 +56,14 @@ typedef struct xs_state {
     uint64_t slot_bytes, next_slot, max_slots;
     uint64_t *free_slots;
     size_t num_free_slots, cap_free_slots;
-    /* per pool ([small]): free blocks by (stream, size, address), as torch's
-     * pool.blocks; unmapped blocks by (stream, address), as its pool.unmapped
-     * (filed with size 0) */
-    block_tree free[2], unmapped[2];
-    block_map allocated; /* address -> allocated block */
-    xs_block *spare;     /* recycled records (via next) */
-    uint64_t reserved, map_bytes, active, free_bytes, segments;
+    torch_blocks blocks; /* reserved: mapped bytes */
+    uint64_t segments;
 } xs_state;
 
-static uint64_t page_of(bool small)
-{
-    return small ? TORCH_SMALL_BUFFER : TORCH_LARGE_BUFFER;
-}
-
-static xs_block *block_new(xs_state *s)
-{
-    xs_block *b = s->spare;
-    if (b)
-        s->spare = b->next;
-    else
-        b = malloc(sizeof *b);
-    if (b)
-        *b = (xs_block){0};
-    return b;
-}
-
-static void block_recycle(xs_state *s, xs_block *b)
-{
-    b->next = s->spare;
-    s->spare = b;
-}
-
-/* The tree a free or unmapped block is kept in. */
-static block_tree *tree_of(xs_state *s, const xs_block *b)
-{
-    return b->mapped ? &s->free[b->small] : &s->unmapped[b->small];
-}
-
-static void tree_insert(xs_state *s, xs_block *b)
-{
-    b->node.stream = b->stream;
-    b->node.size = b->mapped ? b->size : 0;
-    b->node.addr = b->addr;
-    block_tree_insert(tree_of(s, b), &b->node);
-    if (b->mapped)
-        s->free_bytes += b->size;
-}
-
-static void tree_remove(xs_state *s, xs_block *b)
-{
-    block_tree_remove(tree_of(s, b), &b->node);
-    if (b->mapped)
-        s->free_bytes -= b->size;
-}
-
-/* Splits b at offset at (0 < at < b->size): the new block [b + at, end)
- * follows b with b's state; neither is in a tree. */
-static xs_block *split_off(xs_state *s, xs_block *b, uint64_t at)
-{
-    xs_block *rest = block_new(s);
-    if (!rest)
-        return NULL;
-    *rest = (xs_block){.addr = b->addr + at,
-                       .size = b->size - at,
-                       .stream = b->stream,
-                       .mapped = b->mapped,
-                       .small = b->small,
-                       .prev = b,
-                       .next = b->next};
-    if (b->next)
-        b->next->prev = rest;
-    b->next = rest;
-    b->size = at;
-    return rest;
-}
-
-/* Merges into b (not in a tree) its neighbour n when n is free, or
- * unmapped, as b is (torch's try_merge_blocks); n leaves its tree. */
-static void merge_neighbour(xs_state *s, xs_block *b, xs_block *n)
-{
-    if (!n || n->allocated || n->mapped != b->mapped)
-        return;
-    tree_remove(s, n);
-    if (n == b->prev) {
-        b->addr = n->addr;
-        b->prev = n->prev;
-        if (n->prev)
-            n->prev->next = b;
-    } else {
-        b->next = n->next;
-        if (n->next)
-            n->next->prev = b;
-    }
-    b->size += n->size;
-    block_recycle(s, n);
-}
-
 /* Reserves a new segment for (stream, pool): one unmapped block, in its tree. */
-static xs_block *segment_new(xs_state *s, uint64_t stream, bool small)
+static torch_block *segment_new(xs_state *s, uint64_t stream, bool small)
 {
-    uint64_t page = page_of(small);
+    uint64_t page = torch_page_of(small);
     uint64_t size = torch_round_up(s->segment_bytes, page);
     uint64_t slot;
     if (s->num_free_slots)
@@ -173,19 +72,19 @@ static xs_block *segment_new(xs_state *s, uint64_t stream, bool small)
         slot = s->next_slot;
     else
         return NULL; /* more live ranges than 64-bit labels hold: out of memory */
-    xs_block *b = block_new(s);
+    torch_block *b = torch_block_new(&s->blocks);
     if (!b)
         return NULL;
     if (s->num_free_slots)
         s->num_free_slots--;
     else
         s->next_slot++;
-    *b = (xs_block){.addr = XS_FIRST_ADDR + slot * s->slot_bytes,
-                    .size = size,
-                    .stream = stream,
-                    .small = small};
+    *b = (torch_block){.addr = XS_FIRST_ADDR + slot * s->slot_bytes,
+                       .size = size,
+                       .stream = stream,
+                       .small = small};
     s->segments++;
-    tree_insert(s, b);
+    torch_block_file(&s->blocks, b);
     return b;
 }
 
@@ -193,38 +92,38 @@ static xs_block *segment_new(xs_state *s, uint64_t stream, bool small)
  * unmapped block b (in its tree), merges them with free neighbours and
  * files the result as free. NULL when the capacity has no room (b is then
  * untouched). */
-static xs_block *map_front(xs_state *s, xs_block *b, uint64_t size)
+static torch_block *map_front(xs_state *s, torch_block *b, uint64_t size)
 {
-    uint64_t bytes = torch_round_up(size, page_of(b->small));
+    uint64_t bytes = torch_round_up(size, torch_page_of(b->small));
     if (bytes > b->size)
         bytes = b->size; /* unmapped blocks are whole pages: cannot happen */
-    if (bytes > s->capacity - s->reserved)
+    if (bytes > s->capacity - s->blocks.reserved)
         return NULL;
-    tree_remove(s, b);
+    torch_block_unfile(&s->blocks, b);
     if (bytes < b->size) {
-        xs_block *rest = split_off(s, b, bytes);
+        torch_block *rest = torch_block_split(&s->blocks, b, bytes);
         if (!rest) {
-            tree_insert(s, b);
+            torch_block_file(&s->blocks, b);
             return NULL;
         }
-        tree_insert(s, rest); /* still unmapped */
+        torch_block_file(&s->blocks, rest); /* still unmapped */
     }
     b->mapped = true;
-    s->reserved += bytes;
-    s->map_bytes += bytes;
-    merge_neighbour(s, b, b->prev);
-    merge_neighbour(s, b, b->next);
-    tree_insert(s, b);
+    s->blocks.reserved += bytes;
+    s->blocks.map_bytes += bytes;
+    torch_block_merge(&s->blocks, b, b->prev);
+    torch_block_merge(&s->blocks, b, b->next);
+    torch_block_file(&s->blocks, b);
     return b;
 }
 
 /* A block a request can grow over: free or unmapped (no events in replay). */
-static bool allocatable(const xs_block *b)
+static bool allocatable(const torch_block *b)
 {
     return b && !b->allocated;
 }
 
-static bool has_room(const xs_block *b, uint64_t size)
+static bool has_room(const torch_block *b, uint64_t size)
 {
     uint64_t bytes = 0;
     for (; bytes < size && allocatable(b); b = b->next)
@@ -235,12 +134,12 @@ static bool has_room(const xs_block *b, uint64_t size)
 /* torch's find_expandable_block: the first run of free and unmapped blocks
  * with room, starting at an unmapped block (lowest address first) or the
  * free block right before it; a new segment when none has room. */
-static xs_block *find_expandable(xs_state *s, uint64_t stream, bool small, uint64_t size)
+static torch_block *find_expandable(xs_state *s, uint64_t stream, bool small, uint64_t size)
 {
-    block_tree *tree = &s->unmapped[small];
+    block_tree *tree = &s->blocks.unmapped[small];
     for (block_tree_node *n = block_tree_lower_bound(tree, stream, 0); n && n->stream == stream;
          n = block_tree_next(tree, n)) {
-        xs_block *c = (xs_block *)n;
+        torch_block *c = (torch_block *)n;
         if (allocatable(c->prev))
             c = c->prev;
         if (has_room(c, size))
@@ -252,9 +151,9 @@ static xs_block *find_expandable(xs_state *s, uint64_t stream, bool small, uint6
 /* torch's try_allocate_expandable_block: maps until the run from the
  * candidate holds size bytes; the block, out of its tree, or NULL (what was
  * mapped stays mapped and free). */
-static xs_block *allocate_expandable(xs_state *s, uint64_t stream, bool small, uint64_t size)
+static torch_block *allocate_expandable(xs_state *s, uint64_t stream, bool small, uint64_t size)
 {
-    xs_block *c = find_expandable(s, stream, small, size);
+    torch_block *c = find_expandable(s, stream, small, size);
     if (!c)
         return NULL;
     if (!c->mapped && !(c = map_front(s, c, c->size < size ? c->size : size)))
@@ -262,21 +161,21 @@ static xs_block *allocate_expandable(xs_state *s, uint64_t stream, bool small, u
     while (c->size < size) {
         /* free -> unmapped -> ...: map the next block's front; it merges with c */
         uint64_t need = size - c->size;
-        xs_block *n = c->next;
+        torch_block *n = c->next;
         if (!n) /* a request beyond the range: only with a capacity near 2^64 */
             return NULL;
         if (!(c = map_front(s, n, n->size < need ? n->size : need)))
             return NULL;
     }
-    tree_remove(s, c);
+    torch_block_unfile(&s->blocks, c);
     return c;
 }
 
 /* torch's get_free_block: best fit among the free blocks of the stream,
  * moving on past blocks that could grow into unmapped space. */
-static xs_block *best_free(xs_state *s, uint64_t stream, bool small, uint64_t size)
+static torch_block *best_free(xs_state *s, uint64_t stream, bool small, uint64_t size)
 {
-    block_tree *tree = &s->free[small];
+    block_tree *tree = &s->blocks.free[small];
     block_tree_node *it = block_tree_lower_bound(tree, stream, size);
     if (!it || it->stream != stream)
         return NULL;
@@ -284,60 +183,60 @@ static xs_block *best_free(xs_state *s, uint64_t stream, bool small, uint64_t si
         block_tree_node *next = block_tree_next(tree, it);
         if (!next || next->stream != stream)
             break;
-        const xs_block *a = (const xs_block *)it, *b = (const xs_block *)next;
+        const torch_block *a = (const torch_block *)it, *b = (const torch_block *)next;
         uint64_t grow_a = a->size + (a->next && !a->next->mapped ? a->next->size : 0);
         uint64_t grow_b = b->size + (b->next && !b->next->mapped ? b->next->size : 0);
         if (grow_b >= grow_a)
             break;
         it = next;
     }
-    xs_block *b = (xs_block *)it;
-    tree_remove(s, b);
+    torch_block *b = (torch_block *)it;
+    torch_block_unfile(&s->blocks, b);
     return b;
 }
 
 /* Collects the free blocks of a tree (unmapping changes the tree). */
 typedef struct collected {
-    xs_block **out;
+    torch_block **out;
     size_t count;
 } collected;
 
 static void collect(block_tree_node *n, void *ctx)
 {
     collected *c = ctx;
-    c->out[c->count++] = (xs_block *)n;
+    c->out[c->count++] = (torch_block *)n;
 }
 
 /* torch's unmap_block: unmaps the whole pages inside the free block b (in
  * its tree); the parts before and after stay free. */
-static void unmap_pages(xs_state *s, xs_block *b)
+static void unmap_pages(xs_state *s, torch_block *b)
 {
-    uint64_t page = page_of(b->small);
+    uint64_t page = torch_page_of(b->small);
     uint64_t lo = torch_round_up(b->addr, page), hi = (b->addr + b->size) / page * page;
     if (lo >= hi)
         return;
-    tree_remove(s, b);
+    torch_block_unfile(&s->blocks, b);
     if (hi < b->addr + b->size) {
-        xs_block *after = split_off(s, b, hi - b->addr);
+        torch_block *after = torch_block_split(&s->blocks, b, hi - b->addr);
         if (!after) {
-            tree_insert(s, b);
+            torch_block_file(&s->blocks, b);
             return;
         }
-        tree_insert(s, after);
+        torch_block_file(&s->blocks, after);
     }
     if (lo > b->addr) {
-        xs_block *middle = split_off(s, b, lo - b->addr);
+        torch_block *middle = torch_block_split(&s->blocks, b, lo - b->addr);
         if (!middle) {
-            tree_insert(s, b);
+            torch_block_file(&s->blocks, b);
             return;
         }
-        tree_insert(s, b); /* the part before */
+        torch_block_file(&s->blocks, b); /* the part before */
         b = middle;
     }
     b->mapped = false;
-    s->reserved -= b->size;
-    merge_neighbour(s, b, b->prev);
-    merge_neighbour(s, b, b->next);
+    s->blocks.reserved -= b->size;
+    torch_block_merge(&s->blocks, b, b->prev);
+    torch_block_merge(&s->blocks, b, b->next);
     if (!b->prev && !b->next) { /* the whole segment unmapped: released */
         /* its slot is labelled again first: torch reserves a new range each
          * time, and labels must not run out over many OOM retries */
@@ -346,7 +245,7 @@ static void unmap_pages(xs_state *s, xs_block *b)
             uint64_t *grown = realloc(s->free_slots, cap * sizeof *grown);
             if (!grown) { /* no host memory: the slot stays used, a label lost */
                 s->segments--;
-                block_recycle(s, b);
+                torch_block_recycle(&s->blocks, b);
                 return;
             }
             s->free_slots = grown;
@@ -354,21 +253,21 @@ static void unmap_pages(xs_state *s, xs_block *b)
         }
         s->free_slots[s->num_free_slots++] = (b->addr - XS_FIRST_ADDR) / s->slot_bytes;
         s->segments--;
-        block_recycle(s, b);
+        torch_block_recycle(&s->blocks, b);
         return;
     }
-    tree_insert(s, b);
+    torch_block_file(&s->blocks, b);
 }
 
 /* torch's release_cached_blocks: large pool first, then small. */
 static void release_cached(xs_state *s)
 {
     for (int small = 0; small < 2; small++) {
-        size_t cap = s->free[small].count;
+        size_t cap = s->blocks.free[small].count;
         collected c = {.out = cap ? malloc(cap * sizeof *c.out) : NULL};
         if (cap && !c.out)
             return; /* no host memory: behave as if nothing were cached */
-        block_tree_each(&s->free[small], collect, &c);
+        block_tree_each(&s->blocks.free[small], collect, &c);
         for (size_t i = 0; i < c.count; i++)
             unmap_pages(s, c.out[i]);
         free(c.out);
@@ -399,7 +298,7 @@ static coop_status xs_malloc(void *state, uint64_t size, uint64_t stream, uintpt
     xs_state *s = state;
     uint64_t rounded = torch_round_size(size);
     bool small = rounded <= TORCH_SMALL_SIZE;
-    xs_block *b = best_free(s, stream, small, rounded);
+    torch_block *b = best_free(s, stream, small, rounded);
     if (!b)
         b = allocate_expandable(s, stream, small, rounded);
     if (!b) {
@@ -410,63 +309,34 @@ static coop_status xs_malloc(void *state, uint64_t size, uint64_t stream, uintpt
         return coop_set_error(COOP_ERR_NOMEM,
                               "torch-expandable policy: %llu bytes do not fit (mapped %llu of "
                               "%llu)",
-                              (unsigned long long)size, (unsigned long long)s->reserved,
+                              (unsigned long long)size, (unsigned long long)s->blocks.reserved,
                               (unsigned long long)s->capacity);
     if (b->size - rounded >= TORCH_MIN_BLOCK) {
-        xs_block *rest = split_off(s, b, rounded);
+        torch_block *rest = torch_block_split(&s->blocks, b, rounded);
         if (!rest) {
-            tree_insert(s, b);
+            torch_block_file(&s->blocks, b);
             return coop_set_error(COOP_ERR_HOST_NOMEM,
                                   "torch-expandable policy: out of host memory");
         }
-        tree_insert(s, rest);
+        torch_block_file(&s->blocks, rest);
     }
-    if (!block_map_put(&s->allocated, (uintptr_t)b->addr, b)) {
-        merge_neighbour(s, b, b->next); /* the remainder split off above: whole again */
-        tree_insert(s, b);
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "torch-expandable policy: out of host memory");
-    }
-    b->allocated = true;
-    s->active += b->size;
-    *addr = (uintptr_t)b->addr;
-    return COOP_OK;
+    coop_status st = torch_blocks_allocate(&s->blocks, b, "torch-expandable");
+    if (st == COOP_OK)
+        *addr = (uintptr_t)b->addr;
+    return st;
 }
 
 static coop_status xs_free(void *state, uintptr_t addr, uint64_t size)
 {
     (void)size;
     xs_state *s = state;
-    xs_block *b = block_map_take(&s->allocated, addr);
-    if (!b)
-        return coop_set_error(COOP_ERR_FOREIGN_PTR,
-                              "torch-expandable policy: free of unknown address %#llx",
-                              (unsigned long long)addr);
-    b->allocated = false;
-    s->active -= b->size;
-    merge_neighbour(s, b, b->prev);
-    merge_neighbour(s, b, b->next);
-    tree_insert(s, b);
-    return COOP_OK;
+    return torch_blocks_free(&s->blocks, addr, "torch-expandable");
 }
 
 static void xs_stats(void *state, replay_policy_stats *out)
 {
     xs_state *s = state;
-    uint64_t a = block_tree_max_size(&s->free[0]), b = block_tree_max_size(&s->free[1]);
-    *out = (replay_policy_stats){
-        .reserved_bytes = s->reserved,
-        .map_bytes = s->map_bytes,
-        .active_bytes = s->active,
-        .free_bytes = s->free_bytes,
-        .largest_free = a > b ? a : b,
-        .has_free_blocks = true,
-    };
-}
-
-static void free_record(block_tree_node *n, void *ctx)
-{
-    (void)ctx;
-    free(n); /* the node is the record's first member */
+    torch_blocks_stats(&s->blocks, out);
 }
 
 static void xs_destroy(void *state)
@@ -474,116 +344,15 @@ static void xs_destroy(void *state)
     xs_state *s = state;
     if (!s)
         return;
-    for (int small = 0; small < 2; small++) {
-        block_tree_each(&s->free[small], free_record, NULL);
-        block_tree_each(&s->unmapped[small], free_record, NULL);
-    }
-    if (s->allocated.slots)
-        for (size_t i = 0; i <= s->allocated.mask; i++)
-            free(s->allocated.slots[i].value);
-    block_map_free(&s->allocated);
-    while (s->spare) {
-        xs_block *next = s->spare->next;
-        free(s->spare);
-        s->spare = next;
-    }
+    torch_blocks_destroy(&s->blocks); /* nothing is mapped on the host */
     free(s->free_slots);
     free(s);
-}
-
-/* ---- checking (tests and fuzzers) ---------------------------------------- */
-
-typedef struct check_walk {
-    const xs_state *s;
-    bool small, in_free; /* the tree being walked */
-    uint64_t bytes;      /* sizes summed */
-    const char *broken;  /* the first invariant found broken */
-    uint64_t at;         /* its block's address */
-} check_walk;
-
-/* The invariants every block keeps, wherever it is filed. */
-static const char *block_broken(const xs_block *b)
-{
-    uint64_t page = page_of(b->small);
-    if (b->prev && (b->prev->addr + b->prev->size != b->addr || b->prev->next != b ||
-                    b->prev->small != b->small || b->prev->stream != b->stream))
-        return "a block and its previous neighbour do not meet";
-    if (b->next && (b->addr + b->size != b->next->addr || b->next->prev != b))
-        return "a block and its next neighbour do not meet";
-    if (!b->mapped && (b->addr % page || b->size % page))
-        return "an unmapped block is not whole pages";
-    if (b->prev && b->prev->mapped != b->mapped && b->addr % page)
-        return "a mapped / unmapped edge is not on a page boundary";
-    const xs_block *sides[2] = {b->prev, b->next};
-    for (int i = 0; i < 2; i++)
-        if (sides[i] && !sides[i]->allocated && !b->allocated && sides[i]->mapped == b->mapped)
-            return b->mapped ? "two free blocks side by side (unmerged)"
-                             : "two unmapped blocks side by side (unmerged)";
-    return NULL;
-}
-
-static void check_filed(block_tree_node *n, void *ctx)
-{
-    check_walk *w = ctx;
-    const xs_block *b = (const xs_block *)n;
-    const char *broken = NULL;
-    if (b->allocated || b->mapped != w->in_free || b->small != w->small)
-        broken = w->in_free ? "the free tree holds a block that is not free in its pool"
-                            : "the unmapped tree holds a block that is not unmapped in its pool";
-    else if (n->stream != b->stream || n->addr != b->addr || n->size != (b->mapped ? b->size : 0))
-        broken = "a block's tree key does not match the block";
-    else
-        broken = block_broken(b);
-    if (broken && !w->broken) {
-        w->broken = broken;
-        w->at = b->addr;
-    }
-    w->bytes += b->size;
 }
 
 static coop_status xs_check(void *state)
 {
     const xs_state *s = state;
-    uint64_t free_bytes = 0;
-    for (int small = 0; small < 2; small++) {
-        for (int in_free = 0; in_free < 2; in_free++) {
-            check_walk w = {.s = s, .small = small, .in_free = in_free};
-            block_tree_each(in_free ? &s->free[small] : &s->unmapped[small], check_filed, &w);
-            if (w.broken)
-                return coop_set_error(COOP_ERR_INVALID, "torch-expandable: %s (at %#llx)", w.broken,
-                                      (unsigned long long)w.at);
-            if (in_free)
-                free_bytes += w.bytes;
-        }
-    }
-    uint64_t active = 0;
-    if (s->allocated.slots)
-        for (size_t i = 0; i <= s->allocated.mask; i++) {
-            const xs_block *b = s->allocated.slots[i].value;
-            if (!s->allocated.slots[i].key)
-                continue;
-            const char *broken = !b->allocated || !b->mapped || b->addr != s->allocated.slots[i].key
-                                     ? "the address map holds a block that is not allocated there"
-                                     : block_broken(b);
-            if (broken)
-                return coop_set_error(COOP_ERR_INVALID, "torch-expandable: %s (at %#llx)", broken,
-                                      (unsigned long long)b->addr);
-            active += b->size;
-        }
-    if (free_bytes != s->free_bytes || active != s->active)
-        return coop_set_error(COOP_ERR_INVALID,
-                              "torch-expandable: counted %llu free and %llu active bytes, the "
-                              "totals say %llu and %llu",
-                              (unsigned long long)free_bytes, (unsigned long long)active,
-                              (unsigned long long)s->free_bytes, (unsigned long long)s->active);
-    if (s->reserved != free_bytes + active || s->reserved > s->capacity)
-        return coop_set_error(COOP_ERR_INVALID,
-                              "torch-expandable: %llu bytes mapped, not the %llu free and active "
-                              "(or above the capacity %llu)",
-                              (unsigned long long)s->reserved,
-                              (unsigned long long)(free_bytes + active),
-                              (unsigned long long)s->capacity);
-    return COOP_OK;
+    return torch_blocks_check(&s->blocks, "torch-expandable", s->capacity);
 }
 
 const replay_policy_ops replay_policy_torch_expandable = {

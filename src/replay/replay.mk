@@ -3,6 +3,7 @@ libcooptools_la_SOURCES += \
 	src/replay/policy.c src/replay/policy.h \
 	src/replay/policy_coop.c \
 	src/replay/policy_torch.c src/replay/torch_rules.h \
+	src/replay/torch_block.c src/replay/torch_block.h \
 	src/replay/policy_torch_expandable.c \
 	src/replay/policy_jemalloc.c \
 	src/replay/policy_ideal.c \

@@ -7,6 +7,7 @@
 #ifndef COOP_REPLAY_TORCH_RULES_H
 #define COOP_REPLAY_TORCH_RULES_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum {
@@ -33,6 +34,12 @@ static inline uint64_t torch_round_up(uint64_t x, uint64_t to)
 static inline uint64_t torch_round_size(uint64_t size)
 {
     return size < TORCH_MIN_BLOCK ? TORCH_MIN_BLOCK : torch_round_up(size, TORCH_MIN_BLOCK);
+}
+
+/* An expandable segment's page in a pool: what it maps and unmaps at once. */
+static inline uint64_t torch_page_of(bool small)
+{
+    return small ? TORCH_SMALL_BUFFER : TORCH_LARGE_BUFFER;
 }
 
 #endif

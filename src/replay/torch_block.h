@@ -1,0 +1,88 @@
+/*
+ * The block records of both PyTorch emulations, `torch` (policy_torch.c) and
+ * `torch-expandable` (policy_torch_expandable.c): blocks tile each segment in
+ * address order and link to their neighbours; free blocks are filed per pool
+ * by (stream, size, address), as torch's pool.blocks, unmapped ones
+ * (expandable segments only) by (stream, address), as its pool.unmapped;
+ * allocated ones are found by address. How segments are made, grown and
+ * released differs between the two and stays in each policy.
+ */
+#ifndef COOP_REPLAY_TORCH_BLOCK_H
+#define COOP_REPLAY_TORCH_BLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "replay/block_map.h"
+#include "replay/block_tree.h"
+#include "replay/policy.h"
+#include "status.h"
+
+typedef struct torch_block {
+    block_tree_node node; /* first member; the key while free or unmapped */
+    uint64_t addr, size, stream;
+    bool allocated;
+    bool mapped;                     /* false: address space of an expandable segment, no pages */
+    bool small;                      /* which pool the segment belongs to */
+    struct torch_block *prev, *next; /* neighbours inside the segment */
+} torch_block;
+
+typedef struct torch_blocks {
+    block_tree free[2], unmapped[2]; /* indexed by small */
+    block_map allocated;             /* address -> allocated block */
+    torch_block *spare;              /* recycled records (via next) */
+    /* reserved: bytes of device memory held (whole segments for `torch`,
+     * mapped pages for `torch-expandable`), kept by the policy; map_bytes:
+     * all it ever mapped; free_bytes and active: the free and allocated
+     * blocks' sizes */
+    uint64_t reserved, map_bytes, free_bytes, active;
+} torch_blocks;
+
+/* A zeroed record, recycled or new; NULL when host memory runs out. */
+torch_block *torch_block_new(torch_blocks *t);
+/* Keeps b (in no tree, no map) for torch_block_new. */
+void torch_block_recycle(torch_blocks *t, torch_block *b);
+
+/* Files the free or unmapped block b in its tree (b's key is set here). */
+void torch_block_file(torch_blocks *t, torch_block *b);
+/* Takes b out of the tree it is filed in. */
+void torch_block_unfile(torch_blocks *t, torch_block *b);
+
+/* Splits b (in no tree) at offset at, 0 < at < b->size: returns the new
+ * block [b + at, end), which follows b with b's state and is in no tree;
+ * NULL (b untouched) when host memory runs out. */
+torch_block *torch_block_split(torch_blocks *t, torch_block *b, uint64_t at);
+
+/* Merges into b (in no tree) its neighbour n when n is free, or unmapped,
+ * as b is (torch's try_merge_blocks); n leaves its tree and is recycled.
+ * Does nothing when n is NULL, allocated or of the other kind. */
+void torch_block_merge(torch_blocks *t, torch_block *b, torch_block *n);
+
+/* Marks b (mapped, in no tree) allocated and files it by address. When host
+ * memory runs out it merges b with a free block after it (the remainder a
+ * split just made), files it as free and sets a COOP_ERR_HOST_NOMEM error
+ * naming policy. */
+coop_status torch_blocks_allocate(torch_blocks *t, torch_block *b, const char *policy);
+
+/* Frees the allocated block at addr: it merges with free neighbours and is
+ * filed as free. COOP_ERR_FOREIGN_PTR, naming policy, when no block is
+ * allocated there (state untouched). */
+coop_status torch_blocks_free(torch_blocks *t, uintptr_t addr, const char *policy);
+
+/* The counters replay reports (reserved, map_bytes, active, free, largest). */
+void torch_blocks_stats(const torch_blocks *t, replay_policy_stats *out);
+
+/* Calls fn on every record filed (free, unmapped, allocated; not spares);
+ * fn must not change the trees or the map. */
+void torch_blocks_each(const torch_blocks *t, void (*fn)(torch_block *, void *), void *ctx);
+
+/* Validates every record and counter (neighbours meet, no two free or two
+ * unmapped blocks side by side, unmapped blocks whole pages, keys and
+ * totals, reserved = free + active <= capacity); COOP_ERR_INVALID naming
+ * policy and the first broken rule otherwise. */
+coop_status torch_blocks_check(const torch_blocks *t, const char *policy, uint64_t capacity);
+
+/* Frees every record (the policy releases its segments first). */
+void torch_blocks_destroy(torch_blocks *t);
+
+#endif
