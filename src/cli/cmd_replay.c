@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "byte_size.h"
+#include "cli/cli_getopt.h"
 #include "cli/cli_list.h"
 #include "cli/commands.h"
 #include "replay/measure.h"
@@ -357,15 +358,10 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             usage(stdout);
             return 0;
         case ':':
-            fprintf(stderr, "coop replay: %s needs a value\n", argv[optind - 1]);
+            cli_getopt_error("coop replay", c, argv);
             return 2;
         default:
-            /* a long option is the argument getopt just passed; a short one
-             * may sit inside a cluster (-xyz), named by optopt */
-            if (!strncmp(argv[optind - 1], "--", 2))
-                fprintf(stderr, "coop replay: unknown option '%s'\n", argv[optind - 1]);
-            else
-                fprintf(stderr, "coop replay: unknown option '-%c'\n", optopt);
+            cli_getopt_error("coop replay", c, argv);
             usage(stderr);
             return 2;
         }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_getopt.h"
 #include "cli/cli_list.h"
 #include "cli/commands.h"
 #include "remat/sim.h"
@@ -366,15 +367,10 @@ int cmd_sim(int argc, char **argv)
             usage(stdout);
             return 0;
         case ':':
-            fprintf(stderr, "coop sim: %s needs a value\n", argv[optind - 1]);
+            cli_getopt_error("coop sim", c, argv);
             return 2;
         default:
-            /* a long option is the argument getopt just passed; a short one
-             * may sit inside a cluster (-xyz), named by optopt */
-            if (!strncmp(argv[optind - 1], "--", 2))
-                fprintf(stderr, "coop sim: unknown option '%s'\n", argv[optind - 1]);
-            else
-                fprintf(stderr, "coop sim: unknown option '-%c'\n", optopt);
+            cli_getopt_error("coop sim", c, argv);
             usage(stderr);
             return 2;
         }
