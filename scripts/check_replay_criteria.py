@@ -23,47 +23,40 @@ summary; exits 1 if any check fails, 2 on bad input (no rows, a missing row, a z
 recorded peak).
 """
 import argparse
-import json
 import re
 import sys
+
+import json_rows
 
 
 NUMBERS = ("peak_live_bytes", "peak_reserved_bytes", "min_capacity_bytes", "map_bytes", "ns_per_op")
 
 
 def die(message):
-    print(f"check_replay_criteria: {message}", file=sys.stderr)
-    sys.exit(2)
+    json_rows.die("check_replay_criteria", message)
 
 
 def load(path):
     rows = {}
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        die(f"{path}: {e.strerror}")
-    with f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-                mine = rows.setdefault(r["trace"], {})
-                if r["policy"] in mine:
-                    # rows name traces by file name: two folders' traces of one
-                    # name would overwrite each other
-                    die(f"{path}:{lineno}: a second {r['policy']} row for {r['trace']} "
-                        f"({r.get('path') or 'two traces of that name?'}: check them in "
-                        "separate runs)")
-                mine[r["policy"]] = r
-            except (ValueError, KeyError, TypeError) as e:
-                die(f"{path}:{lineno}: not a coop replay JSON row ({e})")
-            for key in NUMBERS:
-                v = r.get(key)
-                if isinstance(v, bool) or not isinstance(v, (int, float, type(None))):
-                    die(f"{path}:{lineno}: {key} is {v!r}, not a number or null")
-            if not r.get("peak_live_bytes"):
-                die(f"{path}:{lineno}: peak_live_bytes is missing or zero")
+    for lineno, r in json_rows.json_rows(path, "check_replay_criteria",
+                                         "not a coop replay JSON row"):
+        try:
+            mine = rows.setdefault(r["trace"], {})
+            if r["policy"] in mine:
+                # rows name traces by file name: two folders' traces of one
+                # name would overwrite each other
+                die(f"{path}:{lineno}: a second {r['policy']} row for {r['trace']} "
+                    f"({r.get('path') or 'two traces of that name?'}: check them in "
+                    "separate runs)")
+            mine[r["policy"]] = r
+        except (ValueError, KeyError, TypeError) as e:
+            die(f"{path}:{lineno}: not a coop replay JSON row ({e})")
+        for key in NUMBERS:
+            v = r.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float, type(None))):
+                die(f"{path}:{lineno}: {key} is {v!r}, not a number or null")
+        if not r.get("peak_live_bytes"):
+            die(f"{path}:{lineno}: peak_live_bytes is missing or zero")
     return rows
 
 

@@ -30,42 +30,33 @@ The results come from, e.g.:
       traces/*.ops.jsonl.gz
 """
 import argparse
-import json
 import sys
+
+import json_rows
 
 SLACK = 0.005
 RIVALS = ("dtr", "dte")
 
 
 def die(message):
-    print(f"check_sim_criteria: {message}", file=sys.stderr)
-    sys.exit(2)
+    json_rows.die("check_sim_criteria", message)
 
 
 def load(path):
     """{(log, policy, ratio): row} of the arena rows."""
     rows = {}
-    try:
-        f = open(path, encoding="utf-8")
-    except OSError as e:
-        die(f"{path}: {e.strerror}")
-    with f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
+    for n, r in json_rows.json_rows(path, "check_sim_criteria", "not a coop sim --json row"):
+        try:
+            if r["memory"] != "arena":
                 continue
-            try:
-                r = json.loads(line)
-                if r["memory"] != "arena":
-                    continue
-                key = (r["log"], r["policy"], round(float(r["budget_ratio"]), 4))
-                if r["result"] == "ok":
-                    float(r["overhead"])
-            except (ValueError, KeyError, TypeError) as e:
-                die(f"{path}:{n}: not a coop sim --json row ({e!r})")
-            if key in rows:
-                die(f"{path}:{n}: a second row for {key[0]} {key[1]} at {key[2]:g}")
-            rows[key] = r
+            key = (r["log"], r["policy"], round(float(r["budget_ratio"]), 4))
+            if r["result"] == "ok":
+                float(r["overhead"])
+        except (ValueError, KeyError, TypeError) as e:
+            die(f"{path}:{n}: not a coop sim --json row ({e!r})")
+        if key in rows:
+            die(f"{path}:{n}: a second row for {key[0]} {key[1]} at {key[2]:g}")
+        rows[key] = r
     if not rows:
         die(f"{path}: no arena rows")
     engines = {r.get("engine", "sim") for r in rows.values()}

@@ -7,11 +7,11 @@ usage: coop sim --json ... > sim.jsonl   (exit 2 on bad input)
        scripts/plot_sim.py sim.jsonl out.png [--title TEXT]
 """
 import argparse
-import json
 import math
-import sys
 
 import matplotlib
+
+import json_rows
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -20,29 +20,16 @@ REQUIRED = ("log", "policy", "memory", "budget_ratio", "result", "overhead")
 
 
 def die(message):
-    print(f"plot_sim: {message}", file=sys.stderr)
-    sys.exit(2)
+    json_rows.die("plot_sim", message)
 
 
 def load(path):
     rows = []
-    try:
-        f = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    except OSError as e:
-        die(f"{path}: {e.strerror}")
-    with f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                die(f"{path}:{n}: not JSON: {e}")
-            missing = [k for k in REQUIRED if k not in row]
-            if missing:
-                die(f"{path}:{n}: missing {', '.join(missing)}")
-            rows.append(row)
+    for n, row in json_rows.json_rows(path, "plot_sim", "not a coop sim --json row"):
+        missing = [k for k in REQUIRED if k not in row]
+        if missing:
+            die(f"{path}:{n}: missing {', '.join(missing)}")
+        rows.append(row)
     if not rows:
         die(f"{path}: no results")
     return rows
