@@ -38,6 +38,14 @@ def main():
         if r.returncode != 2 or "bad.jsonl:2: missing" not in r.stderr:
             print("FAIL: malformed input accepted or unnamed:", r.returncode, r.stderr)
             return 1
+        for line, reason in (("{oops", "bad.jsonl:2: not a coop sim --json row"),
+                             ("1", "bad.jsonl:2: not a coop sim --json row (a JSON int")):
+            with open(bad, "w") as f:
+                f.write(ROW % ("coop", 0.9, "ok", 1.01) + line + "\n")
+            r = subprocess.run([sys.executable, SCRIPT, bad, png], capture_output=True, text=True)
+            if r.returncode != 2 or reason not in r.stderr or "Traceback" in r.stderr:
+                print("FAIL: line %r accepted or not named:" % line, r.returncode, r.stderr)
+                return 1
         r = subprocess.run([sys.executable, SCRIPT, os.path.join(d, "absent.jsonl"), png],
                            capture_output=True, text=True)
         if r.returncode != 2 or "absent.jsonl: No such file" not in r.stderr or "Traceback" in r.stderr:
