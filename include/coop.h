@@ -71,7 +71,8 @@ typedef enum coop_backend_kind {
 /* Where inside the chosen free block an allocation is placed. */
 typedef enum coop_alloc_flags {
     COOP_ALLOC_LOW = 0,  /* at the block's low-address end (default) */
-    COOP_ALLOC_HIGH = 1u /* at the block's high-address end (cheap tensors) */
+    COOP_ALLOC_HIGH = 1u /* at the block's high-address end (cheap tensors); a remainder
+                          * below min_split stays with the allocation, at either end */
 } coop_alloc_flags;
 
 typedef struct coop_config {

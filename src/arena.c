@@ -627,6 +627,16 @@ COOP_HOT static arena_block *carve_end(arena *a, arena_block *b, bool high, uint
     return mark_allocated(a, used, size, stream);
 }
 
+/* A high placement whose remainder is below min_split: the remainder stays
+ * with the allocation, so the whole free block b is taken from its start
+ * (min_split holds at either end), and all of its pages must be mapped. */
+static __attribute__((cold, noinline)) coop_status take_whole(arena *a, arena_block *b,
+                                                              bool *reclaimed)
+{
+    return a->params.vmm ? ensure_mapped(a, a->first_segment, b->addr, b->addr + b->size, reclaimed)
+                         : COOP_OK;
+}
+
 COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high,
                                  arena_block **out, bool *reclaimed)
 {
@@ -649,6 +659,12 @@ COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bo
             *out = carve_end(a, b, high, size, stream);
             return COOP_OK;
         }
+        if (__builtin_expect(lo != b->addr, 0)) {
+            st = take_whole(a, b, reclaimed);
+            if (st != COOP_OK)
+                return st;
+            lo = b->addr;
+        }
         index_del(a, b);
         if (b->size == size) {
             /* an exact fit (a third of bert's small mallocs): carve's
@@ -664,7 +680,8 @@ COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bo
         st = grow_segments(a, size, &b, reclaimed);
         if (st != COOP_OK)
             return st;
-        *out = carve(a, b, high ? b->addr + b->size - size : b->addr, size, stream);
+        bool whole = b->size - size < a->params.min_split; /* as take_whole */
+        *out = carve(a, b, high && !whole ? b->addr + b->size - size : b->addr, size, stream);
         return COOP_OK;
     }
     /* VMM: grow the tiled range. The last block joins if it is free and usable here. */

@@ -199,7 +199,9 @@ coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const a
 void arena_fini(arena *a);
 
 /* Best-fit allocation of size bytes (a multiple of 512) usable on stream,
- * at the low or high end of the chosen free block. Maps pages as needed,
+ * at the low or high end of the chosen free block (a remainder below
+ * min_split stays with the allocation at either end: the block is then
+ * taken whole, from its start). Maps pages as needed,
  * releasing cached pages / free segments not needed by this placement when
  * the capacity would be exceeded, or when the backend's map / segment_alloc
  * finds the device itself full (COOP_ERR_NOMEM: memory used outside the
