@@ -151,7 +151,9 @@ void coop_pool_destroy(coop_pool *pool);
  * exceed the capacity, or the device itself is full because memory is used
  * outside the pool and the driver refuses) the pool first releases the
  * cached pages (or free segments) that no queued work can use and retries
- * (counted in num_alloc_retries), then makes the free blocks of idle
+ * (counted in num_alloc_retries); where the best fit's pages still cannot
+ * be mapped, it takes the best free block that needs none (or few enough)
+ * instead; then it makes the free blocks of idle
  * streams usable on any stream and retries, then (unless
  * coop_config.never_wait) waits for busy streams' pending frees and free
  * blocks, holding the pool's lock, and retries; the final message

@@ -746,6 +746,56 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
     return COOP_OK;
 }
 
+/* VMM: whether the placement of size bytes in the free block b, as
+ * arena_alloc places it (a remainder below min_split stays), needs at most
+ * room bytes of pages mapped; *lo and *len get its range. */
+static bool placement_fits(const arena *a, const arena_block *b, uint64_t size, bool high,
+                           uint64_t room, uintptr_t *lo, uint64_t *len)
+{
+    const arena_segment *s = a->first_segment;
+    bool whole = b->size - size < a->params.min_split;
+    *lo = high && !whole ? b->addr + b->size - size : b->addr;
+    *len = whole ? b->size : size;
+    size_t first = page_floor(a, s, *lo), end = page_ceil(a, s, *lo + *len);
+    uint64_t missing = (uint64_t)(end - first - page_map_count(&s->pages, first, end))
+                       << a->page_shift;
+    return missing <= room;
+}
+
+coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool high,
+                               arena_block **out, bool *reclaimed)
+{
+    *out = NULL;
+    if (!a->params.vmm)
+        return COOP_ERR_NOMEM;
+    uint64_t room = a->nomem == ARENA_NOMEM_CAPACITY && a->params.capacity > a->reserved
+                        ? a->params.capacity - a->reserved
+                        : 0;
+    arena_block *best = NULL;
+    uintptr_t lo = 0, best_lo = 0;
+    uint64_t len = 0, best_len = 0;
+    /* in address order, a strictly smaller block wins: best fit's ties */
+    for (arena_block *b = a->first_segment->first; b; b = b->next)
+        if (b->state == COOP_BLOCK_FREE && b->size >= size && tags_mergeable(b->stream, stream) &&
+            (!best || b->size < best->size) && placement_fits(a, b, size, high, room, &lo, &len)) {
+            best = b;
+            best_lo = lo;
+            best_len = len;
+        }
+    if (!best)
+        return COOP_ERR_NOMEM; /* a->nomem stays as the failed attempt left it */
+    coop_status st = reserve_records(a, 2);
+    if (st == COOP_OK)
+        st = reserve_stream(a, stream);
+    if (st == COOP_OK)
+        st = ensure_mapped(a, a->first_segment, best_lo, best_lo + best_len, reclaimed);
+    if (st != COOP_OK)
+        return st;
+    index_del(a, best); /* (carve_end stays inlined in arena_alloc alone) */
+    *out = carve(a, best, best_lo, size, stream);
+    return COOP_OK;
+}
+
 /* ---- Release and coalescing ---- */
 
 /* b is free and outside the index: merge it with mergeable neighbours (the

@@ -213,6 +213,18 @@ void arena_fini(arena *a);
 coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, arena_block **out,
                         bool *reclaimed);
 
+/* After arena_alloc's COOP_ERR_NOMEM (VMM), before the caller waits for
+ * streams: the best fit among the free blocks usable on stream whose
+ * placement needs no more pages than can still be mapped (none when the
+ * device refused). arena_alloc's best fit may lie in unmapped space, and
+ * reclaim never unmaps the free blocks of a stream still at work, though a
+ * request on that stream may reuse them at once: a fitting free block
+ * already mapped would otherwise be reported out of memory. A walk over
+ * the blocks (out-of-memory path only). COOP_ERR_NOMEM, a->nomem as it
+ * was, when none qualifies (always without VMM). */
+coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool high,
+                               arena_block **out, bool *reclaimed);
+
 /* Allocates exactly [addr, addr + size) inside the free block fb, which must
  * contain it and be usable on stream. Same errors as arena_alloc plus
  * COOP_ERR_INVALID for a range outside fb or a block not free. */
