@@ -71,7 +71,8 @@ typedef enum coop_backend_kind {
 /* Where inside the chosen free block an allocation is placed. */
 typedef enum coop_alloc_flags {
     COOP_ALLOC_LOW = 0,  /* at the block's low-address end (default) */
-    COOP_ALLOC_HIGH = 1u /* at the block's high-address end (cheap tensors) */
+    COOP_ALLOC_HIGH = 1u /* at the block's high-address end (cheap tensors); a remainder
+                          * below min_split stays with the allocation, at either end */
 } coop_alloc_flags;
 
 typedef struct coop_config {
@@ -150,7 +151,9 @@ void coop_pool_destroy(coop_pool *pool);
  * exceed the capacity, or the device itself is full because memory is used
  * outside the pool and the driver refuses) the pool first releases the
  * cached pages (or free segments) that no queued work can use and retries
- * (counted in num_alloc_retries), then makes the free blocks of idle
+ * (counted in num_alloc_retries); where the best fit's pages still cannot
+ * be mapped, it takes the best free block that needs none (or few enough)
+ * instead; then it makes the free blocks of idle
  * streams usable on any stream and retries, then (unless
  * coop_config.never_wait) waits for busy streams' pending frees and free
  * blocks, holding the pool's lock, and retries; the final message

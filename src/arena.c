@@ -627,6 +627,16 @@ COOP_HOT static arena_block *carve_end(arena *a, arena_block *b, bool high, uint
     return mark_allocated(a, used, size, stream);
 }
 
+/* A high placement whose remainder is below min_split: the remainder stays
+ * with the allocation, so the whole free block b is taken from its start
+ * (min_split holds at either end), and all of its pages must be mapped. */
+static __attribute__((cold, noinline)) coop_status take_whole(arena *a, arena_block *b,
+                                                              bool *reclaimed)
+{
+    return a->params.vmm ? ensure_mapped(a, a->first_segment, b->addr, b->addr + b->size, reclaimed)
+                         : COOP_OK;
+}
+
 COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high,
                                  arena_block **out, bool *reclaimed)
 {
@@ -649,6 +659,12 @@ COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bo
             *out = carve_end(a, b, high, size, stream);
             return COOP_OK;
         }
+        if (__builtin_expect(lo != b->addr, 0)) {
+            st = take_whole(a, b, reclaimed);
+            if (st != COOP_OK)
+                return st;
+            lo = b->addr;
+        }
         index_del(a, b);
         if (b->size == size) {
             /* an exact fit (a third of bert's small mallocs): carve's
@@ -664,7 +680,8 @@ COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bo
         st = grow_segments(a, size, &b, reclaimed);
         if (st != COOP_OK)
             return st;
-        *out = carve(a, b, high ? b->addr + b->size - size : b->addr, size, stream);
+        bool whole = b->size - size < a->params.min_split; /* as take_whole */
+        *out = carve(a, b, high && !whole ? b->addr + b->size - size : b->addr, size, stream);
         return COOP_OK;
     }
     /* VMM: grow the tiled range. The last block joins if it is free and usable here. */
@@ -726,6 +743,56 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
         return st;
     index_del(a, fb);
     *out = carve(a, fb, addr, size, stream);
+    return COOP_OK;
+}
+
+/* VMM: whether the placement of size bytes in the free block b, as
+ * arena_alloc places it (a remainder below min_split stays), needs at most
+ * room bytes of pages mapped; *lo and *len get its range. */
+static bool placement_fits(const arena *a, const arena_block *b, uint64_t size, bool high,
+                           uint64_t room, uintptr_t *lo, uint64_t *len)
+{
+    const arena_segment *s = a->first_segment;
+    bool whole = b->size - size < a->params.min_split;
+    *lo = high && !whole ? b->addr + b->size - size : b->addr;
+    *len = whole ? b->size : size;
+    size_t first = page_floor(a, s, *lo), end = page_ceil(a, s, *lo + *len);
+    uint64_t missing = (uint64_t)(end - first - page_map_count(&s->pages, first, end))
+                       << a->page_shift;
+    return missing <= room;
+}
+
+coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool high,
+                               arena_block **out, bool *reclaimed)
+{
+    *out = NULL;
+    if (!a->params.vmm)
+        return COOP_ERR_NOMEM;
+    uint64_t room = a->nomem == ARENA_NOMEM_CAPACITY && a->params.capacity > a->reserved
+                        ? a->params.capacity - a->reserved
+                        : 0;
+    arena_block *best = NULL;
+    uintptr_t lo = 0, best_lo = 0;
+    uint64_t len = 0, best_len = 0;
+    /* in address order, a strictly smaller block wins: best fit's ties */
+    for (arena_block *b = a->first_segment->first; b; b = b->next)
+        if (b->state == COOP_BLOCK_FREE && b->size >= size && tags_mergeable(b->stream, stream) &&
+            (!best || b->size < best->size) && placement_fits(a, b, size, high, room, &lo, &len)) {
+            best = b;
+            best_lo = lo;
+            best_len = len;
+        }
+    if (!best)
+        return COOP_ERR_NOMEM; /* a->nomem stays as the failed attempt left it */
+    coop_status st = reserve_records(a, 2);
+    if (st == COOP_OK)
+        st = reserve_stream(a, stream);
+    if (st == COOP_OK)
+        st = ensure_mapped(a, a->first_segment, best_lo, best_lo + best_len, reclaimed);
+    if (st != COOP_OK)
+        return st;
+    index_del(a, best); /* (carve_end stays inlined in arena_alloc alone) */
+    *out = carve(a, best, best_lo, size, stream);
     return COOP_OK;
 }
 

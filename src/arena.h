@@ -199,7 +199,9 @@ coop_status arena_init(arena *a, coop_backend *backend, meta_heap *heap, const a
 void arena_fini(arena *a);
 
 /* Best-fit allocation of size bytes (a multiple of 512) usable on stream,
- * at the low or high end of the chosen free block. Maps pages as needed,
+ * at the low or high end of the chosen free block (a remainder below
+ * min_split stays with the allocation at either end: the block is then
+ * taken whole, from its start). Maps pages as needed,
  * releasing cached pages / free segments not needed by this placement when
  * the capacity would be exceeded, or when the backend's map / segment_alloc
  * finds the device itself full (COOP_ERR_NOMEM: memory used outside the
@@ -210,6 +212,18 @@ void arena_fini(arena *a);
  * which stay mapped as cached free pages). */
 coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, arena_block **out,
                         bool *reclaimed);
+
+/* After arena_alloc's COOP_ERR_NOMEM (VMM), before the caller waits for
+ * streams: the best fit among the free blocks usable on stream whose
+ * placement needs no more pages than can still be mapped (none when the
+ * device refused). arena_alloc's best fit may lie in unmapped space, and
+ * reclaim never unmaps the free blocks of a stream still at work, though a
+ * request on that stream may reuse them at once: a fitting free block
+ * already mapped would otherwise be reported out of memory. A walk over
+ * the blocks (out-of-memory path only). COOP_ERR_NOMEM, a->nomem as it
+ * was, when none qualifies (always without VMM). */
+coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool high,
+                               arena_block **out, bool *reclaimed);
 
 /* Allocates exactly [addr, addr + size) inside the free block fb, which must
  * contain it and be usable on stream. Same errors as arena_alloc plus

@@ -143,6 +143,38 @@ static void test_min_split(void **state)
     close_arena();
 }
 
+/* A remainder below min_split stays with the allocation at either end: a
+ * high placement takes the whole block rather than split off a free part
+ * smaller than min_split before it (VMM best fit, and a new segment). */
+static void test_min_split_high(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 2 * KiB);
+    arena_block *x = alloc(4 * KiB, 0, false);
+    arena_block *g = alloc(512, 0, false);
+    uintptr_t x_addr = x->addr;
+    release(x, 0);
+    arena_block *y = alloc(3 * KiB, 0, true); /* 1 KiB rest < min_split */
+    assert_int_equal(y->addr, x_addr);
+    assert_int_equal(y->size, 4 * KiB);
+    assert_int_equal(F.a.counters.free_bytes, 0);
+    release(y, 0);
+    arena_block *w = alloc(2 * KiB, 0, true); /* 2 KiB rest: split, at the high end */
+    assert_int_equal(w->addr, x_addr + 2 * KiB);
+    assert_int_equal(w->size, 2 * KiB);
+    release(w, 0);
+    release(g, 0);
+    close_arena();
+
+    open_arena(false, 16 * MiB, 0, 2 * KiB);
+    arena_block *s = alloc(MiB - KiB, 0, true); /* a segment of its own: 1 KiB rest */
+    assert_int_equal(s->size, MiB);
+    assert_null(s->prev);
+    assert_int_equal(F.a.counters.free_bytes, 0);
+    release(s, 0);
+    close_arena();
+}
+
 static void test_stream_tags(void **state)
 {
     (void)state;
@@ -417,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_block_word_setters),
         cmocka_unit_test(test_split_and_coalesce),
         cmocka_unit_test(test_min_split),
+        cmocka_unit_test(test_min_split_high),
         cmocka_unit_test(test_stream_tags),
         cmocka_unit_test(test_alloc_in),
         cmocka_unit_test(test_reclaim_keeps_range_and_capacity),

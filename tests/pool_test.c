@@ -749,6 +749,55 @@ static void test_capacity_reclaim_and_oom(void **state)
     coop_pool_destroy(p);
 }
 
+/* Capacity full; the best fit for a request on stream 1 is an unmapped
+ * block, and the mapped free space is a block of stream 1, whose work is
+ * not seen finished (held, or busy under never_wait): reclaim cannot unmap
+ * it to map the best fit, but the request may reuse it at once. It did
+ * not: out of memory beside a fitting mapped block. */
+static void oom_beside_mapped_block(bool never_wait)
+{
+    coop_pool *p = make_pool_with(8 * MiB, true, never_wait);
+    coop_status st;
+    void *a = coop_malloc(p, 2 * MiB, 0, 0, &st);
+    void *g = coop_malloc(p, 2 * MiB, 0, 0, &st);
+    void *b = coop_malloc(p, 4 * MiB, 1, 0, &st);
+    assert_non_null(b);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    if (never_wait)
+        assert_int_equal(coop_host_busy_stream(p, 1), COOP_OK);
+    else
+        assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    /* a's page (retagged any stream) is unmapped, b's stays mapped */
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 6 * MiB), COOP_OK);
+    coop_stats before = stats_of(p);
+    assert_int_equal(before.reserved_bytes.current, 6 * MiB);
+    void *x = coop_malloc(p, 2 * MiB, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_ptr_equal(x, b);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.reserved_bytes.current, 6 * MiB);
+    assert_int_equal(s.num_ooms, 0);
+    assert_int_equal(s.num_alloc_retries, before.num_alloc_retries + 1);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_free(p, g), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+static void test_oom_reuses_a_mapped_block_of_a_held_stream(void **state)
+{
+    (void)state;
+    oom_beside_mapped_block(false);
+}
+
+static void test_oom_reuses_a_mapped_block_never_waiting(void **state)
+{
+    (void)state;
+    oom_beside_mapped_block(true);
+}
+
 /* No free block at all, yet capacity left: the message shows the headroom. */
 static void test_oom_message_headroom(void **state)
 {
@@ -1319,6 +1368,8 @@ int main(void)
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segments_two_streams),
         cmocka_unit_test(test_oom_message_headroom),
+        cmocka_unit_test(test_oom_reuses_a_mapped_block_of_a_held_stream),
+        cmocka_unit_test(test_oom_reuses_a_mapped_block_never_waiting),
         cmocka_unit_test(test_oom_message_va_exhausted),
         cmocka_unit_test(test_fragmentation_stats),
         cmocka_unit_test(test_reset_peak_stats_resets_every_counter),
