@@ -44,12 +44,11 @@
  * Out of memory: process pending frees, try; if mapping would exceed the
  * capacity, or the backend finds the device itself full (memory used
  * outside the pool), unmap idle cached pages outside the placement (or
- * release idle free segments) and retry; if the placement's pages still
- * cannot be mapped, take the best free block already mapped (a busy
- * stream's own free blocks are never unmapped, but are reusable on it),
- * before and after each settling below; if still failing, retag idle
- * streams and try once more; if some stream was busy and waiting is
- * allowed, wait for it, retag, and try a last time. Then NULL with
+ * release idle free segments) and retry; if still failing, retag idle
+ * streams and try once more: best fit, then, if its pages cannot be mapped,
+ * the best free block whose pages can (a busy stream's own free blocks are
+ * never unmapped, but are reusable on it); if some stream was busy and
+ * waiting is allowed, wait for it, retag, and try both a last time. Then NULL with
  * COOP_ERR_NOMEM and a message with the numbers (and the driver's message
  * when the device refused). num_alloc_retries counts allocations that
  * released memory or took the slow path; num_ooms counts failures.
@@ -386,16 +385,14 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         (unsigned long long)arena_largest_free(a), why);
 }
 
-/* One more try of the out-of-memory path: best fit again (again: after
- * streams were settled), then, if its pages cannot be mapped, a free block
- * already mapped (arena_alloc_mapped), so that no stream is waited for while
- * one fits. */
+/* One more try of the out-of-memory path, after streams were settled: best
+ * fit again, then, if its pages cannot be mapped, the best free block whose
+ * pages can (arena_alloc_mapped), so that no stream is waited for while one
+ * fits. */
 static coop_status retry_alloc(coop_pool *pool, uint64_t rounded, coop_stream stream, bool high,
-                               arena_block **b, bool *reclaimed, bool again)
+                               arena_block **b, bool *reclaimed)
 {
-    coop_status st = COOP_ERR_NOMEM;
-    if (again)
-        st = arena_alloc(&pool->arena, rounded, stream, high, b, reclaimed);
+    coop_status st = arena_alloc(&pool->arena, rounded, stream, high, b, reclaimed);
     if (st == COOP_ERR_NOMEM)
         st = arena_alloc_mapped(&pool->arena, rounded, stream, high, b, reclaimed);
     return st;
@@ -409,14 +406,11 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
     uint64_t rounded = round_up((uint64_t)size, COOP_ALIGN);
     if (st == COOP_ERR_NOMEM) {
         reclaimed = true;
-        st = retry_alloc(pool, rounded, stream, high, &b, &reclaimed, false);
-        if (st == COOP_ERR_NOMEM) {
-            bool busy = pool_settle_streams(pool, false);
-            st = retry_alloc(pool, rounded, stream, high, &b, &reclaimed, true);
-            if (st == COOP_ERR_NOMEM && busy && !pool->config.never_wait) {
-                pool_settle_streams(pool, true);
-                st = retry_alloc(pool, rounded, stream, high, &b, &reclaimed, true);
-            }
+        bool busy = pool_settle_streams(pool, false);
+        st = retry_alloc(pool, rounded, stream, high, &b, &reclaimed);
+        if (st == COOP_ERR_NOMEM && busy && !pool->config.never_wait) {
+            pool_settle_streams(pool, true);
+            st = retry_alloc(pool, rounded, stream, high, &b, &reclaimed);
         }
     }
     if (reclaimed)
