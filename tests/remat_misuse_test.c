@@ -444,6 +444,49 @@ static void handles_from_the_latest_collection_stay_refused(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Two contexts over one pool: each one's tensors are, to the other, blocks
+ * of another user of the pool, which break its windows; neither evicts
+ * (or tells its owner of) a tensor of the other. */
+static void contexts_sharing_a_pool_keep_to_their_own(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    script s1 = {0}, s2 = {0};
+    coop_remat *r1 = scripted(pool, policy, &s1), *r2 = scripted(pool, policy, &s2);
+    coop_tensor *a, *b, *x;
+    assert_int_equal(coop_tensor_create(r2, 2 * U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r1, 2 * U, 10, "b", NULL, 0, EV, &b), COOP_OK);
+    /* only r2's a could make room for 3 blocks: no room for r1 */
+    assert_int_equal(coop_tensor_create(r1, 3 * U, 10, "x", NULL, 0, EV, &x), COOP_ERR_NOMEM);
+    assert_true(coop_tensor_resident(a));
+    /* 2 blocks: r1 evicts its own b */
+    assert_int_equal(coop_tensor_create(r1, 2 * U, 10, "x", NULL, 0, EV, &x), COOP_OK);
+    assert_true(coop_tensor_resident(a));
+    assert_false(coop_tensor_resident(b));
+    assert_int_equal(s1.evictions_told, 1);
+    assert_int_equal(s2.evictions_told, 0);
+    coop_remat_stats st1, st2;
+    coop_remat_get_stats(r1, &st1);
+    coop_remat_get_stats(r2, &st2);
+    assert_int_equal(st1.resident_bytes, 2 * U);
+    assert_int_equal(st2.resident_bytes, 2 * U);
+    assert_int_equal(st2.evictions, 0);
+    /* and the other way round: r2 has only a to evict */
+    coop_tensor *y;
+    assert_int_equal(coop_tensor_create(r2, 3 * U, 10, "y", NULL, 0, EV, &y), COOP_ERR_NOMEM);
+    assert_true(coop_tensor_resident(x));
+    assert_int_equal(s1.evictions_told, 1);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r1);
+    assert_true(coop_tensor_resident(a));
+    assert_int_equal(coop_tensor_access(r2, a, NULL), COOP_OK);
+    coop_remat_destroy(r2);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocation.current, 0);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_LRU};
@@ -467,6 +510,8 @@ int main(void)
         cmocka_unit_test(callbacks_cannot_call_the_context),
         cmocka_unit_test(mutate_keeps_its_inputs),
         cmocka_unit_test(handles_from_the_latest_collection_stay_refused),
+        cmocka_unit_test_prestate(contexts_sharing_a_pool_keep_to_their_own, &policies[0]),
+        cmocka_unit_test_prestate(contexts_sharing_a_pool_keep_to_their_own, &policies[1]),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
