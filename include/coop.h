@@ -514,7 +514,9 @@ typedef struct coop_remat_stats {
  * context is not thread-safe: one thread at a time (the pool's own calls
  * from other threads are fine). */
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out);
-/* Frees every tensor's buffer and record. */
+/* Frees every tensor's buffer and record. NULL is a no-op; from inside a
+ * callback it does nothing (the context's call running the callback still
+ * uses it) and coop_last_error() says so. */
 void coop_remat_destroy(coop_remat *r);
 void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out);
 

@@ -23,6 +23,7 @@ typedef struct script {
     coop_remat *r;       /* for the callbacks that call back in */
     coop_tensor *victim; /* released or accessed from on_evict */
     coop_status nested;  /* what that call returned */
+    bool destroy;        /* on_evict destroys the context (refused) */
 } script;
 
 static coop_status scripted_recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
@@ -49,6 +50,8 @@ static void count_eviction(coop_tensor *t, void *user)
     s->evictions_told++;
     if (s->r && s->victim)
         s->nested = coop_tensor_release(s->r, s->victim);
+    if (s->r && s->destroy)
+        coop_remat_destroy(s->r);
 }
 
 static coop_remat *scripted(coop_pool *pool, coop_remat_policy policy, script *s)
@@ -487,6 +490,32 @@ static void contexts_sharing_a_pool_keep_to_their_own(void **state)
     coop_pool_destroy(pool);
 }
 
+/* coop_remat_destroy from on_evict frees nothing: the call that runs the
+ * callback still walks its victims and places its tensor. */
+static void a_callback_cannot_destroy_the_context(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *a, *big;
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    s.r = r;
+    s.destroy = true;
+    assert_int_equal(coop_tensor_create(r, 4 * U, 1, "B", NULL, 0, EV, &big), COOP_OK);
+    assert_int_equal(s.evictions_told, 1);
+    assert_true(error_says("coop_remat_destroy"));
+    assert_true(coop_tensor_resident(big));
+    s.destroy = false;
+    assert_int_equal(coop_tensor_access(r, a, NULL), COOP_OK); /* the context still works */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocation.current, 0);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_LRU};
@@ -508,6 +537,7 @@ int main(void)
         cmocka_unit_test(pins_belong_to_their_handle),
         cmocka_unit_test(the_pool_refuses_a_tensors_buffer),
         cmocka_unit_test(callbacks_cannot_call_the_context),
+        cmocka_unit_test(a_callback_cannot_destroy_the_context),
         cmocka_unit_test(mutate_keeps_its_inputs),
         cmocka_unit_test(handles_from_the_latest_collection_stay_refused),
         cmocka_unit_test_prestate(contexts_sharing_a_pool_keep_to_their_own, &policies[0]),

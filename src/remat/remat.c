@@ -104,7 +104,9 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
 
 void coop_remat_destroy(coop_remat *r)
 {
-    if (!r)
+    /* NULL: nothing to do; from a callback: refused (the call running it
+     * still walks the context's records), the message set */
+    if (!r || enter(r, "coop_remat_destroy"))
         return;
     remat_search_index_close(r); /* before the blocks it names are freed */
     pool_lock(r->pool);
