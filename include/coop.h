@@ -459,7 +459,7 @@ typedef struct coop_remat_config {
     /* cheap tensor partitioning: tensors whose cost per byte is below this
      * (ns/byte) are placed at the high end of free blocks, the others at the
      * low end; < 0 turns it off. 0 selects the default (1e-2, measured on
-     * the DTR logs: docs/remat.md). */
+     * the DTR logs: docs/remat.md). NaN is refused (COOP_ERR_INVALID). */
     double cheap_threshold;
     /* in-place ops: false = recomputable in-place (the buffer and address
      * stay, the old value becomes an evicted tensor); true = DTR's

@@ -9,6 +9,7 @@
  * gets an error, not freed memory. Host backend, small pools of 8 KiB
  * blocks (tests/remat_block_fixture.h); nothing touches device memory.
  */
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -516,6 +517,23 @@ static void a_callback_cannot_destroy_the_context(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A NaN partitioning threshold compares false with every cost per byte:
+ * refused, rather than silently turning partitioning off. */
+static void a_nan_threshold_is_refused(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat_config cfg = {.cheap_threshold = NAN, .recompute = recompute};
+    coop_remat *r = (coop_remat *)1;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_ERR_INVALID);
+    assert_null(r);
+    assert_true(error_says("cheap_threshold"));
+    cfg.cheap_threshold = INFINITY; /* every tensor cheap: a choice, accepted */
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_LRU};
@@ -534,6 +552,7 @@ int main(void)
                                   &policies[2]),
         cmocka_unit_test(a_long_chain_recomputes_on_a_small_stack),
         cmocka_unit_test(bad_handles_and_arguments_change_nothing),
+        cmocka_unit_test(a_nan_threshold_is_refused),
         cmocka_unit_test(pins_belong_to_their_handle),
         cmocka_unit_test(the_pool_refuses_a_tensors_buffer),
         cmocka_unit_test(callbacks_cannot_call_the_context),

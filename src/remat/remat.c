@@ -2,6 +2,7 @@
  * The remat API: tensor records, access and recomputation, pins, views,
  * in-place ops (include/coop.h, rematerialization section).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,10 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
     if ((unsigned)config->policy > COOP_REMAT_COOP_COMP)
         return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: unknown policy %d",
                               (int)config->policy);
+    if (isnan(config->cheap_threshold)) /* compares false with every cost per byte */
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_remat_create: cheap_threshold is NaN (< 0 turns "
+                              "partitioning off, 0 selects the default)");
     coop_remat *r = calloc(1, sizeof *r);
     if (!r)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat_create: out of host memory");
