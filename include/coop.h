@@ -508,7 +508,8 @@ typedef struct coop_remat_stats {
  * Every function below that takes the context refuses, with
  * COOP_ERR_INVALID and nothing changed: a NULL context or argument, a
  * tensor of another context, a released tensor (see coop_tensor_release),
- * unknown flags, a cost above COOP_TENSOR_MAX_COST_NS; and with
+ * a size of 0 (or no outputs), unknown flags, a cost above
+ * COOP_TENSOR_MAX_COST_NS; and with
  * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
  * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). The
  * context is not thread-safe: one thread at a time (the pool's own calls

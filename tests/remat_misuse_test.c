@@ -534,6 +534,39 @@ static void a_nan_threshold_is_refused(void **state)
     coop_pool_destroy(pool);
 }
 
+/* coop_tensor_create_outputs' refusals name it and the argument at fault;
+ * coop_tensor_create's name it. */
+static void create_refusals_name_the_call_and_argument(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, COOP_REMAT_COOP);
+    coop_tensor *outs[2], *t;
+    const size_t sizes[2] = {U, 0};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, NULL, 1, "o", NULL, 0, EV, outs),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: sizes is NULL"));
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 1, "o", NULL, 0, EV, NULL),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: outs is NULL"));
+    assert_int_equal(coop_tensor_create_outputs(r, 0, sizes, 1, "o", NULL, 0, EV, outs),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: num_outputs is 0"));
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 1, "o", NULL, 0, EV, outs),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: size 0 (output 1)"));
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 1, "o", NULL, 0, 0x100, outs),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: "));
+    assert_int_equal(coop_tensor_create(r, 0, 1, "t", NULL, 0, EV, &t), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create: size 0"));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.records, 0);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_LRU};
@@ -553,6 +586,7 @@ int main(void)
         cmocka_unit_test(a_long_chain_recomputes_on_a_small_stack),
         cmocka_unit_test(bad_handles_and_arguments_change_nothing),
         cmocka_unit_test(a_nan_threshold_is_refused),
+        cmocka_unit_test(create_refusals_name_the_call_and_argument),
         cmocka_unit_test(pins_belong_to_their_handle),
         cmocka_unit_test(the_pool_refuses_a_tensors_buffer),
         cmocka_unit_test(callbacks_cannot_call_the_context),
