@@ -436,7 +436,8 @@ enum {
 
 /* The largest cost an op may be given (2^48 ns, about 3.3 days): larger
  * costs are refused (COOP_ERR_INVALID), so that the sums the policies form
- * over many tensors cannot overflow. */
+ * are exact over 2^15 tensors of that cost; sums beyond INT64_MAX ns
+ * saturate there (dearest), never wrap. */
 #define COOP_TENSOR_MAX_COST_NS (1ull << 48)
 
 /* The owner learns that t's buffer is gone (its pointer must not be used).
