@@ -442,9 +442,10 @@ enum {
 
 /* The owner learns that t's buffer is gone (its pointer must not be used).
  * Both callbacks run inside the context's calls: they may read tensors
- * (coop_tensor_size, _resident, _data, _recomputes) but must not call the
- * functions that take the context (coop_tensor_create and the others):
- * such a call fails with COOP_ERR_BUSY and changes nothing. */
+ * (coop_tensor_size, _resident, _data, _recomputes) and the statistics
+ * (coop_remat_get_stats) but must not call the other functions that take
+ * the context (coop_tensor_create and the others): such a call fails with
+ * COOP_ERR_BUSY and changes nothing (coop_remat_destroy: see there). */
 typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
 /* Recomputes t: runs producer reading inputs[i] (resident, pinned) and
  * writing out (t's new buffer of coop_tensor_size(t) bytes). A status
@@ -520,6 +521,8 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
  * callback it does nothing (the context's call running the callback still
  * uses it) and coop_last_error() says so. */
 void coop_remat_destroy(coop_remat *r);
+/* Fills *out with the context's statistics (zeros for a NULL context; a
+ * NULL out is ignored). */
 void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out);
 
 /* A new resident tensor of size bytes produced by an op of cost_ns from
@@ -556,6 +559,9 @@ coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr);
  * as a constant does): unpin is the one call a released handle takes, as
  * long as it holds pins. */
 coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr);
+/* Undoes one coop_tensor_pin through t; COOP_ERR_INVALID if t holds no pin
+ * (another handle's pin is that handle's to undo). A storage that nothing
+ * names or pins any more is then freed (it stays recomputable). */
 coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t);
 
 /* Records an in-place op on t (cost_ns, producer, extra inputs besides t).
@@ -588,11 +594,17 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
  * constants), or outside the context (coop_malloc). */
 coop_status coop_tensor_release(coop_remat *r, coop_tensor *t);
 
+/* Tensor queries: no recomputation, the context untouched (callbacks may
+ * call them). A view answers for its base's storage; NULL gives 0, false
+ * or NULL.
+ *
+ * The tensor's bytes as created. */
 size_t coop_tensor_size(const coop_tensor *t);
 /* How often t's storage has been recomputed (recompute callbacks run for it;
  * views: their base's). An in-place op starts the count afresh for t's new
  * value; the old value keeps the history. */
 uint32_t coop_tensor_recomputes(const coop_tensor *t);
+/* Whether its storage holds a buffer now. */
 bool coop_tensor_resident(const coop_tensor *t);
 /* The buffer if resident, else NULL (no recomputation). */
 void *coop_tensor_data(const coop_tensor *t);
