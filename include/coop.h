@@ -370,7 +370,8 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds);
  * cost of every op executed (created, mutated or recomputed), so decisions
  * are deterministic. A context is not thread-safe: use it from one thread
  * (the pool itself stays thread-safe for other users, whose blocks simply
- * break eviction windows). A released tensor's memory is freed at once; its
+ * break eviction windows; so do the tensors of another context on the same
+ * pool: a context evicts only its own). A released tensor's memory is freed at once; its
  * record stays while a recomputation the owner can still ask for may need
  * it, and is reclaimed by a later API call once none can (so a training
  * loop's host memory stays bounded; docs/remat.md, section 4c).
@@ -438,14 +439,16 @@ enum {
 
 /* The largest cost an op may be given (2^48 ns, about 3.3 days): larger
  * costs are refused (COOP_ERR_INVALID), so that the sums the policies form
- * over many tensors cannot overflow. */
+ * are exact over 2^15 tensors of that cost; sums beyond INT64_MAX ns
+ * saturate there (dearest), never wrap. */
 #define COOP_TENSOR_MAX_COST_NS (1ull << 48)
 
 /* The owner learns that t's buffer is gone (its pointer must not be used).
  * Both callbacks run inside the context's calls: they may read tensors
- * (coop_tensor_size, _resident, _data, _recomputes) but must not call the
- * functions that take the context (coop_tensor_create and the others):
- * such a call fails with COOP_ERR_BUSY and changes nothing. */
+ * (coop_tensor_size, _resident, _data, _recomputes) and the statistics
+ * (coop_remat_get_stats) but must not call the other functions that take
+ * the context (coop_tensor_create and the others): such a call fails with
+ * COOP_ERR_BUSY and changes nothing (coop_remat_destroy: see there). */
 typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
 /* Recomputes t: runs producer reading inputs[i] (resident, pinned) and
  * writing out (t's new buffer of coop_tensor_size(t) bytes). A status
@@ -461,7 +464,7 @@ typedef struct coop_remat_config {
     /* cheap tensor partitioning: tensors whose cost per byte is below this
      * (ns/byte) are placed at the high end of free blocks, the others at the
      * low end; < 0 turns it off. 0 selects the default (1e-2, measured on
-     * the DTR logs: docs/remat.md). */
+     * the DTR logs: docs/remat.md). NaN is refused (COOP_ERR_INVALID). */
     double cheap_threshold;
     /* in-place ops: false = recomputable in-place (the buffer and address
      * stay, the old value becomes an evicted tensor); true = DTR's
@@ -510,14 +513,19 @@ typedef struct coop_remat_stats {
  * Every function below that takes the context refuses, with
  * COOP_ERR_INVALID and nothing changed: a NULL context or argument, a
  * tensor of another context, a released tensor (see coop_tensor_release),
- * unknown flags, a cost above COOP_TENSOR_MAX_COST_NS; and with
+ * a size of 0 (or no outputs), unknown flags, a cost above
+ * COOP_TENSOR_MAX_COST_NS; and with
  * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
  * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). The
  * context is not thread-safe: one thread at a time (the pool's own calls
  * from other threads are fine). */
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out);
-/* Frees every tensor's buffer and record. */
+/* Frees every tensor's buffer and record. NULL is a no-op; from inside a
+ * callback it does nothing (the context's call running the callback still
+ * uses it) and coop_last_error() says so. */
 void coop_remat_destroy(coop_remat *r);
+/* Fills *out with the context's statistics (zeros for a NULL context; a
+ * NULL out is ignored). */
 void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out);
 
 /* A new resident tensor of size bytes produced by an op of cost_ns from
@@ -554,6 +562,9 @@ coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr);
  * as a constant does): unpin is the one call a released handle takes, as
  * long as it holds pins. */
 coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr);
+/* Undoes one coop_tensor_pin through t; COOP_ERR_INVALID if t holds no pin
+ * (another handle's pin is that handle's to undo). A storage that nothing
+ * names or pins any more is then freed (it stays recomputable). */
 coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t);
 
 /* Records an in-place op on t (cost_ns, producer, extra inputs besides t).
@@ -586,11 +597,17 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
  * constants), or outside the context (coop_malloc). */
 coop_status coop_tensor_release(coop_remat *r, coop_tensor *t);
 
+/* Tensor queries: no recomputation, the context untouched (callbacks may
+ * call them). A view answers for its base's storage; NULL gives 0, false
+ * or NULL.
+ *
+ * The tensor's bytes as created. */
 size_t coop_tensor_size(const coop_tensor *t);
 /* How often t's storage has been recomputed (recompute callbacks run for it;
  * views: their base's). An in-place op starts the count afresh for t's new
  * value; the old value keeps the history. */
 uint32_t coop_tensor_recomputes(const coop_tensor *t);
+/* Whether its storage holds a buffer now. */
 bool coop_tensor_resident(const coop_tensor *t);
 /* The buffer if resident, else NULL (no recomputation). */
 void *coop_tensor_data(const coop_tensor *t);

@@ -259,9 +259,47 @@ static void the_weight_is_coop_sims(void **state)
     assert_int_equal(coop_cost_staleness(9, 7), 2);
 }
 
+/* Costs of up to COOP_TENSOR_MAX_COST_NS summed over more than 2^15
+ * evicted tensors pass INT64_MAX: the sums saturate there. (They wrapped
+ * negative: dtr then evicted first the tensor dearest to recompute, and a
+ * window policy read it as a blocked block.) A chain of such links, each
+ * evicted at its release, ends in a resident tensor that a request must
+ * spare for a cheap one of the same size. */
+#define HUGE_CHAIN 33000
+static void costs_summed_past_int64_saturate(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, policy);
+    const uint64_t c = COOP_TENSOR_MAX_COST_NS;
+    coop_tensor *prev, *next, *end, *cheap, *fill, *x;
+    assert_int_equal(coop_tensor_create(r, 512, c, "w", NULL, 0, EV, &prev), COOP_OK);
+    for (int i = 0; i < HUGE_CHAIN; i++) {
+        assert_int_equal(coop_tensor_create(r, 512, c, "c", &prev, 1, EV, &next), COOP_OK);
+        assert_int_equal(coop_tensor_release(r, prev), COOP_OK);
+        prev = next;
+    }
+    assert_int_equal(coop_tensor_create(r, U, c, "e", &prev, 1, EV, &end), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, prev), COOP_OK);
+    assert_true(remat_eq_compute(r, end) == INT64_MAX);
+    assert_true(remat_component_compute(r, end) == INT64_MAX);
+    assert_true(remat_live_compute(r, end) == INT64_MAX);
+    assert_int_equal(coop_tensor_create(r, U, 1, "o", NULL, 0, EV, &cheap), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U - 512, 1, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_true(coop_tensor_resident(end) && coop_tensor_resident(cheap));
+    assert_int_equal(coop_tensor_create(r, U, 1, "x", NULL, 0, EV, &x), COOP_OK);
+    assert_true(coop_tensor_resident(end));
+    assert_false(coop_tensor_resident(cheap));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static coop_remat_policy window_policies[] = {COOP_REMAT_COOP_COMP, COOP_REMAT_COOP_EQ};
+    static coop_remat_policy saturating[] = {COOP_REMAT_COOP, COOP_REMAT_COOP_COMP,
+                                             COOP_REMAT_COOP_EQ, COOP_REMAT_DTR};
     static history_case history[] = {
         {COOP_REMAT_COOP_COMP, false, true},
         {COOP_REMAT_COOP_COMP, true, false},
@@ -276,6 +314,10 @@ int main(void)
         cmocka_unit_test(an_inplace_op_restarts_the_count),
         cmocka_unit_test(a_component_is_walked_once_per_epoch),
         cmocka_unit_test(the_weight_is_coop_sims),
+        cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[0]),
+        cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[1]),
+        cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[2]),
+        cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[3]),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
  * gets an error, not freed memory. Host backend, small pools of 8 KiB
  * blocks (tests/remat_block_fixture.h); nothing touches device memory.
  */
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ typedef struct script {
     coop_remat *r;       /* for the callbacks that call back in */
     coop_tensor *victim; /* released or accessed from on_evict */
     coop_status nested;  /* what that call returned */
+    bool destroy;        /* on_evict destroys the context (refused) */
 } script;
 
 static coop_status scripted_recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
@@ -49,6 +51,8 @@ static void count_eviction(coop_tensor *t, void *user)
     s->evictions_told++;
     if (s->r && s->victim)
         s->nested = coop_tensor_release(s->r, s->victim);
+    if (s->r && s->destroy)
+        coop_remat_destroy(s->r);
 }
 
 static coop_remat *scripted(coop_pool *pool, coop_remat_policy policy, script *s)
@@ -444,6 +448,125 @@ static void handles_from_the_latest_collection_stay_refused(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Two contexts over one pool: each one's tensors are, to the other, blocks
+ * of another user of the pool, which break its windows; neither evicts
+ * (or tells its owner of) a tensor of the other. */
+static void contexts_sharing_a_pool_keep_to_their_own(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    script s1 = {0}, s2 = {0};
+    coop_remat *r1 = scripted(pool, policy, &s1), *r2 = scripted(pool, policy, &s2);
+    coop_tensor *a, *b, *x;
+    assert_int_equal(coop_tensor_create(r2, 2 * U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r1, 2 * U, 10, "b", NULL, 0, EV, &b), COOP_OK);
+    /* only r2's a could make room for 3 blocks: no room for r1 */
+    assert_int_equal(coop_tensor_create(r1, 3 * U, 10, "x", NULL, 0, EV, &x), COOP_ERR_NOMEM);
+    assert_true(coop_tensor_resident(a));
+    /* 2 blocks: r1 evicts its own b */
+    assert_int_equal(coop_tensor_create(r1, 2 * U, 10, "x", NULL, 0, EV, &x), COOP_OK);
+    assert_true(coop_tensor_resident(a));
+    assert_false(coop_tensor_resident(b));
+    assert_int_equal(s1.evictions_told, 1);
+    assert_int_equal(s2.evictions_told, 0);
+    coop_remat_stats st1, st2;
+    coop_remat_get_stats(r1, &st1);
+    coop_remat_get_stats(r2, &st2);
+    assert_int_equal(st1.resident_bytes, 2 * U);
+    assert_int_equal(st2.resident_bytes, 2 * U);
+    assert_int_equal(st2.evictions, 0);
+    /* and the other way round: r2 has only a to evict */
+    coop_tensor *y;
+    assert_int_equal(coop_tensor_create(r2, 3 * U, 10, "y", NULL, 0, EV, &y), COOP_ERR_NOMEM);
+    assert_true(coop_tensor_resident(x));
+    assert_int_equal(s1.evictions_told, 1);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r1);
+    assert_true(coop_tensor_resident(a));
+    assert_int_equal(coop_tensor_access(r2, a, NULL), COOP_OK);
+    coop_remat_destroy(r2);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocation.current, 0);
+    coop_pool_destroy(pool);
+}
+
+/* coop_remat_destroy from on_evict frees nothing: the call that runs the
+ * callback still walks its victims and places its tensor. */
+static void a_callback_cannot_destroy_the_context(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *a, *big;
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    s.r = r;
+    s.destroy = true;
+    assert_int_equal(coop_tensor_create(r, 4 * U, 1, "B", NULL, 0, EV, &big), COOP_OK);
+    assert_int_equal(s.evictions_told, 1);
+    assert_true(error_says("coop_remat_destroy"));
+    assert_true(coop_tensor_resident(big));
+    s.destroy = false;
+    assert_int_equal(coop_tensor_access(r, a, NULL), COOP_OK); /* the context still works */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocation.current, 0);
+    coop_pool_destroy(pool);
+}
+
+/* A NaN partitioning threshold compares false with every cost per byte:
+ * refused, rather than silently turning partitioning off. */
+static void a_nan_threshold_is_refused(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat_config cfg = {.cheap_threshold = NAN, .recompute = recompute};
+    coop_remat *r = (coop_remat *)1;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_ERR_INVALID);
+    assert_null(r);
+    assert_true(error_says("cheap_threshold"));
+    cfg.cheap_threshold = INFINITY; /* every tensor cheap: a choice, accepted */
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* coop_tensor_create_outputs' refusals name it and the argument at fault;
+ * coop_tensor_create's name it. */
+static void create_refusals_name_the_call_and_argument(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, COOP_REMAT_COOP);
+    coop_tensor *outs[2], *t;
+    const size_t sizes[2] = {U, 0};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, NULL, 1, "o", NULL, 0, EV, outs),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: sizes is NULL"));
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 1, "o", NULL, 0, EV, NULL),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: outs is NULL"));
+    assert_int_equal(coop_tensor_create_outputs(r, 0, sizes, 1, "o", NULL, 0, EV, outs),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: num_outputs is 0"));
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 1, "o", NULL, 0, EV, outs),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: size 0 (output 1)"));
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 1, "o", NULL, 0, 0x100, outs),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: "));
+    assert_int_equal(coop_tensor_create(r, 0, 1, "t", NULL, 0, EV, &t), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create: size 0"));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.records, 0);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_LRU};
@@ -462,11 +585,16 @@ int main(void)
                                   &policies[2]),
         cmocka_unit_test(a_long_chain_recomputes_on_a_small_stack),
         cmocka_unit_test(bad_handles_and_arguments_change_nothing),
+        cmocka_unit_test(a_nan_threshold_is_refused),
+        cmocka_unit_test(create_refusals_name_the_call_and_argument),
         cmocka_unit_test(pins_belong_to_their_handle),
         cmocka_unit_test(the_pool_refuses_a_tensors_buffer),
         cmocka_unit_test(callbacks_cannot_call_the_context),
+        cmocka_unit_test(a_callback_cannot_destroy_the_context),
         cmocka_unit_test(mutate_keeps_its_inputs),
         cmocka_unit_test(handles_from_the_latest_collection_stay_refused),
+        cmocka_unit_test_prestate(contexts_sharing_a_pool_keep_to_their_own, &policies[0]),
+        cmocka_unit_test_prestate(contexts_sharing_a_pool_keep_to_their_own, &policies[1]),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

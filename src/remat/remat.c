@@ -2,6 +2,7 @@
  * The remat API: tensor records, access and recomputation, pins, views,
  * in-place ops (include/coop.h, rematerialization section).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,10 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
     if ((unsigned)config->policy > COOP_REMAT_COOP_COMP)
         return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: unknown policy %d",
                               (int)config->policy);
+    if (isnan(config->cheap_threshold)) /* compares false with every cost per byte */
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_remat_create: cheap_threshold is NaN (< 0 turns "
+                              "partitioning off, 0 selects the default)");
     coop_remat *r = calloc(1, sizeof *r);
     if (!r)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat_create: out of host memory");
@@ -104,7 +109,9 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
 
 void coop_remat_destroy(coop_remat *r)
 {
-    if (!r)
+    /* NULL: nothing to do; from a callback: refused (the call running it
+     * still walks the context's records), the message set */
+    if (!r || enter(r, "coop_remat_destroy"))
         return;
     remat_search_index_close(r); /* before the blocks it names are freed */
     pool_lock(r->pool);
@@ -296,21 +303,25 @@ static void touch(coop_remat *r, coop_tensor *const *inputs, size_t n)
         inputs[i]->base->last_access = r->clock;
 }
 
-coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
-                                       uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
-                                       size_t num_inputs, unsigned flags, coop_tensor **outs)
+/* coop_tensor_create_outputs, its messages naming fn (the public call). */
+static coop_status create_outputs(coop_remat *r, const char *fn, size_t num_outputs,
+                                  const size_t *sizes, uint64_t cost_ns, void *producer,
+                                  coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
+                                  coop_tensor **outs)
 {
-    static const char fn[] = "coop_tensor_create";
     coop_status st = enter(r, fn);
     if (st)
         return st;
     if (!outs || !num_outputs || !sizes)
-        return coop_set_error(COOP_ERR_INVALID, "%s: no outputs", fn);
+        return coop_set_error(COOP_ERR_INVALID, "%s: %s", fn,
+                              !outs          ? "outs is NULL"
+                              : !num_outputs ? "num_outputs is 0"
+                                             : "sizes is NULL");
     for (size_t i = 0; i < num_outputs; i++)
         outs[i] = NULL;
     for (size_t i = 0; i < num_outputs; i++)
         if (!sizes[i])
-            return coop_set_error(COOP_ERR_INVALID, "%s: output %zu has size 0", fn, i);
+            return coop_set_error(COOP_ERR_INVALID, "%s: size 0 (output %zu)", fn, i);
     if (flags & ~(unsigned)(COOP_TENSOR_EVICTABLE | COOP_TENSOR_CHEAP))
         return coop_set_error(COOP_ERR_INVALID, "%s: unknown flags %#x", fn, flags);
     if ((st = check_cost(cost_ns, fn)) || (st = check_inputs(r, inputs, num_inputs, fn)))
@@ -324,7 +335,7 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
     for (; made < num_outputs; made++) {
         coop_tensor *t = new_record(r);
         if (!t) {
-            st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_create: out of host memory");
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", fn);
             break;
         }
         t->size = sizes[made];
@@ -361,8 +372,16 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
 {
     if (!out) /* the rest is create_outputs' to check */
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: out is NULL");
-    return coop_tensor_create_outputs(r, 1, &size, cost_ns, producer, inputs, num_inputs, flags,
-                                      out);
+    return create_outputs(r, "coop_tensor_create", 1, &size, cost_ns, producer, inputs, num_inputs,
+                          flags, out);
+}
+
+coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
+                                       uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
+                                       size_t num_inputs, unsigned flags, coop_tensor **outs)
+{
+    return create_outputs(r, "coop_tensor_create_outputs", num_outputs, sizes, cost_ns, producer,
+                          inputs, num_inputs, flags, outs);
 }
 
 coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)

@@ -72,7 +72,7 @@ static int64_t eq_walk(coop_remat *r, const coop_tensor *t)
             r->cap_roots = cap;
         }
         r->roots[r->num_roots++] = root;
-        c += r->uf.value[root];
+        c = uf_value_add(c, r->uf.value[root]);
     }
     return c;
 }
@@ -195,7 +195,7 @@ static int64_t component_of(coop_remat *r, coop_tensor *n)
     }
     while (len) {
         coop_tensor *x = r->stack[--len];
-        sum += (int64_t)x->cost;
+        sum = uf_value_add(sum, (int64_t)x->cost);
         for (size_t i = 0; i < remat_num_neighbours(x); i++) {
             coop_tensor *m = remat_neighbour(x, i);
             if (!remat_is_evicted(m) || m->comp_stamp == stamp)
@@ -203,7 +203,8 @@ static int64_t component_of(coop_remat *r, coop_tensor *n)
             m->comp_stamp = stamp;
             m->comp_label = n;
             if (remat_stack_push(r, &len, m)) {
-                sum += (int64_t)m->cost; /* labelled: count it, leave its neighbours */
+                /* labelled: count it, leave its neighbours */
+                sum = uf_value_add(sum, (int64_t)m->cost);
                 complete = false;
             }
         }
@@ -233,7 +234,7 @@ int64_t remat_component_compute(coop_remat *r, coop_tensor *t)
         if (label->mark == mark)
             continue;
         label->mark = mark;
-        c += sum;
+        c = uf_value_add(c, sum);
     }
     return c;
 }

@@ -177,6 +177,15 @@ static double score(coop_remat *r, coop_tensor *t)
     }
 }
 
+/* Whether a window may take the block of tensor t: the context's own
+ * evictable tensor. Another context's tensor on the same pool (its
+ * records, pins and callbacks are that context's) breaks windows, as any
+ * other user's block does. */
+static inline bool window_may_evict(const coop_remat *r, const coop_tensor *t)
+{
+    return t->owner == r && remat_evictable(t);
+}
+
 /* Window cost of a block's tensor: COOP_REMAT_COOP c_live (remat_live.c)
  * x (1 + 0.1 x remats) / staleness (coop_cost.h), COOP_REMAT_COOP_COMP the
  * same with c_comp, COOP_REMAT_COOP_EQ c_eq / staleness; the search
@@ -186,7 +195,7 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     (void)b;
     coop_remat *r = ctx;
     coop_tensor *t = owner;
-    if (!remat_evictable(t))
+    if (!window_may_evict(r, t))
         return WINDOW_BLOCKED;
     r->stats.heuristic_evals++;
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
@@ -211,7 +220,7 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
     (void)b;
     coop_remat *r = ctx;
     coop_tensor *t = owner;
-    if (!remat_evictable(t))
+    if (!window_may_evict(r, t))
         return WINDOW_BLOCKED;
     uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
     if (r->cfg.policy == COOP_REMAT_COOP) {

@@ -206,7 +206,7 @@ static inline bool remat_eq_cached(const coop_remat *r, const coop_tensor *t, in
         uint32_t root = r->eq_roots[t->eq_first + j];
         if (!uf_is_root(&r->uf, root))
             return false;
-        c += r->uf.value[root];
+        c = uf_value_add(c, r->uf.value[root]);
     }
     *out = c;
     return true;

@@ -53,7 +53,7 @@ static int64_t region_compute(coop_remat *r, coop_tensor *t, bool forward)
                 continue;
             m->mark = mark;
             if (!forward || m->handles)
-                c += (int64_t)m->cost;
+                c = uf_value_add(c, (int64_t)m->cost);
             if (remat_stack_push(r, &len, m))
                 return c;
         }
@@ -63,7 +63,8 @@ static int64_t region_compute(coop_remat *r, coop_tensor *t, bool forward)
 
 int64_t remat_live_compute(coop_remat *r, coop_tensor *t)
 {
-    return (int64_t)t->cost + region_compute(r, t, false) + region_compute(r, t, true);
+    int64_t c = uf_value_add((int64_t)t->cost, region_compute(r, t, false));
+    return uf_value_add(c, region_compute(r, t, true));
 }
 
 int64_t remat_live_bound(coop_remat *r, coop_tensor *t, bool *exact)
@@ -82,7 +83,7 @@ int64_t remat_live_bound(coop_remat *r, coop_tensor *t, bool *exact)
         if (n->mark == mark || (i >= t->num_inputs && !n->handles))
             continue;
         n->mark = mark;
-        c += (int64_t)n->cost;
+        c = uf_value_add(c, (int64_t)n->cost);
     }
     *exact = alone;
     return c;

@@ -70,7 +70,7 @@ uint32_t uf_merge(union_find *uf, uint32_t a, uint32_t b)
         rb = t;
     }
     uf->parent[ra] = rb;
-    uf->value[rb] += uf->value[ra];
+    uf->value[rb] = uf_value_add(uf->value[rb], uf->value[ra]);
     uf->members[rb] += uf->members[ra];
     uf->cut[rb] = uf->cut[rb] || uf->cut[ra];
     return rb;

@@ -35,7 +35,17 @@ uint32_t uf_make(union_find *uf, int64_t value);
 /* The root of x's class (with path compression). */
 uint32_t uf_find(union_find *uf, uint32_t x);
 
-/* Merges the classes of a and b; the new root's value is the sum, and it is
+/* a + b for class values and the costs summed with them (ns, both >= 0),
+ * saturating at INT64_MAX: costs of up to COOP_TENSOR_MAX_COST_NS (2^48)
+ * over more than 2^15 tensors would pass it, and a wrapped sum would be
+ * negative, i.e. cheapest. */
+static inline int64_t uf_value_add(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+/* Merges the classes of a and b; the new root's value is the sum
+ * (uf_value_add), and it is
  * cut if either was. The
  * larger class's root stays the root (ties: b's), so finds stay shallow and
  * a big class keeps its root while small ones join it (callers may cache
