@@ -441,7 +441,12 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
     }
     if ((uint64_t)size > pool->arena.params.capacity) {
         pool->num_ooms++;
-        st = oom_message(pool, size, (uint64_t)size, stream, false);
+        /* rounded as malloc would, short of wrapping: the top 511 sizes
+         * round to 2^64, named by its largest multiple of 512 below */
+        uint64_t rounded = (uint64_t)size > UINT64_MAX - (COOP_ALIGN - 1)
+                               ? UINT64_MAX / COOP_ALIGN * COOP_ALIGN
+                               : round_up((uint64_t)size, COOP_ALIGN);
+        st = oom_message(pool, size, rounded, stream, false);
         goto out;
     }
     bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;

@@ -117,6 +117,12 @@ static void test_size_zero_and_huge(void **state)
     assert_int_equal(st, COOP_ERR_NOMEM);
     assert_non_null(strstr(coop_last_error(), "capacity 67108864"));
     assert_int_equal(stats_of(p).num_ooms, 1);
+    /* the rounded size is the rounded size, also above the capacity */
+    assert_null(coop_malloc(p, 64 * MiB + 1, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "67108865 bytes (67109376 rounded)"));
+    assert_null(coop_malloc(p, SIZE_MAX, 0, 0, &st));
+    assert_non_null(strstr(coop_last_error(), "(18446744073709551104 rounded)"));
     assert_null(coop_malloc(p, 100, 0, 0x80, &st));
     assert_int_equal(st, COOP_ERR_INVALID);
     assert_null(coop_malloc(p, 100, UINTPTR_MAX, 0, &st));
