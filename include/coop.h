@@ -544,7 +544,8 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
  * output); an output placed is not evicted to place the next. Each output
  * records cost_ns as its producer's cost (recomputing one reruns the op).
  * outs[i] receives them; on failure none is left (those placed are
- * released). */
+ * released). outs must not overlap inputs (COOP_ERR_INVALID: the outputs
+ * would overwrite the inputs the op reads). */
 coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
                                        uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
                                        size_t num_inputs, unsigned flags, coop_tensor **outs);

@@ -562,7 +562,23 @@ static void create_refusals_name_the_call_and_argument(void **state)
     assert_true(error_says("coop_tensor_create: size 0"));
     coop_remat_stats st;
     coop_remat_get_stats(r, &st);
-    assert_int_equal(st.records, 0);
+    assert_int_equal(st.records, 0); /* no refusal above left a record */
+    /* outs over the inputs: refused before either is touched */
+    const size_t two[2] = {U, U};
+    coop_tensor *io[3];
+    assert_int_equal(coop_tensor_create(r, U, 1, "in", NULL, 0, EV, &io[0]), COOP_OK);
+    io[1] = io[0];
+    coop_tensor *in0 = io[0];
+    assert_int_equal(coop_tensor_create_outputs(r, 2, two, 1, "o", io, 2, EV, io + 1),
+                     COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create_outputs: outs overlaps inputs"));
+    assert_ptr_equal(io[0], in0);
+    assert_ptr_equal(io[1], in0);
+    /* adjacent, not overlapping: fine */
+    assert_int_equal(coop_tensor_create_outputs(r, 2, two, 1, "o", io, 1, EV, io + 1), COOP_OK);
+    assert_ptr_equal(io[0], in0);
+    for (int i = 0; i < 3; i++)
+        coop_tensor_release(r, io[i]);
     coop_remat_destroy(r);
     coop_pool_destroy(pool);
 }

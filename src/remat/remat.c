@@ -317,6 +317,12 @@ static coop_status create_outputs(coop_remat *r, const char *fn, size_t num_outp
                               !outs          ? "outs is NULL"
                               : !num_outputs ? "num_outputs is 0"
                                              : "sizes is NULL");
+    /* compared as integers: relational operators on unrelated arrays are
+     * undefined */
+    uintptr_t o = (uintptr_t)outs, in = (uintptr_t)inputs;
+    if (inputs && num_inputs && o < in + num_inputs * sizeof *inputs &&
+        in < o + num_outputs * sizeof *outs)
+        return coop_set_error(COOP_ERR_INVALID, "%s: outs overlaps inputs", fn);
     for (size_t i = 0; i < num_outputs; i++)
         outs[i] = NULL;
     for (size_t i = 0; i < num_outputs; i++)
