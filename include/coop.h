@@ -151,12 +151,12 @@ void coop_pool_destroy(coop_pool *pool);
  * exceed the capacity, or the device itself is full because memory is used
  * outside the pool and the driver refuses) the pool first releases the
  * cached pages (or free segments) that no queued work can use and retries
- * (counted in num_alloc_retries); where the best fit's pages still cannot
- * be mapped, it takes the best free block that needs none (or few enough)
- * instead; then it makes the free blocks of idle
+ * (counted in num_alloc_retries); then it makes the free blocks of idle
  * streams usable on any stream and retries, then (unless
  * coop_config.never_wait) waits for busy streams' pending frees and free
- * blocks, holding the pool's lock, and retries; the final message
+ * blocks, holding the pool's lock, and retries. Each retry after settling
+ * streams, where the best fit's pages still cannot be mapped, takes the
+ * best free block that needs none (or few enough) instead. The final message
  * (coop_last_error) gives the requested bytes, free bytes and the largest
  * free block, and the driver's message when the device refused. A stream is
  * its handle's value: CUDA's per-thread default stream handle
@@ -439,8 +439,8 @@ enum {
 
 /* The largest cost an op may be given (2^48 ns, about 3.3 days): larger
  * costs are refused (COOP_ERR_INVALID), so that the sums the policies form
- * are exact over 2^15 tensors of that cost; sums beyond INT64_MAX ns
- * saturate there (dearest), never wrap. */
+ * are exact over fewer than 2^15 tensors of that cost; sums beyond
+ * INT64_MAX ns saturate there (dearest) and stay there, never wrap. */
 #define COOP_TENSOR_MAX_COST_NS (1ull << 48)
 
 /* The owner learns that t's buffer is gone (its pointer must not be used).

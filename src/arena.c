@@ -766,7 +766,11 @@ coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool
                                arena_block **out, bool *reclaimed)
 {
     *out = NULL;
-    if (!a->params.vmm)
+    /* no free block of size usable on stream (the index holds every free
+     * block, by the same stream rule): the walk would find none either, and
+     * a caller that evicts and retries (remat's one-at-a-time policies) must
+     * not pay a walk per eviction */
+    if (!a->params.vmm || !free_index_best_fit(&a->index, size, stream))
         return COOP_ERR_NOMEM;
     uint64_t room = a->nomem == ARENA_NOMEM_CAPACITY && a->params.capacity > a->reserved
                         ? a->params.capacity - a->reserved

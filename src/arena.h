@@ -220,7 +220,8 @@ coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bool high, 
  * reclaim never unmaps the free blocks of a stream still at work, though a
  * request on that stream may reuse them at once: a fitting free block
  * already mapped would otherwise be reported out of memory. A walk over
- * the blocks (out-of-memory path only). COOP_ERR_NOMEM, a->nomem as it
+ * the blocks (out-of-memory path only), skipped in O(log n) when no free
+ * block of size is usable on stream at all. COOP_ERR_NOMEM, a->nomem as it
  * was, when none qualifies (always without VMM). */
 coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool high,
                                arena_block **out, bool *reclaimed);

@@ -38,6 +38,28 @@ static void merge_sums_once(void **state)
     uf_free(&uf);
 }
 
+/* A sum past INT64_MAX saturates there and stays there when members leave
+ * (what it summed is unknown; less would make the rest read cheap), and a
+ * negative operand cannot make the saturating test overflow. */
+static void saturated_sums_stay_saturated(void **state)
+{
+    (void)state;
+    union_find uf = {0};
+    const int64_t big = INT64_C(1) << 62;
+    uint32_t a = uf_make(&uf, big), b = uf_make(&uf, big / 2), c = uf_make(&uf, big);
+    uf_merge(&uf, a, b);
+    assert_true(uf_value(&uf, a) == big + big / 2); /* exact below the limit */
+    uf_merge(&uf, c, a);
+    assert_true(uf_value(&uf, a) == INT64_MAX); /* 2.5 x 2^62 */
+    uf_leave(&uf, c, big);
+    uf_leave(&uf, b, big / 2);
+    assert_true(uf_value(&uf, a) == INT64_MAX);
+    assert_true(uf_value_add(INT64_MAX, 1) == INT64_MAX);
+    assert_true(uf_value_add(-5, 7) == 7);
+    assert_true(uf_value_add(INT64_MAX, -1) == INT64_MAX);
+    uf_free(&uf);
+}
+
 /* A class is cut once a member leaves it, and a merge with a cut class is
  * cut: it may no longer be one connected set. */
 static void leaving_cuts_the_class_and_merges_carry_it(void **state)
@@ -150,6 +172,7 @@ int main(void)
         cmocka_unit_test(singletons_keep_their_values),
         cmocka_unit_test(merge_sums_once),
         cmocka_unit_test(leaving_cuts_the_class_and_merges_carry_it),
+        cmocka_unit_test(saturated_sums_stay_saturated),
         cmocka_unit_test(big_classes_keep_their_root),
         cmocka_unit_test(finds_compress_paths),
         cmocka_unit_test(compaction_keeps_the_named_classes),

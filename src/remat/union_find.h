@@ -37,10 +37,15 @@ uint32_t uf_find(union_find *uf, uint32_t x);
 
 /* a + b for class values and the costs summed with them (ns, both >= 0),
  * saturating at INT64_MAX: costs of up to COOP_TENSOR_MAX_COST_NS (2^48)
- * over more than 2^15 tensors would pass it, and a wrapped sum would be
- * negative, i.e. cheapest. */
+ * over 2^15 tensors or more would pass it, and a wrapped sum would be
+ * negative, i.e. cheapest. A negative operand (none should reach here) is
+ * read as 0, so the test itself cannot overflow. */
 static inline int64_t uf_value_add(int64_t a, int64_t b)
 {
+    if (a < 0)
+        a = 0;
+    if (b < 0)
+        b = 0;
     return a > INT64_MAX - b ? INT64_MAX : a + b;
 }
 
@@ -63,11 +68,15 @@ static inline int64_t uf_value(union_find *uf, uint32_t x)
 }
 
 /* x's storage left its class (rematerialized): the class loses value
- * (x's compute) and is cut; x's node stays in it. */
+ * (x's compute) and is cut; x's node stays in it. A saturated value stays
+ * saturated: what it summed is unknown, and subtracting from INT64_MAX
+ * would make the members still evicted read cheaper than they are (dearest
+ * is the safe side). */
 static inline void uf_leave(union_find *uf, uint32_t x, int64_t value)
 {
     uint32_t root = uf_find(uf, x);
-    uf->value[root] -= value;
+    if (uf->value[root] != INT64_MAX)
+        uf->value[root] -= value;
     uf->cut[root] = true;
 }
 
