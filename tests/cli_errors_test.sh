@@ -41,6 +41,9 @@ expect 2 "unknown command 'bogus'" $coop bogus
 expect 2 "coop sim: unknown option '--bogus'" $coop sim --bogus
 expect 2 "coop sim: unknown option '-x'" $coop sim -xyz
 expect 2 "coop replay: unknown option '-x'" $coop replay -xyz
+# a cluster after a valid option: the letter, not the option before it
+expect 2 "coop sim: unknown option '-x'" $coop sim --json -xh
+expect 2 "coop replay: unknown option '-z'" $coop replay --json -zq
 expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1
 expect 2 "coop sim: --budget needs a value" $coop sim --budget
 expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
