@@ -574,6 +574,9 @@ static void create_refusals_name_the_call_and_argument(void **state)
     assert_true(error_says("coop_tensor_create_outputs: outs overlaps inputs"));
     assert_ptr_equal(io[0], in0);
     assert_ptr_equal(io[1], in0);
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", io, 1, EV, io), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create: out overlaps inputs"));
+    assert_ptr_equal(io[0], in0);
     /* adjacent, not overlapping: fine */
     assert_int_equal(coop_tensor_create_outputs(r, 2, two, 1, "o", io, 1, EV, io + 1), COOP_OK);
     assert_ptr_equal(io[0], in0);

@@ -322,7 +322,9 @@ static coop_status create_outputs(coop_remat *r, const char *fn, size_t num_outp
     uintptr_t o = (uintptr_t)outs, in = (uintptr_t)inputs;
     if (inputs && num_inputs && o < in + num_inputs * sizeof *inputs &&
         in < o + num_outputs * sizeof *outs)
-        return coop_set_error(COOP_ERR_INVALID, "%s: outs overlaps inputs", fn);
+        return coop_set_error(COOP_ERR_INVALID, "%s: %s overlaps inputs", fn,
+                              num_outputs == 1 && !strcmp(fn, "coop_tensor_create") ? "out"
+                                                                                    : "outs");
     for (size_t i = 0; i < num_outputs; i++)
         outs[i] = NULL;
     for (size_t i = 0; i < num_outputs; i++)
