@@ -317,11 +317,13 @@ static coop_status create_outputs(coop_remat *r, const char *fn, size_t num_outp
                               !outs          ? "outs is NULL"
                               : !num_outputs ? "num_outputs is 0"
                                              : "sizes is NULL");
+    if (num_inputs && !inputs) /* as check_inputs, before the overlap test reads it */
+        return coop_set_error(COOP_ERR_INVALID, "%s: inputs is NULL with num_inputs %zu", fn,
+                              num_inputs);
     /* compared as integers: relational operators on unrelated arrays are
      * undefined */
     uintptr_t o = (uintptr_t)outs, in = (uintptr_t)inputs;
-    if (inputs && num_inputs && o < in + num_inputs * sizeof *inputs &&
-        in < o + num_outputs * sizeof *outs)
+    if (num_inputs && o < in + num_inputs * sizeof *inputs && in < o + num_outputs * sizeof *outs)
         return coop_set_error(COOP_ERR_INVALID, "%s: %s overlaps inputs", fn,
                               num_outputs == 1 && !strcmp(fn, "coop_tensor_create") ? "out"
                                                                                     : "outs");
