@@ -1,4 +1,5 @@
 /* DTR log reader: structure, gzip, errors with line numbers, allocation events. */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 
 #include "status.h"
 #include "trace/dtr_log.h"
+#include "trace/name_table.h"
 #include "trace/trace.h"
 
 static const char small_log[] =
@@ -270,12 +272,106 @@ static void derives_allocation_events(void **state)
     free(path);
 }
 
+/* A CALL whose result rebinds the name of its own argument (x = view(x)):
+ * the storage keeps its handle. Dropping the old binding before taking the
+ * new one freed x's storage while x still named it, and RELEASE x freed it
+ * again (two F lines for one id: a trace its own text reader refuses). */
+static void view_rebinding_its_argument_keeps_the_storage(void **state)
+{
+    (void)state;
+    char *path =
+        write_gz("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"1024\"}\n"
+                 "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"view\",\"ARGS\":[\"x\"],\"RESULT\":[\"x\"],"
+                 "\"TIME\":\"5\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"1024\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"x\",\"ALIAS\":\"0\"}\n"
+                 "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"relu\",\"ARGS\":[\"x\"],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"5\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":\"2048\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":\"-1\"}\n"
+                 "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"x\"}\n");
+    trace t;
+    assert_int_equal(trace_read_dtr(path, &t), COOP_OK);
+    /* A x, A y, F x: x is live while y is allocated, and freed once */
+    assert_int_equal(t.num_events, 3);
+    assert_int_equal(t.events[0].kind, TRACE_ALLOC);
+    assert_int_equal(t.events[1].kind, TRACE_ALLOC);
+    assert_int_equal(t.events[1].size, 2048);
+    assert_int_equal(t.events[2].kind, TRACE_FREE);
+    assert_int_equal(t.events[2].id, 0);
+    trace_free(&t);
+    unlink(path);
+    free(path);
+
+    /* a CONSTANT rebinding a name drops the storage it named, as a CALL does
+     * (the first storage stayed allocated to the end) */
+    path = write_gz("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c\"}\n"
+                    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c\",\"MEMORY\":\"8\"}\n"
+                    "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c\"}\n"
+                    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c\",\"MEMORY\":\"16\"}\n");
+    assert_int_equal(trace_read_dtr(path, &t), COOP_OK);
+    assert_int_equal(t.num_events, 3);
+    assert_int_equal(t.events[2].kind, TRACE_FREE);
+    assert_int_equal(t.events[2].id, 0);
+    trace_free(&t);
+    unlink(path);
+    free(path);
+}
+
+/* FNV-1a, 32 bits, from its standard start: the name table's hash until
+ * it took a per-table seed. */
+static uint32_t unkeyed_fnv1a(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* Names a log chose so that the unkeyed hash sends them all to one slot of
+ * a 4096-slot table: interning walked one cluster of all of them per name,
+ * quadratic in the log (30,000 CONSTANTs with FNV multicollision names took
+ * 2.8 s against 0.05 s; a million, an hour). With a seed only chance
+ * clusters form. */
+static void test_chosen_names_do_not_cluster(void **state)
+{
+    (void)state;
+    enum { N = 1500 };
+    name_table t = {0};
+    char name[32];
+    uint32_t counter = 0;
+    for (uint32_t k = 0; k < N; k++) {
+        do
+            snprintf(name, sizeof name, "n%" PRIu32, counter++);
+        while (unkeyed_fnv1a(name) & 4095);
+        uint32_t id;
+        assert_int_equal(name_table_intern(&t, name, &id), 0);
+        assert_int_equal(id, k);
+    }
+    assert_int_equal(t.num_slots, 4096);
+    size_t longest = 0, run = 0;
+    for (uint32_t i = 0; i < t.num_slots; i++) {
+        run = t.slots[i] ? run + 1 : 0;
+        if (run > longest)
+            longest = run;
+    }
+    if (longest > 400)
+        fail_msg("a run of %zu used slots among %d names", longest, N);
+    name_table_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(parses_structure),          cmocka_unit_test(errors_name_the_line),
-        cmocka_unit_test(reads_gzip_files),          cmocka_unit_test(read_errors_carry_the_path),
-        cmocka_unit_test(derives_allocation_events), cmocka_unit_test(damaged_files_are_refused),
+        cmocka_unit_test(parses_structure),
+        cmocka_unit_test(errors_name_the_line),
+        cmocka_unit_test(reads_gzip_files),
+        cmocka_unit_test(read_errors_carry_the_path),
+        cmocka_unit_test(derives_allocation_events),
+        cmocka_unit_test(damaged_files_are_refused),
+        cmocka_unit_test(view_rebinding_its_argument_keeps_the_storage),
+        cmocka_unit_test(test_chosen_names_do_not_cluster),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -617,6 +617,77 @@ static void test_unsigned_stream(void **state)
     trace_free(&t);
 }
 
+/* PyTorch 2.0's snapshots: blocks have no "address" (PyTorch's _memory_viz
+ * sums the sizes of the blocks before it from the segment's address) nor
+ * "requested_size" (the request is the last "history" entry's "real_size",
+ * when history was recorded), and an oom entry has "device_free", not
+ * "addr". Every such block used to be refused: "'address' is missing". */
+static void test_blocks_without_addresses(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "segments");
+    begin_list(&p);
+    begin_dict(&p);
+    key_int(&p, "device", 0);
+    key_int(&p, "address", 0x100000);
+    key_int(&p, "total_size", 2 << 20);
+    key_int(&p, "stream", 0);
+    str(&p, "blocks");
+    begin_list(&p);
+    begin_dict(&p);
+    key_int(&p, "size", 512);
+    key_str(&p, "state", "inactive");
+    end_dict(&p);
+    begin_dict(&p);
+    key_int(&p, "size", 1024);
+    key_str(&p, "state", "active_allocated");
+    str(&p, "history");
+    begin_list(&p);
+    begin_dict(&p);
+    key_int(&p, "addr", 0x100200);
+    key_int(&p, "real_size", 700);
+    end_dict(&p);
+    begin_dict(&p);
+    key_int(&p, "addr", 0x100200);
+    key_int(&p, "real_size", 1000);
+    end_dict(&p);
+    end_list(&p);
+    end_dict(&p);
+    begin_dict(&p);
+    key_int(&p, "size", 2048);
+    key_str(&p, "state", "active_pending_free");
+    end_dict(&p);
+    end_list(&p);
+    end_dict(&p);
+    end_list(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    begin_dict(&p);
+    key_str(&p, "action", "oom");
+    key_int(&p, "device_free", 4096);
+    key_int(&p, "size", 8192);
+    key_int(&p, "stream", 0);
+    end_dict(&p);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    fixture_check_invariants(&t);
+    assert_int_equal(t.num_live_at_start, 2);
+    assert_int_equal(t.events[0].addr, 0x100200);
+    assert_int_equal(t.events[0].size, 1000); /* the last history entry's real_size */
+    assert_int_equal(t.events[1].addr, 0x100600);
+    assert_int_equal(t.events[1].size, 2048); /* no history: the block's size */
+    assert_int_equal(t.events[2].kind, TRACE_OOM);
+    assert_int_equal(t.events[2].size, 8192);
+    trace_free(&t);
+}
+
 /* ------------------------------------------------------------------------
  * Refusals and malformed input
  * ---------------------------------------------------------------------- */
@@ -845,6 +916,7 @@ int main(void)
         cmocka_unit_test(test_device_choice),
         cmocka_unit_test(test_allocator_settings),
         cmocka_unit_test(test_unsigned_stream),
+        cmocka_unit_test(test_blocks_without_addresses),
         cmocka_unit_test(test_code_opcodes_refused),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_truncated),

@@ -83,10 +83,15 @@ static coop_status drop(events_builder *b, uint32_t s)
     return COOP_OK;
 }
 
-static void bind(events_builder *b, uint32_t name, uint32_t s)
+/* Binds name to storage s, dropping the storage name held before. The
+ * handle on s is taken first: the old and new storage may be one (x = view(x),
+ * COPY x x), and its last handle must not go in between. */
+static coop_status bind(events_builder *b, uint32_t name, uint32_t s)
 {
-    b->binding[name] = s;
     b->handles[s]++;
+    uint32_t old = b->binding[name];
+    b->binding[name] = s;
+    return old == UNBOUND ? COOP_OK : drop(b, old);
 }
 
 static coop_status convert(events_builder *b, const dtr_instr *in)
@@ -98,8 +103,7 @@ static coop_status convert(events_builder *b, const dtr_instr *in)
     case DTR_CONSTANT:
         if ((st = new_storage(b, in->memory, &s)) || (st = push(b, TRACE_ALLOC, s, in->memory, 0)))
             return st;
-        bind(b, in->name, s);
-        return COOP_OK;
+        return bind(b, in->name, s);
     case DTR_CALL:
         for (uint32_t i = 0; i < in->num_args; i++)
             if (b->binding[log->args[in->first_arg + i]] == UNBOUND)
@@ -113,9 +117,8 @@ static coop_status convert(events_builder *b, const dtr_instr *in)
             } else {
                 s = b->binding[log->args[in->first_arg + (uint32_t)r->alias]];
             }
-            if (b->binding[r->name] != UNBOUND && (st = drop(b, b->binding[r->name])))
+            if ((st = bind(b, r->name, s)))
                 return st;
-            bind(b, r->name, s);
         }
         return COOP_OK;
     case DTR_MUTATE:
@@ -127,12 +130,7 @@ static coop_status convert(events_builder *b, const dtr_instr *in)
     case DTR_COPY_FROM:
         if (b->binding[in->src] == UNBOUND)
             return undefined(b, in, in->src);
-        s = b->binding[in->src];
-        b->handles[s]++; /* before dropping dst: dst and src may share storage */
-        if (b->binding[in->name] != UNBOUND && (st = drop(b, b->binding[in->name])))
-            return st;
-        b->binding[in->name] = s;
-        return COOP_OK;
+        return bind(b, in->name, b->binding[in->src]);
     case DTR_RELEASE:
         s = b->binding[in->name];
         if (s == UNBOUND)

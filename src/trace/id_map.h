@@ -3,7 +3,8 @@
  * to the dense id a reader gave that allocation, plus the reader's bookkeeping
  * (state, where it was allocated for error messages). Open addressing with
  * linear probing and backward-shift deletion: no tombstones, so long traces
- * that allocate and free millions of times keep short probe chains.
+ * that allocate and free millions of times keep short probe chains. The hash
+ * is keyed per map, so keys a file chose cannot all land in one cluster.
  */
 #ifndef COOP_TRACE_ID_MAP_H
 #define COOP_TRACE_ID_MAP_H
@@ -24,6 +25,7 @@ typedef struct id_map {
     id_map_slot *slots;
     size_t mask; /* capacity - 1, capacity a power of two */
     size_t count;
+    uint64_t seed; /* mixed into the hash, drawn when slots are first made */
 } id_map;
 
 /* The slot holding key, or NULL. */

@@ -1,15 +1,30 @@
-/* Name interning: FNV-1a hash, linear probing, load factor below 1/2. */
+/* Name interning: FNV-1a hash (seeded), linear probing, load factor below 1/2. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "trace/name_table.h"
 
-static uint32_t hash_name(const char *s)
+/* FNV-1a from a per-table start: from a fixed one a log could list names
+ * that all hash alike (FNV collisions chain into multicollisions), and every
+ * lookup would walk all of them (quadratic reading). */
+static uint32_t hash_name(const name_table *t, const char *s)
 {
-    uint32_t h = 2166136261u;
+    uint32_t h = 2166136261u ^ t->seed;
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 16777619u;
     return h;
+}
+
+/* A seed no file can know in advance: the clock and this table's address
+ * (randomized by ASLR). Only probe lengths depend on it, never ids. */
+static uint32_t fresh_seed(const name_table *t)
+{
+    struct timespec ts = {0};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t x = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ (uintptr_t)t;
+    x *= 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(x >> 32);
 }
 
 static int grow_slots(name_table *t)
@@ -18,8 +33,10 @@ static int grow_slots(name_table *t)
     uint32_t *slots = calloc(n, sizeof *slots);
     if (!slots)
         return -1;
+    if (!t->num_slots)
+        t->seed = fresh_seed(t);
     for (uint32_t id = 0; id < t->count; id++) {
-        uint32_t i = hash_name(t->names[id]) & (n - 1);
+        uint32_t i = hash_name(t, t->names[id]) & (n - 1);
         while (slots[i])
             i = (i + 1) & (n - 1);
         slots[i] = id + 1;
@@ -34,7 +51,7 @@ int name_table_find(const name_table *t, const char *name, uint32_t *id)
 {
     if (!t->num_slots)
         return -1;
-    uint32_t i = hash_name(name) & (t->num_slots - 1);
+    uint32_t i = hash_name(t, name) & (t->num_slots - 1);
     for (; t->slots[i]; i = (i + 1) & (t->num_slots - 1)) {
         if (!strcmp(t->names[t->slots[i] - 1], name)) {
             *id = t->slots[i] - 1;
@@ -61,7 +78,7 @@ int name_table_intern(name_table *t, const char *name, uint32_t *id)
     char *copy = strdup(name);
     if (!copy)
         return -1;
-    uint32_t i = hash_name(name) & (t->num_slots - 1);
+    uint32_t i = hash_name(t, name) & (t->num_slots - 1);
     while (t->slots[i])
         i = (i + 1) & (t->num_slots - 1);
     t->slots[i] = t->count + 1;

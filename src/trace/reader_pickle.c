@@ -276,19 +276,34 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
             return bad(r, "'%s' has type %s, expected list", "blocks", pkl_type_name(blocks));
         if ((st = not_shared(r, blocks, "'blocks'")) != COOP_OK)
             return st;
+        /* Blocks tile their segment in address order. PyTorch 2.0 wrote no
+         * block "address" (nor "requested_size": the request is the last
+         * "history" entry's "real_size"); its _memory_viz adds up sizes. */
+        uint64_t next_addr = s.addr;
         for (size_t j = 0; j < blocks->v.seq.len; j++) {
             const pkl_value *blk = blocks->v.seq.items[j];
             snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu].blocks[%zu]", i, j);
             r->where_at = blk->offset;
             if ((st = small_dict(r, blk, "block")) != COOP_OK)
                 return st;
+            trace_event ev = {.kind = TRACE_ALLOC, .stream = s.stream, .time_us = -1};
+            ev.addr = next_addr;
+            if ((st = get_u64(r, blk, "address", 0, 0, &ev.addr)) != COOP_OK ||
+                (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK)
+                return st;
+            next_addr = ev.addr + ev.size;
             const pkl_value *state = pkl_dict_get(blk, "state");
             if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
                 continue;
-            trace_event ev = {.kind = TRACE_ALLOC, .stream = s.stream, .time_us = -1};
-            if ((st = get_u64(r, blk, "address", 1, 0, &ev.addr)) != COOP_OK ||
-                (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK ||
-                (st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
+            const pkl_value *history = pkl_dict_get(blk, "history");
+            if (!pkl_dict_get(blk, "requested_size") && history && history->kind == PKL_LIST &&
+                history->v.seq.len) {
+                const pkl_value *last = history->v.seq.items[history->v.seq.len - 1];
+                if ((st = small_dict(r, last, "history entry")) != COOP_OK ||
+                    (st = get_size(r, last, "real_size", 0, &ev.size)) != COOP_OK)
+                    return st;
+            }
+            if ((st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
                 return st;
             /* Allocated at the end but never seen allocated: it was live
              * through the whole recording. */
