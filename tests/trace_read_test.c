@@ -4,6 +4,8 @@
  */
 #include "trace_fixture.h"
 
+#include "trace/input.h"
+
 static const char *write_named(const char *name, const void *data, size_t len, int gzip)
 {
     static char path[300];
@@ -110,6 +112,37 @@ static void test_dispatch(void **state)
     trace_free(&a); /* safe on the zeroed trace a failed reader leaves */
 }
 
+/* A gzip bomb (inflating past TRACE_INPUT_BOMB_RATIO once past
+ * TRACE_INPUT_BOMB_MIN bytes) is refused by the line reader and by the
+ * whole-file reader the pickle reader uses, naming the file; the same bytes
+ * uncompressed are not limited. */
+static void test_gzip_bombs_are_refused(void **state)
+{
+    (void)state;
+    size_t len = TRACE_INPUT_BOMB_MIN + (8u << 20);
+    char *text = malloc(len);
+    assert_non_null(text);
+    for (size_t i = 0; i < len; i += 2) {
+        text[i] = '#'; /* comment lines: a text trace that holds nothing */
+        text[i + 1] = '\n';
+    }
+    const char *bomb = write_named("bomb.trace.gz", text, len, 1);
+    trace t;
+    assert_int_equal(trace_read_text(bomb, &t), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "refused as a gzip bomb"));
+    assert_non_null(strstr(coop_last_error(), "bomb.trace.gz:"));
+    unsigned char *data = NULL;
+    size_t n = 0;
+    assert_int_equal(trace_input_slurp(bomb, &data, &n), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "refused as a gzip bomb"));
+    assert_null(data);
+    const char *plain = write_named("plain.trace", text, len, 0);
+    assert_int_equal(trace_input_slurp(plain, &data, &n), COOP_OK);
+    assert_int_equal(n, len);
+    free(data);
+    free(text);
+}
+
 int main(void)
 {
     fixture_init();
@@ -117,6 +150,7 @@ int main(void)
         cmocka_unit_test(test_detect),
         cmocka_unit_test(test_detect_errors),
         cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_gzip_bombs_are_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +11,7 @@
 #include "trace/text_number.h"
 
 #define READ_CHUNK ((size_t)1 << 16)
+#define SLURP_STEP ((size_t)16 << 20)
 
 /* zlib reports a truncated stream as a short read with Z_BUF_ERROR set, not
  * as -1, so every short read is followed by a look at gzerror. */
@@ -34,6 +34,24 @@ static coop_status gz_failure(gzFile gz, const char *path, uint64_t line)
         return coop_set_error(COOP_ERR_INVALID, "%s:%llu: read error: %s", path,
                               (unsigned long long)line, msg);
     return coop_set_error(COOP_ERR_INVALID, "%s: read error: %s", path, msg);
+}
+
+/* After a read: refuses a gzip stream inflating past TRACE_INPUT_BOMB_RATIO
+ * (input.h). Plain files (zlib passes them through) are not limited. */
+static coop_status check_inflation(gzFile gz, const char *path, uint64_t line)
+{
+    z_off_t out = gztell(gz), in = gzoffset(gz);
+    if (gzdirect(gz) || out < 0 || (uint64_t)out <= TRACE_INPUT_BOMB_MIN || in <= 0 ||
+        (uint64_t)out / (uint64_t)in <= TRACE_INPUT_BOMB_RATIO)
+        return COOP_OK;
+    char where[32] = "";
+    if (line)
+        snprintf(where, sizeof where, ":%llu", (unsigned long long)line);
+    return coop_set_error(COOP_ERR_INVALID,
+                          "%s%s: %llu bytes inflated from %llu compressed, over %dx: refused as "
+                          "a gzip bomb (real traces compress 3-20x; gunzip it to read it anyway)",
+                          path, where, (unsigned long long)out, (unsigned long long)in,
+                          TRACE_INPUT_BOMB_RATIO);
 }
 
 static coop_status open_gz(const char *path, gzFile *out)
@@ -138,7 +156,7 @@ static coop_status fill(trace_input *in)
         in->at_eof = 1;
     }
     in->end += (size_t)got;
-    return COOP_OK;
+    return got > 0 ? check_inflation(in->gz, in->path, line) : COOP_OK;
 }
 
 coop_status trace_input_line(trace_input *in, char **line, size_t *len)
@@ -211,7 +229,9 @@ coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *le
             buf = grown;
             cap *= 2;
         }
-        size_t want = cap - n < (size_t)INT_MAX ? cap - n : (size_t)INT_MAX;
+        /* reads of at most SLURP_STEP, so that an inflating stream is
+         * caught within that much of the bomb limit */
+        size_t want = cap - n < SLURP_STEP ? cap - n : SLURP_STEP;
         int got = gzread(gz, buf + n, (unsigned)want);
         if (got <= 0) {
             st = gz_failure(gz, path, 0);
@@ -220,6 +240,8 @@ coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *le
             break;
         }
         n += (size_t)got;
+        if ((st = check_inflation(gz, path, 0)) != COOP_OK)
+            break;
     }
     gzclose(gz);
     if (st != COOP_OK) {

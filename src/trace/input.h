@@ -23,6 +23,16 @@
  * bounds a hostile file at about 25 GB where 4 GiB allowed 100. */
 #define TRACE_INPUT_MAX_SLURP ((size_t)1 << 30)
 
+/* A gzip stream that inflates to more than TRACE_INPUT_BOMB_RATIO times the
+ * compressed bytes read so far, once past TRACE_INPUT_BOMB_MIN decompressed
+ * bytes, is refused as a gzip bomb: deflate reaches about 1000x, so a few
+ * hundred KB of repeated lines would make a line reader build GBs of events
+ * (and a slurped pickle 24 bytes of parse state per byte). Real traces and
+ * snapshots compress 3-20x; a file past the limit can still be read
+ * decompressed (gunzip), where memory follows the file's size. */
+#define TRACE_INPUT_BOMB_RATIO 200
+#define TRACE_INPUT_BOMB_MIN ((uint64_t)64 << 20)
+
 typedef struct trace_input {
     gzFile gz;
     const char *path; /* borrowed: the caller keeps it alive */
@@ -57,8 +67,9 @@ coop_status trace_input_open(trace_input *in, const char *path);
  * NULL and COOP_OK is returned. The line stays valid until the next call.
  * Errors: a line longer than TRACE_INPUT_MAX_LINE, a NUL byte inside a line
  * (binary data), a last line without its newline (a file cut short: text
- * traces, CSVs and JSON-lines logs all end with one), a read error or a
- * truncated/corrupt gzip stream, each as "PATH:LINE: what". */
+ * traces, CSVs and JSON-lines logs all end with one), a read error, a
+ * truncated/corrupt gzip stream or one inflating past TRACE_INPUT_BOMB_RATIO,
+ * each as "PATH:LINE: what". */
 coop_status trace_input_line(trace_input *in, char **line, size_t *len);
 
 /* Closes the file and frees the buffer; safe on a zeroed or closed input. */
@@ -66,7 +77,7 @@ void trace_input_close(trace_input *in);
 
 /* Reads all of path (decompressed) into a malloc'ed buffer *data of *len
  * bytes, plus one NUL byte after the end. Errors as above, or a file larger
- * than TRACE_INPUT_MAX_SLURP. */
+ * than TRACE_INPUT_MAX_SLURP (or inflating past TRACE_INPUT_BOMB_RATIO). */
 coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *len);
 
 /* Reads up to cap decompressed bytes from the start of path into buf (for
