@@ -51,6 +51,47 @@ static void test_order(void **state)
     trace_free(&t);
 }
 
+/* minimalloc's other headers (its reader's): columns in any order, under
+ * their other names, `end` inclusive, names that are not numbers, and the
+ * optional alignment / offset / empty gaps columns: the same trace as the
+ * plain form. */
+static void test_header_variants(void **state)
+{
+    (void)state;
+    const char *plain = "id,lower,upper,size\n3,10,20,50\n7,0,10,100\n1,10,30,30\n";
+    static const char *const variants[] = {
+        "size,upper,lower,id\n50,20,10,3\n100,10,0,7\n30,30,10,1\n",
+        "buffer,start,end,size\n3,10,19,50\n7,0,9,100\n1,10,29,30\n",
+        "buffer_id,begin,upper,size,alignment,offset,gaps\n3,10,20,50,64,0,\n"
+        "7,0,10,100,1,128, \n1,10,30,30,512,64,\n",
+    };
+    trace want;
+    assert_int_equal(read_csv(plain, 0, &want), COOP_OK);
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        trace t;
+        if (read_csv(variants[v], (int)(v % 2), &t) != COOP_OK)
+            fail_msg("variant %zu refused: %s", v, coop_last_error());
+        fixture_check_invariants(&t);
+        assert_int_equal(t.num_events, want.num_events);
+        for (size_t i = 0; i < want.num_events; i++) {
+            assert_int_equal(t.events[i].kind, want.events[i].kind);
+            assert_int_equal(t.events[i].size, want.events[i].size);
+            assert_int_equal(t.events[i].time_us, want.events[i].time_us);
+            assert_int_equal(t.events[i].id, want.events[i].id);
+        }
+        trace_free(&t);
+    }
+    trace_free(&want);
+    /* names that are not numbers sort after numbers, then as text */
+    trace t;
+    assert_int_equal(read_csv("buffer,start,end,size\nb2,0,9,2\nb1,0,9,1\n5,0,9,5\n", 0, &t),
+                     COOP_OK);
+    assert_int_equal(t.events[0].size, 5);
+    assert_int_equal(t.events[1].size, 1);
+    assert_int_equal(t.events[2].size, 2);
+    trace_free(&t);
+}
+
 typedef struct bad_csv {
     const char *text;
     const char *expect;
@@ -61,12 +102,14 @@ static void test_bad_rows(void **state)
     (void)state;
     static const bad_csv cases[] = {
         {"", ":1: empty file"},
-        {"id,lower,upper\n", ":1: expected the header 'id,lower,upper,size'"},
-        {"lower,id,upper,size\n1,2,3,4\n", ":1: expected the header"},
+        {"id,lower,upper\n", ":1: no size column"},
+        {"lower,upper,size\n1,2,3\n", ":1: no id column"},
+        {"id,lower,upper,size,color\n", ":1: unknown column 'color'"},
+        {"id,lower,upper,size,begin\n", ":1: column 'begin' repeats column 2"},
         {"id,lower,upper,size\n1,2,3\n", ":2: 3 fields, expected 4"},
         {"id,lower,upper,size\n1\n", ":2: 1 field, expected 4"},
         {"id,lower,upper,size\n1,2,3,4,5\n", ":2: more than 4 fields"},
-        {"id,lower,upper,size\n1,2,3,4\nx,2,3,4\n", ":3: id 'x' is not a number"},
+        {"id,lower,upper,size\n,2,3,4\n", ":2: id is empty"},
         {"id,lower,upper,size\n1,,3,4\n", ":2: lower '(empty)' is not a number"},
         {"id,lower,upper,size\n1,2,3,-4\n", ":2: size '-4' is negative"},
         {"id,lower,upper,size\n1,2,3,4.5\n", ":2: size '4.5' is not a number"},
@@ -76,10 +119,18 @@ static void test_bad_rows(void **state)
         {"id,lower,upper,size\n1,0,5,72057594037927936\n",
          ":2: size 72057594037927936 is too large (sizes must be below 2^56)"},
         {"id,lower,upper,size\n1,6,5,4\n", ":2: upper 5 must be greater than lower 6"},
-        {"id,lower,upper,size\n1,0,5,4\n2,0,5,4\n1,0,5,4\n", ":4: id 1 repeated (first at line 2)"},
+        {"id,lower,upper,size\n1,0,5,4\n2,0,5,4\n01,0,5,4\n",
+         ":4: id 1 repeated (first at line 2)"},
+        {"buffer,start,end,size\nb1,0,5,4\nb1,0,5,4\n", ":3: id 'b1' repeated (first at line 2)"},
+        {"buffer,start,end,size\nb1,6,5,4\n", ":2: end 5 must be at least lower 6"},
+        {"buffer,start,end,size\nb1,0,18446744073709551615,4\n",
+         ":2: end '18446744073709551615' is out of range"},
+        {"id,lower,upper,size,gaps\n1,0,9,4,2-3\n", ":2: gaps '2-3' are not supported"},
+        {"id,lower,upper,size,alignment\n1,0,9,4,x\n", ":2: alignment 'x' is not a number"},
+        {"id,lower,upper,size,offset\n1,0,9,4,-1\n", ":2: offset '-1' is negative"},
         {"id,lower,upper,size\n1,0,5,4", ":2: the last line has no newline"},
         {"id,lower,upper,size\n1,0,5,4\n\x01\x02\x03\n", ":3: 1 field, expected 4"},
-        {"id,lower,upper,size\ngarbage,\xff\xfe,1,2\n", ":2: id 'garbage' is not a number"},
+        {"id,lower,upper,size\ngarbage,\xff\xfe,1,2\n", ":2: lower '\xff\xfe' is not a number"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         trace t;
@@ -120,6 +171,7 @@ int main(void)
     fixture_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order),
+        cmocka_unit_test(test_header_variants),
         cmocka_unit_test(test_bad_rows),
         cmocka_unit_test(test_truncated),
     };

@@ -29,6 +29,8 @@ static void test_detect(void **state)
         {"# comment first\ncoop-trace 1\n", TRACE_FORMAT_TEXT},
         {"\n\n  coop-trace 1\n", TRACE_FORMAT_TEXT},
         {"id,lower,upper,size\n", TRACE_FORMAT_MINIMALLOC},
+        {"buffer,start,end,size\r\nb1,0,3,4\n", TRACE_FORMAT_MINIMALLOC},
+        {"size,upper,lower,id,gaps\n", TRACE_FORMAT_MINIMALLOC},
         {"{\"TYPE\": \"ANNOTATE\", \"ANNOTATION\": \"START\"}\n", TRACE_FORMAT_DTR},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -59,6 +61,11 @@ static void test_detect_errors(void **state)
                          "starts with \"PK\\x03\\x04zip?\"", NULL);
     fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
     assert_null(t.events);
+    /* a CSV header without a size column is no minimalloc file */
+    path = write_named("names.csv", "first,last\nAda,Lovelace\n", 25, 0);
+    fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
+    path = write_named("sizes.csv", "sizes,count\n1,2\n", 17, 0);
+    fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
     path = write_named("empty", "", 0, 0);
     fixture_expect_error(trace_read(path, &t), "empty: empty file", NULL);
     path = write_named("empty.gz", "", 0, 1);

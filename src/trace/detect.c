@@ -30,6 +30,28 @@ static int starts_with(const unsigned char *p, size_t n, const char *prefix)
     return n >= m && memcmp(p, prefix, m) == 0;
 }
 
+/* Whether the first line is a CSV header of lower-case names, one of them
+ * "size" (minimalloc's columns come in any order and under several names;
+ * its reader says which it does not know). */
+static int csv_header(const unsigned char *p, size_t n)
+{
+    size_t end = 0;
+    while (end < n && p[end] != '\n' && p[end] != '\r')
+        end++;
+    int commas = 0;
+    for (size_t i = 0; i < end; i++) {
+        if (p[i] == ',')
+            commas++;
+        else if (!(islower(p[i]) || p[i] == '_' || p[i] == ' ' || p[i] == '\t'))
+            return 0;
+    }
+    for (size_t i = 0; i + 4 <= end; i++)
+        if (!memcmp(p + i, "size", 4) && (i == 0 || p[i - 1] == ',' || p[i - 1] == ' ') &&
+            (i + 4 == end || p[i + 4] == ',' || p[i + 4] == ' '))
+            return commas > 0;
+    return 0;
+}
+
 coop_status trace_detect_format(const char *path, trace_format *out)
 {
     unsigned char buf[PEEK_BYTES];
@@ -52,7 +74,7 @@ coop_status trace_detect_format(const char *path, trace_format *out)
         *out = TRACE_FORMAT_TEXT; /* only text traces have comments */
         return COOP_OK;
     }
-    if (starts_with(p, n, "id,lower,upper,size")) {
+    if (csv_header(p, n)) {
         *out = TRACE_FORMAT_MINIMALLOC;
         return COOP_OK;
     }
@@ -67,7 +89,8 @@ coop_status trace_detect_format(const char *path, trace_format *out)
     return coop_set_error(COOP_ERR_INVALID,
                           "%s: unknown trace format (starts with \"%s\"): expected a PyTorch "
                           "memory snapshot pickle, a coop text trace ('coop-trace 1'), a "
-                          "minimalloc CSV ('id,lower,upper,size') or a DTR log (JSON lines)",
+                          "minimalloc CSV (a header such as 'id,lower,upper,size') or a DTR log "
+                          "(JSON lines)",
                           path, n ? shown : "only blank space");
 }
 
