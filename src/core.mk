@@ -82,6 +82,15 @@ tests_pending_pairs_LDFLAGS = -static
 # coop bench's and its floor's output rows (fields and layouts, never speed)
 TESTS += tests/bench_cli_test.sh
 EXTRA_DIST += tests/bench_cli_test.sh
+# its helpers: seeding (bench_rng.h)
+if HAVE_CMOCKA
+check_PROGRAMS += tests/bench_helpers_test
+TESTS += tests/bench_helpers_test
+tests_bench_helpers_test_SOURCES = tests/bench_helpers_test.c
+tests_bench_helpers_test_CFLAGS = $(TESTCFLAGS)
+tests_bench_helpers_test_LDADD = $(TESTLIBS)
+tests_bench_helpers_test_LDFLAGS = $(TESTLDFLAGS)
+endif
 
 # growable arrays (src/growable.h): doubling, and sizes that would wrap refused
 if HAVE_CMOCKA

@@ -381,7 +381,7 @@ out:
 
 static int run_latency(const bench_opts *o)
 {
-    rng = o->seed * UINT64_C(0x9E3779B97F4A7C15);
+    rng = bench_rng_seed(o->seed * UINT64_C(0x9E3779B97F4A7C15));
     if (!o->json)
         printf("%12s %16s\n", "buffer_bytes", "ns_per_load");
     for (size_t kib = 256; kib <= 64 * 1024; kib *= 2) {
@@ -569,7 +569,7 @@ int cmd_bench(int argc, char **argv)
                "jemalloc_ns_per_pair", "ratio", "coop_footprint", "jemalloc_footprint");
     for (size_t k = 0; k < o.num_live; k++) {
         size_t live = o.live[k];
-        rng = o.seed * UINT64_C(0x9E3779B97F4A7C15) + live;
+        rng = bench_rng_seed(o.seed * UINT64_C(0x9E3779B97F4A7C15) + live);
         workload w;
         /* Warm-up: at least one replacement per live block, then the timed pairs. */
         size_t timed = o.batches * BATCH;
