@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "cli/bench_median.h"
 #include "cli/bench_rng.h"
 #include "cli/bench_floor.h"
 #include "cli/cli_list.h"
@@ -126,12 +127,6 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The allocator under test, as two calls. */
 typedef struct allocator {
     void *(*alloc)(void *ctx, size_t size);
@@ -194,8 +189,7 @@ static double run_pairs(const allocator *a, const workload *w, size_t batches, u
                 goto out;
         batch_ns[b] = now_ns() - t0;
     }
-    qsort(batch_ns, batches, sizeof *batch_ns, cmp_double);
-    result = batch_ns[batches / 2] / BATCH;
+    result = bench_median(batch_ns, batches) / BATCH;
     *footprint = a->footprint(a->ctx);
     *live_bytes = 0;
     for (size_t i = 0; i < w->live; i++)
