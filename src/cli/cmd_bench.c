@@ -325,9 +325,13 @@ static void *je_alloc_cb(void *ctx, size_t size)
     return mallocx(size, ((je_peer *)ctx)->flags);
 }
 
+/* dallocx, not sdallocx: coop_free is not told the size either, and the
+ * issue and README.md name dallocx (sdallocx lets jemalloc take the size
+ * class from the size instead of looking the pointer up). */
 static void je_release_cb(void *ctx, void *ptr, size_t size)
 {
-    sdallocx(ptr, size, ((je_peer *)ctx)->flags);
+    (void)size;
+    dallocx(ptr, ((je_peer *)ctx)->flags);
 }
 
 static uint64_t je_footprint_cb(void *ctx)
