@@ -437,6 +437,13 @@ static void usage(FILE *out)
             BATCH);
 }
 
+/* A count from 1 to max, the whole field (decimal or 0x hex): strtoull took
+ * leading spaces and signs, and wrapped "-18446744073709551615" to 1. */
+static bool parse_count(const char *s, uint64_t max, uint64_t *out)
+{
+    return text_parse_u64(s, out) == TEXT_NUMBER_OK && *out >= 1 && *out <= max;
+}
+
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.batches = 200,
@@ -447,7 +454,6 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                       .run_jemalloc = true};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        char *end;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             usage(stdout);
             return 0;
@@ -468,20 +474,20 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
         } else if (!strcmp(arg, "--batches") && i + 1 < argc) {
             o->given |= GIVEN_BATCHES;
-            unsigned long long n = strtoull(argv[++i], &end, 10);
-            if (*end || n == 0 || n > 100000) {
+            uint64_t n;
+            if (!parse_count(argv[++i], 100000, &n)) {
                 fprintf(stderr, "coop bench: --batches wants 1..100000, got '%s'\n", argv[i]);
                 return 2;
             }
             o->batches = (size_t)n;
         } else if (!strcmp(arg, "--capacity-gib") && i + 1 < argc) {
             o->given |= GIVEN_CAPACITY;
-            unsigned long long n = strtoull(argv[++i], &end, 10);
-            if (*end || n == 0 || n > (1u << 20)) {
+            uint64_t n;
+            if (!parse_count(argv[++i], 1u << 20, &n)) {
                 fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n", argv[i]);
                 return 2;
             }
-            o->capacity = (uint64_t)n << 30;
+            o->capacity = n << 30;
         } else if (!strcmp(arg, "--seed") && i + 1 < argc) {
             o->given |= GIVEN_SEED;
             /* whole field, decimal or 0x hex, below 2^64: strtoull took ""
@@ -501,8 +507,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return 2;
             o->num_live = 0;
             for (int k = 0; k < n; k++) {
-                unsigned long long v = strtoull(items[k], &end, 10);
-                if (*end || items[k][0] == '-' || v == 0 || v > 10000000) {
+                uint64_t v;
+                if (!parse_count(items[k], 10000000, &v)) {
                     fprintf(stderr,
                             "coop bench: --live wants counts 1..10^7 like 1000,10000, got '%s'\n",
                             items[k]);
