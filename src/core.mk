@@ -5,7 +5,8 @@ libcoop_la_SOURCES += src/status.c src/status.h src/backend.h src/stat.h src/gro
 	src/arena.c src/arena_check.c src/arena.h \
 	src/backend_host.c src/backend_fault.c \
 	src/pool.c src/pool_streams.c src/pool_stats.c src/pool_check.c src/pool_internal.h src/pool_lock.h
-coop_SOURCES += src/cli/cmd_bench.c src/cli/bench_floor.c src/cli/bench_floor.h src/cli/bench_rng.h
+coop_SOURCES += src/cli/cmd_bench.c src/cli/bench_floor.c src/cli/bench_floor.h src/cli/bench_median.h \
+	src/cli/bench_rng.h
 
 # Unit tests per module, the randomized model test, the threaded stress test
 # and the fault sweep.
@@ -82,6 +83,15 @@ tests_pending_pairs_LDFLAGS = -static
 # coop bench's and its floor's output rows (fields and layouts, never speed)
 TESTS += tests/bench_cli_test.sh
 EXTRA_DIST += tests/bench_cli_test.sh
+# its helpers: seeding (bench_rng.h), the median (bench_median.h)
+if HAVE_CMOCKA
+check_PROGRAMS += tests/bench_helpers_test
+TESTS += tests/bench_helpers_test
+tests_bench_helpers_test_SOURCES = tests/bench_helpers_test.c
+tests_bench_helpers_test_CFLAGS = $(TESTCFLAGS)
+tests_bench_helpers_test_LDADD = $(TESTLIBS)
+tests_bench_helpers_test_LDFLAGS = $(TESTLDFLAGS)
+endif
 
 # growable arrays (src/growable.h): doubling, and sizes that would wrap refused
 if HAVE_CMOCKA

@@ -81,6 +81,15 @@ expect 2 "bad.jsonl:1" $coop sim --no-min-ratio --budget 0.9 --policy dtr "$trac
 expect 2 "'--bogus'" $coop bench --bogus
 expect 2 "--batches wants 1..100000, got 'x'" $coop bench --batches x
 expect 2 "got '-3'" $coop bench --live -3
+# strtoull wrapped these to 1 and took leading spaces and signs
+expect 2 "--batches wants 1..100000, got '-18446744073709551615'" \
+    $coop bench --batches -18446744073709551615
+expect 2 "got ' 5'" $coop bench --batches ' 5'
+expect 2 "got '+5'" $coop bench --batches +5
+expect 2 "--capacity-gib wants 1..1048576, got '-18446744073709551615'" \
+    $coop bench --capacity-gib -18446744073709551615
+expect 2 "--live wants counts 1..10^7 like 1000,10000, got ' -18446744073709551615'" \
+    $coop bench --live ' -18446744073709551615'
 expect 2 "--latency and --floor are two different runs" $coop bench --latency --floor
 expect 2 "--latency does not take --live" $coop bench --latency --live 1000
 expect 2 "--floor does not take --batches" $coop bench --floor --batches 3

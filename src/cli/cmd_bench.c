@@ -14,7 +14,8 @@
  * read-write address space: jemalloc writes its own metadata into extents
  * (metadata_use_hooks is on by default in 5.3), so PROT_NONE would fault; we
  * never touch the blocks, so the untouched pages cost nothing. It also gets
- * an explicit tcache, as coop's metadata heap has. Its footprint is counted
+ * an explicit tcache (jemalloc's default setup; it caches sizes up to
+ * opt.tcache_max, 32 KiB in 5.3), as README.md says. Its footprint is counted
  * from what the hooks hand out (retained extents included); coop's is its
  * reserved (mapped) bytes. The table's ratio is coop's time over jemalloc's.
  */
@@ -26,6 +27,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "cli/bench_median.h"
 #include "cli/bench_rng.h"
 #include "cli/bench_floor.h"
 #include "cli/cli_list.h"
@@ -126,12 +128,6 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The allocator under test, as two calls. */
 typedef struct allocator {
     void *(*alloc)(void *ctx, size_t size);
@@ -194,8 +190,7 @@ static double run_pairs(const allocator *a, const workload *w, size_t batches, u
                 goto out;
         batch_ns[b] = now_ns() - t0;
     }
-    qsort(batch_ns, batches, sizeof *batch_ns, cmp_double);
-    result = batch_ns[batches / 2] / BATCH;
+    result = bench_median(batch_ns, batches) / BATCH;
     *footprint = a->footprint(a->ctx);
     *live_bytes = 0;
     for (size_t i = 0; i < w->live; i++)
@@ -331,9 +326,13 @@ static void *je_alloc_cb(void *ctx, size_t size)
     return mallocx(size, ((je_peer *)ctx)->flags);
 }
 
+/* dallocx, not sdallocx: coop_free is not told the size either, and the
+ * issue and README.md name dallocx (sdallocx lets jemalloc take the size
+ * class from the size instead of looking the pointer up). */
 static void je_release_cb(void *ctx, void *ptr, size_t size)
 {
-    sdallocx(ptr, size, ((je_peer *)ctx)->flags);
+    (void)size;
+    dallocx(ptr, ((je_peer *)ctx)->flags);
 }
 
 static uint64_t je_footprint_cb(void *ctx)
@@ -381,7 +380,7 @@ out:
 
 static int run_latency(const bench_opts *o)
 {
-    rng = o->seed * UINT64_C(0x9E3779B97F4A7C15);
+    rng = bench_rng_seed(o->seed * UINT64_C(0x9E3779B97F4A7C15));
     if (!o->json)
         printf("%12s %16s\n", "buffer_bytes", "ns_per_load");
     for (size_t kib = 256; kib <= 64 * 1024; kib *= 2) {
@@ -438,6 +437,13 @@ static void usage(FILE *out)
             BATCH);
 }
 
+/* A count from 1 to max, the whole field (decimal or 0x hex): strtoull took
+ * leading spaces and signs, and wrapped "-18446744073709551615" to 1. */
+static bool parse_count(const char *s, uint64_t max, uint64_t *out)
+{
+    return text_parse_u64(s, out) == TEXT_NUMBER_OK && *out >= 1 && *out <= max;
+}
+
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
     *o = (bench_opts){.batches = 200,
@@ -448,7 +454,6 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                       .run_jemalloc = true};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        char *end;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             usage(stdout);
             return 0;
@@ -469,20 +474,20 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
         } else if (!strcmp(arg, "--batches") && i + 1 < argc) {
             o->given |= GIVEN_BATCHES;
-            unsigned long long n = strtoull(argv[++i], &end, 10);
-            if (*end || n == 0 || n > 100000) {
+            uint64_t n;
+            if (!parse_count(argv[++i], 100000, &n)) {
                 fprintf(stderr, "coop bench: --batches wants 1..100000, got '%s'\n", argv[i]);
                 return 2;
             }
             o->batches = (size_t)n;
         } else if (!strcmp(arg, "--capacity-gib") && i + 1 < argc) {
             o->given |= GIVEN_CAPACITY;
-            unsigned long long n = strtoull(argv[++i], &end, 10);
-            if (*end || n == 0 || n > (1u << 20)) {
+            uint64_t n;
+            if (!parse_count(argv[++i], 1u << 20, &n)) {
                 fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n", argv[i]);
                 return 2;
             }
-            o->capacity = (uint64_t)n << 30;
+            o->capacity = n << 30;
         } else if (!strcmp(arg, "--seed") && i + 1 < argc) {
             o->given |= GIVEN_SEED;
             /* whole field, decimal or 0x hex, below 2^64: strtoull took ""
@@ -502,8 +507,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return 2;
             o->num_live = 0;
             for (int k = 0; k < n; k++) {
-                unsigned long long v = strtoull(items[k], &end, 10);
-                if (*end || items[k][0] == '-' || v == 0 || v > 10000000) {
+                uint64_t v;
+                if (!parse_count(items[k], 10000000, &v)) {
                     fprintf(stderr,
                             "coop bench: --live wants counts 1..10^7 like 1000,10000, got '%s'\n",
                             items[k]);
@@ -569,7 +574,7 @@ int cmd_bench(int argc, char **argv)
                "jemalloc_ns_per_pair", "ratio", "coop_footprint", "jemalloc_footprint");
     for (size_t k = 0; k < o.num_live; k++) {
         size_t live = o.live[k];
-        rng = o.seed * UINT64_C(0x9E3779B97F4A7C15) + live;
+        rng = bench_rng_seed(o.seed * UINT64_C(0x9E3779B97F4A7C15) + live);
         workload w;
         /* Warm-up: at least one replacement per live block, then the timed pairs. */
         size_t timed = o.batches * BATCH;

@@ -1,0 +1,64 @@
+/* coop bench's helpers (src/cli/bench_rng.h, bench_median.h), never its
+ * speed: a seed that maps to a zero state still draws, so that no --seed
+ * turns the workload into one size and one victim, or --latency's chase into
+ * a sequential walk; the median of an even count is the mean of the two
+ * middle values. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "cli/bench_median.h"
+#include "cli/bench_rng.h"
+
+#define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
+
+static void a_zero_seed_still_draws(void **state)
+{
+    (void)state;
+    /* --latency --seed 0, and the --seed that makes 1000 live blocks' state
+     * (seed x GOLDEN + live) wrap to 0 */
+    uint64_t zeros[] = {0 * GOLDEN, UINT64_C(3660536723699784120) * GOLDEN + 1000};
+    for (size_t k = 0; k < sizeof zeros / sizeof zeros[0]; k++) {
+        assert_int_equal(zeros[k], 0);
+        uint64_t rng = bench_rng_seed(zeros[k]), seen = 0;
+        assert_int_not_equal(rng, 0);
+        for (int i = 0; i < 64; i++)
+            seen |= bench_rng_next(&rng);
+        assert_int_not_equal(seen, 0);
+    }
+}
+
+static void other_seeds_are_kept(void **state)
+{
+    (void)state;
+    /* the workloads of every other seed stay as they were */
+    assert_int_equal(bench_rng_seed(1), 1);
+    assert_int_equal(bench_rng_seed(GOLDEN + 1000), GOLDEN + 1000);
+    assert_int_equal(bench_rng_seed(UINT64_MAX), UINT64_MAX);
+}
+
+static void median_of_odd_and_even_counts(void **state)
+{
+    (void)state;
+    double one[] = {7};
+    assert_true(bench_median(one, 1) == 7);
+    double three[] = {9, 1, 5};
+    assert_true(bench_median(three, 3) == 5);
+    double two[] = {300, 100};
+    assert_true(bench_median(two, 2) == 200);
+    double four[] = {40, 10, 1000, 20}; /* middle 20 and 40, not 40 alone */
+    assert_true(bench_median(four, 4) == 30);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_zero_seed_still_draws),
+        cmocka_unit_test(other_seeds_are_kept),
+        cmocka_unit_test(median_of_odd_and_even_counts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
