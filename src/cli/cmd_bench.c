@@ -82,7 +82,10 @@ static double uniform01(void)
 
 static size_t log_uniform_size(void)
 {
-    return (size_t)exp(log(MIN_SIZE) + uniform01() * (log(MAX_SIZE) - log(MIN_SIZE)));
+    size_t size = (size_t)exp(log(MIN_SIZE) + uniform01() * (log(MAX_SIZE) - log(MIN_SIZE)));
+    /* a draw of exactly 0 gives exp(log(512)), which rounds to 511.99...:
+     * never below the documented 512 */
+    return size < (size_t)MIN_SIZE ? (size_t)MIN_SIZE : size;
 }
 
 typedef struct workload {
