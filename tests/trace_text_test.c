@@ -113,6 +113,11 @@ static void test_bad_lines(void **state)
         {"coop-trace\n", ":1: unsupported header", ""},
         {"coop-trace 1\nX 1\n", ":2: unknown line 'X'", ""},
         {"coop-trace 1\nAA 1 2 3\n", ":2: unknown line 'AA'", ""},
+        {"coop-trace 1\nP\n", ":2: expected 'P torch [SETTING ...]'", ""},
+        {"coop-trace 1\nP jax\n", ":2: expected 'P torch [SETTING ...]'", ""},
+        {"coop-trace 1\nP torch fast_mode\n", ":2: unknown PyTorch setting 'fast_mode'",
+         "known: expandable_segments"},
+        {"coop-trace 1\nP torch\nP torch\n", ":3: a second P line", ""},
         {"coop-trace 1\nA 1 2\n", ":2: missing fields on a A line", "usage: A id size stream"},
         {"coop-trace 1\nA 1 2 3 4\n", ":2: too many fields on a A line", ""},
         {"coop-trace 1\nA 1 two 3\n", ":2: size 'two' is not a number", ""},
@@ -319,6 +324,20 @@ static void test_round_trip(void **state)
     assert_int_equal(trace_read(path, &b), COOP_OK);
     fixture_assert_same_trace(&a, &b);
     trace_free(&b);
+    /* a snapshot's PyTorch settings survive (P line): none, and two not default */
+    for (unsigned bits = 0; bits <= (TRACE_TORCH_EXPANDABLE_SEGMENTS | TRACE_TORCH_GC_THRESHOLD);
+         bits += TRACE_TORCH_EXPANDABLE_SEGMENTS | TRACE_TORCH_GC_THRESHOLD) {
+        a.has_torch_settings = 1;
+        a.torch_settings = bits;
+        fixture_path(path, sizeof path, "rt3.trace");
+        assert_int_equal(trace_write_text(&a, path), COOP_OK);
+        assert_int_equal(trace_read_text(path, &b), COOP_OK);
+        assert_int_equal(b.has_torch_settings, 1);
+        assert_int_equal(b.torch_settings, bits);
+        trace_free(&b);
+    }
+    a.has_torch_settings = 0;
+    a.torch_settings = 0;
     /* a directory that does not exist */
     fixture_path(path, sizeof path, "no/such/dir.trace");
     fixture_expect_error(trace_write_text(&a, path), "no/such/dir.trace: cannot write", NULL);

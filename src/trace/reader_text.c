@@ -47,7 +47,9 @@ typedef struct text_reader {
     trace_builder b;
     id_map ids; /* (file id, 0) -> live allocation */
     int seen_header;
-    int seen_event; /* an event other than L was read */
+    int seen_event;          /* an event other than L was read */
+    int has_torch_settings;  /* a P line was read */
+    unsigned torch_settings; /* its TRACE_TORCH_* bits */
 } text_reader;
 
 /* Splits line at spaces and tabs, up to a '#' that starts a field. */
@@ -155,6 +157,35 @@ static coop_status read_header(text_reader *r, char **fields, int n)
     return COOP_OK;
 }
 
+/* "P torch [SETTING ...]": the recorded PyTorch allocator's settings that
+ * were not its defaults (none: all default), as a snapshot's
+ * allocator_settings give them (trace.torch_settings). At most one. */
+static coop_status read_settings(text_reader *r, char **fields, int n)
+{
+    if (r->has_torch_settings)
+        return trace_input_error(&r->in, "a second P line (one per trace)");
+    if (n < 2 || strcmp(fields[1], "torch") != 0)
+        return trace_input_error(&r->in, "expected 'P torch [SETTING ...]'");
+    unsigned bits = 0;
+    for (int i = 2; i < n; i++) {
+        unsigned bit = 1;
+        while (trace_torch_setting_name(bit) && strcmp(trace_torch_setting_name(bit), fields[i]))
+            bit <<= 1;
+        if (!trace_torch_setting_name(bit)) {
+            char known[160] = "";
+            for (unsigned b = 1; trace_torch_setting_name(b); b <<= 1)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
+                         b == 1 ? "" : ", ", trace_torch_setting_name(b));
+            return trace_input_error(&r->in, "unknown PyTorch setting '%s' (known: %s)", fields[i],
+                                     known);
+        }
+        bits |= bit;
+    }
+    r->has_torch_settings = 1;
+    r->torch_settings = bits;
+    return COOP_OK;
+}
+
 static coop_status read_line(text_reader *r, char *line)
 {
     char *fields[MAX_FIELDS + 1];
@@ -166,6 +197,8 @@ static coop_status read_line(text_reader *r, char *line)
     if (!r->seen_header)
         return read_header(r, fields, n);
 
+    if (!strcmp(fields[0], "P"))
+        return read_settings(r, fields, n);
     const line_kind *k = NULL;
     if (strlen(fields[0]) == 1)
         for (size_t i = 0; i < sizeof line_kinds / sizeof line_kinds[0]; i++)
@@ -173,7 +206,7 @@ static coop_status read_line(text_reader *r, char *line)
                 k = &line_kinds[i];
     if (!k)
         return trace_input_error(
-            &r->in, "unknown line '%s' (expected one of A L R F S U M N O E, or # comment)",
+            &r->in, "unknown line '%s' (expected one of A L R F S U M N O E P, or # comment)",
             fields[0]);
     int positional = 0;
     while (1 + positional < n && !strchr(fields[1 + positional], '='))
@@ -254,6 +287,10 @@ coop_status trace_read_text(const char *path, trace *out)
                             path, (unsigned long long)r.in.line + 1);
     if (st == COOP_OK)
         st = trace_builder_finish(&r.b, out);
+    if (st == COOP_OK) {
+        out->has_torch_settings = r.has_torch_settings;
+        out->torch_settings = r.torch_settings;
+    }
     trace_builder_discard(&r.b);
     trace_input_close(&r.in);
     id_map_free(&r.ids);

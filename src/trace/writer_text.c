@@ -146,6 +146,13 @@ coop_status trace_write_text_to(const trace *t, const char *path, bool gzip)
     }
     put(w, "# %zu events, %" PRIu32 " ids, %zu live at start, %zu final segments\n", t->num_events,
         t->num_ids, t->num_live_at_start, t->num_final_segments);
+    if (t->has_torch_settings) { /* the snapshot's settings that were not PyTorch's defaults */
+        put(w, "P torch");
+        for (unsigned bit = 1; trace_torch_setting_name(bit); bit <<= 1)
+            if (t->torch_settings & bit)
+                put(w, " %s", trace_torch_setting_name(bit));
+        put(w, "\n");
+    }
     for (size_t i = 0; i < t->num_events; i++)
         put_event(w, &t->events[i], i < t->num_live_at_start);
     for (size_t i = 0; i < t->num_final_segments; i++) {
