@@ -65,10 +65,12 @@ coop_status trace_read_pickle_device(const char *path, int device, trace *out);
  * may be reused after their F line and are mapped to dense ids. */
 coop_status trace_read_text(const char *path, trace *out);
 
-/* minimalloc CSV: header "id,lower,upper,size", then one buffer per row,
- * live over [lower, upper). Each buffer becomes an alloc at lower and a free
- * at upper, ordered by time, frees before allocs at equal times, then by id.
- * time_us holds the CSV's logical time. */
+/* minimalloc CSV: a header naming the columns (any of those minimalloc
+ * reads: "id,lower,upper,size", "buffer,start,end,size", ...; see
+ * reader_minimalloc.c), then one buffer per row, live over [lower, upper).
+ * Each buffer becomes an alloc at lower and a free at upper, ordered by
+ * time, frees before allocs at equal times, then by name. time_us holds the
+ * CSV's logical time. */
 coop_status trace_read_minimalloc(const char *path, trace *out);
 
 /* Writes t as a coop text trace to path, or to standard output if path is
