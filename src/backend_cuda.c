@@ -41,8 +41,11 @@ typedef struct cuda_shifted_segment {
 
 /* What a page of a reservation is. A stray page is mapped in the driver while
  * the pool believes it unmapped: undoing a failed map could not unmap it. The
- * next map of it takes it as it is; release unmaps it. */
-enum page_state { PAGE_UNMAPPED = 0, PAGE_MAPPED = 1, PAGE_STRAY = 2 };
+ * next map of it takes it as it is; release unmaps it. A held page is
+ * unmapped but still has its handle (cuMemRelease of it failed: dropped, its
+ * memory would stay with the driver for the life of the process); the next
+ * map maps that handle again, and release tries once more. */
+enum page_state { PAGE_UNMAPPED = 0, PAGE_MAPPED = 1, PAGE_STRAY = 2, PAGE_HELD = 3 };
 
 /* One cuMemAddressReserve range and the physical handle of each page. */
 typedef struct cuda_reservation {
@@ -160,46 +163,61 @@ static coop_status check_page_range(cuda_backend *cb, const char *op, uintptr_t 
     return COOP_OK;
 }
 
-/* Unmaps and releases page i of r (mapped). Returns the first failure. */
-static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
+/* Releases the handle of page i of r (unmapped: held); on failure the page
+ * stays held. */
+static coop_status release_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
 {
-    uint64_t page = cb->base.page_size;
-    CUdeviceptr at = r->base + i * page;
-    CUresult rc = cb->drv.fn.cuMemUnmap(at, page);
-    if (rc != CUDA_SUCCESS)
-        return cuda_driver_error(&cb->drv, rc, "cuMemUnmap", "at %#jx (%ju bytes)", (uintmax_t)at,
-                                 (uintmax_t)page);
-    r->mapped[i] = PAGE_UNMAPPED;
-    cb->held.mapped_bytes -= page;
-    rc = cb->drv.fn.cuMemRelease(r->handles[i]);
+    CUresult rc = cb->drv.fn.cuMemRelease(r->handles[i]);
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuMemRelease", "of the page at %#jx",
-                                 (uintmax_t)at);
+                                 (uintmax_t)(r->base + i * cb->base.page_size));
+    r->mapped[i] = PAGE_UNMAPPED;
     cb->held.handles--;
     return COOP_OK;
 }
 
-/* Creates and maps page i of r (not yet accessible: cuda_map opens its
- * whole range with one cuMemSetAccess). On failure nothing of it is left. */
+/* Unmaps and releases page i of r (mapped, or held: release only). Returns
+ * the first failure. */
+static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
+{
+    uint64_t page = cb->base.page_size;
+    CUdeviceptr at = r->base + i * page;
+    if (r->mapped[i] != PAGE_HELD) {
+        CUresult rc = cb->drv.fn.cuMemUnmap(at, page);
+        if (rc != CUDA_SUCCESS)
+            return cuda_driver_error(&cb->drv, rc, "cuMemUnmap", "at %#jx (%ju bytes)",
+                                     (uintmax_t)at, (uintmax_t)page);
+        r->mapped[i] = PAGE_HELD;
+        cb->held.mapped_bytes -= page;
+    }
+    return release_page(cb, r, i);
+}
+
+/* Creates (or takes the held handle of) and maps page i of r (not yet
+ * accessible: cuda_map opens its whole range with one cuMemSetAccess). On
+ * failure nothing of it is left but a held handle. */
 static coop_status map_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
 {
     uint64_t page = cb->base.page_size;
     CUdeviceptr at = r->base + i * page;
-    CUmemGenericAllocationHandle handle;
-    CUresult rc = cb->drv.fn.cuMemCreate(&handle, page, &cb->prop, 0);
-    if (rc != CUDA_SUCCESS)
-        return cuda_driver_error(&cb->drv, rc, "cuMemCreate", "(%ju bytes on device %d)",
-                                 (uintmax_t)page, cb->ordinal);
-    cb->held.handles++;
+    CUmemGenericAllocationHandle handle = r->handles[i];
+    CUresult rc;
+    if (r->mapped[i] != PAGE_HELD) {
+        rc = cb->drv.fn.cuMemCreate(&handle, page, &cb->prop, 0);
+        if (rc != CUDA_SUCCESS)
+            return cuda_driver_error(&cb->drv, rc, "cuMemCreate", "(%ju bytes on device %d)",
+                                     (uintmax_t)page, cb->ordinal);
+        cb->held.handles++;
+        r->handles[i] = handle;
+        r->mapped[i] = PAGE_HELD;
+    }
     rc = cb->drv.fn.cuMemMap(at, page, 0, handle, 0);
     if (rc != CUDA_SUCCESS) {
         coop_status st = cuda_driver_error(&cb->drv, rc, "cuMemMap", "at %#jx (%ju bytes)",
                                            (uintmax_t)at, (uintmax_t)page);
-        if (cb->drv.fn.cuMemRelease(handle) == CUDA_SUCCESS)
-            cb->held.handles--;
+        (void)release_page(cb, r, i);
         return st;
     }
-    r->handles[i] = handle;
     r->mapped[i] = PAGE_MAPPED;
     cb->held.mapped_bytes += page;
     return COOP_OK;
@@ -258,7 +276,7 @@ static coop_status cuda_reserve(coop_backend *be, uint64_t size, uintptr_t *addr
     return COOP_OK;
 }
 
-/* Unmaps every mapped page of r after one device synchronisation. */
+/* Unmaps and releases every page of r after one device synchronisation. */
 static coop_status unmap_all(cuda_backend *cb, cuda_reservation *r)
 {
     bool any = false;
@@ -368,13 +386,13 @@ static coop_status remap_unmapped(cuda_backend *cb, cuda_reservation *r, uint64_
     uint64_t page = cb->base.page_size;
     uint64_t i = first, end = first + count;
     while (i < end) {
-        if (r->mapped[i]) {
+        if (r->mapped[i] == PAGE_MAPPED) {
             i++;
             continue;
         }
         uint64_t run = i;
         coop_status st = COOP_OK;
-        while (i < end && !r->mapped[i] && (st = map_page(cb, r, i)) == COOP_OK)
+        while (i < end && r->mapped[i] != PAGE_MAPPED && (st = map_page(cb, r, i)) == COOP_OK)
             i++;
         if (st == COOP_OK && i > run) {
             CUresult rc =

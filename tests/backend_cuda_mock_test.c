@@ -348,6 +348,43 @@ static void test_vmm_map_rollback_failure(void **state)
     coop_backend_destroy(be);
 }
 
+/* A cuMemRelease that fails after its page was unmapped must not lose the
+ * handle: the driver would keep the physical page for the life of the
+ * process. The unmap fails (all or nothing, the range is mapped again, with
+ * the kept handle), and a later unmap, release or destroy releases it. */
+static void test_vmm_release_failure_keeps_handle(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    coop_backend_cuda_held held;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    mock_fail_nth("cuMemRelease", 2, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemRelease"));
+    assert_int_equal(counters().mapped_bytes, 6 * MIB);
+    assert_int_equal(counters().accessible_bytes, 6 * MIB);
+    assert_int_equal(counters().live_handles, 3);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.handles, 3);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().live_handles, 0);
+    /* the same when the reservation is released, and at destroy */
+    assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_OK);
+    mock_fail_nth("cuMemRelease", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_ERR_BACKEND);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.handles, (uint64_t)counters().live_handles);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    assert_int_equal(counters().live_handles, 0);
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK);
+    mock_fail_nth("cuMemRelease", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->unmap(be, base, 2 * MIB), COOP_ERR_BACKEND);
+    coop_backend_destroy(be);
+}
+
 static void test_events(void **state)
 {
     (void)state;
@@ -719,6 +756,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_unmap_failure_leaves_range_mapped, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_map_rollback_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_release_failure_keeps_handle, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
