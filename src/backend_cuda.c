@@ -176,21 +176,26 @@ static coop_status release_page(cuda_backend *cb, cuda_reservation *r, uint64_t 
     return COOP_OK;
 }
 
+/* Unmaps page i of r (mapped), keeping its handle: the page becomes held. */
+static coop_status unmap_keep_handle(cuda_backend *cb, cuda_reservation *r, uint64_t i)
+{
+    uint64_t page = cb->base.page_size;
+    CUdeviceptr at = r->base + i * page;
+    CUresult rc = cb->drv.fn.cuMemUnmap(at, page);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuMemUnmap", "at %#jx (%ju bytes)", (uintmax_t)at,
+                                 (uintmax_t)page);
+    r->mapped[i] = PAGE_HELD;
+    cb->held.mapped_bytes -= page;
+    return COOP_OK;
+}
+
 /* Unmaps and releases page i of r (mapped, or held: release only). Returns
  * the first failure. */
 static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
 {
-    uint64_t page = cb->base.page_size;
-    CUdeviceptr at = r->base + i * page;
-    if (r->mapped[i] != PAGE_HELD) {
-        CUresult rc = cb->drv.fn.cuMemUnmap(at, page);
-        if (rc != CUDA_SUCCESS)
-            return cuda_driver_error(&cb->drv, rc, "cuMemUnmap", "at %#jx (%ju bytes)",
-                                     (uintmax_t)at, (uintmax_t)page);
-        r->mapped[i] = PAGE_HELD;
-        cb->held.mapped_bytes -= page;
-    }
-    return release_page(cb, r, i);
+    coop_status st = r->mapped[i] == PAGE_HELD ? COOP_OK : unmap_keep_handle(cb, r, i);
+    return st == COOP_OK ? release_page(cb, r, i) : st;
 }
 
 /* Creates (or takes the held handle of) and maps page i of r (not yet
@@ -376,9 +381,11 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
     return st;
 }
 
-/* Maps again, with fresh physical pages, every page of [first, first+count)
- * that an interrupted unmap left unmapped, so that the range is wholly mapped
- * as before the call (the pool unmaps only free pages: their contents do not
+/* Maps again every page of [first, first+count) that an interrupted unmap
+ * left unmapped, with the handle it kept (held), so that the range is wholly
+ * mapped as before the call without asking the device for memory that
+ * another process may have taken meanwhile (a page with no handle gets a
+ * fresh one: the pool unmaps only free pages, their contents do not
  * matter). Returns the first failure. */
 static coop_status remap_unmapped(cuda_backend *cb, cuda_reservation *r, uint64_t first,
                                   uint64_t count)
@@ -409,8 +416,8 @@ static coop_status remap_unmapped(cuda_backend *cb, cuda_reservation *r, uint64_
 }
 
 /* All or nothing, as backend.h requires: if a page fails to unmap, the pages
- * unmapped before it are mapped again, so the pool's page map (which keeps
- * the range mapped on failure) stays true. */
+ * unmapped before it are mapped again (with the handles they kept), so the
+ * pool's page map (which keeps the range mapped on failure) stays true. */
 static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
 {
     cuda_backend *cb = as_cuda(be);
@@ -428,8 +435,16 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
          * only their own stream; a context-wide synchronize would also wait
          * for streams that never touched these pages, such as one blocked
          * on the host */
+        /* all or nothing: every page is unmapped before any handle is
+         * released, so that a failure can map them back without new
+         * physical memory */
         for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
-            st = unmap_page(cb, r, i);
+            st = unmap_keep_handle(cb, r, i);
+        /* the range is unmapped now, whatever a release says: a handle
+         * cuMemRelease refuses stays held (mapped again by the next map,
+         * released with the reservation) */
+        for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
+            (void)release_page(cb, r, i);
         if (st != COOP_OK) {
             char why[512];
             snprintf(why, sizeof why, "%s", coop_last_error());
