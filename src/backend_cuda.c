@@ -41,8 +41,11 @@ typedef struct cuda_shifted_segment {
 
 /* What a page of a reservation is. A stray page is mapped in the driver while
  * the pool believes it unmapped: undoing a failed map could not unmap it. The
- * next map of it takes it as it is; release unmaps it. */
-enum page_state { PAGE_UNMAPPED = 0, PAGE_MAPPED = 1, PAGE_STRAY = 2 };
+ * next map of it takes it as it is; release unmaps it. A held page is
+ * unmapped but still has its handle (cuMemRelease of it failed: dropped, its
+ * memory would stay with the driver for the life of the process); the next
+ * map maps that handle again, and release tries once more. */
+enum page_state { PAGE_UNMAPPED = 0, PAGE_MAPPED = 1, PAGE_STRAY = 2, PAGE_HELD = 3 };
 
 /* One cuMemAddressReserve range and the physical handle of each page. */
 typedef struct cuda_reservation {
@@ -160,8 +163,21 @@ static coop_status check_page_range(cuda_backend *cb, const char *op, uintptr_t 
     return COOP_OK;
 }
 
-/* Unmaps and releases page i of r (mapped). Returns the first failure. */
-static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
+/* Releases the handle of page i of r (unmapped: held); on failure the page
+ * stays held. */
+static coop_status release_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
+{
+    CUresult rc = cb->drv.fn.cuMemRelease(r->handles[i]);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuMemRelease", "of the page at %#jx",
+                                 (uintmax_t)(r->base + i * cb->base.page_size));
+    r->mapped[i] = PAGE_UNMAPPED;
+    cb->held.handles--;
+    return COOP_OK;
+}
+
+/* Unmaps page i of r (mapped), keeping its handle: the page becomes held. */
+static coop_status unmap_keep_handle(cuda_backend *cb, cuda_reservation *r, uint64_t i)
 {
     uint64_t page = cb->base.page_size;
     CUdeviceptr at = r->base + i * page;
@@ -169,37 +185,44 @@ static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuMemUnmap", "at %#jx (%ju bytes)", (uintmax_t)at,
                                  (uintmax_t)page);
-    r->mapped[i] = PAGE_UNMAPPED;
+    r->mapped[i] = PAGE_HELD;
     cb->held.mapped_bytes -= page;
-    rc = cb->drv.fn.cuMemRelease(r->handles[i]);
-    if (rc != CUDA_SUCCESS)
-        return cuda_driver_error(&cb->drv, rc, "cuMemRelease", "of the page at %#jx",
-                                 (uintmax_t)at);
-    cb->held.handles--;
     return COOP_OK;
 }
 
-/* Creates and maps page i of r (not yet accessible: cuda_map opens its
- * whole range with one cuMemSetAccess). On failure nothing of it is left. */
+/* Unmaps and releases page i of r (mapped, or held: release only). Returns
+ * the first failure. */
+static coop_status unmap_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
+{
+    coop_status st = r->mapped[i] == PAGE_HELD ? COOP_OK : unmap_keep_handle(cb, r, i);
+    return st == COOP_OK ? release_page(cb, r, i) : st;
+}
+
+/* Creates (or takes the held handle of) and maps page i of r (not yet
+ * accessible: cuda_map opens its whole range with one cuMemSetAccess). On
+ * failure nothing of it is left but a held handle. */
 static coop_status map_page(cuda_backend *cb, cuda_reservation *r, uint64_t i)
 {
     uint64_t page = cb->base.page_size;
     CUdeviceptr at = r->base + i * page;
-    CUmemGenericAllocationHandle handle;
-    CUresult rc = cb->drv.fn.cuMemCreate(&handle, page, &cb->prop, 0);
-    if (rc != CUDA_SUCCESS)
-        return cuda_driver_error(&cb->drv, rc, "cuMemCreate", "(%ju bytes on device %d)",
-                                 (uintmax_t)page, cb->ordinal);
-    cb->held.handles++;
+    CUmemGenericAllocationHandle handle = r->handles[i];
+    CUresult rc;
+    if (r->mapped[i] != PAGE_HELD) {
+        rc = cb->drv.fn.cuMemCreate(&handle, page, &cb->prop, 0);
+        if (rc != CUDA_SUCCESS)
+            return cuda_driver_error(&cb->drv, rc, "cuMemCreate", "(%ju bytes on device %d)",
+                                     (uintmax_t)page, cb->ordinal);
+        cb->held.handles++;
+        r->handles[i] = handle;
+        r->mapped[i] = PAGE_HELD;
+    }
     rc = cb->drv.fn.cuMemMap(at, page, 0, handle, 0);
     if (rc != CUDA_SUCCESS) {
         coop_status st = cuda_driver_error(&cb->drv, rc, "cuMemMap", "at %#jx (%ju bytes)",
                                            (uintmax_t)at, (uintmax_t)page);
-        if (cb->drv.fn.cuMemRelease(handle) == CUDA_SUCCESS)
-            cb->held.handles--;
+        (void)release_page(cb, r, i);
         return st;
     }
-    r->handles[i] = handle;
     r->mapped[i] = PAGE_MAPPED;
     cb->held.mapped_bytes += page;
     return COOP_OK;
@@ -258,7 +281,7 @@ static coop_status cuda_reserve(coop_backend *be, uint64_t size, uintptr_t *addr
     return COOP_OK;
 }
 
-/* Unmaps every mapped page of r after one device synchronisation. */
+/* Unmaps and releases every page of r after one device synchronisation. */
 static coop_status unmap_all(cuda_backend *cb, cuda_reservation *r)
 {
     bool any = false;
@@ -358,9 +381,11 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
     return st;
 }
 
-/* Maps again, with fresh physical pages, every page of [first, first+count)
- * that an interrupted unmap left unmapped, so that the range is wholly mapped
- * as before the call (the pool unmaps only free pages: their contents do not
+/* Maps again every page of [first, first+count) that an interrupted unmap
+ * left unmapped, with the handle it kept (held), so that the range is wholly
+ * mapped as before the call without asking the device for memory that
+ * another process may have taken meanwhile (a page with no handle gets a
+ * fresh one: the pool unmaps only free pages, their contents do not
  * matter). Returns the first failure. */
 static coop_status remap_unmapped(cuda_backend *cb, cuda_reservation *r, uint64_t first,
                                   uint64_t count)
@@ -368,13 +393,13 @@ static coop_status remap_unmapped(cuda_backend *cb, cuda_reservation *r, uint64_
     uint64_t page = cb->base.page_size;
     uint64_t i = first, end = first + count;
     while (i < end) {
-        if (r->mapped[i]) {
+        if (r->mapped[i] == PAGE_MAPPED) {
             i++;
             continue;
         }
         uint64_t run = i;
         coop_status st = COOP_OK;
-        while (i < end && !r->mapped[i] && (st = map_page(cb, r, i)) == COOP_OK)
+        while (i < end && r->mapped[i] != PAGE_MAPPED && (st = map_page(cb, r, i)) == COOP_OK)
             i++;
         if (st == COOP_OK && i > run) {
             CUresult rc =
@@ -391,8 +416,8 @@ static coop_status remap_unmapped(cuda_backend *cb, cuda_reservation *r, uint64_
 }
 
 /* All or nothing, as backend.h requires: if a page fails to unmap, the pages
- * unmapped before it are mapped again, so the pool's page map (which keeps
- * the range mapped on failure) stays true. */
+ * unmapped before it are mapped again (with the handles they kept), so the
+ * pool's page map (which keeps the range mapped on failure) stays true. */
 static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
 {
     cuda_backend *cb = as_cuda(be);
@@ -410,8 +435,16 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
          * only their own stream; a context-wide synchronize would also wait
          * for streams that never touched these pages, such as one blocked
          * on the host */
+        /* all or nothing: every page is unmapped before any handle is
+         * released, so that a failure can map them back without new
+         * physical memory */
         for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
-            st = unmap_page(cb, r, i);
+            st = unmap_keep_handle(cb, r, i);
+        /* the range is unmapped now, whatever a release says: a handle
+         * cuMemRelease refuses stays held (mapped again by the next map,
+         * released with the reservation) */
+        for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
+            (void)release_page(cb, r, i);
         if (st != COOP_OK) {
             char why[512];
             snprintf(why, sizeof why, "%s", coop_last_error());

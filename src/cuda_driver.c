@@ -40,8 +40,8 @@ coop_status cuda_driver_load(cuda_driver *drv)
         if (!sym) {                                                                                \
             const char *why = dlerror();                                                           \
             coop_status st_ =                                                                      \
-                coop_set_error(COOP_ERR_NO_DRIVER, "no CUDA driver (%s: %s lacks %s: %s)", name,   \
-                               name, COOP_SYMBOL_NAME(fname), why ? why : "not found");            \
+                coop_set_error(COOP_ERR_NO_DRIVER, "no CUDA driver (%s lacks %s: %s)", name,       \
+                               COOP_SYMBOL_NAME(fname), why ? why : "not found");                  \
             dlclose(drv->library); /* nothing of it was used */                                    \
             memset(drv, 0, sizeof *drv);                                                           \
             return st_;                                                                            \

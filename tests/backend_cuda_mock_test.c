@@ -169,7 +169,7 @@ static void test_no_driver_fails_cleanly(void **state)
     /* a library that is not a driver: loads, lacks the entry points */
     setenv("COOP_CUDA_DRIVER", "libm.so.6", 1);
     assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_NO_DRIVER);
-    assert_non_null(strstr(coop_last_error(), "lacks cuGetErrorName"));
+    assert_non_null(strstr(coop_last_error(), "no CUDA driver (libm.so.6 lacks cuGetErrorName: "));
 }
 
 static void test_no_device(void **state)
@@ -321,6 +321,30 @@ static void test_vmm_unmap_failure_leaves_range_mapped(void **state)
     coop_backend_destroy(be);
 }
 
+/* The same, when the device's memory freed by the pages unmapped before the
+ * failure is taken meanwhile (another process on a shared device): mapping
+ * them again must not need new physical memory, or the range is left partly
+ * unmapped, and partly mapped without access, while the pool hands it out. */
+static void test_vmm_unmap_failure_remaps_without_new_memory(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    mock_fail_nth("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemUnmap"));
+    assert_null(strstr(coop_last_error(), "no longer match"));
+    assert_int_equal(counters().accessible_bytes, 6 * MIB);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    mock_fail_nth("cuMemCreate", 1, CUDA_SUCCESS); /* disarm, if unused */
+    assert_int_equal(counters().live_handles, 0);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
 /* A failed map is undone page by page; if undoing a page fails too, that
  * page stays mapped in the driver while the pool believes the range
  * unmapped. The pool's next map of the range must still succeed. */
@@ -345,6 +369,50 @@ static void test_vmm_map_rollback_failure(void **state)
     mock_fail_nth("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 4 * MIB), COOP_ERR_BACKEND);
     assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
+/* A cuMemRelease that fails after its page was unmapped must not lose the
+ * handle: the driver would keep the physical page for the life of the
+ * process. The range is unmapped all the same (the pool sees it so); the
+ * handle is kept, mapped again by the next map of its page, and released by
+ * a later unmap, the reservation's release or destroy. */
+static void test_vmm_release_failure_keeps_handle(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    coop_backend_cuda_held held;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    mock_fail_nth("cuMemRelease", 2, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().accessible_bytes, 0);
+    assert_int_equal(counters().live_handles, 1);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.handles, 1);
+    assert_int_equal(held.mapped_bytes, 0);
+    /* mapped again with its handle: two new ones, not three */
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().live_handles, 3);
+    assert_int_equal(counters().accessible_bytes, 6 * MIB);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(counters().live_handles, 0);
+    /* the reservation's release stops at the failure, and tries again */
+    assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_OK);
+    mock_fail_nth("cuMemRelease", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemRelease"));
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.handles, (uint64_t)counters().live_handles);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    assert_int_equal(counters().live_handles, 0);
+    /* and destroy releases a held handle */
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK);
+    mock_fail_nth("cuMemRelease", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->unmap(be, base, 2 * MIB), COOP_OK);
+    assert_int_equal(counters().live_handles, 1);
     coop_backend_destroy(be);
 }
 
@@ -718,7 +786,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_driver_failure_midway, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_unmap_failure_leaves_range_mapped, use_mock,
                                         check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_unmap_failure_remaps_without_new_memory, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_map_rollback_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_release_failure_keeps_handle, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
