@@ -144,7 +144,20 @@ def expected_lines(snap):
             lines.append("O %d %d t=%d" % e[1:])
         else:
             lines.append("%s 0x%x %d %d t=%d" % e)
-    return ["coop-trace 1"] + lines + finals
+    settings = []
+    if "allocator_settings" in snap:
+        # the P line: the settings that are not PyTorch's defaults, in coop's order
+        conf = snap["allocator_settings"]
+        if conf.get("expandable_segments", False):
+            settings.append("expandable_segments")
+        if conf.get("max_split_size", -1) != -1:
+            settings.append("max_split_size")
+        if any(conf.get("roundup_power2_divisions", []) or []):
+            settings.append("roundup_power2_divisions")
+        if conf.get("garbage_collection_threshold", 0.0) != 0.0:
+            settings.append("garbage_collection_threshold")
+        settings = [" ".join(["P torch"] + settings)]
+    return ["coop-trace 1"] + settings + lines + finals
 
 
 def main():
