@@ -261,18 +261,24 @@ static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, c
     return COOP_OK;
 }
 
+/* Refuses a NULL inputs array with n > 0. */
+static coop_status check_input_array(coop_tensor *const *inputs, size_t n, const char *fn)
+{
+    if (n && !inputs)
+        return coop_set_error(COOP_ERR_INVALID, "%s: inputs is NULL with num_inputs %zu", fn, n);
+    return COOP_OK;
+}
+
 /* Checks fn's inputs as handles (before anything changes). */
 static coop_status check_inputs(const coop_remat *r, coop_tensor *const *inputs, size_t n,
                                 const char *fn)
 {
-    if (n && !inputs)
-        return coop_set_error(COOP_ERR_INVALID, "%s: inputs is NULL with num_inputs %zu", fn, n);
-    for (size_t i = 0; i < n; i++) {
-        coop_status st = check_handle(r, inputs[i], fn, "input", i);
-        if (st)
-            return st;
-    }
-    return COOP_OK;
+    coop_status st = check_input_array(inputs, n, fn);
+    if (st)
+        return st;
+    for (size_t i = 0; i < n && st == COOP_OK; i++)
+        st = check_handle(r, inputs[i], fn, "input", i);
+    return st;
 }
 
 /* Whether fn's inputs (checked handles) are resident; except names a
@@ -317,9 +323,8 @@ static coop_status create_outputs(coop_remat *r, const char *fn, size_t num_outp
                               !outs          ? "outs is NULL"
                               : !num_outputs ? "num_outputs is 0"
                                              : "sizes is NULL");
-    if (num_inputs && !inputs) /* as check_inputs, before the overlap test reads it */
-        return coop_set_error(COOP_ERR_INVALID, "%s: inputs is NULL with num_inputs %zu", fn,
-                              num_inputs);
+    if ((st = check_input_array(inputs, num_inputs, fn))) /* before the overlap test */
+        return st;
     /* compared as integers: relational operators on unrelated arrays are
      * undefined */
     uintptr_t o = (uintptr_t)outs, in = (uintptr_t)inputs;
