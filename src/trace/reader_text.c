@@ -168,10 +168,8 @@ static coop_status read_settings(text_reader *r, char **fields, int n)
         return trace_input_error(&r->in, "expected 'P torch [SETTING ...]'");
     unsigned bits = 0;
     for (int i = 2; i < n; i++) {
-        unsigned bit = 1;
-        while (trace_torch_setting_name(bit) && strcmp(trace_torch_setting_name(bit), fields[i]))
-            bit <<= 1;
-        if (!trace_torch_setting_name(bit)) {
+        unsigned bit = trace_torch_setting_bit(fields[i]);
+        if (!bit) {
             char known[160] = "";
             for (unsigned b = 1; trace_torch_setting_name(b); b <<= 1)
                 snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",

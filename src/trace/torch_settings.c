@@ -1,5 +1,6 @@
 /* A snapshot's allocator_settings; see torch_settings.h. */
 #include <stdbool.h>
+#include <string.h>
 
 #include "trace/torch_settings.h"
 #include "trace/trace.h"
@@ -101,4 +102,12 @@ const char *trace_torch_setting_name(unsigned bit)
         if (settings[i].bit == bit)
             return settings[i].name;
     return NULL;
+}
+
+unsigned trace_torch_setting_bit(const char *name)
+{
+    for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+        if (!strcmp(settings[i].name, name))
+            return settings[i].bit;
+    return 0;
 }

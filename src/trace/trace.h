@@ -56,6 +56,8 @@ coop_status trace_read_pickle(const char *path, trace *out);
 /* PyTorch's key for a TRACE_TORCH_* bit of trace.torch_settings
  * ("expandable_segments", ...), or NULL for another value. */
 const char *trace_torch_setting_name(unsigned bit);
+/* The TRACE_TORCH_* bit of PyTorch's key name, or 0 for another name. */
+unsigned trace_torch_setting_bit(const char *name);
 
 /* As trace_read_pickle, for one device (device_traces index); device < 0
  * picks the first device with events. */
