@@ -72,39 +72,22 @@ static coop_status torch_create(uint64_t capacity, uint64_t page, void **state)
     return COOP_OK;
 }
 
-/* Collects the free blocks that span a whole segment. */
-typedef struct whole_segments {
-    torch_block **out;
-    size_t count;
-} whole_segments;
-
-static void collect_whole_segment(block_tree_node *n, void *ctx)
-{
-    whole_segments *w = ctx;
-    torch_block *b = (torch_block *)n; /* the node is the block's first member */
-    if (!b->prev && !b->next)
-        w->out[w->count++] = b;
-}
-
 /* Releases every cached segment that is wholly free (all streams, both pools). */
 static void release_cached_segments(torch_state *s)
 {
     for (int small = 0; small < 2; small++) {
-        block_tree *pool = &s->blocks.free[small];
-        /* collect first: releasing changes the tree under an in-order walk */
-        size_t cap = pool->count;
-        whole_segments whole = {.out = cap ? malloc(cap * sizeof *whole.out) : NULL};
-        if (cap && !whole.out)
+        torch_block **whole;
+        size_t count;
+        if (!torch_blocks_collect_free(&s->blocks, small, true, &whole, &count))
             return; /* no host memory: behave as if nothing were cached */
-        block_tree_each(pool, collect_whole_segment, &whole);
-        for (size_t i = 0; i < whole.count; i++) {
-            torch_block *b = whole.out[i];
+        for (size_t i = 0; i < count; i++) {
+            torch_block *b = whole[i];
             torch_block_unfile(&s->blocks, b);
             s->device->ops->segment_free(s->device, (uintptr_t)b->addr, b->size);
             s->blocks.reserved -= b->size;
             torch_block_recycle(&s->blocks, b);
         }
-        free(whole.out);
+        free(whole);
     }
 }
 

@@ -195,18 +195,6 @@ static torch_block *best_free(xs_state *s, uint64_t stream, bool small, uint64_t
     return b;
 }
 
-/* Collects the free blocks of a tree (unmapping changes the tree). */
-typedef struct collected {
-    torch_block **out;
-    size_t count;
-} collected;
-
-static void collect(block_tree_node *n, void *ctx)
-{
-    collected *c = ctx;
-    c->out[c->count++] = (torch_block *)n;
-}
-
 /* torch's unmap_block: unmaps the whole pages inside the free block b (in
  * its tree); the parts before and after stay free. */
 static void unmap_pages(xs_state *s, torch_block *b)
@@ -263,14 +251,13 @@ static void unmap_pages(xs_state *s, torch_block *b)
 static void release_cached(xs_state *s)
 {
     for (int small = 0; small < 2; small++) {
-        size_t cap = s->blocks.free[small].count;
-        collected c = {.out = cap ? malloc(cap * sizeof *c.out) : NULL};
-        if (cap && !c.out)
+        torch_block **free_blocks;
+        size_t count;
+        if (!torch_blocks_collect_free(&s->blocks, small, false, &free_blocks, &count))
             return; /* no host memory: behave as if nothing were cached */
-        block_tree_each(&s->blocks.free[small], collect, &c);
-        for (size_t i = 0; i < c.count; i++)
-            unmap_pages(s, c.out[i]);
-        free(c.out);
+        for (size_t i = 0; i < count; i++)
+            unmap_pages(s, free_blocks[i]);
+        free(free_blocks);
     }
 }
 

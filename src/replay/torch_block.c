@@ -122,6 +122,36 @@ void torch_blocks_stats(const torch_blocks *t, replay_policy_stats *out)
     };
 }
 
+typedef struct collected {
+    torch_block **out;
+    size_t count;
+    bool whole_segments_only;
+} collected;
+
+static void collect_free(block_tree_node *n, void *ctx)
+{
+    collected *c = ctx;
+    torch_block *b = (torch_block *)n; /* the node is the record's first member */
+    if (!c->whole_segments_only || (!b->prev && !b->next))
+        c->out[c->count++] = b;
+}
+
+bool torch_blocks_collect_free(const torch_blocks *t, bool small, bool whole_segments_only,
+                               torch_block ***out, size_t *count)
+{
+    const block_tree *tree = &t->free[small];
+    collected c = {.out = tree->count ? malloc(tree->count * sizeof *c.out) : NULL,
+                   .whole_segments_only = whole_segments_only};
+    *out = NULL;
+    *count = 0;
+    if (tree->count && !c.out)
+        return false;
+    block_tree_each(tree, collect_free, &c);
+    *out = c.out;
+    *count = c.count;
+    return true;
+}
+
 typedef struct each_ctx {
     void (*fn)(torch_block *, void *);
     void *ctx;

@@ -11,6 +11,7 @@
 #define COOP_REPLAY_TORCH_BLOCK_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "replay/block_map.h"
@@ -71,6 +72,13 @@ coop_status torch_blocks_free(torch_blocks *t, uintptr_t addr, const char *polic
 
 /* The counters replay reports (reserved, map_bytes, active, free, largest). */
 void torch_blocks_stats(const torch_blocks *t, replay_policy_stats *out);
+
+/* Collects the free blocks of pool small (all, or only those spanning a
+ * whole segment) into *out, a malloc'ed array of *count the caller frees,
+ * so that the caller can release or unmap them (that changes the tree
+ * under a walk). false (nothing collected) when host memory runs out. */
+bool torch_blocks_collect_free(const torch_blocks *t, bool small, bool whole_segments_only,
+                               torch_block ***out, size_t *count);
 
 /* Calls fn on every record filed (free, unmapped, allocated; not spares);
  * fn must not change the trees or the map. */
