@@ -10,6 +10,7 @@ SKIP) without it. No GPU is used: where one exists, the no-device test skips.
 
 import argparse
 import contextlib
+import ctypes
 import gzip
 import importlib.util
 import io
@@ -33,12 +34,14 @@ RECORD = os.path.join(TOP, "scripts", "record_cuda_snapshot.py")
 VIZ = os.path.join(GPU, "memory_viz_check.py")
 STREAM = os.path.join(GPU, "stream_check.py")
 OOM = os.path.join(GPU, "oom_check.py")
+REMAP = os.path.join(GPU, "remap_check.py")
 sys.path.insert(0, GPU)
 
 import common  # noqa: E402
 import memory_viz_check  # noqa: E402
 import replay_native_vs_coop as replay  # noqa: E402
 import oom_check  # noqa: E402
+import remap_check  # noqa: E402
 import stream_check  # noqa: E402
 import train_compare  # noqa: E402
 
@@ -58,13 +61,98 @@ class NoDevice(unittest.TestCase):
     def test_each_script_exits_77_with_one_line(self):
         if torch.cuda.is_available():
             self.skipTest("a CUDA device exists: the scripts would measure for real")
-        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM, OOM):
+        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM, OOM, REMAP):
             r = run(script, timeout=120)
             name = os.path.basename(script)
             self.assertEqual(r.returncode, 77, name + r.stderr)
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, name + r.stderr)
             self.assertIn("no CUDA device", r.stderr)
             self.assertEqual(r.stdout, "", name)
+
+
+def mock_driver():
+    """tests/.libs/libmockcuda.so of the build (cwd) or the source tree, or None."""
+    for top in (os.getcwd(), TOP):
+        path = os.path.join(top, "tests", ".libs", "libmockcuda.so")
+        if os.path.exists(path):
+            return path
+    return None
+
+
+class MockCounters(ctypes.Structure):  # tests/cuda_mock_counters.h, in its order
+    _fields_ = [(name, ctypes.c_long) for name in (
+        "mapped_bytes", "live_handles", "live_events", "live_segments", "syncs",
+        "unsafe_releases", "no_context", "retained", "accessible_bytes", "access_calls",
+        "event_creates", "live_reservations", "live_streams", "deadlocks", "event_waits")]
+
+
+class RemapCheck(unittest.TestCase):
+    """remap_check.py's own logic, on the mock driver (tests/mock_cuda_driver.c),
+    which checks the driver API's rules (maps inside a reservation, access set
+    before use, nothing leaked)."""
+
+    def setUp(self):
+        self.mock = mock_driver()
+        if self.mock is None:
+            self.skipTest("tests/.libs/libmockcuda.so is not built (make check builds it)")
+
+    def run_remap(self, *args, **env):
+        full = dict(os.environ, COOP_CUDA_DRIVER=self.mock, PYTHONDONTWRITEBYTECODE="1")
+        full.update(env)
+        return subprocess.run([sys.executable, REMAP] + list(args), env=full,
+                              capture_output=True, text=True, timeout=60)
+
+    def test_passes_on_the_mock(self):
+        for args in ((), ("--pages", "9", "--half", "9"), ("--pages", "1", "--half", "1")):
+            r = self.run_remap(*args)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            (line,) = lines(r.stdout)
+            self.assertTrue(line["ok"] and line["remapped"] and line["kept_contents"]
+                            and line["rewritten"] and line["free_restored"], line)
+            self.assertNotIn("step", line)
+
+    def test_no_device_exits_77(self):
+        for env in ({"COOP_CUDA_DRIVER": "/nonexistent/libcuda.so.1"},
+                    {"MOCK_CUDA_NO_DEVICE": "1"}):
+            r = self.run_remap(**env)
+            self.assertEqual(r.returncode, 77, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn("no CUDA device", r.stderr)
+            self.assertEqual(r.stdout, "")
+
+    def test_bad_arguments(self):
+        for args in (("--half", "0"), ("--pages", "2", "--half", "3"), ("--pages", "0")):
+            self.assertEqual(self.run_remap(*args).returncode, 2, args)
+
+    def test_a_failed_remap_is_named_and_nothing_leaks(self):
+        # in this process, so that the failure can be armed in the mock the
+        # script loads (one dlopen handle per path)
+        lib = ctypes.CDLL(self.mock)
+        counters = MockCounters()
+        old = os.environ.get("COOP_CUDA_DRIVER")
+        os.environ["COOP_CUDA_DRIVER"] = self.mock
+        try:
+            # 4 pages mapped, 2 unmapped: the 5th cuMemMap is the first remap
+            lib.mock_cuda_fail_nth(b"cuMemMap", 5, 2)  # CUDA_ERROR_OUT_OF_MEMORY
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = remap_check.main([])
+            (line,) = lines(out.getvalue())
+            self.assertEqual(rc, 1)
+            self.assertFalse(line["ok"])
+            self.assertFalse(line["remapped"])
+            self.assertIn("map kept handles again: cuMemMap returned 2 "
+                          "(CUDA_ERROR_OUT_OF_MEMORY)", line["error"])
+            lib.mock_cuda_counters(ctypes.byref(counters))
+            self.assertEqual((counters.live_handles, counters.live_reservations,
+                              counters.mapped_bytes, counters.retained), (0, 0, 0, 0))
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(remap_check.main([]), 0)  # nothing armed now
+        finally:
+            if old is None:
+                del os.environ["COOP_CUDA_DRIVER"]
+            else:
+                os.environ["COOP_CUDA_DRIVER"] = old
 
 
 class Arguments(unittest.TestCase):
