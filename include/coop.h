@@ -234,7 +234,9 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity);
 /* The pool's configuration as resolved at creation (defaults filled in). */
 void coop_pool_config(const coop_pool *pool, coop_config *out);
 
-/* The most recent error message of this thread (never NULL; "" if none). */
+/* The most recent error message of this thread (never NULL; "" if none).
+ * Like errno, a successful call leaves it as it was: read it only after a
+ * call returned an error status (or NULL with one). */
 const char *coop_last_error(void);
 
 /* ------------------------------------------------------------------------
