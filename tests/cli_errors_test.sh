@@ -119,6 +119,13 @@ else
     echo "FAIL: --capacity 08 or 0x10M: $(cat "$tmp/err")"; failures=$((failures + 1))
 fi
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
+# a --timeline naming a trace emptied it before it was read
+printf 'coop-trace 1\nA 0 512 0\nF 0\n' >"$tmp/keep.trace"
+cp "$tmp/keep.trace" "$tmp/keep.orig"
+expect 2 "coop replay: --timeline $tmp/keep.trace is the trace $tmp/keep.trace" $coop replay --policy ideal --timeline "$tmp/keep.trace" "$tmp/keep.trace"
+cmp -s "$tmp/keep.trace" "$tmp/keep.orig" || { echo "FAIL: --timeline overwrote the trace it names"; failures=$((failures + 1)); }
+ln -s keep.trace "$tmp/keep-link.trace"
+expect 2 "is the trace $tmp/keep-link.trace" $coop replay --policy ideal --timeline "$tmp/keep.trace" "$tmp/keep-link.trace"
 expect 2 "$tmp/none: cannot open" $coop replay "$tmp/none"
 expect 2 "bad.trace:3" $coop replay "$tmp/bad.trace"
 printf 'coop-trace 1\nA 0 18446744073709551615 0\nF 0\n' >"$tmp/big.trace"

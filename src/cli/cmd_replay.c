@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "byte_size.h"
@@ -302,6 +303,24 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
     return 0;
 }
 
+/* Whether the --timeline file is one of the traces: opening it for writing
+ * would empty the trace before it is read. */
+static bool timeline_is_a_trace(const char *timeline_path, char **paths, size_t num_paths)
+{
+    struct stat tl, tr;
+    if (stat(timeline_path, &tl) != 0)
+        return false; /* a new file cannot be a trace that exists */
+    for (size_t i = 0; i < num_paths; i++)
+        if (stat(paths[i], &tr) == 0 && tr.st_dev == tl.st_dev && tr.st_ino == tl.st_ino) {
+            fprintf(stderr,
+                    "coop replay: --timeline %s is the trace %s: it would be overwritten before "
+                    "it is read\n",
+                    timeline_path, paths[i]);
+            return true;
+        }
+    return false;
+}
+
 /* Parses the options into *cli; returns -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, replay_cli *cli, const char **timeline_path)
 {
@@ -394,6 +413,11 @@ int cmd_replay(int argc, char **argv)
     size_t num_paths = use_bundled ? bundled.gl_pathc : (size_t)(argc - optind);
 
     FILE *timeline = NULL;
+    if (timeline_path && timeline_is_a_trace(timeline_path, paths, num_paths)) {
+        if (use_bundled)
+            globfree(&bundled);
+        return 2;
+    }
     if (timeline_path) {
         timeline = fopen(timeline_path, "w");
         if (!timeline) {
