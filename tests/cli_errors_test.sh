@@ -119,6 +119,8 @@ else
     echo "FAIL: --capacity 08 or 0x10M: $(cat "$tmp/err")"; failures=$((failures + 1))
 fi
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
+# a policy listed twice gave two identical rows (coop sim refuses it too)
+expect 2 "coop replay: policy 'coop' is listed twice" $coop replay --policy coop,ideal,coop "$traces/unet-train-step.trace.gz"
 # a --timeline naming a trace emptied it before it was read
 printf 'coop-trace 1\nA 0 512 0\nF 0\n' >"$tmp/keep.trace"
 cp "$tmp/keep.trace" "$tmp/keep.orig"

@@ -101,9 +101,16 @@ static bool parse_policies(const char *list, replay_choice *choices, size_t *cou
         if (!ops && strcmp(names[i], "recorded")) {
             fprintf(stderr, "coop replay: unknown policy '%s' (see --help)\n", names[i]);
             ok = false;
-        } else {
-            choices[(*count)++] = (replay_choice){.name = ops ? ops->name : "recorded", .ops = ops};
+            continue;
         }
+        /* a second row of one policy measures nothing new (as coop sim) */
+        for (int j = 0; j < i && ok; j++)
+            if (!strcmp(names[j], names[i])) {
+                fprintf(stderr, "coop replay: policy '%s' is listed twice\n", names[i]);
+                ok = false;
+            }
+        if (ok)
+            choices[(*count)++] = (replay_choice){.name = ops ? ops->name : "recorded", .ops = ops};
     }
     free(copy);
     return ok;
