@@ -121,6 +121,8 @@ fi
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
 # a policy listed twice gave two identical rows (coop sim refuses it too)
 expect 2 "coop replay: policy 'coop' is listed twice" $coop replay --policy coop,ideal,coop "$traces/unet-train-step.trace.gz"
+# --page with no policy that has pages was dropped without a word
+expect 2 "coop replay: --page '4K' applies to coop and coop-segments only" $coop replay --policy torch,ideal --page 4K "$traces/unet-train-step.trace.gz"
 # a --timeline naming a trace emptied it before it was read
 printf 'coop-trace 1\nA 0 512 0\nF 0\n' >"$tmp/keep.trace"
 cp "$tmp/keep.trace" "$tmp/keep.orig"

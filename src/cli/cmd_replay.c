@@ -341,6 +341,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
         {NULL, 0, NULL, 0},
     };
     const char *policy_list = NULL;
+    const char *page_text = NULL;
     optind = 1;
     opterr = 0;
     int c;
@@ -379,6 +380,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
                         optarg);
                 return 2;
             }
+            page_text = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -399,6 +401,19 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             cli->asked_recorded |= !cli->choices[i].ops;
     } else {
         default_policies(cli->choices, &cli->num_choices);
+    }
+    /* only coop's pools have pages: a --page no chosen policy uses was
+     * dropped without a word */
+    bool uses_page = false;
+    for (size_t i = 0; i < cli->num_choices; i++)
+        uses_page |= cli->choices[i].ops == &replay_policy_coop ||
+                     cli->choices[i].ops == &replay_policy_coop_segments;
+    if (page_text && !uses_page) {
+        fprintf(stderr,
+                "coop replay: --page '%s' applies to coop and coop-segments only, and --policy "
+                "lists neither\n",
+                page_text);
+        return 2;
     }
     return -1;
 }
