@@ -135,7 +135,8 @@ expect 2 "bad.trace:3" $coop replay "$tmp/bad.trace"
 printf 'coop-trace 1\nA 0 18446744073709551615 0\nF 0\n' >"$tmp/big.trace"
 expect 2 "big.trace:2: size 18446744073709551615 is too large (sizes must be below 2^56)" $coop replay --json --policy torch,ideal "$tmp/big.trace"
 
-expect 2 "--device" $coop convert --device -5 "$traces/unet-train-step.trace.gz" "$tmp/x"
+expect 2 "--device '-5' is not a device number" $coop convert --device -5 "$traces/unet-train-step.trace.gz" "$tmp/x"
+expect 2 "--device 'x1' is not a device number" $coop convert --device x1 "$traces/unet-train-step.trace.gz" "$tmp/x"
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
 
 expect 2 "cut.trace.gz:" $coop convert "$tmp/cut.trace.gz" "$tmp/x"
