@@ -20,3 +20,8 @@ EXTRA_DIST += tests/python/test_gpu_scripts.py
 # The host-side figures held to what a real GPU measured (scripts/gpu/results).
 TESTS += tests/python/test_gpu_results.py
 EXTRA_DIST += tests/python/test_gpu_results.py
+
+# scripts/setup.sh's idempotence on a stand-in tree (stubbed configure, make,
+# dpkg-query): a second run reconfigures only for arguments not yet applied.
+TESTS += tests/setup_script_test.sh
+EXTRA_DIST += tests/setup_script_test.sh

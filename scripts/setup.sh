@@ -40,7 +40,24 @@ needs_autoreconf() {
 if needs_autoreconf; then
     autoreconf -fi
 fi
-if [ ! -f Makefile ] || [ configure -nt config.status ]; then
+# configure again when an argument is given that the build was not configured
+# with (config.status --config lists those it was, shell-quoted, with any
+# precious variable configure took from the environment): a second run with
+# other arguments dropped them without a word. No arguments keep the
+# configuration.
+configured_with() {
+    [ $# -gt 0 ] || return 0
+    have=$(./config.status --config 2>/dev/null) || return 1
+    for want in "$@"; do
+        eval "set -- $have"
+        found=false
+        for a in "$@"; do
+            [ "$a" = "$want" ] && found=true
+        done
+        $found || return 1
+    done
+}
+if [ ! -f Makefile ] || [ configure -nt config.status ] || ! configured_with "$@"; then
     ./configure "$@"
 fi
 make -j"$(nproc)"

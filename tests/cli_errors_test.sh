@@ -119,12 +119,24 @@ else
     echo "FAIL: --capacity 08 or 0x10M: $(cat "$tmp/err")"; failures=$((failures + 1))
 fi
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
+# a policy listed twice gave two identical rows (coop sim refuses it too)
+expect 2 "coop replay: policy 'coop' is listed twice" $coop replay --policy coop,ideal,coop "$traces/unet-train-step.trace.gz"
+# --page with no policy that has pages was dropped without a word
+expect 2 "coop replay: --page '4K' applies to coop and coop-segments only" $coop replay --policy torch,ideal --page 4K "$traces/unet-train-step.trace.gz"
+# a --timeline naming a trace emptied it before it was read
+printf 'coop-trace 1\nA 0 512 0\nF 0\n' >"$tmp/keep.trace"
+cp "$tmp/keep.trace" "$tmp/keep.orig"
+expect 2 "coop replay: --timeline $tmp/keep.trace is the trace $tmp/keep.trace" $coop replay --policy ideal --timeline "$tmp/keep.trace" "$tmp/keep.trace"
+cmp -s "$tmp/keep.trace" "$tmp/keep.orig" || { echo "FAIL: --timeline overwrote the trace it names"; failures=$((failures + 1)); }
+ln -s keep.trace "$tmp/keep-link.trace"
+expect 2 "is the trace $tmp/keep-link.trace" $coop replay --policy ideal --timeline "$tmp/keep.trace" "$tmp/keep-link.trace"
 expect 2 "$tmp/none: cannot open" $coop replay "$tmp/none"
 expect 2 "bad.trace:3" $coop replay "$tmp/bad.trace"
 printf 'coop-trace 1\nA 0 18446744073709551615 0\nF 0\n' >"$tmp/big.trace"
 expect 2 "big.trace:2: size 18446744073709551615 is too large (sizes must be below 2^56)" $coop replay --json --policy torch,ideal "$tmp/big.trace"
 
-expect 2 "--device" $coop convert --device -5 "$traces/unet-train-step.trace.gz" "$tmp/x"
+expect 2 "--device '-5' is not a device number" $coop convert --device -5 "$traces/unet-train-step.trace.gz" "$tmp/x"
+expect 2 "--device 'x1' is not a device number" $coop convert --device x1 "$traces/unet-train-step.trace.gz" "$tmp/x"
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
 
 expect 2 "cut.trace.gz:" $coop convert "$tmp/cut.trace.gz" "$tmp/x"

@@ -87,6 +87,25 @@ grep -q "evil.pickle: byte 2: pickle opcode GLOBAL (0x63) is not allowed" "$tmp/
     fail "message: $(cat "$tmp/err")"
 [ ! -e "$tmp/evil.trace" ] || fail "output written for a refused pickle"
 
+# a snapshot coop.torch wrote stays one through convert (P coop): its recorded
+# row is coop's reservation, and replay says so (convert dropped the flag)
+if command -v python3 >/dev/null; then
+    python3 -c '
+import pickle, sys
+a = 0x7f0000000000
+ev = lambda act, size: {"action": act, "addr": a, "size": size, "stream": 0}
+snap = {"segments": [{"address": a, "total_size": 2 << 20, "stream": 0, "blocks": []}],
+        "device_traces": [[ev("segment_alloc", 2 << 20), ev("alloc", 512), ev("free_completed", 512)]],
+        "allocator_settings": {"allocator": "coop", "expandable_segments": True}}
+sys.stdout.buffer.write(pickle.dumps(snap, protocol=2))' >"$tmp/by-coop.pickle" ||
+        fail "cannot write by-coop.pickle"
+    expect_exit 0 $coop convert "$tmp/by-coop.pickle" "$tmp/by-coop.trace"
+    grep -qx "P coop" "$tmp/by-coop.trace" || fail "no 'P coop' line: $(head -5 "$tmp/by-coop.trace")"
+    expect_exit 0 $coop replay --json --policy recorded "$tmp/by-coop.trace"
+    grep -q '"recorded_by_coop":true' "$tmp/out" || fail "converted: $(cat "$tmp/out")"
+    grep -q "recorded by coop" "$tmp/err" || fail "converted, no note: $(cat "$tmp/err")"
+fi
+
 # missing input; output that cannot be written (exit 1)
 expect_exit 2 $coop convert "$tmp/none" "$tmp/x"
 grep -q "none: cannot open" "$tmp/err" || fail "message: $(cat "$tmp/err")"

@@ -157,6 +157,8 @@ def expected_lines(snap):
         if conf.get("garbage_collection_threshold", 0.0) != 0.0:
             settings.append("garbage_collection_threshold")
         settings = [" ".join(["P torch"] + settings)]
+        if conf.get("allocator") == "coop":  # coop.torch's snapshot: its segments are coop's
+            settings = ["P coop"]
     return ["coop-trace 1"] + settings + lines + finals
 
 

@@ -118,6 +118,9 @@ static void test_bad_lines(void **state)
         {"coop-trace 1\nP torch fast_mode\n", ":2: unknown PyTorch setting 'fast_mode'",
          "known: expandable_segments"},
         {"coop-trace 1\nP torch\nP torch\n", ":3: a second P line", ""},
+        {"coop-trace 1\nP coop\nP torch\n", ":3: a second P line", ""},
+        {"coop-trace 1\nP coop expandable_segments\n", ":2: expected 'P torch [SETTING ...]'",
+         "or 'P coop'"},
         {"coop-trace 1\nA 1 2\n", ":2: missing fields on a A line", "usage: A id size stream"},
         {"coop-trace 1\nA 1 2 3 4\n", ":2: too many fields on a A line", ""},
         {"coop-trace 1\nA 1 two 3\n", ":2: size 'two' is not a number", ""},
@@ -338,6 +341,15 @@ static void test_round_trip(void **state)
     }
     a.has_torch_settings = 0;
     a.torch_settings = 0;
+    /* a snapshot coop.torch wrote stays one (P coop): its recorded row is coop's */
+    a.recorded_by_coop = 1;
+    fixture_path(path, sizeof path, "rt4.trace");
+    assert_int_equal(trace_write_text(&a, path), COOP_OK);
+    assert_int_equal(trace_read_text(path, &b), COOP_OK);
+    assert_int_equal(b.recorded_by_coop, 1);
+    assert_int_equal(b.has_torch_settings, 0);
+    trace_free(&b);
+    a.recorded_by_coop = 0;
     /* a directory that does not exist */
     fixture_path(path, sizeof path, "no/such/dir.trace");
     fixture_expect_error(trace_write_text(&a, path), "no/such/dir.trace: cannot write", NULL);

@@ -145,8 +145,13 @@ int cmd_convert(int argc, char **argv)
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = 1;
         } else if (!strcmp(a, "--device")) {
-            if (i + 1 >= argc || parse_device(argv[i + 1], &device) != 0) {
+            if (i + 1 >= argc) {
                 fprintf(stderr, "coop convert: --device needs a device number\n");
+                return 2;
+            }
+            if (parse_device(argv[i + 1], &device) != 0) {
+                fprintf(stderr, "coop convert: --device '%s' is not a device number (0 to 65536)\n",
+                        argv[i + 1]);
                 return 2;
             }
             i++;

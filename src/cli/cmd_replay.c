@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "byte_size.h"
@@ -100,9 +101,16 @@ static bool parse_policies(const char *list, replay_choice *choices, size_t *cou
         if (!ops && strcmp(names[i], "recorded")) {
             fprintf(stderr, "coop replay: unknown policy '%s' (see --help)\n", names[i]);
             ok = false;
-        } else {
-            choices[(*count)++] = (replay_choice){.name = ops ? ops->name : "recorded", .ops = ops};
+            continue;
         }
+        /* a second row of one policy measures nothing new (as coop sim) */
+        for (int j = 0; j < i && ok; j++)
+            if (!strcmp(names[j], names[i])) {
+                fprintf(stderr, "coop replay: policy '%s' is listed twice\n", names[i]);
+                ok = false;
+            }
+        if (ok)
+            choices[(*count)++] = (replay_choice){.name = ops ? ops->name : "recorded", .ops = ops};
     }
     free(copy);
     return ok;
@@ -302,6 +310,24 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
     return 0;
 }
 
+/* Whether the --timeline file is one of the traces: opening it for writing
+ * would empty the trace before it is read. */
+static bool timeline_is_a_trace(const char *timeline_path, char **paths, size_t num_paths)
+{
+    struct stat tl, tr;
+    if (stat(timeline_path, &tl) != 0)
+        return false; /* a new file cannot be a trace that exists */
+    for (size_t i = 0; i < num_paths; i++)
+        if (stat(paths[i], &tr) == 0 && tr.st_dev == tl.st_dev && tr.st_ino == tl.st_ino) {
+            fprintf(stderr,
+                    "coop replay: --timeline %s is the trace %s: it would be overwritten before "
+                    "it is read\n",
+                    timeline_path, paths[i]);
+            return true;
+        }
+    return false;
+}
+
 /* Parses the options into *cli; returns -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, replay_cli *cli, const char **timeline_path)
 {
@@ -315,6 +341,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
         {NULL, 0, NULL, 0},
     };
     const char *policy_list = NULL;
+    const char *page_text = NULL;
     optind = 1;
     opterr = 0;
     int c;
@@ -353,6 +380,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
                         optarg);
                 return 2;
             }
+            page_text = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -374,6 +402,19 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
     } else {
         default_policies(cli->choices, &cli->num_choices);
     }
+    /* only coop's pools have pages: a --page no chosen policy uses was
+     * dropped without a word */
+    bool uses_page = false;
+    for (size_t i = 0; i < cli->num_choices; i++)
+        uses_page |= cli->choices[i].ops == &replay_policy_coop ||
+                     cli->choices[i].ops == &replay_policy_coop_segments;
+    if (page_text && !uses_page) {
+        fprintf(stderr,
+                "coop replay: --page '%s' applies to coop and coop-segments only, and --policy "
+                "lists neither\n",
+                page_text);
+        return 2;
+    }
     return -1;
 }
 
@@ -394,6 +435,11 @@ int cmd_replay(int argc, char **argv)
     size_t num_paths = use_bundled ? bundled.gl_pathc : (size_t)(argc - optind);
 
     FILE *timeline = NULL;
+    if (timeline_path && timeline_is_a_trace(timeline_path, paths, num_paths)) {
+        if (use_bundled)
+            globfree(&bundled);
+        return 2;
+    }
     if (timeline_path) {
         timeline = fopen(timeline_path, "w");
         if (!timeline) {

@@ -48,7 +48,8 @@ typedef struct text_reader {
     id_map ids; /* (file id, 0) -> live allocation */
     int seen_header;
     int seen_event;          /* an event other than L was read */
-    int has_torch_settings;  /* a P line was read */
+    int has_torch_settings;  /* a P torch line was read */
+    int recorded_by_coop;    /* a P coop line was read */
     unsigned torch_settings; /* its TRACE_TORCH_* bits */
 } text_reader;
 
@@ -159,13 +160,19 @@ static coop_status read_header(text_reader *r, char **fields, int n)
 
 /* "P torch [SETTING ...]": the recorded PyTorch allocator's settings that
  * were not its defaults (none: all default), as a snapshot's
- * allocator_settings give them (trace.torch_settings). At most one. */
+ * allocator_settings give them (trace.torch_settings). "P coop": a snapshot
+ * coop.torch wrote (trace.recorded_by_coop: its segments are coop's). At
+ * most one. */
 static coop_status read_settings(text_reader *r, char **fields, int n)
 {
-    if (r->has_torch_settings)
+    if (r->has_torch_settings || r->recorded_by_coop)
         return trace_input_error(&r->in, "a second P line (one per trace)");
+    if (n == 2 && !strcmp(fields[1], "coop")) {
+        r->recorded_by_coop = 1;
+        return COOP_OK;
+    }
     if (n < 2 || strcmp(fields[1], "torch") != 0)
-        return trace_input_error(&r->in, "expected 'P torch [SETTING ...]'");
+        return trace_input_error(&r->in, "expected 'P torch [SETTING ...]' or 'P coop'");
     unsigned bits = 0;
     for (int i = 2; i < n; i++) {
         unsigned bit = trace_torch_setting_bit(fields[i]);
@@ -288,6 +295,7 @@ coop_status trace_read_text(const char *path, trace *out)
     if (st == COOP_OK) {
         out->has_torch_settings = r.has_torch_settings;
         out->torch_settings = r.torch_settings;
+        out->recorded_by_coop = r.recorded_by_coop;
     }
     trace_builder_discard(&r.b);
     trace_input_close(&r.in);

@@ -146,7 +146,9 @@ coop_status trace_write_text_to(const trace *t, const char *path, bool gzip)
     }
     put(w, "# %zu events, %" PRIu32 " ids, %zu live at start, %zu final segments\n", t->num_events,
         t->num_ids, t->num_live_at_start, t->num_final_segments);
-    if (t->has_torch_settings) { /* the snapshot's settings that were not PyTorch's defaults */
+    if (t->recorded_by_coop) /* coop.torch's snapshot: its segments are coop's, not PyTorch's */
+        put(w, "P coop\n");
+    else if (t->has_torch_settings) { /* the snapshot's settings that were not PyTorch's defaults */
         put(w, "P torch");
         for (unsigned bit = 1; trace_torch_setting_name(bit); bit <<= 1)
             if (t->torch_settings & bit)
