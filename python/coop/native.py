@@ -249,6 +249,11 @@ def library():
                     raise CoopError(ERR_NO_DRIVER, f"coop: cannot load {cand}: {e}. " + TLS_HINT)
                 tried.append(f"{cand} ({e})")
                 continue
+            missing = [name for name in _SIGNATURES if not hasattr(lib, name)]
+            if missing:  # another library, or a libcoop older than this package
+                tried.append(f"{cand} (not this package's libcoop.so: it lacks "
+                             f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
+                continue
             for name, (restype, argtypes) in _SIGNATURES.items():
                 fn = getattr(lib, name)
                 fn.restype = restype

@@ -1040,6 +1040,23 @@ class Run(unittest.TestCase):
         self.assertIn("loaded", r.stdout)
 
 
+class Library(unittest.TestCase):
+    def test_coop_library_naming_another_library_is_refused_by_name(self):
+        """COOP_LIBRARY pointing at a library that is not libcoop (or an older
+        one) raises CoopError naming the file and what it lacks (it raised a
+        bare AttributeError from ctypes)."""
+        env = dict(os.environ, COOP_LIBRARY="libm.so.6",
+                   PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        code = ("import coop.native as native\n"
+                "try:\n    native.library()\n"
+                "except native.CoopError as e:\n    print('raised', e)\n")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised coop: cannot load libcoop.so; tried: libm.so.6 (not this "
+                      "package's libcoop.so: it lacks coop_version", r.stdout)
+
+
 class GpuScripts(unittest.TestCase):
     """scripts/gpu/ exit with a clear message where there is no CUDA device."""
 
