@@ -978,6 +978,30 @@ class Install(unittest.TestCase):
             self.assertIn(f"refused coop.torch.{who}: cannot apply", line)
             self.assertIn("capacity:2147483648", line)
 
+    def test_conf_equal_to_coop_alloc_conf_is_accepted_after_first_use(self):
+        """install(conf) / mem_pool(conf) with the configuration COOP_ALLOC_CONF
+        put in force, however spelt, is no change once coop has allocated (it
+        raised RuntimeError "cannot apply" when no earlier install(conf) set
+        one); another configuration still raises."""
+        r = run_child(
+            "p = lib.coop_torch_malloc(4096, 0, None)  # before the import sets its own\n"
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "fake.cuda.MemPool = lambda handle: 'pool'\n"
+            "print(ctorch.mem_pool('capacity:64M,backend:host', torch_module=fake))\n"
+            "ctorch.install('backend:host,capacity:65536K', torch_module=fake, patch=False)\n"
+            "try:\n"
+            "    ctorch.mem_pool('backend:host,capacity:128M', torch_module=fake)\n"
+            "except RuntimeError as e:\n"
+            "    print('refused', e)\n"
+            "lib.coop_torch_free(p, 4096, 0, None)\n" % HERE, "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(lines[0], "pool", r.stdout)
+        self.assertEqual(len(lines), 2, r.stdout)
+        self.assertIn("refused coop.torch.mem_pool: cannot apply", lines[1])
+
     def test_memory_stats_keys(self):
         keys = ctorch.memory_stats(0).keys()
         for stat in native.STAT_NAMES:
