@@ -616,9 +616,11 @@ def snapshot():
 
 
 def dump_snapshot(path):
-    """Writes snapshot() as a pickle, as torch.cuda.memory._dump_snapshot does."""
+    """Writes snapshot() as a pickle, as torch.cuda.memory._dump_snapshot does
+    (taken first: a snapshot that fails leaves the file as it was)."""
+    snap = snapshot()
     with open(path, "wb") as f:
-        pickle.dump(snapshot(), f)
+        pickle.dump(snap, f)
 
 
 # The largest size_t: ctypes would wrap a larger bound (2**64 becomes 0, off).

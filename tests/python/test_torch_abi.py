@@ -484,6 +484,26 @@ class Snapshot(unittest.TestCase):
             os.unlink(path)
         self.assertEqual(len(data["segments"]), len(self.snap["segments"]))
 
+    def test_failed_dump_leaves_the_file_as_it_was(self):
+        """dump_snapshot() whose snapshot fails (here a library that cannot be
+        loaded) raises and keeps the previous dump (it truncated it first)."""
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"coop_keep_{os.getpid()}.pickle")
+        with open(path, "wb") as f:
+            f.write(b"earlier dump")
+        try:
+            env = dict(os.environ, COOP_LIBRARY="/nonexistent/libcoop.so",
+                       PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+            code = ("import coop.native as native, coop.torch as ctorch\n"
+                    "try:\n    ctorch.dump_snapshot(%r)\n"
+                    "except native.CoopError as e:\n    print('raised')\n" % path)
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.stdout.strip(), "raised", r.stderr)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), b"earlier dump")
+        finally:
+            os.unlink(path)
+
     @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_torch_memory_viz_reads_it(self):
         segments = self.snap["segments"]
