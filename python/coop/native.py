@@ -239,6 +239,8 @@ def library():
             return _lib
         tried = []
         for cand in _candidates():
+            if os.sep in cand:  # PyTorch dlopens _path later, maybe from another directory
+                cand = os.path.abspath(cand)
             if os.sep in cand and not os.path.exists(cand):
                 tried.append(f"{cand} (absent)")
                 continue

@@ -1101,6 +1101,23 @@ class Library(unittest.TestCase):
                       "package's libcoop.so: it lacks coop_version", r.stdout)
 
 
+    def test_relative_coop_library_is_kept_as_an_absolute_path(self):
+        """A relative COOP_LIBRARY (.libs/libcoop.so) gives an absolute
+        library_path(): install() and mem_pool() hand it to PyTorch, which
+        dlopens it later, perhaps after the program changed directory."""
+        top = os.path.dirname(os.path.dirname(os.path.abspath(LIB_PATH)))
+        env = dict(os.environ, COOP_LIBRARY=os.path.join(".libs", "libcoop.so"),
+                   PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        code = ("import os, coop.native as native\n"
+                "native.library()\n"
+                "os.chdir('/')\n"
+                "print(native.library_path())\n")
+        r = subprocess.run([sys.executable, "-c", code], env=env, cwd=top, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), os.path.join(top, ".libs", "libcoop.so"))
+
+
 class GpuScripts(unittest.TestCase):
     """scripts/gpu/ exit with a clear message where there is no CUDA device."""
 
