@@ -239,6 +239,8 @@ def library():
             return _lib
         tried = []
         for cand in _candidates():
+            if os.sep in cand:  # PyTorch dlopens _path later, maybe from another directory
+                cand = os.path.abspath(cand)
             if os.sep in cand and not os.path.exists(cand):
                 tried.append(f"{cand} (absent)")
                 continue
@@ -248,6 +250,11 @@ def library():
                 if "static TLS" in str(e):
                     raise CoopError(ERR_NO_DRIVER, f"coop: cannot load {cand}: {e}. " + TLS_HINT)
                 tried.append(f"{cand} ({e})")
+                continue
+            missing = [name for name in _SIGNATURES if not hasattr(lib, name)]
+            if missing:  # another library, or a libcoop older than this package
+                tried.append(f"{cand} (not this package's libcoop.so: it lacks "
+                             f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
                 continue
             for name, (restype, argtypes) in _SIGNATURES.items():
                 fn = getattr(lib, name)

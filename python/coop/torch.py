@@ -131,6 +131,9 @@ def _apply_conf_locked(lib, conf, who):
                                  and _normalized(lib, conf) == _normalized(lib, _applied_conf)):
         return  # the same configuration, however spelt
     if _devices():
+        in_force = _settings(lib)
+        if in_force[0] == native.OK and _normalized(lib, conf) == in_force[1]:
+            return  # the configuration in force (COOP_ALLOC_CONF's), however spelt
         raise RuntimeError(
             "coop.torch.%s: cannot apply %r: coop has allocated already, so the "
             "configuration in force (%s) is fixed" % (who, conf, _settings(lib)[1]))
@@ -613,9 +616,11 @@ def snapshot():
 
 
 def dump_snapshot(path):
-    """Writes snapshot() as a pickle, as torch.cuda.memory._dump_snapshot does."""
+    """Writes snapshot() as a pickle, as torch.cuda.memory._dump_snapshot does
+    (taken first: a snapshot that fails leaves the file as it was)."""
+    snap = snapshot()
     with open(path, "wb") as f:
-        pickle.dump(snapshot(), f)
+        pickle.dump(snap, f)
 
 
 # The largest size_t: ctypes would wrap a larger bound (2**64 becomes 0, off).

@@ -484,6 +484,26 @@ class Snapshot(unittest.TestCase):
             os.unlink(path)
         self.assertEqual(len(data["segments"]), len(self.snap["segments"]))
 
+    def test_failed_dump_leaves_the_file_as_it_was(self):
+        """dump_snapshot() whose snapshot fails (here a library that cannot be
+        loaded) raises and keeps the previous dump (it truncated it first)."""
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"coop_keep_{os.getpid()}.pickle")
+        with open(path, "wb") as f:
+            f.write(b"earlier dump")
+        try:
+            env = dict(os.environ, COOP_LIBRARY="/nonexistent/libcoop.so",
+                       PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+            code = ("import coop.native as native, coop.torch as ctorch\n"
+                    "try:\n    ctorch.dump_snapshot(%r)\n"
+                    "except native.CoopError as e:\n    print('raised')\n" % path)
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.stdout.strip(), "raised", r.stderr)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), b"earlier dump")
+        finally:
+            os.unlink(path)
+
     @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_torch_memory_viz_reads_it(self):
         segments = self.snap["segments"]
@@ -978,6 +998,30 @@ class Install(unittest.TestCase):
             self.assertIn(f"refused coop.torch.{who}: cannot apply", line)
             self.assertIn("capacity:2147483648", line)
 
+    def test_conf_equal_to_coop_alloc_conf_is_accepted_after_first_use(self):
+        """install(conf) / mem_pool(conf) with the configuration COOP_ALLOC_CONF
+        put in force, however spelt, is no change once coop has allocated (it
+        raised RuntimeError "cannot apply" when no earlier install(conf) set
+        one); another configuration still raises."""
+        r = run_child(
+            "p = lib.coop_torch_malloc(4096, 0, None)  # before the import sets its own\n"
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "fake.cuda.MemPool = lambda handle: 'pool'\n"
+            "print(ctorch.mem_pool('capacity:64M,backend:host', torch_module=fake))\n"
+            "ctorch.install('backend:host,capacity:65536K', torch_module=fake, patch=False)\n"
+            "try:\n"
+            "    ctorch.mem_pool('backend:host,capacity:128M', torch_module=fake)\n"
+            "except RuntimeError as e:\n"
+            "    print('refused', e)\n"
+            "lib.coop_torch_free(p, 4096, 0, None)\n" % HERE, "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(lines[0], "pool", r.stdout)
+        self.assertEqual(len(lines), 2, r.stdout)
+        self.assertIn("refused coop.torch.mem_pool: cannot apply", lines[1])
+
     def test_memory_stats_keys(self):
         keys = ctorch.memory_stats(0).keys()
         for stat in native.STAT_NAMES:
@@ -1038,6 +1082,40 @@ class Run(unittest.TestCase):
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("loaded", r.stdout)
+
+
+class Library(unittest.TestCase):
+    def test_coop_library_naming_another_library_is_refused_by_name(self):
+        """COOP_LIBRARY pointing at a library that is not libcoop (or an older
+        one) raises CoopError naming the file and what it lacks (it raised a
+        bare AttributeError from ctypes)."""
+        env = dict(os.environ, COOP_LIBRARY="libm.so.6",
+                   PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        code = ("import coop.native as native\n"
+                "try:\n    native.library()\n"
+                "except native.CoopError as e:\n    print('raised', e)\n")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised coop: cannot load libcoop.so; tried: libm.so.6 (not this "
+                      "package's libcoop.so: it lacks coop_version", r.stdout)
+
+
+    def test_relative_coop_library_is_kept_as_an_absolute_path(self):
+        """A relative COOP_LIBRARY (.libs/libcoop.so) gives an absolute
+        library_path(): install() and mem_pool() hand it to PyTorch, which
+        dlopens it later, perhaps after the program changed directory."""
+        top = os.path.dirname(os.path.dirname(os.path.abspath(LIB_PATH)))
+        env = dict(os.environ, COOP_LIBRARY=os.path.join(".libs", "libcoop.so"),
+                   PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        code = ("import os, coop.native as native\n"
+                "native.library()\n"
+                "os.chdir('/')\n"
+                "print(native.library_path())\n")
+        r = subprocess.run([sys.executable, "-c", code], env=env, cwd=top, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), os.path.join(top, ".libs", "libcoop.so"))
 
 
 class GpuScripts(unittest.TestCase):
