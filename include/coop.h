@@ -675,7 +675,9 @@ coop_status coop_torch_forget_stream(void *stream);
 coop_status coop_torch_configure(const char *conf);
 
 /* The configuration in force, as key:value text (NUL-terminated, truncated
- * to size). Returns COOP_ERR_INVALID with the parse error if it is bad. */
+ * to size). Returns COOP_ERR_INVALID with the parse error if it is bad.
+ * For reading, not for COOP_ALLOC_CONF: a default is written as 0
+ * (capacity:0, page:0, segment:0, min_split:0), which the parser refuses. */
 coop_status coop_torch_settings(char *buf, size_t size);
 
 /* conf (COOP_ALLOC_CONF syntax) parsed and written back as

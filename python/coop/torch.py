@@ -141,6 +141,31 @@ def _apply_conf_locked(lib, conf, who):
     _applied_conf = conf
 
 
+def _conf_restorer_locked(lib, conf):
+    """A function that puts back the configuration in force now, for an
+    install(conf) that fails after applying conf: an earlier install(conf)'s
+    or mem_pool(conf)'s again, else COOP_ALLOC_CONF's, read again (the
+    settings' text cannot serve: its capacity:0 and page:0 for "the
+    default" do not parse). A COOP_ALLOC_CONF that does not parse cannot be
+    put back (a configuration that does not parse is never set), so conf
+    stays in force then. Caller holds _state_lock."""
+    if conf is None:
+        return lambda: None  # nothing is applied
+    previous = _applied_conf
+
+    def restore():
+        global _applied_conf
+        if _applied_conf is previous:
+            return  # conf was the configuration in force already
+        if previous is not None:
+            _configure(lib, previous)
+        elif lib.coop_torch_configure(None) != native.OK:
+            return
+        _applied_conf = previous
+
+    return restore
+
+
 def _fn_address(lib, name):
     return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
 
@@ -270,7 +295,10 @@ def install(conf=None, *, torch_module=None, patch=True):
     torch lacks CUDAPluggableAllocator. Returns the names of the hooks set.
     conf None keeps the configuration in force (COOP_ALLOC_CONF unless one
     was set). Called again, it returns the same hooks; a different conf is
-    applied if coop has not allocated yet, else RuntimeError.
+    applied if coop has not allocated yet, else RuntimeError. If torch
+    refuses the allocator (CUDAPluggableAllocator or change_current_allocator
+    raises), its error is raised and the configuration in force before the
+    call is put back.
     With patch (default), torch.cuda's memory statistics and snapshot
     functions report coop's pools (see patch_torch). torch_module is for
     tests (a stand-in for the torch package).
@@ -295,16 +323,21 @@ def install(conf=None, *, torch_module=None, patch=True):
                 "cannot switch allocators; call coop.torch.install() first, before any CUDA "
                 "tensor or stream is created")
         lib = native.library()
+        restore = _conf_restorer_locked(lib, conf)
         _apply_conf_locked(lib, conf, "install")
-        allocator = memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
-        hooks = []
-        handle = allocator.allocator() if hasattr(allocator, "allocator") else None
-        for setter, symbol in HOOKS:
-            fn = getattr(handle, setter, None)
-            if callable(fn):
-                fn(_fn_address(lib, symbol))
-                hooks.append(setter)
-        memory.change_current_allocator(allocator)
+        try:
+            allocator = memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
+            hooks = []
+            handle = allocator.allocator() if hasattr(allocator, "allocator") else None
+            for setter, symbol in HOOKS:
+                fn = getattr(handle, setter, None)
+                if callable(fn):
+                    fn(_fn_address(lib, symbol))
+                    hooks.append(setter)
+            memory.change_current_allocator(allocator)
+        except BaseException:
+            restore()  # torch did not take coop: the configuration in force stays
+            raise
         # torch's _cuda_customAllocator calls init (with a device count of 0)
         # before any hook can be set; CUDA's lazy init calls the init hook
         # again later (coop_torch_init is idempotent). Tell coop the device

@@ -733,7 +733,7 @@ class Configuration(unittest.TestCase):
 class FakeTorch:
     """Just enough of the torch package for install() without a GPU."""
 
-    def __init__(self, initialized=False, pluggable=True):
+    def __init__(self, initialized=False, pluggable=True, refuse=False):
         self.calls = []
         self.__version__ = "fake"
         outer = self
@@ -754,7 +754,12 @@ class FakeTorch:
         memory = type("memory", (), {})()
         if pluggable:
             memory.CUDAPluggableAllocator = Pluggable
-            memory.change_current_allocator = lambda a: outer.calls.append(("change",))
+            def change(allocator):
+                if refuse:
+                    raise RuntimeError("fake torch refuses the allocator")
+                outer.calls.append(("change",))
+
+            memory.change_current_allocator = change
         cuda = type("cuda", (), {})()
         cuda.memory = memory
         cuda.is_initialized = lambda: initialized
@@ -951,6 +956,43 @@ class Install(unittest.TestCase):
         self.assertEqual(len(made), 1)
         self.assertIn(("CUDAPluggableAllocator", native.library_path(), "coop_torch_malloc",
                        "coop_torch_free"), fake.calls)
+
+    def test_install_that_torch_refuses_keeps_the_configuration_in_force(self):
+        """install(conf) whose allocator torch refuses raises torch's error and
+        leaves the configuration as it was: COOP_ALLOC_CONF's, then an
+        earlier mem_pool(conf)'s; the next install() applies the right one."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "def settings():\n"
+            "    b = ctypes.create_string_buffer(512)\n"
+            "    lib.coop_torch_settings(b, 512)\n"
+            "    return b.value.decode()\n"
+            "refusing = FakeTorch(refuse=True)\n"
+            "refusing.cuda.MemPool = lambda handle: 'pool'\n"
+            "for conf in ('backend:host,capacity:2G', 'backend:host,capacity:2G'):\n"
+            "    try:\n"
+            "        ctorch.install(conf, torch_module=refusing, patch=False)\n"
+            "    except RuntimeError as e:\n"
+            "        print('raised', e)\n"
+            "    print(settings())\n"
+            "    ctorch.mem_pool('backend:host,capacity:3G', torch_module=refusing)\n"
+            "ok = FakeTorch()\n"
+            "ctorch.install(torch_module=ok, patch=False)\n"
+            "print(settings())\n"
+            "p = lib.coop_torch_malloc(4096, 0, None)\n"
+            "print('malloc', p is not None)\n"
+            "lib.coop_torch_free(p, 4096, 0, None)\n" % HERE,
+            "backend:host,capacity:1G")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 6, r.stdout + r.stderr)
+        self.assertEqual(lines[0], "raised fake torch refuses the allocator")
+        self.assertTrue(lines[1].startswith("backend:host,capacity:1073741824,"), lines[1])
+        self.assertEqual(lines[2], "raised fake torch refuses the allocator")
+        self.assertTrue(lines[3].startswith("backend:host,capacity:3221225472,"), lines[3])
+        self.assertTrue(lines[4].startswith("backend:host,capacity:3221225472,"), lines[4])
+        self.assertEqual(lines[5], "malloc True")
 
     def test_install_conf_stays_until_replaced(self):
         """mem_pool() after install(conf) keeps install's configuration (it
