@@ -150,17 +150,23 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
         if (st)
             goto call_out;
         if (in->kind == DTR_CALL) {
+            /* each result is bound as it is checked (to the output id
+             * add_op gives it), so that a name listed twice in RESULT is
+             * refused: it was bound twice, its first tensor held forever */
+            uint32_t first_out = p->num_tensors;
             for (uint32_t i = 0; i < nout && !st; i++) {
                 const dtr_result *r = &log->results[in->first_result + i];
-                st = check_unbound(b, in, r->name);
+                if (b->binding[r->name] != UNBOUND && b->binding[r->name] >= first_out)
+                    st = coop_set_error(COOP_ERR_INVALID,
+                                        "%s:%" PRIu32 ": %s is listed twice in RESULT", path_of(b),
+                                        in->line, log->names[r->name]);
+                else if (!(st = check_unbound(b, in, r->name)))
+                    bind(b, r->name, first_out + i);
                 aliases[i] = r->alias;
                 sizes[i] = r->alias == DTR_FRESH ? r->memory : 0;
             }
             if (st || (st = add_op(b, in, args, nargs, sizes, aliases, NULL, nout, false, false)))
                 goto call_out;
-            for (uint32_t i = 0; i < nout; i++)
-                bind(b, log->results[in->first_result + i].name,
-                     p->ops[p->num_ops - 1].first_output + i);
         } else {
             for (uint32_t i = 0; i < nout; i++) {
                 uint32_t arg = args[log->mutates[in->first_mutate + i]];
