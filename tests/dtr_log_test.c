@@ -112,6 +112,33 @@ static void errors_name_the_line(void **state)
         assert_true(n < sizeof big);
         expect_error(big, "bad.log:258: the MEMORY values add up to 2^63 bytes or more");
     }
+    /* TIMEs, each once per output, add up to below 2^61 ns, so that the
+     * simulator's base compute and clock do not wrap (two TIMEs of 2^63
+     * gave a base compute of 0: every recompute thrashed) */
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"a\"],"
+                 "\"TIME\":\"9223372036854775808\"}\n",
+                 "bad.log:1: TIME 9223372036854775808: the TIME values (each once per output) "
+                 "add up to 2^61 ns or more");
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"a\"],"
+                 "\"TIME\":\"1152921504606846976\"}\n" /* 2^60 */
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"a\",\"MEMORY\":\"4\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\",\"ALIAS\":\"-1\"}\n"
+                 "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[\"a\",\"a\"],"
+                 "\"MUTATE\":[0,1],\"TIME\":\"576460752303423488\"}\n", /* 2^59, twice */
+                 "bad.log:4: TIME 576460752303423488: the TIME values");
+    {
+        /* 2^60 - 1 and 2^60 in one output each stay below the limit */
+        static const char ok[] =
+            "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"a\"],"
+            "\"TIME\":\"1152921504606846975\"}\n"
+            "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"a\",\"MEMORY\":\"4\"}\n"
+            "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\",\"ALIAS\":\"-1\"}\n"
+            "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[\"a\"],"
+            "\"MUTATE\":[0],\"TIME\":\"1152921504606846976\"}\n";
+        dtr_log log;
+        assert_int_equal(dtr_log_parse_buffer("ok.log", ok, sizeof ok - 1, &log), COOP_OK);
+        dtr_log_free(&log);
+    }
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
                  "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"y\"],"
                  "\"TIME\":\"1\"}\n",

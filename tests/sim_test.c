@@ -306,6 +306,65 @@ static void undefined_names_are_errors_with_lines(void **state)
     dtr_log_free(&log);
 }
 
+/* A CALL naming one result twice bound the name twice: the first tensor
+ * kept its handle with no name to release it (held to the end, unpinned),
+ * and the log ran without a word. */
+static void a_result_listed_twice_is_an_error(void **state)
+{
+    (void)state;
+    static const char text[] = CONST(
+        "w", "100") "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"w\"],"
+                    "\"RESULT\":[\"a\",\"b\",\"a\"],\"TIME\":\"5\"}\n"
+                    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"a\",\"MEMORY\":\"100\"}\n"
+                    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\",\"ALIAS\":\"-1\"}\n"
+                    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"b\",\"MEMORY\":\"100\"}\n"
+                    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"b\",\"ALIAS\":\"-1\"}\n"
+                    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"a\",\"MEMORY\":\"100\"}\n"
+                    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\",\"ALIAS\":\"-1\"}\n" RELEASE("a");
+    dtr_log log;
+    sim_program p;
+    assert_int_equal(dtr_log_parse_buffer("d.log", text, strlen(text), &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "d.log:3: a is listed twice in RESULT"));
+    dtr_log_free(&log);
+}
+
+/* An op's (input, output) pairs are its edges, and the program keeps their
+ * positions in 32 bits: 2^16 arguments (one name repeated) and 2^15 results,
+ * a line of 1 MiB, already give 2^31 pairs. A log with more than 2^32 (a few
+ * such lines) wrapped the positions and wrote beyond the edge array; now
+ * more than 2^31 - 1 is refused before anything that size is allocated. */
+static void too_many_edges_is_an_error(void **state)
+{
+    (void)state;
+    enum { ARGS = 1 << 16, RESULTS = 1 << 15 };
+    size_t cap = 64 + (size_t)ARGS * 4 + (size_t)RESULTS * 200, n = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    n += (size_t)snprintf(text + n, cap - n,
+                          CONST("w", "100") "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[");
+    for (int i = 0; i < ARGS; i++)
+        n += (size_t)snprintf(text + n, cap - n, "%s\"w\"", i ? "," : "");
+    n += (size_t)snprintf(text + n, cap - n, "],\"RESULT\":[");
+    for (int i = 0; i < RESULTS; i++)
+        n += (size_t)snprintf(text + n, cap - n, "%s\"r%d\"", i ? "," : "", i);
+    n += (size_t)snprintf(text + n, cap - n, "],\"TIME\":\"5\"}\n");
+    for (int i = 0; i < RESULTS; i++)
+        n += (size_t)snprintf(text + n, cap - n,
+                              "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"r%d\",\"MEMORY\":\"4\"}\n"
+                              "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"r%d\",\"ALIAS\":\"-1\"}\n",
+                              i, i);
+    assert_true(n < cap);
+    dtr_log log;
+    sim_program p;
+    assert_int_equal(dtr_log_parse_buffer("e.log", text, n, &log), COOP_OK);
+    free(text);
+    assert_int_equal(sim_program_build(&log, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "e.log: the ops have 2147483648 (input, output) "
+                                              "pairs in all, more than the simulator's 2^31 - 1"));
+    dtr_log_free(&log);
+}
+
 static void min_budget_ratio_brackets_feasibility(void **state)
 {
     (void)state;
@@ -619,6 +678,8 @@ int main(void)
         cmocka_unit_test(thrash_when_recompute_exceeds_the_limit),
         cmocka_unit_test(huge_overhead_limit_saturates),
         cmocka_unit_test(undefined_names_are_errors_with_lines),
+        cmocka_unit_test(a_result_listed_twice_is_an_error),
+        cmocka_unit_test(too_many_edges_is_an_error),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),
         cmocka_unit_test(two_outputs_do_not_take_over_one_buffer),

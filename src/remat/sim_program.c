@@ -150,17 +150,23 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
         if (st)
             goto call_out;
         if (in->kind == DTR_CALL) {
+            /* each result is bound as it is checked (to the output id
+             * add_op gives it), so that a name listed twice in RESULT is
+             * refused: it was bound twice, its first tensor held forever */
+            uint32_t first_out = p->num_tensors;
             for (uint32_t i = 0; i < nout && !st; i++) {
                 const dtr_result *r = &log->results[in->first_result + i];
-                st = check_unbound(b, in, r->name);
+                if (b->binding[r->name] != UNBOUND && b->binding[r->name] >= first_out)
+                    st = coop_set_error(COOP_ERR_INVALID,
+                                        "%s:%" PRIu32 ": %s is listed twice in RESULT", path_of(b),
+                                        in->line, log->names[r->name]);
+                else if (!(st = check_unbound(b, in, r->name)))
+                    bind(b, r->name, first_out + i);
                 aliases[i] = r->alias;
                 sizes[i] = r->alias == DTR_FRESH ? r->memory : 0;
             }
             if (st || (st = add_op(b, in, args, nargs, sizes, aliases, NULL, nout, false, false)))
                 goto call_out;
-            for (uint32_t i = 0; i < nout; i++)
-                bind(b, log->results[in->first_result + i].name,
-                     p->ops[p->num_ops - 1].first_output + i);
         } else {
             for (uint32_t i = 0; i < nout; i++) {
                 uint32_t arg = args[log->mutates[in->first_mutate + i]];
@@ -215,8 +221,11 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
     return COOP_OK;
 }
 
-/* Children (consumer outputs) and storage membership, as flat arrays. */
-static coop_status build_edges(sim_program *p)
+/* Children (consumer outputs) and storage membership, as flat arrays.
+ * Their positions are 32-bit, and build_neighbours lists every edge twice
+ * (once from each end): more than 2^31 - 1 (input, output) pairs over all
+ * ops is refused (path: the log, for the message). */
+static coop_status build_edges(sim_program *p, const char *path)
 {
     uint32_t *child_count = calloc(p->num_tensors + 1, sizeof *child_count);
     uint32_t *tensor_count = calloc(p->num_storages + 1, sizeof *tensor_count);
@@ -231,6 +240,17 @@ static coop_status build_edges(sim_program *p)
         for (uint32_t i = 0; i < op->num_inputs; i++)
             child_count[p->inputs[op->first_input + i]] += op->num_outputs;
         num_children += (size_t)op->num_inputs * op->num_outputs;
+    }
+    /* one op line of 2^16 arguments and 2^15 results (1 MiB) has 2^31;
+     * past 2^32 in all, the uint32_t positions below wrapped and wrote
+     * beyond children */
+    if (num_children > UINT32_MAX / 2) {
+        free(child_count);
+        free(tensor_count);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: the ops have %zu (input, output) pairs in all, more than "
+                              "the simulator's 2^31 - 1",
+                              path, num_children);
     }
     for (uint32_t t = 0; t < p->num_tensors; t++)
         tensor_count[p->tensors[t].storage]++;
@@ -354,7 +374,7 @@ coop_status sim_program_build(const dtr_log *log, sim_program *out)
             st = push_cmd(&b, SIM_PIN, t);
     }
     if (!st)
-        st = build_edges(out);
+        st = build_edges(out, path);
     if (!st)
         st = build_neighbours(out);
     free(b.binding);

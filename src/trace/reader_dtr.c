@@ -28,6 +28,15 @@
  * no sum of tensors live at once, the simulator's peak or budget, wraps. */
 #define DTR_MEMORY_TOTAL_LIMIT ((uint64_t)1 << 63)
 
+/* The TIME of every CALL and MUTATE, counted once per output, adds up to
+ * less than this (2^61 ns, 73 years): each output's storage counts its op's
+ * time in its compute, so then no sum the simulator forms over ops or
+ * storages wraps: its base compute, a class's or component's compute (int64),
+ * and its logical clock (base + recompute, the recompute at the default
+ * overhead limit at most the base plus one op). Before, two TIMEs of 2^63
+ * gave a base compute of 0 and runs that thrashed on the first recompute. */
+#define DTR_TIME_TOTAL_LIMIT ((uint64_t)1 << 61)
+
 /* The first capacity (items) of the log's arrays (GROW_ARRAY). */
 #define LOG_ARRAY_FIRST 64
 
@@ -45,6 +54,7 @@ typedef struct parser {
     uint32_t pending_next;
     dtr_instr *pending_constant; /* CONSTANT waiting for its MEMORY */
     uint64_t memory_total;       /* of every MEMORY line so far: below DTR_MEMORY_TOTAL_LIMIT */
+    uint64_t time_total;         /* TIME x outputs so far: below DTR_TIME_TOTAL_LIMIT */
     char line_error[256];
 } parser;
 
@@ -116,6 +126,23 @@ static int memory_field(parser *p, json_t *obj, uint64_t *out)
         return -1;
     }
     p->memory_total += *out;
+    return 0;
+}
+
+/* Counts an op's TIME once per output (at least once) in the log's total,
+ * or fails (message in p->line_error) where the total would reach
+ * DTR_TIME_TOTAL_LIMIT. */
+static int count_time(parser *p, uint64_t time_ns, uint32_t outputs)
+{
+    uint64_t n = outputs ? outputs : 1;
+    if (time_ns > (DTR_TIME_TOTAL_LIMIT - p->time_total - 1) / n) {
+        snprintf(p->line_error, sizeof p->line_error,
+                 "TIME %" PRIu64 ": the TIME values (each once per output) add up to 2^61 ns "
+                 "or more",
+                 time_ns);
+        return -1;
+    }
+    p->time_total += time_ns * n;
     return 0;
 }
 
@@ -283,7 +310,7 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
                 return fail(p, "MUTATE index is not an argument index");
             log->mutates[log->num_mutates++] = (uint32_t)json_integer_value(v);
         }
-        return COOP_OK;
+        return count_time(p, in->time_ns, in->num_mutates) ? fail(p, p->line_error) : COOP_OK;
     }
     uint32_t first, n;
     size_t before = log->num_args;
@@ -292,6 +319,8 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
         return st;
     if (n == 0)
         return fail(p, "CALL with an empty RESULT list");
+    if (count_time(p, in->time_ns, n))
+        return fail(p, p->line_error);
     if (GROW_ARRAY(log->results, p->results_cap, log->num_results + n, LOG_ARRAY_FIRST))
         return fail_host(p);
     in->first_result = (uint32_t)log->num_results;
