@@ -15,9 +15,12 @@ import sys
 
 
 def main(argv):
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:  # a usage error: the usage goes to stderr
+        sys.stderr.write("coop.run: no program given\n" + __doc__)
+        return 2
+    if argv[0] in ("-h", "--help"):
         sys.stdout.write(__doc__)
-        return 0 if argv else 2
+        return 0
     os.execv(sys.executable, [sys.executable] + argv)
     return 1  # not reached
 
