@@ -294,7 +294,8 @@ def install(conf=None, *, torch_module=None, patch=True):
     a bad configuration, RuntimeError if CUDA is already initialized or this
     torch lacks CUDAPluggableAllocator. Returns the names of the hooks set.
     conf None keeps the configuration in force (COOP_ALLOC_CONF unless one
-    was set). Called again, it returns the same hooks; a different conf is
+    was set). Called again, it returns the same hooks (and patches torch if
+    asked to where an earlier call did not); a different conf is
     applied if coop has not allocated yet, else RuntimeError. If torch
     refuses the allocator (CUDAPluggableAllocator or change_current_allocator
     raises), its error is raised and the configuration in force before the
@@ -310,6 +311,9 @@ def install(conf=None, *, torch_module=None, patch=True):
     with _state_lock:
         if _installed is not None:
             _apply_conf_locked(native.library(), conf, "install")
+            if patch and not _installed["patched"]:  # an earlier install(patch=False)
+                patch_torch(torch)
+                _installed["patched"] = True
             return list(_installed["hooks"])
         memory = getattr(torch.cuda, "memory", None)
         if memory is None or not hasattr(memory, "CUDAPluggableAllocator"):
@@ -345,7 +349,8 @@ def install(conf=None, *, torch_module=None, patch=True):
         lib.coop_torch_init(int(torch.cuda.device_count()))
         if patch:
             patch_torch(torch)
-        _installed = {"route": "allocator", "hooks": hooks, "allocator": allocator}
+        _installed = {"route": "allocator", "hooks": hooks, "allocator": allocator,
+                      "patched": bool(patch)}
         return list(hooks)
 
 
@@ -691,7 +696,11 @@ def forget_stream(stream):
     stream. Raises native.CoopError (COOP_ERR_BUSY) while live tensors were
     allocated on the stream or recorded on it. PyTorch's own streams come from
     a pool that is never destroyed and need no call."""
-    handle = operator.index(getattr(stream, "cuda_stream", stream))
+    try:
+        handle = operator.index(getattr(stream, "cuda_stream", stream))
+    except TypeError:
+        raise TypeError("coop.torch.forget_stream: %r is not a stream (a torch.cuda.Stream, "
+                        "ExternalStream or an integer handle)" % (stream,)) from None
     if not 0 <= handle < 1 << 64:  # a pointer-sized value: a larger one would wrap
         raise ValueError("coop.torch.forget_stream: stream handle %d is not a pointer" % handle)
     lib = native.library()

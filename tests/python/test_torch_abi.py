@@ -318,6 +318,10 @@ class Abi(unittest.TestCase):
             cuda_stream = 9
 
         ctorch.forget_stream(ExternalStream())
+        for bad in (None, "9", 9.0):
+            with self.assertRaises(TypeError) as cm:
+                ctorch.forget_stream(bad)
+            self.assertIn("coop.torch.forget_stream", str(cm.exception))
 
     def test_walk_binding_matches_stats(self):
         p = torch_malloc(3 * MIB, 0, 0)
@@ -994,6 +998,21 @@ class Install(unittest.TestCase):
         self.assertTrue(lines[4].startswith("backend:host,capacity:3221225472,"), lines[4])
         self.assertEqual(lines[5], "malloc True")
 
+    def test_a_later_install_patches_what_an_earlier_one_did_not(self):
+        """install(patch=False), then install(): the second call patches torch
+        (it returned the hooks and left torch unpatched)."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "hooks = ctorch.install(torch_module=fake, patch=False)\n"
+            "print(hasattr(fake.cuda.memory, '_dump_snapshot'))\n"
+            "assert ctorch.install(torch_module=fake) == hooks\n"
+            "print(fake.cuda.memory._dump_snapshot.__qualname__)\n" % HERE,
+            "backend:host,capacity:1G")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["False", "patch_torch.<locals>.dump_compat"])
+
     def test_install_conf_stays_until_replaced(self):
         """mem_pool() after install(conf) keeps install's configuration (it
         used to re-read COOP_ALLOC_CONF, here one that cannot work); a second
@@ -1124,6 +1143,19 @@ class Run(unittest.TestCase):
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("loaded", r.stdout)
+
+    def test_usage(self):
+        """No program is a usage error: exit 2, the usage on stderr only;
+        --help prints it on stdout and exits 0."""
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        r = subprocess.run([sys.executable, "-m", "coop.run"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout), (2, ""))
+        self.assertIn("no program given", r.stderr)
+        r = subprocess.run([sys.executable, "-m", "coop.run", "--help"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertIn("python -m coop.run train.py", r.stdout)
 
 
 class Library(unittest.TestCase):
