@@ -765,10 +765,6 @@ static coop_status query_device(cuda_backend *cb, bool want_vmm)
         size_t granularity = 0;
         rc = d->fn.cuMemGetAllocationGranularity(&granularity, &cb->prop,
                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-        /* segments (cuMemAlloc) need no granularity: without VMM the query
-         * only refines their rounding, so its failure keeps the default */
-        if (rc != CUDA_SUCCESS && !want_vmm)
-            return COOP_OK;
         if (rc != CUDA_SUCCESS)
             return cuda_driver_error(d, rc, "cuMemGetAllocationGranularity", "(device %d)",
                                      cb->ordinal);

@@ -505,21 +505,6 @@ static void test_segments_without_vmm(void **state)
     assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_OK);
     assert_false(be->has_vmm);
     coop_backend_destroy(be);
-
-    unsetenv("MOCK_CUDA_NO_VMM");
-
-    /* the granularity query failing refuses a VMM backend (its pages need
-     * it) but not a segments one, which keeps the 2 MiB default */
-    mock_fail_nth("cuMemGetAllocationGranularity", 1, CUDA_ERROR_UNKNOWN);
-    assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_BACKEND);
-    assert_non_null(strstr(coop_last_error(), "cuMemGetAllocationGranularity"));
-    mock_fail_nth("cuMemGetAllocationGranularity", 1, CUDA_ERROR_UNKNOWN);
-    assert_int_equal(coop_backend_cuda_create(0, false, &be), COOP_OK);
-    assert_false(be->has_vmm);
-    assert_int_equal(be->page_size, 2 * MIB);
-    assert_int_equal(be->ops->segment_alloc(be, 3 * MIB, &a), COOP_OK);
-    assert_int_equal(be->ops->segment_free(be, a, 3 * MIB), COOP_OK);
-    coop_backend_destroy(be);
 }
 
 /* The caller's own current context stays current around every call. */
