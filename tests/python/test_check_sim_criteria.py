@@ -5,7 +5,9 @@ rows of another memory model cannot make a run pass, and bad input is exit 2
 with one line. Standard library only."""
 
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -142,6 +144,22 @@ class CheckSimCriteria(unittest.TestCase):
         rc, err = run_on_missing_file(SCRIPT)
         self.assertEqual(rc, 2)
         self.assertIn("/nonexistent.jsonl: No such file", err)
+
+    def test_bytes_not_utf8_and_deep_nesting_are_bad_lines(self):
+        # json_rows.py, shared with check_replay_criteria.py and plot_sim.py:
+        # both used to end in a traceback (UnicodeDecodeError, RecursionError)
+        good = ('{"log": "a.log.gz", "policy": "coop", "memory": "arena", '
+                '"budget_ratio": 0.9, "result": "ok", "overhead": 1.0}\n').encode()
+        for name, second, says in (("not utf-8", b'{"log": "\xff"}\n', "utf-8"),
+                                   ("deep", b"[" * 100000 + b"\n", "recursion")):
+            with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
+                f.write(good + second)
+            self.addCleanup(os.unlink, f.name)
+            p = subprocess.run([sys.executable, SCRIPT, f.name], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, name)
+            self.assertIn(f"{f.name}:2: not a coop sim --json row", p.stderr, name)
+            self.assertIn(says, p.stderr, name)
+            self.assertNotIn("Traceback", p.stderr, name)
 
 
 if __name__ == "__main__":
