@@ -69,7 +69,8 @@ class CheckSimCriteria(unittest.TestCase):
         self.violated(rows, 1)
 
     def test_rival_min_ratio_from_any_of_its_rows(self):
-        rows = met() + [row("dtr", 0.2, result="thrash", min_ratio=0.2)]
+        rows = met() + [row("dtr", 0.2, result="thrash", min_ratio=0.2),
+                        row("coop", 0.2, result="thrash")]
         for r in rows:
             if r["policy"] == "dtr" and r["budget_ratio"] != 0.2:
                 r["min_budget_ratio"] = None
@@ -81,6 +82,12 @@ class CheckSimCriteria(unittest.TestCase):
         other_log = [row("dtr", 0.9, log="b.log.gz"), row("dte", 0.9, log="b.log.gz")]
         out = self.violated(met() + other_log, 2)  # b 0.9 and b min
         self.assertIn("b.log.gz 0.9: coop missing", out)
+        # a ratio where the rivals failed still needs coop's row (the
+        # docstring's "a partial run cannot pass"): it used to pass
+        rows = [r for r in met() if not (r["policy"] == "coop" and r["budget_ratio"] == 0.5)]
+        rows = [dict(r, result="oom") if r["budget_ratio"] == 0.5 else r for r in rows]
+        out = self.violated(rows, 1)
+        self.assertIn("a.log.gz 0.5: coop missing vs dtr oom; coop missing vs dte oom", out)
 
     def test_logs_sharing_a_model_name_stay_two_cells(self):
         rows = []
