@@ -50,8 +50,12 @@ def load(path):
             if r["memory"] != "arena":
                 continue
             key = (r["log"], r["policy"], round(float(r["budget_ratio"]), 4))
-            if r["result"] == "ok":
-                float(r["overhead"])
+            numbers = ["overhead"] if r["result"] == "ok" else []
+            if r.get("min_budget_ratio") is not None:
+                numbers.append("min_budget_ratio")
+            for name in numbers:  # compared with other rows' below
+                if isinstance(r[name], bool) or not isinstance(r[name], (int, float)):
+                    raise TypeError(f"{name} is {r[name]!r}, not a number")
         except (ValueError, KeyError, TypeError) as e:
             die(f"{path}:{n}: not a coop sim --json row ({e!r})")
         if key in rows:

@@ -139,6 +139,11 @@ class CheckSimCriteria(unittest.TestCase):
             "duplicate": ([row("coop", 0.9), row("coop", 0.9)], None, ":2: a second row"),
             "no arena rows": ([row("coop", 0.9, memory="ideal")], None, "no arena rows"),
             "empty": ([], None, "no arena rows"),
+            # compared with other rows' numbers: tracebacks (TypeError) before
+            "overhead a string": ([row("coop", 0.9, overhead="1.0")], None,
+                                  ":1: not a coop sim --json row (TypeError(\"overhead is '1.0'"),
+            "min ratio a string": ([row("coop", 0.9, min_ratio="0.3")], None,
+                                   "min_budget_ratio is '0.3', not a number"),
         }
         for name, (rows, raw, says) in cases.items():
             rc, out, err = self.run_script(rows, raw=raw)
