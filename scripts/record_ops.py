@@ -415,7 +415,7 @@ def check_log(lines):
     for n, line in enumerate(lines, 1):
         try:
             r = json.loads(line)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: brackets nested too deep
             fail(n, "not JSON: %s" % e)
         if not isinstance(r, dict) or "INSTRUCTION" not in r:
             fail(n, "not an object with INSTRUCTION")
@@ -548,6 +548,8 @@ def main(argv=None):
     opts = ap.parse_args(argv)
 
     if opts.check:
+        if not opts.models:  # exit 0 having checked nothing before
+            ap.error("--check: no log given")
         status = 0
         for path in opts.models:
             try:

@@ -510,6 +510,17 @@ class CheckLogTest(unittest.TestCase):
         self.assertTrue(lines[4].startswith("log5.jsonl: 'utf-8' codec can't decode byte 0xff"), lines[4])
         self.assertNotIn("Traceback", err)
 
+    def test_check_cli_deep_nesting_and_no_log(self):
+        # a RecursionError traceback, and exit 0 having checked nothing, before
+        status, out, err = self.check_cli("[" * 100000 + "\n")
+        self.assertEqual(status, 2)
+        self.assertTrue(err.startswith("log0.jsonl: line 1: not JSON: maximum recursion depth"), err)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as cm:
+            record_ops.main(["--check"])
+        self.assertEqual(cm.exception.code, 2)
+        self.assertIn("--check: no log given", err.getvalue())
+
     def test_check_cli_good_input(self):
         status, out, err = self.check_cli("\n".join(self.GOOD) + "\n")
         self.assertEqual((status, err), (0, ""))
