@@ -41,6 +41,9 @@ def load(path):
     for lineno, r in json_rows.json_rows(path, "check_replay_criteria",
                                          "not a coop replay JSON row"):
         try:
+            for key in ("trace", "policy"):
+                if not isinstance(r[key], str):
+                    raise TypeError(f"{key} is {r[key]!r}, not a string")
             mine = rows.setdefault(r["trace"], {})
             if r["policy"] in mine:
                 # rows name traces by file name: two folders' traces of one

@@ -50,8 +50,12 @@ def load(path):
             if r["memory"] != "arena":
                 continue
             key = (r["log"], r["policy"], round(float(r["budget_ratio"]), 4))
-            if r["result"] == "ok":
-                float(r["overhead"])
+            numbers = ["overhead"] if r["result"] == "ok" else []
+            if r.get("min_budget_ratio") is not None:
+                numbers.append("min_budget_ratio")
+            for name in numbers:  # compared with other rows' below
+                if isinstance(r[name], bool) or not isinstance(r[name], (int, float)):
+                    raise TypeError(f"{name} is {r[name]!r}, not a number")
         except (ValueError, KeyError, TypeError) as e:
             die(f"{path}:{n}: not a coop sim --json row ({e!r})")
         if key in rows:
@@ -100,10 +104,12 @@ def violations(rows, policy, check_min=True):
             why = []
             for rival in RIVALS:
                 r = rows.get((log, rival, ratio))
-                if not r or r["result"] != "ok":
+                if not r:
                     continue
-                if me is None:
+                if me is None:  # whatever the rival's result: a partial run cannot pass
                     why.append(f"{policy} missing vs {rival} {fmt(r)}")
+                elif r["result"] != "ok":
+                    continue
                 elif me["result"] != "ok" or me["overhead"] > r["overhead"] + SLACK:
                     why.append(f"{policy} {fmt(me)} vs {rival} {fmt(r)}")
             if why:

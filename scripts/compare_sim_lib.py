@@ -113,6 +113,21 @@ def main():
     ratios = a.budget.split(",")
     if any(ratio_key(r) is None for r in ratios):
         ap.error("--budget: not a list of numbers: %r" % a.budget)
+    jsonl = None
+    if a.jsonl:
+        try:  # now, not after minutes of runs
+            jsonl = open(a.jsonl, "w")
+        except OSError as e:
+            ap.error("--jsonl %s: %s" % (a.jsonl, e.strerror or e))
+    with jsonl or open(os.devnull, "w") as out:
+        status = compare(a, ratios, out)
+    if status and jsonl:
+        os.unlink(a.jsonl)  # no rows of a run that failed
+    return status
+
+
+def compare(a, ratios, jsonl):
+    """Runs and tabulates; writes every row to jsonl; the exit status."""
     mins = " min ratio lib | min ratio sim |" if a.min_ratio else ""
     print("| log | policy | " + " | ".join(ratios) + " |" + mins + " lib s | sim s |")
     print("|---|---|" + "---|" * len(ratios) + ("---|---|" if a.min_ratio else "") + "---|---|")
@@ -139,10 +154,8 @@ def main():
             print("| %s | %s | %s | %.2f | %.2f |"
                   % (short(lib_any["log"]), policy, " | ".join(cells), lib_s, sim_s))
             sys.stdout.flush()
-    if a.jsonl:
-        with open(a.jsonl, "w") as f:
-            for r in every:
-                f.write(json.dumps(r) + "\n")
+    for r in every:
+        jsonl.write(json.dumps(r) + "\n")
     return 0
 
 

@@ -15,19 +15,25 @@ def json_rows(path, prog, what):
     """Yields (line number, object) for each non-blank line of the file path
     ('-': standard input). A file that cannot be read ends the program with
     'PROG: PATH: reason', a line that is not a JSON object with 'PROG:
-    PATH:N: WHAT (reason)'."""
+    PATH:N: WHAT (reason)' (bytes that are not UTF-8 and nesting too deep
+    for the parser included)."""
     try:
-        f = sys.stdin if path == "-" else open(path, encoding="utf-8")
+        # bytes, decoded a line at a time, so that a line that is not UTF-8
+        # is named like any other bad line
+        f = sys.stdin.buffer if path == "-" else open(path, "rb")
     except OSError as e:
         die(prog, f"{path}: {e.strerror}")
     with f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                die(prog, f"{path}:{n}: {what} ({e})")
-            if not isinstance(row, dict):
-                die(prog, f"{path}:{n}: {what} (a JSON {type(row).__name__}, not an object)")
-            yield n, row
+        try:
+            for n, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    row = json.loads(raw.decode("utf-8"))
+                except (ValueError, RecursionError) as e:
+                    die(prog, f"{path}:{n}: {what} ({e})")
+                if not isinstance(row, dict):
+                    die(prog, f"{path}:{n}: {what} (a JSON {type(row).__name__}, not an object)")
+                yield n, row
+        except OSError as e:  # a read error (EIO, a folder given as the file)
+            die(prog, f"{path}: {e.strerror}")

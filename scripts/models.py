@@ -413,6 +413,21 @@ def build(name, device="cpu", batch=None):
     return BUILDERS[name](torch.device(device), batch)
 
 
+def batch_size(text):
+    """argparse type of the recorders' --batch: a whole number from 1 (the
+    builders read a batch of 0 as "the default", and a negative one failed
+    deep inside torch)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a whole number" % text) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("%d is not a batch size (1 or more)" % value)
+    return value
+
+
 def param_count(model):
     return sum(p.numel() for p in model.parameters())
 

@@ -7,6 +7,8 @@ usage: scripts/plot_replay.py TIMELINE [-o OUT.png] [--policy LIST] [--max-block
 
 With several traces in the timeline, one PNG per trace is written
 (OUT-<trace>.png). The timeline format is documented in src/replay/timeline.h.
+Exits 2, with one line on stderr, on a bad timeline or option (a --policy
+the timeline lacks) or an output that cannot be written.
 """
 import argparse
 import bisect
@@ -28,6 +30,13 @@ class TimelineError(Exception):
 
 def read_timeline(path):
     """Returns [(trace_name, events, {policy: {"s": [...], "b": [...], "oom": EVENT or None}})]."""
+    try:
+        return _read_timeline(path)
+    except UnicodeDecodeError as e:
+        raise TimelineError(f"{path}: not UTF-8 text ({e})") from None
+
+
+def _read_timeline(path):
     traces = []
     policy = None
     with open(path, encoding="utf-8") as f:
@@ -195,6 +204,8 @@ def main(argv):
     ap.add_argument("--max-blocks", type=int, default=20000,
                     help="most blocks per address map (largest kept)")
     args = ap.parse_args(argv)
+    if args.max_blocks < 1:
+        ap.error(f"--max-blocks: {args.max_blocks} is not a positive count")
     try:
         traces = read_timeline(args.timeline)
     except (OSError, TimelineError) as e:
@@ -205,10 +216,19 @@ def main(argv):
         return 2
     out = args.output or args.timeline + ".png"
     wanted = set(args.policy.split(",")) if args.policy else None
+    absent = sorted((wanted or set()) - {p for _, _, policies in traces for p in policies})
+    if absent:
+        # drawn as nothing before: a misspelt name gave an empty figure
+        print(f"plot_replay: --policy: {', '.join(absent)} not in {args.timeline}", file=sys.stderr)
+        return 2
     stem, ext = os.path.splitext(out)
     for name, events, policies in traces:
         path = out if len(traces) == 1 else f"{stem}-{name}{ext or '.png'}"
-        plot_trace(name, events, policies, path, wanted, args.max_blocks)
+        try:
+            plot_trace(name, events, policies, path, wanted, args.max_blocks)
+        except OSError as e:
+            print(f"plot_replay: {path}: {e.strerror or e}", file=sys.stderr)
+            return 2
         print(path)
     return 0
 

@@ -3,10 +3,11 @@
 policy, one panel per log (and memory model). Runs that thrashed or ran out
 of memory are drawn as crosses at the top of the panel.
 
-usage: coop sim --json ... > sim.jsonl   (exit 2 on bad input)
+usage: coop sim --json ... > sim.jsonl   (exit 2 on bad input or an unwritable OUT)
        scripts/plot_sim.py sim.jsonl out.png [--title TEXT]
 """
 import argparse
+import json
 import math
 
 import matplotlib
@@ -29,6 +30,10 @@ def load(path):
         missing = [k for k in REQUIRED if k not in row]
         if missing:
             die(f"{path}:{n}: missing {', '.join(missing)}")
+        numbers = ["budget_ratio"] + (["overhead"] if row["result"] == "ok" else [])
+        for key in numbers:  # plotted and compared: a string or null is no figure
+            if isinstance(row[key], bool) or not isinstance(row[key], (int, float)):
+                die(f"{path}:{n}: {key} is {json.dumps(row[key])}, not a number")
         rows.append(row)
     if not rows:
         die(f"{path}: no results")
@@ -83,7 +88,11 @@ def main():
     ap.add_argument("out", help="PNG to write")
     ap.add_argument("--title")
     args = ap.parse_args()
-    plot(load(args.results), args.out, args.title)
+    rows = load(args.results)
+    try:
+        plot(rows, args.out, args.title)
+    except OSError as e:
+        die(f"{args.out}: {e.strerror or e}")
 
 
 if __name__ == "__main__":

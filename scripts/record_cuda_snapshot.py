@@ -186,6 +186,9 @@ def main(argv=None):
     ap.add_argument("--dry-run", action="store_true",
                     help="everything but the device: names, folder, the writer (CPU)")
     opts = ap.parse_args(argv)
+    if opts.batch is not None and opts.batch < 1:
+        # the builders read 0 as "the default"; a negative one failed in torch
+        ap.error("--batch: %d is not a batch size (1 or more)" % opts.batch)
 
     sys.path.insert(0, here)
     try:
@@ -199,7 +202,10 @@ def main(argv=None):
     for name in opts.models:
         if name not in models.BUILDERS:
             ap.error("unknown model %r (choose from %s)" % (name, ", ".join(models.BUILDERS)))
-    os.makedirs(opts.out_dir, exist_ok=True)
+    try:
+        os.makedirs(opts.out_dir, exist_ok=True)
+    except OSError as e:
+        ap.error("--out-dir %s: %s" % (opts.out_dir, e.strerror or e))
     if opts.dry_run:
         dry_run(opts.out_dir, opts.out)
         return 0

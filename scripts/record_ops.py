@@ -415,7 +415,7 @@ def check_log(lines):
     for n, line in enumerate(lines, 1):
         try:
             r = json.loads(line)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: brackets nested too deep
             fail(n, "not JSON: %s" % e)
         if not isinstance(r, dict) or "INSTRUCTION" not in r:
             fail(n, "not an object with INSTRUCTION")
@@ -507,6 +507,21 @@ def _open_text(path):
     return open(path, encoding="utf-8")
 
 
+def write_gz(path, data):
+    """data gzip-compressed to path, reproducibly (no name, mtime 0), through
+    PATH.tmp renamed at the end: a failed write leaves no half-written log
+    where a good one (traces/) was; raises OSError with PATH.tmp removed."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            gz.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
@@ -520,7 +535,7 @@ def main(argv=None):
         % (", ".join(models.ALL), ", ".join(models.HELDOUT)),
     )
     ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
-    ap.add_argument("--batch", type=int, default=None, help="override the model's batch size")
+    ap.add_argument("--batch", type=models.batch_size, default=None, help="override the model's batch size")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="thread", help="how TIME is measured (default: thread)")
     ap.add_argument(
         "--writes",
@@ -533,6 +548,8 @@ def main(argv=None):
     opts = ap.parse_args(argv)
 
     if opts.check:
+        if not opts.models:  # exit 0 having checked nothing before
+            ap.error("--check: no log given")
         status = 0
         for path in opts.models:
             try:
@@ -544,12 +561,16 @@ def main(argv=None):
                 status = 2
         return status
 
-    if opts.clock == "thread":
-        torch.set_num_threads(1)  # the thread clock sees only this thread's work
-    os.makedirs(opts.out_dir, exist_ok=True)
-    for name in opts.models or models.ALL:
+    for name in opts.models:  # all before any is recorded (minutes each)
         if name not in models.BUILDERS:
             ap.error("unknown model %r" % name)
+    try:
+        os.makedirs(opts.out_dir, exist_ok=True)
+    except OSError as e:
+        ap.error("--out-dir %s: %s" % (opts.out_dir, e.strerror or e))
+    if opts.clock == "thread":
+        torch.set_num_threads(1)  # the thread clock sees only this thread's work
+    for name in opts.models or models.ALL:
         w = models.build(name, batch=opts.batch)
         path = os.path.join(opts.out_dir, "%s-train-step.ops.jsonl.gz" % name)
         t0 = time.time()
@@ -557,8 +578,7 @@ def main(argv=None):
         rec = record_step(w, buf.append, opts.clock, opts.writes == "content")
         elapsed = time.time() - t0
         text = "\n".join(buf) + "\n"
-        with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-            gz.write(text.encode())
+        write_gz(path, text.encode())
         summary = check_log(text.splitlines())
         print(
             "%s: %d lines, %d bytes gz, peak live %d bytes, op time %.2f s (%s clock), recorded in %.1f s "

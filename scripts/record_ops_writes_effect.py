@@ -16,7 +16,6 @@ DIR/<model>-train-step.schema-writes.ops.jsonl.gz (marked writes only).
 """
 
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -55,8 +54,7 @@ class TeeRecorder(record_ops.OpRecorder):
 
 def write_gz(path, lines):
     text = "\n".join(lines) + "\n"
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        gz.write(text.encode())
+    record_ops.write_gz(path, text.encode())
     return record_ops.check_log(text.splitlines())
 
 
@@ -66,12 +64,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--out-dir", default=".")
-    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--batch", type=models.batch_size, default=None)
     opts = ap.parse_args(argv)
     if opts.model not in models.BUILDERS:
         ap.error("unknown model %r" % opts.model)
     torch.set_num_threads(1)  # the thread clock sees only this thread's work
-    os.makedirs(opts.out_dir, exist_ok=True)
+    try:
+        os.makedirs(opts.out_dir, exist_ok=True)
+    except OSError as e:
+        ap.error("--out-dir %s: %s" % (opts.out_dir, e.strerror or e))
     w = models.build(opts.model, batch=opts.batch)
     orig, record_ops.OpRecorder = record_ops.OpRecorder, TeeRecorder  # record_step's recorder
     try:

@@ -28,7 +28,6 @@ how long recording took.
 import argparse
 import datetime
 import gc
-import gzip
 import os
 import sys
 import time
@@ -150,6 +149,7 @@ def record(name, batch, out_dir, argv):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     import models
+    import record_ops
 
     t0 = time.time()
     events, marker, w = profile_step(lambda: models.build(name, batch=batch))
@@ -164,8 +164,7 @@ def record(name, batch, out_dir, argv):
     ]
     lines, stats = to_trace(events, marker, header)
     path = os.path.join(out_dir, "%s-train-step.trace.gz" % name)
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        gz.write(("\n".join(lines) + "\n").encode())
+    record_ops.write_gz(path, ("\n".join(lines) + "\n").encode())
     stats["profiled_events"] = len(events)
     stats["seconds"] = round(time.time() - t0, 1)
     stats["run_seconds"] = round(t_run, 1)
@@ -183,12 +182,16 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="*", help="models to record (%s)" % ", ".join(models.ALL))
     ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
-    ap.add_argument("--batch", type=int, default=None, help="override the model's batch size")
+    ap.add_argument("--batch", type=models.batch_size, default=None, help="override the model's batch size")
     opts = ap.parse_args(argv)
-    os.makedirs(opts.out_dir, exist_ok=True)
-    for name in opts.models or models.ALL:
+    for name in opts.models:  # all before any is recorded (minutes each)
         if name not in models.BUILDERS:
             ap.error("unknown model %r" % name)
+    try:
+        os.makedirs(opts.out_dir, exist_ok=True)
+    except OSError as e:
+        ap.error("--out-dir %s: %s" % (opts.out_dir, e.strerror or e))
+    for name in opts.models or models.ALL:
         record(name, opts.batch, opts.out_dir, argv)
         gc.collect()
     return 0

@@ -85,6 +85,19 @@ def main():
         r, _ = draw(d, "stray.txt", "coop-replay-timeline 1\ntrace tiny 4\noom 1\n")
         assert r.returncode == 2, r.returncode
         assert "stray.txt:3:" in r.stderr, r.stderr
+        # each used to end in a traceback, or (--policy) an empty figure
+        good = os.path.join(d, "t.txt")
+        for args, says in (([good, "--policy", "torhc,torch", "-o", png], "--policy: torhc not in"),
+                           ([good, "--max-blocks", "-5"], "--max-blocks: -5"),
+                           ([good, "-o", os.path.join(d, "none", "x.png")], "none/x.png: No such file")):
+            r = subprocess.run([sys.executable, SCRIPT] + args, capture_output=True, text=True)
+            assert r.returncode == 2 and says in r.stderr, (args, r.returncode, r.stderr)
+            assert "Traceback" not in r.stderr, r.stderr
+        latin1 = os.path.join(d, "latin1.txt")
+        with open(latin1, "wb") as f:
+            f.write(TIMELINE.replace("trace tiny", "trace t\xe9").encode("latin-1"))
+        r = subprocess.run([sys.executable, SCRIPT, latin1, "-o", png], capture_output=True, text=True)
+        assert r.returncode == 2 and "latin1.txt: not UTF-8 text" in r.stderr, r.stderr
     # torch-expandable's pools sit ~90 GiB apart: the map cuts the unused stretch
     sys.path.insert(0, os.path.dirname(SCRIPT))
     import plot_replay

@@ -46,6 +46,18 @@ def main():
             if r.returncode != 2 or reason not in r.stderr or "Traceback" in r.stderr:
                 print("FAIL: line %r accepted or not named:" % line, r.returncode, r.stderr)
                 return 1
+        # each used to end in a traceback
+        with open(bad, "w") as f:
+            f.write(ROW % ("coop", 0.9, "ok", "null"))
+        r = subprocess.run([sys.executable, SCRIPT, bad, png], capture_output=True, text=True)
+        if r.returncode != 2 or "bad.jsonl:1: overhead is null, not a number" not in r.stderr:
+            print("FAIL: an ok row without an overhead accepted:", r.returncode, r.stderr)
+            return 1
+        r = subprocess.run([sys.executable, SCRIPT, good, os.path.join(d, "none", "out.png")],
+                           capture_output=True, text=True)
+        if r.returncode != 2 or "none/out.png: No such file" not in r.stderr or "Traceback" in r.stderr:
+            print("FAIL: an unwritable output is not one line with exit 2:", r.returncode, r.stderr)
+            return 1
         r = subprocess.run([sys.executable, SCRIPT, os.path.join(d, "absent.jsonl"), png],
                            capture_output=True, text=True)
         if r.returncode != 2 or "absent.jsonl: No such file" not in r.stderr or "Traceback" in r.stderr:

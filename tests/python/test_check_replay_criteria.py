@@ -150,6 +150,12 @@ class CheckReplayCriteria(unittest.TestCase):
         rc, _, err, _ = self.run_script(good_trace()[:2])  # no jemalloc row
         self.assertEqual(rc, 2)
         self.assertIn("no jemalloc row for t.trace.gz", err)
+        bad = good_trace()
+        bad[0]["trace"] = 5  # sorted with the other rows' names: a TypeError before
+        rc, _, err, path = self.run_script(bad)
+        self.assertEqual(rc, 2)
+        self.assertIn(f"{path}:1: not a coop replay JSON row (trace is 5, not a string)", err)
+        self.assertNotIn("Traceback", err)
         rc, err = run_on_missing_file(SCRIPT)
         self.assertEqual(rc, 2)
         self.assertIn("/nonexistent.jsonl", err)

@@ -5,7 +5,9 @@ rows of another memory model cannot make a run pass, and bad input is exit 2
 with one line. Standard library only."""
 
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,7 +69,8 @@ class CheckSimCriteria(unittest.TestCase):
         self.violated(rows, 1)
 
     def test_rival_min_ratio_from_any_of_its_rows(self):
-        rows = met() + [row("dtr", 0.2, result="thrash", min_ratio=0.2)]
+        rows = met() + [row("dtr", 0.2, result="thrash", min_ratio=0.2),
+                        row("coop", 0.2, result="thrash")]
         for r in rows:
             if r["policy"] == "dtr" and r["budget_ratio"] != 0.2:
                 r["min_budget_ratio"] = None
@@ -79,6 +82,12 @@ class CheckSimCriteria(unittest.TestCase):
         other_log = [row("dtr", 0.9, log="b.log.gz"), row("dte", 0.9, log="b.log.gz")]
         out = self.violated(met() + other_log, 2)  # b 0.9 and b min
         self.assertIn("b.log.gz 0.9: coop missing", out)
+        # a ratio where the rivals failed still needs coop's row (the
+        # docstring's "a partial run cannot pass"): it used to pass
+        rows = [r for r in met() if not (r["policy"] == "coop" and r["budget_ratio"] == 0.5)]
+        rows = [dict(r, result="oom") if r["budget_ratio"] == 0.5 else r for r in rows]
+        out = self.violated(rows, 1)
+        self.assertIn("a.log.gz 0.5: coop missing vs dtr oom; coop missing vs dte oom", out)
 
     def test_logs_sharing_a_model_name_stay_two_cells(self):
         rows = []
@@ -130,6 +139,11 @@ class CheckSimCriteria(unittest.TestCase):
             "duplicate": ([row("coop", 0.9), row("coop", 0.9)], None, ":2: a second row"),
             "no arena rows": ([row("coop", 0.9, memory="ideal")], None, "no arena rows"),
             "empty": ([], None, "no arena rows"),
+            # compared with other rows' numbers: tracebacks (TypeError) before
+            "overhead a string": ([row("coop", 0.9, overhead="1.0")], None,
+                                  ":1: not a coop sim --json row (TypeError(\"overhead is '1.0'"),
+            "min ratio a string": ([row("coop", 0.9, min_ratio="0.3")], None,
+                                   "min_budget_ratio is '0.3', not a number"),
         }
         for name, (rows, raw, says) in cases.items():
             rc, out, err = self.run_script(rows, raw=raw)
@@ -142,6 +156,22 @@ class CheckSimCriteria(unittest.TestCase):
         rc, err = run_on_missing_file(SCRIPT)
         self.assertEqual(rc, 2)
         self.assertIn("/nonexistent.jsonl: No such file", err)
+
+    def test_bytes_not_utf8_and_deep_nesting_are_bad_lines(self):
+        # json_rows.py, shared with check_replay_criteria.py and plot_sim.py:
+        # both used to end in a traceback (UnicodeDecodeError, RecursionError)
+        good = ('{"log": "a.log.gz", "policy": "coop", "memory": "arena", '
+                '"budget_ratio": 0.9, "result": "ok", "overhead": 1.0}\n').encode()
+        for name, second, says in (("not utf-8", b'{"log": "\xff"}\n', "utf-8"),
+                                   ("deep", b"[" * 100000 + b"\n", "recursion")):
+            with tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False) as f:
+                f.write(good + second)
+            self.addCleanup(os.unlink, f.name)
+            p = subprocess.run([sys.executable, SCRIPT, f.name], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, name)
+            self.assertIn(f"{f.name}:2: not a coop sim --json row", p.stderr, name)
+            self.assertIn(says, p.stderr, name)
+            self.assertNotIn("Traceback", p.stderr, name)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,14 @@ class CompareSimLib(unittest.TestCase):
         self.assertEqual(sorted((r["engine"], r["budget_ratio"]) for r in rows),
                          [("lib", 0.5), ("lib", 0.7), ("lib", 0.9), ("sim", 0.5), ("sim", 0.7), ("sim", 0.9)])
 
+    def test_unwritable_jsonl_is_refused_before_any_run(self):
+        # a FileNotFoundError traceback after every run before
+        jsonl = os.path.join(self.dir.name, "none", "rows.jsonl")
+        rc, table, err = self.run_script({"rows": [row(0.9)]}, {"rows": [row(0.9)]}, "--jsonl", jsonl)
+        self.assertEqual((rc, table), (2, []))
+        self.assertIn("--jsonl %s: No such file or directory" % jsonl, err)
+        self.assertNotIn("Traceback", err)
+
     def test_missing_row_shows_as_missing(self):
         lib = {"rows": [row(0.9, overhead=1.1, evictions=3), row(0.7, overhead=1.2, evictions=5), row(0.5, "oom")]}
         sim = {"rows": [row(0.9, overhead=1.1, evictions=3), row(0.5, "oom")]}

@@ -165,6 +165,15 @@ class Arguments(unittest.TestCase):
         r = run(RECORD, "--dry-run", "nosuchmodel", timeout=60)
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown model 'nosuchmodel'", r.stderr)
+        # a --batch of 0 was the default batch; a folder that cannot be
+        # made was a traceback
+        with tempfile.NamedTemporaryFile() as f, tempfile.TemporaryDirectory() as d:
+            for args, says in ((["--batch", "0", "--out-dir", d], "--batch: 0 is not a batch size"),
+                               (["--out-dir", os.path.join(f.name, "sub")], "Not a directory")):
+                r = run(RECORD, "--dry-run", *args, timeout=60)
+                self.assertEqual(r.returncode, 2, args)
+                self.assertIn(says, r.stderr, args)
+                self.assertNotIn("Traceback", r.stderr, args)
 
     def test_children_take_fraction_zero(self):
         """Full runs are children with --fraction 0.0 (no limit)."""

@@ -510,9 +510,56 @@ class CheckLogTest(unittest.TestCase):
         self.assertTrue(lines[4].startswith("log5.jsonl: 'utf-8' codec can't decode byte 0xff"), lines[4])
         self.assertNotIn("Traceback", err)
 
+    def test_check_cli_deep_nesting_and_no_log(self):
+        # a RecursionError traceback, and exit 0 having checked nothing, before
+        status, out, err = self.check_cli("[" * 100000 + "\n")
+        self.assertEqual(status, 2)
+        self.assertTrue(err.startswith("log0.jsonl: line 1: not JSON: maximum recursion depth"), err)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as cm:
+            record_ops.main(["--check"])
+        self.assertEqual(cm.exception.code, 2)
+        self.assertIn("--check: no log given", err.getvalue())
+
     def test_check_cli_good_input(self):
         status, out, err = self.check_cli("\n".join(self.GOOD) + "\n")
         self.assertEqual((status, err), (0, ""))
+
+
+class RecorderArgumentsTest(unittest.TestCase):
+    """Bad arguments are refused before any model is built (recording one
+    takes minutes), with one line and exit 2."""
+
+    def refused(self, main, args, says):
+        err = io.StringIO()
+        with mock.patch.object(models, "build", side_effect=AssertionError("a model was built")), \
+                contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as cm:
+            main(args)
+        self.assertEqual(cm.exception.code, 2, err.getvalue())
+        self.assertIn(says, err.getvalue())
+
+    def test_bad_batch_out_dir_and_model(self):
+        with tempfile.NamedTemporaryFile() as f:
+            not_a_dir = os.path.join(f.name, "sub")
+            for main in (record_ops.main, record_traces.main, record_ops_writes_effect.main):
+                # --batch 0 was the model's default batch, a negative one a traceback
+                self.refused(main, ["--batch", "0", "resnet18"], "--batch: 0 is not a batch size")
+                self.refused(main, ["--batch", "-2", "resnet18"], "--batch: -2 is not a batch size")
+                self.refused(main, ["--out-dir", not_a_dir, "resnet18"], "Not a directory")
+            for main in (record_ops.main, record_traces.main):
+                # a misspelt second name was refused after the first was recorded
+                self.refused(main, ["resnet18", "resnet81"], "unknown model 'resnet81'")
+
+    def test_failed_write_keeps_the_old_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m-train-step.ops.jsonl.gz")
+            record_ops.write_gz(path, b"old\n")
+            with mock.patch.object(gzip.GzipFile, "write", side_effect=OSError(28, "No space left on device")):
+                with self.assertRaises(OSError):
+                    record_ops.write_gz(path, b"new\n")
+            with gzip.open(path) as f:
+                self.assertEqual(f.read(), b"old\n")
+            self.assertEqual(os.listdir(d), [os.path.basename(path)])
 
 
 class RecordTracesTest(unittest.TestCase):
