@@ -657,7 +657,9 @@ void coop_torch_empty_cache(void);
  * fraction outside [0, 1] is. */
 void coop_torch_memory_fraction(double fraction, int device);
 
-/* record_stream hook: ptr is also used on stream. */
+/* record_stream hook: ptr is also used on stream. A pointer no coop pool
+ * allocated is ignored, as PyTorch's allocator ignores tensors it did not
+ * allocate (shared from another process, imported with DLPack). */
 void coop_torch_record_stream(void *ptr, void *stream);
 
 /* Not a PyTorch hook: coop_forget_stream on every device's pool, before an

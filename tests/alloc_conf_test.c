@@ -2,6 +2,8 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -87,6 +89,15 @@ static void test_every_key(void **state)
     assert_int_equal(parse_ok("history:false").history, 0);
     assert_int_equal(parse_ok("history:0").history, 0);
     assert_int_equal(parse_ok("history:1").history, 1);
+    /* every size_t is a count, SIZE_MAX too (what coop_torch_settings writes
+     * after coop_torch_record_history(SIZE_MAX)); one more is not */
+    char text[64];
+    snprintf(text, sizeof text, "history:%zu", (size_t)SIZE_MAX);
+    assert_true(parse_ok(text).history == SIZE_MAX);
+    snprintf(text, sizeof text, "history:%zu", (size_t)SIZE_MAX - 5);
+    assert_true(parse_ok(text).history == SIZE_MAX - 5);
+    snprintf(text, sizeof text, "history:%zu0", (size_t)SIZE_MAX / 10 + 1);
+    parse_bad(text, "'history'", NULL);
     assert_true(parse_ok("fraction:1").fraction == 1.0);
 }
 

@@ -200,10 +200,11 @@ static void test_hooks_and_misuse(void **state)
     coop_torch_record_stream(a, STREAM(9));
     coop_torch_record_stream(NULL, STREAM(9));
     int local;
-    coop_torch_record_stream(&local, STREAM(9));
+    coop_torch_record_stream((char *)a + 512, STREAM(9)); /* inside a block: an error */
     char buf[256];
     coop_torch_last_error(buf, sizeof buf);
     assert_non_null(strstr(buf, "record_stream"));
+    coop_torch_record_stream(&local, STREAM(9)); /* not coop's: ignored, as torch does */
     coop_torch_free(a, 4 * MIB, 0, STREAM(1));
     coop_torch_free(a, 4 * MIB, 0, STREAM(1)); /* double free: reported, no crash */
     coop_torch_free((char *)a + 512, 1, 0, STREAM(1));

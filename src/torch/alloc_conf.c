@@ -69,15 +69,19 @@ static bool parse_fraction(const token *v, double *out)
 
 static bool parse_count(const token *v, size_t *out)
 {
-    uint64_t n = 0;
+    size_t n = 0;
     for (size_t i = 0; i < v->len; i++) {
-        if (!isdigit((unsigned char)v->start[i]) || n > (SIZE_MAX - 9) / 10)
+        if (!isdigit((unsigned char)v->start[i]))
             return false;
-        n = n * 10 + (uint64_t)(v->start[i] - '0');
+        /* exact: n * 10 + digit must not pass SIZE_MAX (every size_t parses) */
+        size_t digit = (size_t)(v->start[i] - '0');
+        if (n > (SIZE_MAX - digit) / 10)
+            return false;
+        n = n * 10 + digit;
     }
     if (v->len == 0)
         return false;
-    *out = (size_t)n;
+    *out = n;
     return true;
 }
 

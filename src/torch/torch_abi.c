@@ -537,6 +537,11 @@ void coop_torch_memory_fraction(double fraction, int device)
         report(st);
 }
 
+/* A pointer no pool allocated is skipped, as PyTorch's own allocator skips
+ * tensors it did not allocate (shared from another process, imported with
+ * DLPack): the pluggable route passes every tensor's pointer here, and
+ * reporting it would also use up the one stderr line that a real foreign
+ * free gets. */
 void coop_torch_record_stream(void *ptr, void *stream)
 {
     if (!ptr)
@@ -553,6 +558,4 @@ void coop_torch_record_stream(void *ptr, void *stream)
             return;
         }
     }
-    report(coop_set_error(COOP_ERR_FOREIGN_PTR,
-                          "coop torch: record_stream of %p: no coop pool allocated it", ptr));
 }
