@@ -11,6 +11,7 @@
 
 #include "pool_internal.h"
 #include "remat/window.h"
+#include "test_seed.h"
 
 #define UNIT 4096u /* every test block is 4 KiB */
 
@@ -301,6 +302,189 @@ static void the_bound_sum_survives_a_huge_cost(void **state)
     coop_pool_destroy(f.pool);
 }
 
+/* Randomized: the search against every run of the arena (brute force).
+ * Each trial tiles a 64-unit segment with blocks of 1-3 units, frees some
+ * (neighbours coalesce), pins some, leaves some without an owner and gives
+ * the rest integer costs (sums exact in a double, so equal windows tie
+ * exactly), then asks for a random size. The search compares the minimal
+ * covering runs of free and evictable blocks (for each last block, the
+ * shortest run ending there that covers): WINDOW_SUM the smallest sum
+ * (which is the smallest over every covering run), WINDOW_PER_BYTE the
+ * smallest cost / bytes; lowest address on ties. With a lower bound (half the cost, or the cost
+ * itself marked exact) the answer must not change. */
+#define RANDOM_UNITS 64
+#define RANDOM_TRIALS 3000
+
+typedef struct random_arena {
+    coop_pool *pool;
+    owner owners[RANDOM_UNITS];
+} random_arena;
+
+static uint64_t window_rng;
+
+static uint64_t below(uint64_t n)
+{
+    return test_xorshift64(&window_rng) % n;
+}
+
+static void random_arena_build(random_arena *r)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.use_vmm = false;
+    c.page_size = 4096;
+    c.capacity = RANDOM_UNITS * UNIT;
+    c.segment_size = RANDOM_UNITS * UNIT;
+    assert_int_equal(coop_pool_create(&c, &r->pool), COOP_OK);
+    void *ptr[RANDOM_UNITS];
+    int n = 0;
+    for (uint64_t used = 0; used < RANDOM_UNITS; n++) {
+        uint64_t u = 1 + below(3);
+        if (u > RANDOM_UNITS - used)
+            u = RANDOM_UNITS - used;
+        ptr[n] = coop_malloc(r->pool, u * UNIT, 0, COOP_ALLOC_LOW, NULL);
+        assert_non_null(ptr[n]);
+        used += u;
+    }
+    for (int i = 0; i < n; i++) {
+        uint64_t kind = below(20);
+        if (kind < 6) { /* free */
+            assert_int_equal(coop_free(r->pool, ptr[i]), COOP_OK);
+            continue;
+        }
+        if (kind == 6) /* allocated, no owner: breaks runs */
+            continue;
+        r->owners[i].cost = kind == 7 ? WINDOW_BLOCKED : (double)below(kind < 10 ? 2 : 21);
+        pool_lock(r->pool);
+        arena_lookup(pool_arena(r->pool), (uintptr_t)ptr[i])->owner = &r->owners[i];
+        pool_unlock(r->pool);
+    }
+}
+
+/* A block's cost as the search sees it: free 0, WINDOW_BLOCKED if it breaks. */
+static double block_cost(const arena_block *b)
+{
+    if (b->state == COOP_BLOCK_FREE)
+        return 0;
+    if (b->state != COOP_BLOCK_ALLOCATED || !b->owner)
+        return WINDOW_BLOCKED;
+    return ((owner *)b->owner)->cost;
+}
+
+/* The brute force's answer over the minimal covering runs (those that no
+ * longer cover without their first block): 0 and the best one's address
+ * and key, or -1. *min_sum_any: the smallest sum over every covering run,
+ * minimal or not (WINDOW_SUM's minimum must be the same). */
+static int brute_force(const arena *a, uint64_t size, window_objective obj, uintptr_t *addr,
+                       double *key, double *min_sum_any)
+{
+    int found = -1;
+    for (const arena_block *i = arena_first_segment(a)->first; i; i = i->next) {
+        double sum = 0;
+        uint64_t bytes = 0;
+        for (const arena_block *j = i; j; j = j->next) {
+            double c = block_cost(j);
+            if (c == WINDOW_BLOCKED)
+                break;
+            sum += c;
+            bytes += j->size;
+            if (bytes < size)
+                continue;
+            if (found < 0 || sum < *min_sum_any)
+                *min_sum_any = sum;
+            if (bytes - i->size >= size)
+                continue; /* not minimal: [i->next .. j] covers too */
+            double k = obj == WINDOW_SUM ? sum : sum / (double)bytes;
+            if (found < 0 || k < *key) {
+                *key = k;
+                *addr = i->addr;
+            }
+            found = 0;
+        }
+    }
+    return found;
+}
+
+static int random_bound_calls;
+static double random_bound(void *o, const arena_block *b, void *ctx, bool *exact)
+{
+    (void)b;
+    (void)ctx;
+    random_bound_calls++;
+    double c = ((owner *)o)->cost;
+    if (c == WINDOW_BLOCKED)
+        return c;
+    if (((uintptr_t)o / sizeof(owner)) % 2) { /* about half: the cost, known */
+        *exact = true;
+        return c;
+    }
+    return c / 2;
+}
+
+static void random_arenas_match_brute_force(void **state)
+{
+    (void)state;
+    window_rng = test_seed("window_test", 0x57d1);
+    int found_both = 0, none_both = 0;
+    for (int trial = 0; trial < RANDOM_TRIALS; trial++) {
+        random_arena r = {0};
+        random_arena_build(&r);
+        uint64_t size = (1 + below(RANDOM_UNITS * UNIT / 512 / 3)) * 512;
+        for (int obj = WINDOW_SUM; obj <= WINDOW_PER_BYTE; obj++) {
+            pool_lock(r.pool);
+            const arena *a = pool_arena(r.pool);
+            uintptr_t want_addr = 0;
+            double want_key = 0, min_sum_any = 0;
+            int want =
+                brute_force(a, size, (window_objective)obj, &want_addr, &want_key, &min_sum_any);
+            if (want == 0 && obj == WINDOW_SUM)
+                assert_true(want_key == min_sum_any);
+            for (int bounded = 0; bounded < 2; bounded++) {
+                window_scratch scratch = {0};
+                window w;
+                int evals = 0;
+                int got = window_search(a, size, (window_objective)obj, owner_cost,
+                                        bounded ? random_bound : NULL, &evals, &scratch, &w);
+                window_scratch_free(&scratch);
+                if (got != want)
+                    fail_msg("trial %d, objective %d, bound %d, size %ju: search %d, brute "
+                             "force %d",
+                             trial, obj, bounded, (uintmax_t)size, got, want);
+                if (got != 0)
+                    continue;
+                /* the window is a covering run of its own blocks, at its cost */
+                double sum = 0;
+                uint64_t bytes = 0;
+                for (const arena_block *b = w.first;; b = b->next) {
+                    assert_true(block_cost(b) != WINDOW_BLOCKED);
+                    sum += block_cost(b);
+                    bytes += b->size;
+                    if (b == w.last)
+                        break;
+                }
+                assert_int_equal(w.addr, w.first->addr);
+                assert_int_equal(w.size, bytes);
+                assert_true(bytes >= size);
+                assert_true(w.cost == sum);
+                double key = obj == WINDOW_SUM ? sum : sum / (double)bytes;
+                if (key != want_key || w.addr != want_addr)
+                    fail_msg("trial %d, objective %d, bound %d, size %ju: search %#jx key %g, "
+                             "brute force %#jx key %g",
+                             trial, obj, bounded, (uintmax_t)size, (uintmax_t)w.addr, key,
+                             (uintmax_t)want_addr, want_key);
+            }
+            pool_unlock(r.pool);
+            found_both += want == 0;
+            none_both += want != 0;
+        }
+        coop_pool_destroy(r.pool);
+    }
+    /* both outcomes and the bound path were exercised */
+    assert_true(found_both > RANDOM_TRIALS / 2);
+    assert_true(none_both > 0);
+    assert_true(random_bound_calls > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +496,7 @@ int main(void)
         cmocka_unit_test(exact_bounds_are_not_evaluated),
         cmocka_unit_test(the_running_sum_survives_a_huge_cost),
         cmocka_unit_test(the_bound_sum_survives_a_huge_cost),
+        cmocka_unit_test(random_arenas_match_brute_force),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

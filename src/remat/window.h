@@ -8,8 +8,10 @@
  * whose owner is not evictable (cost function returns WINDOW_BLOCKED: pinned,
  * locked, in use), and a pending block break runs. The search returns the
  * window covering at least `size` bytes with the smallest summed cost (or
- * summed cost per byte of the window), ties to the lowest address, in one
- * pass over the blocks: for every right end
+ * summed cost per byte of the window), ties to the lowest address among
+ * minimal windows (a run that still covers without its first block is
+ * never chosen, even where that block costs nothing), in one pass over the
+ * blocks: for every right end
  * the left end advances while the window without its leftmost block still
  * covers the request, so each block's cost is evaluated at most once and
  * each block enters and leaves the window once (two pointers). Non-negative costs make
