@@ -310,8 +310,10 @@ static void the_bound_sum_survives_a_huge_cost(void **state)
  * covering runs of free and evictable blocks (for each last block, the
  * shortest run ending there that covers): WINDOW_SUM the smallest sum
  * (which is the smallest over every covering run), WINDOW_PER_BYTE the
- * smallest cost / bytes; lowest address on ties. With a lower bound (half the cost, or the cost
- * itself marked exact) the answer must not change. */
+ * smallest cost / bytes; lowest address on ties. The answer must not
+ * change with a lower bound (half the cost, or the cost itself marked
+ * exact) nor with the breakers indexed (window_search_indexed; a quarter
+ * of them left out of the index, which may only cost time). */
 #define RANDOM_UNITS 64
 #define RANDOM_TRIALS 3000
 
@@ -426,6 +428,7 @@ static void random_arenas_match_brute_force(void **state)
     (void)state;
     window_rng = test_seed("window_test", 0x57d1);
     int found_both = 0, none_both = 0;
+    uint64_t skipped = 0;
     for (int trial = 0; trial < RANDOM_TRIALS; trial++) {
         random_arena r = {0};
         random_arena_build(&r);
@@ -439,17 +442,25 @@ static void random_arenas_match_brute_force(void **state)
                 brute_force(a, size, (window_objective)obj, &want_addr, &want_key, &min_sum_any);
             if (want == 0 && obj == WINDOW_SUM)
                 assert_true(want_key == min_sum_any);
-            for (int bounded = 0; bounded < 2; bounded++) {
+            /* the breakers, each indexed or (a quarter of them) not: a
+             * breaker missing from the index may only cost time */
+            breaker_index breakers = {0};
+            for (arena_block *b = arena_first_segment(a)->first; b; b = b->next)
+                if (block_cost(b) == WINDOW_BLOCKED && below(4))
+                    assert_int_equal(breaker_index_add(&breakers, b), 0);
+            for (int variant = 0; variant < 4; variant++) {
+                int bounded = variant & 1, indexed = variant >> 1;
                 window_scratch scratch = {0};
                 window w;
                 int evals = 0;
-                int got = window_search(a, size, (window_objective)obj, owner_cost,
-                                        bounded ? random_bound : NULL, &evals, &scratch, &w);
+                int got = window_search_indexed(a, size, (window_objective)obj, owner_cost,
+                                                bounded ? random_bound : NULL, &evals,
+                                                indexed ? &breakers : NULL, &scratch, &w);
                 window_scratch_free(&scratch);
                 if (got != want)
-                    fail_msg("trial %d, objective %d, bound %d, size %ju: search %d, brute "
+                    fail_msg("trial %d, objective %d, variant %d, size %ju: search %d, brute "
                              "force %d",
-                             trial, obj, bounded, (uintmax_t)size, got, want);
+                             trial, obj, variant, (uintmax_t)size, got, want);
                 if (got != 0)
                     continue;
                 /* the window is a covering run of its own blocks, at its cost */
@@ -468,11 +479,13 @@ static void random_arenas_match_brute_force(void **state)
                 assert_true(w.cost == sum);
                 double key = obj == WINDOW_SUM ? sum : sum / (double)bytes;
                 if (key != want_key || w.addr != want_addr)
-                    fail_msg("trial %d, objective %d, bound %d, size %ju: search %#jx key %g, "
-                             "brute force %#jx key %g",
-                             trial, obj, bounded, (uintmax_t)size, (uintmax_t)w.addr, key,
+                    fail_msg("trial %d, objective %d, variant %d, size %ju: search %#jx key "
+                             "%g, brute force %#jx key %g",
+                             trial, obj, variant, (uintmax_t)size, (uintmax_t)w.addr, key,
                              (uintmax_t)want_addr, want_key);
+                skipped += w.runs_skipped;
             }
+            breaker_index_free(&breakers);
             pool_unlock(r.pool);
             found_both += want == 0;
             none_both += want != 0;
@@ -483,6 +496,7 @@ static void random_arenas_match_brute_force(void **state)
     assert_true(found_both > RANDOM_TRIALS / 2);
     assert_true(none_both > 0);
     assert_true(random_bound_calls > 0);
+    assert_true(skipped > 0); /* the index did skip runs */
 }
 
 int main(void)
