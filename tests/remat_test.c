@@ -536,6 +536,31 @@ static void dte_counts_the_free_neighbours(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Ties go to the tensor made resident earlier, whatever the order the
+ * search scores them in (src/remat/remat_evict.c, scores_before): two outputs
+ * of one op have the same size, cost and last access, so every argmin
+ * policy scores them the same; the first output is evicted. */
+static void ties_evict_the_earlier_resident(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *o[2], *v, *n;
+    const size_t sizes[2] = {16 * KiB, 16 * KiB};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 100, "O", NULL, 0, EV, o), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 1);
+    assert_false(coop_tensor_resident(o[0]));
+    assert_true(coop_tensor_resident(o[1]));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -566,6 +591,11 @@ int main(void)
         cmocka_unit_test(bad_arguments_are_refused),
         cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[2]), /* dtr-local */
         cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[3]), /* dte */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[1]), /* dtr */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[2]), /* dtr-local */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[3]), /* dte */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[4]), /* lru */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[5]), /* size */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
