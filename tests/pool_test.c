@@ -127,6 +127,16 @@ static void test_size_zero_and_huge(void **state)
     assert_int_equal(st, COOP_ERR_INVALID);
     assert_null(coop_malloc(p, 100, UINTPTR_MAX, 0, &st));
     assert_int_equal(st, COOP_ERR_INVALID);
+    /* record_stream refuses the reserved stream too, and records nothing:
+     * the block is freed at once, not left pending on a stream that is none */
+    void *a = coop_malloc(p, 100, 0, 0, &st);
+    assert_non_null(a);
+    assert_int_equal(coop_record_stream(p, a, UINTPTR_MAX), COOP_ERR_INVALID);
+    assert_non_null(
+        strstr(coop_last_error(), "coop_record_stream: stream 0xffffffffffffffff not allowed"));
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(stats_of(p).active.current, 0);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
     coop_pool_destroy(p);
 }
 

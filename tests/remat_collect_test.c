@@ -307,6 +307,61 @@ static void stale_handles_get_an_error(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Garbage until the next collection has run (records_reclaimed grows). */
+static void garbage_until_a_collection(coop_remat *r)
+{
+    coop_remat_stats before, now;
+    coop_remat_get_stats(r, &before);
+    for (int i = 0; i < 100000; i++) {
+        make_garbage(r, 1);
+        coop_remat_get_stats(r, &now);
+        if (now.records_reclaimed > before.records_reclaimed)
+            return;
+    }
+    fail_msg("no collection in 100,000 released tensors");
+}
+
+/* The quarantine keeps the latest 4,096 reclaimed records, across
+ * collections: a handle reclaimed by an earlier collection is still refused
+ * while fewer than 4,096 records were reclaimed after it (in
+ * stale_handles_get_an_error the stale handles belong to the latest
+ * collection, which stays whatever the quarantine's size: a quarantine of 16
+ * passed it). Here a is reclaimed among the first records of collection 1
+ * (the walk goes newest first; about 95 newer garbage records join before it), and
+ * collection 2 trims the quarantine to 4,096 before it adds its own: a stays.
+ * A smaller quarantine frees a's record, which the checks below then read:
+ * a use after free (ASan reports it; in a plain build the freed record no
+ * longer reads as reclaimed, and the message differs). */
+static void a_stale_handle_stays_refused_across_collections(void **state)
+{
+    (void)state;
+    journal j = {0};
+    coop_pool *pool = pool_of(1024 * KiB);
+    coop_remat *r = default_context(pool, &j);
+    make_garbage(r, 4000);
+    coop_tensor *a;
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 5, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &a),
+                     COOP_OK);
+    assert_int_equal(coop_tensor_release(r, a), COOP_OK);
+    garbage_until_a_collection(r);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_true(st.records_reclaimed > 4000 && st.records_reclaimed <= 4096);
+    uint64_t first = st.records_reclaimed;
+    garbage_until_a_collection(r);
+    coop_remat_get_stats(r, &st);
+    /* collection 1's records beyond the newest 4,096 went: a is not among them */
+    assert_true(st.records_reclaimed - first > 4000);
+    assert_int_equal(coop_tensor_release(r, a), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_tensor_release: tensor was released and its "
+                                              "record reclaimed"));
+    assert_int_equal(coop_tensor_access(r, a, NULL), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "reclaimed"));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* p (not evictable) updated in place at every step from a gradient that
  * read p's value then; a reader of each value stays held. Its recompute
  * needs that old value, which needs the one before (recomputable
@@ -372,6 +427,7 @@ int main(void)
         cmocka_unit_test(coop_loop),
         cmocka_unit_test(dtr_loop_stays_bounded),
         cmocka_unit_test(stale_handles_get_an_error),
+        cmocka_unit_test(a_stale_handle_stays_refused_across_collections),
         cmocka_unit_test(in_place_history_survives_collections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

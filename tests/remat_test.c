@@ -495,6 +495,72 @@ static void bad_arguments_are_refused(void **state)
     coop_pool_destroy(pool);
 }
 
+/* COOP_REMAT_DTE scores a tensor by its bytes plus its free neighbours'
+ * (include/coop.h), DTR-local by its bytes alone. 64 KiB: B [0, 8K), U
+ * [8K, 16K), H [16K, 24K), A [24K, 32K), V [32K, 64K); U and V are not
+ * evictable, H is released (8 KiB free beside A). A and B cost the same, B is
+ * a little staler: DTR-local takes B first, which frees no 16 KiB range, then
+ * A; DTE counts H's hole with A (16 KiB) and evicts A alone, which frees
+ * [16K, 32K) for the new 16 KiB tensor. */
+static void dte_counts_the_free_neighbours(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *b, *u, *h, *a, *v, *n;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 100, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "U", NULL, 0, 0, &u), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "H", NULL, 0, 0, &h), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 100, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1000, "V", NULL, 0, 0, &v), COOP_OK);
+    uintptr_t base = (uintptr_t)coop_tensor_data(b);
+    assert_int_equal((uintptr_t)coop_tensor_data(u) - base, 8 * KiB);
+    assert_int_equal((uintptr_t)coop_tensor_data(h) - base, 16 * KiB);
+    assert_int_equal((uintptr_t)coop_tensor_data(a) - base, 24 * KiB);
+    assert_int_equal(coop_tensor_release(r, h), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_false(coop_tensor_resident(a));
+    if (policy == COOP_REMAT_DTE) {
+        assert_true(coop_tensor_resident(b));
+        assert_int_equal(st.evictions, 1);
+    } else {
+        assert_false(coop_tensor_resident(b));
+        assert_int_equal(st.evictions, 2);
+    }
+    assert_int_equal((uintptr_t)coop_tensor_data(n) - base, 16 * KiB);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* Ties go to the tensor made resident earlier, whatever the order the
+ * search scores them in (src/remat/remat_evict.c, scores_before): two outputs
+ * of one op have the same size, cost and last access, so every argmin
+ * policy scores them the same; the first output is evicted. */
+static void ties_evict_the_earlier_resident(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *o[2], *v, *n;
+    const size_t sizes[2] = {16 * KiB, 16 * KiB};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 100, "O", NULL, 0, EV, o), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 1);
+    assert_false(coop_tensor_resident(o[0]));
+    assert_true(coop_tensor_resident(o[1]));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -523,6 +589,13 @@ int main(void)
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
         cmocka_unit_test(bad_arguments_are_refused),
+        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[2]), /* dtr-local */
+        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[3]), /* dte */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[1]), /* dtr */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[2]), /* dtr-local */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[3]), /* dte */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[4]), /* lru */
+        cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[5]), /* size */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -710,6 +710,39 @@ static void frag_mean_counts_the_last_interval(void **unused)
     built_free(&b);
 }
 
+/* As above, with a second non-zero sample before the end: each sample is
+ * weighted by the events until the next allocation (in
+ * frag_mean_counts_the_last_interval every sample before the last is 0, so an
+ * unweighted earlier sample went unseen). The 512 bytes at event 3 split the
+ * 512 KiB hole (best fit), leaving holes of 1 MiB and 512 KiB - 512; the 512
+ * bytes at event 100 face that, (512 KiB - 512) / (1.5 MiB - 512). So 1/3
+ * holds for events 3..99 (97) and the second sample for 100..103 (4) of 104. */
+static void frag_mean_weights_each_sample_by_its_interval(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, MiB);
+    alloc_ev(&b, 1, MiB / 2);
+    free_ev(&b, 0, MiB);
+    alloc_ev(&b, 2, 512);
+    for (uint32_t id = 3; id <= 50; id++) {
+        alloc_ev(&b, id, 0);
+        free_ev(&b, id, 0);
+    }
+    alloc_ev(&b, 51, 512);
+    free_ev(&b, 1, MiB / 2);
+    free_ev(&b, 2, 512);
+    free_ev(&b, 51, 512);
+    assert_int_equal(b.t.num_events, 104);
+    replay_run r = run(&b, &replay_policy_torch, GiB);
+    assert_false(r.oom);
+    assert_true(r.has_frag);
+    const double second = (double)(MiB / 2 - 512) / (double)(MiB + MiB / 2 - 512);
+    assert_float_equal(r.frag_max, 1.0 / 3, 1e-12);
+    assert_float_equal(r.frag_mean, (97.0 / 3 + 4 * second) / 104, 1e-12);
+    built_free(&b);
+}
+
 /* ---- recorded ---- */
 
 static void recorded_curve_rebuilt_backwards(void **unused)
@@ -881,6 +914,7 @@ int main(void)
         cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),
         cmocka_unit_test(bisection_finds_the_threshold),
         cmocka_unit_test(frag_mean_counts_the_last_interval),
+        cmocka_unit_test(frag_mean_weights_each_sample_by_its_interval),
         cmocka_unit_test(timed_run_reads_no_statistics),
         cmocka_unit_test(recorded_curve_rebuilt_backwards),
         cmocka_unit_test(recorded_absent_without_segments),
