@@ -730,7 +730,8 @@ typedef struct coop_torch_event {
     uint64_t time_us;  /* microseconds since the Unix epoch */
     uintptr_t address; /* the block; for OOM, torch's device_free: the bytes the
                         * pool could still map then (capacity minus mapped) */
-    uint64_t size;     /* requested bytes */
+    uint64_t size;     /* requested bytes; for OOM, rounded up to 512 as torch's
+                        * entry has them (its allocator's rounded size) */
     uintptr_t stream;
     int32_t action; /* coop_torch_action */
     int32_t device;

@@ -118,13 +118,14 @@ static void test_history_ring_keeps_the_last_events(void **state)
     /* OOM is recorded too, with what the pool could still map (torch's
      * device_free) where the others have the address */
     void *held = coop_torch_malloc(3 * MIB, 2, STREAM(0));
-    assert_null(coop_torch_malloc(1ull << 40, 2, STREAM(0)));
+    assert_null(coop_torch_malloc((1ull << 40) + 1, 2, STREAM(0)));
     coop_stats stats;
     coop_get_stats(coop_torch_pool(2), &stats);
     assert_true(stats.reserved_bytes.current > 0);
     assert_int_equal(coop_torch_snapshot_take(2, &snap), COOP_OK);
     assert_int_equal(snap->events[snap->num_events - 1].action, COOP_TORCH_OOM);
-    assert_int_equal(snap->events[snap->num_events - 1].size, 1ull << 40);
+    /* the size rounded as torch's entry has it (params.size()) */
+    assert_int_equal(snap->events[snap->num_events - 1].size, (1ull << 40) + 512);
     assert_int_equal(snap->events[snap->num_events - 1].address,
                      stats.capacity - (uint64_t)stats.reserved_bytes.current);
     coop_torch_free(held, 3 * MIB, 2, STREAM(0));

@@ -12,6 +12,7 @@
  * before any pool exists), and never changes while a pool exists.
  */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,6 +403,10 @@ uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size)
     return n;
 }
 
+/* The granularity coop rounds requests to (arena.h's COOP_ALIGN), as
+ * torch's round_size does to its 512-byte minimum block. */
+#define OOM_ROUNDING ((size_t)512)
+
 void *coop_torch_malloc(size_t size, int device, void *stream)
 {
     if (size == 0)
@@ -428,13 +433,17 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
         count_failure(device);
         if (torch_history_on(&s->history)) {
             /* torch's OOM entry carries the device's free memory
-             * (device_free); coop's counterpart is what the pool may
-             * still map */
+             * (device_free), where coop's counterpart is what the pool may
+             * still map, and the size as its allocator rounded it
+             * (params.size(); allocations carry the size asked for) */
             coop_stats stats;
             coop_get_stats(pool, &stats);
             uint64_t mapped = (uint64_t)stats.reserved_bytes.current;
+            size_t rounded = size > SIZE_MAX - (OOM_ROUNDING - 1)
+                                 ? size
+                                 : (size + OOM_ROUNDING - 1) / OOM_ROUNDING * OOM_ROUNDING;
             history_record(device, COOP_TORCH_OOM,
-                           stats.capacity > mapped ? stats.capacity - mapped : 0, size, stream);
+                           stats.capacity > mapped ? stats.capacity - mapped : 0, rounded, stream);
         }
         if (ordered)
             pthread_mutex_unlock(&s->order_lock);
