@@ -193,6 +193,26 @@ static void nothing(void *ctx)
     (void)ctx;
 }
 
+typedef struct peak_ctx {
+    const sim_program *prog;
+    sim_memory memory;
+    uint64_t want;
+} peak_ctx;
+
+/* sim_peak: the unfaulted peak, or 0 with the last error set (returned as
+ * COOP_ERR_HOST_NOMEM, the sweep's rule for a refused run). */
+static coop_status peak_run(void *ctx)
+{
+    peak_ctx *pk = ctx;
+    uint64_t got = sim_peak(pk->prog, pk->memory);
+    if (got == pk->want && !coop_last_error()[0])
+        return COOP_OK;
+    if (got != 0 || !coop_last_error()[0])
+        fail_msg("sim_peak gave %llu (want %llu or 0 with an error), last error '%s'",
+                 (unsigned long long)got, (unsigned long long)pk->want, coop_last_error());
+    return COOP_ERR_HOST_NOMEM;
+}
+
 static void simulator(void **state)
 {
     (void)state;
@@ -232,6 +252,18 @@ static void simulator(void **state)
     host_alloc_report(build.name, host_alloc_sweep(&build));
     assert_int_equal(sim_program_build(&pc.log, &bc.prog), COOP_OK);
     dtr_log_free(&pc.log);
+
+    /* the unlimited run that gives the peak: a failure is an error, not a
+     * peak of 0 (coop sim then printed oom rows for every budget) */
+    for (int m = 0; m < 2; m++) {
+        peak_ctx pk = {.prog = &bc.prog, .memory = m ? SIM_MEMORY_ARENA : SIM_MEMORY_IDEAL};
+        pk.want = sim_peak(pk.prog, pk.memory);
+        assert_true(pk.want > 0);
+        assert_string_equal(coop_last_error(), "");
+        operation peak = {m ? "sim_peak (arena)" : "sim_peak (ideal)", peak_run, nothing, NULL,
+                          &pk};
+        host_alloc_report(peak.name, host_alloc_sweep(&peak));
+    }
 
     static const struct {
         sim_policy policy;

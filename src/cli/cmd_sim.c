@@ -488,6 +488,12 @@ int cmd_sim(int argc, char **argv)
             continue;
         }
         uint64_t peak = sim_peak(&prog, mem_model);
+        if (!peak && coop_last_error()[0]) { /* out of host memory: no budget to take */
+            fprintf(stderr, "coop sim: %s: %s\n", argv[a], coop_last_error());
+            sim_program_free(&prog);
+            status = status > 1 ? status : 1;
+            continue;
+        }
         /* budget = ratio x peak, in whole bytes: a ratio in (0, 1] so small
          * that nothing is left is no budget at all; in the arena, neither is
          * one below a 512-byte block (the bisection's probes there are oom) */

@@ -68,7 +68,9 @@ typedef struct sim_outcome {
  * the pool's 512-byte granularity). For the arena it is still the ideal
  * (copy-on-write, V1) run's live bytes, with no placement: every policy and
  * both models get the same bytes, and an arena of that size already has
- * to evict where fragmentation leaves no hole (ratio 1 is not free). */
+ * to evict where fragmentation leaves no hole (ratio 1 is not free).
+ * 0 with coop_last_error() set when host memory runs out (the last error is
+ * cleared on success, so a log that allocates nothing reads 0 and ""). */
 uint64_t sim_peak(const sim_program *prog, sim_memory memory);
 
 /* The bytes a budget gives the memory model: ideal, the budget; arena, the

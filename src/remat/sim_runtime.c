@@ -622,12 +622,24 @@ uint64_t sim_baseline_peak(const sim_program *prog, uint64_t align)
     sim_runtime rt;
     sim_config cfg = {.policy = SIM_POLICY_LRU, .budget = UINT64_MAX, .remat_limit = UINT64_MAX};
     uint64_t peak = 0;
+    bool ran = false;
+    coop_clear_error();
     if (!runtime_init(&rt, prog, &cfg)) {
         rt.baseline = true;
         rt.align = align ? align : 1;
-        if (run(&rt) == SIM_OK)
+        if (run(&rt) == SIM_OK) {
             peak = rt.stats.peak_memory;
+            ran = true;
+        }
     }
+    /* a budget without limit fails only for want of host memory (see
+     * sim_execute); the caller tells it from a log that allocates nothing */
+    if (ran)
+        coop_clear_error(); /* a cache that could not grow on the way is no failure */
+    else
+        coop_set_error(COOP_ERR_HOST_NOMEM,
+                       "simulator: out of host memory in the unlimited run that gives the peak "
+                       "(budgets are ratios of it)");
     sim_stats_free(&rt.stats);
     runtime_free(&rt);
     return peak;

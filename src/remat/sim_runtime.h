@@ -174,7 +174,9 @@ typedef struct sim_runtime {
 sim_result sim_execute(const sim_program *prog, const sim_config *cfg, sim_stats *stats);
 
 /* The unlimited run's peak of resident bytes (simrd V1, budget infinite),
- * each storage's size rounded up to align bytes (1: as logged). */
+ * each storage's size rounded up to align bytes (1: as logged). 0 with
+ * coop_last_error() set when host memory runs out; a run that succeeds
+ * leaves the last error empty (a log that allocates nothing: 0 too). */
 uint64_t sim_baseline_peak(const sim_program *prog, uint64_t align);
 
 void sim_stats_free(sim_stats *s);
