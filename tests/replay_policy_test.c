@@ -577,6 +577,98 @@ static void expandable_random_calls_keep_the_invariants(void **unused)
     random_calls_keep_the_invariants(&replay_policy_torch_expandable);
 }
 
+/* Every placement policy (coop, coop-segments, torch, torch-expandable,
+ * jemalloc, ideal) under random mallocs and frees on two streams, sizes
+ * log-uniform from 256 B to 64 MiB, in 256 MiB, so that both outcomes
+ * happen: malloc places a block (non-zero address) or reports out of memory,
+ * nothing else; live blocks never overlap over their requested bytes;
+ * reserved bytes stay within the capacity and never pass the bytes ever
+ * mapped; active bytes cover the live requested bytes; the largest free block
+ * fits in the free bytes; the policy's own check passes where it has one.
+ * Where free blocks tile the reservation (both torch emulations, jemalloc's
+ * committed ranges, ideal's nothing), reserved == active + free, and ideal's
+ * active bytes are the live requested bytes. With every block freed no active
+ * byte is left. (coop's free bytes include unmapped address space: only the
+ * common checks apply to it.) */
+#define ALL_LIVE 64
+
+static void every_policy_keeps_its_accounting(void **unused)
+{
+    (void)unused;
+    size_t count;
+    const replay_policy_ops *const *all = replay_policy_all(&count);
+    const uint64_t capacity = 256 * MiB;
+    for (size_t k = 0; k < count; k++) {
+        const replay_policy_ops *ops = all[k];
+        bool tiles = ops == &replay_policy_torch || ops == &replay_policy_torch_expandable ||
+                     ops == &replay_policy_jemalloc || ops == &replay_policy_ideal;
+        uint64_t rng = test_seed("replay_policy_test", 0x5eed) | 1;
+        driven d = start(ops, capacity);
+        struct {
+            uintptr_t addr;
+            uint64_t size;
+        } live[ALL_LIVE] = {{0}};
+        uint64_t live_bytes = 0, ooms = 0, placed = 0;
+        for (int step = 0; step < 4000; step++) {
+            size_t i = test_xorshift64(&rng) % ALL_LIVE;
+            if (live[i].addr) {
+                if (d.ops->free(d.state, live[i].addr, live[i].size) != COOP_OK)
+                    fail_msg("%s step %d: free refused: %s", ops->name, step, coop_last_error());
+                live_bytes -= live[i].size;
+                live[i].addr = 0;
+            } else {
+                double u = (double)(test_xorshift64(&rng) >> 11) / 9007199254740992.0;
+                uint64_t size = (uint64_t)(256.0 * __builtin_exp2(u * 18.0));
+                uint64_t stream = test_xorshift64(&rng) % 2;
+                uintptr_t addr = 0;
+                coop_status st = d.ops->malloc(d.state, size, stream, &addr);
+                if (st == COOP_ERR_NOMEM) {
+                    ooms++;
+                } else {
+                    if (st != COOP_OK || !addr)
+                        fail_msg("%s step %d: malloc returned %d, address %#llx: %s", ops->name,
+                                 step, (int)st, (unsigned long long)addr, coop_last_error());
+                    for (size_t j = 0; j < ALL_LIVE; j++)
+                        if (live[j].addr &&
+                            !(addr + size <= live[j].addr || live[j].addr + live[j].size <= addr))
+                            fail_msg("%s step %d: overlapping live blocks", ops->name, step);
+                    live[i].addr = addr;
+                    live[i].size = size;
+                    live_bytes += size;
+                    placed++;
+                }
+            }
+            replay_policy_stats s = stats_of(&d);
+            if (s.reserved_bytes > capacity || s.reserved_bytes > s.map_bytes ||
+                s.active_bytes < live_bytes ||
+                (s.has_free_blocks && s.largest_free > s.free_bytes) ||
+                (tiles &&
+                 (!s.has_free_blocks || s.reserved_bytes != s.active_bytes + s.free_bytes)) ||
+                (ops == &replay_policy_ideal && s.active_bytes != live_bytes))
+                fail_msg("%s step %d: reserved %llu (mapped %llu), active %llu for %llu live, "
+                         "free %llu, largest %llu",
+                         ops->name, step, (unsigned long long)s.reserved_bytes,
+                         (unsigned long long)s.map_bytes, (unsigned long long)s.active_bytes,
+                         (unsigned long long)live_bytes, (unsigned long long)s.free_bytes,
+                         (unsigned long long)s.largest_free);
+            if (d.ops->check && d.ops->check(d.state) != COOP_OK)
+                fail_msg("%s step %d: %s", ops->name, step, coop_last_error());
+        }
+        if (!ooms || !placed)
+            fail_msg("%s: %llu placed, %llu out of memory: both must happen", ops->name,
+                     (unsigned long long)placed, (unsigned long long)ooms);
+        for (size_t i = 0; i < ALL_LIVE; i++)
+            if (live[i].addr)
+                assert_int_equal(d.ops->free(d.state, live[i].addr, live[i].size), COOP_OK);
+        replay_policy_stats s = stats_of(&d);
+        if (s.active_bytes || (tiles && s.free_bytes != s.reserved_bytes))
+            fail_msg("%s: all freed, yet %llu active and %llu free of %llu reserved", ops->name,
+                     (unsigned long long)s.active_bytes, (unsigned long long)s.free_bytes,
+                     (unsigned long long)s.reserved_bytes);
+        d.ops->destroy(d.state);
+    }
+}
+
 /* ---- coop ---- */
 
 /* A snapshot's stream -1 (all ones, the pool's own "any stream" tag) is
@@ -677,6 +769,51 @@ static void bisection_finds_the_threshold(void **unused)
     /* an upper bound that does not fit is an error */
     assert_int_equal(replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, 1, 10 * MiB, &cap, &at),
                      COOP_ERR_NOMEM);
+    replay_prepared_free(&p);
+    built_free(&b);
+}
+
+/* Feasibility is not monotone in the capacity, so the bisection's answer is
+ * a capacity that runs, with the one 0.1% below it failing, and not always
+ * the smallest that runs. Under torch-expandable this trace runs in 140 and
+ * 142 MiB, fails from 144 to 158 MiB and runs again from 160 MiB: the range
+ * is 9/8 of the capacity (160 MiB of address space at 140 MiB, 180 MiB at
+ * 144), so at 144 MiB the free block at the range's end can grow further,
+ * best fit passes it over for the freed 53 MiB block at the start, and the
+ * last request finds no room even after free pages are unmapped; at 140 MiB
+ * the 2 MiB request takes the end block instead and the last request gets
+ * a fresh range. Both are PyTorch's rules on a device of that size. The
+ * bisection, from the peak of live bytes to the peak reserved at 80 GiB,
+ * answers 160 MiB. */
+static void expandable_feasibility_is_not_monotone(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 881385);
+    alloc_ev(&b, 1, 53409560);
+    alloc_ev(&b, 2, 3791692);
+    free_ev(&b, 1, 53409560);
+    alloc_ev(&b, 3, 61394611);
+    free_ev(&b, 0, 881385);
+    alloc_ev(&b, 4, 2023503);
+    alloc_ev(&b, 5, 53911888);
+    const replay_policy_ops *ops = &replay_policy_torch_expandable;
+    assert_false(run(&b, ops, 140 * MiB).oom);
+    assert_false(run(&b, ops, 142 * MiB).oom);
+    for (uint64_t c = 144; c < 160; c += 2)
+        assert_true(run(&b, ops, c * MiB).oom);
+    assert_false(run(&b, ops, 160 * MiB).oom);
+    replay_run main_run = run(&b, ops, 80 * GiB);
+    assert_int_equal(main_run.peak_reserved, 182 * MiB);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    uint64_t cap;
+    replay_run at;
+    assert_int_equal(
+        replay_min_capacity(&p, ops, 2 * MiB, p.peak_live, main_run.peak_reserved, &cap, &at),
+        COOP_OK);
+    assert_false(at.oom);
+    assert_true(cap >= 160 * MiB && cap <= 160 * MiB + 160 * MiB / 1000);
     replay_prepared_free(&p);
     built_free(&b);
 }
@@ -908,11 +1045,13 @@ int main(void)
         cmocka_unit_test(expandable_ranges_are_per_stream),
         cmocka_unit_test(expandable_random_calls_keep_the_invariants),
         cmocka_unit_test(expandable_refuses_what_no_range_holds),
+        cmocka_unit_test(every_policy_keeps_its_accounting),
         cmocka_unit_test(coop_takes_the_all_ones_stream),
         cmocka_unit_test(coop_maps_whole_pages),
         cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),
         cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),
         cmocka_unit_test(bisection_finds_the_threshold),
+        cmocka_unit_test(expandable_feasibility_is_not_monotone),
         cmocka_unit_test(frag_mean_counts_the_last_interval),
         cmocka_unit_test(frag_mean_weights_each_sample_by_its_interval),
         cmocka_unit_test(timed_run_reads_no_statistics),

@@ -86,8 +86,12 @@ coop_status replay_run_trace(const replay_prepared *p, const replay_policy_ops *
 
 /* The smallest capacity in [lo, hi] at which the trace runs without OOM,
  * to within 0.1% (bisection; every probe is a fresh replay through the
- * policy's own retry path). hi must pass (COOP_ERR_NOMEM otherwise). The run
- * at the capacity found is returned in *at_min (its map_bytes are the bytes
+ * policy's own retry path). The answer always runs, and one less than 0.1%
+ * below it fails (unless the answer is lo); but feasibility need not be
+ * monotone (releases on OOM and capacity-sized ranges change later
+ * placements), so a smaller capacity may run too (tests/replay_policy_test.c:
+ * expandable_feasibility_is_not_monotone). hi must pass (COOP_ERR_NOMEM
+ * otherwise). The run at the capacity found is returned in *at_min (its map_bytes are the bytes
  * mapped at the minimum capacity). */
 coop_status replay_min_capacity(const replay_prepared *p, const replay_policy_ops *ops,
                                 uint64_t page, uint64_t lo, uint64_t hi, uint64_t *min_capacity,
