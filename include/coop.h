@@ -721,8 +721,9 @@ void coop_torch_clear_history(void);
 /* One recorded event (torch's device_traces entry). */
 typedef enum coop_torch_action {
     COOP_TORCH_ALLOC = 0,
-    COOP_TORCH_FREE_REQUESTED = 1,
-    COOP_TORCH_FREE_COMPLETED = 2,
+    COOP_TORCH_FREE_REQUESTED = 1, /* at the free */
+    COOP_TORCH_FREE_COMPLETED = 2, /* reusable: at the free, or once the other
+                                    * streams a block was used on are done */
     COOP_TORCH_OOM = 3
 } coop_torch_action;
 

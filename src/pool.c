@@ -611,6 +611,11 @@ COOP_HOT coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **
     return free_locked(pool, ptr, merged, false);
 }
 
+coop_status pool_free_user_locked(coop_pool *pool, void *ptr, arena_block **merged)
+{
+    return free_locked(pool, ptr, merged, true);
+}
+
 COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
 {
     if (!pool)

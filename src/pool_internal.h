@@ -26,6 +26,11 @@
 #include "pool_lock.h"
 #include "status.h"
 
+/* A pending block at addr (requested bytes asked for, allocated on stream)
+ * has become reusable: its other streams' events completed. */
+typedef void (*pool_pending_release_fn)(void *ctx, uintptr_t addr, uint64_t requested,
+                                        coop_stream stream);
+
 /* Streams a block was used on besides its own (coop_record_stream), and,
  * once freed, the events recorded on them; the block is PENDING until all
  * complete. Allocated from the metadata heap only for such blocks.
@@ -92,6 +97,10 @@ struct coop_pool {
     size_t num_unqueued;
     coop_stat allocation, active, allocated_bytes, active_bytes, requested_bytes;
     uint64_t num_alloc_retries, num_ooms;
+    /* called under the lock when a pending block becomes reusable, before
+     * it joins the free space (pool_set_pending_release_hook); NULL: none */
+    pool_pending_release_fn pending_released;
+    void *pending_released_ctx;
 };
 
 /* A pool created single_thread is serialized by its caller: the two atomic
@@ -119,6 +128,9 @@ void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsig
 /* merged (may be NULL) receives the free block now covering ptr's range, or
  * NULL when the block went pending. */
 coop_status pool_free_locked(coop_pool *pool, void *ptr, arena_block **merged);
+/* pool_free_locked as coop_free checks it: a rematerialized tensor's block
+ * is refused (COOP_ERR_INVALID) rather than freed under its tensor. */
+coop_status pool_free_user_locked(coop_pool *pool, void *ptr, arena_block **merged);
 coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintptr_t addr,
                                  size_t size, coop_stream stream, arena_block **out);
 /* pool_streams.c. Makes the freed block of u pending: records an event on
@@ -126,6 +138,15 @@ coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintp
  * cannot be recorded or queued now holds NO_EVENT until the next
  * processing). */
 void pool_pending_add(coop_pool *pool, block_uses *u);
+/* Sets the hook told of every pending block that becomes reusable (the
+ * PyTorch layer's history records torch's free_completed then, as torch
+ * does, rather than at the free). Set once, before the pool is shared. */
+static inline void pool_set_pending_release_hook(coop_pool *pool, pool_pending_release_fn fn,
+                                                 void *ctx)
+{
+    pool->pending_released = fn;
+    pool->pending_released_ctx = ctx;
+}
 /* Completes pending frees whose events are done: O(streams + completed). */
 void pool_process_pending_locked(coop_pool *pool);
 /* Frees the queues (pool destruction; the events are the blocks'). */

@@ -127,6 +127,8 @@ static void release_pending(coop_pool *pool, block_uses *u)
 {
     arena_block *b = u->block;
     coop_stream tag = u->release_any ? COOP_STREAM_ANY : b->stream;
+    if (pool->pending_released)
+        pool->pending_released(pool->pending_released_ctx, b->addr, b->requested, b->stream);
     pending_unlink(pool, u);
     for (size_t i = 0; i < u->num_streams; i++)
         pool->backend->ops->event_destroy(pool->backend, u->events[i]);

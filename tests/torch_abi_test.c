@@ -194,6 +194,71 @@ static void test_snapshot_walks_blocks(void **state)
     coop_torch_free(b, 5000, 1, STREAM(0));
 }
 
+/* The last event of device's history: its action, address and size. */
+static coop_torch_event last_event(int device)
+{
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(device, &snap), COOP_OK);
+    assert_true(snap->num_events > 0);
+    coop_torch_event e = snap->events[snap->num_events - 1];
+    coop_torch_snapshot_free(snap);
+    return e;
+}
+
+/* A block another stream still uses is freed: torch records free_requested
+ * at the free and free_completed only once the stream's work is done (its
+ * process_events), which is when the block is reusable; coop recorded both
+ * at the free, so a snapshot could show a block pending whose trace said
+ * completed. */
+static void test_free_completed_waits_for_the_other_stream(void **state)
+{
+    (void)state;
+    coop_torch_record_history(100);
+    void *p = coop_torch_malloc(6000, 3, STREAM(1));
+    assert_non_null(p);
+    coop_pool *pool = coop_torch_pool(3);
+    assert_int_equal(coop_host_hold_stream(pool, 7, true), COOP_OK);
+    coop_torch_record_stream(p, STREAM(7));
+    coop_torch_free(p, 6000, 3, STREAM(1));
+    coop_torch_event e = last_event(3);
+    assert_int_equal(e.action, COOP_TORCH_FREE_REQUESTED);
+    assert_int_equal(e.address, (uintptr_t)p);
+    /* other calls while stream 7 is busy complete nothing */
+    coop_torch_free(coop_torch_malloc(512, 3, STREAM(1)), 512, 3, STREAM(1));
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(3, &snap), COOP_OK);
+    for (size_t i = 0; i < snap->num_events; i++)
+        assert_false(snap->events[i].action == COOP_TORCH_FREE_COMPLETED &&
+                     snap->events[i].address == (uintptr_t)p);
+    coop_torch_snapshot_free(snap);
+    /* the stream finishes; the next call processes the pending free */
+    assert_int_equal(coop_host_hold_stream(pool, 7, false), COOP_OK);
+    void *q = coop_torch_malloc(512, 3, STREAM(1));
+    assert_int_equal(coop_torch_snapshot_take(3, &snap), COOP_OK);
+    size_t completed = 0, requested_at = SIZE_MAX;
+    for (size_t i = 0; i < snap->num_events; i++) {
+        const coop_torch_event *x = &snap->events[i];
+        if (x->address != (uintptr_t)p)
+            continue;
+        if (x->action == COOP_TORCH_FREE_REQUESTED)
+            requested_at = i;
+        if (x->action == COOP_TORCH_FREE_COMPLETED) {
+            completed++;
+            assert_true(i > requested_at);
+            assert_int_equal(x->size, 6000); /* the size asked for, as torch has it */
+            assert_int_equal(x->stream, 1);  /* the allocation's stream */
+            assert_int_equal(x->device, 3);
+        }
+    }
+    assert_int_equal(completed, 1);
+    coop_torch_snapshot_free(snap);
+    coop_torch_free(q, 512, 3, STREAM(1));
+    e = last_event(3); /* a free no other stream used completes at once */
+    assert_int_equal(e.action, COOP_TORCH_FREE_COMPLETED);
+    assert_int_equal(e.address, (uintptr_t)q);
+    coop_torch_record_history(0);
+}
+
 static void test_hooks_and_misuse(void **state)
 {
     (void)state;
@@ -293,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_pools_per_device),
         cmocka_unit_test(test_history_ring_keeps_the_last_events),
         cmocka_unit_test(test_snapshot_walks_blocks),
+        cmocka_unit_test(test_free_completed_waits_for_the_other_stream),
         cmocka_unit_test(test_hooks_and_misuse),
         cmocka_unit_test(test_eight_threads),
     };

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool_internal.h"
 #include "status.h"
 #include "torch/alloc_conf.h"
 #include "torch/torch_abi.h"
@@ -247,6 +248,14 @@ static void history_record(int device, coop_torch_action action, uintptr_t addre
         report(COOP_ERR_HOST_NOMEM);
 }
 
+/* A block freed while other streams used it became reusable: torch records
+ * free_completed then (its process_events), not at the free. ctx: the
+ * device, as an integer. */
+static void pending_released(void *ctx, uintptr_t addr, uint64_t requested, coop_stream stream)
+{
+    history_record((int)(intptr_t)ctx, COOP_TORCH_FREE_COMPLETED, addr, requested, (void *)stream);
+}
+
 /* ------------------------------------------------------------------------
  * Pools
  * ---------------------------------------------------------------------- */
@@ -288,6 +297,7 @@ static coop_status create_pool_locked(int device, coop_pool **out)
     st = coop_pool_create(&config, &pool);
     if (st != COOP_OK)
         return st;
+    pool_set_pending_release_hook(pool, pending_released, (void *)(intptr_t)device);
     coop_config resolved;
     coop_pool_config(pool, &resolved);
     s->full_capacity = resolved.capacity;
@@ -472,11 +482,19 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
     bool ordered = torch_history_on(&s->history);
     if (ordered)
         pthread_mutex_lock(&s->order_lock);
-    coop_status st = coop_free(pool, ptr);
+    /* coop_free under the pool's lock, so that a block that goes pending
+     * has its free_requested recorded before any thread can complete it
+     * (pending_released records that, as torch's process_events does) */
+    pool_lock(pool);
+    arena_block *merged = NULL;
+    coop_status st = pool_free_user_locked(pool, ptr, &merged);
     if (st == COOP_OK) {
         history_record(device, COOP_TORCH_FREE_REQUESTED, (uintptr_t)ptr, size, stream);
-        history_record(device, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, size, stream);
+        if (merged) /* reusable at once: no other stream used it */
+            history_record(device, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, size, stream);
     }
+    pool_after_op_locked(pool, "free");
+    pool_unlock(pool);
     if (ordered)
         pthread_mutex_unlock(&s->order_lock);
     if (st != COOP_OK) {
