@@ -463,6 +463,121 @@ static void test_check_detects_corruption(void **state)
     close_arena();
 }
 
+/* Breaks one invariant, expects the checker to name it, then repairs it and
+ * expects the arena sound again (so each case starts from a sound arena). */
+#define EXPECT_CAUGHT(what, breaking, repairing)                                                   \
+    do {                                                                                           \
+        breaking;                                                                                  \
+        assert_check_fails_with(what);                                                             \
+        repairing;                                                                                 \
+        check();                                                                                   \
+    } while (0)
+
+/* Every check of arena_check on a VMM arena, one at a time: each corruption
+ * is one that only the named check can see. */
+static void test_check_detects_each_corruption_vmm(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *x = alloc(4 * KiB, 5, false);
+    arena_block *y = alloc(4 * KiB, 0, false);
+    arena_block *g = alloc(4 * KiB, 0, false);
+    release(y, 0);
+    arena_segment *s = F.a.first_segment;
+    const uint64_t page = F.a.params.page_size;
+    EXPECT_CAUGHT("not a positive multiple of 512", x->size += 1, x->size -= 1);
+    EXPECT_CAUGHT("ends beyond the segment's top", g->size += 512, g->size -= 512);
+    const uint64_t top = s->top;
+    EXPECT_CAUGHT("beyond its", s->top = s->reserved + 512, s->top = top);
+    EXPECT_CAUGHT("blocks end at", s->top += 512, s->top -= 512);
+    EXPECT_CAUGHT("broken prev or segment link", y->prev = NULL, y->prev = x);
+    EXPECT_CAUGHT("last block link is stale", s->last = y, s->last = g);
+    EXPECT_CAUGHT("has an unknown state", block_set_state(x, 3),
+                  block_set_state(x, COOP_BLOCK_ALLOCATED));
+    EXPECT_CAUGHT("in use has no stream", x->stream = COOP_STREAM_ANY, x->stream = 5);
+    EXPECT_CAUGHT("in use is counted as inactive split", block_set_counted(x, true),
+                  block_set_counted(x, false));
+    EXPECT_CAUGHT("inactive-split accounting is stale", block_set_counted(y, false),
+                  block_set_counted(y, true));
+    /* the address map: a block in use missing, a free block present, an
+     * address that is no block's start present */
+    EXPECT_CAUGHT("(in use) is missing from the address map", addr_map_remove(&F.a.map, x->addr),
+                  addr_map_insert(&F.a.map, x->addr, x));
+    assert_int_equal(addr_map_reserve(&F.a.map, 1), COOP_OK);
+    EXPECT_CAUGHT("(free) is in the address map", addr_map_insert(&F.a.map, y->addr, y),
+                  addr_map_remove(&F.a.map, y->addr));
+    EXPECT_CAUGHT("address map holds", addr_map_insert(&F.a.map, g->addr + 4 * KiB, g),
+                  addr_map_remove(&F.a.map, g->addr + 4 * KiB));
+    EXPECT_CAUGHT("address map holds", F.a.counters.num_blocks++, F.a.counters.num_blocks--);
+    /* the free index: a free block missing, a node that is no free block present */
+    EXPECT_CAUGHT("is not in the free index under its key",
+                  free_index_remove(&F.a.index, &y->index_node),
+                  free_index_insert(&F.a.index, &y->index_node, y->size, y->addr, 0));
+    free_index_node stray;
+    EXPECT_CAUGHT("free index holds", free_index_insert(&F.a.index, &stray, 512, 0x200, 0),
+                  free_index_remove(&F.a.index, &stray));
+    /* pages and bytes */
+    EXPECT_CAUGHT("pages mapped, counted as", s->pages.num_mapped++, s->pages.num_mapped--);
+    EXPECT_CAUGHT("reserved bytes: walk finds", F.a.reserved += page, F.a.reserved -= page);
+    EXPECT_CAUGHT("reserved bytes: walk finds",
+                  F.a.counters.reserved_bytes.current += (int64_t)page,
+                  F.a.counters.reserved_bytes.current -= (int64_t)page);
+    uint64_t capacity = F.a.params.capacity;
+    EXPECT_CAUGHT("exceed the capacity", F.a.params.capacity = F.a.reserved - page,
+                  F.a.params.capacity = capacity);
+    EXPECT_CAUGHT("segments: walk finds", F.a.counters.segment.current++,
+                  F.a.counters.segment.current--);
+    EXPECT_CAUGHT("last link or count is stale", F.a.num_segments++, F.a.num_segments--);
+    EXPECT_CAUGHT("inactive split: walk finds", F.a.counters.inactive_split.current++,
+                  F.a.counters.inactive_split.current--);
+    EXPECT_CAUGHT("inactive split: walk finds", F.a.counters.inactive_split_bytes.current += 512,
+                  F.a.counters.inactive_split_bytes.current -= 512);
+    /* x freed tagged 5 next to y tagged 0: adjacent free blocks that are not
+     * mergeable are allowed; retagging x 0 makes them mergeable */
+    release(x, 5);
+    assert_int_equal(x->state, COOP_BLOCK_FREE);
+    assert_ptr_equal(x->next, y);
+    EXPECT_CAUGHT(
+        "are adjacent and mergeable",
+        (free_index_remove(&F.a.index, &x->index_node),
+         free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 0), x->stream = 0),
+        (free_index_remove(&F.a.index, &x->index_node),
+         free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 5), x->stream = 5));
+    release(g, 0);
+    close_arena();
+}
+
+/* The segment-list checks, on an arena of two fixed segments (no VMM). */
+static void test_check_detects_each_corruption_segments(void **state)
+{
+    (void)state;
+    open_arena(false, 4 * MiB, 0, 512);
+    arena_block *x = alloc(1 * MiB, 0, false);
+    arena_block *y = alloc(1 * MiB, 0, false);
+    arena_segment *s1 = F.a.first_segment, *s2 = s1->next;
+    assert_non_null(s2);
+    assert_ptr_equal(F.a.last_segment, s2);
+    EXPECT_CAUGHT("broken prev link", s2->prev = NULL, s2->prev = s1);
+    EXPECT_CAUGHT("not wholly tiled", s2->reserved += 512, s2->reserved -= 512);
+    /* listed out of address order */
+    EXPECT_CAUGHT("overlap or are out of order",
+                  (F.a.first_segment = s2, s2->prev = NULL, s2->next = s1, s1->prev = s2,
+                   s1->next = NULL, F.a.last_segment = s1),
+                  (F.a.first_segment = s1, s1->prev = NULL, s1->next = s2, s2->prev = s1,
+                   s2->next = NULL, F.a.last_segment = s2));
+    /* a segment's base maps to the other segment */
+    size_t slot = addr_map_find_slot(&F.a.seg_starts, s2->base);
+    assert_int_not_equal(slot, SIZE_MAX);
+    EXPECT_CAUGHT("broken prev or segment link", F.a.seg_starts.slots[slot].value = s1,
+                  F.a.seg_starts.slots[slot].value = s2);
+    assert_int_equal(addr_map_reserve(&F.a.seg_ends, 1), COOP_OK);
+    EXPECT_CAUGHT("segment maps hold", addr_map_insert(&F.a.seg_ends, 0x1000, s1),
+                  addr_map_remove(&F.a.seg_ends, 0x1000));
+    release(x, 0);
+    release(y, 0);
+    close_arena();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -480,6 +595,8 @@ int main(void)
         cmocka_unit_test(test_segment_of_its_own_from_half_a_segment),
         cmocka_unit_test(test_one_segment_of_the_whole_capacity_stays_whole),
         cmocka_unit_test(test_check_detects_corruption),
+        cmocka_unit_test(test_check_detects_each_corruption_vmm),
+        cmocka_unit_test(test_check_detects_each_corruption_segments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
