@@ -1350,6 +1350,88 @@ static void test_no_metadata_leak(void **state)
     assert_int_equal(meta_leaked_allocations(), 0);
 }
 
+/* coop_pool_check fails and its message names the invariant. */
+static void assert_pool_check_fails_with(coop_pool *p, const char *what)
+{
+    if (coop_pool_check(p) != COOP_ERR_CORRUPT)
+        fail_msg("coop_pool_check passed a broken pool (expected '%s')", what);
+    if (!strstr(coop_last_error(), what))
+        fail_msg("coop_pool_check: '%s' does not say '%s'", coop_last_error(), what);
+}
+
+/* Breaks one invariant, expects the checker to name it, repairs it and
+ * expects the pool sound again. */
+#define EXPECT_CAUGHT(p, what, breaking, repairing)                                                \
+    do {                                                                                           \
+        breaking;                                                                                  \
+        assert_pool_check_fails_with(p, what);                                                     \
+        repairing;                                                                                 \
+        assert_int_equal(coop_pool_check(p), COOP_OK);                                             \
+    } while (0)
+
+/* The pool's own checks (beyond arena_check's, see tests/arena_test.c), one
+ * at a time: each corruption is one that only the named check can see. */
+static void test_check_detects_each_corruption(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    arena *a = pool_arena(p);
+    void *pa = coop_malloc(p, 8192, 1, 0, NULL), *pb = coop_malloc(p, 8192, 1, 0, NULL);
+    void *used = coop_malloc(p, 8192, 1, 0, NULL), *plain = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_non_null(plain);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+    assert_int_equal(coop_record_stream(p, pa, 7), COOP_OK);
+    assert_int_equal(coop_record_stream(p, pb, 7), COOP_OK);
+    assert_int_equal(coop_record_stream(p, used, 7), COOP_OK);
+    assert_int_equal(coop_free(p, pa), COOP_OK);
+    assert_int_equal(coop_free(p, pb), COOP_OK);
+    arena_block *ba = arena_lookup(a, (uintptr_t)pa), *bb = arena_lookup(a, (uintptr_t)pb);
+    arena_block *bu = arena_lookup(a, (uintptr_t)used), *bp = arena_lookup(a, (uintptr_t)plain);
+    assert_int_equal(ba->state, COOP_BLOCK_PENDING);
+    assert_int_equal(bb->state, COOP_BLOCK_PENDING);
+    assert_int_equal(p->num_pending, 2);
+    assert_int_equal(p->num_queues, 1);
+    pending_queue *q = &p->queues[0];
+    assert_int_equal(q->len, 2);
+    block_uses *ua = ba->uses, *uu = bu->uses;
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+
+    /* blocks in use */
+    EXPECT_CAUGHT(p, "stream uses are stale", uu->block = bp, uu->block = bu);
+    EXPECT_CAUGHT(p, "stream uses are stale", uu->num_streams = 0, uu->num_streams = 1);
+    EXPECT_CAUGHT(p, "pending block", ua->events = NULL, ua->events = ua->slots);
+    EXPECT_CAUGHT(p, "allocated block", uu->events = uu->slots, uu->events = NULL);
+    EXPECT_CAUGHT(p, "requested 0 of", bp->requested = 0, bp->requested = 8192);
+    EXPECT_CAUGHT(p, "requested 8704 of", bp->requested = 8704, bp->requested = 8192);
+    /* pending frees and their stream queues */
+    block_uses *head = p->pending;
+    EXPECT_CAUGHT(p, "pending list entry", head->pending_next->pending_prev = NULL,
+                  head->pending_next->pending_prev = head);
+    EXPECT_CAUGHT(p, "waits for 2 of 1 events", ua->undone = 2, ua->undone = 1);
+    size_t len = q->len;
+    EXPECT_CAUGHT(p, "a stream queue overflows", q->len = q->cap - q->head + 1, q->len = len);
+    EXPECT_CAUGHT(p, "queue holds a stale event", q->refs[q->head].slot = 1,
+                  q->refs[q->head].slot = 0);
+    EXPECT_CAUGHT(p, "pending events:", p->num_unqueued++, p->num_unqueued--);
+    EXPECT_CAUGHT(p, "pending blocks,", p->num_pending++, p->num_pending--);
+    /* statistics */
+    EXPECT_CAUGHT(p, "coop_pool_check: walk finds", p->allocation.current++,
+                  p->allocation.current--);
+    EXPECT_CAUGHT(p, "coop_pool_check: walk finds", p->allocated_bytes.current++,
+                  p->allocated_bytes.current--);
+    EXPECT_CAUGHT(p, "coop_pool_check: walk finds", p->active.current++, p->active.current--);
+    EXPECT_CAUGHT(p, "coop_pool_check: walk finds", p->active_bytes.current++,
+                  p->active_bytes.current--);
+    EXPECT_CAUGHT(p, "coop_pool_check: walk finds", p->requested_bytes.current++,
+                  p->requested_bytes.current--);
+    EXPECT_CAUGHT(p, "capacity out of sync", p->config.capacity++, p->config.capacity--);
+
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    coop_free(p, used);
+    coop_free(p, plain);
+    coop_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1392,6 +1474,7 @@ int main(void)
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_single_thread),
         cmocka_unit_test(test_no_metadata_leak),
+        cmocka_unit_test(test_check_detects_each_corruption),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
