@@ -513,6 +513,7 @@ static void test_check_detects_each_corruption_vmm(void **state)
     EXPECT_CAUGHT("is not in the free index under its key",
                   free_index_remove(&F.a.index, &y->index_node),
                   free_index_insert(&F.a.index, &y->index_node, y->size, y->addr, 0));
+    EXPECT_CAUGHT("free index: total count differs", F.a.index.count++, F.a.index.count--);
     free_index_node stray;
     EXPECT_CAUGHT("free index holds", free_index_insert(&F.a.index, &stray, 512, 0x200, 0),
                   free_index_remove(&F.a.index, &stray));

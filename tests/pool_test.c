@@ -1396,6 +1396,9 @@ static void test_check_detects_each_corruption(void **state)
     block_uses *ua = ba->uses, *uu = bu->uses;
     assert_int_equal(coop_pool_check(p), COOP_OK);
 
+    /* the arena's invariants are the pool's */
+    EXPECT_CAUGHT(p, "coop_pool_check: free bytes: walk finds", a->counters.free_bytes++,
+                  a->counters.free_bytes--);
     /* blocks in use */
     EXPECT_CAUGHT(p, "stream uses are stale", uu->block = bp, uu->block = bu);
     EXPECT_CAUGHT(p, "stream uses are stale", uu->num_streams = 0, uu->num_streams = 1);
