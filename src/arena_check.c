@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "arena.h"
+#include "stat.h"
 
 static bool fail(char *msg, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -168,6 +169,15 @@ bool arena_check(const arena *a, char *msg, size_t len)
     if (blocks != a->counters.num_blocks || blocks - free_blocks != a->map.count)
         return fail(msg, len, "address map holds %zu entries, the walk finds %zu blocks in use",
                     a->map.count, blocks - free_blocks);
+    const coop_stat *stats[] = {&a->counters.segment, &a->counters.reserved_bytes,
+                                &a->counters.inactive_split, &a->counters.inactive_split_bytes};
+    static const char *const names[] = {"segment", "reserved_bytes", "inactive_split",
+                                        "inactive_split_bytes"};
+    for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++)
+        if (!stat_sound(stats[i]))
+            return fail(msg, len, "counter %s: current %lld, peak %lld, added %lld, removed %lld",
+                        names[i], (long long)stats[i]->current, (long long)stats[i]->peak,
+                        (long long)stats[i]->allocated, (long long)stats[i]->freed);
     size_t seg_keys = a->params.vmm ? 0 : a->num_segments;
     if (a->seg_starts.count != seg_keys || a->seg_ends.count != seg_keys)
         return fail(msg, len, "segment maps hold %zu / %zu entries for %zu segments",

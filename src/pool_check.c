@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "pool_internal.h"
+#include "stat.h"
 #include "status.h"
 
 coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
@@ -66,16 +67,18 @@ coop_status pool_check_locked(coop_pool *pool)
             }
             active++;
             active_bytes += (int64_t)b->size;
-            if (b->uses && (b->uses->block != b || b->uses->num_streams == 0))
+            if (b->uses && (b->uses->block != b || b->uses->num_streams == 0 ||
+                            b->uses->num_streams > b->uses->cap_streams))
                 return coop_set_error(COOP_ERR_CORRUPT,
                                       "coop_pool_check: block %#lx: stream uses are stale",
                                       (unsigned long)b->addr);
             if (b->state == COOP_BLOCK_PENDING) {
                 pending++;
-                if (!b->uses || !b->uses->events)
-                    return coop_set_error(COOP_ERR_CORRUPT,
-                                          "coop_pool_check: pending block %#lx has no events",
-                                          (unsigned long)b->addr);
+                if (!b->uses || !b->uses->events || b->uses->events != b->uses->slots)
+                    return coop_set_error(
+                        COOP_ERR_CORRUPT,
+                        "coop_pool_check: pending block %#lx has no events in its slots",
+                        (unsigned long)b->addr);
                 continue;
             }
             if (b->uses && b->uses->events)
@@ -92,9 +95,9 @@ coop_status pool_check_locked(coop_pool *pool)
             requested += (int64_t)b->requested;
         }
     size_t listed = 0, unrecorded = 0, undone = 0;
-    for (const block_uses *u = pool->pending; u; u = u->pending_next, listed++) {
-        if (u->block->state != COOP_BLOCK_PENDING || u->block->uses != u ||
-            (u->pending_next && u->pending_next->pending_prev != u))
+    const block_uses *prev = NULL;
+    for (const block_uses *u = pool->pending; u; prev = u, u = u->pending_next, listed++) {
+        if (u->block->state != COOP_BLOCK_PENDING || u->block->uses != u || u->pending_prev != prev)
             return coop_set_error(COOP_ERR_CORRUPT,
                                   "coop_pool_check: pending list entry %#lx is stale",
                                   (unsigned long)u->block->addr);
@@ -144,6 +147,17 @@ coop_status pool_check_locked(coop_pool *pool)
             (long long)active, (long long)active_bytes, (long long)pool->allocation.current,
             (long long)pool->allocated_bytes.current, (long long)pool->requested_bytes.current,
             (long long)pool->active.current, (long long)pool->active_bytes.current);
+    const coop_stat *stats[] = {&pool->allocation, &pool->active, &pool->allocated_bytes,
+                                &pool->active_bytes, &pool->requested_bytes};
+    static const char *const names[] = {"allocation", "active", "allocated_bytes", "active_bytes",
+                                        "requested_bytes"};
+    for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++)
+        if (!stat_sound(stats[i]))
+            return coop_set_error(COOP_ERR_CORRUPT,
+                                  "coop_pool_check: counter %s: current %lld, peak %lld, "
+                                  "added %lld, removed %lld",
+                                  names[i], (long long)stats[i]->current, (long long)stats[i]->peak,
+                                  (long long)stats[i]->allocated, (long long)stats[i]->freed);
     if (largest != arena_largest_free(a))
         return coop_set_error(
             COOP_ERR_CORRUPT, "coop_pool_check: largest free block %llu, the index says %llu",

@@ -22,4 +22,11 @@ static inline void stat_reset_peak(coop_stat *s)
     s->peak = s->current;
 }
 
+/* What stat_add and stat_reset_peak keep (checker): the current value is
+ * what was added less what was removed, and the peak is at least it. */
+static inline bool stat_sound(const coop_stat *s)
+{
+    return s->peak >= s->current && s->current == s->allocated - s->freed;
+}
+
 #endif

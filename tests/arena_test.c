@@ -533,6 +533,15 @@ static void test_check_detects_each_corruption_vmm(void **state)
                   F.a.counters.inactive_split.current--);
     EXPECT_CAUGHT("inactive split: walk finds", F.a.counters.inactive_split_bytes.current += 512,
                   F.a.counters.inactive_split_bytes.current -= 512);
+    /* each counter's own bookkeeping: peak at least current, current = added - removed */
+    EXPECT_CAUGHT("counter segment:", F.a.counters.segment.peak = 0, F.a.counters.segment.peak = 1);
+    EXPECT_CAUGHT("counter reserved_bytes:", F.a.counters.reserved_bytes.freed++,
+                  F.a.counters.reserved_bytes.freed--);
+    EXPECT_CAUGHT("counter inactive_split:", F.a.counters.inactive_split.allocated++,
+                  F.a.counters.inactive_split.allocated--);
+    int64_t split_peak = F.a.counters.inactive_split_bytes.peak;
+    EXPECT_CAUGHT("counter inactive_split_bytes:", F.a.counters.inactive_split_bytes.peak = 0,
+                  F.a.counters.inactive_split_bytes.peak = split_peak);
     /* x freed tagged 5 next to y tagged 0: adjacent free blocks that are not
      * mergeable are allowed; retagging x 0 makes them mergeable */
     release(x, 5);

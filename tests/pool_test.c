@@ -1402,7 +1402,12 @@ static void test_check_detects_each_corruption(void **state)
     /* blocks in use */
     EXPECT_CAUGHT(p, "stream uses are stale", uu->block = bp, uu->block = bu);
     EXPECT_CAUGHT(p, "stream uses are stale", uu->num_streams = 0, uu->num_streams = 1);
-    EXPECT_CAUGHT(p, "pending block", ua->events = NULL, ua->events = ua->slots);
+    EXPECT_CAUGHT(p, "stream uses are stale", uu->num_streams = uu->cap_streams + 1,
+                  uu->num_streams = 1);
+    EXPECT_CAUGHT(p, "has no events in its slots", ua->events = NULL, ua->events = ua->slots);
+    coop_event spare[8] = {0};
+    spare[0] = ua->slots[0];
+    EXPECT_CAUGHT(p, "has no events in its slots", ua->events = spare, ua->events = ua->slots);
     EXPECT_CAUGHT(p, "allocated block", uu->events = uu->slots, uu->events = NULL);
     EXPECT_CAUGHT(p, "requested 0 of", bp->requested = 0, bp->requested = 8192);
     EXPECT_CAUGHT(p, "requested 8704 of", bp->requested = 8704, bp->requested = 8192);
@@ -1410,6 +1415,8 @@ static void test_check_detects_each_corruption(void **state)
     block_uses *head = p->pending;
     EXPECT_CAUGHT(p, "pending list entry", head->pending_next->pending_prev = NULL,
                   head->pending_next->pending_prev = head);
+    EXPECT_CAUGHT(p, "pending list entry", head->pending_prev = head->pending_next,
+                  head->pending_prev = NULL);
     EXPECT_CAUGHT(p, "waits for 2 of 1 events", ua->undone = 2, ua->undone = 1);
     size_t len = q->len;
     EXPECT_CAUGHT(p, "a stream queue overflows", q->len = q->cap - q->head + 1, q->len = len);
@@ -1427,6 +1434,16 @@ static void test_check_detects_each_corruption(void **state)
                   p->active_bytes.current--);
     EXPECT_CAUGHT(p, "coop_pool_check: walk finds", p->requested_bytes.current++,
                   p->requested_bytes.current--);
+    /* each counter's own bookkeeping: peak at least current, current = added - removed */
+    EXPECT_CAUGHT(p, "counter allocation:", p->allocation.peak = p->allocation.current - 1,
+                  p->allocation.peak = p->allocation.current);
+    int64_t peak = p->allocated_bytes.peak;
+    EXPECT_CAUGHT(p, "counter allocated_bytes:", p->allocated_bytes.peak = 0,
+                  p->allocated_bytes.peak = peak);
+    EXPECT_CAUGHT(p, "counter active:", p->active.allocated++, p->active.allocated--);
+    EXPECT_CAUGHT(p, "counter requested_bytes:", p->requested_bytes.freed++,
+                  p->requested_bytes.freed--);
+    EXPECT_CAUGHT(p, "counter active_bytes:", p->active_bytes.freed--, p->active_bytes.freed++);
     EXPECT_CAUGHT(p, "capacity out of sync", p->config.capacity++, p->config.capacity--);
 
     assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
