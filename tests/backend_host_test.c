@@ -1,11 +1,13 @@
 /* Host backend: reservations, page accounting, segments, simulated events. */
 #include <setjmp.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "backend.h"
@@ -262,10 +264,62 @@ static void test_bad_arguments(void **state)
     assert_int_equal(coop_backend_host_create(3 * MiB, 2 * MiB, true, &be), COOP_ERR_INVALID);
 }
 
+/* Whether the CPU can read, or write, the byte at addr: the kernel copies
+ * through a pipe and answers EFAULT where a touch would fault. */
+static bool cpu_can_read(uintptr_t addr)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    bool ok = write(fd[1], (const void *)addr, 1) == 1;
+    assert_true(ok || errno == EFAULT);
+    close(fd[0]);
+    close(fd[1]);
+    return ok;
+}
+
+static bool cpu_can_write(uintptr_t addr)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    assert_int_equal(write(fd[1], "x", 1), 1);
+    bool ok = read(fd[0], (void *)addr, 1) == 1;
+    assert_true(ok || errno == EFAULT);
+    close(fd[0]);
+    close(fd[1]);
+    return ok;
+}
+
+/* DESIGN.md: the CPU never reads or writes device memory; the host backend
+ * maps it PROT_NONE, so that a touch faults. Mapped pages of a reservation
+ * and segments, at their first and last bytes. */
+static void test_device_memory_faults_on_touch(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(64 * MiB, 2 * MiB, true, &be), COOP_OK);
+    uintptr_t va, seg;
+    assert_int_equal(be->ops->reserve(be, 16 * MiB, &va), COOP_OK);
+    assert_int_equal(be->ops->map(be, va, 4 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &seg), COOP_OK);
+    const uintptr_t at[] = {va, va + 4 * MiB - 1, seg, seg + 2 * MiB - 1};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        assert_false(cpu_can_read(at[i]));
+        assert_false(cpu_can_write(at[i]));
+    }
+    char host = 0; /* the probe itself works */
+    assert_true(cpu_can_read((uintptr_t)&host));
+    assert_true(cpu_can_write((uintptr_t)&host));
+    assert_int_equal(be->ops->segment_free(be, seg, 2 * MiB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, va, 4 * MiB), COOP_OK);
+    assert_int_equal(be->ops->release(be, va, 16 * MiB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reserve_map_unmap),
+        cmocka_unit_test(test_device_memory_faults_on_touch),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_small_pages),
         cmocka_unit_test(test_events_and_holds),
