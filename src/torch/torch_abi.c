@@ -459,9 +459,14 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
             pthread_mutex_unlock(&s->order_lock);
         return NULL;
     }
-    history_record(device, COOP_TORCH_ALLOC, (uintptr_t)ptr, size, stream);
-    if (ordered)
+    /* only under the order lock: a malloc that began before recording did
+     * could otherwise log its alloc after another thread's free of the same
+     * block (recorded under the pool's lock); a block allocated before the
+     * recording is one a snapshot reader expects frees of without allocs */
+    if (ordered) {
+        history_record(device, COOP_TORCH_ALLOC, (uintptr_t)ptr, size, stream);
         pthread_mutex_unlock(&s->order_lock);
+    }
     return ptr;
 }
 
