@@ -1,30 +1,45 @@
-/* Name interning: FNV-1a hash (seeded), linear probing, load factor below 1/2. */
+/* Name interning: FNV-1a hash (seeded, mixed), linear probing, load factor below 1/2. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "trace/name_table.h"
 
-/* FNV-1a from a per-table start: from a fixed one a log could list names
- * that all hash alike (FNV collisions chain into multicollisions), and every
- * lookup would walk all of them (quadratic reading). */
-static uint32_t hash_name(const name_table *t, const char *s)
+/* splitmix64's finalizer: every bit of its input reaches the low bits the
+ * table masks. */
+static uint64_t mix(uint64_t x)
 {
-    uint32_t h = 2166136261u ^ t->seed;
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* FNV-1a (64 bits) from a per-table start, then mixed with the seed again:
+ * from a fixed start a log could list names that all hash alike (FNV
+ * collisions chain into multicollisions), and every lookup would walk all
+ * of them (quadratic reading). The mix matters: FNV's low bits depend only
+ * on the low bits of its start, so with the seed in the start alone, names
+ * chosen to collide in the low bits unseeded still did for every seed
+ * whose low bits were zero (1 in 64 tables). */
+static uint64_t hash_name(const name_table *t, const char *s)
+{
+    uint64_t h = 14695981039346656037ull ^ t->seed;
     for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return mix(h ^ t->seed);
 }
 
 /* A seed no file can know in advance: the clock and this table's address
  * (randomized by ASLR). Only probe lengths depend on it, never ids. */
-static uint32_t fresh_seed(const name_table *t)
+static uint64_t fresh_seed(const name_table *t)
 {
     struct timespec ts = {0};
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t x = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ (uintptr_t)t;
-    x *= 0x9e3779b97f4a7c15ull;
-    return (uint32_t)(x >> 32);
+    return mix((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+           mix((uint64_t)(uintptr_t)t);
 }
 
 static int grow_slots(name_table *t)
@@ -33,10 +48,10 @@ static int grow_slots(name_table *t)
     uint32_t *slots = calloc(n, sizeof *slots);
     if (!slots)
         return -1;
-    if (!t->num_slots)
+    if (!t->num_slots && !t->seed) /* tests may give a seed of their own */
         t->seed = fresh_seed(t);
     for (uint32_t id = 0; id < t->count; id++) {
-        uint32_t i = hash_name(t, t->names[id]) & (n - 1);
+        uint32_t i = (uint32_t)hash_name(t, t->names[id]) & (n - 1);
         while (slots[i])
             i = (i + 1) & (n - 1);
         slots[i] = id + 1;
@@ -51,7 +66,7 @@ int name_table_find(const name_table *t, const char *name, uint32_t *id)
 {
     if (!t->num_slots)
         return -1;
-    uint32_t i = hash_name(t, name) & (t->num_slots - 1);
+    uint32_t i = (uint32_t)hash_name(t, name) & (t->num_slots - 1);
     for (; t->slots[i]; i = (i + 1) & (t->num_slots - 1)) {
         if (!strcmp(t->names[t->slots[i] - 1], name)) {
             *id = t->slots[i] - 1;
@@ -78,7 +93,7 @@ int name_table_intern(name_table *t, const char *name, uint32_t *id)
     char *copy = strdup(name);
     if (!copy)
         return -1;
-    uint32_t i = hash_name(t, name) & (t->num_slots - 1);
+    uint32_t i = (uint32_t)hash_name(t, name) & (t->num_slots - 1);
     while (t->slots[i])
         i = (i + 1) & (t->num_slots - 1);
     t->slots[i] = t->count + 1;

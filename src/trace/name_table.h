@@ -15,7 +15,8 @@ typedef struct name_table {
     uint32_t names_cap;
     uint32_t *slots;    /* id + 1, 0 = empty */
     uint32_t num_slots; /* power of two */
-    uint32_t seed;      /* the hash's start, drawn when slots are first made */
+    uint64_t seed;      /* the hash's key, drawn when slots are first made
+                         * (unless set before: tests) */
 } name_table;
 
 /* Returns 0 and sets *id (new or existing); -1 when host memory runs out. */
