@@ -1,37 +1,16 @@
 /* Open-addressing map from (key_a, key_b) to a reader's allocation record. */
 #include <stdlib.h>
-#include <time.h>
 
+#include "trace/hash_seed.h"
 #include "trace/id_map.h"
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
-/* splitmix64 finalizer: addresses share their low bits (alignment) and
- * high bits (one device range), so they must be mixed before masking. The
- * finalizer can be inverted: without the map's seed a file could list keys
- * that all hash to one slot, and every probe would walk all of them
- * (quadratic reading). */
+/* Addresses share their low bits (alignment) and high bits (one device
+ * range), so they must be mixed before masking. The mixer can be inverted:
+ * without the map's seed a file could list keys that all hash to one slot,
+ * and every probe would walk all of them (quadratic reading). */
 static size_t slot_index(const id_map *m, uint64_t a, uint64_t b)
 {
-    return (size_t)mix(a ^ m->seed ^ (b * 0x9e3779b97f4a7c15ull)) & m->mask;
-}
-
-/* A seed no file can know in advance: the clock and this map's address
- * (randomized by ASLR). Only probe lengths depend on it, never results. */
-static uint64_t fresh_seed(const id_map *m)
-{
-    struct timespec ts = {0};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return mix((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
-           mix((uint64_t)(uintptr_t)m);
+    return (size_t)trace_hash_mix(a ^ m->seed ^ (b * 0x9e3779b97f4a7c15ull)) & m->mask;
 }
 
 id_map_slot *id_map_find(const id_map *m, uint64_t key_a, uint64_t key_b)
@@ -55,7 +34,7 @@ static int grow(id_map *m)
         return -1;
     id_map old = *m;
     if (!old.slots)
-        m->seed = fresh_seed(m);
+        m->seed = trace_hash_seed(m);
     m->slots = slots;
     m->mask = cap - 1;
     if (old.slots) {

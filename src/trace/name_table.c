@@ -1,21 +1,9 @@
 /* Name interning: FNV-1a hash (seeded, mixed), linear probing, load factor below 1/2. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "trace/hash_seed.h"
 #include "trace/name_table.h"
-
-/* splitmix64's finalizer: every bit of its input reaches the low bits the
- * table masks. */
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
 
 /* FNV-1a (64 bits) from a per-table start, then mixed with the seed again:
  * from a fixed start a log could list names that all hash alike (FNV
@@ -29,17 +17,7 @@ static uint64_t hash_name(const name_table *t, const char *s)
     uint64_t h = 14695981039346656037ull ^ t->seed;
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return mix(h ^ t->seed);
-}
-
-/* A seed no file can know in advance: the clock and this table's address
- * (randomized by ASLR). Only probe lengths depend on it, never ids. */
-static uint64_t fresh_seed(const name_table *t)
-{
-    struct timespec ts = {0};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return mix((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
-           mix((uint64_t)(uintptr_t)t);
+    return trace_hash_mix(h ^ t->seed);
 }
 
 static int grow_slots(name_table *t)
@@ -49,7 +27,7 @@ static int grow_slots(name_table *t)
     if (!slots)
         return -1;
     if (!t->num_slots && !t->seed) /* tests may give a seed of their own */
-        t->seed = fresh_seed(t);
+        t->seed = trace_hash_seed(t);
     for (uint32_t id = 0; id < t->count; id++) {
         uint32_t i = (uint32_t)hash_name(t, t->names[id]) & (n - 1);
         while (slots[i])
