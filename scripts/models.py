@@ -20,6 +20,7 @@ Usage from another script:
 """
 
 import gc
+import os
 
 import torch
 import torch.nn as nn
@@ -411,6 +412,19 @@ def build(name, device="cpu", batch=None):
     if name not in BUILDERS:
         raise SystemExit("unknown model %r; choose from %s" % (name, ", ".join(BUILDERS)))
     return BUILDERS[name](torch.device(device), batch)
+
+
+def check_recording(ap, names, out_dir):
+    """The recorders' checks before any model is built (minutes each): every
+    name in names is a model (else ap.error naming it and the choices), and
+    out_dir exists or can be made (else ap.error with the reason)."""
+    for name in names:
+        if name not in BUILDERS:
+            ap.error("unknown model %r (choose from %s)" % (name, ", ".join(BUILDERS)))
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        ap.error("--out-dir %s: %s" % (out_dir, e.strerror or e))
 
 
 def batch_size(text):

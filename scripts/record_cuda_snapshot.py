@@ -199,13 +199,7 @@ def main(argv=None):
         return NO_CUDA_EXIT
     import models
 
-    for name in opts.models:
-        if name not in models.BUILDERS:
-            ap.error("unknown model %r (choose from %s)" % (name, ", ".join(models.BUILDERS)))
-    try:
-        os.makedirs(opts.out_dir, exist_ok=True)
-    except OSError as e:
-        ap.error("--out-dir %s: %s" % (opts.out_dir, e.strerror or e))
+    models.check_recording(ap, opts.models, opts.out_dir)
     if opts.dry_run:
         dry_run(opts.out_dir, opts.out)
         return 0

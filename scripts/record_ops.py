@@ -561,13 +561,7 @@ def main(argv=None):
                 status = 2
         return status
 
-    for name in opts.models:  # all before any is recorded (minutes each)
-        if name not in models.BUILDERS:
-            ap.error("unknown model %r" % name)
-    try:
-        os.makedirs(opts.out_dir, exist_ok=True)
-    except OSError as e:
-        ap.error("--out-dir %s: %s" % (opts.out_dir, e.strerror or e))
+    models.check_recording(ap, opts.models, opts.out_dir)
     if opts.clock == "thread":
         torch.set_num_threads(1)  # the thread clock sees only this thread's work
     for name in opts.models or models.ALL:

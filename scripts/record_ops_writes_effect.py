@@ -66,13 +66,8 @@ def main(argv=None):
     ap.add_argument("--out-dir", default=".")
     ap.add_argument("--batch", type=models.batch_size, default=None)
     opts = ap.parse_args(argv)
-    if opts.model not in models.BUILDERS:
-        ap.error("unknown model %r" % opts.model)
+    models.check_recording(ap, [opts.model], opts.out_dir)
     torch.set_num_threads(1)  # the thread clock sees only this thread's work
-    try:
-        os.makedirs(opts.out_dir, exist_ok=True)
-    except OSError as e:
-        ap.error("--out-dir %s: %s" % (opts.out_dir, e.strerror or e))
     w = models.build(opts.model, batch=opts.batch)
     orig, record_ops.OpRecorder = record_ops.OpRecorder, TeeRecorder  # record_step's recorder
     try:

@@ -184,13 +184,7 @@ def main(argv=None):
     ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
     ap.add_argument("--batch", type=models.batch_size, default=None, help="override the model's batch size")
     opts = ap.parse_args(argv)
-    for name in opts.models:  # all before any is recorded (minutes each)
-        if name not in models.BUILDERS:
-            ap.error("unknown model %r" % name)
-    try:
-        os.makedirs(opts.out_dir, exist_ok=True)
-    except OSError as e:
-        ap.error("--out-dir %s: %s" % (opts.out_dir, e.strerror or e))
+    models.check_recording(ap, opts.models, opts.out_dir)
     for name in opts.models or models.ALL:
         record(name, opts.batch, opts.out_dir, argv)
         gc.collect()
