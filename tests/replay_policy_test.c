@@ -823,19 +823,27 @@ static void expandable_feasibility_is_not_monotone(void **unused)
  * the 512-byte request at event 3 finds 1 MiB and 512 KiB free apart in the
  * 2 MiB segment (fragmentation 1/3) and nothing is allocated after it, so
  * that 1/3 covers events 3..101 of 102 (the earlier samples are 0). */
+/* Events 0..99 of both frag_mean tests: a 1 MiB and a 512 KiB block, the
+ * first freed, 512 bytes placed (the sample of 1/3), then 96 events of
+ * size-0 requests, which place nothing (and sample nothing): only time
+ * passes. */
+static void frag_holes_then_time(built *b)
+{
+    alloc_ev(b, 0, MiB);
+    alloc_ev(b, 1, MiB / 2);
+    free_ev(b, 0, MiB);
+    alloc_ev(b, 2, 512);
+    for (uint32_t id = 3; id <= 50; id++) {
+        alloc_ev(b, id, 0);
+        free_ev(b, id, 0);
+    }
+}
+
 static void frag_mean_counts_the_last_interval(void **unused)
 {
     (void)unused;
     built b = {0};
-    alloc_ev(&b, 0, MiB);
-    alloc_ev(&b, 1, MiB / 2);
-    free_ev(&b, 0, MiB);
-    alloc_ev(&b, 2, 512);
-    /* size-0 requests place nothing (and sample nothing): only time passes */
-    for (uint32_t id = 3; id <= 50; id++) {
-        alloc_ev(&b, id, 0);
-        free_ev(&b, id, 0);
-    }
+    frag_holes_then_time(&b);
     free_ev(&b, 1, MiB / 2);
     free_ev(&b, 2, 512);
     assert_int_equal(b.t.num_events, 102);
@@ -858,14 +866,7 @@ static void frag_mean_weights_each_sample_by_its_interval(void **unused)
 {
     (void)unused;
     built b = {0};
-    alloc_ev(&b, 0, MiB);
-    alloc_ev(&b, 1, MiB / 2);
-    free_ev(&b, 0, MiB);
-    alloc_ev(&b, 2, 512);
-    for (uint32_t id = 3; id <= 50; id++) {
-        alloc_ev(&b, id, 0);
-        free_ev(&b, id, 0);
-    }
+    frag_holes_then_time(&b);
     alloc_ev(&b, 51, 512);
     free_ev(&b, 1, MiB / 2);
     free_ev(&b, 2, 512);
