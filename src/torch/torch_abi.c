@@ -413,10 +413,6 @@ uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size)
     return n;
 }
 
-/* The granularity coop rounds requests to (arena.h's COOP_ALIGN), as
- * torch's round_size does to its 512-byte minimum block. */
-#define OOM_ROUNDING ((size_t)512)
-
 void *coop_torch_malloc(size_t size, int device, void *stream)
 {
     if (size == 0)
@@ -449,9 +445,11 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
             coop_stats stats;
             coop_get_stats(pool, &stats);
             uint64_t mapped = (uint64_t)stats.reserved_bytes.current;
-            size_t rounded = size > SIZE_MAX - (OOM_ROUNDING - 1)
+            /* COOP_ALIGN: coop's rounding, as torch's round_size is to
+             * its 512-byte minimum block */
+            size_t rounded = size > SIZE_MAX - (COOP_ALIGN - 1)
                                  ? size
-                                 : (size + OOM_ROUNDING - 1) / OOM_ROUNDING * OOM_ROUNDING;
+                                 : (size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
             history_record(device, COOP_TORCH_OOM,
                            stats.capacity > mapped ? stats.capacity - mapped : 0, rounded, stream);
         }
