@@ -141,29 +141,23 @@ def _apply_conf_locked(lib, conf, who):
     _applied_conf = conf
 
 
-def _conf_restorer_locked(lib, conf):
-    """A function that puts back the configuration in force now, for an
-    install(conf) that fails after applying conf: an earlier install(conf)'s
-    or mem_pool(conf)'s again, else COOP_ALLOC_CONF's, read again (the
-    settings' text cannot serve: its capacity:0 and page:0 for "the
-    default" do not parse). A COOP_ALLOC_CONF that does not parse cannot be
-    put back (a configuration that does not parse is never set), so conf
-    stays in force then. Caller holds _state_lock."""
-    if conf is None:
-        return lambda: None  # nothing is applied
-    previous = _applied_conf
-
-    def restore():
-        global _applied_conf
-        if _applied_conf is previous:
-            return  # conf was the configuration in force already
-        if previous is not None:
-            _configure(lib, previous)
-        elif lib.coop_torch_configure(None) != native.OK:
-            return
-        _applied_conf = previous
-
-    return restore
+def _restore_conf_locked(lib, previous):
+    """Puts back the configuration an install(conf) found in force
+    (previous: the _applied_conf it found), when the install fails after
+    applying conf: an earlier install(conf)'s or mem_pool(conf)'s again,
+    else COOP_ALLOC_CONF's, read again (the settings' text cannot serve: its
+    capacity:0 and page:0 for "the default" do not parse). A COOP_ALLOC_CONF
+    that does not parse cannot be put back (a configuration that does not
+    parse is never set), so conf stays in force then. Caller holds
+    _state_lock."""
+    global _applied_conf
+    if _applied_conf is previous:
+        return  # nothing was applied (conf None, or the one in force)
+    if previous is not None:
+        _configure(lib, previous)
+    elif lib.coop_torch_configure(None) != native.OK:
+        return
+    _applied_conf = previous
 
 
 def _fn_address(lib, name):
@@ -327,7 +321,7 @@ def install(conf=None, *, torch_module=None, patch=True):
                 "cannot switch allocators; call coop.torch.install() first, before any CUDA "
                 "tensor or stream is created")
         lib = native.library()
-        restore = _conf_restorer_locked(lib, conf)
+        previous = _applied_conf
         _apply_conf_locked(lib, conf, "install")
         try:
             allocator = memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
@@ -340,7 +334,7 @@ def install(conf=None, *, torch_module=None, patch=True):
                     hooks.append(setter)
             memory.change_current_allocator(allocator)
         except BaseException:
-            restore()  # torch did not take coop: the configuration in force stays
+            _restore_conf_locked(lib, previous)  # torch did not take coop
             raise
         # torch's _cuda_customAllocator calls init (with a device count of 0)
         # before any hook can be set; CUDA's lazy init calls the init hook
