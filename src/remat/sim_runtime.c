@@ -623,7 +623,6 @@ uint64_t sim_baseline_peak(const sim_program *prog, uint64_t align)
     sim_config cfg = {.policy = SIM_POLICY_LRU, .budget = UINT64_MAX, .remat_limit = UINT64_MAX};
     uint64_t peak = 0;
     bool ran = false;
-    coop_clear_error();
     if (!runtime_init(&rt, prog, &cfg)) {
         rt.baseline = true;
         rt.align = align ? align : 1;
