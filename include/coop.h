@@ -317,7 +317,11 @@ coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_blo
 
 /* Validates every invariant (tiling, coalescing, free index, statistics,
  * page map). Returns COOP_ERR_CORRUPT with a message naming the first
- * violation. */
+ * violation. Coalescing means no two address-adjacent free blocks are
+ * mergeable: free blocks tagged with different streams stay apart (each is
+ * reusable only on its stream) until the stream is found idle and they are
+ * retagged "any stream", so "no two free blocks adjacent" holds only for
+ * single-stream use. */
 coop_status coop_pool_check(coop_pool *pool);
 
 /* ------------------------------------------------------------------------
