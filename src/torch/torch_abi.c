@@ -89,6 +89,11 @@ torch_history *torch_abi_history(int device)
     return &slot(device)->history;
 }
 
+pthread_mutex_t *torch_abi_order_lock(int device)
+{
+    return &slot(device)->order_lock;
+}
+
 /* Keeps the thread's message (coop_last_error) for coop_torch_last_error and
  * prints the first error of each kind: PyTorch gives no other channel. */
 static void report(coop_status st)
