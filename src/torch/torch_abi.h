@@ -20,4 +20,10 @@ pthread_mutex_t *torch_abi_order_lock(int device);
  * test can put an allocation or a free in that gap. NULL otherwise. */
 extern void (*torch_snapshot_gap_hook)(int device);
 
+/* For tests: if set, called (under the ABI's state lock) when a memory limit
+ * on device was just refused because live blocks keep more mapped, before
+ * the limit is held pending, so a test can free a block at that moment.
+ * NULL otherwise. */
+extern void (*torch_limit_refused_hook)(int device);
+
 #endif
