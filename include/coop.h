@@ -715,7 +715,9 @@ coop_pool *coop_torch_pool(int device);
  * the last events it has room for and reports that once. */
 void coop_torch_record_history(size_t max_entries);
 
-/* Drops the events recorded on every device; recording stays on or off. */
+/* Drops the events recorded on every device; recording stays on or off. A
+ * ring that could not grow for lack of host memory gets its bound back (it
+ * grows again as events come; a new failure is reported again). */
 void coop_torch_clear_history(void);
 
 /* One recorded event (torch's device_traces entry). */
