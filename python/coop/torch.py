@@ -48,7 +48,7 @@ HOOKS = (
 _state_lock = threading.Lock()
 _installed = None  # {"route": ..., "hooks": [...], "allocator": ...}
 _applied_conf = None  # the conf text install() / mem_pool() last set (under _state_lock)
-_oom_seen = {}  # device -> failed mallocs already raised for
+_oom_seen = {}  # device -> failed mallocs already raised for (under _state_lock)
 _MAX_DEVICES = 64  # the ABI's device slots (src/torch/torch_abi.h)
 
 
@@ -709,14 +709,20 @@ def check_oom(device=None):
     a pool that could not be made (a configuration the device refuses, no
     CUDA driver). With the CUDAPluggableAllocator route PyTorch does not
     check the allocator's result, so call this where a failed allocation
-    would otherwise go unnoticed (e.g. after each step)."""
+    would otherwise go unnoticed (e.g. after each step). Threads may call it
+    at once: each failure is raised in one of them."""
     lib = native.library()
     devices = range(_MAX_DEVICES) if device is None else [_device_index(device)]
     buf = ctypes.create_string_buffer(1024)
     for d in devices:
-        n = lib.coop_torch_failed_mallocs(d, buf, len(buf))
-        if n > _oom_seen.get(d, 0):
+        # the count read, compared and stored in one step: threads checking
+        # at once raise a failure once, and never store an older count over
+        # a newer one (which would raise its failures again)
+        with _state_lock:
+            n = lib.coop_torch_failed_mallocs(d, buf, len(buf))
+            if n <= _oom_seen.get(d, 0):
+                continue
             _oom_seen[d] = n
             what = buf.value.decode(errors="replace")
-            kind = "out of memory" if "out of memory" in what else "allocation failed"
-            raise OutOfMemoryError("coop: %s on device %d: %s" % (kind, d, what))
+        kind = "out of memory" if "out of memory" in what else "allocation failed"
+        raise OutOfMemoryError("coop: %s on device %d: %s" % (kind, d, what))

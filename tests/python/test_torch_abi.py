@@ -256,6 +256,46 @@ class Abi(unittest.TestCase):
                          stats["coop.capacity"] - stats["reserved_bytes.all.current"])
         self.assertEqual((oom["size"], oom["stream"]), (4 * GIB, 5))
 
+    def test_check_oom_raises_a_failure_once_for_two_threads(self):
+        """Two threads check one failure at once: one raises. The compare and
+        the store were apart, so both could see it new and raise. Each
+        look-up waits (up to 1 s) for the other thread's, which can only
+        come if the compare and store are not one step."""
+        self.assertIsNone(torch_malloc(4 * GIB, 2, 0))
+        both_looked = threading.Barrier(2, timeout=1.0)
+
+        class Seen(dict):
+            def get(self, *args):
+                value = super().get(*args)
+                try:
+                    both_looked.wait()
+                except threading.BrokenBarrierError:
+                    pass  # alone: the other thread waits for this one
+                return value
+
+        saved = ctorch._oom_seen
+        ctorch._oom_seen = Seen(saved)
+        raised = []
+
+        def check():
+            try:
+                ctorch.check_oom(2)
+            except ctorch.OutOfMemoryError as e:
+                raised.append(e)
+
+        try:
+            threads = [threading.Thread(target=check) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            saved.update(ctorch._oom_seen)
+            ctorch._oom_seen = saved
+        self.assertEqual(len(raised), 1, raised)
+        self.assertIn("device 2", str(raised[0]))
+        ctorch.check_oom(2)  # reported: no raise
+
     def test_eight_threads(self):
         errors = []
         live_lock = threading.Lock()
