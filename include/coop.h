@@ -719,7 +719,9 @@ coop_pool *coop_torch_pool(int device);
  * the last events it has room for and reports that once. */
 void coop_torch_record_history(size_t max_entries);
 
-/* Drops the events recorded on every device; recording stays on or off. */
+/* Drops the events recorded on every device; recording stays on or off. A
+ * ring that could not grow for lack of host memory gets its bound back (it
+ * grows again as events come; a new failure is reported again). */
 void coop_torch_clear_history(void);
 
 /* One recorded event (torch's device_traces entry). */
@@ -753,8 +755,10 @@ typedef struct coop_torch_range {
  * each segment in order), the recorded events, oldest first, and with VMM
  * the runs of mapped pages in address order (they add up to the reserved
  * bytes; a free block's mapped_bytes counts its mapped pages but does not
- * say which they are). Segments, blocks and ranges are read under one hold
- * of the pool's lock, so they agree. */
+ * say which they are). Segments, blocks, ranges and events are read in one
+ * critical section, so they agree: an allocation or free the blocks show
+ * has its events (unless recording was off then or the history's bound
+ * dropped them), and no event is of one they do not show yet. */
 typedef struct coop_torch_snapshot {
     int device;
     bool vmm;

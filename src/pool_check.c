@@ -7,12 +7,9 @@
 #include "stat.h"
 #include "status.h"
 
-coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
+void pool_walk_locked(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
                       void *ctx)
 {
-    if (!pool)
-        return null_argument("coop_walk", "pool");
-    pool_lock(pool);
     const arena *a = &pool->arena;
     for (const arena_segment *s = arena_first_segment(a); s; s = s->next) {
         if (on_segment) {
@@ -41,10 +38,18 @@ coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_blo
                 .mapped_bytes = arena_mapped_bytes_in(a, s, b->addr, b->size),
             };
             if (on_block(&bi, ctx))
-                goto done;
+                return;
         }
     }
-done:
+}
+
+coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
+                      void *ctx)
+{
+    if (!pool)
+        return null_argument("coop_walk", "pool");
+    pool_lock(pool);
+    pool_walk_locked(pool, on_segment, on_block, ctx);
     pool_unlock(pool);
     return COOP_OK;
 }

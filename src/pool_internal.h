@@ -162,6 +162,10 @@ bool pool_stream_idle(void *ctx, coop_stream stream);
  * busy. */
 bool pool_settle_streams(coop_pool *pool, bool wait);
 coop_status pool_check_locked(coop_pool *pool);
+/* coop_walk without taking the lock (the PyTorch snapshot holds it while it
+ * copies the history too). */
+void pool_walk_locked(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
+                      void *ctx);
 /* With config.check: runs the checker and aborts with its message on failure. */
 void pool_check_or_abort_locked(coop_pool *pool, const char *op);
 static inline void pool_after_op_locked(coop_pool *pool, const char *op)

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "coop.h"
+#include "torch/torch_abi.h"
 
 #define MIB (1ull << 20)
 #define STREAM(n) ((void *)(uintptr_t)(n))
@@ -181,6 +182,37 @@ static void test_fraction_below_use_applies_after_frees(void **state)
     assert_int_equal(device_stats(0).capacity, 1024 * MIB);
 }
 
+/* The block freed by free_at_refusal (once). */
+static void *refused_with;
+
+/* torch_limit_refused_hook: frees the block that kept the limit out, as
+ * another thread can between the refusal and the limit being held. */
+static void free_at_refusal(int device)
+{
+    assert_int_equal(device, 0);
+    torch_limit_refused_hook = NULL;
+    coop_torch_free(refused_with, 512 * MIB, 0, STREAM(0));
+}
+
+/* A free just after a fraction was refused: the next allocation applies the
+ * limit. The limit used to be held pending only after the refusal, so this
+ * free found none to flag itself for, and the limit waited for another. */
+static void test_free_at_the_refusal_is_not_lost(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:1G,page:2M"), COOP_OK);
+    refused_with = coop_torch_malloc(512 * MIB, 0, STREAM(0));
+    assert_non_null(refused_with);
+    torch_limit_refused_hook = free_at_refusal;
+    coop_torch_memory_fraction(0.25, 0);
+    assert_null(torch_limit_refused_hook);                 /* it ran: the limit was refused */
+    assert_int_equal(device_stats(0).capacity, 512 * MIB); /* held at the mapped bytes */
+    void *p = coop_torch_malloc(MIB, 0, STREAM(0));
+    assert_non_null(p);
+    assert_int_equal(device_stats(0).capacity, 256 * MIB);
+    coop_torch_free(p, MIB, 0, STREAM(0));
+}
+
 /* torch accepts fractions in [0, 1]: 0 is the smallest capacity coop has,
  * one page; outside [0, 1] is an error naming the fraction and the device. */
 static void test_fraction_zero_and_out_of_range(void **state)
@@ -307,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_record_history_outlasts_the_lazy_load),
         cmocka_unit_test(test_record_history_outlasts_configure),
         cmocka_unit_test(test_fraction_below_use_applies_after_frees),
+        cmocka_unit_test(test_free_at_the_refusal_is_not_lost),
         cmocka_unit_test(test_fraction_zero_and_out_of_range),
         cmocka_unit_test(test_a_pool_that_cannot_be_made_is_counted),
         cmocka_unit_test(test_record_stream_of_foreign_memory_is_ignored),

@@ -6,17 +6,20 @@
  */
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include "coop.h"
 #include "test_seed.h"
+#include "torch/torch_abi.h"
 
 #define MIB (1ull << 20)
 #define STREAM(n) ((void *)(uintptr_t)(n))
@@ -194,6 +197,86 @@ static void test_snapshot_walks_blocks(void **state)
     coop_torch_free(b, 5000, 1, STREAM(0));
 }
 
+/* The gap race: a thread frees gap_freed and allocates gap_allocated on
+ * device 1 while a snapshot is between its blocks and its events. */
+static void *gap_freed, *gap_allocated;
+static atomic_bool gap_done;
+static pthread_t gap_thread;
+
+static void *free_then_malloc(void *arg)
+{
+    (void)arg;
+    coop_torch_free(gap_freed, 4096, 1, STREAM(1));
+    gap_allocated = coop_torch_malloc(8192, 1, STREAM(1));
+    atomic_store(&gap_done, true);
+    return NULL;
+}
+
+/* torch_snapshot_gap_hook: starts the thread, and gives it until it is done
+ * or 500 ms have passed (a snapshot that holds it back, as it must, keeps it
+ * waiting that long; one that does not lets it run in the gap). */
+static void race_into_the_gap(int device)
+{
+    assert_int_equal(device, 1);
+    assert_int_equal(pthread_create(&gap_thread, NULL, free_then_malloc, NULL), 0);
+    for (int ms = 0; ms < 500 && !atomic_load(&gap_done); ms++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+/* A snapshot's blocks and events agree although a free and a malloc race
+ * it (forced into the gap between reading the two): the blocks allocated
+ * are exactly those the events leave allocated. They were read under two
+ * separate locks, so the events could show the free and the malloc where
+ * the blocks did not. */
+static void test_snapshot_blocks_agree_with_events(void **state)
+{
+    (void)state;
+    coop_torch_record_history(100);
+    coop_torch_clear_history();
+    gap_freed = coop_torch_malloc(4096, 1, STREAM(1));
+    assert_non_null(gap_freed);
+    torch_snapshot_gap_hook = race_into_the_gap;
+    coop_torch_snapshot *snap = NULL;
+    coop_status st = coop_torch_snapshot_take(1, &snap);
+    torch_snapshot_gap_hook = NULL;
+    assert_int_equal(pthread_join(gap_thread, NULL), 0);
+    assert_int_equal(st, COOP_OK);
+    assert_non_null(gap_allocated);
+    /* the blocks live by the events (all of device 1's began with them);
+     * sizes too: the malloc may reuse the freed block's address */
+    const coop_torch_event *live[8];
+    size_t num_live = 0;
+    for (size_t i = 0; i < snap->num_events; i++) {
+        const coop_torch_event *e = &snap->events[i];
+        if (e->action == COOP_TORCH_ALLOC) {
+            assert_true(num_live < 8);
+            live[num_live++] = e;
+        } else if (e->action == COOP_TORCH_FREE_REQUESTED) {
+            for (size_t k = 0; k < num_live; k++)
+                if (live[k]->address == e->address)
+                    live[k] = live[--num_live];
+        }
+    }
+    size_t allocated = 0;
+    for (size_t i = 0; i < snap->num_blocks; i++) {
+        const coop_block_info *b = &snap->blocks[i];
+        if (b->state == COOP_BLOCK_FREE)
+            continue;
+        allocated++;
+        bool found = false;
+        for (size_t k = 0; k < num_live; k++)
+            found = found || (live[k]->address == b->address && live[k]->size == b->requested_size);
+        if (!found)
+            fail_msg("block %#jx (%ju bytes) is allocated but the events do not allocate it",
+                     (uintmax_t)b->address, (uintmax_t)b->requested_size);
+    }
+    if (allocated != num_live)
+        fail_msg("%zu blocks allocated, the events leave %zu", allocated, num_live);
+    coop_torch_snapshot_free(snap);
+    coop_torch_free(gap_allocated, 8192, 1, STREAM(1));
+    coop_torch_record_history(0);
+}
+
 /* The last event of device's history: its action, address and size. */
 static coop_torch_event last_event(int device)
 {
@@ -358,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_pools_per_device),
         cmocka_unit_test(test_history_ring_keeps_the_last_events),
         cmocka_unit_test(test_snapshot_walks_blocks),
+        cmocka_unit_test(test_snapshot_blocks_agree_with_events),
         cmocka_unit_test(test_free_completed_waits_for_the_other_stream),
         cmocka_unit_test(test_hooks_and_misuse),
         cmocka_unit_test(test_eight_threads),

@@ -2,7 +2,7 @@
  * The PyTorch ABI's history ring (src/torch/history.c): any bound is
  * accepted without reserving it, the ring grows as events come and wraps
  * at its bound, a new bound keeps the last events that fit, and a failed
- * growth keeps the last events it has room for.
+ * growth keeps the last events it has room for until the ring is cleared.
  * Host allocations go through tests/host_alloc_fault.c's wrappers (counted,
  * and failed on demand).
  */
@@ -133,6 +133,32 @@ static void test_failed_growth_keeps_the_last_events(void **state)
     torch_history_resize(&h, 0);
 }
 
+/* Clearing a ring that could not grow gives it its bound back: it grows
+ * past the slots it had then, and a new failure is reported again. It used
+ * to keep that many events for good. */
+static void test_clear_after_a_failed_growth_grows_again(void **state)
+{
+    (void)state;
+    torch_history h = TORCH_HISTORY_INIT;
+    torch_history_resize(&h, 100000);
+    record(&h, 0, 1);
+    size_t slots = h.slots;
+    record(&h, 1, slots - 1);
+    host_fault_arm(1);
+    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, slots, 512, 7, 0));
+    assert_true(host_fault_disarm());
+    torch_history_clear(&h);
+    record(&h, 0, 3 * slots);
+    expect_events(&h, 0, 3 * slots);
+    size_t grown = h.slots; /* filled, then a failed growth again */
+    record(&h, 3 * slots, grown - 3 * slots);
+    host_fault_arm(1);
+    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, grown, 512, 7, 0));
+    assert_true(host_fault_disarm());
+    expect_events(&h, 1, grown);
+    torch_history_resize(&h, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +166,7 @@ int main(void)
         cmocka_unit_test(test_ring_grows_then_wraps),
         cmocka_unit_test(test_resize_keeps_the_last_events),
         cmocka_unit_test(test_failed_growth_keeps_the_last_events),
+        cmocka_unit_test(test_clear_after_a_failed_growth_grows_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

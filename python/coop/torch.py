@@ -48,7 +48,7 @@ HOOKS = (
 _state_lock = threading.Lock()
 _installed = None  # {"route": ..., "hooks": [...], "allocator": ...}
 _applied_conf = None  # the conf text install() / mem_pool() last set (under _state_lock)
-_oom_seen = {}  # device -> failed mallocs already raised for
+_oom_seen = {}  # device -> failed mallocs already raised for (under _state_lock)
 _MAX_DEVICES = 64  # the ABI's device slots (src/torch/torch_abi.h)
 
 
@@ -112,6 +112,18 @@ def _settings(lib):
     return st, buf.value.decode(errors="replace")
 
 
+def _settings_in_force(lib):
+    """The configuration in force as text (as _settings); CoopConfigError
+    naming the bad key or value if it does not parse, native.CoopError for
+    another failure."""
+    st, text = _settings(lib)
+    if st == native.ERR_INVALID:
+        raise CoopConfigError(text)
+    if st != native.OK:
+        raise native.CoopError(st, text)
+    return text
+
+
 def _apply_conf_locked(lib, conf, who):
     """Makes conf the configuration for install() / mem_pool() (who). None
     keeps the one in force (an earlier install(conf)'s, else COOP_ALLOC_CONF,
@@ -120,11 +132,7 @@ def _apply_conf_locked(lib, conf, who):
     RuntimeError instead of being ignored. Caller holds _state_lock."""
     global _applied_conf
     if conf is None:
-        st, text = _settings(lib)
-        if st == native.ERR_INVALID:
-            raise CoopConfigError(text)
-        if st != native.OK:
-            raise native.CoopError(st, text)
+        _settings_in_force(lib)
         return
     _conf_bytes(conf)  # its type and characters, before any comparison
     if conf == _applied_conf or (_applied_conf is not None
@@ -166,15 +174,17 @@ def _fn_address(lib, name):
 
 def _current_device(torch=None):
     """torch's current CUDA device (torch: the module, else the one loaded),
-    0 without torch or without a usable device."""
+    0 without torch or where torch has no CUDA (torch.cuda.is_available()
+    false: a CPU-only build, no driver, no device). torch's errors past that
+    propagate: a device torch says it has but cannot reach is not device 0,
+    and reading another device's statistics would hide the error."""
     if torch is None:
         torch = sys.modules.get("torch")  # not imported: nobody chose a device
         if torch is None:
             return 0
-    try:
-        return int(torch.cuda.current_device())
-    except Exception:  # CPU-only torch, or no device yet
+    if not torch.cuda.is_available():
         return 0
+    return int(torch.cuda.current_device())
 
 
 # torch.cuda.memory._record_memory_history's arguments after enabled, by
@@ -623,8 +633,11 @@ def snapshot():
     """torch.cuda.memory._snapshot()'s structure for coop's pools:
     {"segments": [...], "device_traces": [[...] per device],
      "allocator_settings": {...}}. device_traces are empty unless history
-    is on (COOP_ALLOC_CONF history:true, or record_history())."""
+    is on (COOP_ALLOC_CONF history:true, or record_history()). Raises
+    CoopConfigError, naming the key or value, if the configuration in force
+    (COOP_ALLOC_CONF) does not parse."""
     lib = native.library()
+    conf_text = _settings_in_force(lib)
     devices = _devices()
     ndev = max(devices) + 1 if devices else 1
     segments, traces = [], []
@@ -634,11 +647,9 @@ def snapshot():
         vmm_any = vmm_any or vmm
         segments.extend(_torch_segments(d, segs, vmm, ranges))
         traces.append(events)
-    buf = ctypes.create_string_buffer(512)
-    lib.coop_torch_settings(buf, len(buf))
     settings = {
         "PYTORCH_CUDA_ALLOC_CONF": "",
-        "COOP_ALLOC_CONF": buf.value.decode(errors="replace"),
+        "COOP_ALLOC_CONF": conf_text,
         "allocator": "coop",
         "expandable_segments": vmm_any,
         "max_split_size": -1,
@@ -709,14 +720,20 @@ def check_oom(device=None):
     a pool that could not be made (a configuration the device refuses, no
     CUDA driver). With the CUDAPluggableAllocator route PyTorch does not
     check the allocator's result, so call this where a failed allocation
-    would otherwise go unnoticed (e.g. after each step)."""
+    would otherwise go unnoticed (e.g. after each step). Threads may call it
+    at once: each failure is raised in one of them."""
     lib = native.library()
     devices = range(_MAX_DEVICES) if device is None else [_device_index(device)]
     buf = ctypes.create_string_buffer(1024)
     for d in devices:
-        n = lib.coop_torch_failed_mallocs(d, buf, len(buf))
-        if n > _oom_seen.get(d, 0):
+        # the count read, compared and stored in one step: threads checking
+        # at once raise a failure once, and never store an older count over
+        # a newer one (which would raise its failures again)
+        with _state_lock:
+            n = lib.coop_torch_failed_mallocs(d, buf, len(buf))
+            if n <= _oom_seen.get(d, 0):
+                continue
             _oom_seen[d] = n
             what = buf.value.decode(errors="replace")
-            kind = "out of memory" if "out of memory" in what else "allocation failed"
-            raise OutOfMemoryError("coop: %s on device %d: %s" % (kind, d, what))
+        kind = "out of memory" if "out of memory" in what else "allocation failed"
+        raise OutOfMemoryError("coop: %s on device %d: %s" % (kind, d, what))

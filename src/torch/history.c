@@ -54,7 +54,7 @@ void torch_history_resize(torch_history *h, size_t max_entries)
             }
         }
     }
-    h->capacity = max_entries;
+    h->bound = h->capacity = max_entries;
     h->grow_failed = false;
     atomic_store(&h->enabled, max_entries > 0);
     pthread_mutex_unlock(&h->lock);
@@ -64,6 +64,10 @@ void torch_history_clear(torch_history *h)
 {
     pthread_mutex_lock(&h->lock);
     drop_events(h);
+    /* the host may have memory again: a failed growth capped the ring for
+     * the events it held, not for good */
+    h->capacity = h->bound;
+    h->grow_failed = false;
     pthread_mutex_unlock(&h->lock);
 }
 

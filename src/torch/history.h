@@ -22,7 +22,9 @@ typedef struct torch_history {
     coop_torch_event *ring; /* slots events allocated (more than capacity only
                              * if a shrinking realloc failed) */
     size_t slots;
-    size_t capacity; /* most events kept */
+    size_t bound;    /* most events kept, as asked (torch_history_resize) */
+    size_t capacity; /* most events kept now: bound, or the slots the ring
+                      * had when it could not grow (until it is cleared) */
     /* Filling (count < capacity): the events are ring[0, count), oldest
      * first, and oldest is 0. Full (count == capacity): the ring wraps and
      * oldest is also where the next event goes. */
@@ -33,7 +35,7 @@ typedef struct torch_history {
 
 #define TORCH_HISTORY_INIT                                                                         \
     {                                                                                              \
-        PTHREAD_MUTEX_INITIALIZER, false, NULL, 0, 0, 0, 0, false                                  \
+        PTHREAD_MUTEX_INITIALIZER, false, NULL, 0, 0, 0, 0, 0, false                               \
     }
 
 /* Whether recording is on (an event recorded now would be kept). */
@@ -47,13 +49,16 @@ static inline bool torch_history_on(torch_history *h)
  * recording off and drops them. Allocates nothing, so it cannot fail. */
 void torch_history_resize(torch_history *h, size_t max_entries);
 
-/* Drops what was recorded; recording stays as it was. */
+/* Drops what was recorded; recording stays as it was. A ring that could not
+ * grow gets its bound back: it grows again as events come (and a failure is
+ * reported again). */
 void torch_history_clear(torch_history *h);
 
 /* Records one event (time filled in here) if recording is on. Returns true
  * the first time the ring could not grow for lack of host memory: the ring
  * then keeps the last events it has room for (its capacity drops to its
- * size; the caller reports it with coop_last_error's message). */
+ * size until torch_history_clear or _resize; the caller reports it with
+ * coop_last_error's message). */
 bool torch_history_record(torch_history *h, coop_torch_action action, uintptr_t address,
                           uint64_t size, uintptr_t stream, int device);
 

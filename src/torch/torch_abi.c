@@ -61,6 +61,8 @@ static size_t history_entries;
 static bool history_by_api;
 static atomic_int device_limit = COOP_TORCH_MAX_DEVICES;
 
+void (*torch_limit_refused_hook)(int device);
+
 static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];     /* as coop_last_error's */
 static atomic_uint printed_kinds; /* bit per coop_status already printed */
@@ -87,6 +89,11 @@ static device_slot *slot(int device)
 torch_history *torch_abi_history(int device)
 {
     return &slot(device)->history;
+}
+
+pthread_mutex_t *torch_abi_order_lock(int device)
+{
+    return &slot(device)->order_lock;
 }
 
 /* Keeps the thread's message (coop_last_error) for coop_torch_last_error and
@@ -343,20 +350,27 @@ static coop_pool *pool_for(int device, const char *what)
  * applies to later allocations only. Caller holds state_lock. */
 static coop_status apply_limit_locked(device_slot *s, coop_pool *pool, uint64_t limit)
 {
+    /* Pending before the try: a free after the try's hold of the pool's lock
+     * then sees the limit and flags itself (a free before it is seen by the
+     * try). Published after a refusal, a free in between found no limit to
+     * flag, or had its flag cleared here, and the limit waited for a later
+     * free that might never come. */
+    atomic_store(&s->pending_limit, limit);
+    atomic_store(&s->freed_since_try, false);
     coop_status st = coop_set_capacity(pool, limit);
     if (st != COOP_ERR_NOMEM) {
         atomic_store(&s->pending_limit, 0);
         return st;
     }
-    atomic_store(&s->pending_limit, limit);
-    atomic_store(&s->freed_since_try, false);
+    if (torch_limit_refused_hook)
+        torch_limit_refused_hook((int)(s - slots));
     /* a few tries: other threads may map pages between the read and the set */
     for (int tries = 0; tries < 3; tries++) {
         coop_stats stats;
         coop_get_stats(pool, &stats);
         uint64_t mapped = (uint64_t)stats.reserved_bytes.current;
         if (mapped <= limit || mapped >= stats.capacity)
-            break; /* freed meanwhile (tried again after the next free), or held already */
+            break; /* freed meanwhile (flagged: tried again at the next malloc), or held */
         st = coop_set_capacity(pool, mapped);
         if (st != COOP_ERR_NOMEM)
             return st;

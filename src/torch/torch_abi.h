@@ -10,4 +10,20 @@
 /* Device's history (device in [0, COOP_TORCH_MAX_DEVICES)). */
 torch_history *torch_abi_history(int device);
 
+/* Device's order lock: held by coop_torch_malloc / coop_torch_free around
+ * their pool call and the events it records, while recording is on. Lock
+ * order: the order lock, then the pool's lock, then the history's. */
+pthread_mutex_t *torch_abi_order_lock(int device);
+
+/* For tests: if set, coop_torch_snapshot_take calls it between copying
+ * device's blocks and copying its events (with what it holds then), so a
+ * test can put an allocation or a free in that gap. NULL otherwise. */
+extern void (*torch_snapshot_gap_hook)(int device);
+
+/* For tests: if set, called (under the ABI's state lock) when a memory limit
+ * on device was just refused because live blocks keep more mapped, before
+ * the limit is held pending, so a test can free a block at that moment.
+ * NULL otherwise. */
+extern void (*torch_limit_refused_hook)(int device);
+
 #endif

@@ -18,6 +18,8 @@ typedef struct walk_copy {
     bool out_of_memory;
 } walk_copy;
 
+void (*torch_snapshot_gap_hook)(int device);
+
 /* The first capacity (items) of the copies' arrays (GROW_ARRAY). */
 #define COPY_ARRAY_FIRST 64
 
@@ -95,18 +97,33 @@ coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop torch: no host memory for a snapshot");
     snap->device = device;
     coop_status st = COOP_OK;
+    /* The blocks and the events are read in one critical section, so they
+     * agree: the order lock keeps out a malloc between its pool call and
+     * its alloc event (and a free), and the pool's lock keeps out a pending
+     * block's free_completed (recorded under it by any pool call). This is
+     * the order the alloc / free paths take them in, so it cannot deadlock.
+     * A malloc that began while recording was off records nothing: its
+     * block is one allocated before the recording, as a reader expects. */
+    pthread_mutex_t *order = torch_abi_order_lock(device);
+    pthread_mutex_lock(order);
     coop_pool *pool = coop_torch_pool(device);
     if (pool) {
         coop_config config;
         coop_pool_config(pool, &config);
         snap->vmm = config.use_vmm;
         walk_copy w = {.snap = snap, .pool = pool};
-        st = coop_walk(pool, copy_segment, copy_block, &w);
-        if (st == COOP_OK && w.out_of_memory)
+        pool_lock(pool);
+        pool_walk_locked(pool, copy_segment, copy_block, &w);
+        if (w.out_of_memory)
             st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop torch: no host memory for a snapshot");
     }
+    if (torch_snapshot_gap_hook)
+        torch_snapshot_gap_hook(device);
     if (st == COOP_OK)
         st = torch_history_copy(torch_abi_history(device), &snap->events, &snap->num_events);
+    if (pool)
+        pool_unlock(pool);
+    pthread_mutex_unlock(order);
     if (st != COOP_OK) {
         coop_torch_snapshot_free(snap);
         return st;

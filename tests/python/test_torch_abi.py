@@ -227,6 +227,33 @@ class Abi(unittest.TestCase):
             torch_free(p, 3 * MIB, 1, 0)
             torch_free(q, 1 * MIB, 0, 0)
 
+    def test_current_device_lets_torch_errors_through(self):
+        """Without CUDA (is_available() false) the current device is 0; an
+        error of torch's past that is raised, not taken for device 0 (a bare
+        except used to swallow it)."""
+
+        def fake(available, current):
+            cuda = type("cuda", (), {})()
+            cuda.is_available = lambda: available
+            cuda.current_device = current
+            module = type("torch", (), {})()
+            module.cuda = cuda
+            return module
+
+        def not_compiled():
+            raise AssertionError("Torch not compiled with CUDA enabled")
+
+        def broken():
+            raise RuntimeError("CUDA error: initialization error")
+
+        self.assertEqual(ctorch._current_device(fake(False, not_compiled)), 0)
+        self.assertEqual(ctorch._current_device(fake(True, lambda: 2)), 2)
+        self.assertEqual(ctorch._device_index("cuda", fake(True, lambda: 3)), 3)
+        for call in (lambda t: ctorch._current_device(t), lambda t: ctorch._device_index(None, t)):
+            with self.assertRaises(RuntimeError) as cm:
+                call(fake(True, broken))
+            self.assertIn("initialization error", str(cm.exception))
+
     def test_record_history_huge_bounds(self):
         """Bounds whose byte count wraps size_t (2**62 * 40 is 0 mod 2**64;
         2**64 // 40 + 1 events make 24 bytes), and bounds past size_t,
@@ -255,6 +282,46 @@ class Abi(unittest.TestCase):
         self.assertEqual(oom["device_free"],
                          stats["coop.capacity"] - stats["reserved_bytes.all.current"])
         self.assertEqual((oom["size"], oom["stream"]), (4 * GIB, 5))
+
+    def test_check_oom_raises_a_failure_once_for_two_threads(self):
+        """Two threads check one failure at once: one raises. The compare and
+        the store were apart, so both could see it new and raise. Each
+        look-up waits (up to 1 s) for the other thread's, which can only
+        come if the compare and store are not one step."""
+        self.assertIsNone(torch_malloc(4 * GIB, 2, 0))
+        both_looked = threading.Barrier(2, timeout=1.0)
+
+        class Seen(dict):
+            def get(self, *args):
+                value = super().get(*args)
+                try:
+                    both_looked.wait()
+                except threading.BrokenBarrierError:
+                    pass  # alone: the other thread waits for this one
+                return value
+
+        saved = ctorch._oom_seen
+        ctorch._oom_seen = Seen(saved)
+        raised = []
+
+        def check():
+            try:
+                ctorch.check_oom(2)
+            except ctorch.OutOfMemoryError as e:
+                raised.append(e)
+
+        try:
+            threads = [threading.Thread(target=check) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            saved.update(ctorch._oom_seen)
+            ctorch._oom_seen = saved
+        self.assertEqual(len(raised), 1, raised)
+        self.assertIn("device 2", str(raised[0]))
+        ctorch.check_oom(2)  # reported: no raise
 
     def test_eight_threads(self):
         errors = []
@@ -638,6 +705,16 @@ class Configuration(unittest.TestCase):
                       "backend:host")
         self.assertIn("raised COOP_ALLOC_CONF: bad value 'sometimes' for key 'vmm'", r.stdout,
                       r.stderr)
+
+    def test_snapshot_raises_on_bad_conf(self):
+        """snapshot() names a COOP_ALLOC_CONF that does not parse; it used to
+        drop the status and put the error text among the settings."""
+        r = run_child("try:\n    ctorch.snapshot()\n"
+                      "except ctorch.CoopConfigError as e:\n    print('raised', e)\n"
+                      "else:\n    print('no error')\n", "backend:host,colour:red")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised", r.stdout)
+        self.assertIn("unknown key 'colour'", r.stdout)
 
     def test_no_cuda_driver_fails_cleanly(self):
         r = run_child("assert lib.coop_torch_malloc(64, 0, None) is None\n"
