@@ -629,6 +629,13 @@ def _take(device):
         lib.coop_torch_snapshot_free(ptr)
 
 
+def settings():
+    """coop's configuration in force as text (COOP_ALLOC_CONF resolved, the
+    form snapshots record as allocator_settings). Raises CoopConfigError,
+    naming the key or value, if COOP_ALLOC_CONF does not parse."""
+    return _settings_in_force(native.library())
+
+
 def snapshot():
     """torch.cuda.memory._snapshot()'s structure for coop's pools:
     {"segments": [...], "device_traces": [[...] per device],

@@ -221,14 +221,12 @@ def install_allocator(kind, conf, native_conf=None):
 
 
 def coop_settings():
-    """coop's configuration in force (COOP_ALLOC_CONF resolved), as text."""
-    import ctypes
+    """coop's configuration in force (COOP_ALLOC_CONF resolved), as text;
+    raises coop.torch.CoopConfigError for one that does not parse (a result
+    recorded with the error text as its settings would look valid)."""
+    import coop.torch
 
-    import coop.native
-
-    buf = ctypes.create_string_buffer(512)
-    coop.native.library().coop_torch_settings(buf, len(buf))
-    return buf.value.decode(errors="replace")
+    return coop.torch.settings()
 
 
 def peak_reserved(kind, device=0):

@@ -716,6 +716,18 @@ class Configuration(unittest.TestCase):
         self.assertIn("raised", r.stdout)
         self.assertIn("unknown key 'colour'", r.stdout)
 
+    def test_settings_names_the_configuration_or_raises(self):
+        r = run_child("print(ctorch.settings())\n", "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("capacity", r.stdout)
+        self.assertIn("67108864", r.stdout)
+        r = run_child("try:\n    ctorch.settings()\n"
+                      "except ctorch.CoopConfigError as e:\n    print('raised', e)\n"
+                      "else:\n    print('no error')\n", "backend:host,colour:red")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised", r.stdout)
+        self.assertIn("unknown key 'colour'", r.stdout)
+
     def test_no_cuda_driver_fails_cleanly(self):
         r = run_child("assert lib.coop_torch_malloc(64, 0, None) is None\n"
                       "print(ctorch.last_error())\n", "backend:cuda",
