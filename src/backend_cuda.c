@@ -65,11 +65,15 @@ typedef struct cuda_backend {
     CUcontext context; /* primary context, retained */
     CUmemAllocationProp prop;
     CUmemAccessDesc access;
-    pthread_mutex_t lock; /* guards reservations, shifted segments and the event cache */
+    pthread_mutex_t lock; /* guards reservations, shifted segments and kept events */
     cuda_reservation *reservations;
     cuda_shifted_segment *shifted;         /* rare: see cuda_segment_alloc */
     CUevent event_cache[CUDA_EVENT_CACHE]; /* destroyed events kept for reuse */
     int num_cached_events;
+    /* Events given back past a full cache while no context could be made
+     * current to destroy them (see cuda_event_destroy): reused first. */
+    CUevent *orphan_events;
+    size_t num_orphan_events, cap_orphan_events;
     coop_backend_cuda_held held; /* under the pool's lock, as every call that changes it */
 } cuda_backend;
 
@@ -569,11 +573,15 @@ static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t 
  * Events
  * ---------------------------------------------------------------------- */
 
-/* A cached event, or NULL. */
+/* A kept event (an orphan first), or NULL. */
 static CUevent take_cached_event(cuda_backend *cb)
 {
     pthread_mutex_lock(&cb->lock);
-    CUevent event = cb->num_cached_events ? cb->event_cache[--cb->num_cached_events] : NULL;
+    CUevent event = NULL;
+    if (cb->num_orphan_events)
+        event = cb->orphan_events[--cb->num_orphan_events];
+    else if (cb->num_cached_events)
+        event = cb->event_cache[--cb->num_cached_events];
     pthread_mutex_unlock(&cb->lock);
     return event;
 }
@@ -651,15 +659,55 @@ static coop_status cuda_event_wait(coop_backend *be, coop_event ev)
     return st;
 }
 
+/* Keeps event past the cache; false when there is no host memory for it. */
+static bool keep_orphan_event(cuda_backend *cb, CUevent event)
+{
+    pthread_mutex_lock(&cb->lock);
+    bool kept = cb->num_orphan_events < cb->cap_orphan_events;
+    if (!kept) {
+        size_t cap = cb->cap_orphan_events ? 2 * cb->cap_orphan_events : 8;
+        CUevent *grown = realloc(cb->orphan_events, cap * sizeof *grown);
+        if (grown) {
+            cb->orphan_events = grown;
+            cb->cap_orphan_events = cap;
+            kept = true;
+        }
+    }
+    if (kept)
+        cb->orphan_events[cb->num_orphan_events++] = event;
+    pthread_mutex_unlock(&cb->lock);
+    return kept;
+}
+
+/* Destroys the orphans (the primary context is current). */
+static void destroy_orphan_events(cuda_backend *cb)
+{
+    pthread_mutex_lock(&cb->lock);
+    while (cb->num_orphan_events > 0)
+        cb->drv.fn.cuEventDestroy(cb->orphan_events[--cb->num_orphan_events]);
+    pthread_mutex_unlock(&cb->lock);
+}
+
+/* cuEventDestroy is made, as every driver call here, with the event's
+ * context current: its documented errors include CUDA_ERROR_INVALID_CONTEXT,
+ * so it is not called without one. When the context cannot be made current
+ * (cuCtxGetCurrent or cuCtxPushCurrent failed) and the cache is full, the
+ * event is kept as an orphan rather than lost: the next record reuses it,
+ * the next destroy that enters the context destroys it, and so does the
+ * backend's destroy. */
 static void cuda_event_destroy(coop_backend *be, coop_event ev)
 {
     cuda_backend *cb = as_cuda(be);
     if (cache_event(cb, (CUevent)ev))
         return;
     ctx_scope scope;
-    if (ctx_enter(cb, &scope) != COOP_OK)
+    if (ctx_enter(cb, &scope) != COOP_OK) {
+        /* without host memory either, nothing can keep it: lost */
+        (void)keep_orphan_event(cb, (CUevent)ev);
         return;
+    }
     cb->drv.fn.cuEventDestroy((CUevent)ev);
+    destroy_orphan_events(cb);
     ctx_leave(cb, &scope);
 }
 
@@ -693,6 +741,9 @@ static void cuda_destroy(coop_backend *be)
     }
     while (entered && cb->num_cached_events > 0)
         cb->drv.fn.cuEventDestroy(cb->event_cache[--cb->num_cached_events]);
+    if (entered)
+        destroy_orphan_events(cb);
+    free(cb->orphan_events);
     if (entered)
         ctx_leave(cb, &scope);
     if (cb->context)

@@ -522,6 +522,57 @@ static void test_events(void **state)
     destroy_stream(stream);
 }
 
+/* An event given back when the cache is full is destroyed, which needs the
+ * primary context current; when it cannot be made current (here
+ * cuCtxPushCurrent fails: the test thread has no context) the event must
+ * not be lost. It is kept, reused by the next record, and destroyed by the
+ * next destroy that enters the context, or by the backend's. */
+enum { EVENTS_PAST_CACHE = 64 + 3 };
+
+/* A backend whose event cache is full, with the three events past it still
+ * recorded in ev[64..66]. */
+static coop_backend *full_event_cache(coop_event ev[EVENTS_PAST_CACHE])
+{
+    coop_backend *be = create_vmm();
+    for (int i = 0; i < EVENTS_PAST_CACHE; i++)
+        assert_int_equal(be->ops->event_record(be, 2, &ev[i]), COOP_OK);
+    for (int i = 0; i < 64; i++)
+        be->ops->event_destroy(be, ev[i]);
+    return be;
+}
+
+static void test_event_destroy_without_context(void **state)
+{
+    (void)state;
+    coop_event ev[EVENTS_PAST_CACHE];
+    coop_backend *be = full_event_cache(ev);
+    be->ops->event_destroy(be, ev[65]);
+    be->ops->event_destroy(be, ev[66]);
+    mock_fail_nth("cuCtxPushCurrent", 1, CUDA_ERROR_UNKNOWN);
+    be->ops->event_destroy(be, ev[64]);
+    assert_int_equal(counters().live_events, 65);
+    coop_backend_destroy(be);
+    assert_int_equal(counters().live_events, 0);
+
+    be = full_event_cache(ev);
+    mock_fail_nth("cuCtxPushCurrent", 1, CUDA_ERROR_UNKNOWN);
+    be->ops->event_destroy(be, ev[64]);
+    assert_int_equal(counters().live_events, EVENTS_PAST_CACHE);
+    /* the next record reuses it */
+    long creates = counters().event_creates;
+    coop_event again;
+    assert_int_equal(be->ops->event_record(be, 2, &again), COOP_OK);
+    assert_true(again == ev[64]);
+    assert_int_equal(counters().event_creates, creates);
+    /* kept again, then destroyed by the next destroy that enters the context */
+    mock_fail_nth("cuCtxPushCurrent", 1, CUDA_ERROR_UNKNOWN);
+    be->ops->event_destroy(be, again);
+    be->ops->event_destroy(be, ev[65]);
+    assert_int_equal(counters().live_events, EVENTS_PAST_CACHE - 2);
+    be->ops->event_destroy(be, ev[66]);
+    coop_backend_destroy(be);
+}
+
 static void test_segments_without_vmm(void **state)
 {
     (void)state;
@@ -887,6 +938,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_release_failure_keeps_handle, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_event_destroy_without_context, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
