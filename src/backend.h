@@ -63,7 +63,7 @@ struct coop_backend {
     const coop_backend_ops *ops;
     const char *name;
     bool has_vmm;           /* reserve/map/unmap usable */
-    uint64_t page_size;     /* physical granularity the backend needs */
+    uint64_t page_size;     /* VMM: the granularity its pages need; segments: a default */
     uint64_t device_memory; /* total device memory (host: simulated size) */
 };
 

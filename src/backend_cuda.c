@@ -769,8 +769,10 @@ static const coop_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-/* Segment backends still report a page size: the pool rounds segments to it.
- * The device's allocation granularity where the driver reports one, else this. */
+/* Segment backends still report a page size, the pool's default page (it
+ * rounds segments to it): the device's allocation granularity where the
+ * driver reports one, else this. It is no requirement: cuMemAlloc takes any
+ * size, and the pool takes any power-of-two page for segments. */
 #define COOP_CUDA_SEGMENT_GRANULE (2u << 20)
 
 /* Device queries once the primary context is current. */
@@ -804,10 +806,14 @@ static coop_status query_device(cuda_backend *cb, bool want_vmm)
     if (vmm) {
         /* cuMemCreate sizes and cuMemMap ranges must be multiples of the
          * minimum granularity; segments are rounded to it too (2 MiB on
-         * current GPUs, the physical page size) */
+         * current GPUs, the physical page size), by default only: without
+         * VMM a failed query keeps the default page rather than refuse a
+         * backend that never needs it */
         size_t granularity = 0;
         rc = d->fn.cuMemGetAllocationGranularity(&granularity, &cb->prop,
                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (rc != CUDA_SUCCESS && !cb->base.has_vmm)
+            return COOP_OK;
         if (rc != CUDA_SUCCESS)
             return cuda_driver_error(d, rc, "cuMemGetAllocationGranularity", "(device %d)",
                                      cb->ordinal);

@@ -885,6 +885,68 @@ static void test_set_capacity_above_va_size(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Segments (cuMemAlloc) need no allocation granularity: a failed
+ * cuMemGetAllocationGranularity refuses a VMM backend, whose pages must be
+ * granularity multiples, with the driver's error, but not a segments one,
+ * which keeps the 2 MiB default page. A segments pool takes any power-of-two
+ * page of 512 bytes or more, the device's granularity or not (the driver
+ * fault sweep's 64 KiB page on a device whose query failed, or a device
+ * without VMM, which is never asked). */
+static void test_segments_need_no_granularity(void **state)
+{
+    (void)state;
+    coop_backend *be = NULL;
+    mock_set_granularity(64 * 1024);
+    mock_fail_nth("cuMemGetAllocationGranularity", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_BACKEND);
+    assert_null(be);
+    assert_non_null(strstr(coop_last_error(), "cuMemGetAllocationGranularity"));
+    mock_fail_nth("cuMemGetAllocationGranularity", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(coop_backend_cuda_create(0, false, &be), COOP_OK);
+    assert_false(be->has_vmm);
+    assert_int_equal(be->page_size, 2 * MIB);
+    coop_backend_destroy(be);
+
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 16 * MIB;
+    config.segment_size = 4 * MIB;
+    config.use_vmm = false;
+    config.check = true;
+    for (int k = 0; k < 2; k++) {
+        if (k == 0) /* the query fails */
+            mock_fail_nth("cuMemGetAllocationGranularity", 1, CUDA_ERROR_UNKNOWN);
+        else /* a device without VMM: its granularity is not asked */
+            setenv("MOCK_CUDA_NO_VMM", "1", 1);
+        for (uint64_t page = 512; page <= 4 * MIB; page *= 8) {
+            config.page_size = page;
+            coop_pool *pool = created(&config);
+            coop_config resolved;
+            coop_pool_config(pool, &resolved);
+            assert_false(resolved.use_vmm);
+            assert_int_equal(resolved.page_size, page);
+            void *p = coop_malloc(pool, 3 * MIB, 0, 0, NULL);
+            assert_non_null(p);
+            assert_int_equal(coop_free(pool, p), COOP_OK);
+            coop_pool_destroy(pool);
+        }
+        /* still a power of two */
+        config.page_size = 96 * 1024;
+        coop_pool *pool = NULL;
+        assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_INVALID);
+        assert_non_null(strstr(coop_last_error(), "page_size 98304 must be a power of two"));
+    }
+    unsetenv("MOCK_CUDA_NO_VMM");
+
+    /* with VMM the page is still a multiple of the device's granularity */
+    config.use_vmm = true;
+    config.page_size = 32 * 1024;
+    coop_pool *pool = NULL;
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "multiple of the cuda backend's 65536-byte pages"));
+}
+
 /* Without a driver the pool fails cleanly too. */
 static void test_pool_without_driver(void **state)
 {
@@ -941,6 +1003,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_event_destroy_without_context, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_segments_need_no_granularity, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
