@@ -81,11 +81,11 @@ typedef struct coop_config {
     uint64_t capacity;     /* most bytes mapped at once; 0 = device's total (CUDA) or 80 GiB
                             * (host: the simulated device is this size); rounded up to pages,
                             * but not past the device's last whole page */
-    uint64_t page_size;    /* physical mapping granularity: a power of two, a multiple of the
-                            * backend's; 0 = backend's (2 MiB). The CUDA backend backs each
-                            * page with one physical allocation: the driver's costs are per
-                            * allocation, so larger pages map and release faster and are
-                            * released only whole */
+    uint64_t page_size;    /* physical mapping granularity: a power of two >= 512, with VMM a
+                            * multiple of the backend's; 0 = backend's (2 MiB). The CUDA
+                            * backend backs each page with one physical allocation: the
+                            * driver's costs are per allocation, so larger pages map and
+                            * release faster and are released only whole */
     uint64_t va_size;      /* virtual range reserved (VMM); 0 = 4 x capacity (both below
                             * 2^56). Holes cost no memory, but the tiled range only grows
                             * (holes between live blocks are not given back): once its top

@@ -214,19 +214,27 @@ static void count_mapping(arena *a, uint64_t bytes, bool mapped)
     }
 }
 
-/* Unmaps the mapped pages of [first, end); stops at the first failure. */
+/* Unmaps the mapped pages of [first, end); stops at the first failure. A
+ * failed unmap leaves its run mapped, or a first part of it unmapped when the
+ * backend could not map that part back: the page map follows the device, so
+ * that those pages are mapped again before they are handed out. */
 static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t end,
                                uint64_t *released)
 {
     uint64_t ps = a->params.page_size;
     size_t rf, re;
     while (first < end && page_map_next_run(&s->pages, first, end, true, &rf, &re)) {
-        coop_status st = a->backend->ops->unmap(a->backend, s->base + rf * ps, (re - rf) * ps);
+        uint64_t unmapped = 0;
+        coop_status st =
+            a->backend->ops->unmap(a->backend, s->base + rf * ps, (re - rf) * ps, &unmapped);
+        size_t gone = (size_t)(unmapped / ps);
+        if (gone) {
+            page_map_set(&s->pages, rf, rf + gone, false);
+            count_mapping(a, (uint64_t)gone * ps, false);
+            *released += (uint64_t)gone * ps;
+        }
         if (st != COOP_OK)
             return st;
-        page_map_set(&s->pages, rf, re, false);
-        count_mapping(a, (re - rf) * ps, false);
-        *released += (re - rf) * ps;
         first = re;
     }
     return COOP_OK;
@@ -505,7 +513,8 @@ void arena_fini(arena *a)
             uint64_t ps = a->params.page_size;
             size_t rf, re, from = synced ? 0 : s->pages.num_pages;
             while (page_map_next_run(&s->pages, from, s->pages.num_pages, true, &rf, &re)) {
-                a->backend->ops->unmap(a->backend, s->base + rf * ps, (re - rf) * ps);
+                uint64_t unmapped; /* release below unmaps whatever is left */
+                a->backend->ops->unmap(a->backend, s->base + rf * ps, (re - rf) * ps, &unmapped);
                 from = re;
             }
             a->backend->ops->release(a->backend, s->base, s->reserved);

@@ -29,11 +29,15 @@ typedef struct coop_backend_ops {
     coop_status (*release)(coop_backend *be, uintptr_t addr, uint64_t size);
     /* VMM: back [addr, addr+size) with physical pages; both page-aligned. */
     coop_status (*map)(coop_backend *be, uintptr_t addr, uint64_t size);
-    /* VMM: drop the physical pages of [addr, addr+size). Does not wait: the
-     * caller has seen every stream that used the pages finish (the pool
-     * unmaps only free space whose streams are idle), or has called
-     * synchronize. A failure leaves the pages mapped. */
-    coop_status (*unmap)(coop_backend *be, uintptr_t addr, uint64_t size);
+    /* VMM: drop the physical pages of [addr, addr+size); *unmapped is the
+     * bytes from addr unmapped when it returns (size on success). Does not
+     * wait: the caller has seen every stream that used the pages finish (the
+     * pool unmaps only free space whose streams are idle), or has called
+     * synchronize. A failure leaves the pages mapped (*unmapped 0), unless
+     * the backend could not put back pages it had unmapped: then the first
+     * *unmapped bytes are unmapped and the rest mapped, and the caller's page
+     * map must follow. */
+    coop_status (*unmap)(coop_backend *be, uintptr_t addr, uint64_t size, uint64_t *unmapped);
     /* Waits until the device has finished all queued work (before unmapping
      * everything when a pool is destroyed). */
     coop_status (*synchronize)(coop_backend *be);
@@ -59,7 +63,7 @@ struct coop_backend {
     const coop_backend_ops *ops;
     const char *name;
     bool has_vmm;           /* reserve/map/unmap usable */
-    uint64_t page_size;     /* physical granularity the backend needs */
+    uint64_t page_size;     /* VMM: the granularity its pages need; segments: a default */
     uint64_t device_memory; /* total device memory (host: simulated size) */
 };
 

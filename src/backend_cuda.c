@@ -65,11 +65,15 @@ typedef struct cuda_backend {
     CUcontext context; /* primary context, retained */
     CUmemAllocationProp prop;
     CUmemAccessDesc access;
-    pthread_mutex_t lock; /* guards reservations, shifted segments and the event cache */
+    pthread_mutex_t lock; /* guards reservations, shifted segments and kept events */
     cuda_reservation *reservations;
     cuda_shifted_segment *shifted;         /* rare: see cuda_segment_alloc */
     CUevent event_cache[CUDA_EVENT_CACHE]; /* destroyed events kept for reuse */
     int num_cached_events;
+    /* Events given back past a full cache while no context could be made
+     * current to destroy them (see cuda_event_destroy): reused first. */
+    CUevent *orphan_events;
+    size_t num_orphan_events, cap_orphan_events;
     coop_backend_cuda_held held; /* under the pool's lock, as every call that changes it */
 } cuda_backend;
 
@@ -334,6 +338,47 @@ static coop_status cuda_release(coop_backend *be, uintptr_t addr, uint64_t size)
     return st;
 }
 
+/* Maps pages [first, first+count) of r (none mapped by the pool: unmapped,
+ * held or stray) and opens them with one cuMemSetAccess. All or nothing: on
+ * failure the pages it mapped (never used yet) are unmapped again, a page
+ * that will not unmap staying a stray (see page_state), and the thread's
+ * error is the first failure, not the undo's. */
+static coop_status map_run(cuda_backend *cb, cuda_reservation *r, uint64_t first, uint64_t count)
+{
+    uint64_t page = cb->base.page_size;
+    CUdeviceptr addr = r->base + first * page;
+    coop_status st = COOP_OK;
+    uint64_t done = 0;
+    while (done < count) {
+        uint64_t i = first + done;
+        if (r->mapped[i] == PAGE_STRAY)
+            r->mapped[i] = PAGE_MAPPED; /* still has its handle */
+        else if ((st = map_page(cb, r, i)) != COOP_OK)
+            break;
+        done++;
+    }
+    /* One cuMemSetAccess opens every page of the range: the driver
+     * accepts a fully mapped range spanning several allocations, and a
+     * call per page would cost a third of the driver calls again. */
+    if (st == COOP_OK) {
+        CUresult rc = cb->drv.fn.cuMemSetAccess(addr, count * page, &cb->access, 1);
+        if (rc != CUDA_SUCCESS)
+            st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "of [%#jx, +%ju)",
+                                   (uintmax_t)addr, (uintmax_t)(count * page));
+    }
+    if (st != COOP_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", coop_last_error());
+        while (done > 0) {
+            uint64_t i = first + --done;
+            if (unmap_page(cb, r, i) != COOP_OK && r->mapped[i] == PAGE_MAPPED)
+                r->mapped[i] = PAGE_STRAY;
+        }
+        coop_set_error(st, "%s", why);
+    }
+    return st;
+}
+
 static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
 {
     cuda_backend *cb = as_cuda(be);
@@ -345,82 +390,23 @@ static coop_status cuda_map(coop_backend *be, uintptr_t addr, uint64_t size)
     if (st == COOP_OK)
         st = ctx_enter(cb, &scope);
     if (st == COOP_OK) {
-        uint64_t done = 0;
-        while (done < count) {
-            uint64_t i = first + done;
-            if (r->mapped[i] == PAGE_STRAY)
-                r->mapped[i] = PAGE_MAPPED; /* still has its handle */
-            else if ((st = map_page(cb, r, i)) != COOP_OK)
-                break;
-            done++;
-        }
-        /* One cuMemSetAccess opens every page of the range: the driver
-         * accepts a fully mapped range spanning several allocations, and a
-         * call per page would cost a third of the driver calls again. */
-        if (st == COOP_OK) {
-            CUresult rc = cb->drv.fn.cuMemSetAccess((CUdeviceptr)addr, size, &cb->access, 1);
-            if (rc != CUDA_SUCCESS)
-                st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "of [%#jx, +%ju)",
-                                       (uintmax_t)addr, (uintmax_t)size);
-        }
-        /* all or nothing: undo the pages this call mapped (never used yet);
-         * a page that will not unmap stays as a stray (see page_state) */
-        if (st != COOP_OK) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", coop_last_error());
-            while (done > 0) {
-                uint64_t i = first + --done;
-                if (unmap_page(cb, r, i) != COOP_OK && r->mapped[i] == PAGE_MAPPED)
-                    r->mapped[i] = PAGE_STRAY;
-            }
-            coop_set_error(st, "%s", why);
-        }
+        st = map_run(cb, r, first, count);
         ctx_leave(cb, &scope);
     }
     pthread_mutex_unlock(&cb->lock);
     return st;
 }
 
-/* Maps again every page of [first, first+count) that an interrupted unmap
- * left unmapped, with the handle it kept (held), so that the range is wholly
- * mapped as before the call without asking the device for memory that
- * another process may have taken meanwhile (a page with no handle gets a
- * fresh one: the pool unmaps only free pages, their contents do not
- * matter). Returns the first failure. */
-static coop_status remap_unmapped(cuda_backend *cb, cuda_reservation *r, uint64_t first,
-                                  uint64_t count)
-{
-    uint64_t page = cb->base.page_size;
-    uint64_t i = first, end = first + count;
-    while (i < end) {
-        if (r->mapped[i] == PAGE_MAPPED) {
-            i++;
-            continue;
-        }
-        uint64_t run = i;
-        coop_status st = COOP_OK;
-        while (i < end && r->mapped[i] != PAGE_MAPPED && (st = map_page(cb, r, i)) == COOP_OK)
-            i++;
-        if (st == COOP_OK && i > run) {
-            CUresult rc =
-                cb->drv.fn.cuMemSetAccess(r->base + run * page, (i - run) * page, &cb->access, 1);
-            if (rc != CUDA_SUCCESS)
-                st = cuda_driver_error(&cb->drv, rc, "cuMemSetAccess", "of [%#jx, +%ju)",
-                                       (uintmax_t)(r->base + run * page),
-                                       (uintmax_t)((i - run) * page));
-        }
-        if (st != COOP_OK)
-            return st;
-    }
-    return COOP_OK;
-}
-
 /* All or nothing, as backend.h requires: if a page fails to unmap, the pages
  * unmapped before it are mapped again (with the handles they kept), so the
- * pool's page map (which keeps the range mapped on failure) stays true. */
-static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
+ * pool's page map (which keeps the range mapped on failure) stays true. If
+ * mapping them again fails too, they are left unmapped, not half mapped (a
+ * page mapped back without access would be handed out by the pool), and
+ * reported in *unmapped for the pool to mark so. */
+static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size, uint64_t *unmapped)
 {
     cuda_backend *cb = as_cuda(be);
+    *unmapped = 0;
     pthread_mutex_lock(&cb->lock);
     cuda_reservation *r;
     uint64_t first = 0, count = 0;
@@ -437,25 +423,35 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
          * on the host */
         /* all or nothing: every page is unmapped before any handle is
          * released, so that a failure can map them back without new
-         * physical memory */
-        for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
-            st = unmap_keep_handle(cb, r, i);
-        /* the range is unmapped now, whatever a release says: a handle
-         * cuMemRelease refuses stays held (mapped again by the next map,
-         * released with the reservation) */
-        for (uint64_t i = first; i < first + count && st == COOP_OK; i++)
-            (void)release_page(cb, r, i);
-        if (st != COOP_OK) {
+         * physical memory (another process may have taken it meanwhile) */
+        uint64_t end = first + count, stop = first;
+        while (stop < end && (st = unmap_keep_handle(cb, r, stop)) == COOP_OK)
+            stop++;
+        if (st != COOP_OK && stop > first) {
             char why[512];
             snprintf(why, sizeof why, "%s", coop_last_error());
-            if (remap_unmapped(cb, r, first, count) != COOP_OK)
-                coop_set_error(COOP_ERR_BACKEND,
-                               "%s; mapping its pages again failed too (%s): the device's "
-                               "mappings no longer match the pool's",
-                               why, coop_last_error());
-            else
+            if (map_run(cb, r, first, stop - first) == COOP_OK) {
+                stop = first;
                 coop_set_error(st, "%s", why);
+            } else {
+                char undo[512]; /* the message cannot be formatted into itself */
+                snprintf(undo, sizeof undo, "%s", coop_last_error());
+                coop_set_error(st,
+                               "%s; mapping the %ju pages before it again failed too (%s): they "
+                               "are left unmapped",
+                               why, (uintmax_t)(stop - first), undo);
+            }
         }
+        /* The pages unmapped now (all, or those before a failure whose undo
+         * failed) give up their handles, whatever a release says: a handle
+         * cuMemRelease refuses stays held (mapped again by the next map,
+         * released with the reservation). */
+        if (st == COOP_OK)
+            stop = end;
+        for (uint64_t i = first; i < stop; i++)
+            if (r->mapped[i] == PAGE_HELD)
+                (void)release_page(cb, r, i);
+        *unmapped = (stop - first) * cb->base.page_size;
         ctx_leave(cb, &scope);
     }
     pthread_mutex_unlock(&cb->lock);
@@ -577,11 +573,15 @@ static coop_status cuda_segment_free(coop_backend *be, uintptr_t addr, uint64_t 
  * Events
  * ---------------------------------------------------------------------- */
 
-/* A cached event, or NULL. */
+/* A kept event (an orphan first), or NULL. */
 static CUevent take_cached_event(cuda_backend *cb)
 {
     pthread_mutex_lock(&cb->lock);
-    CUevent event = cb->num_cached_events ? cb->event_cache[--cb->num_cached_events] : NULL;
+    CUevent event = NULL;
+    if (cb->num_orphan_events)
+        event = cb->orphan_events[--cb->num_orphan_events];
+    else if (cb->num_cached_events)
+        event = cb->event_cache[--cb->num_cached_events];
     pthread_mutex_unlock(&cb->lock);
     return event;
 }
@@ -659,15 +659,55 @@ static coop_status cuda_event_wait(coop_backend *be, coop_event ev)
     return st;
 }
 
+/* Keeps event past the cache; false when there is no host memory for it. */
+static bool keep_orphan_event(cuda_backend *cb, CUevent event)
+{
+    pthread_mutex_lock(&cb->lock);
+    bool kept = cb->num_orphan_events < cb->cap_orphan_events;
+    if (!kept) {
+        size_t cap = cb->cap_orphan_events ? 2 * cb->cap_orphan_events : 8;
+        CUevent *grown = realloc(cb->orphan_events, cap * sizeof *grown);
+        if (grown) {
+            cb->orphan_events = grown;
+            cb->cap_orphan_events = cap;
+            kept = true;
+        }
+    }
+    if (kept)
+        cb->orphan_events[cb->num_orphan_events++] = event;
+    pthread_mutex_unlock(&cb->lock);
+    return kept;
+}
+
+/* Destroys the orphans (the primary context is current). */
+static void destroy_orphan_events(cuda_backend *cb)
+{
+    pthread_mutex_lock(&cb->lock);
+    while (cb->num_orphan_events > 0)
+        cb->drv.fn.cuEventDestroy(cb->orphan_events[--cb->num_orphan_events]);
+    pthread_mutex_unlock(&cb->lock);
+}
+
+/* cuEventDestroy is made, as every driver call here, with the event's
+ * context current: its documented errors include CUDA_ERROR_INVALID_CONTEXT,
+ * so it is not called without one. When the context cannot be made current
+ * (cuCtxGetCurrent or cuCtxPushCurrent failed) and the cache is full, the
+ * event is kept as an orphan rather than lost: the next record reuses it,
+ * the next destroy that enters the context destroys it, and so does the
+ * backend's destroy. */
 static void cuda_event_destroy(coop_backend *be, coop_event ev)
 {
     cuda_backend *cb = as_cuda(be);
     if (cache_event(cb, (CUevent)ev))
         return;
     ctx_scope scope;
-    if (ctx_enter(cb, &scope) != COOP_OK)
+    if (ctx_enter(cb, &scope) != COOP_OK) {
+        /* without host memory either, nothing can keep it: lost */
+        (void)keep_orphan_event(cb, (CUevent)ev);
         return;
+    }
     cb->drv.fn.cuEventDestroy((CUevent)ev);
+    destroy_orphan_events(cb);
     ctx_leave(cb, &scope);
 }
 
@@ -702,6 +742,9 @@ static void cuda_destroy(coop_backend *be)
     while (entered && cb->num_cached_events > 0)
         cb->drv.fn.cuEventDestroy(cb->event_cache[--cb->num_cached_events]);
     if (entered)
+        destroy_orphan_events(cb);
+    free(cb->orphan_events);
+    if (entered)
         ctx_leave(cb, &scope);
     if (cb->context)
         cb->drv.fn.cuDevicePrimaryCtxRelease(cb->device);
@@ -726,8 +769,10 @@ static const coop_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-/* Segment backends still report a page size: the pool rounds segments to it.
- * The device's allocation granularity where the driver reports one, else this. */
+/* Segment backends still report a page size, the pool's default page (it
+ * rounds segments to it): the device's allocation granularity where the
+ * driver reports one, else this. It is no requirement: cuMemAlloc takes any
+ * size, and the pool takes any power-of-two page for segments. */
 #define COOP_CUDA_SEGMENT_GRANULE (2u << 20)
 
 /* Device queries once the primary context is current. */
@@ -761,10 +806,14 @@ static coop_status query_device(cuda_backend *cb, bool want_vmm)
     if (vmm) {
         /* cuMemCreate sizes and cuMemMap ranges must be multiples of the
          * minimum granularity; segments are rounded to it too (2 MiB on
-         * current GPUs, the physical page size) */
+         * current GPUs, the physical page size), by default only: without
+         * VMM a failed query keeps the default page rather than refuse a
+         * backend that never needs it */
         size_t granularity = 0;
         rc = d->fn.cuMemGetAllocationGranularity(&granularity, &cb->prop,
                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (rc != CUDA_SUCCESS && !cb->base.has_vmm)
+            return COOP_OK;
         if (rc != CUDA_SUCCESS)
             return cuda_driver_error(d, rc, "cuMemGetAllocationGranularity", "(device %d)",
                                      cb->ordinal);

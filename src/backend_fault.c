@@ -63,12 +63,13 @@ static coop_status fault_map(coop_backend *be, uintptr_t addr, uint64_t size)
     return f->inner->ops->map(f->inner, addr, size);
 }
 
-static coop_status fault_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
+static coop_status fault_unmap(coop_backend *be, uintptr_t addr, uint64_t size, uint64_t *unmapped)
 {
     fault_backend *f = fault_of(be);
+    *unmapped = 0;
     if (should_fail(f, KIND_UNMAP))
         return COOP_ERR_BACKEND;
-    return f->inner->ops->unmap(f->inner, addr, size);
+    return f->inner->ops->unmap(f->inner, addr, size, unmapped);
 }
 
 /* Not a fault kind: it only waits (its failure is the backend's own). */

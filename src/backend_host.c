@@ -176,15 +176,17 @@ static coop_status host_map(coop_backend *be, uintptr_t addr, uint64_t size)
     return COOP_OK;
 }
 
-static coop_status host_unmap(coop_backend *be, uintptr_t addr, uint64_t size)
+static coop_status host_unmap(coop_backend *be, uintptr_t addr, uint64_t size, uint64_t *unmapped)
 {
     host_backend *h = host_of(be);
+    *unmapped = 0;
     coop_status st = check_page_range(be, addr, size);
     if (st != COOP_OK)
         return st;
     if (size > h->mapped)
         return coop_set_error(COOP_ERR_INVALID, "host backend: unmapping more than is mapped");
     h->mapped -= size;
+    *unmapped = size;
     return COOP_OK;
 }
 

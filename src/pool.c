@@ -150,11 +150,17 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     c->use_vmm = in->use_vmm && be->has_vmm;
     if (!c->page_size)
         c->page_size = be->page_size;
-    if (c->page_size < COOP_ALIGN || (c->page_size & (c->page_size - 1)) ||
-        c->page_size % be->page_size)
+    /* Only mapped pages need the backend's granularity: without VMM its page
+     * is a default (segments, e.g. cuMemAlloc's, take any size), so a
+     * segments pool does not depend on the device reporting one. */
+    if (c->page_size < COOP_ALIGN || (c->page_size & (c->page_size - 1)))
         return coop_set_error(COOP_ERR_INVALID,
-                              "page_size %llu must be a power of two and a multiple of the %s "
-                              "backend's %llu-byte pages",
+                              "page_size %llu must be a power of two of at least %u bytes",
+                              (unsigned long long)c->page_size, COOP_ALIGN);
+    if (c->use_vmm && c->page_size % be->page_size)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "page_size %llu must be a multiple of the %s backend's %llu-byte "
+                              "pages (with VMM)",
                               (unsigned long long)c->page_size, be->name,
                               (unsigned long long)be->page_size);
     c->capacity = capacity_in_pages(c->capacity ? c->capacity : be->device_memory,

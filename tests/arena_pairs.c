@@ -58,6 +58,13 @@ static coop_status fake_range(coop_backend *be, uintptr_t addr, uint64_t size)
     return COOP_OK;
 }
 
+static coop_status fake_unmap(coop_backend *be, uintptr_t addr, uint64_t size, uint64_t *unmapped)
+{
+    (void)be, (void)addr;
+    *unmapped = size;
+    return COOP_OK;
+}
+
 static coop_status fake_sync(coop_backend *be)
 {
     (void)be;
@@ -67,7 +74,7 @@ static coop_status fake_sync(coop_backend *be)
 static const coop_backend_ops fake_ops = {.reserve = fake_reserve,
                                           .release = fake_range,
                                           .map = fake_range,
-                                          .unmap = fake_range,
+                                          .unmap = fake_unmap,
                                           .synchronize = fake_sync};
 static coop_backend fake = {.ops = &fake_ops,
                             .name = "fake",

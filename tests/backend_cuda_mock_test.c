@@ -197,6 +197,7 @@ static void test_vmm_pages_unmap_alone(void **state)
     (void)state;
     coop_backend *be = create_vmm();
     uintptr_t base = 0;
+    uint64_t unmapped = 0;
     assert_int_equal(be->ops->reserve(be, 64 * MIB, &base), COOP_OK);
     assert_int_equal(base % (2 * MIB), 0);
     long access_calls = counters().access_calls;
@@ -216,13 +217,13 @@ static void test_vmm_pages_unmap_alone(void **state)
     coop_stream stream = new_stream();
     long syncs = counters().syncs;
     launch_work(base + 2 * MIB + 4096, 8192, stream);
-    assert_int_equal(be->ops->unmap(be, base + 2 * MIB, 2 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base + 2 * MIB, 2 * MIB, &unmapped), COOP_OK);
     assert_int_equal(mock_take_unsafe(), 1);
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 2 * MIB), COOP_OK);
     launch_work(base + 2 * MIB + 4096, 8192, stream);
     assert_int_equal(be->ops->event_record(be, stream, &ev), COOP_OK);
     assert_int_equal(be->ops->event_wait(be, ev), COOP_OK);
-    assert_int_equal(be->ops->unmap(be, base + 2 * MIB, 2 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base + 2 * MIB, 2 * MIB, &unmapped), COOP_OK);
     assert_int_equal(counters().unsafe_releases, 0);
     assert_int_equal(counters().syncs, syncs);
     assert_int_equal(counters().mapped_bytes, 4 * MIB);
@@ -235,7 +236,7 @@ static void test_vmm_pages_unmap_alone(void **state)
 
     /* the hole can be mapped again; its neighbours were untouched */
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 2 * MIB), COOP_OK);
-    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_OK);
     assert_int_equal(counters().mapped_bytes, 0);
     assert_int_equal(be->ops->release(be, base, 64 * MIB), COOP_OK);
     coop_backend_destroy(be);
@@ -247,6 +248,7 @@ static void test_vmm_bad_ranges_leave_state(void **state)
     (void)state;
     coop_backend *be = create_vmm();
     uintptr_t base = 0;
+    uint64_t unmapped = 0;
     assert_int_equal(be->ops->reserve(be, 3 * MIB, &base), COOP_ERR_INVALID);
     assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
     assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_OK);
@@ -254,7 +256,7 @@ static void test_vmm_bad_ranges_leave_state(void **state)
     assert_non_null(strstr(coop_last_error(), "not aligned"));
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 4 * MIB), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "already mapped"));
-    assert_int_equal(be->ops->unmap(be, base + 4 * MIB, 2 * MIB), COOP_ERR_INVALID);
+    assert_int_equal(be->ops->unmap(be, base + 4 * MIB, 2 * MIB, &unmapped), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "not mapped"));
     assert_int_equal(be->ops->map(be, base + 16 * MIB, 2 * MIB), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "outside every reservation"));
@@ -306,16 +308,18 @@ static void test_vmm_unmap_failure_leaves_range_mapped(void **state)
     (void)state;
     coop_backend *be = create_vmm();
     uintptr_t base = 0;
+    uint64_t unmapped = 0;
     assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
     assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
     mock_fail_nth("cuMemUnmap", 2, CUDA_ERROR_UNKNOWN);
-    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_ERR_BACKEND);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_ERR_BACKEND);
     assert_non_null(strstr(coop_last_error(), "cuMemUnmap"));
     assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_UNKNOWN"));
+    assert_int_equal(unmapped, 0);
     assert_int_equal(counters().mapped_bytes, 6 * MIB);
     assert_int_equal(counters().accessible_bytes, 6 * MIB);
     /* the pool's retry finds every page mapped, as it believes */
-    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_OK);
     assert_int_equal(counters().mapped_bytes, 0);
     assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
     coop_backend_destroy(be);
@@ -330,19 +334,59 @@ static void test_vmm_unmap_failure_remaps_without_new_memory(void **state)
     (void)state;
     coop_backend *be = create_vmm();
     uintptr_t base = 0;
+    uint64_t unmapped = 0;
     assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
     assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
     mock_fail_nth("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN);
     mock_fail_nth("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
-    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_ERR_BACKEND);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_ERR_BACKEND);
     assert_non_null(strstr(coop_last_error(), "cuMemUnmap"));
     assert_null(strstr(coop_last_error(), "no longer match"));
     assert_int_equal(counters().accessible_bytes, 6 * MIB);
-    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_OK);
     mock_fail_nth("cuMemCreate", 1, CUDA_SUCCESS); /* disarm, if unused */
     assert_int_equal(counters().live_handles, 0);
     assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
     coop_backend_destroy(be);
+}
+
+/* When mapping back the pages before a failed unmap fails too, those pages
+ * are left unmapped, not mapped without access, and their handles
+ * released; the call says how many, for the pool's page map, and its
+ * message names both failures. The backend's pages then match the driver:
+ * they map again, and the page that failed to unmap unmaps. */
+static void test_vmm_unmap_undo_failure(void **state)
+{
+    (void)state;
+    static const char *const undo_fails[] = {"cuMemMap", "cuMemSetAccess"};
+    for (int k = 0; k < 2; k++) {
+        coop_backend *be = create_vmm();
+        uintptr_t base = 0;
+        uint64_t unmapped = 0;
+        coop_backend_cuda_held held;
+        assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+        assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+        mock_fail_nth("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN);
+        mock_fail_nth(undo_fails[k], 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+        assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_ERR_BACKEND);
+        assert_non_null(strstr(coop_last_error(), "cuMemUnmap failed with CUDA_ERROR_UNKNOWN"));
+        assert_non_null(strstr(coop_last_error(), undo_fails[k]));
+        assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS"));
+        assert_int_equal(unmapped, 4 * MIB);
+        cuda_mock_counters c = counters();
+        assert_int_equal(c.live_handles, 1);
+        assert_int_equal(c.accessible_bytes, 2 * MIB);
+        coop_backend_cuda_held_now(be, &held);
+        assert_int_equal(held.handles, 1);
+        assert_int_equal(held.mapped_bytes, 2 * MIB);
+        assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_OK);
+        assert_int_equal(counters().accessible_bytes, 6 * MIB);
+        assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_OK);
+        assert_int_equal(unmapped, 6 * MIB);
+        assert_int_equal(counters().live_handles, 0);
+        assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+        coop_backend_destroy(be);
+    }
 }
 
 /* A failed map is undone page by page; if undoing a page fails too, that
@@ -353,6 +397,7 @@ static void test_vmm_map_rollback_failure(void **state)
     (void)state;
     coop_backend *be = create_vmm();
     uintptr_t base = 0;
+    uint64_t unmapped = 0;
     assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
     mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
     mock_fail_nth("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN);
@@ -362,7 +407,7 @@ static void test_vmm_map_rollback_failure(void **state)
     assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
     assert_int_equal(counters().mapped_bytes, 6 * MIB);
     assert_int_equal(counters().accessible_bytes, 6 * MIB);
-    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_OK);
     assert_int_equal(counters().mapped_bytes, 0);
     /* and a page left so is released with its reservation */
     mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
@@ -382,11 +427,12 @@ static void test_vmm_release_failure_keeps_handle(void **state)
     (void)state;
     coop_backend *be = create_vmm();
     uintptr_t base = 0;
+    uint64_t unmapped = 0;
     coop_backend_cuda_held held;
     assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
     assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
     mock_fail_nth("cuMemRelease", 2, CUDA_ERROR_UNKNOWN);
-    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_OK);
     assert_int_equal(counters().accessible_bytes, 0);
     assert_int_equal(counters().live_handles, 1);
     coop_backend_cuda_held_now(be, &held);
@@ -396,7 +442,7 @@ static void test_vmm_release_failure_keeps_handle(void **state)
     assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
     assert_int_equal(counters().live_handles, 3);
     assert_int_equal(counters().accessible_bytes, 6 * MIB);
-    assert_int_equal(be->ops->unmap(be, base, 6 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base, 6 * MIB, &unmapped), COOP_OK);
     assert_int_equal(counters().live_handles, 0);
     /* the reservation's release stops at the failure, and tries again */
     assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_OK);
@@ -411,7 +457,7 @@ static void test_vmm_release_failure_keeps_handle(void **state)
     assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
     assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK);
     mock_fail_nth("cuMemRelease", 1, CUDA_ERROR_UNKNOWN);
-    assert_int_equal(be->ops->unmap(be, base, 2 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base, 2 * MIB, &unmapped), COOP_OK);
     assert_int_equal(counters().live_handles, 1);
     coop_backend_destroy(be);
 }
@@ -474,6 +520,57 @@ static void test_events(void **state)
     coop_backend_destroy(be);
     assert_int_equal(counters().live_events, 0);
     destroy_stream(stream);
+}
+
+/* An event given back when the cache is full is destroyed, which needs the
+ * primary context current; when it cannot be made current (here
+ * cuCtxPushCurrent fails: the test thread has no context) the event must
+ * not be lost. It is kept, reused by the next record, and destroyed by the
+ * next destroy that enters the context, or by the backend's. */
+enum { EVENTS_PAST_CACHE = 64 + 3 };
+
+/* A backend whose event cache is full, with the three events past it still
+ * recorded in ev[64..66]. */
+static coop_backend *full_event_cache(coop_event ev[EVENTS_PAST_CACHE])
+{
+    coop_backend *be = create_vmm();
+    for (int i = 0; i < EVENTS_PAST_CACHE; i++)
+        assert_int_equal(be->ops->event_record(be, 2, &ev[i]), COOP_OK);
+    for (int i = 0; i < 64; i++)
+        be->ops->event_destroy(be, ev[i]);
+    return be;
+}
+
+static void test_event_destroy_without_context(void **state)
+{
+    (void)state;
+    coop_event ev[EVENTS_PAST_CACHE];
+    coop_backend *be = full_event_cache(ev);
+    be->ops->event_destroy(be, ev[65]);
+    be->ops->event_destroy(be, ev[66]);
+    mock_fail_nth("cuCtxPushCurrent", 1, CUDA_ERROR_UNKNOWN);
+    be->ops->event_destroy(be, ev[64]);
+    assert_int_equal(counters().live_events, 65);
+    coop_backend_destroy(be);
+    assert_int_equal(counters().live_events, 0);
+
+    be = full_event_cache(ev);
+    mock_fail_nth("cuCtxPushCurrent", 1, CUDA_ERROR_UNKNOWN);
+    be->ops->event_destroy(be, ev[64]);
+    assert_int_equal(counters().live_events, EVENTS_PAST_CACHE);
+    /* the next record reuses it */
+    long creates = counters().event_creates;
+    coop_event again;
+    assert_int_equal(be->ops->event_record(be, 2, &again), COOP_OK);
+    assert_true(again == ev[64]);
+    assert_int_equal(counters().event_creates, creates);
+    /* kept again, then destroyed by the next destroy that enters the context */
+    mock_fail_nth("cuCtxPushCurrent", 1, CUDA_ERROR_UNKNOWN);
+    be->ops->event_destroy(be, again);
+    be->ops->event_destroy(be, ev[65]);
+    assert_int_equal(counters().live_events, EVENTS_PAST_CACHE - 2);
+    be->ops->event_destroy(be, ev[66]);
+    coop_backend_destroy(be);
 }
 
 static void test_segments_without_vmm(void **state)
@@ -673,6 +770,53 @@ static void test_pool_device_full_releases_cache(void **state)
     coop_pool_destroy(b);
 }
 
+/* An unmap failing midway maps back the pages it had unmapped; when that
+ * undo fails too (its cuMemMap, or its cuMemSetAccess), those pages cannot
+ * be left as they are: unmapped, or mapped without access, while the pool
+ * believes them mapped, it would hand them out and a kernel would fault. The
+ * backend unmaps them and says so, the pool marks them unmapped, and the
+ * error names both failures. The pool then matches the driver: its check
+ * passes, its reserved bytes are what the driver holds, and a block over
+ * the range maps what is missing and is accessible. */
+static void test_pool_unmap_undo_failure(void **state)
+{
+    (void)state;
+    static const char *const undo_fails[] = {"cuMemMap", "cuMemSetAccess"};
+    coop_stream stream = new_stream();
+    for (int k = 0; k < 2; k++) {
+        coop_config config;
+        coop_config_default(&config);
+        config.backend = COOP_BACKEND_CUDA;
+        config.capacity = 64 * MIB;
+        config.check = true;
+        coop_pool *pool = created(&config);
+        void *p = coop_malloc(pool, 6 * MIB, stream, 0, NULL); /* 3 pages */
+        assert_non_null(p);
+        assert_int_equal(coop_free(pool, p), COOP_OK);
+        /* the third page will not unmap, and the first two not map back */
+        mock_fail_nth("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN);
+        mock_fail_nth(undo_fails[k], 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+        assert_int_equal(coop_empty_cache(pool), COOP_ERR_BACKEND);
+        assert_non_null(strstr(coop_last_error(), "cuMemUnmap"));
+        assert_non_null(strstr(coop_last_error(), undo_fails[k]));
+        assert_int_equal(coop_pool_check(pool), COOP_OK);
+        coop_stats s;
+        coop_get_stats(pool, &s);
+        cuda_mock_counters c = counters();
+        assert_int_equal(s.reserved_bytes.current, 2 * MIB);
+        assert_int_equal(c.mapped_bytes, 2 * MIB); /* one live handle: the third page's */
+        assert_int_equal(c.accessible_bytes, 2 * MIB);
+        void *q = coop_malloc(pool, 6 * MIB, stream, 0, NULL);
+        assert_ptr_equal(q, p);
+        launch_work((uintptr_t)q, 6 * MIB, stream); /* fails on an inaccessible page */
+        assert_int_equal(coop_free(pool, q), COOP_OK);
+        assert_int_equal(coop_empty_cache(pool), COOP_OK);
+        assert_int_equal(counters().mapped_bytes, 0);
+        coop_pool_destroy(pool);
+    }
+    destroy_stream(stream);
+}
+
 /* A pool page larger than the device's granule is one physical allocation:
  * the driver's per-allocation costs (on an H200, cuMemSetAccess, cuMemUnmap
  * and cuMemRelease cost 10 to 26 us per handle; 34.8 ms for 1 GiB of 2 MiB
@@ -741,6 +885,68 @@ static void test_set_capacity_above_va_size(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Segments (cuMemAlloc) need no allocation granularity: a failed
+ * cuMemGetAllocationGranularity refuses a VMM backend, whose pages must be
+ * granularity multiples, with the driver's error, but not a segments one,
+ * which keeps the 2 MiB default page. A segments pool takes any power-of-two
+ * page of 512 bytes or more, the device's granularity or not (the driver
+ * fault sweep's 64 KiB page on a device whose query failed, or a device
+ * without VMM, which is never asked). */
+static void test_segments_need_no_granularity(void **state)
+{
+    (void)state;
+    coop_backend *be = NULL;
+    mock_set_granularity(64 * 1024);
+    mock_fail_nth("cuMemGetAllocationGranularity", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_BACKEND);
+    assert_null(be);
+    assert_non_null(strstr(coop_last_error(), "cuMemGetAllocationGranularity"));
+    mock_fail_nth("cuMemGetAllocationGranularity", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(coop_backend_cuda_create(0, false, &be), COOP_OK);
+    assert_false(be->has_vmm);
+    assert_int_equal(be->page_size, 2 * MIB);
+    coop_backend_destroy(be);
+
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 16 * MIB;
+    config.segment_size = 4 * MIB;
+    config.use_vmm = false;
+    config.check = true;
+    for (int k = 0; k < 2; k++) {
+        if (k == 0) /* the query fails */
+            mock_fail_nth("cuMemGetAllocationGranularity", 1, CUDA_ERROR_UNKNOWN);
+        else /* a device without VMM: its granularity is not asked */
+            setenv("MOCK_CUDA_NO_VMM", "1", 1);
+        for (uint64_t page = 512; page <= 4 * MIB; page *= 8) {
+            config.page_size = page;
+            coop_pool *pool = created(&config);
+            coop_config resolved;
+            coop_pool_config(pool, &resolved);
+            assert_false(resolved.use_vmm);
+            assert_int_equal(resolved.page_size, page);
+            void *p = coop_malloc(pool, 3 * MIB, 0, 0, NULL);
+            assert_non_null(p);
+            assert_int_equal(coop_free(pool, p), COOP_OK);
+            coop_pool_destroy(pool);
+        }
+        /* still a power of two */
+        config.page_size = 96 * 1024;
+        coop_pool *pool = NULL;
+        assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_INVALID);
+        assert_non_null(strstr(coop_last_error(), "page_size 98304 must be a power of two"));
+    }
+    unsetenv("MOCK_CUDA_NO_VMM");
+
+    /* with VMM the page is still a multiple of the device's granularity */
+    config.use_vmm = true;
+    config.page_size = 32 * 1024;
+    coop_pool *pool = NULL;
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "multiple of the cuda backend's 65536-byte pages"));
+}
+
 /* Without a driver the pool fails cleanly too. */
 static void test_pool_without_driver(void **state)
 {
@@ -788,12 +994,16 @@ int main(void)
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_unmap_failure_remaps_without_new_memory, use_mock,
                                         check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_unmap_undo_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_map_rollback_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_unmap_undo_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_release_failure_keeps_handle, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_event_destroy_without_context, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_segments_need_no_granularity, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),

@@ -25,10 +25,11 @@ static void test_counts_and_nth(void **state)
     (void)state;
     coop_backend *be = make();
     uintptr_t va;
+    uint64_t unmapped;
     assert_int_equal(be->ops->reserve(be, 64 * MiB, &va), COOP_OK);
     coop_backend_fault_arm(be, COOP_FAULT_MAP, 3);
     assert_int_equal(be->ops->map(be, va, 2 * MiB), COOP_OK);
-    assert_int_equal(be->ops->unmap(be, va, 2 * MiB), COOP_OK); /* other kind: not counted down */
+    assert_int_equal(be->ops->unmap(be, va, 2 * MiB, &unmapped), COOP_OK); /* not counted down */
     assert_int_equal(be->ops->map(be, va, 2 * MiB), COOP_OK);
     assert_int_equal(be->ops->map(be, va + 2 * MiB, 2 * MiB), COOP_ERR_BACKEND);
     assert_non_null(strstr(coop_last_error(), "injected fault: map call #3"));
@@ -38,7 +39,13 @@ static void test_counts_and_nth(void **state)
     assert_int_equal(coop_backend_fault_calls(be, COOP_FAULT_MAP | COOP_FAULT_RESERVE), 5);
     /* A failed call leaves the device untouched: 2 maps of 2 MiB succeeded after the unmap. */
     assert_int_equal(coop_backend_host_mapped(coop_backend_fault_inner(be)), 4 * MiB);
-    assert_int_equal(be->ops->unmap(be, va, 4 * MiB), COOP_OK);
+    /* an injected unmap failure unmaps nothing */
+    coop_backend_fault_arm(be, COOP_FAULT_UNMAP, 1);
+    assert_int_equal(be->ops->unmap(be, va, 4 * MiB, &unmapped), COOP_ERR_BACKEND);
+    assert_int_equal(unmapped, 0);
+    assert_int_equal(coop_backend_host_mapped(coop_backend_fault_inner(be)), 4 * MiB);
+    assert_int_equal(be->ops->unmap(be, va, 4 * MiB, &unmapped), COOP_OK);
+    assert_int_equal(unmapped, 4 * MiB);
     assert_int_equal(be->ops->release(be, va, 64 * MiB), COOP_OK);
     coop_backend_destroy(be);
 }

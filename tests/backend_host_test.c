@@ -23,6 +23,7 @@ static void test_reserve_map_unmap(void **state)
     assert_true(be->has_vmm);
     assert_true(coop_backend_is_host(be));
     uintptr_t va;
+    uint64_t unmapped = 0;
     /* 1 TiB of address space on a machine with far less memory. */
     assert_int_equal(be->ops->reserve(be, UINT64_C(1) << 40, &va), COOP_OK);
     assert_int_equal(va % (2 * MiB), 0);
@@ -32,7 +33,10 @@ static void test_reserve_map_unmap(void **state)
     assert_non_null(strstr(coop_last_error(), "host backend: simulated device full (4194304 of "
                                               "8388608 bytes mapped, 6291456 more asked)"));
     assert_int_equal(be->ops->map(be, va + 1, 2 * MiB), COOP_ERR_INVALID); /* unaligned */
-    assert_int_equal(be->ops->unmap(be, va, 4 * MiB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, va, 4 * MiB, &unmapped), COOP_OK);
+    assert_int_equal(unmapped, 4 * MiB);
+    assert_int_equal(be->ops->unmap(be, va, 2 * MiB, &unmapped), COOP_ERR_INVALID);
+    assert_int_equal(unmapped, 0);
     assert_int_equal(coop_backend_host_mapped(be), 0);
     assert_int_equal(be->ops->release(be, va, UINT64_C(1) << 40), COOP_OK);
     assert_int_equal(coop_backend_host_live_ranges(be), 0);
@@ -144,12 +148,13 @@ static void test_small_pages(void **state)
         coop_backend *be;
         assert_int_equal(coop_backend_host_create(64 * ps, ps, true, &be), COOP_OK);
         uintptr_t va;
+        uint64_t unmapped;
         assert_int_equal(be->ops->reserve(be, 3 * ps, &va), COOP_OK);
         assert_int_equal(va % ps, 0);
         assert_int_equal(be->ops->map(be, va + ps, ps), COOP_OK);
         assert_int_equal(coop_backend_host_mapped(be), ps);
         assert_int_equal(be->ops->map(be, va + ps / 2, ps), COOP_ERR_INVALID);
-        assert_int_equal(be->ops->unmap(be, va + ps, ps), COOP_OK);
+        assert_int_equal(be->ops->unmap(be, va + ps, ps, &unmapped), COOP_OK);
         assert_int_equal(be->ops->release(be, va, 3 * ps), COOP_OK);
         assert_int_equal(coop_backend_host_live_ranges(be), 0);
         coop_backend_destroy(be);
@@ -298,6 +303,7 @@ static void test_device_memory_faults_on_touch(void **state)
     coop_backend *be;
     assert_int_equal(coop_backend_host_create(64 * MiB, 2 * MiB, true, &be), COOP_OK);
     uintptr_t va, seg;
+    uint64_t unmapped;
     assert_int_equal(be->ops->reserve(be, 16 * MiB, &va), COOP_OK);
     assert_int_equal(be->ops->map(be, va, 4 * MiB), COOP_OK);
     assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &seg), COOP_OK);
@@ -310,7 +316,7 @@ static void test_device_memory_faults_on_touch(void **state)
     assert_true(cpu_can_read((uintptr_t)&host));
     assert_true(cpu_can_write((uintptr_t)&host));
     assert_int_equal(be->ops->segment_free(be, seg, 2 * MiB), COOP_OK);
-    assert_int_equal(be->ops->unmap(be, va, 4 * MiB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, va, 4 * MiB, &unmapped), COOP_OK);
     assert_int_equal(be->ops->release(be, va, 16 * MiB), COOP_OK);
     coop_backend_destroy(be);
 }

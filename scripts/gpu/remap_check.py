@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Whether the CUDA driver maps a kept physical handle again at the address
 it was unmapped from: what the CUDA backend's undo of an interrupted unmap
-relies on (src/backend_cuda.c, cuda_unmap and remap_unmapped).
+relies on (src/backend_cuda.c, cuda_unmap and map_run).
 
 When cuMemUnmap fails part way through a range, the backend maps the pages
 it had already unmapped back, with the handles it kept (it releases no
