@@ -382,6 +382,59 @@ static void undefined_names_are_errors_with_lines(void **state)
     dtr_log_free(&log);
 }
 
+/* RELEASE left the name bound, so a later use of it was accepted: the
+ * simulator brought a dead tensor back (and a second RELEASE dropped a
+ * handle another name held). Every use is now an error with both lines;
+ * defining the name again stays refused, as simrd refuses it (names are
+ * bound once), but says why. A COPY taken before the release lives on. */
+static void a_released_name_is_dead(void **state)
+{
+    (void)state;
+#define RELEASED_A CONST("w", "100") CALL1("f", "\"w\"", "a", "10") RELEASE("a") /* line 6 */
+    static const struct {
+        const char *text, *error;
+    } cases[] = {
+        {RELEASED_A CALL1("g", "\"a\"", "b", "5"), "r.log:7: argument a was released at line 6"},
+        {RELEASED_A "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"add_\",\"ARGS\":[\"w\",\"a\"],"
+                    "\"MUTATE\":[0],\"TIME\":\"1\"}\n",
+         "r.log:7: argument a was released at line 6"},
+        {RELEASED_A "{\"INSTRUCTION\":\"COPY\",\"DST\":\"c\",\"SRC\":\"a\"}\n",
+         "r.log:7: COPY source a was released at line 6"},
+        {RELEASED_A "{\"INSTRUCTION\":\"COPY_FROM\",\"DST\":\"a\",\"SRC\":\"w\"}\n",
+         "r.log:7: COPY_FROM destination a was released at line 6"},
+        {RELEASED_A "{\"INSTRUCTION\":\"COPY_FROM\",\"DST\":\"w\",\"SRC\":\"a\"}\n",
+         "r.log:7: COPY_FROM source a was released at line 6"},
+        {RELEASED_A RELEASE("a"), "r.log:7: RELEASE of a was released at line 6"},
+        {RELEASED_A CALL1("g", "\"w\"", "a", "5"),
+         "r.log:7: a is defined again after its release at line 6 (a DTR log binds each name "
+         "once)"},
+        {CONST("w", "100") CALL1("f", "\"w\"", "a", "10") "{\"INSTRUCTION\":\"COPY\",\"DST\":"
+                                                          "\"c\",\"SRC\":\"a\"}\n" RELEASE("a")
+                                                              CALL1("g", "\"c\"", "b", "5")
+                                                                  RELEASE("b") RELEASE("c"),
+         NULL},
+    };
+#undef RELEASED_A
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dtr_log log;
+        sim_program p;
+        assert_int_equal(dtr_log_parse_buffer("r.log", cases[i].text, strlen(cases[i].text), &log),
+                         COOP_OK);
+        coop_status st = sim_program_build(&log, &p);
+        dtr_log_free(&log);
+        if (!cases[i].error) {
+            assert_int_equal(st, COOP_OK);
+            sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_IDEAL);
+            assert_int_equal(sim_run(&p, sim_baseline_peak(&p, 1), &opt, 1.0).result, SIM_OK);
+            sim_program_free(&p);
+            continue;
+        }
+        assert_int_equal(st, COOP_ERR_INVALID);
+        if (!strstr(coop_last_error(), cases[i].error))
+            fail_msg("case %zu: '%s', expected '%s'", i, coop_last_error(), cases[i].error);
+    }
+}
+
 /* A CALL naming one result twice bound the name twice: the first tensor
  * kept its handle with no name to release it (held to the end, unpinned),
  * and the log ran without a word. */
@@ -756,6 +809,7 @@ int main(void)
         cmocka_unit_test(remat_limit_is_exact_and_capped),
         cmocka_unit_test(undefined_names_are_errors_with_lines),
         cmocka_unit_test(a_result_listed_twice_is_an_error),
+        cmocka_unit_test(a_released_name_is_dead),
         cmocka_unit_test(too_many_edges_is_an_error),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),
