@@ -98,12 +98,6 @@ def summarize(snap):
     return {"events": events, "actions": actions, "final_reserved_bytes": reserved}
 
 
-def write_gz(path, data):
-    """data gzip-compressed to path, reproducibly (no name, mtime 0)."""
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        gz.write(data)
-
-
 def emit(obj, out):
     line = json.dumps(obj, sort_keys=True)
     print(line, flush=True)
@@ -114,6 +108,8 @@ def emit(obj, out):
 
 def dry_run(out_dir, out):
     """The writer and the summary on a synthetic two-event snapshot."""
+    import models
+
     snap = {
         "segments": [{"device": 0, "address": 1 << 30, "total_size": 2 << 20, "stream": 0,
                       "segment_type": "large", "allocated_size": 4096, "active_size": 4096,
@@ -125,7 +121,7 @@ def dry_run(out_dir, out):
                             "stream": 0, "time_us": 0, "frames": []}]],
     }
     path = os.path.join(out_dir, "dry-run.cuda.pickle.gz")
-    write_gz(path, pickle.dumps(snap, protocol=PICKLE_PROTOCOL))
+    models.write_gz(path, pickle.dumps(snap, protocol=PICKLE_PROTOCOL))
     with gzip.open(path, "rb") as f:
         back = pickle.load(f)
     stats = summarize(back)
@@ -152,7 +148,7 @@ def record(name, batch, device, out_dir, out=None):
     data = snapshot_bytes()
     stop_history()
     path = os.path.join(out_dir, "%s-train-step.cuda.pickle.gz" % name)
-    write_gz(path, data)
+    models.write_gz(path, data)
     stats = summarize(pickle.loads(data))
     stats.update(
         {

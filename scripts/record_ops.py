@@ -507,21 +507,6 @@ def _open_text(path):
     return open(path, encoding="utf-8")
 
 
-def write_gz(path, data):
-    """data gzip-compressed to path, reproducibly (no name, mtime 0), through
-    PATH.tmp renamed at the end: a failed write leaves no half-written log
-    where a good one (traces/) was; raises OSError with PATH.tmp removed."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-            gz.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
@@ -572,7 +557,7 @@ def main(argv=None):
         rec = record_step(w, buf.append, opts.clock, opts.writes == "content")
         elapsed = time.time() - t0
         text = "\n".join(buf) + "\n"
-        write_gz(path, text.encode())
+        models.write_gz(path, text.encode())
         summary = check_log(text.splitlines())
         print(
             "%s: %d lines, %d bytes gz, peak live %d bytes, op time %.2f s (%s clock), recorded in %.1f s "

@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import record_ops  # noqa: E402  (sets OPENBLAS_NUM_THREADS before torch loads)
+import models  # noqa: E402
 import torch  # noqa: E402
 
 
@@ -54,13 +55,11 @@ class TeeRecorder(record_ops.OpRecorder):
 
 def write_gz(path, lines):
     text = "\n".join(lines) + "\n"
-    record_ops.write_gz(path, text.encode())
+    models.write_gz(path, text.encode())
     return record_ops.check_log(text.splitlines())
 
 
 def main(argv=None):
-    import models
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
     ap.add_argument("--out-dir", default=".")

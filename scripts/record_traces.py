@@ -149,7 +149,6 @@ def record(name, batch, out_dir, argv):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     import models
-    import record_ops
 
     t0 = time.time()
     events, marker, w = profile_step(lambda: models.build(name, batch=batch))
@@ -164,7 +163,7 @@ def record(name, batch, out_dir, argv):
     ]
     lines, stats = to_trace(events, marker, header)
     path = os.path.join(out_dir, "%s-train-step.trace.gz" % name)
-    record_ops.write_gz(path, ("\n".join(lines) + "\n").encode())
+    models.write_gz(path, ("\n".join(lines) + "\n").encode())
     stats["profiled_events"] = len(events)
     stats["seconds"] = round(time.time() - t0, 1)
     stats["run_seconds"] = round(t_run, 1)

@@ -73,6 +73,10 @@ printf '\n\n' >"$tmp/blank.jsonl"
 expect 2 "empty.jsonl: no instructions: the log is empty or blank" $coop sim --no-min-ratio "$tmp/empty.jsonl"
 expect 2 "blank.jsonl: no instructions" $coop sim --no-min-ratio "$tmp/blank.jsonl"
 expect 2 "/dev/null: no instructions" $coop sim --no-min-ratio /dev/null
+# a use of a released name: refused with both lines (the simulator brought the dead tensor back)
+{ printf '{"INSTRUCTION":"CONSTANT","NAME":"w"}\n{"INSTRUCTION":"MEMORY","NAME":"w","MEMORY":"512"}\n'
+  printf '{"INSTRUCTION":"RELEASE","NAME":"w"}\n{"INSTRUCTION":"COPY","DST":"v","SRC":"w"}\n'; } >"$tmp/released.jsonl"
+expect 2 "released.jsonl:4: COPY source w was released at line 3" $coop sim --no-min-ratio "$tmp/released.jsonl"
 mkdir "$tmp/dir.jsonl"
 expect 2 "dir.jsonl: read error: Is a directory" $coop sim --no-min-ratio "$tmp/dir.jsonl"
 # input errors are 2 in every command: a bad log among good ones too

@@ -1369,6 +1369,28 @@ static void assert_pool_check_fails_with(coop_pool *p, const char *what)
         assert_int_equal(coop_pool_check(p), COOP_OK);                                             \
     } while (0)
 
+/* Flips bin's mark in set's bitmap, and its word's in the summary. */
+static void flip_bin_mark(free_index_set *set, unsigned bin)
+{
+    unsigned w = bin >> 6;
+    set->nonempty[w] ^= UINT64_C(1) << (bin & 63);
+    uint64_t bit = UINT64_C(1) << (w & 63);
+    if (set->nonempty[w])
+        set->nonempty_words[w >> 6] |= bit;
+    else
+        set->nonempty_words[w >> 6] &= ~bit;
+}
+
+/* Puts stand_in (or, given NULL, nothing again) alone in set's empty bin
+ * low and hides bin high's mark, or restores both. */
+static void stand_in_for_bin(free_index_set *set, unsigned low, unsigned high,
+                             free_index_node *stand_in)
+{
+    set->bins[low] = stand_in;
+    flip_bin_mark(set, low);
+    flip_bin_mark(set, high);
+}
+
 /* The pool's own checks (beyond arena_check's, see tests/arena_test.c), one
  * at a time: each corruption is one that only the named check can see. */
 static void test_check_detects_each_corruption(void **state)
@@ -1445,6 +1467,36 @@ static void test_check_detects_each_corruption(void **state)
                   p->requested_bytes.freed--);
     EXPECT_CAUGHT(p, "counter active_bytes:", p->active_bytes.freed--, p->active_bytes.freed++);
     EXPECT_CAUGHT(p, "capacity out of sync", p->config.capacity++, p->config.capacity--);
+    /* the largest free block: a node that is no block of the arena stands in
+     * (in a low bin) for the largest block, whose bin's mark is hidden. Every
+     * count holds, every free block is found under its key (a search by key
+     * reads no bitmap) and every marked bin is sound, so arena_check passes;
+     * only the index's maximum, read from the last marked bin, is wrong */
+    void *big = coop_malloc(p, 4 * MiB, 1, 0, NULL), *after = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_non_null(after);
+    assert_int_equal(coop_free(p, big), COOP_OK); /* a free block of 4 MiB, kept by after */
+    free_index_node *largest = free_index_max(&a->index);
+    assert_non_null(largest);
+    assert_int_equal(largest->size, 4 * MiB);
+    free_index_set *set = NULL;
+    for (size_t i = 0; i < a->index.num_sets; i++)
+        if (a->index.sets[i]->stream == largest->stream)
+            set = a->index.sets[i];
+    assert_non_null(set);
+    unsigned high = 0, low = 1;
+    while (high < FREE_INDEX_BINS && set->bins[high] != largest)
+        high++;
+    assert_true(high < FREE_INDEX_BINS && !largest->left && !largest->right); /* alone there */
+    while (set->bins[low]) /* bins below 1024 hold one size each: low x 512 bytes */
+        low++;
+    assert_true(low < 1024 && low < high);
+    free_index_node stand_in = {.size = low * 512, .addr = largest->addr, .stream = set->stream};
+    char says[128];
+    snprintf(says, sizeof says, "largest free block %llu, the index says %u",
+             (unsigned long long)largest->size, low * 512);
+    EXPECT_CAUGHT(p, says, stand_in_for_bin(set, low, high, &stand_in),
+                  stand_in_for_bin(set, low, high, NULL));
+    coop_free(p, after);
 
     assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
     coop_free(p, used);

@@ -370,6 +370,57 @@ static void oom_row_names_its_event(void **unused)
     json_decref(rows);
 }
 
+/* A run out of memory on its very first allocation measured no event: its
+ * fragmentation is null ("-" in the table), where it said 0.0 from its one
+ * sample of the empty pool. One out of memory later keeps its figures. */
+static void oom_on_the_first_allocation_has_no_fragmentation(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--json", "--capacity", "500", "--policy", "ideal,torch,coop",
+                         path_in_dir("two.trace")),
+                     0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *row = json_array_get(rows, i);
+        assert_int_equal(json_integer_value(json_object_get(row, "oom_event")), 0);
+        assert_true(json_is_null(json_object_get(row, "frag_mean")));
+        assert_true(json_is_null(json_object_get(row, "frag_max")));
+    }
+    json_decref(rows);
+    assert_int_equal(
+        RUN("--capacity", "500", "--policy", "ideal,torch,coop", path_in_dir("two.trace")), 0);
+    char *table = strdup(slurp("out.txt"));
+    assert_non_null(table);
+    int data_rows = 0;
+    for (char *save = NULL, *line = strtok_r(table, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(line, "two.trace", 9))
+            continue;
+        char *cell[13], *save_cell = NULL;
+        int n = 0;
+        for (char *c = strtok_r(line, " ", &save_cell); c && n < 13;
+             c = strtok_r(NULL, " ", &save_cell))
+            cell[n++] = c;
+        assert_int_equal(n, 13);
+        assert_string_equal(cell[6], "OOM@0");
+        assert_string_equal(cell[9], "-");  /* frag_mean */
+        assert_string_equal(cell[10], "-"); /* frag_max */
+        data_rows++;
+    }
+    assert_int_equal(data_rows, 3);
+    free(table);
+    /* out of memory at event 1: event 0 was measured */
+    assert_int_equal(
+        RUN("--json", "--capacity", "2500", "--policy", "ideal", path_in_dir("two.trace")), 0);
+    rows = read_json_lines();
+    json_t *row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "oom_event")), 1);
+    assert_true(json_is_real(json_object_get(row, "frag_mean")));
+    assert_true(json_is_real(json_object_get(row, "frag_max")));
+    json_decref(rows);
+}
+
 /* recorded's minimum capacity is its recorded peak, and like any other
  * policy's it is null when that does not fit in --capacity. */
 static void recorded_above_capacity_has_no_minimum(void **unused)
@@ -520,6 +571,7 @@ int main(void)
         cmocka_unit_test(json_rows_have_the_issue_keys),
         cmocka_unit_test(capacity_too_small_reports_oom),
         cmocka_unit_test(oom_row_names_its_event),
+        cmocka_unit_test(oom_on_the_first_allocation_has_no_fragmentation),
         cmocka_unit_test(recorded_above_capacity_has_no_minimum),
         cmocka_unit_test(timeline_is_written),
         cmocka_unit_test(timeline_stops_at_the_oom),

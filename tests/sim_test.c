@@ -42,6 +42,12 @@
     "\"],\"TIME\":\"" t "\"}\n"                                                                    \
     "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"" res "\",\"MEMORY\":\"100\"}\n"                       \
     "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" res "\",\"ALIAS\":\"-1\"}\n"
+/* CALL1 with the result's MEMORY given */
+#define CALL1M(op, arg, res, t, m)                                                                 \
+    "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"" op "\",\"ARGS\":[" arg "],\"RESULT\":[\"" res          \
+    "\"],\"TIME\":\"" t "\"}\n"                                                                    \
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"" res "\",\"MEMORY\":\"" m "\"}\n"                     \
+    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" res "\",\"ALIAS\":\"-1\"}\n"
 #define RELEASE(n) "{\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"" n "\"}\n"
 
 static const char chain_log[] =
@@ -280,9 +286,9 @@ static void huge_overhead_limit_saturates(void **state)
 {
     (void)state;
     assert_true(sim_remat_limit(82, 1.1) == 8);
-    assert_true(sim_remat_limit(82, 1e30) == UINT64_MAX);
-    assert_true(sim_remat_limit(UINT64_MAX, 3.0) == UINT64_MAX);
-    assert_true(sim_remat_limit(0, INFINITY) == UINT64_MAX);
+    assert_true(sim_remat_limit(82, 1e30) == SIM_REMAT_LIMIT_MAX);
+    assert_true(sim_remat_limit(UINT64_MAX, 3.0) == SIM_REMAT_LIMIT_MAX);
+    assert_true(sim_remat_limit(0, INFINITY) == SIM_REMAT_LIMIT_MAX);
     assert_true(sim_remat_limit(82, 1.0) == 0);
     sim_program p;
     load(chain_log, &p);
@@ -290,6 +296,76 @@ static void huge_overhead_limit_saturates(void **state)
     opt.overhead_limit = 1e30;
     sim_outcome o = sim_run(&p, sim_baseline_peak(&p, 1), &opt, 0.8);
     assert_int_equal(o.result, SIM_OK);
+    sim_program_free(&p);
+}
+
+/* A log of 2^60 ns: a and x (2^59 ns each, 1 MiB) used in turn ROUNDS
+ * times by 1-ns ops; a budget for one of them recomputes the other at each
+ * use (2 ROUNDS recomputes: x evicts a when it is made). */
+/* Appends printf's output to text (cap bytes, len used), which must hold it. */
+static void append(char *text, size_t cap, size_t *len, const char *format, ...)
+{
+    va_list ap;
+    va_start(ap, format);
+    int n = vsnprintf(text + *len, cap - *len, format, ap);
+    va_end(ap);
+    assert_true(n >= 0 && (size_t)n < cap - *len);
+    *len += (size_t)n;
+}
+
+static void load_alternating(unsigned rounds, sim_program *p)
+{
+    size_t cap = 1024 * ((size_t)rounds + 1), len = 0; /* a round's text is under 1 KiB */
+    char *text = malloc(cap);
+    assert_non_null(text);
+    append(text, cap, &len,
+           "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("w", "512")
+               CALL1M("f", "\"w\"", "a", "576460752303423488", "1048576")
+                   CALL1M("g", "\"w\"", "x", "576460752303423488", "1048576"));
+    for (unsigned i = 0; i < rounds; i++) /* each name: CALL, MEMORY, ALIAS, RELEASE */
+        append(text, cap, &len,
+               CALL1M("h", "\"a\"", "o%ua", "1", "512") RELEASE("o%ua")
+                   CALL1M("k", "\"x\"", "o%ux", "1", "512") RELEASE("o%ux"),
+               i, i, i, i, i, i, i, i);
+    append(text, cap, &len, RELEASE("a") RELEASE("x")); /* else both are pinned at the end */
+    dtr_log log;
+    assert_int_equal(dtr_log_parse_buffer("alt.log", text, len, &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, p), COOP_OK);
+    dtr_log_free(&log);
+    free(text);
+}
+
+/* The recompute budget is exact for a whole overhead limit and capped at
+ * 2^62 ns: a budget above 2^64 - 2^61 let the recompute total wrap, so
+ * --overhead-limit 40 on a log of 2^60 ns ended ok with an overhead of 9
+ * (80 recomputes of 2^59 ns, 41 in truth) instead of thrashing. */
+static void remat_limit_is_exact_and_capped(void **state)
+{
+    (void)state;
+    const uint64_t g = (uint64_t)1 << 60;
+    assert_true(sim_remat_limit(g + 1, 2.0) == g + 1);           /* was 2^60: a double's 53 bits */
+    assert_true(sim_remat_limit(g + 1, 3.5) == 5 * (g / 2) + 2); /* floor(2.5 + 2.5 x 2^60) */
+    assert_true(sim_remat_limit(g, 4.0) == 3 * g);
+    assert_true(sim_remat_limit(g, 5.0) == SIM_REMAT_LIMIT_MAX);
+    assert_true(sim_remat_limit(g, 40.0) == SIM_REMAT_LIMIT_MAX);
+    sim_program p;
+    load_alternating(40, &p);
+    uint64_t base = p.base_compute, peak = sim_baseline_peak(&p, 1);
+    assert_true(base == g + 80);
+    sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_IDEAL);
+    opt.overhead_limit = 40.0;
+    sim_outcome o = sim_run(&p, peak, &opt, 0.7);
+    assert_int_equal(o.result, SIM_THRASH);
+    assert_true(o.overhead > 5.0); /* past the cap, not wrapped */
+    sim_program_free(&p);
+    /* 2 rounds: 4 recomputes (2^61 ns), within the cap: ok, and
+     * the overhead counts all of them */
+    load_alternating(2, &p);
+    base = p.base_compute;
+    o = sim_run(&p, sim_baseline_peak(&p, 1), &opt, 0.7);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.remat_ops, 4);
+    assert_true(fabs(o.overhead - (double)(base + 2 * g) / (double)base) < 1e-12);
     sim_program_free(&p);
 }
 
@@ -304,6 +380,59 @@ static void undefined_names_are_errors_with_lines(void **state)
     assert_int_equal(sim_program_build(&log, &p), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "u.log:2: argument nope is not defined"));
     dtr_log_free(&log);
+}
+
+/* RELEASE left the name bound, so a later use of it was accepted: the
+ * simulator brought a dead tensor back (and a second RELEASE dropped a
+ * handle another name held). Every use is now an error with both lines;
+ * defining the name again stays refused, as simrd refuses it (names are
+ * bound once), but says why. A COPY taken before the release lives on. */
+static void a_released_name_is_dead(void **state)
+{
+    (void)state;
+#define RELEASED_A CONST("w", "100") CALL1("f", "\"w\"", "a", "10") RELEASE("a") /* line 6 */
+    static const struct {
+        const char *text, *error;
+    } cases[] = {
+        {RELEASED_A CALL1("g", "\"a\"", "b", "5"), "r.log:7: argument a was released at line 6"},
+        {RELEASED_A "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"add_\",\"ARGS\":[\"w\",\"a\"],"
+                    "\"MUTATE\":[0],\"TIME\":\"1\"}\n",
+         "r.log:7: argument a was released at line 6"},
+        {RELEASED_A "{\"INSTRUCTION\":\"COPY\",\"DST\":\"c\",\"SRC\":\"a\"}\n",
+         "r.log:7: COPY source a was released at line 6"},
+        {RELEASED_A "{\"INSTRUCTION\":\"COPY_FROM\",\"DST\":\"a\",\"SRC\":\"w\"}\n",
+         "r.log:7: COPY_FROM destination a was released at line 6"},
+        {RELEASED_A "{\"INSTRUCTION\":\"COPY_FROM\",\"DST\":\"w\",\"SRC\":\"a\"}\n",
+         "r.log:7: COPY_FROM source a was released at line 6"},
+        {RELEASED_A RELEASE("a"), "r.log:7: RELEASE of a was released at line 6"},
+        {RELEASED_A CALL1("g", "\"w\"", "a", "5"),
+         "r.log:7: a is defined again after its release at line 6 (a DTR log binds each name "
+         "once)"},
+        {CONST("w", "100") CALL1("f", "\"w\"", "a", "10") "{\"INSTRUCTION\":\"COPY\",\"DST\":"
+                                                          "\"c\",\"SRC\":\"a\"}\n" RELEASE("a")
+                                                              CALL1("g", "\"c\"", "b", "5")
+                                                                  RELEASE("b") RELEASE("c"),
+         NULL},
+    };
+#undef RELEASED_A
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dtr_log log;
+        sim_program p;
+        assert_int_equal(dtr_log_parse_buffer("r.log", cases[i].text, strlen(cases[i].text), &log),
+                         COOP_OK);
+        coop_status st = sim_program_build(&log, &p);
+        dtr_log_free(&log);
+        if (!cases[i].error) {
+            assert_int_equal(st, COOP_OK);
+            sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_IDEAL);
+            assert_int_equal(sim_run(&p, sim_baseline_peak(&p, 1), &opt, 1.0).result, SIM_OK);
+            sim_program_free(&p);
+            continue;
+        }
+        assert_int_equal(st, COOP_ERR_INVALID);
+        if (!strstr(coop_last_error(), cases[i].error))
+            fail_msg("case %zu: '%s', expected '%s'", i, coop_last_error(), cases[i].error);
+    }
 }
 
 /* A CALL naming one result twice bound the name twice: the first tensor
@@ -677,8 +806,10 @@ int main(void)
         cmocka_unit_test(zero_byte_budget_is_oom_without_nan),
         cmocka_unit_test(thrash_when_recompute_exceeds_the_limit),
         cmocka_unit_test(huge_overhead_limit_saturates),
+        cmocka_unit_test(remat_limit_is_exact_and_capped),
         cmocka_unit_test(undefined_names_are_errors_with_lines),
         cmocka_unit_test(a_result_listed_twice_is_an_error),
+        cmocka_unit_test(a_released_name_is_dead),
         cmocka_unit_test(too_many_edges_is_an_error),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),

@@ -32,6 +32,15 @@ expect_exit 2 $coop convert a b c
 expect_exit 2 $coop convert --device "$data/example.trace" "$tmp/x"
 expect_exit 2 $coop convert --device 0 "$data/example.trace" "$tmp/x"
 grep -q "applies to PyTorch snapshots only" "$tmp/err" || fail "--device on text"
+# getopt's conventions, as the other commands: --device=N, and -- ending the
+# options before a path that starts with '-' (both were unknown options)
+expect_exit 2 $coop convert --device=0 "$data/example.trace" "$tmp/x"
+grep -q "applies to PyTorch snapshots only" "$tmp/err" || fail "--device=0: $(cat "$tmp/err")"
+expect_exit 0 $coop convert --device=0 "${srcdir:-.}/traces/unet-train-step.cuda.pickle.gz" "$tmp/dev0.trace"
+cp "$data/example.trace" "$tmp/-in.trace"
+(cd "$tmp" && "$OLDPWD/$coop" convert -- -in.trace -out.trace) >"$tmp/out" 2>"$tmp/err" ||
+    fail "-- -in.trace -out.trace: $(cat "$tmp/err")"
+head -n 1 "$tmp/-out.trace" | grep -qx "coop-trace 1" || fail "-- -in.trace -out.trace wrote no trace"
 
 # plain, compressed and standard output; converting a converted trace
 # changes nothing but the comment naming the source

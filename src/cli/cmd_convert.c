@@ -1,11 +1,13 @@
 /* coop convert: any supported trace format to coop's text trace. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/cli_getopt.h"
 #include "cli/commands.h"
 #include "status.h"
 #include "trace/trace.h"
@@ -135,38 +137,49 @@ static int write_output(const trace *t, const char *out_path)
 
 int cmd_convert(int argc, char **argv)
 {
-    const char *paths[2];
-    int num_paths = 0, device = -1, verbose = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    /* getopt_long, as replay and sim: --device=N, -- before a file named
+     * like an option, and options after the paths work here too */
+    static const struct option long_options[] = {
+        {"device", required_argument, NULL, 'd'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int device = -1, verbose = 0;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":hv", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            if (parse_device(optarg, &device) != 0) {
+                fprintf(stderr, "coop convert: --device '%s' is not a device number (0 to 65536)\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'v':
+            verbose = 1;
+            break;
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
-            verbose = 1;
-        } else if (!strcmp(a, "--device")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "coop convert: --device needs a device number\n");
-                return 2;
-            }
-            if (parse_device(argv[i + 1], &device) != 0) {
-                fprintf(stderr, "coop convert: --device '%s' is not a device number (0 to 65536)\n",
-                        argv[i + 1]);
-                return 2;
-            }
-            i++;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "coop convert: unknown option '%s'\n", a);
-            usage(stderr);
+        case ':':
+            cli_getopt_error("coop convert", c, argv);
             return 2;
-        } else if (num_paths < 2) {
-            paths[num_paths++] = a;
-        } else {
-            fprintf(stderr, "coop convert: too many arguments\n");
+        default:
+            cli_getopt_error("coop convert", c, argv);
             usage(stderr);
             return 2;
         }
     }
+    int num_paths = argc - optind;
+    if (num_paths > 2) {
+        fprintf(stderr, "coop convert: too many arguments\n");
+        usage(stderr);
+        return 2;
+    }
+    char *const *paths = argv + optind;
     if (num_paths != 2) {
         fprintf(stderr, "coop convert: %s\n",
                 num_paths ? "missing OUT, the file to write ('-' for standard output)"

@@ -83,10 +83,23 @@ static uint64_t percentile(const uint64_t *sorted, size_t n, double q)
 
 uint64_t sim_remat_limit(uint64_t base_compute, double overhead_limit)
 {
-    double ns = (double)base_compute * (overhead_limit - 1.0);
-    if (!(ns < 18446744073709551616.0)) /* 2^64, and NaN (0 x infinity) */
-        return UINT64_MAX;
-    return ns > 0 ? (uint64_t)ns : 0;
+    double extra = overhead_limit - 1.0;
+    if (!(extra > 0)) /* a limit of 1 (or less): no recomputation at all */
+        return 0;
+    if (extra >= (double)SIM_REMAT_LIMIT_MAX)
+        return SIM_REMAT_LIMIT_MAX;
+    /* the whole part in integers: a base above 2^53 ns lost its low bits
+     * in a double, so at the default limit 2 the budget could fall below
+     * the base compute itself */
+    uint64_t whole = (uint64_t)extra;
+    if (whole && base_compute > SIM_REMAT_LIMIT_MAX / whole)
+        return SIM_REMAT_LIMIT_MAX;
+    uint64_t ns = base_compute * whole; /* at most the cap */
+    double part = (double)base_compute * (extra - (double)whole);
+    if (!(part < (double)SIM_REMAT_LIMIT_MAX)) /* converted below only when it fits */
+        return SIM_REMAT_LIMIT_MAX;
+    uint64_t more = (uint64_t)part;
+    return more > SIM_REMAT_LIMIT_MAX - ns ? SIM_REMAT_LIMIT_MAX : ns + more;
 }
 
 sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *opt, double ratio)

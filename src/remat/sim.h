@@ -78,10 +78,20 @@ uint64_t sim_peak(const sim_program *prog, sim_memory memory);
  * granularity (0: no block fits, every run that places one is oom). */
 uint64_t sim_capacity(sim_memory memory, uint64_t budget);
 
+/* The most recomputation any run may do, in ns (2^62, 146 years): a run
+ * stops once it passes its limit, at most one op (below 2^61 ns, the log
+ * reader's cap on a log's TIME total) later, so its recompute stays below
+ * 2^62 + 2^61 and its logical clock (1 + compute + recompute, stored in
+ * int64 last-access times) below 2^63. Uncapped, a large --overhead-limit
+ * on a log of 2^60 ns let the recompute total wrap past 2^64: such a run
+ * ended ok with a small overhead instead of thrashing. */
+#define SIM_REMAT_LIMIT_MAX ((uint64_t)1 << 62)
+
 /* The recompute budget in ns of an overhead limit: base_compute x
- * (overhead_limit - 1), saturated at UINT64_MAX (converting a double of 2^64
- * or more to uint64_t is undefined, and on x86-64 gave a limit near 0, so a
- * large --overhead-limit made every run thrash). */
+ * (overhead_limit - 1), rounded down (exact for a whole overhead_limit,
+ * such as the default 2), capped at SIM_REMAT_LIMIT_MAX (converting a
+ * double of 2^64 or more to uint64_t is undefined, and on x86-64 gave a
+ * limit near 0, so a large --overhead-limit made every run thrash). */
 uint64_t sim_remat_limit(uint64_t base_compute, double overhead_limit);
 
 /* Runs prog at budget = ratio x peak. */

@@ -15,6 +15,7 @@ typedef struct builder {
     size_t ops_cap, tensors_cap, storages_cap, inputs_cap, cmds_cap, refs_cap;
     size_t num_inputs;
     uint32_t *binding;    /* name id -> tensor id, UNBOUND */
+    uint32_t *released;   /* name id -> line of its RELEASE, 0 while usable */
     int64_t *refs;        /* tensor id -> names bound to it (simrd's _ref) */
     uint32_t *bind_order; /* names in order of first binding */
     uint32_t num_bound;
@@ -46,21 +47,35 @@ static const char *path_of(const builder *b)
     return b->log->path ? b->log->path : "log";
 }
 
-/* The tensor a name is bound to, or an error naming the line. */
+/* The tensor a name is bound to, or an error naming the line. A released
+ * name keeps its binding (simrd's tensor_map does; the end pins by it), but
+ * a use of it is a use of a dead tensor: the simulator rematerialized it
+ * silently. */
 static coop_status lookup(builder *b, const dtr_instr *in, uint32_t name, const char *role,
                           uint32_t *tensor)
 {
     *tensor = b->binding[name];
-    if (*tensor != UNBOUND)
-        return COOP_OK;
-    return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s %s is not defined", path_of(b),
-                          in->line, role, b->log->names[name]);
+    if (*tensor == UNBOUND)
+        return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s %s is not defined", path_of(b),
+                              in->line, role, b->log->names[name]);
+    if (b->released[name])
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s:%" PRIu32 ": %s %s was released at line %" PRIu32, path_of(b),
+                              in->line, role, b->log->names[name], b->released[name]);
+    return COOP_OK;
 }
 
+/* A name is bound once, released or not (simrd asserts it; DTR's logger
+ * numbers every tensor afresh). */
 static coop_status check_unbound(builder *b, const dtr_instr *in, uint32_t name)
 {
     if (b->binding[name] == UNBOUND)
         return COOP_OK;
+    if (b->released[name])
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s:%" PRIu32 ": %s is defined again after its release at line "
+                              "%" PRIu32 " (a DTR log binds each name once)",
+                              path_of(b), in->line, b->log->names[name], b->released[name]);
     return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s is already defined", path_of(b),
                           in->line, b->log->names[name]);
 }
@@ -210,9 +225,12 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
             return st;
         return push_cmd(b, SIM_GET, src);
     case DTR_RELEASE:
-        t = b->binding[in->name];
-        if (t == UNBOUND)
+        if (b->binding[in->name] == UNBOUND)
             return COOP_OK; /* simrd ignores releases of undefined names */
+        /* a second release dropped a handle another name held */
+        if ((st = lookup(b, in, in->name, "RELEASE of", &t)))
+            return st;
+        b->released[in->name] = in->line;
         b->refs[t]--;
         return push_cmd(b, SIM_RELEASE, t);
     case DTR_ANNOTATE:
@@ -357,11 +375,12 @@ coop_status sim_program_build(const dtr_log *log, sim_program *out)
     builder b = {.log = log, .p = out};
     b.binding = malloc((log->num_names + 1) * sizeof *b.binding);
     b.bind_order = malloc((log->num_names + 1) * sizeof *b.bind_order);
+    b.released = calloc(log->num_names + 1, sizeof *b.released);
     const char *path = log->path ? log->path : "log";
     const char *slash = strrchr(path, '/');
     out->name = strdup(slash ? slash + 1 : path);
     coop_status st = COOP_OK;
-    if (!b.binding || !b.bind_order || !out->name)
+    if (!b.binding || !b.bind_order || !b.released || !out->name)
         st = nomem();
     for (uint32_t i = 0; !st && i < log->num_names; i++)
         b.binding[i] = UNBOUND;
@@ -379,6 +398,7 @@ coop_status sim_program_build(const dtr_log *log, sim_program *out)
         st = build_neighbours(out);
     free(b.binding);
     free(b.bind_order);
+    free(b.released);
     free(b.refs);
     if (st)
         sim_program_free(out);

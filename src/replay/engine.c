@@ -245,13 +245,15 @@ static coop_status run_once(run_state *r, uint64_t capacity, uint64_t page)
         ops->stats(r->policy, &ps);
         out->final_reserved = ps.reserved_bytes;
         out->map_bytes = ps.map_bytes;
-        if (r->frag_started) {
-            uint64_t end = out->oom ? out->oom_event : r->p->trace->num_events;
-            uint64_t span = end - r->frag_first;
+        uint64_t end = out->oom ? out->oom_event : r->p->trace->num_events;
+        /* a run that failed its first allocation took its only sample of an
+         * empty pool (0 by convention) and spans no event: no measurement,
+         * where 0.0 read as "no fragmentation" */
+        if (r->frag_started && end > r->frag_first) {
             /* the last sample holds until the end of the run: without its
              * weight the events after the last allocation would count as 0 */
             r->frag_weighted += r->frag_last * (double)(end - r->frag_since);
-            out->frag_mean = span ? r->frag_weighted / (double)span : r->frag_last;
+            out->frag_mean = r->frag_weighted / (double)(end - r->frag_first);
             out->has_frag = true;
         }
     }

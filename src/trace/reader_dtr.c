@@ -32,8 +32,8 @@
  * less than this (2^61 ns, 73 years): each output's storage counts its op's
  * time in its compute, so then no sum the simulator forms over ops or
  * storages wraps: its base compute, a class's or component's compute (int64),
- * and its logical clock (base + recompute, the recompute at the default
- * overhead limit at most the base plus one op). Before, two TIMEs of 2^63
+ * and its logical clock (base + recompute, the recompute at most
+ * SIM_REMAT_LIMIT_MAX plus one op). Before, two TIMEs of 2^63
  * gave a base compute of 0 and runs that thrashed on the first recompute. */
 #define DTR_TIME_TOTAL_LIMIT ((uint64_t)1 << 61)
 

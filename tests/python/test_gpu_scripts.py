@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import debian_torch  # noqa: E402,F401  (torch, or a restart under Debian's python, or SKIP)
 import torch  # noqa: E402
@@ -188,6 +189,27 @@ class Arguments(unittest.TestCase):
         self.assertEqual(env["CUBLAS_WORKSPACE_CONFIG"], ":4096:8")
         self.assertEqual(env["PYTHONUNBUFFERED"], "1")
         self.assertTrue(env["PYTHONPATH"].startswith(os.path.join(TOP, "python")))
+
+
+class SnapshotWriter(unittest.TestCase):
+    def test_failed_write_keeps_the_old_snapshot(self):
+        """record_cuda_snapshot.py wrote in place: a failed write (a full
+        disk, an interrupt) left a truncated snapshot where a good one was."""
+        sys.path.insert(0, os.path.join(TOP, "scripts"))  # what main() does for models
+        spec = importlib.util.spec_from_file_location("record_cuda_snapshot", RECORD)
+        record = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(record)
+        with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()):
+            record.dry_run(d, None)
+            path = os.path.join(d, "dry-run.cuda.pickle.gz")
+            with open(path, "rb") as f:
+                good = f.read()
+            with mock.patch.object(gzip.GzipFile, "write", side_effect=OSError(28, "No space left on device")):
+                with self.assertRaises(OSError):
+                    record.dry_run(d, None)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), good)
+            self.assertEqual(os.listdir(d), [os.path.basename(path)])
 
 
 HAVE_TORCHVISION = importlib.util.find_spec("torchvision") is not None

@@ -553,13 +553,40 @@ class RecorderArgumentsTest(unittest.TestCase):
     def test_failed_write_keeps_the_old_file(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "m-train-step.ops.jsonl.gz")
-            record_ops.write_gz(path, b"old\n")
+            models.write_gz(path, b"old\n")
             with mock.patch.object(gzip.GzipFile, "write", side_effect=OSError(28, "No space left on device")):
                 with self.assertRaises(OSError):
-                    record_ops.write_gz(path, b"new\n")
+                    models.write_gz(path, b"new\n")
             with gzip.open(path) as f:
                 self.assertEqual(f.read(), b"old\n")
             self.assertEqual(os.listdir(d), [os.path.basename(path)])
+
+    def test_write_leaves_other_files_alone(self):
+        """The temporary file is a fresh name (a fixed PATH.tmp was
+        overwritten, then renamed away); the result has a new file's
+        permissions, or the replaced one's (not mkstemp's 0600); a symbolic
+        link stays one."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.trace.gz")
+            with open(path + ".tmp", "w") as f:
+                f.write("mine\n")
+            old_umask = os.umask(0o027)
+            try:
+                models.write_gz(path, b"new\n")
+            finally:
+                os.umask(old_umask)
+            with open(path + ".tmp") as f:
+                self.assertEqual(f.read(), "mine\n")
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o640)
+            os.chmod(path, 0o604)
+            models.write_gz(path, b"newer\n")
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o604)
+            os.symlink("m.trace.gz", os.path.join(d, "link.gz"))
+            models.write_gz(os.path.join(d, "link.gz"), b"again\n")
+            self.assertTrue(os.path.islink(os.path.join(d, "link.gz")))
+            with gzip.open(path) as f:
+                self.assertEqual(f.read(), b"again\n")
+            self.assertEqual(sorted(os.listdir(d)), ["link.gz", "m.trace.gz", "m.trace.gz.tmp"])
 
 
 class RecordTracesTest(unittest.TestCase):
