@@ -142,7 +142,10 @@ void coop_config_default(coop_config *config);
 coop_status coop_pool_create(const coop_config *config, coop_pool **out);
 
 /* Releases every mapping and reservation of the pool. Outstanding
- * allocations become invalid. Not thread-safe against other calls on the pool. */
+ * allocations become invalid. Not thread-safe against other calls on the pool.
+ * With CUDA, what the driver will not take back (a failed unmap or device
+ * synchronization, no usable context) stays with it for the life of the
+ * process: a line on stderr and coop_last_error() then say what is left. */
 void coop_pool_destroy(coop_pool *pool);
 
 /* Allocates size bytes (rounded up to 512) for use on stream. Returns NULL and

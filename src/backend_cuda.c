@@ -300,6 +300,17 @@ static coop_status unmap_all(cuda_backend *cb, cuda_reservation *r)
     return st;
 }
 
+/* Frees r's address range (nothing mapped in it). */
+static coop_status address_free(cuda_backend *cb, cuda_reservation *r)
+{
+    CUresult rc = cb->drv.fn.cuMemAddressFree(r->base, r->size);
+    if (rc != CUDA_SUCCESS)
+        return cuda_driver_error(&cb->drv, rc, "cuMemAddressFree", "of [%#jx, +%ju)",
+                                 (uintmax_t)r->base, (uintmax_t)r->size);
+    cb->held.reservations--;
+    return COOP_OK;
+}
+
 static coop_status cuda_release(coop_backend *be, uintptr_t addr, uint64_t size)
 {
     cuda_backend *cb = as_cuda(be);
@@ -318,14 +329,8 @@ static coop_status cuda_release(coop_backend *be, uintptr_t addr, uint64_t size)
     coop_status st = ctx_enter(cb, &scope);
     if (st == COOP_OK) {
         st = unmap_all(cb, r);
-        if (st == COOP_OK) {
-            CUresult rc = cb->drv.fn.cuMemAddressFree(r->base, r->size);
-            if (rc != CUDA_SUCCESS)
-                st = cuda_driver_error(&cb->drv, rc, "cuMemAddressFree", "of [%#jx, +%ju)",
-                                       (uintmax_t)addr, (uintmax_t)size);
-            else
-                cb->held.reservations--;
-        }
+        if (st == COOP_OK)
+            st = address_free(cb, r);
         ctx_leave(cb, &scope);
     }
     if (st == COOP_OK) {
@@ -679,13 +684,26 @@ static bool keep_orphan_event(cuda_backend *cb, CUevent event)
     return kept;
 }
 
-/* Destroys the orphans (the primary context is current). */
-static void destroy_orphan_events(cuda_backend *cb)
+/* Destroys event (the primary context is current); false, with the
+ * thread's error set, if the driver refused: the event is lost. */
+static bool destroy_event(cuda_backend *cb, CUevent event)
 {
+    CUresult rc = cb->drv.fn.cuEventDestroy(event);
+    if (rc != CUDA_SUCCESS)
+        cuda_driver_error(&cb->drv, rc, "cuEventDestroy", "(device %d)", cb->ordinal);
+    return rc == CUDA_SUCCESS;
+}
+
+/* Destroys the orphans (the primary context is current); returns how many
+ * the driver refused. */
+static size_t destroy_orphan_events(cuda_backend *cb)
+{
+    size_t refused = 0;
     pthread_mutex_lock(&cb->lock);
     while (cb->num_orphan_events > 0)
-        cb->drv.fn.cuEventDestroy(cb->orphan_events[--cb->num_orphan_events]);
+        refused += !destroy_event(cb, cb->orphan_events[--cb->num_orphan_events]);
     pthread_mutex_unlock(&cb->lock);
+    return refused;
 }
 
 /* cuEventDestroy is made, as every driver call here, with the event's
@@ -706,8 +724,10 @@ static void cuda_event_destroy(coop_backend *be, coop_event ev)
         (void)keep_orphan_event(cb, (CUevent)ev);
         return;
     }
-    cb->drv.fn.cuEventDestroy((CUevent)ev);
-    destroy_orphan_events(cb);
+    /* an event the driver will not destroy is lost whatever is done: the
+     * backend's destroy reports its own, not these */
+    (void)destroy_event(cb, (CUevent)ev);
+    (void)destroy_orphan_events(cb);
     ctx_leave(cb, &scope);
 }
 
@@ -720,16 +740,96 @@ void coop_backend_cuda_held_now(const coop_backend *be, coop_backend_cuda_held *
  * Creation and destruction
  * ---------------------------------------------------------------------- */
 
+/* Keeps the thread's last error, the first failure of a destroy, for its
+ * report. */
+static void first_failure(char *why, size_t size)
+{
+    if (!why[0])
+        snprintf(why, size, "%s", coop_last_error());
+}
+
+/* Whether a page of any reservation is mapped in the driver. */
+static bool any_page_mapped(const cuda_backend *cb)
+{
+    for (const cuda_reservation *r = cb->reservations; r; r = r->next)
+        for (uint64_t i = 0; i < r->num_pages; i++)
+            if (r->mapped[i] == PAGE_MAPPED || r->mapped[i] == PAGE_STRAY)
+                return true;
+    return false;
+}
+
+/* Gives back at destroy whatever of r the driver takes, one failure not
+ * stopping the rest (the primary context is current). A page still mapped
+ * (the pool's release of r failed) is unmapped only when synced (the device
+ * seen idle: a kernel may still use it otherwise). Every handle is
+ * released, mapped or not: the driver documents that a handle may be
+ * released while mappings of it remain, its memory freed when the last one
+ * goes. The address range is freed only with nothing mapped in it, which
+ * is all the driver documents. What stays is left counted in cb->held. */
+static void teardown_reservation(cuda_backend *cb, cuda_reservation *r, bool synced, char *why,
+                                 size_t why_size)
+{
+    bool mapped = false;
+    for (uint64_t i = 0; i < r->num_pages; i++) {
+        if (r->mapped[i] == PAGE_UNMAPPED)
+            continue;
+        if (r->mapped[i] != PAGE_HELD && synced && unmap_keep_handle(cb, r, i) != COOP_OK)
+            first_failure(why, why_size);
+        mapped |= r->mapped[i] != PAGE_HELD; /* mapped or stray: still in the driver */
+        if (release_page(cb, r, i) != COOP_OK)
+            first_failure(why, why_size);
+    }
+    if (!mapped && address_free(cb, r) != COOP_OK)
+        first_failure(why, why_size);
+}
+
+/* Destroy cannot fail, yet what the driver kept (device memory above all)
+ * stays with it for the life of the process: said on stderr, where a person
+ * sees it, and in the thread's last error, where a program can. Nothing is
+ * said when nothing is left. */
+static void report_leftovers(const cuda_backend *cb, size_t events, const char *why)
+{
+    const coop_backend_cuda_held *h = &cb->held;
+    if (!h->handles && !h->mapped_bytes && !h->reservations && !h->segments && !events)
+        return;
+    coop_set_error(COOP_ERR_BACKEND,
+                   "cuda backend: destroyed with %ju page handles, %ju bytes mapped, %ju "
+                   "reservations, %ju segments and %zu events left in the driver for the life "
+                   "of the process (device %d; the first failure: %s)",
+                   (uintmax_t)h->handles, (uintmax_t)h->mapped_bytes, (uintmax_t)h->reservations,
+                   (uintmax_t)h->segments, events, cb->ordinal,
+                   why[0] ? why : "none here: the pool had not given them back");
+    fprintf(stderr, "coop: %s\n", coop_last_error());
+}
+
+/* Gives back everything the driver takes (see teardown_reservation) and
+ * reports the rest. Without the primary context current no call is made:
+ * every driver call of the backend runs with it, and without it the device
+ * cannot be synchronized before unmapping. */
 static void cuda_destroy(coop_backend *be)
 {
     cuda_backend *cb = as_cuda(be);
+    /* the thread's error is left as it was unless something is reported:
+     * a failed creation's message comes before its destroy */
+    char saved[1024], why[512] = "";
+    snprintf(saved, sizeof saved, "%s", coop_last_error());
     ctx_scope scope;
-    bool entered = cb->context && ctx_enter(cb, &scope) == COOP_OK;
+    bool entered = false, synced = false;
+    if (cb->context) {
+        entered = ctx_enter(cb, &scope) == COOP_OK;
+        if (!entered)
+            first_failure(why, sizeof why);
+    }
+    if (entered) {
+        synced = !any_page_mapped(cb) || device_sync(cb) == COOP_OK;
+        if (!synced)
+            first_failure(why, sizeof why);
+    }
     while (cb->reservations) {
         cuda_reservation *r = cb->reservations;
         cb->reservations = r->next;
-        if (entered && unmap_all(cb, r) == COOP_OK)
-            cb->drv.fn.cuMemAddressFree(r->base, r->size);
+        if (entered)
+            teardown_reservation(cb, r, synced, why, sizeof why);
         free(r->handles);
         free(r->mapped);
         free(r);
@@ -739,13 +839,19 @@ static void cuda_destroy(coop_backend *be)
         cb->shifted = shift->next;
         free(shift);
     }
-    while (entered && cb->num_cached_events > 0)
-        cb->drv.fn.cuEventDestroy(cb->event_cache[--cb->num_cached_events]);
-    if (entered)
-        destroy_orphan_events(cb);
+    size_t events_left = cb->num_cached_events + cb->num_orphan_events;
+    if (entered) {
+        events_left = destroy_orphan_events(cb);
+        while (cb->num_cached_events > 0)
+            events_left += !destroy_event(cb, cb->event_cache[--cb->num_cached_events]);
+        if (events_left)
+            first_failure(why, sizeof why);
+    }
     free(cb->orphan_events);
     if (entered)
         ctx_leave(cb, &scope);
+    coop_set_error(COOP_OK, "%s", saved);
+    report_leftovers(cb, events_left, why);
     if (cb->context)
         cb->drv.fn.cuDevicePrimaryCtxRelease(cb->device);
     cuda_driver_unload(&cb->drv);

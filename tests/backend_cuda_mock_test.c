@@ -20,6 +20,7 @@
 #include "coop.h"
 #include "cuda_mock_counters.h"
 #include "pool_sequence.h"
+#include "status.h"
 
 #define MIB (1ull << 20)
 /* cuda.h's CU_STREAM_PER_THREAD as a coop_stream */
@@ -658,6 +659,124 @@ static void test_destroy_releases_everything(void **state)
     coop_backend_destroy(be);
 }
 
+/* What a destroy left in the driver, for a test to give back itself (with
+ * the primary context current) once it has checked it. */
+typedef struct leftovers {
+    uintptr_t base; /* a reservation of size bytes, 0: none */
+    uint64_t size;
+    uintptr_t mapped[4]; /* pages of 2 MiB still mapped in it */
+    int num_mapped;
+    coop_event events[4]; /* events not destroyed */
+    int num_events;
+} leftovers;
+
+static CUresult give_back_in_context(void *arg)
+{
+    const leftovers *l = arg;
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*address_free)(CUdeviceptr, size_t);
+    CUresult (*event_destroy)(CUevent);
+    *(void **)&unmap = dlsym(mock_lib, "cuMemUnmap");
+    *(void **)&address_free = dlsym(mock_lib, "cuMemAddressFree");
+    *(void **)&event_destroy = dlsym(mock_lib, MOCK_SYMBOL(cuEventDestroy));
+    CUresult rc = CUDA_SUCCESS;
+    for (int i = 0; i < l->num_mapped && rc == CUDA_SUCCESS; i++)
+        rc = unmap((CUdeviceptr)l->mapped[i], 2 * MIB);
+    if (rc == CUDA_SUCCESS && l->base)
+        rc = address_free((CUdeviceptr)l->base, l->size);
+    for (int i = 0; i < l->num_events && rc == CUDA_SUCCESS; i++)
+        rc = event_destroy((CUevent)l->events[i]);
+    return rc;
+}
+
+/* The report of a destroy that left something (coop_last_error; stderr has
+ * the same line) names what and the first failure. */
+static void assert_reported(const char *what, const char *call)
+{
+    const char *msg = coop_last_error();
+    if (!strstr(msg, what) || !strstr(msg, call))
+        fail_msg("destroy's report lacks \"%s\" or \"%s\": \"%s\"", what, call, msg);
+}
+
+/* A destroy whose pages will not all unmap still gives back what the driver
+ * takes: the other pages, and every handle (a handle may be released while
+ * mapped: its memory goes with the last mapping); the range that keeps a
+ * mapping stays reserved (freeing it is not documented), and the destroy
+ * says so. */
+static void test_destroy_unmap_failure(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
+    mock_fail_nth("cuMemUnmap", 2, CUDA_ERROR_UNKNOWN);
+    coop_clear_error();
+    coop_backend_destroy(be);
+    cuda_mock_counters c = counters();
+    assert_int_equal(c.live_handles, 0);
+    assert_int_equal(c.mapped_bytes, 2 * MIB);
+    assert_int_equal(c.live_reservations, 1);
+    assert_reported("0 page handles, 2097152 bytes mapped, 1 reservations",
+                    "cuMemUnmap failed with CUDA_ERROR_UNKNOWN");
+    leftovers l = {.base = base, .size = 16 * MIB, .mapped = {base + 2 * MIB}, .num_mapped = 1};
+    assert_int_equal(with_primary_context(give_back_in_context, &l), CUDA_SUCCESS);
+}
+
+/* When the device cannot be synchronized, no page is unmapped (a kernel may
+ * still use it), but every handle is still released. */
+static void test_destroy_sync_failure(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, &base), COOP_OK);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 4 * MIB), COOP_OK);
+    mock_fail_nth("cuCtxSynchronize", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+    coop_clear_error();
+    coop_backend_destroy(be);
+    cuda_mock_counters c = counters();
+    assert_int_equal(c.live_handles, 0);
+    assert_int_equal(c.mapped_bytes, 4 * MIB);
+    assert_int_equal(c.live_reservations, 1);
+    assert_reported("0 page handles, 4194304 bytes mapped, 1 reservations",
+                    "cuCtxSynchronize failed with CUDA_ERROR_ILLEGAL_ADDRESS");
+    leftovers l = {
+        .base = base, .size = 8 * MIB, .mapped = {base + 2 * MIB, base + 4 * MIB}, .num_mapped = 2};
+    assert_int_equal(with_primary_context(give_back_in_context, &l), CUDA_SUCCESS);
+}
+
+/* Without the context (cuCtxPushCurrent fails on this thread, which has
+ * none) the destroy makes no driver call, and says what it leaves. A clean
+ * destroy says nothing and leaves the thread's error as it was. */
+static void test_destroy_without_context(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    coop_event ev[2];
+    assert_int_equal(be->ops->reserve(be, 4 * MIB, &base), COOP_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(be->ops->event_record(be, 2, &ev[i]), COOP_OK);
+    for (int i = 0; i < 2; i++)
+        be->ops->event_destroy(be, ev[i]); /* kept for reuse */
+    mock_fail_nth("cuCtxPushCurrent", 1, CUDA_ERROR_UNKNOWN);
+    coop_clear_error();
+    coop_backend_destroy(be);
+    cuda_mock_counters c = counters();
+    assert_int_equal(c.live_reservations, 1);
+    assert_int_equal(c.live_events, 2);
+    assert_reported("1 reservations, 0 segments and 2 events left",
+                    "cuCtxPushCurrent failed with CUDA_ERROR_UNKNOWN");
+    leftovers l = {.base = base, .size = 4 * MIB, .events = {ev[0], ev[1]}, .num_events = 2};
+    assert_int_equal(with_primary_context(give_back_in_context, &l), CUDA_SUCCESS);
+
+    be = create_vmm();
+    coop_set_error(COOP_ERR_INVALID, "the caller's message");
+    coop_backend_destroy(be);
+    assert_string_equal(coop_last_error(), "the caller's message");
+}
+
 /* The allocator's essential sequence on the CUDA backend (mock driver). */
 static void run_pool_on_mock(bool use_vmm)
 {
@@ -1005,6 +1124,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_need_no_granularity, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_unmap_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_sync_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_without_context, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_without_driver, use_mock, check_clean),

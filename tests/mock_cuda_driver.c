@@ -14,6 +14,8 @@
  * freed with another range than reserved, allocation properties other than
  * pinned device memory on an existing device, events used after destroy,
  * streams that were never created, leaked handles, reservations and events.
+ * A handle released while still mapped keeps its memory until its last
+ * mapping is unmapped, as cuMemRelease is documented to.
  * Tests read its counters and arm failures through mock_cuda_* functions
  * (dlsym). Each rule is one the driver API documentation states.
  *
@@ -147,11 +149,21 @@ __attribute__((destructor)) static void free_mock_memory(void)
     }
 }
 
+/* A cuMemCreate allocation. As the driver documents cuMemRelease, the handle
+ * may be released while mappings of it remain, and its memory is freed once
+ * the handle is released and the last mapping is gone. */
+typedef struct mock_handle {
+    size_t size;
+    int mappings; /* cuMemMap'ed and not yet cuMemUnmap'ed */
+    bool released;
+} mock_handle;
+
 static struct {
     CUdeviceptr addr;
     size_t size;
-    bool accessible; /* cuMemSetAccess covered it (VMM mappings) */
-    bool segment;    /* a cuMemAlloc allocation (accessible as it is) */
+    bool accessible;     /* cuMemSetAccess covered it (VMM mappings) */
+    bool segment;        /* a cuMemAlloc allocation (accessible as it is) */
+    mock_handle *handle; /* what a VMM mapping maps */
 } mappings[MOCK_MAX_MAPPINGS];
 
 static _Thread_local CUcontext ctx_stack[16];
@@ -651,6 +663,16 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
     return CUDA_SUCCESS;
 }
 
+/* Frees h's memory once it is released and no longer mapped. Caller holds
+ * mock_lock. */
+static void drop_handle_if_unused(mock_handle *h)
+{
+    if (!h->released || h->mappings > 0)
+        return;
+    counters.mapped_bytes -= (long)h->size;
+    free(h);
+}
+
 /* Removes the exact mapping [addr, addr+size) (size 0: any size); returns
  * its size or 0 if there is none. */
 static size_t take_mapping(CUdeviceptr addr, size_t size)
@@ -662,9 +684,14 @@ static size_t take_mapping(CUdeviceptr addr, size_t size)
             found = mappings[i].size;
             if (mappings[i].accessible)
                 counters.accessible_bytes -= (long)found;
+            if (mappings[i].handle) {
+                mappings[i].handle->mappings--;
+                drop_handle_if_unused(mappings[i].handle);
+            }
             mappings[i].addr = 0;
             mappings[i].accessible = false;
             mappings[i].segment = false;
+            mappings[i].handle = NULL;
             break;
         }
     pthread_mutex_unlock(&mock_lock);
@@ -764,12 +791,12 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_INVALID_VALUE;
     if (!take_physical((long)size))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    size_t *record = malloc(sizeof *record);
+    mock_handle *record = malloc(sizeof *record);
     if (!record) {
         give_physical((long)size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *record = size;
+    *record = (mock_handle){.size = size};
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)record;
     __atomic_add_fetch(&counters.live_handles, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
@@ -778,19 +805,25 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     MOCK_ENTRY("cuMemRelease", true);
-    size_t *record = (size_t *)(uintptr_t)handle;
-    give_physical((long)*record);
-    free(record);
-    __atomic_sub_fetch(&counters.live_handles, 1, __ATOMIC_RELAXED);
-    return CUDA_SUCCESS;
+    mock_handle *record = (mock_handle *)(uintptr_t)handle;
+    pthread_mutex_lock(&mock_lock);
+    bool twice = record->released; /* undefined in the driver */
+    if (!twice) {
+        record->released = true;
+        __atomic_sub_fetch(&counters.live_handles, 1, __ATOMIC_RELAXED);
+        drop_handle_if_unused(record);
+    }
+    pthread_mutex_unlock(&mock_lock);
+    return twice ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     MOCK_ENTRY("cuMemMap", true);
-    if (offset != 0 || flags != 0 || size == 0 || size % granule ||
-        size != *(size_t *)(uintptr_t)handle || ptr % granule)
+    mock_handle *record = (mock_handle *)(uintptr_t)handle;
+    if (offset != 0 || flags != 0 || size == 0 || size % granule || size != record->size ||
+        record->released || ptr % granule)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mock_lock);
     /* only inside a range cuMemAddressReserve gave */
@@ -806,6 +839,8 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
             mappings[i].addr = ptr;
             mappings[i].size = size;
             mappings[i].accessible = false;
+            mappings[i].handle = record;
+            record->mappings++;
             rc = CUDA_SUCCESS;
         }
     pthread_mutex_unlock(&mock_lock);
