@@ -32,9 +32,11 @@
 #define CUDA_EVENT_CACHE 64
 
 /* A segment whose cuMemAlloc address was not aligned for the pool: it was
- * allocated with room to spare and is handed out aligned up. */
+ * allocated with room to spare and is handed out aligned up. With aligned 0,
+ * the misaligned first allocation instead, never handed out, whose cuMemFree
+ * failed: kept for the next segment_alloc, or destroy, to free. */
 typedef struct cuda_shifted_segment {
-    CUdeviceptr aligned;  /* what the pool was given */
+    CUdeviceptr aligned;  /* what the pool was given (0: nothing) */
     CUdeviceptr original; /* what cuMemFree needs */
     struct cuda_shifted_segment *next;
 } cuda_shifted_segment;
@@ -496,6 +498,47 @@ static coop_status mem_alloc(cuda_backend *cb, uint64_t size, CUdeviceptr *dptr)
     return COOP_OK;
 }
 
+/* Keeps dptr, a segment the pool never had whose cuMemFree failed, for
+ * free_unused_segments; without host memory for its record it is lost. */
+static void keep_unused_segment(cuda_backend *cb, CUdeviceptr dptr)
+{
+    cuda_shifted_segment *unused = malloc(sizeof *unused);
+    if (!unused)
+        return;
+    unused->aligned = 0;
+    unused->original = dptr;
+    pthread_mutex_lock(&cb->lock);
+    unused->next = cb->shifted;
+    cb->shifted = unused;
+    pthread_mutex_unlock(&cb->lock);
+}
+
+/* Frees the kept segments the pool never had (the primary context is
+ * current; never used, so nothing to wait for). COOP_OK, or the first
+ * failure, whose segment stays kept. */
+static coop_status free_unused_segments(cuda_backend *cb)
+{
+    coop_status st = COOP_OK;
+    pthread_mutex_lock(&cb->lock);
+    cuda_shifted_segment **link = &cb->shifted;
+    while (*link) {
+        cuda_shifted_segment *unused = *link;
+        CUresult rc = CUDA_SUCCESS;
+        if (!unused->aligned && (rc = cb->drv.fn.cuMemFree(unused->original)) == CUDA_SUCCESS) {
+            *link = unused->next;
+            free(unused);
+            cb->held.segments--;
+            continue;
+        }
+        if (rc != CUDA_SUCCESS && st == COOP_OK)
+            st = cuda_driver_error(&cb->drv, rc, "cuMemFree", "of an unused segment at %#jx",
+                                   (uintmax_t)unused->original);
+        link = &unused->next;
+    }
+    pthread_mutex_unlock(&cb->lock);
+    return st;
+}
+
 static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t *addr)
 {
     cuda_backend *cb = as_cuda(be);
@@ -503,6 +546,8 @@ static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t
     coop_status st = ctx_enter(cb, &scope);
     if (st != COOP_OK)
         return st;
+    /* first, as the memory may be needed now: a failure is tried again later */
+    (void)free_unused_segments(cb);
     CUdeviceptr dptr = 0;
     st = mem_alloc(cb, size, &dptr);
     if (st == COOP_OK && dptr % COOP_ALIGN) {
@@ -510,6 +555,8 @@ static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t
         cuda_shifted_segment *shift = malloc(sizeof *shift);
         if (cb->drv.fn.cuMemFree(dptr) == CUDA_SUCCESS) /* never used: nothing to wait for */
             cb->held.segments--;
+        else /* not lost: freed later */
+            keep_unused_segment(cb, dptr);
         if (!shift)
             st = coop_set_error(COOP_ERR_HOST_NOMEM, "cuda backend: no host memory");
         else
@@ -834,6 +881,8 @@ static void cuda_destroy(coop_backend *be)
         free(r->mapped);
         free(r);
     }
+    if (entered && free_unused_segments(cb) != COOP_OK)
+        first_failure(why, sizeof why);
     while (cb->shifted) { /* the pool frees its segments first; records only */
         cuda_shifted_segment *shift = cb->shifted;
         cb->shifted = shift->next;

@@ -605,6 +605,36 @@ static void test_segments_without_vmm(void **state)
     coop_backend_destroy(be);
 }
 
+/* The mock's cuMemAlloc is 256-byte aligned only, so every segment is
+ * allocated again with room to align up, after freeing the first try. If
+ * that cuMemFree fails, the first try is not lost: the next allocation
+ * frees it, or the destroy does. */
+static void test_segments_misaligned_free_failure(void **state)
+{
+    (void)state;
+    coop_backend *be = NULL;
+    coop_backend_cuda_held held;
+    assert_int_equal(coop_backend_cuda_create(1, false, &be), COOP_OK);
+    uintptr_t a = 0, b = 0, c = 0;
+    mock_fail_nth("cuMemFree", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &a), COOP_OK);
+    assert_int_equal(a % 512, 0);
+    assert_int_equal(counters().live_segments, 2);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.segments, 2);
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &b), COOP_OK);
+    assert_int_equal(counters().live_segments, 2);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.segments, 2);
+    mock_fail_nth("cuMemFree", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->segment_alloc(be, 2 * MIB, &c), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, a, 4 * MIB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 4 * MIB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, c, 2 * MIB), COOP_OK);
+    assert_int_equal(counters().live_segments, 1);
+    coop_backend_destroy(be);
+}
+
 /* The caller's own current context stays current around every call. */
 static void test_caller_context_preserved(void **state)
 {
@@ -1121,6 +1151,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_event_destroy_without_context, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_segments_misaligned_free_failure, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_need_no_granularity, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
