@@ -92,6 +92,13 @@ typedef struct ctx_scope {
     bool pushed;
 } ctx_scope;
 
+/* A primary context this thread pushed and could not pop (cuCtxPopCurrent
+ * failed), so still current over the caller's, or NULL. The next scope that
+ * finds it current pops it at its end, giving the caller its context back;
+ * once another context is current instead, the thread's stack has changed
+ * under it and the note is dropped (what is below is not known to be ours). */
+static _Thread_local CUcontext unpopped;
+
 static coop_status ctx_enter(cuda_backend *cb, ctx_scope *scope)
 {
     CUcontext current = NULL;
@@ -99,8 +106,13 @@ static coop_status ctx_enter(cuda_backend *cb, ctx_scope *scope)
     CUresult rc = cb->drv.fn.cuCtxGetCurrent(&current);
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuCtxGetCurrent", "(device %d)", cb->ordinal);
-    if (current == cb->context)
+    if (unpopped != current)
+        unpopped = NULL;
+    if (current == cb->context) {
+        scope->pushed = unpopped != NULL; /* ours to pop, this time */
+        unpopped = NULL;
         return COOP_OK;
+    }
     rc = cb->drv.fn.cuCtxPushCurrent(cb->context);
     if (rc != CUDA_SUCCESS)
         return cuda_driver_error(&cb->drv, rc, "cuCtxPushCurrent", "(device %d)", cb->ordinal);
@@ -108,12 +120,25 @@ static coop_status ctx_enter(cuda_backend *cb, ctx_scope *scope)
     return COOP_OK;
 }
 
+/* A failed pop cannot fail the call (what it did is done): it is said on
+ * stderr, the call's own message kept, and noted for the next scope. */
 static void ctx_leave(cuda_backend *cb, const ctx_scope *scope)
 {
-    if (scope->pushed) {
-        CUcontext popped;
-        cb->drv.fn.cuCtxPopCurrent(&popped);
-    }
+    if (!scope->pushed)
+        return;
+    CUcontext popped;
+    CUresult rc = cb->drv.fn.cuCtxPopCurrent(&popped);
+    if (rc == CUDA_SUCCESS)
+        return;
+    unpopped = cb->context;
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", coop_last_error());
+    cuda_driver_error(&cb->drv, rc, "cuCtxPopCurrent", "(device %d)", cb->ordinal);
+    fprintf(stderr,
+            "coop: %s: the device's primary context may stay current on this thread until "
+            "coop's next call on it\n",
+            coop_last_error());
+    coop_set_error(COOP_OK, "%s", saved);
 }
 
 /* Waits until the device has finished all work: freed blocks may still be

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <cuda.h>
@@ -659,6 +660,85 @@ static void test_caller_context_preserved(void **state)
     coop_backend_destroy(be);
 }
 
+/* stderr goes to a temporary file between these two; stderr_end returns
+ * what was written there. */
+static int stderr_saved = -1;
+static FILE *stderr_file;
+
+static void stderr_begin(void)
+{
+    fflush(stderr);
+    stderr_file = tmpfile();
+    assert_non_null(stderr_file);
+    stderr_saved = dup(STDERR_FILENO);
+    assert_true(stderr_saved >= 0);
+    assert_true(dup2(fileno(stderr_file), STDERR_FILENO) >= 0);
+}
+
+static const char *stderr_end(void)
+{
+    static char text[2048];
+    fflush(stderr);
+    assert_true(dup2(stderr_saved, STDERR_FILENO) >= 0);
+    close(stderr_saved);
+    rewind(stderr_file);
+    size_t n = fread(text, 1, sizeof text - 1, stderr_file);
+    text[n] = '\0';
+    fclose(stderr_file);
+    return text;
+}
+
+/* A push of the primary context whose cuCtxPopCurrent fails leaves it
+ * current on the caller's thread (here a thread with no context). The call
+ * itself succeeded and says so, with stderr saying what stays; the next
+ * call on the thread pops it. A call that failed keeps its own message. */
+static void test_failed_pop_is_popped_later(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    CUresult (*get)(CUcontext *);
+    CUresult (*push)(CUcontext);
+    CUresult (*pop)(CUcontext *);
+    *(void **)&get = dlsym(mock_lib, "cuCtxGetCurrent");
+    *(void **)&push = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPushCurrent));
+    *(void **)&pop = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPopCurrent));
+    CUcontext cur = NULL, primary = NULL;
+    uintptr_t base = 0;
+    mock_fail_nth("cuCtxPopCurrent", 1, CUDA_ERROR_UNKNOWN);
+    stderr_begin();
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, &base), COOP_OK);
+    const char *said = stderr_end();
+    assert_non_null(strstr(said, "cuCtxPopCurrent failed with CUDA_ERROR_UNKNOWN"));
+    assert_non_null(strstr(said, "primary context may stay current on this thread"));
+    assert_int_equal(get(&primary), CUDA_SUCCESS);
+    assert_non_null(primary);
+    assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK);
+    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_null(cur);
+
+    /* a failed call keeps its message */
+    mock_fail_nth("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    mock_fail_nth("cuCtxPopCurrent", 1, CUDA_ERROR_UNKNOWN);
+    stderr_begin();
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 2 * MIB), COOP_ERR_NOMEM);
+    (void)stderr_end();
+    assert_non_null(strstr(coop_last_error(), "cuMemCreate failed"));
+    assert_null(strstr(coop_last_error(), "cuCtxPopCurrent"));
+
+    /* once another context is current over it, it is not coop's to pop */
+    static char other_ctx;
+    assert_int_equal(push((CUcontext)(void *)&other_ctx), CUDA_SUCCESS);
+    assert_int_equal(be->ops->unmap(be, base, 2 * MIB, &(uint64_t){0}), COOP_OK);
+    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, &other_ctx);
+    assert_int_equal(pop(&cur), CUDA_SUCCESS);
+    assert_int_equal(be->ops->release(be, base, 8 * MIB), COOP_OK);
+    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, primary);
+    assert_int_equal(pop(&cur), CUDA_SUCCESS);
+    coop_backend_destroy(be);
+}
+
 /* A pool of config over the mock, or the test fails with the reason. */
 static coop_pool *created(const coop_config *config)
 {
@@ -1154,6 +1234,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_segments_misaligned_free_failure, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_failed_pop_is_popped_later, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_need_no_granularity, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_unmap_failure, use_mock, check_clean),
