@@ -1,6 +1,6 @@
 """Model definitions shared by the recording scripts (record_ops.py,
 record_traces.py, record_cuda_snapshot.py), and the one writer of their
-outputs (write_gz).
+outputs (write_gz, over atomic_file).
 
 Each workload is one full training step of a real model at a realistic size:
 forward, loss, backward, optimizer step. Weights, inputs and targets come from
@@ -20,12 +20,10 @@ Usage from another script:
     w.optimizer_step()
 """
 
-import contextlib
 import gc
-import gzip
 import os
-import tempfile
 
+import atomic_file
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -433,33 +431,11 @@ def check_recording(ap, names, out_dir):
 
 def write_gz(path, data):
     """data gzip-compressed to path, reproducibly (no name, mtime 0), and
-    atomically: written to a fresh hidden file beside path (mkstemp: a fixed
-    PATH.tmp clobbered a file of that name; beside: the rename stays on one
-    file system) and renamed over path once complete, so a failed or
-    interrupted recording leaves the previous file (or none), never a
-    truncated one. A symbolic link path stays one: its target is replaced.
-    Raises OSError with the temporary file removed."""
-    target = os.path.realpath(path)
-    directory, base = os.path.split(target)
-    fd, tmp = tempfile.mkstemp(prefix="." + base + ".", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            # mkstemp's 0600 would hide a shared trace from its readers: the
-            # replaced file's permissions, or those open() gives a new file
-            try:
-                mode = os.stat(target).st_mode & 0o7777
-            except FileNotFoundError:
-                umask = os.umask(0)
-                os.umask(umask)
-                mode = 0o666 & ~umask
-            os.fchmod(raw.fileno(), mode)
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-                gz.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomically (atomic_file.replacing: a failed or interrupted recording
+    leaves the previous file, or none, never a truncated one). Raises
+    OSError with the temporary file removed."""
+    with atomic_file.replacing(path, compress=True) as f:
+        f.write(data)
 
 
 def batch_size(text):

@@ -1,5 +1,5 @@
 """Shared by the GPU scripts: CUDA presence, child processes, coop setup,
-JSON lines.
+JSON lines, output files.
 
 An allocator can be chosen only once per process (torch's
 change_current_allocator refuses once CUDA's allocator is initialized), so
@@ -10,6 +10,10 @@ JSON line; the parent collects them and prints them again with summaries
 ``--dry-run`` runs the whole orchestration on the CPU: children build the
 models on the CPU (or skip the device work) and report fake measurements,
 marked ``"dry_run": true``; no CUDA device or CUDA build of torch is needed.
+
+Output files (snapshots) are written through ``replacing`` (the recorders'
+writer, scripts/atomic_file.py), so a failed run leaves the previous file,
+never a truncated one.
 """
 
 import argparse
@@ -22,6 +26,9 @@ import sys
 import time
 
 TOP = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+if os.path.join(TOP, "scripts") not in sys.path:
+    sys.path.append(os.path.join(TOP, "scripts"))
+from atomic_file import replacing  # noqa: E402,F401  (the GPU scripts' output writer)
 NO_CUDA_EXIT = 77
 ALLOCATORS = ("native", "coop")  # what --allocator takes; parents run both
 DEADLINE_MARGIN_S = 5  # a child is not started with less time than this left

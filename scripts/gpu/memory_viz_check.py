@@ -96,7 +96,7 @@ def child(args):
     peaks = ({"peak_reserved_bytes": None, "peak_allocated_bytes": None} if args.dry_run else
              {"peak_reserved_bytes": common.peak_reserved(args.allocator),
               "peak_allocated_bytes": common.peak_allocated(args.allocator)})
-    with open(path, "wb") as f:
+    with common.replacing(path) as f:  # a failed write keeps the last good snapshot
         pickle.dump(snap, f, protocol=4)
     common.emit(dict(peaks, allocator=args.allocator, path=path, ok=True,
                      segments=len(snap["segments"]),

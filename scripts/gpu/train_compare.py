@@ -44,7 +44,6 @@ Exits 77 with a one-line message when there is no CUDA device (unless
 """
 
 import argparse
-import gzip
 import os
 import pickle
 import statistics
@@ -207,8 +206,10 @@ def take_snapshot(allocator):
 
 
 def write_snapshot(args, snap):
+    """snap to DIR/<model>-<allocator>.pickle.gz, atomically: a run that
+    fails while writing leaves the previous run's snapshot."""
     path = os.path.join(args.snapshot, f"{args.model}-{args.allocator}.pickle.gz")
-    with gzip.open(path, "wb") as f:
+    with common.replacing(path, compress=True) as f:
         pickle.dump(snap, f, protocol=4)
     return path
 

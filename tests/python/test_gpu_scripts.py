@@ -211,6 +211,44 @@ class SnapshotWriter(unittest.TestCase):
                 self.assertEqual(f.read(), good)
             self.assertEqual(os.listdir(d), [os.path.basename(path)])
 
+    def test_gpu_scripts_keep_the_old_snapshot(self):
+        """train_compare.py --snapshot and memory_viz_check.py wrote their
+        snapshots in place too: a run failing while writing (a full disk on
+        the device machine) left a truncated file where the previous run's
+        was. They now write through common.replacing, the recorders' writer."""
+        full = OSError(28, "No space left on device")
+        with tempfile.TemporaryDirectory() as d:
+            args = argparse.Namespace(snapshot=d, model="resnet50", allocator="coop")
+            path = train_compare.write_snapshot(args, {"segments": [], "run": 1})
+            with open(path, "rb") as f:
+                good = f.read()
+            with mock.patch.object(gzip.GzipFile, "write", side_effect=full):
+                with self.assertRaises(OSError):
+                    train_compare.write_snapshot(args, {"segments": [], "run": 2})
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), good)
+            self.assertEqual(os.listdir(d), [os.path.basename(path)])
+
+        def dump_part(obj, f, protocol=None):
+            f.write(pickle.dumps(obj, protocol=protocol)[:10])
+            raise full
+
+        with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()), \
+                mock.patch.object(common, "finish_child", side_effect=SystemExit):
+            args = argparse.Namespace(dir=d, allocator="coop", dry_run=True)
+            with self.assertRaises(SystemExit):
+                memory_viz_check.child(args)
+            path = os.path.join(d, "coop.pickle")
+            with open(path, "rb") as f:
+                good = f.read()
+            self.assertEqual(pickle.loads(good), memory_viz_check.synthetic_snapshot("coop"))
+            with mock.patch.object(pickle, "dump", dump_part):
+                with self.assertRaises(OSError):
+                    memory_viz_check.child(args)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), good)
+            self.assertEqual(os.listdir(d), [os.path.basename(path)])
+
 
 HAVE_TORCHVISION = importlib.util.find_spec("torchvision") is not None
 
