@@ -562,14 +562,16 @@ static uint64_t auto_capacity(size_t live)
     return cap > AUTO_CAPACITY_MAX ? AUTO_CAPACITY_MAX : cap;
 }
 
-/* jemalloc's first timed run in a process measured 8-10% slower than a
- * repeat on a fresh private arena (three 1k runs in one process, 2026-11-27:
- * 478-491 ns, then 435-459), while coop's first run matches its repeats:
+/* jemalloc's first timed run in a process measured slower than a repeat on
+ * a fresh private arena, while coop's first run matches its repeats:
  * process-wide set-up (its base allocator, the tcache's bins) is charged to
- * whichever run comes first. An untimed run of the same kind beforehand
- * takes that cost off the figures; one of 20 batches left most of it (first
- * 459-502 against 449-470), one of the default 200 batches all but 0-4%.
- * Returns false if it could not run. */
+ * whichever run comes first. Alone (--only jemalloc --live 1000,1000,1000,
+ * 2026-11-27) 478-491 ns first, 435-459 after; in the default run, where
+ * coop's run comes first and warms part of it, 395-412 first against
+ * 383-394. An untimed run of the same kind beforehand takes that cost off
+ * the figures: after one of the default 200 batches the first run was
+ * 392-405 against 381-401 (one of 20 batches left most of it). Returns
+ * false if it could not run. */
 static bool jemalloc_warm_process(void)
 {
     enum { WARM_LIVE = 1000, WARM_BATCHES = 200 };
