@@ -20,9 +20,14 @@
  * counted as a change that only adds (run_release's sim_live_changed with
  * shrinks false), which no window of the first test shows, 1 of its runs
  * has wrong bounds. Dropping the invalidation when a handle is taken
- * (SIM_GET) is caught by neither (no value read on these logs is wrong
- * without it): the third test runs a small log, found by a random search,
- * where it was (a log the builder now refuses: see there). */
+ * (SIM_GET: run's sim_live_changed) is caught by neither: in a valid log a
+ * storage without handles takes one only in COPY_FROM x x, right after
+ * losing it, so no value read is wrong without it. The last two tests
+ * check every value the cache holds after every command and before every
+ * search (sim_options.check_caches), not only those read: on a program
+ * (not a log) that takes a handle on a released storage, where a value
+ * stays exact and wrong, and on a log with COPY_FROM x x, where a value
+ * stays invalid although a walk would read what it read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -163,79 +168,119 @@ static void cached_values_match_the_walks(void **state)
     LINE("\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" res "\",\"ALIAS\":\"-1\"")
 #define RELEASE(n) LINE("\"INSTRUCTION\":\"RELEASE\",\"NAME\":\"" n "\"")
 
-/* t6 = op8(t0, t1) is released at once (evicted, no handle): a walk from
- * its inputs t0 and t1 goes through it without counting it. Then c9 takes a
- * handle to t6 (COPY: a SIM_GET, no recomputation), which adds op8's 25 ns
- * to their c_live; a later search reads a value cached before (without the
- * invalidation, 1 of the 2 values checked was wrong when this was found; the
- * runtime now checks 1, right with or without it). Found by a random
- * search over small logs (30 ops at most, sizes 512 or 1024 B).
- * The log names the released t6 (GET_LOG("t6")), which the program builder
- * now refuses; no valid log gives a storage without handles a handle again
- * after searches (only COPY_FROM x x, at once), but the runtime keeps the
- * invalidation, so the program is built from GET_LOG("t5") and its two
- * commands of c9 are pointed at t6: the program the log gave before. */
+/* Runs prog in the arena at ratio of its peak, coop with every c_live its
+ * cache holds compared with its walks after every command and before every
+ * search (check_caches), and every value read with them (check_components):
+ * the outcome (printed). */
+static sim_outcome run_checked(const char *name, const sim_program *p, double ratio)
+{
+    sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+    assert_int_equal(sim_options_parse_policy("coop", &opt), 0);
+    opt.check_components = 1;
+    opt.check_caches = 1;
+    sim_outcome o = sim_run(p, sim_peak(p, SIM_MEMORY_ARENA), &opt, ratio);
+    printf("%s %.1f: %s, %llu evictions; %llu values read checked, %llu wrong; %llu cached "
+           "values checked, %llu wrong\n",
+           name, ratio, sim_result_name(o.result), (unsigned long long)o.evictions,
+           (unsigned long long)o.comp_checks, (unsigned long long)o.comp_mismatches,
+           (unsigned long long)o.cache_checks, (unsigned long long)o.cache_mismatches);
+    return o;
+}
+
+/* x = op1(w) and its consumer h = op2(x), released at once (evicted, no
+ * handle); then y and z; 1 KiB and 1 ns each. The arena holds 5 of the
+ * peak's 7 blocks: z's search evicts x, caching its c_live, 1 ns (its
+ * forward region goes through h without counting it: nobody holds h). Then a
+ * handle is taken to h (a SIM_GET): recomputing h would now need x, so
+ * x's c_live is 2 ns and its cached 1 must stop being exact (it stays a
+ * lower bound). Without the invalidation at SIM_GET (run's
+ * sim_live_changed), the cache keeps 1 as exact until that handle goes
+ * again: 4 checks find it wrong. A log cannot express this: only COPY takes a handle, and its
+ * source must be a live name (the builder refuses a released one:
+ * GET_LOG("h"), checked below; a storage loses its last handle and takes
+ * one again only in COPY_FROM x x, with no search between), so the
+ * program is built from GET_LOG("y") and the COPY's two commands (its
+ * GET, and the later RELEASE of y's tensor) are pointed at h. */
 /* one instruction (or call) a line */
 /* clang-format off */
 #define GET_LOG(copied)                                                     \
     LINE("\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"")           \
     LINE("\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"w\"")                    \
     LINE("\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"w\",\"MEMORY\":\"512\"")   \
-    CALL("op0", "\"w\"", "t0", "16", "512")                                 \
-    CALL("op1", "\"w\"", "t1", "31", "512")                                 \
-    CALL("op3", "\"t1\"", "t2", "41", "1024")                               \
-    CALL("op4", "\"t2\"", "t3", "25", "1024")                               \
-    RELEASE("t3")                                                           \
-    CALL("op6", "\"t0\"", "t4", "29", "1024")                               \
-    CALL("op7", "\"t1\",\"t0\"", "t5", "37", "512")                         \
-    CALL("op8", "\"t0\",\"t1\"", "t6", "25", "1024")                        \
-    RELEASE("t6")                                                           \
-    CALL("op10", "\"t4\",\"t5\"", "t7", "11", "512")                        \
-    CALL("op11", "\"t2\"", "t8", "40", "1024")                              \
-    LINE("\"INSTRUCTION\":\"COPY\",\"DST\":\"c9\",\"SRC\":\"" copied "\"")  \
-    CALL("op13", "\"w\"", "t10", "20", "1024")                              \
-    RELEASE("t0") RELEASE("t1") RELEASE("t2") RELEASE("t4") RELEASE("t5")   \
-    RELEASE("t7") RELEASE("t8") RELEASE("c9") RELEASE("t10")
+    CALL("op1", "\"w\"", "x", "1", "1024")                                  \
+    CALL("op2", "\"x\"", "h", "1", "1024")                                  \
+    RELEASE("h")                                                            \
+    CALL("op3", "\"w\"", "y", "1", "1024")                                  \
+    CALL("op4", "\"w\"", "z", "1", "1024")                                  \
+    LINE("\"INSTRUCTION\":\"COPY\",\"DST\":\"c\",\"SRC\":\"" copied "\"")   \
+    RELEASE("x") RELEASE("y") RELEASE("z") RELEASE("c")
 /* clang-format on */
 
 static void handle_taken_on_an_evicted_storage(void **state)
 {
     (void)state;
-    static const char released[] = GET_LOG("t6"), valid[] = GET_LOG("t5");
+    static const char released[] = GET_LOG("h"), valid[] = GET_LOG("y");
     dtr_log log;
     sim_program p;
     assert_int_equal(dtr_log_parse_buffer("get.log", released, strlen(released), &log), COOP_OK);
     assert_int_equal(sim_program_build(&log, &p), COOP_ERR_INVALID);
-    assert_non_null(
-        strstr(coop_last_error(), "get.log:33: COPY source t6 was released at line 26"));
+    assert_non_null(strstr(coop_last_error(), "get.log:17: COPY source h was released at line 10"));
     dtr_log_free(&log);
     assert_int_equal(dtr_log_parse_buffer("get.log", valid, strlen(valid), &log), COOP_OK);
     assert_int_equal(sim_program_build(&log, &p), COOP_OK);
     dtr_log_free(&log);
-    /* tensors in order of creation: w, t0 .. t5 (6), t6 (7, op8's 25 ns), ... */
-    const uint32_t t5 = 6, t6 = 7;
-    assert_int_equal(p.ops[p.tensors[t6].op].cost, 25);
-    size_t get = p.num_cmds, release_c9 = p.num_cmds;
+    /* tensors in order of creation: w, x, h, y, z */
+    const uint32_t h = 2, y = 3;
+    size_t get = p.num_cmds, release_c = p.num_cmds;
     for (size_t i = 0; i < p.num_cmds; i++) {
         if (p.cmds[i].kind == SIM_GET)
             get = i;
-        if (p.cmds[i].kind == SIM_RELEASE && p.cmds[i].arg == t5)
-            release_c9 = i; /* the later of RELEASE t5 and RELEASE c9 */
+        if (p.cmds[i].kind == SIM_RELEASE && p.cmds[i].arg == y)
+            release_c = i; /* the later of RELEASE y and RELEASE c */
     }
-    assert_true(get < release_c9 && release_c9 < p.num_cmds && p.cmds[get].arg == t5);
-    p.cmds[get].arg = t6;
-    p.cmds[release_c9].arg = t6;
-    sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
-    assert_int_equal(sim_options_parse_policy("coop", &opt), 0);
-    opt.check_components = 1;
-    sim_outcome o = sim_run(&p, sim_peak(&p, SIM_MEMORY_ARENA), &opt, 0.5);
+    assert_true(get < release_c && release_c < p.num_cmds && p.cmds[get].arg == y);
+    p.cmds[get].arg = h;
+    p.cmds[release_c].arg = h;
+    assert_int_equal(sim_peak(&p, SIM_MEMORY_ARENA), 7 * 512);
+    sim_outcome o = run_checked("get.log", &p, 0.8);
     sim_program_free(&p);
-    printf("get.log 0.5: %s, %llu evictions, %llu cached values checked, %llu wrong\n",
-           sim_result_name(o.result), (unsigned long long)o.evictions,
-           (unsigned long long)o.comp_checks, (unsigned long long)o.comp_mismatches);
     assert_int_equal(o.result, SIM_OK);
-    assert_true(o.comp_checks > 0);
+    assert_int_equal(o.evictions, 1); /* x, for z */
+    assert_true(o.cache_checks > 0);
+    assert_int_equal(o.cache_mismatches, 0);
     assert_int_equal(o.comp_mismatches, 0);
+}
+
+/* The same invalidation in a valid log: x = op1(w), h = op2(x), y, z, 1 KiB
+ * each, the arena 6 of the peak's 9 blocks. y's search evicts h (held),
+ * z's evicts y; c_live(x) is walked through h, evicted and held. COPY_FROM
+ * h h releases h's only handle (x's value goes: h no longer counts) and
+ * takes it again (a SIM_GET): a walk from x now reads what it read, so its
+ * value is exact again without one (sim_live_fire compares each dependency
+ * when it changes). Without the invalidation at SIM_GET it stays invalid
+ * (the next search walks x for nothing): 2 values left invalid. */
+static void handle_taken_back_revalidates(void **state)
+{
+    (void)state;
+    static const char text[] = LINE("\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"")
+        LINE("\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"w\"")
+            LINE("\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"w\",\"MEMORY\":\"512\"")
+                CALL("op1", "\"w\"", "x", "1", "1024") CALL("op2", "\"x\"", "h", "1", "1024")
+                    CALL("op3", "\"w\"", "y", "1", "1024") CALL("op4", "\"w\"", "z", "1", "1024")
+                        LINE("\"INSTRUCTION\":\"COPY_FROM\",\"DST\":\"h\",\"SRC\":\"h\"")
+                            RELEASE("x") RELEASE("h") RELEASE("y") RELEASE("z");
+    dtr_log log;
+    sim_program p;
+    assert_int_equal(dtr_log_parse_buffer("copy_from.log", text, strlen(text), &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, &p), COOP_OK);
+    dtr_log_free(&log);
+    assert_int_equal(sim_peak(&p, SIM_MEMORY_ARENA), 9 * 512);
+    sim_outcome o = run_checked("copy_from.log", &p, 0.7);
+    sim_program_free(&p);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.evictions, 2); /* h, then y */
+    assert_true(o.cache_checks > 0);
+    assert_int_equal(o.cache_mismatches, 0);
 }
 
 int main(void)
@@ -244,6 +289,7 @@ int main(void)
         cmocka_unit_test(cache_decides_as_the_walk),
         cmocka_unit_test(cached_values_match_the_walks),
         cmocka_unit_test(handle_taken_on_an_evicted_storage),
+        cmocka_unit_test(handle_taken_back_revalidates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -793,6 +793,127 @@ static void bisection_lands_below_failing_ratios_on_vgg16(void **state)
     sim_program_free(&p);
 }
 
+/* A one-result CALL whose result is a view of argument number alias
+ * (no bytes of its own: it shares that argument's storage). */
+#define CALLV(op, arg, res, t, alias)                                                              \
+    "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"" op "\",\"ARGS\":[" arg "],\"RESULT\":[\"" res          \
+    "\"],\"TIME\":\"" t "\"}\n"                                                                    \
+    "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"" res "\",\"MEMORY\":\"0\"}\n"                         \
+    "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"" res "\",\"ALIAS\":\"" alias "\"}\n"
+
+/* Runs text at ratio of its peak with every cached answer (c_eq's class
+ * roots, component labels, c_live) compared with a fresh walk after every
+ * command and before every choice or window search (check_caches): a
+ * missing invalidation shows there even where no value read is wrong, or
+ * none changes a decision (so the run's outcome cannot tell). */
+static sim_outcome run_checked(const char *text, const char *policy, sim_memory memory,
+                               double ratio)
+{
+    sim_program p;
+    load(text, &p);
+    sim_options opt = sim_options_default(SIM_POLICY_DTR, memory);
+    assert_int_equal(sim_options_parse_policy(policy, &opt), 0);
+    opt.check_caches = 1;
+    sim_outcome o = sim_run(&p, sim_peak(&p, memory), &opt, ratio);
+    sim_program_free(&p);
+    printf("%s %.2f: %s, %llu evictions, %llu remat ops; %llu cached values checked, %llu wrong\n",
+           policy, ratio, sim_result_name(o.result), (unsigned long long)o.evictions,
+           (unsigned long long)o.remat_ops, (unsigned long long)o.cache_checks,
+           (unsigned long long)o.cache_mismatches);
+    return o;
+}
+
+/* c_eq's cache forgets the neighbours of a rematerialized storage
+ * (compute_op's sim_eq_forget_around). n -g-> s -h-> m, every result 100 B;
+ * n costs 1 ms (dtr never evicts it), s and m 1 ns, p1..p3 1 us each.
+ * Peak 800 B, budget 480 B (w and three results). p1 evicts s, p2 m (one
+ * class with s), p3 p1: dtr's argmin there caches n's c_eq with that class's
+ * root. u(s) rematerializes s (p2 evicted for it); the class keeps its root
+ * (classes never split) and m's 1 ns, but s, n's only way into it, is
+ * resident: n's c_eq is 1 ms now, and the argmin placing q (evicting p3)
+ * reads it. Without the invalidation n's cache still adds m's 1 ns: 2
+ * cached values wrong (found by the check, not by the outcome: the same
+ * choices). */
+static void eq_cache_forgets_around_a_rematerialized_storage(void **state)
+{
+    (void)state;
+    static const char log[] =
+        "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("w", "100")
+            CALL1("f", "\"w\"", "n", "1000000") CALL1("g", "\"n\"", "s", "1")
+                CALL1("h", "\"s\"", "m", "1") CALL1("k1", "\"w\"", "p1", "1000")
+                    CALL1("k2", "\"w\"", "p2", "1000") CALL1("k3", "\"w\"", "p3", "1000")
+                        CALL1("u", "\"s\"", "q", "1") RELEASE("n") RELEASE("s") RELEASE("m")
+                            RELEASE("p1") RELEASE("p2") RELEASE("p3") RELEASE("q");
+    sim_outcome o = run_checked(log, "dtr", SIM_MEMORY_IDEAL, 0.6);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.evictions, 5);
+    assert_int_equal(o.remat_ops, 1); /* s */
+    assert_true(o.cache_checks > 0);
+    assert_int_equal(o.cache_mismatches, 0);
+}
+
+/* e (1 ns), x (100 ns), y: 100 B each; budget 300 B of the 400 B peak. y
+ * evicts e; dtr's argmin caches x's c_eq (x's compute alone: w is
+ * resident). v = h(e, x) is a view of x (VIEW_OF "1") or of e ("0"):
+ *  - of x: x's storage gains a tensor whose input e is evicted, so x's
+ *    c_eq now counts e's class; its cache must go (run_compute's
+ *    forget_around_new_tensors, the outputs);
+ *  - of e: e's storage, evicted, gains a tensor next to x, so x's c_eq
+ *    counts e's class again; x's cache must go (the same, the inputs).
+ * The argmin that makes room for e's recomputation (evicting y) comes
+ * before e's rematerialization forgets x's cache anyway: without the
+ * invalidation, x's cached c_eq is 1 ns short there (1 value wrong; x is
+ * locked as v's input, so it is not read). */
+#define VIEW_LOG(view_of)                                                                          \
+    "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("w", "100")                  \
+        CALL1("f", "\"w\"", "e", "1") CALL1("g", "\"w\"", "x", "100")                              \
+            CALL1("k", "\"w\"", "y", "50") CALLV("h", "\"e\",\"x\"", "v", "1", view_of)            \
+                RELEASE("e") RELEASE("x") RELEASE("y") RELEASE("v")
+
+static void eq_cache_forgets_a_storage_given_a_view(void **state)
+{
+    (void)state;
+    sim_outcome o = run_checked(VIEW_LOG("1"), "dtr", SIM_MEMORY_IDEAL, 0.75);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.remat_ops, 1); /* e */
+    assert_true(o.cache_checks > 0);
+    assert_int_equal(o.cache_mismatches, 0);
+}
+
+static void eq_cache_forgets_the_inputs_of_a_view_of_an_evicted_storage(void **state)
+{
+    (void)state;
+    sim_outcome o = run_checked(VIEW_LOG("0"), "dtr", SIM_MEMORY_IDEAL, 0.75);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.remat_ops, 1); /* e */
+    assert_true(o.cache_checks > 0);
+    assert_int_equal(o.cache_mismatches, 0);
+}
+
+/* coop-comp's component labels go when a view is taken of an evicted
+ * storage (run_compute's sim_comp_forget_new_tensors): the view adds its
+ * op's compute to the storage, so to its component's sum. Here b (10 ns)
+ * and c (1 ns) are evicted, one component, labelled by a search (11 ns)
+ * when v = op8(c), a view of c, adds 1 ns: a walk sums 12. Without the
+ * invalidation the label's 11 stands for both members until c's
+ * rematerialization (for v) forgets it: 2 labels wrong. Reduced from a
+ * random search over small logs (calls and releases only). */
+static void component_label_forgets_a_view_of_an_evicted_storage(void **state)
+{
+    (void)state;
+    static const char log[] =
+        "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("w", "512")
+            CALLM("op0", "\"w\"", "a", "10", "512") CALLM("op2", "\"a\"", "b", "10", "1024")
+                CALLM("op3", "\"b\"", "c", "1", "1024") CALLM("op4", "\"b\"", "d", "10", "1024")
+                    CALLM("op5", "\"w\"", "e", "1", "512") CALLM("op6", "\"d\"", "f", "10", "1024")
+                        CALLM("op7", "\"a\"", "g", "1", "1024") CALLV("op8", "\"c\"", "v", "1", "0")
+                            RELEASE("b") RELEASE("f") RELEASE("e") RELEASE("d");
+    sim_outcome o = run_checked(log, "coop-comp", SIM_MEMORY_ARENA, 0.5);
+    assert_int_equal(o.result, SIM_OK);
+    assert_true(o.cache_checks > 0);
+    assert_int_equal(o.cache_mismatches, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -818,6 +939,10 @@ int main(void)
         cmocka_unit_test(min_ratio_of_a_zero_peak_log_is_zero),
         cmocka_unit_test(stable_min_ratio_is_where_every_grid_ratio_above_succeeds),
         cmocka_unit_test(bisection_lands_below_failing_ratios_on_vgg16),
+        cmocka_unit_test(eq_cache_forgets_around_a_rematerialized_storage),
+        cmocka_unit_test(eq_cache_forgets_a_storage_given_a_view),
+        cmocka_unit_test(eq_cache_forgets_the_inputs_of_a_view_of_an_evicted_storage),
+        cmocka_unit_test(component_label_forgets_a_view_of_an_evicted_storage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -342,6 +342,133 @@ static void test_free_completed_waits_for_the_other_stream(void **state)
     coop_torch_record_history(0);
 }
 
+/* torch_malloc_gap_hook (torch_free_gap_hook): switches recording on in
+ * the middle of a malloc (a free) that began with it off, after its pool
+ * call and before its alloc event (before its pool call), and takes a
+ * snapshot there, once. */
+static coop_torch_snapshot *switch_snap;
+
+static void switch_history_on(int device)
+{
+    torch_malloc_gap_hook = NULL;
+    torch_free_gap_hook = NULL;
+    coop_torch_record_history(100);
+    assert_int_equal(coop_torch_snapshot_take(device, &switch_snap), COOP_OK);
+}
+
+/* Replays events on the set of blocks allocated in snap (addresses, at
+ * most 8): an alloc only of an address not allocated, a free_requested
+ * only of one allocated. The blocks left must be those allocated in end. */
+static void replay_events(const coop_torch_snapshot *snap, const coop_torch_event *events,
+                          size_t num_events, const coop_torch_snapshot *end)
+{
+    uintptr_t live[8];
+    size_t num_live = 0;
+    for (size_t i = 0; i < snap->num_blocks; i++)
+        if (snap->blocks[i].state != COOP_BLOCK_FREE) {
+            assert_true(num_live < 8);
+            live[num_live++] = snap->blocks[i].address;
+        }
+    for (size_t i = 0; i < num_events; i++) {
+        const coop_torch_event *e = &events[i];
+        size_t k = 0;
+        while (k < num_live && live[k] != e->address)
+            k++;
+        if (e->action == COOP_TORCH_ALLOC) {
+            if (k < num_live)
+                fail_msg("event %zu allocates %#jx, which the snapshot before it had allocated", i,
+                         (uintmax_t)e->address);
+            assert_true(num_live < 8);
+            live[num_live++] = e->address;
+        } else if (e->action == COOP_TORCH_FREE_REQUESTED) {
+            if (k == num_live)
+                fail_msg("event %zu frees %#jx, which is not allocated", i, (uintmax_t)e->address);
+            live[k] = live[--num_live];
+        }
+    }
+    size_t allocated = 0;
+    for (size_t i = 0; i < end->num_blocks; i++) {
+        if (end->blocks[i].state == COOP_BLOCK_FREE)
+            continue;
+        allocated++;
+        bool found = false;
+        for (size_t k = 0; k < num_live; k++)
+            found = found || live[k] == end->blocks[i].address;
+        if (!found)
+            fail_msg("block %#jx is allocated but the events do not allocate it",
+                     (uintmax_t)end->blocks[i].address);
+    }
+    if (allocated != num_live)
+        fail_msg("%zu blocks allocated, the events leave %zu", allocated, num_live);
+}
+
+/* Recording is switched on between a malloc's pool call and its alloc
+ * event (the malloc began with it off, so without the order lock). A
+ * snapshot taken at that moment has the block allocated and no events;
+ * the block is one allocated before the recording, so the events after
+ * that snapshot must not allocate it again. The malloc recorded its alloc
+ * anyway (whether recording was on at its event, not at its start), and a
+ * reader going from the first snapshot by the events found the block
+ * allocated twice; af5f365 leaves that alloc out. The block's free is
+ * recorded (a free of a block allocated before the recording, as torch's
+ * readers take). */
+static void test_history_switched_on_inside_a_malloc(void **state)
+{
+    (void)state;
+    coop_torch_record_history(0);
+    torch_malloc_gap_hook = switch_history_on;
+    void *p = coop_torch_malloc(3000, 2, STREAM(1));
+    torch_malloc_gap_hook = NULL;
+    assert_non_null(p);
+    assert_non_null(switch_snap);
+    size_t allocated_then = 0;
+    for (size_t i = 0; i < switch_snap->num_blocks; i++)
+        allocated_then += switch_snap->blocks[i].address == (uintptr_t)p &&
+                          switch_snap->blocks[i].state != COOP_BLOCK_FREE;
+    assert_int_equal(allocated_then, 1);
+    assert_int_equal(switch_snap->num_events, 0);
+    coop_torch_snapshot *end = NULL;
+    assert_int_equal(coop_torch_snapshot_take(2, &end), COOP_OK);
+    replay_events(switch_snap, end->events, end->num_events, end);
+    coop_torch_snapshot_free(end);
+    coop_torch_free(p, 3000, 2, STREAM(1));
+    assert_int_equal(coop_torch_snapshot_take(2, &end), COOP_OK);
+    replay_events(switch_snap, end->events, end->num_events, end);
+    assert_int_equal(end->num_events, 2); /* free_requested, free_completed */
+    coop_torch_snapshot_free(end);
+    coop_torch_snapshot_free(switch_snap);
+    switch_snap = NULL;
+    coop_torch_record_history(0);
+}
+
+/* The free side of the same moment: recording is switched on after a free
+ * read it off (so without the order lock), before its pool call. Its
+ * events are recorded whenever recording is on by then, under the pool's
+ * lock, with the block's state change itself: a snapshot sees both or
+ * neither, and this one (block allocated, no events) is followed by the
+ * free. Leaving the free out, as a malloc's alloc is, would leave the
+ * events allocating a block the pool has freed. */
+static void test_history_switched_on_inside_a_free(void **state)
+{
+    (void)state;
+    coop_torch_record_history(0);
+    void *p = coop_torch_malloc(5000, 2, STREAM(1));
+    assert_non_null(p);
+    torch_free_gap_hook = switch_history_on;
+    coop_torch_free(p, 5000, 2, STREAM(1));
+    torch_free_gap_hook = NULL;
+    assert_non_null(switch_snap);
+    assert_int_equal(switch_snap->num_events, 0);
+    coop_torch_snapshot *end = NULL;
+    assert_int_equal(coop_torch_snapshot_take(2, &end), COOP_OK);
+    replay_events(switch_snap, end->events, end->num_events, end);
+    assert_int_equal(end->num_events, 2); /* free_requested, free_completed */
+    coop_torch_snapshot_free(end);
+    coop_torch_snapshot_free(switch_snap);
+    switch_snap = NULL;
+    coop_torch_record_history(0);
+}
+
 static void test_hooks_and_misuse(void **state)
 {
     (void)state;
@@ -443,6 +570,8 @@ int main(void)
         cmocka_unit_test(test_snapshot_walks_blocks),
         cmocka_unit_test(test_snapshot_blocks_agree_with_events),
         cmocka_unit_test(test_free_completed_waits_for_the_other_stream),
+        cmocka_unit_test(test_history_switched_on_inside_a_malloc),
+        cmocka_unit_test(test_history_switched_on_inside_a_free),
         cmocka_unit_test(test_hooks_and_misuse),
         cmocka_unit_test(test_eight_threads),
     };

@@ -119,6 +119,7 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
         .plain_window_walk = opt->plain_window_walk != 0,
         .eq_cache = !opt->no_eq_cache,
         .check_components = opt->check_components != 0,
+        .check_caches = opt->check_caches != 0,
         .budget = out.budget,
         .remat_limit = limit,
     };
@@ -137,6 +138,8 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
     out.eq_neighbours = st.eq_neighbours;
     out.comp_checks = st.comp_checks;
     out.comp_mismatches = st.comp_mismatches;
+    out.cache_checks = st.cache_checks;
+    out.cache_mismatches = st.cache_mismatches;
     out.frag_at_evict = st.searches ? st.frag_sum / (double)st.searches : 0.0;
     sim_search_percentiles(st.search_ns, st.searches, &out.search_ns_p50, &out.search_ns_p99);
     sim_stats_free(&st);

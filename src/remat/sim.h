@@ -31,6 +31,12 @@ typedef struct sim_options {
     int check_components;  /* coop-comp (tests): compare every c_comp walk-free
                             * answer with a fresh walk (sim_outcome.comp_mismatches);
                             * coop: every c_live read from its cache */
+    int check_caches;      /* tests: after every command and before every
+                            * search, every cached c_eq, component label and
+                            * c_live against a fresh walk (a missing
+                            * invalidation shows even where no read value is
+                            * wrong; sim_outcome.cache_mismatches). Slow:
+                            * every storage walked at every step */
 } sim_options;
 
 /* Options with the policy's defaults. */
@@ -60,6 +66,9 @@ typedef struct sim_outcome {
     /* with check_components: c_comp evaluations checked, and those whose
      * component labels disagreed with a fresh walk (a stale label: a bug) */
     uint64_t comp_checks, comp_mismatches;
+    /* with check_caches: cached values checked, and those a fresh walk
+     * disagreed with, or left invalid although still right */
+    uint64_t cache_checks, cache_mismatches;
     double frag_at_evict; /* mean free bytes / budget at eviction searches */
     uint64_t search_ns_p50, search_ns_p99;
 } sim_outcome;

@@ -368,6 +368,10 @@ sim_result sim_arena_place(sim_runtime *rt, uint32_t s)
     rt->stats.frag_sum += (double)free_bytes / (double)rt->budget;
     if (free_bytes >= want)
         rt->stats.frag_failures++;
+    /* what coop's window pass is about to read (the other policies check
+     * before each choice, sim_evict_choice) */
+    if (rt->cfg.check_caches && rt->policy == SIM_POLICY_COOP)
+        sim_check_caches(rt);
     uint64_t t0 = sim_now_ns();
     sim_result res = SIM_OK;
     if (rt->policy == SIM_POLICY_COOP) {

@@ -179,6 +179,15 @@ static inline void sim_comp_forget(sim_runtime *rt, uint32_t s)
         rt->storages[r->comp_label].comp_stamp = 0;
 }
 
+/* cfg.check_caches (tests): every cached answer the run holds now against
+ * a fresh walk, none of them read or written: c_eq's class roots (where
+ * still all roots), the component labels of evicted storages, and coop's
+ * c_live cache (sim_live_check). Counted in sim_stats.cache_checks and
+ * cache_mismatches; the run decides the same. Called between commands and
+ * before each search, never inside an evaluation (the walks share
+ * rt->stack and the traversal stamps). */
+void sim_check_caches(sim_runtime *rt);
+
 /* c_live, coop's window cost (coop-comp's with c_live for c_comp, the same
  * weight, coop_cost.h; the default since docs/remat.md section 2's round
  * 5): s's compute, plus

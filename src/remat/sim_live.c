@@ -325,7 +325,6 @@ static live_dep dep_now(const sim_runtime *rt, uint32_t x, uint32_t self)
                                    : 0};
 }
 
-#ifdef COOP_SIM_LIVE_CHECK
 /* Whether a walk from s now would read what its last one read. The walk
  * reads, of a storage it looks at, whether it is material, and of an
  * evicted one (and of s) also its created tensors (their inputs, its
@@ -347,7 +346,6 @@ static bool deps_hold(const sim_runtime *rt, uint32_t s)
             return false;
     return true;
 }
-#endif
 
 /* Keeps the walk's dependencies as s's: in its slot if large enough, else
  * in a new one (the old one is not reused: slots only grow, doubling, as
@@ -470,6 +468,25 @@ __attribute__((noinline)) static int check_value(sim_runtime *rt, uint32_t s, in
     rt->stats.comp_checks++;
     rt->stats.comp_mismatches += exact ? walked != value : walked < value;
     return exact;
+}
+
+void sim_live_check(sim_runtime *rt)
+{
+    const sim_live_cache *c = rt->live;
+    for (uint32_t s = 0; s < rt->prog->num_storages; s++) {
+        if (c->valid[s] != LIVE_STALE) {
+            int64_t walked = sim_live_walked(rt, s);
+            rt->stats.cache_checks++;
+            rt->stats.cache_mismatches +=
+                c->valid[s] == LIVE_VALID ? walked != c->value[s] : walked < c->value[s];
+        }
+        /* a value whose walk would read the same is valid again
+         * (sim_live_fire): else a search walks it for nothing */
+        if (c->valid[s] != LIVE_VALID && deps_hold(rt, s)) {
+            rt->stats.cache_checks++;
+            rt->stats.cache_mismatches++;
+        }
+    }
 }
 
 int sim_live_known(sim_runtime *rt, uint32_t s, int64_t *out)

@@ -51,6 +51,13 @@ int64_t sim_live_cached(sim_runtime *rt, uint32_t s);
  * regions); -1 where neither. */
 int sim_live_known(sim_runtime *rt, uint32_t s, int64_t *out);
 
+/* cfg.check_caches (tests): every value the cache holds against the walks
+ * (a valid one must equal them, a lower bound must not exceed them), and
+ * every value whose dependencies all read as recorded must be valid;
+ * counted in sim_stats.cache_checks and cache_mismatches. Changes nothing
+ * the run decides. */
+void sim_live_check(sim_runtime *rt);
+
 /* Invalidates the values depending on s and s's own value; where shrinks
  * (s rematerialized or released), they stop being lower bounds too. */
 void sim_live_fire(sim_runtime *rt, uint32_t s, bool shrinks);

@@ -83,20 +83,19 @@ static void eq_remember(sim_runtime *rt, rt_storage *r)
     r->eq_valid = true;
 }
 
-int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
+/* c_eq of s by the walk over its neighbours, their distinct class roots left
+ * on rt->stack (what eq_remember keeps); *complete false where the stack
+ * could not grow (a class not counted). The neighbours visited are added to
+ * *visited. */
+static int64_t eq_walk(sim_runtime *rt, uint32_t s, bool *complete, uint64_t *visited)
 {
-    rt_storage *me = &rt->storages[s];
-    int64_t compute;
-    if (sim_eq_cached(rt, s, &compute))
-        return compute;
-    compute = (int64_t)me->compute;
-    rt->stats.eq_walks++;
+    int64_t compute = (int64_t)rt->storages[s].compute;
     rt->stack_len = 0; /* class roots seen: each class counts once */
-    bool complete = true;
+    *complete = true;
     sim_neighbours it = sim_neighbours_of(rt, s);
     uint32_t n;
     while (sim_neighbours_next(&it, &n)) {
-        rt->stats.eq_neighbours++;
+        ++*visited;
         const rt_storage *r = &rt->storages[n];
         if (r->material || n == s || r->ecn == SIM_NONE)
             continue;
@@ -111,12 +110,23 @@ int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
         if (seen)
             continue;
         if (push(rt, root))
-            complete = false; /* out of host memory: this class is not counted */
+            *complete = false; /* out of host memory: this class is not counted */
         else
             compute += rt->uf.value[root];
     }
+    return compute;
+}
+
+int64_t sim_eq_compute(sim_runtime *rt, uint32_t s)
+{
+    int64_t compute;
+    if (sim_eq_cached(rt, s, &compute))
+        return compute;
+    rt->stats.eq_walks++;
+    bool complete;
+    compute = eq_walk(rt, s, &complete, &rt->stats.eq_neighbours);
     if (rt->cfg.eq_cache && complete)
-        eq_remember(rt, me);
+        eq_remember(rt, &rt->storages[s]);
     return compute;
 }
 
@@ -195,11 +205,15 @@ static int64_t component_of(sim_runtime *rt, uint32_t n)
 }
 
 /* c_comp of s by its definition, by a walk that neither reads nor writes
- * component labels (cfg.check_components compares it with the labels'). */
+ * component labels (cfg.check_components compares it with the labels').
+ * From an evicted s, the compute of s's component (s marked first, so a
+ * walk back to it does not count it twice; a material s is never walked
+ * to). */
 static int64_t component_walked(sim_runtime *rt, uint32_t s)
 {
     uint32_t seen = sim_next_mark(rt);
     int64_t compute = (int64_t)rt->storages[s].compute;
+    rt->storages[s].mark = seen;
     rt->stack_len = 0;
     for (uint32_t from = s;; from = rt->stack[--rt->stack_len]) {
         sim_neighbours around = sim_neighbours_of(rt, from);
@@ -269,6 +283,29 @@ int64_t sim_live_compute(sim_runtime *rt, uint32_t s)
         abort();
 #endif
     return walked;
+}
+
+void sim_check_caches(sim_runtime *rt)
+{
+    for (uint32_t s = 0; s < rt->prog->num_storages; s++) {
+        rt_storage *r = &rt->storages[s];
+        int64_t cached;
+        uint64_t visited = 0;
+        bool complete;
+        if (sim_eq_cached(rt, s, &cached)) {
+            rt->stats.cache_checks++;
+            rt->stats.cache_mismatches += eq_walk(rt, s, &complete, &visited) != cached;
+        }
+        /* a label answers for the evicted storages it covers (a material
+         * storage's label is stale, whatever its stamps say) */
+        if (!r->material && r->ecn != SIM_NONE && sim_comp_label_valid(rt, r)) {
+            rt->stats.cache_checks++;
+            rt->stats.cache_mismatches +=
+                component_walked(rt, s) != rt->storages[r->comp_label].comp_sum;
+        }
+    }
+    if (rt->live)
+        sim_live_check(rt);
 }
 
 void sim_eq_forget_around(sim_runtime *rt, uint32_t s)

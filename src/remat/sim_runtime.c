@@ -190,6 +190,8 @@ sim_result sim_evict_choice(sim_runtime *rt)
 {
     if (!rt->pool_live)
         return SIM_OOM;
+    if (rt->cfg.check_caches)
+        sim_check_caches(rt); /* what the choice is about to read */
     if (sim_evict(rt, sim_choose(rt)))
         return SIM_ERROR;
     rt->stats.evictions++;
@@ -549,6 +551,8 @@ static sim_result run(sim_runtime *rt)
         }
         if (res)
             return res;
+        if (rt->cfg.check_caches)
+            sim_check_caches(rt);
     }
     return SIM_OK;
 }

@@ -66,6 +66,10 @@ typedef struct sim_config {
     bool check_components;  /* tests: check every c_comp, and every c_live read
                              * from its cache, against a fresh walk
                              * (sim_stats.comp_checks, comp_mismatches) */
+    bool check_caches;      /* tests: after every command and before every
+                             * search, every cached c_eq, component label and
+                             * c_live against a fresh walk (sim_check_caches;
+                             * sim_stats.cache_checks, cache_mismatches) */
     uint64_t budget;        /* bytes; UINT64_MAX = unlimited */
     uint64_t remat_limit;   /* ns of recomputation allowed (thrash beyond) */
 } sim_config;
@@ -82,17 +86,19 @@ typedef struct sim_stats {
     uint64_t remat_ops;     /* ops recomputed */
     uint64_t searches;      /* eviction searches */
     uint64_t heuristic_evals;
-    uint64_t blocks_visited;  /* arena coop: blocks the window searches looked at */
-    uint64_t eq_walks;        /* c_eq evaluations that walked the neighbours (cache misses) */
-    uint64_t eq_neighbours;   /* neighbours those walks visited */
-    uint64_t comp_checks;     /* cfg.check_components: c_comp evaluations checked */
-    uint64_t comp_mismatches; /* and those whose labels gave another value */
-    uint64_t peak_memory;     /* most resident bytes */
-    double frag_sum;          /* sum over searches of free bytes / budget */
-    uint64_t frag_failures;   /* searches although free bytes >= request */
-    uint64_t inplace_ops;     /* mutations that kept their buffer */
-    uint64_t *search_ns;      /* the searching thread's CPU time per search, ns
-                               * (sim_now_ns; searches entries) */
+    uint64_t blocks_visited;   /* arena coop: blocks the window searches looked at */
+    uint64_t eq_walks;         /* c_eq evaluations that walked the neighbours (cache misses) */
+    uint64_t eq_neighbours;    /* neighbours those walks visited */
+    uint64_t comp_checks;      /* cfg.check_components: c_comp evaluations checked */
+    uint64_t comp_mismatches;  /* and those whose labels gave another value */
+    uint64_t cache_checks;     /* cfg.check_caches: cached values checked */
+    uint64_t cache_mismatches; /* and those wrong (or left invalid for nothing) */
+    uint64_t peak_memory;      /* most resident bytes */
+    double frag_sum;           /* sum over searches of free bytes / budget */
+    uint64_t frag_failures;    /* searches although free bytes >= request */
+    uint64_t inplace_ops;      /* mutations that kept their buffer */
+    uint64_t *search_ns;       /* the searching thread's CPU time per search, ns
+                                * (sim_now_ns; searches entries) */
     size_t search_ns_cap;
 } sim_stats;
 

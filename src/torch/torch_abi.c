@@ -62,6 +62,8 @@ static bool history_by_api;
 static atomic_int device_limit = COOP_TORCH_MAX_DEVICES;
 
 void (*torch_limit_refused_hook)(int device);
+void (*torch_malloc_gap_hook)(int device);
+void (*torch_free_gap_hook)(int device);
 
 static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];     /* as coop_last_error's */
@@ -471,10 +473,15 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
             pthread_mutex_unlock(&s->order_lock);
         return NULL;
     }
+    if (torch_malloc_gap_hook)
+        torch_malloc_gap_hook(device);
     /* only under the order lock: a malloc that began before recording did
-     * could otherwise log its alloc after another thread's free of the same
-     * block (recorded under the pool's lock); a block allocated before the
-     * recording is one a snapshot reader expects frees of without allocs */
+     * holds no lock a snapshot takes, so a snapshot between its pool call
+     * and here saw the block allocated and no event, and an alloc event now
+     * would allocate it a second time for a reader going on from that
+     * snapshot (torch_abi_test, test_history_switched_on_inside_a_malloc);
+     * a block allocated before the recording is one a snapshot reader
+     * expects frees of without allocs */
     if (ordered) {
         history_record(device, COOP_TORCH_ALLOC, (uintptr_t)ptr, size, stream);
         pthread_mutex_unlock(&s->order_lock);
@@ -499,6 +506,8 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
     bool ordered = torch_history_on(&s->history);
     if (ordered)
         pthread_mutex_lock(&s->order_lock);
+    if (torch_free_gap_hook)
+        torch_free_gap_hook(device);
     /* coop_free under the pool's lock, so that a block that goes pending
      * has its free_requested recorded before any thread can complete it
      * (pending_released records that, as torch's process_events does) */

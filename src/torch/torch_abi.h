@@ -26,4 +26,16 @@ extern void (*torch_snapshot_gap_hook)(int device);
  * NULL otherwise. */
 extern void (*torch_limit_refused_hook)(int device);
 
+/* For tests: if set, coop_torch_malloc calls it between a successful pool
+ * call and the alloc event, so a test can switch recording on or off at
+ * that moment, or take a snapshot where recording was off when the malloc
+ * began (else the malloc holds the order lock, which a snapshot takes).
+ * NULL otherwise. */
+extern void (*torch_malloc_gap_hook)(int device);
+
+/* For tests: the same in coop_torch_free, between its reading whether
+ * recording is on and its pool call (whose events it records under the
+ * pool's lock). NULL otherwise. */
+extern void (*torch_free_gap_hook)(int device);
+
 #endif
