@@ -36,6 +36,7 @@ VIZ = os.path.join(GPU, "memory_viz_check.py")
 STREAM = os.path.join(GPU, "stream_check.py")
 OOM = os.path.join(GPU, "oom_check.py")
 REMAP = os.path.join(GPU, "remap_check.py")
+TEARDOWN = os.path.join(GPU, "teardown_check.py")
 sys.path.insert(0, GPU)
 
 import common  # noqa: E402
@@ -44,6 +45,7 @@ import replay_native_vs_coop as replay  # noqa: E402
 import oom_check  # noqa: E402
 import remap_check  # noqa: E402
 import stream_check  # noqa: E402
+import teardown_check  # noqa: E402
 import train_compare  # noqa: E402
 
 
@@ -62,7 +64,7 @@ class NoDevice(unittest.TestCase):
     def test_each_script_exits_77_with_one_line(self):
         if torch.cuda.is_available():
             self.skipTest("a CUDA device exists: the scripts would measure for real")
-        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM, OOM, REMAP):
+        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM, OOM, REMAP, TEARDOWN):
             r = run(script, timeout=120)
             name = os.path.basename(script)
             self.assertEqual(r.returncode, 77, name + r.stderr)
@@ -87,10 +89,12 @@ class MockCounters(ctypes.Structure):  # tests/cuda_mock_counters.h, in its orde
         "event_creates", "live_reservations", "live_streams", "deadlocks", "event_waits")]
 
 
-class RemapCheck(unittest.TestCase):
-    """remap_check.py's own logic, on the mock driver (tests/mock_cuda_driver.c),
-    which checks the driver API's rules (maps inside a reservation, access set
-    before use, nothing leaked)."""
+class OnMockDriver(unittest.TestCase):
+    """A driver-API script (SCRIPT) on the mock driver
+    (tests/mock_cuda_driver.c), which checks the driver API's rules (maps
+    inside a reservation, access set before use, nothing leaked)."""
+
+    SCRIPT = None
 
     def setUp(self):
         if os.environ.get("COOP_SANITIZED"):
@@ -99,15 +103,62 @@ class RemapCheck(unittest.TestCase):
         if self.mock is None:
             self.skipTest("tests/.libs/libmockcuda.so is not built (make check builds it)")
 
-    def run_remap(self, *args, **env):
+    def run_script(self, *args, **env):
         full = dict(os.environ, COOP_CUDA_DRIVER=self.mock, PYTHONDONTWRITEBYTECODE="1")
         full.update(env)
-        return subprocess.run([sys.executable, REMAP] + list(args), env=full,
+        return subprocess.run([sys.executable, self.SCRIPT] + list(args), env=full,
                               capture_output=True, text=True, timeout=60)
+
+    @contextlib.contextmanager
+    def in_process(self):
+        """The mock as this process loaded it (one dlopen handle per path, so
+        a failure armed here reaches the script's calls), and the driver
+        named for the script's main() run here."""
+        lib = ctypes.CDLL(self.mock)
+        old = os.environ.get("COOP_CUDA_DRIVER")
+        os.environ["COOP_CUDA_DRIVER"] = self.mock
+        try:
+            yield lib
+        finally:
+            if old is None:
+                del os.environ["COOP_CUDA_DRIVER"]
+            else:
+                os.environ["COOP_CUDA_DRIVER"] = old
+
+    def main_line(self, main, args=()):
+        """(exit status, the one JSON line) of main(args), run here."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = main(list(args))
+        (line,) = lines(out.getvalue())
+        return rc, line
+
+    def assert_driver_clean(self, lib):
+        counters = MockCounters()
+        lib.mock_cuda_counters(ctypes.byref(counters))
+        self.assertEqual((counters.live_handles, counters.live_reservations,
+                          counters.mapped_bytes, counters.retained, counters.live_events),
+                         (0, 0, 0, 0, 0))
+
+    def check_no_device_exits_77(self):
+        for env in ({"COOP_CUDA_DRIVER": "/nonexistent/libcuda.so.1"},
+                    {"MOCK_CUDA_NO_DEVICE": "1"}):
+            r = self.run_script(**env)
+            self.assertEqual(r.returncode, 77, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn("no CUDA device", r.stderr)
+            self.assertIn(os.path.basename(self.SCRIPT), r.stderr)
+            self.assertEqual(r.stdout, "")
+
+
+class RemapCheck(OnMockDriver):
+    """remap_check.py's own logic, on the mock driver."""
+
+    SCRIPT = REMAP
 
     def test_passes_on_the_mock(self):
         for args in ((), ("--pages", "9", "--half", "9"), ("--pages", "1", "--half", "1")):
-            r = self.run_remap(*args)
+            r = self.run_script(*args)
             self.assertEqual(r.returncode, 0, r.stderr)
             (line,) = lines(r.stdout)
             self.assertTrue(line["ok"] and line["remapped"] and line["kept_contents"]
@@ -115,47 +166,95 @@ class RemapCheck(unittest.TestCase):
             self.assertNotIn("step", line)
 
     def test_no_device_exits_77(self):
-        for env in ({"COOP_CUDA_DRIVER": "/nonexistent/libcuda.so.1"},
-                    {"MOCK_CUDA_NO_DEVICE": "1"}):
-            r = self.run_remap(**env)
-            self.assertEqual(r.returncode, 77, r.stderr)
-            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-            self.assertIn("no CUDA device", r.stderr)
-            self.assertEqual(r.stdout, "")
+        self.check_no_device_exits_77()
 
     def test_bad_arguments(self):
         for args in (("--half", "0"), ("--pages", "2", "--half", "3"), ("--pages", "0")):
-            self.assertEqual(self.run_remap(*args).returncode, 2, args)
+            self.assertEqual(self.run_script(*args).returncode, 2, args)
 
     def test_a_failed_remap_is_named_and_nothing_leaks(self):
-        # in this process, so that the failure can be armed in the mock the
-        # script loads (one dlopen handle per path)
-        lib = ctypes.CDLL(self.mock)
-        counters = MockCounters()
-        old = os.environ.get("COOP_CUDA_DRIVER")
-        os.environ["COOP_CUDA_DRIVER"] = self.mock
-        try:
+        with self.in_process() as lib:
             # 4 pages mapped, 2 unmapped: the 5th cuMemMap is the first remap
             lib.mock_cuda_fail_nth(b"cuMemMap", 5, 2)  # CUDA_ERROR_OUT_OF_MEMORY
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                rc = remap_check.main([])
-            (line,) = lines(out.getvalue())
+            rc, line = self.main_line(remap_check.main)
             self.assertEqual(rc, 1)
             self.assertFalse(line["ok"])
             self.assertFalse(line["remapped"])
             self.assertIn("map kept handles again: cuMemMap returned 2 "
                           "(CUDA_ERROR_OUT_OF_MEMORY)", line["error"])
-            lib.mock_cuda_counters(ctypes.byref(counters))
-            self.assertEqual((counters.live_handles, counters.live_reservations,
-                              counters.mapped_bytes, counters.retained), (0, 0, 0, 0))
-            with contextlib.redirect_stdout(io.StringIO()):
-                self.assertEqual(remap_check.main([]), 0)  # nothing armed now
-        finally:
-            if old is None:
-                del os.environ["COOP_CUDA_DRIVER"]
-            else:
-                os.environ["COOP_CUDA_DRIVER"] = old
+            self.assert_driver_clean(lib)
+            self.assertEqual(self.main_line(remap_check.main)[0], 0)  # nothing armed now
+
+
+class TeardownCheck(OnMockDriver):
+    """teardown_check.py on the mock driver: its findings there are the
+    mock's answers (A as cuMemRelease is documented; B and C the mock's
+    stricter choices), and it leaves nothing behind whatever the driver
+    answers."""
+
+    SCRIPT = TEARDOWN
+    MOCK_FINDINGS = {
+        "release_mapped": "CUDA_SUCCESS", "readable_after_release": True,
+        "readable_after_first_unmap": True, "kept_after_release": True,
+        "kept_after_first_unmap": True, "back_after_last_unmap": True,
+        "release_mapped_as_documented": True, "no_context_on_thread": True,
+        "unmap_no_context": "CUDA_ERROR_INVALID_CONTEXT", "unmap_with_context": "CUDA_SUCCESS",
+        "release_no_context": "CUDA_ERROR_INVALID_CONTEXT",
+        "release_with_context": "CUDA_SUCCESS",
+        "address_free_no_context": "CUDA_ERROR_INVALID_CONTEXT",
+        "address_free_with_context": "CUDA_SUCCESS",
+        "event_destroy_no_context": "CUDA_ERROR_INVALID_CONTEXT",
+        "event_destroy_with_context": "CUDA_SUCCESS",
+        "address_free_mapped": "CUDA_ERROR_INVALID_VALUE",
+        "after_address_free_mapped": {"unmap": "CUDA_SUCCESS", "release": "CUDA_SUCCESS",
+                                      "address_free": "CUDA_SUCCESS"},
+        "device_usable_after": True, "free_restored": True, "ran": True}
+
+    def test_findings_on_the_mock(self):
+        for pages in ("16", "1"):
+            r = self.run_script("--pages", pages)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            (line,) = lines(r.stdout)
+            self.assertEqual({k: line.get(k) for k in self.MOCK_FINDINGS}, self.MOCK_FINDINGS)
+            size = int(pages) * line["page_bytes"]
+            free = line["free_bytes"]
+            # the mock's free memory moves by the handle's size exactly
+            self.assertEqual((free["before"] - free["created"], free["released"],
+                              free["first_unmapped"], free["last_unmapped"]),
+                             (size, free["created"], free["created"], free["before"]))
+            self.assertNotIn("step", line)
+            self.assertNotIn("error", line)
+
+    def test_no_device_exits_77(self):
+        self.check_no_device_exits_77()
+
+    def test_bad_arguments(self):
+        self.assertEqual(self.run_script("--pages", "0").returncode, 2)
+
+    def test_a_refused_release_is_a_finding_and_nothing_leaks(self):
+        """Another driver answer is reported, not a failure of the check; what
+        was refused is given back later."""
+        with self.in_process() as lib:
+            lib.mock_cuda_fail_nth(b"cuMemRelease", 1, 999)  # CUDA_ERROR_UNKNOWN
+            rc, line = self.main_line(teardown_check.main)
+            self.assertEqual(rc, 0)
+            self.assertTrue(line["ran"])
+            self.assertEqual(line["release_mapped"], "CUDA_ERROR_UNKNOWN")
+            self.assertFalse(line["release_mapped_as_documented"])
+            self.assertTrue(line["free_restored"])
+            self.assert_driver_clean(lib)
+
+    def test_a_step_that_cannot_run_is_named_and_nothing_leaks(self):
+        for entry_point, nth, step in (("cuMemMap", 2, "A: map one handle twice"),
+                                       ("cuEventRecord", 1, "C: event")):
+            with self.in_process() as lib:
+                lib.mock_cuda_fail_nth(entry_point.encode(), nth, 2)  # CUDA_ERROR_OUT_OF_MEMORY
+                rc, line = self.main_line(teardown_check.main)
+                self.assertEqual(rc, 1, entry_point)
+                self.assertFalse(line["ran"])
+                self.assertEqual(line["error"], "%s: %s returned 2 (CUDA_ERROR_OUT_OF_MEMORY)"
+                                 % (step, entry_point))
+                self.assert_driver_clean(lib)
 
 
 class Arguments(unittest.TestCase):
