@@ -719,6 +719,100 @@ class StreamCheck(unittest.TestCase):
             found = stream_check.failures(line)
             self.assertEqual(len(found), 1, (key, found))
             self.assertIn(words, found[0], key)
+        history = {
+            "finished before the snapshot": ("side_busy", False),
+            "trace was ['alloc', 'free_requested', 'free_completed'], not alloc, "
+            "free_requested": ("while_busy", ["alloc", "free_requested", "free_completed"]),
+            "the block was inactive": ("block_state_while_busy", "inactive"),
+            "had finished the block's trace was ['alloc', 'free_requested']":
+                ("after", ["alloc", "free_requested"]),
+            "timed before": ("completed_after_seen_busy", False),
+        }
+        foreign = {
+            "copied": ("zero_copy", False),
+            "raised RuntimeError: x": ("raised", "RuntimeError: x"),
+            "printed: coop: no pool": ("stderr", "coop: no pool\n"),
+            "last error": ("last_error_changed", True),
+            "allocated bytes": ("allocated_changed", True),
+            "did not read back": ("read_back", False),
+        }
+        for part, cases in (("history", history), ("foreign_record_stream", foreign)):
+            for words, (key, value) in cases.items():
+                line = dict(good, **{part: dict(good[part], **{key: value})})
+                found = stream_check.failures(line)
+                self.assertEqual(len(found), 1, (part, key, found))
+                self.assertIn(words, found[0], (part, key))
+        # native's lines (the reference) carry None where coop's state is asked
+        native = stream_check.fake_line("native", None)
+        native["foreign_record_stream"].update(last_error_changed=None, allocated_changed=None)
+        self.assertEqual(stream_check.failures(native), [])
+
+    def test_stderr_of_catches_the_c_librarys_stderr(self):
+        """foreign_round's witness of a report from coop: what is written on
+        file descriptor 2 (where C's stderr goes), not only Python's."""
+        def write_and_raise(text):
+            os.write(2, text.encode())
+            raise RuntimeError("no\nmore")
+
+        self.assertEqual(stream_check.stderr_of(os.write, 2, b"coop: x\n"), ("coop: x\n", None))
+        self.assertEqual(stream_check.stderr_of(write_and_raise, "y"), ("y", "RuntimeError: no"))
+        self.assertEqual(stream_check.stderr_of(len, ()), ("", None))
+
+    def test_history_as_coop_snapshots_it(self):
+        """history_round's reading of a snapshot, on coop's own snapshots of a
+        record_stream free waiting for a busy stream (the host backend, a
+        held stream standing for the busy side stream): alloc and
+        free_requested while busy, the block active_pending_free, then
+        free_completed at the next allocation, timed after the stream was
+        last seen busy. Without that allocation the free has not completed,
+        and the check says so."""
+        lib = None
+        for top in (os.getcwd(), TOP):
+            path = os.path.join(top, ".libs", "libcoop.so")
+            if os.path.exists(path):
+                lib = path
+                break
+        if lib is None or os.environ.get("COOP_SANITIZED"):
+            self.skipTest("no libcoop.so that python can load in this build")
+        code = """if True:
+            import ctypes, json, sys, time
+            import coop.native as native, coop.torch as ctorch
+            import stream_check
+            lib = native.library()
+            lib.coop_host_hold_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_bool]
+            main, side, size = 1, 7, 16 << 20
+            p = lib.coop_torch_malloc(size, 0, main)
+            pool = lib.coop_torch_pool(0)
+            lib.coop_host_hold_stream(pool, side, True)  # the side stream is busy
+            lib.coop_torch_record_stream(p, side)
+            lib.coop_torch_free(p, size, 0, main)
+            busy_snap = ctorch.snapshot()
+            seen_busy_us = time.time() * 1e6
+            time.sleep(0.002)
+            lib.coop_host_hold_stream(pool, side, False)  # it finishes
+            early = ctorch.snapshot()  # no allocation yet: nothing processed the free
+            q = lib.coop_torch_malloc(4096, 0, main)
+            after_snap = ctorch.snapshot()
+            lib.coop_torch_free(q, 4096, 0, main)
+            print(json.dumps([stream_check.history_finding(p, busy_snap, True, seen_busy_us, s)
+                              for s in (after_snap, early)]))
+        """
+        env = dict(os.environ, COOP_LIBRARY=lib, PYTHONDONTWRITEBYTECODE="1",
+                   COOP_ALLOC_CONF="backend:host,capacity:256M,history:1000",
+                   PYTHONPATH=os.pathsep.join([os.path.join(TOP, "python"), GPU]))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        done, early = json.loads(r.stdout)
+        # the next allocation takes the block back (its alloc ends the trace)
+        self.assertEqual(done, {"side_busy": True, "while_busy": ["alloc", "free_requested"],
+                                "block_state_while_busy": "active_pending_free",
+                                "after": ["alloc", "free_requested", "free_completed", "alloc"],
+                                "completed_after_seen_busy": True})
+        self.assertEqual(stream_check.history_failures(done), [])
+        self.assertEqual(early["after"], ["alloc", "free_requested"])
+        (failure,) = stream_check.history_failures(early)
+        self.assertIn("once the side stream had finished", failure)
         # wait:false: empty_cache must not wait for the busy stream
         nowait = stream_check.fake_line("coop", "wait:false")
         self.assertEqual(stream_check.failures(nowait), [])
