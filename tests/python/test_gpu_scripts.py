@@ -883,6 +883,17 @@ class OomCheck(unittest.TestCase):
             broken = dict(oom_check.fake_line(route), after_ok=False)
             self.assertIn("next allocation", oom_check.failures(broken)[0])
         self.assertIn("failed", oom_check.failures({"route": "mem_pool", "ok": False})[0])
+        # the oom history entry: its size rounded up to 512, as torch's, and device_free
+        good = oom_check.fake_line("pluggable")
+        for entry, words in ((None, "no oom entry"),
+                             ({"size": 513, "requested": 513, "has_device_free": True},
+                              "is 513, not 1024"),
+                             ({"size": 1024, "requested": 513, "has_device_free": False},
+                              "no device_free")):
+            (found,) = oom_check.failures(dict(good, oom_entry=entry))
+            self.assertIn(words, found)
+        self.assertEqual(oom_check.oom_entry_failures(
+            {"size": 1 << 31, "requested": 1 << 31, "has_device_free": True}), [])
 
 
 class MemoryVizDryRun(unittest.TestCase):
