@@ -33,11 +33,12 @@ B, last. cuMemAddressFree of a range with a page still mapped in it (the
    ("address_free_mapped"). Then the page is unmapped, its handle released
    and, if the range was not freed, the range freed, each answer kept
    ("after_address_free_mapped"), and the device is used again: a new
-   mapping filled and read back ("device_usable_after"). "free_restored":
-   the free memory at the end equals that at the start.
+   mapping filled and read back ("device_usable_after": true, or the call
+   that failed). "free_restored": the free memory at the end equals that
+   at the start.
 
 One JSON line, each finding a value (true / false / the driver's result
-name). The findings are observations, not a verdict: exit 0 when the check
+name; a read back that failed: "failed: " and the call). The findings are observations, not a verdict: exit 0 when the check
 ran, 1 when a step it needs failed (a mapping it could not make: "error"
 names it), 77 with a one-line reason without a driver or device.
 COOP_CUDA_DRIVER names the driver library, as for libcoop (default
@@ -93,11 +94,16 @@ def without_context(drv, call, *args):
 
 
 def reads(drv, addr, size, byte):
-    """Whether both ends of [addr, +size) hold byte."""
+    """Whether both ends of [addr, +size) hold byte; a failed read is a
+    finding too (after a release or an odd free the driver may refuse it):
+    "failed: " and the error."""
     probe = min(PROBE, size)
     want = bytes([byte]) * probe
-    return (read_back(drv, addr, probe) == want
-            and read_back(drv, addr + size - probe, probe) == want)
+    try:
+        return (read_back(drv, addr, probe) == want
+                and read_back(drv, addr + size - probe, probe) == want)
+    except DriverError as e:
+        return f"failed: {e}"
 
 
 def release_while_mapped(drv, vmm, pages, line):
@@ -204,23 +210,30 @@ def address_free_with_mapping(drv, vmm, line):
 
 
 def device_usable(drv, vmm, line):
-    """A new mapping, filled and read back, after all of the above."""
+    """A new mapping, filled and read back, after all of the above: true, or
+    the call that failed (a finding: the steps before may have broken the
+    context)."""
     line["step"] = "device usable after"
     page = vmm.page
-    base = vmm.reserve(page)
-    h = vmm.create(page)
+    base, h, mapped = None, None, False
     try:
+        base = vmm.reserve(page)
+        h = vmm.create(page)
         vmm.map(base, page, h)
-        try:
-            vmm.set_access(base, page)
-            fill(drv, base, 0xC3, page)
-            drv("cuCtxSynchronize")
-            line["device_usable_after"] = reads(drv, base, page, 0xC3)
-        finally:
-            vmm.unmap(base, page)
+        mapped = True
+        vmm.set_access(base, page)
+        fill(drv, base, 0xC3, page)
+        drv("cuCtxSynchronize")
+        line["device_usable_after"] = reads(drv, base, page, 0xC3)
+    except DriverError as e:
+        line["device_usable_after"] = f"failed: {e}"
     finally:
-        vmm.release(h)
-        vmm.address_free(base, page)
+        if mapped:
+            vmm.unmap(base, page, raises=False)
+        if h is not None:
+            vmm.release(h, raises=False)
+        if base is not None:
+            vmm.address_free(base, page, raises=False)
 
 
 def check(drv, pages, line):

@@ -244,6 +244,26 @@ class TeardownCheck(OnMockDriver):
             self.assertTrue(line["free_restored"])
             self.assert_driver_clean(lib)
 
+    def test_a_failed_read_or_reuse_is_a_finding(self):
+        """A read back after the release, or the device's use at the end,
+        that fails is what the driver did there, not the check failing."""
+        with self.in_process() as lib:
+            lib.mock_cuda_fail_nth(b"cuMemcpyDtoH", 1, 999)  # the read after the release
+            rc, line = self.main_line(teardown_check.main)
+            self.assertEqual((rc, line["ran"]), (0, True))
+            self.assertEqual(line["readable_after_release"],
+                             "failed: cuMemcpyDtoH_v2 returned 999 (CUDA_ERROR_UNKNOWN)")
+            self.assertIs(line["readable_after_first_unmap"], True)
+            self.assert_driver_clean(lib)
+            # the last cuMemMap: the device's use after everything
+            lib.mock_cuda_fail_nth(b"cuMemMap", 5, 2)
+            rc, line = self.main_line(teardown_check.main)
+            self.assertEqual((rc, line["ran"]), (0, True))
+            self.assertEqual(line["device_usable_after"],
+                             "failed: cuMemMap returned 2 (CUDA_ERROR_OUT_OF_MEMORY)")
+            self.assertTrue(line["free_restored"])
+            self.assert_driver_clean(lib)
+
     def test_a_step_that_cannot_run_is_named_and_nothing_leaks(self):
         for entry_point, nth, step in (("cuMemMap", 2, "A: map one handle twice"),
                                        ("cuEventRecord", 1, "C: event")):
