@@ -18,8 +18,10 @@
 #   oom_check        both OOM routes; the oom history entry (2b4572f)
 # A step starts only with at least its minimum left of BUDGET_S (default 330
 # seconds, the steps' time; packing takes a few more) and runs at most its
-# timeout or what is left. On the H200 of 2026-11-27 the steps took about
-# 110, 5, 10, 40, 25 and 20 s.
+# timeout or what is left. Expected about 200 s on an H200: on 2026-11-27
+# device_tests.sh took 128 s with a 21 s bench, and oom_check, stream_check
+# and memory_viz_check 74 s with a smoke test (results/h200-2026-11-27e/);
+# the driver checks take seconds.
 #
 # Writes $OUT/pending/ (default ./gpu-out/pending): summary.txt (one line per
 # step: name, status, exit, seconds), findings.jsonl (the driver checks'
