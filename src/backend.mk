@@ -59,9 +59,11 @@ tests_cuda_map_cost_LDADD = $(TESTLIBS)
 tests_cuda_map_cost_LDFLAGS = $(TESTLDFLAGS)
 
 # The real-GPU tests against the mock, so that their logic runs in every build,
-# and the device call that runs them (scripts/gpu/device_tests.sh), likewise.
-TESTS += tests/cuda_tests_on_mock.sh tests/device_tests_script_test.sh
-EXTRA_DIST += tests/device_tests_script_test.sh
+# and the device calls that run them (scripts/gpu/device_tests.sh, and
+# scripts/gpu/pending_device_checks.sh, the next GPU session's first), likewise.
+TESTS += tests/cuda_tests_on_mock.sh tests/device_tests_script_test.sh \
+	tests/pending_checks_script_test.sh
+EXTRA_DIST += tests/device_tests_script_test.sh tests/pending_checks_script_test.sh
 # make check builds check_LTLIBRARIES with the programs, before any test runs
 else
 libcoop_la_SOURCES += src/backend_cuda_absent.c

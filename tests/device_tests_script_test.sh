@@ -45,5 +45,27 @@ if [ "$held" -ne 3 ] || [ "$calls" -ne 2 ] || [ "$maps" -lt 1 ]; then
     failed=1
 fi
 grep -q ' end$' "$tmp/got/phases.log" || { echo "FAIL: phases.log has no end"; failed=1; }
-[ "$failed" -eq 0 ] && echo "device_tests.sh on the mock: 6 test runs, rc=0 each; $maps map lines"
+# VARIANTS=release (pending_device_checks.sh's short budget): the three
+# tests as built, none sanitized; a variant it does not know is refused
+mkdir -p "$tmp/out1" "$tmp/got1"
+if ! COOP_CUDA_DRIVER="$top/tests/.libs/libmockcuda.so" GPU_DIR="$tmp/gpu" OUT="$tmp/out1" \
+    SKIP_BENCH=1 MAP_COST_REPS=1 COOP_TEST_OPS=3000 VARIANTS=release \
+    bash "$top/scripts/gpu/device_tests.sh" >"$tmp/printed1" 2>&1; then
+    cat "$tmp/printed1"
+    echo "FAIL: device_tests.sh VARIANTS=release exited non-zero"
+    failed=1
+fi
+tar xzf "$tmp/out1/gpu-tests.tgz" -C "$tmp/got1" || exit 1
+for t in $tests; do
+    grep -q "^release $t rc=0 " "$tmp/got1/release-$t.log" 2>/dev/null ||
+        { echo "FAIL: VARIANTS=release: release $t did not end with rc=0"; failed=1; }
+done
+if ls "$tmp/got1"/asan-* >/dev/null 2>&1; then
+    echo "FAIL: VARIANTS=release ran sanitized tests"
+    failed=1
+fi
+VARIANTS=tsan bash "$top/scripts/gpu/device_tests.sh" >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "FAIL: VARIANTS=tsan was not refused with exit 2"; failed=1; }
+[ "$failed" -eq 0 ] && echo "device_tests.sh on the mock: 6 test runs, rc=0 each; $maps map lines;" \
+    "VARIANTS=release: 3"
 exit "$failed"

@@ -7,7 +7,8 @@
 # to $OUT/gpu-tests.tgz (default ./gpu-out). GPU_DIR names another folder
 # of that layout (tests/device_tests_script_test.sh runs the script on the
 # mock driver with one); MAP_COST_REPS (default 5) and COOP_TEST_OPS (default
-# 10^6) shorten it.
+# 10^6) shorten it, and VARIANTS=release (default "release asan") leaves the
+# sanitized runs out (pending_device_checks.sh does when its budget is short).
 #
 # Phase 1 runs alone, since it times: `coop bench` (the host backend, on the
 # device machine's CPU: three runs, then --latency and --floor; SKIP_BENCH=1
@@ -26,6 +27,16 @@
 # own allocations at exit are not the allocator's (make check's ASan build
 # checks leaks on the host and mock backends).
 set -u
+variants=${VARIANTS:-release asan}
+for variant in $variants; do
+    case $variant in
+    release | asan) ;;
+    *)
+        echo "device_tests.sh: VARIANTS: '$variant' is not release or asan" >&2
+        exit 2
+        ;;
+    esac
+done
 DEST=${OUT:-$PWD/gpu-out}
 W=$(mktemp -d /tmp/gpu-tests.XXXXXX)
 mkdir -p "$DEST"
@@ -70,13 +81,13 @@ run_test() { # VARIANT NAME TIMEOUT [ALONE]
         stamp "$variant $name finished rc=$rc"
     )
 }
-for variant in release asan; do
+for variant in $variants; do
     run_test $variant backend_cuda_test 300 &
     run_test $variant backend_cuda_stress_test 200 &
 done
 wait
 stamp phase 2 finished
-for variant in release asan; do
+for variant in $variants; do
     run_test $variant backend_cuda_fault_test 120 1
 done
 stamp end

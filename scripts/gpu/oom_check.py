@@ -4,12 +4,15 @@
 coop returns NULL when a request does not fit its capacity. Two children,
 each with coop's capacity set to --capacity (default 1G):
 
-- pluggable: coop.torch.install(), then torch.empty of twice the capacity.
-  docs/pytorch.md says, from reading PyTorch's source, that
+- pluggable: coop.torch.install(), then torch.empty of twice the capacity
+  plus one byte. docs/pytorch.md says, from reading PyTorch's source, that
   CUDAPluggableAllocator does not check the NULL: the tensor comes back
   without memory and only coop.torch.check_oom() reports the failure. The
   line says whether torch raised (and what), the tensor's data_ptr, what
   check_oom() raised, and whether a small allocation still works after.
+  The allocation history is on: its oom entry ("oom_entry") must carry
+  the size rounded up to 512 bytes, as PyTorch's carries its rounded size
+  (2b4572f), and device_free where the others carry addr.
 - mem_pool: coop.torch.mem_pool() under torch.cuda.use_mem_pool: a tensor
   of a quarter of the capacity is written and read back, then one of twice
   the capacity must raise torch.cuda.OutOfMemoryError (PyTorch's caching
@@ -51,7 +54,8 @@ def parse_capacity(text):
 def fake_line(route):
     if route == "pluggable":
         return {"route": route, "ok": True, "dry_run": True, "torch_raised": None,
-                "data_ptr": 0, "check_oom": "OutOfMemoryError: dry run", "after_ok": True}
+                "data_ptr": 0, "check_oom": "OutOfMemoryError: dry run", "after_ok": True,
+                "oom_entry": {"size": 1024, "requested": 513, "has_device_free": True}}
     return {"route": route, "ok": True, "dry_run": True, "small_ok": True,
             "torch_raised": "OutOfMemoryError: dry run", "is_torch_oom": True, "after_ok": True}
 
@@ -69,12 +73,18 @@ def child_pluggable(capacity, conf, line):
 
     torch.empty(1 << 20, device="cuda").fill_(1.0)  # the pool exists and works
     torch.cuda.synchronize()
+    coop.torch.record_history()
+    requested = 2 * capacity + 1  # bytes: not a multiple of 512
     try:
-        big = torch.empty(2 * capacity // 4, dtype=torch.float32, device="cuda")
+        big = torch.empty(requested, dtype=torch.uint8, device="cuda")
         line.update(torch_raised=None, data_ptr=big.data_ptr())  # never touched
         del big
     except Exception as e:  # noqa: BLE001 - what torch raises is the finding
         line.update(torch_raised=common.first_line(e), data_ptr=None)
+    ooms = [e for e in coop.torch.snapshot()["device_traces"][0] if e["action"] == "oom"]
+    line["oom_entry"] = {"size": ooms[-1]["size"], "requested": requested,
+                         "has_device_free": "device_free" in ooms[-1]} if ooms else None
+    coop.torch.record_history(0)
     try:
         coop.torch.check_oom()
         line["check_oom"] = None
@@ -127,6 +137,7 @@ def failures(line):
     if line["route"] == "pluggable":
         if not (line.get("check_oom") or "").startswith("OutOfMemoryError"):
             out.append("check_oom() did not raise coop's OutOfMemoryError")
+        out += oom_entry_failures(line.get("oom_entry"))
     else:
         if not line.get("small_ok"):
             out.append("a tensor in the pool did not read back what was written")
@@ -135,6 +146,21 @@ def failures(line):
                        % line.get("torch_raised"))
     if not line.get("after_ok"):
         out.append("the next allocation after the failure did not work")
+    return out
+
+
+def oom_entry_failures(entry):
+    """The pluggable route's oom history entry against PyTorch's: its size
+    rounded up to 512 bytes, device_free present."""
+    if not entry:
+        return ["no oom entry in coop's allocation history"]
+    out = []
+    rounded = -(-entry["requested"] // 512) * 512
+    if entry["size"] != rounded:
+        out.append("the oom entry's size is %d, not %d (%d rounded up to 512)"
+                   % (entry["size"], rounded, entry["requested"]))
+    if not entry["has_device_free"]:
+        out.append("the oom entry has no device_free")
     return out
 
 

@@ -7,7 +7,7 @@ When cuMemUnmap fails part way through a range, the backend maps the pages
 it had already unmapped back, with the handles it kept (it releases no
 handle before every page is unmapped), so that the pool's page map, which
 keeps the range mapped on failure, stays true without asking the device
-for new memory. The mock driver (tests/mock_cuda.c) lets a test fail the
+for new memory. The mock driver (tests/mock_cuda_driver.c) lets a test fail the
 Nth unmap, but only a real driver says whether mapping a handle again at
 its old address works. This script does that through the driver API alone
 (ctypes, no torch, no coop):
@@ -37,164 +37,63 @@ Usage: remap_check.py [--pages N] [--half N]    (default 4 and 2)
 """
 
 import argparse
-import ctypes
 import json
 import os
 import sys
 
-NO_CUDA_EXIT = 77
-CU_MEM_ALLOCATION_TYPE_PINNED = 1
-CU_MEM_LOCATION_TYPE_DEVICE = 1
-CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
-CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
-
-
-class Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
-class AllocFlags(ctypes.Structure):
-    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
-
-
-class AllocationProp(ctypes.Structure):  # CUmemAllocationProp
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int),
-                ("location", Location), ("win32HandleMetaData", ctypes.c_void_p),
-                ("allocFlags", AllocFlags)]
-
-
-class AccessDesc(ctypes.Structure):  # CUmemAccessDesc
-    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
-
-
-class DriverError(Exception):
-    pass
-
-
-class Driver:
-    def __init__(self, lib):
-        self.lib = lib
-
-    def __call__(self, name, *args):
-        rc = getattr(self.lib, name)(*args)
-        if rc != 0:
-            text = ctypes.c_char_p()
-            self.lib.cuGetErrorName(rc, ctypes.byref(text))
-            raise DriverError(f"{name} returned {rc} ({(text.value or b'?').decode()})")
-
-
-def no_device(reason):
-    sys.stderr.write(f"remap_check.py: no CUDA device: {reason}; nothing checked\n")
-    sys.exit(NO_CUDA_EXIT)
-
-
-def open_driver():
-    name = os.environ.get("COOP_CUDA_DRIVER", "libcuda.so.1")
-    try:
-        lib = ctypes.CDLL(name)
-    except OSError as e:
-        no_device(f"no CUDA driver ({e})")
-    drv = Driver(lib)
-    try:
-        drv("cuInit", 0)
-        count = ctypes.c_int()
-        drv("cuDeviceGetCount", ctypes.byref(count))
-    except (DriverError, AttributeError) as e:
-        no_device(f"the driver {name} offers none ({e})")
-    if count.value < 1:
-        no_device(f"the driver {name} counts no device")
-    return drv
-
-
-def free_bytes(drv):
-    free, total = ctypes.c_size_t(), ctypes.c_size_t()
-    drv("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
-    return free.value
-
-
-def read_back(drv, addr, size):
-    buf = (ctypes.c_ubyte * size)()
-    drv("cuMemcpyDtoH_v2", buf, ctypes.c_uint64(addr), ctypes.c_size_t(size))
-    return bytes(buf)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from driver_ctypes import (DriverError, Vmm, fill, free_bytes, open_driver,  # noqa: E402
+                           primary_context, read_back)
 
 
 def check(drv, pages, half, line):
-    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-    drv("cuDeviceGet", ctypes.byref(dev), 0)
-    drv("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
-    drv("cuCtxPushCurrent_v2", ctx)
-    try:
-        check_in_context(drv, dev, pages, half, line)
-    finally:
-        drv("cuCtxPopCurrent_v2", ctypes.byref(ctx))
-        drv("cuDevicePrimaryCtxRelease_v2", dev)
+    with primary_context(drv) as dev:
+        check_in_context(drv, Vmm(drv, dev), pages, half, line)
 
 
-def fill(drv, addr, value, size):
-    drv("cuMemsetD8Async", ctypes.c_uint64(addr), ctypes.c_ubyte(value), ctypes.c_size_t(size),
-        None)
-
-
-def check_in_context(drv, dev, pages, half, line):
-    prop = AllocationProp()
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED
-    prop.location = Location(CU_MEM_LOCATION_TYPE_DEVICE, dev.value)
-    gran = ctypes.c_size_t()
-    drv("cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(prop),
-        CU_MEM_ALLOC_GRANULARITY_MINIMUM)
-    page = gran.value
+def check_in_context(drv, vmm, pages, half, line):
+    page = vmm.page
     line["page_bytes"] = page
-    access = AccessDesc(Location(CU_MEM_LOCATION_TYPE_DEVICE, dev.value),
-                        CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
     size = pages * page
     free_before = free_bytes(drv)
-    base = ctypes.c_uint64()
-    drv("cuMemAddressReserve", ctypes.byref(base), ctypes.c_size_t(size), ctypes.c_size_t(page),
-        ctypes.c_uint64(0), ctypes.c_ulonglong(0))
+    base = vmm.reserve(size)
     handles, mapped = [], []
     line["step"] = "map"
     try:
         for i in range(pages):
-            h = ctypes.c_ulonglong()
-            drv("cuMemCreate", ctypes.byref(h), ctypes.c_size_t(page), ctypes.byref(prop),
-                ctypes.c_ulonglong(0))
+            h = vmm.create(page)
             handles.append(h)
-            drv("cuMemMap", ctypes.c_uint64(base.value + i * page), ctypes.c_size_t(page),
-                ctypes.c_size_t(0), h, ctypes.c_ulonglong(0))
+            vmm.map(base + i * page, page, h)
             mapped.append(i)
-        drv("cuMemSetAccess", base, ctypes.c_size_t(size), ctypes.byref(access),
-            ctypes.c_size_t(1))
+        vmm.set_access(base, size)
         for i in range(pages):
-            fill(drv, base.value + i * page, 0x10 + i, page)
+            fill(drv, base + i * page, 0x10 + i, page)
         drv("cuCtxSynchronize")
         line["step"] = "unmap"
         for i in range(half):
-            drv("cuMemUnmap", ctypes.c_uint64(base.value + i * page), ctypes.c_size_t(page))
+            vmm.unmap(base + i * page, page)
             mapped.remove(i)
         line["step"] = "map kept handles again"
         for i in range(half):
-            drv("cuMemMap", ctypes.c_uint64(base.value + i * page), ctypes.c_size_t(page),
-                ctypes.c_size_t(0), handles[i], ctypes.c_ulonglong(0))
+            vmm.map(base + i * page, page, handles[i])
             mapped.append(i)
-        drv("cuMemSetAccess", base, ctypes.c_size_t(half * page), ctypes.byref(access),
-            ctypes.c_size_t(1))
+        vmm.set_access(base, half * page)
         line["remapped"] = True
-        data = read_back(drv, base.value, size)
+        data = read_back(drv, base, size)
         line["kept_contents"] = all(
             data[i * page:(i + 1) * page] == bytes([0x10 + i]) * page for i in range(pages))
         line["step"] = "rewrite"
-        fill(drv, base.value, 0xA5, size)
+        fill(drv, base, 0xA5, size)
         drv("cuCtxSynchronize")
-        line["rewritten"] = read_back(drv, base.value, size) == b"\xa5" * size
+        line["rewritten"] = read_back(drv, base, size) == b"\xa5" * size
         line["step"] = "release"
     finally:
         # an error here replaces one raised above only if none was
         for i in sorted(mapped):
-            drv("cuMemUnmap", ctypes.c_uint64(base.value + i * page), ctypes.c_size_t(page))
+            vmm.unmap(base + i * page, page)
         for h in handles:
-            drv("cuMemRelease", h)
-        drv("cuMemAddressFree", base, ctypes.c_size_t(size))
+            vmm.release(h)
+        vmm.address_free(base, size)
     line["free_before"] = free_before
     line["free_after"] = free_bytes(drv)
     line["free_restored"] = line["free_after"] == free_before
@@ -208,7 +107,7 @@ def main(argv=None):
     opts = p.parse_args(argv)
     if opts.pages < 1 or not 0 < opts.half <= opts.pages:
         p.error("--pages must be at least 1 and --half between 1 and --pages")
-    drv = open_driver()
+    drv = open_driver("remap_check.py")
     line = {"check": "remap_kept_handle", "pages": opts.pages, "half": opts.half,
             "remapped": False}
     try:

@@ -36,6 +36,7 @@ VIZ = os.path.join(GPU, "memory_viz_check.py")
 STREAM = os.path.join(GPU, "stream_check.py")
 OOM = os.path.join(GPU, "oom_check.py")
 REMAP = os.path.join(GPU, "remap_check.py")
+TEARDOWN = os.path.join(GPU, "teardown_check.py")
 sys.path.insert(0, GPU)
 
 import common  # noqa: E402
@@ -44,6 +45,7 @@ import replay_native_vs_coop as replay  # noqa: E402
 import oom_check  # noqa: E402
 import remap_check  # noqa: E402
 import stream_check  # noqa: E402
+import teardown_check  # noqa: E402
 import train_compare  # noqa: E402
 
 
@@ -62,7 +64,7 @@ class NoDevice(unittest.TestCase):
     def test_each_script_exits_77_with_one_line(self):
         if torch.cuda.is_available():
             self.skipTest("a CUDA device exists: the scripts would measure for real")
-        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM, OOM, REMAP):
+        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM, OOM, REMAP, TEARDOWN):
             r = run(script, timeout=120)
             name = os.path.basename(script)
             self.assertEqual(r.returncode, 77, name + r.stderr)
@@ -87,10 +89,12 @@ class MockCounters(ctypes.Structure):  # tests/cuda_mock_counters.h, in its orde
         "event_creates", "live_reservations", "live_streams", "deadlocks", "event_waits")]
 
 
-class RemapCheck(unittest.TestCase):
-    """remap_check.py's own logic, on the mock driver (tests/mock_cuda_driver.c),
-    which checks the driver API's rules (maps inside a reservation, access set
-    before use, nothing leaked)."""
+class OnMockDriver(unittest.TestCase):
+    """A driver-API script (SCRIPT) on the mock driver
+    (tests/mock_cuda_driver.c), which checks the driver API's rules (maps
+    inside a reservation, access set before use, nothing leaked)."""
+
+    SCRIPT = None
 
     def setUp(self):
         if os.environ.get("COOP_SANITIZED"):
@@ -99,15 +103,62 @@ class RemapCheck(unittest.TestCase):
         if self.mock is None:
             self.skipTest("tests/.libs/libmockcuda.so is not built (make check builds it)")
 
-    def run_remap(self, *args, **env):
+    def run_script(self, *args, **env):
         full = dict(os.environ, COOP_CUDA_DRIVER=self.mock, PYTHONDONTWRITEBYTECODE="1")
         full.update(env)
-        return subprocess.run([sys.executable, REMAP] + list(args), env=full,
+        return subprocess.run([sys.executable, self.SCRIPT] + list(args), env=full,
                               capture_output=True, text=True, timeout=60)
+
+    @contextlib.contextmanager
+    def in_process(self):
+        """The mock as this process loaded it (one dlopen handle per path, so
+        a failure armed here reaches the script's calls), and the driver
+        named for the script's main() run here."""
+        lib = ctypes.CDLL(self.mock)
+        old = os.environ.get("COOP_CUDA_DRIVER")
+        os.environ["COOP_CUDA_DRIVER"] = self.mock
+        try:
+            yield lib
+        finally:
+            if old is None:
+                del os.environ["COOP_CUDA_DRIVER"]
+            else:
+                os.environ["COOP_CUDA_DRIVER"] = old
+
+    def main_line(self, main, args=()):
+        """(exit status, the one JSON line) of main(args), run here."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = main(list(args))
+        (line,) = lines(out.getvalue())
+        return rc, line
+
+    def assert_driver_clean(self, lib):
+        counters = MockCounters()
+        lib.mock_cuda_counters(ctypes.byref(counters))
+        self.assertEqual((counters.live_handles, counters.live_reservations,
+                          counters.mapped_bytes, counters.retained, counters.live_events),
+                         (0, 0, 0, 0, 0))
+
+    def check_no_device_exits_77(self):
+        for env in ({"COOP_CUDA_DRIVER": "/nonexistent/libcuda.so.1"},
+                    {"MOCK_CUDA_NO_DEVICE": "1"}):
+            r = self.run_script(**env)
+            self.assertEqual(r.returncode, 77, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn("no CUDA device", r.stderr)
+            self.assertIn(os.path.basename(self.SCRIPT), r.stderr)
+            self.assertEqual(r.stdout, "")
+
+
+class RemapCheck(OnMockDriver):
+    """remap_check.py's own logic, on the mock driver."""
+
+    SCRIPT = REMAP
 
     def test_passes_on_the_mock(self):
         for args in ((), ("--pages", "9", "--half", "9"), ("--pages", "1", "--half", "1")):
-            r = self.run_remap(*args)
+            r = self.run_script(*args)
             self.assertEqual(r.returncode, 0, r.stderr)
             (line,) = lines(r.stdout)
             self.assertTrue(line["ok"] and line["remapped"] and line["kept_contents"]
@@ -115,47 +166,115 @@ class RemapCheck(unittest.TestCase):
             self.assertNotIn("step", line)
 
     def test_no_device_exits_77(self):
-        for env in ({"COOP_CUDA_DRIVER": "/nonexistent/libcuda.so.1"},
-                    {"MOCK_CUDA_NO_DEVICE": "1"}):
-            r = self.run_remap(**env)
-            self.assertEqual(r.returncode, 77, r.stderr)
-            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-            self.assertIn("no CUDA device", r.stderr)
-            self.assertEqual(r.stdout, "")
+        self.check_no_device_exits_77()
 
     def test_bad_arguments(self):
         for args in (("--half", "0"), ("--pages", "2", "--half", "3"), ("--pages", "0")):
-            self.assertEqual(self.run_remap(*args).returncode, 2, args)
+            self.assertEqual(self.run_script(*args).returncode, 2, args)
 
     def test_a_failed_remap_is_named_and_nothing_leaks(self):
-        # in this process, so that the failure can be armed in the mock the
-        # script loads (one dlopen handle per path)
-        lib = ctypes.CDLL(self.mock)
-        counters = MockCounters()
-        old = os.environ.get("COOP_CUDA_DRIVER")
-        os.environ["COOP_CUDA_DRIVER"] = self.mock
-        try:
+        with self.in_process() as lib:
             # 4 pages mapped, 2 unmapped: the 5th cuMemMap is the first remap
             lib.mock_cuda_fail_nth(b"cuMemMap", 5, 2)  # CUDA_ERROR_OUT_OF_MEMORY
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                rc = remap_check.main([])
-            (line,) = lines(out.getvalue())
+            rc, line = self.main_line(remap_check.main)
             self.assertEqual(rc, 1)
             self.assertFalse(line["ok"])
             self.assertFalse(line["remapped"])
             self.assertIn("map kept handles again: cuMemMap returned 2 "
                           "(CUDA_ERROR_OUT_OF_MEMORY)", line["error"])
-            lib.mock_cuda_counters(ctypes.byref(counters))
-            self.assertEqual((counters.live_handles, counters.live_reservations,
-                              counters.mapped_bytes, counters.retained), (0, 0, 0, 0))
-            with contextlib.redirect_stdout(io.StringIO()):
-                self.assertEqual(remap_check.main([]), 0)  # nothing armed now
-        finally:
-            if old is None:
-                del os.environ["COOP_CUDA_DRIVER"]
-            else:
-                os.environ["COOP_CUDA_DRIVER"] = old
+            self.assert_driver_clean(lib)
+            self.assertEqual(self.main_line(remap_check.main)[0], 0)  # nothing armed now
+
+
+class TeardownCheck(OnMockDriver):
+    """teardown_check.py on the mock driver: its findings there are the
+    mock's answers (A as cuMemRelease is documented; B and C the mock's
+    stricter choices), and it leaves nothing behind whatever the driver
+    answers."""
+
+    SCRIPT = TEARDOWN
+    MOCK_FINDINGS = {
+        "release_mapped": "CUDA_SUCCESS", "readable_after_release": True,
+        "readable_after_first_unmap": True, "kept_after_release": True,
+        "kept_after_first_unmap": True, "back_after_last_unmap": True,
+        "release_mapped_as_documented": True, "no_context_on_thread": True,
+        "unmap_no_context": "CUDA_ERROR_INVALID_CONTEXT", "unmap_with_context": "CUDA_SUCCESS",
+        "release_no_context": "CUDA_ERROR_INVALID_CONTEXT",
+        "release_with_context": "CUDA_SUCCESS",
+        "address_free_no_context": "CUDA_ERROR_INVALID_CONTEXT",
+        "address_free_with_context": "CUDA_SUCCESS",
+        "event_destroy_no_context": "CUDA_ERROR_INVALID_CONTEXT",
+        "event_destroy_with_context": "CUDA_SUCCESS",
+        "address_free_mapped": "CUDA_ERROR_INVALID_VALUE",
+        "after_address_free_mapped": {"unmap": "CUDA_SUCCESS", "release": "CUDA_SUCCESS",
+                                      "address_free": "CUDA_SUCCESS"},
+        "device_usable_after": True, "free_restored": True, "ran": True}
+
+    def test_findings_on_the_mock(self):
+        for pages in ("16", "1"):
+            r = self.run_script("--pages", pages)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            (line,) = lines(r.stdout)
+            self.assertEqual({k: line.get(k) for k in self.MOCK_FINDINGS}, self.MOCK_FINDINGS)
+            size = int(pages) * line["page_bytes"]
+            free = line["free_bytes"]
+            # the mock's free memory moves by the handle's size exactly
+            self.assertEqual((free["before"] - free["created"], free["released"],
+                              free["first_unmapped"], free["last_unmapped"]),
+                             (size, free["created"], free["created"], free["before"]))
+            self.assertNotIn("step", line)
+            self.assertNotIn("error", line)
+
+    def test_no_device_exits_77(self):
+        self.check_no_device_exits_77()
+
+    def test_bad_arguments(self):
+        self.assertEqual(self.run_script("--pages", "0").returncode, 2)
+
+    def test_a_refused_release_is_a_finding_and_nothing_leaks(self):
+        """Another driver answer is reported, not a failure of the check; what
+        was refused is given back later."""
+        with self.in_process() as lib:
+            lib.mock_cuda_fail_nth(b"cuMemRelease", 1, 999)  # CUDA_ERROR_UNKNOWN
+            rc, line = self.main_line(teardown_check.main)
+            self.assertEqual(rc, 0)
+            self.assertTrue(line["ran"])
+            self.assertEqual(line["release_mapped"], "CUDA_ERROR_UNKNOWN")
+            self.assertFalse(line["release_mapped_as_documented"])
+            self.assertTrue(line["free_restored"])
+            self.assert_driver_clean(lib)
+
+    def test_a_failed_read_or_reuse_is_a_finding(self):
+        """A read back after the release, or the device's use at the end,
+        that fails is what the driver did there, not the check failing."""
+        with self.in_process() as lib:
+            lib.mock_cuda_fail_nth(b"cuMemcpyDtoH", 1, 999)  # the read after the release
+            rc, line = self.main_line(teardown_check.main)
+            self.assertEqual((rc, line["ran"]), (0, True))
+            self.assertEqual(line["readable_after_release"],
+                             "failed: cuMemcpyDtoH_v2 returned 999 (CUDA_ERROR_UNKNOWN)")
+            self.assertIs(line["readable_after_first_unmap"], True)
+            self.assert_driver_clean(lib)
+            # the last cuMemMap: the device's use after everything
+            lib.mock_cuda_fail_nth(b"cuMemMap", 5, 2)
+            rc, line = self.main_line(teardown_check.main)
+            self.assertEqual((rc, line["ran"]), (0, True))
+            self.assertEqual(line["device_usable_after"],
+                             "failed: cuMemMap returned 2 (CUDA_ERROR_OUT_OF_MEMORY)")
+            self.assertTrue(line["free_restored"])
+            self.assert_driver_clean(lib)
+
+    def test_a_step_that_cannot_run_is_named_and_nothing_leaks(self):
+        for entry_point, nth, step in (("cuMemMap", 2, "A: map one handle twice"),
+                                       ("cuEventRecord", 1, "C: event")):
+            with self.in_process() as lib:
+                lib.mock_cuda_fail_nth(entry_point.encode(), nth, 2)  # CUDA_ERROR_OUT_OF_MEMORY
+                rc, line = self.main_line(teardown_check.main)
+                self.assertEqual(rc, 1, entry_point)
+                self.assertFalse(line["ran"])
+                self.assertEqual(line["error"], "%s: %s returned 2 (CUDA_ERROR_OUT_OF_MEMORY)"
+                                 % (step, entry_point))
+                self.assert_driver_clean(lib)
 
 
 class Arguments(unittest.TestCase):
@@ -620,6 +739,100 @@ class StreamCheck(unittest.TestCase):
             found = stream_check.failures(line)
             self.assertEqual(len(found), 1, (key, found))
             self.assertIn(words, found[0], key)
+        history = {
+            "finished before the snapshot": ("side_busy", False),
+            "trace was ['alloc', 'free_requested', 'free_completed'], not alloc, "
+            "free_requested": ("while_busy", ["alloc", "free_requested", "free_completed"]),
+            "the block was inactive": ("block_state_while_busy", "inactive"),
+            "had finished the block's trace was ['alloc', 'free_requested']":
+                ("after", ["alloc", "free_requested"]),
+            "timed before": ("completed_after_seen_busy", False),
+        }
+        foreign = {
+            "copied": ("zero_copy", False),
+            "raised RuntimeError: x": ("raised", "RuntimeError: x"),
+            "printed: coop: no pool": ("stderr", "coop: no pool\n"),
+            "last error": ("last_error_changed", True),
+            "allocated bytes": ("allocated_changed", True),
+            "did not read back": ("read_back", False),
+        }
+        for part, cases in (("history", history), ("foreign_record_stream", foreign)):
+            for words, (key, value) in cases.items():
+                line = dict(good, **{part: dict(good[part], **{key: value})})
+                found = stream_check.failures(line)
+                self.assertEqual(len(found), 1, (part, key, found))
+                self.assertIn(words, found[0], (part, key))
+        # native's lines (the reference) carry None where coop's state is asked
+        native = stream_check.fake_line("native", None)
+        native["foreign_record_stream"].update(last_error_changed=None, allocated_changed=None)
+        self.assertEqual(stream_check.failures(native), [])
+
+    def test_stderr_of_catches_the_c_librarys_stderr(self):
+        """foreign_round's witness of a report from coop: what is written on
+        file descriptor 2 (where C's stderr goes), not only Python's."""
+        def write_and_raise(text):
+            os.write(2, text.encode())
+            raise RuntimeError("no\nmore")
+
+        self.assertEqual(stream_check.stderr_of(os.write, 2, b"coop: x\n"), ("coop: x\n", None))
+        self.assertEqual(stream_check.stderr_of(write_and_raise, "y"), ("y", "RuntimeError: no"))
+        self.assertEqual(stream_check.stderr_of(len, ()), ("", None))
+
+    def test_history_as_coop_snapshots_it(self):
+        """history_round's reading of a snapshot, on coop's own snapshots of a
+        record_stream free waiting for a busy stream (the host backend, a
+        held stream standing for the busy side stream): alloc and
+        free_requested while busy, the block active_pending_free, then
+        free_completed at the next allocation, timed after the stream was
+        last seen busy. Without that allocation the free has not completed,
+        and the check says so."""
+        lib = None
+        for top in (os.getcwd(), TOP):
+            path = os.path.join(top, ".libs", "libcoop.so")
+            if os.path.exists(path):
+                lib = path
+                break
+        if lib is None or os.environ.get("COOP_SANITIZED"):
+            self.skipTest("no libcoop.so that python can load in this build")
+        code = """if True:
+            import ctypes, json, sys, time
+            import coop.native as native, coop.torch as ctorch
+            import stream_check
+            lib = native.library()
+            lib.coop_host_hold_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_bool]
+            main, side, size = 1, 7, 16 << 20
+            p = lib.coop_torch_malloc(size, 0, main)
+            pool = lib.coop_torch_pool(0)
+            lib.coop_host_hold_stream(pool, side, True)  # the side stream is busy
+            lib.coop_torch_record_stream(p, side)
+            lib.coop_torch_free(p, size, 0, main)
+            busy_snap = ctorch.snapshot()
+            seen_busy_us = time.time() * 1e6
+            time.sleep(0.002)
+            lib.coop_host_hold_stream(pool, side, False)  # it finishes
+            early = ctorch.snapshot()  # no allocation yet: nothing processed the free
+            q = lib.coop_torch_malloc(4096, 0, main)
+            after_snap = ctorch.snapshot()
+            lib.coop_torch_free(q, 4096, 0, main)
+            print(json.dumps([stream_check.history_finding(p, busy_snap, True, seen_busy_us, s)
+                              for s in (after_snap, early)]))
+        """
+        env = dict(os.environ, COOP_LIBRARY=lib, PYTHONDONTWRITEBYTECODE="1",
+                   COOP_ALLOC_CONF="backend:host,capacity:256M,history:1000",
+                   PYTHONPATH=os.pathsep.join([os.path.join(TOP, "python"), GPU]))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        done, early = json.loads(r.stdout)
+        # the next allocation takes the block back (its alloc ends the trace)
+        self.assertEqual(done, {"side_busy": True, "while_busy": ["alloc", "free_requested"],
+                                "block_state_while_busy": "active_pending_free",
+                                "after": ["alloc", "free_requested", "free_completed", "alloc"],
+                                "completed_after_seen_busy": True})
+        self.assertEqual(stream_check.history_failures(done), [])
+        self.assertEqual(early["after"], ["alloc", "free_requested"])
+        (failure,) = stream_check.history_failures(early)
+        self.assertIn("once the side stream had finished", failure)
         # wait:false: empty_cache must not wait for the busy stream
         nowait = stream_check.fake_line("coop", "wait:false")
         self.assertEqual(stream_check.failures(nowait), [])
@@ -690,6 +903,17 @@ class OomCheck(unittest.TestCase):
             broken = dict(oom_check.fake_line(route), after_ok=False)
             self.assertIn("next allocation", oom_check.failures(broken)[0])
         self.assertIn("failed", oom_check.failures({"route": "mem_pool", "ok": False})[0])
+        # the oom history entry: its size rounded up to 512, as torch's, and device_free
+        good = oom_check.fake_line("pluggable")
+        for entry, words in ((None, "no oom entry"),
+                             ({"size": 513, "requested": 513, "has_device_free": True},
+                              "is 513, not 1024"),
+                             ({"size": 1024, "requested": 513, "has_device_free": False},
+                              "no device_free")):
+            (found,) = oom_check.failures(dict(good, oom_entry=entry))
+            self.assertIn(words, found)
+        self.assertEqual(oom_check.oom_entry_failures(
+            {"size": 1 << 31, "requested": 1 << 31, "has_device_free": True}), [])
 
 
 class MemoryVizDryRun(unittest.TestCase):
