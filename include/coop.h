@@ -586,7 +586,10 @@ coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t);
  * value, which the caller reads while computing the new one. Ops that had
  * read t before now read the old value when recomputed. The inputs must be
  * resident (t itself, or a view of it, among them need not be); they stay
- * so while t is recomputed first. */
+ * so while t is recomputed first. Copy-on-write refuses a pinned storage
+ * (COOP_ERR_BUSY, nothing changed): the buffer the pins returned would go
+ * to the old value, unprotected; unpin first (recomputable in-place keeps
+ * the buffer, pins and all). */
 coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
                                coop_tensor *const *inputs, size_t num_inputs, void **old_value);
 

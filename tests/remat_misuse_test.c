@@ -335,6 +335,46 @@ static void pins_belong_to_their_handle(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Copy-on-write would move a pinned tensor to a new buffer and leave the
+ * pinned one to the old value, unpinned: filling the pool then evicted it
+ * while the pin was held. Refused (COOP_ERR_BUSY), nothing changed, for a
+ * pin through the tensor or through a view; fine once unpinned. */
+static void copy_on_write_refuses_a_pinned_tensor(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    coop_remat_config cfg = {
+        .policy = policy, .cheap_threshold = -1, .copy_on_write = true, .recompute = recompute};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_tensor *a, *v, *f[2];
+    void *pinned, *old = NULL;
+    assert_int_equal(coop_tensor_create(r, U, 100, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, a, &v), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, a, &pinned), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, a, 100, "m", NULL, 0, &old), COOP_ERR_BUSY);
+    assert_true(error_says("pinned"));
+    assert_null(old);
+    assert_ptr_equal(coop_tensor_data(a), pinned);
+    /* the pinned buffer stays: three more blocks fill the pool, evicting nothing */
+    assert_int_equal(coop_tensor_create(r, U, 1, "f", NULL, 0, 0, &f[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U, 1, "f", NULL, 0, 0, &f[1]), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(a), pinned);
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, f[0]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, f[1]), COOP_OK);
+    /* a pin through a view holds the same storage */
+    assert_int_equal(coop_tensor_pin(r, v, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, a, 100, "m", NULL, 0, NULL), COOP_ERR_BUSY);
+    assert_int_equal(coop_tensor_unpin(r, v), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, a, 100, "m", NULL, 0, &old), COOP_OK);
+    assert_ptr_equal(old, pinned);
+    assert_ptr_not_equal(coop_tensor_data(a), pinned);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* The pool refuses to free or stream-record a tensor's buffer. */
 static void the_pool_refuses_a_tensors_buffer(void **state)
 {
@@ -607,6 +647,8 @@ int main(void)
         cmocka_unit_test(a_nan_threshold_is_refused),
         cmocka_unit_test(create_refusals_name_the_call_and_argument),
         cmocka_unit_test(pins_belong_to_their_handle),
+        cmocka_unit_test_prestate(copy_on_write_refuses_a_pinned_tensor, &policies[0]),
+        cmocka_unit_test_prestate(copy_on_write_refuses_a_pinned_tensor, &policies[1]),
         cmocka_unit_test(the_pool_refuses_a_tensors_buffer),
         cmocka_unit_test(callbacks_cannot_call_the_context),
         cmocka_unit_test(a_callback_cannot_destroy_the_context),

@@ -761,6 +761,16 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     if (st || (st = check_handle(r, t, fn, "tensor", SIZE_MAX)) || (st = check_cost(cost_ns, fn)) ||
         (st = check_inputs(r, inputs, num_inputs, fn)))
         return st;
+    /* copy-on-write moves t to a new buffer and leaves the old one to the
+     * old value, unpinned: the buffer a pin returned would become
+     * evictable while the pin is held (outside callbacks, every pin of
+     * the storage is a user's) */
+    if (r->cfg.copy_on_write && t->base->pins)
+        return coop_set_error(COOP_ERR_BUSY,
+                              "%s: the tensor's storage is pinned (%u pins): copy-on-write would "
+                              "move it to a new buffer and leave the pinned one evictable; unpin "
+                              "it first",
+                              fn, (unsigned)t->base->pins);
     remat_maybe_collect(r); /* t and the inputs are held, so kept */
     coop_tensor *b = t->base;
     /* the inputs other than t's storage must be resident already, and stay
