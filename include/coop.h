@@ -442,8 +442,9 @@ typedef enum coop_remat_policy {
 } coop_remat_policy;
 
 enum {
-    COOP_TENSOR_EVICTABLE = 1u << 0, /* may be evicted (else resident until released) */
-    COOP_TENSOR_CHEAP = 1u << 1      /* force cheap placement (high end of free blocks) */
+    /* may be evicted (else resident until it and its views are released) */
+    COOP_TENSOR_EVICTABLE = 1u << 0,
+    COOP_TENSOR_CHEAP = 1u << 1 /* force cheap placement (high end of free blocks) */
 };
 
 /* The largest cost an op may be given (2^48 ns, about 3.3 days): larger

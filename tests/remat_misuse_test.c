@@ -375,6 +375,34 @@ static void copy_on_write_refuses_a_pinned_tensor(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A tensor created not evictable (a constant: weights its producer cannot
+ * recompute) stays resident while a view names it, its own handle
+ * released (w.t() kept, w dropped): it was evicted, and its producer run
+ * to "recompute" it at the view's next access. Released with its views,
+ * its memory is freed. */
+static void a_constant_held_by_a_view_is_not_evicted(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, policy);
+    coop_tensor *w, *v, *t;
+    void *before, *after;
+    assert_int_equal(coop_tensor_create(r, 2 * U, 0, "w", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, w, &v), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, w), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, v, &before), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "t", NULL, 0, EV, &t), COOP_ERR_NOMEM);
+    assert_true(coop_tensor_resident(v));
+    assert_int_equal(coop_tensor_access(r, v, &after), COOP_OK);
+    assert_ptr_equal(after, before);
+    assert_int_equal(coop_tensor_recomputes(v), 0);
+    assert_int_equal(coop_tensor_release(r, v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "t", NULL, 0, EV, &t), COOP_OK);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* The pool refuses to free or stream-record a tensor's buffer. */
 static void the_pool_refuses_a_tensors_buffer(void **state)
 {
@@ -647,6 +675,8 @@ int main(void)
         cmocka_unit_test(a_nan_threshold_is_refused),
         cmocka_unit_test(create_refusals_name_the_call_and_argument),
         cmocka_unit_test(pins_belong_to_their_handle),
+        cmocka_unit_test_prestate(a_constant_held_by_a_view_is_not_evicted, &policies[0]),
+        cmocka_unit_test_prestate(a_constant_held_by_a_view_is_not_evicted, &policies[1]),
         cmocka_unit_test_prestate(copy_on_write_refuses_a_pinned_tensor, &policies[0]),
         cmocka_unit_test_prestate(copy_on_write_refuses_a_pinned_tensor, &policies[1]),
         cmocka_unit_test(the_pool_refuses_a_tensors_buffer),

@@ -13,10 +13,14 @@
 
 #define REMAT_DIRTY_BATCH 128 /* tensors touched before an allocation syncs them */
 
+/* A storage nobody holds (no handle: its tensor and every view released)
+ * is evictable whatever its flags; one a view still names is not, unless
+ * created evictable, even once its base handle is released (a constant
+ * seen through a view, which its producer may not be able to recompute). */
 bool remat_evictable(const coop_tensor *t)
 {
     return t->base == t && t->ptr && !t->pins &&
-           ((t->flags & COOP_TENSOR_EVICTABLE) || t->released);
+           ((t->flags & COOP_TENSOR_EVICTABLE) || !t->handles);
 }
 
 static void resident_unlink(coop_remat *r, coop_tensor *t)

@@ -2,7 +2,7 @@
  * What the searches of a context skip, kept per policy (remat_internal.h):
  *
  * - the window policies (coop, coop-eq, coop-comp): the breaker index. The resident tensors that
- * break windows (pinned, or neither evictable nor released) as maximal runs of their blocks
+ * break windows (pinned, or not evictable and still held) as maximal runs of their blocks
  * (breaker_index.h), so that the window search jumps over them and skips every gap smaller than the
  * request (window_search_indexed), as the simulator's does.
  * - the argmin policies (dtr, dte, ...): the evictable set, an unordered
