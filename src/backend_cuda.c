@@ -987,12 +987,14 @@ static coop_status query_device(cuda_backend *cb, bool want_vmm)
         /* cuMemCreate sizes and cuMemMap ranges must be multiples of the
          * minimum granularity; segments are rounded to it too (2 MiB on
          * current GPUs, the physical page size), by default only: without
-         * VMM a failed query keeps the default page rather than refuse a
-         * backend that never needs it */
+         * VMM a failed query, or an answer that is no page size (0, not a
+         * power of two), keeps the default page rather than refuse a backend
+         * that never needs it */
         size_t granularity = 0;
         rc = d->fn.cuMemGetAllocationGranularity(&granularity, &cb->prop,
                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-        if (rc != CUDA_SUCCESS && !cb->base.has_vmm)
+        bool usable = rc == CUDA_SUCCESS && granularity && !(granularity & (granularity - 1));
+        if (!usable && !cb->base.has_vmm)
             return COOP_OK;
         if (rc != CUDA_SUCCESS)
             return cuda_driver_error(d, rc, "cuMemGetAllocationGranularity", "(device %d)",

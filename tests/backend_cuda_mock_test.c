@@ -1176,6 +1176,42 @@ static void test_segments_need_no_granularity(void **state)
     assert_non_null(strstr(coop_last_error(), "multiple of the cuda backend's 65536-byte pages"));
 }
 
+/* An answer that is no page size (0, or not a power of two) refuses a VMM
+ * backend, whose pages must be granularity multiples, but not a segments
+ * one, which keeps the 2 MiB default page as when the query fails. */
+static void test_segments_ignore_a_bad_granularity(void **state)
+{
+    (void)state;
+    static const size_t bad[] = {0, 3 * MIB};
+    for (int k = 0; k < 2; k++) {
+        coop_backend *be = NULL;
+        mock_set_granularity(bad[k]);
+        assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_BACKEND);
+        assert_null(be);
+        assert_non_null(strstr(coop_last_error(), "not a power of two"));
+        if (coop_backend_cuda_create(0, false, &be) != COOP_OK) {
+            fail_msg("granularity %zu refuses a segments backend: %s", bad[k], coop_last_error());
+            return;
+        }
+        assert_false(be->has_vmm);
+        assert_int_equal(be->page_size, 2 * MIB);
+        coop_backend_destroy(be);
+
+        coop_config config;
+        coop_config_default(&config);
+        config.backend = COOP_BACKEND_CUDA;
+        config.capacity = 16 * MIB;
+        config.use_vmm = false;
+        config.page_size = 64 * 1024;
+        coop_pool *pool = created(&config);
+        void *p = coop_malloc(pool, 3 * MIB, 0, 0, NULL);
+        assert_non_null(p);
+        assert_int_equal(coop_free(pool, p), COOP_OK);
+        assert_int_equal(coop_pool_check(pool), COOP_OK);
+        coop_pool_destroy(pool);
+    }
+}
+
 /* Without a driver the pool fails cleanly too. */
 static void test_pool_without_driver(void **state)
 {
@@ -1236,6 +1272,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_failed_pop_is_popped_later, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_need_no_granularity, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_segments_ignore_a_bad_granularity, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_unmap_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_sync_failure, use_mock, check_clean),
