@@ -454,7 +454,10 @@ enum {
 #define COOP_TENSOR_MAX_COST_NS (1ull << 48)
 
 /* The owner learns that t's buffer is gone (its pointer must not be used).
- * Both callbacks run inside the context's calls: they may read tensors
+ * t may also be a handle the owner no longer holds: a released tensor whose
+ * record stays for recomputations, or the hidden record of an in-place op's
+ * old value (coop_tensor_mutate); an owner keeping a map by handle should
+ * ignore handles it does not know. Both callbacks run inside the context's calls: they may read tensors
  * (coop_tensor_size, _resident, _data, _recomputes) and the statistics
  * (coop_remat_get_stats) but must not call the other functions that take
  * the context (coop_tensor_create and the others): such a call fails with
@@ -521,8 +524,10 @@ typedef struct coop_remat_stats {
 /* Creates a context over pool (which must outlive it).
  *
  * Every function below that takes the context refuses, with
- * COOP_ERR_INVALID and nothing changed: a NULL context or argument, a
- * tensor of another context, a released tensor (see coop_tensor_release),
+ * COOP_ERR_INVALID and nothing changed: a NULL context or required
+ * argument (the ptr of coop_tensor_access / _pin and the old_value of
+ * coop_tensor_mutate are optional: NULL there is allowed), a tensor of
+ * another context, a released tensor (see coop_tensor_release),
  * a size of 0 (or no outputs), unknown flags, a cost above
  * COOP_TENSOR_MAX_COST_NS; and with
  * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
