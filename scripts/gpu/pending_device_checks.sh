@@ -9,7 +9,7 @@
 #   device_tests     device_tests.sh with SKIP_BENCH=1 (the allocator's tests
 #                    as built and sanitized; VARIANTS=release alone when
 #                    BUDGET_S is under 300): the CUDA backend's changes
-#                    1011a2b, 67c6234, 8e21082, 525636e, 18cc715, da5e217
+#                    1011a2b, 67c6234, 8e21082, c7f2a18, 525636e, 18cc715, da5e217
 #   teardown_check   what those changes assume of the driver (A, B, C)
 #   remap_check      4 pages with 2 unmapped, 64 with 33
 #   stream_check     record_stream's history and foreign pointers, with the
