@@ -356,12 +356,17 @@ static void switch_history_on(int device)
     assert_int_equal(coop_torch_snapshot_take(device, &switch_snap), COOP_OK);
 }
 
-/* Replays events on the set of blocks allocated in snap (addresses, at
- * most 8): an alloc only of an address not allocated, a free_requested
- * only of one allocated. The blocks left must be those allocated in end. */
-static void replay_events(const coop_torch_snapshot *snap, const coop_torch_event *events,
-                          size_t num_events, const coop_torch_snapshot *end)
+/* Replays the events of a snapshot taken now on the set of blocks
+ * allocated in switch_snap (addresses, at most 8): an alloc only of an
+ * address not allocated, a free_requested only of one allocated. The blocks
+ * left must be those allocated now. Returns the number of events. */
+static size_t replay_since_switch(int device)
 {
+    const coop_torch_snapshot *snap = switch_snap;
+    coop_torch_snapshot *end = NULL;
+    assert_int_equal(coop_torch_snapshot_take(device, &end), COOP_OK);
+    const coop_torch_event *events = end->events;
+    size_t num_events = end->num_events;
     uintptr_t live[8];
     size_t num_live = 0;
     for (size_t i = 0; i < snap->num_blocks; i++)
@@ -383,7 +388,7 @@ static void replay_events(const coop_torch_snapshot *snap, const coop_torch_even
         } else if (e->action == COOP_TORCH_FREE_REQUESTED) {
             if (k == num_live) {
                 fail_msg("event %zu frees %#jx, which is not allocated", i, (uintmax_t)e->address);
-                return; /* not reached: said for the static analyzer */
+                return 0; /* not reached: said for the static analyzer */
             }
             live[k] = live[--num_live];
         }
@@ -402,6 +407,8 @@ static void replay_events(const coop_torch_snapshot *snap, const coop_torch_even
     }
     if (allocated != num_live)
         fail_msg("%zu blocks allocated, the events leave %zu", allocated, num_live);
+    coop_torch_snapshot_free(end);
+    return num_events;
 }
 
 /* Recording is switched on between a malloc's pool call and its alloc
@@ -429,15 +436,9 @@ static void test_history_switched_on_inside_a_malloc(void **state)
                           switch_snap->blocks[i].state != COOP_BLOCK_FREE;
     assert_int_equal(allocated_then, 1);
     assert_int_equal(switch_snap->num_events, 0);
-    coop_torch_snapshot *end = NULL;
-    assert_int_equal(coop_torch_snapshot_take(2, &end), COOP_OK);
-    replay_events(switch_snap, end->events, end->num_events, end);
-    coop_torch_snapshot_free(end);
+    replay_since_switch(2);
     coop_torch_free(p, 3000, 2, STREAM(1));
-    assert_int_equal(coop_torch_snapshot_take(2, &end), COOP_OK);
-    replay_events(switch_snap, end->events, end->num_events, end);
-    assert_int_equal(end->num_events, 2); /* free_requested, free_completed */
-    coop_torch_snapshot_free(end);
+    assert_int_equal(replay_since_switch(2), 2); /* free_requested, free_completed */
     coop_torch_snapshot_free(switch_snap);
     switch_snap = NULL;
     coop_torch_record_history(0);
@@ -461,11 +462,7 @@ static void test_history_switched_on_inside_a_free(void **state)
     torch_free_gap_hook = NULL;
     assert_non_null(switch_snap);
     assert_int_equal(switch_snap->num_events, 0);
-    coop_torch_snapshot *end = NULL;
-    assert_int_equal(coop_torch_snapshot_take(2, &end), COOP_OK);
-    replay_events(switch_snap, end->events, end->num_events, end);
-    assert_int_equal(end->num_events, 2); /* free_requested, free_completed */
-    coop_torch_snapshot_free(end);
+    assert_int_equal(replay_since_switch(2), 2); /* free_requested, free_completed */
     coop_torch_snapshot_free(switch_snap);
     switch_snap = NULL;
     coop_torch_record_history(0);
