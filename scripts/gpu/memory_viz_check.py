@@ -167,7 +167,10 @@ def main():
         child(args)
     if not args.dry_run:
         common.require_cuda("memory_viz_check.py")
-    args.dir = args.dir or tempfile.mkdtemp(prefix="memory-viz-")
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)  # the writer puts its temporary file beside the target
+    else:
+        args.dir = tempfile.mkdtemp(prefix="memory-viz-")
     common.start_parent(args, "memory_viz_check")
     snaps, failed = {}, False
     for allocator in common.ALLOCATORS:

@@ -919,8 +919,12 @@ class OomCheck(unittest.TestCase):
 class MemoryVizDryRun(unittest.TestCase):
     def test_both_snapshots_read_and_compared(self):
         with tempfile.TemporaryDirectory() as tmp:
-            r = run(VIZ, "--dry-run", "--dir", tmp, timeout=120)
-            self.assertEqual(r.returncode, 0, r.stderr)
+            # a --dir that does not exist yet, as pending_device_checks.sh passes it (on the
+            # H200 on 2026-11-27 both children failed there: the writer's temporary file
+            # had no folder)
+            snaps = os.path.join(tmp, "viz")
+            r = run(VIZ, "--dry-run", "--dir", snaps, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr + r.stdout[-600:])
             out = lines(r.stdout)
             viz = [x for x in out if x.get("summary") == "memory_viz"]
             self.assertEqual([x["allocator"] for x in viz], ["native", "coop"])
@@ -933,7 +937,7 @@ class MemoryVizDryRun(unittest.TestCase):
                 self.assertIn("peak_reserved_bytes", x)  # None in a dry run
             (cmp,) = [x for x in out if x.get("summary") == "structure_coop_vs_native"]
             self.assertEqual(cmp["block_coop_lacks"], [])
-            self.assertEqual(sorted(os.listdir(tmp)), ["coop.pickle", "native.pickle"])
+            self.assertEqual(sorted(os.listdir(snaps)), ["coop.pickle", "native.pickle"])
 
     def test_a_snapshot_that_does_not_add_up_is_reported(self):
         snap = memory_viz_check.synthetic_snapshot("coop")
