@@ -35,10 +35,9 @@ def find_coop():
 
 def result_rows(filename):
     """(results folder name, row) for every JSON line of filename in each
-    results folder that has one."""
+    results folder, at its top or in a call's subfolder."""
     for res in RESULTS:
-        path = os.path.join(res, filename)
-        if os.path.exists(path):
+        for path in sorted(glob.glob(os.path.join(res, "**", filename), recursive=True)):
             with open(path) as f:
                 for line in f:
                     if line.strip():
