@@ -7,7 +7,8 @@
 # must end with rc=0 in the archive it packs, and the archive must hold the
 # cost figures and the phases' log.
 set -u
-top=$(pwd)
+top=$(pwd) # the build: the tests and the mock driver
+src=$(cd "${srcdir:-.}" && pwd) # the sources: the script (they differ under make distcheck)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/gpu/bin" "$tmp/gpu/lib" "$tmp/gpu/asan/bin" "$tmp/gpu/asan/lib" "$tmp/out" "$tmp/got"
@@ -19,7 +20,7 @@ done
 ln -s "$top/tests/cuda_map_cost" "$tmp/gpu/bin/cuda_map_cost"
 if ! COOP_CUDA_DRIVER="$top/tests/.libs/libmockcuda.so" GPU_DIR="$tmp/gpu" OUT="$tmp/out" \
     SKIP_BENCH=1 MAP_COST_REPS=1 COOP_TEST_OPS=3000 \
-    bash "$top/scripts/gpu/device_tests.sh" >"$tmp/printed" 2>&1; then
+    bash "$src/scripts/gpu/device_tests.sh" >"$tmp/printed" 2>&1; then
     cat "$tmp/printed"
     echo "FAIL: device_tests.sh exited non-zero"
     exit 1
@@ -50,7 +51,7 @@ grep -q ' end$' "$tmp/got/phases.log" || { echo "FAIL: phases.log has no end"; f
 mkdir -p "$tmp/out1" "$tmp/got1"
 if ! COOP_CUDA_DRIVER="$top/tests/.libs/libmockcuda.so" GPU_DIR="$tmp/gpu" OUT="$tmp/out1" \
     SKIP_BENCH=1 MAP_COST_REPS=1 COOP_TEST_OPS=3000 VARIANTS=release \
-    bash "$top/scripts/gpu/device_tests.sh" >"$tmp/printed1" 2>&1; then
+    bash "$src/scripts/gpu/device_tests.sh" >"$tmp/printed1" 2>&1; then
     cat "$tmp/printed1"
     echo "FAIL: device_tests.sh VARIANTS=release exited non-zero"
     failed=1
@@ -64,7 +65,7 @@ if ls "$tmp/got1"/asan-* >/dev/null 2>&1; then
     echo "FAIL: VARIANTS=release ran sanitized tests"
     failed=1
 fi
-VARIANTS=tsan bash "$top/scripts/gpu/device_tests.sh" >/dev/null 2>&1
+VARIANTS=tsan bash "$src/scripts/gpu/device_tests.sh" >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "FAIL: VARIANTS=tsan was not refused with exit 2"; failed=1; }
 [ "$failed" -eq 0 ] && echo "device_tests.sh on the mock: 6 test runs, rc=0 each; $maps map lines;" \
     "VARIANTS=release: 3"

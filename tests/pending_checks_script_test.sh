@@ -12,8 +12,9 @@
 # 4. a step that cannot run (.gpu/ lacking its files) fails the run without
 #    stopping the next step.
 set -u
-top=$(pwd)
-script="$top/scripts/gpu/pending_device_checks.sh"
+top=$(pwd) # the build: the tests, libcoop.so, the mock driver
+src=$(cd "${srcdir:-.}" && pwd) # the sources: the scripts (they differ under make distcheck)
+script="$src/scripts/gpu/pending_device_checks.sh"
 mock="$top/tests/.libs/libmockcuda.so"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
