@@ -68,6 +68,9 @@ tests_fuzz_replay_policies_CFLAGS = $(FUZZ_REPLAY_CFLAGS)
 tests_fuzz_replay_policies_LDADD = $(FUZZ_REPLAY_LIBS)
 tests_fuzz_replay_policies_LDFLAGS = -static
 TESTS += tests/fuzz/replay_corpora.sh
+# what replay_corpora.sh writes, one output per harness (make distcheck wants it cleaned;
+# the shell of `make clean`'s rm expands the pattern)
+CLEANFILES += tests/fuzz/replay_*.out
 endif
 EXTRA_DIST += tests/fuzz/replay_corpora.sh tests/fuzz/build.sh tests/fuzz/fuzz_scratch.h tests/fuzz/fuzz_input.h \
 	tests/fuzz/fuzz_reader.h tests/fuzz/coverage_ignore.txt tests/fuzz/corpus tests/fuzz/regressions scripts/fuzz.sh \
