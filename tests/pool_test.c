@@ -190,6 +190,39 @@ static void test_free_errors(void **state)
     coop_pool_destroy(p);
 }
 
+/* A second free of a block whose lower neighbour is still allocated: the
+ * pointer is the start of a free block, not inside the block below. */
+static void test_double_free_above_a_live_block(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *a = coop_malloc(p, 4096, 0, 0, NULL);
+    void *b = coop_malloc(p, 4096, 0, 0, NULL);
+    void *c = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_ERR_DOUBLE_FREE);
+    assert_non_null(strstr(coop_last_error(), "already freed"));
+    assert_int_equal(coop_record_stream(p, b, 3), COOP_ERR_DOUBLE_FREE);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, c), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* Recording the same stream twice is one use: the free records one event. */
+static void test_record_stream_twice_is_one_use(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true);
+    void *a = coop_malloc(p, 4096, 1, 0, NULL);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+    uint64_t before = coop_backend_calls(p, COOP_FAULT_EVENT);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT), before + 1);
+    coop_pool_destroy(p);
+}
+
 /* A block freed on its own stream is reusable at once there, not elsewhere. */
 static void test_stream_reuse(void **state)
 {
@@ -688,6 +721,36 @@ static int count_blocks(const coop_block_info *b, void *ctx)
     return 0;
 }
 
+/* coop_forget_stream must not return COOP_OK while a pending free's event
+ * on the stream is still to be recorded (the pool would record it on the
+ * destroyed handle later): whichever event call fails, either it refuses
+ * or nothing is left unrecorded. */
+static void test_forget_stream_leaves_no_event_to_record(void **state)
+{
+    (void)state;
+    for (uint64_t nth = 1; nth <= 8; nth++) {
+        coop_pool *p = make_pool(64 * MiB, true);
+        void *a = coop_malloc(p, 4096, 1, 0, NULL);
+        void *g = coop_malloc(p, 512, 1, 0, NULL);
+        assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+        assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK);
+        assert_int_equal(coop_free(p, a), COOP_OK); /* its event on 7 not recorded */
+        assert_int_equal(p->num_unqueued, 1);
+        assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, nth), COOP_OK);
+        coop_status st = coop_forget_stream(p, 7);
+        assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 0), COOP_OK);
+        if (st == COOP_OK && p->num_unqueued != 0) {
+            fail_msg("fault at event call %llu: coop_forget_stream returned COOP_OK with %zu "
+                     "events left to record",
+                     (unsigned long long)nth, p->num_unqueued);
+            return;
+        }
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+        assert_int_equal(coop_free(p, g), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 static void test_walk(void **state)
 {
     (void)state;
@@ -889,6 +952,58 @@ static void test_set_capacity(void **state)
     assert_int_equal(coop_set_capacity(p, 128 * MiB), COOP_ERR_INVALID); /* beyond device */
     assert_int_equal(coop_set_capacity(p, 0), COOP_ERR_INVALID);
     coop_free(p, b);
+    coop_pool_destroy(p);
+}
+
+/* A capacity equal to the mapped bytes needs nothing released: the cached
+ * pages stay mapped. */
+static void test_set_capacity_to_the_mapped_bytes_keeps_the_cache(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true); /* 2 MiB pages */
+    void *a = coop_malloc(p, 2 * MiB, 0, 0, NULL);
+    void *b = coop_malloc(p, 2 * MiB, 0, 0, NULL);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    coop_stats before = stats_of(p);
+    assert_int_equal(before.reserved_bytes.current, 4 * MiB);
+    assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_OK);
+    coop_stats after = stats_of(p);
+    assert_int_equal(after.capacity, 4 * MiB);
+    assert_int_equal(after.reserved_bytes.current, 4 * MiB);
+    assert_int_equal(after.num_unmaps, before.num_unmaps);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* The capacity may be raised back up to the virtual range (va_size), as
+ * coop_pool_create accepts a va_size equal to the capacity. */
+static void test_set_capacity_up_to_the_virtual_range(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(4 * MiB);
+    c.va_size = 4 * MiB;
+    coop_pool *p = create_or_fail(&c);
+    assert_int_equal(coop_set_capacity(p, 2 * MiB), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_OK);
+    assert_int_equal(stats_of(p).capacity, 4 * MiB);
+    coop_pool_destroy(p);
+}
+
+/* Lowering the capacity waits for a busy stream whose free block keeps
+ * cached pages (unless never_wait), then releases them. */
+static void test_set_capacity_waits_for_a_busy_stream(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true); /* 2 MiB pages */
+    void *a = coop_malloc(p, 2 * MiB, 1, 0, NULL);
+    void *g = coop_malloc(p, 2 * MiB, 1, 0, NULL);
+    assert_int_equal(coop_free(p, a), COOP_OK); /* cached, tagged stream 1 */
+    assert_int_equal(coop_host_busy_stream(p, 1), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 2 * MiB), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.capacity, 2 * MiB);
+    assert_int_equal(s.reserved_bytes.current, 2 * MiB);
+    assert_int_equal(coop_free(p, g), COOP_OK);
     coop_pool_destroy(p);
 }
 
@@ -1520,6 +1635,8 @@ int main(void)
         cmocka_unit_test(test_size_zero_and_huge),
         cmocka_unit_test(test_best_fit),
         cmocka_unit_test(test_free_errors),
+        cmocka_unit_test(test_double_free_above_a_live_block),
+        cmocka_unit_test(test_record_stream_twice_is_one_use),
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_record_stream_pending),
         cmocka_unit_test(test_pending_queries_stop_at_a_busy_stream),
@@ -1531,10 +1648,14 @@ int main(void)
         cmocka_unit_test(test_reclaim_spares_busy_streams),
         cmocka_unit_test(test_forget_stream),
         cmocka_unit_test(test_forget_stream_frees_its_set),
+        cmocka_unit_test(test_forget_stream_leaves_no_event_to_record),
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
+        cmocka_unit_test(test_set_capacity_to_the_mapped_bytes_keeps_the_cache),
+        cmocka_unit_test(test_set_capacity_up_to_the_virtual_range),
+        cmocka_unit_test(test_set_capacity_waits_for_a_busy_stream),
         cmocka_unit_test(test_segment_rule_follows_the_capacity),
         cmocka_unit_test(test_set_capacity_no_wrap),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
