@@ -1007,6 +1007,40 @@ static void test_set_capacity_waits_for_a_busy_stream(void **state)
     coop_pool_destroy(p);
 }
 
+/* An exact placement (the remat layer's pool_alloc_in_locked) that has to
+ * release cached pages to map its own counts as an allocation retry, as
+ * coop_malloc's does. */
+static void test_exact_placement_that_reclaims_counts_a_retry(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true); /* 2 MiB pages */
+    const uint64_t P = 2 * MiB;
+    void *a = coop_malloc(p, P, 0, 0, NULL);
+    void *g1 = coop_malloc(p, P, 0, 0, NULL);
+    void *c = coop_malloc(p, P, 0, 0, NULL);
+    void *g2 = coop_malloc(p, P, 0, 0, NULL);
+    assert_int_equal(coop_free(p, c), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK); /* c's page unmapped */
+    assert_int_equal(coop_free(p, a), COOP_OK);     /* a's page cached */
+    assert_int_equal(coop_set_capacity(p, 3 * P), COOP_OK);
+    coop_stats before = stats_of(p);
+    pool_lock(p);
+    arena_block *fb = arena_find_containing(&p->arena, (uintptr_t)c);
+    arena_block *out = NULL;
+    assert_non_null(fb);
+    assert_int_equal(pool_alloc_in_locked(p, fb, (uintptr_t)c, P, 0, &out), COOP_OK);
+    pool_unlock(p);
+    assert_int_equal(out->addr, (uintptr_t)c);
+    coop_stats after = stats_of(p);
+    assert_int_equal(after.num_unmaps, before.num_unmaps + 1); /* a's page */
+    assert_int_equal(after.num_alloc_retries, before.num_alloc_retries + 1);
+    assert_int_equal(coop_free(p, c), COOP_OK);
+    assert_int_equal(coop_free(p, g1), COOP_OK);
+    assert_int_equal(coop_free(p, g2), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* Without VMM, whether a request of half a segment or more gets a segment of
  * its own size follows the capacity in force: a capacity set down to the
  * segment size makes the pool one fixed arena, whose first segment is whole,
@@ -1656,6 +1690,7 @@ int main(void)
         cmocka_unit_test(test_set_capacity_to_the_mapped_bytes_keeps_the_cache),
         cmocka_unit_test(test_set_capacity_up_to_the_virtual_range),
         cmocka_unit_test(test_set_capacity_waits_for_a_busy_stream),
+        cmocka_unit_test(test_exact_placement_that_reclaims_counts_a_retry),
         cmocka_unit_test(test_segment_rule_follows_the_capacity),
         cmocka_unit_test(test_set_capacity_no_wrap),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
