@@ -242,6 +242,31 @@ static void test_stream_reuse(void **state)
     coop_pool_destroy(p);
 }
 
+/* A free block's stream survives a split: the rest of a block freed on
+ * stream 1, after a smaller allocation on stream 1 took its low end, is
+ * still stream 1's, not reusable on stream 2. */
+static void test_split_rest_keeps_its_stream(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    char *a = coop_malloc(p, 16384, 1, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    char *b = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_equal(b, a);
+    char *c = coop_malloc(p, 8192, 2, 0, NULL);
+    assert_non_null(c);
+    assert_ptr_not_equal(c, a + 8192);
+    char *d = coop_malloc(p, 8192, 1, 0, NULL); /* stream 1 still may */
+    assert_ptr_equal(d, a + 8192);
+    coop_free(p, b);
+    coop_free(p, c);
+    coop_free(p, d);
+    coop_free(p, guard);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* record_stream: the block stays pending until the other stream's event completes. */
 static void test_record_stream_pending(void **state)
 {
@@ -875,6 +900,31 @@ static void test_oom_reuses_a_mapped_block_never_waiting(void **state)
 {
     (void)state;
     oom_beside_mapped_block(true);
+}
+
+/* Without VMM, a second free of the block at the start of a segment that
+ * lies right above another segment is a double free, not a foreign
+ * pointer (the address is also the end of the segment below). */
+static void test_double_free_at_a_segment_start(void **state)
+{
+    (void)state;
+    coop_pool *p = make_segment_pool(64 * MiB, 2 * MiB);
+    char *x = coop_malloc(p, 2 * MiB, 0, 0, NULL);
+    char *y = coop_malloc(p, 2 * MiB, 0, 0, NULL);
+    assert_non_null(x);
+    assert_non_null(y);
+    char *upper = x > y ? x : y, *lower = x > y ? y : x;
+    if (lower + 2 * MiB != upper) {
+        coop_free(p, x);
+        coop_free(p, y);
+        coop_pool_destroy(p);
+        skip(); /* the backend did not place the segments side by side */
+    }
+    assert_int_equal(coop_free(p, upper), COOP_OK);
+    assert_int_equal(coop_free(p, upper), COOP_ERR_DOUBLE_FREE);
+    assert_int_equal(coop_free(p, lower), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
 }
 
 /* No free block at all, yet capacity left: the message shows the headroom. */
@@ -1672,6 +1722,7 @@ int main(void)
         cmocka_unit_test(test_double_free_above_a_live_block),
         cmocka_unit_test(test_record_stream_twice_is_one_use),
         cmocka_unit_test(test_stream_reuse),
+        cmocka_unit_test(test_split_rest_keeps_its_stream),
         cmocka_unit_test(test_record_stream_pending),
         cmocka_unit_test(test_pending_queries_stop_at_a_busy_stream),
         cmocka_unit_test(test_a_block_used_on_two_streams_waits_for_both),
@@ -1696,6 +1747,7 @@ int main(void)
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segments_two_streams),
+        cmocka_unit_test(test_double_free_at_a_segment_start),
         cmocka_unit_test(test_oom_message_headroom),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_of_a_held_stream),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_never_waiting),
