@@ -919,6 +919,7 @@ static void test_double_free_at_a_segment_start(void **state)
         coop_free(p, y);
         coop_pool_destroy(p);
         skip(); /* the backend did not place the segments side by side */
+        return;
     }
     assert_int_equal(coop_free(p, upper), COOP_OK);
     assert_int_equal(coop_free(p, upper), COOP_ERR_DOUBLE_FREE);
