@@ -415,6 +415,230 @@ static void test_one_segment_of_the_whole_capacity_stays_whole(void **state)
     close_arena();
 }
 
+/* Reclaim under capacity pressure that brings the mapped bytes to exactly
+ * the capacity is enough: the placement is mapped, not refused. */
+static void test_reclaim_to_exactly_the_capacity(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 4 * P, 1 * MiB, 512);
+    arena_block *a = alloc(2 * P, 0, false);
+    arena_block *g = alloc(P, 0, false);
+    release(a, 0); /* 2 cached pages below g */
+    assert_int_equal(F.a.reserved, 3 * P);
+    /* no free block fits 3 pages: the top grows by 3 pages, and unmapping
+     * a's 2 leaves 1 + 3 = the capacity */
+    arena_block *c = alloc(3 * P, 0, false);
+    assert_non_null(c);
+    assert_true(c->addr > g->addr);
+    assert_int_equal(F.a.reserved, 4 * P);
+    release(c, 0);
+    release(g, 0);
+    close_arena();
+}
+
+/* Without VMM, where a whole segment would pass the capacity, a segment of
+ * the request's own size that fits is taken instead of failing. */
+static void test_segment_of_the_request_size_where_a_whole_one_does_not_fit(void **state)
+{
+    (void)state;
+    open_arena(false, 1 * MiB + 512 * KiB, 0, 512); /* segment_size 1 MiB */
+    arena_block *x = alloc(384 * KiB, 0, false);    /* a whole segment */
+    arena_block *y = alloc(384 * KiB, 0, false);    /* fits its rest */
+    assert_int_equal(F.a.reserved, 1 * MiB);
+    arena_block *z = alloc(320 * KiB, 0, false); /* rest 256 KiB: a new segment */
+    assert_non_null(z);
+    assert_int_equal(F.a.num_segments, 2);
+    assert_int_equal(F.a.reserved, 1 * MiB + 320 * KiB);
+    release(z, 0);
+    release(y, 0);
+    release(x, 0);
+    close_arena();
+}
+
+/* An allocation maps the pages of the block it keeps, not those of the
+ * remainder it splits off (a remainder of exactly min_split is split). */
+static void test_split_remainder_stays_unmapped(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 16 * MiB, 64 * MiB, 4 * KiB);
+    arena_block *a = alloc(P + 4 * KiB, 0, false);
+    assert_int_equal(F.a.reserved, 2 * P);
+    release(a, 0);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(F.a.reserved, 0);
+    arena_block *b = alloc(P, 0, false); /* the 4 KiB rest lies in page 1 */
+    assert_int_equal(b->size, P);
+    assert_non_null(b->next);
+    assert_int_equal(b->next->size, 4 * KiB);
+    assert_int_equal(F.a.reserved, P);
+    release(b, 0);
+    close_arena();
+}
+
+/* Without VMM, a new segment's remainder of exactly min_split is split off
+ * at either end: the low placement leaves it after the block, the high one
+ * before it. */
+static void test_segment_remainder_of_min_split(void **state)
+{
+    (void)state;
+    open_arena(false, 8 * MiB, 0, 512); /* segment_size 1 MiB */
+    arena_block *lo = alloc(1 * MiB - 512, 0, false);
+    assert_int_equal(lo->size, 1 * MiB - 512);
+    assert_null(lo->prev);
+    assert_non_null(lo->next);
+    assert_int_equal(lo->next->size, 512);
+    arena_block *hi = alloc(1 * MiB - 512, 0, true);
+    assert_int_equal(hi->size, 1 * MiB - 512);
+    assert_non_null(hi->prev);
+    assert_int_equal(hi->prev->size, 512);
+    assert_int_equal(hi->addr, arena_block_segment(&F.a, hi)->base + 512);
+    assert_null(hi->next);
+    assert_int_equal(F.a.counters.free_bytes, 1024);
+    release(hi, 0);
+    release(lo, 0);
+    close_arena();
+}
+
+/* Exact placement may end where the free block ends. */
+static void test_alloc_in_up_to_the_end(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *x = alloc(64 * KiB, 0, false);
+    arena_block *g = alloc(512, 0, false);
+    uintptr_t base = x->addr;
+    arena_block *f = arena_release(&F.a, x, 0);
+    arena_block *b = NULL;
+    bool reclaimed = false;
+    assert_int_equal(arena_alloc_in(&F.a, f, base + 48 * KiB, 16 * KiB, 0, &b, &reclaimed),
+                     COOP_OK);
+    check();
+    assert_int_equal(b->addr, base + 48 * KiB);
+    assert_int_equal(b->size, 16 * KiB);
+    assert_ptr_equal(b->next, g);
+    release(b, 0);
+    release(g, 0);
+    close_arena();
+}
+
+/* arena_alloc_mapped is a best fit: of two equal free blocks, the lower one. */
+static void test_alloc_mapped_prefers_the_lowest_address(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *f1 = alloc(2 * P, 0, false);
+    arena_block *s1 = alloc(P, 0, false);
+    arena_block *f2 = alloc(2 * P, 0, false);
+    arena_block *s2 = alloc(P, 0, false);
+    uintptr_t low = f1->addr;
+    release(f1, 0);
+    release(f2, 0);
+    arena_block *b = NULL;
+    bool reclaimed = false;
+    assert_int_equal(arena_alloc_mapped(&F.a, 2 * P, 0, false, &b, &reclaimed), COOP_OK);
+    check();
+    assert_int_equal(b->addr, low);
+    release(b, 0);
+    release(s1, 0);
+    release(s2, 0);
+    close_arena();
+}
+
+/* Reclaim releases what it was asked for, highest addresses first, and
+ * stops there: lower cached pages stay mapped. */
+static void test_reclaim_stops_once_enough_is_released(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *a = alloc(2 * P, 0, false);
+    arena_block *x = alloc(P, 0, false);
+    arena_block *b = alloc(2 * P, 0, false);
+    arena_block *y = alloc(P, 0, false);
+    arena_segment *s = arena_first_segment(&F.a);
+    uintptr_t a_addr = a->addr, b_addr = b->addr;
+    release(a, 0);
+    release(b, 0);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, 2 * P, 0, 0, &released), COOP_OK);
+    check();
+    assert_int_equal(released, 2 * P);
+    assert_int_equal(F.a.reserved, 4 * P);
+    assert_int_equal(arena_mapped_bytes_in(&F.a, s, b_addr, 2 * P), 0);
+    assert_int_equal(arena_mapped_bytes_in(&F.a, s, a_addr, 2 * P), 2 * P);
+    release(x, 0);
+    release(y, 0);
+    close_arena();
+}
+
+/* Without VMM the same: a new segment that needs one free segment released
+ * releases one, not every idle one. */
+static void test_reclaim_releases_only_the_segments_needed(void **state)
+{
+    (void)state;
+    open_arena(false, 4 * MiB, 0, 512); /* segment_size 1 MiB */
+    arena_block *seg[4];
+    for (int i = 0; i < 4; i++)
+        seg[i] = alloc(1 * MiB, 1, false);
+    assert_int_equal(F.a.reserved, 4 * MiB);
+    release(seg[1], 1);
+    release(seg[2], 1);
+    /* stream 2 cannot use stream 1's free segments: one is released */
+    arena_block *n = alloc(1 * MiB, 2, false);
+    assert_non_null(n);
+    assert_int_equal(F.a.num_segments, 4);
+    assert_int_equal(F.a.reserved, 4 * MiB);
+    assert_int_equal(F.a.index.count, 1);
+    release(n, 2);
+    release(seg[0], 1);
+    release(seg[3], 1);
+    close_arena();
+}
+
+static bool stream_1_busy(void *ctx, coop_stream stream)
+{
+    (void)ctx;
+    return stream != 1;
+}
+
+/* After the device refused pages (memory used outside the pool),
+ * arena_alloc_mapped takes only free blocks that need no new page: here the
+ * mapped block of a busy stream, not the smaller unmapped one that best fit
+ * chose and the device cannot back. */
+static void test_alloc_mapped_after_the_device_refused(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena_on(3 * P, true, 8 * P, 4 * MiB, 512); /* the device holds 3 pages */
+    arena_block *a1 = alloc(P, 2, false);
+    arena_block *a2 = alloc(P, 2, false);
+    release(a1, COOP_STREAM_ANY);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(F.a.reserved, P);       /* [0, P) free and unmapped */
+    arena_block *l = alloc(2 * P, 1, false); /* the top block */
+    uintptr_t l_addr = l->addr;
+    assert_int_equal(F.a.reserved, 3 * P); /* the device is full */
+    release(l, 1);
+    arena_set_stream_idle(&F.a, stream_1_busy, NULL);
+    arena_block *b = NULL;
+    bool reclaimed = false;
+    assert_int_equal(arena_alloc(&F.a, P, 1, false, &b, &reclaimed), COOP_ERR_NOMEM);
+    assert_int_equal(F.a.nomem, ARENA_NOMEM_DEVICE);
+    check();
+    assert_int_equal(arena_alloc_mapped(&F.a, P, 1, false, &b, &reclaimed), COOP_OK);
+    check();
+    assert_int_equal(b->addr, l_addr);
+    arena_set_stream_idle(&F.a, NULL, NULL);
+    release(b, 1);
+    release(a2, 2);
+    close_arena();
+}
+
 /* arena_check fails and its message names the invariant. */
 static void assert_check_fails_with(const char *what)
 {
@@ -604,6 +828,15 @@ int main(void)
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segment_of_its_own_from_half_a_segment),
         cmocka_unit_test(test_one_segment_of_the_whole_capacity_stays_whole),
+        cmocka_unit_test(test_reclaim_to_exactly_the_capacity),
+        cmocka_unit_test(test_segment_of_the_request_size_where_a_whole_one_does_not_fit),
+        cmocka_unit_test(test_split_remainder_stays_unmapped),
+        cmocka_unit_test(test_segment_remainder_of_min_split),
+        cmocka_unit_test(test_alloc_in_up_to_the_end),
+        cmocka_unit_test(test_alloc_mapped_prefers_the_lowest_address),
+        cmocka_unit_test(test_reclaim_stops_once_enough_is_released),
+        cmocka_unit_test(test_reclaim_releases_only_the_segments_needed),
+        cmocka_unit_test(test_alloc_mapped_after_the_device_refused),
         cmocka_unit_test(test_check_detects_corruption),
         cmocka_unit_test(test_check_detects_each_corruption_vmm),
         cmocka_unit_test(test_check_detects_each_corruption_segments),

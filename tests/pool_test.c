@@ -190,6 +190,39 @@ static void test_free_errors(void **state)
     coop_pool_destroy(p);
 }
 
+/* A second free of a block whose lower neighbour is still allocated: the
+ * pointer is the start of a free block, not inside the block below. */
+static void test_double_free_above_a_live_block(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    void *a = coop_malloc(p, 4096, 0, 0, NULL);
+    void *b = coop_malloc(p, 4096, 0, 0, NULL);
+    void *c = coop_malloc(p, 4096, 0, 0, NULL);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_ERR_DOUBLE_FREE);
+    assert_non_null(strstr(coop_last_error(), "already freed"));
+    assert_int_equal(coop_record_stream(p, b, 3), COOP_ERR_DOUBLE_FREE);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, c), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* Recording the same stream twice is one use: the free records one event. */
+static void test_record_stream_twice_is_one_use(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true);
+    void *a = coop_malloc(p, 4096, 1, 0, NULL);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+    uint64_t before = coop_backend_calls(p, COOP_FAULT_EVENT);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_EVENT), before + 1);
+    coop_pool_destroy(p);
+}
+
 /* A block freed on its own stream is reusable at once there, not elsewhere. */
 static void test_stream_reuse(void **state)
 {
@@ -204,6 +237,31 @@ static void test_stream_reuse(void **state)
     assert_ptr_equal(same, a);
     coop_free(p, same);
     coop_free(p, other);
+    coop_free(p, guard);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* A free block's stream survives a split: the rest of a block freed on
+ * stream 1, after a smaller allocation on stream 1 took its low end, is
+ * still stream 1's, not reusable on stream 2. */
+static void test_split_rest_keeps_its_stream(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    char *a = coop_malloc(p, 16384, 1, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    char *b = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_equal(b, a);
+    char *c = coop_malloc(p, 8192, 2, 0, NULL);
+    assert_non_null(c);
+    assert_ptr_not_equal(c, a + 8192);
+    char *d = coop_malloc(p, 8192, 1, 0, NULL); /* stream 1 still may */
+    assert_ptr_equal(d, a + 8192);
+    coop_free(p, b);
+    coop_free(p, c);
+    coop_free(p, d);
     coop_free(p, guard);
     assert_int_equal(coop_pool_check(p), COOP_OK);
     coop_pool_destroy(p);
@@ -688,6 +746,36 @@ static int count_blocks(const coop_block_info *b, void *ctx)
     return 0;
 }
 
+/* coop_forget_stream must not return COOP_OK while a pending free's event
+ * on the stream is still to be recorded (the pool would record it on the
+ * destroyed handle later): whichever event call fails, either it refuses
+ * or nothing is left unrecorded. */
+static void test_forget_stream_leaves_no_event_to_record(void **state)
+{
+    (void)state;
+    for (uint64_t nth = 1; nth <= 8; nth++) {
+        coop_pool *p = make_pool(64 * MiB, true);
+        void *a = coop_malloc(p, 4096, 1, 0, NULL);
+        void *g = coop_malloc(p, 512, 1, 0, NULL);
+        assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+        assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK);
+        assert_int_equal(coop_free(p, a), COOP_OK); /* its event on 7 not recorded */
+        assert_int_equal(p->num_unqueued, 1);
+        assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, nth), COOP_OK);
+        coop_status st = coop_forget_stream(p, 7);
+        assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 0), COOP_OK);
+        if (st == COOP_OK && p->num_unqueued != 0) {
+            fail_msg("fault at event call %llu: coop_forget_stream returned COOP_OK with %zu "
+                     "events left to record",
+                     (unsigned long long)nth, p->num_unqueued);
+            return;
+        }
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+        assert_int_equal(coop_free(p, g), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 static void test_walk(void **state)
 {
     (void)state;
@@ -814,6 +902,32 @@ static void test_oom_reuses_a_mapped_block_never_waiting(void **state)
     oom_beside_mapped_block(true);
 }
 
+/* Without VMM, a second free of the block at the start of a segment that
+ * lies right above another segment is a double free, not a foreign
+ * pointer (the address is also the end of the segment below). */
+static void test_double_free_at_a_segment_start(void **state)
+{
+    (void)state;
+    coop_pool *p = make_segment_pool(64 * MiB, 2 * MiB);
+    char *x = coop_malloc(p, 2 * MiB, 0, 0, NULL);
+    char *y = coop_malloc(p, 2 * MiB, 0, 0, NULL);
+    assert_non_null(x);
+    assert_non_null(y);
+    char *upper = x > y ? x : y, *lower = x > y ? y : x;
+    if (lower + 2 * MiB != upper) {
+        coop_free(p, x);
+        coop_free(p, y);
+        coop_pool_destroy(p);
+        skip(); /* the backend did not place the segments side by side */
+        return;
+    }
+    assert_int_equal(coop_free(p, upper), COOP_OK);
+    assert_int_equal(coop_free(p, upper), COOP_ERR_DOUBLE_FREE);
+    assert_int_equal(coop_free(p, lower), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* No free block at all, yet capacity left: the message shows the headroom. */
 static void test_oom_message_headroom(void **state)
 {
@@ -889,6 +1003,92 @@ static void test_set_capacity(void **state)
     assert_int_equal(coop_set_capacity(p, 128 * MiB), COOP_ERR_INVALID); /* beyond device */
     assert_int_equal(coop_set_capacity(p, 0), COOP_ERR_INVALID);
     coop_free(p, b);
+    coop_pool_destroy(p);
+}
+
+/* A capacity equal to the mapped bytes needs nothing released: the cached
+ * pages stay mapped. */
+static void test_set_capacity_to_the_mapped_bytes_keeps_the_cache(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true); /* 2 MiB pages */
+    void *a = coop_malloc(p, 2 * MiB, 0, 0, NULL);
+    void *b = coop_malloc(p, 2 * MiB, 0, 0, NULL);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    coop_stats before = stats_of(p);
+    assert_int_equal(before.reserved_bytes.current, 4 * MiB);
+    assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_OK);
+    coop_stats after = stats_of(p);
+    assert_int_equal(after.capacity, 4 * MiB);
+    assert_int_equal(after.reserved_bytes.current, 4 * MiB);
+    assert_int_equal(after.num_unmaps, before.num_unmaps);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* The capacity may be raised back up to the virtual range (va_size), as
+ * coop_pool_create accepts a va_size equal to the capacity. */
+static void test_set_capacity_up_to_the_virtual_range(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(4 * MiB);
+    c.va_size = 4 * MiB;
+    coop_pool *p = create_or_fail(&c);
+    assert_int_equal(coop_set_capacity(p, 2 * MiB), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_OK);
+    assert_int_equal(stats_of(p).capacity, 4 * MiB);
+    coop_pool_destroy(p);
+}
+
+/* Lowering the capacity waits for a busy stream whose free block keeps
+ * cached pages (unless never_wait), then releases them. */
+static void test_set_capacity_waits_for_a_busy_stream(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true); /* 2 MiB pages */
+    void *a = coop_malloc(p, 2 * MiB, 1, 0, NULL);
+    void *g = coop_malloc(p, 2 * MiB, 1, 0, NULL);
+    assert_int_equal(coop_free(p, a), COOP_OK); /* cached, tagged stream 1 */
+    assert_int_equal(coop_host_busy_stream(p, 1), COOP_OK);
+    assert_int_equal(coop_set_capacity(p, 2 * MiB), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.capacity, 2 * MiB);
+    assert_int_equal(s.reserved_bytes.current, 2 * MiB);
+    assert_int_equal(coop_free(p, g), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* An exact placement (the remat layer's pool_alloc_in_locked) that has to
+ * release cached pages to map its own counts as an allocation retry, as
+ * coop_malloc's does. */
+static void test_exact_placement_that_reclaims_counts_a_retry(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true); /* 2 MiB pages */
+    const uint64_t P = 2 * MiB;
+    void *a = coop_malloc(p, P, 0, 0, NULL);
+    void *g1 = coop_malloc(p, P, 0, 0, NULL);
+    void *c = coop_malloc(p, P, 0, 0, NULL);
+    void *g2 = coop_malloc(p, P, 0, 0, NULL);
+    assert_int_equal(coop_free(p, c), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK); /* c's page unmapped */
+    assert_int_equal(coop_free(p, a), COOP_OK);     /* a's page cached */
+    assert_int_equal(coop_set_capacity(p, 3 * P), COOP_OK);
+    coop_stats before = stats_of(p);
+    pool_lock(p);
+    arena_block *fb = arena_find_containing(&p->arena, (uintptr_t)c);
+    arena_block *out = NULL;
+    assert_non_null(fb);
+    assert_int_equal(pool_alloc_in_locked(p, fb, (uintptr_t)c, P, 0, &out), COOP_OK);
+    pool_unlock(p);
+    assert_int_equal(out->addr, (uintptr_t)c);
+    coop_stats after = stats_of(p);
+    assert_int_equal(after.num_unmaps, before.num_unmaps + 1); /* a's page */
+    assert_int_equal(after.num_alloc_retries, before.num_alloc_retries + 1);
+    assert_int_equal(coop_free(p, c), COOP_OK);
+    assert_int_equal(coop_free(p, g1), COOP_OK);
+    assert_int_equal(coop_free(p, g2), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
     coop_pool_destroy(p);
 }
 
@@ -1520,7 +1720,10 @@ int main(void)
         cmocka_unit_test(test_size_zero_and_huge),
         cmocka_unit_test(test_best_fit),
         cmocka_unit_test(test_free_errors),
+        cmocka_unit_test(test_double_free_above_a_live_block),
+        cmocka_unit_test(test_record_stream_twice_is_one_use),
         cmocka_unit_test(test_stream_reuse),
+        cmocka_unit_test(test_split_rest_keeps_its_stream),
         cmocka_unit_test(test_record_stream_pending),
         cmocka_unit_test(test_pending_queries_stop_at_a_busy_stream),
         cmocka_unit_test(test_a_block_used_on_two_streams_waits_for_both),
@@ -1531,15 +1734,21 @@ int main(void)
         cmocka_unit_test(test_reclaim_spares_busy_streams),
         cmocka_unit_test(test_forget_stream),
         cmocka_unit_test(test_forget_stream_frees_its_set),
+        cmocka_unit_test(test_forget_stream_leaves_no_event_to_record),
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
+        cmocka_unit_test(test_set_capacity_to_the_mapped_bytes_keeps_the_cache),
+        cmocka_unit_test(test_set_capacity_up_to_the_virtual_range),
+        cmocka_unit_test(test_set_capacity_waits_for_a_busy_stream),
+        cmocka_unit_test(test_exact_placement_that_reclaims_counts_a_retry),
         cmocka_unit_test(test_segment_rule_follows_the_capacity),
         cmocka_unit_test(test_set_capacity_no_wrap),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segments_two_streams),
+        cmocka_unit_test(test_double_free_at_a_segment_start),
         cmocka_unit_test(test_oom_message_headroom),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_of_a_held_stream),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_never_waiting),
