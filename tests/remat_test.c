@@ -561,6 +561,85 @@ static void ties_evict_the_earlier_resident(void **state)
     coop_pool_destroy(pool);
 }
 
+/* COOP_REMAT_LRU evicts the least recently accessed tensor (include/coop.h):
+ * a, b, c made in that order, a accessed again; b goes, not a. */
+static void lru_evicts_the_least_recently_accessed(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_LRU, false);
+    coop_tensor *a, *b, *c, *v, *n;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "C", NULL, 0, EV, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, a, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_true(coop_tensor_resident(a) && coop_tensor_resident(c));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* COOP_REMAT_SIZE evicts the largest tensor first: s (8 KiB, made first, the
+ * stalest) stays, l (16 KiB) goes for an 8 KiB request. */
+static void size_evicts_the_largest_first(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_SIZE, false);
+    coop_tensor *s, *l, *v, *n;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "S", NULL, 0, EV, &s), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "L", NULL, 0, EV, &l), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 40 * KiB, 10, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 1);
+    assert_false(coop_tensor_resident(l));
+    assert_true(coop_tensor_resident(s));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* DTR scores c_eq / (bytes x staleness), DTR-local c / (bytes x
+ * staleness): x (10 ns) has an evicted input e (10^6 ns), y (100 ns) none;
+ * both 8 KiB, pinned and unpinned together (same staleness). DTR-local
+ * evicts x (10 < 100), DTR y (10 + 10^6 > 100). */
+static void dtr_counts_evicted_neighbours_and_dtr_local_does_not(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    const size_t sz = 8 * KiB;
+    coop_tensor *e, *x, *y, *k[4], *n;
+    assert_int_equal(coop_tensor_create(r, sz, 1000000, "E", NULL, 0, EV, &e), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 10, "X", &e, 1, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 100, "Y", NULL, 0, EV, &y), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, x, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, y, NULL), COOP_OK);
+    /* 40 KiB of unevictable tensors fill the pool, 8 KiB more evict e, the
+     * only candidate */
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[1]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1, "K", NULL, 0, 0, &k[2]), COOP_OK);
+    assert_true(coop_tensor_resident(e));
+    assert_int_equal(coop_tensor_create(r, sz, 1, "K", NULL, 0, 0, &k[3]), COOP_OK);
+    assert_false(coop_tensor_resident(e));
+    assert_int_equal(coop_tensor_unpin(r, x), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, y), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    coop_tensor *kept = policy == COOP_REMAT_DTR ? x : y;
+    coop_tensor *gone = policy == COOP_REMAT_DTR ? y : x;
+    assert_false(coop_tensor_resident(gone));
+    assert_true(coop_tensor_resident(kept));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -589,13 +668,19 @@ int main(void)
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
         cmocka_unit_test(bad_arguments_are_refused),
-        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[2]), /* dtr-local */
-        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[3]), /* dte */
+        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[2]),  /* dtr-local */
+        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[3]),  /* dte */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[1]), /* dtr */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[2]), /* dtr-local */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[3]), /* dte */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[4]), /* lru */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[5]), /* size */
+        cmocka_unit_test(lru_evicts_the_least_recently_accessed),
+        cmocka_unit_test(size_evicts_the_largest_first),
+        cmocka_unit_test_prestate(dtr_counts_evicted_neighbours_and_dtr_local_does_not,
+                                  &policies[1]),
+        cmocka_unit_test_prestate(dtr_counts_evicted_neighbours_and_dtr_local_does_not,
+                                  &policies[2]),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
