@@ -640,6 +640,48 @@ static void dtr_counts_evicted_neighbours_and_dtr_local_does_not(void **state)
     coop_pool_destroy(pool);
 }
 
+/* The mirror of dte_counts_the_free_neighbours, the hole after the tensor:
+ * P [0, 8K) is made and released so that A, made after B, lands there; H
+ * [8K, 16K) released (free after A), U [16K, 24K) and V [32K, 64K) not
+ * evictable, B [24K, 32K) evictable and staler. DTR-local evicts B first
+ * (which frees no 16 KiB range), then A; DTE counts H with A and evicts A
+ * alone, which frees [0, 16K). */
+static void dte_counts_the_free_block_after_a_tensor(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *p, *h, *u, *b, *a, *v, *n;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "P", NULL, 0, 0, &p), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "H", NULL, 0, 0, &h), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "U", NULL, 0, 0, &u), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 100, "B", NULL, 0, EV, &b), COOP_OK);
+    uintptr_t base = (uintptr_t)coop_tensor_data(p);
+    assert_int_equal(coop_tensor_release(r, p), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 100, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1000, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal((uintptr_t)coop_tensor_data(a) - base, 0);
+    assert_int_equal((uintptr_t)coop_tensor_data(h) - base, 8 * KiB);
+    assert_int_equal((uintptr_t)coop_tensor_data(b) - base, 24 * KiB);
+    assert_int_equal(coop_tensor_release(r, h), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_false(coop_tensor_resident(a));
+    if (policy == COOP_REMAT_DTE) {
+        assert_true(coop_tensor_resident(b));
+        assert_int_equal(st.evictions, 1);
+    } else {
+        assert_false(coop_tensor_resident(b));
+        assert_int_equal(st.evictions, 2);
+    }
+    assert_int_equal((uintptr_t)coop_tensor_data(n) - base, 0);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -681,6 +723,9 @@ int main(void)
                                   &policies[1]),
         cmocka_unit_test_prestate(dtr_counts_evicted_neighbours_and_dtr_local_does_not,
                                   &policies[2]),
+        cmocka_unit_test_prestate(dte_counts_the_free_block_after_a_tensor,
+                                  &policies[2]), /* dtr-local */
+        cmocka_unit_test_prestate(dte_counts_the_free_block_after_a_tensor, &policies[3]), /* dte */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
