@@ -682,6 +682,86 @@ static void dte_counts_the_free_block_after_a_tensor(void **state)
     coop_pool_destroy(pool);
 }
 
+/* An op reads its inputs when it runs: creating c from a (after b and v)
+ * refreshes a's last access, so LRU then evicts b, not a. */
+static void an_op_refreshes_its_inputs(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_LRU, false);
+    coop_tensor *a, *b, *c, *v, *n;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "C", &a, 1, 0, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_true(coop_tensor_resident(a));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* An in-place op stamps its tensor at the op's end, as creating one does:
+ * after a.mutate(M), a is more recent than b (made after a), so LRU
+ * evicts b. */
+static void an_inplace_op_stamps_its_tensor(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_LRU, false);
+    coop_tensor *v, *a, *b, *n;
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 10, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, a, 5, "M", NULL, 0, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_true(coop_tensor_resident(a));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* A recomputation reads its inputs when it runs, including one an earlier
+ * input's recomputation made resident: t = T(a, b) with a = A(b), all
+ * evicted; accessing t recomputes b, then a (1,000 ns), then t (10 ns),
+ * and t reads b after a's 1,000 ns: b's staleness is then 10, not 1,010.
+ * DTR-local then scores b (100 ns) at 100/10 and d (accessed just before,
+ * 200 ns, staleness 1,110) at 200/1,110: d goes; with b stamped at its own
+ * recomputation (100/1,010) b would. */
+static void a_recomputation_stamps_every_input_it_reads(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR_LOCAL, false);
+    const size_t sz = 8 * KiB;
+    coop_tensor *w, *b, *a, *t, *d, *f[2], *n;
+    assert_int_equal(coop_tensor_create(r, sz, 0, "W", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 100, "B", &w, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1000, "A", &b, 1, EV, &a), COOP_OK);
+    coop_tensor *ab[2] = {a, b};
+    assert_int_equal(coop_tensor_create(r, sz, 10, "T", ab, 2, EV, &t), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 200, "D", NULL, 0, EV, &d), COOP_OK);
+    /* w b a t d: 40 KiB; with d pinned, 24 + 24 KiB evict b, a and t */
+    assert_int_equal(coop_tensor_pin(r, d, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 24 * KiB, 1, "F", NULL, 0, 0, &f[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 24 * KiB, 1, "F", NULL, 0, 0, &f[1]), COOP_OK);
+    assert_false(coop_tensor_resident(b) || coop_tensor_resident(a) || coop_tensor_resident(t));
+    assert_int_equal(coop_tensor_release(r, f[1]), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, d), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, d, NULL), COOP_OK);
+    j.log[0] = 0;
+    assert_int_equal(coop_tensor_access(r, t, NULL), COOP_OK);
+    assert_string_equal(j.log, "BAT");
+    assert_int_equal(coop_tensor_create(r, sz, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(d));
+    assert_true(coop_tensor_resident(b) && coop_tensor_resident(a) && coop_tensor_resident(t));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -726,6 +806,9 @@ int main(void)
         cmocka_unit_test_prestate(dte_counts_the_free_block_after_a_tensor,
                                   &policies[2]), /* dtr-local */
         cmocka_unit_test_prestate(dte_counts_the_free_block_after_a_tensor, &policies[3]), /* dte */
+        cmocka_unit_test(an_op_refreshes_its_inputs),
+        cmocka_unit_test(an_inplace_op_stamps_its_tensor),
+        cmocka_unit_test(a_recomputation_stamps_every_input_it_reads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
