@@ -762,6 +762,56 @@ static void a_recomputation_stamps_every_input_it_reads(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Coop places a cheap tensor at the high end of the window it evicted, at
+ * an aligned address: the window t1 t2 ([16K, 48K)) for 24 KiB less 100
+ * bytes (24 KiB once aligned) puts it at [24K, 48K). */
+static void coop_places_a_cheap_tensor_at_the_windows_aligned_high_end(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_COOP, false);
+    coop_tensor *t[4];
+    const uint64_t costs[4] = {900, 10, 10, 900};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, costs[i], "T", NULL, 0, EV, &t[i]),
+                         COOP_OK);
+    uintptr_t base = (uintptr_t)coop_tensor_data(t[0]);
+    coop_tensor *x;
+    assert_int_equal(
+        coop_tensor_create(r, 24 * KiB - 100, 1, "X", NULL, 0, EV | COOP_TENSOR_CHEAP, &x),
+        COOP_OK);
+    assert_false(coop_tensor_resident(t[1]) || coop_tensor_resident(t[2]));
+    assert_int_equal((uintptr_t)coop_tensor_data(x) - base, 24 * KiB);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* frag_failures counts the searches that began although the free bytes
+ * covered the request: 32 KiB free in two 16 KiB holes, a 32 KiB request
+ * (free bytes equal to it) is one. */
+static void a_search_with_exactly_enough_free_bytes_is_a_frag_failure(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[4], *x;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "T", NULL, 0, EV, &t[i]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, t[0]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, t[2]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.searches, 1);
+    assert_int_equal(st.frag_failures, 1);
+    assert_int_equal(st.search_free_bytes, 32 * KiB);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -809,6 +859,11 @@ int main(void)
         cmocka_unit_test(an_op_refreshes_its_inputs),
         cmocka_unit_test(an_inplace_op_stamps_its_tensor),
         cmocka_unit_test(a_recomputation_stamps_every_input_it_reads),
+        cmocka_unit_test(coop_places_a_cheap_tensor_at_the_windows_aligned_high_end),
+        cmocka_unit_test_prestate(a_search_with_exactly_enough_free_bytes_is_a_frag_failure,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(a_search_with_exactly_enough_free_bytes_is_a_frag_failure,
+                                  &policies[1]),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
