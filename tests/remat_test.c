@@ -812,6 +812,38 @@ static void a_search_with_exactly_enough_free_bytes_is_a_frag_failure(void **sta
     coop_pool_destroy(pool);
 }
 
+/* c_eq counts each evicted neighbour's class once: x = X(e1, e2) with e2 =
+ * E2(e1), both evicted (one class, 2,000 ns); c_eq(x) = 10 + 2,000 below y's
+ * 3,000, so DTR evicts x (counting the class twice, 4,010, it took y). */
+static void dtr_counts_a_shared_class_once(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    const size_t sz = 8 * KiB;
+    coop_tensor *e1, *e2, *x, *y, *k[3], *n;
+    assert_int_equal(coop_tensor_create(r, sz, 1000, "E", NULL, 0, EV, &e1), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1000, "E", &e1, 1, EV, &e2), COOP_OK);
+    coop_tensor *both[2] = {e1, e2};
+    assert_int_equal(coop_tensor_create(r, sz, 10, "X", both, 2, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 3000, "Y", NULL, 0, EV, &y), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, x, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, y, NULL), COOP_OK);
+    /* 32 KiB of unevictable tensors fill the pool; 16 KiB more evict e1 and e2 */
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[1]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[2]), COOP_OK);
+    assert_false(coop_tensor_resident(e1) || coop_tensor_resident(e2));
+    assert_int_equal(coop_tensor_unpin(r, x), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, y), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(x));
+    assert_true(coop_tensor_resident(y));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -864,6 +896,7 @@ int main(void)
                                   &policies[0]),
         cmocka_unit_test_prestate(a_search_with_exactly_enough_free_bytes_is_a_frag_failure,
                                   &policies[1]),
+        cmocka_unit_test(dtr_counts_a_shared_class_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
