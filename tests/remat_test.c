@@ -844,6 +844,33 @@ static void dtr_counts_a_shared_class_once(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Cheap tensor partitioning: a tensor whose cost per byte is below
+ * cheap_threshold goes to the high end of free blocks, one at the
+ * threshold (not below it) to the low end (include/coop.h). Threshold 0.5
+ * ns/byte, 16 KiB tensors: d (dense) low at 0, b (8,192 ns: exactly 0.5)
+ * low after it, c (8,191 ns) high at 48K. */
+static void the_cheap_threshold_is_strict(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    memset(&j, 0, sizeof j);
+    current = &j;
+    coop_remat_config cfg = {
+        .policy = COOP_REMAT_DTR, .cheap_threshold = 0.5, .recompute = recompute, .user = &j};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_tensor *d, *b, *c;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1000000, "D", NULL, 0, EV, &d), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 8192, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 8191, "C", NULL, 0, EV, &c), COOP_OK);
+    uintptr_t base = (uintptr_t)coop_tensor_data(d);
+    assert_int_equal((uintptr_t)coop_tensor_data(b) - base, 16 * KiB);
+    assert_int_equal((uintptr_t)coop_tensor_data(c) - base, 48 * KiB);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -897,6 +924,7 @@ int main(void)
         cmocka_unit_test_prestate(a_search_with_exactly_enough_free_bytes_is_a_frag_failure,
                                   &policies[1]),
         cmocka_unit_test(dtr_counts_a_shared_class_once),
+        cmocka_unit_test(the_cheap_threshold_is_strict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1004,6 +1004,31 @@ static void the_choice_stops_at_the_first_zero_score(void **state)
     sim_program_free(&p);
 }
 
+/* The arena model's cheap tensor partitioning: a storage whose op costs
+ * less than cheap_threshold ns per byte is placed at the high end of the
+ * free space, one at the threshold at the low end, as the library's
+ * (include/coop.h). Threshold 0.2 on the chain: b (20 ns, 100 B: exactly
+ * 0.2) low at 0, a (0.1) high in the last 512 B block of 4 KiB. */
+static void arena_cheap_threshold_is_strict(void **state)
+{
+    (void)state;
+    sim_program p;
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    rt.budget = 4096;
+    rt.cfg.cheap_threshold = 0.2;
+    rt.cfg.plain_window_walk = true;
+    assert_int_equal(sim_arena_open(&rt), 0);
+    assert_int_equal(sim_arena_place(&rt, 2), SIM_OK);
+    assert_int_equal(sim_arena_place(&rt, 1), SIM_OK);
+    assert_int_equal((uintptr_t)st[1].ptr - (uintptr_t)st[2].ptr, 4096 - 512);
+    sim_arena_free(&rt, 1);
+    sim_arena_free(&rt, 2);
+    sim_arena_close(&rt);
+    free(rt.victims);
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1036,6 +1061,7 @@ int main(void)
         cmocka_unit_test(dtr_full_counts_both_evicted_regions),
         cmocka_unit_test(dte_counts_the_free_blocks_on_both_sides),
         cmocka_unit_test(the_choice_stops_at_the_first_zero_score),
+        cmocka_unit_test(arena_cheap_threshold_is_strict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
