@@ -871,6 +871,34 @@ static void the_cheap_threshold_is_strict(void **state)
     coop_pool_destroy(pool);
 }
 
+/* search_ns sums every search's time, last_search_ns the latest
+ * (coop_remat_stats): two searches, the sum grows by the second. */
+static void search_time_sums_every_search(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[4], *x, *y;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "T", NULL, 0, EV, &t[i]), COOP_OK);
+    coop_remat_stats s0, s1, s2;
+    coop_remat_get_stats(r, &s0);
+    assert_int_equal(s0.searches, 0);
+    assert_int_equal(s0.search_ns, 0);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "X", NULL, 0, 0, &x), COOP_OK);
+    coop_remat_get_stats(r, &s1);
+    assert_int_equal(s1.searches, 1);
+    assert_int_equal(s1.search_ns, s1.last_search_ns);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "Y", NULL, 0, 0, &y), COOP_OK);
+    coop_remat_get_stats(r, &s2);
+    assert_int_equal(s2.searches, 2);
+    assert_int_equal(s2.search_ns, s1.search_ns + s2.last_search_ns);
+    assert_true(s2.search_ns > 0); /* thread CPU time in ns: a search takes some */
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -925,6 +953,8 @@ int main(void)
                                   &policies[1]),
         cmocka_unit_test(dtr_counts_a_shared_class_once),
         cmocka_unit_test(the_cheap_threshold_is_strict),
+        cmocka_unit_test_prestate(search_time_sums_every_search, &policies[0]),
+        cmocka_unit_test_prestate(search_time_sums_every_search, &policies[1]),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
