@@ -1029,6 +1029,35 @@ static void arena_cheap_threshold_is_strict(void **state)
     sim_program_free(&p);
 }
 
+/* coop-dte scores each window member as DTE does, its bytes counting its
+ * free neighbours'. 512 B blocks: x1 h x2 y1 y2 y3 fill 3 KiB, h is
+ * released (a free block between x1 and x2), and a 1.5 KiB result needs a
+ * 3-block window. x1, x2 cost 30 ns, the ys 12; a 10^6 ns op between makes
+ * their staleness all but equal. Counting h, x1 and x2 each weigh 15, and
+ * [h x2 y1] (27) beats [y1 y2 y3] (36): 2 evictions; without it x2 weighs
+ * 30 and [y1 y2 y3] wins: 3. */
+static void coop_dte_counts_free_neighbours_in_the_window(void **state)
+{
+    (void)state;
+    static const char log[] = "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CALL1M(
+        "f", "", "x1", "30", "512") CALL1M("g", "", "h", "1", "512")
+        CALL1M("f", "", "x2", "30", "512") CALL1M("k", "", "y1", "12", "512")
+            CALL1M("k", "", "y2", "12", "512") CALL1M("k", "", "y3", "12", "512") RELEASE("h")
+                CALL1M("wait", "", "w", "1000000", "0") CALL1M("z", "", "z", "1", "1536")
+                    RELEASE("x1") RELEASE("x2") RELEASE("y1") RELEASE("y2") RELEASE("y3")
+                        RELEASE("w") RELEASE("z");
+    sim_program p;
+    load(log, &p);
+    sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+    assert_int_equal(sim_options_parse_policy("coop-dte", &opt), 0);
+    opt.cheap_threshold = -1;
+    sim_outcome o = sim_run(&p, 3072, &opt, 1.0);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.budget, 3072);
+    assert_int_equal(o.evictions, 2);
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1062,6 +1091,7 @@ int main(void)
         cmocka_unit_test(dte_counts_the_free_blocks_on_both_sides),
         cmocka_unit_test(the_choice_stops_at_the_first_zero_score),
         cmocka_unit_test(arena_cheap_threshold_is_strict),
+        cmocka_unit_test(coop_dte_counts_free_neighbours_in_the_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
