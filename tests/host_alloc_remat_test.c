@@ -28,8 +28,9 @@
 #define TENSORS 16
 
 /* Each producer's inputs in the sequences below ("M", the in-place op,
- * reads the old value and W): a recomputation with another count means a
- * refused call left a tensor with the wrong producer or inputs. */
+ * reads the old value and W; "Q", in place on h, its old value twice): a
+ * recomputation with another count means a refused call left a tensor with
+ * the wrong producer or inputs. */
 static size_t producer_inputs(const char *producer)
 {
     switch (producer[0]) {
@@ -37,6 +38,7 @@ static size_t producer_inputs(const char *producer)
     case 'S':
         return 0;
     case 'M':
+    case 'Q':
         return 2;
     default:
         return 1;
@@ -117,7 +119,8 @@ static coop_status open_run(api_ctx *c, bool count_notices)
 
 /* remat_test's shapes on one 64 KiB pool: a constant, a chain that fills
  * the pool and is evicted by unevictable tensors, releases, recomputation
- * by access, an op with three outputs, a view, pins, an in-place op. */
+ * by access, an op with three outputs, a view, pins, in-place ops (one
+ * reading its own target). */
 static coop_status api_run(void *ctx)
 {
     api_ctx *c = ctx;
@@ -143,6 +146,12 @@ static coop_status api_run(void *ctx)
     void *old = NULL;
     STEP(coop_tensor_mutate(r, t[2], 20, "M", &t[0], 1, &old));
     STEP(coop_tensor_create(r, 16 * KiB, 10, "H", &t[2], 1, EV, &t[11]));
+    /* three readers of h fill its first 4 child slots but one; h.mul_(h)
+     * then needs two (its old value's, for h and for the read of h), taken
+     * before anything changes (prepare_in_place) */
+    for (int i = 12; i < 15; i++)
+        STEP(coop_tensor_create(r, 512, 1, "R", &t[11], 1, EV, &t[i]));
+    STEP(coop_tensor_mutate(r, t[11], 5, "Q", &t[11], 1, NULL));
     STEP(coop_tensor_access(r, t[1], NULL));
     STEP(coop_tensor_access(r, t[6], NULL));
     STEP(coop_tensor_release(r, t[3]));

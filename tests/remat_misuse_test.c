@@ -338,7 +338,8 @@ static void pins_belong_to_their_handle(void **state)
 /* Copy-on-write would move a pinned tensor to a new buffer and leave the
  * pinned one to the old value, unpinned: filling the pool then evicted it
  * while the pin was held. Refused (COOP_ERR_BUSY), nothing changed, for a
- * pin through the tensor or through a view; fine once unpinned. */
+ * pin through the tensor or through a view, for a mutation through either;
+ * fine once unpinned. */
 static void copy_on_write_refuses_a_pinned_tensor(void **state)
 {
     coop_remat_policy policy = *(coop_remat_policy *)*state;
@@ -359,6 +360,10 @@ static void copy_on_write_refuses_a_pinned_tensor(void **state)
     /* the pinned buffer stays: three more blocks fill the pool, evicting nothing */
     assert_int_equal(coop_tensor_create(r, U, 1, "f", NULL, 0, 0, &f[0]), COOP_OK);
     assert_int_equal(coop_tensor_create(r, 2 * U, 1, "f", NULL, 0, 0, &f[1]), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(a), pinned);
+    /* the same through a view of the pinned storage */
+    assert_int_equal(coop_tensor_mutate(r, v, 100, "m", NULL, 0, &old), COOP_ERR_BUSY);
+    assert_null(old);
     assert_ptr_equal(coop_tensor_data(a), pinned);
     assert_int_equal(coop_tensor_unpin(r, a), COOP_OK);
     assert_int_equal(coop_tensor_release(r, f[0]), COOP_OK);

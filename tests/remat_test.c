@@ -561,6 +561,344 @@ static void ties_evict_the_earlier_resident(void **state)
     coop_pool_destroy(pool);
 }
 
+/* COOP_REMAT_LRU evicts the least recently accessed tensor (include/coop.h):
+ * a, b, c made in that order, a accessed again; b goes, not a. */
+static void lru_evicts_the_least_recently_accessed(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_LRU, false);
+    coop_tensor *a, *b, *c, *v, *n;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "C", NULL, 0, EV, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, a, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_true(coop_tensor_resident(a) && coop_tensor_resident(c));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* COOP_REMAT_SIZE evicts the largest tensor first: s (8 KiB, made first, the
+ * stalest) stays, l (16 KiB) goes for an 8 KiB request. */
+static void size_evicts_the_largest_first(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_SIZE, false);
+    coop_tensor *s, *l, *v, *n;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "S", NULL, 0, EV, &s), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "L", NULL, 0, EV, &l), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 40 * KiB, 10, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 1);
+    assert_false(coop_tensor_resident(l));
+    assert_true(coop_tensor_resident(s));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* DTR scores c_eq / (bytes x staleness), DTR-local c / (bytes x
+ * staleness): x (10 ns) has an evicted input e (10^6 ns), y (100 ns) none;
+ * both 8 KiB, pinned and unpinned together (same staleness). DTR-local
+ * evicts x (10 < 100), DTR y (10 + 10^6 > 100). */
+static void dtr_counts_evicted_neighbours_and_dtr_local_does_not(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    const size_t sz = 8 * KiB;
+    coop_tensor *e, *x, *y, *k[4], *n;
+    assert_int_equal(coop_tensor_create(r, sz, 1000000, "E", NULL, 0, EV, &e), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 10, "X", &e, 1, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 100, "Y", NULL, 0, EV, &y), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, x, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, y, NULL), COOP_OK);
+    /* 40 KiB of unevictable tensors fill the pool, 8 KiB more evict e, the
+     * only candidate */
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[1]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1, "K", NULL, 0, 0, &k[2]), COOP_OK);
+    assert_true(coop_tensor_resident(e));
+    assert_int_equal(coop_tensor_create(r, sz, 1, "K", NULL, 0, 0, &k[3]), COOP_OK);
+    assert_false(coop_tensor_resident(e));
+    assert_int_equal(coop_tensor_unpin(r, x), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, y), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    coop_tensor *kept = policy == COOP_REMAT_DTR ? x : y;
+    coop_tensor *gone = policy == COOP_REMAT_DTR ? y : x;
+    assert_false(coop_tensor_resident(gone));
+    assert_true(coop_tensor_resident(kept));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* The mirror of dte_counts_the_free_neighbours, the hole after the tensor:
+ * P [0, 8K) is made and released so that A, made after B, lands there; H
+ * [8K, 16K) released (free after A), U [16K, 24K) and V [32K, 64K) not
+ * evictable, B [24K, 32K) evictable and staler. DTR-local evicts B first
+ * (which frees no 16 KiB range), then A; DTE counts H with A and evicts A
+ * alone, which frees [0, 16K). */
+static void dte_counts_the_free_block_after_a_tensor(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *p, *h, *u, *b, *a, *v, *n;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "P", NULL, 0, 0, &p), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "H", NULL, 0, 0, &h), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "U", NULL, 0, 0, &u), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 100, "B", NULL, 0, EV, &b), COOP_OK);
+    uintptr_t base = (uintptr_t)coop_tensor_data(p);
+    assert_int_equal(coop_tensor_release(r, p), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 100, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1000, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal((uintptr_t)coop_tensor_data(a) - base, 0);
+    assert_int_equal((uintptr_t)coop_tensor_data(h) - base, 8 * KiB);
+    assert_int_equal((uintptr_t)coop_tensor_data(b) - base, 24 * KiB);
+    assert_int_equal(coop_tensor_release(r, h), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_false(coop_tensor_resident(a));
+    if (policy == COOP_REMAT_DTE) {
+        assert_true(coop_tensor_resident(b));
+        assert_int_equal(st.evictions, 1);
+    } else {
+        assert_false(coop_tensor_resident(b));
+        assert_int_equal(st.evictions, 2);
+    }
+    assert_int_equal((uintptr_t)coop_tensor_data(n) - base, 0);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* An op reads its inputs when it runs: creating c from a (after b and v)
+ * refreshes a's last access, so LRU then evicts b, not a. */
+static void an_op_refreshes_its_inputs(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_LRU, false);
+    coop_tensor *a, *b, *c, *v, *n;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "C", &a, 1, 0, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_true(coop_tensor_resident(a));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* An in-place op stamps its tensor at the op's end, as creating one does:
+ * after a.mutate(M), a is more recent than b (made after a), so LRU
+ * evicts b. */
+static void an_inplace_op_stamps_its_tensor(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_LRU, false);
+    coop_tensor *v, *a, *b, *n;
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 10, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, a, 5, "M", NULL, 0, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_true(coop_tensor_resident(a));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* A recomputation reads its inputs when it runs, including one an earlier
+ * input's recomputation made resident: t = T(a, b) with a = A(b), all
+ * evicted; accessing t recomputes b, then a (1,000 ns), then t (10 ns),
+ * and t reads b after a's 1,000 ns: b's staleness is then 10, not 1,010.
+ * DTR-local then scores b (100 ns) at 100/10 and d (accessed just before,
+ * 200 ns, staleness 1,110) at 200/1,110: d goes; with b stamped at its own
+ * recomputation (100/1,010) b would. */
+static void a_recomputation_stamps_every_input_it_reads(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR_LOCAL, false);
+    const size_t sz = 8 * KiB;
+    coop_tensor *w, *b, *a, *t, *d, *f[2], *n;
+    assert_int_equal(coop_tensor_create(r, sz, 0, "W", NULL, 0, 0, &w), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 100, "B", &w, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1000, "A", &b, 1, EV, &a), COOP_OK);
+    coop_tensor *ab[2] = {a, b};
+    assert_int_equal(coop_tensor_create(r, sz, 10, "T", ab, 2, EV, &t), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 200, "D", NULL, 0, EV, &d), COOP_OK);
+    /* w b a t d: 40 KiB; with d pinned, 24 + 24 KiB evict b, a and t */
+    assert_int_equal(coop_tensor_pin(r, d, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 24 * KiB, 1, "F", NULL, 0, 0, &f[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 24 * KiB, 1, "F", NULL, 0, 0, &f[1]), COOP_OK);
+    assert_false(coop_tensor_resident(b) || coop_tensor_resident(a) || coop_tensor_resident(t));
+    assert_int_equal(coop_tensor_release(r, f[1]), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, d), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, d, NULL), COOP_OK);
+    j.log[0] = 0;
+    assert_int_equal(coop_tensor_access(r, t, NULL), COOP_OK);
+    assert_string_equal(j.log, "BAT");
+    assert_int_equal(coop_tensor_create(r, sz, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(d));
+    assert_true(coop_tensor_resident(b) && coop_tensor_resident(a) && coop_tensor_resident(t));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* Coop places a cheap tensor at the high end of the window it evicted, at
+ * an aligned address: the window t1 t2 ([16K, 48K)) for 24 KiB less 100
+ * bytes (24 KiB once aligned) puts it at [24K, 48K). */
+static void coop_places_a_cheap_tensor_at_the_windows_aligned_high_end(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_COOP, false);
+    coop_tensor *t[4];
+    const uint64_t costs[4] = {900, 10, 10, 900};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, costs[i], "T", NULL, 0, EV, &t[i]),
+                         COOP_OK);
+    uintptr_t base = (uintptr_t)coop_tensor_data(t[0]);
+    coop_tensor *x;
+    assert_int_equal(
+        coop_tensor_create(r, 24 * KiB - 100, 1, "X", NULL, 0, EV | COOP_TENSOR_CHEAP, &x),
+        COOP_OK);
+    assert_false(coop_tensor_resident(t[1]) || coop_tensor_resident(t[2]));
+    assert_int_equal((uintptr_t)coop_tensor_data(x) - base, 24 * KiB);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* frag_failures counts the searches that began although the free bytes
+ * covered the request: 32 KiB free in two 16 KiB holes, a 32 KiB request
+ * (free bytes equal to it) is one. */
+static void a_search_with_exactly_enough_free_bytes_is_a_frag_failure(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[4], *x;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "T", NULL, 0, EV, &t[i]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, t[0]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, t[2]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.searches, 1);
+    assert_int_equal(st.frag_failures, 1);
+    assert_int_equal(st.search_free_bytes, 32 * KiB);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* c_eq counts each evicted neighbour's class once: x = X(e1, e2) with e2 =
+ * E2(e1), both evicted (one class, 2,000 ns); c_eq(x) = 10 + 2,000 below y's
+ * 3,000, so DTR evicts x (counting the class twice, 4,010, it took y). */
+static void dtr_counts_a_shared_class_once(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    const size_t sz = 8 * KiB;
+    coop_tensor *e1, *e2, *x, *y, *k[3], *n;
+    assert_int_equal(coop_tensor_create(r, sz, 1000, "E", NULL, 0, EV, &e1), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1000, "E", &e1, 1, EV, &e2), COOP_OK);
+    coop_tensor *both[2] = {e1, e2};
+    assert_int_equal(coop_tensor_create(r, sz, 10, "X", both, 2, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 3000, "Y", NULL, 0, EV, &y), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, x, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, y, NULL), COOP_OK);
+    /* 32 KiB of unevictable tensors fill the pool; 16 KiB more evict e1 and e2 */
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[1]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "K", NULL, 0, 0, &k[2]), COOP_OK);
+    assert_false(coop_tensor_resident(e1) || coop_tensor_resident(e2));
+    assert_int_equal(coop_tensor_unpin(r, x), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, y), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, sz, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(x));
+    assert_true(coop_tensor_resident(y));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* Cheap tensor partitioning: a tensor whose cost per byte is below
+ * cheap_threshold goes to the high end of free blocks, one at the
+ * threshold (not below it) to the low end (include/coop.h). Threshold 0.5
+ * ns/byte, 16 KiB tensors: d (dense) low at 0, b (8,192 ns: exactly 0.5)
+ * low after it, c (8,191 ns) high at 48K. */
+static void the_cheap_threshold_is_strict(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    memset(&j, 0, sizeof j);
+    current = &j;
+    coop_remat_config cfg = {
+        .policy = COOP_REMAT_DTR, .cheap_threshold = 0.5, .recompute = recompute, .user = &j};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_tensor *d, *b, *c;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1000000, "D", NULL, 0, EV, &d), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 8192, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 8191, "C", NULL, 0, EV, &c), COOP_OK);
+    uintptr_t base = (uintptr_t)coop_tensor_data(d);
+    assert_int_equal((uintptr_t)coop_tensor_data(b) - base, 16 * KiB);
+    assert_int_equal((uintptr_t)coop_tensor_data(c) - base, 48 * KiB);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* search_ns sums every search's time, last_search_ns the latest
+ * (coop_remat_stats): two searches, the sum grows by the second. */
+static void search_time_sums_every_search(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[4], *x, *y;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "T", NULL, 0, EV, &t[i]), COOP_OK);
+    coop_remat_stats s0, s1, s2;
+    coop_remat_get_stats(r, &s0);
+    assert_int_equal(s0.searches, 0);
+    assert_int_equal(s0.search_ns, 0);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "X", NULL, 0, 0, &x), COOP_OK);
+    coop_remat_get_stats(r, &s1);
+    assert_int_equal(s1.searches, 1);
+    assert_int_equal(s1.search_ns, s1.last_search_ns);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "Y", NULL, 0, 0, &y), COOP_OK);
+    coop_remat_get_stats(r, &s2);
+    assert_int_equal(s2.searches, 2);
+    assert_int_equal(s2.search_ns, s1.search_ns + s2.last_search_ns);
+    assert_true(s2.search_ns > 0); /* thread CPU time in ns: a search takes some */
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -589,13 +927,34 @@ int main(void)
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
         cmocka_unit_test(bad_arguments_are_refused),
-        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[2]), /* dtr-local */
-        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[3]), /* dte */
+        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[2]),  /* dtr-local */
+        cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[3]),  /* dte */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[1]), /* dtr */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[2]), /* dtr-local */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[3]), /* dte */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[4]), /* lru */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[5]), /* size */
+        cmocka_unit_test(lru_evicts_the_least_recently_accessed),
+        cmocka_unit_test(size_evicts_the_largest_first),
+        cmocka_unit_test_prestate(dtr_counts_evicted_neighbours_and_dtr_local_does_not,
+                                  &policies[1]),
+        cmocka_unit_test_prestate(dtr_counts_evicted_neighbours_and_dtr_local_does_not,
+                                  &policies[2]),
+        cmocka_unit_test_prestate(dte_counts_the_free_block_after_a_tensor,
+                                  &policies[2]), /* dtr-local */
+        cmocka_unit_test_prestate(dte_counts_the_free_block_after_a_tensor, &policies[3]), /* dte */
+        cmocka_unit_test(an_op_refreshes_its_inputs),
+        cmocka_unit_test(an_inplace_op_stamps_its_tensor),
+        cmocka_unit_test(a_recomputation_stamps_every_input_it_reads),
+        cmocka_unit_test(coop_places_a_cheap_tensor_at_the_windows_aligned_high_end),
+        cmocka_unit_test_prestate(a_search_with_exactly_enough_free_bytes_is_a_frag_failure,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(a_search_with_exactly_enough_free_bytes_is_a_frag_failure,
+                                  &policies[1]),
+        cmocka_unit_test(dtr_counts_a_shared_class_once),
+        cmocka_unit_test(the_cheap_threshold_is_strict),
+        cmocka_unit_test_prestate(search_time_sums_every_search, &policies[0]),
+        cmocka_unit_test_prestate(search_time_sums_every_search, &policies[1]),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

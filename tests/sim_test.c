@@ -30,6 +30,7 @@
 
 #include <cmocka.h>
 
+#include "coop.h"
 #include "remat/sim.h"
 #include "remat/sim_internal.h"
 #include "status.h"
@@ -914,6 +915,149 @@ static void component_label_forgets_a_view_of_an_evicted_storage(void **state)
     assert_int_equal(o.cache_mismatches, 0);
 }
 
+/* dtr-full's score counts the evicted region on both sides of a storage
+ * (simrd's e*): on the chain with b and d evicted, c (40 ns, 100 B,
+ * staleness 50) scores (40 + b's 20 + d's 5) / (100 x 50); dtr-local its
+ * own 40 alone. */
+static void dtr_full_counts_both_evicted_regions(void **state)
+{
+    (void)state;
+    sim_program p;
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    for (uint32_t s = 0; s < 6; s++) {
+        st[s].num_created = 1;
+        st[s].ref_ext = 1;
+    }
+    st[2].material = false;
+    st[4].material = false;
+    rt.clock = 100;
+    st[3].last_access = 50;
+    rt.policy = SIM_POLICY_DTR_FULL;
+    assert_true(sim_score(&rt, 3) == (double)(65.0L / 5000.0L));
+    rt.policy = SIM_POLICY_DTR_LOCAL;
+    assert_true(sim_score(&rt, 3) == (double)(40.0L / 5000.0L));
+    free(rt.stack);
+    sim_program_free(&p);
+}
+
+/* dte's score counts the free blocks on both sides of a storage's block
+ * (MegEngine DTE): c's 100 B block between two free 16 KiB blocks of the
+ * arena model's pool scores 40 / ((100 + 32 KiB) x 50). */
+static void dte_counts_the_free_blocks_on_both_sides(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.use_vmm = false;
+    c.page_size = 4096;
+    c.capacity = 64 * 1024;
+    c.segment_size = 64 * 1024;
+    coop_pool *pool;
+    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    void *blk[4];
+    coop_status status;
+    for (int i = 0; i < 4; i++) {
+        blk[i] = coop_malloc(pool, 16 * 1024, 0, 0, &status);
+        assert_non_null(blk[i]);
+    }
+    assert_int_equal(coop_free(pool, blk[0]), COOP_OK);
+    assert_int_equal(coop_free(pool, blk[2]), COOP_OK);
+    sim_program p;
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    rt.mem_pool = pool;
+    st[3].ptr = blk[1];
+    assert_int_equal(sim_adjacent_free(&rt, 3), 32 * 1024);
+    rt.clock = 100;
+    st[3].last_access = 50;
+    rt.policy = SIM_POLICY_DTE;
+    assert_true(sim_score(&rt, 3) == (double)(40.0L / ((100.0L + 32768.0L) * 50.0L)));
+    sim_program_free(&p);
+    coop_free(pool, blk[1]);
+    coop_free(pool, blk[3]);
+    coop_pool_destroy(pool);
+}
+
+/* simrd's choice over the pool: the lowest score, ties to the later
+ * storage, and the first zero score ends the scan (docs/remat.md, section
+ * 1): w and d both cost 0 with dtr-local, and w, earlier in the pool, is
+ * chosen; among a and b scoring the same, the later. */
+static void the_choice_stops_at_the_first_zero_score(void **state)
+{
+    (void)state;
+    sim_program p;
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    st[4].compute = 0;  /* d: as free to recompute as the constant w */
+    st[2].compute = 10; /* b: scores as a */
+    rt.clock = 100;
+    rt.policy = SIM_POLICY_DTR_LOCAL;
+    uint32_t pool_zero[4] = {1, 0, 2, 4};
+    rt.pool = pool_zero;
+    rt.pool_len = 4;
+    assert_int_equal(sim_choose(&rt), 0);
+    uint32_t pool_tie[3] = {1, 2, 3};
+    rt.pool = pool_tie;
+    rt.pool_len = 3;
+    assert_int_equal(sim_choose(&rt), 2);
+    sim_program_free(&p);
+}
+
+/* The arena model's cheap tensor partitioning: a storage whose op costs
+ * less than cheap_threshold ns per byte is placed at the high end of the
+ * free space, one at the threshold at the low end, as the library's
+ * (include/coop.h). Threshold 0.2 on the chain: b (20 ns, 100 B: exactly
+ * 0.2) low at 0, a (0.1) high in the last 512 B block of 4 KiB. */
+static void arena_cheap_threshold_is_strict(void **state)
+{
+    (void)state;
+    sim_program p;
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    rt.budget = 4096;
+    rt.cfg.cheap_threshold = 0.2;
+    rt.cfg.plain_window_walk = true;
+    assert_int_equal(sim_arena_open(&rt), 0);
+    assert_int_equal(sim_arena_place(&rt, 2), SIM_OK);
+    assert_int_equal(sim_arena_place(&rt, 1), SIM_OK);
+    assert_int_equal((uintptr_t)st[1].ptr - (uintptr_t)st[2].ptr, 4096 - 512);
+    sim_arena_free(&rt, 1);
+    sim_arena_free(&rt, 2);
+    sim_arena_close(&rt);
+    free(rt.victims);
+    sim_program_free(&p);
+}
+
+/* coop-dte scores each window member as DTE does, its bytes counting its
+ * free neighbours'. 512 B blocks: x1 h x2 y1 y2 y3 fill 3 KiB, h is
+ * released (a free block between x1 and x2), and a 1.5 KiB result needs a
+ * 3-block window. x1, x2 cost 30 ns, the ys 12; a 10^6 ns op between makes
+ * their staleness all but equal. Counting h, x1 and x2 each weigh 15, and
+ * [h x2 y1] (27) beats [y1 y2 y3] (36): 2 evictions; without it x2 weighs
+ * 30 and [y1 y2 y3] wins: 3. */
+static void coop_dte_counts_free_neighbours_in_the_window(void **state)
+{
+    (void)state;
+    static const char log[] = "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CALL1M(
+        "f", "", "x1", "30", "512") CALL1M("g", "", "h", "1", "512")
+        CALL1M("f", "", "x2", "30", "512") CALL1M("k", "", "y1", "12", "512")
+            CALL1M("k", "", "y2", "12", "512") CALL1M("k", "", "y3", "12", "512") RELEASE("h")
+                CALL1M("wait", "", "w", "1000000", "0") CALL1M("z", "", "z", "1", "1536")
+                    RELEASE("x1") RELEASE("x2") RELEASE("y1") RELEASE("y2") RELEASE("y3")
+                        RELEASE("w") RELEASE("z");
+    sim_program p;
+    load(log, &p);
+    sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
+    assert_int_equal(sim_options_parse_policy("coop-dte", &opt), 0);
+    opt.cheap_threshold = -1;
+    sim_outcome o = sim_run(&p, 3072, &opt, 1.0);
+    assert_int_equal(o.result, SIM_OK);
+    assert_int_equal(o.budget, 3072);
+    assert_int_equal(o.evictions, 2);
+    sim_program_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -943,6 +1087,11 @@ int main(void)
         cmocka_unit_test(eq_cache_forgets_a_storage_given_a_view),
         cmocka_unit_test(eq_cache_forgets_the_inputs_of_a_view_of_an_evicted_storage),
         cmocka_unit_test(component_label_forgets_a_view_of_an_evicted_storage),
+        cmocka_unit_test(dtr_full_counts_both_evicted_regions),
+        cmocka_unit_test(dte_counts_the_free_blocks_on_both_sides),
+        cmocka_unit_test(the_choice_stops_at_the_first_zero_score),
+        cmocka_unit_test(arena_cheap_threshold_is_strict),
+        cmocka_unit_test(coop_dte_counts_free_neighbours_in_the_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

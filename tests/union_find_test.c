@@ -166,12 +166,32 @@ static void compaction_keeps_the_named_classes(void **state)
     uf_free(&uf);
 }
 
+/* A clean class absorbing a smaller cut one (the clean root stays the
+ * root) is cut: the merge carries the cut flag from the class that joins,
+ * not only from the root's. */
+static void a_clean_root_absorbing_a_cut_class_is_cut(void **state)
+{
+    (void)state;
+    union_find uf = {0};
+    uint32_t p = uf_make(&uf, 1), q = uf_make(&uf, 2), s = uf_make(&uf, 3);
+    uint32_t c = uf_make(&uf, 4), d = uf_make(&uf, 5);
+    uf_merge(&uf, p, q);
+    uint32_t clean = uf_merge(&uf, p, s); /* {p, q, s}: three members, clean */
+    uf_merge(&uf, c, d);
+    uf_leave(&uf, c, 4); /* {c, d}: two members, cut */
+    assert_int_equal(uf_merge(&uf, d, p), clean);
+    assert_true(uf_is_cut(&uf, clean));
+    assert_int_equal(uf_value(&uf, c), 1 + 2 + 3 + 5);
+    uf_free(&uf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(singletons_keep_their_values),
         cmocka_unit_test(merge_sums_once),
         cmocka_unit_test(leaving_cuts_the_class_and_merges_carry_it),
+        cmocka_unit_test(a_clean_root_absorbing_a_cut_class_is_cut),
         cmocka_unit_test(saturated_sums_stay_saturated),
         cmocka_unit_test(big_classes_keep_their_root),
         cmocka_unit_test(finds_compress_paths),
