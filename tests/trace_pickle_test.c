@@ -260,6 +260,36 @@ static void test_values(void **state)
     pkl_arena_free(&arena);
 }
 
+/* LONG1 of every width from 1 to 8 bytes is two's complement: all ones is
+ * -1 and a lone top bit is -2^(8n-1), at 7 bytes as at 2 or 8. */
+static void test_long1_widths(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 8; n++) {
+        for (int lone_top_bit = 0; lone_top_bit < 2; lone_top_bit++) {
+            pk p = {0};
+            op(&p, 0x80);
+            op(&p, 2);
+            op(&p, 0x8a);
+            op(&p, (unsigned char)n);
+            for (int i = 0; i < n; i++)
+                op(&p, lone_top_bit ? (i == n - 1 ? 0x80 : 0) : 0xff);
+            op(&p, '.');
+            pkl_arena arena = {0};
+            const pkl_value *root;
+            assert_int_equal(pkl_parse("v", p.b, p.n, &arena, &root), COOP_OK);
+            int64_t want = lone_top_bit ? (int64_t)(~(uint64_t)0 << (8 * n - 1)) : -1;
+            if (root->kind != PKL_INT || root->big || root->v.i != want) {
+                fail_msg("LONG1 of %d bytes (%s): %lld, expected %lld", n,
+                         lone_top_bit ? "top bit" : "all ones", (long long)root->v.i,
+                         (long long)want);
+                return;
+            }
+            pkl_arena_free(&arena);
+        }
+    }
+}
+
 /* A list that contains itself (through the memo) must not hang anything. */
 static void test_self_reference(void **state)
 {
@@ -754,6 +784,13 @@ static void test_malformed(void **state)
             "abc",
             "byte 2", "truncated: SHORT_BINUNICODE of 16 bytes"),
         BAD("\x80\x02X\x01\x00", "byte 2", "truncated: BINUNICODE needs 4 argument bytes"),
+        /* one byte short: the bounds are exact (the reader's buffer has a
+         * NUL after the file, which a bound one too weak would read) */
+        BAD("\x80\x02X\x01\x00\x00", "byte 2",
+            "truncated: BINUNICODE needs 4 argument bytes, the file has 3 left"),
+        BAD("\x80\x02\x8c\x04"
+            "abc",
+            "byte 2", "truncated: SHORT_BINUNICODE of 4 bytes, the file has 3 left"),
         BAD("\x80\x02\x8d\xff\xff\xff\xff\xff\xff\xff\xff", "byte 2", "truncated: BINUNICODE8"),
         BAD("\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.", "byte 2", "truncated: FRAME of 255"),
         BAD("\x80\x02\x8a\x0a\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a.", "byte 2",
@@ -909,6 +946,7 @@ int main(void)
     fixture_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values),
+        cmocka_unit_test(test_long1_widths),
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),
