@@ -777,6 +777,9 @@ static void test_malformed(void **state)
         BAD("\x80\x02"
             "a.",
             "byte 2", "needs more values"),
+        /* a MARK is a floor: values below it are not an opcode's operands */
+        BAD("\x80\x02N(N\x86.", "byte 5", "TUPLE2 needs more values on the stack"),
+        BAD("\x80\x02](Na.", "byte 5", "APPEND needs more values on the stack"),
         BAD("\x80\x02h\x05.", "byte 2", "memo entry 5, never set"),
         BAD("\x80\x02Nr\xff\xff\xff\x7f.", "byte 3", "index 2147483647 out of range"),
         BAD("\x80\x02\x94.", "byte 2", "empty stack"),
