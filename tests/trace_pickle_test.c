@@ -290,6 +290,30 @@ static void test_long1_widths(void **state)
     }
 }
 
+/* BININT is 4-byte two's complement: only bit 31 makes it negative. */
+static void test_binint_sign(void **state)
+{
+    (void)state;
+    static const int64_t values[] = {0x40000000, 0x7fffffff, -0x80000000ll, -1, 0x4000};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        pk p = {0};
+        op(&p, 0x80);
+        op(&p, 2);
+        op(&p, 'J');
+        for (int b = 0; b < 4; b++)
+            op(&p, (unsigned char)((uint64_t)values[i] >> (8 * b)));
+        op(&p, '.');
+        pkl_arena arena = {0};
+        const pkl_value *root;
+        assert_int_equal(pkl_parse("v", p.b, p.n, &arena, &root), COOP_OK);
+        if (root->kind != PKL_INT || root->v.i != values[i]) {
+            fail_msg("BININT %lld read as %lld", (long long)values[i], (long long)root->v.i);
+            return;
+        }
+        pkl_arena_free(&arena);
+    }
+}
+
 /* A list that contains itself (through the memo) must not hang anything. */
 static void test_self_reference(void **state)
 {
@@ -950,6 +974,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values),
         cmocka_unit_test(test_long1_widths),
+        cmocka_unit_test(test_binint_sign),
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),
