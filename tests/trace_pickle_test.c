@@ -819,6 +819,7 @@ static void test_malformed(void **state)
         BAD("\x80\x02h\x05.", "byte 2", "memo entry 5, never set"),
         BAD("\x80\x02Nr\xff\xff\xff\x7f.", "byte 3", "index 2147483647 out of range"),
         BAD("\x80\x02\x94.", "byte 2", "empty stack"),
+        BAD("\x80\x02N(\x94t.", "byte 4", "MEMOIZE with an empty stack"), /* above the MARK */
         BAD("\x80\x02\x8c\x10"
             "abc",
             "byte 2", "truncated: SHORT_BINUNICODE of 16 bytes"),
