@@ -314,6 +314,33 @@ static void test_binint_sign(void **state)
     }
 }
 
+/* A time_us of 2^63 or more (LONG1 with a ninth byte) does not fit the
+ * event's signed time: refused, with its value. */
+static void test_time_out_of_range(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    begin_dict(&p);
+    key_str(&p, "action", "alloc");
+    key_int(&p, "addr", 0x1000);
+    key_int(&p, "size", 512);
+    str(&p, "time_us");
+    big_unsigned(&p, 1ull << 63);
+    end_dict(&p);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][0]",
+                         "'time_us' 9223372036854775808 is out of range", NULL);
+    assert_null(t.events);
+}
+
 /* A list that contains itself (through the memo) must not hang anything. */
 static void test_self_reference(void **state)
 {
@@ -988,6 +1015,7 @@ int main(void)
         cmocka_unit_test(test_values),
         cmocka_unit_test(test_long1_widths),
         cmocka_unit_test(test_binint_sign),
+        cmocka_unit_test(test_time_out_of_range),
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),
