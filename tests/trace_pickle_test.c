@@ -341,6 +341,30 @@ static void test_time_out_of_range(void **state)
     assert_null(t.events);
 }
 
+/* An oom entry may be of any size (nothing places it: TRACE_SIZE_LIMIT is
+ * for the sizes that are placed), 2^56 and more included. */
+static void test_oom_of_any_size(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    entry(&p, "oom", 12345, (int64_t)1 << 60, 0, 5);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_events, 1);
+    assert_int_equal(t.events[0].kind, TRACE_OOM);
+    assert_true(t.events[0].size == 1ull << 60);
+    assert_int_equal(t.events[0].addr, 0); /* the device's free bytes, not an address */
+    trace_free(&t);
+}
+
 /* A list that contains itself (through the memo) must not hang anything. */
 static void test_self_reference(void **state)
 {
@@ -1016,6 +1040,7 @@ int main(void)
         cmocka_unit_test(test_long1_widths),
         cmocka_unit_test(test_binint_sign),
         cmocka_unit_test(test_time_out_of_range),
+        cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),
