@@ -365,6 +365,40 @@ static void test_oom_of_any_size(void **state)
     trace_free(&t);
 }
 
+/* Blocks found live at start (freed without an alloc) are ordered by
+ * address, not by where the history first names them; and without a device
+ * asked for, the first device with events is read (device 0 is empty). */
+static void test_live_at_start_order_and_first_device(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p); /* device 0: nothing recorded */
+    end_list(&p);
+    begin_list(&p);
+    entry(&p, "free_completed", 0x3000, 1024, 0, 1);
+    entry(&p, "free_completed", 0x1000, 512, 0, 2);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_live_at_start, 2);
+    assert_int_equal(t.num_events, 4);
+    assert_int_equal(t.events[0].addr, 0x1000);
+    assert_int_equal(t.events[0].size, 512);
+    assert_int_equal(t.events[1].addr, 0x3000);
+    assert_int_equal(t.events[1].size, 1024);
+    /* the frees keep the history's order */
+    assert_int_equal(t.events[2].kind, TRACE_FREE);
+    assert_int_equal(t.events[2].id, t.events[1].id);
+    assert_int_equal(t.events[3].id, t.events[0].id);
+    trace_free(&t);
+}
+
 /* A list that contains itself (through the memo) must not hang anything. */
 static void test_self_reference(void **state)
 {
@@ -1041,6 +1075,7 @@ int main(void)
         cmocka_unit_test(test_binint_sign),
         cmocka_unit_test(test_time_out_of_range),
         cmocka_unit_test(test_oom_of_any_size),
+        cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),
