@@ -1000,7 +1000,7 @@ static void test_malformed(void **state)
             "K\x00\x8c\x0atotal_sizeK\x01\x8c\x06"
             "blocks(N"
             "lueu.",
-            "segments[0].blocks[0]", "block has type None"),
+            "byte 68: segments[0].blocks[0]", "block has type None"),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         trace t;
