@@ -181,6 +181,23 @@ static void test_bad_lines(void **state)
     }
 }
 
+/* E lines may appear anywhere (traces/README.md): one before an L line is
+ * not an event, and the L line stays legal. */
+static void test_e_lines_anywhere(void **state)
+{
+    (void)state;
+    trace t;
+    assert_int_equal(read_text("coop-trace 1\nE 0x200000 2097152 0\nL 1 100 0\nA 2 50 0\n"
+                               "E 0x400000 2097152\nF 1\n",
+                               0, &t),
+                     COOP_OK);
+    assert_int_equal(t.num_live_at_start, 1);
+    assert_int_equal(t.num_events, 3);
+    assert_int_equal(t.num_final_segments, 2);
+    assert_int_equal(t.final_segments[1].addr, 0x400000);
+    trace_free(&t);
+}
+
 /* Many lines across the reader's 64 KiB chunks, with ids reused. */
 static void test_many_lines(void **state)
 {
@@ -368,7 +385,7 @@ int main(void)
         cmocka_unit_test(test_bad_lines),      cmocka_unit_test(test_many_lines),
         cmocka_unit_test(test_long_line),      cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_numbers),        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_largest_size),
+        cmocka_unit_test(test_largest_size),   cmocka_unit_test(test_e_lines_anywhere),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();
