@@ -5,6 +5,7 @@
  */
 #include "trace_fixture.h"
 
+#include "trace/input.h"
 #include "trace/text_number.h"
 
 static coop_status read_text(const char *text, int gzip, trace *t)
@@ -229,6 +230,20 @@ static void test_long_line(void **state)
     strcpy(text + 15 + n, "\n");
     trace t;
     fixture_expect_error(read_text(text, 1, &t), ":2: line longer than", NULL);
+    /* the bound is exact: a line of 1 MiB is read, one of 1 MiB + 1 is not */
+    for (size_t extra = 0; extra < 2; extra++) {
+        size_t line = TRACE_INPUT_MAX_LINE + extra;
+        memset(text + 13, 'x', line); /* after "coop-trace 1\n" */
+        text[13] = '#';
+        strcpy(text + 13 + line, "\n");
+        coop_status st = read_text(text, 0, &t);
+        if (extra) {
+            fixture_expect_error(st, ":2: line longer than 1048576 bytes", NULL);
+        } else {
+            assert_int_equal(st, COOP_OK);
+            trace_free(&t);
+        }
+    }
     free(text);
 }
 
