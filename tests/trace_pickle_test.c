@@ -884,6 +884,7 @@ static void test_malformed(void **state)
     static const bad_pickle cases[] = {
         BAD("", "byte 0", "empty file"),
         BAD("hello", "byte 0", "not a pickle of protocol 2 or later"),
+        BAD("\x80\x01N.", "byte 0", "protocol 1 is not supported"),
         BAD("\x80\x06N.", "byte 0", "protocol 6 is not supported"),
         BAD("\x80\x02I1\n.", "byte 2", "INT (0x49) is not supported"),
         BAD("\x80\x02\xff", "byte 2", "0xff is not a pickle opcode"),
@@ -902,6 +903,8 @@ static void test_malformed(void **state)
         BAD("\x80\x02N(N\x86.", "byte 5", "TUPLE2 needs more values on the stack"),
         BAD("\x80\x02](Na.", "byte 5", "APPEND needs more values on the stack"),
         BAD("\x80\x02h\x05.", "byte 2", "memo entry 5, never set"),
+        BAD("\x80\x02h\x00.", "byte 2", "memo entry 0, never set"), /* an empty memo */
+        BAD("\x80\x02N\x94h\x01.", "byte 4", "memo entry 1, never set"),
         BAD("\x80\x02Nr\xff\xff\xff\x7f.", "byte 3", "index 2147483647 out of range"),
         BAD("\x80\x02\x94.", "byte 2", "empty stack"),
         BAD("\x80\x02N(\x94t.", "byte 4", "MEMOIZE with an empty stack"), /* above the MARK */
