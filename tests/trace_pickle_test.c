@@ -896,6 +896,7 @@ static void test_malformed(void **state)
         BAD("\x80\x02}Na.", "byte 4", "APPEND to a dict"),
         BAD("\x80\x02]NNs.", "byte 5", "SETITEM to a list"),
         BAD("\x80\x02}(]Nu.", "byte 6", "unhashable list"),
+        BAD("\x80\x02}(}Nu.", "byte 6", "unhashable dict"),
         BAD("\x80\x02"
             "a.",
             "byte 2", "needs more values"),
