@@ -1042,6 +1042,27 @@ static void recorded_sums_do_not_wrap(void **unused)
     built_free(&b);
 }
 
+/* The peak may be where the recording began: 20 MiB released by the first
+ * event leave 2 MiB, so the peak is the 22 MiB held before it. */
+static void recorded_peak_before_the_first_event(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    add(&b, TRACE_SEGMENT_FREE, 0, 20 * MiB, 0);
+    alloc_ev(&b, 0, 1000);
+    b.t.final_segments = calloc(1, sizeof *b.t.final_segments);
+    assert_non_null(b.t.final_segments);
+    b.t.final_segments[0].size = 2 * MiB;
+    b.t.num_final_segments = 1;
+    b.t.has_segment_events = 1;
+    replay_recorded rec;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_OK);
+    assert_int_equal(rec.initial_reserved, 22 * MiB);
+    assert_int_equal(rec.final_reserved, 2 * MiB);
+    assert_int_equal(rec.peak_reserved, 22 * MiB);
+    built_free(&b);
+}
+
 static void recorded_absent_without_segments(void **unused)
 {
     (void)unused;
@@ -1201,6 +1222,7 @@ int main(void)
         cmocka_unit_test(timed_run_reads_no_statistics),
         cmocka_unit_test(recorded_curve_rebuilt_backwards),
         cmocka_unit_test(recorded_absent_without_segments),
+        cmocka_unit_test(recorded_peak_before_the_first_event),
         cmocka_unit_test(recorded_sums_do_not_wrap),
         cmocka_unit_test(live_bytes_stay_below_2_63),
         cmocka_unit_test(torch_refuses_sizes_that_round_past_2_64),
