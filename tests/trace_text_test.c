@@ -112,6 +112,7 @@ static void test_bad_lines(void **state)
         {"A 1 2 3\n", ":1: expected the header 'coop-trace 1' before 'A'", ""},
         {"coop-trace 2\n", ":1: unsupported header", ""},
         {"coop-trace\n", ":1: unsupported header", ""},
+        {"coop-trace 1 extra\n", ":1: unsupported header", ""},
         {"coop-trace 1\nX 1\n", ":2: unknown line 'X'", ""},
         {"coop-trace 1\nAA 1 2 3\n", ":2: unknown line 'AA'", ""},
         {"coop-trace 1\nP\n", ":2: expected 'P torch [SETTING ...]'", ""},
