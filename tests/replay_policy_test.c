@@ -439,6 +439,19 @@ static void expandable_maps_pages_as_needed(void **unused)
 
 /* With expandable segments the large pool splits off any remainder of 512
  * bytes or more (without them, only one above 1 MiB). */
+/* Exactly 1 MiB (kSmallSize) is a small request: a 2 MiB small page, not a
+ * 20 MiB large one. */
+static void expandable_1_mib_is_small(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, GiB);
+    must_malloc(&d, MiB, 0);
+    assert_int_equal(stats_of(&d).reserved_bytes, 2 * MiB);
+    must_malloc(&d, MiB + 1, 0);
+    assert_int_equal(stats_of(&d).reserved_bytes, 22 * MiB);
+    d.ops->destroy(d.state);
+}
+
 static void expandable_splits_small_remainders(void **unused)
 {
     (void)unused;
@@ -1205,6 +1218,7 @@ int main(void)
         cmocka_unit_test(torch_random_calls_keep_the_invariants),
         cmocka_unit_test(expandable_maps_pages_as_needed),
         cmocka_unit_test(expandable_splits_small_remainders),
+        cmocka_unit_test(expandable_1_mib_is_small),
         cmocka_unit_test(expandable_prefers_blocks_that_cannot_grow),
         cmocka_unit_test(expandable_unmaps_free_pages_and_retries),
         cmocka_unit_test(expandable_ranges_are_per_stream),
