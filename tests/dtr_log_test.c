@@ -154,6 +154,49 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"f_\",\"ARGS\":[\"a\"],\"MUTATE\":[1],"
                  "\"TIME\":\"1\"}\n",
                  "bad.log:1: MUTATE index is not an argument index");
+    /* ALIAS is -1 or an argument index: one below, one past the last */
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"x\"],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"1\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":\"4\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":\"-2\"}\n",
+                 "bad.log:3: ALIAS -2 of y is not -1 or an argument index (0..0)");
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"x\"],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"1\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":\"4\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":\"1\"}\n",
+                 "bad.log:3: ALIAS 1 of y is not -1 or an argument index (0..0)");
+    /* a negative JSON integer is no size, as "-4" is not */
+    expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":-4}\n",
+                 "bad.log:2: field MEMORY is not a non-negative integer");
+    /* a detail line out of order names the line of its CALL */
+    expect_error("{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n"
+                 "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"1\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":\"-1\"}\n",
+                 "bad.log:3: ALIAS for y, expected MEMORY (CALL on line 2)");
+    {
+        /* the MEMORY total's bound is 2^63 itself: 128 constants of 2^56 - 1
+         * and one of 128 bytes reach it exactly (refused), one of 127 not */
+        static char big[130 * 120];
+        for (int last = 127; last <= 128; last++) {
+            size_t n = 0;
+            for (int i = 0; i < 129; i++)
+                n += (size_t)snprintf(big + n, sizeof big - n,
+                                      "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"c%d\"}\n"
+                                      "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"c%d\",\"MEMORY\":"
+                                      "\"%llu\"}\n",
+                                      i, i, i < 128 ? (1ull << 56) - 1 : (unsigned long long)last);
+            assert_true(n < sizeof big);
+            if (last == 128) {
+                expect_error(big, "bad.log:258: the MEMORY values add up to 2^63 bytes or more");
+            } else {
+                dtr_log log;
+                assert_int_equal(dtr_log_parse_buffer("ok.log", big, n, &log), COOP_OK);
+                dtr_log_free(&log);
+            }
+        }
+    }
 }
 
 static char *write_gz(const char *text)

@@ -435,6 +435,17 @@ static void recorded_above_capacity_has_no_minimum(void **unused)
     assert_int_equal(json_integer_value(json_object_get(row, "map_bytes")), 2 * MiB);
     json_decref(rows);
 
+    /* exactly the recorded peak: it fits */
+    trace = path_in_dir("segment.trace");
+    assert_int_equal(RUN("--json", "--capacity", "2M", "--policy", "recorded", trace), 0);
+    rows = read_json_lines();
+    assert_int_equal(json_array_size(rows), 1);
+    row = json_array_get(rows, 0);
+    assert_int_equal(json_integer_value(json_object_get(row, "min_capacity_bytes")), 2 * MiB);
+    assert_int_equal(json_integer_value(json_object_get(row, "map_bytes")), 2 * MiB);
+    json_decref(rows);
+
+    trace = path_in_dir("segment.trace");
     assert_int_equal(RUN("--json", "--capacity", "1M", "--policy", "recorded", trace), 0);
     rows = read_json_lines();
     assert_int_equal(json_array_size(rows), 1);

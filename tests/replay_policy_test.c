@@ -9,8 +9,10 @@
 #include <cmocka.h>
 
 #include "replay/engine.h"
+#include "replay/measure.h"
 #include "replay/policy.h"
 #include "replay/recorded.h"
+#include "status.h"
 #include "test_seed.h"
 
 #define MiB (1ull << 20)
@@ -120,6 +122,24 @@ static void ideal_peak_is_peak_of_live_bytes(void **unused)
     built_free(&b);
 }
 
+/* ideal maps each byte once, at the first need: map_bytes is the peak of live
+ * bytes, however the frees and allocations before it interleave (a third
+ * allocation that raises the peak by 1 MiB maps that 1 MiB, not its 2 MiB). */
+static void ideal_maps_only_the_rise_of_the_peak(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, MiB);
+    alloc_ev(&b, 1, MiB);
+    free_ev(&b, 0, MiB);
+    alloc_ev(&b, 2, 2 * MiB); /* live 3 MiB: the peak rises by 1 MiB */
+    replay_run r = run(&b, &replay_policy_ideal, GiB);
+    assert_false(r.oom);
+    assert_int_equal(r.peak_reserved, 3 * MiB);
+    assert_int_equal(r.map_bytes, 3 * MiB);
+    built_free(&b);
+}
+
 /* free_requested keeps the bytes live: only free_completed releases them. */
 static void free_requested_does_not_release(void **unused)
 {
@@ -182,6 +202,25 @@ static void live_bytes_stay_below_2_63(void **unused)
     alloc_ev(&b, 128, big);
     assert_int_equal(replay_prepare(&b.t, &p), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "event 128 (id 128, 72057594037927935 bytes) brings "
+                                              "the live bytes to 2^63 or more"));
+    built_free(&b);
+}
+
+/* The bound is 2^63 itself: live bytes of exactly 2^63 are refused, one
+ * byte less is not. */
+static void live_bytes_of_exactly_2_63_are_refused(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 1ull << 62);
+    alloc_ev(&b, 1, (1ull << 62) - 1);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    assert_true(p.peak_live == (1ull << 63) - 1);
+    free_ev(&b, 1, (1ull << 62) - 1);
+    alloc_ev(&b, 2, 1ull << 62);
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "event 3 (id 2, 4611686018427387904 bytes) brings "
                                               "the live bytes to 2^63 or more"));
     built_free(&b);
 }
@@ -258,6 +297,42 @@ static void torch_segment_sizes(void **unused)
     assert_int_equal(stats_of(&d).reserved_bytes, 14 * MiB);
     must_malloc(&d, 1 * MiB, 0); /* 2 MiB - 1024 - 1 MiB left there: a new small segment */
     assert_int_equal(stats_of(&d).reserved_bytes, 16 * MiB);
+    d.ops->destroy(d.state);
+}
+
+/* kMinLargeAlloc (10 MiB) is the first size with a segment of its own, the
+ * request rounded up to 2 MiB: exactly 10 MiB takes a 10 MiB segment, and
+ * 10 MiB - 512 still a shared 20 MiB one. */
+static void torch_10_mib_takes_a_segment_of_its_own(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, GiB);
+    must_malloc(&d, 10 * MiB, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 10 * MiB);
+    assert_int_equal(s.free_bytes, 0);
+    must_malloc(&d, 10 * MiB - 512, 0);
+    s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 30 * MiB);
+    assert_int_equal(s.free_bytes, 10 * MiB + 512);
+    d.ops->destroy(d.state);
+}
+
+/* The small pool splits a remainder of exactly kMinBlockSize (512 bytes):
+ * 1 MiB and 1 MiB - 512 leave 512 bytes of the 2 MiB segment free, where a
+ * 1-byte request then goes, with no second segment. */
+static void torch_small_pool_splits_a_512_byte_remainder(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, GiB);
+    uintptr_t a = must_malloc(&d, MiB, 0);
+    uintptr_t b2 = must_malloc(&d, MiB - 512, 0);
+    assert_int_equal(b2, a + MiB);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.active_bytes, 2 * MiB - 512);
+    assert_int_equal(s.free_bytes, 512);
+    assert_int_equal(must_malloc(&d, 1, 0), b2 + MiB - 512);
+    assert_int_equal(stats_of(&d).reserved_bytes, 2 * MiB);
     d.ops->destroy(d.state);
 }
 
@@ -364,6 +439,19 @@ static void expandable_maps_pages_as_needed(void **unused)
 
 /* With expandable segments the large pool splits off any remainder of 512
  * bytes or more (without them, only one above 1 MiB). */
+/* Exactly 1 MiB (kSmallSize) is a small request: a 2 MiB small page, not a
+ * 20 MiB large one. */
+static void expandable_1_mib_is_small(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, GiB);
+    must_malloc(&d, MiB, 0);
+    assert_int_equal(stats_of(&d).reserved_bytes, 2 * MiB);
+    must_malloc(&d, MiB + 1, 0);
+    assert_int_equal(stats_of(&d).reserved_bytes, 22 * MiB);
+    d.ops->destroy(d.state);
+}
+
 static void expandable_splits_small_remainders(void **unused)
 {
     (void)unused;
@@ -881,6 +969,27 @@ static void frag_mean_weights_each_sample_by_its_interval(void **unused)
     built_free(&b);
 }
 
+/* The mean runs from the first sample, not from event 0: four events of
+ * size-0 requests before the first allocation (no sample) leave the mean of
+ * frag_mean_counts_the_last_interval as it was (1/3 over 99 of 102 events). */
+static void frag_mean_starts_at_the_first_sample(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    for (uint32_t id = 60; id < 62; id++) {
+        alloc_ev(&b, id, 0);
+        free_ev(&b, id, 0);
+    }
+    frag_holes_then_time(&b);
+    free_ev(&b, 1, MiB / 2);
+    free_ev(&b, 2, 512);
+    assert_int_equal(b.t.num_events, 106);
+    replay_run r = run(&b, &replay_policy_torch, GiB);
+    assert_true(r.has_frag);
+    assert_float_equal(r.frag_mean, 1.0 / 3 * 99 / 102, 1e-12);
+    built_free(&b);
+}
+
 /* ---- recorded ---- */
 
 static void recorded_curve_rebuilt_backwards(void **unused)
@@ -943,6 +1052,27 @@ static void recorded_sums_do_not_wrap(void **unused)
     assert_non_null(strstr(coop_last_error(), "segment_free of 4611686018427387904 bytes at 0x0 "
                                               "(event 2): the reserved bytes before it would be "
                                               "2^63 or more"));
+    built_free(&b);
+}
+
+/* The peak may be where the recording began: 20 MiB released by the first
+ * event leave 2 MiB, so the peak is the 22 MiB held before it. */
+static void recorded_peak_before_the_first_event(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    add(&b, TRACE_SEGMENT_FREE, 0, 20 * MiB, 0);
+    alloc_ev(&b, 0, 1000);
+    b.t.final_segments = calloc(1, sizeof *b.t.final_segments);
+    assert_non_null(b.t.final_segments);
+    b.t.final_segments[0].size = 2 * MiB;
+    b.t.num_final_segments = 1;
+    b.t.has_segment_events = 1;
+    replay_recorded rec;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_OK);
+    assert_int_equal(rec.initial_reserved, 22 * MiB);
+    assert_int_equal(rec.final_reserved, 2 * MiB);
+    assert_int_equal(rec.peak_reserved, 22 * MiB);
     built_free(&b);
 }
 
@@ -1025,6 +1155,53 @@ static void timed_run_reads_no_statistics(void **unused)
     built_free(&b);
 }
 
+/* ideal that runs out of memory at any capacity below 64 MiB: its main run
+ * at 64 MiB reserves 1 MiB, yet it does not run at 1 MiB. One policy is
+ * created at a time, so its capacity can be kept here. */
+static uint64_t picky_capacity;
+
+static coop_status picky_create(uint64_t capacity, uint64_t page, void **state)
+{
+    picky_capacity = capacity;
+    return replay_policy_ideal.create(capacity, page, state);
+}
+
+static coop_status picky_malloc(void *state, uint64_t size, uint64_t stream, uintptr_t *addr)
+{
+    if (picky_capacity < 64 * MiB)
+        return coop_set_error(COOP_ERR_NOMEM, "picky: below 64 MiB");
+    return replay_policy_ideal.malloc(state, size, stream, addr);
+}
+
+/* A policy whose placement depends on the capacity may fail at its own peak
+ * reserved: the bisection then starts again from the full capacity, and the
+ * row has a minimum (64 MiB, to within 0.1%), not "skipped". */
+static void measure_bisects_again_up_to_the_capacity(void **unused)
+{
+    (void)unused;
+    replay_policy_ops ops = replay_policy_ideal;
+    ops.name = "picky";
+    ops.create = picky_create;
+    ops.malloc = picky_malloc;
+    built b = {0};
+    alloc_ev(&b, 0, MiB);
+    free_ev(&b, 0, MiB);
+    replay_choice choice = {.name = "picky", .ops = &ops};
+    replay_measure_options opt = {.capacity = 64 * MiB, .page = 2 * MiB};
+    replay_row row;
+    size_t filled = 0, failed = 0;
+    assert_int_equal(replay_measure(&b.t, &choice, 1, &opt, &row, &filled, &failed), COOP_OK);
+    assert_int_equal(filled, 1);
+    assert_int_equal(failed, 0);
+    assert_int_equal(row.peak_reserved, MiB);
+    assert_true(row.has_min_capacity);
+    if (row.min_capacity < 64 * MiB - 64 * MiB / 1000 || row.min_capacity > 64 * MiB) {
+        fail_msg("min capacity %llu", (unsigned long long)row.min_capacity);
+        return;
+    }
+    built_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1041,6 +1218,7 @@ int main(void)
         cmocka_unit_test(torch_random_calls_keep_the_invariants),
         cmocka_unit_test(expandable_maps_pages_as_needed),
         cmocka_unit_test(expandable_splits_small_remainders),
+        cmocka_unit_test(expandable_1_mib_is_small),
         cmocka_unit_test(expandable_prefers_blocks_that_cannot_grow),
         cmocka_unit_test(expandable_unmaps_free_pages_and_retries),
         cmocka_unit_test(expandable_ranges_are_per_stream),
@@ -1058,10 +1236,17 @@ int main(void)
         cmocka_unit_test(timed_run_reads_no_statistics),
         cmocka_unit_test(recorded_curve_rebuilt_backwards),
         cmocka_unit_test(recorded_absent_without_segments),
+        cmocka_unit_test(recorded_peak_before_the_first_event),
         cmocka_unit_test(recorded_sums_do_not_wrap),
         cmocka_unit_test(live_bytes_stay_below_2_63),
         cmocka_unit_test(torch_refuses_sizes_that_round_past_2_64),
         cmocka_unit_test(torch_runs_at_capacity_zero),
+        cmocka_unit_test(ideal_maps_only_the_rise_of_the_peak),
+        cmocka_unit_test(live_bytes_of_exactly_2_63_are_refused),
+        cmocka_unit_test(torch_10_mib_takes_a_segment_of_its_own),
+        cmocka_unit_test(torch_small_pool_splits_a_512_byte_remainder),
+        cmocka_unit_test(frag_mean_starts_at_the_first_sample),
+        cmocka_unit_test(measure_bisects_again_up_to_the_capacity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -169,6 +169,19 @@ static void test_truncated(void **state)
     }
 }
 
+/* Times are unsigned 64-bit but trace times signed: one above INT64_MAX is
+ * kept as INT64_MAX, never a negative (unknown) time. */
+static void test_times_above_int64_max(void **state)
+{
+    (void)state;
+    trace t;
+    assert_int_equal(read_csv("id,lower,upper,size\n1,5,18446744073709551615,8\n", 0, &t), COOP_OK);
+    assert_int_equal(t.num_events, 2);
+    assert_int_equal(t.events[0].time_us, 5);
+    assert_true(t.events[1].time_us == INT64_MAX);
+    trace_free(&t);
+}
+
 int main(void)
 {
     fixture_init();
@@ -177,6 +190,7 @@ int main(void)
         cmocka_unit_test(test_header_variants),
         cmocka_unit_test(test_bad_rows),
         cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_times_above_int64_max),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

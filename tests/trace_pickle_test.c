@@ -260,6 +260,145 @@ static void test_values(void **state)
     pkl_arena_free(&arena);
 }
 
+/* LONG1 of every width from 1 to 8 bytes is two's complement: all ones is
+ * -1 and a lone top bit is -2^(8n-1), at 7 bytes as at 2 or 8. */
+static void test_long1_widths(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 8; n++) {
+        for (int lone_top_bit = 0; lone_top_bit < 2; lone_top_bit++) {
+            pk p = {0};
+            op(&p, 0x80);
+            op(&p, 2);
+            op(&p, 0x8a);
+            op(&p, (unsigned char)n);
+            for (int i = 0; i < n; i++)
+                op(&p, lone_top_bit ? (i == n - 1 ? 0x80 : 0) : 0xff);
+            op(&p, '.');
+            pkl_arena arena = {0};
+            const pkl_value *root;
+            assert_int_equal(pkl_parse("v", p.b, p.n, &arena, &root), COOP_OK);
+            int64_t want = lone_top_bit ? (int64_t)(~(uint64_t)0 << (8 * n - 1)) : -1;
+            if (root->kind != PKL_INT || root->big || root->v.i != want) {
+                fail_msg("LONG1 of %d bytes (%s): %lld, expected %lld", n,
+                         lone_top_bit ? "top bit" : "all ones", (long long)root->v.i,
+                         (long long)want);
+                return;
+            }
+            pkl_arena_free(&arena);
+        }
+    }
+}
+
+/* BININT is 4-byte two's complement: only bit 31 makes it negative. */
+static void test_binint_sign(void **state)
+{
+    (void)state;
+    static const int64_t values[] = {0x40000000, 0x7fffffff, -0x80000000ll, -1, 0x4000};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        pk p = {0};
+        op(&p, 0x80);
+        op(&p, 2);
+        op(&p, 'J');
+        for (int b = 0; b < 4; b++)
+            op(&p, (unsigned char)((uint64_t)values[i] >> (8 * b)));
+        op(&p, '.');
+        pkl_arena arena = {0};
+        const pkl_value *root;
+        assert_int_equal(pkl_parse("v", p.b, p.n, &arena, &root), COOP_OK);
+        if (root->kind != PKL_INT || root->v.i != values[i]) {
+            fail_msg("BININT %lld read as %lld", (long long)values[i], (long long)root->v.i);
+            return;
+        }
+        pkl_arena_free(&arena);
+    }
+}
+
+/* A time_us of 2^63 or more (LONG1 with a ninth byte) does not fit the
+ * event's signed time: refused, with its value. */
+static void test_time_out_of_range(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    begin_dict(&p);
+    key_str(&p, "action", "alloc");
+    key_int(&p, "addr", 0x1000);
+    key_int(&p, "size", 512);
+    str(&p, "time_us");
+    big_unsigned(&p, 1ull << 63);
+    end_dict(&p);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][0]",
+                         "'time_us' 9223372036854775808 is out of range", NULL);
+    assert_null(t.events);
+}
+
+/* An oom entry may be of any size (nothing places it: TRACE_SIZE_LIMIT is
+ * for the sizes that are placed), 2^56 and more included. */
+static void test_oom_of_any_size(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    entry(&p, "oom", 12345, (int64_t)1 << 60, 0, 5);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_events, 1);
+    assert_int_equal(t.events[0].kind, TRACE_OOM);
+    assert_true(t.events[0].size == 1ull << 60);
+    assert_int_equal(t.events[0].addr, 0); /* the device's free bytes, not an address */
+    trace_free(&t);
+}
+
+/* Blocks found live at start (freed without an alloc) are ordered by
+ * address, not by where the history first names them; and without a device
+ * asked for, the first device with events is read (device 0 is empty). */
+static void test_live_at_start_order_and_first_device(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p); /* device 0: nothing recorded */
+    end_list(&p);
+    begin_list(&p);
+    entry(&p, "free_completed", 0x3000, 1024, 0, 1);
+    entry(&p, "free_completed", 0x1000, 512, 0, 2);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_live_at_start, 2);
+    assert_int_equal(t.num_events, 4);
+    assert_int_equal(t.events[0].addr, 0x1000);
+    assert_int_equal(t.events[0].size, 512);
+    assert_int_equal(t.events[1].addr, 0x3000);
+    assert_int_equal(t.events[1].size, 1024);
+    /* the frees keep the history's order */
+    assert_int_equal(t.events[2].kind, TRACE_FREE);
+    assert_int_equal(t.events[2].id, t.events[1].id);
+    assert_int_equal(t.events[3].id, t.events[0].id);
+    trace_free(&t);
+}
+
 /* A list that contains itself (through the memo) must not hang anything. */
 static void test_self_reference(void **state)
 {
@@ -382,6 +521,18 @@ static void test_memory_is_bounded(void **state)
     fixture_expect_error(pkl_parse("nones", b, len, &arena, &root), "nones: byte ",
                          "loading the pickle needs more than",
                          "(24 per input byte): not the shape of a memory snapshot", NULL);
+    /* about 60 bytes per None (its node and stack slot) against a bound of
+     * 24 per input byte plus 64 MiB (143 MB here): the parse gives up within
+     * the Nones, at byte 2250038, and not near their end as with a bound
+     * twice as loose */
+    size_t at = 0;
+    const char *where = strstr(coop_last_error(), "byte ");
+    assert_non_null(where);
+    assert_int_equal(sscanf(where, "byte %zu", &at), 1);
+    if (at < 2000000 || at > 2500000) {
+        fail_msg("gave up at byte %zu: %s", at, coop_last_error());
+        return;
+    }
     assert_null(root);
     assert_null(arena.chunks);
     free(b);
@@ -733,6 +884,7 @@ static void test_malformed(void **state)
     static const bad_pickle cases[] = {
         BAD("", "byte 0", "empty file"),
         BAD("hello", "byte 0", "not a pickle of protocol 2 or later"),
+        BAD("\x80\x01N.", "byte 0", "protocol 1 is not supported"),
         BAD("\x80\x06N.", "byte 0", "protocol 6 is not supported"),
         BAD("\x80\x02I1\n.", "byte 2", "INT (0x49) is not supported"),
         BAD("\x80\x02\xff", "byte 2", "0xff is not a pickle opcode"),
@@ -744,16 +896,30 @@ static void test_malformed(void **state)
         BAD("\x80\x02}Na.", "byte 4", "APPEND to a dict"),
         BAD("\x80\x02]NNs.", "byte 5", "SETITEM to a list"),
         BAD("\x80\x02}(]Nu.", "byte 6", "unhashable list"),
+        BAD("\x80\x02}(}Nu.", "byte 6", "unhashable dict"),
         BAD("\x80\x02"
             "a.",
             "byte 2", "needs more values"),
+        /* a MARK is a floor: values below it are not an opcode's operands */
+        BAD("\x80\x02N(N\x86.", "byte 5", "TUPLE2 needs more values on the stack"),
+        BAD("\x80\x02](Na.", "byte 5", "APPEND needs more values on the stack"),
         BAD("\x80\x02h\x05.", "byte 2", "memo entry 5, never set"),
+        BAD("\x80\x02h\x00.", "byte 2", "memo entry 0, never set"), /* an empty memo */
+        BAD("\x80\x02N\x94h\x01.", "byte 4", "memo entry 1, never set"),
         BAD("\x80\x02Nr\xff\xff\xff\x7f.", "byte 3", "index 2147483647 out of range"),
         BAD("\x80\x02\x94.", "byte 2", "empty stack"),
+        BAD("\x80\x02N(\x94t.", "byte 4", "MEMOIZE with an empty stack"), /* above the MARK */
         BAD("\x80\x02\x8c\x10"
             "abc",
             "byte 2", "truncated: SHORT_BINUNICODE of 16 bytes"),
         BAD("\x80\x02X\x01\x00", "byte 2", "truncated: BINUNICODE needs 4 argument bytes"),
+        /* one byte short: the bounds are exact (the reader's buffer has a
+         * NUL after the file, which a bound one too weak would read) */
+        BAD("\x80\x02X\x01\x00\x00", "byte 2",
+            "truncated: BINUNICODE needs 4 argument bytes, the file has 3 left"),
+        BAD("\x80\x02\x8c\x04"
+            "abc",
+            "byte 2", "truncated: SHORT_BINUNICODE of 4 bytes, the file has 3 left"),
         BAD("\x80\x02\x8d\xff\xff\xff\xff\xff\xff\xff\xff", "byte 2", "truncated: BINUNICODE8"),
         BAD("\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.", "byte 2", "truncated: FRAME of 255"),
         BAD("\x80\x02\x8a\x0a\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a.", "byte 2",
@@ -838,7 +1004,7 @@ static void test_malformed(void **state)
             "K\x00\x8c\x0atotal_sizeK\x01\x8c\x06"
             "blocks(N"
             "lueu.",
-            "segments[0].blocks[0]", "block has type None"),
+            "byte 68: segments[0].blocks[0]", "block has type None"),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         trace t;
@@ -909,6 +1075,11 @@ int main(void)
     fixture_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values),
+        cmocka_unit_test(test_long1_widths),
+        cmocka_unit_test(test_binint_sign),
+        cmocka_unit_test(test_time_out_of_range),
+        cmocka_unit_test(test_oom_of_any_size),
+        cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),

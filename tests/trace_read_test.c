@@ -2,8 +2,11 @@
  * Format detection and trace_read's dispatch: by content, never by name,
  * through gzip; unknown, empty and missing files give clear errors.
  */
+#include <sys/stat.h>
+
 #include "trace_fixture.h"
 
+#include "test_seed.h"
 #include "trace/input.h"
 
 static const char *write_named(const char *name, const void *data, size_t len, int gzip)
@@ -150,6 +153,38 @@ static void test_gzip_bombs_are_refused(void **state)
     free(text);
 }
 
+/* The ratio is the bound, not a margin below a real bomb's: comment lines
+ * with 8 random hex digits every 3,000 bytes deflate about 270 to 1, over
+ * TRACE_INPUT_BOMB_RATIO (200) though far under "#\n" repeated (1,000+). */
+static void test_gzip_ratio_just_over_the_bound_is_refused(void **state)
+{
+    (void)state;
+    size_t len = TRACE_INPUT_BOMB_MIN + (8u << 20), period = 3000;
+    char *text = malloc(len);
+    assert_non_null(text);
+    uint64_t rng = 7;
+    for (size_t i = 0; i < len; i += 2) {
+        text[i] = '#';
+        text[i + 1] = '\n';
+    }
+    for (size_t i = 0; i + period <= len; i += period)
+        snprintf(text + i, 11, "#%08llx", (unsigned long long)(test_splitmix64(&rng) >> 32));
+    for (size_t i = 0; i + period <= len; i += period)
+        text[i + 9] = '\n'; /* snprintf's NUL */
+    const char *path = write_named("ratio.trace.gz", text, len, 1);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    double ratio = (double)len / (double)st.st_size;
+    if (ratio <= TRACE_INPUT_BOMB_RATIO || ratio >= 2 * TRACE_INPUT_BOMB_RATIO) {
+        fail_msg("the input deflates %.0f to 1, not between %d and %d", ratio,
+                 TRACE_INPUT_BOMB_RATIO, 2 * TRACE_INPUT_BOMB_RATIO);
+        return;
+    }
+    trace t;
+    fixture_expect_error(trace_read_text(path, &t), "refused as a gzip bomb", NULL);
+    free(text);
+}
+
 int main(void)
 {
     fixture_init();
@@ -158,6 +193,7 @@ int main(void)
         cmocka_unit_test(test_detect_errors),
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_gzip_bombs_are_refused),
+        cmocka_unit_test(test_gzip_ratio_just_over_the_bound_is_refused),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

@@ -5,6 +5,7 @@
  */
 #include "trace_fixture.h"
 
+#include "trace/input.h"
 #include "trace/text_number.h"
 
 static coop_status read_text(const char *text, int gzip, trace *t)
@@ -111,6 +112,7 @@ static void test_bad_lines(void **state)
         {"A 1 2 3\n", ":1: expected the header 'coop-trace 1' before 'A'", ""},
         {"coop-trace 2\n", ":1: unsupported header", ""},
         {"coop-trace\n", ":1: unsupported header", ""},
+        {"coop-trace 1 extra\n", ":1: unsupported header", ""},
         {"coop-trace 1\nX 1\n", ":2: unknown line 'X'", ""},
         {"coop-trace 1\nAA 1 2 3\n", ":2: unknown line 'AA'", ""},
         {"coop-trace 1\nP\n", ":2: expected 'P torch [SETTING ...]'", ""},
@@ -181,6 +183,23 @@ static void test_bad_lines(void **state)
     }
 }
 
+/* E lines may appear anywhere (traces/README.md): one before an L line is
+ * not an event, and the L line stays legal. */
+static void test_e_lines_anywhere(void **state)
+{
+    (void)state;
+    trace t;
+    assert_int_equal(read_text("coop-trace 1\nE 0x200000 2097152 0\nL 1 100 0\nA 2 50 0\n"
+                               "E 0x400000 2097152\nF 1\n",
+                               0, &t),
+                     COOP_OK);
+    assert_int_equal(t.num_live_at_start, 1);
+    assert_int_equal(t.num_events, 3);
+    assert_int_equal(t.num_final_segments, 2);
+    assert_int_equal(t.final_segments[1].addr, 0x400000);
+    trace_free(&t);
+}
+
 /* Many lines across the reader's 64 KiB chunks, with ids reused. */
 static void test_many_lines(void **state)
 {
@@ -212,6 +231,20 @@ static void test_long_line(void **state)
     strcpy(text + 15 + n, "\n");
     trace t;
     fixture_expect_error(read_text(text, 1, &t), ":2: line longer than", NULL);
+    /* the bound is exact: a line of 1 MiB is read, one of 1 MiB + 1 is not */
+    for (size_t extra = 0; extra < 2; extra++) {
+        size_t line = TRACE_INPUT_MAX_LINE + extra;
+        memset(text + 13, 'x', line); /* after "coop-trace 1\n" */
+        text[13] = '#';
+        strcpy(text + 13 + line, "\n");
+        coop_status st = read_text(text, 0, &t);
+        if (extra) {
+            fixture_expect_error(st, ":2: line longer than 1048576 bytes", NULL);
+        } else {
+            assert_int_equal(st, COOP_OK);
+            trace_free(&t);
+        }
+    }
     free(text);
 }
 
@@ -368,7 +401,7 @@ int main(void)
         cmocka_unit_test(test_bad_lines),      cmocka_unit_test(test_many_lines),
         cmocka_unit_test(test_long_line),      cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_numbers),        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_largest_size),
+        cmocka_unit_test(test_largest_size),   cmocka_unit_test(test_e_lines_anywhere),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

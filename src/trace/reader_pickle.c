@@ -108,8 +108,11 @@ static coop_status get_time(const snapshot_reader *r, const pkl_value *dict, int
     *out = -1;
     if (!v || v->kind == PKL_NONE)
         return COOP_OK;
-    if (v->kind != PKL_INT || v->big)
+    if (v->kind != PKL_INT)
         return bad(r, "'%s' has type %s, expected int", "time_us", pkl_type_name(v));
+    if (v->big) /* an int, but above INT64_MAX */
+        return bad(r, "'%s' %llu is out of range (at most 2^63-1)", "time_us",
+                   (unsigned long long)v->v.u);
     *out = v->v.i;
     return COOP_OK;
 }
