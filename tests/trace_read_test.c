@@ -162,7 +162,7 @@ static void test_gzip_ratio_just_over_the_bound_is_refused(void **state)
     size_t len = TRACE_INPUT_BOMB_MIN + (8u << 20), period = 3000;
     char *text = malloc(len);
     assert_non_null(text);
-    uint64_t rng = 7;
+    uint64_t rng = test_seed("trace_read_test", 7); /* any seed deflates alike */
     for (size_t i = 0; i < len; i += 2) {
         text[i] = '#';
         text[i + 1] = '\n';
