@@ -298,6 +298,27 @@ static int run_in_child(const struct CMUnitTest *test)
     return 1;
 }
 
+/* A fraction that applies at once leaves no limit pending: a capacity set
+ * on the device's pool afterwards (coop_set_capacity on coop_torch_pool) is
+ * not lowered back to the fraction by later frees, mallocs or empty_cache. */
+static void test_an_applied_fraction_leaves_nothing_pending(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:1G,page:2M"), COOP_OK);
+    void *p = coop_torch_malloc(MIB, 0, STREAM(0));
+    assert_non_null(p);
+    coop_torch_memory_fraction(0.5, 0);
+    assert_int_equal(device_stats(0).capacity, 512 * MIB);
+    assert_int_equal(coop_set_capacity(coop_torch_pool(0), 1024 * MIB), COOP_OK);
+    coop_torch_free(p, MIB, 0, STREAM(0));
+    void *q = coop_torch_malloc(MIB, 0, STREAM(0));
+    assert_non_null(q);
+    assert_int_equal(device_stats(0).capacity, 1024 * MIB);
+    coop_torch_empty_cache();
+    assert_int_equal(device_stats(0).capacity, 1024 * MIB);
+    coop_torch_free(q, MIB, 0, STREAM(0));
+}
+
 /* A configuration that parses but cannot make a pool (min_split above the
  * page) fails every malloc; each failure is counted per device with its
  * message, so coop.torch.check_oom can raise it (there is no pool whose
@@ -340,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_record_history_outlasts_configure),
         cmocka_unit_test(test_fraction_below_use_applies_after_frees),
         cmocka_unit_test(test_free_at_the_refusal_is_not_lost),
+        cmocka_unit_test(test_an_applied_fraction_leaves_nothing_pending),
         cmocka_unit_test(test_fraction_zero_and_out_of_range),
         cmocka_unit_test(test_a_pool_that_cannot_be_made_is_counted),
         cmocka_unit_test(test_record_stream_of_foreign_memory_is_ignored),
