@@ -159,6 +159,30 @@ static void test_clear_after_a_failed_growth_grows_again(void **state)
     torch_history_resize(&h, 0);
 }
 
+/* A new bound after a failed growth lets the ring grow again, and a new
+ * failure is reported again (its message is the only sign events are lost). */
+static void test_resize_after_a_failed_growth_reports_again(void **state)
+{
+    (void)state;
+    torch_history h = TORCH_HISTORY_INIT;
+    torch_history_resize(&h, 100000);
+    record(&h, 0, 1);
+    size_t slots = h.slots;
+    record(&h, 1, slots - 1);
+    host_fault_arm(1);
+    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, slots, 512, 7, 0));
+    assert_true(host_fault_disarm());
+    torch_history_resize(&h, 200000);
+    expect_events(&h, 1, slots);
+    record(&h, slots + 1, slots); /* grows to twice the slots, and fills them */
+    expect_events(&h, 1, 2 * slots);
+    assert_int_equal(h.slots, 2 * slots);
+    host_fault_arm(1);
+    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, 2 * slots + 1, 512, 7, 0));
+    assert_true(host_fault_disarm());
+    torch_history_resize(&h, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -167,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_resize_keeps_the_last_events),
         cmocka_unit_test(test_failed_growth_keeps_the_last_events),
         cmocka_unit_test(test_clear_after_a_failed_growth_grows_again),
+        cmocka_unit_test(test_resize_after_a_failed_growth_reports_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
