@@ -98,6 +98,9 @@ static void test_every_key(void **state)
     assert_true(parse_ok(text).history == SIZE_MAX - 5);
     snprintf(text, sizeof text, "history:%zu0", (size_t)SIZE_MAX / 10 + 1);
     parse_bad(text, "'history'", NULL);
+    /* SIZE_MAX + 1 exactly: the last digit is the one that overflows */
+    snprintf(text, sizeof text, "history:%zu%zu", (size_t)SIZE_MAX / 10, (size_t)SIZE_MAX % 10 + 1);
+    parse_bad(text, "'history'", NULL);
     assert_true(parse_ok("fraction:1").fraction == 1.0);
 }
 
