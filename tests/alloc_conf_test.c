@@ -194,6 +194,7 @@ static void test_bad_values_name_key_value_offset(void **state)
     parse_bad("segment:-1", "'-1'", "'segment'", NULL);
     parse_bad("placement:middle", "'middle'", "'placement'", "low or high", NULL);
     parse_bad("min_split:100", "'100'", "'min_split'", "multiple of 512", NULL);
+    parse_bad("min_split:768", "'768'", "'min_split'", "multiple of 512", NULL);
     parse_bad("check:on", "'on'", "'check'", NULL);
     parse_bad("history:-5", "'-5'", "'history'", NULL);
     parse_bad("history:", "''", "'history'", NULL);
