@@ -98,6 +98,9 @@ static void test_every_key(void **state)
     assert_true(parse_ok(text).history == SIZE_MAX - 5);
     snprintf(text, sizeof text, "history:%zu0", (size_t)SIZE_MAX / 10 + 1);
     parse_bad(text, "'history'", NULL);
+    /* SIZE_MAX + 1 exactly: the last digit is the one that overflows */
+    snprintf(text, sizeof text, "history:%zu%zu", (size_t)SIZE_MAX / 10, (size_t)SIZE_MAX % 10 + 1);
+    parse_bad(text, "'history'", NULL);
     assert_true(parse_ok("fraction:1").fraction == 1.0);
 }
 
@@ -191,6 +194,7 @@ static void test_bad_values_name_key_value_offset(void **state)
     parse_bad("segment:-1", "'-1'", "'segment'", NULL);
     parse_bad("placement:middle", "'middle'", "'placement'", "low or high", NULL);
     parse_bad("min_split:100", "'100'", "'min_split'", "multiple of 512", NULL);
+    parse_bad("min_split:768", "'768'", "'min_split'", "multiple of 512", NULL);
     parse_bad("check:on", "'on'", "'check'", NULL);
     parse_bad("history:-5", "'-5'", "'history'", NULL);
     parse_bad("history:", "''", "'history'", NULL);

@@ -168,6 +168,12 @@ static void test_no_driver_fails_cleanly(void **state)
     assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_NO_DRIVER);
     assert_null(be);
     assert_non_null(strstr(coop_last_error(), "no CUDA driver (/nonexistent/libcuda.so.1"));
+    /* glibc's message starts with the name: it is not said twice */
+    const char *name = strstr(coop_last_error(), "/nonexistent/libcuda.so.1");
+    if (strstr(name + 1, "/nonexistent/libcuda.so.1")) {
+        fail_msg("the library's name is said twice: \"%s\"", coop_last_error());
+        return;
+    }
     /* a library that is not a driver: loads, lacks the entry points */
     setenv("COOP_CUDA_DRIVER", "libm.so.6", 1);
     assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_NO_DRIVER);
@@ -191,6 +197,10 @@ static void test_bad_device(void **state)
     assert_int_equal(coop_backend_cuda_create(5, true, &be), COOP_ERR_INVALID);
     assert_null(be);
     assert_non_null(strstr(coop_last_error(), "device 5 does not exist (2 CUDA devices)"));
+    /* the first ordinal past the last device is refused as such, not by the driver */
+    assert_int_equal(coop_backend_cuda_create(2, true, &be), COOP_ERR_INVALID);
+    assert_null(be);
+    assert_non_null(strstr(coop_last_error(), "device 2 does not exist (2 CUDA devices)"));
     assert_int_equal(coop_backend_cuda_create(-1, true, &be), COOP_ERR_INVALID);
 }
 
@@ -480,6 +490,10 @@ static void test_events(void **state)
     assert_true(done);
     mock_fail_nth("cuEventQuery", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
     assert_int_equal(be->ops->event_query(be, ev, &done), COOP_ERR_BACKEND);
+    /* a wait the driver fails is an error, not a completed wait */
+    mock_fail_nth("cuEventSynchronize", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+    assert_int_equal(be->ops->event_wait(be, ev), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuEventSynchronize failed with"));
     be->ops->event_destroy(be, ev);
     mock_fail_nth("cuEventRecord", 1, CUDA_ERROR_INVALID_VALUE);
     assert_int_equal(be->ops->event_record(be, 1, &ev), COOP_ERR_BACKEND);
@@ -822,8 +836,11 @@ static void test_destroy_unmap_failure(void **state)
     assert_int_equal(be->ops->map(be, base, 6 * MIB), COOP_OK);
     mock_fail_nth("cuMemUnmap", 2, CUDA_ERROR_UNKNOWN);
     coop_clear_error();
+    long refused = counters().refused_address_frees;
     coop_backend_destroy(be);
     cuda_mock_counters c = counters();
+    /* not even tried: freeing a range that keeps a mapping is undocumented */
+    assert_int_equal(c.refused_address_frees, refused);
     assert_int_equal(c.live_handles, 0);
     assert_int_equal(c.mapped_bytes, 2 * MIB);
     assert_int_equal(c.live_reservations, 1);
@@ -844,8 +861,10 @@ static void test_destroy_sync_failure(void **state)
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 4 * MIB), COOP_OK);
     mock_fail_nth("cuCtxSynchronize", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
     coop_clear_error();
+    long refused = counters().refused_address_frees;
     coop_backend_destroy(be);
     cuda_mock_counters c = counters();
+    assert_int_equal(c.refused_address_frees, refused);
     assert_int_equal(c.live_handles, 0);
     assert_int_equal(c.mapped_bytes, 4 * MIB);
     assert_int_equal(c.live_reservations, 1);
@@ -885,6 +904,98 @@ static void test_destroy_without_context(void **state)
     coop_set_error(COOP_ERR_INVALID, "the caller's message");
     coop_backend_destroy(be);
     assert_string_equal(coop_last_error(), "the caller's message");
+}
+
+/* A release with pages still mapped (the pool's release after a failed
+ * unmap, or its destroy) waits for the device once, then unmaps and releases
+ * every page down to the reservation's last; the handles of a successful
+ * unmap go back to the driver at once (the device memory is free for
+ * others), and the backend's counts of what it holds follow. */
+static void test_vmm_release_unmaps_what_is_still_mapped(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    uint64_t unmapped = 0;
+    coop_backend_cuda_held held;
+    coop_stream stream = new_stream();
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, &base), COOP_OK);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.reservations, 1);
+    assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_OK);
+    assert_int_equal(be->ops->unmap(be, base, 4 * MIB, &unmapped), COOP_OK);
+    assert_int_equal(unmapped, 4 * MIB);
+    assert_int_equal(counters().live_handles, 0);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.handles, 0);
+    /* only the last page mapped, with work queued over it */
+    assert_int_equal(be->ops->map(be, base + 6 * MIB, 2 * MIB), COOP_OK);
+    launch_work(base + 6 * MIB + 4096, 8192, stream);
+    long syncs = counters().syncs;
+    assert_int_equal(be->ops->release(be, base, 8 * MIB), COOP_OK);
+    assert_int_equal(counters().syncs, syncs + 1);
+    assert_int_equal(mock_take_unsafe(), 0);
+    cuda_mock_counters c = counters();
+    assert_int_equal(c.mapped_bytes, 0);
+    assert_int_equal(c.live_handles, 0);
+    assert_int_equal(c.live_reservations, 0);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.reservations, 0);
+    assert_int_equal(held.handles, 0);
+    assert_int_equal(held.mapped_bytes, 0);
+    /* nothing left: the destroy reports nothing */
+    coop_set_error(COOP_ERR_INVALID, "the caller's message");
+    coop_backend_destroy(be);
+    assert_string_equal(coop_last_error(), "the caller's message");
+    destroy_stream(stream);
+}
+
+/* A failed map whose undo unmaps a page but cannot release its handle
+ * leaves that page held (unmapped, its handle kept), not stray (mapped in
+ * the driver): the next map maps the kept handle again and opens it. */
+static void test_vmm_map_rollback_release_failure(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    uint64_t unmapped = 0;
+    coop_backend_cuda_held held;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, &base), COOP_OK);
+    mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemRelease", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemSetAccess"));
+    assert_int_equal(counters().mapped_bytes, 2 * MIB); /* the kept handle's memory */
+    assert_int_equal(counters().accessible_bytes, 0);
+    assert_int_equal(counters().live_handles, 1);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.handles, 1);
+    assert_int_equal(held.mapped_bytes, 0);
+    assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_OK);
+    assert_int_equal(counters().live_handles, 2);
+    assert_int_equal(counters().accessible_bytes, 4 * MIB);
+    assert_int_equal(be->ops->unmap(be, base, 4 * MIB, &unmapped), COOP_OK);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
+/* A cached event the driver will not destroy at the backend's destroy is
+ * counted in its report. */
+static void test_destroy_event_failure_is_reported(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    coop_event ev;
+    assert_int_equal(be->ops->event_record(be, 2, &ev), COOP_OK);
+    be->ops->event_destroy(be, ev); /* kept for reuse */
+    mock_fail_nth("cuEventDestroy", 1, CUDA_ERROR_UNKNOWN);
+    coop_clear_error();
+    coop_backend_destroy(be);
+    assert_int_equal(counters().live_events, 1);
+    assert_reported("0 segments and 1 events left",
+                    "cuEventDestroy failed with CUDA_ERROR_UNKNOWN");
+    leftovers l = {.events = {ev}, .num_events = 1};
+    assert_int_equal(with_primary_context(give_back_in_context, &l), CUDA_SUCCESS);
 }
 
 /* The allocator's essential sequence on the CUDA backend (mock driver). */
@@ -1265,6 +1376,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_release_failure_keeps_handle, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_release_unmaps_what_is_still_mapped, use_mock,
+                                        check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_map_rollback_release_failure, use_mock,
+                                        check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_event_failure_is_reported, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_event_destroy_without_context, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_without_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_misaligned_free_failure, use_mock,

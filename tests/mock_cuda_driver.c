@@ -801,6 +801,8 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
     if (freed) {
         reservations[i].size = 0;
         counters.live_reservations--;
+    } else {
+        counters.refused_address_frees++;
     }
     pthread_mutex_unlock(&mock_lock);
     if (!freed)

@@ -298,6 +298,83 @@ static int run_in_child(const struct CMUnitTest *test)
     return 1;
 }
 
+/* A fraction that applies at once leaves no limit pending: a capacity set
+ * on the device's pool afterwards (coop_set_capacity on coop_torch_pool) is
+ * not lowered back to the fraction by later frees, mallocs or empty_cache. */
+static void test_an_applied_fraction_leaves_nothing_pending(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:1G,page:2M"), COOP_OK);
+    void *p = coop_torch_malloc(MIB, 0, STREAM(0));
+    assert_non_null(p);
+    coop_torch_memory_fraction(0.5, 0);
+    assert_int_equal(device_stats(0).capacity, 512 * MIB);
+    assert_int_equal(coop_set_capacity(coop_torch_pool(0), 1024 * MIB), COOP_OK);
+    coop_torch_free(p, MIB, 0, STREAM(0));
+    void *q = coop_torch_malloc(MIB, 0, STREAM(0));
+    assert_non_null(q);
+    assert_int_equal(device_stats(0).capacity, 1024 * MIB);
+    coop_torch_empty_cache();
+    assert_int_equal(device_stats(0).capacity, 1024 * MIB);
+    coop_torch_free(q, MIB, 0, STREAM(0));
+}
+
+/* A limit that waits for a block freed while another stream used it: the
+ * free's retry came while the stream still held the block, so no later free
+ * is there to flag the limit. empty_cache completes the block, releases the
+ * cache, and applies the limit itself (torch users read memory_reserved
+ * right after it). */
+static void test_empty_cache_applies_a_waiting_limit(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:1G,page:2M"), COOP_OK);
+    void *small = coop_torch_malloc(MIB, 0, STREAM(1)); /* a page with room for later */
+    void *big = coop_torch_malloc(510 * MIB, 0, STREAM(1));
+    assert_non_null(small);
+    assert_non_null(big);
+    coop_torch_memory_fraction(0.25, 0); /* below use: held at the mapped bytes */
+    assert_int_equal(device_stats(0).capacity, 512 * MIB);
+    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), 7, true), COOP_OK);
+    coop_torch_record_stream(big, STREAM(7));
+    coop_torch_free(big, 510 * MIB, 0, STREAM(1));            /* pending on stream 7 */
+    void *more = coop_torch_malloc(512 * 1024, 0, STREAM(1)); /* tries the limit: refused */
+    assert_non_null(more);
+    assert_int_equal(device_stats(0).capacity, 512 * MIB);
+    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), 7, false), COOP_OK);
+    coop_torch_empty_cache();
+    assert_int_equal(device_stats(0).capacity, 256 * MIB);
+    coop_torch_free(more, 512 * 1024, 0, STREAM(1));
+    coop_torch_free(small, MIB, 0, STREAM(1));
+}
+
+/* The capacity of a fraction is torch's: fraction * total truncated to
+ * bytes (its allowed_memory_maximum), then coop's pages. A product half a
+ * byte past two pages gives two pages, not three. */
+static void test_fraction_truncates_to_bytes(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:1G,page:2M"), COOP_OK);
+    void *p = coop_torch_malloc(MIB, 0, STREAM(0));
+    assert_non_null(p);
+    coop_torch_memory_fraction(0x1p-8 + 0x1p-31, 0); /* * 2^30 = 2^22 + 0.5 exactly */
+    assert_int_equal(device_stats(0).capacity, 4 * MIB);
+    coop_torch_free(p, MIB, 0, STREAM(0));
+}
+
+/* coop_torch_init takes every count torch can give, up to the last slot,
+ * also after a smaller one. */
+static void test_init_takes_every_device_count(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:64M"), COOP_OK);
+    coop_torch_init(1);
+    assert_null(coop_torch_malloc(64, 1, STREAM(0)));
+    coop_torch_init(COOP_TORCH_MAX_DEVICES);
+    void *p = coop_torch_malloc(64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));
+    assert_non_null(p);
+    coop_torch_free(p, 64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));
+}
+
 /* A configuration that parses but cannot make a pool (min_split above the
  * page) fails every malloc; each failure is counted per device with its
  * message, so coop.torch.check_oom can raise it (there is no pool whose
@@ -340,6 +417,10 @@ int main(void)
         cmocka_unit_test(test_record_history_outlasts_configure),
         cmocka_unit_test(test_fraction_below_use_applies_after_frees),
         cmocka_unit_test(test_free_at_the_refusal_is_not_lost),
+        cmocka_unit_test(test_an_applied_fraction_leaves_nothing_pending),
+        cmocka_unit_test(test_empty_cache_applies_a_waiting_limit),
+        cmocka_unit_test(test_fraction_truncates_to_bytes),
+        cmocka_unit_test(test_init_takes_every_device_count),
         cmocka_unit_test(test_fraction_zero_and_out_of_range),
         cmocka_unit_test(test_a_pool_that_cannot_be_made_is_counted),
         cmocka_unit_test(test_record_stream_of_foreign_memory_is_ignored),

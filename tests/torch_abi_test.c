@@ -472,6 +472,9 @@ static void test_hooks_and_misuse(void **state)
 {
     (void)state;
     void *a = coop_torch_malloc(4 * MIB, 0, STREAM(1));
+    /* devices past the slots have no pool (nothing is read past them) */
+    assert_null(coop_torch_pool(COOP_TORCH_MAX_DEVICES));
+    assert_null(coop_torch_pool(-1));
     coop_torch_record_stream(a, STREAM(9));
     coop_torch_record_stream(NULL, STREAM(9));
     int local;

@@ -2,7 +2,8 @@
  * The PyTorch ABI's history ring (src/torch/history.c): any bound is
  * accepted without reserving it, the ring grows as events come and wraps
  * at its bound, a new bound keeps the last events that fit, and a failed
- * growth keeps the last events it has room for until the ring is cleared.
+ * growth keeps the last events it has room for until the ring is cleared;
+ * and a snapshot (which copies the ring) without host memory is refused.
  * Host allocations go through tests/host_alloc_fault.c's wrappers (counted,
  * and failed on demand).
  */
@@ -18,6 +19,7 @@
 #include "coop.h"
 #include "host_alloc_fault.h"
 #include "torch/history.h"
+#include "torch/torch_abi.h"
 
 /* Records n events numbered first, first + 1, ... (the number is the address). */
 static void record(torch_history *h, uintptr_t first, size_t n)
@@ -100,6 +102,11 @@ static void test_resize_keeps_the_last_events(void **state)
                 torch_history_resize(&h, cap);
                 record(&h, 0, recorded);
                 torch_history_resize(&h, new_cap);
+                /* a smaller bound gives back the slots it no longer allows */
+                if (h.slots > new_cap) {
+                    fail_msg("bound %zu -> %zu: %zu slots kept", cap, new_cap, h.slots);
+                    return;
+                }
                 size_t held = recorded < cap ? recorded : cap;
                 size_t kept = held < new_cap ? held : new_cap;
                 expect_events(&h, recorded - kept, kept);
@@ -159,6 +166,64 @@ static void test_clear_after_a_failed_growth_grows_again(void **state)
     torch_history_resize(&h, 0);
 }
 
+/* A new bound after a failed growth lets the ring grow again, and a new
+ * failure is reported again (its message is the only sign events are lost). */
+static void test_resize_after_a_failed_growth_reports_again(void **state)
+{
+    (void)state;
+    torch_history h = TORCH_HISTORY_INIT;
+    torch_history_resize(&h, 100000);
+    record(&h, 0, 1);
+    size_t slots = h.slots;
+    record(&h, 1, slots - 1);
+    host_fault_arm(1);
+    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, slots, 512, 7, 0));
+    assert_true(host_fault_disarm());
+    torch_history_resize(&h, 200000);
+    expect_events(&h, 1, slots);
+    record(&h, slots + 1, slots); /* grows to twice the slots, and fills them */
+    expect_events(&h, 1, 2 * slots);
+    assert_int_equal(h.slots, 2 * slots);
+    host_fault_arm(1);
+    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, 2 * slots + 1, 512, 7, 0));
+    assert_true(host_fault_disarm());
+    torch_history_resize(&h, 0);
+}
+
+/* A snapshot whose copies cannot grow (every host allocation failing in
+ * turn, through the ABI on the host backend) is refused with
+ * COOP_ERR_HOST_NOMEM, never handed out with blocks missing. */
+static void test_snapshot_without_host_memory_is_refused(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:256M,page:64K"), COOP_OK);
+    enum { BLOCKS = 200 }; /* past the copies' first 64 items: they grow */
+    void *p[BLOCKS];
+    for (int i = 0; i < BLOCKS; i++) {
+        p[i] = coop_torch_malloc(i % 2 ? 4096 : 100000, 0, (void *)(uintptr_t)(i % 3));
+        assert_non_null(p[i]);
+    }
+    for (long n = 1;; n++) {
+        coop_torch_snapshot *snap = NULL;
+        host_fault_arm(n);
+        coop_status st = coop_torch_snapshot_take(0, &snap);
+        bool failed = host_fault_disarm();
+        if (!failed) {
+            assert_int_equal(st, COOP_OK);
+            assert_int_equal(snap->num_blocks, BLOCKS);
+            coop_torch_snapshot_free(snap);
+            assert_true(n > 3);
+            break;
+        }
+        if (st != COOP_ERR_HOST_NOMEM || snap) {
+            fail_msg("allocation %ld failing: status %d, snapshot %p", n, (int)st, (void *)snap);
+            return;
+        }
+    }
+    for (int i = 0; i < BLOCKS; i++)
+        coop_torch_free(p[i], i % 2 ? 4096 : 100000, 0, (void *)(uintptr_t)(i % 3));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -167,6 +232,8 @@ int main(void)
         cmocka_unit_test(test_resize_keeps_the_last_events),
         cmocka_unit_test(test_failed_growth_keeps_the_last_events),
         cmocka_unit_test(test_clear_after_a_failed_growth_grows_again),
+        cmocka_unit_test(test_resize_after_a_failed_growth_reports_again),
+        cmocka_unit_test(test_snapshot_without_host_memory_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
