@@ -65,6 +65,57 @@ static void test_against_array(void **state)
     assert_null(id_map_find(&m, 1, 2));
 }
 
+/* The slot key a goes to in a map holding nothing else: its home. */
+static size_t home_of(id_map *m, uint64_t a)
+{
+    id_map_slot *s = id_map_insert(m, a, 0);
+    assert_non_null(s);
+    size_t i = (size_t)(s - m->slots);
+    id_map_remove(m, s);
+    return i;
+}
+
+/* A removal whose probe chain wraps past the table's end: the member found
+ * after the wrap, at its own home slot 0, must stay there (its home lies
+ * between the hole and it, cyclically). Moving it back into the hole at the
+ * table's end would put it before its home, where no find looks. The
+ * random test rarely builds this chain. */
+static void test_removal_across_the_wrap(void **state)
+{
+    (void)state;
+    id_map m = {0};
+    home_of(&m, 0); /* allocates the 64 slots and fixes the map's seed */
+    size_t last = m.mask;
+    uint64_t at_end[2] = {0}, at_zero = 0;
+    size_t n_end = 0;
+    for (uint64_t a = 1; n_end < 2 || !at_zero; a++) {
+        size_t h = home_of(&m, a);
+        if (h == last - 1 && n_end < 2)
+            at_end[n_end++] = a;
+        else if (h == 0 && !at_zero)
+            at_zero = a;
+    }
+    /* slots last-1, last and 0: two keys homed at last-1, one at 0 */
+    uint64_t keys[3] = {at_end[0], at_end[1], at_zero};
+    size_t want[3] = {last - 1, last, 0};
+    for (int k = 0; k < 3; k++) {
+        id_map_slot *s = id_map_insert(&m, keys[k], 0);
+        assert_int_equal((size_t)(s - m.slots), want[k]);
+        s->id = (uint32_t)k + 1;
+    }
+    id_map_remove(&m, id_map_find(&m, keys[0], 0));
+    for (int k = 1; k < 3; k++) {
+        id_map_slot *s = id_map_find(&m, keys[k], 0);
+        if (!s) {
+            fail_msg("key %d is lost after a removal across the wrap", k);
+            return;
+        }
+        assert_int_equal(s->id, k + 1);
+    }
+    assert_int_equal(m.count, 2);
+    id_map_free(&m);
+}
+
 /* Undoes x ^= x >> shift. */
 static uint64_t unxorshift(uint64_t y, unsigned shift)
 {
@@ -127,6 +178,7 @@ static void test_chosen_keys_do_not_cluster(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_against_array),
+                                       cmocka_unit_test(test_removal_across_the_wrap),
                                        cmocka_unit_test(test_chosen_keys_do_not_cluster)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
