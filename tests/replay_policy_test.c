@@ -489,6 +489,26 @@ static void expandable_prefers_blocks_that_cannot_grow(void **unused)
     t.ops->destroy(t.state);
 }
 
+/* Equal growth ties to the block first in the free tree (smaller, or at a
+ * lower address): two 4 MiB holes, each before an allocated block, take a
+ * 4 MiB request at the lower one, as torch's get_free_block stops at the
+ * first block that the next does not beat. */
+static void expandable_ties_go_to_the_lower_address(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, GiB);
+    uintptr_t x = must_malloc(&d, 4 * MiB, 0);
+    must_malloc(&d, 2 * MiB, 0);
+    uintptr_t z = must_malloc(&d, 4 * MiB, 0);
+    must_malloc(&d, 2 * MiB, 0);
+    assert_int_equal(z, x + 6 * MiB);
+    assert_int_equal(d.ops->free(d.state, z, 4 * MiB), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, x, 4 * MiB), COOP_OK);
+    assert_int_equal(must_malloc(&d, 4 * MiB, 0), x);
+    assert_int_equal(must_malloc(&d, 4 * MiB, 0), z);
+    d.ops->destroy(d.state);
+}
+
 /* Out of capacity: free blocks' whole pages are unmapped (a range left
  * wholly unmapped is released) and the request tried once more. */
 static void expandable_unmaps_free_pages_and_retries(void **unused)
@@ -1219,6 +1239,7 @@ int main(void)
         cmocka_unit_test(expandable_maps_pages_as_needed),
         cmocka_unit_test(expandable_splits_small_remainders),
         cmocka_unit_test(expandable_1_mib_is_small),
+        cmocka_unit_test(expandable_ties_go_to_the_lower_address),
         cmocka_unit_test(expandable_prefers_blocks_that_cannot_grow),
         cmocka_unit_test(expandable_unmaps_free_pages_and_retries),
         cmocka_unit_test(expandable_ranges_are_per_stream),
