@@ -28,6 +28,27 @@ static void record(torch_history *h, uintptr_t first, size_t n)
         assert_false(torch_history_record(h, COOP_TORCH_ALLOC, first + i, 512, 7, 0));
 }
 
+/* A ring bounded at 100,000 events, filled to the slots its first
+ * allocation made: the next event needs it to grow. Returns the slots. */
+static size_t fill_first_slots(torch_history *h)
+{
+    torch_history_resize(h, 100000);
+    record(h, 0, 1); /* the first allocation */
+    size_t slots = h->slots;
+    assert_true(slots > 1 && slots < 100000);
+    record(h, 1, slots - 1);
+    return slots;
+}
+
+/* Records event id into a full ring whose growth (its realloc) fails: the
+ * record reports the failure. */
+static void record_failing_growth(torch_history *h, uintptr_t id, int device)
+{
+    host_fault_arm(1);
+    assert_true(torch_history_record(h, COOP_TORCH_ALLOC, id, 512, 7, device));
+    assert_true(host_fault_disarm());
+}
+
 /* The ring holds exactly the events numbered first .. first + n - 1, oldest first. */
 static void expect_events(torch_history *h, uintptr_t first, size_t n)
 {
@@ -126,14 +147,8 @@ static void test_failed_growth_keeps_the_last_events(void **state)
 {
     (void)state;
     torch_history h = TORCH_HISTORY_INIT;
-    torch_history_resize(&h, 100000);
-    record(&h, 0, 1); /* the first allocation */
-    size_t slots = h.slots;
-    assert_true(slots > 1 && slots < 100000);
-    record(&h, 1, slots - 1);
-    host_fault_arm(1); /* the growth's realloc */
-    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, slots, 512, 7, 3));
-    assert_true(host_fault_disarm());
+    size_t slots = fill_first_slots(&h);
+    record_failing_growth(&h, slots, 3);
     assert_non_null(strstr(coop_last_error(), "device 3's history"));
     record(&h, slots + 1, 99); /* no second report */
     expect_events(&h, 100, slots);
@@ -147,21 +162,14 @@ static void test_clear_after_a_failed_growth_grows_again(void **state)
 {
     (void)state;
     torch_history h = TORCH_HISTORY_INIT;
-    torch_history_resize(&h, 100000);
-    record(&h, 0, 1);
-    size_t slots = h.slots;
-    record(&h, 1, slots - 1);
-    host_fault_arm(1);
-    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, slots, 512, 7, 0));
-    assert_true(host_fault_disarm());
+    size_t slots = fill_first_slots(&h);
+    record_failing_growth(&h, slots, 0);
     torch_history_clear(&h);
     record(&h, 0, 3 * slots);
     expect_events(&h, 0, 3 * slots);
     size_t grown = h.slots; /* filled, then a failed growth again */
     record(&h, 3 * slots, grown - 3 * slots);
-    host_fault_arm(1);
-    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, grown, 512, 7, 0));
-    assert_true(host_fault_disarm());
+    record_failing_growth(&h, grown, 0);
     expect_events(&h, 1, grown);
     torch_history_resize(&h, 0);
 }
@@ -172,21 +180,14 @@ static void test_resize_after_a_failed_growth_reports_again(void **state)
 {
     (void)state;
     torch_history h = TORCH_HISTORY_INIT;
-    torch_history_resize(&h, 100000);
-    record(&h, 0, 1);
-    size_t slots = h.slots;
-    record(&h, 1, slots - 1);
-    host_fault_arm(1);
-    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, slots, 512, 7, 0));
-    assert_true(host_fault_disarm());
+    size_t slots = fill_first_slots(&h);
+    record_failing_growth(&h, slots, 0);
     torch_history_resize(&h, 200000);
     expect_events(&h, 1, slots);
     record(&h, slots + 1, slots); /* grows to twice the slots, and fills them */
     expect_events(&h, 1, 2 * slots);
     assert_int_equal(h.slots, 2 * slots);
-    host_fault_arm(1);
-    assert_true(torch_history_record(&h, COOP_TORCH_ALLOC, 2 * slots + 1, 512, 7, 0));
-    assert_true(host_fault_disarm());
+    record_failing_growth(&h, 2 * slots + 1, 0);
     torch_history_resize(&h, 0);
 }
 
