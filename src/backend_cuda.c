@@ -993,13 +993,13 @@ static coop_status query_device(cuda_backend *cb, bool want_vmm)
         size_t granularity = 0;
         rc = d->fn.cuMemGetAllocationGranularity(&granularity, &cb->prop,
                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-        bool usable = rc == CUDA_SUCCESS && granularity && !(granularity & (granularity - 1));
-        if (!usable && !cb->base.has_vmm)
+        bool page_sized = granularity && !(granularity & (granularity - 1));
+        if ((rc != CUDA_SUCCESS || !page_sized) && !cb->base.has_vmm)
             return COOP_OK;
         if (rc != CUDA_SUCCESS)
             return cuda_driver_error(d, rc, "cuMemGetAllocationGranularity", "(device %d)",
                                      cb->ordinal);
-        if (granularity == 0 || (granularity & (granularity - 1)))
+        if (!page_sized)
             return coop_set_error(COOP_ERR_BACKEND,
                                   "CUDA driver: device %d reports an allocation granularity of "
                                   "%zu bytes (not a power of two)",
