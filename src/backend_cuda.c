@@ -535,6 +535,7 @@ static void keep_unused_segment(cuda_backend *cb, CUdeviceptr dptr)
     pthread_mutex_lock(&cb->lock);
     unused->next = cb->shifted;
     cb->shifted = unused;
+    cb->held.segment_records++;
     pthread_mutex_unlock(&cb->lock);
 }
 
@@ -553,6 +554,7 @@ static coop_status free_unused_segments(cuda_backend *cb)
             *link = unused->next;
             free(unused);
             cb->held.segments--;
+            cb->held.segment_records--;
             continue;
         }
         if (rc != CUDA_SUCCESS && st == COOP_OK)
@@ -593,6 +595,7 @@ static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t
             pthread_mutex_lock(&cb->lock);
             shift->next = cb->shifted;
             cb->shifted = shift;
+            cb->held.segment_records++;
             pthread_mutex_unlock(&cb->lock);
         } else {
             free(shift);
@@ -617,6 +620,7 @@ static CUdeviceptr segment_original(cuda_backend *cb, uintptr_t addr, bool forge
             if (forget) {
                 *link = shift->next;
                 free(shift);
+                cb->held.segment_records--;
             }
             break;
         }

@@ -52,12 +52,15 @@ static void backend_released(coop_pool *p, bool vmm)
     coop_backend_cuda_held held;
     coop_backend_cuda_held_now(coop_backend_fault_inner(p->backend), &held);
     bool reserved = p->config.use_vmm; /* a device without VMM gives segments */
-    if (held.handles || held.mapped_bytes || held.segments || held.reservations != reserved)
+    if (held.handles || held.mapped_bytes || held.segments || held.segment_records ||
+        held.reservations != reserved)
         fail_msg("a drained %s pool's backend holds %llu page handles, %llu bytes mapped, %llu "
-                 "segments and %llu reservations (expected 0, 0, 0 and %d)",
+                 "segments, %llu segment records and %llu reservations (expected 0, 0, 0, 0 "
+                 "and %d)",
                  vmm ? "VMM" : "segments", (unsigned long long)held.handles,
                  (unsigned long long)held.mapped_bytes, (unsigned long long)held.segments,
-                 (unsigned long long)held.reservations, reserved);
+                 (unsigned long long)held.segment_records, (unsigned long long)held.reservations,
+                 reserved);
     uint64_t now = device_free_bytes();
     uint64_t in_use = free_before > now ? free_before - now : 0;
     if (in_use > most_held)

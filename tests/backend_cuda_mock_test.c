@@ -600,15 +600,24 @@ static void test_segments_without_vmm(void **state)
     assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &b), COOP_OK);
     assert_int_equal(counters().live_segments, 2);
     /* the mock's cuMemAlloc gives 256-byte alignment only, as documented;
-     * the pool's blocks need 512 */
+     * the pool's blocks need 512: each segment was aligned up, and its
+     * record keeps the address cuMemFree needs */
     assert_int_equal(a % 512, 0);
     assert_int_equal(b % 512, 0);
+    coop_backend_cuda_held held;
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.segment_records, 2);
     coop_event ev;
     assert_int_equal(be->ops->event_record(be, CU_STREAM_PER_THREAD_HANDLE, &ev), COOP_OK);
     be->ops->event_destroy(be, ev);
     assert_int_equal(be->ops->segment_free(be, a, 20 * MIB), COOP_OK);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.segment_records, 1); /* a freed segment's record goes with it */
     assert_int_equal(be->ops->segment_free(be, b, 4 * MIB), COOP_OK);
     assert_int_equal(be->ops->segment_free(be, b, 4 * MIB), COOP_ERR_BACKEND);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.segments, 0);
+    assert_int_equal(held.segment_records, 0);
     mock_set_memory(8 * MIB);
     assert_int_equal(be->ops->segment_alloc(be, 20 * MIB, &a), COOP_ERR_NOMEM);
     coop_backend_destroy(be);
@@ -637,16 +646,21 @@ static void test_segments_misaligned_free_failure(void **state)
     assert_int_equal(counters().live_segments, 2);
     coop_backend_cuda_held_now(be, &held);
     assert_int_equal(held.segments, 2);
+    assert_int_equal(held.segment_records, 2); /* a's shift and the kept first try */
     assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &b), COOP_OK);
     assert_int_equal(counters().live_segments, 2);
     coop_backend_cuda_held_now(be, &held);
     assert_int_equal(held.segments, 2);
+    assert_int_equal(held.segment_records, 2); /* a's shift and b's */
     mock_fail_nth("cuMemFree", 1, CUDA_ERROR_UNKNOWN);
     assert_int_equal(be->ops->segment_alloc(be, 2 * MIB, &c), COOP_OK);
     assert_int_equal(be->ops->segment_free(be, a, 4 * MIB), COOP_OK);
     assert_int_equal(be->ops->segment_free(be, b, 4 * MIB), COOP_OK);
     assert_int_equal(be->ops->segment_free(be, c, 2 * MIB), COOP_OK);
     assert_int_equal(counters().live_segments, 1);
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.segments, 1);
+    assert_int_equal(held.segment_records, 1); /* c's first try, for destroy to free */
     coop_backend_destroy(be);
 }
 
