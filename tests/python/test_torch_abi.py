@@ -451,7 +451,8 @@ def training_like_sequence(rng, devices=(0, 1)):
 
 class Layout(unittest.TestCase):
     """native.py's ctypes mirrors match coop.h, field for field (offsets and
-    sizes as tests/ctypes_layout prints them, compiled from coop.h)."""
+    sizes as tests/ctypes_layout prints them, compiled from coop.h), and so
+    do its copies of coop.h's enumerators."""
 
     MIRRORS = {
         "coop_stat": native.Stat,
@@ -468,21 +469,35 @@ class Layout(unittest.TestCase):
         program = os.environ.get("COOP_LAYOUT_PROGRAM")
         if not program or not os.path.exists(program):
             self.skipTest("COOP_LAYOUT_PROGRAM (tests/ctypes_layout) is not built")
-        sizes, fields = {}, {}
+        sizes, fields, values = {}, {}, {}
         for line in subprocess.run([program], check=True, capture_output=True,
                                    text=True).stdout.splitlines():
             name, *rest = line.split()
             if rest[0] == "size":
                 sizes[name] = int(rest[1])
+            elif rest[0] == "value":
+                values[name] = int(rest[1])
             else:
                 struct, field = name.split(".")
-                fields.setdefault(struct, {})[field] = int(rest[0])
+                fields.setdefault(struct, {})[field] = (int(rest[0]), int(rest[1]))
         self.assertEqual(set(sizes), set(self.MIRRORS))
         for struct, cls in self.MIRRORS.items():
             with self.subTest(struct=struct):
-                got = {name: getattr(cls, name).offset for name, _ in cls._fields_}
+                got = {name: (getattr(cls, name).offset, getattr(cls, name).size)
+                       for name, _ in cls._fields_}
                 self.assertEqual(got, fields[struct])
                 self.assertEqual(ctypes.sizeof(cls), sizes[struct])
+        # COOP_OK -> native.OK, COOP_ERR_BUSY -> native.ERR_BUSY, COOP_BLOCK_* alike;
+        # COOP_TORCH_FREE_REQUESTED -> TORCH_ACTIONS[1] == "free_requested"
+        self.assertEqual(len(values), 19)
+        for name, value in values.items():
+            short = name[len("COOP_"):]
+            with self.subTest(enumerator=name):
+                if short.startswith("TORCH_"):
+                    self.assertEqual(native.TORCH_ACTIONS[value], short[len("TORCH_"):].lower())
+                else:
+                    self.assertEqual(getattr(native, short), value)
+        self.assertEqual(len(native.TORCH_ACTIONS), 4)
 
 
 class Snapshot(unittest.TestCase):
