@@ -9,6 +9,9 @@ EXTRA_DIST += tests/python/test_check_replay_criteria.py tests/python/jsonl_scri
 # The sim criteria checker: standard library only, always runs.
 TESTS += tests/python/test_check_sim_criteria.py
 EXTRA_DIST += tests/python/test_check_sim_criteria.py
+# atomic_file.py, the scripts' writer: standard library only, always runs.
+TESTS += tests/python/test_atomic_file.py
+EXTRA_DIST += tests/python/test_atomic_file.py
 # compare_sim_lib.py against a stand-in coop: standard library only, always runs.
 TESTS += tests/python/test_compare_sim_lib.py
 EXTRA_DIST += tests/python/test_compare_sim_lib.py

@@ -93,6 +93,16 @@ tests_bench_helpers_test_LDADD = $(TESTLIBS)
 tests_bench_helpers_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 
+# status strings, the version and the per-thread last error (src/status.c)
+if HAVE_CMOCKA
+check_PROGRAMS += tests/status_test
+TESTS += tests/status_test
+tests_status_test_SOURCES = tests/status_test.c
+tests_status_test_CFLAGS = $(TESTCFLAGS)
+tests_status_test_LDADD = $(TESTLIBS)
+tests_status_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
 # growable arrays (src/growable.h): doubling, and sizes that would wrap refused
 if HAVE_CMOCKA
 check_PROGRAMS += tests/growable_test

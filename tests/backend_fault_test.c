@@ -72,11 +72,75 @@ static void test_events_and_disarm(void **state)
     coop_backend_destroy(be);
 }
 
+/* Segment allocations and frees are both SEGMENT calls: counted, and
+ * either can be the one that fails (a failed free keeps the segment). */
+static void test_segments_count_and_fail(void **state)
+{
+    (void)state;
+    coop_backend *inner, *be;
+    assert_int_equal(coop_backend_host_create(64 * MiB, 2 * MiB, false, &inner), COOP_OK);
+    assert_int_equal(coop_backend_fault_create(inner, &be), COOP_OK);
+    uintptr_t seg;
+    coop_backend_fault_arm(be, COOP_FAULT_SEGMENT, 2);
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MiB, &seg), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, seg, 4 * MiB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "injected fault: segment call #2"));
+    assert_int_equal(coop_backend_host_mapped(inner), 4 * MiB);
+    assert_int_equal(be->ops->segment_free(be, seg, 4 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_mapped(inner), 0);
+    assert_int_equal(coop_backend_fault_calls(be, COOP_FAULT_SEGMENT), 3);
+    assert_int_equal(coop_backend_fault_calls(be, COOP_FAULT_RESERVE), 0);
+    assert_int_equal(coop_backend_fault_calls(be, COOP_FAULT_ALL), 3);
+    coop_backend_destroy(be);
+}
+
+/* The pool's page becomes the wrapper's and the inner backend's: the
+ * inner one then checks whole pages of that size. */
+static void test_adopt_page(void **state)
+{
+    (void)state;
+    coop_backend *be = make();
+    coop_backend_fault_adopt_page(be, 4 * MiB);
+    assert_int_equal(be->page_size, 4 * MiB);
+    assert_int_equal(coop_backend_fault_inner(be)->page_size, 4 * MiB);
+    uintptr_t va;
+    assert_int_equal(be->ops->reserve(be, 16 * MiB, &va), COOP_OK);
+    assert_int_equal(va % (4 * MiB), 0);
+    assert_int_equal(be->ops->map(be, va, 2 * MiB), COOP_ERR_INVALID); /* half a page now */
+    assert_int_equal(be->ops->release(be, va, 16 * MiB), COOP_OK);
+    coop_backend_destroy(be);
+}
+
+/* An inner backend that cannot hold streams (as the CUDA one): the
+ * wrapper refuses, naming it, instead of calling through NULL. */
+static int plain_destroyed;
+static void plain_destroy(coop_backend *be)
+{
+    (void)be;
+    plain_destroyed++;
+}
+static const coop_backend_ops plain_ops = {.destroy = plain_destroy};
+
+static void test_hold_unsupported(void **state)
+{
+    (void)state;
+    coop_backend plain = {.ops = &plain_ops, .name = "plain", .page_size = 2 * MiB};
+    coop_backend *be;
+    assert_int_equal(coop_backend_fault_create(&plain, &be), COOP_OK);
+    assert_int_equal(be->ops->hold_stream(be, 1, true, false), COOP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(coop_last_error(), "the plain backend cannot hold streams"));
+    coop_backend_destroy(be);
+    assert_int_equal(plain_destroyed, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts_and_nth),
         cmocka_unit_test(test_events_and_disarm),
+        cmocka_unit_test(test_segments_count_and_fail),
+        cmocka_unit_test(test_hold_unsupported),
+        cmocka_unit_test(test_adopt_page),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

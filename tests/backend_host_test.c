@@ -259,6 +259,48 @@ static void test_event_wait(void **state)
     coop_backend_destroy(be);
 }
 
+/* Holding a held stream again (say, now busy) keeps the hold it has: the
+ * events recorded in it stay pending until it ends. */
+static void test_hold_again(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(8 * MiB, 2 * MiB, true, &be), COOP_OK);
+    coop_event ev;
+    assert_int_equal(be->ops->hold_stream(be, 1, true, false), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 1, &ev), COOP_OK);
+    assert_int_equal(be->ops->hold_stream(be, 1, true, true), COOP_OK);
+    assert_false(query(be, ev));
+    assert_int_equal(be->ops->event_wait(be, ev), COOP_OK); /* busy now: the wait ends it */
+    assert_true(query(be, ev));
+    be->ops->event_destroy(be, ev);
+    coop_backend_destroy(be);
+}
+
+/* Synchronizing the device ends busy holds (their events complete) and
+ * refuses, naming the stream, while a stream is held on the host. */
+static void test_synchronize(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(8 * MiB, 2 * MiB, true, &be), COOP_OK);
+    coop_event busy, blocked;
+    assert_int_equal(be->ops->hold_stream(be, 1, true, true), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 1, &busy), COOP_OK);
+    assert_int_equal(be->ops->hold_stream(be, 2, true, false), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 2, &blocked), COOP_OK);
+    assert_int_equal(be->ops->synchronize(be), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "stream 0x2 is held"));
+    assert_false(query(be, busy)); /* nothing ended */
+    assert_int_equal(be->ops->hold_stream(be, 2, false, false), COOP_OK);
+    assert_true(query(be, blocked));
+    assert_int_equal(be->ops->synchronize(be), COOP_OK);
+    assert_true(query(be, busy));
+    be->ops->event_destroy(be, busy);
+    be->ops->event_destroy(be, blocked);
+    coop_backend_destroy(be);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -267,6 +309,8 @@ static void test_bad_arguments(void **state)
     assert_null(be);
     assert_int_equal(coop_backend_host_create(8 * MiB, 256, true, &be), COOP_ERR_INVALID);
     assert_int_equal(coop_backend_host_create(3 * MiB, 2 * MiB, true, &be), COOP_ERR_INVALID);
+    assert_int_equal(coop_backend_host_create(0, 2 * MiB, true, &be), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "device size 0 is not a positive multiple"));
 }
 
 /* Whether the CPU can read, or write, the byte at addr: the kernel copies
@@ -321,6 +365,117 @@ static void test_device_memory_faults_on_touch(void **state)
     coop_backend_destroy(be);
 }
 
+/* Whether [addr, addr + len) is mapped in this process at all (mincore
+ * answers ENOMEM for a range with an unmapped page). */
+static bool os_mapped(uintptr_t addr, size_t len)
+{
+    unsigned char vec[4];
+    assert_true(len <= 4 * (size_t)sysconf(_SC_PAGESIZE));
+    if (mincore((void *)addr, len, vec) == 0)
+        return true;
+    assert_int_equal(errno, ENOMEM);
+    return false;
+}
+
+/* Sizes a reservation refuses; a small-page reservation keeps just its OS
+ * pages (the alignment slack is given back); page ranges that are empty or
+ * not whole pages refused; a failing munmap reported. */
+static void test_reservation_edges(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    uintptr_t va;
+    uint64_t unmapped;
+    assert_int_equal(coop_backend_host_create(8 * MiB, 2 * MiB, true, &be), COOP_OK);
+    assert_int_equal(be->ops->reserve(be, 0, &va), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "bad reservation size 0"));
+    /* past UINT64_MAX - 2 x alignment: refused, not wrapped into a small mmap */
+    assert_int_equal(be->ops->reserve(be, UINT64_MAX - 2 * MiB, &va), COOP_ERR_INVALID);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
+    assert_int_equal(be->ops->reserve(be, 8 * MiB, &va), COOP_OK);
+    assert_int_equal(be->ops->map(be, va, 0), COOP_ERR_INVALID);
+    assert_int_equal(be->ops->map(be, va, 1 * MiB), COOP_ERR_INVALID); /* half a page */
+    assert_int_equal(be->ops->unmap(be, va, 0, &unmapped), COOP_ERR_INVALID);
+    assert_int_equal(coop_backend_host_mapped(be), 0);
+    /* munmap refuses an address off the OS page: an error, the range still counted */
+    assert_int_equal(be->ops->release(be, va + 1, 8 * MiB), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "munmap"));
+    assert_int_equal(coop_backend_host_live_ranges(be), 1);
+    assert_int_equal(be->ops->release(be, va, 8 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
+    coop_backend_destroy(be);
+
+    size_t os = (size_t)sysconf(_SC_PAGESIZE);
+    assert_int_equal(coop_backend_host_create(64 * 512, 512, true, &be), COOP_OK);
+    assert_int_equal(be->ops->reserve(be, 3 * 512, &va), COOP_OK);
+    assert_true(os_mapped(va, os));
+    assert_false(os_mapped(va + os, os)); /* 1536 bytes hold one OS page, no more */
+    assert_int_equal(be->ops->release(be, va, 3 * 512), COOP_OK);
+    assert_false(os_mapped(va, os));
+    coop_backend_destroy(be);
+}
+
+/* Segments are page aligned (at least OS-page aligned with small pages:
+ * each takes whole OS pages of the space); size 0 and a free reaching past
+ * the space are refused. */
+static void test_segment_edges(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    uintptr_t a, b, c;
+    assert_int_equal(coop_backend_host_create(40 * MiB, 2 * MiB, false, &be), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 0, &a), COOP_ERR_INVALID);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
+    assert_int_equal(be->ops->segment_alloc(be, 6 * MiB, &a), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &b), COOP_OK);
+    assert_int_equal(a % (2 * MiB), 0);
+    assert_int_equal(b % (2 * MiB), 0);
+    /* a is the space's top segment: a larger size would free past the space */
+    assert_int_equal(be->ops->segment_free(be, a, 8 * MiB), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "is not a live segment"));
+    assert_int_equal(coop_backend_host_mapped(be), 8 * MiB);
+    assert_int_equal(be->ops->segment_free(be, a, 6 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 2 * MiB), COOP_OK);
+    /* freed top down, both rooms merged with the rest: 8 MiB fit where a and b were */
+    assert_int_equal(be->ops->segment_alloc(be, 8 * MiB, &c), COOP_OK);
+    assert_int_equal(c, b);
+    assert_int_equal(be->ops->segment_free(be, c, 8 * MiB), COOP_OK);
+    coop_backend_destroy(be);
+
+    uint64_t os = (uint64_t)sysconf(_SC_PAGESIZE);
+    assert_int_equal(coop_backend_host_create(64 * 512, 512, false, &be), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 512, &a), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 512, &b), COOP_OK);
+    assert_int_equal(a % os, 0);
+    assert_int_equal(b % os, 0);
+    assert_int_equal(a - b, os);
+    assert_int_equal(be->ops->segment_free(be, a, 512), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 512), COOP_OK);
+    coop_backend_destroy(be);
+}
+
+/* The space is twice the device: when the device is full and fragmented,
+ * a segment as large as two freed ones still comes from the space (below
+ * the others, top down), not from an mmap of its own. */
+static void test_segment_space_is_twice_the_device(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    uintptr_t s[4], e;
+    assert_int_equal(coop_backend_host_create(40 * MiB, 2 * MiB, false, &be), COOP_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(be->ops->segment_alloc(be, 10 * MiB, &s[i]), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, s[0], 10 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, s[2], 10 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 20 * MiB, &e), COOP_OK);
+    assert_int_equal(e, s[3] - 20 * MiB);
+    assert_int_equal(be->ops->segment_free(be, e, 20 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, s[1], 10 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, s[3], 10 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
+    coop_backend_destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -330,9 +485,14 @@ int main(void)
         cmocka_unit_test(test_small_pages),
         cmocka_unit_test(test_events_and_holds),
         cmocka_unit_test(test_event_wait),
+        cmocka_unit_test(test_synchronize),
+        cmocka_unit_test(test_hold_again),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_segment_addresses_repeat),
         cmocka_unit_test(test_segment_space_full),
+        cmocka_unit_test(test_reservation_edges),
+        cmocka_unit_test(test_segment_edges),
+        cmocka_unit_test(test_segment_space_is_twice_the_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

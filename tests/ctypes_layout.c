@@ -1,10 +1,13 @@
 /*
  * Prints the layout of every public struct that python/coop/native.py mirrors
- * with ctypes, one "STRUCT size BYTES" line and one "STRUCT.FIELD OFFSET" line
- * per field, for test_torch_abi.py's Layout test to compare with the ctypes
- * classes. A Python mirror that drifts from coop.h makes ctypes read and
- * write the wrong bytes (coop_pool_config writes sizeof(coop_config) bytes
- * into the Python object), which no other test would notice.
+ * with ctypes, one "STRUCT size BYTES" line and one "STRUCT.FIELD OFFSET SIZE"
+ * line per field, and the value of each enumerator native.py copies, one
+ * "NAME value V" line each, for test_torch_abi.py's Layout test to compare
+ * with the ctypes classes and constants. A Python mirror that drifts from
+ * coop.h makes ctypes read and write the wrong bytes (coop_pool_config writes
+ * sizeof(coop_config) bytes into the Python object), which no other test
+ * would notice. Sizes too: a field of the wrong width can keep every offset
+ * (a float before a double, an int64 where an int is padded).
  *
  * When a field is added to one of these structs in coop.h, add it here and to
  * native.py; the test fails until both agree.
@@ -15,7 +18,9 @@
 #include "coop.h"
 
 #define SIZE(type) printf(#type " size %zu\n", sizeof(type))
-#define FIELD(type, field) printf(#type "." #field " %zu\n", offsetof(type, field))
+#define FIELD(type, field)                                                                         \
+    printf(#type "." #field " %zu %zu\n", offsetof(type, field), sizeof(((type *)0)->field))
+#define VALUE(name) printf(#name " value %d\n", (int)(name))
 
 int main(void)
 {
@@ -99,5 +104,25 @@ int main(void)
     FIELD(coop_torch_snapshot, events);
     FIELD(coop_torch_snapshot, num_ranges);
     FIELD(coop_torch_snapshot, ranges);
+
+    VALUE(COOP_OK);
+    VALUE(COOP_ERR_NOMEM);
+    VALUE(COOP_ERR_INVALID);
+    VALUE(COOP_ERR_FOREIGN_PTR);
+    VALUE(COOP_ERR_DOUBLE_FREE);
+    VALUE(COOP_ERR_INTERIOR_PTR);
+    VALUE(COOP_ERR_BACKEND);
+    VALUE(COOP_ERR_NO_DRIVER);
+    VALUE(COOP_ERR_UNSUPPORTED);
+    VALUE(COOP_ERR_CORRUPT);
+    VALUE(COOP_ERR_HOST_NOMEM);
+    VALUE(COOP_ERR_BUSY);
+    VALUE(COOP_BLOCK_FREE);
+    VALUE(COOP_BLOCK_ALLOCATED);
+    VALUE(COOP_BLOCK_PENDING);
+    VALUE(COOP_TORCH_ALLOC);
+    VALUE(COOP_TORCH_FREE_REQUESTED);
+    VALUE(COOP_TORCH_FREE_COMPLETED);
+    VALUE(COOP_TORCH_OOM);
     return 0;
 }

@@ -137,6 +137,12 @@ static void capacity_stops_at_the_edges(void **state)
     assert_false(grow_array_capacity(top, top + 1, 64, 1, &n)); /* top * 2 wraps to 0 */
     assert_false(grow_array_capacity(top / 2, top, 64, 2, &n)); /* top * 2 bytes wraps */
     assert_int_equal(n, 7);                                     /* untouched on refusal */
+    /* the largest capacity that can double, SIZE_MAX / 2 (not a power of two), doubles */
+    assert_true(grow_array_capacity(SIZE_MAX / 2, SIZE_MAX / 2 + 1, 64, 1, &n));
+    assert_int_equal(n, SIZE_MAX - 1);
+    /* a first capacity of exactly SIZE_MAX bytes of items fits */
+    assert_true(grow_array_capacity(0, 1, SIZE_MAX / 3, 3, &n));
+    assert_int_equal(n, SIZE_MAX / 3);
 }
 
 int main(void)

@@ -28,9 +28,11 @@ static void test_alloc_free_and_leaks(void **state)
     assert_int_equal(h.live, 0);
     int64_t before = meta_leaked_allocations();
     void *leak = meta_alloc(&h, 32);
+    void *leak2 = meta_zalloc(&h, 32);
     meta_heap_fini(&h);
-    assert_int_equal(meta_leaked_allocations(), before + 1);
+    assert_int_equal(meta_leaked_allocations(), before + 2); /* each allocation counts */
     free(leak); /* counted as leaked above; released so LeakSanitizer stays quiet */
+    free(leak2);
 }
 
 /* Records are cache-line aligned, distinct, recycled LIFO, and span chunks. */
@@ -53,9 +55,20 @@ static void test_slab(void **state)
     assert_int_equal(slab.live, 7);
     assert_int_equal(h.live, 3); /* three chunks of three records */
     meta_slab_give(&slab, r[4]);
+    assert_int_equal(slab.live, 6);
+    assert_int_equal(slab.num_free, 3);
     assert_ptr_equal(meta_slab_take(&slab), r[4]);
+    /* reserving what is free already grows nothing */
+    assert_true(meta_slab_reserve(&slab, 2));
+    assert_int_equal(h.live, 3);
     meta_slab_fini(&slab);
     assert_int_equal(h.live, 0);
+    assert_int_equal(slab.live, 0);
+    assert_int_equal(slab.num_free, 0);
+    /* an emptied slab is usable again */
+    assert_non_null(meta_slab_take(&slab));
+    assert_int_equal(slab.num_free, 2);
+    meta_slab_fini(&slab);
     meta_heap_fini(&h);
 }
 
@@ -94,6 +107,28 @@ static void test_slab_huge_chunks(void **state)
     meta_heap_fini(&h);
 }
 
+/* The switch comes when the records reach exactly a huge page's bytes,
+ * and a huge chunk holds as many records as fit in the huge page after its
+ * header (one cache line). */
+static void test_slab_switch_point(void **state)
+{
+    (void)state;
+    meta_heap h;
+    assert_int_equal(meta_heap_init(&h), COOP_OK);
+    meta_slab slab;
+    size_t per = META_HUGE_PAGE / 64 / 32; /* 32 small chunks make a huge page */
+    meta_slab_init(&slab, &h, 64, per);
+    for (size_t i = 0; i < 32 * per; i++)
+        assert_non_null(meta_slab_take(&slab));
+    assert_int_equal(h.live, 32);
+    assert_int_equal(slab.num_free, 0);
+    assert_non_null(meta_slab_take(&slab));
+    assert_int_equal(h.live, 33);
+    assert_int_equal(slab.num_free, (META_HUGE_PAGE - 64) / 64 - 1);
+    meta_slab_fini(&slab);
+    meta_heap_fini(&h);
+}
+
 /* Hot zeroed allocations (huge-page aligned and advised from META_HUGE_MIN
  * on) come back zeroed, small ones too. */
 static void test_large_zalloc(void **state)
@@ -102,8 +137,8 @@ static void test_large_zalloc(void **state)
     meta_heap h;
     assert_int_equal(meta_heap_init(&h), COOP_OK);
     size_t sizes[] = {META_HUGE_MIN + 4096 + 8 /* not a multiple of the huge page */, 4096,
-                      META_HUGE_MIN + 4096 + 8};
-    for (int round = 0; round < 3; round++) {
+                      META_HUGE_MIN + 4096 + 8, META_HUGE_MIN /* the first aligned size */};
+    for (int round = 0; round < 4; round++) {
         size_t size = sizes[round];
         unsigned char *p = meta_zalloc_hot(&h, size);
         assert_non_null(p);
@@ -154,6 +189,13 @@ static void test_injected_failure(void **state)
     (void)state;
     meta_heap h;
     assert_int_equal(meta_heap_init(&h), COOP_OK);
+    /* a hot allocation counts and fails like any other */
+    meta_fail_nth(1);
+    assert_null(meta_zalloc_hot(&h, META_HUGE_MIN));
+    assert_int_equal(meta_fail_remaining(), 0);
+    void *hot = meta_zalloc_hot(&h, META_HUGE_MIN);
+    assert_non_null(hot);
+    meta_free(&h, hot, META_HUGE_MIN);
     meta_fail_nth(2);
     void *a = meta_alloc(&h, 64);
     void *b = meta_alloc(&h, 64);
@@ -173,6 +215,7 @@ int main(void)
         cmocka_unit_test(test_injected_failure),
         cmocka_unit_test(test_slab),
         cmocka_unit_test(test_slab_huge_chunks),
+        cmocka_unit_test(test_slab_switch_point),
         cmocka_unit_test(test_large_zalloc),
         cmocka_unit_test(test_slab_failure),
     };

@@ -55,6 +55,30 @@ class CheckReplayCriteria(unittest.TestCase):
             self.assertEqual(len(failing), 1, out)
             self.assertIn(f": {name} ", failing[0])
 
+    def test_bounds(self):
+        # capacity 1.02 x, map 2 x and speed are met at equality; vs-torch is strict
+        rows = good_trace()
+        rows[0].update(peak_live_bytes=100 * GIB, min_capacity_bytes=102 * GIB,
+                       map_bytes=200 * GIB, ns_per_op=41.0)
+        rows[1]["min_capacity_bytes"] = 103 * GIB
+        rc, out, _, _ = self.run_script(rows)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("4 checks passed, 0 failed", out)
+        rows[1]["min_capacity_bytes"] = 102 * GIB
+        rc, out, _, _ = self.run_script(rows)
+        self.assertEqual(rc, 1, out)
+        failing = [l for l in out.splitlines() if l.startswith("FAIL")]
+        self.assertEqual(len(failing), 1, out)
+        self.assertIn(": vs-torch coop 109,521,666,048 < torch 109,521,666,048", failing[0])
+
+    def test_no_minimum_capacity_fails(self):
+        rows = good_trace()
+        rows[0]["min_capacity_bytes"] = None
+        rc, out, _, _ = self.run_script(rows)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("FAIL t.trace.gz: coop has no minimum capacity", out)
+        self.assertIn("0 checks passed, 1 failed", out)
+
     def test_recorded_rows(self):
         rows = good_trace("s.pickle.gz")
         rows.append(row("s.pickle.gz", "recorded", cap=11 * GIB, ns=None))
@@ -137,6 +161,19 @@ class CheckReplayCriteria(unittest.TestCase):
         rc, out, _, _ = self.run_script(good_trace(), "--minimalloc", f.name)
         self.assertEqual(rc, 0, out)
         self.assertIn("coop 1.0000, jemalloc 1.1444", out)
+        # coop equal to jemalloc is met; above it fails
+        for jcap, want in ((1048576, 0), (1048575, 1)):
+            mm[1]["min_capacity_bytes"] = jcap
+            with open(f.name, "w") as g:
+                g.write("".join(json.dumps(r) + "\n" for r in mm))
+            rc, out, _, _ = self.run_script(good_trace(), "--minimalloc", f.name)
+            self.assertEqual(rc, want, out)
+        # a minimalloc file without rows is bad input
+        with open(f.name, "w") as g:
+            g.write("\n")
+        rc, _, err, _ = self.run_script(good_trace(), "--minimalloc", f.name)
+        self.assertEqual(rc, 2)
+        self.assertIn(f"{f.name}: no rows", err)
 
     def test_bad_input(self):
         rc, _, err, path = self.run_script(None, raw=json.dumps(good_trace()[0]) + "\n{oops\n")
@@ -156,6 +193,16 @@ class CheckReplayCriteria(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn(f"{path}:1: not a coop replay JSON row (trace is 5, not a string)", err)
         self.assertNotIn("Traceback", err)
+        bad = good_trace()
+        bad[2]["ns_per_op"] = True  # a bool is an int to Python, not a figure
+        rc, _, err, path = self.run_script(bad)
+        self.assertEqual(rc, 2)
+        self.assertIn(f"{path}:3: ns_per_op is True, not a number or null", err)
+        bad = good_trace()
+        bad[1]["peak_live_bytes"] = 0
+        rc, _, err, path = self.run_script(bad)
+        self.assertEqual(rc, 2)
+        self.assertIn(f"{path}:2: peak_live_bytes is missing or zero", err)
         rc, err = run_on_missing_file(SCRIPT)
         self.assertEqual(rc, 2)
         self.assertIn("/nonexistent.jsonl", err)

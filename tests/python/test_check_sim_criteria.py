@@ -124,6 +124,29 @@ class CheckSimCriteria(unittest.TestCase):
         self.assertEqual(rc, 2, out)
         self.assertIn("both engines", err)
 
+    def test_no_min_skips_the_min_cells(self):
+        rows = met()
+        for r in rows:
+            if r["policy"] == "coop":
+                r["min_budget_ratio"] = 0.31  # worse than dtr's 0.3
+        rc, out, err = self.run_script(rows, "--no-min")
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("0 violations", out)
+
+    def test_baseline(self):
+        bad = met()
+        bad[0]["overhead"] = 1.3
+        base_path = run_on_rows(self, SCRIPT, bad)[3]
+        # fixed since the baseline, nothing new: passes
+        rc, out, err = run_on_rows(self, SCRIPT, met(), base_path)[:3]
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("fixed a.log.gz 0.9", out)
+        # a baseline that cannot check the min criterion is refused like the results
+        no_min = run_on_rows(self, SCRIPT, [dict(r, min_budget_ratio=None) for r in met()])[3]
+        rc, out, err = run_on_rows(self, SCRIPT, met(), no_min)[:3]
+        self.assertEqual(rc, 2, out + err)
+        self.assertIn(f"{no_min}: no row has a min_budget_ratio", err)
+
     def test_ideal_rows_do_not_count(self):
         rows = met() + [row("coop", 0.9, overhead=1.5, memory="ideal")]
         self.violated(rows, 0)
@@ -144,6 +167,8 @@ class CheckSimCriteria(unittest.TestCase):
                                   ":1: not a coop sim --json row (TypeError(\"overhead is '1.0'"),
             "min ratio a string": ([row("coop", 0.9, min_ratio="0.3")], None,
                                    "min_budget_ratio is '0.3', not a number"),
+            "overhead a bool": ([row("coop", 0.9, overhead=True)], None,
+                                "overhead is True, not a number"),
         }
         for name, (rows, raw, says) in cases.items():
             rc, out, err = self.run_script(rows, raw=raw)

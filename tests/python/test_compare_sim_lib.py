@@ -20,6 +20,9 @@ import json, os, sys
 spec = json.load(open(os.environ["FAKE_COOP_SPEC"]))
 engine = "lib" if "--engine" in sys.argv else "sim"
 s = spec[engine]
+if "argv_file" in spec:
+    with open(spec["argv_file"], "a") as f:
+        f.write(json.dumps(sys.argv[1:]) + "\\n")
 sys.stdout.write(s.get("stdout", "".join(json.dumps(r) + "\\n" for r in s.get("rows", []))))
 sys.stderr.write(s.get("stderr", ""))
 sys.exit(s.get("rc", 0))
@@ -40,13 +43,14 @@ class CompareSimLib(unittest.TestCase):
             f.write(FAKE)
         os.chmod(self.coop, 0o755)
 
-    def run_script(self, lib, sim, *extra, coop=None):
+    def run_script(self, lib, sim, *extra, coop=None, budget="0.9,0.7,0.5"):
         spec = os.path.join(self.dir.name, "spec.json")
+        self.argv_file = os.path.join(self.dir.name, "argv.jsonl")
         with open(spec, "w") as f:
-            json.dump({"lib": lib, "sim": sim}, f)
+            json.dump({"lib": lib, "sim": sim, "argv_file": self.argv_file}, f)
         env = dict(os.environ, FAKE_COOP_SPEC=spec)
         p = subprocess.run([sys.executable, SCRIPT, "--coop", coop or self.coop, "--policy", "coop",
-                            "--budget", "0.9,0.7,0.5", *extra, "m-train-step.ops.jsonl.gz"],
+                            "--budget", budget, *extra, "m-train-step.ops.jsonl.gz"],
                            capture_output=True, text=True, env=env)
         table = [line for line in p.stdout.splitlines() if line.startswith("| m (own)")]
         return p.returncode, table, p.stderr
@@ -63,6 +67,22 @@ class CompareSimLib(unittest.TestCase):
             rows = [json.loads(line) for line in f]
         self.assertEqual(sorted((r["engine"], r["budget_ratio"]) for r in rows),
                          [("lib", 0.5), ("lib", 0.7), ("lib", 0.9), ("sim", 0.5), ("sim", 0.7), ("sim", 0.9)])
+        # each row carries its engine process's wall time, as the table's last columns
+        walls = {e: {r["wall_s"] for r in rows if r["engine"] == e} for e in ("lib", "sim")}
+        self.assertEqual([len(w) for w in walls.values()], [1, 1])
+        lib_s, sim_s = (float(c) for c in table[0].rstrip(" |").split(" | ")[-2:])
+        self.assertGreater(min(walls["lib"]), 0)
+        self.assertAlmostEqual(min(walls["lib"]), lib_s, delta=0.006)
+        self.assertAlmostEqual(min(walls["sim"]), sim_s, delta=0.006)
+        # one process per engine, each given every ratio, without min ratios unless asked
+        with open(self.argv_file) as f:
+            runs = [json.loads(line) for line in f]
+        self.assertEqual(len(runs), 2)
+        for argv in runs:
+            self.assertEqual(argv[argv.index("--budget") + 1], "0.9,0.7,0.5")
+            self.assertIn("--no-min-ratio", argv)
+        self.assertIn("--engine", runs[0])
+        self.assertIn("arena", runs[1])
 
     def test_unwritable_jsonl_is_refused_before_any_run(self):
         # a FileNotFoundError traceback after every run before
@@ -78,6 +98,10 @@ class CompareSimLib(unittest.TestCase):
         rc, table, err = self.run_script(lib, sim)
         self.assertEqual((rc, err), (0, ""))
         self.assertEqual(table[0].split(" | ")[2:5], ["= 1.100/3", "1.200/5 / missing", "= oom"])
+        # a ratio neither engine has a row for is missing on both sides
+        rc, table, err = self.run_script(lib, sim, budget="0.9,0.3")
+        self.assertEqual((rc, err), (0, ""))
+        self.assertEqual(table[0].split(" | ")[2:4], ["= 1.100/3", "missing / missing"])
 
     def test_min_ratio_columns(self):
         lib = {"rows": [row(r, min_ratio=0.4) for r in (0.9, 0.7, 0.5)]}
@@ -85,6 +109,8 @@ class CompareSimLib(unittest.TestCase):
         rc, table, _ = self.run_script(lib, sim, "--min-ratio")
         self.assertEqual(rc, 0)
         self.assertEqual(table[0].split(" | ")[5:7], ["0.4000", "-"])
+        with open(self.argv_file) as f:
+            self.assertFalse(any("--no-min-ratio" in json.loads(line) for line in f))
 
     def assertOneLine(self, err, *fragments):
         self.assertNotIn("Traceback", err)
@@ -100,9 +126,29 @@ class CompareSimLib(unittest.TestCase):
                            "failed (exit 2)", ":3: field ARGS is not an array")
 
     def test_coop_run_fails(self):
-        rc, _, err = self.run_script({"rows": [row(0.9)]}, {"rc": 1, "stderr": "coop sim: out of memory\n"})
+        jsonl = os.path.join(self.dir.name, "rows.jsonl")
+        rc, _, err = self.run_script({"rows": [row(0.9)]},
+                                     {"rc": 1, "stderr": "coop sim: reading\ncoop sim: out of memory\n"},
+                                     "--jsonl", jsonl)
         self.assertEqual(rc, 1)
         self.assertOneLine(err, "sim engine", "failed (exit 1): coop sim: out of memory")
+        self.assertFalse(os.path.exists(jsonl))  # no rows of a run that failed
+
+    def test_bad_budget_is_refused(self):
+        rc, table, err = self.run_script({"rows": [row(0.9)]}, {"rows": [row(0.9)]}, budget="0.9,half")
+        self.assertEqual((rc, table), (2, []))
+        self.assertIn("--budget: not a list of numbers: '0.9,half'", err)
+        self.assertFalse(os.path.exists(self.argv_file))  # before any run
+
+    def test_log_names_in_the_table(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        try:
+            import compare_sim_lib
+        finally:
+            sys.path.pop(0)
+        self.assertEqual(compare_sim_lib.short("resnet32-default.log.gz"), "resnet32")
+        self.assertEqual(compare_sim_lib.short("gpt-train-step.ops.jsonl.gz"), "gpt (own)")
+        self.assertEqual(compare_sim_lib.short("lstm-b.log.gz"), "lstm-b.log.gz")
 
     def test_no_coop_binary(self):
         rc, _, err = self.run_script({}, {}, coop=os.path.join(self.dir.name, "nothing"))

@@ -406,6 +406,68 @@ class Abi(unittest.TestCase):
         torch_free(p, 3 * MIB, 0, 0)
         torch_free(q, 5000, 0, 1)
 
+    def test_walk_segments_and_mapped_bytes(self):
+        """Each walked segment's num_blocks is its block count; allocated
+        blocks are mapped whole, and a free block whose pages empty_cache
+        unmapped has fewer mapped bytes than its size."""
+        p = torch_malloc(4 * MIB, 0, 0)
+        q = torch_malloc(4 * MIB, 0, 0)
+        torch_free(p, 4 * MIB, 0, 0)
+        torch_reset()
+        try:
+            walked = native.walk(pool(0))
+            for seg, blocks in walked:
+                self.assertEqual(seg["num_blocks"], len(blocks))
+            blocks = [b for _, bs in walked for b in bs]
+            self.assertTrue(any(b["mapped_bytes"] < b["size"] for b in blocks
+                                if b["state"] == native.BLOCK_FREE))
+            for b in blocks:
+                if b["state"] == native.BLOCK_ALLOCATED:
+                    self.assertEqual(b["mapped_bytes"], b["size"])
+        finally:
+            torch_free(q, 4 * MIB, 0, 0)
+
+    def test_bindings_raise_what_the_library_refuses(self):
+        """check and walk of no pool, and a snapshot of no device, raise
+        CoopError with the library's status and message."""
+        for fn, name in ((native.check, "coop_pool_check"), (native.walk, "coop_walk")):
+            with self.assertRaises(native.CoopError) as cm:
+                fn(None)
+            self.assertEqual(cm.exception.status, native.ERR_INVALID)
+            self.assertIn(name, str(cm.exception))
+        with self.assertRaises(native.CoopError) as cm:
+            ctorch._take(-1)
+        self.assertEqual(cm.exception.status, native.ERR_INVALID)
+
+    def test_memory_stats_report_the_large_pool_only(self):
+        """coop has one pool a device: its counters are under "all" and
+        "large_pool", the small pool's stay 0; max_split_size is -1 (none)."""
+        p = torch_malloc(1 * MIB, 0, 0)
+        try:
+            s = ctorch.memory_stats(0)
+            for metric in ("current", "peak", "allocated"):
+                self.assertGreater(s[f"allocation.all.{metric}"], 0)
+                self.assertEqual(s[f"allocation.large_pool.{metric}"],
+                                 s[f"allocation.all.{metric}"])
+                self.assertEqual(s[f"allocation.small_pool.{metric}"], 0)
+                self.assertEqual(s[f"allocated_bytes.small_pool.{metric}"], 0)
+            self.assertEqual(s["max_split_size"], -1)
+        finally:
+            torch_free(p, 1 * MIB, 0, 0)
+
+    def test_other_device_types_are_refused(self):
+        class Device:  # a torch.device of another type
+            type, index = "cpu", 0
+
+        for bad in ("cpu:1", "meta:0", Device()):
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                ctorch.memory_stats(bad)
+
+    def test_forget_stream_takes_every_pointer_value(self):
+        ctorch.forget_stream(1 << 63)  # no stream of coop's: nothing to do
+        with self.assertRaises(ValueError):
+            ctorch.forget_stream(1 << 64)
+
 
 # Format facts of ../shared/workloads/README.md (torch.cuda.memory._snapshot()).
 SEGMENT_KEYS = {"address", "total_size", "allocated_size", "stream", "segment_type", "blocks"}
@@ -451,7 +513,8 @@ def training_like_sequence(rng, devices=(0, 1)):
 
 class Layout(unittest.TestCase):
     """native.py's ctypes mirrors match coop.h, field for field (offsets and
-    sizes as tests/ctypes_layout prints them, compiled from coop.h)."""
+    sizes as tests/ctypes_layout prints them, compiled from coop.h), and so
+    do its copies of coop.h's enumerators."""
 
     MIRRORS = {
         "coop_stat": native.Stat,
@@ -468,21 +531,35 @@ class Layout(unittest.TestCase):
         program = os.environ.get("COOP_LAYOUT_PROGRAM")
         if not program or not os.path.exists(program):
             self.skipTest("COOP_LAYOUT_PROGRAM (tests/ctypes_layout) is not built")
-        sizes, fields = {}, {}
+        sizes, fields, values = {}, {}, {}
         for line in subprocess.run([program], check=True, capture_output=True,
                                    text=True).stdout.splitlines():
             name, *rest = line.split()
             if rest[0] == "size":
                 sizes[name] = int(rest[1])
+            elif rest[0] == "value":
+                values[name] = int(rest[1])
             else:
                 struct, field = name.split(".")
-                fields.setdefault(struct, {})[field] = int(rest[0])
+                fields.setdefault(struct, {})[field] = (int(rest[0]), int(rest[1]))
         self.assertEqual(set(sizes), set(self.MIRRORS))
         for struct, cls in self.MIRRORS.items():
             with self.subTest(struct=struct):
-                got = {name: getattr(cls, name).offset for name, _ in cls._fields_}
+                got = {name: (getattr(cls, name).offset, getattr(cls, name).size)
+                       for name, _ in cls._fields_}
                 self.assertEqual(got, fields[struct])
                 self.assertEqual(ctypes.sizeof(cls), sizes[struct])
+        # COOP_OK -> native.OK, COOP_ERR_BUSY -> native.ERR_BUSY, COOP_BLOCK_* alike;
+        # COOP_TORCH_FREE_REQUESTED -> TORCH_ACTIONS[1] == "free_requested"
+        self.assertEqual(len(values), 19)
+        for name, value in values.items():
+            short = name[len("COOP_"):]
+            with self.subTest(enumerator=name):
+                if short.startswith("TORCH_"):
+                    self.assertEqual(native.TORCH_ACTIONS[value], short[len("TORCH_"):].lower())
+                else:
+                    self.assertEqual(getattr(native, short), value)
+        self.assertEqual(len(native.TORCH_ACTIONS), 4)
 
 
 class Snapshot(unittest.TestCase):
@@ -664,7 +741,9 @@ class SnapshotSegments(unittest.TestCase):
             "segs = ctorch.snapshot()['segments']\n"
             "print(ctorch.memory_stats(0)['reserved_bytes.all.current'],\n"
             "      sum(s['total_size'] for s in segs))\n"
-            "print(' '.join('%d+%d' % (s['address'] - a, s['total_size']) for s in segs))\n",
+            "print(' '.join('%d+%d' % (s['address'] - a, s['total_size']) for s in segs))\n"
+            "print(' '.join('%d' % len(s['blocks']) for s in segs),\n"
+            "      min(b['size'] for s in segs for b in s['blocks']))\n",
             "backend:host,capacity:256M,page:2M")
         self.assertEqual(r.returncode, 0, r.stderr)
         reserved, total = r.stdout.splitlines()[0].split()
@@ -673,6 +752,33 @@ class SnapshotSegments(unittest.TestCase):
         # a, then the mapped page of the free block (d's), then c
         self.assertEqual(r.stdout.splitlines()[1].split(),
                          [f"0+{6 << 20}", f"{10 << 20}+{4 << 20}"])
+        # a: a and the free page; c: c alone (b, which ends where c's run
+        # starts, gives it no empty piece)
+        self.assertEqual(r.stdout.splitlines()[2].split(), ["2", "1", str(2 << 20)])
+
+    def test_pending_blocks_devices_and_expandable(self):
+        """A block freed while another stream still uses it is active but not
+        allocated; every device up to the highest with a pool has its trace
+        list; VMM pools are expandable segments, and the settings say so."""
+        r = run_child(
+            "lib.coop_host_hold_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_bool]\n"
+            "p = lib.coop_torch_malloc(2 << 20, 0, ctypes.c_void_p(5))\n"
+            "q = lib.coop_torch_malloc(2 << 20, 2, None)\n"
+            "assert lib.coop_host_hold_stream(lib.coop_torch_pool(0), 7, True) == 0\n"
+            "lib.coop_torch_record_stream(p, ctypes.c_void_p(7))\n"
+            "lib.coop_torch_free(p, 2 << 20, 0, ctypes.c_void_p(5))\n"
+            "snap = ctorch.snapshot()\n"
+            "seg = [s for s in snap['segments'] if s['device'] == 0][0]\n"
+            "print([b['state'] for b in seg['blocks']][0], seg['allocated_size'],\n"
+            "      seg['active_size'], seg['is_expandable'])\n"
+            "print(len(snap['device_traces']), sorted({s['device'] for s in snap['segments']}),\n"
+            "      snap['allocator_settings']['expandable_segments'])\n"
+            "lib.coop_host_hold_stream(lib.coop_torch_pool(0), 7, False)\n"
+            "lib.coop_torch_free(q, 2 << 20, 2, None)\n",
+            "backend:host,capacity:256M,page:2M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(),
+                         [f"active_pending_free 0 {2 << 20} True", "3 [0, 2] True"])
 
     def test_segments_add_up_to_reserved_bytes(self):
         for conf in ("page:2M", "page:64K", "page:2M,vmm:false"):
@@ -776,6 +882,104 @@ class Configuration(unittest.TestCase):
         self.assertIn("raised coop: allocation failed on device 0:", r.stdout)
         self.assertIn("min_split", r.stdout)
         self.assertTrue(r.stdout.rstrip().endswith("quiet"), r.stdout)
+
+    def test_record_memory_history_bounds(self):
+        """_record_memory_history's bounds as the settings show them: 100000
+        by default, at least 1, the other form's name taken, a negative
+        bound refused; enabled False stops recording."""
+        r = run_child(
+            "record = ctorch._record_history_compat\n"
+            "def bound():\n"
+            "    return [kv for kv in ctorch.settings().split(',') if kv.startswith('history:')][0]\n"
+            "out = []\n"
+            "record('all', max_entries=7); out.append(bound())\n"
+            "record('all'); out.append(bound())\n"
+            "record('all', max_entries=0); out.append(bound())\n"
+            "record('all', trace_alloc_max_entries=9); out.append(bound())\n"
+            "record(True, max_entries=11); out.append(bound())\n"
+            "try:\n"
+            "    record('all', max_entries=-1)\n"
+            "except ValueError:\n"
+            "    out.append('refused')\n"
+            "record(False)\n"
+            "lib.coop_torch_free(lib.coop_torch_malloc(512, 0, None), 512, 0, None)\n"
+            "out.append(len(ctorch.snapshot()['device_traces'][0]))\n"
+            "print(*out)\n", "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["history:7", "history:100000", "history:1", "history:9",
+                                            "history:11", "refused", "0"])
+
+    def test_refused_install_then_install(self):
+        """After torch refused install(): conf None puts back nothing (a
+        COOP_ALLOC_CONF changed since is not read again), and the conf of a
+        refused install(conf) is applied by the next install(conf)."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "import os\n"
+            "def capacity():\n"
+            "    return [kv for kv in ctorch.settings().split(',') if kv.startswith('capacity:')][0]\n"
+            "print(capacity())\n"
+            "os.environ['COOP_ALLOC_CONF'] = 'backend:host,capacity:5G'\n"
+            "try:\n"
+            "    ctorch.install(torch_module=FakeTorch(refuse=True), patch=False)\n"
+            "except RuntimeError:\n"
+            "    print(capacity())\n"
+            "try:\n"
+            "    ctorch.install('backend:host,capacity:2G', torch_module=FakeTorch(refuse=True),\n"
+            "                   patch=False)\n"
+            "except RuntimeError:\n"
+            "    print(capacity())\n"
+            "ctorch.install('backend:host,capacity:2G', torch_module=FakeTorch(), patch=False)\n"
+            "print(capacity())\n" % HERE, "backend:host,capacity:1G")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), [f"capacity:{1 << 30}", f"capacity:{1 << 30}",
+                                            f"capacity:{5 << 30}", f"capacity:{2 << 30}"])
+
+    def test_install_tells_coop_the_device_count(self):
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "ctorch.install(torch_module=FakeTorch(), patch=False)  # 2 devices\n"
+            "p = lib.coop_torch_malloc(64, 1, None)\n"
+            "print(p is not None, lib.coop_torch_malloc(64, 2, None) is None)\n"
+            "lib.coop_torch_free(p, 64, 1, None)\n" % HERE, "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["True", "True"])
+
+    def test_reset_accumulated_counts_frees_too(self):
+        r = run_child(
+            "p = lib.coop_torch_malloc(4 << 20, 0, None)\n"
+            "lib.coop_torch_free(p, 4 << 20, 0, None)\n"
+            "lib.coop_torch_empty_cache()\n"
+            "s = ctorch.memory_stats(0)\n"
+            "keys = ('allocation.all.freed', 'allocated_bytes.all.freed', 'num_device_free')\n"
+            "print(*(s[k] > 0 for k in keys))\n"
+            "ctorch.reset_accumulated_memory_stats(0)\n"
+            "s = ctorch.memory_stats(0)\n"
+            "print(*(s[k] for k in keys))\n", "backend:host,capacity:256M,page:2M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), ["True True True", "0 0 0"])
+
+    def test_failed_mallocs_count_past_255(self):
+        """The failure count is a uint64_t: 300 failures read as 300 (a
+        narrower restype would wrap, and check_oom would miss failures)."""
+        r = run_child(
+            "for _ in range(300):\n"
+            "    assert lib.coop_torch_malloc(1 << 40, 0, None) is None\n"
+            "buf = ctypes.create_string_buffer(1024)\n"
+            "print(lib.coop_torch_failed_mallocs(0, buf, len(buf)))\n", "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["300"])
+
+    def test_check_oom_without_a_device_looks_at_every_device(self):
+        r = run_child(
+            "assert lib.coop_torch_malloc(1 << 40, 3, None) is None\n"
+            "try:\n    ctorch.check_oom()\n"
+            "except ctorch.OutOfMemoryError as e:\n    print('raised', e)\n",
+            "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised coop: out of memory on device 3:", r.stdout)
 
     def test_check_oom_names_its_own_devices_failure(self):
         """An out-of-memory on device 1, then a double free on device 0: the
@@ -1242,10 +1446,11 @@ class Run(unittest.TestCase):
                            capture_output=True, text=True, timeout=60)
         self.assertEqual((r.returncode, r.stdout), (2, ""))
         self.assertIn("no program given", r.stderr)
-        r = subprocess.run([sys.executable, "-m", "coop.run", "--help"], env=env,
-                           capture_output=True, text=True, timeout=60)
-        self.assertEqual((r.returncode, r.stderr), (0, ""))
-        self.assertIn("python -m coop.run train.py", r.stdout)
+        for flag in ("--help", "-h"):
+            r = subprocess.run([sys.executable, "-m", "coop.run", flag], env=env,
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual((r.returncode, r.stderr), (0, ""), flag)
+            self.assertIn("python -m coop.run train.py", r.stdout)
 
 
 class Library(unittest.TestCase):
@@ -1264,6 +1469,17 @@ class Library(unittest.TestCase):
         self.assertIn("raised coop: cannot load libcoop.so; tried: libm.so.6 (not this "
                       "package's libcoop.so: it lacks coop_version", r.stdout)
 
+
+    def test_absent_coop_library_is_named_absent(self):
+        env = dict(os.environ, COOP_LIBRARY="/nonexistent/libcoop.so",
+                   PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        code = ("import coop.native as native\n"
+                "try:\n    native.library()\n"
+                "except native.CoopError as e:\n    print('raised', e)\n")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tried: /nonexistent/libcoop.so (absent) (set COOP_LIBRARY", r.stdout)
 
     def test_relative_coop_library_is_kept_as_an_absolute_path(self):
         """A relative COOP_LIBRARY (.libs/libcoop.so) gives an absolute

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Tests scripts/atomic_file.py, the scripts' one writer, without torch:
+compressed output is reproducible, a failed write leaves the old file and
+no temporary one, a symbolic link stays one, and modes are kept or follow
+the umask. Standard library only."""
+
+import gzip
+import os
+import stat
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import atomic_file  # noqa: E402
+
+
+class Replacing(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.path = os.path.join(self.dir.name, "out.gz")
+
+    def write(self, data, path=None, compress=True):
+        with atomic_file.replacing(path or self.path, compress=compress) as f:
+            f.write(data)
+        with open(path or self.path, "rb") as f:
+            return f.read()
+
+    def test_compressed_output_is_reproducible(self):
+        first = self.write(b"trace " * 1000)
+        second = self.write(b"trace " * 1000)
+        self.assertEqual(first, second)
+        self.assertEqual(first[3], 0)  # FLG: no file name stored
+        self.assertEqual(first[4:8], b"\0\0\0\0")  # MTIME 0
+        self.assertEqual(gzip.decompress(first), b"trace " * 1000)
+
+    def test_failed_write_keeps_the_old_file(self):
+        good = self.write(b"good")
+        with self.assertRaises(OSError):
+            with atomic_file.replacing(self.path, compress=True) as f:
+                f.write(b"half")
+                raise OSError(28, "No space left on device")
+        with open(self.path, "rb") as f:
+            self.assertEqual(f.read(), good)
+        self.assertEqual(os.listdir(self.dir.name), ["out.gz"])
+
+    def test_link_and_modes(self):
+        self.write(b"x", compress=False)
+        os.chmod(self.path, 0o640)
+        self.write(b"y", compress=False)  # the replaced file's mode stays
+        self.assertEqual(stat.S_IMODE(os.stat(self.path).st_mode), 0o640)
+        link = os.path.join(self.dir.name, "link")
+        os.symlink("out.gz", link)
+        self.assertEqual(self.write(b"z", path=link, compress=False), b"z")
+        self.assertTrue(os.path.islink(link))
+        old = os.umask(0o022)
+        try:
+            fresh = os.path.join(self.dir.name, "fresh")
+            self.write(b"new", path=fresh, compress=False)
+        finally:
+            os.umask(old)
+        self.assertEqual(stat.S_IMODE(os.stat(fresh).st_mode), 0o644)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,79 @@
+/* Status strings, the version, and the per-thread last error message. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <pthread.h>
+#include <cmocka.h>
+
+#include "coop.h"
+#include "status.h"
+
+/* Every status has its own text; values outside the enumeration (above it,
+ * and negative ones, which an int status can hold) are "unknown status". */
+static void test_strerror(void **state)
+{
+    (void)state;
+    for (int i = 0; i < COOP_STATUS_COUNT; i++) {
+        const char *text = coop_strerror((coop_status)i);
+        assert_non_null(text);
+        assert_true(text[0] != '\0');
+        assert_string_not_equal(text, "unknown status");
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(text, coop_strerror((coop_status)j));
+    }
+    assert_string_equal(coop_strerror(COOP_OK), "success");
+    assert_string_equal(coop_strerror(COOP_ERR_NOMEM), "out of device memory");
+    assert_string_equal(coop_strerror(COOP_ERR_BACKEND), "device backend call failed");
+    assert_string_equal(coop_strerror(COOP_ERR_BUSY), "object is in use");
+    assert_string_equal(coop_strerror(COOP_STATUS_COUNT), "unknown status");
+    assert_string_equal(coop_strerror((coop_status)-1), "unknown status");
+    assert_string_equal(coop_version(), COOP_VERSION_STRING);
+}
+
+/* The message keeps 1023 characters of a longer one; clearing empties it. */
+static void test_last_error(void **state)
+{
+    (void)state;
+    char long_text[2000];
+    memset(long_text, 'x', sizeof long_text - 1);
+    long_text[sizeof long_text - 1] = '\0';
+    assert_int_equal(coop_set_error(COOP_ERR_INVALID, "%s", long_text), COOP_ERR_INVALID);
+    assert_int_equal(strlen(coop_last_error()), 1023);
+    assert_int_equal(coop_set_error(COOP_ERR_BUSY, "pool %d is busy", 3), COOP_ERR_BUSY);
+    assert_string_equal(coop_last_error(), "pool 3 is busy");
+    coop_clear_error();
+    assert_string_equal(coop_last_error(), "");
+}
+
+static void *set_in_thread(void *arg)
+{
+    (void)arg;
+    coop_set_error_message("from another thread");
+    return (void *)(uintptr_t)(strcmp(coop_last_error(), "from another thread") == 0);
+}
+
+/* Each thread has its own message. */
+static void test_last_error_per_thread(void **state)
+{
+    (void)state;
+    coop_set_error_message("from this thread");
+    pthread_t t;
+    void *seen = NULL;
+    assert_int_equal(pthread_create(&t, NULL, set_in_thread, NULL), 0);
+    assert_int_equal(pthread_join(t, &seen), 0);
+    assert_true(seen != NULL);
+    assert_string_equal(coop_last_error(), "from this thread");
+    coop_clear_error();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_last_error),
+        cmocka_unit_test(test_last_error_per_thread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
