@@ -578,6 +578,33 @@ static void non_default_torch_settings_are_flagged(void **unused)
     json_decref(rows);
 }
 
+/* Without --capacity and --page: an 80 GiB device (a 70 GiB tensor fits,
+ * below 70 GiB it does not) and 2 MiB pages (coop maps one for 1000 bytes). */
+static void defaults_are_80_GiB_and_2_MiB_pages(void **unused)
+{
+    (void)unused;
+    write_file(path_in_dir("seventy.trace"), "coop-trace 1\nA 1 75161927680 0\nF 1\n");
+    for (int fits = 1; fits >= 0; fits--) {
+        if (fits)
+            assert_int_equal(RUN("--json", "--policy", "ideal", path_in_dir("seventy.trace")), 0);
+        else
+            assert_int_equal(RUN("--json", "--policy", "ideal", "--capacity", "69G",
+                                 path_in_dir("seventy.trace")),
+                             0);
+        json_t *rows = read_json_lines();
+        assert_int_equal(json_array_size(rows), 1);
+        json_t *oom = json_object_get(json_array_get(rows, 0), "oom_event");
+        assert_true(fits ? json_is_null(oom) : json_integer_value(oom) == 0);
+        json_decref(rows);
+    }
+    unlink(path_in_dir("seventy.trace"));
+    assert_int_equal(RUN("--json", "--policy", "coop", path_in_dir("two.trace")), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(rows, 0), "map_bytes")),
+                     2 * MiB);
+    json_decref(rows);
+}
+
 /* The policy names of the last --json run, in order, joined by spaces. */
 static char *policies_of_last_run(void)
 {
@@ -642,6 +669,7 @@ int main(void)
         cmocka_unit_test(non_default_torch_settings_are_flagged),
         cmocka_unit_test(default_policies_end_with_recorded),
         cmocka_unit_test(recorded_rows_and_their_notes),
+        cmocka_unit_test(defaults_are_80_GiB_and_2_MiB_pages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
