@@ -25,20 +25,29 @@ for live in 1000 2000; do
     done
 done
 
-out=$($coop bench --floor --json --live 1000,2000) || fail "coop bench --floor exited $?"
+# the sizes at 1024 and 10000 live blocks: records for live + live / 5
+# blocks; 2^k >= 4 x live map slots (4096 and 65536: 4 x 1024 itself is one)
+out=$($coop bench --floor --json --live 1024,10000) || fail "coop bench --floor exited $?"
 [ "$(printf '%s\n' "$out" | wc -l)" -eq 6 ] || fail "floor: want 6 lines: $out"
-for layout in coop:64:16 compact:32:8 minimal:16:8; do
-    name=${layout%%:*}
-    sizes=${layout#*:}
-    for live in 1000 2000; do
+for layout in coop:64:16:0.08:0.07:0.77:1.05 compact:32:8:0.04:0.03:0.38:0.52 \
+    minimal:16:8:0.02:0.03:0.19:0.52; do
+    set -- $(printf '%s\n' "$layout" | tr ':' ' ')
+    name=$1 record=$2 slot=$3
+    shift 3
+    for live in 1024 10000; do
         row=$(printf '%s\n' "$out" | grep "\"live_blocks\": $live, \"layout\": \"$name\"") ||
             fail "floor: no $name row at $live"
-        printf '%s\n' "$row" |
-            grep -q "\"record_bytes\": ${sizes%:*}, \"slot_bytes\": ${sizes#*:}," ||
+        printf '%s\n' "$row" | grep -q "\"record_bytes\": $record, \"slot_bytes\": $slot," ||
             fail "floor: $name sizes in $row"
+        printf '%s\n' "$row" | grep -q "\"records_mb\": $1, \"map_mb\": $2," ||
+            fail "floor: $name megabytes, want $1 and $2: $row"
+        shift 2
         positive "$row" skeleton_ns_per_pair || fail "floor: time not > 0 in $row"
     done
 done
+# the table's growth is each layout's time over its own at the first count
+got=$($coop bench --floor --live 1000 | awk 'NR > 1 { print $2, $NF }' | tr '\n' ' ')
+[ "$got" = "coop 1.00x compact 1.00x minimal 1.00x " ] || fail "floor's growth column: $got"
 # Beyond ~430k live blocks the automatic capacity (8 x the live bytes) and
 # its 2x of address space passed x86-64's 128 TiB: coop's column failed
 # with 'cannot reserve'. It is capped at 32 TiB (one batch: under a second).
@@ -46,4 +55,35 @@ out=$($coop bench --json --only coop --batches 1 --live 450000) ||
     fail "coop bench --live 450000 exited $?"
 positive "$out" coop_ns_per_pair || fail "bench at 450000 live blocks: $out"
 [ "$failures" -eq 0 ] && echo "ok: bench and floor rows"
+# --only: the other allocator's columns read 0
+out=$($coop bench --json --only coop --batches 1 --live 100) || fail "--only coop exited $?"
+positive "$out" coop_ns_per_pair && positive "$out" coop_footprint_over_live &&
+    printf '%s\n' "$out" | grep -q '"jemalloc_ns_per_pair": 0\.0, .*"jemalloc_footprint_over_live": 0\.000}' ||
+    fail "--only coop: $out"
+out=$($coop bench --json --only jemalloc --batches 1 --live 100) || fail "--only jemalloc exited $?"
+positive "$out" jemalloc_ns_per_pair && positive "$out" jemalloc_footprint_over_live &&
+    printf '%s\n' "$out" | grep -q '"coop_ns_per_pair": 0\.0, "jemalloc_ns_per_pair": [^,]*, "coop_footprint_over_live": 0\.000,' ||
+    fail "--only jemalloc: $out"
+# the seed draws the workload: coop's footprint (its mapped bytes over the
+# live bytes, no timing in it) is the same for the same seed, not another
+footprint() {
+    $coop bench --json --only coop --batches 1 --live 100 --seed "$1" |
+        grep -o '"coop_footprint_over_live": [0-9.]*'
+}
+a=$(footprint 1) && b=$(footprint 1) && c=$(footprint 2) || fail "--seed: exited $?"
+[ "$a" = "$b" ] && [ "$a" != "$c" ] || fail "--seed 1, 1, 2: $a / $b / $c"
+# --capacity-gib is GiB: 16 of them hold 10 blocks of up to 256 MiB
+out=$($coop bench --json --only coop --capacity-gib 16 --batches 1 --live 10) ||
+    fail "--capacity-gib 16 exited $?"
+positive "$out" coop_ns_per_pair || fail "--capacity-gib 16: $out"
+# the table's ratio is coop's time over jemalloc's
+$coop bench --batches 1 --live 100 >"${TMPDIR:-/tmp}/coop-bench-$$" || fail "table exited $?"
+awk 'NR == 2 { d = $4 - $2 / $3; exit !(d < 0.015 && d > -0.015) }' "${TMPDIR:-/tmp}/coop-bench-$$" ||
+    fail "table's ratio: $(cat "${TMPDIR:-/tmp}/coop-bench-$$")"
+rm -f "${TMPDIR:-/tmp}/coop-bench-$$"
+# --help prints the usage and runs nothing
+out=$($coop bench --help) || fail "--help exited $?"
+printf '%s\n' "$out" | head -1 | grep -q '^usage: coop bench' || fail "--help: $out"
+printf '%s\n' "$out" | grep -q '^ *live_blocks ' && fail "--help ran a benchmark: $out"
+[ "$failures" -eq 0 ] && echo "ok: --only, --seed, --capacity-gib, the ratio and --help"
 [ "$failures" -eq 0 ]

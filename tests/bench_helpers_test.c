@@ -1,8 +1,8 @@
 /* coop bench's helpers (src/cli/bench_rng.h, bench_median.h), never its
  * speed: a seed that maps to a zero state still draws, so that no --seed
  * turns the workload into one size and one victim, or --latency's chase into
- * a sequential walk; the median of an even count is the mean of the two
- * middle values. */
+ * a sequential walk; the generator is xorshift64* and its units fill [0, 1);
+ * the median of an even count is the mean of the two middle values. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -40,6 +40,34 @@ static void other_seeds_are_kept(void **state)
     assert_int_equal(bench_rng_seed(UINT64_MAX), UINT64_MAX);
 }
 
+/* Vigna's xorshift64* (shifts 12, 25, 27; multiplier 2685821657736338717),
+ * as the header says: its first draws from state 1, computed apart from this
+ * code. */
+static void draws_are_xorshift64_star(void **state)
+{
+    (void)state;
+    uint64_t rng = 1;
+    assert_int_equal(bench_rng_next(&rng), UINT64_C(0x47e4ce4b896cdd1d));
+    assert_int_equal(bench_rng_next(&rng), UINT64_C(0xabcfa6a8e079651d));
+    assert_int_equal(bench_rng_next(&rng), UINT64_C(0xb9d10d8feb731f57));
+}
+
+/* Units fill [0, 1): sizes reach 256 MiB and never pass it. */
+static void units_fill_zero_to_one(void **state)
+{
+    (void)state;
+    uint64_t rng = 1;
+    double lo = 1, hi = 0;
+    for (int i = 0; i < 1000; i++) {
+        double u = bench_rng_unit(&rng);
+        assert_true(u >= 0 && u < 1);
+        lo = u < lo ? u : lo;
+        hi = u > hi ? u : hi;
+    }
+    assert_true(lo < 0.01);
+    assert_true(hi > 0.99);
+}
+
 static void median_of_odd_and_even_counts(void **state)
 {
     (void)state;
@@ -56,8 +84,8 @@ static void median_of_odd_and_even_counts(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(a_zero_seed_still_draws),
-        cmocka_unit_test(other_seeds_are_kept),
+        cmocka_unit_test(a_zero_seed_still_draws),       cmocka_unit_test(other_seeds_are_kept),
+        cmocka_unit_test(draws_are_xorshift64_star),     cmocka_unit_test(units_fill_zero_to_one),
         cmocka_unit_test(median_of_odd_and_even_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,6 +36,17 @@ head -c 12537 "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/cut12537.ops.jsonl.g
 { head -c 100 "$traces/unet-train-step.trace.gz"; head -c 3000 "$traces/unet-train-step.ops.jsonl.gz" | tail -c 2000; } >"$tmp/garbled.trace.gz"
 
 expect 2 "usage: coop COMMAND" $coop
+# -h is --help's short form (usage on stdout, 0); --version names the program
+if $coop -h >"$tmp/out" 2>"$tmp/err" && grep -q "^usage: coop COMMAND" "$tmp/out" && [ ! -s "$tmp/err" ]; then
+    echo "ok: coop -h"
+else
+    echo "FAIL: coop -h: $(cat "$tmp/out" "$tmp/err")"; failures=$((failures + 1))
+fi
+if $coop --version >"$tmp/out" 2>"$tmp/err" && grep -qx "coop [0-9][0-9a-z.+-]*" "$tmp/out"; then
+    echo "ok: coop --version: $(cat "$tmp/out")"
+else
+    echo "FAIL: coop --version: $(cat "$tmp/out" "$tmp/err")"; failures=$((failures + 1))
+fi
 expect 2 "unknown command 'bogus'" $coop bogus
 
 expect 2 "coop sim: unknown option '--bogus'" $coop sim --bogus
@@ -45,13 +56,26 @@ expect 2 "coop replay: unknown option '-x'" $coop replay -xyz
 expect 2 "coop sim: unknown option '-x'" $coop sim --json -xh
 expect 2 "coop replay: unknown option '-z'" $coop replay --json -zq
 expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1
+# an unknown long option leaves optopt 0: named whole, even before a short cluster
+expect 2 "coop sim: unknown option '--bogus'" $coop sim --bogus -n
+expect 2 "coop replay: unknown option '--bogus'" $coop replay --bogus -j
+expect 2 "coop sim: no LOG given" $coop sim --policy dtr
 expect 2 "coop sim: --budget needs a value" $coop sim --budget
 expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "budget ratio ' 0.5' is not a number" $coop sim --budget " 0.5" "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "budget ratio '0.5' is listed twice" $coop sim --budget 0.5,0.5 "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "policy 'dtr' is listed twice" $coop sim --policy dtr,dtr "$traces/unet-train-step.ops.jsonl.gz"
+# a ratio of 0 is outside (0, 1] (not a budget of 0 bytes), and a number must fill the item
+expect 2 "budget ratio '0' is not a number in (0, 1]" $coop sim --budget 0 "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "budget ratio '0.5x' is not a number in (0, 1]" $coop sim --budget 0.5x "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--inplace takes on or off, not 'yes'" $coop sim --inplace yes "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--partition takes off or a threshold >= 0 (ns/byte), not ' 1'" $coop sim --partition " 1" "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "policy coop needs --memory arena" $coop sim --policy coop "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--partition takes off or a threshold >= 0 (ns/byte), not ''" $coop sim --partition "" "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unet-train-step.ops.jsonl.gz: budget ratio '1e-300' gives a budget of 0 bytes" $coop sim --json --no-min-ratio --policy dtr --budget 1e-300 "$traces/unet-train-step.ops.jsonl.gz"
+[ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
+# every ratio of the list is checked, not the first one again
+expect 2 "budget ratio '1e-300' gives a budget of 0 bytes" $coop sim --json --no-min-ratio --policy dtr --budget 0.5,1e-300 "$traces/unet-train-step.ops.jsonl.gz"
 [ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
 # the arena's capacity is the budget in whole 512-byte blocks: below one, no block fits
 expect 2 "budget ratio '1e-7' gives an arena of 0 bytes (175 of the peak's 1757318144 bytes, below one 512-byte block)" $coop sim --json --no-min-ratio --memory arena --policy dtr --budget 1e-7 "$traces/unet-train-step.ops.jsonl.gz"
@@ -98,6 +122,21 @@ expect 2 "--latency and --floor are two different runs" $coop bench --latency --
 expect 2 "--latency does not take --live" $coop bench --latency --live 1000
 expect 2 "--floor does not take --batches" $coop bench --floor --batches 3
 expect 2 "--seed wants a number from 0 to 2^64-1 (decimal or 0x hex), got ''" $coop bench --seed ''
+# counts from 1 to their maximum: 0 and one past it refused, the maximum itself taken
+# (--latency and --floor refuse it only after parsing: no run starts)
+expect 2 "--batches wants 1..100000, got '0'" $coop bench --batches 0
+expect 2 "--live wants counts 1..10^7 like 1000,10000, got '0'" $coop bench --live 0
+expect 2 "--batches wants 1..100000, got '100001'" $coop bench --batches 100001
+expect 2 "--latency does not take --batches" $coop bench --latency --batches 100000
+expect 2 "--live wants counts 1..10^7 like 1000,10000, got '10000001'" $coop bench --live 10000001
+expect 2 "--latency does not take --live" $coop bench --latency --live 10000000
+expect 2 "--capacity-gib wants 1..1048576, got '1048577'" $coop bench --capacity-gib 1048577
+expect 2 "--floor does not take --capacity-gib" $coop bench --floor --capacity-gib 1048576
+expect 2 "--floor does not take --seed" $coop bench --floor --seed 3
+expect 2 "--floor does not take --only" $coop bench --floor --only coop
+expect 2 "--latency does not take --capacity-gib" $coop bench --latency --capacity-gib 1
+expect 2 "--only wants coop or jemalloc, got 'both'" $coop bench --only both
+expect 2 "unknown or incomplete option '--batches'" $coop bench --batches
 expect 2 "got '-1'" $coop bench --seed -1
 expect 2 "got '99999999999999999999999'" $coop bench --seed 99999999999999999999999
 expect 2 "got '010x'" $coop bench --seed 010x
@@ -114,6 +153,18 @@ expect 2 "--capacity '12QB' is not a byte count" $coop replay --capacity 12QB "$
 # refused later as a skipped policy, exit 1, naming other values)
 expect 2 "--page '1' is not a power of two from 512 bytes" $coop replay --policy coop --page 1 "$traces/unet-train-step.trace.gz"
 expect 2 "--page '0x8000000000000000' is not a power of two" $coop replay --policy coop --page 0x8000000000000000 "$traces/unet-train-step.trace.gz"
+# not a power of two, though above 512 (coop's pool refused it later, as a bad trace)
+expect 2 "--page '3000' is not a power of two from 512 bytes to 2^53" $coop replay --policy coop --page 3000 "$traces/unet-train-step.trace.gz"
+# the bounds themselves: 2^54 is refused for both, a page of 512 bytes and a capacity
+# of 2^54 - 1 taken
+expect 2 "--page '0x40000000000000' is not a power of two from 512 bytes to 2^53" $coop replay --policy coop --page 0x40000000000000 "$traces/unet-train-step.trace.gz"
+expect 2 "--capacity '0x40000000000000' is too large" $coop replay --policy ideal --capacity 0x40000000000000 "$traces/unet-train-step.trace.gz"
+if $coop replay --json --policy coop --page 512 "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err" &&
+    $coop replay --json --policy ideal --capacity 0x3fffffffffffff "$traces/unet-train-step.trace.gz" >>"$tmp/out" 2>>"$tmp/err"; then
+    echo "ok: --page 512 and --capacity 2^54-1 are taken"
+else
+    echo "FAIL: --page 512 or --capacity 2^54-1: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
 expect 2 "--capacity '18446744073709551615' is too large: it must be below 2^54" $coop replay --policy coop,torch --capacity 18446744073709551615 "$traces/unet-train-step.trace.gz"
 # decimal, not octal: 08 was 'not a byte count', 010 was 8
 if $coop replay --json --policy ideal --capacity 08 "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err" &&
@@ -125,8 +176,14 @@ fi
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
 # a policy listed twice gave two identical rows (coop sim refuses it too)
 expect 2 "coop replay: policy 'coop' is listed twice" $coop replay --policy coop,ideal,coop "$traces/unet-train-step.trace.gz"
+expect 2 "coop replay: policy 'ideal' is listed twice" $coop replay --policy coop,ideal,ideal "$traces/unet-train-step.trace.gz"
 # --page with no policy that has pages was dropped without a word
 expect 2 "coop replay: --page '4K' applies to coop and coop-segments only" $coop replay --policy torch,ideal --page 4K "$traces/unet-train-step.trace.gz"
+if $coop replay --json --policy coop-segments --page 4K "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err"; then
+    echo "ok: --page applies to coop-segments"
+else
+    echo "FAIL: --policy coop-segments --page 4K: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
 # a --timeline naming a trace emptied it before it was read
 printf 'coop-trace 1\nA 0 512 0\nF 0\n' >"$tmp/keep.trace"
 cp "$tmp/keep.trace" "$tmp/keep.orig"
@@ -134,13 +191,23 @@ expect 2 "coop replay: --timeline $tmp/keep.trace is the trace $tmp/keep.trace" 
 cmp -s "$tmp/keep.trace" "$tmp/keep.orig" || { echo "FAIL: --timeline overwrote the trace it names"; failures=$((failures + 1)); }
 ln -s keep.trace "$tmp/keep-link.trace"
 expect 2 "is the trace $tmp/keep-link.trace" $coop replay --policy ideal --timeline "$tmp/keep.trace" "$tmp/keep-link.trace"
+expect 2 "coop replay: cannot write --timeline $tmp/no/such/dir/t" $coop replay --policy ideal --timeline "$tmp/no/such/dir/t" "$tmp/keep.trace"
 expect 2 "$tmp/none: cannot open" $coop replay "$tmp/none"
 expect 2 "bad.trace:3" $coop replay "$tmp/bad.trace"
+# live bytes that reach 2^63 (128 blocks of 2^56 - 1, then one more): the
+# replay refuses the trace as bad input (2), not as a failed policy
+{ echo "coop-trace 1"; i=0; while [ $i -le 128 ]; do echo "A $i 72057594037927935 0"; i=$((i + 1)); done; } >"$tmp/huge.trace"
+expect 2 "huge.trace: event 128 (id 128, 72057594037927935 bytes) brings the live bytes to 2^63 or more" $coop replay --json --policy ideal "$tmp/huge.trace"
 printf 'coop-trace 1\nA 0 18446744073709551615 0\nF 0\n' >"$tmp/big.trace"
 expect 2 "big.trace:2: size 18446744073709551615 is too large (sizes must be below 2^56)" $coop replay --json --policy torch,ideal "$tmp/big.trace"
 
 expect 2 "--device '-5' is not a device number" $coop convert --device -5 "$traces/unet-train-step.trace.gz" "$tmp/x"
 expect 2 "--device 'x1' is not a device number" $coop convert --device x1 "$traces/unet-train-step.trace.gz" "$tmp/x"
+# 65536 is the last device number (the snapshot then has none); '' is no number
+expect 2 "device 65536 has no device_traces" $coop convert --device 65536 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+expect 2 "--device '65537' is not a device number" $coop convert --device 65537 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+expect 2 "--device '' is not a device number" $coop convert --device '' "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+expect 2 "device 1 has no device_traces (1 devices recorded)" $coop convert --device 1 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
 
 expect 2 "cut.trace.gz:" $coop convert "$tmp/cut.trace.gz" "$tmp/x"
@@ -185,6 +252,30 @@ if [ -w /dev/full ]; then
     expect_full $coop sim --no-min-ratio --policy dtr --budget 0.5 "$traces/unet-train-step.ops.jsonl.gz"
     expect_full $coop bench --live 10 --batches 1
     expect_full $coop --help
+    # a command that failed keeps its own status (2: bad input) when its
+    # output is lost too, and a --timeline that cannot be written is 1
+    $coop replay --policy ideal "$tmp/small.trace" "$tmp/bad.trace" >/dev/full 2>"$tmp/err"
+    got=$?
+    if [ "$got" -eq 2 ] && grep -q "bad.trace:3" "$tmp/err"; then
+        echo "ok: a bad trace with stdout on /dev/full -> 2"
+    else
+        echo "FAIL: a bad trace with stdout on /dev/full exited $got: $(cat "$tmp/err")"; failures=$((failures + 1))
+    fi
+    expect 1 "coop replay: writing --timeline /dev/full failed" $coop replay --policy ideal --timeline /dev/full "$tmp/small.trace"
+    # rows of one trace beyond stdio's buffer (a long path in each) fail in the
+    # middle of the trace's rows: said there, and the run stops
+    long="$tmp"
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        long="$long/$(printf '%0200d' "$i")"
+    done
+    mkdir -p "$long" && cp "$tmp/small.trace" "$long/small.trace"
+    $coop replay --json --policy ideal,torch,coop "$long/small.trace" >/dev/full 2>"$tmp/err"
+    got=$?
+    if [ "$got" -eq 1 ] && grep -q "coop replay: writing the JSON rows failed" "$tmp/err"; then
+        echo "ok: JSON rows beyond the buffer on /dev/full -> 1: $(head -1 "$tmp/err")"
+    else
+        echo "FAIL: JSON rows beyond the buffer on /dev/full exited $got: $(cat "$tmp/err")"; failures=$((failures + 1))
+    fi
 else
     echo "skipped: no writable /dev/full"
 fi

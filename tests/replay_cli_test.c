@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "cli/commands.h"
+#include "replay/policy.h"
 
 #define MiB (1ull << 20)
 
@@ -163,15 +164,22 @@ static int setup(void **state)
     /* what PyTorch reserved: one 2 MiB segment, held at the end */
     write_file(path_in_dir("segment.trace"), "coop-trace 1\nS 0x200000 2097152 0\nA 1 1000 0\n"
                                              "F 1\nE 0x200000 2097152 0\n");
+    /* segment events, none held at the end (no E line): recorded has a row */
+    write_file(path_in_dir("freed-segment.trace"), "coop-trace 1\nS 0x200000 2097152 0\n"
+                                                   "A 1 1000 0\nF 1\nU 0x200000 2097152 0\n");
+    /* recorded by coop.torch (P coop): its recorded row is coop's */
+    write_file(path_in_dir("by-coop.trace"), "coop-trace 1\nP coop\nS 0x200000 2097152 0\n"
+                                             "A 1 1000 0\nF 1\nE 0x200000 2097152 0\n");
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    const char *names[] = {"small.trace",   "bad.trace",         "empty.trace",    "two.trace",
-                           "segment.trace", "expandable.pickle", "default.pickle", "out.txt",
-                           "err.txt",       "timeline.txt"};
+    const char *names[] = {
+        "small.trace",   "bad.trace",         "empty.trace",         "two.trace",
+        "segment.trace", "expandable.pickle", "default.pickle",      "out.txt",
+        "err.txt",       "timeline.txt",      "freed-segment.trace", "by-coop.trace"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(path_in_dir(names[i]));
     rmdir(dir);
@@ -533,7 +541,8 @@ static void non_default_torch_settings_are_flagged(void **unused)
             json_is_false(json_object_get(json_array_get(rows, i), "torch_settings_default")));
     json_decref(rows);
     const char *err = slurp("err.txt");
-    if (!strstr(err, "expandable_segments") || !strstr(err, "torch-expandable"))
+    if (!strstr(err, "expandable_segments") || !strstr(err, "torch-expandable") ||
+        !strstr(err, "alone (not among the policies)"))
         fail_msg("no warning about the settings: '%s'", err);
     const char *newline = strchr(err, '\n');
     if (!newline || newline[1] != '\0')
@@ -558,11 +567,87 @@ static void non_default_torch_settings_are_flagged(void **unused)
     /* without torch among the policies there is nothing to warn about */
     assert_int_equal(RUN("--json", "--policy", "ideal", pickle), 0);
     assert_string_equal(slurp("err.txt"), "");
+    /* a text trace records no settings: nothing to warn about, whichever
+     * emulation is chosen */
+    assert_int_equal(RUN("--json", "--policy", "torch-expandable", path_in_dir("small.trace")), 0);
+    assert_string_equal(slurp("err.txt"), "");
     /* a text trace records no settings */
     assert_int_equal(RUN("--json", "--policy", "torch", path_in_dir("small.trace")), 0);
     rows = read_json_lines();
     assert_true(json_is_null(json_object_get(json_array_get(rows, 0), "torch_settings_default")));
     json_decref(rows);
+}
+
+/* Without --capacity and --page: an 80 GiB device (a 70 GiB tensor fits,
+ * below 70 GiB it does not) and 2 MiB pages (coop maps one for 1000 bytes). */
+static void defaults_are_80_GiB_and_2_MiB_pages(void **unused)
+{
+    (void)unused;
+    write_file(path_in_dir("seventy.trace"), "coop-trace 1\nA 1 75161927680 0\nF 1\n");
+    for (int fits = 1; fits >= 0; fits--) {
+        if (fits)
+            assert_int_equal(RUN("--json", "--policy", "ideal", path_in_dir("seventy.trace")), 0);
+        else
+            assert_int_equal(RUN("--json", "--policy", "ideal", "--capacity", "69G",
+                                 path_in_dir("seventy.trace")),
+                             0);
+        json_t *rows = read_json_lines();
+        assert_int_equal(json_array_size(rows), 1);
+        json_t *oom = json_object_get(json_array_get(rows, 0), "oom_event");
+        assert_true(fits ? json_is_null(oom) : json_integer_value(oom) == 0);
+        json_decref(rows);
+    }
+    unlink(path_in_dir("seventy.trace"));
+    assert_int_equal(RUN("--json", "--policy", "coop", path_in_dir("two.trace")), 0);
+    json_t *rows = read_json_lines();
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(rows, 0), "map_bytes")),
+                     2 * MiB);
+    json_decref(rows);
+}
+
+/* The policy names of the last --json run, in order, joined by spaces. */
+static char *policies_of_last_run(void)
+{
+    static char names[1024];
+    names[0] = '\0';
+    json_t *rows = read_json_lines();
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        const char *name = json_string_value(json_object_get(json_array_get(rows, i), "policy"));
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? " " : "",
+                 name ? name : "?");
+    }
+    json_decref(rows);
+    return names;
+}
+
+/* Without --policy every policy runs, in the listed order, then recorded. */
+static void default_policies_end_with_recorded(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--json", path_in_dir("segment.trace")), 0);
+    char want[1024] = "";
+    size_t n;
+    const replay_policy_ops *const *all = replay_policy_all(&n);
+    for (size_t i = 0; i < n; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s ", all[i]->name);
+    strcat(want, "recorded");
+    assert_string_equal(policies_of_last_run(), want);
+}
+
+/* recorded's row needs recorded segments: segment events do, even when none
+ * is held at the end; and a trace recorded by coop says so only where the
+ * recorded row is shown. */
+static void recorded_rows_and_their_notes(void **unused)
+{
+    (void)unused;
+    assert_int_equal(RUN("--json", "--policy", "recorded", path_in_dir("freed-segment.trace")), 0);
+    assert_string_equal(policies_of_last_run(), "recorded");
+    assert_string_equal(slurp("err.txt"), "");
+    assert_int_equal(RUN("--json", "--policy", "ideal", path_in_dir("by-coop.trace")), 0);
+    assert_string_equal(slurp("err.txt"), "");
+    assert_int_equal(RUN("--json", "--policy", "ideal,recorded", path_in_dir("by-coop.trace")), 0);
+    if (!strstr(slurp("err.txt"), "by-coop.trace: recorded by coop"))
+        fail_msg("no note that coop recorded it: '%s'", slurp("err.txt"));
 }
 
 int main(void)
@@ -582,6 +667,9 @@ int main(void)
         cmocka_unit_test(timeline_stops_at_the_oom),
         cmocka_unit_test(empty_trace_has_no_timing),
         cmocka_unit_test(non_default_torch_settings_are_flagged),
+        cmocka_unit_test(default_policies_end_with_recorded),
+        cmocka_unit_test(recorded_rows_and_their_notes),
+        cmocka_unit_test(defaults_are_80_GiB_and_2_MiB_pages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

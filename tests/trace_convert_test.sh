@@ -29,6 +29,7 @@ expect_exit 2 $coop convert - "$tmp/x"
 grep -q "IN cannot be '-': standard input is not read" "$tmp/err" || fail "IN '-': $(cat "$tmp/err")"
 expect_exit 2 $coop convert --bogus "$data/example.trace" "$tmp/x"
 expect_exit 2 $coop convert a b c
+grep -q "too many arguments" "$tmp/err" || fail "a b c: $(cat "$tmp/err")"
 expect_exit 2 $coop convert --device "$data/example.trace" "$tmp/x"
 expect_exit 2 $coop convert --device 0 "$data/example.trace" "$tmp/x"
 grep -q "applies to PyTorch snapshots only" "$tmp/err" || fail "--device on text"
@@ -56,6 +57,14 @@ cmp -s "$tmp/b" "$tmp/c" || fail "converting a converted trace changed it"
 # the file is written to a hidden .a.trace.XXXXXX beside it and renamed: none is left
 leftover=$(ls -A "$tmp" | grep '^\.a\.trace\.' || true)
 [ -z "$leftover" ] || fail "temporary file left behind: $leftover"
+# --verbose (and -v) say what was converted, one line; quiet without it
+expect_exit 0 $coop convert "$data/example.trace" "$tmp/a.trace"
+[ ! -s "$tmp/err" ] || fail "a quiet convert said: $(cat "$tmp/err")"
+for v in --verbose -v; do
+    expect_exit 0 $coop convert $v "$data/example.trace" "$tmp/a.trace"
+    grep -q "example.trace (text): 6 events, 2 ids, 1 live at start, 1 final segments -> $tmp/a.trace" \
+        "$tmp/err" || fail "$v: $(cat "$tmp/err")"
+done
 # a device is written in place (no /dev/null.tmp)
 expect_exit 0 $coop convert "$data/example.trace" /dev/null
 
@@ -79,6 +88,12 @@ ln -s nowhere.trace "$tmp/dangling.trace"
 expect_exit 1 $coop convert "$data/example.trace" "$tmp/dangling.trace"
 grep -q "dangling.trace: cannot write: a symbolic link to a file that does not exist" "$tmp/err" ||
     fail "dangling link: $(cat "$tmp/err")"
+
+# a link that cannot be followed for another reason says that reason
+ln -s loop.trace "$tmp/loop.trace"
+expect_exit 1 $coop convert "$data/example.trace" "$tmp/loop.trace"
+grep -q "loop.trace: cannot write: Too many levels of symbolic links" "$tmp/err" ||
+    fail "a link to itself: $(cat "$tmp/err")"
 
 # bad input: exit 2, message with the position, no output, old output kept
 printf 'coop-trace 1\nA 1 2\n' >"$tmp/bad.trace"
@@ -120,6 +135,13 @@ expect_exit 2 $coop convert "$tmp/none" "$tmp/x"
 grep -q "none: cannot open" "$tmp/err" || fail "message: $(cat "$tmp/err")"
 expect_exit 1 $coop convert "$data/example.trace" "$tmp/no/such/dir/x.trace"
 grep -q "cannot write" "$tmp/err" || fail "message: $(cat "$tmp/err")"
+# a write that fails (a file size limit of 0) removes its temporary file
+mkdir "$tmp/limited"
+{ (trap '' XFSZ; ulimit -f 0 && exec $coop convert "$data/example.trace" "$tmp/limited/x.trace") \
+    2>&1; echo "exit $?"; } | cat >"$tmp/limited.out" # a pipe: the limit is on files
+grep -q "write failed: File too large" "$tmp/limited.out" && grep -qx "exit 1" "$tmp/limited.out" ||
+    fail "a file size limit of 0: $(cat "$tmp/limited.out")"
+[ -z "$(ls -A "$tmp/limited")" ] || fail "a failed write left: $(ls -A "$tmp/limited")"
 if [ -w /dev/full ]; then
     expect_exit 1 $coop convert "$data/example.trace" /dev/full
     grep -q "/dev/full: write failed" "$tmp/err" || fail "message: $(cat "$tmp/err")"
