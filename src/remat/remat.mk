@@ -86,6 +86,9 @@ tests_remat_cache_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 TESTS += tests/sim_plot_test.py
 EXTRA_DIST += tests/sim_plot_test.py
+# the rows docs/remat_*.jsonl record, run again
+TESTS += tests/sim_recorded_rows_test.py
+EXTRA_DIST += tests/sim_recorded_rows_test.py
 # coop sim --json fields of both engines, --no-min-ratio
 TESTS += tests/sim_cli_test.sh
 EXTRA_DIST += tests/sim_cli_test.sh tests/data/sim_evict_once.jsonl tests/data/sim_two_holes.jsonl
