@@ -22,11 +22,15 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
 	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test \
-	tests/remat_collect_test tests/remat_misuse_test
+	tests/remat_collect_test tests/remat_misuse_test tests/sim_outcome_test
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
 	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test \
-	tests/remat_collect_test tests/remat_misuse_test
+	tests/remat_collect_test tests/remat_misuse_test tests/sim_outcome_test
+tests_sim_outcome_test_SOURCES = tests/sim_outcome_test.c
+tests_sim_outcome_test_CFLAGS = $(TESTCFLAGS)
+tests_sim_outcome_test_LDADD = $(TESTLIBS)
+tests_sim_outcome_test_LDFLAGS = $(TESTLDFLAGS)
 tests_remat_misuse_test_SOURCES = tests/remat_misuse_test.c tests/remat_block_fixture.h
 tests_remat_misuse_test_CFLAGS = $(TESTCFLAGS)
 tests_remat_misuse_test_LDADD = $(TESTLIBS) -lpthread
@@ -86,6 +90,9 @@ tests_remat_cache_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 TESTS += tests/sim_plot_test.py
 EXTRA_DIST += tests/sim_plot_test.py
+# the rows docs/remat_*.jsonl record, run again
+TESTS += tests/sim_recorded_rows_test.py
+EXTRA_DIST += tests/sim_recorded_rows_test.py
 # coop sim --json fields of both engines, --no-min-ratio
 TESTS += tests/sim_cli_test.sh
 EXTRA_DIST += tests/sim_cli_test.sh tests/data/sim_evict_once.jsonl tests/data/sim_two_holes.jsonl
