@@ -295,6 +295,27 @@ static void costs_summed_past_int64_saturate(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A recomputation that takes over its old value's buffer evicts the old
+ * value again, into a class of its own: x's c_eq counts it (10 + 7). */
+static void a_taken_over_old_value_counts_as_evicted(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, COOP_REMAT_DTR);
+    coop_tensor *w = make(r, 1, 1, NULL, 0);
+    coop_tensor *x = make(r, 1, 10, w, EV);
+    assert_int_equal(coop_tensor_mutate(r, x, 7, "M", NULL, 0, NULL), COOP_OK);
+    assert_int_equal(remat_eq_compute(r, x), 7 + 10); /* the old value, evicted in place */
+    evict_by_request(r, x, 3);
+    assert_int_equal(coop_tensor_access(r, x, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_recomputes(x), 1);
+    assert_int_equal(x->inputs[0]->remats, 1); /* the old value, recomputed for it */
+    assert_false(coop_tensor_resident(x->inputs[0]));
+    assert_int_equal(remat_eq_compute(r, x), 7 + 10);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static coop_remat_policy window_policies[] = {COOP_REMAT_COOP_COMP, COOP_REMAT_COOP_EQ};
@@ -318,6 +339,7 @@ int main(void)
         cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[1]),
         cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[2]),
         cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[3]),
+        cmocka_unit_test(a_taken_over_old_value_counts_as_evicted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,6 +109,7 @@ static void a_failed_recompute_leaves_the_tensor_evicted(void **state)
     assert_string_equal(s.ran, "bc");
     coop_remat_get_stats(r, &st);
     assert_int_equal(st.recomputes, 2);
+    assert_int_equal(s.evictions_told, 2); /* b's failed attempt is never told, later either */
     assert_int_equal(coop_pool_check(pool), COOP_OK);
     coop_remat_destroy(r);
     coop_pool_destroy(pool);
@@ -294,6 +295,7 @@ static void bad_handles_and_arguments_change_nothing(void **state)
     assert_true(error_says("was released"));
     assert_int_equal(coop_tensor_pin(r, b, &p), COOP_ERR_INVALID);
     assert_int_equal(coop_tensor_unpin(r, b), COOP_ERR_INVALID);
+    assert_true(error_says("was released")); /* not "not pinned": it never was */
     assert_int_equal(coop_tensor_release(r, b), COOP_ERR_INVALID);
     assert_true(error_says("already released"));
     assert_int_equal(coop_tensor_create(r, U, 1, "t", &b, 1, EV, &t), COOP_ERR_INVALID);

@@ -899,6 +899,57 @@ static void search_time_sums_every_search(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A view answers for its storage: size, data, residency and recompute
+ * count are its base's (a view's own record holds none of them). */
+static void a_view_reports_its_storage(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, false);
+    coop_tensor *a, *v, *f[3];
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 5, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, a, &v), COOP_OK);
+    assert_int_equal(coop_tensor_size(v), 16 * KiB);
+    assert_ptr_equal(coop_tensor_data(v), coop_tensor_data(a));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "F", NULL, 0, 0, &f[i]), COOP_OK);
+    coop_tensor *g;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "G", NULL, 0, 0, &g), COOP_OK);
+    assert_false(coop_tensor_resident(v)); /* a evicted for g */
+    assert_int_equal(coop_tensor_release(r, g), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, v, NULL), COOP_OK);
+    assert_string_equal(j.log, "A");
+    assert_int_equal(coop_tensor_recomputes(v), 1);
+    assert_int_equal(coop_tensor_size(v), 16 * KiB);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* x.add_(x) with x evicted: the op's own target among its inputs need not
+ * be resident (the mutation recomputes it first), so it is not refused. */
+static void an_in_place_op_may_read_its_evicted_target(void **state)
+{
+    bool cow = *(bool *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_DTR, cow);
+    coop_tensor *x, *f[4];
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 50, "A", NULL, 0, EV, &x), COOP_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "F", NULL, 0, 0, &f[i]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "F", NULL, 0, 0, &f[3]), COOP_OK);
+    assert_false(coop_tensor_resident(x));
+    assert_int_equal(coop_tensor_release(r, f[3]), COOP_OK);
+    if (cow) /* room for the new value beside the old one */
+        assert_int_equal(coop_tensor_release(r, f[2]), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, x, 20, "M", &x, 1, NULL), COOP_OK);
+    assert_string_equal(j.log, "A"); /* the old value recomputed for the op */
+    assert_true(coop_tensor_resident(x));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static bool modes[] = {false, true}; /* copy_on_write */
@@ -927,6 +978,9 @@ int main(void)
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
         cmocka_unit_test(bad_arguments_are_refused),
+        cmocka_unit_test(a_view_reports_its_storage),
+        cmocka_unit_test_prestate(an_in_place_op_may_read_its_evicted_target, &modes[0]),
+        cmocka_unit_test_prestate(an_in_place_op_may_read_its_evicted_target, &modes[1]),
         cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[2]),  /* dtr-local */
         cmocka_unit_test_prestate(dte_counts_the_free_neighbours, &policies[3]),  /* dte */
         cmocka_unit_test_prestate(ties_evict_the_earlier_resident, &policies[1]), /* dtr */
