@@ -242,10 +242,40 @@ static void pinned_runs_are_not_visited(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Blocks adjacent in address but in two segments (the last of one, the
+ * first of the next: no block links join them) stay two runs: a window may
+ * not span a segment boundary, and the search visits each segment's gaps. */
+static void runs_do_not_join_across_segments(void **state)
+{
+    (void)state;
+    arena_block a = {0}, b = {0};
+    a.addr = 0x10000;
+    a.size = 4096;
+    b.addr = 0x11000; /* a's end */
+    b.size = 4096;
+    breaker_index x = {0};
+    assert_int_equal(breaker_index_add(&x, &a), 0);
+    assert_int_equal(breaker_index_add(&x, &b), 0);
+    assert_int_equal(x.len, 2);
+    assert_int_equal(x.blocks, 2);
+    assert_ptr_equal(x.runs[0].last, &a);
+    assert_ptr_equal(x.runs[1].first, &b);
+    breaker_index_free(&x);
+    /* linked, they are one run */
+    a.next = &b;
+    b.prev = &a;
+    assert_int_equal(breaker_index_add(&x, &a), 0);
+    assert_int_equal(breaker_index_add(&x, &b), 0);
+    assert_int_equal(x.len, 1);
+    assert_int_equal(x.runs[0].end, 0x12000);
+    breaker_index_free(&x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pinned_runs_are_not_visited),
+        cmocka_unit_test(runs_do_not_join_across_segments),
         cmocka_unit_test(random_arenas_give_the_plain_walks_windows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -421,6 +421,110 @@ static void in_place_history_survives_collections(void **state)
     coop_pool_destroy(pool);
 }
 
+/* c_eq from every base record's cache, against a walk. */
+static void caches_match_walks(coop_remat *r)
+{
+    for (coop_tensor *t = r->all; t; t = t->next_all) {
+        if (t->base != t)
+            continue;
+        int64_t cached = remat_eq_compute(r, t);
+        r->eq_cache_off = true;
+        int64_t walked = remat_eq_compute(r, t);
+        r->eq_cache_off = false;
+        assert_int_equal(cached, walked);
+    }
+}
+
+/* What a collection leaves must be sound: a released view's pin still held
+ * (its record kept: the unpin through it works), no child link to a
+ * reclaimed record, c_eq caches that still match a walk (node numbers
+ * change when the union-find is compacted) and a compacted union-find. */
+static void a_collection_leaves_pins_links_and_caches_sound(void **state)
+{
+    (void)state;
+    journal j = {0};
+    coop_pool *pool = pool_of(1024 * KiB);
+    coop_remat *r = default_context(pool, &j);
+    make_garbage(r, 2000); /* union-find nodes 0 .. 1999: e's class numbered after them */
+    coop_tensor *a, *v, *e, *t, *c;
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 5, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &a),
+                     COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, a, &v), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, v, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, v), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 11, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &e),
+                     COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 13, NULL, &e, 1, COOP_TENSOR_EVICTABLE, &t),
+                     COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 17, NULL, &t, 1, COOP_TENSOR_EVICTABLE, &c),
+                     COOP_OK);
+    assert_int_equal(coop_tensor_release(r, c), COOP_OK); /* freed: reclaimable */
+    pool_lock(r->pool);
+    remat_evict_locked(r, e); /* held, evicted: in t's c_eq */
+    pool_unlock(r->pool);
+    r->num_victims = 0;
+    make_garbage(r, 1000);                                  /* 3,000 records: no collection yet */
+    caches_match_walks(r);                                  /* t's cache holds e's class's node */
+    assert_int_equal(remat_eq_compute(r, t), 13 + 11 + 17); /* c, evicted, counts until reclaimed */
+    r->collect_at = 1;
+    remat_maybe_collect(r);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_true(st.records_reclaimed >= 3000);
+    assert_true(r->uf.count < 1024); /* compacted: 3,000 garbage nodes gone */
+    for (coop_tensor *x = r->all; x; x = x->next_all)
+        for (size_t i = 0; i < x->num_children; i++)
+            assert_false(x->children[i]->reclaimed);
+    /* new nodes past e's old number: a cache still naming it would read
+     * a garbage class */
+    make_garbage(r, 2100);
+    caches_match_walks(r);
+    assert_int_equal(remat_eq_compute(r, t), 13 + 11);
+    assert_int_equal(coop_tensor_unpin(r, v), COOP_OK); /* a's storage now unused: freed */
+    assert_false(coop_tensor_resident(a));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* c_comp after a collection no longer counts a reclaimed member of a
+ * component it labelled before: Q -> N -> X and N -> C, Q, N evicted, C
+ * released (evicted, joining their class), Q recomputed (the class cut, so
+ * X's c_comp walks components): {N, C} counts 3 + 7, then C is reclaimed
+ * and the component is N alone. */
+static void a_collection_forgets_component_labels(void **state)
+{
+    (void)state;
+    journal j = {0};
+    coop_pool *pool = pool_of(1024 * KiB);
+    coop_remat *r = default_context(pool, &j);
+    coop_tensor *q, *n, *x, *c;
+    const unsigned EVF = COOP_TENSOR_EVICTABLE;
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 2, NULL, NULL, 0, EVF, &q), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 3, NULL, &q, 1, EVF, &n), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 5, NULL, &n, 1, EVF, &x), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 7, NULL, &n, 1, EVF, &c), COOP_OK);
+    pool_lock(r->pool);
+    remat_evict_locked(r, q);
+    remat_evict_locked(r, n);
+    pool_unlock(r->pool);
+    r->num_victims = 0;
+    assert_int_equal(coop_tensor_release(r, c), COOP_OK);        /* freed: joins {Q, N} */
+    assert_int_equal(coop_tensor_access(r, q, NULL), COOP_OK);   /* leaves: the class is cut */
+    assert_int_equal(remat_eq_compute(r, x), 5 + 2 + 3 + 7 - 2); /* the class lost Q */
+    assert_false(remat_classes_uncut(r, x));
+    assert_int_equal(remat_component_compute(r, x), 5 + 3 + 7);
+    r->collect_at = 1;
+    remat_maybe_collect(r);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.records_reclaimed, 1); /* C */
+    assert_int_equal(remat_component_compute(r, x), 5 + 3);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -429,6 +533,8 @@ int main(void)
         cmocka_unit_test(stale_handles_get_an_error),
         cmocka_unit_test(a_stale_handle_stays_refused_across_collections),
         cmocka_unit_test(in_place_history_survives_collections),
+        cmocka_unit_test(a_collection_leaves_pins_links_and_caches_sound),
+        cmocka_unit_test(a_collection_forgets_component_labels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -316,6 +316,51 @@ static void a_taken_over_old_value_counts_as_evicted(void **state)
     coop_pool_destroy(pool);
 }
 
+/*
+ * COOP's exact cost weighs the recompute history too, not only its bound:
+ * [S][Z2 20][Z 0][X 100][P][Y 125][F F], Z2 -> Z -> X. X is recomputed
+ * once, then Z2, Z and F released (evicted, freed). A three-block request
+ * has two windows, free free X and Y free free: X's bound (its cost plus
+ * its evicted input Z) is 110, below Y's 125, so its exact cost is
+ * evaluated: c_live (100 + 0 + 20) x 1.1 = 132 > 125 evicts Y.
+ */
+static void coops_exact_cost_weighs_the_history(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(8);
+    coop_remat *r = context(pool, COOP_REMAT_COOP);
+    coop_tensor *s = make(r, 1, 1, NULL, 0);
+    const char *base = coop_tensor_data(s);
+    coop_tensor *z2 = make(r, 1, 20, NULL, 0);
+    coop_tensor *z = make(r, 1, 0, z2, 0);
+    coop_tensor *x = make(r, 1, 100, z, EV);
+    coop_tensor *p = make(r, 1, 1, NULL, 0);
+    coop_tensor *y = make(r, 1, 125, NULL, EV);
+    coop_tensor *f = make(r, 2, 1, NULL, 0);
+    assert_at(x, base, 3);
+    assert_at(y, base, 5);
+    assert_int_equal(coop_tensor_pin(r, y, NULL), COOP_OK);
+    evict_by_request(r, x, 1);
+    assert_int_equal(coop_tensor_unpin(r, y), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, x, NULL), COOP_OK);
+    assert_at(x, base, 3);
+    assert_int_equal(coop_tensor_recomputes(x), 1);
+    assert_int_equal(coop_tensor_release(r, z2), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, z), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, f), COOP_OK);
+    assert_false(coop_tensor_resident(z));
+    assert_int_equal(coop_tensor_access(r, x, NULL), COOP_OK); /* the same staleness */
+    assert_int_equal(coop_tensor_access(r, y, NULL), COOP_OK);
+    coop_tensor *req = make(r, 3, 1, NULL, 0);
+    assert_true(coop_tensor_resident(x));
+    assert_false(coop_tensor_resident(y));
+    assert_at(req, base, 5);
+    (void)p;
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static coop_remat_policy window_policies[] = {COOP_REMAT_COOP_COMP, COOP_REMAT_COOP_EQ};
@@ -340,6 +385,7 @@ int main(void)
         cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[2]),
         cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[3]),
         cmocka_unit_test(a_taken_over_old_value_counts_as_evicted),
+        cmocka_unit_test(coops_exact_cost_weighs_the_history),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
