@@ -538,6 +538,40 @@ static void test_memory_is_bounded(void **state)
     assert_null(arena.chunks);
 }
 
+/* The memo and the MARK stack count against the bound too: 2.4 M pairs of
+ * NONE and a 1-byte opcode that adds an 8-byte memo or mark slot (MEMOIZE,
+ * MARK) give up inside the pairs (about byte 4.76 M); left uncounted, the
+ * memo let the parse run to the closing LIST, the marks to STOP. */
+static void test_memo_and_marks_count_in_the_bound(void **state)
+{
+    (void)state;
+    size_t pairs = 2400000, len = 3 + 2 * pairs + 2;
+    unsigned char *b = malloc(len);
+    assert_non_null(b);
+    for (int k = 0; k < 2; k++) {
+        memcpy(b, "\x80\x02(", 3);
+        for (size_t i = 0; i < pairs; i++) {
+            b[3 + 2 * i] = 'N';
+            b[4 + 2 * i] = k == 0 ? 0x94 /* MEMOIZE */ : '(';
+        }
+        memcpy(b + 3 + 2 * pairs, "l.", 2);
+        pkl_arena arena = {0};
+        const pkl_value *root;
+        coop_status st = pkl_parse("pairs", b, len, &arena, &root);
+        size_t at = 0;
+        const char *where = strstr(coop_last_error(), "byte ");
+        if (st != COOP_ERR_INVALID || !where || sscanf(where, "byte %zu", &at) != 1 ||
+            !strstr(coop_last_error(), "loading the pickle needs more than") ||
+            at >= 3 + 2 * pairs) {
+            free(b);
+            fail_msg("%s: status %d: %s", k == 0 ? "MEMOIZE" : "MARK", (int)st, coop_last_error());
+            return;
+        }
+        assert_null(arena.chunks);
+    }
+    free(b);
+}
+
 /* ------------------------------------------------------------------------
  * Snapshot semantics
  * ---------------------------------------------------------------------- */
@@ -1083,6 +1117,7 @@ int main(void)
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),
+        cmocka_unit_test(test_memo_and_marks_count_in_the_bound),
         cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_device_choice),
         cmocka_unit_test(test_allocator_settings),
