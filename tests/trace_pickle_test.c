@@ -260,6 +260,28 @@ static void test_values(void **state)
     pkl_arena_free(&arena);
 }
 
+/* BINBYTES has a 4-byte length and BINUNICODE8 an 8-byte one (Python
+ * writes BINBYTES for bytes of 256 or more, BINUNICODE8 for huge strings). */
+static void test_long_length_strings(void **state)
+{
+    (void)state;
+    static const unsigned char b[] = "\x80\x04("
+                                     "B\x03\x00\x00\x00xyz"
+                                     "\x8d\x02\x00\x00\x00\x00\x00\x00\x00"
+                                     "ab"
+                                     "l.";
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    assert_int_equal(pkl_parse("v", b, sizeof b - 1, &arena, &root), COOP_OK);
+    assert_true(root->kind == PKL_LIST && root->v.seq.len == 2);
+    const pkl_value *bytes_v = root->v.seq.items[0], *str_v = root->v.seq.items[1];
+    assert_true(bytes_v->kind == PKL_BYTES && bytes_v->v.str.len == 3);
+    assert_memory_equal(bytes_v->v.str.ptr, "xyz", 3);
+    assert_true(pkl_str_eq(str_v, "ab"));
+    assert_int_equal(str_v->offset, 11);
+    pkl_arena_free(&arena);
+}
+
 /* LONG1 of every width from 1 to 8 bytes is two's complement: all ones is
  * -1 and a lone top bit is -2^(8n-1), at 7 bytes as at 2 or 8. */
 static void test_long1_widths(void **state)
@@ -929,6 +951,8 @@ static void test_malformed(void **state)
         BAD("\x80\x02(Nd.", "byte 4", "key without a value"),
         BAD("\x80\x02}Na.", "byte 4", "APPEND to a dict"),
         BAD("\x80\x02]NNs.", "byte 5", "SETITEM to a list"),
+        BAD("\x80\x02}(Ne.", "byte 5", "APPENDS to a dict"),
+        BAD("\x80\x02](NNu.", "byte 6", "SETITEMS to a list"),
         BAD("\x80\x02}(]Nu.", "byte 6", "unhashable list"),
         BAD("\x80\x02}(}Nu.", "byte 6", "unhashable dict"),
         BAD("\x80\x02"
@@ -937,6 +961,7 @@ static void test_malformed(void **state)
         /* a MARK is a floor: values below it are not an opcode's operands */
         BAD("\x80\x02N(N\x86.", "byte 5", "TUPLE2 needs more values on the stack"),
         BAD("\x80\x02](Na.", "byte 5", "APPEND needs more values on the stack"),
+        BAD("\x80\x02]((Ne.", "byte 6", "APPENDS without a container before its MARK"),
         BAD("\x80\x02h\x05.", "byte 2", "memo entry 5, never set"),
         BAD("\x80\x02h\x00.", "byte 2", "memo entry 0, never set"), /* an empty memo */
         BAD("\x80\x02N\x94h\x01.", "byte 4", "memo entry 1, never set"),
@@ -1117,6 +1142,7 @@ int main(void)
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),
+        cmocka_unit_test(test_long_length_strings),
         cmocka_unit_test(test_memo_and_marks_count_in_the_bound),
         cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_device_choice),
