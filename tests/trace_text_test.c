@@ -298,6 +298,9 @@ static void test_numbers(void **state)
     assert_int_equal(text_parse_u64("12a", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_u64(" 1", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_u64("+1", &u), TEXT_NUMBER_INVALID);
+    /* a minus sign alone or before a non-digit is no number, not a negative one */
+    assert_int_equal(text_parse_u64("-", &u), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_u64("-x1", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_u64("99999999999999999999x", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_i64("-9223372036854775808", &i), TEXT_NUMBER_OK);
     assert_true(i == INT64_MIN);
