@@ -965,6 +965,8 @@ static void test_malformed(void **state)
         BAD("\x80\x02h\x05.", "byte 2", "memo entry 5, never set"),
         BAD("\x80\x02h\x00.", "byte 2", "memo entry 0, never set"), /* an empty memo */
         BAD("\x80\x02N\x94h\x01.", "byte 4", "memo entry 1, never set"),
+        /* BINPUT 3 leaves entries 0 to 2 empty */
+        BAD("\x80\x02(NNNNq\x03h\x01.", "byte 9", "BINGET of memo entry 1, never set"),
         BAD("\x80\x02Nr\xff\xff\xff\x7f.", "byte 3", "index 2147483647 out of range"),
         BAD("\x80\x02\x94.", "byte 2", "empty stack"),
         BAD("\x80\x02N(\x94t.", "byte 4", "MEMOIZE with an empty stack"), /* above the MARK */
