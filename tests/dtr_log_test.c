@@ -67,6 +67,30 @@ static void parses_structure(void **state)
     dtr_log_free(&log);
 }
 
+/* MEMORY and TIME of 0 as plain JSON integers are read (0 is not negative). */
+static void zero_integers_are_read(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":0}\n"
+        "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"x\"],\"RESULT\":[\"y\"],"
+        "\"TIME\":0}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":0}\n"
+        "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":0}\n";
+    dtr_log log;
+    if (dtr_log_parse_buffer("zero.log", text, sizeof text - 1, &log) != COOP_OK) {
+        fail_msg("%s", coop_last_error());
+        return;
+    }
+    assert_int_equal(log.num_instrs, 2);
+    assert_int_equal(log.instrs[0].memory, 0);
+    assert_int_equal(log.instrs[1].time_ns, 0);
+    assert_int_equal(log.results[0].memory, 0);
+    assert_int_equal(log.results[0].alias, 0);
+    dtr_log_free(&log);
+}
+
 /* Parses text expected to fail and checks the message names the line. */
 static void expect_error(const char *text, const char *want)
 {
@@ -94,6 +118,11 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
                  "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"-4\"}\n",
                  "bad.log:2: field MEMORY is not a non-negative integer");
+    /* past 2^64 - 1: strtoull's ERANGE, not its saturated value */
+    expect_error(
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"18446744073709551616\"}\n",
+        "bad.log:2: field MEMORY is not a non-negative integer");
     /* sizes are below 2^56, and all of them together below 2^63, so that no
      * sum of live tensors (the simulator's peak) wraps */
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
@@ -451,6 +480,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parses_structure),
+        cmocka_unit_test(zero_integers_are_read),
         cmocka_unit_test(errors_name_the_line),
         cmocka_unit_test(reads_gzip_files),
         cmocka_unit_test(read_errors_carry_the_path),

@@ -1002,6 +1002,12 @@ static void test_malformed(void **state)
             "device_traces](](}\x8c\x06"
             "actionK\x01see\x73.",
             "device_traces[0][0]", "'action' has type int, expected str"),
+        /* a key is equal only at its full length: not a longer one's prefix */
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}\x8c\x07"
+            "actionX\x8c\x05"
+            "allocsees.",
+            "device_traces[0][0]", "'action' is missing"),
         BAD("\x80\x02}\x8c\x0d"
             "device_traces](](}(\x8c\x06"
             "action\x8c\x05"

@@ -34,6 +34,7 @@ static void test_detect(void **state)
         {"id,lower,upper,size\n", TRACE_FORMAT_MINIMALLOC},
         {"buffer,start,end,size\r\nb1,0,3,4\n", TRACE_FORMAT_MINIMALLOC},
         {"size,upper,lower,id,gaps\n", TRACE_FORMAT_MINIMALLOC},
+        {"buffer_id,lower,upper,size\n", TRACE_FORMAT_MINIMALLOC},
         {"{\"TYPE\": \"ANNOTATE\", \"ANNOTATION\": \"START\"}\n", TRACE_FORMAT_DTR},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -448,6 +448,11 @@ static void test_round_trip(void **state)
     a.live_at_start[0] = 1;
     fixture_path(path, sizeof path, "bad.trace");
     fixture_expect_error(trace_write_text(&a, path), "not the alloc of live-at-start id 1", NULL);
+    /* more live-at-start ids than events */
+    uint32_t live = 0;
+    trace z = {.live_at_start = &live, .num_live_at_start = 1};
+    fixture_expect_error(trace_write_text(&z, path), "trace has more live-at-start ids than events",
+                         NULL);
     trace_free(&a);
 }
 
