@@ -70,6 +70,13 @@ static void test_detect_errors(void **state)
     fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
     path = write_named("sizes.csv", "sizes,count\n1,2\n", 17, 0);
     fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
+    /* nor is a lone column, without a comma */
+    path = write_named("size.txt", "size\n", 5, 0);
+    fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
+    /* a corrupt deflate stream: zlib's message, without the path zlib puts
+     * before it (the message names the file once) */
+    path = write_named("bad.gz", "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff\xff\xff\xff", 14, 0);
+    fixture_expect_error(trace_read(path, &t), "bad.gz: read error: invalid block type", NULL);
     path = write_named("empty", "", 0, 0);
     fixture_expect_error(trace_read(path, &t), "empty: empty file", NULL);
     path = write_named("empty.gz", "", 0, 1);
