@@ -155,6 +155,10 @@ static void errors_name_the_line(void **state)
                  "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[\"a\",\"a\"],"
                  "\"MUTATE\":[0,1],\"TIME\":\"576460752303423488\"}\n", /* 2^59, twice */
                  "bad.log:4: TIME 576460752303423488: the TIME values");
+    /* a MUTATE of no argument counts its TIME once */
+    expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[],\"MUTATE\":[],"
+                 "\"TIME\":\"2305843009213693952\"}\n", /* 2^61 */
+                 "bad.log:1: TIME 2305843009213693952: the TIME values");
     {
         /* 2^60 - 1 and 2^60 in one output each stay below the limit */
         static const char ok[] =
