@@ -363,6 +363,37 @@ static void test_time_out_of_range(void **state)
     assert_null(t.events);
 }
 
+/* A time_us of None (no time recorded) reads as unknown (-1), not as a
+ * wrong type. */
+static void test_time_none(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    begin_dict(&p);
+    key_str(&p, "action", "alloc");
+    key_int(&p, "addr", 0x1000);
+    key_int(&p, "size", 512);
+    str(&p, "time_us");
+    op(&p, 'N');
+    end_dict(&p);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    if (read_bytes(p.b, p.n, 0, &t) != COOP_OK) {
+        fail_msg("%s", coop_last_error());
+        return;
+    }
+    assert_int_equal(t.num_events, 1);
+    assert_int_equal(t.events[0].time_us, -1);
+    trace_free(&t);
+}
+
 /* An oom entry may be of any size (nothing places it: TRACE_SIZE_LIMIT is
  * for the sizes that are placed), 2^56 and more included. */
 static void test_oom_of_any_size(void **state)
@@ -1145,6 +1176,7 @@ int main(void)
         cmocka_unit_test(test_long1_widths),
         cmocka_unit_test(test_binint_sign),
         cmocka_unit_test(test_time_out_of_range),
+        cmocka_unit_test(test_time_none),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),
