@@ -155,6 +155,12 @@ static void errors_name_the_line(void **state)
                  "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[\"a\",\"a\"],"
                  "\"MUTATE\":[0,1],\"TIME\":\"576460752303423488\"}\n", /* 2^59, twice */
                  "bad.log:4: TIME 576460752303423488: the TIME values");
+    /* an empty ALIAS string is no integer (strtoll reads it as 0) */
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"a\"],"
+                 "\"TIME\":\"1\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"a\",\"MEMORY\":\"4\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\",\"ALIAS\":\"\"}\n",
+                 "bad.log:3: field ALIAS is not an integer");
     /* a MUTATE of no argument counts its TIME once */
     expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[],\"MUTATE\":[],"
                  "\"TIME\":\"2305843009213693952\"}\n", /* 2^61 */
