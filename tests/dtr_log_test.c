@@ -155,6 +155,9 @@ static void errors_name_the_line(void **state)
                  "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[\"a\",\"a\"],"
                  "\"MUTATE\":[0,1],\"TIME\":\"576460752303423488\"}\n", /* 2^59, twice */
                  "bad.log:4: TIME 576460752303423488: the TIME values");
+    expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"x\",\"ALIAS\":\"-1\"}\n",
+                 "bad.log:2: ALIAS after CONSTANT (expected MEMORY)");
     /* an empty ALIAS string is no integer (strtoll reads it as 0) */
     expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"a\"],"
                  "\"TIME\":\"1\"}\n"

@@ -126,6 +126,7 @@ static void test_bad_lines(void **state)
         {"coop-trace 1\nA 1 2\n", ":2: missing fields on a A line", "usage: A id size stream"},
         {"coop-trace 1\nA 1 2 3 4\n", ":2: too many fields on a A line", ""},
         {"coop-trace 1\nA 1 two 3\n", ":2: size 'two' is not a number", ""},
+        {"coop-trace 1\nF x\n", ":2: id 'x' is not a number", ""},
         {"coop-trace 1\nA 1 -2 3\n", ":2: size '-2' is negative", ""},
         {"coop-trace 1\nA 1 18446744073709551616 3\n",
          ":2: size '18446744073709551616' is out of range", ""},
