@@ -158,6 +158,9 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
                  "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"x\",\"ALIAS\":\"-1\"}\n",
                  "bad.log:2: ALIAS after CONSTANT (expected MEMORY)");
+    expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[\"a\"],\"MUTATE\":0,"
+                 "\"TIME\":\"1\"}\n",
+                 "bad.log:1: field MUTATE is missing or not an array");
     /* an empty ALIAS string is no integer (strtoll reads it as 0) */
     expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"a\"],"
                  "\"TIME\":\"1\"}\n"
