@@ -199,6 +199,14 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"f_\",\"ARGS\":[\"a\"],\"MUTATE\":[1],"
                  "\"TIME\":\"1\"}\n",
                  "bad.log:1: MUTATE index is not an argument index");
+    expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"f_\",\"ARGS\":[\"a\"],\"MUTATE\":[-1],"
+                 "\"TIME\":\"1\"}\n",
+                 "bad.log:1: MUTATE index is not an argument index");
+    /* a CALL's MEMORY and ALIAS name its result */
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"1\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"z\",\"MEMORY\":\"4\"}\n",
+                 "bad.log:2: MEMORY for z, expected it for result y of CALL on line 1");
     /* ALIAS is -1 or an argument index: one below, one past the last */
     expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"x\"],\"RESULT\":[\"y\"],"
                  "\"TIME\":\"1\"}\n"

@@ -394,6 +394,31 @@ static void test_time_none(void **state)
     trace_free(&t);
 }
 
+/* A block first seen by its free_requested (allocated before the
+ * recording) and then allocated again: the message points at the
+ * free_requested entry. */
+static void test_alloc_over_an_adopted_block(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    size_t first = p.n;
+    entry(&p, "free_requested", 0x1000, 512, 0, -1);
+    entry(&p, "alloc", 0x1000, 512, 0, -1);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    char want[64];
+    snprintf(want, sizeof want, "already allocated by the entry at byte %zu ", first);
+    trace t;
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][1]", want, NULL);
+    assert_null(t.events);
+}
+
 /* An oom entry may be of any size (nothing places it: TRACE_SIZE_LIMIT is
  * for the sizes that are placed), 2^56 and more included. */
 static void test_oom_of_any_size(void **state)
@@ -1177,6 +1202,7 @@ int main(void)
         cmocka_unit_test(test_binint_sign),
         cmocka_unit_test(test_time_out_of_range),
         cmocka_unit_test(test_time_none),
+        cmocka_unit_test(test_alloc_over_an_adopted_block),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),
