@@ -202,6 +202,9 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"f_\",\"ARGS\":[\"a\"],\"MUTATE\":[-1],"
                  "\"TIME\":\"1\"}\n",
                  "bad.log:1: MUTATE index is not an argument index");
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[],"
+                 "\"TIME\":\"1\"}\n",
+                 "bad.log:1: CALL with an empty RESULT list");
     /* a CALL's MEMORY and ALIAS name its result */
     expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"y\"],"
                  "\"TIME\":\"1\"}\n"

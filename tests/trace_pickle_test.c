@@ -394,6 +394,31 @@ static void test_time_none(void **state)
     trace_free(&t);
 }
 
+/* A negative stream (a handle pickled as a signed int) is kept as its
+ * two's complement, not refused as a negative size would be. */
+static void test_negative_stream(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    entry(&p, "alloc", 0x1000, 512, -2, -1);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    if (read_bytes(p.b, p.n, 0, &t) != COOP_OK) {
+        fail_msg("%s", coop_last_error());
+        return;
+    }
+    assert_int_equal(t.num_events, 1);
+    assert_true(t.events[0].stream == UINT64_MAX - 1);
+    trace_free(&t);
+}
+
 /* A block first seen by its free_requested (allocated before the
  * recording) and then allocated again: the message points at the
  * free_requested entry. */
@@ -1202,6 +1227,7 @@ int main(void)
         cmocka_unit_test(test_binint_sign),
         cmocka_unit_test(test_time_out_of_range),
         cmocka_unit_test(test_time_none),
+        cmocka_unit_test(test_negative_stream),
         cmocka_unit_test(test_alloc_over_an_adopted_block),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
