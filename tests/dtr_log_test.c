@@ -67,6 +67,21 @@ static void parses_structure(void **state)
     dtr_log_free(&log);
 }
 
+/* The first START annotation marks the start; a later one changes nothing. */
+static void first_start_counts(void **state)
+{
+    (void)state;
+    static const char text[] = "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n"
+                               "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                               "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"4\"}\n"
+                               "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n";
+    dtr_log log;
+    assert_int_equal(dtr_log_parse_buffer("s.log", text, sizeof text - 1, &log), COOP_OK);
+    assert_int_equal(log.num_instrs, 3);
+    assert_int_equal(log.start, 1);
+    dtr_log_free(&log);
+}
+
 /* MEMORY and TIME of 0 as plain JSON integers are read (0 is not negative). */
 static void zero_integers_are_read(void **state)
 {
@@ -508,6 +523,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parses_structure),
         cmocka_unit_test(zero_integers_are_read),
+        cmocka_unit_test(first_start_counts),
         cmocka_unit_test(errors_name_the_line),
         cmocka_unit_test(reads_gzip_files),
         cmocka_unit_test(read_errors_carry_the_path),
