@@ -67,6 +67,45 @@ static void parses_structure(void **state)
     dtr_log_free(&log);
 }
 
+/* The first START annotation marks the start; a later one changes nothing. */
+static void first_start_counts(void **state)
+{
+    (void)state;
+    static const char text[] = "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n"
+                               "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                               "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"4\"}\n"
+                               "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n";
+    dtr_log log;
+    assert_int_equal(dtr_log_parse_buffer("s.log", text, sizeof text - 1, &log), COOP_OK);
+    assert_int_equal(log.num_instrs, 3);
+    assert_int_equal(log.start, 1);
+    dtr_log_free(&log);
+}
+
+/* MEMORY and TIME of 0 as plain JSON integers are read (0 is not negative). */
+static void zero_integers_are_read(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":0}\n"
+        "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"x\"],\"RESULT\":[\"y\"],"
+        "\"TIME\":0}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":0}\n"
+        "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":0}\n";
+    dtr_log log;
+    if (dtr_log_parse_buffer("zero.log", text, sizeof text - 1, &log) != COOP_OK) {
+        fail_msg("%s", coop_last_error());
+        return;
+    }
+    assert_int_equal(log.num_instrs, 2);
+    assert_int_equal(log.instrs[0].memory, 0);
+    assert_int_equal(log.instrs[1].time_ns, 0);
+    assert_int_equal(log.results[0].memory, 0);
+    assert_int_equal(log.results[0].alias, 0);
+    dtr_log_free(&log);
+}
+
 /* Parses text expected to fail and checks the message names the line. */
 static void expect_error(const char *text, const char *want)
 {
@@ -94,6 +133,11 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
                  "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"-4\"}\n",
                  "bad.log:2: field MEMORY is not a non-negative integer");
+    /* past 2^64 - 1: strtoull's ERANGE, not its saturated value */
+    expect_error(
+        "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+        "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"18446744073709551616\"}\n",
+        "bad.log:2: field MEMORY is not a non-negative integer");
     /* sizes are below 2^56, and all of them together below 2^63, so that no
      * sum of live tensors (the simulator's peak) wraps */
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
@@ -126,6 +170,22 @@ static void errors_name_the_line(void **state)
                  "{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[\"a\",\"a\"],"
                  "\"MUTATE\":[0,1],\"TIME\":\"576460752303423488\"}\n", /* 2^59, twice */
                  "bad.log:4: TIME 576460752303423488: the TIME values");
+    expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"x\",\"ALIAS\":\"-1\"}\n",
+                 "bad.log:2: ALIAS after CONSTANT (expected MEMORY)");
+    expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[\"a\"],\"MUTATE\":0,"
+                 "\"TIME\":\"1\"}\n",
+                 "bad.log:1: field MUTATE is missing or not an array");
+    /* an empty ALIAS string is no integer (strtoll reads it as 0) */
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"a\"],"
+                 "\"TIME\":\"1\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"a\",\"MEMORY\":\"4\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"a\",\"ALIAS\":\"\"}\n",
+                 "bad.log:3: field ALIAS is not an integer");
+    /* a MUTATE of no argument counts its TIME once */
+    expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"g_\",\"ARGS\":[],\"MUTATE\":[],"
+                 "\"TIME\":\"2305843009213693952\"}\n", /* 2^61 */
+                 "bad.log:1: TIME 2305843009213693952: the TIME values");
     {
         /* 2^60 - 1 and 2^60 in one output each stay below the limit */
         static const char ok[] =
@@ -154,6 +214,17 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"f_\",\"ARGS\":[\"a\"],\"MUTATE\":[1],"
                  "\"TIME\":\"1\"}\n",
                  "bad.log:1: MUTATE index is not an argument index");
+    expect_error("{\"INSTRUCTION\":\"MUTATE\",\"NAME\":\"f_\",\"ARGS\":[\"a\"],\"MUTATE\":[-1],"
+                 "\"TIME\":\"1\"}\n",
+                 "bad.log:1: MUTATE index is not an argument index");
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[],"
+                 "\"TIME\":\"1\"}\n",
+                 "bad.log:1: CALL with an empty RESULT list");
+    /* a CALL's MEMORY and ALIAS name its result */
+    expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"1\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"z\",\"MEMORY\":\"4\"}\n",
+                 "bad.log:2: MEMORY for z, expected it for result y of CALL on line 1");
     /* ALIAS is -1 or an argument index: one below, one past the last */
     expect_error("{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"x\"],\"RESULT\":[\"y\"],"
                  "\"TIME\":\"1\"}\n"
@@ -451,6 +522,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parses_structure),
+        cmocka_unit_test(zero_integers_are_read),
+        cmocka_unit_test(first_start_counts),
         cmocka_unit_test(errors_name_the_line),
         cmocka_unit_test(reads_gzip_files),
         cmocka_unit_test(read_errors_carry_the_path),

@@ -109,6 +109,9 @@ static void test_bad_rows(void **state)
         {"lower,upper,size\n1,2,3\n", ":1: no id column"},
         {"id,lower,upper,size,color\n", ":1: unknown column 'color'"},
         {"id,lower,upper,size,begin\n", ":1: column 'begin' repeats column 2"},
+        /* 17 columns: split_fields stops at its 16 slots */
+        {"id,lower,upper,size,offset,a,b,c,d,e,f,g,h,i,j,k,l\n",
+         ":1: header has more than 16 columns"},
         {"id,lower,upper,size\n1,2,3\n", ":2: 3 fields, expected 4"},
         {"id,lower,upper,size\n1\n", ":2: 1 field, expected 4"},
         {"id,lower,upper,size\n1,2,3,4,5\n", ":2: more than 4 fields"},

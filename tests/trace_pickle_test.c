@@ -260,6 +260,28 @@ static void test_values(void **state)
     pkl_arena_free(&arena);
 }
 
+/* BINBYTES has a 4-byte length and BINUNICODE8 an 8-byte one (Python
+ * writes BINBYTES for bytes of 256 or more, BINUNICODE8 for huge strings). */
+static void test_long_length_strings(void **state)
+{
+    (void)state;
+    static const unsigned char b[] = "\x80\x04("
+                                     "B\x03\x00\x00\x00xyz"
+                                     "\x8d\x02\x00\x00\x00\x00\x00\x00\x00"
+                                     "ab"
+                                     "l.";
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    assert_int_equal(pkl_parse("v", b, sizeof b - 1, &arena, &root), COOP_OK);
+    assert_true(root->kind == PKL_LIST && root->v.seq.len == 2);
+    const pkl_value *bytes_v = root->v.seq.items[0], *str_v = root->v.seq.items[1];
+    assert_true(bytes_v->kind == PKL_BYTES && bytes_v->v.str.len == 3);
+    assert_memory_equal(bytes_v->v.str.ptr, "xyz", 3);
+    assert_true(pkl_str_eq(str_v, "ab"));
+    assert_int_equal(str_v->offset, 11);
+    pkl_arena_free(&arena);
+}
+
 /* LONG1 of every width from 1 to 8 bytes is two's complement: all ones is
  * -1 and a lone top bit is -2^(8n-1), at 7 bytes as at 2 or 8. */
 static void test_long1_widths(void **state)
@@ -338,6 +360,87 @@ static void test_time_out_of_range(void **state)
     trace t;
     fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][0]",
                          "'time_us' 9223372036854775808 is out of range", NULL);
+    assert_null(t.events);
+}
+
+/* A time_us of None (no time recorded) reads as unknown (-1), not as a
+ * wrong type. */
+static void test_time_none(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    begin_dict(&p);
+    key_str(&p, "action", "alloc");
+    key_int(&p, "addr", 0x1000);
+    key_int(&p, "size", 512);
+    str(&p, "time_us");
+    op(&p, 'N');
+    end_dict(&p);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    if (read_bytes(p.b, p.n, 0, &t) != COOP_OK) {
+        fail_msg("%s", coop_last_error());
+        return;
+    }
+    assert_int_equal(t.num_events, 1);
+    assert_int_equal(t.events[0].time_us, -1);
+    trace_free(&t);
+}
+
+/* A negative stream (a handle pickled as a signed int) is kept as its
+ * two's complement, not refused as a negative size would be. */
+static void test_negative_stream(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    entry(&p, "alloc", 0x1000, 512, -2, -1);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    trace t;
+    if (read_bytes(p.b, p.n, 0, &t) != COOP_OK) {
+        fail_msg("%s", coop_last_error());
+        return;
+    }
+    assert_int_equal(t.num_events, 1);
+    assert_true(t.events[0].stream == UINT64_MAX - 1);
+    trace_free(&t);
+}
+
+/* A block first seen by its free_requested (allocated before the
+ * recording) and then allocated again: the message points at the
+ * free_requested entry. */
+static void test_alloc_over_an_adopted_block(void **state)
+{
+    (void)state;
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    begin_list(&p);
+    begin_list(&p);
+    size_t first = p.n;
+    entry(&p, "free_requested", 0x1000, 512, 0, -1);
+    entry(&p, "alloc", 0x1000, 512, 0, -1);
+    end_list(&p);
+    end_list(&p);
+    end_dict(&p);
+    op(&p, '.');
+    char want[64];
+    snprintf(want, sizeof want, "already allocated by the entry at byte %zu ", first);
+    trace t;
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][1]", want, NULL);
     assert_null(t.events);
 }
 
@@ -536,6 +639,40 @@ static void test_memory_is_bounded(void **state)
     }
     assert_null(root);
     assert_null(arena.chunks);
+}
+
+/* The memo and the MARK stack count against the bound too: 2.4 M pairs of
+ * NONE and a 1-byte opcode that adds an 8-byte memo or mark slot (MEMOIZE,
+ * MARK) give up inside the pairs (about byte 4.76 M); left uncounted, the
+ * memo let the parse run to the closing LIST, the marks to STOP. */
+static void test_memo_and_marks_count_in_the_bound(void **state)
+{
+    (void)state;
+    size_t pairs = 2400000, len = 3 + 2 * pairs + 2;
+    unsigned char *b = malloc(len);
+    assert_non_null(b);
+    for (int k = 0; k < 2; k++) {
+        memcpy(b, "\x80\x02(", 3);
+        for (size_t i = 0; i < pairs; i++) {
+            b[3 + 2 * i] = 'N';
+            b[4 + 2 * i] = k == 0 ? 0x94 /* MEMOIZE */ : '(';
+        }
+        memcpy(b + 3 + 2 * pairs, "l.", 2);
+        pkl_arena arena = {0};
+        const pkl_value *root;
+        coop_status st = pkl_parse("pairs", b, len, &arena, &root);
+        size_t at = 0;
+        const char *where = strstr(coop_last_error(), "byte ");
+        if (st != COOP_ERR_INVALID || !where || sscanf(where, "byte %zu", &at) != 1 ||
+            !strstr(coop_last_error(), "loading the pickle needs more than") ||
+            at >= 3 + 2 * pairs) {
+            free(b);
+            fail_msg("%s: status %d: %s", k == 0 ? "MEMOIZE" : "MARK", (int)st, coop_last_error());
+            return;
+        }
+        assert_null(arena.chunks);
+    }
+    free(b);
 }
 
 /* ------------------------------------------------------------------------
@@ -895,6 +1032,8 @@ static void test_malformed(void **state)
         BAD("\x80\x02(Nd.", "byte 4", "key without a value"),
         BAD("\x80\x02}Na.", "byte 4", "APPEND to a dict"),
         BAD("\x80\x02]NNs.", "byte 5", "SETITEM to a list"),
+        BAD("\x80\x02}(Ne.", "byte 5", "APPENDS to a dict"),
+        BAD("\x80\x02](NNu.", "byte 6", "SETITEMS to a list"),
         BAD("\x80\x02}(]Nu.", "byte 6", "unhashable list"),
         BAD("\x80\x02}(}Nu.", "byte 6", "unhashable dict"),
         BAD("\x80\x02"
@@ -903,9 +1042,12 @@ static void test_malformed(void **state)
         /* a MARK is a floor: values below it are not an opcode's operands */
         BAD("\x80\x02N(N\x86.", "byte 5", "TUPLE2 needs more values on the stack"),
         BAD("\x80\x02](Na.", "byte 5", "APPEND needs more values on the stack"),
+        BAD("\x80\x02]((Ne.", "byte 6", "APPENDS without a container before its MARK"),
         BAD("\x80\x02h\x05.", "byte 2", "memo entry 5, never set"),
         BAD("\x80\x02h\x00.", "byte 2", "memo entry 0, never set"), /* an empty memo */
         BAD("\x80\x02N\x94h\x01.", "byte 4", "memo entry 1, never set"),
+        /* BINPUT 3 leaves entries 0 to 2 empty */
+        BAD("\x80\x02(NNNNq\x03h\x01.", "byte 9", "BINGET of memo entry 1, never set"),
         BAD("\x80\x02Nr\xff\xff\xff\x7f.", "byte 3", "index 2147483647 out of range"),
         BAD("\x80\x02\x94.", "byte 2", "empty stack"),
         BAD("\x80\x02N(\x94t.", "byte 4", "MEMOIZE with an empty stack"), /* above the MARK */
@@ -941,6 +1083,12 @@ static void test_malformed(void **state)
             "device_traces](](}\x8c\x06"
             "actionK\x01see\x73.",
             "device_traces[0][0]", "'action' has type int, expected str"),
+        /* a key is equal only at its full length: not a longer one's prefix */
+        BAD("\x80\x02}\x8c\x0d"
+            "device_traces](](}\x8c\x07"
+            "actionX\x8c\x05"
+            "allocsees.",
+            "device_traces[0][0]", "'action' is missing"),
         BAD("\x80\x02}\x8c\x0d"
             "device_traces](](}(\x8c\x06"
             "action\x8c\x05"
@@ -1078,11 +1226,16 @@ int main(void)
         cmocka_unit_test(test_long1_widths),
         cmocka_unit_test(test_binint_sign),
         cmocka_unit_test(test_time_out_of_range),
+        cmocka_unit_test(test_time_none),
+        cmocka_unit_test(test_negative_stream),
+        cmocka_unit_test(test_alloc_over_an_adopted_block),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),
+        cmocka_unit_test(test_long_length_strings),
+        cmocka_unit_test(test_memo_and_marks_count_in_the_bound),
         cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_device_choice),
         cmocka_unit_test(test_allocator_settings),

@@ -34,6 +34,7 @@ static void test_detect(void **state)
         {"id,lower,upper,size\n", TRACE_FORMAT_MINIMALLOC},
         {"buffer,start,end,size\r\nb1,0,3,4\n", TRACE_FORMAT_MINIMALLOC},
         {"size,upper,lower,id,gaps\n", TRACE_FORMAT_MINIMALLOC},
+        {"buffer_id,lower,upper,size\n", TRACE_FORMAT_MINIMALLOC},
         {"{\"TYPE\": \"ANNOTATE\", \"ANNOTATION\": \"START\"}\n", TRACE_FORMAT_DTR},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -69,6 +70,13 @@ static void test_detect_errors(void **state)
     fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
     path = write_named("sizes.csv", "sizes,count\n1,2\n", 17, 0);
     fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
+    /* nor is a lone column, without a comma */
+    path = write_named("size.txt", "size\n", 5, 0);
+    fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
+    /* a corrupt deflate stream: zlib's message, without the path zlib puts
+     * before it (the message names the file once) */
+    path = write_named("bad.gz", "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff\xff\xff\xff", 14, 0);
+    fixture_expect_error(trace_read(path, &t), "bad.gz: read error: invalid block type", NULL);
     path = write_named("empty", "", 0, 0);
     fixture_expect_error(trace_read(path, &t), "empty: empty file", NULL);
     path = write_named("empty.gz", "", 0, 1);
@@ -79,7 +87,7 @@ static void test_detect_errors(void **state)
                          "/nonexistent/coop/trace: cannot open", NULL);
     /* a gzip header cut short */
     path = write_named("cut.gz", "\x1f\x8b\x08\x00\x00", 5, 0);
-    fixture_expect_error(trace_read(path, &t), "cut.gz", NULL);
+    fixture_expect_error(trace_read(path, &t), "cut.gz: read error: file is truncated", NULL);
     assert_null(t.events);
 }
 

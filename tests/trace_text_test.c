@@ -126,6 +126,7 @@ static void test_bad_lines(void **state)
         {"coop-trace 1\nA 1 2\n", ":2: missing fields on a A line", "usage: A id size stream"},
         {"coop-trace 1\nA 1 2 3 4\n", ":2: too many fields on a A line", ""},
         {"coop-trace 1\nA 1 two 3\n", ":2: size 'two' is not a number", ""},
+        {"coop-trace 1\nF x\n", ":2: id 'x' is not a number", ""},
         {"coop-trace 1\nA 1 -2 3\n", ":2: size '-2' is negative", ""},
         {"coop-trace 1\nA 1 18446744073709551616 3\n",
          ":2: size '18446744073709551616' is out of range", ""},
@@ -298,6 +299,9 @@ static void test_numbers(void **state)
     assert_int_equal(text_parse_u64("12a", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_u64(" 1", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_u64("+1", &u), TEXT_NUMBER_INVALID);
+    /* a minus sign alone or before a non-digit is no number, not a negative one */
+    assert_int_equal(text_parse_u64("-", &u), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_u64("-x1", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_u64("99999999999999999999x", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_i64("-9223372036854775808", &i), TEXT_NUMBER_OK);
     assert_true(i == INT64_MIN);
@@ -322,6 +326,61 @@ static void test_largest_size(void **state)
     assert_true(t.events[0].size == (1ull << 56) - 1);
     assert_true(t.final_segments[0].size == (1ull << 56) - 1);
     trace_free(&t);
+}
+
+/* The writer's exact lines: addr= only for a known address, cost= only when
+ * given, O's size before its stream, only the settings that are set, a
+ * control character in the name as '?'. */
+static void test_written_lines(void **state)
+{
+    (void)state;
+    static const char in[] = "coop-trace 1\n"
+                             "P torch max_split_size\n"
+                             "L 1 512 0\n"
+                             "A 2 1024 7 addr=0x2000 t=5 cost=9\n"
+                             "A 3 512 0\n"
+                             "R 2 t=6\n"
+                             "F 2\n"
+                             "O 4096 7 t=8\n"
+                             "S 0x1000 2097152 3\n"
+                             "F 3\n"
+                             "E 0x1000 2097152 3\n";
+    static const char want[] = "coop-trace 1\n"
+                               "# from a?b\n"
+                               "# 8 events, 3 ids, 1 live at start, 1 final segments\n"
+                               "P torch max_split_size\n"
+                               "L 0 512 0\n"
+                               "A 1 1024 7 addr=0x2000 t=5 cost=9\n"
+                               "A 2 512 0\n"
+                               "R 1 t=6\n"
+                               "F 1\n"
+                               "O 4096 7 t=8\n"
+                               "S 0x1000 2097152 3\n"
+                               "F 2\n"
+                               "E 0x1000 2097152 3\n";
+    char path[300];
+    fixture_path(path, sizeof path, "lines.trace");
+    fixture_write(path, in, strlen(in), 0);
+    trace t;
+    assert_int_equal(trace_read_text(path, &t), COOP_OK);
+    free(t.name);
+    t.name = strdup("a\x1f"
+                    "b");
+    assert_non_null(t.name);
+    fixture_path(path, sizeof path, "lines.out");
+    assert_int_equal(trace_write_text(&t, path), COOP_OK);
+    trace_free(&t);
+    size_t len;
+    unsigned char *out = fixture_read(path, &len);
+    char got[1024];
+    int same = len == strlen(want) && memcmp(out, want, len) == 0;
+    snprintf(got, sizeof got, "%.*s", (int)(len < sizeof got ? len : sizeof got - 1),
+             (const char *)out);
+    free(out);
+    if (!same) {
+        fail_msg("wrote:\n%s\nexpected:\n%s", got, want);
+        return;
+    }
 }
 
 /* Writing then reading gives the same trace, plain and compressed. */
@@ -390,6 +449,11 @@ static void test_round_trip(void **state)
     a.live_at_start[0] = 1;
     fixture_path(path, sizeof path, "bad.trace");
     fixture_expect_error(trace_write_text(&a, path), "not the alloc of live-at-start id 1", NULL);
+    /* more live-at-start ids than events */
+    uint32_t live = 0;
+    trace z = {.live_at_start = &live, .num_live_at_start = 1};
+    fixture_expect_error(trace_write_text(&z, path), "trace has more live-at-start ids than events",
+                         NULL);
     trace_free(&a);
 }
 
@@ -397,11 +461,12 @@ int main(void)
 {
     fixture_init();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_readme_example), cmocka_unit_test(test_all_lines),
-        cmocka_unit_test(test_bad_lines),      cmocka_unit_test(test_many_lines),
-        cmocka_unit_test(test_long_line),      cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_numbers),        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_largest_size),   cmocka_unit_test(test_e_lines_anywhere),
+        cmocka_unit_test(test_readme_example),   cmocka_unit_test(test_all_lines),
+        cmocka_unit_test(test_bad_lines),        cmocka_unit_test(test_many_lines),
+        cmocka_unit_test(test_long_line),        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_numbers),          cmocka_unit_test(test_written_lines),
+        cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_largest_size),
+        cmocka_unit_test(test_e_lines_anywhere),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();
