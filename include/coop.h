@@ -468,7 +468,7 @@ typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
  * other than COOP_OK fails the access that asked for t with that status
  * (COOP_ERR_BACKEND if it is not one): t goes back to evicted, its buffer
  * freed, and the next access recomputes it; inputs already recomputed stay
- * resident. */
+ * resident. inputs may be NULL when num_inputs is 0. */
 typedef coop_status (*coop_recompute_fn)(coop_tensor *t, void *producer, void *const *inputs,
                                          size_t num_inputs, void *out, void *user);
 

@@ -32,7 +32,8 @@ static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs
     journal *j = user;
     strncat(j->log, (const char *)producer, 1);
     j->num_inputs = n < 8 ? n : 8;
-    memcpy(j->inputs, inputs, j->num_inputs * sizeof *inputs);
+    if (j->num_inputs) /* a producer of no inputs may get NULL: memcpy must not */
+        memcpy(j->inputs, inputs, j->num_inputs * sizeof *inputs);
     j->out = out;
     return COOP_OK;
 }
