@@ -86,8 +86,9 @@ typedef struct coop_backend_cuda_held {
     uint64_t mapped_bytes; /* cuMemMap'd, not cuMemUnmap'd */
     uint64_t segments;     /* cuMemAlloc'd, not cuMemFree'd */
     uint64_t reservations; /* cuMemAddressReserve'd, not cuMemAddressFree'd */
-    /* host records of segments: one per segment aligned up (its cuMemAlloc
-     * address, for cuMemFree) and per unused one whose cuMemFree failed */
+    /* host records of segments, counted when asked: one per segment aligned
+     * up (its cuMemAlloc address, for cuMemFree) and per unused one whose
+     * cuMemFree failed */
     uint64_t segment_records;
 } coop_backend_cuda_held;
 /* be must be a CUDA backend (all zero in a build without CUDA). */

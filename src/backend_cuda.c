@@ -535,7 +535,6 @@ static void keep_unused_segment(cuda_backend *cb, CUdeviceptr dptr)
     pthread_mutex_lock(&cb->lock);
     unused->next = cb->shifted;
     cb->shifted = unused;
-    cb->held.segment_records++;
     pthread_mutex_unlock(&cb->lock);
 }
 
@@ -554,7 +553,6 @@ static coop_status free_unused_segments(cuda_backend *cb)
             *link = unused->next;
             free(unused);
             cb->held.segments--;
-            cb->held.segment_records--;
             continue;
         }
         if (rc != CUDA_SUCCESS && st == COOP_OK)
@@ -595,7 +593,6 @@ static coop_status cuda_segment_alloc(coop_backend *be, uint64_t size, uintptr_t
             pthread_mutex_lock(&cb->lock);
             shift->next = cb->shifted;
             cb->shifted = shift;
-            cb->held.segment_records++;
             pthread_mutex_unlock(&cb->lock);
         } else {
             free(shift);
@@ -620,7 +617,6 @@ static CUdeviceptr segment_original(cuda_backend *cb, uintptr_t addr, bool forge
             if (forget) {
                 *link = shift->next;
                 free(shift);
-                cb->held.segment_records--;
             }
             break;
         }
@@ -809,7 +805,13 @@ static void cuda_event_destroy(coop_backend *be, coop_event ev)
 
 void coop_backend_cuda_held_now(const coop_backend *be, coop_backend_cuda_held *out)
 {
-    *out = as_cuda((coop_backend *)be)->held;
+    cuda_backend *cb = as_cuda((coop_backend *)be);
+    *out = cb->held;
+    pthread_mutex_lock(&cb->lock); /* counted, not kept: a count could drift from the list */
+    out->segment_records = 0;
+    for (const cuda_shifted_segment *shift = cb->shifted; shift; shift = shift->next)
+        out->segment_records++;
+    pthread_mutex_unlock(&cb->lock);
 }
 
 /* ------------------------------------------------------------------------
