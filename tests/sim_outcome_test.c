@@ -45,6 +45,13 @@ static void load(const char *text, sim_program *p)
     dtr_log_free(&log);
 }
 
+/* One run in the simulator (lib false) or through the library (true). */
+static sim_outcome run_engine(bool lib, const sim_program *p, uint64_t peak, const sim_options *opt,
+                              double ratio)
+{
+    return lib ? sim_lib_run(p, peak, opt, ratio, NULL) : sim_run(p, peak, opt, ratio);
+}
+
 /* Nearest rank is the smallest value with at least q of them at or below:
  * of 1..60, p99 is the 60th (59.4 rounds up), p50 the 30th; of 1..3, p50
  * the 2nd (1.5 up). */
@@ -442,13 +449,13 @@ static void both_engines_stop_at_the_recompute_limit(void **state)
     for (int lib = 0; lib < 2; lib++) {
         sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_ARENA);
         opt.overhead_limit = 1.125;
-        sim_outcome o = lib ? sim_lib_run(&p, 2560, &opt, 0.8, NULL) : sim_run(&p, 2560, &opt, 0.8);
+        sim_outcome o = run_engine(lib, &p, 2560, &opt, 0.8);
         assert_int_equal(o.result, SIM_OK);
         assert_int_equal(o.evictions, 3);
         assert_int_equal(o.remat_ops, 1);
         assert_true(fabs(o.overhead - 92.0 / 82.0) < 1e-12);
         opt.overhead_limit = 1.1;
-        o = lib ? sim_lib_run(&p, 2560, &opt, 0.8, NULL) : sim_run(&p, 2560, &opt, 0.8);
+        o = run_engine(lib, &p, 2560, &opt, 0.8);
         assert_int_equal(o.result, SIM_THRASH);
         assert_int_equal(o.remat_ops, lib ? 0 : 1);
         assert_true(fabs(o.overhead - (lib ? 1.0 : 92.0 / 82.0)) < 1e-12);
@@ -468,12 +475,12 @@ static void a_zero_threshold_partitions_nothing_in_either_engine(void **state)
     for (int lib = 0; lib < 2; lib++) {
         sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
         opt.cheap_threshold = 0;
-        sim_outcome o = lib ? sim_lib_run(&p, 1536, &opt, 1.0, NULL) : sim_run(&p, 1536, &opt, 1.0);
+        sim_outcome o = run_engine(lib, &p, 1536, &opt, 1.0);
         assert_int_equal(o.result, SIM_OK);
         assert_int_equal(o.evictions, 1);
         assert_int_equal(o.frag_failures, 1);
         opt.cheap_threshold = NAN; /* coop's default: partitioned */
-        o = lib ? sim_lib_run(&p, 1536, &opt, 1.0, NULL) : sim_run(&p, 1536, &opt, 1.0);
+        o = run_engine(lib, &p, 1536, &opt, 1.0);
         assert_int_equal(o.result, SIM_OK);
         assert_int_equal(o.evictions, 0);
     }
@@ -503,12 +510,11 @@ static void a_view_keeps_its_base_out_of_place_in_both_engines(void **state)
         uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA);
         for (int lib = 0; lib < 2; lib++) {
             sim_options opt = sim_options_default(SIM_POLICY_COOP, SIM_MEMORY_ARENA);
-            sim_outcome o =
-                lib ? sim_lib_run(&p, peak, &opt, 1.0, NULL) : sim_run(&p, peak, &opt, 1.0);
+            sim_outcome o = run_engine(lib, &p, peak, &opt, 1.0);
             assert_int_equal(o.result, SIM_OK);
             assert_int_equal(o.inplace_ops, i == 0);
             assert_int_equal(sim_options_parse_policy("coop-cow", &opt), 0);
-            o = lib ? sim_lib_run(&p, peak, &opt, 1.0, NULL) : sim_run(&p, peak, &opt, 1.0);
+            o = run_engine(lib, &p, peak, &opt, 1.0);
             assert_int_equal(o.result, SIM_OK);
             assert_int_equal(o.inplace_ops, 0);
         }
@@ -653,7 +659,7 @@ static void a_zero_byte_log_runs_in_no_memory_in_both_engines(void **state)
     assert_int_equal(sim_peak(&p, SIM_MEMORY_ARENA), 0);
     for (int lib = 0; lib < 2; lib++) {
         sim_options opt = sim_options_default(SIM_POLICY_DTR, SIM_MEMORY_ARENA);
-        sim_outcome o = lib ? sim_lib_run(&p, 0, &opt, 0.5, NULL) : sim_run(&p, 0, &opt, 0.5);
+        sim_outcome o = run_engine(lib, &p, 0, &opt, 0.5);
         assert_int_equal(o.result, SIM_OK);
         assert_int_equal(o.budget, 0);
     }
@@ -675,7 +681,7 @@ static void resident_inputs_are_held_first_in_both_engines(void **state)
     load(log, &p);
     for (int lib = 0; lib < 2; lib++) {
         sim_options opt = sim_options_default(SIM_POLICY_LRU, SIM_MEMORY_ARENA);
-        sim_outcome o = lib ? sim_lib_run(&p, 1024, &opt, 1.0, NULL) : sim_run(&p, 1024, &opt, 1.0);
+        sim_outcome o = run_engine(lib, &p, 1024, &opt, 1.0);
         assert_int_equal(o.result, SIM_OK);
         assert_int_equal(o.evictions, 2);
         assert_int_equal(o.remat_ops, 1);
