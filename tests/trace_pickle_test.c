@@ -143,6 +143,24 @@ static void begin_snapshot(pk *p)
     begin_dict(p);
 }
 
+/* A snapshot whose device_traces hold device 0's entries only: the
+ * entries go between these two. */
+static void begin_device0_trace(pk *p)
+{
+    begin_snapshot(p);
+    str(p, "device_traces");
+    begin_list(p);
+    begin_list(p);
+}
+
+static void end_device0_trace(pk *p)
+{
+    end_list(p);
+    end_list(p);
+    end_dict(p);
+    op(p, '.');
+}
+
 /* The reference snapshot of the semantics test (see test_semantics). */
 static void reference_snapshot(pk *p)
 {
@@ -342,10 +360,7 @@ static void test_time_out_of_range(void **state)
 {
     (void)state;
     pk p;
-    begin_snapshot(&p);
-    str(&p, "device_traces");
-    begin_list(&p);
-    begin_list(&p);
+    begin_device0_trace(&p);
     begin_dict(&p);
     key_str(&p, "action", "alloc");
     key_int(&p, "addr", 0x1000);
@@ -353,10 +368,7 @@ static void test_time_out_of_range(void **state)
     str(&p, "time_us");
     big_unsigned(&p, 1ull << 63);
     end_dict(&p);
-    end_list(&p);
-    end_list(&p);
-    end_dict(&p);
-    op(&p, '.');
+    end_device0_trace(&p);
     trace t;
     fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][0]",
                          "'time_us' 9223372036854775808 is out of range", NULL);
@@ -369,10 +381,7 @@ static void test_time_none(void **state)
 {
     (void)state;
     pk p;
-    begin_snapshot(&p);
-    str(&p, "device_traces");
-    begin_list(&p);
-    begin_list(&p);
+    begin_device0_trace(&p);
     begin_dict(&p);
     key_str(&p, "action", "alloc");
     key_int(&p, "addr", 0x1000);
@@ -380,10 +389,7 @@ static void test_time_none(void **state)
     str(&p, "time_us");
     op(&p, 'N');
     end_dict(&p);
-    end_list(&p);
-    end_list(&p);
-    end_dict(&p);
-    op(&p, '.');
+    end_device0_trace(&p);
     trace t;
     if (read_bytes(p.b, p.n, 0, &t) != COOP_OK) {
         fail_msg("%s", coop_last_error());
@@ -400,15 +406,9 @@ static void test_negative_stream(void **state)
 {
     (void)state;
     pk p;
-    begin_snapshot(&p);
-    str(&p, "device_traces");
-    begin_list(&p);
-    begin_list(&p);
+    begin_device0_trace(&p);
     entry(&p, "alloc", 0x1000, 512, -2, -1);
-    end_list(&p);
-    end_list(&p);
-    end_dict(&p);
-    op(&p, '.');
+    end_device0_trace(&p);
     trace t;
     if (read_bytes(p.b, p.n, 0, &t) != COOP_OK) {
         fail_msg("%s", coop_last_error());
@@ -426,17 +426,11 @@ static void test_alloc_over_an_adopted_block(void **state)
 {
     (void)state;
     pk p;
-    begin_snapshot(&p);
-    str(&p, "device_traces");
-    begin_list(&p);
-    begin_list(&p);
+    begin_device0_trace(&p);
     size_t first = p.n;
     entry(&p, "free_requested", 0x1000, 512, 0, -1);
     entry(&p, "alloc", 0x1000, 512, 0, -1);
-    end_list(&p);
-    end_list(&p);
-    end_dict(&p);
-    op(&p, '.');
+    end_device0_trace(&p);
     char want[64];
     snprintf(want, sizeof want, "already allocated by the entry at byte %zu ", first);
     trace t;
@@ -450,15 +444,9 @@ static void test_oom_of_any_size(void **state)
 {
     (void)state;
     pk p;
-    begin_snapshot(&p);
-    str(&p, "device_traces");
-    begin_list(&p);
-    begin_list(&p);
+    begin_device0_trace(&p);
     entry(&p, "oom", 12345, (int64_t)1 << 60, 0, 5);
-    end_list(&p);
-    end_list(&p);
-    end_dict(&p);
-    op(&p, '.');
+    end_device0_trace(&p);
     trace t;
     assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
     assert_int_equal(t.num_events, 1);
