@@ -562,6 +562,33 @@ static uint64_t auto_capacity(size_t live)
     return cap > AUTO_CAPACITY_MAX ? AUTO_CAPACITY_MAX : cap;
 }
 
+/* The pool configuration of the run at `live` blocks. */
+static void pool_config(const bench_opts *o, size_t live, coop_config *c)
+{
+    coop_config_default(c);
+    c->capacity = o->capacity ? o->capacity : auto_capacity(live);
+    c->va_size = 2 * c->capacity;
+}
+
+/* Creates and destroys each run's pool before anything is printed, so that
+ * a capacity this machine cannot reserve (--capacity-gib 1048576 asks for
+ * 2 PiB of address space) is one error line, not a table header and then
+ * the error. */
+static bool pools_can_be_made(const bench_opts *o)
+{
+    for (size_t k = 0; k < o->num_live; k++) {
+        coop_config c;
+        pool_config(o, o->live[k], &c);
+        coop_pool *pool;
+        if (coop_pool_create(&c, &pool) != COOP_OK) {
+            fprintf(stderr, "coop bench: %zu live blocks: %s\n", o->live[k], coop_last_error());
+            return false;
+        }
+        coop_pool_destroy(pool);
+    }
+    return true;
+}
+
 /* jemalloc's first timed run in a process measured slower than a repeat on
  * a fresh private arena, while coop's first run matches its repeats:
  * process-wide set-up (its base allocator, the tcache's bins) is charged to
@@ -602,6 +629,8 @@ int cmd_bench(int argc, char **argv)
         return bench_floor_run(o.live, o.num_live, o.json);
     /* Before the first timed run; its draws come from a seed of their own,
      * so the timed workloads are the same with or without it. */
+    if (o.run_coop && !pools_can_be_made(&o))
+        return 1;
     rng = bench_rng_seed(~o.seed);
     if (o.run_jemalloc && !jemalloc_warm_process()) {
         fprintf(stderr, "coop bench: jemalloc's untimed warm-up run failed\n");
@@ -623,9 +652,7 @@ int cmd_bench(int argc, char **argv)
         double coop_ns = 0, je_ns = 0;
         uint64_t coop_bytes = 0, je_bytes = 0, live_bytes = 0;
         coop_config c;
-        coop_config_default(&c);
-        c.capacity = o.capacity ? o.capacity : auto_capacity(live);
-        c.va_size = 2 * c.capacity;
+        pool_config(&o, live, &c);
         coop_pool *pool;
         if (o.run_coop) {
             if (coop_pool_create(&c, &pool) != COOP_OK) {
