@@ -12,6 +12,8 @@
 #include "replay/measure.h"
 #include "replay/policy.h"
 #include "replay/recorded.h"
+#include "replay/report.h"
+#include "replay/timeline.h"
 #include "status.h"
 #include "test_seed.h"
 
@@ -1524,6 +1526,175 @@ static void expandable_released_labels_are_reused_once(void **unused)
     d.ops->destroy(d.state);
 }
 
+/* coop's map_bytes count every page mapping, not the peak: at 6 MiB (2 MiB
+ * pages) two 2 MiB blocks map two pages; the first is freed, and a 3 MiB
+ * block maps two more above them, which needs the freed page unmapped: 8
+ * MiB mapped in all, at most 6 at once. */
+static void coop_map_bytes_count_every_mapping(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_coop, 6 * MiB);
+    uintptr_t a = must_malloc(&d, 2 * MiB, 0);
+    must_malloc(&d, 2 * MiB, 0);
+    assert_int_equal(d.ops->free(d.state, a, 2 * MiB), COOP_OK);
+    must_malloc(&d, 3 * MiB, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 6 * MiB);
+    assert_int_equal(s.map_bytes, 8 * MiB);
+    d.ops->destroy(d.state);
+}
+
+/* jemalloc fits in exactly the bytes it commits: the committed total may
+ * reach the capacity, not only stay below it. The capacity is what a
+ * 12 MiB block commits at 1 GiB (its size class and jemalloc's own pages). */
+static void jemalloc_commits_up_to_the_capacity_exactly(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_jemalloc, GiB);
+    must_malloc(&d, 12 * MiB, 0);
+    uint64_t committed = stats_of(&d).reserved_bytes;
+    d.ops->destroy(d.state);
+    d = start(&replay_policy_jemalloc, committed);
+    must_malloc(&d, 12 * MiB, 0);
+    assert_int_equal(stats_of(&d).reserved_bytes, committed);
+    d.ops->destroy(d.state);
+    d = start(&replay_policy_jemalloc, committed - 1);
+    uintptr_t x;
+    assert_int_equal(d.ops->malloc(d.state, 12 * MiB, 0, &x), COOP_ERR_NOMEM);
+    d.ops->destroy(d.state);
+}
+
+/* Out of capacity, jemalloc's cached pages are purged and the request tried
+ * again: a freed 12 MiB block's pages stay committed (decay is off), so a
+ * 20 MiB block fits in 24 MiB only after the purge. */
+static void jemalloc_purges_and_retries(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_jemalloc, 24 * MiB);
+    uintptr_t a = must_malloc(&d, 12 * MiB, 0);
+    assert_int_equal(d.ops->free(d.state, a, 12 * MiB), COOP_OK);
+    assert_true(stats_of(&d).reserved_bytes >= 12 * MiB); /* cached */
+    must_malloc(&d, 20 * MiB, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_true(s.reserved_bytes <= 24 * MiB);
+    assert_true(s.map_bytes >= 32 * MiB); /* both blocks' pages, committed in turn */
+    d.ops->destroy(d.state);
+}
+
+/* Final segments adding up to exactly 2^63 are refused (the bound is 2^63
+ * itself); one byte less is a valid recording. */
+static void recorded_final_segments_of_exactly_2_63_are_refused(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 4096);
+    b.t.final_segments = calloc(2, sizeof *b.t.final_segments);
+    assert_non_null(b.t.final_segments);
+    b.t.final_segments[0].size = 1ull << 62;
+    b.t.final_segments[1].size = (1ull << 62) - 1;
+    b.t.num_final_segments = 2;
+    replay_recorded rec;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_OK);
+    assert_true(rec.peak_reserved == (1ull << 63) - 1);
+    b.t.final_segments[1].size = 1ull << 62;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_ERR_INVALID);
+    built_free(&b);
+}
+
+/* A bad segment event is named by its own line: its index among the
+ * segment events counts every kind before it, segment_unmap included. */
+static void recorded_message_names_the_events_own_line(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    add(&b, TRACE_SEGMENT_MAP, 0, 2 * MiB, 0);
+    add(&b, TRACE_SEGMENT_UNMAP, 0, 2 * MiB, 0);
+    add(&b, TRACE_SEGMENT_ALLOC, 0, 4 * MiB, 0); /* more than the final segments hold */
+    b.t.has_segment_events = 1;
+    uint64_t where[] = {10, 11, 12};
+    b.t.segment_where = where;
+    b.t.num_segment_where = 3;
+    replay_recorded rec;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "line 12: segment_alloc of 4194304 bytes at 0x0 "
+                                              "(event 2): segment events and final segments "
+                                              "disagree"));
+    b.t.segment_where = NULL;
+    built_free(&b);
+}
+
+/* ---- Reports and the timeline ---- */
+
+/* Writes with fn into a temporary file and returns its text (static). */
+static const char *written(void (*fn)(FILE *, const void *), const void *arg)
+{
+    static char text[4096];
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    fn(f, arg);
+    rewind(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+static void row_json(FILE *f, const void *row)
+{
+    assert_true(replay_report_json(f, row));
+}
+
+static void row_table(FILE *f, const void *row)
+{
+    replay_report_table(f, row, 1);
+}
+
+/* Each JSON figure under its own name: frag_mean and frag_max apart, and
+ * GMLake's fragmentation as the share of the peak reserved never active (a
+ * quarter of 4 MiB here). */
+static void report_json_names_each_figure(void **unused)
+{
+    (void)unused;
+    replay_row row = {.trace = "t",
+                      .policy = "torch",
+                      .events = 2,
+                      .peak_live = 3 * MiB,
+                      .peak_reserved = 4 * MiB,
+                      .peak_active = 3 * MiB,
+                      .has_frag = true,
+                      .frag_mean = 0.25,
+                      .frag_max = 0.5};
+    const char *text = written(row_json, &row);
+    assert_non_null(strstr(text, "\"frag_mean\":0.25,"));
+    assert_non_null(strstr(text, "\"frag_max\":0.5,"));
+    assert_non_null(strstr(text, "\"gmlake_frag\":0.25,"));
+}
+
+/* The table switches to KiB only below 64 MiB: a largest peak of exactly
+ * 64 MiB prints in MiB. */
+static void report_table_uses_mib_from_64_mib(void **unused)
+{
+    (void)unused;
+    replay_row row = {
+        .trace = "t", .policy = "ideal", .peak_live = 64 * MiB, .peak_reserved = 64 * MiB};
+    assert_non_null(strstr(written(row_table, &row), "live_MiB"));
+    row.peak_reserved = row.peak_live = 64 * MiB - 1;
+    assert_non_null(strstr(written(row_table, &row), "live_KiB"));
+}
+
+static void timeline_trace_line(FILE *f, const void *name)
+{
+    assert_true(replay_timeline_trace(f, name, 3));
+}
+
+/* A timeline line is split on white space: a name's spaces, tabs and
+ * newlines are written as '_'. */
+static void timeline_names_have_no_white_space(void **unused)
+{
+    (void)unused;
+    assert_string_equal(written(timeline_trace_line, "a b\tc\nd"), "trace a_b_c_d 3\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1582,6 +1753,14 @@ int main(void)
         cmocka_unit_test(expandable_takes_a_run_that_holds_the_request_exactly),
         cmocka_unit_test(expandable_best_fit_counts_the_next_blocks_growth),
         cmocka_unit_test(expandable_released_labels_are_reused_once),
+        cmocka_unit_test(coop_map_bytes_count_every_mapping),
+        cmocka_unit_test(jemalloc_commits_up_to_the_capacity_exactly),
+        cmocka_unit_test(jemalloc_purges_and_retries),
+        cmocka_unit_test(recorded_final_segments_of_exactly_2_63_are_refused),
+        cmocka_unit_test(recorded_message_names_the_events_own_line),
+        cmocka_unit_test(report_json_names_each_figure),
+        cmocka_unit_test(report_table_uses_mib_from_64_mib),
+        cmocka_unit_test(timeline_names_have_no_white_space),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
