@@ -104,6 +104,30 @@ static void test_every_key(void **state)
     assert_true(parse_ok("fraction:1").fraction == 1.0);
 }
 
+/* Each spelling of a boolean: true/1/yes and false/0/no, in any case. */
+static void test_every_boolean_spelling(void **state)
+{
+    (void)state;
+    static const char *const yes[] = {"vmm:true", "vmm:1", "vmm:yes", "vmm:YES"};
+    static const char *const no[] = {"vmm:false", "vmm:0", "vmm:no", "vmm:No"};
+    for (size_t i = 0; i < 4; i++) {
+        assert_true(parse_ok(yes[i]).use_vmm);
+        assert_false(parse_ok(no[i]).use_vmm);
+    }
+    assert_true(parse_ok("check:yes").check);
+    assert_true(parse_ok("wait:no").never_wait);
+    parse_bad("vmm:y", "'y'", "'vmm'", "true or false", NULL);
+}
+
+/* The smallest page is 512 bytes (a power of two >= 512): 512 itself is
+ * accepted, 256 refused (test_bad_values_name_key_value_offset). */
+static void test_page_of_512_bytes(void **state)
+{
+    (void)state;
+    assert_int_equal(parse_ok("page:512").page_size, 512);
+    assert_int_equal(parse_ok("page:1K").page_size, KIB);
+}
+
 static void test_byte_suffixes(void **state)
 {
     (void)state;
@@ -238,6 +262,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_every_key),
+        cmocka_unit_test(test_every_boolean_spelling),
+        cmocka_unit_test(test_page_of_512_bytes),
         cmocka_unit_test(test_byte_suffixes),
         cmocka_unit_test(test_bad_values_name_key_value_offset),
         cmocka_unit_test(test_bad_syntax),

@@ -36,7 +36,8 @@ EXTRA_DIST += tests/test_seed.h tests/test_seed_test.sh tests/coop_test_seed.py
 # readers, the simulator and the remat library failed in turn, with a
 # live-block count for leaks (tests/host_alloc_fault.h): the wraps reach
 # libcoop and libcooptools because tests link them statically; one program
-# each for the readers, the simulator and the remat API (tests/host_alloc_sweep.h)
+# each for the readers, the simulator, the remat API and replay's policies
+# (tests/host_alloc_sweep.h)
 HOST_ALLOC_WRAP = \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=aligned_alloc
 HOST_ALLOC_SWEEP = tests/host_alloc_sweep.c tests/host_alloc_sweep.h tests/host_alloc_fault.c \
@@ -60,4 +61,10 @@ tests_host_alloc_remat_test_SOURCES = tests/host_alloc_remat_test.c $(HOST_ALLOC
 tests_host_alloc_remat_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
 tests_host_alloc_remat_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
 tests_host_alloc_remat_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+check_PROGRAMS += tests/host_alloc_replay_test
+TESTS += tests/host_alloc_replay_test
+tests_host_alloc_replay_test_SOURCES = tests/host_alloc_replay_test.c $(HOST_ALLOC_SWEEP)
+tests_host_alloc_replay_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
+tests_host_alloc_replay_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
+tests_host_alloc_replay_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
 endif

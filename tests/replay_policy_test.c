@@ -12,6 +12,8 @@
 #include "replay/measure.h"
 #include "replay/policy.h"
 #include "replay/recorded.h"
+#include "replay/report.h"
+#include "replay/timeline.h"
 #include "status.h"
 #include "test_seed.h"
 
@@ -1222,6 +1224,477 @@ static void measure_bisects_again_up_to_the_capacity(void **unused)
     built_free(&b);
 }
 
+/* ---- What the second mutation round found unchecked ---- */
+
+/* A size-0 allocation places nothing and is never live (engine.c says its
+ * free is skipped too): the same id allocated again with size 0, without a
+ * free between, is no double allocation, and no call counts. */
+static void zero_size_allocations_are_never_live(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 0);
+    alloc_ev(&b, 0, 0);
+    alloc_ev(&b, 1, 100);
+    free_ev(&b, 1, 100);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    assert_int_equal(p.num_ops, 2);
+    assert_int_equal(p.peak_live, 100);
+    replay_prepared_free(&p);
+    built_free(&b);
+}
+
+/* ideal whose statistics carry no free-block figures (as jemalloc's when
+ * its free-space log ran out of host memory): no fragmentation is sampled,
+ * so the row has none, rather than a 0 computed from absent figures. */
+static void no_free_block_stats(void *state, replay_policy_stats *out)
+{
+    replay_policy_ideal.stats(state, out);
+    out->has_free_blocks = false;
+}
+
+static void fragmentation_needs_free_block_figures(void **unused)
+{
+    (void)unused;
+    replay_policy_ops ops = replay_policy_ideal;
+    ops.stats = no_free_block_stats;
+    built b = {0};
+    alloc_ev(&b, 0, 1000);
+    alloc_ev(&b, 1, 1000);
+    replay_run r = run(&b, &ops, GiB);
+    assert_false(r.has_frag);
+    assert_true(r.frag_max == 0.0);
+    r = run(&b, &replay_policy_ideal, GiB); /* the same figures with them: 0, measured */
+    assert_true(r.has_frag);
+    built_free(&b);
+}
+
+/* The series a --timeline draws: live bytes after every event (a free
+ * lowers them), and each placement from the event that placed it to the
+ * event that freed it (the trace's length if never freed). */
+static void series_follow_every_event(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 1000); /* event 0 */
+    alloc_ev(&b, 1, 3000); /* event 1 */
+    free_ev(&b, 0, 1000);  /* event 2 */
+    alloc_ev(&b, 2, 500);  /* event 3 */
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    replay_series s;
+    replay_run_options opt = {.series = &s};
+    replay_run r;
+    assert_int_equal(replay_run_trace(&p, &replay_policy_ideal, GiB, 2 * MiB, &opt, &r), COOP_OK);
+    static const uint64_t live[] = {1000, 4000, 3000, 3500};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(s.live[i], live[i]);
+        assert_int_equal(s.reserved[i], live[i]); /* ideal reserves the live bytes */
+    }
+    assert_int_equal(s.num_placements, 3);
+    static const uint64_t start[] = {0, 1, 3}, end[] = {2, 4, 4}, size[] = {1000, 3000, 500};
+    for (size_t k = 0; k < 3; k++) {
+        assert_int_equal(s.placements[k].start_event, start[k]);
+        assert_int_equal(s.placements[k].end_event, end[k]);
+        assert_int_equal(s.placements[k].size, size[k]);
+    }
+    replay_series_free(&s);
+    replay_prepared_free(&p);
+    built_free(&b);
+}
+
+/* The answer lies in [lo, hi]: a lower bound above the upper one is the
+ * upper one (not a bisection over the wrapped difference). */
+static void min_capacity_with_lo_above_hi_is_hi(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, MiB);
+    replay_prepared p;
+    assert_int_equal(replay_prepare(&b.t, &p), COOP_OK);
+    uint64_t cap = 0;
+    replay_run at;
+    assert_int_equal(
+        replay_min_capacity(&p, &replay_policy_ideal, 2 * MiB, 8 * MiB, 4 * MiB, &cap, &at),
+        COOP_OK);
+    assert_int_equal(cap, 4 * MiB);
+    replay_prepared_free(&p);
+    built_free(&b);
+}
+
+/* Under torch a small block and a large one take turns: at the minimum
+ * capacity (26 MiB: the 25 MiB block's own segment) each turn releases the
+ * other pool's cached segment, so 2 + 26 + 2 + 26 MiB get mapped, where the
+ * main run at 1 GiB keeps both and maps 28 MiB. The row's map_bytes are
+ * those of the run at its min_capacity, not of the main run or of a probe
+ * above the minimum. */
+static void min_capacity_row_maps_what_the_minimum_maps(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    for (uint32_t turn = 0; turn < 2; turn++) {
+        alloc_ev(&b, 4 * turn, 1000);
+        free_ev(&b, 4 * turn, 1000);
+        alloc_ev(&b, 4 * turn + 1, 25 * MiB);
+        free_ev(&b, 4 * turn + 1, 25 * MiB);
+    }
+    replay_choice choice = {.name = "torch", .ops = &replay_policy_torch};
+    replay_measure_options opt = {.capacity = GiB, .page = 2 * MiB};
+    replay_row row;
+    size_t filled = 0, failed = 0;
+    assert_int_equal(replay_measure(&b.t, &choice, 1, &opt, &row, &filled, &failed), COOP_OK);
+    assert_int_equal(filled, 1);
+    assert_int_equal(row.peak_reserved, 28 * MiB);
+    assert_true(row.has_min_capacity && row.has_map_bytes);
+    if (row.min_capacity < 26 * MiB || row.min_capacity > 26 * MiB + 26 * MiB / 1000)
+        fail_msg("min capacity %llu", (unsigned long long)row.min_capacity);
+    assert_int_equal(row.map_bytes, 56 * MiB);
+    assert_int_equal(run(&b, &replay_policy_torch, row.min_capacity).map_bytes, 56 * MiB);
+    built_free(&b);
+}
+
+/* torch with its policies created counted (one run each). */
+static int torch_runs;
+
+static coop_status torch_counted_create(uint64_t capacity, uint64_t page, void **state)
+{
+    torch_runs++;
+    return replay_policy_torch.create(capacity, page, state);
+}
+
+/* The bisection's upper bound is the main run's peak reserved (28 MiB for
+ * the trace above), which passes: the bracket [25 MiB peak of live bytes,
+ * 28 MiB] needs the two end probes and 7 halvings to come within 0.1% (28
+ * KiB), 9 runs after the main and timed ones. Starting from the peak of
+ * live bytes alone fails at once and bisects up from --capacity (1 GiB):
+ * some 16 more halvings for the same answer. */
+static void bisection_starts_at_the_main_runs_peak(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    for (uint32_t turn = 0; turn < 2; turn++) {
+        alloc_ev(&b, 4 * turn, 1000);
+        free_ev(&b, 4 * turn, 1000);
+        alloc_ev(&b, 4 * turn + 1, 25 * MiB);
+        free_ev(&b, 4 * turn + 1, 25 * MiB);
+    }
+    replay_policy_ops ops = replay_policy_torch;
+    ops.create = torch_counted_create;
+    replay_choice choice = {.name = "torch", .ops = &ops};
+    replay_measure_options opt = {.capacity = GiB, .page = 2 * MiB};
+    replay_row row;
+    size_t filled = 0, failed = 0;
+    torch_runs = 0;
+    assert_int_equal(replay_measure(&b.t, &choice, 1, &opt, &row, &filled, &failed), COOP_OK);
+    assert_true(row.has_min_capacity);
+    if (torch_runs > 1 + REPLAY_TIMED_PASSES + 9)
+        fail_msg("%d runs", torch_runs);
+    built_free(&b);
+}
+
+/* When a policy fits in exactly the peak of live bytes, the row's minimum is
+ * that peak to the byte (min_cap/live 1.0000): the bisection's first probe
+ * is the peak. A bisection from 0 would stop anywhere within 0.1% above it.
+ * torch here: a cached 2 MiB small segment, then a 10 MiB block in its own
+ * 10 MiB segment (12 MiB reserved at 1 GiB), which fits in 10 MiB once the
+ * small segment is released. */
+static void measured_minimum_at_the_peak_is_exact(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 1000);
+    free_ev(&b, 0, 1000);
+    alloc_ev(&b, 1, 10 * MiB);
+    replay_choice choices[] = {{.name = "ideal", .ops = &replay_policy_ideal},
+                               {.name = "torch", .ops = &replay_policy_torch}};
+    replay_measure_options opt = {.capacity = GiB, .page = 2 * MiB};
+    replay_row rows[2];
+    size_t filled = 0, failed = 0;
+    assert_int_equal(replay_measure(&b.t, choices, 2, &opt, rows, &filled, &failed), COOP_OK);
+    assert_int_equal(filled, 2);
+    assert_int_equal(rows[1].peak_reserved, 12 * MiB);
+    for (size_t i = 0; i < 2; i++) {
+        assert_true(rows[i].has_min_capacity);
+        assert_int_equal(rows[i].min_capacity, 10 * MiB);
+    }
+    built_free(&b);
+}
+
+/* `recorded` on a trace that recorded no segments gives no row: the rows
+ * filled are the other policies' only. */
+static void recorded_on_a_plain_trace_fills_no_row(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 1000);
+    replay_choice choices[] = {{.name = "recorded", .ops = NULL},
+                               {.name = "ideal", .ops = &replay_policy_ideal}};
+    replay_measure_options opt = {.capacity = GiB, .page = 2 * MiB};
+    replay_row rows[2];
+    size_t filled = 0, failed = 0;
+    assert_int_equal(replay_measure(&b.t, choices, 2, &opt, rows, &filled, &failed), COOP_OK);
+    assert_int_equal(filled, 1);
+    assert_int_equal(failed, 0);
+    assert_string_equal(rows[0].policy, "ideal");
+    built_free(&b);
+}
+
+/* Out of capacity, torch releases the cached segments of both pools: a
+ * wholly free 2 MiB small segment goes too, so a 20 MiB segment fits a
+ * 20 MiB capacity. */
+static void torch_releases_cached_small_segments_too(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, 20 * MiB);
+    uintptr_t a = must_malloc(&d, 1000, 0);
+    assert_int_equal(d.ops->free(d.state, a, 1000), COOP_OK);
+    must_malloc(&d, 19 * MiB, 0); /* its own segment, rounded to 20 MiB: 2 + 20 > 20 */
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 20 * MiB);
+    assert_int_equal(s.map_bytes, 22 * MiB);
+    d.ops->destroy(d.state);
+}
+
+/* torch-expandable takes an unmapped run that holds the request exactly
+ * (torch's find_expandable_block checks room with >=). At 160 MiB (ranges of
+ * 180 MiB, nine 20 MiB pages), 20 + 40 + 20 MiB are mapped and the 40 MiB
+ * block is freed; 100 MiB more would pass the capacity, so the free pages are
+ * unmapped, and then the range's last 100 MiB, exactly the request, take it:
+ * right after the 20 MiB block, not in a second range. */
+static void expandable_takes_a_run_that_holds_the_request_exactly(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, 160 * MiB);
+    uintptr_t a = must_malloc(&d, 20 * MiB, 0);
+    uintptr_t x = must_malloc(&d, 40 * MiB, 0);
+    uintptr_t y = must_malloc(&d, 20 * MiB, 0);
+    assert_int_equal(y, a + 60 * MiB);
+    assert_int_equal(d.ops->free(d.state, x, 40 * MiB), COOP_OK);
+    assert_int_equal(must_malloc(&d, 100 * MiB, 0), a + 80 * MiB);
+    assert_int_equal(stats_of(&d).reserved_bytes, 140 * MiB);
+    d.ops->destroy(d.state);
+}
+
+/* Best fit compares "expandable sizes" on both sides (torch's get_free_block:
+ * a block's size plus the unmapped block right after it). At 60 MiB (ranges
+ * of four 20 MiB pages): a 5 MiB, B 35 MiB and D 10 MiB blocks, B freed, and
+ * a 50 MiB request that cannot fit unmaps B's whole page. That leaves two
+ * free blocks that can grow: 10 MiB after D (+20 unmapped: 30) and 15 MiB
+ * after A (+20 unmapped: 35). A 10 MiB request stays with the first (35 is
+ * not smaller than 30); compared by its bare 15 MiB, it would move on. */
+static void expandable_best_fit_counts_the_next_blocks_growth(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, 60 * MiB);
+    uintptr_t a = must_malloc(&d, 5 * MiB, 0);
+    uintptr_t b2 = must_malloc(&d, 35 * MiB, 0);
+    uintptr_t c = must_malloc(&d, 10 * MiB, 0);
+    assert_int_equal(b2, a + 5 * MiB);
+    assert_int_equal(c, a + 40 * MiB);
+    assert_int_equal(d.ops->free(d.state, b2, 35 * MiB), COOP_OK);
+    uintptr_t x;
+    assert_int_equal(d.ops->malloc(d.state, 50 * MiB, 0, &x), COOP_ERR_NOMEM);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 40 * MiB); /* B's page [20, 40) unmapped */
+    assert_int_equal(s.free_bytes, 25 * MiB);
+    assert_int_equal(must_malloc(&d, 10 * MiB, 0), c + 10 * MiB);
+    d.ops->destroy(d.state);
+}
+
+/* Released ranges' labels are reused, each once: two ranges released by one
+ * out-of-memory retry are labelled again for two new ranges, which must not
+ * share an address. */
+static void expandable_released_labels_are_reused_once(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, 60 * MiB);
+    uintptr_t a = must_malloc(&d, 30 * MiB, 1);
+    uintptr_t b2 = must_malloc(&d, 20 * MiB, 2);
+    assert_int_equal(d.ops->free(d.state, a, 30 * MiB), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, b2, 20 * MiB), COOP_OK);
+    must_malloc(&d, 100 * 1024, 3); /* a 2 MiB page: 62 > 60, both ranges released */
+    assert_int_equal(stats_of(&d).reserved_bytes, 2 * MiB);
+    uintptr_t x = must_malloc(&d, 3 * MiB, 4);
+    uintptr_t y = must_malloc(&d, 3 * MiB, 5);
+    assert_true(x != y);
+    assert_true(x == a || x == b2);
+    assert_true(y == a || y == b2);
+    assert_int_equal(d.ops->free(d.state, x, 3 * MiB), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, y, 3 * MiB), COOP_OK);
+    assert_int_equal(d.ops->check(d.state), COOP_OK);
+    d.ops->destroy(d.state);
+}
+
+/* coop's map_bytes count every page mapping, not the peak: at 6 MiB (2 MiB
+ * pages) two 2 MiB blocks map two pages; the first is freed, and a 3 MiB
+ * block maps two more above them, which needs the freed page unmapped: 8
+ * MiB mapped in all, at most 6 at once. */
+static void coop_map_bytes_count_every_mapping(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_coop, 6 * MiB);
+    uintptr_t a = must_malloc(&d, 2 * MiB, 0);
+    must_malloc(&d, 2 * MiB, 0);
+    assert_int_equal(d.ops->free(d.state, a, 2 * MiB), COOP_OK);
+    must_malloc(&d, 3 * MiB, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 6 * MiB);
+    assert_int_equal(s.map_bytes, 8 * MiB);
+    d.ops->destroy(d.state);
+}
+
+/* jemalloc fits in exactly the bytes it commits: the committed total may
+ * reach the capacity, not only stay below it. The capacity is what a
+ * 12 MiB block commits at 1 GiB (its size class and jemalloc's own pages). */
+static void jemalloc_commits_up_to_the_capacity_exactly(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_jemalloc, GiB);
+    must_malloc(&d, 12 * MiB, 0);
+    uint64_t committed = stats_of(&d).reserved_bytes;
+    d.ops->destroy(d.state);
+    d = start(&replay_policy_jemalloc, committed);
+    must_malloc(&d, 12 * MiB, 0);
+    assert_int_equal(stats_of(&d).reserved_bytes, committed);
+    d.ops->destroy(d.state);
+    d = start(&replay_policy_jemalloc, committed - 1);
+    uintptr_t x;
+    assert_int_equal(d.ops->malloc(d.state, 12 * MiB, 0, &x), COOP_ERR_NOMEM);
+    d.ops->destroy(d.state);
+}
+
+/* Out of capacity, jemalloc's cached pages are purged and the request tried
+ * again: a freed 12 MiB block's pages stay committed (decay is off), so a
+ * 20 MiB block fits in 24 MiB only after the purge. */
+static void jemalloc_purges_and_retries(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_jemalloc, 24 * MiB);
+    uintptr_t a = must_malloc(&d, 12 * MiB, 0);
+    assert_int_equal(d.ops->free(d.state, a, 12 * MiB), COOP_OK);
+    assert_true(stats_of(&d).reserved_bytes >= 12 * MiB); /* cached */
+    must_malloc(&d, 20 * MiB, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_true(s.reserved_bytes <= 24 * MiB);
+    assert_true(s.map_bytes >= 32 * MiB); /* both blocks' pages, committed in turn */
+    d.ops->destroy(d.state);
+}
+
+/* Final segments adding up to exactly 2^63 are refused (the bound is 2^63
+ * itself); one byte less is a valid recording. */
+static void recorded_final_segments_of_exactly_2_63_are_refused(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    alloc_ev(&b, 0, 4096);
+    b.t.final_segments = calloc(2, sizeof *b.t.final_segments);
+    assert_non_null(b.t.final_segments);
+    b.t.final_segments[0].size = 1ull << 62;
+    b.t.final_segments[1].size = (1ull << 62) - 1;
+    b.t.num_final_segments = 2;
+    replay_recorded rec;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_OK);
+    assert_true(rec.peak_reserved == (1ull << 63) - 1);
+    b.t.final_segments[1].size = 1ull << 62;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_ERR_INVALID);
+    built_free(&b);
+}
+
+/* A bad segment event is named by its own line: its index among the
+ * segment events counts every kind before it, segment_unmap included. */
+static void recorded_message_names_the_events_own_line(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    add(&b, TRACE_SEGMENT_MAP, 0, 2 * MiB, 0);
+    add(&b, TRACE_SEGMENT_UNMAP, 0, 2 * MiB, 0);
+    add(&b, TRACE_SEGMENT_ALLOC, 0, 4 * MiB, 0); /* more than the final segments hold */
+    b.t.has_segment_events = 1;
+    uint64_t where[] = {10, 11, 12};
+    b.t.segment_where = where;
+    b.t.num_segment_where = 3;
+    replay_recorded rec;
+    assert_int_equal(replay_recorded_compute(&b.t, &rec, NULL), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "line 12: segment_alloc of 4194304 bytes at 0x0 "
+                                              "(event 2): segment events and final segments "
+                                              "disagree"));
+    b.t.segment_where = NULL;
+    built_free(&b);
+}
+
+/* ---- Reports and the timeline ---- */
+
+/* Writes with fn into a temporary file and returns its text (static). */
+static const char *written(void (*fn)(FILE *, const void *), const void *arg)
+{
+    static char text[4096];
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    fn(f, arg);
+    rewind(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return text;
+}
+
+static void row_json(FILE *f, const void *row)
+{
+    assert_true(replay_report_json(f, row));
+}
+
+static void row_table(FILE *f, const void *row)
+{
+    replay_report_table(f, row, 1);
+}
+
+/* Each JSON figure under its own name: frag_mean and frag_max apart, and
+ * GMLake's fragmentation as the share of the peak reserved never active (a
+ * quarter of 4 MiB here). */
+static void report_json_names_each_figure(void **unused)
+{
+    (void)unused;
+    replay_row row = {.trace = "t",
+                      .policy = "torch",
+                      .events = 2,
+                      .peak_live = 3 * MiB,
+                      .peak_reserved = 4 * MiB,
+                      .peak_active = 3 * MiB,
+                      .has_frag = true,
+                      .frag_mean = 0.25,
+                      .frag_max = 0.5};
+    const char *text = written(row_json, &row);
+    assert_non_null(strstr(text, "\"frag_mean\":0.25,"));
+    assert_non_null(strstr(text, "\"frag_max\":0.5,"));
+    assert_non_null(strstr(text, "\"gmlake_frag\":0.25,"));
+}
+
+/* The table switches to KiB only below 64 MiB: a largest peak of exactly
+ * 64 MiB prints in MiB. */
+static void report_table_uses_mib_from_64_mib(void **unused)
+{
+    (void)unused;
+    replay_row row = {
+        .trace = "t", .policy = "ideal", .peak_live = 64 * MiB, .peak_reserved = 64 * MiB};
+    assert_non_null(strstr(written(row_table, &row), "live_MiB"));
+    row.peak_reserved = row.peak_live = 64 * MiB - 1;
+    assert_non_null(strstr(written(row_table, &row), "live_KiB"));
+}
+
+static void timeline_trace_line(FILE *f, const void *name)
+{
+    assert_true(replay_timeline_trace(f, name, 3));
+}
+
+/* A timeline line is split on white space: a name's spaces, tabs and
+ * newlines are written as '_'. */
+static void timeline_names_have_no_white_space(void **unused)
+{
+    (void)unused;
+    assert_string_equal(written(timeline_trace_line, "a b\tc\nd"), "trace a_b_c_d 3\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1268,6 +1741,26 @@ int main(void)
         cmocka_unit_test(torch_small_pool_splits_a_512_byte_remainder),
         cmocka_unit_test(frag_mean_starts_at_the_first_sample),
         cmocka_unit_test(measure_bisects_again_up_to_the_capacity),
+        cmocka_unit_test(zero_size_allocations_are_never_live),
+        cmocka_unit_test(fragmentation_needs_free_block_figures),
+        cmocka_unit_test(series_follow_every_event),
+        cmocka_unit_test(min_capacity_with_lo_above_hi_is_hi),
+        cmocka_unit_test(min_capacity_row_maps_what_the_minimum_maps),
+        cmocka_unit_test(measured_minimum_at_the_peak_is_exact),
+        cmocka_unit_test(bisection_starts_at_the_main_runs_peak),
+        cmocka_unit_test(recorded_on_a_plain_trace_fills_no_row),
+        cmocka_unit_test(torch_releases_cached_small_segments_too),
+        cmocka_unit_test(expandable_takes_a_run_that_holds_the_request_exactly),
+        cmocka_unit_test(expandable_best_fit_counts_the_next_blocks_growth),
+        cmocka_unit_test(expandable_released_labels_are_reused_once),
+        cmocka_unit_test(coop_map_bytes_count_every_mapping),
+        cmocka_unit_test(jemalloc_commits_up_to_the_capacity_exactly),
+        cmocka_unit_test(jemalloc_purges_and_retries),
+        cmocka_unit_test(recorded_final_segments_of_exactly_2_63_are_refused),
+        cmocka_unit_test(recorded_message_names_the_events_own_line),
+        cmocka_unit_test(report_json_names_each_figure),
+        cmocka_unit_test(report_table_uses_mib_from_64_mib),
+        cmocka_unit_test(timeline_names_have_no_white_space),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -373,6 +373,13 @@ static void test_init_takes_every_device_count(void **state)
     void *p = coop_torch_malloc(64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));
     assert_non_null(p);
     coop_torch_free(p, 64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));
+    /* a count of 0 (or out of range) is no count: the limit stays */
+    coop_torch_init(0);
+    coop_torch_init(-1);
+    coop_torch_init(COOP_TORCH_MAX_DEVICES + 1);
+    p = coop_torch_malloc(64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));
+    assert_non_null(p);
+    coop_torch_free(p, 64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));
 }
 
 /* A configuration that parses but cannot make a pool (min_split above the

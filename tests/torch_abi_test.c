@@ -65,6 +65,21 @@ static void test_configure_rejects_then_accepts(void **state)
     assert_non_null(strstr(buf, ",wait:true"));
 }
 
+/* The normalized text names every key in one order, and the fraction only
+ * when one is given (it excludes a capacity): a default configuration has
+ * no "fraction:0". */
+static void test_normalized_text_has_a_fraction_only_when_given(void **state)
+{
+    (void)state;
+    char buf[256];
+    assert_int_equal(coop_torch_normalize_conf("backend:host", buf, sizeof buf), COOP_OK);
+    assert_string_equal(buf, "backend:host,capacity:0,page:0,vmm:true,segment:0,placement:low,"
+                             "min_split:0,check:false,history:0,wait:true");
+    assert_int_equal(coop_torch_normalize_conf("fraction:0.5", buf, sizeof buf), COOP_OK);
+    assert_string_equal(buf, "backend:cuda,capacity:0,fraction:0.5,page:0,vmm:true,segment:0,"
+                             "placement:low,min_split:0,check:false,history:0,wait:true");
+}
+
 static void test_pools_per_device(void **state)
 {
     (void)state;
@@ -475,6 +490,10 @@ static void test_hooks_and_misuse(void **state)
     /* devices past the slots have no pool (nothing is read past them) */
     assert_null(coop_torch_pool(COOP_TORCH_MAX_DEVICES));
     assert_null(coop_torch_pool(-1));
+    /* nor a snapshot: device N of N is refused (test_snapshot_walks_blocks: -1) */
+    coop_torch_snapshot *none = NULL;
+    assert_int_equal(coop_torch_snapshot_take(COOP_TORCH_MAX_DEVICES, &none), COOP_ERR_INVALID);
+    assert_null(none);
     coop_torch_record_stream(a, STREAM(9));
     coop_torch_record_stream(NULL, STREAM(9));
     int local;
@@ -567,6 +586,7 @@ int main(void)
     unsetenv("COOP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_configure_rejects_then_accepts),
+        cmocka_unit_test(test_normalized_text_has_a_fraction_only_when_given),
         cmocka_unit_test(test_pools_per_device),
         cmocka_unit_test(test_history_ring_keeps_the_last_events),
         cmocka_unit_test(test_snapshot_walks_blocks),
