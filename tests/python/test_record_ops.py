@@ -7,6 +7,7 @@ Needs Debian's python3-torch; exits 77 (automake SKIP) without it.
 """
 
 import contextlib
+import gc
 import gzip
 import io
 import json
@@ -15,6 +16,7 @@ import statistics
 import sys
 import tempfile
 import unittest
+import weakref
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -100,6 +102,58 @@ def record_ops_of(fn, *inputs, detect_writes=True):
     rec.stop()
     record_ops.check_log(lines)
     return [json.loads(line) for line in lines], names, rec
+
+
+class CycleNet(SmallNet):
+    """SmallNet whose forward leaves one intermediate tensor in a reference
+    cycle: only the garbage collector frees it."""
+
+    def forward(self, x):
+        h = self.conv(x)
+        trap = [h.sin()]
+        trap.append(trap)
+        return super().forward(x) + h.mean()
+
+
+class LifetimeSpy(StorageSpy):
+    """StorageSpy that also keeps a weak reference to every tensor it names,
+    so a test can ask which ones have died."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.refs = {}
+
+    def _new_name(self, t):
+        name = super()._new_name(t)
+        self.refs[name] = weakref.ref(t)
+        return name
+
+
+def record_with_lifetimes(workload):
+    """Records one step of workload with a LifetimeSpy, the automatic
+    collector off (only record_step's own gc.collect may free cycles), and the
+    loss tensor's name. Returns (records, recorder, loss name)."""
+    lines, loss_names = [], []
+    forward_loss = workload.forward_loss
+
+    def forward_loss_named():
+        loss = forward_loss()
+        # its name, not the tensor: holding it would keep it alive
+        loss_names.extend(v for k, v in vars(loss).items() if k.startswith("_coop_op_name_"))
+        return loss
+
+    workload.forward_loss = forward_loss_named
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with mock.patch.object(record_ops, "OpRecorder", LifetimeSpy):
+            rec = record_ops.record_step(workload, lines.append)
+        gc.collect()
+    finally:
+        if was_enabled:
+            gc.enable()
+    (loss_name,) = loss_names
+    return [json.loads(line) for line in lines], rec, loss_name
 
 
 def calls_with_aliases(records):
@@ -237,6 +291,45 @@ class RecordOpsTest(unittest.TestCase):
         # Activations die during backward: less is live at the end than at the peak.
         self.assertLess(self.summary["final_live_bytes"], self.summary["peak_live_bytes"])
 
+    def test_profiler_bookkeeping_is_not_an_op(self):
+        # SGD's step opens a record_function: in torch 1.13 its handle is a
+        # tensor, which would otherwise be logged as a CALL of no arguments
+        ops = {r["NAME"] for r in self.records if r["INSTRUCTION"] in ("CALL", "MUTATE")}
+        self.assertEqual(ops & set(record_ops.PROFILER_OPS), set())
+        self.assertEqual(set(self.rec.skipped_ops) & set(record_ops.PROFILER_OPS), set())
+
+    def test_op_time_is_the_sum_of_the_logged_times(self):
+        # main() prints it as the step's op time; a MUTATE after a CALL has
+        # TIME 0 (the CALL carries the op's time)
+        logged = sum(int(r["TIME"]) for r in self.records if r["INSTRUCTION"] in ("CALL", "MUTATE"))
+        self.assertGreater(self.rec.time_ns, 0)
+        self.assertEqual(self.rec.time_ns, logged)
+
+    def test_every_tensor_that_died_is_released(self):
+        """Every tensor named in the step that is dead once the step is
+        over has its RELEASE, and those still alive have none: the last
+        deaths, after the optimizer's last op, and a tensor in a reference
+        cycle, which only record_step's gc.collect frees before the
+        recorder stops."""
+        torch.manual_seed(0)
+        w = small_workload()
+        w.model = CycleNet()
+        w.optimizer = torch.optim.SGD(w.model.parameters(), lr=0.1, momentum=0.9)
+        records, rec, loss = record_with_lifetimes(w)
+        record_ops.check_log([json.dumps(r) for r in records])
+        released = {r["NAME"] for r in records if r["INSTRUCTION"] == "RELEASE"}
+        dead = {name for name, ref in rec.refs.items() if ref() is None}
+        self.assertEqual(sorted(dead - released), [])
+        self.assertEqual(sorted(released - dead), [])
+        persistent = {rec._name(t) for _, t in w.persistent_tensors()}
+        self.assertEqual(persistent & released, set())
+        # the loss dies before the optimizer's first update of a parameter
+        params = {rec._name(p) for p in w.model.parameters()}
+        order = [(r["INSTRUCTION"], r.get("NAME")) for r in records]
+        first_update = next(i for i, r in enumerate(records) if r["INSTRUCTION"] == "MUTATE"
+                            and any(r["ARGS"][k] in params for k in r["MUTATE"]))
+        self.assertLess(order.index(("RELEASE", loss)), first_update)
+
     def test_adamw_step_records(self):
         _, rec, lines = record("adamw")
         s = record_ops.check_log(lines)
@@ -370,6 +463,38 @@ class RecordedOpsTest(unittest.TestCase):
         records, _, _ = record_ops_of(lambda x, y: torch.add(x, y), x, x.clone())
         self.assertEqual([r for r in records if r["INSTRUCTION"] == "MUTATE"], [])
 
+    def test_a_tensor_named_twice_keeps_its_name(self):
+        # constant() of a tensor already named (the same tensor given twice)
+        # writes no second CONSTANT
+        x = torch.randn(3)
+        records, names, _ = record_ops_of(lambda a, b: a + b, x, x)
+        self.assertEqual(names[0], names[1])
+        self.assertEqual([r["NAME"] for r in records if r["INSTRUCTION"] == "CONSTANT"], [names[0]])
+
+    def test_deaths_after_stop_are_not_kept(self):
+        # "ignores later deaths": nothing piles up for a log already written
+        lines = []
+        rec = record_ops.OpRecorder(lines.append)
+        x = torch.randn(4)
+        with rec:
+            rec.constant(x)
+            y = x * 2
+        rec.stop()
+        written = len(lines)
+        del x, y
+        gc.collect()
+        self.assertEqual(rec.pending, [])
+        rec.stop()
+        self.assertEqual(len(lines), written)
+
+    def test_changed_compares_shape_and_dtype_first(self):
+        changed = record_ops.OpRecorder._changed
+        self.assertTrue(changed(torch.zeros(3), torch.zeros(2)))
+        self.assertTrue(changed(torch.zeros(1), torch.zeros(2)))  # would broadcast
+        self.assertTrue(changed(torch.zeros(2, dtype=torch.float64), torch.zeros(2)))
+        self.assertFalse(changed(torch.zeros(2), torch.zeros(2)))
+        self.assertTrue(changed(torch.ones(2), torch.zeros(2)))
+
     def test_releases_come_before_the_next_instruction(self):
         def ops(x):
             y = x * 2
@@ -466,7 +591,49 @@ class CheckLogTest(unittest.TestCase):
         (9, '{"INSTRUCTION":"COPY","DST":"x9","SRC":1}', "SRC is not a string: 1"),
         (9, '{"INSTRUCTION":"MEMORY","NAME":"x9","MEMORY":"8"}', "line 10: MEMORY without a CONSTANT or CALL before it"),
         (1, '{"INSTRUCTION":3}', "line 2: INSTRUCTION is not a string: 3"),
+        (2, '{"INSTRUCTION":"MEMORY","NAME":"x0","MEMORY":-64}', "MEMORY is not a non-negative integer: -64"),
+        (3, '{"INSTRUCTION":"CALL","NAME":"t","ARGS":["x0"],"RESULT":[],"TIME":"5"}', "line 4: CALL without RESULT"),
+        (4, '{"INSTRUCTION":"MEMORY","NAME":"x9","MEMORY":"64"}', "line 5: expected MEMORY for x1, got MEMORY"),
+        (5, '{"INSTRUCTION":"ALIAS","NAME":"x1","ALIAS":"1"}', "line 6: ALIAS 1 out of range for 1 ARGS"),
+        (9, '{"INSTRUCTION":"MUTATE","NAME":"add_","ARGS":["x1"],"MUTATE":[1],"TIME":"1"}',
+         "line 10: MUTATE index 1 out of range"),
+        (0, '{"INSTRUCTION":"ANNOTATE"}', "line 1: unknown ANNOTATION None"),
+        (0, '{"INSTRUCTION":"ANNOTATE","ANNOTATION":"STOP"}', "line 1: unknown ANNOTATION 'STOP'"),
     ]
+
+    def test_peak_outlives_a_release(self):
+        # x2 (64 bytes) dies, x3 (8) is born: 72 live, the peak stays 128
+        log = self.GOOD + ['{"INSTRUCTION":"RELEASE","NAME":"x2"}',
+                           '{"INSTRUCTION":"CALL","NAME":"sum","ARGS":["x0"],"RESULT":["x3"],"TIME":"2"}',
+                           '{"INSTRUCTION":"MEMORY","NAME":"x3","MEMORY":"8"}',
+                           '{"INSTRUCTION":"ALIAS","NAME":"x3","ALIAS":"-1"}']
+        s = record_ops.check_log(log)
+        self.assertEqual((s["peak_live_bytes"], s["final_live_bytes"]), (128, 72))
+
+    def test_copy_shares_its_source_storage(self):
+        # COPY x9 of x0: x0's storage stays live while x9 holds it
+        log = self.GOOD + ['{"INSTRUCTION":"COPY","DST":"x9","SRC":"x0"}', '{"INSTRUCTION":"RELEASE","NAME":"x0"}']
+        s = record_ops.check_log(log)
+        self.assertEqual((s["peak_live_bytes"], s["final_live_bytes"]), (128, 128))
+        s = record_ops.check_log(log + ['{"INSTRUCTION":"RELEASE","NAME":"x9"}'])
+        self.assertEqual(s["final_live_bytes"], 64)
+
+    def test_copy_from_frees_the_destination_storage(self):
+        # x2 takes x0's storage; its own 64 bytes die with the last name on them
+        log = self.GOOD + ['{"INSTRUCTION":"COPY_FROM","DST":"x2","SRC":"x0"}']
+        s = record_ops.check_log(log)
+        self.assertEqual((s["peak_live_bytes"], s["final_live_bytes"]), (128, 64))
+        s = record_ops.check_log(log + ['{"INSTRUCTION":"RELEASE","NAME":"x0"}'])
+        self.assertEqual(s["final_live_bytes"], 64)  # x2 still holds it
+        s = record_ops.check_log(log + ['{"INSTRUCTION":"RELEASE","NAME":"x0"}', '{"INSTRUCTION":"RELEASE","NAME":"x2"}'])
+        self.assertEqual(s["final_live_bytes"], 0)
+
+    def test_a_name_is_defined_once(self):
+        again = ['{"INSTRUCTION":"CONSTANT","NAME":"x0"}', '{"INSTRUCTION":"MEMORY","NAME":"x0","MEMORY":"8"}']
+        self.assertRejects(self.GOOD[:3] + again, "line 5: name 'x0' defined twice")
+        # released names stay taken too
+        self.assertRejects(self.GOOD + [again[0].replace("x0", "x1"), again[1].replace("x0", "x1")],
+                           "line 12: name 'x1' defined twice")
 
     def test_bad_field_types(self):
         for index, line, fragment in self.BAD_FIELDS:
@@ -587,6 +754,35 @@ class RecorderArgumentsTest(unittest.TestCase):
             with gzip.open(path) as f:
                 self.assertEqual(f.read(), b"again\n")
             self.assertEqual(sorted(os.listdir(d)), ["link.gz", "m.trace.gz", "m.trace.gz.tmp"])
+
+
+class RecordMainTest(unittest.TestCase):
+    """record_ops.py MODEL: the log it writes (the model builder replaced by
+    the small workload, which takes a second)."""
+
+    def record_main(self, *options):
+        threads = torch.get_num_threads()
+        with tempfile.TemporaryDirectory() as d, \
+                mock.patch.object(models, "build", side_effect=lambda *a, **k: small_workload()), \
+                contextlib.redirect_stdout(io.StringIO()) as out:
+            try:
+                status = record_ops.main(["--out-dir", d] + list(options) + ["resnet18"])
+            finally:
+                torch.set_num_threads(threads)  # main() sets one thread for the thread clock
+            with record_ops._open_text(os.path.join(d, "resnet18-train-step.ops.jsonl.gz")) as f:
+                lines = f.read().splitlines()
+        self.assertEqual(status, 0)
+        summary = record_ops.check_log(lines)
+        self.assertIn("peak live %d bytes" % summary["peak_live_bytes"], out.getvalue())
+        return [json.loads(line) for line in lines]
+
+    def test_schema_writes_by_default_content_writes_when_asked(self):
+        def bn_mutates(records):
+            return [r["MUTATE"] for r in records if r["INSTRUCTION"] == "MUTATE" and r["NAME"] == "native_batch_norm"]
+
+        self.assertEqual(bn_mutates(self.record_main()), [])
+        self.assertEqual(bn_mutates(self.record_main("--writes", "schema")), [])
+        self.assertEqual(bn_mutates(self.record_main("--writes", "content")), [[3, 4]])
 
 
 class RecordTracesTest(unittest.TestCase):
