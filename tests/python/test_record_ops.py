@@ -330,6 +330,16 @@ class RecordOpsTest(unittest.TestCase):
                             and any(r["ARGS"][k] in params for k in r["MUTATE"]))
         self.assertLess(order.index(("RELEASE", loss)), first_update)
 
+    def test_persistent_tensors_are_listed_once(self):
+        # a tensor both input and target (as in a language model's shifted
+        # tokens, when not shifted) is one CONSTANT
+        w = small_workload()
+        w.target = w.inputs[0]
+        labels = [label for label, _ in w.persistent_tensors()]
+        self.assertIn("input:0", labels)
+        self.assertNotIn("target", labels)
+        self.assertEqual(len({id(t) for _, t in w.persistent_tensors()}), len(labels))
+
     def test_adamw_step_records(self):
         _, rec, lines = record("adamw")
         s = record_ops.check_log(lines)
@@ -521,6 +531,34 @@ class WritesEffectTest(unittest.TestCase):
         self.assertEqual([json.loads(line)["MUTATE"] for line in extra], [[3, 4]])
         self.assertEqual([line for line in rec.all_lines if line not in extra], rec.schema_lines)
         self.assertEqual(rec.unannotated_writes, {"native_batch_norm": 2})
+
+    def test_schema_log_keeps_only_the_marked_writes(self):
+        rec = record_ops_writes_effect.TeeRecorder(None, None)
+        line = '{"ARGS":["x1","x2","x3"],"INSTRUCTION":"MUTATE","MUTATE":[0,2],"NAME":"op","TIME":"4"}'
+        for marked, kept in (([0], [0]), ([0, 2], [0, 2]), ([], None)):
+            rec._marked = marked
+            rec.all_lines, rec.schema_lines = [], []
+            rec._tee(line)
+            self.assertEqual(rec.all_lines, [line])
+            self.assertEqual([json.loads(x)["MUTATE"] for x in rec.schema_lines], [] if kept is None else [kept])
+
+    def test_main_writes_the_two_logs(self):
+        threads = torch.get_num_threads()
+        with tempfile.TemporaryDirectory() as d, \
+                mock.patch.object(models, "build", side_effect=lambda *a, **k: small_workload()), \
+                contextlib.redirect_stdout(io.StringIO()):
+            try:
+                record_ops_writes_effect.main(["--out-dir", d, "resnet18"])
+            finally:
+                torch.set_num_threads(threads)
+            logs = {}
+            for kind in ("ops", "schema-writes.ops"):
+                with record_ops._open_text(os.path.join(d, "resnet18-train-step.%s.jsonl.gz" % kind)) as f:
+                    logs[kind] = [json.loads(line) for line in f.read().splitlines()]
+        bn = {k: [r["MUTATE"] for r in v if r["INSTRUCTION"] == "MUTATE" and r["NAME"] == "native_batch_norm"]
+              for k, v in logs.items()}
+        self.assertEqual(bn, {"ops": [[3, 4]], "schema-writes.ops": []})
+        self.assertEqual(len(logs["ops"]), len(logs["schema-writes.ops"]) + 1)
 
 
 class CheckLogTest(unittest.TestCase):
@@ -795,6 +833,85 @@ class RecordTracesTest(unittest.TestCase):
         )
         self.assertEqual(stats["peak_live_bytes"], 108)
         self.assertEqual(stats["events"], 4)
+        self.assertEqual((stats["live_at_start_bytes"], stats["live_at_end_bytes"]), (100, 0))
+
+    def test_step_boundaries_reuse_and_unpaired_frees(self):
+        events = [(1, 0x90, 16), (2, 0x50, 32), (3, 0x90, 24),  # 0x90 allocated twice before the step
+                  (5, 0x60, 8),  # at the step's first nanosecond: in the step
+                  (6, 0x70, -4),  # a free of a block never seen: counted, skipped
+                  (7, 0x60, 12),  # the allocator hands out a live address: its old block ends first
+                  (9, 0x50, -32),
+                  (20, 0x80, 2),  # at the step's last nanosecond: in the step
+                  (21, 0x40, 1)]  # after it
+        lines, stats = record_traces.to_trace(events, (5, 20), [])
+        # L lines in address order, as the blocks lay in memory
+        self.assertEqual(lines, ["coop-trace 1", "L 0 32 0 addr=0x50", "L 1 24 0 addr=0x90",
+                                 "A 2 8 0 addr=0x60 t=0", "F 2", "A 3 12 0 addr=0x60 t=0", "F 0",
+                                 "A 4 2 0 addr=0x80 t=0"])
+        self.assertEqual((stats["realloc_live"], stats["unpaired_frees"], stats["unpaired_frees_before"]), (2, 1, 0))
+        # the realloc's F is counted as realloc_live, not as a free
+        self.assertEqual((stats["A"], stats["F"], stats["L"]), (3, 1, 2))
+        self.assertEqual((stats["live_at_start_bytes"], stats["live_at_end_bytes"]), (56, 38))
+        self.assertEqual(stats["peak_live_bytes"], 68)
+
+    def test_event_times_are_microseconds(self):
+        lines, _ = record_traces.to_trace([(1000, 0x10, 8), (2_500_999, 0x20, 8)], (1000, 10 ** 7), [])
+        self.assertEqual(lines[1:], ["A 0 8 0 addr=0x10 t=0", "A 1 8 0 addr=0x20 t=2499"])
+
+    def test_allocation_events_from_the_profiler_tree(self):
+        """CPU allocator events in time order, tree order breaking ties;
+        other devices' skipped; the marker range found below the root; no
+        marker: an error."""
+
+        class _ExtraFields_Allocation:
+            def __init__(self, device, ptr, size):
+                self.device, self.ptr, self.alloc_size = torch.device(device), ptr, size
+
+        class Node:
+            def __init__(self, name, start, end=None, ef=None, children=()):
+                self.name, self.start_time_ns, self.end_time_ns = name, start, end
+                self.extra_fields, self.children = ef, list(children)
+
+        def alloc(t, ptr, size, device="cpu"):
+            return Node("[memory]", t, ef=_ExtraFields_Allocation(device, ptr, size))
+
+        def prof(tree):
+            results = mock.Mock()
+            results.experimental_event_tree.return_value = tree
+            return mock.Mock(profiler=mock.Mock(kineto_results=results))
+
+        marker = Node(record_traces.MARKER, 10, 50, children=[alloc(30, 0xb, 2), alloc(20, 0xa, 1)])
+        tree = [alloc(40, 0xc, 3), Node("op", 5, 60, children=[marker, alloc(30, 0xd, -2),
+                                                                alloc(25, 0xe, 9, device="cuda")])]
+        events, found = record_traces.allocation_events(prof(tree))
+        self.assertEqual(found, (10, 50))
+        self.assertEqual(events, [(20, 0xa, 1), (30, 0xb, 2), (30, 0xd, -2), (40, 0xc, 3)])
+        with self.assertRaisesRegex(RuntimeError, "no coop::recorded_step range"):
+            record_traces.allocation_events(prof([alloc(1, 0xa, 1)]))
+
+    def test_a_cycle_is_freed_inside_the_step(self):
+        # recorded_step collects garbage before the range closes: a tensor in
+        # a reference cycle is freed in the step, not left live at its end
+        def cyclic():
+            torch.manual_seed(0)
+            w = small_workload()
+            w.model = CycleNet()
+            w.optimizer = torch.optim.SGD(w.model.parameters(), lr=0.1, momentum=0.9)
+            return w
+
+        left = {}
+        was_enabled = gc.isenabled()
+        gc.disable()  # only the step's own gc.collect may free the cycle
+        try:
+            for build in (small_workload, cyclic):
+                events, marker, _ = record_traces.profile_step(build)
+                _, stats = record_traces.to_trace(events, marker, [])
+                left[build.__name__] = stats["live_at_end_bytes"] - stats["live_at_start_bytes"]
+        finally:
+            if was_enabled:
+                gc.enable()
+        self.assertGreater(left["small_workload"], 0)  # the gradients
+        self.assertEqual(left["cyclic"], left["small_workload"])
 
     def test_real_profile(self):
         events, marker, w = record_traces.profile_step(small_workload)
