@@ -53,9 +53,10 @@ class SmallNet(nn.Module):
         return self.fc(h.mean(1))
 
 
-def small_workload(optimizer="sgd"):
+def small_workload(optimizer="sgd", net=None):
+    """SmallNet (or net(), a subclass) on a batch of 4, with SGD or AdamW."""
     torch.manual_seed(0)
-    m = SmallNet()
+    m = (net or SmallNet)()
     x = torch.randn(4, 3, 4, 4)
     y = torch.randint(0, 5, (4,))
     if optimizer == "sgd":
@@ -115,6 +116,19 @@ class CycleNet(SmallNet):
         return super().forward(x) + h.mean()
 
 
+@contextlib.contextmanager
+def collector_off():
+    """The automatic garbage collector off: only explicit gc.collect() calls
+    (record_step's, recorded_step's) free reference cycles."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 class LifetimeSpy(StorageSpy):
     """StorageSpy that also keeps a weak reference to every tensor it names,
     so a test can ask which ones have died."""
@@ -143,17 +157,36 @@ def record_with_lifetimes(workload):
         return loss
 
     workload.forward_loss = forward_loss_named
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with mock.patch.object(record_ops, "OpRecorder", LifetimeSpy):
-            rec = record_ops.record_step(workload, lines.append)
+    with collector_off(), mock.patch.object(record_ops, "OpRecorder", LifetimeSpy):
+        rec = record_ops.record_step(workload, lines.append)
         gc.collect()
-    finally:
-        if was_enabled:
-            gc.enable()
     (loss_name,) = loss_names
     return [json.loads(line) for line in lines], rec, loss_name
+
+
+def main_on_small_workload(main, args, logs):
+    """Runs a recorder's main(["--out-dir", DIR] + args + ["resnet18"]) with
+    the model builder returning small_workload() (a second, where a real
+    model takes minutes). Returns (status, stdout, {suffix: records of
+    DIR/resnet18-train-step.SUFFIX}) for each suffix in logs."""
+    threads = torch.get_num_threads()
+    with tempfile.TemporaryDirectory() as d, \
+            mock.patch.object(models, "build", side_effect=lambda *a, **k: small_workload()), \
+            contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            status = main(["--out-dir", d] + list(args) + ["resnet18"])
+        finally:
+            torch.set_num_threads(threads)  # main() sets one thread for the thread clock
+        records = {}
+        for suffix in logs:
+            with record_ops._open_text(os.path.join(d, "resnet18-train-step." + suffix)) as f:
+                records[suffix] = [json.loads(line) for line in f.read().splitlines()]
+    return status, out.getvalue(), records
+
+
+def bn_mutates(records):
+    """The MUTATE lists of native_batch_norm's records."""
+    return [r["MUTATE"] for r in records if r["INSTRUCTION"] == "MUTATE" and r["NAME"] == "native_batch_norm"]
 
 
 def calls_with_aliases(records):
@@ -311,10 +344,7 @@ class RecordOpsTest(unittest.TestCase):
         deaths, after the optimizer's last op, and a tensor in a reference
         cycle, which only record_step's gc.collect frees before the
         recorder stops."""
-        torch.manual_seed(0)
-        w = small_workload()
-        w.model = CycleNet()
-        w.optimizer = torch.optim.SGD(w.model.parameters(), lr=0.1, momentum=0.9)
+        w = small_workload(net=CycleNet)
         records, rec, loss = record_with_lifetimes(w)
         record_ops.check_log([json.dumps(r) for r in records])
         released = {r["NAME"] for r in records if r["INSTRUCTION"] == "RELEASE"}
@@ -543,23 +573,10 @@ class WritesEffectTest(unittest.TestCase):
             self.assertEqual([json.loads(x)["MUTATE"] for x in rec.schema_lines], [] if kept is None else [kept])
 
     def test_main_writes_the_two_logs(self):
-        threads = torch.get_num_threads()
-        with tempfile.TemporaryDirectory() as d, \
-                mock.patch.object(models, "build", side_effect=lambda *a, **k: small_workload()), \
-                contextlib.redirect_stdout(io.StringIO()):
-            try:
-                record_ops_writes_effect.main(["--out-dir", d, "resnet18"])
-            finally:
-                torch.set_num_threads(threads)
-            logs = {}
-            for kind in ("ops", "schema-writes.ops"):
-                with record_ops._open_text(os.path.join(d, "resnet18-train-step.%s.jsonl.gz" % kind)) as f:
-                    logs[kind] = [json.loads(line) for line in f.read().splitlines()]
-        bn = {k: [r["MUTATE"] for r in v if r["INSTRUCTION"] == "MUTATE" and r["NAME"] == "native_batch_norm"]
-              for k, v in logs.items()}
-        self.assertEqual(bn, {"ops": [[3, 4]], "schema-writes.ops": []})
-        self.assertEqual(len(logs["ops"]), len(logs["schema-writes.ops"]) + 1)
-
+        logs = ("ops.jsonl.gz", "schema-writes.ops.jsonl.gz")
+        _, _, records = main_on_small_workload(record_ops_writes_effect.main, [], logs)
+        self.assertEqual({k: bn_mutates(v) for k, v in records.items()}, {logs[0]: [[3, 4]], logs[1]: []})
+        self.assertEqual(len(records[logs[0]]), len(records[logs[1]]) + 1)
 
 class CheckLogTest(unittest.TestCase):
     GOOD = [
@@ -799,29 +816,17 @@ class RecordMainTest(unittest.TestCase):
     the small workload, which takes a second)."""
 
     def record_main(self, *options):
-        threads = torch.get_num_threads()
-        with tempfile.TemporaryDirectory() as d, \
-                mock.patch.object(models, "build", side_effect=lambda *a, **k: small_workload()), \
-                contextlib.redirect_stdout(io.StringIO()) as out:
-            try:
-                status = record_ops.main(["--out-dir", d] + list(options) + ["resnet18"])
-            finally:
-                torch.set_num_threads(threads)  # main() sets one thread for the thread clock
-            with record_ops._open_text(os.path.join(d, "resnet18-train-step.ops.jsonl.gz")) as f:
-                lines = f.read().splitlines()
+        status, out, records = main_on_small_workload(record_ops.main, options, ["ops.jsonl.gz"])
         self.assertEqual(status, 0)
-        summary = record_ops.check_log(lines)
-        self.assertIn("peak live %d bytes" % summary["peak_live_bytes"], out.getvalue())
-        return [json.loads(line) for line in lines]
+        (records,) = records.values()
+        summary = record_ops.check_log([json.dumps(r) for r in records])
+        self.assertIn("peak live %d bytes" % summary["peak_live_bytes"], out)
+        return records
 
     def test_schema_writes_by_default_content_writes_when_asked(self):
-        def bn_mutates(records):
-            return [r["MUTATE"] for r in records if r["INSTRUCTION"] == "MUTATE" and r["NAME"] == "native_batch_norm"]
-
         self.assertEqual(bn_mutates(self.record_main()), [])
         self.assertEqual(bn_mutates(self.record_main("--writes", "schema")), [])
         self.assertEqual(bn_mutates(self.record_main("--writes", "content")), [[3, 4]])
-
 
 class RecordTracesTest(unittest.TestCase):
     def test_pairing(self):
@@ -892,26 +897,14 @@ class RecordTracesTest(unittest.TestCase):
     def test_a_cycle_is_freed_inside_the_step(self):
         # recorded_step collects garbage before the range closes: a tensor in
         # a reference cycle is freed in the step, not left live at its end
-        def cyclic():
-            torch.manual_seed(0)
-            w = small_workload()
-            w.model = CycleNet()
-            w.optimizer = torch.optim.SGD(w.model.parameters(), lr=0.1, momentum=0.9)
-            return w
-
         left = {}
-        was_enabled = gc.isenabled()
-        gc.disable()  # only the step's own gc.collect may free the cycle
-        try:
-            for build in (small_workload, cyclic):
-                events, marker, _ = record_traces.profile_step(build)
+        with collector_off():
+            for net in (SmallNet, CycleNet):
+                events, marker, _ = record_traces.profile_step(lambda: small_workload(net=net))
                 _, stats = record_traces.to_trace(events, marker, [])
-                left[build.__name__] = stats["live_at_end_bytes"] - stats["live_at_start_bytes"]
-        finally:
-            if was_enabled:
-                gc.enable()
-        self.assertGreater(left["small_workload"], 0)  # the gradients
-        self.assertEqual(left["cyclic"], left["small_workload"])
+                left[net.__name__] = stats["live_at_end_bytes"] - stats["live_at_start_bytes"]
+        self.assertGreater(left["SmallNet"], 0)  # the gradients
+        self.assertEqual(left["CycleNet"], left["SmallNet"])
 
     def test_real_profile(self):
         events, marker, w = record_traces.profile_step(small_workload)
