@@ -56,6 +56,68 @@ def draw(d, name, text):
     return r, png
 
 
+def figure_checks(plot_replay, d):
+    """What plot_trace() draws, read back from its figures (plt.close is
+    replaced so they stay open): an address map per placing policy but
+    ideal; live bytes from a run that did not stop; reserved bytes held to
+    the end; an OOM marked on both panels and the map's blocks cut there;
+    --max-blocks keeping the largest; --policy choosing the panels."""
+    figures = []
+    close = plot_replay.plt.close
+    plot_replay.plt.close = figures.append
+    png = os.path.join(d, "figure.png")
+
+    def draw(text, wanted=None, max_blocks=20000):
+        path = os.path.join(d, "figure.txt")
+        with open(path, "w") as f:
+            f.write(text)
+        ((name, events, policies),) = plot_replay.read_timeline(path)
+        plot_replay.plot_trace(name, events, policies, png, wanted, max_blocks)
+        return figures[-1].axes, policies
+
+    def labelled(ax):
+        return {line.get_label(): line for line in ax.get_lines()}
+
+    try:
+        mib = 1024.0 * 1024.0
+        axes, _ = draw(TIMELINE)
+        assert len(axes) == 2, len(axes)  # the curves, torch's map: ideal places nothing real
+        lines = labelled(axes[0])
+        assert sorted(lines) == ["live", "torch reserved"], sorted(lines)
+        reserved = lines["torch reserved"]
+        assert list(reserved.get_xdata()) == [0, 1, 2, 3, 4], reserved.get_xdata()  # held to the end
+        assert list(reserved.get_ydata()) == [20, 20, 22, 22, 22], reserved.get_ydata()
+        assert list(lines["live"].get_ydata()) == [1.5, 0, 1000 / mib, 0, 0], lines["live"].get_ydata()
+        assert axes[1].get_title().startswith("torch: address map (2 blocks)"), axes[1].get_title()
+
+        axes, _ = draw(TIMELINE, max_blocks=1)  # the largest block is kept
+        (polys,) = axes[1].collections
+        assert axes[1].get_title() == "torch: address map (1 blocks)", axes[1].get_title()
+        (poly,) = polys.get_paths()
+        assert max(poly.vertices[:, 1]) == 1.5, poly.vertices
+
+        axes, _ = draw(TIMELINE, wanted={"ideal"})
+        assert len(axes) == 1 and sorted(labelled(axes[0])) == ["live"], (len(axes), labelled(axes[0]))
+
+        axes, policies = draw(OOM_TIMELINE)
+        assert policies["torch"]["oom"] == 1, policies["torch"]
+        lines = labelled(axes[0])
+        # torch stopped at event 1: the live bytes are ideal's, to the end
+        assert list(lines["live"].get_xdata()) == [0, 1, 2, 3, 4], lines["live"].get_xdata()
+        assert list(lines["torch OOM at 1"].get_xdata()) == [1, 1], lines["torch OOM at 1"].get_xdata()
+        assert list(lines["torch reserved"].get_xdata()) == [0, 1], lines["torch reserved"].get_xdata()
+        stops = [line for line in axes[1].get_lines() if line.get_color() == "red"]
+        assert [list(line.get_xdata()) for line in stops] == [[1, 1]], stops
+        assert axes[1].get_title().endswith(", OOM at event 1"), axes[1].get_title()
+        (polys,) = axes[1].collections
+        (poly,) = polys.get_paths()
+        assert max(poly.vertices[:, 0]) == 1, poly.vertices  # the block ends where the run did
+    finally:
+        plot_replay.plt.close = close
+        for fig in figures:
+            close(fig)
+
+
 def main():
     try:
         import matplotlib  # noqa: F401
@@ -113,6 +175,17 @@ def main():
     assert cuts == [6 * mib + mib // 2], cuts
     offset, cuts = plot_replay.cut_gaps(blocks[:2])
     assert cuts == [] and offset(base + 5 * mib) == 5 * mib
+    with tempfile.TemporaryDirectory() as d:
+        figure_checks(plot_replay, d)
+        # an 's' after a new trace line belongs to no policy of that trace
+        r, _ = draw(d, "orphan.txt", "coop-replay-timeline 1\ntrace a 2\npolicy p\ns 0 1 1\n"
+                    "trace b 2\ns 0 1 1\n")
+        assert r.returncode == 2 and "orphan.txt:6: 's' record before any policy" in r.stderr, r.stderr
+        r, _ = draw(d, "empty.txt", "coop-replay-timeline 1\n")
+        assert r.returncode == 2 and "empty.txt: no traces" in r.stderr, r.stderr
+        r = subprocess.run([sys.executable, SCRIPT, os.path.join(d, "empty.txt"), "--max-blocks", "0"],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and "--max-blocks: 0 is not a positive count" in r.stderr, r.stderr
     print("plot_replay: ok")
     return 0
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """scripts/plot_sim.py draws overhead vs budget from coop sim --json lines and
 refuses a malformed file, naming the line."""
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,70 @@ SCRIPT = os.path.join(HERE, "..", "scripts", "plot_sim.py")
 ROW = ('{"log":"tiny.log","policy":"%s","memory":"arena","budget_ratio":%s,"result":"%s",'
        '"overhead":%s,"evictions":3,"remat_ops":3,"search_ns_p50":1,"search_ns_p99":2,'
        '"heuristic_evals":4,"frag_at_evict":0.1,"frag_failures":0,"min_budget_ratio":0.4}\n')
+
+
+def sim_row(log, memory, policy, ratio, result, overhead):
+    return json.dumps({"log": log, "policy": policy, "memory": memory, "budget_ratio": ratio, "result": result,
+                       "overhead": overhead}) + "\n"
+
+
+def check_figure(d):
+    """What plot() draws, read back from the figure: panels by (log, memory
+    model) in rows of three, named by short(); a line per policy through its
+    ok rows in ratio order (coop solid with dots, the others dashed); crosses
+    for the failed rows above every ok point; the budget axis reversed; the
+    title. Returns a list of failures."""
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    import plot_sim
+
+    rows_file = os.path.join(d, "figure.jsonl")
+    with open(rows_file, "w") as f:
+        for row in (("a-1-2.log.gz", "arena", "coop", 0.9, "ok", 1.01),
+                    ("a-1-2.log.gz", "arena", "coop", 0.3, "oom", None),  # no overhead: nothing ran
+                    ("a-1-2.log.gz", "arena", "coop", 0.5, "ok", 1.2),
+                    ("a-1-2.log.gz", "arena", "coop", 0.4, "thrash", 2.5),
+                    ("a-1-2.log.gz", "arena", "dtr", 0.9, "ok", 1.02),
+                    ("a-1-2.log.gz", "ideal", "coop", 0.9, "ok", 1.5),
+                    ("densenet.log", "arena", "coop", 0.9, "ok", 1.0),
+                    ("lstm-train-step.ops.jsonl.gz", "arena", "coop", 0.9, "ok", 1.0)):
+            f.write(sim_row(*row))
+    figures = []
+    subplots = plot_sim.plt.subplots
+
+    def keep(*args, **kwargs):
+        figures.append(subplots(*args, **kwargs))
+        return figures[-1]
+
+    plot_sim.plt.subplots = keep
+    try:
+        plot_sim.plot(plot_sim.load(rows_file), os.path.join(d, "figure.png"), "the title")
+    finally:
+        plot_sim.plt.subplots = subplots
+    fig, axes = figures[0]
+    fails = []
+
+    def want(what, got, expected):
+        if got != expected:
+            fails.append("%s: %r, expected %r" % (what, got, expected))
+
+    want("panel grid", axes.shape, (2, 3))
+    want("titles", [ax.get_title() for ax in axes.flat[:4]],
+         ["a (arena)", "a (ideal)", "densenet (arena)", "lstm-train-step (arena)"])
+    want("unused panels shown", [ax.axison for ax in axes.flat[4:]], [False, False])
+    want("suptitle", fig._suptitle.get_text() if fig._suptitle else None, "the title")
+    ax = axes.flat[0]
+    want("budget axis reversed", ax.xaxis_inverted(), True)
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    want("policies", sorted(lines), ["coop", "dtr"])
+    coop = lines["coop"]
+    want("coop's points", (list(coop.get_xdata()), list(coop.get_ydata())), ([0.5, 0.9], [1.2, 1.01]))
+    want("coop's style", (coop.get_linestyle(), coop.get_marker()), ("-", "o"))
+    want("dtr's style", (lines["dtr"].get_linestyle(), lines["dtr"].get_marker()), ("--", "."))
+    crosses = [line for line in ax.get_lines() if line.get_marker() == "x"]
+    want("failed rows", [(list(c.get_xdata()), [round(y, 6) for y in c.get_ydata()]) for c in crosses],
+         [([0.3, 0.4], [round(1.2 * 1.02, 6)] * 2)])
+    plot_sim.plt.close(fig)
+    return fails
 
 
 def main():
@@ -62,6 +127,20 @@ def main():
                            capture_output=True, text=True)
         if r.returncode != 2 or "absent.jsonl: No such file" not in r.stderr or "Traceback" in r.stderr:
             print("FAIL: a missing file is not one line with exit 2:", r.returncode, r.stderr)
+            return 1
+        for name, text, says in (("empty.jsonl", "", "empty.jsonl: no results"),
+                                 ("bool.jsonl", sim_row("x", "arena", "coop", True, "ok", 1.0),
+                                  "bool.jsonl:1: budget_ratio is true, not a number")):
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write(text)
+            r = subprocess.run([sys.executable, SCRIPT, path, png], capture_output=True, text=True)
+            if r.returncode != 2 or says not in r.stderr or "Traceback" in r.stderr:
+                print("FAIL: %s accepted or not named:" % name, r.returncode, r.stderr)
+                return 1
+        fails = check_figure(d)
+        if fails:
+            print("FAIL: the figure is not what the rows say:\n  " + "\n  ".join(fails))
             return 1
     print("PASS: plot_sim.py draws and validates")
     return 0

@@ -517,6 +517,9 @@ class MaxBatchSearch(unittest.TestCase):
                              limit)
             self.assertTrue(r["complete"])
             self.assertEqual(len(calls), len(set(calls)), f"a batch probed twice: {calls}")
+            self.assertGreaterEqual(min(calls), 1, f"a batch of 0 probed: {calls}")
+            # doubling to a bracket, then bisection: logarithmic in the cap
+            self.assertLessEqual(len(calls), 2 * cap.bit_length() + 2, calls)
 
     def test_hint_from_the_other_allocator(self):
         """coop's search starts at native's result and gallops from there:
@@ -529,6 +532,9 @@ class MaxBatchSearch(unittest.TestCase):
             self.assertEqual(r["first_failing_batch"], None if limit == cap else limit + 1)
             self.assertEqual(calls[0], hint)
             self.assertEqual(len(calls), len(set(calls)), f"a batch probed twice: {calls}")
+        # a hint above the cap starts at the cap
+        r, calls = self.search(cap + 100, hint=cap + 100)
+        self.assertEqual((calls[0], r["max_batch"], r["capped"]), (cap, cap, True))
         _, without = self.search(430)
         _, with_hint = self.search(430, hint=409)
         self.assertLess(len(with_hint), len(without))
@@ -544,6 +550,37 @@ class MaxBatchSearch(unittest.TestCase):
         self.assertFalse(r["complete"])
         self.assertEqual(len(r["probes"]), 4)
         self.assertEqual(r["max_batch"], 256)  # 64, 128, 256 fit; 512 did not
+        # stopped on the way up (512 not run): no failing batch known, and not the cap either
+        r, calls = self.search(409, stop_after=3)
+        self.assertEqual((r["max_batch"], r["first_failing_batch"], r["capped"], r["complete"]),
+                         (256, None, False, False))
+
+
+class CompareSummary(unittest.TestCase):
+    """train_compare.compare: the native_vs_coop line of two runs."""
+
+    @staticmethod
+    def runs(native_losses, coop_losses, ok=(True, True)):
+        def one(ok, losses, reserved, ms):
+            return {"ok": ok, "batch": 8, "steps": len(losses), "losses": losses, "step_time_ms_median": ms,
+                    "peak_reserved_bytes": reserved, "peak_allocated_bytes": reserved // 2}
+
+        return {"native": one(ok[0], native_losses, 1000, 20.0), "coop": one(ok[1], coop_losses, 800, 25.0)}
+
+    def test_figures(self):
+        s = train_compare.compare("gpt2_small", self.runs([3.0, 2.5, 2.0], [3.0, 2.25, 2.0]))
+        self.assertEqual(s["loss_max_abs_diff"], 0.25)  # the largest difference, not the last
+        self.assertFalse(s["losses_identical"])
+        self.assertEqual(s["peak_reserved_coop_over_native"], 0.8)
+        self.assertEqual(s["step_time_ratio_coop_over_native"], 1.25)
+        self.assertEqual((s["peak_allocated_native"], s["peak_allocated_coop"]), (500, 400))
+        s = train_compare.compare("gpt2_small", self.runs([3.0, 2.5], [3.0, 2.5]))
+        self.assertTrue(s["losses_identical"])
+        self.assertEqual(s["loss_max_abs_diff"], 0)
+
+    def test_a_failed_run_gives_no_summary(self):
+        for ok in ((True, False), (False, True), (False, False)):
+            self.assertIsNone(train_compare.compare("gpt2_small", self.runs([1.0], [1.0], ok)), ok)
 
 
 class ReplayReaders(unittest.TestCase):
@@ -578,6 +615,56 @@ class ReplayReaders(unittest.TestCase):
             ("A", 3, 6 * mib, 0),
             ("F", 3, 0, 0),
         ])
+
+    def test_requested_frees_and_pending_blocks(self):
+        """A free at free_requested skips that block's free_completed only:
+        the address, reused, frees again at free_completed. A block freed
+        (requested) but still pending in the final segments is not live
+        before the trace; one pending there that the trace never saw is."""
+        mib = 1 << 20
+        snap = {
+            "segments": [{"stream": 3, "blocks": [
+                {"address": 80, "size": mib, "state": "active_pending_free"},  # requested below
+                {"address": 90, "size": 2 * mib, "state": "active_pending_free"},  # not in the trace
+            ]}],
+            "device_traces": [[
+                {"action": "alloc", "addr": 60, "size": mib, "stream": 0},
+                {"action": "free_requested", "addr": 60, "size": mib, "stream": 0},
+                {"action": "free_completed", "addr": 60, "size": mib, "stream": 0},
+                {"action": "alloc", "addr": 60, "size": mib, "stream": 0},
+                {"action": "free_completed", "addr": 60, "size": mib, "stream": 0},
+                {"action": "alloc", "addr": 80, "size": mib, "stream": 0},
+                {"action": "free_requested", "addr": 80, "size": mib, "stream": 0},
+            ], [
+                {"action": "alloc", "addr": 70, "size": 9 * mib, "stream": 0},  # device 1: not replayed
+            ]],
+        }
+        self.assertEqual(replay.snapshot_events(snap), [
+            ("A", 3, 2 * mib, 3),
+            ("A", 0, mib, 0), ("F", 0, 0, 0),
+            ("A", 1, mib, 0), ("F", 1, 0, 0),
+            ("A", 2, mib, 0), ("F", 2, 0, 0),
+        ])
+
+    def test_text_trace(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.trace")
+            with open(path, "w") as f:
+                # record_traces.py's files open with comment lines
+                f.write("# one step\n# config: x\ncoop-trace 1\nL 0 100 0 addr=0x10\n"
+                        "A 1 0x200 5 t=3  # a comment\nF 1\n")
+            self.assertEqual(replay.read_events(path), [("A", 0, 100, 0), ("A", 1, 512, 5), ("F", 1, 0, 0)])
+            with open(path, "w") as f:
+                f.write("coop-trace 2\nA 1 100 0\n")
+            with self.assertRaisesRegex(ValueError, "t.trace:1: expected header 'coop-trace 1'"):
+                replay.read_events(path)
+
+    def test_the_first_failure_is_reported(self):
+        def alloc(size, stream):
+            raise RuntimeError("out of memory asking for %d\nsecond line" % size)
+
+        failed, error = replay.replay([("A", 1, 10, 0), ("A", 2, 20, 0)], alloc, None)
+        self.assertEqual((failed, error), (2, "out of memory asking for 10"))
 
     def test_shipped_snapshot_matches_coop_reader(self):
         """Peak live bytes as coop replay reports for this file (19352504320)."""
