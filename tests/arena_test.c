@@ -328,6 +328,39 @@ static void test_device_full_releases_free_segments(void **state)
     close_arena();
 }
 
+/* Without VMM, a device that refuses a whole segment: reclaim is asked for
+ * the request's own size (the size tried again), not the segment_size the
+ * refused try wanted, so one small idle segment is released, not every
+ * one. A request that still does not fit is the device's refusal
+ * (ARENA_NOMEM_DEVICE: the pool's message then quotes the backend), not the
+ * capacity's. */
+static void test_device_full_releases_segments_for_the_request_size(void **state)
+{
+    (void)state;
+    open_arena_on(1 * MiB + 128 * KiB, false, 8 * MiB, 0, 512); /* segment_size 1 MiB */
+    arena_block *big = alloc(1 * MiB, 0, false);                /* its own segment */
+    arena_block *a = alloc(64 * KiB, 1, false); /* 1 MiB refused: a 64 KiB segment */
+    arena_block *b = alloc(64 * KiB, 1, false); /* another: the device is full */
+    assert_int_equal(F.a.num_segments, 3);
+    assert_int_equal(F.a.reserved, 1 * MiB + 128 * KiB);
+    release(a, 1);
+    release(b, 1);
+    /* stream 2 cannot use stream 1's free segments; 1 MiB is refused, and
+     * 64 KiB needs one of them released */
+    arena_block *c = alloc(64 * KiB, 2, false);
+    assert_non_null(c);
+    assert_int_equal(F.a.num_segments, 3);
+    assert_int_equal(F.a.reserved, 1 * MiB + 128 * KiB);
+    /* 256 KiB: the last idle segment released, still 128 KiB short */
+    assert_null(alloc(256 * KiB, 2, false));
+    assert_int_equal(F.a.nomem, ARENA_NOMEM_DEVICE);
+    assert_int_equal(F.a.num_segments, 2);
+    check();
+    release(c, 2);
+    release(big, 0);
+    close_arena();
+}
+
 static void test_va_exhausted(void **state)
 {
     (void)state;
@@ -639,6 +672,67 @@ static void test_alloc_mapped_after_the_device_refused(void **state)
     close_arena();
 }
 
+/* The mapped-block fallback keeps to the stream rule as best fit does.
+ * Stream 2's request fits u, whose 2 pages are unmapped, but the capacity
+ * (5 pages, 4 mapped) allows 1 more, and stream 1's cached pages cannot be
+ * released while it is busy. w, mapped, would need no page, but it is
+ * stream 1's free block, which stream 1's queued work may still use. */
+static void test_alloc_mapped_keeps_to_the_stream_rule(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *u = alloc(2 * P, 0, false);
+    arena_block *g = alloc(P, 0, false);
+    arena_block *w = alloc(2 * P, 1, false);
+    arena_block *g2 = alloc(P, 0, false);
+    release(u, COOP_STREAM_ANY);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(F.a.reserved, 4 * P); /* u's pages unmapped */
+    release(w, 1);                         /* mapped, stream 1's */
+    arena_set_stream_idle(&F.a, stream_1_busy, NULL);
+    F.a.params.capacity = 5 * P; /* as coop_set_capacity sets it */
+    arena_block *b = NULL;
+    bool reclaimed = false;
+    assert_int_equal(arena_alloc(&F.a, 2 * P, 2, false, &b, &reclaimed), COOP_ERR_NOMEM);
+    assert_int_equal(F.a.nomem, ARENA_NOMEM_CAPACITY);
+    assert_int_equal(arena_alloc_mapped(&F.a, 2 * P, 2, false, &b, &reclaimed), COOP_ERR_NOMEM);
+    assert_null(b);
+    check();
+    arena_set_stream_idle(&F.a, NULL, NULL);
+    release(g, 0);
+    release(g2, 0);
+    close_arena();
+}
+
+/* One reclaim asks each stream once and remembers the answer, a busy one
+ * included: two free blocks of a busy stream, apart, both stay mapped. */
+static void test_reclaim_remembers_a_busy_stream(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *f1 = alloc(2 * P, 1, false);
+    arena_block *g1 = alloc(P, 0, false);
+    arena_block *f2 = alloc(2 * P, 1, false);
+    arena_block *g2 = alloc(P, 0, false);
+    release(f1, 1);
+    release(f2, 1);
+    arena_set_stream_idle(&F.a, stream_1_busy, NULL);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    check();
+    assert_int_equal(released, 0);
+    assert_int_equal(F.a.reserved, 6 * P);
+    arena_set_stream_idle(&F.a, NULL, NULL);
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(released, 4 * P); /* idle now: both go */
+    release(g1, 0);
+    release(g2, 0);
+    close_arena();
+}
+
 /* arena_check fails and its message names the invariant. */
 static void assert_check_fails_with(const char *what)
 {
@@ -825,6 +919,7 @@ int main(void)
         cmocka_unit_test(test_va_exhausted),
         cmocka_unit_test(test_device_full_releases_cached_pages),
         cmocka_unit_test(test_device_full_releases_free_segments),
+        cmocka_unit_test(test_device_full_releases_segments_for_the_request_size),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_segment_of_its_own_from_half_a_segment),
         cmocka_unit_test(test_one_segment_of_the_whole_capacity_stays_whole),
@@ -837,6 +932,8 @@ int main(void)
         cmocka_unit_test(test_reclaim_stops_once_enough_is_released),
         cmocka_unit_test(test_reclaim_releases_only_the_segments_needed),
         cmocka_unit_test(test_alloc_mapped_after_the_device_refused),
+        cmocka_unit_test(test_alloc_mapped_keeps_to_the_stream_rule),
+        cmocka_unit_test(test_reclaim_remembers_a_busy_stream),
         cmocka_unit_test(test_check_detects_corruption),
         cmocka_unit_test(test_check_detects_each_corruption_vmm),
         cmocka_unit_test(test_check_detects_each_corruption_segments),

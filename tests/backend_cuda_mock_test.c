@@ -6,12 +6,14 @@
  * Also: creation without any driver fails cleanly.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1116,12 +1118,106 @@ static void test_pool_device_full_releases_cache(void **state)
     assert_non_null(strstr(coop_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
     coop_get_stats(b, &s);
     assert_int_equal(s.num_ooms, 1);
+    /* a request above the capacity is refused before the arena is asked:
+     * the device's refusal above is not its reason */
+    assert_null(coop_malloc(b, 257 * MIB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_null(strstr(coop_last_error(), "the device is full"));
     assert_int_equal(coop_free(b, x), COOP_OK);
     assert_int_equal(coop_free(b, g1), COOP_OK);
     assert_int_equal(coop_free(b, g2), COOP_OK);
     assert_int_equal(coop_free(other, taken), COOP_OK);
     coop_pool_destroy(other);
     coop_pool_destroy(b);
+}
+
+/* A word of host memory the device reads (cuMemHostAlloc, mapped), and a
+ * stream made to wait until it is 1 (cuStreamWaitValue32). */
+typedef struct host_wait {
+    volatile uint32_t *word;
+    coop_stream stream;
+    int written; /* set by write_word_later just before the word */
+} host_wait;
+
+static CUresult host_word_in_context(void *arg)
+{
+    CUresult (*host_alloc)(void **, size_t, unsigned);
+    *(void **)&host_alloc = dlsym(mock_lib, MOCK_SYMBOL(cuMemHostAlloc));
+    host_wait *w = arg;
+    void *p = NULL;
+    CUresult rc = host_alloc(&p, 4096, CU_MEMHOSTALLOC_DEVICEMAP);
+    w->word = p;
+    if (p)
+        *w->word = 0;
+    return rc;
+}
+
+static CUresult wait_word_in_context(void *arg)
+{
+    CUresult (*wait_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+    *(void **)&wait_value = dlsym(mock_lib, MOCK_SYMBOL(cuStreamWaitValue32));
+    host_wait *w = arg;
+    return wait_value((CUstream)w->stream, (CUdeviceptr)(uintptr_t)w->word, 1,
+                      CU_STREAM_WAIT_VALUE_GEQ);
+}
+
+static CUresult free_word_in_context(void *arg)
+{
+    CUresult (*host_free)(void *);
+    *(void **)&host_free = dlsym(mock_lib, MOCK_SYMBOL(cuMemFreeHost));
+    return host_free((void *)((host_wait *)arg)->word);
+}
+
+static void *write_word_later(void *arg)
+{
+    host_wait *w = arg;
+    nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
+    __atomic_store_n(&w->written, 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(w->word, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* Out of memory with two frees pending on one stream: the pool waits for
+ * the stream's newest event, which covers both (its work runs in order),
+ * not the oldest. Here the older event's work is only held (a running
+ * kernel: waiting for it ends it), while the newer one waits behind a
+ * cuStreamWaitValue32 for a host word that another thread writes 200 ms
+ * later: waiting for the older event alone would release the newer block
+ * with its stream's work still queued. The allocation returns only once
+ * the word is written. */
+static void test_pool_oom_waits_for_the_newest_pending_event(void **state)
+{
+    (void)state;
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 8 * MIB;
+    config.check = true;
+    coop_pool *pool = created(&config);
+    host_wait w = {.stream = new_stream()};
+    assert_int_equal(with_primary_context(host_word_in_context, &w), CUDA_SUCCESS);
+    void *a = coop_malloc(pool, 4 * MIB, 0, 0, NULL);
+    void *b = coop_malloc(pool, 4 * MIB, 0, 0, NULL);
+    assert_non_null(b);
+    assert_int_equal(coop_record_stream(pool, a, w.stream), COOP_OK);
+    assert_int_equal(coop_record_stream(pool, b, w.stream), COOP_OK);
+    assert_int_equal(mock_hold_stream((CUstream)w.stream, true), 0);
+    assert_int_equal(coop_free(pool, a), COOP_OK); /* its event: held */
+    assert_int_equal(with_primary_context(wait_word_in_context, &w), CUDA_SUCCESS);
+    assert_int_equal(coop_free(pool, b), COOP_OK); /* its event: behind the wait */
+    pthread_t writer;
+    assert_int_equal(pthread_create(&writer, NULL, write_word_later, &w), 0);
+    coop_status st;
+    void *again = coop_malloc(pool, 4 * MIB, 0, 0, &st);
+    int written = __atomic_load_n(&w.written, __ATOMIC_SEQ_CST);
+    pthread_join(writer, NULL);
+    if (!again)
+        fail_msg("coop_malloc with both blocks pending: %s", coop_last_error());
+    assert_int_equal(written, 1); /* returned only once the newer event could complete */
+    assert_int_equal(coop_free(pool, again), COOP_OK);
+    coop_pool_destroy(pool);
+    destroy_stream(w.stream);
+    assert_int_equal(with_primary_context(free_word_in_context, &w), CUDA_SUCCESS);
 }
 
 /* An unmap failing midway maps back the pages it had unmapped; when that
@@ -1387,6 +1483,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_unmap_undo_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_map_rollback_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_unmap_undo_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_oom_waits_for_the_newest_pending_event, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_release_failure_keeps_handle, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_events, use_mock, check_clean),

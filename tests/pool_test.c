@@ -78,6 +78,21 @@ static void test_defaults(void **state)
     coop_pool_destroy(p);
 }
 
+/* coop_pool_config gives the configuration as resolved: a min_split that is
+ * no multiple of 512 reads back rounded up, as the remainders it is compared
+ * with are (every size and address is a multiple of 512). */
+static void test_min_split_resolves_to_whole_512_byte_units(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(64 * MiB);
+    c.min_split = 1000;
+    coop_pool *p = create_or_fail(&c);
+    coop_config r;
+    coop_pool_config(p, &r);
+    assert_int_equal(r.min_split, 1024);
+    coop_pool_destroy(p);
+}
+
 static void test_rounding_and_alignment(void **state)
 {
     (void)state;
@@ -121,6 +136,9 @@ static void test_size_zero_and_huge(void **state)
     assert_null(coop_malloc(p, 64 * MiB + 1, 0, 0, &st));
     assert_int_equal(st, COOP_ERR_NOMEM);
     assert_non_null(strstr(coop_last_error(), "67108865 bytes (67109376 rounded)"));
+    /* refused before the arena is asked, by one byte too: no retry */
+    assert_int_equal(stats_of(p).num_ooms, 2);
+    assert_int_equal(stats_of(p).num_alloc_retries, 0);
     assert_null(coop_malloc(p, SIZE_MAX, 0, 0, &st));
     assert_non_null(strstr(coop_last_error(), "(18446744073709551104 rounded)"));
     assert_null(coop_malloc(p, 100, 0, 0x80, &st));
@@ -561,6 +579,36 @@ static void test_forget_stream(void **state)
     coop_pool_destroy(p);
 }
 
+/* Forgetting a stream releases "any stream" only the pending blocks that
+ * were allocated on it: a pending block of stream 1 (used on stream 6, held)
+ * stays stream 1's when it completes after stream 5 was forgotten, so
+ * stream 3 may not reuse it while stream 1's work may still use it. */
+static void test_forget_stream_leaves_other_pending_blocks_their_stream(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool_with(1 * GiB, true, true);
+    void *a = coop_malloc(p, 8192, 1, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    void *c = coop_malloc(p, 8192, 5, 0, NULL);
+    void *guard2 = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_record_stream(p, a, 6), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 6, true), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK); /* pending on stream 6 */
+    assert_int_equal(coop_free(p, c), COOP_OK);
+    assert_int_equal(coop_forget_stream(p, 5), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 6, false), COOP_OK);
+    void *x = coop_malloc(p, 8192, 3, 0, NULL); /* completes a's free first */
+    assert_int_equal(stats_of(p).active.current, 3);
+    assert_ptr_not_equal(x, a);
+    void *y = coop_malloc(p, 8192, 1, 0, NULL); /* stream 1 may */
+    assert_ptr_equal(y, a);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_free(p, y), COOP_OK);
+    assert_int_equal(coop_free(p, guard), COOP_OK);
+    assert_int_equal(coop_free(p, guard2), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* coop_forget_stream frees the stream's free-index set (about 330 KiB of
  * address space each): a server that makes a stream per request and
  * forgets it before destroying it must not keep one set per stream it ever
@@ -951,6 +999,48 @@ static void test_oom_message_headroom(void **state)
     coop_pool_destroy(p);
 }
 
+/* The message's free space: the bytes, the blocks and the largest one, each
+ * its own figure (two holes of 1 and 2 MiB that no 7 MiB request fits). */
+static void test_oom_message_names_the_largest_free_block(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true);
+    void *a = coop_malloc(p, 1 * MiB, 0, 0, NULL);
+    void *g1 = coop_malloc(p, 512, 0, 0, NULL);
+    void *b = coop_malloc(p, 2 * MiB, 0, 0, NULL);
+    void *g2 = coop_malloc(p, 512, 0, 0, NULL); /* pages 0 and 1 */
+    assert_non_null(g2);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    coop_status st;
+    assert_null(coop_malloc(p, 7 * MiB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_non_null(
+        strstr(coop_last_error(), "free 3145728 in 2 blocks, largest free block 2097152"));
+    assert_int_equal(coop_free(p, g1), COOP_OK);
+    assert_int_equal(coop_free(p, g2), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* The host backend's simulated device is the capacity rounded up to whole
+ * pages (coop.h): 3 MiB of 2 MiB pages is a 4 MiB device and capacity, not
+ * a 3 MiB device whose one whole page would leave a capacity of 2 MiB. */
+static void test_host_capacity_rounds_up_to_whole_pages(void **state)
+{
+    (void)state;
+    for (int vmm = 0; vmm < 2; vmm++) {
+        coop_pool *p = make_pool(3 * MiB, vmm);
+        coop_config c;
+        coop_pool_config(p, &c);
+        assert_int_equal(c.capacity, 4 * MiB);
+        coop_status st;
+        void *a = coop_malloc(p, 4 * MiB, 0, 0, &st);
+        assert_int_equal(st, COOP_OK);
+        assert_int_equal(coop_free(p, a), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 /* The VMM range only grows: holes between live blocks are not given back.
  * Once its top nears va_size, a request larger than every free block fails
  * although the capacity has room (the headroom covers it), and the message
@@ -983,6 +1073,70 @@ static void test_oom_message_va_exhausted(void **state)
     assert_null(strstr(coop_last_error(), "virtual range"));
     assert_int_equal(coop_free(p, b), COOP_OK);
     assert_int_equal(coop_free(p, e), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* The arena remembers why its last allocation failed, and the out-of-memory
+ * path reads it: the mapped-block fallback may map up to the headroom only
+ * after the capacity was the limit. Here the virtual range ran out first;
+ * the next failure is the capacity's (live blocks b and e keep pages 3 and
+ * 6 mapped), and the fallback must take d's old hole, whose two unmapped
+ * pages fit the 4 MiB left, as if the range had never run out. */
+static void test_capacity_oom_after_the_virtual_range_ran_out(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(8 * MiB);
+    c.va_size = 16 * MiB;
+    coop_pool *p = create_or_fail(&c);
+    void *a = coop_malloc(p, 6 * MiB, 0, 0, NULL); /* pages 0..2 */
+    void *b = coop_malloc(p, 512, 1, 0, NULL);     /* page 3 */
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    char *d = coop_malloc(p, 6 * MiB, 2, 0, NULL); /* above b: a's pages reclaimed */
+    void *e = coop_malloc(p, 512, 1, 0, NULL);     /* page 6 */
+    assert_non_null(d);
+    assert_non_null(e);
+    assert_int_equal(coop_free(p, d), COOP_OK);
+    coop_status st;
+    assert_null(coop_malloc(p, 7 * MiB, 0, 0, &st)); /* no hole fits, the range is used up */
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "virtual range"));
+    /* a's hole, the lower of the two equal best fits, needs its 3 pages;
+     * once d's pages 4 and 5 are unmapped the capacity allows 2 more, which
+     * is what d's hole needs */
+    void *f = coop_malloc(p, 6 * MiB, 0, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_ptr_equal(f, d);
+    assert_int_equal(stats_of(p).reserved_bytes.current, 8 * MiB);
+    assert_int_equal(coop_free(p, f), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, e), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* num_alloc_retries counts every allocation that took the out-of-memory
+ * path, not only those that released memory: here the virtual range has no
+ * room for a new 6 MiB block, and the retry succeeds once stream 1's idle
+ * free block is retagged "any stream", with nothing unmapped. */
+static void test_a_retry_that_releases_nothing_counts(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(8 * MiB);
+    c.va_size = 8 * MiB;
+    coop_pool *p = create_or_fail(&c);
+    void *a = coop_malloc(p, 6 * MiB, 1, 0, NULL);
+    void *g = coop_malloc(p, 512, 0, 0, NULL);
+    assert_non_null(g);
+    assert_int_equal(coop_free(p, a), COOP_OK); /* stream 1's */
+    coop_status st;
+    void *b = coop_malloc(p, 6 * MiB, 2, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_ptr_equal(b, a);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.num_alloc_retries, 1);
+    assert_int_equal(s.num_unmaps, 0);
+    assert_int_equal(s.num_ooms, 0);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, g), COOP_OK);
     coop_pool_destroy(p);
 }
 
@@ -1023,6 +1177,32 @@ static void test_set_capacity_to_the_mapped_bytes_keeps_the_cache(void **state)
     assert_int_equal(after.reserved_bytes.current, 4 * MiB);
     assert_int_equal(after.num_unmaps, before.num_unmaps);
     assert_int_equal(coop_free(p, a), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* Lowering the capacity below the mapped bytes unmaps what it must, highest
+ * cached pages first, and no more: the cached page below stays mapped. */
+static void test_set_capacity_unmaps_only_what_it_must(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(16 * MiB, true); /* 2 MiB pages */
+    void *blk[4];
+    for (int i = 0; i < 4; i++)
+        blk[i] = coop_malloc(p, 2 * MiB, 0, 0, NULL); /* a page each */
+    assert_int_equal(coop_free(p, blk[0]), COOP_OK);
+    assert_int_equal(coop_free(p, blk[2]), COOP_OK);
+    coop_stats before = stats_of(p);
+    assert_int_equal(before.reserved_bytes.current, 8 * MiB);
+    assert_int_equal(coop_set_capacity(p, 6 * MiB), COOP_OK);
+    coop_stats after = stats_of(p);
+    assert_int_equal(after.reserved_bytes.current, 6 * MiB);
+    assert_int_equal(after.num_unmaps, before.num_unmaps + 1);
+    void *again = coop_malloc(p, 2 * MiB, 0, 0, NULL); /* blk[0]'s page, still mapped */
+    assert_ptr_equal(again, blk[0]);
+    assert_int_equal(stats_of(p).num_maps, after.num_maps);
+    assert_int_equal(coop_free(p, again), COOP_OK);
+    assert_int_equal(coop_free(p, blk[1]), COOP_OK);
+    assert_int_equal(coop_free(p, blk[3]), COOP_OK);
     coop_pool_destroy(p);
 }
 
@@ -1283,6 +1463,28 @@ static void test_fragmentation_stats(void **state)
     assert_true(s.reserved_over_allocated ==
                 (double)s.reserved_bytes.current / (double)s.allocated_bytes.current);
     assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* The ratios of coop_stats where their denominators are 0 (coop.h): 0, not
+ * NaN or infinity, with nothing free (a pool filled by one block) and with
+ * nothing allocated (pages mapped, all free). */
+static void test_stats_ratios_without_free_or_allocated_bytes(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true);
+    void *a = coop_malloc(p, 8 * MiB, 0, 0, NULL);
+    assert_non_null(a);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.free_bytes, 0);
+    assert_true(s.fragmentation == 0.0);
+    assert_true(s.reserved_over_allocated == 1.0);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    s = stats_of(p);
+    assert_int_equal(s.allocated_bytes.current, 0);
+    assert_int_equal(s.reserved_bytes.current, 8 * MiB);
+    assert_true(s.reserved_over_allocated == 0.0);
+    assert_true(s.fragmentation == 0.0);
     coop_pool_destroy(p);
 }
 
@@ -1716,6 +1918,7 @@ int main(void)
         cmocka_unit_test(test_free_when_event_record_fails),
         cmocka_unit_test(test_destroy_with_unrecorded_event),
         cmocka_unit_test(test_config_limits),
+        cmocka_unit_test(test_min_split_resolves_to_whole_512_byte_units),
         cmocka_unit_test(test_rounding_and_alignment),
         cmocka_unit_test(test_size_zero_and_huge),
         cmocka_unit_test(test_best_fit),
@@ -1733,6 +1936,7 @@ int main(void)
         cmocka_unit_test(test_empty_cache_waits_for_every_pending_free),
         cmocka_unit_test(test_reclaim_spares_busy_streams),
         cmocka_unit_test(test_forget_stream),
+        cmocka_unit_test(test_forget_stream_leaves_other_pending_blocks_their_stream),
         cmocka_unit_test(test_forget_stream_frees_its_set),
         cmocka_unit_test(test_forget_stream_leaves_no_event_to_record),
         cmocka_unit_test(test_walk),
@@ -1740,6 +1944,7 @@ int main(void)
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
         cmocka_unit_test(test_set_capacity_to_the_mapped_bytes_keeps_the_cache),
+        cmocka_unit_test(test_set_capacity_unmaps_only_what_it_must),
         cmocka_unit_test(test_set_capacity_up_to_the_virtual_range),
         cmocka_unit_test(test_set_capacity_waits_for_a_busy_stream),
         cmocka_unit_test(test_exact_placement_that_reclaims_counts_a_retry),
@@ -1752,8 +1957,13 @@ int main(void)
         cmocka_unit_test(test_oom_message_headroom),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_of_a_held_stream),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_never_waiting),
+        cmocka_unit_test(test_oom_message_names_the_largest_free_block),
+        cmocka_unit_test(test_host_capacity_rounds_up_to_whole_pages),
         cmocka_unit_test(test_oom_message_va_exhausted),
+        cmocka_unit_test(test_capacity_oom_after_the_virtual_range_ran_out),
+        cmocka_unit_test(test_a_retry_that_releases_nothing_counts),
         cmocka_unit_test(test_fragmentation_stats),
+        cmocka_unit_test(test_stats_ratios_without_free_or_allocated_bytes),
         cmocka_unit_test(test_reset_peak_stats_resets_every_counter),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_single_thread),
