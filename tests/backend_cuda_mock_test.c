@@ -180,6 +180,24 @@ static void test_no_driver_fails_cleanly(void **state)
     assert_non_null(strstr(coop_last_error(), "no CUDA driver (libm.so.6 lacks cuGetErrorName: "));
 }
 
+/* COOP_CUDA_DRIVER set but empty names no library: the default driver,
+ * libcuda.so.1, is loaded (dlopen("") would give the program itself). Where
+ * a real driver is installed the creation may succeed; where it is not, the
+ * message names the default. */
+static void test_empty_driver_variable_means_the_default(void **state)
+{
+    (void)state;
+    setenv("COOP_CUDA_DRIVER", "", 1);
+    coop_backend *be = NULL;
+    if (coop_backend_cuda_create(0, true, &be) == COOP_OK) {
+        coop_backend_destroy(be);
+        return;
+    }
+    assert_null(be);
+    if (!strstr(coop_last_error(), "libcuda.so.1"))
+        fail_msg("an empty COOP_CUDA_DRIVER did not load libcuda.so.1: %s", coop_last_error());
+}
+
 static void test_no_device(void **state)
 {
     (void)state;
@@ -760,6 +778,43 @@ static void test_failed_pop_is_popped_later(void **state)
     assert_int_equal(get(&cur), CUDA_SUCCESS);
     assert_ptr_equal(cur, &other_ctx);
     assert_int_equal(pop(&cur), CUDA_SUCCESS);
+    assert_int_equal(be->ops->release(be, base, 8 * MIB), COOP_OK);
+    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, primary);
+    assert_int_equal(pop(&cur), CUDA_SUCCESS);
+    coop_backend_destroy(be);
+}
+
+/* Once a scope has popped the context a failed pop left current, the note
+ * is gone: when the application later makes the primary context current
+ * itself, coop's calls leave it current (it is the application's, not
+ * coop's to pop). */
+static void test_popped_context_note_is_dropped(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    CUresult (*get)(CUcontext *);
+    CUresult (*push)(CUcontext);
+    CUresult (*pop)(CUcontext *);
+    *(void **)&get = dlsym(mock_lib, "cuCtxGetCurrent");
+    *(void **)&push = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPushCurrent));
+    *(void **)&pop = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPopCurrent));
+    CUcontext cur = NULL, primary = NULL;
+    uintptr_t base = 0;
+    mock_fail_nth("cuCtxPopCurrent", 1, CUDA_ERROR_UNKNOWN);
+    stderr_begin();
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, &base), COOP_OK);
+    (void)stderr_end();
+    assert_int_equal(get(&primary), CUDA_SUCCESS);
+    assert_non_null(primary);
+    assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK); /* pops it */
+    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_null(cur);
+    /* the application's own push of the primary context */
+    assert_int_equal(push(primary), CUDA_SUCCESS);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 2 * MIB), COOP_OK);
+    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, primary);
     assert_int_equal(be->ops->release(be, base, 8 * MIB), COOP_OK);
     assert_int_equal(get(&cur), CUDA_SUCCESS);
     assert_ptr_equal(cur, primary);
@@ -1375,6 +1430,8 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_no_driver_fails_cleanly, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_empty_driver_variable_means_the_default, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_no_device, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_bad_device, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_pages_unmap_alone, use_mock, check_clean),
@@ -1402,6 +1459,7 @@ int main(void)
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_failed_pop_is_popped_later, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_popped_context_note_is_dropped, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_need_no_granularity, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_ignore_a_bad_granularity, use_mock,
                                         check_clean),
