@@ -37,6 +37,8 @@ static void (*mock_set_memory)(long);
 static int (*mock_hold_stream)(CUstream, bool);
 static void (*mock_set_granularity)(size_t);
 static long (*mock_take_unsafe)(void);
+static void (*mock_fail_call)(long, int);
+static long (*mock_calls)(void);
 
 /* The driver entry point name (cuda.h maps some to versioned names). */
 #define MOCK_STRINGIFY(x) #x
@@ -417,6 +419,49 @@ static void test_vmm_unmap_undo_failure(void **state)
         assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
         coop_backend_destroy(be);
     }
+}
+
+/* Unmaps [base, +6 MiB) of a fresh reservation with its third page's
+ * cuMemUnmap failing and the undo's second cuMemMap failing too, so that the
+ * undo unmaps its first page again; with fail_at, that unmap (the call's
+ * last counted one) fails as well. Returns the calls counted. */
+static long unmap_with_failed_undo(coop_backend *be, uintptr_t *base, long fail_at)
+{
+    uint64_t unmapped = 0;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, base), COOP_OK);
+    assert_int_equal(be->ops->map(be, *base, 6 * MIB), COOP_OK);
+    mock_fail_call(fail_at, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemMap", 2, CUDA_ERROR_ILLEGAL_ADDRESS);
+    assert_int_equal(be->ops->unmap(be, *base, 6 * MIB, &unmapped), COOP_ERR_BACKEND);
+    long calls = mock_calls();
+    mock_fail_call(0, CUDA_SUCCESS);
+    assert_int_equal(unmapped, 4 * MIB); /* the first two pages: the undo failed */
+    return calls;
+}
+
+/* An unmap whose undo fails leaves the pages it could not unmap again
+ * strays: their handles are kept (not released as the unmapped pages' are),
+ * so that releasing the reservation unmaps them and frees its range. */
+static void test_vmm_unmap_undo_leaves_strays_mapped(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    /* first, the calls up to the undo's unmap of the first page */
+    long last = unmap_with_failed_undo(be, &base, 0);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+    be = create_vmm();
+    long calls = unmap_with_failed_undo(be, &base, last);
+    assert_int_equal(calls, last);
+    coop_backend_cuda_held held;
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.handles, 2); /* the stray first page and the third */
+    assert_int_equal(counters().mapped_bytes, 4 * MIB);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 0);
+    coop_backend_destroy(be);
 }
 
 /* A failed map is undone page by page; if undoing a page fails too, that
@@ -1423,8 +1468,10 @@ int main(void)
     *(void **)&mock_hold_stream = dlsym(mock_lib, "mock_cuda_hold_stream");
     *(void **)&mock_set_granularity = dlsym(mock_lib, "mock_cuda_set_granularity");
     *(void **)&mock_take_unsafe = dlsym(mock_lib, "mock_cuda_take_unsafe_releases");
+    *(void **)&mock_fail_call = dlsym(mock_lib, "mock_cuda_fail_call");
+    *(void **)&mock_calls = dlsym(mock_lib, "mock_cuda_calls");
     if (!mock_counters_fn || !mock_fail_nth || !mock_hold_streams || !mock_set_memory ||
-        !mock_hold_stream || !mock_set_granularity) {
+        !mock_hold_stream || !mock_set_granularity || !mock_fail_call || !mock_calls) {
         fprintf(stderr, "backend_cuda_mock_test: mock driver lacks its controls\n");
         return 1;
     }
@@ -1442,6 +1489,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_unmap_failure_remaps_without_new_memory, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_unmap_undo_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_unmap_undo_leaves_strays_mapped, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_map_rollback_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_unmap_undo_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_release_failure_keeps_handle, use_mock,
