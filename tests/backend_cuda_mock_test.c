@@ -989,6 +989,34 @@ static void test_destroy_sync_failure(void **state)
     assert_int_equal(with_primary_context(give_back_in_context, &l), CUDA_SUCCESS);
 }
 
+/* A stray page (mapped in the driver although a failed map's undo could not
+ * unmap it) keeps its range reserved at a destroy that could not synchronize,
+ * as a mapped page does: the range is not freed under it. */
+static void test_destroy_sync_failure_with_a_stray(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, &base), COOP_OK);
+    mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN); /* the undo's first: the second page */
+    assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_ERR_BACKEND);
+    assert_int_equal(counters().mapped_bytes, 2 * MIB);
+    mock_fail_nth("cuCtxSynchronize", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+    coop_clear_error();
+    long refused = counters().refused_address_frees;
+    coop_backend_destroy(be);
+    cuda_mock_counters c = counters();
+    assert_int_equal(c.refused_address_frees, refused);
+    assert_int_equal(c.live_handles, 0);
+    assert_int_equal(c.mapped_bytes, 2 * MIB);
+    assert_int_equal(c.live_reservations, 1);
+    assert_reported("0 page handles, 2097152 bytes mapped, 1 reservations",
+                    "cuCtxSynchronize failed with CUDA_ERROR_ILLEGAL_ADDRESS");
+    leftovers l = {.base = base, .size = 8 * MIB, .mapped = {base + 2 * MIB}, .num_mapped = 1};
+    assert_int_equal(with_primary_context(give_back_in_context, &l), CUDA_SUCCESS);
+}
+
 /* Without the context (cuCtxPushCurrent fails on this thread, which has
  * none) the destroy makes no driver call, and says what it leaves. A clean
  * destroy says nothing and leaves the thread's error as it was. */
@@ -1515,6 +1543,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_unmap_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_sync_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_sync_failure_with_a_stray, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_without_context, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
