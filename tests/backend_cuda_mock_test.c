@@ -1017,6 +1017,37 @@ static void test_destroy_sync_failure_with_a_stray(void **state)
     assert_int_equal(with_primary_context(give_back_in_context, &l), CUDA_SUCCESS);
 }
 
+static CUresult free_segment_in_context(void *arg)
+{
+    CUresult (*mem_free)(CUdeviceptr);
+    *(void **)&mem_free = dlsym(mock_lib, MOCK_SYMBOL(cuMemFree));
+    return mem_free(*(CUdeviceptr *)arg);
+}
+
+/* A segment the pool never gave back is device memory left with the driver
+ * for the life of the process: the destroy says so, as it does of pages
+ * (the backend cannot free it: the pool may still hand it out). */
+static void test_destroy_reports_a_segment_left(void **state)
+{
+    (void)state;
+    coop_backend *be = NULL;
+    assert_int_equal(coop_backend_cuda_create(0, false, &be), COOP_OK);
+    uintptr_t seg = 0;
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &seg), COOP_OK);
+    coop_clear_error();
+    stderr_begin();
+    coop_backend_destroy(be);
+    const char *said = stderr_end();
+    assert_non_null(strstr(said, "0 reservations, 1 segments and 0 events left"));
+    assert_reported("0 reservations, 1 segments and 0 events left",
+                    "none here: the pool had not given them back");
+    assert_int_equal(counters().live_segments, 1);
+    /* the mock's cuMemAlloc gives 256 bytes past a 512-byte boundary: the
+     * backend handed the segment out 256 bytes above what cuMemFree takes */
+    CUdeviceptr dptr = (CUdeviceptr)seg - 256;
+    assert_int_equal(with_primary_context(free_segment_in_context, &dptr), CUDA_SUCCESS);
+}
+
 /* Without the context (cuCtxPushCurrent fails on this thread, which has
  * none) the destroy makes no driver call, and says what it leaves. A clean
  * destroy says nothing and leaves the thread's error as it was. */
@@ -1543,6 +1574,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_unmap_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_sync_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_reports_a_segment_left, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_sync_failure_with_a_stray, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_without_context, use_mock, check_clean),
