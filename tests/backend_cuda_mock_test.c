@@ -1077,6 +1077,12 @@ static void test_destroy_without_context(void **state)
     coop_set_error(COOP_ERR_INVALID, "the caller's message");
     coop_backend_destroy(be);
     assert_string_equal(coop_last_error(), "the caller's message");
+    /* nor does a failure that leaves nothing behind: nothing is reported */
+    be = create_vmm();
+    coop_set_error(COOP_ERR_INVALID, "the caller's message");
+    mock_fail_nth("cuCtxPushCurrent", 1, CUDA_ERROR_UNKNOWN);
+    coop_backend_destroy(be);
+    assert_string_equal(coop_last_error(), "the caller's message");
 }
 
 /* A release with pages still mapped (the pool's release after a failed
