@@ -867,6 +867,22 @@ static void test_popped_context_note_is_dropped(void **state)
     coop_backend_destroy(be);
 }
 
+/* device_memory is the device's total memory, not what is free when the
+ * backend is created: another backend's pages in use do not shrink it. */
+static void test_device_memory_is_the_total(void **state)
+{
+    (void)state;
+    coop_backend *first = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(first->ops->reserve(first, 8 * MIB, &base), COOP_OK);
+    assert_int_equal(first->ops->map(first, base, 8 * MIB), COOP_OK);
+    coop_backend *second = create_vmm(); /* checks device_memory is 1 GiB */
+    assert_int_equal(second->device_memory, 1ull << 30);
+    coop_backend_destroy(second);
+    assert_int_equal(first->ops->release(first, base, 8 * MIB), COOP_OK);
+    coop_backend_destroy(first);
+}
+
 /* A pool of config over the mock, or the test fails with the reason. */
 static coop_pool *created(const coop_config *config)
 {
@@ -1546,6 +1562,7 @@ int main(void)
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_no_device, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_bad_device, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_device_memory_is_the_total, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_pages_unmap_alone, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_bad_ranges_leave_state, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_driver_failure_midway, use_mock, check_clean),
