@@ -1707,6 +1707,71 @@ static void test_check_detects_each_corruption(void **state)
     coop_pool_destroy(p);
 }
 
+/* The pending list's and the stream queues' checks that the block walk and
+ * the counts cannot stand in for, one at a time: each corruption leaves every
+ * count equal, so only the named check sees it. */
+static void test_check_detects_each_pending_corruption(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    arena *a = pool_arena(p);
+    void *pa = coop_malloc(p, 8192, 1, 0, NULL), *pb = coop_malloc(p, 8192, 1, 0, NULL);
+    void *used = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_non_null(used);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+    assert_int_equal(coop_record_stream(p, pa, 7), COOP_OK);
+    assert_int_equal(coop_record_stream(p, pb, 7), COOP_OK);
+    assert_int_equal(coop_record_stream(p, used, 7), COOP_OK);
+    assert_int_equal(coop_free(p, pa), COOP_OK);
+    assert_int_equal(coop_free(p, pb), COOP_OK);
+    arena_block *ba = arena_lookup(a, (uintptr_t)pa), *bb = arena_lookup(a, (uintptr_t)pb);
+    arena_block *bu = arena_lookup(a, (uintptr_t)used);
+    block_uses *ua = ba->uses, *ub = bb->uses, *uu = bu->uses;
+    assert_ptr_equal(p->pending, ub); /* the list: ub (freed last), then ua */
+    assert_ptr_equal(ub->pending_next, ua);
+    assert_null(ua->pending_next);
+    pending_queue *q = &p->queues[0];
+    assert_int_equal(q->len, 2); /* the queue: ua's event, then ub's */
+    assert_ptr_equal(q->refs[q->head].u, ua);
+    assert_ptr_equal(q->refs[q->head + 1].u, ub);
+    assert_non_null(uu);
+    assert_null(uu->events);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+
+    /* a pending block without its uses */
+    EXPECT_CAUGHT(p, "has no events in its slots", ba->uses = NULL, ba->uses = ua);
+    /* the list: an allocated block's uses linked in; a copy of ub in its place
+     * (its block's uses are ub); ua dropped from it */
+    EXPECT_CAUGHT(p, "pending list entry",
+                  (ua->pending_next = uu, uu->pending_prev = ua, uu->pending_next = NULL),
+                  (ua->pending_next = NULL, uu->pending_prev = NULL));
+    block_uses copy = *ub;
+    EXPECT_CAUGHT(p, "pending list entry", (p->pending = &copy, ua->pending_prev = &copy),
+                  (p->pending = ub, ua->pending_prev = ub));
+    /* (ua's event taken off the queue too, so that the events counted agree) */
+    EXPECT_CAUGHT(p, "2 pending blocks, 1 listed", (ub->pending_next = NULL, q->head++, q->len--),
+                  (ub->pending_next = ua, q->head--, q->len++));
+    /* the queue: a ref to the copy of ub; to the allocated block's uses; an
+     * event on another stream than the queue's */
+    EXPECT_CAUGHT(p, "queue holds a stale event", q->refs[q->head + 1].u = &copy,
+                  q->refs[q->head + 1].u = ub);
+    EXPECT_CAUGHT(p, "queue holds a stale event", q->refs[q->head].u = uu, q->refs[q->head].u = ua);
+    EXPECT_CAUGHT(p, "queue holds a stale event", ua->streams[0] = 8, ua->streams[0] = 7);
+    /* ua's event unrecorded (and counted so) while its ref is queued, ub's
+     * dropped from the queue: the counts agree, the queued ref is stale */
+    coop_event ev = ua->events[0];
+    EXPECT_CAUGHT(p, "queue holds a stale event",
+                  (ua->events[0] = NO_EVENT, p->num_unqueued++, q->len--),
+                  (ua->events[0] = ev, p->num_unqueued--, q->len++));
+    /* ub's event neither queued nor unrecorded */
+    EXPECT_CAUGHT(p, "pending events: 1 queued, 0 unrecorded (0 counted), 2 not yet done", q->len--,
+                  q->len++);
+
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    coop_free(p, used);
+    coop_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1759,6 +1824,7 @@ int main(void)
         cmocka_unit_test(test_single_thread),
         cmocka_unit_test(test_no_metadata_leak),
         cmocka_unit_test(test_check_detects_each_corruption),
+        cmocka_unit_test(test_check_detects_each_pending_corruption),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
