@@ -31,6 +31,7 @@ static char mock_path[4096];
 static void *mock_lib;
 static void (*mock_counters_fn)(cuda_mock_counters *);
 static void (*mock_fail_nth)(const char *, int, int);
+static void (*mock_fail_from)(const char *, int, int);
 static void (*mock_hold_streams)(bool);
 static void (*mock_set_memory)(long);
 
@@ -1064,6 +1065,48 @@ static void test_destroy_reports_a_segment_left(void **state)
     assert_int_equal(with_primary_context(free_segment_in_context, &dptr), CUDA_SUCCESS);
 }
 
+/* The address after "unused segment at " in msg, or 0. */
+static CUdeviceptr unused_segment_named(const char *msg)
+{
+    const char *at = strstr(msg, "unused segment at ");
+    return at ? (CUdeviceptr)strtoull(at + strlen("unused segment at "), NULL, 16) : 0;
+}
+
+/* Two first tries (misaligned) kept because their cuMemFree failed, and
+ * failing again at the destroy: the destroy names the first failure (the
+ * first kept segment in its list, the one kept last), not the last. */
+static void test_destroy_names_the_first_unused_segment_failure(void **state)
+{
+    (void)state;
+    coop_backend *be = NULL;
+    assert_int_equal(coop_backend_cuda_create(0, false, &be), COOP_OK);
+    uintptr_t a = 0, b = 0;
+    mock_fail_from("cuMemFree", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &a), COOP_OK); /* keeps k1 */
+    coop_clear_error();
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &b), COOP_OK); /* keeps k2 */
+    CUdeviceptr k1 = unused_segment_named(coop_last_error());           /* its free failed again */
+    assert_int_not_equal(k1, 0);
+    coop_backend_cuda_held held;
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.segment_records, 4); /* a's and b's shifts, k1 and k2 */
+    mock_fail_nth("cuMemFree", 0, CUDA_SUCCESS);
+    assert_int_equal(be->ops->segment_free(be, a, 4 * MIB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 4 * MIB), COOP_OK);
+    mock_fail_from("cuMemFree", 1, CUDA_ERROR_UNKNOWN);
+    stderr_begin();
+    coop_backend_destroy(be);
+    (void)stderr_end();
+    mock_fail_nth("cuMemFree", 0, CUDA_SUCCESS);
+    assert_reported("2 segments and 0 events left", "cuMemFree failed with CUDA_ERROR_UNKNOWN");
+    CUdeviceptr k2 = unused_segment_named(coop_last_error());
+    assert_int_not_equal(k2, 0);
+    if (k2 == k1)
+        fail_msg("destroy named the last failure, not the first: %s", coop_last_error());
+    assert_int_equal(with_primary_context(free_segment_in_context, &k1), CUDA_SUCCESS);
+    assert_int_equal(with_primary_context(free_segment_in_context, &k2), CUDA_SUCCESS);
+}
+
 /* Without the context (cuCtxPushCurrent fails on this thread, which has
  * none) the destroy makes no driver call, and says what it leaves. A clean
  * destroy says nothing and leaves the thread's error as it was. */
@@ -1544,6 +1587,7 @@ int main(void)
     }
     *(void **)&mock_counters_fn = dlsym(mock_lib, "mock_cuda_counters");
     *(void **)&mock_fail_nth = dlsym(mock_lib, "mock_cuda_fail_nth");
+    *(void **)&mock_fail_from = dlsym(mock_lib, "mock_cuda_fail_from");
     *(void **)&mock_hold_streams = dlsym(mock_lib, "mock_cuda_hold_streams");
     *(void **)&mock_set_memory = dlsym(mock_lib, "mock_cuda_set_memory");
     *(void **)&mock_hold_stream = dlsym(mock_lib, "mock_cuda_hold_stream");
@@ -1552,7 +1596,8 @@ int main(void)
     *(void **)&mock_fail_call = dlsym(mock_lib, "mock_cuda_fail_call");
     *(void **)&mock_calls = dlsym(mock_lib, "mock_cuda_calls");
     if (!mock_counters_fn || !mock_fail_nth || !mock_hold_streams || !mock_set_memory ||
-        !mock_hold_stream || !mock_set_granularity || !mock_fail_call || !mock_calls) {
+        !mock_hold_stream || !mock_set_granularity || !mock_fail_call || !mock_calls ||
+        !mock_fail_from) {
         fprintf(stderr, "backend_cuda_mock_test: mock driver lacks its controls\n");
         return 1;
     }
@@ -1598,6 +1643,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_destroy_unmap_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_sync_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_reports_a_segment_left, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_names_the_first_unused_segment_failure,
+                                        use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_sync_failure_with_a_stray, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_without_context, use_mock, check_clean),
