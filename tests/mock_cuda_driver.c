@@ -749,7 +749,9 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemA
         (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
          option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
         return CUDA_ERROR_INVALID_VALUE;
-    *granularity = granule;
+    /* the recommended granularity may exceed the minimum (the driver says
+     * so); here it does, so that a backend asking for the wrong one shows */
+    *granularity = option == CU_MEM_ALLOC_GRANULARITY_MINIMUM ? granule : 2 * granule;
     return CUDA_SUCCESS;
 }
 
