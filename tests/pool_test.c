@@ -792,6 +792,84 @@ static void test_walk(void **state)
     coop_pool_destroy(p);
 }
 
+/* What a walk of a segment pool reports: each segment's mapped bytes are
+ * its size (a segment is mapped whole), a free block asks for nothing, and a
+ * visitor's nonzero return stops the whole walk, not just its segment. */
+typedef struct walk_seen {
+    size_t segments, blocks;
+    int stop_at_block; /* the visitor returns nonzero at this block (0: never) */
+    uint64_t segment_size, segment_mapped, free_requested;
+} walk_seen;
+
+static int seen_segment(const coop_segment_info *si, void *ctx)
+{
+    walk_seen *w = ctx;
+    w->segments++;
+    w->segment_size += si->size;
+    w->segment_mapped += si->mapped_bytes;
+    return 0;
+}
+
+static int seen_block(const coop_block_info *bi, void *ctx)
+{
+    walk_seen *w = ctx;
+    w->blocks++;
+    if (bi->state == COOP_BLOCK_FREE)
+        w->free_requested += bi->requested_size;
+    return w->stop_at_block && (int)w->blocks == w->stop_at_block;
+}
+
+static void test_walk_of_segments(void **state)
+{
+    (void)state;
+    coop_pool *p = make_segment_pool(64 * MiB, 4 * MiB);
+    void *a = coop_malloc(p, 1 * MiB, 0, 0, NULL), *b = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    assert_non_null(a); /* a and a free rest in one segment, b alone in another */
+    assert_non_null(b);
+    walk_seen w = {0};
+    assert_int_equal(coop_walk(p, seen_segment, seen_block, &w), COOP_OK);
+    assert_int_equal(w.segments, 2);
+    assert_int_equal(w.blocks, 3);
+    assert_int_equal(w.segment_size, 8 * MiB);
+    assert_int_equal(w.segment_mapped, 8 * MiB);
+    w = (walk_seen){.stop_at_block = 1};
+    assert_int_equal(coop_walk(p, seen_segment, seen_block, &w), COOP_OK);
+    assert_int_equal(w.segments, 1);
+    assert_int_equal(w.blocks, 1);
+    coop_free(p, a);
+    coop_free(p, b);
+    coop_pool_destroy(p);
+}
+
+/* A free block's requested size is 0 in a walk: the bytes that hold an
+ * allocated block's request hold a free block's index links, so a free block
+ * with a left child in the free index would show its pointer instead. Sixteen
+ * free blocks of one size share a treap, ordered by address, whose shape
+ * depends on hashed addresses: one without a left child anywhere (a chain to
+ * the right) has a chance of 1 in 16! and fails the test's precondition. */
+static void test_walk_free_blocks_ask_for_nothing(void **state)
+{
+    (void)state;
+    coop_pool *p = make_segment_pool(64 * MiB, 4 * MiB);
+    void *blocks[32];
+    for (int i = 0; i < 32; i++)
+        assert_non_null(blocks[i] = coop_malloc(p, 64 << 10, 0, 0, NULL));
+    for (int i = 0; i < 32; i += 2)
+        assert_int_equal(coop_free(p, blocks[i]), COOP_OK);
+    bool has_left = false;
+    for (const arena_segment *seg = arena_first_segment(pool_arena(p)); seg; seg = seg->next)
+        for (const arena_block *b = seg->first; b; b = b->next)
+            has_left |= b->state == COOP_BLOCK_FREE && b->index_node.left;
+    assert_true(has_left);
+    walk_seen w = {0};
+    assert_int_equal(coop_walk(p, NULL, seen_block, &w), COOP_OK);
+    assert_int_equal(w.blocks, 33);
+    assert_int_equal(w.free_requested, 0);
+    for (int i = 1; i < 32; i += 2)
+        assert_int_equal(coop_free(p, blocks[i]), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* Mapping: pages stay mapped after free, empty_cache unmaps wholly free pages. */
 static void test_mapping_and_empty_cache(void **state)
 {
@@ -1801,6 +1879,8 @@ int main(void)
         cmocka_unit_test(test_forget_stream_frees_its_set),
         cmocka_unit_test(test_forget_stream_leaves_no_event_to_record),
         cmocka_unit_test(test_walk),
+        cmocka_unit_test(test_walk_of_segments),
+        cmocka_unit_test(test_walk_free_blocks_ask_for_nothing),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
