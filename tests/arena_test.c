@@ -871,8 +871,96 @@ static void test_check_detects_each_corruption_vmm(void **state)
          free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 0), x->stream = 0),
         (free_index_remove(&F.a.index, &x->index_node),
          free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 5), x->stream = 5));
+    /* so does retagging x ANY: a block of any stream merges with every tag */
+    EXPECT_CAUGHT("are adjacent and mergeable",
+                  (free_index_remove(&F.a.index, &x->index_node),
+                   free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, COOP_STREAM_ANY),
+                   x->stream = COOP_STREAM_ANY),
+                  (free_index_remove(&F.a.index, &x->index_node),
+                   free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 5),
+                   x->stream = 5));
     release(g, 0);
     close_arena();
+}
+
+/* A pending block's pages must stay mapped as an allocated block's do (its
+ * streams may still use them): its last page, which no other block in use
+ * touches, unmapped with the mapped-page and reserved-byte counts agreeing. */
+static void test_check_sees_a_pending_blocks_unmapped_page(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *x = alloc(4 * KiB, 0, false);
+    arena_block *w = alloc(128 * KiB, 0, false);
+    arena_segment *s = F.a.first_segment;
+    const uint64_t page = F.a.params.page_size;
+    size_t last = (size_t)((w->addr + w->size - 1 - s->base) / page);
+    assert_true(x->addr + x->size - s->base <= last * page); /* x is not on it */
+    assert_true(page_map_count(&s->pages, last, last + 1) == 1);
+    EXPECT_CAUGHT(
+        "is in use but 1 of its 3 pages are unmapped",
+        (block_set_state(w, COOP_BLOCK_PENDING), page_map_set(&s->pages, last, last + 1, false),
+         F.a.reserved -= page, F.a.counters.reserved_bytes.current -= (int64_t)page,
+         F.a.counters.reserved_bytes.freed += (int64_t)page),
+        (block_set_state(w, COOP_BLOCK_ALLOCATED), page_map_set(&s->pages, last, last + 1, true),
+         F.a.reserved += page, F.a.counters.reserved_bytes.current += (int64_t)page,
+         F.a.counters.reserved_bytes.freed -= (int64_t)page));
+    release(w, 0);
+    release(x, 0);
+    close_arena();
+}
+
+/* Links (or, given NULL, unlinks) an empty segment of zero bytes after the
+ * last one, every list, map and count agreeing: only its lack of blocks is
+ * wrong (a segment without VMM is wholly tiled by at least one block). */
+static void link_empty_segment(arena_segment *empty, arena_segment *after)
+{
+    coop_stat *c = &F.a.counters.segment;
+    static int64_t peak;
+    if (empty) {
+        peak = c->peak;
+        *empty = (arena_segment){.base = after->base + after->reserved + 1 * MiB, .prev = after};
+        after->next = empty;
+        F.a.last_segment = empty;
+        F.a.num_segments++;
+        c->current++;
+        c->allocated++;
+        c->peak = c->current > peak ? c->current : peak;
+        assert_int_equal(addr_map_reserve(&F.a.seg_starts, 1), COOP_OK);
+        addr_map_insert(&F.a.seg_starts, empty->base, empty);
+        assert_int_equal(addr_map_reserve(&F.a.seg_ends, 1), COOP_OK);
+        addr_map_insert(&F.a.seg_ends, empty->base, empty);
+    } else {
+        empty = after->next;
+        addr_map_remove(&F.a.seg_starts, empty->base);
+        addr_map_remove(&F.a.seg_ends, empty->base);
+        after->next = NULL;
+        F.a.last_segment = after;
+        F.a.num_segments--;
+        c->current--;
+        c->allocated--;
+        c->peak = peak;
+    }
+}
+
+/* Moves segment s of one block, and the block, by delta bytes, with the
+ * address map and both segment maps keyed anew: every link and count stays
+ * true, only the addresses change. */
+static void move_lone_block_segment(arena_segment *s, intptr_t delta)
+{
+    arena_block *b = s->first;
+    assert_ptr_equal(b, s->last);
+    addr_map_remove(&F.a.map, b->addr);
+    addr_map_remove(&F.a.seg_starts, s->base);
+    addr_map_remove(&F.a.seg_ends, s->base + s->reserved);
+    s->base += (uintptr_t)delta;
+    b->addr += (uintptr_t)delta;
+    assert_int_equal(addr_map_reserve(&F.a.map, 1), COOP_OK);
+    addr_map_insert(&F.a.map, b->addr, b);
+    assert_int_equal(addr_map_reserve(&F.a.seg_starts, 1), COOP_OK);
+    addr_map_insert(&F.a.seg_starts, s->base, s);
+    assert_int_equal(addr_map_reserve(&F.a.seg_ends, 1), COOP_OK);
+    addr_map_insert(&F.a.seg_ends, s->base + s->reserved, s);
 }
 
 /* The segment-list checks, on an arena of two fixed segments (no VMM). */
@@ -901,6 +989,34 @@ static void test_check_detects_each_corruption_segments(void **state)
     assert_int_equal(addr_map_reserve(&F.a.seg_ends, 1), COOP_OK);
     EXPECT_CAUGHT("segment maps hold", addr_map_insert(&F.a.seg_ends, 0x1000, s1),
                   addr_map_remove(&F.a.seg_ends, 0x1000));
+    assert_int_equal(addr_map_reserve(&F.a.seg_starts, 1), COOP_OK);
+    EXPECT_CAUGHT("segment maps hold", addr_map_insert(&F.a.seg_starts, 0x1000, s1),
+                  addr_map_remove(&F.a.seg_starts, 0x1000));
+    EXPECT_CAUGHT("last link or count is stale", F.a.last_segment = s1, F.a.last_segment = s2);
+    /* a segment 256 bytes off the alignment: its lone block's address is the
+     * only thing wrong */
+    EXPECT_CAUGHT("not a positive multiple of 512", move_lone_block_segment(s1, -256),
+                  move_lone_block_segment(s1, 256));
+    /* s2 moved to start inside s1 (and so to end beyond it) */
+    intptr_t into_s1 = (intptr_t)(s1->base + 512 * KiB) - (intptr_t)s2->base;
+    EXPECT_CAUGHT("overlap or are out of order", move_lone_block_segment(s2, into_s1),
+                  move_lone_block_segment(s2, -into_s1));
+    /* the first block of a segment of two found in another segment's map
+     * entry (the segment's last block is still found under its end) */
+    arena_block *z = alloc(4 * KiB, 0, false);
+    arena_segment *s3 = arena_block_segment(&F.a, z);
+    assert_non_null(s3);
+    assert_ptr_equal(s3->first, z);
+    assert_non_null(z->next);
+    slot = addr_map_find_slot(&F.a.seg_starts, s3->base);
+    assert_int_not_equal(slot, SIZE_MAX);
+    EXPECT_CAUGHT("broken prev or segment link", F.a.seg_starts.slots[slot].value = s1,
+                  F.a.seg_starts.slots[slot].value = s3);
+    arena_segment empty;
+    arena_segment *last = F.a.last_segment;
+    EXPECT_CAUGHT("not wholly tiled", link_empty_segment(&empty, last),
+                  link_empty_segment(NULL, last));
+    release(z, 0);
     release(x, 0);
     release(y, 0);
     close_arena();
@@ -936,6 +1052,7 @@ int main(void)
         cmocka_unit_test(test_reclaim_remembers_a_busy_stream),
         cmocka_unit_test(test_check_detects_corruption),
         cmocka_unit_test(test_check_detects_each_corruption_vmm),
+        cmocka_unit_test(test_check_sees_a_pending_blocks_unmapped_page),
         cmocka_unit_test(test_check_detects_each_corruption_segments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

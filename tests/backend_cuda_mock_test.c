@@ -33,12 +33,15 @@ static char mock_path[4096];
 static void *mock_lib;
 static void (*mock_counters_fn)(cuda_mock_counters *);
 static void (*mock_fail_nth)(const char *, int, int);
+static void (*mock_fail_from)(const char *, int, int);
 static void (*mock_hold_streams)(bool);
 static void (*mock_set_memory)(long);
 
 static int (*mock_hold_stream)(CUstream, bool);
 static void (*mock_set_granularity)(size_t);
 static long (*mock_take_unsafe)(void);
+static void (*mock_fail_call)(long, int);
+static long (*mock_calls)(void);
 
 /* The driver entry point name (cuda.h maps some to versioned names). */
 #define MOCK_STRINGIFY(x) #x
@@ -180,6 +183,24 @@ static void test_no_driver_fails_cleanly(void **state)
     setenv("COOP_CUDA_DRIVER", "libm.so.6", 1);
     assert_int_equal(coop_backend_cuda_create(0, true, &be), COOP_ERR_NO_DRIVER);
     assert_non_null(strstr(coop_last_error(), "no CUDA driver (libm.so.6 lacks cuGetErrorName: "));
+}
+
+/* COOP_CUDA_DRIVER set but empty names no library: the default driver,
+ * libcuda.so.1, is loaded (dlopen("") would give the program itself). Where
+ * a real driver is installed the creation may succeed; where it is not, the
+ * message names the default. */
+static void test_empty_driver_variable_means_the_default(void **state)
+{
+    (void)state;
+    setenv("COOP_CUDA_DRIVER", "", 1);
+    coop_backend *be = NULL;
+    if (coop_backend_cuda_create(0, true, &be) == COOP_OK) {
+        coop_backend_destroy(be);
+        return;
+    }
+    assert_null(be);
+    if (!strstr(coop_last_error(), "libcuda.so.1"))
+        fail_msg("an empty COOP_CUDA_DRIVER did not load libcuda.so.1: %s", coop_last_error());
 }
 
 static void test_no_device(void **state)
@@ -401,6 +422,49 @@ static void test_vmm_unmap_undo_failure(void **state)
         assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
         coop_backend_destroy(be);
     }
+}
+
+/* Unmaps [base, +6 MiB) of a fresh reservation with its third page's
+ * cuMemUnmap failing and the undo's second cuMemMap failing too, so that the
+ * undo unmaps its first page again; with fail_at, that unmap (the call's
+ * last counted one) fails as well. Returns the calls counted. */
+static long unmap_with_failed_undo(coop_backend *be, uintptr_t *base, long fail_at)
+{
+    uint64_t unmapped = 0;
+    assert_int_equal(be->ops->reserve(be, 16 * MIB, base), COOP_OK);
+    assert_int_equal(be->ops->map(be, *base, 6 * MIB), COOP_OK);
+    mock_fail_call(fail_at, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemMap", 2, CUDA_ERROR_ILLEGAL_ADDRESS);
+    assert_int_equal(be->ops->unmap(be, *base, 6 * MIB, &unmapped), COOP_ERR_BACKEND);
+    long calls = mock_calls();
+    mock_fail_call(0, CUDA_SUCCESS);
+    assert_int_equal(unmapped, 4 * MIB); /* the first two pages: the undo failed */
+    return calls;
+}
+
+/* An unmap whose undo fails leaves the pages it could not unmap again
+ * strays: their handles are kept (not released as the unmapped pages' are),
+ * so that releasing the reservation unmaps them and frees its range. */
+static void test_vmm_unmap_undo_leaves_strays_mapped(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    /* first, the calls up to the undo's unmap of the first page */
+    long last = unmap_with_failed_undo(be, &base, 0);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    coop_backend_destroy(be);
+    be = create_vmm();
+    long calls = unmap_with_failed_undo(be, &base, last);
+    assert_int_equal(calls, last);
+    coop_backend_cuda_held held;
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.handles, 2); /* the stray first page and the third */
+    assert_int_equal(counters().mapped_bytes, 4 * MIB);
+    assert_int_equal(be->ops->release(be, base, 16 * MIB), COOP_OK);
+    assert_int_equal(counters().mapped_bytes, 0);
+    coop_backend_destroy(be);
 }
 
 /* A failed map is undone page by page; if undoing a page fails too, that
@@ -769,6 +833,59 @@ static void test_failed_pop_is_popped_later(void **state)
     coop_backend_destroy(be);
 }
 
+/* Once a scope has popped the context a failed pop left current, the note
+ * is gone: when the application later makes the primary context current
+ * itself, coop's calls leave it current (it is the application's, not
+ * coop's to pop). */
+static void test_popped_context_note_is_dropped(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    CUresult (*get)(CUcontext *);
+    CUresult (*push)(CUcontext);
+    CUresult (*pop)(CUcontext *);
+    *(void **)&get = dlsym(mock_lib, "cuCtxGetCurrent");
+    *(void **)&push = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPushCurrent));
+    *(void **)&pop = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPopCurrent));
+    CUcontext cur = NULL, primary = NULL;
+    uintptr_t base = 0;
+    mock_fail_nth("cuCtxPopCurrent", 1, CUDA_ERROR_UNKNOWN);
+    stderr_begin();
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, &base), COOP_OK);
+    (void)stderr_end();
+    assert_int_equal(get(&primary), CUDA_SUCCESS);
+    assert_non_null(primary);
+    assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK); /* pops it */
+    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_null(cur);
+    /* the application's own push of the primary context */
+    assert_int_equal(push(primary), CUDA_SUCCESS);
+    assert_int_equal(be->ops->map(be, base + 2 * MIB, 2 * MIB), COOP_OK);
+    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, primary);
+    assert_int_equal(be->ops->release(be, base, 8 * MIB), COOP_OK);
+    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_ptr_equal(cur, primary);
+    assert_int_equal(pop(&cur), CUDA_SUCCESS);
+    coop_backend_destroy(be);
+}
+
+/* device_memory is the device's total memory, not what is free when the
+ * backend is created: another backend's pages in use do not shrink it. */
+static void test_device_memory_is_the_total(void **state)
+{
+    (void)state;
+    coop_backend *first = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(first->ops->reserve(first, 8 * MIB, &base), COOP_OK);
+    assert_int_equal(first->ops->map(first, base, 8 * MIB), COOP_OK);
+    coop_backend *second = create_vmm(); /* checks device_memory is 1 GiB */
+    assert_int_equal(second->device_memory, 1ull << 30);
+    coop_backend_destroy(second);
+    assert_int_equal(first->ops->release(first, base, 8 * MIB), COOP_OK);
+    coop_backend_destroy(first);
+}
+
 /* A pool of config over the mock, or the test fails with the reason. */
 static coop_pool *created(const coop_config *config)
 {
@@ -891,6 +1008,107 @@ static void test_destroy_sync_failure(void **state)
     assert_int_equal(with_primary_context(give_back_in_context, &l), CUDA_SUCCESS);
 }
 
+/* A stray page (mapped in the driver although a failed map's undo could not
+ * unmap it) keeps its range reserved at a destroy that could not synchronize,
+ * as a mapped page does: the range is not freed under it. */
+static void test_destroy_sync_failure_with_a_stray(void **state)
+{
+    (void)state;
+    coop_backend *be = create_vmm();
+    uintptr_t base = 0;
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, &base), COOP_OK);
+    mock_fail_nth("cuMemSetAccess", 1, CUDA_ERROR_UNKNOWN);
+    mock_fail_nth("cuMemUnmap", 1, CUDA_ERROR_UNKNOWN); /* the undo's first: the second page */
+    assert_int_equal(be->ops->map(be, base, 4 * MIB), COOP_ERR_BACKEND);
+    assert_int_equal(counters().mapped_bytes, 2 * MIB);
+    mock_fail_nth("cuCtxSynchronize", 1, CUDA_ERROR_ILLEGAL_ADDRESS);
+    coop_clear_error();
+    long refused = counters().refused_address_frees;
+    coop_backend_destroy(be);
+    cuda_mock_counters c = counters();
+    assert_int_equal(c.refused_address_frees, refused);
+    assert_int_equal(c.live_handles, 0);
+    assert_int_equal(c.mapped_bytes, 2 * MIB);
+    assert_int_equal(c.live_reservations, 1);
+    assert_reported("0 page handles, 2097152 bytes mapped, 1 reservations",
+                    "cuCtxSynchronize failed with CUDA_ERROR_ILLEGAL_ADDRESS");
+    leftovers l = {.base = base, .size = 8 * MIB, .mapped = {base + 2 * MIB}, .num_mapped = 1};
+    assert_int_equal(with_primary_context(give_back_in_context, &l), CUDA_SUCCESS);
+}
+
+static CUresult free_segment_in_context(void *arg)
+{
+    CUresult (*mem_free)(CUdeviceptr);
+    *(void **)&mem_free = dlsym(mock_lib, MOCK_SYMBOL(cuMemFree));
+    return mem_free(*(CUdeviceptr *)arg);
+}
+
+/* A segment the pool never gave back is device memory left with the driver
+ * for the life of the process: the destroy says so, as it does of pages
+ * (the backend cannot free it: the pool may still hand it out). */
+static void test_destroy_reports_a_segment_left(void **state)
+{
+    (void)state;
+    coop_backend *be = NULL;
+    assert_int_equal(coop_backend_cuda_create(0, false, &be), COOP_OK);
+    uintptr_t seg = 0;
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &seg), COOP_OK);
+    coop_clear_error();
+    stderr_begin();
+    coop_backend_destroy(be);
+    const char *said = stderr_end();
+    assert_non_null(strstr(said, "0 reservations, 1 segments and 0 events left"));
+    assert_reported("0 reservations, 1 segments and 0 events left",
+                    "none here: the pool had not given them back");
+    assert_int_equal(counters().live_segments, 1);
+    /* the mock's cuMemAlloc gives 256 bytes past a 512-byte boundary: the
+     * backend handed the segment out 256 bytes above what cuMemFree takes */
+    CUdeviceptr dptr = (CUdeviceptr)seg - 256;
+    assert_int_equal(with_primary_context(free_segment_in_context, &dptr), CUDA_SUCCESS);
+}
+
+/* The address after "unused segment at " in msg, or 0. */
+static CUdeviceptr unused_segment_named(const char *msg)
+{
+    const char *at = strstr(msg, "unused segment at ");
+    return at ? (CUdeviceptr)strtoull(at + strlen("unused segment at "), NULL, 16) : 0;
+}
+
+/* Two first tries (misaligned) kept because their cuMemFree failed, and
+ * failing again at the destroy: the destroy names the first failure (the
+ * first kept segment in its list, the one kept last), not the last. */
+static void test_destroy_names_the_first_unused_segment_failure(void **state)
+{
+    (void)state;
+    coop_backend *be = NULL;
+    assert_int_equal(coop_backend_cuda_create(0, false, &be), COOP_OK);
+    uintptr_t a = 0, b = 0;
+    mock_fail_from("cuMemFree", 1, CUDA_ERROR_UNKNOWN);
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &a), COOP_OK); /* keeps k1 */
+    coop_clear_error();
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MIB, &b), COOP_OK); /* keeps k2 */
+    CUdeviceptr k1 = unused_segment_named(coop_last_error());           /* its free failed again */
+    assert_int_not_equal(k1, 0);
+    coop_backend_cuda_held held;
+    coop_backend_cuda_held_now(be, &held);
+    assert_int_equal(held.segment_records, 4); /* a's and b's shifts, k1 and k2 */
+    mock_fail_nth("cuMemFree", 0, CUDA_SUCCESS);
+    assert_int_equal(be->ops->segment_free(be, a, 4 * MIB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 4 * MIB), COOP_OK);
+    mock_fail_from("cuMemFree", 1, CUDA_ERROR_UNKNOWN);
+    stderr_begin();
+    coop_backend_destroy(be);
+    (void)stderr_end();
+    mock_fail_nth("cuMemFree", 0, CUDA_SUCCESS);
+    assert_reported("2 segments and 0 events left", "cuMemFree failed with CUDA_ERROR_UNKNOWN");
+    CUdeviceptr k2 = unused_segment_named(coop_last_error());
+    assert_int_not_equal(k2, 0);
+    if (k2 == k1)
+        fail_msg("destroy named the last failure, not the first: %s", coop_last_error());
+    assert_int_equal(with_primary_context(free_segment_in_context, &k1), CUDA_SUCCESS);
+    assert_int_equal(with_primary_context(free_segment_in_context, &k2), CUDA_SUCCESS);
+}
+
 /* Without the context (cuCtxPushCurrent fails on this thread, which has
  * none) the destroy makes no driver call, and says what it leaves. A clean
  * destroy says nothing and leaves the thread's error as it was. */
@@ -918,6 +1136,12 @@ static void test_destroy_without_context(void **state)
 
     be = create_vmm();
     coop_set_error(COOP_ERR_INVALID, "the caller's message");
+    coop_backend_destroy(be);
+    assert_string_equal(coop_last_error(), "the caller's message");
+    /* nor does a failure that leaves nothing behind: nothing is reported */
+    be = create_vmm();
+    coop_set_error(COOP_ERR_INVALID, "the caller's message");
+    mock_fail_nth("cuCtxPushCurrent", 1, CUDA_ERROR_UNKNOWN);
     coop_backend_destroy(be);
     assert_string_equal(coop_last_error(), "the caller's message");
 }
@@ -1459,20 +1683,27 @@ int main(void)
     }
     *(void **)&mock_counters_fn = dlsym(mock_lib, "mock_cuda_counters");
     *(void **)&mock_fail_nth = dlsym(mock_lib, "mock_cuda_fail_nth");
+    *(void **)&mock_fail_from = dlsym(mock_lib, "mock_cuda_fail_from");
     *(void **)&mock_hold_streams = dlsym(mock_lib, "mock_cuda_hold_streams");
     *(void **)&mock_set_memory = dlsym(mock_lib, "mock_cuda_set_memory");
     *(void **)&mock_hold_stream = dlsym(mock_lib, "mock_cuda_hold_stream");
     *(void **)&mock_set_granularity = dlsym(mock_lib, "mock_cuda_set_granularity");
     *(void **)&mock_take_unsafe = dlsym(mock_lib, "mock_cuda_take_unsafe_releases");
+    *(void **)&mock_fail_call = dlsym(mock_lib, "mock_cuda_fail_call");
+    *(void **)&mock_calls = dlsym(mock_lib, "mock_cuda_calls");
     if (!mock_counters_fn || !mock_fail_nth || !mock_hold_streams || !mock_set_memory ||
-        !mock_hold_stream || !mock_set_granularity) {
+        !mock_hold_stream || !mock_set_granularity || !mock_fail_call || !mock_calls ||
+        !mock_fail_from) {
         fprintf(stderr, "backend_cuda_mock_test: mock driver lacks its controls\n");
         return 1;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_no_driver_fails_cleanly, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_empty_driver_variable_means_the_default, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_no_device, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_bad_device, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_device_memory_is_the_total, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_pages_unmap_alone, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_bad_ranges_leave_state, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_driver_failure_midway, use_mock, check_clean),
@@ -1481,6 +1712,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_vmm_unmap_failure_remaps_without_new_memory, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_unmap_undo_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_vmm_unmap_undo_leaves_strays_mapped, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_vmm_map_rollback_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_unmap_undo_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_oom_waits_for_the_newest_pending_event, use_mock,
@@ -1500,12 +1733,18 @@ int main(void)
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_caller_context_preserved, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_failed_pop_is_popped_later, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_popped_context_note_is_dropped, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_need_no_granularity, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_segments_ignore_a_bad_granularity, use_mock,
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_releases_everything, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_unmap_failure, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_sync_failure, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_reports_a_segment_left, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_names_the_first_unused_segment_failure,
+                                        use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_destroy_sync_failure_with_a_stray, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_destroy_without_context, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),

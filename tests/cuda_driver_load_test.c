@@ -45,6 +45,28 @@ static void test_driver_stays_loaded(void **state)
     create_and_destroy(); /* and a second pool uses it again */
 }
 
+/* A library that loads but lacks the driver's entry points is no driver:
+ * nothing of it was used, so it is unloaded again rather than kept for the
+ * life of the process as the driver is (libm stands in, loaded by nobody
+ * else in this static program). */
+static void test_a_library_that_is_no_driver_is_unloaded(void **state)
+{
+    (void)state;
+    assert_null(dlopen("libm.so.6", RTLD_NOW | RTLD_NOLOAD)); /* nobody loaded it yet */
+    setenv("COOP_CUDA_DRIVER", "libm.so.6", 1);
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    coop_pool *pool = NULL;
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_NO_DRIVER);
+    setenv("COOP_CUDA_DRIVER", mock_path, 1);
+    void *h = dlopen("libm.so.6", RTLD_NOW | RTLD_NOLOAD);
+    if (h) {
+        dlclose(h); /* (the reference NOLOAD took) */
+        fail_msg("libm.so.6 stays loaded after coop found it is no CUDA driver");
+    }
+}
+
 int main(void)
 {
     const char *builddir = getenv("COOP_TEST_BUILDDIR");
@@ -53,6 +75,7 @@ int main(void)
     setenv("COOP_CUDA_DRIVER", mock_path, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_driver_stays_loaded),
+        cmocka_unit_test(test_a_library_that_is_no_driver_is_unloaded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

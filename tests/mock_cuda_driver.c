@@ -72,11 +72,13 @@ static size_t num_work, cap_work;
 static uint64_t work_seq; /* numbers of work queued and events recorded */
 static bool streams_held; /* events stay incomplete */
 /* Armed failures: the Nth next call of an entry point fails (one slot per
- * entry point, four at most at a time). */
+ * entry point, four at most at a time); a sticky one fails every call from
+ * the Nth on, until the entry point is armed again. */
 #define MOCK_FAIL_SLOTS 4
 static struct {
     char name[64];
     int countdown;
+    bool sticky;
     CUresult rc;
 } armed[MOCK_FAIL_SLOTS];
 static long calls;        /* calls that acquire or act (not the releasing ones) */
@@ -176,6 +178,7 @@ static _Thread_local int ctx_depth;
 
 MOCK_EXPORT void mock_cuda_counters(cuda_mock_counters *out);
 MOCK_EXPORT void mock_cuda_fail_nth(const char *entry_point, int nth, int rc);
+MOCK_EXPORT void mock_cuda_fail_from(const char *entry_point, int nth, int rc);
 MOCK_EXPORT void mock_cuda_hold_streams(bool hold);
 MOCK_EXPORT void mock_cuda_set_memory(long bytes);
 MOCK_EXPORT void mock_cuda_set_granularity(size_t bytes);
@@ -205,8 +208,21 @@ void mock_cuda_fail_nth(const char *entry_point, int nth, int rc)
     if (slot >= 0) {
         strncpy(armed[slot].name, entry_point, sizeof armed[slot].name - 1);
         armed[slot].countdown = nth;
+        armed[slot].sticky = false;
         armed[slot].rc = (CUresult)rc;
     }
+    pthread_mutex_unlock(&mock_lock);
+}
+
+/* As mock_cuda_fail_nth, but every call from the nth on fails, until the
+ * entry point is armed again (mock_cuda_fail_nth with nth 0 disarms it). */
+void mock_cuda_fail_from(const char *entry_point, int nth, int rc)
+{
+    mock_cuda_fail_nth(entry_point, nth, rc);
+    pthread_mutex_lock(&mock_lock);
+    for (int i = 0; i < MOCK_FAIL_SLOTS; i++)
+        if (strcmp(armed[i].name, entry_point) == 0)
+            armed[i].sticky = true;
     pthread_mutex_unlock(&mock_lock);
 }
 
@@ -316,9 +332,13 @@ static CUresult injected(const char *name)
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&mock_lock);
     for (int i = 0; i < MOCK_FAIL_SLOTS; i++)
-        if (armed[i].name[0] && strcmp(armed[i].name, name) == 0 && --armed[i].countdown == 0) {
+        if (armed[i].name[0] && strcmp(armed[i].name, name) == 0 &&
+            (armed[i].sticky ? --armed[i].countdown <= 0 : --armed[i].countdown == 0)) {
             rc = armed[i].rc;
-            armed[i].name[0] = '\0';
+            if (armed[i].sticky)
+                armed[i].countdown = 0; /* no wrap, however many calls */
+            else
+                armed[i].name[0] = '\0';
         }
     if (!releases(name) && ++calls == fail_call_at) {
         rc = fail_call_rc;
@@ -729,7 +749,9 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemA
         (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
          option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
         return CUDA_ERROR_INVALID_VALUE;
-    *granularity = granule;
+    /* the recommended granularity may exceed the minimum (the driver says
+     * so); here it does, so that a backend asking for the wrong one shows */
+    *granularity = option == CU_MEM_ALLOC_GRANULARITY_MINIMUM ? granule : 2 * granule;
     return CUDA_SUCCESS;
 }
 

@@ -840,6 +840,84 @@ static void test_walk(void **state)
     coop_pool_destroy(p);
 }
 
+/* What a walk of a segment pool reports: each segment's mapped bytes are
+ * its size (a segment is mapped whole), a free block asks for nothing, and a
+ * visitor's nonzero return stops the whole walk, not just its segment. */
+typedef struct walk_seen {
+    size_t segments, blocks;
+    int stop_at_block; /* the visitor returns nonzero at this block (0: never) */
+    uint64_t segment_size, segment_mapped, free_requested;
+} walk_seen;
+
+static int seen_segment(const coop_segment_info *si, void *ctx)
+{
+    walk_seen *w = ctx;
+    w->segments++;
+    w->segment_size += si->size;
+    w->segment_mapped += si->mapped_bytes;
+    return 0;
+}
+
+static int seen_block(const coop_block_info *bi, void *ctx)
+{
+    walk_seen *w = ctx;
+    w->blocks++;
+    if (bi->state == COOP_BLOCK_FREE)
+        w->free_requested += bi->requested_size;
+    return w->stop_at_block && (int)w->blocks == w->stop_at_block;
+}
+
+static void test_walk_of_segments(void **state)
+{
+    (void)state;
+    coop_pool *p = make_segment_pool(64 * MiB, 4 * MiB);
+    void *a = coop_malloc(p, 1 * MiB, 0, 0, NULL), *b = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    assert_non_null(a); /* a and a free rest in one segment, b alone in another */
+    assert_non_null(b);
+    walk_seen w = {0};
+    assert_int_equal(coop_walk(p, seen_segment, seen_block, &w), COOP_OK);
+    assert_int_equal(w.segments, 2);
+    assert_int_equal(w.blocks, 3);
+    assert_int_equal(w.segment_size, 8 * MiB);
+    assert_int_equal(w.segment_mapped, 8 * MiB);
+    w = (walk_seen){.stop_at_block = 1};
+    assert_int_equal(coop_walk(p, seen_segment, seen_block, &w), COOP_OK);
+    assert_int_equal(w.segments, 1);
+    assert_int_equal(w.blocks, 1);
+    coop_free(p, a);
+    coop_free(p, b);
+    coop_pool_destroy(p);
+}
+
+/* A free block's requested size is 0 in a walk: the bytes that hold an
+ * allocated block's request hold a free block's index links, so a free block
+ * with a left child in the free index would show its pointer instead. Sixteen
+ * free blocks of one size share a treap, ordered by address, whose shape
+ * depends on hashed addresses: one without a left child anywhere (a chain to
+ * the right) has a chance of 1 in 16! and fails the test's precondition. */
+static void test_walk_free_blocks_ask_for_nothing(void **state)
+{
+    (void)state;
+    coop_pool *p = make_segment_pool(64 * MiB, 4 * MiB);
+    void *blocks[32];
+    for (int i = 0; i < 32; i++)
+        assert_non_null(blocks[i] = coop_malloc(p, 64 << 10, 0, 0, NULL));
+    for (int i = 0; i < 32; i += 2)
+        assert_int_equal(coop_free(p, blocks[i]), COOP_OK);
+    bool has_left = false;
+    for (const arena_segment *seg = arena_first_segment(pool_arena(p)); seg; seg = seg->next)
+        for (const arena_block *b = seg->first; b; b = b->next)
+            has_left |= b->state == COOP_BLOCK_FREE && b->index_node.left;
+    assert_true(has_left);
+    walk_seen w = {0};
+    assert_int_equal(coop_walk(p, NULL, seen_block, &w), COOP_OK);
+    assert_int_equal(w.blocks, 33);
+    assert_int_equal(w.free_requested, 0);
+    for (int i = 1; i < 32; i += 2)
+        assert_int_equal(coop_free(p, blocks[i]), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* Mapping: pages stay mapped after free, empty_cache unmaps wholly free pages. */
 static void test_mapping_and_empty_cache(void **state)
 {
@@ -1909,6 +1987,71 @@ static void test_check_detects_each_corruption(void **state)
     coop_pool_destroy(p);
 }
 
+/* The pending list's and the stream queues' checks that the block walk and
+ * the counts cannot stand in for, one at a time: each corruption leaves every
+ * count equal, so only the named check sees it. */
+static void test_check_detects_each_pending_corruption(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    arena *a = pool_arena(p);
+    void *pa = coop_malloc(p, 8192, 1, 0, NULL), *pb = coop_malloc(p, 8192, 1, 0, NULL);
+    void *used = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_non_null(used);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+    assert_int_equal(coop_record_stream(p, pa, 7), COOP_OK);
+    assert_int_equal(coop_record_stream(p, pb, 7), COOP_OK);
+    assert_int_equal(coop_record_stream(p, used, 7), COOP_OK);
+    assert_int_equal(coop_free(p, pa), COOP_OK);
+    assert_int_equal(coop_free(p, pb), COOP_OK);
+    arena_block *ba = arena_lookup(a, (uintptr_t)pa), *bb = arena_lookup(a, (uintptr_t)pb);
+    arena_block *bu = arena_lookup(a, (uintptr_t)used);
+    block_uses *ua = ba->uses, *ub = bb->uses, *uu = bu->uses;
+    assert_ptr_equal(p->pending, ub); /* the list: ub (freed last), then ua */
+    assert_ptr_equal(ub->pending_next, ua);
+    assert_null(ua->pending_next);
+    pending_queue *q = &p->queues[0];
+    assert_int_equal(q->len, 2); /* the queue: ua's event, then ub's */
+    assert_ptr_equal(q->refs[q->head].u, ua);
+    assert_ptr_equal(q->refs[q->head + 1].u, ub);
+    assert_non_null(uu);
+    assert_null(uu->events);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+
+    /* a pending block without its uses */
+    EXPECT_CAUGHT(p, "has no events in its slots", ba->uses = NULL, ba->uses = ua);
+    /* the list: an allocated block's uses linked in; a copy of ub in its place
+     * (its block's uses are ub); ua dropped from it */
+    EXPECT_CAUGHT(p, "pending list entry",
+                  (ua->pending_next = uu, uu->pending_prev = ua, uu->pending_next = NULL),
+                  (ua->pending_next = NULL, uu->pending_prev = NULL));
+    block_uses copy = *ub;
+    EXPECT_CAUGHT(p, "pending list entry", (p->pending = &copy, ua->pending_prev = &copy),
+                  (p->pending = ub, ua->pending_prev = ub));
+    /* (ua's event taken off the queue too, so that the events counted agree) */
+    EXPECT_CAUGHT(p, "2 pending blocks, 1 listed", (ub->pending_next = NULL, q->head++, q->len--),
+                  (ub->pending_next = ua, q->head--, q->len++));
+    /* the queue: a ref to the copy of ub; to the allocated block's uses; an
+     * event on another stream than the queue's */
+    EXPECT_CAUGHT(p, "queue holds a stale event", q->refs[q->head + 1].u = &copy,
+                  q->refs[q->head + 1].u = ub);
+    EXPECT_CAUGHT(p, "queue holds a stale event", q->refs[q->head].u = uu, q->refs[q->head].u = ua);
+    EXPECT_CAUGHT(p, "queue holds a stale event", ua->streams[0] = 8, ua->streams[0] = 7);
+    /* ua's event unrecorded (and counted so) while its ref is queued, ub's
+     * dropped from the queue: the counts agree, the queued ref is stale */
+    coop_event ev = ua->events[0];
+    EXPECT_CAUGHT(p, "queue holds a stale event",
+                  (ua->events[0] = NO_EVENT, p->num_unqueued++, q->len--),
+                  (ua->events[0] = ev, p->num_unqueued--, q->len++));
+    /* ub's event neither queued nor unrecorded */
+    EXPECT_CAUGHT(p, "pending events: 1 queued, 0 unrecorded (0 counted), 2 not yet done", q->len--,
+                  q->len++);
+
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    coop_free(p, used);
+    coop_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1940,6 +2083,8 @@ int main(void)
         cmocka_unit_test(test_forget_stream_frees_its_set),
         cmocka_unit_test(test_forget_stream_leaves_no_event_to_record),
         cmocka_unit_test(test_walk),
+        cmocka_unit_test(test_walk_of_segments),
+        cmocka_unit_test(test_walk_free_blocks_ask_for_nothing),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_set_capacity),
@@ -1969,6 +2114,7 @@ int main(void)
         cmocka_unit_test(test_single_thread),
         cmocka_unit_test(test_no_metadata_leak),
         cmocka_unit_test(test_check_detects_each_corruption),
+        cmocka_unit_test(test_check_detects_each_pending_corruption),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
