@@ -66,6 +66,7 @@ static void test_a_library_that_is_no_driver_is_unloaded(void **state)
     if (!lib) {
         print_message("every stand-in library is loaded already: nothing to check\n");
         skip();
+        return; /* skip() longjmps; the analyser does not know it */
     }
     setenv("COOP_CUDA_DRIVER", lib, 1);
     coop_config config;
