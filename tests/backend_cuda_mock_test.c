@@ -782,6 +782,38 @@ static const char *stderr_end(void)
     return text;
 }
 
+/* The mock's context calls, as an application would make them. */
+typedef struct ctx_calls {
+    CUresult (*get)(CUcontext *);
+    CUresult (*push)(CUcontext);
+    CUresult (*pop)(CUcontext *);
+} ctx_calls;
+
+static ctx_calls resolve_ctx_calls(void)
+{
+    ctx_calls c;
+    *(void **)&c.get = dlsym(mock_lib, "cuCtxGetCurrent");
+    *(void **)&c.push = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPushCurrent));
+    *(void **)&c.pop = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPopCurrent));
+    return c;
+}
+
+/* Reserves 8 MiB at *base with the reservation's cuCtxPopCurrent failing,
+ * which leaves the primary context current on this thread; returns that
+ * context. *said: what the reservation wrote on stderr. */
+static CUcontext reserve_leaving_primary_current(coop_backend *be, const ctx_calls *c,
+                                                 uintptr_t *base, const char **said)
+{
+    mock_fail_nth("cuCtxPopCurrent", 1, CUDA_ERROR_UNKNOWN);
+    stderr_begin();
+    assert_int_equal(be->ops->reserve(be, 8 * MIB, base), COOP_OK);
+    *said = stderr_end();
+    CUcontext primary = NULL;
+    assert_int_equal(c->get(&primary), CUDA_SUCCESS);
+    assert_non_null(primary);
+    return primary;
+}
+
 /* A push of the primary context whose cuCtxPopCurrent fails leaves it
  * current on the caller's thread (here a thread with no context). The call
  * itself succeeded and says so, with stderr saying what stays; the next
@@ -790,24 +822,15 @@ static void test_failed_pop_is_popped_later(void **state)
 {
     (void)state;
     coop_backend *be = create_vmm();
-    CUresult (*get)(CUcontext *);
-    CUresult (*push)(CUcontext);
-    CUresult (*pop)(CUcontext *);
-    *(void **)&get = dlsym(mock_lib, "cuCtxGetCurrent");
-    *(void **)&push = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPushCurrent));
-    *(void **)&pop = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPopCurrent));
-    CUcontext cur = NULL, primary = NULL;
+    ctx_calls c = resolve_ctx_calls();
+    CUcontext cur = NULL;
     uintptr_t base = 0;
-    mock_fail_nth("cuCtxPopCurrent", 1, CUDA_ERROR_UNKNOWN);
-    stderr_begin();
-    assert_int_equal(be->ops->reserve(be, 8 * MIB, &base), COOP_OK);
-    const char *said = stderr_end();
+    const char *said;
+    CUcontext primary = reserve_leaving_primary_current(be, &c, &base, &said);
     assert_non_null(strstr(said, "cuCtxPopCurrent failed with CUDA_ERROR_UNKNOWN"));
     assert_non_null(strstr(said, "primary context may stay current on this thread"));
-    assert_int_equal(get(&primary), CUDA_SUCCESS);
-    assert_non_null(primary);
     assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK);
-    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_int_equal(c.get(&cur), CUDA_SUCCESS);
     assert_null(cur);
 
     /* a failed call keeps its message */
@@ -821,15 +844,15 @@ static void test_failed_pop_is_popped_later(void **state)
 
     /* once another context is current over it, it is not coop's to pop */
     static char other_ctx;
-    assert_int_equal(push((CUcontext)(void *)&other_ctx), CUDA_SUCCESS);
+    assert_int_equal(c.push((CUcontext)(void *)&other_ctx), CUDA_SUCCESS);
     assert_int_equal(be->ops->unmap(be, base, 2 * MIB, &(uint64_t){0}), COOP_OK);
-    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_int_equal(c.get(&cur), CUDA_SUCCESS);
     assert_ptr_equal(cur, &other_ctx);
-    assert_int_equal(pop(&cur), CUDA_SUCCESS);
+    assert_int_equal(c.pop(&cur), CUDA_SUCCESS);
     assert_int_equal(be->ops->release(be, base, 8 * MIB), COOP_OK);
-    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_int_equal(c.get(&cur), CUDA_SUCCESS);
     assert_ptr_equal(cur, primary);
-    assert_int_equal(pop(&cur), CUDA_SUCCESS);
+    assert_int_equal(c.pop(&cur), CUDA_SUCCESS);
     coop_backend_destroy(be);
 }
 
@@ -841,32 +864,23 @@ static void test_popped_context_note_is_dropped(void **state)
 {
     (void)state;
     coop_backend *be = create_vmm();
-    CUresult (*get)(CUcontext *);
-    CUresult (*push)(CUcontext);
-    CUresult (*pop)(CUcontext *);
-    *(void **)&get = dlsym(mock_lib, "cuCtxGetCurrent");
-    *(void **)&push = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPushCurrent));
-    *(void **)&pop = dlsym(mock_lib, MOCK_SYMBOL(cuCtxPopCurrent));
-    CUcontext cur = NULL, primary = NULL;
+    ctx_calls c = resolve_ctx_calls();
+    CUcontext cur = NULL;
     uintptr_t base = 0;
-    mock_fail_nth("cuCtxPopCurrent", 1, CUDA_ERROR_UNKNOWN);
-    stderr_begin();
-    assert_int_equal(be->ops->reserve(be, 8 * MIB, &base), COOP_OK);
-    (void)stderr_end();
-    assert_int_equal(get(&primary), CUDA_SUCCESS);
-    assert_non_null(primary);
+    const char *said;
+    CUcontext primary = reserve_leaving_primary_current(be, &c, &base, &said);
     assert_int_equal(be->ops->map(be, base, 2 * MIB), COOP_OK); /* pops it */
-    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_int_equal(c.get(&cur), CUDA_SUCCESS);
     assert_null(cur);
     /* the application's own push of the primary context */
-    assert_int_equal(push(primary), CUDA_SUCCESS);
+    assert_int_equal(c.push(primary), CUDA_SUCCESS);
     assert_int_equal(be->ops->map(be, base + 2 * MIB, 2 * MIB), COOP_OK);
-    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_int_equal(c.get(&cur), CUDA_SUCCESS);
     assert_ptr_equal(cur, primary);
     assert_int_equal(be->ops->release(be, base, 8 * MIB), COOP_OK);
-    assert_int_equal(get(&cur), CUDA_SUCCESS);
+    assert_int_equal(c.get(&cur), CUDA_SUCCESS);
     assert_ptr_equal(cur, primary);
-    assert_int_equal(pop(&cur), CUDA_SUCCESS);
+    assert_int_equal(c.pop(&cur), CUDA_SUCCESS);
     coop_backend_destroy(be);
 }
 
