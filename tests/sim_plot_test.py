@@ -63,7 +63,12 @@ def check_figure(d):
     want("titles", [ax.get_title() for ax in axes.flat[:4]],
          ["a (arena)", "a (ideal)", "densenet (arena)", "lstm-train-step (arena)"])
     want("unused panels shown", [ax.axison for ax in axes.flat[4:]], [False, False])
-    want("suptitle", fig._suptitle.get_text() if fig._suptitle else None, "the title")
+    # get_suptitle() came in matplotlib 3.8; Debian 12's 3.6 keeps it in _suptitle.
+    if hasattr(fig, "get_suptitle"):
+        suptitle = fig.get_suptitle() or None
+    else:
+        suptitle = fig._suptitle.get_text() if fig._suptitle else None
+    want("suptitle", suptitle, "the title")
     ax = axes.flat[0]
     want("budget axis reversed", ax.xaxis_inverted(), True)
     lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
