@@ -48,6 +48,11 @@ done
 # the table's growth is each layout's time over its own at the first count
 got=$($coop bench --floor --live 1000 | awk 'NR > 1 { print $2, $NF }' | tr '\n' ' ')
 [ "$got" = "coop 1.00x compact 1.00x minimal 1.00x " ] || fail "floor's growth column: $got"
+# ... at a later count too: its time over the first (both as printed, to rounding)
+$coop bench --floor --live 1000,100000 | awk 'NR > 1 {
+        if (!($2 in first)) first[$2] = $7
+        d = $8 - $7 / first[$2]; if (d > 0.015 || d < -0.015) bad = 1 }
+    END { exit bad }' || fail "floor's growth at 100000: $($coop bench --floor --live 1000,100000)"
 # Beyond ~430k live blocks the automatic capacity (8 x the live bytes) and
 # its 2x of address space passed x86-64's 128 TiB: coop's column failed
 # with 'cannot reserve'. It is capped at 32 TiB (one batch: under a second).
@@ -72,6 +77,15 @@ footprint() {
 }
 a=$(footprint 1) && b=$(footprint 1) && c=$(footprint 2) || fail "--seed: exited $?"
 [ "$a" = "$b" ] && [ "$a" != "$c" ] || fail "--seed 1, 1, 2: $a / $b / $c"
+# without --seed and --batches: seed 1 and 200 batches (the pairs drawn)
+a=$($coop bench --json --only coop --live 100 | grep -o '"coop_footprint_over_live": [0-9.]*') &&
+    b=$($coop bench --json --only coop --live 100 --seed 1 --batches 200 |
+        grep -o '"coop_footprint_over_live": [0-9.]*') || fail "defaults: exited $?"
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "default seed and batches: $a, not $b"
+# without --live: 1000, 10000 and 100000 live blocks
+got=$($coop bench --json --only coop --batches 1 | grep -o '"live_blocks": [0-9]*' | cut -d' ' -f2 |
+    tr '\n' ' ') || fail "default live counts: exited $?"
+[ "$got" = "1000 10000 100000 " ] || fail "default live counts: $got"
 # --capacity-gib is GiB: 16 of them hold 10 blocks of up to 256 MiB
 out=$($coop bench --json --only coop --capacity-gib 16 --batches 1 --live 10) ||
     fail "--capacity-gib 16 exited $?"
@@ -89,6 +103,10 @@ else
         fail "2 PiB capacity: $(cat "$err")"
 fi
 rm -f "$err"
+# ... which --only jemalloc does not make
+out=$($coop bench --json --only jemalloc --capacity-gib 1048576 --batches 1 --live 10) ||
+    fail "--only jemalloc with a capacity coop cannot reserve: exited $?"
+positive "$out" jemalloc_ns_per_pair || fail "--only jemalloc with a capacity coop cannot reserve: $out"
 # the table's ratio is coop's time over jemalloc's
 $coop bench --batches 1 --live 100 >"${TMPDIR:-/tmp}/coop-bench-$$" || fail "table exited $?"
 awk 'NR == 2 { d = $4 - $2 / $3; exit !(d < 0.015 && d > -0.015) }' "${TMPDIR:-/tmp}/coop-bench-$$" ||

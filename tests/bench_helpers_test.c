@@ -2,7 +2,8 @@
  * speed: a seed that maps to a zero state still draws, so that no --seed
  * turns the workload into one size and one victim, or --latency's chase into
  * a sequential walk; the generator is xorshift64* and its units fill [0, 1);
- * the median of an even count is the mean of the two middle values. */
+ * the median of an even count is the mean of the two middle values, and its
+ * sort's comparison is a three-way one, as qsort asks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -81,12 +82,27 @@ static void median_of_odd_and_even_counts(void **state)
     assert_true(bench_median(four, 4) == 30);
 }
 
+/* qsort's contract: negative, zero or positive as the first is less than,
+ * equal to or greater than the second (a comparison that never says "less"
+ * sorts right only where the library happens to ask "greater" alone). */
+static void the_sort_compares_three_ways(void **state)
+{
+    (void)state;
+    double one = 1, two = 2;
+    assert_true(bench_cmp_double(&one, &two) < 0);
+    assert_true(bench_cmp_double(&two, &one) > 0);
+    assert_true(bench_cmp_double(&one, &one) == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(a_zero_seed_still_draws),       cmocka_unit_test(other_seeds_are_kept),
-        cmocka_unit_test(draws_are_xorshift64_star),     cmocka_unit_test(units_fill_zero_to_one),
+        cmocka_unit_test(a_zero_seed_still_draws),
+        cmocka_unit_test(other_seeds_are_kept),
+        cmocka_unit_test(draws_are_xorshift64_star),
+        cmocka_unit_test(units_fill_zero_to_one),
         cmocka_unit_test(median_of_odd_and_even_counts),
+        cmocka_unit_test(the_sort_compares_three_ways),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

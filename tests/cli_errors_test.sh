@@ -42,12 +42,19 @@ if $coop -h >"$tmp/out" 2>"$tmp/err" && grep -q "^usage: coop COMMAND" "$tmp/out
 else
     echo "FAIL: coop -h: $(cat "$tmp/out" "$tmp/err")"; failures=$((failures + 1))
 fi
+# the usage lists every command
+for command in replay sim convert bench; do
+    grep -q "^  $command " "$tmp/out" || { echo "FAIL: coop -h does not list $command: $(cat "$tmp/out")"; failures=$((failures + 1)); }
+done
 if $coop --version >"$tmp/out" 2>"$tmp/err" && grep -qx "coop [0-9][0-9a-z.+-]*" "$tmp/out"; then
     echo "ok: coop --version: $(cat "$tmp/out")"
 else
     echo "FAIL: coop --version: $(cat "$tmp/out" "$tmp/err")"; failures=$((failures + 1))
 fi
+# one line, ended by its newline (wc -l counts newlines)
+[ "$(wc -l <"$tmp/out")" -eq 1 ] || { echo "FAIL: coop --version is not one line: '$(cat "$tmp/out")'"; failures=$((failures + 1)); }
 expect 2 "unknown command 'bogus'" $coop bogus
+grep -q "^usage: coop COMMAND" "$tmp/err" || { echo "FAIL: no usage after an unknown command: $(cat "$tmp/err")"; failures=$((failures + 1)); }
 
 expect 2 "coop sim: unknown option '--bogus'" $coop sim --bogus
 expect 2 "coop sim: unknown option '-x'" $coop sim -xyz
@@ -56,6 +63,16 @@ expect 2 "coop replay: unknown option '-x'" $coop replay -xyz
 expect 2 "coop sim: unknown option '-x'" $coop sim --json -xh
 expect 2 "coop replay: unknown option '-z'" $coop replay --json -zq
 expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1
+# the argument after it is a path, not a short cluster, though it holds the option's letter
+expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1 "$traces/unet-train-step.ops.jsonl.gz"
+# --help is the usage on stdout (0); an unknown option's message is followed by it
+if $coop sim --help >"$tmp/out" 2>"$tmp/err" && grep -q "^usage: coop sim" "$tmp/out" && [ ! -s "$tmp/err" ]; then
+    echo "ok: coop sim --help"
+else
+    echo "FAIL: coop sim --help: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
+expect 2 "coop sim: unknown option '--bogus'" $coop sim --bogus "$traces/unet-train-step.ops.jsonl.gz"
+grep -q "^usage: coop sim" "$tmp/err" || { echo "FAIL: no usage after an unknown option: $(cat "$tmp/err")"; failures=$((failures + 1)); }
 # an unknown long option leaves optopt 0: named whole, even before a short cluster
 expect 2 "coop sim: unknown option '--bogus'" $coop sim --bogus -n
 expect 2 "coop replay: unknown option '--bogus'" $coop replay --bogus -j
@@ -82,6 +99,9 @@ expect 2 "budget ratio '1e-7' gives an arena of 0 bytes (175 of the peak's 17573
 [ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
 expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not '0'" $coop sim --stable-min-ratio=0 "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not 'x'" $coop sim --stable-min-ratio=x "$traces/unet-train-step.ops.jsonl.gz"
+# a number must fill the value, for the step and the threshold as for the others
+expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not '0.05x'" $coop sim --stable-min-ratio=0.05x "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--partition takes off or a threshold >= 0 (ns/byte), not '1e-2x'" $coop sim --partition 1e-2x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--overhead-limit must be a finite number >= 1, not '3x'" $coop sim --overhead-limit 3x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--overhead-limit must be a finite number >= 1, not 'inf'" $coop sim --overhead-limit inf "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "unknown policy 'nope'" $coop sim --policy nope "$traces/unet-train-step.ops.jsonl.gz"
@@ -137,12 +157,25 @@ expect 2 "--floor does not take --only" $coop bench --floor --only coop
 expect 2 "--latency does not take --capacity-gib" $coop bench --latency --capacity-gib 1
 expect 2 "--only wants coop or jemalloc, got 'both'" $coop bench --only both
 expect 2 "unknown or incomplete option '--batches'" $coop bench --batches
+for option in --only --seed --live --capacity-gib; do
+    expect 2 "unknown or incomplete option '$option'" $coop bench $option
+done
+# -h is --help's short form: the usage on stdout, nothing run
+if $coop bench -h >"$tmp/out" 2>"$tmp/err" && head -1 "$tmp/out" | grep -q "^usage: coop bench" && [ ! -s "$tmp/err" ]; then
+    echo "ok: coop bench -h"
+else
+    echo "FAIL: coop bench -h: $(cat "$tmp/out" "$tmp/err")"; failures=$((failures + 1))
+fi
+# --latency takes --seed: the next option is the one named
+expect 2 "--latency does not take --only" $coop bench --latency --seed 3 --only coop
 expect 2 "got '-1'" $coop bench --seed -1
 expect 2 "got '99999999999999999999999'" $coop bench --seed 99999999999999999999999
 expect 2 "got '010x'" $coop bench --seed 010x
 # comma lists: an empty item is an error in every command, never skipped
 expect 2 "--live: item 2 of '1000,' is empty" $coop bench --live 1000,
 expect 2 "--live: more than 8 items" $coop bench --live 1,2,3,4,5,6,7,8,9
+# 8 items are the most, not too many (refused only after parsing: no run starts)
+expect 2 "--latency does not take --live" $coop bench --latency --live 1,2,3,4,5,6,7,8
 expect 2 "--policy: item 2 of 'dtr,,lru' is empty" $coop sim --policy dtr,,lru "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--budget: item 1 of ',0.5' is empty" $coop sim --budget ,0.5 "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--policy: item 1 of '' is empty" $coop replay --policy '' "$traces/unet-train-step.trace.gz"
@@ -152,6 +185,7 @@ expect 2 "--capacity '12QB' is not a byte count" $coop replay --capacity 12QB "$
 # --page and --capacity are checked where they are parsed (they were
 # refused later as a skipped policy, exit 1, naming other values)
 expect 2 "--page '1' is not a power of two from 512 bytes" $coop replay --policy coop --page 1 "$traces/unet-train-step.trace.gz"
+expect 2 "--page '256' is not a power of two from 512 bytes" $coop replay --policy coop --page 256 "$traces/unet-train-step.trace.gz"
 expect 2 "--page '0x8000000000000000' is not a power of two" $coop replay --policy coop --page 0x8000000000000000 "$traces/unet-train-step.trace.gz"
 # not a power of two, though above 512 (coop's pool refused it later, as a bad trace)
 expect 2 "--page '3000' is not a power of two from 512 bytes to 2^53" $coop replay --policy coop --page 3000 "$traces/unet-train-step.trace.gz"
@@ -174,6 +208,14 @@ else
     echo "FAIL: --capacity 08 or 0x10M: $(cat "$tmp/err")"; failures=$((failures + 1))
 fi
 expect 2 "unknown policy 'nope'" $coop replay --policy nope "$traces/unet-train-step.trace.gz"
+# without a trace, the bundled ones: every allocation trace, then every GPU snapshot
+if $coop replay --json --policy ideal >"$tmp/out" 2>"$tmp/err"; then
+    got=$(grep -o '"path":"[^"]*"' "$tmp/out" | sed -e 's/.*\.cuda\.pickle\.gz"$/cuda.pickle/' -e 's/.*\.trace\.gz"$/trace/' | uniq -c | awk '{ print $1, $2 }' | tr '\n' ' ')
+    want="$(ls "$traces"/*.trace.gz | wc -l | tr -d ' ') trace $(ls "$traces"/*.cuda.pickle.gz | wc -l | tr -d ' ') cuda.pickle "
+    [ "$got" = "$want" ] || { echo "FAIL: the bundled traces: $got, not $want"; failures=$((failures + 1)); }
+else
+    echo "FAIL: coop replay without a trace: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
 # a policy listed twice gave two identical rows (coop sim refuses it too)
 expect 2 "coop replay: policy 'coop' is listed twice" $coop replay --policy coop,ideal,coop "$traces/unet-train-step.trace.gz"
 expect 2 "coop replay: policy 'ideal' is listed twice" $coop replay --policy coop,ideal,ideal "$traces/unet-train-step.trace.gz"
@@ -193,11 +235,32 @@ ln -s keep.trace "$tmp/keep-link.trace"
 expect 2 "is the trace $tmp/keep-link.trace" $coop replay --policy ideal --timeline "$tmp/keep.trace" "$tmp/keep-link.trace"
 expect 2 "coop replay: cannot write --timeline $tmp/no/such/dir/t" $coop replay --policy ideal --timeline "$tmp/no/such/dir/t" "$tmp/keep.trace"
 expect 2 "$tmp/none: cannot open" $coop replay "$tmp/none"
+# the message is one line, ended by its newline
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || { echo "FAIL: not one line: '$(cat "$tmp/err")'"; failures=$((failures + 1)); }
+# where stdout and stderr meet, the table of the traces measured comes before
+# the error that stopped the run
+$coop replay --policy ideal "$tmp/keep.trace" "$tmp/bad.trace" >"$tmp/both" 2>&1
+if head -1 "$tmp/both" | grep -q "^trace " && tail -1 "$tmp/both" | grep -q "bad.trace:3"; then
+    echo "ok: the table, then the error"
+else
+    echo "FAIL: the table and the error: $(cat "$tmp/both")"; failures=$((failures + 1))
+fi
+# JSON rows are out as each trace is measured: before the next trace's note
+$coop replay --json --policy ideal,recorded "$tmp/keep.trace" "$tmp/keep.trace" >"$tmp/both" 2>&1
+if sed -n 1p "$tmp/both" | grep -q "no recorded row" && sed -n 2p "$tmp/both" | grep -q '^{' &&
+    sed -n 3p "$tmp/both" | grep -q "no recorded row"; then
+    echo "ok: each trace's rows before the next trace's note"
+else
+    echo "FAIL: rows and notes: $(cat "$tmp/both")"; failures=$((failures + 1))
+fi
 expect 2 "bad.trace:3" $coop replay "$tmp/bad.trace"
 # live bytes that reach 2^63 (128 blocks of 2^56 - 1, then one more): the
 # replay refuses the trace as bad input (2), not as a failed policy
 { echo "coop-trace 1"; i=0; while [ $i -le 128 ]; do echo "A $i 72057594037927935 0"; i=$((i + 1)); done; } >"$tmp/huge.trace"
 expect 2 "huge.trace: event 128 (id 128, 72057594037927935 bytes) brings the live bytes to 2^63 or more" $coop replay --json --policy ideal "$tmp/huge.trace"
+# a first trace that stops the run measured nothing: no table (a header alone came)
+expect 2 "brings the live bytes to 2^63 or more" $coop replay --policy ideal "$tmp/huge.trace"
+[ ! -s "$tmp/out" ] || { echo "FAIL: a table for no row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
 printf 'coop-trace 1\nA 0 18446744073709551615 0\nF 0\n' >"$tmp/big.trace"
 expect 2 "big.trace:2: size 18446744073709551615 is too large (sizes must be below 2^56)" $coop replay --json --policy torch,ideal "$tmp/big.trace"
 
@@ -234,11 +297,14 @@ grep -q '"policy":"ideal"' "$tmp/out" || { echo "FAIL: no ideal row beside the s
 expect 0 "unet-train-step.trace.gz: no recorded row: the trace holds no recorded segments" $coop replay --policy recorded "$traces/unet-train-step.trace.gz"
 
 # Results that cannot be written are a failure (1), not a silent success.
-# expect_full CMD...: CMD with stdout on /dev/full exits 1 and says so.
+# expect_full MESSAGE CMD...: CMD with stdout on /dev/full exits 1 and says
+# so, its message naming the command.
 expect_full() {
+    message=$1
+    shift
     "$@" >/dev/full 2>"$tmp/err"
     got=$?
-    if [ "$got" -ne 1 ] || ! grep -q "writing standard output failed" "$tmp/err"; then
+    if [ "$got" -ne 1 ] || ! grep -qF -- "$message" "$tmp/err"; then
         echo "FAIL: '$* >/dev/full' exited $got: $(head -3 "$tmp/err")"
         failures=$((failures + 1))
     else
@@ -247,11 +313,13 @@ expect_full() {
 }
 if [ -w /dev/full ]; then
     printf 'coop-trace 1\nA 0 4096 0\nF 0\n' >"$tmp/small.trace"
-    expect_full $coop replay --json --policy ideal "$tmp/small.trace"
-    expect_full $coop replay --policy ideal "$tmp/small.trace"
-    expect_full $coop sim --no-min-ratio --policy dtr --budget 0.5 "$traces/unet-train-step.ops.jsonl.gz"
-    expect_full $coop bench --live 10 --batches 1
-    expect_full $coop --help
+    expect_full "coop replay: writing standard output failed" $coop replay --json --policy ideal "$tmp/small.trace"
+    expect_full "coop replay: writing standard output failed" $coop replay --policy ideal "$tmp/small.trace"
+    expect_full "coop sim: writing standard output failed" $coop sim --no-min-ratio --policy dtr --budget 0.5 "$traces/unet-train-step.ops.jsonl.gz"
+    expect_full "coop bench: writing standard output failed" $coop bench --live 10 --batches 1
+    # with the reason, where the failed flush is the first write
+    expect_full "coop: writing standard output failed: No space left on device" $coop --help
+    expect_full "coop: writing standard output failed: No space left on device" $coop --version
     # a command that failed keeps its own status (2: bad input) when its
     # output is lost too, and a --timeline that cannot be written is 1
     $coop replay --policy ideal "$tmp/small.trace" "$tmp/bad.trace" >/dev/full 2>"$tmp/err"
@@ -262,6 +330,8 @@ if [ -w /dev/full ]; then
         echo "FAIL: a bad trace with stdout on /dev/full exited $got: $(cat "$tmp/err")"; failures=$((failures + 1))
     fi
     expect 1 "coop replay: writing --timeline /dev/full failed" $coop replay --policy ideal --timeline /dev/full "$tmp/small.trace"
+    # ... but a bad trace's 2 stands
+    expect 2 "bad.trace:3" $coop replay --policy ideal --timeline /dev/full "$tmp/small.trace" "$tmp/bad.trace"
     # rows of one trace beyond stdio's buffer (a long path in each) fail in the
     # middle of the trace's rows: said there, and the run stops
     long="$tmp"

@@ -186,10 +186,14 @@ static int teardown(void **state)
     return 0;
 }
 
+/* --help: the usage on stdout, and nothing on stderr */
 static void help_exits_zero(void **unused)
 {
     (void)unused;
     assert_int_equal(RUN("--help"), 0);
+    if (strncmp(slurp("out.txt"), "usage: coop replay", 18))
+        fail_msg("no usage on stdout: '%s'", slurp("out.txt"));
+    assert_string_equal(slurp("err.txt"), "");
 }
 
 static void bad_arguments_exit_two(void **unused)
@@ -547,8 +551,11 @@ static void non_default_torch_settings_are_flagged(void **unused)
     const char *newline = strchr(err, '\n');
     if (!newline || newline[1] != '\0')
         fail_msg("the warning is not one line: '%s'", err);
-    /* torch-expandable emulates them: no warning, with or without torch */
+    /* torch-expandable emulates them: no warning, with or without torch, in
+     * either order */
     assert_int_equal(RUN("--json", "--policy", "torch,torch-expandable", pickle), 0);
+    assert_string_equal(slurp("err.txt"), "");
+    assert_int_equal(RUN("--json", "--policy", "torch-expandable,torch", pickle), 0);
     assert_string_equal(slurp("err.txt"), "");
     assert_int_equal(RUN("--json", "--policy", "torch-expandable", pickle), 0);
     assert_string_equal(slurp("err.txt"), "");
@@ -571,6 +578,13 @@ static void non_default_torch_settings_are_flagged(void **unused)
      * emulation is chosen */
     assert_int_equal(RUN("--json", "--policy", "torch-expandable", path_in_dir("small.trace")), 0);
     assert_string_equal(slurp("err.txt"), "");
+    /* settings of a text trace's P line, two of them named apart */
+    write_file(path_in_dir("settings.trace"),
+               "coop-trace 1\nP torch expandable_segments max_split_size\nA 1 512 0\nF 1\n");
+    assert_int_equal(RUN("--json", "--policy", "torch", path_in_dir("settings.trace")), 0);
+    if (!strstr(slurp("err.txt"), "not PyTorch's defaults (expandable_segments, max_split_size): "))
+        fail_msg("the settings are not listed: '%s'", slurp("err.txt"));
+    unlink(path_in_dir("settings.trace"));
     /* a text trace records no settings */
     assert_int_equal(RUN("--json", "--policy", "torch", path_in_dir("small.trace")), 0);
     rows = read_json_lines();

@@ -68,9 +68,10 @@ row=$($coop sim --json --no-min-ratio --memory arena --policy dtr --budget 1 \
 check_row "two holes, arena 1.0" "$row" result:'"ok"' evictions:1 frag_at_evict:0.666667 \
     frag_failures:1
 # ratios given apart print apart (%.4g printed 0.30001 as 0.3)
-rows=$($coop sim --json --no-min-ratio --memory arena --policy dtr --budget 1,0.99999 \
+rows=$($coop sim --json --no-min-ratio --memory arena --policy dtr --budget 1,0.99999,0.9999999 \
     "$data/sim_two_holes.jsonl") || fail "two close ratios: exited $?"
 printf '%s\n' "$rows" | grep -qF '"budget_ratio":0.99999,' || fail "0.99999 printed as: $rows"
+printf '%s\n' "$rows" | grep -qF '"budget_ratio":0.9999999,' || fail "0.9999999 printed as: $rows"
 [ "$failures" -eq 0 ] && echo "ok: hand-computed metrics"
 # - sim_evict_once's smallest feasible ratio: 2048 of its 2560 B (h's output
 #   with a and b), 0.8; the bisection to 0.005 stops at 0.80078125, printed
@@ -92,31 +93,37 @@ $coop sim --json --no-min-ratio --stable-min-ratio=0.0001 --overhead-limit 1 --p
     --budget 1 "$data/sim_evict_once.jsonl" >/dev/null || fail "step 0.0001, limit 1: exited $?"
 $coop sim --json --no-min-ratio --stable-min-ratio=1 --policy dtr --budget 1 \
     "$data/sim_evict_once.jsonl" >/dev/null || fail "step 1: exited $?"
+# evict once's overhead of 1.1 crosses a limit of 1.05: both engines stop there
+for engine in sim lib; do
+    row=$($coop sim --engine $engine --json --no-min-ratio --overhead-limit 1.05 --policy dtr \
+        --budget 0.9 "$data/sim_evict_once.jsonl") || fail "limit 1.05, $engine: exited $?"
+    check_row "limit 1.05, $engine" "$row" result:'"thrash"'
+done
 [ "$failures" -eq 0 ] && echo "ok: min_budget_ratio and stable_min_ratio"
 # The log's file name is printed as a JSON string: quotes, backslashes and
 # control characters escaped, bytes that are not UTF-8 replaced (it was
-# printed as is, and the row did not parse).
+# printed as is, and the row did not parse); a space is kept.
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/coop-sim-cli-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-name=$(printf 'q"u\\o\tx\377\303\251.jsonl')
+name=$(printf 'q"u\\o\tx \377\303\251.jsonl')
 gzip -dc "$log" | head -5 >"$tmp/$name"
 row=$($coop sim --json --no-min-ratio --policy dtr --budget 0.5 "$tmp/$name") ||
     fail "a quoted name: exited $?"
-want=$(printf '"log":"q\\"u\\\\o\\u0009x\\ufffd\303\251.jsonl"')
+want=$(printf '"log":"q\\"u\\\\o\\u0009x \\ufffd\303\251.jsonl"')
 printf '%s\n' "$row" | grep -qF -- "$want" || fail "the name is not escaped as $want: $row"
 [ "$failures" -eq 0 ] && echo "ok: file names escaped"
 # Every UTF-8 rule at its bounds: U+001F escaped; overlong forms (C0 80,
-# E0 80 80), surrogates (ED A0 80), code points beyond U+10FFFF (F4 90 80 80,
-# F5 80 80 80) and a sequence cut by an ASCII byte (E2 82 '(') replaced byte
-# by byte; the smallest and largest of each length (U+0080, U+0800, U+D7FF,
+# E0 80 80, F0 8F BF BF), surrogates (ED A0 80), code points beyond
+# U+10FFFF (F4 90 80 80, F5 80 80 80) and a sequence cut by an ASCII byte
+# (E2 82 '(') replaced byte by byte; the smallest and largest of each length (U+0080, U+0800, U+D7FF,
 # U+10000, U+10FFFF) copied.
-name=$(printf 'u\037v-\300\200-\340\200\200-\355\240\200-\364\220\200\200-\365\200\200\200-\342\202(-\302\200\340\240\200\355\237\277\360\220\200\200\364\217\277\277.jsonl')
+name=$(printf 'u\037v-\300\200-\340\200\200-\360\217\277\277-\355\240\200-\364\220\200\200-\365\200\200\200-\342\202(-\302\200\340\240\200\355\237\277\360\220\200\200\364\217\277\277.jsonl')
 gzip -dc "$log" | head -5 >"$tmp/$name"
 row=$($coop sim --json --no-min-ratio --policy dtr --budget 0.5 "$tmp/$name") ||
     fail "a name at UTF-8's bounds: exited $?"
 r='\ufffd'
-want=$(printf '"log":"u\\u001fv-%s%s-%s%s%s-%s%s%s-%s%s%s%s-%s%s%s%s-%s%s(-\302\200\340\240\200\355\237\277\360\220\200\200\364\217\277\277.jsonl"' \
-    $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r)
+want=$(printf '"log":"u\\u001fv-%s%s-%s%s%s-%s%s%s%s-%s%s%s-%s%s%s%s-%s%s%s%s-%s%s(-\302\200\340\240\200\355\237\277\360\220\200\200\364\217\277\277.jsonl"' \
+    $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r $r)
 printf '%s\n' "$row" | LC_ALL=C grep -qF -- "$want" || fail "not escaped as $want: $row"
 [ "$failures" -eq 0 ] && echo "ok: UTF-8 bounds in file names"
 
@@ -171,6 +178,26 @@ for engine in sim lib; do
     [ "$got" = "$([ $engine = sim ] && echo 16 || echo 19) " ] ||
         fail "$engine table: fields per line $got"
 done
+# the table's figures: the ratio with 2 decimals, overhead 4, frag 3; a log
+# name longer than its 28 columns is cut there
+got=$($coop sim --no-min-ratio --policy dtr --budget 0.9 "$data/sim_evict_once.jsonl" |
+    awk 'NR == 2 { print $4, $6, $14 }')
+[ "$got" = "0.90 1.1000 0.111" ] || fail "evict once's table: '$got'"
+cp "$tmp/four.jsonl" "$tmp/four-tensors-of-512-bytes-each.jsonl"
+got=$($coop sim --no-min-ratio --policy dtr --budget 1 "$tmp/four-tensors-of-512-bytes-each.jsonl" |
+    awk 'NR == 2 { print $1 }')
+[ "$got" = "four-tensors-of-512-bytes-ea" ] || fail "the log column: '$got'"
+# --stable-min-ratio adds its column to the header too
+got=$($coop sim --stable-min-ratio=0.5 --policy dtr --budget 1 "$data/sim_evict_once.jsonl" |
+    awk 'NR == 1 { print NF, $NF }')
+[ "$got" = "17 stable" ] || fail "the header with stable: '$got'"
+# each row is out when its run ends: before a later log's error, where
+# stdout and stderr meet
+printf '{"type": "call", "op"\n' >"$tmp/bad.jsonl"
+$coop sim --json --no-min-ratio --policy dtr --budget 0.9 "$data/sim_evict_once.jsonl" \
+    "$tmp/bad.jsonl" >"$tmp/both" 2>&1
+head -1 "$tmp/both" | grep -q '^{"log":"sim_evict_once.jsonl"' &&
+    tail -1 "$tmp/both" | grep -q 'bad.jsonl:1' || fail "a row and a later error: $(cat "$tmp/both")"
 [ "$failures" -eq 0 ] && echo "ok: small logs"
 # mutate: add_ writes a (1024 B) in place from b (1024 B). Copy-on-write
 # needs a third buffer, the peak of 3072 B; in place the two fit in 0.7 of
@@ -188,6 +215,10 @@ got=$($coop sim --json --no-min-ratio --memory arena --inplace on --policy coop,
 got=$($coop sim --json --no-min-ratio --memory arena --inplace off --policy coop,dtr \
     --budget 0.7 "$tmp/mutate.jsonl" | results)
 [ "$got" = "policy:coop result:oom policy:dtr result:oom " ] || fail "mutate, --inplace off: $got"
+# the lib engine counts the in-place op under its own name
+row=$($coop sim --engine lib --json --no-min-ratio --policy coop --budget 1 "$tmp/mutate.jsonl") ||
+    fail "mutate, lib: exited $?"
+check_row "mutate, lib" "$row" inplace_ops:1 multi_call_ops:0
 # cheap: x, c, y of 512 B, c cheap (1 ns: 0.002 ns/byte), then c freed and w
 # (1024 B) made from x and y. In the arena at 1.0 (4 blocks), c placed at
 # the high end leaves one 1024 B hole for w; placed between x and y, two

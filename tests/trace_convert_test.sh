@@ -83,6 +83,11 @@ grep -qx mine "$tmp/link.trace.tmp" || fail "OUT.tmp was overwritten"
 [ "$(stat -c %a "$tmp/target.trace")" = 640 ] || fail "the replaced file's mode changed"
 [ -z "$(find "$tmp" -name '.?*')" ] || fail "a temporary file was left: $(find "$tmp" -name '.?*')"
 (umask 027 && $coop convert "$data/example.trace" "$tmp/fresh.trace") || fail "convert to a new file"
+# OUT's name says whether to compress, not its link's target's
+echo old >"$tmp/target.bin"
+ln -s target.bin "$tmp/zlink.trace.gz"
+expect_exit 0 $coop convert "$data/example.trace" "$tmp/zlink.trace.gz"
+gzip -t "$tmp/target.bin" 2>/dev/null || fail "a link OUT ending in .gz: its target is not gzip"
 [ "$(stat -c %a "$tmp/fresh.trace")" = 640 ] || fail "a new OUT ignores the umask: $(stat -c %a "$tmp/fresh.trace")"
 ln -s nowhere.trace "$tmp/dangling.trace"
 expect_exit 1 $coop convert "$data/example.trace" "$tmp/dangling.trace"
@@ -135,11 +140,16 @@ expect_exit 2 $coop convert "$tmp/none" "$tmp/x"
 grep -q "none: cannot open" "$tmp/err" || fail "message: $(cat "$tmp/err")"
 expect_exit 1 $coop convert "$data/example.trace" "$tmp/no/such/dir/x.trace"
 grep -q "cannot write" "$tmp/err" || fail "message: $(cat "$tmp/err")"
+# --verbose says what was converted only when it was
+expect_exit 1 $coop convert --verbose "$data/example.trace" "$tmp/no/such/dir/x.trace"
+! grep -q "events" "$tmp/err" || fail "--verbose on a failed write: $(cat "$tmp/err")"
 # a write that fails (a file size limit of 0) removes its temporary file
 mkdir "$tmp/limited"
 { (trap '' XFSZ; ulimit -f 0 && exec $coop convert "$data/example.trace" "$tmp/limited/x.trace") \
     2>&1; echo "exit $?"; } | cat >"$tmp/limited.out" # a pipe: the limit is on files
-grep -q "write failed: File too large" "$tmp/limited.out" && grep -qx "exit 1" "$tmp/limited.out" ||
+# (the temporary file, hidden beside OUT, is the one named)
+grep -q "limited/\.x\.trace\.[A-Za-z0-9]\{6\}: write failed: File too large" "$tmp/limited.out" &&
+    grep -qx "exit 1" "$tmp/limited.out" ||
     fail "a file size limit of 0: $(cat "$tmp/limited.out")"
 [ -z "$(ls -A "$tmp/limited")" ] || fail "a failed write left: $(ls -A "$tmp/limited")"
 if [ -w /dev/full ]; then
