@@ -94,6 +94,30 @@ static void test_segments_count_and_fail(void **state)
     coop_backend_destroy(be);
 }
 
+/* synchronize is not a fault kind but reaches the inner backend: the
+ * device finishes a busy hold's work, and a stream held on the host is
+ * refused there. */
+static void test_synchronize_is_forwarded(void **state)
+{
+    (void)state;
+    coop_backend *be = make();
+    coop_event ev;
+    bool done = true;
+    assert_int_equal(be->ops->hold_stream(be, 1, true, true), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 1, &ev), COOP_OK);
+    assert_int_equal(be->ops->event_query(be, ev, &done), COOP_OK);
+    assert_false(done);
+    assert_int_equal(be->ops->synchronize(be), COOP_OK);
+    assert_int_equal(be->ops->event_query(be, ev, &done), COOP_OK);
+    assert_true(done);
+    assert_int_equal(be->ops->hold_stream(be, 2, true, false), COOP_OK);
+    assert_int_equal(be->ops->synchronize(be), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "stream 0x2 is held"));
+    assert_int_equal(coop_backend_fault_calls(be, COOP_FAULT_ALL), 3); /* record, 2 queries */
+    be->ops->event_destroy(be, ev);
+    coop_backend_destroy(be);
+}
+
 /* The pool's page becomes the wrapper's and the inner backend's: the
  * inner one then checks whole pages of that size. */
 static void test_adopt_page(void **state)
@@ -141,6 +165,7 @@ int main(void)
         cmocka_unit_test(test_segments_count_and_fail),
         cmocka_unit_test(test_hold_unsupported),
         cmocka_unit_test(test_adopt_page),
+        cmocka_unit_test(test_synchronize_is_forwarded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

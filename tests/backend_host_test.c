@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "coop.h"
+#include "status.h"
 
 #define MiB (UINT64_C(1) << 20)
 
@@ -407,6 +408,10 @@ static void test_reservation_edges(void **state)
 
     size_t os = (size_t)sysconf(_SC_PAGESIZE);
     assert_int_equal(coop_backend_host_create(64 * 512, 512, true, &be), COOP_OK);
+    /* the bound comes from the OS page a range is aligned to, not the 512-byte
+     * page: this size, rounded up to whole OS pages, would wrap */
+    assert_int_equal(be->ops->reserve(be, UINT64_MAX - 1024, &va), COOP_ERR_INVALID);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
     assert_int_equal(be->ops->reserve(be, 3 * 512, &va), COOP_OK);
     assert_true(os_mapped(va, os));
     assert_false(os_mapped(va + os, os)); /* 1536 bytes hold one OS page, no more */
@@ -476,6 +481,96 @@ static void test_segment_space_is_twice_the_device(void **state)
     coop_backend_destroy(be);
 }
 
+/* A reservation that passes the size check but that no address space holds
+ * is the host's refusal, out of memory (as a GPU's full address space), not
+ * a bad argument; nothing is counted. */
+static void test_reservation_beyond_the_address_space(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    uintptr_t va = 0;
+    assert_int_equal(coop_backend_host_create(8 * MiB, 2 * MiB, true, &be), COOP_OK);
+    assert_int_equal(be->ops->reserve(be, UINT64_MAX - 4 * MiB, &va), COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "cannot reserve"));
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
+    coop_backend_destroy(be);
+}
+
+/* A device too large for a segment space of twice its size (2^61 bytes:
+ * no address space holds 2^62): every segment gets its own mapping, still
+ * page aligned, and the refused space leaves no error message behind a
+ * call that succeeded. */
+static void test_segments_without_a_space(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    uintptr_t a, b;
+    assert_int_equal(coop_backend_host_create(UINT64_C(1) << 61, 2 * MiB, false, &be), COOP_OK);
+    coop_clear_error();
+    assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &a), COOP_OK);
+    assert_string_equal(coop_last_error(), "");
+    assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &b), COOP_OK);
+    assert_int_equal(a % (2 * MiB), 0);
+    assert_int_equal(b % (2 * MiB), 0);
+    assert_true(a + 2 * MiB <= b || b + 2 * MiB <= a);
+    assert_int_equal(coop_backend_host_live_ranges(be), 2);
+    assert_int_equal(be->ops->segment_free(be, a, 2 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, b, 2 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
+    assert_int_equal(coop_backend_host_mapped(be), 0);
+    coop_backend_destroy(be);
+}
+
+/* Destroy gives the segment space back to the OS. */
+static void test_destroy_unmaps_the_segment_space(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    uintptr_t a;
+    size_t os = (size_t)sysconf(_SC_PAGESIZE);
+    assert_int_equal(coop_backend_host_create(40 * MiB, 2 * MiB, false, &be), COOP_OK);
+    assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &a), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, a, 2 * MiB), COOP_OK);
+    assert_true(os_mapped(a, os)); /* freed, but still the space's */
+    coop_backend_destroy(be);
+    assert_false(os_mapped(a, os));
+}
+
+/* Every other segment freed: as many rooms as live segments, and one below
+ * them; each comes back to a segment of its size, top down. Then two rooms
+ * freed one below the other make one. */
+static void test_segment_space_with_many_rooms(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    uintptr_t s[8], again[4];
+    assert_int_equal(coop_backend_host_create(16 * MiB, 2 * MiB, false, &be), COOP_OK);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &s[i]), COOP_OK);
+        if (i > 0)
+            assert_int_equal(s[i], s[i - 1] - 2 * MiB);
+    }
+    for (int i = 0; i < 8; i += 2)
+        assert_int_equal(be->ops->segment_free(be, s[i], 2 * MiB), COOP_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(be->ops->segment_alloc(be, 2 * MiB, &again[i]), COOP_OK);
+        assert_int_equal(again[i], s[2 * i]);
+    }
+    /* a room freed right below another (and above a live segment) joins it */
+    assert_int_equal(be->ops->segment_free(be, s[4], 2 * MiB), COOP_OK);
+    assert_int_equal(be->ops->segment_free(be, s[5], 2 * MiB), COOP_OK);
+    uintptr_t joined;
+    assert_int_equal(be->ops->segment_alloc(be, 4 * MiB, &joined), COOP_OK);
+    assert_int_equal(joined, s[5]);
+    assert_int_equal(be->ops->segment_free(be, joined, 4 * MiB), COOP_OK);
+    for (int i = 0; i < 8; i++)
+        if (i != 4 && i != 5)
+            assert_int_equal(be->ops->segment_free(be, s[i], 2 * MiB), COOP_OK);
+    assert_int_equal(coop_backend_host_live_ranges(be), 0);
+    assert_int_equal(coop_backend_host_mapped(be), 0);
+    coop_backend_destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -493,6 +588,10 @@ int main(void)
         cmocka_unit_test(test_reservation_edges),
         cmocka_unit_test(test_segment_edges),
         cmocka_unit_test(test_segment_space_is_twice_the_device),
+        cmocka_unit_test(test_reservation_beyond_the_address_space),
+        cmocka_unit_test(test_segments_without_a_space),
+        cmocka_unit_test(test_destroy_unmaps_the_segment_space),
+        cmocka_unit_test(test_segment_space_with_many_rooms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,13 +1,48 @@
 /* Metadata heap: allocation, leak accounting, record slabs, injected failure. */
 #include <setjmp.h>
+#include <malloc.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "meta.h"
+
+/* Whether the mapping holding p carries the transparent huge page advice
+ * (MADV_HUGEPAGE: "hg" among its VmFlags in /proc/self/smaps). */
+static bool advised_huge(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    char line[512];
+    bool inside = false, found = false, hg = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+            inside = lo <= (uintptr_t)p && (uintptr_t)p < hi;
+        else if (inside && strncmp(line, "VmFlags:", 8) == 0)
+            found = true, hg = strstr(line, " hg") != NULL;
+    }
+    fclose(f);
+    assert_true(found);
+    return hg;
+}
+
+/* The advice needs a kernel with transparent huge pages. */
+static bool thp_kernel(void)
+{
+#ifdef MADV_HUGEPAGE
+    return access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
+#else
+    return false;
+#endif
+}
 
 static void test_alloc_free_and_leaks(void **state)
 {
@@ -26,6 +61,16 @@ static void test_alloc_free_and_leaks(void **state)
     meta_free(&h, z, 64 * sizeof *z);
     meta_free(&h, NULL, 0);
     assert_int_equal(h.live, 0);
+    /* zeroed even where the C library hands the same memory out again */
+    unsigned char *dirty = meta_alloc(&h, 256);
+    assert_non_null(dirty);
+    memset(dirty, 0xff, 256);
+    meta_free(&h, dirty, 256);
+    unsigned char *clean = meta_zalloc(&h, 256);
+    assert_non_null(clean);
+    for (int i = 0; i < 256; i++)
+        assert_int_equal(clean[i], 0);
+    meta_free(&h, clean, 256);
     int64_t before = meta_leaked_allocations();
     void *leak = meta_alloc(&h, 32);
     void *leak2 = meta_zalloc(&h, 32);
@@ -54,6 +99,9 @@ static void test_slab(void **state)
     }
     assert_int_equal(slab.live, 7);
     assert_int_equal(h.live, 3); /* three chunks of three records */
+    /* a chunk's records are taken from its lowest address up */
+    assert_ptr_equal(r[1], (unsigned char *)r[0] + 64);
+    assert_ptr_equal(r[2], (unsigned char *)r[1] + 64);
     meta_slab_give(&slab, r[4]);
     assert_int_equal(slab.live, 6);
     assert_int_equal(slab.num_free, 3);
@@ -129,6 +177,29 @@ static void test_slab_switch_point(void **state)
     meta_heap_fini(&h);
 }
 
+/* Records of half a huge page switch too: the third comes from a huge
+ * page chunk of its own, right after the chunk's header line, and the
+ * chunk is advised for huge pages. */
+static void test_slab_switch_with_large_records(void **state)
+{
+    (void)state;
+    meta_heap h;
+    assert_int_equal(meta_heap_init(&h), COOP_OK);
+    meta_slab slab;
+    meta_slab_init(&slab, &h, META_HUGE_PAGE / 2, 1);
+    assert_non_null(meta_slab_take(&slab));
+    assert_non_null(meta_slab_take(&slab)); /* two chunks: a huge page of records */
+    unsigned char *r = meta_slab_take(&slab);
+    assert_non_null(r);
+    assert_int_equal(h.live, 3);
+    assert_int_equal(slab.num_free, 0); /* one record after the header */
+    assert_int_equal((uintptr_t)r % META_HUGE_PAGE, 64);
+    if (thp_kernel())
+        assert_true(advised_huge(r));
+    meta_slab_fini(&slab);
+    meta_heap_fini(&h);
+}
+
 /* Hot zeroed allocations (huge-page aligned and advised from META_HUGE_MIN
  * on) come back zeroed, small ones too. */
 static void test_large_zalloc(void **state)
@@ -145,8 +216,14 @@ static void test_large_zalloc(void **state)
         for (size_t i = 0; i < size; i += 997)
             assert_int_equal(p[i], 0);
         assert_int_equal(p[size - 1], 0);
-        if (size >= META_HUGE_MIN)
+        if (size >= META_HUGE_MIN) {
+            /* aligned, and whole huge pages, all of them advised */
             assert_int_equal((uintptr_t)p % META_HUGE_PAGE, 0);
+            size_t whole = (size + META_HUGE_PAGE - 1) / META_HUGE_PAGE * META_HUGE_PAGE;
+            assert_true(malloc_usable_size(p) >= whole);
+            if (thp_kernel())
+                assert_true(advised_huge(p + whole - 1));
+        }
         memset(p, 0xcd, size); /* a later round may get this memory back */
         meta_free(&h, p, size);
     }
@@ -216,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_slab),
         cmocka_unit_test(test_slab_huge_chunks),
         cmocka_unit_test(test_slab_switch_point),
+        cmocka_unit_test(test_slab_switch_with_large_records),
         cmocka_unit_test(test_large_zalloc),
         cmocka_unit_test(test_slab_failure),
     };

@@ -173,7 +173,7 @@ class Abi(unittest.TestCase):
         self.assertLess(after, before)
         self.assertGreaterEqual(after, 1 * MIB)
         torch_free(q, 1 * MIB, 2, 1)
-        torch_reset()
+        ctorch.empty_cache()  # the package's call, as the hook
         self.assertEqual(ctorch.memory_stats(2)["reserved_bytes.all.current"], 0)
 
     def test_oom_and_memory_fraction(self):
@@ -183,6 +183,8 @@ class Abi(unittest.TestCase):
         with self.assertRaises(ctorch.OutOfMemoryError) as cm:
             ctorch.check_oom(3)
         self.assertIn("device 3", str(cm.exception))
+        if HAVE_TORCH:  # caught where torch's own out-of-memory error is
+            self.assertIsInstance(cm.exception, torch.cuda.OutOfMemoryError)
         ctorch.check_oom(3)  # already reported: no second raise
         self.assertEqual(ctorch.memory_stats(3)["num_ooms"], 1)
 
@@ -218,7 +220,7 @@ class Abi(unittest.TestCase):
             for device, expected in devices:
                 self.assertEqual(ctorch.memory_stats(device)[key], expected, repr(device))
                 ctorch.check_oom(device)  # no OOM on either: no raise
-            for bad in ("cpu", "cuda:x", "cuda:-1", "1"):
+            for bad in ("cpu", "cuda:x", "cuda:-1", "cuda:", "1"):
                 with self.assertRaises(ValueError, msg=bad):
                     ctorch.memory_stats(bad)
             with self.assertRaises(TypeError):
@@ -400,7 +402,11 @@ class Abi(unittest.TestCase):
         stats = native.stats(pool(0))
         self.assertEqual(len(allocated), stats.allocation.current)
         self.assertEqual(sum(b["size"] for b in allocated), stats.allocated_bytes.current)
+        self.assertEqual(sum(b["requested_size"] for b in allocated),
+                         stats.requested_bytes.current)
         self.assertIn(p, [b["address"] for b in allocated])
+        self.assertIn((q, 5120, 5000), [(b["address"], b["size"], b["requested_size"])
+                                        for b in allocated])
         addresses = [b["address"] for b in blocks]
         self.assertEqual(addresses, sorted(addresses))
         torch_free(p, 3 * MIB, 0, 0)
@@ -455,6 +461,52 @@ class Abi(unittest.TestCase):
         finally:
             torch_free(p, 1 * MIB, 0, 0)
 
+    def test_map_bytes_count_every_mapping(self):
+        """coop.map_bytes is the pool's map_bytes, every byte ever mapped:
+        memory mapped again after empty_cache counts again, so it passes the
+        peak of reserved bytes."""
+        p = torch_malloc(4 * MIB, 2, 0)
+        torch_free(p, 4 * MIB, 2, 0)
+        torch_reset()
+        p = torch_malloc(4 * MIB, 2, 0)
+        try:
+            s = ctorch.memory_stats(2)
+            self.assertEqual(s["coop.map_bytes"], native.stats(pool(2)).map_bytes)
+            self.assertGreaterEqual(s["coop.map_bytes"], s["reserved_bytes.all.peak"] + 4 * MIB)
+        finally:
+            torch_free(p, 4 * MIB, 2, 0)
+
+    def test_snapshots_are_freed(self):
+        """_take gives the library's snapshot back (coop_torch_snapshot_free):
+        200 snapshots of a pool of 100 blocks leave the C heap as it was."""
+        libc = ctypes.CDLL(None)
+        if not hasattr(libc, "mallinfo2"):
+            self.skipTest("no mallinfo2 (glibc 2.33 or later)")
+
+        class MallInfo2(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost")]
+
+        libc.mallinfo2.restype = MallInfo2
+
+        def in_use():
+            m = libc.mallinfo2()
+            return m.uordblks + m.hblkhd
+
+        ptrs = [torch_malloc(4096, 1, 0) for _ in range(100)]
+        try:
+            ctorch._take(1)
+            before = in_use()
+            for _ in range(200):
+                ctorch._take(1)
+            grown = in_use() - before
+        finally:
+            for p in ptrs:
+                torch_free(p, 4096, 1, 0)
+        # a leak keeps at least the 100 blocks' records of each snapshot
+        self.assertLess(grown, 200 * 100 * ctypes.sizeof(native.BlockInfo) // 4)
+
     def test_other_device_types_are_refused(self):
         class Device:  # a torch.device of another type
             type, index = "cpu", 0
@@ -462,6 +514,20 @@ class Abi(unittest.TestCase):
         for bad in ("cpu:1", "meta:0", Device()):
             with self.assertRaises(ValueError, msg=repr(bad)):
                 ctorch.memory_stats(bad)
+
+    def test_strerror_gives_each_status_its_text(self):
+        """native.strerror is coop_strerror's text as a str."""
+        self.assertEqual(native.strerror(native.OK), "success")
+        self.assertEqual(native.strerror(native.ERR_BUSY), "object is in use")
+        self.assertEqual(native.strerror(native.ERR_BUSY + 1), "unknown status")
+
+    def test_last_error_binding_returns_the_length(self):
+        """native's coop_torch_last_error returns the message's length, so that
+        a caller can size its buffer (asking with none)."""
+        self.assertIsNone(torch_malloc(16, 99, 0))
+        text = ctorch.last_error()
+        self.assertIn("device 99", text)
+        self.assertEqual(native.library().coop_torch_last_error(None, 0), len(text.encode()))
 
     def test_forget_stream_takes_every_pointer_value(self):
         ctorch.forget_stream(1 << 63)  # no stream of coop's: nothing to do
@@ -758,8 +824,10 @@ class SnapshotSegments(unittest.TestCase):
 
     def test_pending_blocks_devices_and_expandable(self):
         """A block freed while another stream still uses it is active but not
-        allocated; every device up to the highest with a pool has its trace
-        list; VMM pools are expandable segments, and the settings say so."""
+        allocated; its segment keeps the block's stream (5) and, as every
+        coop segment, is "large"; every device up to the highest with a pool
+        has its trace list; VMM pools are expandable segments, and the
+        settings say so."""
         r = run_child(
             "lib.coop_host_hold_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_bool]\n"
             "p = lib.coop_torch_malloc(2 << 20, 0, ctypes.c_void_p(5))\n"
@@ -770,7 +838,7 @@ class SnapshotSegments(unittest.TestCase):
             "snap = ctorch.snapshot()\n"
             "seg = [s for s in snap['segments'] if s['device'] == 0][0]\n"
             "print([b['state'] for b in seg['blocks']][0], seg['allocated_size'],\n"
-            "      seg['active_size'], seg['is_expandable'])\n"
+            "      seg['active_size'], seg['is_expandable'], seg['stream'], seg['segment_type'])\n"
             "print(len(snap['device_traces']), sorted({s['device'] for s in snap['segments']}),\n"
             "      snap['allocator_settings']['expandable_segments'])\n"
             "lib.coop_host_hold_stream(lib.coop_torch_pool(0), 7, False)\n"
@@ -778,7 +846,7 @@ class SnapshotSegments(unittest.TestCase):
             "backend:host,capacity:256M,page:2M")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.splitlines(),
-                         [f"active_pending_free 0 {2 << 20} True", "3 [0, 2] True"])
+                         [f"active_pending_free 0 {2 << 20} True 5 large", "3 [0, 2] True"])
 
     def test_segments_add_up_to_reserved_bytes(self):
         for conf in ("page:2M", "page:64K", "page:2M,vmm:false"):
@@ -811,6 +879,23 @@ class Configuration(unittest.TestCase):
                       "backend:host")
         self.assertIn("raised COOP_ALLOC_CONF: bad value 'sometimes' for key 'vmm'", r.stdout,
                       r.stderr)
+
+    def test_install_raises_on_a_bad_coop_alloc_conf(self):
+        """install() with no conf checks COOP_ALLOC_CONF before torch gets the
+        allocator: a key that does not parse raises CoopConfigError naming it,
+        and torch's allocator stays as it was."""
+        # test_torch_abi's import sets COOP_ALLOC_CONF: the bad one is set after it
+        r = run_child("import os\n"
+                      "sys.path.insert(0, %r)\n"
+                      "from test_torch_abi import FakeTorch\n"
+                      "os.environ['COOP_ALLOC_CONF'] = 'backend:host,colour:red'\n"
+                      "fake = FakeTorch()\n"
+                      "try:\n    ctorch.install(torch_module=fake)\n"
+                      "except ctorch.CoopConfigError as e:\n    print('raised', e)\n"
+                      "print(ctorch.installed(), fake.calls)\n" % HERE, "backend:host")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised COOP_ALLOC_CONF: unknown key 'colour'", r.stdout)
+        self.assertEqual(r.stdout.splitlines()[-1], "None []")
 
     def test_snapshot_raises_on_bad_conf(self):
         """snapshot() names a COOP_ALLOC_CONF that does not parse; it used to
@@ -1021,6 +1106,26 @@ class Configuration(unittest.TestCase):
                     ctorch.memory_stats(bad)
                 self.assertIn("outside 0..63", str(cm.exception))
         self.assertEqual(ctorch._device_index(63), 63)
+
+    def test_pool_handles_above_4_gib_pass_through_the_binding(self):
+        """coop_torch_pool returns a pointer, not an int: with every malloc
+        mmap'ed (handles high in the address space, as a PIE interpreter's
+        heap gives them), the handle still reaches coop_get_stats."""
+        env = dict(os.environ, COOP_ALLOC_CONF="backend:host,capacity:64M",
+                   GLIBC_TUNABLES="glibc.malloc.mmap_threshold=0",
+                   PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        # coop.native alone: torch's imports would use up the mappings a
+        # process may have, and malloc would fall back to its heap
+        code = ("import coop.native as native\n"
+                "lib = native.library()\n"
+                "p = lib.coop_torch_malloc(4096, 0, None)\n"
+                "handle = lib.coop_torch_pool(0)\n"
+                "print(handle > 1 << 32, native.stats(handle).allocation.current)\n"
+                "lib.coop_torch_free(p, 4096, 0, None)\n")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["True", "1"])
 
     def test_configure_after_first_use_is_refused(self):
         r = run_child("assert lib.coop_torch_malloc(64, 0, None)\n"
@@ -1243,6 +1348,26 @@ class Install(unittest.TestCase):
             if os.path.exists(path):
                 os.unlink(path)
 
+    def test_patched_dump_snapshot_writes_torchs_default_file(self):
+        """_dump_snapshot() without a name writes dump_snapshot.pickle, as
+        torch's does."""
+        r = run_child(
+            "import os, pickle, shutil, tempfile\n"
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "ctorch.patch_torch(fake)\n"
+            "d = tempfile.mkdtemp()\n"
+            "os.chdir(d)\n"
+            "try:\n"
+            "    fake.cuda.memory._dump_snapshot()\n"
+            "    with open('dump_snapshot.pickle', 'rb') as f:\n"
+            "        print(os.listdir(d), 'segments' in pickle.load(f))\n"
+            "finally:\n"
+            "    shutil.rmtree(d)\n" % HERE, "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "['dump_snapshot.pickle'] True")
+
     def test_mem_pool_route(self):
         fake = FakeTorch()
         with self.assertRaises(RuntimeError) as cm:
@@ -1294,12 +1419,14 @@ class Install(unittest.TestCase):
 
     def test_a_later_install_patches_what_an_earlier_one_did_not(self):
         """install(patch=False), then install(): the second call patches torch
-        (it returned the hooks and left torch unpatched)."""
+        (it returned the hooks and left torch unpatched). A second
+        install(patch=False) still leaves torch as it was."""
         r = run_child(
             "sys.path.insert(0, %r)\n"
             "from test_torch_abi import FakeTorch\n"
             "fake = FakeTorch()\n"
             "hooks = ctorch.install(torch_module=fake, patch=False)\n"
+            "assert ctorch.install(torch_module=fake, patch=False) == hooks\n"
             "print(hasattr(fake.cuda.memory, '_dump_snapshot'))\n"
             "assert ctorch.install(torch_module=fake) == hooks\n"
             "print(fake.cuda.memory._dump_snapshot.__qualname__)\n" % HERE,
@@ -1378,13 +1505,16 @@ class Install(unittest.TestCase):
         self.assertIn("refused coop.torch.mem_pool: cannot apply", lines[1])
 
     def test_memory_stats_keys(self):
+        """torch.cuda.memory_stats()'s keys, in its order (sorted)."""
         keys = ctorch.memory_stats(0).keys()
+        self.assertEqual(list(keys), sorted(keys))
         for stat in native.STAT_NAMES:
             for pool_kind in ("all", "large_pool", "small_pool"):
                 for metric in ("current", "peak", "allocated", "freed"):
                     self.assertIn(f"{stat}.{pool_kind}.{metric}", keys)
         for key in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
-                    "max_split_size", "oversize_allocations.current"):
+                    "num_sync_all_streams", "max_split_size", "oversize_allocations.current",
+                    "oversize_segments.freed"):
             self.assertIn(key, keys)
         self.assertEqual(ctorch.memory_stats(17)["allocation.all.current"], 0)
 
@@ -1456,8 +1586,8 @@ class Run(unittest.TestCase):
 class Library(unittest.TestCase):
     def test_coop_library_naming_another_library_is_refused_by_name(self):
         """COOP_LIBRARY pointing at a library that is not libcoop (or an older
-        one) raises CoopError naming the file and what it lacks (it raised a
-        bare AttributeError from ctypes)."""
+        one) raises CoopError naming the file and what it lacks, the first
+        three names (it raised a bare AttributeError from ctypes)."""
         env = dict(os.environ, COOP_LIBRARY="libm.so.6",
                    PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
         code = ("import coop.native as native\n"
@@ -1467,7 +1597,8 @@ class Library(unittest.TestCase):
                            text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("raised coop: cannot load libcoop.so; tried: libm.so.6 (not this "
-                      "package's libcoop.so: it lacks coop_version", r.stdout)
+                      "package's libcoop.so: it lacks coop_version, coop_strerror, "
+                      "coop_last_error, ...)", r.stdout)
 
 
     def test_absent_coop_library_is_named_absent(self):
@@ -1480,6 +1611,21 @@ class Library(unittest.TestCase):
                            text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("tried: /nonexistent/libcoop.so (absent) (set COOP_LIBRARY", r.stdout)
+
+    def test_without_coop_library_the_source_trees_library_is_used(self):
+        """Without COOP_LIBRARY, the package of a built source tree loads that
+        tree's .libs/libcoop.so, the first place it looks."""
+        top = os.path.normpath(os.path.join(HERE, "..", ".."))
+        lib = os.path.join(top, ".libs", "libcoop.so")
+        if not os.path.exists(lib):
+            self.skipTest(f"{lib} is absent (built outside the source tree)")
+        env = dict(os.environ, PYTHONPATH=os.path.join(top, "python"))
+        env.pop("COOP_LIBRARY", None)
+        code = "import coop.native as native\nprint(native.library_path())\n"
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), lib)
 
     def test_relative_coop_library_is_kept_as_an_absolute_path(self):
         """A relative COOP_LIBRARY (.libs/libcoop.so) gives an absolute
