@@ -124,7 +124,8 @@ typedef struct coop_config {
     uint64_t fault_nth;    /* tests: fail the Nth call of fault_kinds (0 = never) */
 } coop_config;
 
-/* Fills *config with defaults: host backend, device 0, VMM on, checks off. */
+/* Fills *config with defaults: host backend, device 0, VMM on, checks off.
+ * A NULL config is a no-op. */
 void coop_config_default(coop_config *config);
 
 /* NULL handles: every pool function given a NULL pool (or a NULL out pointer
@@ -135,10 +136,14 @@ void coop_config_default(coop_config *config);
  * (and ignore a NULL out), coop_backend_calls(NULL, ...) returns 0, and
  * coop_malloc(NULL, ...) returns NULL with *status set. */
 
-/* Creates a pool. On failure *out is NULL and the status says why;
- * coop_last_error() holds a message with details. Size fields at or above
- * 2^56 bytes, and a va_size (when given, with VMM) below the capacity, are
- * refused (COOP_ERR_INVALID naming the field). */
+/* Creates a pool; a NULL config means coop_config_default's. On failure
+ * *out is NULL and the status says why; coop_last_error() holds a message
+ * with details. COOP_ERR_INVALID, naming the config field: size fields at
+ * or above 2^56 bytes, a page_size that is not a power of two of at least
+ * 512 (or, with VMM, not a multiple of the backend's), a capacity above the
+ * device's memory, a va_size (when given, with VMM) below the capacity, a
+ * min_split above a page (VMM) or segment, an unknown backend, fault_kinds
+ * with bits other than COOP_FAULT_*. */
 coop_status coop_pool_create(const coop_config *config, coop_pool **out);
 
 /* Releases every mapping and reservation of the pool. Outstanding

@@ -1615,13 +1615,41 @@ static void test_bad_config(void **state)
     coop_config c;
     coop_config_default(&c);
     c.page_size = 3000;
-    coop_pool *p = (coop_pool *)1;
+    coop_pool *p = (coop_pool *)1, *p2 = NULL;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
     assert_null(p);
-    assert_non_null(strstr(coop_last_error(), "3000"));
+    assert_non_null(strstr(coop_last_error(), "coop_pool_create: config.page_size 3000"));
+    c.page_size = 256; /* a power of two, below 512 */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.page_size 256"));
     coop_config_default(&c);
     c.backend = (coop_backend_kind)9;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_pool_create: config.backend 9"));
+    /* unknown fault kinds are refused, as coop_inject_fault refuses them
+     * (they were masked off without a word) */
+    coop_config_default(&c);
+    c.fault_kinds = COOP_FAULT_MAP | 0x100;
+    c.fault_nth = 1;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(coop_last_error(), "config.fault_kinds 0x102 has unknown bits 0x100"));
+    /* a NULL config is the default one; coop_config_default(NULL) does nothing */
+    coop_config_default(NULL);
+    assert_int_equal(coop_pool_create(NULL, &p), COOP_OK);
+    coop_config got, want;
+    coop_pool_config(p, &got);
+    coop_config_default(&c);
+    assert_int_equal(coop_pool_create(&c, &p2), COOP_OK);
+    coop_pool_config(p2, &want);
+    assert_int_equal(got.backend, want.backend);
+    assert_int_equal(got.capacity, want.capacity);
+    assert_int_equal(got.page_size, want.page_size);
+    assert_int_equal(got.va_size, want.va_size);
+    assert_int_equal(got.min_split, want.min_split);
+    assert_int_equal(got.use_vmm, want.use_vmm);
+    coop_pool_destroy(p2);
+    coop_pool_destroy(p);
 }
 
 /* A remainder below min_split stays with the allocation; when that tail lies
