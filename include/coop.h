@@ -155,7 +155,9 @@ void coop_pool_destroy(coop_pool *pool);
 
 /* Allocates size bytes (rounded up to 512) for use on stream. Returns NULL and
  * sets *status (if non-NULL) on failure; size 0 returns NULL with COOP_OK.
- * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH. On out-of-memory (mapping would
+ * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH; other bits, and the stream
+ * UINTPTR_MAX (reserved by the pool), are COOP_ERR_INVALID. A size above
+ * the capacity (SIZE_MAX too) is COOP_ERR_NOMEM at once. On out-of-memory (mapping would
  * exceed the capacity, or the device itself is full because memory is used
  * outside the pool and the driver refuses) the pool first releases the
  * cached pages (or free segments) that no queued work can use and retries
@@ -196,7 +198,8 @@ void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned fla
 coop_status coop_free(coop_pool *pool, void *ptr);
 
 /* Marks ptr as used on stream (besides its allocation stream; recording the
- * allocation stream is a no-op). Bad pointers give the statuses of coop_free.
+ * allocation stream is a no-op). Bad pointers give the statuses of coop_free
+ * (NULL: COOP_ERR_FOREIGN_PTR); the stream UINTPTR_MAX is COOP_ERR_INVALID.
  * A coop_tensor's buffer is refused (COOP_ERR_INVALID): the remat API
  * places tensors on stream 0 and evicts them at once, which a pending
  * cross-stream use would defeat. */
@@ -219,7 +222,9 @@ coop_status coop_empty_cache(coop_pool *pool);
  * usable on any stream, so the handle is never used again. COOP_ERR_BUSY,
  * the blocks left as they were, while live blocks are allocated on it or
  * recorded on it (free them first), or while its work has not finished
- * (never_wait, or a stream blocked on the host). Walks every block. */
+ * (never_wait, or a stream blocked on the host). The stream UINTPTR_MAX is
+ * COOP_ERR_INVALID; a stream the pool has not seen is a no-op. Walks every
+ * block. */
 coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
 
 /* Changes the capacity (rounded up to pages, but not past the device's last
@@ -339,7 +344,8 @@ coop_status coop_pool_check(coop_pool *pool);
 /* While a stream is held, events recorded on it stay incomplete; releasing
  * it completes them. A hold stands for a stream blocked on the host: the
  * pool's waits for it fail (on a device they would never return), so its
- * memory stays busy. Host backend only (else COOP_ERR_UNSUPPORTED). */
+ * memory stays busy. Host backend only (else COOP_ERR_UNSUPPORTED); the
+ * stream UINTPTR_MAX is COOP_ERR_INVALID, as for every call taking one. */
 coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold);
 
 /* Holds a stream as busy: kernels queued on it still running. Like a hold,

@@ -462,9 +462,17 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
     coop_status st = COOP_OK;
     if (size == 0)
         goto out;
-    if (stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH)) {
-        st = coop_set_error(COOP_ERR_INVALID, "coop_malloc: stream %#lx or flags %#x not allowed",
-                            (unsigned long)stream, flags);
+    if (stream == COOP_STREAM_ANY) {
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop_malloc: stream %#lx not allowed (the value is reserved)",
+                            (unsigned long)stream);
+        goto out;
+    }
+    if (flags & ~(unsigned)COOP_ALLOC_HIGH) {
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop_malloc: flags %#x has unknown bits %#x (COOP_ALLOC_LOW or "
+                            "COOP_ALLOC_HIGH)",
+                            flags, flags & ~(unsigned)COOP_ALLOC_HIGH);
         goto out;
     }
     if ((uint64_t)size > pool->arena.params.capacity) {
@@ -803,6 +811,9 @@ static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream
     if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
         st = coop_set_error(COOP_ERR_UNSUPPORTED, "%s: the pool's backend is %s", fn,
                             pool->backend->name);
+    else if (stream == COOP_STREAM_ANY) /* as every other call that takes a stream */
+        st = coop_set_error(COOP_ERR_INVALID, "%s: stream %#lx not allowed (the value is reserved)",
+                            fn, (unsigned long)stream);
     else
         st = pool->backend->ops->hold_stream(pool->backend, stream, hold, busy);
     pool_unlock(pool);

@@ -208,6 +208,68 @@ static void test_free_errors(void **state)
     coop_pool_destroy(p);
 }
 
+/* Misuse of the pointer, stream and flag arguments: each gets its own
+ * status and a message naming the argument, and neither pool changes (the
+ * statistics compare equal, invariants hold). */
+static void test_misuse_changes_nothing(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true), *q = make_pool(64 * MiB, true);
+    char *a = coop_malloc(p, 4096, 1, 0, NULL);
+    char *other = coop_malloc(q, 4096, 1, 0, NULL);
+    char *gone = coop_malloc(q, 4096, 1, 0, NULL);
+    assert_int_equal(coop_free(q, gone), COOP_OK);
+    coop_stats before = stats_of(p), before_q = stats_of(q);
+    char want[64];
+    /* another pool's pointers, live or freed there: foreign here */
+    snprintf(want, sizeof want, "coop_free(%p): not allocated by this pool", (void *)other);
+    assert_int_equal(coop_free(p, other), COOP_ERR_FOREIGN_PTR);
+    assert_non_null(strstr(coop_last_error(), want));
+    assert_int_equal(coop_free(p, gone), COOP_ERR_FOREIGN_PTR);
+    assert_int_equal(coop_record_stream(p, other, 3), COOP_ERR_FOREIGN_PTR);
+    assert_non_null(strstr(coop_last_error(), "coop_record_stream("));
+    assert_int_equal(coop_free(q, a), COOP_ERR_FOREIGN_PTR);
+    /* record_stream: NULL is no block (coop_free(NULL) is a no-op), an
+     * interior pointer is refused as coop_free refuses it */
+    assert_int_equal(coop_record_stream(p, NULL, 3), COOP_ERR_FOREIGN_PTR);
+    assert_non_null(strstr(coop_last_error(), "not allocated by this pool"));
+    assert_int_equal(coop_record_stream(p, a + 512, 3), COOP_ERR_INTERIOR_PTR);
+    assert_non_null(strstr(coop_last_error(), "pass the block's start"));
+    /* malloc: the message names the argument at fault */
+    coop_status st = COOP_OK;
+    assert_null(coop_malloc(p, 512, 0, 2, &st));
+    assert_int_equal(st, COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_malloc: flags 0x2 has unknown bits 0x2"));
+    assert_null(coop_malloc(p, 512, UINTPTR_MAX, COOP_ALLOC_HIGH, &st));
+    assert_int_equal(st, COOP_ERR_INVALID);
+    assert_non_null(
+        strstr(coop_last_error(), "coop_malloc: stream 0xffffffffffffffff not allowed"));
+    assert_null(coop_malloc(p, 512, 0, ~0u, NULL)); /* no status to set: NULL all the same */
+    /* the host controls refuse the reserved stream too (it was held) */
+    assert_int_equal(coop_host_hold_stream(p, UINTPTR_MAX, true), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_host_hold_stream: stream 0xffffffffffffffff"));
+    assert_int_equal(coop_host_busy_stream(p, UINTPTR_MAX), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_host_busy_stream: stream"));
+    /* unknown fault kinds arm nothing */
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_MAP | 0x40, 1), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_inject_fault: unknown kinds 0x42"));
+    /* walking with no visitor visits nothing */
+    assert_int_equal(coop_walk(p, NULL, NULL, NULL), COOP_OK);
+    coop_stats after = stats_of(p), after_q = stats_of(q);
+    assert_memory_equal(&after, &before, sizeof after);
+    assert_memory_equal(&after_q, &before_q, sizeof after_q);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_pool_check(q), COOP_OK);
+    /* and both pools work on: the refused fault was not armed */
+    void *b = coop_malloc(p, 4 * MiB, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(q, other), COOP_OK);
+    coop_pool_destroy(q);
+    coop_pool_destroy(p);
+}
+
 /* A second free of a block whose lower neighbour is still allocated: the
  * pointer is the start of a free block, not inside the block below. */
 static void test_double_free_above_a_live_block(void **state)
@@ -2095,6 +2157,7 @@ int main(void)
         cmocka_unit_test(test_best_fit),
         cmocka_unit_test(test_free_errors),
         cmocka_unit_test(test_double_free_above_a_live_block),
+        cmocka_unit_test(test_misuse_changes_nothing),
         cmocka_unit_test(test_record_stream_twice_is_one_use),
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_split_rest_keeps_its_stream),
