@@ -532,7 +532,10 @@ typedef struct coop_remat_stats {
     uint64_t records_reclaimed;
 } coop_remat_stats;
 
-/* Creates a context over pool (which must outlive it).
+/* Creates a context over pool (which must outlive it: destroying the pool
+ * first is undefined). COOP_ERR_INVALID naming the argument: a NULL pool,
+ * config, config->recompute or out, a policy that is not a
+ * coop_remat_policy, a NaN cheap_threshold.
  *
  * Every function below that takes the context refuses, with
  * COOP_ERR_INVALID and nothing changed: a NULL context or required
