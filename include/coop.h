@@ -667,7 +667,9 @@ void *coop_torch_malloc(size_t size, int device, void *stream);
 /* Frees ptr (size and stream as PyTorch recorded them at allocation). */
 void coop_torch_free(void *ptr, size_t size, int device, void *stream);
 
-/* Init hook: PyTorch's device count (devices >= it are refused). Also
+/* Init hook: PyTorch's device count (devices >= it are refused). A count
+ * of 0 (torch's first call, before it counts) changes nothing; a negative
+ * one or one above 64 changes nothing and is reported as an error. Also
  * parses the configuration so that syntax errors show at installation;
  * settings the device refuses show at the first allocation (see
  * coop_torch_failed_mallocs). */
@@ -695,7 +697,8 @@ void coop_torch_record_stream(void *ptr, void *stream);
 /* Not a PyTorch hook: coop_forget_stream on every device's pool, before an
  * application destroys a stream of its own (torch.cuda.ExternalStream);
  * the first failure is returned (coop_last_error says why) and the pools
- * after it are left as they were. */
+ * after it are left as they were. The stream UINTPTR_MAX is
+ * COOP_ERR_INVALID, pools or not. */
 coop_status coop_torch_forget_stream(void *stream);
 
 /* Sets the configuration from conf (COOP_ALLOC_CONF syntax; NULL = read the
@@ -799,7 +802,8 @@ typedef struct coop_torch_snapshot {
 } coop_torch_snapshot;
 
 /* Takes device's snapshot (an empty one if it has no pool). Free it with
- * coop_torch_snapshot_free. */
+ * coop_torch_snapshot_free (NULL is a no-op). COOP_ERR_INVALID for a
+ * device outside 0..63 (*out NULL) or a NULL out. */
 coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out);
 void coop_torch_snapshot_free(coop_torch_snapshot *snapshot);
 
