@@ -718,7 +718,8 @@ coop_status coop_torch_settings(char *buf, size_t size);
 /* conf (COOP_ALLOC_CONF syntax) parsed and written back as
  * coop_torch_settings writes a configuration: every key, in one order and
  * spelling, so two strings that mean the same give the same text
- * ("capacity:1G" and "capacity:1024M,backend:cuda"). Changes nothing.
+ * ("capacity:1G" and "capacity:1024M,backend:cuda"). NULL conf: the
+ * defaults (not the environment's). Changes nothing.
  * COOP_ERR_INVALID, with the parse error in buf, if it does not parse. */
 coop_status coop_torch_normalize_conf(const char *conf, char *buf, size_t size);
 

@@ -367,6 +367,9 @@ static void test_record_stream_pending(void **state)
      * does (coop.h, docs/pytorch.md) */
     assert_int_equal(s.requested_bytes.current, 512);
     assert_int_equal(coop_free(p, a), COOP_ERR_DOUBLE_FREE);
+    assert_int_equal(coop_record_stream(p, a, 9), COOP_ERR_DOUBLE_FREE); /* nothing recorded */
+    assert_non_null(strstr(coop_last_error(), "already freed (block is pending on stream events)"));
+    assert_int_equal(stats_of(p).active.current, 2);
     void *b = coop_malloc(p, 8192, 1, 0, NULL);
     assert_ptr_not_equal(b, a); /* still pending */
     assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);

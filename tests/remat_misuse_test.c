@@ -359,6 +359,15 @@ static void released_handles_and_unbalanced_pins_change_nothing(void **state)
     assert_memory_equal(&after, &before, sizeof after);
     assert_memory_equal(&pool_after, &pool_before, sizeof pool_after);
     assert_true(coop_tensor_resident(a));
+    /* an evicted input: refused, nothing recomputed behind the caller's back */
+    coop_tensor *fill;
+    assert_int_equal(coop_tensor_create(r, 8 * U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_false(coop_tensor_resident(a));
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", &a, 1, EV, &t), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create: input 0 is not resident (access or pin it first)"));
+    assert_null(t);
+    assert_false(coop_tensor_resident(a));
     assert_int_equal(coop_pool_check(pool), COOP_OK);
     coop_remat_destroy(r);
     coop_pool_destroy(pool);

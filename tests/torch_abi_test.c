@@ -78,6 +78,14 @@ static void test_normalized_text_has_a_fraction_only_when_given(void **state)
     assert_int_equal(coop_torch_normalize_conf("fraction:0.5", buf, sizeof buf), COOP_OK);
     assert_string_equal(buf, "backend:cuda,capacity:0,fraction:0.5,page:0,vmm:true,segment:0,"
                              "placement:low,min_split:0,check:false,history:0,wait:true");
+    /* NULL text: the defaults; no buffer (NULL or size 0): the status only */
+    assert_int_equal(coop_torch_normalize_conf(NULL, buf, sizeof buf), COOP_OK);
+    assert_non_null(strstr(buf, "backend:cuda,capacity:0,page:0"));
+    assert_int_equal(coop_torch_normalize_conf("bogus:1", NULL, 64), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "bogus"));
+    assert_int_equal(coop_torch_normalize_conf("backend:host", buf, 0), COOP_OK);
+    assert_int_equal(coop_torch_settings(NULL, 64), COOP_OK);
+    assert_int_equal(coop_torch_last_error(NULL, 64), coop_torch_last_error(NULL, 0));
 }
 
 static void test_pools_per_device(void **state)
