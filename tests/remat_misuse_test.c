@@ -380,6 +380,7 @@ static void context_refusals_name_the_argument(void **state)
     coop_pool *pool = pool_of(4);
     coop_remat_config cfg = {.recompute = recompute};
     coop_remat *r = (coop_remat *)1;
+    coop_remat_stats st;
     assert_int_equal(coop_remat_create(NULL, &cfg, &r), COOP_ERR_INVALID);
     assert_null(r);
     assert_true(error_says("coop_remat_create: pool is NULL"));
@@ -398,8 +399,14 @@ static void context_refusals_name_the_argument(void **state)
     assert_null(r);
     assert_int_equal(coop_remat_create(pool, &cfg, NULL), COOP_ERR_INVALID);
     assert_true(error_says("coop_remat_create: out is NULL"));
+    cfg.policy = COOP_REMAT_COOP;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", NULL, 0, EV, NULL), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create: out is NULL"));
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.records, 0);
+    coop_remat_destroy(r);
     coop_remat_destroy(NULL);
-    coop_remat_stats st;
     coop_remat_get_stats(NULL, NULL);
     memset(&st, 0xff, sizeof st);
     coop_remat_get_stats(NULL, &st);
