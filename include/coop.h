@@ -468,8 +468,9 @@ enum {
  * t may also be a handle the owner no longer holds: a released tensor whose
  * record stays for recomputations, or the hidden record of an in-place op's
  * old value (coop_tensor_mutate); an owner keeping a map by handle should
- * ignore handles it does not know. Both callbacks run inside the context's calls: they may read tensors
- * (coop_tensor_size, _resident, _data, _recomputes) and the statistics
+ * ignore handles it does not know. Both callbacks run inside the context's
+ * calls: they may read tensors (coop_tensor_size, _resident, _data,
+ * _recomputes) and the statistics
  * (coop_remat_get_stats) but must not call the other functions that take
  * the context (coop_tensor_create and the others): such a call fails with
  * COOP_ERR_BUSY and changes nothing (coop_remat_destroy: see there). */
