@@ -124,7 +124,8 @@ typedef struct coop_config {
     uint64_t fault_nth;    /* tests: fail the Nth call of fault_kinds (0 = never) */
 } coop_config;
 
-/* Fills *config with defaults: host backend, device 0, VMM on, checks off. */
+/* Fills *config with defaults: host backend, device 0, VMM on, checks off.
+ * A NULL config is a no-op. */
 void coop_config_default(coop_config *config);
 
 /* NULL handles: every pool function given a NULL pool (or a NULL out pointer
@@ -135,10 +136,14 @@ void coop_config_default(coop_config *config);
  * (and ignore a NULL out), coop_backend_calls(NULL, ...) returns 0, and
  * coop_malloc(NULL, ...) returns NULL with *status set. */
 
-/* Creates a pool. On failure *out is NULL and the status says why;
- * coop_last_error() holds a message with details. Size fields at or above
- * 2^56 bytes, and a va_size (when given, with VMM) below the capacity, are
- * refused (COOP_ERR_INVALID naming the field). */
+/* Creates a pool; a NULL config means coop_config_default's. On failure
+ * *out is NULL and the status says why; coop_last_error() holds a message
+ * with details. COOP_ERR_INVALID, naming the config field: size fields at
+ * or above 2^56 bytes, a page_size that is not a power of two of at least
+ * 512 (or, with VMM, not a multiple of the backend's), a capacity above the
+ * device's memory, a va_size (when given, with VMM) below the capacity, a
+ * min_split above a page (VMM) or segment, an unknown backend, fault_kinds
+ * with bits other than COOP_FAULT_*. */
 coop_status coop_pool_create(const coop_config *config, coop_pool **out);
 
 /* Releases every mapping and reservation of the pool. Outstanding
@@ -150,7 +155,9 @@ void coop_pool_destroy(coop_pool *pool);
 
 /* Allocates size bytes (rounded up to 512) for use on stream. Returns NULL and
  * sets *status (if non-NULL) on failure; size 0 returns NULL with COOP_OK.
- * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH. On out-of-memory (mapping would
+ * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH; other bits, and the stream
+ * UINTPTR_MAX (reserved by the pool), are COOP_ERR_INVALID. A size above
+ * the capacity (SIZE_MAX too) is COOP_ERR_NOMEM at once. On out-of-memory (mapping would
  * exceed the capacity, or the device itself is full because memory is used
  * outside the pool and the driver refuses) the pool first releases the
  * cached pages (or free segments) that no queued work can use and retries
@@ -191,7 +198,8 @@ void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned fla
 coop_status coop_free(coop_pool *pool, void *ptr);
 
 /* Marks ptr as used on stream (besides its allocation stream; recording the
- * allocation stream is a no-op). Bad pointers give the statuses of coop_free.
+ * allocation stream is a no-op). Bad pointers give the statuses of coop_free
+ * (NULL: COOP_ERR_FOREIGN_PTR); the stream UINTPTR_MAX is COOP_ERR_INVALID.
  * A coop_tensor's buffer is refused (COOP_ERR_INVALID): the remat API
  * places tensors on stream 0 and evicts them at once, which a pending
  * cross-stream use would defeat. */
@@ -214,7 +222,9 @@ coop_status coop_empty_cache(coop_pool *pool);
  * usable on any stream, so the handle is never used again. COOP_ERR_BUSY,
  * the blocks left as they were, while live blocks are allocated on it or
  * recorded on it (free them first), or while its work has not finished
- * (never_wait, or a stream blocked on the host). Walks every block. */
+ * (never_wait, or a stream blocked on the host). The stream UINTPTR_MAX is
+ * COOP_ERR_INVALID; a stream the pool has not seen is a no-op. Walks every
+ * block. */
 coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
 
 /* Changes the capacity (rounded up to pages, but not past the device's last
@@ -334,7 +344,8 @@ coop_status coop_pool_check(coop_pool *pool);
 /* While a stream is held, events recorded on it stay incomplete; releasing
  * it completes them. A hold stands for a stream blocked on the host: the
  * pool's waits for it fail (on a device they would never return), so its
- * memory stays busy. Host backend only (else COOP_ERR_UNSUPPORTED). */
+ * memory stays busy. Host backend only (else COOP_ERR_UNSUPPORTED); the
+ * stream UINTPTR_MAX is COOP_ERR_INVALID, as for every call taking one. */
 coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold);
 
 /* Holds a stream as busy: kernels queued on it still running. Like a hold,
@@ -457,8 +468,9 @@ enum {
  * t may also be a handle the owner no longer holds: a released tensor whose
  * record stays for recomputations, or the hidden record of an in-place op's
  * old value (coop_tensor_mutate); an owner keeping a map by handle should
- * ignore handles it does not know. Both callbacks run inside the context's calls: they may read tensors
- * (coop_tensor_size, _resident, _data, _recomputes) and the statistics
+ * ignore handles it does not know. Both callbacks run inside the context's
+ * calls: they may read tensors (coop_tensor_size, _resident, _data,
+ * _recomputes) and the statistics
  * (coop_remat_get_stats) but must not call the other functions that take
  * the context (coop_tensor_create and the others): such a call fails with
  * COOP_ERR_BUSY and changes nothing (coop_remat_destroy: see there). */
@@ -521,7 +533,10 @@ typedef struct coop_remat_stats {
     uint64_t records_reclaimed;
 } coop_remat_stats;
 
-/* Creates a context over pool (which must outlive it).
+/* Creates a context over pool (which must outlive it: destroying the pool
+ * first is undefined). COOP_ERR_INVALID naming the argument: a NULL pool,
+ * config, config->recompute or out, a policy that is not a
+ * coop_remat_policy, a NaN cheap_threshold.
  *
  * Every function below that takes the context refuses, with
  * COOP_ERR_INVALID and nothing changed: a NULL context or required
@@ -653,7 +668,9 @@ void *coop_torch_malloc(size_t size, int device, void *stream);
 /* Frees ptr (size and stream as PyTorch recorded them at allocation). */
 void coop_torch_free(void *ptr, size_t size, int device, void *stream);
 
-/* Init hook: PyTorch's device count (devices >= it are refused). Also
+/* Init hook: PyTorch's device count (devices >= it are refused). A count
+ * of 0 (torch's first call, before it counts) changes nothing; a negative
+ * one or one above 64 changes nothing and is reported as an error. Also
  * parses the configuration so that syntax errors show at installation;
  * settings the device refuses show at the first allocation (see
  * coop_torch_failed_mallocs). */
@@ -681,7 +698,8 @@ void coop_torch_record_stream(void *ptr, void *stream);
 /* Not a PyTorch hook: coop_forget_stream on every device's pool, before an
  * application destroys a stream of its own (torch.cuda.ExternalStream);
  * the first failure is returned (coop_last_error says why) and the pools
- * after it are left as they were. */
+ * after it are left as they were. The stream UINTPTR_MAX is
+ * COOP_ERR_INVALID, pools or not. */
 coop_status coop_torch_forget_stream(void *stream);
 
 /* Sets the configuration from conf (COOP_ALLOC_CONF syntax; NULL = read the
@@ -701,7 +719,8 @@ coop_status coop_torch_settings(char *buf, size_t size);
 /* conf (COOP_ALLOC_CONF syntax) parsed and written back as
  * coop_torch_settings writes a configuration: every key, in one order and
  * spelling, so two strings that mean the same give the same text
- * ("capacity:1G" and "capacity:1024M,backend:cuda"). Changes nothing.
+ * ("capacity:1G" and "capacity:1024M,backend:cuda"). NULL conf: the
+ * defaults (not the environment's). Changes nothing.
  * COOP_ERR_INVALID, with the parse error in buf, if it does not parse. */
 coop_status coop_torch_normalize_conf(const char *conf, char *buf, size_t size);
 
@@ -785,7 +804,8 @@ typedef struct coop_torch_snapshot {
 } coop_torch_snapshot;
 
 /* Takes device's snapshot (an empty one if it has no pool). Free it with
- * coop_torch_snapshot_free. */
+ * coop_torch_snapshot_free (NULL is a no-op). COOP_ERR_INVALID for a
+ * device outside 0..63 (*out NULL) or a NULL out. */
 coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out);
 void coop_torch_snapshot_free(coop_torch_snapshot *snapshot);
 

@@ -93,6 +93,8 @@ static uint64_t capacity_in_pages(uint64_t requested, uint64_t device, uint64_t 
 
 void coop_config_default(coop_config *config)
 {
+    if (!config)
+        return;
     *config = (coop_config){.backend = COOP_BACKEND_HOST, .use_vmm = true};
 }
 
@@ -120,6 +122,14 @@ static coop_status check_size_fields(const coop_config *c)
     return COOP_OK;
 }
 
+static coop_status bad_page_size(uint64_t page_size)
+{
+    return coop_set_error(COOP_ERR_INVALID,
+                          "coop_pool_create: config.page_size %llu must be a power of two of at "
+                          "least %u bytes (0 = the backend's)",
+                          (unsigned long long)page_size, COOP_ALIGN);
+}
+
 static coop_status make_backend(const coop_config *c, coop_backend **out)
 {
     coop_backend *inner = NULL;
@@ -136,7 +146,10 @@ static coop_status make_backend(const coop_config *c, coop_backend **out)
         st = coop_backend_cuda_create(c->device, c->use_vmm, &inner);
         break;
     default:
-        st = coop_set_error(COOP_ERR_INVALID, "unknown backend kind %d", (int)c->backend);
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop_pool_create: config.backend %d is not a backend "
+                            "(COOP_BACKEND_HOST or COOP_BACKEND_CUDA)",
+                            (int)c->backend);
     }
     if (st != COOP_OK)
         return st;
@@ -154,21 +167,19 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
      * is a default (segments, e.g. cuMemAlloc's, take any size), so a
      * segments pool does not depend on the device reporting one. */
     if (c->page_size < COOP_ALIGN || (c->page_size & (c->page_size - 1)))
-        return coop_set_error(COOP_ERR_INVALID,
-                              "page_size %llu must be a power of two of at least %u bytes",
-                              (unsigned long long)c->page_size, COOP_ALIGN);
+        return bad_page_size(c->page_size);
     if (c->use_vmm && c->page_size % be->page_size)
         return coop_set_error(COOP_ERR_INVALID,
-                              "page_size %llu must be a multiple of the %s backend's %llu-byte "
-                              "pages (with VMM)",
+                              "coop_pool_create: config.page_size %llu must be a multiple of "
+                              "the %s backend's %llu-byte pages (with VMM)",
                               (unsigned long long)c->page_size, be->name,
                               (unsigned long long)be->page_size);
     c->capacity = capacity_in_pages(c->capacity ? c->capacity : be->device_memory,
                                     be->device_memory, c->page_size);
     if (!c->capacity)
         return coop_set_error(COOP_ERR_INVALID,
-                              "capacity %llu exceeds the device's %llu bytes (or the device holds "
-                              "no whole %llu-byte page)",
+                              "coop_pool_create: config.capacity %llu exceeds the device's %llu "
+                              "bytes (or the device holds no whole %llu-byte page)",
                               (unsigned long long)in->capacity,
                               (unsigned long long)be->device_memory,
                               (unsigned long long)c->page_size);
@@ -178,8 +189,8 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     uint64_t size_limit = UINT64_C(1) << BLOCK_SIZE_BITS;
     if (c->capacity >= size_limit || (c->use_vmm && c->va_size >= size_limit))
         return coop_set_error(COOP_ERR_INVALID,
-                              "capacity %llu / va_size %llu: block sizes are limited to 2^%d "
-                              "bytes; choose less",
+                              "coop_pool_create: config.capacity %llu / va_size %llu: block "
+                              "sizes are limited to 2^%d bytes; choose less",
                               (unsigned long long)c->capacity, (unsigned long long)c->va_size,
                               BLOCK_SIZE_BITS);
     /* A smaller reservation could never hold the capacity: allocations would
@@ -225,6 +236,17 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
     coop_status st = check_size_fields(config);
     if (st != COOP_OK)
         return st;
+    /* before the backend, which would refuse it in its own words */
+    if (config->page_size &&
+        (config->page_size < COOP_ALIGN || (config->page_size & (config->page_size - 1))))
+        return bad_page_size(config->page_size);
+    /* coop_inject_fault refuses them too: a mask with a typo must not arm
+     * fewer faults than the test expects without a word */
+    if (config->fault_kinds & ~(unsigned)COOP_FAULT_ALL)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_pool_create: config.fault_kinds %#x has unknown bits %#x "
+                              "(COOP_FAULT_* values only)",
+                              config->fault_kinds, config->fault_kinds & ~(unsigned)COOP_FAULT_ALL);
     coop_backend *be;
     st = make_backend(config, &be);
     if (st != COOP_OK)
@@ -440,9 +462,17 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
     coop_status st = COOP_OK;
     if (size == 0)
         goto out;
-    if (stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH)) {
-        st = coop_set_error(COOP_ERR_INVALID, "coop_malloc: stream %#lx or flags %#x not allowed",
-                            (unsigned long)stream, flags);
+    if (stream == COOP_STREAM_ANY) {
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop_malloc: stream %#lx not allowed (the value is reserved)",
+                            (unsigned long)stream);
+        goto out;
+    }
+    if (flags & ~(unsigned)COOP_ALLOC_HIGH) {
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop_malloc: flags %#x has unknown bits %#x (COOP_ALLOC_LOW or "
+                            "COOP_ALLOC_HIGH)",
+                            flags, flags & ~(unsigned)COOP_ALLOC_HIGH);
         goto out;
     }
     if ((uint64_t)size > pool->arena.params.capacity) {
@@ -781,6 +811,9 @@ static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream
     if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
         st = coop_set_error(COOP_ERR_UNSUPPORTED, "%s: the pool's backend is %s", fn,
                             pool->backend->name);
+    else if (stream == COOP_STREAM_ANY) /* as every other call that takes a stream */
+        st = coop_set_error(COOP_ERR_INVALID, "%s: stream %#lx not allowed (the value is reserved)",
+                            fn, (unsigned long)stream);
     else
         st = pool->backend->ops->hold_stream(pool->backend, stream, hold, busy);
     pool_unlock(pool);

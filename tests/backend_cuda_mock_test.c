@@ -1315,7 +1315,18 @@ static void test_capacity_of_a_device_with_a_partial_page(void **state)
     config.capacity = 256 * MIB + 4096; /* explicit, within the device: its whole pages */
     pool = created(&config);
     assert_int_equal(capacity_of(pool), 256 * MIB);
+    /* the host backend's controls are refused by name on this one */
+    assert_int_equal(coop_host_hold_stream(pool, 1, true), COOP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(coop_last_error(), "coop_host_hold_stream: the pool's backend is"));
+    assert_int_equal(coop_host_busy_stream(pool, 1), COOP_ERR_UNSUPPORTED);
     coop_pool_destroy(pool);
+    /* beyond the device: refused at creation, naming the field */
+    config.capacity = 256 * MIB + 576 * 1024 + 1;
+    pool = (coop_pool *)&config;
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_INVALID);
+    assert_null(pool);
+    assert_non_null(strstr(coop_last_error(), "coop_pool_create: config.capacity 269025281 exceeds "
+                                              "the device's 269025280 bytes"));
 }
 
 static void test_pool_device_full_releases_cache(void **state)

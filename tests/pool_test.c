@@ -208,6 +208,68 @@ static void test_free_errors(void **state)
     coop_pool_destroy(p);
 }
 
+/* Misuse of the pointer, stream and flag arguments: each gets its own
+ * status and a message naming the argument, and neither pool changes (the
+ * statistics compare equal, invariants hold). */
+static void test_misuse_changes_nothing(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(64 * MiB, true), *q = make_pool(64 * MiB, true);
+    char *a = coop_malloc(p, 4096, 1, 0, NULL);
+    char *other = coop_malloc(q, 4096, 1, 0, NULL);
+    char *gone = coop_malloc(q, 4096, 1, 0, NULL);
+    assert_int_equal(coop_free(q, gone), COOP_OK);
+    coop_stats before = stats_of(p), before_q = stats_of(q);
+    char want[64];
+    /* another pool's pointers, live or freed there: foreign here */
+    snprintf(want, sizeof want, "coop_free(%p): not allocated by this pool", (void *)other);
+    assert_int_equal(coop_free(p, other), COOP_ERR_FOREIGN_PTR);
+    assert_non_null(strstr(coop_last_error(), want));
+    assert_int_equal(coop_free(p, gone), COOP_ERR_FOREIGN_PTR);
+    assert_int_equal(coop_record_stream(p, other, 3), COOP_ERR_FOREIGN_PTR);
+    assert_non_null(strstr(coop_last_error(), "coop_record_stream("));
+    assert_int_equal(coop_free(q, a), COOP_ERR_FOREIGN_PTR);
+    /* record_stream: NULL is no block (coop_free(NULL) is a no-op), an
+     * interior pointer is refused as coop_free refuses it */
+    assert_int_equal(coop_record_stream(p, NULL, 3), COOP_ERR_FOREIGN_PTR);
+    assert_non_null(strstr(coop_last_error(), "not allocated by this pool"));
+    assert_int_equal(coop_record_stream(p, a + 512, 3), COOP_ERR_INTERIOR_PTR);
+    assert_non_null(strstr(coop_last_error(), "pass the block's start"));
+    /* malloc: the message names the argument at fault */
+    coop_status st = COOP_OK;
+    assert_null(coop_malloc(p, 512, 0, 2, &st));
+    assert_int_equal(st, COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_malloc: flags 0x2 has unknown bits 0x2"));
+    assert_null(coop_malloc(p, 512, UINTPTR_MAX, COOP_ALLOC_HIGH, &st));
+    assert_int_equal(st, COOP_ERR_INVALID);
+    assert_non_null(
+        strstr(coop_last_error(), "coop_malloc: stream 0xffffffffffffffff not allowed"));
+    assert_null(coop_malloc(p, 512, 0, ~0u, NULL)); /* no status to set: NULL all the same */
+    /* the host controls refuse the reserved stream too (it was held) */
+    assert_int_equal(coop_host_hold_stream(p, UINTPTR_MAX, true), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_host_hold_stream: stream 0xffffffffffffffff"));
+    assert_int_equal(coop_host_busy_stream(p, UINTPTR_MAX), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_host_busy_stream: stream"));
+    /* unknown fault kinds arm nothing */
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_MAP | 0x40, 1), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_inject_fault: unknown kinds 0x42"));
+    /* walking with no visitor visits nothing */
+    assert_int_equal(coop_walk(p, NULL, NULL, NULL), COOP_OK);
+    coop_stats after = stats_of(p), after_q = stats_of(q);
+    assert_memory_equal(&after, &before, sizeof after);
+    assert_memory_equal(&after_q, &before_q, sizeof after_q);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_pool_check(q), COOP_OK);
+    /* and both pools work on: the refused fault was not armed */
+    void *b = coop_malloc(p, 4 * MiB, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(q, other), COOP_OK);
+    coop_pool_destroy(q);
+    coop_pool_destroy(p);
+}
+
 /* A second free of a block whose lower neighbour is still allocated: the
  * pointer is the start of a free block, not inside the block below. */
 static void test_double_free_above_a_live_block(void **state)
@@ -305,6 +367,9 @@ static void test_record_stream_pending(void **state)
      * does (coop.h, docs/pytorch.md) */
     assert_int_equal(s.requested_bytes.current, 512);
     assert_int_equal(coop_free(p, a), COOP_ERR_DOUBLE_FREE);
+    assert_int_equal(coop_record_stream(p, a, 9), COOP_ERR_DOUBLE_FREE); /* nothing recorded */
+    assert_non_null(strstr(coop_last_error(), "already freed (block is pending on stream events)"));
+    assert_int_equal(stats_of(p).active.current, 2);
     void *b = coop_malloc(p, 8192, 1, 0, NULL);
     assert_ptr_not_equal(b, a); /* still pending */
     assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
@@ -1615,13 +1680,41 @@ static void test_bad_config(void **state)
     coop_config c;
     coop_config_default(&c);
     c.page_size = 3000;
-    coop_pool *p = (coop_pool *)1;
+    coop_pool *p = (coop_pool *)1, *p2 = NULL;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
     assert_null(p);
-    assert_non_null(strstr(coop_last_error(), "3000"));
+    assert_non_null(strstr(coop_last_error(), "coop_pool_create: config.page_size 3000"));
+    c.page_size = 256; /* a power of two, below 512 */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.page_size 256"));
     coop_config_default(&c);
     c.backend = (coop_backend_kind)9;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_pool_create: config.backend 9"));
+    /* unknown fault kinds are refused, as coop_inject_fault refuses them
+     * (they were masked off without a word) */
+    coop_config_default(&c);
+    c.fault_kinds = COOP_FAULT_MAP | 0x100;
+    c.fault_nth = 1;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(coop_last_error(), "config.fault_kinds 0x102 has unknown bits 0x100"));
+    /* a NULL config is the default one; coop_config_default(NULL) does nothing */
+    coop_config_default(NULL);
+    assert_int_equal(coop_pool_create(NULL, &p), COOP_OK);
+    coop_config got, want;
+    coop_pool_config(p, &got);
+    coop_config_default(&c);
+    assert_int_equal(coop_pool_create(&c, &p2), COOP_OK);
+    coop_pool_config(p2, &want);
+    assert_int_equal(got.backend, want.backend);
+    assert_int_equal(got.capacity, want.capacity);
+    assert_int_equal(got.page_size, want.page_size);
+    assert_int_equal(got.va_size, want.va_size);
+    assert_int_equal(got.min_split, want.min_split);
+    assert_int_equal(got.use_vmm, want.use_vmm);
+    coop_pool_destroy(p2);
+    coop_pool_destroy(p);
 }
 
 /* A remainder below min_split stays with the allocation; when that tail lies
@@ -2067,6 +2160,7 @@ int main(void)
         cmocka_unit_test(test_best_fit),
         cmocka_unit_test(test_free_errors),
         cmocka_unit_test(test_double_free_above_a_live_block),
+        cmocka_unit_test(test_misuse_changes_nothing),
         cmocka_unit_test(test_record_stream_twice_is_one_use),
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_split_rest_keeps_its_stream),

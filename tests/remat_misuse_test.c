@@ -309,6 +309,118 @@ static void bad_handles_and_arguments_change_nothing(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A released handle in every call that takes one, a second release, an
+ * unpin without a pin: each refused by name, and neither the context nor
+ * the pool changes (their statistics compare equal, invariants hold). */
+static void released_handles_and_unbalanced_pins_change_nothing(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(8);
+    coop_remat *r = context(pool, COOP_REMAT_DTR);
+    coop_tensor *a, *b, *v = NULL, *t = NULL;
+    void *p = (void *)1, *old = (void *)1;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, b), COOP_OK);
+    coop_remat_stats before, after;
+    coop_stats pool_before, pool_after;
+    coop_remat_get_stats(r, &before);
+    coop_get_stats(pool, &pool_before);
+    assert_int_equal(coop_tensor_alias(r, b, &v), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_alias: base"));
+    assert_true(error_says("was released (used after coop_tensor_release)"));
+    assert_null(v);
+    assert_int_equal(coop_tensor_mutate(r, b, 1, "m", NULL, 0, &old), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_mutate: tensor"));
+    assert_true(error_says("was released"));
+    assert_null(old);
+    assert_int_equal(coop_tensor_mutate(r, a, 1, "m", &b, 1, NULL), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_mutate: input 0"));
+    assert_int_equal(coop_tensor_pin(r, b, &p), COOP_ERR_INVALID);
+    assert_null(p);
+    assert_int_equal(coop_tensor_release(r, b), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_release: tensor already released"));
+    /* pins: an unpin without a pin, a second unpin after a balanced pair */
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_unpin: tensor is not pinned"));
+    assert_int_equal(coop_tensor_pin(r, a, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_ERR_INVALID);
+    assert_int_equal(coop_tensor_unpin(r, NULL), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_unpin: tensor is NULL"));
+    assert_int_equal(coop_tensor_release(r, NULL), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_release: tensor is NULL"));
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", &b, 1, EV, &t), COOP_ERR_INVALID);
+    assert_null(t);
+    coop_remat_get_stats(r, &after);
+    coop_get_stats(pool, &pool_after);
+    /* the pin and unpin of a touch a's access time and the clock only */
+    before.clock = after.clock;
+    assert_memory_equal(&after, &before, sizeof after);
+    assert_memory_equal(&pool_after, &pool_before, sizeof pool_after);
+    assert_true(coop_tensor_resident(a));
+    /* an evicted input: refused, nothing recomputed behind the caller's back */
+    coop_tensor *fill;
+    assert_int_equal(coop_tensor_create(r, 8 * U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_false(coop_tensor_resident(a));
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", &a, 1, EV, &t), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create: input 0 is not resident (access or pin it first)"));
+    assert_null(t);
+    assert_false(coop_tensor_resident(a));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* coop_remat_create names the argument it refuses. */
+static void context_refusals_name_the_argument(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat_config cfg = {.recompute = recompute};
+    coop_remat *r = (coop_remat *)1;
+    coop_remat_stats st;
+    assert_int_equal(coop_remat_create(NULL, &cfg, &r), COOP_ERR_INVALID);
+    assert_null(r);
+    assert_true(error_says("coop_remat_create: pool is NULL"));
+    assert_int_equal(coop_remat_create(pool, NULL, &r), COOP_ERR_INVALID);
+    assert_true(error_says("coop_remat_create: config is NULL"));
+    cfg.recompute = NULL;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_ERR_INVALID);
+    assert_true(error_says("coop_remat_create: config->recompute is NULL"));
+    cfg.recompute = recompute;
+    cfg.policy = (coop_remat_policy)(COOP_REMAT_COOP_COMP + 1);
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_ERR_INVALID);
+    assert_true(error_says("coop_remat_create: config->policy 8 is not a coop_remat_policy"));
+    cfg.policy = (coop_remat_policy)-1;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_ERR_INVALID);
+    assert_true(error_says("config->policy -1"));
+    assert_null(r);
+    assert_int_equal(coop_remat_create(pool, &cfg, NULL), COOP_ERR_INVALID);
+    assert_true(error_says("coop_remat_create: out is NULL"));
+    cfg.policy = COOP_REMAT_COOP;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", NULL, 0, EV, NULL), COOP_ERR_INVALID);
+    assert_true(error_says("coop_tensor_create: out is NULL"));
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.records, 0);
+    coop_remat_destroy(r);
+    coop_remat_destroy(NULL);
+    coop_remat_get_stats(NULL, NULL);
+    memset(&st, 0xff, sizeof st);
+    coop_remat_get_stats(NULL, &st);
+    assert_int_equal(st.records, 0);
+    assert_int_equal(coop_tensor_size(NULL), 0);
+    assert_int_equal(coop_tensor_recomputes(NULL), 0);
+    assert_false(coop_tensor_resident(NULL));
+    assert_null(coop_tensor_data(NULL));
+    coop_stats s;
+    coop_get_stats(pool, &s);
+    assert_int_equal(s.allocation.current, 0);
+    coop_pool_destroy(pool);
+}
+
 /* Pins count per handle; a handle's pins go when it is released. */
 static void pins_belong_to_their_handle(void **state)
 {
@@ -682,6 +794,8 @@ int main(void)
         cmocka_unit_test(a_nan_threshold_is_refused),
         cmocka_unit_test(create_refusals_name_the_call_and_argument),
         cmocka_unit_test(pins_belong_to_their_handle),
+        cmocka_unit_test(released_handles_and_unbalanced_pins_change_nothing),
+        cmocka_unit_test(context_refusals_name_the_argument),
         cmocka_unit_test_prestate(a_constant_held_by_a_view_is_not_evicted, &policies[0]),
         cmocka_unit_test_prestate(a_constant_held_by_a_view_is_not_evicted, &policies[1]),
         cmocka_unit_test_prestate(copy_on_write_refuses_a_pinned_tensor, &policies[0]),

@@ -373,10 +373,20 @@ static void test_init_takes_every_device_count(void **state)
     void *p = coop_torch_malloc(64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));
     assert_non_null(p);
     coop_torch_free(p, 64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));
-    /* a count of 0 (or out of range) is no count: the limit stays */
+    /* a count of 0 (torch's first call) or out of range is no count: the
+     * limit stays; out of range is an error, reported (0 is not) */
+    char buf[256], before[256];
+    coop_torch_last_error(before, sizeof before);
     coop_torch_init(0);
+    coop_torch_last_error(buf, sizeof buf);
+    assert_string_equal(buf, before);
     coop_torch_init(-1);
+    coop_torch_last_error(buf, sizeof buf);
+    assert_non_null(
+        strstr(buf, "init with a device count of -1: it must be 1..64; devices stay 0..63"));
     coop_torch_init(COOP_TORCH_MAX_DEVICES + 1);
+    coop_torch_last_error(buf, sizeof buf);
+    assert_non_null(strstr(buf, "device count of 65"));
     p = coop_torch_malloc(64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));
     assert_non_null(p);
     coop_torch_free(p, 64, COOP_TORCH_MAX_DEVICES - 1, STREAM(0));

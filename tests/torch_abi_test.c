@@ -78,6 +78,14 @@ static void test_normalized_text_has_a_fraction_only_when_given(void **state)
     assert_int_equal(coop_torch_normalize_conf("fraction:0.5", buf, sizeof buf), COOP_OK);
     assert_string_equal(buf, "backend:cuda,capacity:0,fraction:0.5,page:0,vmm:true,segment:0,"
                              "placement:low,min_split:0,check:false,history:0,wait:true");
+    /* NULL text: the defaults; no buffer (NULL or size 0): the status only */
+    assert_int_equal(coop_torch_normalize_conf(NULL, buf, sizeof buf), COOP_OK);
+    assert_non_null(strstr(buf, "backend:cuda,capacity:0,page:0"));
+    assert_int_equal(coop_torch_normalize_conf("bogus:1", NULL, 64), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "bogus"));
+    assert_int_equal(coop_torch_normalize_conf("backend:host", buf, 0), COOP_OK);
+    assert_int_equal(coop_torch_settings(NULL, 64), COOP_OK);
+    assert_int_equal(coop_torch_last_error(NULL, 64), coop_torch_last_error(NULL, 0));
 }
 
 static void test_pools_per_device(void **state)
@@ -494,6 +502,19 @@ static void test_hooks_and_misuse(void **state)
     coop_torch_snapshot *none = NULL;
     assert_int_equal(coop_torch_snapshot_take(COOP_TORCH_MAX_DEVICES, &none), COOP_ERR_INVALID);
     assert_null(none);
+    assert_int_equal(coop_torch_snapshot_take(0, NULL), COOP_ERR_INVALID); /* crashed */
+    assert_non_null(strstr(coop_last_error(), "snapshot of device 0: out is NULL"));
+    coop_torch_snapshot_free(NULL);
+    /* the reserved stream, refused with or without pools (device 1 has none) */
+    assert_int_equal(coop_torch_forget_stream((void *)UINTPTR_MAX), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_torch_forget_stream: stream"));
+    /* a pointer of device 0's pool freed as device 1's: foreign there, and
+     * still allocated on device 0 (freed below) */
+    assert_non_null(coop_torch_pool(1));
+    coop_torch_free(a, 4 * MIB, 1, STREAM(1));
+    char msg[256];
+    coop_torch_last_error(msg, sizeof msg);
+    assert_non_null(strstr(msg, "not allocated by this pool"));
     coop_torch_record_stream(a, STREAM(9));
     coop_torch_record_stream(NULL, STREAM(9));
     int local;

@@ -79,10 +79,13 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
         return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: out is NULL");
     *out = NULL;
     if (!pool || !config || !config->recompute)
-        return coop_set_error(COOP_ERR_INVALID,
-                              "coop_remat_create: pool, config and config->recompute are required");
+        return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: %s is NULL (required)",
+                              !pool     ? "pool"
+                              : !config ? "config"
+                                        : "config->recompute");
     if ((unsigned)config->policy > COOP_REMAT_COOP_COMP)
-        return coop_set_error(COOP_ERR_INVALID, "coop_remat_create: unknown policy %d",
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_remat_create: config->policy %d is not a coop_remat_policy",
                               (int)config->policy);
     if (isnan(config->cheap_threshold)) /* compares false with every cost per byte */
         return coop_set_error(COOP_ERR_INVALID,

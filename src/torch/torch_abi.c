@@ -535,6 +535,12 @@ void coop_torch_init(int device_count)
 {
     if (device_count > 0 && device_count <= COOP_TORCH_MAX_DEVICES)
         atomic_store(&device_limit, device_count);
+    else if (device_count != 0) /* 0: torch's first call, before it counts */
+        report(coop_set_error(COOP_ERR_INVALID,
+                              "coop torch: init with a device count of %d: it must be 1..%d; "
+                              "devices stay 0..%d",
+                              device_count, COOP_TORCH_MAX_DEVICES,
+                              atomic_load(&device_limit) - 1));
     pthread_mutex_lock(&state_lock);
     coop_status st = ensure_conf_locked();
     pthread_mutex_unlock(&state_lock);
@@ -557,6 +563,11 @@ void coop_torch_empty_cache(void)
 
 coop_status coop_torch_forget_stream(void *stream)
 {
+    if ((coop_stream)stream == UINTPTR_MAX) /* refused whether or not a pool exists */
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_torch_forget_stream: stream %#lx not allowed (the value is "
+                              "reserved)",
+                              (unsigned long)(uintptr_t)stream);
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
         coop_pool *pool = coop_torch_pool(i);
         coop_status st = pool ? coop_forget_stream(pool, (coop_stream)stream) : COOP_OK;

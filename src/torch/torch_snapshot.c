@@ -86,6 +86,9 @@ static int copy_block(const coop_block_info *block, void *ctx)
 
 coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out)
 {
+    if (!out)
+        return coop_set_error(COOP_ERR_INVALID, "coop torch: snapshot of device %d: out is NULL",
+                              device);
     *out = NULL;
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
         return coop_set_error(COOP_ERR_INVALID,
