@@ -10,6 +10,17 @@ tests_stress_torch_abi_test_LDADD = $(TESTLIBS)
 tests_stress_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 
+# every thread-safe call of coop.h beside the others (also run under
+# ThreadSanitizer by .ci/run)
+if HAVE_CMOCKA
+check_PROGRAMS += tests/threads_api_test
+TESTS += tests/threads_api_test
+tests_threads_api_test_SOURCES = tests/threads_api_test.c
+tests_threads_api_test_CFLAGS = $(TESTCFLAGS)
+tests_threads_api_test_LDADD = $(TESTLIBS)
+tests_threads_api_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
 if HAVE_CMOCKA
 check_PROGRAMS += tests/fault_replay_test
 TESTS += tests/fault_replay_test
