@@ -181,7 +181,7 @@ static void pool_op(worker *w)
         if (st != COOP_OK && st != COOP_ERR_BACKEND)
             bad(w, "empty_cache", st);
         break;
-    case 8: /* held a moment: never_wait, so no call waits for it */
+    case 8: /* held a moment: a wait for a held stream fails, a busy one's ends the hold */
         if ((st = coop_host_hold_stream(pool, own, true)) != COOP_OK ||
             (st = coop_host_busy_stream(pool, own)) != COOP_OK ||
             (st = coop_host_hold_stream(pool, own, false)) != COOP_OK)
@@ -224,12 +224,11 @@ static void *pool_worker(void *arg)
 static void test_pool_calls(void **state)
 {
     (void)state;
-    uint64_t seed = test_seed("threads_api_test pool", test_seed_from_clock());
+    uint64_t seed = test_seed("threads_api_test", test_seed_from_clock());
     coop_config c;
     coop_config_default(&c);
     c.capacity = 64 * MiB;
     c.page_size = 64 * 1024;
-    c.never_wait = true; /* a held stream would block a wait for good */
     coop_pool *pool;
     assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
     coop_remat_config rc = {.policy = COOP_REMAT_COOP, .recompute = recompute};
@@ -397,7 +396,7 @@ static void *torch_worker(void *arg)
 static void test_torch_calls(void **state)
 {
     (void)state;
-    uint64_t seed = test_seed("threads_api_test torch", test_seed_from_clock());
+    uint64_t seed = test_seed("threads_api_test", test_seed_from_clock());
     assert_int_equal(setenv("COOP_ALLOC_CONF", TORCH_ENV, 1), 0);
     assert_null(coop_torch_pool(0)); /* the ABI's first use is below */
     static worker w[TORCH_THREADS];
