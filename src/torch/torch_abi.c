@@ -402,7 +402,9 @@ static void retry_limit(int device, coop_pool *pool, bool force)
  * ---------------------------------------------------------------------- */
 
 /* Counts a NULL from coop_torch_malloc on device and keeps its message
- * (coop_last_error, set by whatever failed). */
+ * (coop_last_error, set by whatever failed). Both change under error_lock,
+ * so coop_torch_failed_mallocs never pairs the newest message with the
+ * count before it. */
 static void count_failure(int device)
 {
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
@@ -410,8 +412,8 @@ static void count_failure(int device)
     device_slot *s = slot(device);
     pthread_mutex_lock(&error_lock);
     snprintf(s->failure, sizeof s->failure, "%s", coop_last_error());
-    pthread_mutex_unlock(&error_lock);
     atomic_fetch_add(&s->failed_mallocs, 1);
+    pthread_mutex_unlock(&error_lock);
 }
 
 uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size)
