@@ -256,6 +256,9 @@ const char *coop_last_error(void);
  * Statistics (the counters of torch.cuda.memory_stats() where they match)
  * ---------------------------------------------------------------------- */
 
+/* allocated and freed are cumulative: they stop at INT64_MAX (2^19 malloc /
+ * free pairs of 16 TiB reach it), after which current no longer equals
+ * allocated - freed. */
 typedef struct coop_stat {
     int64_t current, peak, allocated, freed;
 } coop_stat;
