@@ -507,7 +507,7 @@ typedef struct coop_remat_stats {
     uint64_t evictions;    /* tensors evicted to make room */
     uint64_t searches;     /* allocations that did not fit at once and searched */
     uint64_t recomputes;   /* recompute callbacks run */
-    uint64_t recompute_ns; /* their summed cost */
+    uint64_t recompute_ns; /* their summed cost (stops at UINT64_MAX, as clock) */
     uint64_t clock;        /* logical clock (ns of ops executed) */
     uint64_t resident_bytes;
     /* The searches' cost. A search is everything one allocation that did
@@ -527,7 +527,8 @@ typedef struct coop_remat_stats {
     /* searches that began although the pool's free bytes (coop_stats
      * free_bytes) covered the request: fragmentation made them evict */
     uint64_t frag_failures;
-    uint64_t search_free_bytes; /* the pool's free bytes at each search, summed */
+    uint64_t search_free_bytes; /* the pool's free bytes at each search, summed (stops at
+                                 * UINT64_MAX) */
     /* tensor records the context holds (live tensors, released ones a
      * recomputation may still need, and released ones not yet looked at:
      * collections run when the records have doubled), and how many it has
