@@ -1669,6 +1669,34 @@ static void test_cumulative_stats_saturate(void **state)
     coop_pool_destroy(p);
 }
 
+/* map_bytes, the bytes ever mapped, saturates at UINT64_MAX: 2^20 maps of
+ * 16 TiB (malloc, free, empty_cache) wrapped it to 0 before. Started just
+ * below the top, one mapping of two 8 TiB pages takes it there. */
+static void test_map_bytes_saturate(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(UINT64_C(1) << 44);
+    c.page_size = UINT64_C(1) << 43;
+    c.va_size = c.capacity;
+    coop_pool *p = create_or_fail(&c);
+    pool_arena(p)->counters.map_bytes = UINT64_MAX - 1000;
+    void *x = coop_malloc(p, (size_t)c.capacity, 0, 0, NULL);
+    assert_non_null(x);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.map_bytes, UINT64_MAX);
+    assert_int_equal(s.num_maps, 1);
+    assert_int_equal(s.reserved_bytes.current, (int64_t)c.capacity);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    x = coop_malloc(p, (size_t)c.capacity, 0, 0, NULL);
+    assert_non_null(x);
+    s = stats_of(p);
+    assert_int_equal(s.map_bytes, UINT64_MAX);
+    assert_int_equal(s.num_maps, 2);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* After coop_reset_peak_stats every counter's peak is its current value;
  * built so that before it each peak is above its current value. */
 static void test_reset_peak_stats_resets_every_counter(void **state)
@@ -2243,6 +2271,7 @@ int main(void)
         cmocka_unit_test(test_stats_ratios_without_free_or_allocated_bytes),
         cmocka_unit_test(test_reset_peak_stats_resets_every_counter),
         cmocka_unit_test(test_cumulative_stats_saturate),
+        cmocka_unit_test(test_map_bytes_saturate),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_single_thread),
         cmocka_unit_test(test_no_metadata_leak),
