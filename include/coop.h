@@ -256,6 +256,9 @@ const char *coop_last_error(void);
  * Statistics (the counters of torch.cuda.memory_stats() where they match)
  * ---------------------------------------------------------------------- */
 
+/* allocated and freed are cumulative: they stop at INT64_MAX (2^19 malloc /
+ * free pairs of 16 TiB reach it), after which current no longer equals
+ * allocated - freed. */
 typedef struct coop_stat {
     int64_t current, peak, allocated, freed;
 } coop_stat;
@@ -277,7 +280,8 @@ typedef struct coop_stats {
     uint64_t num_ooms;          /* allocations that failed for lack of memory */
     uint64_t num_maps,
         num_unmaps;     /* backend map / unmap calls (segment allocs / frees without VMM) */
-    uint64_t map_bytes; /* total bytes ever mapped (first mappings included) */
+    uint64_t map_bytes; /* total bytes ever mapped (first mappings included); stops at
+                         * UINT64_MAX */
     uint64_t capacity;
     uint64_t free_bytes; /* sum of free blocks */
     uint64_t largest_free_block;
@@ -504,7 +508,7 @@ typedef struct coop_remat_stats {
     uint64_t evictions;    /* tensors evicted to make room */
     uint64_t searches;     /* allocations that did not fit at once and searched */
     uint64_t recomputes;   /* recompute callbacks run */
-    uint64_t recompute_ns; /* their summed cost */
+    uint64_t recompute_ns; /* their summed cost (stops at UINT64_MAX, as clock) */
     uint64_t clock;        /* logical clock (ns of ops executed) */
     uint64_t resident_bytes;
     /* The searches' cost. A search is everything one allocation that did
@@ -524,7 +528,8 @@ typedef struct coop_remat_stats {
     /* searches that began although the pool's free bytes (coop_stats
      * free_bytes) covered the request: fragmentation made them evict */
     uint64_t frag_failures;
-    uint64_t search_free_bytes; /* the pool's free bytes at each search, summed */
+    uint64_t search_free_bytes; /* the pool's free bytes at each search, summed (stops at
+                                 * UINT64_MAX) */
     /* tensor records the context holds (live tensors, released ones a
      * recomputation may still need, and released ones not yet looked at:
      * collections run when the records have doubled), and how many it has

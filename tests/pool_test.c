@@ -1631,6 +1631,72 @@ static void test_stats_ratios_without_free_or_allocated_bytes(void **state)
     coop_pool_destroy(p);
 }
 
+/* The cumulative counters (allocated, freed) saturate at INT64_MAX: 2^19
+ * malloc / free pairs of 16 TiB reach 2^63 (they wrapped negative before, a
+ * signed overflow UBSan reports), while current and peak stay exact. */
+static void test_cumulative_stats_saturate(void **state)
+{
+    (void)state;
+    const uint64_t size = UINT64_C(1) << 44;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = size;
+    c.use_vmm = false;
+    coop_pool *p = create_or_fail(&c);
+    const uint64_t pairs = (UINT64_C(1) << 19) + 2;
+    for (uint64_t i = 0; i < pairs; i++) {
+        void *x = coop_malloc(p, size, 0, 0, NULL);
+        if (!x)
+            fail_msg("pair %llu: %s", (unsigned long long)i, coop_last_error());
+        assert_int_equal(coop_free(p, x), COOP_OK);
+    }
+    void *x = coop_malloc(p, size - 1000, 0, 0, NULL);
+    assert_non_null(x);
+    coop_stats s = stats_of(p);
+    const coop_stat *bytes[] = {&s.allocated_bytes, &s.active_bytes, &s.requested_bytes};
+    for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++) {
+        assert_int_equal(bytes[i]->allocated, INT64_MAX);
+        assert_int_equal(bytes[i]->freed, INT64_MAX);
+        assert_int_equal(bytes[i]->peak, (int64_t)size);
+    }
+    assert_int_equal(s.allocated_bytes.current, (int64_t)size - 512); /* rounded up to 512 */
+    assert_int_equal(s.requested_bytes.current, (int64_t)(size - 1000));
+    assert_int_equal(s.allocation.allocated, (int64_t)pairs + 1);
+    assert_int_equal(s.allocation.current, 1);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* map_bytes, the bytes ever mapped, saturates at UINT64_MAX: 2^20 maps of
+ * 16 TiB (malloc, free, empty_cache) wrapped it to 0 before. Started just
+ * below the top, one mapping of two 8 TiB pages takes it there. */
+static void test_map_bytes_saturate(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(UINT64_C(1) << 44);
+    c.page_size = UINT64_C(1) << 43;
+    c.va_size = c.capacity;
+    coop_pool *p = create_or_fail(&c);
+    pool_arena(p)->counters.map_bytes = UINT64_MAX - 1000;
+    void *x = coop_malloc(p, (size_t)c.capacity, 0, 0, NULL);
+    assert_non_null(x);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.map_bytes, UINT64_MAX);
+    assert_int_equal(s.num_maps, 1);
+    assert_int_equal(s.reserved_bytes.current, (int64_t)c.capacity);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    x = coop_malloc(p, (size_t)c.capacity, 0, 0, NULL);
+    assert_non_null(x);
+    s = stats_of(p);
+    assert_int_equal(s.map_bytes, UINT64_MAX);
+    assert_int_equal(s.num_maps, 2);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* After coop_reset_peak_stats every counter's peak is its current value;
  * built so that before it each peak is above its current value. */
 static void test_reset_peak_stats_resets_every_counter(void **state)
@@ -2204,6 +2270,8 @@ int main(void)
         cmocka_unit_test(test_fragmentation_stats),
         cmocka_unit_test(test_stats_ratios_without_free_or_allocated_bytes),
         cmocka_unit_test(test_reset_peak_stats_resets_every_counter),
+        cmocka_unit_test(test_cumulative_stats_saturate),
+        cmocka_unit_test(test_map_bytes_saturate),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_single_thread),
         cmocka_unit_test(test_no_metadata_leak),

@@ -295,6 +295,42 @@ static void costs_summed_past_int64_saturate(void **state)
     coop_pool_destroy(pool);
 }
 
+/* The statistics' sums saturate as the clock does: 2^16 recomputes at the
+ * cost cap took recompute_ns past 2^64 (it wrapped to a small number while
+ * the clock stopped at UINT64_MAX), and search_free_bytes adds up to a
+ * pool's free bytes per search. Two tensors take turns in a pool of one. */
+static void statistics_sums_saturate(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(1);
+    coop_remat *r = context(pool, COOP_REMAT_LRU);
+    const uint64_t c = COOP_TENSOR_MAX_COST_NS;
+    coop_tensor *t[2];
+    assert_int_equal(coop_tensor_create(r, U, c, "a", NULL, 0, EV, &t[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, c, "b", NULL, 0, EV, &t[1]), COOP_OK);
+    const unsigned turns = (1u << 16) + 2;
+    void *ptr;
+    for (unsigned i = 0; i < turns; i++)
+        assert_int_equal(coop_tensor_access(r, t[i % 2], &ptr), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.recomputes, turns);
+    assert_int_equal(st.clock, UINT64_MAX);
+    assert_int_equal(st.recompute_ns, UINT64_MAX);
+    /* a search where U - 512 bytes are free, the sum one below the top */
+    assert_int_equal(coop_tensor_create(r, 512, 1, "s", NULL, 0, EV, &t[0]), COOP_OK);
+    r->stats.search_free_bytes = UINT64_MAX - 1;
+    coop_remat_get_stats(r, &st);
+    uint64_t searches = st.searches;
+    assert_int_equal(coop_tensor_create(r, U, 1, "x", NULL, 0, EV, &t[1]), COOP_OK);
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.searches, searches + 1);
+    assert_int_equal(st.search_free_bytes, UINT64_MAX);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* A recomputation that takes over its old value's buffer evicts the old
  * value again, into a class of its own: x's c_eq counts it (10 + 7). */
 static void a_taken_over_old_value_counts_as_evicted(void **state)
@@ -384,6 +420,7 @@ int main(void)
         cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[1]),
         cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[2]),
         cmocka_unit_test_prestate(costs_summed_past_int64_saturate, &saturating[3]),
+        cmocka_unit_test(statistics_sums_saturate),
         cmocka_unit_test(a_taken_over_old_value_counts_as_evicted),
         cmocka_unit_test(coops_exact_cost_weighs_the_history),
     };

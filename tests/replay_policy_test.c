@@ -413,6 +413,27 @@ static void torch_merges_neighbours(void **unused)
     d.ops->destroy(d.state);
 }
 
+/* map_bytes stops at UINT64_MAX: 2^11 maps of 2^53 bytes (a range per
+ * stream, the other stream's unmapped to make room) took it past 2^64, and
+ * it wrapped to a small figure in the report's map column. */
+static void map_bytes_saturate(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch_expandable, 3ull << 52);
+    const uint64_t size = 1ull << 53;
+    for (unsigned i = 0; i < 2050; i++) {
+        uintptr_t a = must_malloc(&d, size, i % 2);
+        assert_int_equal(d.ops->free(d.state, a, size), COOP_OK);
+    }
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.map_bytes, UINT64_MAX);
+    assert_true(s.reserved_bytes >= size && s.reserved_bytes <= 3ull << 52);
+    d.ops->destroy(d.state);
+    assert_int_equal(replay_saturating_add(UINT64_MAX - 1, 1), UINT64_MAX);
+    assert_int_equal(replay_saturating_add(UINT64_MAX - 1, 2), UINT64_MAX);
+    assert_int_equal(replay_saturating_add(5, 7), 12);
+}
+
 /* ---- torch-expandable ---- */
 
 /* Pages of 20 MiB mapped as the large pool's range grows; a request that
@@ -1708,6 +1729,7 @@ int main(void)
         cmocka_unit_test(torch_blocks_are_per_stream),
         cmocka_unit_test(torch_frees_cached_segments_and_retries),
         cmocka_unit_test(torch_merges_neighbours),
+        cmocka_unit_test(map_bytes_saturate),
         cmocka_unit_test(torch_random_calls_keep_the_invariants),
         cmocka_unit_test(expandable_maps_pages_as_needed),
         cmocka_unit_test(expandable_splits_small_remainders),

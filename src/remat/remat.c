@@ -534,7 +534,8 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
             remat_advance_clock(r, t->cost);
             r->stats.recomputes++;
             t->remats++;
-            r->stats.recompute_ns += t->cost;
+            /* saturating, as the clock: 2^16 recomputes at the cost cap wrapped it */
+            r->stats.recompute_ns = remat_saturating_add(r->stats.recompute_ns, t->cost);
             t->last_access = r->clock;
         } else {
             st = recompute_failed(r, t, done);
