@@ -75,8 +75,8 @@ static COOP_INLINE void index_add(arena *a, arena_block *b)
     a->counters.free_bytes += b->size;
     if (b->prev || b->next) {
         block_set_counted(b, true);
-        stat_add(&a->counters.inactive_split, 1);
-        stat_add(&a->counters.inactive_split_bytes, (int64_t)b->size);
+        stat_count_up(&a->counters.inactive_split);
+        stat_grow(&a->counters.inactive_split_bytes, (int64_t)b->size);
     }
 }
 
@@ -86,8 +86,8 @@ static COOP_INLINE void index_del(arena *a, arena_block *b)
     a->counters.free_bytes -= b->size;
     if (b->counted_split) {
         block_set_counted(b, false);
-        stat_add(&a->counters.inactive_split, -1);
-        stat_add(&a->counters.inactive_split_bytes, -(int64_t)b->size);
+        stat_count_down(&a->counters.inactive_split);
+        stat_shrink(&a->counters.inactive_split_bytes, (int64_t)b->size);
     }
 }
 
@@ -96,8 +96,8 @@ static void recount_split(arena *a, arena_block *b)
 {
     if (b->state == COOP_BLOCK_FREE && !b->counted_split && (b->prev || b->next)) {
         block_set_counted(b, true);
-        stat_add(&a->counters.inactive_split, 1);
-        stat_add(&a->counters.inactive_split_bytes, (int64_t)b->size);
+        stat_count_up(&a->counters.inactive_split);
+        stat_grow(&a->counters.inactive_split_bytes, (int64_t)b->size);
     }
 }
 
@@ -208,11 +208,11 @@ static void count_mapping(arena *a, uint64_t bytes, bool mapped)
         /* cumulative: saturates (2^20 maps of 16 TiB wrapped it to 0) */
         a->counters.map_bytes =
             a->counters.map_bytes > UINT64_MAX - bytes ? UINT64_MAX : a->counters.map_bytes + bytes;
-        stat_add(&a->counters.reserved_bytes, (int64_t)bytes);
+        stat_grow(&a->counters.reserved_bytes, (int64_t)bytes);
     } else {
         a->reserved -= bytes;
         a->counters.num_unmaps++;
-        stat_add(&a->counters.reserved_bytes, -(int64_t)bytes);
+        stat_shrink(&a->counters.reserved_bytes, (int64_t)bytes);
     }
 }
 
@@ -344,7 +344,7 @@ static void segment_link(arena *a, arena_segment *s)
     else
         a->first_segment = s;
     a->num_segments++;
-    stat_add(&a->counters.segment, 1);
+    stat_count_up(&a->counters.segment);
 }
 
 static void segment_unlink(arena *a, arena_segment *s)
@@ -358,7 +358,7 @@ static void segment_unlink(arena *a, arena_segment *s)
     else
         a->last_segment = s->prev;
     a->num_segments--;
-    stat_add(&a->counters.segment, -1);
+    stat_count_down(&a->counters.segment);
 }
 
 static void segment_destroy(arena *a, arena_segment *s)
@@ -638,10 +638,10 @@ COOP_HOT static arena_block *carve_end(arena *a, arena_block *b, bool high, uint
     /* the free part has a neighbour (the allocation): it counts as split */
     if (b->counted_split) {
         block_set_counted(b, false);
-        stat_add(&a->counters.inactive_split_bytes, -(int64_t)size);
+        stat_shrink(&a->counters.inactive_split_bytes, (int64_t)size);
     } else {
-        stat_add(&a->counters.inactive_split, 1);
-        stat_add(&a->counters.inactive_split_bytes, (int64_t)left_size);
+        stat_count_up(&a->counters.inactive_split);
+        stat_grow(&a->counters.inactive_split_bytes, (int64_t)left_size);
     }
     block_set_counted(left, true);
     return mark_allocated(a, used, size, stream);

@@ -333,11 +333,11 @@ void coop_pool_config(const coop_pool *pool, coop_config *out)
 static COOP_INLINE void count_alloc(coop_pool *pool, arena_block *b, size_t requested)
 {
     b->requested = requested;
-    stat_add(&pool->allocation, 1);
-    stat_add(&pool->active, 1);
-    stat_add(&pool->allocated_bytes, (int64_t)b->size);
-    stat_add(&pool->active_bytes, (int64_t)b->size);
-    stat_add(&pool->requested_bytes, (int64_t)requested);
+    stat_count_up(&pool->allocation);
+    stat_count_up(&pool->active);
+    stat_grow(&pool->allocated_bytes, (int64_t)b->size);
+    stat_grow(&pool->active_bytes, (int64_t)b->size);
+    stat_grow(&pool->requested_bytes, (int64_t)requested);
 }
 
 /* Whether b counts as live: allocated, or (with_pending) pending too. */
@@ -629,13 +629,13 @@ static COOP_INLINE coop_status free_locked(coop_pool *pool, void *ptr, arena_blo
     block_uses *u = b->uses;
     if (u) /* never fails: see pool_pending_add */
         pool_pending_add(pool, u);
-    stat_add(&pool->allocation, -1);
-    stat_add(&pool->allocated_bytes, -(int64_t)b->size);
-    stat_add(&pool->requested_bytes, -(int64_t)b->requested);
+    stat_count_down(&pool->allocation);
+    stat_shrink(&pool->allocated_bytes, (int64_t)b->size);
+    stat_shrink(&pool->requested_bytes, (int64_t)b->requested);
     if (u)
         return COOP_OK;
-    stat_add(&pool->active, -1);
-    stat_add(&pool->active_bytes, -(int64_t)b->size);
+    stat_count_down(&pool->active);
+    stat_shrink(&pool->active_bytes, (int64_t)b->size);
     arena_block *f = arena_release(&pool->arena, b, b->stream);
     if (merged)
         *merged = f;

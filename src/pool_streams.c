@@ -133,8 +133,8 @@ static void release_pending(coop_pool *pool, block_uses *u)
     for (size_t i = 0; i < u->num_streams; i++)
         pool->backend->ops->event_destroy(pool->backend, u->events[i]);
     pool_uses_free(pool, u);
-    stat_add(&pool->active, -1);
-    stat_add(&pool->active_bytes, -(int64_t)b->size);
+    stat_count_down(&pool->active);
+    stat_shrink(&pool->active_bytes, (int64_t)b->size);
     arena_release(&pool->arena, b, tag);
 }
 
