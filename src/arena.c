@@ -206,8 +206,7 @@ static void count_mapping(arena *a, uint64_t bytes, bool mapped)
         a->reserved += bytes;
         a->counters.num_maps++;
         /* cumulative: saturates (2^20 maps of 16 TiB wrapped it to 0) */
-        a->counters.map_bytes =
-            a->counters.map_bytes > UINT64_MAX - bytes ? UINT64_MAX : a->counters.map_bytes + bytes;
+        a->counters.map_bytes = saturating_add_u64(a->counters.map_bytes, bytes);
         stat_grow(&a->counters.reserved_bytes, (int64_t)bytes);
     } else {
         a->reserved -= bytes;

@@ -7,15 +7,7 @@
 #define COOP_STAT_H
 
 #include "coop.h"
-
-/* total + amount (amount >= 0), INT64_MAX where it would overflow: an add
- * and a rarely taken jump (a compare against INT64_MAX - amount cost about
- * 80 instructions a malloc + free pair, callgrind). */
-static inline int64_t stat_saturating_add(int64_t total, int64_t amount)
-{
-    int64_t sum;
-    return __builtin_add_overflow(total, amount, &sum) ? INT64_MAX : sum;
-}
+#include "saturating.h"
 
 /* The counter grows by amount (a size or a count, 0 <= amount < 2^56). The
  * hot paths know the direction, so they call this or stat_shrink and branch
@@ -23,7 +15,7 @@ static inline int64_t stat_saturating_add(int64_t total, int64_t amount)
 static inline void stat_grow(coop_stat *s, int64_t amount)
 {
     s->current += amount;
-    s->allocated = stat_saturating_add(s->allocated, amount);
+    s->allocated = saturating_add_i64(s->allocated, amount);
     if (s->current > s->peak)
         s->peak = s->current;
 }
@@ -32,7 +24,7 @@ static inline void stat_grow(coop_stat *s, int64_t amount)
 static inline void stat_shrink(coop_stat *s, int64_t amount)
 {
     s->current -= amount;
-    s->freed = stat_saturating_add(s->freed, amount);
+    s->freed = saturating_add_i64(s->freed, amount);
 }
 
 /* Counters of calls (allocations, segments) move by one: their cumulative

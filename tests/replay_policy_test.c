@@ -429,9 +429,9 @@ static void map_bytes_saturate(void **unused)
     assert_int_equal(s.map_bytes, UINT64_MAX);
     assert_true(s.reserved_bytes >= size && s.reserved_bytes <= 3ull << 52);
     d.ops->destroy(d.state);
-    assert_int_equal(replay_saturating_add(UINT64_MAX - 1, 1), UINT64_MAX);
-    assert_int_equal(replay_saturating_add(UINT64_MAX - 1, 2), UINT64_MAX);
-    assert_int_equal(replay_saturating_add(5, 7), 12);
+    assert_int_equal(saturating_add_u64(UINT64_MAX - 1, 1), UINT64_MAX);
+    assert_int_equal(saturating_add_u64(UINT64_MAX - 1, 2), UINT64_MAX);
+    assert_int_equal(saturating_add_u64(5, 7), 12);
 }
 
 /* ---- torch-expandable ---- */

@@ -535,7 +535,7 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
             r->stats.recomputes++;
             t->remats++;
             /* saturating, as the clock: 2^16 recomputes at the cost cap wrapped it */
-            r->stats.recompute_ns = remat_saturating_add(r->stats.recompute_ns, t->cost);
+            r->stats.recompute_ns = saturating_add_u64(r->stats.recompute_ns, t->cost);
             t->last_access = r->clock;
         } else {
             st = recompute_failed(r, t, done);

@@ -457,7 +457,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         uint64_t t0 = thread_cpu_ns();
         uint64_t free_bytes = pool_arena(r->pool)->counters.free_bytes;
         r->stats.searches++;
-        r->stats.search_free_bytes = remat_saturating_add(r->stats.search_free_bytes, free_bytes);
+        r->stats.search_free_bytes = saturating_add_u64(r->stats.search_free_bytes, free_bytes);
         if (free_bytes >= want)
             r->stats.frag_failures++;
         /* the evictable bytes the message gives if this fails; UINT64_MAX:

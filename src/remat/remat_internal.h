@@ -15,6 +15,7 @@
 
 #include "coop.h"
 #include "pool_internal.h"
+#include "saturating.h"
 #include "remat/union_find.h"
 #include "remat/window.h"
 
@@ -284,17 +285,11 @@ static inline void remat_unpin(coop_remat *r, coop_tensor *t)
         remat_touch(r, t);
 }
 
-/* total + amount, saturating at UINT64_MAX */
-static inline uint64_t remat_saturating_add(uint64_t total, uint64_t amount)
-{
-    return total > UINT64_MAX - amount ? UINT64_MAX : total + amount;
-}
-
 /* Advances the logical clock by ns, saturating (costs are at most
  * COOP_TENSOR_MAX_COST_NS, so only an absurdly long run gets there). */
 static inline void remat_advance_clock(coop_remat *r, uint64_t ns)
 {
-    r->clock = remat_saturating_add(r->clock, ns);
+    r->clock = saturating_add_u64(r->clock, ns);
 }
 
 /* ---- remat_collect.c ---- */

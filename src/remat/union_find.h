@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "saturating.h"
+
 typedef struct union_find {
     uint32_t *parent; /* parent[i] == i for roots */
     int64_t *value;
@@ -46,7 +48,7 @@ static inline int64_t uf_value_add(int64_t a, int64_t b)
         a = 0;
     if (b < 0)
         b = 0;
-    return a > INT64_MAX - b ? INT64_MAX : a + b;
+    return saturating_add_i64(a, b);
 }
 
 /* Merges the classes of a and b; the new root's value is the sum

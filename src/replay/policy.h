@@ -15,19 +15,14 @@
 #include <stdint.h>
 
 #include "coop.h"
-
-/* A cumulative figure (map_bytes) plus amount, stopping at UINT64_MAX: a
- * trace of 2^11 maps of 2^53 bytes took map_bytes past 2^64, and it wrapped. */
-static inline uint64_t replay_saturating_add(uint64_t total, uint64_t amount)
-{
-    return total > UINT64_MAX - amount ? UINT64_MAX : total + amount;
-}
+#include "saturating.h"
 
 /* A policy's memory figures at one moment, all in bytes. */
 typedef struct replay_policy_stats {
     uint64_t reserved_bytes; /* device memory held now (mapped pages, segments, commits) */
     uint64_t map_bytes;      /* total bytes ever mapped / reserved, first mappings included;
-                              * stops at UINT64_MAX (replay_saturating_add) */
+                              * stops at UINT64_MAX (saturating_add_u64: a trace of 2^11
+                              * maps of 2^53 bytes wrapped it) */
     uint64_t active_bytes;   /* bytes of allocated blocks after the policy's rounding */
     uint64_t free_bytes;     /* bytes of free blocks inside reserved memory */
     uint64_t largest_free;   /* the largest free block */

@@ -121,7 +121,7 @@ static bool commit_bytes(jemalloc_state *s, size_t size)
     if (s->committed + size > s->capacity)
         return false;
     s->committed += size;
-    s->map_bytes = replay_saturating_add(s->map_bytes, size);
+    s->map_bytes = saturating_add_u64(s->map_bytes, size);
     return true;
 }
 
