@@ -122,6 +122,13 @@ static coop_status check_size_fields(const coop_config *c)
     return COOP_OK;
 }
 
+/* A page size any pool can take: a power of two, at least a block's
+ * alignment (the backend's granularity is checked where it is known). */
+static bool is_page_size(uint64_t page_size)
+{
+    return page_size >= COOP_ALIGN && !(page_size & (page_size - 1));
+}
+
 static coop_status bad_page_size(uint64_t page_size)
 {
     return coop_set_error(COOP_ERR_INVALID,
@@ -166,7 +173,7 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     /* Only mapped pages need the backend's granularity: without VMM its page
      * is a default (segments, e.g. cuMemAlloc's, take any size), so a
      * segments pool does not depend on the device reporting one. */
-    if (c->page_size < COOP_ALIGN || (c->page_size & (c->page_size - 1)))
+    if (!is_page_size(c->page_size))
         return bad_page_size(c->page_size);
     if (c->use_vmm && c->page_size % be->page_size)
         return coop_set_error(COOP_ERR_INVALID,
@@ -237,8 +244,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
     if (st != COOP_OK)
         return st;
     /* before the backend, which would refuse it in its own words */
-    if (config->page_size &&
-        (config->page_size < COOP_ALIGN || (config->page_size & (config->page_size - 1))))
+    if (config->page_size && !is_page_size(config->page_size))
         return bad_page_size(config->page_size);
     /* coop_inject_fault refuses them too: a mask with a typo must not arm
      * fewer faults than the test expects without a word */
@@ -463,9 +469,7 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
     if (size == 0)
         goto out;
     if (stream == COOP_STREAM_ANY) {
-        st = coop_set_error(COOP_ERR_INVALID,
-                            "coop_malloc: stream %#lx not allowed (the value is reserved)",
-                            (unsigned long)stream);
+        st = reserved_stream("coop_malloc");
         goto out;
     }
     if (flags & ~(unsigned)COOP_ALLOC_HIGH) {
@@ -666,8 +670,7 @@ COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
 static coop_status record_stream_locked(coop_pool *pool, void *ptr, coop_stream stream)
 {
     if (stream == COOP_STREAM_ANY)
-        return coop_set_error(COOP_ERR_INVALID, "coop_record_stream: stream %#lx not allowed",
-                              (unsigned long)stream);
+        return reserved_stream("coop_record_stream");
     arena_block *b = NULL;
     coop_status st = find_allocated(pool, ptr, "coop_record_stream", &b);
     if (st != COOP_OK)
@@ -811,9 +814,8 @@ static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream
     if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
         st = coop_set_error(COOP_ERR_UNSUPPORTED, "%s: the pool's backend is %s", fn,
                             pool->backend->name);
-    else if (stream == COOP_STREAM_ANY) /* as every other call that takes a stream */
-        st = coop_set_error(COOP_ERR_INVALID, "%s: stream %#lx not allowed (the value is reserved)",
-                            fn, (unsigned long)stream);
+    else if (stream == COOP_STREAM_ANY)
+        st = reserved_stream(fn);
     else
         st = pool->backend->ops->hold_stream(pool->backend, stream, hold, busy);
     pool_unlock(pool);

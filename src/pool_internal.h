@@ -181,4 +181,13 @@ static inline coop_status null_argument(const char *fn, const char *arg)
     return coop_set_error(COOP_ERR_INVALID, "%s: %s is NULL", fn, arg);
 }
 
+/* The error for the stream value COOP_STREAM_ANY passed to fn: the pool
+ * keeps it for blocks usable on every stream, so every call that takes a
+ * stream refuses it. */
+static inline coop_status reserved_stream(const char *fn)
+{
+    return coop_set_error(COOP_ERR_INVALID, "%s: stream %#lx not allowed (the value is reserved)",
+                          fn, (unsigned long)COOP_STREAM_ANY);
+}
+
 #endif

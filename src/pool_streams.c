@@ -342,8 +342,7 @@ coop_status coop_forget_stream(coop_pool *pool, coop_stream stream)
     if (!pool)
         return null_argument("coop_forget_stream", "pool");
     if (stream == COOP_STREAM_ANY)
-        return coop_set_error(COOP_ERR_INVALID, "coop_forget_stream: stream %#lx not allowed",
-                              (unsigned long)stream);
+        return reserved_stream("coop_forget_stream");
     pool_lock(pool);
     coop_status st = forget_stream_locked(pool, stream);
     pool_after_op_locked(pool, "forget_stream");

@@ -565,11 +565,8 @@ void coop_torch_empty_cache(void)
 
 coop_status coop_torch_forget_stream(void *stream)
 {
-    if ((coop_stream)stream == UINTPTR_MAX) /* refused whether or not a pool exists */
-        return coop_set_error(COOP_ERR_INVALID,
-                              "coop_torch_forget_stream: stream %#lx not allowed (the value is "
-                              "reserved)",
-                              (unsigned long)(uintptr_t)stream);
+    if ((coop_stream)stream == COOP_STREAM_ANY) /* refused whether or not a pool exists */
+        return reserved_stream("coop_torch_forget_stream");
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
         coop_pool *pool = coop_torch_pool(i);
         coop_status st = pool ? coop_forget_stream(pool, (coop_stream)stream) : COOP_OK;
