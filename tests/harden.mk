@@ -79,3 +79,17 @@ tests_host_alloc_replay_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFL
 tests_host_alloc_replay_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
 tests_host_alloc_replay_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
 endif
+
+# each entry point of the pool and the remat API with its N-th host
+# allocation, metadata allocation and backend call failing in turn: the
+# refused call must change nothing its caller can see (tests/README.md,
+# "Error paths")
+if HAVE_CMOCKA
+check_PROGRAMS += tests/error_paths_test
+TESTS += tests/error_paths_test
+tests_error_paths_test_SOURCES = tests/error_paths_test.c tests/host_alloc_fault.c \
+	tests/host_alloc_fault.h
+tests_error_paths_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
+tests_error_paths_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
+tests_error_paths_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+endif
