@@ -1,5 +1,6 @@
 /* Arena: blocks over segments, best fit, split / coalesce, page mapping. See arena.h. */
 #include <stddef.h>
+#include <stdio.h>
 
 #include "hot_path.h"
 #include "arena.h"
@@ -387,17 +388,8 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
     uint64_t want = own ? exact : seg;
     if (a->reserved + want > a->params.capacity)
         want = exact; /* a smaller segment may still fit */
-    if (a->reserved + want > a->params.capacity) {
-        uint64_t released = 0;
-        *reclaimed = true;
-        coop_status st = arena_reclaim(a, a->reserved + want - a->params.capacity, 0, 0, &released);
-        if (st != COOP_OK)
-            return st;
-        if (a->reserved + want > a->params.capacity) {
-            a->nomem = ARENA_NOMEM_CAPACITY;
-            return COOP_ERR_NOMEM;
-        }
-    }
+    /* The host memory first: running out of it must not have released
+     * cached segments for nothing (a refused call changes nothing). */
     coop_status st = reserve_records(a, 2);
     if (st == COOP_OK)
         st = addr_map_reserve(&a->seg_starts, 1);
@@ -408,6 +400,19 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
         st = segment_create(a, 0, want, false, &s);
     if (st != COOP_OK)
         return st;
+    if (a->reserved + want > a->params.capacity) {
+        uint64_t released = 0;
+        *reclaimed = true;
+        st = arena_reclaim(a, a->reserved + want - a->params.capacity, 0, 0, &released);
+        if (st == COOP_OK && a->reserved + want > a->params.capacity) {
+            a->nomem = ARENA_NOMEM_CAPACITY;
+            st = COOP_ERR_NOMEM;
+        }
+        if (st != COOP_OK) {
+            segment_destroy(a, s);
+            return st;
+        }
+    }
     uintptr_t base;
     st = a->backend->ops->segment_alloc(a->backend, want, &base);
     if (st == COOP_ERR_NOMEM) {
@@ -960,7 +965,14 @@ static bool tag_idle(arena *a, coop_stream tag, idle_memo *m)
     for (int i = 0; i < m->n; i++)
         if (m->stream[i] == tag)
             return m->idle[i];
-    bool idle = a->stream_idle(a->stream_idle_ctx, tag);
+    bool idle = false;
+    coop_status st = a->stream_idle(a->stream_idle_ctx, tag, &idle);
+    if (st != COOP_OK && a->idle_failure == COOP_OK) {
+        a->idle_failure = st;
+        snprintf(a->idle_failure_why, sizeof a->idle_failure_why,
+                 "cannot tell whether stream %#lx has finished, so its cached memory stays: %s",
+                 (unsigned long)tag, coop_last_error());
+    }
     if (m->n < IDLE_MEMO) {
         m->stream[m->n] = tag;
         m->idle[m->n++] = idle;
@@ -1036,6 +1048,7 @@ coop_status arena_reclaim(arena *a, uint64_t want, uintptr_t keep_lo, uintptr_t 
                           uint64_t *released)
 {
     *released = 0;
+    a->idle_failure = COOP_OK;
     if (a->params.vmm)
         return reclaim_pages(a, want, keep_lo, keep_hi, released);
     return reclaim_segments(a, want, released);

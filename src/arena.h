@@ -151,10 +151,13 @@ typedef struct arena_counters {
     size_t num_blocks;
 } arena_counters;
 
-/* Whether every piece of work queued on stream so far has finished. The
- * pool answers it with an event (arena_set_stream_idle); without an answer
- * (arena-only tests) every stream counts as idle. */
-typedef bool (*arena_stream_idle_fn)(void *ctx, coop_stream stream);
+/* Whether every piece of work queued on stream so far has finished (*idle).
+ * The pool answers it with an event (arena_set_stream_idle); without an
+ * answer (arena-only tests) every stream counts as idle. A status other than
+ * COOP_OK: the question could not be asked (no host memory, the backend
+ * refused the event), the thread's last error says why; the stream then
+ * counts as busy. */
+typedef coop_status (*arena_stream_idle_fn)(void *ctx, coop_stream stream, bool *idle);
 
 /* What the last COOP_ERR_NOMEM of arena_alloc / arena_alloc_in ran into,
  * for the pool's out-of-memory message (set on every such return). */
@@ -190,6 +193,13 @@ typedef struct arena {
     arena_stream_idle_fn stream_idle; /* reclaim asks it before releasing free space */
     void *stream_idle_ctx;
     arena_nomem nomem; /* why the last COOP_ERR_NOMEM (read only after one) */
+    /* The first stream_idle question of the last reclaim that failed
+     * (COOP_OK: none did) and its message: the memory of that stream stayed
+     * cached, so a COOP_ERR_NOMEM (capacity) after that reclaim, or a
+     * capacity it could not reach, is that failure rather than the
+     * capacity's (the pool reports it as such). */
+    coop_status idle_failure;
+    char idle_failure_why[384];
 } arena;
 
 /* Reserves the VMM range (if any). COOP_ERR_BACKEND / COOP_ERR_NOMEM /

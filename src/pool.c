@@ -395,6 +395,13 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
                                bool from_arena)
 {
     const arena *a = &pool->arena;
+    /* Not out of memory but out of knowledge: the cached memory of a
+     * stream whose event could not be recorded or queried (no host memory,
+     * the backend refused) stayed, and that failure is what the caller must
+     * see (status and cause), not a capacity that was never reached. */
+    if (from_arena && a->nomem == ARENA_NOMEM_CAPACITY && a->idle_failure != COOP_OK)
+        return coop_set_error(a->idle_failure, "cannot allocate %zu bytes on stream %#lx: %s", size,
+                              (unsigned long)stream, a->idle_failure_why);
     uint64_t live = footprint(a, true);
     uint64_t headroom = a->params.capacity > live ? a->params.capacity - live : 0;
     char why[512] = "";
@@ -450,8 +457,8 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
     if (reclaimed)
         pool->num_alloc_retries++;
     if (st == COOP_ERR_NOMEM) {
-        pool->num_ooms++;
         st = oom_message(pool, size, rounded, stream, true);
+        pool->num_ooms += st == COOP_ERR_NOMEM;
     }
     if (st == COOP_OK)
         count_alloc(pool, b, size);
@@ -558,8 +565,8 @@ coop_status pool_alloc_in_locked(coop_pool *pool, arena_block *free_block, uintp
     if (reclaimed)
         pool->num_alloc_retries++;
     if (st == COOP_ERR_NOMEM) {
-        pool->num_ooms++;
         st = oom_message(pool, size, round_up((uint64_t)size, COOP_ALIGN), stream, true);
+        pool->num_ooms += st == COOP_ERR_NOMEM;
     }
     if (st == COOP_OK)
         count_alloc(pool, *out, size);
@@ -777,7 +784,13 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
         pool_process_pending_locked(pool);
         uint64_t released;
         st = arena_reclaim(a, a->reserved - c, 0, 0, &released);
-        if (st == COOP_OK && c < a->reserved) {
+        if (st == COOP_OK && c < a->reserved && a->idle_failure != COOP_OK)
+            st = coop_set_error(a->idle_failure,
+                                "coop_set_capacity: capacity %llu is below the %llu bytes still "
+                                "mapped: %s; capacity stays %llu",
+                                (unsigned long long)c, (unsigned long long)a->reserved,
+                                a->idle_failure_why, (unsigned long long)a->params.capacity);
+        else if (st == COOP_OK && c < a->reserved) {
             /* What could not be released, by cause: the user frees live
              * blocks, but waits for streams (or stops blocking them) for the
              * rest, which reclaim skipped because queued work may still use

@@ -154,8 +154,9 @@ void pool_queues_free(coop_pool *pool);
 /* Frees a block's uses record. */
 void pool_uses_free(coop_pool *pool, block_uses *u);
 /* The arena's stream_idle answer (ctx: the pool): an event recorded on the
- * stream now has completed, waited for unless never_wait. */
-bool pool_stream_idle(void *ctx, coop_stream stream);
+ * stream now has completed, waited for unless never_wait; the event's
+ * failure (the stream then counts as busy) otherwise. */
+coop_status pool_stream_idle(void *ctx, coop_stream stream, bool *idle);
 /* Out-of-memory path and empty_cache: processes pending frees (with wait,
  * after waiting for their events) and retags the free blocks of every
  * stream seen finished "any stream". Returns whether something was still

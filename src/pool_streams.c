@@ -198,12 +198,17 @@ void pool_queues_free(coop_pool *pool)
 /* Whether ev has completed; if not and wait is set, waits for it (a failed
  * wait, such as the host backend's for a stream blocked on the host, counts
  * as not completed). *busy is set when it had not completed by itself. */
-static bool event_settled(coop_pool *pool, coop_event ev, bool wait, bool *busy)
+static bool event_settled(coop_pool *pool, coop_event ev, bool wait, bool *busy,
+                          coop_status *failure)
 {
     coop_backend *be = pool->backend;
     bool done = false;
-    if (be->ops->event_query(be, ev, &done) != COOP_OK)
+    coop_status st = be->ops->event_query(be, ev, &done);
+    if (st != COOP_OK) {
+        if (failure)
+            *failure = st;
         return false;
+    }
     if (!done) {
         *busy = true;
         done = wait && be->ops->event_wait(be, ev) == COOP_OK;
@@ -212,8 +217,8 @@ static bool event_settled(coop_pool *pool, coop_event ev, bool wait, bool *busy)
 }
 
 /* Whether everything queued on stream so far has finished: an event
- * recorded now, settled as event_settled does. A failed record is returned
- * (*done false). */
+ * recorded now, settled as event_settled does. A failed record or query is
+ * returned (*done false); a failed wait is not (the stream is busy). */
 static coop_status stream_settled(coop_pool *pool, coop_stream stream, bool wait, bool *busy,
                                   bool *done)
 {
@@ -223,22 +228,22 @@ static coop_status stream_settled(coop_pool *pool, coop_stream stream, bool wait
     coop_status st = be->ops->event_record(be, stream, &ev);
     if (st != COOP_OK)
         return st;
-    *done = event_settled(pool, ev, wait, busy);
+    *done = event_settled(pool, ev, wait, busy, &st);
     be->ops->event_destroy(be, ev);
-    return COOP_OK;
+    return st;
 }
 
 /* The arena's question before it unmaps pages of free blocks tagged with
  * stream: has everything queued on it finished? Waited for unless
  * never_wait (a stream blocked on the host then keeps its cached pages
  * mapped instead of blocking this thread). A stream the event cannot be
- * recorded on counts as busy. */
-bool pool_stream_idle(void *ctx, coop_stream stream)
+ * recorded on counts as busy, and the failure is returned: the arena
+ * reports it when the memory it kept was needed (arena.h, idle_failure). */
+coop_status pool_stream_idle(void *ctx, coop_stream stream, bool *idle)
 {
     coop_pool *pool = ctx;
-    bool busy = false, done;
-    stream_settled(pool, stream, !pool->config.never_wait, &busy, &done);
-    return done;
+    bool busy = false;
+    return stream_settled(pool, stream, !pool->config.never_wait, &busy, idle);
 }
 
 /* OOM path and empty_cache: processes the pending frees that can be; with
@@ -258,7 +263,7 @@ bool pool_settle_streams(coop_pool *pool, bool wait)
             if (!q->len)
                 continue;
             pending_ref newest = q->refs[q->head + q->len - 1];
-            if (event_settled(pool, newest.u->events[newest.slot], true, &busy))
+            if (event_settled(pool, newest.u->events[newest.slot], true, &busy, NULL))
                 while (q->len)
                     queue_pop(pool, q);
         }
@@ -277,13 +282,14 @@ bool pool_settle_streams(coop_pool *pool, bool wait)
 
 /* ---- Forgetting a stream ---- */
 
-/* The backend's message, kept: it is formatted into the same buffer. */
-static coop_status cannot_record(coop_stream stream, const char *what)
+/* The backend's status and message, kept (the message is formatted into
+ * the same buffer): no host memory for an event is COOP_ERR_HOST_NOMEM,
+ * not the device's failure. */
+static coop_status cannot_record(coop_status st, coop_stream stream, const char *what)
 {
     char why[512];
     snprintf(why, sizeof why, "%s", coop_last_error());
-    return coop_set_error(COOP_ERR_BACKEND,
-                          "coop_forget_stream: cannot record %s on stream %#lx: %s", what,
+    return coop_set_error(st, "coop_forget_stream: cannot record %s on stream %#lx: %s", what,
                           (unsigned long)stream, why);
 }
 
@@ -310,11 +316,13 @@ static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
                               "coop_forget_stream: %zu live blocks are allocated on stream %#lx or "
                               "used on it (coop_record_stream): free them first",
                               live, (unsigned long)stream);
-    if (pool->num_unqueued && queue_missing(pool, stream) != COOP_OK)
-        return cannot_record(stream, "the event of a pending free");
+    coop_status st = pool->num_unqueued ? queue_missing(pool, stream) : COOP_OK;
+    if (st != COOP_OK)
+        return cannot_record(st, stream, "the event of a pending free");
     bool busy = false, done;
-    if (stream_settled(pool, stream, !pool->config.never_wait, &busy, &done) != COOP_OK)
-        return cannot_record(stream, "an event");
+    st = stream_settled(pool, stream, !pool->config.never_wait, &busy, &done);
+    if (st != COOP_OK)
+        return cannot_record(st, stream, "or query an event");
     if (!done)
         return coop_set_error(COOP_ERR_BUSY,
                               "coop_forget_stream: stream %#lx still has work queued (%s): call "

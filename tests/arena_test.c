@@ -632,10 +632,11 @@ static void test_reclaim_releases_only_the_segments_needed(void **state)
     close_arena();
 }
 
-static bool stream_1_busy(void *ctx, coop_stream stream)
+static coop_status stream_1_busy(void *ctx, coop_stream stream, bool *idle)
 {
     (void)ctx;
-    return stream != 1;
+    *idle = stream != 1;
+    return COOP_OK;
 }
 
 /* After the device refused pages (memory used outside the pool),
