@@ -433,7 +433,13 @@ typedef enum coop_remat_policy {
      * neighbourhood per evaluation (no cache). Until round 5
      * (docs/remat.md, section 2) this policy costed members by c_comp: that
      * is now COOP_REMAT_COOP_COMP; the name COOP_REMAT_COOP_LIVE, which this
-     * policy had while c_live was a candidate, is gone. */
+     * policy had while c_live was a candidate, is gone.
+     * Without VMM (coop_config.use_vmm false) a window cannot span two
+     * segments; when no window covers the request, the window policies
+     * evict whole segments whose blocks are all free or evictable, cheapest
+     * per byte first (their members' costs summed over the segment's
+     * bytes), until the pool can give them back and grow a segment for the
+     * request; none when even all of them would leave too little room. */
     COOP_REMAT_COOP = 0,
     COOP_REMAT_DTR,       /* argmin of c_eq / (bytes * staleness), one at a time */
     COOP_REMAT_DTR_LOCAL, /* argmin of c / (bytes * staleness) */

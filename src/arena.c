@@ -312,7 +312,10 @@ static inline coop_status ensure_mapped(arena *a, arena_segment *s, uintptr_t lo
 static coop_status segment_create(arena *a, uintptr_t base, uint64_t size, bool vmm,
                                   arena_segment **out)
 {
-    arena_segment *s = meta_zalloc(a->heap, sizeof *s);
+    arena_segment *s = a->spare_segment;
+    a->spare_segment = NULL;
+    if (!s)
+        s = meta_zalloc(a->heap, sizeof *s);
     if (!s)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a segment record");
     s->base = base;
@@ -368,6 +371,18 @@ static void segment_destroy(arena *a, arena_segment *s)
     meta_free(a->heap, s, sizeof *s);
 }
 
+/* A segment record grow_segments made but could not use: kept as the spare
+ * (arena_reserve_segment's promise outlives a failed attempt). */
+static void segment_discard(arena *a, arena_segment *s)
+{
+    if (a->params.vmm || a->spare_segment) {
+        segment_destroy(a, s);
+        return;
+    }
+    *s = (arena_segment){0};
+    a->spare_segment = s;
+}
+
 /* Without VMM: a new segment holding one free block of at least size bytes.
  * The returned block is not in the free index. A request of half a segment
  * or more gets a segment of its own size (in pages), as PyTorch's allocator
@@ -409,7 +424,7 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
             st = COOP_ERR_NOMEM;
         }
         if (st != COOP_OK) {
-            segment_destroy(a, s);
+            segment_discard(a, s);
             return st;
         }
     }
@@ -433,7 +448,7 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
     if (st != COOP_OK) {
         if (st == COOP_ERR_NOMEM)
             a->nomem = ARENA_NOMEM_DEVICE;
-        segment_destroy(a, s);
+        segment_discard(a, s);
         return st;
     }
     s->base = base;
@@ -450,6 +465,19 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
     link_after(a, s, NULL, b);
     *out = b;
     return COOP_OK;
+}
+
+coop_status arena_reserve_segment(arena *a)
+{
+    coop_status st = reserve_records(a, 2);
+    if (st == COOP_OK)
+        st = addr_map_reserve(&a->seg_starts, 1);
+    if (st == COOP_OK)
+        st = addr_map_reserve(&a->seg_ends, 1);
+    if (st == COOP_OK && !a->spare_segment &&
+        !(a->spare_segment = meta_zalloc(a->heap, sizeof *a->spare_segment)))
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "no host memory for a segment record");
+    return st;
 }
 
 /* ---- Init and teardown ---- */
@@ -530,6 +558,9 @@ void arena_fini(arena *a)
         segment_destroy(a, s);
         s = next;
     }
+    if (a->spare_segment)
+        meta_free(a->heap, a->spare_segment, sizeof *a->spare_segment);
+    a->spare_segment = NULL;
     meta_slab_fini(&a->records);
     addr_map_fini(&a->map);
     addr_map_fini(&a->seg_starts);

@@ -199,6 +199,9 @@ typedef struct arena {
      * capacity it could not reach, is that failure rather than the
      * capacity's (the pool reports it as such). */
     coop_status idle_failure;
+    /* A zeroed segment record set aside by arena_reserve_segment, taken by
+     * the next segment created (NULL: none). */
+    arena_segment *spare_segment;
     char idle_failure_why[384];
 } arena;
 
@@ -246,6 +249,12 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
  * mergeable neighbours. Returns the free block now containing its range. */
 arena_block *arena_release(arena *a, arena_block *b, coop_stream tag);
 
+/* Without VMM: the host memory the next new segment needs (its record,
+ * its block records and its address-map slots), set aside now, so that a
+ * caller about to change something it cannot undo (the remat context
+ * evicting whole segments for a new one) does not then fail for lack of it.
+ * COOP_OK or COOP_ERR_HOST_NOMEM (message set). */
+coop_status arena_reserve_segment(arena *a);
 /* Releases cached memory, highest addresses first, until at least want bytes
  * are released (UINT64_MAX: all): with VMM the mapped pages outside
  * [keep_lo, keep_hi) that lie wholly in idle free space (free blocks tagged

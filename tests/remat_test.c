@@ -475,6 +475,84 @@ static void coop_evicts_a_window_and_places_inside(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Without VMM every tensor of half a segment or more gets a segment of its
+ * own (8 KiB tensors, 16 KiB segments), and a window cannot span two
+ * segments: a 20 KiB tensor in a full 64 KiB pool finds no window. Coop
+ * then evicts whole segments, cheapest per byte first, until the pool can
+ * give them back and grow one of 20 KiB: here the three cheapest (5, 10
+ * and 10 ns; the staleness spread is far smaller than the cost ratios), so
+ * 24 KiB are given back for the 20 KiB; the 900 ns tensors stay. */
+static coop_pool *segments_pool(void)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.use_vmm = false;
+    c.page_size = 4096;
+    c.capacity = 64 * KiB;
+    c.segment_size = 16 * KiB;
+    coop_pool *p;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    return p;
+}
+
+static void coop_evicts_whole_segments_without_vmm(void **state)
+{
+    (void)state;
+    coop_pool *pool = segments_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_COOP, false);
+    const uint64_t costs[8] = {900, 900, 10, 10, 900, 5, 900, 900};
+    coop_tensor *t[8], *x;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(coop_tensor_create(r, 8 * KiB, costs[i], "T", NULL, 0, EV, &t[i]),
+                         COOP_OK);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.segment.current, 8);
+    assert_int_equal(coop_tensor_create(r, 20 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(coop_tensor_resident(t[i]), costs[i] == 900);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.searches, 1);
+    assert_int_equal(st.evictions, 3);
+    assert_string_equal(j.evicted, "xxx");
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.segment.current, 6); /* 5 of 8 KiB and the new one */
+    assert_true(ps.reserved_bytes.current <= (int64_t)(64 * KiB));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* The same pool where evicting every segment that can be would still leave
+ * less than the request under the capacity: nothing is evicted for it. */
+static void coop_evicts_no_segment_for_a_request_that_cannot_fit(void **state)
+{
+    (void)state;
+    coop_pool *pool = segments_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_COOP, false);
+    coop_tensor *t[8], *x;
+    for (int i = 0; i < 8; i++) /* two evictable: 16 KiB could be given back */
+        assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "T", NULL, 0, i < 2 ? EV : 0, &t[i]),
+                         COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 20 * KiB, 1, "X", NULL, 0, EV, &x), COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "no room for 20480 bytes"));
+    for (int i = 0; i < 8; i++)
+        assert_true(coop_tensor_resident(t[i]));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 0);
+    assert_string_equal(j.evicted, "");
+    /* a third evictable one (released: evictable whatever its flags) makes it fit */
+    assert_int_equal(coop_tensor_release(r, t[2]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 20 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static void bad_arguments_are_refused(void **state)
 {
     (void)state;
@@ -978,6 +1056,8 @@ int main(void)
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[0]),
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
+        cmocka_unit_test(coop_evicts_whole_segments_without_vmm),
+        cmocka_unit_test(coop_evicts_no_segment_for_a_request_that_cannot_fit),
         cmocka_unit_test(bad_arguments_are_refused),
         cmocka_unit_test(a_view_reports_its_storage),
         cmocka_unit_test_prestate(an_in_place_op_may_read_its_evicted_target, &modes[0]),

@@ -304,6 +304,122 @@ static unsigned placement(const coop_remat *r, const coop_tensor *t)
                                                                       : COOP_ALLOC_LOW;
 }
 
+/* A segment every block of which is free or the context's evictable
+ * tensor, and what evicting its tensors costs per byte it gives back. */
+typedef struct segment_victim {
+    arena_segment *seg;
+    double cost_per_byte; /* its blocks' window costs summed, over its bytes */
+    size_t tensors;
+} segment_victim;
+
+static int segment_victims_order(const void *x, const void *y)
+{
+    const segment_victim *a = x, *b = y;
+    if (a->cost_per_byte != b->cost_per_byte)
+        return a->cost_per_byte < b->cost_per_byte ? -1 : 1;
+    return a->seg->base < b->seg->base ? -1 : a->seg->base > b->seg->base; /* total order */
+}
+
+/* Whether every block of seg is free or one a window may take, counting
+ * its tensors (no cost read: a pool where no segment can go evicts none,
+ * and its searches count no more evaluations than before). */
+static bool segment_evictable(coop_remat *r, arena_segment *seg, segment_victim *v)
+{
+    *v = (segment_victim){.seg = seg};
+    for (arena_block *b = seg->first; b; b = b->next) {
+        if (b->state == COOP_BLOCK_FREE)
+            continue;
+        if (b->state != COOP_BLOCK_ALLOCATED || !b->owner || !window_may_evict(r, b->owner))
+            return false;
+        v->tensors++;
+    }
+    return v->tensors > 0;
+}
+
+/* What evicting v's tensors costs per byte of its segment: their window
+ * costs summed, as a window of the whole segment would. */
+static void segment_cost(coop_remat *r, segment_victim *v)
+{
+    double sum = 0;
+    for (arena_block *b = v->seg->first; b; b = b->next)
+        if (b->state == COOP_BLOCK_ALLOCATED)
+            sum += window_cost(b->owner, b, r);
+    v->cost_per_byte = sum / (double)v->seg->reserved;
+}
+
+/* A pool without VMM holds its blocks in separate segments, and a window
+ * cannot span two of them: a request larger than any segment's windows finds
+ * none, although evicting every tensor of some segments would let the pool
+ * give those back (free and idle) and grow a segment of the request's size,
+ * as an argmin policy ends up doing one tensor at a time. So: the segments
+ * whose blocks are all free or evictable, cheapest per byte first, each
+ * evicted whole, until the allocation fits. Nothing is evicted when even all
+ * of them would leave too little room under the capacity. One pass over the
+ * blocks, as the window search. NULL with *st as alloc_in_window's. */
+static void *alloc_in_segments(coop_remat *r, coop_tensor *t, unsigned flags, coop_status *st)
+{
+    arena *a = pool_arena(r->pool);
+    uint64_t ps = a->params.page_size;
+    uint64_t need = (t->size + ps - 1) / ps * ps; /* the smallest segment that holds t */
+    uint64_t room = a->params.capacity > a->reserved ? a->params.capacity - a->reserved : 0;
+    size_t n = 0, cap = 0, tensors = 0;
+    segment_victim *v = NULL;
+    for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
+        segment_victim c;
+        if (!segment_evictable(r, seg, &c))
+            continue;
+        if (GROW_ARRAY(v, cap, n + 1, 16)) {
+            free(v);
+            *st = coop_set_error(COOP_ERR_HOST_NOMEM,
+                                 "coop_remat: out of host memory listing the segments to evict "
+                                 "for %zu bytes",
+                                 t->size);
+            return NULL;
+        }
+        v[n++] = c;
+        room += seg->reserved;
+        tensors += c.tensors;
+    }
+    coop_tensor **list = NULL;
+    if (room < need || !n) { /* *st stays COOP_ERR_NOMEM: no room */
+        free(v);
+        return NULL;
+    }
+    /* host memory first, the new segment's included: evictions cannot be
+     * undone, and a refused call must change nothing */
+    if (remat_reserve_evictions(r, tensors) || !(list = malloc(tensors * sizeof *list)) ||
+        arena_reserve_segment(pool_arena(r->pool)) != COOP_OK) {
+        free(list);
+        free(v);
+        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
+                             "coop_remat: out of host memory listing %zu tensors to evict for %zu "
+                             "bytes",
+                             tensors, t->size);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        segment_cost(r, &v[i]);
+    qsort(v, n, sizeof *v, segment_victims_order);
+    void *ptr = NULL;
+    for (size_t i = 0; i < n && !ptr; i++) {
+        /* collect first: freeing coalesces blocks under the walk */
+        size_t k = 0;
+        for (arena_block *b = v[i].seg->first; b; b = b->next)
+            if (b->state == COOP_BLOCK_ALLOCATED)
+                list[k++] = b->owner;
+        for (size_t j = 0; j < k; j++) {
+            remat_evict_locked(r, list[j]);
+            r->stats.evictions++;
+        }
+        ptr = pool_malloc_locked(r->pool, t->size, 0, flags, st);
+        if (!ptr && *st != COOP_ERR_NOMEM)
+            break; /* the pool's metadata or backend failed: evicting more would not help */
+    }
+    free(list);
+    free(v);
+    return ptr;
+}
+
 /* Coop: evict the cheapest covering window, allocate inside it. NULL with
  * *st COOP_ERR_NOMEM when no window covers t, another status (message set)
  * when host memory ran out (before anything was evicted) or the pool failed. */
@@ -319,6 +435,8 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
                              "coop_remat: out of host memory searching a "
                              "window for %zu bytes",
                              t->size);
+    if (found == -1 && !pool_arena(r->pool)->params.vmm)
+        return alloc_in_segments(r, t, flags, st);
     if (found)
         return NULL;
     /* collect first: freeing coalesces blocks under the walk */
