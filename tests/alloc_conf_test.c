@@ -1,9 +1,11 @@
 /* COOP_ALLOC_CONF parsing: every key, every kind of bad value. */
+#include <locale.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -257,6 +259,35 @@ static void test_to_config(void **state)
     assert_true(config.never_wait);
 }
 
+/* COOP_ALLOC_CONF is read, and coop_torch_normalize_conf writes it, in the
+ * "C" locale whatever the host program set with setlocale: in a locale whose
+ * decimal point is ',' (de_DE), strtod stopped at the '.' of "0.25" (the key
+ * was refused) and the normalized text said "fraction:0,25", whose comma
+ * splits the key:value list. Needs such a locale: COOP_TEST_LOCALE names it
+ * (tests/locale_test.sh builds de_DE.UTF-8 with localedef and runs this
+ * program so); skipped without one. */
+static void fraction_ignores_the_host_locale(void **unused)
+{
+    (void)unused;
+    const char *name = getenv("COOP_TEST_LOCALE");
+    if (!name || !setlocale(LC_ALL, name) || strcmp(localeconv()->decimal_point, ",") != 0) {
+        setlocale(LC_ALL, "C");
+        print_message("no locale with ',' as decimal point (COOP_TEST_LOCALE): skipped\n");
+        skip();
+    }
+    coop_alloc_conf conf;
+    coop_status st = coop_alloc_conf_parse("fraction:0.25", &conf);
+    char buf[512] = "";
+    coop_status norm = coop_torch_normalize_conf("fraction:0.25,page:4M", buf, sizeof buf);
+    setlocale(LC_ALL, "C"); /* before any assertion can end the test */
+    if (st != COOP_OK)
+        fail_msg("fraction:0.25 refused under %s: %s", name, coop_last_error());
+    assert_true(conf.fraction == 0.25);
+    assert_int_equal(norm, COOP_OK);
+    if (!strstr(buf, ",fraction:0.25,"))
+        fail_msg("normalized under %s: %s", name, buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +299,7 @@ int main(void)
         cmocka_unit_test(test_bad_values_name_key_value_offset),
         cmocka_unit_test(test_bad_syntax),
         cmocka_unit_test(test_to_config),
+        cmocka_unit_test(fraction_ignores_the_host_locale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

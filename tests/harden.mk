@@ -34,6 +34,12 @@ endif
 TESTS += tests/cli_errors_test.sh
 EXTRA_DIST += tests/cli_errors_test.sh
 
+# the same figures from coop replay / sim / bench / convert run again, without
+# ASLR, under another TZ and a ',' locale, from another directory, with the
+# inputs in another order (tests/README.md, "Determinism")
+TESTS += tests/determinism_test.sh
+EXTRA_DIST += tests/determinism_test.sh
+
 # the seed and generators every randomized C test includes (tests/test_seed.h),
 # the Python tests' reader of the same variable (tests/coop_test_seed.py), and
 # the check that each refuses a malformed COOP_TEST_SEED and echoes a valid one

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -497,6 +498,83 @@ static void timeline_is_written(void **unused)
     assert_int_equal(blocks, 4); /* two blocks per policy */
 }
 
+/* A whole file, NUL-ended, in memory of its own (the caller frees it). */
+static char *read_whole(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t cap = 1 << 16, n = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    for (size_t got; (got = fread(text + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) {
+            cap *= 2;
+            text = realloc(text, cap);
+            assert_non_null(text);
+        }
+    }
+    fclose(f);
+    text[n] = '\0';
+    *len = n;
+    return text;
+}
+
+/* The same replay, once more with an unrelated mapping held where the first
+ * run's ranges were (so coop's reservation, the segment spaces and
+ * jemalloc's range all land elsewhere, as under ASLR), writes the same
+ * timeline to the byte: block records used to carry absolute host addresses. */
+static void timeline_repeats_at_another_base(void **unused)
+{
+    (void)unused;
+    char trace[4096] = "coop-trace 1\n";
+    size_t len = strlen(trace);
+    /* blocks of 700 B to 40 MiB, two streams, freed out of order */
+    for (int i = 0; i < 24; i++)
+        len += (size_t)snprintf(trace + len, sizeof trace - len, "A %d %llu %d\n", i,
+                                700ull << (i % 16), i % 2);
+    for (int i = 0; i < 24; i += 3)
+        len += (size_t)snprintf(trace + len, sizeof trace - len, "F %d\n", (i * 7) % 24);
+    for (int i = 24; i < 30; i++)
+        len += (size_t)snprintf(trace + len, sizeof trace - len, "A %d %llu 0\n", i,
+                                3000ull << (i % 12));
+    write_file(path_in_dir("bases.trace"), trace);
+    char first_path[256], second_path[256];
+    snprintf(first_path, sizeof first_path, "%s", path_in_dir("first.txt"));
+    snprintf(second_path, sizeof second_path, "%s", path_in_dir("second.txt"));
+    const char *policies = "coop,coop-segments,torch,torch-expandable,jemalloc,ideal";
+    assert_int_equal(RUN("--timeline", first_path, "--capacity", "4G", "--policy", policies,
+                         path_in_dir("bases.trace")),
+                     0);
+    size_t hold_size = 64ull << 30;
+    void *hold =
+        mmap(NULL, hold_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    assert_true(hold != MAP_FAILED);
+    assert_int_equal(RUN("--timeline", second_path, "--capacity", "4G", "--policy", policies,
+                         path_in_dir("bases.trace")),
+                     0);
+    munmap(hold, hold_size);
+    size_t first_len, second_len;
+    char *first = read_whole(first_path, &first_len);
+    char *second = read_whole(second_path, &second_len);
+    int blocks = 0;
+    for (const char *c = first; (c = strstr(c, "\nb ")); c++)
+        blocks++;
+    assert_true(blocks >= 6 * 30);
+    if (first_len != second_len || memcmp(first, second, first_len)) {
+        size_t at = 0;
+        while (at < first_len && at < second_len && first[at] == second[at])
+            at++;
+        size_t line = at;
+        while (line > 0 && first[line - 1] != '\n')
+            line--;
+        fail_msg("the timelines differ from byte %zu: '%.40s' vs '%.40s'", at, first + line,
+                 second + line);
+    }
+    free(first);
+    free(second);
+}
+
 /* After an OOM nothing is measured: the series stop before the OOM event
  * (they used to drop to 0 live and 0 reserved) and an oom record says where. */
 static void timeline_stops_at_the_oom(void **unused)
@@ -678,6 +756,7 @@ int main(void)
         cmocka_unit_test(oom_on_the_first_allocation_has_no_fragmentation),
         cmocka_unit_test(recorded_above_capacity_has_no_minimum),
         cmocka_unit_test(timeline_is_written),
+        cmocka_unit_test(timeline_repeats_at_another_base),
         cmocka_unit_test(timeline_stops_at_the_oom),
         cmocka_unit_test(empty_trace_has_no_timing),
         cmocka_unit_test(non_default_torch_settings_are_flagged),

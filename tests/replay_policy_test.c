@@ -862,6 +862,76 @@ static void jemalloc_places_in_its_range_within_capacity(void **unused)
     d.ops->destroy(d.state);
 }
 
+/* ---- the same calls, the same figures ---- */
+
+/* Every placement policy, two instances alive at once (so at two different
+ * base addresses, as two runs get under ASLR), given the same random mallocs
+ * and frees (sizes log-uniform from 256 B to 64 MiB, two streams): each
+ * malloc has the same outcome in both, each block lies at the same offset
+ * from the instance's first block, and the figures (reserved, mapped,
+ * active, free, largest free) agree after every call. jemalloc's
+ * cache-oblivious offsets, drawn from a generator seeded with an address,
+ * once gave its largest free range (frag_mean, frag_max) other values from
+ * run to run. */
+static void every_policy_repeats_at_another_base(void **unused)
+{
+    (void)unused;
+    size_t count;
+    const replay_policy_ops *const *all = replay_policy_all(&count);
+    const uint64_t capacity = 256 * MiB;
+    for (size_t k = 0; k < count; k++) {
+        const replay_policy_ops *ops = all[k];
+        uint64_t rng = test_seed("replay_policy_test", 0x5eed) | 1;
+        driven d[2] = {start(ops, capacity), start(ops, capacity)};
+        uintptr_t live[2][ALL_LIVE] = {{0}}, first[2] = {0};
+        uint64_t sizes[ALL_LIVE] = {0};
+        for (int step = 0; step < 2000; step++) {
+            size_t i = test_xorshift64(&rng) % ALL_LIVE;
+            if (live[0][i]) {
+                for (int c = 0; c < 2; c++)
+                    assert_int_equal(d[c].ops->free(d[c].state, live[c][i], sizes[i]), COOP_OK);
+                live[0][i] = live[1][i] = 0;
+            } else {
+                double u = (double)(test_xorshift64(&rng) >> 11) / 9007199254740992.0;
+                uint64_t size = (uint64_t)(256.0 * __builtin_exp2(u * 18.0));
+                uint64_t stream = test_xorshift64(&rng) % 2;
+                coop_status st[2];
+                for (int c = 0; c < 2; c++) {
+                    st[c] = d[c].ops->malloc(d[c].state, size, stream, &live[c][i]);
+                    if (st[c] == COOP_OK && !first[c])
+                        first[c] = live[c][i];
+                }
+                if (st[0] != st[1])
+                    fail_msg("%s step %d: malloc(%llu) returned %d in one, %d in the other",
+                             ops->name, step, (unsigned long long)size, (int)st[0], (int)st[1]);
+                if (st[0] != COOP_OK) {
+                    live[0][i] = live[1][i] = 0;
+                } else if (live[0][i] - first[0] != live[1][i] - first[1]) {
+                    fail_msg("%s step %d: malloc(%llu) at offset %+lld in one, %+lld in the other",
+                             ops->name, step, (unsigned long long)size,
+                             (long long)(live[0][i] - first[0]),
+                             (long long)(live[1][i] - first[1]));
+                }
+                sizes[i] = size;
+            }
+            replay_policy_stats s0 = stats_of(&d[0]), s1 = stats_of(&d[1]);
+            if (s0.reserved_bytes != s1.reserved_bytes || s0.map_bytes != s1.map_bytes ||
+                s0.active_bytes != s1.active_bytes || s0.free_bytes != s1.free_bytes ||
+                s0.largest_free != s1.largest_free || s0.has_free_blocks != s1.has_free_blocks)
+                fail_msg("%s step %d: reserved %llu / %llu, mapped %llu / %llu, active %llu / "
+                         "%llu, free %llu / %llu, largest free %llu / %llu",
+                         ops->name, step, (unsigned long long)s0.reserved_bytes,
+                         (unsigned long long)s1.reserved_bytes, (unsigned long long)s0.map_bytes,
+                         (unsigned long long)s1.map_bytes, (unsigned long long)s0.active_bytes,
+                         (unsigned long long)s1.active_bytes, (unsigned long long)s0.free_bytes,
+                         (unsigned long long)s1.free_bytes, (unsigned long long)s0.largest_free,
+                         (unsigned long long)s1.largest_free);
+        }
+        for (int c = 0; c < 2; c++)
+            d[c].ops->destroy(d[c].state);
+    }
+}
+
 /* ---- minimum capacity ---- */
 
 static void bisection_finds_the_threshold(void **unused)
@@ -1741,6 +1811,7 @@ int main(void)
         cmocka_unit_test(expandable_random_calls_keep_the_invariants),
         cmocka_unit_test(expandable_refuses_what_no_range_holds),
         cmocka_unit_test(every_policy_keeps_its_accounting),
+        cmocka_unit_test(every_policy_repeats_at_another_base),
         cmocka_unit_test(coop_takes_the_all_ones_stream),
         cmocka_unit_test(coop_maps_whole_pages),
         cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),

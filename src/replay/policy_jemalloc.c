@@ -18,6 +18,17 @@
  * decommitted ranges) and the allocations (their usable sizes), applying the
  * changes only when the figures are read so that timing sees jemalloc alone.
  *
+ * Large blocks are asked for with MALLOCX_ALIGN(page): jemalloc built with
+ * cache_oblivious (Debian's is, and 5.3 cannot turn it off at run time) puts
+ * a large block at a random multiple of the cache line inside the first page
+ * of its extent, from a per-thread generator seeded with an address, so the
+ * free ranges around it (the largest free block, frag_mean, frag_max) moved
+ * from run to run with ASLR. A page-aligned request takes the same extent
+ * (the same size class, its extra page included: reserved figures do not
+ * change) and puts the block at its start, the offset the draw can give. CPU
+ * cache sets are nothing to a device range. Small sizes keep no alignment
+ * (it would round them up to a page).
+ *
  * jemalloc's metadata goes to host memory where the build offers
  * experimental.arenas_create_ext with metadata_use_hooks = false; otherwise
  * it is written through the hooks into the range (hence read/write) and
@@ -42,6 +53,10 @@ typedef struct jemalloc_state {
     /* mallocx/dallocx flags: this arena, no thread cache (a cached block
      * would be free to the replay but not to the arena) */
     int flags;
+    /* flags for sizes above small_max (jemalloc's largest small size
+     * class): the same, page-aligned (see above) */
+    int large_flags;
+    size_t small_max;
     char *range;
     uint64_t range_size, range_used; /* bump pointer over the reservation */
     uint64_t capacity, committed, map_bytes, active;
@@ -81,6 +96,12 @@ static void log_change(jemalloc_state *s, space_change_kind kind, uint64_t addr,
     s->log[s->log_len++] = (space_change){.kind = kind, .addr = addr, .size = size};
 }
 
+/* The mallocx / nallocx / sdallocx flags for a request of size bytes. */
+static int flags_for(const jemalloc_state *s, uint64_t size)
+{
+    return size > s->small_max ? s->large_flags : s->flags;
+}
+
 /* Applies the logged changes to the free-range set and the active bytes. */
 static void apply_log(jemalloc_state *s)
 {
@@ -96,12 +117,12 @@ static void apply_log(jemalloc_state *s)
             free_ranges_remove(&s->free, c->addr, c->size);
             break;
         case BLOCK_ALLOCATED:
-            usable = nallocx(c->size, s->flags);
+            usable = nallocx(c->size, flags_for(s, c->size));
             s->active += usable;
             free_ranges_remove(&s->free, c->addr, usable);
             break;
         case BLOCK_RELEASED:
-            usable = nallocx(c->size, s->flags);
+            usable = nallocx(c->size, flags_for(s, c->size));
             s->active -= usable;
             free_ranges_add(&s->free, c->addr, usable);
             break;
@@ -231,6 +252,24 @@ static coop_status create_arena(jemalloc_state *s)
     snprintf(name, sizeof name, "arena.%u.muzzy_decay_ms", s->arena);
     mallctl(name, NULL, NULL, &never, sizeof never);
     s->flags = MALLOCX_ARENA(s->arena) | MALLOCX_TCACHE_NONE;
+    unsigned nbins = 0;
+    size_t page = 0, ulen = sizeof nbins, zlen = sizeof page;
+    err = mallctl("arenas.nbins", &nbins, &ulen, NULL, 0);
+    if (!err)
+        err = mallctl("arenas.page", &page, &zlen, NULL, 0);
+    if (!err && nbins) {
+        snprintf(name, sizeof name, "arenas.bin.%u.size", nbins - 1);
+        err = mallctl(name, &s->small_max, &zlen, NULL, 0);
+    }
+    if (err || !nbins || !page || (page & (page - 1))) {
+        snprintf(name, sizeof name, "arena.%u.destroy", s->arena);
+        mallctl(name, NULL, NULL, NULL, 0);
+        return coop_set_error(COOP_ERR_BACKEND,
+                              "jemalloc policy: cannot read jemalloc's page and size classes "
+                              "(errno %d)",
+                              err);
+    }
+    s->large_flags = s->flags | MALLOCX_ALIGN(page);
     return COOP_OK;
 }
 
@@ -273,12 +312,13 @@ static coop_status jemalloc_malloc(void *state, uint64_t size, uint64_t stream, 
 {
     (void)stream; /* jemalloc has no streams */
     jemalloc_state *s = state;
-    void *p = mallocx(size, s->flags);
+    int flags = flags_for(s, size);
+    void *p = mallocx(size, flags);
     if (!p) {
         char name[64];
         snprintf(name, sizeof name, "arena.%u.purge", s->arena);
         mallctl(name, NULL, NULL, NULL, 0);
-        p = mallocx(size, s->flags);
+        p = mallocx(size, flags);
     }
     if (!p)
         return coop_set_error(COOP_ERR_NOMEM,
@@ -296,7 +336,7 @@ static coop_status jemalloc_free(void *state, uintptr_t addr, uint64_t size)
     void *p = (void *)addr;
     /* sdallocx: the size is known, as a sized delete would pass it */
     log_change(s, BLOCK_RELEASED, (uint64_t)addr, size); /* before: dallocx may decommit */
-    sdallocx(p, size, s->flags);
+    sdallocx(p, size, flags_for(s, size));
     return COOP_OK;
 }
 

@@ -41,10 +41,16 @@ bool replay_timeline_policy(FILE *out, const char *policy, const uint64_t *live,
         last_live = l;
         last_reserved = reserved[i];
     }
+    /* Offsets from the lowest block, not host addresses: a policy's range
+     * is wherever mmap put it (ASLR), and the file is to repeat exactly. */
+    uint64_t lowest = UINT64_MAX;
+    for (uint64_t k = 0; k < num_placements; k++)
+        if (placements[k].addr < lowest)
+            lowest = placements[k].addr;
     for (uint64_t k = 0; k < num_placements; k++) {
         const replay_placement *p = &placements[k];
-        fprintf(out, "b %" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", p->addr, p->size,
-                p->start_event, p->end_event);
+        fprintf(out, "b %" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", p->addr - lowest,
+                p->size, p->start_event, p->end_event);
     }
     if (oom)
         fprintf(out, "oom %" PRIu64 "\n", run->oom_event);

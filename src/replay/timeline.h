@@ -7,8 +7,12 @@
  *   policy NAME                    a policy's series follows
  *   s EVENT LIVE RESERVED          after event EVENT (0-based): live and reserved
  *                                  bytes; written only where either changes
- *   b ADDR SIZE START END          a block at ADDR (hex) of SIZE bytes, placed at
- *                                  event START, freed at END (EVENTS: never)
+ *   b OFFSET SIZE START END        a block OFFSET bytes (hex) above the lowest
+ *                                  block of the policy's run, of SIZE bytes,
+ *                                  placed at event START, freed at END
+ *                                  (EVENTS: never). Offsets, not addresses: a
+ *                                  policy's range lies wherever mmap put it, and
+ *                                  the file repeats to the byte from run to run
  *   oom EVENT                      the policy ran out of memory at EVENT and the
  *                                  run stopped there: its s records end before
  *                                  EVENT, and a block with END = EVENTS was still

@@ -8,6 +8,7 @@
 #include "byte_size.h"
 #include "status.h"
 #include "torch/alloc_conf.h"
+#include "torch/c_numeric.h"
 
 void coop_alloc_conf_default(coop_alloc_conf *conf)
 {
@@ -60,7 +61,7 @@ static bool parse_fraction(const token *v, double *out)
     buf[v->len] = '\0';
     char *end = NULL;
     errno = 0;
-    double f = strtod(buf, &end);
+    double f = c_numeric_strtod(buf, &end);
     if (errno || *end != '\0' || !isfinite(f) || f <= 0.0 || f > 1.0)
         return false;
     *out = f;

@@ -1,6 +1,6 @@
 # src/torch build fragment (included by Makefile.am): the PyTorch integration.
 libcoop_la_SOURCES += src/torch/torch_abi.c src/torch/torch_abi.h \
-	src/torch/alloc_conf.c src/torch/alloc_conf.h \
+	src/torch/alloc_conf.c src/torch/alloc_conf.h src/torch/c_numeric.h \
 	src/torch/history.c src/torch/history.h \
 	src/torch/torch_snapshot.c
 

@@ -20,6 +20,7 @@
 #include "pool_internal.h"
 #include "status.h"
 #include "torch/alloc_conf.h"
+#include "torch/c_numeric.h"
 #include "torch/torch_abi.h"
 
 typedef struct device_slot {
@@ -197,7 +198,7 @@ static void format_conf(const coop_alloc_conf *c, size_t history, char *buf, siz
 {
     char fraction[32] = "";
     if (c->fraction > 0.0)
-        snprintf(fraction, sizeof fraction, ",fraction:%g", c->fraction);
+        c_numeric_format_g(fraction, sizeof fraction, ",fraction:", c->fraction);
     snprintf(buf, size,
              "backend:%s,capacity:%ju%s,page:%ju,vmm:%s,segment:%ju,placement:%s,"
              "min_split:%ju,check:%s,history:%zu,wait:%s",
