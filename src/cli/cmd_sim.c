@@ -8,6 +8,7 @@
 
 #include "cli/cli_getopt.h"
 #include "cli/cli_list.h"
+#include "cli/cli_output.h"
 #include "cli/commands.h"
 #include "remat/sim.h"
 #include "remat/sim_lib.h"
@@ -219,7 +220,6 @@ static void row_end(sim_row *r, const sim_thresholds *th)
         row_ratio(r, "stable_min_ratio", 9, th->stable, 1, '\n');
     if (r->json)
         printf("}\n");
-    fflush(stdout);
 }
 
 /* One run's row; n: the lib engine's counts, NULL for the simulator. */
@@ -536,6 +536,13 @@ int cmd_sim(int argc, char **argv)
                         status = 1;
                 }
                 print_row(json, prog.name, policy_items[i], memory, &o, lib ? &n : NULL, &th);
+                /* each row is out as it is made; one that cannot be written
+                 * (a full disk, a closed pipe with SIGPIPE ignored) stops
+                 * the runs: their rows would be lost too. Said at exit. */
+                if (!cli_stdout_ok()) {
+                    sim_program_free(&prog);
+                    return status > 1 ? status : 1;
+                }
             }
         }
         sim_program_free(&prog);
