@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "remat/sim.h"
 #include "remat/sim_lib.h"
+#include "utf8.h"
 
 #define MAX_ITEMS 64
 
@@ -128,18 +129,8 @@ static void print_json_string(const char *s)
             putchar(c);
             p++;
         } else {
-            /* a well-formed UTF-8 sequence (no overlongs, surrogates or
-             * code points beyond U+10FFFF) is copied, anything else replaced */
-            size_t n = c >= 0xc2 && c <= 0xdf   ? 2
-                       : c >= 0xe0 && c <= 0xef ? 3
-                       : c >= 0xf0 && c <= 0xf4 ? 4
-                                                : 0;
-            unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
-            unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-            int ok = n && p[1] >= lo && p[1] <= hi;
-            for (size_t i = 2; ok && i < n; i++)
-                ok = p[i] >= 0x80 && p[i] <= 0xbf;
-            if (ok) {
+            size_t n = utf8_sequence_length(p); /* 0: not UTF-8 */
+            if (n) {
                 fwrite(p, 1, n, stdout);
                 p += n;
             } else {

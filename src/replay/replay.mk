@@ -14,7 +14,7 @@ libcooptools_la_SOURCES += \
 	src/replay/engine.c src/replay/engine.h \
 	src/replay/recorded.c src/replay/recorded.h \
 	src/replay/measure.c src/replay/measure.h \
-	src/replay/report.c src/replay/report.h \
+	src/replay/report.c src/replay/report.h src/utf8.h \
 	src/replay/timeline.c src/replay/timeline.h
 coop_SOURCES += src/cli/cmd_replay.c
 
