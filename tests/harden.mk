@@ -33,6 +33,10 @@ endif
 # bad command lines of every coop command
 TESTS += tests/cli_errors_test.sh
 EXTRA_DIST += tests/cli_errors_test.sh
+# every output of the coop command when it cannot be written, and its JSON
+# rows on odd names and edge inputs (tests/README.md, "Outputs")
+TESTS += tests/cli_outputs_test.sh
+EXTRA_DIST += tests/cli_outputs_test.sh
 
 # the seed and generators every randomized C test includes (tests/test_seed.h),
 # the Python tests' reader of the same variable (tests/coop_test_seed.py), and
