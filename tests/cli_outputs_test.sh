@@ -114,6 +114,27 @@ if [ -w /dev/full ]; then
     fi
 fi
 
+# trace names in the timeline: one field of UTF-8 text each, which
+# scripts/plot_replay.py reads (a carriage return or vertical tab broke the
+# line or the field; a Latin-1 byte made the whole file "not UTF-8 text")
+mkdir "$tmp/tlnames"
+for name in "$(printf 'cr\rx')" "$(printf 'vt\013x')" "$(printf 'latin\351')" "$(printf 'nb\302\240sp')" 'two words'; do
+    cp "$tmp/small.trace" "$tmp/tlnames/$name.trace"
+done
+$coop replay --policy ideal --timeline "$tmp/names.tl" "$tmp/tlnames/"*.trace >/dev/null 2>"$tmp/err" ||
+    fail "a timeline of odd names: $(cat "$tmp/err")"
+if "$python" -c '
+import re, sys
+text = open(sys.argv[1], "rb").read().decode("utf-8")
+names = [re.split("[ \t\n\r\f\v]+", line)[1] for line in text.split("\n") if line.startswith("trace ")]
+assert len(names) == 5 and all(len(re.split("[ \t\n\r\f\v]+", l)) == 3 for l in text.split("\n") if l.startswith("trace ")), text
+assert sorted(names) == ["cr_x.trace", "latin?.trace", "nb\u00a0sp.trace", "two_words.trace", "vt_x.trace"], names
+' "$tmp/names.tl" 2>"$tmp/err"; then
+    ok "timeline names are one UTF-8 field each"
+else
+    fail "timeline names: $(cat "$tmp/err")"
+fi
+
 # --- standard output closed ---
 mkdir "$tmp/closed"
 $coop replay --json --policy ideal --timeline "$tmp/closed/t" "$tmp/small.trace" >&- 2>"$tmp/err"
