@@ -11,12 +11,18 @@ def die(prog, message):
     sys.exit(2)
 
 
+def no_constant(name):
+    """json.loads' parse_constant: NaN, Infinity and -Infinity, which Python
+    reads but JSON (RFC 8259) has not, are a bad line like any other."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def json_rows(path, prog, what):
     """Yields (line number, object) for each non-blank line of the file path
     ('-': standard input). A file that cannot be read ends the program with
     'PROG: PATH: reason', a line that is not a JSON object with 'PROG:
-    PATH:N: WHAT (reason)' (bytes that are not UTF-8 and nesting too deep
-    for the parser included)."""
+    PATH:N: WHAT (reason)' (bytes that are not UTF-8, NaN or Infinity, and
+    nesting too deep for the parser included)."""
     try:
         # bytes, decoded a line at a time, so that a line that is not UTF-8
         # is named like any other bad line
@@ -29,7 +35,7 @@ def json_rows(path, prog, what):
                 if not raw.strip():
                     continue
                 try:
-                    row = json.loads(raw.decode("utf-8"))
+                    row = json.loads(raw.decode("utf-8"), parse_constant=no_constant)
                 except (ValueError, RecursionError) as e:
                     die(prog, f"{path}:{n}: {what} ({e})")
                 if not isinstance(row, dict):
