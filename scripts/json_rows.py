@@ -1,7 +1,9 @@
 """Reading JSON lines (coop replay --json, coop sim --json), shared by the
-scripts that check and plot them. Standard library only."""
+scripts that check and plot them, and writing them (json_line, for the
+scripts that emit their own). Standard library only."""
 
 import json
+import math
 import sys
 
 
@@ -43,3 +45,21 @@ def json_rows(path, prog, what):
                 yield n, row
         except OSError as e:  # a read error (EIO, a folder given as the file)
             die(prog, f"{path}: {e.strerror}")
+
+
+def _finite(value):
+    """value with every float that is NaN or infinite made None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_line(obj):
+    """obj as one line of JSON (RFC 8259; sorted keys): a float that is NaN
+    or infinite (a diverged loss, a ratio over 0) is null, as in coop's own
+    rows. json.dumps wrote NaN and Infinity, which no JSON reader takes."""
+    return json.dumps(_finite(obj), sort_keys=True, allow_nan=False)
