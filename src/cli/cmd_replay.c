@@ -61,7 +61,9 @@ static void usage(FILE *out)
             "instead of a table\n"
             "  --timeline FILE   write live and reserved bytes per event and "
             "every block's\n"
-            "                    placement (scripts/plot_replay.py draws it)\n"
+            "                    placement (scripts/plot_replay.py draws it); FILE "
+            "appears only\n"
+            "                    once every trace is measured\n"
             "  --capacity BYTES  device capacity (default 80GiB, below 16PiB); "
             "decimal or 0x hex,\n"
             "                    suffixes K, M, G, T (binary, any case), as COOP_ALLOC_CONF\n"
@@ -80,7 +82,9 @@ static void usage(FILE *out)
             "events, and max);\n"
             "gmlake = 1 - peak_active/peak_reserved; "
             "ns/op, the median time of one malloc or free.\n"
-            "Exit status: 0 ok, 1 a policy failed, 2 usage or input error.\n",
+            "Exit status: 0 ok, 1 a policy failed or the results could not be written, "
+            "2 usage\n"
+            "or input error.\n",
             "recorded", "what PyTorch's allocator reserved (snapshots with segments)");
 }
 
