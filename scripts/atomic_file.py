@@ -1,5 +1,6 @@
 """The one writer of the scripts' output files (the recorders, through
-models.write_gz, and the GPU scripts, through scripts/gpu/common.py):
+models.write_gz, the GPU scripts, through scripts/gpu/common.py, and the
+plots, through save_figure):
 standard library only, so that the GPU scripts' --dry-run and their tests
 need no torch to import it.
 
@@ -10,6 +11,7 @@ Usage:
 """
 
 import contextlib
+import errno
 import gzip
 import os
 import tempfile
@@ -27,7 +29,22 @@ def replacing(path, compress=False):
     shared trace from its readers), then renamed over path. A symbolic link
     path stays one: its target is replaced. With compress, what is written
     is gzip-compressed, reproducibly (no name, mtime 0). On any failure the
-    temporary file is removed and the exception raised again."""
+    temporary file is removed and the exception raised again.
+
+    A path that exists and is not a regular file (/dev/null, /dev/stdout, a
+    FIFO) is written directly, as `coop convert` does: there is nothing to
+    rename over (renamed over, /dev/null became a regular file, for root). A
+    folder is refused at once (IsADirectoryError), before any work."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        with open(path, "wb") as raw:
+            if compress:
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                    yield gz
+            else:
+                yield raw
+        return
     target = os.path.realpath(path)
     directory, base = os.path.split(target)
     fd, tmp = tempfile.mkstemp(prefix="." + base + ".", dir=directory)
@@ -50,3 +67,13 @@ def replacing(path, compress=False):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def save_figure(fig, path, **savefig_args):
+    """A matplotlib figure saved as path through replacing: a failed or
+    interrupted save leaves the previous image. The format comes from the
+    extension, as savefig(path) takes it (png without one); one matplotlib
+    does not know is its ValueError."""
+    fmt = os.path.splitext(path)[1][1:].lower() or "png"
+    with replacing(path) as f:
+        fig.savefig(f, format=fmt, **savefig_args)

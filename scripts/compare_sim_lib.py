@@ -13,7 +13,9 @@ seconds each engine's process took for the log and policy (with
 
 Usage: compare_sim_lib.py [--coop PATH] [--policy LIST] [--budget LIST]
        [--min-ratio] [--jsonl OUT] LOG ...
---jsonl writes every row (both engines, with "engine" and "wall_s").
+--jsonl writes every row (both engines, with "engine" and "wall_s"); the
+file appears only when every run succeeded (scripts/atomic_file.py), so a
+failed run leaves the one that was there.
 
 The two engines' rows are paired by budget_ratio; a ratio that one engine
 has no row for shows "missing" on that side. When coop fails (a log it
@@ -22,11 +24,29 @@ script says so in one line on stderr (with coop's own last line) and exits
 2 when the input was bad (coop's status 2, a missing binary), 1 otherwise.
 """
 import argparse
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
 import time
+
+import atomic_file
+
+
+class Discard(Exception):
+    """Ends a run whose rows are not written; status is the exit status."""
+
+    def __init__(self, status):
+        super().__init__(status)
+        self.status = status
+
+
+def no_constant(name):
+    """json.loads' parse_constant: NaN and Infinity are not JSON (RFC 8259),
+    so not a row to pass on into --jsonl."""
+    raise ValueError("%s is not JSON" % name)
 
 
 class Failure(Exception):
@@ -59,7 +79,7 @@ def run(coop, engine, policy, budget, log, min_ratio):
         if not line.strip():
             continue
         try:
-            r = json.loads(line)
+            r = json.loads(line, parse_constant=no_constant)
             ratio = round(float(r["budget_ratio"]), 6)
         except (ValueError, TypeError, KeyError) as e:
             raise Failure("%s: output line %d is not a row with a budget_ratio (%s)" % (what, n, e), 1)
@@ -113,16 +133,29 @@ def main():
     ratios = a.budget.split(",")
     if any(ratio_key(r) is None for r in ratios):
         ap.error("--budget: not a list of numbers: %r" % a.budget)
-    jsonl = None
-    if a.jsonl:
-        try:  # now, not after minutes of runs
-            jsonl = open(a.jsonl, "w")
-        except OSError as e:
-            ap.error("--jsonl %s: %s" % (a.jsonl, e.strerror or e))
-    with jsonl or open(os.devnull, "w") as out:
-        status = compare(a, ratios, out)
-    if status and jsonl:
-        os.unlink(a.jsonl)  # no rows of a run that failed
+    if not a.jsonl:
+        with open(os.devnull, "w") as out:
+            return compare(a, ratios, out)
+    # the rows go to a temporary file beside --jsonl, renamed over it only
+    # when every run succeeded: a failed run leaves the previous file (it
+    # was emptied at the start, then removed)
+    try:
+        with contextlib.ExitStack() as stack:
+            try:  # now, not after minutes of runs
+                raw = stack.enter_context(atomic_file.replacing(a.jsonl))
+            except OSError as e:
+                ap.error("--jsonl %s: %s" % (a.jsonl, e.strerror or e))
+            out = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+            status = compare(a, ratios, out)
+            out.flush()
+            out.detach()  # raw is replacing's to close
+            if status:
+                raise Discard(status)
+    except Discard as d:
+        return d.status
+    except OSError as e:  # writing or renaming --jsonl
+        print("compare_sim_lib.py: --jsonl %s: %s" % (a.jsonl, e.strerror or e), file=sys.stderr)
+        return 1
     return status
 
 

@@ -6,13 +6,17 @@ for each placement policy.
 usage: scripts/plot_replay.py TIMELINE [-o OUT.png] [--policy LIST] [--max-blocks N]
 
 With several traces in the timeline, one PNG per trace is written
-(OUT-<trace>.png). The timeline format is documented in src/replay/timeline.h.
+(OUT-<trace>.png; OUT-<trace>-2.png for a second trace of that name). Each
+image appears whole or not at all (scripts/atomic_file.py): a failed save
+keeps the previous one. The timeline format is documented in
+src/replay/timeline.h.
 Exits 2, with one line on stderr, on a bad timeline or option (a --policy
 the timeline lacks) or an output that cannot be written.
 """
 import argparse
 import bisect
 import os
+import re
 import sys
 
 import matplotlib
@@ -21,7 +25,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 
+import atomic_file  # noqa: E402
+
 MiB = 1024.0 * 1024.0
+ASCII_SPACES = re.compile(r"[ \t\n\r\f\v]+")
 
 
 class TimelineError(Exception):
@@ -40,11 +47,15 @@ def _read_timeline(path):
     traces = []
     policy = None
     with open(path, encoding="utf-8") as f:
-        header = f.readline().split()
+        header = ASCII_SPACES.split(f.readline().strip(" \t\n\r\f\v"))
         if header != ["coop-replay-timeline", "1"]:
             raise TimelineError(f"{path}:1: not a coop replay timeline (version 1)")
         for lineno, line in enumerate(f, start=2):
-            fields = line.split()
+            # ASCII spaces only: str.split() also splits at U+00A0, U+2028 and
+            # other Unicode spaces, which a trace's name may hold
+            fields = ASCII_SPACES.split(line.strip(" \t\n\r\f\v"))
+            if fields == [""]:
+                fields = []
             if not fields:
                 continue
             try:
@@ -192,8 +203,10 @@ def plot_trace(name, events, policies, out, wanted, max_blocks):
     for k, p in enumerate(mapped, start=1):
         address_map(axes[k][0], p, policies[p]["b"], events, max_blocks, policies[p]["oom"])
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        atomic_file.save_figure(fig, out, dpi=110)  # a failed save keeps the old image
+    finally:
+        plt.close(fig)
 
 
 def main(argv):
@@ -222,12 +235,22 @@ def main(argv):
         print(f"plot_replay: --policy: {', '.join(absent)} not in {args.timeline}", file=sys.stderr)
         return 2
     stem, ext = os.path.splitext(out)
+    taken = set()
     for name, events, policies in traces:
         path = out if len(traces) == 1 else f"{stem}-{name}{ext or '.png'}"
+        # two traces of one name (from two folders) drew over each other
+        k = 2
+        while path in taken:
+            path = f"{stem}-{name}-{k}{ext or '.png'}"
+            k += 1
+        taken.add(path)
         try:
             plot_trace(name, events, policies, path, wanted, args.max_blocks)
         except OSError as e:
             print(f"plot_replay: {path}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        except ValueError as e:  # an extension matplotlib cannot write
+            print(f"plot_replay: {path}: {e}", file=sys.stderr)
             return 2
         print(path)
     return 0

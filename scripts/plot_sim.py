@@ -12,6 +12,7 @@ import math
 
 import matplotlib
 
+import atomic_file
 import json_rows
 
 matplotlib.use("Agg")
@@ -79,7 +80,7 @@ def plot(rows, out, title=None):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    atomic_file.save_figure(fig, out, dpi=110)  # a failed save keeps the old image
 
 
 def main():
@@ -93,6 +94,8 @@ def main():
         plot(rows, args.out, args.title)
     except OSError as e:
         die(f"{args.out}: {e.strerror or e}")
+    except ValueError as e:  # an extension matplotlib cannot write
+        die(f"{args.out}: {e}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ endif
 # bad command lines of every coop command
 TESTS += tests/cli_errors_test.sh
 EXTRA_DIST += tests/cli_errors_test.sh
+# every output of the coop command when it cannot be written, and its JSON
+# rows on odd names and edge inputs (tests/README.md, "Outputs")
+TESTS += tests/cli_outputs_test.sh
+EXTRA_DIST += tests/cli_outputs_test.sh
 
 # the same figures from coop replay / sim / bench / convert run again, without
 # ASLR, under another TZ and a ',' locale, from another directory, with the

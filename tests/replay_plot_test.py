@@ -2,6 +2,8 @@
 """scripts/plot_replay.py draws a small timeline, one where a policy ran out
 of memory, and refuses a malformed one."""
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -118,6 +120,44 @@ def figure_checks(plot_replay, d):
             close(fig)
 
 
+def output_checks(d):
+    """Names coop writes into a timeline and what the script writes."""
+    # a name holding U+00A0 (coop keeps it: timeline.h) is one field; it
+    # was split there ("trace nb sp 4": 'sp' is no event count)
+    r, png = draw(d, "nbsp.txt", TIMELINE.replace("trace tiny", "trace nb\u00a0sp.trace"))
+    assert r.returncode == 0 and os.path.exists(png), r.stderr
+    # two traces of one name (two folders' x.trace) drew the second over
+    # the first: the second is OUT-x.trace-2.png
+    two = TIMELINE.replace("trace tiny", "trace x.trace")
+    r, png = draw(d, "two.txt", two + two[len("coop-replay-timeline 1\n"):])
+    stem = os.path.join(d, "two.txt")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [stem + "-x.trace.png", stem + "-x.trace-2.png"], r.stdout
+    assert all(os.path.exists(p) for p in r.stdout.split()), r.stdout
+    # a save that fails midway (files limited to 4 KiB, a full disk for one
+    # process) keeps the previous image and leaves no temporary file
+    out_dir = os.path.join(d, "out")
+    os.mkdir(out_dir)
+    png = os.path.join(out_dir, "t.png")
+    with open(png, "wb") as f:
+        f.write(b"the previous image")
+    timeline = os.path.join(d, "nbsp.txt")
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    r = subprocess.run([sys.executable, SCRIPT, timeline, "-o", png], capture_output=True, text=True,
+                       preexec_fn=limit)
+    assert r.returncode == 2 and "t.png: File too large" in r.stderr, (r.returncode, r.stderr)
+    with open(png, "rb") as f:
+        assert f.read() == b"the previous image", "a failed save replaced the image"
+    assert os.listdir(out_dir) == ["t.png"], os.listdir(out_dir)
+    r = subprocess.run([sys.executable, SCRIPT, timeline, "-o", os.path.join(out_dir, "t.xyz")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "t.xyz: Format 'xyz' is not supported" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and os.listdir(out_dir) == ["t.png"], r.stderr
+
+
 def main():
     try:
         import matplotlib  # noqa: F401
@@ -186,6 +226,7 @@ def main():
         r = subprocess.run([sys.executable, SCRIPT, os.path.join(d, "empty.txt"), "--max-blocks", "0"],
                            capture_output=True, text=True)
         assert r.returncode == 2 and "--max-blocks: 0 is not a positive count" in r.stderr, r.stderr
+        output_checks(d)
     print("plot_replay: ok")
     return 0
 

@@ -3,6 +3,9 @@
 refuses a malformed file, naming the line."""
 import json
 import os
+import resource
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -84,6 +87,46 @@ def check_figure(d):
     return fails
 
 
+def limited_to(size):
+    """A preexec_fn: files of at most size bytes, a write past it failing
+    with EFBIG (SIGXFSZ ignored): a full disk, for one process."""
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    return limit
+
+
+def output_checks(good, d):
+    """The image appears whole or not at all (scripts/atomic_file.py): a
+    save that fails midway keeps the previous image and leaves no other
+    file; a format matplotlib lacks is one line, exit 2; a device is
+    written, not replaced. Returns a list of failures."""
+    fails = []
+    out_dir = os.path.join(d, "out")
+    os.mkdir(out_dir)
+    png = os.path.join(out_dir, "plot.png")
+    with open(png, "wb") as f:
+        f.write(b"the previous image")
+    r = subprocess.run([sys.executable, SCRIPT, good, png], capture_output=True, text=True,
+                       preexec_fn=limited_to(4096))
+    with open(png, "rb") as f:
+        kept = f.read()
+    if r.returncode != 2 or "plot.png: File too large" not in r.stderr or "Traceback" in r.stderr:
+        fails.append("a save past the file size limit: exit %d, %r" % (r.returncode, r.stderr))
+    if kept != b"the previous image" or os.listdir(out_dir) != ["plot.png"]:
+        fails.append("a failed save left %r, files %s" % (kept[:20], os.listdir(out_dir)))
+    r = subprocess.run([sys.executable, SCRIPT, good, os.path.join(out_dir, "plot.xyz")],
+                       capture_output=True, text=True)
+    if r.returncode != 2 or "plot.xyz: Format 'xyz' is not supported" not in r.stderr or "Traceback" in r.stderr:
+        fails.append("an unknown format: exit %d, %r" % (r.returncode, r.stderr))
+    if os.listdir(out_dir) != ["plot.png"]:
+        fails.append("an unknown format left %s" % os.listdir(out_dir))
+    r = subprocess.run([sys.executable, SCRIPT, good, os.devnull], capture_output=True, text=True)
+    if r.returncode != 0 or not stat.S_ISCHR(os.stat(os.devnull).st_mode):
+        fails.append("%s as the output: exit %d, %r" % (os.devnull, r.returncode, r.stderr))
+    return fails
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         good = os.path.join(d, "sim.jsonl")
@@ -143,6 +186,10 @@ def main():
             if r.returncode != 2 or says not in r.stderr or "Traceback" in r.stderr:
                 print("FAIL: %s accepted or not named:" % name, r.returncode, r.stderr)
                 return 1
+        fails = output_checks(good, d)
+        if fails:
+            print("FAIL: output files:\n  " + "\n  ".join(fails))
+            return 1
         fails = check_figure(d)
         if fails:
             print("FAIL: the figure is not what the rows say:\n  " + "\n  ".join(fails))

@@ -29,6 +29,7 @@ TOP = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 if os.path.join(TOP, "scripts") not in sys.path:
     sys.path.append(os.path.join(TOP, "scripts"))
 from atomic_file import replacing  # noqa: E402,F401  (the GPU scripts' output writer)
+from json_rows import json_line  # noqa: E402  (their JSON lines)
 NO_CUDA_EXIT = 77
 ALLOCATORS = ("native", "coop")  # what --allocator takes; parents run both
 DEADLINE_MARGIN_S = 5  # a child is not started with less time than this left
@@ -168,8 +169,9 @@ def first_line(e):
 
 
 def emit(obj):
-    """Prints obj as one JSON line (sorted keys); appends it to --out."""
-    line = json.dumps(obj, sort_keys=True)
+    """Prints obj as one JSON line (sorted keys; a NaN or infinite float, a
+    diverged loss say, as null); appends it to --out."""
+    line = json_line(obj)  # NaN / Infinity as null: JSON has neither
     print(line, flush=True)
     if _out_path:
         with open(_out_path, "a") as f:

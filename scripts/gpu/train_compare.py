@@ -44,6 +44,7 @@ Exits 77 with a one-line message when there is no CUDA device (unless
 """
 
 import argparse
+import math
 import os
 import pickle
 import statistics
@@ -362,6 +363,14 @@ def max_batch(args, model, allocator, fraction, hint=None):
             "hint": hint, "dry_run": args.dry_run}
 
 
+def loss_max_abs_diff(native, coop):
+    """The largest difference of two runs' losses, step by step; NaN (null in
+    the JSON line) where a loss is NaN: max() skipped a NaN after a number,
+    so a diverged run read as 0."""
+    diffs = [abs(a - b) for a, b in zip(native, coop)]
+    return float("nan") if any(math.isnan(d) for d in diffs) else max(diffs)
+
+
 def compare(model, runs):
     """The native_vs_coop summary of two ok runs (None otherwise)."""
     n, c = runs["native"], runs["coop"]
@@ -369,7 +378,7 @@ def compare(model, runs):
         return None
     return {"script": "train_compare", "model": model, "summary": "native_vs_coop",
             "batch": n["batch"], "steps": n["steps"], "native_conf": n.get("native_conf"),
-            "loss_max_abs_diff": max(abs(a - b) for a, b in zip(n["losses"], c["losses"])),
+            "loss_max_abs_diff": loss_max_abs_diff(n["losses"], c["losses"]),
             "losses_identical": n["losses"] == c["losses"],
             "step_time_ratio_coop_over_native":
                 c["step_time_ms_median"] / n["step_time_ms_median"],

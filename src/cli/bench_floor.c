@@ -32,6 +32,7 @@
 
 #include "cli/bench_rng.h"
 #include "cli/bench_floor.h"
+#include "cli/cli_output.h"
 
 #define SKELETON_WORK 20
 #define SKELETON_PAIRS 200000
@@ -248,6 +249,8 @@ int bench_floor_run(const size_t *live, size_t num_live, bool json)
             else
                 printf("%12zu %8s %8zu %8zu %11.2f %8.2f %20.1f %7.2fx\n", live[k], l->name,
                        l->record_bytes, l->slot_bytes, rec_mb, map_mb, ns, ns / first);
+            if (!cli_stdout_ok()) /* a lost row stops the runs; said at exit */
+                return 1;
         }
     }
     return 0;

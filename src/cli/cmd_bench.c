@@ -31,6 +31,7 @@
 #include "cli/bench_rng.h"
 #include "cli/bench_floor.h"
 #include "cli/cli_list.h"
+#include "cli/cli_output.h"
 #include "cli/commands.h"
 #include "coop.h"
 #include "trace/text_number.h"
@@ -396,6 +397,8 @@ static int run_latency(const bench_opts *o)
             printf("{\"buffer_bytes\": %zu, \"ns_per_load\": %.2f}\n", kib * 1024, ns);
         else
             printf("%12zu %16.1f\n", kib * 1024, ns);
+        if (!cli_stdout_ok())
+            return 1;
     }
     return 0;
 }
@@ -690,7 +693,8 @@ int cmd_bench(int argc, char **argv)
         else
             printf("%12zu %16.1f %20.1f %8.2f %14.3f %18.3f\n", live, coop_ns, je_ns,
                    je_ns > 0 ? coop_ns / je_ns : 0, coop_fp, je_fp);
-        fflush(stdout);
+        if (!cli_stdout_ok()) /* a lost row stops the runs; said at exit */
+            return 1;
     }
     return 0;
 }

@@ -1,13 +1,14 @@
 /* coop convert: any supported trace format to coop's text trace. */
 #include <errno.h>
+#include <stdbool.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli_getopt.h"
+#include "cli/cli_output.h"
 #include "cli/commands.h"
 #include "status.h"
 #include "trace/trace.h"
@@ -49,90 +50,47 @@ static int parse_device(const char *text, int *device)
     return 0;
 }
 
-/* The file OUT names, through symbolic links, malloc'ed: the temporary file
- * goes beside it and the rename replaces it, not the link (which a rename
- * onto OUT turned into a regular file). NULL with errno set on failure
- * (ENOENT for a link to nothing). */
-static char *output_target(const char *out_path)
-{
-    char *real = realpath(out_path, NULL);
-    if (real || errno != ENOENT)
-        return real;
-    struct stat st;
-    if (lstat(out_path, &st) == 0 && S_ISLNK(st.st_mode)) {
-        errno = ENOENT;
-        return NULL;
-    }
-    return strdup(out_path); /* a new file (or a missing directory: said later) */
-}
-
-/* Writes to a fresh temporary file beside OUT and renames it over OUT, so a
- * regular file OUT is never half-written. The name comes from mkstemp: a
- * fixed OUT.tmp overwrote whatever had that name. */
+/* Writes through cli_output: a regular file OUT appears only when complete
+ * (a temporary file beside it, renamed over it); standard output, a device
+ * or a pipe is written directly. */
 static int write_output(const trace *t, const char *out_path)
 {
-    struct stat st;
-    int special = stat(out_path, &st) == 0 && !S_ISREG(st.st_mode);
-    /* standard output, a device or a pipe: nothing to rename */
-    if (!strcmp(out_path, "-") || special) {
+    if (!strcmp(out_path, "-")) {
         if (trace_write_text(t, out_path) != COOP_OK) {
             fprintf(stderr, "coop convert: %s\n", coop_last_error());
             return 1;
         }
         return 0;
     }
-    char *target = output_target(out_path);
-    if (!target) {
-        fprintf(stderr, "coop convert: %s: cannot write: %s\n", out_path,
-                errno == ENOENT ? "a symbolic link to a file that does not exist"
-                                : strerror(errno));
+    cli_output o;
+    const char *why = cli_output_open(&o, out_path);
+    if (why) {
+        fprintf(stderr, "coop convert: %s: cannot write: %s\n", out_path, why);
         return 1;
     }
-    /* the new file gets the old one's permissions, or a new file's */
-    mode_t mode;
-    if (stat(target, &st) == 0) {
-        mode = st.st_mode & 07777;
-    } else {
-        mode_t mask = umask(0);
-        umask(mask);
-        mode = 0666 & ~mask;
-    }
-    const char *slash = strrchr(target, '/');
-    int dir_len = slash ? (int)(slash - target) + 1 : 0;
-    size_t n = strlen(target) + sizeof ".XXXXXX" + 1;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        fprintf(stderr, "coop convert: out of memory\n");
-        free(target);
-        return 1;
-    }
-    /* DIR/.NAME.XXXXXX: hidden, in OUT's directory (rename stays on one
-     * file system) */
-    snprintf(tmp, n, "%.*s.%s.XXXXXX", dir_len, target, target + dir_len);
-    int rc = 0;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        fprintf(stderr, "coop convert: %s: cannot write: %s\n", out_path, strerror(errno));
-        rc = 1;
-    } else {
-        if (fchmod(fd, mode) != 0)
-            fprintf(stderr, "coop convert: %s: cannot set the mode of %s: %s\n", out_path, tmp,
-                    strerror(errno));
-        close(fd);
-        if (trace_write_text_to(t, tmp, ends_with(out_path, ".gz")) != COOP_OK) {
+    if (!o.tmp) { /* a device or a pipe: written directly */
+        if (trace_write_text(t, out_path) != COOP_OK) {
             fprintf(stderr, "coop convert: %s\n", coop_last_error());
-            unlink(tmp);
-            rc = 1;
-        } else if (rename(tmp, target) != 0) {
-            fprintf(stderr, "coop convert: %s: cannot rename %s: %s\n", out_path, tmp,
-                    strerror(errno));
-            unlink(tmp);
-            rc = 1;
+            return 1;
         }
+        return 0;
     }
-    free(tmp);
-    free(target);
-    return rc;
+    close(o.fd);
+    if (trace_write_text_to(t, o.tmp, ends_with(out_path, ".gz")) != COOP_OK) {
+        /* the writer names the temporary file, which is removed: say OUT */
+        const char *msg = coop_last_error();
+        size_t n = strlen(o.tmp);
+        bool named = !strncmp(msg, o.tmp, n);
+        fprintf(stderr, "coop convert: %s%s\n", named ? out_path : "", named ? msg + n : msg);
+        cli_output_discard(&o);
+        return 1;
+    }
+    why = cli_output_commit(&o);
+    if (why) {
+        fprintf(stderr, "coop convert: %s: cannot write: %s\n", out_path, why);
+        return 1;
+    }
+    return 0;
 }
 
 int cmd_convert(int argc, char **argv)

@@ -16,6 +16,7 @@
 #include "byte_size.h"
 #include "cli/cli_getopt.h"
 #include "cli/cli_list.h"
+#include "cli/cli_output.h"
 #include "cli/commands.h"
 #include "replay/measure.h"
 #include "replay/policy.h"
@@ -60,7 +61,9 @@ static void usage(FILE *out)
             "instead of a table\n"
             "  --timeline FILE   write live and reserved bytes per event and "
             "every block's\n"
-            "                    placement (scripts/plot_replay.py draws it)\n"
+            "                    placement (scripts/plot_replay.py draws it); FILE "
+            "appears only\n"
+            "                    once every trace is measured\n"
             "  --capacity BYTES  device capacity (default 80GiB, below 16PiB); "
             "decimal or 0x hex,\n"
             "                    suffixes K, M, G, T (binary, any case), as COOP_ALLOC_CONF\n"
@@ -79,7 +82,9 @@ static void usage(FILE *out)
             "events, and max);\n"
             "gmlake = 1 - peak_active/peak_reserved; "
             "ns/op, the median time of one malloc or free.\n"
-            "Exit status: 0 ok, 1 a policy failed, 2 usage or input error.\n",
+            "Exit status: 0 ok, 1 a policy failed or the results could not be written, "
+            "2 usage\n"
+            "or input error.\n",
             "recorded", "what PyTorch's allocator reserved (snapshots with segments)");
 }
 
@@ -180,6 +185,7 @@ typedef struct replay_cli {
     size_t num_choices;
     bool asked_recorded; /* --policy names recorded (not the default list) */
     bool json;
+    const char *timeline_path; /* --timeline as given, or NULL */
     replay_measure_options opt;
 } replay_cli;
 
@@ -285,9 +291,12 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
     size_t filled = 0;
     coop_status st = replay_measure(&t, cli->choices, cli->num_choices, &cli->opt,
                                     &grown[res->num_rows], &filled, &res->failed);
-    int rc = st == COOP_OK ? 0
-                           : stop(res, st == COOP_ERR_INVALID ? 2 : 1, "coop replay: %s: %s", path,
-                                  coop_last_error());
+    int rc = 0;
+    if (st != COOP_OK && cli->opt.timeline && ferror(cli->opt.timeline))
+        rc = stop(res, 1, "coop replay: --timeline %s: %s", cli->timeline_path, coop_last_error());
+    else if (st != COOP_OK)
+        rc = stop(res, st == COOP_ERR_INVALID ? 2 : 1, "coop replay: %s: %s", path,
+                  coop_last_error());
     bool has_segments = t.num_final_segments || t.has_segment_events;
     res->names[res->num_names++] = t.name; /* the rows point to it */
     t.name = NULL;
@@ -303,12 +312,16 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
                 path);
     for (size_t i = 0; i < filled; i++)
         grown[res->num_rows + i].path = path;
-    if (cli->json)
-        for (size_t i = 0; i < filled; i++)
-            if (!replay_report_json(stdout, &grown[res->num_rows + i]))
-                return stop(res, 1, "coop replay: writing the JSON rows failed");
     res->num_rows += filled;
-    fflush(stdout);
+    if (cli->json)
+        for (size_t i = res->num_rows - filled; i < res->num_rows; i++)
+            if (!replay_report_json(stdout, &res->rows[i]) && !ferror(stdout))
+                return stop(res, 1, "coop replay: %s: out of host memory for a JSON row", path);
+    /* a row that cannot be written stops the run (a full disk, a closed
+     * pipe with SIGPIPE ignored): the rest would be lost too. Said at exit,
+     * with the reason (cli_stdout_finish). */
+    if (cli->json && !cli_stdout_ok())
+        return stop(res, 1, "%s", "");
     return 0;
 }
 
@@ -442,28 +455,42 @@ int cmd_replay(int argc, char **argv)
             globfree(&bundled);
         return 2;
     }
+    /* The timeline goes to a temporary file beside it, renamed over it once
+     * every trace is measured: a run stopped by a bad trace or a failed
+     * write leaves the file that was there (cli_output.h). */
+    cli_output tl_out = {.fd = -1};
     if (timeline_path) {
-        timeline = fopen(timeline_path, "w");
-        if (!timeline) {
-            fprintf(stderr, "coop replay: cannot write --timeline %s: %s\n", timeline_path,
-                    strerror(errno));
+        const char *why = cli_output_open(&tl_out, timeline_path);
+        if (!why) {
+            errno = 0;
+            timeline = tl_out.tmp ? fdopen(tl_out.fd, "w") : fopen(timeline_path, "w");
+            if (!timeline)
+                why = errno ? strerror(errno) : "out of host memory";
+        }
+        if (why) {
+            fprintf(stderr, "coop replay: cannot write --timeline %s: %s\n", timeline_path, why);
+            if (tl_out.tmp)
+                close(tl_out.fd);
+            cli_output_discard(&tl_out);
             if (use_bundled)
                 globfree(&bundled);
             return 2;
         }
         replay_timeline_header(timeline);
     }
+    cli.timeline_path = timeline_path;
     cli.opt.timeline = timeline;
     cli.opt.progress = isatty(STDERR_FILENO);
 
     replay_results res = {0};
     for (size_t i = 0; i < num_paths && rc == 0; i++)
         rc = replay_file(&cli, paths[i], &res);
+    bool all_measured = rc == 0;
     /* An error stops at its file; the files measured before it keep their
      * rows (JSON printed them already), then the error is said. */
     if (!cli.json && (rc == 0 || res.num_rows))
         replay_report_table(stdout, res.rows, res.num_rows);
-    if (rc) {
+    if (rc && res.error[0]) {
         fflush(stdout); /* rows first where stdout and stderr meet */
         fprintf(stderr, "%s\n", res.error);
     }
@@ -473,9 +500,28 @@ int cmd_replay(int argc, char **argv)
         free(res.names[i]);
     free(res.names);
     free(res.rows);
-    if (timeline && fclose(timeline) != 0 && rc == 0) {
-        fprintf(stderr, "coop replay: writing --timeline %s failed\n", timeline_path);
-        rc = 1;
+    if (timeline) {
+        /* kept when every trace was measured (a skipped policy, status 1,
+         * has no series, as it has no row); else the old file stays */
+        bool complete = all_measured;
+        bool written = !ferror(timeline); /* a failed write stopped the run: said */
+        int err = 0;
+        errno = 0;
+        if (fclose(timeline) != 0 && written) {
+            written = false;
+            err = errno;
+        }
+        const char *why = NULL;
+        if (written && complete && tl_out.tmp)
+            why = cli_output_commit(&tl_out);
+        else
+            cli_output_discard(&tl_out);
+        if (!why && !written && complete)
+            why = err ? strerror(err) : "write error";
+        if (why) {
+            fprintf(stderr, "coop replay: writing --timeline %s failed: %s\n", timeline_path, why);
+            rc = rc ? rc : 1;
+        }
     }
     if (use_bundled)
         globfree(&bundled);

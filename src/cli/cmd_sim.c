@@ -8,9 +8,11 @@
 
 #include "cli/cli_getopt.h"
 #include "cli/cli_list.h"
+#include "cli/cli_output.h"
 #include "cli/commands.h"
 #include "remat/sim.h"
 #include "remat/sim_lib.h"
+#include "utf8.h"
 
 #define MAX_ITEMS 64
 
@@ -127,18 +129,8 @@ static void print_json_string(const char *s)
             putchar(c);
             p++;
         } else {
-            /* a well-formed UTF-8 sequence (no overlongs, surrogates or
-             * code points beyond U+10FFFF) is copied, anything else replaced */
-            size_t n = c >= 0xc2 && c <= 0xdf   ? 2
-                       : c >= 0xe0 && c <= 0xef ? 3
-                       : c >= 0xf0 && c <= 0xf4 ? 4
-                                                : 0;
-            unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
-            unsigned hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
-            int ok = n && p[1] >= lo && p[1] <= hi;
-            for (size_t i = 2; ok && i < n; i++)
-                ok = p[i] >= 0x80 && p[i] <= 0xbf;
-            if (ok) {
+            size_t n = utf8_sequence_length(p); /* 0: not UTF-8 */
+            if (n) {
                 fwrite(p, 1, n, stdout);
                 p += n;
             } else {
@@ -219,7 +211,6 @@ static void row_end(sim_row *r, const sim_thresholds *th)
         row_ratio(r, "stable_min_ratio", 9, th->stable, 1, '\n');
     if (r->json)
         printf("}\n");
-    fflush(stdout);
 }
 
 /* One run's row; n: the lib engine's counts, NULL for the simulator. */
@@ -536,6 +527,13 @@ int cmd_sim(int argc, char **argv)
                         status = 1;
                 }
                 print_row(json, prog.name, policy_items[i], memory, &o, lib ? &n : NULL, &th);
+                /* each row is out as it is made; one that cannot be written
+                 * (a full disk, a closed pipe with SIGPIPE ignored) stops
+                 * the runs: their rows would be lost too. Said at exit. */
+                if (!cli_stdout_ok()) {
+                    sim_program_free(&prog);
+                    return status > 1 ? status : 1;
+                }
             }
         }
         sim_program_free(&prog);

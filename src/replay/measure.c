@@ -1,11 +1,23 @@
 /* Measuring one trace under several policies; see measure.h. */
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "replay/engine.h"
 #include "replay/measure.h"
 #include "replay/recorded.h"
 #include "replay/timeline.h"
 #include "status.h"
+
+/* A write to the timeline failed: an error of the run, not of the policy
+ * measured (replay_measure stops there rather than skip it), with the
+ * reason the failed write left in errno. */
+static coop_status timeline_failed(void)
+{
+    int err = errno;
+    return coop_set_error(COOP_ERR_INVALID, "cannot write the timeline%s%s", err ? ": " : "",
+                          err ? strerror(err) : "");
+}
 
 typedef struct progress_ctx {
     const char *trace, *policy, *phase;
@@ -45,7 +57,7 @@ static coop_status measure_recorded(const trace *t, const replay_measure_options
         row->map_bytes = rec.map_bytes;
         if (curve && !replay_timeline_policy(opt->timeline, "recorded", NULL, curve, t->num_events,
                                              NULL, 0, NULL))
-            st = coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
+            st = timeline_failed();
     }
     free(curve);
     return st;
@@ -80,7 +92,7 @@ static coop_status measure_policy(const replay_prepared *p, const replay_policy_
                                          &main_run);
         replay_series_free(&series);
         if (!ok)
-            return coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
+            return timeline_failed();
     }
     /* Timing: separate runs that read nothing between calls (engine.h). */
     replay_run_options timed = {.measure_time = true, .timed_passes = REPLAY_TIMED_PASSES};
@@ -132,7 +144,7 @@ coop_status replay_measure(const trace *t, const replay_choice *choices, size_t 
     if (opt->timeline &&
         !replay_timeline_trace(opt->timeline, t->name ? t->name : "trace", t->num_events)) {
         replay_prepared_free(&p);
-        return coop_set_error(COOP_ERR_INVALID, "replay: cannot write the timeline");
+        return timeline_failed();
     }
     for (size_t i = 0; i < count && st == COOP_OK; i++) {
         replay_row *row = &rows[*filled];
@@ -152,7 +164,7 @@ coop_status replay_measure(const trace *t, const replay_choice *choices, size_t 
             st = measure_recorded(t, opt, row, &have);
         if (st == COOP_OK) {
             *filled += have;
-        } else if (st != COOP_ERR_HOST_NOMEM) {
+        } else if (st != COOP_ERR_HOST_NOMEM && !(opt->timeline && ferror(opt->timeline))) {
             /* one policy failing (e.g. a --page its backend refuses) leaves
              * the others' figures standing: say so and go on */
             fprintf(stderr, "%scoop replay: %s: %s skipped: %s\n", opt->progress ? "\r\033[K" : "",

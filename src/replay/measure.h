@@ -44,8 +44,9 @@ typedef struct replay_measure_options {
  * a trace without segments is skipped, so *filled may be < count). A policy
  * that fails (its backend refuses the configuration, say) is reported on
  * stderr, counted in *failed (not reset) and skipped; errors in the trace
- * itself (found before any policy runs) and host memory exhaustion end the
- * measurement with their status. */
+ * itself (found before any policy runs), host memory exhaustion and a
+ * failed write to the timeline (ferror(opt->timeline) set; the message has
+ * errno's reason) end the measurement with their status. */
 coop_status replay_measure(const trace *t, const replay_choice *choices, size_t count,
                            const replay_measure_options *opt, replay_row *rows, size_t *filled,
                            size_t *failed);

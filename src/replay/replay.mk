@@ -14,7 +14,7 @@ libcooptools_la_SOURCES += \
 	src/replay/engine.c src/replay/engine.h \
 	src/replay/recorded.c src/replay/recorded.h \
 	src/replay/measure.c src/replay/measure.h \
-	src/replay/report.c src/replay/report.h \
+	src/replay/report.c src/replay/report.h src/utf8.h \
 	src/replay/timeline.c src/replay/timeline.h
 coop_SOURCES += src/cli/cmd_replay.c
 
@@ -53,7 +53,7 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/replay_cli_test tests/replay_snapshot_test
 TESTS += tests/replay_cli_test tests/replay_snapshot_test
 tests_replay_cli_test_SOURCES = tests/replay_cli_test.c src/cli/cmd_replay.c src/cli/cli_list.c \
-	src/cli/cli_getopt.c
+	src/cli/cli_getopt.c src/cli/cli_output.c
 tests_replay_cli_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
 tests_replay_cli_test_LDADD = $(TESTLIBS)
 tests_replay_cli_test_LDFLAGS = $(TESTLDFLAGS)

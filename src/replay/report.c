@@ -1,8 +1,11 @@
 /* Table and JSON output of replay rows; see report.h. */
 #include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "replay/report.h"
+#include "utf8.h"
 
 static double ratio(uint64_t num, uint64_t den)
 {
@@ -29,9 +32,41 @@ static bool has_gmlake_frag(const replay_row *r)
     return r->peak_active > 0 && !r->oom;
 }
 
+/* JSON has no NaN or infinity (json_real refuses them, and the whole row
+ * failed): null, as for a figure that is not known. */
 static json_t *real_or_null(bool valid, double x)
 {
-    return valid ? json_real(x) : json_null();
+    return valid && isfinite(x) ? json_real(x) : json_null();
+}
+
+/* A name as a JSON string: a trace's file name (and its path) may hold any
+ * bytes, and json_string refuses those that are not UTF-8 (the row was lost
+ * as "writing the JSON rows failed"): each such byte becomes U+FFFD, as in
+ * coop sim's rows. Control characters, quotes and backslashes are jansson's
+ * to escape. */
+static json_t *name_string(const char *s)
+{
+    size_t len = strlen(s);
+    char *copy = malloc(3 * len + 1); /* U+FFFD is 3 bytes for 1 */
+    if (!copy)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = 0;
+    while (*p) {
+        size_t k = utf8_sequence_length(p);
+        if (k) {
+            memcpy(copy + n, p, k);
+            n += k;
+            p += k;
+        } else {
+            memcpy(copy + n, "\xef\xbf\xbd", 3);
+            n += 3;
+            p++;
+        }
+    }
+    json_t *str = json_stringn(copy, n);
+    free(copy);
+    return str;
 }
 
 /* A byte count as a JSON integer; one beyond json_int_t (2^63 and more,
@@ -52,8 +87,8 @@ bool replay_report_json(FILE *out, const replay_row *r)
     if (!o)
         return false;
     int err = 0;
-    err |= json_object_set_new(o, "trace", json_string(r->trace));
-    err |= json_object_set_new(o, "policy", json_string(r->policy));
+    err |= json_object_set_new(o, "trace", name_string(r->trace));
+    err |= json_object_set_new(o, "policy", name_string(r->policy));
     err |= json_object_set_new(o, "events", bytes(r->events));
     err |= json_object_set_new(o, "peak_live_bytes", bytes(r->peak_live));
     err |= json_object_set_new(o, "peak_reserved_bytes", bytes(r->peak_reserved));
@@ -72,7 +107,7 @@ bool replay_report_json(FILE *out, const replay_row *r)
                                r->has_torch_settings ? json_boolean(r->torch_settings_default)
                                                      : json_null());
     err |= json_object_set_new(o, "recorded_by_coop", json_boolean(r->recorded_by_coop));
-    err |= json_object_set_new(o, "path", r->path ? json_string(r->path) : json_null());
+    err |= json_object_set_new(o, "path", r->path ? name_string(r->path) : json_null());
     bool ok = !err && json_dumpf(o, out, JSON_COMPACT | JSON_PRESERVE_ORDER) == 0 &&
               fputc('\n', out) != EOF;
     json_decref(o);

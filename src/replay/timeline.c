@@ -2,11 +2,25 @@
 #include <inttypes.h>
 
 #include "replay/timeline.h"
+#include "utf8.h"
 
+/* A name as one field of UTF-8 text, which scripts/plot_replay.py reads:
+ * spaces and control characters (a newline or a carriage return started a
+ * line; a vertical tab split the field) as '_', bytes that are not UTF-8
+ * (the reader refused the whole file) as '?'. */
 static void write_name(FILE *out, const char *name)
 {
-    for (const char *c = name; *c; c++)
-        fputc(*c == ' ' || *c == '\t' || *c == '\n' ? '_' : *c, out);
+    const unsigned char *p = (const unsigned char *)name;
+    while (*p) {
+        size_t n = utf8_sequence_length(p);
+        if (n == 1)
+            fputc(*p <= ' ' || *p == 0x7f ? '_' : *p, out);
+        else if (n)
+            fwrite(p, 1, n, out);
+        else
+            fputc('?', out);
+        p += n ? n : 1;
+    }
 }
 
 bool replay_timeline_header(FILE *out)

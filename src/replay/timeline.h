@@ -18,7 +18,9 @@
  *                                  EVENT, and a block with END = EVENTS was still
  *                                  live when it stopped
  *
- * NAME has no spaces (they are written as '_').
+ * NAME is UTF-8 without spaces: spaces and control characters are written
+ * as '_', bytes that are not UTF-8 as '?'. Fields are separated by ASCII
+ * spaces only (a name may hold U+00A0 or other Unicode spaces).
  */
 #ifndef COOP_REPLAY_TIMELINE_H
 #define COOP_REPLAY_TIMELINE_H

@@ -9,6 +9,7 @@ import os
 import stat
 import sys
 import tempfile
+import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -62,6 +63,72 @@ class Replacing(unittest.TestCase):
         finally:
             os.umask(old)
         self.assertEqual(stat.S_IMODE(os.stat(fresh).st_mode), 0o644)
+
+    def test_a_fifo_is_written_directly(self):
+        # renamed over, a FIFO became a regular file and its reader waited
+        # for ever; so did a device (/dev/null, for root: not tried here, as
+        # this test on the old writer would have replaced the machine's)
+        fifo = os.path.join(self.dir.name, "fifo")
+        os.mkfifo(fifo)
+        got = []
+        reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+        reader.start()
+        with atomic_file.replacing(fifo) as f:
+            f.write(b"through the pipe")
+        reader.join(10)
+        self.assertEqual(got, [b"through the pipe"])
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+        self.assertEqual(sorted(os.listdir(self.dir.name)), ["fifo"])
+
+    def test_a_folder_is_refused_before_any_write(self):
+        folder = os.path.join(self.dir.name, "folder")
+        os.mkdir(folder)
+        entered = []
+        with self.assertRaises(IsADirectoryError):
+            with atomic_file.replacing(folder) as f:
+                entered.append(f)  # the work (a whole recording) never starts
+        self.assertEqual(entered, [])
+        self.assertEqual(os.listdir(folder), [])
+        self.assertEqual(os.listdir(self.dir.name), ["folder"])
+
+
+class FakeFigure:
+    """What save_figure asks of a matplotlib figure: savefig(file, format=...)."""
+
+    def __init__(self, fail=False):
+        self.fail = fail
+        self.calls = []
+
+    def savefig(self, f, format=None, **kwargs):
+        self.calls.append((format, kwargs))
+        f.write(b"image as " + format.encode())
+        if self.fail:
+            raise ValueError("Format %r is not supported" % format)
+
+
+class SaveFigure(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def test_format_from_the_extension(self):
+        for name, fmt in (("a.png", "png"), ("b.SVG", "svg"), ("c", "png"), ("d.pdf", "pdf")):
+            fig = FakeFigure()
+            path = os.path.join(self.dir.name, name)
+            atomic_file.save_figure(fig, path, dpi=110)
+            self.assertEqual(fig.calls, [(fmt, {"dpi": 110})])
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), b"image as " + fmt.encode())
+
+    def test_a_failed_save_keeps_the_old_image(self):
+        path = os.path.join(self.dir.name, "plot.xyz")
+        with open(path, "wb") as f:
+            f.write(b"old image")
+        with self.assertRaises(ValueError):
+            atomic_file.save_figure(FakeFigure(fail=True), path)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), b"old image")
+        self.assertEqual(os.listdir(self.dir.name), ["plot.xyz"])
 
 
 if __name__ == "__main__":

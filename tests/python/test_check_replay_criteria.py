@@ -206,6 +206,14 @@ class CheckReplayCriteria(unittest.TestCase):
         rc, err = run_on_missing_file(SCRIPT)
         self.assertEqual(rc, 2)
         self.assertIn("/nonexistent.jsonl", err)
+        # NaN and Infinity are Python's, not JSON: a NaN figure was read as a
+        # number (every comparison with it false)
+        for constant in ("NaN", "Infinity", "-Infinity"):
+            text = "\n".join(json.dumps(r) for r in good_trace()) + "\n"
+            text = text.replace('"ns_per_op": 60.0', '"ns_per_op": ' + constant, 1)
+            rc, _, err, path = self.run_script(None, raw=text)
+            self.assertEqual(rc, 2, constant)
+            self.assertIn(f"{path}:2: not a coop replay JSON row ({constant} is not JSON)", err)
 
 
 if __name__ == "__main__":

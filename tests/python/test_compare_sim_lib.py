@@ -133,6 +133,38 @@ class CompareSimLib(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertOneLine(err, "sim engine", "failed (exit 1): coop sim: out of memory")
         self.assertFalse(os.path.exists(jsonl))  # no rows of a run that failed
+        self.assertEqual(os.listdir(self.dir.name).count("rows.jsonl"), 0)
+
+    def test_a_failed_run_keeps_the_previous_jsonl(self):
+        # it was emptied at the start and removed at the end
+        jsonl = os.path.join(self.dir.name, "rows.jsonl")
+        with open(jsonl, "w") as f:
+            f.write("the previous rows\n")
+        before = sorted(os.listdir(self.dir.name))
+        rc, _, err = self.run_script({"rows": [row(0.9)]}, {"rc": 1, "stderr": "coop sim: out of memory\n"},
+                                     "--jsonl", jsonl)
+        self.assertEqual(rc, 1, err)
+        with open(jsonl) as f:
+            self.assertEqual(f.read(), "the previous rows\n")
+        # no temporary file left (the stand-in's argv file is new)
+        self.assertEqual(sorted(set(os.listdir(self.dir.name)) - {"spec.json", "argv.jsonl"}),
+                         sorted(set(before) - {"spec.json", "argv.jsonl"}))
+        # a run that succeeds replaces it
+        rc, _, err = self.run_script({"rows": [row(0.9)]}, {"rows": [row(0.9)]}, "--jsonl", jsonl,
+                                     budget="0.9")
+        self.assertEqual(rc, 0, err)
+        with open(jsonl) as f:
+            self.assertEqual([json.loads(line)["engine"] for line in f], ["lib", "sim"])
+
+    def test_a_nan_row_is_not_passed_on(self):
+        # json.loads reads NaN, and json.dumps wrote it into --jsonl: not JSON
+        jsonl = os.path.join(self.dir.name, "rows.jsonl")
+        nan_row = json.dumps(row(0.9)).replace('"overhead": 1.0', '"overhead": NaN') + "\n"
+        rc, _, err = self.run_script({"stdout": nan_row}, {"rows": [row(0.9)]}, "--jsonl", jsonl,
+                                     budget="0.9")
+        self.assertEqual(rc, 1)
+        self.assertOneLine(err, "output line 1 is not a row with a budget_ratio (NaN is not JSON)")
+        self.assertFalse(os.path.exists(jsonl))
 
     def test_bad_budget_is_refused(self):
         rc, table, err = self.run_script({"rows": [row(0.9)]}, {"rows": [row(0.9)]}, budget="0.9,half")

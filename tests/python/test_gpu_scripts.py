@@ -578,6 +578,24 @@ class CompareSummary(unittest.TestCase):
         self.assertTrue(s["losses_identical"])
         self.assertEqual(s["loss_max_abs_diff"], 0)
 
+    def test_a_diverged_run_emits_valid_json(self):
+        # a NaN loss made loss_max_abs_diff NaN, and json.dumps wrote the
+        # line with NaN in it: no JSON reader takes it (RFC 8259)
+        nan, inf = float("nan"), float("inf")
+        # (max() skipped the NaN after 0.0: the summary said 0)
+        s = train_compare.compare("gpt2_small", self.runs([3.0, nan], [3.0, nan]))
+        s["extra"] = {"ratio": inf, "list": [-inf, 1.5]}
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            common.emit(s)
+
+        def refuse(name):
+            raise ValueError(name)
+        line = json.loads(out.getvalue(), parse_constant=refuse)
+        self.assertIsNone(line["loss_max_abs_diff"])
+        self.assertEqual(line["extra"], {"ratio": None, "list": [None, 1.5]})
+        self.assertEqual(line["step_time_ratio_coop_over_native"], 1.25)
+
     def test_a_failed_run_gives_no_summary(self):
         for ok in ((True, False), (False, True), (False, False)):
             self.assertIsNone(train_compare.compare("gpt2_small", self.runs([1.0], [1.0], ok)), ok)
