@@ -46,17 +46,23 @@ static void on_evict(coop_tensor *t, void *user)
     strcat(current->evicted, "x");
 }
 
-static coop_pool *small_pool(void)
+/* 64 KiB without VMM, in segments of segment_size */
+static coop_pool *pool_of_segments(uint64_t segment_size)
 {
     coop_config c;
     coop_config_default(&c);
     c.use_vmm = false;
     c.page_size = 4096;
     c.capacity = 64 * KiB;
-    c.segment_size = 64 * KiB;
+    c.segment_size = segment_size;
     coop_pool *p;
     assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
     return p;
+}
+
+static coop_pool *small_pool(void)
+{
+    return pool_of_segments(64 * KiB);
 }
 
 static coop_remat *context(coop_pool *pool, journal *j, coop_remat_policy policy, bool cow)
@@ -484,15 +490,7 @@ static void coop_evicts_a_window_and_places_inside(void **state)
  * 24 KiB are given back for the 20 KiB; the 900 ns tensors stay. */
 static coop_pool *segments_pool(void)
 {
-    coop_config c;
-    coop_config_default(&c);
-    c.use_vmm = false;
-    c.page_size = 4096;
-    c.capacity = 64 * KiB;
-    c.segment_size = 16 * KiB;
-    coop_pool *p;
-    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
-    return p;
+    return pool_of_segments(16 * KiB);
 }
 
 static void coop_evicts_whole_segments_without_vmm(void **state)
