@@ -56,6 +56,10 @@ typedef struct coop_backend_ops {
      * the stream's work); a plain hold stands for a stream blocked on the
      * host, and a wait for it fails instead of never returning. */
     coop_status (*hold_stream)(coop_backend *be, coop_stream stream, bool hold, bool busy);
+    /* The pool will not use stream again (coop_forget_stream succeeded):
+     * a backend that keeps a record per stream drops it, so a program that
+     * makes a stream per request does not grow it. NULL: none kept (CUDA). */
+    void (*forget_stream)(coop_backend *be, coop_stream stream);
     void (*destroy)(coop_backend *be);
 } coop_backend_ops;
 
@@ -112,6 +116,8 @@ bool coop_backend_is_host(const coop_backend *be);
 uint64_t coop_backend_host_mapped(const coop_backend *be);    /* bytes mapped or in segments */
 size_t coop_backend_host_live_ranges(const coop_backend *be); /* reservations + segments */
 size_t coop_backend_host_live_events(const coop_backend *be); /* recorded, not destroyed */
+/* Stream slots in use (vacant ones, of forgotten streams, not counted). */
+size_t coop_backend_host_streams(const coop_backend *be);
 
 static inline void coop_backend_destroy(coop_backend *be)
 {

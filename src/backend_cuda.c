@@ -952,6 +952,7 @@ static const coop_backend_ops cuda_ops = {
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,
     .hold_stream = NULL,
+    .forget_stream = NULL,
     .destroy = cuda_destroy,
 };
 

@@ -134,6 +134,13 @@ static coop_status fault_hold_stream(coop_backend *be, coop_stream stream, bool 
     return f->inner->ops->hold_stream(f->inner, stream, hold, busy);
 }
 
+static void fault_forget_stream(coop_backend *be, coop_stream stream)
+{
+    fault_backend *f = fault_of(be);
+    if (f->inner->ops->forget_stream)
+        f->inner->ops->forget_stream(f->inner, stream);
+}
+
 static void fault_destroy(coop_backend *be)
 {
     fault_backend *f = fault_of(be);
@@ -154,6 +161,7 @@ static const coop_backend_ops fault_ops = {
     .event_wait = fault_event_wait,
     .event_destroy = fault_event_destroy,
     .hold_stream = fault_hold_stream,
+    .forget_stream = fault_forget_stream,
     .destroy = fault_destroy,
 };
 

@@ -45,6 +45,11 @@ typedef struct host_stream {
     bool held;
     bool busy;                /* the hold ends when waited for */
     uint64_t hold_generation; /* of the current or last hold; starts at 0 */
+    size_t events;            /* live events recorded on it (they name the slot) */
+    /* the pool forgot the stream (host_forget_stream): the slot is vacated,
+     * for a new stream to reuse, once its last event is destroyed */
+    bool forgotten;
+    bool vacant; /* free for a new stream */
 } host_stream;
 
 /* generation 0: complete when recorded (the stream was not held). */
@@ -341,11 +346,32 @@ static coop_status host_segment_free(coop_backend *be, uintptr_t addr, uint64_t 
 
 /* ---- Streams and events ---- */
 
-static host_stream *stream_slot(host_backend *h, coop_stream stream, size_t *slot)
+/* The slot of stream, or NULL. */
+static host_stream *find_stream(host_backend *h, coop_stream stream, size_t *slot)
 {
     for (size_t i = 0; i < h->num_streams; i++)
-        if (h->streams[i].stream == stream) {
+        if (!h->streams[i].vacant && h->streams[i].stream == stream) {
             *slot = i;
+            return &h->streams[i];
+        }
+    return NULL;
+}
+
+/* The slot of stream, made if needed (a vacant one reused first, so the
+ * table holds as many slots as streams were ever in use at once, not as
+ * streams were ever seen); NULL out of host memory. A stream used again
+ * after it was forgotten is simply in use again. */
+static host_stream *stream_slot(host_backend *h, coop_stream stream, size_t *slot)
+{
+    host_stream *known = find_stream(h, stream, slot);
+    if (known) {
+        known->forgotten = false;
+        return known;
+    }
+    for (size_t i = 0; i < h->num_streams; i++)
+        if (h->streams[i].vacant) {
+            *slot = i;
+            h->streams[i] = (host_stream){.stream = stream};
             return &h->streams[i];
         }
     if (h->num_streams == h->cap_streams) {
@@ -371,6 +397,7 @@ static coop_status host_event_record(coop_backend *be, coop_stream stream, coop_
         return coop_set_error(COOP_ERR_HOST_NOMEM, "host backend: no memory for an event");
     e->stream_slot = slot;
     e->generation = s->held ? s->hold_generation : 0;
+    s->events++;
     h->live_events++;
     *ev = (coop_event)e;
     return COOP_OK;
@@ -419,10 +446,35 @@ static coop_status host_synchronize(coop_backend *be)
     return COOP_OK;
 }
 
+/* A forgotten stream's slot becomes vacant with its last event. */
+static void vacate_if_done(host_stream *s)
+{
+    if (s->forgotten && !s->events && !s->held)
+        *s = (host_stream){.vacant = true};
+}
+
 static void host_event_destroy(coop_backend *be, coop_event ev)
 {
-    free((void *)ev);
-    host_of(be)->live_events--;
+    host_backend *h = host_of(be);
+    host_event *e = (host_event *)ev;
+    host_stream *s = &h->streams[e->stream_slot];
+    s->events--;
+    vacate_if_done(s);
+    free(e);
+    h->live_events--;
+}
+
+/* The pool will not name the stream again (coop_forget_stream): its slot
+ * goes once no event recorded on it is live. A held stream keeps it (the
+ * pool forgets none: it refuses while the stream's work is unfinished). */
+static void host_forget_stream(coop_backend *be, coop_stream stream)
+{
+    size_t slot;
+    host_stream *s = find_stream(host_of(be), stream, &slot);
+    if (!s)
+        return;
+    s->forgotten = true;
+    vacate_if_done(s);
 }
 
 static coop_status host_hold_stream(coop_backend *be, coop_stream stream, bool hold, bool busy)
@@ -462,6 +514,7 @@ static const coop_backend_ops host_ops = {
     .event_wait = host_event_wait,
     .event_destroy = host_event_destroy,
     .hold_stream = host_hold_stream,
+    .forget_stream = host_forget_stream,
     .destroy = host_destroy,
 };
 
@@ -508,4 +561,13 @@ size_t coop_backend_host_live_ranges(const coop_backend *be)
 size_t coop_backend_host_live_events(const coop_backend *be)
 {
     return ((const host_backend *)be)->live_events;
+}
+
+size_t coop_backend_host_streams(const coop_backend *be)
+{
+    const host_backend *h = (const host_backend *)be;
+    size_t n = 0;
+    for (size_t i = 0; i < h->num_streams; i++)
+        n += !h->streams[i].vacant;
+    return n;
 }

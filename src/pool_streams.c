@@ -342,6 +342,11 @@ static coop_status forget_stream_locked(coop_pool *pool, coop_stream stream)
     arena_forget_stream(&pool->arena, stream);
     pool_process_pending_locked(pool);
     drop_queue(pool, stream); /* empty: its events were all seen done */
+    /* and the backend's record of it (the host backend's stream table),
+     * once the events still naming it (a pending block's, waiting for
+     * another stream too) are destroyed */
+    if (pool->backend->ops->forget_stream)
+        pool->backend->ops->forget_stream(pool->backend, stream);
     return COOP_OK;
 }
 
