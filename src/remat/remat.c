@@ -590,6 +590,8 @@ static coop_status materialize(coop_remat *r, coop_tensor *root)
 /* access without the handle checks: b is a base tensor. */
 static coop_status access_storage(coop_remat *r, coop_tensor *b, void **ptr)
 {
+    if (!b->ptr) /* it will evict to make room */
+        remat_maybe_compact(r);
     coop_status st = materialize(r, b);
     if (st)
         return st;

@@ -47,7 +47,10 @@
 #include "status.h"
 
 #define REMAT_COLLECT_MIN 4096 /* records before the first collection */
-#define REMAT_QUARANTINE 4096  /* reclaimed records kept before freeing */
+/* union-find nodes made since the last compaction before one is tried
+ * outside a collection (at least; else the records' number) */
+#define REMAT_COMPACT_MIN 4096
+#define REMAT_QUARANTINE 4096 /* reclaimed records kept before freeing */
 
 coop_status remat_reclaimed_error(const char *fn)
 {
@@ -159,6 +162,17 @@ static void compact_classes(coop_remat *r)
     r->num_roots = 0;
 }
 
+/* Compacts the union-find if it holds more than twice the classes named
+ * (compact_classes), and sets when to try next: after as many new nodes
+ * as there are records (at least REMAT_COMPACT_MIN), so that the O(records
+ * + nodes) walk is paid for by the evictions that made the nodes. */
+static void compact_and_rearm(coop_remat *r)
+{
+    compact_classes(r);
+    size_t gap = r->num_records > REMAT_COMPACT_MIN ? r->num_records : REMAT_COMPACT_MIN;
+    r->compact_at = r->uf.count + gap;
+}
+
 static void collect(coop_remat *r)
 {
     uint32_t mark = remat_next_mark(r);
@@ -193,18 +207,26 @@ static void collect(coop_remat *r)
         r->num_records--;
         r->stats.records_reclaimed++;
     }
-    compact_classes(r);
+    compact_and_rearm(r);
 }
 
 void remat_maybe_collect(coop_remat *r)
 {
     size_t floor = r->collect_min ? r->collect_min : REMAT_COLLECT_MIN;
-    if (r->num_records < (r->collect_at ? r->collect_at : floor))
+    if (r->num_records < (r->collect_at ? r->collect_at : floor)) {
+        remat_maybe_compact(r); /* evictions without new records */
         return;
+    }
     collect(r);
     r->collect_at = 2 * r->num_records;
     if (r->collect_at < floor)
         r->collect_at = floor;
+}
+
+void remat_maybe_compact(coop_remat *r)
+{
+    if (r->uf.count >= (r->compact_at ? r->compact_at : REMAT_COMPACT_MIN))
+        compact_and_rearm(r);
 }
 
 void remat_quarantine_free(coop_remat *r)

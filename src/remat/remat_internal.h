@@ -104,6 +104,9 @@ struct coop_remat {
      * collection; reclaimed records waiting to be freed (oldest first) */
     size_t num_records, collect_at;
     size_t collect_min; /* records before a collection at the least (0: the default) */
+    /* union-find nodes at which remat_maybe_compact tries again (0: the
+     * default minimum) */
+    size_t compact_at;
     coop_tensor *quarantine, *quarantine_last;
     size_t num_quarantined;
     union_find uf;
@@ -298,6 +301,13 @@ static inline void remat_advance_clock(coop_remat *r, uint64_t ns)
  * records were made since the last collection (amortized O(1) a record):
  * call at the start of an API call that makes records. */
 void remat_maybe_collect(coop_remat *r);
+/* Compacts the union-find once enough nodes were made since the last
+ * compaction (amortized O(1) a node): every eviction makes one and a
+ * recomputation frees none, so a loop that only reads held tensors, which
+ * makes no record and so triggers no collection, would otherwise grow it
+ * by a node per eviction. Call where no node number is held across it:
+ * at the start of an API call that may evict. */
+void remat_maybe_compact(coop_remat *r);
 /* Error for an API call on a reclaimed record (fn names the call). */
 coop_status remat_reclaimed_error(const char *fn);
 /* Frees the quarantine's records (destroy). */

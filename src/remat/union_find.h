@@ -2,10 +2,11 @@
  * Union-find over evicted storages (DTR's equivalence classes, "DTR-eq").
  * Each node carries a value (the summed compute, ns, of the evicted storages
  * merged into its class); only a root's value is meaningful. Nodes are
- * never freed during a run: an evicted storage gets a fresh node, and a
+ * never freed one by one: an evicted storage gets a fresh node, and a
  * rematerialized one subtracts its compute from its class and leaves its
  * node behind (uf_leave; as simrd does: the class is approximate after
- * that). A class remembers whether a member has left it (cut): until then
+ * that). The owner renumbers them down to the classes still named from time
+ * to time (uf_compact), or they would grow by one per eviction. A class remembers whether a member has left it (cut): until then
  * it is exactly one connected set of evicted storages, after that it may
  * hold several (callers that need the exact evicted component walk the
  * graph only around cut classes).
