@@ -224,7 +224,17 @@ coop_status coop_empty_cache(coop_pool *pool);
  * recorded on it (free them first), or while its work has not finished
  * (never_wait, or a stream blocked on the host). The stream UINTPTR_MAX is
  * COOP_ERR_INVALID; a stream the pool has not seen is a no-op. Walks every
- * block. */
+ * block.
+ * Host memory: the pool cannot tell a destroyed handle from an idle one, so
+ * it keeps, for every stream it has seen and not forgotten, a free-index
+ * set (about 330 KiB of address space, little of it touched), a queue for
+ * pending frees' events (once coop_record_stream named it) and, on the host
+ * backend, a stream slot. A program that makes streams as it goes (one per
+ * request) must call this for each before destroying it, or that grows
+ * with every stream; forgotten, all of it is given back (the backend's
+ * slot once no event recorded on the stream is live) and reused for the
+ * next streams, so the pool's host memory is bounded by the streams in use
+ * at once (tests/steady_state_test). */
 coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
 
 /* Changes the capacity (rounded up to pages, but not past the device's last
@@ -710,7 +720,8 @@ void coop_torch_record_stream(void *ptr, void *stream);
  * application destroys a stream of its own (torch.cuda.ExternalStream);
  * the first failure is returned (coop_last_error says why) and the pools
  * after it are left as they were. The stream UINTPTR_MAX is
- * COOP_ERR_INVALID, pools or not. */
+ * COOP_ERR_INVALID, pools or not. Without it, each stream handle the pools
+ * have seen keeps host memory for good (see coop_forget_stream). */
 coop_status coop_torch_forget_stream(void *stream);
 
 /* Sets the configuration from conf (COOP_ALLOC_CONF syntax; NULL = read the

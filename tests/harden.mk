@@ -103,3 +103,15 @@ tests_error_paths_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
 tests_error_paths_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
 tests_error_paths_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
 endif
+
+# host metadata stays bounded under repeating workloads of the pool, the
+# PyTorch ABI and the remat API (tests/README.md, "Steady state"): the
+# allocation functions are wrapped to count live host bytes
+if HAVE_CMOCKA
+check_PROGRAMS += tests/steady_state_test
+TESTS += tests/steady_state_test
+tests_steady_state_test_SOURCES = tests/steady_state_test.c
+tests_steady_state_test_CFLAGS = $(TESTCFLAGS)
+tests_steady_state_test_LDADD = $(TESTLIBS)
+tests_steady_state_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+endif
