@@ -106,6 +106,7 @@ typedef struct world {
 } world;
 
 static world W;
+static uint64_t base_seed;
 
 static uint64_t next(void)
 {
@@ -352,7 +353,7 @@ static void run(void **state)
     memset(&W, 0, sizeof W);
     memset(shadow, 0, SHADOW_SLOTS * sizeof *shadow);
     uint64_t add = (uint64_t)c->policy * 4 + c->segments * 2 + c->cow;
-    W.rng = test_seed("remat_values_test", 0x5eed5eed5eedull) + add;
+    W.rng = base_seed + add;
     W.rng = W.rng ? W.rng : 1;
     printf("remat_values_test %s %s %s: the seed + %llu\n", c->name,
            c->segments ? "segments" : "vmm", c->cow ? "copy-on-write" : "in place",
@@ -396,6 +397,7 @@ static void run(void **state)
 
 int main(void)
 {
+    base_seed = test_seed("remat_values_test", 0x5eed5eed5eedull);
     static const struct {
         coop_remat_policy policy;
         const char *name;
