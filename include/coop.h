@@ -449,7 +449,14 @@ typedef enum coop_remat_policy {
      * evict whole segments whose blocks are all free or evictable, cheapest
      * per byte first (their members' costs summed over the segment's
      * bytes), until the pool can give them back and grow a segment for the
-     * request; none when even all of them would leave too little room. */
+     * request; none when even all of them would leave too little room.
+     * With VMM, where the pages of the chosen window cannot be mapped (a
+     * window of free space whose pages reclaim unmapped, the capacity
+     * used up), or no window covers the request, the capacity binds rather
+     * than the address range: the window policies then evict tensors
+     * cheapest per byte (window cost over block bytes), one at a time,
+     * until the pool can map the request; none when even all of them would
+     * leave too little room. */
     COOP_REMAT_COOP = 0,
     COOP_REMAT_DTR,       /* argmin of c_eq / (bytes * staleness), one at a time */
     COOP_REMAT_DTR_LOCAL, /* argmin of c / (bytes * staleness) */

@@ -393,7 +393,9 @@ static void segment_discard(arena *a, arena_segment *s)
  * Not where one segment is the whole capacity in force: that pool is one
  * fixed arena (coop sim's arena model), whose first request must not shrink
  * it. (A segment_size above the capacity never fits: every segment then takes
- * the request's own size, below.) */
+ * the request's own size, below.) Near the capacity, a smaller request also
+ * gets a segment of its own size, where a whole one does not fit even once
+ * idle cached segments are released. */
 static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, bool *reclaimed)
 {
     uint64_t ps = a->params.page_size;
@@ -427,6 +429,13 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
             segment_discard(a, s);
             return st;
         }
+        /* reclaim releases whole segments, often more than the request
+         * lacked: where a whole segment fits now, take it, as PyTorch tries
+         * the same size again after freeing its cache (else every later
+         * small request would release a cached segment for a segment of
+         * its own size) */
+        if (!own && a->reserved + seg <= a->params.capacity)
+            want = s->reserved = seg;
     }
     uintptr_t base;
     st = a->backend->ops->segment_alloc(a->backend, want, &base);

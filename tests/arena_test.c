@@ -489,6 +489,39 @@ static void test_segment_of_the_request_size_where_a_whole_one_does_not_fit(void
     close_arena();
 }
 
+/* Without VMM, a pool at its capacity whose cached segments another
+ * stream freed: a small request releases one of them (it cannot use them)
+ * and, the room now there, takes a whole segment, as PyTorch retries the
+ * same size after freeing its cache. It took a segment of its own size in
+ * pages (128 KiB for 100 KiB) before: the capacity was full when the size
+ * was chosen, and every following request released another cached
+ * segment for another small one (eight 100 KiB requests: eight segments of
+ * 128 KiB, four 1 MiB segments released). */
+static void test_a_whole_segment_once_reclaim_made_room(void **state)
+{
+    (void)state;
+    open_arena(false, 4 * MiB, 0, 512); /* segment_size 1 MiB */
+    arena_block *x[8], *y[8];
+    for (int i = 0; i < 8; i++) /* two per segment on stream 2: the capacity is full */
+        x[i] = alloc(400 * KiB, 2, false);
+    assert_int_equal(F.a.num_segments, 4);
+    assert_int_equal(F.a.reserved, 4 * MiB);
+    for (int i = 0; i < 8; i++)
+        release(x[i], 2); /* four free segments, usable on stream 2 only */
+    for (int i = 0; i < 8; i++) {
+        y[i] = alloc(100 * KiB, 1, false);
+        assert_non_null(y[i]);
+        assert_int_equal(arena_block_segment(&F.a, y[i])->reserved, 1 * MiB);
+        assert_ptr_equal(arena_block_segment(&F.a, y[i]), arena_block_segment(&F.a, y[0]));
+    }
+    assert_int_equal(F.a.num_segments, 4); /* one of stream 2's released, one made */
+    assert_int_equal(F.a.reserved, 4 * MiB);
+    assert_int_equal(F.a.counters.num_unmaps, 1);
+    for (int i = 0; i < 8; i++)
+        release(y[i], 1);
+    close_arena();
+}
+
 /* An allocation maps the pages of the block it keeps, not those of the
  * remainder it splits off (a remainder of exactly min_split is split). */
 static void test_split_remainder_stays_unmapped(void **state)
@@ -1042,6 +1075,7 @@ int main(void)
         cmocka_unit_test(test_one_segment_of_the_whole_capacity_stays_whole),
         cmocka_unit_test(test_reclaim_to_exactly_the_capacity),
         cmocka_unit_test(test_segment_of_the_request_size_where_a_whole_one_does_not_fit),
+        cmocka_unit_test(test_a_whole_segment_once_reclaim_made_room),
         cmocka_unit_test(test_split_remainder_stays_unmapped),
         cmocka_unit_test(test_segment_remainder_of_min_split),
         cmocka_unit_test(test_alloc_in_up_to_the_end),

@@ -75,6 +75,10 @@ typedef struct call_case {
      * bring them back: the tensors evicted stay evicted, their owner told
      * (same_state) */
     bool evicts_segments;
+    /* the same with VMM: the call may evict tensors one at a time until the
+     * pool can map the request (the window policies, when the capacity
+     * binds), and a refused map leaves them evicted */
+    bool evicts_for_pages;
 } call_case;
 
 /* ---- State a caller can see ---- */
@@ -412,7 +416,8 @@ static uint64_t sweep(const call_case *c, bool vmm, fault_kind kind)
                     fail_msg("%s: pool check: %s", where, coop_last_error());
                 take(&f, &after);
                 same_state(&f, &before, &after, kind == FAULT_BACKEND || c->cache_may_change,
-                           kind == FAULT_BACKEND && !vmm && c->evicts_segments);
+                           kind == FAULT_BACKEND &&
+                               (vmm ? c->evicts_for_pages : c->evicts_segments));
             }
         }
         teardown(&f);
@@ -681,6 +686,28 @@ static coop_status tensor_create_outputs(fixture *f)
                                       &f->t[6]);
 }
 
+/* Holes where t0 and t2 were, their pages unmapped (empty_cache), and a
+ * 6 MiB tensor that fits neither: with VMM above the others (14 MiB of the
+ * 16 mapped), without it in a segment of its own. A 4 MiB tensor then
+ * fits either hole, whose pages the capacity does not allow (VMM: the
+ * window policies evict for pages), or needs a segment's tensors evicted. */
+static void holes_unmapped(fixture *f)
+{
+    new_context(f);
+    for (int i = 0; i < 4; i++)
+        make_tensor(f, i, 4 * MiB, NULL);
+    assert_int_equal(coop_tensor_release(f->r, f->t[0]), COOP_OK);
+    assert_int_equal(coop_tensor_release(f->r, f->t[2]), COOP_OK);
+    f->t[0] = f->t[2] = NULL;
+    assert_int_equal(coop_empty_cache(f->pool), COOP_OK);
+    make_tensor(f, 4, 6 * MiB, NULL);
+}
+
+static coop_status tensor_create_for_pages(fixture *f)
+{
+    return coop_tensor_create(f->r, 4 * MiB, 10, "op", NULL, 0, COOP_TENSOR_EVICTABLE, &f->t[5]);
+}
+
 static coop_status tensor_alias(fixture *f)
 {
     return coop_tensor_alias(f->r, f->t[2], &f->t[6]);
@@ -758,33 +785,36 @@ static coop_status tensor_release(fixture *f)
 }
 
 static const call_case pool_cases[] = {
-    {"coop_pool_create", nothing, call_pool_create, false, false},
-    {"coop_malloc: first, maps / grows", empty_pool, malloc_3m, false, false},
-    {"coop_malloc: a new stream", two_streams, malloc_new_stream, false, false},
-    {"coop_malloc: high end", one_block, malloc_high, false, false},
-    {"coop_malloc: capacity pressure", cached_on_other_stream, malloc_under_pressure, false, false},
-    {"coop_malloc: pending free due", pending_free, malloc_after_pending, false, false},
-    {"coop_record_stream: first use", one_block, record_first, false, false},
-    {"coop_record_stream: third use", two_uses, record_third, false, false},
-    {"coop_free: recorded block", two_uses, free_recorded, false, false},
-    {"coop_free: plain block", one_block, free_plain, false, false},
-    {"coop_empty_cache", cache_to_empty, empty_cache, true, false},
-    {"coop_set_capacity: below reserved", cache_to_empty, set_capacity_down, true, false},
-    {"coop_forget_stream: pending free", pending_free, forget_stream, false, false},
-    {"coop_host_hold_stream: 20 streams", one_block, hold_new_stream, false, false},
+    {"coop_pool_create", nothing, call_pool_create, false, false, false},
+    {"coop_malloc: first, maps / grows", empty_pool, malloc_3m, false, false, false},
+    {"coop_malloc: a new stream", two_streams, malloc_new_stream, false, false, false},
+    {"coop_malloc: high end", one_block, malloc_high, false, false, false},
+    {"coop_malloc: capacity pressure", cached_on_other_stream, malloc_under_pressure, false, false,
+     false},
+    {"coop_malloc: pending free due", pending_free, malloc_after_pending, false, false, false},
+    {"coop_record_stream: first use", one_block, record_first, false, false, false},
+    {"coop_record_stream: third use", two_uses, record_third, false, false, false},
+    {"coop_free: recorded block", two_uses, free_recorded, false, false, false},
+    {"coop_free: plain block", one_block, free_plain, false, false, false},
+    {"coop_empty_cache", cache_to_empty, empty_cache, true, false, false},
+    {"coop_set_capacity: below reserved", cache_to_empty, set_capacity_down, true, false, false},
+    {"coop_forget_stream: pending free", pending_free, forget_stream, false, false, false},
+    {"coop_host_hold_stream: 20 streams", one_block, hold_new_stream, false, false, false},
 };
 
 static const call_case remat_cases[] = {
-    {"coop_remat_create", empty_pool, remat_create, false, false},
-    {"coop_tensor_create: fits", chain, tensor_create_fits, false, false},
-    {"coop_tensor_create: evicts", chain, tensor_create_evicts, false, true},
-    {"coop_tensor_create_outputs", chain, tensor_create_outputs, true, false},
-    {"coop_tensor_alias", chain, tensor_alias, false, false},
-    {"coop_tensor_access: recomputes", evicted_chain, tensor_access, false, false},
-    {"coop_tensor_pin: recomputes", evicted_chain, tensor_pin, false, false},
-    {"coop_tensor_mutate: in place", chain, tensor_mutate, false, false},
-    {"coop_tensor_mutate: copy-on-write", cow_chain, tensor_mutate_cow, false, false},
-    {"coop_tensor_release", chain, tensor_release, false, false},
+    {"coop_remat_create", empty_pool, remat_create, false, false, false},
+    {"coop_tensor_create: fits", chain, tensor_create_fits, false, false, false},
+    {"coop_tensor_create: evicts", chain, tensor_create_evicts, false, true, false},
+    {"coop_tensor_create: evicts for pages", holes_unmapped, tensor_create_for_pages, false, true,
+     true},
+    {"coop_tensor_create_outputs", chain, tensor_create_outputs, true, false, false},
+    {"coop_tensor_alias", chain, tensor_alias, false, false, false},
+    {"coop_tensor_access: recomputes", evicted_chain, tensor_access, false, false, false},
+    {"coop_tensor_pin: recomputes", evicted_chain, tensor_pin, false, false, false},
+    {"coop_tensor_mutate: in place", chain, tensor_mutate, false, false, false},
+    {"coop_tensor_mutate: copy-on-write", cow_chain, tensor_mutate_cow, false, false, false},
+    {"coop_tensor_release", chain, tensor_release, false, false, false},
 };
 
 static void test_pool_calls(void **state)

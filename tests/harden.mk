@@ -8,6 +8,14 @@ tests_stress_torch_abi_test_SOURCES = tests/stress_torch_abi_test.c
 tests_stress_torch_abi_test_CFLAGS = $(TESTCFLAGS)
 tests_stress_torch_abi_test_LDADD = $(TESTLIBS)
 tests_stress_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)
+# the same on pools of segments (no VMM)
+check_PROGRAMS += tests/stress_torch_abi_segments_test
+TESTS += tests/stress_torch_abi_segments_test
+tests_stress_torch_abi_segments_test_SOURCES = tests/stress_torch_abi_test.c
+tests_stress_torch_abi_segments_test_CFLAGS = $(TESTCFLAGS) \
+	-DSTRESS_TORCH_CONF='"backend:host,capacity:256M,page:64K,vmm:false,segment:1M,history:4096,check:true"'
+tests_stress_torch_abi_segments_test_LDADD = $(TESTLIBS)
+tests_stress_torch_abi_segments_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 
 # every thread-safe call of coop.h beside the others (also run under

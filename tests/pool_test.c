@@ -1534,6 +1534,80 @@ static void test_segments(void **state)
     coop_pool_destroy(p);
 }
 
+/* Without VMM, segments the backend placed side by side stay apart: their
+ * free blocks never merge (each is its segment, not counted as split), and
+ * a request larger than one segment takes a new segment of its own rather
+ * than the two adjacent free ones. (The host backend carves segments top
+ * down: b's segment ends where a's begins.) */
+static void test_adjacent_segments_never_merge(void **state)
+{
+    (void)state;
+    coop_pool *p = make_segment_pool(16 * MiB, 2 * MiB);
+    void *a = coop_malloc(p, 1536 * 1024, 0, 0, NULL); /* its own 2 MiB segment each */
+    void *b = coop_malloc(p, 1536 * 1024, 0, 0, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal((uintptr_t)a - (uintptr_t)b, 2 * MiB); /* adjacent */
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.num_free_blocks, 2);
+    assert_int_equal(s.largest_free_block, 2 * MiB);
+    assert_int_equal(s.inactive_split.current, 0);
+    assert_true(s.fragmentation > 0.49 && s.fragmentation < 0.51); /* 1 - 2 / 4 */
+    void *c = coop_malloc(p, 3 * MiB, 0, 0, NULL);
+    assert_non_null(c);
+    assert_true((uintptr_t)c + 3 * MiB <= (uintptr_t)b || (uintptr_t)c >= (uintptr_t)a + 2 * MiB);
+    s = stats_of(p);
+    assert_int_equal(s.segment.current, 3);
+    assert_int_equal(s.reserved_bytes.current, 8 * MiB);
+    assert_int_equal(coop_free(p, c), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_int_equal(stats_of(p).segment.current, 0);
+    coop_pool_destroy(p);
+}
+
+/* Without VMM, the out-of-memory message's figures are segments': mapped
+ * is the bytes in segments, the headroom the capacity minus the segments
+ * that hold a live block (a's 2 MiB and b's own 4 MiB), the free space the
+ * rests of those segments. A 3 MiB request needs a 4 MiB segment (2 MiB
+ * pages): 2 MiB short. Once a is freed its segment is cached: the next try
+ * releases it (a retry) and grows the 4 MiB segment in its place. */
+static void test_segments_oom_message_and_retry(void **state)
+{
+    (void)state;
+    coop_pool *p = make_segment_pool(8 * MiB, 2 * MiB);
+    coop_status st;
+    void *a = coop_malloc(p, 512, 0, 0, &st);     /* a 2 MiB segment */
+    void *b = coop_malloc(p, 3 * MiB, 0, 0, &st); /* half a segment or more: its own, 4 MiB */
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_null(coop_malloc(p, 3 * MiB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "cannot allocate 3145728 bytes"));
+    assert_non_null(strstr(m, "capacity 8388608, mapped 6291456, allocated 3146240"));
+    assert_non_null(strstr(m, "headroom 2097152 (capacity minus the 6291456 bytes"));
+    assert_non_null(strstr(m, "free 3145216 in 2 blocks, largest free block 2096640"));
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.num_ooms, 1);
+    assert_int_equal(s.segment.current, 2);
+    assert_int_equal(coop_free(p, a), COOP_OK); /* its segment stays, cached */
+    assert_int_equal(stats_of(p).reserved_bytes.current, 6 * MiB);
+    void *c = coop_malloc(p, 3 * MiB, 0, 0, &st);
+    assert_non_null(c);
+    s = stats_of(p);
+    assert_int_equal(s.num_ooms, 1);
+    assert_int_equal(s.num_alloc_retries, 2); /* the failure and the release */
+    assert_int_equal(s.segment.current, 2);
+    assert_int_equal(s.reserved_bytes.current, 8 * MiB);
+    assert_int_equal(s.num_maps, 3);   /* segments made */
+    assert_int_equal(s.num_unmaps, 1); /* a's released */
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, c), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* Without VMM: free blocks of two streams in one segment do not merge while
  * their streams may still use them; empty_cache synchronizes (idle streams'
  * blocks become "any stream"), merges them, and releases wholly free
@@ -2257,6 +2331,8 @@ int main(void)
         cmocka_unit_test(test_set_capacity_no_wrap),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_adjacent_segments_never_merge),
+        cmocka_unit_test(test_segments_oom_message_and_retry),
         cmocka_unit_test(test_segments_two_streams),
         cmocka_unit_test(test_double_free_at_a_segment_start),
         cmocka_unit_test(test_oom_message_headroom),

@@ -22,6 +22,11 @@
  *   the same tensors are resident at the same pool offsets, with the same
  *   eviction and recomputation counts.
  *
+ * Each policy twice: on one segment of the whole capacity, and on segments
+ * of a quarter of it (no VMM), where the breaker index's runs end at
+ * segment boundaries and tensors larger than a segment make the window
+ * policies evict whole segments.
+ *
  * COOP_TEST_SEED sets the seed (printed); the pool is the host backend's
  * (never touched).
  */
@@ -44,6 +49,16 @@
 #define MAX_HANDLES 4096
 #define MAX_PLAIN 8 /* plain allocations held at once */
 #define OPS 1500
+
+/* The pool of a run: one segment of the whole capacity (the fixed arena of
+ * coop sim's model), or (no VMM) segments of a quarter of it, which a
+ * window cannot span, tensors of up to 16 units among them (a third more
+ * than a segment: the window policies then evict whole segments). */
+typedef struct shape {
+    unsigned segment_units, max_units, ops;
+} shape;
+static const shape one_segment = {POOL_UNITS, 6, OPS};
+static const shape segments = {POOL_UNITS / 4, 16, OPS * 2 / 3};
 
 static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
                              void *out, void *user)
@@ -72,6 +87,8 @@ typedef struct world {
      * less than c_comp (the bounds were not both trivially met) */
     uint64_t live_above_own, live_below_comp;
     uint64_t live_bound_exact; /* checks where c_live's window bound was exact */
+    const shape *shape;
+    uint64_t over_segment; /* tensors made larger than a segment */
 } world;
 
 static uint64_t next(world *w)
@@ -79,14 +96,14 @@ static uint64_t next(world *w)
     return test_xorshift64(&w->rng);
 }
 
-static void open_side(side *s, coop_remat_policy policy, bool fast)
+static void open_side(side *s, const shape *sh, coop_remat_policy policy, bool fast)
 {
     coop_config c;
     coop_config_default(&c);
     c.use_vmm = false;
     c.page_size = 4096;
     c.capacity = POOL_UNITS * UNIT;
-    c.segment_size = POOL_UNITS * UNIT;
+    c.segment_size = sh->segment_units * UNIT;
     assert_int_equal(coop_pool_create(&c, &s->pool), COOP_OK);
     coop_remat_config cfg = {.policy = policy, .cheap_threshold = -1, .recompute = recompute};
     assert_int_equal(coop_remat_create(s->pool, &cfg, &s->r), COOP_OK);
@@ -210,12 +227,20 @@ static void check_costs(world *w)
     }
 }
 
-/* The pool's one segment (made by the first allocation): offsets in it
- * compare the sides. */
-static uintptr_t base_of(const side *s)
+/* Where ptr lies on side s: its segment's rank in address order and the
+ * offset in it (as one number), which compare the sides (each pool has a
+ * backend of its own, at other addresses); and its segment's size. */
+static uint64_t position_of(const side *s, const void *ptr, uint64_t *segment_size)
 {
-    const arena_segment *seg = arena_first_segment(pool_arena(s->pool));
-    return seg ? seg->base : 0;
+    uint64_t rank = 0;
+    for (const arena_segment *seg = arena_first_segment(pool_arena(s->pool)); seg;
+         seg = seg->next, rank++)
+        if ((uintptr_t)ptr >= seg->base && (uintptr_t)ptr - seg->base < seg->reserved) {
+            *segment_size = seg->reserved;
+            return rank << 32 | ((uintptr_t)ptr - seg->base);
+        }
+    fail_msg("%p lies in no segment of its pool", ptr);
+    return 0;
 }
 
 /* Brought up to date, side 0's breaker index (coop policies) holds exactly
@@ -287,8 +312,11 @@ static void check_same_decisions(world *w)
             continue;
         void *a = coop_tensor_data(w->s[0].h[i]), *b = coop_tensor_data(w->s[1].h[i]);
         assert_int_equal(a != NULL, b != NULL);
-        if (a)
-            assert_int_equal((uintptr_t)a - base_of(&w->s[0]), (uintptr_t)b - base_of(&w->s[1]));
+        if (!a)
+            continue;
+        uint64_t size_a, size_b;
+        assert_int_equal(position_of(&w->s[0], a, &size_a), position_of(&w->s[1], b, &size_b));
+        assert_int_equal(size_a, size_b);
     }
     coop_remat_stats x, y;
     coop_remat_get_stats(w->s[0].r, &x);
@@ -329,7 +357,7 @@ static void step(world *w)
     for (size_t j = 0; j < k; j++)
         if ((idx[j] = pick(w)) < 0)
             k = j;
-    size_t units = 1 + next(w) % 6;
+    size_t units = 1 + next(w) % w->shape->max_units;
     uint64_t cost = 1 + next(w) % 1000;
     int target = pick(w);
     /* a fifth not evictable until released (breakers while held) */
@@ -351,6 +379,7 @@ static void step(world *w)
         assert_int_equal(st[0], st[1]);
         if (!st[0])
             w->live[w->n++] = true;
+        w->over_segment += !st[0] && units > w->shape->segment_units;
     } else if (what < 70) { /* release */
         for (int s = 0; s < 2; s++) {
             for (uint32_t p = 0; p < w->pins[target]; p++)
@@ -409,17 +438,21 @@ static void step(world *w)
     }
 }
 
-static void run(coop_remat_policy policy, const char *name)
+static void run_on(const shape *sh, coop_remat_policy policy, const char *name)
 {
     world *w = calloc(1, sizeof *w);
     assert_non_null(w);
-    /* each policy its own run: the program's seed plus the policy's number */
-    uint64_t seed = test_seed("remat_cache_test", 0x9e3779b97f4a7c15ull) + (uint64_t)policy;
-    printf("remat_cache_test %s: the seed + %d\n", name, (int)policy);
+    w->shape = sh;
+    /* each policy its own run: the program's seed plus the policy's number
+     * (plus 16 on segments) */
+    uint64_t add = (uint64_t)policy + (sh == &segments ? 16 : 0);
+    uint64_t seed = test_seed("remat_cache_test", 0x9e3779b97f4a7c15ull) + add;
+    printf("remat_cache_test %s%s: the seed + %d\n", name, sh == &segments ? " (segments)" : "",
+           (int)add);
     w->rng = seed ? seed : 1;
-    open_side(&w->s[0], policy, true);
-    open_side(&w->s[1], policy, false);
-    for (int op = 0; op < OPS; op++) {
+    open_side(&w->s[0], sh, policy, true);
+    open_side(&w->s[1], sh, policy, false);
+    for (unsigned op = 0; op < sh->ops; op++) {
         step(w);
         check_same_decisions(w);
         check_costs(w);
@@ -444,7 +477,13 @@ static void run(coop_remat_policy policy, const char *name)
     assert_true(w->live_above_own > 100 && w->live_below_comp > 100);
     assert_true(w->live_bound_exact > 100);
     bool argmin = !remat_policy_windowed(policy);
-    assert_true(argmin ? w->evictable > OPS : w->breakers > OPS);
+    assert_true(argmin ? w->evictable > sh->ops : w->breakers > sh->ops);
+    coop_stats ps;
+    coop_get_stats(w->s[0].pool, &ps);
+    printf("  %lld segments at most, %llu tensors larger than a segment placed\n",
+           (long long)ps.segment.peak, (unsigned long long)w->over_segment);
+    if (sh == &segments) /* several segments, and tensors no window could hold */
+        assert_true(ps.segment.peak >= 4 && w->over_segment >= 3);
     for (int s = 0; s < 2; s++) {
         for (size_t i = 0; i < MAX_PLAIN; i++)
             coop_free(w->s[s].pool, w->s[s].plain[i]);
@@ -454,42 +493,38 @@ static void run(coop_remat_policy policy, const char *name)
     free(w);
 }
 
-static void coop_cache(void **state)
-{
-    (void)state;
-    run(COOP_REMAT_COOP, "coop");
-}
+typedef struct run_case {
+    coop_remat_policy policy;
+    const char *name;
+    const shape *shape;
+} run_case;
 
-static void coop_comp_cache(void **state)
+static void run_case_test(void **state)
 {
-    (void)state;
-    run(COOP_REMAT_COOP_COMP, "coop-comp");
-}
-
-static void coop_eq_cache(void **state)
-{
-    (void)state;
-    run(COOP_REMAT_COOP_EQ, "coop-eq");
-}
-
-static void dtr_cache(void **state)
-{
-    (void)state;
-    run(COOP_REMAT_DTR, "dtr");
-}
-
-static void dte_cache(void **state)
-{
-    (void)state;
-    run(COOP_REMAT_DTE, "dte");
+    const run_case *c = *state;
+    run_on(c->shape, c->policy, c->name);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(coop_cache),      cmocka_unit_test(coop_eq_cache),
-        cmocka_unit_test(coop_comp_cache), cmocka_unit_test(dtr_cache),
-        cmocka_unit_test(dte_cache),
+    static const run_case cases[] = {
+        {COOP_REMAT_COOP, "coop", &one_segment},
+        {COOP_REMAT_COOP_EQ, "coop-eq", &one_segment},
+        {COOP_REMAT_COOP_COMP, "coop-comp", &one_segment},
+        {COOP_REMAT_DTR, "dtr", &one_segment},
+        {COOP_REMAT_DTE, "dte", &one_segment},
+        {COOP_REMAT_COOP, "coop", &segments},
+        {COOP_REMAT_COOP_EQ, "coop-eq", &segments},
+        {COOP_REMAT_COOP_COMP, "coop-comp", &segments},
+        {COOP_REMAT_DTR, "dtr", &segments},
+        {COOP_REMAT_DTE, "dte", &segments},
     };
+    struct CMUnitTest tests[sizeof cases / sizeof cases[0]];
+    static char names[sizeof cases / sizeof cases[0]][32];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(names[i], sizeof names[i], "%s_%s", cases[i].name,
+                 cases[i].shape == &segments ? "segments" : "one_segment");
+        tests[i] = (struct CMUnitTest){names[i], run_case_test, NULL, NULL, (void *)&cases[i]};
+    }
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

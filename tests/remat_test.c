@@ -551,6 +551,51 @@ static void coop_evicts_no_segment_for_a_request_that_cannot_fit(void **state)
     coop_pool_destroy(pool);
 }
 
+/* With VMM the tiled range outgrows the capacity, and reclaim unmaps idle
+ * free pages: B, D and E (all evictable) hold 56 of the 64 KiB, the holes
+ * where A and C were are free but unmapped. F (16 KiB) fits either hole,
+ * which needs 16 KiB of pages the capacity does not allow, and a window of
+ * free space evicts nothing: the window policies failed ("no room", with
+ * every resident tensor evictable) where an argmin policy evicts one and
+ * succeeds. They now evict tensors, cheapest per byte first, until the pool
+ * can map the request: here one (B, the cheapest). */
+static void window_policies_evict_for_pages_with_vmm(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_config c;
+    coop_config_default(&c);
+    c.page_size = 4096;
+    c.capacity = 64 * KiB;
+    c.va_size = 256 * KiB;
+    coop_pool *pool;
+    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *a, *b, *cc, *d, *e, *f;
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 5, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "C", NULL, 0, EV, &cc), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "D", NULL, 0, EV, &d), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, a), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, cc), COOP_OK);
+    assert_int_equal(coop_empty_cache(pool), COOP_OK); /* the holes unmapped */
+    /* fits no hole: the top grows past the capacity's 64 KiB of addresses */
+    assert_int_equal(coop_tensor_create(r, 24 * KiB, 10, "E", NULL, 0, EV, &e), COOP_OK);
+    assert_true((uintptr_t)coop_tensor_data(e) - (uintptr_t)coop_tensor_data(b) >= 48 * KiB);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.reserved_bytes.current, 56 * KiB);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "F", NULL, 0, EV, &f), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_true(coop_tensor_resident(d) && coop_tensor_resident(e));
+    assert_string_equal(j.evicted, "x");
+    coop_get_stats(pool, &ps);
+    assert_true(ps.reserved_bytes.current <= (int64_t)(64 * KiB));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static void bad_arguments_are_refused(void **state)
 {
     (void)state;
@@ -1056,6 +1101,9 @@ int main(void)
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
         cmocka_unit_test(coop_evicts_whole_segments_without_vmm),
         cmocka_unit_test(coop_evicts_no_segment_for_a_request_that_cannot_fit),
+        cmocka_unit_test_prestate(window_policies_evict_for_pages_with_vmm, &policies[0]),
+        cmocka_unit_test_prestate(window_policies_evict_for_pages_with_vmm, &policies[6]),
+        cmocka_unit_test_prestate(window_policies_evict_for_pages_with_vmm, &policies[7]),
         cmocka_unit_test(bad_arguments_are_refused),
         cmocka_unit_test(a_view_reports_its_storage),
         cmocka_unit_test_prestate(an_in_place_op_may_read_its_evicted_target, &modes[0]),

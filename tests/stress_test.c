@@ -5,7 +5,9 @@
  * path (pending frees processed, idle pages released, retry) runs
  * thousands of times while the other threads allocate. At the end every thread's live blocks must
  * be distinct, non-overlapping allocated blocks of the pool, and freeing
- * them all must empty it. COOP_TEST_SEED sets the seed.
+ * them all must empty it. Twice: a VMM pool, then a pool of 2 MiB segments
+ * (no VMM: idle free segments released, requests of 1 MiB and more in
+ * segments of their own). COOP_TEST_SEED sets the seed.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -20,13 +22,14 @@
 #include "test_seed.h"
 
 #define THREADS 4
-#define OPS 40000
+#define OPS 40000 /* per thread, each pool */
 #define LIVE 64
 #define MiB (UINT64_C(1) << 20)
 
 typedef struct worker {
     coop_pool *pool;
     int id;
+    int ops;
     uint64_t rng;
     void *live[LIVE];
     size_t size[LIVE];
@@ -38,7 +41,7 @@ static void *work(void *arg)
 {
     worker *w = arg;
     coop_stream own = (coop_stream)w->id + 1;
-    for (int op = 0; op < OPS && !w->failures; op++) {
+    for (int op = 0; op < w->ops && !w->failures; op++) {
         int slot = (int)(test_xorshift64star(&w->rng) % LIVE);
         uint64_t r = test_xorshift64star(&w->rng) % 100;
         if (w->live[slot]) {
@@ -92,21 +95,24 @@ static int count_allocated(const coop_block_info *b, void *ctx)
     return 0;
 }
 
-static void test_four_threads(void **state)
+static uint64_t seed;
+
+static void run(bool vmm, int ops)
 {
-    (void)state;
-    uint64_t seed = test_seed("stress_test", test_seed_from_clock());
     coop_config c;
     coop_config_default(&c);
     c.capacity = 48 * MiB; /* below the ~80 MiB the threads keep live at their peak */
     c.page_size = 64 * 1024;
+    c.use_vmm = vmm;
+    c.segment_size = 2 * MiB; /* (segments) requests run up to 4 MiB */
     coop_pool *pool;
     assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
     static worker w[THREADS];
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++) {
-        /* each thread's seed derived from the one printed */
-        w[i] = (worker){.pool = pool, .id = i, .rng = (seed + 1) * (uint64_t)(i + 7) | 1};
+        /* each thread's seed derived from the one printed (and the mode) */
+        w[i] = (worker){
+            .pool = pool, .id = i, .ops = ops, .rng = (seed + 1 + !vmm) * (uint64_t)(i + 7) | 1};
         assert_int_equal(pthread_create(&t[i], NULL, work, &w[i]), 0);
     }
     for (int i = 0; i < THREADS; i++)
@@ -146,14 +152,29 @@ static void test_four_threads(void **state)
      * that the out-of-memory path (release idle pages, retry) runs while
      * other threads allocate: with 256 MiB it never did (0 retries). */
     assert_true(s.num_alloc_retries > 0);
-    printf("stress: %d threads x %d ops, %llu retries, %llu ooms, peak %lld blocks\n", THREADS, OPS,
-           (unsigned long long)s.num_alloc_retries, (unsigned long long)s.num_ooms,
-           (long long)s.allocation.peak);
+    printf("stress: %s: %d threads x %d ops, %llu retries, %llu ooms, peak %lld blocks, %lld "
+           "segments\n",
+           vmm ? "vmm" : "segments", THREADS, ops, (unsigned long long)s.num_alloc_retries,
+           (unsigned long long)s.num_ooms, (long long)s.allocation.peak, (long long)s.segment.peak);
     coop_pool_destroy(pool);
+}
+
+static void test_four_threads(void **state)
+{
+    (void)state;
+    run(true, OPS);
+}
+
+static void test_four_threads_segments(void **state)
+{
+    (void)state;
+    run(false, OPS);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_four_threads)};
+    seed = test_seed("stress_test", test_seed_from_clock());
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_four_threads),
+                                       cmocka_unit_test(test_four_threads_segments)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

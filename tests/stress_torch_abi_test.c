@@ -10,7 +10,11 @@
  *
  * Configured through the environment as PyTorch would load it:
  * COOP_ALLOC_CONF=backend:host,capacity:256M,history:4096,check:true
- * (every pool operation also validates every invariant under the lock).
+ * (every pool operation also validates every invariant under the lock);
+ * tests/stress_torch_abi_segments_test is this program built with
+ * STRESS_TORCH_CONF naming pools of 1 MiB segments without VMM (64 KiB
+ * pages: requests run up to 2 MiB, so from 512 KiB each gets a segment of
+ * its own), as the ABI runs where the device has no VMM.
  *
  * Checked: the blocks live at any checkpoint are pairwise disjoint per device
  * and never handed out twice, every pool's invariants hold
@@ -38,6 +42,9 @@
 #define HANDOFF 64      /* shared table */
 #define ITERATIONS 4000 /* per thread */
 #define KiB ((size_t)1 << 10)
+#ifndef STRESS_TORCH_CONF
+#define STRESS_TORCH_CONF "backend:host,capacity:256M,history:4096,check:true"
+#endif
 
 typedef struct block {
     void *ptr;
@@ -221,6 +228,15 @@ static void eight_threads_devices_and_streams(void **state)
     for (int d = 0; d < DEVICES; d++) {
         assert_non_null(coop_torch_pool(d));
         assert_int_equal(coop_pool_check(coop_torch_pool(d)), COOP_OK);
+        /* the pools the configuration asked for */
+        coop_config c;
+        coop_pool_config(coop_torch_pool(d), &c);
+        assert_int_equal(c.use_vmm, strstr(STRESS_TORCH_CONF, "vmm:false") == NULL);
+        coop_stats st;
+        coop_get_stats(coop_torch_pool(d), &st);
+        if (d == 0)
+            printf("device 0: %s, %lld segments at most\n", c.use_vmm ? "vmm" : "segments",
+                   (long long)st.segment.peak);
     }
     for (int t = 0; t < THREADS; t++)
         for (int s = 0; s < SLOTS; s++)
@@ -257,8 +273,8 @@ static void eight_threads_devices_and_streams(void **state)
                 j++;
             if (e->action == COOP_TORCH_ALLOC) {
                 if (j < num_live)
-                    fail_msg("device %d event %zu: %#jx allocated while the trace shows it live",
-                             d, i, (uintmax_t)e->address);
+                    fail_msg("device %d event %zu: %#jx allocated while the trace shows it live", d,
+                             i, (uintmax_t)e->address);
                 assert_true(num_live < sizeof live / sizeof live[0]);
                 live[num_live++] = e->address;
             } else if (e->action == COOP_TORCH_FREE_COMPLETED && j < num_live) {
@@ -273,7 +289,8 @@ int main(void)
 {
     base_seed = test_seed("stress_torch_abi_test", 20261121);
     /* as PyTorch would load it, before the first call */
-    setenv("COOP_ALLOC_CONF", "backend:host,capacity:256M,history:4096,check:true", 1);
+    setenv("COOP_ALLOC_CONF", STRESS_TORCH_CONF, 1);
+    printf("COOP_ALLOC_CONF=%s\n", STRESS_TORCH_CONF);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(eight_threads_devices_and_streams),
     };

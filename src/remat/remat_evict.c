@@ -420,6 +420,76 @@ static void *alloc_in_segments(coop_remat *r, coop_tensor *t, unsigned flags, co
     return ptr;
 }
 
+static bool could_fit(coop_remat *r, uint64_t want, uint64_t evictable);
+
+/* A tensor alloc_by_pages may evict and what that costs per byte. */
+typedef struct page_victim {
+    coop_tensor *t;
+    double cost_per_byte;
+} page_victim;
+
+static int page_victims_order(const void *x, const void *y)
+{
+    const page_victim *a = x, *b = y;
+    if (a->cost_per_byte != b->cost_per_byte)
+        return a->cost_per_byte < b->cost_per_byte ? -1 : 1;
+    return a->t->resident_seq < b->t->resident_seq ? -1 : a->t->resident_seq > b->t->resident_seq;
+}
+
+/* With VMM a window frees address space, and the pool maps pages where the
+ * tensor lands: a window over free space whose pages are not mapped (the
+ * tiled range outgrows the capacity, and reclaim unmaps idle free pages)
+ * costs nothing and evicts nothing, but its placement needs pages the
+ * capacity does not allow; so does a request no window covers, which the
+ * pool would place above the top. There the capacity binds, not the
+ * address range: evicting any tensor frees its pages for the pool to
+ * unmap and map again where the request goes. So: the context's evictable
+ * tensors, cheapest per byte first (window cost over block bytes, as a
+ * window is ranked), evicted one at a time until the pool can place the
+ * request (the window search chose a window of free space for ever before,
+ * and the context failed with "no room" although every resident tensor
+ * was evictable). None when even all of them would leave too little room
+ * under the capacity. NULL with *st as alloc_in_window's. */
+static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_status *st)
+{
+    const arena *a = pool_arena(r->pool);
+    size_t n = 0;
+    uint64_t bytes = 0;
+    for (coop_tensor *c = r->resident; c; c = c->next_resident)
+        if (window_may_evict(r, c)) {
+            n++;
+            bytes += arena_lookup(a, (uintptr_t)c->ptr)->size;
+        }
+    if (!n || !could_fit(r, (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN, bytes))
+        return NULL; /* *st stays COOP_ERR_NOMEM */
+    /* host memory first: evictions cannot be undone */
+    page_victim *v = NULL;
+    if (remat_reserve_evictions(r, n) || !(v = malloc(n * sizeof *v))) {
+        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
+                             "coop_remat: out of host memory listing %zu tensors to evict for %zu "
+                             "bytes",
+                             n, t->size);
+        return NULL;
+    }
+    n = 0;
+    for (coop_tensor *c = r->resident; c; c = c->next_resident)
+        if (window_may_evict(r, c)) {
+            arena_block *b = arena_lookup(a, (uintptr_t)c->ptr);
+            v[n++] = (page_victim){c, window_cost(c, b, r) / (double)b->size};
+        }
+    qsort(v, n, sizeof *v, page_victims_order);
+    void *ptr = NULL;
+    for (size_t i = 0; i < n && !ptr; i++) {
+        remat_evict_locked(r, v[i].t);
+        r->stats.evictions++;
+        ptr = pool_malloc_locked(r->pool, t->size, 0, flags, st);
+        if (!ptr && *st != COOP_ERR_NOMEM)
+            break; /* the pool's metadata or backend failed: evicting more would not help */
+    }
+    free(v);
+    return ptr;
+}
+
 /* Coop: evict the cheapest covering window, allocate inside it. NULL with
  * *st COOP_ERR_NOMEM when no window covers t, another status (message set)
  * when host memory ran out (before anything was evicted) or the pool failed. */
@@ -435,8 +505,9 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
                              "coop_remat: out of host memory searching a "
                              "window for %zu bytes",
                              t->size);
-    if (found == -1 && !pool_arena(r->pool)->params.vmm)
-        return alloc_in_segments(r, t, flags, st);
+    bool vmm = pool_arena(r->pool)->params.vmm;
+    if (found == -1)
+        return vmm ? alloc_by_pages(r, t, flags, st) : alloc_in_segments(r, t, flags, st);
     if (found)
         return NULL;
     /* collect first: freeing coalesces blocks under the walk */
@@ -448,6 +519,10 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         if (b == w.last)
             break;
     }
+    /* free space alone, where the pool could not place the request: its
+     * pages could not be mapped (VMM; without VMM free space needs none) */
+    if (!n)
+        return vmm ? alloc_by_pages(r, t, flags, st) : NULL;
     if (n > 32 && !(list = malloc(n * sizeof *list))) {
         *st = coop_set_error(COOP_ERR_HOST_NOMEM,
                              "coop_remat: out of host memory listing a window's %zu tensors", n);
@@ -476,10 +551,12 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         free(list);
     if (!merged || merged->state != COOP_BLOCK_FREE || merged->addr > w.addr ||
         merged->addr + merged->size < w.addr + w.size)
-        return NULL;
+        return vmm ? alloc_by_pages(r, t, flags, st) : NULL;
     uintptr_t at = flags & COOP_ALLOC_HIGH ? w.addr + w.size - want : w.addr;
     arena_block *out;
     coop_status placed = pool_alloc_in_locked(r->pool, merged, at, t->size, 0, &out);
+    if (placed == COOP_ERR_NOMEM && vmm) /* the window's pages could not all be mapped */
+        return alloc_by_pages(r, t, flags, st);
     if (placed != COOP_OK) {
         *st = placed;
         return NULL;
