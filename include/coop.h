@@ -405,7 +405,11 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds);
  * are deterministic. A context is not thread-safe: use it from one thread
  * (the pool itself stays thread-safe for other users, whose blocks simply
  * break eviction windows; so do the tensors of another context on the same
- * pool: a context evicts only its own). A released tensor's memory is freed at once; its
+ * pool: a context evicts only its own). Tensors live on stream 0; pending
+ * blocks and the free blocks of other streams not seen finished (the
+ * allocation's out-of-memory path settles streams first) also break
+ * windows and count as taken space: no tensor is evicted to merge with
+ * them. A released tensor's memory is freed at once; its
  * record stays while a recomputation the owner can still ask for may need
  * it, and is reclaimed by a later API call once none can (so a training
  * loop's host memory stays bounded; docs/remat.md, section 4c).

@@ -97,10 +97,10 @@ static void compare_searches(arena *a, const breaker_index *x, uint64_t size)
         for (int with_bound = 0; with_bound < 2; with_bound++) {
             window_bound_fn bound = with_bound ? owner_bound : NULL;
             window plain, fast;
-            int rp = window_search(a, size, (window_objective)obj, owner_cost, bound, NULL,
+            int rp = window_search(a, size, 0, (window_objective)obj, owner_cost, bound, NULL,
                                    &scratch, &plain);
-            int rf = window_search_indexed(a, size, (window_objective)obj, owner_cost, bound, NULL,
-                                           x, &scratch, &fast);
+            int rf = window_search_indexed(a, size, 0, (window_objective)obj, owner_cost, bound,
+                                           NULL, x, &scratch, &fast);
             assert_int_equal(rp, rf);
             assert_true(fast.blocks_visited <= plain.blocks_visited);
             if (rp)
@@ -218,10 +218,11 @@ static void pinned_runs_are_not_visited(void **state)
     assert_int_equal(x.blocks, 60);
     window_scratch scratch = {0};
     window plain, fast;
-    assert_int_equal(window_search(a, 2048, WINDOW_SUM, owner_cost, NULL, NULL, &scratch, &plain),
-                     0);
     assert_int_equal(
-        window_search_indexed(a, 2048, WINDOW_SUM, owner_cost, NULL, NULL, &x, &scratch, &fast), 0);
+        window_search(a, 2048, 0, WINDOW_SUM, owner_cost, NULL, NULL, &scratch, &plain), 0);
+    assert_int_equal(
+        window_search_indexed(a, 2048, 0, WINDOW_SUM, owner_cost, NULL, NULL, &x, &scratch, &fast),
+        0);
     assert_ptr_equal(plain.first, fast.first);
     assert_int_equal(plain.blocks_visited, 65);
     assert_int_equal(fast.blocks_visited, 5); /* the evictable blocks and the free rest */
@@ -234,7 +235,8 @@ static void pinned_runs_are_not_visited(void **state)
     check_runs(a, &x);
     /* a request larger than the gap [block 30] skips it wholesale */
     assert_int_equal(
-        window_search_indexed(a, 2048, WINDOW_SUM, owner_cost, NULL, NULL, &x, &scratch, &fast), 0);
+        window_search_indexed(a, 2048, 0, WINDOW_SUM, owner_cost, NULL, NULL, &x, &scratch, &fast),
+        0);
     assert_int_equal(fast.blocks_visited, 5);
     window_scratch_free(&scratch);
     breaker_index_free(&x);

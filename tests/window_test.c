@@ -80,7 +80,7 @@ static int search_bounded(fixture *f, uint64_t size, window_objective obj, windo
     window_scratch scratch = {0};
     *evals = 0;
     pool_lock(f->pool);
-    int r = window_search(pool_arena(f->pool), size, obj, owner_cost, bound, evals, &scratch, w);
+    int r = window_search(pool_arena(f->pool), size, 0, obj, owner_cost, bound, evals, &scratch, w);
     pool_unlock(f->pool);
     window_scratch_free(&scratch);
     return r;
@@ -453,7 +453,7 @@ static void random_arenas_match_brute_force(void **state)
                 window_scratch scratch = {0};
                 window w;
                 int evals = 0;
-                int got = window_search_indexed(a, size, (window_objective)obj, owner_cost,
+                int got = window_search_indexed(a, size, 0, (window_objective)obj, owner_cost,
                                                 bounded ? random_bound : NULL, &evals,
                                                 indexed ? &breakers : NULL, &scratch, &w);
                 window_scratch_free(&scratch);

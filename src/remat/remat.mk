@@ -23,12 +23,12 @@ check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
 	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test \
 	tests/remat_collect_test tests/remat_misuse_test tests/sim_outcome_test \
-	tests/remat_values_test
+	tests/remat_values_test tests/remat_streams_test
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
 	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test \
 	tests/remat_collect_test tests/remat_misuse_test tests/sim_outcome_test \
-	tests/remat_values_test
+	tests/remat_values_test tests/remat_streams_test
 tests_sim_outcome_test_SOURCES = tests/sim_outcome_test.c
 tests_sim_outcome_test_CFLAGS = $(TESTCFLAGS)
 tests_sim_outcome_test_LDADD = $(TESTLIBS)
@@ -93,6 +93,10 @@ tests_remat_values_test_SOURCES = tests/remat_values_test.c
 tests_remat_values_test_CFLAGS = $(TESTCFLAGS)
 tests_remat_values_test_LDADD = $(TESTLIBS)
 tests_remat_values_test_LDFLAGS = $(TESTLDFLAGS)
+tests_remat_streams_test_SOURCES = tests/remat_streams_test.c
+tests_remat_streams_test_CFLAGS = $(TESTCFLAGS)
+tests_remat_streams_test_LDADD = $(TESTLIBS)
+tests_remat_streams_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 TESTS += tests/sim_plot_test.py
 EXTRA_DIST += tests/sim_plot_test.py

@@ -13,6 +13,20 @@
 
 #define REMAT_DIRTY_BATCH 128 /* tensors touched before an allocation syncs them */
 
+/* The stream the context places its tensors on (coop_record_stream refuses
+ * their buffers, so they are used on it alone). */
+#define REMAT_STREAM ((coop_stream)0)
+
+/* Whether b is a free block the context's allocations can take and its
+ * evicted blocks merge with: tagged its stream or any stream. Others are a
+ * busy stream's (the out-of-memory path that precedes every search retags
+ * those of finished streams): pending until that stream is seen finished. */
+static inline bool free_for_context(const arena_block *b)
+{
+    return b->state == COOP_BLOCK_FREE &&
+           (b->stream == REMAT_STREAM || b->stream == COOP_STREAM_ANY);
+}
+
 /* A storage nobody holds (no handle: its tensor and every view released)
  * is evictable whatever its flags; one a view still names is not, unless
  * created evictable, even once its base handle is released (a constant
@@ -153,9 +167,10 @@ static uint64_t adjacent_free(coop_remat *r, const coop_tensor *t)
 {
     arena_block *b = arena_lookup(pool_arena(r->pool), (uintptr_t)t->ptr);
     uint64_t bytes = 0;
-    if (b && b->prev && b->prev->state == COOP_BLOCK_FREE)
+    /* a busy stream's free block does not merge with t's: no room */
+    if (b && b->prev && free_for_context(b->prev))
         bytes += b->prev->size;
-    if (b && b->next && b->next->state == COOP_BLOCK_FREE)
+    if (b && b->next && free_for_context(b->next))
         bytes += b->next->size;
     return bytes;
 }
@@ -320,14 +335,16 @@ static int segment_victims_order(const void *x, const void *y)
     return a->seg->base < b->seg->base ? -1 : a->seg->base > b->seg->base; /* total order */
 }
 
-/* Whether every block of seg is free or one a window may take, counting
- * its tensors (no cost read: a pool where no segment can go evicts none,
- * and its searches count no more evaluations than before). */
+/* Whether every block of seg is free for the context or one a window may
+ * take, counting its tensors (no cost read: a pool where no segment can go
+ * evicts none, and its searches count no more evaluations than before). A
+ * busy stream's free block keeps its segment: the pool gives back only
+ * segments whose free blocks' streams have finished. */
 static bool segment_evictable(coop_remat *r, arena_segment *seg, segment_victim *v)
 {
     *v = (segment_victim){.seg = seg};
     for (arena_block *b = seg->first; b; b = b->next) {
-        if (b->state == COOP_BLOCK_FREE)
+        if (free_for_context(b))
             continue;
         if (b->state != COOP_BLOCK_ALLOCATED || !b->owner || !window_may_evict(r, b->owner))
             return false;
@@ -498,7 +515,7 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
     uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     window w;
     remat_search_index_sync_locked(r); /* exact for this search */
-    int found = window_search_indexed(pool_arena(r->pool), want, WINDOW_PER_BYTE, window_cost,
+    int found = window_search_indexed(pool_arena(r->pool), want, 0, WINDOW_PER_BYTE, window_cost,
                                       window_bound, r, r->breakers, &r->scratch, &w);
     if (found == -2)
         *st = coop_set_error(COOP_ERR_HOST_NOMEM,
@@ -595,17 +612,44 @@ static uint64_t evictable_bytes(coop_remat *r)
     return bytes;
 }
 
+/* The mapped bytes of the free blocks of busy streams (tagged neither the
+ * context's stream nor any stream): cached for work still queued, nothing
+ * the context can evict or the pool reclaim. A walk, but only where such a
+ * block exists (the free index has a non-empty set of another stream): a
+ * pool of one stream pays a look at its sets. */
+static uint64_t busy_free_bytes(const arena *a)
+{
+    bool any = false;
+    for (size_t i = 0; i < a->index.num_sets && !any; i++) {
+        coop_stream s = a->index.sets[i]->stream;
+        any = s != REMAT_STREAM && s != COOP_STREAM_ANY && a->index.sets[i]->count;
+    }
+    if (!any)
+        return 0;
+    uint64_t bytes = 0;
+    for (const arena_segment *seg = arena_first_segment(a); seg; seg = seg->next)
+        for (const arena_block *b = seg->first; b; b = b->next)
+            if (b->state == COOP_BLOCK_FREE && !free_for_context(b))
+                bytes += arena_mapped_bytes_in(a, seg, b->addr, b->size);
+    return bytes;
+}
+
 /* Whether evicting every evictable tensor could make room for want bytes
  * at all: the blocks nothing can evict keep their bytes of the capacity
- * mapped. Only a necessary condition (those blocks may also split the free
- * space), but it spares an argmin policy evicting everything for a request
- * that cannot fit. */
+ * mapped; so do pending blocks (freed, waiting for another stream's events:
+ * active minus allocated bytes) and busy streams' free blocks. Only a
+ * necessary condition (those blocks may also split the free space), but it
+ * spares an argmin policy, or eviction by pages, evicting everything for a
+ * request that cannot fit. */
 static bool could_fit(coop_remat *r, uint64_t want, uint64_t evictable)
 {
     coop_pool *pool = r->pool;
-    uint64_t capacity = pool_arena(pool)->params.capacity;
+    const arena *a = pool_arena(pool);
+    uint64_t capacity = a->params.capacity;
     uint64_t allocated = (uint64_t)pool->allocated_bytes.current;
     uint64_t kept = allocated > evictable ? allocated - evictable : 0;
+    kept += (uint64_t)(pool->active_bytes.current - pool->allocated_bytes.current);
+    kept += busy_free_bytes(a);
     return kept <= capacity && want <= capacity - kept;
 }
 

@@ -307,7 +307,7 @@ static sim_result place_in_window(sim_runtime *rt, uint32_t s)
                                    rt->cfg.window_cost == SIM_WINDOW_LIVE
                                ? WINDOW_PER_BYTE
                                : WINDOW_SUM;
-    int found = window_search_indexed(pool_arena(rt->mem_pool), size, obj, window_cost,
+    int found = window_search_indexed(pool_arena(rt->mem_pool), size, 0, obj, window_cost,
                                       rt->cfg.window_cost == SIM_WINDOW_DTE ? NULL : window_bound,
                                       rt, rt->breakers, rt->scratch, &w);
     rt->stats.blocks_visited += w.blocks_visited;

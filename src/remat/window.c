@@ -67,6 +67,7 @@ static bool key_above(window_objective objective, double sum, uint64_t bytes, do
  * the first with the smallest bound key). */
 typedef struct search {
     uint64_t size;
+    coop_stream stream; /* free blocks usable: tagged it or COOP_STREAM_ANY */
     window_objective objective;
     window_cost_fn cost;
     window_bound_fn bound;
@@ -89,6 +90,7 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
     const uint64_t want = q->size;
     const bool per_byte = q->objective == WINDOW_PER_BYTE;
     const window_bound_fn bound = q->bound;
+    const coop_stream stream = q->stream;
     uint64_t run_size = 0, visited = 0, evals = 0;
     double run_lower = 0;
     /* for the rounding error of run_lower: its largest partial sum since
@@ -119,7 +121,8 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         }
         double lb, ex = NAN;
         if (b->state == COOP_BLOCK_FREE) {
-            lb = ex = 0;
+            /* a busy stream's free block would not merge with the window */
+            lb = ex = b->stream == stream || b->stream == COOP_STREAM_ANY ? 0 : WINDOW_BLOCKED;
         } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
             if (bound) {
                 bool exact = false;
@@ -287,18 +290,20 @@ static int choose(search *q, window_candidate *best, double *best_cost)
     return 0;
 }
 
-int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
-                  window_bound_fn bound, void *ctx, window_scratch *scratch, window *out)
+int window_search(const arena *a, uint64_t size, coop_stream stream, window_objective objective,
+                  window_cost_fn cost, window_bound_fn bound, void *ctx, window_scratch *scratch,
+                  window *out)
 {
-    return window_search_indexed(a, size, objective, cost, bound, ctx, NULL, scratch, out);
+    return window_search_indexed(a, size, stream, objective, cost, bound, ctx, NULL, scratch, out);
 }
 
-int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
-                          window_cost_fn cost, window_bound_fn bound, void *ctx,
-                          const breaker_index *breakers, window_scratch *scratch, window *out)
+int window_search_indexed(const arena *a, uint64_t size, coop_stream stream,
+                          window_objective objective, window_cost_fn cost, window_bound_fn bound,
+                          void *ctx, const breaker_index *breakers, window_scratch *scratch,
+                          window *out)
 {
     *out = (window){.cost = -1};
-    search q = {size, objective, cost, bound, ctx, scratch, out, 0, 0, 0};
+    search q = {size, stream, objective, cost, bound, ctx, scratch, out, 0, 0, 0};
     size_t r = 0; /* next breaker run, address order (segments are too) */
     for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
         if (!breakers) {

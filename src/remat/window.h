@@ -3,10 +3,18 @@
  * blocks (call under the pool lock).
  *
  * A window is a run of address-adjacent blocks inside one segment, each
- * either free (cost 0) or allocated with an evictable owner (cost >= 0 from
- * the caller's cost function). An allocated block without an owner, one
- * whose owner is not evictable (cost function returns WINDOW_BLOCKED: pinned,
- * locked, in use), and a pending block break runs. The search returns the
+ * either free and usable on the allocating stream (cost 0) or allocated
+ * with an evictable owner (cost >= 0 from the caller's cost function). An
+ * allocated block without an owner, one whose owner is not evictable (cost
+ * function returns WINDOW_BLOCKED: pinned, locked, in use), a pending
+ * block, and a free block tagged with another stream break runs: that
+ * block cannot merge with the evicted blocks (free blocks of different
+ * streams stay apart), so a window through it could not take the request,
+ * and the tensors evicted for it would be evicted for nothing. The caller
+ * settles streams first (the pool's out-of-memory path retags the free
+ * blocks of every stream seen finished "any stream"), so the tags left
+ * name streams still busy; the search reads the tag in the block record it
+ * already loads and asks the backend nothing. The search returns the
  * window covering at least `size` bytes with the smallest summed cost (or
  * summed cost per byte of the window), ties to the lowest address among
  * minimal windows (a run that still covers without its first block is
@@ -89,18 +97,21 @@ int window_scratch_reserve(window_scratch *s, size_t n);
  * exactly first, then only windows whose bound can still reach the best
  * exact key (each block at most once, blocks whose bound was exact never),
  * which gives the same window as evaluating every block. out->evals counts
- * calls of cost only. */
-int window_search(const arena *a, uint64_t size, window_objective objective, window_cost_fn cost,
-                  window_bound_fn bound, void *ctx, window_scratch *scratch, window *out);
+ * calls of cost only. stream: the one the request is for (free blocks
+ * tagged with it or COOP_STREAM_ANY are usable; others break runs). */
+int window_search(const arena *a, uint64_t size, coop_stream stream, window_objective objective,
+                  window_cost_fn cost, window_bound_fn bound, void *ctx, window_scratch *scratch,
+                  window *out);
 
 /* window_search, skipping the blocks of breakers' runs (each in O(1)) and
  * every gap between runs smaller than size without visiting it: the same
  * window and result as window_search when every block inside breakers' runs
  * breaks windows (blocked by bound, or by cost without bound). NULL
  * breakers: window_search. */
-int window_search_indexed(const arena *a, uint64_t size, window_objective objective,
-                          window_cost_fn cost, window_bound_fn bound, void *ctx,
-                          const breaker_index *breakers, window_scratch *scratch, window *out);
+int window_search_indexed(const arena *a, uint64_t size, coop_stream stream,
+                          window_objective objective, window_cost_fn cost, window_bound_fn bound,
+                          void *ctx, const breaker_index *breakers, window_scratch *scratch,
+                          window *out);
 
 void window_scratch_free(window_scratch *s);
 
