@@ -162,7 +162,9 @@ void coop_pool_destroy(coop_pool *pool);
  * outside the pool and the driver refuses) the pool first releases the
  * cached pages (or free segments) that no queued work can use and retries
  * (counted in num_alloc_retries); then it makes the free blocks of idle
- * streams usable on any stream and retries, then (unless
+ * streams usable on any stream (except a block next to a free block of a
+ * stream still busy, which stays its own stream's: "any stream" would merge
+ * it into the busy stream's block) and retries, then (unless
  * coop_config.never_wait) waits for busy streams' pending frees and free
  * blocks, holding the pool's lock, and retries. Each retry after settling
  * streams, where the best fit's pages still cannot be mapped, takes the

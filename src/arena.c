@@ -944,17 +944,61 @@ COOP_HOT arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
     return coalesce(a, b);
 }
 
-void arena_retag_any(arena *a, coop_stream stream)
+/* Whether a free neighbour of b is tagged with a stream still at work:
+ * neither any stream nor one of the n in settled. */
+static bool borders_busy(const arena_block *b, const coop_stream *settled, size_t n)
+{
+    const arena_block *side[2] = {b->prev, b->next};
+    for (int i = 0; i < 2; i++) {
+        const arena_block *nb = side[i];
+        if (!nb || nb->state != COOP_BLOCK_FREE || nb->stream == COOP_STREAM_ANY)
+            continue;
+        bool done = false;
+        for (size_t k = 0; k < n && !done; k++)
+            done = settled[k] == nb->stream;
+        if (!done)
+            return true;
+    }
+    return false;
+}
+
+/* arena_retag_settled, or (every) each block retagged whatever its
+ * neighbours. */
+static void retag(arena *a, coop_stream stream, const coop_stream *settled, size_t n, bool every)
 {
     if (stream == COOP_STREAM_ANY)
         return;
-    free_index_node *n;
-    while ((n = free_index_first(&a->index, stream)) != NULL) {
-        arena_block *b = BLOCK_OF(n);
+    arena_block *kept = NULL; /* blocks that keep their tag, out of the index meanwhile */
+    free_index_node *fn;
+    while ((fn = free_index_first(&a->index, stream)) != NULL) {
+        arena_block *b = BLOCK_OF(fn);
         index_del(a, b);
+        if (!every && borders_busy(b, settled, n)) {
+            /* Out of the index its tree links are unused: they chain the
+             * kept blocks. No other block of stream borders it (two would
+             * have merged), so no coalesce below reaches it. */
+            b->owner = kept;
+            kept = b;
+            continue;
+        }
         b->stream = COOP_STREAM_ANY;
         coalesce(a, b);
     }
+    while (kept) {
+        arena_block *b = kept;
+        kept = b->owner;
+        index_add(a, b);
+    }
+}
+
+void arena_retag_any(arena *a, coop_stream stream)
+{
+    retag(a, stream, NULL, 0, true);
+}
+
+void arena_retag_settled(arena *a, coop_stream stream, const coop_stream *settled, size_t n)
+{
+    retag(a, stream, settled, n, false);
 }
 
 void arena_forget_stream(arena *a, coop_stream stream)

@@ -276,6 +276,13 @@ static inline void arena_set_stream_idle(arena *a, arena_stream_idle_fn fn, void
 /* Retags every free block tagged stream as usable on any stream (the stream
  * has been synchronized), coalescing where that makes neighbours mergeable. */
 void arena_retag_any(arena *a, coop_stream stream);
+/* The same, except a block next to a free block of a stream still at work
+ * (tagged neither "any stream" nor one of the n streams in settled, the
+ * streams seen finished, stream among them): that block keeps its tag.
+ * Retagged, it would merge into the busy stream's block and take its tag,
+ * and its space would then wait for that stream; kept, its own stream can
+ * still use it. */
+void arena_retag_settled(arena *a, coop_stream stream, const coop_stream *settled, size_t n);
 
 /* Retags stream's free blocks as arena_retag_any does, then frees its
  * free-index set: for a stream its owner is about to destroy, when no

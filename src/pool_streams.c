@@ -268,15 +268,43 @@ bool pool_settle_streams(coop_pool *pool, bool wait)
                     queue_pop(pool, q);
         }
     }
+    /* The streams seen finished first, then their blocks retagged: a
+     * block next to a free block of a stream still at work keeps its tag
+     * (arena_retag_settled), so it needs to know which streams finished.
+     * Without host memory for the list, every block is retagged (its space
+     * may then wait for the busy neighbour's stream, as before). */
     const free_index *fi = &pool->arena.index;
+    coop_stream small[16], *settled = small;
+    size_t n = 0, cap = sizeof small / sizeof small[0];
+    bool listed = true;
     for (size_t i = 0; i < fi->num_sets; i++) {
         coop_stream s = fi->sets[i]->stream;
         if (s == COOP_STREAM_ANY || fi->sets[i]->count == 0)
             continue;
         bool done;
-        if (stream_settled(pool, s, wait, &busy, &done) == COOP_OK && done)
+        if (stream_settled(pool, s, wait, &busy, &done) != COOP_OK || !done)
+            continue;
+        if (listed && n == cap) {
+            coop_stream *more = malloc(2 * cap * sizeof *more);
+            if (more) {
+                memcpy(more, settled, n * sizeof *more);
+                if (settled != small)
+                    free(settled);
+                settled = more;
+                cap *= 2;
+            } else {
+                listed = false;
+            }
+        }
+        if (listed)
+            settled[n++] = s;
+        else
             arena_retag_any(&pool->arena, s);
     }
+    for (size_t k = 0; k < n; k++)
+        arena_retag_settled(&pool->arena, settled[k], settled, n);
+    if (settled != small)
+        free(settled);
     return busy || pool->pending;
 }
 

@@ -13,6 +13,7 @@
 #include "test_seed.h"
 
 #define MiB (UINT64_C(1) << 20)
+#define KiB (UINT64_C(1) << 10)
 #define GiB (UINT64_C(1) << 30)
 
 /* The default configuration of capacity bytes, with every invariant checked
@@ -381,6 +382,56 @@ static void test_record_stream_pending(void **state)
     coop_free(p, guard);
     assert_int_equal(coop_pool_check(p), COOP_OK);
     coop_pool_destroy(p);
+}
+
+/* A stream's free block next to a free block of a stream still at work:
+ * when the out-of-memory path sees the first stream finished, its block
+ * keeps its tag rather than becoming "any stream", which would merge it
+ * into the busy stream's block (the merge takes that stream's tag) and
+ * lose it to its own stream until the other finished. One 64 KiB segment:
+ * a [0, 16K) on stream 0, b [16K, 32K) on stream 5 (held), c the rest on
+ * stream 7; b and a freed; 48 KiB on stream 0 fails (c is live), and a's
+ * 16 KiB stay usable on stream 0. With VMM and without. */
+static void test_a_finished_streams_block_does_not_merge_into_a_busy_one(void **state)
+{
+    (void)state;
+    for (int vmm = 0; vmm < 2; vmm++) {
+        coop_config cfg = checked_config(64 * KiB);
+        cfg.use_vmm = vmm;
+        cfg.page_size = 16 * KiB;
+        cfg.segment_size = 64 * KiB;
+        coop_pool *p = create_or_fail(&cfg);
+        void *a = coop_malloc(p, 16 * KiB, 0, 0, NULL);
+        void *b = coop_malloc(p, 16 * KiB, 5, 0, NULL);
+        void *c = coop_malloc(p, 32 * KiB, 7, 0, NULL);
+        assert_non_null(a);
+        assert_ptr_equal(b, (char *)a + 16 * KiB);
+        assert_ptr_equal(c, (char *)a + 32 * KiB);
+        assert_int_equal(coop_host_hold_stream(p, 5, true), COOP_OK);
+        assert_int_equal(coop_free(p, b), COOP_OK);
+        assert_int_equal(coop_free(p, a), COOP_OK);
+        coop_status st;
+        assert_null(coop_malloc(p, 48 * KiB, 0, 0, &st));
+        assert_int_equal(st, COOP_ERR_NOMEM);
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+        void *again = coop_malloc(p, 16 * KiB, 0, 0, &st);
+        if (!again)
+            fail_msg("vmm %d: stream 0's 16 KiB were lost: %s", vmm, coop_last_error());
+        assert_ptr_equal(again, a);
+        /* once stream 5 finishes, its 16 KiB are anyone's: b's block
+         * itself without VMM; with VMM its pages, unmapped and mapped where
+         * the range grows */
+        assert_int_equal(coop_host_hold_stream(p, 5, false), COOP_OK);
+        void *d = coop_malloc(p, 16 * KiB, 9, 0, &st);
+        assert_non_null(d);
+        if (!vmm)
+            assert_ptr_equal(d, b);
+        coop_free(p, again);
+        coop_free(p, d);
+        coop_free(p, c);
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+        coop_pool_destroy(p);
+    }
 }
 
 /* Out of memory while a record_stream'd free is pending on a busy stream:
@@ -1627,15 +1678,18 @@ static void test_segments_two_streams(void **state)
     coop_stats s = stats_of(p);
     assert_int_equal(s.num_free_blocks, 4); /* a(1) | b(2) | c(1) | d live | rest */
     assert_int_equal(s.largest_free_block, 16 * MiB);
-    /* Stream 2 busy: only stream 1's blocks become "any", which merge with
-     * b into one block reusable on stream 2. */
+    /* Stream 2 busy: stream 1's blocks, both next to b, keep their tag
+     * (made "any stream", they would merge into b and wait for stream 2). */
     assert_int_equal(coop_host_hold_stream(p, 2, true), COOP_OK);
     assert_int_equal(coop_empty_cache(p), COOP_OK);
     s = stats_of(p);
-    assert_int_equal(s.num_free_blocks, 2);
+    assert_int_equal(s.num_free_blocks, 4);
     assert_int_equal(s.segment.current, 1);
     void *on1 = coop_malloc(p, 3 * MiB, 1, 0, NULL); /* not from stream 2's block */
     assert_true((uintptr_t)on1 > (uintptr_t)d);
+    void *small = coop_malloc(p, 1 * MiB, 1, 0, NULL); /* a, still stream 1's */
+    assert_ptr_equal(small, a);
+    coop_free(p, small);
     coop_free(p, on1);
     assert_int_equal(coop_host_hold_stream(p, 2, false), COOP_OK);
     assert_int_equal(coop_empty_cache(p), COOP_OK);
@@ -2305,6 +2359,7 @@ int main(void)
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_split_rest_keeps_its_stream),
         cmocka_unit_test(test_record_stream_pending),
+        cmocka_unit_test(test_a_finished_streams_block_does_not_merge_into_a_busy_one),
         cmocka_unit_test(test_pending_queries_stop_at_a_busy_stream),
         cmocka_unit_test(test_a_block_used_on_two_streams_waits_for_both),
         cmocka_unit_test(test_oom_waits_for_a_busy_stream),

@@ -233,6 +233,7 @@ static void check_costs(world *w)
 static uint64_t position_of(const side *s, const void *ptr, uint64_t *segment_size)
 {
     uint64_t rank = 0;
+    *segment_size = 0; /* set on every path: fail_msg returns as far as analysers know */
     for (const arena_segment *seg = arena_first_segment(pool_arena(s->pool)); seg;
          seg = seg->next, rank++)
         if ((uintptr_t)ptr >= seg->base && (uintptr_t)ptr - seg->base < seg->reserved) {
