@@ -1593,6 +1593,46 @@ static void expandable_best_fit_counts_the_next_blocks_growth(void **unused)
     d.ops->destroy(d.state);
 }
 
+/* The peak counts pages mapped during a call that then runs out and retries
+ * (torch's increase_stat in map_block raises reserved_bytes' peak at once).
+ * At 150 MiB: stream 0 maps five 20 MiB pages (A 10, X1 30, B 10, X2 30,
+ * C 10 MiB), frees X1 and X2; stream 1's 60 MiB then unmaps their whole pages
+ * [20, 40) and [60, 80) and maps 60: 120 MiB. With S, B and C freed, stream
+ * 0 asks for 80 MiB: from the free 10 MiB at 10 it maps [20, 40) (140 MiB),
+ * then [60, 80) would pass 150, so every free page is unmapped (20 MiB left)
+ * and the retry maps four pages: 100 MiB. PyTorch's peak is 140 MiB; sampled
+ * only between events it read 120. */
+static void expandable_peak_counts_pages_mapped_before_a_retry(void **unused)
+{
+    (void)unused;
+    built b = {0};
+    const uint64_t sizes[5] = {10 * MiB, 30 * MiB, 10 * MiB, 30 * MiB, 10 * MiB};
+    for (uint32_t i = 0; i < 5; i++)
+        alloc_ev(&b, i, sizes[i]);
+    free_ev(&b, 1, 30 * MiB);
+    free_ev(&b, 3, 30 * MiB);
+    add(&b, TRACE_ALLOC, 5, 60 * MiB, 1);
+    add(&b, TRACE_FREE, 5, 60 * MiB, 1);
+    free_ev(&b, 2, 10 * MiB);
+    free_ev(&b, 4, 10 * MiB);
+    alloc_ev(&b, 6, 80 * MiB);
+    replay_run r = run(&b, &replay_policy_torch_expandable, 150 * MiB);
+    assert_false(r.oom);
+    assert_int_equal(r.final_reserved, 100 * MiB);
+    assert_int_equal(r.peak_reserved, 140 * MiB);
+    /* torch maps whole segments after a release, never before one: its peak
+     * stays the largest reserved between events */
+    driven d = start(&replay_policy_torch, 40 * MiB);
+    uintptr_t a = must_malloc(&d, 3 * MiB, 0);
+    assert_int_equal(d.ops->free(d.state, a, 3 * MiB), COOP_OK);
+    must_malloc(&d, 30 * MiB, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 30 * MiB);
+    assert_int_equal(s.peak_reserved_bytes, 30 * MiB);
+    d.ops->destroy(d.state);
+    built_free(&b);
+}
+
 /* Released ranges' labels are reused, each once: two ranges released by one
  * out-of-memory retry are labelled again for two new ranges, which must not
  * share an address. */
@@ -1846,6 +1886,7 @@ int main(void)
         cmocka_unit_test(expandable_takes_a_run_that_holds_the_request_exactly),
         cmocka_unit_test(expandable_best_fit_counts_the_next_blocks_growth),
         cmocka_unit_test(expandable_released_labels_are_reused_once),
+        cmocka_unit_test(expandable_peak_counts_pages_mapped_before_a_retry),
         cmocka_unit_test(coop_map_bytes_count_every_mapping),
         cmocka_unit_test(jemalloc_commits_up_to_the_capacity_exactly),
         cmocka_unit_test(jemalloc_purges_and_retries),

@@ -133,8 +133,12 @@ static void track_peaks(run_state *r)
 {
     replay_policy_stats st;
     r->ops->stats(r->policy, &st);
-    if (st.reserved_bytes > r->out->peak_reserved)
-        r->out->peak_reserved = st.reserved_bytes;
+    /* a policy's own peak also holds what it reserved inside a call and
+     * released before returning (torch-expandable's retry path) */
+    uint64_t reserved =
+        st.peak_reserved_bytes > st.reserved_bytes ? st.peak_reserved_bytes : st.reserved_bytes;
+    if (reserved > r->out->peak_reserved)
+        r->out->peak_reserved = reserved;
     if (st.active_bytes > r->out->peak_active)
         r->out->peak_active = st.active_bytes;
 }

@@ -20,13 +20,19 @@
 /* A policy's memory figures at one moment, all in bytes. */
 typedef struct replay_policy_stats {
     uint64_t reserved_bytes; /* device memory held now (mapped pages, segments, commits) */
-    uint64_t map_bytes;      /* total bytes ever mapped / reserved, first mappings included;
-                              * stops at UINT64_MAX (saturating_add_u64: a trace of 2^11
-                              * maps of 2^53 bytes wrapped it) */
-    uint64_t active_bytes;   /* bytes of allocated blocks after the policy's rounding */
-    uint64_t free_bytes;     /* bytes of free blocks inside reserved memory */
-    uint64_t largest_free;   /* the largest free block */
-    bool has_free_blocks;    /* false where free_bytes / largest_free are unknown */
+    /* the most reserved_bytes reached so far, inside calls too: a torch
+     * emulation can map pages, fail, release and retry within one malloc, and
+     * PyTorch's reserved_bytes peak counts those pages (map_block raises it at
+     * once); 0 where the policy keeps none (replay then samples reserved_bytes
+     * between events) */
+    uint64_t peak_reserved_bytes;
+    uint64_t map_bytes;    /* total bytes ever mapped / reserved, first mappings included;
+                            * stops at UINT64_MAX (saturating_add_u64: a trace of 2^11
+                            * maps of 2^53 bytes wrapped it) */
+    uint64_t active_bytes; /* bytes of allocated blocks after the policy's rounding */
+    uint64_t free_bytes;   /* bytes of free blocks inside reserved memory */
+    uint64_t largest_free; /* the largest free block */
+    bool has_free_blocks;  /* false where free_bytes / largest_free are unknown */
 } replay_policy_stats;
 
 typedef struct replay_policy_ops {

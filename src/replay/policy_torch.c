@@ -106,8 +106,7 @@ static torch_block *segment_new(torch_state *s, uint64_t size, uint64_t stream, 
     }
     *b =
         (torch_block){.addr = addr, .size = size, .stream = stream, .mapped = true, .small = small};
-    s->blocks.reserved += size;
-    s->blocks.map_bytes = saturating_add_u64(s->blocks.map_bytes, size);
+    torch_blocks_reserve(&s->blocks, size);
     return b;
 }
 

@@ -109,8 +109,7 @@ static torch_block *map_front(xs_state *s, torch_block *b, uint64_t size)
         torch_block_file(&s->blocks, rest); /* still unmapped */
     }
     b->mapped = true;
-    s->blocks.reserved += bytes;
-    s->blocks.map_bytes = saturating_add_u64(s->blocks.map_bytes, bytes);
+    torch_blocks_reserve(&s->blocks, bytes);
     torch_block_merge(&s->blocks, b, b->prev);
     torch_block_merge(&s->blocks, b, b->next);
     torch_block_file(&s->blocks, b);

@@ -109,11 +109,20 @@ coop_status torch_blocks_free(torch_blocks *t, uintptr_t addr, const char *polic
     return COOP_OK;
 }
 
+void torch_blocks_reserve(torch_blocks *t, uint64_t bytes)
+{
+    t->reserved += bytes;
+    t->map_bytes = saturating_add_u64(t->map_bytes, bytes);
+    if (t->reserved > t->peak_reserved)
+        t->peak_reserved = t->reserved;
+}
+
 void torch_blocks_stats(const torch_blocks *t, replay_policy_stats *out)
 {
     uint64_t a = block_tree_max_size(&t->free[0]), b = block_tree_max_size(&t->free[1]);
     *out = (replay_policy_stats){
         .reserved_bytes = t->reserved,
+        .peak_reserved_bytes = t->peak_reserved,
         .map_bytes = t->map_bytes,
         .active_bytes = t->active,
         .free_bytes = t->free_bytes,

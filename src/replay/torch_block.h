@@ -35,8 +35,9 @@ typedef struct torch_blocks {
     /* reserved: bytes of device memory held (whole segments for `torch`,
      * mapped pages for `torch-expandable`), kept by the policy; map_bytes:
      * all it ever mapped; free_bytes and active: the free and allocated
-     * blocks' sizes */
-    uint64_t reserved, map_bytes, free_bytes, active;
+     * blocks' sizes; peak_reserved: the most reserved ever, as torch's
+     * reserved_bytes stat keeps it (torch_blocks_reserve) */
+    uint64_t reserved, map_bytes, free_bytes, active, peak_reserved;
 } torch_blocks;
 
 /* A zeroed record, recycled or new; NULL when host memory runs out. */
@@ -69,6 +70,11 @@ coop_status torch_blocks_allocate(torch_blocks *t, torch_block *b, const char *p
  * filed as free. COOP_ERR_FOREIGN_PTR, naming policy, when no block is
  * allocated there (state untouched). */
 coop_status torch_blocks_free(torch_blocks *t, uintptr_t addr, const char *policy);
+
+/* Counts bytes of device memory newly held (a segment, mapped pages) in
+ * reserved, map_bytes and the peak, as torch's increase_stat does the moment
+ * it maps them (alloc_block, map_block). */
+void torch_blocks_reserve(torch_blocks *t, uint64_t bytes);
 
 /* The counters replay reports (reserved, map_bytes, active, free, largest). */
 void torch_blocks_stats(const torch_blocks *t, replay_policy_stats *out);
