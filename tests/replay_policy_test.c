@@ -1593,6 +1593,35 @@ static void expandable_best_fit_counts_the_next_blocks_growth(void **unused)
     d.ops->destroy(d.state);
 }
 
+/* The pool boundary and the large pool's split rule at their edges
+ * (get_pool: rounded size <= kSmallSize is small; should_split: a large
+ * remainder must pass kSmallSize). 1 MiB + 1 byte rounds to 1 MiB + 512: the
+ * large pool, a 20 MiB segment. 19 MiB - 512 takes a segment of its own,
+ * 20 MiB, and its remainder of 1 MiB + 512 is split off; 19 MiB in a 20 MiB
+ * segment leaves exactly 1 MiB, kept in the block. */
+static void torch_pool_and_split_boundaries(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, GiB);
+    must_malloc(&d, MiB + 1, 0);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 20 * MiB);
+    assert_int_equal(s.active_bytes, MiB + 512);
+    d.ops->destroy(d.state);
+    d = start(&replay_policy_torch, GiB);
+    must_malloc(&d, 19 * MiB - 512, 0);
+    s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 20 * MiB);
+    assert_int_equal(s.active_bytes, 19 * MiB - 512);
+    assert_int_equal(s.free_bytes, MiB + 512);
+    must_malloc(&d, 19 * MiB, 0);
+    s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 40 * MiB);
+    assert_int_equal(s.active_bytes, 39 * MiB - 512);
+    assert_int_equal(s.free_bytes, MiB + 512);
+    d.ops->destroy(d.state);
+}
+
 /* The peak counts pages mapped during a call that then runs out and retries
  * (torch's increase_stat in map_block raises reserved_bytes' peak at once).
  * At 150 MiB: stream 0 maps five 20 MiB pages (A 10, X1 30, B 10, X2 30,
@@ -1887,6 +1916,7 @@ int main(void)
         cmocka_unit_test(expandable_best_fit_counts_the_next_blocks_growth),
         cmocka_unit_test(expandable_released_labels_are_reused_once),
         cmocka_unit_test(expandable_peak_counts_pages_mapped_before_a_retry),
+        cmocka_unit_test(torch_pool_and_split_boundaries),
         cmocka_unit_test(coop_map_bytes_count_every_mapping),
         cmocka_unit_test(jemalloc_commits_up_to_the_capacity_exactly),
         cmocka_unit_test(jemalloc_purges_and_retries),
