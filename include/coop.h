@@ -464,6 +464,15 @@ typedef enum coop_remat_policy {
      * until the pool can map the request; none when even all of them would
      * leave too little room. */
     COOP_REMAT_COOP = 0,
+    /* The argmin policies (DTR to SIZE) evict one tensor at a time until
+     * the request fits, and none where it cannot fit even once every
+     * evictable tensor of the context is gone: the bytes that stay (other
+     * tensors, other users' blocks, pending blocks, busy streams' free
+     * blocks) leave too little of the capacity; and, without VMM, no run of
+     * adjacent free and evictable blocks inside one segment covers the
+     * request, nor would giving back the segments made only of such blocks
+     * let the capacity hold a segment of the request's size in pages.
+     * COOP_ERR_NOMEM ("no room") then, nothing evicted. */
     COOP_REMAT_DTR,       /* argmin of c_eq / (bytes * staleness), one at a time */
     COOP_REMAT_DTR_LOCAL, /* argmin of c / (bytes * staleness) */
     COOP_REMAT_DTE,       /* as DTR-local, bytes including adjacent free blocks */

@@ -318,8 +318,10 @@ static void run_hopeless(const param *p, busy_block what, busy_kind how)
  * the window policies turn to whole segments: A's blocks were all "free or
  * evictable", so its three tensors were evicted, but a segment holding a
  * busy stream's free block cannot be given back: all for nothing. A
- * segment with a busy block is no victim: nothing evicted. Once the stream
- * finishes, A's window takes it.
+ * segment with a busy block is no victim: nothing evicted. The argmin
+ * policies evicted all six, their test counting bytes: they now find no run
+ * and no segment to give back, and evict none. Once the stream finishes,
+ * A's window takes it.
  */
 static void run_segment(const param *p, busy_block what, busy_kind how)
 {
@@ -347,12 +349,10 @@ static void run_segment(const param *p, busy_block what, busy_kind how)
     unsigned before = 0;
     if (how != BUSY_WAITED) {
         /* 4U is a segment of its own: never while both segments keep a
-         * block. The argmin policies still evict every tensor first: their
-         * test of what could fit counts bytes, not segments (not fixed: see
-         * tests/README.md, "Remat on a shared pool") */
+         * block. The argmin policies evicted every tensor first (their test
+         * of what could fit counted bytes, not segments): now none either */
         assert_int_equal(st, COOP_ERR_NOMEM);
-        if (windowed(p->policy))
-            assert_int_equal(evicted_count, 0);
+        assert_int_equal(evicted_count, 0);
         check_state(pool, r, t, 7, lo, hi, U);
         assert_int_equal(coop_host_hold_stream(pool, OTHER, false), COOP_OK);
         before = evicted_count;

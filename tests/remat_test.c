@@ -551,6 +551,114 @@ static void coop_evicts_no_segment_for_a_request_that_cannot_fit(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Argmin policies without VMM: a request fits in one run of free and
+ * evictable blocks inside a segment, or in a new segment once enough whole
+ * segments (free or evictable) are given back; a byte count says neither.
+ * One 64 KiB segment, [A][U][B][V] of 16 KiB (U and V unevictable): 32 KiB
+ * are evictable, as many as asked, but no run covers 32 KiB and the segment
+ * cannot go. Nothing is evicted (they evicted A and B for nothing, then
+ * answered "no room"). Once V is released (evictable: no handle), [B][V]
+ * covers it: it fits there. */
+static void argmin_evicts_nothing_where_no_run_covers(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[4], *x;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "T", NULL, 0, i % 2 ? 0 : EV, &t[i]),
+                         COOP_OK);
+    char *base = coop_tensor_data(t[0]);
+    for (int i = 1; i < 4; i++) /* the layout meant: one segment, in order */
+        assert_ptr_equal(coop_tensor_data(t[i]), base + i * 16 * KiB);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "X", NULL, 0, EV, &x), COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "no room for 32768 bytes"));
+    for (int i = 0; i < 4; i++)
+        assert_true(coop_tensor_resident(t[i]));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.searches, 1);
+    assert_int_equal(st.evictions, 0);
+    assert_string_equal(j.evicted, "");
+    assert_int_equal(coop_tensor_release(r, t[3]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(x), base + 32 * KiB);
+    assert_true(coop_tensor_resident(t[1]));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* Two 32 KiB segments of 8 KiB tensors, [A][U][B][C] and [D][E][V][F] (U
+ * and V unevictable): 24 KiB (a segment of its own) fit in bytes, but no
+ * run covers them and neither segment can be given back: nothing evicted
+ * (all six were). 16 KiB are covered by [B][C] or [D][E]: they fit. */
+static void argmin_evicts_nothing_where_no_segment_can_go(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of_segments(32 * KiB);
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[8], *x;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(
+            coop_tensor_create(r, 8 * KiB, 10, "T", NULL, 0, i == 1 || i == 6 ? 0 : EV, &t[i]),
+            COOP_OK);
+    for (int i = 0; i < 8; i++) /* the layout meant: two segments, each in order */
+        assert_ptr_equal(coop_tensor_data(t[i]),
+                         (char *)coop_tensor_data(t[i / 4 * 4]) + i % 4 * 8 * KiB);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.segment.current, 2);
+    assert_int_equal(coop_tensor_create(r, 24 * KiB, 1, "X", NULL, 0, EV, &x), COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "no room for 24576 bytes"));
+    for (int i = 0; i < 8; i++)
+        assert_true(coop_tensor_resident(t[i]));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 0);
+    assert_string_equal(j.evicted, "");
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_true(coop_tensor_resident(t[1]) && coop_tensor_resident(t[6]));
+    coop_remat_get_stats(r, &st);
+    assert_true(st.evictions >= 2);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* Four 16 KiB segments, [A] [U] [B] [V] (U and V unevictable): no run
+ * covers 20 KiB, but A's and B's segments can be given back, and then the
+ * capacity holds a segment of 20 KiB: the argmin policies evict both and
+ * place it (the feasibility test must not refuse it). */
+static void argmin_gives_back_whole_segments(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = segments_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[4], *x;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "T", NULL, 0, i % 2 ? 0 : EV, &t[i]),
+                         COOP_OK);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.segment.current, 4);
+    assert_int_equal(coop_tensor_create(r, 20 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_false(coop_tensor_resident(t[0]) || coop_tensor_resident(t[2]));
+    assert_true(coop_tensor_resident(t[1]) && coop_tensor_resident(t[3]));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 2);
+    assert_string_equal(j.evicted, "xx");
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.segment.current, 3); /* U's, V's and the new one */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* With VMM the tiled range outgrows the capacity, and reclaim unmaps idle
  * free pages: B, D and E (all evictable) hold 56 of the 64 KiB, the holes
  * where A and C were are free but unmapped. F (16 KiB) fits either hole,
@@ -1101,6 +1209,21 @@ int main(void)
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
         cmocka_unit_test(coop_evicts_whole_segments_without_vmm),
         cmocka_unit_test(coop_evicts_no_segment_for_a_request_that_cannot_fit),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_run_covers, &policies[1]),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_run_covers, &policies[2]),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_run_covers, &policies[3]),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_run_covers, &policies[4]),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_run_covers, &policies[5]),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_segment_can_go, &policies[1]),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_segment_can_go, &policies[2]),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_segment_can_go, &policies[3]),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_segment_can_go, &policies[4]),
+        cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_segment_can_go, &policies[5]),
+        cmocka_unit_test_prestate(argmin_gives_back_whole_segments, &policies[1]),
+        cmocka_unit_test_prestate(argmin_gives_back_whole_segments, &policies[2]),
+        cmocka_unit_test_prestate(argmin_gives_back_whole_segments, &policies[3]),
+        cmocka_unit_test_prestate(argmin_gives_back_whole_segments, &policies[4]),
+        cmocka_unit_test_prestate(argmin_gives_back_whole_segments, &policies[5]),
         cmocka_unit_test_prestate(window_policies_evict_for_pages_with_vmm, &policies[0]),
         cmocka_unit_test_prestate(window_policies_evict_for_pages_with_vmm, &policies[6]),
         cmocka_unit_test_prestate(window_policies_evict_for_pages_with_vmm, &policies[7]),

@@ -653,6 +653,50 @@ static bool could_fit(coop_remat *r, uint64_t want, uint64_t evictable)
     return kept <= capacity && want <= capacity - kept;
 }
 
+/* Without VMM, what could_fit cannot tell: whether evicting every evictable
+ * tensor of the context could place want bytes at all. Blocks never span
+ * two segments, so the request fits only in one run of adjacent blocks of a
+ * segment, each free for the context or one of its evictable tensors
+ * (window_may_evict: an evicted block merges with those), or in a new
+ * segment of want in pages once enough whole segments of such blocks are
+ * given back to let the capacity hold it (the pool gives back idle
+ * segments for a segment that does not fit; alloc_in_segments). Pending
+ * blocks, busy streams' free blocks and other users' blocks break runs and
+ * keep their segment. One pass over the blocks, ending at the first run
+ * that covers want or once the segments given back would make room. */
+static bool fits_in_segments(coop_remat *r, uint64_t want)
+{
+    const arena *a = pool_arena(r->pool);
+    uint64_t ps = a->params.page_size;
+    uint64_t need = (want + ps - 1) / ps * ps; /* the new segment grow_segments makes */
+    uint64_t room = a->params.capacity > a->reserved ? a->params.capacity - a->reserved : 0;
+    for (const arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
+        uint64_t run = 0;
+        bool whole = true;
+        for (const arena_block *b = seg->first; b; b = b->next) {
+            if (free_for_context(b) ||
+                (b->state == COOP_BLOCK_ALLOCATED && b->owner && window_may_evict(r, b->owner))) {
+                run += b->size;
+                if (run >= want)
+                    return true;
+            } else {
+                run = 0;
+                whole = false;
+            }
+        }
+        if (whole && (room += seg->reserved) >= need)
+            return true;
+    }
+    return false;
+}
+
+/* The free block evicting t alone would leave: its block and the free
+ * blocks beside it that merge with it. */
+static uint64_t freed_by_evicting(coop_remat *r, const coop_tensor *t)
+{
+    return arena_lookup(pool_arena(r->pool), (uintptr_t)t->ptr)->size + adjacent_free(r, t);
+}
+
 /* The out-of-memory message, with what the user needs to act (pool lock
  * held). */
 static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictable)
@@ -708,11 +752,22 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
             remat_search_index_sync_locked(r); /* the evictable set, exact */
             evictable_left = evictable_bytes(r);
             bool hopeless = !could_fit(r, want, evictable_left);
+            /* without VMM, whether a run or whole segments could hold t
+             * (fits_in_segments), asked before the first eviction; not
+             * where evicting the first victim alone makes a free block that
+             * covers it (its block and the free ones beside it): the search
+             * needs no walk then, as most do */
+            bool placeable = pool_arena(r->pool)->params.vmm;
             while (!ptr && !hopeless) {
                 coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
                 if (!best) {
                     evictable_left = 0; /* evicted them all */
                     break;
+                }
+                if (!placeable) {
+                    placeable = true;
+                    if (freed_by_evicting(r, best) < want && !fits_in_segments(r, want))
+                        break; /* hopeless: nothing evicted */
                 }
                 if (remat_reserve_evictions(r, 1)) { /* else the owner would not hear of it */
                     st = coop_set_error(COOP_ERR_HOST_NOMEM,
