@@ -123,3 +123,16 @@ tests_steady_state_test_CFLAGS = $(TESTCFLAGS)
 tests_steady_state_test_LDADD = $(TESTLIBS)
 tests_steady_state_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
 endif
+
+# the same for each entry point of the PyTorch ABI, each (case, fault, N) in
+# a child process of its own (the ABI's pools are per process and never
+# destroyed)
+if HAVE_CMOCKA
+check_PROGRAMS += tests/error_paths_torch_test
+TESTS += tests/error_paths_torch_test
+tests_error_paths_torch_test_SOURCES = tests/error_paths_torch_test.c tests/host_alloc_fault.c \
+	tests/host_alloc_fault.h
+tests_error_paths_torch_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
+tests_error_paths_torch_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
+tests_error_paths_torch_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+endif
