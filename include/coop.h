@@ -698,9 +698,14 @@ void *coop_tensor_data(const coop_tensor *t);
  * linkage (python/coop/torch.py installs them). One pool per device, created
  * on first use from COOP_ALLOC_CONF (or coop_torch_configure). Streams are
  * cudaStream_t values passed as void * (any integer on the host backend).
- * None of them crashes the process on bad input or failure: the first error
- * of each kind is printed to stderr, every error is kept for
- * coop_torch_last_error(), and coop_torch_malloc returns NULL.
+ * None of them crashes the process on bad input or failure. The hooks
+ * PyTorch calls (malloc, free, init, empty_cache, memory_fraction,
+ * record_stream), which have no status to return, print the first error of
+ * each kind to stderr and keep every error for coop_torch_last_error(), and
+ * coop_torch_malloc returns NULL; the functions that return a coop_status
+ * (forget_stream, configure, settings, snapshot_take) say why in
+ * coop_last_error(), as the rest of this API does (coop_torch_last_error()
+ * does not get their failure).
  */
 
 /* Allocates size bytes on device for use on stream. NULL for size 0 (as

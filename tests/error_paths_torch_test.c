@@ -477,7 +477,7 @@ static void sweep_all(const call_case *c, bool vmm)
     uint64_t n[3];
     for (int k = 0; k < 3; k++)
         n[k] = sweep(c, vmm, (fault_kind)k);
-    printf("%-40s %-8s host %3llu  meta %3llu  backend %3llu\n", c->name, vmm ? "vmm" : "segments",
+    printf("%-44s %-8s host %3llu  meta %3llu  backend %3llu\n", c->name, vmm ? "vmm" : "segments",
            (unsigned long long)n[0], (unsigned long long)n[1], (unsigned long long)n[2]);
 }
 
@@ -486,6 +486,14 @@ static void sweep_all(const call_case *c, bool vmm)
 static void nothing(fixture *f)
 {
     (void)f;
+}
+
+/* a memory fraction set before the first malloc: applied when the pool is
+ * made */
+static void fraction_before_pool(fixture *f)
+{
+    (void)f;
+    coop_torch_memory_fraction(0.5, 0);
 }
 
 /* a pool with a 1 MiB block on stream 0 and 2 MiB cached on stream 1 */
@@ -629,6 +637,8 @@ static bool settings(fixture *f)
 
 static const call_case cases[] = {
     {"coop_torch_malloc: first, creates the pool", nothing, malloc_3m, true, false, false},
+    {"coop_torch_malloc: first, with a fraction", fraction_before_pool, malloc_3m, true, false,
+     false},
     {"coop_torch_malloc: maps / grows", one_block, malloc_3m, true, false, false},
     {"coop_torch_malloc: a new stream", one_block, malloc_new_stream, true, false, false},
     {"coop_torch_malloc: pending free due", pending_free, malloc_3m, true, false, false},
