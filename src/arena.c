@@ -407,14 +407,10 @@ static coop_status grow_segments(arena *a, uint64_t size, arena_block **out, boo
         want = exact; /* a smaller segment may still fit */
     /* The host memory first: running out of it must not have released
      * cached segments for nothing (a refused call changes nothing). */
-    coop_status st = reserve_records(a, 2);
-    if (st == COOP_OK)
-        st = addr_map_reserve(&a->seg_starts, 1);
-    if (st == COOP_OK)
-        st = addr_map_reserve(&a->seg_ends, 1);
+    coop_status st = arena_reserve_segment(a);
     arena_segment *s = NULL;
     if (st == COOP_OK)
-        st = segment_create(a, 0, want, false, &s);
+        st = segment_create(a, 0, want, false, &s); /* takes the spare record */
     if (st != COOP_OK)
         return st;
     if (a->reserved + want > a->params.capacity) {
