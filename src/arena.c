@@ -9,11 +9,6 @@
 
 #define BLOCK_OF(node) ((arena_block *)((char *)(node)-offsetof(arena_block, index_node)))
 
-static inline bool tags_mergeable(coop_stream a, coop_stream b)
-{
-    return a == b || a == COOP_STREAM_ANY || b == COOP_STREAM_ANY;
-}
-
 static inline coop_stream merged_tag(coop_stream a, coop_stream b)
 {
     return a == COOP_STREAM_ANY ? b : a;
@@ -751,7 +746,7 @@ COOP_HOT coop_status arena_alloc(arena *a, uint64_t size, coop_stream stream, bo
     arena_segment *s = a->first_segment;
     arena_block *last = s->last;
     bool extend_last =
-        last && last->state == COOP_BLOCK_FREE && tags_mergeable(last->stream, stream);
+        last && last->state == COOP_BLOCK_FREE && arena_tags_mergeable(last->stream, stream);
     uintptr_t lo = extend_last ? last->addr : s->base + s->top;
     uint64_t grow = lo + size - (s->base + s->top);
     if (grow > s->reserved - s->top) {
@@ -791,7 +786,7 @@ coop_status arena_alloc_in(arena *a, arena_block *fb, uintptr_t addr, uint64_t s
             COOP_ERR_INVALID, "cannot place [%#lx, +%llu) inside block [%#lx, +%llu) (%s)",
             (unsigned long)addr, (unsigned long long)size, (unsigned long)fb->addr,
             (unsigned long long)fb->size, fb->state == COOP_BLOCK_FREE ? "free" : "not free");
-    if (!tags_mergeable(fb->stream, stream))
+    if (!arena_tags_mergeable(fb->stream, stream))
         return coop_set_error(
             COOP_ERR_INVALID, "free block at %#lx belongs to stream %#lx, not %#lx",
             (unsigned long)fb->addr, (unsigned long)fb->stream, (unsigned long)stream);
@@ -842,8 +837,9 @@ coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool
     uint64_t len = 0, best_len = 0;
     /* in address order, a strictly smaller block wins: best fit's ties */
     for (arena_block *b = a->first_segment->first; b; b = b->next)
-        if (b->state == COOP_BLOCK_FREE && b->size >= size && tags_mergeable(b->stream, stream) &&
-            (!best || b->size < best->size) && placement_fits(a, b, size, high, room, &lo, &len)) {
+        if (b->state == COOP_BLOCK_FREE && b->size >= size &&
+            arena_tags_mergeable(b->stream, stream) && (!best || b->size < best->size) &&
+            placement_fits(a, b, size, high, room, &lo, &len)) {
             best = b;
             best_lo = lo;
             best_len = len;
@@ -875,9 +871,9 @@ coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool
 COOP_HOT static arena_block *coalesce(arena *a, arena_block *b)
 {
     arena_block *p = b->prev, *n = b->next;
-    bool with_prev = p && p->state == COOP_BLOCK_FREE && tags_mergeable(p->stream, b->stream);
+    bool with_prev = p && p->state == COOP_BLOCK_FREE && arena_tags_mergeable(p->stream, b->stream);
     coop_stream tag = with_prev ? merged_tag(p->stream, b->stream) : b->stream;
-    bool with_next = n && n->state == COOP_BLOCK_FREE && tags_mergeable(n->stream, tag);
+    bool with_next = n && n->state == COOP_BLOCK_FREE && arena_tags_mergeable(n->stream, tag);
     if (with_next)
         tag = merged_tag(tag, n->stream);
     /* the indexed neighbour whose place in the index the result takes */

@@ -291,6 +291,14 @@ void arena_retag_settled(arena *a, coop_stream stream, const coop_stream *settle
 void arena_forget_stream(arena *a, coop_stream stream);
 
 /* Lookup and walk (address order). */
+/* Whether free space tagged a and space of b may merge, or a free block
+ * tagged a serve a request on stream b: the same stream, or either one
+ * "any stream". */
+static inline bool arena_tags_mergeable(coop_stream a, coop_stream b)
+{
+    return a == b || a == COOP_STREAM_ANY || b == COOP_STREAM_ANY;
+}
+
 static inline arena_segment *arena_first_segment(const arena *a)
 {
     return a->first_segment;

@@ -23,8 +23,7 @@
  * those of finished streams): pending until that stream is seen finished. */
 static inline bool free_for_context(const arena_block *b)
 {
-    return b->state == COOP_BLOCK_FREE &&
-           (b->stream == REMAT_STREAM || b->stream == COOP_STREAM_ANY);
+    return b->state == COOP_BLOCK_FREE && arena_tags_mergeable(b->stream, REMAT_STREAM);
 }
 
 /* A storage nobody holds (no handle: its tensor and every view released)
@@ -622,7 +621,7 @@ static uint64_t busy_free_bytes(const arena *a)
     bool any = false;
     for (size_t i = 0; i < a->index.num_sets && !any; i++) {
         coop_stream s = a->index.sets[i]->stream;
-        any = s != REMAT_STREAM && s != COOP_STREAM_ANY && a->index.sets[i]->count;
+        any = !arena_tags_mergeable(s, REMAT_STREAM) && a->index.sets[i]->count;
     }
     if (!any)
         return 0;

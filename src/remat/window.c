@@ -122,7 +122,7 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
         double lb, ex = NAN;
         if (b->state == COOP_BLOCK_FREE) {
             /* a busy stream's free block would not merge with the window */
-            lb = ex = b->stream == stream || b->stream == COOP_STREAM_ANY ? 0 : WINDOW_BLOCKED;
+            lb = ex = arena_tags_mergeable(b->stream, stream) ? 0 : WINDOW_BLOCKED;
         } else if (b->state == COOP_BLOCK_ALLOCATED && b->owner) {
             if (bound) {
                 bool exact = false;
