@@ -318,6 +318,14 @@ static unsigned placement(const coop_remat *r, const coop_tensor *t)
                                                                       : COOP_ALLOC_LOW;
 }
 
+/* Whether b is space evicting could hand the context: a free block it can
+ * take, or the block of one of its tensors a window may evict. */
+static inline bool block_could_go(const coop_remat *r, const arena_block *b)
+{
+    return free_for_context(b) ||
+           (b->state == COOP_BLOCK_ALLOCATED && b->owner && window_may_evict(r, b->owner));
+}
+
 /* A segment every block of which is free or the context's evictable
  * tensor, and what evicting its tensors costs per byte it gives back. */
 typedef struct segment_victim {
@@ -343,11 +351,9 @@ static bool segment_evictable(coop_remat *r, arena_segment *seg, segment_victim 
 {
     *v = (segment_victim){.seg = seg};
     for (arena_block *b = seg->first; b; b = b->next) {
-        if (free_for_context(b))
-            continue;
-        if (b->state != COOP_BLOCK_ALLOCATED || !b->owner || !window_may_evict(r, b->owner))
+        if (!block_could_go(r, b))
             return false;
-        v->tensors++;
+        v->tensors += !free_for_context(b);
     }
     return v->tensors > 0;
 }
@@ -404,7 +410,7 @@ static void *alloc_in_segments(coop_remat *r, coop_tensor *t, unsigned flags, co
     /* host memory first, the new segment's included: evictions cannot be
      * undone, and a refused call must change nothing */
     if (remat_reserve_evictions(r, tensors) || !(list = malloc(tensors * sizeof *list)) ||
-        arena_reserve_segment(pool_arena(r->pool)) != COOP_OK) {
+        arena_reserve_segment(a) != COOP_OK) {
         free(list);
         free(v);
         *st = coop_set_error(COOP_ERR_HOST_NOMEM,
@@ -673,8 +679,7 @@ static bool fits_in_segments(coop_remat *r, uint64_t want)
         uint64_t run = 0;
         bool whole = true;
         for (const arena_block *b = seg->first; b; b = b->next) {
-            if (free_for_context(b) ||
-                (b->state == COOP_BLOCK_ALLOCATED && b->owner && window_may_evict(r, b->owner))) {
+            if (block_could_go(r, b)) {
                 run += b->size;
                 if (run >= want)
                     return true;
