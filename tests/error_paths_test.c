@@ -39,6 +39,7 @@
 #include "status.h"
 
 #include "host_alloc_fault.h"
+#include "error_paths_faults.h"
 
 #define KiB (UINT64_C(1) << 10)
 #define MiB (UINT64_C(1) << 20)
@@ -48,9 +49,6 @@
 #define MAX_SEGMENTS 16
 /* bounds one sweep: a call making more allocations is a bad pick */
 #define MAX_N 5000
-
-typedef enum fault_kind { FAULT_HOST, FAULT_META, FAULT_BACKEND } fault_kind;
-static const char *const kind_names[] = {"host", "meta", "backend"};
 
 typedef struct fixture {
     bool vmm;
@@ -288,47 +286,15 @@ static void same_state(const fixture *f, const snapshot *a, const snapshot *b,
 
 /* ---- Faults ---- */
 
-static uint64_t backend_calls_at_arm;
-
 static void arm(fixture *f)
 {
-    switch (f->kind) {
-    case FAULT_HOST:
-        host_fault_arm((long)f->n);
-        break;
-    case FAULT_META:
-        meta_fail_nth(f->n);
-        break;
-    case FAULT_BACKEND:
-        if (f->pool) {
-            backend_calls_at_arm = coop_backend_calls(f->pool, COOP_FAULT_ALL);
-            assert_int_equal(coop_inject_fault(f->pool, COOP_FAULT_ALL, f->n), COOP_OK);
-        } else {
-            backend_calls_at_arm = 0; /* pool_create arms through its config */
-        }
-        break;
-    }
+    fault_arm(f->kind, f->n, f->pool);
 }
 
 /* Stops injecting; whether the armed allocation or call was reached. */
 static bool disarm(fixture *f)
 {
-    switch (f->kind) {
-    case FAULT_HOST:
-        return host_fault_disarm();
-    case FAULT_META: {
-        bool hit = meta_fail_remaining() == 0;
-        meta_fail_nth(0);
-        return hit;
-    }
-    case FAULT_BACKEND:
-        if (!f->pool)
-            return true; /* pool_create refused: its backend is gone */
-        bool hit = coop_backend_calls(f->pool, COOP_FAULT_ALL) - backend_calls_at_arm >= f->n;
-        coop_inject_fault(f->pool, 0, 0);
-        return hit;
-    }
-    return false;
+    return fault_disarm(f->kind, f->n, f->pool);
 }
 
 static coop_status expected_status(fault_kind kind)

@@ -40,6 +40,7 @@
 #include "status.h"
 
 #include "host_alloc_fault.h"
+#include "error_paths_faults.h"
 
 #define MiB (UINT64_C(1) << 20)
 #define STREAM(n) ((void *)(uintptr_t)(n))
@@ -54,9 +55,6 @@
 #define CHILD_HIT 0
 #define CHILD_NOT_HIT 10
 #define CHILD_FAILED 1
-
-typedef enum fault_kind { FAULT_HOST, FAULT_META, FAULT_BACKEND } fault_kind;
-static const char *const kind_names[] = {"host", "meta", "backend"};
 
 typedef struct fixture {
     bool vmm;
@@ -268,46 +266,6 @@ static void same_state(const call_case *c, fault_kind kind, const snapshot *a, c
 
 /* ---- Faults ---- */
 
-static uint64_t backend_calls_at_arm;
-
-static void arm(fault_kind kind, uint64_t n)
-{
-    switch (kind) {
-    case FAULT_HOST:
-        host_fault_arm((long)n);
-        break;
-    case FAULT_META:
-        meta_fail_nth(n);
-        break;
-    case FAULT_BACKEND: {
-        coop_pool *pool = coop_torch_pool(0);
-        backend_calls_at_arm = coop_backend_calls(pool, COOP_FAULT_ALL);
-        coop_inject_fault(pool, COOP_FAULT_ALL, n);
-        break;
-    }
-    }
-}
-
-static bool disarm(fault_kind kind, uint64_t n)
-{
-    switch (kind) {
-    case FAULT_HOST:
-        return host_fault_disarm();
-    case FAULT_META: {
-        bool hit = meta_fail_remaining() == 0;
-        meta_fail_nth(0);
-        return hit;
-    }
-    case FAULT_BACKEND: {
-        coop_pool *pool = coop_torch_pool(0);
-        bool hit = coop_backend_calls(pool, COOP_FAULT_ALL) - backend_calls_at_arm >= n;
-        coop_inject_fault(pool, 0, 0);
-        return hit;
-    }
-    }
-    return false;
-}
-
 /* ---- Set-up and teardown ---- */
 
 static void configure(fixture *f)
@@ -377,9 +335,9 @@ static int run_child(const call_case *c, bool vmm, fault_kind kind, uint64_t n)
     char sentinel[1024];
     coop_torch_last_error(sentinel, sizeof sentinel);
     coop_clear_error();
-    arm(kind, n);
+    fault_arm(kind, n, coop_torch_pool(0));
     bool refused = c->call(&f);
-    bool hit = disarm(kind, n);
+    bool hit = fault_disarm(kind, n, coop_torch_pool(0));
     char msg[1024];
     if (c->returns_status)
         snprintf(msg, sizeof msg, "%s", coop_last_error());

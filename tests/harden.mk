@@ -106,7 +106,7 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/error_paths_test
 TESTS += tests/error_paths_test
 tests_error_paths_test_SOURCES = tests/error_paths_test.c tests/host_alloc_fault.c \
-	tests/host_alloc_fault.h
+	tests/host_alloc_fault.h tests/error_paths_faults.h
 tests_error_paths_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
 tests_error_paths_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
 tests_error_paths_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
@@ -131,7 +131,7 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/error_paths_torch_test
 TESTS += tests/error_paths_torch_test
 tests_error_paths_torch_test_SOURCES = tests/error_paths_torch_test.c tests/host_alloc_fault.c \
-	tests/host_alloc_fault.h
+	tests/host_alloc_fault.h tests/error_paths_faults.h
 tests_error_paths_torch_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
 tests_error_paths_torch_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
 tests_error_paths_torch_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
