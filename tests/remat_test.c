@@ -704,6 +704,73 @@ static void window_policies_evict_for_pages_with_vmm(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A VMM pool whose address range is its capacity (va_size == capacity)
+ * binds as a segment does: K, E, K, E, ... of 8 KiB fill it, K not
+ * evictable, and no run of free and evictable blocks holds 16 KiB, nor
+ * could the range above the top (there is none). Every policy evicted
+ * every E (by pages, or one argmin at a time), then failed; now none is
+ * evicted, and the message counts the evictable bytes left. */
+static void a_bound_address_range_evicts_nothing_for_a_hopeless_request(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_config c;
+    coop_config_default(&c);
+    c.page_size = 4096;
+    c.capacity = c.va_size = 64 * KiB;
+    coop_pool *pool;
+    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[8], *big;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(
+            coop_tensor_create(r, 8 * KiB, 10, i % 2 ? "E" : "K", NULL, 0, i % 2 ? EV : 0, &t[i]),
+            COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &big), COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "of which 32768 evictable"));
+    assert_string_equal(j.evicted, "");
+    for (int i = 0; i < 8; i++)
+        assert_true(coop_tensor_resident(t[i]));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 0);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* The same bound range with room above the top: E1 (cheapest), K, K, E2,
+ * E3 tile 40 of 64 KiB. 32 KiB fits no run below the top; only the run
+ * E2 E3 at the top, with the 24 KiB above it, can hold it, and only E3
+ * must go. The window policies evicted the cheapest per byte first (E1,
+ * E2, then E3); now they evict E3 alone and place the request over it. */
+static void a_bound_address_range_evicts_the_top_run_it_needs(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_config c;
+    coop_config_default(&c);
+    c.page_size = 4096;
+    c.capacity = c.va_size = 64 * KiB;
+    coop_pool *pool;
+    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *e1, *k1, *k2, *e2, *e3, *big;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "a", NULL, 0, EV, &e1), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "K", NULL, 0, 0, &k1), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "K", NULL, 0, 0, &k2), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 50, "b", NULL, 0, EV, &e2), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 50, "c", NULL, 0, EV, &e3), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 10, "B", NULL, 0, EV, &big), COOP_OK);
+    assert_string_equal(j.evicted, "x");
+    assert_true(coop_tensor_resident(e1) && coop_tensor_resident(e2));
+    assert_false(coop_tensor_resident(e3));
+    assert_ptr_equal(coop_tensor_data(big), (char *)coop_tensor_data(e2) + 8 * KiB);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static void bad_arguments_are_refused(void **state)
 {
     (void)state;
@@ -1227,6 +1294,25 @@ int main(void)
         cmocka_unit_test_prestate(window_policies_evict_for_pages_with_vmm, &policies[0]),
         cmocka_unit_test_prestate(window_policies_evict_for_pages_with_vmm, &policies[6]),
         cmocka_unit_test_prestate(window_policies_evict_for_pages_with_vmm, &policies[7]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_nothing_for_a_hopeless_request,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_nothing_for_a_hopeless_request,
+                                  &policies[1]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_nothing_for_a_hopeless_request,
+                                  &policies[2]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_nothing_for_a_hopeless_request,
+                                  &policies[3]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_nothing_for_a_hopeless_request,
+                                  &policies[4]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_nothing_for_a_hopeless_request,
+                                  &policies[5]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_nothing_for_a_hopeless_request,
+                                  &policies[6]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_nothing_for_a_hopeless_request,
+                                  &policies[7]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_the_top_run_it_needs, &policies[0]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_the_top_run_it_needs, &policies[6]),
+        cmocka_unit_test_prestate(a_bound_address_range_evicts_the_top_run_it_needs, &policies[7]),
         cmocka_unit_test(bad_arguments_are_refused),
         cmocka_unit_test(a_view_reports_its_storage),
         cmocka_unit_test_prestate(an_in_place_op_may_read_its_evicted_target, &modes[0]),

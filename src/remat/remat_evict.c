@@ -3,6 +3,7 @@
  * (remat_internal.h).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -444,15 +445,58 @@ static void *alloc_in_segments(coop_remat *r, coop_tensor *t, unsigned flags, co
 
 static bool could_fit(coop_remat *r, uint64_t want, uint64_t evictable);
 
+/* With VMM, what could_fit cannot tell: whether the address range could
+ * hold want bytes once the context's evictable tensors go (a run of blocks
+ * each free for the context or such a tensor), where the run that ends at
+ * the top also takes the range above it (the pool extends the last free
+ * block there). That range binds where the tiled range has reached va_size
+ * (va_size == capacity above all), as a segment does without VMM. *top_run
+ * (may be NULL): NULL where a run below the top, or the range above it
+ * alone, holds want; else the lowest block of the shortest run ending at
+ * the top that holds it with the range above: the blocks from there up
+ * must go, whatever else does. One pass over the blocks, ending at the
+ * first run that holds want. */
+static bool fits_in_range(coop_remat *r, uint64_t want, const arena_block **top_run)
+{
+    const arena *a = pool_arena(r->pool);
+    const arena_segment *s = arena_first_segment(a);
+    uint64_t above = s->reserved - s->top;
+    if (top_run)
+        *top_run = NULL;
+    if (above >= want)
+        return true;
+    uint64_t run = 0;
+    for (const arena_block *b = s->first; b; b = b->next) {
+        if (!block_could_go(r, b)) {
+            run = 0;
+            continue;
+        }
+        run += b->size;
+        if (run >= want)
+            return true;
+    }
+    if (run + above < want)
+        return false;
+    const arena_block *b = s->last;
+    for (uint64_t held = above + b->size; held < want; held += b->size)
+        b = b->prev;
+    if (top_run)
+        *top_run = b;
+    return true;
+}
+
 /* A tensor alloc_by_pages may evict and what that costs per byte. */
 typedef struct page_victim {
     coop_tensor *t;
+    bool top_run; /* in the run at the top the request needs (fits_in_range): first */
     double cost_per_byte;
 } page_victim;
 
 static int page_victims_order(const void *x, const void *y)
 {
     const page_victim *a = x, *b = y;
+    if (a->top_run != b->top_run)
+        return a->top_run ? -1 : 1;
     if (a->cost_per_byte != b->cost_per_byte)
         return a->cost_per_byte < b->cost_per_byte ? -1 : 1;
     return a->t->resident_seq < b->t->resident_seq ? -1 : a->t->resident_seq > b->t->resident_seq;
@@ -471,7 +515,9 @@ static int page_victims_order(const void *x, const void *y)
  * request (the window search chose a window of free space for ever before,
  * and the context failed with "no room" although every resident tensor
  * was evictable). None when even all of them would leave too little room
- * under the capacity. NULL with *st as alloc_in_window's. */
+ * under the capacity, or no room in the address range (fits_in_range);
+ * where only the run at the top can hold the request, its tensors go
+ * first. NULL with *st as alloc_in_window's. */
 static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_status *st)
 {
     const arena *a = pool_arena(r->pool);
@@ -482,7 +528,9 @@ static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_
             n++;
             bytes += arena_lookup(a, (uintptr_t)c->ptr)->size;
         }
-    if (!n || !could_fit(r, (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN, bytes))
+    uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
+    const arena_block *top_run;
+    if (!n || !could_fit(r, want, bytes) || !fits_in_range(r, want, &top_run))
         return NULL; /* *st stays COOP_ERR_NOMEM */
     /* host memory first: evictions cannot be undone */
     page_victim *v = NULL;
@@ -497,7 +545,8 @@ static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_
     for (coop_tensor *c = r->resident; c; c = c->next_resident)
         if (window_may_evict(r, c)) {
             arena_block *b = arena_lookup(a, (uintptr_t)c->ptr);
-            v[n++] = (page_victim){c, window_cost(c, b, r) / (double)b->size};
+            v[n++] = (page_victim){c, top_run && b->addr >= top_run->addr,
+                                   window_cost(c, b, r) / (double)b->size};
         }
     qsort(v, n, sizeof *v, page_victims_order);
     void *ptr = NULL;
@@ -706,14 +755,23 @@ static uint64_t freed_by_evicting(coop_remat *r, const coop_tensor *t)
 static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictable)
 {
     const arena *a = pool_arena(r->pool);
+    /* with VMM the free blocks tile only up to the top: the address range
+     * above it is free too, and the one that binds where it is short */
+    char above[64] = "";
+    if (a->params.vmm) {
+        const arena_segment *s = arena_first_segment(a);
+        snprintf(above, sizeof above, ", address range above the top %llu",
+                 (unsigned long long)(s->reserved - s->top));
+    }
     return coop_set_error(
         COOP_ERR_NOMEM,
         "coop_remat: no room for %zu bytes: capacity %llu, allocated %lld of which %llu "
-        "evictable, free %llu, largest free block %llu; evicting cannot free a contiguous "
+        "evictable, free %llu, largest free block %llu%s; evicting cannot free a contiguous "
         "range that large",
         t->size, (unsigned long long)a->params.capacity,
         (long long)r->pool->allocated_bytes.current, (unsigned long long)evictable,
-        (unsigned long long)a->counters.free_bytes, (unsigned long long)arena_largest_free(a));
+        (unsigned long long)a->counters.free_bytes, (unsigned long long)arena_largest_free(a),
+        above);
 }
 
 coop_status remat_alloc(coop_remat *r, coop_tensor *t)
@@ -761,7 +819,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
              * where evicting the first victim alone makes a free block that
              * covers it (its block and the free ones beside it): the search
              * needs no walk then, as most do */
-            bool placeable = pool_arena(r->pool)->params.vmm;
+            bool placeable = false;
             while (!ptr && !hopeless) {
                 coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
                 if (!best) {
@@ -770,7 +828,9 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
                 }
                 if (!placeable) {
                     placeable = true;
-                    if (freed_by_evicting(r, best) < want && !fits_in_segments(r, want))
+                    bool vmm = pool_arena(r->pool)->params.vmm;
+                    if (freed_by_evicting(r, best) < want &&
+                        !(vmm ? fits_in_range(r, want, NULL) : fits_in_segments(r, want)))
                         break; /* hopeless: nothing evicted */
                 }
                 if (remat_reserve_evictions(r, 1)) { /* else the owner would not hear of it */
