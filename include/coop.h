@@ -161,7 +161,9 @@ void coop_pool_destroy(coop_pool *pool);
  * exceed the capacity, or the device itself is full because memory is used
  * outside the pool and the driver refuses) the pool first releases the
  * cached pages (or free segments) that no queued work can use and retries
- * (counted in num_alloc_retries); then it makes the free blocks of idle
+ * (counted in num_alloc_retries; with VMM, none where even every cached
+ * page would leave too little room under the capacity: a request that
+ * cannot fit leaves the cache as it was); then it makes the free blocks of idle
  * streams usable on any stream (except a block next to a free block of a
  * stream still busy, which stays its own stream's: "any stream" would merge
  * it into the busy stream's block) and retries, then (unless

@@ -237,6 +237,17 @@ static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t 
     return COOP_OK;
 }
 
+/* The most a reclaim of VMM segment s could release: the mapped pages
+ * less those the blocks in use (allocated or pending: the tiled range less
+ * its free blocks) must touch, a page holding at most a page of their bytes.
+ * No walk: two counters. */
+static uint64_t reclaimable_at_most(const arena *a, const arena_segment *s)
+{
+    uint64_t ps = a->params.page_size;
+    uint64_t in_use = (s->top - a->counters.free_bytes + ps - 1) / ps * ps;
+    return a->reserved > in_use ? a->reserved - in_use : 0;
+}
+
 /* Maps the unmapped pages of [first, end), reclaiming cached pages elsewhere
  * first if the capacity requires. If a map call fails, the pages mapped
  * before it stay mapped: they lie in free space or above the top, which the
@@ -253,9 +264,16 @@ static coop_status map_missing(arena *a, arena_segment *s, size_t first, size_t 
     uint64_t need = (uint64_t)(end - first - page_map_count(&s->pages, first, end)) * ps;
     if (a->reserved + need > a->params.capacity) {
         uint64_t released = 0;
+        uint64_t short_by = a->reserved + need - a->params.capacity;
         *reclaimed = true;
-        coop_status st = arena_reclaim(a, a->reserved + need - a->params.capacity,
-                                       s->base + first * ps, s->base + end * ps, &released);
+        /* a reclaim that cannot release short_by walks every block above
+         * the pages it finds and fails anyway: on a full pool every failing
+         * request paid that walk (twice, with the pool's retry), and every
+         * search of the remat API begins with one */
+        coop_status st =
+            reclaimable_at_most(a, s) < short_by
+                ? COOP_OK
+                : arena_reclaim(a, short_by, s->base + first * ps, s->base + end * ps, &released);
         if (st != COOP_OK)
             return st;
         if (a->reserved + need > a->params.capacity) {

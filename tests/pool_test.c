@@ -1095,6 +1095,39 @@ static void test_capacity_reclaim_and_oom(void **state)
     coop_pool_destroy(p);
 }
 
+/* A request that even every cached page would not make room for fails
+ * with the cache as it was: a (4 MiB) freed and cached below g (10 MiB),
+ * 8 MiB asked: it needs 8 MiB of new pages above g, 6 more than the
+ * capacity allows, and only a's 4 can go. The pool unmapped them anyway,
+ * and walked every block to find them, on each of its retries; now it
+ * sees from two counters that no reclaim can help (in-use bytes, mapped
+ * bytes), leaves a's pages mapped, and the next 4 MiB reuses them. */
+static void test_a_hopeless_request_leaves_the_cache_mapped(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(16 * MiB, true);
+    coop_status st;
+    void *a = coop_malloc(p, 4 * MiB, 0, 0, &st);
+    void *g = coop_malloc(p, 10 * MiB, 0, 0, &st);
+    assert_non_null(a);
+    assert_non_null(g);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    coop_stats before = stats_of(p);
+    assert_int_equal(before.reserved_bytes.current, 14 * MiB);
+    assert_null(coop_malloc(p, 8 * MiB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_non_null(strstr(coop_last_error(), "8388608 bytes"));
+    coop_stats after = stats_of(p);
+    assert_int_equal(after.reserved_bytes.current, 14 * MiB);
+    assert_int_equal(after.num_unmaps, before.num_unmaps);
+    void *c = coop_malloc(p, 4 * MiB, 0, 0, &st);
+    assert_ptr_equal(c, a);
+    assert_int_equal(stats_of(p).num_maps, before.num_maps); /* the cached pages, reused */
+    coop_free(p, c);
+    coop_free(p, g);
+    coop_pool_destroy(p);
+}
+
 /* Capacity full; the best fit for a request on stream 1 is an unmapped
  * block, and the mapped free space is a block of stream 1, whose work is
  * not seen finished (held, or busy under never_wait): reclaim cannot unmap
@@ -2376,6 +2409,7 @@ int main(void)
         cmocka_unit_test(test_walk_free_blocks_ask_for_nothing),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
+        cmocka_unit_test(test_a_hopeless_request_leaves_the_cache_mapped),
         cmocka_unit_test(test_set_capacity),
         cmocka_unit_test(test_set_capacity_to_the_mapped_bytes_keeps_the_cache),
         cmocka_unit_test(test_set_capacity_unmaps_only_what_it_must),
