@@ -713,7 +713,11 @@ void *coop_tensor_data(const coop_tensor *t);
  * no driver). */
 void *coop_torch_malloc(size_t size, int device, void *stream);
 
-/* Frees ptr (size and stream as PyTorch recorded them at allocation). */
+/* Frees ptr (size and stream as PyTorch recorded them at allocation). A
+ * pointer the device's pool did not allocate (another device's, given the
+ * wrong device number), a device outside init's count or without a pool:
+ * reported (see above) with the device and the pointer, and the device
+ * whose pool holds it if any; no device's pool or history changes. */
 void coop_torch_free(void *ptr, size_t size, int device, void *stream);
 
 /* Init hook: PyTorch's device count (devices >= it are refused). A count

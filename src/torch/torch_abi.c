@@ -270,14 +270,32 @@ static void pending_released(void *ctx, uintptr_t addr, uint64_t requested, coop
  * Pools
  * ---------------------------------------------------------------------- */
 
-static bool device_ok(int device, const char *what)
+/* The error for a device outside init's count (limit: that count); what:
+ * the call, as "free of PTR" (detail: more to say, such as owner_of's). */
+static coop_status bad_device(int device, int limit, const char *what, const char *detail)
+{
+    return coop_set_error(COOP_ERR_INVALID, "coop torch: %s on device %d: devices are 0..%d%s",
+                          what, device, limit - 1, detail);
+}
+
+static bool device_ok(int device, const char *what, const char *detail)
 {
     int limit = atomic_load(&device_limit);
     if (device >= 0 && device < limit)
         return true;
-    report(coop_set_error(COOP_ERR_INVALID, "coop torch: %s on device %d: devices are 0..%d", what,
-                          device, limit - 1));
+    report(bad_device(device, limit, what, detail));
     return false;
+}
+
+/* Puts "coop torch: WHAT on device D: " before the thread's message (st's),
+ * and detail after it: the pool's own messages do not know their device,
+ * and with more than one a report (stderr, coop_torch_last_error) must say
+ * which. */
+static coop_status on_device(coop_status st, int device, const char *what, const char *detail)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", coop_last_error());
+    return coop_set_error(st, "coop torch: %s on device %d: %s%s", what, device, msg, detail);
 }
 
 coop_pool *coop_torch_pool(int device)
@@ -285,6 +303,26 @@ coop_pool *coop_torch_pool(int device)
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
         return NULL;
     return atomic_load_explicit(&slot(device)->pool, memory_order_acquire);
+}
+
+/* "; device N's pool holds it" into buf if a pool other than device's has
+ * ptr in one of its blocks (a free given the wrong device number), else "".
+ * For error messages only: it takes each pool's lock in turn. */
+static void owner_of(const void *ptr, int device, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
+        coop_pool *pool = i == device ? NULL : coop_torch_pool(i);
+        if (!pool)
+            continue;
+        pool_lock(pool);
+        bool held = arena_find_containing(pool_arena(pool), (uintptr_t)ptr) != NULL;
+        pool_unlock(pool);
+        if (held) {
+            snprintf(buf, size, "; device %d's pool holds it", i);
+            return;
+        }
+    }
 }
 
 /* Capacity for fraction of the full capacity, never 0 (the pool's smallest
@@ -327,7 +365,7 @@ static coop_status create_pool_locked(int device, coop_pool **out)
 /* Device's pool, created on first use; NULL (reported) on failure. */
 static coop_pool *pool_for(int device, const char *what)
 {
-    if (!device_ok(device, what))
+    if (!device_ok(device, what, ""))
         return NULL;
     coop_pool *pool = coop_torch_pool(device);
     if (pool)
@@ -496,15 +534,18 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
 {
     if (!ptr)
         return;
-    if (!device_ok(device, "free"))
-        return;
-    coop_pool *pool = coop_torch_pool(device);
-    if (!pool) {
+    char what[64], owner[64];
+    if (device < 0 || device >= atomic_load(&device_limit) || !coop_torch_pool(device)) {
+        snprintf(what, sizeof what, "free of %p", ptr);
+        owner_of(ptr, device, owner, sizeof owner);
+        if (!device_ok(device, what, owner))
+            return;
         report(coop_set_error(COOP_ERR_FOREIGN_PTR,
-                              "coop torch: free of %p on device %d, which has no coop pool", ptr,
-                              device));
+                              "coop torch: free of %p on device %d, which has no coop pool%s", ptr,
+                              device, owner));
         return;
     }
+    coop_pool *pool = coop_torch_pool(device);
     device_slot *s = slot(device);
     bool ordered = torch_history_on(&s->history);
     if (ordered)
@@ -527,7 +568,9 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
     if (ordered)
         pthread_mutex_unlock(&s->order_lock);
     if (st != COOP_OK) {
-        report(st);
+        snprintf(what, sizeof what, "free of %p", ptr);
+        owner_of(ptr, device, owner, sizeof owner);
+        report(on_device(st, device, what, owner));
         return;
     }
     if (atomic_load_explicit(&s->pending_limit, memory_order_relaxed))
@@ -586,7 +629,7 @@ void coop_torch_memory_fraction(double fraction, int device)
                               fraction, device));
         return;
     }
-    if (!device_ok(device, "set_per_process_memory_fraction"))
+    if (!device_ok(device, "set_per_process_memory_fraction", ""))
         return;
     pthread_mutex_lock(&state_lock);
     device_slot *s = slot(device);
