@@ -720,9 +720,12 @@ void *coop_torch_malloc(size_t size, int device, void *stream);
  * whose pool holds it if any; no device's pool or history changes. */
 void coop_torch_free(void *ptr, size_t size, int device, void *stream);
 
-/* Init hook: PyTorch's device count (devices >= it are refused). A count
- * of 0 (torch's first call, before it counts) changes nothing; a negative
- * one or one above 64 changes nothing and is reported as an error. Also
+/* Init hook: PyTorch's device count (devices >= it are refused; 64 until
+ * the first count). A count of 0 (torch's first call, before it counts)
+ * changes nothing; a negative one, one above 64, or one that would leave
+ * out a device that has a pool (whose blocks could then not be freed)
+ * changes nothing and is reported as an error. It may be called again:
+ * another count in force from then on, for devices without pools. Also
  * parses the configuration so that syntax errors show at installation;
  * settings the device refuses show at the first allocation (see
  * coop_torch_failed_mallocs). */

@@ -324,7 +324,7 @@ static void test_free_with_the_wrong_device(void **state)
  * devices without a pool; a count that would leave out a device that has a
  * pool is refused (its blocks could no longer be freed), naming it, and
  * the count stays. */
-static __attribute__((unused)) void test_init_count_changes(void **state)
+static void test_init_count_changes(void **state)
 {
     (void)state;
     assert_int_equal(coop_torch_configure("backend:host,capacity:64M"), COOP_OK);
@@ -494,7 +494,7 @@ int main(void)
         cmocka_unit_test(test_devices_are_independent),
         cmocka_unit_test(test_fraction_per_device),
         cmocka_unit_test(test_free_with_the_wrong_device),
-        // INIT
+        cmocka_unit_test(test_init_count_changes),
         cmocka_unit_test(test_two_devices_from_two_threads),
     };
     int failed = 0;

@@ -373,7 +373,10 @@ static coop_pool *pool_for(int device, const char *what)
     pthread_mutex_lock(&state_lock);
     pool = coop_torch_pool(device);
     coop_status st = COOP_OK;
-    if (!pool)
+    int limit = atomic_load(&device_limit); /* init may have lowered it since */
+    if (!pool && device >= limit)
+        st = bad_device(device, limit, what, "");
+    else if (!pool)
         st = create_pool_locked(device, &pool);
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK) {
@@ -579,16 +582,29 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
 
 void coop_torch_init(int device_count)
 {
-    if (device_count > 0 && device_count <= COOP_TORCH_MAX_DEVICES)
-        atomic_store(&device_limit, device_count);
-    else if (device_count != 0) /* 0: torch's first call, before it counts */
-        report(coop_set_error(COOP_ERR_INVALID,
-                              "coop torch: init with a device count of %d: it must be 1..%d; "
-                              "devices stay 0..%d",
-                              device_count, COOP_TORCH_MAX_DEVICES,
-                              atomic_load(&device_limit) - 1));
+    /* under state_lock, as pool creation, which checks the count again
+     * there: a count can never leave out a pool made meanwhile */
     pthread_mutex_lock(&state_lock);
-    coop_status st = ensure_conf_locked();
+    int has_pool = -1; /* the highest device with a pool */
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        if (coop_torch_pool(i))
+            has_pool = i;
+    coop_status st = COOP_OK;
+    if (device_count < 0 || device_count > COOP_TORCH_MAX_DEVICES)
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop torch: init with a device count of %d: it must be 1..%d; "
+                            "devices stay 0..%d",
+                            device_count, COOP_TORCH_MAX_DEVICES, atomic_load(&device_limit) - 1);
+    else if (device_count > 0 && device_count <= has_pool) /* its blocks could not be freed */
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop torch: init with a device count of %d: device %d has a pool, "
+                            "whose blocks could not be freed; devices stay 0..%d",
+                            device_count, has_pool, atomic_load(&device_limit) - 1);
+    else if (device_count > 0) /* 0: torch's first call, before it counts */
+        atomic_store(&device_limit, device_count);
+    if (st != COOP_OK) /* before the configuration's error replaces the message */
+        report(st);
+    st = ensure_conf_locked();
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK)
         report(st);
