@@ -155,7 +155,15 @@ static void exercise(int d)
     assert_non_null(c);
     coop_torch_record_stream(b, STREAM(2));
     coop_torch_free(b, 3000, d, STREAM(1)); /* pending on stream 2 */
+    char before[1024], name[64];
+    coop_torch_last_error(before, sizeof before);
     assert_null(coop_torch_malloc(65 * MIB, d, STREAM(1)));
+    snprintf(name, sizeof name, "malloc of %llu bytes on device %d", 65 * MIB, d);
+    assert_new_error(before, name, "out of memory", NULL);
+    coop_torch_last_error(before, sizeof before);
+    coop_torch_record_stream((char *)a + 512, STREAM(2)); /* inside a: found in d's pool */
+    snprintf(name, sizeof name, "record_stream on device %d", d);
+    assert_new_error(before, name, "inside the block", NULL);
     coop_torch_memory_fraction(0.5, d);
     assert_null(coop_torch_malloc(40 * MIB, d, STREAM(1)));
     assert_int_equal(coop_torch_forget_stream(STREAM(7)), COOP_OK);

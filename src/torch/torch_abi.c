@@ -376,8 +376,8 @@ static coop_pool *pool_for(int device, const char *what)
     int limit = atomic_load(&device_limit); /* init may have lowered it since */
     if (!pool && device >= limit)
         st = bad_device(device, limit, what, "");
-    else if (!pool)
-        st = create_pool_locked(device, &pool);
+    else if (!pool && (st = create_pool_locked(device, &pool)) != COOP_OK)
+        st = on_device(st, device, what, "");
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK) {
         report(st);
@@ -436,7 +436,7 @@ static void retry_limit(int device, coop_pool *pool, bool force)
     coop_status st = limit ? apply_limit_locked(s, pool, limit) : COOP_OK;
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK)
-        report(st);
+        report(on_device(st, device, "memory limit", ""));
 }
 
 /* ------------------------------------------------------------------------
@@ -491,11 +491,10 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
     void *ptr = coop_malloc(pool, size, (coop_stream)stream, conf.placement, &st);
     if (!ptr) {
         /* reported and counted first: recording may set an error of its own */
-        report(st != COOP_OK ? st
-                             : coop_set_error(COOP_ERR_NOMEM,
-                                              "coop torch: malloc of %zu "
-                                              "bytes returned nothing",
-                                              size));
+        char what[64];
+        snprintf(what, sizeof what, "malloc of %zu bytes", size);
+        report(on_device(st != COOP_OK ? st : coop_set_error(COOP_ERR_NOMEM, "returned nothing"),
+                         device, what, ""));
         count_failure(device);
         if (torch_history_on(&s->history)) {
             /* torch's OOM entry carries the device's free memory
@@ -617,7 +616,7 @@ void coop_torch_empty_cache(void)
         if (pool) {
             coop_status st = coop_empty_cache(pool);
             if (st != COOP_OK)
-                report(st);
+                report(on_device(st, i, "empty_cache", ""));
             retry_limit(i, pool, true);
         }
     }
@@ -657,7 +656,7 @@ void coop_torch_memory_fraction(double fraction, int device)
         st = apply_limit_locked(s, pool, fraction_of(s->full_capacity, fraction));
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK)
-        report(st);
+        report(on_device(st, device, "set_per_process_memory_fraction", ""));
 }
 
 /* A pointer no pool allocated is skipped, as PyTorch's own allocator skips
@@ -677,7 +676,7 @@ void coop_torch_record_stream(void *ptr, void *stream)
         if (st == COOP_OK)
             return;
         if (st != COOP_ERR_FOREIGN_PTR) {
-            report(st);
+            report(on_device(st, i, "record_stream", ""));
             return;
         }
     }
