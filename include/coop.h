@@ -701,7 +701,9 @@ void *coop_tensor_data(const coop_tensor *t);
  * None of them crashes the process on bad input or failure. The hooks
  * PyTorch calls (malloc, free, init, empty_cache, memory_fraction,
  * record_stream), which have no status to return, print the first error of
- * each kind to stderr and keep every error for coop_torch_last_error(), and
+ * each kind to stderr (once per process, whichever device it came from;
+ * an error on a device names it) and keep every error for
+ * coop_torch_last_error(), and
  * coop_torch_malloc returns NULL; the functions that return a coop_status
  * (forget_stream, configure, settings, snapshot_take) say why in
  * coop_last_error(), as the rest of this API does (coop_torch_last_error()
@@ -788,7 +790,9 @@ size_t coop_torch_last_error(char *buf, size_t size);
  * started, for any reason (out of memory, a configuration or pool that could
  * not be created, no driver; size 0 is not a failure), and the last one's
  * message, copied to buf (NUL-terminated, truncated to size; empty if none).
- * 0 for a device outside 0..63 (the ABI serves at most 64 devices). */
+ * 0 for a device outside 0..63 (the ABI serves at most 64 devices); a
+ * malloc refused because device is at or past coop_torch_init's count is
+ * counted on that device, as the caller named it. */
 uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size);
 
 /* Device's pool if it has been created, else NULL (never creates one).
@@ -859,7 +863,8 @@ typedef struct coop_torch_snapshot {
     coop_torch_range *ranges;
 } coop_torch_snapshot;
 
-/* Takes device's snapshot (an empty one if it has no pool). Free it with
+/* Takes device's snapshot (an empty one if it has no pool, as a device in
+ * 0..63 at or past coop_torch_init's count never has). Free it with
  * coop_torch_snapshot_free (NULL is a no-op). COOP_ERR_INVALID for a
  * device outside 0..63 (*out NULL) or a NULL out. */
 coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out);
