@@ -703,7 +703,9 @@ void *coop_tensor_data(const coop_tensor *t);
  * None of them crashes the process on bad input or failure. The hooks
  * PyTorch calls (malloc, free, init, empty_cache, memory_fraction,
  * record_stream), which have no status to return, print the first error of
- * each kind to stderr and keep every error for coop_torch_last_error(), and
+ * each kind to stderr (once per process, whichever device it came from;
+ * an error on a device names it) and keep every error for
+ * coop_torch_last_error(), and
  * coop_torch_malloc returns NULL; the functions that return a coop_status
  * (forget_stream, configure, settings, snapshot_take) say why in
  * coop_last_error(), as the rest of this API does (coop_torch_last_error()
@@ -715,12 +717,19 @@ void *coop_tensor_data(const coop_tensor *t);
  * no driver). */
 void *coop_torch_malloc(size_t size, int device, void *stream);
 
-/* Frees ptr (size and stream as PyTorch recorded them at allocation). */
+/* Frees ptr (size and stream as PyTorch recorded them at allocation). A
+ * pointer the device's pool did not allocate (another device's, given the
+ * wrong device number), a device outside init's count or without a pool:
+ * reported (see above) with the device and the pointer, and the device
+ * whose pool holds it if any; no device's pool or history changes. */
 void coop_torch_free(void *ptr, size_t size, int device, void *stream);
 
-/* Init hook: PyTorch's device count (devices >= it are refused). A count
- * of 0 (torch's first call, before it counts) changes nothing; a negative
- * one or one above 64 changes nothing and is reported as an error. Also
+/* Init hook: PyTorch's device count (devices >= it are refused; 64 until
+ * the first count). A count of 0 (torch's first call, before it counts)
+ * changes nothing; a negative one, one above 64, or one that would leave
+ * out a device that has a pool (whose blocks could then not be freed)
+ * changes nothing and is reported as an error. It may be called again:
+ * another count in force from then on, for devices without pools. Also
  * parses the configuration so that syntax errors show at installation;
  * settings the device refuses show at the first allocation (see
  * coop_torch_failed_mallocs). */
@@ -783,7 +792,9 @@ size_t coop_torch_last_error(char *buf, size_t size);
  * started, for any reason (out of memory, a configuration or pool that could
  * not be created, no driver; size 0 is not a failure), and the last one's
  * message, copied to buf (NUL-terminated, truncated to size; empty if none).
- * 0 for a device outside 0..63 (the ABI serves at most 64 devices). */
+ * 0 for a device outside 0..63 (the ABI serves at most 64 devices); a
+ * malloc refused because device is at or past coop_torch_init's count is
+ * counted on that device, as the caller named it. */
 uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size);
 
 /* Device's pool if it has been created, else NULL (never creates one).
@@ -854,7 +865,8 @@ typedef struct coop_torch_snapshot {
     coop_torch_range *ranges;
 } coop_torch_snapshot;
 
-/* Takes device's snapshot (an empty one if it has no pool). Free it with
+/* Takes device's snapshot (an empty one if it has no pool, as a device in
+ * 0..63 at or past coop_torch_init's count never has). Free it with
  * coop_torch_snapshot_free (NULL is a no-op). COOP_ERR_INVALID for a
  * device outside 0..63 (*out NULL) or a NULL out. */
 coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out);

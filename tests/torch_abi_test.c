@@ -545,10 +545,17 @@ static void test_hooks_and_misuse(void **state)
     coop_get_stats(coop_torch_pool(0), &s);
     assert_int_equal(s.capacity, 256 * MIB);
 
+    /* devices 0..3 have pools: a count that leaves one out is refused */
     coop_torch_init(2);
-    assert_null(coop_torch_malloc(64, 3, STREAM(0)));
     coop_torch_last_error(buf, sizeof buf);
-    assert_non_null(strstr(buf, "devices are 0..1"));
+    assert_non_null(strstr(buf, "device count of 2: device 3 has a pool"));
+    coop_torch_init(4);
+    void *d3 = coop_torch_malloc(64, 3, STREAM(0));
+    assert_non_null(d3);
+    coop_torch_free(d3, 64, 3, STREAM(0));
+    assert_null(coop_torch_malloc(64, 4, STREAM(0)));
+    coop_torch_last_error(buf, sizeof buf);
+    assert_non_null(strstr(buf, "devices are 0..3"));
     assert_int_equal(coop_pool_check(coop_torch_pool(0)), COOP_OK);
 }
 

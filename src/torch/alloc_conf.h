@@ -23,6 +23,8 @@
  *                           stream can be blocked on the host (coop_config.never_wait)
  *
  * Whitespace around keys and values is ignored; empty items (",,") are skipped.
+ * One configuration serves every device (no per-device keys, as in
+ * PYTORCH_CUDA_ALLOC_CONF): capacity and fraction are each pool's own limit.
  */
 #ifndef COOP_TORCH_ALLOC_CONF_H
 #define COOP_TORCH_ALLOC_CONF_H

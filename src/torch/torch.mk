@@ -27,6 +27,15 @@ tests_torch_abi_fresh_test_CFLAGS = $(TESTCFLAGS)
 tests_torch_abi_fresh_test_LDADD = $(TESTLIBS)
 tests_torch_abi_fresh_test_LDFLAGS = $(TESTLDFLAGS)
 
+# more than one device: pools, limits, counters and histories per device,
+# misuse naming a device, init's count; a forked child per case, as above
+check_PROGRAMS += tests/torch_devices_test
+TESTS += tests/torch_devices_test
+tests_torch_devices_test_SOURCES = tests/torch_devices_test.c
+tests_torch_devices_test_CFLAGS = $(TESTCFLAGS)
+tests_torch_devices_test_LDADD = $(TESTLIBS)
+tests_torch_devices_test_LDFLAGS = $(TESTLDFLAGS)
+
 # the history ring alone, with host allocations counted and failed on
 # demand (tests/host_alloc_fault.h; HOST_ALLOC_WRAP is in tests/harden.mk)
 check_PROGRAMS += tests/torch_history_test

@@ -270,14 +270,32 @@ static void pending_released(void *ctx, uintptr_t addr, uint64_t requested, coop
  * Pools
  * ---------------------------------------------------------------------- */
 
-static bool device_ok(int device, const char *what)
+/* The error for a device outside init's count (limit: that count); what:
+ * the call, as "free of PTR" (detail: more to say, such as owner_of's). */
+static coop_status bad_device(int device, int limit, const char *what, const char *detail)
+{
+    return coop_set_error(COOP_ERR_INVALID, "coop torch: %s on device %d: devices are 0..%d%s",
+                          what, device, limit - 1, detail);
+}
+
+static bool device_ok(int device, const char *what, const char *detail)
 {
     int limit = atomic_load(&device_limit);
     if (device >= 0 && device < limit)
         return true;
-    report(coop_set_error(COOP_ERR_INVALID, "coop torch: %s on device %d: devices are 0..%d", what,
-                          device, limit - 1));
+    report(bad_device(device, limit, what, detail));
     return false;
+}
+
+/* Puts "coop torch: WHAT on device D: " before the thread's message (st's),
+ * and detail after it: the pool's own messages do not know their device,
+ * and with more than one a report (stderr, coop_torch_last_error) must say
+ * which. */
+static coop_status on_device(coop_status st, int device, const char *what, const char *detail)
+{
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", coop_last_error());
+    return coop_set_error(st, "coop torch: %s on device %d: %s%s", what, device, msg, detail);
 }
 
 coop_pool *coop_torch_pool(int device)
@@ -285,6 +303,26 @@ coop_pool *coop_torch_pool(int device)
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
         return NULL;
     return atomic_load_explicit(&slot(device)->pool, memory_order_acquire);
+}
+
+/* "; device N's pool holds it" into buf if a pool other than device's has
+ * ptr in one of its blocks (a free given the wrong device number), else "".
+ * For error messages only: it takes each pool's lock in turn. */
+static void owner_of(const void *ptr, int device, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
+        coop_pool *pool = i == device ? NULL : coop_torch_pool(i);
+        if (!pool)
+            continue;
+        pool_lock(pool);
+        bool held = arena_find_containing(pool_arena(pool), (uintptr_t)ptr) != NULL;
+        pool_unlock(pool);
+        if (held) {
+            snprintf(buf, size, "; device %d's pool holds it", i);
+            return;
+        }
+    }
 }
 
 /* Capacity for fraction of the full capacity, never 0 (the pool's smallest
@@ -327,7 +365,7 @@ static coop_status create_pool_locked(int device, coop_pool **out)
 /* Device's pool, created on first use; NULL (reported) on failure. */
 static coop_pool *pool_for(int device, const char *what)
 {
-    if (!device_ok(device, what))
+    if (!device_ok(device, what, ""))
         return NULL;
     coop_pool *pool = coop_torch_pool(device);
     if (pool)
@@ -335,8 +373,11 @@ static coop_pool *pool_for(int device, const char *what)
     pthread_mutex_lock(&state_lock);
     pool = coop_torch_pool(device);
     coop_status st = COOP_OK;
-    if (!pool)
-        st = create_pool_locked(device, &pool);
+    int limit = atomic_load(&device_limit); /* init may have lowered it since */
+    if (!pool && device >= limit)
+        st = bad_device(device, limit, what, "");
+    else if (!pool && (st = create_pool_locked(device, &pool)) != COOP_OK)
+        st = on_device(st, device, what, "");
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK) {
         report(st);
@@ -395,7 +436,7 @@ static void retry_limit(int device, coop_pool *pool, bool force)
     coop_status st = limit ? apply_limit_locked(s, pool, limit) : COOP_OK;
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK)
-        report(st);
+        report(on_device(st, device, "memory limit", ""));
 }
 
 /* ------------------------------------------------------------------------
@@ -450,11 +491,10 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
     void *ptr = coop_malloc(pool, size, (coop_stream)stream, conf.placement, &st);
     if (!ptr) {
         /* reported and counted first: recording may set an error of its own */
-        report(st != COOP_OK ? st
-                             : coop_set_error(COOP_ERR_NOMEM,
-                                              "coop torch: malloc of %zu "
-                                              "bytes returned nothing",
-                                              size));
+        char what[64];
+        snprintf(what, sizeof what, "malloc of %zu bytes", size);
+        report(on_device(st != COOP_OK ? st : coop_set_error(COOP_ERR_NOMEM, "returned nothing"),
+                         device, what, ""));
         count_failure(device);
         if (torch_history_on(&s->history)) {
             /* torch's OOM entry carries the device's free memory
@@ -496,15 +536,18 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
 {
     if (!ptr)
         return;
-    if (!device_ok(device, "free"))
-        return;
-    coop_pool *pool = coop_torch_pool(device);
-    if (!pool) {
+    char what[64], owner[64];
+    if (device < 0 || device >= atomic_load(&device_limit) || !coop_torch_pool(device)) {
+        snprintf(what, sizeof what, "free of %p", ptr);
+        owner_of(ptr, device, owner, sizeof owner);
+        if (!device_ok(device, what, owner))
+            return;
         report(coop_set_error(COOP_ERR_FOREIGN_PTR,
-                              "coop torch: free of %p on device %d, which has no coop pool", ptr,
-                              device));
+                              "coop torch: free of %p on device %d, which has no coop pool%s", ptr,
+                              device, owner));
         return;
     }
+    coop_pool *pool = coop_torch_pool(device);
     device_slot *s = slot(device);
     bool ordered = torch_history_on(&s->history);
     if (ordered)
@@ -527,7 +570,9 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
     if (ordered)
         pthread_mutex_unlock(&s->order_lock);
     if (st != COOP_OK) {
-        report(st);
+        snprintf(what, sizeof what, "free of %p", ptr);
+        owner_of(ptr, device, owner, sizeof owner);
+        report(on_device(st, device, what, owner));
         return;
     }
     if (atomic_load_explicit(&s->pending_limit, memory_order_relaxed))
@@ -536,16 +581,29 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
 
 void coop_torch_init(int device_count)
 {
-    if (device_count > 0 && device_count <= COOP_TORCH_MAX_DEVICES)
-        atomic_store(&device_limit, device_count);
-    else if (device_count != 0) /* 0: torch's first call, before it counts */
-        report(coop_set_error(COOP_ERR_INVALID,
-                              "coop torch: init with a device count of %d: it must be 1..%d; "
-                              "devices stay 0..%d",
-                              device_count, COOP_TORCH_MAX_DEVICES,
-                              atomic_load(&device_limit) - 1));
+    /* under state_lock, as pool creation, which checks the count again
+     * there: a count can never leave out a pool made meanwhile */
     pthread_mutex_lock(&state_lock);
-    coop_status st = ensure_conf_locked();
+    int has_pool = -1; /* the highest device with a pool */
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        if (coop_torch_pool(i))
+            has_pool = i;
+    coop_status st = COOP_OK;
+    if (device_count < 0 || device_count > COOP_TORCH_MAX_DEVICES)
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop torch: init with a device count of %d: it must be 1..%d; "
+                            "devices stay 0..%d",
+                            device_count, COOP_TORCH_MAX_DEVICES, atomic_load(&device_limit) - 1);
+    else if (device_count > 0 && device_count <= has_pool) /* its blocks could not be freed */
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "coop torch: init with a device count of %d: device %d has a pool, "
+                            "whose blocks could not be freed; devices stay 0..%d",
+                            device_count, has_pool, atomic_load(&device_limit) - 1);
+    else if (device_count > 0) /* 0: torch's first call, before it counts */
+        atomic_store(&device_limit, device_count);
+    if (st != COOP_OK) /* before the configuration's error replaces the message */
+        report(st);
+    st = ensure_conf_locked();
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK)
         report(st);
@@ -558,7 +616,7 @@ void coop_torch_empty_cache(void)
         if (pool) {
             coop_status st = coop_empty_cache(pool);
             if (st != COOP_OK)
-                report(st);
+                report(on_device(st, i, "empty_cache", ""));
             retry_limit(i, pool, true);
         }
     }
@@ -586,7 +644,7 @@ void coop_torch_memory_fraction(double fraction, int device)
                               fraction, device));
         return;
     }
-    if (!device_ok(device, "set_per_process_memory_fraction"))
+    if (!device_ok(device, "set_per_process_memory_fraction", ""))
         return;
     pthread_mutex_lock(&state_lock);
     device_slot *s = slot(device);
@@ -598,7 +656,7 @@ void coop_torch_memory_fraction(double fraction, int device)
         st = apply_limit_locked(s, pool, fraction_of(s->full_capacity, fraction));
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK)
-        report(st);
+        report(on_device(st, device, "set_per_process_memory_fraction", ""));
 }
 
 /* A pointer no pool allocated is skipped, as PyTorch's own allocator skips
@@ -618,7 +676,7 @@ void coop_torch_record_stream(void *ptr, void *stream)
         if (st == COOP_OK)
             return;
         if (st != COOP_ERR_FOREIGN_PTR) {
-            report(st);
+            report(on_device(st, i, "record_stream", ""));
             return;
         }
     }
