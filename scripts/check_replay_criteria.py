@@ -20,7 +20,8 @@ against the offline optimum in the file name (A.1048576.csv: 1,048,576 bytes).
 
 A figure a check needs that is null fails that check. Prints one line per check and a
 summary; exits 1 if any check fails, 2 on bad input (no rows, a missing row, a zero
-recorded peak).
+recorded peak, a row that breaks json_rows.REPLAY_ROW: a missing figure, a byte count
+that is negative, fractional or past 2^64, a recorded_by_coop that is not a boolean...).
 """
 import argparse
 import re
@@ -29,37 +30,25 @@ import sys
 import json_rows
 
 
-NUMBERS = ("peak_live_bytes", "peak_reserved_bytes", "min_capacity_bytes", "map_bytes", "ns_per_op")
-
-
 def die(message):
     json_rows.die("check_replay_criteria", message)
 
 
 def load(path):
+    """{trace: {policy: row}}, each row held to json_rows.REPLAY_ROW."""
     rows = {}
     for lineno, r in json_rows.json_rows(path, "check_replay_criteria",
-                                         "not a coop replay JSON row"):
-        try:
-            for key in ("trace", "policy"):
-                if not isinstance(r[key], str):
-                    raise TypeError(f"{key} is {r[key]!r}, not a string")
-            mine = rows.setdefault(r["trace"], {})
-            if r["policy"] in mine:
-                # rows name traces by file name: two folders' traces of one
-                # name would overwrite each other
-                die(f"{path}:{lineno}: a second {r['policy']} row for {r['trace']} "
-                    f"({r.get('path') or 'two traces of that name?'}: check them in "
-                    "separate runs)")
-            mine[r["policy"]] = r
-        except (ValueError, KeyError, TypeError) as e:
-            die(f"{path}:{lineno}: not a coop replay JSON row ({e})")
-        for key in NUMBERS:
-            v = r.get(key)
-            if isinstance(v, bool) or not isinstance(v, (int, float, type(None))):
-                die(f"{path}:{lineno}: {key} is {v!r}, not a number or null")
-        if not r.get("peak_live_bytes"):
-            die(f"{path}:{lineno}: peak_live_bytes is missing or zero")
+                                         "not a coop replay JSON row", json_rows.replay_row_error):
+        mine = rows.setdefault(r["trace"], {})
+        if r["policy"] in mine:
+            # rows name traces by file name: two folders' traces of one
+            # name would overwrite each other
+            die(f"{path}:{lineno}: a second {r['policy']} row for {r['trace']} "
+                f"({r.get('path') or 'two traces of that name?'}: check them in "
+                "separate runs)")
+        mine[r["policy"]] = r
+        if not r["peak_live_bytes"]:  # every figure is held to it
+            die(f"{path}:{lineno}: peak_live_bytes is 0, nothing to compare with")
     return rows
 
 

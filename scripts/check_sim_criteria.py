@@ -22,7 +22,10 @@ lib). Prints every violated cell; with a baseline, also the cells that
 started or stopped failing. Exit status 1 when any cell is violated, or
 (with a baseline) when a cell passing in the baseline fails; 2 on bad input
 (an unreadable file, a malformed or duplicate row, no arena rows, or none of
-the checked policy).
+the checked policy). A row is malformed when it breaks json_rows.SIM_ROW: a
+result other than ok, oom, thrash and error (an error row counts as a
+failure, as oom), a memory model other than ideal and arena, a budget ratio
+outside (0, 1], an overhead below 1, a min_budget_ratio outside [0, 1], ...
 
 The results come from, e.g.:
   ./coop sim --json --memory arena --policy coop,dtr,dte \\
@@ -43,29 +46,25 @@ def die(message):
 
 
 def load(path):
-    """{(log, policy, ratio): row} of the arena rows."""
-    rows = {}
-    for n, r in json_rows.json_rows(path, "check_sim_criteria", "not a coop sim --json row"):
-        try:
-            if r["memory"] != "arena":
-                continue
-            key = (r["log"], r["policy"], round(float(r["budget_ratio"]), 4))
-            numbers = ["overhead"] if r["result"] == "ok" else []
-            if r.get("min_budget_ratio") is not None:
-                numbers.append("min_budget_ratio")
-            for name in numbers:  # compared with other rows' below
-                if isinstance(r[name], bool) or not isinstance(r[name], (int, float)):
-                    raise TypeError(f"{name} is {r[name]!r}, not a number")
-        except (ValueError, KeyError, TypeError) as e:
-            die(f"{path}:{n}: not a coop sim --json row ({e!r})")
+    """{(log, policy, ratio): row} of the arena rows; every row, ideal ones
+    too, is held to json_rows.SIM_ROW."""
+    rows, first = {}, None
+    for n, r in json_rows.json_rows(path, "check_sim_criteria", "not a coop sim --json row",
+                                    json_rows.sim_row_error):
+        # named here, before the second row of a cell the other engine gives
+        engine = r.get("engine", "sim")
+        first = first or (engine, n)
+        if engine != first[0]:
+            die(f"{path}:{n}: rows of both engines (a {engine} row, {first[0]} at line "
+                f"{first[1]}): check one at a time")
+        if r["memory"] != "arena":
+            continue
+        key = (r["log"], r["policy"], round(r["budget_ratio"], 4))
         if key in rows:
             die(f"{path}:{n}: a second row for {key[0]} {key[1]} at {key[2]:g}")
         rows[key] = r
     if not rows:
         die(f"{path}: no arena rows")
-    engines = {r.get("engine", "sim") for r in rows.values()}
-    if len(engines) > 1:
-        die(f"{path}: rows of both engines ({', '.join(sorted(engines))}): check one at a time")
     return rows
 
 

@@ -18,7 +18,9 @@ file appears only when every run succeeded (scripts/atomic_file.py), so a
 failed run leaves the one that was there.
 
 The two engines' rows are paired by budget_ratio; a ratio that one engine
-has no row for shows "missing" on that side. When coop fails (a log it
+has no row for shows "missing" on that side. Each row is held to
+json_rows.SIM_ROW, with its evictions (and min_budget_ratio with
+--min-ratio): a --coop that prints other rows fails in one line, exit 1. When coop fails (a log it
 refuses, a missing binary) or prints what is not one row per ratio, the
 script says so in one line on stderr (with coop's own last line) and exits
 2 when the input was bad (coop's status 2, a missing binary), 1 otherwise.
@@ -33,6 +35,7 @@ import sys
 import time
 
 import atomic_file
+import json_rows
 
 
 class Discard(Exception):
@@ -41,12 +44,6 @@ class Discard(Exception):
     def __init__(self, status):
         super().__init__(status)
         self.status = status
-
-
-def no_constant(name):
-    """json.loads' parse_constant: NaN and Infinity are not JSON (RFC 8259),
-    so not a row to pass on into --jsonl."""
-    raise ValueError("%s is not JSON" % name)
 
 
 class Failure(Exception):
@@ -75,14 +72,23 @@ def run(coop, engine, policy, budget, log, min_ratio):
         last = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise Failure("%s failed (exit %d): %s" % (what, p.returncode, last), 2 if p.returncode == 2 else 1)
     rows = {}
+    # the table reads evictions, and with min_ratio the min_budget_ratio
+    need = ["evictions"] + (["min_budget_ratio"] if min_ratio else [])
     for n, line in enumerate(p.stdout.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            r = json.loads(line, parse_constant=no_constant)
-            ratio = round(float(r["budget_ratio"]), 6)
-        except (ValueError, TypeError, KeyError) as e:
-            raise Failure("%s: output line %d is not a row with a budget_ratio (%s)" % (what, n, e), 1)
+            # NaN and Infinity are not JSON (RFC 8259): no row to pass on into --jsonl
+            r = json.loads(line, parse_constant=json_rows.no_constant)
+        except (ValueError, RecursionError) as e:
+            raise Failure("%s: output line %d is not a coop sim --json row (%s)" % (what, n, e), 1)
+        if not isinstance(r, dict):
+            why = "a JSON %s, not an object" % type(r).__name__
+        else:
+            why = json_rows.sim_row_error(r) or next(("missing %s" % k for k in need if k not in r), None)
+        if why:
+            raise Failure("%s: output line %d: %s" % (what, n, why), 1)
+        ratio = round(r["budget_ratio"], 6)
         if ratio in rows:
             raise Failure("%s: two rows for budget ratio %g" % (what, ratio), 1)
         r["engine"] = engine

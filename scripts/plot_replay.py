@@ -11,7 +11,11 @@ image appears whole or not at all (scripts/atomic_file.py): a failed save
 keeps the previous one. The timeline format is documented in
 src/replay/timeline.h.
 Exits 2, with one line on stderr, on a bad timeline or option (a --policy
-the timeline lacks) or an output that cannot be written.
+the timeline lacks) or an output that cannot be written. A bad timeline:
+a record with fields too many or too few, a number that is not unsigned, a
+policy twice in one trace, s records out of order or past the trace's
+events, a block that ends before it starts or past the trace, a second or
+misplaced oom record.
 """
 import argparse
 import bisect
@@ -31,8 +35,22 @@ MiB = 1024.0 * 1024.0
 ASCII_SPACES = re.compile(r"[ \t\n\r\f\v]+")
 
 
+# fields of each record (src/replay/timeline.h); every number is unsigned
+FIELDS = {"trace": 2, "policy": 1, "s": 3, "b": 4, "oom": 1}
+DIGITS = {10: re.compile(r"[0-9]+"), 16: re.compile(r"[0-9a-fA-F]+")}
+
+
 class TimelineError(Exception):
     pass
+
+
+def number(text, what, base=10):
+    """text as the unsigned count coop writes: digits only (int() also
+    took '-4', '+4' and '1_000', and drew them)."""
+    if not DIGITS[base].fullmatch(text):
+        raise ValueError(f"{what} {text!r} is not a {'hex' if base == 16 else 'decimal'} "
+                         "number of 0 or more")
+    return int(text, base)
 
 
 def read_timeline(path):
@@ -60,24 +78,46 @@ def _read_timeline(path):
                 continue
             try:
                 kind = fields[0]
+                if kind in FIELDS and len(fields) != FIELDS[kind] + 1:
+                    raise ValueError(f"'{kind}' record of {len(fields) - 1} fields, not "
+                                     f"{FIELDS[kind]}")
                 if kind == "trace":
-                    traces.append((fields[1], int(fields[2]), {}))
+                    traces.append((fields[1], number(fields[2], "EVENTS"), {}))
                     policy = None
                 elif kind == "policy":
                     if not traces:
                         raise ValueError("policy before any trace")
+                    if fields[1] in traces[-1][2]:  # the second replaced the first
+                        raise ValueError(f"a second policy {fields[1]} in trace {traces[-1][0]}")
                     policy = {"s": [], "b": [], "oom": None}
                     traces[-1][2][fields[1]] = policy
                 elif kind in ("s", "b", "oom") and policy is None:
                     raise ValueError(f"'{kind}' record before any policy")
                 elif kind == "s":
-                    policy["s"].append((int(fields[1]), int(fields[2]), int(fields[3])))
+                    sample = tuple(number(f, what) for f, what in
+                                   zip(fields[1:], ("EVENT", "LIVE", "RESERVED")))
+                    if sample[0] >= traces[-1][1]:
+                        raise ValueError(f"s event {sample[0]} is past the trace's "
+                                         f"{traces[-1][1]} events")
+                    if policy["s"] and sample[0] <= policy["s"][-1][0]:  # steps() draws in order
+                        raise ValueError(f"s event {sample[0]} is not after the previous s "
+                                         f"(event {policy['s'][-1][0]})")
+                    policy["s"].append(sample)
                 elif kind == "b":
-                    policy["b"].append(
-                        (int(fields[1], 16), int(fields[2]), int(fields[3]), int(fields[4]))
-                    )
+                    block = (number(fields[1], "OFFSET", 16),) + tuple(
+                        number(f, what) for f, what in zip(fields[2:], ("SIZE", "START", "END")))
+                    if not block[2] <= block[3] <= traces[-1][1]:
+                        raise ValueError(f"b from event {block[2]} to {block[3]}: not START <= "
+                                         f"END <= the trace's {traces[-1][1]} events")
+                    policy["b"].append(block)
                 elif kind == "oom":
-                    policy["oom"] = int(fields[1])
+                    oom = number(fields[1], "EVENT")
+                    if policy["oom"] is not None:
+                        raise ValueError(f"a second oom record (the first at event {policy['oom']})")
+                    if oom > traces[-1][1] or (policy["s"] and policy["s"][-1][0] >= oom):
+                        raise ValueError(f"oom at event {oom}: not after the s records and "
+                                         f"within the trace's {traces[-1][1]} events")
+                    policy["oom"] = oom
                 else:
                     raise ValueError(f"unknown record '{kind}'")
             except (ValueError, IndexError, TypeError) as e:

@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """Plot `coop sim --json` results: overhead vs budget ratio, one line per
-policy, one panel per log (and memory model). Runs that thrashed or ran out
-of memory are drawn as crosses at the top of the panel.
+policy, one panel per log (and memory model). Runs that thrashed, ran out
+of memory or failed (result "error") are drawn as crosses at the top of the
+panel. A row that is not a coop sim row (json_rows.SIM_ROW), or a second row
+of one log, memory model, policy and ratio, is refused.
 
 usage: coop sim --json ... > sim.jsonl   (exit 2 on bad input or an unwritable OUT)
        scripts/plot_sim.py sim.jsonl out.png [--title TEXT]
 """
 import argparse
-import json
 import math
 
 import matplotlib
@@ -18,23 +19,30 @@ import json_rows
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-REQUIRED = ("log", "policy", "memory", "budget_ratio", "result", "overhead")
-
 
 def die(message):
     json_rows.die("plot_sim", message)
 
 
 def load(path):
-    rows = []
-    for n, row in json_rows.json_rows(path, "plot_sim", "not a coop sim --json row"):
-        missing = [k for k in REQUIRED if k not in row]
-        if missing:
-            die(f"{path}:{n}: missing {', '.join(missing)}")
-        numbers = ["budget_ratio"] + (["overhead"] if row["result"] == "ok" else [])
-        for key in numbers:  # plotted and compared: a string or null is no figure
-            if isinstance(row[key], bool) or not isinstance(row[key], (int, float)):
-                die(f"{path}:{n}: {key} is {json.dumps(row[key])}, not a number")
+    """The rows of path, each held to json_rows.SIM_ROW. Two rows of one
+    log, memory model, policy and ratio (to 4 places, as
+    check_sim_criteria.py) would both be drawn, the line zigzagging between
+    them: refused, as are rows of both engines (compare_sim_lib.py --jsonl),
+    whose lines would share a policy's name."""
+    rows, seen, first = [], {}, None
+    for n, row in json_rows.json_rows(path, "plot_sim", "not a coop sim --json row",
+                                      json_rows.sim_row_error):
+        engine = row.get("engine", "sim")  # as check_sim_criteria.py
+        first = first or (engine, n)
+        if engine != first[0]:
+            die(f"{path}:{n}: rows of both engines (a {engine} row, {first[0]} at line "
+                f"{first[1]}): plot one at a time")
+        key = (row["log"], row["memory"], row["policy"], round(row["budget_ratio"], 4))
+        if key in seen:
+            die(f"{path}:{n}: a second row for {' '.join(key[:3])} at {key[3]:g} "
+                f"(the first: line {seen[key]})")
+        seen[key] = n
         rows.append(row)
     if not rows:
         die(f"{path}: no results")

@@ -120,6 +120,42 @@ def figure_checks(plot_replay, d):
             close(fig)
 
 
+def bad_record_checks(plot_replay, d):
+    """read_timeline refuses, naming the line, each timeline coop never
+    writes that it used to draw: a record with fields too many or too few
+    (extra ones ignored; 'policy' alone an IndexError's 'list index out of
+    range'), numbers that are not unsigned decimals (int() took -4, +4 and
+    1_000), a policy twice in a trace (the second replaced the first), s
+    records out of order or past the events, a block ending before it
+    starts or past the trace, a second or misplaced oom."""
+    head = "coop-replay-timeline 1\ntrace tiny 4\npolicy torch\n"
+    cases = [
+        (head + "s 0 10 20 99\n", ":4: 's' record of 4 fields, not 3"),
+        ("coop-replay-timeline 1\ntrace tiny 4 5\n", ":2: 'trace' record of 3 fields, not 2"),
+        (head + "policy\n", ":4: 'policy' record of 0 fields, not 1"),
+        ("coop-replay-timeline 1\ntrace tiny -4\n", ":2: EVENTS '-4' is not a decimal number"),
+        (head + "s 0 1_000 20\n", ":4: LIVE '1_000' is not a decimal number"),
+        (head + "b 0x10 10 0 1\n", ":4: OFFSET '0x10' is not a hex number"),
+        (head + "s 0 1 1\npolicy torch\n", ":5: a second policy torch in trace tiny"),
+        (head + "s 2 1 1\ns 1 1 1\n", ":5: s event 1 is not after the previous s (event 2)"),
+        (head + "s 4 1 1\n", ":4: s event 4 is past the trace's 4 events"),
+        (head + "b 0 10 3 1\n", ":4: b from event 3 to 1: not START <= END"),
+        (head + "b 0 10 0 5\n", ":4: b from event 0 to 5"),
+        (head + "oom 1\noom 2\n", ":5: a second oom record (the first at event 1)"),
+        (head + "s 2 1 1\noom 1\n", ":5: oom at event 1: not after the s records"),
+    ]
+    path = os.path.join(d, "bad-record.txt")
+    for text, says in cases:
+        with open(path, "w") as f:
+            f.write(text)
+        try:
+            plot_replay.read_timeline(path)
+        except plot_replay.TimelineError as e:
+            assert str(e).startswith(path + ":") and says in str(e), (text, str(e))
+        else:
+            raise AssertionError("accepted: %r" % text)
+
+
 def output_checks(d):
     """Names coop writes into a timeline and what the script writes."""
     # a name holding U+00A0 (coop keeps it: timeline.h) is one field; it
@@ -216,6 +252,7 @@ def main():
     offset, cuts = plot_replay.cut_gaps(blocks[:2])
     assert cuts == [] and offset(base + 5 * mib) == 5 * mib
     with tempfile.TemporaryDirectory() as d:
+        bad_record_checks(plot_replay, d)
         figure_checks(plot_replay, d)
         # an 's' after a new trace line belongs to no policy of that trace
         r, _ = draw(d, "orphan.txt", "coop-replay-timeline 1\ntrace a 2\npolicy p\ns 0 1 1\n"

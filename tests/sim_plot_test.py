@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """scripts/plot_sim.py draws overhead vs budget from coop sim --json lines and
 refuses a malformed file, naming the line."""
+import contextlib
+import io
 import json
 import os
 import resource
@@ -84,6 +86,61 @@ def check_figure(d):
     want("failed rows", [(list(c.get_xdata()), [round(y, 6) for y in c.get_ydata()]) for c in crosses],
          [([0.3, 0.4], [round(1.2 * 1.02, 6)] * 2)])
     plot_sim.plt.close(fig)
+    return fails
+
+
+def bad_row_checks(d):
+    """plot_sim.load refuses, in one line with exit 2, each row it used to
+    draw wrong or die on, a class of defect each: fields of the wrong JSON
+    type (a traceback in short() or in a set), results and memory models
+    coop never writes (a result of 3 drawn as a failure cross), values out
+    of range, numbers no float holds, a second row of one point (a zigzag),
+    rows of another tool or of both engines. In-process: one matplotlib
+    import for them all. Returns a list of failures."""
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    import plot_sim
+
+    good = sim_row("a.log.gz", "arena", "coop", 0.9, "ok", 1.1)
+    cases = [
+        ("log a number", sim_row(5, "arena", "coop", 0.9, "ok", 1.1), ":1: log is 5, not a"),
+        ("policy an object", sim_row("a", "arena", {"p": 1}, 0.9, "ok", 1.1),
+         ':1: policy is {"p": 1}, not a non-empty string'),
+        ("memory a list", sim_row("a", ["arena"], "coop", 0.9, "ok", 1.1), ":1: memory is"),
+        ("result 3", sim_row("a", "arena", "coop", 0.9, 3, 1.1),
+         ":1: result is 3, not one of ok, oom, thrash, error"),
+        ("result banana", sim_row("a", "arena", "coop", 0.9, "banana", 1.1), ':1: result is "banana"'),
+        ("memory unknown", sim_row("a", "Arena", "coop", 0.9, "ok", 1.1), ':1: memory is "Arena"'),
+        ("ratio above 1", sim_row("a", "arena", "coop", 1.5, "ok", 1.1),
+         ":1: budget_ratio is 1.5, not a ratio in (0, 1]"),
+        ("ratio negative", sim_row("a", "arena", "coop", -0.5, "ok", 1.1), ":1: budget_ratio is -0.5"),
+        ("overhead below 1", sim_row("a", "arena", "coop", 0.9, "ok", 0.5), ":1: overhead is 0.5, below 1"),
+        ("overhead 1e400", sim_row("a", "arena", "coop", 0.9, "ok", "BIG").replace('"BIG"', "1e400"),
+         ":1: overhead is Infinity, out of range"),
+        ("ratio 400 digits", sim_row("a", "arena", "coop", "BIG", "ok", 1.1).replace('"BIG"', "9" * 400),
+         ":1: budget_ratio is 999"),
+        ("a second row", good + good, ":2: a second row for a.log.gz arena coop at 0.9 (the first: line 1)"),
+        ("a replay row", good + '{"trace": "t.trace", "policy": "coop", "peak_live_bytes": 1}\n',
+         ":2: a coop replay --json row, not a coop sim --json row"),
+        ("both engines", good.replace("{", '{"engine": "lib", ', 1) + good,
+         ":2: rows of both engines (a sim row, lib at line 1)"),
+        ("blank lines", "\n  \n\n", ": no results"),
+    ]
+    fails = []
+    for name, text, says in cases:
+        path = os.path.join(d, "bad-row.jsonl")
+        with open(path, "w") as f:
+            f.write(text)
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                plot_sim.load(path)
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        except Exception as e:  # noqa: BLE001 (a traceback, as the script would show)
+            code, err = "an exception", io.StringIO(repr(e))
+        if code != 2 or says not in err.getvalue() or len(err.getvalue().splitlines()) != 1:
+            fails.append("%s: %s, %r" % (name, code, err.getvalue()))
     return fails
 
 
@@ -189,6 +246,22 @@ def main():
         fails = output_checks(good, d)
         if fails:
             print("FAIL: output files:\n  " + "\n  ".join(fails))
+            return 1
+        # a bad row keeps the old image (it used to be drawn over, a cross)
+        bad = os.path.join(d, "banana.jsonl")
+        with open(bad, "w") as f:
+            f.write(sim_row("a.log.gz", "arena", "coop", 0.9, "banana", 1.1))
+        with open(png, "rb") as f:
+            before = f.read()
+        r = subprocess.run([sys.executable, SCRIPT, bad, png], capture_output=True, text=True)
+        with open(png, "rb") as f:
+            kept = f.read() == before
+        if r.returncode != 2 or 'banana.jsonl:1: result is "banana"' not in r.stderr or not kept:
+            print("FAIL: a result of banana drawn:", r.returncode, r.stderr, "image kept:", kept)
+            return 1
+        fails = bad_row_checks(d)
+        if fails:
+            print("FAIL: bad rows not refused in one line:\n  " + "\n  ".join(fails))
             return 1
         fails = check_figure(d)
         if fails:

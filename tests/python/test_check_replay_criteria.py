@@ -175,6 +175,66 @@ class CheckReplayCriteria(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn(f"{f.name}: no rows", err)
 
+    def refused(self, rows, *says, raw=None):
+        """rows (or raw) are refused in one line that says each of says."""
+        rc, out, err, _ = self.run_script(rows, raw=raw)
+        self.assertEqual((rc, out), (2, ""), err)
+        for text in says:
+            self.assertIn(text, err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+
+    def test_a_missing_figure_is_named(self):
+        # map_bytes, min_capacity_bytes: read as coop[key], a KeyError traceback
+        for key in ("map_bytes", "min_capacity_bytes", "peak_live_bytes"):
+            with self.subTest(key=key):
+                rows = good_trace()
+                del rows[0][key]
+                self.refused(rows, f":1: missing {key}: not a coop replay --json row")
+
+    def test_byte_counts_out_of_range_are_refused(self):
+        # each passed its checks: a negative or fractional capacity is below
+        # any peak, a negative peak failed them with a negative ratio
+        for key, value in (("min_capacity_bytes", -5), ("min_capacity_bytes", 1.5),
+                           ("peak_live_bytes", -5), ("map_bytes", 2.0 ** 65),
+                           ("peak_reserved_bytes", "11")):
+            with self.subTest(key=key, value=value):
+                rows = good_trace()
+                rows[0][key] = value
+                self.refused(rows, f":1: {key} is {json.dumps(value)}, not a")
+        rows = good_trace()
+        rows[2]["ns_per_op"] = -1.0
+        self.refused(rows, ":3: ns_per_op is -1.0, negative")
+
+    def test_numbers_no_float_holds_are_refused(self):
+        # a peak live of 1e400 (infinity) passed capacity and map; 400
+        # digits were an OverflowError traceback
+        for key, big in (("peak_live_bytes", "1e400"), ("peak_live_bytes", "9" * 400),
+                         ("min_capacity_bytes", "1e400")):
+            with self.subTest(key=key, big=big[:8]):
+                rows = good_trace()
+                rows[0][key] = "BIG"
+                text = "".join(json.dumps(r) + "\n" for r in rows).replace('"BIG"', big)
+                self.refused(None, f":1: {key} is ", "out of range (no float holds it)", raw=text)
+
+    def test_flags_that_are_not_booleans_are_refused(self):
+        # recorded_by_coop "false" was true (bool("false")): the recorded row
+        # skipped as coop's own
+        rows = good_trace("s.pickle.gz")
+        rows.append(row("s.pickle.gz", "recorded", cap=11 * GIB, ns=None))
+        for key, value in (("recorded_by_coop", "false"), ("recorded_by_coop", None),
+                           ("torch_settings_default", 0)):
+            with self.subTest(key=key, value=value):
+                bad = [dict(r) for r in rows]
+                bad[1][key] = value
+                self.refused(bad, f":2: {key} is {json.dumps(value)}, not true or false")
+
+    def test_rows_of_other_tools_are_named(self):
+        sim = {"log": "a.log.gz", "policy": "coop", "memory": "arena", "budget_ratio": 0.9,
+               "result": "ok", "overhead": 1.0}
+        self.refused(good_trace() + [sim], ":4: a coop sim --json row, not a coop replay --json row")
+        gpu = {"script": "replay_native_vs_coop", "trace": "t.trace.gz", "allocator": "native"}
+        self.refused([gpu], ":1: a scripts/gpu results row, not a coop replay --json row")
+
     def test_bad_input(self):
         rc, _, err, path = self.run_script(None, raw=json.dumps(good_trace()[0]) + "\n{oops\n")
         self.assertEqual(rc, 2)
@@ -183,7 +243,7 @@ class CheckReplayCriteria(unittest.TestCase):
         bad[0]["ns_per_op"] = "fast"
         rc, _, err, path = self.run_script(bad)
         self.assertEqual(rc, 2)
-        self.assertIn(f"{path}:1: ns_per_op is 'fast'", err)
+        self.assertIn(f'{path}:1: ns_per_op is "fast", not a number', err)
         rc, _, err, _ = self.run_script(good_trace()[:2])  # no jemalloc row
         self.assertEqual(rc, 2)
         self.assertIn("no jemalloc row for t.trace.gz", err)
@@ -191,18 +251,18 @@ class CheckReplayCriteria(unittest.TestCase):
         bad[0]["trace"] = 5  # sorted with the other rows' names: a TypeError before
         rc, _, err, path = self.run_script(bad)
         self.assertEqual(rc, 2)
-        self.assertIn(f"{path}:1: not a coop replay JSON row (trace is 5, not a string)", err)
+        self.assertIn(f"{path}:1: trace is 5, not a non-empty string", err)
         self.assertNotIn("Traceback", err)
         bad = good_trace()
         bad[2]["ns_per_op"] = True  # a bool is an int to Python, not a figure
         rc, _, err, path = self.run_script(bad)
         self.assertEqual(rc, 2)
-        self.assertIn(f"{path}:3: ns_per_op is True, not a number or null", err)
+        self.assertIn(f"{path}:3: ns_per_op is true, not a number, nor null", err)
         bad = good_trace()
         bad[1]["peak_live_bytes"] = 0
         rc, _, err, path = self.run_script(bad)
         self.assertEqual(rc, 2)
-        self.assertIn(f"{path}:2: peak_live_bytes is missing or zero", err)
+        self.assertIn(f"{path}:2: peak_live_bytes is 0, nothing to compare with", err)
         rc, err = run_on_missing_file(SCRIPT)
         self.assertEqual(rc, 2)
         self.assertIn("/nonexistent.jsonl", err)

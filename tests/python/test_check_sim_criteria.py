@@ -4,6 +4,7 @@ criterion is violated where it should be and nowhere else, missing rows and
 rows of another memory model cannot make a run pass, and bad input is exit 2
 with one line. Standard library only."""
 
+import json
 import os
 import subprocess
 import sys
@@ -158,17 +159,17 @@ class CheckSimCriteria(unittest.TestCase):
     def test_bad_input(self):
         cases = {
             "not json": (None, "{oops\n", ":1: not a coop sim --json row"),
-            "ok without overhead": ([row("coop", 0.9, overhead=None)], None, "'overhead'"),
+            "ok without overhead": ([row("coop", 0.9, overhead=None)], None, ":1: missing overhead"),
             "duplicate": ([row("coop", 0.9), row("coop", 0.9)], None, ":2: a second row"),
             "no arena rows": ([row("coop", 0.9, memory="ideal")], None, "no arena rows"),
             "empty": ([], None, "no arena rows"),
             # compared with other rows' numbers: tracebacks (TypeError) before
             "overhead a string": ([row("coop", 0.9, overhead="1.0")], None,
-                                  ":1: not a coop sim --json row (TypeError(\"overhead is '1.0'"),
+                                  ':1: overhead is "1.0", not a number'),
             "min ratio a string": ([row("coop", 0.9, min_ratio="0.3")], None,
-                                   "min_budget_ratio is '0.3', not a number"),
+                                   'min_budget_ratio is "0.3", not a number'),
             "overhead a bool": ([row("coop", 0.9, overhead=True)], None,
-                                "overhead is True, not a number"),
+                                "overhead is true, not a number"),
         }
         for name, (rows, raw, says) in cases.items():
             rc, out, err = self.run_script(rows, raw=raw)
@@ -181,6 +182,71 @@ class CheckSimCriteria(unittest.TestCase):
         rc, err = run_on_missing_file(SCRIPT)
         self.assertEqual(rc, 2)
         self.assertIn("/nonexistent.jsonl: No such file", err)
+
+    def refused(self, rows, *says, raw=None):
+        """rows (or raw) are refused in one line that says each of says."""
+        rc, out, err = self.run_script(rows, raw=raw)
+        self.assertEqual((rc, out), (2, ""), err)
+        for text in says:
+            self.assertIn(text, err)
+        self.assertEqual(len(err.splitlines()), 1, err)
+
+    def test_fields_of_the_wrong_json_type_are_named(self):
+        # each was a traceback (a log sorted with names, a dict as a key) or,
+        # a ratio as a string, read as the number (float("0.9"))
+        for key, value, says in (("log", 5, ":1: log is 5, not a non-empty string"),
+                                 ("log", None, ":1: log is null"),
+                                 ("policy", {"a": 1}, ':1: policy is {"a": 1}, not a non-empty'),
+                                 ("memory", [1], ":1: memory is [1], not one of ideal, arena"),
+                                 ("budget_ratio", "0.9", ':1: budget_ratio is "0.9", not a number'),
+                                 ("min_budget_ratio", [0.3], ":1: min_budget_ratio is [0.3], not a "
+                                  "number, nor null")):
+            with self.subTest(key=key, value=value):
+                self.refused([dict(met()[0], **{key: value})] + met()[1:], says)
+
+    def test_unknown_results_and_memory_models_are_refused(self):
+        # a result of 3 or "banana" counted as a failure, a memory model of
+        # "Arena" as an ideal row: a verdict on a file coop never wrote
+        for key, value in (("result", 3), ("result", "banana"), ("memory", "Arena"),
+                           ("engine", "gpu")):
+            with self.subTest(key=key, value=value):
+                self.refused([dict(met()[0], **{key: value})] + met()[1:],
+                             f":1: {key} is {json.dumps(value)}, not one of")
+
+    def test_values_out_of_range_are_refused(self):
+        # each was checked as given: a ratio of 5 or -0.5 was a cell, an
+        # overhead of 0.5 beat every rival, a min ratio of -1 beat theirs
+        for key, value, says in (("budget_ratio", 5, "not a ratio in (0, 1]"),
+                                 ("budget_ratio", -0.5, "not a ratio in (0, 1]"),
+                                 ("budget_ratio", 0, "not a ratio in (0, 1]"),
+                                 ("overhead", 0.5, "below 1"),
+                                 ("min_budget_ratio", -1, "not a ratio in [0, 1]"),
+                                 ("min_budget_ratio", 1.5, "not a ratio in [0, 1]")):
+            with self.subTest(key=key, value=value):
+                self.refused([dict(met()[0], **{key: value})] + met()[1:],
+                             f":1: {key} is {json.dumps(value)}, {says}")
+
+    def test_numbers_no_float_holds_are_refused(self):
+        # 1e400 reads as infinity (a cell of its own); 400 digits were an
+        # OverflowError traceback in float()
+        text = "".join(json.dumps(r) + "\n" for r in met())
+        for key, big in (("budget_ratio", "1e400"), ("budget_ratio", "9" * 400),
+                         ("overhead", "1e400"), ("min_budget_ratio", "-1e400")):
+            with self.subTest(key=key, big=big[:8]):
+                first, rest = text.split("\n", 1)
+                first = json.dumps(dict(json.loads(first), **{key: "BIG"})).replace('"BIG"', big)
+                self.refused(None, f":1: {key} is ", "out of range (no float holds it)",
+                             raw=first + "\n" + rest)
+
+    def test_rows_of_other_tools_are_named(self):
+        replay = {"trace": "t.trace.gz", "policy": "coop", "peak_live_bytes": 10}
+        self.refused(met() + [replay], ":7: a coop replay --json row, not a coop sim --json row")
+        gpu = {"script": "oom_check", "summary": "environment"}
+        self.refused([gpu] + met(), ":1: a scripts/gpu results row, not a coop sim --json row")
+        # both engines: named at the first row of the second, not as a
+        # second row of a cell
+        self.refused([dict(r, engine="lib") for r in met()] + met()[:1],
+                     ":7: rows of both engines (a sim row, lib at line 1)")
 
     def test_bytes_not_utf8_and_deep_nesting_are_bad_lines(self):
         # json_rows.py, shared with check_replay_criteria.py and plot_sim.py:

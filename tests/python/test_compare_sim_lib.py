@@ -163,7 +163,7 @@ class CompareSimLib(unittest.TestCase):
         rc, _, err = self.run_script({"stdout": nan_row}, {"rows": [row(0.9)]}, "--jsonl", jsonl,
                                      budget="0.9")
         self.assertEqual(rc, 1)
-        self.assertOneLine(err, "output line 1 is not a row with a budget_ratio (NaN is not JSON)")
+        self.assertOneLine(err, "output line 1 is not a coop sim --json row (NaN is not JSON)")
         self.assertFalse(os.path.exists(jsonl))
 
     def test_bad_budget_is_refused(self):
@@ -188,14 +188,34 @@ class CompareSimLib(unittest.TestCase):
         self.assertOneLine(err, "cannot run")
 
     def test_output_not_rows(self):
-        for lib, fragment in (({"stdout": "log policy ratio\n"}, "output line 1 is not a row with a budget_ratio"),
-                              ({"stdout": json.dumps({"result": "ok"}) + "\n"}, "output line 1 is not a row"),
+        for lib, fragment in (({"stdout": "log policy ratio\n"}, "output line 1 is not a coop sim --json row"),
+                              ({"stdout": json.dumps({"result": "ok"}) + "\n"},
+                               "output line 1: missing log, policy, memory, budget_ratio, overhead"),
                               ({"rows": [row(0.9), row(0.9)]}, "two rows for budget ratio 0.9"),
                               ({"rows": []}, "printed no rows")):
             with self.subTest(lib=lib):
                 rc, _, err = self.run_script(lib, {"rows": [row(0.9)]})
                 self.assertEqual(rc, 1)
                 self.assertOneLine(err, fragment)
+
+    def test_rows_coop_sim_never_prints_are_refused(self):
+        # each was a KeyError traceback in the table's cells, or (a result of
+        # "banana") a cell drawn from it
+        no_evictions = row(0.9)
+        del no_evictions["evictions"]
+        no_min = row(0.9)
+        del no_min["min_budget_ratio"]
+        for lib, extra, fragment in (
+                ([dict(row(0.9), result="banana")], (), 'result is "banana", not one of'),
+                ([dict(row(0.9), overhead="1.0")], (), 'overhead is "1.0", not a number'),
+                ([dict(row(0.9), log=7)], (), "log is 7, not a non-empty string"),
+                ([no_evictions], (), "missing evictions"),
+                ([no_min], ("--min-ratio",), "missing min_budget_ratio")):
+            with self.subTest(fragment=fragment):
+                rc, table, err = self.run_script({"rows": lib}, {"rows": [row(0.9)]}, *extra,
+                                                 budget="0.9")
+                self.assertEqual((rc, table), (1, []))
+                self.assertOneLine(err, "(lib engine, policy coop)", "output line 1: " + fragment)
 
     def test_real_coop_refuses_a_missing_log(self):
         coop = next((c for c in (os.path.join(os.getcwd(), "coop"), os.path.join(HERE, "..", "..", "coop"))
