@@ -851,17 +851,29 @@ coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool
                         ? a->params.capacity - a->reserved
                         : 0;
     arena_block *best = NULL;
-    uintptr_t lo = 0, best_lo = 0;
-    uint64_t len = 0, best_len = 0;
-    /* in address order, a strictly smaller block wins: best fit's ties */
-    for (arena_block *b = a->first_segment->first; b; b = b->next)
-        if (b->state == COOP_BLOCK_FREE && b->size >= size &&
-            arena_tags_mergeable(b->stream, stream) && (!best || b->size < best->size) &&
-            placement_fits(a, b, size, high, room, &lo, &len)) {
+    uintptr_t best_lo = 0;
+    uint64_t best_len = 0;
+    /* The free blocks usable on stream (its set and the "any" set, merged)
+     * in (size, address) order, the first whose placement fits: best fit's
+     * order. Over the free blocks that fit in size, not every block (a
+     * walk in address order did that, on every failed retry: per eviction
+     * for remat's one-at-a-time policies). */
+    free_index_node *own =
+        stream == a->index.any ? NULL : free_index_set_fit(&a->index, size, stream);
+    free_index_node *any = free_index_set_fit(&a->index, size, a->index.any);
+    while (own || any) {
+        free_index_node **next =
+            !any || (own &&
+                     (own->size < any->size || (own->size == any->size && own->addr < any->addr)))
+                ? &own
+                : &any;
+        arena_block *b = BLOCK_OF(*next);
+        if (placement_fits(a, b, size, high, room, &best_lo, &best_len)) {
             best = b;
-            best_lo = lo;
-            best_len = len;
+            break;
         }
+        *next = free_index_next(&a->index, *next);
+    }
     if (!best)
         return COOP_ERR_NOMEM; /* a->nomem stays as the failed attempt left it */
     coop_status st = reserve_records(a, 2);

@@ -324,6 +324,24 @@ COOP_HOT free_index_node *free_index_best_fit(free_index *fi, uint64_t size, coo
     return a;
 }
 
+free_index_node *free_index_set_fit(free_index *fi, uint64_t size, coop_stream stream)
+{
+    const free_index_set *set = find_set(fi, stream);
+    return set && set->count ? set_lower_bound(set, size) : NULL;
+}
+
+free_index_node *free_index_next(free_index *fi, const free_index_node *n)
+{
+    if (n->right)
+        return leftmost(n->right);
+    for (const free_index_node *p = n->parent; p; n = p, p = p->parent)
+        if (n == p->left)
+            return (free_index_node *)p;
+    const free_index_set *set = find_set(fi, n->stream);
+    unsigned bin = next_bin(set, bin_of(n->size) + 1);
+    return bin < FREE_INDEX_BINS ? leftmost(set->bins[bin]) : NULL;
+}
+
 free_index_node *free_index_first(free_index *fi, coop_stream stream)
 {
     free_index_set *set = find_set(fi, stream);

@@ -102,6 +102,13 @@ void free_index_replace(free_index *fi, free_index_node *old, free_index_node *n
 /* Smallest (size, addr) >= (size, 0) among stream's set and the any set;
  * NULL if none fits. */
 free_index_node *free_index_best_fit(free_index *fi, uint64_t size, coop_stream stream);
+/* Smallest node of stream's set alone with size >= size (NULL if none, or
+ * no set): with free_index_next, a walk over that set's fits in key order. */
+free_index_node *free_index_set_fit(free_index *fi, uint64_t size, coop_stream stream);
+/* The node after n in its set by (size, address), NULL after the last: the
+ * treap's successor by parent links (amortized O(1) over a walk), else the
+ * smallest node of the set's next non-empty bin (a bitmap look). */
+free_index_node *free_index_next(free_index *fi, const free_index_node *n);
 /* Smallest node of one stream's set (NULL if empty or no set). */
 free_index_node *free_index_first(free_index *fi, coop_stream stream);
 /* Largest node over all sets, NULL if empty. O(sets x depth). */

@@ -740,6 +740,49 @@ static void test_alloc_mapped_keeps_to_the_stream_rule(void **state)
     close_arena();
 }
 
+/* arena_alloc_mapped's order is best fit's, (size, address), over the
+ * stream's free blocks and the "any" ones merged, passing those whose
+ * placement needs pages: a (3 pages, mapped, lowest), u (2, unmapped,
+ * "any") and c (2, mapped, highest); stream 1 busy, so a's and c's cached
+ * pages stay, and the capacity allows no page more. u is the best fit but
+ * needs 2 pages; c, not a, is taken: the smaller size wins over the lower
+ * address. */
+static void test_alloc_mapped_takes_the_smallest_that_needs_no_page(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *a = alloc(3 * P, 1, false);
+    arena_block *g1 = alloc(P, 0, false);
+    arena_block *u = alloc(2 * P, 0, false);
+    arena_block *g2 = alloc(P, 0, false);
+    arena_block *c = alloc(2 * P, 1, false);
+    arena_block *g3 = alloc(P, 0, false);
+    uintptr_t c_addr = c->addr;
+    release(u, COOP_STREAM_ANY);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    release(a, 1);
+    release(c, 1);
+    assert_int_equal(F.a.reserved, 8 * P); /* u's pages unmapped */
+    arena_set_stream_idle(&F.a, stream_1_busy, NULL);
+    F.a.params.capacity = 8 * P; /* as coop_set_capacity sets it */
+    arena_block *b = NULL;
+    bool reclaimed = false;
+    assert_int_equal(arena_alloc(&F.a, 2 * P, 1, false, &b, &reclaimed), COOP_ERR_NOMEM);
+    assert_int_equal(F.a.nomem, ARENA_NOMEM_CAPACITY);
+    assert_int_equal(arena_alloc_mapped(&F.a, 2 * P, 1, false, &b, &reclaimed), COOP_OK);
+    check();
+    assert_int_equal(b->addr, c_addr);
+    assert_int_equal(F.a.reserved, 8 * P);
+    arena_set_stream_idle(&F.a, NULL, NULL);
+    release(b, 1);
+    release(g1, 0);
+    release(g2, 0);
+    release(g3, 0);
+    close_arena();
+}
+
 /* One reclaim asks each stream once and remembers the answer, a busy one
  * included: two free blocks of a busy stream, apart, both stay mapped. */
 static void test_reclaim_remembers_a_busy_stream(void **state)
@@ -1083,6 +1126,7 @@ int main(void)
         cmocka_unit_test(test_reclaim_stops_once_enough_is_released),
         cmocka_unit_test(test_reclaim_releases_only_the_segments_needed),
         cmocka_unit_test(test_alloc_mapped_after_the_device_refused),
+        cmocka_unit_test(test_alloc_mapped_takes_the_smallest_that_needs_no_page),
         cmocka_unit_test(test_alloc_mapped_keeps_to_the_stream_rule),
         cmocka_unit_test(test_reclaim_remembers_a_busy_stream),
         cmocka_unit_test(test_check_detects_corruption),

@@ -53,6 +53,26 @@ static free_index_node *model_best_fit(uint64_t size, coop_stream stream)
     return best;
 }
 
+/* free_index_set_fit and free_index_next walk stream's set alone: every
+ * node of size >= want there, once each, in (size, addr) order. */
+static void walk_matches_model(uint64_t want, coop_stream stream)
+{
+    size_t expected = 0, seen = 0;
+    for (int i = 0; i < N; i++)
+        expected += present[i] && nodes[i].stream == stream && nodes[i].size >= want;
+    const free_index_node *prev = NULL;
+    for (free_index_node *n = free_index_set_fit(&fi, want, stream); n;
+         n = free_index_next(&fi, n)) {
+        ptrdiff_t i = n - nodes;
+        assert_true(i >= 0 && i < N && present[i]);
+        assert_true(n->stream == stream && n->size >= want);
+        assert_true(!prev || less(prev, n));
+        prev = n;
+        seen++;
+    }
+    assert_int_equal(seen, expected);
+}
+
 static void test_small_cases(void **state)
 {
     (void)state;
@@ -69,6 +89,12 @@ static void test_small_cases(void **state)
     assert_null(free_index_best_fit(&fi, 8192, 1));
     assert_ptr_equal(free_index_max(&fi), &a);
     assert_ptr_equal(free_index_first(&fi, 1), &c);
+    assert_ptr_equal(free_index_set_fit(&fi, 512, 1), &c); /* stream 1's set alone */
+    assert_ptr_equal(free_index_next(&fi, &c), &a);
+    assert_null(free_index_next(&fi, &a));
+    assert_ptr_equal(free_index_set_fit(&fi, 2048, ANY), &b);
+    assert_null(free_index_next(&fi, &b));
+    assert_null(free_index_set_fit(&fi, 512, 7)); /* no set */
     assert_true(free_index_contains(&fi, &b));
     free_index_remove(&fi, &b);
     assert_false(free_index_contains(&fi, &b));
@@ -129,6 +155,7 @@ static void test_random_against_model(void **state)
                 if (present[k] && (!max || less(max, &nodes[k])))
                     max = &nodes[k];
             assert_ptr_equal(free_index_max(&fi), max);
+            walk_matches_model(want, rand() % 4 == 3 ? ANY : s);
         }
     }
     for (int i = 0; i < N; i++)
