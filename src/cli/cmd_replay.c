@@ -94,14 +94,19 @@ static void usage(FILE *out)
  * usage error naming its option, not a skipped policy blaming another. */
 #define MAX_BYTES_OPTION ((uint64_t)1 << 54)
 
-/* Splits LIST into choices; false (with a message) on an unknown name or a
- * malformed list. */
-static bool parse_policies(const char *list, replay_choice *choices, size_t *count)
+/* Splits LIST into choices: 0, else the exit status, said: 2 for an unknown
+ * name or a malformed list, 1 for no host memory to copy it (that was a 2
+ * without a word). */
+static int parse_policies(const char *list, replay_choice *choices, size_t *count)
 {
     *count = 0;
     char *copy = strdup(list);
+    if (!copy) {
+        fprintf(stderr, "coop replay: --policy: out of host memory\n");
+        return 1;
+    }
     char *names[MAX_CHOICES];
-    int n = copy ? cli_split_list(copy, names, MAX_CHOICES, "coop replay", "--policy") : -1;
+    int n = cli_split_list(copy, names, MAX_CHOICES, "coop replay", "--policy");
     bool ok = n > 0;
     for (int i = 0; i < n && ok; i++) {
         const replay_policy_ops *ops = replay_policy_find(names[i]);
@@ -120,7 +125,7 @@ static bool parse_policies(const char *list, replay_choice *choices, size_t *cou
             choices[(*count)++] = (replay_choice){.name = ops ? ops->name : "recorded", .ops = ops};
     }
     free(copy);
-    return ok;
+    return ok ? 0 : 2;
 }
 
 static void default_policies(replay_choice *choices, size_t *count)
@@ -410,8 +415,9 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
         }
     }
     if (policy_list) {
-        if (!parse_policies(policy_list, cli->choices, &cli->num_choices))
-            return 2;
+        int rc = parse_policies(policy_list, cli->choices, &cli->num_choices);
+        if (rc)
+            return rc;
         for (size_t i = 0; i < cli->num_choices; i++)
             cli->asked_recorded |= !cli->choices[i].ops;
     } else {
