@@ -280,8 +280,9 @@ static void warn_torch_settings(const replay_cli *cli, const char *path, const t
 static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
 {
     trace t;
-    if (trace_read(path, &t) != COOP_OK)
-        return stop(res, 2, "coop replay: %s", coop_last_error());
+    coop_status read = trace_read(path, &t);
+    if (read != COOP_OK) /* no host memory is the work failing (1), not bad input */
+        return stop(res, read == COOP_ERR_HOST_NOMEM ? 1 : 2, "coop replay: %s", coop_last_error());
     char **grown_names = realloc(res->names, (res->num_names + 1) * sizeof *grown_names);
     if (grown_names)
         res->names = grown_names;
@@ -466,21 +467,26 @@ int cmd_replay(int argc, char **argv)
      * write leaves the file that was there (cli_output.h). */
     cli_output tl_out = {.fd = -1};
     if (timeline_path) {
+        errno = 0; /* ENOMEM after a failure: no host memory */
         const char *why = cli_output_open(&tl_out, timeline_path);
         if (!why) {
             errno = 0;
             timeline = tl_out.tmp ? fdopen(tl_out.fd, "w") : fopen(timeline_path, "w");
+            if (!timeline && !errno)
+                errno = ENOMEM;
             if (!timeline)
-                why = errno ? strerror(errno) : "out of host memory";
+                why = errno == ENOMEM ? "out of host memory" : strerror(errno);
         }
         if (why) {
+            /* no host memory is the work failing (1), not a bad --timeline */
+            int rc_open = errno == ENOMEM ? 1 : 2;
             fprintf(stderr, "coop replay: cannot write --timeline %s: %s\n", timeline_path, why);
             if (tl_out.tmp)
                 close(tl_out.fd);
             cli_output_discard(&tl_out);
             if (use_bundled)
                 globfree(&bundled);
-            return 2;
+            return rc_open;
         }
         replay_timeline_header(timeline);
     }
