@@ -5,7 +5,7 @@ if HAVE_CUDA
 libcoop_la_SOURCES += src/backend_cuda.c src/cuda_driver.c src/cuda_driver.h
 
 # A mock driver (libmockcuda.so) that lets the backend be tested without a GPU.
-check_LTLIBRARIES = tests/libmockcuda.la
+check_LTLIBRARIES += tests/libmockcuda.la
 tests_libmockcuda_la_SOURCES = tests/mock_cuda_driver.c tests/cuda_mock_counters.h
 tests_libmockcuda_la_CPPFLAGS = $(CUDA_CPPFLAGS)
 tests_libmockcuda_la_CFLAGS = $(AM_CFLAGS)

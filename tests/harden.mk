@@ -45,6 +45,15 @@ EXTRA_DIST += tests/cli_errors_test.sh
 # rows on odd names and edge inputs (tests/README.md, "Outputs")
 TESTS += tests/cli_outputs_test.sh
 EXTRA_DIST += tests/cli_outputs_test.sh
+# the coop command with each host allocation of the process failing in turn
+# (tests/README.md, "Host out of memory in the CLI"), through an LD_PRELOAD
+# module (-rpath: libtool builds a shared object only for an install path)
+check_LTLIBRARIES += tests/fail_malloc_shim.la
+tests_fail_malloc_shim_la_SOURCES = tests/fail_malloc_shim.c
+tests_fail_malloc_shim_la_CFLAGS = $(AM_CFLAGS)
+tests_fail_malloc_shim_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+TESTS += tests/cli_host_oom_test.sh
+EXTRA_DIST += tests/cli_host_oom_test.sh
 
 # the same figures from coop replay / sim / bench / convert run again, without
 # ASLR, under another TZ and a ',' locale, from another directory, with the

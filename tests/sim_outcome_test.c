@@ -84,12 +84,12 @@ static void remat_limit_just_below_the_cap(void **state)
     assert_true(sim_remat_limit(third + 1, 4.0) == SIM_REMAT_LIMIT_MAX);
 }
 
-static bool feasible_from(double ratio, void *ctx)
+static int feasible_from(double ratio, void *ctx)
 {
     return ratio >= *(const double *)ctx;
 }
 
-static bool always(double ratio, void *ctx)
+static int always(double ratio, void *ctx)
 {
     (void)ratio;
     ++*(int *)ctx;
@@ -110,6 +110,45 @@ static void bisection_and_grid_stop_where_documented(void **state)
     double r = sim_grid_stable_ratio(always, &runs, 0.1);
     assert_int_equal(runs, 10);
     assert_true(fabs(r - 0.1) < 1e-9);
+}
+
+/* Succeeds from ratio `from` up, until its error_at-th run, which ends in
+ * an error (-1: host memory ran out); counts its runs. */
+typedef struct erring {
+    double from;
+    int runs, error_at;
+} erring;
+
+static int feasible_until_an_error(double ratio, void *ctx)
+{
+    erring *e = ctx;
+    if (++e->runs == e->error_at)
+        return -1;
+    return ratio >= e->from;
+}
+
+/* A run's error ends either search at once with NaN: it was taken for an
+ * infeasible ratio, and coop sim printed a min_budget_ratio (or "none")
+ * that host memory running out had moved. Checked at every run of a
+ * bisection and a grid, and at the bisection's run of ratio 0 (made when
+ * no probe failed: 1, then 7 probes to 0.01). */
+static void a_run_error_ends_the_searches_with_nan(void **state)
+{
+    (void)state;
+    for (int at = 1; at <= 9; at++) {
+        erring e = {.from = 0.25, .error_at = at};
+        double r = sim_bisect_min_ratio(feasible_until_an_error, &e, 0.01);
+        assert_true(at <= 8 ? isnan(r) : r >= 0.25 && r < 0.26);
+        assert_int_equal(e.runs, at <= 8 ? at : 8);
+        e = (erring){.from = 0.25, .error_at = at}; /* 1, 0.9, ..., 0.3 ok, 0.2 fails */
+        assert_true(isnan(sim_grid_stable_ratio(feasible_until_an_error, &e, 0.1)));
+        assert_int_equal(e.runs, at);
+    }
+    erring e = {.from = 0.0, .error_at = 9};
+    assert_true(isnan(sim_bisect_min_ratio(feasible_until_an_error, &e, 0.01)));
+    e = (erring){.from = 0.0, .error_at = 10};
+    assert_true(sim_bisect_min_ratio(feasible_until_an_error, &e, 0.01) == 0.0);
+    assert_int_equal(e.runs, 9);
 }
 
 /* The chain of tests/sim_test.c: w (constant, 100 B) -f-> a -g-> b -h-> c
@@ -695,6 +734,7 @@ int main(void)
         cmocka_unit_test(percentiles_are_nearest_rank),
         cmocka_unit_test(remat_limit_just_below_the_cap),
         cmocka_unit_test(bisection_and_grid_stop_where_documented),
+        cmocka_unit_test(a_run_error_ends_the_searches_with_nan),
         cmocka_unit_test(a_stopped_run_counts_the_whole_base),
         cmocka_unit_test(inplace_follows_the_policy_and_the_option),
         cmocka_unit_test(the_old_value_of_an_inplace_op_frees_nothing),

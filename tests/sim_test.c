@@ -717,7 +717,7 @@ static const char zero_peak_log[] =
     "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CONST("c", "0")
         CALLM("f", "\"c\"", "a", "10", "0") CALLM("g", "\"a\"", "b", "10", "0") RELEASE("a");
 
-static bool feasible_from(double ratio, void *ctx)
+static int feasible_from(double ratio, void *ctx)
 {
     return ratio >= *(const double *)ctx;
 }
@@ -748,7 +748,7 @@ static void min_ratio_of_a_zero_peak_log_is_zero(void **state)
  * but not in [0.8, 0.9); out of [0.3, 0.8), 0.85 fails too. The bisection
  * probes 1, 0.5 (ok), 0.25 (fails), ... and answers about 0.3, below the
  * failing band; the grid's threshold is 0.9. */
-static bool feasible_with_a_band(double ratio, void *ctx)
+static int feasible_with_a_band(double ratio, void *ctx)
 {
     int *runs = ctx;
     ++*runs;

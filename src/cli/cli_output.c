@@ -36,10 +36,12 @@ const char *cli_output_open(cli_output *o, const char *path)
         return NULL; /* a device or a pipe: nothing to rename over */
     errno = 0;
     o->target = output_target(path);
+    if (!o->target && !errno)
+        errno = ENOMEM; /* said as such (cli_output.h) */
     if (!o->target)
-        return errno == ENOENT ? "a symbolic link to a file that does not exist"
-               : errno         ? strerror(errno)
-                               : "out of host memory";
+        return errno == ENOENT   ? "a symbolic link to a file that does not exist"
+               : errno == ENOMEM ? "out of host memory"
+                                 : strerror(errno);
     /* the new file gets the old one's permissions, or a new file's */
     mode_t mode;
     if (stat(o->target, &st) == 0) {
@@ -55,6 +57,7 @@ const char *cli_output_open(cli_output *o, const char *path)
     o->tmp = malloc(n);
     if (!o->tmp) {
         cli_output_discard(o);
+        errno = ENOMEM;
         return "out of host memory";
     }
     /* DIR/.NAME.XXXXXX: hidden, in the target's directory; a fresh name

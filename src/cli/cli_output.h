@@ -31,7 +31,8 @@ typedef struct cli_output {
  * when path exists and is not a regular file, nothing (tmp NULL): the
  * caller opens path itself (a FIFO's reader must see one open and close).
  * NULL on success, else why not (strerror's text, or a sentence for a
- * dangling symbolic link); *o is then zeroed and nothing was created. */
+ * dangling symbolic link or no host memory, errno then ENOMEM); *o is then
+ * zeroed and nothing was created. */
 const char *cli_output_open(cli_output *o, const char *path);
 
 /* Renames the temporary file over the target (the caller has closed fd and

@@ -165,18 +165,23 @@ static inline bool one_pair(const allocator *a, const workload *w, live_slot *sl
 
 /* Fills the live set, warms up with the pairs before the timed ones, then
  * times batches of BATCH pairs (the clock is read only around each batch,
- * no per-pair bookkeeping inside). Returns the median ns per pair, or a
- * negative value on failure; *footprint gets the allocator's footprint at
+ * no per-pair bookkeeping inside). Returns the median ns per pair, -1 when
+ * the allocator failed, or RUN_NO_HOST_MEMORY when the harness had no host
+ * memory for its own arrays (an allocator failing with an empty reason was
+ * said before); *footprint gets the allocator's footprint at
  * the end of the steady state, *live_bytes the bytes asked for by the live
  * blocks then. */
+#define RUN_NO_HOST_MEMORY (-2.0)
+
 static double run_pairs(const allocator *a, const workload *w, size_t batches, uint64_t *footprint,
                         uint64_t *live_bytes)
 {
     live_slot *slot = calloc(w->live, sizeof *slot);
     double *batch_ns = malloc(batches * sizeof *batch_ns);
-    double result = -1;
+    double result = RUN_NO_HOST_MEMORY;
     if (!slot || !batch_ns)
         goto out;
+    result = -1;
     for (size_t i = 0; i < w->live; i++) {
         slot[i].size = w->initial[i];
         if (!(slot[i].ptr = a->alloc(a->ctx, slot[i].size)))
@@ -601,23 +606,32 @@ static bool pools_can_be_made(const bench_opts *o)
  * 383-394. An untimed run of the same kind beforehand takes that cost off
  * the figures: after one of the default 200 batches the first run was
  * 392-405 against 381-401 (one of 20 batches left most of it). Returns
- * false if it could not run. */
+ * false, said, if it could not run (host memory running out was said as
+ * the warm-up failing). */
 static bool jemalloc_warm_process(void)
 {
     enum { WARM_LIVE = 1000, WARM_BATCHES = 200 };
     workload w;
-    if (!workload_make(&w, WARM_LIVE, WARM_BATCHES * BATCH + 20000))
+    double ns = RUN_NO_HOST_MEMORY;
+    if (!workload_make(&w, WARM_LIVE, WARM_BATCHES * BATCH + 20000)) {
+        fprintf(stderr, "coop bench: out of host memory for jemalloc's warm-up workload\n");
         return false;
+    }
     je_peer jp;
-    bool ok = false;
     if (je_peer_create(&jp)) {
         allocator ja = {je_alloc_cb, je_release_cb, je_footprint_cb, &jp};
         uint64_t footprint, live_bytes;
-        ok = run_pairs(&ja, &w, WARM_BATCHES, &footprint, &live_bytes) >= 0;
+        ns = run_pairs(&ja, &w, WARM_BATCHES, &footprint, &live_bytes);
         je_peer_destroy(&jp);
+    } else {
+        ns = -1;
     }
     workload_free(&w);
-    return ok;
+    if (ns == RUN_NO_HOST_MEMORY)
+        fprintf(stderr, "coop bench: out of host memory for jemalloc's warm-up run\n");
+    else if (ns < 0)
+        fprintf(stderr, "coop bench: jemalloc's untimed warm-up run failed\n");
+    return ns >= 0;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -635,10 +649,8 @@ int cmd_bench(int argc, char **argv)
     if (o.run_coop && !pools_can_be_made(&o))
         return 1;
     rng = bench_rng_seed(~o.seed);
-    if (o.run_jemalloc && !jemalloc_warm_process()) {
-        fprintf(stderr, "coop bench: jemalloc's untimed warm-up run failed\n");
+    if (o.run_jemalloc && !jemalloc_warm_process())
         return 1;
-    }
     if (!o.json)
         printf("%12s %16s %20s %8s %14s %18s\n", "live_blocks", "coop_ns_per_pair",
                "jemalloc_ns_per_pair", "ratio", "coop_footprint", "jemalloc_footprint");
@@ -677,6 +689,11 @@ int cmd_bench(int argc, char **argv)
             }
         }
         workload_free(&w);
+        if (coop_ns == RUN_NO_HOST_MEMORY || je_ns == RUN_NO_HOST_MEMORY) {
+            fprintf(stderr, "coop bench: out of host memory for the runs at %zu live blocks\n",
+                    live);
+            return 1;
+        }
         if (coop_ns < 0 || je_ns < 0) {
             fprintf(stderr, "coop bench: an allocation failed at %zu live blocks (%s)\n", live,
                     coop_ns < 0 ? coop_last_error() : "jemalloc");

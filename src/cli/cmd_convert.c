@@ -30,7 +30,8 @@ static void usage(FILE *out)
                  "  --verbose    print what was converted to stderr\n"
                  "  -h, --help   show this help\n"
                  "\n"
-                 "exit status: 0 converted, 1 OUT could not be written, 2 usage error or bad IN\n");
+                 "exit status: 0 converted, 1 OUT could not be written or host memory ran out,\n"
+                 "2 usage error or bad IN\n");
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -160,9 +161,9 @@ int cmd_convert(int argc, char **argv)
     if (st == COOP_OK)
         st = format == TRACE_FORMAT_PICKLE ? trace_read_pickle_device(paths[0], device, &t)
                                            : trace_read(paths[0], &t);
-    if (st != COOP_OK) {
+    if (st != COOP_OK) { /* no host memory is the work failing (1), as in replay and sim */
         fprintf(stderr, "coop convert: %s\n", coop_last_error());
-        return 2;
+        return st == COOP_ERR_HOST_NOMEM ? 1 : 2;
     }
     int rc = write_output(&t, paths[1]);
     if (rc == 0 && verbose)

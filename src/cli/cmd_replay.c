@@ -94,14 +94,19 @@ static void usage(FILE *out)
  * usage error naming its option, not a skipped policy blaming another. */
 #define MAX_BYTES_OPTION ((uint64_t)1 << 54)
 
-/* Splits LIST into choices; false (with a message) on an unknown name or a
- * malformed list. */
-static bool parse_policies(const char *list, replay_choice *choices, size_t *count)
+/* Splits LIST into choices: 0, else the exit status, said: 2 for an unknown
+ * name or a malformed list, 1 for no host memory to copy it (that was a 2
+ * without a word). */
+static int parse_policies(const char *list, replay_choice *choices, size_t *count)
 {
     *count = 0;
     char *copy = strdup(list);
+    if (!copy) {
+        fprintf(stderr, "coop replay: --policy: out of host memory\n");
+        return 1;
+    }
     char *names[MAX_CHOICES];
-    int n = copy ? cli_split_list(copy, names, MAX_CHOICES, "coop replay", "--policy") : -1;
+    int n = cli_split_list(copy, names, MAX_CHOICES, "coop replay", "--policy");
     bool ok = n > 0;
     for (int i = 0; i < n && ok; i++) {
         const replay_policy_ops *ops = replay_policy_find(names[i]);
@@ -120,7 +125,7 @@ static bool parse_policies(const char *list, replay_choice *choices, size_t *cou
             choices[(*count)++] = (replay_choice){.name = ops ? ops->name : "recorded", .ops = ops};
     }
     free(copy);
-    return ok;
+    return ok ? 0 : 2;
 }
 
 static void default_policies(replay_choice *choices, size_t *count)
@@ -275,8 +280,9 @@ static void warn_torch_settings(const replay_cli *cli, const char *path, const t
 static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
 {
     trace t;
-    if (trace_read(path, &t) != COOP_OK)
-        return stop(res, 2, "coop replay: %s", coop_last_error());
+    coop_status read = trace_read(path, &t);
+    if (read != COOP_OK) /* no host memory is the work failing (1), not bad input */
+        return stop(res, read == COOP_ERR_HOST_NOMEM ? 1 : 2, "coop replay: %s", coop_last_error());
     char **grown_names = realloc(res->names, (res->num_names + 1) * sizeof *grown_names);
     if (grown_names)
         res->names = grown_names;
@@ -410,8 +416,9 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
         }
     }
     if (policy_list) {
-        if (!parse_policies(policy_list, cli->choices, &cli->num_choices))
-            return 2;
+        int rc = parse_policies(policy_list, cli->choices, &cli->num_choices);
+        if (rc)
+            return rc;
         for (size_t i = 0; i < cli->num_choices; i++)
             cli->asked_recorded |= !cli->choices[i].ops;
     } else {
@@ -460,21 +467,26 @@ int cmd_replay(int argc, char **argv)
      * write leaves the file that was there (cli_output.h). */
     cli_output tl_out = {.fd = -1};
     if (timeline_path) {
+        errno = 0; /* ENOMEM after a failure: no host memory */
         const char *why = cli_output_open(&tl_out, timeline_path);
         if (!why) {
             errno = 0;
             timeline = tl_out.tmp ? fdopen(tl_out.fd, "w") : fopen(timeline_path, "w");
+            if (!timeline && !errno)
+                errno = ENOMEM;
             if (!timeline)
-                why = errno ? strerror(errno) : "out of host memory";
+                why = errno == ENOMEM ? "out of host memory" : strerror(errno);
         }
         if (why) {
+            /* no host memory is the work failing (1), not a bad --timeline */
+            int rc_open = errno == ENOMEM ? 1 : 2;
             fprintf(stderr, "coop replay: cannot write --timeline %s: %s\n", timeline_path, why);
             if (tl_out.tmp)
                 close(tl_out.fd);
             cli_output_discard(&tl_out);
             if (use_bundled)
                 globfree(&bundled);
-            return 2;
+            return rc_open;
         }
         replay_timeline_header(timeline);
     }

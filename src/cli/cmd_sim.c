@@ -249,6 +249,21 @@ static void print_row(bool json, const char *log, const char *policy, const char
     row_end(&r, th);
 }
 
+/* A run that ended in an error (host memory ran out: the simulator's or the
+ * pool's) ends the command, as in replay: the runs after it would fail
+ * too, one message each, or measure a host short of memory. Says why
+ * (policy: the threshold search's, or NULL), frees prog and returns the
+ * exit status, at least 1. Before, the run's row was printed ("error") and
+ * the next run began; a threshold search took the error for an infeasible
+ * ratio and printed a min_budget_ratio that host memory had moved. */
+static int stop_on_error(sim_program *prog, const char *log, const char *policy, int status)
+{
+    fprintf(stderr, "coop sim: %s: %s%s%s\n", log, policy ? policy : "", policy ? ": " : "",
+            coop_last_error());
+    sim_program_free(prog);
+    return status > 1 ? status : 1;
+}
+
 int cmd_sim(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -475,17 +490,16 @@ int cmd_sim(int argc, char **argv)
         if (loaded != COOP_OK) {
             fprintf(stderr, "coop sim: %s\n", coop_last_error());
             /* a bad or unreadable log is an input error (2), as in replay
-             * and convert; running out of memory is the work failing (1) */
+             * and convert; running out of memory is the work failing (1),
+             * and ends the command (stop_on_error) */
+            if (loaded == COOP_ERR_HOST_NOMEM)
+                return status > 1 ? status : 1;
             status = loaded == COOP_ERR_INVALID ? 2 : status > 1 ? status : 1;
             continue;
         }
         uint64_t peak = sim_peak(&prog, mem_model);
-        if (!peak && coop_last_error()[0]) { /* out of host memory: no budget to take */
-            fprintf(stderr, "coop sim: %s: %s\n", argv[a], coop_last_error());
-            sim_program_free(&prog);
-            status = status > 1 ? status : 1;
-            continue;
-        }
+        if (!peak && coop_last_error()[0]) /* out of host memory: no budget to take */
+            return stop_on_error(&prog, argv[a], NULL, status);
         /* budget = ratio x peak, in whole bytes: a ratio in (0, 1] so small
          * that nothing is left is no budget at all; in the arena, neither is
          * one below a 512-byte block (the bisection's probes there are oom) */
@@ -514,18 +528,19 @@ int cmd_sim(int argc, char **argv)
             if (want_min)
                 th.min_ratio = lib ? sim_lib_min_budget_ratio(&prog, peak, &opt, 0.005)
                                    : sim_min_budget_ratio(&prog, peak, &opt, 0.005);
+            if (isnan(th.min_ratio)) /* a run's error, not a ratio found */
+                return stop_on_error(&prog, prog.name, policy_items[i], status);
             if (want_stable)
                 th.stable = lib ? sim_lib_stable_min_ratio(&prog, peak, &opt, stable_step)
                                 : sim_stable_min_ratio(&prog, peak, &opt, stable_step);
+            if (isnan(th.stable))
+                return stop_on_error(&prog, prog.name, policy_items[i], status);
             for (int k = 0; k < nb; k++) {
                 sim_lib_counts n;
                 sim_outcome o = lib ? sim_lib_run(&prog, peak, &opt, ratios[k], &n)
                                     : sim_run(&prog, peak, &opt, ratios[k]);
-                if (o.result == SIM_ERROR) {
-                    fprintf(stderr, "coop sim: %s: %s\n", prog.name, coop_last_error());
-                    if (status == 0)
-                        status = 1;
-                }
+                if (o.result == SIM_ERROR)
+                    return stop_on_error(&prog, prog.name, NULL, status);
                 print_row(json, prog.name, policy_items[i], memory, &o, lib ? &n : NULL, &th);
                 /* each row is out as it is made; one that cannot be written
                  * (a full disk, a closed pipe with SIGPIPE ignored) stops

@@ -1,7 +1,8 @@
 # src/remat build fragment (included by Makefile.am)
 # DTR operator logs: reader (trace layer, owned by the remat work)
 libcooptools_la_SOURCES += src/trace/dtr_log.h src/trace/reader_dtr.c \
-	src/trace/name_table.h src/trace/name_table.c src/trace/dtr_events.c
+	src/trace/name_table.h src/trace/name_table.c src/trace/dtr_events.c \
+	src/trace/json_alloc.h src/trace/json_alloc.c
 # rematerialization simulator
 libcooptools_la_SOURCES += src/remat/sim_program.h src/remat/sim_program.c \
 	src/remat/sim_runtime.h src/remat/sim_runtime.c \

@@ -160,11 +160,14 @@ double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double toleranc
 {
     /* lo is taken to fail (nothing fits in 0 bytes), hi is checked */
     double lo = 0.0, hi = 1.0;
-    if (!feasible(hi, ctx))
-        return -1.0;
+    int ok = feasible(hi, ctx);
+    if (ok <= 0)
+        return ok < 0 ? NAN : -1.0;
     while (hi - lo > tolerance) {
         double mid = (lo + hi) / 2;
-        if (feasible(mid, ctx))
+        if ((ok = feasible(mid, ctx)) < 0)
+            return NAN;
+        if (ok)
             hi = mid;
         else
             lo = mid;
@@ -172,15 +175,15 @@ double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double toleranc
     /* no probe failed: ratio 0 may not fail either (a log whose peak is 0
      * bytes runs in any budget), and then the answer is 0, not hi. Checked
      * only here, so logs with a failing probe cost no extra run */
-    if (lo == 0.0 && feasible(0.0, ctx))
-        return 0.0;
+    if (lo == 0.0 && (ok = feasible(0.0, ctx)) != 0)
+        return ok < 0 ? NAN : 0.0;
     return hi;
 }
 
-static bool sim_run_feasible(double ratio, void *ctx)
+static int sim_run_feasible(double ratio, void *ctx)
 {
     const sim_run_args *a = ctx;
-    return sim_run(a->prog, a->peak, a->opt, ratio).result == SIM_OK;
+    return sim_feasibility(sim_run(a->prog, a->peak, a->opt, ratio).result);
 }
 
 double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
@@ -198,7 +201,12 @@ double sim_grid_stable_ratio(sim_feasible_fn feasible, void *ctx, double step)
      * 0 itself where step divides 1 */
     for (uint64_t k = 0;; k++) {
         double r = 1.0 - (double)k * step;
-        if (r < step / 2 || !feasible(r, ctx))
+        if (r < step / 2)
+            break;
+        int ok = feasible(r, ctx);
+        if (ok < 0)
+            return NAN;
+        if (!ok)
             break;
         stable = r;
     }

@@ -108,19 +108,29 @@ sim_outcome sim_run(const sim_program *prog, uint64_t peak, const sim_options *o
 
 /* Smallest ratio in [0, 1] at which the run succeeds, by bisection to
  * within tolerance (e.g. 0.005); -1 if even ratio 1 fails; 0 for a log
- * that runs in 0 bytes (its peak is 0). Feasibility is
+ * that runs in 0 bytes (its peak is 0); NaN when a run ended in an error
+ * (SIM_ERROR: host memory ran out; coop_last_error says why). Feasibility is
  * not monotone near the thrash limit, so this is one feasible ratio whose
  * neighbour tolerance below failed, not a guarantee for all ratios above. */
 double sim_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,
                             double tolerance);
 
-/* Whether one run at budget ratio succeeds (result ok; oom, thrash and
- * errors fail). */
-typedef bool (*sim_feasible_fn)(double ratio, void *ctx);
+/* Whether one run at budget ratio succeeds: 1 (result ok), 0 (oom or
+ * thrash), or -1 when the run ended in an error (SIM_ERROR, its message in
+ * coop_last_error), which ends the search: taken for a failure, host memory
+ * running out moved the ratio found without a word. */
+typedef int (*sim_feasible_fn)(double ratio, void *ctx);
+
+/* A run's result as sim_feasible_fn's answer. */
+static inline int sim_feasibility(sim_result r)
+{
+    return r == SIM_OK ? 1 : r == SIM_ERROR ? -1 : 0;
+}
 
 /* sim_min_budget_ratio's bisection over any engine: the smallest ratio in
  * [0, 1] that feasible accepts, to within tolerance; -1 if 1 fails; 0 when
- * every probe and ratio 0 itself succeed (a log whose peak is 0 bytes). */
+ * every probe and ratio 0 itself succeed (a log whose peak is 0 bytes); NaN
+ * as soon as feasible returns -1. */
 double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double tolerance);
 
 /* The default grid step of sim_stable_min_ratio (`coop sim
@@ -129,7 +139,8 @@ double sim_bisect_min_ratio(sim_feasible_fn feasible, void *ctx, double toleranc
 
 /* The smallest ratio of the grid 1, 1 - step, 1 - 2 step, ... (above 0)
  * from which every grid ratio up to 1 succeeds: the grid walked down from
- * 1 until the first failure (at most 1/step runs); -1 if 1 fails.
+ * 1 until the first failure (at most 1/step runs); -1 if 1 fails; NaN as
+ * soon as feasible returns -1 (a run's error).
  * Feasibility is not monotone in the budget near the thrash limit (a
  * larger budget can lead the policy to evictions it then recomputes more
  * often), so the bisection's min_budget_ratio can land on a feasible ratio

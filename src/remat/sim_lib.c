@@ -474,10 +474,10 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
     return out;
 }
 
-static bool lib_run_feasible(double ratio, void *ctx)
+static int lib_run_feasible(double ratio, void *ctx)
 {
     const sim_run_args *a = ctx;
-    return sim_lib_run(a->prog, a->peak, a->opt, ratio, NULL).result == SIM_OK;
+    return sim_feasibility(sim_lib_run(a->prog, a->peak, a->opt, ratio, NULL).result);
 }
 
 double sim_lib_min_budget_ratio(const sim_program *prog, uint64_t peak, const sim_options *opt,

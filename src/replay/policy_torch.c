@@ -37,6 +37,11 @@ typedef struct torch_state {
     coop_backend *device;
     uint64_t capacity;
     torch_blocks blocks;
+    /* COOP_OK, or what failed in this torch_malloc other than the capacity
+     * (host memory, the backend's records), its message set: the call fails
+     * with it, not as a device out of memory (whose cache release and retry
+     * changed the figures without a word) */
+    coop_status failure;
 } torch_state;
 
 static uint64_t segment_size_for(uint64_t rounded)
@@ -78,8 +83,10 @@ static void release_cached_segments(torch_state *s)
     for (int small = 0; small < 2; small++) {
         torch_block **whole;
         size_t count;
-        if (!torch_blocks_collect_free(&s->blocks, small, true, &whole, &count))
-            return; /* no host memory: behave as if nothing were cached */
+        if (!torch_blocks_collect_free(&s->blocks, small, true, &whole, &count)) {
+            s->failure = coop_set_error(COOP_ERR_HOST_NOMEM, "torch policy: out of host memory");
+            return;
+        }
         for (size_t i = 0; i < count; i++) {
             torch_block *b = whole[i];
             torch_block_unfile(&s->blocks, b);
@@ -97,11 +104,16 @@ static torch_block *segment_new(torch_state *s, uint64_t size, uint64_t stream, 
     if (size > s->capacity - s->blocks.reserved) /* reserved <= capacity; a sum could wrap */
         return NULL;
     uintptr_t addr;
-    if (s->device->ops->segment_alloc(s->device, size, &addr) != COOP_OK)
+    coop_status st = s->device->ops->segment_alloc(s->device, size, &addr);
+    if (st != COOP_OK) {
+        if (st != COOP_ERR_NOMEM) /* the backend's own records */
+            s->failure = st;
         return NULL;
+    }
     torch_block *b = torch_block_new(&s->blocks);
     if (!b) {
         s->device->ops->segment_free(s->device, addr, size);
+        s->failure = coop_set_error(COOP_ERR_HOST_NOMEM, "torch policy: out of host memory");
         return NULL;
     }
     *b =
@@ -123,11 +135,14 @@ static coop_status torch_malloc(void *state, uint64_t size, uint64_t stream, uin
         torch_block_unfile(&s->blocks, b);
     } else {
         uint64_t seg = segment_size_for(rounded);
+        s->failure = COOP_OK;
         b = segment_new(s, seg, stream, small);
-        if (!b) {
+        if (!b && s->failure == COOP_OK) {
             release_cached_segments(s);
-            b = segment_new(s, seg, stream, small);
+            b = s->failure == COOP_OK ? segment_new(s, seg, stream, small) : NULL;
         }
+        if (s->failure != COOP_OK)
+            return s->failure;
         if (!b)
             return coop_set_error(COOP_ERR_NOMEM,
                                   "torch policy: %llu bytes do not fit (reserved %llu of %llu)",

@@ -58,6 +58,11 @@ typedef struct xs_state {
     size_t num_free_slots, cap_free_slots;
     torch_blocks blocks; /* reserved: mapped bytes */
     uint64_t segments;
+    /* a host allocation failed in this xs_malloc: it fails with
+     * COOP_ERR_HOST_NOMEM, not as a device out of memory (whose cache
+     * release and retry, or a release left half done, changed the figures
+     * without a word) */
+    bool out_of_host;
 } xs_state;
 
 /* Reserves a new segment for (stream, pool): one unmapped block, in its tree. */
@@ -73,8 +78,10 @@ static torch_block *segment_new(xs_state *s, uint64_t stream, bool small)
     else
         return NULL; /* more live ranges than 64-bit labels hold: out of memory */
     torch_block *b = torch_block_new(&s->blocks);
-    if (!b)
+    if (!b) {
+        s->out_of_host = true;
         return NULL;
+    }
     if (s->num_free_slots)
         s->num_free_slots--;
     else
@@ -104,6 +111,7 @@ static torch_block *map_front(xs_state *s, torch_block *b, uint64_t size)
         torch_block *rest = torch_block_split(&s->blocks, b, bytes);
         if (!rest) {
             torch_block_file(&s->blocks, b);
+            s->out_of_host = true;
             return NULL;
         }
         torch_block_file(&s->blocks, rest); /* still unmapped */
@@ -207,6 +215,7 @@ static void unmap_pages(xs_state *s, torch_block *b)
         torch_block *after = torch_block_split(&s->blocks, b, hi - b->addr);
         if (!after) {
             torch_block_file(&s->blocks, b);
+            s->out_of_host = true;
             return;
         }
         torch_block_file(&s->blocks, after);
@@ -215,6 +224,7 @@ static void unmap_pages(xs_state *s, torch_block *b)
         torch_block *middle = torch_block_split(&s->blocks, b, lo - b->addr);
         if (!middle) {
             torch_block_file(&s->blocks, b);
+            s->out_of_host = true;
             return;
         }
         torch_block_file(&s->blocks, b); /* the part before */
@@ -231,6 +241,7 @@ static void unmap_pages(xs_state *s, torch_block *b)
             size_t cap = s->cap_free_slots ? 2 * s->cap_free_slots : 8;
             uint64_t *grown = realloc(s->free_slots, cap * sizeof *grown);
             if (!grown) { /* no host memory: the slot stays used, a label lost */
+                s->out_of_host = true;
                 s->segments--;
                 torch_block_recycle(&s->blocks, b);
                 return;
@@ -252,8 +263,10 @@ static void release_cached(xs_state *s)
     for (int small = 0; small < 2; small++) {
         torch_block **free_blocks;
         size_t count;
-        if (!torch_blocks_collect_free(&s->blocks, small, false, &free_blocks, &count))
-            return; /* no host memory: behave as if nothing were cached */
+        if (!torch_blocks_collect_free(&s->blocks, small, false, &free_blocks, &count)) {
+            s->out_of_host = true;
+            return;
+        }
         for (size_t i = 0; i < count; i++)
             unmap_pages(s, free_blocks[i]);
         free(free_blocks);
@@ -284,13 +297,16 @@ static coop_status xs_malloc(void *state, uint64_t size, uint64_t stream, uintpt
     xs_state *s = state;
     uint64_t rounded = torch_round_size(size);
     bool small = rounded <= TORCH_SMALL_SIZE;
+    s->out_of_host = false;
     torch_block *b = best_free(s, stream, small, rounded);
     if (!b)
         b = allocate_expandable(s, stream, small, rounded);
-    if (!b) {
+    if (!b && !s->out_of_host) {
         release_cached(s);
-        b = allocate_expandable(s, stream, small, rounded);
+        b = s->out_of_host ? NULL : allocate_expandable(s, stream, small, rounded);
     }
+    if (s->out_of_host) /* what allocate_expandable mapped stays mapped and free */
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "torch-expandable policy: out of host memory");
     if (!b)
         return coop_set_error(COOP_ERR_NOMEM,
                               "torch-expandable policy: %llu bytes do not fit (mapped %llu of "

@@ -26,14 +26,21 @@ static coop_status gz_failure(gzFile gz, const char *path, uint64_t line)
     size_t n = strlen(path);
     if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
         msg += n + 2;
-    if (err == Z_ERRNO)
+    /* zlib's buffers not allocated is no fault of the file's (exit 1, not
+     * the 2 of bad input) */
+    coop_status st = COOP_ERR_INVALID;
+    if (err == Z_ERRNO) {
+        st = errno == ENOMEM ? COOP_ERR_HOST_NOMEM : st;
         msg = strerror(errno);
-    else if (err == Z_BUF_ERROR)
+    } else if (err == Z_MEM_ERROR) {
+        st = COOP_ERR_HOST_NOMEM;
+        msg = "out of host memory";
+    } else if (err == Z_BUF_ERROR) {
         msg = "file is truncated (gzip stream ends early)";
+    }
     if (line)
-        return coop_set_error(COOP_ERR_INVALID, "%s:%llu: read error: %s", path,
-                              (unsigned long long)line, msg);
-    return coop_set_error(COOP_ERR_INVALID, "%s: read error: %s", path, msg);
+        return coop_set_error(st, "%s:%llu: read error: %s", path, (unsigned long long)line, msg);
+    return coop_set_error(st, "%s: read error: %s", path, msg);
 }
 
 /* After a read: refuses a gzip stream inflating past TRACE_INPUT_BOMB_RATIO
@@ -58,9 +65,10 @@ static coop_status open_gz(const char *path, gzFile *out)
 {
     errno = 0;
     gzFile gz = gzopen(path, "rb");
-    if (!gz)
-        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path,
-                              errno ? strerror(errno) : "out of memory");
+    if (!gz) /* zlib's state not allocated: errno ENOMEM, or none */
+        return coop_set_error(errno && errno != ENOMEM ? COOP_ERR_INVALID : COOP_ERR_HOST_NOMEM,
+                              "%s: cannot open: %s", path,
+                              errno && errno != ENOMEM ? strerror(errno) : "out of host memory");
     gzbuffer(gz, 1u << 17);
     *out = gz;
     return COOP_OK;

@@ -22,6 +22,7 @@
 #include "trace/dtr_log.h"
 #include "trace/event.h"
 #include "trace/input.h"
+#include "trace/json_alloc.h"
 #include "trace/name_table.h"
 
 /* The sum of a log's MEMORY values is below this (2^63 bytes, 8 EiB): then
@@ -341,7 +342,12 @@ static coop_status parse_line(parser *p, const char *text, size_t len)
     if (!len)
         return COOP_OK; /* blank lines carry nothing */
     json_error_t jerr;
+    unsigned long failed_before = json_alloc_failures();
     json_t *obj = json_loadb(text, len, 0, &jerr);
+    if (json_alloc_failures() != failed_before) { /* not the line's fault (json_alloc.h) */
+        json_decref(obj);
+        return fail_host(p);
+    }
     if (!obj) {
         char msg[256];
         snprintf(msg, sizeof msg, "invalid JSON at column %d: %s", jerr.column, jerr.text);
@@ -446,6 +452,7 @@ coop_status dtr_log_parse_buffer(const char *name, const char *text, size_t len,
     parser p = {.file = name, .log = out};
     coop_status st = COOP_OK;
     size_t pos = 0;
+    json_alloc_watch();
     while (st == COOP_OK && pos < len) {
         const char *nl = memchr(text + pos, '\n', len - pos);
         size_t end = nl ? (size_t)(nl - text) : len;
@@ -466,6 +473,7 @@ coop_status dtr_log_read(const char *path, dtr_log *out)
 {
     *out = (dtr_log){0};
     parser p = {.file = path, .log = out};
+    json_alloc_watch();
     trace_input in;
     coop_status st = trace_input_open(&in, path);
     while (st == COOP_OK) {
