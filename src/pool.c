@@ -402,6 +402,8 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
     if (from_arena && a->nomem == ARENA_NOMEM_CAPACITY && a->idle_failure != COOP_OK)
         return coop_set_error(a->idle_failure, "cannot allocate %zu bytes on stream %#lx: %s", size,
                               (unsigned long)stream, a->idle_failure_why);
+    if (pool->quiet_oom) /* the caller writes its own */
+        return COOP_ERR_NOMEM;
     uint64_t live = footprint(a, true);
     uint64_t headroom = a->params.capacity > live ? a->params.capacity - live : 0;
     char why[512] = "";

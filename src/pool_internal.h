@@ -101,7 +101,20 @@ struct coop_pool {
      * it joins the free space (pool_set_pending_release_hook); NULL: none */
     pool_pending_release_fn pending_released;
     void *pending_released_ctx;
+    /* failed allocations leave the message as it was (pool_set_quiet_oom) */
+    bool quiet_oom;
 };
+
+/* Quiet (true): an allocation refused for room returns COOP_ERR_NOMEM and
+ * leaves the thread's message as it was, for a caller that retries and then
+ * writes its own (remat's searches, the simulator's arena): the pool's
+ * message reads the live blocks' footprint, a walk over every block, which
+ * those callers paid on every failed try (per eviction for the argmin
+ * policies). Counted in num_ooms as before. Pool lock held. */
+static inline void pool_set_quiet_oom(coop_pool *pool, bool quiet)
+{
+    pool->quiet_oom = quiet;
+}
 
 /* A pool created single_thread is serialized by its caller: the two atomic
  * instructions of an uncontended lock and unlock (about 10 ns per call on

@@ -735,6 +735,10 @@ static void a_bound_address_range_evicts_nothing_for_a_hopeless_request(void **s
     coop_remat_get_stats(r, &st);
     assert_int_equal(st.evictions, 0);
     assert_int_equal(coop_pool_check(pool), COOP_OK);
+    /* the search's tries left the pool's messages off (pool_set_quiet_oom);
+     * a plain allocation's refusal has its own again */
+    assert_null(coop_malloc(pool, 16 * KiB, 0, 0, NULL));
+    assert_non_null(strstr(coop_last_error(), "out of memory: cannot allocate 16384 bytes"));
     coop_remat_destroy(r);
     coop_pool_destroy(pool);
 }

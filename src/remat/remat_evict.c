@@ -791,6 +791,8 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         pool_unlock(r->pool);
         return st;
     }
+    /* every refusal for room below ends in no_room's message */
+    pool_set_quiet_oom(r->pool, true);
     uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
     /* the search index catches up in batches at allocations that fit, so
@@ -856,6 +858,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         remat_make_resident(r, t, ptr);
         st = COOP_OK;
     }
+    pool_set_quiet_oom(r->pool, false);
     pool_unlock(r->pool);
     remat_notify_victims(r);
     return st;

@@ -63,6 +63,7 @@ int sim_arena_open(sim_runtime *rt)
     sim_arena_pool_config(rt->budget, &c);
     if (coop_pool_create(&c, &rt->mem_pool))
         return -1;
+    pool_set_quiet_oom(rt->mem_pool, true); /* a refusal means evict and retry */
     rt->scratch = calloc(1, sizeof *rt->scratch);
     if (!rt->scratch)
         return -1;
