@@ -464,7 +464,10 @@ typedef enum coop_remat_policy {
      * than the address range: the window policies then evict tensors
      * cheapest per byte (window cost over block bytes), one at a time,
      * until the pool can map the request; none when even all of them would
-     * leave too little room. */
+     * leave too little room, or when no run of free and evictable blocks
+     * could hold it (the run that ends at the top taking the address range
+     * above it: that range binds once the tiled range reaches va_size),
+     * and where only that top run could, its tensors go first. */
     COOP_REMAT_COOP = 0,
     /* The argmin policies (DTR to SIZE) evict one tensor at a time until
      * the request fits, and none where it cannot fit even once every
@@ -473,7 +476,9 @@ typedef enum coop_remat_policy {
      * blocks) leave too little of the capacity; and, without VMM, no run of
      * adjacent free and evictable blocks inside one segment covers the
      * request, nor would giving back the segments made only of such blocks
-     * let the capacity hold a segment of the request's size in pages.
+     * let the capacity hold a segment of the request's size in pages;
+     * with VMM, no such run in the one range, the run that ends at the top
+     * taking the address range above it, holds the request.
      * COOP_ERR_NOMEM ("no room") then, nothing evicted. */
     COOP_REMAT_DTR,       /* argmin of c_eq / (bytes * staleness), one at a time */
     COOP_REMAT_DTR_LOCAL, /* argmin of c / (bytes * staleness) */

@@ -114,3 +114,12 @@ tests_remat_loop_memory_SOURCES = tests/remat_loop_memory.c
 tests_remat_loop_memory_CFLAGS = $(TESTCFLAGS)
 tests_remat_loop_memory_LDADD = libcoop.la
 tests_remat_loop_memory_LDFLAGS = -static
+
+# tests/remat_pressure vmm|segments TENSORS POLICY: searches on a full pool,
+# each evicting 1,024 small tensors for a large one (README.md, "Speed");
+# built by make check, not a test
+check_PROGRAMS += tests/remat_pressure
+tests_remat_pressure_SOURCES = tests/remat_pressure.c
+tests_remat_pressure_CFLAGS = $(TESTCFLAGS)
+tests_remat_pressure_LDADD = libcoop.la
+tests_remat_pressure_LDFLAGS = -static
