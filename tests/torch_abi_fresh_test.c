@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "cases_in_children.h"
 #include "coop.h"
 #include "torch/torch_abi.h"
 
@@ -268,36 +269,6 @@ static void test_record_stream_of_foreign_memory_is_ignored(void **state)
     coop_torch_free(p, 4096, 0, STREAM(0));
 }
 
-/* Runs test in a child of its own; 0 if it passed. */
-static int run_in_child(const struct CMUnitTest *test)
-{
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("torch_abi_fresh_test: fork");
-        return 1;
-    }
-    if (pid == 0) {
-        alarm(CASE_TIME_LIMIT);
-        const struct CMUnitTest one[] = {*test};
-        _exit(cmocka_run_group_tests_name(test->name, one, NULL, NULL) ? 1 : 0);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) {
-        perror("torch_abi_fresh_test: waitpid");
-        return 1;
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return 0;
-    if (WIFSIGNALED(status))
-        fprintf(stderr, "torch_abi_fresh_test: %s: child killed by signal %d%s\n", test->name,
-                WTERMSIG(status), WTERMSIG(status) == SIGALRM ? " (time limit)" : "");
-    else
-        fprintf(stderr, "torch_abi_fresh_test: %s: child failed\n", test->name);
-    return 1;
-}
-
 /* A fraction that applies at once leaves no limit pending: a capacity set
  * on the device's pool afterwards (coop_set_capacity on coop_torch_pool) is
  * not lowered back to the fraction by later frees, mallocs or empty_cache. */
@@ -442,11 +413,6 @@ int main(void)
         cmocka_unit_test(test_a_pool_that_cannot_be_made_is_counted),
         cmocka_unit_test(test_record_stream_of_foreign_memory_is_ignored),
     };
-    int failed = 0;
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        failed += run_in_child(&tests[i]);
-    if (failed)
-        fprintf(stderr, "torch_abi_fresh_test: %d of %zu cases failed\n", failed,
-                sizeof tests / sizeof tests[0]);
-    return failed ? 1 : 0;
+    return cases_in_children("torch_abi_fresh_test", tests, sizeof tests / sizeof tests[0],
+                             CASE_TIME_LIMIT);
 }

@@ -24,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "cases_in_children.h"
 #include "coop.h"
 #include "test_seed.h"
 #include "torch/torch_abi.h"
@@ -464,36 +465,6 @@ static void test_two_devices_from_two_threads(void **state)
     }
 }
 
-/* Runs test in a child of its own; 0 if it passed. */
-static int run_in_child(const struct CMUnitTest *test)
-{
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("torch_devices_test: fork");
-        return 1;
-    }
-    if (pid == 0) {
-        alarm(CASE_TIME_LIMIT);
-        const struct CMUnitTest one[] = {*test};
-        _exit(cmocka_run_group_tests_name(test->name, one, NULL, NULL) ? 1 : 0);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) {
-        perror("torch_devices_test: waitpid");
-        return 1;
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return 0;
-    if (WIFSIGNALED(status))
-        fprintf(stderr, "torch_devices_test: %s: child killed by signal %d%s\n", test->name,
-                WTERMSIG(status), WTERMSIG(status) == SIGALRM ? " (time limit)" : "");
-    else
-        fprintf(stderr, "torch_devices_test: %s: child failed\n", test->name);
-    return 1;
-}
-
 int main(void)
 {
     /* each case's own configuration, whatever the environment says */
@@ -505,11 +476,6 @@ int main(void)
         cmocka_unit_test(test_init_count_changes),
         cmocka_unit_test(test_two_devices_from_two_threads),
     };
-    int failed = 0;
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        failed += run_in_child(&tests[i]);
-    if (failed)
-        fprintf(stderr, "torch_devices_test: %d of %zu cases failed\n", failed,
-                sizeof tests / sizeof tests[0]);
-    return failed ? 1 : 0;
+    return cases_in_children("torch_devices_test", tests, sizeof tests / sizeof tests[0],
+                             CASE_TIME_LIMIT);
 }

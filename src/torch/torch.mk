@@ -22,7 +22,7 @@ tests_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)
 # state before the configuration is loaded): each runs in a forked child
 check_PROGRAMS += tests/torch_abi_fresh_test
 TESTS += tests/torch_abi_fresh_test
-tests_torch_abi_fresh_test_SOURCES = tests/torch_abi_fresh_test.c
+tests_torch_abi_fresh_test_SOURCES = tests/torch_abi_fresh_test.c tests/cases_in_children.h
 tests_torch_abi_fresh_test_CFLAGS = $(TESTCFLAGS)
 tests_torch_abi_fresh_test_LDADD = $(TESTLIBS)
 tests_torch_abi_fresh_test_LDFLAGS = $(TESTLDFLAGS)
@@ -31,7 +31,7 @@ tests_torch_abi_fresh_test_LDFLAGS = $(TESTLDFLAGS)
 # misuse naming a device, init's count; a forked child per case, as above
 check_PROGRAMS += tests/torch_devices_test
 TESTS += tests/torch_devices_test
-tests_torch_devices_test_SOURCES = tests/torch_devices_test.c
+tests_torch_devices_test_SOURCES = tests/torch_devices_test.c tests/cases_in_children.h
 tests_torch_devices_test_CFLAGS = $(TESTCFLAGS)
 tests_torch_devices_test_LDADD = $(TESTLIBS)
 tests_torch_devices_test_LDFLAGS = $(TESTLDFLAGS)
