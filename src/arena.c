@@ -1122,10 +1122,27 @@ static bool segment_idle_free(arena *a, const arena_segment *s, idle_memo *memo)
     return true;
 }
 
+bool arena_may_hold_free_segment(const arena *a)
+{
+    if (a->index.count > (uint64_t)a->counters.inactive_split.current)
+        return true; /* a free block with no neighbour: a whole segment */
+    size_t tagged = 0;
+    for (size_t i = 0; i < a->index.num_sets; i++)
+        if (a->index.sets[i]->stream != a->index.any && a->index.sets[i]->count && ++tagged == 2)
+            return true;
+    return false;
+}
+
 static coop_status reclaim_segments(arena *a, uint64_t want, uint64_t *released)
 {
     arena_segment *s = a->last_segment;
     idle_memo memo = {.n = 0};
+    /* no segment without a block in use: the walk would release nothing
+     * and ask no stream (segment_idle_free stops at a block in use before
+     * it asks); on a full pool every refused request paid it, twice with
+     * the pool's retry, and a remat search once per eviction */
+    if (!arena_may_hold_free_segment(a))
+        return COOP_OK;
     while (s && *released < want) {
         arena_segment *prev = s->prev;
         if (segment_idle_free(a, s, &memo)) {

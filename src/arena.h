@@ -266,6 +266,13 @@ coop_status arena_reserve_segment(arena *a);
 coop_status arena_reclaim(arena *a, uint64_t want, uintptr_t keep_lo, uintptr_t keep_hi,
                           uint64_t *released);
 
+/* Without VMM, whether some segment may hold no block in use (only such a
+ * segment can be released or left out of a footprint): false only where
+ * none can, from counters, no walk. Such a segment is one free block (a
+ * free block with no neighbour, not counted as split), or free blocks
+ * that did not merge because their tags are two streams other than "any"
+ * (free blocks of mergeable tags side by side merge). */
+bool arena_may_hold_free_segment(const arena *a);
 /* Sets the answer arena_reclaim asks of a free block's stream. */
 static inline void arena_set_stream_idle(arena *a, arena_stream_idle_fn fn, void *ctx)
 {

@@ -810,6 +810,45 @@ static void test_reclaim_remembers_a_busy_stream(void **state)
     close_arena();
 }
 
+/* Without VMM, reclaim finds every segment with no block in use, after
+ * skipping the walk where counters show there is none
+ * (arena_may_hold_free_segment): x (stream 1) and y (stream 2) share a
+ * segment; freed, they stay two free blocks (their tags do not merge) with
+ * no free block alone in a segment, and that segment is released all the
+ * same; then g's segment, one free block. With a block in use in every
+ * segment there is none, and nothing is released. */
+static void test_reclaim_finds_every_free_segment(void **state)
+{
+    (void)state;
+    open_arena(false, 16 * MiB, 0, 512);
+    arena_block *x = alloc(64 * KiB, 1, false); /* a 1 MiB segment */
+    arena_block *y = alloc(64 * KiB, 2, false); /* the same, from its rest */
+    arena_block *g = alloc(1 * MiB, 0, false);  /* a segment of its own */
+    assert_ptr_equal(arena_segment_of(&F.a, x->addr), arena_segment_of(&F.a, y->addr));
+    assert_int_equal(F.a.num_segments, 2);
+    assert_false(arena_may_hold_free_segment(&F.a));
+    uint64_t released = 1;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(released, 0);
+    release(x, 1);
+    release(y, 2);
+    assert_int_equal(F.a.index.count, 2);
+    assert_int_equal(F.a.counters.inactive_split.current, 2); /* none alone in a segment */
+    assert_true(arena_may_hold_free_segment(&F.a));
+    assert_int_equal(arena_reclaim(&F.a, 1, 0, 0, &released), COOP_OK);
+    check();
+    assert_int_equal(released, 1 * MiB);
+    assert_int_equal(F.a.num_segments, 1);
+    assert_false(arena_may_hold_free_segment(&F.a));
+    release(g, 0);
+    assert_true(arena_may_hold_free_segment(&F.a));
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    check();
+    assert_int_equal(released, 1 * MiB);
+    assert_int_equal(F.a.num_segments, 0);
+    close_arena();
+}
+
 /* arena_check fails and its message names the invariant. */
 static void assert_check_fails_with(const char *what)
 {
@@ -1129,6 +1168,7 @@ int main(void)
         cmocka_unit_test(test_alloc_mapped_takes_the_smallest_that_needs_no_page),
         cmocka_unit_test(test_alloc_mapped_keeps_to_the_stream_rule),
         cmocka_unit_test(test_reclaim_remembers_a_busy_stream),
+        cmocka_unit_test(test_reclaim_finds_every_free_segment),
         cmocka_unit_test(test_check_detects_corruption),
         cmocka_unit_test(test_check_detects_each_corruption_vmm),
         cmocka_unit_test(test_check_sees_a_pending_blocks_unmapped_page),
