@@ -344,11 +344,36 @@ static coop_status segment_create(arena *a, uintptr_t base, uint64_t size, bool 
     return COOP_OK;
 }
 
-static void segment_link(arena *a, arena_segment *s)
+/* The segment below s in address order (NULL: s goes first). Found at
+ * once where s lies above the last segment or below the first (addresses
+ * that only grow or only shrink), or borders one (a segment ending at s's
+ * base is the one below it; one starting at s's end is the one above): the
+ * host backend carves each new segment just below the previous one, and a
+ * walk down from the last cost every malloc that grows a segment one step
+ * per segment. Else, that walk. */
+static arena_segment *segment_below(const arena *a, const arena_segment *s)
 {
     arena_segment *pos = a->last_segment;
+    if (!pos || pos->base < s->base)
+        return pos;
+    if (s->base < a->first_segment->base)
+        return NULL;
+    if (!a->params.vmm) { /* (with VMM: one segment, and no segment maps) */
+        arena_segment *below = addr_map_find(&a->seg_ends, s->base);
+        if (below)
+            return below;
+        arena_segment *above = addr_map_find(&a->seg_starts, s->base + s->reserved);
+        if (above)
+            return above->prev;
+    }
     while (pos && pos->base > s->base)
         pos = pos->prev;
+    return pos;
+}
+
+static void segment_link(arena *a, arena_segment *s)
+{
+    arena_segment *pos = segment_below(a, s);
     s->prev = pos;
     s->next = pos ? pos->next : a->first_segment;
     if (s->next)

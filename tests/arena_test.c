@@ -849,6 +849,43 @@ static void test_reclaim_finds_every_free_segment(void **state)
     close_arena();
 }
 
+/* Without VMM, a new segment goes into the address order by its
+ * neighbours where it borders one, by the ends of the list where it lies
+ * beyond them: the host backend carves a, b, c each below the one before
+ * (each goes first); b's segment given back, d takes the top of its hole
+ * (ending where a starts: it goes below a) and e the rest (starting where
+ * c ends: it goes above c). The checker holds the list to address order. */
+static void test_segments_link_in_address_order(void **state)
+{
+    (void)state;
+    open_arena(false, 16 * MiB, 0, 512);
+    arena_block *a = alloc(1 * MiB, 0, false); /* each a segment of its own */
+    arena_block *b = alloc(1 * MiB, 0, false);
+    arena_block *c = alloc(1 * MiB, 0, false);
+    assert_true(c->addr + 1 * MiB == b->addr && b->addr + 1 * MiB == a->addr);
+    assert_int_equal(F.a.first_segment->base, c->addr);
+    uintptr_t hole = b->addr;
+    release(b, 0);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, 1, 0, 0, &released), COOP_OK);
+    assert_int_equal(released, 1 * MiB);
+    arena_block *d = alloc(512 * KiB, 0, false);
+    assert_int_equal(d->addr, hole + 512 * KiB);
+    arena_block *e = alloc(512 * KiB, 0, false);
+    assert_int_equal(e->addr, hole);
+    const uintptr_t order[] = {c->addr, e->addr, d->addr, a->addr};
+    const arena_segment *s = F.a.first_segment;
+    for (size_t i = 0; i < 4; i++, s = s->next)
+        assert_int_equal(s->base, order[i]);
+    assert_null(s);
+    assert_int_equal(F.a.last_segment->base, a->addr);
+    release(a, 0);
+    release(c, 0);
+    release(d, 0);
+    release(e, 0);
+    close_arena();
+}
+
 /* arena_check fails and its message names the invariant. */
 static void assert_check_fails_with(const char *what)
 {
@@ -1169,6 +1206,7 @@ int main(void)
         cmocka_unit_test(test_alloc_mapped_keeps_to_the_stream_rule),
         cmocka_unit_test(test_reclaim_remembers_a_busy_stream),
         cmocka_unit_test(test_reclaim_finds_every_free_segment),
+        cmocka_unit_test(test_segments_link_in_address_order),
         cmocka_unit_test(test_check_detects_corruption),
         cmocka_unit_test(test_check_detects_each_corruption_vmm),
         cmocka_unit_test(test_check_sees_a_pending_blocks_unmapped_page),
