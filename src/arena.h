@@ -193,6 +193,9 @@ typedef struct arena {
     arena_stream_idle_fn stream_idle; /* reclaim asks it before releasing free space */
     void *stream_idle_ctx;
     arena_nomem nomem; /* why the last COOP_ERR_NOMEM (read only after one) */
+    /* VMM: a map that failed part way may have left pages mapped above the
+     * top (the only way any are); cleared once none is seen there */
+    bool mapped_above_top;
     /* The first stream_idle question of the last reclaim that failed
      * (COOP_OK: none did) and its message: the memory of that stream stayed
      * cached, so a COOP_ERR_NOMEM (capacity) after that reclaim, or a
