@@ -248,6 +248,61 @@ static uint64_t reclaimable_at_most(const arena *a, const arena_segment *s)
     return a->reserved > in_use ? a->reserved - in_use : 0;
 }
 
+/* Whether a reclaim of VMM segment s is sure to release less than want,
+ * by a bounded look (no walk): a reclaim unmaps whole pages of runs of free
+ * space, and where at most one stream tags free blocks (two of the same
+ * or mergeable tags side by side would have merged) a run below the top is
+ * one free block. So the whole pages inside free blocks of a page or more
+ * (the free index's, in size order), and those of the run at the top (the
+ * last block if free, and the range above the top, where pages are mapped
+ * only by a map that failed part way), bound what it can release.
+ * reclaimable_at_most's bound is loose where pages are larger than blocks
+ * (CUDA's 2 MiB pages, small tensors scattered): there every failed map
+ * walked every block, once per eviction of a remat search. False as soon
+ * as the bound reaches want, or after RECLAIM_LOOK free blocks. */
+#define RECLAIM_LOOK 64
+#define RECLAIM_COUNT 4096 /* pages: 64 words of the page map */
+static bool reclaim_falls_short(arena *a, const arena_segment *s, uint64_t want)
+{
+    size_t tagged = 0;
+    for (size_t i = 0; i < a->index.num_sets; i++)
+        if (a->index.sets[i]->stream != a->index.any && a->index.sets[i]->count && ++tagged == 2)
+            return false; /* free blocks of two streams may lie side by side */
+    uint64_t ps = a->params.page_size;
+    const arena_block *last = s->last;
+    uintptr_t top = s->base + s->top;
+    bool last_free = last && last->state == COOP_BLOCK_FREE;
+    size_t top_end = page_ceil(a, s, top), from = page_ceil(a, s, last_free ? last->addr : top);
+    if (a->mapped_above_top) {
+        size_t rf, re;
+        if (page_map_next_run(&s->pages, top_end, s->pages.num_pages, true, &rf, &re))
+            return false;
+        a->mapped_above_top = false;
+    }
+    size_t looked = 0;
+    uint64_t bound = 0;
+    if (from < top_end) /* the top run's pages below the range above the top */
+        bound =
+            (uint64_t)(top_end - from <= RECLAIM_COUNT ? page_map_count(&s->pages, from, top_end)
+                                                       : top_end - from) *
+            ps;
+    for (size_t i = 0; i < a->index.num_sets; i++) {
+        free_index_node *n = free_index_set_fit(&a->index, ps, a->index.sets[i]->stream);
+        for (; n && bound < want; n = free_index_next(&a->index, n)) {
+            if (++looked > RECLAIM_LOOK)
+                return false;
+            size_t lo = page_ceil(a, s, n->addr), hi = page_floor(a, s, n->addr + n->size);
+            if (hi <= lo || (last_free && n->addr == last->addr)) /* (the top run's) */
+                continue;
+            /* its mapped pages (a reclaim before may have unmapped them),
+             * counted where that is a few words of the page map */
+            size_t pages = hi - lo <= RECLAIM_COUNT ? page_map_count(&s->pages, lo, hi) : hi - lo;
+            bound += (uint64_t)pages * ps;
+        }
+    }
+    return bound < want;
+}
+
 /* Maps the unmapped pages of [first, end), reclaiming cached pages elsewhere
  * first if the capacity requires. If a map call fails, the pages mapped
  * before it stay mapped: they lie in free space or above the top, which the
@@ -271,7 +326,7 @@ static coop_status map_missing(arena *a, arena_segment *s, size_t first, size_t 
          * request paid that walk (twice, with the pool's retry), and every
          * search of the remat API begins with one */
         coop_status st =
-            reclaimable_at_most(a, s) < short_by
+            reclaimable_at_most(a, s) < short_by || reclaim_falls_short(a, s, short_by)
                 ? COOP_OK
                 : arena_reclaim(a, short_by, s->base + first * ps, s->base + end * ps, &released);
         if (st != COOP_OK)
@@ -298,8 +353,10 @@ static coop_status map_missing(arena *a, arena_segment *s, size_t first, size_t 
         }
         if (st == COOP_ERR_NOMEM)
             a->nomem = ARENA_NOMEM_DEVICE;
-        if (st != COOP_OK)
+        if (st != COOP_OK) {
+            a->mapped_above_top |= from > first; /* the runs mapped so far stay */
             return st;
+        }
         page_map_set(&s->pages, rf, re, true);
         count_mapping(a, (re - rf) * ps, true);
         from = re;
@@ -344,11 +401,36 @@ static coop_status segment_create(arena *a, uintptr_t base, uint64_t size, bool 
     return COOP_OK;
 }
 
-static void segment_link(arena *a, arena_segment *s)
+/* The segment below s in address order (NULL: s goes first). Found at
+ * once where s lies above the last segment or below the first (addresses
+ * that only grow or only shrink), or borders one (a segment ending at s's
+ * base is the one below it; one starting at s's end is the one above): the
+ * host backend carves each new segment just below the previous one, and a
+ * walk down from the last cost every malloc that grows a segment one step
+ * per segment. Else, that walk. */
+static arena_segment *segment_below(const arena *a, const arena_segment *s)
 {
     arena_segment *pos = a->last_segment;
+    if (!pos || pos->base < s->base)
+        return pos;
+    if (s->base < a->first_segment->base)
+        return NULL;
+    if (!a->params.vmm) { /* (with VMM: one segment, and no segment maps) */
+        arena_segment *below = addr_map_find(&a->seg_ends, s->base);
+        if (below)
+            return below;
+        arena_segment *above = addr_map_find(&a->seg_starts, s->base + s->reserved);
+        if (above)
+            return above->prev;
+    }
     while (pos && pos->base > s->base)
         pos = pos->prev;
+    return pos;
+}
+
+static void segment_link(arena *a, arena_segment *s)
+{
+    arena_segment *pos = segment_below(a, s);
     s->prev = pos;
     s->next = pos ? pos->next : a->first_segment;
     if (s->next)
@@ -1122,10 +1204,27 @@ static bool segment_idle_free(arena *a, const arena_segment *s, idle_memo *memo)
     return true;
 }
 
+bool arena_may_hold_free_segment(const arena *a)
+{
+    if (a->index.count > (uint64_t)a->counters.inactive_split.current)
+        return true; /* a free block with no neighbour: a whole segment */
+    size_t tagged = 0;
+    for (size_t i = 0; i < a->index.num_sets; i++)
+        if (a->index.sets[i]->stream != a->index.any && a->index.sets[i]->count && ++tagged == 2)
+            return true;
+    return false;
+}
+
 static coop_status reclaim_segments(arena *a, uint64_t want, uint64_t *released)
 {
     arena_segment *s = a->last_segment;
     idle_memo memo = {.n = 0};
+    /* no segment without a block in use: the walk would release nothing
+     * and ask no stream (segment_idle_free stops at a block in use before
+     * it asks); on a full pool every refused request paid it, twice with
+     * the pool's retry, and a remat search once per eviction */
+    if (!arena_may_hold_free_segment(a))
+        return COOP_OK;
     while (s && *released < want) {
         arena_segment *prev = s->prev;
         if (segment_idle_free(a, s, &memo)) {

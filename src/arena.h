@@ -193,6 +193,9 @@ typedef struct arena {
     arena_stream_idle_fn stream_idle; /* reclaim asks it before releasing free space */
     void *stream_idle_ctx;
     arena_nomem nomem; /* why the last COOP_ERR_NOMEM (read only after one) */
+    /* VMM: a map that failed part way may have left pages mapped above the
+     * top (the only way any are); cleared once none is seen there */
+    bool mapped_above_top;
     /* The first stream_idle question of the last reclaim that failed
      * (COOP_OK: none did) and its message: the memory of that stream stayed
      * cached, so a COOP_ERR_NOMEM (capacity) after that reclaim, or a
@@ -266,6 +269,13 @@ coop_status arena_reserve_segment(arena *a);
 coop_status arena_reclaim(arena *a, uint64_t want, uintptr_t keep_lo, uintptr_t keep_hi,
                           uint64_t *released);
 
+/* Without VMM, whether some segment may hold no block in use (only such a
+ * segment can be released or left out of a footprint): false only where
+ * none can, from counters, no walk. Such a segment is one free block (a
+ * free block with no neighbour, not counted as split), or free blocks
+ * that did not merge because their tags are two streams other than "any"
+ * (free blocks of mergeable tags side by side merge). */
+bool arena_may_hold_free_segment(const arena *a);
 /* Sets the answer arena_reclaim asks of a free block's stream. */
 static inline void arena_set_stream_idle(arena *a, arena_stream_idle_fn fn, void *ctx)
 {

@@ -112,3 +112,11 @@ tests_growable_test_CFLAGS = $(TESTCFLAGS)
 tests_growable_test_LDADD = $(TESTLIBS)
 tests_growable_test_LDFLAGS = $(TESTLDFLAGS)
 endif
+# tests/segment_pressure SEGMENTS REFUSED: a pool of many fixed segments,
+# growing, then refusing requests (README.md, "A full pool under
+# eviction"); not a test either
+check_PROGRAMS += tests/segment_pressure
+tests_segment_pressure_SOURCES = tests/segment_pressure.c
+tests_segment_pressure_CFLAGS = $(TESTCFLAGS)
+tests_segment_pressure_LDADD = libcoop.la
+tests_segment_pressure_LDFLAGS = -static

@@ -354,9 +354,15 @@ static inline bool counts_live(const arena_block *b, bool with_pending)
 
 /* Bytes live blocks keep reserved (allocated ones, and pending ones if
  * with_pending): with VMM the pages they overlap, without it the segments
- * holding one. Walks every block: for error messages only. */
+ * holding one. Walks every block (without VMM, every segment up to its
+ * first live block, and not even that where no segment can be free):
+ * for error messages only. */
 static uint64_t footprint(const arena *a, bool with_pending)
 {
+    /* without VMM every segment but those with no block in use: all of
+     * them where counters show there is none (no walk) */
+    if (!a->params.vmm && with_pending && !arena_may_hold_free_segment(a))
+        return a->reserved;
     uint64_t bytes = 0;
     for (const arena_segment *s = arena_first_segment(a); s; s = s->next) {
         if (!a->params.vmm) {

@@ -810,6 +810,189 @@ static void test_reclaim_remembers_a_busy_stream(void **state)
     close_arena();
 }
 
+/* Without VMM, reclaim finds every segment with no block in use, after
+ * skipping the walk where counters show there is none
+ * (arena_may_hold_free_segment): x (stream 1) and y (stream 2) share a
+ * segment; freed, they stay two free blocks (their tags do not merge) with
+ * no free block alone in a segment, and that segment is released all the
+ * same; then g's segment, one free block. With a block in use in every
+ * segment there is none, and nothing is released. */
+static void test_reclaim_finds_every_free_segment(void **state)
+{
+    (void)state;
+    open_arena(false, 16 * MiB, 0, 512);
+    arena_block *x = alloc(64 * KiB, 1, false); /* a 1 MiB segment */
+    arena_block *y = alloc(64 * KiB, 2, false); /* the same, from its rest */
+    arena_block *g = alloc(1 * MiB, 0, false);  /* a segment of its own */
+    assert_ptr_equal(arena_segment_of(&F.a, x->addr), arena_segment_of(&F.a, y->addr));
+    assert_int_equal(F.a.num_segments, 2);
+    assert_false(arena_may_hold_free_segment(&F.a));
+    uint64_t released = 1;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(released, 0);
+    release(x, 1);
+    release(y, 2);
+    assert_int_equal(F.a.index.count, 2);
+    assert_int_equal(F.a.counters.inactive_split.current, 2); /* none alone in a segment */
+    assert_true(arena_may_hold_free_segment(&F.a));
+    assert_int_equal(arena_reclaim(&F.a, 1, 0, 0, &released), COOP_OK);
+    check();
+    assert_int_equal(released, 1 * MiB);
+    assert_int_equal(F.a.num_segments, 1);
+    assert_false(arena_may_hold_free_segment(&F.a));
+    release(g, 0);
+    assert_true(arena_may_hold_free_segment(&F.a));
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    check();
+    assert_int_equal(released, 1 * MiB);
+    assert_int_equal(F.a.num_segments, 0);
+    close_arena();
+}
+
+/* Without VMM, a new segment goes into the address order by its
+ * neighbours where it borders one, by the ends of the list where it lies
+ * beyond them: the host backend carves a, b, c each below the one before
+ * (each goes first); b's segment given back, d takes the top of its hole
+ * (ending where a starts: it goes below a) and e the rest (starting where
+ * c ends: it goes above c). The checker holds the list to address order. */
+static void test_segments_link_in_address_order(void **state)
+{
+    (void)state;
+    open_arena(false, 16 * MiB, 0, 512);
+    arena_block *a = alloc(1 * MiB, 0, false); /* each a segment of its own */
+    arena_block *b = alloc(1 * MiB, 0, false);
+    arena_block *c = alloc(1 * MiB, 0, false);
+    assert_true(c->addr + 1 * MiB == b->addr && b->addr + 1 * MiB == a->addr);
+    assert_int_equal(F.a.first_segment->base, c->addr);
+    uintptr_t hole = b->addr;
+    release(b, 0);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, 1, 0, 0, &released), COOP_OK);
+    assert_int_equal(released, 1 * MiB);
+    arena_block *d = alloc(512 * KiB, 0, false);
+    assert_int_equal(d->addr, hole + 512 * KiB);
+    arena_block *e = alloc(512 * KiB, 0, false);
+    assert_int_equal(e->addr, hole);
+    const uintptr_t order[] = {c->addr, e->addr, d->addr, a->addr};
+    const arena_segment *s = F.a.first_segment;
+    for (size_t i = 0; i < 4; i++, s = s->next)
+        assert_int_equal(s->base, order[i]);
+    assert_null(s);
+    assert_int_equal(F.a.last_segment->base, a->addr);
+    release(a, 0);
+    release(c, 0);
+    release(d, 0);
+    release(e, 0);
+    close_arena();
+}
+
+/* Counts the stream questions of a reclaim; every stream idle. */
+static int idle_questions;
+static coop_status count_question(void *ctx, coop_stream stream, bool *idle)
+{
+    (void)ctx, (void)stream;
+    idle_questions++;
+    *idle = true;
+    return COOP_OK;
+}
+
+/* A map the capacity forbids, where mapped bytes less the pages in use
+ * suggest room (reclaimable_at_most) but no free block holds a whole page:
+ * four free halves of pages (stream 1's), apart. The reclaim is skipped by
+ * a look at the free blocks of a page or more (none), asks no stream, and
+ * the map fails with the cache as it was; the walk asked stream 1 and
+ * unmapped nothing. */
+static void test_reclaim_skipped_where_no_free_block_holds_a_page(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 4 * P, 64 * MiB, 512);
+    arena_block *h[8];
+    for (int i = 0; i < 8; i++)
+        h[i] = alloc(P / 2, 1, false);
+    for (int i = 0; i < 8; i += 2)
+        release(h[i], 1);
+    assert_int_equal(F.a.reserved, 4 * P);
+    arena_set_stream_idle(&F.a, count_question, NULL);
+    idle_questions = 0;
+    uint64_t unmaps = F.a.counters.num_unmaps;
+    arena_block *b = NULL;
+    bool reclaimed = false;
+    assert_int_equal(arena_alloc(&F.a, 2 * P, 1, false, &b, &reclaimed), COOP_ERR_NOMEM);
+    assert_int_equal(F.a.nomem, ARENA_NOMEM_CAPACITY);
+    assert_int_equal(idle_questions, 0);
+    assert_int_equal(F.a.counters.num_unmaps, unmaps);
+    assert_int_equal(F.a.reserved, 4 * P);
+    check();
+    arena_set_stream_idle(&F.a, NULL, NULL);
+    for (int i = 1; i < 8; i += 2)
+        release(h[i], 1);
+    close_arena();
+}
+
+/* The same look must count the run at the top: b, the last block, freed,
+ * holds the lower half of the page the top ends in, the range above the
+ * top its upper half; that page is the only one a reclaim can release
+ * (u's were released before). A 2-page request in u needs one page more
+ * than the capacity allows: the top page goes, and it fits. */
+static void test_reclaim_counts_the_page_at_the_top(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *u = alloc(2 * P, 0, false);
+    arena_block *g = alloc(P, 0, false);
+    arena_block *b = alloc(P / 2, 0, false);
+    uintptr_t u_addr = u->addr;
+    release(u, 0);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(F.a.reserved, 2 * P); /* g's page and the top one */
+    release(b, 0);
+    F.a.params.capacity = 3 * P; /* as coop_set_capacity sets it */
+    arena_block *c = alloc(2 * P, 0, false);
+    assert_non_null(c);
+    assert_int_equal(c->addr, u_addr);
+    assert_int_equal(F.a.reserved, 3 * P);
+    assert_int_equal(arena_mapped_bytes_in(&F.a, F.a.first_segment, g->addr + P, P / 2), 0);
+    release(c, 0);
+    release(g, 0);
+    close_arena();
+}
+
+/* And free blocks of two streams side by side are one run: x (stream 1)
+ * and y (stream 2), half a page each, fill a page together, the only one
+ * a reclaim can release; the look cannot count it block by block, so it
+ * leaves the reclaim to the walk, which releases it for a one-page request
+ * in u (its page released before). */
+static void test_reclaim_finds_a_page_across_two_streams_blocks(void **state)
+{
+    (void)state;
+    const uint64_t P = 64 * KiB;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *x = alloc(P / 2, 1, false);
+    arena_block *y = alloc(P / 2, 2, false);
+    arena_block *g = alloc(P, 0, false);
+    arena_block *u = alloc(2 * P, 0, false);
+    arena_block *h = alloc(P, 0, false);
+    uintptr_t u_addr = u->addr;
+    release(u, COOP_STREAM_ANY);
+    uint64_t released = 0;
+    assert_int_equal(arena_reclaim(&F.a, UINT64_MAX, 0, 0, &released), COOP_OK);
+    assert_int_equal(F.a.reserved, 3 * P);
+    release(x, 1);
+    release(y, 2); /* not merged: the tags of two streams */
+    F.a.params.capacity = 3 * P;
+    arena_block *c = alloc(P, 0, false);
+    assert_non_null(c);
+    assert_int_equal(c->addr, u_addr);
+    assert_int_equal(F.a.reserved, 3 * P); /* x's and y's page went */
+    release(c, 0);
+    release(g, 0);
+    release(h, 0);
+    close_arena();
+}
+
 /* arena_check fails and its message names the invariant. */
 static void assert_check_fails_with(const char *what)
 {
@@ -1129,6 +1312,11 @@ int main(void)
         cmocka_unit_test(test_alloc_mapped_takes_the_smallest_that_needs_no_page),
         cmocka_unit_test(test_alloc_mapped_keeps_to_the_stream_rule),
         cmocka_unit_test(test_reclaim_remembers_a_busy_stream),
+        cmocka_unit_test(test_reclaim_finds_every_free_segment),
+        cmocka_unit_test(test_segments_link_in_address_order),
+        cmocka_unit_test(test_reclaim_skipped_where_no_free_block_holds_a_page),
+        cmocka_unit_test(test_reclaim_counts_the_page_at_the_top),
+        cmocka_unit_test(test_reclaim_finds_a_page_across_two_streams_blocks),
         cmocka_unit_test(test_check_detects_corruption),
         cmocka_unit_test(test_check_detects_each_corruption_vmm),
         cmocka_unit_test(test_check_sees_a_pending_blocks_unmapped_page),

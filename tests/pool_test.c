@@ -1692,6 +1692,43 @@ static void test_segments_oom_message_and_retry(void **state)
     coop_pool_destroy(p);
 }
 
+/* Without VMM, the headroom leaves out a segment with no block in use that
+ * could not be released: a's segment, freed on stream 1, which is held
+ * (never_wait: not waited for), stays cached. The headroom is the capacity
+ * less b's 4 MiB, not less everything mapped (the footprint takes all
+ * segments without a walk only where counters show none is free). */
+static void test_segments_oom_headroom_leaves_out_a_cached_segment(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(8 * MiB);
+    c.segment_size = 2 * MiB;
+    c.use_vmm = false;
+    c.never_wait = true;
+    coop_pool *p = create_or_fail(&c);
+    coop_status st;
+    void *a = coop_malloc(p, 512, 1, 0, &st);     /* a 2 MiB segment */
+    void *b = coop_malloc(p, 3 * MiB, 0, 0, &st); /* its own, 4 MiB */
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_null(coop_malloc(p, 3 * MiB, 0, 0, &st)); /* every segment holds a live block */
+    assert_non_null(
+        strstr(coop_last_error(), "headroom 2097152 (capacity minus the 6291456 bytes"));
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_null(coop_malloc(p, 3 * MiB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "mapped 6291456"));
+    assert_non_null(strstr(m, "headroom 4194304 (capacity minus the 4194304 bytes"));
+    assert_int_equal(stats_of(p).segment.current, 2); /* a's stays cached */
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    void *d = coop_malloc(p, 3 * MiB, 0, 0, &st); /* a's segment released for it */
+    assert_non_null(d);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_free(p, d), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* Without VMM: free blocks of two streams in one segment do not merge while
  * their streams may still use them; empty_cache synchronizes (idle streams'
  * blocks become "any stream"), merges them, and releases wholly free
@@ -2422,6 +2459,7 @@ int main(void)
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_adjacent_segments_never_merge),
         cmocka_unit_test(test_segments_oom_message_and_retry),
+        cmocka_unit_test(test_segments_oom_headroom_leaves_out_a_cached_segment),
         cmocka_unit_test(test_segments_two_streams),
         cmocka_unit_test(test_double_free_at_a_segment_start),
         cmocka_unit_test(test_oom_message_headroom),

@@ -11,10 +11,15 @@
  *   make tests/remat_pressure
  *   tests/remat_pressure vmm 4096 dtr      # or segments; coop, dtr, ...
  *   valgrind --tool=callgrind tests/remat_pressure vmm 1024 dtr
+ *   tests/remat_pressure vmm 4096 dtr 2097152   # pages of 2 MiB
  *
  * Arguments: vmm or segments, TENSORS (at least 1,024), a policy: coop,
- * dtr, dtr-local, dte, lru, size, coop-eq or coop-comp.
+ * dtr, dtr-local, dte, lru, size, coop-eq or coop-comp; optionally the
+ * page size (a power of two, 4 KiB by default; CUDA's is 2 MiB), which
+ * must divide the pool's TENSORS x 4 KiB.
  */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,20 +65,23 @@ static const struct {
 int main(int argc, char **argv)
 {
     int policy = -1;
-    for (size_t i = 0; argc == 4 && i < sizeof policies / sizeof *policies; i++)
+    bool args = argc == 4 || argc == 5;
+    for (size_t i = 0; args && i < sizeof policies / sizeof *policies; i++)
         if (!strcmp(argv[3], policies[i].name))
             policy = (int)policies[i].policy;
-    char *end = "";
-    unsigned long tensors = argc == 4 ? strtoul(argv[2], &end, 10) : 0;
-    if (argc != 4 || (strcmp(argv[1], "vmm") && strcmp(argv[1], "segments")) || *end ||
-        tensors < LARGE / SMALL || policy < 0) {
-        fprintf(stderr, "usage: remat_pressure vmm|segments TENSORS(>=1024) POLICY\n");
+    char *end = "", *page_end = "";
+    unsigned long tensors = args ? strtoul(argv[2], &end, 10) : 0;
+    unsigned long long page = argc == 5 ? strtoull(argv[4], &page_end, 10) : SMALL;
+    if (!args || (strcmp(argv[1], "vmm") && strcmp(argv[1], "segments")) || *end || *page_end ||
+        tensors < LARGE / SMALL || policy < 0 || !page || (page & (page - 1)) ||
+        (uint64_t)tensors * SMALL % page) {
+        fprintf(stderr, "usage: remat_pressure vmm|segments TENSORS(>=1024) POLICY [PAGE]\n");
         return 2;
     }
     coop_config c;
     coop_config_default(&c);
     c.use_vmm = !strcmp(argv[1], "vmm");
-    c.page_size = SMALL;
+    c.page_size = page;
     c.segment_size = 2u << 20;
     c.capacity = (uint64_t)tensors * SMALL;
     c.single_thread = true;
