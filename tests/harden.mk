@@ -29,6 +29,15 @@ tests_threads_api_test_LDADD = $(TESTLIBS)
 tests_threads_api_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 
+# two remat contexts on one pool, each on its own thread, beside a thread
+# using the pool directly (also run under ThreadSanitizer by .ci/run)
+check_PROGRAMS += tests/remat_threads_test
+TESTS += tests/remat_threads_test
+tests_remat_threads_test_SOURCES = tests/remat_threads_test.c
+tests_remat_threads_test_CFLAGS = $(TESTCFLAGS)
+tests_remat_threads_test_LDADD = $(TESTLIBS)
+tests_remat_threads_test_LDFLAGS = $(TESTLDFLAGS)
+
 if HAVE_CMOCKA
 check_PROGRAMS += tests/fault_replay_test
 TESTS += tests/fault_replay_test
