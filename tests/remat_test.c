@@ -60,6 +60,19 @@ static coop_pool *pool_of_segments(uint64_t segment_size)
     return p;
 }
 
+/* A VMM pool of 4 KiB pages, capacity bytes, va_size bytes of addresses. */
+static coop_pool *vmm_pool(uint64_t capacity, uint64_t va_size)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.page_size = 4096;
+    c.capacity = capacity;
+    c.va_size = va_size;
+    coop_pool *p;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    return p;
+}
+
 static coop_pool *small_pool(void)
 {
     return pool_of_segments(64 * KiB);
@@ -670,13 +683,7 @@ static void argmin_gives_back_whole_segments(void **state)
 static void window_policies_evict_for_pages_with_vmm(void **state)
 {
     coop_remat_policy policy = *(coop_remat_policy *)*state;
-    coop_config c;
-    coop_config_default(&c);
-    c.page_size = 4096;
-    c.capacity = 64 * KiB;
-    c.va_size = 256 * KiB;
-    coop_pool *pool;
-    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    coop_pool *pool = vmm_pool(64 * KiB, 256 * KiB);
     journal j;
     coop_remat *r = context(pool, &j, policy, false);
     coop_tensor *a, *b, *cc, *d, *e, *f;
@@ -713,12 +720,7 @@ static void window_policies_evict_for_pages_with_vmm(void **state)
 static void a_bound_address_range_evicts_nothing_for_a_hopeless_request(void **state)
 {
     coop_remat_policy policy = *(coop_remat_policy *)*state;
-    coop_config c;
-    coop_config_default(&c);
-    c.page_size = 4096;
-    c.capacity = c.va_size = 64 * KiB;
-    coop_pool *pool;
-    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    coop_pool *pool = vmm_pool(64 * KiB, 64 * KiB); /* the address range is the capacity */
     journal j;
     coop_remat *r = context(pool, &j, policy, false);
     coop_tensor *t[8], *big;
@@ -751,12 +753,7 @@ static void a_bound_address_range_evicts_nothing_for_a_hopeless_request(void **s
 static void a_bound_address_range_evicts_the_top_run_it_needs(void **state)
 {
     coop_remat_policy policy = *(coop_remat_policy *)*state;
-    coop_config c;
-    coop_config_default(&c);
-    c.page_size = 4096;
-    c.capacity = c.va_size = 64 * KiB;
-    coop_pool *pool;
-    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    coop_pool *pool = vmm_pool(64 * KiB, 64 * KiB); /* the address range is the capacity */
     journal j;
     coop_remat *r = context(pool, &j, policy, false);
     coop_tensor *e1, *k1, *k2, *e2, *e3, *big;
