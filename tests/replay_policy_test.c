@@ -1531,6 +1531,48 @@ static void recorded_on_a_plain_trace_fills_no_row(void **unused)
     built_free(&b);
 }
 
+/* Out of capacity, torch releases exactly the segments wholly free at that
+ * moment, whatever their stream and pool, taken from its lists of whole free
+ * segments (not a walk of every free block): one freed whole (stream 1,
+ * small), one cached (stream 3), one made whole by a merge (stream 2, both
+ * its blocks freed), but not one split (stream 2, small, a block live) nor
+ * one whole while cached and split again by a later request (stream 5). */
+static void torch_releases_exactly_the_whole_free_segments(void **unused)
+{
+    (void)unused;
+    driven d = start(&replay_policy_torch, 100 * MiB);
+    assert_int_equal(d.ops->free(d.state, must_malloc(&d, 1000, 1), 1000), COOP_OK);
+    uintptr_t kept_small = must_malloc(&d, 1000, 2);
+    assert_int_equal(d.ops->free(d.state, must_malloc(&d, 1000, 2), 1000), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, must_malloc(&d, 3 * MiB, 3), 3 * MiB), COOP_OK);
+    uintptr_t a = must_malloc(&d, 3 * MiB, 2), b = must_malloc(&d, 3 * MiB, 2);
+    assert_int_equal(b, a + 3 * MiB); /* one 20 MiB segment */
+    assert_int_equal(d.ops->free(d.state, a, 3 * MiB), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, b, 3 * MiB), COOP_OK); /* merged: whole */
+    uintptr_t c = must_malloc(&d, 3 * MiB, 5);
+    assert_int_equal(d.ops->free(d.state, c, 3 * MiB), COOP_OK);
+    assert_int_equal(must_malloc(&d, 3 * MiB, 5), c); /* whole again, then split */
+    assert_int_equal(stats_of(&d).reserved_bytes, 64 * MiB);
+    assert_int_equal(d.ops->check(d.state), COOP_OK);
+    /* 64 + 60 > 100: the 2 + 20 + 20 MiB wholly free go, 22 MiB stay */
+    uintptr_t big = must_malloc(&d, 60 * MiB, 4);
+    replay_policy_stats s = stats_of(&d);
+    assert_int_equal(s.reserved_bytes, 82 * MiB);
+    assert_int_equal(s.map_bytes, 124 * MiB);
+    assert_int_equal(s.active_bytes, 60 * MiB + 3 * MiB + 1024);
+    assert_int_equal(d.ops->check(d.state), COOP_OK);
+    /* the kept segments still hold their blocks: freed, they are whole and
+     * the next release takes them */
+    assert_int_equal(d.ops->free(d.state, kept_small, 1000), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, c, 3 * MiB), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, big, 60 * MiB), COOP_OK);
+    assert_int_equal(d.ops->check(d.state), COOP_OK);
+    must_malloc(&d, 99 * MiB, 6); /* 82 + 100 > 100: all three go */
+    assert_int_equal(stats_of(&d).reserved_bytes, 100 * MiB);
+    assert_int_equal(d.ops->check(d.state), COOP_OK);
+    d.ops->destroy(d.state);
+}
+
 /* Out of capacity, torch releases the cached segments of both pools: a
  * wholly free 2 MiB small segment goes too, so a 20 MiB segment fits a
  * 20 MiB capacity. */
@@ -1912,6 +1954,7 @@ int main(void)
         cmocka_unit_test(bisection_starts_at_the_main_runs_peak),
         cmocka_unit_test(recorded_on_a_plain_trace_fills_no_row),
         cmocka_unit_test(torch_releases_cached_small_segments_too),
+        cmocka_unit_test(torch_releases_exactly_the_whole_free_segments),
         cmocka_unit_test(expandable_takes_a_run_that_holds_the_request_exactly),
         cmocka_unit_test(expandable_best_fit_counts_the_next_blocks_growth),
         cmocka_unit_test(expandable_released_labels_are_reused_once),

@@ -77,24 +77,22 @@ static coop_status torch_create(uint64_t capacity, uint64_t page, void **state)
     return COOP_OK;
 }
 
-/* Releases every cached segment that is wholly free (all streams, both pools). */
+/* Releases every cached segment that is wholly free (all streams, both
+ * pools), taken from the pools' lists of whole free segments: PyTorch's
+ * release_blocks walks every free block to find them, which here had made
+ * each release cost the pools' free blocks (every allocation that replaced a
+ * cached segment of another stream). The order does not matter: the host
+ * backend merges the released ranges into the same holes whatever it is. */
 static void release_cached_segments(torch_state *s)
 {
     for (int small = 0; small < 2; small++) {
-        torch_block **whole;
-        size_t count;
-        if (!torch_blocks_collect_free(&s->blocks, small, true, &whole, &count)) {
-            s->failure = coop_set_error(COOP_ERR_HOST_NOMEM, "torch policy: out of host memory");
-            return;
-        }
-        for (size_t i = 0; i < count; i++) {
-            torch_block *b = whole[i];
+        torch_block *b;
+        while ((b = torch_blocks_first_whole(&s->blocks, small))) {
             torch_block_unfile(&s->blocks, b);
             s->device->ops->segment_free(s->device, (uintptr_t)b->addr, b->size);
             s->blocks.reserved -= b->size;
             torch_block_recycle(&s->blocks, b);
         }
-        free(whole);
     }
 }
 

@@ -263,7 +263,7 @@ static void release_cached(xs_state *s)
     for (int small = 0; small < 2; small++) {
         torch_block **free_blocks;
         size_t count;
-        if (!torch_blocks_collect_free(&s->blocks, small, false, &free_blocks, &count)) {
+        if (!torch_blocks_collect_free(&s->blocks, small, &free_blocks, &count)) {
             s->out_of_host = true;
             return;
         }

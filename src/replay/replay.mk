@@ -46,6 +46,11 @@ endif
 TESTS += tests/replay_plot_test.py
 EXTRA_DIST += tests/replay_plot_test.py
 
+# tests/replay_steady_trace.py LIVE STEPS [SEED [DIVISOR]]: a steady-state trace for
+# measuring how the policies scale with live blocks (tests/README.md, "Replay and the
+# simulator"); a tool, not a test
+EXTRA_DIST += tests/replay_steady_trace.py
+
 # The bundled traces are found through the source tree (coop replay without arguments).
 coop_CPPFLAGS = $(AM_CPPFLAGS) -DCOOP_SRCDIR='"$(abs_top_srcdir)"'
 

@@ -28,6 +28,12 @@ static block_tree *tree_of(torch_blocks *t, const torch_block *b)
     return b->mapped ? &t->free[b->small] : &t->unmapped[b->small];
 }
 
+/* Whether filed block b belongs in its pool's list of whole free segments. */
+static bool spans_segment(const torch_block *b)
+{
+    return b->mapped && !b->prev && !b->next;
+}
+
 void torch_block_file(torch_blocks *t, torch_block *b)
 {
     b->node.stream = b->stream;
@@ -36,6 +42,14 @@ void torch_block_file(torch_blocks *t, torch_block *b)
     block_tree_insert(tree_of(t, b), &b->node);
     if (b->mapped)
         t->free_bytes += b->size;
+    if (spans_segment(b)) {
+        b->whole_prev = NULL;
+        b->whole_next = t->whole[b->small];
+        if (b->whole_next)
+            b->whole_next->whole_prev = b;
+        t->whole[b->small] = b;
+        t->num_whole[b->small]++;
+    }
 }
 
 void torch_block_unfile(torch_blocks *t, torch_block *b)
@@ -43,6 +57,16 @@ void torch_block_unfile(torch_blocks *t, torch_block *b)
     block_tree_remove(tree_of(t, b), &b->node);
     if (b->mapped)
         t->free_bytes -= b->size;
+    if (spans_segment(b)) {
+        if (b->whole_prev)
+            b->whole_prev->whole_next = b->whole_next;
+        else
+            t->whole[b->small] = b->whole_next;
+        if (b->whole_next)
+            b->whole_next->whole_prev = b->whole_prev;
+        b->whole_prev = b->whole_next = NULL;
+        t->num_whole[b->small]--;
+    }
 }
 
 torch_block *torch_block_split(torch_blocks *t, torch_block *b, uint64_t at)
@@ -134,23 +158,18 @@ void torch_blocks_stats(const torch_blocks *t, replay_policy_stats *out)
 typedef struct collected {
     torch_block **out;
     size_t count;
-    bool whole_segments_only;
 } collected;
 
 static void collect_free(block_tree_node *n, void *ctx)
 {
     collected *c = ctx;
-    torch_block *b = (torch_block *)n; /* the node is the record's first member */
-    if (!c->whole_segments_only || (!b->prev && !b->next))
-        c->out[c->count++] = b;
+    c->out[c->count++] = (torch_block *)n; /* the node is the record's first member */
 }
 
-bool torch_blocks_collect_free(const torch_blocks *t, bool small, bool whole_segments_only,
-                               torch_block ***out, size_t *count)
+bool torch_blocks_collect_free(const torch_blocks *t, bool small, torch_block ***out, size_t *count)
 {
     const block_tree *tree = &t->free[small];
-    collected c = {.out = tree->count ? malloc(tree->count * sizeof *c.out) : NULL,
-                   .whole_segments_only = whole_segments_only};
+    collected c = {.out = tree->count ? malloc(tree->count * sizeof *c.out) : NULL};
     *out = NULL;
     *count = 0;
     if (tree->count && !c.out)
@@ -159,6 +178,11 @@ bool torch_blocks_collect_free(const torch_blocks *t, bool small, bool whole_seg
     *out = c.out;
     *count = c.count;
     return true;
+}
+
+torch_block *torch_blocks_first_whole(const torch_blocks *t, bool small)
+{
+    return t->whole[small];
 }
 
 typedef struct each_ctx {
@@ -209,8 +233,10 @@ static const char *block_broken(const torch_block *b)
 }
 
 typedef struct check_walk {
+    const torch_blocks *t;
     bool small, in_free; /* the tree being walked */
     uint64_t bytes;      /* sizes summed */
+    size_t whole;        /* blocks spanning a whole segment */
     const char *broken;  /* the first invariant found broken */
     uint64_t at;         /* its block's address */
 } check_walk;
@@ -227,6 +253,14 @@ static void check_filed(block_tree_node *n, void *ctx)
         broken = "a block's tree key does not match the block";
     else
         broken = block_broken(b);
+    if (!broken && w->in_free && !b->prev && !b->next) {
+        w->whole++;
+        /* linked into its pool's list: the head, or its predecessor's next
+         * (check_whole_list walks the list and compares the counts) */
+        const torch_block *at = b->whole_prev ? b->whole_prev->whole_next : w->t->whole[b->small];
+        if (at != b)
+            broken = "a free block spanning a segment is not in its pool's list";
+    }
     if (broken && !w->broken) {
         w->broken = broken;
         w->at = b->addr;
@@ -234,18 +268,38 @@ static void check_filed(block_tree_node *n, void *ctx)
     w->bytes += b->size;
 }
 
+/* Whether pool small's list of whole free segments holds whole blocks only,
+ * each free, mapped and filed in the pool (the tree walk counted expected
+ * of them), its links and count consistent. */
+static bool check_whole_list(const torch_blocks *t, bool small, size_t expected)
+{
+    size_t n = 0;
+    const torch_block *before = NULL;
+    for (const torch_block *b = t->whole[small]; b; before = b, b = b->whole_next) {
+        if (++n > expected || b->whole_prev != before || b->allocated || !b->mapped || b->prev ||
+            b->next || b->small != small)
+            return false;
+    }
+    return n == expected && t->num_whole[small] == expected;
+}
+
 coop_status torch_blocks_check(const torch_blocks *t, const char *policy, uint64_t capacity)
 {
     uint64_t free_bytes = 0;
     for (int small = 0; small < 2; small++) {
         for (int in_free = 0; in_free < 2; in_free++) {
-            check_walk w = {.small = small, .in_free = in_free};
+            check_walk w = {.t = t, .small = small, .in_free = in_free};
             block_tree_each(in_free ? &t->free[small] : &t->unmapped[small], check_filed, &w);
             if (w.broken)
                 return coop_set_error(COOP_ERR_INVALID, "%s: %s (at %#llx)", policy, w.broken,
                                       (unsigned long long)w.at);
             if (in_free)
                 free_bytes += w.bytes;
+            if (in_free && !check_whole_list(t, small, w.whole))
+                return coop_set_error(COOP_ERR_INVALID,
+                                      "%s: the list of whole free segments does not hold exactly "
+                                      "the %zu free blocks that span a segment (small pool: %d)",
+                                      policy, w.whole, small);
         }
     }
     uint64_t active = 0;

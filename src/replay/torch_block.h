@@ -26,12 +26,23 @@ typedef struct torch_block {
     bool mapped;                     /* false: address space of an expandable segment, no pages */
     bool small;                      /* which pool the segment belongs to */
     struct torch_block *prev, *next; /* neighbours inside the segment */
+    /* while free, mapped and its segment's only block (no prev, no next):
+     * the neighbours in its pool's list of whole free segments */
+    struct torch_block *whole_prev, *whole_next;
 } torch_block;
 
 typedef struct torch_blocks {
     block_tree free[2], unmapped[2]; /* indexed by small */
     block_map allocated;             /* address -> allocated block */
     torch_block *spare;              /* recycled records (via next) */
+    /* per pool (indexed by small): the free mapped blocks that span a whole
+     * segment, as torch_block_file and torch_block_unfile file them (a
+     * filed block's prev and next stay NULL or not while it is filed: the
+     * splits and merges that change them take blocks out of the trees
+     * first), so that a release of cached segments need not walk every
+     * free block */
+    torch_block *whole[2];
+    size_t num_whole[2];
     /* reserved: bytes of device memory held (whole segments for `torch`,
      * mapped pages for `torch-expandable`), kept by the policy; map_bytes:
      * all it ever mapped; free_bytes and active: the free and allocated
@@ -79,12 +90,17 @@ void torch_blocks_reserve(torch_blocks *t, uint64_t bytes);
 /* The counters replay reports (reserved, map_bytes, active, free, largest). */
 void torch_blocks_stats(const torch_blocks *t, replay_policy_stats *out);
 
-/* Collects the free blocks of pool small (all, or only those spanning a
- * whole segment) into *out, a malloc'ed array of *count the caller frees,
- * so that the caller can release or unmap them (that changes the tree
- * under a walk). false (nothing collected) when host memory runs out. */
-bool torch_blocks_collect_free(const torch_blocks *t, bool small, bool whole_segments_only,
-                               torch_block ***out, size_t *count);
+/* Collects the free blocks of pool small into *out, a malloc'ed array of
+ * *count the caller frees, so that the caller can release or unmap them
+ * (that changes the tree under a walk). false (nothing collected) when host
+ * memory runs out. */
+bool torch_blocks_collect_free(const torch_blocks *t, bool small, torch_block ***out,
+                               size_t *count);
+
+/* The first free mapped block of pool small that spans a whole segment
+ * (no prev, no next), or NULL: releasing cached segments takes them one by
+ * one (each unfiled before the next is asked for). */
+torch_block *torch_blocks_first_whole(const torch_blocks *t, bool small);
 
 /* Calls fn on every record filed (free, unmapped, allocated; not spares);
  * fn must not change the trees or the map. */
@@ -92,7 +108,8 @@ void torch_blocks_each(const torch_blocks *t, void (*fn)(torch_block *, void *),
 
 /* Validates every record and counter (neighbours meet, no two free or two
  * unmapped blocks side by side, unmapped blocks whole pages, keys and
- * totals, reserved = free + active <= capacity); COOP_ERR_INVALID naming
+ * totals, the lists of whole free segments, reserved = free + active <=
+ * capacity); COOP_ERR_INVALID naming
  * policy and the first broken rule otherwise. */
 coop_status torch_blocks_check(const torch_blocks *t, const char *policy, uint64_t capacity);
 
