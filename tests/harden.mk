@@ -33,7 +33,7 @@ endif
 # using the pool directly (also run under ThreadSanitizer by .ci/run)
 check_PROGRAMS += tests/remat_threads_test
 TESTS += tests/remat_threads_test
-tests_remat_threads_test_SOURCES = tests/remat_threads_test.c
+tests_remat_threads_test_SOURCES = tests/remat_threads_test.c tests/shadow_values.h
 tests_remat_threads_test_CFLAGS = $(TESTCFLAGS)
 tests_remat_threads_test_LDADD = $(TESTLIBS)
 tests_remat_threads_test_LDFLAGS = $(TESTLDFLAGS)

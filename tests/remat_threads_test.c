@@ -43,17 +43,16 @@
 #include <string.h>
 
 #include "coop.h"
+#include "shadow_values.h"
 #include "test_seed.h"
 
 #define KiB 1024u
 #define UNIT (4 * KiB)
-#define GRANULE 512u
 #define MAX_HANDLES 8192
 #define MAX_INPUTS 3
 #define MAX_PLAIN 6
 #define OPS 12000       /* per context thread */
 #define PLAIN_OPS 16000 /* the third thread's */
-#define SHADOW_SLOTS (1u << 16)
 
 static void failf(const char *fmt, ...)
 {
@@ -75,44 +74,26 @@ static void failf(const char *fmt, ...)
 
 /* ---- Shadow memory: granule address -> value, shared by the threads ---- */
 
-typedef struct shadow_slot {
-    uintptr_t granule; /* 0: empty */
-    uint64_t value;
-} shadow_slot;
-
 static shadow_slot *shadow;
 static pthread_mutex_t shadow_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_barrier_t start_line; /* the three threads start together */
 
-static shadow_slot *shadow_find(uintptr_t addr)
-{
-    uintptr_t g = addr / GRANULE;
-    size_t i = (size_t)(g * UINT64_C(0x9E3779B97F4A7C15) >> 48) & (SHADOW_SLOTS - 1);
-    for (size_t probes = 0; probes < SHADOW_SLOTS; probes++, i = (i + 1) & (SHADOW_SLOTS - 1))
-        if (shadow[i].granule == g || shadow[i].granule == 0)
-            return &shadow[i];
-    failf("shadow map full");
-    return NULL;
-}
-
 static void shadow_write(const void *ptr, size_t size, uint64_t value)
 {
     pthread_mutex_lock(&shadow_lock);
-    for (uintptr_t a = (uintptr_t)ptr; a < (uintptr_t)ptr + size; a += GRANULE) {
-        shadow_slot *s = shadow_find(a);
-        s->granule = a / GRANULE;
-        s->value = value;
-    }
+    bool stored = shadow_store(shadow, ptr, size, value);
     pthread_mutex_unlock(&shadow_lock);
+    CHECK(stored, "shadow map full");
 }
 
 /* The value at ptr (its first granule); 0 if never written. */
 static uint64_t shadow_read(const void *ptr)
 {
+    uint64_t v = 0;
     pthread_mutex_lock(&shadow_lock);
-    shadow_slot *s = shadow_find((uintptr_t)ptr);
-    uint64_t v = s->granule ? s->value : 0;
+    bool loaded = shadow_load(shadow, ptr, &v);
     pthread_mutex_unlock(&shadow_lock);
+    CHECK(loaded, "shadow map full");
     return v;
 }
 
@@ -126,15 +107,6 @@ static void check_shadow(const void *ptr, size_t size, uint64_t value, const cha
               (unsigned long)(a - (uintptr_t)ptr), (unsigned long long)v,
               (unsigned long long)value);
     }
-}
-
-/* An op's value: its id and its inputs' values, in order. */
-static uint64_t op_value(uint64_t id, const uint64_t *in, size_t n)
-{
-    uint64_t h = id * UINT64_C(0x9E3779B97F4A7C15) + n;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ in[i]) * UINT64_C(0xBF58476D1CE4E5B9) + (h >> 29);
-    return h ? h : 1;
 }
 
 /* ---- One context's world (its thread's alone) ---- */

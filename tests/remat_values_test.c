@@ -35,51 +35,33 @@
 #include <cmocka.h>
 
 #include "coop.h"
+#include "shadow_values.h"
 #include "test_seed.h"
 
 #define KiB 1024u
 #define UNIT (4 * KiB)
-#define GRANULE 512u
 #define MAX_HANDLES 2048
 #define MAX_INPUTS 3
 #define MAX_PLAIN 4
 #define OPS 4000
-#define SHADOW_SLOTS (1u << 16) /* granules of the pool's address range, with room */
 
 /* ---- Shadow memory: granule address -> value (open addressing) ---- */
 
-typedef struct shadow_slot {
-    uintptr_t granule; /* 0: empty */
-    uint64_t value;
-} shadow_slot;
-
 static shadow_slot *shadow;
-
-static shadow_slot *shadow_find(uintptr_t addr)
-{
-    uintptr_t g = addr / GRANULE;
-    size_t i = (size_t)(g * UINT64_C(0x9E3779B97F4A7C15) >> 48) & (SHADOW_SLOTS - 1);
-    for (size_t probes = 0; probes < SHADOW_SLOTS; probes++, i = (i + 1) & (SHADOW_SLOTS - 1))
-        if (shadow[i].granule == g || shadow[i].granule == 0)
-            return &shadow[i];
-    fail_msg("shadow map full");
-    return NULL;
-}
 
 static void shadow_write(const void *ptr, size_t size, uint64_t value)
 {
-    for (uintptr_t a = (uintptr_t)ptr; a < (uintptr_t)ptr + size; a += GRANULE) {
-        shadow_slot *s = shadow_find(a);
-        s->granule = a / GRANULE;
-        s->value = value;
-    }
+    if (!shadow_store(shadow, ptr, size, value))
+        fail_msg("shadow map full");
 }
 
 /* The value at ptr (its first granule); 0 if never written. */
 static uint64_t shadow_read(const void *ptr)
 {
-    shadow_slot *s = shadow_find((uintptr_t)ptr);
-    return s->granule ? s->value : 0;
+    uint64_t v = 0;
+    if (!shadow_load(shadow, ptr, &v))
+        fail_msg("shadow map full");
+    return v;
 }
 
 /* ---- The model ---- */
@@ -111,15 +93,6 @@ static uint64_t base_seed;
 static uint64_t next(void)
 {
     return test_xorshift64(&W.rng);
-}
-
-/* An op's value: its id and its inputs' values, in order. */
-static uint64_t op_value(uint64_t id, const uint64_t *in, size_t n)
-{
-    uint64_t h = id * UINT64_C(0x9E3779B97F4A7C15) + n;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ in[i]) * UINT64_C(0xBF58476D1CE4E5B9) + (h >> 29);
-    return h ? h : 1;
 }
 
 static coop_status recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
