@@ -492,13 +492,37 @@ static void pending_free(fixture *f)
     coop_host_hold_stream(pool, 7, false);
 }
 
+/* The void hooks say a refusal only through coop_torch_last_error: a call
+ * was refused iff the message changed across it (error_mark before,
+ * error_changed after). */
+typedef struct error_mark {
+    char text[1024];
+} error_mark;
+
+static void mark_error(error_mark *m)
+{
+    coop_torch_last_error(m->text, sizeof m->text);
+}
+
+static bool error_changed(const error_mark *m)
+{
+    char now[sizeof m->text];
+    coop_torch_last_error(now, sizeof now);
+    return strcmp(m->text, now) != 0;
+}
+
+/* record_stream of p[0] on stream: refused? */
+static bool record_refused(fixture *f, void *stream)
+{
+    error_mark m;
+    mark_error(&m);
+    coop_torch_record_stream(f->p[0], stream);
+    return error_changed(&m);
+}
+
 static bool record_first(fixture *f)
 {
-    char before[1024], after[1024];
-    coop_torch_last_error(before, sizeof before);
-    coop_torch_record_stream(f->p[0], STREAM(3));
-    coop_torch_last_error(after, sizeof after);
-    return strcmp(before, after) != 0;
+    return record_refused(f, STREAM(3));
 }
 
 static void two_uses(fixture *f)
@@ -510,20 +534,15 @@ static void two_uses(fixture *f)
 
 static bool record_third(fixture *f)
 {
-    char before[1024], after[1024];
-    coop_torch_last_error(before, sizeof before);
-    coop_torch_record_stream(f->p[0], STREAM(5));
-    coop_torch_last_error(after, sizeof after);
-    return strcmp(before, after) != 0;
+    return record_refused(f, STREAM(5));
 }
 
 static bool free_first(fixture *f)
 {
-    char before[1024], after[1024];
-    coop_torch_last_error(before, sizeof before);
+    error_mark m;
+    mark_error(&m);
     coop_torch_free(f->p[0], f->size[0], 0, STREAM(0));
-    coop_torch_last_error(after, sizeof after);
-    bool refused = strcmp(before, after) != 0;
+    bool refused = error_changed(&m);
     if (!refused)
         f->p[0] = NULL;
     return refused;
@@ -532,11 +551,10 @@ static bool free_first(fixture *f)
 static bool empty_cache(fixture *f)
 {
     (void)f;
-    char before[1024], after[1024];
-    coop_torch_last_error(before, sizeof before);
+    error_mark m;
+    mark_error(&m);
     coop_torch_empty_cache();
-    coop_torch_last_error(after, sizeof after);
-    return strcmp(before, after) != 0;
+    return error_changed(&m);
 }
 
 static bool forget_stream(fixture *f)
@@ -549,11 +567,10 @@ static bool forget_stream(fixture *f)
 static bool fraction_below_reserved(fixture *f)
 {
     (void)f;
-    char before[1024], after[1024];
-    coop_torch_last_error(before, sizeof before);
+    error_mark m;
+    mark_error(&m);
     coop_torch_memory_fraction(1.0 / 16, 0);
-    coop_torch_last_error(after, sizeof after);
-    return strcmp(before, after) != 0;
+    return error_changed(&m);
 }
 
 /* A limit of 1.5 MiB waiting for frees (2 MiB live when it was
