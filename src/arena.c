@@ -237,26 +237,18 @@ static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t 
     return COOP_OK;
 }
 
-/* The most a reclaim of VMM segment s could release: the mapped pages
- * less those the blocks in use (allocated or pending: the tiled range less
- * its free blocks) must touch, a page holding at most a page of their bytes.
- * No walk: two counters. */
-static uint64_t reclaimable_at_most(const arena *a, const arena_segment *s)
-{
-    uint64_t ps = a->params.page_size;
-    uint64_t in_use = (s->top - a->counters.free_bytes + ps - 1) / ps * ps;
-    return a->reserved > in_use ? a->reserved - in_use : 0;
-}
-
 /* Whether a reclaim of VMM segment s is sure to release less than want,
- * by a bounded look (no walk): a reclaim unmaps whole pages of runs of free
+ * with no walk. First two counters: the mapped pages less those the blocks
+ * in use (allocated or pending: the tiled range less its free blocks) must
+ * touch, a page holding at most a page of their bytes. Then a bounded
+ * look: a reclaim unmaps whole pages of runs of free
  * space, and where at most one stream tags free blocks (two of the same
  * or mergeable tags side by side would have merged) a run below the top is
  * one free block. So the whole pages inside free blocks of a page or more
  * (the free index's, in size order), and those of the run at the top (the
  * last block if free, and the range above the top, where pages are mapped
  * only by a map that failed part way), bound what it can release.
- * reclaimable_at_most's bound is loose where pages are larger than blocks
+ * The counters' bound is loose where pages are larger than blocks
  * (CUDA's 2 MiB pages, small tensors scattered): there every failed map
  * walked every block, once per eviction of a remat search. False as soon
  * as the bound reaches want, or after RECLAIM_LOOK free blocks. */
@@ -264,11 +256,14 @@ static uint64_t reclaimable_at_most(const arena *a, const arena_segment *s)
 #define RECLAIM_COUNT 4096 /* pages: 64 words of the page map */
 static bool reclaim_falls_short(arena *a, const arena_segment *s, uint64_t want)
 {
+    uint64_t ps = a->params.page_size;
+    uint64_t in_use = (s->top - a->counters.free_bytes + ps - 1) / ps * ps;
+    if (a->reserved < in_use + want)
+        return true;
     size_t tagged = 0;
     for (size_t i = 0; i < a->index.num_sets; i++)
         if (a->index.sets[i]->stream != a->index.any && a->index.sets[i]->count && ++tagged == 2)
             return false; /* free blocks of two streams may lie side by side */
-    uint64_t ps = a->params.page_size;
     const arena_block *last = s->last;
     uintptr_t top = s->base + s->top;
     bool last_free = last && last->state == COOP_BLOCK_FREE;
@@ -326,7 +321,7 @@ static coop_status map_missing(arena *a, arena_segment *s, size_t first, size_t 
          * request paid that walk (twice, with the pool's retry), and every
          * search of the remat API begins with one */
         coop_status st =
-            reclaimable_at_most(a, s) < short_by || reclaim_falls_short(a, s, short_by)
+            reclaim_falls_short(a, s, short_by)
                 ? COOP_OK
                 : arena_reclaim(a, short_by, s->base + first * ps, s->base + end * ps, &released);
         if (st != COOP_OK)

@@ -897,7 +897,7 @@ static coop_status count_question(void *ctx, coop_stream stream, bool *idle)
 }
 
 /* A map the capacity forbids, where mapped bytes less the pages in use
- * suggest room (reclaimable_at_most) but no free block holds a whole page:
+ * suggest room (reclaim_falls_short's counters) but no free block holds a whole page:
  * four free halves of pages (stream 1's), apart. The reclaim is skipped by
  * a look at the free blocks of a page or more (none), asks no stream, and
  * the map fails with the cache as it was; the walk asked stream 1 and
