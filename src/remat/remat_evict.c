@@ -445,6 +445,33 @@ static void *alloc_in_segments(coop_remat *r, coop_tensor *t, unsigned flags, co
 
 static bool could_fit(coop_remat *r, uint64_t want, uint64_t evictable);
 
+/* Whether a run of adjacent blocks of segment s, each free for the context
+ * or one of its evictable tensors (block_could_go), covers want bytes: one
+ * pass, ending at the first run that does. Otherwise *tail is the run that
+ * ends at the segment's last block, and *whole whether that run is the
+ * whole segment (both may be NULL). */
+static bool run_covers(coop_remat *r, const arena_segment *s, uint64_t want, uint64_t *tail,
+                       bool *whole)
+{
+    uint64_t run = 0;
+    bool all = true;
+    for (const arena_block *b = s->first; b; b = b->next) {
+        if (!block_could_go(r, b)) {
+            run = 0;
+            all = false;
+            continue;
+        }
+        run += b->size;
+        if (run >= want)
+            return true;
+    }
+    if (tail)
+        *tail = run;
+    if (whole)
+        *whole = all;
+    return false;
+}
+
 /* With VMM, what could_fit cannot tell: whether the address range could
  * hold want bytes once the context's evictable tensors go (a run of blocks
  * each free for the context or such a tensor), where the run that ends at
@@ -463,18 +490,9 @@ static bool fits_in_range(coop_remat *r, uint64_t want, const arena_block **top_
     uint64_t above = s->reserved - s->top;
     if (top_run)
         *top_run = NULL;
-    if (above >= want)
-        return true;
     uint64_t run = 0;
-    for (const arena_block *b = s->first; b; b = b->next) {
-        if (!block_could_go(r, b)) {
-            run = 0;
-            continue;
-        }
-        run += b->size;
-        if (run >= want)
-            return true;
-    }
+    if (above >= want || run_covers(r, s, want, &run, NULL))
+        return true;
     if (run + above < want)
         return false;
     const arena_block *b = s->last;
@@ -725,19 +743,8 @@ static bool fits_in_segments(coop_remat *r, uint64_t want)
     uint64_t need = (want + ps - 1) / ps * ps; /* the new segment grow_segments makes */
     uint64_t room = a->params.capacity > a->reserved ? a->params.capacity - a->reserved : 0;
     for (const arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
-        uint64_t run = 0;
-        bool whole = true;
-        for (const arena_block *b = seg->first; b; b = b->next) {
-            if (block_could_go(r, b)) {
-                run += b->size;
-                if (run >= want)
-                    return true;
-            } else {
-                run = 0;
-                whole = false;
-            }
-        }
-        if (whole && (room += seg->reserved) >= need)
+        bool whole = false;
+        if (run_covers(r, seg, want, NULL, &whole) || (whole && (room += seg->reserved) >= need))
             return true;
     }
     return false;
