@@ -46,6 +46,21 @@ static void on_evict(coop_tensor *t, void *user)
     strcat(current->evicted, "x");
 }
 
+/* A request just refused with COOP_ERR_NOMEM and a message holding msg,
+ * having evicted nothing: each of the n tensors t still resident, no
+ * eviction counted or reported to the owner. */
+static void assert_refused_evicting_nothing(coop_remat *r, const journal *j, coop_tensor *const *t,
+                                            int n, const char *msg)
+{
+    assert_non_null(strstr(coop_last_error(), msg));
+    for (int i = 0; i < n; i++)
+        assert_true(coop_tensor_resident(t[i]));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 0);
+    assert_string_equal(j->evicted, "");
+}
+
 /* 64 KiB without VMM, in segments of segment_size */
 static coop_pool *pool_of_segments(uint64_t segment_size)
 {
@@ -549,13 +564,7 @@ static void coop_evicts_no_segment_for_a_request_that_cannot_fit(void **state)
         assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "T", NULL, 0, i < 2 ? EV : 0, &t[i]),
                          COOP_OK);
     assert_int_equal(coop_tensor_create(r, 20 * KiB, 1, "X", NULL, 0, EV, &x), COOP_ERR_NOMEM);
-    assert_non_null(strstr(coop_last_error(), "no room for 20480 bytes"));
-    for (int i = 0; i < 8; i++)
-        assert_true(coop_tensor_resident(t[i]));
-    coop_remat_stats st;
-    coop_remat_get_stats(r, &st);
-    assert_int_equal(st.evictions, 0);
-    assert_string_equal(j.evicted, "");
+    assert_refused_evicting_nothing(r, &j, t, 8, "no room for 20480 bytes");
     /* a third evictable one (released: evictable whatever its flags) makes it fit */
     assert_int_equal(coop_tensor_release(r, t[2]), COOP_OK);
     assert_int_equal(coop_tensor_create(r, 20 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
@@ -586,14 +595,10 @@ static void argmin_evicts_nothing_where_no_run_covers(void **state)
     for (int i = 1; i < 4; i++) /* the layout meant: one segment, in order */
         assert_ptr_equal(coop_tensor_data(t[i]), base + i * 16 * KiB);
     assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "X", NULL, 0, EV, &x), COOP_ERR_NOMEM);
-    assert_non_null(strstr(coop_last_error(), "no room for 32768 bytes"));
-    for (int i = 0; i < 4; i++)
-        assert_true(coop_tensor_resident(t[i]));
+    assert_refused_evicting_nothing(r, &j, t, 4, "no room for 32768 bytes");
     coop_remat_stats st;
     coop_remat_get_stats(r, &st);
     assert_int_equal(st.searches, 1);
-    assert_int_equal(st.evictions, 0);
-    assert_string_equal(j.evicted, "");
     assert_int_equal(coop_tensor_release(r, t[3]), COOP_OK);
     assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
     assert_ptr_equal(coop_tensor_data(x), base + 32 * KiB);
@@ -625,13 +630,8 @@ static void argmin_evicts_nothing_where_no_segment_can_go(void **state)
     coop_get_stats(pool, &ps);
     assert_int_equal(ps.segment.current, 2);
     assert_int_equal(coop_tensor_create(r, 24 * KiB, 1, "X", NULL, 0, EV, &x), COOP_ERR_NOMEM);
-    assert_non_null(strstr(coop_last_error(), "no room for 24576 bytes"));
-    for (int i = 0; i < 8; i++)
-        assert_true(coop_tensor_resident(t[i]));
+    assert_refused_evicting_nothing(r, &j, t, 8, "no room for 24576 bytes");
     coop_remat_stats st;
-    coop_remat_get_stats(r, &st);
-    assert_int_equal(st.evictions, 0);
-    assert_string_equal(j.evicted, "");
     assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
     assert_true(coop_tensor_resident(t[1]) && coop_tensor_resident(t[6]));
     coop_remat_get_stats(r, &st);
@@ -729,13 +729,7 @@ static void a_bound_address_range_evicts_nothing_for_a_hopeless_request(void **s
             coop_tensor_create(r, 8 * KiB, 10, i % 2 ? "E" : "K", NULL, 0, i % 2 ? EV : 0, &t[i]),
             COOP_OK);
     assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &big), COOP_ERR_NOMEM);
-    assert_non_null(strstr(coop_last_error(), "of which 32768 evictable"));
-    assert_string_equal(j.evicted, "");
-    for (int i = 0; i < 8; i++)
-        assert_true(coop_tensor_resident(t[i]));
-    coop_remat_stats st;
-    coop_remat_get_stats(r, &st);
-    assert_int_equal(st.evictions, 0);
+    assert_refused_evicting_nothing(r, &j, t, 8, "of which 32768 evictable");
     assert_int_equal(coop_pool_check(pool), COOP_OK);
     /* the search's tries left the pool's messages off (pool_set_quiet_oom);
      * a plain allocation's refusal has its own again */
