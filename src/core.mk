@@ -14,11 +14,11 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/meta_test tests/free_index_test tests/addr_map_test \
 	tests/page_map_test tests/backend_host_test tests/backend_fault_test \
 	tests/arena_test tests/pool_test tests/random_model_test tests/stress_test \
-	tests/fault_sweep_test
+	tests/fault_sweep_test tests/stats_semantics_test
 TESTS += tests/meta_test tests/free_index_test tests/addr_map_test \
 	tests/page_map_test tests/backend_host_test tests/backend_fault_test \
 	tests/arena_test tests/pool_test tests/random_model_test tests/stress_test \
-	tests/fault_sweep_test
+	tests/fault_sweep_test tests/stats_semantics_test
 tests_meta_test_SOURCES = tests/meta_test.c
 tests_meta_test_CFLAGS = $(TESTCFLAGS)
 tests_meta_test_LDADD = $(TESTLIBS)
@@ -51,6 +51,10 @@ tests_pool_test_SOURCES = tests/pool_test.c
 tests_pool_test_CFLAGS = $(TESTCFLAGS)
 tests_pool_test_LDADD = $(TESTLIBS)
 tests_pool_test_LDFLAGS = $(TESTLDFLAGS)
+tests_stats_semantics_test_SOURCES = tests/stats_semantics_test.c
+tests_stats_semantics_test_CFLAGS = $(TESTCFLAGS)
+tests_stats_semantics_test_LDADD = $(TESTLIBS)
+tests_stats_semantics_test_LDFLAGS = $(TESTLDFLAGS)
 tests_random_model_test_SOURCES = tests/random_model_test.c
 tests_random_model_test_CFLAGS = $(TESTCFLAGS)
 tests_random_model_test_LDADD = $(TESTLIBS)
