@@ -279,9 +279,11 @@ typedef struct coop_stat {
 
 typedef struct coop_stats {
     coop_stat allocation;     /* allocated blocks */
-    coop_stat segment;        /* segments (VMM: 1 reservation) */
+    coop_stat segment;        /* segments (VMM: 1 reservation from creation; PyTorch's
+                               * expandable segments count 0) */
     coop_stat active;         /* allocated + awaiting stream events */
-    coop_stat inactive_split; /* free blocks that are part of a split segment */
+    coop_stat inactive_split; /* free blocks that are part of a split segment (VMM: with a
+                               * neighbour in the range; PyTorch's expandable: none) */
     coop_stat allocated_bytes;
     coop_stat reserved_bytes; /* mapped bytes (VMM) or segment bytes */
     coop_stat active_bytes;
@@ -290,8 +292,9 @@ typedef struct coop_stats {
                                  * drops at coop_free with allocated_bytes, even when the
                                  * block stays pending (PyTorch's drops when the block is
                                  * released, with active_bytes) */
-    uint64_t num_alloc_retries; /* allocations that had to release memory and retry */
-    uint64_t num_ooms;          /* allocations that failed for lack of memory */
+    uint64_t num_alloc_retries; /* allocations that had to release memory and retry: once
+                                 * each, failed or not; not a request above the capacity */
+    uint64_t num_ooms;          /* allocations that failed for lack of memory: once each */
     uint64_t num_maps,
         num_unmaps;     /* backend map / unmap calls (segment allocs / frees without VMM) */
     uint64_t map_bytes; /* total bytes ever mapped (first mappings included); stops at
