@@ -28,6 +28,7 @@ __all__ = [
     "memory_stats",
     "memory_stats_as_nested_dict",
     "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
     "snapshot",
     "dump_snapshot",
     "record_history",
@@ -244,9 +245,7 @@ def patch_torch(torch):
         return memory_stats(_device_index(device, torch))
 
     def reset_peak(device=None):
-        pool = _pool(_device_index(device, torch))
-        if pool:
-            native.library().coop_reset_peak_stats(pool)
+        reset_peak_memory_stats(_device_index(device, torch))
 
     # The replacements take every argument torch 1.13 .. 2.11 pass them
     # (2.11: _snapshot(device=None, augment_with_fx_traces=False), called so
@@ -467,6 +466,16 @@ def reset_accumulated_memory_stats(device=None):
             if k.endswith((".allocated", ".freed")) or k in _ACCUMULATED}
     with _state_lock:
         _accumulated_base[device] = base
+
+
+def reset_peak_memory_stats(device=None):
+    """torch.cuda.reset_peak_memory_stats() for coop's pool on device: every
+    "peak" of memory_stats() becomes its "current" (coop_reset_peak_stats).
+    The "allocated" / "freed" counters are reset_accumulated_memory_stats()'s.
+    A device without a pool: nothing to reset."""
+    pool = _pool(_device_index(device))
+    if pool:
+        native.library().coop_reset_peak_stats(pool)
 
 
 def memory_stats_as_nested_dict(device=None):

@@ -1046,6 +1046,26 @@ class Configuration(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.splitlines(), ["True True True", "0 0 0"])
 
+    def test_reset_peak_without_torch(self):
+        """coop.torch.reset_peak_memory_stats(), as reset_accumulated: every
+        peak becomes its current value, the cumulative counters stay."""
+        r = run_child(
+            "p = lib.coop_torch_malloc(4 << 20, 0, None)\n"
+            "lib.coop_torch_free(p, 4 << 20, 0, None)\n"
+            "s = ctorch.memory_stats(0)\n"
+            "print(s['allocated_bytes.all.peak'], s['allocated_bytes.all.allocated'])\n"
+            "ctorch.reset_peak_memory_stats('cuda:0')\n"
+            "ctorch.reset_peak_memory_stats(5)  # no pool there: nothing\n"
+            "s = ctorch.memory_stats(0)\n"
+            "print(*(s[k + '.all.peak'] == s[k + '.all.current'] for k in native.STAT_NAMES))\n"
+            "print(s['allocated_bytes.all.peak'], s['allocated_bytes.all.allocated'])\n",
+            "backend:host,capacity:256M,page:2M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0].split(), [str(4 << 20)] * 2)
+        self.assertEqual(lines[1].split(), ["True"] * 9)
+        self.assertEqual(lines[2].split(), ["0", str(4 << 20)])
+
     def test_failed_mallocs_count_past_255(self):
         """The failure count is a uint64_t: 300 failures read as 300 (a
         narrower restype would wrap, and check_oom would miss failures)."""
