@@ -43,11 +43,16 @@ COOP_CMD = re.compile(r"(?<![\w/.-])(?:\./)?coop ([a-z][a-z-]*)(?=\s|$)")
 PATH_REF = re.compile(r"(?<![\w./-])(?:\./)?((?:scripts|tests)/[A-Za-z0-9_./*-]+)")
 
 
+def read_text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def md_fragments(path):
     """(line, text) of a Markdown file's code-block lines (continuations
     joined, the block's VAR=value assignments expanded) and inline spans."""
     out = []
-    lines = open(path, encoding="utf-8").read().split("\n")
+    lines = read_text(path).split("\n")
     in_code, pending, start, env, para = False, None, 0, {}, []
 
     def spans(lineno, text):
@@ -68,7 +73,7 @@ def md_fragments(path):
             if pending is None:
                 pending, start = "", i
             if line.rstrip().endswith("\\"):
-                pending += line.rstrip()[:-1] + " "
+                pending += line.rstrip().rstrip("\\") + " "
                 continue
             text, pending = re.sub(r"(^|\s)#.*", "", pending + line), None
             m = re.match(r"\s*([A-Za-z_]\w*)=(\"[^\"]*\"|\S*)\s*(#.*)?$", text)
@@ -91,7 +96,7 @@ def header_fragments(path):
     (a C file's first comment, a Python module's docstring, a shell script's
     leading # lines): its command lines (indented, or after "usage:"),
     continuations joined, and the `inline` spans of its prose."""
-    text = open(path, encoding="utf-8").read()
+    text = read_text(path)
     if path.endswith(".c"):
         m = re.match(r"\s*/\*(.*?)\*/", text, re.S)
         lines = [re.sub(r"^\s*\* ?", "", l) for l in (m.group(1) if m else "").split("\n")]
@@ -123,7 +128,7 @@ def header_fragments(path):
             pending, start = "", i
         line = re.sub(r"^\s*usage:\s", "", line, flags=re.I)
         if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
+            pending += line.rstrip().rstrip("\\") + " "
             continue
         out.append((start, pending + line))
         pending = None
@@ -159,13 +164,13 @@ def coop_command_text(text, start):
 
 class Checker:
     def __init__(self, srcdir, coop):
-        self.srcdir, self.coop, self.problems, self.counts = srcdir, coop, [], {}
+        self.srcdir, self.coop, self.problems, self.counts, self.ran = srcdir, coop, [], {}, 0
         self.shared = os.path.isdir(os.path.join(srcdir, "..", "shared", "workloads"))
         mk = glob.glob(os.path.join(srcdir, "Makefile.am")) + glob.glob(os.path.join(srcdir, "*", "*.mk")) + \
             glob.glob(os.path.join(srcdir, "*", "*", "*.mk"))
-        self.makefiles = "".join(open(p, encoding="utf-8").read() for p in mk)
+        self.makefiles = "".join(read_text(p) for p in mk)
         ac = os.path.join(srcdir, "configure.ac")
-        self.configure_ac = open(ac, encoding="utf-8").read() if os.path.exists(ac) else ""
+        self.configure_ac = read_text(ac) if os.path.exists(ac) else ""
 
     def fail(self, where, what):
         self.problems.append("%s: %s" % (where, what))
@@ -225,6 +230,7 @@ class Checker:
         else:
             paths = [MISSING, MISSING + ".out"] if sub == "convert" else [MISSING]
             argv, want = [self.coop.exe, sub] + args + paths, "to open " + MISSING
+        self.ran += 1
         r = subprocess.run(argv, capture_output=True, text=True, cwd=self.srcdir, timeout=60)
         ok = r.returncode == 0 if want == "status 0" else \
             r.returncode == 2 and (MISSING + ": cannot open") in r.stderr
@@ -271,13 +277,13 @@ class Checker:
         module = re.fullmatch(r"(.*)\.(\w+)", full)
         if not exists and module and os.path.isfile(module.group(1) + ".py"):
             # scripts/gpu/common.emit: a function of a module
-            exists = re.search(r"^def %s\(" % module.group(2), open(module.group(1) + ".py").read(), re.M)
+            exists = re.search(r"^def %s\(" % module.group(2), read_text(module.group(1) + ".py"), re.M)
         if not exists:
             self.fail(where, "%s: no such file, nor a program the Makefile builds" % ref)
             return
         if not ref.startswith("scripts/") or not os.path.isfile(full):
             return
-        source = open(full, encoding="utf-8").read()
+        source = read_text(full)
         if full.endswith(".sh") and '"$@"' in source and "configure" in source:
             # scripts/setup.sh passes its arguments to configure
             self.flags_after(where, text, end, ref, self.configure_flag_known)
@@ -286,7 +292,7 @@ class Checker:
         for mod in re.findall(r"^(?:from|import) (\w+)", source, re.M):
             sibling = os.path.join(os.path.dirname(full), mod + ".py")
             if os.path.isfile(sibling):
-                source += open(sibling, encoding="utf-8").read()
+                source += read_text(sibling)
         self.flags_after(where, text, end, ref, lambda f: '"%s"' % f in source or "'%s'" % f in source)
 
     def check_fragment(self, source, line, text):
@@ -364,7 +370,8 @@ def main():
         print("note: no ../shared/workloads beside the source tree: its paths were not checked")
     for p in c.problems:
         print("FAIL " + p)
-    print("doc_commands_test: %d coop commands, %d problems" % (sum(c.counts.values()), len(c.problems)))
+    print("doc_commands_test: %d coop commands (%d without placeholders, run), %d problems" %
+          (sum(c.counts.values()), c.ran, len(c.problems)))
     return 1 if c.problems else 0
 
 
