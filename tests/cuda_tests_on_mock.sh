@@ -1,7 +1,7 @@
 #!/bin/sh
 # The tests meant for a real GPU (tests/backend_cuda_test,
 # tests/backend_cuda_stress_test, tests/backend_cuda_fault_test) run against
-# the mock driver (tests/libmockcuda.so) so that their own logic is exercised
+# the mock driver (tests/.libs/libmockcuda.so) so that their own logic is exercised
 # in every build: the pool sequence, the cross-stream free with an
 # asynchronous memset read back, the randomized model with holds made of
 # cuStreamWaitValue32 on host-mapped words, four threads without a current
