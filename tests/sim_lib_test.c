@@ -153,6 +153,33 @@ static void unsupported_policies_are_named(void **state)
     }
 }
 
+/* An op costing more than the API takes (2^49 ns; the simulator runs it):
+ * an error naming the line and the limit before anything runs, where the
+ * library's refusal came in the middle of the run naming only its call. */
+static void a_cost_above_the_api_limit_names_its_line(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CALL("f", "", "\"a\"", "10")
+            FRESH("a", M64K) CALL("g", "\"a\"", "\"b\"", "562949953421312") FRESH("b", M64K)
+                RELEASE("a") RELEASE("b");
+    dtr_log log;
+    sim_program p;
+    assert_int_equal(dtr_log_parse_buffer("huge.log", text, strlen(text), &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, &p), COOP_OK);
+    dtr_log_free(&log);
+    sim_options opt = options("dtr");
+    sim_outcome o = sim_lib_run(&p, sim_peak(&p, SIM_MEMORY_ARENA), &opt, 1.0, NULL);
+    assert_int_equal(o.result, SIM_ERROR);
+    printf("%s\n", coop_last_error());
+    assert_string_equal(coop_last_error(),
+                        "line 5: TIME 562949953421312 ns is above the remat API's largest op cost "
+                        "(COOP_TENSOR_MAX_COST_NS, 2^48 ns); --engine sim runs it");
+    o = sim_run(&p, sim_peak(&p, SIM_MEMORY_ARENA), &opt, 1.0);
+    assert_int_equal(o.result, SIM_OK);
+    sim_program_free(&p);
+}
+
 /* The own traces where both engines make the same evictions. Overheads
  * differ a little (below 0.01): the simulator also recomputes views' ops (a
  * view is a tensor of its own there, a record sharing its base's storage in
@@ -404,6 +431,7 @@ int main(void)
         cmocka_unit_test(shapes_run_as_the_simulator),
         cmocka_unit_test(one_result_recomputed_alone),
         cmocka_unit_test(unsupported_policies_are_named),
+        cmocka_unit_test(a_cost_above_the_api_limit_names_its_line),
         cmocka_unit_test(own_traces_evict_as_the_simulator),
         cmocka_unit_test(coop_evicts_as_the_simulator_on_vgg16),
         cmocka_unit_test(search_metrics_come_from_the_library),
