@@ -437,6 +437,15 @@ typedef struct coop_tensor coop_tensor;
  * staleness is the logical time since the tensor's last access (at least
  * 1 for the window policies), remats how often its recompute callback has
  * run (coop_tensor_recomputes).
+ * Degenerate numbers: DTR, DTR-local and DTE score a tensor of staleness 0
+ * (used at the current clock, as every tensor is while all ops cost 0) as
+ * dearest, whatever its cost; LRU compares last accesses as integers (a
+ * double holds the clock exactly only up to 2^53 ns); the clock saturates
+ * at UINT64_MAX and stays there. Equal scores go to the tensor made
+ * resident earliest, equal window costs per byte (every cost 0, say) to
+ * the window that ends at the lowest address. No score is ever NaN. The
+ * argmin policies' bytes are the size asked for, as DTR's (a 1-byte tensor
+ * scores as 1 byte in its block of 512), a window's its blocks' bytes.
  */
 typedef enum coop_remat_policy {
     /* sliding window (the default): the covering window with the smallest
@@ -486,7 +495,7 @@ typedef enum coop_remat_policy {
     COOP_REMAT_DTR,       /* argmin of c_eq / (bytes * staleness), one at a time */
     COOP_REMAT_DTR_LOCAL, /* argmin of c / (bytes * staleness) */
     COOP_REMAT_DTE,       /* as DTR-local, bytes including adjacent free blocks */
-    COOP_REMAT_LRU,       /* least recently accessed first */
+    COOP_REMAT_LRU,       /* least recently accessed first (the last access, exactly) */
     COOP_REMAT_SIZE,      /* largest first */
     /* the window with the cost the coop policy had before the component
      * cost, for comparison: sum of c_eq / staleness per window byte, no

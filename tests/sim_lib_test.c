@@ -153,6 +153,80 @@ static void unsupported_policies_are_named(void **state)
     }
 }
 
+/* An op costing more than the API takes (2^49 ns; the simulator runs it):
+ * an error naming the line and the limit before anything runs, where the
+ * library's refusal came in the middle of the run naming only its call. */
+static void a_cost_above_the_api_limit_names_its_line(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CALL("f", "", "\"a\"", "10")
+            FRESH("a", M64K) CALL("g", "\"a\"", "\"b\"", "562949953421312") FRESH("b", M64K)
+                RELEASE("a") RELEASE("b");
+    dtr_log log;
+    sim_program p;
+    assert_int_equal(dtr_log_parse_buffer("huge.log", text, strlen(text), &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, &p), COOP_OK);
+    dtr_log_free(&log);
+    sim_options opt = options("dtr");
+    sim_outcome o = sim_lib_run(&p, sim_peak(&p, SIM_MEMORY_ARENA), &opt, 1.0, NULL);
+    assert_int_equal(o.result, SIM_ERROR);
+    printf("%s\n", coop_last_error());
+    assert_string_equal(coop_last_error(),
+                        "line 5: TIME 562949953421312 ns is above the remat API's largest op cost "
+                        "(COOP_TENSOR_MAX_COST_NS, 2^48 ns); --engine sim runs it");
+    o = sim_run(&p, sim_peak(&p, SIM_MEMORY_ARENA), &opt, 1.0);
+    assert_int_equal(o.result, SIM_OK);
+    sim_program_free(&p);
+}
+
+/* A log whose TIMEs are all 0: no base compute to divide the overhead by
+ * and a logical clock that never moves (every staleness 0). At 0.6 of its
+ * peak every policy of both engines evicts (the library's argmin policies
+ * also recompute a tensor, at 0 ns), reports overhead 1.0 (not 0/0) and
+ * does not thrash (a limit of 0 ns that nothing recomputed exceeds); the
+ * same numbers in a second run. */
+static void a_log_of_zero_times_has_overhead_one(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" CALL("f", "", "\"a\"", "0")
+            FRESH("a", M64K) CALL("g", "\"a\"", "\"b\"", "0") FRESH("b", M64K)
+                CALL("h", "\"b\"", "\"c\"", "0") FRESH("c", M64K) CALL("k", "\"c\"", "\"d\"", "0")
+                    FRESH("d", M64K) CALL("m", "\"a\",\"d\"", "\"e\"", "0") FRESH("e", M64K)
+                        RELEASE("a") RELEASE("b") RELEASE("c") RELEASE("d") RELEASE("e");
+    dtr_log log;
+    sim_program p;
+    assert_int_equal(dtr_log_parse_buffer("zero.log", text, strlen(text), &log), COOP_OK);
+    assert_int_equal(sim_program_build(&log, &p), COOP_OK);
+    dtr_log_free(&log);
+    assert_int_equal(p.base_compute, 0);
+    const char *policies[] = {"coop", "coop-comp", "dtr", "dtr-local", "dte", "lru", "size"};
+    uint64_t peak = sim_peak(&p, SIM_MEMORY_ARENA), recomputed = 0;
+    for (size_t i = 0; i < sizeof policies / sizeof policies[0]; i++) {
+        sim_options opt = options(policies[i]);
+        for (int lib = 0; lib < 2; lib++) {
+            sim_outcome o[2];
+            for (int run = 0; run < 2; run++)
+                o[run] =
+                    lib ? sim_lib_run(&p, peak, &opt, 0.6, NULL) : sim_run(&p, peak, &opt, 0.6);
+            printf("%s %s: %s, %llu evictions, %llu remat ops, overhead %g\n", policies[i],
+                   lib ? "lib" : "sim", sim_result_name(o[0].result),
+                   (unsigned long long)o[0].evictions, (unsigned long long)o[0].remat_ops,
+                   o[0].overhead);
+            assert_int_equal(o[0].result, SIM_OK);
+            assert_true(o[0].evictions > 0);
+            assert_true(o[0].overhead == 1.0);
+            assert_int_equal(o[1].result, o[0].result);
+            assert_int_equal(o[1].evictions, o[0].evictions);
+            assert_int_equal(o[1].remat_ops, o[0].remat_ops);
+            recomputed += o[0].remat_ops;
+        }
+    }
+    assert_true(recomputed > 0);
+    sim_program_free(&p);
+}
+
 /* The own traces where both engines make the same evictions. Overheads
  * differ a little (below 0.01): the simulator also recomputes views' ops (a
  * view is a tensor of its own there, a record sharing its base's storage in
@@ -404,6 +478,8 @@ int main(void)
         cmocka_unit_test(shapes_run_as_the_simulator),
         cmocka_unit_test(one_result_recomputed_alone),
         cmocka_unit_test(unsupported_policies_are_named),
+        cmocka_unit_test(a_cost_above_the_api_limit_names_its_line),
+        cmocka_unit_test(a_log_of_zero_times_has_overhead_one),
         cmocka_unit_test(own_traces_evict_as_the_simulator),
         cmocka_unit_test(coop_evicts_as_the_simulator_on_vgg16),
         cmocka_unit_test(search_metrics_come_from_the_library),

@@ -1004,6 +1004,34 @@ static void the_choice_stops_at_the_first_zero_score(void **state)
     sim_program_free(&p);
 }
 
+/* LRU on a clock above 2^53 ns (a log's TIMEs may add up to 2^61): storage
+ * a was last used 1 ns before b, and as doubles both last accesses are one
+ * number (near 2^60 a double's step is 256). The choice compared them as
+ * doubles and the tie went to the later storage in the pool, b, the one
+ * used last; it compares them exactly now. Ties that are real still go to
+ * the later storage. */
+static void lru_orders_accesses_above_2_53(void **state)
+{
+    (void)state;
+    sim_program p;
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    const int64_t t = (int64_t)1 << 60;
+    assert_true((double)(t + 1) == (double)(t + 2)); /* the premise */
+    st[1].last_access = t + 1; /* a */
+    st[2].last_access = t + 2; /* b */
+    rt.clock = (uint64_t)t + 10;
+    rt.policy = SIM_POLICY_LRU;
+    uint32_t pool[2] = {1, 2};
+    rt.pool = pool;
+    rt.pool_len = 2;
+    assert_int_equal(sim_choose(&rt), 1);
+    assert_int_equal(rt.stats.heuristic_evals, 2);
+    st[2].last_access = t + 1; /* a real tie: the later storage */
+    assert_int_equal(sim_choose(&rt), 2);
+    sim_program_free(&p);
+}
+
 /* The arena model's cheap tensor partitioning: a storage whose op costs
  * less than cheap_threshold ns per byte is placed at the high end of the
  * free space, one at the threshold at the low end, as the library's
@@ -1067,6 +1095,7 @@ int main(void)
         cmocka_unit_test(coop_follows_what_recomputation_needs_on_vgg16),
         cmocka_unit_test(dtr_family_evicts_the_cheap_stale_tensor),
         cmocka_unit_test(size_and_lru_choose_differently),
+        cmocka_unit_test(lru_orders_accesses_above_2_53),
         cmocka_unit_test(too_small_is_oom_and_unlimited_needs_nothing),
         cmocka_unit_test(zero_byte_budget_is_oom_without_nan),
         cmocka_unit_test(thrash_when_recompute_exceeds_the_limit),

@@ -269,11 +269,22 @@ static double window_bound(void *owner, const arena_block *b, void *ctx, bool *e
 
 /* Whether c goes before best (NULL: none yet): the lower score, ties to
  * the tensor made resident earlier (the last of the resident list's scan),
- * so the argmin does not depend on the order tensors are scored in. */
-static inline bool scores_before(const coop_tensor *c, double s, const coop_tensor *best,
-                                 double best_score)
+ * so the argmin does not depend on the order tensors are scored in. LRU
+ * compares the last accesses themselves: its score, the clock as a double,
+ * is exact only up to 2^53 ns, and above that accesses a few ns apart tied
+ * (and went to the tensor made resident earlier, however recently used). */
+static inline bool scores_before(const coop_remat *r, const coop_tensor *c, double s,
+                                 const coop_tensor *best, double best_score)
 {
-    return !best || s < best_score || (s == best_score && c->resident_seq < best->resident_seq);
+    if (!best)
+        return true;
+    if (r->cfg.policy == COOP_REMAT_LRU) {
+        if (c->last_access != best->last_access)
+            return c->last_access < best->last_access;
+    } else if (s != best_score) {
+        return s < best_score; /* never a score that is not a number */
+    }
+    return c->resident_seq < best->resident_seq;
 }
 
 /* The argmin over the evictable set (remat_search_index.c). */
@@ -284,7 +295,7 @@ static coop_tensor *argmin_set(coop_remat *r)
     for (size_t i = 0; i < r->num_cands; i++) {
         coop_tensor *c = r->cands[i];
         double s = score(r, c);
-        if (scores_before(c, s, best, best_score)) {
+        if (scores_before(r, c, s, best, best_score)) {
             best = c;
             best_score = s;
         }
@@ -301,7 +312,7 @@ static coop_tensor *argmin_resident(coop_remat *r)
         if (!remat_evictable(c))
             continue;
         double s = score(r, c);
-        if (scores_before(c, s, best, best_score)) {
+        if (scores_before(r, c, s, best, best_score)) {
             best = c;
             best_score = s;
         }

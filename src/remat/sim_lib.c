@@ -1,4 +1,5 @@
 /* A compiled DTR log replayed through the public remat API (sim_lib.h). */
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,6 +387,24 @@ static bool needs_a_block(const sim_program *prog)
     return false;
 }
 
+/* 0, or -1 (the error set) where an op of prog costs more than the remat
+ * API takes (COOP_TENSOR_MAX_COST_NS): a log's TIMEs may add up to 2^61 ns
+ * and the simulator runs them, but the library refuses such an op in the
+ * middle of a run, in a message naming the API call and not the line. */
+static int costs_fit_the_api(const sim_program *prog)
+{
+    for (uint32_t i = 0; i < prog->num_ops; i++)
+        if (prog->ops[i].cost > COOP_TENSOR_MAX_COST_NS) {
+            coop_set_error(COOP_ERR_INVALID,
+                           "line %" PRIu32 ": TIME %" PRIu64
+                           " ns is above the remat API's largest op cost "
+                           "(COOP_TENSOR_MAX_COST_NS, 2^48 ns); --engine sim runs it",
+                           prog->ops[i].line, prog->ops[i].cost);
+            return -1;
+        }
+    return 0;
+}
+
 sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_options *opt,
                         double ratio, sim_lib_counts *counts)
 {
@@ -408,7 +427,7 @@ sim_outcome sim_lib_run(const sim_program *prog, uint64_t peak, const sim_option
         .on_evict = on_evict,
         .user = &d,
     };
-    if (sim_lib_policy(opt, &rc.policy))
+    if (sim_lib_policy(opt, &rc.policy) || costs_fit_the_api(prog))
         return out;
     uint64_t capacity = sim_arena_capacity(out.budget);
     if (!capacity && needs_a_block(prog)) {

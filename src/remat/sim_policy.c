@@ -368,8 +368,31 @@ double sim_score(sim_runtime *rt, uint32_t s)
     }
 }
 
+/* LRU's argmin on the last accesses themselves, ties to the later storage
+ * as sim_choose: its score, the clock as a double, is exact only up to 2^53
+ * ns (a log's TIMEs may add up to 2^61), and above that storages used a few
+ * ns apart tied and the later in the pool went, however recently used. */
+static uint32_t choose_lru(sim_runtime *rt)
+{
+    int64_t best = INT64_MAX;
+    uint32_t best_s = SIM_NONE;
+    for (uint32_t i = 0; i < rt->pool_len; i++) {
+        uint32_t s = rt->pool[i];
+        if (s == SIM_NONE)
+            continue;
+        rt->stats.heuristic_evals++; /* as sim_score counts it */
+        if (rt->storages[s].last_access <= best) {
+            best = rt->storages[s].last_access;
+            best_s = s;
+        }
+    }
+    return best_s;
+}
+
 uint32_t sim_choose(sim_runtime *rt)
 {
+    if (rt->policy == SIM_POLICY_LRU)
+        return choose_lru(rt);
     double best = INFINITY;
     uint32_t best_s = SIM_NONE, last = SIM_NONE;
     for (uint32_t i = 0; i < rt->pool_len; i++) {
