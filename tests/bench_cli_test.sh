@@ -25,6 +25,12 @@ for live in 1000 2000; do
     done
 done
 
+# options in getopt_long's --name=value form, as every command takes them
+out=$($coop bench --json --batches=2 --live=1500 --only=coop) || fail "coop bench --live=1500 exited $?"
+[ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && printf '%s\n' "$out" | grep -q '"live_blocks": 1500,' &&
+    printf '%s\n' "$out" | grep -q '"jemalloc_ns_per_pair": 0' ||
+    fail "bench --live=1500 --only=coop: want one coop-only row of 1500: $out"
+
 # the sizes at 1024 and 10000 live blocks: records for live + live / 5
 # blocks; 2^k >= 4 x live map slots (4096 and 65536: 4 x 1024 itself is one)
 out=$($coop bench --floor --json --live 1024,10000) || fail "coop bench --floor exited $?"

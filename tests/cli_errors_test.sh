@@ -156,10 +156,17 @@ expect 2 "--floor does not take --seed" $coop bench --floor --seed 3
 expect 2 "--floor does not take --only" $coop bench --floor --only coop
 expect 2 "--latency does not take --capacity-gib" $coop bench --latency --capacity-gib 1
 expect 2 "--only wants coop or jemalloc, got 'both'" $coop bench --only both
-expect 2 "unknown or incomplete option '--batches'" $coop bench --batches
+# getopt_long's conventions, as the other commands (its parser was bench's
+# own: "--batches=2" was an unknown option, and a stray word one too)
+expect 2 "coop bench: --batches needs a value" $coop bench --batches
 for option in --only --seed --live --capacity-gib; do
-    expect 2 "unknown or incomplete option '$option'" $coop bench $option
+    expect 2 "coop bench: $option needs a value" $coop bench $option
 done
+expect 2 "--batches wants 1..100000, got '0'" $coop bench --batches=0
+expect 2 "--floor does not take --seed" $coop bench --floor --seed=3
+expect 2 "coop bench: takes no arguments, got 'extra'" $coop bench extra
+expect 2 "coop bench: takes no arguments, got 'extra'" $coop bench -- extra
+expect 2 "coop bench: unknown option '-x'" $coop bench -x
 # -h is --help's short form: the usage on stdout, nothing run
 if $coop bench -h >"$tmp/out" 2>"$tmp/err" && head -1 "$tmp/out" | grep -q "^usage: coop bench" && [ ! -s "$tmp/err" ]; then
     echo "ok: coop bench -h"

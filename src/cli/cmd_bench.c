@@ -19,6 +19,7 @@
  * from what the hooks hand out (retained extents included); coop's is its
  * reserved (mapped) bytes. The table's ratio is coop's time over jemalloc's.
  */
+#include <getopt.h>
 #include <jemalloc/jemalloc.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include "cli/bench_median.h"
 #include "cli/bench_rng.h"
 #include "cli/bench_floor.h"
+#include "cli/cli_getopt.h"
 #include "cli/cli_list.h"
 #include "cli/cli_output.h"
 #include "cli/commands.h"
@@ -444,7 +446,8 @@ static void usage(FILE *out)
             "               metadata at each live count, with bookkeeping work after\n"
             "               each load; its growth is a floor for coop's. Also over\n"
             "               32- and 16-byte records with 8-byte slots: the floor\n"
-            "               of a more compact allocator\n",
+            "               of a more compact allocator\n"
+            "  -h, --help   this text\n",
             BATCH);
 }
 
@@ -463,57 +466,77 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                       .num_live = 3,
                       .run_coop = true,
                       .run_jemalloc = true};
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+    /* getopt_long, as the other commands: --opt=value, "--" and the same
+     * messages for an unknown option or a missing value */
+    static const struct option longopts[] = {
+        {"json", no_argument, 0, 'j'},          {"latency", no_argument, 0, 'L'},
+        {"floor", no_argument, 0, 'F'},         {"only", required_argument, 0, 'o'},
+        {"batches", required_argument, 0, 'b'}, {"capacity-gib", required_argument, 0, 'c'},
+        {"seed", required_argument, 0, 's'},    {"live", required_argument, 0, 'l'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+    };
+    optind = 1;
+    opterr = 0; /* getopt would name the program "bench": the messages are ours */
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (!strcmp(arg, "--json")) {
+        case 'j':
             o->json = true;
-        } else if (!strcmp(arg, "--latency")) {
+            break;
+        case 'L':
             o->latency = true;
-        } else if (!strcmp(arg, "--floor")) {
+            break;
+        case 'F':
             o->floor = true;
-        } else if (!strcmp(arg, "--only") && i + 1 < argc) {
+            break;
+        case 'o':
             o->given |= GIVEN_ONLY;
-            const char *which = argv[++i];
-            o->run_coop = !strcmp(which, "coop");
-            o->run_jemalloc = !strcmp(which, "jemalloc");
+            o->run_coop = !strcmp(optarg, "coop");
+            o->run_jemalloc = !strcmp(optarg, "jemalloc");
             if (!o->run_coop && !o->run_jemalloc) {
-                fprintf(stderr, "coop bench: --only wants coop or jemalloc, got '%s'\n", which);
+                fprintf(stderr, "coop bench: --only wants coop or jemalloc, got '%s'\n", optarg);
                 return 2;
             }
-        } else if (!strcmp(arg, "--batches") && i + 1 < argc) {
+            break;
+        case 'b': {
             o->given |= GIVEN_BATCHES;
             uint64_t n;
-            if (!parse_count(argv[++i], 100000, &n)) {
-                fprintf(stderr, "coop bench: --batches wants 1..100000, got '%s'\n", argv[i]);
+            if (!parse_count(optarg, 100000, &n)) {
+                fprintf(stderr, "coop bench: --batches wants 1..100000, got '%s'\n", optarg);
                 return 2;
             }
             o->batches = (size_t)n;
-        } else if (!strcmp(arg, "--capacity-gib") && i + 1 < argc) {
+            break;
+        }
+        case 'c': {
             o->given |= GIVEN_CAPACITY;
             uint64_t n;
-            if (!parse_count(argv[++i], 1u << 20, &n)) {
-                fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n", argv[i]);
+            if (!parse_count(optarg, 1u << 20, &n)) {
+                fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n", optarg);
                 return 2;
             }
             o->capacity = n << 30;
-        } else if (!strcmp(arg, "--seed") && i + 1 < argc) {
+            break;
+        }
+        case 's':
             o->given |= GIVEN_SEED;
             /* whole field, decimal or 0x hex, below 2^64: strtoull took ""
              * as 0, wrapped -1 and saturated overflow without a word */
-            if (text_parse_u64(argv[++i], &o->seed) != TEXT_NUMBER_OK) {
+            if (text_parse_u64(optarg, &o->seed) != TEXT_NUMBER_OK) {
                 fprintf(stderr,
                         "coop bench: --seed wants a number from 0 to 2^64-1 (decimal or 0x "
                         "hex), got '%s'\n",
-                        argv[i]);
+                        optarg);
                 return 2;
             }
-        } else if (!strcmp(arg, "--live") && i + 1 < argc) {
+            break;
+        case 'l': {
             o->given |= GIVEN_LIVE;
             char *items[MAX_LIVE_COUNTS];
-            int n = cli_split_list(argv[++i], items, MAX_LIVE_COUNTS, "coop bench", "--live");
+            int n = cli_split_list(optarg, items, MAX_LIVE_COUNTS, "coop bench", "--live");
             if (n < 0)
                 return 2;
             o->num_live = 0;
@@ -527,11 +550,22 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 }
                 o->live[o->num_live++] = (size_t)v;
             }
-        } else {
-            fprintf(stderr, "coop bench: unknown or incomplete option '%s'\n", arg);
+            break;
+        }
+        case ':':
+            cli_getopt_error("coop bench", c, argv);
+            usage(stderr);
+            return 2;
+        default:
+            cli_getopt_error("coop bench", c, argv);
             usage(stderr);
             return 2;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "coop bench: takes no arguments, got '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
     }
     /* --latency and --floor are other runs than the pairs: each takes only
      * some options, and an ignored one would have been dropped silently */

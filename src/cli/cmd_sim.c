@@ -75,6 +75,7 @@ static void usage(FILE *out)
             "                     arena; policies coop, coop-comp, coop-eq, coop-nopart,\n"
             "                     coop-cow, dtr, dtr-local, dte, lru, size); search times\n"
             "                     are the library's own (coop_remat_stats)\n"
+            "  -h, --help         this text\n"
             "\n"
             "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
             "thrash; on an oom or thrash row, overhead and the counters cover the run until\n"
