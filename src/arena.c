@@ -319,11 +319,13 @@ static coop_status map_missing(arena *a, arena_segment *s, size_t first, size_t 
         /* a reclaim that cannot release short_by walks every block above
          * the pages it finds and fails anyway: on a full pool every failing
          * request paid that walk (twice, with the pool's retry), and every
-         * search of the remat API begins with one */
-        coop_status st =
-            reclaim_falls_short(a, s, short_by)
-                ? COOP_OK
-                : arena_reclaim(a, short_by, s->base + first * ps, s->base + end * ps, &released);
+         * search of the remat API begins with one. Skipped, it asks no
+         * stream: no failed question (an earlier reclaim's) is the cause. */
+        coop_status st = COOP_OK;
+        if (reclaim_falls_short(a, s, short_by))
+            a->idle_failure = COOP_OK;
+        else
+            st = arena_reclaim(a, short_by, s->base + first * ps, s->base + end * ps, &released);
         if (st != COOP_OK)
             return st;
         if (a->reserved + need > a->params.capacity) {

@@ -1018,8 +1018,8 @@ static void lru_orders_accesses_above_2_53(void **state)
     sim_runtime rt = chain_runtime(&p, st);
     const int64_t t = (int64_t)1 << 60;
     assert_true((double)(t + 1) == (double)(t + 2)); /* the premise */
-    st[1].last_access = t + 1; /* a */
-    st[2].last_access = t + 2; /* b */
+    st[1].last_access = t + 1;                       /* a */
+    st[2].last_access = t + 2;                       /* b */
     rt.clock = (uint64_t)t + 10;
     rt.policy = SIM_POLICY_LRU;
     uint32_t pool[2] = {1, 2};
@@ -1029,6 +1029,29 @@ static void lru_orders_accesses_above_2_53(void **state)
     assert_int_equal(rt.stats.heuristic_evals, 2);
     st[2].last_access = t + 1; /* a real tie: the later storage */
     assert_int_equal(sim_choose(&rt), 2);
+    sim_program_free(&p);
+}
+
+/* choose_lru keeps sim_choose's rules but for exactness: a score of 0 (a
+ * last access at clock 0, as every one in a log of TIME 0) cannot be beaten
+ * and ends the scan there, the first such storage going, after as many
+ * evaluations; choose_lru scanned on and took the last of them (the tie
+ * rule of scores above 0). */
+static void lru_stops_at_an_access_at_clock_0(void **state)
+{
+    (void)state;
+    sim_program p;
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    st[1].last_access = 0;
+    st[2].last_access = 0;
+    rt.clock = 0;
+    rt.policy = SIM_POLICY_LRU;
+    uint32_t pool[2] = {1, 2};
+    rt.pool = pool;
+    rt.pool_len = 2;
+    assert_int_equal(sim_choose(&rt), 1);
+    assert_int_equal(rt.stats.heuristic_evals, 1);
     sim_program_free(&p);
 }
 
@@ -1096,6 +1119,7 @@ int main(void)
         cmocka_unit_test(dtr_family_evicts_the_cheap_stale_tensor),
         cmocka_unit_test(size_and_lru_choose_differently),
         cmocka_unit_test(lru_orders_accesses_above_2_53),
+        cmocka_unit_test(lru_stops_at_an_access_at_clock_0),
         cmocka_unit_test(too_small_is_oom_and_unlimited_needs_nothing),
         cmocka_unit_test(zero_byte_budget_is_oom_without_nan),
         cmocka_unit_test(thrash_when_recompute_exceeds_the_limit),

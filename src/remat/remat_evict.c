@@ -834,11 +834,12 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
             remat_search_index_sync_locked(r); /* the evictable set, exact */
             evictable_left = evictable_bytes(r);
             bool hopeless = !could_fit(r, want, evictable_left);
-            /* without VMM, whether a run or whole segments could hold t
-             * (fits_in_segments), asked before the first eviction; not
-             * where evicting the first victim alone makes a free block that
-             * covers it (its block and the free ones beside it): the search
-             * needs no walk then, as most do */
+            /* whether a run or whole segments (without VMM:
+             * fits_in_segments), or a run with the range above the top
+             * (with VMM: fits_in_range) could hold t, asked before the
+             * first eviction; not where evicting the first victim alone
+             * makes a free block that covers it (its block and the free
+             * ones beside it): the search needs no walk then, as most do */
             bool placeable = false;
             while (!ptr && !hopeless) {
                 coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);

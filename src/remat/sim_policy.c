@@ -369,9 +369,10 @@ double sim_score(sim_runtime *rt, uint32_t s)
 }
 
 /* LRU's argmin on the last accesses themselves, ties to the later storage
- * as sim_choose: its score, the clock as a double, is exact only up to 2^53
- * ns (a log's TIMEs may add up to 2^61), and above that storages used a few
- * ns apart tied and the later in the pool went, however recently used. */
+ * and the stop at an access at clock 0 as sim_choose: its score, the clock
+ * as a double, is exact only up to 2^53 ns (a log's TIMEs may add up to
+ * 2^61), and above that storages used a few ns apart tied and the later in
+ * the pool went, however recently used. */
 static uint32_t choose_lru(sim_runtime *rt)
 {
     int64_t best = INT64_MAX;
@@ -385,6 +386,8 @@ static uint32_t choose_lru(sim_runtime *rt)
             best = rt->storages[s].last_access;
             best_s = s;
         }
+        if (rt->storages[s].last_access == 0)
+            break; /* as sim_choose stops at a score of 0 */
     }
     return best_s;
 }
