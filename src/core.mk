@@ -137,3 +137,14 @@ tests_lifecycle_test_LDADD = $(TESTLIBS)
 tests_lifecycle_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 
+# dlclose of libcoop: loads the built shared library as ctypes does, so it
+# does not link libcoop (the library must exist first: libcoop.la)
+if HAVE_CMOCKA
+check_PROGRAMS += tests/lifecycle_unload_test
+TESTS += tests/lifecycle_unload_test
+tests_lifecycle_unload_test_SOURCES = tests/lifecycle_unload_test.c tests/cases_in_children.h
+tests_lifecycle_unload_test_CFLAGS = $(TESTCFLAGS) \
+	-DCOOP_LIB_PATH='"$(abs_top_builddir)/.libs/libcoop.so"'
+tests_lifecycle_unload_test_LDADD = $(CMOCKA_LIBS) -lpthread
+tests_lifecycle_unload_test_DEPENDENCIES = libcoop.la
+endif
