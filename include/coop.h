@@ -11,7 +11,8 @@
  * - fork(): libcoop's pthread_atfork handlers hold every pool's lock (and
  *   the PyTorch ABI's locks) across the fork, so a fork waits for calls in
  *   other threads to finish and the child gets a consistent, unlocked copy
- *   of each pool. On the host backend the child may use its copy (the
+ *   of each pool (a fork from inside a coop_walk visitor, which runs under
+ *   the pool's lock, therefore blocks forever). On the host backend the child may use its copy (the
  *   parent's pool is not affected). A CUDA pool's memory and streams belong
  *   to the parent's CUDA context, which does not survive fork: the child
  *   must not use such a pool (calls that reach the driver fail with
@@ -370,7 +371,8 @@ typedef int (*coop_segment_visitor)(const coop_segment_info *segment, void *ctx)
 typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
 /* Visits every segment and block under the pool's lock: visitors must not
- * call back into the pool. */
+ * call back into the pool, nor fork() (a fork waits for every pool's lock,
+ * this one included). */
 coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
                       void *ctx);
 
