@@ -5,6 +5,32 @@
  * virtual range (or, without virtual memory management, over fixed segments).
  * All sizes are bytes, all costs nanoseconds. Every function is thread-safe
  * unless its comment says otherwise.
+ *
+ * Process lifecycle (tests/README.md, "Process lifecycle: fork, exit,
+ * unload"):
+ * - fork(): libcoop's pthread_atfork handlers hold every pool's lock (and
+ *   the PyTorch ABI's locks) across the fork, so a fork waits for calls in
+ *   other threads to finish and the child gets a consistent, unlocked copy
+ *   of each pool (a fork from inside a coop_walk visitor, which runs under
+ *   the pool's lock, therefore blocks forever). On the host backend the child may use its copy (the
+ *   parent's pool is not affected). A CUDA pool's memory and streams belong
+ *   to the parent's CUDA context, which does not survive fork: the child
+ *   must not use such a pool (calls that reach the driver fail with
+ *   COOP_ERR_BACKEND; bookkeeping-only calls act on the child's copy).
+ *   PyTorch itself refuses CUDA in a forked child. Not covered: a pool
+ *   created single_thread (no lock: its caller must not fork while it is in
+ *   use), a raw clone() or syscall(SYS_fork) (no atfork handlers run), and
+ *   remat contexts in use by another thread (not thread-safe; not locked).
+ * - exit: libcoop has no destructors or atexit handlers; nothing is torn
+ *   down at exit, so frees after main returns (an interpreter freeing
+ *   tensors at shutdown, from any thread) and a thread still inside a call
+ *   while another exits are safe. The PyTorch ABI's pools are never
+ *   destroyed; the operating system reclaims them.
+ * - dlclose: libcoop unloads, and its fork handlers go with it. A pool
+ *   still alive at dlclose is leaked (its memory stays mapped, its functions
+ *   are gone): destroy pools first. The last error (coop_last_error) is a
+ *   fixed-size thread-local buffer with no destructor: threads that exit, or
+ *   that outlive the unload, leave nothing behind.
  */
 #ifndef COOP_H
 #define COOP_H
@@ -345,7 +371,8 @@ typedef int (*coop_segment_visitor)(const coop_segment_info *segment, void *ctx)
 typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
 /* Visits every segment and block under the pool's lock: visitors must not
- * call back into the pool. */
+ * call back into the pool, nor fork() (a fork waits for every pool's lock,
+ * this one included). */
 coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
                       void *ctx);
 

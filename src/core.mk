@@ -4,7 +4,8 @@ libcoop_la_SOURCES += src/status.c src/status.h src/backend.h src/stat.h src/sat
 	src/addr_map.c src/addr_map.h src/page_map.c src/page_map.h \
 	src/arena.c src/arena_check.c src/arena.h \
 	src/backend_host.c src/backend_fault.c \
-	src/pool.c src/pool_streams.c src/pool_stats.c src/pool_check.c src/pool_internal.h src/pool_lock.h
+	src/pool.c src/pool_streams.c src/pool_stats.c src/pool_check.c src/pool_internal.h src/pool_lock.h \
+	src/pool_fork.c src/pool_fork.h
 coop_SOURCES += src/cli/cmd_bench.c src/cli/bench_floor.c src/cli/bench_floor.h src/cli/bench_median.h \
 	src/cli/bench_rng.h
 
@@ -124,3 +125,26 @@ tests_segment_pressure_SOURCES = tests/segment_pressure.c
 tests_segment_pressure_CFLAGS = $(TESTCFLAGS)
 tests_segment_pressure_LDADD = libcoop.la
 tests_segment_pressure_LDFLAGS = -static
+
+# A process's lifecycle with pools alive: fork (with threads inside the
+# allocator), exit, late frees, short-lived threads; each case in a child.
+if HAVE_CMOCKA
+check_PROGRAMS += tests/lifecycle_test
+TESTS += tests/lifecycle_test
+tests_lifecycle_test_SOURCES = tests/lifecycle_test.c tests/cases_in_children.h
+tests_lifecycle_test_CFLAGS = $(TESTCFLAGS)
+tests_lifecycle_test_LDADD = $(TESTLIBS)
+tests_lifecycle_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
+# dlclose of libcoop: loads the built shared library as ctypes does, so it
+# does not link libcoop (the library must exist first: libcoop.la)
+if HAVE_CMOCKA
+check_PROGRAMS += tests/lifecycle_unload_test
+TESTS += tests/lifecycle_unload_test
+tests_lifecycle_unload_test_SOURCES = tests/lifecycle_unload_test.c tests/cases_in_children.h
+tests_lifecycle_unload_test_CFLAGS = $(TESTCFLAGS) \
+	-DCOOP_LIB_PATH='"$(abs_top_builddir)/.libs/libcoop.so"'
+tests_lifecycle_unload_test_LDADD = $(CMOCKA_LIBS) -lpthread
+tests_lifecycle_unload_test_DEPENDENCIES = libcoop.la
+endif

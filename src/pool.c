@@ -65,6 +65,7 @@
 #include <stdlib.h>
 
 #include "hot_path.h"
+#include "pool_fork.h"
 #include "pool_internal.h"
 #include "stat.h"
 #include "status.h"
@@ -294,6 +295,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
     }
     arena_set_stream_idle(&pool->arena, pool_stream_idle, pool);
     pool_mutex_init(&pool->lock);
+    pool_fork_register(pool);
     *out = pool;
     return COOP_OK;
 }
@@ -302,6 +304,7 @@ void coop_pool_destroy(coop_pool *pool)
 {
     if (!pool)
         return;
+    pool_fork_unregister(pool);
     for (arena_segment *s = arena_first_segment(&pool->arena); s; s = s->next)
         for (arena_block *b = s->first; b; b = b->next)
             if (b->state != COOP_BLOCK_FREE && b->uses) {

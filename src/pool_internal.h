@@ -82,6 +82,7 @@ static inline bool block_uses_has(const block_uses *u, coop_stream stream)
 
 struct coop_pool {
     pool_mutex lock;
+    coop_pool *fork_prev, *fork_next; /* the pools locked at fork (pool_fork.c) */
     coop_config config;    /* as resolved at creation; capacity follows set_capacity */
     coop_backend *backend; /* fault wrapper around the device backend */
     meta_heap heap;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool_fork.h"
 #include "pool_internal.h"
 #include "status.h"
 #include "torch/alloc_conf.h"
@@ -70,6 +71,48 @@ static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];     /* as coop_last_error's */
 static atomic_uint printed_kinds; /* bit per coop_status already printed */
 
+/* fork() (pool_fork.h): this layer's locks are taken around the pools', in
+ * the order its threads take them (state_lock, then an order lock, before a
+ * pool call; a history lock, then error_lock, under one), so the child
+ * finds them unlocked: a DataLoader worker forked while another thread was
+ * in coop_torch_malloc would otherwise block forever on its first call. */
+static void fork_outer_prepare(void)
+{
+    pthread_mutex_lock(&state_lock);
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        pthread_mutex_lock(&slots[i].order_lock);
+}
+
+static void fork_outer_release(bool child)
+{
+    (void)child; /* the forking thread owns them on both sides */
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        pthread_mutex_unlock(&slots[i].order_lock);
+    pthread_mutex_unlock(&state_lock);
+}
+
+static void fork_inner_prepare(void)
+{
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        pthread_mutex_lock(&slots[i].history.lock);
+    pthread_mutex_lock(&error_lock);
+}
+
+static void fork_inner_release(bool child)
+{
+    (void)child;
+    pthread_mutex_unlock(&error_lock);
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        pthread_mutex_unlock(&slots[i].history.lock);
+}
+
+static const pool_fork_hooks fork_hooks = {
+    .outer_prepare = fork_outer_prepare,
+    .outer_release = fork_outer_release,
+    .inner_prepare = fork_inner_prepare,
+    .inner_release = fork_inner_release,
+};
+
 static void init_slots(void)
 {
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
@@ -81,6 +124,7 @@ static void init_slots(void)
         atomic_init(&slots[i].freed_since_try, false);
         atomic_init(&slots[i].failed_mallocs, 0);
     }
+    pool_fork_set_hooks(&fork_hooks);
 }
 
 static device_slot *slot(int device)
