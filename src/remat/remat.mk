@@ -108,6 +108,9 @@ EXTRA_DIST += tests/sim_plot_test.py
 # the rows docs/remat_*.jsonl record, run again
 TESTS += tests/sim_recorded_rows_test.py
 EXTRA_DIST += tests/sim_recorded_rows_test.py
+# the rows it runs again (make distcheck failed without them in the tarball)
+EXTRA_DIST += docs/remat_arena.jsonl docs/remat_arena_own.jsonl docs/remat_heldout.jsonl \
+	docs/remat_heldout2.jsonl docs/remat_ideal.jsonl
 # coop sim --json fields of both engines, --no-min-ratio
 TESTS += tests/sim_cli_test.sh
 EXTRA_DIST += tests/sim_cli_test.sh tests/data/sim_evict_once.jsonl tests/data/sim_two_holes.jsonl
