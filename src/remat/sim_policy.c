@@ -342,6 +342,29 @@ static double ratio_score(int64_t compute, uint64_t size, uint64_t staleness)
     return (double)((long double)compute / denom);
 }
 
+/* dtr-full's score of s without its regions: a lower bound of full_score
+ * (same denominator, a numerator smaller by the regions' compute, which is
+ * >= 0 and exact: a log's TIMEs, each once per output, add up to less than
+ * 2^61 ns, so no sum wraps; long double division and the rounding to double
+ * are both monotone). Two walks cheaper. */
+static double own_score(const sim_runtime *rt, uint32_t s)
+{
+    const rt_storage *r = &rt->storages[s];
+    return ratio_score((int64_t)r->compute, rt->prog->storages[s].size,
+                       rt->clock - (uint64_t)r->last_access);
+}
+
+/* dtr-full's score of s: its own compute plus its e* (simrd's forward and
+ * backward regions), per byte and per unit of staleness. Not counted in
+ * heuristic_evals (the caller counts). */
+static double full_score(sim_runtime *rt, uint32_t s)
+{
+    const rt_storage *r = &rt->storages[s];
+    return ratio_score((int64_t)r->compute + region_compute(rt, s, true, false) +
+                           region_compute(rt, s, false, false),
+                       rt->prog->storages[s].size, rt->clock - (uint64_t)r->last_access);
+}
+
 double sim_score(sim_runtime *rt, uint32_t s)
 {
     rt_storage *r = &rt->storages[s];
@@ -353,9 +376,7 @@ double sim_score(sim_runtime *rt, uint32_t s)
     case SIM_POLICY_COOP: /* argmin fallback only; the window sums its own costs */
         return ratio_score(sim_eq_compute(rt, s), size, stale);
     case SIM_POLICY_DTR_FULL:
-        return ratio_score((int64_t)r->compute + region_compute(rt, s, true, false) +
-                               region_compute(rt, s, false, false),
-                           size, stale);
+        return full_score(rt, s);
     case SIM_POLICY_LRU:
         return (double)r->last_access;
     case SIM_POLICY_SIZE:
@@ -389,10 +410,61 @@ static uint32_t choose_lru(sim_runtime *rt)
     return best_s;
 }
 
+/* dtr-full's argmin, the same choice as sim_choose's scan (and the same
+ * heuristic_evals) with the two region walks only where they can matter.
+ * A candidate whose own_score, a lower bound of its score, exceeds a score
+ * already known (bound) scores more than the minimum: the scan would
+ * neither take it (not even on a tie) nor stop at it (its score is not 0),
+ * so it is skipped unwalked, and counted as the scan counts it. The bound
+ * starts at the full score of the candidate of least own_score, a seed
+ * that is usually close to the minimum; that walk is extra. On the DTR
+ * logs most candidates are skipped: sections 3 and 5 of docs/remat.md. */
+static uint32_t choose_dtr_full(sim_runtime *rt)
+{
+    uint32_t seed = SIM_NONE;
+    double seed_bound = INFINITY;
+    for (uint32_t i = 0; i < rt->pool_len; i++) {
+        uint32_t s = rt->pool[i];
+        if (s == SIM_NONE)
+            continue;
+        double b = own_score(rt, s);
+        if (seed == SIM_NONE || b < seed_bound) {
+            seed = s;
+            seed_bound = b;
+        }
+    }
+    if (seed == SIM_NONE)
+        return SIM_NONE;
+    double seed_score = full_score(rt, seed), bound = seed_score;
+    double best = INFINITY;
+    uint32_t best_s = SIM_NONE, last = SIM_NONE;
+    for (uint32_t i = 0; i < rt->pool_len; i++) {
+        uint32_t s = rt->pool[i];
+        if (s == SIM_NONE)
+            continue;
+        last = s;
+        rt->stats.heuristic_evals++; /* as sim_score counts it */
+        if (own_score(rt, s) > bound)
+            continue;
+        double c = s == seed ? seed_score : full_score(rt, s);
+        if (c < bound)
+            bound = c;
+        if (c <= best) { /* as sim_choose below */
+            best = c;
+            best_s = s;
+        }
+        if (c == 0)
+            break;
+    }
+    return best_s != SIM_NONE ? best_s : last;
+}
+
 uint32_t sim_choose(sim_runtime *rt)
 {
     if (rt->policy == SIM_POLICY_LRU)
         return choose_lru(rt);
+    if (rt->policy == SIM_POLICY_DTR_FULL)
+        return choose_dtr_full(rt);
     double best = INFINITY;
     uint32_t best_s = SIM_NONE, last = SIM_NONE;
     for (uint32_t i = 0; i < rt->pool_len; i++) {
