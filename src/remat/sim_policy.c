@@ -265,8 +265,9 @@ int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
 
 int64_t sim_live_walked(sim_runtime *rt, uint32_t s)
 {
+    /* dtr-full's e* counts the forward region whole; c_live its held part */
     return (int64_t)rt->storages[s].compute + region_compute(rt, s, false, false) +
-           region_compute(rt, s, true, true);
+           region_compute(rt, s, true, rt->policy != SIM_POLICY_DTR_FULL);
 }
 
 int64_t sim_live_compute(sim_runtime *rt, uint32_t s)
@@ -354,15 +355,21 @@ static double own_score(const sim_runtime *rt, uint32_t s)
                        rt->clock - (uint64_t)r->last_access);
 }
 
-/* dtr-full's score of s: its own compute plus its e* (simrd's forward and
- * backward regions), per byte and per unit of staleness. Not counted in
- * heuristic_evals (the caller counts). */
+/* dtr-full's score of s for a numerator: its own compute plus its e*
+ * (simrd's forward and backward regions), per byte and per unit of
+ * staleness. */
+static double per_byte_stale(const sim_runtime *rt, uint32_t s, int64_t compute)
+{
+    return ratio_score(compute, rt->prog->storages[s].size,
+                       rt->clock - (uint64_t)rt->storages[s].last_access);
+}
+
+/* dtr-full's score of s, e* from the c_live cache where the run keeps one
+ * (sim_live.h: under dtr-full it caches e*, the same value as the walks),
+ * else walked. Not counted in heuristic_evals (the caller counts). */
 static double full_score(sim_runtime *rt, uint32_t s)
 {
-    const rt_storage *r = &rt->storages[s];
-    return ratio_score((int64_t)r->compute + region_compute(rt, s, true, false) +
-                           region_compute(rt, s, false, false),
-                       rt->prog->storages[s].size, rt->clock - (uint64_t)r->last_access);
+    return per_byte_stale(rt, s, sim_live_compute(rt, s));
 }
 
 double sim_score(sim_runtime *rt, uint32_t s)
@@ -446,7 +453,15 @@ static uint32_t choose_dtr_full(sim_runtime *rt)
         rt->stats.heuristic_evals++; /* as sim_score counts it */
         if (own_score(rt, s) > bound)
             continue;
-        double c = s == seed ? seed_score : full_score(rt, s);
+        /* a cached e* gone stale only by changes that add to it (sim_live_known):
+         * a tighter lower bound, or where still valid the score itself */
+        int64_t known;
+        int exact = sim_live_known(rt, s, &known);
+        if (exact == 0 && per_byte_stale(rt, s, known) > bound)
+            continue;
+        double c = s == seed    ? seed_score
+                   : exact == 1 ? per_byte_stale(rt, s, known)
+                                : full_score(rt, s);
         if (c < bound)
             bound = c;
         if (c <= best) { /* as sim_choose below */
