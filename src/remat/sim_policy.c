@@ -343,18 +343,6 @@ static double ratio_score(int64_t compute, uint64_t size, uint64_t staleness)
     return (double)((long double)compute / denom);
 }
 
-/* dtr-full's score of s without its regions: a lower bound of full_score
- * (same denominator, a numerator smaller by the regions' compute, which is
- * >= 0 and exact: a log's TIMEs, each once per output, add up to less than
- * 2^61 ns, so no sum wraps; long double division and the rounding to double
- * are both monotone). Two walks cheaper. */
-static double own_score(const sim_runtime *rt, uint32_t s)
-{
-    const rt_storage *r = &rt->storages[s];
-    return ratio_score((int64_t)r->compute, rt->prog->storages[s].size,
-                       rt->clock - (uint64_t)r->last_access);
-}
-
 /* dtr-full's score of s for a numerator: its own compute plus its e*
  * (simrd's forward and backward regions), per byte and per unit of
  * staleness. */
@@ -362,6 +350,16 @@ static double per_byte_stale(const sim_runtime *rt, uint32_t s, int64_t compute)
 {
     return ratio_score(compute, rt->prog->storages[s].size,
                        rt->clock - (uint64_t)rt->storages[s].last_access);
+}
+
+/* dtr-full's score of s without its regions: a lower bound of full_score
+ * (same denominator, a numerator smaller by the regions' compute, which is
+ * >= 0 and exact: a log's TIMEs, each once per output, add up to less than
+ * 2^61 ns, so no sum wraps; long double division and the rounding to double
+ * are both monotone). Two walks cheaper. */
+static double own_score(const sim_runtime *rt, uint32_t s)
+{
+    return per_byte_stale(rt, s, (int64_t)rt->storages[s].compute);
 }
 
 /* dtr-full's score of s, e* from the c_live cache where the run keeps one
@@ -423,9 +421,11 @@ static uint32_t choose_lru(sim_runtime *rt)
  * already known (bound) scores more than the minimum: the scan would
  * neither take it (not even on a tie) nor stop at it (its score is not 0),
  * so it is skipped unwalked, and counted as the scan counts it. The bound
- * starts at the full score of the candidate of least own_score, a seed
- * that is usually close to the minimum; that walk is extra. On the DTR
- * logs most candidates are skipped: sections 3 and 5 of docs/remat.md. */
+ * starts at the full score of the candidate of least own_score (a seed;
+ * its walk is extra). Where the run caches e* (sim_live.h), a valid value
+ * is the score without a walk, and an invalidated one that only grew since
+ * is a tighter lower bound. docs/remat.md, section 3, "dtr-full's argmin":
+ * the figures, and why neither changes a choice. */
 static uint32_t choose_dtr_full(sim_runtime *rt)
 {
     uint32_t seed = SIM_NONE;
