@@ -30,6 +30,7 @@
  * stays invalid although a walk would read what it read. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -157,6 +158,67 @@ static void cached_values_match_the_walks(void **state)
         fclose(f);
         check_log(shared_logs[t], &checks, &mismatches);
     }
+    assert_int_equal(mismatches, 0);
+}
+
+/* dtr-full keeps its e* in the same cache (sim_live_open), and its argmin
+ * reads valid values as scores and invalidated ones as lower bounds
+ * (sim_policy.c, choose_dtr_full). In the ideal model on the own traces
+ * and the DTR logs at every ratio: the same run as without the cache
+ * (--no-eq-cache: every e* walked), heuristic_evals included, and every
+ * value read (check_components) and every value held after every command
+ * and before every search (check_caches) equal to the walks, or for a
+ * lower bound not above them. The shared logs at 0.9 to 0.5 only (their
+ * checked runs walk every cached value after every command). */
+static void dtr_full_cache_is_the_walk(void **state)
+{
+    (void)state;
+    uint64_t checks = 0, mismatches = 0;
+    int differences = 0, searched = 0;
+    for (size_t t = 0;
+         t < sizeof traces / sizeof *traces + sizeof shared_logs / sizeof *shared_logs; t++) {
+        bool shared = t >= sizeof traces / sizeof *traces;
+        const char *path = shared ? shared_logs[t - sizeof traces / sizeof *traces] : traces[t];
+        sim_program p;
+        if (shared) {
+            FILE *f = fopen(path, "rb");
+            if (!f)
+                continue;
+            fclose(f);
+        }
+        if (sim_program_load(path, &p))
+            fail_msg("%s: %s", path, coop_last_error());
+        uint64_t peak = sim_peak(&p, SIM_MEMORY_IDEAL);
+        for (size_t i = 0; i < sizeof ratios / sizeof *ratios; i++) {
+            if (shared && ratios[i] < 0.5)
+                continue;
+            sim_options opt = sim_options_default(SIM_POLICY_DTR_FULL, SIM_MEMORY_IDEAL);
+            sim_outcome cached = sim_run(&p, peak, &opt, ratios[i]);
+            opt.check_components = 1;
+            opt.check_caches = !shared;
+            sim_outcome checked = sim_run(&p, peak, &opt, ratios[i]);
+            opt.check_components = opt.check_caches = 0;
+            opt.no_eq_cache = 1;
+            sim_outcome walked = sim_run(&p, peak, &opt, ratios[i]);
+            assert_int_not_equal(cached.result, SIM_ERROR);
+            differences += differ(p.name, ratios[i], &cached, &walked);
+            differences += cached.heuristic_evals != walked.heuristic_evals;
+            differences += differ(p.name, ratios[i], &checked, &walked);
+            searched += cached.evictions > 0;
+            checks += checked.comp_checks + checked.cache_checks;
+            mismatches += checked.comp_mismatches + checked.cache_mismatches;
+            printf("dtr-full %s %.1f: %llu heuristic evals (walked: %llu); %llu values checked, "
+                   "%llu wrong\n",
+                   p.name, ratios[i], (unsigned long long)cached.heuristic_evals,
+                   (unsigned long long)walked.heuristic_evals,
+                   (unsigned long long)(checked.comp_checks + checked.cache_checks),
+                   (unsigned long long)(checked.comp_mismatches + checked.cache_mismatches));
+        }
+        sim_program_free(&p);
+    }
+    assert_true(searched >= 20);
+    assert_true(checks > 1000); /* the cache was used */
+    assert_int_equal(differences, 0);
     assert_int_equal(mismatches, 0);
 }
 
@@ -288,6 +350,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cache_decides_as_the_walk),
         cmocka_unit_test(cached_values_match_the_walks),
+        cmocka_unit_test(dtr_full_cache_is_the_walk),
         cmocka_unit_test(handle_taken_on_an_evicted_storage),
         cmocka_unit_test(handle_taken_back_revalidates),
     };

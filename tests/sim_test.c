@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -1004,6 +1005,67 @@ static void the_choice_stops_at_the_first_zero_score(void **state)
     sim_program_free(&p);
 }
 
+/* dtr-full's argmin skips the region walks of candidates whose own score
+ * (a lower bound) already exceeds a known score (sim_policy.c); it must
+ * choose what simrd's plain scan over sim_score chooses (lowest score,
+ * ties to the later storage, the first zero ends the scan) and count the
+ * same heuristic_evals. Random residency, computes, sizes-by-staleness and
+ * pools with holes and repeats on the chain; the seed is printed. */
+static void dtr_full_pruned_choice_is_the_plain_scan(void **state)
+{
+    (void)state;
+    unsigned seed = (unsigned)time(NULL);
+    printf("dtr_full_pruned_choice_is_the_plain_scan: seed %u\n", seed);
+    srand(seed);
+    sim_program p;
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    rt.policy = SIM_POLICY_DTR_FULL;
+    for (int round = 0; round < 20000; round++) {
+        for (uint32_t s = 0; s < 6; s++) {
+            st[s].num_created = 1;
+            st[s].ref_ext = 1;
+            st[s].material = rand() % 3 != 0;
+            st[s].compute = (uint64_t)(rand() % 4) * 10; /* zeros and ties */
+            st[s].last_access = rand() % 4 * 25;
+        }
+        rt.clock = 100;
+        uint32_t pool[8];
+        uint32_t n = (uint32_t)(rand() % 8);
+        for (uint32_t i = 0; i < n; i++)
+            pool[i] = rand() % 5 ? (uint32_t)(rand() % 6) : SIM_NONE;
+        rt.pool = pool;
+        rt.pool_len = n;
+        /* the plain scan */
+        double best = INFINITY;
+        uint32_t want = SIM_NONE, last = SIM_NONE;
+        uint64_t evals = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            if (pool[i] == SIM_NONE)
+                continue;
+            last = pool[i];
+            evals++;
+            double c = sim_score(&rt, pool[i]);
+            if (c <= best) {
+                best = c;
+                want = pool[i];
+            }
+            if (c == 0)
+                break;
+        }
+        if (want == SIM_NONE)
+            want = last;
+        rt.stats.heuristic_evals = 0;
+        uint32_t got = sim_choose(&rt);
+        if (got != want || rt.stats.heuristic_evals != evals)
+            fail_msg("seed %u round %d: chose %u (%llu evals), the scan %u (%llu)", seed, round,
+                     got, (unsigned long long)rt.stats.heuristic_evals, want,
+                     (unsigned long long)evals);
+    }
+    free(rt.stack);
+    sim_program_free(&p);
+}
+
 /* LRU on a clock above 2^53 ns (a log's TIMEs may add up to 2^61): storage
  * a was last used 1 ns before b, and as doubles both last accesses are one
  * number (near 2^60 a double's step is 256). The choice compared them as
@@ -1143,6 +1205,7 @@ int main(void)
         cmocka_unit_test(dtr_full_counts_both_evicted_regions),
         cmocka_unit_test(dte_counts_the_free_blocks_on_both_sides),
         cmocka_unit_test(the_choice_stops_at_the_first_zero_score),
+        cmocka_unit_test(dtr_full_pruned_choice_is_the_plain_scan),
         cmocka_unit_test(arena_cheap_threshold_is_strict),
         cmocka_unit_test(coop_dte_counts_free_neighbours_in_the_window),
     };

@@ -204,7 +204,9 @@ void sim_check_caches(sim_runtime *rt);
  * 2c, "Why coop loses vgg16 at 0.9"). With cfg.eq_cache, from s's cached
  * value while valid (sim_live.h: the same value); else two walks. */
 int64_t sim_live_compute(sim_runtime *rt, uint32_t s);
-/* c_live of s by its two walks, never from the cache. */
+/* c_live of s by its two walks, never from the cache; under dtr-full, whose
+ * e* the cache holds instead (sim_live.h), e*: the forward region counted
+ * whole, released storages too. */
 int64_t sim_live_walked(sim_runtime *rt, uint32_t s);
 
 /* Whether s's evicted neighbours' classes (the roots of s's valid c_eq

@@ -139,8 +139,10 @@ static int add_dep_chunk(sim_live_cache *c, bool touch)
 
 int sim_live_open(sim_runtime *rt)
 {
-    if (rt->policy != SIM_POLICY_COOP || rt->cfg.window_cost != SIM_WINDOW_LIVE ||
-        !rt->cfg.eq_cache)
+    /* dtr-full's e* walks the same storages and reads the same of them:
+     * the cache holds it instead of c_live (sim_live_walked) */
+    bool live = rt->policy == SIM_POLICY_COOP && rt->cfg.window_cost == SIM_WINDOW_LIVE;
+    if (!(live || rt->policy == SIM_POLICY_DTR_FULL) || !rt->cfg.eq_cache)
         return 0;
     size_t n = (size_t)rt->prog->num_storages + 1;
     sim_live_cache *c = calloc(1, sizeof *c);
@@ -524,7 +526,8 @@ int64_t sim_live_cached(sim_runtime *rt, uint32_t s)
     c->walk_len = 0;
     bool record = !depend(c, dep_now(rt, s, s));
     int64_t back = 0, fwd = 0;
-    if (region(rt, s, false, false, &record, &back) || region(rt, s, true, true, &record, &fwd)) {
+    if (region(rt, s, false, false, &record, &back) ||
+        region(rt, s, true, rt->policy != SIM_POLICY_DTR_FULL, &record, &fwd)) {
         /* the walk itself ran out of host memory: the runtime's own walk */
         sim_live_close(rt);
         return sim_live_compute(rt, s);

@@ -22,6 +22,12 @@
  * same way). Debug builds with -DCOOP_SIM_LIVE_CHECK compare every cached
  * value with a walk (abort on a difference).
  *
+ * Under dtr-full the cache holds e* instead (simrd's regions: the forward
+ * one counted whole, sim_live_walked): the same walks read the same of the
+ * same storages, and e* too only grows while none of them is
+ * rematerialized, so the same invalidation keeps it exact and its lower
+ * bounds sound (docs/remat.md, section 3, "dtr-full's argmin").
+ *
  * Not for use outside src/remat/sim_*.c.
  */
 #ifndef COOP_REMAT_SIM_LIVE_H
@@ -34,8 +40,9 @@
 
 struct sim_live_cache;
 
-/* Allocates rt->live when the run scores with c_live (coop, coop-live) and caches
- * costs (cfg.eq_cache); else leaves it NULL. 0, or -1 out of host memory. */
+/* Allocates rt->live when the run scores with c_live (coop, coop-live) or
+ * e* (dtr-full) and caches costs (cfg.eq_cache); else leaves it NULL. 0,
+ * or -1 out of host memory. */
 int sim_live_open(sim_runtime *rt);
 void sim_live_close(sim_runtime *rt);
 

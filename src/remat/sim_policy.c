@@ -265,8 +265,9 @@ int64_t sim_component_compute(sim_runtime *rt, uint32_t s)
 
 int64_t sim_live_walked(sim_runtime *rt, uint32_t s)
 {
+    /* dtr-full's e* counts the forward region whole; c_live its held part */
     return (int64_t)rt->storages[s].compute + region_compute(rt, s, false, false) +
-           region_compute(rt, s, true, true);
+           region_compute(rt, s, true, rt->policy != SIM_POLICY_DTR_FULL);
 }
 
 int64_t sim_live_compute(sim_runtime *rt, uint32_t s)
@@ -342,6 +343,33 @@ static double ratio_score(int64_t compute, uint64_t size, uint64_t staleness)
     return (double)((long double)compute / denom);
 }
 
+/* dtr-full's score of s for a numerator: its own compute plus its e*
+ * (simrd's forward and backward regions), per byte and per unit of
+ * staleness. */
+static double per_byte_stale(const sim_runtime *rt, uint32_t s, int64_t compute)
+{
+    return ratio_score(compute, rt->prog->storages[s].size,
+                       rt->clock - (uint64_t)rt->storages[s].last_access);
+}
+
+/* dtr-full's score of s without its regions: a lower bound of full_score
+ * (same denominator, a numerator smaller by the regions' compute, which is
+ * >= 0 and exact: a log's TIMEs, each once per output, add up to less than
+ * 2^61 ns, so no sum wraps; long double division and the rounding to double
+ * are both monotone). Two walks cheaper. */
+static double own_score(const sim_runtime *rt, uint32_t s)
+{
+    return per_byte_stale(rt, s, (int64_t)rt->storages[s].compute);
+}
+
+/* dtr-full's score of s, e* from the c_live cache where the run keeps one
+ * (sim_live.h: under dtr-full it caches e*, the same value as the walks),
+ * else walked. Not counted in heuristic_evals (the caller counts). */
+static double full_score(sim_runtime *rt, uint32_t s)
+{
+    return per_byte_stale(rt, s, sim_live_compute(rt, s));
+}
+
 double sim_score(sim_runtime *rt, uint32_t s)
 {
     rt_storage *r = &rt->storages[s];
@@ -353,9 +381,7 @@ double sim_score(sim_runtime *rt, uint32_t s)
     case SIM_POLICY_COOP: /* argmin fallback only; the window sums its own costs */
         return ratio_score(sim_eq_compute(rt, s), size, stale);
     case SIM_POLICY_DTR_FULL:
-        return ratio_score((int64_t)r->compute + region_compute(rt, s, true, false) +
-                               region_compute(rt, s, false, false),
-                           size, stale);
+        return full_score(rt, s);
     case SIM_POLICY_LRU:
         return (double)r->last_access;
     case SIM_POLICY_SIZE:
@@ -392,10 +418,71 @@ static uint32_t choose_lru(sim_runtime *rt)
     return best_s;
 }
 
+/* dtr-full's argmin, the same choice as sim_choose's scan (and the same
+ * heuristic_evals) with the two region walks only where they can matter.
+ * A candidate whose own_score, a lower bound of its score, exceeds a score
+ * already known (bound) scores more than the minimum: the scan would
+ * neither take it (not even on a tie) nor stop at it (its score is not 0),
+ * so it is skipped unwalked, and counted as the scan counts it. The bound
+ * starts at the full score of the candidate of least own_score (a seed;
+ * its walk is extra). Where the run caches e* (sim_live.h), a valid value
+ * is the score without a walk, and an invalidated one that only grew since
+ * is a tighter lower bound. docs/remat.md, section 3, "dtr-full's argmin":
+ * the figures, and why neither changes a choice. */
+static uint32_t choose_dtr_full(sim_runtime *rt)
+{
+    uint32_t seed = SIM_NONE;
+    double seed_bound = INFINITY;
+    for (uint32_t i = 0; i < rt->pool_len; i++) {
+        uint32_t s = rt->pool[i];
+        if (s == SIM_NONE)
+            continue;
+        double b = own_score(rt, s);
+        if (seed == SIM_NONE || b < seed_bound) {
+            seed = s;
+            seed_bound = b;
+        }
+    }
+    if (seed == SIM_NONE)
+        return SIM_NONE;
+    double seed_score = full_score(rt, seed), bound = seed_score;
+    double best = INFINITY;
+    uint32_t best_s = SIM_NONE, last = SIM_NONE;
+    for (uint32_t i = 0; i < rt->pool_len; i++) {
+        uint32_t s = rt->pool[i];
+        if (s == SIM_NONE)
+            continue;
+        last = s;
+        rt->stats.heuristic_evals++; /* as sim_score counts it */
+        if (own_score(rt, s) > bound)
+            continue;
+        /* a cached e* gone stale only by changes that add to it (sim_live_known):
+         * a tighter lower bound, or where still valid the score itself */
+        int64_t known;
+        int exact = sim_live_known(rt, s, &known);
+        if (exact == 0 && per_byte_stale(rt, s, known) > bound)
+            continue;
+        double c = s == seed    ? seed_score
+                   : exact == 1 ? per_byte_stale(rt, s, known)
+                                : full_score(rt, s);
+        if (c < bound)
+            bound = c;
+        if (c <= best) { /* as sim_choose below */
+            best = c;
+            best_s = s;
+        }
+        if (c == 0)
+            break;
+    }
+    return best_s != SIM_NONE ? best_s : last;
+}
+
 uint32_t sim_choose(sim_runtime *rt)
 {
     if (rt->policy == SIM_POLICY_LRU)
         return choose_lru(rt);
+    if (rt->policy == SIM_POLICY_DTR_FULL)
+        return choose_dtr_full(rt);
     double best = INFINITY;
     uint32_t best_s = SIM_NONE, last = SIM_NONE;
     for (uint32_t i = 0; i < rt->pool_len; i++) {
