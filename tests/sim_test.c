@@ -19,6 +19,7 @@
  * At ratio 0.3 (150 B) w + a do not fit and nothing is evictable: oom.
  * (The reference check on a shared log is tests/sim_reference_test.c.)
  */
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,6 +36,7 @@
 #include "remat/sim.h"
 #include "remat/sim_internal.h"
 #include "status.h"
+#include "test_seed.h"
 
 #define CONST(n, m)                                                                                \
     "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"" n "\"}\n"                                          \
@@ -1011,12 +1013,19 @@ static void the_choice_stops_at_the_first_zero_score(void **state)
  * ties to the later storage, the first zero ends the scan) and count the
  * same heuristic_evals. Random residency, computes, sizes-by-staleness and
  * pools with holes and repeats on the chain; the seed is printed. */
+static uint64_t pruned_rng; /* splitmix64's state: any value */
+
+static int rand_below(int n)
+{
+    return (int)(test_splitmix64(&pruned_rng) % (uint64_t)n);
+}
+
 static void dtr_full_pruned_choice_is_the_plain_scan(void **state)
 {
     (void)state;
-    unsigned seed = (unsigned)time(NULL);
-    printf("dtr_full_pruned_choice_is_the_plain_scan: seed %u\n", seed);
-    srand(seed);
+    /* COOP_TEST_SEED repeats a run (tests/test_seed.h prints the seed) */
+    uint64_t seed = test_seed("sim_test", test_seed_from_clock());
+    pruned_rng = seed;
     sim_program p;
     rt_storage st[6];
     sim_runtime rt = chain_runtime(&p, st);
@@ -1025,15 +1034,15 @@ static void dtr_full_pruned_choice_is_the_plain_scan(void **state)
         for (uint32_t s = 0; s < 6; s++) {
             st[s].num_created = 1;
             st[s].ref_ext = 1;
-            st[s].material = rand() % 3 != 0;
-            st[s].compute = (uint64_t)(rand() % 4) * 10; /* zeros and ties */
-            st[s].last_access = rand() % 4 * 25;
+            st[s].material = rand_below(3) != 0;
+            st[s].compute = (uint64_t)(rand_below(4)) * 10; /* zeros and ties */
+            st[s].last_access = rand_below(4) * 25;
         }
         rt.clock = 100;
         uint32_t pool[8];
-        uint32_t n = (uint32_t)(rand() % 8);
+        uint32_t n = (uint32_t)(rand_below(8));
         for (uint32_t i = 0; i < n; i++)
-            pool[i] = rand() % 5 ? (uint32_t)(rand() % 6) : SIM_NONE;
+            pool[i] = rand_below(5) ? (uint32_t)(rand_below(6)) : SIM_NONE;
         rt.pool = pool;
         rt.pool_len = n;
         /* the plain scan */
@@ -1058,8 +1067,8 @@ static void dtr_full_pruned_choice_is_the_plain_scan(void **state)
         rt.stats.heuristic_evals = 0;
         uint32_t got = sim_choose(&rt);
         if (got != want || rt.stats.heuristic_evals != evals)
-            fail_msg("seed %u round %d: chose %u (%llu evals), the scan %u (%llu)", seed, round,
-                     got, (unsigned long long)rt.stats.heuristic_evals, want,
+            fail_msg("seed 0x%" PRIx64 " round %d: chose %u (%llu evals), the scan %u (%llu)", seed,
+                     round, got, (unsigned long long)rt.stats.heuristic_evals, want,
                      (unsigned long long)evals);
     }
     free(rt.stack);
