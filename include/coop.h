@@ -12,12 +12,30 @@
  *   the PyTorch ABI's locks) across the fork, so a fork waits for calls in
  *   other threads to finish and the child gets a consistent, unlocked copy
  *   of each pool (a fork from inside a coop_walk visitor, which runs under
- *   the pool's lock, therefore blocks forever). On the host backend the child may use its copy (the
- *   parent's pool is not affected). A CUDA pool's memory and streams belong
- *   to the parent's CUDA context, which does not survive fork: the child
- *   must not use such a pool (calls that reach the driver fail with
- *   COOP_ERR_BACKEND; bookkeeping-only calls act on the child's copy).
- *   PyTorch itself refuses CUDA in a forked child. Not covered: a pool
+ *   the pool's lock, therefore blocks forever). On the host backend the
+ *   child may use its copy (the parent's pool is not affected).
+ * - A CUDA pool in a forked child: its memory and streams belong to the
+ *   parent's CUDA context, which does not survive fork, so the child's copy
+ *   refuses every call at once, without a driver call: each call that
+ *   returns a status or a pointer fails with COOP_ERR_UNSUPPORTED (not
+ *   COOP_ERR_BACKEND: no driver failed, and nothing in this process will
+ *   ever make the pool usable) and the message "FN: this CUDA pool was
+ *   created in process P; CUDA cannot be used in a forked child (process
+ *   C)". coop_free of a block (from the parent) is refused so, a no-op: the
+ *   block's memory is the parent's; nothing is corrupted. The remat calls
+ *   on a context over such a pool are refused likewise. coop_get_stats,
+ *   coop_pool_config and coop_backend_calls answer from the copy (the
+ *   parent's state at the fork); coop_reset_peak_stats does nothing and
+ *   sets the message; coop_remat_destroy frees the context's host records;
+ *   coop_pool_destroy frees the pool's host memory only (the message then
+ *   says the device memory is left to process P). coop_pool_create with
+ *   the CUDA backend is refused too (COOP_ERR_UNSUPPORTED, naming both
+ *   processes) in a process forked after coop initialized the driver in an
+ *   ancestor. The PyTorch ABI refuses its CUDA calls in the same words
+ *   (below). As PyTorch, which refuses CUDA in a child forked after CUDA
+ *   was initialized ("Cannot re-initialize CUDA in forked subprocess"):
+ *   use the spawn start method for workers that need the GPU. Pools are
+ *   marked by the fork handler: no call asks getpid(). Not covered: a pool
  *   created single_thread (no lock: its caller must not fork while it is in
  *   use), a raw clone() or syscall(SYS_fork) (no atfork handlers run), and
  *   remat contexts in use by another thread (not thread-safe; not locked).
@@ -69,7 +87,8 @@ typedef enum coop_status {
     COOP_ERR_INTERIOR_PTR, /* pointer inside a block, not at its start */
     COOP_ERR_BACKEND,      /* the backend (driver) failed a call */
     COOP_ERR_NO_DRIVER,    /* no CUDA driver could be loaded */
-    COOP_ERR_UNSUPPORTED,  /* the backend or build lacks this feature */
+    COOP_ERR_UNSUPPORTED,  /* the backend or build lacks this feature; a CUDA pool in a forked
+                            * child (see "Process lifecycle" above) */
     COOP_ERR_CORRUPT,      /* coop_pool_check found a broken invariant */
     COOP_ERR_HOST_NOMEM,   /* host memory for metadata ran out */
     COOP_ERR_BUSY,         /* the object is in use (pinned tensor, pending event) */
@@ -754,6 +773,16 @@ void *coop_tensor_data(const coop_tensor *t);
  * (forget_stream, configure, settings, snapshot_take) say why in
  * coop_last_error(), as the rest of this API does (coop_torch_last_error()
  * does not get their failure).
+ * In a child forked after a CUDA pool existed (a DataLoader worker of the
+ * fork start method; see "Process lifecycle" at the top), every call for
+ * a device whose CUDA pool the child inherited fails without a driver
+ * call: COOP_ERR_UNSUPPORTED, "FN: device D's CUDA pool was created in
+ * process P; CUDA cannot be used in a forked child (process C)" (FN the
+ * coop_torch_* function); a device without a pool gets none (the
+ * creation is refused, naming both processes). coop_torch_free of an
+ * inherited tensor is a no-op whose message is kept for
+ * coop_torch_last_error() but not printed: a worker dropping the tensors
+ * it inherited makes no mistake. The host backend's pools stay usable.
  */
 
 /* Allocates size bytes on device for use on stream. NULL for size 0 (as

@@ -61,6 +61,11 @@ typedef struct coop_backend_ops {
      * makes a stream per request does not grow it. NULL: none kept (CUDA). */
     void (*forget_stream)(coop_backend *be, coop_stream stream);
     void (*destroy)(coop_backend *be);
+    /* A forked child's copy (CUDA: the parent's context does not survive
+     * fork): frees the host records only, with no device call; what they
+     * name belongs to the parent. NULL: a backend whose copy stays usable
+     * in the child (host), which destroy releases. */
+    void (*abandon)(coop_backend *be);
 } coop_backend_ops;
 
 struct coop_backend {
@@ -97,11 +102,20 @@ typedef struct coop_backend_cuda_held {
 } coop_backend_cuda_held;
 /* be must be a CUDA backend (all zero in a build without CUDA). */
 void coop_backend_cuda_held_now(const coop_backend *be, coop_backend_cuda_held *out);
+/* The process in which a CUDA backend first initialized the driver (cuInit
+ * succeeded), inherited across fork; 0 if none has (or no CUDA support).
+ * In a process of another id CUDA cannot be used (pool_fork.c). */
+int coop_backend_cuda_init_pid(void);
 
 /* Wraps inner (taking ownership) with call counting and fault injection. */
 coop_status coop_backend_fault_create(coop_backend *inner, coop_backend **out);
 void coop_backend_fault_arm(coop_backend *be, unsigned kinds, uint64_t nth);
 uint64_t coop_backend_fault_calls(const coop_backend *be, unsigned kinds);
+/* From now on every call of the wrapper fails with COOP_ERR_UNSUPPORTED
+ * (those without a status do nothing) without reaching the inner backend,
+ * and destroy abandons it: the pool's copy in a child forked from process
+ * created_pid, the child being child_pid (pool_fork.c). */
+void coop_backend_fault_forked(coop_backend *be, int created_pid, int child_pid);
 /* The backend a fault wrapper forwards to. */
 coop_backend *coop_backend_fault_inner(coop_backend *be);
 /* The pool's page (a multiple of the backend's) becomes the wrapper's and

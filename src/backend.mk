@@ -58,6 +58,16 @@ tests_cuda_map_cost_CFLAGS = $(TESTCFLAGS)
 tests_cuda_map_cost_LDADD = $(TESTLIBS)
 tests_cuda_map_cost_LDFLAGS = $(TESTLDFLAGS)
 
+# A CUDA pool (and the PyTorch ABI on CUDA) in a forked child: refused
+# without a driver call (tests/README.md, "Process lifecycle").
+check_PROGRAMS += tests/lifecycle_cuda_mock_test
+TESTS += tests/lifecycle_cuda_mock_test
+tests_lifecycle_cuda_mock_test_SOURCES = tests/lifecycle_cuda_mock_test.c tests/cuda_mock.h \
+	tests/cases_in_children.h
+tests_lifecycle_cuda_mock_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
+tests_lifecycle_cuda_mock_test_LDADD = $(TESTLIBS)
+tests_lifecycle_cuda_mock_test_LDFLAGS = $(TESTLDFLAGS)
+
 # The real-GPU tests against the mock, so that their logic runs in every build,
 # and the device calls that run them (scripts/gpu/device_tests.sh, and
 # scripts/gpu/pending_device_checks.sh, the next GPU session's first), likewise.

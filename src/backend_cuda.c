@@ -13,9 +13,11 @@
  * from any thread, whatever the caller had made current.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "arena.h" /* COOP_ALIGN, the alignment of the pool's blocks */
 #include "backend.h"
@@ -939,6 +941,31 @@ static void cuda_destroy(coop_backend *be)
     free(cb);
 }
 
+/* A forked child's copy (coop_backend_ops.abandon): the reservations,
+ * segments, events and the context retain named here are the parent's,
+ * and the driver is not usable in this process, so only host memory is
+ * freed (the driver library stays loaded, as at every destroy). */
+static void cuda_abandon(coop_backend *be)
+{
+    cuda_backend *cb = as_cuda(be);
+    while (cb->reservations) {
+        cuda_reservation *r = cb->reservations;
+        cb->reservations = r->next;
+        free(r->handles);
+        free(r->mapped);
+        free(r);
+    }
+    while (cb->shifted) {
+        cuda_shifted_segment *shift = cb->shifted;
+        cb->shifted = shift->next;
+        free(shift);
+    }
+    free(cb->orphan_events);
+    cuda_driver_unload(&cb->drv);
+    pthread_mutex_destroy(&cb->lock);
+    free(cb);
+}
+
 static const coop_backend_ops cuda_ops = {
     .reserve = cuda_reserve,
     .release = cuda_release,
@@ -954,6 +981,7 @@ static const coop_backend_ops cuda_ops = {
     .hold_stream = NULL,
     .forget_stream = NULL,
     .destroy = cuda_destroy,
+    .abandon = cuda_abandon,
 };
 
 /* Segment backends still report a page size, the pool's default page (it
@@ -1016,6 +1044,16 @@ static coop_status query_device(cuda_backend *cb, bool want_vmm)
     return COOP_OK;
 }
 
+/* The first process whose cuInit succeeded (0: none): a forked child
+ * inherits it, and so knows that the driver it would call was initialized
+ * in another process. */
+static atomic_int init_pid;
+
+int coop_backend_cuda_init_pid(void)
+{
+    return atomic_load(&init_pid);
+}
+
 coop_status coop_backend_cuda_create(int device, bool want_vmm, coop_backend **out)
 {
     *out = NULL;
@@ -1041,6 +1079,8 @@ coop_status coop_backend_cuda_create(int device, bool want_vmm, coop_backend **o
         cuda_destroy(&cb->base);
         return coop_set_error(COOP_ERR_NO_DRIVER, "no CUDA driver usable: %s", why);
     }
+    int none = 0;
+    atomic_compare_exchange_strong(&init_pid, &none, (int)getpid());
     int count = 0;
     rc = d->fn.cuDeviceGetCount(&count);
     if (rc != CUDA_SUCCESS) {

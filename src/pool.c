@@ -63,6 +63,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "hot_path.h"
 #include "pool_fork.h"
@@ -254,6 +255,9 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
                               "coop_pool_create: config.fault_kinds %#x has unknown bits %#x "
                               "(COOP_FAULT_* values only)",
                               config->fault_kinds, config->fault_kinds & ~(unsigned)COOP_FAULT_ALL);
+    /* before the backend, whose creation would call the driver */
+    if (config->backend == COOP_BACKEND_CUDA && (st = pool_fork_cuda_creatable()) != COOP_OK)
+        return st;
     coop_backend *be;
     st = make_backend(config, &be);
     if (st != COOP_OK)
@@ -295,6 +299,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
     }
     arena_set_stream_idle(&pool->arena, pool_stream_idle, pool);
     pool_mutex_init(&pool->lock);
+    pool->created_pid = (int)getpid();
     pool_fork_register(pool);
     *out = pool;
     return COOP_OK;
@@ -304,6 +309,10 @@ void coop_pool_destroy(coop_pool *pool)
 {
     if (!pool)
         return;
+    /* a forked child's copy: its backend makes no device call (the
+     * events, pages and segments are the parent's), the rest is host
+     * memory of this process, freed as usual */
+    int created = pool->created_pid, forked = pool->forked_pid;
     pool_fork_unregister(pool);
     for (arena_segment *s = arena_first_segment(&pool->arena); s; s = s->next)
         for (arena_block *b = s->first; b; b = b->next)
@@ -321,6 +330,12 @@ void coop_pool_destroy(coop_pool *pool)
     meta_heap_fini(&pool->heap);
     coop_backend_destroy(pool->backend);
     free(pool);
+    if (forked) /* what the backend's refusals said is not the news */
+        coop_set_error(COOP_ERR_UNSUPPORTED,
+                       "coop_pool_destroy: this CUDA pool was created in process %d; CUDA cannot "
+                       "be used in a forked child (process %d): its host metadata is freed, its "
+                       "device memory left to process %d",
+                       created, forked, created);
 }
 
 void coop_pool_config(const coop_pool *pool, coop_config *out)
@@ -560,6 +575,12 @@ COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, uns
             *status = st;
         return NULL;
     }
+    if (pool_forked(pool)) {
+        coop_status st = pool_forked_error(pool, "coop_malloc");
+        if (status)
+            *status = st;
+        return NULL;
+    }
     pool_lock(pool);
     void *p = malloc_locked(pool, size, stream, flags, status);
     pool_after_op_locked(pool, "malloc");
@@ -678,6 +699,10 @@ COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
 {
     if (!pool)
         return null_argument("coop_free", "pool");
+    /* the block stays allocated in the child's copy: its memory is the
+     * parent's, and nothing here may reuse it */
+    if (pool_forked(pool))
+        return pool_forked_error(pool, "coop_free");
     pool_lock(pool);
     coop_status st = free_locked(pool, ptr, NULL, true);
     pool_after_op_locked(pool, "free");
@@ -736,6 +761,8 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
 {
     if (!pool)
         return null_argument("coop_record_stream", "pool");
+    if (pool_forked(pool))
+        return pool_forked_error(pool, "coop_record_stream");
     pool_lock(pool);
     coop_status st = record_stream_locked(pool, ptr, stream);
     pool_after_op_locked(pool, "record_stream");
@@ -756,6 +783,8 @@ coop_status coop_empty_cache(coop_pool *pool)
 {
     if (!pool)
         return null_argument("coop_empty_cache", "pool");
+    if (pool_forked(pool))
+        return pool_forked_error(pool, "coop_empty_cache");
     pool_lock(pool);
     pool_settle_streams(pool, !pool->config.never_wait);
     uint64_t released;
@@ -769,6 +798,8 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
 {
     if (!pool)
         return null_argument("coop_set_capacity", "pool");
+    if (pool_forked(pool))
+        return pool_forked_error(pool, "coop_set_capacity");
     pool_lock(pool);
     coop_status st = COOP_OK;
     arena *a = &pool->arena;
@@ -833,6 +864,8 @@ static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream
 {
     if (!pool)
         return null_argument(fn, "pool");
+    if (pool_forked(pool))
+        return pool_forked_error(pool, fn);
     pool_lock(pool);
     coop_status st;
     if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
@@ -860,6 +893,8 @@ coop_status coop_inject_fault(coop_pool *pool, unsigned kinds, uint64_t nth)
 {
     if (!pool)
         return null_argument("coop_inject_fault", "pool");
+    if (pool_forked(pool))
+        return pool_forked_error(pool, "coop_inject_fault");
     if (kinds & ~(unsigned)COOP_FAULT_ALL)
         return coop_set_error(COOP_ERR_INVALID, "coop_inject_fault: unknown kinds %#x", kinds);
     pool_lock(pool);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "pool_fork.h"
 #include "pool_internal.h"
 #include "stat.h"
 #include "status.h"
@@ -48,6 +49,8 @@ coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_blo
 {
     if (!pool)
         return null_argument("coop_walk", "pool");
+    if (pool_forked(pool))
+        return pool_forked_error(pool, "coop_walk");
     pool_lock(pool);
     pool_walk_locked(pool, on_segment, on_block, ctx);
     pool_unlock(pool);
@@ -176,6 +179,8 @@ coop_status coop_pool_check(coop_pool *pool)
 {
     if (!pool)
         return null_argument("coop_pool_check", "pool");
+    if (pool_forked(pool))
+        return pool_forked_error(pool, "coop_pool_check");
     pool_lock(pool);
     coop_status st = pool_check_locked(pool);
     pool_unlock(pool);

@@ -1,9 +1,11 @@
 /* The pools locked across fork() (pool_fork.h). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 #include "pool_fork.h"
 #include "pool_internal.h"
+#include "status.h"
 
 /* Every live pool, linked through fork_prev / fork_next, under registry. */
 static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
@@ -30,7 +32,13 @@ static void release(bool child)
     const pool_fork_hooks *h = atomic_load(&hooks);
     if (h)
         h->inner_release(child);
+    int me = child ? (int)getpid() : 0; /* async-signal-safe, as a child handler needs */
     for (coop_pool *p = first; p; p = p->fork_next) {
+        if (child && p->config.backend == COOP_BACKEND_CUDA) {
+            /* in a grandchild too: created_pid stays the creator's */
+            p->forked_pid = me;
+            coop_backend_fault_forked(p->backend, p->created_pid, me);
+        }
         if (child) /* nobody else is left to wait: back to "unlocked" */
             pool_mutex_init(&p->lock);
         else
@@ -86,4 +94,23 @@ void pool_fork_unregister(coop_pool *pool)
     if (pool->fork_next)
         pool->fork_next->fork_prev = pool->fork_prev;
     pthread_mutex_unlock(&registry);
+}
+
+coop_status pool_forked_error(const coop_pool *pool, const char *fn)
+{
+    return coop_set_error(COOP_ERR_UNSUPPORTED,
+                          "%s: this CUDA pool was created in process %d; CUDA cannot be used in "
+                          "a forked child (process %d)",
+                          fn, pool->created_pid, pool->forked_pid);
+}
+
+coop_status pool_fork_cuda_creatable(void)
+{
+    int init = coop_backend_cuda_init_pid(), me = (int)getpid();
+    if (!init || init == me)
+        return COOP_OK;
+    return coop_set_error(COOP_ERR_UNSUPPORTED,
+                          "coop_pool_create: the CUDA driver was initialized in process %d; CUDA "
+                          "cannot be used in a forked child (process %d)",
+                          init, me);
 }

@@ -9,13 +9,23 @@
  * state and order locks, taken before pool calls), the registry, every
  * pool's lock, the hooks' inner locks (history and error locks, taken under
  * a pool's lock).
+ *
+ * CUDA does not survive fork: the parent's context, its mappings and its
+ * streams are not valid in the child, and a driver call there fails or
+ * worse. The child handler marks every CUDA pool (coop_pool.forked_pid)
+ * and cuts its backend off from the driver (coop_backend_fault_forked):
+ * each entry point then fails with COOP_ERR_UNSUPPORTED, naming itself,
+ * the pool's process and the child (pool_forked_error); coop_pool_destroy
+ * frees the host metadata only. Marked once at the fork, so that no call
+ * asks getpid(). As PyTorch, which refuses CUDA in a child forked after
+ * CUDA was initialized ("Cannot re-initialize CUDA in forked subprocess").
  */
 #ifndef COOP_POOL_FORK_H
 #define COOP_POOL_FORK_H
 
 #include <stdbool.h>
 
-typedef struct coop_pool coop_pool;
+#include "coop.h" /* coop_pool, coop_status */
 
 /* Locks of a layer above the pools (the PyTorch ABI), taken and released
  * around the pools' at fork. release(child): true in the child. */
@@ -33,5 +43,15 @@ void pool_fork_set_hooks(const pool_fork_hooks *hooks);
  * fork; registers the fork handlers on first use. */
 void pool_fork_register(coop_pool *pool);
 void pool_fork_unregister(coop_pool *pool);
+
+/* fn's error for a pool that pool_forked reports: COOP_ERR_UNSUPPORTED,
+ * "FN: this CUDA pool was created in process P; CUDA cannot be used in a
+ * forked child (process C)". */
+coop_status pool_forked_error(const coop_pool *pool, const char *fn);
+
+/* coop_pool_create's refusal of a CUDA pool in a process forked after the
+ * driver was initialized in an ancestor (COOP_ERR_UNSUPPORTED, naming
+ * both processes); COOP_OK elsewhere. Asks getpid(): creation only. */
+coop_status pool_fork_cuda_creatable(void);
 
 #endif

@@ -83,6 +83,11 @@ static inline bool block_uses_has(const block_uses *u, coop_stream stream)
 struct coop_pool {
     pool_mutex lock;
     coop_pool *fork_prev, *fork_next; /* the pools locked at fork (pool_fork.c) */
+    /* A CUDA pool's copy in a forked child: the process it was created in,
+     * and this child's id, set by the fork handler (pool_fork.c); 0 while
+     * usable. Read first by every entry point (pool_forked), so a call
+     * fails at once without the driver, and without a getpid per call. */
+    int created_pid, forked_pid;
     coop_config config;    /* as resolved at creation; capacity follows set_capacity */
     coop_backend *backend; /* fault wrapper around the device backend */
     meta_heap heap;
@@ -105,6 +110,13 @@ struct coop_pool {
     /* failed allocations leave the message as it was (pool_set_quiet_oom) */
     bool quiet_oom;
 };
+
+/* Whether pool is a CUDA pool's copy in a forked child, which no call may
+ * use (pool_forked_error says so, naming the call). */
+static inline bool pool_forked(const coop_pool *pool)
+{
+    return __builtin_expect(pool->forked_pid != 0, 0);
+}
 
 /* Quiet (true): an allocation refused for room returns COOP_ERR_NOMEM and
  * leaves the thread's message as it was, for a caller that retries and then

@@ -1,4 +1,5 @@
 /* Pool statistics: torch.cuda.memory_stats() counters plus free-space shape. */
+#include "pool_fork.h"
 #include "pool_internal.h"
 #include "stat.h"
 
@@ -44,6 +45,10 @@ void coop_reset_peak_stats(coop_pool *pool)
 {
     if (!pool)
         return;
+    if (pool_forked(pool)) { /* refused as the calls with a status: the message says why */
+        (void)pool_forked_error(pool, "coop_reset_peak_stats");
+        return;
+    }
     pool_lock(pool);
     coop_stat *all[] = {&pool->allocation,
                         &pool->active,

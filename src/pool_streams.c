@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "growable.h"
+#include "pool_fork.h"
 #include "pool_internal.h"
 #include "stat.h"
 #include "status.h"
@@ -382,6 +383,8 @@ coop_status coop_forget_stream(coop_pool *pool, coop_stream stream)
 {
     if (!pool)
         return null_argument("coop_forget_stream", "pool");
+    if (pool_forked(pool))
+        return pool_forked_error(pool, "coop_forget_stream");
     if (stream == COOP_STREAM_ANY)
         return reserved_stream("coop_forget_stream");
     pool_lock(pool);

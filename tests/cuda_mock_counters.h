@@ -23,6 +23,10 @@ typedef struct cuda_mock_counters {
     long deadlocks;             /* synchronizations that would never return */
     long event_waits;           /* cuEventSynchronize calls */
     long refused_address_frees; /* cuMemAddressFree refused (a mapping left in the range, ...) */
+    /* calls of every entry point but cuGetErrorName / cuGetErrorString
+     * (releasing ones too): a test that must make no driver call (a forked
+     * child's) compares it before and after */
+    long entry_calls;
 } cuda_mock_counters;
 
 #endif

@@ -331,6 +331,7 @@ static CUresult injected(const char *name)
 {
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&mock_lock);
+    counters.entry_calls++;
     for (int i = 0; i < MOCK_FAIL_SLOTS; i++)
         if (armed[i].name[0] && strcmp(armed[i].name, name) == 0 &&
             (armed[i].sticky ? --armed[i].countdown <= 0 : --armed[i].countdown == 0)) {

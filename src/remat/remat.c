@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "growable.h"
+#include "pool_fork.h"
 #include "remat/remat_internal.h"
 #include "status.h"
 
@@ -27,6 +28,8 @@ static coop_status enter(const coop_remat *r, const char *fn)
                               "%s: called from inside a coop_remat callback (on_evict or "
                               "recompute), which must not call the context's functions",
                               fn);
+    if (pool_forked(r->pool)) /* its every call would map, evict or free in the pool */
+        return pool_forked_error(r->pool, fn);
     return COOP_OK;
 }
 
@@ -83,6 +86,8 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
                               !pool     ? "pool"
                               : !config ? "config"
                                         : "config->recompute");
+    if (pool_forked(pool))
+        return pool_forked_error(pool, "coop_remat_create");
     if ((unsigned)config->policy > COOP_REMAT_COOP_COMP)
         return coop_set_error(COOP_ERR_INVALID,
                               "coop_remat_create: config->policy %d is not a coop_remat_policy",
@@ -113,14 +118,19 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
 void coop_remat_destroy(coop_remat *r)
 {
     /* NULL: nothing to do; from a callback: refused (the call running it
-     * still walks the context's records), the message set */
-    if (!r || enter(r, "coop_remat_destroy"))
+     * still walks the context's records), the message set. On a forked
+     * child's copy of a CUDA pool, the records are freed and the blocks
+     * left as they are (the pool refuses every change) */
+    if (!r)
+        return;
+    bool forked = pool_forked(r->pool);
+    if ((r->in_callback || !forked) && enter(r, "coop_remat_destroy"))
         return;
     remat_search_index_close(r); /* before the blocks it names are freed */
     pool_lock(r->pool);
     for (coop_tensor *t = r->all, *next; t; t = next) {
         next = t->next_all;
-        if (t->base == t && t->ptr) /* coop_free refuses a tensor's block */
+        if (t->base == t && t->ptr && !forked) /* coop_free refuses a tensor's block */
             (void)pool_free_locked(r->pool, t->ptr, NULL);
         free(t->inputs);
         free(t->children);

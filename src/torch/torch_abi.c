@@ -143,14 +143,20 @@ pthread_mutex_t *torch_abi_order_lock(int device)
     return &slot(device)->order_lock;
 }
 
-/* Keeps the thread's message (coop_last_error) for coop_torch_last_error and
- * prints the first error of each kind: PyTorch gives no other channel. */
+/* Keeps the thread's message (coop_last_error) for coop_torch_last_error. */
+static void remember(void)
+{
+    pthread_mutex_lock(&error_lock);
+    snprintf(last_error, sizeof last_error, "%s", coop_last_error());
+    pthread_mutex_unlock(&error_lock);
+}
+
+/* remember, and prints the first error of each kind: PyTorch gives no
+ * other channel. */
 static void report(coop_status st)
 {
     const char *msg = coop_last_error();
-    pthread_mutex_lock(&error_lock);
-    snprintf(last_error, sizeof last_error, "%s", msg);
-    pthread_mutex_unlock(&error_lock);
+    remember();
     unsigned bit = 1u << ((unsigned)st % 32u);
     if (!(atomic_fetch_or(&printed_kinds, bit) & bit))
         fprintf(stderr, "coop: %s [further '%s' errors are not printed]\n", msg, coop_strerror(st));
@@ -342,6 +348,16 @@ static coop_status on_device(coop_status st, int device, const char *what, const
     return coop_set_error(st, "coop torch: %s on device %d: %s%s", what, device, msg, detail);
 }
 
+coop_status torch_forked_device(const coop_pool *pool, int device, const char *fn)
+{
+    if (!pool || !pool_forked(pool))
+        return COOP_OK;
+    return coop_set_error(COOP_ERR_UNSUPPORTED,
+                          "%s: device %d's CUDA pool was created in process %d; CUDA cannot be "
+                          "used in a forked child (process %d)",
+                          fn, device, pool->created_pid, pool->forked_pid);
+}
+
 coop_pool *coop_torch_pool(int device)
 {
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
@@ -522,7 +538,10 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
     if (size == 0)
         return NULL;
     coop_pool *pool = pool_for(device, "malloc");
-    if (!pool) {
+    coop_status forked = torch_forked_device(pool, device, "coop_torch_malloc");
+    if (forked != COOP_OK) /* before retry_limit, which would change the pool */
+        report(forked);
+    if (!pool || forked != COOP_OK) {
         count_failure(device);
         return NULL;
     }
@@ -592,6 +611,14 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
         return;
     }
     coop_pool *pool = coop_torch_pool(device);
+    /* an inherited tensor dropped in a DataLoader worker: its memory is
+     * the parent's, so the free is a no-op, its message kept
+     * (coop_torch_last_error) but not printed, as a worker dropping the
+     * tensors it inherited is no mistake */
+    if (torch_forked_device(pool, device, "coop_torch_free") != COOP_OK) {
+        remember();
+        return;
+    }
     device_slot *s = slot(device);
     bool ordered = torch_history_on(&s->history);
     if (ordered)
@@ -657,7 +684,10 @@ void coop_torch_empty_cache(void)
 {
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
         coop_pool *pool = coop_torch_pool(i);
-        if (pool) {
+        coop_status forked = torch_forked_device(pool, i, "coop_torch_empty_cache");
+        if (forked != COOP_OK) {
+            report(forked);
+        } else if (pool) {
             coop_status st = coop_empty_cache(pool);
             if (st != COOP_OK)
                 report(on_device(st, i, "empty_cache", ""));
@@ -672,7 +702,9 @@ coop_status coop_torch_forget_stream(void *stream)
         return reserved_stream("coop_torch_forget_stream");
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
         coop_pool *pool = coop_torch_pool(i);
-        coop_status st = pool ? coop_forget_stream(pool, (coop_stream)stream) : COOP_OK;
+        coop_status st = torch_forked_device(pool, i, "coop_torch_forget_stream");
+        if (st == COOP_OK && pool)
+            st = coop_forget_stream(pool, (coop_stream)stream);
         if (st != COOP_OK)
             return st;
     }
@@ -692,10 +724,16 @@ void coop_torch_memory_fraction(double fraction, int device)
         return;
     pthread_mutex_lock(&state_lock);
     device_slot *s = slot(device);
+    coop_pool *pool = coop_torch_pool(device);
+    /* refused with the fraction as it was: nothing changed */
+    coop_status st = torch_forked_device(pool, device, "coop_torch_memory_fraction");
+    if (st != COOP_OK) {
+        pthread_mutex_unlock(&state_lock);
+        report(st);
+        return;
+    }
     s->has_fraction = true;
     s->fraction = fraction;
-    coop_pool *pool = coop_torch_pool(device);
-    coop_status st = COOP_OK;
     if (pool)
         st = apply_limit_locked(s, pool, fraction_of(s->full_capacity, fraction));
     pthread_mutex_unlock(&state_lock);
@@ -716,7 +754,12 @@ void coop_torch_record_stream(void *ptr, void *stream)
         coop_pool *pool = coop_torch_pool(i);
         if (!pool)
             continue;
-        coop_status st = coop_record_stream(pool, ptr, (coop_stream)stream);
+        coop_status st = torch_forked_device(pool, i, "coop_torch_record_stream");
+        if (st != COOP_OK) {
+            report(st);
+            return;
+        }
+        st = coop_record_stream(pool, ptr, (coop_stream)stream);
         if (st == COOP_OK)
             return;
         if (st != COOP_ERR_FOREIGN_PTR) {

@@ -2,6 +2,7 @@
 #ifndef COOP_TORCH_ABI_H
 #define COOP_TORCH_ABI_H
 
+#include "coop.h"
 #include "torch/history.h"
 
 /* Highest device index the ABI accepts, plus one. */
@@ -14,6 +15,12 @@ torch_history *torch_abi_history(int device);
  * their pool call and the events it records, while recording is on. Lock
  * order: the order lock, then the pool's lock, then the history's. */
 pthread_mutex_t *torch_abi_order_lock(int device);
+
+/* fn's refusal (COOP_ERR_UNSUPPORTED, the message set) of device's pool
+ * when it is a CUDA pool's copy in a forked child (pool_forked): "FN:
+ * device D's CUDA pool was created in process P; CUDA cannot be used in a
+ * forked child (process C)"; COOP_OK otherwise. */
+coop_status torch_forked_device(const coop_pool *pool, int device, const char *fn);
 
 /* For tests: if set, coop_torch_snapshot_take calls it between copying
  * device's blocks and copying its events (with what it holds then), so a

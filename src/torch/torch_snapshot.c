@@ -95,11 +95,14 @@ coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out)
                               "coop torch: snapshot of device %d: devices are "
                               "0..%d",
                               device, COOP_TORCH_MAX_DEVICES - 1);
+    coop_status st =
+        torch_forked_device(coop_torch_pool(device), device, "coop_torch_snapshot_take");
+    if (st != COOP_OK)
+        return st;
     coop_torch_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop torch: no host memory for a snapshot");
     snap->device = device;
-    coop_status st = COOP_OK;
     /* The blocks and the events are read in one critical section, so they
      * agree: the order lock keeps out a malloc between its pool call and
      * its alloc event (and a free), and the pool's lock keeps out a pending

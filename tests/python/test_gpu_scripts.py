@@ -17,6 +17,7 @@ import io
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -82,11 +83,21 @@ def mock_driver():
     return None
 
 
-class MockCounters(ctypes.Structure):  # tests/cuda_mock_counters.h, in its order
+# tests/cuda_mock_counters.h, every field in its order: mock_cuda_counters
+# copies the whole struct, so a shorter one here would be written past
+class MockCounters(ctypes.Structure):
     _fields_ = [(name, ctypes.c_long) for name in (
         "mapped_bytes", "live_handles", "live_events", "live_segments", "syncs",
         "unsafe_releases", "no_context", "retained", "accessible_bytes", "access_calls",
-        "event_creates", "live_reservations", "live_streams", "deadlocks", "event_waits")]
+        "event_creates", "live_reservations", "live_streams", "deadlocks", "event_waits",
+        "refused_address_frees", "entry_calls")]
+
+
+class MockCountersLayout(unittest.TestCase):
+    def test_every_field_of_the_header_in_its_order(self):
+        with open(os.path.join(TOP, "tests", "cuda_mock_counters.h")) as f:
+            header = re.findall(r"^\s*long (\w+);", f.read(), re.M)
+        self.assertEqual([name for name, _ in MockCounters._fields_], header)
 
 
 class OnMockDriver(unittest.TestCase):
