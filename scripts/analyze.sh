@@ -11,7 +11,8 @@
 #
 # Exit status: 0 nothing beyond the baseline; 1 new findings (printed, with
 # the HTML report directory: open it with scan-view or a browser); 2 the
-# build itself failed; 77 scan-build is not installed (automake's SKIP code).
+# build itself failed; 77 scan-build or clang is not installed (automake's SKIP
+# code).
 #
 # A source tree configured in place (scripts/setup.sh does that) refuses
 # out-of-tree builds, so then the files git knows (tracked, and untracked
@@ -22,6 +23,12 @@ set -eu
 
 if ! command -v scan-build >/dev/null 2>&1; then
     echo "analyze: SKIP: scan-build not found (Debian: apt-get install clang-tools)"
+    exit 77
+fi
+# scan-build compiles with clang (configure CC=clang below); Debian's
+# clang-tools brings scan-build and clang-14, but not the clang command
+if ! command -v clang >/dev/null 2>&1; then
+    echo "analyze: SKIP: clang not found (Debian: apt-get install clang)"
     exit 77
 fi
 

@@ -4,6 +4,8 @@
 if HAVE_CUDA
 libcoop_la_SOURCES += src/backend_cuda.c src/cuda_driver.c src/cuda_driver.h
 
+# Its tests (cmocka programs, and scripts that run them) need cmocka.
+if HAVE_CMOCKA
 # A mock driver (libmockcuda.so) that lets the backend be tested without a GPU.
 check_LTLIBRARIES += tests/libmockcuda.la
 tests_libmockcuda_la_SOURCES = tests/mock_cuda_driver.c tests/cuda_mock_counters.h
@@ -74,6 +76,7 @@ tests_lifecycle_cuda_mock_test_LDFLAGS = $(TESTLDFLAGS)
 TESTS += tests/cuda_tests_on_mock.sh tests/device_tests_script_test.sh \
 	tests/pending_checks_script_test.sh
 EXTRA_DIST += tests/device_tests_script_test.sh tests/pending_checks_script_test.sh
+endif
 # make check builds check_LTLIBRARIES with the programs, before any test runs
 else
 libcoop_la_SOURCES += src/backend_cuda_absent.c
@@ -81,6 +84,7 @@ endif
 
 # The allocator's tests on a real GPU (skipped without a driver or device):
 # the CUDA backend's own test, the stress test and the fault sweep.
+if HAVE_CMOCKA
 check_PROGRAMS += tests/backend_cuda_test tests/backend_cuda_stress_test \
 	tests/backend_cuda_fault_test
 TESTS += tests/backend_cuda_test tests/backend_cuda_stress_test tests/backend_cuda_fault_test
@@ -100,4 +104,5 @@ tests_backend_cuda_fault_test_SOURCES = tests/backend_cuda_fault_test.c \
 tests_backend_cuda_fault_test_CFLAGS = $(TESTCFLAGS)
 tests_backend_cuda_fault_test_LDADD = $(TESTLIBS)
 tests_backend_cuda_fault_test_LDFLAGS = $(TESTLDFLAGS)
+endif
 

@@ -31,12 +31,14 @@ endif
 
 # two remat contexts on one pool, each on its own thread, beside a thread
 # using the pool directly (also run under ThreadSanitizer by .ci/run)
+if HAVE_CMOCKA
 check_PROGRAMS += tests/remat_threads_test
 TESTS += tests/remat_threads_test
 tests_remat_threads_test_SOURCES = tests/remat_threads_test.c tests/shadow_values.h
 tests_remat_threads_test_CFLAGS = $(TESTCFLAGS)
 tests_remat_threads_test_LDADD = $(TESTLIBS)
 tests_remat_threads_test_LDFLAGS = $(TESTLDFLAGS)
+endif
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/fault_replay_test

@@ -185,6 +185,11 @@ def output_checks(good, d):
 
 
 def main():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("SKIP: matplotlib is not installed")
+        return 77
     with tempfile.TemporaryDirectory() as d:
         good = os.path.join(d, "sim.jsonl")
         with open(good, "w") as f:

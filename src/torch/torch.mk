@@ -4,6 +4,7 @@ libcoop_la_SOURCES += src/torch/torch_abi.c src/torch/torch_abi.h \
 	src/torch/history.c src/torch/history.h \
 	src/torch/torch_snapshot.c
 
+if HAVE_CMOCKA
 check_PROGRAMS += tests/alloc_conf_test
 TESTS += tests/alloc_conf_test
 tests_alloc_conf_test_SOURCES = tests/alloc_conf_test.c
@@ -45,6 +46,7 @@ tests_torch_history_test_SOURCES = tests/torch_history_test.c tests/host_alloc_f
 tests_torch_history_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
 tests_torch_history_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
 tests_torch_history_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+endif
 
 # Python tests of the ABI and the python/coop helper (ctypes, host backend);
 # tests/ctypes_layout prints coop.h's struct layouts for their ctypes mirrors.
@@ -66,4 +68,8 @@ python/coop/_build_config.py: Makefile
 	echo '"""Written by make: where make install put libcoop.so."""' > $@ && \
 	echo 'LIBDIR = "$(libdir)"' >> $@
 CLEANFILES += python/coop/_build_config.py
+# automake's uninstall removes files only: the package's own directories
+# (coop/ and the __pycache__ that byte-compiling made) go too, when empty
+uninstall-hook:
+	rmdir "$(DESTDIR)$(coopdir)/__pycache__" "$(DESTDIR)$(coopdir)" 2>/dev/null || :
 endif
