@@ -37,8 +37,10 @@ typedef struct lib {
 static void *sym(void *handle, const char *name)
 {
     void *p = dlsym(handle, name);
-    if (!p)
+    if (!p) {
         fail_msg("dlsym %s: %s", name, dlerror());
+        abort(); /* fail_msg does not return; the static analyser cannot tell */
+    }
     return p;
 }
 
