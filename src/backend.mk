@@ -65,7 +65,7 @@ tests_cuda_map_cost_LDFLAGS = $(TESTLDFLAGS)
 check_PROGRAMS += tests/lifecycle_cuda_mock_test
 TESTS += tests/lifecycle_cuda_mock_test
 tests_lifecycle_cuda_mock_test_SOURCES = tests/lifecycle_cuda_mock_test.c tests/cuda_mock.h \
-	tests/cases_in_children.h
+	tests/cases_in_children.h tests/lifecycle_child.h
 tests_lifecycle_cuda_mock_test_CFLAGS = $(CUDA_MOCK_TEST_CFLAGS)
 tests_lifecycle_cuda_mock_test_LDADD = $(TESTLIBS)
 tests_lifecycle_cuda_mock_test_LDFLAGS = $(TESTLDFLAGS)

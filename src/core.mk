@@ -131,7 +131,8 @@ tests_segment_pressure_LDFLAGS = -static
 if HAVE_CMOCKA
 check_PROGRAMS += tests/lifecycle_test
 TESTS += tests/lifecycle_test
-tests_lifecycle_test_SOURCES = tests/lifecycle_test.c tests/cases_in_children.h
+tests_lifecycle_test_SOURCES = tests/lifecycle_test.c tests/cases_in_children.h \
+	tests/lifecycle_child.h
 tests_lifecycle_test_CFLAGS = $(TESTCFLAGS)
 tests_lifecycle_test_LDADD = $(TESTLIBS)
 tests_lifecycle_test_LDFLAGS = $(TESTLDFLAGS)
@@ -142,7 +143,8 @@ endif
 if HAVE_CMOCKA
 check_PROGRAMS += tests/lifecycle_unload_test
 TESTS += tests/lifecycle_unload_test
-tests_lifecycle_unload_test_SOURCES = tests/lifecycle_unload_test.c tests/cases_in_children.h
+tests_lifecycle_unload_test_SOURCES = tests/lifecycle_unload_test.c tests/cases_in_children.h \
+	tests/lifecycle_child.h
 tests_lifecycle_unload_test_CFLAGS = $(TESTCFLAGS) \
 	-DCOOP_LIB_PATH='"$(abs_top_builddir)/.libs/libcoop.so"'
 tests_lifecycle_unload_test_LDADD = $(CMOCKA_LIBS) -lpthread

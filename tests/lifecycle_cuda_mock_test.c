@@ -27,35 +27,18 @@
 #include <cuda.h>
 
 #include "cases_in_children.h"
+#include "lifecycle_child.h"
 #include "coop.h"
 #include "cuda_mock.h"
 #include "status.h"
 
 #define MIB (UINT64_C(1) << 20)
 
-/* seconds a forked child may take before it counts as hung */
-enum { CHILD_LIMIT = 10 };
-
-/* Forks; the child runs fn (its exit status: 0 if every check held, else
- * 1 with the failed check on stderr) under an alarm. Fails the case unless
- * the child exited with 0. */
-static void in_fork(int (*fn)(void *), void *arg)
+/* Fails the case unless fn, run in a forked child under the alarm,
+ * returned 0 (every check held; a failed one is on stderr). */
+static void in_fork_ok(int (*fn)(void *), void *arg)
 {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        alarm(CHILD_LIMIT);
-        _exit(fn(arg));
-    }
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    if (WIFSIGNALED(status))
-        fail_msg("child killed by signal %d%s", WTERMSIG(status),
-                 WTERMSIG(status) == SIGALRM ? " (hung: time limit)" : "");
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_exited(in_fork(fn, arg), 0);
 }
 
 /* A check in a forked child (cmocka's asserts jump back into the child's
@@ -223,7 +206,7 @@ static void fork_refuses_every_pool_call(bool vmm)
     assert_int_equal(coop_remat_create(ps.pool, &rc, &ps.remat), COOP_OK);
     assert_int_equal(coop_tensor_create(ps.remat, 8192, 10, NULL, NULL, 0, 0, &ps.tensor), COOP_OK);
 
-    in_fork(every_pool_call_refused, &ps);
+    in_fork_ok(every_pool_call_refused, &ps);
 
     /* the parent's pool as it was, and usable */
     coop_stats s;
@@ -317,7 +300,7 @@ static void test_host_pool_beside_stays_usable_and_grandchild_refused(void **sta
     coop_config_default(&h);
     h.capacity = 64 * MIB;
     assert_int_equal(coop_pool_create(&h, &m.host), COOP_OK);
-    in_fork(child_forks_again, &m);
+    in_fork_ok(child_forks_again, &m);
     assert_int_equal(coop_empty_cache(m.cuda), COOP_OK); /* the parent's own */
     coop_pool_destroy(m.host);
     coop_pool_destroy(m.cuda);
@@ -415,7 +398,7 @@ static void test_fork_refuses_the_torch_abi_on_cuda(void **state)
     torch_state ts = {.pid = (int)getpid(), .stream = cuda_map_streams[2]};
     ts.block = coop_torch_malloc(4096, 0, NULL);
     assert_non_null(ts.block);
-    in_fork(torch_calls_refused, &ts);
+    in_fork_ok(torch_calls_refused, &ts);
     /* the parent's pool is its own still */
     char msg[1024];
     size_t before = coop_torch_last_error(msg, sizeof msg);

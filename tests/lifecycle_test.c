@@ -23,44 +23,16 @@
 #include <cmocka.h>
 
 #include "cases_in_children.h"
+#include "lifecycle_child.h"
 #include "coop.h"
 #include "pool_internal.h"
 #include "status.h"
 #include "torch/torch_abi.h"
 
-/* seconds a forked child may take before it counts as deadlocked */
-enum { CHILD_LIMIT = 10 };
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-/* Forks; the child runs fn (which returns its exit status) under an alarm.
- * The child's status as waitpid gives it. */
-static int in_fork(int (*fn)(void *), void *arg)
-{
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        alarm(CHILD_LIMIT);
-        _exit(fn(arg));
-    }
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
-}
-
-static void assert_exited(int status, int code)
-{
-    if (WIFSIGNALED(status))
-        fail_msg("child killed by signal %d%s", WTERMSIG(status),
-                 WTERMSIG(status) == SIGALRM ? " (deadlocked: time limit)" : "");
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), code);
 }
 
 static coop_pool *host_pool(void)
@@ -383,18 +355,6 @@ static long rss_kb(void)
             break;
     fclose(f);
     return kb;
-}
-
-static long mappings(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    assert_non_null(f);
-    long n = 0;
-    int ch;
-    while ((ch = fgetc(f)) != EOF)
-        n += ch == '\n';
-    fclose(f);
-    return n;
 }
 
 static void run_threads(int n)

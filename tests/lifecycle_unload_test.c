@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "cases_in_children.h"
+#include "lifecycle_child.h"
 #include "coop.h" /* types only: the functions come from dlsym */
 
 typedef struct lib {
@@ -83,17 +84,15 @@ static coop_pool *pool_with_block(const lib *l, void **block)
     return pool;
 }
 
+static int exit_7(void *arg)
+{
+    (void)arg;
+    return 7;
+}
+
 static void assert_fork_works(void)
 {
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0)
-        _exit(7);
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 7);
+    assert_exited(in_fork(exit_7, NULL), 7);
 }
 
 static void test_fork_after_unload(void **state)
@@ -152,18 +151,6 @@ static void test_thread_with_an_error_outlives_the_unload(void **state)
     atomic_store(&w.step, 2);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_true(w.ok);
-}
-
-static long mappings(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    assert_non_null(f);
-    long n = 0;
-    int ch;
-    while ((ch = fgetc(f)) != EOF)
-        n += ch == '\n';
-    fclose(f);
-    return n;
 }
 
 static void cycle(void)
