@@ -5,8 +5,8 @@
 # 2. without a device (a driver that does not load) it runs nothing, exits
 #    77 and its summary.txt says why;
 # 3. on the mock driver with a stand-in .gpu/ (as device_tests_script_test.sh
-#    builds one), device_tests.sh, teardown_check.py and remap_check.py run
-#    and pass, the torch steps skip (no CUDA torch here) and the three files
+#    builds one), device_tests.sh, teardown_check.py, remap_check.py and
+#    fork_check.py (its pool route) run and pass, the torch steps skip (no CUDA torch here) and the three files
 #    come back; where a real device is visible the torch steps are left out,
 #    since they would measure it while libcoop used the mock;
 # 4. a step that cannot run (.gpu/ lacking its files) fails the run without
@@ -51,7 +51,7 @@ for t in backend_cuda_test backend_cuda_stress_test backend_cuda_fault_test; do
 done
 ln -s "$top/tests/cuda_map_cost" "$tmp/gpu/bin/cuda_map_cost"
 ln -s "$top/.libs/libcoop.so" "$tmp/gpu/lib/libcoop.so"
-steps="device_tests teardown_check remap_check stream_check memory_viz_check oom_check"
+steps="device_tests teardown_check remap_check fork_check stream_check memory_viz_check oom_check"
 torch_steps=skip
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     steps="device_tests teardown_check remap_check"
@@ -70,6 +70,10 @@ if [ "$torch_steps" = skip ]; then
     for s in stream_check memory_viz_check oom_check; do
         grep -q "^$s skip rc=77 " "$summary" || fail "on the mock: $s did not skip"
     done
+    # the pool route runs on the mock; its torch route says it did not run
+    grep -q "^fork_check ok rc=0 " "$summary" || fail "on the mock: fork_check not ok"
+    grep -q '"check": "fork".*"child_malloc_refused": true.*"torch": "skipped: ' \
+        "$tmp/out/pending/findings.jsonl" || fail "on the mock: findings.jsonl lacks fork_check's line"
 fi
 [ "$(ls "$tmp/out/pending" | tr '\n' ' ')" = "findings.jsonl pending.tgz summary.txt " ] ||
     fail "on the mock: \$OUT/pending holds $(ls "$tmp/out/pending" | tr '\n' ' ')"

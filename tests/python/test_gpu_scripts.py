@@ -38,9 +38,11 @@ STREAM = os.path.join(GPU, "stream_check.py")
 OOM = os.path.join(GPU, "oom_check.py")
 REMAP = os.path.join(GPU, "remap_check.py")
 TEARDOWN = os.path.join(GPU, "teardown_check.py")
+FORK = os.path.join(GPU, "fork_check.py")
 sys.path.insert(0, GPU)
 
 import common  # noqa: E402
+import fork_check  # noqa: E402
 import memory_viz_check  # noqa: E402
 import replay_native_vs_coop as replay  # noqa: E402
 import oom_check  # noqa: E402
@@ -286,6 +288,50 @@ class TeardownCheck(OnMockDriver):
                 self.assertEqual(line["error"], "%s: %s returned 2 (CUDA_ERROR_OUT_OF_MEMORY)"
                                  % (step, entry_point))
                 self.assert_driver_clean(lib)
+
+
+class ForkCheck(OnMockDriver):
+    """fork_check.py's pool route on the mock driver (which, unlike a real
+    driver, keeps working in a forked child: a child that reached the
+    driver would go unnoticed there but for the backend call count), and
+    its verdict, which must fail on any finding missing or false."""
+
+    SCRIPT = FORK
+
+    def test_passes_on_the_mock(self):
+        lib = next((path for path in (os.path.join(top, ".libs", "libcoop.so")
+                                      for top in (os.getcwd(), TOP)) if os.path.exists(path)),
+                   None)
+        if lib is None:
+            self.skipTest("no shared libcoop.so in this build")
+        r = self.run_script("--torch", "--timeout", "20", COOP_LIBRARY=lib)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        (line,) = lines(r.stdout)
+        for key in fork_check.CHILD_VERDICT + fork_check.PARENT_VERDICT:
+            self.assertIs(line[key], True, key)
+        self.assertEqual(line["child_exit"], 0)
+        self.assertIn("cannot be used in a forked child", line["child_message"])
+        self.assertIn("device memory left to process", line["child_destroy_message"])
+        self.assertTrue(line["torch"].startswith("skipped: "), line["torch"])
+
+    def test_no_device_exits_77(self):
+        self.check_no_device_exits_77()
+
+    def test_bad_arguments(self):
+        self.assertEqual(self.run_script("--timeout", "0").returncode, 2)
+
+    def test_verdict_needs_every_finding(self):
+        good = {k: True for k in fork_check.CHILD_VERDICT + fork_check.PARENT_VERDICT}
+        self.assertTrue(fork_check.verdict(dict(good, torch="skipped: not asked")))
+        for key in good:
+            self.assertFalse(fork_check.verdict(dict(good, **{key: False})), key)
+            missing = dict(good)
+            del missing[key]
+            self.assertFalse(fork_check.verdict(missing), key)
+        self.assertFalse(fork_check.verdict(dict(good, error="the child sent nothing")))
+        ran = dict(good, torch={})
+        self.assertFalse(fork_check.verdict(ran))  # the torch route ran: its findings count
+        self.assertTrue(fork_check.verdict(dict(ran, **{k: True for k in fork_check.TORCH_VERDICT})))
 
 
 class Arguments(unittest.TestCase):
