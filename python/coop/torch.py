@@ -10,9 +10,11 @@ Configuration: the ``conf`` argument, else the COOP_ALLOC_CONF environment
 variable (``key:value,key:value``; see docs/pytorch.md).
 """
 
+import collections
 import ctypes
 import operator
 import pickle
+import re
 import sys
 import threading
 
@@ -20,6 +22,7 @@ from . import native
 
 __all__ = [
     "CoopConfigError",
+    "DeviceError",
     "OutOfMemoryError",
     "install",
     "installed",
@@ -51,10 +54,18 @@ _installed = None  # {"route": ..., "hooks": [...], "allocator": ...}
 _applied_conf = None  # the conf text install() / mem_pool() last set (under _state_lock)
 _oom_seen = {}  # device -> failed mallocs already raised for (under _state_lock)
 _MAX_DEVICES = 64  # the ABI's device slots (src/torch/torch_abi.h)
+_device_limit = 0  # the CUDA devices torch counted when install() ran (0: not installed)
 
 
 class CoopConfigError(ValueError):
     """COOP_ALLOC_CONF (or install's conf) has an unknown key or a bad value."""
+
+
+class DeviceError(ValueError, RuntimeError):
+    """A device argument names no device coop serves: another device type, a
+    malformed string, an index past the devices. torch raises ValueError for
+    the first and RuntimeError for the others; this is both, so code written
+    for either catches it."""
 
 
 def _torch_oom_base():
@@ -307,7 +318,7 @@ def install(conf=None, *, torch_module=None, patch=True):
     functions report coop's pools (see patch_torch). torch_module is for
     tests (a stand-in for the torch package).
     """
-    global _installed
+    global _installed, _device_limit
     if torch_module is None:
         import torch as torch_module
     torch = torch_module
@@ -349,7 +360,9 @@ def install(conf=None, *, torch_module=None, patch=True):
         # before any hook can be set; CUDA's lazy init calls the init hook
         # again later (coop_torch_init is idempotent). Tell coop the device
         # count now (a count query creates no CUDA context).
-        lib.coop_torch_init(int(torch.cuda.device_count()))
+        count = int(torch.cuda.device_count())
+        lib.coop_torch_init(count)
+        _device_limit = count if 0 < count <= _MAX_DEVICES else 0
         if patch:
             patch_torch(torch)
         _installed = {"route": "allocator", "hooks": hooks, "allocator": allocator,
@@ -362,13 +375,15 @@ def installed():
     return None if _installed is None else {k: _installed[k] for k in ("route", "hooks")}
 
 
-def mem_pool(conf=None, *, torch_module=None):
+def mem_pool(conf=None, *, torch_module=None, **options):
     """A torch.cuda.MemPool whose segments come from coop, where torch has it.
 
     Use with ``with torch.cuda.use_mem_pool(pool): ...``. PyTorch's caching
     allocator keeps managing blocks inside the pool and raises its own
     torch.cuda.OutOfMemoryError when coop returns NULL. conf as install's:
     None keeps the configuration in force (install's, else COOP_ALLOC_CONF).
+    options go to torch.cuda.MemPool after the allocator (use_on_oom,
+    no_split where the installed torch has them; it refuses others).
     """
     if torch_module is None:
         import torch as torch_module
@@ -379,7 +394,7 @@ def mem_pool(conf=None, *, torch_module=None):
     with _state_lock:
         _apply_conf_locked(native.library(), conf, "mem_pool")
     allocator = torch.cuda.memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
-    return torch.cuda.MemPool(allocator.allocator())
+    return torch.cuda.MemPool(allocator.allocator(), **options)
 
 
 def _pool(device):
@@ -393,16 +408,27 @@ def _devices():
 
 def _device_index(device, torch=None):
     """The index of device as torch.cuda's memory functions take it: an int,
-    a string ("cuda:1") or a torch.device; None, "cuda" and
-    torch.device("cuda") mean the current device, as in
-    torch.cuda._get_device_index(device, optional=True). ValueError for
-    another device type, a malformed string or an index outside 0..63 (the
-    ABI's device slots: a C int would wrap it), TypeError for other values."""
+    a string ("cuda", "cuda:1"), a torch.device or a torch.cuda.device;
+    None, "cuda" and torch.device("cuda") mean the current device, as in
+    torch.cuda._get_device_index(device, optional=True). DeviceError (a
+    ValueError and a RuntimeError, torch's two types for these) for another
+    device type, a malformed string, or an index outside the devices: those
+    torch counted when install() ran, else the ABI's 64 slots (a C int would
+    wrap a larger one). TypeError for other values (torch takes them for the
+    current device)."""
     index = _device_index_unchecked(device, torch)
-    if not 0 <= index < _MAX_DEVICES:
-        raise ValueError("coop.torch: device %r: index %d is outside 0..%d"
-                         % (device, index, _MAX_DEVICES - 1))
+    limit = _device_limit or _MAX_DEVICES
+    if not 0 <= index < limit:
+        why = ("torch counted %d CUDA devices when coop.torch.install ran" % limit
+               if _device_limit else "coop has %d device slots" % limit)
+        raise DeviceError("coop.torch: device %r: index %d is outside 0..%d (%s)"
+                          % (device, index, limit - 1, why))
     return index
+
+
+# "cuda" or "cuda:N" as torch.device parses them (no sign, space or leading
+# zero; ASCII digits: str.isdigit takes "²", which int() refuses)
+_CUDA_STRING = re.compile(r"cuda(?::(0|[1-9][0-9]*))?\Z")
 
 
 def _device_index_unchecked(device, torch):
@@ -412,23 +438,27 @@ def _device_index_unchecked(device, torch):
     if device is None:
         return _current_device(torch)
     if isinstance(device, str):
-        kind, colon, index = device.partition(":")
-        if kind == "cuda" and not colon:
-            return _current_device(torch)
-        if kind == "cuda" and index.isdigit():
-            return int(index)
-        raise ValueError("coop.torch: device %r: expected 'cuda' or 'cuda:N'" % device)
+        m = _CUDA_STRING.match(device)
+        if m is None:
+            raise DeviceError("coop.torch: device %r: expected 'cuda' or 'cuda:N' (N a device "
+                              "index)" % device)
+        return _current_device(torch) if m.group(1) is None else int(m.group(1))
+    if torch is None:
+        torch = sys.modules.get("torch")
+    context = getattr(getattr(torch, "cuda", None), "device", None)
+    if isinstance(context, type) and isinstance(device, context):  # with torch.cuda.device(1)
+        return operator.index(device.idx)
     kind = getattr(device, "type", None)
     if isinstance(kind, str):  # torch.device
         if kind != "cuda":
-            raise ValueError("coop.torch: device %r is not a CUDA device" % (device,))
+            raise DeviceError("coop.torch: device %r is not a CUDA device" % (device,))
         index = getattr(device, "index", None)
         return _current_device(torch) if index is None else int(index)
     try:
         return operator.index(device)  # int, numpy integers
     except TypeError:
-        raise TypeError("coop.torch: device %r: expected an int, a string such as 'cuda:1' "
-                        "or a torch.device" % (device,)) from None
+        raise TypeError("coop.torch: device %r: expected an int, a string such as 'cuda:1', "
+                        "a torch.device or a torch.cuda.device" % (device,)) from None
 
 
 def memory_stats(device=None):
@@ -437,15 +467,16 @@ def memory_stats(device=None):
     coop has one pool per device: every counter is under "all" and
     "large_pool"; "small_pool" counters are zero. coop's own figures are
     under "coop.*" keys. A device without a pool gives zeros. device: an
-    int, a string ("cuda:1") or a torch.device; None and "cuda" mean the
-    current device, as in torch.
+    int, a string ("cuda:1"), a torch.device or a torch.cuda.device; None
+    and "cuda" mean the current device, as in torch (see _device_index for
+    what is refused). An OrderedDict, sorted by key, as torch's.
     """
     device = _device_index(device)
     out = _raw_stats(device)
     # the accumulated counters count from the last reset_accumulated_memory_stats
     for key, base in _accumulated_base.get(device, {}).items():
         out[key] -= base
-    return out
+    return collections.OrderedDict(out)  # torch's type (sorted keys, as torch's)
 
 
 # torch's accumulated counters (reset_accumulated_memory_stats): every

@@ -1394,9 +1394,15 @@ class Install(unittest.TestCase):
             ctorch.mem_pool(torch_module=fake)
         self.assertIn("MemPool", str(cm.exception))
         made = []
-        fake.cuda.MemPool = lambda handle: made.append(handle) or "pool"
+        fake.cuda.MemPool = lambda handle, **options: made.append((handle, options)) or "pool"
         self.assertEqual(ctorch.mem_pool(torch_module=fake), "pool")
         self.assertEqual(len(made), 1)
+        self.assertEqual(made[0][1], {})
+        # torch.cuda.MemPool's own options (use_on_oom, no_split) reach it (mem_pool
+        # raised TypeError for them)
+        self.assertEqual(ctorch.mem_pool(torch_module=fake, use_on_oom=True, no_split=True),
+                         "pool")
+        self.assertEqual(made[1][1], {"use_on_oom": True, "no_split": True})
         self.assertIn(("CUDAPluggableAllocator", native.library_path(), "coop_torch_malloc",
                        "coop_torch_free"), fake.calls)
 
@@ -1453,6 +1459,29 @@ class Install(unittest.TestCase):
             "backend:host,capacity:1G")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.split(), ["False", "patch_torch.<locals>.dump_compat"])
+
+    def test_install_limits_devices_to_torchs_count(self):
+        """After install(), a device index past those torch counted raises
+        DeviceError (a RuntimeError, as torch's "Invalid device argument", and
+        a ValueError) naming the count; before, devices 2..63 of a 2-device
+        process gave zeros."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "ctorch.install(torch_module=FakeTorch(), patch=False)\n"
+            "print(ctorch.memory_stats(1)['allocation.all.current'])\n"
+            "for bad in (2, 'cuda:5', -1):\n"
+            "    try:\n"
+            "        ctorch.memory_stats(bad)\n"
+            "    except RuntimeError as e:\n"
+            "        print(isinstance(e, ValueError), e)\n" % HERE, "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 4, r.stdout)
+        self.assertEqual(lines[0], "0")
+        for line, bad in zip(lines[1:], ("2", "'cuda:5'", "-1")):
+            self.assertTrue(line.startswith("True coop.torch: device %s: " % bad), line)
+            self.assertIn("outside 0..1 (torch counted 2 CUDA devices", line)
 
     def test_install_conf_stays_until_replaced(self):
         """mem_pool() after install(conf) keeps install's configuration (it
