@@ -1429,6 +1429,32 @@ class Install(unittest.TestCase):
         self.assertIn("memory_stats", lines[3])
 
     @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_readers_left_as_torchs_report_coop(self):
+        """torch's functions patch_torch leaves alone read coop's pools
+        through the replaced memory_stats / reset_peak_memory_stats:
+        memory_summary() (a table torch formats from memory_stats' keys),
+        the deprecated memory_cached() and reset_max_memory_allocated()."""
+        r = run_child(
+            "import torch, warnings\n"
+            "warnings.simplefilter('ignore')  # the deprecated ones warn\n"
+            "ctorch.patch_torch(torch)\n"
+            "p = lib.coop_torch_malloc(3 << 20, 0, None)\n"
+            "q = lib.coop_torch_malloc(1 << 20, 0, None)\n"
+            "lib.coop_torch_free(q, 1 << 20, 0, None)\n"
+            "summary = torch.cuda.memory_summary(0, abbreviated=True)\n"
+            "print([l.split('|')[2].split() for l in summary.splitlines()\n"
+            "       if 'Allocated memory' in l][0])\n"
+            "print(torch.cuda.memory_cached(0), torch.cuda.max_memory_allocated(0))\n"
+            "torch.cuda.reset_max_memory_allocated(0)\n"
+            "print(torch.cuda.max_memory_allocated(0))\n"
+            "lib.coop_torch_free(p, 3 << 20, 0, None)\n", "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertIn(lines[0], ("['3072', 'KB']", "['3072', 'KiB']"))  # 1.13: KB
+        self.assertEqual(lines[1].split(), [str(4 << 20), str(4 << 20)])
+        self.assertEqual(lines[2], str(3 << 20))
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_patched_torch_takes_device_strings(self):
         """torch documents its memory functions as taking "cuda:N" strings:
         once patched they do too (they raised TypeError)."""
