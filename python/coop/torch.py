@@ -10,16 +10,21 @@ Configuration: the ``conf`` argument, else the COOP_ALLOC_CONF environment
 variable (``key:value,key:value``; see docs/pytorch.md).
 """
 
+import collections
 import ctypes
+import inspect
 import operator
 import pickle
+import re
 import sys
 import threading
+import time
 
 from . import native
 
 __all__ = [
     "CoopConfigError",
+    "DeviceError",
     "OutOfMemoryError",
     "install",
     "installed",
@@ -51,10 +56,18 @@ _installed = None  # {"route": ..., "hooks": [...], "allocator": ...}
 _applied_conf = None  # the conf text install() / mem_pool() last set (under _state_lock)
 _oom_seen = {}  # device -> failed mallocs already raised for (under _state_lock)
 _MAX_DEVICES = 64  # the ABI's device slots (src/torch/torch_abi.h)
+_device_limit = 0  # the CUDA devices torch counted when install() ran (0: not installed)
 
 
 class CoopConfigError(ValueError):
     """COOP_ALLOC_CONF (or install's conf) has an unknown key or a bad value."""
+
+
+class DeviceError(ValueError, RuntimeError):
+    """A device argument names no device coop serves: another device type, a
+    malformed string, an index past the devices. torch raises ValueError for
+    the first and RuntimeError for the others; this is both, so code written
+    for either catches it."""
 
 
 def _torch_oom_base():
@@ -197,27 +210,25 @@ _LEGACY_HISTORY_ARGS = ("record_context", "trace_alloc_max_entries",
                         "clear_history")
 
 
-def _record_history_compat(enabled="all", *args, **kwargs):
-    """torch.cuda.memory._record_memory_history for coop, as torch does it:
-    None or False stop recording and drop the events; "state" keeps one
-    event (torch keeps max_entries only for "all"); otherwise the events
-    recorded so far stay unless clear_history. max_entries (legacy:
-    trace_alloc_max_entries) may be given by position or by name; without
-    it coop keeps 100000 events, where torch's bound is sys.maxsize (legacy:
-    1). coop records no stack frames: context and stacks change nothing."""
-    legacy = isinstance(enabled, bool)
-    names = _LEGACY_HISTORY_ARGS if legacy else _HISTORY_ARGS
-    given = dict(zip(names, args))
-    given.update(kwargs)
+def _history_settings(enabled, names, given):
+    """(bound, clear_history) for _apply_history from _record_memory_history's
+    arguments: enabled, the names of the parameters max_entries may come by
+    (its own, then the legacy one, as the previous version took either) and
+    the arguments given. None or False stop recording; "state" keeps one
+    event (torch keeps max_entries only for "all"); without max_entries coop
+    keeps 100000 events, where torch's bound is sys.maxsize (legacy: 1)."""
     if enabled is None or enabled is False:
-        record_history(0)
-        return
-    if not legacy and enabled not in ("state", "all"):
+        return 0, False
+    if not isinstance(enabled, bool) and enabled not in ("state", "all"):
         raise ValueError("coop.torch: _record_memory_history: enabled is %r, expected 'state', "
                          "'all', or None" % (enabled,))
-    entries = given.get("trace_alloc_max_entries" if legacy else "max_entries")
-    if entries is None:  # the other form's name, as the previous version took either
-        entries = given.get("max_entries" if legacy else "trace_alloc_max_entries", 100000)
+    entries = None
+    for name in names:
+        entries = given.get(name)
+        if entries is not None:
+            break
+    if entries is None:
+        entries = 100000
     if enabled == "state":
         entries = 1
     try:
@@ -228,7 +239,170 @@ def _record_history_compat(enabled="all", *args, **kwargs):
     if entries < 0:  # torch's size_t refuses it too
         raise ValueError("coop.torch: _record_memory_history: max_entries is %d, expected 0 or "
                          "more" % entries)
-    record_history(max(entries, 1), clear_history=bool(given.get("clear_history", False)))
+    return max(entries, 1), bool(given.get("clear_history", False))
+
+
+def _record_history_compat(enabled="all", *args, **kwargs):
+    """torch.cuda.memory._record_memory_history's meaning for coop, taking
+    either form's arguments by position or name, unchecked (the function
+    patch_torch installs checks them against torch's signature first): None
+    or False stop recording and drop the events; "state" keeps one event;
+    otherwise the events recorded so far stay unless clear_history.
+    max_entries (legacy: trace_alloc_max_entries) bounds the events kept.
+    coop records no stack frames: context and stacks change nothing."""
+    legacy = isinstance(enabled, bool)
+    given = dict(zip(_LEGACY_HISTORY_ARGS if legacy else _HISTORY_ARGS, args))
+    given.update(kwargs)
+    names = ("trace_alloc_max_entries", "max_entries") if legacy else \
+        ("max_entries", "trace_alloc_max_entries")
+    _apply_history(*_history_settings(enabled, names, given), skip=())
+
+
+# The actions a snapshot's device_traces leave out (_record_memory_history's
+# skip_actions, where the torch installed has it), as periods: (from when, in
+# the events' microseconds, which actions), one per call that started
+# recording, each applying to the events recorded from then on. coop's
+# history records every action; a snapshot filters each event by the period
+# it was recorded in, so an event skipped then stays skipped, as in torch
+# (whose ring never holds it: coop's holds it and counts it in max_entries).
+_skip_periods = []  # under _state_lock
+
+
+def _apply_history(bound, clear_history, skip):
+    """record_history(bound, clear_history), and skip for the events from
+    now on (recording stopped, or the events cleared: the periods go)."""
+    global _skip_periods
+    skip = frozenset(skip)
+    now = time.time_ns() // 1000  # the history's clock (CLOCK_REALTIME), before it records
+    with _state_lock:
+        _record(bound, clear_history)
+        if bound == 0 or clear_history:
+            _skip_periods = []
+        if bound and (skip or _skip_periods):
+            _skip_periods = _skip_periods + [(now, skip)]
+
+
+def _skipped(event, periods):
+    """Whether the period event was recorded in skips its action."""
+    skip = frozenset()
+    for since, actions in periods:
+        if event["time_us"] < since:
+            break
+        skip = actions
+    return event["action"] in skip
+
+
+# Where torch lacks a function patch_torch replaces, the replacement takes
+# these signatures: torch 2.11's for the snapshot functions (its documented
+# memory_snapshot; _snapshot and _dump_snapshot as its own _dump_snapshot
+# calls them), and for _record_memory_history the parameters every torch
+# since 2.1 has (later ones add more after them).
+def _fallback_memory_snapshot(mempool_id=None, include_traces=True):
+    pass
+
+
+def _fallback_snapshot(device=None, augment_with_fx_traces=False):
+    pass
+
+
+def _fallback_dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False):
+    pass
+
+
+def _fallback_record_history(enabled="all", context="all", stacks="all",
+                             max_entries=sys.maxsize, device=None, clear_history=False):
+    pass
+
+
+def _fallback_record_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1,
+                                    trace_alloc_record_context=False, device=None,
+                                    record_context_cpp=False, clear_history=False):
+    pass
+
+
+def _signature(fn, fallback):
+    """inspect.signature of torch's function fn (the one a replacement takes
+    the place of), else of coop's fallback (torch lacks fn, or it has no
+    signature Python can read)."""
+    if fn is not None:
+        try:
+            return inspect.signature(fn)
+        except (TypeError, ValueError):
+            pass
+    return inspect.signature(fallback)
+
+
+def _bind(name, sig, args, kwargs):
+    """sig.bind(*args, **kwargs), its TypeError naming the function as
+    Python's own does ("memory_snapshot() got an unexpected keyword ...")."""
+    try:
+        return sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError("%s() %s" % (name, e)) from None
+
+
+def _replacement(name, sig, call, doc):
+    """A function with torch's signature sig that binds its arguments as
+    torch's function would (TypeError for an unknown keyword, a missing or
+    an extra argument, as Python gives it), then returns call(arguments),
+    every parameter of sig in it, defaults included."""
+
+    def replacement(*args, **kwargs):
+        bound = _bind(name, sig, args, kwargs)
+        bound.apply_defaults()
+        return call(bound.arguments)
+
+    replacement.__signature__ = sig
+    replacement.__name__ = replacement.__qualname__ = name
+    replacement.__doc__ = doc
+    replacement.__module__ = __name__
+    return replacement
+
+
+def _device_argument(arguments):
+    """The device a stats function was given: its parameter is device in
+    torch.cuda, device_index in torch.accelerator (None where neither)."""
+    return arguments.get("device", arguments.get("device_index"))
+
+
+def _history_replacement(memory, original):
+    """torch.cuda.memory._record_memory_history for coop. As in torch 2.1+,
+    a bool enabled takes the legacy function's arguments and anything else
+    the current ones, each checked against the installed torch's own
+    signature (_record_memory_history_legacy / _impl; a torch without them,
+    such as 2.0 or 1.13, against _record_memory_history's own)."""
+    outer = _signature(original, _fallback_record_history)
+    current = _signature(getattr(memory, "_record_memory_history_impl", None),
+                         _fallback_record_history if original is None else original)
+    legacy = _signature(getattr(memory, "_record_memory_history_legacy", None),
+                        _fallback_record_history_legacy if original is None else original)
+
+    def replacement(*args, **kwargs):
+        enabled = args[0] if args else kwargs.get("enabled", "all")
+        sig = legacy if isinstance(enabled, bool) else current
+        bound = _bind("_record_memory_history", sig, args, kwargs)
+        given = bound.arguments  # those given: torch's defaults are not coop's bound
+        if given.get("record_cuda", True) is False:
+            return  # torch leaves the CUDA allocator's history as it is
+        names = [n for n in ("max_entries", "trace_alloc_max_entries") if n in sig.parameters]
+        bound_, clear = _history_settings(given.get("enabled", enabled), names, given)
+        _apply_history(bound_, clear, given.get("skip_actions") or ())
+
+    replacement.__signature__ = outer
+    replacement.__name__ = replacement.__qualname__ = "_record_memory_history"
+    replacement.__doc__ = _record_history_compat.__doc__
+    replacement.__module__ = __name__
+    return replacement
+
+
+def _mempool_segments(arguments):
+    """memory_snapshot(mempool_id): torch reads (0, 0) or None as every
+    pool; coop's segments are all in that default pool, so another pool
+    has none."""
+    pool = arguments.get("mempool_id")
+    if pool is not None and tuple(pool) != (0, 0):
+        return []
+    return snapshot()["segments"]
 
 
 def patch_torch(torch):
@@ -238,53 +412,74 @@ def patch_torch(torch):
     reset_peak_memory_stats(), reset_accumulated_memory_stats(),
     memory_snapshot(), torch.cuda.memory._snapshot() / _dump_snapshot() or
     _record_memory_history() keeps working (the pluggable route raises for
-    them). Returns the names replaced."""
+    them), and so do torch.accelerator.memory's statistics where torch has
+    them. Each replacement has the signature of the torch function it
+    replaces (inspect.signature gives the same parameters) and checks its
+    arguments against it, so a call torch takes works and one it refuses
+    raises TypeError; where torch lacks the function (_dump_snapshot before
+    2.1) it has torch 2.11's signature. Returns the names replaced."""
     memory = torch.cuda.memory
+    accel = getattr(getattr(torch, "accelerator", None), "memory", None)
 
-    def stats(device=None):
-        return memory_stats(_device_index(device, torch))
+    def stats(a):
+        return memory_stats(_device_index(_device_argument(a), torch))
 
-    def reset_peak(device=None):
-        reset_peak_memory_stats(_device_index(device, torch))
+    def nested(a):
+        return memory_stats_as_nested_dict(_device_index(_device_argument(a), torch))
 
-    # The replacements take every argument torch 1.13 .. 2.11 pass them
-    # (2.11: _snapshot(device=None, augment_with_fx_traces=False), called so
-    # by its own _dump_snapshot; memory_snapshot(mempool_id=None,
-    # include_traces=True)); coop has one pool per device and no frames, so
-    # the extra arguments change nothing.
-    def snapshot_compat(*args, **kwargs):
-        return snapshot()
+    def reset_peak(a):
+        reset_peak_memory_stats(_device_index(_device_argument(a), torch))
 
-    def segments_compat(*args, **kwargs):
-        return snapshot()["segments"]
+    def reset_accumulated(a):
+        reset_accumulated_memory_stats(_device_index(_device_argument(a), torch))
 
-    def dump_compat(filename="dump_snapshot.pickle", *args, **kwargs):
-        dump_snapshot(filename)
+    def dump(a):
+        dump_snapshot(a.get("filename", "dump_snapshot.pickle"))
 
-    def reset_accumulated(device=None):
-        reset_accumulated_memory_stats(_device_index(device, torch))
-
-    def nested(device=None):
-        return memory_stats_as_nested_dict(_device_index(device, torch))
-
+    # name: (what it does, the signature where torch lacks it); coop has one
+    # pool per device and no frames, so include_traces, augment_with_fx_traces
+    # and _snapshot's device (unused by torch too) change nothing
     replacements = {
-        "memory_stats": stats,
-        "memory_stats_as_nested_dict": nested,
-        "reset_peak_memory_stats": reset_peak,
-        "reset_accumulated_memory_stats": reset_accumulated,
-        "memory_snapshot": segments_compat,
-        "_snapshot": snapshot_compat,
-        "_dump_snapshot": dump_compat,
-        "_record_memory_history": _record_history_compat,
+        "memory_stats": (stats, memory_stats),
+        "memory_stats_as_nested_dict": (nested, memory_stats_as_nested_dict),
+        "reset_peak_memory_stats": (reset_peak, reset_peak_memory_stats),
+        "reset_accumulated_memory_stats": (reset_accumulated, reset_accumulated_memory_stats),
+        "memory_snapshot": (_mempool_segments, _fallback_memory_snapshot),
+        "_snapshot": (lambda a: snapshot(), _fallback_snapshot),
+        "_dump_snapshot": (dump, _fallback_dump_snapshot),
+        "_record_memory_history": (None, _fallback_record_history),
     }
     always = ("_dump_snapshot",)  # torch 1.13 lacks it; coop provides it anyway
     done = []
-    for name, fn in replacements.items():
-        for module in (memory, torch.cuda):
-            if hasattr(module, name) or (module is memory and name in always):
+    for name, (call, fallback) in replacements.items():
+        present = [m for m in (memory, torch.cuda) if hasattr(m, name)]
+        if not present and name not in always:
+            continue
+        original = getattr(memory, name, None) or getattr(torch.cuda, name, None)
+        if name == "_record_memory_history":
+            fn = _history_replacement(memory, original)
+        else:
+            fn = _replacement(name, _signature(original, fallback), call,
+                              "torch.cuda.%s for coop's pools (coop.torch.patch_torch)" % name)
+        for module in present or [memory]:
+            setattr(module, name, fn)
+        done.append(name)
+    # torch.accelerator.memory (torch 2.9+) reads the allocator from C++,
+    # which torch.cuda's replacements do not reach; its memory_allocated()
+    # and the other readers call these three
+    accelerated = {"memory_stats": stats, "reset_peak_memory_stats": reset_peak,
+                   "reset_accumulated_memory_stats": reset_accumulated}
+    for name, call in (accelerated.items() if accel is not None else ()):
+        original = getattr(accel, name, None)
+        if original is None:
+            continue
+        fn = _replacement(name, _signature(original, replacements[name][1]), call,
+                          "torch.accelerator.%s for coop's pools (coop.torch.patch_torch)"
+                          % name)
+        for module in (accel, torch.accelerator):
+            if getattr(module, name, None) is original:
                 setattr(module, name, fn)
-                if name not in done:
-                    done.append(name)
+        done.append("accelerator." + name)
     return done
 
 
@@ -307,7 +502,7 @@ def install(conf=None, *, torch_module=None, patch=True):
     functions report coop's pools (see patch_torch). torch_module is for
     tests (a stand-in for the torch package).
     """
-    global _installed
+    global _installed, _device_limit
     if torch_module is None:
         import torch as torch_module
     torch = torch_module
@@ -349,7 +544,9 @@ def install(conf=None, *, torch_module=None, patch=True):
         # before any hook can be set; CUDA's lazy init calls the init hook
         # again later (coop_torch_init is idempotent). Tell coop the device
         # count now (a count query creates no CUDA context).
-        lib.coop_torch_init(int(torch.cuda.device_count()))
+        count = int(torch.cuda.device_count())
+        lib.coop_torch_init(count)
+        _device_limit = count if 0 < count <= _MAX_DEVICES else 0
         if patch:
             patch_torch(torch)
         _installed = {"route": "allocator", "hooks": hooks, "allocator": allocator,
@@ -362,13 +559,15 @@ def installed():
     return None if _installed is None else {k: _installed[k] for k in ("route", "hooks")}
 
 
-def mem_pool(conf=None, *, torch_module=None):
+def mem_pool(conf=None, *, torch_module=None, **options):
     """A torch.cuda.MemPool whose segments come from coop, where torch has it.
 
     Use with ``with torch.cuda.use_mem_pool(pool): ...``. PyTorch's caching
     allocator keeps managing blocks inside the pool and raises its own
     torch.cuda.OutOfMemoryError when coop returns NULL. conf as install's:
     None keeps the configuration in force (install's, else COOP_ALLOC_CONF).
+    options go to torch.cuda.MemPool after the allocator (use_on_oom,
+    no_split where the installed torch has them; it refuses others).
     """
     if torch_module is None:
         import torch as torch_module
@@ -379,7 +578,7 @@ def mem_pool(conf=None, *, torch_module=None):
     with _state_lock:
         _apply_conf_locked(native.library(), conf, "mem_pool")
     allocator = torch.cuda.memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
-    return torch.cuda.MemPool(allocator.allocator())
+    return torch.cuda.MemPool(allocator.allocator(), **options)
 
 
 def _pool(device):
@@ -393,16 +592,27 @@ def _devices():
 
 def _device_index(device, torch=None):
     """The index of device as torch.cuda's memory functions take it: an int,
-    a string ("cuda:1") or a torch.device; None, "cuda" and
-    torch.device("cuda") mean the current device, as in
-    torch.cuda._get_device_index(device, optional=True). ValueError for
-    another device type, a malformed string or an index outside 0..63 (the
-    ABI's device slots: a C int would wrap it), TypeError for other values."""
+    a string ("cuda", "cuda:1"), a torch.device or a torch.cuda.device;
+    None, "cuda" and torch.device("cuda") mean the current device, as in
+    torch.cuda._get_device_index(device, optional=True). DeviceError (a
+    ValueError and a RuntimeError, torch's two types for these) for another
+    device type, a malformed string, or an index outside the devices: those
+    torch counted when install() ran, else the ABI's 64 slots (a C int would
+    wrap a larger one). TypeError for other values (torch takes them for the
+    current device)."""
     index = _device_index_unchecked(device, torch)
-    if not 0 <= index < _MAX_DEVICES:
-        raise ValueError("coop.torch: device %r: index %d is outside 0..%d"
-                         % (device, index, _MAX_DEVICES - 1))
+    limit = _device_limit or _MAX_DEVICES
+    if not 0 <= index < limit:
+        why = ("torch counted %d CUDA devices when coop.torch.install ran" % limit
+               if _device_limit else "coop has %d device slots" % limit)
+        raise DeviceError("coop.torch: device %r: index %d is outside 0..%d (%s)"
+                          % (device, index, limit - 1, why))
     return index
+
+
+# "cuda" or "cuda:N" as torch.device parses them (no sign, space or leading
+# zero; ASCII digits: str.isdigit takes "²", which int() refuses)
+_CUDA_STRING = re.compile(r"cuda(?::(0|[1-9][0-9]*))?\Z")
 
 
 def _device_index_unchecked(device, torch):
@@ -412,23 +622,27 @@ def _device_index_unchecked(device, torch):
     if device is None:
         return _current_device(torch)
     if isinstance(device, str):
-        kind, colon, index = device.partition(":")
-        if kind == "cuda" and not colon:
-            return _current_device(torch)
-        if kind == "cuda" and index.isdigit():
-            return int(index)
-        raise ValueError("coop.torch: device %r: expected 'cuda' or 'cuda:N'" % device)
+        m = _CUDA_STRING.match(device)
+        if m is None:
+            raise DeviceError("coop.torch: device %r: expected 'cuda' or 'cuda:N' (N a device "
+                              "index)" % device)
+        return _current_device(torch) if m.group(1) is None else int(m.group(1))
+    if torch is None:
+        torch = sys.modules.get("torch")
+    context = getattr(getattr(torch, "cuda", None), "device", None)
+    if isinstance(context, type) and isinstance(device, context):  # with torch.cuda.device(1)
+        return operator.index(device.idx)
     kind = getattr(device, "type", None)
     if isinstance(kind, str):  # torch.device
         if kind != "cuda":
-            raise ValueError("coop.torch: device %r is not a CUDA device" % (device,))
+            raise DeviceError("coop.torch: device %r is not a CUDA device" % (device,))
         index = getattr(device, "index", None)
         return _current_device(torch) if index is None else int(index)
     try:
         return operator.index(device)  # int, numpy integers
     except TypeError:
-        raise TypeError("coop.torch: device %r: expected an int, a string such as 'cuda:1' "
-                        "or a torch.device" % (device,)) from None
+        raise TypeError("coop.torch: device %r: expected an int, a string such as 'cuda:1', "
+                        "a torch.device or a torch.cuda.device" % (device,)) from None
 
 
 def memory_stats(device=None):
@@ -437,15 +651,16 @@ def memory_stats(device=None):
     coop has one pool per device: every counter is under "all" and
     "large_pool"; "small_pool" counters are zero. coop's own figures are
     under "coop.*" keys. A device without a pool gives zeros. device: an
-    int, a string ("cuda:1") or a torch.device; None and "cuda" mean the
-    current device, as in torch.
+    int, a string ("cuda:1"), a torch.device or a torch.cuda.device; None
+    and "cuda" mean the current device, as in torch (see _device_index for
+    what is refused). An OrderedDict, sorted by key, as torch's.
     """
     device = _device_index(device)
     out = _raw_stats(device)
     # the accumulated counters count from the last reset_accumulated_memory_stats
     for key, base in _accumulated_base.get(device, {}).items():
         out[key] -= base
-    return out
+    return collections.OrderedDict(out)  # torch's type (sorted keys, as torch's)
 
 
 # torch's accumulated counters (reset_accumulated_memory_stats): every
@@ -649,7 +864,8 @@ def snapshot():
     """torch.cuda.memory._snapshot()'s structure for coop's pools:
     {"segments": [...], "device_traces": [[...] per device],
      "allocator_settings": {...}}. device_traces are empty unless history
-    is on (COOP_ALLOC_CONF history:true, or record_history()). Raises
+    is on (COOP_ALLOC_CONF history:true, or record_history()), less the
+    actions the last _record_memory_history(skip_actions=...) named. Raises
     CoopConfigError, naming the key or value, if the configuration in force
     (COOP_ALLOC_CONF) does not parse."""
     lib = native.library()
@@ -658,11 +874,13 @@ def snapshot():
     ndev = max(devices) + 1 if devices else 1
     segments, traces = [], []
     vmm_any = False
+    with _state_lock:
+        periods = _skip_periods
     for d in range(ndev):
         vmm, segs, ranges, events = _take(d)
         vmm_any = vmm_any or vmm
         segments.extend(_torch_segments(d, segs, vmm, ranges))
-        traces.append(events)
+        traces.append([e for e in events if not _skipped(e, periods)] if periods else events)
     settings = {
         "PYTORCH_CUDA_ALLOC_CONF": "",
         "COOP_ALLOC_CONF": conf_text,
@@ -699,6 +917,10 @@ def record_history(max_entries=100000, clear_history=False):
                         % type(max_entries).__name__) from None
     if n < 0:
         raise ValueError("coop.torch.record_history: max_entries is %d, expected 0 or more" % n)
+    _apply_history(n, clear_history, ())
+
+
+def _record(n, clear_history):
     lib = native.library()
     if clear_history:
         lib.coop_torch_clear_history()

@@ -7,7 +7,9 @@ Run by tests/python_tests.sh with COOP_LIBRARY set to the build tree's
 libcoop.so. Seeded randomness: COOP_TEST_SEED (printed; tests/coop_test_seed.py).
 """
 
+import collections
 import ctypes
+import inspect
 import io
 import os
 import pickle
@@ -1190,6 +1192,195 @@ class FakeTorch:
         self.cuda = cuda
 
 
+# torch.cuda.memory's and torch.accelerator.memory's functions with the
+# signatures of PyTorch's main branch as stored (torch/cuda/memory.py at
+# 00b65a04, torch/accelerator/memory.py at 0726cc33; 2.11's are the same or a
+# subset), for the replacements to copy. The readers torch builds on
+# memory_stats call it through their module's globals, as torch's do; the
+# functions coop replaces raise if they run.
+_STAND_IN_CUDA_MEMORY = """
+import sys
+from inspect import signature
+
+
+def _torch_own(*args, **kwargs):
+    raise AssertionError("the stand-in's own function ran: coop did not replace it")
+
+
+def memory_stats(device=None):
+    _torch_own()
+
+
+def memory_stats_as_nested_dict(device=None):
+    _torch_own()
+
+
+def reset_accumulated_memory_stats(device=None):
+    _torch_own()
+
+
+def reset_peak_memory_stats(device=None):
+    _torch_own()
+
+
+def memory_allocated(device=None):
+    return memory_stats(device=device).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device=None):
+    return memory_stats(device=device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device=None):
+    return memory_stats(device=device).get("reserved_bytes.all.current", 0)
+
+
+def mem_get_info(device=None):
+    return (1, 2)
+
+
+def empty_cache():
+    pass
+
+
+def memory_snapshot(mempool_id=None, include_traces=True):
+    _torch_own()
+
+
+def _snapshot(device=None, augment_with_fx_traces=False):
+    _torch_own()
+
+
+def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False):
+    _torch_own()
+
+
+def _record_memory_history_legacy(enabled, record_context=True, trace_alloc_max_entries=1,
+                                  trace_alloc_record_context=False, device=None,
+                                  record_context_cpp=False, clear_history=False,
+                                  compile_context=False, global_record_annotations=False,
+                                  skip_actions=None, record_pinned_host_memory=False,
+                                  record_cuda=True):
+    _torch_own()
+
+
+def _record_memory_history(enabled="all", *args, **kwargs):
+    _torch_own()
+
+
+def _record_memory_history_impl(enabled="all", context="all", stacks="all",
+                                max_entries=sys.maxsize, device=None, clear_history=False,
+                                compile_context=False, global_record_annotations=False,
+                                skip_actions=None, record_pinned_host_memory=False,
+                                record_cuda=True):
+    _torch_own()
+
+
+_record_memory_history.__signature__ = signature(_record_memory_history_impl)
+"""
+
+_STAND_IN_ACCELERATOR_MEMORY = """
+def _torch_own(*args, **kwargs):
+    raise AssertionError("the stand-in's own function ran: coop did not replace it")
+
+
+def memory_stats(device_index=None, /):
+    _torch_own()
+
+
+def reset_accumulated_memory_stats(device_index=None, /):
+    _torch_own()
+
+
+def reset_peak_memory_stats(device_index=None, /):
+    _torch_own()
+
+
+def memory_allocated(device_index=None, /):
+    return memory_stats(device_index).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device_index=None, /):
+    return memory_stats(device_index).get("allocated_bytes.all.peak", 0)
+
+
+def get_memory_info(device_index=None, /):
+    return (1, 2)
+"""
+
+# torch.cuda's names for torch.cuda.memory's functions (torch re-exports them)
+_STAND_IN_CUDA_NAMES = ("memory_stats", "memory_stats_as_nested_dict",
+                        "reset_accumulated_memory_stats", "reset_peak_memory_stats",
+                        "memory_allocated", "max_memory_allocated", "memory_reserved",
+                        "mem_get_info", "empty_cache", "memory_snapshot")
+
+
+def torch_stand_in():
+    """A torch package with main-branch torch.cuda.memory and
+    torch.accelerator.memory functions (no CUDA: is_available() is false,
+    so None and "cuda" mean device 0), for patch_torch without torch 2.11."""
+    import types
+
+    def module(name, source):
+        m = types.ModuleType(name)
+        exec(compile(source, "<%s stand-in>" % name, "exec"), m.__dict__)
+        return m
+
+    memory = module("torch.cuda.memory", _STAND_IN_CUDA_MEMORY)
+    cuda = types.ModuleType("torch.cuda")
+    cuda.memory = memory
+    for name in _STAND_IN_CUDA_NAMES:
+        setattr(cuda, name, getattr(memory, name))
+    cuda.is_available = lambda: False
+    cuda.is_initialized = lambda: False
+    cuda.device_count = lambda: 0
+
+    class device:  # torch.cuda.device, the context manager
+        def __init__(self, idx):
+            self.idx = idx
+
+    cuda.device = device
+    accel_memory = module("torch.accelerator.memory", _STAND_IN_ACCELERATOR_MEMORY)
+    accelerator = types.ModuleType("torch.accelerator")
+    accelerator.memory = accel_memory
+    for name in ("memory_stats", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
+                 "memory_allocated", "max_memory_allocated", "get_memory_info"):
+        setattr(accelerator, name, getattr(accel_memory, name))
+    torch = types.ModuleType("torch")
+    torch.__version__ = "stand-in"
+    torch.cuda, torch.accelerator = cuda, accelerator
+    return torch
+
+
+def torch_copy(real):
+    """The real torch's cuda (and accelerator, where it has one) as copies:
+    patch_torch replaces functions in the copies and leaves the process's
+    torch as it was; the copies hold torch's own functions."""
+    import types
+
+    def copy(module):
+        c = types.ModuleType(module.__name__)
+        c.__dict__.update(vars(module))
+        return c
+
+    cuda = copy(real.cuda)
+    cuda.memory = copy(real.cuda.memory)
+    torch = types.SimpleNamespace(cuda=cuda, device=real.device, __version__=real.__version__)
+    accel = getattr(real, "accelerator", None)
+    if accel is not None and hasattr(accel, "memory"):
+        torch.accelerator = copy(accel)
+        torch.accelerator.memory = copy(accel.memory)
+    return torch
+
+
+def parameters(fn):
+    """What a caller sees of fn's signature: each parameter's name, kind and
+    default (annotations aside: coop copies torch's, they need not match)."""
+    import inspect
+
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
 class Install(unittest.TestCase):
     def test_refuses_when_cuda_initialized(self):
         with self.assertRaises(RuntimeError) as cm:
@@ -1225,7 +1416,7 @@ class Install(unittest.TestCase):
             "lib.coop_torch_free(q, 1000, 0, None)\n"
             "torch.cuda.reset_peak_memory_stats(0)\n"
             "print(torch.cuda.max_memory_allocated(0))\n"
-            "torch.cuda.memory._record_memory_history(True, trace_alloc_max_entries=10)\n"
+            "torch.cuda.memory._record_memory_history(True)  # 1.13's (enabled, device)\n"
             "lib.coop_torch_free(lib.coop_torch_malloc(512, 0, None), 512, 0, None)\n"
             "snap = torch.cuda.memory._snapshot()\n"
             "print(len(snap['device_traces'][0]), len(torch.cuda.memory_snapshot()))\n"
@@ -1236,6 +1427,32 @@ class Install(unittest.TestCase):
         self.assertEqual(lines[1], str(3 << 20))
         self.assertEqual(lines[2].split(), ["3", "1"])
         self.assertIn("memory_stats", lines[3])
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_readers_left_as_torchs_report_coop(self):
+        """torch's functions patch_torch leaves alone read coop's pools
+        through the replaced memory_stats / reset_peak_memory_stats:
+        memory_summary() (a table torch formats from memory_stats' keys),
+        the deprecated memory_cached() and reset_max_memory_allocated()."""
+        r = run_child(
+            "import torch, warnings\n"
+            "warnings.simplefilter('ignore')  # the deprecated ones warn\n"
+            "ctorch.patch_torch(torch)\n"
+            "p = lib.coop_torch_malloc(3 << 20, 0, None)\n"
+            "q = lib.coop_torch_malloc(1 << 20, 0, None)\n"
+            "lib.coop_torch_free(q, 1 << 20, 0, None)\n"
+            "summary = torch.cuda.memory_summary(0, abbreviated=True)\n"
+            "print([l.split('|')[2].split() for l in summary.splitlines()\n"
+            "       if 'Allocated memory' in l][0])\n"
+            "print(torch.cuda.memory_cached(0), torch.cuda.max_memory_allocated(0))\n"
+            "torch.cuda.reset_max_memory_allocated(0)\n"
+            "print(torch.cuda.max_memory_allocated(0))\n"
+            "lib.coop_torch_free(p, 3 << 20, 0, None)\n", "backend:host,capacity:256M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertIn(lines[0], ("['3072', 'KB']", "['3072', 'KiB']"))  # 1.13: KB
+        self.assertEqual(lines[1].split(), [str(4 << 20), str(4 << 20)])
+        self.assertEqual(lines[2], str(3 << 20))
 
     @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_patched_torch_takes_device_strings(self):
@@ -1340,26 +1557,31 @@ class Install(unittest.TestCase):
         self.assertEqual(r.stdout.split(),
                          ["5", "5", "8", "0", "3", "1", "1", "0", "7", "0", "0", "refused"])
 
-    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_patched_functions_take_torch_2_11_arguments(self):
         """torch 2.11 calls _snapshot(augment_with_fx_traces=...) from its
         _dump_snapshot and memory_snapshot(mempool_id, include_traces=...):
-        the replacements take those arguments, and _dump_snapshot exists
-        (1.13 lacks it) and writes the pickle coop.torch.snapshot() gives."""
+        on a torch with those signatures (the stand-in) the replacements take
+        those arguments, and _dump_snapshot writes the pickle
+        coop.torch.snapshot() gives. (Before, the replacements took
+        *args/**kwargs; test_signatures_match_the_installed_torch checks
+        that torch 1.13's own refuses these arguments and so do coop's.)"""
         path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"coop_dump_{os.getpid()}.pickle")
         r = run_child(
-            "import pickle, torch\n"
+            "import pickle\n"
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import torch_stand_in\n"
+            "torch = torch_stand_in()\n"
             "ctorch.patch_torch(torch)\n"
             "p = lib.coop_torch_malloc(3 << 20, 0, None)\n"
             "mem = torch.cuda.memory\n"
             "a = mem._snapshot(None, augment_with_fx_traces=False)\n"
             "b = mem._snapshot(augment_with_fx_traces=True)\n"
             "c = mem.memory_snapshot(None, include_traces=False)\n"
-            "d = torch.cuda.memory_snapshot(mempool_id=None, include_traces=True)\n"
+            "d = torch.cuda.memory_snapshot(mempool_id=(0, 0), include_traces=True)\n"
             "mem._dump_snapshot(%r, augment_with_fx_traces=False)\n"
             "e = pickle.load(open(%r, 'rb'))\n"
             "print(len(a['segments']), len(b['segments']), len(c), len(d), len(e['segments']))\n"
-            "lib.coop_torch_free(p, 3 << 20, 0, None)\n" % (path, path),
+            "lib.coop_torch_free(p, 3 << 20, 0, None)\n" % (HERE, path, path),
             "backend:host,capacity:256M")
         try:
             self.assertEqual(r.returncode, 0, r.stderr)
@@ -1394,9 +1616,15 @@ class Install(unittest.TestCase):
             ctorch.mem_pool(torch_module=fake)
         self.assertIn("MemPool", str(cm.exception))
         made = []
-        fake.cuda.MemPool = lambda handle: made.append(handle) or "pool"
+        fake.cuda.MemPool = lambda handle, **options: made.append((handle, options)) or "pool"
         self.assertEqual(ctorch.mem_pool(torch_module=fake), "pool")
         self.assertEqual(len(made), 1)
+        self.assertEqual(made[0][1], {})
+        # torch.cuda.MemPool's own options (use_on_oom, no_split) reach it (mem_pool
+        # raised TypeError for them)
+        self.assertEqual(ctorch.mem_pool(torch_module=fake, use_on_oom=True, no_split=True),
+                         "pool")
+        self.assertEqual(made[1][1], {"use_on_oom": True, "no_split": True})
         self.assertIn(("CUDAPluggableAllocator", native.library_path(), "coop_torch_malloc",
                        "coop_torch_free"), fake.calls)
 
@@ -1449,10 +1677,34 @@ class Install(unittest.TestCase):
             "assert ctorch.install(torch_module=fake, patch=False) == hooks\n"
             "print(hasattr(fake.cuda.memory, '_dump_snapshot'))\n"
             "assert ctorch.install(torch_module=fake) == hooks\n"
-            "print(fake.cuda.memory._dump_snapshot.__qualname__)\n" % HERE,
+            "f = fake.cuda.memory._dump_snapshot\n"
+            "print(f.__module__ + '.' + f.__name__)\n" % HERE,
             "backend:host,capacity:1G")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout.split(), ["False", "patch_torch.<locals>.dump_compat"])
+        self.assertEqual(r.stdout.split(), ["False", "coop.torch._dump_snapshot"])
+
+    def test_install_limits_devices_to_torchs_count(self):
+        """After install(), a device index past those torch counted raises
+        DeviceError (a RuntimeError, as torch's "Invalid device argument", and
+        a ValueError) naming the count; before, devices 2..63 of a 2-device
+        process gave zeros."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "ctorch.install(torch_module=FakeTorch(), patch=False)\n"
+            "print(ctorch.memory_stats(1)['allocation.all.current'])\n"
+            "for bad in (2, 'cuda:5', -1):\n"
+            "    try:\n"
+            "        ctorch.memory_stats(bad)\n"
+            "    except RuntimeError as e:\n"
+            "        print(isinstance(e, ValueError), e)\n" % HERE, "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 4, r.stdout)
+        self.assertEqual(lines[0], "0")
+        for line, bad in zip(lines[1:], ("2", "'cuda:5'", "-1")):
+            self.assertTrue(line.startswith("True coop.torch: device %s: " % bad), line)
+            self.assertIn("outside 0..1 (torch counted 2 CUDA devices", line)
 
     def test_install_conf_stays_until_replaced(self):
         """mem_pool() after install(conf) keeps install's configuration (it
@@ -1568,6 +1820,235 @@ class Install(unittest.TestCase):
             "set_reset_fn": expected["coop_torch_empty_cache"],
             "set_memory_fraction_fn": expected["coop_torch_memory_fraction"],
             "set_record_stream_fn": expected["coop_torch_record_stream"]})
+
+
+# What patch_torch replaces: torch.cuda.memory's names (torch.cuda's too, where
+# torch re-exports them) and torch.accelerator.memory's.
+PATCHED = ("memory_stats", "memory_stats_as_nested_dict", "reset_peak_memory_stats",
+           "reset_accumulated_memory_stats", "memory_snapshot", "_snapshot", "_dump_snapshot",
+           "_record_memory_history")
+PATCHED_ACCELERATOR = ("memory_stats", "reset_peak_memory_stats",
+                       "reset_accumulated_memory_stats")
+# torch's functions that stay torch's: they read the allocator through the
+# replaced memory_stats (the readers), or do not read it (mem_get_info asks
+# the driver; empty_cache and set_per_process_memory_fraction reach coop
+# through install()'s hooks)
+LEFT_AS_TORCHS = ("memory_allocated", "max_memory_allocated", "memory_reserved",
+                  "max_memory_reserved", "memory_summary", "mem_get_info", "empty_cache",
+                  "set_per_process_memory_fraction", "reset_max_memory_allocated",
+                  "memory_cached", "max_memory_cached", "caching_allocator_alloc",
+                  "get_per_process_memory_fraction", "list_gpu_processes")
+
+
+class TorchSignatures(unittest.TestCase):
+    """patch_torch's replacements against the torch functions they replace:
+    the same parameters (names, kinds, defaults: inspect.signature), the same
+    calls taken and refused, the device forms torch takes and its errors for
+    the others. The process's own torch is never patched: a copy
+    (torch_copy) or the stand-in with main-branch signatures is."""
+
+    def check_signatures(self, torch, accelerator):
+        memory = torch.cuda.memory
+        originals = {n: getattr(memory, n, None) for n in PATCHED}
+        cuda_originals = {n: getattr(torch.cuda, n, None) for n in PATCHED}
+        accel_originals = {n: getattr(torch.accelerator.memory, n) for n in PATCHED_ACCELERATOR} \
+            if accelerator else {}
+        kept = {n: getattr(memory, n) for n in LEFT_AS_TORCHS if hasattr(memory, n)}
+        names = ctorch.patch_torch(torch)
+        for name, original in originals.items():
+            with self.subTest(name=name):
+                replacement = getattr(memory, name)
+                self.assertIsNot(replacement, original)
+                self.assertEqual(replacement.__module__, "coop.torch")
+                if original is not None:
+                    self.assertEqual(parameters(replacement), parameters(original))
+                else:  # torch 1.13's lacks _dump_snapshot: 2.11's signature
+                    self.assertEqual(parameters(replacement),
+                                     parameters(ctorch._fallback_dump_snapshot))
+                if cuda_originals[name] is not None:
+                    self.assertIs(getattr(torch.cuda, name), replacement)
+                self.assertIn(name, names)
+        for name, original in accel_originals.items():
+            with self.subTest(accelerator=name):
+                replacement = getattr(torch.accelerator.memory, name)
+                self.assertIsNot(replacement, original)
+                self.assertEqual(parameters(replacement), parameters(original))
+                self.assertIn("accelerator." + name, names)
+        for name, original in kept.items():
+            with self.subTest(left=name):
+                self.assertIs(getattr(memory, name), original)
+        # an argument torch's function refuses is refused before anything is
+        # read, with Python's message naming the function
+        for name, original in originals.items():
+            if original is None:
+                continue
+            args = ("all",) if name == "_record_memory_history" else ()  # enabled
+            with self.subTest(refused=name):
+                with self.assertRaises(TypeError):
+                    inspect.signature(original).bind(*args, no_such_argument=1)
+                with self.assertRaises(TypeError) as cm:
+                    getattr(memory, name)(*args, no_such_argument=1)
+                self.assertIn(name + "()", str(cm.exception))
+                self.assertIn("no_such_argument", str(cm.exception))
+        return names
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_signatures_match_the_installed_torch(self):
+        """Debian's torch 1.13: memory_snapshot() and _snapshot(device) take
+        no 2.x arguments, _record_memory_history is (enabled, device): the
+        replacements took *args/**kwargs (anything, silently) and now refuse
+        what 1.13 refuses."""
+        import torch as real
+
+        self.check_signatures(torch_copy(real), accelerator=hasattr(real, "accelerator"))
+        copy = torch_copy(real)
+        ctorch.patch_torch(copy)
+        memory = copy.cuda.memory
+        if "mempool_id" not in inspect.signature(real.cuda.memory.memory_snapshot).parameters:
+            with self.assertRaises(TypeError):
+                memory.memory_snapshot(None, include_traces=False)
+        if "augment_with_fx_traces" not in inspect.signature(real.cuda.memory._snapshot).parameters:
+            with self.assertRaises(TypeError):
+                memory._snapshot(augment_with_fx_traces=True)
+
+    def test_signatures_match_torch_2_11(self):
+        """The stand-in's main-branch signatures (2.11's), torch.accelerator's
+        positional-only device_index included, whatever torch is installed."""
+        names = self.check_signatures(torch_stand_in(), accelerator=True)
+        self.assertEqual(len(names), len(PATCHED) + len(PATCHED_ACCELERATOR))
+
+    def test_calls_as_torch_2_11_takes_them(self):
+        """On the stand-in: the readers torch builds on memory_stats report
+        coop's pools; torch.accelerator's take device_index by position only;
+        _record_memory_history takes each form's own arguments and refuses
+        the other form's, honours skip_actions and record_cuda=False;
+        memory_snapshot of another pool is empty (a child: history settings
+        are per process)."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import torch_stand_in\n"
+            "torch = torch_stand_in()\n"
+            "ctorch.patch_torch(torch)\n"
+            "mem, acc = torch.cuda.memory, torch.accelerator\n"
+            "p = lib.coop_torch_malloc(3 << 20, 1, None)\n"
+            "print(mem.memory_allocated('cuda:1'), torch.cuda.memory_allocated(device=1),\n"
+            "      acc.memory_allocated(1), acc.memory.max_memory_allocated('cuda:1'),\n"
+            "      mem.memory_allocated(0))\n"
+            "def refused(call):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except TypeError as e:\n"
+            "        return str(e)\n"
+            "    return 'taken'\n"
+            "print(refused(lambda: acc.memory_stats(device_index=1)))\n"
+            "print(refused(lambda: mem.memory_stats(devcie=1)))\n"
+            "print(refused(lambda: mem._record_memory_history(True, max_entries=5)))\n"
+            "print(refused(lambda: mem._record_memory_history('all', trace_alloc_max_entries=5)))\n"
+            "def pairs(n):\n"
+            "    for _ in range(n):\n"
+            "        lib.coop_torch_free(lib.coop_torch_malloc(512, 0, None), 512, 0, None)\n"
+            "def actions():\n"
+            "    return [e['action'] for e in ctorch.snapshot()['device_traces'][0]]\n"
+            "mem._record_memory_history('all', 'all', 'all', 4, None, True)\n"
+            "pairs(3); print(len(actions()))\n"
+            "mem._record_memory_history(True, True, 9, clear_history=True)\n"
+            "pairs(4); print(len(actions()))\n"
+            "mem._record_memory_history(max_entries=50, clear_history=True,\n"
+            "                           skip_actions=['free_requested'])\n"
+            "pairs(2); print(' '.join(actions()))\n"
+            "mem._record_memory_history(None, record_cuda=False)  # CUDA's history left as is\n"
+            "pairs(1); print(len(actions()))\n"
+            "mem._record_memory_history('all')  # skip_actions is per call, as torch's\n"
+            "pairs(1); print(len(actions()))\n"
+            "mem._record_memory_history(None)\n"
+            "pairs(1); print(len(actions()))\n"
+            "print(len(mem.memory_snapshot()), len(mem.memory_snapshot((0, 0))),\n"
+            "      len(torch.cuda.memory_snapshot(mempool_id=(1, 2))))\n"
+            "lib.coop_torch_free(p, 3 << 20, 1, None)\n" % HERE,
+            "backend:host,capacity:256M,history:false")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 12, r.stdout)
+        self.assertEqual(lines[0].split(), [str(3 << 20)] * 4 + ["0"])
+        self.assertIn("memory_stats()", lines[1])
+        self.assertIn("device_index", lines[1])
+        self.assertIn("devcie", lines[2])
+        self.assertIn("_record_memory_history()", lines[3])
+        self.assertIn("max_entries", lines[3])
+        self.assertIn("trace_alloc_max_entries", lines[4])
+        self.assertEqual(lines[5], "4")  # a bound of 4 events
+        self.assertEqual(lines[6], "9")  # the legacy bound by position, cleared first
+        self.assertEqual(lines[7], "alloc free_completed alloc free_completed")
+        self.assertEqual(lines[8], "6")  # record_cuda=False: still recording, 2 more
+        # 3 more, free_requested too; the 2 skipped when recorded stay out
+        self.assertEqual(lines[9], "9")
+        self.assertEqual(lines[10], "0")
+        self.assertEqual(lines[11].split(), ["2", "2", "0"])  # devices 0 and 1; pool (1, 2)
+
+    @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
+    def test_device_forms_and_errors(self):
+        """Each replacement that takes a device takes every form torch's
+        _get_device_index(device, optional=True) takes, by position and by
+        name, and refuses what torch refuses with an exception of torch's
+        type (DeviceError is both ValueError and RuntimeError) naming the
+        value. Deliberate difference: torch takes 1.5 or object() for the
+        current device; coop raises TypeError."""
+        import torch as real
+        from torch.cuda._utils import _get_device_index
+
+        copy = torch_copy(real)
+        ctorch.patch_torch(copy)
+        memory = copy.cuda.memory
+        p = torch_malloc(3 * MIB, 1, 0)
+        q = torch_malloc(1 * MIB, 0, 0)
+        try:
+            key = "allocated_bytes.all.current"
+            on_1, on_0 = 3 * MIB, 1 * MIB
+            forms = [(None, on_0), (0, on_0), (1, on_1), (True, on_1), ("cuda", on_0),
+                     ("cuda:0", on_0), ("cuda:1", on_1), (real.device("cuda", 1), on_1),
+                     (real.device("cuda:1"), on_1), (real.device("cuda"), on_0),
+                     (real.cuda.device(1), on_1)]
+            for device, expected in forms:
+                with self.subTest(device=device):
+                    self.assertEqual(memory.memory_stats(device)[key], expected)
+                    self.assertEqual(memory.memory_stats(device=device)[key], expected)
+                    nested = memory.memory_stats_as_nested_dict(device=device)
+                    self.assertEqual(nested["allocated_bytes"]["all"]["current"], expected)
+                    self.assertIsNone(memory.reset_peak_memory_stats(device))
+                    self.assertIsNone(memory.reset_accumulated_memory_stats(device=device))
+            self.assertEqual(type(memory.memory_stats(0)), collections.OrderedDict)
+            device_functions = (memory.memory_stats, memory.memory_stats_as_nested_dict,
+                                memory.reset_peak_memory_stats,
+                                memory.reset_accumulated_memory_stats)
+            for bad in ("cpu", "meta", "cuda:x", "1", "cuda:-1", "cuda:", "CUDA:1", "cuda:01",
+                        " cuda:1", "cuda:\u00b2", real.device("cpu"), real.device("meta")):
+                with self.assertRaises(Exception) as torchs:
+                    _get_device_index(bad, optional=True)
+                for fn in device_functions:
+                    with self.subTest(device=bad, fn=fn.__name__):
+                        with self.assertRaises(ctorch.DeviceError) as cm:
+                            fn(bad)
+                        self.assertIsInstance(cm.exception, type(torchs.exception))
+                        self.assertIn(str(bad), str(cm.exception))
+            # torch checks an index in C++ (RuntimeError "Invalid device
+            # argument"); coop against its 64 slots here (install() narrows
+            # them to torch's device count)
+            for bad in (-1, 64, 2 ** 32, "cuda:64"):
+                for fn in device_functions:
+                    with self.subTest(device=bad, fn=fn.__name__):
+                        with self.assertRaises(RuntimeError) as cm:
+                            fn(bad)
+                        self.assertIsInstance(cm.exception, ValueError)
+                        self.assertIn("outside 0..63", str(cm.exception))
+            for bad in (1.5, object(), [1]):
+                for fn in device_functions:
+                    with self.subTest(device=bad, fn=fn.__name__):
+                        with self.assertRaises(TypeError) as cm:
+                            fn(bad)
+                        self.assertIn(repr(bad), str(cm.exception))
+        finally:
+            torch_free(p, 3 * MIB, 1, 0)
+            torch_free(q, 1 * MIB, 0, 0)
 
 
 class Run(unittest.TestCase):
