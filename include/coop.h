@@ -11,8 +11,15 @@
  * - fork(): libcoop's pthread_atfork handlers hold every pool's lock (and
  *   the PyTorch ABI's locks) across the fork, so a fork waits for calls in
  *   other threads to finish and the child gets a consistent, unlocked copy
- *   of each pool (a fork from inside a coop_walk visitor, which runs under
- *   the pool's lock, therefore blocks forever). On the host backend the
+ *   of each pool. A fork from inside a coop_walk visitor, which runs under
+ *   the pool's lock, completes: the handlers leave the pools this thread
+ *   is walking to the walk (one, or several nested), and in each process
+ *   the visitor goes on and coop_walk returns and unlocks as usual; the
+ *   child's copy is consistent (a walk changes nothing). Not solved: such
+ *   a fork while another thread, inside the PyTorch ABI (its state or a
+ *   device's order lock held), waits for the walked pool's lock, and two
+ *   threads forking at once from visitors of two walks: each waits for
+ *   what the other holds, forever. On the host backend the
  *   child may use its copy (the parent's pool is not affected).
  * - A CUDA pool in a forked child: its memory and streams belong to the
  *   parent's CUDA context, which does not survive fork, so the child's copy
@@ -392,8 +399,9 @@ typedef int (*coop_segment_visitor)(const coop_segment_info *segment, void *ctx)
 typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
 /* Visits every segment and block under the pool's lock: visitors must not
- * call back into the pool, nor fork() (a fork waits for every pool's lock,
- * this one included). */
+ * call back into the pool. A visitor may fork() (see "Process lifecycle"
+ * at the top): the child goes on with the walk, and its copy of the pool
+ * is unlocked when its coop_walk returns. */
 coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
                       void *ctx);
 
