@@ -288,6 +288,94 @@ static void test_fork_inside_a_walk_visitor(void **state)
     coop_pool_destroy(wf.c);
 }
 
+/* A fork while another thread is inside a remat context's call (its
+ * recompute callback waits): the context is not locked at fork, and its
+ * records are mid-call in the child, where the holder thread does not
+ * exist. The child's copy stays claimed by that thread, so its calls are
+ * refused (coop.h, coop_remat_create); the parent's holder finishes. */
+typedef struct remat_fork {
+    coop_remat *r;
+    coop_tensor *a, *b;
+    pthread_barrier_t inside, go;
+    bool stop;
+    coop_status accessed; /* the holder's access */
+} remat_fork;
+
+static remat_fork rf;
+
+static coop_status waiting_recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
+                                     void *out, void *user)
+{
+    (void)t, (void)producer, (void)inputs, (void)n, (void)out, (void)user;
+    if (rf.stop) {
+        pthread_barrier_wait(&rf.inside);
+        pthread_barrier_wait(&rf.go);
+    }
+    return COOP_OK;
+}
+
+static void *access_a(void *arg)
+{
+    (void)arg;
+    rf.accessed = coop_tensor_access(rf.r, rf.a, NULL);
+    return NULL;
+}
+
+static int child_calls_remat(void *arg)
+{
+    (void)arg;
+    if (coop_tensor_access(rf.r, rf.b, NULL) != COOP_ERR_BUSY)
+        return 50;
+    if (!strstr(coop_last_error(), "coop_tensor_access: the context is in use by another thread"))
+        return 51;
+    coop_remat_stats s;
+    memset(&s, 0xff, sizeof s);
+    coop_remat_get_stats(rf.r, &s);
+    if (s.clock != 0 || coop_tensor_resident(rf.b))
+        return 52;
+    return 0;
+}
+
+static void test_fork_while_a_thread_is_inside_a_remat_call(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 768u << 10;
+    c.page_size = 64u << 10;
+    coop_pool *pool = NULL;
+    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    coop_remat_config rc = {.recompute = waiting_recompute};
+    assert_int_equal(coop_remat_create(pool, &rc, &rf.r), COOP_OK);
+    coop_tensor *big = NULL; /* evicts a, then freed */
+    assert_int_equal(
+        coop_tensor_create(rf.r, 512u << 10, 1, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &rf.a),
+        COOP_OK);
+    assert_int_equal(
+        coop_tensor_create(rf.r, 512u << 10, 1, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &big),
+        COOP_OK);
+    assert_int_equal(coop_tensor_release(rf.r, big), COOP_OK);
+    assert_int_equal(coop_tensor_create(rf.r, 64u << 10, 1, NULL, NULL, 0, 0, &rf.b), COOP_OK);
+    pthread_barrier_init(&rf.inside, NULL, 2);
+    pthread_barrier_init(&rf.go, NULL, 2);
+    rf.stop = true;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, access_a, NULL), 0);
+    pthread_barrier_wait(&rf.inside);
+    assert_exited(in_fork(child_calls_remat, NULL), 0);
+    pthread_barrier_wait(&rf.go);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(rf.accessed, COOP_OK);
+    rf.stop = false;
+    assert_true(coop_tensor_resident(rf.a)); /* the parent's context: its own again */
+    assert_int_equal(coop_tensor_release(rf.r, rf.a), COOP_OK);
+    assert_int_equal(coop_tensor_release(rf.r, rf.b), COOP_OK);
+    coop_remat_destroy(rf.r);
+    pthread_barrier_destroy(&rf.inside);
+    pthread_barrier_destroy(&rf.go);
+    coop_pool_destroy(pool);
+}
+
 /* The PyTorch ABI: a hook that runs under one of its locks signals, then
  * keeps the lock a while. */
 static atomic_bool hook_entered;
@@ -555,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_fork_child_has_a_usable_copy_of_a_host_pool),
         cmocka_unit_test(test_fork_while_a_thread_holds_the_pool_lock),
         cmocka_unit_test(test_fork_inside_a_walk_visitor),
+        cmocka_unit_test(test_fork_while_a_thread_is_inside_a_remat_call),
         cmocka_unit_test(test_fork_while_a_thread_holds_the_torch_state_lock),
         cmocka_unit_test(test_fork_while_a_thread_holds_a_torch_order_lock),
         cmocka_unit_test(test_fork_repeatedly_while_threads_allocate),
