@@ -261,6 +261,8 @@ typedef struct hammer {
     char bad[512]; /* the first unexpected result, if any */
 } hammer;
 
+static uint64_t hammer_seed; /* main reads it first: a bad COOP_TEST_SEED stops it at once */
+
 static void hammer_evict(coop_tensor *t, void *user)
 {
     (void)t;
@@ -368,7 +370,7 @@ static void *hammer_thread(void *arg)
 static void test_two_threads_hammering_one_context(void **state)
 {
     (void)state;
-    uint64_t seed = test_seed("remat_claim_test", test_seed_from_clock());
+    uint64_t seed = hammer_seed;
     coop_pool *pool = make_pool(1024 * KiB);
     shared_ctx c = {0};
     coop_remat_config rc = {.policy = COOP_REMAT_COOP,
@@ -427,6 +429,7 @@ static void test_two_threads_hammering_one_context(void **state)
 
 int main(void)
 {
+    hammer_seed = test_seed("remat_claim_test", test_seed_from_clock());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_thread_refused_while_one_is_inside),
         cmocka_unit_test(test_two_threads_hammering_one_context),
