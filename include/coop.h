@@ -11,8 +11,15 @@
  * - fork(): libcoop's pthread_atfork handlers hold every pool's lock (and
  *   the PyTorch ABI's locks) across the fork, so a fork waits for calls in
  *   other threads to finish and the child gets a consistent, unlocked copy
- *   of each pool (a fork from inside a coop_walk visitor, which runs under
- *   the pool's lock, therefore blocks forever). On the host backend the
+ *   of each pool. A fork from inside a coop_walk visitor, which runs under
+ *   the pool's lock, completes: the handlers leave the pools this thread
+ *   is walking to the walk (one, or several nested), and in each process
+ *   the visitor goes on and coop_walk returns and unlocks as usual; the
+ *   child's copy is consistent (a walk changes nothing). Not solved: such
+ *   a fork while another thread, inside the PyTorch ABI (its state or a
+ *   device's order lock held), waits for the walked pool's lock, and two
+ *   threads forking at once from visitors of two walks: each waits for
+ *   what the other holds, forever. On the host backend the
  *   child may use its copy (the parent's pool is not affected).
  * - A CUDA pool in a forked child: its memory and streams belong to the
  *   parent's CUDA context, which does not survive fork, so the child's copy
@@ -37,8 +44,10 @@
  *   use the spawn start method for workers that need the GPU. Pools are
  *   marked by the fork handler: no call asks getpid(). Not covered: a pool
  *   created single_thread (no lock: its caller must not fork while it is in
- *   use), a raw clone() or syscall(SYS_fork) (no atfork handlers run), and
- *   remat contexts in use by another thread (not thread-safe; not locked).
+ *   use), and a raw clone() or syscall(SYS_fork) (no atfork handlers run).
+ *   A remat context is not locked at fork: one that another thread was
+ *   inside stays claimed by that thread in the child, and refuses its
+ *   calls there (see coop_remat_create).
  * - exit: libcoop has no destructors or atexit handlers; nothing is torn
  *   down at exit, so frees after main returns (an interpreter freeing
  *   tensors at shutdown, from any thread) and a thread still inside a call
@@ -390,8 +399,9 @@ typedef int (*coop_segment_visitor)(const coop_segment_info *segment, void *ctx)
 typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
 /* Visits every segment and block under the pool's lock: visitors must not
- * call back into the pool, nor fork() (a fork waits for every pool's lock,
- * this one included). */
+ * call back into the pool. A visitor may fork() (see "Process lifecycle"
+ * at the top): the child goes on with the walk, and its copy of the pool
+ * is unlocked when its coop_walk returns. */
 coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
                       void *ctx);
 
@@ -456,7 +466,8 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds);
  * Costs are nanoseconds; staleness runs on a logical clock advanced by the
  * cost of every op executed (created, mutated or recomputed), so decisions
  * are deterministic. A context is not thread-safe: use it from one thread
- * (the pool itself stays thread-safe for other users, whose blocks simply
+ * at a time (a second thread calling in meanwhile is refused: see
+ * coop_remat_create; the pool itself stays thread-safe for other users, whose blocks simply
  * break eviction windows; so do the tensors of another context on the same
  * pool: a context evicts only its own). Tensors live on stream 0; pending
  * blocks and the free blocks of other streams not seen finished (the
@@ -656,14 +667,30 @@ typedef struct coop_remat_stats {
  * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
  * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). The
  * context is not thread-safe: one thread at a time (the pool's own calls
- * from other threads are fine). */
+ * from other threads are fine; one thread may hand the context to
+ * another between calls). Every call that takes the context or one of its
+ * tensors claims it for the calling thread until it returns (an atomic
+ * compare-and-swap, about 18 instructions a call): a call from a second
+ * thread meanwhile is refused with COOP_ERR_BUSY, nothing read or changed,
+ * and the message "FN: the context is in use by another thread (thread T1,
+ * in FN1; this is thread T2): ..." (T1, T2 as pthread_self gives them; FN1
+ * the holder's call as it stood). The calls without a status answer as
+ * for NULL and set that message: coop_remat_get_stats zeros, the tensor
+ * queries 0, false or NULL, coop_remat_destroy does nothing. A callback
+ * runs on the holder's thread, so its calls are not refused for this
+ * (they get the callback refusal above, or answer). A context that
+ * another thread was inside at a fork() stays that thread's in the child,
+ * which has no such thread: its calls are refused there, as its records
+ * are mid-call. */
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out);
 /* Frees every tensor's buffer and record. NULL is a no-op; from inside a
- * callback it does nothing (the context's call running the callback still
- * uses it) and coop_last_error() says so. */
+ * callback, or while another thread is inside one of the context's calls,
+ * it does nothing (that call still uses it) and coop_last_error() says
+ * so. */
 void coop_remat_destroy(coop_remat *r);
-/* Fills *out with the context's statistics (zeros for a NULL context; a
- * NULL out is ignored). */
+/* Fills *out with the context's statistics (zeros for a NULL context, and
+ * while another thread is inside one of its calls; a NULL out is
+ * ignored). */
 void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out);
 
 /* A new resident tensor of size bytes produced by an op of cost_ns from
@@ -741,7 +768,8 @@ coop_status coop_tensor_release(coop_remat *r, coop_tensor *t);
 
 /* Tensor queries: no recomputation, the context untouched (callbacks may
  * call them). A view answers for its base's storage; NULL gives 0, false
- * or NULL.
+ * or NULL, and so does a tensor whose context another thread is inside
+ * (see coop_remat_create).
  *
  * The tensor's bytes as created. */
 size_t coop_tensor_size(const coop_tensor *t);

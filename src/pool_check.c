@@ -52,7 +52,10 @@ coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_blo
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_walk");
     pool_lock(pool);
+    pool_walk_frame frame; /* a visitor may fork (pool_fork.h) */
+    pool_fork_walk_begin(&frame, pool);
     pool_walk_locked(pool, on_segment, on_block, ctx);
+    pool_fork_walk_end(&frame);
     pool_unlock(pool);
     return COOP_OK;
 }

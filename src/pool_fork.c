@@ -12,6 +12,30 @@ static pthread_mutex_t registry = PTHREAD_MUTEX_INITIALIZER;
 static coop_pool *first;
 static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
 static _Atomic(const pool_fork_hooks *) hooks;
+/* The pools this thread holds locked inside coop_walk (pool_walk_frame). */
+static _Thread_local pool_walk_frame *walking;
+
+void pool_fork_walk_begin(pool_walk_frame *frame, coop_pool *pool)
+{
+    frame->pool = pool;
+    frame->outer = walking;
+    walking = frame;
+}
+
+void pool_fork_walk_end(pool_walk_frame *frame)
+{
+    walking = frame->outer;
+}
+
+/* Whether the forking thread holds p's lock for a walk (the handlers run on
+ * the forking thread; in the child, its copy). */
+static bool walked_here(const coop_pool *p)
+{
+    for (const pool_walk_frame *f = walking; f; f = f->outer)
+        if (f->pool == p)
+            return true;
+    return false;
+}
 
 /* A pool created single_thread has no lock: its caller serializes it, and a
  * fork from another thread while it is in use is the caller's to avoid. */
@@ -22,7 +46,8 @@ static void prepare(void)
         h->outer_prepare();
     pthread_mutex_lock(&registry);
     for (coop_pool *p = first; p; p = p->fork_next)
-        pool_lock(p);
+        if (!walked_here(p)) /* held already, by this thread's walk */
+            pool_lock(p);
     if (h)
         h->inner_prepare();
 }
@@ -39,9 +64,10 @@ static void release(bool child)
             p->forked_pid = me;
             coop_backend_fault_forked(p->backend, p->created_pid, me);
         }
-        if (child) /* nobody else is left to wait: back to "unlocked" */
-            pool_mutex_init(&p->lock);
-        else
+        bool walked = walked_here(p);
+        if (child) /* nobody else is left to wait: unlocked, or the walk's */
+            pool_mutex_reset(&p->lock, walked);
+        else if (!walked) /* a walk keeps its lock until it returns */
             pool_unlock(p);
     }
     pthread_mutex_unlock(&registry);

@@ -44,6 +44,24 @@ void pool_fork_set_hooks(const pool_fork_hooks *hooks);
 void pool_fork_register(coop_pool *pool);
 void pool_fork_unregister(coop_pool *pool);
 
+/* A fork() from inside a coop_walk visitor: the walking thread holds the
+ * pool's lock across the visitors, and would wait for it forever in the
+ * prepare handler. coop_walk records each pool it holds in a frame on its
+ * stack, linked per thread (innermost first: a visitor may walk another
+ * pool); the handlers leave those pools' locks to the walk: not taken
+ * before the fork, kept by the walk in the parent, and in the child set
+ * held by the one thread, the walker's, whose coop_walk releases it as it
+ * returns. Held under the lock, the pool is consistent on both sides (a
+ * walk changes nothing). */
+typedef struct pool_walk_frame {
+    coop_pool *pool;
+    struct pool_walk_frame *outer;
+} pool_walk_frame;
+
+/* Around the visitors of a walk of pool, its lock held. */
+void pool_fork_walk_begin(pool_walk_frame *frame, coop_pool *pool);
+void pool_fork_walk_end(pool_walk_frame *frame);
+
 /* fn's error for a pool that pool_forked reports: COOP_ERR_UNSUPPORTED,
  * "FN: this CUDA pool was created in process P; CUDA cannot be used in a
  * forked child (process C)". */

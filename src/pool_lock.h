@@ -10,6 +10,7 @@
 #define COOP_POOL_LOCK_H
 
 #include <linux/futex.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -21,6 +22,13 @@ typedef struct pool_mutex {
 static inline void pool_mutex_init(pool_mutex *m)
 {
     atomic_init(&m->state, 0);
+}
+
+/* In a forked child, where no other thread is left to wait: unlocked, or
+ * held (by the one thread, which unlocks it later) without waiters. */
+static inline void pool_mutex_reset(pool_mutex *m, bool held)
+{
+    atomic_store_explicit(&m->state, held ? 1 : 0, memory_order_relaxed);
 }
 
 static inline void pool_mutex_lock(pool_mutex *m)

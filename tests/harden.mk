@@ -40,6 +40,17 @@ tests_remat_threads_test_LDADD = $(TESTLIBS)
 tests_remat_threads_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 
+# one remat context used from two threads at once: refused, never corrupted
+# (also run under ThreadSanitizer by .ci/run)
+if HAVE_CMOCKA
+check_PROGRAMS += tests/remat_claim_test
+TESTS += tests/remat_claim_test
+tests_remat_claim_test_SOURCES = tests/remat_claim_test.c
+tests_remat_claim_test_CFLAGS = $(TESTCFLAGS)
+tests_remat_claim_test_LDADD = $(TESTLIBS)
+tests_remat_claim_test_LDFLAGS = $(TESTLDFLAGS)
+endif
+
 if HAVE_CMOCKA
 check_PROGRAMS += tests/fault_replay_test
 TESTS += tests/fault_replay_test

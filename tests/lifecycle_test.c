@@ -63,6 +63,13 @@ static int use_pool(void *arg)
 
 /* ---- fork ---- */
 
+static int visit_count(const coop_block_info *block, void *ctx)
+{
+    (void)block;
+    ++*(size_t *)ctx;
+    return 0;
+}
+
 /* The child gets a copy of each host pool, unlocked and consistent: it may
  * free the parent's blocks in its copy, allocate and destroy it, and the
  * parent's pool is untouched. */
@@ -125,6 +132,248 @@ static void test_fork_while_a_thread_holds_the_pool_lock(void **state)
     pthread_join(t, NULL);
     assert_int_equal(use_pool(h.pool), 0);
     coop_pool_destroy(h.pool);
+}
+
+/* fork() from inside coop_walk's visitors: the walking thread holds the
+ * pool's lock, which the prepare handler took too before the fix (the
+ * fork, in the parent, then waited for itself forever). A visitor of pool
+ * A walks pool B, whose visitor forks, so that both are held; a third pool
+ * C, not walked, and a thread waiting for A's lock (a coop_malloc that
+ * blocked on it) stand beside. Each process goes on with the visitor and
+ * returns through both walks, which unlock: the child finds its copies
+ * consistent and usable (C was locked and released by the handlers as
+ * before), and the parent's walks, the waiting thread and pools are as
+ * without the fork. */
+typedef struct walk_fork {
+    coop_pool *a, *b, *c;
+    void *a_block, *a2, *b_block;
+    size_t a_blocks, b_blocks;     /* blocks each walk visited, in this process */
+    size_t a_expected, b_expected; /* their blocks, walked before */
+    bool forked, in_child;
+    /* right after the fork: the parent's A still held by its walk (the
+     * waiter still waiting); the child's A and B held by the walks, no
+     * waiter (state 1) */
+    bool parent_kept_a;
+    int child_a_state, child_b_state;
+    pid_t pid;
+    pthread_t waiter;
+    atomic_bool waiting;
+    void *waited; /* the waiter's block, once A's lock was free */
+} walk_fork;
+
+static walk_fork wf;
+
+static void *wait_for_a(void *arg)
+{
+    (void)arg;
+    atomic_store(&wf.waiting, true);
+    coop_status st;
+    wf.waited = coop_malloc(wf.a, 4096, (coop_stream)0, COOP_ALLOC_LOW, &st);
+    return NULL;
+}
+
+static int visit_b(const coop_block_info *block, void *ctx)
+{
+    (void)block, (void)ctx;
+    if (wf.b_blocks++ == 0 && !wf.forked) {
+        wf.forked = true;
+        fflush(stdout);
+        fflush(stderr);
+        wf.pid = fork(); /* both walks' locks held by this thread */
+        if (wf.pid == 0) {
+            alarm(CHILD_LIMIT);
+            wf.in_child = true;
+            wf.child_a_state = atomic_load(&wf.a->lock.state);
+            wf.child_b_state = atomic_load(&wf.b->lock.state);
+        } else {
+            sleep_ms(20);
+            wf.parent_kept_a = atomic_load(&wf.a->lock.state) == 2 && !wf.waited;
+        }
+    }
+    return 0;
+}
+
+static int visit_a(const coop_block_info *block, void *ctx)
+{
+    (void)block, (void)ctx;
+    if (wf.a_blocks++ == 0) {
+        assert_int_equal(pthread_create(&wf.waiter, NULL, wait_for_a, NULL), 0);
+        while (!atomic_load(&wf.waiting))
+            sleep_ms(1);
+        sleep_ms(50); /* let it block on A's lock (a waiter's state) */
+        if (coop_walk(wf.b, NULL, visit_b, NULL) != COOP_OK)
+            return 1;
+    }
+    return 0;
+}
+
+/* The child, after both walks returned: its copies are usable. */
+static int child_after_walks(void)
+{
+    if (wf.child_a_state != 1 || wf.child_b_state != 1)
+        return 39;
+    if (wf.a_blocks != wf.a_expected || wf.b_blocks != wf.b_expected)
+        return 40; /* the walks went on over every block */
+    if (atomic_load(&wf.a->lock.state) != 0 || atomic_load(&wf.b->lock.state) != 0)
+        return 41; /* the walks' unlocks left them free */
+    for (coop_pool *p = wf.a; p; p = p == wf.a ? wf.b : p == wf.b ? wf.c : NULL) {
+        int st = use_pool(p);
+        if (st)
+            return st;
+    }
+    if (coop_free(wf.a, wf.a_block) != COOP_OK || coop_free(wf.a, wf.a2) != COOP_OK ||
+        coop_free(wf.b, wf.b_block) != COOP_OK)
+        return 42; /* the parent's blocks, in the child's copies */
+    coop_stats s;
+    coop_get_stats(wf.a, &s);
+    if (s.allocation.current != 0 || coop_pool_check(wf.a) != COOP_OK)
+        return 43; /* the waiter's block is the parent's only: no thread here */
+    size_t n = 0;
+    if (coop_walk(wf.b, NULL, visit_count, &n) != COOP_OK || n == 0)
+        return 44;
+    coop_pool_destroy(wf.a);
+    coop_pool_destroy(wf.b);
+    coop_pool_destroy(wf.c);
+    return 0;
+}
+
+static void test_fork_inside_a_walk_visitor(void **state)
+{
+    (void)state;
+    wf.a = host_pool();
+    wf.b = host_pool();
+    wf.c = host_pool();
+    coop_status st;
+    wf.a_block = coop_malloc(wf.a, 1 << 20, (coop_stream)0, COOP_ALLOC_LOW, &st);
+    wf.a2 = coop_malloc(wf.a, 1 << 20, (coop_stream)0, COOP_ALLOC_LOW, &st);
+    wf.b_block = coop_malloc(wf.b, 1 << 20, (coop_stream)0, COOP_ALLOC_LOW, &st);
+    assert_non_null(wf.a_block);
+    assert_non_null(wf.a2);
+    assert_non_null(wf.b_block);
+    assert_int_equal(coop_walk(wf.a, NULL, visit_count, &wf.a_expected), COOP_OK);
+    assert_int_equal(coop_walk(wf.b, NULL, visit_count, &wf.b_expected), COOP_OK);
+    assert_true(wf.a_expected >= 2 && wf.b_expected >= 1);
+
+    alarm(CHILD_LIMIT); /* before the fix the fork itself blocked, here */
+    st = coop_walk(wf.a, NULL, visit_a, NULL);
+    if (wf.in_child) /* never back into cmocka: its state is the parent's */
+        _exit(st != COOP_OK ? 49 : child_after_walks());
+    alarm(0);
+    assert_int_equal(st, COOP_OK);
+    assert_true(wf.forked);
+    assert_true(wf.pid > 0);
+    int status = 0;
+    assert_int_equal(waitpid(wf.pid, &status, 0), wf.pid);
+    assert_exited(status, 0);
+    /* the parent: both walks went on over every block; the waiter got its
+     * block once A's walk returned; every pool as it was */
+    assert_true(wf.parent_kept_a);
+    assert_int_equal(wf.a_blocks, wf.a_expected);
+    assert_int_equal(wf.b_blocks, wf.b_expected);
+    assert_int_equal(pthread_join(wf.waiter, NULL), 0);
+    assert_non_null(wf.waited);
+    coop_stats s;
+    coop_get_stats(wf.a, &s);
+    assert_int_equal(s.allocation.current, 3);
+    coop_get_stats(wf.b, &s);
+    assert_int_equal(s.allocation.current, 1);
+    for (coop_pool *p = wf.a; p; p = p == wf.a ? wf.b : p == wf.b ? wf.c : NULL)
+        assert_int_equal(use_pool(p), 0);
+    assert_int_equal(coop_free(wf.a, wf.waited), COOP_OK);
+    assert_int_equal(coop_free(wf.a, wf.a_block), COOP_OK);
+    assert_int_equal(coop_free(wf.a, wf.a2), COOP_OK);
+    assert_int_equal(coop_free(wf.b, wf.b_block), COOP_OK);
+    coop_pool_destroy(wf.a);
+    coop_pool_destroy(wf.b);
+    coop_pool_destroy(wf.c);
+}
+
+/* A fork while another thread is inside a remat context's call (its
+ * recompute callback waits): the context is not locked at fork, and its
+ * records are mid-call in the child, where the holder thread does not
+ * exist. The child's copy stays claimed by that thread, so its calls are
+ * refused (coop.h, coop_remat_create); the parent's holder finishes. */
+typedef struct remat_fork {
+    coop_remat *r;
+    coop_tensor *a, *b;
+    pthread_barrier_t inside, go;
+    bool stop;
+    coop_status accessed; /* the holder's access */
+} remat_fork;
+
+static remat_fork rf;
+
+static coop_status waiting_recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
+                                     void *out, void *user)
+{
+    (void)t, (void)producer, (void)inputs, (void)n, (void)out, (void)user;
+    if (rf.stop) {
+        pthread_barrier_wait(&rf.inside);
+        pthread_barrier_wait(&rf.go);
+    }
+    return COOP_OK;
+}
+
+static void *access_a(void *arg)
+{
+    (void)arg;
+    rf.accessed = coop_tensor_access(rf.r, rf.a, NULL);
+    return NULL;
+}
+
+static int child_calls_remat(void *arg)
+{
+    (void)arg;
+    if (coop_tensor_access(rf.r, rf.b, NULL) != COOP_ERR_BUSY)
+        return 50;
+    if (!strstr(coop_last_error(), "coop_tensor_access: the context is in use by another thread"))
+        return 51;
+    coop_remat_stats s;
+    memset(&s, 0xff, sizeof s);
+    coop_remat_get_stats(rf.r, &s);
+    if (s.clock != 0 || coop_tensor_resident(rf.b))
+        return 52;
+    return 0;
+}
+
+static void test_fork_while_a_thread_is_inside_a_remat_call(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 768u << 10;
+    c.page_size = 64u << 10;
+    coop_pool *pool = NULL;
+    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    coop_remat_config rc = {.recompute = waiting_recompute};
+    assert_int_equal(coop_remat_create(pool, &rc, &rf.r), COOP_OK);
+    coop_tensor *big = NULL; /* evicts a, then freed */
+    assert_int_equal(
+        coop_tensor_create(rf.r, 512u << 10, 1, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &rf.a),
+        COOP_OK);
+    assert_int_equal(
+        coop_tensor_create(rf.r, 512u << 10, 1, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &big),
+        COOP_OK);
+    assert_int_equal(coop_tensor_release(rf.r, big), COOP_OK);
+    assert_int_equal(coop_tensor_create(rf.r, 64u << 10, 1, NULL, NULL, 0, 0, &rf.b), COOP_OK);
+    pthread_barrier_init(&rf.inside, NULL, 2);
+    pthread_barrier_init(&rf.go, NULL, 2);
+    rf.stop = true;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, access_a, NULL), 0);
+    pthread_barrier_wait(&rf.inside);
+    assert_exited(in_fork(child_calls_remat, NULL), 0);
+    pthread_barrier_wait(&rf.go);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(rf.accessed, COOP_OK);
+    rf.stop = false;
+    assert_true(coop_tensor_resident(rf.a)); /* the parent's context: its own again */
+    assert_int_equal(coop_tensor_release(rf.r, rf.a), COOP_OK);
+    assert_int_equal(coop_tensor_release(rf.r, rf.b), COOP_OK);
+    coop_remat_destroy(rf.r);
+    pthread_barrier_destroy(&rf.inside);
+    pthread_barrier_destroy(&rf.go);
+    coop_pool_destroy(pool);
 }
 
 /* The PyTorch ABI: a hook that runs under one of its locks signals, then
@@ -393,6 +642,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fork_child_has_a_usable_copy_of_a_host_pool),
         cmocka_unit_test(test_fork_while_a_thread_holds_the_pool_lock),
+        cmocka_unit_test(test_fork_inside_a_walk_visitor),
+        cmocka_unit_test(test_fork_while_a_thread_is_inside_a_remat_call),
         cmocka_unit_test(test_fork_while_a_thread_holds_the_torch_state_lock),
         cmocka_unit_test(test_fork_while_a_thread_holds_a_torch_order_lock),
         cmocka_unit_test(test_fork_repeatedly_while_threads_allocate),

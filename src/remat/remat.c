@@ -3,6 +3,8 @@
  * in-place ops (include/coop.h, rematerialization section).
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,77 @@
 
 #define DEFAULT_CHEAP_THRESHOLD 1e-2 /* ns per byte: see docs/remat.md */
 #define REMAT_SCRATCH_BLOCKS 1024    /* blocks a search walks without growing */
+
+/* ---- one thread at a time ----------------------------------------------- */
+
+/* A context is one thread's at a time (coop.h). Each public call claims it
+ * for its thread: a compare-and-swap of holder from 0 (acquire: it sees
+ * every change of the thread before), cleared when the call returns
+ * (release). A second thread finds it claimed and is refused with
+ * COOP_ERR_BUSY before it reads any other field, so the holder's state is
+ * left to the holder; without the claim the two would interleave over the
+ * records, the union-find and the scratch arrays unseen. The holder's own
+ * thread finds itself: a call from inside a callback (enter() refuses it;
+ * the queries and coop_remat_get_stats answer) or the context's own use of
+ * a public call (create_outputs' release of its outputs); it does not
+ * claim again, so only the outermost call clears the claim. */
+_Static_assert(sizeof(pthread_t) <= sizeof(uintptr_t), "pthread_t fits an integer");
+
+static inline uintptr_t this_thread(void)
+{
+    return (uintptr_t)pthread_self();
+}
+
+/* fn's refusal: holder, in holder_fn, has the context. Formatted only on
+ * failure. The holder's call is read as it stands, and may have changed by
+ * the time the message is read. */
+static __attribute__((cold, noinline)) coop_status claimed_error(const coop_remat *r,
+                                                                 const char *fn, uintptr_t holder)
+{
+    const char *in = atomic_load_explicit(&r->holder_fn, memory_order_relaxed);
+    return coop_set_error(COOP_ERR_BUSY,
+                          "%s: the context is in use by another thread (thread %#lx, in %s; "
+                          "this is thread %#lx): a coop_remat context is one thread's at a "
+                          "time; nothing was done",
+                          fn, (unsigned long)holder, in ? in : "one of its calls",
+                          (unsigned long)this_thread());
+}
+
+/* Claims r for this thread at the entry of fn: COOP_OK, *taken true when
+ * this call took the claim (it must call unclaim), false when this thread
+ * already held it (or r is NULL, for enter() to refuse); COOP_ERR_BUSY,
+ * nothing done, when another thread holds it. */
+static inline coop_status claim(coop_remat *r, const char *fn, bool *taken)
+{
+    *taken = false;
+    if (!r)
+        return COOP_OK;
+    uintptr_t me = this_thread(), held = 0;
+    if (__builtin_expect(atomic_compare_exchange_strong_explicit(
+                             &r->holder, &held, me, memory_order_acquire, memory_order_relaxed),
+                         1)) {
+        atomic_store_explicit(&r->holder_fn, fn, memory_order_relaxed);
+        *taken = true;
+        return COOP_OK;
+    }
+    if (held == me)
+        return COOP_OK;
+    return claimed_error(r, fn, held);
+}
+
+static inline void unclaim(coop_remat *r, bool taken)
+{
+    if (taken)
+        atomic_store_explicit(&r->holder, 0, memory_order_release);
+}
+
+/* The queries' claim, on t's context: false (answer nothing) for a NULL t
+ * or a context another thread holds. */
+static inline bool claim_tensor(const coop_tensor *t, const char *fn, bool *taken)
+{
+    *taken = false;
+    return t && !claim(t->owner, fn, taken);
+}
 
 /* Checks the context at the entry of fn. Callbacks run inside the
  * context's calls, in the middle of walks over its records (the window's
@@ -99,6 +172,8 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
     coop_remat *r = calloc(1, sizeof *r);
     if (!r)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat_create: out of host memory");
+    atomic_init(&r->holder, 0);
+    atomic_init(&r->holder_fn, NULL);
     r->pool = pool;
     r->cfg = *config;
     if (r->cfg.cheap_threshold == 0)
@@ -123,9 +198,14 @@ void coop_remat_destroy(coop_remat *r)
      * left as they are (the pool refuses every change) */
     if (!r)
         return;
+    bool taken;
+    if (claim(r, "coop_remat_destroy", &taken))
+        return; /* another thread is inside it: refused, the message set */
     bool forked = pool_forked(r->pool);
-    if ((r->in_callback || !forked) && enter(r, "coop_remat_destroy"))
+    if ((r->in_callback || !forked) && enter(r, "coop_remat_destroy")) {
+        unclaim(r, taken);
         return;
+    }
     remat_search_index_close(r); /* before the blocks it names are freed */
     pool_lock(r->pool);
     for (coop_tensor *t = r->all, *next; t; t = next) {
@@ -153,33 +233,58 @@ void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out)
 {
     if (!out)
         return;
-    if (!r) {
+    /* the claim is the context's only mutable part a reader changes: r
+     * was allocated by coop_remat_create, never defined const */
+    coop_remat *held = (coop_remat *)r;
+    bool taken;
+    if (!r || claim(held, "coop_remat_get_stats", &taken)) {
         memset(out, 0, sizeof *out);
         return;
     }
     *out = r->stats;
     out->clock = r->clock;
     out->records = r->num_records;
+    unclaim(held, taken);
 }
 
 size_t coop_tensor_size(const coop_tensor *t)
 {
-    return t ? t->base->size : 0;
+    bool taken;
+    if (!claim_tensor(t, "coop_tensor_size", &taken))
+        return 0;
+    size_t size = t->base->size;
+    unclaim(t->owner, taken);
+    return size;
 }
 
 uint32_t coop_tensor_recomputes(const coop_tensor *t)
 {
-    return t ? t->base->remats : 0;
+    bool taken;
+    if (!claim_tensor(t, "coop_tensor_recomputes", &taken))
+        return 0;
+    uint32_t remats = t->base->remats;
+    unclaim(t->owner, taken);
+    return remats;
 }
 
 bool coop_tensor_resident(const coop_tensor *t)
 {
-    return t && t->base->ptr != NULL;
+    bool taken;
+    if (!claim_tensor(t, "coop_tensor_resident", &taken))
+        return false;
+    bool resident = t->base->ptr != NULL;
+    unclaim(t->owner, taken);
+    return resident;
 }
 
 void *coop_tensor_data(const coop_tensor *t)
 {
-    return t ? t->base->ptr : NULL;
+    bool taken;
+    if (!claim_tensor(t, "coop_tensor_data", &taken))
+        return NULL;
+    void *ptr = t->base->ptr;
+    unclaim(t->owner, taken);
+    return ptr;
 }
 
 /* ---- records ---------------------------------------------------------- */
@@ -322,11 +427,12 @@ static void touch(coop_remat *r, coop_tensor *const *inputs, size_t n)
         inputs[i]->base->last_access = r->clock;
 }
 
-/* coop_tensor_create_outputs, its messages naming fn (the public call). */
-static coop_status create_outputs(coop_remat *r, const char *fn, size_t num_outputs,
-                                  const size_t *sizes, uint64_t cost_ns, void *producer,
-                                  coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
-                                  coop_tensor **outs)
+/* coop_tensor_create_outputs, its messages naming fn (the public call),
+ * the context claimed. */
+static coop_status create_outputs_claimed(coop_remat *r, const char *fn, size_t num_outputs,
+                                          const size_t *sizes, uint64_t cost_ns, void *producer,
+                                          coop_tensor *const *inputs, size_t num_inputs,
+                                          unsigned flags, coop_tensor **outs)
 {
     coop_status st = enter(r, fn);
     if (st)
@@ -394,6 +500,21 @@ static coop_status create_outputs(coop_remat *r, const char *fn, size_t num_outp
     return COOP_OK;
 }
 
+static coop_status create_outputs(coop_remat *r, const char *fn, size_t num_outputs,
+                                  const size_t *sizes, uint64_t cost_ns, void *producer,
+                                  coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
+                                  coop_tensor **outs)
+{
+    bool taken;
+    coop_status st = claim(r, fn, &taken);
+    if (st)
+        return st;
+    st = create_outputs_claimed(r, fn, num_outputs, sizes, cost_ns, producer, inputs, num_inputs,
+                                flags, outs);
+    unclaim(r, taken);
+    return st;
+}
+
 coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, void *producer,
                                coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
                                coop_tensor **out)
@@ -412,7 +533,7 @@ coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const 
                           inputs, num_inputs, flags, outs);
 }
 
-coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
+static coop_status tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
 {
     static const char fn[] = "coop_tensor_alias";
     coop_status st = enter(r, fn);
@@ -611,7 +732,7 @@ static coop_status access_storage(coop_remat *r, coop_tensor *b, void **ptr)
     return COOP_OK;
 }
 
-coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
+static coop_status tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
 {
     static const char fn[] = "coop_tensor_access";
     if (ptr)
@@ -622,7 +743,7 @@ coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
     return access_storage(r, t->base, ptr);
 }
 
-coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
+static coop_status tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
 {
     static const char fn[] = "coop_tensor_pin";
     if (ptr)
@@ -651,7 +772,7 @@ static void drop_if_unused(coop_remat *r, coop_tensor *b)
     r->num_victims = 0; /* the owner released it: no eviction notice */
 }
 
-coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
+static coop_status tensor_unpin(coop_remat *r, coop_tensor *t)
 {
     static const char fn[] = "coop_tensor_unpin";
     coop_status st = enter(r, fn);
@@ -675,7 +796,7 @@ coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
     return COOP_OK;
 }
 
-coop_status coop_tensor_release(coop_remat *r, coop_tensor *t)
+static coop_status tensor_release(coop_remat *r, coop_tensor *t)
 {
     static const char fn[] = "coop_tensor_release";
     coop_status st = enter(r, fn);
@@ -767,8 +888,8 @@ static void undo_in_place(coop_remat *r, coop_tensor *b, coop_tensor *old, uint6
     b->eq_valid = false;
 }
 
-coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
-                               coop_tensor *const *inputs, size_t num_inputs, void **old_value)
+static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
+                                 coop_tensor *const *inputs, size_t num_inputs, void **old_value)
 {
     static const char fn[] = "coop_tensor_mutate";
     if (old_value)
@@ -861,4 +982,79 @@ coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, 
     remat_advance_clock(r, cost_ns);
     b->last_access = r->clock;
     return COOP_OK;
+}
+
+/* ---- the public calls: each claims the context for its thread ----------- */
+
+coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
+{
+    bool taken;
+    coop_status st = claim(r, "coop_tensor_alias", &taken);
+    if (st)
+        return st;
+    st = tensor_alias(r, base, out);
+    unclaim(r, taken);
+    return st;
+}
+
+coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
+{
+    if (ptr)
+        *ptr = NULL;
+    bool taken;
+    coop_status st = claim(r, "coop_tensor_access", &taken);
+    if (st)
+        return st;
+    st = tensor_access(r, t, ptr);
+    unclaim(r, taken);
+    return st;
+}
+
+coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
+{
+    if (ptr)
+        *ptr = NULL;
+    bool taken;
+    coop_status st = claim(r, "coop_tensor_pin", &taken);
+    if (st)
+        return st;
+    st = tensor_pin(r, t, ptr);
+    unclaim(r, taken);
+    return st;
+}
+
+coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t)
+{
+    bool taken;
+    coop_status st = claim(r, "coop_tensor_unpin", &taken);
+    if (st)
+        return st;
+    st = tensor_unpin(r, t);
+    unclaim(r, taken);
+    return st;
+}
+
+coop_status coop_tensor_release(coop_remat *r, coop_tensor *t)
+{
+    bool taken;
+    coop_status st = claim(r, "coop_tensor_release", &taken);
+    if (st)
+        return st;
+    st = tensor_release(r, t);
+    unclaim(r, taken);
+    return st;
+}
+
+coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
+                               coop_tensor *const *inputs, size_t num_inputs, void **old_value)
+{
+    if (old_value)
+        *old_value = NULL;
+    bool taken;
+    coop_status st = claim(r, "coop_tensor_mutate", &taken);
+    if (st)
+        return st;
+    st = tensor_mutate(r, t, cost_ns, producer, inputs, num_inputs, old_value);
+    unclaim(r, taken);
+    return st;
 }

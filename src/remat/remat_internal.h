@@ -13,6 +13,9 @@
 #ifndef COOP_REMAT_INTERNAL_H
 #define COOP_REMAT_INTERNAL_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "coop.h"
 #include "pool_internal.h"
 #include "saturating.h"
@@ -84,6 +87,13 @@ typedef struct remat_frame {
 } remat_frame;
 
 struct coop_remat {
+    /* One thread at a time (remat.c, "One thread at a time"): the thread
+     * inside one of the context's public calls (pthread_self as an
+     * integer; 0: none), claimed by compare-and-swap at the call's entry
+     * and cleared at its return, and that call's name, for the message a
+     * second thread gets. Every other field is the holder's alone. */
+    _Atomic uintptr_t holder;
+    _Atomic(const char *) holder_fn;
     coop_pool *pool;
     coop_remat_config cfg;
     uint64_t clock;
