@@ -150,9 +150,36 @@ static void long_trace_is_held_once(void **state)
     assert_int_equal(trace_read_text(path, &t), COOP_OK);
     long long peak = host_fault_peak_bytes() - before;
     calls = host_fault_allocations() - calls;
-    unlink(path);
     assert_int_equal(t.num_events, events);
     trace_free(&t);
+
+    /* Out of memory part way: the message names the line it got to (line 1
+     * is the header, each later one an event). Every allocation of the read
+     * fails in turn; those of the events array say "PATH:LINE: out of memory
+     * (N events read)" (before: "PATH: out of memory", nothing more). */
+    int named = 0;
+    for (long k = 1; k <= calls; k++) {
+        host_fault_arm(k);
+        coop_status st = trace_read_text(path, &t);
+        host_fault_disarm();
+        if (st == COOP_OK) {
+            trace_free(&t);
+            continue;
+        }
+        assert_int_equal(st, COOP_ERR_HOST_NOMEM);
+        const char *msg = coop_last_error();
+        unsigned long long line;
+        size_t read;
+        char tail[32];
+        if (strstr(msg, "events read")) {
+            char format[256];
+            snprintf(format, sizeof format, "%s:%%llu: out of memory (%%zu events read%%31s", path);
+            if (sscanf(msg, format, &line, &read, tail) != 3 || line != read + 2)
+                fail_msg("out of memory at allocation %ld: '%s' does not name the line", k, msg);
+            named++;
+        }
+    }
+    assert_true(named >= 5); /* the doublings past the first 1024 events */
     print_message("text reader, %zu events: peak %lld bytes (%.1f an event), %ld allocations\n",
                   events, peak, (double)peak / (double)events, calls);
     /* 48 an event, the doubling's last step rounding 250,000 up to 262,144
@@ -164,6 +191,7 @@ static void long_trace_is_held_once(void **state)
     /* the events array doubles: a few dozen allocations whatever the length */
     if (calls > 200)
         fail_msg("reading %zu events made %ld allocations (at most 200)", events, calls);
+    unlink(path);
 }
 
 int main(void)

@@ -20,9 +20,19 @@ void trace_builder_init(trace_builder *b, const char *path)
 static coop_status grow_failed(const trace_builder *b, size_t cap, size_t item_size)
 {
     size_t unused;
-    if (!grow_array_capacity(cap, cap + 1, BUILDER_ARRAY_FIRST, item_size, &unused))
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: trace too large", b->path);
-    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", b->path);
+    const char *what = grow_array_capacity(cap, cap + 1, BUILDER_ARRAY_FIRST, item_size, &unused)
+                           ? "out of memory"
+                           : "trace too large";
+    /* where the reader was: a long trace's user learns how far it got */
+    unsigned long long at = (unsigned long long)b->where;
+    if (b->where_kind == TRACE_WHERE_LINE)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s:%llu: %s (%zu events read)", b->path, at,
+                              what, b->num_events);
+    if (b->where_kind == TRACE_WHERE_BYTE)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: byte %llu: %s (%zu events read)", b->path,
+                              at, what, b->num_events);
+    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: %s (%zu events read)", b->path, what,
+                          b->num_events);
 }
 
 coop_status trace_builder_new_id(trace_builder *b, uint32_t *id)
