@@ -502,6 +502,27 @@ static size_t longest_run(uint64_t seed, int names)
     return longest;
 }
 
+/* The name limit: ids are 32 bits (slots hold id + 1), and the slot count,
+ * once a uint32_t, doubled to 0 past 2^30 names (then every insert wrote
+ * outside the table). Names are not made 2^32 times over: the table is given
+ * the count it would have, and refuses a new name with NAME_TABLE_FULL while
+ * still finding a known one. */
+static void test_name_table_refuses_past_its_limit(void **state)
+{
+    (void)state;
+    name_table t = {0};
+    uint32_t id;
+    assert_int_equal(name_table_intern(&t, "x0", &id), 0);
+    assert_int_equal(id, 0);
+    uint32_t real = t.count;
+    t.count = NAME_TABLE_MAX;
+    assert_int_equal(name_table_intern(&t, "x1", &id), NAME_TABLE_FULL);
+    assert_int_equal(name_table_intern(&t, "x0", &id), 0); /* found, not added */
+    assert_int_equal(id, 0);
+    t.count = real;
+    name_table_free(&t);
+}
+
 static void test_chosen_names_do_not_cluster(void **state)
 {
     (void)state;
@@ -531,6 +552,7 @@ int main(void)
         cmocka_unit_test(damaged_files_are_refused),
         cmocka_unit_test(view_rebinding_its_argument_keeps_the_storage),
         cmocka_unit_test(test_chosen_names_do_not_cluster),
+        cmocka_unit_test(test_name_table_refuses_past_its_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

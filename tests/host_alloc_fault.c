@@ -5,6 +5,7 @@
 #include "host_alloc_fault.h"
 
 #include <jansson.h>
+#include <malloc.h>
 #include <stdlib.h>
 
 void *__real_malloc(size_t size);
@@ -21,10 +22,22 @@ void __wrap_free(void *p);
 char *__wrap_strdup(const char *s);
 void *__wrap_aligned_alloc(size_t align, size_t size);
 
-static long live;    /* blocks out through the wrappers */
-static long calls;   /* allocation calls since arming */
-static long fail_at; /* the call to fail; 0: disarmed */
-static bool hit;     /* the armed call was reached */
+static long live;            /* blocks out through the wrappers */
+static long calls;           /* allocation calls since arming */
+static long fail_at;         /* the call to fail; 0: disarmed */
+static bool hit;             /* the armed call was reached */
+static long long bytes;      /* usable bytes of the blocks live through the wrappers */
+static long long peak_bytes; /* the most since host_fault_peak_reset */
+static long allocations;     /* blocks handed out (realloc: moved or made) */
+
+/* Adds delta to the live bytes and raises the peak. malloc_usable_size is
+ * what the block holds (glibc and the sanitizers' allocators both have it). */
+static void count_bytes(long long delta)
+{
+    bytes += delta;
+    if (bytes > peak_bytes)
+        peak_bytes = bytes;
+}
 
 /* Counts one allocation call; true if this one must fail. */
 static bool inject(void)
@@ -41,8 +54,11 @@ static bool inject(void)
 /* Counts p, a block handed out (NULL: none), and returns it. */
 static void *counted(void *p)
 {
-    if (p)
+    if (p) {
         live++;
+        allocations++;
+        count_bytes((long long)malloc_usable_size(p));
+    }
     return p;
 }
 
@@ -67,16 +83,23 @@ void *__wrap_realloc(void *p, size_t size)
 {
     if (inject())
         return NULL; /* the old block stays allocated */
+    long long before = p ? (long long)malloc_usable_size(p) : 0;
     void *q = __real_realloc(p, size);
     if (q && !p)
         live++; /* realloc(NULL, n) is malloc(n) */
+    if (q) {
+        allocations += q != p;
+        count_bytes((long long)malloc_usable_size(q) - before);
+    }
     return q;
 }
 
 void __wrap_free(void *p)
 {
-    if (p)
+    if (p) {
         live--;
+        count_bytes(-(long long)malloc_usable_size(p));
+    }
     __real_free(p);
 }
 
@@ -110,6 +133,26 @@ void host_fault_install(void)
 long host_fault_live(void)
 {
     return live;
+}
+
+void host_fault_peak_reset(void)
+{
+    peak_bytes = bytes;
+}
+
+long long host_fault_peak_bytes(void)
+{
+    return peak_bytes;
+}
+
+long long host_fault_bytes(void)
+{
+    return bytes;
+}
+
+long host_fault_allocations(void)
+{
+    return allocations;
 }
 
 void host_fault_arm(long n)

@@ -33,6 +33,18 @@ void host_fault_install(void);
 /* Blocks currently live through the wrappers. */
 long host_fault_live(void);
 
+/* Usable bytes (malloc_usable_size) of the blocks live through the wrappers,
+ * and the most they reached since host_fault_peak_reset (which starts the
+ * peak at the bytes live now). Blocks a shared library allocates and frees
+ * itself are not seen. For tests that bound a reader's memory per event. */
+long long host_fault_bytes(void);
+void host_fault_peak_reset(void);
+long long host_fault_peak_bytes(void);
+
+/* Blocks handed out through the wrappers so far (a realloc that moves or
+ * makes a block counts one): a reader's allocation calls per event. */
+long host_fault_allocations(void);
+
 /* Fails the n-th allocation call from now on (n >= 1). */
 void host_fault_arm(long n);
 

@@ -20,9 +20,19 @@ void trace_builder_init(trace_builder *b, const char *path)
 static coop_status grow_failed(const trace_builder *b, size_t cap, size_t item_size)
 {
     size_t unused;
-    if (!grow_array_capacity(cap, cap + 1, BUILDER_ARRAY_FIRST, item_size, &unused))
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: trace too large", b->path);
-    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", b->path);
+    const char *what = grow_array_capacity(cap, cap + 1, BUILDER_ARRAY_FIRST, item_size, &unused)
+                           ? "out of memory"
+                           : "trace too large";
+    /* where the reader was: a long trace's user learns how far it got */
+    unsigned long long at = (unsigned long long)b->where;
+    if (b->where_kind == TRACE_WHERE_LINE)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s:%llu: %s (%zu events read)", b->path, at,
+                              what, b->num_events);
+    if (b->where_kind == TRACE_WHERE_BYTE)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: byte %llu: %s (%zu events read)", b->path,
+                              at, what, b->num_events);
+    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: %s (%zu events read)", b->path, what,
+                          b->num_events);
 }
 
 coop_status trace_builder_new_id(trace_builder *b, uint32_t *id)
@@ -101,22 +111,36 @@ coop_status trace_builder_finish(trace_builder *b, trace *out)
 {
     *out = (trace){0};
     size_t total = b->num_live + b->num_events;
-    trace_event *events = malloc((total ? total : 1) * sizeof *events);
+    /* The events array becomes the trace's: grown by the live-at-start
+     * allocations (slid up behind them) rather than copied, so a long trace
+     * is held once (48 bytes an event), not twice, at its peak. */
+    if (total < b->num_events ||
+        GROW_ARRAY(b->events, b->cap_events, total ? total : 1, BUILDER_ARRAY_FIRST)) {
+        coop_status st = grow_failed(b, b->cap_events, sizeof *b->events);
+        trace_builder_discard(b);
+        return st;
+    }
     uint32_t *live_ids = malloc((b->num_live ? b->num_live : 1) * sizeof *live_ids);
     uint32_t *renumber = malloc((b->num_ids ? b->num_ids : 1) * sizeof *renumber);
     char *name = strdup(base_name(b->path));
-    if (!events || !live_ids || !renumber || !name) {
-        free(events);
+    if (!live_ids || !renumber || !name) {
         free(live_ids);
         free(renumber);
         free(name);
         trace_builder_discard(b);
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", b->path);
     }
+    trace_event *events = b->events;
+    b->events = NULL;
+    if (b->cap_events > total && total) { /* give back the doubling's slack */
+        trace_event *fit = realloc(events, total * sizeof *events);
+        if (fit)
+            events = fit;
+    }
+    if (b->num_live && b->num_events)
+        memmove(events + b->num_live, events, b->num_events * sizeof *events);
     if (b->num_live)
         memcpy(events, b->live, b->num_live * sizeof *events);
-    if (b->num_events)
-        memcpy(events + b->num_live, b->events, b->num_events * sizeof *events);
     memset(renumber, 0xff, (b->num_ids ? b->num_ids : 1) * sizeof *renumber);
     /* renumber[old id] = new id, in order of first appearance */
     uint32_t next = 0;

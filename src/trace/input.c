@@ -231,7 +231,9 @@ coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *le
             }
             unsigned char *grown = realloc(buf, cap * 2 + 1);
             if (!grown) {
-                st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
+                st =
+                    coop_set_error(COOP_ERR_HOST_NOMEM,
+                                   "%s: byte %zu: out of memory (reading the file whole)", path, n);
                 break;
             }
             buf = grown;

@@ -22,14 +22,14 @@ static uint64_t hash_name(const name_table *t, const char *s)
 
 static int grow_slots(name_table *t)
 {
-    uint32_t n = t->num_slots ? t->num_slots * 2 : 1024;
+    size_t n = t->num_slots ? t->num_slots * 2 : 1024;
     uint32_t *slots = calloc(n, sizeof *slots);
     if (!slots)
         return -1;
     if (!t->num_slots && !t->seed) /* tests may give a seed of their own */
         t->seed = trace_hash_seed(t);
     for (uint32_t id = 0; id < t->count; id++) {
-        uint32_t i = (uint32_t)hash_name(t, t->names[id]) & (n - 1);
+        size_t i = (size_t)hash_name(t, t->names[id]) & (n - 1);
         while (slots[i])
             i = (i + 1) & (n - 1);
         slots[i] = id + 1;
@@ -44,7 +44,7 @@ int name_table_find(const name_table *t, const char *name, uint32_t *id)
 {
     if (!t->num_slots)
         return -1;
-    uint32_t i = (uint32_t)hash_name(t, name) & (t->num_slots - 1);
+    size_t i = (size_t)hash_name(t, name) & (t->num_slots - 1);
     for (; t->slots[i]; i = (i + 1) & (t->num_slots - 1)) {
         if (!strcmp(t->names[t->slots[i] - 1], name)) {
             *id = t->slots[i] - 1;
@@ -58,10 +58,12 @@ int name_table_intern(name_table *t, const char *name, uint32_t *id)
 {
     if (!name_table_find(t, name, id))
         return 0;
+    if (t->count >= NAME_TABLE_MAX)
+        return NAME_TABLE_FULL;
     if ((uint64_t)(t->count + 1) * 2 > t->num_slots && grow_slots(t))
         return -1;
     if (t->count == t->names_cap) {
-        uint32_t cap = t->names_cap ? t->names_cap * 2 : 256;
+        size_t cap = t->names_cap ? t->names_cap * 2 : 256;
         char **names = realloc(t->names, cap * sizeof *names);
         if (!names)
             return -1;
@@ -71,7 +73,7 @@ int name_table_intern(name_table *t, const char *name, uint32_t *id)
     char *copy = strdup(name);
     if (!copy)
         return -1;
-    uint32_t i = (uint32_t)hash_name(t, name) & (t->num_slots - 1);
+    size_t i = (size_t)hash_name(t, name) & (t->num_slots - 1);
     while (t->slots[i])
         i = (i + 1) & (t->num_slots - 1);
     t->slots[i] = t->count + 1;

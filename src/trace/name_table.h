@@ -12,14 +12,20 @@
 typedef struct name_table {
     char **names; /* by id */
     uint32_t count;
-    uint32_t names_cap;
-    uint32_t *slots;    /* id + 1, 0 = empty */
-    uint32_t num_slots; /* power of two */
-    uint64_t seed;      /* the hash's key, drawn when slots are first made
-                         * (unless set before: tests) */
+    size_t names_cap;
+    uint32_t *slots;  /* id + 1, 0 = empty */
+    size_t num_slots; /* power of two; size_t: 2^30 names need 2^31 slots,
+                       * whose doubling wrapped a uint32_t to 0 */
+    uint64_t seed;    /* the hash's key, drawn when slots are first made
+                       * (unless set before: tests) */
 } name_table;
 
-/* Returns 0 and sets *id (new or existing); -1 when host memory runs out. */
+/* At most this many names (ids 0 .. NAME_TABLE_MAX - 1; slots hold id + 1). */
+#define NAME_TABLE_MAX (UINT32_MAX - 1)
+
+/* Returns 0 and sets *id (new or existing); -1 when host memory runs out;
+ * NAME_TABLE_FULL for a new name when NAME_TABLE_MAX names are held. */
+#define NAME_TABLE_FULL (-2)
 int name_table_intern(name_table *t, const char *name, uint32_t *id);
 
 /* Looks a name up without adding it: 0 and *id when found, -1 otherwise. */

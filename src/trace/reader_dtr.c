@@ -170,13 +170,16 @@ static int int_field(parser *p, json_t *obj, const char *key, int64_t *out)
     return -1;
 }
 
-static int intern(parser *p, name_table *t, const char *s, uint32_t *id)
+/* Interns s: a name's id, or "more than N distinct names" / out of memory. */
+static coop_status intern(parser *p, name_table *t, const char *s, uint32_t *id)
 {
-    if (name_table_intern(t, s, id)) {
-        snprintf(p->line_error, sizeof p->line_error, "out of host memory");
-        return -1;
+    int r = name_table_intern(t, s, id);
+    if (r == NAME_TABLE_FULL) {
+        snprintf(p->line_error, sizeof p->line_error, "more than %" PRIu32 " distinct names",
+                 (uint32_t)NAME_TABLE_MAX);
+        return fail(p, p->line_error);
     }
-    return 0;
+    return r ? fail_host(p) : COOP_OK;
 }
 
 /* Appends the names of a JSON array of strings to log->args. Invalid input
@@ -192,6 +195,8 @@ static coop_status name_list(parser *p, json_t *obj, const char *key, uint32_t *
     }
     dtr_log *log = p->log;
     size_t n = json_array_size(arr);
+    if (n > UINT32_MAX - log->num_args) /* instructions index args with 32 bits */
+        return fail(p, "more than 2^32 - 1 tensor arguments in the log");
     if (GROW_ARRAY(log->args, p->args_cap, log->num_args + n, LOG_ARRAY_FIRST))
         return fail_host(p);
     *first = (uint32_t)log->num_args;
@@ -202,8 +207,9 @@ static coop_status name_list(parser *p, json_t *obj, const char *key, uint32_t *
             snprintf(p->line_error, sizeof p->line_error, "%s[%zu] is not a string", key, i);
             return fail(p, p->line_error);
         }
-        if (intern(p, &p->names, json_string_value(v), &log->args[log->num_args++]))
-            return fail_host(p);
+        coop_status st = intern(p, &p->names, json_string_value(v), &log->args[log->num_args++]);
+        if (st != COOP_OK)
+            return st;
     }
     return COOP_OK;
 }
@@ -228,8 +234,9 @@ static coop_status attach_detail(parser *p, json_t *obj, const char *instr)
         return fail(p, p->line_error);
     int is_memory = !strcmp(instr, "MEMORY");
     uint32_t id;
-    if (intern(p, &p->names, name, &id))
-        return fail_host(p);
+    coop_status st = intern(p, &p->names, name, &id);
+    if (st != COOP_OK)
+        return st;
     char msg[256];
     if (p->pending_constant) {
         if (!is_memory)
@@ -292,14 +299,16 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
     coop_status st = name_list(p, obj, "ARGS", &in->first_arg, &in->num_args);
     if (st != COOP_OK)
         return st;
-    if (intern(p, &p->ops, op, &in->op))
-        return fail_host(p);
+    if ((st = intern(p, &p->ops, op, &in->op)) != COOP_OK)
+        return st;
     dtr_log *log = p->log;
     if (kind == DTR_MUTATE) {
         json_t *arr = json_object_get(obj, "MUTATE");
         if (!arr || !json_is_array(arr))
             return fail(p, "field MUTATE is missing or not an array");
         size_t n = json_array_size(arr);
+        if (n > UINT32_MAX - log->num_mutates)
+            return fail(p, "more than 2^32 - 1 MUTATE indices in the log");
         if (GROW_ARRAY(log->mutates, p->mutates_cap, log->num_mutates + n, LOG_ARRAY_FIRST))
             return fail_host(p);
         in->first_mutate = (uint32_t)log->num_mutates;
@@ -322,6 +331,8 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
         return fail(p, "CALL with an empty RESULT list");
     if (count_time(p, in->time_ns, n))
         return fail(p, p->line_error);
+    if (n > UINT32_MAX - log->num_results)
+        return fail(p, "more than 2^32 - 1 results in the log");
     if (GROW_ARRAY(log->results, p->results_cap, log->num_results + n, LOG_ARRAY_FIRST))
         return fail_host(p);
     in->first_result = (uint32_t)log->num_results;
@@ -382,9 +393,9 @@ static coop_status parse_line(parser *p, const char *text, size_t len)
         dtr_instr *in = name ? new_instr(p, is_constant ? DTR_CONSTANT : DTR_RELEASE) : NULL;
         if (!name)
             st = fail(p, p->line_error);
-        else if (!in || intern(p, &p->names, name, &in->name))
+        else if (!in)
             st = fail_host(p);
-        else if (is_constant)
+        else if ((st = intern(p, &p->names, name, &in->name)) == COOP_OK && is_constant)
             p->pending_constant = in;
     } else if (!strcmp(instr, "COPY") || !strcmp(instr, "COPY_FROM")) {
         const char *dst = string_field(p, obj, "DST");
@@ -392,8 +403,10 @@ static coop_status parse_line(parser *p, const char *text, size_t len)
         dtr_instr *in = src ? new_instr(p, instr[4] ? DTR_COPY_FROM : DTR_COPY) : NULL;
         if (!src)
             st = fail(p, p->line_error);
-        else if (!in || intern(p, &p->names, dst, &in->name) || intern(p, &p->names, src, &in->src))
+        else if (!in)
             st = fail_host(p);
+        else if ((st = intern(p, &p->names, dst, &in->name)) == COOP_OK)
+            st = intern(p, &p->names, src, &in->src);
     } else if (!strcmp(instr, "ANNOTATE")) {
         const char *a = string_field(p, obj, "ANNOTATION");
         dtr_instr *in = a ? new_instr(p, DTR_ANNOTATE) : NULL;

@@ -220,7 +220,10 @@ static coop_status read_row(csv_reader *r, char *line)
         r->rows = rows;
         r->cap_rows = cap;
     }
-    if (name_table_intern(&r->names, id, &dense) != 0)
+    int interned = name_table_intern(&r->names, id, &dense);
+    if (interned == NAME_TABLE_FULL)
+        return trace_input_error(&r->in, "more than %lu buffers", (unsigned long)NAME_TABLE_MAX);
+    if (interned != 0)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
     r->rows[r->num_rows++] = b; /* dense == the row's index: names are unique */
     return COOP_OK;
