@@ -670,10 +670,11 @@ typedef struct coop_remat_stats {
  * from other threads are fine; one thread may hand the context to
  * another between calls). Every call that takes the context or one of its
  * tensors claims it for the calling thread until it returns (an atomic
- * compare-and-swap, about 18 instructions a call): a call from a second
- * thread meanwhile is refused with COOP_ERR_BUSY, nothing read or changed,
- * and the message "FN: the context is in use by another thread (thread T1,
- * in FN1; this is thread T2): ..." (T1, T2 as pthread_self gives them; FN1
+ * compare-and-swap and a thread-local read, about 30 instructions a
+ * call): a call from a second thread meanwhile is refused with
+ * COOP_ERR_BUSY, nothing read or changed, and the message "FN: the
+ * context is in use by another thread (thread T1, in FN1; this is thread
+ * T2): ..." (T1, T2 as pthread_self gives them; FN1
  * the holder's call as it stood). The calls without a status answer as
  * for NULL and set that message: coop_remat_get_stats zeros, the tensor
  * queries 0, false or NULL, coop_remat_destroy does nothing. A callback
@@ -681,7 +682,9 @@ typedef struct coop_remat_stats {
  * (they get the callback refusal above, or answer). A context that
  * another thread was inside at a fork() stays that thread's in the child,
  * which has no such thread: its calls are refused there, as its records
- * are mid-call. */
+ * are mid-call, from every thread (threads are told apart by a token of
+ * their own, not by pthread_self, which a thread the child creates may
+ * share with the dead holder). */
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out);
 /* Frees every tensor's buffer and record. NULL is a no-op; from inside a
  * callback, or while another thread is inside one of the context's calls,

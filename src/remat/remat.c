@@ -29,27 +29,47 @@
  * thread finds itself: a call from inside a callback (enter() refuses it;
  * the queries and coop_remat_get_stats answer) or the context's own use of
  * a public call (create_outputs' release of its outputs); it does not
- * claim again, so only the outermost call clears the claim. */
-_Static_assert(sizeof(pthread_t) <= sizeof(uintptr_t), "pthread_t fits an integer");
+ * claim again, so only the outermost call clears the claim.
+ *
+ * A thread is told by a token of its own, not by pthread_self: glibc hands
+ * a dead thread's stack, and with it its pthread_t, to the next thread
+ * created, and in a child forked while another thread held a context that
+ * next thread would pass for the holder re-entering and walk records left
+ * mid-call. Tokens are drawn once a thread from a counter that only grows
+ * (a forked child goes on from the parent's count), so no two threads of a
+ * process, living or dead, share one. pthread_self is kept beside, for the
+ * message only. */
+static _Atomic uintptr_t next_token = 1;
+static _Thread_local uintptr_t my_token;
 
 static inline uintptr_t this_thread(void)
+{
+    if (__builtin_expect(!my_token, 0))
+        my_token = atomic_fetch_add_explicit(&next_token, 1, memory_order_relaxed);
+    return my_token;
+}
+
+_Static_assert(sizeof(pthread_t) <= sizeof(uintptr_t), "pthread_t fits an integer");
+
+static inline uintptr_t this_pthread(void)
 {
     return (uintptr_t)pthread_self();
 }
 
-/* fn's refusal: holder, in holder_fn, has the context. Formatted only on
- * failure. The holder's call is read as it stands, and may have changed by
- * the time the message is read. */
+/* fn's refusal: another thread, in holder_fn, has the context. Formatted
+ * only on failure. The holder's call and pthread_self are read as they
+ * stand, and may have changed by the time the message is read. */
 static __attribute__((cold, noinline)) coop_status claimed_error(const coop_remat *r,
-                                                                 const char *fn, uintptr_t holder)
+                                                                 const char *fn)
 {
     const char *in = atomic_load_explicit(&r->holder_fn, memory_order_relaxed);
+    uintptr_t holder = atomic_load_explicit(&r->holder_self, memory_order_relaxed);
     return coop_set_error(COOP_ERR_BUSY,
                           "%s: the context is in use by another thread (thread %#lx, in %s; "
                           "this is thread %#lx): a coop_remat context is one thread's at a "
                           "time; nothing was done",
                           fn, (unsigned long)holder, in ? in : "one of its calls",
-                          (unsigned long)this_thread());
+                          (unsigned long)this_pthread());
 }
 
 /* Claims r for this thread at the entry of fn: COOP_OK, *taken true when
@@ -66,12 +86,13 @@ static inline coop_status claim(coop_remat *r, const char *fn, bool *taken)
                              &r->holder, &held, me, memory_order_acquire, memory_order_relaxed),
                          1)) {
         atomic_store_explicit(&r->holder_fn, fn, memory_order_relaxed);
+        atomic_store_explicit(&r->holder_self, this_pthread(), memory_order_relaxed);
         *taken = true;
         return COOP_OK;
     }
     if (held == me)
         return COOP_OK;
-    return claimed_error(r, fn, held);
+    return claimed_error(r, fn);
 }
 
 static inline void unclaim(coop_remat *r, bool taken)
@@ -174,6 +195,7 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat_create: out of host memory");
     atomic_init(&r->holder, 0);
     atomic_init(&r->holder_fn, NULL);
+    atomic_init(&r->holder_self, 0);
     r->pool = pool;
     r->cfg = *config;
     if (r->cfg.cheap_threshold == 0)

@@ -88,12 +88,14 @@ typedef struct remat_frame {
 
 struct coop_remat {
     /* One thread at a time (remat.c, "One thread at a time"): the thread
-     * inside one of the context's public calls (pthread_self as an
-     * integer; 0: none), claimed by compare-and-swap at the call's entry
-     * and cleared at its return, and that call's name, for the message a
-     * second thread gets. Every other field is the holder's alone. */
+     * inside one of the context's public calls (its token; 0: none),
+     * claimed by compare-and-swap at the call's entry and cleared at its
+     * return, and, for the message a second thread gets, that call's name
+     * and the holder's pthread_self. Every other field is the holder's
+     * alone. */
     _Atomic uintptr_t holder;
     _Atomic(const char *) holder_fn;
+    _Atomic uintptr_t holder_self;
     coop_pool *pool;
     coop_remat_config cfg;
     uint64_t clock;
