@@ -17,9 +17,14 @@
  *   the visitor goes on and coop_walk returns and unlocks as usual; the
  *   child's copy is consistent (a walk changes nothing). Not solved: such
  *   a fork while another thread, inside the PyTorch ABI (its state or a
- *   device's order lock held), waits for the walked pool's lock, and two
- *   threads forking at once from visitors of two walks: each waits for
- *   what the other holds, forever. On the host backend the
+ *   device's order lock held), waits for the walked pool's lock, and a
+ *   fork from another thread (from a visitor of another walk or not) that
+ *   began while the walk held the pool: that fork waits for the walk, and
+ *   glibc runs the atfork handlers of one fork at a time, so the visitor's
+ *   fork waits for it, forever. A visitor must return: a longjmp,
+ *   pthread_exit or cancellation out of it leaves the pool locked for
+ *   good and this thread's record of its walks pointing into a stack frame
+ *   that is gone (its next fork reads it). On the host backend the
  *   child may use its copy (the parent's pool is not affected).
  * - A CUDA pool in a forked child: its memory and streams belong to the
  *   parent's CUDA context, which does not survive fork, so the child's copy
@@ -399,9 +404,11 @@ typedef int (*coop_segment_visitor)(const coop_segment_info *segment, void *ctx)
 typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
 /* Visits every segment and block under the pool's lock: visitors must not
- * call back into the pool. A visitor may fork() (see "Process lifecycle"
- * at the top): the child goes on with the walk, and its copy of the pool
- * is unlocked when its coop_walk returns. */
+ * call back into the pool (nor destroy it), and must return (no longjmp,
+ * pthread_exit or cancellation out of one). A visitor may fork() (see
+ * "Process lifecycle" at the top, and the cases there that deadlock): the
+ * child goes on with the walk, and its copy of the pool is unlocked when
+ * its coop_walk returns. A visitor may walk another pool. */
 coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_block_visitor on_block,
                       void *ctx);
 
