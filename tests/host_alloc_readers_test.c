@@ -194,6 +194,160 @@ static void long_trace_is_held_once(void **state)
     unlink(path);
 }
 
+/* A PyTorch snapshot's reader (tests/README.md, "Scaling with trace size"):
+ * every entry carries its stack frames, which the reader never reads. The
+ * parse used to keep them all, in a tree of 48-byte nodes: about 3,200 heap
+ * bytes an event for this file's 16 frames an entry (1,100 of RSS for
+ * scripts/long_trace.py's). Pruned as they are parsed, what is left is the
+ * file itself (about 310 bytes an event here), each entry's dict and its
+ * ints (about 420) and the events (48). */
+enum { SNAP_ALLOCS = 20000, SNAP_FRAMES = 16 };
+
+/* Strings are memoized on first use and fetched (LONG_BINGET) after, as
+ * PyTorch's pickles repeat keys, file and function names. */
+enum {
+    S_SEGMENTS,
+    S_TRACES,
+    S_ACTION,
+    S_ADDR,
+    S_SIZE,
+    S_STREAM,
+    S_TIME,
+    S_FRAMES,
+    S_FILE,
+    S_LINE,
+    S_NAME,
+    S_ALLOC,
+    S_REQUESTED,
+    S_COMPLETED,
+    S_MODEL_PY,
+    S_FORWARD,
+    NUM_STRS
+};
+static const char *const snapshot_strs[NUM_STRS] = {
+    "segments",       "device_traces",  "action",   "addr",   "size", "stream",
+    "time_us",        "frames",         "filename", "line",   "name", "alloc",
+    "free_requested", "free_completed", "model.py", "forward"};
+
+typedef struct pickle_out {
+    FILE *f;
+    unsigned memo[NUM_STRS]; /* memo index + 1 of each string, 0 before its first use */
+    unsigned memo_len;
+} pickle_out;
+
+static void put_byte(pickle_out *p, unsigned c)
+{
+    assert_true(fputc((int)c, p->f) != EOF);
+}
+
+static void put_uint(pickle_out *p, uint64_t x, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        put_byte(p, (unsigned)(x >> (8 * i)) & 0xff);
+}
+
+static void put_ops(pickle_out *p, const char *ops)
+{
+    assert_true(fputs(ops, p->f) != EOF);
+}
+
+static void put_str(pickle_out *p, int s)
+{
+    if (p->memo[s]) {
+        put_byte(p, 'h'); /* BINGET */
+        put_byte(p, p->memo[s] - 1);
+        return;
+    }
+    put_byte(p, 0x8c); /* SHORT_BINUNICODE */
+    put_byte(p, (unsigned)strlen(snapshot_strs[s]));
+    put_ops(p, snapshot_strs[s]);
+    put_byte(p, 'q'); /* BINPUT */
+    put_byte(p, p->memo_len);
+    p->memo[s] = ++p->memo_len;
+}
+
+static void put_long(pickle_out *p, uint64_t x)
+{
+    put_byte(p, 0x8a); /* LONG1, 8 bytes */
+    put_byte(p, 8);
+    put_uint(p, x, 8);
+}
+
+static void snapshot_is_read_without_its_frames(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/coop-long-snapshot-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    pickle_out p = {.f = fdopen(fd, "w")};
+    assert_non_null(p.f);
+    put_ops(&p, "\x80\x04}(");
+    put_str(&p, S_SEGMENTS);
+    put_ops(&p, "]");
+    put_str(&p, S_TRACES);
+    put_ops(&p, "](]("); /* device 0's list, its entries in batches of 1000 */
+    size_t entries = 0;
+    for (uint64_t a = 0; a < SNAP_ALLOCS; a++) {
+        for (int k = 0; k < 3; k++) { /* alloc, free_requested, free_completed */
+            put_ops(&p, "}(");
+            put_str(&p, S_ACTION);
+            put_str(&p, S_ALLOC + k);
+            put_str(&p, S_ADDR);
+            put_long(&p, 0x7f0000000000ull + (a % 64) * 0x100000);
+            put_str(&p, S_SIZE);
+            put_long(&p, 512 + (a % 7) * 4096);
+            put_str(&p, S_STREAM);
+            put_ops(&p, "K");
+            put_byte(&p, 0);
+            put_str(&p, S_TIME);
+            put_long(&p, 1000000 + 3 * a + (uint64_t)k);
+            put_str(&p, S_FRAMES);
+            put_ops(&p, "](");
+            for (int f = 0; f < SNAP_FRAMES; f++) {
+                put_ops(&p, "}(");
+                put_str(&p, S_FILE);
+                put_str(&p, S_MODEL_PY);
+                put_str(&p, S_LINE);
+                put_byte(&p, 'M');
+                put_uint(&p, 100 + (unsigned)f, 2);
+                put_str(&p, S_NAME);
+                put_str(&p, S_FORWARD);
+                put_ops(&p, "u");
+            }
+            put_ops(&p, "eu"); /* the frames; the entry */
+            if (++entries % 1000 == 0)
+                put_ops(&p, "e(");
+        }
+    }
+    put_ops(&p, "eeu."); /* the batch, device 0, device_traces; the root */
+    long file_bytes = ftell(p.f);
+    assert_int_equal(fclose(p.f), 0);
+
+    trace t;
+    long long before = host_fault_bytes();
+    host_fault_peak_reset();
+    assert_int_equal(trace_read_pickle(path, &t), COOP_OK);
+    long long peak = host_fault_peak_bytes() - before;
+    /* every entry an event: each block is freed before its address (one of
+     * 64) is allocated again */
+    assert_int_equal(t.num_events, entries);
+    trace_free(&t);
+    unlink(path);
+    print_message("snapshot reader, %zu events with %d frames each (%.1f bytes of pickle an "
+                  "event): peak %lld bytes (%.1f an event)\n",
+                  entries, SNAP_FRAMES, (double)file_bytes / (double)entries, peak,
+                  (double)peak / (double)entries);
+    /* the file is read whole into a buffer that doubles (at most twice its
+     * size); besides it, each entry's dict, item array and ints (about 450
+     * bytes), the events (48 and the doubling's slack) and the ids: about
+     * 700 an event, against 2,700 with the frames kept */
+    long long beside_file = peak - 2 * (long long)file_bytes;
+    if (beside_file > (long long)(1000 * entries))
+        fail_msg("reading %zu snapshot events peaked at %lld bytes besides twice the file, %.1f "
+                 "an event (at most 1000: are the frames kept?)",
+                 entries, beside_file, (double)beside_file / (double)entries);
+}
+
 int main(void)
 {
     host_fault_install();
@@ -201,6 +355,7 @@ int main(void)
         cmocka_unit_test(readers),
         cmocka_unit_test(gzip_text),
         cmocka_unit_test(long_trace_is_held_once),
+        cmocka_unit_test(snapshot_is_read_without_its_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

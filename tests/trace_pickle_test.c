@@ -1205,6 +1205,191 @@ static void test_mutations(void **state)
     printf("trace_pickle_test: %d of 3000 mutants still valid snapshots\n", accepted);
 }
 
+/* ------------------------------------------------------------------------
+ * Pruning (pkl_parse_pruned): what the snapshot reader never reads
+ * ---------------------------------------------------------------------- */
+
+static const char *const read_keys[] = {"device_traces", "action", "addr", "size", NULL};
+
+/* Two entries with frames: the first's frames list (memo 4) holds two frame
+ * dicts, the second of which (memo 6) the second entry's frames fetch again;
+ * device_traces[1] is a BINGET of the first frames list when fetch_list. */
+static void framed_snapshot(pk *p, int fetch_list)
+{
+    begin_snapshot(p); /* memo 0 */
+    str(p, "device_traces");
+    begin_list(p); /* memo 1 */
+    begin_list(p); /* memo 2 */
+    begin_dict(p); /* memo 3 */
+    key_str(p, "action", "alloc");
+    key_int(p, "addr", 4096);
+    key_int(p, "size", 512);
+    str(p, "frames");
+    begin_list(p); /* memo 4 */
+    begin_dict(p); /* memo 5 */
+    key_str(p, "filename", "a.py");
+    key_int(p, "line", 1);
+    end_dict(p);
+    begin_dict(p); /* memo 6 */
+    key_str(p, "filename", "b.py");
+    key_int(p, "line", 2);
+    end_dict(p);
+    end_list(p);
+    end_dict(p);
+    begin_dict(p); /* memo 7 */
+    key_str(p, "action", "free_completed");
+    key_int(p, "addr", 4096);
+    key_int(p, "size", 512);
+    str(p, "frames");
+    op(p, ']');
+    op(p, 'h'); /* the first entry's second frame */
+    op(p, 6);
+    op(p, 'a');
+    end_dict(p);
+    end_list(p);
+    if (fetch_list) {
+        op(p, 'h');
+        op(p, 4);
+    }
+    end_list(p);
+    end_dict(p);
+    op(p, '.');
+}
+
+/* Whether b (pkl_parse_pruned) agrees with a (pkl_parse of the same bytes) on
+ * every node it keeps whole, and on the kind and offset of those it pruned;
+ * *pruned counts the latter. Walks both in lockstep, at most 100,000 pairs
+ * (a memo can make a list contain itself). */
+static int same_but_pruned(const pkl_value *a, const pkl_value *b, int *pruned)
+{
+    enum { MAX_PENDING = 4096 };
+    static const pkl_value *pending[2 * MAX_PENDING];
+    size_t n = 0, visits = 0;
+    pending[n++] = a;
+    pending[n++] = b;
+    *pruned = 0;
+    while (n && visits++ < 100000) {
+        b = pending[--n];
+        a = pending[--n];
+        if (a->kind != b->kind || a->offset != b->offset || a->big != b->big ||
+            a->shared != b->shared || a->pruned)
+            return 0;
+        switch (a->kind) {
+        case PKL_NONE:
+            break;
+        case PKL_BOOL:
+        case PKL_INT:
+        case PKL_FLOAT:
+            if (memcmp(&a->v.u, &b->v.u, sizeof a->v.u))
+                return 0;
+            break;
+        case PKL_STR:
+        case PKL_BYTES:
+            if (a->v.str.ptr != b->v.str.ptr || a->v.str.len != b->v.str.len)
+                return 0;
+            break;
+        default:
+            if (b->pruned) {
+                (*pruned)++;
+                break;
+            }
+            if (a->v.seq.len != b->v.seq.len)
+                return 0;
+            for (size_t i = 0; i < a->v.seq.len && n + 2 <= 2 * MAX_PENDING; i++) {
+                pending[n++] = a->v.seq.items[i];
+                pending[n++] = b->v.seq.items[i];
+            }
+        }
+    }
+    return 1;
+}
+
+/* Parses bytes whole and pruned: the same status and message, and trees that
+ * agree but for what was pruned (how many: *pruned, -1 on failure). */
+static void parse_both(const unsigned char *b, size_t len, int *pruned)
+{
+    pkl_arena whole = {0}, part = {0};
+    const pkl_value *a_root, *b_root;
+    char message[512];
+    coop_status a_st = pkl_parse("p", b, len, &whole, &a_root);
+    snprintf(message, sizeof message, "%s", a_st == COOP_OK ? "" : coop_last_error());
+    coop_status b_st = pkl_parse_pruned("p", b, len, read_keys, &part, &b_root);
+    *pruned = -1;
+    if (a_st != b_st || (b_st != COOP_OK && strcmp(message, coop_last_error())))
+        fail_msg("whole: %d '%s'; pruned: %d '%s'", (int)a_st, message, (int)b_st,
+                 b_st == COOP_OK ? "" : coop_last_error());
+    if (a_st == COOP_OK && !same_but_pruned(a_root, b_root, pruned))
+        fail_msg("the pruned tree differs from the whole one in what it keeps");
+    pkl_arena_free(&whole);
+    pkl_arena_free(&part);
+}
+
+/* The values under a key the consumer does not read go, but not those a
+ * BINGET fetches: the shared frame dict stays whole inside a pruned list, and
+ * a frames list fetched as device_traces[1] is not pruned at all. */
+static void test_pruning_keeps_what_the_memo_fetches(void **state)
+{
+    (void)state;
+    pk p;
+    int pruned;
+    for (int fetch_list = 0; fetch_list < 2; fetch_list++) {
+        framed_snapshot(&p, fetch_list);
+        parse_both(p.b, p.n, &pruned);
+        /* both entries' frames, or only the second's */
+        assert_int_equal(pruned, fetch_list ? 1 : 2);
+        pkl_arena arena = {0};
+        const pkl_value *root;
+        assert_int_equal(pkl_parse_pruned("p", p.b, p.n, read_keys, &arena, &root), COOP_OK);
+        const pkl_value *traces = pkl_dict_get(root, "device_traces");
+        const pkl_value *entry0 = traces->v.seq.items[0]->v.seq.items[0];
+        const pkl_value *frames = pkl_dict_get(entry0, "frames");
+        assert_true(frames->kind == PKL_LIST);
+        if (fetch_list) {
+            assert_true(!frames->pruned && frames->v.seq.len == 2);
+            assert_ptr_equal(traces->v.seq.items[1], frames);
+            assert_true(pkl_str_eq(pkl_dict_get(frames->v.seq.items[1], "filename"), "b.py"));
+        } else {
+            assert_true(frames->pruned && frames->v.seq.len == 0);
+        }
+        pkl_arena_free(&arena);
+    }
+    /* the reader reads the same events either way (device 0: with
+     * fetch_list, device 1 is the frames list, but 0 comes first) */
+    for (int fetch_list = 0; fetch_list < 2; fetch_list++) {
+        framed_snapshot(&p, fetch_list);
+        trace t;
+        assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+        assert_int_equal(t.num_events, 2);
+        trace_free(&t);
+    }
+}
+
+/* Random byte mutations of a snapshot with frames, parsed whole and pruned:
+ * the same errors, and the same values wherever the pruned parse kept them
+ * (seed printed; COOP_TEST_SEED replays one). */
+static void test_pruning_mutations(void **state)
+{
+    (void)state;
+    uint64_t rng = test_seed("trace_pickle_test", 20261128);
+    pk ref, p;
+    framed_snapshot(&ref, 1);
+    int ok = 0, pruned_some = 0;
+    for (int round = 0; round < 5000; round++) {
+        p = ref;
+        int changes = 1 + (int)(test_splitmix64(&rng) % 3);
+        for (int c = 0; c < changes; c++) {
+            size_t at = 2 + test_splitmix64(&rng) % (p.n - 2);
+            p.b[at] = (unsigned char)test_splitmix64(&rng);
+        }
+        int pruned;
+        parse_both(p.b, p.n, &pruned);
+        ok += pruned >= 0;
+        pruned_some += pruned > 0;
+    }
+    printf("trace_pickle_test: %d of 5000 mutants parsed, %d of them pruned\n", ok, pruned_some);
+    assert_true(pruned_some > 0);
+}
+
 int main(void)
 {
     test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
@@ -1233,6 +1418,8 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_pruning_keeps_what_the_memo_fetches),
+        cmocka_unit_test(test_pruning_mutations),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

@@ -46,8 +46,33 @@ void pkl_arena_free(pkl_arena *arena)
         free(c);
         c = next;
     }
-    arena->chunks = NULL;
-    arena->bytes = 0;
+    *arena = (pkl_arena){0};
+}
+
+/* Pruning (pkl_parse_pruned) gives nodes and item arrays back to the arena's
+ * free lists, each block's first bytes holding the next. Item capacities are
+ * 4 << k items (seq_extend doubles from 4), so arrays of one capacity share
+ * list k. */
+static void arena_give_back(void **list, void *block)
+{
+    memcpy(block, list, sizeof *list);
+    *list = block;
+}
+
+static void *arena_reuse(void **list)
+{
+    void *block = *list;
+    if (block)
+        memcpy(list, block, sizeof *list);
+    return block;
+}
+
+static size_t array_class(size_t cap)
+{
+    size_t k = 0;
+    while (((size_t)4 << k) < cap)
+        k++;
+    return k;
 }
 
 /* ------------------------------------------------------------------------
@@ -211,6 +236,13 @@ typedef struct machine {
     size_t memo_len, memo_cap; /* memo_len: next MEMOIZE index */
     size_t ops;                /* opcodes executed: bounds memo indices */
     size_t memory_limit;       /* bytes: see PKL_MEMORY_PER_BYTE */
+    /* pkl_parse_pruned only (read_keys NULL otherwise): */
+    const char *const *read_keys;
+    size_t *read_key_lens;  /* strlen of each */
+    unsigned char *fetched; /* bit i: some BINGET of the file fetches memo entry i */
+    size_t fetched_cap;     /* bytes */
+    pkl_value **work;       /* the nodes prune() has still to walk */
+    size_t work_cap;
 } machine;
 
 static coop_status fail(const machine *m, const char *what)
@@ -229,8 +261,9 @@ static coop_status out_of_memory(const machine *m)
  * otherwise take about 56 bytes per input byte (2.8 GB from a 48 KB .gz). */
 static coop_status check_memory(const machine *m)
 {
-    size_t used = m->arena->bytes + (m->stack_cap + m->memo_cap) * sizeof(pkl_value *) +
-                  m->marks_cap * sizeof(size_t);
+    size_t used = m->arena->bytes +
+                  (m->stack_cap + m->memo_cap + m->work_cap) * sizeof(pkl_value *) +
+                  m->marks_cap * sizeof(size_t) + m->fetched_cap;
     if (used <= m->memory_limit)
         return COOP_OK;
     return coop_set_error(COOP_ERR_INVALID,
@@ -268,7 +301,9 @@ static uint64_t little_endian(const unsigned char *p, size_t n)
 
 static pkl_value *new_value(machine *m, pkl_kind kind)
 {
-    pkl_value *v = arena_alloc(m->arena, sizeof *v);
+    pkl_value *v = arena_reuse(&m->arena->free_nodes);
+    if (!v)
+        v = arena_alloc(m->arena, sizeof *v);
     if (v) {
         memset(v, 0, sizeof *v);
         v->kind = (uint8_t)kind;
@@ -293,6 +328,13 @@ static pkl_value *top(const machine *m)
     return m->depth > floor ? m->stack[m->depth - 1] : NULL;
 }
 
+static void give_back_array(machine *m, pkl_value **items, size_t cap)
+{
+    size_t k = array_class(cap);
+    if (k < PKL_ARRAY_CLASSES)
+        arena_give_back(&m->arena->free_arrays[k], items);
+}
+
 /* Appends items to a list, tuple or dict's item array (arena-allocated,
  * doubling: total waste stays below the final size). */
 static coop_status seq_extend(machine *m, pkl_value *seq, pkl_value *const *items, size_t n)
@@ -302,11 +344,18 @@ static coop_status seq_extend(machine *m, pkl_value *seq, pkl_value *const *item
         size_t cap = seq->v.seq.cap ? seq->v.seq.cap : 4;
         while (cap < need)
             cap *= 2;
-        pkl_value **grown = arena_alloc(m->arena, cap * sizeof *grown);
+        size_t k = array_class(cap);
+        pkl_value **grown = NULL;
+        if (m->read_keys && k < PKL_ARRAY_CLASSES)
+            grown = arena_reuse(&m->arena->free_arrays[k]);
+        if (!grown)
+            grown = arena_alloc(m->arena, cap * sizeof *grown);
         if (!grown)
             return out_of_memory(m);
         if (seq->v.seq.len)
             memcpy(grown, seq->v.seq.items, seq->v.seq.len * sizeof *grown);
+        if (m->read_keys && seq->v.seq.cap)
+            give_back_array(m, seq->v.seq.items, seq->v.seq.cap);
         seq->v.seq.items = grown;
         seq->v.seq.cap = cap;
         coop_status st = check_memory(m);
@@ -332,9 +381,60 @@ static coop_status pop_mark(machine *m, pkl_value ***items, size_t *n)
     return COOP_OK;
 }
 
+static int is_container(const pkl_value *v)
+{
+    return v->kind == PKL_LIST || v->kind == PKL_TUPLE || v->kind == PKL_DICT;
+}
+
 static int hashable(const pkl_value *v)
 {
     return v->kind != PKL_LIST && v->kind != PKL_DICT;
+}
+
+/* Whether the consumer of pkl_parse_pruned reads dict values under key. */
+static int key_is_read(const machine *m, const pkl_value *key)
+{
+    if (key->kind != PKL_STR)
+        return 1; /* pkl_dict_get finds str keys only; other keys' values stay whole */
+    for (size_t i = 0; m->read_keys[i]; i++)
+        if (key->v.str.len == m->read_key_lens[i] &&
+            memcmp(key->v.str.ptr, m->read_keys[i], key->v.str.len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Drops the items of v, a list, tuple or dict no BINGET can fetch, just set
+ * under a key the consumer never reads, and gives back every node below it
+ * that no BINGET can fetch either. Such a node was pushed once, when made,
+ * and taken off the stack into one container: it has one parent and is on no
+ * stack, so freeing it leaves nothing pointing at it but the memo entries
+ * no BINGET reads (memo_get refuses those). Iterative: a chain of nested
+ * lists one opcode each must not exhaust the C stack. */
+static coop_status prune(machine *m, pkl_value *v)
+{
+    size_t pending = 0;
+    pkl_value *cur = v;
+    for (;;) {
+        if (is_container(cur) && cur->v.seq.cap) {
+            for (size_t i = 0; i < cur->v.seq.len; i++) {
+                pkl_value *item = cur->v.seq.items[i];
+                if (item->pinned)
+                    continue;
+                if (GROW_ARRAY(m->work, m->work_cap, pending + 1, MACHINE_ARRAY_FIRST))
+                    return out_of_memory(m);
+                m->work[pending++] = item;
+            }
+            give_back_array(m, cur->v.seq.items, cur->v.seq.cap);
+        }
+        if (cur != v)
+            arena_give_back(&m->arena->free_nodes, cur);
+        if (!pending)
+            break;
+        cur = m->work[--pending];
+    }
+    memset(&v->v.seq, 0, sizeof v->v.seq);
+    v->pruned = 1;
+    return check_memory(m);
 }
 
 static coop_status set_items(machine *m, pkl_value *dict, pkl_value *const *kv, size_t n)
@@ -345,7 +445,11 @@ static coop_status set_items(machine *m, pkl_value *dict, pkl_value *const *kv, 
         if (!hashable(kv[i]))
             return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s: unhashable %s as a dict key",
                                   m->path, m->op_at, opcode_names[m->op], pkl_type_name(kv[i]));
-    return seq_extend(m, dict, kv, n);
+    coop_status st = seq_extend(m, dict, kv, n);
+    for (size_t i = 1; st == COOP_OK && m->read_keys && i < n; i += 2)
+        if (is_container(kv[i]) && !kv[i]->pinned && !kv[i]->pruned && !key_is_read(m, kv[i - 1]))
+            st = prune(m, kv[i]);
+    return st;
 }
 
 static coop_status make_seq(machine *m, pkl_kind kind, pkl_value *const *items, size_t n)
@@ -421,6 +525,13 @@ static coop_status push_long1(machine *m)
     return push(m, v);
 }
 
+/* Whether memo entry index is fetched by some BINGET (pkl_parse_pruned: see
+ * scan_fetches; pkl_parse prunes nothing and needs no answer). */
+static int fetched(const machine *m, uint64_t index)
+{
+    return m->read_keys && index / 8 < m->fetched_cap && (m->fetched[index / 8] >> (index % 8) & 1);
+}
+
 static coop_status memo_put(machine *m, uint64_t index)
 {
     pkl_value *v = top(m);
@@ -436,6 +547,8 @@ static coop_status memo_put(machine *m, uint64_t index)
     while (m->memo_len <= index)
         m->memo[m->memo_len++] = NULL;
     m->memo[index] = v;
+    if (fetched(m, index))
+        v->pinned = 1;
     return check_memory(m);
 }
 
@@ -443,6 +556,13 @@ static coop_status memo_get(machine *m, uint64_t index)
 {
     if (index >= m->memo_len || !m->memo[index])
         return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s of memo entry %llu, never set",
+                              m->path, m->op_at, opcode_names[m->op], (unsigned long long)index);
+    /* Only pinned values are sure to be whole: a fetch the scan missed
+     * (which it cannot) must not read a pruned one. */
+    if (m->read_keys && !fetched(m, index))
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: byte %zu: %s of memo entry %llu, which the scan before parsing "
+                              "did not see (a bug in coop)",
                               m->path, m->op_at, opcode_names[m->op], (unsigned long long)index);
     m->memo[index]->shared = 1;
     return push(m, m->memo[index]);
@@ -610,11 +730,101 @@ static coop_status step(machine *m, int *done)
     }
 }
 
+/* The argument of each opcode step() executes, for scan_fetches: ARG_FIXED
+ * plus its bytes, or ARG_PREFIXED plus the bytes of the little-endian length
+ * that precedes its data (ARG_GET: the argument is a memo index to fetch); 0
+ * for STOP and for an opcode step() refuses: the scan ends there. */
+enum { ARG_FIXED = 0x10, ARG_PREFIXED = 0x20, ARG_GET = 0x40 };
+static const unsigned char argument_of[256] = {
+    [OP_MARK] = ARG_FIXED,
+    [OP_NONE] = ARG_FIXED,
+    [OP_APPEND] = ARG_FIXED,
+    [OP_DICT] = ARG_FIXED,
+    [OP_EMPTY_DICT] = ARG_FIXED,
+    [OP_APPENDS] = ARG_FIXED,
+    [OP_LIST] = ARG_FIXED,
+    [OP_EMPTY_LIST] = ARG_FIXED,
+    [OP_SETITEM] = ARG_FIXED,
+    [OP_TUPLE] = ARG_FIXED,
+    [OP_EMPTY_TUPLE] = ARG_FIXED,
+    [OP_SETITEMS] = ARG_FIXED,
+    [OP_TUPLE1] = ARG_FIXED,
+    [OP_TUPLE2] = ARG_FIXED,
+    [OP_TUPLE3] = ARG_FIXED,
+    [OP_NEWTRUE] = ARG_FIXED,
+    [OP_NEWFALSE] = ARG_FIXED,
+    [OP_MEMOIZE] = ARG_FIXED,
+    [OP_PROTO] = ARG_FIXED + 1,
+    [OP_BININT1] = ARG_FIXED + 1,
+    [OP_BINPUT] = ARG_FIXED + 1,
+    [OP_BINGET] = ARG_GET + ARG_FIXED + 1,
+    [OP_BININT2] = ARG_FIXED + 2,
+    [OP_BININT] = ARG_FIXED + 4,
+    [OP_LONG_BINPUT] = ARG_FIXED + 4,
+    [OP_LONG_BINGET] = ARG_GET + ARG_FIXED + 4,
+    [OP_FRAME] = ARG_FIXED + 8,
+    [OP_BINFLOAT] = ARG_FIXED + 8,
+    [OP_LONG1] = ARG_PREFIXED + 1,
+    [OP_SHORT_BINUNICODE] = ARG_PREFIXED + 1,
+    [OP_SHORT_BINBYTES] = ARG_PREFIXED + 1,
+    [OP_BINUNICODE] = ARG_PREFIXED + 4,
+    [OP_BINBYTES] = ARG_PREFIXED + 4,
+    [OP_BINUNICODE8] = ARG_PREFIXED + 8,
+};
+
+/* The memo entries the file's BINGETs fetch (m->fetched), read opcode by
+ * opcode as step() will, up to STOP or to what step() will refuse (a
+ * truncated argument, an opcode it does not run): the parse fails there, so
+ * nothing after it matters. A fetch of an entry past the opcodes read so far
+ * fails in memo_get too (the memo is no longer than that), which bounds the
+ * bitmap to an eighth of a byte per opcode. */
+static coop_status scan_fetches(machine *m)
+{
+    const unsigned char *data = m->data; /* locals: the bitmap's stores alias all */
+    size_t len = m->len, pos = 0, ops = 0;
+    while (pos < len) {
+        unsigned arg = argument_of[data[pos++]];
+        size_t n = arg & 0xf;
+        ops++;
+        if (!arg || len - pos < n)
+            break;
+        if (arg & ARG_PREFIXED) {
+            uint64_t more = little_endian(data + pos, n);
+            pos += n;
+            if (more > len - pos)
+                break;
+            n = (size_t)more;
+        }
+        if (arg & ARG_GET) {
+            uint64_t index = little_endian(data + pos, n);
+            if (index < ops) {
+                size_t byte = (size_t)(index / 8), had = m->fetched_cap;
+                if (byte >= had) {
+                    if (GROW_ARRAY(m->fetched, m->fetched_cap, byte + 1, 4096))
+                        return coop_set_error(COOP_ERR_HOST_NOMEM,
+                                              "%s: byte %zu: out of memory (scanning the memo)",
+                                              m->path, pos - 1);
+                    memset(m->fetched + had, 0, m->fetched_cap - had);
+                }
+                m->fetched[byte] |= (unsigned char)(1u << (index % 8));
+            }
+        }
+        pos += n;
+    }
+    return COOP_OK;
+}
+
 coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, pkl_arena *arena,
                       const pkl_value **root)
 {
+    return pkl_parse_pruned(path, data, len, NULL, arena, root);
+}
+
+coop_status pkl_parse_pruned(const char *path, const unsigned char *data, size_t len,
+                             const char *const *read_keys, pkl_arena *arena, const pkl_value **root)
+{
     *root = NULL;
-    machine m = {.path = path, .data = data, .len = len, .arena = arena};
+    machine m = {.path = path, .data = data, .len = len, .arena = arena, .read_keys = read_keys};
     m.memory_limit = len > (SIZE_MAX - PKL_MEMORY_BASE) / PKL_MEMORY_PER_BYTE
                          ? SIZE_MAX
                          : len * PKL_MEMORY_PER_BYTE + PKL_MEMORY_BASE;
@@ -623,6 +833,17 @@ coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, p
         st = coop_set_error(COOP_ERR_INVALID,
                             "%s: byte 0: not a pickle of protocol 2 or later (first byte %s)", path,
                             len ? "is not 0x80" : "missing: empty file");
+    if (st == COOP_OK && read_keys)
+        st = scan_fetches(&m);
+    if (st == COOP_OK && read_keys) {
+        size_t n = 0;
+        while (read_keys[n])
+            n++;
+        if (!(m.read_key_lens = malloc((n ? n : 1) * sizeof *m.read_key_lens)))
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: byte 0: out of memory", path);
+        for (size_t i = 0; st == COOP_OK && i < n; i++)
+            m.read_key_lens[i] = strlen(read_keys[i]);
+    }
     int done = 0;
     while (st == COOP_OK && !done) {
         if (m.pos >= m.len) {
@@ -643,6 +864,9 @@ coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, p
     free(m.stack);
     free(m.marks);
     free(m.memo);
+    free(m.fetched);
+    free(m.work);
+    free(m.read_key_lens);
     return st;
 }
 

@@ -6,7 +6,8 @@
  * STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, PERSID,
  * BINPERSID, EXT1/2/4) is refused, as is every opcode such files do not use.
  *
- * The result is a tree of pkl_value nodes held in one arena. Strings point
+ * The result is a tree of pkl_value nodes held in one arena (pkl_parse_pruned
+ * leaves out what its caller says it never reads). Strings point
  * into the input buffer (not NUL-terminated), so the buffer must outlive the
  * tree. Memory is linear in the input: each node comes from one opcode, memo
  * indices are bounded by the opcodes read so far, the whole is bounded at
@@ -41,6 +42,8 @@ struct pkl_value {
     uint8_t kind;   /* pkl_kind */
     uint8_t big;    /* PKL_INT: the value is v.u, at least 2^63 */
     uint8_t shared; /* pushed again from the memo (BINGET): one node, several places */
+    uint8_t pinned; /* pkl_parse_pruned: in a memo entry some BINGET of the file fetches */
+    uint8_t pruned; /* a list, tuple or dict whose items were dropped (pkl_parse_pruned) */
     size_t offset;  /* byte offset of the opcode that created the value */
     union {
         int64_t i;  /* PKL_INT (big == 0), PKL_BOOL (0 or 1) */
@@ -59,10 +62,15 @@ struct pkl_value {
 
 typedef struct pkl_chunk pkl_chunk;
 
+/* Free lists of item arrays, by capacity: 4 << k items for list k. */
+#define PKL_ARRAY_CLASSES 40
+
 /* Owns every node of one parse. */
 typedef struct pkl_arena {
     pkl_chunk *chunks;
-    size_t bytes; /* held in chunks, for the parse's memory bound */
+    size_t bytes;                         /* held in chunks, for the parse's memory bound */
+    void *free_nodes;                     /* nodes of pruned items, for reuse */
+    void *free_arrays[PKL_ARRAY_CLASSES]; /* item arrays pruned or outgrown, for reuse */
 } pkl_arena;
 
 /* The parse's memory bound: PKL_MEMORY_PER_BYTE bytes per input byte plus
@@ -79,6 +87,20 @@ typedef struct pkl_arena {
  * ignored, as Python's pickle.load does. */
 coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, pkl_arena *arena,
                       const pkl_value **root);
+
+/* pkl_parse for a consumer that reads dicts only through pkl_dict_get with
+ * the keys in read_keys (NULL-terminated), and from other values at most
+ * their kind: a list, tuple or dict set in a dict under any other str key is
+ * pruned (its items dropped, its node kept with its kind, offset and
+ * pruned = 1) once nothing else can reach it. "Nothing else" is exact, not a
+ * guess: the file is scanned first for the memo entries its BINGETs fetch,
+ * and a value (or any value inside it) put in one of those stays whole. So
+ * the result differs from pkl_parse's only in what the consumer never reads:
+ * a snapshot's per-entry stack frames, most of its memory. Memory freed so is
+ * reused by the parse and not counted again against its bound. */
+coop_status pkl_parse_pruned(const char *path, const unsigned char *data, size_t len,
+                             const char *const *read_keys, pkl_arena *arena,
+                             const pkl_value **root);
 
 /* Frees every node; the arena is empty (reusable) afterwards. */
 void pkl_arena_free(pkl_arena *arena);

@@ -66,6 +66,16 @@ static const struct {
     {TRACE_TORCH_GC_THRESHOLD, "garbage_collection_threshold", gc_threshold_default},
 };
 
+const char *const trace_torch_settings_keys[] = {
+    "allocator_settings",
+    "allocator",
+    "expandable_segments",
+    "max_split_size",
+    "roundup_power2_divisions",
+    "garbage_collection_threshold",
+    NULL,
+};
+
 void trace_torch_settings_read(const pkl_value *root, trace *t)
 {
     t->has_torch_settings = 0;

@@ -19,4 +19,8 @@
  * at most TORCH_SETTINGS_MAX_ITEMS items looked at in a container). */
 void trace_torch_settings_read(const pkl_value *root, trace *t);
 
+/* The dict keys trace_torch_settings_read looks up (NULL-terminated), for a
+ * parse that prunes the values of all others (pkl_parse_pruned). */
+extern const char *const trace_torch_settings_keys[];
+
 #endif
