@@ -7,6 +7,7 @@
 #include "test_seed.h"
 #include "trace_fixture.h"
 
+#include "fuzz/pickle_same.h"
 #include "trace/pickle.h"
 
 /* ------------------------------------------------------------------------
@@ -1256,54 +1257,6 @@ static void framed_snapshot(pk *p, int fetch_list)
     op(p, '.');
 }
 
-/* Whether b (pkl_parse_pruned) agrees with a (pkl_parse of the same bytes) on
- * every node it keeps whole, and on the kind and offset of those it pruned;
- * *pruned counts the latter. Walks both in lockstep, at most 100,000 pairs
- * (a memo can make a list contain itself). */
-static int same_but_pruned(const pkl_value *a, const pkl_value *b, int *pruned)
-{
-    enum { MAX_PENDING = 4096 };
-    static const pkl_value *pending[2 * MAX_PENDING];
-    size_t n = 0, visits = 0;
-    pending[n++] = a;
-    pending[n++] = b;
-    *pruned = 0;
-    while (n && visits++ < 100000) {
-        b = pending[--n];
-        a = pending[--n];
-        if (a->kind != b->kind || a->offset != b->offset || a->big != b->big ||
-            a->shared != b->shared || a->pruned)
-            return 0;
-        switch (a->kind) {
-        case PKL_NONE:
-            break;
-        case PKL_BOOL:
-        case PKL_INT:
-        case PKL_FLOAT:
-            if (memcmp(&a->v.u, &b->v.u, sizeof a->v.u))
-                return 0;
-            break;
-        case PKL_STR:
-        case PKL_BYTES:
-            if (a->v.str.ptr != b->v.str.ptr || a->v.str.len != b->v.str.len)
-                return 0;
-            break;
-        default:
-            if (b->pruned) {
-                (*pruned)++;
-                break;
-            }
-            if (a->v.seq.len != b->v.seq.len)
-                return 0;
-            for (size_t i = 0; i < a->v.seq.len && n + 2 <= 2 * MAX_PENDING; i++) {
-                pending[n++] = a->v.seq.items[i];
-                pending[n++] = b->v.seq.items[i];
-            }
-        }
-    }
-    return 1;
-}
-
 /* Parses bytes whole and pruned: the same status and message, and trees that
  * agree but for what was pruned (how many: *pruned, -1 on failure). */
 static void parse_both(const unsigned char *b, size_t len, int *pruned)
@@ -1318,7 +1271,7 @@ static void parse_both(const unsigned char *b, size_t len, int *pruned)
     if (a_st != b_st || (b_st != COOP_OK && strcmp(message, coop_last_error())))
         fail_msg("whole: %d '%s'; pruned: %d '%s'", (int)a_st, message, (int)b_st,
                  b_st == COOP_OK ? "" : coop_last_error());
-    if (a_st == COOP_OK && !same_but_pruned(a_root, b_root, pruned))
+    if (a_st == COOP_OK && !pkl_same_but_pruned(a_root, b_root, pruned))
         fail_msg("the pruned tree differs from the whole one in what it keeps");
     pkl_arena_free(&whole);
     pkl_arena_free(&part);

@@ -14,7 +14,8 @@ coop_SOURCES += src/cli/cmd_convert.c
 if HAVE_CMOCKA
 check_PROGRAMS += tests/trace_pickle_test
 TESTS += tests/trace_pickle_test
-tests_trace_pickle_test_SOURCES = tests/trace_pickle_test.c tests/trace_fixture.h
+tests_trace_pickle_test_SOURCES = tests/trace_pickle_test.c tests/trace_fixture.h \
+	tests/fuzz/pickle_same.h
 tests_trace_pickle_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
 tests_trace_pickle_test_LDADD = $(TESTLIBS)
 tests_trace_pickle_test_LDFLAGS = $(TESTLDFLAGS)

@@ -73,5 +73,5 @@ TESTS += tests/fuzz/replay_corpora.sh
 CLEANFILES += tests/fuzz/replay_*.out
 endif
 EXTRA_DIST += tests/fuzz/replay_corpora.sh tests/fuzz/build.sh tests/fuzz/fuzz_scratch.h tests/fuzz/fuzz_input.h \
-	tests/fuzz/fuzz_reader.h tests/fuzz/coverage_ignore.txt tests/fuzz/corpus tests/fuzz/regressions scripts/fuzz.sh \
+	tests/fuzz/fuzz_reader.h tests/fuzz/pickle_same.h tests/fuzz/coverage_ignore.txt tests/fuzz/corpus tests/fuzz/regressions scripts/fuzz.sh \
 	tests/README.md
