@@ -1658,6 +1658,42 @@ static void test_successful_calls_keep_the_last_error(void **state)
     }
 }
 
+/* coop_set_capacity rounds up to pages (1 byte is one page; the device's
+ * size is the largest), every refusal leaves the capacity as it was (0,
+ * one byte past the device, UINT64_MAX), and
+ * coop_pool_config reports the capacity in force, not the one of
+ * creation (coop.h said "as resolved at creation"; the capacity is the one
+ * field that changes, and a caller comparing it with coop_stats.capacity
+ * wants them equal). */
+static void test_set_capacity_rounds_and_refusals_keep_it(void **state)
+{
+    (void)state;
+    for (int vmm = 0; vmm < 2; vmm++) {
+        coop_config c = checked_config(7 * MiB); /* a device of 8 MiB: whole 2 MiB pages */
+        c.use_vmm = vmm;
+        c.va_size = vmm ? 8 * MiB : 0;
+        coop_pool *p = create_or_fail(&c);
+        coop_config got;
+        const uint64_t rounding[][2] = {{1, 2 * MiB}, {3 * MiB, 4 * MiB}, {8 * MiB, 8 * MiB}};
+        for (size_t i = 0; i < sizeof rounding / sizeof rounding[0]; i++) {
+            assert_int_equal(coop_set_capacity(p, rounding[i][0]), COOP_OK);
+            assert_int_equal(stats_of(p).capacity, rounding[i][1]);
+            coop_pool_config(p, &got);
+            assert_int_equal(got.capacity, rounding[i][1]);
+        }
+        assert_int_equal(coop_set_capacity(p, 6 * MiB), COOP_OK);
+        const uint64_t refused[] = {0, 8 * MiB + 1, UINT64_MAX};
+        for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+            assert_int_equal(coop_set_capacity(p, refused[i]), COOP_ERR_INVALID);
+            assert_non_null(strstr(coop_last_error(), "capacity stays 6291456"));
+            assert_int_equal(stats_of(p).capacity, 6 * MiB);
+            coop_pool_config(p, &got);
+            assert_int_equal(got.capacity, 6 * MiB);
+        }
+        coop_pool_destroy(p);
+    }
+}
+
 /* A capacity above the device's is refused before it is rounded up to
  * pages: rounding UINT64_MAX used to wrap to 0, which set the capacity to 0
  * (COOP_OK, every later allocation out of memory) or, with a live block,
@@ -2550,6 +2586,7 @@ int main(void)
         cmocka_unit_test(test_segment_rule_follows_the_capacity),
         cmocka_unit_test(test_set_capacity_no_wrap),
         cmocka_unit_test(test_successful_calls_keep_the_last_error),
+        cmocka_unit_test(test_set_capacity_rounds_and_refusals_keep_it),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_adjacent_segments_never_merge),
