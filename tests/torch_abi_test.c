@@ -627,6 +627,71 @@ static void test_bad_device_numbers_change_nothing(void **state)
     coop_get_stats(coop_torch_pool(0), &after);
     assert_int_equal(after.allocation.current, before.allocation.current - 1);
 }
+/* coop.h: the text outputs (coop_torch_settings, _normalize_conf,
+ * _last_error, _failed_mallocs' message) are NUL-terminated and truncated
+ * to size: a prefix of the full text, size 1 an empty string, size 0 (NULL
+ * too) writes nothing; coop_torch_last_error returns the full length
+ * whatever size is. */
+static void expect_prefix(const char *got, const char *full, size_t size)
+{
+    size_t n = strlen(got);
+    if (n != (size - 1 < strlen(full) ? size - 1 : strlen(full)) || strncmp(got, full, n) != 0)
+        fail_msg("size %zu gave '%s' of '%s'", size, got, full);
+}
+
+static void test_text_outputs_truncate_to_size(void **state)
+{
+    (void)state;
+    char full[512], buf[16];
+    const size_t sizes[] = {1, 2, 8, sizeof buf};
+    assert_int_equal(coop_torch_settings(full, sizeof full), COOP_OK);
+    assert_true(strlen(full) > sizeof buf);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        memset(buf, 'x', sizeof buf);
+        assert_int_equal(coop_torch_settings(buf, sizes[i]), COOP_OK);
+        expect_prefix(buf, full, sizes[i]);
+    }
+    memset(buf, 'x', sizeof buf);
+    assert_int_equal(coop_torch_settings(buf, 0), COOP_OK);
+    assert_int_equal(buf[0], 'x');
+    assert_int_equal(coop_torch_settings(NULL, 0), COOP_OK);
+
+    assert_int_equal(coop_torch_normalize_conf("capacity:12Q", full, sizeof full),
+                     COOP_ERR_INVALID);
+    assert_non_null(strstr(full, "capacity"));
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        memset(buf, 'x', sizeof buf);
+        assert_int_equal(coop_torch_normalize_conf("capacity:12Q", buf, sizes[i]),
+                         COOP_ERR_INVALID);
+        expect_prefix(buf, full, sizes[i]);
+    }
+
+    assert_null(coop_torch_malloc(64, -1, STREAM(1))); /* an error to read */
+    size_t length = coop_torch_last_error(full, sizeof full);
+    assert_int_equal(length, strlen(full));
+    assert_true(length > sizeof buf);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        memset(buf, 'x', sizeof buf);
+        assert_int_equal(coop_torch_last_error(buf, sizes[i]), length);
+        expect_prefix(buf, full, sizes[i]);
+    }
+    memset(buf, 'x', sizeof buf);
+    assert_int_equal(coop_torch_last_error(buf, 0), length);
+    assert_int_equal(buf[0], 'x');
+    assert_int_equal(coop_torch_last_error(NULL, 0), length);
+
+    assert_null(coop_torch_malloc(64, 4, STREAM(1))); /* counted on device 4 */
+    uint64_t failed = coop_torch_failed_mallocs(4, full, sizeof full);
+    assert_true(failed > 0 && strlen(full) > sizeof buf);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        memset(buf, 'x', sizeof buf);
+        assert_int_equal(coop_torch_failed_mallocs(4, buf, sizes[i]), failed);
+        expect_prefix(buf, full, sizes[i]);
+    }
+    memset(buf, 'x', sizeof buf);
+    assert_int_equal(coop_torch_failed_mallocs(4, buf, 0), failed);
+    assert_int_equal(buf[0], 'x');
+}
 
 /* rand_r's state of thread i (1..8, also its stream) is this plus i:
  * the printed seed's low 32 bits (0 by default, as before the seed was
@@ -693,6 +758,7 @@ int main(void)
         cmocka_unit_test(test_history_switched_on_inside_a_free),
         cmocka_unit_test(test_hooks_and_misuse),
         cmocka_unit_test(test_bad_device_numbers_change_nothing),
+        cmocka_unit_test(test_text_outputs_truncate_to_size),
         cmocka_unit_test(test_eight_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
