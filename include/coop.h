@@ -317,7 +317,8 @@ coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
  * each given in the message. On any error the capacity stays as it was. */
 coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity);
 
-/* The pool's configuration as resolved at creation (defaults filled in). */
+/* The pool's configuration as resolved at creation (defaults filled in),
+ * with the capacity in force: coop_set_capacity's, as coop_stats.capacity. */
 void coop_pool_config(const coop_pool *pool, coop_config *out);
 
 /* The most recent error message of this thread (never NULL; "" if none).

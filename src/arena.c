@@ -1151,6 +1151,10 @@ static bool tag_idle(arena *a, coop_stream tag, idle_memo *m)
         if (m->stream[i] == tag)
             return m->idle[i];
     bool idle = false;
+    /* a failure is kept in idle_failure, for the call that needs the
+     * memory to report; a call that does not leaves the message as it was */
+    coop_error_kept kept;
+    coop_error_keep(&kept);
     coop_status st = a->stream_idle(a->stream_idle_ctx, tag, &idle);
     if (st != COOP_OK && a->idle_failure == COOP_OK) {
         a->idle_failure = st;
@@ -1158,6 +1162,7 @@ static bool tag_idle(arena *a, coop_stream tag, idle_memo *m)
                  "cannot tell whether stream %#lx has finished, so its cached memory stays: %s",
                  (unsigned long)tag, coop_last_error());
     }
+    coop_error_restore(&kept);
     if (m->n < IDLE_MEMO) {
         m->stream[m->n] = tag;
         m->idle[m->n++] = idle;

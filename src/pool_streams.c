@@ -91,9 +91,12 @@ void pool_pending_add(coop_pool *pool, block_uses *u)
 {
     u->events = u->slots;
     u->undone = u->num_streams;
+    coop_error_kept kept; /* the free succeeds: a failed record leaves no message */
+    coop_error_keep(&kept);
     for (size_t i = 0; i < u->num_streams; i++)
         if (record_and_queue(pool, u, i) != COOP_OK)
             pool->num_unqueued++; /* an event recorded later covers the work queued now */
+    coop_error_restore(&kept);
     block_set_state(u->block, COOP_BLOCK_PENDING);
     u->pending_prev = NULL;
     u->pending_next = pool->pending;
@@ -156,6 +159,8 @@ static void queue_pop(coop_pool *pool, pending_queue *q)
  * stream with pending frees, plus one per event completed. */
 void pool_process_pending_locked(coop_pool *pool)
 {
+    coop_error_kept kept; /* failures here are tried again later: no message */
+    coop_error_keep(&kept);
     if (pool->num_unqueued)
         (void)queue_missing(pool, COOP_STREAM_ANY);
     coop_backend *be = pool->backend;
@@ -169,6 +174,7 @@ void pool_process_pending_locked(coop_pool *pool)
             queue_pop(pool, q);
         }
     }
+    coop_error_restore(&kept);
 }
 
 /* Drops stream's queue if it is empty (a forgotten stream's handle must
@@ -256,6 +262,8 @@ coop_status pool_stream_idle(void *ctx, coop_stream stream, bool *idle)
 bool pool_settle_streams(coop_pool *pool, bool wait)
 {
     bool busy = false;
+    coop_error_kept kept; /* a stream that cannot be asked counts as busy: no message */
+    coop_error_keep(&kept);
     pool_process_pending_locked(pool);
     if (wait && pool->pending) {
         /* one wait per stream, not per free, and no query per free */
@@ -306,6 +314,7 @@ bool pool_settle_streams(coop_pool *pool, bool wait)
         arena_retag_settled(&pool->arena, settled[k], settled, n);
     if (settled != small)
         free(settled);
+    coop_error_restore(&kept);
     return busy || pool->pending;
 }
 

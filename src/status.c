@@ -34,7 +34,7 @@ const char *coop_version(void)
 
 /* One message per thread: PyTorch calls the allocator from several threads.
  * Room for an out-of-memory message that quotes the driver's. */
-static _Thread_local char last_error[1024];
+static _Thread_local char last_error[COOP_ERROR_MAX];
 
 const char *coop_last_error(void)
 {
@@ -52,4 +52,14 @@ void coop_set_error_message(const char *fmt, ...)
 void coop_clear_error(void)
 {
     last_error[0] = '\0';
+}
+
+void coop_error_keep(coop_error_kept *kept)
+{
+    snprintf(kept->text, sizeof kept->text, "%s", last_error);
+}
+
+void coop_error_restore(const coop_error_kept *kept)
+{
+    snprintf(last_error, sizeof last_error, "%s", kept->text);
 }

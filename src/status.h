@@ -19,4 +19,21 @@ static inline coop_status coop_error_status(coop_status status)
 #define coop_set_error(status, ...) (coop_set_error_message(__VA_ARGS__), coop_error_status(status))
 void coop_clear_error(void);
 
+/* The size of the thread's message buffer, terminator included. */
+#define COOP_ERROR_MAX 1024
+
+/* The thread's message, kept across internal work whose failures the call
+ * recovers from (an event that could not be recorded now and is recorded
+ * later, a stream that could not be asked and is taken as busy): coop.h
+ * promises, as errno does, that a call that succeeds leaves the message as
+ * it was, and a caller reading it after an earlier failure must not find a
+ * backend's message about something that was dealt with. */
+typedef struct coop_error_kept {
+    char text[COOP_ERROR_MAX];
+} coop_error_kept;
+
+void coop_error_keep(coop_error_kept *kept);
+/* Puts the kept message back. */
+void coop_error_restore(const coop_error_kept *kept);
+
 #endif

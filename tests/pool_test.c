@@ -1563,6 +1563,136 @@ static void test_set_capacity_says_what_holds_pages(void **state)
     assert_int_equal(coop_free(p, live), COOP_OK);
     coop_pool_destroy(p);
 }
+/* coop.h: "Like errno, a successful call leaves it [coop_last_error] as it
+ * was". The calls most likely to break that are the ones that fail inside
+ * and recover: a malloc that runs out, releases the cache and retries, one
+ * that waits for a busy stream, a free whose event record fails, a
+ * capacity lowered by releasing cached pages; each must succeed without
+ * touching the message an earlier error left. Also size 0 (NULL, COOP_OK),
+ * coop_free(NULL), an unseen stream forgotten, and the queries. */
+static int keep_walking(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    (void)ctx;
+    return 0;
+}
+
+#define EXPECT_MESSAGE_KEPT(call)                                                                  \
+    do {                                                                                           \
+        call;                                                                                      \
+        if (strcmp(coop_last_error(), kept) != 0)                                                  \
+            fail_msg("%s succeeded and replaced the message with '%s'", #call, coop_last_error()); \
+    } while (0)
+
+static void test_successful_calls_keep_the_last_error(void **state)
+{
+    (void)state;
+    for (int vmm = 0; vmm < 2; vmm++) {
+        coop_config c = checked_config(8 * MiB); /* 2 MiB pages */
+        c.use_vmm = vmm;
+        c.segment_size = 2 * MiB;
+        coop_pool *p = create_or_fail(&c);
+        int x;
+        assert_int_equal(coop_free(p, &x), COOP_ERR_FOREIGN_PTR);
+        char kept[512];
+        snprintf(kept, sizeof kept, "%s", coop_last_error());
+        assert_non_null(strstr(kept, "coop_free"));
+        coop_status st = COOP_ERR_CORRUPT;
+        void *a, *b, *d, *e;
+        EXPECT_MESSAGE_KEPT(a = coop_malloc(p, 4 * MiB, 1, 0, &st));
+        assert_int_equal(st, COOP_OK);
+        EXPECT_MESSAGE_KEPT(b = coop_malloc(p, 4 * MiB, 1, 0, &st));
+        assert_non_null(b);
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_free(p, a), COOP_OK));
+        /* stream 2 cannot use stream 1's cached block: out of memory, the
+         * cache released (or the idle stream's block taken), retried */
+        EXPECT_MESSAGE_KEPT(d = coop_malloc(p, 4 * MiB, 2, 0, &st));
+        assert_int_equal(st, COOP_OK);
+        assert_int_equal(stats_of(p).num_alloc_retries, 1);
+        /* a pending block of a busy stream: the next malloc waits for it */
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_record_stream(p, d, 7), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_host_busy_stream(p, 7), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_free(p, d), COOP_OK));
+        EXPECT_MESSAGE_KEPT(e = coop_malloc(p, 4 * MiB, 2, 0, &st));
+        assert_int_equal(st, COOP_OK);
+        assert_int_equal(stats_of(p).num_alloc_retries, 2);
+        /* a free whose event record fails still succeeds */
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_record_stream(p, e, 5), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_free(p, e), COOP_OK));
+        /* the next malloc's event calls (e's record, tried again, or a
+         * query) fail too; the malloc succeeds */
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK));
+        void *f;
+        EXPECT_MESSAGE_KEPT(f = coop_malloc(p, 512, 2, 0, &st));
+        assert_int_equal(st, COOP_OK);
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_free(p, f), COOP_OK));
+        /* empty_cache cannot ask stream 2 whether it finished: its cached
+         * pages stay, and the call succeeds */
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_empty_cache(p), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_free(p, b), COOP_OK));
+        /* lowering the capacity below the mapped bytes releases the cache */
+        assert_true(stats_of(p).reserved_bytes.current > 2 * (int64_t)MiB);
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_set_capacity(p, 2 * MiB), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_set_capacity(p, 8 * MiB), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_null(coop_malloc(p, 0, 0, 0, &st)));
+        assert_int_equal(st, COOP_OK);
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_free(p, NULL), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_empty_cache(p), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_forget_stream(p, 2), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_forget_stream(p, 12345), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_host_hold_stream(p, 9, true), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_host_hold_stream(p, 9, false), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_walk(p, NULL, keep_walking, NULL), COOP_OK));
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_pool_check(p), COOP_OK));
+        EXPECT_MESSAGE_KEPT(coop_reset_peak_stats(p));
+        EXPECT_MESSAGE_KEPT((void)stats_of(p));
+        coop_config got;
+        EXPECT_MESSAGE_KEPT(coop_pool_config(p, &got));
+        EXPECT_MESSAGE_KEPT((void)coop_backend_calls(p, COOP_FAULT_ALL));
+        coop_pool *q = NULL;
+        EXPECT_MESSAGE_KEPT(assert_int_equal(coop_pool_create(&c, &q), COOP_OK));
+        EXPECT_MESSAGE_KEPT(coop_pool_destroy(q));
+        EXPECT_MESSAGE_KEPT(coop_pool_destroy(p));
+    }
+}
+
+/* coop_set_capacity rounds up to pages (1 byte is one page; the device's
+ * size is the largest), every refusal leaves the capacity as it was (0,
+ * one byte past the device, UINT64_MAX), and
+ * coop_pool_config reports the capacity in force, not the one of
+ * creation (coop.h said "as resolved at creation"; the capacity is the one
+ * field that changes, and a caller comparing it with coop_stats.capacity
+ * wants them equal). */
+static void test_set_capacity_rounds_and_refusals_keep_it(void **state)
+{
+    (void)state;
+    for (int vmm = 0; vmm < 2; vmm++) {
+        coop_config c = checked_config(7 * MiB); /* a device of 8 MiB: whole 2 MiB pages */
+        c.use_vmm = vmm;
+        c.va_size = vmm ? 8 * MiB : 0;
+        coop_pool *p = create_or_fail(&c);
+        coop_config got;
+        const uint64_t rounding[][2] = {{1, 2 * MiB}, {3 * MiB, 4 * MiB}, {8 * MiB, 8 * MiB}};
+        for (size_t i = 0; i < sizeof rounding / sizeof rounding[0]; i++) {
+            assert_int_equal(coop_set_capacity(p, rounding[i][0]), COOP_OK);
+            assert_int_equal(stats_of(p).capacity, rounding[i][1]);
+            coop_pool_config(p, &got);
+            assert_int_equal(got.capacity, rounding[i][1]);
+        }
+        assert_int_equal(coop_set_capacity(p, 6 * MiB), COOP_OK);
+        const uint64_t refused[] = {0, 8 * MiB + 1, UINT64_MAX};
+        for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+            assert_int_equal(coop_set_capacity(p, refused[i]), COOP_ERR_INVALID);
+            assert_non_null(strstr(coop_last_error(), "capacity stays 6291456"));
+            assert_int_equal(stats_of(p).capacity, 6 * MiB);
+            coop_pool_config(p, &got);
+            assert_int_equal(got.capacity, 6 * MiB);
+        }
+        coop_pool_destroy(p);
+    }
+}
 
 /* A capacity above the device's is refused before it is rounded up to
  * pages: rounding UINT64_MAX used to wrap to 0, which set the capacity to 0
@@ -2455,6 +2585,8 @@ int main(void)
         cmocka_unit_test(test_exact_placement_that_reclaims_counts_a_retry),
         cmocka_unit_test(test_segment_rule_follows_the_capacity),
         cmocka_unit_test(test_set_capacity_no_wrap),
+        cmocka_unit_test(test_successful_calls_keep_the_last_error),
+        cmocka_unit_test(test_set_capacity_rounds_and_refusals_keep_it),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_adjacent_segments_never_merge),

@@ -11,6 +11,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "remat_block_fixture.h"
@@ -787,6 +788,49 @@ static void create_refusals_name_the_call_and_argument(void **state)
     coop_pool_destroy(pool);
 }
 
+/* coop.h: a call that succeeds leaves coop_last_error as it was. The remat
+ * calls that succeed after a failure inside (the allocation that did not
+ * fit, then the eviction and the placement; an access that recomputes
+ * into evicted space) must not leave the pool's out-of-memory message. */
+#define EXPECT_MESSAGE_KEPT(call)                                                                  \
+    do {                                                                                           \
+        assert_int_equal(call, COOP_OK);                                                           \
+        if (strcmp(coop_last_error(), kept) != 0)                                                  \
+            fail_msg("%s succeeded and replaced the message with '%s'", #call, coop_last_error()); \
+    } while (0)
+
+static void successful_calls_keep_the_last_error(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, policy);
+    coop_tensor *t[4], *more, *view, *outs[2];
+    assert_int_equal(coop_tensor_release(r, NULL), COOP_ERR_INVALID);
+    char kept[512];
+    snprintf(kept, sizeof kept, "%s", coop_last_error());
+    for (int i = 0; i < 4; i++)
+        EXPECT_MESSAGE_KEPT(coop_tensor_create(r, U, 1000 + (uint64_t)i, NULL, NULL, 0, EV, &t[i]));
+    /* the pool is full: each of these evicts */
+    EXPECT_MESSAGE_KEPT(coop_tensor_create(r, U, 10, NULL, NULL, 0, EV, &more));
+    void *ptr;
+    for (int i = 0; i < 4; i++)
+        EXPECT_MESSAGE_KEPT(coop_tensor_access(r, t[i], &ptr)); /* one was evicted */
+    const size_t sizes[2] = {U, U};
+    EXPECT_MESSAGE_KEPT(coop_tensor_create_outputs(r, 2, sizes, 10, NULL, NULL, 0, EV, outs));
+    EXPECT_MESSAGE_KEPT(coop_tensor_pin(r, t[0], &ptr));
+    EXPECT_MESSAGE_KEPT(coop_tensor_alias(r, t[0], &view));
+    EXPECT_MESSAGE_KEPT(coop_tensor_mutate(r, t[1], 10, NULL, NULL, 0, NULL));
+    EXPECT_MESSAGE_KEPT(coop_tensor_unpin(r, t[0]));
+    EXPECT_MESSAGE_KEPT(coop_tensor_release(r, view));
+    EXPECT_MESSAGE_KEPT(coop_tensor_release(r, more));
+    coop_remat_stats rs;
+    EXPECT_MESSAGE_KEPT((coop_remat_get_stats(r, &rs), COOP_OK));
+    assert_true(rs.evictions > 0);
+    coop_remat_destroy(r);
+    assert_string_equal(coop_last_error(), kept);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     static coop_remat_policy policies[] = {COOP_REMAT_COOP, COOP_REMAT_DTR, COOP_REMAT_LRU};
@@ -818,6 +862,9 @@ int main(void)
         cmocka_unit_test(handles_from_the_latest_collection_stay_refused),
         cmocka_unit_test_prestate(contexts_sharing_a_pool_keep_to_their_own, &policies[0]),
         cmocka_unit_test_prestate(contexts_sharing_a_pool_keep_to_their_own, &policies[1]),
+        cmocka_unit_test_prestate(successful_calls_keep_the_last_error, &policies[0]),
+        cmocka_unit_test_prestate(successful_calls_keep_the_last_error, &policies[1]),
+        cmocka_unit_test_prestate(successful_calls_keep_the_last_error, &policies[2]),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -395,6 +395,37 @@ static void test_a_pool_that_cannot_be_made_is_counted(void **state)
     assert_non_null(strstr(buf, "out of memory"));
 }
 
+/* coop.h: coop_torch_configure(NULL) reads COOP_ALLOC_CONF; one that does
+ * not parse is COOP_ERR_INVALID naming the key and value, and the
+ * configuration in force stays; COOP_ERR_BUSY once a pool exists (the
+ * environment then changes nothing either). */
+static void test_configure_null_reads_the_environment(void **state)
+{
+    (void)state;
+    char before[512], after[512];
+    assert_int_equal(setenv("COOP_ALLOC_CONF", "backend:host,capacity:32M,page:1M", 1), 0);
+    assert_int_equal(coop_torch_configure(NULL), COOP_OK);
+    assert_int_equal(coop_torch_settings(before, sizeof before), COOP_OK);
+    assert_non_null(strstr(before, "backend:host,capacity:33554432,page:1048576"));
+    assert_int_equal(setenv("COOP_ALLOC_CONF", "backend:host,capacity:12Q", 1), 0);
+    assert_int_equal(coop_torch_configure(NULL), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "capacity"));
+    assert_non_null(strstr(coop_last_error(), "12Q"));
+    assert_int_equal(coop_torch_settings(after, sizeof after), COOP_OK);
+    assert_string_equal(after, before);
+    void *p = coop_torch_malloc(64, 0, STREAM(0));
+    assert_non_null(p);
+    coop_stats s;
+    coop_get_stats(coop_torch_pool(0), &s);
+    assert_int_equal(s.capacity, 32 * MIB);
+    assert_int_equal(setenv("COOP_ALLOC_CONF", "backend:host,capacity:16M", 1), 0);
+    assert_int_equal(coop_torch_configure(NULL), COOP_ERR_BUSY);
+    assert_int_equal(coop_torch_settings(after, sizeof after), COOP_OK);
+    assert_string_equal(after, before);
+    coop_torch_free(p, 64, 0, STREAM(0));
+    unsetenv("COOP_ALLOC_CONF");
+}
+
 int main(void)
 {
     /* each case's own configuration, whatever the environment says */
@@ -412,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_fraction_zero_and_out_of_range),
         cmocka_unit_test(test_a_pool_that_cannot_be_made_is_counted),
         cmocka_unit_test(test_record_stream_of_foreign_memory_is_ignored),
+        cmocka_unit_test(test_configure_null_reads_the_environment),
     };
     return cases_in_children("torch_abi_fresh_test", tests, sizeof tests / sizeof tests[0],
                              CASE_TIME_LIMIT);

@@ -4,6 +4,7 @@
  * wrap-around, snapshots, misuse, threads. The ABI's state is per process:
  * the tests run in order on one configuration.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdatomic.h>
@@ -559,6 +560,139 @@ static void test_hooks_and_misuse(void **state)
     assert_int_equal(coop_pool_check(coop_torch_pool(0)), COOP_OK);
 }
 
+/* coop.h's contracts for device numbers no pool can have (negative, past
+ * the 64 slots, INT_MIN / INT_MAX, and 4: at coop_torch_init's count, set
+ * to 4 by test_hooks_and_misuse): malloc returns NULL naming the device;
+ * free of a live pointer names the device and the pool that holds it, and
+ * frees nothing; the memory fraction changes no pool's capacity; the
+ * snapshot is refused with *out NULL (a non-NULL value before); no pool
+ * appears; failed mallocs count only devices in 0..63 (4 is counted on 4,
+ * as the caller named it), and empty the caller's buffer for the others. */
+static void test_bad_device_numbers_change_nothing(void **state)
+{
+    (void)state;
+    void *a = coop_torch_malloc(4096, 0, STREAM(1));
+    assert_non_null(a);
+    coop_stats before;
+    coop_get_stats(coop_torch_pool(0), &before);
+    uint64_t failed4 = coop_torch_failed_mallocs(4, NULL, 0);
+    const int devices[] = {-1, INT_MIN, INT_MAX, COOP_TORCH_MAX_DEVICES, 4};
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++) {
+        int d = devices[i];
+        char want[64], msg[512];
+        snprintf(want, sizeof want, "on device %d: devices are 0..3", d);
+        assert_null(coop_torch_malloc(64, d, STREAM(1)));
+        coop_torch_last_error(msg, sizeof msg);
+        if (!strstr(msg, want))
+            fail_msg("malloc on device %d: '%s' lacks '%s'", d, msg, want);
+        coop_torch_free(a, 4096, d, STREAM(1));
+        coop_torch_last_error(msg, sizeof msg);
+        if (!strstr(msg, want) || !strstr(msg, "device 0's pool holds it"))
+            fail_msg("free on device %d: '%s'", d, msg);
+        coop_torch_memory_fraction(0.25, d);
+        coop_torch_last_error(msg, sizeof msg);
+        if (!strstr(msg, "set_per_process_memory_fraction") || !strstr(msg, want))
+            fail_msg("fraction on device %d: '%s'", d, msg);
+        coop_torch_snapshot *snap = (coop_torch_snapshot *)&before; /* not NULL */
+        coop_status st = coop_torch_snapshot_take(d, &snap);
+        if (d == 4) { /* in 0..63: an empty snapshot */
+            assert_int_equal(st, COOP_OK);
+            assert_int_equal(snap->num_blocks, 0);
+            coop_torch_snapshot_free(snap);
+        } else {
+            assert_int_equal(st, COOP_ERR_INVALID);
+            assert_null(snap);
+        }
+        assert_null(coop_torch_pool(d));
+        char failure[64] = "unchanged";
+        uint64_t failed = coop_torch_failed_mallocs(d, failure, sizeof failure);
+        if (d == 4) {
+            assert_int_equal(failed, ++failed4);
+            assert_non_null(strstr(failure, "devices are 0..3"));
+        } else {
+            assert_int_equal(failed, 0);
+            assert_string_equal(failure, "");
+        }
+    }
+    coop_stats after;
+    coop_get_stats(coop_torch_pool(0), &after);
+    assert_int_equal(after.allocation.current, before.allocation.current);
+    assert_int_equal(after.allocated_bytes.current, before.allocated_bytes.current);
+    assert_int_equal(after.capacity, before.capacity);
+    for (int d = 1; d < 4; d++) {
+        coop_get_stats(coop_torch_pool(d), &after);
+        assert_int_equal(after.capacity, before.capacity);
+    }
+    coop_torch_free(a, 4096, 0, STREAM(1));
+    coop_get_stats(coop_torch_pool(0), &after);
+    assert_int_equal(after.allocation.current, before.allocation.current - 1);
+}
+/* coop.h: the text outputs (coop_torch_settings, _normalize_conf,
+ * _last_error, _failed_mallocs' message) are NUL-terminated and truncated
+ * to size: a prefix of the full text, size 1 an empty string, size 0 (NULL
+ * too) writes nothing; coop_torch_last_error returns the full length
+ * whatever size is. */
+static void expect_prefix(const char *got, const char *full, size_t size)
+{
+    size_t n = strlen(got);
+    if (n != (size - 1 < strlen(full) ? size - 1 : strlen(full)) || strncmp(got, full, n) != 0)
+        fail_msg("size %zu gave '%s' of '%s'", size, got, full);
+}
+
+static void test_text_outputs_truncate_to_size(void **state)
+{
+    (void)state;
+    char full[512], buf[16];
+    const size_t sizes[] = {1, 2, 8, sizeof buf};
+    assert_int_equal(coop_torch_settings(full, sizeof full), COOP_OK);
+    assert_true(strlen(full) > sizeof buf);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        memset(buf, 'x', sizeof buf);
+        assert_int_equal(coop_torch_settings(buf, sizes[i]), COOP_OK);
+        expect_prefix(buf, full, sizes[i]);
+    }
+    memset(buf, 'x', sizeof buf);
+    assert_int_equal(coop_torch_settings(buf, 0), COOP_OK);
+    assert_int_equal(buf[0], 'x');
+    assert_int_equal(coop_torch_settings(NULL, 0), COOP_OK);
+
+    assert_int_equal(coop_torch_normalize_conf("capacity:12Q", full, sizeof full),
+                     COOP_ERR_INVALID);
+    assert_non_null(strstr(full, "capacity"));
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        memset(buf, 'x', sizeof buf);
+        assert_int_equal(coop_torch_normalize_conf("capacity:12Q", buf, sizes[i]),
+                         COOP_ERR_INVALID);
+        expect_prefix(buf, full, sizes[i]);
+    }
+
+    assert_null(coop_torch_malloc(64, -1, STREAM(1))); /* an error to read */
+    size_t length = coop_torch_last_error(full, sizeof full);
+    assert_int_equal(length, strlen(full));
+    assert_true(length > sizeof buf);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        memset(buf, 'x', sizeof buf);
+        assert_int_equal(coop_torch_last_error(buf, sizes[i]), length);
+        expect_prefix(buf, full, sizes[i]);
+    }
+    memset(buf, 'x', sizeof buf);
+    assert_int_equal(coop_torch_last_error(buf, 0), length);
+    assert_int_equal(buf[0], 'x');
+    assert_int_equal(coop_torch_last_error(NULL, 0), length);
+
+    assert_null(coop_torch_malloc(64, 4, STREAM(1))); /* counted on device 4 */
+    uint64_t failed = coop_torch_failed_mallocs(4, full, sizeof full);
+    assert_true(failed > 0 && strlen(full) > sizeof buf);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        memset(buf, 'x', sizeof buf);
+        assert_int_equal(coop_torch_failed_mallocs(4, buf, sizes[i]), failed);
+        expect_prefix(buf, full, sizes[i]);
+    }
+    memset(buf, 'x', sizeof buf);
+    assert_int_equal(coop_torch_failed_mallocs(4, buf, 0), failed);
+    assert_int_equal(buf[0], 'x');
+}
+
 /* rand_r's state of thread i (1..8, also its stream) is this plus i:
  * the printed seed's low 32 bits (0 by default, as before the seed was
  * printed). */
@@ -623,6 +757,8 @@ int main(void)
         cmocka_unit_test(test_history_switched_on_inside_a_malloc),
         cmocka_unit_test(test_history_switched_on_inside_a_free),
         cmocka_unit_test(test_hooks_and_misuse),
+        cmocka_unit_test(test_bad_device_numbers_change_nothing),
+        cmocka_unit_test(test_text_outputs_truncate_to_size),
         cmocka_unit_test(test_eight_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
