@@ -436,21 +436,24 @@ class RecordedOpsTest(unittest.TestCase):
         self.assertGreater(med["mm"], 20 * max(med["view"], med["t"]), samples)
 
     def test_inplace_op_is_a_timed_mutate(self):
-        # TIME is the op's measured time: a 384^3 addmm_ (57 MFLOP) takes far
-        # longer than a 384^2 mul_. One sample of each can be anything on a
-        # shared machine (CI once timed the first mul_ at 0.87 ms, its
-        # dispatch warming up), so: a warm-up, then the medians of 7 recordings.
-        def inplace(a, b):
-            return a.mul_(b), a.addmm_(a, b)
+        # TIME is the op's measured time: a 512^3 addmm_ (268 MFLOP) takes far
+        # longer than a 64^2 mul_ (4,096 multiplications). One sample of each
+        # can be anything on a shared machine (CI once timed the first mul_ at
+        # 0.87 ms, its dispatch warming up), so: a warm-up, then the medians of
+        # 7 recordings. (At 384^3 against 384^2, CI's sanitized run, alone on
+        # 2 cores, once measured only 4.7x: mul_ medians of 60-226 us.)
+        def inplace(c, d, a, b):
+            return c.mul_(d), a.addmm_(a, b)
 
-        a, b = torch.randn(384, 384), torch.randn(384, 384)
-        inplace(a.clone(), b)
+        c, d = torch.randn(64, 64), torch.randn(64, 64)
+        a, b = torch.randn(512, 512), torch.randn(512, 512)
+        inplace(c.clone(), d, a.clone(), b)
         times = []
         for _ in range(7):
-            records, (x, y), _ = record_ops_of(inplace, a.clone(), b)
+            records, (w, z, x, y), _ = record_ops_of(inplace, c.clone(), d, a.clone(), b)
             muts = [r for r in records if r["INSTRUCTION"] == "MUTATE"]
             self.assertEqual([(r["NAME"], r["ARGS"], r["MUTATE"]) for r in muts],
-                             [("mul_", [x, y], [0]), ("addmm_", [x, x, y], [0])])
+                             [("mul_", [w, z], [0]), ("addmm_", [x, x, y], [0])])
             self.assertEqual([r for r in records if r["INSTRUCTION"] == "CALL"], [])
             times.append([int(r["TIME"]) for r in muts])
         self.assertTrue(all(t > 0 for pair in times for t in pair), times)
