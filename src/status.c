@@ -1,6 +1,7 @@
 /* Status strings, version, and the per-thread last error message. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "coop.h"
 #include "status.h"
@@ -54,12 +55,21 @@ void coop_clear_error(void)
     last_error[0] = '\0';
 }
 
+/* A copy of the text, not snprintf: pool_process_pending_locked keeps and
+ * restores the message on every allocation while frees are pending, where
+ * snprintf's formatting machinery cost about 500 instructions a pair. Both
+ * buffers are COOP_ERROR_MAX bytes and always terminated. */
+static void copy_message(char *to, const char *from)
+{
+    memcpy(to, from, strlen(from) + 1);
+}
+
 void coop_error_keep(coop_error_kept *kept)
 {
-    snprintf(kept->text, sizeof kept->text, "%s", last_error);
+    copy_message(kept->text, last_error);
 }
 
 void coop_error_restore(const coop_error_kept *kept)
 {
-    snprintf(last_error, sizeof last_error, "%s", kept->text);
+    copy_message(last_error, kept->text);
 }
