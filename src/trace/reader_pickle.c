@@ -407,19 +407,13 @@ coop_status trace_read_pickle_device(const char *path, int device, trace *out)
      * key's value (the frames of each entry and block) is pruned as it is
      * parsed: about 600 bytes of RSS an event instead of 1,100 (tests/README.md,
      * "Scaling with trace size"). */
-    const char *keys[64];
-    size_t n = 0;
-    for (size_t i = 0; i < sizeof snapshot_keys / sizeof snapshot_keys[0]; i++)
-        keys[n++] = snapshot_keys[i];
-    for (size_t i = 0; trace_torch_settings_keys[i] && n < sizeof keys / sizeof keys[0]; i++)
-        keys[n++] = trace_torch_settings_keys[i];
-    int all_keys = n < sizeof keys / sizeof keys[0];
-    if (all_keys)
-        keys[n] = NULL;
+    enum { NUM_SNAPSHOT_KEYS = sizeof snapshot_keys / sizeof snapshot_keys[0] };
+    const char *keys[NUM_SNAPSHOT_KEYS + TRACE_TORCH_SETTINGS_NUM_KEYS + 1];
+    memcpy(keys, snapshot_keys, sizeof snapshot_keys);
+    *trace_torch_settings_keys(keys + NUM_SNAPSHOT_KEYS) = NULL;
     pkl_arena arena = {0};
     const pkl_value *root;
-    /* (a list too long for keys[] would prune what is read: parse whole) */
-    st = pkl_parse_pruned(path, data, len, all_keys ? keys : NULL, &arena, &root);
+    st = pkl_parse_pruned(path, data, len, keys, &arena, &root);
     if (st == COOP_OK) {
         snapshot_reader r = {.path = path};
         trace_builder_init(&r.b, path);

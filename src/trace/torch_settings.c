@@ -66,15 +66,17 @@ static const struct {
     {TRACE_TORCH_GC_THRESHOLD, "garbage_collection_threshold", gc_threshold_default},
 };
 
-const char *const trace_torch_settings_keys[] = {
-    "allocator_settings",
-    "allocator",
-    "expandable_segments",
-    "max_split_size",
-    "roundup_power2_divisions",
-    "garbage_collection_threshold",
-    NULL,
-};
+_Static_assert(2 + sizeof settings / sizeof settings[0] == TRACE_TORCH_SETTINGS_NUM_KEYS,
+               "TRACE_TORCH_SETTINGS_NUM_KEYS counts the keys trace_torch_settings_keys writes");
+
+const char **trace_torch_settings_keys(const char **keys)
+{
+    *keys++ = "allocator_settings";
+    *keys++ = "allocator";
+    for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+        *keys++ = settings[i].name;
+    return keys;
+}
 
 void trace_torch_settings_read(const pkl_value *root, trace *t)
 {

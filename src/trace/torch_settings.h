@@ -19,8 +19,11 @@
  * at most TORCH_SETTINGS_MAX_ITEMS items looked at in a container). */
 void trace_torch_settings_read(const pkl_value *root, trace *t);
 
-/* The dict keys trace_torch_settings_read looks up (NULL-terminated), for a
- * parse that prunes the values of all others (pkl_parse_pruned). */
-extern const char *const trace_torch_settings_keys[];
+/* The dict keys trace_torch_settings_read looks up, for a parse that
+ * prunes the values of all others (pkl_parse_pruned): written to
+ * keys[0 .. TRACE_TORCH_SETTINGS_NUM_KEYS), from the table of settings it
+ * reads; returns keys + TRACE_TORCH_SETTINGS_NUM_KEYS. */
+#define TRACE_TORCH_SETTINGS_NUM_KEYS 6
+const char **trace_torch_settings_keys(const char **keys);
 
 #endif
