@@ -78,7 +78,7 @@ tests_arena_pairs_CFLAGS = $(TESTCFLAGS)
 tests_arena_pairs_LDADD = libcoop.la -lm
 tests_arena_pairs_LDFLAGS = -static
 # tests/pending_pairs PENDING: pairs with frees pending on a busy stream
-# (README.md, "Pending frees"); not a test either
+# (docs/measured-host.md, "Pending frees"); not a test either
 check_PROGRAMS += tests/pending_pairs
 tests_pending_pairs_SOURCES = tests/pending_pairs.c
 tests_pending_pairs_CFLAGS = $(TESTCFLAGS)
@@ -118,8 +118,8 @@ tests_growable_test_LDADD = $(TESTLIBS)
 tests_growable_test_LDFLAGS = $(TESTLDFLAGS)
 endif
 # tests/segment_pressure SEGMENTS REFUSED: a pool of many fixed segments,
-# growing, then refusing requests (README.md, "A full pool under
-# eviction"); not a test either
+# growing, then refusing requests (docs/measured-host.md, "A full pool
+# under eviction"); not a test either
 check_PROGRAMS += tests/segment_pressure
 tests_segment_pressure_SOURCES = tests/segment_pressure.c
 tests_segment_pressure_CFLAGS = $(TESTCFLAGS)

@@ -41,7 +41,8 @@ static bool injected_failure(void)
  * second-level TLB holds, so nearly every such read also walked the page
  * table. A dependent load over 16 MiB took 85 instead of 113 ns with huge
  * pages here (coop bench --latency's method); coop bench at 100k live
- * blocks, alternating runs: 384 -> 352 ns per pair (README, "Speed").
+ * blocks, alternating runs: 384 -> 352 ns per pair (docs/measured-host.md,
+ * "Speed").
  * Advice only: where THP is off or the call fails, the pages stay small and
  * nothing else changes. */
 static void advise_huge(void *p, size_t size)

@@ -14,7 +14,7 @@
  * which does not fit glibc's static TLS surplus for dlopen'ed libraries, so
  * libcoop.so could not be loaded into a running Python (ctypes, PyTorch's
  * pluggable allocator) without GLIBC_TUNABLES. The slab also measured at
- * least as fast (README.md, "Allocator metadata").
+ * least as fast (docs/measured-host.md, "Allocator metadata").
  *
  * Failure injection (tests): meta_fail_nth(n) fails the nth next metadata
  * allocation: a malloc, or a slab chunk when the slab must grow.

@@ -5,7 +5,7 @@
  * valgrind, which cannot reserve the bench's terabytes of address space,
  * can count the cache misses of a pair at 100k live blocks. A measuring
  * tool, built by make check (so that it keeps compiling), not a test. From a
- * built tree (README.md, "Speed"):
+ * built tree (docs/measured-host.md, "Speed"):
  *
  *   make check   # or: make tests/arena_pairs
  *   for p in 100000 300000; do

@@ -1,7 +1,7 @@
 #!/bin/sh
 # coop bench's output, not its speed (benchmarks are never timed in tests):
-# --json prints one object per live count with the fields the README names and
-# positive times; --floor --json prints every layout at every live count, each
+# --json prints one object per live count with the fields of the "Speed" table
+# of docs/measured-host.md (and the footprints) and positive times; --floor --json prints every layout at every live count, each
 # record and slot size as its layout says.
 set -u
 coop=./coop

@@ -1,7 +1,7 @@
 /*
  * Not a test (timings belong in benchmarks): the cost of a malloc+free pair
- * while frees are pending on a busy stream, the figure in README.md's
- * "Pending frees". PENDING blocks of 4 KiB are used on stream 7
+ * while frees are pending on a busy stream, the figure in
+ * docs/measured-host.md's "Pending frees". PENDING blocks of 4 KiB are used on stream 7
  * (coop_record_stream), which is held busy, and freed; then PAIRS pairs of
  * 1 KiB on stream 1 are timed. Host backend, never_wait (nothing waits for
  * the held stream).

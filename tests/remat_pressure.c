@@ -6,7 +6,8 @@
  * it, and refill its space with small tensors, so that the next search must
  * evict again. It prints the searches, evictions and the searches' CPU time
  * per search. A measuring tool, built by make check (so that it keeps
- * compiling), not a test. From a built tree (README.md, "Speed"):
+ * compiling), not a test. From a built tree (docs/measured-host.md,
+ * "Speed"):
  *
  *   make tests/remat_pressure
  *   tests/remat_pressure vmm 4096 dtr      # or segments; coop, dtr, ...

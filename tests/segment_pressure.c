@@ -6,8 +6,8 @@
  * their bytes; then REFUSED requests of 4 MiB fail (each one's arena_alloc,
  * the pool's retry and the out-of-memory message). It prints the time per
  * growing malloc and per refused one. A measuring tool, built by make check
- * (so that it keeps compiling), not a test. From a built tree (README.md,
- * "A full pool under eviction"):
+ * (so that it keeps compiling), not a test. From a built tree
+ * (docs/measured-host.md, "A full pool under eviction"):
  *
  *   make tests/segment_pressure
  *   tests/segment_pressure 16000 1000

@@ -123,7 +123,8 @@ tests_remat_loop_memory_LDADD = libcoop.la
 tests_remat_loop_memory_LDFLAGS = -static
 
 # tests/remat_pressure vmm|segments TENSORS POLICY: searches on a full pool,
-# each evicting 1,024 small tensors for a large one (README.md, "Speed");
+# each evicting 1,024 small tensors for a large one (docs/measured-host.md,
+# "Speed");
 # built by make check, not a test
 check_PROGRAMS += tests/remat_pressure
 tests_remat_pressure_SOURCES = tests/remat_pressure.c
