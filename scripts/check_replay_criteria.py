@@ -20,7 +20,8 @@ against the offline optimum in the file name (A.1048576.csv: 1,048,576 bytes).
 
 A figure a check needs that is null fails that check. Prints one line per check and a
 summary; exits 1 if any check fails, 2 on bad input (no rows, a missing row, a zero
-recorded peak, a row that breaks json_rows.REPLAY_ROW: a missing figure, a byte count
+recorded peak, a --minimalloc row of a trace that is not a .csv or .csv.gz, a row
+that breaks json_rows.REPLAY_ROW: a missing figure, a byte count
 that is negative, fractional or past 2^64, a recorded_by_coop that is not a boolean...).
 """
 import argparse
@@ -50,6 +51,9 @@ def load(path):
         if not r["peak_live_bytes"]:  # every figure is held to it
             die(f"{path}:{lineno}: peak_live_bytes is 0, nothing to compare with")
     return rows
+
+
+MINIMALLOC_CSV = re.compile(r"\.csv(\.gz)?$")  # coop reads a .gz transparently
 
 
 def is_snapshot(trace):
@@ -82,6 +86,17 @@ def main():
     rows = load(args.main)
     if not rows:
         die(f"{args.main}: no rows (run coop replay --json)")
+    # --minimalloc read and held to its kind before any verdict: the main
+    # file (or a snapshot's rows) given there was checked as CSVs and passed
+    mrows = load(args.minimalloc) if args.minimalloc else None
+    if mrows is not None and not mrows:
+        die(f"{args.minimalloc}: no rows (run coop replay --json --page 512)")
+    for trace in sorted(mrows or {}):
+        if not MINIMALLOC_CSV.search(trace):
+            die(f"{args.minimalloc}: {trace} is not a minimalloc CSV (run coop replay --json "
+                "--page 512 on minimalloc's .csv files)")
+        need(mrows, trace, "coop", args.minimalloc)
+        need(mrows, trace, "jemalloc", args.minimalloc)
     for trace in sorted(rows):
         coop = need(rows, trace, "coop", args.main)
         torch = need(rows, trace, "torch", args.main)
@@ -124,10 +139,7 @@ def main():
                   f"{trace}: torch-rec torch peak reserved "
                   f"{'null' if diff is None else f'{diff:+.2%}'} vs recorded (within 5%)")
 
-    if args.minimalloc:
-        mrows = load(args.minimalloc)
-        if not mrows:
-            die(f"{args.minimalloc}: no rows (run coop replay --json --page 512)")
+    if mrows:
         for trace in sorted(mrows):
             coop = need(mrows, trace, "coop", args.minimalloc)
             jem = need(mrows, trace, "jemalloc", args.minimalloc)

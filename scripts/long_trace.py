@@ -15,7 +15,12 @@ whatever the length:
 
 EVENTS counts trace events (allocs and frees; DTR: lines of the log) and is
 rounded up to whole steps. OUT ending in .gz is gzip-compressed (level 1).
+OUT appears whole or not at all (scripts/atomic_file.py): a failed write
+keeps the previous file. Exits 2 on a bad argument or an OUT that cannot be
+made (a directory, a missing directory), 1 when a write fails.
 """
+import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -23,14 +28,26 @@ import pickle
 import struct
 import sys
 
+import atomic_file
+
 TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "traces")
 ADDR_STRIDE = 1 << 36  # each repetition's addresses are shifted by this
 
 
+@contextlib.contextmanager
 def open_out(path):
-    if path.endswith(".gz"):
-        return gzip.open(path, "wb", compresslevel=1)
-    return open(path, "wb")
+    """OUT through atomic_file.replacing: a write that fails part-way (a full
+    disk) or is interrupted leaves the previous file, or none, never a cut
+    one (opened in place, a failure left a trace its readers refuse as
+    truncated, or a step short). Compressed here, at level 1: replacing's
+    own compression is level 9, slow for 10M events."""
+    with atomic_file.replacing(path) as raw:
+        if path.endswith(".gz"):
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=1,
+                               mtime=0) as f:
+                yield f
+        else:
+            yield raw
 
 
 def text_step():
@@ -232,14 +249,54 @@ def write_dtr(events, out):
     return len(head) + reps * len(step)
 
 
-def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("text", "pickle", "minimalloc", "dtr"):
-        sys.exit(__doc__)
-    fmt, events, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    n = {"text": write_text, "pickle": write_pickle, "minimalloc": write_minimalloc,
-         "dtr": write_dtr}[fmt](events, out)
-    print("%s: %d %s" % (out, n, "lines" if fmt == "dtr" else "events"), file=sys.stderr)
+WRITERS = {"text": write_text, "pickle": write_pickle, "minimalloc": write_minimalloc,
+           "dtr": write_dtr}
+
+
+def event_count(text):
+    """argparse type of EVENTS: a whole number from 1 (int() took '1_000'
+    and failed with a traceback on 'abc'; 0 or less wrote a trace of no
+    events, which its readers refuse as empty)."""
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError("%r is not a whole number of 1 or more" % text)
+    return int(text)
+
+
+def unwritable(path):
+    """Why OUT cannot be written, checked before any work, or None."""
+    if os.path.isdir(path):
+        return "Is a directory"
+    parent = os.path.dirname(os.path.realpath(path))
+    try:
+        os.stat(parent)
+    except OSError as e:
+        return e.strerror
+    if not os.path.isdir(parent):
+        return "Not a directory"
+    return None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("format", metavar="FORMAT", choices=sorted(WRITERS),
+                    help="text, pickle, minimalloc or dtr")
+    ap.add_argument("events", metavar="EVENTS", type=event_count)
+    ap.add_argument("out", metavar="OUT")
+    args = ap.parse_args(argv)
+    why = unwritable(args.out)
+    if why:
+        ap.error("%s: %s" % (args.out, why))
+    try:
+        n = WRITERS[args.format](args.events, args.out)
+    except OSError as e:  # a full disk part-way: the previous OUT is kept
+        # a base trace that cannot be read names itself (e.filename)
+        print("long_trace.py: %s: %s" % (e.filename or args.out, e.strerror or e), file=sys.stderr)
+        return 1
+    print("%s: %d %s" % (args.out, n, "lines" if args.format == "dtr" else "events"),
+          file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,10 +12,10 @@ keeps the previous one. The timeline format is documented in
 src/replay/timeline.h.
 Exits 2, with one line on stderr, on a bad timeline or option (a --policy
 the timeline lacks) or an output that cannot be written. A bad timeline:
-a record with fields too many or too few, a number that is not unsigned, a
-policy twice in one trace, s records out of order or past the trace's
-events, a block that ends before it starts or past the trace, a second or
-misplaced oom record.
+a record with fields too many or too few, a number that is not unsigned
+or is past 2^64 - 1, a policy twice in one trace, s records out of order
+or past the trace's events, a block that ends before it starts or past
+the trace, a second or misplaced oom record.
 """
 import argparse
 import bisect
@@ -45,12 +45,18 @@ class TimelineError(Exception):
 
 
 def number(text, what, base=10):
-    """text as the unsigned count coop writes: digits only (int() also
-    took '-4', '+4' and '1_000', and drew them)."""
+    """text as the unsigned 64-bit count coop writes: digits only (int()
+    also took '-4', '+4' and '1_000', and drew them), below 2^64 (a longer
+    number, which no float holds, was an OverflowError traceback in the
+    drawing)."""
     if not DIGITS[base].fullmatch(text):
         raise ValueError(f"{what} {text!r} is not a {'hex' if base == 16 else 'decimal'} "
                          "number of 0 or more")
-    return int(text, base)
+    value = int(text, base)
+    if value >= 1 << 64:
+        shown = text if len(text) <= 24 else text[:20] + "..."
+        raise ValueError(f"{what} {shown} is past 2^64 - 1 (coop writes 64-bit counts)")
+    return value
 
 
 def read_timeline(path):

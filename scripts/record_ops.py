@@ -336,7 +336,8 @@ def check_log(lines):
 
     Checks: every line is a JSON object with a known INSTRUCTION; CONSTANT is
     followed by its MEMORY; CALL by MEMORY and ALIAS for each RESULT, in
-    order; every ARG, MUTATE index, COPY source and RELEASE names a tensor
+    order; blank lines are skipped, and a log of none but them refused, as
+    coop's reader does; every ARG, MUTATE index, COPY source and RELEASE names a tensor
     that is defined and not yet released; names are defined once; ALIAS
     indices are in range; every field has its type (names: strings; ARGS,
     RESULT: lists of names; MUTATE: a list of integers; TIME, MEMORY: a
@@ -412,7 +413,11 @@ def check_log(lines):
 
     pending_call = None  # (args, results, index of next result, memory of it)
     n = 0
+    instructions = 0
     for n, line in enumerate(lines, 1):
+        if not line.rstrip("\r\n"):
+            continue  # blank lines carry nothing, as in coop's reader (reader_dtr.c)
+        instructions += 1
         try:
             r = json.loads(line)
         except (ValueError, RecursionError) as e:  # RecursionError: brackets nested too deep
@@ -498,6 +503,8 @@ def check_log(lines):
             fail(n, "unknown INSTRUCTION %r" % ins)
     if expect:
         fail(n, "log ends inside an instruction (expected %s for %s)" % expect[0])
+    if not instructions:  # coop refuses such a log; --check called it "ok"
+        raise LogError("no instructions: the log is empty or blank")
     return {"lines": n, "counts": counts, "peak_live_bytes": peak, "final_live_bytes": live_bytes}
 
 

@@ -12,6 +12,10 @@ EXTRA_DIST += tests/python/test_check_sim_criteria.py
 # atomic_file.py, the scripts' writer: standard library only, always runs.
 TESTS += tests/python/test_atomic_file.py
 EXTRA_DIST += tests/python/test_atomic_file.py
+# long_trace.py's command line and output (bad arguments, a failed write):
+# standard library only, always runs.
+TESTS += tests/python/test_long_trace.py
+EXTRA_DIST += tests/python/test_long_trace.py
 # compare_sim_lib.py against a stand-in coop: standard library only, always runs.
 TESTS += tests/python/test_compare_sim_lib.py
 EXTRA_DIST += tests/python/test_compare_sim_lib.py

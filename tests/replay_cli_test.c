@@ -487,13 +487,32 @@ static void timeline_is_written(void **unused)
     assert_non_null(f);
     char line[256];
     int policies = 0, blocks = 0;
+    unsigned long long events = 0, last_s = 0, first_s = 0;
+    bool any_s = false;
     assert_non_null(fgets(line, sizeof line, f));
     assert_string_equal(line, "coop-replay-timeline 1\n");
     while (fgets(line, sizeof line, f)) {
-        policies += !strncmp(line, "policy ", 7);
+        if (!strncmp(line, "policy ", 7)) {
+            /* timeline.h: each series starts at the first event and ends at
+             * the last (EVENTS - 1), written even unchanged */
+            if (policies++)
+                assert_int_equal(last_s, events - 1);
+            any_s = false;
+        }
+        if (!strncmp(line, "trace ", 6))
+            assert_int_equal(sscanf(line, "trace %*s %llu", &events), 1);
+        if (line[0] == 's') {
+            assert_int_equal(sscanf(line, "s %llu", &last_s), 1);
+            if (!any_s)
+                first_s = last_s;
+            any_s = true;
+            assert_int_equal(first_s, 0);
+        }
         blocks += line[0] == 'b';
     }
     fclose(f);
+    assert_int_equal(last_s, events - 1);
+    assert_true(events > 1);
     assert_int_equal(policies, 2);
     assert_int_equal(blocks, 4); /* two blocks per policy */
 }

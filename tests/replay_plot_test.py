@@ -127,8 +127,11 @@ def bad_record_checks(plot_replay, d):
     range'), numbers that are not unsigned decimals (int() took -4, +4 and
     1_000), a policy twice in a trace (the second replaced the first), s
     records out of order or past the events, a block ending before it
-    starts or past the trace, a second or misplaced oom."""
+    starts or past the trace, a second or misplaced oom; a number past
+    2^64 - 1 (coop writes 64-bit counts; 400 digits, which no float holds,
+    were an OverflowError traceback in the drawing)."""
     head = "coop-replay-timeline 1\ntrace tiny 4\npolicy torch\n"
+    big = "9" * 400
     cases = [
         (head + "s 0 10 20 99\n", ":4: 's' record of 4 fields, not 3"),
         ("coop-replay-timeline 1\ntrace tiny 4 5\n", ":2: 'trace' record of 3 fields, not 2"),
@@ -143,6 +146,12 @@ def bad_record_checks(plot_replay, d):
         (head + "b 0 10 0 5\n", ":4: b from event 0 to 5"),
         (head + "oom 1\noom 2\n", ":5: a second oom record (the first at event 1)"),
         (head + "s 2 1 1\noom 1\n", ":5: oom at event 1: not after the s records"),
+        (head + "s 0 %s 20\n" % big, ":4: LIVE 99999999999999999999... is past 2^64 - 1"),
+        ("coop-replay-timeline 1\ntrace tiny %s\n" % big, ":2: EVENTS 9999"),
+        (head + "b 0 %s 0 1\n" % big, ":4: SIZE 9999"),
+        (head + "b %s 1 0 1\n" % big, ":4: OFFSET 9999"),
+        (head + "s 0 18446744073709551616 20\n", ":4: LIVE 18446744073709551616 is past 2^64 - 1"),
+        (head + "b 10000000000000000 1 0 1\n", ":4: OFFSET 10000000000000000 is past 2^64 - 1"),
     ]
     path = os.path.join(d, "bad-record.txt")
     for text, says in cases:

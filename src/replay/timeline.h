@@ -6,7 +6,12 @@
  *   trace NAME EVENTS              a trace; the policies below belong to it
  *   policy NAME                    a policy's series follows
  *   s EVENT LIVE RESERVED          after event EVENT (0-based): live and reserved
- *                                  bytes; written only where either changes
+ *                                  bytes; written at the first event, where either
+ *                                  changes, and at the last (EVENTS - 1, or the
+ *                                  last before an oom) even unchanged: it ends
+ *                                  the curve. LIVE is 0 throughout for the
+ *                                  policy recorded (a snapshot's reservation
+ *                                  has no live series of its own)
  *   b OFFSET SIZE START END        a block OFFSET bytes (hex) above the lowest
  *                                  block of the policy's run, of SIZE bytes,
  *                                  placed at event START, freed at END

@@ -175,6 +175,32 @@ class CheckReplayCriteria(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn(f"{f.name}: no rows", err)
 
+    def test_minimalloc_rows_of_other_traces_are_refused(self):
+        # the main file (or a snapshot's rows) given as --minimalloc was
+        # checked as CSVs, coop against jemalloc, and passed (exit 0); a
+        # missing jemalloc row came after the main checks' verdicts
+        cases = [(good_trace(), "t.trace.gz is not a minimalloc CSV"),
+                 (good_trace("s.pickle.gz"), "s.pickle.gz is not a minimalloc CSV"),
+                 ([row("A.1048576.csv", "coop", live=900000, cap=1048576, mapped=1048576)],
+                  "no jemalloc row for A.1048576.csv")]
+        for mm, says in cases:
+            with self.subTest(says=says):
+                with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+                    f.write("".join(json.dumps(r) + "\n" for r in mm))
+                self.addCleanup(os.unlink, f.name)
+                rc, out, err, _ = self.run_script(good_trace(), "--minimalloc", f.name)
+                self.assertEqual((rc, out), (2, ""), err)
+                self.assertIn(f"{f.name}: {says}", err)
+        # gzip-compressed CSVs are read as they are
+        mm = [row("A.1048576.csv.gz", "coop", live=900000, cap=1048576, mapped=1048576),
+              row("A.1048576.csv.gz", "jemalloc", live=900000, cap=1200000, mapped=1200000)]
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write("".join(json.dumps(r) + "\n" for r in mm))
+        self.addCleanup(os.unlink, f.name)
+        rc, out, err, _ = self.run_script(good_trace(), "--minimalloc", f.name)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("coop 1.0000, jemalloc 1.1444", out)
+
     def refused(self, rows, *says, raw=None):
         """rows (or raw) are refused in one line that says each of says."""
         rc, out, err, _ = self.run_script(rows, raw=raw)

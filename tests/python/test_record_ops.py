@@ -752,6 +752,26 @@ class CheckLogTest(unittest.TestCase):
         status, out, err = self.check_cli("\n".join(self.GOOD) + "\n")
         self.assertEqual((status, err), (0, ""))
 
+    def test_blank_lines_and_empty_logs_as_coops_reader(self):
+        # coop's reader (reader_dtr.c) skips blank lines and refuses a log
+        # with no instruction; --check called an empty log "ok" (exit 0) and
+        # a blank line "line 3: not JSON: Expecting value: line 2 column 1".
+        # Blank is empty but for its line end, as there (spaces are bad JSON)
+        blank = self.GOOD[:2] + ["", "\r"] + self.GOOD[2:]
+        s = record_ops.check_log(line + "\n" for line in blank)
+        self.assertEqual(s["peak_live_bytes"], 128)
+        self.assertEqual(s["lines"], len(blank))
+        bad = self.GOOD[:2] + [""] + ['{"INSTRUCTION":"RELEASE","NAME":"x0"}']
+        self.assertRejects(bad, "line 4: expected MEMORY for x0, got RELEASE")
+        self.assertRejects(self.GOOD[:3] + ["  \t"], "line 4: not JSON")
+        for lines in ([], [""], ["\n", "\r\n"]):
+            with self.subTest(lines=lines):
+                self.assertRejects(lines, "no instructions: the log is empty or blank")
+        status, out, err = self.check_cli("", "\n\n", gzip.compress(b""))
+        self.assertEqual((status, out), (2, ""))
+        self.assertEqual(err.splitlines(), ["log%d.jsonl%s: no instructions: the log is empty or blank"
+                                            % (i, ".gz" if i == 2 else "") for i in range(3)])
+
 
 class RecorderArgumentsTest(unittest.TestCase):
     """Bad arguments are refused before any model is built (recording one
