@@ -122,7 +122,29 @@ expect 2 "/dev/null: no instructions" $coop sim --no-min-ratio /dev/null
   printf '{"INSTRUCTION":"RELEASE","NAME":"w"}\n{"INSTRUCTION":"COPY","DST":"v","SRC":"w"}\n'; } >"$tmp/released.jsonl"
 expect 2 "released.jsonl:4: COPY source w was released at line 3" $coop sim --no-min-ratio "$tmp/released.jsonl"
 mkdir "$tmp/dir.jsonl"
-expect 2 "dir.jsonl: read error: Is a directory" $coop sim --no-min-ratio "$tmp/dir.jsonl"
+expect 2 "dir.jsonl: cannot open: Is a directory" $coop sim --no-min-ratio "$tmp/dir.jsonl"
+# every path is checked before the work: a missing or directory path after a
+# good log or trace stops the command before its first row (stdout empty),
+# and each bad path is named
+for cmd in "sim --no-min-ratio --budget 0.9 --policy dtr $traces/unet-train-step.ops.jsonl.gz" \
+           "replay --policy coop $traces/unet-train-step.trace.gz"; do
+    expect 2 "$tmp/none.jsonl: cannot open: No such file or directory" $coop $cmd "$tmp/none.jsonl" "$tmp/dir.jsonl"
+    if [ -s "$tmp/out" ] || ! grep -qF "dir.jsonl: cannot open: Is a directory" "$tmp/err"; then
+        echo "FAIL: 'coop $cmd' with a missing and a directory path after it: stdout not empty or the directory not named: $(head -3 "$tmp/out")"
+        failures=$((failures + 1))
+    fi
+done
+# a FIFO passes the check unopened and is read once (process substitution, named pipes)
+mkfifo "$tmp/log.fifo"
+gzip -dc "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/log.fifo" &
+if $coop sim --no-min-ratio --budget 0.9 --policy dtr --json "$tmp/log.fifo" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q '"result":' "$tmp/out"; then
+    echo "ok: coop sim reads a FIFO"
+else
+    echo "FAIL: coop sim on a FIFO: $(head -3 "$tmp/err")"
+    failures=$((failures + 1))
+fi
+wait
 # input errors are 2 in every command: a bad log among good ones too
 expect 2 "bad.jsonl:1" $coop sim --no-min-ratio --budget 0.9 --policy dtr "$traces/unet-train-step.ops.jsonl.gz" "$tmp/bad.jsonl"
 

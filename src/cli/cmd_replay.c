@@ -15,6 +15,7 @@
 
 #include "byte_size.h"
 #include "cli/cli_getopt.h"
+#include "cli/cli_inputs.h"
 #include "cli/cli_list.h"
 #include "cli/cli_output.h"
 #include "cli/commands.h"
@@ -456,6 +457,11 @@ int cmd_replay(int argc, char **argv)
     char **paths = use_bundled ? bundled.gl_pathv : argv + optind;
     size_t num_paths = use_bundled ? bundled.gl_pathc : (size_t)(argc - optind);
 
+    /* every trace openable before the first row (the bundled ones were
+     * just found): a typo in the last path should not wait for the
+     * replays of the traces before it */
+    if (!use_bundled && !cli_inputs_readable("coop replay", paths, num_paths))
+        return 2;
     FILE *timeline = NULL;
     if (timeline_path && timeline_is_a_trace(timeline_path, paths, num_paths)) {
         if (use_bundled)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli_getopt.h"
+#include "cli/cli_inputs.h"
 #include "cli/cli_list.h"
 #include "cli/cli_output.h"
 #include "cli/commands.h"
@@ -471,6 +472,10 @@ int cmd_sim(int argc, char **argv)
             return 2;
         }
     }
+    /* every log openable before the first row: a typo in the last path
+     * should not wait for the runs of the logs before it */
+    if (!cli_inputs_readable("coop sim", argv + optind, (size_t)(argc - optind)))
+        return 2;
     int status = 0;
     if (!json && lib)
         printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s %8s %10s %9s "

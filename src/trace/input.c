@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "status.h"
 #include "trace/event.h"
@@ -71,6 +74,22 @@ static coop_status open_gz(const char *path, gzFile *out)
                               errno && errno != ENOMEM ? strerror(errno) : "out of host memory");
     gzbuffer(gz, 1u << 17);
     *out = gz;
+    return COOP_OK;
+}
+
+coop_status trace_input_check(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(EISDIR));
+    if (!S_ISREG(st.st_mode))
+        return COOP_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
+    close(fd);
     return COOP_OK;
 }
 

@@ -59,6 +59,14 @@ coop_status trace_input_u64(const trace_input *in, const char *name, const char 
 coop_status trace_input_size(const trace_input *in, const char *name, const char *text,
                              uint64_t *out);
 
+/* Whether path can be opened for reading, before a command spends its work
+ * on the files given before it: "PATH: cannot open: reason" for a path
+ * that does not exist, a directory, or a regular file that cannot be
+ * opened. A FIFO or device passes unopened: opening one twice could take
+ * a writer's first bytes or show it its reader leaving. The file itself is
+ * read (and judged) later; this only moves the cheapest failure first. */
+coop_status trace_input_check(const char *path);
+
 /* Opens path for line reading. Errors: "PATH: cannot open: reason". */
 coop_status trace_input_open(trace_input *in, const char *path);
 

@@ -1,0 +1,16 @@
+/* The input files of a command, checked before its work: coop sim and coop
+ * replay read their files one after another and print each file's rows as
+ * they go, so a missing path at the end of a long list used to cost the
+ * whole run of the files before it. */
+#ifndef COOP_CLI_INPUTS_H
+#define COOP_CLI_INPUTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Whether every path can be opened for reading (trace_input_check). Prints
+ * "PROG: PATH: cannot open: reason" to stderr for each one that cannot, and
+ * returns false if any could not; the caller exits 2 before any output. */
+bool cli_inputs_readable(const char *prog, char *const *paths, size_t n);
+
+#endif
