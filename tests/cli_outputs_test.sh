@@ -15,7 +15,8 @@
 # - every --json row is RFC 8259 JSON (no NaN or Infinity; strings UTF-8)
 #   for file names holding quotes, backslashes, control characters, bytes
 #   that are not UTF-8, and for edge inputs: an empty trace, one that
-#   allocates nothing, all-OOM runs, a log whose peak is 0 bytes.
+#   allocates nothing, all-OOM runs, a log whose peak is 0 bytes;
+# - a command ended by a signal removes its temporary file.
 set -u
 coop=./coop
 traces="${srcdir:-.}/traces"
@@ -264,6 +265,46 @@ for args in "bench --json --batches 1 --live 10" "bench --json --only coop --bat
     # shellcheck disable=SC2086
     rows=$($coop $args 2>"$tmp/err" | strict_json 2>>"$tmp/err")
     [ -n "$rows" ] && [ "$rows" -gt 0 ] && ok "$args: $rows valid rows" || fail "$args: '$rows': $(tail -3 "$tmp/err")"
+done
+
+# a command ended by a signal while its output's temporary file is open
+# removes it and still ends by that signal (143 for SIGTERM, 129 for SIGHUP,
+# 141 for SIGPIPE;
+# before, every interrupted run left a hidden .NAME.XXXXXX beside the
+# target). The input is a FIFO whose writer holds it open and writes
+# nothing, so the command waits in its read with the file open. SIGINT is
+# not sent: a background job of a non-interactive shell ignores it (and so
+# keeps ignoring it, as coop leaves ignored signals ignored).
+mkfifo "$tmp/hold.fifo"
+mkdir "$tmp/sig"
+# (convert reads all of its input before it opens OUT: the same code, not
+# reachable this way.)
+for run in "TERM 143" "HUP 129" "PIPE 141"; do
+    set -- $run
+    sig=$1 want=$2
+    set -- replay --policy coop --timeline "$tmp/sig/tl.txt" "$tmp/hold.fifo"
+    (exec 3>"$tmp/hold.fifo" && exec sleep 60) >/dev/null 2>&1 &
+    holder=$!
+    $coop "$@" >/dev/null 2>"$tmp/err" &
+    pid=$!
+    i=0 # until the temporary file exists (10 s at most)
+    while [ -z "$(ls -A "$tmp/sig")" ] && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    kill -"$sig" $pid
+    wait $pid
+    got=$?
+    kill $holder 2>/dev/null
+    wait $holder 2>/dev/null
+    left=$(ls -A "$tmp/sig")
+    if [ $i -ge 100 ]; then
+        fail "coop $*: no temporary file appeared: $(head -3 "$tmp/err")"
+    elif [ "$got" -ne "$want" ] || [ -n "$left" ]; then
+        fail "coop $* ended by SIG$sig: status $got (want $want), left '$left'"
+    else
+        ok "coop $* ended by SIG$sig: status $got, nothing left"
+    fi
 done
 
 [ "$failures" -eq 0 ]

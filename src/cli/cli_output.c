@@ -1,6 +1,8 @@
 /* Output files and standard output of the coop command; see cli_output.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,6 +25,51 @@ static char *output_target(const char *path)
         return NULL;
     }
     return strdup(path); /* a new file (or a missing directory: mkstemp says) */
+}
+
+/* The temporary file being written, for the handler below: a command ended
+ * by SIGINT, SIGTERM, SIGHUP or SIGPIPE (Ctrl-C, a timeout, a closed
+ * terminal, `coop replay --timeline F ... | head -1`) left its hidden
+ * .NAME.XXXXXX beside the target, one more after every interrupted run. A
+ * copy of the name: the handler must not read memory the command frees. */
+static char pending_tmp[4096];
+static volatile sig_atomic_t pending;
+
+static void remove_pending_and_end(int sig)
+{
+    if (pending)
+        unlink(pending_tmp); /* async-signal-safe, as is raise */
+    /* SA_RESETHAND restored the default action: the command still ends
+     * by the signal, with the status the shell expects (130, 143, ...) */
+    raise(sig);
+}
+
+static void watch_signals(void)
+{
+    static bool watching;
+    if (watching)
+        return;
+    watching = true;
+    static const int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    struct sigaction act = {.sa_handler = remove_pending_and_end, .sa_flags = SA_RESETHAND};
+    sigemptyset(&act.sa_mask);
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
+        struct sigaction old;
+        /* an ignored signal stays ignored: a background job's SIGINT, nohup's
+         * SIGHUP, and a SIGPIPE ignored on purpose (writes then fail, said) */
+        if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+            sigaction(signals[i], &act, NULL);
+    }
+}
+
+static void set_pending(const char *tmp)
+{
+    pending = 0;
+    if (!tmp || strlen(tmp) >= sizeof pending_tmp)
+        return; /* not removed on a signal; every other end still removes it */
+    memcpy(pending_tmp, tmp, strlen(tmp) + 1);
+    watch_signals();
+    pending = 1;
 }
 
 const char *cli_output_open(cli_output *o, const char *path)
@@ -71,6 +118,7 @@ const char *cli_output_open(cli_output *o, const char *path)
         cli_output_discard(o);
         return strerror(err);
     }
+    set_pending(o->tmp);
     if (fchmod(o->fd, mode) != 0) {
         int err = errno;
         close(o->fd);
@@ -86,6 +134,7 @@ const char *cli_output_commit(cli_output *o)
     if (o->tmp && rename(o->tmp, o->target) != 0)
         why = strerror(errno);
     else if (o->tmp) {
+        pending = 0; /* renamed: a signal now must not remove a file of that name */
         free(o->tmp);
         o->tmp = NULL; /* renamed: nothing to remove */
     }
@@ -95,8 +144,10 @@ const char *cli_output_commit(cli_output *o)
 
 void cli_output_discard(cli_output *o)
 {
-    if (o->tmp)
+    if (o->tmp) {
         unlink(o->tmp);
+        pending = 0;
+    }
     free(o->tmp);
     free(o->target);
     *o = (cli_output){.fd = -1};

@@ -5,7 +5,9 @@
  * when complete: it is written to a fresh hidden file beside it (mkstemp in
  * the same directory, so the rename stays on one file system) and renamed
  * over it at the end; a failure removes the temporary file and leaves an
- * existing file as it was. A symbolic link stays one (its target is
+ * existing file as it was, and so does SIGINT, SIGTERM, SIGHUP or SIGPIPE
+ * ending the command (a handler removes the file, then the signal ends the
+ * command as it would have; ignored signals stay ignored). A symbolic link stays one (its target is
  * replaced); a new file gets the umask's permissions, a replaced one keeps
  * its own. Paths that are not regular files (a device such as /dev/null or
  * /dev/full, a FIFO) are written directly: there is nothing to rename over.
