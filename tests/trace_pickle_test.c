@@ -1343,6 +1343,30 @@ static void test_pruning_mutations(void **state)
     assert_true(pruned_some > 0);
 }
 
+/* The check test_pruning_mutations and the fuzzer make (pkl_same_but_pruned)
+ * must fail when a value the consumer reads is pruned: the framed snapshot
+ * parsed with no key read prunes device_traces itself. */
+static void test_same_but_pruned_catches_a_read_value_pruned(void **state)
+{
+    (void)state;
+    static const char *const no_keys[] = {NULL};
+    pk p;
+    framed_snapshot(&p, 0);
+    pkl_arena whole = {0}, part = {0}, none = {0};
+    const pkl_value *a, *b, *c;
+    assert_int_equal(pkl_parse("p", p.b, p.n, &whole, &a), COOP_OK);
+    assert_int_equal(pkl_parse_pruned("p", p.b, p.n, read_keys, &part, &b), COOP_OK);
+    assert_int_equal(pkl_parse_pruned("p", p.b, p.n, no_keys, &none, &c), COOP_OK);
+    assert_true(pkl_dict_get(c, "device_traces")->pruned);
+    int pruned;
+    assert_true(pkl_same_but_pruned(a, b, &pruned));
+    assert_int_equal(pruned, 2);
+    assert_false(pkl_same_but_pruned(a, c, &pruned));
+    pkl_arena_free(&whole);
+    pkl_arena_free(&part);
+    pkl_arena_free(&none);
+}
+
 /* pickle bytes for test_pruning_needs_no_more_memory: {"frames": [None] * n}
  * (prune walks n nodes) or L = [None] * n + [L] (a BINGET: the memo scan's
  * bitmap); padding after STOP, ignored, raises the memory bound. */
@@ -1448,6 +1472,7 @@ int main(void)
         cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_pruning_keeps_what_the_memo_fetches),
         cmocka_unit_test(test_pruning_mutations),
+        cmocka_unit_test(test_same_but_pruned_catches_a_read_value_pruned),
         cmocka_unit_test(test_pruning_needs_no_more_memory),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
