@@ -1271,7 +1271,7 @@ static void parse_both(const unsigned char *b, size_t len, int *pruned)
     if (a_st != b_st || (b_st != COOP_OK && strcmp(message, coop_last_error())))
         fail_msg("whole: %d '%s'; pruned: %d '%s'", (int)a_st, message, (int)b_st,
                  b_st == COOP_OK ? "" : coop_last_error());
-    if (a_st == COOP_OK && !pkl_same_but_pruned(a_root, b_root, pruned))
+    if (a_st == COOP_OK && !pkl_same_but_pruned(a_root, b_root, read_keys, pruned))
         fail_msg("the pruned tree differs from the whole one in what it keeps");
     pkl_arena_free(&whole);
     pkl_arena_free(&part);
@@ -1359,9 +1359,9 @@ static void test_same_but_pruned_catches_a_read_value_pruned(void **state)
     assert_int_equal(pkl_parse_pruned("p", p.b, p.n, no_keys, &none, &c), COOP_OK);
     assert_true(pkl_dict_get(c, "device_traces")->pruned);
     int pruned;
-    assert_true(pkl_same_but_pruned(a, b, &pruned));
+    assert_true(pkl_same_but_pruned(a, b, read_keys, &pruned));
     assert_int_equal(pruned, 2);
-    assert_false(pkl_same_but_pruned(a, c, &pruned));
+    assert_false(pkl_same_but_pruned(a, c, read_keys, &pruned));
     pkl_arena_free(&whole);
     pkl_arena_free(&part);
     pkl_arena_free(&none);
