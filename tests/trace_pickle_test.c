@@ -1271,7 +1271,7 @@ static void parse_both(const unsigned char *b, size_t len, int *pruned)
     if (a_st != b_st || (b_st != COOP_OK && strcmp(message, coop_last_error())))
         fail_msg("whole: %d '%s'; pruned: %d '%s'", (int)a_st, message, (int)b_st,
                  b_st == COOP_OK ? "" : coop_last_error());
-    if (a_st == COOP_OK && !pkl_same_but_pruned(a_root, b_root, pruned))
+    if (a_st == COOP_OK && !pkl_same_but_pruned(a_root, b_root, read_keys, pruned))
         fail_msg("the pruned tree differs from the whole one in what it keeps");
     pkl_arena_free(&whole);
     pkl_arena_free(&part);
@@ -1343,6 +1343,105 @@ static void test_pruning_mutations(void **state)
     assert_true(pruned_some > 0);
 }
 
+/* The check test_pruning_mutations and the fuzzer make (pkl_same_but_pruned)
+ * must fail when a value the consumer reads is pruned: the framed snapshot
+ * parsed with no key read prunes device_traces itself. */
+static void test_same_but_pruned_catches_a_read_value_pruned(void **state)
+{
+    (void)state;
+    static const char *const no_keys[] = {NULL};
+    pk p;
+    framed_snapshot(&p, 0);
+    pkl_arena whole = {0}, part = {0}, none = {0};
+    const pkl_value *a, *b, *c;
+    assert_int_equal(pkl_parse("p", p.b, p.n, &whole, &a), COOP_OK);
+    assert_int_equal(pkl_parse_pruned("p", p.b, p.n, read_keys, &part, &b), COOP_OK);
+    assert_int_equal(pkl_parse_pruned("p", p.b, p.n, no_keys, &none, &c), COOP_OK);
+    assert_true(pkl_dict_get(c, "device_traces")->pruned);
+    int pruned;
+    assert_true(pkl_same_but_pruned(a, b, read_keys, &pruned));
+    assert_int_equal(pruned, 2);
+    assert_false(pkl_same_but_pruned(a, c, read_keys, &pruned));
+    pkl_arena_free(&whole);
+    pkl_arena_free(&part);
+    pkl_arena_free(&none);
+}
+
+/* pickle bytes for test_pruning_needs_no_more_memory: {"frames": [None] * n}
+ * (prune walks n nodes) or L = [None] * n + [L] (a BINGET: the memo scan's
+ * bitmap); padding after STOP, ignored, raises the memory bound. */
+static size_t big_pickle(unsigned char *b, int fetch, size_t n)
+{
+    size_t k = 0;
+    b[k++] = 0x80;
+    b[k++] = 2;
+    if (!fetch) {
+        b[k++] = '}';
+        b[k++] = 0x8c; /* SHORT_BINUNICODE */
+        b[k++] = 6;
+        memcpy(b + k, "frames", 6);
+        k += 6;
+        b[k++] = ']';
+        b[k++] = '(';
+        memset(b + k, 'N', n);
+        k += n;
+        b[k++] = 'e';
+        b[k++] = 's';
+    } else {
+        b[k++] = ']';
+        b[k++] = 'q'; /* BINPUT 0 */
+        b[k++] = 0;
+        b[k++] = '(';
+        memset(b + k, 'N', n);
+        k += n;
+        b[k++] = 'h'; /* BINGET 0 */
+        b[k++] = 0;
+        b[k++] = 'e';
+    }
+    b[k++] = '.';
+    return k;
+}
+
+/* pkl_parse_pruned needs no more of the memory bound than pkl_parse: at the
+ * smallest padding that lets the whole parse of a 1.5 MB pickle fit its
+ * bound, the pruned parse fits too (pickle.h: it differs only in what the
+ * consumer never reads). Its work list for pruning and its memo bitmap used
+ * to count against the bound, and it refused these inputs. */
+static void test_pruning_needs_no_more_memory(void **state)
+{
+    (void)state;
+    enum { N = 1500000, MAX_PAD = 8 << 20 };
+    static const char *const keys[] = {"size", NULL};
+    unsigned char *b = calloc(N + 64 + MAX_PAD, 1);
+    assert_non_null(b);
+    for (int fetch = 0; fetch < 2; fetch++) {
+        size_t body = big_pickle(b, fetch, N), lo = 0, hi = MAX_PAD;
+        pkl_arena arena = {0};
+        const pkl_value *root;
+        assert_int_not_equal(pkl_parse("big", b, body, &arena, &root), COOP_OK);
+        assert_non_null(strstr(coop_last_error(), "needs more than"));
+        while (lo < hi) { /* the smallest padding the whole parse fits */
+            size_t mid = lo + (hi - lo) / 2;
+            if (pkl_parse("big", b, body + mid, &arena, &root) == COOP_OK)
+                hi = mid;
+            else
+                lo = mid + 1;
+            pkl_arena_free(&arena);
+        }
+        assert_true(lo > 0 && lo < MAX_PAD);
+        coop_status st = pkl_parse_pruned("big", b, body + lo, keys, &arena, &root);
+        if (st != COOP_OK)
+            fail_msg("%s: the whole parse fits with %zu bytes of padding: %s",
+                     fetch ? "fetched list" : "pruned list", lo, coop_last_error());
+        const pkl_value *v = fetch ? root : pkl_dict_get(root, "frames");
+        assert_true(v->kind == PKL_LIST);
+        assert_int_equal(v->pruned, !fetch);
+        assert_int_equal(v->v.seq.len, fetch ? N + 1 : 0);
+        pkl_arena_free(&arena);
+    }
+    free(b);
+}
+
 int main(void)
 {
     test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
@@ -1373,6 +1472,8 @@ int main(void)
         cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_pruning_keeps_what_the_memo_fetches),
         cmocka_unit_test(test_pruning_mutations),
+        cmocka_unit_test(test_same_but_pruned_catches_a_read_value_pruned),
+        cmocka_unit_test(test_pruning_needs_no_more_memory),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

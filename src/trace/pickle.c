@@ -241,8 +241,6 @@ typedef struct machine {
     size_t *read_key_lens;  /* strlen of each */
     unsigned char *fetched; /* bit i: some BINGET of the file fetches memo entry i */
     size_t fetched_cap;     /* bytes */
-    pkl_value **work;       /* the nodes prune() has still to walk */
-    size_t work_cap;
 } machine;
 
 static coop_status fail(const machine *m, const char *what)
@@ -258,12 +256,14 @@ static coop_status out_of_memory(const machine *m)
 
 /* Checks the parse's memory (arena, stack, memo, marks) against its bound,
  * after each growth: a stream of 1-byte opcodes that each make a node would
- * otherwise take about 56 bytes per input byte (2.8 GB from a 48 KB .gz). */
+ * otherwise take about 56 bytes per input byte (2.8 GB from a 48 KB .gz).
+ * pkl_parse_pruned's memo bitmap (m->fetched) is left out: made before the
+ * parse, at most a quarter byte per input byte (4 KiB at least), it would
+ * make the pruned parse refuse an input pkl_parse accepts near the bound. */
 static coop_status check_memory(const machine *m)
 {
-    size_t used = m->arena->bytes +
-                  (m->stack_cap + m->memo_cap + m->work_cap) * sizeof(pkl_value *) +
-                  m->marks_cap * sizeof(size_t) + m->fetched_cap;
+    size_t used = m->arena->bytes + (m->stack_cap + m->memo_cap) * sizeof(pkl_value *) +
+                  m->marks_cap * sizeof(size_t);
     if (used <= m->memory_limit)
         return COOP_OK;
     return coop_set_error(COOP_ERR_INVALID,
@@ -409,10 +409,16 @@ static int key_is_read(const machine *m, const pkl_value *key)
  * and taken off the stack into one container: it has one parent and is on no
  * stack, so freeing it leaves nothing pointing at it but the memo entries
  * no BINGET reads (memo_get refuses those). Iterative: a chain of nested
- * lists one opcode each must not exhaust the C stack. */
-static coop_status prune(machine *m, pkl_value *v)
+ * lists one opcode each must not exhaust the C stack. The nodes still to
+ * walk are chained through their offset fields (each is given back once
+ * walked, and walked once: it has one parent), not held in an array: an
+ * array would be memory the whole parse never needs, and the pruned parse
+ * must fit wherever pkl_parse does. */
+_Static_assert(sizeof(pkl_value *) <= sizeof(size_t), "a node's offset field holds a link");
+
+static void prune(machine *m, pkl_value *v)
 {
-    size_t pending = 0;
+    pkl_value *pending = NULL;
     pkl_value *cur = v;
     for (;;) {
         if (is_container(cur) && cur->v.seq.cap) {
@@ -420,9 +426,8 @@ static coop_status prune(machine *m, pkl_value *v)
                 pkl_value *item = cur->v.seq.items[i];
                 if (item->pinned)
                     continue;
-                if (GROW_ARRAY(m->work, m->work_cap, pending + 1, MACHINE_ARRAY_FIRST))
-                    return out_of_memory(m);
-                m->work[pending++] = item;
+                memcpy(&item->offset, &pending, sizeof pending);
+                pending = item;
             }
             give_back_array(m, cur->v.seq.items, cur->v.seq.cap);
         }
@@ -430,11 +435,11 @@ static coop_status prune(machine *m, pkl_value *v)
             arena_give_back(&m->arena->free_nodes, cur);
         if (!pending)
             break;
-        cur = m->work[--pending];
+        cur = pending;
+        memcpy(&pending, &cur->offset, sizeof pending);
     }
     memset(&v->v.seq, 0, sizeof v->v.seq);
     v->pruned = 1;
-    return check_memory(m);
 }
 
 static coop_status set_items(machine *m, pkl_value *dict, pkl_value *const *kv, size_t n)
@@ -448,7 +453,7 @@ static coop_status set_items(machine *m, pkl_value *dict, pkl_value *const *kv, 
     coop_status st = seq_extend(m, dict, kv, n);
     for (size_t i = 1; st == COOP_OK && m->read_keys && i < n; i += 2)
         if (is_container(kv[i]) && !kv[i]->pinned && !kv[i]->pruned && !key_is_read(m, kv[i - 1]))
-            st = prune(m, kv[i]);
+            prune(m, kv[i]);
     return st;
 }
 
@@ -865,7 +870,6 @@ coop_status pkl_parse_pruned(const char *path, const unsigned char *data, size_t
     free(m.marks);
     free(m.memo);
     free(m.fetched);
-    free(m.work);
     free(m.read_key_lens);
     return st;
 }

@@ -74,7 +74,10 @@ typedef struct pkl_arena {
 } pkl_arena;
 
 /* The parse's memory bound: PKL_MEMORY_PER_BYTE bytes per input byte plus
- * PKL_MEMORY_BASE, nodes and the machine's stack and memo together. PyTorch's
+ * PKL_MEMORY_BASE, nodes and the machine's stack and memo together
+ * (pkl_parse_pruned also holds a bitmap of the memo, a quarter byte per input
+ * byte at most, outside the bound: it never needs more of the bound than
+ * pkl_parse). PyTorch's
  * snapshots need 3.5 to 9 bytes per byte (9 without frames); a pickle of
  * 1-byte opcodes that each make a node needs about 56. */
 #define PKL_MEMORY_PER_BYTE 24
