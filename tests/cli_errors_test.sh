@@ -134,8 +134,14 @@ for cmd in "sim --no-min-ratio --budget 0.9 --policy dtr $traces/unet-train-step
         failures=$((failures + 1))
     fi
 done
-# a FIFO passes the check unopened and is read once (process substitution, named pipes)
+# replay and convert open a trace twice (its format, then its events): a
+# pipe is refused by name before it is opened (it gave the reader only
+# what the format's peek left: 'empty file', 'no header'); sim opens a log
+# once, and reads one
 mkfifo "$tmp/log.fifo"
+expect 2 "log.fifo: a pipe, which can be read once" $coop replay --policy coop "$tmp/log.fifo"
+expect 2 "log.fifo: a pipe, which can be read once" $coop convert "$tmp/log.fifo" "$tmp/out.trace"
+expect 2 "dir.jsonl: cannot open: Is a directory" $coop convert "$tmp/dir.jsonl" "$tmp/out.trace"
 gzip -dc "$traces/unet-train-step.ops.jsonl.gz" >"$tmp/log.fifo" &
 if $coop sim --no-min-ratio --budget 0.9 --policy dtr --json "$tmp/log.fifo" >"$tmp/out" 2>"$tmp/err" &&
     grep -q '"result":' "$tmp/out"; then

@@ -11,6 +11,7 @@
 #include "cli/cli_output.h"
 #include "cli/commands.h"
 #include "status.h"
+#include "trace/input.h"
 #include "trace/trace.h"
 
 static void usage(FILE *out)
@@ -154,7 +155,10 @@ int cmd_convert(int argc, char **argv)
 
     trace_format format;
     trace t;
-    coop_status st = trace_detect_format(paths[0], &format);
+    /* a directory or a missing file in the words sim and replay use */
+    coop_status st = trace_input_check(paths[0]);
+    if (st == COOP_OK)
+        st = trace_detect_format(paths[0], &format);
     if (st == COOP_OK && device >= 0 && format != TRACE_FORMAT_PICKLE)
         st = coop_set_error(COOP_ERR_INVALID, "%s: --device applies to PyTorch snapshots only",
                             paths[0]);

@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "status.h"
 #include "trace/input.h"
@@ -54,6 +55,16 @@ static int csv_header(const unsigned char *p, size_t n)
 
 coop_status trace_detect_format(const char *path, trace_format *out)
 {
+    /* The format is read from the first bytes, then the reader opens the
+     * file again: a pipe (process substitution, a FIFO) would give the reader
+     * only what the peek left, and it said "empty file" or "no header". */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)))
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: a pipe, which can be read once: a trace is opened twice (its "
+                              "format, then its events); write it to a file first (.gz files are "
+                              "read as they are)",
+                              path);
     unsigned char buf[PEEK_BYTES];
     size_t n;
     coop_status st = trace_input_peek(path, buf, sizeof buf, &n);
