@@ -322,11 +322,54 @@ static void remat_api(void **state)
     }
 }
 
+/* The pool under the remat API, without host memory for its list of
+ * settled streams: empty_cache lists the streams it saw finished (16 on
+ * the stack, then on the heap) before it retags their free blocks "any
+ * stream"; where the list cannot grow, each stream left out is retagged
+ * at once instead. Twenty streams, one free block each between live
+ * guards; the host backend's stream table made before (a hold), so that
+ * empty_cache's allocations are one event per stream and the list's
+ * growth: the 18th, after the 17th stream's event. Once the guards go, all
+ * the free space is one block: every stream was retagged. */
+static void settle_without_memory_for_the_list(void **state)
+{
+    (void)state;
+    enum { STREAMS = 20 };
+    coop_config pc;
+    coop_config_default(&pc);
+    pc.capacity = 64u << 20;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&pc, &p), COOP_OK);
+    void *freed[STREAMS], *guard[STREAMS];
+    for (int i = 0; i < STREAMS; i++) {
+        coop_stream s = (coop_stream)(i + 1);
+        assert_int_equal(coop_host_hold_stream(p, s, true), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, s, false), COOP_OK);
+        freed[i] = coop_malloc(p, 64 * KiB, s, 0, NULL);
+        guard[i] = coop_malloc(p, 64 * KiB, 0, 0, NULL);
+        assert_non_null(freed[i]);
+        assert_non_null(guard[i]);
+    }
+    for (int i = 0; i < STREAMS; i++)
+        assert_int_equal(coop_free(p, freed[i]), COOP_OK);
+    host_fault_arm(18);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    assert_true(host_fault_disarm());
+    for (int i = 0; i < STREAMS; i++)
+        assert_int_equal(coop_free(p, guard[i]), COOP_OK);
+    coop_stats s;
+    coop_get_stats(p, &s);
+    assert_int_equal(s.num_free_blocks, 1);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 int main(void)
 {
     host_fault_install();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(remat_api),
+        cmocka_unit_test(settle_without_memory_for_the_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -174,7 +174,11 @@ static int every_pool_call_refused(void *arg)
                      created, (int)getpid()));
     /* host memory only: the remat records, then the pool's (with a
      * pending event and mapped pages or segments the parent's) */
-    coop_remat_destroy(ps->remat);
+    coop_clear_error();
+    coop_remat_destroy(ps->remat); /* not refused: its records go, its blocks stay */
+    CHECK(message_is(coop_last_error(), "%s", ""));
+    coop_get_stats(pool, &s);
+    CHECK(s.allocation.current == 2); /* the tensor's block, the parent's memory */
     coop_pool_destroy(pool);
     CHECK(message_is(coop_last_error(),
                      "coop_pool_destroy: this CUDA pool was created in process %d; CUDA cannot "
@@ -286,6 +290,9 @@ static int child_forks_again(void *arg)
     int status = 0;
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* the fork's parent handler ran here too: the pool stays this
+     * process's refused copy, not unmarked by the fork that made a child */
+    CHECK(refused(coop_empty_cache(m->cuda), "coop_empty_cache", m->pid));
     CHECK(driver_calls() == before);
     return 0;
 }

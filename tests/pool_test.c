@@ -562,6 +562,128 @@ static void test_empty_cache_waits_for_every_pending_free(void **state)
     coop_pool_destroy(p);
 }
 
+/* empty_cache settles every stream with free blocks, then retags those
+ * blocks "any stream": with more settled streams than the list of them
+ * starts with (16, on the stack; it grows on the heap), each still is.
+ * Seen once the live blocks between them go: all the free space is one
+ * block. */
+static void test_empty_cache_retags_the_free_blocks_of_many_streams(void **state)
+{
+    (void)state;
+    enum { STREAMS = 70 };
+    coop_pool *p = make_pool(64 * MiB, true);
+    void *freed[STREAMS], *guard[STREAMS];
+    for (int i = 0; i < STREAMS; i++) {
+        freed[i] = coop_malloc(p, 64 * KiB, (coop_stream)(i + 1), 0, NULL);
+        guard[i] = coop_malloc(p, 64 * KiB, 0, 0, NULL);
+        assert_non_null(freed[i]);
+        assert_non_null(guard[i]);
+    }
+    for (int i = 0; i < STREAMS; i++)
+        assert_int_equal(coop_free(p, freed[i]), COOP_OK);
+    assert_int_equal(stats_of(p).num_free_blocks, STREAMS);
+    assert_int_equal(coop_empty_cache(p), COOP_OK);
+    for (int i = 0; i < STREAMS; i++)
+        assert_int_equal(coop_free(p, guard[i]), COOP_OK);
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.num_free_blocks, 1);
+    assert_int_equal(s.largest_free_block, s.free_bytes);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* A full pool's reclaim is skipped only where it surely falls short
+ * (arena.c, reclaim_falls_short); its look at the free blocks gives up
+ * after 64 of them, and giving up must mean "reclaim", not "short". Here
+ * 70 free blocks of one page each straddle two pages (no whole page to
+ * unmap: first in the index's size order), and two of ten pages lie
+ * beyond them: a request above the top that needs 12 pages under the
+ * capacity gets them once those twenty are unmapped. */
+static void test_reclaim_after_many_free_blocks_without_a_whole_page(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(64 * MiB);
+    c.page_size = 64 * KiB;
+    coop_pool *p = create_or_fail(&c);
+    enum { SMALL = 70 };
+    void *guard[SMALL + 3], *pad[SMALL], *small[SMALL], *big[2];
+    for (int i = 0; i < SMALL; i++) { /* 128 KiB each: small at 32 KiB past a page */
+        guard[i] = coop_malloc(p, 32 * KiB, 0, 0, NULL);
+        small[i] = coop_malloc(p, 64 * KiB, 0, 0, NULL);
+        pad[i] = coop_malloc(p, 32 * KiB, 0, 0, NULL);
+        assert_non_null(guard[i]);
+        assert_non_null(small[i]);
+        assert_non_null(pad[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        guard[SMALL + i] = coop_malloc(p, 32 * KiB, 0, 0, NULL);
+        big[i] = coop_malloc(p, 640 * KiB, 0, 0, NULL);
+        assert_non_null(guard[SMALL + i]);
+        assert_non_null(big[i]);
+    }
+    guard[SMALL + 2] = coop_malloc(p, 32 * KiB, 0, 0, NULL);
+    assert_non_null(guard[SMALL + 2]);
+    for (int i = 0; i < SMALL; i++)
+        assert_int_equal(coop_free(p, small[i]), COOP_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(coop_free(p, big[i]), COOP_OK);
+    uint64_t reserved = (uint64_t)stats_of(p).reserved_bytes.current;
+    assert_int_equal(coop_set_capacity(p, reserved), COOP_OK);
+    coop_status st;
+    void *q = coop_malloc(p, 768 * KiB, 0, 0, &st);
+    assert_non_null(q);
+    assert_int_equal(st, COOP_OK);
+    assert_true((uint64_t)stats_of(p).reserved_bytes.current <= reserved);
+    assert_int_equal(coop_free(p, q), COOP_OK);
+    for (int i = 0; i < SMALL + 3; i++)
+        assert_int_equal(coop_free(p, guard[i]), COOP_OK);
+    for (int i = 0; i < SMALL; i++)
+        assert_int_equal(coop_free(p, pad[i]), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* A request refused because a stream could not be asked whether it has
+ * finished (its event failed) is not out of memory: it returns that
+ * failure's status and message, and num_ooms does not count it. The
+ * stream's 4 MiB of cached pages are what the 6 MiB request needs under
+ * the 8 MiB capacity; the stream is held (never_wait: not waited for), and
+ * the event call that fails is tried at each place in turn, until the one
+ * the last reclaim asks. */
+static void test_a_failed_stream_question_is_no_oom(void **state)
+{
+    (void)state;
+    bool seen = false;
+    for (uint64_t nth = 1; nth <= 12 && !seen; nth++) {
+        coop_config c = checked_config(8 * MiB);
+        c.page_size = 64 * KiB;
+        c.never_wait = true;
+        coop_pool *p = create_or_fail(&c);
+        void *a = coop_malloc(p, 4 * MiB, 1, 0, NULL);
+        assert_non_null(a);
+        assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+        assert_int_equal(coop_free(p, a), COOP_OK);
+        assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, nth), COOP_OK);
+        coop_status st;
+        void *b = coop_malloc(p, 6 * MiB, 0, 0, &st);
+        coop_stats s = stats_of(p);
+        if (st == COOP_ERR_BACKEND) {
+            seen = true;
+            assert_null(b);
+            assert_non_null(
+                strstr(coop_last_error(), "cannot tell whether stream 0x1 has finished"));
+            assert_int_equal(s.num_ooms, 0);
+        } else {
+            assert_int_equal(st, COOP_ERR_NOMEM);
+            assert_int_equal(s.num_ooms, 1);
+        }
+        assert_int_equal(coop_inject_fault(p, 0, 0), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+        coop_pool_destroy(p);
+    }
+    assert_true(seen);
+}
+
 /* A pool over 2 MiB pages whose free space is two 4 MiB blocks, a freed on
  * stream 1 (held on the host, or busy) and b on stream 2 (idle), split
  * by a live guard so they stay apart: 10 MiB mapped. */
@@ -2081,6 +2203,9 @@ static void test_bad_config(void **state)
     c.page_size = 256; /* a power of two, below 512 */
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "config.page_size 256"));
+    c.page_size = 1; /* 2^0: a power of two the pool, not the backend, refuses */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "coop_pool_create: config.page_size 1 must be"));
     coop_config_default(&c);
     c.backend = (coop_backend_kind)9;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
@@ -2566,6 +2691,9 @@ int main(void)
         cmocka_unit_test(test_oom_waits_for_a_free_blocks_stream),
         cmocka_unit_test(test_empty_cache_waits),
         cmocka_unit_test(test_empty_cache_waits_for_every_pending_free),
+        cmocka_unit_test(test_empty_cache_retags_the_free_blocks_of_many_streams),
+        cmocka_unit_test(test_a_failed_stream_question_is_no_oom),
+        cmocka_unit_test(test_reclaim_after_many_free_blocks_without_a_whole_page),
         cmocka_unit_test(test_reclaim_spares_busy_streams),
         cmocka_unit_test(test_forget_stream),
         cmocka_unit_test(test_forget_stream_leaves_other_pending_blocks_their_stream),

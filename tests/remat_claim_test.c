@@ -128,8 +128,9 @@ static void *call_in(void *arg)
     note(h, "coop_tensor_pin", st, ptr != NULL);
     st = coop_tensor_unpin(r, h->b);
     note(h, "coop_tensor_unpin", st, false);
-    st = coop_tensor_mutate(r, h->b, 10, NULL, NULL, 0, NULL);
-    note(h, "coop_tensor_mutate", st, false);
+    void *old = (void *)1; /* cleared even when refused */
+    st = coop_tensor_mutate(r, h->b, 10, NULL, NULL, 0, &old);
+    note(h, "coop_tensor_mutate", st, old != NULL);
     st = coop_tensor_release(r, h->b);
     note(h, "coop_tensor_release", st, false);
     coop_remat_stats stats;
@@ -160,6 +161,59 @@ static void *use_after(void *arg)
     if (coop_tensor_release(h->r, h->a) != COOP_OK)
         return (void *)2;
     return NULL;
+}
+
+/* ---- every call, queries too, gives the context back when it returns ---- */
+
+typedef struct after_calls {
+    coop_remat *r;
+    coop_tensor *t;
+    coop_status access, release;
+} after_calls;
+
+static void *use_from_another_thread(void *arg)
+{
+    after_calls *a = arg;
+    void *ptr = NULL;
+    a->access = coop_tensor_access(a->r, a->t, &ptr);
+    a->release = coop_tensor_release(a->r, a->t);
+    return NULL;
+}
+
+/* The main thread makes each call of the API once (the queries and the
+ * statistics included), then a second thread uses the context: nothing
+ * the main thread called kept it claimed. */
+static void test_each_call_releases_the_context(void **state)
+{
+    (void)state;
+    coop_pool *pool = make_pool(4096 * KiB);
+    coop_remat_config rc = {.policy = COOP_REMAT_COOP, .recompute = held_recompute};
+    held h0 = {0};
+    rc.user = &h0;
+    coop_remat *r = NULL;
+    assert_int_equal(coop_remat_create(pool, &rc, &r), COOP_OK);
+    coop_tensor *t = NULL, *v = NULL;
+    assert_int_equal(coop_tensor_create(r, 64 * KiB, 10, NULL, NULL, 0, 0, &t), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, t, &v), COOP_OK);
+    void *ptr = NULL;
+    assert_int_equal(coop_tensor_pin(r, t, &ptr), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, t), COOP_OK);
+    assert_int_equal(coop_tensor_mutate(r, t, 10, NULL, NULL, 0, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_size(t), 64 * KiB);
+    assert_int_equal(coop_tensor_recomputes(t), 0);
+    assert_true(coop_tensor_resident(t));
+    assert_non_null(coop_tensor_data(t));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(coop_tensor_release(r, v), COOP_OK);
+    after_calls a = {r, t, COOP_ERR_INVALID, COOP_ERR_INVALID};
+    pthread_t other;
+    assert_int_equal(pthread_create(&other, NULL, use_from_another_thread, &a), 0);
+    assert_int_equal(pthread_join(other, NULL), 0);
+    assert_int_equal(a.access, COOP_OK);
+    assert_int_equal(a.release, COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
 }
 
 static void test_second_thread_refused_while_one_is_inside(void **state)
@@ -432,6 +486,7 @@ int main(void)
     hammer_seed = test_seed("remat_claim_test", test_seed_from_clock());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_thread_refused_while_one_is_inside),
+        cmocka_unit_test(test_each_call_releases_the_context),
         cmocka_unit_test(test_two_threads_hammering_one_context),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -551,6 +551,37 @@ static void coop_evicts_whole_segments_without_vmm(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Segments go cheapest per byte first, not cheapest in all: A's 24 KiB
+ * segment costs 300 ns (12.5 ns per KiB), B's 8 KiB one 150 ns (18.75 ns
+ * per KiB); the expensive C and D, made after them, put the two far in
+ * the past (their staleness alike). A 28 KiB request with 8 KiB free needs
+ * A's segment alone; taking B first (the cheaper in all) would evict both. */
+static void coop_evicts_segments_by_cost_per_byte(void **state)
+{
+    (void)state;
+    coop_pool *pool = segments_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_COOP, false);
+    coop_tensor *a, *b, *c, *d, *x;
+    assert_int_equal(coop_tensor_create(r, 24 * KiB, 300, "T", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 150, "T", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 90000, "T", NULL, 0, EV, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 90000, "T", NULL, 0, EV, &d), COOP_OK);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.segment.current, 4);
+    assert_int_equal(ps.reserved_bytes.current, 56 * KiB);
+    assert_int_equal(coop_tensor_create(r, 28 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_false(coop_tensor_resident(a));
+    assert_true(coop_tensor_resident(b));
+    assert_true(coop_tensor_resident(c));
+    assert_true(coop_tensor_resident(d));
+    assert_string_equal(j.evicted, "x");
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* The same pool where evicting every segment that can be would still leave
  * less than the request under the capacity: nothing is evicted for it. */
 static void coop_evicts_no_segment_for_a_request_that_cannot_fit(void **state)
@@ -1270,6 +1301,7 @@ int main(void)
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
         cmocka_unit_test(coop_evicts_whole_segments_without_vmm),
+        cmocka_unit_test(coop_evicts_segments_by_cost_per_byte),
         cmocka_unit_test(coop_evicts_no_segment_for_a_request_that_cannot_fit),
         cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_run_covers, &policies[1]),
         cmocka_unit_test_prestate(argmin_evicts_nothing_where_no_run_covers, &policies[2]),
