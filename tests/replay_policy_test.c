@@ -552,6 +552,9 @@ static void expandable_unmaps_free_pages_and_retries(void **unused)
     uintptr_t x;
     assert_int_equal(e.ops->malloc(e.state, 100 * 1024, 0, &x), COOP_ERR_NOMEM);
     assert_int_equal(stats_of(&e).reserved_bytes, 40 * MiB);
+    /* the small segment made for it stays, wholly unmapped: not in the
+     * list of whole free segments, which holds mapped ones only */
+    assert_int_equal(e.ops->check(e.state), COOP_OK);
     /* after the failure, frees and mallocs still work */
     assert_int_equal(must_malloc(&e, 10 * MiB, 0) % (2 * MiB), 0);
     d.ops->destroy(d.state);

@@ -4,6 +4,9 @@
  * code-running opcode, malformed and truncated input, and random byte
  * mutations (seed printed; COOP_TEST_SEED replays one).
  */
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "test_seed.h"
 #include "trace_fixture.h"
 
@@ -1442,6 +1445,215 @@ static void test_pruning_needs_no_more_memory(void **state)
     free(b);
 }
 
+/* A dict's value under a key that is not a str stays whole: the contract
+ * (pickle.h) prunes only under str keys the consumer does not read. */
+static void test_pruning_only_under_str_keys(void **state)
+{
+    (void)state;
+    pk p;
+    p.n = 0;
+    op(&p, 0x80);
+    op(&p, 2);
+    op(&p, '}');
+    op(&p, '(');
+    integer(&p, 7); /* 7: [None] */
+    op(&p, ']');
+    op(&p, 'N');
+    op(&p, 'a');
+    str(&p, "frames"); /* "frames": [None] */
+    op(&p, ']');
+    op(&p, 'N');
+    op(&p, 'a');
+    op(&p, 'u');
+    op(&p, '.');
+    int pruned;
+    parse_both(p.b, p.n, &pruned);
+    assert_int_equal(pruned, 1);
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    assert_int_equal(pkl_parse_pruned("p", p.b, p.n, read_keys, &arena, &root), COOP_OK);
+    const pkl_value *under_int = root->v.seq.items[1];
+    assert_true(under_int->kind == PKL_LIST && !under_int->pruned && under_int->v.seq.len == 1);
+    assert_true(pkl_dict_get(root, "frames")->pruned);
+    pkl_arena_free(&arena);
+}
+
+/* {"device_traces": [{"action": "alloc", "frames": F Nones}] * n}, each
+ * frame appended one by one (APPEND), so each frames list outgrows item
+ * arrays of 4, 8 and 16 before it is pruned; into a malloc'ed *len bytes. */
+static unsigned char *appended_frames(size_t n, int frames, size_t *len)
+{
+    unsigned char *b = malloc(64 + n * (32 + 2 * (size_t)frames));
+    assert_non_null(b);
+    size_t k = 0;
+    b[k++] = 0x80;
+    b[k++] = 2;
+    b[k++] = '}';
+    static const char *const strs[] = {"device_traces", "action", "alloc", "frames"};
+    size_t at[4];
+    unsigned char enc[4][16];
+    for (int i = 0; i < 4; i++) {
+        at[i] = strlen(strs[i]) + 2;
+        enc[i][0] = 0x8c;
+        enc[i][1] = (unsigned char)strlen(strs[i]);
+        memcpy(enc[i] + 2, strs[i], strlen(strs[i]));
+    }
+    memcpy(b + k, enc[0], at[0]);
+    k += at[0];
+    b[k++] = ']';
+    b[k++] = '(';
+    for (size_t e = 0; e < n; e++) {
+        b[k++] = '}';
+        b[k++] = '(';
+        for (int i = 1; i < 4; i++) {
+            memcpy(b + k, enc[i], at[i]);
+            k += at[i];
+        }
+        b[k++] = ']';
+        for (int f = 0; f < frames; f++) {
+            b[k++] = 'N';
+            b[k++] = 'a';
+        }
+        b[k++] = 'u';
+    }
+    b[k++] = 'e';
+    b[k++] = 's';
+    b[k++] = '.';
+    *len = k;
+    return b;
+}
+
+/* The pruned parse reuses what it prunes and what a list outgrows: 20,000
+ * entries with 20 frames each take no more of its arena than entries with
+ * none but for the first entry's (under one arena chunk, 1 MiB). Without
+ * the reuse, each entry's frames would add 20 nodes and 28 item slots
+ * (about 1.2 KB; 224 bytes for the outgrown arrays alone). */
+static void test_pruned_memory_is_reused(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    static const char *const keys[] = {"device_traces", "action", NULL};
+    size_t bytes[2];
+    for (int with = 0; with < 2; with++) {
+        size_t len;
+        unsigned char *b = appended_frames(N, with ? 20 : 0, &len);
+        pkl_arena arena = {0};
+        const pkl_value *root;
+        assert_int_equal(pkl_parse_pruned("p", b, len, keys, &arena, &root), COOP_OK);
+        const pkl_value *traces = pkl_dict_get(root, "device_traces");
+        assert_int_equal(traces->v.seq.len, N);
+        const pkl_value *frames = pkl_dict_get(traces->v.seq.items[N - 1], "frames");
+        assert_true(frames->kind == PKL_LIST && frames->pruned && frames->v.seq.len == 0);
+        bytes[with] = arena.bytes;
+        pkl_arena_free(&arena);
+        free(b);
+    }
+    if (bytes[1] > bytes[0] + ((size_t)1 << 20))
+        fail_msg("pruned frames took %zu bytes of arena, no frames %zu", bytes[1], bytes[0]);
+}
+
+/* The memo scan steps over each opcode's argument as step() does: a FRAME's
+ * 8-byte length and a BINFLOAT's 8 bytes read as opcodes would end the scan
+ * (or take the BINGET after them as an argument), and the pruned parse
+ * would refuse the BINGET the scan missed. L = [x, L] after each. */
+static void test_scan_steps_over_frame_and_float(void **state)
+{
+    (void)state;
+    for (int float_first = 0; float_first < 2; float_first++) {
+        pk p;
+        p.n = 0;
+        op(&p, 0x80);
+        op(&p, 4);
+        if (!float_first) {
+            op(&p, 0x95); /* FRAME, its length's first byte no opcode step() runs */
+            static const unsigned char length[8] = {5};
+            bytes(&p, length, 8);
+        }
+        op(&p, ']');
+        op(&p, 'q'); /* BINPUT 0 */
+        op(&p, 0);
+        op(&p, '(');
+        if (float_first) {
+            /* big-endian double; read from its fifth byte, a BININT ('J')
+             * takes the BINGET's opcode as its argument */
+            static const unsigned char x[8] = {0, 0, 0, 0, 'J', 0, 0, 0};
+            op(&p, 'G');
+            bytes(&p, x, 8);
+        } else {
+            op(&p, 'N');
+        }
+        op(&p, 'h'); /* BINGET 0 */
+        op(&p, 0);
+        op(&p, 'e');
+        op(&p, '.');
+        int pruned;
+        parse_both(p.b, p.n, &pruned);
+        assert_int_equal(pruned, 0);
+        pkl_arena arena = {0};
+        const pkl_value *root;
+        if (pkl_parse_pruned("p", p.b, p.n, read_keys, &arena, &root) != COOP_OK)
+            fail_msg("%s: %s", float_first ? "BINFLOAT" : "FRAME", coop_last_error());
+        assert_true(root->kind == PKL_LIST && root->v.seq.len == 2);
+        assert_ptr_equal(root->v.seq.items[1], root);
+        pkl_arena_free(&arena);
+    }
+}
+
+/* The memo scan reads no byte past the file: each pickle ends in an
+ * opcode whose argument (or its length) is cut off, placed at the end of a
+ * page whose next page is unmapped, so a read past it faults. The parse
+ * fails there, naming the truncation, as pkl_parse does. */
+static void test_scan_reads_nothing_past_the_end(void **state)
+{
+    (void)state;
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned char *map =
+        mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(map != MAP_FAILED);
+    assert_int_equal(mprotect(map + page, (size_t)page, PROT_NONE), 0);
+    static const struct {
+        unsigned char b[8];
+        size_t n;
+    } cut[] = {
+        {{0x80, 2, ']', 'h'}, 4},             /* BINGET without its index */
+        {{0x80, 2, ']', 'j', 0, 0}, 6},       /* LONG_BINGET, 2 of 4 bytes */
+        {{0x80, 2, 0x8c}, 3},                 /* SHORT_BINUNICODE without a length */
+        {{0x80, 2, 0x8c, 1}, 4},              /* ... without its 1 byte */
+        {{0x80, 2, 'X', 2, 0, 0, 0, 'a'}, 8}, /* BINUNICODE: 2 bytes, 1 there */
+    };
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+        unsigned char *at = map + page - cut[i].n;
+        memcpy(at, cut[i].b, cut[i].n);
+        pkl_arena whole = {0}, part = {0};
+        const pkl_value *root;
+        assert_int_not_equal(pkl_parse("p", at, cut[i].n, &whole, &root), COOP_OK);
+        char message[512];
+        snprintf(message, sizeof message, "%s", coop_last_error());
+        assert_int_not_equal(pkl_parse_pruned("p", at, cut[i].n, read_keys, &part, &root), COOP_OK);
+        assert_string_equal(coop_last_error(), message);
+    }
+    munmap(map, 2 * (size_t)page);
+}
+
+/* The scan's bound on a fetched index is the parse's: memo_put takes an
+ * index up to the opcodes read so far, so the BINGET right after a BINPUT
+ * of the highest index it may take (PROTO, EMPTY_LIST, BINPUT 3: 3 opcodes)
+ * fetches index 3 as the 4th opcode. L = [L]. */
+static void test_scan_sees_the_highest_fetch_it_may(void **state)
+{
+    (void)state;
+    static const unsigned char b[] = {0x80, 2, ']', 'q', 3, 'h', 3, 'a', '.'};
+    int pruned;
+    parse_both(b, sizeof b, &pruned);
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    if (pkl_parse_pruned("p", b, sizeof b, read_keys, &arena, &root) != COOP_OK)
+        fail_msg("%s", coop_last_error());
+    assert_true(root->kind == PKL_LIST && root->v.seq.len == 1);
+    assert_ptr_equal(root->v.seq.items[0], root);
+    pkl_arena_free(&arena);
+}
+
 int main(void)
 {
     test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
@@ -1474,6 +1686,11 @@ int main(void)
         cmocka_unit_test(test_pruning_mutations),
         cmocka_unit_test(test_same_but_pruned_catches_a_read_value_pruned),
         cmocka_unit_test(test_pruning_needs_no_more_memory),
+        cmocka_unit_test(test_pruning_only_under_str_keys),
+        cmocka_unit_test(test_pruned_memory_is_reused),
+        cmocka_unit_test(test_scan_steps_over_frame_and_float),
+        cmocka_unit_test(test_scan_reads_nothing_past_the_end),
+        cmocka_unit_test(test_scan_sees_the_highest_fetch_it_may),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();
