@@ -295,7 +295,11 @@ for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         time.sleep(0.02)
     seen = os.listdir(out_dir)
     p.send_signal(sig)
-    err = p.communicate()[1].decode(errors="replace").strip()
+    try:  # a handler that catches its own re-raise spins: a failure, not a hang
+        err = p.communicate(timeout=60)[1].decode(errors="replace").strip()
+    except subprocess.TimeoutExpired:
+        p.kill()
+        err = "still running 60 s after the signal: " + p.communicate()[1].decode(errors="replace")
     left = os.listdir(out_dir)
     name = signal.Signals(sig).name
     if not seen:

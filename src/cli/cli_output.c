@@ -38,9 +38,14 @@ static volatile sig_atomic_t pending;
 static void remove_pending_and_end(int sig)
 {
     if (pending)
-        unlink(pending_tmp); /* async-signal-safe, as is raise */
-    /* SA_RESETHAND restored the default action: the command still ends
-     * by the signal, with the status the shell expects (130, 143, ...) */
+        unlink(pending_tmp); /* async-signal-safe, as are sigaction and raise */
+    /* the default action back (SA_RESETHAND did it already; set here too,
+     * since a handler still in place would catch its own raise for ever):
+     * the command ends by the signal, with the status the shell expects
+     * (130, 143, ...) */
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
     raise(sig);
 }
 
