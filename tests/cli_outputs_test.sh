@@ -272,21 +272,25 @@ done
 # left a hidden .NAME.XXXXXX beside the target). The trace is a pseudo-
 # terminal that nobody writes to, so replay waits in its first read with
 # the --timeline file open (a pipe is refused before it is read: a trace
-# is opened twice). Python's subprocess gives the child every signal at its
-# default action, SIGINT included (a background job of this shell would
-# have it ignored, and coop keeps ignored signals ignored). Convert reads
-# all of its input before it opens OUT: the same code, not reachable so.
+# is opened twice). The Python driver sets the four signals to their
+# default action first: this test may run as a background job (SIGINT
+# ignored) or under nohup (SIGHUP ignored), and coop keeps ignored signals
+# ignored. Convert reads all of its input before it opens OUT: the same
+# code, not reachable so.
 mkdir "$tmp/sig"
 "$python" - "$coop" "$tmp/sig" <<'PY' || failures=$((failures + 1))
 import os, pty, signal, subprocess, sys, time
 coop, out_dir = sys.argv[1], sys.argv[2]
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
+for sig in SIGNALS:  # inherited through exec: coop sees them at their default
+    signal.signal(sig, signal.SIG_DFL)
 try:
     master, slave = pty.openpty()
 except OSError as e:
     print("ok: no pseudo-terminal here (%s): the signal cases not run" % e)
     sys.exit(0)
 bad = 0
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+for sig in SIGNALS:
     cmd = [coop, "replay", "--policy", "coop", "--timeline", os.path.join(out_dir, "tl.txt"),
            os.ttyname(slave)]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -314,6 +318,30 @@ for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         print("ok: replay ended by %s while writing %s: nothing left" % (name, seen[0]))
     for f in left:
         os.unlink(os.path.join(out_dir, f))
+# an ignored signal stays ignored (nohup's SIGHUP): replay goes on waiting,
+# and the SIGTERM after it still removes the file
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+p = subprocess.Popen([coop, "replay", "--policy", "coop", "--timeline",
+                      os.path.join(out_dir, "tl.txt"), os.ttyname(slave)],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+deadline = time.monotonic() + 20
+while not os.listdir(out_dir) and p.poll() is None and time.monotonic() < deadline:
+    time.sleep(0.02)
+p.send_signal(signal.SIGHUP)
+time.sleep(0.5)
+alive = p.poll() is None
+p.send_signal(signal.SIGTERM)
+try:
+    p.communicate(timeout=60)
+except subprocess.TimeoutExpired:
+    p.kill()
+    p.communicate()
+left = os.listdir(out_dir)
+if alive and p.returncode == -signal.SIGTERM and not left:
+    print("ok: an ignored SIGHUP stays ignored; SIGTERM then ends replay, nothing left")
+else:
+    print("FAIL: ignored SIGHUP: alive after it %s, status %s, left %s" % (alive, p.returncode, left))
+    bad += 1
 sys.exit(1 if bad else 0)
 PY
 
