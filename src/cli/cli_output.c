@@ -39,10 +39,9 @@ static void remove_pending_and_end(int sig)
 {
     if (pending)
         unlink(pending_tmp); /* async-signal-safe, as are sigaction and raise */
-    /* the default action back (SA_RESETHAND did it already; set here too,
-     * since a handler still in place would catch its own raise for ever):
-     * the command ends by the signal, with the status the shell expects
-     * (130, 143, ...) */
+    /* the default action back (a handler still in place would catch its
+     * own raise for ever): the command ends by the signal, with the status
+     * the shell expects (130, 143, ...) */
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigemptyset(&dfl.sa_mask);
     sigaction(sig, &dfl, NULL);
@@ -56,7 +55,7 @@ static void watch_signals(void)
         return;
     watching = true;
     static const int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
-    struct sigaction act = {.sa_handler = remove_pending_and_end, .sa_flags = SA_RESETHAND};
+    struct sigaction act = {.sa_handler = remove_pending_and_end};
     sigemptyset(&act.sa_mask);
     for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
         struct sigaction old;
@@ -70,9 +69,10 @@ static void watch_signals(void)
 static void set_pending(const char *tmp)
 {
     pending = 0;
-    if (!tmp || strlen(tmp) >= sizeof pending_tmp)
+    size_t n = tmp ? strlen(tmp) + 1 : 0;
+    if (!n || n > sizeof pending_tmp)
         return; /* not removed on a signal; every other end still removes it */
-    memcpy(pending_tmp, tmp, strlen(tmp) + 1);
+    memcpy(pending_tmp, tmp, n);
     watch_signals();
     pending = 1;
 }
