@@ -7,10 +7,11 @@
  * over it at the end; a failure removes the temporary file and leaves an
  * existing file as it was, and so does SIGINT, SIGTERM, SIGHUP or SIGPIPE
  * ending the command (a handler removes the file, then the signal ends the
- * command as it would have; ignored signals stay ignored). A symbolic link stays one (its target is
- * replaced); a new file gets the umask's permissions, a replaced one keeps
- * its own. Paths that are not regular files (a device such as /dev/null or
- * /dev/full, a FIFO) are written directly: there is nothing to rename over.
+ * command as it would have; ignored signals stay ignored). A symbolic link
+ * stays one (its target is replaced); a new file gets the umask's
+ * permissions, a replaced one keeps its own. Paths that are not regular
+ * files (a device such as /dev/null or /dev/full, a FIFO) are written
+ * directly: there is nothing to rename over.
  *
  * Standard output: results reach it through stdio's buffer, so a failed
  * write (a full disk, a closed pipe with SIGPIPE ignored) shows only in

@@ -16,9 +16,9 @@
  * never touch the blocks, so the untouched pages cost nothing. It also gets
  * an explicit tcache (jemalloc's default setup; it caches sizes up to
  * opt.tcache_max, 32 KiB in 5.3), as docs/measured-host.md ("Speed") says.
- * Its footprint is counted
- * from what the hooks hand out (retained extents included); coop's is its
- * reserved (mapped) bytes. The table's ratio is coop's time over jemalloc's.
+ * Its footprint is counted from what the hooks hand out (retained extents
+ * included); coop's is its reserved (mapped) bytes. The table's ratio is
+ * coop's time over jemalloc's.
  */
 #include <getopt.h>
 #include <jemalloc/jemalloc.h>

@@ -1,11 +1,11 @@
 /* Reading (possibly gzip-compressed) trace files by line or whole. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "status.h"
