@@ -289,22 +289,44 @@ try:
 except OSError as e:
     print("ok: no pseudo-terminal here (%s): the signal cases not run" % e)
     sys.exit(0)
-bad = 0
-for sig in SIGNALS:
-    cmd = [coop, "replay", "--policy", "coop", "--timeline", os.path.join(out_dir, "tl.txt"),
-           os.ttyname(slave)]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+TIMELINE = [coop, "replay", "--policy", "coop", "--timeline", os.path.join(out_dir, "tl.txt"),
+            os.ttyname(slave)]
+
+
+def start_replay():
+    """replay waiting on the silent terminal, and the temporary file it
+    made (empty if none appeared in 20 s)"""
+    p = subprocess.Popen(TIMELINE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
     while not os.listdir(out_dir) and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    seen = os.listdir(out_dir)
-    p.send_signal(sig)
-    try:  # a handler that catches its own re-raise spins: a failure, not a hang
-        err = p.communicate(timeout=60)[1].decode(errors="replace").strip()
+    return p, os.listdir(out_dir)
+
+
+def finish(p):
+    """p's stderr once it ended; a handler that catches its own re-raise
+    spins: a failure after 60 s, not a hang"""
+    try:
+        return p.communicate(timeout=60)[1].decode(errors="replace").strip()
     except subprocess.TimeoutExpired:
         p.kill()
-        err = "still running 60 s after the signal: " + p.communicate()[1].decode(errors="replace")
+        return "still running 60 s after the signal: " + p.communicate()[1].decode(errors="replace")
+
+
+def left_behind():
+    """what replay left in out_dir, removed for the next case"""
     left = os.listdir(out_dir)
+    for f in left:
+        os.unlink(os.path.join(out_dir, f))
+    return left
+
+
+bad = 0
+for sig in SIGNALS:
+    p, seen = start_replay()
+    p.send_signal(sig)
+    err = finish(p)
+    left = left_behind()
     name = signal.Signals(sig).name
     if not seen:
         print("FAIL: replay on a silent terminal: no temporary file appeared (status %s): %s"
@@ -316,31 +338,21 @@ for sig in SIGNALS:
         bad += 1
     else:
         print("ok: replay ended by %s while writing %s: nothing left" % (name, seen[0]))
-    for f in left:
-        os.unlink(os.path.join(out_dir, f))
 # an ignored signal stays ignored (nohup's SIGHUP): replay goes on waiting,
 # and the SIGTERM after it still removes the file
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
-p = subprocess.Popen([coop, "replay", "--policy", "coop", "--timeline",
-                      os.path.join(out_dir, "tl.txt"), os.ttyname(slave)],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-deadline = time.monotonic() + 20
-while not os.listdir(out_dir) and p.poll() is None and time.monotonic() < deadline:
-    time.sleep(0.02)
+p, seen = start_replay()
 p.send_signal(signal.SIGHUP)
 time.sleep(0.5)
 alive = p.poll() is None
 p.send_signal(signal.SIGTERM)
-try:
-    p.communicate(timeout=60)
-except subprocess.TimeoutExpired:
-    p.kill()
-    p.communicate()
-left = os.listdir(out_dir)
-if alive and p.returncode == -signal.SIGTERM and not left:
+err = finish(p)
+left = left_behind()
+if seen and alive and p.returncode == -signal.SIGTERM and not left:
     print("ok: an ignored SIGHUP stays ignored; SIGTERM then ends replay, nothing left")
 else:
-    print("FAIL: ignored SIGHUP: alive after it %s, status %s, left %s" % (alive, p.returncode, left))
+    print("FAIL: ignored SIGHUP: file seen %s, alive after it %s, status %s, left %s: %s"
+          % (seen, alive, p.returncode, left, err))
     bad += 1
 sys.exit(1 if bad else 0)
 PY
