@@ -91,12 +91,13 @@ def main():
     mrows = load(args.minimalloc) if args.minimalloc else None
     if mrows is not None and not mrows:
         die(f"{args.minimalloc}: no rows (run coop replay --json --page 512)")
+    minimalloc = []  # (trace, coop row, jemalloc row), checked below
     for trace in sorted(mrows or {}):
         if not MINIMALLOC_CSV.search(trace):
             die(f"{args.minimalloc}: {trace} is not a minimalloc CSV (run coop replay --json "
                 "--page 512 on minimalloc's .csv files)")
-        need(mrows, trace, "coop", args.minimalloc)
-        need(mrows, trace, "jemalloc", args.minimalloc)
+        minimalloc.append((trace, need(mrows, trace, "coop", args.minimalloc),
+                           need(mrows, trace, "jemalloc", args.minimalloc)))
     for trace in sorted(rows):
         coop = need(rows, trace, "coop", args.main)
         torch = need(rows, trace, "torch", args.main)
@@ -139,21 +140,18 @@ def main():
                   f"{trace}: torch-rec torch peak reserved "
                   f"{'null' if diff is None else f'{diff:+.2%}'} vs recorded (within 5%)")
 
-    if mrows:
-        for trace in sorted(mrows):
-            coop = need(mrows, trace, "coop", args.minimalloc)
-            jem = need(mrows, trace, "jemalloc", args.minimalloc)
-            m = re.search(r"\.(\d+)\.csv", trace)
-            optimum = int(m.group(1)) if m else None
-            cap, jcap = coop["min_capacity_bytes"], jem["min_capacity_bytes"]
-            check(cap is not None and jcap is not None and cap <= jcap,
-                  f"{trace}: minimalloc coop {cap} <= jemalloc {jcap}")
-            if optimum:
-                figures = ", ".join(
-                    f"{p} {r['min_capacity_bytes'] / optimum:.4f}"
-                    for p, r in sorted(mrows[trace].items())
-                    if r.get("min_capacity_bytes") is not None)
-                print(f"     {trace}: min capacity / offline optimum {optimum:,}: {figures}")
+    for trace, coop, jem in minimalloc:
+        m = re.search(r"\.(\d+)\.csv", trace)
+        optimum = int(m.group(1)) if m else None
+        cap, jcap = coop["min_capacity_bytes"], jem["min_capacity_bytes"]
+        check(cap is not None and jcap is not None and cap <= jcap,
+              f"{trace}: minimalloc coop {cap} <= jemalloc {jcap}")
+        if optimum:
+            figures = ", ".join(
+                f"{p} {r['min_capacity_bytes'] / optimum:.4f}"
+                for p, r in sorted(mrows[trace].items())
+                if r.get("min_capacity_bytes") is not None)
+            print(f"     {trace}: min capacity / offline optimum {optimum:,}: {figures}")
 
     failed = sum(1 for ok, _ in results if not ok)
     print(f"{len(results) - failed} checks passed, {failed} failed")
