@@ -25,8 +25,15 @@ expect_exit 2 $coop convert
 grep -q "missing IN and OUT" "$tmp/err" || fail "no IN nor OUT: $(cat "$tmp/err")"
 expect_exit 2 $coop convert "$data/example.trace"
 grep -q "missing OUT" "$tmp/err" || fail "no OUT: $(cat "$tmp/err")"
-expect_exit 2 $coop convert - "$tmp/x"
-grep -q "IN cannot be '-': standard input is not read" "$tmp/err" || fail "IN '-': $(cat "$tmp/err")"
+# IN '-' is standard input; a pipe there is read once, whole (spool.h): the
+# same trace as the file's, but for the '# from' line that names the input
+$coop convert "$data/example.trace" "$tmp/file.trace" 2>"$tmp/err" || fail "convert: $(cat "$tmp/err")"
+cat "$data/example.trace" | $coop convert - "$tmp/stdin.trace" 2>"$tmp/err" ||
+    fail "IN '-': $(cat "$tmp/err")"
+grep -v '^# from' "$tmp/file.trace" >"$tmp/file.body"
+grep -v '^# from' "$tmp/stdin.trace" >"$tmp/stdin.body"
+cmp -s "$tmp/file.body" "$tmp/stdin.body" && [ -s "$tmp/file.body" ] || fail "IN '-': another trace than the file's"
+grep -q '^# from stdin' "$tmp/stdin.trace" || fail "IN '-': not named stdin: $(head -3 "$tmp/stdin.trace")"
 expect_exit 2 $coop convert --bogus "$data/example.trace" "$tmp/x"
 expect_exit 2 $coop convert a b c
 grep -q "too many arguments" "$tmp/err" || fail "a b c: $(cat "$tmp/err")"

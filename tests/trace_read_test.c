@@ -1,13 +1,21 @@
 /*
  * Format detection and trace_read's dispatch: by content, never by name,
- * through gzip; unknown, empty and missing files give clear errors.
+ * through gzip and through pipes; unknown, empty and missing files give
+ * clear errors.
  */
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "trace_fixture.h"
 
 #include "test_seed.h"
 #include "trace/input.h"
+#include "trace/spool.h"
 
 static const char *write_named(const char *name, const void *data, size_t len, int gzip)
 {
@@ -193,17 +201,212 @@ static void test_gzip_ratio_just_over_the_bound_is_refused(void **state)
     free(text);
 }
 
+/* A writer on the other end of a FIFO, as a shell's `<(...)` or `|` is. */
+typedef struct pipe_writer {
+    pthread_t thread;
+    const char *path;
+    const void *data;
+    size_t len;
+    size_t written; /* bytes the reader took */
+} pipe_writer;
+
+static void *write_pipe(void *arg)
+{
+    pipe_writer *w = arg;
+    int fd = open(w->path, O_WRONLY); /* waits for the reader */
+    if (fd < 0)
+        return NULL;
+    const char *p = w->data;
+    while (w->written < w->len) {
+        ssize_t n = write(fd, p + w->written, w->len - w->written);
+        if (n <= 0)
+            break; /* EPIPE: the reader closed it (SIGPIPE is ignored) */
+        w->written += (size_t)n;
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Code that opens a pipe a second time waits in open() for a writer that
+ * is gone: the watchdog ends the test (failed) instead of letting it hang. */
+static void pipe_watchdog_fired(int sig)
+{
+    (void)sig;
+    static const char msg[] = "trace_read_test: a pipe test did not finish in 60 s: code under "
+                              "test waits on a pipe (opened twice?)\n";
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0)
+        _exit(2);
+    _exit(1);
+}
+
+static const char *make_fifo(const char *name)
+{
+    signal(SIGALRM, pipe_watchdog_fired);
+    alarm(60); /* reset by each FIFO made: one test's worth */
+    static char path[300];
+    fixture_path(path, sizeof path, name);
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    return path;
+}
+
+static void start_writer(pipe_writer *w, const char *path, const void *data, size_t len)
+{
+    *w = (pipe_writer){.path = path, .data = data, .len = len};
+    assert_int_equal(pthread_create(&w->thread, NULL, write_pipe, w), 0);
+}
+
+/* Joins the writer. Code that never opens the pipe would leave it waiting
+ * in open() for ever: after 30 s the pipe is opened here to release it,
+ * and the test fails instead of hanging. */
+static void finish_writer(pipe_writer *w)
+{
+    struct timespec limit;
+    clock_gettime(CLOCK_REALTIME, &limit);
+    limit.tv_sec += 30;
+    if (pthread_timedjoin_np(w->thread, NULL, &limit) == 0)
+        return;
+    int fd = open(w->path, O_RDONLY | O_NONBLOCK);
+    assert_int_equal(pthread_join(w->thread, NULL), 0);
+    if (fd >= 0)
+        close(fd);
+    fail_msg("%s: the pipe was not opened by the code under test in 30 s", w->path);
+}
+
+static unsigned char *file_bytes(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char *data = malloc(1 << 20);
+    assert_non_null(data);
+    *len = fread(data, 1, 1 << 20, f);
+    fclose(f);
+    return data;
+}
+
+/* A trace given as a pipe: format detection reads it once, whole, into a
+ * kept copy that the reader opens under the pipe's name (spool.h). Before,
+ * the reader got only what detection's peek left. */
+static void test_a_pipe_is_read_whole_once(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {
+        "coop-trace 1\nA 1 10 0\nA 2 4096 0\nF 1\nF 2\n",
+        "id,lower,upper,size\n0,1,2,3\n1,0,4,512\n",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+        for (int gzip = 0; gzip <= 1; gzip++) {
+            char name[32];
+            snprintf(name, sizeof name, "file%zu%s", i, gzip ? ".gz" : "");
+            char file[300];
+            snprintf(file, sizeof file, "%s", write_named(name, texts[i], strlen(texts[i]), gzip));
+            size_t len;
+            unsigned char *bytes = file_bytes(file, &len);
+            const char *fifo = make_fifo("trace.fifo");
+            pipe_writer w;
+            start_writer(&w, fifo, bytes, len);
+            trace a, b;
+            assert_int_equal(trace_read(fifo, &a), COOP_OK);
+            finish_writer(&w);
+            assert_int_equal(w.written, len);
+            assert_int_equal(trace_read(file, &b), COOP_OK);
+            assert_true(a.num_events > 0);
+            fixture_assert_same_trace(&a, &b);
+            /* read whole: the copy is dropped */
+            assert_int_equal(trace_spool_open(fifo), -1);
+            trace_free(&a);
+            trace_free(&b);
+            free(bytes);
+        }
+    /* bad content in a pipe is named by the pipe and its line */
+    const char *bad = "coop-trace 1\nA 1 10 0\nX what\n";
+    const char *fifo = make_fifo("bad.fifo");
+    pipe_writer w;
+    start_writer(&w, fifo, bad, strlen(bad));
+    trace t;
+    fixture_expect_error(trace_read(fifo, &t), "bad.fifo:3: ", NULL);
+    finish_writer(&w);
+    assert_null(t.events);
+    assert_int_equal(trace_spool_open(fifo), -1);
+}
+
+/* Each open of a kept copy starts at its first byte and has an offset of
+ * its own; the copy outlives its drop while a descriptor is open; files
+ * and missing paths are never copied. */
+static void test_a_kept_pipe_opens_from_the_start(void **state)
+{
+    (void)state;
+    const char *fifo = make_fifo("keep.fifo");
+    pipe_writer w;
+    start_writer(&w, fifo, "hello world", 11);
+    assert_int_equal(trace_spool_keep(fifo), COOP_OK);
+    finish_writer(&w);
+    assert_int_equal(trace_spool_keep(fifo), COOP_OK); /* kept: not read again */
+    int one = trace_spool_open(fifo), two = trace_spool_open(fifo);
+    assert_true(one >= 0 && two >= 0);
+    char buf[16] = "";
+    assert_int_equal(read(one, buf, 5), 5);
+    assert_memory_equal(buf, "hello", 5);
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(read(two, buf, sizeof buf), 11);
+    assert_string_equal(buf, "hello world");
+    trace_spool_drop(fifo);
+    assert_int_equal(trace_spool_open(fifo), -1);
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(read(one, buf, sizeof buf), 6);
+    assert_string_equal(buf, " world");
+    close(one);
+    close(two);
+    trace_spool_drop(fifo); /* twice: nothing */
+
+    const char *file = write_named("plain", "coop-trace 1\n", 13, 0);
+    assert_int_equal(trace_spool_keep(file), COOP_OK);
+    assert_int_equal(trace_spool_open(file), -1);
+    assert_int_equal(trace_spool_keep("/nonexistent/coop/pipe"), COOP_OK);
+    assert_int_equal(trace_spool_open("/nonexistent/coop/pipe"), -1);
+}
+
+/* No room for the copy: the pipe is named with the directory, nothing is
+ * kept, and the writer is not left waiting for a reader. */
+static void test_a_pipe_without_room_for_its_copy(void **state)
+{
+    (void)state;
+    const char *old = getenv("TMPDIR");
+    char *saved = old ? strdup(old) : NULL;
+    char none[300];
+    fixture_path(none, sizeof none, "no-such-dir");
+    setenv("TMPDIR", none, 1);
+    const char *fifo = make_fifo("full.fifo");
+    pipe_writer w;
+    start_writer(&w, fifo, "coop-trace 1\n", 13);
+    trace t;
+    fixture_expect_error(trace_read(fifo, &t), "full.fifo: cannot keep a copy of the pipe in ",
+                         "no-such-dir: No such file or directory", NULL);
+    finish_writer(&w);
+    assert_int_equal(trace_spool_open(fifo), -1);
+    if (saved)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+}
+
 int main(void)
 {
     fixture_init();
+    signal(SIGPIPE, SIG_IGN); /* the pipe writers see EPIPE, not a signal */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_detect),
         cmocka_unit_test(test_detect_errors),
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_gzip_bombs_are_refused),
         cmocka_unit_test(test_gzip_ratio_just_over_the_bound_is_refused),
+        cmocka_unit_test(test_a_pipe_is_read_whole_once),
+        cmocka_unit_test(test_a_kept_pipe_opens_from_the_start),
+        cmocka_unit_test(test_a_pipe_without_room_for_its_copy),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    alarm(0); /* the pipe tests' watchdog */
     fixture_cleanup();
     return failed;
 }

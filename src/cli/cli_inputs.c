@@ -1,5 +1,6 @@
 /* Input files checked before a command's work (cli_inputs.h). */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/cli_inputs.h"
 #include "status.h"
@@ -14,4 +15,12 @@ bool cli_inputs_readable(const char *prog, char *const *paths, size_t n)
             all = false;
         }
     return all;
+}
+
+void cli_inputs_name_stdin(char **paths, size_t n)
+{
+    static char stdin_name[] = "/dev/stdin";
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(paths[i], "-"))
+            paths[i] = stdin_name;
 }

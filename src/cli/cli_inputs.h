@@ -13,4 +13,9 @@
  * returns false if any could not; the caller exits 2 before any output. */
 bool cli_inputs_readable(const char *prog, char *const *paths, size_t n);
 
+/* Replaces each "-" among paths by "/dev/stdin", the name under which the
+ * readers open standard input (a pipe there is kept whole first, spool.h)
+ * and under which errors and rows then name it. */
+void cli_inputs_name_stdin(char **paths, size_t n);
+
 #endif

@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include "cli/cli_getopt.h"
+#include "cli/cli_inputs.h"
 #include "cli/cli_output.h"
 #include "cli/commands.h"
 #include "status.h"
 #include "trace/input.h"
+#include "trace/spool.h"
 #include "trace/trace.h"
 
 static void usage(FILE *out)
@@ -21,7 +23,8 @@ static void usage(FILE *out)
                  "Writes the trace IN as a coop text trace (traces/README.md) to OUT.\n"
                  "IN may be a PyTorch memory snapshot pickle, a coop text trace, a minimalloc\n"
                  "CSV or a DTR op log, plain or gzip-compressed: the format is detected from\n"
-                 "the content. OUT is compressed if it ends in .gz; '-' writes to stdout.\n"
+                 "the content; IN may be a pipe, or '-' for standard input. OUT is\n"
+                 "compressed if it ends in .gz; '-' writes to stdout.\n"
                  "A file OUT appears only when complete (written to a temporary file beside\n"
                  "it, then renamed); a symbolic link OUT stays one, its target is replaced.\n"
                  "\n"
@@ -147,11 +150,7 @@ int cmd_convert(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!strcmp(paths[0], "-")) { /* readers need a file: pickles are read whole, gzip sniffed */
-        fprintf(stderr, "coop convert: IN cannot be '-': standard input is not read, give a "
-                        "file\n");
-        return 2;
-    }
+    cli_inputs_name_stdin(argv + optind, 1);
 
     trace_format format;
     trace t;
@@ -165,7 +164,8 @@ int cmd_convert(int argc, char **argv)
     if (st == COOP_OK)
         st = format == TRACE_FORMAT_PICKLE ? trace_read_pickle_device(paths[0], device, &t)
                                            : trace_read(paths[0], &t);
-    if (st != COOP_OK) { /* no host memory is the work failing (1), as in replay and sim */
+    trace_spool_drop(paths[0]); /* a pipe's copy, read whole now */
+    if (st != COOP_OK) {        /* no host memory is the work failing (1), as in replay and sim */
         fprintf(stderr, "coop convert: %s\n", coop_last_error());
         return st == COOP_ERR_HOST_NOMEM ? 1 : 2;
     }

@@ -49,7 +49,8 @@ static void usage(FILE *out)
             "simulated device and compares them. Without TRACE, replays the "
             "bundled traces\n"
             "(%s/traces/*.trace.gz, then the GPU snapshots "
-            "*.cuda.pickle.gz).\n"
+            "*.cuda.pickle.gz). A TRACE may\n"
+            "be a pipe, or '-' for standard input.\n"
             "\n"
             "options:\n"
             "  --policy LIST     comma-separated policies (default: all):\n",
@@ -460,6 +461,8 @@ int cmd_replay(int argc, char **argv)
     /* every trace openable before the first row (the bundled ones were
      * just found): a typo in the last path should not wait for the
      * replays of the traces before it */
+    if (!use_bundled)
+        cli_inputs_name_stdin(paths, num_paths);
     if (!use_bundled && !cli_inputs_readable("coop replay", paths, num_paths))
         return 2;
     FILE *timeline = NULL;

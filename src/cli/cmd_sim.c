@@ -30,7 +30,8 @@ static void usage(FILE *out)
             "budget = ratio x the peak of an unlimited run, evicting and recomputing tensors.\n"
             "The peak is the live bytes of the ideal model's unlimited run (arena: sizes in\n"
             "512-byte blocks), without placement or fragmentation: in the arena, ratio 1 is\n"
-            "already under pressure and can evict (or fail).\n"
+            "already under pressure and can evict (or fail). A LOG may be a pipe, or '-'\n"
+            "for standard input.\n"
             "\n"
             "  --policy LIST      comma-separated: dtr, dtr-full, dtr-local, dte, lru, size, coop\n"
             "                     (arena only; costs a tensor by c_live, what recomputation\n"
@@ -474,6 +475,7 @@ int cmd_sim(int argc, char **argv)
     }
     /* every log openable before the first row: a typo in the last path
      * should not wait for the runs of the logs before it */
+    cli_inputs_name_stdin(argv + optind, (size_t)(argc - optind));
     if (!cli_inputs_readable("coop sim", argv + optind, (size_t)(argc - optind)))
         return 2;
     int status = 0;

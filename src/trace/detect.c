@@ -2,10 +2,10 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "status.h"
 #include "trace/input.h"
+#include "trace/spool.h"
 #include "trace/trace.h"
 
 #define PEEK_BYTES 4096
@@ -56,18 +56,13 @@ static int csv_header(const unsigned char *p, size_t n)
 coop_status trace_detect_format(const char *path, trace_format *out)
 {
     /* The format is read from the first bytes, then the reader opens the
-     * file again: a pipe (process substitution, a FIFO) would give the reader
-     * only what the peek left, and it said "empty file" or "no header". */
-    struct stat sb;
-    if (stat(path, &sb) == 0 && (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)))
-        return coop_set_error(COOP_ERR_INVALID,
-                              "%s: a pipe, which can be read once: a trace is opened twice (its "
-                              "format, then its events); write it to a file first (.gz files are "
-                              "read as they are)",
-                              path);
+     * file again: a pipe is kept whole first, so that both read all of it. */
+    coop_status st = trace_spool_keep(path);
+    if (st != COOP_OK)
+        return st;
     unsigned char buf[PEEK_BYTES];
     size_t n;
-    coop_status st = trace_input_peek(path, buf, sizeof buf, &n);
+    st = trace_input_peek(path, buf, sizeof buf, &n);
     if (st != COOP_OK)
         return st;
     if (n == 0)
@@ -114,13 +109,20 @@ coop_status trace_read(const char *path, trace *out)
         return st;
     switch (format) {
     case TRACE_FORMAT_PICKLE:
-        return trace_read_pickle(path, out);
+        st = trace_read_pickle(path, out);
+        break;
     case TRACE_FORMAT_TEXT:
-        return trace_read_text(path, out);
+        st = trace_read_text(path, out);
+        break;
     case TRACE_FORMAT_MINIMALLOC:
-        return trace_read_minimalloc(path, out);
+        st = trace_read_minimalloc(path, out);
+        break;
     case TRACE_FORMAT_DTR:
-        return trace_read_dtr(path, out);
+        st = trace_read_dtr(path, out);
+        break;
+    default:
+        st = coop_set_error(COOP_ERR_INVALID, "%s: unknown trace format", path);
     }
-    return coop_set_error(COOP_ERR_INVALID, "%s: unknown trace format", path);
+    trace_spool_drop(path); /* read whole: a pipe's copy is not needed again */
+    return st;
 }

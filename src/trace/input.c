@@ -11,6 +11,7 @@
 #include "status.h"
 #include "trace/event.h"
 #include "trace/input.h"
+#include "trace/spool.h"
 #include "trace/text_number.h"
 
 #define READ_CHUNK ((size_t)1 << 16)
@@ -67,7 +68,13 @@ static coop_status check_inflation(gzFile gz, const char *path, uint64_t line)
 static coop_status open_gz(const char *path, gzFile *out)
 {
     errno = 0;
-    gzFile gz = gzopen(path, "rb");
+    int kept = trace_spool_open(path); /* a pipe read once already (spool.h) */
+    gzFile gz = kept >= 0 ? gzdopen(kept, "rb") : gzopen(path, "rb");
+    if (!gz && kept >= 0) {
+        int err = errno;
+        close(kept);
+        errno = err;
+    }
     if (!gz) /* zlib's state not allocated: errno ENOMEM, or none */
         return coop_set_error(errno && errno != ENOMEM ? COOP_ERR_INVALID : COOP_ERR_HOST_NOMEM,
                               "%s: cannot open: %s", path,

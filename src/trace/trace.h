@@ -34,10 +34,14 @@ const char *trace_format_name(trace_format format);
 
 /* Detects a file's format from its first decompressed bytes: byte 0x80 is a
  * pickle, "coop-trace" (after optional '#' comment lines and blank lines) a
- * text trace, "id,lower,upper,size" a minimalloc CSV, '{' a DTR log. */
+ * text trace, "id,lower,upper,size" a minimalloc CSV, '{' a DTR log. A
+ * pipe (FIFO) is first read whole into a temporary copy that the reader then
+ * opens under the same name (spool.h), so a pipe can be read only once in
+ * all. */
 coop_status trace_detect_format(const char *path, trace_format *out);
 
-/* Reads any supported format (trace_detect_format, then its reader). */
+/* Reads any supported format (trace_detect_format, then its reader), and
+ * then forgets a pipe's copy. */
 coop_status trace_read(const char *path, trace *out);
 
 /* PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot()). Only

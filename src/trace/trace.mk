@@ -7,7 +7,7 @@ libcooptools_la_SOURCES += src/trace/event.h src/trace/trace.h src/trace/trace_f
 	src/trace/pickle.h src/trace/pickle.c \
 	src/trace/torch_settings.h src/trace/torch_settings.c \
 	src/trace/reader_pickle.c src/trace/reader_text.c src/trace/reader_minimalloc.c \
-	src/trace/writer_text.c src/trace/detect.c
+	src/trace/writer_text.c src/trace/detect.c src/trace/spool.c src/trace/spool.h
 # src/trace/reader_dtr.c (trace_read_dtr) is listed by its owner's fragment (remat.mk).
 coop_SOURCES += src/cli/cmd_convert.c
 

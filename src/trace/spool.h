@@ -1,0 +1,39 @@
+/*
+ * Pipes given as traces. Choosing a reader peeks at a file's first bytes and
+ * the reader then opens it again, and a pipe (a FIFO, `<(zcat t.gz)`,
+ * /dev/stdin under `|`) can be read only once. So a pipe is read once, whole,
+ * into an unlinked temporary file, and every later open of its name in this
+ * process reads that copy from its first byte. Error messages keep naming
+ * the pipe as the user gave it. Regular files are never copied.
+ */
+#ifndef COOP_TRACE_SPOOL_H
+#define COOP_TRACE_SPOOL_H
+
+#include <stdint.h>
+
+#include "coop.h"
+
+/* The most bytes (as they come, compressed or not) kept of one pipe: the
+ * copy takes disk space in $TMPDIR, so a runaway writer is stopped. */
+#define TRACE_SPOOL_MAX ((uint64_t)4 << 30)
+
+/* If path names a FIFO whose copy is not kept yet, reads all of it into a
+ * temporary file in $TMPDIR (else /tmp), unlinked at once so that nothing
+ * is left behind however the process ends, and keeps it under path. Any
+ * other path (a regular file, a device, a missing file): nothing is done,
+ * COOP_OK. Errors (COOP_ERR_INVALID; the copy is not kept): "PATH: cannot
+ * open: reason", "PATH: read error: reason", "PATH: a pipe of more than
+ * TRACE_SPOOL_MAX bytes ...", "PATH: cannot keep a copy of the pipe in DIR:
+ * reason" (a full disk, say). Out of host memory: COOP_ERR_HOST_NOMEM. */
+coop_status trace_spool_keep(const char *path);
+
+/* A new read-only descriptor on path's kept copy, at its first byte, which
+ * the caller closes; -1 when no copy of path is kept (or no descriptor is
+ * left, errno set). */
+int trace_spool_open(const char *path);
+
+/* Forgets path's copy, which frees its disk space once no descriptor from
+ * trace_spool_open is open on it. Nothing when none is kept. */
+void trace_spool_drop(const char *path);
+
+#endif
