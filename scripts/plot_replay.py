@@ -16,6 +16,7 @@ a record with fields too many or too few, a number that is not unsigned
 or is past 2^64 - 1, a policy twice in one trace, s records out of order
 or past the trace's events, a block that ends before it starts or past
 the trace, a second or misplaced oom record.
+Exits 1, with one line, when the python3 running it has no matplotlib.
 """
 import argparse
 import bisect
@@ -23,7 +24,13 @@ import os
 import re
 import sys
 
-import matplotlib
+# a python3 without it (another interpreter first on PATH) gets one line, not
+# an ImportError traceback
+try:
+    import matplotlib
+except ImportError as e:
+    sys.exit("plot_replay.py: needs matplotlib (Debian: python3-matplotlib, which scripts/setup.sh "
+             "installs; or run it with /usr/bin/python3): %s" % e)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -4,17 +4,25 @@ policy, one panel per log (and memory model). Runs that thrashed, ran out
 of memory or failed (result "error") are drawn as crosses at the top of the
 panel. A row that is not a coop sim row (json_rows.SIM_ROW), or a second row
 of one log, memory model, policy and ratio, is refused.
+Exits 1, with one line, when the python3 running it has no matplotlib.
 
 usage: coop sim --json ... > sim.jsonl   (exit 2 on bad input or an unwritable OUT)
        scripts/plot_sim.py sim.jsonl out.png [--title TEXT]
 """
 import argparse
 import math
+import sys
 
-import matplotlib
+# a python3 without it (another interpreter first on PATH) gets one line, not
+# an ImportError traceback
+try:
+    import matplotlib
+except ImportError as e:
+    sys.exit("plot_sim.py: needs matplotlib (Debian: python3-matplotlib, which scripts/setup.sh "
+             "installs; or run it with /usr/bin/python3): %s" % e)
 
-import atomic_file
-import json_rows
+import atomic_file  # noqa: E402
+import json_rows  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

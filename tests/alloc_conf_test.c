@@ -208,7 +208,12 @@ static void test_bad_values_name_key_value_offset(void **state)
     (void)state;
     parse_bad("backend:rocm", "'rocm'", "'backend'", "byte 8", "cuda or host", NULL);
     parse_bad("capacity:lots", "'lots'", "'capacity'", "byte 9", NULL);
-    parse_bad("capacity:0", "'0'", "'capacity'", NULL);
+    /* 0 is refused (it is the "default" of coop_config, not a size one can ask
+     * for): the message says so instead of asking for "a byte count" or "a
+     * multiple of 512", which 0 is */
+    parse_bad("capacity:0", "'0'", "'capacity'", "a byte count above 0", NULL);
+    parse_bad("segment:0", "'0'", "'segment'", "a byte count above 0", NULL);
+    parse_bad("min_split:0", "'0'", "'min_split'", "a multiple of 512 bytes above 0", NULL);
     parse_bad("vmm:true,capacity:12Q", "'12Q'", "'capacity'", "byte 18", NULL);
     parse_bad("fraction:0", "'0'", "'fraction'", "(0, 1]", NULL);
     parse_bad("fraction:1.5", "'1.5'", "'fraction'", NULL);
@@ -216,7 +221,7 @@ static void test_bad_values_name_key_value_offset(void **state)
     parse_bad("fraction:0.5x", "'0.5x'", NULL);
     parse_bad("page:3M", "'3M'", "'page'", "power of two", NULL);
     parse_bad("page:256", "'256'", "'page'", NULL);
-    parse_bad("vmm:maybe", "'maybe'", "'vmm'", "true or false", NULL);
+    parse_bad("vmm:maybe", "'maybe'", "'vmm'", "true or false (or 1 / 0, yes / no)", NULL);
     parse_bad("segment:-1", "'-1'", "'segment'", NULL);
     parse_bad("placement:middle", "'middle'", "'placement'", "low or high", NULL);
     parse_bad("min_split:100", "'100'", "'min_split'", "multiple of 512", NULL);

@@ -250,6 +250,9 @@ expect 2 "--policy: item 1 of '' is empty" $coop replay --policy '' "$traces/une
 expect 2 "--policy: item 2 of 'coop,,torch' is empty" $coop replay --policy coop,,torch "$traces/unet-train-step.trace.gz"
 
 expect 2 "--capacity '12QB' is not a byte count" $coop replay --capacity 12QB "$traces/unet-train-step.trace.gz"
+# the message says what a byte count is (it said only "not a byte count", for 0 too)
+expect 2 "--capacity '0' is not a byte count above 0 such as 40G or 512MiB (decimal or 0x hex; units K, M, G, T" $coop replay --capacity 0 "$traces/unet-train-step.trace.gz"
+expect 2 "--capacity '1.5G' is not a byte count above 0 such as" $coop replay --capacity 1.5G "$traces/unet-train-step.trace.gz"
 # --page and --capacity are checked where they are parsed (they were
 # refused later as a skipped policy, exit 1, naming other values)
 expect 2 "--page '1' is not a power of two from 512 bytes" $coop replay --policy coop --page 1 "$traces/unet-train-step.trace.gz"

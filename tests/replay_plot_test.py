@@ -203,7 +203,26 @@ def output_checks(d):
     assert "Traceback" not in r.stderr and os.listdir(out_dir) == ["t.png"], r.stderr
 
 
+def missing_matplotlib_checks():
+    """Under a python3 without matplotlib (another interpreter on PATH), both
+    plot scripts say what is missing in one line, exit 1; they ended in an
+    ImportError traceback. A matplotlib that fails to import stands in for
+    the missing one, so this runs whether or not it is installed."""
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "matplotlib.py"), "w") as f:
+            f.write("raise ImportError(\"No module named 'matplotlib'\")\n")
+        env = dict(os.environ, PYTHONPATH=d)
+        for script in ("plot_replay.py", "plot_sim.py"):
+            path = os.path.join(HERE, "..", "scripts", script)
+            r = subprocess.run([sys.executable, path, "x", "y.png"], capture_output=True,
+                               text=True, env=env)
+            assert r.returncode == 1, (script, r.returncode, r.stderr)
+            assert "Traceback" not in r.stderr, r.stderr
+            assert ("%s: needs matplotlib (Debian: python3-matplotlib" % script) in r.stderr, r.stderr
+
+
 def main():
+    missing_matplotlib_checks()
     try:
         import matplotlib  # noqa: F401
     except ImportError:

@@ -381,7 +381,11 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             break;
         case 'c':
             if (!byte_size_parse(optarg, strlen(optarg), &cli->opt.capacity)) {
-                fprintf(stderr, "coop replay: --capacity '%s' is not a byte count\n", optarg);
+                /* say what one is: 0 and 1.5G read as byte counts to a user */
+                fprintf(stderr,
+                        "coop replay: --capacity '%s' is not a byte count above 0 such as 40G or "
+                        "512MiB (decimal or 0x hex; units K, M, G, T, binary, any case)\n",
+                        optarg);
                 return 2;
             }
             if (cli->opt.capacity >= MAX_BYTES_OPTION) {

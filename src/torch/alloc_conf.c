@@ -95,7 +95,10 @@ static coop_status bad_value(const token *key, const token *value, const char *e
                           expected);
 }
 
-#define SIZE_EXPECTED "a byte count such as 512M, 40G or 1Ti"
+/* 0 is refused too (coop_config reads it as "the default"): "above 0" says so */
+#define SIZE_EXPECTED "a byte count above 0 such as 512M, 40G or 1Ti"
+/* the spellings parse_bool takes, all of them */
+#define BOOL_EXPECTED "true or false (or 1 / 0, yes / no)"
 
 /* Applies one key:value to conf; *seen_bit marks the key for duplicates. */
 static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, unsigned *seen)
@@ -139,7 +142,7 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         conf->page_size = bytes;
     } else if (strcmp(name, "vmm") == 0) {
         if (!parse_bool(v, &conf->use_vmm))
-            return bad_value(k, v, "true or false");
+            return bad_value(k, v, BOOL_EXPECTED);
     } else if (strcmp(name, "segment") == 0) {
         if (!byte_size_parse(v->start, v->len, &conf->segment_size))
             return bad_value(k, v, SIZE_EXPECTED);
@@ -152,15 +155,15 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
             return bad_value(k, v, "low or high");
     } else if (strcmp(name, "min_split") == 0) {
         if (!byte_size_parse(v->start, v->len, &bytes) || bytes % 512)
-            return bad_value(k, v, "a multiple of 512 bytes such as 512 or 1M");
+            return bad_value(k, v, "a multiple of 512 bytes above 0 such as 512 or 1M");
         conf->min_split = bytes;
     } else if (strcmp(name, "check") == 0) {
         if (!parse_bool(v, &conf->check))
-            return bad_value(k, v, "true or false");
+            return bad_value(k, v, BOOL_EXPECTED);
     } else if (strcmp(name, "wait") == 0) {
         bool wait = true;
         if (!parse_bool(v, &wait))
-            return bad_value(k, v, "true or false");
+            return bad_value(k, v, BOOL_EXPECTED);
         conf->never_wait = !wait;
     } else { /* history */
         bool on = false;
