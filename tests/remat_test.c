@@ -906,6 +906,45 @@ static void the_range_above_that_holds_the_request_needs_no_top_run(void **state
     coop_pool_destroy(pool);
 }
 
+/* With VMM a window's pages may not all be mappable once its tensors go:
+ * 40 KiB of capacity, A (cheap), B, C (kept), D (dear) of 8 KiB; B released
+ * and its pages unmapped, then G (16 KiB, kept) fits no hole and goes above
+ * the top: 40 KiB mapped. A 16 KiB request's one window is A and B's hole
+ * (C and G break the others); evicting A leaves 8 KiB to map there, which
+ * the capacity does not allow. The search then evicts by pages (D, whose
+ * pages the pool unmaps to map the window's) and places it in the window,
+ * rather than failing with A evicted for nothing. */
+static void an_unmappable_window_falls_back_to_eviction_by_pages(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = vmm_pool(40 * KiB, 128 * KiB);
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *a, *b, *c, *d, *g, *x;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "C", NULL, 0, 0, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 100000, "D", NULL, 0, EV, &d), COOP_OK);
+    char *base = coop_tensor_data(a);
+    assert_int_equal(coop_tensor_release(r, b), COOP_OK);
+    assert_int_equal(coop_empty_cache(pool), COOP_OK); /* B's hole unmapped */
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "G", NULL, 0, 0, &g), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(g), base + 32 * KiB);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.reserved_bytes.current, 40 * KiB);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(x), base);
+    assert_false(coop_tensor_resident(a) || coop_tensor_resident(d));
+    assert_true(coop_tensor_resident(c) && coop_tensor_resident(g));
+    assert_string_equal(j.evicted, "xx");
+    coop_get_stats(pool, &ps);
+    assert_true(ps.reserved_bytes.current <= (int64_t)(40 * KiB));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* LRU ties go to the tensor made resident earlier, whatever order the
  * evictable set lists them in: A, then o0 and o1 (outputs of one op: one
  * last access), then V fill the 64 KiB. N evicts A (the least recent),
@@ -1532,6 +1571,12 @@ int main(void)
         cmocka_unit_test_prestate(the_range_above_that_holds_the_request_needs_no_top_run,
                                   &policies[6]),
         cmocka_unit_test_prestate(the_range_above_that_holds_the_request_needs_no_top_run,
+                                  &policies[7]),
+        cmocka_unit_test_prestate(an_unmappable_window_falls_back_to_eviction_by_pages,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(an_unmappable_window_falls_back_to_eviction_by_pages,
+                                  &policies[6]),
+        cmocka_unit_test_prestate(an_unmappable_window_falls_back_to_eviction_by_pages,
                                   &policies[7]),
         cmocka_unit_test(lru_ties_evict_the_earlier_resident_in_any_set_order),
         cmocka_unit_test(bad_arguments_are_refused),
