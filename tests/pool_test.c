@@ -698,6 +698,43 @@ static void test_a_mapped_fit_tie_goes_to_the_lower_address(void **state)
     coop_pool_destroy(p);
 }
 
+/* A stream question that fails in a reclaim that still finds the memory
+ * leaves the caller's message as it was (arena.c, tag_idle): z (stream 0)
+ * and x (stream 1, held on the host) are free below a live g; 512 KiB
+ * above the top need z's pages unmapped. The nth event call fails, for
+ * each n that the request reaches (x's question among them): the request
+ * succeeds and coop_last_error still gives the refused call's message. */
+static void test_a_failed_stream_question_leaves_the_message(void **state)
+{
+    (void)state;
+    for (uint64_t nth = 1; nth <= 6; nth++) {
+        coop_config c = checked_config(1 * MiB);
+        c.page_size = 64 * KiB;
+        coop_pool *p = create_or_fail(&c);
+        void *z = coop_malloc(p, 256 * KiB, 0, 0, NULL);
+        void *x = coop_malloc(p, 256 * KiB, 1, 0, NULL);
+        void *g = coop_malloc(p, 256 * KiB, 0, 0, NULL);
+        assert_true(z && x && g);
+        assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+        assert_int_equal(coop_free(p, x), COOP_OK);
+        assert_int_equal(coop_free(p, z), COOP_OK);
+        assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, nth), COOP_OK);
+        assert_int_not_equal(coop_free(p, (char *)g + 512), COOP_OK);
+        char before[256];
+        snprintf(before, sizeof before, "%s", coop_last_error());
+        coop_status st;
+        void *big = coop_malloc(p, 512 * KiB, 0, 0, &st);
+        assert_int_equal(st, COOP_OK);
+        assert_ptr_equal(big, (char *)g + 256 * KiB);
+        assert_string_equal(coop_last_error(), before);
+        assert_int_equal(coop_inject_fault(p, 0, 0), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+        assert_int_equal(coop_free(p, big), COOP_OK);
+        assert_int_equal(coop_free(p, g), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 static void test_a_failed_stream_question_is_no_oom(void **state)
 {
     (void)state;
@@ -2741,6 +2778,7 @@ int main(void)
         cmocka_unit_test(test_empty_cache_waits_for_every_pending_free),
         cmocka_unit_test(test_empty_cache_retags_the_free_blocks_of_many_streams),
         cmocka_unit_test(test_a_failed_stream_question_is_no_oom),
+        cmocka_unit_test(test_a_failed_stream_question_leaves_the_message),
         cmocka_unit_test(test_a_mapped_fit_tie_goes_to_the_lower_address),
         cmocka_unit_test(test_reclaim_after_many_free_blocks_without_a_whole_page),
         cmocka_unit_test(test_reclaim_spares_busy_streams),
