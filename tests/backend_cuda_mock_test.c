@@ -1380,6 +1380,52 @@ static void test_pool_device_full_releases_cache(void **state)
     coop_pool_destroy(b);
 }
 
+/* The device's refusal is what a refusal names even where a reclaim's
+ * stream question failed: x, free on a held stream, keeps its 64 MiB of
+ * pages (never_wait: nothing waits for it), another pool takes the rest of
+ * the device, and 100 MiB within the capacity cannot be mapped. The nth
+ * event call fails, for each n the request reaches (the question about x's
+ * stream among them): the request is refused COOP_ERR_NOMEM, "the device is
+ * full", never the question's COOP_ERR_BACKEND (a stream question that
+ * failed explains a refusal only where the capacity bound, not the device). */
+static void test_device_full_is_reported_over_a_failed_stream_question(void **state)
+{
+    (void)state;
+    mock_set_memory(256 * MIB);
+    for (uint64_t nth = 1; nth <= 12; nth++) {
+        coop_config config;
+        coop_config_default(&config);
+        config.backend = COOP_BACKEND_CUDA; /* capacity: the whole device */
+        config.never_wait = true;
+        coop_pool *b = created(&config);
+        coop_stream held = new_stream();
+        void *x = coop_malloc(b, 64 * MIB, held, 0, NULL);
+        void *g = coop_malloc(b, 2 * MIB, 0, 0, NULL);
+        assert_true(x && g);
+        assert_int_equal(mock_hold_stream((CUstream)held, true), 0);
+        assert_int_equal(coop_free(b, x), COOP_OK); /* cached, tagged the held stream */
+        coop_config oc = config;
+        oc.use_vmm = false;
+        oc.capacity = oc.segment_size = 150 * MIB;
+        coop_pool *other = created(&oc);
+        void *taken = coop_malloc(other, 150 * MIB, 0, 0, NULL);
+        assert_non_null(taken);
+        assert_int_equal(coop_inject_fault(b, COOP_FAULT_EVENT, nth), COOP_OK);
+        coop_status st;
+        assert_null(coop_malloc(b, 100 * MIB, 0, 0, &st));
+        if (st != COOP_ERR_NOMEM || !strstr(coop_last_error(), "the device is full"))
+            fail_msg("event call %llu failed: %s: %s", (unsigned long long)nth, coop_strerror(st),
+                     coop_last_error());
+        assert_int_equal(coop_inject_fault(b, 0, 0), COOP_OK);
+        assert_int_equal(mock_hold_stream((CUstream)held, false), 0);
+        assert_int_equal(coop_free(b, g), COOP_OK);
+        assert_int_equal(coop_free(other, taken), COOP_OK);
+        coop_pool_destroy(other);
+        coop_pool_destroy(b);
+        destroy_stream(held);
+    }
+}
+
 /* A word of host memory the device reads (cuMemHostAlloc, mapped), and a
  * stream made to wait until it is 1 (cuStreamWaitValue32). */
 typedef struct host_wait {
@@ -1780,6 +1826,8 @@ int main(void)
                                         check_clean),
         cmocka_unit_test_setup_teardown(test_pool_device_full_releases_cache, use_mock,
                                         check_clean),
+        cmocka_unit_test_setup_teardown(test_device_full_is_reported_over_a_failed_stream_question,
+                                        use_mock, check_clean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

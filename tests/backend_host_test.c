@@ -302,6 +302,58 @@ static void test_synchronize(void **state)
     coop_backend_destroy(be);
 }
 
+/* Stream slots of forgotten streams (forget_stream): a slot is vacated with
+ * its stream's last event and reused by the next new stream; a vacant slot
+ * names no stream (not even stream 0, the value a cleared slot holds); a
+ * forgotten stream used again is in use again and keeps its slot; a held
+ * stream keeps its slot (and its hold) when forgotten. */
+static void test_forgotten_stream_slots(void **state)
+{
+    (void)state;
+    coop_backend *be;
+    assert_int_equal(coop_backend_host_create(8 * MiB, 2 * MiB, true, &be), COOP_OK);
+    coop_event e5, e0, e5b;
+    /* stream 5's slot vacated with its last event */
+    assert_int_equal(be->ops->event_record(be, 5, &e5), COOP_OK);
+    be->ops->forget_stream(be, 5);
+    assert_int_equal(coop_backend_host_streams(be), 1); /* its event still names it */
+    be->ops->event_destroy(be, e5);
+    assert_int_equal(coop_backend_host_streams(be), 0);
+    /* stream 0 gets a slot of its own (the vacant one, reused), and a hold
+     * there: a new stream 7 takes another, and releasing stream 0's hold
+     * completes the event recorded in it */
+    assert_int_equal(be->ops->hold_stream(be, 0, true, false), COOP_OK);
+    assert_int_equal(be->ops->event_record(be, 0, &e0), COOP_OK);
+    assert_int_equal(coop_backend_host_streams(be), 1);
+    assert_int_equal(be->ops->hold_stream(be, 7, true, false), COOP_OK);
+    assert_int_equal(coop_backend_host_streams(be), 2);
+    assert_false(query(be, e0));
+    assert_int_equal(be->ops->hold_stream(be, 0, false, false), COOP_OK);
+    assert_true(query(be, e0));
+    be->ops->event_destroy(be, e0);
+    assert_int_equal(be->ops->hold_stream(be, 7, false, false), COOP_OK);
+    assert_int_equal(coop_backend_host_streams(be), 2); /* neither forgotten */
+    /* stream 5 forgotten while its event lives, then used again: in use */
+    assert_int_equal(be->ops->event_record(be, 5, &e5), COOP_OK);
+    be->ops->forget_stream(be, 5);
+    assert_int_equal(be->ops->event_record(be, 5, &e5b), COOP_OK);
+    be->ops->event_destroy(be, e5);
+    be->ops->event_destroy(be, e5b);
+    assert_int_equal(coop_backend_host_streams(be), 3);
+    /* stream 9 held, then forgotten: its slot and its hold stay */
+    assert_int_equal(be->ops->hold_stream(be, 9, true, false), COOP_OK);
+    be->ops->forget_stream(be, 9);
+    assert_int_equal(coop_backend_host_streams(be), 4);
+    coop_event e9;
+    assert_int_equal(be->ops->event_record(be, 9, &e9), COOP_OK);
+    assert_false(query(be, e9));
+    assert_int_equal(be->ops->hold_stream(be, 9, false, false), COOP_OK);
+    assert_true(query(be, e9));
+    be->ops->event_destroy(be, e9);
+    assert_int_equal(coop_backend_host_live_events(be), 0);
+    coop_backend_destroy(be);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -581,6 +633,7 @@ int main(void)
         cmocka_unit_test(test_events_and_holds),
         cmocka_unit_test(test_event_wait),
         cmocka_unit_test(test_synchronize),
+        cmocka_unit_test(test_forgotten_stream_slots),
         cmocka_unit_test(test_hold_again),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_segment_addresses_repeat),

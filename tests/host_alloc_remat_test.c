@@ -322,6 +322,71 @@ static void remat_api(void **state)
     }
 }
 
+/* Eviction by whole segments (coop without VMM, alloc_in_segments) with
+ * each allocation call from the request on failed in turn: eight 8 KiB
+ * tensors in segments of their own fill 64 KiB, three evictable, and a
+ * 24 KiB request needs their three segments. A request refused for host
+ * memory has evicted nothing (evictions cannot be undone): all eight are
+ * resident, no eviction counted or told; a request that goes through
+ * despite a failed call (one some structure does without) evicts the three.
+ * The sweep ends at the first call number the request does not reach. */
+static void segment_eviction_refused_for_host_memory_evicts_nothing(void **state)
+{
+    (void)state;
+    long refused = 0;
+    for (long n = 1;; n++) {
+        api_ctx c = {.policy = COOP_REMAT_COOP};
+        coop_config cfg;
+        coop_config_default(&cfg);
+        cfg.use_vmm = false;
+        cfg.page_size = 4096;
+        cfg.capacity = 64 * KiB;
+        cfg.segment_size = 16 * KiB;
+        coop_remat_config rc = {.policy = COOP_REMAT_COOP,
+                                .cheap_threshold = -1,
+                                .on_evict = count_notice,
+                                .recompute = recompute,
+                                .user = &c};
+        assert_int_equal(coop_pool_create(&cfg, &c.pool), COOP_OK);
+        assert_int_equal(coop_remat_create(c.pool, &rc, &c.r), COOP_OK);
+        for (int i = 0; i < 8; i++)
+            assert_int_equal(
+                coop_tensor_create(c.r, 8 * KiB, 10, "S", NULL, 0, i < 3 ? EV : 0, &c.t[i]),
+                COOP_OK);
+        coop_tensor *x = NULL;
+        host_fault_arm(n);
+        coop_status st = coop_tensor_create(c.r, 24 * KiB, 1, "S", NULL, 0, EV, &x);
+        bool hit = host_fault_disarm();
+        coop_remat_stats rs;
+        coop_remat_get_stats(c.r, &rs);
+        assert_int_equal(coop_pool_check(c.pool), COOP_OK);
+        if (st != COOP_OK) {
+            if (!hit || st != COOP_ERR_HOST_NOMEM)
+                fail_msg("allocation call %ld failed: status %d, not COOP_ERR_HOST_NOMEM", n,
+                         (int)st);
+            for (int i = 0; i < 8; i++)
+                if (!coop_tensor_resident(c.t[i]))
+                    fail_msg("allocation call %ld failed: tensor %d evicted by a refused call", n,
+                             i);
+            assert_int_equal(rs.evictions, 0);
+            assert_int_equal(c.notices, 0);
+            refused++;
+        } else { /* a failure some structure can do without (the search index) */
+            assert_true(coop_tensor_resident(x));
+            assert_int_equal(rs.evictions, 3);
+            assert_int_equal(c.notices, 3);
+        }
+        coop_remat_destroy(c.r);
+        coop_pool_destroy(c.pool);
+        if (!hit) {
+            print_message("segment eviction: %ld allocation calls failed in turn, %ld refused\n",
+                          n - 1, refused);
+            assert_true(refused > 0);
+            return;
+        }
+    }
+}
+
 /* The pool under the remat API, without host memory for its list of
  * settled streams: empty_cache lists the streams it saw finished (16 on
  * the stack, then on the heap) before it retags their free blocks "any
@@ -364,12 +429,46 @@ static void settle_without_memory_for_the_list(void **state)
     coop_pool_destroy(p);
 }
 
+/* Host memory stays bounded over a long run of accesses that evict and
+ * recompute (no new tensor): every eviction makes a union-find node, and
+ * the context compacts its classes before evicting (access_storage), so
+ * the host memory it holds after 40,000 accesses is what it held after
+ * 4,000, within 16 KiB. Without the compaction it grew with every
+ * eviction. */
+static void accesses_that_evict_keep_host_memory_bounded(void **state)
+{
+    (void)state;
+    api_ctx c = {.policy = COOP_REMAT_DTR};
+    assert_int_equal(open_run(&c, false), COOP_OK);
+    coop_tensor *t[12];
+    assert_int_equal(coop_tensor_create(c.r, 8 * KiB, 1, "W", NULL, 0, 0, &t[0]), COOP_OK);
+    for (int i = 1; i < 12; i++) /* a chain of 11: more than the pool holds */
+        assert_int_equal(coop_tensor_create(c.r, 8 * KiB, 10, "A", &t[i - 1], 1, EV, &t[i]),
+                         COOP_OK);
+    long long at_start = 0;
+    for (int step = 0; step < 40000; step++) {
+        if (step == 4000)
+            at_start = host_fault_bytes();
+        assert_int_equal(coop_tensor_access(c.r, t[1 + (step * 5) % 11], NULL), COOP_OK);
+    }
+    long long grown = host_fault_bytes() - at_start;
+    coop_remat_stats st;
+    coop_remat_get_stats(c.r, &st);
+    print_message("%llu evictions, host memory grown by %lld bytes\n",
+                  (unsigned long long)st.evictions, grown);
+    assert_true(st.evictions > 30000);
+    assert_true(grown < 16 * 1024);
+    api_cleanup(&c);
+}
+
 int main(void)
 {
     host_fault_install();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(remat_api),
         cmocka_unit_test(settle_without_memory_for_the_list),
+        cmocka_unit_test(segment_eviction_refused_for_host_memory_evicts_nothing),
+        cmocka_unit_test(accesses_that_evict_keep_host_memory_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -419,6 +419,71 @@ static void test_fork_refuses_the_torch_abi_on_cuda(void **state)
     assert_int_equal(coop_torch_last_error(msg, sizeof msg), before);
 }
 
+/* ---- the child's destroy with the event cache full ---- */
+
+/* The backend keeps up to 64 destroyed events for reuse and destroys the
+ * next one through the driver. In a child, destroy hands the parent's
+ * pending event to nobody: with the parent's cache full at the fork,
+ * handing it to the copied backend would be a driver call. */
+static int destroy_makes_no_driver_call(void *arg)
+{
+    coop_pool *pool = arg;
+    long before = driver_calls();
+    coop_pool_destroy(pool);
+    long after = driver_calls();
+    if (after != before)
+        fprintf(stderr, "child: %ld driver calls\n", after - before);
+    CHECK(after == before);
+    return 0;
+}
+
+static void test_fork_destroy_with_the_event_cache_full(void **state)
+{
+    (void)state;
+    enum { EVENTS = 80 }; /* more than the backend's cache of 64 */
+    cuda_mock_streams_create();
+    coop_stream held = cuda_map_streams[1], other = cuda_map_streams[2];
+    coop_config c = cuda_config(true);
+    coop_pool *pool;
+    assert_int_equal(coop_pool_create(&c, &pool), COOP_OK);
+    void *p[EVENTS];
+    coop_status st;
+    for (int i = 0; i < EVENTS; i++) {
+        p[i] = coop_malloc(pool, 4096, 0, COOP_ALLOC_LOW, &st);
+        assert_non_null(p[i]);
+        assert_int_equal(coop_record_stream(pool, p[i], other), COOP_OK);
+    }
+    void *pending = coop_malloc(pool, 4096, 0, COOP_ALLOC_LOW, &st);
+    assert_non_null(pending);
+    assert_int_equal(coop_record_stream(pool, pending, held), COOP_OK);
+    assert_int_equal(cuda_map_hold(held, true), COOP_OK);
+    assert_int_equal(cuda_map_hold(other, true), COOP_OK); /* all live at once */
+    for (int i = 0; i < EVENTS; i++)
+        assert_int_equal(coop_free(pool, p[i]), COOP_OK);
+    assert_int_equal(coop_free(pool, pending), COOP_OK); /* the event left at the fork */
+    coop_stats s;
+    coop_get_stats(pool, &s);
+    assert_int_equal(s.active.current, EVENTS + 1); /* blocks: all pending */
+    assert_int_equal(cuda_map_hold(other, false), COOP_OK);
+    /* an allocation looks at the pending blocks: EVENTS complete, 64 cached
+     * (coop_empty_cache would wait for held too) */
+    void *q = coop_malloc(pool, 4096, 0, COOP_ALLOC_LOW, &st);
+    assert_non_null(q);
+    assert_int_equal(coop_free(pool, q), COOP_OK);
+    coop_get_stats(pool, &s);
+    assert_int_equal(s.active.current, 1);
+
+    in_fork_ok(destroy_makes_no_driver_call, pool);
+
+    assert_int_equal(cuda_map_hold(held, false), COOP_OK);
+    assert_int_equal(coop_empty_cache(pool), COOP_OK);
+    coop_get_stats(pool, &s);
+    assert_int_equal(s.active.current, 0);
+    coop_pool_destroy(pool);
+    cuda_mock_streams_destroy();
+    cuda_mock_assert_clean("after the parent destroyed its pool");
+}
+
 int main(void)
 {
     cuda_mock_load("lifecycle_cuda_mock_test", COOP_TEST_BUILDDIR);
@@ -427,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_fork_refuses_every_call_on_a_segments_cuda_pool),
         cmocka_unit_test(test_host_pool_beside_stays_usable_and_grandchild_refused),
         cmocka_unit_test(test_fork_refuses_the_torch_abi_on_cuda),
+        cmocka_unit_test(test_fork_destroy_with_the_event_cache_full),
     };
     return cases_in_children("lifecycle_cuda_mock_test", tests, sizeof tests / sizeof tests[0], 60);
 }

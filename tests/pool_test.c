@@ -650,6 +650,91 @@ static void test_reclaim_after_many_free_blocks_without_a_whole_page(void **stat
  * the 8 MiB capacity; the stream is held (never_wait: not waited for), and
  * the event call that fails is tried at each place in turn, until the one
  * the last reclaim asks. */
+/* The out-of-memory retry that looks for a free block whose pages are
+ * mapped (arena_alloc_mapped) takes them in best fit's order, size then
+ * address, whichever stream's set a block is in. Pages of 64 KiB; c, a
+ * and b free blocks of 64 KiB: c page-aligned and unmapped (the lowest),
+ * a (any stream) and b (stream 1, the request's, held so that it stays
+ * its) each across two pages shared with live guards, so mapped and not
+ * reclaimable. With the capacity at the mapped bytes, best fit's c
+ * cannot be mapped; of a and b, tied in size, a (the lower address) is
+ * taken. */
+static void test_a_mapped_fit_tie_goes_to_the_lower_address(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(1 * MiB);
+    c.page_size = 64 * KiB;
+    c.never_wait = true;
+    coop_pool *p = create_or_fail(&c);
+    char *cb = coop_malloc(p, 64 * KiB, 0, 0, NULL);
+    void *g1 = coop_malloc(p, 32 * KiB, 0, 0, NULL);
+    char *ab = coop_malloc(p, 64 * KiB, 0, 0, NULL);
+    void *g2 = coop_malloc(p, 64 * KiB, 0, 0, NULL); /* to the next page's middle */
+    char *bb = coop_malloc(p, 64 * KiB, 1, 0, NULL);
+    void *g3 = coop_malloc(p, 32 * KiB, 0, 0, NULL);
+    assert_true(cb && g1 && ab && g2 && bb && g3);
+    assert_ptr_equal(ab, cb + 96 * KiB);
+    assert_ptr_equal(bb, cb + 224 * KiB);
+    assert_ptr_equal(g3, cb + 288 * KiB);
+    assert_int_equal(coop_free(p, cb), COOP_OK);
+    assert_int_equal(coop_free(p, ab), COOP_OK);
+    assert_int_equal(coop_empty_cache(p), COOP_OK); /* c's page unmapped; a and c "any" */
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_free(p, bb), COOP_OK); /* tagged stream 1, busy: not retagged */
+    coop_stats s = stats_of(p);
+    assert_int_equal(s.reserved_bytes.current, 256 * KiB);
+    assert_int_equal(coop_set_capacity(p, 256 * KiB), COOP_OK);
+    coop_status st;
+    char *x = coop_malloc(p, 64 * KiB, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_ptr_equal(x, ab);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    s = stats_of(p);
+    assert_int_equal(s.reserved_bytes.current, 256 * KiB);
+    assert_int_equal(coop_free(p, x), COOP_OK);
+    assert_int_equal(coop_free(p, g1), COOP_OK);
+    assert_int_equal(coop_free(p, g2), COOP_OK);
+    assert_int_equal(coop_free(p, g3), COOP_OK);
+    coop_pool_destroy(p);
+}
+
+/* A stream question that fails in a reclaim that still finds the memory
+ * leaves the caller's message as it was (arena.c, tag_idle): z (stream 0)
+ * and x (stream 1, held on the host) are free below a live g; 512 KiB
+ * above the top need z's pages unmapped. The nth event call fails, for
+ * each n that the request reaches (x's question among them): the request
+ * succeeds and coop_last_error still gives the refused call's message. */
+static void test_a_failed_stream_question_leaves_the_message(void **state)
+{
+    (void)state;
+    for (uint64_t nth = 1; nth <= 6; nth++) {
+        coop_config c = checked_config(1 * MiB);
+        c.page_size = 64 * KiB;
+        coop_pool *p = create_or_fail(&c);
+        void *z = coop_malloc(p, 256 * KiB, 0, 0, NULL);
+        void *x = coop_malloc(p, 256 * KiB, 1, 0, NULL);
+        void *g = coop_malloc(p, 256 * KiB, 0, 0, NULL);
+        assert_true(z && x && g);
+        assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+        assert_int_equal(coop_free(p, x), COOP_OK);
+        assert_int_equal(coop_free(p, z), COOP_OK);
+        assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, nth), COOP_OK);
+        assert_int_not_equal(coop_free(p, (char *)g + 512), COOP_OK);
+        char before[256];
+        snprintf(before, sizeof before, "%s", coop_last_error());
+        coop_status st;
+        void *big = coop_malloc(p, 512 * KiB, 0, 0, &st);
+        assert_int_equal(st, COOP_OK);
+        assert_ptr_equal(big, (char *)g + 256 * KiB);
+        assert_string_equal(coop_last_error(), before);
+        assert_int_equal(coop_inject_fault(p, 0, 0), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+        assert_int_equal(coop_free(p, big), COOP_OK);
+        assert_int_equal(coop_free(p, g), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 static void test_a_failed_stream_question_is_no_oom(void **state)
 {
     (void)state;
@@ -2693,6 +2778,8 @@ int main(void)
         cmocka_unit_test(test_empty_cache_waits_for_every_pending_free),
         cmocka_unit_test(test_empty_cache_retags_the_free_blocks_of_many_streams),
         cmocka_unit_test(test_a_failed_stream_question_is_no_oom),
+        cmocka_unit_test(test_a_failed_stream_question_leaves_the_message),
+        cmocka_unit_test(test_a_mapped_fit_tie_goes_to_the_lower_address),
         cmocka_unit_test(test_reclaim_after_many_free_blocks_without_a_whole_page),
         cmocka_unit_test(test_reclaim_spares_busy_streams),
         cmocka_unit_test(test_forget_stream),

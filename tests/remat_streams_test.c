@@ -441,6 +441,108 @@ static void dte_ignores_busy_neighbours(void **state)
     coop_pool_destroy(pool);
 }
 
+/*
+ * The same with the busy block before the tensor (its previous block):
+ *   [user][busy 2U][ta][user][tb][free 1U][user]
+ * ta and tb cost the same, as stale as each other. Counting the busy 2U
+ * before it, DTE would evict ta (3U of "room") first, for nothing, then
+ * tb; tb (with its 1U of free space, 2U) is the one to evict, alone.
+ */
+static void dte_ignores_a_busy_block_before_a_tensor(void **state)
+{
+    const param *p = *state;
+    coop_pool *pool = make_pool(p, 8, 0, false);
+    coop_remat *r = make_context(pool, COOP_REMAT_DTE);
+    coop_tensor *t[4] = {0};
+    void *u0 = user_block(pool, 1, USER);
+    void *busy = user_block(pool, 2, OTHER);
+    t[0] = tensor(r, 1, 10, EV);
+    void *u1 = user_block(pool, 1, USER);
+    t[1] = tensor(r, 1, 10, EV);
+    t[2] = tensor(r, 1, 1000000, 0); /* advances the clock: ta and tb equally stale */
+    void *u2 = user_block(pool, 1, USER);
+    at_unit(u0, busy, 1);
+    at_unit(u0, coop_tensor_data(t[0]), 3);
+    at_unit(u0, u1, 4);
+    at_unit(u0, coop_tensor_data(t[1]), 5);
+    at_unit(u0, coop_tensor_data(t[2]), 6);
+    at_unit(u0, u2, 7);
+    assert_int_equal(coop_tensor_release(r, t[2]), COOP_OK);
+    t[2] = NULL;
+    make_busy(pool, busy, BUSY_FREE, BUSY_HELD);
+    assert_int_equal(coop_tensor_create(r, 2 * U, 5, "n", NULL, 0, EV, &t[3]), COOP_OK);
+    assert_int_equal(evicted_count, 1);
+    assert_true(coop_tensor_resident(t[0]));
+    assert_false(coop_tensor_resident(t[1]));
+    at_unit(u0, coop_tensor_data(t[3]), 5);
+    uintptr_t lo = (uintptr_t)busy;
+    check_state(pool, r, t, 4, lo, lo + 2 * U, 3 * U);
+    assert_int_equal(coop_host_hold_stream(pool, OTHER, false), COOP_OK);
+    assert_int_equal(coop_free(pool, u0), COOP_OK);
+    assert_int_equal(coop_free(pool, u1), COOP_OK);
+    assert_int_equal(coop_free(pool, u2), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* The block that begins at lo, as the walk reports it. */
+typedef struct busy_free_walk {
+    uintptr_t lo;
+    coop_block_info found;
+} busy_free_walk;
+
+static int find_block(const coop_block_info *b, void *ctx)
+{
+    busy_free_walk *w = ctx;
+    if (b->address == w->lo)
+        w->found = *b;
+    return 0;
+}
+
+/*
+ * A busy stream's free block with unmapped pages (VMM): only its mapped
+ * pages hold capacity. [x 2U][y 2U][t0][t1][user 2U] fill the 8U; y (a
+ * user's, stream 0) freed and unmapped by coop_empty_cache, then x
+ * (OTHER's) freed while OTHER is held: one free block of OTHER, 4U, 2U of
+ * them mapped. 4U asked: 2U mapped there, 2U of the user's, 2U of
+ * tensors leave 2U of capacity plus what evicting t0 and t1 gives back,
+ * enough above the top. Counting the busy block's unmapped pages as held
+ * (6U kept, 2U left) called it hopeless; every policy evicts and places it.
+ */
+static void a_busy_blocks_unmapped_pages_hold_no_capacity(void **state)
+{
+    const param *p = *state;
+    coop_pool *pool = make_pool(p, 8, 0, false);
+    coop_remat *r = make_context(pool, p->policy);
+    coop_tensor *t[3] = {0};
+    void *x = user_block(pool, 2, OTHER);
+    void *y = user_block(pool, 2, 0);
+    t[0] = tensor(r, 1, 10, EV);
+    t[1] = tensor(r, 1, 10, EV);
+    void *user = user_block(pool, 2, USER);
+    at_unit(x, y, 2);
+    at_unit(x, coop_tensor_data(t[0]), 4);
+    at_unit(x, coop_tensor_data(t[1]), 5);
+    at_unit(x, user, 6);
+    assert_int_equal(coop_free(pool, y), COOP_OK);
+    assert_int_equal(coop_empty_cache(pool), COOP_OK); /* y's pages unmapped */
+    make_busy(pool, x, BUSY_FREE, BUSY_HELD);
+    busy_free_walk w = {.lo = (uintptr_t)x};
+    assert_int_equal(coop_walk(pool, NULL, find_block, &w), COOP_OK);
+    assert_int_equal(w.found.state, COOP_BLOCK_FREE);
+    assert_int_equal(w.found.stream, OTHER);
+    assert_int_equal(w.found.size, 4 * U);
+    assert_int_equal(w.found.mapped_bytes, 2 * U);
+    assert_int_equal(coop_tensor_create(r, 4 * U, 5, "n", NULL, 0, EV, &t[2]), COOP_OK);
+    assert_true(evicted_count >= 1);
+    uintptr_t lo = (uintptr_t)x;
+    check_state(pool, r, t, 3, lo, lo + 4 * U, 2 * U);
+    assert_int_equal(coop_host_hold_stream(pool, OTHER, false), COOP_OK);
+    assert_int_equal(coop_free(pool, user), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 typedef struct named_case {
     const char *name;
     CMUnitTestFunction fn;
@@ -475,8 +577,8 @@ int main(void)
     enum { NCASES = sizeof cases / sizeof cases[0] };
     static param params[2][8];
     /* every case under every policy and pool kind, named "case/policy/kind" */
-    static struct CMUnitTest tests[NCASES * 16 + 2];
-    static char names[NCASES * 16 + 2][96];
+    static struct CMUnitTest tests[NCASES * 16 + 12];
+    static char names[NCASES * 16 + 12][96];
     size_t n = 0;
     for (int v = 0; v < 2; v++)
         for (int k = 0; k < 8; k++) {
@@ -495,6 +597,20 @@ int main(void)
                  v ? "vmm" : "segments");
         tests[n] =
             (struct CMUnitTest){names[n], dte_ignores_busy_neighbours, NULL, NULL, &params[v][5]};
+        n++;
+    }
+    for (int v = 0; v < 2; v++) {
+        snprintf(names[n], sizeof names[n], "dte_ignores_a_busy_block_before_a_tensor/%s",
+                 v ? "vmm" : "segments");
+        tests[n] = (struct CMUnitTest){names[n], dte_ignores_a_busy_block_before_a_tensor, NULL,
+                                       NULL, &params[v][5]};
+        n++;
+    }
+    for (int k = 0; k < 8; k++) { /* VMM only: pages */
+        snprintf(names[n], sizeof names[n], "a_busy_blocks_unmapped_pages_hold_no_capacity/%s",
+                 policy_name(policies[k]));
+        tests[n] = (struct CMUnitTest){names[n], a_busy_blocks_unmapped_pages_hold_no_capacity,
+                                       NULL, NULL, &params[1][k]};
         n++;
     }
     return _cmocka_run_group_tests("remat_streams_test", tests, n, NULL, NULL);

@@ -797,6 +797,184 @@ static void a_bound_address_range_evicts_the_top_run_it_needs(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Without VMM, eight 8 KiB tensors in segments of their own fill the 64 KiB;
+ * the first three are evictable. Their segments given back leave exactly
+ * the 24 KiB a 24 KiB request needs: every policy evicts the three and
+ * places it (room equal to the need is room: alloc_in_segments,
+ * fits_in_segments). */
+static void segments_that_free_exactly_the_request_are_given_back(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = segments_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[8], *x;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "T", NULL, 0, i < 3 ? EV : 0, &t[i]),
+                         COOP_OK);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.segment.current, 8);
+    assert_int_equal(coop_tensor_create(r, 24 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(coop_tensor_resident(t[i]), i >= 3);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 3);
+    assert_string_equal(j.evicted, "xxx");
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.segment.current, 6); /* the five kept and the new one */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* The same pool, one byte more: a segment holds whole pages, so 24 KiB + 1
+ * needs 28 KiB, and the three segments that can go leave 24 KiB. Nothing is
+ * evicted (rounded down, the need matched the room: the three were evicted
+ * for a request that then failed). */
+static void a_request_one_byte_past_the_segments_evicts_nothing(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = segments_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[8], *x;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "T", NULL, 0, i < 3 ? EV : 0, &t[i]),
+                         COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 24 * KiB + 1, 1, "X", NULL, 0, EV, &x), COOP_ERR_NOMEM);
+    assert_refused_evicting_nothing(r, &j, t, 8, "no room for 24577 bytes");
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* A VMM pool whose 24 KiB address range is its capacity: K (kept) and E
+ * (evictable), 8 KiB each, tile 16 KiB, 8 KiB above the top. 16 KiB fits
+ * only over E with the range above it, exactly: every policy evicts E and
+ * places the request at E's address. */
+static void the_top_run_and_the_range_above_hold_the_request_exactly(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = vmm_pool(24 * KiB, 24 * KiB);
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *k, *e, *big;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "K", NULL, 0, 0, &k), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "E", NULL, 0, EV, &e), COOP_OK);
+    char *at = coop_tensor_data(e);
+    assert_ptr_equal(at, (char *)coop_tensor_data(k) + 8 * KiB);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &big), COOP_OK);
+    assert_false(coop_tensor_resident(e));
+    assert_true(coop_tensor_resident(k));
+    assert_string_equal(j.evicted, "x");
+    assert_ptr_equal(coop_tensor_data(big), at);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* With VMM, 32 KiB of capacity and 40 KiB of addresses: A (cheap), K (kept)
+ * and D (dear), 8 KiB each, tile 24 KiB; the 16 KiB above the top hold a
+ * 16 KiB request exactly, but mapping it needs 8 KiB of pages back. No
+ * window covers it (K breaks both), so the window policies evict by pages,
+ * cheapest first: A alone, and the request goes above the top. D is in no
+ * run the request needs (the range above holds it alone). */
+static void the_range_above_that_holds_the_request_needs_no_top_run(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = vmm_pool(32 * KiB, 40 * KiB);
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *a, *k, *d, *big;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "K", NULL, 0, 0, &k), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 100000, "D", NULL, 0, EV, &d), COOP_OK);
+    char *top = (char *)coop_tensor_data(d) + 8 * KiB;
+    assert_ptr_equal(top, (char *)coop_tensor_data(a) + 24 * KiB);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "B", NULL, 0, EV, &big), COOP_OK);
+    assert_false(coop_tensor_resident(a));
+    assert_true(coop_tensor_resident(k) && coop_tensor_resident(d));
+    assert_string_equal(j.evicted, "x");
+    assert_ptr_equal(coop_tensor_data(big), top);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_true(ps.reserved_bytes.current <= (int64_t)(32 * KiB));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* With VMM a window's pages may not all be mappable once its tensors go:
+ * 40 KiB of capacity, A (cheap), B, C (kept), D (dear) of 8 KiB; B released
+ * and its pages unmapped, then G (16 KiB, kept) fits no hole and goes above
+ * the top: 40 KiB mapped. A 16 KiB request's one window is A and B's hole
+ * (C and G break the others); evicting A leaves 8 KiB to map there, which
+ * the capacity does not allow. The search then evicts by pages (D, whose
+ * pages the pool unmaps to map the window's) and places it in the window,
+ * rather than failing with A evicted for nothing. */
+static void an_unmappable_window_falls_back_to_eviction_by_pages(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = vmm_pool(40 * KiB, 128 * KiB);
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *a, *b, *c, *d, *g, *x;
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "B", NULL, 0, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 10, "C", NULL, 0, 0, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 8 * KiB, 100000, "D", NULL, 0, EV, &d), COOP_OK);
+    char *base = coop_tensor_data(a);
+    assert_int_equal(coop_tensor_release(r, b), COOP_OK);
+    assert_int_equal(coop_empty_cache(pool), COOP_OK); /* B's hole unmapped */
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "G", NULL, 0, 0, &g), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(g), base + 32 * KiB);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.reserved_bytes.current, 40 * KiB);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 10, "X", NULL, 0, EV, &x), COOP_OK);
+    assert_ptr_equal(coop_tensor_data(x), base);
+    assert_false(coop_tensor_resident(a) || coop_tensor_resident(d));
+    assert_true(coop_tensor_resident(c) && coop_tensor_resident(g));
+    assert_string_equal(j.evicted, "xx");
+    coop_get_stats(pool, &ps);
+    assert_true(ps.reserved_bytes.current <= (int64_t)(40 * KiB));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* LRU ties go to the tensor made resident earlier, whatever order the
+ * evictable set lists them in: A, then o0 and o1 (outputs of one op: one
+ * last access), then V fill the 64 KiB. N evicts A (the least recent),
+ * which moves o1 to A's place in the set, ahead of o0. M then finds o0 and
+ * o1 tied: o0 goes. */
+static void lru_ties_evict_the_earlier_resident_in_any_set_order(void **state)
+{
+    (void)state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, COOP_REMAT_LRU, false);
+    coop_tensor *a, *o[2], *v, *n, *m;
+    const size_t sizes[2] = {16 * KiB, 16 * KiB};
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 100, "A", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 100, "O", NULL, 0, EV, o), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "V", NULL, 0, 0, &v), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "N", NULL, 0, 0, &n), COOP_OK);
+    assert_false(coop_tensor_resident(a));
+    assert_true(coop_tensor_resident(o[0]) && coop_tensor_resident(o[1]));
+    assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "M", NULL, 0, 0, &m), COOP_OK);
+    assert_false(coop_tensor_resident(o[0]));
+    assert_true(coop_tensor_resident(o[1]));
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 2);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static void bad_arguments_are_refused(void **state)
 {
     (void)state;
@@ -1340,6 +1518,67 @@ int main(void)
         cmocka_unit_test_prestate(a_bound_address_range_evicts_the_top_run_it_needs, &policies[0]),
         cmocka_unit_test_prestate(a_bound_address_range_evicts_the_top_run_it_needs, &policies[6]),
         cmocka_unit_test_prestate(a_bound_address_range_evicts_the_top_run_it_needs, &policies[7]),
+        cmocka_unit_test_prestate(segments_that_free_exactly_the_request_are_given_back,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(segments_that_free_exactly_the_request_are_given_back,
+                                  &policies[1]),
+        cmocka_unit_test_prestate(segments_that_free_exactly_the_request_are_given_back,
+                                  &policies[2]),
+        cmocka_unit_test_prestate(segments_that_free_exactly_the_request_are_given_back,
+                                  &policies[3]),
+        cmocka_unit_test_prestate(segments_that_free_exactly_the_request_are_given_back,
+                                  &policies[4]),
+        cmocka_unit_test_prestate(segments_that_free_exactly_the_request_are_given_back,
+                                  &policies[5]),
+        cmocka_unit_test_prestate(segments_that_free_exactly_the_request_are_given_back,
+                                  &policies[6]),
+        cmocka_unit_test_prestate(segments_that_free_exactly_the_request_are_given_back,
+                                  &policies[7]),
+        cmocka_unit_test_prestate(a_request_one_byte_past_the_segments_evicts_nothing,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(a_request_one_byte_past_the_segments_evicts_nothing,
+                                  &policies[1]),
+        cmocka_unit_test_prestate(a_request_one_byte_past_the_segments_evicts_nothing,
+                                  &policies[2]),
+        cmocka_unit_test_prestate(a_request_one_byte_past_the_segments_evicts_nothing,
+                                  &policies[3]),
+        cmocka_unit_test_prestate(a_request_one_byte_past_the_segments_evicts_nothing,
+                                  &policies[4]),
+        cmocka_unit_test_prestate(a_request_one_byte_past_the_segments_evicts_nothing,
+                                  &policies[5]),
+        cmocka_unit_test_prestate(a_request_one_byte_past_the_segments_evicts_nothing,
+                                  &policies[6]),
+        cmocka_unit_test_prestate(a_request_one_byte_past_the_segments_evicts_nothing,
+                                  &policies[7]),
+        cmocka_unit_test_prestate(the_top_run_and_the_range_above_hold_the_request_exactly,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(the_top_run_and_the_range_above_hold_the_request_exactly,
+                                  &policies[1]),
+        cmocka_unit_test_prestate(the_top_run_and_the_range_above_hold_the_request_exactly,
+                                  &policies[2]),
+        cmocka_unit_test_prestate(the_top_run_and_the_range_above_hold_the_request_exactly,
+                                  &policies[3]),
+        cmocka_unit_test_prestate(the_top_run_and_the_range_above_hold_the_request_exactly,
+                                  &policies[4]),
+        cmocka_unit_test_prestate(the_top_run_and_the_range_above_hold_the_request_exactly,
+                                  &policies[5]),
+        cmocka_unit_test_prestate(the_top_run_and_the_range_above_hold_the_request_exactly,
+                                  &policies[6]),
+        cmocka_unit_test_prestate(the_top_run_and_the_range_above_hold_the_request_exactly,
+                                  &policies[7]),
+        cmocka_unit_test_prestate(the_range_above_that_holds_the_request_needs_no_top_run,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(the_range_above_that_holds_the_request_needs_no_top_run,
+                                  &policies[6]),
+        cmocka_unit_test_prestate(the_range_above_that_holds_the_request_needs_no_top_run,
+                                  &policies[7]),
+        cmocka_unit_test_prestate(an_unmappable_window_falls_back_to_eviction_by_pages,
+                                  &policies[0]),
+        cmocka_unit_test_prestate(an_unmappable_window_falls_back_to_eviction_by_pages,
+                                  &policies[6]),
+        cmocka_unit_test_prestate(an_unmappable_window_falls_back_to_eviction_by_pages,
+                                  &policies[7]),
+        cmocka_unit_test(lru_ties_evict_the_earlier_resident_in_any_set_order),
         cmocka_unit_test(bad_arguments_are_refused),
         cmocka_unit_test(a_view_reports_its_storage),
         cmocka_unit_test_prestate(an_in_place_op_may_read_its_evicted_target, &modes[0]),
