@@ -789,6 +789,22 @@ print("ok" if not problems else "; ".join(problems[:4]))
 """
 
 
+class SkipPeriods(unittest.TestCase):
+    def test_a_period_starts_at_its_own_microsecond(self):
+        """An event recorded in the microsecond a skip_actions period began
+        is that period's (its start is read before recording starts), one
+        before it the period's before."""
+        periods = [(100, frozenset()), (200, frozenset({"free_requested"}))]
+
+        def freed(t):
+            return {"time_us": t, "action": "free_requested"}
+        self.assertFalse(ctorch._skipped(freed(99), periods))
+        self.assertFalse(ctorch._skipped(freed(199), periods))
+        self.assertTrue(ctorch._skipped(freed(200), periods))
+        self.assertTrue(ctorch._skipped(freed(201), periods))
+        self.assertFalse(ctorch._skipped({"time_us": 200, "action": "alloc"}, periods))
+
+
 class SnapshotSegments(unittest.TestCase):
     """Snapshot segments against reserved bytes, in processes of their own
     (a configuration each)."""
