@@ -1050,6 +1050,24 @@ class Configuration(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.split(), ["True", "True"])
 
+    def test_a_device_count_past_the_slots_keeps_the_slots_bound(self):
+        """torch counting more devices than the ABI's 64 slots: init refuses
+        the count, and device indices stay bounded by the slots, not by it."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "fake.cuda.device_count = lambda: 100\n"
+            "ctorch.install(torch_module=fake, patch=False)\n"
+            "try:\n"
+            "    ctorch._device_index(70)\n"
+            "    print('accepted')\n"
+            "except ctorch.DeviceError as e:\n"
+            "    print('refused', '64 device slots' in str(e))\n" % HERE,
+            "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["refused", "True"])
+
     def test_reset_accumulated_counts_frees_too(self):
         r = run_child(
             "p = lib.coop_torch_malloc(4 << 20, 0, None)\n"
