@@ -539,6 +539,35 @@ static void test_chosen_names_do_not_cluster(void **state)
         }
 }
 
+/* Every name is found again, with its id, after the table has grown
+ * (rehashed) three times: a rehash that put a name in a slot its lookup
+ * does not probe would intern it a second time under a new id. */
+static void test_names_are_found_after_the_table_grows(void **state)
+{
+    (void)state;
+    enum { N = 3000 }; /* slots grow 1024 -> 2048 -> 4096 -> 8192 */
+    name_table t = {0};
+    char name[32];
+    for (uint32_t k = 0; k < N; k++) {
+        snprintf(name, sizeof name, "tensor.%" PRIu32, k);
+        uint32_t id;
+        assert_int_equal(name_table_intern(&t, name, &id), 0);
+        assert_int_equal(id, k);
+    }
+    assert_int_equal(t.num_slots, 8192);
+    for (uint32_t k = 0; k < N; k++) {
+        snprintf(name, sizeof name, "tensor.%" PRIu32, k);
+        uint32_t id = UINT32_MAX;
+        if (name_table_find(&t, name, &id) != 0 || id != k)
+            fail_msg("%s: found %d, id %" PRIu32 ", expected %" PRIu32, name,
+                     name_table_find(&t, name, &id) == 0, id, k);
+        assert_int_equal(name_table_intern(&t, name, &id), 0);
+        assert_int_equal(id, k);
+    }
+    assert_int_equal(t.count, N);
+    name_table_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -553,6 +582,7 @@ int main(void)
         cmocka_unit_test(view_rebinding_its_argument_keeps_the_storage),
         cmocka_unit_test(test_chosen_names_do_not_cluster),
         cmocka_unit_test(test_name_table_refuses_past_its_limit),
+        cmocka_unit_test(test_names_are_found_after_the_table_grows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

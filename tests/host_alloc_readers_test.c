@@ -348,6 +348,44 @@ static void snapshot_is_read_without_its_frames(void **state)
                  entries, beside_file, (double)beside_file / (double)entries);
 }
 
+/* A snapshot's reader out of memory while it builds the trace: the message
+ * names the byte of the entry it got to, as the text reader names its line
+ * ("PATH: byte N: out of memory (K events read)"). Every allocation of the
+ * read fails in turn. */
+static void snapshot_out_of_memory_names_its_byte(void **state)
+{
+    (void)state;
+    const char *path = CORPUS "pickle/snapshot3.pickle";
+    trace t;
+    long calls = host_fault_allocations();
+    assert_int_equal(trace_read_pickle(path, &t), COOP_OK);
+    calls = host_fault_allocations() - calls;
+    trace_free(&t);
+    int named = 0;
+    for (long k = 1; k <= calls; k++) {
+        host_fault_arm(k);
+        coop_status st = trace_read_pickle(path, &t);
+        host_fault_disarm();
+        if (st == COOP_OK) {
+            trace_free(&t);
+            continue;
+        }
+        const char *msg = coop_last_error();
+        if (!strstr(msg, "events read"))
+            continue;
+        char format[512];
+        unsigned long long byte;
+        size_t read;
+        char tail[32];
+        snprintf(format, sizeof format, "%s: byte %%llu: out of memory (%%zu events read%%31s",
+                 path);
+        if (sscanf(msg, format, &byte, &read, tail) != 3 || byte == 0)
+            fail_msg("out of memory at allocation %ld: '%s' does not name the byte", k, msg);
+        named++;
+    }
+    assert_true(named >= 1);
+}
+
 int main(void)
 {
     host_fault_install();
@@ -356,6 +394,7 @@ int main(void)
         cmocka_unit_test(gzip_text),
         cmocka_unit_test(long_trace_is_held_once),
         cmocka_unit_test(snapshot_is_read_without_its_frames),
+        cmocka_unit_test(snapshot_out_of_memory_names_its_byte),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jemalloc/jemalloc.h>
 
 #include "replay/engine.h"
 #include "replay/measure.h"
@@ -861,6 +862,31 @@ static void jemalloc_places_in_its_range_within_capacity(void **unused)
     assert_int_equal(d.ops->malloc(d.state, 100 * MiB, 0, &x), COOP_ERR_NOMEM);
     assert_int_equal(d.ops->free(d.state, a, 3 * MiB), COOP_OK);
     assert_int_equal(d.ops->free(d.state, b2, 100), COOP_OK);
+    assert_int_equal(stats_of(&d).active_bytes, 0);
+    d.ops->destroy(d.state);
+}
+
+/* Page alignment (against cache_oblivious's random offsets) is for large
+ * sizes only: jemalloc's largest small size class keeps its own usable
+ * size, where a page-aligned request would round it up to whole pages. */
+static void jemalloc_keeps_the_largest_small_size_unaligned(void **unused)
+{
+    (void)unused;
+    unsigned nbins = 0;
+    size_t small_max = 0, len = sizeof nbins;
+    assert_int_equal(mallctl("arenas.nbins", &nbins, &len, NULL, 0), 0);
+    assert_true(nbins > 1);
+    char name[64];
+    snprintf(name, sizeof name, "arenas.bin.%u.size", nbins - 1);
+    len = sizeof small_max;
+    assert_int_equal(mallctl(name, &small_max, &len, NULL, 0), 0);
+    driven d = start(&replay_policy_jemalloc, 64 * MiB);
+    uintptr_t a = must_malloc(&d, small_max, 0);
+    assert_int_equal(stats_of(&d).active_bytes, small_max);
+    uintptr_t b = must_malloc(&d, small_max + 1, 0); /* the first large size: a page multiple */
+    assert_int_equal(stats_of(&d).active_bytes, small_max + nallocx(small_max + 1, 0));
+    assert_int_equal(d.ops->free(d.state, a, small_max), COOP_OK);
+    assert_int_equal(d.ops->free(d.state, b, small_max + 1), COOP_OK);
     assert_int_equal(stats_of(&d).active_bytes, 0);
     d.ops->destroy(d.state);
 }
@@ -1930,6 +1956,7 @@ int main(void)
         cmocka_unit_test(coop_maps_whole_pages),
         cmocka_unit_test(coop_segments_count_segment_bytes_as_mapped),
         cmocka_unit_test(jemalloc_places_in_its_range_within_capacity),
+        cmocka_unit_test(jemalloc_keeps_the_largest_small_size_unaligned),
         cmocka_unit_test(bisection_finds_the_threshold),
         cmocka_unit_test(expandable_feasibility_is_not_monotone),
         cmocka_unit_test(frag_mean_counts_the_last_interval),

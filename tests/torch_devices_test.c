@@ -322,6 +322,16 @@ static void test_free_with_the_wrong_device(void **state)
     assert_null(strstr(buf, "'s pool"));
     assert_unchanged(0, &zero);
     assert_unchanged(1, &one);
+    /* the right device, a pointer inside its block: refused by that pool,
+     * which is not named as another holder */
+    char *inside = (char *)a + 512;
+    snprintf(ptr, sizeof ptr, "%p", (void *)inside);
+    last_error(before, sizeof before);
+    coop_torch_free(inside, 4, 0, STREAM(1));
+    assert_new_error(before, "device 0", ptr, "inside", NULL);
+    last_error(buf, sizeof buf);
+    assert_null(strstr(buf, "'s pool"));
+    assert_unchanged(0, &zero);
     /* and the right device frees it */
     coop_torch_free(a, 4 * MIB, 0, STREAM(1));
     assert_int_equal(stats_of(0).allocation.current, 0);
@@ -349,6 +359,10 @@ static void test_init_count_changes(void **state)
     char before[1024] = "";
     coop_torch_init(4);
     assert_new_error(before, "device count of 4", "device 5 has a pool", "devices stay 0..7", NULL);
+    /* a count of 5 leaves device 5 out too */
+    last_error(before, sizeof before);
+    coop_torch_init(5);
+    assert_new_error(before, "device count of 5", "device 5 has a pool", "devices stay 0..7", NULL);
     /* the count stayed 8: device 5 frees, device 7 allocates, 8 is refused */
     assert_unchanged(5, &five);
     void *q = coop_torch_malloc(4096, 7, STREAM(0));

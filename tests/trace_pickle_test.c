@@ -813,6 +813,33 @@ static void odd_forms(pk *p)
     key_str(p, "expandable_segments", "False");
 }
 
+/* A settings dict past TORCH_SETTINGS_MAX_ITEMS (64) items, every setting
+ * at its default: not one PyTorch wrote, so every setting counts as changed
+ * (the reader does not scan a dict of any size once per setting). */
+static void too_many_settings(pk *p)
+{
+    default_settings(p);
+    for (int i = 0; i < 65; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "extra%d", i);
+        key_int(p, key, 0);
+    }
+}
+
+/* roundup_power2_divisions with 65 intervals, all 0: past the bound, so
+ * changed (PyTorch writes 16), though every value is the default's */
+static void long_roundup(pk *p)
+{
+    str(p, "roundup_power2_divisions");
+    begin_dict(p);
+    for (int i = 0; i < 65; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", 512 * (i + 1));
+        key_int(p, key, 0);
+    }
+    end_dict(p);
+}
+
 static void test_allocator_settings(void **state)
 {
     (void)state;
@@ -829,6 +856,10 @@ static void test_allocator_settings(void **state)
              TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS | TRACE_TORCH_GC_THRESHOLD},
         {odd_forms, 1, TRACE_TORCH_EXPANDABLE_SEGMENTS},
         {written_by_coop, 0, 0}, /* coop's settings are not PyTorch's */
+        {too_many_settings, 1,
+         TRACE_TORCH_EXPANDABLE_SEGMENTS | TRACE_TORCH_MAX_SPLIT_SIZE |
+             TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS | TRACE_TORCH_GC_THRESHOLD},
+        {long_roundup, 1, TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pk p;

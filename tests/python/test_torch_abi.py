@@ -789,6 +789,22 @@ print("ok" if not problems else "; ".join(problems[:4]))
 """
 
 
+class SkipPeriods(unittest.TestCase):
+    def test_a_period_starts_at_its_own_microsecond(self):
+        """An event recorded in the microsecond a skip_actions period began
+        is that period's (its start is read before recording starts), one
+        before it the period's before."""
+        periods = [(100, frozenset()), (200, frozenset({"free_requested"}))]
+
+        def freed(t):
+            return {"time_us": t, "action": "free_requested"}
+        self.assertFalse(ctorch._skipped(freed(99), periods))
+        self.assertFalse(ctorch._skipped(freed(199), periods))
+        self.assertTrue(ctorch._skipped(freed(200), periods))
+        self.assertTrue(ctorch._skipped(freed(201), periods))
+        self.assertFalse(ctorch._skipped({"time_us": 200, "action": "alloc"}, periods))
+
+
 class SnapshotSegments(unittest.TestCase):
     """Snapshot segments against reserved bytes, in processes of their own
     (a configuration each)."""
@@ -1033,6 +1049,24 @@ class Configuration(unittest.TestCase):
             "lib.coop_torch_free(p, 64, 1, None)\n" % HERE, "backend:host,capacity:64M")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.split(), ["True", "True"])
+
+    def test_a_device_count_past_the_slots_keeps_the_slots_bound(self):
+        """torch counting more devices than the ABI's 64 slots: init refuses
+        the count, and device indices stay bounded by the slots, not by it."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "fake.cuda.device_count = lambda: 100\n"
+            "ctorch.install(torch_module=fake, patch=False)\n"
+            "try:\n"
+            "    ctorch._device_index(70)\n"
+            "    print('accepted')\n"
+            "except ctorch.DeviceError as e:\n"
+            "    print('refused', '64 device slots' in str(e))\n" % HERE,
+            "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["refused", "True"])
 
     def test_reset_accumulated_counts_frees_too(self):
         r = run_child(
