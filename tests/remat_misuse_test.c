@@ -116,6 +116,40 @@ static void a_failed_recompute_leaves_the_tensor_evicted(void **state)
     coop_pool_destroy(pool);
 }
 
+/* The failure's message says which call failed, which tensor's callback
+ * failed and, when that is an input recomputed on the way, which tensor
+ * was asked for: "coop_remat: ... for a tensor of 8192 bytes" named none
+ * (rev30-F, a user's program whose pin failed deep in a chain). */
+static void a_failed_recompute_names_the_call_and_the_tensors(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {.fail = "b"};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *a, *b, *c, *fill;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, 0, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "c", &b, 1, EV, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    char want[160];
+    void *p;
+    assert_int_equal(coop_tensor_pin(r, c, &p), COOP_ERR_BACKEND);
+    assert_true(strncmp(coop_last_error(), "coop_tensor_pin: ", 17) == 0);
+    snprintf(want, sizeof want, "for tensor %p (%u bytes), an input recomputed for tensor %p",
+             (void *)b, (unsigned)U, (void *)c);
+    assert_true(error_says(want));
+    /* asked for b itself: no "input" clause */
+    assert_int_equal(coop_tensor_access(r, b, &p), COOP_ERR_BACKEND);
+    assert_true(strncmp(coop_last_error(), "coop_tensor_access: ", 20) == 0);
+    snprintf(want, sizeof want, "for tensor %p (%u bytes); it stays evicted", (void *)b,
+             (unsigned)U);
+    assert_true(error_says(want));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* The recomputable in-place path fails too: the old value's buffer taken
  * over, the callback fails, and both stay evicted. */
 static void a_failed_in_place_recompute_leaves_both_evicted(void **state)
@@ -837,6 +871,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[0]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[1]),
+        cmocka_unit_test(a_failed_recompute_names_the_call_and_the_tensors),
         cmocka_unit_test(a_failed_in_place_recompute_leaves_both_evicted),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[0]),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[1]),

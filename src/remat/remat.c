@@ -643,10 +643,21 @@ static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status f
         r->num_victims--;
     if (failed == COOP_OK || (unsigned)failed >= COOP_STATUS_COUNT)
         failed = COOP_ERR_BACKEND; /* not a status: the callback's failure all the same */
+    /* Name the call (this thread holds the claim: its name is the one being
+     * served) and the tensors: the one whose callback failed may be an input
+     * deep in a chain, not the one the owner asked for (frames[0], as
+     * materialize is never nested: callbacks cannot call in). */
+    const char *fn = atomic_load_explicit(&r->holder_fn, memory_order_relaxed);
+    const coop_tensor *asked = r->num_frames ? r->frames[0].t : t;
+    char input_of[80] = "";
+    if (asked != t)
+        snprintf(input_of, sizeof input_of, ", an input recomputed for tensor %p",
+                 (const void *)asked);
     return coop_set_error(failed,
-                          "coop_remat: the recompute callback failed (%s) for a tensor of %zu "
-                          "bytes; it stays evicted and is recomputed at its next access",
-                          coop_strerror(failed), t->size);
+                          "%s: the recompute callback failed (%s) for tensor %p (%zu bytes)%s; "
+                          "it stays evicted and is recomputed at its next access",
+                          fn ? fn : "coop_remat", coop_strerror(failed), (const void *)t, t->size,
+                          input_of);
 }
 
 /* Ends the top frame: with every input pinned (st COOP_OK), places its
