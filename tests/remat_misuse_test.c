@@ -150,6 +150,30 @@ static void a_failed_recompute_names_the_call_and_the_tensors(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Out of room deep inside a call says which call: the messages began
+ * "coop_remat: no room" whether a create, a pin or an access (recomputing
+ * an input) ran out (rev30-F). */
+static void no_room_names_the_call(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *a, *b, *f, *x;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, 0, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &f), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    void *p;
+    assert_int_equal(coop_tensor_pin(r, b, &p), COOP_ERR_NOMEM);
+    assert_true(strncmp(coop_last_error(), "coop_tensor_pin: no room for ", 29) == 0);
+    assert_int_equal(coop_tensor_create(r, 5 * U, 10, "x", NULL, 0, EV, &x), COOP_ERR_NOMEM);
+    assert_true(strncmp(coop_last_error(), "coop_tensor_create: a tensor of ", 32) == 0);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* The recomputable in-place path fails too: the old value's buffer taken
  * over, the callback fails, and both stay evicted. */
 static void a_failed_in_place_recompute_leaves_both_evicted(void **state)
@@ -872,6 +896,7 @@ int main(void)
         cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[0]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[1]),
         cmocka_unit_test(a_failed_recompute_names_the_call_and_the_tensors),
+        cmocka_unit_test(no_room_names_the_call),
         cmocka_unit_test(a_failed_in_place_recompute_leaves_both_evicted),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[0]),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[1]),

@@ -643,11 +643,9 @@ static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status f
         r->num_victims--;
     if (failed == COOP_OK || (unsigned)failed >= COOP_STATUS_COUNT)
         failed = COOP_ERR_BACKEND; /* not a status: the callback's failure all the same */
-    /* Name the call (this thread holds the claim: its name is the one being
-     * served) and the tensors: the one whose callback failed may be an input
-     * deep in a chain, not the one the owner asked for (frames[0], as
-     * materialize is never nested: callbacks cannot call in). */
-    const char *fn = atomic_load_explicit(&r->holder_fn, memory_order_relaxed);
+    /* Name the call (remat_call_name) and the tensors: the one whose callback failed may be an
+     * input deep in a chain, not the one the owner asked for (frames[0], as materialize is never
+     * nested: callbacks cannot call in). */
     const coop_tensor *asked = r->num_frames ? r->frames[0].t : t;
     char input_of[80] = "";
     if (asked != t)
@@ -656,7 +654,7 @@ static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status f
     return coop_set_error(failed,
                           "%s: the recompute callback failed (%s) for tensor %p (%zu bytes)%s; "
                           "it stays evicted and is recomputed at its next access",
-                          fn ? fn : "coop_remat", coop_strerror(failed), (const void *)t, t->size,
+                          remat_call_name(r), coop_strerror(failed), (const void *)t, t->size,
                           input_of);
 }
 

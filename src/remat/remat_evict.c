@@ -783,10 +783,10 @@ static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictab
     }
     return coop_set_error(
         COOP_ERR_NOMEM,
-        "coop_remat: no room for %zu bytes: capacity %llu, allocated %lld of which %llu "
+        "%s: no room for %zu bytes: capacity %llu, allocated %lld of which %llu "
         "evictable, free %llu, largest free block %llu%s; evicting cannot free a contiguous "
         "range that large",
-        t->size, (unsigned long long)a->params.capacity,
+        remat_call_name(r), t->size, (unsigned long long)a->params.capacity,
         (long long)r->pool->allocated_bytes.current, (unsigned long long)evictable,
         (unsigned long long)a->counters.free_bytes, (unsigned long long)arena_largest_free(a),
         above);
@@ -803,9 +803,9 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     uint64_t capacity = pool_arena(r->pool)->params.capacity;
     if (t->size > capacity) { /* nothing to search for (and no rounding to wrap) */
         st = coop_set_error(COOP_ERR_NOMEM,
-                            "coop_remat: a tensor of %zu bytes is larger than the pool's "
+                            "%s: a tensor of %zu bytes is larger than the pool's "
                             "capacity of %llu bytes",
-                            t->size, (unsigned long long)capacity);
+                            remat_call_name(r), t->size, (unsigned long long)capacity);
         pool_unlock(r->pool);
         return st;
     }

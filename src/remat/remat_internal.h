@@ -347,6 +347,13 @@ int remat_reserve_evictions(coop_remat *r, size_t n);
 
 /* Bookkeeping when t becomes resident again (leaves its class). */
 void remat_make_resident(coop_remat *r, coop_tensor *t, void *ptr);
+/* The API call this thread is serving on r (the claim's name), for the
+ * messages of failures deep inside it; "coop_remat" outside any call. */
+static inline const char *remat_call_name(const coop_remat *r)
+{
+    const char *fn = atomic_load_explicit(&r->holder_fn, memory_order_relaxed);
+    return fn ? fn : "coop_remat";
+}
 bool remat_evictable(const coop_tensor *t);
 /* Moves from's buffer (resident) to to, which must have none. */
 void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to);
