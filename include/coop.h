@@ -485,6 +485,19 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds);
  * record stays while a recomputation the owner can still ask for may need
  * it, and is reclaimed by a later API call once none can (so a training
  * loop's host memory stays bounded; docs/remat.md, section 4c).
+ *
+ * The owner computes every value: coop_tensor_create and coop_tensor_mutate
+ * only record the op (its cost, producer and inputs), and the owner then
+ * writes the result into the buffer (coop_tensor_data, or the pointer a pin
+ * returned); the recompute callback runs only when an evicted tensor is
+ * needed again. On the host backend the buffers are addresses in reserved,
+ * PROT_NONE space (the simulated device): touching one faults, so a program
+ * on the host backend keeps its values in its own memory, keyed by buffer
+ * address (a resident tensor keeps its address until evicted; a recomputed
+ * one may get another). Failures deep inside a call (no room, a failed
+ * recompute callback) are reported under that call's name. A complete
+ * program, a 20-layer chain trained under a capacity of 12 activations:
+ * tests/remat_example_test.c.
  */
 typedef struct coop_remat coop_remat;
 typedef struct coop_tensor coop_tensor;
@@ -594,7 +607,11 @@ enum {
  * t may also be a handle the owner no longer holds: a released tensor whose
  * record stays for recomputations, or the hidden record of an in-place op's
  * old value (coop_tensor_mutate); an owner keeping a map by handle should
- * ignore handles it does not know. Both callbacks run inside the context's
+ * ignore handles it does not know. on_evict runs inside the call that
+ * needed the room (create, access, pin, mutate), after the search that
+ * evicted t and before the call returns, on that call's thread, once per
+ * tensor evicted for room (never for a release, coop_remat_destroy or a
+ * failed recompute). Both callbacks run inside the context's
  * calls: they may read tensors (coop_tensor_size, _resident, _data,
  * _recomputes) and the statistics
  * (coop_remat_get_stats) but must not call the other functions that take
@@ -606,7 +623,12 @@ typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
  * other than COOP_OK fails the access that asked for t with that status
  * (COOP_ERR_BACKEND if it is not one): t goes back to evicted, its buffer
  * freed, and the next access recomputes it; inputs already recomputed stay
- * resident. inputs may be NULL when num_inputs is 0. */
+ * resident. inputs may be NULL when num_inputs is 0. It is asked for any
+ * tensor a recomputation needs, the owner's released ones included (a
+ * released tensor's buffer is freed at once, even one created not
+ * evictable): a tensor the callback cannot rebuild from (producer, inputs),
+ * such as data the owner loaded, must not be evictable and must stay held
+ * (not released) while a tensor computed from it may still be accessed. */
 typedef coop_status (*coop_recompute_fn)(coop_tensor *t, void *producer, void *const *inputs,
                                          size_t num_inputs, void *out, void *user);
 
@@ -694,7 +716,10 @@ typedef struct coop_remat_stats {
  * their own, not by pthread_self, which a thread the child creates may
  * share with the dead holder). */
 coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, coop_remat **out);
-/* Frees every tensor's buffer and record. NULL is a no-op; from inside a
+/* Frees every tensor's buffer and record, live and pinned tensors included
+ * (no on_evict notice): every coop_tensor handle of the context and every
+ * pointer its calls returned is invalid afterwards; the pool stays usable
+ * (its blocks from coop_malloc untouched). NULL is a no-op; from inside a
  * callback, or while another thread is inside one of the context's calls,
  * it does nothing (that call still uses it) and coop_last_error() says
  * so. */
@@ -707,7 +732,10 @@ void coop_remat_get_stats(const coop_remat *r, coop_remat_stats *out);
 /* A new resident tensor of size bytes produced by an op of cost_ns from
  * inputs (which must be resident: access or pin them first), evicting
  * others if needed. producer is what the recompute callback receives.
- * flags: COOP_TENSOR_*. COOP_ERR_NOMEM when nothing evictable makes room. */
+ * flags: COOP_TENSOR_*. COOP_ERR_NOMEM when nothing evictable makes room.
+ * The new buffer holds nothing: the owner writes the op's result into
+ * coop_tensor_data(*out) (no callback runs here). An input not resident is
+ * COOP_ERR_INVALID, nothing changed. */
 coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, void *producer,
                                coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
                                coop_tensor **out);
@@ -756,7 +784,9 @@ coop_status coop_tensor_unpin(coop_remat *r, coop_tensor *t);
  * so while t is recomputed first. Copy-on-write refuses a pinned storage
  * (COOP_ERR_BUSY, nothing changed): the buffer the pins returned would go
  * to the old value, unprotected; unpin first (recomputable in-place keeps
- * the buffer, pins and all). */
+ * the buffer, pins and all). As at creation, the owner applies the op to
+ * the buffer itself after the call; the recompute callback runs it only
+ * when t is recomputed (with the old value as inputs[0]). */
 coop_status coop_tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns, void *producer,
                                coop_tensor *const *inputs, size_t num_inputs, void **old_value);
 
