@@ -1,10 +1,31 @@
 /* Input files checked before a command's work (cli_inputs.h). */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli_inputs.h"
 #include "status.h"
 #include "trace/input.h"
+
+/* Whether paths[i] is a pipe that an earlier path names too: the first
+ * read takes all of it, and a second open of a named FIFO whose writer is
+ * gone waits for a new writer for ever ('-' twice read as an empty file). */
+static bool a_pipe_again(const char *prog, char *const *paths, size_t i)
+{
+    struct stat here, there;
+    if (stat(paths[i], &here) != 0 || !S_ISFIFO(here.st_mode))
+        return false;
+    for (size_t j = 0; j < i; j++)
+        if (stat(paths[j], &there) == 0 && there.st_dev == here.st_dev &&
+            there.st_ino == here.st_ino) {
+            fprintf(stderr,
+                    "%s: %s: a pipe named twice (as %s before it): a pipe can be read once; "
+                    "give it once, or write it to a file first\n",
+                    prog, paths[i], paths[j]);
+            return true;
+        }
+    return false;
+}
 
 bool cli_inputs_readable(const char *prog, char *const *paths, size_t n)
 {
@@ -12,6 +33,8 @@ bool cli_inputs_readable(const char *prog, char *const *paths, size_t n)
     for (size_t i = 0; i < n; i++)
         if (trace_input_check(paths[i]) != COOP_OK) {
             fprintf(stderr, "%s: %s\n", prog, coop_last_error());
+            all = false;
+        } else if (a_pipe_again(prog, paths, i)) {
             all = false;
         }
     return all;
