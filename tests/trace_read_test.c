@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -391,6 +392,68 @@ static void test_a_pipe_without_room_for_its_copy(void **state)
     free(saved);
 }
 
+/* Writes all of a buffer to a socket and shuts its sending side: a
+ * service's or a harness's standard input. */
+typedef struct socket_writer {
+    int fd;
+    const unsigned char *data;
+    size_t len;
+} socket_writer;
+
+static void *write_socket(void *arg)
+{
+    socket_writer *w = arg;
+    size_t done = 0;
+    while (done < w->len) {
+        ssize_t n = write(w->fd, w->data + done, w->len - done);
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+    shutdown(w->fd, SHUT_WR);
+    return NULL;
+}
+
+/* '-' is /dev/stdin; on a socket (systemd, a test harness) it cannot be
+ * opened again by name (ENXIO: "cannot open: No such device or address"
+ * before rev30-D), so it is copied from descriptor 0 itself. */
+static void test_stdin_a_socket_is_read(void **state)
+{
+    (void)state;
+    alarm(60); /* the pipe tests' watchdog */
+    const char *text = "coop-trace 1\nA 1 10 0\nA 2 4096 0\nF 1\nF 2\n";
+    const char *file = write_named("socket.trace.gz", text, strlen(text), 1);
+    size_t len;
+    unsigned char *bytes = file_bytes(file, &len);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    int saved = dup(STDIN_FILENO);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(sv[1], STDIN_FILENO), STDIN_FILENO);
+    close(sv[1]);
+    socket_writer w = {sv[0], bytes, len};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, write_socket, &w), 0);
+    trace a, b;
+    coop_status st = trace_read("/dev/stdin", &a);
+    const char *why = st == COOP_OK ? "" : coop_last_error();
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", why);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    assert_int_equal(dup2(saved, STDIN_FILENO), STDIN_FILENO);
+    close(saved);
+    close(sv[0]);
+    if (st != COOP_OK)
+        fail_msg("a socket on stdin: %s", msg);
+    assert_int_equal(trace_read(file, &b), COOP_OK);
+    assert_true(a.num_events > 0);
+    fixture_assert_same_trace(&a, &b);
+    assert_int_equal(trace_spool_open("/dev/stdin"), -1);
+    trace_free(&a);
+    trace_free(&b);
+    free(bytes);
+}
+
 int main(void)
 {
     fixture_init();
@@ -404,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_a_pipe_is_read_whole_once),
         cmocka_unit_test(test_a_kept_pipe_opens_from_the_start),
         cmocka_unit_test(test_a_pipe_without_room_for_its_copy),
+        cmocka_unit_test(test_stdin_a_socket_is_read),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     alarm(0); /* the pipe tests' watchdog */

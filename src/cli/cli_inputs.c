@@ -13,7 +13,7 @@
 static bool a_pipe_again(const char *prog, char *const *paths, size_t i)
 {
     struct stat here, there;
-    if (stat(paths[i], &here) != 0 || !S_ISFIFO(here.st_mode))
+    if (stat(paths[i], &here) != 0 || !(S_ISFIFO(here.st_mode) || S_ISSOCK(here.st_mode)))
         return false;
     for (size_t j = 0; j < i; j++)
         if (stat(paths[j], &there) == 0 && there.st_dev == here.st_dev &&
