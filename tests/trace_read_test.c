@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -345,6 +347,8 @@ static void test_a_kept_pipe_opens_from_the_start(void **state)
     assert_int_equal(trace_spool_keep(fifo), COOP_OK); /* kept: not read again */
     int one = trace_spool_open(fifo), two = trace_spool_open(fifo);
     assert_true(one >= 0 && two >= 0);
+    /* not inherited by a program the caller runs (rev30-D) */
+    assert_true(fcntl(one, F_GETFD) & FD_CLOEXEC);
     char buf[16] = "";
     assert_int_equal(read(one, buf, 5), 5);
     assert_memory_equal(buf, "hello", 5);
@@ -454,6 +458,88 @@ static void test_stdin_a_socket_is_read(void **state)
     free(bytes);
 }
 
+/* Descriptors open in this process now. */
+static int open_descriptors(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* opendir's own */
+}
+
+/* Reads `len` bytes of data through a fresh FIFO under TMPDIR=tmpdir (NULL:
+ * unset) while files may grow to fsize bytes at most; returns the status. */
+static coop_status read_through_fifo(const void *data, size_t len, const char *tmpdir, rlim_t fsize)
+{
+    const char *fifo = make_fifo("leak.fifo");
+    if (tmpdir)
+        setenv("TMPDIR", tmpdir, 1);
+    else
+        unsetenv("TMPDIR");
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = fsize;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    pipe_writer w;
+    start_writer(&w, fifo, data, len);
+    trace t;
+    coop_status st = trace_read(fifo, &t);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    finish_writer(&w);
+    if (st == COOP_OK)
+        trace_free(&t);
+    assert_int_equal(trace_spool_open(fifo), -1); /* nothing kept */
+    return st;
+}
+
+/* Every way through a pipe (read whole, bad content, no directory for the
+ * copy, the copy failing as on a full disk: RLIMIT_FSIZE stands for one)
+ * leaves no descriptor open, and a failed copy names the directory it was
+ * in: $TMPDIR, else /tmp when TMPDIR is unset or empty (rev30-D). */
+static void test_pipe_reads_leave_no_descriptor(void **state)
+{
+    (void)state;
+    signal(SIGXFSZ, SIG_IGN); /* the copy's write fails with EFBIG instead */
+    const char *old = getenv("TMPDIR");
+    char *saved = old ? strdup(old) : NULL;
+    char dir[300], none[300];
+    fixture_path(dir, sizeof dir, "");
+    fixture_path(none, sizeof none, "no-such-dir");
+    char *big = malloc(200000);
+    assert_non_null(big);
+    size_t n = (size_t)snprintf(big, 200000, "coop-trace 1\n");
+    for (int id = 1; n + 64 < 200000; id++)
+        n += (size_t)snprintf(big + n, 200000 - n, "A %d 4096 0\nF %d\n", id, id);
+    const char *bad = "coop-trace 1\nA 1 10 0\nX what\n";
+    int before = open_descriptors();
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(read_through_fifo(big, n, dir, RLIM_INFINITY), COOP_OK);
+        fixture_expect_error(read_through_fifo(bad, strlen(bad), dir, RLIM_INFINITY),
+                             "leak.fifo:3: ", NULL);
+        fixture_expect_error(read_through_fifo(big, n, none, RLIM_INFINITY),
+                             "leak.fifo: cannot keep a copy of the pipe in ", "no-such-dir", NULL);
+        fixture_expect_error(read_through_fifo(big, n, dir, 1000),
+                             "leak.fifo: cannot keep a copy of the pipe in ", dir,
+                             ": File too large", NULL);
+        fixture_expect_error(read_through_fifo(big, n, "", 1000),
+                             "cannot keep a copy of the pipe in /tmp: File too large", NULL);
+        fixture_expect_error(read_through_fifo(big, n, NULL, 1000),
+                             "cannot keep a copy of the pipe in /tmp: File too large", NULL);
+    }
+    assert_int_equal(open_descriptors(), before);
+    if (saved)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+    free(big);
+    signal(SIGXFSZ, SIG_DFL);
+}
+
 int main(void)
 {
     fixture_init();
@@ -468,6 +554,7 @@ int main(void)
         cmocka_unit_test(test_a_kept_pipe_opens_from_the_start),
         cmocka_unit_test(test_a_pipe_without_room_for_its_copy),
         cmocka_unit_test(test_stdin_a_socket_is_read),
+        cmocka_unit_test(test_pipe_reads_leave_no_descriptor),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     alarm(0); /* the pipe tests' watchdog */
