@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli_inputs.h"
 #include "status.h"
@@ -40,10 +41,22 @@ bool cli_inputs_readable(const char *prog, char *const *paths, size_t n)
     return all;
 }
 
-void cli_inputs_name_stdin(char **paths, size_t n)
+bool cli_inputs_name_stdin(const char *prog, char **paths, size_t n)
 {
     static char stdin_name[] = "/dev/stdin";
     for (size_t i = 0; i < n; i++)
-        if (!strcmp(paths[i], "-"))
+        if (!strcmp(paths[i], "-")) {
+            /* A terminal would be read twice (the format's peek, then the
+             * reader): what was typed first is lost, and the command waits
+             * for more. A '-' there is a slip: gzip refuses one too. */
+            if (isatty(STDIN_FILENO)) {
+                fprintf(
+                    stderr,
+                    "%s: '-' is standard input, a terminal here: pipe a trace in, or give a file\n",
+                    prog);
+                return false;
+            }
             paths[i] = stdin_name;
+        }
+    return true;
 }

@@ -18,7 +18,9 @@ bool cli_inputs_readable(const char *prog, char *const *paths, size_t n);
 
 /* Replaces each "-" among paths by "/dev/stdin", the name under which the
  * readers open standard input (a pipe there is kept whole first, spool.h)
- * and under which errors and rows then name it. */
-void cli_inputs_name_stdin(char **paths, size_t n);
+ * and under which errors and rows then name it. Returns false, after
+ * "PROG: '-' is standard input, a terminal here: ..." on stderr, when a "-"
+ * is given and standard input is a terminal; the caller exits 2. */
+bool cli_inputs_name_stdin(const char *prog, char **paths, size_t n);
 
 #endif
