@@ -367,6 +367,9 @@ static void test_a_kept_pipe_opens_from_the_start(void **state)
     const char *file = write_named("plain", "coop-trace 1\n", 13, 0);
     assert_int_equal(trace_spool_keep(file), COOP_OK);
     assert_int_equal(trace_spool_open(file), -1);
+    /* nor devices: /dev/null, or a terminal, is opened by name (rev30-D) */
+    assert_int_equal(trace_spool_keep("/dev/null"), COOP_OK);
+    assert_int_equal(trace_spool_open("/dev/null"), -1);
     assert_int_equal(trace_spool_keep("/nonexistent/coop/pipe"), COOP_OK);
     assert_int_equal(trace_spool_open("/nonexistent/coop/pipe"), -1);
 }
