@@ -461,6 +461,30 @@ static void test_stdin_a_socket_is_read(void **state)
     free(bytes);
 }
 
+/* With standard input closed (`coop replay F <&-`), descriptor 0 is the
+ * first one free, and the copy's may be it: a kept copy on 0 is still the
+ * copy, not a cue to open the pipe by name again (which would wait for a
+ * writer that is gone). */
+static void test_a_kept_copy_on_descriptor_0(void **state)
+{
+    (void)state;
+    int saved = dup(STDIN_FILENO);
+    assert_true(saved >= 0);
+    close(STDIN_FILENO);
+    const char *text = "coop-trace 1\nA 1 10 0\nF 1\n";
+    const char *fifo = make_fifo("fd0.fifo");
+    pipe_writer w;
+    start_writer(&w, fifo, text, strlen(text));
+    trace t;
+    coop_status st = trace_read(fifo, &t);
+    finish_writer(&w);
+    assert_int_equal(dup2(saved, STDIN_FILENO), STDIN_FILENO);
+    close(saved);
+    assert_int_equal(st, COOP_OK);
+    assert_int_equal(t.num_events, 2);
+    trace_free(&t);
+}
+
 /* Descriptors open in this process now. */
 static int open_descriptors(void)
 {
@@ -558,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_a_pipe_without_room_for_its_copy),
         cmocka_unit_test(test_stdin_a_socket_is_read),
         cmocka_unit_test(test_pipe_reads_leave_no_descriptor),
+        cmocka_unit_test(test_a_kept_copy_on_descriptor_0),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     alarm(0); /* the pipe tests' watchdog */
