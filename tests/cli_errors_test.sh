@@ -163,6 +163,36 @@ else
     echo "FAIL: coop replay - : $(head -3 "$tmp/err") $(head -c 300 "$tmp/stdin.json")"
     failures=$((failures + 1))
 fi
+# a pipe named twice is refused before any output (rev30-D): the first read
+# took all of it, and the second open of a named FIFO waited for ever for a
+# writer that was gone ('-' twice: "empty file" after the first's rows)
+cat "$unet" >"$tmp/log.fifo" 2>/dev/null &
+expect 2 "log.fifo: a pipe named twice (as $tmp/log.fifo before it): a pipe can be read once" \
+    timeout 60 $coop replay --policy coop "$tmp/log.fifo" "$unet" "$tmp/log.fifo"
+[ ! -s "$tmp/out" ] || { echo "FAIL: rows printed before a pipe named twice was refused"; failures=$((failures + 1)); }
+expect 2 "/dev/stdin: a pipe named twice (as /dev/stdin before it)" \
+    sh -c "cat '$unet' | timeout 60 $coop replay --policy coop - -"
+expect 2 "/dev/stdin: a pipe named twice (as /dev/stdin before it)" \
+    sh -c "gzip -dc '$traces/unet-train-step.ops.jsonl.gz' | timeout 60 $coop sim --budget 0.9 - /dev/stdin"
+kill $! 2>/dev/null; wait
+# '-' on a terminal is refused (rev30-D): the format's peek and then the
+# reader each read the terminal, so what was typed first was lost and the
+# command waited for more. script(1) gives the command a terminal.
+if command -v script >/dev/null 2>&1; then
+    for cmd in "replay --policy coop -" "convert - $tmp/tty.trace" "sim --budget 0.9 -"; do
+        timeout 60 script -qec "$coop $cmd" /dev/null </dev/null >"$tmp/out" 2>&1
+        got=$?
+        if [ "$got" -eq 2 ] && grep -qF "'-' is standard input, a terminal here: pipe a trace in, or give a file" "$tmp/out"; then
+            echo "ok: coop $cmd on a terminal -> 2: $(head -1 "$tmp/out")"
+        else
+            echo "FAIL: coop $cmd on a terminal exited $got: $(head -3 "$tmp/out")"
+            failures=$((failures + 1))
+        fi
+    done
+    [ ! -e "$tmp/tty.trace" ] || { echo "FAIL: convert wrote $tmp/tty.trace from a terminal"; failures=$((failures + 1)); }
+else
+    echo "skip: no script(1) to give '-' a terminal"
+fi
 # bad content through a pipe is named by the pipe's name and its line
 cat "$tmp/bad.trace" >"$tmp/log.fifo" &
 expect 2 "$tmp/log.fifo:3: " $coop replay --policy coop "$tmp/log.fifo"

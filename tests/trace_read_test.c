@@ -7,6 +7,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -344,6 +347,8 @@ static void test_a_kept_pipe_opens_from_the_start(void **state)
     assert_int_equal(trace_spool_keep(fifo), COOP_OK); /* kept: not read again */
     int one = trace_spool_open(fifo), two = trace_spool_open(fifo);
     assert_true(one >= 0 && two >= 0);
+    /* not inherited by a program the caller runs (rev30-D) */
+    assert_true(fcntl(one, F_GETFD) & FD_CLOEXEC);
     char buf[16] = "";
     assert_int_equal(read(one, buf, 5), 5);
     assert_memory_equal(buf, "hello", 5);
@@ -362,6 +367,9 @@ static void test_a_kept_pipe_opens_from_the_start(void **state)
     const char *file = write_named("plain", "coop-trace 1\n", 13, 0);
     assert_int_equal(trace_spool_keep(file), COOP_OK);
     assert_int_equal(trace_spool_open(file), -1);
+    /* nor devices: /dev/null, or a terminal, is opened by name (rev30-D) */
+    assert_int_equal(trace_spool_keep("/dev/null"), COOP_OK);
+    assert_int_equal(trace_spool_open("/dev/null"), -1);
     assert_int_equal(trace_spool_keep("/nonexistent/coop/pipe"), COOP_OK);
     assert_int_equal(trace_spool_open("/nonexistent/coop/pipe"), -1);
 }
@@ -391,6 +399,174 @@ static void test_a_pipe_without_room_for_its_copy(void **state)
     free(saved);
 }
 
+/* Writes all of a buffer to a socket and shuts its sending side: a
+ * service's or a harness's standard input. */
+typedef struct socket_writer {
+    int fd;
+    const unsigned char *data;
+    size_t len;
+} socket_writer;
+
+static void *write_socket(void *arg)
+{
+    socket_writer *w = arg;
+    size_t done = 0;
+    while (done < w->len) {
+        ssize_t n = write(w->fd, w->data + done, w->len - done);
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+    shutdown(w->fd, SHUT_WR);
+    return NULL;
+}
+
+/* '-' is /dev/stdin; on a socket (systemd, a test harness) it cannot be
+ * opened again by name (ENXIO: "cannot open: No such device or address"
+ * before rev30-D), so it is copied from descriptor 0 itself. */
+static void test_stdin_a_socket_is_read(void **state)
+{
+    (void)state;
+    alarm(60); /* the pipe tests' watchdog */
+    const char *text = "coop-trace 1\nA 1 10 0\nA 2 4096 0\nF 1\nF 2\n";
+    const char *file = write_named("socket.trace.gz", text, strlen(text), 1);
+    size_t len;
+    unsigned char *bytes = file_bytes(file, &len);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    int saved = dup(STDIN_FILENO);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(sv[1], STDIN_FILENO), STDIN_FILENO);
+    close(sv[1]);
+    socket_writer w = {sv[0], bytes, len};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, write_socket, &w), 0);
+    trace a, b;
+    coop_status st = trace_read("/dev/stdin", &a);
+    const char *why = st == COOP_OK ? "" : coop_last_error();
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", why);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    assert_int_equal(dup2(saved, STDIN_FILENO), STDIN_FILENO);
+    close(saved);
+    close(sv[0]);
+    if (st != COOP_OK)
+        fail_msg("a socket on stdin: %s", msg);
+    assert_int_equal(trace_read(file, &b), COOP_OK);
+    assert_true(a.num_events > 0);
+    fixture_assert_same_trace(&a, &b);
+    assert_int_equal(trace_spool_open("/dev/stdin"), -1);
+    trace_free(&a);
+    trace_free(&b);
+    free(bytes);
+}
+
+/* With standard input closed (`coop replay F <&-`), descriptor 0 is the
+ * first one free, and the copy's may be it: a kept copy on 0 is still the
+ * copy, not a cue to open the pipe by name again (which would wait for a
+ * writer that is gone). */
+static void test_a_kept_copy_on_descriptor_0(void **state)
+{
+    (void)state;
+    int saved = dup(STDIN_FILENO);
+    assert_true(saved >= 0);
+    close(STDIN_FILENO);
+    const char *text = "coop-trace 1\nA 1 10 0\nF 1\n";
+    const char *fifo = make_fifo("fd0.fifo");
+    pipe_writer w;
+    start_writer(&w, fifo, text, strlen(text));
+    trace t;
+    coop_status st = trace_read(fifo, &t);
+    finish_writer(&w);
+    assert_int_equal(dup2(saved, STDIN_FILENO), STDIN_FILENO);
+    close(saved);
+    assert_int_equal(st, COOP_OK);
+    assert_int_equal(t.num_events, 2);
+    trace_free(&t);
+}
+
+/* Descriptors open in this process now. */
+static int open_descriptors(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* opendir's own */
+}
+
+/* Reads `len` bytes of data through a fresh FIFO under TMPDIR=tmpdir (NULL:
+ * unset) while files may grow to fsize bytes at most; returns the status. */
+static coop_status read_through_fifo(const void *data, size_t len, const char *tmpdir, rlim_t fsize)
+{
+    const char *fifo = make_fifo("leak.fifo");
+    if (tmpdir)
+        setenv("TMPDIR", tmpdir, 1);
+    else
+        unsetenv("TMPDIR");
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = fsize;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    pipe_writer w;
+    start_writer(&w, fifo, data, len);
+    trace t;
+    coop_status st = trace_read(fifo, &t);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    finish_writer(&w);
+    if (st == COOP_OK)
+        trace_free(&t);
+    assert_int_equal(trace_spool_open(fifo), -1); /* nothing kept */
+    return st;
+}
+
+/* Every way through a pipe (read whole, bad content, no directory for the
+ * copy, the copy failing as on a full disk: RLIMIT_FSIZE stands for one)
+ * leaves no descriptor open, and a failed copy names the directory it was
+ * in: $TMPDIR, else /tmp when TMPDIR is unset or empty (rev30-D). */
+static void test_pipe_reads_leave_no_descriptor(void **state)
+{
+    (void)state;
+    signal(SIGXFSZ, SIG_IGN); /* the copy's write fails with EFBIG instead */
+    const char *old = getenv("TMPDIR");
+    char *saved = old ? strdup(old) : NULL;
+    char dir[300], none[300];
+    fixture_path(dir, sizeof dir, "");
+    fixture_path(none, sizeof none, "no-such-dir");
+    char *big = malloc(200000);
+    assert_non_null(big);
+    size_t n = (size_t)snprintf(big, 200000, "coop-trace 1\n");
+    for (int id = 1; n + 64 < 200000; id++)
+        n += (size_t)snprintf(big + n, 200000 - n, "A %d 4096 0\nF %d\n", id, id);
+    const char *bad = "coop-trace 1\nA 1 10 0\nX what\n";
+    int before = open_descriptors();
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(read_through_fifo(big, n, dir, RLIM_INFINITY), COOP_OK);
+        fixture_expect_error(read_through_fifo(bad, strlen(bad), dir, RLIM_INFINITY),
+                             "leak.fifo:3: ", NULL);
+        fixture_expect_error(read_through_fifo(big, n, none, RLIM_INFINITY),
+                             "leak.fifo: cannot keep a copy of the pipe in ", "no-such-dir", NULL);
+        fixture_expect_error(read_through_fifo(big, n, dir, 1000),
+                             "leak.fifo: cannot keep a copy of the pipe in ", dir,
+                             ": File too large", NULL);
+        fixture_expect_error(read_through_fifo(big, n, "", 1000),
+                             "cannot keep a copy of the pipe in /tmp: File too large", NULL);
+        fixture_expect_error(read_through_fifo(big, n, NULL, 1000),
+                             "cannot keep a copy of the pipe in /tmp: File too large", NULL);
+    }
+    assert_int_equal(open_descriptors(), before);
+    if (saved)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+    free(big);
+    signal(SIGXFSZ, SIG_DFL);
+}
+
 int main(void)
 {
     fixture_init();
@@ -404,6 +580,9 @@ int main(void)
         cmocka_unit_test(test_a_pipe_is_read_whole_once),
         cmocka_unit_test(test_a_kept_pipe_opens_from_the_start),
         cmocka_unit_test(test_a_pipe_without_room_for_its_copy),
+        cmocka_unit_test(test_stdin_a_socket_is_read),
+        cmocka_unit_test(test_pipe_reads_leave_no_descriptor),
+        cmocka_unit_test(test_a_kept_copy_on_descriptor_0),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     alarm(0); /* the pipe tests' watchdog */

@@ -1,10 +1,32 @@
 /* Input files checked before a command's work (cli_inputs.h). */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli_inputs.h"
 #include "status.h"
 #include "trace/input.h"
+
+/* Whether paths[i] is a pipe that an earlier path names too: the first
+ * read takes all of it, and a second open of a named FIFO whose writer is
+ * gone waits for a new writer for ever ('-' twice read as an empty file). */
+static bool a_pipe_again(const char *prog, char *const *paths, size_t i)
+{
+    struct stat here, there;
+    if (stat(paths[i], &here) != 0 || !(S_ISFIFO(here.st_mode) || S_ISSOCK(here.st_mode)))
+        return false;
+    for (size_t j = 0; j < i; j++)
+        if (stat(paths[j], &there) == 0 && there.st_dev == here.st_dev &&
+            there.st_ino == here.st_ino) {
+            fprintf(stderr,
+                    "%s: %s: a pipe named twice (as %s before it): a pipe can be read once; "
+                    "give it once, or write it to a file first\n",
+                    prog, paths[i], paths[j]);
+            return true;
+        }
+    return false;
+}
 
 bool cli_inputs_readable(const char *prog, char *const *paths, size_t n)
 {
@@ -13,14 +35,28 @@ bool cli_inputs_readable(const char *prog, char *const *paths, size_t n)
         if (trace_input_check(paths[i]) != COOP_OK) {
             fprintf(stderr, "%s: %s\n", prog, coop_last_error());
             all = false;
+        } else if (a_pipe_again(prog, paths, i)) {
+            all = false;
         }
     return all;
 }
 
-void cli_inputs_name_stdin(char **paths, size_t n)
+bool cli_inputs_name_stdin(const char *prog, char **paths, size_t n)
 {
     static char stdin_name[] = "/dev/stdin";
     for (size_t i = 0; i < n; i++)
-        if (!strcmp(paths[i], "-"))
+        if (!strcmp(paths[i], "-")) {
+            /* A terminal would be read twice (the format's peek, then the
+             * reader): what was typed first is lost, and the command waits
+             * for more. A '-' there is a slip: gzip refuses one too. */
+            if (isatty(STDIN_FILENO)) {
+                fprintf(
+                    stderr,
+                    "%s: '-' is standard input, a terminal here: pipe a trace in, or give a file\n",
+                    prog);
+                return false;
+            }
             paths[i] = stdin_name;
+        }
+    return true;
 }

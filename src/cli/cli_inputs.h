@@ -8,14 +8,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Whether every path can be opened for reading (trace_input_check). Prints
- * "PROG: PATH: cannot open: reason" to stderr for each one that cannot, and
- * returns false if any could not; the caller exits 2 before any output. */
+/* Whether every path can be opened for reading (trace_input_check) and no
+ * pipe (FIFO, '-' as /dev/stdin) is named twice, for a pipe can be read once.
+ * Prints "PROG: PATH: cannot open: reason" to stderr for each one that
+ * cannot, "PROG: PATH: a pipe named twice (as EARLIER before it): ..."
+ * for each repeated pipe, and returns false if any; the caller exits 2
+ * before any output. */
 bool cli_inputs_readable(const char *prog, char *const *paths, size_t n);
 
 /* Replaces each "-" among paths by "/dev/stdin", the name under which the
  * readers open standard input (a pipe there is kept whole first, spool.h)
- * and under which errors and rows then name it. */
-void cli_inputs_name_stdin(char **paths, size_t n);
+ * and under which errors and rows then name it. Returns false, after
+ * "PROG: '-' is standard input, a terminal here: ..." on stderr, when a "-"
+ * is given and standard input is a terminal; the caller exits 2. */
+bool cli_inputs_name_stdin(const char *prog, char **paths, size_t n);
 
 #endif

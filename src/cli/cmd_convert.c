@@ -150,7 +150,8 @@ int cmd_convert(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    cli_inputs_name_stdin(argv + optind, 1);
+    if (!cli_inputs_name_stdin("coop convert", argv + optind, 1))
+        return 2;
 
     trace_format format;
     trace t;

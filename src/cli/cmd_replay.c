@@ -465,8 +465,8 @@ int cmd_replay(int argc, char **argv)
     /* every trace openable before the first row (the bundled ones were
      * just found): a typo in the last path should not wait for the
      * replays of the traces before it */
-    if (!use_bundled)
-        cli_inputs_name_stdin(paths, num_paths);
+    if (!use_bundled && !cli_inputs_name_stdin("coop replay", paths, num_paths))
+        return 2;
     if (!use_bundled && !cli_inputs_readable("coop replay", paths, num_paths))
         return 2;
     FILE *timeline = NULL;

@@ -475,7 +475,8 @@ int cmd_sim(int argc, char **argv)
     }
     /* every log openable before the first row: a typo in the last path
      * should not wait for the runs of the logs before it */
-    cli_inputs_name_stdin(argv + optind, (size_t)(argc - optind));
+    if (!cli_inputs_name_stdin("coop sim", argv + optind, (size_t)(argc - optind)))
+        return 2;
     if (!cli_inputs_readable("coop sim", argv + optind, (size_t)(argc - optind)))
         return 2;
     int status = 0;

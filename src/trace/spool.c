@@ -104,14 +104,26 @@ static coop_status reserve_locked(const char *path)
     return COOP_OK;
 }
 
-/* Reads the FIFO at path into a new unlinked file in dir; its descriptor
- * in *out. */
-static coop_status copy_to_temp(const char *path, const char *dir, int *out)
+/* Whether path is '-' (as /dev/stdin) on a pipe or a socket. That stream
+ * is read through descriptor 0 itself: reopening it by name fails for a
+ * socket (ENXIO: a service's or a harness's stdin) and for a pipe that
+ * another user's shell made (EACCES, under sudo -u). */
+static int stdin_stream(const char *path)
+{
+    struct stat sb;
+    return !strcmp(path, "/dev/stdin") && fstat(STDIN_FILENO, &sb) == 0 &&
+           (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode));
+}
+
+/* Reads the FIFO at path (descriptor 0 when from_stdin) into a new unlinked
+ * file in dir; its descriptor in *out. */
+static coop_status copy_to_temp(const char *path, int from_stdin, const char *dir, int *out)
 {
     *out = -1;
     /* The pipe first: if no copy can be made, its writer is not left
      * waiting for a reader, it sees the pipe closed. */
-    int in = open(path, O_RDONLY | O_CLOEXEC);
+    int in =
+        from_stdin ? fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0) : open(path, O_RDONLY | O_CLOEXEC);
     if (in < 0)
         return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
     size_t template_len = strlen(dir) + sizeof "/coop-pipe-XXXXXX";
@@ -143,7 +155,8 @@ static coop_status copy_to_temp(const char *path, const char *dir, int *out)
 coop_status trace_spool_keep(const char *path)
 {
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISFIFO(sb.st_mode))
+    int from_stdin = stdin_stream(path);
+    if (!from_stdin && (stat(path, &sb) != 0 || !S_ISFIFO(sb.st_mode)))
         return COOP_OK; /* files are opened by name; a missing one fails there */
     pthread_mutex_lock(&kept_lock);
     int known = find_locked(path) != NULL;
@@ -153,7 +166,7 @@ coop_status trace_spool_keep(const char *path)
     /* The copy is made unlocked: it lasts as long as the writer takes, and
      * other threads' opens of other names must not wait for it. */
     int fd;
-    coop_status st = copy_to_temp(path, temp_dir(), &fd);
+    coop_status st = copy_to_temp(path, from_stdin, temp_dir(), &fd);
     if (st != COOP_OK)
         return st;
     char *name = strdup(path);

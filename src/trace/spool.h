@@ -17,7 +17,8 @@
  * copy takes disk space in $TMPDIR, so a runaway writer is stopped. */
 #define TRACE_SPOOL_MAX ((uint64_t)4 << 30)
 
-/* If path names a FIFO whose copy is not kept yet, reads all of it into a
+/* If path names a FIFO whose copy is not kept yet (or is "/dev/stdin" on a
+ * pipe or a socket, which is then read through descriptor 0), reads all of it into a
  * temporary file in $TMPDIR (else /tmp), unlinked at once so that nothing
  * is left behind however the process ends, and keeps it under path. Any
  * other path (a regular file, a device, a missing file): nothing is done,
