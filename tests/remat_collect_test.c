@@ -571,6 +571,38 @@ static void compactions_come_after_as_many_nodes_as_records(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A creation between collections compacts a union-find that is due
+ * (mutant L3-149): accesses check before they evict, so the one that
+ * brings the nodes to the first compaction point (4,096) leaves it due,
+ * and the next call, here a creation long before a collection (201
+ * records), must compact. 200 tensors, 16 resident: 184 classes named. */
+static void a_creation_between_collections_compacts(void **state)
+{
+    (void)state;
+    journal j = {0};
+    coop_pool *pool = pool_of(16 * 4 * KiB);
+    coop_remat *r = default_context(pool, &j);
+    coop_tensor *t[200];
+    for (size_t i = 0; i < 200; i++)
+        assert_int_equal(
+            coop_tensor_create(r, 4 * KiB, 7, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &t[i]),
+            COOP_OK);
+    for (size_t k = 0; r->uf.count < 4096; k++) {
+        size_t before = r->uf.count;
+        assert_int_equal(coop_tensor_access(r, t[k % 200], NULL), COOP_OK);
+        assert_int_equal(r->uf.count, before + 1); /* no compaction yet */
+    }
+    coop_tensor *u;
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 7, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &u),
+                     COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.records_reclaimed, 0); /* no collection */
+    assert_true(r->uf.count < 200 + 1);        /* compacted to the classes named */
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -582,6 +614,7 @@ int main(void)
         cmocka_unit_test(a_collection_leaves_pins_links_and_caches_sound),
         cmocka_unit_test(a_collection_forgets_component_labels),
         cmocka_unit_test(compactions_come_after_as_many_nodes_as_records),
+        cmocka_unit_test(a_creation_between_collections_compacts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
