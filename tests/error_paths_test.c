@@ -801,11 +801,97 @@ static void test_remat_calls(void **state)
     }
 }
 
+/* Two stream questions failing in one reclaim (mutant L3-71). Each fault
+ * source fails one call, and each retry's reclaim starts with no failure
+ * kept, so two failures in the last reclaim of one request take two
+ * sources: the fault wrapper fails one stream's event call and a host
+ * allocation (the host backend's event record allocates) the other's.
+ * Streams 1 and 2, held, each cache 3 MiB; a 6 MiB request on stream 0
+ * under an 8 MiB capacity must unmap some of it, never_wait keeps it from
+ * waiting, so it fails naming the stream it could not ask about. */
+typedef struct question_outcome {
+    coop_status st;
+    bool host_fault_hit;
+    uint64_t event_calls;
+    char why[512];
+} question_outcome;
+
+static question_outcome ask_two_held_streams(uint64_t event_nth, long host_nth)
+{
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 8 * MiB;
+    c.page_size = 64 * KiB;
+    c.never_wait = true;
+    c.check = true;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
+    void *a = coop_malloc(p, 3 * MiB, 1, 0, NULL);
+    void *b = coop_malloc(p, 3 * MiB, 2, 0, NULL);
+    assert_true(a && b && (char *)a < (char *)b);
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 2, true), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    uint64_t before = coop_backend_calls(p, COOP_FAULT_EVENT);
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, event_nth), COOP_OK);
+    question_outcome o = {.st = COOP_OK};
+    if (host_nth)
+        host_fault_arm(host_nth);
+    void *big = coop_malloc(p, 6 * MiB, 0, 0, &o.st);
+    o.host_fault_hit = host_nth && host_fault_disarm();
+    o.event_calls = coop_backend_calls(p, COOP_FAULT_EVENT) - before;
+    snprintf(o.why, sizeof o.why, "%s", coop_last_error());
+    assert_int_equal(coop_inject_fault(p, 0, 0), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 2, false), COOP_OK);
+    if (big)
+        assert_int_equal(coop_free(p, big), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+    return o;
+}
+
+static void test_the_first_failed_stream_question_is_reported(void **state)
+{
+    (void)state;
+    /* The event call that asks about stream 1 in the last reclaim: the
+     * last one whose failure alone is reported for stream 1 (the walk goes
+     * down from the top, so stream 2's block, the higher, is asked first). */
+    uint64_t e1 = 0;
+    for (uint64_t e = 1; e <= 32; e++) {
+        question_outcome o = ask_two_held_streams(e, 0);
+        if (o.event_calls < e)
+            break;
+        if (o.st == COOP_ERR_BACKEND && strstr(o.why, "cannot tell whether stream 0x1 has"))
+            e1 = e;
+    }
+    assert_int_not_equal(e1, 0);
+    /* Where stream 2's record runs out of host memory, no query follows it,
+     * so stream 1's question is one event call earlier: fail that one, and
+     * each host allocation in turn. Where stream 2's record fails, that
+     * first failure is the one reported, not stream 1's later one. */
+    assert_true(e1 > 1);
+    bool seen = false;
+    for (long m = 1; m <= 64; m++) {
+        question_outcome o = ask_two_held_streams(e1 - 1, m);
+        if (!o.host_fault_hit)
+            break;
+        assert_int_not_equal(o.st, COOP_OK);
+        if (o.event_calls >= e1 - 1 && o.st == COOP_ERR_HOST_NOMEM &&
+            strstr(o.why, "cannot tell whether stream 0x2 has finished") &&
+            strstr(o.why, "no memory for an event"))
+            seen = true;
+    }
+    assert_true(seen);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_calls),
         cmocka_unit_test(test_remat_calls),
+        cmocka_unit_test(test_the_first_failed_stream_question_is_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

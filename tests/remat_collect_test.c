@@ -525,6 +525,84 @@ static void a_collection_forgets_component_labels(void **state)
     coop_pool_destroy(pool);
 }
 
+/* When the union-find is compacted (mutants L3-148, L3-151): after each
+ * compaction, only once as many nodes again as there are records have been
+ * made (at least 4,096), counted from the nodes the compaction kept. 5,000
+ * tensors of 4 KiB, 16 resident at a time, accessed in turn: every access
+ * recomputes one evicted tensor and evicts another, one new node each, and
+ * no record is made or reclaimed. A compaction shows as the node count
+ * falling. About 4,984 evicted tensors name a class each, and a try
+ * compacts only at twice that and 1,024 more nodes (compact_classes): the
+ * try one records' number after a compaction only rearms, the next one
+ * compacts. So from the count one compaction leaves (its access's own node
+ * included) to the count the next runs at, 2 x 5,000 - 1 nodes are made;
+ * a gap of 4,096, or a rearm not counted from the nodes kept, is seen. */
+#define SCHEDULE_TENSORS 5000
+static void compactions_come_after_as_many_nodes_as_records(void **state)
+{
+    (void)state;
+    journal j = {0};
+    coop_pool *pool = pool_of(16 * 4 * KiB);
+    coop_remat *r = default_context(pool, &j);
+    static coop_tensor *t[SCHEDULE_TENSORS];
+    for (size_t i = 0; i < SCHEDULE_TENSORS; i++)
+        assert_int_equal(
+            coop_tensor_create(r, 4 * KiB, 7, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &t[i]),
+            COOP_OK);
+    assert_int_equal(r->num_records, SCHEDULE_TENSORS);
+    size_t after_last = 0, timed = 0;
+    for (size_t k = 0; k < 8 * SCHEDULE_TENSORS; k++) {
+        size_t before = r->uf.count;
+        uint64_t evictions = j.evictions;
+        assert_int_equal(coop_tensor_access(r, t[k % SCHEDULE_TENSORS], NULL), COOP_OK);
+        assert_int_equal(j.evictions, evictions + 1); /* one node per access */
+        if (r->uf.count >= before)
+            continue;
+        if (after_last) {
+            /* the count it ran at, less the count the last one left */
+            assert_int_equal(before - after_last, 2 * SCHEDULE_TENSORS - 1);
+            timed++;
+        }
+        after_last = r->uf.count;
+    }
+    assert_int_equal(r->num_records, SCHEDULE_TENSORS);
+    assert_true(timed >= 2);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* A creation between collections compacts a union-find that is due
+ * (mutant L3-149): accesses check before they evict, so the one that
+ * brings the nodes to the first compaction point (4,096) leaves it due,
+ * and the next call, here a creation long before a collection (201
+ * records), must compact. 200 tensors, 16 resident: 184 classes named. */
+static void a_creation_between_collections_compacts(void **state)
+{
+    (void)state;
+    journal j = {0};
+    coop_pool *pool = pool_of(16 * 4 * KiB);
+    coop_remat *r = default_context(pool, &j);
+    coop_tensor *t[200];
+    for (size_t i = 0; i < 200; i++)
+        assert_int_equal(
+            coop_tensor_create(r, 4 * KiB, 7, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &t[i]),
+            COOP_OK);
+    for (size_t k = 0; r->uf.count < 4096; k++) {
+        size_t before = r->uf.count;
+        assert_int_equal(coop_tensor_access(r, t[k % 200], NULL), COOP_OK);
+        assert_int_equal(r->uf.count, before + 1); /* no compaction yet */
+    }
+    coop_tensor *u;
+    assert_int_equal(coop_tensor_create(r, 4 * KiB, 7, NULL, NULL, 0, COOP_TENSOR_EVICTABLE, &u),
+                     COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.records_reclaimed, 0); /* no collection */
+    assert_true(r->uf.count < 200 + 1);        /* compacted to the classes named */
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -535,6 +613,8 @@ int main(void)
         cmocka_unit_test(in_place_history_survives_collections),
         cmocka_unit_test(a_collection_leaves_pins_links_and_caches_sound),
         cmocka_unit_test(a_collection_forgets_component_labels),
+        cmocka_unit_test(compactions_come_after_as_many_nodes_as_records),
+        cmocka_unit_test(a_creation_between_collections_compacts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

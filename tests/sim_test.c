@@ -35,6 +35,7 @@
 #include "coop.h"
 #include "remat/sim.h"
 #include "remat/sim_internal.h"
+#include "remat/sim_live.h"
 #include "status.h"
 #include "test_seed.h"
 
@@ -1007,6 +1008,46 @@ static void the_choice_stops_at_the_first_zero_score(void **state)
     sim_program_free(&p);
 }
 
+/* dtr-full's argmin reads an invalidated e* as a lower bound and skips a
+ * candidate only when that bound is above the best score known, not at it
+ * (mutant L3-159): a bound stale only by an addition of 0 is the score
+ * itself, and at a tie the later storage is chosen. b and d cost 20 each
+ * (same size, staleness); d's e* is cached, then c between them is evicted
+ * at cost 0: d's cached 20 is now a lower bound, equal to its walk. Over
+ * the pool {b, d}, b is the seed and d, tying it, must be chosen. */
+static void dtr_full_scores_a_stale_bound_equal_to_the_best(void **state)
+{
+    (void)state;
+    sim_program p;
+    rt_storage st[6];
+    sim_runtime rt = chain_runtime(&p, st);
+    for (uint32_t s = 0; s < 6; s++) {
+        st[s].num_created = 1;
+        st[s].ref_ext = 1;
+    }
+    st[4].compute = 20; /* d: as b */
+    st[3].compute = 0;  /* c: free to recompute */
+    rt.policy = SIM_POLICY_DTR_FULL;
+    rt.cfg.eq_cache = true;
+    assert_int_equal(sim_live_open(&rt), 0);
+    assert_non_null(rt.live);
+    rt.clock = 100;
+    assert_int_equal(sim_live_cached(&rt, 4), 20); /* d's e*: itself */
+    st[3].material = false;
+    sim_live_flipped(&rt, 3); /* c evicted: adds its 0 to d's region */
+    int64_t known = -1;
+    assert_int_equal(sim_live_known(&rt, 4, &known), 0); /* a lower bound */
+    assert_int_equal(known, 20);
+    uint32_t pool[2] = {2, 4};
+    rt.pool = pool;
+    rt.pool_len = 2;
+    assert_int_equal(sim_choose(&rt), 4);
+    assert_true(sim_score(&rt, 2) == sim_score(&rt, 4)); /* a tie (walked: after the choice) */
+    sim_live_close(&rt);
+    free(rt.stack);
+    sim_program_free(&p);
+}
+
 /* dtr-full's argmin skips the region walks of candidates whose own score
  * (a lower bound) already exceeds a known score (sim_policy.c); it must
  * choose what simrd's plain scan over sim_score chooses (lowest score,
@@ -1215,6 +1256,7 @@ int main(void)
         cmocka_unit_test(dte_counts_the_free_blocks_on_both_sides),
         cmocka_unit_test(the_choice_stops_at_the_first_zero_score),
         cmocka_unit_test(dtr_full_pruned_choice_is_the_plain_scan),
+        cmocka_unit_test(dtr_full_scores_a_stale_bound_equal_to_the_best),
         cmocka_unit_test(arena_cheap_threshold_is_strict),
         cmocka_unit_test(coop_dte_counts_free_neighbours_in_the_window),
     };

@@ -115,7 +115,20 @@ const char *cli_output_open(cli_output *o, const char *path)
     /* DIR/.NAME.XXXXXX: hidden, in the target's directory; a fresh name
      * (a fixed NAME.tmp overwrote whatever had that name) */
     snprintf(o->tmp, n, "%.*s.%s.XXXXXX", dir_len, o->target, o->target + dir_len);
+    /* the four signals held from before the file exists until the handler
+     * knows its name: one arriving in between had ended the command by its
+     * default action, the file left behind (seen in cli_outputs_test.sh) */
+    sigset_t held, before;
+    sigemptyset(&held);
+    sigaddset(&held, SIGINT);
+    sigaddset(&held, SIGTERM);
+    sigaddset(&held, SIGHUP);
+    sigaddset(&held, SIGPIPE);
+    sigprocmask(SIG_BLOCK, &held, &before);
     o->fd = mkostemp(o->tmp, O_CLOEXEC);
+    if (o->fd >= 0)
+        set_pending(o->tmp);
+    sigprocmask(SIG_SETMASK, &before, NULL); /* a signal held is handled now */
     if (o->fd < 0) {
         int err = errno;
         free(o->tmp);
@@ -123,7 +136,6 @@ const char *cli_output_open(cli_output *o, const char *path)
         cli_output_discard(o);
         return strerror(err);
     }
-    set_pending(o->tmp);
     if (fchmod(o->fd, mode) != 0) {
         int err = errno;
         close(o->fd);
