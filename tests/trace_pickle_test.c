@@ -820,7 +820,7 @@ static void too_many_settings(pk *p)
 {
     default_settings(p);
     for (int i = 0; i < 65; i++) {
-        char key[16];
+        char key[24];
         snprintf(key, sizeof key, "extra%d", i);
         key_int(p, key, 0);
     }
