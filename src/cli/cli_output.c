@@ -34,6 +34,10 @@ static char *output_target(const char *path)
  * copy of the name: the handler must not read memory the command frees. */
 static char pending_tmp[4096];
 static volatile sig_atomic_t pending;
+/* The signals after which the file is removed (watch_signals), and which
+ * are held while it is made (cli_output_open). */
+static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+#define NUM_CLEANUP_SIGNALS (sizeof cleanup_signals / sizeof cleanup_signals[0])
 
 static void remove_pending_and_end(int sig)
 {
@@ -54,15 +58,14 @@ static void watch_signals(void)
     if (watching)
         return;
     watching = true;
-    static const int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
     struct sigaction act = {.sa_handler = remove_pending_and_end};
     sigemptyset(&act.sa_mask);
-    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
+    for (size_t i = 0; i < NUM_CLEANUP_SIGNALS; i++) {
         struct sigaction old;
         /* an ignored signal stays ignored: a background job's SIGINT, nohup's
          * SIGHUP, and a SIGPIPE ignored on purpose (writes then fail, said) */
-        if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
-            sigaction(signals[i], &act, NULL);
+        if (sigaction(cleanup_signals[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+            sigaction(cleanup_signals[i], &act, NULL);
     }
 }
 
@@ -115,15 +118,13 @@ const char *cli_output_open(cli_output *o, const char *path)
     /* DIR/.NAME.XXXXXX: hidden, in the target's directory; a fresh name
      * (a fixed NAME.tmp overwrote whatever had that name) */
     snprintf(o->tmp, n, "%.*s.%s.XXXXXX", dir_len, o->target, o->target + dir_len);
-    /* the four signals held from before the file exists until the handler
-     * knows its name: one arriving in between had ended the command by its
+    /* the signals held from before the file exists until the handler knows
+     * its name: one arriving in between had ended the command by its
      * default action, the file left behind (seen in cli_outputs_test.sh) */
     sigset_t held, before;
     sigemptyset(&held);
-    sigaddset(&held, SIGINT);
-    sigaddset(&held, SIGTERM);
-    sigaddset(&held, SIGHUP);
-    sigaddset(&held, SIGPIPE);
+    for (size_t i = 0; i < NUM_CLEANUP_SIGNALS; i++)
+        sigaddset(&held, cleanup_signals[i]);
     sigprocmask(SIG_BLOCK, &held, &before);
     o->fd = mkostemp(o->tmp, O_CLOEXEC);
     if (o->fd >= 0)
