@@ -100,29 +100,29 @@ coop_status trace_detect_format(const char *path, trace_format *out)
                           path, n ? shown : "only blank space");
 }
 
+coop_status trace_read_as(const char *path, trace_format format, trace *out)
+{
+    switch (format) {
+    case TRACE_FORMAT_PICKLE:
+        return trace_read_pickle(path, out);
+    case TRACE_FORMAT_TEXT:
+        return trace_read_text(path, out);
+    case TRACE_FORMAT_MINIMALLOC:
+        return trace_read_minimalloc(path, out);
+    case TRACE_FORMAT_DTR:
+        return trace_read_dtr(path, out);
+    }
+    *out = (trace){0};
+    return coop_set_error(COOP_ERR_INVALID, "%s: unknown trace format", path);
+}
+
 coop_status trace_read(const char *path, trace *out)
 {
     *out = (trace){0};
     trace_format format;
     coop_status st = trace_detect_format(path, &format);
-    if (st != COOP_OK)
-        return st;
-    switch (format) {
-    case TRACE_FORMAT_PICKLE:
-        st = trace_read_pickle(path, out);
-        break;
-    case TRACE_FORMAT_TEXT:
-        st = trace_read_text(path, out);
-        break;
-    case TRACE_FORMAT_MINIMALLOC:
-        st = trace_read_minimalloc(path, out);
-        break;
-    case TRACE_FORMAT_DTR:
-        st = trace_read_dtr(path, out);
-        break;
-    default:
-        st = coop_set_error(COOP_ERR_INVALID, "%s: unknown trace format", path);
-    }
+    if (st == COOP_OK)
+        st = trace_read_as(path, format, out);
     trace_spool_drop(path); /* read whole: a pipe's copy is not needed again */
     return st;
 }

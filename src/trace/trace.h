@@ -40,9 +40,14 @@ const char *trace_format_name(trace_format format);
  * all. */
 coop_status trace_detect_format(const char *path, trace_format *out);
 
-/* Reads any supported format (trace_detect_format, then its reader), and
+/* Reads any supported format (trace_detect_format, then trace_read_as), and
  * then forgets a pipe's copy. */
 coop_status trace_read(const char *path, trace *out);
+
+/* Reads path with the reader of format, which trace_detect_format gave (for
+ * a caller that looks at the format first, without detecting it twice). A
+ * pipe's copy stays kept: trace_spool_drop(path) after the last read. */
+coop_status trace_read_as(const char *path, trace_format format, trace *out);
 
 /* PyTorch memory snapshot pickle (torch.cuda.memory._dump_snapshot()). Only
  * plain-data pickle opcodes are accepted (pickle.h): anything that would
