@@ -1,6 +1,7 @@
 """Model definitions shared by the recording scripts (record_ops.py,
-record_traces.py, record_cuda_snapshot.py), and the one writer of their
-outputs (write_gz, over atomic_file).
+record_traces.py, record_cuda_snapshot.py), the loader of a user's own
+workload (--workload FILE.py:FUNC: workload_function, user_workload), and the
+one writer of their outputs (write_gz, over atomic_file).
 
 Each workload is one full training step of a real model at a realistic size:
 forward, loss, backward, optimizer step. Weights, inputs and targets come from
@@ -21,7 +22,13 @@ Usage from another script:
 """
 
 import gc
+import importlib.machinery
+import importlib.util
+import inspect
 import os
+import re
+import sys
+import traceback
 
 import atomic_file
 import torch
@@ -44,6 +51,7 @@ class Workload:
         self.loss_fn = loss_fn
         self.optimizer = optimizer
         self.config = config  # dict describing sizes, for the README
+        self.source = None  # "FILE.py:FUNC" for a user's workload (user_workload)
 
     def forward_loss(self):
         out = self.model(*self.inputs)
@@ -82,8 +90,16 @@ class Workload:
     def warm_up(self):
         """Run one step so the optimizer state (momentum, Adam moments)
         exists, then drop the gradients: the recorded step is a
-        steady-state step."""
-        self.step()
+        steady-state step. A user's workload (source set) that raises here
+        raises WorkloadError: the fault is in their model, loss or optimizer,
+        and no recorder is running yet."""
+        try:
+            self.step()
+        except Exception as e:  # noqa: BLE001 - any failure of the user's own step
+            source = getattr(self, "source", None)
+            if source is None:
+                raise
+            raise WorkloadError("%s: its training step raised %s" % (source, _user_exception(e, source))) from None
         self.zero_grad()
 
     def persistent_tensors(self):
@@ -380,6 +396,140 @@ def lstm(device, batch=None):
     )
 
 
+# ---------------------------------------------------------------- a user's own workload
+
+
+class WorkloadError(Exception):
+    """A --workload FILE.py:FUNC that cannot be recorded; the message is one
+    line that names it and says why."""
+
+
+WORKLOAD_FIELDS = ("model", "inputs", "target", "loss_fn", "optimizer")
+WORKLOAD_EXPECTED = (
+    "expected a models.Workload, a tuple (model, inputs, target, loss_fn, optimizer[, name]) "
+    "or a dict with those keys"
+)
+
+
+def _user_exception(e, source):
+    """'Type: message (FILE line N)', on one line: the message's lines
+    joined, cut at 300 characters; the line is the deepest frame in the
+    user's file, where there is one."""
+    text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    if len(text) > 300:
+        text = text[:297] + "..."
+    out = type(e).__name__ + (": " + text if text else "")
+    path = os.path.abspath(source.rpartition(":")[0])
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) == path]
+    if isinstance(e, SyntaxError) and e.filename and os.path.abspath(e.filename) == path:
+        return out  # the message already ends with the line
+    if frames:
+        out += " (%s line %d)" % (os.path.basename(path), frames[-1].lineno)
+    return out
+
+
+def workload_function(spec):
+    """The function FUNC of spec "FILE.py:FUNC", from FILE imported as a
+    module (this runs the user's code, on purpose: it is theirs) with its
+    folder first on sys.path, as python3 FILE would. Raises WorkloadError
+    for a spec without FUNC, a missing file, an import that raises, or no
+    callable FUNC in it."""
+    path, colon, func = spec.rpartition(":")
+    if not colon or not path or not func:
+        raise WorkloadError("%s: expected FILE.py:FUNC (the file defining your workload, the function building it)"
+                            % spec)
+    if not os.path.isfile(path):
+        raise WorkloadError("%s: no such file: %s" % (spec, path))
+    name = "coop_user_workload_%d" % len([m for m in sys.modules if m.startswith("coop_user_workload_")])
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    sys.modules[name] = module
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - the user's file failed to import
+        raise WorkloadError("%s: importing %s raised %s" % (spec, path, _user_exception(e, spec))) from None
+    fn = getattr(module, func, None)
+    if not callable(fn):
+        defined = sorted(k for k, v in vars(module).items()
+                         if inspect.isfunction(v) and not k.startswith("_") and v.__module__ == name)
+        raise WorkloadError("%s: %s defines no function %s (functions it defines: %s)"
+                            % (spec, path, func, ", ".join(defined) or "none"))
+    return fn
+
+
+def _check_name(spec, name):
+    """name, when it can be a file name's start (letters, digits, . _ + -,
+    not starting with a dot); else WorkloadError."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]*", name):
+        raise WorkloadError("%s: name %r is not usable in a file name (letters, digits, . _ + -, not first a dot)"
+                            % (spec, name))
+    return name
+
+
+def _type_name(v):
+    return "None" if v is None else type(v).__name__
+
+
+def user_workload(spec, fn, device, batch):
+    """fn(device, batch) (fn from workload_function(spec)) as a Workload
+    named by its name, else by FILE's stem. fn returns a Workload, a tuple
+    (model, inputs, target, loss_fn, optimizer[, name]) or a dict with those
+    keys: model an nn.Module, inputs a tensor or a tuple / list of the
+    model's arguments, loss_fn called as loss_fn(model output, target),
+    optimizer a torch.optim.Optimizer over the model's parameters. Raises
+    WorkloadError when fn raises or returns something else."""
+    try:
+        got = fn(device, batch)
+    except Exception as e:  # noqa: BLE001 - the user's function failed
+        raise WorkloadError("%s: your function raised %s" % (spec, _user_exception(e, spec))) from None
+    stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", os.path.splitext(os.path.basename(spec.rpartition(":")[0]))[0])
+    if isinstance(got, Workload):
+        w = got
+        _check_name(spec, w.name)
+        if not isinstance(getattr(w, "config", None), dict):
+            raise WorkloadError("%s: the Workload's config is %s, not a dict" % (spec, _type_name(w.config)))
+    else:
+        if isinstance(got, tuple):
+            if len(got) not in (5, 6):
+                raise WorkloadError("%s: your function returned a tuple of %d items; %s"
+                                    % (spec, len(got), WORKLOAD_EXPECTED))
+            fields = dict(zip(WORKLOAD_FIELDS + ("name",), got))
+        elif isinstance(got, dict):
+            missing = [k for k in WORKLOAD_FIELDS if k not in got]
+            unknown = sorted(str(k) for k in got if k not in WORKLOAD_FIELDS + ("name",))
+            if missing or unknown:
+                what = (["lacks " + ", ".join(missing)] if missing else []) + \
+                    (["has unknown keys " + ", ".join(unknown)] if unknown else [])
+                raise WorkloadError("%s: your function's dict %s; %s" % (spec, " and ".join(what), WORKLOAD_EXPECTED))
+            fields = dict(got)
+        else:
+            raise WorkloadError("%s: your function returned %s; %s" % (spec, _type_name(got), WORKLOAD_EXPECTED))
+        inputs = fields["inputs"]
+        checks = (
+            ("model", isinstance(fields["model"], nn.Module), "a torch.nn.Module"),
+            ("inputs", isinstance(inputs, (torch.Tensor, tuple, list)),
+             "a tensor or a tuple / list of the model's arguments"),
+            ("loss_fn", callable(fields["loss_fn"]), "callable as loss_fn(output, target)"),
+            ("optimizer", isinstance(fields["optimizer"], torch.optim.Optimizer), "a torch.optim.Optimizer"),
+        )
+        for key, ok, want in checks:
+            if not ok:
+                raise WorkloadError("%s: %s is %s, expected %s" % (spec, key, _type_name(fields[key]), want))
+        name = _check_name(spec, fields.get("name", stem))
+        if isinstance(inputs, torch.Tensor):
+            inputs = (inputs,)
+        config = {"workload": spec}
+        if batch is not None:
+            config["batch"] = batch
+        w = Workload(name, fields["model"], tuple(inputs), fields["target"], fields["loss_fn"],
+                     fields["optimizer"], config)
+    w.source = spec
+    return w
+
+
 BUILDERS = {
     "resnet50": resnet50,
     "densenet121": densenet121,
@@ -458,7 +608,6 @@ def param_count(model):
 
 
 if __name__ == "__main__":
-    import sys
     import time
 
     for name in sys.argv[1:] or ALL:

@@ -59,14 +59,37 @@ instead (then use all threads you like, on a quiet machine).
 Usage:
   record_ops.py [--out-dir DIR] [--batch N] [--clock thread|wall]
                 [--writes content|schema] MODEL ...
+  record_ops.py [--out-dir DIR] [--batch N] --workload FILE.py:FUNC ...
   record_ops.py --check LOG ...                           validate logs
+
+Your own model (see README.md, "Simulating your own model"):
+  record_ops.py --workload my_model.py:make_workload --out-dir /tmp/x
+  ./coop sim --memory arena --policy coop,dtr,dte --budget 0.9,0.7,0.5 /tmp/x/my_model-train-step.ops.jsonl.gz
+
+--workload FILE.py:FUNC imports FILE, which runs your code (on purpose: it is
+yours) as python3 FILE would, with FILE's folder on sys.path, and calls
+FUNC(device, batch): device is torch.device("cpu"), batch the --batch value
+or None. FUNC returns a models.Workload, or a tuple (model, inputs, target,
+loss_fn, optimizer[, name]), or a dict with those keys: model a
+torch.nn.Module, inputs a tensor or a tuple / list of the model's
+arguments, loss_fn(model(*inputs), target) the loss, optimizer a
+torch.optim.Optimizer over the model's parameters; name (default: FILE's
+stem) names the log. Give --workload several times for several models, with
+MODEL names or without. A missing file, no such FUNC, a FUNC, import or
+warm-up step that raises (the message and, where it is in FILE, the line),
+a return of another shape or type, two workloads of one name, or a step
+that logs no operator: one line on stderr, "record_ops.py: error:
+--workload FILE.py:FUNC: why", exit 2, and no log for it. With --workload,
+DIR defaults to the current directory (traces/ holds coop's own logs, which
+its tests check).
 
 --check prints "LOG: ok {summary}" for a valid log and "LOG: line N: what"
 (or why it cannot be read) on stderr for another; exit status 0 when every
 log is valid, 2 when one is not.
 
 Writes DIR/<model>-train-step.ops.jsonl.gz (default DIR: traces/ beside this
-script's folder) and prints instruction counts, peak live bytes and timing.
+script's folder; with --workload, the current directory) and prints
+instruction counts, peak live bytes and timing.
 """
 
 import argparse
@@ -302,7 +325,8 @@ CLOCKS = {"thread": time.thread_time_ns, "wall": time.perf_counter_ns}
 def record_step(workload, sink, clock="thread", detect_writes=False):
     """Records one steady-state training step of `workload` (models.Workload)
     into `sink`; returns the recorder (for its counters). detect_writes:
-    see "Writes" in the module's docstring."""
+    see "Writes" in the module's docstring. A user's workload whose warm-up
+    step raises raises models.WorkloadError."""
     workload.warm_up()
     gc.collect()
     rec = OpRecorder(sink, CLOCKS[clock], detect_writes)
@@ -514,6 +538,12 @@ def _open_text(path):
     return open(path, encoding="utf-8")
 
 
+def _refuse(ap, error):
+    """Exit 2 with one line naming the user's workload and what is wrong
+    with it (no usage text, no traceback)."""
+    ap.exit(2, "%s: error: --workload %s\n" % (ap.prog, error))
+
+
 def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
@@ -523,10 +553,19 @@ def main(argv=None):
     ap.add_argument(
         "models",
         nargs="*",
-        help="models to record (default: %s; also: %s), or logs with --check"
+        help="models to record (default, without --workload: %s; also: %s), or logs with --check"
         % (", ".join(models.ALL), ", ".join(models.HELDOUT)),
     )
-    ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
+    ap.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="FILE.py:FUNC",
+        help="record your own model: imports FILE (runs your code) and calls FUNC(device, batch), which returns "
+        "a models.Workload or (model, inputs, target, loss_fn, optimizer[, name]) as a tuple or dict; "
+        "repeatable (see the description above)",
+    )
+    ap.add_argument("--out-dir", default=None, help="where logs go (default: traces/; with --workload: .)")
     ap.add_argument("--batch", type=models.batch_size, default=None, help="override the model's batch size")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="thread", help="how TIME is measured (default: thread)")
     ap.add_argument(
@@ -542,6 +581,8 @@ def main(argv=None):
     if opts.check:
         if not opts.models:  # exit 0 having checked nothing before
             ap.error("--check: no log given")
+        if opts.workload:
+            ap.error("--check validates logs; it takes no --workload")
         status = 0
         for path in opts.models:
             try:
@@ -553,15 +594,42 @@ def main(argv=None):
                 status = 2
         return status
 
+    if opts.out_dir is None:  # a user's logs stay out of coop's traces/ (its tests check every log there)
+        opts.out_dir = "." if opts.workload else os.path.join(here, "..", "traces")
     models.check_recording(ap, opts.models, opts.out_dir)
+    jobs = [(name, None) for name in (opts.models or ([] if opts.workload else models.ALL))]
+    for spec in opts.workload:  # each file imported and FUNC found before any model is built
+        try:
+            jobs.append((spec, models.workload_function(spec)))
+        except models.WorkloadError as e:
+            _refuse(ap, e)
     if opts.clock == "thread":
         torch.set_num_threads(1)  # the thread clock sees only this thread's work
-    for name in opts.models or models.ALL:
-        w = models.build(name, batch=opts.batch)
-        path = os.path.join(opts.out_dir, "%s-train-step.ops.jsonl.gz" % name)
-        t0 = time.time()
+    recorded = {}  # log name -> what it was recorded from
+    for label, fn in jobs:
         buf = []
-        rec = record_step(w, buf.append, opts.clock, opts.writes == "content")
+        try:
+            if fn is None:
+                w = models.build(label, batch=opts.batch)
+            else:
+                w = models.user_workload(label, fn, torch.device("cpu"), opts.batch)
+            name = label if fn is None else w.name
+            if name in recorded:
+                raise models.WorkloadError(
+                    "%s: its name %r is %s's too, and the second log would replace the first; give it another "
+                    "name" % (label, name, recorded[name])
+                )
+            t0 = time.time()
+            rec = record_step(w, buf.append, opts.clock, opts.writes == "content")
+            if not (rec.counts.get("CALL") or rec.counts.get("MUTATE")):
+                raise models.WorkloadError(
+                    "%s: its training step logged no tensor operator (no CALL or MUTATE; does it compute with "
+                    "torch tensors, on this thread?): nothing for coop sim to replay, no log written" % label
+                )
+        except models.WorkloadError as e:
+            _refuse(ap, e)
+        recorded[name] = label
+        path = os.path.join(opts.out_dir, "%s-train-step.ops.jsonl.gz" % name)
         elapsed = time.time() - t0
         text = "\n".join(buf) + "\n"
         models.write_gz(path, text.encode())

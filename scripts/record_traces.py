@@ -21,8 +21,12 @@ by address. Every line carries addr= (the recorded address) and A lines t=
 
 Usage:
   record_traces.py [--out-dir DIR] [--batch N] MODEL ...     (models.ALL)
+  record_traces.py [--out-dir DIR] [--batch N] --workload FILE.py:FUNC ...
 Writes DIR/<model>-train-step.trace.gz and prints events, peak live bytes and
-how long recording took.
+how long recording took. --workload records your own model, as
+record_ops.py --workload does (it imports FILE, running your code; see
+record_ops.py --help for what FUNC returns and the errors). With
+--workload, DIR defaults to the current directory. Then: ./coop replay DIR/NAME-train-step.trace.gz
 """
 
 import argparse
@@ -145,14 +149,19 @@ def profile_step(build):
     return events, marker, w
 
 
-def record(name, batch, out_dir, argv):
+def record(build, out_dir, argv, recorded=None, name=None):
+    """Profiles the workload that build() returns and writes its trace,
+    named name (default: the workload's). recorded: {trace name: label} of
+    the traces this run wrote, to refuse a second workload of the same
+    name; label: what build is from."""
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     import models
 
     t0 = time.time()
-    events, marker, w = profile_step(lambda: models.build(name, batch=batch))
+    events, marker, w = profile_step(build)
     t_run = time.time() - t0
+    name = name or w.name
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     header = [
         "# %s: one training step (forward, loss, backward, optimizer step), steady state" % name,
@@ -162,6 +171,14 @@ def record(name, batch, out_dir, argv):
         "# L: storages live when the step began (weights, optimizer state, batch); A/F: the step",
     ]
     lines, stats = to_trace(events, marker, header)
+    label = w.source or name
+    if recorded is not None:
+        if name in recorded:
+            raise models.WorkloadError(
+                "%s: its name %r is %s's too, and the second trace would replace the first; give it another "
+                "name" % (label, name, recorded[name])
+            )
+        recorded[name] = label
     path = os.path.join(out_dir, "%s-train-step.trace.gz" % name)
     models.write_gz(path, ("\n".join(lines) + "\n").encode())
     stats["profiled_events"] = len(events)
@@ -179,14 +196,33 @@ def main(argv=None):
     import models
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("models", nargs="*", help="models to record (%s)" % ", ".join(models.ALL))
-    ap.add_argument("--out-dir", default=os.path.join(here, "..", "traces"))
+    ap.add_argument("models", nargs="*", help="models to record (without --workload: %s)" % ", ".join(models.ALL))
+    ap.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="FILE.py:FUNC",
+        help="record your own model: imports FILE (runs your code) and calls FUNC(device, batch); "
+        "repeatable (record_ops.py --help says what FUNC returns)",
+    )
+    ap.add_argument("--out-dir", default=None, help="where traces go (default: traces/; with --workload: .)")
     ap.add_argument("--batch", type=models.batch_size, default=None, help="override the model's batch size")
     opts = ap.parse_args(argv)
+    if opts.out_dir is None:  # a user's traces stay out of coop's traces/ (its tests check every trace there)
+        opts.out_dir = "." if opts.workload else os.path.join(here, "..", "traces")
     models.check_recording(ap, opts.models, opts.out_dir)
-    for name in opts.models or models.ALL:
-        record(name, opts.batch, opts.out_dir, argv)
-        gc.collect()
+    builds = [(lambda n=name: models.build(n, batch=opts.batch), name) for name in
+              (opts.models or ([] if opts.workload else models.ALL))]
+    try:
+        for spec in opts.workload:  # each file imported and FUNC found before any model is built
+            fn = models.workload_function(spec)
+            builds.append((lambda s=spec, f=fn: models.user_workload(s, f, torch.device("cpu"), opts.batch), None))
+        recorded = {}
+        for build, name in builds:
+            record(build, opts.out_dir, argv, recorded, name)
+            gc.collect()
+    except models.WorkloadError as e:
+        ap.exit(2, "%s: error: --workload %s\n" % (ap.prog, e))
     return 0
 
 

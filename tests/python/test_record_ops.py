@@ -4,6 +4,8 @@ models (CPU, a few seconds): the op log's structure and semantics, the
 validator's rejection of broken logs, and the allocation-trace pairing.
 
 Needs Debian's python3-torch; exits 77 (automake SKIP) without it.
+UserWorkloadTest also runs the built coop (./coop or the source tree's) on
+a log of a user's workload, and skips that part without one.
 """
 
 import contextlib
@@ -13,6 +15,7 @@ import io
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -852,6 +855,189 @@ class RecordMainTest(unittest.TestCase):
         self.assertEqual(bn_mutates(self.record_main()), [])
         self.assertEqual(bn_mutates(self.record_main("--writes", "schema")), [])
         self.assertEqual(bn_mutates(self.record_main("--writes", "content")), [[3, 4]])
+
+# A user's workload file, as README.md's "Simulating your own model" shows
+# one: a 2-layer MLP with SGD, and functions that go wrong in each way
+# record_ops.py --workload names.
+USER_WORKLOAD = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import models  # record_ops.py's folder is on sys.path
+
+
+def make_workload(device, batch):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(device)
+    x = torch.randn(batch or 8, 16, device=device)
+    y = torch.randint(0, 4, (batch or 8,), device=device)
+    return model, x, y, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def as_dict(device, batch):
+    model, x, y, loss_fn, opt = make_workload(device, batch)
+    return {"model": model, "inputs": [x], "target": y, "loss_fn": loss_fn, "optimizer": opt, "name": "mlp-dict"}
+
+
+def raises(device, batch):
+    raise ValueError("no dataset at /data/mlp")
+
+
+def a_list(device, batch):
+    return list(make_workload(device, batch))
+
+
+def too_short(device, batch):
+    return make_workload(device, batch)[:4]
+
+
+def model_not_module(device, batch):
+    return ("model",) + make_workload(device, batch)[1:]
+
+
+def dict_without_optimizer(device, batch):
+    model, x, y, loss_fn, _ = make_workload(device, batch)
+    return {"model": model, "inputs": x, "target": y, "loss_fn": loss_fn, "lr": 0.1}
+
+
+def bad_name(device, batch):
+    return make_workload(device, batch) + ("../mlp",)
+
+
+def step_raises(device, batch):
+    model, _, y, loss_fn, opt = make_workload(device, batch)
+    return model, torch.zeros(8, 15), y, loss_fn, opt
+
+
+class Nothing:
+    def backward(self):
+        pass
+
+    def detach(self):
+        return 0.0
+
+
+class NoOps(models.Workload):
+    # a step that computes nothing with torch: forward, loss and update stubbed out
+    def forward_loss(self):
+        return Nothing()
+
+    def optimizer_step(self):
+        pass
+
+
+def no_ops(device, batch):
+    model, x, y, loss_fn, opt = make_workload(device, batch)
+    return NoOps("no-ops", model, (x,), y, loss_fn, opt, {})
+"""
+
+
+def find_coop():
+    for c in (os.path.join(os.getcwd(), "coop"), os.path.join(HERE, "..", "..", "coop")):
+        if os.access(c, os.X_OK):
+            return c
+    return None
+
+
+class UserWorkloadTest(unittest.TestCase):
+    """record_ops.py --workload FILE.py:FUNC: a user's own model recorded,
+    checked and simulated; each way it can be wrong refused with one line
+    and exit 2, no traceback, no log."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.file = os.path.join(self.dir.name, "mlp.py")
+        with open(self.file, "w") as f:
+            f.write(USER_WORKLOAD)
+        self.out = os.path.join(self.dir.name, "out")
+
+    def main(self, main, *args):
+        """(status, stdout, stderr) of main(["--out-dir", out] + args)."""
+        threads = torch.get_num_threads()
+        with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+            try:
+                status = main(["--out-dir", self.out] + list(args))
+            except SystemExit as e:
+                status = e.code
+            finally:
+                torch.set_num_threads(threads)  # main() sets one thread for the thread clock
+        return status, out.getvalue(), err.getvalue()
+
+    def test_recorded_checked_and_simulated(self):
+        status, out, err = self.main(record_ops.main, "--workload", self.file + ":make_workload",
+                                     "--workload", self.file + ":as_dict", "--batch", "6")
+        self.assertEqual((status, err), (0, ""))
+        logs = [os.path.join(self.out, n + "-train-step.ops.jsonl.gz") for n in ("mlp", "mlp-dict")]
+        self.assertEqual(sorted(os.listdir(self.out)), sorted(os.path.basename(p) for p in logs))
+        self.assertIn('config {"batch": 6, "workload": "%s:make_workload"}' % self.file, out)
+        status, out, err = self.main(record_ops.main, "--check", *logs)
+        self.assertEqual((status, err), (0, ""))
+        for path in logs:
+            with record_ops._open_text(path) as f:
+                records = [json.loads(line) for line in f]
+            # the batch of 6 x 16 floats is a CONSTANT; SGD's momentum updates are MUTATEs
+            sizes = {r["NAME"]: r["MEMORY"] for r in records if r["INSTRUCTION"] == "MEMORY"}
+            constants = [sizes[r["NAME"]] for r in records if r["INSTRUCTION"] == "CONSTANT"]
+            self.assertIn(str(6 * 16 * 4), constants)
+            self.assertGreater(sum(r["INSTRUCTION"] == "MUTATE" for r in records), 4)
+        coop = find_coop()
+        if coop is None:
+            self.skipTest("no built coop (./coop or the source tree's) to simulate the log")
+        p = subprocess.run([coop, "sim", "--json", "--memory", "arena", "--policy", "coop,dtr,dte",
+                            "--budget", "0.9,0.7,0.5", logs[0]], capture_output=True, text=True, timeout=60)
+        self.assertEqual((p.returncode, p.stderr), (0, ""))
+        rows = [json.loads(line) for line in p.stdout.splitlines()]
+        self.assertEqual(sorted((r["policy"], r["budget_ratio"]) for r in rows),
+                         sorted((pol, b) for pol in ("coop", "dtr", "dte") for b in (0.9, 0.7, 0.5)))
+
+    def refused(self, main, spec, says):
+        before = os.listdir(self.out) if os.path.isdir(self.out) else []
+        status, out, err = self.main(main, "--workload", spec)
+        self.assertEqual(status, 2, err)
+        self.assertEqual(err.count("\n"), 1, err)
+        self.assertNotIn("Traceback", err)
+        self.assertIn("error: --workload %s: %s" % (spec, says), err)
+        self.assertEqual(os.listdir(self.out) if os.path.isdir(self.out) else [], before, "a log was written")
+
+    def test_user_errors(self):
+        f = self.file
+        expected = "expected a models.Workload, a tuple (model, inputs, target, loss_fn, optimizer[, name]) or a dict"
+        cases = [
+            (f + ".missing:make_workload", "no such file: " + f + ".missing"),
+            (f, "expected FILE.py:FUNC"),
+            (f + ":nope", "%s defines no function nope (functions it defines: a_list, as_dict, bad_name," % f),
+            (f + ":raises", "your function raised ValueError: no dataset at /data/mlp (mlp.py line 22)"),
+            (f + ":a_list", "your function returned list; " + expected),
+            (f + ":too_short", "your function returned a tuple of 4 items; " + expected),
+            (f + ":model_not_module", "model is str, expected a torch.nn.Module"),
+            (f + ":dict_without_optimizer", "your function's dict lacks optimizer and has unknown keys lr; "
+             + expected),
+            (f + ":bad_name", "name '../mlp' is not usable in a file name"),
+            (f + ":step_raises", "its training step raised RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+            (f + ":no_ops", "its training step logged no tensor operator (no CALL or MUTATE;"),
+        ]
+        for spec, says in cases:
+            with self.subTest(spec=os.path.basename(spec)):
+                self.refused(record_ops.main, spec, says)
+        syntax = os.path.join(self.dir.name, "broken.py")
+        with open(syntax, "w") as fh:
+            fh.write("def make_workload(:\n")
+        self.refused(record_ops.main, syntax + ":make_workload", "importing %s raised SyntaxError: " % syntax)
+        # two workloads of one name: the second would replace the first's log
+        status, _, err = self.main(record_ops.main, "--workload", f + ":make_workload", "--workload",
+                                   f + ":make_workload")
+        self.assertEqual(status, 2)
+        self.assertIn("its name 'mlp' is %s:make_workload's too" % f, err)
+        self.assertEqual(os.listdir(self.out), ["mlp-train-step.ops.jsonl.gz"])
+
+    def test_record_traces_takes_the_same_workloads(self):
+        status, out, err = self.main(record_traces.main, "--workload", self.file + ":make_workload")
+        self.assertEqual((status, err), (0, ""))
+        self.assertEqual(os.listdir(self.out), ["mlp-train-step.trace.gz"])
+        self.refused(record_traces.main, self.file + ":raises", "your function raised ValueError")
+        self.refused(record_traces.main, self.file + ":nope", "%s defines no function nope" % self.file)
+
 
 class RecordTracesTest(unittest.TestCase):
     def test_pairing(self):
