@@ -142,10 +142,11 @@ static __attribute__((cold, noinline)) coop_status handle_error(const coop_remat
     if (!t)
         return coop_set_error(COOP_ERR_INVALID, "%s: %s is NULL", fn, name);
     if (t->owner != r)
-        return coop_set_error(COOP_ERR_INVALID, "%s: %s (%p) belongs to another coop_remat", fn,
-                              name, (const void *)t);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: %s (%p) belongs to another coop_remat (%p, not %p)", fn, name,
+                              (const void *)t, (const void *)t->owner, (const void *)r);
     if (t->reclaimed)
-        return remat_reclaimed_error(fn);
+        return remat_reclaimed_error(fn, name, t);
     return coop_set_error(COOP_ERR_INVALID,
                           "%s: %s (%p) was released (used after coop_tensor_release)", fn, name,
                           (const void *)t);
@@ -432,7 +433,8 @@ static coop_status check_resident(coop_tensor *const *inputs, size_t n, const co
     for (size_t i = 0; i < n; i++)
         if (!inputs[i]->base->ptr && inputs[i]->base != except)
             return coop_set_error(COOP_ERR_INVALID,
-                                  "%s: input %zu is not resident (access or pin it first)", fn, i);
+                                  "%s: input %zu (%p) is not resident (access or pin it first)", fn,
+                                  i, (const void *)inputs[i]);
     return COOP_OK;
 }
 
@@ -497,10 +499,18 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, size_t 
     for (size_t i = 0; i < num_outputs; i++)
         outs[i] = NULL;
     for (size_t i = 0; i < num_outputs; i++)
-        if (!sizes[i])
-            return coop_set_error(COOP_ERR_INVALID, "%s: size 0 (output %zu)", fn, i);
-    if (flags & ~(unsigned)(COOP_TENSOR_EVICTABLE | COOP_TENSOR_CHEAP))
-        return coop_set_error(COOP_ERR_INVALID, "%s: unknown flags %#x", fn, flags);
+        if (!sizes[i]) {
+            if (!strcmp(fn, "coop_tensor_create")) /* its one size is an argument */
+                return coop_set_error(COOP_ERR_INVALID, "%s: size is 0", fn);
+            return coop_set_error(COOP_ERR_INVALID, "%s: sizes[%zu] is 0", fn, i);
+        }
+    const unsigned known = COOP_TENSOR_EVICTABLE | COOP_TENSOR_CHEAP;
+    if (flags & ~known)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: unknown flags %#x in %#x (known: COOP_TENSOR_EVICTABLE %#x, "
+                              "COOP_TENSOR_CHEAP %#x)",
+                              fn, flags & ~known, flags, (unsigned)COOP_TENSOR_EVICTABLE,
+                              (unsigned)COOP_TENSOR_CHEAP);
     if ((st = check_cost(cost_ns, fn)) || (st = check_inputs(r, inputs, num_inputs, fn)))
         return st;
     remat_maybe_collect(r); /* live inputs are kept */
@@ -848,8 +858,10 @@ static coop_status tensor_unpin(coop_remat *r, coop_tensor *t)
     /* pins count per handle: an unpin through a view that never pinned
      * must not take the pin another handle holds */
     if (!t->user_pins)
-        return coop_set_error(COOP_ERR_INVALID, "%s: tensor is not pinned (through this handle)",
-                              fn);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: tensor (%p) is not pinned through this handle (its storage has "
+                              "%u pins)",
+                              fn, (void *)t, (unsigned)t->base->pins);
     t->user_pins--;
     remat_unpin(r, t->base);
     drop_if_unused(r, t->base);
@@ -865,7 +877,8 @@ static coop_status tensor_release(coop_remat *r, coop_tensor *t)
     if (!t)
         return coop_set_error(COOP_ERR_INVALID, "%s: tensor is NULL", fn);
     if (t->owner == r && t->released && !t->reclaimed)
-        return coop_set_error(COOP_ERR_INVALID, "%s: tensor already released", fn);
+        return coop_set_error(COOP_ERR_INVALID, "%s: tensor (%p) was already released", fn,
+                              (void *)t);
     if ((st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
         return st;
     t->released = true; /* its pins stay until unpinned through it */
@@ -964,10 +977,10 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
      * the storage is a user's) */
     if (r->cfg.copy_on_write && t->base->pins)
         return coop_set_error(COOP_ERR_BUSY,
-                              "%s: the tensor's storage is pinned (%u pins): copy-on-write would "
-                              "move it to a new buffer and leave the pinned one evictable; unpin "
-                              "it first",
-                              fn, (unsigned)t->base->pins);
+                              "%s: the storage of tensor (%p) is pinned (%u pins): copy-on-write "
+                              "would move it to a new buffer and leave the pinned one evictable; "
+                              "unpin it first",
+                              fn, (void *)t, (unsigned)t->base->pins);
     remat_maybe_collect(r); /* t and the inputs are held, so kept */
     coop_tensor *b = t->base;
     /* the inputs other than t's storage must be resident already, and stay

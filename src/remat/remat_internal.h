@@ -321,7 +321,7 @@ void remat_maybe_collect(coop_remat *r);
  * at the start of an API call that may evict. */
 void remat_maybe_compact(coop_remat *r);
 /* Error for an API call on a reclaimed record (fn names the call). */
-coop_status remat_reclaimed_error(const char *fn);
+coop_status remat_reclaimed_error(const char *fn, const char *what, const coop_tensor *t);
 /* Frees the quarantine's records (destroy). */
 void remat_quarantine_free(coop_remat *r);
 
