@@ -127,6 +127,16 @@ tests_host_alloc_replay_test_SOURCES = tests/host_alloc_replay_test.c $(HOST_ALL
 tests_host_alloc_replay_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
 tests_host_alloc_replay_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
 tests_host_alloc_replay_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+# each out-of-host-memory path of the remat API forced, its message read
+# (names the call and the numbers; tests/README.md, "Remat: out of host
+# memory")
+check_PROGRAMS += tests/remat_host_oom_test
+TESTS += tests/remat_host_oom_test
+tests_remat_host_oom_test_SOURCES = tests/remat_host_oom_test.c tests/remat_block_fixture.h \
+	tests/host_alloc_fault.c tests/host_alloc_fault.h
+tests_remat_host_oom_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
+tests_remat_host_oom_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
+tests_remat_host_oom_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
 endif
 
 # each entry point of the pool and the remat API with its N-th host

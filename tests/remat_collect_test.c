@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -288,8 +289,12 @@ static void stale_handles_get_an_error(void **state)
     coop_tensor *stale[] = {a, v};
     for (int i = 0; i < 2; i++) {
         assert_int_equal(coop_tensor_release(r, stale[i]), COOP_ERR_INVALID);
-        assert_non_null(strstr(coop_last_error(), "coop_tensor_release: tensor was released and "
-                                                  "its record reclaimed"));
+        char want[160];
+        snprintf(want, sizeof want,
+                 "coop_tensor_release: tensor (%p) was released and its record reclaimed (use "
+                 "after release)",
+                 (void *)stale[i]);
+        assert_string_equal(coop_last_error(), want);
         assert_int_equal(coop_tensor_access(r, stale[i], NULL), COOP_ERR_INVALID);
         assert_non_null(strstr(coop_last_error(), "reclaimed"));
         assert_int_equal(coop_tensor_pin(r, stale[i], NULL), COOP_ERR_INVALID);
@@ -353,8 +358,12 @@ static void a_stale_handle_stays_refused_across_collections(void **state)
     /* collection 1's records beyond the newest 4,096 went: a is not among them */
     assert_true(st.records_reclaimed - first > 4000);
     assert_int_equal(coop_tensor_release(r, a), COOP_ERR_INVALID);
-    assert_non_null(strstr(coop_last_error(), "coop_tensor_release: tensor was released and its "
-                                              "record reclaimed"));
+    char want[160];
+    snprintf(want, sizeof want,
+             "coop_tensor_release: tensor (%p) was released and its record reclaimed (use after "
+             "release)",
+             (void *)a);
+    assert_string_equal(coop_last_error(), want);
     assert_int_equal(coop_tensor_access(r, a, NULL), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "reclaimed"));
     assert_int_equal(coop_pool_check(pool), COOP_OK);

@@ -142,10 +142,11 @@ static __attribute__((cold, noinline)) coop_status handle_error(const coop_remat
     if (!t)
         return coop_set_error(COOP_ERR_INVALID, "%s: %s is NULL", fn, name);
     if (t->owner != r)
-        return coop_set_error(COOP_ERR_INVALID, "%s: %s (%p) belongs to another coop_remat", fn,
-                              name, (const void *)t);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: %s (%p) belongs to another coop_remat (%p, not %p)", fn, name,
+                              (const void *)t, (const void *)t->owner, (const void *)r);
     if (t->reclaimed)
-        return remat_reclaimed_error(fn);
+        return remat_reclaimed_error(fn, name, t);
     return coop_set_error(COOP_ERR_INVALID,
                           "%s: %s (%p) was released (used after coop_tensor_release)", fn, name,
                           (const void *)t);
@@ -192,7 +193,9 @@ coop_status coop_remat_create(coop_pool *pool, const coop_remat_config *config, 
                               "partitioning off, 0 selects the default)");
     coop_remat *r = calloc(1, sizeof *r);
     if (!r)
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat_create: out of host memory");
+        return coop_set_error(COOP_ERR_HOST_NOMEM,
+                              "coop_remat_create: out of host memory for a context (%zu bytes)",
+                              sizeof *r);
     atomic_init(&r->holder, 0);
     atomic_init(&r->holder_fn, NULL);
     atomic_init(&r->holder_self, 0);
@@ -356,14 +359,15 @@ static coop_tensor *new_record(coop_remat *r)
  * first (an in-place op's old value, else NULL) is input 0, and stands for
  * t wherever t itself is among inputs: an in-place op that reads its own
  * target (x.mul_(x)) reads the old value, and t must never be its own
- * input (recomputing it would recurse without end). */
-static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, coop_tensor *first,
-                                coop_tensor *const *inputs, size_t n, coop_tensor **in)
+ * input (recomputing it would recurse without end). 0, or -1 out of host
+ * memory (nothing changed; the caller, which knows the call, says so). */
+static int set_producer(coop_tensor *t, uint64_t cost, void *producer, coop_tensor *first,
+                        coop_tensor *const *inputs, size_t n, coop_tensor **in)
 {
     /* in: room for the inputs (prepare_in_place's), else allocated here */
     size_t total = n + (first != NULL);
     if (!in && total && !(in = malloc(total * sizeof *in)))
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
+        return -1;
     size_t k = 0;
     if (first)
         in[k++] = first;
@@ -372,7 +376,7 @@ static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, c
     for (size_t i = 0; i < total; i++)
         if (add_child(in[i], t)) {
             free(in);
-            return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
+            return -1;
         }
     /* edges change: t's c_eq cache goes; its inputs' stay, as t (new, or
      * resident in place) counts in nobody's c_eq until it is evicted, and
@@ -398,7 +402,7 @@ static coop_status set_producer(coop_tensor *t, uint64_t cost, void *producer, c
         remat_eq_forget_around(t);
     t->cost = cost;
     t->producer = producer;
-    return COOP_OK;
+    return 0;
 }
 
 /* Refuses a NULL inputs array with n > 0. */
@@ -429,7 +433,8 @@ static coop_status check_resident(coop_tensor *const *inputs, size_t n, const co
     for (size_t i = 0; i < n; i++)
         if (!inputs[i]->base->ptr && inputs[i]->base != except)
             return coop_set_error(COOP_ERR_INVALID,
-                                  "%s: input %zu is not resident (access or pin it first)", fn, i);
+                                  "%s: input %zu (%p) is not resident (access or pin it first)", fn,
+                                  i, (const void *)inputs[i]);
     return COOP_OK;
 }
 
@@ -447,6 +452,24 @@ static void touch(coop_remat *r, coop_tensor *const *inputs, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         inputs[i]->base->last_access = r->clock;
+}
+
+/* Out of host memory recording (what: "recording") output i of n for fn,
+ * or linking it to its inputs ("linking"): coop_tensor_create's one
+ * output is "a tensor of N bytes". */
+static __attribute__((cold, noinline)) coop_status
+outputs_host_nomem(const char *fn, const char *what, size_t i, size_t n, size_t size, size_t inputs)
+{
+    char out[80];
+    if (n == 1 && !strcmp(fn, "coop_tensor_create"))
+        snprintf(out, sizeof out, "a tensor of %zu bytes", size);
+    else
+        snprintf(out, sizeof out, "output %zu of %zu (%zu bytes)", i, n, size);
+    if (!strcmp(what, "linking"))
+        return coop_set_error(COOP_ERR_HOST_NOMEM,
+                              "%s: out of host memory linking %s to its %zu %s", fn, out, inputs,
+                              inputs == 1 ? "input" : "inputs");
+    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory %s %s", fn, what, out);
 }
 
 /* coop_tensor_create_outputs, its messages naming fn (the public call),
@@ -476,10 +499,18 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, size_t 
     for (size_t i = 0; i < num_outputs; i++)
         outs[i] = NULL;
     for (size_t i = 0; i < num_outputs; i++)
-        if (!sizes[i])
-            return coop_set_error(COOP_ERR_INVALID, "%s: size 0 (output %zu)", fn, i);
-    if (flags & ~(unsigned)(COOP_TENSOR_EVICTABLE | COOP_TENSOR_CHEAP))
-        return coop_set_error(COOP_ERR_INVALID, "%s: unknown flags %#x", fn, flags);
+        if (!sizes[i]) {
+            if (!strcmp(fn, "coop_tensor_create")) /* its one size is an argument */
+                return coop_set_error(COOP_ERR_INVALID, "%s: size is 0", fn);
+            return coop_set_error(COOP_ERR_INVALID, "%s: sizes[%zu] is 0", fn, i);
+        }
+    const unsigned known = COOP_TENSOR_EVICTABLE | COOP_TENSOR_CHEAP;
+    if (flags & ~known)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: unknown flags %#x in %#x (known: COOP_TENSOR_EVICTABLE %#x, "
+                              "COOP_TENSOR_CHEAP %#x)",
+                              fn, flags & ~known, flags, (unsigned)COOP_TENSOR_EVICTABLE,
+                              (unsigned)COOP_TENSOR_CHEAP);
     if ((st = check_cost(cost_ns, fn)) || (st = check_inputs(r, inputs, num_inputs, fn)))
         return st;
     remat_maybe_collect(r); /* live inputs are kept */
@@ -491,14 +522,17 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, size_t 
     for (; made < num_outputs; made++) {
         coop_tensor *t = new_record(r);
         if (!t) {
-            st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory", fn);
+            st = outputs_host_nomem(fn, "recording", made, num_outputs, sizes[made], 0);
             break;
         }
         t->size = sizes[made];
         t->flags = flags;
         t->handles = 1;
-        if ((st = set_producer(t, cost_ns, producer, NULL, inputs, num_inputs, NULL)) ||
-            (st = remat_alloc(r, t))) {
+        if (set_producer(t, cost_ns, producer, NULL, inputs, num_inputs, NULL))
+            st = outputs_host_nomem(fn, "linking", made, num_outputs, sizes[made], num_inputs);
+        else
+            st = remat_alloc(r, t);
+        if (st) {
             t->released = true; /* unreachable: the next collection reclaims it */
             t->handles = 0;
             break;
@@ -571,7 +605,9 @@ static coop_status tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **
     remat_maybe_collect(r); /* base is held, so kept */
     coop_tensor *v = new_record(r);
     if (!v)
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_alias: out of host memory");
+        return coop_set_error(COOP_ERR_HOST_NOMEM,
+                              "%s: out of host memory for a view of tensor %p (%zu bytes)", fn,
+                              (void *)base, base->base->size);
     v->base = base->base;
     v->base->handles++;
     *out = v;
@@ -609,10 +645,11 @@ static void **frame_slots(const coop_remat *r, const remat_frame *f)
 static coop_status push_frame(coop_remat *r, coop_tensor *t)
 {
     if (GROW_ARRAY(r->frames, r->cap_frames, r->num_frames + 1, 16) ||
-        GROW_ARRAY(r->slots, r->cap_slots, r->num_slots + t->num_inputs, 64))
-        return coop_set_error(COOP_ERR_HOST_NOMEM,
-                              "coop_remat: out of host memory recomputing a chain of %zu tensors",
-                              r->num_frames + 1);
+        GROW_ARRAY(r->slots, r->cap_slots, r->num_slots + t->num_inputs, 64)) {
+        char who[REMAT_DESCRIBE_MAX];
+        return remat_host_nomem(r, "recomputing %s, chain depth %zu",
+                                remat_describe(r, t, true, who, sizeof who), r->num_frames + 1);
+    }
     remat_frame *f = &r->frames[r->num_frames++];
     f->t = t;
     f->slot = r->num_slots;
@@ -672,7 +709,9 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
     coop_tensor *old = NULL;
     if (!st && takes_over_old_value(t)) {
         if (remat_reserve_evictions(r, 1)) { /* before anything changes */
-            st = coop_set_error(COOP_ERR_HOST_NOMEM, "coop_remat: out of host memory");
+            char who[REMAT_DESCRIBE_MAX];
+            st = remat_host_nomem(r, "recomputing %s in its old value's buffer",
+                                  remat_describe(r, t, true, who, sizeof who));
         } else {
             old = t->inputs[0];
             remat_hand_over(r, old, t);
@@ -819,8 +858,10 @@ static coop_status tensor_unpin(coop_remat *r, coop_tensor *t)
     /* pins count per handle: an unpin through a view that never pinned
      * must not take the pin another handle holds */
     if (!t->user_pins)
-        return coop_set_error(COOP_ERR_INVALID, "%s: tensor is not pinned (through this handle)",
-                              fn);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: tensor (%p) is not pinned through this handle (its storage has "
+                              "%u pins)",
+                              fn, (void *)t, (unsigned)t->base->pins);
     t->user_pins--;
     remat_unpin(r, t->base);
     drop_if_unused(r, t->base);
@@ -836,7 +877,8 @@ static coop_status tensor_release(coop_remat *r, coop_tensor *t)
     if (!t)
         return coop_set_error(COOP_ERR_INVALID, "%s: tensor is NULL", fn);
     if (t->owner == r && t->released && !t->reclaimed)
-        return coop_set_error(COOP_ERR_INVALID, "%s: tensor already released", fn);
+        return coop_set_error(COOP_ERR_INVALID, "%s: tensor (%p) was already released", fn,
+                              (void *)t);
     if ((st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
         return st;
     t->released = true; /* its pins stay until unpinned through it */
@@ -935,10 +977,10 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
      * the storage is a user's) */
     if (r->cfg.copy_on_write && t->base->pins)
         return coop_set_error(COOP_ERR_BUSY,
-                              "%s: the tensor's storage is pinned (%u pins): copy-on-write would "
-                              "move it to a new buffer and leave the pinned one evictable; unpin "
-                              "it first",
-                              fn, (unsigned)t->base->pins);
+                              "%s: the storage of tensor (%p) is pinned (%u pins): copy-on-write "
+                              "would move it to a new buffer and leave the pinned one evictable; "
+                              "unpin it first",
+                              fn, (void *)t, (unsigned)t->base->pins);
     remat_maybe_collect(r); /* t and the inputs are held, so kept */
     coop_tensor *b = t->base;
     /* the inputs other than t's storage must be resident already, and stay
@@ -960,7 +1002,11 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
     coop_tensor *old = !in || remat_reserve_evictions(r, 1) ? NULL : new_record(r);
     if (!old) {
         free(in);
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "coop_tensor_mutate: out of host memory");
+        return coop_set_error(COOP_ERR_HOST_NOMEM,
+                              "%s: out of host memory recording an in-place op on tensor %p (%zu "
+                              "bytes) with %zu %s",
+                              fn, (void *)t, b->size, num_inputs,
+                              num_inputs == 1 ? "input" : "inputs");
     }
     uint64_t prev_cost = b->cost;
     void *prev_producer = b->producer;

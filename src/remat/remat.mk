@@ -16,7 +16,8 @@ libcoop_la_SOURCES += src/remat/window.h src/remat/window.c \
 	src/remat/union_find.h src/remat/union_find.c \
 	src/remat/coop_cost.h \
 	src/remat/remat_internal.h src/remat/remat.c src/remat/remat_evict.c src/remat/remat_cost.c \
-	src/remat/remat_live.c src/remat/remat_search_index.c src/remat/remat_collect.c
+	src/remat/remat_live.c src/remat/remat_search_index.c src/remat/remat_collect.c \
+	src/remat/remat_message.c
 coop_SOURCES += src/cli/cmd_sim.c
 
 if HAVE_CMOCKA

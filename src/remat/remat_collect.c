@@ -52,11 +52,11 @@
 #define REMAT_COMPACT_MIN 4096
 #define REMAT_QUARANTINE 4096 /* reclaimed records kept before freeing */
 
-coop_status remat_reclaimed_error(const char *fn)
+coop_status remat_reclaimed_error(const char *fn, const char *what, const coop_tensor *t)
 {
     return coop_set_error(COOP_ERR_INVALID,
-                          "%s: tensor was released and its record reclaimed (use after release)",
-                          fn);
+                          "%s: %s (%p) was released and its record reclaimed (use after release)",
+                          fn, what, (const void *)t);
 }
 
 static bool is_root(const coop_tensor *t)

@@ -381,6 +381,32 @@ static void segment_cost(coop_remat *r, segment_victim *v)
     v->cost_per_byte = sum / (double)v->seg->reserved;
 }
 
+/* t for a message (remat_describe): recomputing when materialize runs. */
+static const char *describe(const coop_remat *r, const coop_tensor *t, char who[REMAT_DESCRIBE_MAX])
+{
+    return remat_describe(r, t, r->num_frames > 0, who, REMAT_DESCRIBE_MAX);
+}
+
+/* No host memory to list (or reserve the evictions of) the n tensors of
+ * the window chosen for t: nothing evicted. */
+static coop_status window_list_failed(const coop_remat *r, const coop_tensor *t, size_t n)
+{
+    char who[REMAT_DESCRIBE_MAX];
+    return remat_host_nomem(r, "listing the %zu tensors of a window to evict for %s", n,
+                            describe(r, t, who));
+}
+
+/* No host memory to reserve an argmin eviction for t, after evicted
+ * others (which stay evicted, their owner told). */
+static coop_status argmin_eviction_failed(const coop_remat *r, const coop_tensor *t, size_t evicted)
+{
+    char who[REMAT_DESCRIBE_MAX];
+    if (!evicted)
+        return remat_host_nomem(r, "evicting for %s", describe(r, t, who));
+    return remat_host_nomem(r, "evicting for %s (%zu evicted before, which stay evicted)",
+                            describe(r, t, who), evicted);
+}
+
 /* A pool without VMM holds its blocks in separate segments, and a window
  * cannot span two of them: a request larger than any segment's windows finds
  * none, although evicting every tensor of some segments would let the pool
@@ -404,10 +430,8 @@ static void *alloc_in_segments(coop_remat *r, coop_tensor *t, unsigned flags, co
             continue;
         if (GROW_ARRAY(v, cap, n + 1, 16)) {
             free(v);
-            *st = coop_set_error(COOP_ERR_HOST_NOMEM,
-                                 "coop_remat: out of host memory listing the segments to evict "
-                                 "for %zu bytes",
-                                 t->size);
+            char who[REMAT_DESCRIBE_MAX];
+            *st = remat_host_nomem(r, "listing the segments to evict for %s", describe(r, t, who));
             return NULL;
         }
         v[n++] = c;
@@ -425,10 +449,9 @@ static void *alloc_in_segments(coop_remat *r, coop_tensor *t, unsigned flags, co
         arena_reserve_segment(a) != COOP_OK) {
         free(list);
         free(v);
-        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
-                             "coop_remat: out of host memory listing %zu tensors to evict for %zu "
-                             "bytes",
-                             tensors, t->size);
+        char who[REMAT_DESCRIBE_MAX];
+        *st = remat_host_nomem(r, "listing the %zu tensors of %zu segments to evict for %s",
+                               tensors, n, describe(r, t, who));
         return NULL;
     }
     for (size_t i = 0; i < n; i++)
@@ -446,8 +469,11 @@ static void *alloc_in_segments(coop_remat *r, coop_tensor *t, unsigned flags, co
             r->stats.evictions++;
         }
         ptr = pool_malloc_locked(r->pool, t->size, 0, flags, st);
-        if (!ptr && *st != COOP_ERR_NOMEM)
-            break; /* the pool's metadata or backend failed: evicting more would not help */
+        if (!ptr && *st != COOP_ERR_NOMEM) {
+            /* the pool's metadata or backend failed: evicting more would not help */
+            *st = remat_placing_failed(r, t, *st);
+            break;
+        }
     }
     free(list);
     free(v);
@@ -564,10 +590,8 @@ static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_
     /* host memory first: evictions cannot be undone */
     page_victim *v = NULL;
     if (remat_reserve_evictions(r, n) || !(v = malloc(n * sizeof *v))) {
-        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
-                             "coop_remat: out of host memory listing %zu tensors to evict for %zu "
-                             "bytes",
-                             n, t->size);
+        char who[REMAT_DESCRIBE_MAX];
+        *st = remat_host_nomem(r, "listing %zu tensors to evict for %s", n, describe(r, t, who));
         return NULL;
     }
     n = 0;
@@ -583,8 +607,11 @@ static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_
         remat_evict_locked(r, v[i].t);
         r->stats.evictions++;
         ptr = pool_malloc_locked(r->pool, t->size, 0, flags, st);
-        if (!ptr && *st != COOP_ERR_NOMEM)
-            break; /* the pool's metadata or backend failed: evicting more would not help */
+        if (!ptr && *st != COOP_ERR_NOMEM) {
+            /* the pool's metadata or backend failed: evicting more would not help */
+            *st = remat_placing_failed(r, t, *st);
+            break;
+        }
     }
     free(v);
     return ptr;
@@ -600,11 +627,10 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
     remat_search_index_sync_locked(r); /* exact for this search */
     int found = window_search_indexed(pool_arena(r->pool), want, 0, WINDOW_PER_BYTE, window_cost,
                                       window_bound, r, r->breakers, &r->scratch, &w);
-    if (found == -2)
-        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
-                             "coop_remat: out of host memory searching a "
-                             "window for %zu bytes",
-                             t->size);
+    if (found == -2) {
+        char who[REMAT_DESCRIBE_MAX];
+        *st = remat_host_nomem(r, "searching a window for %s", describe(r, t, who));
+    }
     bool vmm = pool_arena(r->pool)->params.vmm;
     if (found == -1)
         return vmm ? alloc_by_pages(r, t, flags, st) : alloc_in_segments(r, t, flags, st);
@@ -624,8 +650,7 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
     if (!n)
         return vmm ? alloc_by_pages(r, t, flags, st) : NULL;
     if (n > 32 && !(list = malloc(n * sizeof *list))) {
-        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
-                             "coop_remat: out of host memory listing a window's %zu tensors", n);
+        *st = window_list_failed(r, t, n);
         return NULL;
     }
     n = 0;
@@ -638,8 +663,7 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
     if (remat_reserve_evictions(r, n)) {
         if (list != small)
             free(list);
-        *st = coop_set_error(COOP_ERR_HOST_NOMEM,
-                             "coop_remat: out of host memory listing a window's %zu tensors", n);
+        *st = window_list_failed(r, t, n);
         return NULL;
     }
     arena_block *merged = NULL;
@@ -658,7 +682,7 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
     if (placed == COOP_ERR_NOMEM && vmm) /* the window's pages could not all be mapped */
         return alloc_by_pages(r, t, flags, st);
     if (placed != COOP_OK) {
-        *st = placed;
+        *st = placed == COOP_ERR_NOMEM ? placed : remat_placing_failed(r, t, placed);
         return NULL;
     }
     return (void *)out->addr;
@@ -794,9 +818,10 @@ static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictab
 
 coop_status remat_alloc(coop_remat *r, coop_tensor *t)
 {
-    if (remat_reserve_nodes(r, 1)) /* t's node, should it be evicted later */
-        return coop_set_error(COOP_ERR_HOST_NOMEM,
-                              "coop_remat: out of host memory placing %zu bytes", t->size);
+    if (remat_reserve_nodes(r, 1)) { /* t's node, should it be evicted later */
+        char who[REMAT_DESCRIBE_MAX];
+        return remat_host_nomem(r, "placing %s", describe(r, t, who));
+    }
     unsigned flags = placement(r, t);
     coop_status st = COOP_OK;
     pool_lock(r->pool);
@@ -813,6 +838,8 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     pool_set_quiet_oom(r->pool, true);
     uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
     void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
+    if (!ptr && st != COOP_ERR_NOMEM) /* the pool's metadata or backend failed */
+        st = remat_placing_failed(r, t, st);
     /* the search index catches up in batches at allocations that fit, so
      * that a search (the first above all: every tensor made so far is
      * dirty) brings up to date at most a batch */
@@ -841,6 +868,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
              * makes a free block that covers it (its block and the free
              * ones beside it): the search needs no walk then, as most do */
             bool placeable = false;
+            size_t evicted = 0; /* by this search, for the message */
             while (!ptr && !hopeless) {
                 coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
                 if (!best) {
@@ -855,16 +883,18 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
                         break; /* hopeless: nothing evicted */
                 }
                 if (remat_reserve_evictions(r, 1)) { /* else the owner would not hear of it */
-                    st = coop_set_error(COOP_ERR_HOST_NOMEM,
-                                        "coop_remat: out of host memory evicting for %zu bytes",
-                                        t->size);
+                    st = argmin_eviction_failed(r, t, evicted);
                     break;
                 }
                 remat_evict_locked(r, best);
                 r->stats.evictions++;
+                evicted++;
                 ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
-                if (!ptr && st != COOP_ERR_NOMEM)
-                    break; /* the pool's metadata failed: evicting more would not help */
+                if (!ptr && st != COOP_ERR_NOMEM) {
+                    /* the pool's metadata failed: evicting more would not help */
+                    st = remat_placing_failed(r, t, st);
+                    break;
+                }
             }
         }
         r->stats.last_search_ns = thread_cpu_ns() - t0;

@@ -321,7 +321,7 @@ void remat_maybe_collect(coop_remat *r);
  * at the start of an API call that may evict. */
 void remat_maybe_compact(coop_remat *r);
 /* Error for an API call on a reclaimed record (fn names the call). */
-coop_status remat_reclaimed_error(const char *fn);
+coop_status remat_reclaimed_error(const char *fn, const char *what, const coop_tensor *t);
 /* Frees the quarantine's records (destroy). */
 void remat_quarantine_free(coop_remat *r);
 
@@ -354,6 +354,24 @@ static inline const char *remat_call_name(const coop_remat *r)
     const char *fn = atomic_load_explicit(&r->holder_fn, memory_order_relaxed);
     return fn ? fn : "coop_remat";
 }
+/* Names t for a message of the call serving r: "a tensor of N bytes" for
+ * a new one (not recomputing), else "tensor P (N bytes)", with ", an input
+ * recomputed for tensor Q" when Q, the tensor the owner asked for, is
+ * another (recomputing: materialize's stack holds Q at the bottom, or t is
+ * to be pushed as the first frame). Returns buf. */
+const char *remat_describe(const coop_remat *r, const coop_tensor *t, bool recomputing, char *buf,
+                           size_t size);
+/* The length remat_describe needs. */
+#define REMAT_DESCRIBE_MAX 128
+/* host memory ran out while the call serving r was doing what: the
+ * message "<call>: out of host memory <what...>", formatted. */
+coop_status remat_host_nomem(const coop_remat *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), cold));
+/* The pool refused (st: host memory, metadata or backend; not room) to
+ * place t for the call serving r: the pool's message, prefixed with the
+ * call and t (remat_describe, recomputing when materialize runs). */
+coop_status remat_placing_failed(const coop_remat *r, const coop_tensor *t, coop_status st)
+    __attribute__((cold));
 bool remat_evictable(const coop_tensor *t);
 /* Moves from's buffer (resident) to to, which must have none. */
 void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to);
