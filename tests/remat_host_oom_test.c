@@ -141,6 +141,20 @@ static void expect_create_fits(scene *s)
            2 * U);
 }
 
+/* two constants a and b, neither consumed yet: a create reading both grows
+ * a's list of consumers, then b's, so a failure at b's leaves a's grown */
+static void two_constants(scene *s)
+{
+    one_constant(s);
+    make(s, U, NULL, 0);
+}
+
+static coop_status create_two_inputs(scene *s)
+{
+    coop_tensor *in[2] = {s->t[0], s->t[1]};
+    return coop_tensor_create(s->r, 2 * U, 10, "x", in, 2, EV, &s->out[0]);
+}
+
 static coop_status create_outputs(scene *s)
 {
     const size_t sizes[2] = {U, 2 * U};
@@ -480,6 +494,7 @@ static const scene_case cases[] = {
     /* the union-find's first nodes and the pool's first segment */
     {"coop_tensor_create: the first", empty_context, create_first, expect_create_first, "placing"},
     {"coop_tensor_create: fits", one_constant, create_fits, expect_create_fits, NULL},
+    {"coop_tensor_create: two inputs", two_constants, create_two_inputs, expect_create_fits, NULL},
     {"coop_tensor_create_outputs", one_constant, create_outputs, expect_create_outputs, NULL},
     {"coop_tensor_alias", one_constant, alias, expect_alias, NULL},
     {"coop_tensor_access: a chain", evicted_chain, access_chain, expect_access_chain, NULL},
@@ -534,6 +549,24 @@ static void all_accessible(scene *s, const char *where)
             fail_msg("%s: tensor %zu not accessible afterwards: %s", where, i, coop_last_error());
 }
 
+/* Every consumer link is a producer's input: p among the inputs of each
+ * of p's children. A refused coop_tensor_create whose linking failed
+ * half-way had left links on its first inputs to a record with none. */
+static void links_consistent(const scene *s, const char *where)
+{
+    for (const coop_tensor *p = s->r ? s->r->all : NULL; p; p = p->next_all)
+        for (size_t i = 0; i < p->num_children; i++) {
+            const coop_tensor *c = p->children[i];
+            size_t k = 0;
+            while (k < c->num_inputs && c->inputs[k] != p)
+                k++;
+            if (k == c->num_inputs)
+                fail_msg("%s: tensor %p links to consumer %p, whose producer's %zu inputs do not "
+                         "include it",
+                         where, (const void *)p, (const void *)c, c->num_inputs);
+        }
+}
+
 static void run_case(const scene_case *c)
 {
     static scene s;
@@ -565,6 +598,7 @@ static void run_case(const scene_case *c)
             seen[k] = true;
             if (coop_pool_check(s.pool) != COOP_OK)
                 fail_msg("%s: pool check: %s", where, coop_last_error());
+            links_consistent(&s, where);
             /* the same call with memory available */
             memset(s.out, 0, sizeof s.out);
             if (c->call(&s) != COOP_OK)

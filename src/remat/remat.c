@@ -375,6 +375,10 @@ static int set_producer(coop_tensor *t, uint64_t cost, void *producer, coop_tens
         in[k++] = first && inputs[i]->base == t ? first : inputs[i]->base;
     for (size_t i = 0; i < total; i++)
         if (add_child(in[i], t)) {
+            /* the links made so far go too: an input must not keep a
+             * consumer whose producer does not read it */
+            while (i-- > 0)
+                remove_last_child(in[i], t);
             free(in);
             return -1;
         }
