@@ -1241,6 +1241,195 @@ static void test_mutations(void **state)
 }
 
 /* ------------------------------------------------------------------------
+ * Sealing (pkl_parse_sealed): each entry kept as a summary in its node
+ * ---------------------------------------------------------------------- */
+
+/* Reads p's bytes sealed (trace_read_pickle) and whole
+ * (trace_read_pickle_unsealed): the same status, message and trace. Returns
+ * the status. */
+static coop_status read_sealed_and_whole(const pk *p)
+{
+    char path[300];
+    fixture_path(path, sizeof path, "sealed.pickle");
+    fixture_write(path, p->b, p->n, 0);
+    trace a, b;
+    coop_status sa = trace_read_pickle(path, &a);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", sa == COOP_OK ? "" : coop_last_error());
+    coop_status sb = trace_read_pickle_unsealed(path, -1, &b);
+    if (sa != sb || (sa != COOP_OK && strcmp(msg, coop_last_error()) != 0))
+        fail_msg("sealed: status %d \"%s\"; whole: status %d \"%s\"", (int)sa, msg, (int)sb,
+                 sb == COOP_OK ? "" : coop_last_error());
+    if (sa == COOP_OK) {
+        fixture_assert_same_trace(&a, &b);
+        assert_int_equal(a.has_torch_settings, b.has_torch_settings);
+        assert_int_equal(a.torch_settings, b.torch_settings);
+        trace_free(&a);
+        trace_free(&b);
+    }
+    return sa;
+}
+
+/* One device-0 entry made of the given key / value writers. */
+static void odd_entry(pk *p, int variant)
+{
+    begin_dict(p);
+    switch (variant) {
+    case 0: /* addr None */
+        key_str(p, "action", "alloc");
+        str(p, "addr");
+        op(p, 'N');
+        key_int(p, "size", 512);
+        break;
+    case 1: /* size a str */
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 4096);
+        key_str(p, "size", "512");
+        break;
+    case 2: /* stream a bool */
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 4096);
+        key_int(p, "size", 512);
+        str(p, "stream");
+        op(p, 0x88);
+        break;
+    case 3: /* time None, stream negative, addr repeated (the last counts) */
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 1);
+        key_int(p, "size", 512);
+        key_int(p, "stream", -5);
+        str(p, "time_us");
+        op(p, 'N');
+        key_int(p, "addr", 8192);
+        break;
+    case 4: /* addr and time at or above 2^63 */
+        key_str(p, "action", "free_completed");
+        str(p, "addr");
+        big_unsigned(p, (uint64_t)1 << 63);
+        key_int(p, "size", 512);
+        str(p, "time_us");
+        big_unsigned(p, UINT64_MAX);
+        break;
+    case 5: /* size too large, negative addr */
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 4096);
+        key_int(p, "size", INT64_MAX);
+        break;
+    case 6:
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", -4096);
+        key_int(p, "size", 512);
+        break;
+    case 7: /* action not a str; an unknown action */
+        key_int(p, "action", 3);
+        break;
+    case 8:
+        key_str(p, "action", "mystery");
+        key_str(p, "addr", "nowhere");
+        break;
+    case 9: /* a key the reader reads elsewhere: not sealed */
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 4096);
+        key_int(p, "address", 4096);
+        key_int(p, "size", 512);
+        break;
+    case 10: /* more keys than an entry may have */
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 4096);
+        key_int(p, "size", 512);
+        for (int k = 0; k < 70; k++) {
+            char key[24]; /* "extra" and any int */
+            snprintf(key, sizeof key, "extra%d", k);
+            key_int(p, key, k);
+        }
+        break;
+    case 11: /* size missing, a non-str key */
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 4096);
+        integer(p, 7);
+        integer(p, 7);
+        break;
+    default: /* an entry-like dict in another entry's frames, sealed there,
+              * then dropped with those frames (whose stream would read as an
+              * item count were its summary walked as items) */
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 4096);
+        key_int(p, "size", 512);
+        str(p, "frames");
+        begin_list(p);
+        begin_dict(p);
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 4096);
+        key_int(p, "size", 512);
+        key_int(p, "stream", 99);
+        end_dict(p);
+        end_list(p);
+        break;
+    }
+    end_dict(p);
+}
+
+/* Entries the reader refuses or reads oddly read the same sealed as whole:
+ * each odd entry after a good one, entry-like dicts as a segment and as a
+ * block (which then read as segment and block), and mutants of the
+ * reference snapshot (seed printed). */
+static void test_sealing_changes_nothing(void **state)
+{
+    (void)state;
+    pk p;
+    for (int variant = 0; variant <= 12; variant++) {
+        begin_device0_trace(&p);
+        entry(&p, "alloc", 0x1000, 512, 0, 1);
+        odd_entry(&p, variant);
+        end_device0_trace(&p);
+        read_sealed_and_whole(&p);
+    }
+    for (int as_block = 0; as_block < 2; as_block++) {
+        begin_snapshot(&p);
+        str(&p, "segments");
+        begin_list(&p);
+        if (as_block) {
+            begin_dict(&p);
+            key_int(&p, "address", 0);
+            key_int(&p, "total_size", 2 << 20);
+            str(&p, "blocks");
+            begin_list(&p);
+        }
+        begin_dict(&p); /* a segment or block with an action, no address */
+        key_str(&p, "action", "alloc");
+        key_int(&p, "size", 4096);
+        key_int(&p, "stream", 3);
+        end_dict(&p);
+        if (as_block) {
+            end_list(&p);
+            end_dict(&p);
+        }
+        end_list(&p);
+        str(&p, "device_traces");
+        begin_list(&p);
+        begin_list(&p);
+        entry(&p, "alloc", 0x1000, 512, 0, 1);
+        end_list(&p);
+        end_list(&p);
+        end_dict(&p);
+        op(&p, '.');
+        assert_int_equal(read_sealed_and_whole(&p), as_block ? COOP_OK : COOP_ERR_INVALID);
+    }
+    uint64_t rng = test_seed("trace_pickle_test", 20261207);
+    pk ref;
+    reference_snapshot(&ref);
+    int accepted = 0;
+    for (int round = 0; round < 300; round++) {
+        p = ref;
+        int changes = 1 + (int)(test_splitmix64(&rng) % 4);
+        for (int c = 0; c < changes; c++)
+            p.b[test_splitmix64(&rng) % p.n] = (unsigned char)test_splitmix64(&rng);
+        accepted += read_sealed_and_whole(&p) == COOP_OK;
+    }
+    printf("trace_pickle_test: sealed and whole agree on 300 mutants (%d read)\n", accepted);
+}
+
+/* ------------------------------------------------------------------------
  * Pruning (pkl_parse_pruned): what the snapshot reader never reads
  * ---------------------------------------------------------------------- */
 
@@ -1713,6 +1902,7 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_sealing_changes_nothing),
         cmocka_unit_test(test_pruning_keeps_what_the_memo_fetches),
         cmocka_unit_test(test_pruning_mutations),
         cmocka_unit_test(test_same_but_pruned_catches_a_read_value_pruned),

@@ -241,6 +241,8 @@ typedef struct machine {
     size_t *read_key_lens;  /* strlen of each */
     unsigned char *fetched; /* bit i: some BINGET of the file fetches memo entry i */
     size_t fetched_cap;     /* bytes */
+    pkl_seal_fn seal;       /* pkl_parse_sealed only (NULL otherwise) */
+    void *seal_ctx;
 } machine;
 
 static coop_status fail(const machine *m, const char *what)
@@ -416,12 +418,12 @@ static int key_is_read(const machine *m, const pkl_value *key)
  * must fit wherever pkl_parse does. */
 _Static_assert(sizeof(pkl_value *) <= sizeof(size_t), "a node's offset field holds a link");
 
-static void prune(machine *m, pkl_value *v)
+static void drop_items(machine *m, pkl_value *v)
 {
     pkl_value *pending = NULL;
     pkl_value *cur = v;
     for (;;) {
-        if (is_container(cur) && cur->v.seq.cap) {
+        if (is_container(cur) && !cur->sealed && cur->v.seq.cap) {
             for (size_t i = 0; i < cur->v.seq.len; i++) {
                 pkl_value *item = cur->v.seq.items[i];
                 if (item->pinned)
@@ -439,7 +441,34 @@ static void prune(machine *m, pkl_value *v)
         memcpy(&pending, &cur->offset, sizeof pending);
     }
     memset(&v->v.seq, 0, sizeof v->v.seq);
+}
+
+static void prune(machine *m, pkl_value *v)
+{
+    drop_items(m, v);
     v->pruned = 1;
+}
+
+/* Offers each dict just put in a list by APPEND or APPENDS to the consumer's
+ * seal (pkl_parse_sealed). A dict no BINGET fetches was pushed once, when
+ * made, and has left the stack for this list: nothing can reach it but
+ * through the list, nor change it, so what the consumer keeps of it now is
+ * what it would read at the end; its items are dropped as prune drops them. */
+static void seal_dicts(machine *m, pkl_value *const *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        pkl_value *d = items[i];
+        if (d->kind != PKL_DICT || d->pinned || d->pruned || d->sealed)
+            continue;
+        uint64_t summary[4] = {0};
+        uint16_t tag = 0;
+        if (!m->seal(m->seal_ctx, d, summary, &tag))
+            continue;
+        drop_items(m, d);
+        memcpy(d->v.summary, summary, sizeof summary);
+        d->tag = tag;
+        d->sealed = 1;
+    }
 }
 
 static coop_status set_items(machine *m, pkl_value *dict, pkl_value *const *kv, size_t n)
@@ -654,8 +683,11 @@ static coop_status step(machine *m, int *done)
         if (v->kind != (m->op == OP_APPEND ? PKL_LIST : PKL_DICT))
             return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s to a %s", m->path, m->op_at,
                                   opcode_names[m->op], pkl_type_name(v));
-        return m->op == OP_APPEND ? seq_extend(m, v, m->stack + m->depth, 1)
-                                  : set_items(m, v, m->stack + m->depth, 2);
+        if (m->op == OP_SETITEM)
+            return set_items(m, v, m->stack + m->depth, 2);
+        if ((st = seq_extend(m, v, m->stack + m->depth, 1)) == COOP_OK && m->seal)
+            seal_dicts(m, m->stack + m->depth, 1);
+        return st;
     case OP_APPENDS:
     case OP_SETITEMS:
         if ((st = pop_mark(m, &items, &n)) != COOP_OK)
@@ -665,7 +697,11 @@ static coop_status step(machine *m, int *done)
         if (v->kind != (m->op == OP_APPENDS ? PKL_LIST : PKL_DICT))
             return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s to a %s", m->path, m->op_at,
                                   opcode_names[m->op], pkl_type_name(v));
-        return m->op == OP_APPENDS ? seq_extend(m, v, items, n) : set_items(m, v, items, n);
+        if (m->op == OP_SETITEMS)
+            return set_items(m, v, items, n);
+        if ((st = seq_extend(m, v, items, n)) == COOP_OK && m->seal)
+            seal_dicts(m, items, n);
+        return st;
     case OP_SHORT_BINUNICODE:
         return push_str(m, PKL_STR, 1);
     case OP_BINUNICODE:
@@ -828,8 +864,21 @@ coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, p
 coop_status pkl_parse_pruned(const char *path, const unsigned char *data, size_t len,
                              const char *const *read_keys, pkl_arena *arena, const pkl_value **root)
 {
+    return pkl_parse_sealed(path, data, len, read_keys, NULL, NULL, arena, root);
+}
+
+coop_status pkl_parse_sealed(const char *path, const unsigned char *data, size_t len,
+                             const char *const *read_keys, pkl_seal_fn seal, void *seal_ctx,
+                             pkl_arena *arena, const pkl_value **root)
+{
     *root = NULL;
-    machine m = {.path = path, .data = data, .len = len, .arena = arena, .read_keys = read_keys};
+    machine m = {.path = path,
+                 .data = data,
+                 .len = len,
+                 .arena = arena,
+                 .read_keys = read_keys,
+                 .seal = read_keys ? seal : NULL,
+                 .seal_ctx = seal_ctx};
     m.memory_limit = len > (SIZE_MAX - PKL_MEMORY_BASE) / PKL_MEMORY_PER_BYTE
                          ? SIZE_MAX
                          : len * PKL_MEMORY_PER_BYTE + PKL_MEMORY_BASE;
@@ -886,7 +935,7 @@ int pkl_str_eq(const pkl_value *v, const char *s)
 
 const pkl_value *pkl_dict_get(const pkl_value *dict, const char *key)
 {
-    if (!dict || dict->kind != PKL_DICT)
+    if (!dict || dict->kind != PKL_DICT || dict->sealed)
         return NULL;
     for (size_t i = dict->v.seq.len; i >= 2; i -= 2)
         if (pkl_str_eq(dict->v.seq.items[i - 2], key))

@@ -44,6 +44,8 @@ struct pkl_value {
     uint8_t shared; /* pushed again from the memo (BINGET): one node, several places */
     uint8_t pinned; /* pkl_parse_pruned: in a memo entry some BINGET of the file fetches */
     uint8_t pruned; /* a list, tuple or dict whose items were dropped (pkl_parse_pruned) */
+    uint8_t sealed; /* a dict its consumer summarized (pkl_parse_sealed): read v.summary */
+    uint16_t tag;   /* with v.summary, the consumer's (sealed == 1) */
     size_t offset;  /* byte offset of the opcode that created the value */
     union {
         int64_t i;  /* PKL_INT (big == 0), PKL_BOOL (0 or 1) */
@@ -56,9 +58,13 @@ struct pkl_value {
         struct {
             pkl_value **items;
             size_t len, cap;
-        } seq; /* PKL_LIST, PKL_TUPLE; PKL_DICT: key, value, key, value... */
+        } seq;               /* PKL_LIST, PKL_TUPLE; PKL_DICT: key, value, key, value... */
+        uint64_t summary[4]; /* a sealed dict: what its consumer kept (pkl_seal_fn) */
     } v;
 };
+
+/* The summary fills the bytes a node takes anyway (the arena rounds to 16). */
+_Static_assert(sizeof(pkl_value) <= 48, "a summary must not make nodes larger");
 
 typedef struct pkl_chunk pkl_chunk;
 
@@ -105,11 +111,31 @@ coop_status pkl_parse_pruned(const char *path, const unsigned char *data, size_t
                              const char *const *read_keys, pkl_arena *arena,
                              const pkl_value **root);
 
+/* A consumer's summary of a dict that nothing can change or fetch any more:
+ * a dict no BINGET of the file fetches, just put in a list by APPEND or
+ * APPENDS (so off the stack, with that list its one parent). It may read the
+ * dict (whole, with pkl_dict_get) and return 1 having written what it will
+ * later read of it in summary and *tag; pkl_parse_sealed then drops the
+ * dict's items and every node below them no BINGET fetches, and sets sealed,
+ * v.summary and tag (the node keeps its kind, offset and flags). Returning 0
+ * leaves the dict whole. */
+typedef int (*pkl_seal_fn)(void *ctx, const pkl_value *dict, uint64_t summary[4], uint16_t *tag);
+
+/* pkl_parse_pruned that also offers each dict put in a list to seal (see
+ * pkl_seal_fn): a snapshot's trace entries, each a dict with an item array
+ * and its int nodes, become one node each. pkl_dict_get finds nothing in a
+ * sealed dict: the consumer reads its summary instead. Sealing needs the
+ * pruned parse's scan of the memo: with seal NULL this is pkl_parse_pruned,
+ * with read_keys NULL pkl_parse. */
+coop_status pkl_parse_sealed(const char *path, const unsigned char *data, size_t len,
+                             const char *const *read_keys, pkl_seal_fn seal, void *seal_ctx,
+                             pkl_arena *arena, const pkl_value **root);
+
 /* Frees every node; the arena is empty (reusable) afterwards. */
 void pkl_arena_free(pkl_arena *arena);
 
 /* The value for a string key in a dict (the last one if repeated, as in
- * Python), or NULL if absent or dict is not a dict. */
+ * Python), or NULL if absent, dict is not a dict, or dict is sealed. */
 const pkl_value *pkl_dict_get(const pkl_value *dict, const char *key);
 
 /* Whether v is a str equal to s. */

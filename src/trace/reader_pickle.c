@@ -51,13 +51,42 @@ static coop_status bad(const snapshot_reader *r, const char *fmt, ...)
                           what);
 }
 
+/* The four ints of an entry that seal_entry keeps in its node's summary,
+ * by index in v.summary; the tag holds the action (ACTION_BITS) then two bits
+ * for each (field_state). */
+static const char *const summary_keys[] = {"addr", "size", "stream", "time_us"};
+enum { NUM_SUMMARY_KEYS = sizeof summary_keys / sizeof summary_keys[0], ACTION_BITS = 4 };
+enum field_state { FIELD_ABSENT, FIELD_INT, FIELD_BIG_INT, FIELD_NONE };
+
+/* dict[key] (pkl_dict_get) from a dict whole or sealed by seal_entry, whose
+ * ints come back in *copy. */
+static const pkl_value *dict_get(const pkl_value *dict, const char *key, pkl_value *copy)
+{
+    if (!dict->sealed)
+        return pkl_dict_get(dict, key);
+    for (size_t k = 0; k < NUM_SUMMARY_KEYS; k++) {
+        if (strcmp(key, summary_keys[k]) != 0)
+            continue;
+        unsigned state = dict->tag >> (ACTION_BITS + 2 * k) & 3;
+        if (state == FIELD_ABSENT)
+            return NULL;
+        *copy = (pkl_value){.kind = state == FIELD_NONE ? PKL_NONE : PKL_INT,
+                            .big = state == FIELD_BIG_INT,
+                            .offset = dict->offset};
+        copy->v.u = dict->v.summary[k];
+        return copy;
+    }
+    return NULL; /* seal_entry seals no dict holding another key this file reads */
+}
+
 /* Reads dict[key] as an unsigned 64-bit integer; *found says whether it was
  * there (a missing optional key leaves *out alone). negative_ok accepts a
  * negative value as its two's complement (stream handles). */
 static coop_status get_u64(const snapshot_reader *r, const pkl_value *dict, const char *key,
                            int required, int negative_ok, uint64_t *out)
 {
-    const pkl_value *v = pkl_dict_get(dict, key);
+    pkl_value copy;
+    const pkl_value *v = dict_get(dict, key, &copy);
     if (!v)
         return required ? bad(r, "'%s' is missing", key) : COOP_OK;
     if (v->kind != PKL_INT)
@@ -74,7 +103,7 @@ static coop_status small_dict(const snapshot_reader *r, const pkl_value *v, cons
 {
     if (v->kind != PKL_DICT)
         return bad(r, "%s has type %s, expected dict", what, pkl_type_name(v));
-    if (v->v.seq.len / 2 > SNAPSHOT_MAX_KEYS)
+    if (!v->sealed && v->v.seq.len / 2 > SNAPSHOT_MAX_KEYS) /* seal_entry's have fewer */
         return bad(r, "%s has %zu keys (at most %d expected)", what, v->v.seq.len / 2,
                    SNAPSHOT_MAX_KEYS);
     return COOP_OK;
@@ -104,7 +133,8 @@ static coop_status get_size(const snapshot_reader *r, const pkl_value *dict, con
 
 static coop_status get_time(const snapshot_reader *r, const pkl_value *dict, int64_t *out)
 {
-    const pkl_value *v = pkl_dict_get(dict, "time_us");
+    pkl_value copy;
+    const pkl_value *v = dict_get(dict, "time_us", &copy);
     *out = -1;
     if (!v || v->kind == PKL_NONE)
         return COOP_OK;
@@ -190,6 +220,8 @@ static coop_status on_free(snapshot_reader *r, trace_event *ev)
     return trace_builder_push(&r->b, ev);
 }
 
+static coop_status read_fields(snapshot_reader *r, const pkl_value *entry, int kind);
+
 static const struct {
     const char *name;
     int kind; /* trace_event_kind, or -1: not an allocation event (skipped) */
@@ -205,11 +237,88 @@ static const struct {
     {"snapshot", -1},
 };
 
+enum { NUM_ACTIONS = sizeof actions / sizeof actions[0] };
+_Static_assert(NUM_ACTIONS < 1 << ACTION_BITS, "an action's index and 'another str' fit");
+_Static_assert(ACTION_BITS + 2 * NUM_SUMMARY_KEYS <= 16, "a summary's tag fits");
+
+/* The keys the reader and trace_torch_settings_read look up, for seal_entry
+ * (its ctx), with their lengths: it runs for every dict put in a list, each
+ * stack frame's among them, and pkl_str_eq's strlen would double the read's
+ * time. */
+typedef struct seal_keys {
+    const char *const *keys; /* NULL-terminated */
+    size_t lens[40];
+} seal_keys;
+
+static int key_is(const pkl_value *key, const char *s, size_t len)
+{
+    return key->kind == PKL_STR && key->v.str.len == len && memcmp(key->v.str.ptr, s, len) == 0;
+}
+
+/* The reader's pkl_seal_fn. It seals a dict that read_entry reads the same
+ * from its summary: a str "action", each of summary_keys absent, an int or
+ * None, none of the other keys looked up (so that read_segments, should the
+ * dict be a segment or block, finds them absent either way), at most
+ * SNAPSHOT_MAX_KEYS keys. Any other dict stays whole, read (and refused) as
+ * before. Keys are compared as pkl_dict_get does (str keys only, the last
+ * one of a repeated key). */
+static int seal_entry(void *ctx, const pkl_value *dict, uint64_t summary[4], uint16_t *tag)
+{
+    const seal_keys *sk = ctx;
+    size_t n = dict->v.seq.len;
+    if (n / 2 > SNAPSHOT_MAX_KEYS)
+        return 0;
+    const pkl_value *action = NULL, *values[NUM_SUMMARY_KEYS] = {0};
+    for (size_t i = 0; i < n; i += 2)
+        if (key_is(dict->v.seq.items[i], "action", 6))
+            action = dict->v.seq.items[i + 1];
+    if (!action || action->kind != PKL_STR) /* a stack frame has none */
+        return 0;
+    for (size_t i = 0; i < n; i += 2) {
+        const pkl_value *key = dict->v.seq.items[i];
+        if (key->kind != PKL_STR || key_is(key, "action", 6))
+            continue;
+        size_t k = 0;
+        while (k < NUM_SUMMARY_KEYS && !key_is(key, summary_keys[k], sk->lens[k]))
+            k++;
+        if (k < NUM_SUMMARY_KEYS) {
+            values[k] = dict->v.seq.items[i + 1];
+            continue;
+        }
+        for (size_t j = 0; sk->keys[j]; j++)
+            if (key_is(key, sk->keys[j], sk->lens[NUM_SUMMARY_KEYS + j]))
+                return 0;
+    }
+    unsigned bits = NUM_ACTIONS; /* a str that names no action */
+    for (unsigned i = 0; i < NUM_ACTIONS; i++)
+        if (pkl_str_eq(action, actions[i].name))
+            bits = i;
+    for (size_t k = 0; k < NUM_SUMMARY_KEYS; k++) {
+        const pkl_value *v = values[k];
+        unsigned state = !v                    ? FIELD_ABSENT
+                         : v->kind == PKL_NONE ? FIELD_NONE
+                         : v->kind != PKL_INT  ? 4
+                         : v->big              ? FIELD_BIG_INT
+                                               : FIELD_INT;
+        if (state == 4)
+            return 0;
+        summary[k] = v ? v->v.u : 0;
+        bits |= state << (ACTION_BITS + 2 * k);
+    }
+    *tag = (uint16_t)bits;
+    return 1;
+}
+
 static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
 {
     coop_status st = small_dict(r, entry, "entry");
     if (st != COOP_OK)
         return st;
+    if (entry->sealed) {
+        unsigned i = entry->tag & ((1u << ACTION_BITS) - 1);
+        return i < NUM_ACTIONS && actions[i].kind >= 0 ? read_fields(r, entry, actions[i].kind)
+                                                       : COOP_OK;
+    }
     const pkl_value *action = pkl_dict_get(entry, "action");
     if (!action)
         return bad(r, "'%s' is missing", "action");
@@ -223,7 +332,13 @@ static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
      * (like "snapshot"): they say nothing about memory use. */
     if (kind < 0)
         return COOP_OK;
+    return read_fields(r, entry, kind);
+}
 
+/* The event of an entry whose action is kind (a trace_event_kind). */
+static coop_status read_fields(snapshot_reader *r, const pkl_value *entry, int kind)
+{
+    coop_status st;
     trace_event ev = {.kind = (trace_event_kind)kind, .time_us = -1};
     if ((st = get_u64(r, entry, "addr", kind != TRACE_OOM, 0, &ev.addr)) != COOP_OK ||
         (st = kind == TRACE_OOM /* any size: see TRACE_SIZE_LIMIT */
@@ -395,7 +510,7 @@ static const char *const snapshot_keys[] = {
     "blocks",        "state",    "history", "requested_size", "real_size",
 };
 
-coop_status trace_read_pickle_device(const char *path, int device, trace *out)
+static coop_status read_pickle(const char *path, int device, int seal, trace *out)
 {
     *out = (trace){0};
     unsigned char *data;
@@ -405,7 +520,9 @@ coop_status trace_read_pickle_device(const char *path, int device, trace *out)
         return st;
     /* What this reader and trace_torch_settings_read look up; every other
      * key's value (the frames of each entry and block) is pruned as it is
-     * parsed: about 600 bytes of RSS an event instead of 1,100 (tests/README.md,
+     * parsed, and each trace entry, once in its list, is sealed into its
+     * node (seal_entry): about 220 bytes of RSS an event, the pickle's 96
+     * among them, instead of 590 pruned only and 1,100 whole (tests/README.md,
      * "Scaling with trace size"). */
     enum { NUM_SNAPSHOT_KEYS = sizeof snapshot_keys / sizeof snapshot_keys[0] };
     const char *keys[NUM_SNAPSHOT_KEYS + TRACE_TORCH_SETTINGS_NUM_KEYS + 1];
@@ -413,7 +530,15 @@ coop_status trace_read_pickle_device(const char *path, int device, trace *out)
     *trace_torch_settings_keys(keys + NUM_SNAPSHOT_KEYS) = NULL;
     pkl_arena arena = {0};
     const pkl_value *root;
-    st = pkl_parse_pruned(path, data, len, keys, &arena, &root);
+    seal_keys sk = {.keys = keys};
+    _Static_assert(NUM_SUMMARY_KEYS + sizeof keys / sizeof keys[0] <=
+                       sizeof sk.lens / sizeof sk.lens[0],
+                   "seal_keys holds every length");
+    for (size_t k = 0; k < NUM_SUMMARY_KEYS; k++)
+        sk.lens[k] = strlen(summary_keys[k]);
+    for (size_t j = 0; keys[j]; j++)
+        sk.lens[NUM_SUMMARY_KEYS + j] = strlen(keys[j]);
+    st = pkl_parse_sealed(path, data, len, keys, seal ? seal_entry : NULL, &sk, &arena, &root);
     if (st == COOP_OK) {
         snapshot_reader r = {.path = path};
         trace_builder_init(&r.b, path);
@@ -429,6 +554,16 @@ coop_status trace_read_pickle_device(const char *path, int device, trace *out)
     }
     free(data);
     return st;
+}
+
+coop_status trace_read_pickle_device(const char *path, int device, trace *out)
+{
+    return read_pickle(path, device, 1, out);
+}
+
+coop_status trace_read_pickle_unsealed(const char *path, int device, trace *out)
+{
+    return read_pickle(path, device, 0, out);
 }
 
 coop_status trace_read_pickle(const char *path, trace *out)
