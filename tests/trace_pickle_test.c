@@ -1369,6 +1369,181 @@ static void odd_entry(pk *p, int variant)
     end_dict(p);
 }
 
+/* An entry dict {"action": action, "addr": addr, "size": 512} that BINPUT
+ * memoizes at index (not MEMOIZE: the shapes below choose their indices). */
+static void put_entry(pk *p, unsigned char index, const char *action, int64_t addr)
+{
+    op(p, '}');
+    op(p, 'q');
+    op(p, index);
+    op(p, '(');
+    key_str(p, "action", action);
+    key_int(p, "addr", addr);
+    key_int(p, "size", 512);
+    end_dict(p);
+}
+
+static void get(pk *p, unsigned char index)
+{
+    op(p, 'h');
+    op(p, index);
+}
+
+/* Memo and stack tricks around an entry put in its list, written into
+ * device 0's list, then on top of the stack, after a good entry (so that memo indices 20 to 24 are
+ * below the opcodes read; nothing after uses MEMOIZE). Where a dict is
+ * reached again after its APPEND, the list holds it more than once and each
+ * place reads its last state, as in Python; a sealed copy would not. */
+static void memo_shape(pk *p, int variant)
+{
+    switch (variant) {
+    case 0: /* fetched after its APPEND, changed, appended again */
+        put_entry(p, 20, "free_completed", 0x2000);
+        op(p, 'a');
+        get(p, 20);
+        key_int(p, "addr", 0x3000);
+        op(p, 's');
+        op(p, 'a');
+        break;
+    case 1: /* memoized twice, only the second index fetched */
+        op(p, '}');
+        op(p, 'q');
+        op(p, 20);
+        op(p, 'q');
+        op(p, 21);
+        op(p, '(');
+        key_str(p, "action", "free_completed");
+        key_int(p, "addr", 0x2000);
+        key_int(p, "size", 512);
+        end_dict(p);
+        op(p, 'a');
+        get(p, 21);
+        key_int(p, "size", 4096);
+        op(p, 's');
+        op(p, 'a');
+        break;
+    case 2: /* an index reused: the first dict memoized where a fetch reads
+             * the second */
+        put_entry(p, 20, "free_completed", 0x2000);
+        op(p, 'a');
+        put_entry(p, 20, "free_completed", 0x4000);
+        op(p, 'a');
+        get(p, 20);
+        key_int(p, "stream", 7);
+        op(p, 's');
+        op(p, 'a');
+        break;
+    case 3: /* values of an entry (its action str and addr int) fetched by the
+             * next entry after the first was put in the list */
+        op(p, '}');
+        op(p, '(');
+        str(p, "action");
+        str(p, "free_completed");
+        op(p, 'q');
+        op(p, 22);
+        str(p, "addr");
+        integer(p, 0x5000);
+        op(p, 'q');
+        op(p, 23);
+        key_int(p, "size", 512);
+        end_dict(p);
+        op(p, 'a');
+        op(p, '}');
+        op(p, '(');
+        str(p, "action");
+        get(p, 22);
+        str(p, "addr");
+        get(p, 23);
+        key_int(p, "size", 1024);
+        key_int(p, "stream", 1);
+        end_dict(p);
+        op(p, 'a');
+        break;
+    case 4: /* SETITEMS into the entry under a MARK, then APPENDS */
+        op(p, '(');
+        put_entry(p, 20, "alloc", 0x6000);
+        op(p, '(');
+        key_int(p, "size", 999);
+        key_str(p, "action", "snapshot");
+        end_dict(p);
+        put_entry(p, 21, "alloc", 0x7000);
+        op(p, 'e');
+        break;
+    case 5: /* action repeated: the last counts (a str, then an int) */
+        op(p, '}');
+        op(p, '(');
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 0x8000);
+        key_int(p, "size", 512);
+        key_str(p, "action", "snapshot");
+        end_dict(p);
+        op(p, 'a');
+        break;
+    case 6:
+        op(p, '}');
+        op(p, '(');
+        key_str(p, "action", "alloc");
+        key_int(p, "addr", 0x8000);
+        key_int(p, "size", 512);
+        key_int(p, "action", 1);
+        end_dict(p);
+        op(p, 'a');
+        break;
+    default: /* the same dict in one APPENDS twice, then changed */
+        op(p, '(');
+        put_entry(p, 24, "free_completed", 0x9000);
+        get(p, 24);
+        op(p, 'e');
+        get(p, 24);
+        key_int(p, "addr", 0xa000);
+        op(p, 's');
+        op(p, 'a');
+        break;
+    }
+}
+
+/* A snapshot whose segments list is also device 0's list (one BINGET): its
+ * entries, sealed there, are read as segments; or one segment and its block
+ * each with an action beside the keys read_segments reads (not sealed: read
+ * whole). */
+static void entries_as_segments(pk *p, int variant)
+{
+    begin_snapshot(p);
+    str(p, "device_traces");
+    begin_list(p);
+    op(p, ']');
+    op(p, 'q');
+    op(p, 4);
+    op(p, '(');
+    entry(p, "alloc", 0x1000, 512, 0, 1);
+    entry(p, "alloc", 0x2000, 512, 0, 2);
+    end_list(p);
+    end_list(p);
+    str(p, "segments");
+    if (variant == 0) {
+        get(p, 4);
+    } else {
+        begin_list(p);
+        begin_dict(p);
+        key_str(p, "action", "alloc");
+        key_int(p, "address", 0);
+        key_int(p, "total_size", 2 << 20);
+        str(p, "blocks");
+        begin_list(p);
+        begin_dict(p);
+        key_str(p, "action", "alloc");
+        key_int(p, "address", 0x4000);
+        key_int(p, "size", 512);
+        key_str(p, "state", "active_allocated");
+        end_dict(p);
+        end_list(p);
+        end_dict(p);
+        end_list(p);
+    }
+    end_dict(p);
+    op(p, '.');
+}
+
 /* Entries the reader refuses or reads oddly read the same sealed as whole:
  * each odd entry after a good one, entry-like dicts as a segment and as a
  * block (which then read as segment and block), and mutants of the
@@ -1427,6 +1602,109 @@ static void test_sealing_changes_nothing(void **state)
         accepted += read_sealed_and_whole(&p) == COOP_OK;
     }
     printf("trace_pickle_test: sealed and whole agree on 300 mutants (%d read)\n", accepted);
+}
+
+/* The memo and stack tricks of memo_shape, and entries read as segments
+ * (sealed there) or segments and blocks with an action (not sealed), read
+ * the same sealed as whole. */
+static void test_sealing_survives_memo_tricks(void **state)
+{
+    (void)state;
+    pk p;
+    static const coop_status memo_status[] = {COOP_OK, COOP_OK, COOP_OK,          COOP_OK,
+                                              COOP_OK, COOP_OK, COOP_ERR_INVALID, COOP_OK};
+    for (int variant = 0; variant < 8; variant++) {
+        begin_device0_trace(&p);
+        entry(&p, "alloc", 0x1000, 512, 0, 1);
+        op(&p, 'e'); /* the list on top: the shape appends to it */
+        memo_shape(&p, variant);
+        op(&p, '(');
+        end_device0_trace(&p);
+        if (read_sealed_and_whole(&p) != memo_status[variant])
+            fail_msg("memo shape %d: %s", variant, coop_last_error());
+    }
+    for (int variant = 0; variant < 2; variant++) {
+        entries_as_segments(&p, variant);
+        assert_int_equal(read_sealed_and_whole(&p), variant ? COOP_OK : COOP_ERR_INVALID);
+    }
+}
+
+/* A pkl_seal_fn that seals every dict with an "action" key, counting the
+ * dicts offered (ctx). */
+static int seal_any_action(void *ctx, const pkl_value *dict, uint64_t summary[4], uint16_t *tag)
+{
+    ++*(int *)ctx;
+    if (!pkl_dict_get(dict, "action"))
+        return 0;
+    summary[0] = dict->offset;
+    *tag = 1;
+    return 1;
+}
+
+/* pkl_parse_sealed offers each dict that APPEND or APPENDS puts in a list,
+ * the last of an APPENDS among them, no dict a BINGET fetches (the memo
+ * scan: that one stays whole in both its places), and nothing but dicts (a
+ * str or a tuple whose items read as a key and a value is no dict). Without
+ * the scan (no read_keys) it offers none. */
+static void test_sealing_offers_each_appended_dict_the_memo_spares(void **state)
+{
+    (void)state;
+    static const char *const keys[] = {"device_traces", "action", NULL};
+    pk p;
+    begin_snapshot(&p);
+    str(&p, "device_traces");
+    op(&p, ']');
+    op(&p, '(');
+    put_entry(&p, 5, "alloc", 0x1000);
+    put_entry(&p, 6, "alloc", 0x2000);
+    op(&p, 'e'); /* APPENDS: items 0 and 1 */
+    put_entry(&p, 7, "alloc", 0x3000);
+    op(&p, 'a'); /* APPEND: item 2 */
+    put_entry(&p, 20, "alloc", 0x4000);
+    op(&p, 'a'); /* item 3, fetched again as item 4 */
+    get(&p, 20);
+    op(&p, 'a');
+    op(&p, '}'); /* item 5: a frame, offered, declined */
+    key_str(&p, "filename", "a.py");
+    op(&p, 's');
+    op(&p, 'a');
+    str(&p, "action"); /* items 6 and 7, not dicts: never offered */
+    op(&p, 'a');
+    key_str(&p, "action", "alloc");
+    op(&p, 0x86); /* TUPLE2 */
+    op(&p, 'a');
+    end_dict(&p);
+    op(&p, '.');
+    for (int scan = 1; scan >= 0; scan--) {
+        pkl_arena arena = {0};
+        const pkl_value *root;
+        int offered = 0;
+        assert_int_equal(pkl_parse_sealed("p", p.b, p.n, scan ? keys : NULL, seal_any_action,
+                                          &offered, &arena, &root),
+                         COOP_OK);
+        const pkl_value *list = pkl_dict_get(root, "device_traces");
+        assert_non_null(list);
+        assert_int_equal(list->v.seq.len, 8);
+        assert_int_equal(offered, scan ? 4 : 0);
+        assert_true(pkl_str_eq(list->v.seq.items[6], "action"));
+        assert_int_equal(list->v.seq.items[7]->v.seq.len, 2);
+        assert_false(list->v.seq.items[7]->sealed);
+        for (size_t i = 0; i < 6; i++) {
+            const pkl_value *d = list->v.seq.items[i];
+            int sealed = scan && i < 3;
+            assert_int_equal(d->kind, PKL_DICT);
+            assert_int_equal(d->sealed, sealed);
+            if (sealed) {
+                assert_int_equal(d->tag, 1);
+                assert_int_equal(d->v.summary[0], d->offset);
+                assert_null(pkl_dict_get(d, "action"));
+            } else {
+                assert_non_null(pkl_dict_get(d, i < 5 ? "action" : "filename"));
+            }
+        }
+        assert_ptr_equal(list->v.seq.items[3], list->v.seq.items[4]);
+        pkl_arena_free(&arena);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -1903,6 +2181,8 @@ int main(void)
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_sealing_changes_nothing),
+        cmocka_unit_test(test_sealing_survives_memo_tricks),
+        cmocka_unit_test(test_sealing_offers_each_appended_dict_the_memo_spares),
         cmocka_unit_test(test_pruning_keeps_what_the_memo_fetches),
         cmocka_unit_test(test_pruning_mutations),
         cmocka_unit_test(test_same_but_pruned_catches_a_read_value_pruned),
