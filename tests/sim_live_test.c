@@ -177,8 +177,11 @@ static void dtr_full_cache_is_the_walk(void **state)
     uint64_t checks = 0, mismatches = 0;
     int differences = 0, searched = 0;
     /* the checked runs walk every cached value: under the sanitizers the
-     * whole sweep took 168 s of CI's ASan build, so there one ratio with
-     * light eviction and one with heavy (the plain build runs them all) */
+     * whole sweep took 168 s of CI's ASan build, so there two ratios at
+     * which every log evicts (the plain build runs them all): the shared
+     * logs' 0.9 and 0.5, the traces' 0.7 and 0.6 (2.4M values checked; 0.9
+     * and 0.4 checked 5.8M, 60 s under ASan: densenet121 at 0.4 2.9M, 33 s,
+     * lstm at 0.9 1.3M, 20 s) */
     bool quick = getenv("COOP_SANITIZED") != NULL;
     for (size_t t = 0;
          t < sizeof traces / sizeof *traces + sizeof shared_logs / sizeof *shared_logs; t++) {
@@ -196,7 +199,7 @@ static void dtr_full_cache_is_the_walk(void **state)
         uint64_t peak = sim_peak(&p, SIM_MEMORY_IDEAL);
         for (size_t i = 0; i < sizeof ratios / sizeof *ratios; i++) {
             if ((shared && ratios[i] < 0.5) ||
-                (quick && ratios[i] != 0.9 && ratios[i] != (shared ? 0.5 : 0.4)))
+                (quick && ratios[i] != (shared ? 0.9 : 0.7) && ratios[i] != (shared ? 0.5 : 0.6)))
                 continue;
             sim_options opt = sim_options_default(SIM_POLICY_DTR_FULL, SIM_MEMORY_IDEAL);
             sim_outcome cached = sim_run(&p, peak, &opt, ratios[i]);
