@@ -69,16 +69,10 @@ fi
 # make check with no TESTS builds everything the test suite needs and runs
 # nothing. No --status-bugs: the exit status is the build's own, and the
 # findings are counted from the report files.
-# libtool compiles each source of a library twice, PIC for the shared one and
-# non-PIC for the static one, and scan-build analyses every compile: the same
-# code twice. -shared makes it build the PIC object alone, which the static
-# archive then takes (these objects are analysed, never shipped).
-printf '%s\n' '#!/bin/sh' \
-    'case " $* " in *" --mode=compile "*) set -- "$@" -shared ;; esac' \
-    "exec /bin/sh '$work/build/libtool' \"\$@\"" >"$work/libtool-pic-only"
-chmod +x "$work/libtool-pic-only"
+# scripts/libtool_pic_only.sh: each library source compiled, so analysed, once
+# (libtool compiles it twice, PIC and non-PIC: the same code analysed twice)
 rc=0
-scan-build -o "$report" make -j"$jobs" check TESTS= LIBTOOL="$work/libtool-pic-only" \
+scan-build -o "$report" make -j"$jobs" check TESTS= LIBTOOL="$srcdir/scripts/libtool_pic_only.sh" \
     >"$work/build.log" 2>&1 || rc=$?
 if [ "$rc" -ne 0 ]; then
     echo "analyze: the build failed (exit $rc), see $work/build.log" >&2
