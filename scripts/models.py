@@ -25,6 +25,7 @@ import gc
 import importlib.machinery
 import importlib.util
 import inspect
+import math
 import os
 import re
 import sys
@@ -95,7 +96,9 @@ class Workload:
         and no recorder is running yet."""
         try:
             self.step()
-        except Exception as e:  # noqa: BLE001 - any failure of the user's own step
+        except WorkloadError:
+            raise
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - any failure of the user's own step
             source = getattr(self, "source", None)
             if source is None:
                 raise
@@ -428,35 +431,71 @@ def _user_exception(e, source):
     return out
 
 
+_USER_MODULES = {}  # real path -> module: a file that several --workload options name is imported once
+_SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _import_user_file(spec, path):
+    """FILE imported as python3 FILE would: its folder first on sys.path, and
+    its own sibling modules winning over coop's scripts/ modules of the same
+    name (a user's models.py over this one) while it imports. Theirs are put
+    back to coop's after, as coop's code and a user file without its own
+    models.py expect; an import inside FUNC that runs later gets coop's."""
+    name = "coop_user_workload_%d" % len(_USER_MODULES)
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    shadowed = {}
+    for n, m in list(sys.modules.items()):
+        if "." not in n and os.path.dirname(os.path.abspath(getattr(m, "__file__", None) or "/")) == _SCRIPTS \
+                and folder != _SCRIPTS and (os.path.isfile(os.path.join(folder, n + ".py"))
+                                            or os.path.isdir(os.path.join(folder, n))):
+            shadowed[n] = sys.modules.pop(n)
+    sys.modules[name] = module
+    try:
+        loader.exec_module(module)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's file failed to import (or exited)
+        hint = "; code that runs when FILE is imported belongs under if __name__ == \"__main__\":" \
+            if isinstance(e, SystemExit) else ""
+        raise WorkloadError("%s: importing %s raised %s%s" % (spec, path, _user_exception(e, spec), hint)) from None
+    finally:
+        sys.modules.update(shadowed)
+    _USER_MODULES[os.path.realpath(path)] = module
+    return module
+
+
 def workload_function(spec):
     """The function FUNC of spec "FILE.py:FUNC", from FILE imported as a
     module (this runs the user's code, on purpose: it is theirs) with its
-    folder first on sys.path, as python3 FILE would. Raises WorkloadError
-    for a spec without FUNC, a missing file, an import that raises, or no
-    callable FUNC in it."""
+    folder first on sys.path, as python3 FILE would (_import_user_file).
+    Raises WorkloadError for a spec without FUNC, a missing file, an import
+    that raises or exits, no callable FUNC in it, or a FUNC that cannot be
+    called as FUNC(device, batch)."""
     path, colon, func = spec.rpartition(":")
     if not colon or not path or not func:
         raise WorkloadError("%s: expected FILE.py:FUNC (the file defining your workload, the function building it)"
                             % spec)
+    if not os.path.isfile(path) and os.path.isfile(os.path.expanduser(path)):
+        path = os.path.expanduser(path)  # "~/x.py" quoted, or in --workload=~/x.py: no shell expanded it
     if not os.path.isfile(path):
         raise WorkloadError("%s: no such file: %s" % (spec, path))
-    name = "coop_user_workload_%d" % len([m for m in sys.modules if m.startswith("coop_user_workload_")])
-    loader = importlib.machinery.SourceFileLoader(name, path)
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
-    sys.modules[name] = module
-    folder = os.path.dirname(os.path.abspath(path))
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    try:
-        loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - the user's file failed to import
-        raise WorkloadError("%s: importing %s raised %s" % (spec, path, _user_exception(e, spec))) from None
+    module = _USER_MODULES.get(os.path.realpath(path)) or _import_user_file(spec, path)
     fn = getattr(module, func, None)
     if not callable(fn):
         defined = sorted(k for k, v in vars(module).items()
-                         if inspect.isfunction(v) and not k.startswith("_") and v.__module__ == name)
+                         if inspect.isfunction(v) and not k.startswith("_") and v.__module__ == module.__name__)
         raise WorkloadError("%s: %s defines no function %s (functions it defines: %s)"
                             % (spec, path, func, ", ".join(defined) or "none"))
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call will tell
+        return fn
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise WorkloadError("%s: %s%s cannot be called as %s(device, batch)" % (spec, func, signature, func)) from None
     return fn
 
 
@@ -473,6 +512,23 @@ def _type_name(v):
     return "None" if v is None else type(v).__name__
 
 
+def _one_value(spec, loss_fn):
+    """loss_fn, checking that it returns one value (a tensor of one
+    element, as backward() needs): else WorkloadError, in the warm-up step.
+    The check reads the shape only, so the recorder sees no operator."""
+
+    def loss(out, target):
+        value = loss_fn(out, target)
+        if not isinstance(value, torch.Tensor) or math.prod(value.shape) != 1:
+            what = ("a tensor of shape [%s]" % ", ".join(map(str, value.shape)) if isinstance(value, torch.Tensor)
+                    else _type_name(value))
+            raise WorkloadError("%s: loss_fn returned %s, expected one value (a scalar tensor: reduce it, e.g. "
+                                ".mean())" % (spec, what))
+        return value
+
+    return loss
+
+
 def user_workload(spec, fn, device, batch):
     """fn(device, batch) (fn from workload_function(spec)) as a Workload
     named by its name, else by FILE's stem. fn returns a Workload, a tuple
@@ -483,7 +539,7 @@ def user_workload(spec, fn, device, batch):
     WorkloadError when fn raises or returns something else."""
     try:
         got = fn(device, batch)
-    except Exception as e:  # noqa: BLE001 - the user's function failed
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's function failed (or exited)
         raise WorkloadError("%s: your function raised %s" % (spec, _user_exception(e, spec))) from None
     stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", os.path.splitext(os.path.basename(spec.rpartition(":")[0]))[0])
     if isinstance(got, Workload):
@@ -519,12 +575,17 @@ def user_workload(spec, fn, device, batch):
             if not ok:
                 raise WorkloadError("%s: %s is %s, expected %s" % (spec, key, _type_name(fields[key]), want))
         name = _check_name(spec, fields.get("name", stem))
+        trainable = [p for p in fields["model"].parameters() if p.requires_grad]
+        updated = {id(p) for group in fields["optimizer"].param_groups for p in group["params"]}
+        if trainable and not any(id(p) in updated for p in trainable):
+            raise WorkloadError("%s: the optimizer updates none of the model's %d trainable parameters (build it "
+                                "from model.parameters())" % (spec, len(trainable)))
         if isinstance(inputs, torch.Tensor):
             inputs = (inputs,)
         config = {"workload": spec}
         if batch is not None:
             config["batch"] = batch
-        w = Workload(name, fields["model"], tuple(inputs), fields["target"], fields["loss_fn"],
+        w = Workload(name, fields["model"], tuple(inputs), fields["target"], _one_value(spec, fields["loss_fn"]),
                      fields["optimizer"], config)
     w.source = spec
     return w

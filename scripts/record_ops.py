@@ -76,8 +76,10 @@ arguments, loss_fn(model(*inputs), target) the loss, optimizer a
 torch.optim.Optimizer over the model's parameters; name (default: FILE's
 stem) names the log. Give --workload several times for several models, with
 MODEL names or without. A missing file, no such FUNC, a FUNC, import or
-warm-up step that raises (the message and, where it is in FILE, the line),
-a return of another shape or type, two workloads of one name, or a step
+warm-up step that raises or calls sys.exit (the message and, where it is in
+FILE, the line), a FUNC not callable as FUNC(device, batch), a loss_fn returning
+more than one value, an optimizer over none of the model's parameters, a
+return of another shape or type, two workloads of one name, or a step
 that logs no operator: one line on stderr, "record_ops.py: error:
 --workload FILE.py:FUNC: why", exit 2, and no log for it. With --workload,
 DIR defaults to the current directory (traces/ holds coop's own logs, which

@@ -1031,6 +1031,67 @@ class UserWorkloadTest(unittest.TestCase):
         self.assertIn("its name 'mlp' is %s:make_workload's too" % f, err)
         self.assertEqual(os.listdir(self.out), ["mlp-train-step.ops.jsonl.gz"])
 
+    def write(self, relpath, text):
+        path = os.path.join(self.dir.name, relpath)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_exits_and_signatures_refused(self):
+        # a script's main code run on import, or a function that exits: one line and 2, never a silent
+        # exit 0 (or 3) with no log; a function that cannot take (device, batch): found before any is called
+        f = self.write("exits.py", "import sys\n\n\ndef stop(device, batch):\n    sys.exit(3)\n\n\n"
+                       "def no_args():\n    pass\n\n\ndef keywords(*, device, batch):\n    pass\n")
+        self.refused(record_ops.main, f + ":stop", "your function raised SystemExit: 3 (exits.py line 5)")
+        self.refused(record_ops.main, f + ":no_args", "no_args() cannot be called as no_args(device, batch)")
+        self.refused(record_ops.main, f + ":keywords",
+                     "keywords(*, device, batch) cannot be called as keywords(device, batch)")
+        script = self.write("script.py", "import sys\n\nsys.exit(0)\n")
+        self.refused(record_ops.main, script + ":main", "importing %s raised SystemExit: 0 (script.py line 3); "
+                     "code that runs when FILE is imported belongs under if __name__ == \"__main__\":" % script)
+        self.refused(record_traces.main, f + ":stop", "your function raised SystemExit: 3")
+
+    def test_loss_and_optimizer_checked(self):
+        # a loss that is no scalar tensor, an optimizer over none of the model's parameters (its log would
+        # show no update of them, and their gradients summed across steps): refused, saying which
+        f = self.write("checks.py", USER_WORKLOAD + (
+            "\n\ndef per_sample(device, batch):\n"
+            "    model, x, y, _, opt = make_workload(device, batch)\n"
+            "    return model, x, y, lambda out, t: F.cross_entropy(out, t, reduction='none'), opt\n"
+            "\n\ndef python_float(device, batch):\n"
+            "    model, x, y, _, opt = make_workload(device, batch)\n"
+            "    return model, x, y, lambda out, t: 0.5, opt\n"
+            "\n\ndef other_optimizer(device, batch):\n"
+            "    model, x, y, loss_fn, _ = make_workload(device, batch)\n"
+            "    return model, x, y, loss_fn, torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)\n"))
+        self.refused(record_ops.main, f + ":per_sample",
+                     "loss_fn returned a tensor of shape [8], expected one value (a scalar tensor")
+        self.refused(record_ops.main, f + ":python_float", "loss_fn returned float, expected one value")
+        self.refused(record_ops.main, f + ":other_optimizer",
+                     "the optimizer updates none of the model's 4 trainable parameters")
+
+    def test_users_own_models_py_and_one_import_per_file(self):
+        # the user's folder has its own models.py: their file's "from models import" gets theirs, as
+        # python3 FILE would, not coop's scripts/models.py; a file without one still gets coop's (as
+        # USER_WORKLOAD does); a file named twice is imported once, and "~/" is the home folder
+        proj = os.path.join(self.dir.name, "my proj")
+        self.write("my proj/models.py", "import torch.nn as nn\n\n\nclass MyNet(nn.Sequential):\n"
+                   "    def __init__(self):\n        super().__init__(nn.Linear(16, 4))\n")
+        self.write("my proj/train.py", "import torch\nimport torch.nn.functional as F\nfrom models import MyNet\n"
+                   "print('imported train.py')\n\n\ndef build(device, batch, name='mine'):\n"
+                   "    m = MyNet()\n    return (m, torch.randn(8, 16), torch.randint(0, 4, (8,)), F.cross_entropy,\n"
+                   "            torch.optim.SGD(m.parameters(), lr=0.1), name)\n\n\n"
+                   "def again(device, batch):\n    return build(device, batch, 'again')\n")
+        with mock.patch.dict(os.environ, {"HOME": proj}):
+            status, out, err = self.main(record_ops.main, "--workload", os.path.join(proj, "train.py") + ":build",
+                                         "--workload", "~/train.py:again", "--workload", self.file + ":make_workload")
+        self.assertEqual((status, err), (0, ""))
+        self.assertEqual(out.count("imported train.py"), 1, out)
+        self.assertEqual(sorted(os.listdir(self.out)), ["again-train-step.ops.jsonl.gz", "mine-train-step.ops.jsonl.gz",
+                                                        "mlp-train-step.ops.jsonl.gz"])
+        self.assertIs(sys.modules["models"], models)
+
     def test_record_traces_takes_the_same_workloads(self):
         status, out, err = self.main(record_traces.main, "--workload", self.file + ":make_workload")
         self.assertEqual((status, err), (0, ""))
