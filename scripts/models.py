@@ -567,7 +567,8 @@ def user_workload(spec, fn, device, batch):
         checks = (
             ("model", isinstance(fields["model"], nn.Module), "a torch.nn.Module"),
             ("inputs", isinstance(inputs, (torch.Tensor, tuple, list)),
-             "a tensor or a tuple / list of the model's arguments"),
+             "a tensor or a tuple / list of the model's arguments (for keyword arguments, return a "
+             "models.Workload subclass whose forward_loss calls the model)"),
             ("loss_fn", callable(fields["loss_fn"]), "callable as loss_fn(output, target)"),
             ("optimizer", isinstance(fields["optimizer"], torch.optim.Optimizer), "a torch.optim.Optimizer"),
         )

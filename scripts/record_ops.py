@@ -619,7 +619,7 @@ def main(argv=None):
             if name in recorded:
                 raise models.WorkloadError(
                     "%s: its name %r is %s's too, and the second log would replace the first; give it another "
-                    "name" % (label, name, recorded[name])
+                    "name (a sixth item of the tuple, or the dict's \"name\")" % (label, name, recorded[name])
                 )
             t0 = time.time()
             rec = record_step(w, buf.append, opts.clock, opts.writes == "content")

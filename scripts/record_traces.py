@@ -176,7 +176,7 @@ def record(build, out_dir, argv, recorded=None, name=None):
         if name in recorded:
             raise models.WorkloadError(
                 "%s: its name %r is %s's too, and the second trace would replace the first; give it another "
-                "name" % (label, name, recorded[name])
+                "name (a sixth item of the tuple, or the dict's \"name\")" % (label, name, recorded[name])
             )
         recorded[name] = label
     path = os.path.join(out_dir, "%s-train-step.trace.gz" % name)
