@@ -904,6 +904,11 @@ def bad_name(device, batch):
     return make_workload(device, batch) + ("../mlp",)
 
 
+def dict_inputs(device, batch):
+    model, x, y, loss_fn, opt = make_workload(device, batch)
+    return model, {"input": x}, y, loss_fn, opt
+
+
 def step_raises(device, batch):
     model, _, y, loss_fn, opt = make_workload(device, batch)
     return model, torch.zeros(8, 15), y, loss_fn, opt
@@ -1011,6 +1016,8 @@ class UserWorkloadTest(unittest.TestCase):
             (f + ":a_list", "your function returned list; " + expected),
             (f + ":too_short", "your function returned a tuple of 4 items; " + expected),
             (f + ":model_not_module", "model is str, expected a torch.nn.Module"),
+            (f + ":dict_inputs", "inputs is dict, expected a tensor or a tuple / list of the model's arguments "
+             "(for keyword arguments, return a models.Workload subclass whose forward_loss calls the model)"),
             (f + ":dict_without_optimizer", "your function's dict lacks optimizer and has unknown keys lr; "
              + expected),
             (f + ":bad_name", "name '../mlp' is not usable in a file name"),
@@ -1029,6 +1036,7 @@ class UserWorkloadTest(unittest.TestCase):
                                    f + ":make_workload")
         self.assertEqual(status, 2)
         self.assertIn("its name 'mlp' is %s:make_workload's too" % f, err)
+        self.assertIn("give it another name (a sixth item of the tuple, or the dict's \"name\")", err)
         self.assertEqual(os.listdir(self.out), ["mlp-train-step.ops.jsonl.gz"])
 
     def write(self, relpath, text):
