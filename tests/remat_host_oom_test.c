@@ -173,6 +173,23 @@ static void expect_create_outputs(scene *s)
     expect(s, "%s: out of host memory placing a tensor of * bytes", fn);
 }
 
+/* one output alone: named as an output of coop_tensor_create_outputs, not
+ * as coop_tensor_create's tensor (rev31-G) */
+static coop_status create_one_output(scene *s)
+{
+    const size_t sizes[1] = {U};
+    return coop_tensor_create_outputs(s->r, 1, sizes, 10, "x", &s->t[0], 1, EV, s->out);
+}
+
+static void expect_create_one_output(scene *s)
+{
+    const char *fn = "coop_tensor_create_outputs";
+    expect(s, "%s: out of host memory recording output 0 of 1 (%u bytes)", fn, U);
+    expect(s, "%s: out of host memory linking output 0 of 1 (%u bytes) to its 1 input", fn, U);
+    expect(s, "%s: placing a tensor of %u bytes: *", fn, U);
+    expect(s, "%s: out of host memory placing a tensor of %u bytes", fn, U);
+}
+
 static coop_status alias(scene *s)
 {
     return coop_tensor_alias(s->r, s->t[0], &s->out[0]);
@@ -182,6 +199,26 @@ static void expect_alias(scene *s)
 {
     expect(s, "coop_tensor_alias: out of host memory for a view of tensor %p (%u bytes)",
            (void *)s->t[0], U);
+}
+
+/* a constant and a view of it: the view's message names the view and its
+ * storage's bytes (a view's record holds no size; rev31-G) */
+static void constant_and_view(scene *s)
+{
+    one_constant(s);
+    assert_int_equal(coop_tensor_alias(s->r, s->t[0], &s->t[1]), COOP_OK);
+    s->n++;
+}
+
+static coop_status alias_of_view(scene *s)
+{
+    return coop_tensor_alias(s->r, s->t[1], &s->out[0]);
+}
+
+static void expect_alias_of_view(scene *s)
+{
+    expect(s, "coop_tensor_alias: out of host memory for a view of tensor %p (%u bytes)",
+           (void *)s->t[1], U);
 }
 
 /* a constant, then a chain of CHAIN tensors from it, all evicted by a
@@ -329,6 +366,30 @@ static void expect_mutate(scene *s)
     expect(s, "coop_tensor_mutate: placing a tensor of %u bytes: *", U);
 }
 
+/* three, and a view of x mutated: the message names the view and its
+ * storage's bytes (rev31-G) */
+static void three_and_view(scene *s)
+{
+    three(s, false);
+    assert_int_equal(coop_tensor_alias(s->r, s->t[1], &s->t[3]), COOP_OK);
+    s->n++;
+}
+
+static coop_status mutate_view(scene *s)
+{
+    return coop_tensor_mutate(s->r, s->t[3], 10, "m", &s->t[0], 1, NULL);
+}
+
+static void expect_mutate_view(scene *s)
+{
+    expect(s,
+           "coop_tensor_mutate: out of host memory recording an in-place op on tensor %p (%u "
+           "bytes) with 1 input",
+           (void *)s->t[3], U);
+    expect(s, "coop_tensor_mutate: out of host memory placing a tensor of %u bytes", U);
+    expect(s, "coop_tensor_mutate: placing a tensor of %u bytes: *", U);
+}
+
 /* 40 one-block tensors on 48 blocks: a 44-block tensor's window holds the
  * 8 free blocks and 36 tensors (more than the 32 listed on the stack) */
 static void many_tensors(scene *s)
@@ -414,6 +475,35 @@ static void expect_create_in_segments(scene *s)
     expect_create_common(s, 4 * U);
 }
 
+/* segments of 2 blocks, each holding two 1-block tensors (made in the
+ * segments four released 2-block ones left cached): the message's
+ * tensors and segments differ in number (rev31-G) */
+static void shared_segments(scene *s)
+{
+    s->pool = pool_with(8, 2, false);
+    s->r = context(s->pool, COOP_REMAT_COOP);
+    for (int i = 0; i < 4; i++)
+        make(s, 2 * U, NULL, EV);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(coop_tensor_release(s->r, s->t[i]), COOP_OK);
+        s->t[i] = NULL;
+    }
+    for (int i = 0; i < 8; i++)
+        make(s, U, NULL, EV);
+}
+
+static void expect_create_in_shared_segments(scene *s)
+{
+    const char *fn = "coop_tensor_create";
+    expect(s, "%s: out of host memory listing the segments to evict for a tensor of %u bytes", fn,
+           4 * U);
+    expect(s,
+           "%s: out of host memory listing the 8 tensors of 4 segments to evict for a tensor of "
+           "%u bytes",
+           fn, 4 * U);
+    expect_create_common(s, 4 * U);
+}
+
 /* VMM: four 2-block tensors, the first and third released and their pages
  * unmapped, then a 3-block tensor above them: a 2-block tensor fits either
  * hole but the capacity does not allow its pages, so tensors are evicted
@@ -472,6 +562,26 @@ static void expect_create_argmin(scene *s)
     expect_create_common(s, 2 * U);
 }
 
+/* full_argmin with room for one victim only: the second eviction's
+ * reservation grows the list, after one tensor was evicted (rev31-G) */
+static void full_argmin_one_victim(scene *s)
+{
+    full_argmin(s);
+    free(s->r->victims);
+    s->r->victims = malloc(sizeof *s->r->victims);
+    assert_non_null(s->r->victims);
+    s->r->cap_victims = 1;
+}
+
+static void expect_create_argmin_second(scene *s)
+{
+    expect(s,
+           "coop_tensor_create: out of host memory evicting for a tensor of %u bytes (1 evicted "
+           "before, which stay evicted)",
+           2 * U);
+    expect_create_common(s, 2 * U);
+}
+
 /* a context with nothing in it yet */
 static void empty_context(scene *s)
 {
@@ -497,19 +607,27 @@ static const scene_case cases[] = {
     {"coop_tensor_create: two inputs", two_constants, create_two_inputs, expect_create_fits, NULL},
     {"coop_tensor_create_outputs", one_constant, create_outputs, expect_create_outputs, NULL},
     {"coop_tensor_alias", one_constant, alias, expect_alias, NULL},
+    {"coop_tensor_alias: of a view", constant_and_view, alias_of_view, expect_alias_of_view, NULL},
+    {"coop_tensor_create_outputs: one", one_constant, create_one_output, expect_create_one_output,
+     NULL},
     {"coop_tensor_access: a chain", evicted_chain, access_chain, expect_access_chain, NULL},
     {"coop_tensor_pin: a chain", evicted_chain, pin_chain, expect_pin_chain, NULL},
     {"coop_tensor_access: in place", evicted_in_place, access_in_place, expect_access_in_place,
      NULL},
     {"coop_tensor_mutate: in place", three_in_place, mutate, expect_mutate, NULL},
     {"coop_tensor_mutate: copy-on-write", three_cow, mutate, expect_mutate, NULL},
+    {"coop_tensor_mutate: a view", three_and_view, mutate_view, expect_mutate_view, NULL},
     {"coop_tensor_create: window", many_tensors, create_in_window, expect_create_in_window, NULL},
     {"coop_tensor_create: long search", tiny_tensors, create_after_search,
      expect_create_after_search, NULL},
     {"coop_tensor_create: segments", full_segments, create_in_segments, expect_create_in_segments,
      NULL},
+    {"coop_tensor_create: shared segments", shared_segments, create_in_segments,
+     expect_create_in_shared_segments, NULL},
     {"coop_tensor_create: pages", holes_unmapped, create_for_pages, expect_create_for_pages, NULL},
     {"coop_tensor_create: argmin", full_argmin, create_argmin, expect_create_argmin, NULL},
+    {"coop_tensor_create: argmin, a second eviction", full_argmin_one_victim, create_argmin,
+     expect_create_argmin_second, "evicted before"},
 };
 
 /* The paths each case must force: the expected messages that are not a

@@ -396,6 +396,44 @@ static void misuse_names_the_call_the_tensor_and_the_numbers(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Through a view, the messages name the handle the user passed (not its
+ * storage) and the storage's pins (not the handle's). rev31-G: mutants
+ * naming the storage of an evicted input, or this handle's pins in
+ * coop_tensor_unpin's message, survived misuse_names_the_call_... */
+static void misuse_through_a_view_names_the_view(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(8);
+    coop_remat *r = context(pool, COOP_REMAT_DTR);
+    coop_tensor *a, *v, *t = NULL;
+    char want[256];
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, a, &v), COOP_OK);
+    /* pinned through a, unpinned through v: the storage has the pin */
+    assert_int_equal(coop_tensor_pin(r, a, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, v), COOP_ERR_INVALID);
+    snprintf(want, sizeof want,
+             "coop_tensor_unpin: tensor (%p) is not pinned through this handle (its storage has 1 "
+             "pins)",
+             (void *)v);
+    assert_string_equal(coop_last_error(), want);
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_OK);
+    /* v's storage evicted: the input named is v */
+    coop_tensor *fill;
+    assert_int_equal(coop_tensor_create(r, 8 * U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    assert_false(coop_tensor_resident(v));
+    assert_int_equal(coop_tensor_create(r, U, 1, "t", &v, 1, EV, &t), COOP_ERR_INVALID);
+    snprintf(want, sizeof want,
+             "coop_tensor_create: input 0 (%p) is not resident (access or pin it first)",
+             (void *)v);
+    assert_string_equal(coop_last_error(), want);
+    assert_null(t);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* Another context's tensor, a released one, NULLs, bad flags and costs. */
 static void bad_handles_and_arguments_change_nothing(void **state)
 {
@@ -977,6 +1015,7 @@ int main(void)
         cmocka_unit_test(a_long_chain_recomputes_on_a_small_stack),
         cmocka_unit_test(bad_handles_and_arguments_change_nothing),
         cmocka_unit_test(misuse_names_the_call_the_tensor_and_the_numbers),
+        cmocka_unit_test(misuse_through_a_view_names_the_view),
         cmocka_unit_test(a_nan_threshold_is_refused),
         cmocka_unit_test(create_refusals_name_the_call_and_argument),
         cmocka_unit_test(pins_belong_to_their_handle),
