@@ -414,7 +414,7 @@ static void misuse_through_a_view_names_the_view(void **state)
     assert_int_equal(coop_tensor_unpin(r, v), COOP_ERR_INVALID);
     snprintf(want, sizeof want,
              "coop_tensor_unpin: tensor (%p) is not pinned through this handle (its storage has 1 "
-             "pins)",
+             "pin)",
              (void *)v);
     assert_string_equal(coop_last_error(), want);
     assert_int_equal(coop_tensor_unpin(r, a), COOP_OK);
@@ -647,7 +647,7 @@ static void copy_on_write_refuses_a_pinned_tensor(void **state)
     assert_int_equal(coop_tensor_pin(r, a, &pinned), COOP_OK);
     assert_int_equal(coop_tensor_mutate(r, a, 100, "m", NULL, 0, &old), COOP_ERR_BUSY);
     char want[96]; /* which tensor, and its pins (rev31-B) */
-    snprintf(want, sizeof want, "coop_tensor_mutate: the storage of tensor (%p) is pinned (1 pins)",
+    snprintf(want, sizeof want, "coop_tensor_mutate: the storage of tensor (%p) is pinned (1 pin)",
              (void *)a);
     assert_true(error_says(want));
     assert_null(old);

@@ -864,8 +864,9 @@ static coop_status tensor_unpin(coop_remat *r, coop_tensor *t)
     if (!t->user_pins)
         return coop_set_error(COOP_ERR_INVALID,
                               "%s: tensor (%p) is not pinned through this handle (its storage has "
-                              "%u pins)",
-                              fn, (void *)t, (unsigned)t->base->pins);
+                              "%u pin%s)",
+                              fn, (void *)t, (unsigned)t->base->pins,
+                              t->base->pins == 1 ? "" : "s");
     t->user_pins--;
     remat_unpin(r, t->base);
     drop_if_unused(r, t->base);
@@ -981,10 +982,11 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
      * the storage is a user's) */
     if (r->cfg.copy_on_write && t->base->pins)
         return coop_set_error(COOP_ERR_BUSY,
-                              "%s: the storage of tensor (%p) is pinned (%u pins): copy-on-write "
+                              "%s: the storage of tensor (%p) is pinned (%u pin%s): copy-on-write "
                               "would move it to a new buffer and leave the pinned one evictable; "
                               "unpin it first",
-                              fn, (void *)t, (unsigned)t->base->pins);
+                              fn, (void *)t, (unsigned)t->base->pins,
+                              t->base->pins == 1 ? "" : "s");
     remat_maybe_collect(r); /* t and the inputs are held, so kept */
     coop_tensor *b = t->base;
     /* the inputs other than t's storage must be resident already, and stay
