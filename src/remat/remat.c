@@ -684,19 +684,14 @@ static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status f
         r->num_victims--;
     if (failed == COOP_OK || (unsigned)failed >= COOP_STATUS_COUNT)
         failed = COOP_ERR_BACKEND; /* not a status: the callback's failure all the same */
-    /* Name the call (remat_call_name) and the tensors: the one whose callback failed may be an
-     * input deep in a chain, not the one the owner asked for (frames[0], as materialize is never
-     * nested: callbacks cannot call in). */
-    const coop_tensor *asked = r->num_frames ? r->frames[0].t : t;
-    char input_of[80] = "";
-    if (asked != t)
-        snprintf(input_of, sizeof input_of, ", an input recomputed for tensor %p",
-                 (const void *)asked);
+    /* the call and the tensors (remat_describe): the one whose callback
+     * failed may be an input deep in a chain, not the one asked for */
+    char who[REMAT_DESCRIBE_MAX];
     return coop_set_error(failed,
-                          "%s: the recompute callback failed (%s) for tensor %p (%zu bytes)%s; "
-                          "it stays evicted and is recomputed at its next access",
-                          remat_call_name(r), coop_strerror(failed), (const void *)t, t->size,
-                          input_of);
+                          "%s: the recompute callback failed (%s) for %s; it stays evicted and is "
+                          "recomputed at its next access",
+                          remat_call_name(r), coop_strerror(failed),
+                          remat_describe(r, t, true, who, sizeof who));
 }
 
 /* Ends the top frame: with every input pinned (st COOP_OK), places its
