@@ -399,8 +399,7 @@ static int key_is_read(const machine *m, const pkl_value *key)
     if (key->kind != PKL_STR)
         return 1; /* pkl_dict_get finds str keys only; other keys' values stay whole */
     for (size_t i = 0; m->read_keys[i]; i++)
-        if (key->v.str.len == m->read_key_lens[i] &&
-            memcmp(key->v.str.ptr, m->read_keys[i], key->v.str.len) == 0)
+        if (pkl_str_eq_len(key, m->read_keys[i], m->read_key_lens[i]))
             return 1;
     return 0;
 }
@@ -929,8 +928,7 @@ coop_status pkl_parse_sealed(const char *path, const unsigned char *data, size_t
 
 int pkl_str_eq(const pkl_value *v, const char *s)
 {
-    size_t n = strlen(s);
-    return v && v->kind == PKL_STR && v->v.str.len == n && memcmp(v->v.str.ptr, s, n) == 0;
+    return pkl_str_eq_len(v, s, strlen(s));
 }
 
 const pkl_value *pkl_dict_get(const pkl_value *dict, const char *key)

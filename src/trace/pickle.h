@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "coop.h"
 
@@ -140,6 +141,13 @@ const pkl_value *pkl_dict_get(const pkl_value *dict, const char *key);
 
 /* Whether v is a str equal to s. */
 int pkl_str_eq(const pkl_value *v, const char *s);
+
+/* pkl_str_eq for an s of known length len: for comparisons in a loop over
+ * every key of a file, where strlen would be most of the work. */
+static inline int pkl_str_eq_len(const pkl_value *v, const char *s, size_t len)
+{
+    return v && v->kind == PKL_STR && v->v.str.len == len && memcmp(v->v.str.ptr, s, len) == 0;
+}
 
 /* Python's name of the value's type ("dict", "int", ...), for messages. */
 const char *pkl_type_name(const pkl_value *v);

@@ -250,11 +250,6 @@ typedef struct seal_keys {
     size_t lens[40];
 } seal_keys;
 
-static int key_is(const pkl_value *key, const char *s, size_t len)
-{
-    return key->kind == PKL_STR && key->v.str.len == len && memcmp(key->v.str.ptr, s, len) == 0;
-}
-
 /* The reader's pkl_seal_fn. It seals a dict that read_entry reads the same
  * from its summary: a str "action", each of summary_keys absent, an int or
  * None, none of the other keys looked up (so that read_segments, should the
@@ -270,23 +265,23 @@ static int seal_entry(void *ctx, const pkl_value *dict, uint64_t summary[4], uin
         return 0;
     const pkl_value *action = NULL, *values[NUM_SUMMARY_KEYS] = {0};
     for (size_t i = 0; i < n; i += 2)
-        if (key_is(dict->v.seq.items[i], "action", 6))
+        if (pkl_str_eq_len(dict->v.seq.items[i], "action", 6))
             action = dict->v.seq.items[i + 1];
     if (!action || action->kind != PKL_STR) /* a stack frame has none */
         return 0;
     for (size_t i = 0; i < n; i += 2) {
         const pkl_value *key = dict->v.seq.items[i];
-        if (key->kind != PKL_STR || key_is(key, "action", 6))
+        if (key->kind != PKL_STR || pkl_str_eq_len(key, "action", 6))
             continue;
         size_t k = 0;
-        while (k < NUM_SUMMARY_KEYS && !key_is(key, summary_keys[k], sk->lens[k]))
+        while (k < NUM_SUMMARY_KEYS && !pkl_str_eq_len(key, summary_keys[k], sk->lens[k]))
             k++;
         if (k < NUM_SUMMARY_KEYS) {
             values[k] = dict->v.seq.items[i + 1];
             continue;
         }
         for (size_t j = 0; sk->keys[j]; j++)
-            if (key_is(key, sk->keys[j], sk->lens[NUM_SUMMARY_KEYS + j]))
+            if (pkl_str_eq_len(key, sk->keys[j], sk->lens[NUM_SUMMARY_KEYS + j]))
                 return 0;
     }
     unsigned bits = NUM_ACTIONS; /* a str that names no action */
