@@ -466,6 +466,25 @@ def _import_user_file(spec, path):
     return module
 
 
+def refuse(ap, error):
+    """Exits 2 with one line naming the user's workload and what is wrong
+    with it (no usage text, no traceback): the recorders' way to report a
+    WorkloadError."""
+    ap.exit(2, "%s: error: --workload %s\n" % (ap.prog, error))
+
+
+def claim_name(recorded, name, label, output):
+    """Notes in recorded ({name: label}) that this run writes NAME's output
+    (a "log", a "trace"), from label; raises WorkloadError when an earlier
+    workload of the run has that name: its output would be replaced."""
+    if name in recorded:
+        raise WorkloadError(
+            "%s: its name %r is %s's too, and the second %s would replace the first; give it another "
+            "name (a sixth item of the tuple, or the dict's \"name\")" % (label, name, recorded[name], output)
+        )
+    recorded[name] = label
+
+
 def workload_function(spec):
     """The function FUNC of spec "FILE.py:FUNC", from FILE imported as a
     module (this runs the user's code, on purpose: it is theirs) with its

@@ -540,12 +540,6 @@ def _open_text(path):
     return open(path, encoding="utf-8")
 
 
-def _refuse(ap, error):
-    """Exit 2 with one line naming the user's workload and what is wrong
-    with it (no usage text, no traceback)."""
-    ap.exit(2, "%s: error: --workload %s\n" % (ap.prog, error))
-
-
 def main(argv=None):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
@@ -604,7 +598,7 @@ def main(argv=None):
         try:
             jobs.append((spec, models.workload_function(spec)))
         except models.WorkloadError as e:
-            _refuse(ap, e)
+            models.refuse(ap, e)
     if opts.clock == "thread":
         torch.set_num_threads(1)  # the thread clock sees only this thread's work
     recorded = {}  # log name -> what it was recorded from
@@ -616,11 +610,7 @@ def main(argv=None):
             else:
                 w = models.user_workload(label, fn, torch.device("cpu"), opts.batch)
             name = label if fn is None else w.name
-            if name in recorded:
-                raise models.WorkloadError(
-                    "%s: its name %r is %s's too, and the second log would replace the first; give it another "
-                    "name (a sixth item of the tuple, or the dict's \"name\")" % (label, name, recorded[name])
-                )
+            models.claim_name(recorded, name, label, "log")
             t0 = time.time()
             rec = record_step(w, buf.append, opts.clock, opts.writes == "content")
             if not (rec.counts.get("CALL") or rec.counts.get("MUTATE")):
@@ -629,8 +619,7 @@ def main(argv=None):
                     "torch tensors, on this thread?): nothing for coop sim to replay, no log written" % label
                 )
         except models.WorkloadError as e:
-            _refuse(ap, e)
-        recorded[name] = label
+            models.refuse(ap, e)
         path = os.path.join(opts.out_dir, "%s-train-step.ops.jsonl.gz" % name)
         elapsed = time.time() - t0
         text = "\n".join(buf) + "\n"

@@ -173,12 +173,7 @@ def record(build, out_dir, argv, recorded=None, name=None):
     lines, stats = to_trace(events, marker, header)
     label = w.source or name
     if recorded is not None:
-        if name in recorded:
-            raise models.WorkloadError(
-                "%s: its name %r is %s's too, and the second trace would replace the first; give it another "
-                "name (a sixth item of the tuple, or the dict's \"name\")" % (label, name, recorded[name])
-            )
-        recorded[name] = label
+        models.claim_name(recorded, name, label, "trace")
     path = os.path.join(out_dir, "%s-train-step.trace.gz" % name)
     models.write_gz(path, ("\n".join(lines) + "\n").encode())
     stats["profiled_events"] = len(events)
@@ -222,7 +217,7 @@ def main(argv=None):
             record(build, opts.out_dir, argv, recorded, name)
             gc.collect()
     except models.WorkloadError as e:
-        ap.exit(2, "%s: error: --workload %s\n" % (ap.prog, e))
+        models.refuse(ap, e)
     return 0
 
 
