@@ -94,6 +94,18 @@ static sim_runtime chain_runtime(sim_program *p, rt_storage st[6])
     return (sim_runtime){.prog = p, .storages = st, .num_created_tensors = p->num_tensors};
 }
 
+/* chain_runtime with each storage's one tensor created and held by a
+ * handle (num_created 1, ref_ext 1), the state the cost tests start from. */
+static sim_runtime held_chain_runtime(sim_program *p, rt_storage st[6])
+{
+    sim_runtime rt = chain_runtime(p, st);
+    for (uint32_t s = 0; s < 6; s++) {
+        st[s].num_created = 1;
+        st[s].ref_ext = 1;
+    }
+    return rt;
+}
+
 /* Each storage's distinct neighbours, each with the tensor whose creation
  * makes it one, in creation order: a (tensor and storage 1) has w as its
  * op's input from its own creation on, then its consumers b (2) and e (5). */
@@ -135,11 +147,7 @@ static void live_cost_counts_what_recomputation_needs(void **state)
     (void)state;
     sim_program p;
     rt_storage st[6];
-    sim_runtime rt = chain_runtime(&p, st);
-    for (uint32_t s = 0; s < 6; s++) {
-        st[s].num_created = 1;
-        st[s].ref_ext = 1;
-    }
+    sim_runtime rt = held_chain_runtime(&p, st);
     for (uint32_t s = 1; s <= 3; s++)
         st[s].material = false;
     assert_int_equal(sim_live_compute(&rt, 4), 5 + 40 + 20 + 10);
@@ -928,11 +936,7 @@ static void dtr_full_counts_both_evicted_regions(void **state)
     (void)state;
     sim_program p;
     rt_storage st[6];
-    sim_runtime rt = chain_runtime(&p, st);
-    for (uint32_t s = 0; s < 6; s++) {
-        st[s].num_created = 1;
-        st[s].ref_ext = 1;
-    }
+    sim_runtime rt = held_chain_runtime(&p, st);
     st[2].material = false;
     st[4].material = false;
     rt.clock = 100;
@@ -1020,11 +1024,7 @@ static void dtr_full_scores_a_stale_bound_equal_to_the_best(void **state)
     (void)state;
     sim_program p;
     rt_storage st[6];
-    sim_runtime rt = chain_runtime(&p, st);
-    for (uint32_t s = 0; s < 6; s++) {
-        st[s].num_created = 1;
-        st[s].ref_ext = 1;
-    }
+    sim_runtime rt = held_chain_runtime(&p, st);
     st[4].compute = 20; /* d: as b */
     st[3].compute = 0;  /* c: free to recompute */
     rt.policy = SIM_POLICY_DTR_FULL;
