@@ -179,14 +179,18 @@ for engine in sim lib; do
         fail "$engine table: fields per line $got"
 done
 # the table's figures: the ratio with 2 decimals, overhead 4, frag 3; a log
-# name longer than its 28 columns is cut there
+# name longer than the log column's 28 characters widens it (it was cut
+# there), and every row's policy starts where the header's does
 got=$($coop sim --no-min-ratio --policy dtr --budget 0.9 "$data/sim_evict_once.jsonl" |
     awk 'NR == 2 { print $4, $6, $14 }')
 [ "$got" = "0.90 1.1000 0.111" ] || fail "evict once's table: '$got'"
 cp "$tmp/four.jsonl" "$tmp/four-tensors-of-512-bytes-each.jsonl"
-got=$($coop sim --no-min-ratio --policy dtr --budget 1 "$tmp/four-tensors-of-512-bytes-each.jsonl" |
-    awk 'NR == 2 { print $1 }')
-[ "$got" = "four-tensors-of-512-bytes-ea" ] || fail "the log column: '$got'"
+$coop sim --no-min-ratio --policy dtr --budget 1 "$tmp/four-tensors-of-512-bytes-each.jsonl" \
+    "$data/sim_evict_once.jsonl" >"$tmp/table" || fail "the log column: exited $?"
+got=$(awk 'NR == 2 { print $1 }' "$tmp/table")
+[ "$got" = "four-tensors-of-512-bytes-each.jsonl" ] || fail "the log column: '$got'"
+got=$(awk '{ print index($0, $2) }' "$tmp/table" | sort -u | tr '\n' ' ')
+[ "$got" = "38 " ] || fail "the policy column starts at $got: $(cat "$tmp/table")"
 # --stable-min-ratio adds its column to the header too
 got=$($coop sim --stable-min-ratio=0.5 --policy dtr --budget 1 "$data/sim_evict_once.jsonl" |
     awk 'NR == 1 { print NF, $NF }')

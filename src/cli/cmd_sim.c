@@ -217,11 +217,28 @@ static void row_end(sim_row *r, const sim_thresholds *th)
 }
 
 /* One run's row; n: the lib engine's counts, NULL for the simulator. */
-static void print_row(bool json, const char *log, const char *policy, const char *memory,
-                      const sim_outcome *o, const sim_lib_counts *n, const sim_thresholds *th)
+/* The table's log column: wide enough for every log's name (the name a
+ * row prints, the path after its last slash), at least 28. Clipped at 28
+ * before, "densenet121-train-step.ops.jsonl.gz" and its siblings were told
+ * apart only by their first 28 characters. */
+static int log_column_width(char *const *paths, int n)
+{
+    size_t width = 28;
+    for (int i = 0; i < n; i++) {
+        const char *slash = strrchr(paths[i], '/');
+        size_t len = strlen(slash ? slash + 1 : paths[i]);
+        if (len > width)
+            width = len;
+    }
+    return width > 4096 ? 4096 : (int)width;
+}
+
+static void print_row(bool json, int log_width, const char *log, const char *policy,
+                      const char *memory, const sim_outcome *o, const sim_lib_counts *n,
+                      const sim_thresholds *th)
 {
     sim_row r = {.json = json};
-    row_text(&r, "log", 28, true, log);
+    row_text(&r, "log", log_width, true, log);
     if (n) /* JSON names the engine first, the table after the policy */
         row_text(&r, "engine", 0, false, "lib");
     row_text(&r, "policy", 9, false, policy);
@@ -480,17 +497,18 @@ int cmd_sim(int argc, char **argv)
     if (!cli_inputs_readable("coop sim", argv + optind, (size_t)(argc - optind)))
         return 2;
     int status = 0;
+    int log_width = log_column_width(argv + optind, argc - optind);
     if (!json && lib)
-        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s %8s %10s %9s "
+        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s %8s %10s %9s "
                "%9s %9s",
-               "log", "policy", "engine", "ratio", "result", "overhead", "evictions", "remat_ops",
-               "search_p50", "search_p99", "heur_evals", "frag", "ffail", "searches", "inplace",
-               "multi_call", "views", "zero_size", "min_ratio");
+               log_width, "log", "policy", "engine", "ratio", "result", "overhead", "evictions",
+               "remat_ops", "search_p50", "search_p99", "heur_evals", "frag", "ffail", "searches",
+               "inplace", "multi_call", "views", "zero_size", "min_ratio");
     else if (!json)
-        printf("%-28s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s", "log",
-               "policy", "memory", "ratio", "result", "overhead", "evictions", "remat_ops",
-               "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag", "ffail",
-               "min_ratio");
+        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s",
+               log_width, "log", "policy", "memory", "ratio", "result", "overhead", "evictions",
+               "remat_ops", "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag",
+               "ffail", "min_ratio");
     if (!json)
         printf(want_stable ? " %9s\n" : "\n", "stable");
     for (int a = optind; a < argc; a++) {
@@ -550,7 +568,8 @@ int cmd_sim(int argc, char **argv)
                                     : sim_run(&prog, peak, &opt, ratios[k]);
                 if (o.result == SIM_ERROR)
                     return stop_on_error(&prog, prog.name, NULL, status);
-                print_row(json, prog.name, policy_items[i], memory, &o, lib ? &n : NULL, &th);
+                print_row(json, log_width, prog.name, policy_items[i], memory, &o, lib ? &n : NULL,
+                          &th);
                 /* each row is out as it is made; one that cannot be written
                  * (a full disk, a closed pipe with SIGPIPE ignored) stops
                  * the runs: their rows would be lost too. Said at exit. */
