@@ -1,6 +1,7 @@
 /* coop sim: rematerialization under a memory budget on operator logs. */
 #include <ctype.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,15 +146,13 @@ static void print_json_string(const char *s)
     putchar('"');
 }
 
-/* A text column: left-aligned, cut to width where clip. */
-static void row_text(sim_row *r, const char *key, int width, bool clip, const char *v)
+/* A text column, left-aligned (a longer text widens its cell). */
+static void row_text(sim_row *r, const char *key, int width, const char *v)
 {
     if (!row_field(r, key, width))
         return;
     if (r->json)
         print_json_string(v);
-    else if (clip)
-        printf("%-*.*s ", width, width, v);
     else
         printf("%-*s ", width, v);
 }
@@ -230,7 +229,7 @@ static int log_column_width(char *const *paths, int n)
         if (len > width)
             width = len;
     }
-    return width > 4096 ? 4096 : (int)width;
+    return width > INT_MAX ? INT_MAX : (int)width;
 }
 
 static void print_row(bool json, int log_width, const char *log, const char *policy,
@@ -238,15 +237,15 @@ static void print_row(bool json, int log_width, const char *log, const char *pol
                       const sim_thresholds *th)
 {
     sim_row r = {.json = json};
-    row_text(&r, "log", log_width, true, log);
+    row_text(&r, "log", log_width, log);
     if (n) /* JSON names the engine first, the table after the policy */
-        row_text(&r, "engine", 0, false, "lib");
-    row_text(&r, "policy", 9, false, policy);
-    row_text(&r, "memory", n ? 0 : 6, false, memory);
+        row_text(&r, "engine", 0, "lib");
+    row_text(&r, "policy", 9, policy);
+    row_text(&r, "memory", n ? 0 : 6, memory);
     if (n)
-        row_text(&r, NULL, 6, false, "lib");
+        row_text(&r, NULL, 6, "lib");
     row_real(&r, "budget_ratio", 5, 2, true, o->budget_ratio);
-    row_text(&r, "result", 6, false, sim_result_name(o->result));
+    row_text(&r, "result", 6, sim_result_name(o->result));
     row_real(&r, "overhead", 8, 4, false, o->overhead);
     row_count(&r, "evictions", 9, o->evictions);
     row_count(&r, "remat_ops", 9, o->remat_ops);
