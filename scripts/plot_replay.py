@@ -24,19 +24,11 @@ import os
 import re
 import sys
 
-# a python3 without it (another interpreter first on PATH) gets one line, not
-# an ImportError traceback
-try:
-    import matplotlib
-except ImportError as e:
-    sys.exit("plot_replay.py: needs matplotlib (Debian: python3-matplotlib, which scripts/setup.sh "
-             "installs; or run it with /usr/bin/python3): %s" % e)
+import atomic_file
+import pyplot_agg
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot_agg.pyplot("plot_replay.py")
 from matplotlib.collections import PolyCollection  # noqa: E402
-
-import atomic_file  # noqa: E402
 
 MiB = 1024.0 * 1024.0
 ASCII_SPACES = re.compile(r"[ \t\n\r\f\v]+")

@@ -13,19 +13,11 @@ import argparse
 import math
 import sys
 
-# a python3 without it (another interpreter first on PATH) gets one line, not
-# an ImportError traceback
-try:
-    import matplotlib
-except ImportError as e:
-    sys.exit("plot_sim.py: needs matplotlib (Debian: python3-matplotlib, which scripts/setup.sh "
-             "installs; or run it with /usr/bin/python3): %s" % e)
+import atomic_file
+import json_rows
+import pyplot_agg
 
-import atomic_file  # noqa: E402
-import json_rows  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt = pyplot_agg.pyplot("plot_sim.py")
 
 
 def die(message):
