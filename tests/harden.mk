@@ -177,3 +177,17 @@ tests_error_paths_torch_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
 tests_error_paths_torch_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
 tests_error_paths_torch_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
 endif
+
+# a backend map failing after the remat layer evicted for a tensor (a
+# window's, an argmin eviction's): the refusal's words, the pool and the
+# victims intact (tests/README.md, "Remat: a backend failure after an
+# eviction")
+if HAVE_CMOCKA
+check_PROGRAMS += tests/remat_backend_fault_test
+TESTS += tests/remat_backend_fault_test
+tests_remat_backend_fault_test_SOURCES = tests/remat_backend_fault_test.c tests/host_alloc_fault.c \
+	tests/host_alloc_fault.h
+tests_remat_backend_fault_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
+tests_remat_backend_fault_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
+tests_remat_backend_fault_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+endif
