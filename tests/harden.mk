@@ -108,7 +108,7 @@ TESTS += tests/host_alloc_readers_test
 tests_host_alloc_readers_test_SOURCES = tests/host_alloc_readers_test.c $(HOST_ALLOC_SWEEP)
 tests_host_alloc_readers_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
 tests_host_alloc_readers_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
-tests_host_alloc_readers_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+tests_host_alloc_readers_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP) -Wl,--wrap=gzdopen
 check_PROGRAMS += tests/host_alloc_sim_test
 TESTS += tests/host_alloc_sim_test
 tests_host_alloc_sim_test_SOURCES = tests/host_alloc_sim_test.c $(HOST_ALLOC_SWEEP)
