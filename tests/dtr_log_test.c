@@ -523,6 +523,67 @@ static void test_name_table_refuses_past_its_limit(void **state)
     name_table_free(&t);
 }
 
+/* The reader's refusals at its 32-bit limits, which take 2^32 - 1 names
+ * or arguments to reach (tens of GB): the link wraps name_table_intern
+ * (-Wl,--wrap=name_table_intern, src/remat/remat.mk) so that a test can
+ * make it answer "full", or forge the log's argument count at the limit,
+ * as test_name_table_refuses_past_its_limit forges the table's. */
+int __real_name_table_intern(name_table *t, const char *name, uint32_t *id);
+int __wrap_name_table_intern(name_table *t, const char *name, uint32_t *id);
+
+static enum { INTERN_PLAIN, INTERN_FULL, INTERN_ARGS_AT_LIMIT } intern_next;
+static dtr_log *intern_log; /* INTERN_ARGS_AT_LIMIT's */
+
+int __wrap_name_table_intern(name_table *t, const char *name, uint32_t *id)
+{
+    if (intern_next == INTERN_FULL) {
+        intern_next = INTERN_PLAIN;
+        return NAME_TABLE_FULL;
+    }
+    int r = __real_name_table_intern(t, name, id);
+    if (intern_next == INTERN_ARGS_AT_LIMIT) {
+        intern_next = INTERN_PLAIN;
+        intern_log->num_args = UINT32_MAX;
+    }
+    return r;
+}
+
+/* A full name table is bad input named as such, not out of memory
+ * (mutant T4-36). */
+static void test_a_full_name_table_is_not_out_of_memory(void **state)
+{
+    (void)state;
+    static const char text[] = "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"w\"}\n";
+    dtr_log log;
+    intern_next = INTERN_FULL;
+    coop_status st = dtr_log_parse_buffer("full.log", text, sizeof text - 1, &log);
+    assert_int_equal(intern_next, INTERN_PLAIN); /* it was asked */
+    assert_int_equal(st, COOP_ERR_INVALID);
+    char want[96];
+    snprintf(want, sizeof want, "full.log:1: more than %" PRIu32 " distinct names",
+             (uint32_t)NAME_TABLE_MAX);
+    assert_string_equal(coop_last_error(), want);
+}
+
+/* Arguments past 2^32 - 1 in the log, counting those already read: a CALL
+ * whose one argument brings the count to UINT32_MAX (forged as it is
+ * interned) cannot stage its result (mutant T4-39: the bound without the
+ * count already read). */
+static void test_arguments_past_the_32_bit_index_are_refused(void **state)
+{
+    (void)state;
+    static const char text[] = "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"w\"],"
+                               "\"RESULT\":[\"a\"],\"TIME\":\"1\"}\n";
+    dtr_log log;
+    intern_log = &log;
+    intern_next = INTERN_ARGS_AT_LIMIT; /* the line's first intern: its argument */
+    coop_status st = dtr_log_parse_buffer("args.log", text, sizeof text - 1, &log);
+    assert_int_equal(intern_next, INTERN_PLAIN);
+    assert_int_equal(st, COOP_ERR_INVALID);
+    assert_string_equal(coop_last_error(),
+                        "args.log:1: more than 2^32 - 1 tensor arguments in the log");
+}
+
 static void test_chosen_names_do_not_cluster(void **state)
 {
     (void)state;
@@ -582,6 +643,8 @@ int main(void)
         cmocka_unit_test(view_rebinding_its_argument_keeps_the_storage),
         cmocka_unit_test(test_chosen_names_do_not_cluster),
         cmocka_unit_test(test_name_table_refuses_past_its_limit),
+        cmocka_unit_test(test_a_full_name_table_is_not_out_of_memory),
+        cmocka_unit_test(test_arguments_past_the_32_bit_index_are_refused),
         cmocka_unit_test(test_names_are_found_after_the_table_grows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -108,7 +108,7 @@ TESTS += tests/host_alloc_readers_test
 tests_host_alloc_readers_test_SOURCES = tests/host_alloc_readers_test.c $(HOST_ALLOC_SWEEP)
 tests_host_alloc_readers_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
 tests_host_alloc_readers_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
-tests_host_alloc_readers_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+tests_host_alloc_readers_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP) -Wl,--wrap=gzdopen
 check_PROGRAMS += tests/host_alloc_sim_test
 TESTS += tests/host_alloc_sim_test
 tests_host_alloc_sim_test_SOURCES = tests/host_alloc_sim_test.c $(HOST_ALLOC_SWEEP)
@@ -176,4 +176,18 @@ tests_error_paths_torch_test_SOURCES = tests/error_paths_torch_test.c tests/host
 tests_error_paths_torch_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
 tests_error_paths_torch_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
 tests_error_paths_torch_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
+endif
+
+# a backend map failing after the remat layer evicted for a tensor (a
+# window's, an argmin eviction's): the refusal's words, the pool and the
+# victims intact (tests/README.md, "Remat: a backend failure after an
+# eviction")
+if HAVE_CMOCKA
+check_PROGRAMS += tests/remat_backend_fault_test
+TESTS += tests/remat_backend_fault_test
+tests_remat_backend_fault_test_SOURCES = tests/remat_backend_fault_test.c tests/host_alloc_fault.c \
+	tests/host_alloc_fault.h
+tests_remat_backend_fault_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
+tests_remat_backend_fault_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
+tests_remat_backend_fault_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
 endif

@@ -3,7 +3,13 @@
  * reader on a small input: pickle, text, gzip text (and the text writer
  * that makes it), minimalloc CSV, DTR log, and trace_read's detection. A
  * refused read leaves its output zeroed; a recovered one reads every event.
+ * Then a pipe kept whole (trace/spool.h) with each of its allocations, and
+ * zlib's gzdopen of the copy (-Wl,--wrap=gzdopen: the wrapper below fails
+ * it when armed, as zlib does without memory for its state), failing:
+ * no descriptor is left open.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +21,11 @@
 
 #include <cmocka.h>
 
+#include <zlib.h>
+
 #include "coop.h"
+#include "trace/input.h"
+#include "trace/spool.h"
 #include "trace/trace.h"
 
 #include "host_alloc_fault.h"
@@ -388,6 +398,120 @@ static void snapshot_out_of_memory_names_its_byte(void **state)
     assert_true(named >= 1);
 }
 
+/* ---- pipes kept whole (mutants P22, P28 of docs/mutation-testing.md) ---- */
+
+gzFile __real_gzdopen(int fd, const char *mode);
+gzFile __wrap_gzdopen(int fd, const char *mode);
+
+static bool gzdopen_fails; /* the next gzdopen returns NULL (ENOMEM) */
+
+gzFile __wrap_gzdopen(int fd, const char *mode)
+{
+    if (gzdopen_fails) {
+        gzdopen_fails = false;
+        errno = ENOMEM;
+        return NULL;
+    }
+    return __real_gzdopen(fd, mode);
+}
+
+/* Descriptors open in this process now. */
+static int open_descriptors(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* opendir's own */
+}
+
+static const char pipe_text[] = "coop-trace 1\nA 1 10 0\nF 1\n";
+
+/* Descriptor 0 becomes a fresh pipe holding pipe_text, its writer closed:
+ * "/dev/stdin" is then kept through descriptor 0 (trace_spool_keep). */
+static void stdin_pipe(void)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    assert_int_equal(write(fds[1], pipe_text, sizeof pipe_text - 1), (ssize_t)sizeof pipe_text - 1);
+    close(fds[1]);
+    assert_int_equal(dup2(fds[0], STDIN_FILENO), STDIN_FILENO);
+    close(fds[0]);
+}
+
+/* Each allocation of keeping a pipe failing in turn (the temporary name,
+ * the copy's buffer, the name kept, the list): COOP_ERR_HOST_NOMEM naming
+ * the pipe, nothing kept, and the copy's descriptor closed (P22: a copy
+ * made but not registered was left open). */
+static void a_pipe_not_kept_leaves_no_descriptor(void **state)
+{
+    (void)state;
+    int saved = dup(STDIN_FILENO);
+    assert_true(saved >= 0);
+    int refusals = 0;
+    for (long n = 1; n < 100; n++) {
+        stdin_pipe();
+        int before = open_descriptors();
+        long live = host_fault_live();
+        host_fault_arm(n);
+        coop_status st = trace_spool_keep("/dev/stdin");
+        bool hit = host_fault_disarm();
+        if (st != COOP_OK) {
+            refusals++;
+            assert_true(hit);
+            assert_int_equal(st, COOP_ERR_HOST_NOMEM);
+            assert_non_null(strstr(coop_last_error(), "/dev/stdin: out of memory"));
+            assert_int_equal(trace_spool_open("/dev/stdin"), -1); /* nothing kept */
+        }
+        trace_spool_drop("/dev/stdin");
+        if (open_descriptors() != before)
+            fail_msg("allocation %ld failed: %d descriptors left open", n,
+                     open_descriptors() - before);
+        if (!hit) {
+            /* live may keep the list of kept pipes, grown once */
+            assert_int_equal(st, COOP_OK);
+            break;
+        }
+        if (host_fault_live() != live)
+            fail_msg("allocation %ld failed: %ld host blocks leaked", n, host_fault_live() - live);
+    }
+    /* the temporary name, the copy's buffer, the kept name at least */
+    assert_true(refusals >= 3);
+    assert_int_equal(dup2(saved, STDIN_FILENO), STDIN_FILENO);
+    close(saved);
+}
+
+/* A kept copy that zlib cannot open (gzdopen without memory): the read is
+ * refused as out of host memory and the descriptor trace_spool_open gave
+ * is closed (P28: it was left open). */
+static void a_kept_copy_zlib_cannot_open_is_closed(void **state)
+{
+    (void)state;
+    int saved = dup(STDIN_FILENO);
+    assert_true(saved >= 0);
+    stdin_pipe();
+    int before = open_descriptors();
+    assert_int_equal(trace_spool_keep("/dev/stdin"), COOP_OK);
+    unsigned char *data;
+    size_t len;
+    gzdopen_fails = true;
+    coop_status st = trace_input_slurp("/dev/stdin", &data, &len);
+    assert_false(gzdopen_fails); /* the copy was opened through gzdopen */
+    assert_int_equal(st, COOP_ERR_HOST_NOMEM);
+    assert_string_equal(coop_last_error(), "/dev/stdin: cannot open: out of host memory");
+    /* the copy is still kept and reads whole */
+    assert_int_equal(trace_input_slurp("/dev/stdin", &data, &len), COOP_OK);
+    assert_int_equal(len, sizeof pipe_text - 1);
+    assert_memory_equal(data, pipe_text, len);
+    free(data);
+    trace_spool_drop("/dev/stdin");
+    assert_int_equal(open_descriptors(), before);
+    assert_int_equal(dup2(saved, STDIN_FILENO), STDIN_FILENO);
+    close(saved);
+}
+
 int main(void)
 {
     host_fault_install();
@@ -397,6 +521,8 @@ int main(void)
         cmocka_unit_test(long_trace_is_held_once),
         cmocka_unit_test(snapshot_is_read_without_its_frames),
         cmocka_unit_test(snapshot_out_of_memory_names_its_byte),
+        cmocka_unit_test(a_pipe_not_kept_leaves_no_descriptor),
+        cmocka_unit_test(a_kept_copy_zlib_cannot_open_is_closed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,7 +68,7 @@ tests_union_find_test_LDFLAGS = $(TESTLDFLAGS)
 tests_dtr_log_test_SOURCES = tests/dtr_log_test.c
 tests_dtr_log_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
 tests_dtr_log_test_LDADD = $(TESTLIBS) $(ZLIB_LIBS)
-tests_dtr_log_test_LDFLAGS = $(TESTLDFLAGS)
+tests_dtr_log_test_LDFLAGS = $(TESTLDFLAGS) -Wl,--wrap=name_table_intern
 tests_sim_test_SOURCES = tests/sim_test.c
 tests_sim_test_CFLAGS = $(TESTCFLAGS)
 tests_sim_test_LDADD = $(TESTLIBS)

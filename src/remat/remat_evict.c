@@ -891,7 +891,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
                 evicted++;
                 ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
                 if (!ptr && st != COOP_ERR_NOMEM) {
-                    /* the pool's metadata failed: evicting more would not help */
+                    /* the pool's metadata or backend failed: evicting more would not help */
                     st = remat_placing_failed(r, t, st);
                     break;
                 }
