@@ -567,6 +567,93 @@ static void test_pipe_reads_leave_no_descriptor(void **state)
     signal(SIGXFSZ, SIG_DFL);
 }
 
+/* TMPDIR set to a directory of the test's own, made empty; returns the old
+ * value for tmpdir_restore. */
+static char *tmpdir_set(char *dir, size_t cap, const char *name)
+{
+    const char *old = getenv("TMPDIR");
+    char *saved = old ? strdup(old) : NULL;
+    fixture_path(dir, cap, name);
+    mkdir(dir, 0700);
+    setenv("TMPDIR", dir, 1);
+    return saved;
+}
+
+static void tmpdir_restore(char *saved)
+{
+    if (saved)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+}
+
+/* Entries in dir other than . and .. */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* All of fd from its current offset (at most cap bytes); the count. */
+static size_t read_rest(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (ssize_t got; n < cap && (got = read(fd, buf + n, cap - n)) > 0;)
+        n += (size_t)got;
+    return n;
+}
+
+/* The limit on a pipe's copy (TRACE_SPOOL_MAX, 4 GiB, lowered here to 1000
+ * bytes through trace_spool_limit): exactly the limit is kept, one byte
+ * more is refused naming the pipe, the limit and the directory, nothing is
+ * kept or left in the directory, and the writer is released (EPIPE) rather
+ * than left waiting. */
+static void test_a_pipe_over_the_limit(void **state)
+{
+    (void)state;
+    char dir[300];
+    char *saved = tmpdir_set(dir, sizeof dir, "limit-tmp");
+    enum { LIMIT = 1000, BIG = 300000 };
+    char *data = malloc(BIG);
+    assert_non_null(data);
+    memset(data, 'x', BIG);
+    trace_spool_limit = LIMIT;
+    const char *fifo = make_fifo("limit.fifo");
+    pipe_writer w;
+    start_writer(&w, fifo, data, LIMIT);
+    assert_int_equal(trace_spool_keep(fifo), COOP_OK);
+    finish_writer(&w);
+    int fd = trace_spool_open(fifo);
+    assert_true(fd >= 0);
+    char buf[2 * LIMIT];
+    assert_int_equal(read_rest(fd, buf, sizeof buf), LIMIT);
+    close(fd);
+    trace_spool_drop(fifo);
+    assert_int_equal(trace_spool_open(fifo), -1);
+    for (size_t len = LIMIT + 1; len <= BIG; len = BIG) {
+        start_writer(&w, fifo, data, len);
+        fixture_expect_error(trace_spool_keep(fifo),
+                             "limit.fifo: a pipe of more than 1000 bytes: its copy in ", dir,
+                             " would be too large; write it to a file first", NULL);
+        finish_writer(&w);
+        assert_int_equal(trace_spool_open(fifo), -1);
+        assert_int_equal(dir_entries(dir), 0);
+        if (len == BIG) {
+            assert_true(w.written < len); /* the pipe was closed on it */
+            break;
+        }
+    }
+    trace_spool_limit = TRACE_SPOOL_MAX;
+    tmpdir_restore(saved);
+    free(data);
+}
+
 int main(void)
 {
     fixture_init();
@@ -583,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_stdin_a_socket_is_read),
         cmocka_unit_test(test_pipe_reads_leave_no_descriptor),
         cmocka_unit_test(test_a_kept_copy_on_descriptor_0),
+        cmocka_unit_test(test_a_pipe_over_the_limit),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     alarm(0); /* the pipe tests' watchdog */

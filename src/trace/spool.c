@@ -13,6 +13,8 @@
 
 #define COPY_CHUNK ((size_t)1 << 16)
 
+uint64_t trace_spool_limit = TRACE_SPOOL_MAX;
+
 typedef struct kept_pipe {
     char *path; /* the name the user gave */
     int fd;     /* the unlinked copy */
@@ -73,11 +75,11 @@ static coop_status copy_pipe(int in, int out, const char *path, const char *dir)
         if (got == 0)
             break;
         total += (uint64_t)got;
-        if (total > TRACE_SPOOL_MAX) {
+        if (total > trace_spool_limit) {
             st = coop_set_error(COOP_ERR_INVALID,
                                 "%s: a pipe of more than %llu bytes: its copy in %s would be "
                                 "too large; write it to a file first",
-                                path, (unsigned long long)TRACE_SPOOL_MAX, dir);
+                                path, (unsigned long long)trace_spool_limit, dir);
             break;
         }
         if (write_all(out, buf, (size_t)got) != 0) {

@@ -17,6 +17,10 @@
  * copy takes disk space in $TMPDIR, so a runaway writer is stopped. */
 #define TRACE_SPOOL_MAX ((uint64_t)4 << 30)
 
+/* For tests: the limit in force, TRACE_SPOOL_MAX unless a test lowers it to
+ * reach it with a few bytes. Set it while no pipe is being kept. */
+extern uint64_t trace_spool_limit;
+
 /* If path names a FIFO whose copy is not kept yet (or is "/dev/stdin" on a
  * pipe or a socket, which is then read through descriptor 0), reads all of it into a
  * temporary file in $TMPDIR (else /tmp), unlinked at once so that nothing
@@ -24,7 +28,7 @@
  * other path (a regular file, a device, a missing file): nothing is done,
  * COOP_OK. Errors (COOP_ERR_INVALID; the copy is not kept): "PATH: cannot
  * open: reason", "PATH: read error: reason", "PATH: a pipe of more than
- * TRACE_SPOOL_MAX bytes ...", "PATH: cannot keep a copy of the pipe in DIR:
+ * LIMIT bytes ..." (trace_spool_limit), "PATH: cannot keep a copy of the pipe in DIR:
  * reason" (a full disk, say). Out of host memory: COOP_ERR_HOST_NOMEM. */
 coop_status trace_spool_keep(const char *path);
 
