@@ -392,7 +392,9 @@ static void test_a_pipe_without_room_for_its_copy(void **state)
     start_writer(&w, fifo, "coop-trace 1\n", 13);
     trace t;
     fixture_expect_error(trace_read(fifo, &t), "full.fifo: cannot keep a copy of the pipe in ",
-                         "no-such-dir: No such file or directory", NULL);
+                         "no-such-dir: No such file or directory; set TMPDIR to a writable "
+                         "directory with room, or give the trace as a file",
+                         NULL);
     finish_writer(&w);
     assert_int_equal(trace_spool_open(fifo), -1);
     if (saved)
@@ -557,7 +559,9 @@ static void test_pipe_reads_leave_no_descriptor(void **state)
                              "leak.fifo: cannot keep a copy of the pipe in ", "no-such-dir", NULL);
         fixture_expect_error(read_through_fifo(big, n, dir, 1000),
                              "leak.fifo: cannot keep a copy of the pipe in ", dir,
-                             ": File too large", NULL);
+                             ": File too large; set TMPDIR to a writable directory with room, or "
+                             "give the trace as a file",
+                             NULL);
         fixture_expect_error(read_through_fifo(big, n, "", 1000),
                              "cannot keep a copy of the pipe in /tmp: File too large", NULL);
         fixture_expect_error(read_through_fifo(big, n, NULL, 1000),

@@ -13,6 +13,10 @@
 
 #define COPY_CHUNK ((size_t)1 << 16)
 
+/* The way out of a failed copy: the directory comes from $TMPDIR, which a
+ * user reading a pipe may not know is used at all. */
+#define NO_COPY_HINT "; set TMPDIR to a writable directory with room, or give the trace as a file"
+
 uint64_t trace_spool_limit = TRACE_SPOOL_MAX;
 const char *trace_spool_fd_dir = "/proc/self/fd";
 void (*trace_spool_wait_hook)(const char *path);
@@ -116,8 +120,9 @@ static coop_status copy_pipe(int in, int out, const char *path, const char *dir)
             break;
         }
         if (write_all(out, buf, (size_t)got) != 0) {
-            st = coop_set_error(COOP_ERR_INVALID, "%s: cannot keep a copy of the pipe in %s: %s",
-                                path, dir, strerror(errno));
+            st = coop_set_error(COOP_ERR_INVALID,
+                                "%s: cannot keep a copy of the pipe in %s: %s" NO_COPY_HINT, path,
+                                dir, strerror(errno));
             break;
         }
     }
@@ -211,10 +216,11 @@ static coop_status copy_to_temp(const char *path, int from_stdin, const char *di
         return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
     int fd = new_temp(dir);
     int err = errno;
-    coop_status st = fd < 0 ? coop_set_error(err == ENOMEM ? COOP_ERR_HOST_NOMEM : COOP_ERR_INVALID,
-                                             "%s: cannot keep a copy of the pipe in %s: %s", path,
-                                             dir, strerror(err))
-                            : copy_pipe(in, fd, path, dir);
+    coop_status st =
+        fd < 0 ? coop_set_error(err == ENOMEM ? COOP_ERR_HOST_NOMEM : COOP_ERR_INVALID,
+                                "%s: cannot keep a copy of the pipe in %s: %s" NO_COPY_HINT, path,
+                                dir, strerror(err))
+               : copy_pipe(in, fd, path, dir);
     close(in);
     if (st != COOP_OK) {
         if (fd >= 0)

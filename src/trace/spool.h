@@ -39,7 +39,7 @@ extern void (*trace_spool_wait_hook)(const char *path);
  * COOP_OK. Errors (COOP_ERR_INVALID; the copy is not kept): "PATH: cannot
  * open: reason", "PATH: read error: reason", "PATH: a pipe of more than
  * LIMIT bytes ..." (trace_spool_limit), "PATH: cannot keep a copy of the pipe in DIR:
- * reason" (a full disk, say). Out of host memory: COOP_ERR_HOST_NOMEM.
+ * reason; set TMPDIR to ..." (a full disk, say). Out of host memory: COOP_ERR_HOST_NOMEM.
  * A path kept already, or being copied by another thread (which is waited
  * for), is not read again: its copy is shared, and kept until every
  * successful trace_spool_keep of it is matched by a trace_spool_drop; when
