@@ -200,7 +200,7 @@ kill $! 2>/dev/null; wait
 # no room for the copy: named, status 2, no OUT (that the writer is released
 # rather than left waiting for a reader: trace_read_test)
 cat "$unet" >"$tmp/log.fifo" 2>/dev/null &
-expect 2 "log.fifo: cannot keep a copy of the pipe in $tmp/none: No such file or directory" \
+expect 2 "log.fifo: cannot keep a copy of the pipe in $tmp/none: No such file or directory; set TMPDIR to a writable directory with room, or give the trace as a file" \
     env TMPDIR="$tmp/none" $coop convert "$tmp/log.fifo" "$tmp/out.trace"
 kill $! 2>/dev/null; wait
 [ ! -e "$tmp/out.trace" ] || { echo "FAIL: convert left $tmp/out.trace after the copy failed"; failures=$((failures + 1)); }

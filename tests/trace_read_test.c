@@ -5,6 +5,7 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <dirent.h>
@@ -344,7 +345,9 @@ static void test_a_kept_pipe_opens_from_the_start(void **state)
     start_writer(&w, fifo, "hello world", 11);
     assert_int_equal(trace_spool_keep(fifo), COOP_OK);
     finish_writer(&w);
-    assert_int_equal(trace_spool_keep(fifo), COOP_OK); /* kept: not read again */
+    /* kept: not read again, and kept until each keep is dropped */
+    assert_int_equal(trace_spool_keep(fifo), COOP_OK);
+    trace_spool_drop(fifo);
     int one = trace_spool_open(fifo), two = trace_spool_open(fifo);
     assert_true(one >= 0 && two >= 0);
     /* not inherited by a program the caller runs (rev30-D) */
@@ -389,7 +392,9 @@ static void test_a_pipe_without_room_for_its_copy(void **state)
     start_writer(&w, fifo, "coop-trace 1\n", 13);
     trace t;
     fixture_expect_error(trace_read(fifo, &t), "full.fifo: cannot keep a copy of the pipe in ",
-                         "no-such-dir: No such file or directory", NULL);
+                         "no-such-dir: No such file or directory; set TMPDIR to a writable "
+                         "directory with room, or give the trace as a file",
+                         NULL);
     finish_writer(&w);
     assert_int_equal(trace_spool_open(fifo), -1);
     if (saved)
@@ -547,11 +552,16 @@ static void test_pipe_reads_leave_no_descriptor(void **state)
         assert_int_equal(read_through_fifo(big, n, dir, RLIM_INFINITY), COOP_OK);
         fixture_expect_error(read_through_fifo(bad, strlen(bad), dir, RLIM_INFINITY),
                              "leak.fifo:3: ", NULL);
+        /* detection's own failure drops the copy it kept */
+        fixture_expect_error(read_through_fifo("", 0, dir, RLIM_INFINITY), "leak.fifo: empty file",
+                             NULL);
         fixture_expect_error(read_through_fifo(big, n, none, RLIM_INFINITY),
                              "leak.fifo: cannot keep a copy of the pipe in ", "no-such-dir", NULL);
         fixture_expect_error(read_through_fifo(big, n, dir, 1000),
                              "leak.fifo: cannot keep a copy of the pipe in ", dir,
-                             ": File too large", NULL);
+                             ": File too large; set TMPDIR to a writable directory with room, or "
+                             "give the trace as a file",
+                             NULL);
         fixture_expect_error(read_through_fifo(big, n, "", 1000),
                              "cannot keep a copy of the pipe in /tmp: File too large", NULL);
         fixture_expect_error(read_through_fifo(big, n, NULL, 1000),
@@ -565,6 +575,211 @@ static void test_pipe_reads_leave_no_descriptor(void **state)
     free(saved);
     free(big);
     signal(SIGXFSZ, SIG_DFL);
+}
+
+/* TMPDIR set to a directory of the test's own, made empty; returns the old
+ * value for tmpdir_restore. */
+static char *tmpdir_set(char *dir, size_t cap, const char *name)
+{
+    const char *old = getenv("TMPDIR");
+    char *saved = old ? strdup(old) : NULL;
+    fixture_path(dir, cap, name);
+    mkdir(dir, 0700);
+    setenv("TMPDIR", dir, 1);
+    return saved;
+}
+
+static void tmpdir_restore(char *saved)
+{
+    if (saved)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+}
+
+/* Entries in dir other than . and .. */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+/* All of fd from its current offset (at most cap bytes); the count. */
+static size_t read_rest(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (ssize_t got; n < cap && (got = read(fd, buf + n, cap - n)) > 0;)
+        n += (size_t)got;
+    return n;
+}
+
+/* The limit on a pipe's copy (TRACE_SPOOL_MAX, 4 GiB, lowered here to 1000
+ * bytes through trace_spool_limit): exactly the limit is kept, one byte
+ * more is refused naming the pipe, the limit and the directory, nothing is
+ * kept or left in the directory, and the writer is released (EPIPE) rather
+ * than left waiting. */
+static void test_a_pipe_over_the_limit(void **state)
+{
+    (void)state;
+    char dir[300];
+    char *saved = tmpdir_set(dir, sizeof dir, "limit-tmp");
+    enum { LIMIT = 1000, BIG = 300000 };
+    char *data = malloc(BIG);
+    assert_non_null(data);
+    memset(data, 'x', BIG);
+    trace_spool_limit = LIMIT;
+    const char *fifo = make_fifo("limit.fifo");
+    pipe_writer w;
+    start_writer(&w, fifo, data, LIMIT);
+    assert_int_equal(trace_spool_keep(fifo), COOP_OK);
+    finish_writer(&w);
+    int fd = trace_spool_open(fifo);
+    assert_true(fd >= 0);
+    char buf[2 * LIMIT];
+    assert_int_equal(read_rest(fd, buf, sizeof buf), LIMIT);
+    close(fd);
+    trace_spool_drop(fifo);
+    assert_int_equal(trace_spool_open(fifo), -1);
+    for (size_t len = LIMIT + 1; len <= BIG; len = BIG) {
+        start_writer(&w, fifo, data, len);
+        fixture_expect_error(trace_spool_keep(fifo),
+                             "limit.fifo: a pipe of more than 1000 bytes: its copy in ", dir,
+                             " would be too large; write it to a file first", NULL);
+        finish_writer(&w);
+        assert_int_equal(trace_spool_open(fifo), -1);
+        assert_int_equal(dir_entries(dir), 0);
+        if (len == BIG) {
+            assert_true(w.written < len); /* the pipe was closed on it */
+            break;
+        }
+    }
+    trace_spool_limit = TRACE_SPOOL_MAX;
+    tmpdir_restore(saved);
+    free(data);
+}
+
+/* Where /proc is not mounted a kept copy is reached through a duplicate,
+ * whose offset is shared: two readers open at once must still each read
+ * the whole copy from its first byte, and nothing is left in TMPDIR. */
+static void test_a_kept_pipe_without_proc(void **state)
+{
+    (void)state;
+    char dir[300];
+    char *saved = tmpdir_set(dir, sizeof dir, "noproc-tmp");
+    char none[300];
+    trace_spool_fd_dir = fixture_path(none, sizeof none, "no-proc");
+    const char *fifo = make_fifo("noproc.fifo");
+    pipe_writer w;
+    start_writer(&w, fifo, "hello world", 11);
+    assert_int_equal(trace_spool_keep(fifo), COOP_OK);
+    finish_writer(&w);
+    int one = trace_spool_open(fifo);
+    assert_true(one >= 0);
+    char buf[16] = "";
+    assert_int_equal(read(one, buf, 5), 5);
+    assert_memory_equal(buf, "hello", 5);
+    int two = trace_spool_open(fifo);
+    assert_true(two >= 0);
+    assert_true(fcntl(two, F_GETFD) & FD_CLOEXEC);
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(read_rest(two, buf, sizeof buf), 11);
+    assert_string_equal(buf, "hello world");
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(read_rest(one, buf, sizeof buf), 6);
+    assert_string_equal(buf, " world");
+    close(one);
+    close(two);
+    trace_spool_drop(fifo);
+    assert_int_equal(trace_spool_open(fifo), -1);
+    assert_int_equal(dir_entries(dir), 0);
+    /* and a trace read through a pipe, detection then the reader */
+    const char *text = "coop-trace 1\nA 1 10 0\nA 2 4096 0\nF 1\nF 2\n";
+    start_writer(&w, fifo, text, strlen(text));
+    trace t;
+    assert_int_equal(trace_read(fifo, &t), COOP_OK);
+    finish_writer(&w);
+    assert_int_equal(t.num_events, 4);
+    trace_free(&t);
+    assert_int_equal(dir_entries(dir), 0);
+    trace_spool_fd_dir = "/proc/self/fd";
+    tmpdir_restore(saved);
+}
+
+/* One keeper of a shared pipe: keeps it, reads its copy whole, drops it. */
+typedef struct pipe_keeper {
+    pthread_t thread;
+    const char *path;
+    coop_status status;
+    char got[64];
+    size_t len;
+} pipe_keeper;
+
+static void *keep_and_read(void *arg)
+{
+    pipe_keeper *k = arg;
+    k->status = trace_spool_keep(k->path);
+    if (k->status != COOP_OK)
+        return NULL;
+    int fd = trace_spool_open(k->path);
+    if (fd >= 0) {
+        k->len = read_rest(fd, k->got, sizeof k->got);
+        close(fd);
+    }
+    trace_spool_drop(k->path);
+    return NULL;
+}
+
+static sem_t second_keeper_waits;
+
+static void on_keeper_wait(const char *path)
+{
+    (void)path;
+    sem_post(&second_keeper_waits);
+}
+
+/* Two threads keep one pipe at once: the first copies it, the second waits
+ * for that copy (trace_spool_wait_hook tells the test it waits) and reads
+ * the same bytes, not a share of the pipe nor an empty one; the copy lasts
+ * until both dropped it. The writer holds back its second half until the
+ * second keeper waits (5 s at most: without the wait both read the pipe). */
+static void test_two_threads_keep_one_pipe(void **state)
+{
+    (void)state;
+    static const char first[] = "coop-trace 1\nA 1 10 0\n", rest[] = "A 2 4096 0\nF 1\nF 2\n";
+    const char *fifo = make_fifo("shared.fifo");
+    assert_int_equal(sem_init(&second_keeper_waits, 0, 0), 0);
+    trace_spool_wait_hook = on_keeper_wait;
+    int wfd = -1;
+    pipe_keeper a = {.path = fifo}, b = {.path = fifo};
+    assert_int_equal(pthread_create(&a.thread, NULL, keep_and_read, &a), 0);
+    wfd = open(fifo, O_WRONLY); /* the first keeper opened it */
+    assert_true(wfd >= 0);
+    assert_int_equal(write(wfd, first, strlen(first)), (ssize_t)strlen(first));
+    assert_int_equal(pthread_create(&b.thread, NULL, keep_and_read, &b), 0);
+    struct timespec limit;
+    clock_gettime(CLOCK_REALTIME, &limit);
+    limit.tv_sec += 5;
+    int waited = sem_timedwait(&second_keeper_waits, &limit) == 0;
+    assert_int_equal(write(wfd, rest, strlen(rest)), (ssize_t)strlen(rest));
+    close(wfd);
+    assert_int_equal(pthread_join(a.thread, NULL), 0);
+    assert_int_equal(pthread_join(b.thread, NULL), 0);
+    trace_spool_wait_hook = NULL;
+    sem_destroy(&second_keeper_waits);
+    assert_int_equal(a.status, COOP_OK);
+    assert_int_equal(b.status, COOP_OK);
+    size_t whole = strlen(first) + strlen(rest);
+    assert_int_equal(a.len, whole);
+    assert_int_equal(b.len, whole);
+    assert_memory_equal(a.got, b.got, whole);
+    assert_int_equal(trace_spool_open(fifo), -1); /* both dropped it */
+    assert_true(waited);
 }
 
 int main(void)
@@ -583,6 +798,9 @@ int main(void)
         cmocka_unit_test(test_stdin_a_socket_is_read),
         cmocka_unit_test(test_pipe_reads_leave_no_descriptor),
         cmocka_unit_test(test_a_kept_copy_on_descriptor_0),
+        cmocka_unit_test(test_a_pipe_over_the_limit),
+        cmocka_unit_test(test_a_kept_pipe_without_proc),
+        cmocka_unit_test(test_two_threads_keep_one_pipe),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     alarm(0); /* the pipe tests' watchdog */

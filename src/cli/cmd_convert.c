@@ -159,14 +159,16 @@ int cmd_convert(int argc, char **argv)
     coop_status st = trace_input_check(paths[0]);
     if (st == COOP_OK)
         st = trace_detect_format(paths[0], &format);
+    int detected = st == COOP_OK; /* a pipe's copy kept, to drop */
     if (st == COOP_OK && device >= 0 && format != TRACE_FORMAT_PICKLE)
         st = coop_set_error(COOP_ERR_INVALID, "%s: --device applies to PyTorch snapshots only",
                             paths[0]);
     if (st == COOP_OK) /* the format known: read without detecting it again */
         st = format == TRACE_FORMAT_PICKLE ? trace_read_pickle_device(paths[0], device, &t)
                                            : trace_read_as(paths[0], format, &t);
-    trace_spool_drop(paths[0]); /* a pipe's copy, read whole now */
-    if (st != COOP_OK) {        /* no host memory is the work failing (1), as in replay and sim */
+    if (detected)
+        trace_spool_drop(paths[0]); /* a pipe's copy, read whole now */
+    if (st != COOP_OK) { /* no host memory is the work failing (1), as in replay and sim */
         fprintf(stderr, "coop convert: %s\n", coop_last_error());
         return st == COOP_ERR_HOST_NOMEM ? 1 : 2;
     }

@@ -53,16 +53,11 @@ static int csv_header(const unsigned char *p, size_t n)
     return 0;
 }
 
-coop_status trace_detect_format(const char *path, trace_format *out)
+static coop_status detect_kept(const char *path, trace_format *out)
 {
-    /* The format is read from the first bytes, then the reader opens the
-     * file again: a pipe is kept whole first, so that both read all of it. */
-    coop_status st = trace_spool_keep(path);
-    if (st != COOP_OK)
-        return st;
     unsigned char buf[PEEK_BYTES];
     size_t n;
-    st = trace_input_peek(path, buf, sizeof buf, &n);
+    coop_status st = trace_input_peek(path, buf, sizeof buf, &n);
     if (st != COOP_OK)
         return st;
     if (n == 0)
@@ -100,6 +95,19 @@ coop_status trace_detect_format(const char *path, trace_format *out)
                           path, n ? shown : "only blank space");
 }
 
+coop_status trace_detect_format(const char *path, trace_format *out)
+{
+    /* The format is read from the first bytes, then the reader opens the
+     * file again: a pipe is kept whole first, so that both read all of it. */
+    coop_status st = trace_spool_keep(path);
+    if (st != COOP_OK)
+        return st;
+    st = detect_kept(path, out);
+    if (st != COOP_OK) /* the caller drops the copy only after a success */
+        trace_spool_drop(path);
+    return st;
+}
+
 coop_status trace_read_as(const char *path, trace_format format, trace *out)
 {
     switch (format) {
@@ -121,8 +129,9 @@ coop_status trace_read(const char *path, trace *out)
     *out = (trace){0};
     trace_format format;
     coop_status st = trace_detect_format(path, &format);
-    if (st == COOP_OK)
-        st = trace_read_as(path, format, out);
+    if (st != COOP_OK)
+        return st;
+    st = trace_read_as(path, format, out);
     trace_spool_drop(path); /* read whole: a pipe's copy is not needed again */
     return st;
 }

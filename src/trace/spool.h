@@ -17,6 +17,20 @@
  * copy takes disk space in $TMPDIR, so a runaway writer is stopped. */
 #define TRACE_SPOOL_MAX ((uint64_t)4 << 30)
 
+/* For tests: the limit in force, TRACE_SPOOL_MAX unless a test lowers it to
+ * reach it with a few bytes. Set it while no pipe is being kept. */
+extern uint64_t trace_spool_limit;
+
+/* For tests: the directory through which a kept copy is opened again with
+ * an offset of its own, "/proc/self/fd"; a test names a missing one to take
+ * the path used where /proc is not mounted. Set it while no copy is open. */
+extern const char *trace_spool_fd_dir;
+
+/* For tests: if set, called (under the spool's lock) when trace_spool_keep
+ * finds path being copied by another thread and is about to wait for that
+ * copy. NULL otherwise. */
+extern void (*trace_spool_wait_hook)(const char *path);
+
 /* If path names a FIFO whose copy is not kept yet (or is "/dev/stdin" on a
  * pipe or a socket, which is then read through descriptor 0), reads all of it into a
  * temporary file in $TMPDIR (else /tmp), unlinked at once so that nothing
@@ -24,17 +38,23 @@
  * other path (a regular file, a device, a missing file): nothing is done,
  * COOP_OK. Errors (COOP_ERR_INVALID; the copy is not kept): "PATH: cannot
  * open: reason", "PATH: read error: reason", "PATH: a pipe of more than
- * TRACE_SPOOL_MAX bytes ...", "PATH: cannot keep a copy of the pipe in DIR:
- * reason" (a full disk, say). Out of host memory: COOP_ERR_HOST_NOMEM. */
+ * LIMIT bytes ..." (trace_spool_limit), "PATH: cannot keep a copy of the pipe in DIR:
+ * reason; set TMPDIR to ..." (a full disk, say). Out of host memory: COOP_ERR_HOST_NOMEM.
+ * A path kept already, or being copied by another thread (which is waited
+ * for), is not read again: its copy is shared, and kept until every
+ * successful trace_spool_keep of it is matched by a trace_spool_drop; when
+ * the copy waited for fails, its error is this call's too. */
 coop_status trace_spool_keep(const char *path);
 
-/* A new read-only descriptor on path's kept copy, at its first byte, which
- * the caller closes; -1 when no copy of path is kept (or no descriptor is
- * left, errno set). */
+/* A new read-only descriptor on path's kept copy, at its first byte, with
+ * an offset of its own (without /proc: on a new unlinked copy of the copy),
+ * which the caller closes; -1 when no copy of path is kept (or none can be
+ * opened, errno set). */
 int trace_spool_open(const char *path);
 
-/* Forgets path's copy, which frees its disk space once no descriptor from
- * trace_spool_open is open on it. Nothing when none is kept. */
+/* Undoes one successful trace_spool_keep(path); the last one forgets the
+ * copy, which frees its disk space once no descriptor from trace_spool_open
+ * is open on it. Nothing when none is kept. */
 void trace_spool_drop(const char *path);
 
 #endif

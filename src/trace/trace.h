@@ -37,7 +37,8 @@ const char *trace_format_name(trace_format format);
  * text trace, "id,lower,upper,size" a minimalloc CSV, '{' a DTR log. A
  * pipe (FIFO) is first read whole into a temporary copy that the reader then
  * opens under the same name (spool.h), so a pipe can be read only once in
- * all. */
+ * all. On success the copy stays kept for the caller, who drops it
+ * (trace_spool_drop) after its last read; on failure nothing is kept. */
 coop_status trace_detect_format(const char *path, trace_format *out);
 
 /* Reads any supported format (trace_detect_format, then trace_read_as), and
