@@ -89,6 +89,36 @@ static void test_normalized_text_has_a_fraction_only_when_given(void **state)
     assert_int_equal(coop_torch_last_error(NULL, 64), coop_torch_last_error(NULL, 0));
 }
 
+/* The fraction is written with the digits it needs to read back as the
+ * same number: two fractions that differ past %g's six digits are two
+ * configurations (install(conf) after the first allocation compares them
+ * as text), and the fraction written reads back as the very fraction. */
+static void test_normalized_fraction_reads_back_exactly(void **state)
+{
+    (void)state;
+    char a[256], b[256];
+    assert_int_equal(coop_torch_normalize_conf("fraction:0.1234567", a, sizeof a), COOP_OK);
+    assert_int_equal(coop_torch_normalize_conf("fraction:0.1234568", b, sizeof b), COOP_OK);
+    assert_non_null(strstr(a, ",fraction:0.1234567,"));
+    assert_non_null(strstr(b, ",fraction:0.1234568,"));
+    /* the longest a double takes, and the smallest normal one */
+    const char *const cases[] = {"0.10000000000000001", "2.2250738585072014e-308",
+                                 "0.99999999999999989", "1", "0.1"};
+    const char *const written[] = {"0.1", "2.2250738585072014e-308", "0.9999999999999999", "1",
+                                   "0.1"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char conf[64], expect[64];
+        snprintf(conf, sizeof conf, "fraction:%s", cases[i]);
+        snprintf(expect, sizeof expect, ",fraction:%s,", written[i]);
+        assert_int_equal(coop_torch_normalize_conf(conf, a, sizeof a), COOP_OK);
+        assert_non_null(strstr(a, expect));
+        /* and what is written reads back as the same fraction */
+        snprintf(conf, sizeof conf, "fraction:%s", written[i]);
+        assert_int_equal(coop_torch_normalize_conf(conf, b, sizeof b), COOP_OK);
+        assert_string_equal(a, b);
+    }
+}
+
 static void test_pools_per_device(void **state)
 {
     (void)state;
@@ -749,6 +779,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_configure_rejects_then_accepts),
         cmocka_unit_test(test_normalized_text_has_a_fraction_only_when_given),
+        cmocka_unit_test(test_normalized_fraction_reads_back_exactly),
         cmocka_unit_test(test_pools_per_device),
         cmocka_unit_test(test_history_ring_keeps_the_last_events),
         cmocka_unit_test(test_snapshot_walks_blocks),

@@ -246,7 +246,7 @@ coop_status coop_torch_configure(const char *text)
  * bound given, which for the settings in force is the one in force). */
 static void format_conf(const coop_alloc_conf *c, size_t history, char *buf, size_t size)
 {
-    char fraction[32] = "";
+    char fraction[sizeof ",fraction:" + C_NUMERIC_G_MAX] = "";
     if (c->fraction > 0.0)
         c_numeric_format_g(fraction, sizeof fraction, ",fraction:", c->fraction);
     snprintf(buf, size,
