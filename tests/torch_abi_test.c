@@ -396,6 +396,37 @@ static void test_free_completed_waits_for_the_other_stream(void **state)
     coop_torch_record_history(0);
 }
 
+/* A free given another size or stream than its malloc's (a caller other
+ * than torch's metadata, which passes the malloc's): the pool frees the
+ * block as it was allocated, and the free's events carry the block's
+ * requested size and stream, as torch's (block->requested_size,
+ * block->stream) and as coop's own free_completed of a pending block: the
+ * caller's 5 bytes on stream 9 made a trace whose free did not match its
+ * alloc. */
+static void test_free_events_carry_the_blocks_size_and_stream(void **state)
+{
+    (void)state;
+    coop_torch_record_history(100);
+    coop_torch_clear_history();
+    void *p = coop_torch_malloc(1000, 3, STREAM(1));
+    assert_non_null(p);
+    coop_torch_free(p, 5, 3, STREAM(9));
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(3, &snap), COOP_OK);
+    assert_int_equal(snap->num_events, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(snap->events[i].action, (int)i); /* alloc, requested, completed */
+        assert_int_equal(snap->events[i].address, (uintptr_t)p);
+        assert_int_equal(snap->events[i].size, 1000);
+        assert_int_equal(snap->events[i].stream, 1);
+    }
+    coop_torch_snapshot_free(snap);
+    coop_stats st;
+    coop_get_stats(coop_torch_pool(3), &st);
+    assert_int_equal(st.allocation.current, 0);
+    coop_torch_record_history(0);
+}
+
 /* torch_malloc_gap_hook (torch_free_gap_hook): switches recording on in
  * the middle of a malloc (a free) that began with it off, after its pool
  * call and before its alloc event (before its pool call), and takes a
@@ -785,6 +816,7 @@ int main(void)
         cmocka_unit_test(test_snapshot_walks_blocks),
         cmocka_unit_test(test_snapshot_blocks_agree_with_events),
         cmocka_unit_test(test_free_completed_waits_for_the_other_stream),
+        cmocka_unit_test(test_free_events_carry_the_blocks_size_and_stream),
         cmocka_unit_test(test_history_switched_on_inside_a_malloc),
         cmocka_unit_test(test_history_switched_on_inside_a_free),
         cmocka_unit_test(test_hooks_and_misuse),
