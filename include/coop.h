@@ -859,7 +859,8 @@ void *coop_tensor_data(const coop_tensor *t);
  * no driver). */
 void *coop_torch_malloc(size_t size, int device, void *stream);
 
-/* Frees ptr (size and stream as PyTorch recorded them at allocation). A
+/* Frees ptr (size and stream as PyTorch recorded them at allocation; the
+ * pool and the history go by the block's own requested size and stream). A
  * pointer the device's pool did not allocate (another device's, given the
  * wrong device number), a device outside init's count or without a pool:
  * reported (see above) with the device and the pointer, and the device

@@ -89,6 +89,36 @@ static void test_normalized_text_has_a_fraction_only_when_given(void **state)
     assert_int_equal(coop_torch_last_error(NULL, 64), coop_torch_last_error(NULL, 0));
 }
 
+/* The fraction is written with the digits it needs to read back as the
+ * same number: two fractions that differ past %g's six digits are two
+ * configurations (install(conf) after the first allocation compares them
+ * as text), and the fraction written reads back as the very fraction. */
+static void test_normalized_fraction_reads_back_exactly(void **state)
+{
+    (void)state;
+    char a[256], b[256];
+    assert_int_equal(coop_torch_normalize_conf("fraction:0.1234567", a, sizeof a), COOP_OK);
+    assert_int_equal(coop_torch_normalize_conf("fraction:0.1234568", b, sizeof b), COOP_OK);
+    assert_non_null(strstr(a, ",fraction:0.1234567,"));
+    assert_non_null(strstr(b, ",fraction:0.1234568,"));
+    /* the longest a double takes, and the smallest normal one */
+    const char *const cases[] = {"0.10000000000000001", "2.2250738585072014e-308",
+                                 "0.99999999999999989", "1", "0.1"};
+    const char *const written[] = {"0.1", "2.2250738585072014e-308", "0.9999999999999999", "1",
+                                   "0.1"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char conf[64], expect[64];
+        snprintf(conf, sizeof conf, "fraction:%s", cases[i]);
+        snprintf(expect, sizeof expect, ",fraction:%s,", written[i]);
+        assert_int_equal(coop_torch_normalize_conf(conf, a, sizeof a), COOP_OK);
+        assert_non_null(strstr(a, expect));
+        /* and what is written reads back as the same fraction */
+        snprintf(conf, sizeof conf, "fraction:%s", written[i]);
+        assert_int_equal(coop_torch_normalize_conf(conf, b, sizeof b), COOP_OK);
+        assert_string_equal(a, b);
+    }
+}
+
 static void test_pools_per_device(void **state)
 {
     (void)state;
@@ -363,6 +393,37 @@ static void test_free_completed_waits_for_the_other_stream(void **state)
     e = last_event(3); /* a free no other stream used completes at once */
     assert_int_equal(e.action, COOP_TORCH_FREE_COMPLETED);
     assert_int_equal(e.address, (uintptr_t)q);
+    coop_torch_record_history(0);
+}
+
+/* A free given another size or stream than its malloc's (a caller other
+ * than torch's metadata, which passes the malloc's): the pool frees the
+ * block as it was allocated, and the free's events carry the block's
+ * requested size and stream, as torch's (block->requested_size,
+ * block->stream) and as coop's own free_completed of a pending block: the
+ * caller's 5 bytes on stream 9 made a trace whose free did not match its
+ * alloc. */
+static void test_free_events_carry_the_blocks_size_and_stream(void **state)
+{
+    (void)state;
+    coop_torch_record_history(100);
+    coop_torch_clear_history();
+    void *p = coop_torch_malloc(1000, 3, STREAM(1));
+    assert_non_null(p);
+    coop_torch_free(p, 5, 3, STREAM(9));
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(3, &snap), COOP_OK);
+    assert_int_equal(snap->num_events, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(snap->events[i].action, (int)i); /* alloc, requested, completed */
+        assert_int_equal(snap->events[i].address, (uintptr_t)p);
+        assert_int_equal(snap->events[i].size, 1000);
+        assert_int_equal(snap->events[i].stream, 1);
+    }
+    coop_torch_snapshot_free(snap);
+    coop_stats st;
+    coop_get_stats(coop_torch_pool(3), &st);
+    assert_int_equal(st.allocation.current, 0);
     coop_torch_record_history(0);
 }
 
@@ -749,11 +810,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_configure_rejects_then_accepts),
         cmocka_unit_test(test_normalized_text_has_a_fraction_only_when_given),
+        cmocka_unit_test(test_normalized_fraction_reads_back_exactly),
         cmocka_unit_test(test_pools_per_device),
         cmocka_unit_test(test_history_ring_keeps_the_last_events),
         cmocka_unit_test(test_snapshot_walks_blocks),
         cmocka_unit_test(test_snapshot_blocks_agree_with_events),
         cmocka_unit_test(test_free_completed_waits_for_the_other_stream),
+        cmocka_unit_test(test_free_events_carry_the_blocks_size_and_stream),
         cmocka_unit_test(test_history_switched_on_inside_a_malloc),
         cmocka_unit_test(test_history_switched_on_inside_a_free),
         cmocka_unit_test(test_hooks_and_misuse),

@@ -55,6 +55,9 @@ _state_lock = threading.Lock()
 _installed = None  # {"route": ..., "hooks": [...], "allocator": ...}
 _applied_conf = None  # the conf text install() / mem_pool() last set (under _state_lock)
 _oom_seen = {}  # device -> failed mallocs already raised for (under _state_lock)
+# record_history() / _record_memory_history() was called: its bound, not a
+# configuration's history key, is the one in force from then on (as in C)
+_history_by_api = False
 _MAX_DEVICES = 64  # the ABI's device slots (src/torch/torch_abi.h)
 _device_limit = 0  # the CUDA devices torch counted when install() ran (0: not installed)
 
@@ -138,6 +141,16 @@ def _settings_in_force(lib):
     return text
 
 
+def _comparable(text):
+    """A normalized configuration (or the settings in force) as compared:
+    without its history item once record_history() set the bound, which
+    then outlasts any configuration's (the settings' text has that bound,
+    so the very COOP_ALLOC_CONF string did not match it)."""
+    if text is None or not _history_by_api:
+        return text
+    return ",".join(item for item in text.split(",") if not item.startswith("history:"))
+
+
 def _apply_conf_locked(lib, conf, who):
     """Makes conf the configuration for install() / mem_pool() (who). None
     keeps the one in force (an earlier install(conf)'s, else COOP_ALLOC_CONF,
@@ -149,12 +162,13 @@ def _apply_conf_locked(lib, conf, who):
         _settings_in_force(lib)
         return
     _conf_bytes(conf)  # its type and characters, before any comparison
-    if conf == _applied_conf or (_applied_conf is not None
-                                 and _normalized(lib, conf) == _normalized(lib, _applied_conf)):
+    normalized = _comparable(_normalized(lib, conf))
+    if conf == _applied_conf or (_applied_conf is not None and normalized is not None
+                                 and normalized == _comparable(_normalized(lib, _applied_conf))):
         return  # the same configuration, however spelt
     if _devices():
         in_force = _settings(lib)
-        if in_force[0] == native.OK and _normalized(lib, conf) == in_force[1]:
+        if in_force[0] == native.OK and normalized == _comparable(in_force[1]):
             return  # the configuration in force (COOP_ALLOC_CONF's), however spelt
         raise RuntimeError(
             "coop.torch.%s: cannot apply %r: coop has allocated already, so the "
@@ -921,7 +935,9 @@ def record_history(max_entries=100000, clear_history=False):
 
 
 def _record(n, clear_history):
+    global _history_by_api
     lib = native.library()
+    _history_by_api = True
     if clear_history:
         lib.coop_torch_clear_history()
     lib.coop_torch_record_history(min(n, _SIZE_MAX))

@@ -246,7 +246,7 @@ coop_status coop_torch_configure(const char *text)
  * bound given, which for the settings in force is the one in force). */
 static void format_conf(const coop_alloc_conf *c, size_t history, char *buf, size_t size)
 {
-    char fraction[32] = "";
+    char fraction[sizeof ",fraction:" + C_NUMERIC_G_MAX] = "";
     if (c->fraction > 0.0)
         c_numeric_format_g(fraction, sizeof fraction, ",fraction:", c->fraction);
     snprintf(buf, size,
@@ -629,12 +629,28 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
      * has its free_requested recorded before any thread can complete it
      * (pending_released records that, as torch's process_events does) */
     pool_lock(pool);
+    /* the events carry the block's requested size and stream, as torch's
+     * (and pending_released's) do, whatever the caller passed: torch passes
+     * its malloc's, another caller may not, and a free event that does not
+     * match its alloc misleads a trace reader; read before the free, which
+     * may merge the block away */
+    uint64_t requested = size;
+    coop_stream block_stream = (coop_stream)stream;
+    if (torch_history_on(&s->history)) {
+        const arena_block *b = arena_lookup(pool_arena(pool), (uintptr_t)ptr);
+        if (b) {
+            requested = b->requested;
+            block_stream = b->stream;
+        }
+    }
     arena_block *merged = NULL;
     coop_status st = pool_free_user_locked(pool, ptr, &merged);
     if (st == COOP_OK) {
-        history_record(device, COOP_TORCH_FREE_REQUESTED, (uintptr_t)ptr, size, stream);
+        history_record(device, COOP_TORCH_FREE_REQUESTED, (uintptr_t)ptr, requested,
+                       (void *)block_stream);
         if (merged) /* reusable at once: no other stream used it */
-            history_record(device, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, size, stream);
+            history_record(device, COOP_TORCH_FREE_COMPLETED, (uintptr_t)ptr, requested,
+                           (void *)block_stream);
     }
     pool_after_op_locked(pool, "free");
     pool_unlock(pool);

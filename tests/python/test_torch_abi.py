@@ -1803,6 +1803,10 @@ class Install(unittest.TestCase):
             "    ctorch.mem_pool('backend:host,capacity:128M', torch_module=fake)\n"
             "except RuntimeError as e:\n"
             "    print('refused', e)\n"
+            "# record_history's bound overrides the history key: the same\n"
+            "# configuration is still the same (it raised, its history:0 against 1000)\n"
+            "ctorch.record_history(1000)\n"
+            "ctorch.install('backend:host,capacity:64M', torch_module=fake, patch=False)\n"
             "lib.coop_torch_free(p, 4096, 0, None)\n" % HERE, "backend:host,capacity:64M")
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = r.stdout.strip().splitlines()
