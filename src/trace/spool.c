@@ -47,14 +47,21 @@ static kept_pipe *find_locked(const char *path)
     return NULL;
 }
 
-/* Takes k off the list (it may be off already: a failed copy). */
+/* Takes k off the list (it may be off already: a failed copy). The list
+ * is freed once empty: a keep that fails for want of memory, or a process
+ * done with its pipes, holds no block of the spool's. */
 static void unlist_locked(const kept_pipe *k)
 {
     for (size_t i = 0; i < num_kept; i++)
         if (kept[i] == k) {
             kept[i] = kept[--num_kept];
-            return;
+            break;
         }
+    if (num_kept == 0) {
+        free(kept);
+        kept = NULL;
+        cap_kept = 0;
+    }
 }
 
 /* One keeper less; the last one frees the entry and closes the copy. */
@@ -134,21 +141,23 @@ static coop_status copy_pipe(int in, int out, const char *path, const char *dir)
  * one keeper; COOP_ERR_HOST_NOMEM when there is no memory for it. */
 static coop_status add_locked(const char *path, const char *dir, kept_pipe **out)
 {
-    if (num_kept == cap_kept) {
-        size_t cap = cap_kept ? cap_kept * 2 : 4;
-        kept_pipe **grown = realloc(kept, cap * sizeof *grown);
-        if (!grown)
-            return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
-        kept = grown;
-        cap_kept = cap;
-    }
     kept_pipe *k = malloc(sizeof *k);
     char *name = strdup(path), *where = strdup(dir);
-    if (!k || !name || !where) {
+    kept_pipe **grown = NULL;
+    size_t cap = cap_kept;
+    if (k && name && where && num_kept == cap_kept) { /* last: nothing to undo after it */
+        cap = cap_kept ? cap_kept * 2 : 4;
+        grown = realloc(kept, cap * sizeof *grown);
+    }
+    if (!k || !name || !where || (num_kept == cap_kept && !grown)) {
         free(k);
         free(name);
         free(where);
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
+    }
+    if (grown) {
+        kept = grown;
+        cap_kept = cap;
     }
     *k = (kept_pipe){.path = name, .dir = where, .fd = -1, .keepers = 1};
     kept[num_kept++] = k;
@@ -216,11 +225,14 @@ static coop_status copy_to_temp(const char *path, int from_stdin, const char *di
         return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
     int fd = new_temp(dir);
     int err = errno;
+    /* Out of host memory is no fault of the directory: no TMPDIR hint. */
     coop_status st =
-        fd < 0 ? coop_set_error(err == ENOMEM ? COOP_ERR_HOST_NOMEM : COOP_ERR_INVALID,
-                                "%s: cannot keep a copy of the pipe in %s: %s" NO_COPY_HINT, path,
-                                dir, strerror(err))
-               : copy_pipe(in, fd, path, dir);
+        fd >= 0 ? copy_pipe(in, fd, path, dir)
+        : err == ENOMEM
+            ? coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path)
+            : coop_set_error(COOP_ERR_INVALID,
+                             "%s: cannot keep a copy of the pipe in %s: %s" NO_COPY_HINT, path, dir,
+                             strerror(err));
     close(in);
     if (st != COOP_OK) {
         if (fd >= 0)
