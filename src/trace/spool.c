@@ -315,33 +315,53 @@ coop_status trace_spool_keep(const char *path)
     return st;
 }
 
-int trace_spool_open(const char *path)
+coop_status trace_spool_open(const char *path, int *out)
 {
+    *out = -1;
     pthread_mutex_lock(&kept_lock);
     kept_pipe *k = find_locked(path);
-    int fd = -1, from = -1;
+    int fd = -1, from = -1, err = 0;
     char *dir = NULL;
-    if (k && k->fd >= 0) {
-        /* Through /proc the copy opens with an offset of its own, so that
-         * readers of one name (detection, then the reader; other threads)
-         * cannot disturb each other. */
-        char self[300];
-        snprintf(self, sizeof self, "%s/%d", trace_spool_fd_dir, k->fd);
-        fd = open(self, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) { /* a duplicate would share the offset: a copy of the copy */
-            from = fcntl(k->fd, F_DUPFD_CLOEXEC, 0);
-            dir = from >= 0 ? strdup(k->dir) : NULL;
-        }
+    if (!k || k->fd < 0) { /* not kept (or not by this caller: being copied) */
+        pthread_mutex_unlock(&kept_lock);
+        return COOP_OK;
+    }
+    /* Through /proc the copy opens with an offset of its own, so that
+     * readers of one name (detection, then the reader; other threads)
+     * cannot disturb each other. */
+    char self[300];
+    snprintf(self, sizeof self, "%s/%d", trace_spool_fd_dir, k->fd);
+    fd = open(self, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { /* a duplicate would share the offset: a copy of the copy */
+        from = fcntl(k->fd, F_DUPFD_CLOEXEC, 0);
+        err = errno;
+        dir = from >= 0 ? strdup(k->dir) : NULL;
     }
     pthread_mutex_unlock(&kept_lock);
-    if (from >= 0) { /* made unlocked, as the first copy is */
-        fd = dir ? copy_again(from, dir) : (errno = ENOMEM, -1);
-        int err = errno;
-        close(from);
-        free(dir);
-        errno = err;
+    if (fd >= 0) {
+        *out = fd;
+        return COOP_OK;
     }
-    return fd;
+    /* From here on the pipe's name must not be opened instead: its writer
+     * is gone, so the caller would wait for ever, or read another stream. */
+    if (from < 0)
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open its kept copy: %s", path,
+                              strerror(err));
+    fd = dir ? copy_again(from, dir) : (errno = ENOMEM, -1); /* unlocked, as the first copy */
+    err = errno;
+    close(from);
+    coop_status st = COOP_OK;
+    if (fd >= 0)
+        *out = fd;
+    else if (err == ENOMEM)
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
+    else
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "%s: cannot keep another copy of the pipe in %s (%s, to reopen the "
+                            "first, is missing): %s" NO_COPY_HINT,
+                            path, dir, trace_spool_fd_dir, strerror(err));
+    free(dir);
+    return st;
 }
 
 void trace_spool_drop(const char *path)

@@ -46,11 +46,17 @@ extern void (*trace_spool_wait_hook)(const char *path);
  * the copy waited for fails, its error is this call's too. */
 coop_status trace_spool_keep(const char *path);
 
-/* A new read-only descriptor on path's kept copy, at its first byte, with
- * an offset of its own (without /proc: on a new unlinked copy of the copy),
- * which the caller closes; -1 when no copy of path is kept (or none can be
- * opened, errno set). */
-int trace_spool_open(const char *path);
+/* A new read-only descriptor on path's kept copy in *fd, at its first
+ * byte, with an offset of its own (without /proc: on a new unlinked copy of
+ * the copy, in the kept copy's directory), which the caller closes; *fd -1
+ * and COOP_OK when no copy of path is kept (path is then opened by name).
+ * Errors, when a copy is kept but cannot be opened (*fd -1; the caller must
+ * not open path by name then: the pipe's writer is gone): "PATH: cannot
+ * open its kept copy: reason" (no descriptor left), "PATH: cannot keep
+ * another copy of the pipe in DIR (/proc/self/fd, to reopen the first, is
+ * missing): reason; set TMPDIR to ..." (COOP_ERR_INVALID); out of host
+ * memory: "PATH: out of memory" (COOP_ERR_HOST_NOMEM). */
+coop_status trace_spool_open(const char *path, int *fd);
 
 /* Undoes one successful trace_spool_keep(path); the last one forgets the
  * copy, which frees its disk space once no descriptor from trace_spool_open
