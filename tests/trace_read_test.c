@@ -797,7 +797,8 @@ static void on_keeper_wait(const char *path)
  * for that copy (trace_spool_wait_hook tells the test it waits) and reads
  * the same bytes, not a share of the pipe nor an empty one; the copy lasts
  * until both dropped it. The writer holds back its second half until the
- * second keeper waits (5 s at most: without the wait both read the pipe). */
+ * second keeper waits (without the wait both read the pipe, and the
+ * watchdog fails the test). */
 static void test_two_threads_keep_one_pipe(void **state)
 {
     (void)state;
@@ -812,10 +813,11 @@ static void test_two_threads_keep_one_pipe(void **state)
     assert_true(wfd >= 0);
     assert_int_equal(write(wfd, first, strlen(first)), (ssize_t)strlen(first));
     assert_int_equal(pthread_create(&b.thread, NULL, keep_and_read, &b), 0);
-    struct timespec limit;
-    clock_gettime(CLOCK_REALTIME, &limit);
-    limit.tv_sec += 5;
-    int waited = sem_timedwait(&second_keeper_waits, &limit) == 0;
+    /* Untimed: the second keeper always finds the copy under way (its
+     * writer, here, holds back), however late a loaded machine starts it;
+     * code that never waits is failed by the pipe tests' 60 s watchdog. */
+    while (sem_wait(&second_keeper_waits) != 0)
+        assert_int_equal(errno, EINTR);
     assert_int_equal(write(wfd, rest, strlen(rest)), (ssize_t)strlen(rest));
     close(wfd);
     assert_int_equal(pthread_join(a.thread, NULL), 0);
@@ -829,7 +831,6 @@ static void test_two_threads_keep_one_pipe(void **state)
     assert_int_equal(b.len, whole);
     assert_memory_equal(a.got, b.got, whole);
     assert_int_equal(kept_fd(fifo), -1); /* both dropped it */
-    assert_true(waited);
 }
 
 int main(void)
