@@ -43,7 +43,11 @@ extern void (*trace_spool_wait_hook)(const char *path);
  * A path kept already, or being copied by another thread (which is waited
  * for), is not read again: its copy is shared, and kept until every
  * successful trace_spool_keep of it is matched by a trace_spool_drop; when
- * the copy waited for fails, its error is this call's too. */
+ * the copy waited for fails, its error is this call's too. The wait lasts
+ * as long as the copy: a pipe whose writer never closes it holds every
+ * keeper of its name, as it would hold one reader of it. The copying thread
+ * must not be cancelled (nothing in coop cancels threads): its waiters would
+ * wait for ever. */
 coop_status trace_spool_keep(const char *path);
 
 /* A new read-only descriptor on path's kept copy in *fd, at its first
