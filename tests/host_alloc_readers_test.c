@@ -6,7 +6,8 @@
  * Then a pipe kept whole (trace/spool.h) with each of its allocations, and
  * zlib's gzdopen of the copy (-Wl,--wrap=gzdopen: the wrapper below fails
  * it when armed, as zlib does without memory for its state), failing:
- * no descriptor is left open.
+ * no descriptor is left open; and the copy of the copy that each open
+ * makes without /proc.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -463,19 +464,21 @@ static void a_pipe_not_kept_leaves_no_descriptor(void **state)
             assert_true(hit);
             assert_int_equal(st, COOP_ERR_HOST_NOMEM);
             assert_non_null(strstr(coop_last_error(), "/dev/stdin: out of memory"));
-            assert_int_equal(trace_spool_open("/dev/stdin"), -1); /* nothing kept */
+            int fd;
+            assert_int_equal(trace_spool_open("/dev/stdin", &fd), COOP_OK);
+            assert_int_equal(fd, -1); /* nothing kept */
         }
         trace_spool_drop("/dev/stdin");
         if (open_descriptors() != before)
             fail_msg("allocation %ld failed: %d descriptors left open", n,
                      open_descriptors() - before);
+        /* the list of kept pipes too is freed once empty */
+        if (host_fault_live() != live)
+            fail_msg("allocation %ld failed: %ld host blocks leaked", n, host_fault_live() - live);
         if (!hit) {
-            /* live may keep the list of kept pipes, grown once */
             assert_int_equal(st, COOP_OK);
             break;
         }
-        if (host_fault_live() != live)
-            fail_msg("allocation %ld failed: %ld host blocks leaked", n, host_fault_live() - live);
     }
     /* the temporary name, the copy's buffer, the kept name at least */
     assert_true(refusals >= 3);
@@ -512,6 +515,55 @@ static void a_kept_copy_zlib_cannot_open_is_closed(void **state)
     close(saved);
 }
 
+/* Without /proc (trace_spool_fd_dir names a missing directory) each open
+ * of a kept copy makes a copy of it: each of that copy's allocations (the
+ * directory's name, the temporary name, the buffer) failing in turn is
+ * COOP_ERR_HOST_NOMEM naming the pipe, with no descriptor or block left,
+ * and the copy stays kept: the next open reads it whole. */
+static void a_kept_copy_reopened_without_proc(void **state)
+{
+    (void)state;
+    int saved = dup(STDIN_FILENO);
+    assert_true(saved >= 0);
+    stdin_pipe();
+    assert_int_equal(trace_spool_keep("/dev/stdin"), COOP_OK);
+    trace_spool_fd_dir = "/nonexistent/coop/no-proc";
+    int refusals = 0;
+    for (long n = 1; n < 100; n++) {
+        int before = open_descriptors();
+        long live = host_fault_live();
+        int fd = -2;
+        host_fault_arm(n);
+        coop_status st = trace_spool_open("/dev/stdin", &fd);
+        bool hit = host_fault_disarm();
+        if (st != COOP_OK) {
+            refusals++;
+            assert_true(hit);
+            assert_int_equal(st, COOP_ERR_HOST_NOMEM);
+            assert_string_equal(coop_last_error(), "/dev/stdin: out of memory");
+            assert_int_equal(fd, -1);
+        } else {
+            assert_false(hit);
+            char buf[sizeof pipe_text];
+            assert_int_equal(read(fd, buf, sizeof buf), (ssize_t)sizeof pipe_text - 1);
+            assert_memory_equal(buf, pipe_text, sizeof pipe_text - 1);
+            close(fd);
+        }
+        if (open_descriptors() != before)
+            fail_msg("allocation %ld failed: %d descriptors left open", n,
+                     open_descriptors() - before);
+        if (host_fault_live() != live)
+            fail_msg("allocation %ld failed: %ld host blocks leaked", n, host_fault_live() - live);
+        if (!hit)
+            break;
+    }
+    assert_int_equal(refusals, 3); /* the directory's name, the temporary name, the buffer */
+    trace_spool_fd_dir = "/proc/self/fd";
+    trace_spool_drop("/dev/stdin");
+    assert_int_equal(dup2(saved, STDIN_FILENO), STDIN_FILENO);
+    close(saved);
+}
+
 int main(void)
 {
     host_fault_install();
@@ -523,6 +575,7 @@ int main(void)
         cmocka_unit_test(snapshot_out_of_memory_names_its_byte),
         cmocka_unit_test(a_pipe_not_kept_leaves_no_descriptor),
         cmocka_unit_test(a_kept_copy_zlib_cannot_open_is_closed),
+        cmocka_unit_test(a_kept_copy_reopened_without_proc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,8 +67,11 @@ static coop_status check_inflation(gzFile gz, const char *path, uint64_t line)
 
 static coop_status open_gz(const char *path, gzFile *out)
 {
+    int kept; /* a pipe read once already (spool.h) */
+    coop_status st = trace_spool_open(path, &kept);
+    if (st != COOP_OK)
+        return st;
     errno = 0;
-    int kept = trace_spool_open(path); /* a pipe read once already (spool.h) */
     gzFile gz = kept >= 0 ? gzdopen(kept, "rb") : gzopen(path, "rb");
     if (!gz && kept >= 0) {
         int err = errno;

@@ -47,14 +47,21 @@ static kept_pipe *find_locked(const char *path)
     return NULL;
 }
 
-/* Takes k off the list (it may be off already: a failed copy). */
+/* Takes k off the list (it may be off already: a failed copy). The list
+ * is freed once empty: a keep that fails for want of memory, or a process
+ * done with its pipes, holds no block of the spool's. */
 static void unlist_locked(const kept_pipe *k)
 {
     for (size_t i = 0; i < num_kept; i++)
         if (kept[i] == k) {
             kept[i] = kept[--num_kept];
-            return;
+            break;
         }
+    if (num_kept == 0) {
+        free(kept);
+        kept = NULL;
+        cap_kept = 0;
+    }
 }
 
 /* One keeper less; the last one frees the entry and closes the copy. */
@@ -134,21 +141,23 @@ static coop_status copy_pipe(int in, int out, const char *path, const char *dir)
  * one keeper; COOP_ERR_HOST_NOMEM when there is no memory for it. */
 static coop_status add_locked(const char *path, const char *dir, kept_pipe **out)
 {
-    if (num_kept == cap_kept) {
-        size_t cap = cap_kept ? cap_kept * 2 : 4;
-        kept_pipe **grown = realloc(kept, cap * sizeof *grown);
-        if (!grown)
-            return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
-        kept = grown;
-        cap_kept = cap;
-    }
     kept_pipe *k = malloc(sizeof *k);
     char *name = strdup(path), *where = strdup(dir);
-    if (!k || !name || !where) {
+    kept_pipe **grown = NULL;
+    size_t cap = cap_kept;
+    if (k && name && where && num_kept == cap_kept) { /* last: nothing to undo after it */
+        cap = cap_kept ? cap_kept * 2 : 4;
+        grown = realloc(kept, cap * sizeof *grown);
+    }
+    if (!k || !name || !where || (num_kept == cap_kept && !grown)) {
         free(k);
         free(name);
         free(where);
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
+    }
+    if (grown) {
+        kept = grown;
+        cap_kept = cap;
     }
     *k = (kept_pipe){.path = name, .dir = where, .fd = -1, .keepers = 1};
     kept[num_kept++] = k;
@@ -216,11 +225,14 @@ static coop_status copy_to_temp(const char *path, int from_stdin, const char *di
         return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
     int fd = new_temp(dir);
     int err = errno;
+    /* Out of host memory is no fault of the directory: no TMPDIR hint. */
     coop_status st =
-        fd < 0 ? coop_set_error(err == ENOMEM ? COOP_ERR_HOST_NOMEM : COOP_ERR_INVALID,
-                                "%s: cannot keep a copy of the pipe in %s: %s" NO_COPY_HINT, path,
-                                dir, strerror(err))
-               : copy_pipe(in, fd, path, dir);
+        fd >= 0 ? copy_pipe(in, fd, path, dir)
+        : err == ENOMEM
+            ? coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path)
+            : coop_set_error(COOP_ERR_INVALID,
+                             "%s: cannot keep a copy of the pipe in %s: %s" NO_COPY_HINT, path, dir,
+                             strerror(err));
     close(in);
     if (st != COOP_OK) {
         if (fd >= 0)
@@ -303,33 +315,53 @@ coop_status trace_spool_keep(const char *path)
     return st;
 }
 
-int trace_spool_open(const char *path)
+coop_status trace_spool_open(const char *path, int *out)
 {
+    *out = -1;
     pthread_mutex_lock(&kept_lock);
     kept_pipe *k = find_locked(path);
-    int fd = -1, from = -1;
+    int fd = -1, from = -1, err = 0;
     char *dir = NULL;
-    if (k && k->fd >= 0) {
-        /* Through /proc the copy opens with an offset of its own, so that
-         * readers of one name (detection, then the reader; other threads)
-         * cannot disturb each other. */
-        char self[300];
-        snprintf(self, sizeof self, "%s/%d", trace_spool_fd_dir, k->fd);
-        fd = open(self, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) { /* a duplicate would share the offset: a copy of the copy */
-            from = fcntl(k->fd, F_DUPFD_CLOEXEC, 0);
-            dir = from >= 0 ? strdup(k->dir) : NULL;
-        }
+    if (!k || k->fd < 0) { /* not kept (or not by this caller: being copied) */
+        pthread_mutex_unlock(&kept_lock);
+        return COOP_OK;
+    }
+    /* Through /proc the copy opens with an offset of its own, so that
+     * readers of one name (detection, then the reader; other threads)
+     * cannot disturb each other. */
+    char self[300];
+    snprintf(self, sizeof self, "%s/%d", trace_spool_fd_dir, k->fd);
+    fd = open(self, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { /* a duplicate would share the offset: a copy of the copy */
+        from = fcntl(k->fd, F_DUPFD_CLOEXEC, 0);
+        err = errno;
+        dir = from >= 0 ? strdup(k->dir) : NULL;
     }
     pthread_mutex_unlock(&kept_lock);
-    if (from >= 0) { /* made unlocked, as the first copy is */
-        fd = dir ? copy_again(from, dir) : (errno = ENOMEM, -1);
-        int err = errno;
-        close(from);
-        free(dir);
-        errno = err;
+    if (fd >= 0) {
+        *out = fd;
+        return COOP_OK;
     }
-    return fd;
+    /* From here on the pipe's name must not be opened instead: its writer
+     * is gone, so the caller would wait for ever, or read another stream. */
+    if (from < 0)
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open its kept copy: %s", path,
+                              strerror(err));
+    fd = dir ? copy_again(from, dir) : (errno = ENOMEM, -1); /* unlocked, as the first copy */
+    err = errno;
+    close(from);
+    coop_status st = COOP_OK;
+    if (fd >= 0)
+        *out = fd;
+    else if (err == ENOMEM)
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
+    else
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "%s: cannot keep another copy of the pipe in %s (%s, to reopen the "
+                            "first, is missing): %s" NO_COPY_HINT,
+                            path, dir, trace_spool_fd_dir, strerror(err));
+    free(dir);
+    return st;
 }
 
 void trace_spool_drop(const char *path)

@@ -43,14 +43,24 @@ extern void (*trace_spool_wait_hook)(const char *path);
  * A path kept already, or being copied by another thread (which is waited
  * for), is not read again: its copy is shared, and kept until every
  * successful trace_spool_keep of it is matched by a trace_spool_drop; when
- * the copy waited for fails, its error is this call's too. */
+ * the copy waited for fails, its error is this call's too. The wait lasts
+ * as long as the copy: a pipe whose writer never closes it holds every
+ * keeper of its name, as it would hold one reader of it. The copying thread
+ * must not be cancelled (nothing in coop cancels threads): its waiters would
+ * wait for ever. */
 coop_status trace_spool_keep(const char *path);
 
-/* A new read-only descriptor on path's kept copy, at its first byte, with
- * an offset of its own (without /proc: on a new unlinked copy of the copy),
- * which the caller closes; -1 when no copy of path is kept (or none can be
- * opened, errno set). */
-int trace_spool_open(const char *path);
+/* A new read-only descriptor on path's kept copy in *fd, at its first
+ * byte, with an offset of its own (without /proc: on a new unlinked copy of
+ * the copy, in the kept copy's directory), which the caller closes; *fd -1
+ * and COOP_OK when no copy of path is kept (path is then opened by name).
+ * Errors, when a copy is kept but cannot be opened (*fd -1; the caller must
+ * not open path by name then: the pipe's writer is gone): "PATH: cannot
+ * open its kept copy: reason" (no descriptor left), "PATH: cannot keep
+ * another copy of the pipe in DIR (/proc/self/fd, to reopen the first, is
+ * missing): reason; set TMPDIR to ..." (COOP_ERR_INVALID); out of host
+ * memory: "PATH: out of memory" (COOP_ERR_HOST_NOMEM). */
+coop_status trace_spool_open(const char *path, int *fd);
 
 /* Undoes one successful trace_spool_keep(path); the last one forgets the
  * copy, which frees its disk space once no descriptor from trace_spool_open
