@@ -431,39 +431,155 @@ def _user_exception(e, source):
     return out
 
 
-_USER_MODULES = {}  # real path -> module: a file that several --workload options name is imported once
-_SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+_SCRIPTS = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+_OURS = sorted(n[:-3] for n in os.listdir(_SCRIPTS) if n.endswith(".py"))  # names a user's module may shadow
+
+
+def _roots(name, origin, is_package, search=()):
+    """The real folders on sys.path where module `name` (dotted) is found:
+    the one holding its top-level file or package, from the module's file
+    (origin) or, for a namespace package (no origin), its search folders."""
+    up = name.count(".") + (1 if is_package else 0)
+    dirs = [os.path.dirname(origin)] if origin else list(search)
+    for _ in range(up):
+        dirs = [os.path.dirname(d) for d in dirs]
+    return {os.path.realpath(d) for d in dirs}
+
+
+def _module_roots(name, module):
+    """_roots of a module in sys.modules; empty for a built-in one, or one
+    that will not say."""
+    try:
+        origin = getattr(module, "__file__", None)
+        is_package = hasattr(module, "__path__")
+        if origin and is_package and not os.path.basename(origin).startswith("__init__."):
+            return set()  # a package with a file that is not its __init__: no folder to name
+        return _roots(name, origin, is_package, () if origin else getattr(module, "__path__", ()))
+    except Exception:  # noqa: BLE001 - a module object of any kind: an odd one is nobody's
+        return set()
+
+
+class _ModuleView:
+    """What `import NAME` gives a user's file, and everything that runs
+    while it is in force (with view: ...): its import, FUNC's call and
+    every method of its workload, the training step included (bind). As
+    python3 FILE would have it: FILE's folder first on sys.path (then
+    sys.path as the user's code leaves it), so that its sibling modules
+    (models.py, utils.py, a package) win over coop's scripts/ modules of
+    the same name (this models.py). Each file has its own view: the
+    modules found in the folders it put on sys.path are kept here between
+    runs, apart from another file's of the same name. Outside, sys.path
+    and sys.modules are coop's again (coop's code imports models lazily,
+    record_traces.record for one), with the modules the user's code
+    imported from elsewhere (torch's, a library's) left loaded for all."""
+
+    def __init__(self, path):
+        self.folder = os.path.dirname(os.path.abspath(path))
+        self.sys_path = None  # sys.path as the user's code last left it; None: never run
+        self.modules = {}  # name -> module: this file's own modules, out of sys.modules between runs
+        self.depth = 0  # a method calling another enters once
+
+    def __enter__(self):
+        if self.depth:
+            self.depth += 1
+            return self
+        path = list(self.sys_path) if self.sys_path is not None else [self.folder] + sys.path
+        shadowed = []  # coop's modules that `import NAME` would find elsewhere on path: the user's
+        for name in _OURS:
+            module = sys.modules.get(name)
+            if module is None or _module_roots(name, module) != {_SCRIPTS}:
+                continue
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is not None and _roots(name, spec.origin if spec.has_location else None,
+                                           spec.submodule_search_locations is not None,
+                                           spec.submodule_search_locations or ()) != {_SCRIPTS}:
+                shadowed.append(name)
+        # nothing above changed sys.path or sys.modules: a failure leaves them as they were
+        self.depth = 1
+        self.before = dict(sys.modules)
+        self.saved_path = (sys.path, list(sys.path))
+        sys.path[:] = path
+        self.evicted = {name: sys.modules.pop(name) for name in shadowed}
+        sys.modules.update(self.modules)
+        return self
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+        if self.depth:
+            return False
+        saved, entries = self.saved_path
+        self.sys_path = list(sys.path)
+        changed = [(name, module) for name, module in sys.modules.items() if self.before.get(name) is not module]
+        roots = set()
+        if changed:  # the folders this view put on sys.path hold its own modules
+            roots = {os.path.realpath(p or ".") for p in self.sys_path} - \
+                {os.path.realpath(p or ".") for p in entries} - {_SCRIPTS}
+        self.modules = {}
+        for name, module in changed:
+            if _module_roots(name, module) & roots:
+                self.modules[name] = module
+                if name in self.before:
+                    sys.modules[name] = self.before[name]
+                else:
+                    del sys.modules[name]
+        sys.modules.update(self.evicted)
+        sys.path = saved
+        sys.path[:] = entries
+        self.before = self.evicted = None
+        return False
+
+    def bind(self, workload):
+        """Makes every method of workload (a Workload, or the user's
+        subclass of it) run in this view: their code may import at step
+        time too."""
+        for name, member in vars(Workload).items():
+            if callable(member) and not name.startswith("__"):
+                setattr(workload, name, self._running(getattr(workload, name)))
+
+    def _running(self, fn):
+        def run(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+
+        return run
+
+
+class _InView:
+    """What workload_function returns: the user's FUNC, called in its file's
+    _ModuleView (view, which user_workload binds the workload to)."""
+
+    def __init__(self, fn, view):
+        self.fn = fn
+        self.view = view
+
+    def __call__(self, *args, **kwargs):
+        with self.view:
+            return self.fn(*args, **kwargs)
+
+
+_USER_FILES = {}  # real path -> (module, view): a file that several --workload options name is imported once
 
 
 def _import_user_file(spec, path):
-    """FILE imported as python3 FILE would: its folder first on sys.path, and
-    its own sibling modules winning over coop's scripts/ modules of the same
-    name (a user's models.py over this one) while it imports. Theirs are put
-    back to coop's after, as coop's code and a user file without its own
-    models.py expect; an import inside FUNC that runs later gets coop's."""
-    name = "coop_user_workload_%d" % len(_USER_MODULES)
+    """(module, view): FILE imported as python3 FILE would, in its own
+    _ModuleView: its folder first on sys.path, its own sibling modules
+    winning over coop's scripts/ modules of the same name (a user's
+    models.py over this one) and over another file's."""
+    name = "coop_user_workload_%d" % len(_USER_FILES)
     loader = importlib.machinery.SourceFileLoader(name, path)
     module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
-    folder = os.path.dirname(os.path.abspath(path))
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    shadowed = {}
-    for n, m in list(sys.modules.items()):
-        if "." not in n and os.path.dirname(os.path.abspath(getattr(m, "__file__", None) or "/")) == _SCRIPTS \
-                and folder != _SCRIPTS and (os.path.isfile(os.path.join(folder, n + ".py"))
-                                            or os.path.isdir(os.path.join(folder, n))):
-            shadowed[n] = sys.modules.pop(n)
-    sys.modules[name] = module
+    view = _ModuleView(path)
+    sys.modules[name] = module  # before the view: coop's for good, by a name no file has
     try:
-        loader.exec_module(module)
+        with view:
+            loader.exec_module(module)
     except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's file failed to import (or exited)
+        sys.modules.pop(name, None)
         hint = "; code that runs when FILE is imported belongs under if __name__ == \"__main__\":" \
             if isinstance(e, SystemExit) else ""
         raise WorkloadError("%s: importing %s raised %s%s" % (spec, path, _user_exception(e, spec), hint)) from None
-    finally:
-        sys.modules.update(shadowed)
-    _USER_MODULES[os.path.realpath(path)] = module
-    return module
+    _USER_FILES[os.path.realpath(path)] = module, view
+    return module, view
 
 
 def refuse(ap, error):
@@ -500,7 +616,7 @@ def workload_function(spec):
         path = os.path.expanduser(path)  # "~/x.py" quoted, or in --workload=~/x.py: no shell expanded it
     if not os.path.isfile(path):
         raise WorkloadError("%s: no such file: %s" % (spec, path))
-    module = _USER_MODULES.get(os.path.realpath(path)) or _import_user_file(spec, path)
+    module, view = _USER_FILES.get(os.path.realpath(path)) or _import_user_file(spec, path)
     fn = getattr(module, func, None)
     if not callable(fn):
         defined = sorted(k for k, v in vars(module).items()
@@ -510,12 +626,12 @@ def workload_function(spec):
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # no signature to read (a builtin): the call will tell
-        return fn
+        return _InView(fn, view)
     try:
         signature.bind(None, None)
     except TypeError:
         raise WorkloadError("%s: %s%s cannot be called as %s(device, batch)" % (spec, func, signature, func)) from None
-    return fn
+    return _InView(fn, view)
 
 
 def _check_name(spec, name):
@@ -608,6 +724,8 @@ def user_workload(spec, fn, device, batch):
         w = Workload(name, fields["model"], tuple(inputs), fields["target"], _one_value(spec, fields["loss_fn"]),
                      fields["optimizer"], config)
     w.source = spec
+    if isinstance(fn, _InView):
+        fn.view.bind(w)
     return w
 
 

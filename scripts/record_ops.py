@@ -67,7 +67,9 @@ Your own model (see README.md, "Simulating your own model"):
   ./coop sim --memory arena --policy coop,dtr,dte --budget 0.9,0.7,0.5 /tmp/x/my_model-train-step.ops.jsonl.gz
 
 --workload FILE.py:FUNC imports FILE, which runs your code (on purpose: it is
-yours) as python3 FILE would, with FILE's folder on sys.path, and calls
+yours) as python3 FILE would, with FILE's folder first on sys.path (its own
+models.py or utils.py is what import finds, in FILE, in FUNC and in the step;
+each FILE its own, apart from another's of the same name), and calls
 FUNC(device, batch): device is torch.device("cpu"), batch the --batch value
 or None. FUNC returns a models.Workload, or a tuple (model, inputs, target,
 loss_fn, optimizer[, name]), or a dict with those keys: model a

@@ -1100,6 +1100,45 @@ class UserWorkloadTest(unittest.TestCase):
                                                         "mlp-train-step.ops.jsonl.gz"])
         self.assertIs(sys.modules["models"], models)
 
+    def test_users_own_modules_win_when_imported_inside_func_and_step(self):
+        # "import models" run inside FUNC and inside the step (not at the top of the file) gets the
+        # folder's own models.py, as python3 FILE would, not coop's scripts/models.py; coop's is back after;
+        # record_traces here (warm_up and recorded_step), record_ops below (its own split of the step)
+        self.write("lazy/models.py", "import torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                   "class MyNet(nn.Sequential):\n    def __init__(self):\n        super().__init__(nn.Linear(16, 4))\n"
+                   "\n\ndef my_loss(out, target):\n    return F.cross_entropy(out, target)\n")
+        train = self.write("lazy/train.py", "import torch\n\n\ndef loss(out, target):\n"
+                           "    import models  # at step time\n    return models.my_loss(out, target)\n\n\n"
+                           "def build(device, batch):\n    import models  # at call time\n    m = models.MyNet()\n"
+                           "    return m, torch.randn(8, 16), torch.randint(0, 4, (8,)), loss, "
+                           "torch.optim.SGD(m.parameters(), lr=0.1), 'lazy'\n")
+        status, out, err = self.main(record_traces.main, "--workload", train + ":build")
+        self.assertEqual((status, err), (0, ""))
+        self.assertEqual(os.listdir(self.out), ["lazy-train-step.trace.gz"])
+        self.assertIs(sys.modules["models"], models)
+        self.assertNotIn(os.path.dirname(train), sys.path)
+
+    def test_each_workload_has_its_own_sibling_modules(self):
+        # two files in two folders, each with its own utils.py: each gets its own, at import time, in
+        # FUNC and in the step (Python's module cache gave the second the first's); neither's utils is
+        # left in sys.modules for coop's code or a third workload
+        specs = []
+        for name in ("one", "two"):
+            self.write(name + "/utils.py", "NAME = %r\n\n\ndef loss(out, target):\n"
+                       "    import torch.nn.functional as F\n    return F.cross_entropy(out, target)\n" % name)
+            specs.append(self.write(name + "/train.py", (
+                "import torch\nimport torch.nn as nn\nimport utils\n\n\ndef loss(out, target):\n"
+                "    import utils  # at step time\n    if utils.NAME != %r:\n"
+                "        raise RuntimeError('got the utils of ' + utils.NAME)\n    return utils.loss(out, target)\n\n\n"
+                "def build(device, batch):\n    import utils as at_call\n    assert at_call is utils\n"
+                "    m = nn.Linear(16, 4)\n    return m, torch.randn(8, 16), torch.randint(0, 4, (8,)), loss, "
+                "torch.optim.SGD(m.parameters(), lr=0.1), utils.NAME\n") % name) + ":build")
+        self.assertNotIn("utils", sys.modules)
+        status, out, err = self.main(record_ops.main, "--workload", specs[0], "--workload", specs[1])
+        self.assertEqual((status, err), (0, ""))
+        self.assertEqual(sorted(os.listdir(self.out)), ["one-train-step.ops.jsonl.gz", "two-train-step.ops.jsonl.gz"])
+        self.assertNotIn("utils", sys.modules)
+
     def test_record_traces_takes_the_same_workloads(self):
         status, out, err = self.main(record_traces.main, "--workload", self.file + ":make_workload")
         self.assertEqual((status, err), (0, ""))
