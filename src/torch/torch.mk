@@ -37,6 +37,17 @@ tests_torch_devices_test_CFLAGS = $(TESTCFLAGS)
 tests_torch_devices_test_LDADD = $(TESTLIBS)
 tests_torch_devices_test_LDFLAGS = $(TESTLDFLAGS)
 
+# the ABI held at a known lock or free by link-time wraps, so that a fork or
+# an init between two of its steps is one deterministic run (forks: not in
+# CI's ThreadSanitizer list)
+check_PROGRAMS += tests/torch_lock_seams_test
+TESTS += tests/torch_lock_seams_test
+tests_torch_lock_seams_test_SOURCES = tests/torch_lock_seams_test.c tests/cases_in_children.h \
+	tests/lifecycle_child.h
+tests_torch_lock_seams_test_CFLAGS = $(TESTCFLAGS)
+tests_torch_lock_seams_test_LDADD = $(TESTLIBS)
+tests_torch_lock_seams_test_LDFLAGS = $(TESTLDFLAGS) -Wl,--wrap=pthread_mutex_lock,--wrap=free
+
 # the history ring alone, with host allocations counted and failed on
 # demand (tests/host_alloc_fault.h; HOST_ALLOC_WRAP is in tests/harden.mk)
 check_PROGRAMS += tests/torch_history_test

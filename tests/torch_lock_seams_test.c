@@ -1,0 +1,192 @@
+/*
+ * The PyTorch ABI stopped between two of its steps, where another thread
+ * could act, made deterministic and free of sleeps: the program is linked
+ * with -Wl,--wrap=pthread_mutex_lock,--wrap=free (src/torch/torch.mk), so
+ * the wrappers below run inside libcoop's calls and can hold a thread there,
+ * or act on its behalf, at a known lock or free.
+ *
+ * - A fork while another thread is inside coop_torch_clear_history, holding
+ *   device 0's history lock (held in free of the ring): the fork must wait
+ *   for the clear (pool_fork.c's prepare takes the ABI's inner locks), so the
+ *   child's history is the cleared one. Without that, the child would copy
+ *   the ring half cleared: its memory about to be freed, its events counted.
+ * - coop_torch_init lowering the device count while a malloc is between its
+ *   device check and state_lock: pool_for checks the count again under the
+ *   lock, so no pool is made on a device outside the new count.
+ *
+ * Each case runs in a child of its own (cases_in_children.h): the ABI's state
+ * is per process. Forks, so it stays out of CI's ThreadSanitizer run.
+ */
+#include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cases_in_children.h"
+#include "coop.h"
+#include "lifecycle_child.h"
+#include "torch/history.h"
+#include "torch/torch_abi.h"
+
+#define STREAM(n) ((void *)(uintptr_t)(n))
+
+/* Seconds a case may run (a lock left held must fail it, not hang). */
+#define CASE_TIME_LIMIT 20
+
+int __real_pthread_mutex_lock(pthread_mutex_t *m);
+int __wrap_pthread_mutex_lock(pthread_mutex_t *m);
+void __real_free(void *p);
+void __wrap_free(void *p);
+
+/* free of hold_ptr (once) signals inside and waits for go, its caller's
+ * locks held. */
+static _Atomic(void *) hold_ptr;
+static sem_t inside, go;
+
+void __wrap_free(void *p)
+{
+    void *want = p;
+    if (p && atomic_compare_exchange_strong(&hold_ptr, &want, NULL)) {
+        sem_post(&inside);
+        while (sem_wait(&go) != 0)
+            continue; /* EINTR */
+    }
+    __real_free(p);
+}
+
+/* The forking thread's lock of fork_target (set only on that thread) lets
+ * the held free go on first. */
+static _Thread_local pthread_mutex_t *fork_target;
+static atomic_bool let_go_at_fork;
+/* learn_lock: the first lock this thread takes is stored in learned. */
+static _Thread_local bool learn_lock;
+static pthread_mutex_t *learned;
+/* The lock of lower_at (once): coop_torch_init(lower_to) first. */
+static _Atomic(pthread_mutex_t *) lower_at;
+static int lower_to;
+static atomic_bool lowered;
+
+int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
+{
+    if (learn_lock) {
+        learn_lock = false;
+        learned = m;
+    }
+    if (fork_target && m == fork_target) {
+        fork_target = NULL;
+        atomic_store(&let_go_at_fork, true);
+        sem_post(&go);
+    }
+    pthread_mutex_t *want = m;
+    if (atomic_compare_exchange_strong(&lower_at, &want, NULL)) {
+        coop_torch_init(lower_to); /* takes m itself: disarmed first */
+        atomic_store(&lowered, true);
+    }
+    return __real_pthread_mutex_lock(m);
+}
+
+static void *clear_history(void *arg)
+{
+    (void)arg;
+    coop_torch_clear_history();
+    return NULL;
+}
+
+/* The child: 0 if device 0's history is empty, 2 if not (3: no snapshot). */
+static int child_sees_cleared(void *arg)
+{
+    (void)arg;
+    coop_torch_snapshot *snap = NULL;
+    if (coop_torch_snapshot_take(0, &snap) != COOP_OK)
+        return 3;
+    size_t n = snap->num_events;
+    coop_torch_snapshot_free(snap);
+    if (n) {
+        fprintf(stderr, "child: device 0's history has %zu events after its clear\n", n);
+        return 2;
+    }
+    return 0;
+}
+
+/* L3-14 in docs/mutation-testing.md. */
+static void test_fork_waits_for_a_history_clear(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:64M,page:64K,history:64"),
+                     COOP_OK);
+    void *p = coop_torch_malloc(4096, 0, STREAM(0));
+    assert_non_null(p);
+    coop_torch_free(p, 4096, 0, STREAM(0));
+    torch_history *h = torch_abi_history(0);
+    assert_non_null(h->ring); /* alloc, free_requested, free_completed */
+    assert_int_equal(h->count, 3);
+
+    assert_int_equal(sem_init(&inside, 0, 0), 0);
+    assert_int_equal(sem_init(&go, 0, 0), 0);
+    atomic_store(&hold_ptr, h->ring);
+    pthread_t clearer;
+    assert_int_equal(pthread_create(&clearer, NULL, clear_history, NULL), 0);
+    while (sem_wait(&inside) != 0)
+        continue;
+    /* the clearer is in free(ring), device 0's history lock held */
+    fork_target = &h->lock;
+    int status = in_fork(child_sees_cleared, NULL);
+    fork_target = NULL;
+    if (!atomic_load(&let_go_at_fork))
+        sem_post(&go); /* the fork did not wait: let the clearer end */
+    assert_int_equal(pthread_join(clearer, NULL), 0);
+    assert_exited(status, 0);
+
+    /* and the parent's history is cleared and records again */
+    assert_int_equal(h->count, 0);
+    p = coop_torch_malloc(4096, 0, STREAM(0));
+    assert_non_null(p);
+    coop_torch_free(p, 4096, 0, STREAM(0));
+    assert_int_equal(h->count, 3);
+}
+
+/* T4-50 in docs/mutation-testing.md. */
+static void test_init_lowers_the_count_during_a_malloc(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:64M,page:64K"), COOP_OK);
+    learn_lock = true;
+    coop_torch_init(4); /* its first lock is state_lock */
+    assert_false(learn_lock);
+    assert_non_null(learned);
+    lower_to = 1;
+    atomic_store(&lower_at, learned);
+    /* device 1 passes the first check (4 devices); init makes it 1 before
+     * the malloc takes state_lock to create the pool */
+    assert_null(coop_torch_malloc(4096, 1, STREAM(0)));
+    assert_true(atomic_load(&lowered));
+    char msg[1024];
+    coop_torch_last_error(msg, sizeof msg);
+    assert_non_null(strstr(msg, "malloc on device 1: devices are 0..0"));
+    assert_null(coop_torch_pool(1));
+    assert_int_equal(coop_torch_failed_mallocs(1, NULL, 0), 1);
+    /* device 0 is still in */
+    void *p = coop_torch_malloc(4096, 0, STREAM(0));
+    assert_non_null(p);
+    coop_torch_free(p, 4096, 0, STREAM(0));
+}
+
+int main(void)
+{
+    /* each case's own configuration, whatever the environment says */
+    unsetenv("COOP_ALLOC_CONF");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fork_waits_for_a_history_clear),
+        cmocka_unit_test(test_init_lowers_the_count_during_a_malloc),
+    };
+    return cases_in_children("torch_lock_seams_test", tests, sizeof tests / sizeof tests[0],
+                             CASE_TIME_LIMIT);
+}
