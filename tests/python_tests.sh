@@ -17,7 +17,9 @@ py=""
 for cand in python3 /usr/bin/python3; do
     command -v "$cand" >/dev/null 2>&1 || continue
     [ -n "$py" ] || py=$cand
-    if "$cand" -c "import torch" >/dev/null 2>&1; then
+    # find_spec finds the package without importing it (an import is 1 s)
+    if "$cand" -c "import importlib.util, sys; sys.exit(not importlib.util.find_spec('torch'))" \
+        >/dev/null 2>&1; then
         py=$cand
         break
     fi

@@ -436,16 +436,37 @@ HAVE_TORCHVISION = importlib.util.find_spec("torchvision") is not None
 
 
 class TrainDryRun(unittest.TestCase):
+    _full = None
+
+    @classmethod
+    def full_run(cls):
+        """(the run, its --out file's lines or None) of one whole --dry-run
+        (resnet50, the compare and both searches) with --out and --native-conf,
+        PYTORCH_CUDA_ALLOC_CONF unset: the two tests below read the same run
+        (each whole run is two children training on the CPU, ~13 s)."""
+        if cls._full is None:
+            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+            env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "lines.jsonl")
+                r = subprocess.run([sys.executable, TRAIN, "--dry-run", "--model", "resnet50",
+                                    "--steps", "4", "--out", out,
+                                    "--native-conf", "expandable_segments:True"],
+                                   env=env, capture_output=True, text=True, timeout=300)
+                written = None
+                if os.path.exists(out):
+                    with open(out) as f:
+                        written = [json.loads(x) for x in f]
+            cls._full = (r, written)
+        return cls._full
+
     @unittest.skipUnless(HAVE_TORCHVISION, "python3-torchvision is not installed (resnet50 needs "
                          "it; scripts/setup.sh installs it)")
     def test_whole_run_lines_and_out_file(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "lines.jsonl")
-            r = run(TRAIN, "--dry-run", "--model", "resnet50", "--steps", "4", "--out", out)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            got = lines(r.stdout)
-            with open(out) as f:
-                self.assertEqual([json.loads(x) for x in f], got)
+        r, written = self.full_run()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = lines(r.stdout)
+        self.assertEqual(written, got)
         env, native, coop, summary, mb_native, mb_coop = got
         self.assertEqual((env["summary"], env["dry_run"]), ("environment", True))
         self.assertIn("torch", env)
@@ -495,11 +516,7 @@ class TrainDryRun(unittest.TestCase):
                     self.assertEqual(pickle.load(f)["segments"], [])
 
     def test_native_conf_reaches_the_native_children_only(self):
-        env = dict(os.environ)
-        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-        r = subprocess.run([sys.executable, TRAIN, "--dry-run", "--model", "resnet50",
-                            "--steps", "4", "--native-conf", "expandable_segments:True"],
-                           env=env, capture_output=True, text=True, timeout=300)
+        r, _ = self.full_run()
         self.assertEqual(r.returncode, 0, r.stderr)
         got = lines(r.stdout)
         self.assertEqual(got[0]["native_conf"], "expandable_segments:True")

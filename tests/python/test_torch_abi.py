@@ -7,15 +7,19 @@ Run by tests/python_tests.sh with COOP_LIBRARY set to the build tree's
 libcoop.so. Seeded randomness: COOP_TEST_SEED (printed; tests/coop_test_seed.py).
 """
 
+import atexit
 import collections
 import ctypes
 import inspect
 import io
+import json
 import os
 import pickle
 import random
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
@@ -67,8 +71,122 @@ torch_fraction = entry("coop_torch_memory_fraction", FractionFn)
 torch_record_stream = entry("coop_torch_record_stream", RecordStreamFn)
 
 
+# The cases that need a process of their own (COOP_ALLOC_CONF is read once
+# per process, a patch or an install is for the whole process, a
+# configuration refused after first use) each started an interpreter, and
+# each of those imported torch (coop.torch does): about 1 s of CPU apiece,
+# most of this test's minute. One server interpreter imports torch once and
+# forks a child per case instead. The child is still a process of its own,
+# whose libcoop was never loaded (the server loads none): it takes the case's
+# environment (putenv: libcoop's getenv sees it), working directory, argv,
+# stdout and stderr, runs the code as __main__ (or the script, as
+# `python SCRIPT` would) and exits as that interpreter would: its status, a
+# traceback on stderr, a signal's death, the interpreter's own finalization.
+# What an interpreter reads only as it starts (PYTHON*, LD_*, GLIBC_TUNABLES,
+# MALLOC_*, the locale) is the server's: a case whose environment differs
+# there gets a real interpreter (python_child below).
+FORK_SERVER = r"""
+import gc, json, os, runpy, signal, sys, types
+try:
+    import torch  # noqa: F401 (the import each case paid for)
+except ImportError:
+    pass
+# out of the collector's sight: a child's exit then frees torch's modules
+# without first walking them (0.5 s a child, 0.2 s frozen)
+gc.freeze()
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(0)
+    req = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        break
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), flush=True)
+fd = os.open(os.devnull, os.O_RDONLY)
+os.dup2(fd, 0)
+os.close(fd)
+sys.stdin = open(os.devnull)
+for path, target in ((req["stdout"], 1), (req["stderr"], 2)):
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    os.dup2(fd, target)
+    os.close(fd)
+os.environ.clear()
+os.environ.update(req["env"])
+if req["cwd"]:
+    os.chdir(req["cwd"])
+signal.alarm(req["timeout"])  # subprocess.run's timeout: SIGALRM ends it
+if req["script"]:
+    sys.argv = [req["script"]] + req["args"]
+    sys.path[0] = os.path.dirname(os.path.abspath(req["script"]))
+    runpy.run_path(req["script"], run_name="__main__")
+else:
+    sys.argv = ["-c"] + req["args"]
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    exec(compile(req["code"], "<string>", "exec"), main.__dict__)
+"""
+
+_STARTUP_PREFIXES = ("PYTHON", "LD_", "GLIBC_TUNABLES", "MALLOC_", "LC_", "LANG")
+_server = None  # (process, its environment); started by the first case
+
+
+def _startup_env(env):
+    """The part of env an interpreter reads as it starts (PYTHONPATH as the
+    absolute paths sys.path gets from it)."""
+    got = {k: v for k, v in env.items() if k.startswith(_STARTUP_PREFIXES)}
+    if "PYTHONPATH" in got:
+        got["PYTHONPATH"] = [os.path.abspath(p) for p in got["PYTHONPATH"].split(os.pathsep)]
+    return got
+
+
+def _close_server():
+    if _server:
+        _server[0].stdin.close()
+        _server[0].wait(timeout=60)
+
+
+def python_child(code=None, env=None, script=None, args=(), cwd=None, timeout=120):
+    """subprocess.run([sys.executable, "-c", code, *args] (or [sys.executable,
+    script, *args]), env=env, cwd=cwd, capture_output=True, text=True,
+    timeout=timeout), in a child forked by the server (FORK_SERVER above)
+    where the environment lets it, else in a real interpreter."""
+    global _server
+    env = dict(os.environ if env is None else env)
+    argv = [sys.executable] + ([script] if script else ["-c", code]) + list(args)
+    if _server is None:
+        server_env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        _server = (subprocess.Popen([sys.executable, "-c", FORK_SERVER], env=server_env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True),
+                   server_env)
+        atexit.register(_close_server)
+    if _startup_env(env) != _startup_env(_server[1]):
+        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout)
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+        for path in (out, err):
+            open(path, "w").close()
+        req = {"code": code, "script": script, "args": list(args), "env": env, "cwd": cwd,
+               "stdout": out, "stderr": err, "timeout": int(timeout)}
+        proc = _server[0]
+        proc.stdin.write(json.dumps(req) + "\n")
+        proc.stdin.flush()
+        status = proc.stdout.readline()
+        if not status:
+            raise RuntimeError("the fork server died (its stderr is in this log)")
+        returncode = int(status)
+        if returncode == -signal.SIGALRM:
+            raise subprocess.TimeoutExpired(argv, timeout)
+        with open(out) as f, open(err) as g:
+            return subprocess.CompletedProcess(argv, returncode, f.read(), g.read())
+
+
 def run_child(code, conf, extra_env=None):
-    """Runs code in a fresh interpreter with its own COOP_ALLOC_CONF."""
+    """Runs code in a process of its own with its own COOP_ALLOC_CONF."""
     env = dict(os.environ)
     env["COOP_ALLOC_CONF"] = conf
     env.update(extra_env or {})
@@ -78,8 +196,7 @@ def run_child(code, conf, extra_env=None):
         "import coop.native as native, coop.torch as ctorch\n"
         "lib = native.library()\n"
     )
-    return subprocess.run([sys.executable, "-c", prelude + code], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return python_child(prelude + code, env)
 
 
 def pool(device):
@@ -713,8 +830,7 @@ class Snapshot(unittest.TestCase):
             code = ("import coop.native as native, coop.torch as ctorch\n"
                     "try:\n    ctorch.dump_snapshot(%r)\n"
                     "except native.CoopError as e:\n    print('raised')\n" % path)
-            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                               text=True, timeout=60)
+            r = python_child(code, env, timeout=60)
             self.assertEqual(r.stdout.strip(), "raised", r.stderr)
             with open(path, "rb") as f:
                 self.assertEqual(f.read(), b"earlier dump")
@@ -2194,8 +2310,7 @@ class GpuScripts(unittest.TestCase):
                 self.skipTest("a CUDA device exists: the scripts would measure for real")
         top = os.path.normpath(os.path.join(HERE, "..", ".."))
         for script in ("train_compare.py", "replay_native_vs_coop.py"):
-            r = subprocess.run([sys.executable, os.path.join(top, "scripts", "gpu", script)],
-                               capture_output=True, text=True, timeout=120)
+            r = python_child(script=os.path.join(top, "scripts", "gpu", script))
             self.assertEqual(r.returncode, 77, script + r.stderr)
             self.assertIn("no CUDA device", r.stderr)
 
