@@ -1742,6 +1742,31 @@ static void test_pool_without_driver(void **state)
     assert_non_null(strstr(coop_last_error(), "no CUDA driver"));
 }
 
+/* A pool whose address range the driver refuses (cuMemAddressReserve) says
+ * so with the driver's words: the call, the error's name and description,
+ * under the pool's own "cannot reserve" (it used to keep only the status's
+ * generic text). Nothing is left in the driver. */
+static void test_pool_reserve_failure_names_the_call(void **state)
+{
+    (void)state;
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 16 * MIB;
+    mock_fail_nth("cuMemAddressReserve", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    coop_pool *pool = (coop_pool *)0x1;
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_NOMEM);
+    assert_null(pool);
+    const char *msg = coop_last_error();
+    assert_non_null(strstr(msg, "cannot reserve 67108864 bytes of device address space"));
+    assert_non_null(strstr(msg, "cuMemAddressReserve failed with CUDA_ERROR_OUT_OF_MEMORY"));
+    assert_non_null(strstr(msg, "out of memory"));
+    mock_fail_nth("cuMemAddressReserve", 1, CUDA_ERROR_NOT_SUPPORTED);
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemAddressReserve failed with"));
+    assert_non_null(strstr(coop_last_error(), "(801: "));
+}
+
 int main(void)
 {
     const char *builddir = getenv("COOP_TEST_BUILDDIR");
@@ -1820,6 +1845,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_without_driver, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_reserve_failure_names_the_call, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_set_capacity_above_va_size, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_page_is_one_handle, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_capacity_of_a_device_with_a_partial_page, use_mock,
