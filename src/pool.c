@@ -289,9 +289,14 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
     };
     st = arena_init(&pool->arena, be, &pool->heap, &p);
     if (st != COOP_OK) {
-        if (st == COOP_ERR_BACKEND || st == COOP_ERR_NOMEM)
+        /* the backend's message names the driver call and its error (a
+         * CUDA reservation refused, and why): kept, after what it was for */
+        if (st == COOP_ERR_BACKEND || st == COOP_ERR_NOMEM) {
+            char why[COOP_ERROR_MAX - 80];
+            snprintf(why, sizeof why, "%s", coop_last_error());
             coop_set_error(st, "cannot reserve %llu bytes of device address space: %s",
-                           (unsigned long long)p.va_size, coop_strerror(st));
+                           (unsigned long long)p.va_size, why[0] ? why : coop_strerror(st));
+        }
         meta_heap_fini(&pool->heap);
         coop_backend_destroy(be);
         free(pool);

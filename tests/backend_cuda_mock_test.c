@@ -1742,6 +1742,73 @@ static void test_pool_without_driver(void **state)
     assert_non_null(strstr(coop_last_error(), "no CUDA driver"));
 }
 
+/* A pool on device 1 used from a thread where device 0's primary context
+ * is current (as PyTorch leaves it after work on device 0): its pages
+ * (cuMemCreate's location) and its segments (cuMemAlloc, made in the
+ * current context) are device 1's, none device 0's, and the caller's
+ * context is current again after each call. */
+static CUresult pools_on_device_one(void *arg)
+{
+    (void)arg;
+    long (*device_bytes)(int);
+    *(void **)&device_bytes = dlsym(mock_lib, "mock_cuda_device_bytes");
+    assert_non_null(device_bytes);
+    CUresult (*get_current)(CUcontext *);
+    *(void **)&get_current = dlsym(mock_lib, "cuCtxGetCurrent");
+    CUcontext before = NULL, after = NULL;
+    assert_int_equal(get_current(&before), CUDA_SUCCESS);
+    for (int vmm = 1; vmm >= 0; vmm--) {
+        coop_config config;
+        coop_config_default(&config);
+        config.backend = COOP_BACKEND_CUDA;
+        config.device = 1;
+        config.use_vmm = vmm;
+        config.capacity = 64 * MIB;
+        coop_pool *pool = created(&config);
+        void *p = coop_malloc(pool, 4 * MIB, 0, 0, NULL);
+        assert_non_null(p);
+        assert_true(device_bytes(1) >= 4 * (long)MIB);
+        assert_int_equal(device_bytes(0), 0);
+        assert_int_equal(get_current(&after), CUDA_SUCCESS);
+        assert_ptr_equal(after, before);
+        assert_int_equal(coop_free(pool, p), COOP_OK);
+        coop_pool_destroy(pool);
+        assert_int_equal(device_bytes(1), 0);
+    }
+    return CUDA_SUCCESS;
+}
+
+static void test_pool_on_the_second_device(void **state)
+{
+    (void)state;
+    assert_int_equal(with_primary_context(pools_on_device_one, NULL), CUDA_SUCCESS);
+}
+
+/* A pool whose address range the driver refuses (cuMemAddressReserve) says
+ * so with the driver's words: the call, the error's name and description,
+ * under the pool's own "cannot reserve" (it used to keep only the status's
+ * generic text). Nothing is left in the driver. */
+static void test_pool_reserve_failure_names_the_call(void **state)
+{
+    (void)state;
+    coop_config config;
+    coop_config_default(&config);
+    config.backend = COOP_BACKEND_CUDA;
+    config.capacity = 16 * MIB;
+    mock_fail_nth("cuMemAddressReserve", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    coop_pool *pool = (coop_pool *)0x1;
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_NOMEM);
+    assert_null(pool);
+    const char *msg = coop_last_error();
+    assert_non_null(strstr(msg, "cannot reserve 67108864 bytes of device address space"));
+    assert_non_null(strstr(msg, "cuMemAddressReserve failed with CUDA_ERROR_OUT_OF_MEMORY"));
+    assert_non_null(strstr(msg, "out of memory"));
+    mock_fail_nth("cuMemAddressReserve", 1, CUDA_ERROR_NOT_SUPPORTED);
+    assert_int_equal(coop_pool_create(&config, &pool), COOP_ERR_BACKEND);
+    assert_non_null(strstr(coop_last_error(), "cuMemAddressReserve failed with"));
+    assert_non_null(strstr(coop_last_error(), "(801: "));
+}
+
 int main(void)
 {
     const char *builddir = getenv("COOP_TEST_BUILDDIR");
@@ -1820,6 +1887,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pool_sequence_vmm, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_sequence_segments, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_without_driver, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_on_the_second_device, use_mock, check_clean),
+        cmocka_unit_test_setup_teardown(test_pool_reserve_failure_names_the_call, use_mock,
+                                        check_clean),
         cmocka_unit_test_setup_teardown(test_set_capacity_above_va_size, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_pool_page_is_one_handle, use_mock, check_clean),
         cmocka_unit_test_setup_teardown(test_capacity_of_a_device_with_a_partial_page, use_mock,

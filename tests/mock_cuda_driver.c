@@ -17,6 +17,8 @@
  * streams that were never created, leaked handles, reservations and events.
  * A handle released while still mapped keeps its memory until its last
  * mapping is unmapped, as cuMemRelease is documented to.
+ * Memory belongs to a device: cuMemCreate's location, or the device whose
+ * primary context is current at cuMemAlloc (mock_cuda_device_bytes).
  * Tests read its counters and arm failures through mock_cuda_* functions
  * (dlsym). Each rule is one the driver API documentation states, but for two
  * stricter ones, marked where they are (MOCK_ENTRY, cuMemAddressFree), where
@@ -90,6 +92,10 @@ static size_t granule = 2u << 20; /* cuMemGetAllocationGranularity's answer */
 static size_t alloc_alignment = 256;
 static bool initialized; /* cuInit succeeded */
 static long primary_retains[MOCK_DEVICES];
+/* Physical bytes each device holds (cuMemCreate on its location, cuMemAlloc
+ * in its primary context): memory is tied to a device, so that a backend
+ * working on the wrong one shows. Under mock_lock. */
+static long device_bytes[MOCK_DEVICES];
 
 static struct {
     CUdeviceptr addr;
@@ -159,6 +165,7 @@ __attribute__((destructor)) static void free_mock_memory(void)
  * the handle is released and the last mapping is gone. */
 typedef struct mock_handle {
     size_t size;
+    int device;   /* the allocation's location (CUmemAllocationProp) */
     int mappings; /* cuMemMap'ed and not yet cuMemUnmap'ed */
     bool released;
 } mock_handle;
@@ -168,6 +175,7 @@ static struct {
     size_t size;
     bool accessible;     /* cuMemSetAccess covered it (VMM mappings) */
     bool segment;        /* a cuMemAlloc allocation (accessible as it is) */
+    int device;          /* a segment's: the device of the context current at cuMemAlloc */
     mock_handle *handle; /* what a VMM mapping maps */
 } mappings[MOCK_MAX_MAPPINGS];
 
@@ -187,6 +195,18 @@ MOCK_EXPORT long mock_cuda_calls(void);
 MOCK_EXPORT int mock_cuda_hold_stream(CUstream stream, bool hold);
 MOCK_EXPORT long mock_cuda_take_unsafe_releases(void);
 MOCK_EXPORT int mock_cuda_launch(CUdeviceptr ptr, size_t size, CUstream stream);
+MOCK_EXPORT long mock_cuda_device_bytes(int device);
+
+/* The physical bytes device holds now (-1: no such device). */
+long mock_cuda_device_bytes(int device)
+{
+    if (device < 0 || device >= MOCK_DEVICES)
+        return -1;
+    pthread_mutex_lock(&mock_lock);
+    long n = device_bytes[device];
+    pthread_mutex_unlock(&mock_lock);
+    return n;
+}
 
 void mock_cuda_counters(cuda_mock_counters *out)
 {
@@ -366,6 +386,16 @@ static bool has_context(void)
     if (!ok)
         __atomic_add_fetch(&counters.no_context, 1, __ATOMIC_RELAXED);
     return ok;
+}
+
+/* The device whose primary context is current on this thread, or -1. */
+static int current_device(void)
+{
+    CUcontext top = ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
+    for (int d = 0; d < MOCK_DEVICES; d++)
+        if (top == (CUcontext)(void *)&primary_contexts[d])
+            return d;
+    return -1;
 }
 
 /* Every entry point but cuInit and the error-string calls needs cuInit first.
@@ -686,6 +716,9 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
             mappings[i].addr = (CUdeviceptr)p;
             mappings[i].size = bytesize;
             mappings[i].segment = true;
+            mappings[i].device = current_device();
+            if (mappings[i].device >= 0)
+                device_bytes[mappings[i].device] += (long)bytesize;
             break;
         }
     counters.live_segments++;
@@ -701,6 +734,7 @@ static void drop_handle_if_unused(mock_handle *h)
     if (!h->released || h->mappings > 0)
         return;
     counters.mapped_bytes -= (long)h->size;
+    device_bytes[h->device] -= (long)h->size;
     free(h);
 }
 
@@ -715,6 +749,8 @@ static size_t take_mapping(CUdeviceptr addr, size_t size)
             found = mappings[i].size;
             if (mappings[i].accessible)
                 counters.accessible_bytes -= (long)found;
+            if (mappings[i].segment && mappings[i].device >= 0)
+                device_bytes[mappings[i].device] -= (long)found;
             if (mappings[i].handle) {
                 mappings[i].handle->mappings--;
                 drop_handle_if_unused(mappings[i].handle);
@@ -848,7 +884,10 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         give_physical((long)size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *record = (mock_handle){.size = size};
+    *record = (mock_handle){.size = size, .device = prop->location.id};
+    pthread_mutex_lock(&mock_lock);
+    device_bytes[record->device] += (long)size;
+    pthread_mutex_unlock(&mock_lock);
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)record;
     __atomic_add_fetch(&counters.live_handles, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
