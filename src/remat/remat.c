@@ -460,12 +460,14 @@ static void touch(coop_remat *r, coop_tensor *const *inputs, size_t n)
 
 /* Out of host memory recording (what: "recording") output i of n for fn,
  * or linking it to its inputs ("linking"): coop_tensor_create's one
- * output is "a tensor of N bytes". */
-static __attribute__((cold, noinline)) coop_status
-outputs_host_nomem(const char *fn, const char *what, size_t i, size_t n, size_t size, size_t inputs)
+ * output (single) is "a tensor of N bytes". */
+static __attribute__((cold, noinline)) coop_status outputs_host_nomem(const char *fn, bool single,
+                                                                      const char *what, size_t i,
+                                                                      size_t n, size_t size,
+                                                                      size_t inputs)
 {
     char out[80];
-    if (n == 1 && !strcmp(fn, "coop_tensor_create"))
+    if (single)
         snprintf(out, sizeof out, "a tensor of %zu bytes", size);
     else
         snprintf(out, sizeof out, "output %zu of %zu (%zu bytes)", i, n, size);
@@ -477,11 +479,12 @@ outputs_host_nomem(const char *fn, const char *what, size_t i, size_t n, size_t 
 }
 
 /* coop_tensor_create_outputs, its messages naming fn (the public call),
- * the context claimed. */
-static coop_status create_outputs_claimed(coop_remat *r, const char *fn, size_t num_outputs,
-                                          const size_t *sizes, uint64_t cost_ns, void *producer,
-                                          coop_tensor *const *inputs, size_t num_inputs,
-                                          unsigned flags, coop_tensor **outs)
+ * the context claimed. single: the call is coop_tensor_create, whose one
+ * output and its size are arguments of their own ("out", "size"). */
+static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool single,
+                                          size_t num_outputs, const size_t *sizes, uint64_t cost_ns,
+                                          void *producer, coop_tensor *const *inputs,
+                                          size_t num_inputs, unsigned flags, coop_tensor **outs)
 {
     coop_status st = enter(r, fn);
     if (st)
@@ -498,13 +501,12 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, size_t 
     uintptr_t o = (uintptr_t)outs, in = (uintptr_t)inputs;
     if (num_inputs && o < in + num_inputs * sizeof *inputs && in < o + num_outputs * sizeof *outs)
         return coop_set_error(COOP_ERR_INVALID, "%s: %s overlaps inputs", fn,
-                              num_outputs == 1 && !strcmp(fn, "coop_tensor_create") ? "out"
-                                                                                    : "outs");
+                              single ? "out" : "outs");
     for (size_t i = 0; i < num_outputs; i++)
         outs[i] = NULL;
     for (size_t i = 0; i < num_outputs; i++)
         if (!sizes[i]) {
-            if (!strcmp(fn, "coop_tensor_create")) /* its one size is an argument */
+            if (single)
                 return coop_set_error(COOP_ERR_INVALID, "%s: size is 0", fn);
             return coop_set_error(COOP_ERR_INVALID, "%s: sizes[%zu] is 0", fn, i);
         }
@@ -526,14 +528,15 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, size_t 
     for (; made < num_outputs; made++) {
         coop_tensor *t = new_record(r);
         if (!t) {
-            st = outputs_host_nomem(fn, "recording", made, num_outputs, sizes[made], 0);
+            st = outputs_host_nomem(fn, single, "recording", made, num_outputs, sizes[made], 0);
             break;
         }
         t->size = sizes[made];
         t->flags = flags;
         t->handles = 1;
         if (set_producer(t, cost_ns, producer, NULL, inputs, num_inputs, NULL))
-            st = outputs_host_nomem(fn, "linking", made, num_outputs, sizes[made], num_inputs);
+            st = outputs_host_nomem(fn, single, "linking", made, num_outputs, sizes[made],
+                                    num_inputs);
         else
             st = remat_alloc(r, t);
         if (st) {
@@ -560,17 +563,18 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, size_t 
     return COOP_OK;
 }
 
-static coop_status create_outputs(coop_remat *r, const char *fn, size_t num_outputs,
+static coop_status create_outputs(coop_remat *r, bool single, size_t num_outputs,
                                   const size_t *sizes, uint64_t cost_ns, void *producer,
                                   coop_tensor *const *inputs, size_t num_inputs, unsigned flags,
                                   coop_tensor **outs)
 {
+    const char *fn = single ? "coop_tensor_create" : "coop_tensor_create_outputs";
     bool taken;
     coop_status st = claim(r, fn, &taken);
     if (st)
         return st;
-    st = create_outputs_claimed(r, fn, num_outputs, sizes, cost_ns, producer, inputs, num_inputs,
-                                flags, outs);
+    st = create_outputs_claimed(r, fn, single, num_outputs, sizes, cost_ns, producer, inputs,
+                                num_inputs, flags, outs);
     unclaim(r, taken);
     return st;
 }
@@ -581,16 +585,15 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
 {
     if (!out) /* the rest is create_outputs' to check */
         return coop_set_error(COOP_ERR_INVALID, "coop_tensor_create: out is NULL");
-    return create_outputs(r, "coop_tensor_create", 1, &size, cost_ns, producer, inputs, num_inputs,
-                          flags, out);
+    return create_outputs(r, true, 1, &size, cost_ns, producer, inputs, num_inputs, flags, out);
 }
 
 coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
                                        uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
                                        size_t num_inputs, unsigned flags, coop_tensor **outs)
 {
-    return create_outputs(r, "coop_tensor_create_outputs", num_outputs, sizes, cost_ns, producer,
-                          inputs, num_inputs, flags, outs);
+    return create_outputs(r, false, num_outputs, sizes, cost_ns, producer, inputs, num_inputs,
+                          flags, outs);
 }
 
 static coop_status tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
