@@ -246,7 +246,8 @@ void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned fla
 
 /* Frees a pointer returned by coop_malloc; NULL is a no-op. Foreign pointers
  * (COOP_ERR_FOREIGN_PTR), interior pointers (COOP_ERR_INTERIOR_PTR) and
- * double frees (COOP_ERR_DOUBLE_FREE: the block is free or pending) return a
+ * double frees (COOP_ERR_DOUBLE_FREE: the block is free or pending, also for
+ * a pointer inside it) return a
  * distinct status, with the address in coop_last_error(), and leave the pool
  * untouched. The block is reusable at once on its allocation stream. A block
  * used on other streams (coop_record_stream) becomes pending: events are

@@ -616,9 +616,12 @@ static coop_status not_allocated(coop_pool *pool, void *ptr, const char *op, are
         return coop_set_error(COOP_ERR_DOUBLE_FREE, "%s(%p): already freed (block is %s)", op, ptr,
                               b->state == COOP_BLOCK_PENDING ? "pending on stream events" : "free");
     b = arena_find_containing(&pool->arena, addr);
-    if (b && b->state == COOP_BLOCK_FREE)
+    /* inside a pending block too: it is freed already, and its start (an
+     * interior pointer's advice) would be refused as a double free */
+    if (b && b->state != COOP_BLOCK_ALLOCATED)
         return coop_set_error(COOP_ERR_DOUBLE_FREE,
-                              "%s(%p): lies in free block [%#lx, +%llu): already freed", op, ptr,
+                              "%s(%p): lies in %s block [%#lx, +%llu): already freed", op, ptr,
+                              b->state == COOP_BLOCK_PENDING ? "pending" : "free",
                               (unsigned long)b->addr, (unsigned long long)b->size);
     if (b)
         return coop_set_error(COOP_ERR_INTERIOR_PTR,

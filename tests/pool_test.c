@@ -384,6 +384,39 @@ static void test_record_stream_pending(void **state)
     coop_pool_destroy(p);
 }
 
+/* A pointer inside a pending block (freed, waiting for another stream's
+ * event) is a double free, as one inside a free block is: the block is
+ * already freed, and "pass the block's start" (an interior pointer's
+ * advice) would be a double free too. Nothing changes, and the block is
+ * reused once the event completes. */
+static void test_a_pointer_inside_a_pending_block_is_a_double_free(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    char *a = coop_malloc(p, 8192, 1, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    coop_stats before = stats_of(p);
+    assert_int_equal(coop_free(p, a + 512), COOP_ERR_DOUBLE_FREE);
+    char want[96];
+    snprintf(want, sizeof want, "coop_free(%p): lies in pending block", (void *)(a + 512));
+    assert_non_null(strstr(coop_last_error(), want));
+    assert_non_null(strstr(coop_last_error(), "already freed"));
+    assert_int_equal(coop_record_stream(p, a + 4096, 9), COOP_ERR_DOUBLE_FREE);
+    assert_non_null(strstr(coop_last_error(), "coop_record_stream("));
+    coop_stats after = stats_of(p);
+    assert_memory_equal(&after, &before, sizeof after);
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    void *b = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_equal(b, a);
+    coop_free(p, b);
+    coop_free(p, guard);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* A stream's free block next to a free block of a stream still at work:
  * when the out-of-memory path sees the first stream finished, its block
  * keeps its tag rather than becoming "any stream", which would merge it
@@ -2769,6 +2802,7 @@ int main(void)
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_split_rest_keeps_its_stream),
         cmocka_unit_test(test_record_stream_pending),
+        cmocka_unit_test(test_a_pointer_inside_a_pending_block_is_a_double_free),
         cmocka_unit_test(test_a_finished_streams_block_does_not_merge_into_a_busy_one),
         cmocka_unit_test(test_pending_queries_stop_at_a_busy_stream),
         cmocka_unit_test(test_a_block_used_on_two_streams_waits_for_both),
