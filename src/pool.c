@@ -430,6 +430,14 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         return COOP_ERR_NOMEM;
     uint64_t live = footprint(a, true);
     uint64_t headroom = a->params.capacity > live ? a->params.capacity - live : 0;
+    /* Pending frees are neither allocated nor free: named, so that what is
+     * mapped is accounted for (the headroom counts them as live). */
+    char pending[128] = "";
+    int64_t pending_bytes = pool->active_bytes.current - pool->allocated_bytes.current;
+    if (pending_bytes > 0)
+        snprintf(pending, sizeof pending,
+                 ", pending frees %lld (freed blocks waiting for other streams' events)",
+                 (long long)pending_bytes);
     char why[512] = "";
     if (from_arena && a->nomem == ARENA_NOMEM_DEVICE) /* copied: formatted into the same buffer */
         snprintf(why, sizeof why, "; the device is full (memory used outside this pool): %s",
@@ -444,12 +452,12 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         COOP_ERR_NOMEM,
         "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "
         "mapped %llu, allocated %lld, headroom %llu (capacity minus the %llu bytes live blocks "
-        "keep mapped), free %llu in %zu blocks, largest free block %llu%s",
+        "keep mapped), free %llu in %zu blocks, largest free block %llu%s%s",
         size, (unsigned long long)rounded, (unsigned long)stream,
         (unsigned long long)a->params.capacity, (unsigned long long)a->reserved,
         (long long)pool->allocated_bytes.current, (unsigned long long)headroom,
         (unsigned long long)live, (unsigned long long)a->counters.free_bytes, a->index.count,
-        (unsigned long long)arena_largest_free(a), why);
+        (unsigned long long)arena_largest_free(a), pending, why);
 }
 
 /* One more try of the out-of-memory path, after streams were settled: best

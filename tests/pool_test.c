@@ -1466,6 +1466,38 @@ static void test_oom_message_headroom(void **state)
     coop_pool_destroy(p);
 }
 
+/* Memory held by pending frees (blocks freed while another stream's event
+ * is outstanding) is neither allocated nor free: the message names it, so
+ * that "mapped" less "allocated" less "free" is accounted for. 8 MiB of
+ * 2 MiB pages: a (4 MiB) pending on held stream 1 (waiting for it fails),
+ * b (4 MiB) live; 2 MiB more cannot fit. */
+static void test_oom_message_names_pending_frees(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true);
+    coop_status st;
+    void *a = coop_malloc(p, 4 * MiB, 0, 0, &st);
+    void *b = coop_malloc(p, 4 * MiB, 0, 0, &st);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(coop_record_stream(p, a, 1), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_null(coop_malloc(p, 2 * MiB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "mapped 8388608, allocated 4194304, headroom 0"));
+    assert_non_null(strstr(m, "free 0 in 0 blocks, largest free block 0, pending frees 4194304 "
+                              "(freed blocks waiting for other streams' events)"));
+    /* none pending: no such figure */
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    assert_null(coop_malloc(p, 6 * MiB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_null(strstr(coop_last_error(), "pending"));
+    coop_free(p, b);
+    coop_pool_destroy(p);
+}
+
 /* The message's free space: the bytes, the blocks and the largest one, each
  * its own figure (two holes of 1 and 2 MiB that no 7 MiB request fits). */
 static void test_oom_message_names_the_largest_free_block(void **state)
@@ -2844,6 +2876,7 @@ int main(void)
         cmocka_unit_test(test_segments_two_streams),
         cmocka_unit_test(test_double_free_at_a_segment_start),
         cmocka_unit_test(test_oom_message_headroom),
+        cmocka_unit_test(test_oom_message_names_pending_frees),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_of_a_held_stream),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_never_waiting),
         cmocka_unit_test(test_oom_message_names_the_largest_free_block),
