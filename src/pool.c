@@ -783,6 +783,19 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
 
 /* ---- Cache and capacity ---- */
 
+/* A release the backend refused (an unmap or segment free), under the
+ * call's name: the backend's message alone does not say which call failed.
+ * stays: the capacity kept, for coop_set_capacity (0: not said). */
+static coop_status release_failed(coop_status st, const char *fn, uint64_t stays)
+{
+    char why[512]; /* copied: formatted into the same buffer */
+    snprintf(why, sizeof why, "%s", coop_last_error());
+    if (!stays)
+        return coop_set_error(st, "%s: cannot release cached memory: %s", fn, why);
+    return coop_set_error(st, "%s: cannot release cached memory: %s; capacity stays %llu", fn, why,
+                          (unsigned long long)stays);
+}
+
 /* Completes what can be completed (waiting for busy streams unless
  * never_wait), then retags the free blocks of every idle stream "any stream"
  * (their last uses are finished) and coalesces them, so free space split
@@ -800,6 +813,8 @@ coop_status coop_empty_cache(coop_pool *pool)
     pool_settle_streams(pool, !pool->config.never_wait);
     uint64_t released;
     coop_status st = arena_reclaim(&pool->arena, UINT64_MAX, 0, 0, &released);
+    if (st != COOP_OK)
+        st = release_failed(st, "coop_empty_cache", 0);
     pool_after_op_locked(pool, "empty_cache");
     pool_unlock(pool);
     return st;
@@ -837,7 +852,9 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
         pool_process_pending_locked(pool);
         uint64_t released;
         st = arena_reclaim(a, a->reserved - c, 0, 0, &released);
-        if (st == COOP_OK && c < a->reserved && a->idle_failure != COOP_OK)
+        if (st != COOP_OK)
+            st = release_failed(st, "coop_set_capacity", a->params.capacity);
+        else if (c < a->reserved && a->idle_failure != COOP_OK)
             st = coop_set_error(a->idle_failure,
                                 "coop_set_capacity: capacity %llu is below the %llu bytes still "
                                 "mapped: %s; capacity stays %llu",

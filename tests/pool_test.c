@@ -1930,6 +1930,39 @@ static void test_successful_calls_keep_the_last_error(void **state)
     }
 }
 
+/* A failed release (the backend refused an unmap) is reported under the
+ * call's name, after the backend's words; set_capacity says the capacity
+ * stayed. VMM and segments. */
+static void test_a_failed_release_names_the_call(void **state)
+{
+    (void)state;
+    for (int vmm = 0; vmm < 2; vmm++) {
+        coop_config c = checked_config(16 * MiB);
+        c.use_vmm = vmm;
+        c.segment_size = 2 * MiB;
+        coop_pool *p = create_or_fail(&c);
+        void *a = coop_malloc(p, 4 * MiB, 0, 0, NULL), *b = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_int_equal(coop_free(p, a), COOP_OK);
+        unsigned kind = vmm ? COOP_FAULT_UNMAP : COOP_FAULT_SEGMENT;
+        assert_int_equal(coop_inject_fault(p, kind, 1), COOP_OK);
+        assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_ERR_BACKEND);
+        const char *m = coop_last_error();
+        assert_non_null(strstr(m, "coop_set_capacity: cannot release cached memory: injected"));
+        assert_non_null(strstr(m, "; capacity stays 16777216"));
+        assert_int_equal(stats_of(p).capacity, 16 * MiB);
+        assert_int_equal(coop_inject_fault(p, kind, 1), COOP_OK);
+        assert_int_equal(coop_empty_cache(p), COOP_ERR_BACKEND);
+        assert_non_null(
+            strstr(coop_last_error(), "coop_empty_cache: cannot release cached memory: injected"));
+        assert_int_equal(coop_empty_cache(p), COOP_OK); /* the fault was once */
+        assert_int_equal(stats_of(p).reserved_bytes.current, 4 * MiB);
+        assert_int_equal(coop_free(p, b), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 /* coop_set_capacity rounds up to pages (1 byte is one page; the device's
  * size is the largest), every refusal leaves the capacity as it was (0,
  * one byte past the device, UINT64_MAX), and
@@ -2868,6 +2901,7 @@ int main(void)
         cmocka_unit_test(test_set_capacity_no_wrap),
         cmocka_unit_test(test_successful_calls_keep_the_last_error),
         cmocka_unit_test(test_set_capacity_rounds_and_refusals_keep_it),
+        cmocka_unit_test(test_a_failed_release_names_the_call),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_adjacent_segments_never_merge),
