@@ -231,7 +231,8 @@ void coop_pool_destroy(coop_pool *pool);
  * streams, where the best fit's pages still cannot be mapped, takes the
  * best free block that needs none (or few enough) instead. The final message
  * (coop_last_error) gives the requested bytes, free bytes and the largest
- * free block, and the driver's message when the device refused. A stream is
+ * free block, the bytes of pending frees if any (neither allocated nor
+ * free), and the driver's message when the device refused. A stream is
  * its handle's value: CUDA's per-thread default stream handle
  * (CU_STREAM_PER_THREAD) names another stream in each thread, and the pool
  * cannot tell them apart, so a block freed on it in one thread is reused at
@@ -246,7 +247,8 @@ void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned fla
 
 /* Frees a pointer returned by coop_malloc; NULL is a no-op. Foreign pointers
  * (COOP_ERR_FOREIGN_PTR), interior pointers (COOP_ERR_INTERIOR_PTR) and
- * double frees (COOP_ERR_DOUBLE_FREE: the block is free or pending) return a
+ * double frees (COOP_ERR_DOUBLE_FREE: the block is free or pending, also for
+ * a pointer inside it) return a
  * distinct status, with the address in coop_last_error(), and leave the pool
  * untouched. The block is reusable at once on its allocation stream. A block
  * used on other streams (coop_record_stream) becomes pending: events are

@@ -435,6 +435,14 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         return COOP_ERR_NOMEM;
     uint64_t live = footprint(a, true);
     uint64_t headroom = a->params.capacity > live ? a->params.capacity - live : 0;
+    /* Pending frees are neither allocated nor free: named, so that what is
+     * mapped is accounted for (the headroom counts them as live). */
+    char pending[128] = "";
+    int64_t pending_bytes = pool->active_bytes.current - pool->allocated_bytes.current;
+    if (pending_bytes > 0)
+        snprintf(pending, sizeof pending,
+                 ", pending frees %lld (freed blocks waiting for other streams' events)",
+                 (long long)pending_bytes);
     char why[512] = "";
     if (from_arena && a->nomem == ARENA_NOMEM_DEVICE) /* copied: formatted into the same buffer */
         snprintf(why, sizeof why, "; the device is full (memory used outside this pool): %s",
@@ -449,12 +457,12 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         COOP_ERR_NOMEM,
         "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "
         "mapped %llu, allocated %lld, headroom %llu (capacity minus the %llu bytes live blocks "
-        "keep mapped), free %llu in %zu blocks, largest free block %llu%s",
+        "keep mapped), free %llu in %zu blocks, largest free block %llu%s%s",
         size, (unsigned long long)rounded, (unsigned long)stream,
         (unsigned long long)a->params.capacity, (unsigned long long)a->reserved,
         (long long)pool->allocated_bytes.current, (unsigned long long)headroom,
         (unsigned long long)live, (unsigned long long)a->counters.free_bytes, a->index.count,
-        (unsigned long long)arena_largest_free(a), why);
+        (unsigned long long)arena_largest_free(a), pending, why);
 }
 
 /* One more try of the out-of-memory path, after streams were settled: best
@@ -621,9 +629,12 @@ static coop_status not_allocated(coop_pool *pool, void *ptr, const char *op, are
         return coop_set_error(COOP_ERR_DOUBLE_FREE, "%s(%p): already freed (block is %s)", op, ptr,
                               b->state == COOP_BLOCK_PENDING ? "pending on stream events" : "free");
     b = arena_find_containing(&pool->arena, addr);
-    if (b && b->state == COOP_BLOCK_FREE)
+    /* inside a pending block too: it is freed already, and its start (an
+     * interior pointer's advice) would be refused as a double free */
+    if (b && b->state != COOP_BLOCK_ALLOCATED)
         return coop_set_error(COOP_ERR_DOUBLE_FREE,
-                              "%s(%p): lies in free block [%#lx, +%llu): already freed", op, ptr,
+                              "%s(%p): lies in %s block [%#lx, +%llu): already freed", op, ptr,
+                              b->state == COOP_BLOCK_PENDING ? "pending" : "free",
                               (unsigned long)b->addr, (unsigned long long)b->size);
     if (b)
         return coop_set_error(COOP_ERR_INTERIOR_PTR,
@@ -777,6 +788,19 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
 
 /* ---- Cache and capacity ---- */
 
+/* A release the backend refused (an unmap or segment free), under the
+ * call's name: the backend's message alone does not say which call failed.
+ * stays: the capacity kept, for coop_set_capacity (0: not said). */
+static coop_status release_failed(coop_status st, const char *fn, uint64_t stays)
+{
+    char why[512]; /* copied: formatted into the same buffer */
+    snprintf(why, sizeof why, "%s", coop_last_error());
+    if (!stays)
+        return coop_set_error(st, "%s: cannot release cached memory: %s", fn, why);
+    return coop_set_error(st, "%s: cannot release cached memory: %s; capacity stays %llu", fn, why,
+                          (unsigned long long)stays);
+}
+
 /* Completes what can be completed (waiting for busy streams unless
  * never_wait), then retags the free blocks of every idle stream "any stream"
  * (their last uses are finished) and coalesces them, so free space split
@@ -794,6 +818,8 @@ coop_status coop_empty_cache(coop_pool *pool)
     pool_settle_streams(pool, !pool->config.never_wait);
     uint64_t released;
     coop_status st = arena_reclaim(&pool->arena, UINT64_MAX, 0, 0, &released);
+    if (st != COOP_OK)
+        st = release_failed(st, "coop_empty_cache", 0);
     pool_after_op_locked(pool, "empty_cache");
     pool_unlock(pool);
     return st;
@@ -831,7 +857,9 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
         pool_process_pending_locked(pool);
         uint64_t released;
         st = arena_reclaim(a, a->reserved - c, 0, 0, &released);
-        if (st == COOP_OK && c < a->reserved && a->idle_failure != COOP_OK)
+        if (st != COOP_OK)
+            st = release_failed(st, "coop_set_capacity", a->params.capacity);
+        else if (c < a->reserved && a->idle_failure != COOP_OK)
             st = coop_set_error(a->idle_failure,
                                 "coop_set_capacity: capacity %llu is below the %llu bytes still "
                                 "mapped: %s; capacity stays %llu",

@@ -384,6 +384,39 @@ static void test_record_stream_pending(void **state)
     coop_pool_destroy(p);
 }
 
+/* A pointer inside a pending block (freed, waiting for another stream's
+ * event) is a double free, as one inside a free block is: the block is
+ * already freed, and "pass the block's start" (an interior pointer's
+ * advice) would be a double free too. Nothing changes, and the block is
+ * reused once the event completes. */
+static void test_a_pointer_inside_a_pending_block_is_a_double_free(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(1 * GiB, true);
+    char *a = coop_malloc(p, 8192, 1, 0, NULL);
+    void *guard = coop_malloc(p, 512, 1, 0, NULL);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+    assert_int_equal(coop_record_stream(p, a, 7), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    coop_stats before = stats_of(p);
+    assert_int_equal(coop_free(p, a + 512), COOP_ERR_DOUBLE_FREE);
+    char want[96];
+    snprintf(want, sizeof want, "coop_free(%p): lies in pending block", (void *)(a + 512));
+    assert_non_null(strstr(coop_last_error(), want));
+    assert_non_null(strstr(coop_last_error(), "already freed"));
+    assert_int_equal(coop_record_stream(p, a + 4096, 9), COOP_ERR_DOUBLE_FREE);
+    assert_non_null(strstr(coop_last_error(), "coop_record_stream("));
+    coop_stats after = stats_of(p);
+    assert_memory_equal(&after, &before, sizeof after);
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    void *b = coop_malloc(p, 8192, 1, 0, NULL);
+    assert_ptr_equal(b, a);
+    coop_free(p, b);
+    coop_free(p, guard);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* A stream's free block next to a free block of a stream still at work:
  * when the out-of-memory path sees the first stream finished, its block
  * keeps its tag rather than becoming "any stream", which would merge it
@@ -1433,6 +1466,38 @@ static void test_oom_message_headroom(void **state)
     coop_pool_destroy(p);
 }
 
+/* Memory held by pending frees (blocks freed while another stream's event
+ * is outstanding) is neither allocated nor free: the message names it, so
+ * that "mapped" less "allocated" less "free" is accounted for. 8 MiB of
+ * 2 MiB pages: a (4 MiB) pending on held stream 1 (waiting for it fails),
+ * b (4 MiB) live; 2 MiB more cannot fit. */
+static void test_oom_message_names_pending_frees(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(8 * MiB, true);
+    coop_status st;
+    void *a = coop_malloc(p, 4 * MiB, 0, 0, &st);
+    void *b = coop_malloc(p, 4 * MiB, 0, 0, &st);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(coop_record_stream(p, a, 1), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_null(coop_malloc(p, 2 * MiB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "mapped 8388608, allocated 4194304, headroom 0"));
+    assert_non_null(strstr(m, "free 0 in 0 blocks, largest free block 0, pending frees 4194304 "
+                              "(freed blocks waiting for other streams' events)"));
+    /* none pending: no such figure */
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    assert_null(coop_malloc(p, 6 * MiB, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_null(strstr(coop_last_error(), "pending"));
+    coop_free(p, b);
+    coop_pool_destroy(p);
+}
+
 /* The message's free space: the bytes, the blocks and the largest one, each
  * its own figure (two holes of 1 and 2 MiB that no 7 MiB request fits). */
 static void test_oom_message_names_the_largest_free_block(void **state)
@@ -1862,6 +1927,39 @@ static void test_successful_calls_keep_the_last_error(void **state)
         EXPECT_MESSAGE_KEPT(assert_int_equal(coop_pool_create(&c, &q), COOP_OK));
         EXPECT_MESSAGE_KEPT(coop_pool_destroy(q));
         EXPECT_MESSAGE_KEPT(coop_pool_destroy(p));
+    }
+}
+
+/* A failed release (the backend refused an unmap) is reported under the
+ * call's name, after the backend's words; set_capacity says the capacity
+ * stayed. VMM and segments. */
+static void test_a_failed_release_names_the_call(void **state)
+{
+    (void)state;
+    for (int vmm = 0; vmm < 2; vmm++) {
+        coop_config c = checked_config(16 * MiB);
+        c.use_vmm = vmm;
+        c.segment_size = 2 * MiB;
+        coop_pool *p = create_or_fail(&c);
+        void *a = coop_malloc(p, 4 * MiB, 0, 0, NULL), *b = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_int_equal(coop_free(p, a), COOP_OK);
+        unsigned kind = vmm ? COOP_FAULT_UNMAP : COOP_FAULT_SEGMENT;
+        assert_int_equal(coop_inject_fault(p, kind, 1), COOP_OK);
+        assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_ERR_BACKEND);
+        const char *m = coop_last_error();
+        assert_non_null(strstr(m, "coop_set_capacity: cannot release cached memory: injected"));
+        assert_non_null(strstr(m, "; capacity stays 16777216"));
+        assert_int_equal(stats_of(p).capacity, 16 * MiB);
+        assert_int_equal(coop_inject_fault(p, kind, 1), COOP_OK);
+        assert_int_equal(coop_empty_cache(p), COOP_ERR_BACKEND);
+        assert_non_null(
+            strstr(coop_last_error(), "coop_empty_cache: cannot release cached memory: injected"));
+        assert_int_equal(coop_empty_cache(p), COOP_OK); /* the fault was once */
+        assert_int_equal(stats_of(p).reserved_bytes.current, 4 * MiB);
+        assert_int_equal(coop_free(p, b), COOP_OK);
+        coop_pool_destroy(p);
     }
 }
 
@@ -2769,6 +2867,7 @@ int main(void)
         cmocka_unit_test(test_stream_reuse),
         cmocka_unit_test(test_split_rest_keeps_its_stream),
         cmocka_unit_test(test_record_stream_pending),
+        cmocka_unit_test(test_a_pointer_inside_a_pending_block_is_a_double_free),
         cmocka_unit_test(test_a_finished_streams_block_does_not_merge_into_a_busy_one),
         cmocka_unit_test(test_pending_queries_stop_at_a_busy_stream),
         cmocka_unit_test(test_a_block_used_on_two_streams_waits_for_both),
@@ -2802,6 +2901,7 @@ int main(void)
         cmocka_unit_test(test_set_capacity_no_wrap),
         cmocka_unit_test(test_successful_calls_keep_the_last_error),
         cmocka_unit_test(test_set_capacity_rounds_and_refusals_keep_it),
+        cmocka_unit_test(test_a_failed_release_names_the_call),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_adjacent_segments_never_merge),
@@ -2810,6 +2910,7 @@ int main(void)
         cmocka_unit_test(test_segments_two_streams),
         cmocka_unit_test(test_double_free_at_a_segment_start),
         cmocka_unit_test(test_oom_message_headroom),
+        cmocka_unit_test(test_oom_message_names_pending_frees),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_of_a_held_stream),
         cmocka_unit_test(test_oom_reuses_a_mapped_block_never_waiting),
         cmocka_unit_test(test_oom_message_names_the_largest_free_block),
