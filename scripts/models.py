@@ -467,11 +467,13 @@ class _ModuleView:
     sys.path as the user's code leaves it), so that its sibling modules
     (models.py, utils.py, a package) win over coop's scripts/ modules of
     the same name (this models.py). Each file has its own view: the
-    modules found in the folders it put on sys.path are kept here between
-    runs, apart from another file's of the same name. Outside, sys.path
-    and sys.modules are coop's again (coop's code imports models lazily,
-    record_traces.record for one), with the modules the user's code
-    imported from elsewhere (torch's, a library's) left loaded for all."""
+    modules found in its folder and the folders it put on sys.path are
+    kept here between runs, apart from another file's of the same name
+    (its folder's even where coop's sys.path has that folder too).
+    Outside, sys.path and sys.modules are coop's again (coop's code
+    imports models lazily, record_traces.record for one), with the modules
+    the user's code imported from elsewhere (torch's, a library's) left
+    loaded for all."""
 
     def __init__(self, path):
         self.folder = os.path.dirname(os.path.abspath(path))
@@ -511,9 +513,10 @@ class _ModuleView:
         self.sys_path = list(sys.path)
         changed = [(name, module) for name, module in sys.modules.items() if self.before.get(name) is not module]
         roots = set()
-        if changed:  # the folders this view put on sys.path hold its own modules
-            roots = {os.path.realpath(p or ".") for p in self.sys_path} - \
-                {os.path.realpath(p or ".") for p in entries} - {_SCRIPTS}
+        if changed:  # the folders this view put on sys.path hold its own modules, and FILE's folder
+            # always, even where coop's sys.path has it too (PYTHONPATH=., a driver beside FILE)
+            roots = ({os.path.realpath(p or ".") for p in self.sys_path} -
+                     {os.path.realpath(p or ".") for p in entries} | {os.path.realpath(self.folder)}) - {_SCRIPTS}
         self.modules = {}
         for name, module in changed:
             if _module_roots(name, module) & roots:

@@ -1139,6 +1139,34 @@ class UserWorkloadTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(self.out)), ["one-train-step.ops.jsonl.gz", "two-train-step.ops.jsonl.gz"])
         self.assertNotIn("utils", sys.modules)
 
+    def test_a_folder_already_on_sys_path_keeps_its_modules_in_its_view(self):
+        # the file's folder on coop's own sys.path too (PYTHONPATH=., a driver script beside the file): its
+        # modules are still the view's, imported once (the step's models.py is FUNC's) and not left in
+        # sys.modules for another file; the view counted only folders it added, so models.py ran again at
+        # each step and utils stayed loaded for all
+        folders = [os.path.join(self.dir.name, name) for name in ("one", "two")]
+        saved = list(sys.path)
+        self.addCleanup(sys.path.__setitem__, slice(None), saved)
+        sys.path.extend(folders)
+        for folder in folders:
+            name = os.path.basename(folder)
+            self.write(name + "/utils.py", "NAME = %r\n" % name)
+            self.write(name + "/models.py", "import torch.nn as nn\n\n\nclass Net(nn.Linear):\n    pass\n")
+            spec = self.write(name + "/train.py", (
+                "import torch\nimport torch.nn.functional as F\n\n\ndef loss(out, target):\n"
+                "    import models, utils\n    assert utils.NAME == %r, utils.NAME\n"
+                "    loss.nets.add(models.Net)\n    return F.cross_entropy(out, target)\n\n\nloss.nets = set()\n\n\n"
+                "def build(device, batch):\n    import models\n    m = models.Net(16, 4)\n    loss.nets.add(models.Net)\n"
+                "    return m, torch.randn(8, 16), torch.randint(0, 4, (8,)), loss, "
+                "torch.optim.SGD(m.parameters(), lr=0.1), %r\n") % (name, name)) + ":build"
+            fn = models.workload_function(spec)
+            w = models.user_workload(spec, fn, torch.device("cpu"), None)
+            w.step()
+            w.step()
+            self.assertEqual(len(fn.fn.__globals__["loss"].nets), 1, spec)
+            self.assertNotIn("utils", sys.modules)
+            self.assertIs(sys.modules["models"], models)
+
     def test_record_traces_takes_the_same_workloads(self):
         status, out, err = self.main(record_traces.main, "--workload", self.file + ":make_workload")
         self.assertEqual((status, err), (0, ""))
