@@ -335,6 +335,10 @@ cmp -s "$tmp/keep.trace" "$tmp/keep.orig" || { echo "FAIL: --timeline overwrote 
 ln -s keep.trace "$tmp/keep-link.trace"
 expect 2 "is the trace $tmp/keep-link.trace" $coop replay --policy ideal --timeline "$tmp/keep.trace" "$tmp/keep-link.trace"
 expect 2 "coop replay: cannot write --timeline $tmp/no/such/dir/t" $coop replay --policy ideal --timeline "$tmp/no/such/dir/t" "$tmp/keep.trace"
+# '-' is not standard output for --timeline (the rows are there), nor a file
+# named '-' made in the current directory without a word
+expect 2 "coop replay: --timeline -: standard output carries the rows" $coop replay --policy ideal --timeline - "$tmp/keep.trace"
+[ ! -e ./- ] || { echo "FAIL: --timeline - wrote a file named '-'"; failures=$((failures + 1)); rm -f ./-; }
 expect 2 "$tmp/none: cannot open" $coop replay "$tmp/none"
 # the message is one line, ended by its newline
 [ "$(wc -l <"$tmp/err")" -eq 1 ] || { echo "FAIL: not one line: '$(cat "$tmp/err")'"; failures=$((failures + 1)); }

@@ -377,6 +377,14 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             cli->json = true;
             break;
         case 't':
+            /* '-' is standard input as a TRACE and standard output in
+             * convert; here standard output carries the rows, so a
+             * timeline there would be mixed into them */
+            if (!strcmp(optarg, "-")) {
+                fprintf(stderr, "coop replay: --timeline -: standard output carries the rows; "
+                                "give the timeline a file name (./- for a file named '-')\n");
+                return 2;
+            }
             *timeline_path = optarg;
             break;
         case 'c':
