@@ -67,13 +67,27 @@ coop_status trace_input_size(const trace_input *in, const char *name, const char
  * read (and judged) later; this only moves the cheapest failure first. */
 coop_status trace_input_check(const char *path);
 
+/* Refuses a file whose first (decompressed) bytes p[0..n) are the magic
+ * number of a compressor zlib does not read (zstd, bzip2, xz, lz4): "PATH:
+ * compressed with NAME: coop reads plain files and gzip only: decompress it
+ * first (NAME -d)". Format detection and the line reader (coop sim reads
+ * logs without detection) both check. */
+coop_status trace_input_check_start(const char *path, const unsigned char *p, size_t n);
+
+/* 3 if p[0..n) starts with a UTF-8 byte order mark, else 0: the line reader
+ * and format detection skip one at the start of a file (Windows editors and
+ * spreadsheets' "CSV UTF-8" write it); line numbers are unchanged. */
+size_t trace_input_bom_length(const unsigned char *p, size_t n);
+
 /* Opens path for line reading. Errors: "PATH: cannot open: reason". */
 coop_status trace_input_open(trace_input *in, const char *path);
 
 /* Returns the next line in *line (NUL-terminated, without "\n" or "\r\n"),
  * its length in *len, and advances in->line. At the end of the file *line is
  * NULL and COOP_OK is returned. The line stays valid until the next call.
- * Errors: a line longer than TRACE_INPUT_MAX_LINE, a NUL byte inside a line
+ * A UTF-8 byte order mark before the first line is skipped.
+ * Errors: a file compressed otherwise than with gzip
+ * (trace_input_check_start), a line longer than TRACE_INPUT_MAX_LINE, a NUL byte inside a line
  * (binary data), a last line without its newline (a file cut short: text
  * traces, CSVs and JSON-lines logs all end with one), a read error, a
  * truncated/corrupt gzip stream or one inflating past TRACE_INPUT_BOMB_RATIO,
