@@ -140,15 +140,29 @@ size_t trace_input_bom_length(const unsigned char *p, size_t n)
     return n >= 3 && p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf ? 3 : 0;
 }
 
+void trace_input_escape(char *out, size_t cap, const char *text)
+{
+    size_t k = 0;
+    for (; *text && k + 5 < cap; text++) {
+        unsigned char c = (unsigned char)*text;
+        if (c < 0x20 || c == 0x7f)
+            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", c);
+        else
+            out[k++] = (char)c;
+    }
+    out[k] = '\0';
+}
+
 coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
 {
-    char what[384];
+    char what[384], shown[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    trace_input_escape(shown, sizeof shown, what);
     return coop_set_error(COOP_ERR_INVALID, "%s:%llu: %s", in->path, (unsigned long long)in->line,
-                          what);
+                          shown);
 }
 
 coop_status trace_input_u64(const trace_input *in, const char *name, const char *text,

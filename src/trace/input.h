@@ -43,10 +43,17 @@ typedef struct trace_input {
 } trace_input;
 
 /* Reports bad input on the line last returned: sets the thread's error to
- * "PATH:LINE: what" (what formatted from fmt) and returns COOP_ERR_INVALID.
+ * "PATH:LINE: what" (what formatted from fmt, trace_input_escape'd) and
+ * returns COOP_ERR_INVALID.
  * Every line-oriented reader words its errors this way. */
 coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Copies text into out (cap bytes, at least 1; cut to fit), control
+ * characters written as \xNN: a field quoted in a message must show what the
+ * file holds (a CR left by CR CR LF line ends moved the terminal's cursor,
+ * and "stream '0\r'" read as "stream '0'"). trace_input_error applies it. */
+void trace_input_escape(char *out, size_t cap, const char *text);
 
 /* Parses the whole field text as an unsigned number (text_parse_u64); on
  * failure reports "PATH:LINE: NAME 'TEXT' is negative / out of range / not a
