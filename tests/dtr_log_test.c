@@ -123,6 +123,30 @@ static void errors_name_the_line(void **state)
     expect_error("{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n{oops\n",
                  "bad.log:2: invalid JSON");
     expect_error("{\"INSTRUCTION\":\"FROB\"}\n", "bad.log:1: unknown INSTRUCTION \"FROB\"");
+    /* control characters (JSON escapes) are shown escaped, not written raw */
+    expect_error("{\"INSTRUCTION\":\"\\u001b[2J\\r\"}\n",
+                 "bad.log:1: unknown INSTRUCTION \"\\x1b[2J\\x0d\"");
+    /* a number beyond 64 bits is out of range, not "not an integer"; a bad
+     * value is shown (as scripts/record_ops.py --check shows it) */
+    static const char constant[] = "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n";
+    static const struct {
+        const char *value, *want;
+    } memory[] = {
+        {"\"18446744073709551616\"",
+         "bad.log:2: field MEMORY \"18446744073709551616\" is out of range (at most 2^64-1)"},
+        {"\"0x10\"", "bad.log:2: field MEMORY is not a non-negative integer: \"0x10\""},
+        {"\"+5\"", "bad.log:2: field MEMORY is not a non-negative integer: \"+5\""},
+        {"-3", "bad.log:2: field MEMORY is not a non-negative integer: -3"},
+        {"1e3", "bad.log:2: field MEMORY is not a non-negative integer: 1000"},
+        {"null", "bad.log:2: field MEMORY is not a non-negative integer: null"},
+        {"[1]", "bad.log:2: field MEMORY is not a non-negative integer: an array"},
+    };
+    for (size_t i = 0; i < sizeof memory / sizeof memory[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "%s{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":%s}\n",
+                 constant, memory[i].value);
+        expect_error(text, memory[i].want);
+    }
     /* no instructions: coop sim ran these as a program of 0 bytes */
     expect_error("", "bad.log: no instructions: the log is empty or blank");
     expect_error("\n\n\r\n", "bad.log: no instructions");
@@ -137,7 +161,7 @@ static void errors_name_the_line(void **state)
     expect_error(
         "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
         "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"18446744073709551616\"}\n",
-        "bad.log:2: field MEMORY is not a non-negative integer");
+        "bad.log:2: field MEMORY \"18446744073709551616\" is out of range");
     /* sizes are below 2^56, and all of them together below 2^63, so that no
      * sum of live tensors (the simulator's peak) wraps */
     expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"

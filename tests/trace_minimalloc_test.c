@@ -67,6 +67,9 @@ static void test_header_variants(void **state)
         "size,upper,lower,id\n50,20,10,3\n100,10,0,7\n30,30,10,1\n",
         "buffer,start,end,size\n3,10,19,50\n7,0,9,100\n1,10,29,30\n",
         every_column,
+        /* blank lines before the header, as detection allows and after it
+         * (were "unknown column ''" on line 1) */
+        "\n \t\r\nid,lower,upper,size\n3,10,20,50\n7,0,10,100\n1,10,30,30\n",
     };
     trace want;
     assert_int_equal(read_csv(plain, 0, &want), COOP_OK);
@@ -108,6 +111,8 @@ static void test_bad_rows(void **state)
         {"id,lower,upper\n", ":1: no size column"},
         {"lower,upper,size\n1,2,3\n", ":1: no id column"},
         {"id,lower,upper,size,color\n", ":1: unknown column 'color'"},
+        {"\n\nid,lower,upper,size\n1,0,x,3\n", ":4: upper 'x' is not a number"},
+        {"\n \n", ":3: empty file: no header"},
         {"id,lower,upper,size,begin\n", ":1: column 'begin' repeats column 2"},
         /* 17 columns: split_fields stops at its 16 slots */
         {"id,lower,upper,size,offset,a,b,c,d,e,f,g,h,i,j,k,l\n",

@@ -18,6 +18,7 @@
 #include "trace_fixture.h"
 
 #include "test_seed.h"
+#include "trace/dtr_log.h"
 #include "trace/input.h"
 #include "trace/spool.h"
 
@@ -101,6 +102,89 @@ static void test_detect_errors(void **state)
     path = write_named("cut.gz", "\x1f\x8b\x08\x00\x00", 5, 0);
     fixture_expect_error(trace_read(path, &t), "cut.gz: read error: file is truncated", NULL);
     assert_null(t.events);
+}
+
+/* Files compressed with another tool than gzip are named as such, by
+ * detection and by the line reader that coop sim uses without detection
+ * (they were an "unknown trace format" showing the magic bytes, and to sim
+ * a truncated or binary DTR log). */
+static void test_other_compressors_are_named(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *magic, *expect;
+        size_t len;
+    } cases[] = {
+        {"t.zst", "\x28\xb5\x2f\xfd\x04\x58", "t.zst: compressed with zstd", 6},
+        {"t.bz2", "BZh91AY&SY", "t.bz2: compressed with bzip2", 10},
+        {"t.xz",
+         "\xfd"
+         "7zXZ\x00\x00\x04",
+         "t.xz: compressed with xz", 8},
+        {"t.lz4", "\x04\x22\x4d\x18\x64\x40", "t.lz4: compressed with lz4", 6},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        trace_format f;
+        trace t;
+        dtr_log log;
+        const char *path = write_named(cases[i].name, cases[i].magic, cases[i].len, 0);
+        fixture_expect_error(trace_detect_format(path, &f), cases[i].expect,
+                             "gzip only: decompress it first", NULL);
+        fixture_expect_error(trace_read(path, &t), cases[i].expect, NULL);
+        fixture_expect_error(dtr_log_read(path, &log), cases[i].expect, NULL);
+        fixture_expect_error(trace_read_text(path, &t), cases[i].expect, NULL);
+        /* inside a gzip stream too */
+        path = write_named(cases[i].name, cases[i].magic, cases[i].len, 1);
+        fixture_expect_error(trace_read(path, &t), cases[i].expect, NULL);
+    }
+}
+
+/* A UTF-8 byte order mark (Windows editors, "CSV UTF-8" from a spreadsheet)
+ * is skipped by detection and by the line readers, and line numbers still
+ * count from the first line: it was an "unknown trace format" starting
+ * with \xef\xbb\xbf. */
+static void test_a_byte_order_mark_is_skipped(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *text, *bad;
+        size_t events;
+    } cases[] = {
+        {"bom.trace",
+         "\xef\xbb\xbf"
+         "coop-trace 1\r\nA 1 10 0\r\nF 1\r\n",
+         "\xef\xbb\xbf"
+         "coop-trace 1\nA 1 x 0\n",
+         2},
+        {"bom.csv",
+         "\xef\xbb\xbf"
+         "id,lower,upper,size\r\n0,1,2,3\r\n",
+         "\xef\xbb\xbf"
+         "id,lower,upper,size\n0,1,x,3\n",
+         2},
+        {"bom.log",
+         "\xef\xbb\xbf"
+         "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+         "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"8\"}\n",
+         "\xef\xbb\xbf"
+         "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n{\"INSTRUCTION\":1}\n",
+         1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int gzip = 0; gzip <= 1; gzip++) {
+            trace t;
+            const char *path =
+                write_named(cases[i].name, cases[i].text, strlen(cases[i].text), gzip);
+            if (trace_read(path, &t) != COOP_OK)
+                fail_msg("%s refused: %s", cases[i].name, coop_last_error());
+            assert_int_equal(t.num_events, cases[i].events);
+            trace_free(&t);
+            path = write_named(cases[i].name, cases[i].bad, strlen(cases[i].bad), gzip);
+            char where[64];
+            snprintf(where, sizeof where, "%s:2: ", cases[i].name);
+            fixture_expect_error(trace_read(path, &t), where, NULL);
+        }
+    }
 }
 
 /* trace_read gives what the format's own reader gives. */
@@ -848,6 +932,8 @@ int main(void)
         cmocka_unit_test(test_detect),
         cmocka_unit_test(test_detect_errors),
         cmocka_unit_test(test_dispatch),
+        cmocka_unit_test(test_other_compressors_are_named),
+        cmocka_unit_test(test_a_byte_order_mark_is_skipped),
         cmocka_unit_test(test_gzip_bombs_are_refused),
         cmocka_unit_test(test_gzip_ratio_just_over_the_bound_is_refused),
         cmocka_unit_test(test_a_pipe_is_read_whole_once),

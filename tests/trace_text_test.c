@@ -128,6 +128,10 @@ static void test_bad_lines(void **state)
         {"coop-trace 1\nA 1 two 3\n", ":2: size 'two' is not a number", ""},
         {"coop-trace 1\nF x\n", ":2: id 'x' is not a number", ""},
         {"coop-trace 1\nA 1 -2 3\n", ":2: size '-2' is negative", ""},
+        /* control characters in a quoted field are shown escaped: a CR left
+         * by CR CR LF line ends showed "stream '0' is not a number" */
+        {"coop-trace 1\r\nA 1 2 0\r\r\n", ":2: stream '0\\x0d' is not a number", ""},
+        {"coop-trace 1\nA 1 \x1b[2J 0\n", ":2: size '\\x1b[2J' is not a number", ""},
         {"coop-trace 1\nA 1 18446744073709551616 3\n",
          ":2: size '18446744073709551616' is out of range", ""},
         {"coop-trace 1\nA 1 0x1ffffffffffffffff 3\n", ":2: size", "out of range"},

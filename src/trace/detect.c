@@ -62,11 +62,13 @@ static coop_status detect_kept(const char *path, trace_format *out)
         return st;
     if (n == 0)
         return coop_set_error(COOP_ERR_INVALID, "%s: empty file", path);
+    if ((st = trace_input_check_start(path, buf, n)) != COOP_OK)
+        return st;
     if (buf[0] == 0x80) { /* pickle PROTO opcode: protocol 2 or later */
         *out = TRACE_FORMAT_PICKLE;
         return COOP_OK;
     }
-    size_t i = 0;
+    size_t i = trace_input_bom_length(buf, n);
     while (i < n && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n'))
         i++;
     const unsigned char *p = buf + i;

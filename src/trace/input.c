@@ -103,15 +103,66 @@ coop_status trace_input_check(const char *path)
     return COOP_OK;
 }
 
+/* Magic numbers of compressors zlib does not read (their own specs). */
+static const struct {
+    const char *name;
+    const char *magic;
+    size_t len;
+} other_compressors[] = {
+    {"zstd", "\x28\xb5\x2f\xfd", 4},
+    {"xz",
+     "\xfd"
+     "7zXZ\x00",
+     6},
+    {"lz4", "\x04\x22\x4d\x18", 4},
+};
+
+coop_status trace_input_check_start(const char *path, const unsigned char *p, size_t n)
+{
+    const char *name = NULL;
+    for (size_t i = 0; i < sizeof other_compressors / sizeof other_compressors[0]; i++)
+        if (n >= other_compressors[i].len &&
+            !memcmp(p, other_compressors[i].magic, other_compressors[i].len))
+            name = other_compressors[i].name;
+    /* "BZh" and a block size digit: text cannot start so and be a trace */
+    if (n >= 4 && !memcmp(p, "BZh", 3) && p[3] >= '1' && p[3] <= '9')
+        name = "bzip2";
+    if (!name)
+        return COOP_OK;
+    return coop_set_error(COOP_ERR_INVALID,
+                          "%s: compressed with %s: coop reads plain files and gzip only: "
+                          "decompress it first (%s -d)",
+                          path, name, name);
+}
+
+size_t trace_input_bom_length(const unsigned char *p, size_t n)
+{
+    return n >= 3 && p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf ? 3 : 0;
+}
+
+void trace_input_escape(char *out, size_t cap, const char *text)
+{
+    size_t k = 0;
+    for (; *text && k + 5 < cap; text++) {
+        unsigned char c = (unsigned char)*text;
+        if (c < 0x20 || c == 0x7f)
+            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", c);
+        else
+            out[k++] = (char)c;
+    }
+    out[k] = '\0';
+}
+
 coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
 {
-    char what[384];
+    char what[384], shown[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    trace_input_escape(shown, sizeof shown, what);
     return coop_set_error(COOP_ERR_INVALID, "%s:%llu: %s", in->path, (unsigned long long)in->line,
-                          what);
+                          shown);
 }
 
 coop_status trace_input_u64(const trace_input *in, const char *name, const char *text,
@@ -192,7 +243,14 @@ static coop_status fill(trace_input *in)
             return st;
         in->at_eof = 1;
     }
+    int first = in->line == 0 && in->end == 0 && in->start == 0;
     in->end += (size_t)got;
+    if (first && got > 0) {
+        coop_status st = trace_input_check_start(in->path, (unsigned char *)in->buf, in->end);
+        if (st != COOP_OK)
+            return st;
+        in->start = trace_input_bom_length((unsigned char *)in->buf, in->end);
+    }
     return got > 0 ? check_inflation(in->gz, in->path, line) : COOP_OK;
 }
 

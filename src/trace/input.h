@@ -43,10 +43,17 @@ typedef struct trace_input {
 } trace_input;
 
 /* Reports bad input on the line last returned: sets the thread's error to
- * "PATH:LINE: what" (what formatted from fmt) and returns COOP_ERR_INVALID.
+ * "PATH:LINE: what" (what formatted from fmt, trace_input_escape'd) and
+ * returns COOP_ERR_INVALID.
  * Every line-oriented reader words its errors this way. */
 coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Copies text into out (cap bytes, at least 1; cut to fit), control
+ * characters written as \xNN: a field quoted in a message must show what the
+ * file holds (a CR left by CR CR LF line ends moved the terminal's cursor,
+ * and "stream '0\r'" read as "stream '0'"). trace_input_error applies it. */
+void trace_input_escape(char *out, size_t cap, const char *text);
 
 /* Parses the whole field text as an unsigned number (text_parse_u64); on
  * failure reports "PATH:LINE: NAME 'TEXT' is negative / out of range / not a
@@ -67,13 +74,27 @@ coop_status trace_input_size(const trace_input *in, const char *name, const char
  * read (and judged) later; this only moves the cheapest failure first. */
 coop_status trace_input_check(const char *path);
 
+/* Refuses a file whose first (decompressed) bytes p[0..n) are the magic
+ * number of a compressor zlib does not read (zstd, bzip2, xz, lz4): "PATH:
+ * compressed with NAME: coop reads plain files and gzip only: decompress it
+ * first (NAME -d)". Format detection and the line reader (coop sim reads
+ * logs without detection) both check. */
+coop_status trace_input_check_start(const char *path, const unsigned char *p, size_t n);
+
+/* 3 if p[0..n) starts with a UTF-8 byte order mark, else 0: the line reader
+ * and format detection skip one at the start of a file (Windows editors and
+ * spreadsheets' "CSV UTF-8" write it); line numbers are unchanged. */
+size_t trace_input_bom_length(const unsigned char *p, size_t n);
+
 /* Opens path for line reading. Errors: "PATH: cannot open: reason". */
 coop_status trace_input_open(trace_input *in, const char *path);
 
 /* Returns the next line in *line (NUL-terminated, without "\n" or "\r\n"),
  * its length in *len, and advances in->line. At the end of the file *line is
  * NULL and COOP_OK is returned. The line stays valid until the next call.
- * Errors: a line longer than TRACE_INPUT_MAX_LINE, a NUL byte inside a line
+ * A UTF-8 byte order mark before the first line is skipped.
+ * Errors: a file compressed otherwise than with gzip
+ * (trace_input_check_start), a line longer than TRACE_INPUT_MAX_LINE, a NUL byte inside a line
  * (binary data), a last line without its newline (a file cut short: text
  * traces, CSVs and JSON-lines logs all end with one), a read error, a
  * truncated/corrupt gzip stream or one inflating past TRACE_INPUT_BOMB_RATIO,

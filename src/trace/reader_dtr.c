@@ -61,7 +61,9 @@ typedef struct parser {
 
 static coop_status fail(parser *p, const char *what)
 {
-    return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s", p->file, p->line, what);
+    char shown[512]; /* names and jansson's excerpt may hold control characters */
+    trace_input_escape(shown, sizeof shown, what);
+    return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s", p->file, p->line, shown);
 }
 
 static coop_status fail_host(parser *p)
@@ -85,7 +87,28 @@ static const char *string_field(parser *p, json_t *obj, const char *key)
     return json_string_value(v);
 }
 
-/* A non-negative integer given as a decimal string or a JSON integer. */
+/* v shown in a message: a string quoted (cut), a number, or its JSON type. */
+static void describe(const json_t *v, char *out, size_t cap)
+{
+    if (json_is_string(v))
+        snprintf(out, cap, "\"%.40s%s\"", json_string_value(v),
+                 strlen(json_string_value(v)) > 40 ? "..." : "");
+    else if (json_is_integer(v))
+        snprintf(out, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(out, cap, "%.17g", json_real_value(v));
+    else
+        snprintf(out, cap, "%s",
+                 json_is_true(v)    ? "true"
+                 : json_is_false(v) ? "false"
+                 : json_is_null(v)  ? "null"
+                 : json_is_array(v) ? "an array"
+                                    : "an object");
+}
+
+/* A non-negative integer given as a decimal string or a JSON integer. A
+ * decimal string past 2^64-1 is out of range (it was "not a non-negative
+ * integer", which it is); any other refused value is shown. */
 static int uint_field(parser *p, json_t *obj, const char *key, uint64_t *out)
 {
     json_t *v = json_object_get(obj, key);
@@ -97,17 +120,25 @@ static int uint_field(parser *p, json_t *obj, const char *key, uint64_t *out)
         *out = (uint64_t)json_integer_value(v);
         return 0;
     }
+    char shown[64];
+    describe(v, shown, sizeof shown);
     if (json_is_string(v)) {
         const char *s = json_string_value(v);
         char *end;
         errno = 0;
         unsigned long long x = strtoull(s, &end, 10);
-        if (*s >= '0' && *s <= '9' && !*end && !errno) {
-            *out = x;
-            return 0;
+        if (*s >= '0' && *s <= '9' && !*end) {
+            if (!errno) {
+                *out = x;
+                return 0;
+            }
+            snprintf(p->line_error, sizeof p->line_error,
+                     "field %s %s is out of range (at most 2^64-1)", key, shown);
+            return -1;
         }
     }
-    snprintf(p->line_error, sizeof p->line_error, "field %s is not a non-negative integer", key);
+    snprintf(p->line_error, sizeof p->line_error, "field %s is not a non-negative integer: %s", key,
+             shown);
     return -1;
 }
 

@@ -308,18 +308,19 @@ coop_status trace_read_minimalloc(const char *path, trace *out)
         st = trace_input_line(&r.in, &line, &len);
         if (st != COOP_OK || !line)
             break;
+        if (*trim(line) == '\0')
+            continue; /* blank lines (a trailing one is common; detection skips leading ones) */
         if (!seen_header) {
             st = read_header(&r, line);
             seen_header = true;
             continue;
         }
-        if (*trim(line) == '\0')
-            continue; /* blank lines (a trailing one is common) */
         st = read_row(&r, line);
     }
     if (st == COOP_OK && !seen_header)
         st = coop_set_error(COOP_ERR_INVALID,
-                            "%s:1: empty file: no header (such as 'id,lower,upper,size')", path);
+                            "%s:%llu: empty file: no header (such as 'id,lower,upper,size')", path,
+                            (unsigned long long)r.in.line + 1);
     if (st == COOP_OK)
         st = build(&r, out);
     trace_input_close(&r.in);
