@@ -86,6 +86,14 @@ expect 2 "policy 'dtr' is listed twice" $coop sim --policy dtr,dtr "$traces/unet
 expect 2 "budget ratio '0' is not a number in (0, 1]" $coop sim --budget 0 "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "budget ratio '0.5x' is not a number in (0, 1]" $coop sim --budget 0.5x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--inplace takes on or off, not 'yes'" $coop sim --inplace yes "$traces/unet-train-step.ops.jsonl.gz"
+# an allocation trace given to sim (the bundled ones sit beside the op
+# logs): the parser's line, then what the file is and which command reads it
+printf 'id,lower,upper,size\n0,0,2,512\n' >"$tmp/buffers.csv"
+expect 2 "is a coop text trace, an allocation trace: coop replay reads it" $coop sim "$traces/unet-train-step.trace.gz"
+expect 2 "is a PyTorch memory snapshot, an allocation trace" $coop sim "$traces/unet-train-step.cuda.pickle.gz"
+expect 2 "buffers.csv is a minimalloc CSV, an allocation trace" $coop sim "$tmp/buffers.csv"
+expect 2 "bad.jsonl:1:" $coop sim "$tmp/bad.jsonl"
+grep -q "allocation trace" "$tmp/err" && { echo "FAIL: a bad op log called an allocation trace: $(cat "$tmp/err")"; failures=$((failures + 1)); }
 expect 2 "--partition takes off or a threshold >= 0 (ns/byte), not ' 1'" $coop sim --partition " 1" "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "policy coop needs --memory arena" $coop sim --policy coop "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--partition takes off or a threshold >= 0 (ns/byte), not ''" $coop sim --partition "" "$traces/unet-train-step.ops.jsonl.gz"

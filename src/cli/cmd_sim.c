@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli_getopt.h"
 #include "cli/cli_inputs.h"
@@ -14,6 +15,7 @@
 #include "cli/commands.h"
 #include "remat/sim.h"
 #include "remat/sim_lib.h"
+#include "trace/trace.h"
 #include "utf8.h"
 
 #define MAX_ITEMS 64
@@ -268,6 +270,28 @@ static void print_row(bool json, int log_width, const char *log, const char *pol
     row_end(&r, th);
 }
 
+/* A log refused as malformed that is a regular file of another trace
+ * format, an allocation trace (coop replay's input, given to sim by
+ * mistake: the bundled traces sit beside the op logs), gets a second line
+ * saying so; the JSON parser's words about its first byte ("'[' or '{'
+ * expected near '#'") do not. Pipes are left alone: detection would read
+ * what the simulator has consumed. */
+static void say_if_another_format(const char *path)
+{
+    struct stat st;
+    trace_format format;
+    if (stat(path, &st) || !S_ISREG(st.st_mode) || trace_detect_format(path, &format) ||
+        format == TRACE_FORMAT_DTR)
+        return;
+    const char *what = format == TRACE_FORMAT_PICKLE ? "a PyTorch memory snapshot"
+                       : format == TRACE_FORMAT_TEXT ? "a coop text trace"
+                                                     : "a minimalloc CSV";
+    fprintf(stderr,
+            "coop sim: %s is %s, an allocation trace: coop replay reads it; coop sim reads "
+            "operator logs (DTR logs, the *.ops.jsonl.gz op traces)\n",
+            path, what);
+}
+
 /* A run that ended in an error (host memory ran out: the simulator's or the
  * pool's) ends the command, as in replay: the runs after it would fail
  * too, one message each, or measure a host short of memory. Says why
@@ -515,6 +539,8 @@ int cmd_sim(int argc, char **argv)
         coop_status loaded = sim_program_load(argv[a], &prog);
         if (loaded != COOP_OK) {
             fprintf(stderr, "coop sim: %s\n", coop_last_error());
+            if (loaded == COOP_ERR_INVALID)
+                say_if_another_format(argv[a]);
             /* a bad or unreadable log is an input error (2), as in replay
              * and convert; running out of memory is the work failing (1),
              * and ends the command (stop_on_error) */
