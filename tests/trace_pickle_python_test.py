@@ -29,8 +29,11 @@ def make_snapshot(rng):
     t = 1_700_000_000_000_000
     addr_pool = [0x7F0000000000 + 512 * i for i in range(400)]
     # blocks allocated before recording began: some freed in the trace,
-    # some still allocated at the end
-    before = rng.sample(addr_pool, 60)
+    # some still allocated at the end. Each in a MiB of its own, below
+    # addr_pool: such blocks were all live when recording began, so they
+    # overlap neither each other nor a block the trace allocates before
+    # freeing them (the reader refuses that), whatever the trace's sizes.
+    before = [0x7D0000000000 + (i << 20) for i in rng.sample(range(400), 60)]
     for a in before:
         live[(a, 0)] = ("R" if rng.random() < 0.3 else "A", rng.randrange(1, 1 << 20))
     for _ in range(3000):

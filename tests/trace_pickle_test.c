@@ -442,6 +442,111 @@ static void test_alloc_over_an_adopted_block(void **state)
     assert_null(t.events);
 }
 
+/* A free of a block the trace allocated and freed already (a second
+ * free_completed, or free_requested then free_completed again) names no
+ * block from before recording began: that block would overlap the trace's
+ * own at its address, before its free. So do a free on another stream than
+ * the block at its address, a free overlapping such a block at another
+ * address, and two frees without an alloc of one block. Each is refused at
+ * the free, naming the entries it conflicts with; a block from before
+ * recording that the trace allocates over after its free is read. */
+static void test_free_of_no_block_from_before_recording(void **state)
+{
+    (void)state;
+    pk p;
+    trace t;
+    char alloc_at[80], freed_at[80];
+    for (int again_requested = 0; again_requested < 2; again_requested++) {
+        begin_device0_trace(&p);
+        size_t alloc = p.n;
+        entry(&p, "alloc", 0x1000000, 1 << 20, 0, -1);
+        entry(&p, "free_requested", 0x1000000, 1 << 20, 0, -1);
+        size_t completed = p.n;
+        entry(&p, "free_completed", 0x1000000, 1 << 20, 0, -1);
+        entry(&p, again_requested ? "free_requested" : "free_completed", 0x1000000, 1 << 20, 0, -1);
+        if (again_requested)
+            entry(&p, "free_completed", 0x1000000, 1 << 20, 0, -1);
+        end_device0_trace(&p);
+        snprintf(alloc_at, sizeof alloc_at, "which the entry at byte %zu allocated ", alloc);
+        snprintf(freed_at, sizeof freed_at, "and the entry at byte %zu already freed", completed);
+        fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][3]: ",
+                             again_requested ? "free_requested of 0x1000000 (stream 0), "
+                                             : "free_completed of 0x1000000 (stream 0), ",
+                             alloc_at, freed_at, NULL);
+        assert_null(t.events);
+    }
+
+    /* another stream than the live block at that address */
+    begin_device0_trace(&p);
+    size_t alloc = p.n;
+    entry(&p, "alloc", 0x1000000, 1 << 20, 0, -1);
+    entry(&p, "free_completed", 0x1000000, 1 << 20, 1, -1);
+    end_device0_trace(&p);
+    snprintf(alloc_at, sizeof alloc_at, "allocated by the entry at byte %zu, ", alloc);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][1]: ",
+                         "free_completed of 0x1000000 (stream 1), but the block at that address, ",
+                         alloc_at, "is on stream 0", NULL);
+
+    /* another stream than a block freed already */
+    begin_device0_trace(&p);
+    alloc = p.n;
+    entry(&p, "alloc", 0x1000000, 1 << 20, 0, -1);
+    size_t freed = p.n;
+    entry(&p, "free_completed", 0x1000000, 1 << 20, 0, -1);
+    entry(&p, "free_completed", 0x1000000, 1 << 20, 7, -1);
+    end_device0_trace(&p);
+    snprintf(alloc_at, sizeof alloc_at, "which the entry at byte %zu allocated on stream 0 ",
+             alloc);
+    snprintf(freed_at, sizeof freed_at, "and the entry at byte %zu already freed", freed);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t),
+                         "device_traces[0][2]: ", "free_completed of 0x1000000 (stream 7), ",
+                         alloc_at, freed_at, NULL);
+
+    /* inside the trace's block, at another address */
+    begin_device0_trace(&p);
+    alloc = p.n;
+    entry(&p, "alloc", 0x1000000, 1 << 20, 0, -1);
+    entry(&p, "free_completed", 0x1000000, 1 << 20, 0, -1);
+    entry(&p, "free_requested", 0x1080000, 512, 0, -1);
+    end_device0_trace(&p);
+    snprintf(alloc_at, sizeof alloc_at, "the entry at byte %zu allocated ", alloc);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][2]: ",
+                         "free_requested of 0x1080000 (stream 0, 512 bytes) ", alloc_at,
+                         "0x1000000 (stream 0, 1048576 bytes)", NULL);
+
+    /* freed twice, never allocated; then two overlapping such blocks */
+    for (int overlap = 0; overlap < 2; overlap++) {
+        begin_device0_trace(&p);
+        size_t first = p.n;
+        entry(&p, "free_completed", 0x2000, 4096, 0, -1);
+        entry(&p, "alloc", 0x9000, 512, 0, -1);
+        entry(&p, "free_completed", overlap ? 0x2800 : 0x2000, 4096, 0, -1);
+        end_device0_trace(&p);
+        snprintf(freed_at, sizeof freed_at, "the entry at byte %zu ", first);
+        fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][2]: ", freed_at,
+                             overlap ? "free_completed of 0x2800 (stream 0, 4096 bytes) "
+                                     : "free_completed of 0x2000 (stream 0), which ",
+                             NULL);
+    }
+
+    /* allocated over after its free (here and at another address), and
+     * beside the trace's blocks: read */
+    begin_device0_trace(&p);
+    entry(&p, "alloc", 0x1000, 0x1000, 0, -1);
+    entry(&p, "free_requested", 0x2000, 0x1000, 0, -1);
+    entry(&p, "free_completed", 0x2000, 0x1000, 0, -1);
+    entry(&p, "free_completed", 0x3000, 0x1000, 0, -1);
+    entry(&p, "alloc", 0x2000, 0x1000, 0, -1);
+    entry(&p, "alloc", 0x2800, 0x1000, 1, -1);
+    entry(&p, "free_completed", 0x2000, 0x1000, 0, -1);
+    entry(&p, "free_completed", 0x1000, 0x1000, 0, -1);
+    end_device0_trace(&p);
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_live_at_start, 2);
+    assert_int_equal(t.num_events, 10);
+    trace_free(&t);
+}
+
 /* An oom entry may be of any size (nothing places it: TRACE_SIZE_LIMIT is
  * for the sizes that are placed), 2^56 and more included. */
 static void test_oom_of_any_size(void **state)
@@ -1393,12 +1498,14 @@ static void get(pk *p, unsigned char index)
  * device 0's list, then on top of the stack, after a good entry (so that memo indices 20 to 24 are
  * below the opcodes read; nothing after uses MEMOIZE). Where a dict is
  * reached again after its APPEND, the list holds it more than once and each
- * place reads its last state, as in Python; a sealed copy would not. */
+ * place reads its last state, as in Python; a sealed copy would not. The
+ * entries are segment_alloc: an event each, whatever their address, where
+ * one free_completed read twice would free a block twice (refused). */
 static void memo_shape(pk *p, int variant)
 {
     switch (variant) {
     case 0: /* fetched after its APPEND, changed, appended again */
-        put_entry(p, 20, "free_completed", 0x2000);
+        put_entry(p, 20, "segment_alloc", 0x2000);
         op(p, 'a');
         get(p, 20);
         key_int(p, "addr", 0x3000);
@@ -1412,7 +1519,7 @@ static void memo_shape(pk *p, int variant)
         op(p, 'q');
         op(p, 21);
         op(p, '(');
-        key_str(p, "action", "free_completed");
+        key_str(p, "action", "segment_alloc");
         key_int(p, "addr", 0x2000);
         key_int(p, "size", 512);
         end_dict(p);
@@ -1424,9 +1531,9 @@ static void memo_shape(pk *p, int variant)
         break;
     case 2: /* an index reused: the first dict memoized where a fetch reads
              * the second */
-        put_entry(p, 20, "free_completed", 0x2000);
+        put_entry(p, 20, "segment_alloc", 0x2000);
         op(p, 'a');
-        put_entry(p, 20, "free_completed", 0x4000);
+        put_entry(p, 20, "segment_alloc", 0x4000);
         op(p, 'a');
         get(p, 20);
         key_int(p, "stream", 7);
@@ -1438,7 +1545,7 @@ static void memo_shape(pk *p, int variant)
         op(p, '}');
         op(p, '(');
         str(p, "action");
-        str(p, "free_completed");
+        str(p, "segment_alloc");
         op(p, 'q');
         op(p, 22);
         str(p, "addr");
@@ -1491,7 +1598,7 @@ static void memo_shape(pk *p, int variant)
         break;
     default: /* the same dict in one APPENDS twice, then changed */
         op(p, '(');
-        put_entry(p, 24, "free_completed", 0x9000);
+        put_entry(p, 24, "segment_alloc", 0x9000);
         get(p, 24);
         op(p, 'e');
         get(p, 24);
@@ -2164,6 +2271,7 @@ int main(void)
         cmocka_unit_test(test_time_none),
         cmocka_unit_test(test_negative_stream),
         cmocka_unit_test(test_alloc_over_an_adopted_block),
+        cmocka_unit_test(test_free_of_no_block_from_before_recording),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),

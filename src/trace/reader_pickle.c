@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growable.h"
 #include "status.h"
 #include "trace/builder.h"
 #include "trace/id_map.h"
@@ -27,10 +28,25 @@ enum { BLOCK_ALLOCATED = 1, BLOCK_FREE_REQUESTED = 2 };
  * file costs entries x keys comparisons. */
 #define SNAPSHOT_MAX_KEYS 64
 
+/* A block freed (requested or completed) without an alloc before it: live
+ * from before recording began until that free (adopt_block), so no block the
+ * trace allocates before the free may overlap it, nor may another such block
+ * (check_adopted). A real snapshot has few, those live when recording began;
+ * the trace's own blocks, however many, keep nothing once freed. */
+typedef struct adopted_block {
+    uint64_t addr, last; /* its bytes: [addr, last] (a block of size 0: one) */
+    size_t event;        /* its free's index in the builder's events */
+} adopted_block;
+
+/* The initial capacity (items) of snapshot_reader.adopted, doubled when full. */
+#define ADOPTED_FIRST 64
+
 typedef struct snapshot_reader {
     const char *path;
     trace_builder b;
-    id_map blocks;     /* (addr, stream) -> live block */
+    id_map blocks;          /* (addr, stream) -> live block */
+    adopted_block *adopted; /* device_traces' adopted blocks, in order of their frees */
+    size_t num_adopted, cap_adopted;
     const char *where; /* "device_traces[D][I]" or "segments[I]" of the entry being read */
     char where_buf[64];
     size_t where_at; /* its byte offset */
@@ -42,7 +58,7 @@ static coop_status bad(const snapshot_reader *r, const char *fmt, ...)
 
 static coop_status bad(const snapshot_reader *r, const char *fmt, ...)
 {
-    char what[256];
+    char what[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
@@ -175,6 +191,26 @@ static coop_status adopt_block(snapshot_reader *r, const trace_event *ev, uint8_
     return COOP_OK;
 }
 
+/* The last byte of size bytes at addr (of one byte for size 0), at most
+ * 2^64-1. */
+static uint64_t last_byte(uint64_t addr, uint64_t size)
+{
+    if (!size)
+        return addr;
+    return size - 1 > UINT64_MAX - addr ? UINT64_MAX : addr + (size - 1);
+}
+
+/* Keeps the block ev frees, adopted at this free, for check_adopted. */
+static coop_status keep_adopted(snapshot_reader *r, const trace_event *ev)
+{
+    if (GROW_ARRAY(r->adopted, r->cap_adopted, r->num_adopted + 1, ADOPTED_FIRST))
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: byte %zu: out of memory", r->path,
+                              r->where_at);
+    r->adopted[r->num_adopted++] = (adopted_block){
+        .addr = ev->addr, .last = last_byte(ev->addr, ev->size), .event = r->b.num_events};
+    return COOP_OK;
+}
+
 static coop_status on_alloc(snapshot_reader *r, trace_event *ev)
 {
     id_map_slot *s = id_map_find(&r->blocks, ev->addr, ev->stream);
@@ -206,14 +242,16 @@ static coop_status on_free(snapshot_reader *r, trace_event *ev)
         if (s) {
             s->state = BLOCK_FREE_REQUESTED;
             ev->id = s->id;
-        } else if ((st = adopt_block(r, ev, BLOCK_FREE_REQUESTED, &ev->id)) != COOP_OK) {
+        } else if ((st = adopt_block(r, ev, BLOCK_FREE_REQUESTED, &ev->id)) != COOP_OK ||
+                   (st = keep_adopted(r, ev)) != COOP_OK) {
             return st;
         }
     } else {
         if (s) {
             ev->id = s->id;
             id_map_remove(&r->blocks, s);
-        } else if ((st = adopt_block(r, ev, 0, &ev->id)) != COOP_OK) {
+        } else if ((st = adopt_block(r, ev, 0, &ev->id)) != COOP_OK ||
+                   (st = keep_adopted(r, ev)) != COOP_OK) {
             return st;
         }
     }
@@ -304,30 +342,38 @@ static int seal_entry(void *ctx, const pkl_value *dict, uint64_t summary[4], uin
     return 1;
 }
 
+/* The trace_event_kind of an entry that read_entry accepted, -1 for one
+ * that is not an allocation event (which adds no event). */
+static int entry_kind(const pkl_value *entry)
+{
+    if (entry->sealed) {
+        unsigned i = entry->tag & ((1u << ACTION_BITS) - 1);
+        return i < NUM_ACTIONS ? actions[i].kind : -1;
+    }
+    const pkl_value *action = pkl_dict_get(entry, "action");
+    int kind = -1;
+    for (size_t i = 0; i < NUM_ACTIONS; i++)
+        if (pkl_str_eq(action, actions[i].name))
+            kind = actions[i].kind;
+    return kind;
+}
+
 static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
 {
     coop_status st = small_dict(r, entry, "entry");
     if (st != COOP_OK)
         return st;
-    if (entry->sealed) {
-        unsigned i = entry->tag & ((1u << ACTION_BITS) - 1);
-        return i < NUM_ACTIONS && actions[i].kind >= 0 ? read_fields(r, entry, actions[i].kind)
-                                                       : COOP_OK;
+    if (!entry->sealed) {
+        const pkl_value *action = pkl_dict_get(entry, "action");
+        if (!action)
+            return bad(r, "'%s' is missing", "action");
+        if (action->kind != PKL_STR)
+            return bad(r, "'%s' has type %s, expected str", "action", pkl_type_name(action));
     }
-    const pkl_value *action = pkl_dict_get(entry, "action");
-    if (!action)
-        return bad(r, "'%s' is missing", "action");
-    if (action->kind != PKL_STR)
-        return bad(r, "'%s' has type %s, expected str", "action", pkl_type_name(action));
-    int kind = -2;
-    for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++)
-        if (pkl_str_eq(action, actions[i].name))
-            kind = actions[i].kind;
     /* Newer PyTorch versions may add actions that are not allocations
      * (like "snapshot"): they say nothing about memory use. */
-    if (kind < 0)
-        return COOP_OK;
-    return read_fields(r, entry, kind);
+    int kind = entry_kind(entry);
+    return kind < 0 ? COOP_OK : read_fields(r, entry, kind);
 }
 
 /* The event of an entry whose action is kind (a trace_event_kind). */
@@ -356,6 +402,156 @@ static coop_status read_fields(snapshot_reader *r, const pkl_value *entry, int k
     default:
         return trace_builder_push(&r->b, &ev);
     }
+}
+
+/* The index in list (device_traces[D]) of the entry that added the
+ * builder's event: each entry does, but those entry_kind calls no
+ * allocation event. Only for messages: it walks the list. */
+static size_t entry_of_event(const pkl_value *list, size_t event)
+{
+    size_t i = 0;
+    for (; i < list->v.seq.len; i++)
+        if (entry_kind(list->v.seq.items[i]) >= 0 && event-- == 0)
+            break;
+    return i;
+}
+
+static unsigned long long byte_of_event(const pkl_value *list, size_t event)
+{
+    size_t i = entry_of_event(list, event);
+    return i < list->v.seq.len ? (unsigned long long)list->v.seq.items[i]->offset : 0;
+}
+
+/* The error for the free that adopted a, whose block cannot have been live
+ * before recording began: it overlaps the block of the builder's event
+ * other, an alloc before that free or (other_adopted) another adopted
+ * block's free. The message names the entry of the free, then the others'
+ * by byte. */
+static coop_status adopted_conflict(snapshot_reader *r, const pkl_value *list, size_t device,
+                                    const adopted_block *a, size_t other, int other_adopted)
+{
+    const trace_event *f = &r->b.events[a->event], *o = &r->b.events[other];
+    size_t i = entry_of_event(list, a->event);
+    snprintf(r->where_buf, sizeof r->where_buf, "device_traces[%zu][%zu]", device, i);
+    r->where = r->where_buf;
+    r->where_at = i < list->v.seq.len ? list->v.seq.items[i]->offset : 0;
+    const char *action = f->kind == TRACE_FREE ? "free_completed" : "free_requested";
+    unsigned long long addr = f->addr, stream = f->stream, size = f->size;
+    unsigned long long o_addr = o->addr, o_stream = o->stream, o_size = o->size;
+    unsigned long long o_at = byte_of_event(list, other);
+    if (other_adopted) {
+        if (o->addr == f->addr && o->stream == f->stream)
+            return bad(r,
+                       "%s of 0x%llx (stream %llu), which the entry at byte %llu already freed, "
+                       "with no alloc between them",
+                       action, addr, stream, o_at);
+        return bad(r,
+                   "%s of 0x%llx (stream %llu, %llu bytes) with no alloc before it overlaps "
+                   "0x%llx (stream %llu, %llu bytes), which the entry at byte %llu freed with no "
+                   "alloc before it either: both would be live when recording began",
+                   action, addr, stream, size, o_addr, o_stream, o_size, o_at);
+    }
+    /* the alloc's block is freed (free_completed) before the adopting free? */
+    size_t freed = other + 1;
+    while (freed < a->event &&
+           !(r->b.events[freed].kind == TRACE_FREE && r->b.events[freed].id == o->id))
+        freed++;
+    if (o->addr == f->addr && freed < a->event) {
+        unsigned long long freed_at = byte_of_event(list, freed);
+        if (o->stream == f->stream)
+            return bad(r,
+                       "%s of 0x%llx (stream %llu), which the entry at byte %llu allocated and "
+                       "the entry at byte %llu already freed",
+                       action, addr, stream, o_at, freed_at);
+        return bad(r,
+                   "%s of 0x%llx (stream %llu), which the entry at byte %llu allocated on stream "
+                   "%llu and the entry at byte %llu already freed",
+                   action, addr, stream, o_at, o_stream, freed_at);
+    }
+    if (o->addr == f->addr) /* live there, on another stream (else the free is its) */
+        return bad(r,
+                   "%s of 0x%llx (stream %llu), but the block at that address, allocated by the "
+                   "entry at byte %llu, is on stream %llu",
+                   action, addr, stream, o_at, o_stream);
+    return bad(r,
+               "%s of 0x%llx (stream %llu, %llu bytes) with no alloc before it (so live since "
+               "before recording began), but the entry at byte %llu allocated 0x%llx (stream "
+               "%llu, %llu bytes) over it before this free",
+               action, addr, stream, size, o_at, o_addr, o_stream, o_size);
+}
+
+static int by_addr_then_event(const void *pa, const void *pb)
+{
+    const adopted_block *a = pa, *b = pb;
+    if (a->addr != b->addr)
+        return a->addr < b->addr ? -1 : 1;
+    return (a->event > b->event) - (a->event < b->event);
+}
+
+/* The adopted blocks of device_traces[device] (list), its events read: each
+ * overlaps no other (all were live when recording began) and no block that
+ * the trace allocates before its free. Sorted by address they are disjoint,
+ * so each alloc finds those it overlaps by two binary searches, and a tree of
+ * the latest free over address ranges (top[1] the root, leaves from
+ * top[num]) says whether any of them is freed after the alloc: O(events log
+ * adopted), and nothing at all for a trace without adopted blocks. */
+static coop_status check_adopted(snapshot_reader *r, const pkl_value *list, size_t device)
+{
+    size_t num = r->num_adopted;
+    adopted_block *a = r->adopted;
+    if (!num)
+        return COOP_OK;
+    qsort(a, num, sizeof *a, by_addr_then_event);
+    for (size_t k = 0; k + 1 < num; k++)
+        if (a[k].last >= a[k + 1].addr) {
+            int later = a[k + 1].event > a[k].event;
+            return adopted_conflict(r, list, device, &a[k + later], a[k + !later].event, 1);
+        }
+    size_t *top = malloc(2 * num * sizeof *top);
+    if (!top)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+    for (size_t k = 0; k < num; k++)
+        top[num + k] = a[k].event;
+    for (size_t k = num - 1; k > 0; k--)
+        top[k] = top[2 * k] > top[2 * k + 1] ? top[2 * k] : top[2 * k + 1];
+    const trace_event *events = r->b.events;
+    for (size_t i = 0; i < r->b.num_events; i++) {
+        if (events[i].kind != TRACE_ALLOC)
+            continue;
+        uint64_t first = events[i].addr, last = last_byte(first, events[i].size);
+        size_t lo = 0, hi = num; /* lo: the first adopted block ending at or after first */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (a[mid].last < first)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        size_t end = lo; /* the first starting after last */
+        hi = num;
+        while (end < hi) {
+            size_t mid = end + (hi - end) / 2;
+            if (a[mid].addr <= last)
+                end = mid + 1;
+            else
+                hi = mid;
+        }
+        size_t latest = 0;
+        for (size_t l = lo + num, h = end + num; l < h; l /= 2, h /= 2) {
+            if (l & 1 && top[l++] > latest)
+                latest = top[l - 1];
+            if (h & 1 && top[--h] > latest)
+                latest = top[h];
+        }
+        if (lo < end && latest > i) {
+            free(top);
+            while (a[lo].event < i) /* one of them is freed after the alloc */
+                lo++;
+            return adopted_conflict(r, list, device, &a[lo], i, 0);
+        }
+    }
+    free(top);
+    return COOP_OK;
 }
 
 /* The final `segments`: the recorded allocator's reservations, and blocks
@@ -491,6 +687,8 @@ static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int 
             if ((st = read_entry(r, entry)) != COOP_OK)
                 return st;
         }
+        if ((st = check_adopted(r, list, device)) != COOP_OK)
+            return st;
     }
     if (segments && (st = read_segments(r, segments, device)) != COOP_OK)
         return st;
@@ -545,6 +743,7 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
             trace_torch_settings_read(root, out);
         trace_builder_discard(&r.b);
         id_map_free(&r.blocks);
+        free(r.adopted);
         pkl_arena_free(&arena);
     }
     free(data);
