@@ -105,7 +105,8 @@ HOST_ALLOC_SWEEP = tests/host_alloc_sweep.c tests/host_alloc_sweep.h tests/host_
 if HAVE_CMOCKA
 check_PROGRAMS += tests/host_alloc_readers_test
 TESTS += tests/host_alloc_readers_test
-tests_host_alloc_readers_test_SOURCES = tests/host_alloc_readers_test.c $(HOST_ALLOC_SWEEP)
+tests_host_alloc_readers_test_SOURCES = tests/host_alloc_readers_test.c $(HOST_ALLOC_SWEEP) \
+	tests/open_descriptors.h
 tests_host_alloc_readers_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS) $(ZLIB_CFLAGS)
 tests_host_alloc_readers_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS) $(ZLIB_LIBS)
 tests_host_alloc_readers_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP) -Wl,--wrap=gzdopen

@@ -9,7 +9,6 @@
  * no descriptor is left open; and the copy of the copy that each open
  * makes without /proc.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +30,7 @@
 
 #include "host_alloc_fault.h"
 #include "host_alloc_sweep.h"
+#include "open_descriptors.h"
 
 typedef struct read_ctx {
     coop_status (*read)(const char *path, trace *out);
@@ -414,18 +414,6 @@ gzFile __wrap_gzdopen(int fd, const char *mode)
         return NULL;
     }
     return __real_gzdopen(fd, mode);
-}
-
-/* Descriptors open in this process now. */
-static int open_descriptors(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    assert_non_null(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* opendir's own */
 }
 
 static const char pipe_text[] = "coop-trace 1\nA 1 10 0\nF 1\n";

@@ -17,6 +17,7 @@
 
 #include "trace_fixture.h"
 
+#include "open_descriptors.h"
 #include "test_seed.h"
 #include "trace/dtr_log.h"
 #include "trace/input.h"
@@ -582,18 +583,6 @@ static void test_a_kept_copy_on_descriptor_0(void **state)
     assert_int_equal(st, COOP_OK);
     assert_int_equal(t.num_events, 2);
     trace_free(&t);
-}
-
-/* Descriptors open in this process now. */
-static int open_descriptors(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    assert_non_null(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* opendir's own */
 }
 
 /* Reads `len` bytes of data through a fresh FIFO under TMPDIR=tmpdir (NULL:

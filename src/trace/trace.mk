@@ -36,7 +36,8 @@ tests_trace_minimalloc_test_LDFLAGS = $(TESTLDFLAGS)
 
 check_PROGRAMS += tests/trace_read_test
 TESTS += tests/trace_read_test
-tests_trace_read_test_SOURCES = tests/trace_read_test.c tests/trace_fixture.h
+tests_trace_read_test_SOURCES = tests/trace_read_test.c tests/trace_fixture.h \
+	tests/open_descriptors.h
 tests_trace_read_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
 tests_trace_read_test_LDADD = $(TESTLIBS)
 tests_trace_read_test_LDFLAGS = $(TESTLDFLAGS)
