@@ -87,13 +87,18 @@ static const char *string_field(parser *p, json_t *obj, const char *key)
     return json_string_value(v);
 }
 
-/* v shown in a message: a string quoted (cut), a number, or its JSON type. */
+/* v shown in a message: a string quoted (cut to 40 bytes, between UTF-8
+ * characters: a cut inside one left a stray lead byte before the "..."), a
+ * number, or its JSON type. */
 static void describe(const json_t *v, char *out, size_t cap)
 {
-    if (json_is_string(v))
-        snprintf(out, cap, "\"%.40s%s\"", json_string_value(v),
-                 strlen(json_string_value(v)) > 40 ? "..." : "");
-    else if (json_is_integer(v))
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        size_t len = strlen(s), cut = len > 40 ? 40 : len;
+        for (int back = 0; back < 3 && cut < len && ((unsigned char)s[cut] & 0xc0) == 0x80; back++)
+            cut--;
+        snprintf(out, cap, "\"%.*s%s\"", (int)cut, s, cut < len ? "..." : "");
+    } else if (json_is_integer(v))
         snprintf(out, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
     else if (json_is_real(v))
         snprintf(out, cap, "%.17g", json_real_value(v));
