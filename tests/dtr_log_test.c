@@ -140,6 +140,16 @@ static void errors_name_the_line(void **state)
         {"1e3", "bad.log:2: field MEMORY is not a non-negative integer: 1000"},
         {"null", "bad.log:2: field MEMORY is not a non-negative integer: null"},
         {"[1]", "bad.log:2: field MEMORY is not a non-negative integer: an array"},
+        /* cut at 40 bytes between characters, not inside a 2-byte one (the
+         * 20th e-acute spans bytes 39 and 40) */
+        {"\"a\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+         "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+         "\"",
+         "bad.log:2: field MEMORY is not a non-negative integer: "
+         "\"a\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+         "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+         "\xc3\xa9"
+         "\xc3\xa9\xc3\xa9\xc3\xa9...\""},
     };
     for (size_t i = 0; i < sizeof memory / sizeof memory[0]; i++) {
         char text[256];

@@ -7,6 +7,7 @@
 
 #include "trace/input.h"
 #include "trace/text_number.h"
+#include "utf8.h"
 
 static coop_status read_text(const char *text, int gzip, trace *t)
 {
@@ -253,6 +254,35 @@ static void test_long_line(void **state)
     free(text);
 }
 
+/* A message cut to fit ends between characters, not inside one: a field of
+ * 2-byte characters cut by the message's 384 bytes, and one whose control
+ * characters, written as \xNN, outgrow the escaped copy. */
+static void test_messages_cut_whole_characters(void **state)
+{
+    (void)state;
+    for (size_t controls = 0; controls <= 60; controls += 60) {
+        char text[1024] = "coop-trace 1\nA 1 ";
+        size_t k = strlen(text);
+        for (size_t i = 0; i < controls; i++)
+            text[k++] = '\x01';
+        for (size_t i = 0; i < 200; i++) { /* U+00E9, 2 bytes */
+            text[k++] = '\xc3';
+            text[k++] = '\xa9';
+        }
+        strcpy(text + k, " 0\n");
+        trace t;
+        fixture_expect_error(read_text(text, 0, &t), ":2: size '", NULL);
+        const unsigned char *m = (const unsigned char *)coop_last_error();
+        for (size_t i = 0; m[i];) {
+            size_t n = utf8_sequence_length(m + i);
+            if (!n)
+                fail_msg("%zu controls: byte %zu of \"%s\" is no whole character", controls, i,
+                         coop_last_error());
+            i += n;
+        }
+    }
+}
+
 /* A valid trace cut at every byte: a cut inside a line is an error (the last
  * line has no newline); a cut at a line end may be a valid shorter trace.
  * Compressed, every cut is an error. */
@@ -465,12 +495,18 @@ int main(void)
 {
     fixture_init();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_readme_example),   cmocka_unit_test(test_all_lines),
-        cmocka_unit_test(test_bad_lines),        cmocka_unit_test(test_many_lines),
-        cmocka_unit_test(test_long_line),        cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_numbers),          cmocka_unit_test(test_written_lines),
-        cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_largest_size),
+        cmocka_unit_test(test_readme_example),
+        cmocka_unit_test(test_all_lines),
+        cmocka_unit_test(test_bad_lines),
+        cmocka_unit_test(test_many_lines),
+        cmocka_unit_test(test_long_line),
+        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_numbers),
+        cmocka_unit_test(test_written_lines),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_largest_size),
         cmocka_unit_test(test_e_lines_anywhere),
+        cmocka_unit_test(test_messages_cut_whole_characters),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

@@ -13,6 +13,7 @@
 #include "trace/input.h"
 #include "trace/spool.h"
 #include "trace/text_number.h"
+#include "utf8.h"
 
 #define READ_CHUNK ((size_t)1 << 16)
 #define SLURP_STEP ((size_t)16 << 20)
@@ -143,14 +144,40 @@ size_t trace_input_bom_length(const unsigned char *p, size_t n)
 void trace_input_escape(char *out, size_t cap, const char *text)
 {
     size_t k = 0;
-    for (; *text && k + 5 < cap; text++) {
-        unsigned char c = (unsigned char)*text;
-        if (c < 0x20 || c == 0x7f)
-            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", c);
-        else
-            out[k++] = (char)c;
+    const unsigned char *p = (const unsigned char *)text;
+    while (*p) {
+        /* a UTF-8 character is copied whole or not at all: a cut inside
+         * one left a stray byte (invalid UTF-8) at the message's end */
+        size_t n = *p >= 0x80 ? utf8_sequence_length(p) : 1;
+        int control = *p < 0x20 || *p == 0x7f;
+        if (k + (control ? 4 : n ? n : 1) >= cap)
+            break;
+        if (control) {
+            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", *p++);
+        } else if (n) {
+            memcpy(out + k, p, n);
+            k += n;
+            p += n;
+        } else { /* not UTF-8: the byte as the file holds it */
+            out[k++] = (char)*p++;
+        }
     }
     out[k] = '\0';
+}
+
+/* Drops a UTF-8 character cut short at the end of text[0..len): what
+ * vsnprintf leaves when it cuts a message inside one. */
+static void drop_cut_character(char *text, size_t len)
+{
+    size_t i = len;
+    while (i > 0 && len - i < 3 && ((unsigned char)text[i - 1] & 0xc0) == 0x80)
+        i--;
+    if (i == 0)
+        return;
+    unsigned char lead = (unsigned char)text[i - 1];
+    size_t want = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+    if (len - (i - 1) < want)
+        text[i - 1] = '\0';
 }
 
 coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
@@ -158,8 +185,10 @@ coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
     char what[384], shown[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
+    int need = vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    if (need >= (int)sizeof what)
+        drop_cut_character(what, sizeof what - 1);
     trace_input_escape(shown, sizeof shown, what);
     return coop_set_error(COOP_ERR_INVALID, "%s:%llu: %s", in->path, (unsigned long long)in->line,
                           shown);

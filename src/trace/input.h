@@ -43,13 +43,14 @@ typedef struct trace_input {
 } trace_input;
 
 /* Reports bad input on the line last returned: sets the thread's error to
- * "PATH:LINE: what" (what formatted from fmt, trace_input_escape'd) and
- * returns COOP_ERR_INVALID.
+ * "PATH:LINE: what" (what formatted from fmt, cut at 383 bytes between
+ * UTF-8 characters, trace_input_escape'd) and returns COOP_ERR_INVALID.
  * Every line-oriented reader words its errors this way. */
 coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Copies text into out (cap bytes, at least 1; cut to fit), control
+/* Copies text into out (cap bytes, at least 1; cut to fit, between UTF-8
+ * characters), control
  * characters written as \xNN: a field quoted in a message must show what the
  * file holds (a CR left by CR CR LF line ends moved the terminal's cursor,
  * and "stream '0\r'" read as "stream '0'"). trace_input_error applies it. */

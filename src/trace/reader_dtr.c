@@ -87,13 +87,18 @@ static const char *string_field(parser *p, json_t *obj, const char *key)
     return json_string_value(v);
 }
 
-/* v shown in a message: a string quoted (cut), a number, or its JSON type. */
+/* v shown in a message: a string quoted (cut to 40 bytes, between UTF-8
+ * characters: a cut inside one left a stray lead byte before the "..."), a
+ * number, or its JSON type. */
 static void describe(const json_t *v, char *out, size_t cap)
 {
-    if (json_is_string(v))
-        snprintf(out, cap, "\"%.40s%s\"", json_string_value(v),
-                 strlen(json_string_value(v)) > 40 ? "..." : "");
-    else if (json_is_integer(v))
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        size_t len = strlen(s), cut = len > 40 ? 40 : len;
+        for (int back = 0; back < 3 && cut < len && ((unsigned char)s[cut] & 0xc0) == 0x80; back++)
+            cut--;
+        snprintf(out, cap, "\"%.*s%s\"", (int)cut, s, cut < len ? "..." : "");
+    } else if (json_is_integer(v))
         snprintf(out, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
     else if (json_is_real(v))
         snprintf(out, cap, "%.17g", json_real_value(v));
@@ -120,8 +125,9 @@ static int uint_field(parser *p, json_t *obj, const char *key, uint64_t *out)
         *out = (uint64_t)json_integer_value(v);
         return 0;
     }
+    /* shown only once refused: every MEMORY and TIME of a log comes here,
+     * and describing each cost about 1,000 instructions (snprintf) */
     char shown[64];
-    describe(v, shown, sizeof shown);
     if (json_is_string(v)) {
         const char *s = json_string_value(v);
         char *end;
@@ -132,11 +138,13 @@ static int uint_field(parser *p, json_t *obj, const char *key, uint64_t *out)
                 *out = x;
                 return 0;
             }
+            describe(v, shown, sizeof shown);
             snprintf(p->line_error, sizeof p->line_error,
                      "field %s %s is out of range (at most 2^64-1)", key, shown);
             return -1;
         }
     }
+    describe(v, shown, sizeof shown);
     snprintf(p->line_error, sizeof p->line_error, "field %s is not a non-negative integer: %s", key,
              shown);
     return -1;
