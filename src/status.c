@@ -5,6 +5,7 @@
 
 #include "coop.h"
 #include "status.h"
+#include "utf8.h"
 
 static const char *const status_text[COOP_STATUS_COUNT] = {
     [COOP_OK] = "success",
@@ -42,11 +43,28 @@ const char *coop_last_error(void)
     return last_error;
 }
 
+int coop_vformat_message(char *buf, size_t cap, const char *fmt, va_list ap)
+{
+    int need = vsnprintf(buf, cap, fmt, ap);
+    if (need >= 0 && (size_t)need >= cap)
+        buf[utf8_whole_prefix(buf, cap - 1)] = '\0';
+    return need;
+}
+
+int coop_format_message(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int need = coop_vformat_message(buf, cap, fmt, ap);
+    va_end(ap);
+    return need;
+}
+
 void coop_set_error_message(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    coop_vformat_message(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
 }
 

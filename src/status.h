@@ -2,9 +2,25 @@
 #ifndef COOP_STATUS_H
 #define COOP_STATUS_H
 
+#include <stdarg.h>
+#include <stddef.h>
+
 #include "coop.h"
 
-/* Formats the thread's last error message. */
+/* vsnprintf into buf (cap bytes, at least 1), cut between UTF-8 characters:
+ * a message quotes names, paths and configuration text of any length, and
+ * a cut inside a character left a stray lead byte (invalid UTF-8, a U+FFFD
+ * on a terminal, an invalid string in JSON, an error in Python's strict
+ * decode). Every buffer a message is built in that may cut user text is
+ * formatted this way (status.c). Returns what vsnprintf returns. */
+int coop_vformat_message(char *buf, size_t cap, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+/* coop_vformat_message with the arguments given. */
+int coop_format_message(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Formats the thread's last error message (coop_vformat_message: a cut at
+ * COOP_ERROR_MAX - 1 bytes falls between characters). */
 void coop_set_error_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static inline coop_status coop_error_status(coop_status status)

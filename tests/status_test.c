@@ -9,6 +9,7 @@
 
 #include "coop.h"
 #include "status.h"
+#include "utf8_valid.h"
 
 /* Every status has its own text; values outside the enumeration (above it,
  * and negative ones, which an int status can hold) are "unknown status". */
@@ -47,6 +48,33 @@ static void test_last_error(void **state)
     assert_string_equal(coop_last_error(), "");
 }
 
+/* A message cut to fit ends between UTF-8 characters, not inside one: the
+ * thread's message (a 2-byte character across its byte 1023) and a smaller
+ * buffer of coop_format_message, with 2-, 3- and 4-byte characters cut at
+ * every byte. */
+static void test_message_cut_between_characters(void **state)
+{
+    (void)state;
+    char text[1300];
+    repeat_character(text, "\xc3\xa9", 600); /* the 512th spans bytes 1022 and 1023 */
+    coop_set_error(COOP_ERR_INVALID, "%s", text);
+    expect_valid_utf8("coop_set_error", coop_last_error());
+    assert_int_equal(strlen(coop_last_error()), 2 * 511);
+    assert_memory_equal(coop_last_error(), text, 2 * 511);
+    static const char *const characters[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+    for (size_t c = 0; c < 3; c++) {
+        repeat_character(text, characters[c], 10);
+        for (size_t cap = 1; cap < 16; cap++) {
+            char buf[16];
+            assert_int_equal(coop_format_message(buf, cap, "[%s]", text), (int)strlen(text) + 2);
+            expect_valid_utf8("coop_format_message", buf);
+            size_t whole = (cap - 2) / (c + 2) * (c + 2); /* bytes of whole characters after '[' */
+            assert_int_equal(strlen(buf), cap == 1 ? 0 : 1 + whole);
+        }
+    }
+    coop_clear_error();
+}
+
 static void *set_in_thread(void *arg)
 {
     (void)arg;
@@ -74,6 +102,7 @@ int main(void)
         cmocka_unit_test(test_strerror),
         cmocka_unit_test(test_last_error),
         cmocka_unit_test(test_last_error_per_thread),
+        cmocka_unit_test(test_message_cut_between_characters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
