@@ -16,6 +16,7 @@
 #include "trace/dtr_log.h"
 #include "trace/name_table.h"
 #include "trace/trace.h"
+#include "utf8_valid.h"
 
 static const char small_log[] =
     "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"pre\"}\n"
@@ -301,6 +302,67 @@ static void errors_name_the_line(void **state)
                 dtr_log_free(&log);
             }
         }
+    }
+}
+
+/* A message quoting a long name, INSTRUCTION, JSON excerpt or file name is
+ * cut between UTF-8 characters, not inside one: each case's text with a
+ * name of 300 e-acute (600 bytes) behind 0 and 1 'a', so that some cut
+ * lands inside a character. The reviewer's case first (the reader's
+ * 256-byte buffers). (jansson's own text quotes no long token: it leaves
+ * the "near '...'" out.) */
+static void long_names_are_cut_between_characters(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *format, *want; /* format: %s the long name */
+    } cases[] = {
+        {"{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+         "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"%s\",\"MEMORY\":\"4\"}\n",
+         "bad.log:2: MEMORY for "},
+        {"{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"r\"],\"TIME\":\"1\"}\n"
+         "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"%s\",\"MEMORY\":\"4\"}\n",
+         "bad.log:2: MEMORY for "},
+        {"{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"r\"],\"TIME\":\"1\"}\n"
+         "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"%s\",\"ALIAS\":\"-1\"}\n",
+         "bad.log:2: ALIAS for "},
+        {"{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"%s\"],"
+         "\"TIME\":\"1\"}\n",
+         NULL}, /* the ALIAS case below, its name a result's */
+        {"{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[],\"RESULT\":[\"r\"],\"TIME\":\"1\"}\n"
+         "{\"INSTRUCTION\":\"%s\"}\n",
+         "bad.log:2: "}, /* INSTRUCTION NAME before ... */
+        {"{\"INSTRUCTION\":\"%s\"}\n", "bad.log:1: unknown INSTRUCTION \""},
+    };
+    char name[2 * 300 + 2], text[2048];
+    for (size_t k = 0; k < 2; k++) {
+        name[0] = 'a';
+        repeat_character(name + k, "\xc3\xa9", 300);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            if (!cases[i].want) { /* an ALIAS out of range names the result */
+                snprintf(text, sizeof text, cases[i].format, name);
+                snprintf(text + strlen(text), sizeof text - strlen(text),
+                         "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"%s\",\"MEMORY\":\"4\"}\n"
+                         "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"%s\",\"ALIAS\":\"7\"}\n",
+                         name, name);
+                expect_error(text, "bad.log:3: ALIAS 7 of ");
+            } else {
+                snprintf(text, sizeof text, cases[i].format, name);
+                expect_error(text, cases[i].want);
+            }
+            char what[64];
+            snprintf(what, sizeof what, "case %zu, %zu 'a'", i, k);
+            expect_valid_utf8(what, coop_last_error());
+            if (!strstr(coop_last_error(), "\xc3\xa9\xc3\xa9"))
+                fail_msg("%s: the name is not quoted: \"%s\"", what, coop_last_error());
+        }
+        /* a long file name: the thread's message itself is cut */
+        char path[1200] = "b";
+        repeat_character(path + k, "\xc3\xa9", 550);
+        dtr_log log;
+        assert_int_equal(dtr_log_parse_buffer(path, "{\"INSTRUCTION\":\"FROB\"}\n", 24, &log),
+                         COOP_ERR_INVALID);
+        expect_valid_utf8("a long file name", coop_last_error());
     }
 }
 
@@ -667,6 +729,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parses_structure),
+        cmocka_unit_test(long_names_are_cut_between_characters),
         cmocka_unit_test(zero_integers_are_read),
         cmocka_unit_test(first_start_counts),
         cmocka_unit_test(errors_name_the_line),

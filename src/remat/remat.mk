@@ -65,7 +65,7 @@ tests_union_find_test_SOURCES = tests/union_find_test.c
 tests_union_find_test_CFLAGS = $(TESTCFLAGS)
 tests_union_find_test_LDADD = $(TESTLIBS)
 tests_union_find_test_LDFLAGS = $(TESTLDFLAGS)
-tests_dtr_log_test_SOURCES = tests/dtr_log_test.c
+tests_dtr_log_test_SOURCES = tests/dtr_log_test.c tests/utf8_valid.h
 tests_dtr_log_test_CFLAGS = $(TESTCFLAGS) $(ZLIB_CFLAGS)
 tests_dtr_log_test_LDADD = $(TESTLIBS) $(ZLIB_LIBS)
 tests_dtr_log_test_LDFLAGS = $(TESTLDFLAGS) -Wl,--wrap=name_table_intern

@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +26,7 @@
 #include "trace/input.h"
 #include "trace/json_alloc.h"
 #include "trace/name_table.h"
+#include "utf8.h"
 
 /* The sum of a log's MEMORY values is below this (2^63 bytes, 8 EiB): then
  * no sum of tensors live at once, the simulator's peak or budget, wraps. */
@@ -66,6 +69,28 @@ static coop_status fail(parser *p, const char *what)
     return coop_set_error(COOP_ERR_INVALID, "%s:%" PRIu32 ": %s", p->file, p->line, shown);
 }
 
+/* fail with the message formatted from fmt, cut between UTF-8 characters:
+ * the names and INSTRUCTION it quotes may be of any length. */
+static coop_status failf(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static coop_status failf(parser *p, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    coop_vformat_message(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return fail(p, msg);
+}
+
+/* How much of s a message shows: at most max bytes, cut between UTF-8
+ * characters (a cut inside one left a stray lead byte). */
+static int shown_length(const char *s, size_t max)
+{
+    size_t len = strlen(s);
+    return (int)(len > max ? utf8_whole_prefix(s, max) : len);
+}
+
 static coop_status fail_host(parser *p)
 {
     return coop_set_error(COOP_ERR_HOST_NOMEM, "%s:%" PRIu32 ": out of host memory", p->file,
@@ -94,10 +119,8 @@ static void describe(const json_t *v, char *out, size_t cap)
 {
     if (json_is_string(v)) {
         const char *s = json_string_value(v);
-        size_t len = strlen(s), cut = len > 40 ? 40 : len;
-        for (int back = 0; back < 3 && cut < len && ((unsigned char)s[cut] & 0xc0) == 0x80; back++)
-            cut--;
-        snprintf(out, cap, "\"%.*s%s\"", (int)cut, s, cut < len ? "..." : "");
+        int cut = shown_length(s, 40);
+        snprintf(out, cap, "\"%.*s%s\"", cut, s, s[cut] ? "..." : "");
     } else if (json_is_integer(v))
         snprintf(out, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
     else if (json_is_real(v))
@@ -276,37 +299,28 @@ static coop_status attach_detail(parser *p, json_t *obj, const char *instr)
     coop_status st = intern(p, &p->names, name, &id);
     if (st != COOP_OK)
         return st;
-    char msg[256];
     if (p->pending_constant) {
         if (!is_memory)
             return fail(p, "ALIAS after CONSTANT (expected MEMORY)");
-        if (id != p->pending_constant->name) {
-            snprintf(msg, sizeof msg, "MEMORY for %s, expected it for CONSTANT %s", name,
-                     p->names.names[p->pending_constant->name]);
-            return fail(p, msg);
-        }
+        if (id != p->pending_constant->name)
+            return failf(p, "MEMORY for %s, expected it for CONSTANT %s", name,
+                         p->names.names[p->pending_constant->name]);
         if (memory_field(p, obj, &p->pending_constant->memory))
             return fail(p, p->line_error);
         p->pending_constant = NULL;
         return COOP_OK;
     }
-    if (!p->pending_call) {
-        snprintf(msg, sizeof msg, "%s line without a preceding CALL or CONSTANT", instr);
-        return fail(p, msg);
-    }
+    if (!p->pending_call)
+        return failf(p, "%s line without a preceding CALL or CONSTANT", instr);
     dtr_instr *call = p->pending_call;
     dtr_result *r = &p->log->results[call->first_result + p->pending_next / 2];
     int want_memory = p->pending_next % 2 == 0;
-    if (is_memory != want_memory) {
-        snprintf(msg, sizeof msg, "%s for %s, expected %s (CALL on line %" PRIu32 ")", instr, name,
-                 want_memory ? "MEMORY" : "ALIAS", call->line);
-        return fail(p, msg);
-    }
-    if (id != r->name) {
-        snprintf(msg, sizeof msg, "%s for %s, expected it for result %s of CALL on line %" PRIu32,
-                 instr, name, p->names.names[r->name], call->line);
-        return fail(p, msg);
-    }
+    if (is_memory != want_memory)
+        return failf(p, "%s for %s, expected %s (CALL on line %" PRIu32 ")", instr, name,
+                     want_memory ? "MEMORY" : "ALIAS", call->line);
+    if (id != r->name)
+        return failf(p, "%s for %s, expected it for result %s of CALL on line %" PRIu32, instr,
+                     name, p->names.names[r->name], call->line);
     if (is_memory) {
         if (memory_field(p, obj, &r->memory))
             return fail(p, p->line_error);
@@ -314,12 +328,10 @@ static coop_status attach_detail(parser *p, json_t *obj, const char *instr)
         int64_t alias;
         if (int_field(p, obj, "ALIAS", &alias))
             return fail(p, p->line_error);
-        if (alias < -1 || alias >= (int64_t)call->num_args) {
-            snprintf(msg, sizeof msg,
-                     "ALIAS %" PRId64 " of %s is not -1 or an argument index (0..%" PRIu32 ")",
-                     alias, name, call->num_args ? call->num_args - 1 : 0);
-            return fail(p, msg);
-        }
+        if (alias < -1 || alias >= (int64_t)call->num_args)
+            return failf(p,
+                         "ALIAS %" PRId64 " of %s is not -1 or an argument index (0..%" PRIu32 ")",
+                         alias, name, call->num_args ? call->num_args - 1 : 0);
         r->alias = (int32_t)alias;
     }
     if (++p->pending_next == 2 * call->num_results)
@@ -398,11 +410,8 @@ static coop_status parse_line(parser *p, const char *text, size_t len)
         json_decref(obj);
         return fail_host(p);
     }
-    if (!obj) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "invalid JSON at column %d: %s", jerr.column, jerr.text);
-        return fail(p, msg);
-    }
+    if (!obj) /* jansson's text fits, whole: it leaves out a long "near '...'" */
+        return failf(p, "invalid JSON at column %d: %s", jerr.column, jerr.text);
     coop_status st = COOP_OK;
     const char *instr = json_is_object(obj) ? string_field(p, obj, "INSTRUCTION") : NULL;
     if (!instr) {
@@ -415,11 +424,9 @@ static coop_status parse_line(parser *p, const char *text, size_t len)
         goto out;
     }
     if (p->pending_call || p->pending_constant) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s before the MEMORY/ALIAS lines of the %s on line %" PRIu32,
-                 instr, p->pending_call ? "CALL" : "CONSTANT",
-                 p->pending_call ? p->pending_call->line : p->pending_constant->line);
-        st = fail(p, msg);
+        st = failf(p, "%s before the MEMORY/ALIAS lines of the %s on line %" PRIu32, instr,
+                   p->pending_call ? "CALL" : "CONSTANT",
+                   p->pending_call ? p->pending_call->line : p->pending_constant->line);
         goto out;
     }
     if (!strcmp(instr, "CALL")) {
@@ -461,9 +468,7 @@ static coop_status parse_line(parser *p, const char *text, size_t len)
                 p->log->start = p->log->num_instrs;
         }
     } else {
-        char msg[256];
-        snprintf(msg, sizeof msg, "unknown INSTRUCTION \"%.64s\"", instr);
-        st = fail(p, msg);
+        st = failf(p, "unknown INSTRUCTION \"%.*s\"", shown_length(instr, 64), instr);
     }
 out:
     json_decref(obj);
