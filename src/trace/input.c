@@ -165,30 +165,13 @@ void trace_input_escape(char *out, size_t cap, const char *text)
     out[k] = '\0';
 }
 
-/* Drops a UTF-8 character cut short at the end of text[0..len): what
- * vsnprintf leaves when it cuts a message inside one. */
-static void drop_cut_character(char *text, size_t len)
-{
-    size_t i = len;
-    while (i > 0 && len - i < 3 && ((unsigned char)text[i - 1] & 0xc0) == 0x80)
-        i--;
-    if (i == 0)
-        return;
-    unsigned char lead = (unsigned char)text[i - 1];
-    size_t want = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
-    if (len - (i - 1) < want)
-        text[i - 1] = '\0';
-}
-
 coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
 {
     char what[384], shown[512];
     va_list ap;
     va_start(ap, fmt);
-    int need = vsnprintf(what, sizeof what, fmt, ap);
+    coop_vformat_message(what, sizeof what, fmt, ap); /* cut between characters */
     va_end(ap);
-    if (need >= (int)sizeof what)
-        drop_cut_character(what, sizeof what - 1);
     trace_input_escape(shown, sizeof shown, what);
     return coop_set_error(COOP_ERR_INVALID, "%s:%llu: %s", in->path, (unsigned long long)in->line,
                           shown);
