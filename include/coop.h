@@ -916,7 +916,8 @@ coop_status coop_torch_forget_stream(void *stream);
 coop_status coop_torch_configure(const char *conf);
 
 /* The configuration in force, as key:value text (NUL-terminated, truncated
- * to size). Returns COOP_ERR_INVALID with the parse error if it is bad.
+ * to size; an error message is cut between UTF-8 characters). Returns
+ * COOP_ERR_INVALID with the parse error if it is bad.
  * For reading, not for COOP_ALLOC_CONF: a default is written as 0
  * (capacity:0, page:0, segment:0, min_split:0), which the parser refuses. */
 coop_status coop_torch_settings(char *buf, size_t size);
@@ -930,13 +931,15 @@ coop_status coop_torch_settings(char *buf, size_t size);
 coop_status coop_torch_normalize_conf(const char *conf, char *buf, size_t size);
 
 /* Copies the most recent error of any thread of the ABI (NUL-terminated,
- * truncated to size) and returns its length; 0 if none. */
+ * truncated to size between UTF-8 characters: it may quote COOP_ALLOC_CONF)
+ * and returns its length; 0 if none. */
 size_t coop_torch_last_error(char *buf, size_t size);
 
 /* How many coop_torch_malloc calls on device returned NULL since the process
  * started, for any reason (out of memory, a configuration or pool that could
  * not be created, no driver; size 0 is not a failure), and the last one's
- * message, copied to buf (NUL-terminated, truncated to size; empty if none).
+ * message, copied to buf (NUL-terminated, truncated to size between UTF-8
+ * characters; empty if none).
  * 0 for a device outside 0..63 (the ABI serves at most 64 devices); a
  * malloc refused because device is at or past coop_torch_init's count is
  * counted on that device, as the caller named it. */

@@ -14,13 +14,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "coop.h"
 #include "test_seed.h"
 #include "torch/torch_abi.h"
+#include "utf8_valid.h"
 
 #define MIB (1ull << 20)
 #define STREAM(n) ((void *)(uintptr_t)(n))
@@ -803,11 +806,52 @@ static void test_eight_threads(void **state)
     }
 }
 
+/* A message quoting a long COOP_ALLOC_CONF value is cut between UTF-8
+ * characters wherever the ABI copies it: the parse error in buffers of
+ * every size up to 520 (coop/torch.py's 512 included), and, in a child
+ * whose environment holds the value, the configuration error every malloc
+ * reports (kept in 512 bytes) and the last error in small buffers. Runs
+ * first: the child's ABI must not have loaded a configuration yet. */
+static void test_messages_cut_between_characters(void **state)
+{
+    (void)state;
+    char conf[700] = "capacity:", buf[520];
+    repeat_character(conf + strlen(conf), "\xc3\xa9", 300);
+    for (size_t size = 1; size <= sizeof buf; size++) {
+        assert_int_equal(coop_torch_normalize_conf(conf, buf, size), COOP_ERR_INVALID);
+        expect_valid_utf8("coop_torch_normalize_conf", buf);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* a fresh ABI: the environment is read on first use */
+        setenv("COOP_ALLOC_CONF", conf, 1);
+        if (coop_torch_malloc(64, 0, STREAM(1)))
+            _exit(3);
+        char out[1024];
+        if (coop_torch_failed_mallocs(0, out, sizeof out) != 1)
+            _exit(4);
+        expect_valid_utf8("coop_torch_failed_mallocs", out);
+        for (size_t size = 1; size <= 64; size++) {
+            coop_torch_last_error(out, size);
+            expect_valid_utf8("coop_torch_last_error", out);
+        }
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
     /* the suite's own configuration, whatever the environment says */
     unsetenv("COOP_ALLOC_CONF");
     const struct CMUnitTest tests[] = {
+        /* first: it forks while no configuration is loaded yet */
+        cmocka_unit_test(test_messages_cut_between_characters),
         cmocka_unit_test(test_configure_rejects_then_accepts),
         cmocka_unit_test(test_normalized_text_has_a_fraction_only_when_given),
         cmocka_unit_test(test_normalized_fraction_reads_back_exactly),

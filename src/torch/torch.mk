@@ -14,7 +14,7 @@ tests_alloc_conf_test_LDFLAGS = $(TESTLDFLAGS)
 
 check_PROGRAMS += tests/torch_abi_test
 TESTS += tests/torch_abi_test
-tests_torch_abi_test_SOURCES = tests/torch_abi_test.c
+tests_torch_abi_test_SOURCES = tests/torch_abi_test.c tests/utf8_valid.h
 tests_torch_abi_test_CFLAGS = $(TESTCFLAGS)
 tests_torch_abi_test_LDADD = $(TESTLIBS)
 tests_torch_abi_test_LDFLAGS = $(TESTLDFLAGS)

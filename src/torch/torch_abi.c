@@ -143,11 +143,19 @@ pthread_mutex_t *torch_abi_order_lock(int device)
     return &slot(device)->order_lock;
 }
 
+/* Copies a message into buf (size bytes, at least 1), cut between UTF-8
+ * characters: a message may quote COOP_ALLOC_CONF's text, and coop/torch.py
+ * decodes what it reads. */
+static void copy_message(char *buf, size_t size, const char *text)
+{
+    coop_format_message(buf, size, "%s", text);
+}
+
 /* Keeps the thread's message (coop_last_error) for coop_torch_last_error. */
 static void remember(void)
 {
     pthread_mutex_lock(&error_lock);
-    snprintf(last_error, sizeof last_error, "%s", coop_last_error());
+    copy_message(last_error, sizeof last_error, coop_last_error());
     pthread_mutex_unlock(&error_lock);
 }
 
@@ -167,7 +175,7 @@ size_t coop_torch_last_error(char *buf, size_t size)
     pthread_mutex_lock(&error_lock);
     size_t n = strlen(last_error);
     if (buf && size)
-        snprintf(buf, size, "%s", last_error);
+        copy_message(buf, size, last_error);
     pthread_mutex_unlock(&error_lock);
     return n;
 }
@@ -215,7 +223,7 @@ static coop_status ensure_conf_locked(void)
         } else {
             conf_loaded = true;
             conf_status = st;
-            snprintf(conf_error, sizeof conf_error, "%s", coop_last_error());
+            copy_message(conf_error, sizeof conf_error, coop_last_error());
         }
     }
     if (conf_status != COOP_OK)
@@ -266,7 +274,7 @@ coop_status coop_torch_normalize_conf(const char *text, char *buf, size_t size)
         if (st == COOP_OK)
             format_conf(&parsed, parsed.history, buf, size);
         else
-            snprintf(buf, size, "%s", coop_last_error());
+            copy_message(buf, size, coop_last_error());
     }
     return st;
 }
@@ -278,7 +286,7 @@ coop_status coop_torch_settings(char *buf, size_t size)
     if (st == COOP_OK && buf && size) {
         format_conf(&conf, history_entries, buf, size);
     } else if (buf && size) {
-        snprintf(buf, size, "%s", coop_last_error());
+        copy_message(buf, size, coop_last_error());
     }
     pthread_mutex_unlock(&state_lock);
     return st;
@@ -344,7 +352,7 @@ static bool device_ok(int device, const char *what, const char *detail)
 static coop_status on_device(coop_status st, int device, const char *what, const char *detail)
 {
     char msg[1024];
-    snprintf(msg, sizeof msg, "%s", coop_last_error());
+    copy_message(msg, sizeof msg, coop_last_error());
     return coop_set_error(st, "coop torch: %s on device %d: %s%s", what, device, msg, detail);
 }
 
@@ -513,7 +521,7 @@ static void count_failure(int device)
         return;
     device_slot *s = slot(device);
     pthread_mutex_lock(&error_lock);
-    snprintf(s->failure, sizeof s->failure, "%s", coop_last_error());
+    copy_message(s->failure, sizeof s->failure, coop_last_error());
     atomic_fetch_add(&s->failed_mallocs, 1);
     pthread_mutex_unlock(&error_lock);
 }
@@ -528,7 +536,7 @@ uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size)
     pthread_mutex_lock(&error_lock);
     uint64_t n = atomic_load(&s->failed_mallocs);
     if (buf && size)
-        snprintf(buf, size, "%s", s->failure);
+        copy_message(buf, size, s->failure);
     pthread_mutex_unlock(&error_lock);
     return n;
 }
