@@ -8,12 +8,14 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "utf8_valid.h"
 #include "cli/commands.h"
 #include "replay/policy.h"
 
@@ -234,6 +236,34 @@ static void later_input_error_keeps_the_table(void **unused)
     assert_int_equal(RUN("--policy", "ideal", path_in_dir("bad.trace"), path_in_dir("small.trace")),
                      2);
     assert_string_equal(slurp("out.txt"), "");
+}
+
+/* The error said after the table ("coop replay: " and the reader's
+ * message, kept in 1024 bytes) is cut between UTF-8 characters: a bad
+ * trace under five folders of 127 e-acute (a path of about 1,300 bytes),
+ * behind 0 and 1 'x'. */
+static void long_path_error_is_cut_between_characters(void **unused)
+{
+    (void)unused;
+    for (size_t k = 0; k < 2; k++) {
+        char path[1600], folder[256] = "x";
+        repeat_character(folder + k, "\xc3\xa9", 127);
+        size_t n = (size_t)snprintf(path, sizeof path, "%s", dir);
+        for (int d = 0; d < 5; d++) {
+            n += (size_t)snprintf(path + n, sizeof path - n, "/%s", folder);
+            assert_int_equal(mkdir(path, 0700), 0);
+        }
+        snprintf(path + n, sizeof path - n, "/bad.trace");
+        write_file(path, "coop-trace 1\nA 1 banana 0\n");
+        assert_int_equal(RUN("--policy", "ideal", path), 2);
+        expect_valid_utf8("the error", slurp("err.txt"));
+        unlink(path);
+        for (int d = 0; d < 5; d++) {
+            path[n] = '\0';
+            rmdir(path);
+            n -= strlen(folder) + 1;
+        }
+    }
 }
 
 /* Peak resident memory (KiB) of `coop replay --policy ideal` over `copies`
@@ -768,6 +798,7 @@ int main(void)
         cmocka_unit_test(bad_arguments_exit_two),
         cmocka_unit_test(unreadable_traces_exit_two),
         cmocka_unit_test(later_input_error_keeps_the_table),
+        cmocka_unit_test(long_path_error_is_cut_between_characters),
         cmocka_unit_test(traces_are_freed_one_by_one),
         cmocka_unit_test(json_rows_have_the_issue_keys),
         cmocka_unit_test(capacity_too_small_reports_oom),

@@ -23,6 +23,7 @@
 #include "replay/policy.h"
 #include "replay/report.h"
 #include "replay/timeline.h"
+#include "status.h"
 #include "trace/trace.h"
 
 #ifndef COOP_SRCDIR
@@ -218,7 +219,7 @@ static int stop(replay_results *res, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(res->error, sizeof res->error, fmt, ap);
+    coop_vformat_message(res->error, sizeof res->error, fmt, ap); /* may quote a long path */
     va_end(ap);
     return rc;
 }

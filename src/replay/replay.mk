@@ -58,7 +58,7 @@ if HAVE_CMOCKA
 check_PROGRAMS += tests/replay_cli_test tests/replay_snapshot_test
 TESTS += tests/replay_cli_test tests/replay_snapshot_test
 tests_replay_cli_test_SOURCES = tests/replay_cli_test.c src/cli/cmd_replay.c src/cli/cli_list.c \
-	src/cli/cli_getopt.c src/cli/cli_output.c src/cli/cli_inputs.c
+	src/cli/cli_getopt.c src/cli/cli_output.c src/cli/cli_inputs.c tests/utf8_valid.h
 tests_replay_cli_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
 tests_replay_cli_test_LDADD = $(TESTLIBS)
 tests_replay_cli_test_LDFLAGS = $(TESTLDFLAGS)
