@@ -529,6 +529,28 @@ static void test_free_of_no_block_from_before_recording(void **state)
                              NULL);
     }
 
+    /* freed with no alloc before it, then allocated there (on its stream or
+     * another) and freed, then freed again with no alloc: the error names
+     * the alloc between the two frees (it once said "with no alloc between
+     * them") */
+    for (int other_stream = 0; other_stream < 2; other_stream++) {
+        begin_device0_trace(&p);
+        entry(&p, "free_completed", 0x2000, 4096, 0, -1);
+        alloc = p.n;
+        entry(&p, "alloc", 0x2000, 4096, other_stream, -1);
+        freed = p.n;
+        entry(&p, "free_completed", 0x2000, 4096, other_stream, -1);
+        entry(&p, "free_completed", 0x2000, 4096, 0, -1);
+        end_device0_trace(&p);
+        snprintf(alloc_at, sizeof alloc_at, "which the entry at byte %zu allocated %s", alloc,
+                 other_stream ? "on stream 1 " : "");
+        snprintf(freed_at, sizeof freed_at, "and the entry at byte %zu already freed", freed);
+        fixture_expect_error(read_bytes(p.b, p.n, 0, &t),
+                             "device_traces[0][3]: ", "free_completed of 0x2000 (stream 0), ",
+                             alloc_at, freed_at, NULL);
+        assert_null(t.events);
+    }
+
     /* allocated over after its free (here and at another address), and
      * beside the trace's blocks: read */
     begin_device0_trace(&p);

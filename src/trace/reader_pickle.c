@@ -436,6 +436,20 @@ static coop_status adopted_conflict(snapshot_reader *r, const pkl_value *list, s
     r->where = r->where_buf;
     r->where_at = i < list->v.seq.len ? list->v.seq.items[i]->offset : 0;
     const char *action = f->kind == TRACE_FREE ? "free_completed" : "free_requested";
+    if (other_adopted && o->addr == f->addr && o->stream == f->stream) {
+        /* The same block freed twice: if the trace allocated at its
+         * address between the frees (and freed that), the second free
+         * conflicts with that alloc, which the message names. */
+        size_t between = other + 1;
+        while (between < a->event &&
+               !(r->b.events[between].kind == TRACE_ALLOC && r->b.events[between].addr == f->addr))
+            between++;
+        if (between < a->event) {
+            other = between;
+            o = &r->b.events[other];
+            other_adopted = 0;
+        }
+    }
     unsigned long long addr = f->addr, stream = f->stream, size = f->size;
     unsigned long long o_addr = o->addr, o_stream = o->stream, o_size = o->size;
     unsigned long long o_at = byte_of_event(list, other);
