@@ -527,6 +527,21 @@ static void test_free_of_no_block_from_before_recording(void **state)
                              overlap ? "free_completed of 0x2800 (stream 0, 4096 bytes) "
                                      : "free_completed of 0x2000 (stream 0), which ",
                              NULL);
+        assert_null(strstr(coop_last_error(), "skip_actions")); /* it has an alloc */
+    }
+
+    /* no alloc in the whole trace (recorded with skip_actions=['alloc']):
+     * the refusal says what is missing */
+    for (int overlap = 0; overlap < 2; overlap++) {
+        begin_device0_trace(&p);
+        entry(&p, "free_completed", 0x2000, 4096, 0, -1);
+        entry(&p, "free_completed", overlap ? 0x2800 : 0x2000, 4096, 0, -1);
+        end_device0_trace(&p);
+        fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][1]: ",
+                             overlap ? "live when recording began; " : "no alloc between them; ",
+                             "the trace records no alloc at all (recorded with skip_actions "
+                             "including 'alloc'?): replay needs the allocations",
+                             NULL);
     }
 
     /* freed with no alloc before it, then allocated there (on its stream or

@@ -454,16 +454,26 @@ static coop_status adopted_conflict(snapshot_reader *r, const pkl_value *list, s
     unsigned long long o_addr = o->addr, o_stream = o->stream, o_size = o->size;
     unsigned long long o_at = byte_of_event(list, other);
     if (other_adopted) {
+        /* A trace with no alloc at all adopts every free, and any address
+         * reused is then two frees of one block: recorded with
+         * _record_memory_history(skip_actions=[..., "alloc"]), most likely */
+        size_t allocs = 0;
+        while (allocs < r->b.num_events && r->b.events[allocs].kind != TRACE_ALLOC)
+            allocs++;
+        const char *hint = allocs < r->b.num_events
+                               ? ""
+                               : "; the trace records no alloc at all (recorded with skip_actions "
+                                 "including 'alloc'?): replay needs the allocations";
         if (o->addr == f->addr && o->stream == f->stream)
             return bad(r,
                        "%s of 0x%llx (stream %llu), which the entry at byte %llu already freed, "
-                       "with no alloc between them",
-                       action, addr, stream, o_at);
+                       "with no alloc between them%s",
+                       action, addr, stream, o_at, hint);
         return bad(r,
                    "%s of 0x%llx (stream %llu, %llu bytes) with no alloc before it overlaps "
                    "0x%llx (stream %llu, %llu bytes), which the entry at byte %llu freed with no "
-                   "alloc before it either: both would be live when recording began",
-                   action, addr, stream, size, o_addr, o_stream, o_size, o_at);
+                   "alloc before it either: both would be live when recording began%s",
+                   action, addr, stream, size, o_addr, o_stream, o_size, o_at, hint);
     }
     /* the alloc's block is freed (free_completed) before the adopting free? */
     size_t freed = other + 1;
