@@ -5,8 +5,9 @@
 # 2. without a device (a driver that does not load) it runs nothing, exits
 #    77 and its summary.txt says why;
 # 3. on the mock driver with a stand-in .gpu/ (as device_tests_script_test.sh
-#    builds one), device_tests.sh, teardown_check.py, remap_check.py and
-#    fork_check.py (its pool route) run and pass, the torch steps skip (no CUDA torch here) and the three files
+#    builds one), device_tests.sh, teardown_check.py, remap_check.py,
+#    reserve_align_check.py, fork_check.py (its pool route) and
+#    second_device_check.py (the mock has two devices) run and pass, the torch steps skip (no CUDA torch here) and the three files
 #    come back; where a real device is visible the torch steps are left out,
 #    since they would measure it while libcoop used the mock;
 # 4. a step that cannot run (.gpu/ lacking its files) fails the run without
@@ -51,10 +52,11 @@ for t in backend_cuda_test backend_cuda_stress_test backend_cuda_fault_test; do
 done
 ln -s "$top/tests/cuda_map_cost" "$tmp/gpu/bin/cuda_map_cost"
 ln -s "$top/.libs/libcoop.so" "$tmp/gpu/lib/libcoop.so"
-steps="device_tests teardown_check remap_check fork_check stream_check memory_viz_check oom_check"
+steps="device_tests teardown_check remap_check reserve_align_check fork_check second_device_check"
+steps="$steps stream_check memory_viz_check oom_check"
 torch_steps=skip
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    steps="device_tests teardown_check remap_check"
+    steps="device_tests teardown_check remap_check reserve_align_check second_device_check"
     torch_steps=left-out
 fi
 COOP_CUDA_DRIVER="$mock" GPU_DIR="$tmp/gpu" OUT="$tmp/out" STEPS="$steps" MAP_COST_REPS=1 \
@@ -63,7 +65,7 @@ rc=$?
 [ "$rc" -eq 0 ] || fail "on the mock: exit $rc"
 summary="$tmp/out/pending/summary.txt"
 for want in "device_tests ok" "device_tests tests-ok (6 test runs" "teardown_check ok" \
-    "remap_check ok"; do
+    "remap_check ok" "reserve_align_check ok" "second_device_check ok"; do
     grep -qF "$want" "$summary" 2>/dev/null || fail "on the mock: summary.txt lacks '$want'"
 done
 if [ "$torch_steps" = skip ]; then
@@ -72,13 +74,17 @@ if [ "$torch_steps" = skip ]; then
     done
     # the pool route runs on the mock; its torch route says it did not run
     grep -q "^fork_check ok rc=0 " "$summary" || fail "on the mock: fork_check not ok"
-    grep -q '"check": "fork".*"child_malloc_refused": true.*"torch": "skipped: ' \
+    grep -q '"check": "fork".*"foreign_init": {"status": "COOP_OK".*"child_malloc_refused": true.*"torch": "skipped: ' \
         "$tmp/out/pending/findings.jsonl" || fail "on the mock: findings.jsonl lacks fork_check's line"
 fi
 [ "$(ls "$tmp/out/pending" | tr '\n' ' ')" = "findings.jsonl pending.tgz summary.txt " ] ||
     fail "on the mock: \$OUT/pending holds $(ls "$tmp/out/pending" | tr '\n' ' ')"
 grep -q '"check": "teardown".*"ran": true' "$tmp/out/pending/findings.jsonl" ||
     fail "on the mock: findings.jsonl lacks teardown_check's line"
+grep -q '"check": "reserve_default_alignment".*"all_2mib_aligned": true' \
+    "$tmp/out/pending/findings.jsonl" || fail "on the mock: findings.jsonl lacks reserve_align_check's line"
+grep -q '"check": "pool_on_device_1".*"ok": true' "$tmp/out/pending/findings.jsonl" ||
+    fail "on the mock: findings.jsonl lacks second_device_check's line"
 [ "$(grep -c '"check": "remap_kept_handle"' "$tmp/out/pending/findings.jsonl")" -eq 2 ] ||
     fail "on the mock: findings.jsonl lacks remap_check's two lines"
 tar xzf "$tmp/out/pending/pending.tgz" -C "$tmp/got" &&

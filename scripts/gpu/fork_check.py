@@ -33,6 +33,17 @@ python/coop/native.py finds it), on device 0:
    ("parent_free_restored", within 64 MiB: the driver's own allocations
    move it; an observation, not part of the verdict).
 
+Before all that, as an observation only ("foreign_init"): a child forked
+from this process after the driver was initialized here outside coop (the
+script's own cuInit, through ctypes; coop has made no driver call yet, so
+it does not know) calls coop_pool_create with the CUDA backend on device 0.
+Expected: a refusal with a message (COOP_ERR_NO_DRIVER: the child's cuInit
+fails), not a hang nor a pool; the line keeps the status's name, the
+message and the seconds it took ("foreign_init": {"status", "message",
+"seconds", "child_exit"}; "status": "no answer" when the child had to be
+killed after --timeout s). The mock driver, which works in a forked child,
+answers OK there (the child then destroys the pool).
+
 With --torch, also the PyTorch ABI route, in a fresh process:
 coop.torch.install(), a CUDA tensor filled with 3.0, fork; the child's
 coop_torch_malloc returns NULL with a message naming the forked child
@@ -190,6 +201,37 @@ def wait_child(pid, fd, timeout):
     return found, code
 
 
+def status_name(native, status):
+    names = {getattr(native, n): n for n in dir(native) if n == "OK" or n.startswith("ERR_")}
+    return "COOP_" + names[status] if status in names else f"status {status}"
+
+
+def foreign_init_observation(line, timeout):
+    """A CUDA coop_pool_create in a child forked after this process's own
+    cuInit (open_driver), coop not yet initialized: what it answers, and
+    how fast (an observation: "foreign_init")."""
+    lib, native = coop_api()
+    sys.stdout.flush()
+    r, w = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            status, pool = make_pool(lib, native, 1)  # COOP_BACKEND_CUDA
+            out = {"status": status_name(native, status), "message": last_error(lib)}
+            if status == native.OK:
+                lib.coop_pool_destroy(pool)
+            os.write(w, (json.dumps(out) + "\n").encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    found, code = wait_child(pid, r, timeout)
+    seen = found or {"status": "no answer", "message": f"nothing within {timeout} s"}
+    seen.update(seconds=round(time.monotonic() - start, 2), child_exit=code)
+    line["foreign_init"] = seen
+
+
 def pool_check(drv, line, timeout):
     lib, native = coop_api()
     with primary_context(drv):
@@ -335,6 +377,7 @@ def main(argv=None):
     drv = open_driver("fork_check.py")
     line = {"check": "fork", "block_bytes": BLOCK}
     try:
+        foreign_init_observation(line, opts.timeout)
         pool_check(drv, line, opts.timeout)
         if opts.torch:
             torch_check(line, opts.timeout * 4)

@@ -12,8 +12,15 @@
 #                    1011a2b, 67c6234, 8e21082, c7f2a18, 525636e, 18cc715, da5e217
 #   teardown_check   what those changes assume of the driver (A, B, C)
 #   remap_check      4 pages with 2 unmapped, 64 with 33
+#   reserve_align_check  mutant Q2-25: cuMemAddressReserve's default
+#                    alignment (0) against 2 MiB (an observation; ~1 s)
 #   fork_check       a CUDA pool and the PyTorch ABI in a forked child
-#                    (331a4f2, 776b29f: checked on the mock driver only)
+#                    (331a4f2, 776b29f: checked on the mock driver only);
+#                    first, as an observation, a CUDA coop_pool_create in a
+#                    child forked after a cuInit outside coop (~1 s; at most
+#                    a sixth of the step if the child hangs)
+#   second_device_check  two GPUs only (skips on one, ~1 s): a pool on device
+#                    1 with device 0's context current (mutant Q2-75; ~5 s)
 #   stream_check     record_stream's history and foreign pointers, with the
 #                    earlier rules (0340dfd, 224d627)
 #   memory_viz_check coop's snapshot in torch's own viewer
@@ -36,7 +43,7 @@
 #
 # Exit: 0 when every step was ok or skipped, 1 otherwise, 77 (with
 # summary.txt saying so) when the driver offers no device: nothing is run.
-# STEPS (default: all seven) names the steps to run, e.g. STEPS="teardown_check
+# STEPS (default: all nine) names the steps to run, e.g. STEPS="teardown_check
 # oom_check" for a later call that repeats what failed. PYTHON (default
 # python3) runs the scripts; COOP_CUDA_DRIVER and GPU_DIR are given on
 # (tests/pending_checks_script_test.sh runs this on the mock driver with a
@@ -46,7 +53,8 @@ cd "$(dirname "$0")/../.." || exit 2
 top=$PWD
 PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-360}
-all_steps="device_tests teardown_check remap_check fork_check stream_check memory_viz_check oom_check"
+all_steps="device_tests teardown_check remap_check reserve_align_check fork_check"
+all_steps="$all_steps second_device_check stream_check memory_viz_check oom_check"
 STEPS=${STEPS:-$all_steps}
 for name in $STEPS; do
     case " $all_steps " in
@@ -163,11 +171,15 @@ fi
 step teardown_check 60 10 "" "$PY" scripts/gpu/teardown_check.py
 step remap_check 60 10 "" bash -c "$PY scripts/gpu/remap_check.py --pages 4 --half 2; a=\$?
     $PY scripts/gpu/remap_check.py --pages 64 --half 33; b=\$?; exit \$((a ? a : b))"
-cat "$W/teardown_check.out" "$W/remap_check.out" 2>/dev/null | grep '^{' >>"$W/findings.jsonl"
-# the pool route gives its child (STEP_LIMIT - 5) / 5 s, the torch route four times that
-step fork_check 60 15 "$COOP_LIBRARY" bash -c "$PY scripts/gpu/fork_check.py --torch \
-    --timeout \$(((STEP_LIMIT - 5) / 5))"
-grep '^{' "$W/fork_check.out" 2>/dev/null >>"$W/findings.jsonl"
+step reserve_align_check 30 10 "" "$PY" scripts/gpu/reserve_align_check.py
+cat "$W/teardown_check.out" "$W/remap_check.out" "$W/reserve_align_check.out" 2>/dev/null |
+    grep '^{' >>"$W/findings.jsonl"
+# the two children (the foreign-init observation's, the pool route's) get
+# (STEP_LIMIT - 5) / 6 s each, the torch route four times that
+step fork_check 75 15 "$COOP_LIBRARY" bash -c "$PY scripts/gpu/fork_check.py --torch \
+    --timeout \$(((STEP_LIMIT - 5) / 6))"
+step second_device_check 60 15 "$COOP_LIBRARY" "$PY" scripts/gpu/second_device_check.py
+cat "$W/fork_check.out" "$W/second_device_check.out" 2>/dev/null | grep '^{' >>"$W/findings.jsonl"
 
 # --deadline STEP_LIMIT - 10: the parents start no child after it and cut
 # each child's time to it, so they print their summary inside the step's limit

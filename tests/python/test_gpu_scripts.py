@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from unittest import mock
 
@@ -47,6 +48,8 @@ OOM = os.path.join(GPU, "oom_check.py")
 REMAP = os.path.join(GPU, "remap_check.py")
 TEARDOWN = os.path.join(GPU, "teardown_check.py")
 FORK = os.path.join(GPU, "fork_check.py")
+RESERVE_ALIGN = os.path.join(GPU, "reserve_align_check.py")
+SECOND_DEVICE = os.path.join(GPU, "second_device_check.py")
 sys.path.insert(0, GPU)
 
 import common  # noqa: E402
@@ -55,6 +58,8 @@ import memory_viz_check  # noqa: E402
 import replay_native_vs_coop as replay  # noqa: E402
 import oom_check  # noqa: E402
 import remap_check  # noqa: E402
+import reserve_align_check  # noqa: E402
+import second_device_check  # noqa: E402
 import stream_check  # noqa: E402
 import teardown_check  # noqa: E402
 import train_compare  # noqa: E402
@@ -75,7 +80,8 @@ class NoDevice(unittest.TestCase):
     def test_each_script_exits_77_with_one_line(self):
         if torch.cuda.is_available():
             self.skipTest("a CUDA device exists: the scripts would measure for real")
-        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM, OOM, REMAP, TEARDOWN):
+        for script in (TRAIN, REPLAY, RECORD, VIZ, STREAM, OOM, REMAP, TEARDOWN, RESERVE_ALIGN,
+                       SECOND_DEVICE):
             r = run(script, timeout=120)
             name = os.path.basename(script)
             self.assertEqual(r.returncode, 77, name + r.stderr)
@@ -108,6 +114,15 @@ class MockCountersLayout(unittest.TestCase):
         with open(os.path.join(TOP, "tests", "cuda_mock_counters.h")) as f:
             header = re.findall(r"^\s*long (\w+);", f.read(), re.M)
         self.assertEqual([name for name, _ in MockCounters._fields_], header)
+
+
+def libcoop_or_skip(test):
+    """The build's (or the source tree's) shared libcoop.so; skips test without one."""
+    for top in (os.getcwd(), TOP):
+        path = os.path.join(top, ".libs", "libcoop.so")
+        if os.path.exists(path):
+            return path
+    test.skipTest("no shared libcoop.so in this build")
 
 
 class OnMockDriver(unittest.TestCase):
@@ -203,6 +218,68 @@ class RemapCheck(OnMockDriver):
                           "(CUDA_ERROR_OUT_OF_MEMORY)", line["error"])
             self.assert_driver_clean(lib)
             self.assertEqual(self.main_line(remap_check.main)[0], 0)  # nothing armed now
+
+
+class ReserveAlignCheck(OnMockDriver):
+    """reserve_align_check.py (mutant Q2-25) on the mock, whose default
+    alignment is its granularity (2 MiB): every offset 0."""
+
+    SCRIPT = RESERVE_ALIGN
+
+    def test_runs_on_the_mock(self):
+        with self.in_process() as lib:
+            rc, line = self.main_line(reserve_align_check.main)
+            self.assertEqual(rc, 0, line)
+            self.assertEqual([r["bytes"] >> 21 for r in line["reservations"]],
+                             list(reserve_align_check.MULTIPLES))
+            self.assertTrue(line["all_2mib_aligned"] and line["ran"], line)
+            self.assertEqual(line["granularity"], 2 << 20)
+            self.assert_driver_clean(lib)
+
+    def test_no_device_exits_77(self):
+        self.check_no_device_exits_77()
+
+    def test_a_failed_reserve_is_named_and_nothing_leaks(self):
+        with self.in_process() as lib:
+            lib.mock_cuda_fail_nth(b"cuMemAddressReserve", 3, 2)  # CUDA_ERROR_OUT_OF_MEMORY
+            rc, line = self.main_line(reserve_align_check.main)
+            self.assertEqual(rc, 1)
+            self.assertIn("cuMemAddressReserve returned 2", line["error"])
+            self.assertEqual(len(line["reservations"]), 2)
+            self.assert_driver_clean(lib)
+
+
+class SecondDeviceCheck(OnMockDriver):
+    """second_device_check.py on the mock's two devices (the mock ties
+    memory to a device), and its skip on one GPU."""
+
+    SCRIPT = SECOND_DEVICE
+
+    def test_passes_on_the_mock(self):
+        lib = libcoop_or_skip(self)
+        r = self.run_script(COOP_LIBRARY=lib)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        (line,) = lines(r.stdout)
+        self.assertEqual([p["use_vmm"] for p in line["pools"]], [True, False])
+        for pool in line["pools"]:
+            self.assertEqual(pool["device0_grew_by"], 0, pool)
+            self.assertGreaterEqual(pool["device1_grew_by"], 4 << 20, pool)
+            self.assertTrue(pool["device1_restored"], pool)
+
+    def test_no_device_exits_77(self):
+        self.check_no_device_exits_77()
+
+    def test_one_gpu_skips_with_a_line(self):
+        class OneDevice:
+            def __call__(self, name, count_ref):
+                count_ref._obj.value = 1
+
+        err = io.StringIO()
+        with mock.patch.object(second_device_check, "open_driver", return_value=OneDevice()), \
+                contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as exit_:
+            second_device_check.main([])
+        self.assertEqual(exit_.exception.code, 77)
+        self.assertIn("one GPU: the driver counts 1 device(s)", err.getvalue())
 
 
 class TeardownCheck(OnMockDriver):
@@ -305,11 +382,7 @@ class ForkCheck(OnMockDriver):
     SCRIPT = FORK
 
     def test_passes_on_the_mock(self):
-        lib = next((path for path in (os.path.join(top, ".libs", "libcoop.so")
-                                      for top in (os.getcwd(), TOP)) if os.path.exists(path)),
-                   None)
-        if lib is None:
-            self.skipTest("no shared libcoop.so in this build")
+        lib = libcoop_or_skip(self)
         r = self.run_script("--torch", "--timeout", "20", COOP_LIBRARY=lib)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         (line,) = lines(r.stdout)
@@ -319,6 +392,25 @@ class ForkCheck(OnMockDriver):
         self.assertIn("cannot be used in a forked child", line["child_message"])
         self.assertIn("device memory left to process", line["child_destroy_message"])
         self.assertTrue(line["torch"].startswith("skipped: "), line["torch"])
+        # the foreign-init observation: the mock works in a forked child, so
+        # the child's pool is made (and destroyed); a device answers otherwise
+        seen = line["foreign_init"]
+        self.assertEqual((seen["status"], seen["child_exit"]), ("COOP_OK", 0), seen)
+        self.assertIsInstance(seen["seconds"], float)
+
+    def test_a_silent_foreign_init_child_is_an_observation_not_a_hang(self):
+        # a child that sends nothing (as one stuck in a real driver's cuInit
+        # would) is killed after the timeout and noted, not waited for
+        line = {}
+        lib = libcoop_or_skip(self)
+        with mock.patch.dict(os.environ, COOP_LIBRARY=lib), \
+                mock.patch.object(fork_check, "make_pool", side_effect=lambda *a: time.sleep(30)):
+            fork_check.foreign_init_observation(line, 0.5)
+        seen = line["foreign_init"]
+        self.assertEqual(seen["status"], "no answer")
+        self.assertIsNone(seen["child_exit"])  # killed
+        self.assertLess(seen["seconds"], 10)
+        self.assertEqual(fork_check.status_name(fork_check.coop_api()[1], 7), "COOP_ERR_NO_DRIVER")
 
     def test_no_device_exits_77(self):
         self.check_no_device_exits_77()
