@@ -6,5 +6,7 @@
   and snapshot() in torch's formats.
 """
 
-__all__ = ["native", "torch"]
+# Not "torch": "from coop import *" would bind the name torch to coop.torch,
+# hiding the torch module the program imported.
+__all__ = ["native"]
 __version__ = "0.1.0"

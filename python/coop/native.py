@@ -14,6 +14,8 @@ import ctypes.util
 import os
 import threading
 
+from . import __version__ as _PACKAGE_VERSION
+
 __all__ = [
     "CoopError",
     "Stat",
@@ -255,6 +257,13 @@ def library():
             if missing:  # another library, or a libcoop older than this package
                 tried.append(f"{cand} (not this package's libcoop.so: it lacks "
                              f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
+                continue
+            lib.coop_version.restype = ctypes.c_char_p
+            version = (lib.coop_version() or b"?").decode(errors="replace")
+            if version != _PACKAGE_VERSION:  # its structures may not be these mirrors
+                tried.append(f"{cand} (libcoop {version}; this package is {_PACKAGE_VERSION}, "
+                             "whose structures may not match it: use the package of "
+                             "the same build)")
                 continue
             for name, (restype, argtypes) in _SIGNATURES.items():
                 fn = getattr(lib, name)

@@ -2237,6 +2237,23 @@ class Run(unittest.TestCase):
             self.assertEqual((r.returncode, r.stderr), (0, ""), flag)
             self.assertIn("python -m coop.run train.py", r.stdout)
 
+    def test_interpreter_options_reach_the_program(self):
+        """python -O -X dev -W error -m coop.run prog runs prog with -O, -X dev
+        and -W error, as python -O -X dev -W error prog does (the re-executed
+        interpreter dropped them: optimize 0, no dev mode, no warning filter)."""
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        code = "import sys; print(sys.flags.optimize, sys.flags.dev_mode, sys.warnoptions)"
+        # (options, how coop.run is named after them): "-OOm coop.run" is "-OO"
+        for opts, run in ((["-O", "-X", "dev", "-W", "error"], ["-m", "coop.run"]),
+                          (["-O"], ["-mcoop.run"]), ([], ["-OOm", "coop.run"])):
+            direct = opts or ["-OO"]
+            want = subprocess.run([sys.executable] + direct + ["-c", code], env=env,
+                                  capture_output=True, text=True, timeout=60).stdout
+            r = subprocess.run([sys.executable] + opts + run + ["-c", code], env=env,
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.strip(), want.strip(), opts + run)
+
 
 class Library(unittest.TestCase):
     def test_coop_library_naming_another_library_is_refused_by_name(self):
@@ -2255,6 +2272,29 @@ class Library(unittest.TestCase):
                       "package's libcoop.so: it lacks coop_version, coop_strerror, "
                       "coop_last_error, ...)", r.stdout)
 
+
+    def test_library_of_another_version_is_refused_by_name(self):
+        """A libcoop.so whose coop_version() is not this package's version is
+        refused, naming both (it was used, its structures read through mirrors
+        that may not match them)."""
+        _dl.coop_version.restype = ctypes.c_char_p
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        code = ("import coop\ncoop.__version__ = '0.0.9'\nimport coop.native as native\n"
+                "try:\n    native.library()\n"
+                "except native.CoopError as e:\n    print('raised', e)\n")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"tried: {os.path.abspath(LIB_PATH)} (libcoop "
+                      f"{_dl.coop_version().decode()}; this package is 0.0.9, ", r.stdout)
+
+    def test_star_import_keeps_the_torch_name(self):
+        """from coop import * binds no name "torch" (it bound coop.torch over
+        the torch module a program had imported)."""
+        ns = {}
+        exec("from coop import *", ns)
+        self.assertNotIn("torch", sorted(k for k in ns if k != "__builtins__"))
+        self.assertIs(ns["native"], native)
 
     def test_absent_coop_library_is_named_absent(self):
         env = dict(os.environ, COOP_LIBRARY="/nonexistent/libcoop.so",
