@@ -16,6 +16,7 @@ import json
 import os
 import pickle
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))  # tests/coop_test_seed.py
 CONF = "backend:host,capacity:1G,page:2M,check:true,history:100000"
 os.environ["COOP_ALLOC_CONF"] = CONF
 
+import coop  # noqa: E402
 import coop.native as native  # noqa: E402
 import coop.torch as ctorch  # noqa: E402
 import coop_test_seed  # noqa: E402
@@ -2287,6 +2289,22 @@ class Library(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(f"tried: {os.path.abspath(LIB_PATH)} (libcoop "
                       f"{_dl.coop_version().decode()}; this package is 0.0.9, ", r.stdout)
+
+    def test_the_version_is_one_in_every_place(self):
+        """configure.ac's AC_INIT, coop.h's COOP_VERSION_STRING, the package's
+        __version__ and the built library's coop_version() agree: the package
+        refuses a library of another version, so a release that moved one and
+        not the others would refuse its own library."""
+        root = os.path.join(HERE, "..", "..")
+        with open(os.path.join(root, "configure.ac")) as f:
+            ac = re.search(r"AC_INIT\(\[coop\], \[([^]]+)\]", f.read())
+        with open(os.path.join(root, "include", "coop.h")) as f:
+            h = re.search(r'#define COOP_VERSION_STRING "([^"]+)"', f.read())
+        _dl.coop_version.restype = ctypes.c_char_p
+        self.assertIsNotNone(ac)
+        self.assertIsNotNone(h)
+        self.assertEqual({ac.group(1), h.group(1), coop.__version__, _dl.coop_version().decode()},
+                         {coop.__version__})
 
     def test_star_import_keeps_the_torch_name(self):
         """from coop import * binds no name "torch" (it bound coop.torch over
