@@ -142,6 +142,20 @@ for cmd in "sim --no-min-ratio --budget 0.9 --policy dtr $traces/unet-train-step
         failures=$((failures + 1))
     fi
 done
+# a path too long for the 1024-byte message keeps its start and end around
+# "...", and the reason after it (it was cut off: the message ended inside
+# the path)
+long=$tmp
+for i in 1 2 3 4 5 6 7; do long=$long/$(printf "%0200d" "$i"); done
+for cmd in "sim --no-min-ratio" "replay --policy coop" "convert"; do
+    out=; [ "$cmd" = convert ] && out=$tmp/out.trace
+    expect 2 "$(printf '%0200d' 7)/none.jsonl: cannot open: No such file or directory" \
+        $coop $cmd "$long/none.jsonl" $out
+    if ! grep -qF ": $tmp/$(printf '%0200d' 1)/" "$tmp/err" || ! grep -qF "..." "$tmp/err"; then
+        echo "FAIL: 'coop $cmd' with a long path: its start or the '...' is missing: $(head -c 300 "$tmp/err")"
+        failures=$((failures + 1))
+    fi
+done
 # replay and convert open a trace twice (its format, then its events): a
 # pipe is read once, whole, into an unlinked temporary file in $TMPDIR that
 # both then read (src/trace/spool.h). Before, the reader got only what the

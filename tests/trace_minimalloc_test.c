@@ -123,6 +123,8 @@ static void test_bad_rows(void **state)
         {"id,lower,upper,size\n,2,3,4\n", ":2: id is empty"},
         {"id,lower,upper,size\n1,,3,4\n", ":2: lower '(empty)' is not a number"},
         {"id,lower,upper,size\n1,2,3,-4\n", ":2: size '-4' is negative"},
+        {"id,lower,upper,size\n1,-0,3,4\n",
+         ":2: lower '-0' is not an unsigned number (no sign allowed)"},
         {"id,lower,upper,size\n1,2,3,4.5\n", ":2: size '4.5' is not a number"},
         {"id,lower,upper,size\n1,2,99999999999999999999,4\n",
          ":2: upper '99999999999999999999' is out of range"},

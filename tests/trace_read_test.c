@@ -74,11 +74,25 @@ static void test_detect_errors(void **state)
     (void)state;
     trace_format f;
     trace t;
-    const char *path = write_named("unknown.bin", "PK\x03\x04zip?", 8, 0);
+    const char *path = write_named("unknown.bin",
+                                   "\x7f"
+                                   "ELF\x02\x01",
+                                   6, 0);
     fixture_expect_error(trace_detect_format(path, &f), "unknown.bin: unknown trace format",
-                         "starts with \"PK\\x03\\x04zip?\"", NULL);
+                         "starts with \"\\x7fELF\\x02\\x01\"", NULL);
     fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
     assert_null(t.events);
+    /* a zip archive is named, with the tool to extract it (it was an
+     * unknown format showing "PK\x03\x04"); an empty one too */
+    path = write_named("t.zip", "PK\x03\x04zip?", 8, 0);
+    fixture_expect_error(trace_detect_format(path, &f),
+                         "t.zip: a zip archive: coop reads plain files and gzip only: "
+                         "extract it first (unzip)",
+                         NULL);
+    fixture_expect_error(trace_read(path, &t), "t.zip: a zip archive", NULL);
+    fixture_expect_error(trace_read_text(path, &t), "t.zip: a zip archive", NULL);
+    path = write_named("empty.zip", "PK\x05\x06\0\0\0\0", 8, 0);
+    fixture_expect_error(trace_read(path, &t), "empty.zip: a zip archive", NULL);
     /* a CSV header without a size column is no minimalloc file */
     path = write_named("names.csv", "first,last\nAda,Lovelace\n", 25, 0);
     fixture_expect_error(trace_read(path, &t), "unknown trace format", NULL);
@@ -123,6 +137,11 @@ static void test_other_compressors_are_named(void **state)
          "7zXZ\x00\x00\x04",
          "t.xz: compressed with xz", 8},
         {"t.lz4", "\x04\x22\x4d\x18\x64\x40", "t.lz4: compressed with lz4", 6},
+        /* the legacy lz4 frame (lz4 -l) and zstd's skippable frames
+         * (0x184D2A50..5F, little-endian) were unknown formats */
+        {"legacy.lz4", "\x02\x21\x4c\x18\x10\x00", "legacy.lz4: compressed with lz4", 6},
+        {"skip.zst", "\x50\x2a\x4d\x18\x04\x00", "skip.zst: compressed with zstd", 6},
+        {"skip5f.zst", "\x5f\x2a\x4d\x18\x04\x00", "skip5f.zst: compressed with zstd", 6},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         trace_format f;

@@ -129,6 +129,9 @@ static void test_bad_lines(void **state)
         {"coop-trace 1\nA 1 two 3\n", ":2: size 'two' is not a number", ""},
         {"coop-trace 1\nF x\n", ":2: id 'x' is not a number", ""},
         {"coop-trace 1\nA 1 -2 3\n", ":2: size '-2' is negative", ""},
+        /* zero with a minus sign is not negative: it has a sign an unsigned field does not take */
+        {"coop-trace 1\nA 1 -0 3\n", ":2: size '-0' is not an unsigned number (no sign allowed)",
+         ""},
         /* control characters in a quoted field are shown escaped: a CR left
          * by CR CR LF line ends showed "stream '0' is not a number" */
         {"coop-trace 1\r\nA 1 2 0\r\r\n", ":2: stream '0\\x0d' is not a number", ""},
@@ -283,6 +286,41 @@ static void test_messages_cut_whole_characters(void **state)
     }
 }
 
+/* A long path in a "cannot open" message keeps its start and end around
+ * "...", cut between characters, so the reason after it fits the message:
+ * paths of 2-, 3- and 4-byte characters at every alignment. */
+static void test_long_paths_shown_shortened(void **state)
+{
+    (void)state;
+    char shown[TRACE_INPUT_SHOWN_PATH];
+    assert_ptr_equal(trace_input_shown_path(shown, "short/path"), (const void *)"short/path");
+    static const char *const chars[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+    for (size_t c = 0; c < 3; c++)
+        for (size_t shift = 0; shift < 4; shift++) {
+            char path[2048] = "";
+            memset(path, '/', shift);
+            path[shift] = '\0';
+            while (strlen(path) + strlen(chars[c]) + 6 < sizeof path)
+                strcat(path, chars[c]);
+            strcat(path, "/end");
+            const char *s = trace_input_shown_path(shown, path);
+            size_t n = strlen(s);
+            assert_ptr_equal(s, shown);
+            assert_true(n < TRACE_INPUT_SHOWN_PATH && n > TRACE_INPUT_SHOWN_PATH - 12);
+            assert_non_null(strstr(s, "..."));
+            assert_memory_equal(s, path, (size_t)(strstr(s, "...") - s));
+            assert_string_equal(strstr(s, "...") + 3,
+                                path + strlen(path) - strlen(strstr(s, "...") + 3));
+            for (size_t i = 0; s[i];) {
+                size_t k = utf8_sequence_length((const unsigned char *)s + i);
+                if (!k)
+                    fail_msg("char %zu shift %zu: byte %zu of the shown path is no whole character",
+                             c, shift, i);
+                i += k;
+            }
+        }
+}
+
 /* A valid trace cut at every byte: a cut inside a line is an error (the last
  * line has no newline); a cut at a line end may be a valid shorter trace.
  * Compressed, every cut is an error. */
@@ -336,6 +374,13 @@ static void test_numbers(void **state)
     /* a minus sign alone or before a non-digit is no number, not a negative one */
     assert_int_equal(text_parse_u64("-", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_u64("-x1", &u), TEXT_NUMBER_INVALID);
+    /* "-0" is zero with a sign, not a negative number; junk after "-5" is no number */
+    assert_int_equal(text_parse_u64("-0", &u), TEXT_NUMBER_SIGNED);
+    assert_int_equal(text_parse_u64("-0x0", &u), TEXT_NUMBER_SIGNED);
+    assert_int_equal(text_parse_u64("-00", &u), TEXT_NUMBER_SIGNED);
+    assert_int_equal(text_parse_u64("-5x", &u), TEXT_NUMBER_INVALID);
+    assert_int_equal(text_parse_u64("-99999999999999999999", &u), TEXT_NUMBER_NEGATIVE);
+    assert_int_equal(text_parse_i64("--0", &i), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_u64("99999999999999999999x", &u), TEXT_NUMBER_INVALID);
     assert_int_equal(text_parse_i64("-9223372036854775808", &i), TEXT_NUMBER_OK);
     assert_true(i == INT64_MIN);
@@ -507,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_largest_size),
         cmocka_unit_test(test_e_lines_anywhere),
         cmocka_unit_test(test_messages_cut_whole_characters),
+        cmocka_unit_test(test_long_paths_shown_shortened),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

@@ -79,27 +79,49 @@ static coop_status open_gz(const char *path, gzFile *out)
         close(kept);
         errno = err;
     }
+    char shown[TRACE_INPUT_SHOWN_PATH];
     if (!gz) /* zlib's state not allocated: errno ENOMEM, or none */
         return coop_set_error(errno && errno != ENOMEM ? COOP_ERR_INVALID : COOP_ERR_HOST_NOMEM,
-                              "%s: cannot open: %s", path,
+                              "%s: cannot open: %s", trace_input_shown_path(shown, path),
                               errno && errno != ENOMEM ? strerror(errno) : "out of host memory");
     gzbuffer(gz, 1u << 17);
     *out = gz;
     return COOP_OK;
 }
 
+const char *trace_input_shown_path(char out[TRACE_INPUT_SHOWN_PATH], const char *path)
+{
+    size_t len = strlen(path);
+    if (len < TRACE_INPUT_SHOWN_PATH)
+        return path;
+    /* keep = start + "..." + end + NUL, the end for the file's own name */
+    const size_t keep = (TRACE_INPUT_SHOWN_PATH - 4) / 2;
+    size_t head = utf8_whole_prefix(path, keep);
+    size_t tail = len - keep;
+    while (tail < len && ((unsigned char)path[tail] & 0xc0) == 0x80)
+        tail++; /* not inside a character */
+    memcpy(out, path, head);
+    memcpy(out + head, "...", 3);
+    memcpy(out + head + 3, path + tail, len - tail + 1);
+    return out;
+}
+
 coop_status trace_input_check(const char *path)
 {
+    char shown[TRACE_INPUT_SHOWN_PATH];
     struct stat st;
     if (stat(path, &st) != 0)
-        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s",
+                              trace_input_shown_path(shown, path), strerror(errno));
     if (S_ISDIR(st.st_mode))
-        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(EISDIR));
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s",
+                              trace_input_shown_path(shown, path), strerror(EISDIR));
     if (!S_ISREG(st.st_mode))
         return COOP_OK;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s",
+                              trace_input_shown_path(shown, path), strerror(errno));
     close(fd);
     return COOP_OK;
 }
@@ -116,6 +138,7 @@ static const struct {
      "7zXZ\x00",
      6},
     {"lz4", "\x04\x22\x4d\x18", 4},
+    {"lz4", "\x02\x21\x4c\x18", 4}, /* the legacy frame (lz4 -l) */
 };
 
 coop_status trace_input_check_start(const char *path, const unsigned char *p, size_t n)
@@ -128,6 +151,17 @@ coop_status trace_input_check_start(const char *path, const unsigned char *p, si
     /* "BZh" and a block size digit: text cannot start so and be a trace */
     if (n >= 4 && !memcmp(p, "BZh", 3) && p[3] >= '1' && p[3] <= '9')
         name = "bzip2";
+    /* zstd's skippable frames, 0x184D2A50..0x184D2A5F little-endian (what
+     * pzstd and seekable zstd files start with) */
+    if (n >= 4 && (p[0] & 0xf0) == 0x50 && !memcmp(p + 1, "\x2a\x4d\x18", 3))
+        name = "zstd";
+    /* a zip archive's local file header, or the end record of an empty one:
+     * an archive holds files, so it is extracted rather than decompressed */
+    if (n >= 4 && (!memcmp(p, "PK\x03\x04", 4) || !memcmp(p, "PK\x05\x06", 4)))
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: a zip archive: coop reads plain files and gzip only: extract "
+                              "it first (unzip)",
+                              path);
     if (!name)
         return COOP_OK;
     return coop_set_error(COOP_ERR_INVALID,
@@ -187,6 +221,9 @@ coop_status trace_input_u64(const trace_input *in, const char *name, const char 
         return trace_input_error(in, "%s '%s' is out of range (at most 2^64-1)", name, text);
     case TEXT_NUMBER_NEGATIVE:
         return trace_input_error(in, "%s '%s' is negative", name, text);
+    case TEXT_NUMBER_SIGNED:
+        return trace_input_error(in, "%s '%s' is not an unsigned number (no sign allowed)", name,
+                                 text);
     default:
         return trace_input_error(in, "%s '%s' is not a number", name, text[0] ? text : "(empty)");
     }

@@ -57,8 +57,9 @@ coop_status trace_input_error(const trace_input *in, const char *fmt, ...)
 void trace_input_escape(char *out, size_t cap, const char *text);
 
 /* Parses the whole field text as an unsigned number (text_parse_u64); on
- * failure reports "PATH:LINE: NAME 'TEXT' is negative / out of range / not a
- * number" through trace_input_error. */
+ * failure reports "PATH:LINE: NAME 'TEXT' is negative / is not an unsigned
+ * number (no sign allowed) ("-0") / out of range / not a number" through
+ * trace_input_error. */
 coop_status trace_input_u64(const trace_input *in, const char *name, const char *text,
                             uint64_t *out);
 
@@ -66,6 +67,17 @@ coop_status trace_input_u64(const trace_input *in, const char *name, const char 
  * must be below 2^56)" for N >= TRACE_SIZE_LIMIT. */
 coop_status trace_input_size(const trace_input *in, const char *name, const char *text,
                              uint64_t *out);
+
+/* The longest path "cannot open" messages quote whole, and the buffer
+ * trace_input_shown_path writes to. */
+#define TRACE_INPUT_SHOWN_PATH 512
+
+/* path as a "PATH: cannot open: reason" message quotes it: whole if shorter
+ * than TRACE_INPUT_SHOWN_PATH bytes, else its start and end around "...",
+ * each cut on a UTF-8 character boundary, written to out. A path may be
+ * 4095 bytes and the error buffer holds 1024: the reason after a whole one
+ * was cut off. Returns path itself or out. */
+const char *trace_input_shown_path(char out[TRACE_INPUT_SHOWN_PATH], const char *path);
 
 /* Whether path can be opened for reading, before a command spends its work
  * on the files given before it: "PATH: cannot open: reason" for a path
@@ -76,10 +88,11 @@ coop_status trace_input_size(const trace_input *in, const char *name, const char
 coop_status trace_input_check(const char *path);
 
 /* Refuses a file whose first (decompressed) bytes p[0..n) are the magic
- * number of a compressor zlib does not read (zstd, bzip2, xz, lz4): "PATH:
- * compressed with NAME: coop reads plain files and gzip only: decompress it
- * first (NAME -d)". Format detection and the line reader (coop sim reads
- * logs without detection) both check. */
+ * number of a compressor zlib does not read (zstd and its skippable frames,
+ * bzip2, xz, lz4 and its legacy frame): "PATH: compressed with NAME: coop
+ * reads plain files and gzip only: decompress it first (NAME -d)"; a zip
+ * archive: "PATH: a zip archive: ... extract it first (unzip)". Format detection and the line
+ * reader (coop sim reads logs without detection) both check. */
 coop_status trace_input_check_start(const char *path, const unsigned char *p, size_t n);
 
 /* 3 if p[0..n) starts with a UTF-8 byte order mark, else 0: the line reader

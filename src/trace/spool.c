@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "status.h"
+#include "trace/input.h"
 #include "trace/spool.h"
 
 #define COPY_CHUNK ((size_t)1 << 16)
@@ -221,8 +222,10 @@ static coop_status copy_to_temp(const char *path, int from_stdin, const char *di
      * waiting for a reader, it sees the pipe closed. */
     int in =
         from_stdin ? fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0) : open(path, O_RDONLY | O_CLOEXEC);
+    char shown[TRACE_INPUT_SHOWN_PATH];
     if (in < 0)
-        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s", path, strerror(errno));
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s",
+                              trace_input_shown_path(shown, path), strerror(errno));
     int fd = new_temp(dir);
     int err = errno;
     /* Out of host memory is no fault of the directory: no TMPDIR hint. */

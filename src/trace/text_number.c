@@ -18,8 +18,14 @@ static int digit_value(char c, unsigned base)
 enum text_number_result text_parse_u64(const char *s, uint64_t *out)
 {
     unsigned base = 10;
-    if (s[0] == '-' && digit_value(s[1], 10) >= 0)
-        return TEXT_NUMBER_NEGATIVE;
+    if (s[0] == '-' && digit_value(s[1], 10) >= 0) {
+        /* "-0" is no negative number, and "-5x" no number at all */
+        uint64_t x;
+        enum text_number_result r = text_parse_u64(s + 1, &x);
+        if (r == TEXT_NUMBER_INVALID)
+            return r;
+        return r == TEXT_NUMBER_OK && x == 0 ? TEXT_NUMBER_SIGNED : TEXT_NUMBER_NEGATIVE;
+    }
     if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
         base = 16;
         s += 2;
@@ -48,7 +54,7 @@ enum text_number_result text_parse_i64(const char *s, int64_t *out)
     uint64_t x;
     enum text_number_result r = text_parse_u64(s + negative, &x);
     if (r != TEXT_NUMBER_OK)
-        return r == TEXT_NUMBER_NEGATIVE ? TEXT_NUMBER_INVALID : r;
+        return r == TEXT_NUMBER_NEGATIVE || r == TEXT_NUMBER_SIGNED ? TEXT_NUMBER_INVALID : r;
     if (negative) {
         if (x > (uint64_t)INT64_MAX + 1)
             return TEXT_NUMBER_OVERFLOW;

@@ -11,7 +11,8 @@ enum text_number_result {
     TEXT_NUMBER_OK = 0,
     TEXT_NUMBER_INVALID,  /* empty, or not only digits */
     TEXT_NUMBER_OVERFLOW, /* does not fit the type */
-    TEXT_NUMBER_NEGATIVE  /* "-digits" where an unsigned number is wanted */
+    TEXT_NUMBER_NEGATIVE, /* "-digits", not zero, where an unsigned number is wanted */
+    TEXT_NUMBER_SIGNED    /* zero with a minus sign ("-0"): no negative, but signed */
 };
 
 /* Decimal digits, or 0x / 0X and hexadecimal digits. */
