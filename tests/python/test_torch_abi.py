@@ -2262,33 +2262,31 @@ class Library(unittest.TestCase):
         """COOP_LIBRARY pointing at a library that is not libcoop (or an older
         one) raises CoopError naming the file and what it lacks, the first
         three names (it raised a bare AttributeError from ctypes)."""
-        env = dict(os.environ, COOP_LIBRARY="libm.so.6",
-                   PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
-        code = ("import coop.native as native\n"
+        self.assertIn("raised coop: cannot load libcoop.so; tried: libm.so.6 (not this "
+                      "package's libcoop.so: it lacks coop_version, coop_strerror, "
+                      "coop_last_error, ...)", self.library_error(COOP_LIBRARY="libm.so.6"))
+
+    def library_error(self, prelude="", **env):
+        """What a fresh interpreter prints when native.library() raises
+        ("raised" and the CoopError), with env's variables set and the
+        Python code prelude run first; it must exit 0."""
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"), **env)
+        code = (prelude + "import coop.native as native\n"
                 "try:\n    native.library()\n"
                 "except native.CoopError as e:\n    print('raised', e)\n")
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                            text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("raised coop: cannot load libcoop.so; tried: libm.so.6 (not this "
-                      "package's libcoop.so: it lacks coop_version, coop_strerror, "
-                      "coop_last_error, ...)", r.stdout)
-
+        return r.stdout
 
     def test_library_of_another_version_is_refused_by_name(self):
         """A libcoop.so whose coop_version() is not this package's version is
         refused, naming both (it was used, its structures read through mirrors
         that may not match them)."""
         _dl.coop_version.restype = ctypes.c_char_p
-        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
-        code = ("import coop\ncoop.__version__ = '0.0.9'\nimport coop.native as native\n"
-                "try:\n    native.library()\n"
-                "except native.CoopError as e:\n    print('raised', e)\n")
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                           text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(f"tried: {os.path.abspath(LIB_PATH)} (libcoop "
-                      f"{_dl.coop_version().decode()}; this package is 0.0.9, ", r.stdout)
+                      f"{_dl.coop_version().decode()}; this package is 0.0.9, ",
+                      self.library_error("import coop\ncoop.__version__ = '0.0.9'\n"))
 
     def test_the_version_is_one_in_every_place(self):
         """configure.ac's AC_INIT, coop.h's COOP_VERSION_STRING, the package's
@@ -2315,15 +2313,8 @@ class Library(unittest.TestCase):
         self.assertIs(ns["native"], native)
 
     def test_absent_coop_library_is_named_absent(self):
-        env = dict(os.environ, COOP_LIBRARY="/nonexistent/libcoop.so",
-                   PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
-        code = ("import coop.native as native\n"
-                "try:\n    native.library()\n"
-                "except native.CoopError as e:\n    print('raised', e)\n")
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                           text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("tried: /nonexistent/libcoop.so (absent) (set COOP_LIBRARY", r.stdout)
+        self.assertIn("tried: /nonexistent/libcoop.so (absent) (set COOP_LIBRARY",
+                      self.library_error(COOP_LIBRARY="/nonexistent/libcoop.so"))
 
     def test_without_coop_library_the_source_trees_library_is_used(self):
         """Without COOP_LIBRARY, the package of a built source tree loads that
