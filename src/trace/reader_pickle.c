@@ -342,6 +342,17 @@ static int seal_entry(void *ctx, const pkl_value *dict, uint64_t summary[4], uin
     return 1;
 }
 
+/* The trace_event_kind an entry's action names, -1 for none (or one that
+ * is not an allocation event, which adds no event). */
+static int action_kind(const pkl_value *action)
+{
+    int kind = -1;
+    for (size_t i = 0; i < NUM_ACTIONS; i++)
+        if (pkl_str_eq(action, actions[i].name))
+            kind = actions[i].kind;
+    return kind;
+}
+
 /* The trace_event_kind of an entry that read_entry accepted, -1 for one
  * that is not an allocation event (which adds no event). */
 static int entry_kind(const pkl_value *entry)
@@ -350,12 +361,7 @@ static int entry_kind(const pkl_value *entry)
         unsigned i = entry->tag & ((1u << ACTION_BITS) - 1);
         return i < NUM_ACTIONS ? actions[i].kind : -1;
     }
-    const pkl_value *action = pkl_dict_get(entry, "action");
-    int kind = -1;
-    for (size_t i = 0; i < NUM_ACTIONS; i++)
-        if (pkl_str_eq(action, actions[i].name))
-            kind = actions[i].kind;
-    return kind;
+    return action_kind(pkl_dict_get(entry, "action"));
 }
 
 static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
@@ -363,16 +369,19 @@ static coop_status read_entry(snapshot_reader *r, const pkl_value *entry)
     coop_status st = small_dict(r, entry, "entry");
     if (st != COOP_OK)
         return st;
-    if (!entry->sealed) {
+    int kind;
+    if (entry->sealed) {
+        kind = entry_kind(entry);
+    } else { /* its action looked up once, checked, then named */
         const pkl_value *action = pkl_dict_get(entry, "action");
         if (!action)
             return bad(r, "'%s' is missing", "action");
         if (action->kind != PKL_STR)
             return bad(r, "'%s' has type %s, expected str", "action", pkl_type_name(action));
+        kind = action_kind(action);
     }
     /* Newer PyTorch versions may add actions that are not allocations
      * (like "snapshot"): they say nothing about memory use. */
-    int kind = entry_kind(entry);
     return kind < 0 ? COOP_OK : read_fields(r, entry, kind);
 }
 
