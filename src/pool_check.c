@@ -192,11 +192,11 @@ coop_status coop_pool_check(coop_pool *pool)
 
 void pool_check_or_abort_locked(coop_pool *pool, const char *op)
 {
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", coop_last_error());
+    coop_error_kept saved; /* whole: the checker must not hide or cut the op's message */
+    coop_error_keep(&saved);
     if (pool_check_locked(pool) != COOP_OK) {
         fprintf(stderr, "coop: invariant broken after %s: %s\n", op, coop_last_error());
         abort();
     }
-    coop_set_error(COOP_OK, "%s", saved); /* the checker must not hide the op's message */
+    coop_error_restore(&saved);
 }

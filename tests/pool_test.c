@@ -1466,6 +1466,41 @@ static void test_oom_message_headroom(void **state)
     coop_pool_destroy(p);
 }
 
+/* With config.check the checker runs after every call and must leave the
+ * call's message as it was, however long: the longest out-of-memory message
+ * (pending frees and an exhausted virtual range, near 530 bytes here) came
+ * back cut at 511 bytes, without its advice to raise config.va_size. */
+static void test_checker_keeps_a_long_message_whole(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(64 * GiB);
+    c.va_size = 64 * GiB;
+    const coop_stream s = 0x7fffffffffffffff; /* the longest numbers make the longest message */
+    coop_pool *p = create_or_fail(&c);
+    void *a = coop_malloc(p, 24 * GiB, s, 0, NULL);
+    void *b = coop_malloc(p, 3 * GiB, 1, 0, NULL);
+    void *d = coop_malloc(p, 24 * GiB, s, 0, NULL);
+    void *e = coop_malloc(p, 1 * GiB, 1, 0, NULL);
+    assert_non_null(e);
+    assert_int_equal(coop_record_stream(p, b, 2), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 2, true), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK); /* pending on held stream 2 */
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, d), COOP_OK);
+    coop_status st;
+    assert_null(coop_malloc(p, 28 * GiB, s, 0, &st));
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_true(strlen(m) > 511);
+    assert_non_null(strstr(m, "pending frees 3221225472 "));
+    const char *tail = "no free block fits; raise config.va_size";
+    assert_true(strlen(m) > strlen(tail));
+    assert_string_equal(m + strlen(m) - strlen(tail), tail);
+    assert_int_equal(coop_host_hold_stream(p, 2, false), COOP_OK);
+    assert_int_equal(coop_free(p, e), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* Memory held by pending frees (blocks freed while another stream's event
  * is outstanding) is neither allocated nor free: the message names it, so
  * that "mapped" less "allocated" less "free" is accounted for. 8 MiB of
@@ -2916,6 +2951,7 @@ int main(void)
         cmocka_unit_test(test_oom_message_names_the_largest_free_block),
         cmocka_unit_test(test_host_capacity_rounds_up_to_whole_pages),
         cmocka_unit_test(test_oom_message_va_exhausted),
+        cmocka_unit_test(test_checker_keeps_a_long_message_whole),
         cmocka_unit_test(test_capacity_oom_after_the_virtual_range_ran_out),
         cmocka_unit_test(test_a_retry_that_releases_nothing_counts),
         cmocka_unit_test(test_fragmentation_stats),
