@@ -1158,9 +1158,10 @@ static bool tag_idle(arena *a, coop_stream tag, idle_memo *m)
     coop_status st = a->stream_idle(a->stream_idle_ctx, tag, &idle);
     if (st != COOP_OK && a->idle_failure == COOP_OK) {
         a->idle_failure = st;
-        snprintf(a->idle_failure_why, sizeof a->idle_failure_why,
-                 "cannot tell whether stream %#lx has finished, so its cached memory stays: %s",
-                 (unsigned long)tag, coop_last_error());
+        coop_format_message(
+            a->idle_failure_why, sizeof a->idle_failure_why,
+            "cannot tell whether stream %#lx has finished, so its cached memory stays: %s",
+            (unsigned long)tag, coop_last_error());
     }
     coop_error_restore(&kept);
     if (m->n < IDLE_MEMO) {

@@ -133,14 +133,14 @@ static void ctx_leave(cuda_backend *cb, const ctx_scope *scope)
     if (rc == CUDA_SUCCESS)
         return;
     unpopped = cb->context;
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", coop_last_error());
+    coop_error_kept saved;
+    coop_error_keep(&saved);
     cuda_driver_error(&cb->drv, rc, "cuCtxPopCurrent", "(device %d)", cb->ordinal);
     fprintf(stderr,
             "coop: %s: the device's primary context may stay current on this thread until "
             "coop's next call on it\n",
             coop_last_error());
-    coop_set_error(COOP_OK, "%s", saved);
+    coop_error_restore(&saved);
 }
 
 /* Waits until the device has finished all work: freed blocks may still be
@@ -402,7 +402,7 @@ static coop_status map_run(cuda_backend *cb, cuda_reservation *r, uint64_t first
     }
     if (st != COOP_OK) {
         char why[512];
-        snprintf(why, sizeof why, "%s", coop_last_error());
+        coop_copy_last_error(why, sizeof why);
         while (done > 0) {
             uint64_t i = first + --done;
             if (unmap_page(cb, r, i) != COOP_OK && r->mapped[i] == PAGE_MAPPED)
@@ -463,13 +463,13 @@ static coop_status cuda_unmap(coop_backend *be, uintptr_t addr, uint64_t size, u
             stop++;
         if (st != COOP_OK && stop > first) {
             char why[512];
-            snprintf(why, sizeof why, "%s", coop_last_error());
+            coop_copy_last_error(why, sizeof why);
             if (map_run(cb, r, first, stop - first) == COOP_OK) {
                 stop = first;
                 coop_set_error(st, "%s", why);
             } else {
                 char undo[512]; /* the message cannot be formatted into itself */
-                snprintf(undo, sizeof undo, "%s", coop_last_error());
+                coop_copy_last_error(undo, sizeof undo);
                 coop_set_error(st,
                                "%s; mapping the %ju pages before it again failed too (%s): they "
                                "are left unmapped",
@@ -825,7 +825,7 @@ void coop_backend_cuda_held_now(const coop_backend *be, coop_backend_cuda_held *
 static void first_failure(char *why, size_t size)
 {
     if (!why[0])
-        snprintf(why, size, "%s", coop_last_error());
+        coop_copy_last_error(why, size);
 }
 
 /* Whether a page of any reservation is mapped in the driver. */
@@ -891,8 +891,9 @@ static void cuda_destroy(coop_backend *be)
     cuda_backend *cb = as_cuda(be);
     /* the thread's error is left as it was unless something is reported:
      * a failed creation's message comes before its destroy */
-    char saved[1024], why[512] = "";
-    snprintf(saved, sizeof saved, "%s", coop_last_error());
+    coop_error_kept saved;
+    char why[512] = "";
+    coop_error_keep(&saved);
     ctx_scope scope;
     bool entered = false, synced = false;
     if (cb->context) {
@@ -932,7 +933,7 @@ static void cuda_destroy(coop_backend *be)
     free(cb->orphan_events);
     if (entered)
         ctx_leave(cb, &scope);
-    coop_set_error(COOP_OK, "%s", saved);
+    coop_error_restore(&saved);
     report_leftovers(cb, events_left, why);
     if (cb->context)
         cb->drv.fn.cuDevicePrimaryCtxRelease(cb->device);
@@ -1075,7 +1076,7 @@ coop_status coop_backend_cuda_create(int device, bool want_vmm, coop_backend **o
         /* e.g. CUDA_ERROR_NO_DEVICE: a driver library without a usable device */
         cuda_driver_error(d, rc, "cuInit", "(no usable CUDA device)");
         char why[400];
-        snprintf(why, sizeof why, "%s", coop_last_error());
+        coop_copy_last_error(why, sizeof why);
         cuda_destroy(&cb->base);
         return coop_set_error(COOP_ERR_NO_DRIVER, "no CUDA driver usable: %s", why);
     }

@@ -293,7 +293,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
          * CUDA reservation refused, and why): kept, after what it was for */
         if (st == COOP_ERR_BACKEND || st == COOP_ERR_NOMEM) {
             char why[COOP_ERROR_MAX - 80];
-            snprintf(why, sizeof why, "%s", coop_last_error());
+            coop_copy_last_error(why, sizeof why);
             coop_set_error(st, "cannot reserve %llu bytes of device address space: %s",
                            (unsigned long long)p.va_size, why[0] ? why : coop_strerror(st));
         }
@@ -445,8 +445,9 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
                  (long long)pending_bytes);
     char why[512] = "";
     if (from_arena && a->nomem == ARENA_NOMEM_DEVICE) /* copied: formatted into the same buffer */
-        snprintf(why, sizeof why, "; the device is full (memory used outside this pool): %s",
-                 coop_last_error());
+        coop_format_message(why, sizeof why,
+                            "; the device is full (memory used outside this pool): %s",
+                            coop_last_error());
     else if (from_arena && a->nomem == ARENA_NOMEM_VA) /* the headroom may well cover it */
         snprintf(why, sizeof why,
                  "; virtual range of config.va_size %llu exhausted: top %llu, request %llu, "
@@ -793,8 +794,8 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
  * stays: the capacity kept, for coop_set_capacity (0: not said). */
 static coop_status release_failed(coop_status st, const char *fn, uint64_t stays)
 {
-    char why[512]; /* copied: formatted into the same buffer */
-    snprintf(why, sizeof why, "%s", coop_last_error());
+    char why[512];
+    coop_copy_last_error(why, sizeof why);
     if (!stays)
         return coop_set_error(st, "%s: cannot release cached memory: %s", fn, why);
     return coop_set_error(st, "%s: cannot release cached memory: %s; capacity stays %llu", fn, why,

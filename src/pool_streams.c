@@ -326,7 +326,7 @@ bool pool_settle_streams(coop_pool *pool, bool wait)
 static coop_status cannot_record(coop_status st, coop_stream stream, const char *what)
 {
     char why[512];
-    snprintf(why, sizeof why, "%s", coop_last_error());
+    coop_copy_last_error(why, sizeof why);
     return coop_set_error(st, "coop_forget_stream: cannot record %s on stream %#lx: %s", what,
                           (unsigned long)stream, why);
 }

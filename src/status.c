@@ -60,6 +60,11 @@ int coop_format_message(char *buf, size_t cap, const char *fmt, ...)
     return need;
 }
 
+void coop_copy_last_error(char *buf, size_t cap)
+{
+    coop_format_message(buf, cap, "%s", last_error);
+}
+
 void coop_set_error_message(const char *fmt, ...)
 {
     va_list ap;

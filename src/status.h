@@ -19,6 +19,11 @@ int coop_vformat_message(char *buf, size_t cap, const char *fmt, va_list ap)
 int coop_format_message(char *buf, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Copies the thread's message into buf (cap bytes, at least 1), cut
+ * between UTF-8 characters, so that a call can put what it was doing
+ * before it: coop_set_error cannot format the message into itself. */
+void coop_copy_last_error(char *buf, size_t cap);
+
 /* Formats the thread's last error message (coop_vformat_message: a cut at
  * COOP_ERROR_MAX - 1 bytes falls between characters). */
 void coop_set_error_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
