@@ -487,6 +487,14 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds);
  * record stays while a recomputation the owner can still ask for may need
  * it, and is reclaimed by a later API call once none can (so a training
  * loop's host memory stays bounded; docs/remat.md, section 4c).
+ * Buffers the owner holds no handle to may stay allocated all the same,
+ * evictable, until evicted for room (on_evict tells of them) or
+ * coop_remat_destroy: a released tensor or an in-place op's old value
+ * recomputed on the way to another stays resident (as in DTR: the next
+ * recomputation may need it), and so does copy-on-write's old value
+ * (coop_tensor_mutate). So the pool's allocated bytes
+ * (coop_remat_stats.resident_bytes) need not drop to the held tensors'
+ * when handles are released, nor to 0 when all are.
  *
  * The owner computes every value: coop_tensor_create and coop_tensor_mutate
  * only record the op (its cost, producer and inputs), and the owner then
@@ -750,8 +758,11 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
  * output); an output placed is not evicted to place the next. Each output
  * records cost_ns as its producer's cost (recomputing one reruns the op).
  * outs[i] receives them; on failure none is left (those placed are
- * released). outs must not overlap inputs (COOP_ERR_INVALID: the outputs
- * would overwrite the inputs the op reads). */
+ * released), but the tensors evicted to place them stay evicted (on_evict
+ * told of them): the outputs are placed one by one, and a request is
+ * refused at once only where one output alone exceeds the capacity, not
+ * where their sum does. outs must not overlap inputs (COOP_ERR_INVALID:
+ * the outputs would overwrite the inputs the op reads). */
 coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
                                        uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
                                        size_t num_inputs, unsigned flags, coop_tensor **outs);

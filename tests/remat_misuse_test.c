@@ -174,6 +174,39 @@ static void no_room_names_the_call(void **state)
     coop_pool_destroy(pool);
 }
 
+/* Out of room while recomputing says for which tensor: a -> b -> c with b
+ * and c evicted and room for one block; b is recomputed and pinned, and c
+ * then finds none. "coop_tensor_access: no room for 8192 bytes" named
+ * neither, though the owner asked for c and the request was c's own
+ * (rev33-A). */
+static void no_room_while_recomputing_names_the_tensor(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *a, *b, *c, *f;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, 0, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "c", &b, 1, EV, &c), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &f), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, f), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "f", NULL, 0, 0, &f), COOP_OK);
+    assert_false(coop_tensor_resident(b) || coop_tensor_resident(c));
+    assert_int_equal(coop_tensor_access(r, c, NULL), COOP_ERR_NOMEM);
+    char want[160];
+    snprintf(want, sizeof want,
+             "coop_tensor_access: no room for %u bytes to recompute tensor %p (%u bytes): "
+             "capacity ",
+             (unsigned)U, (void *)c, (unsigned)U);
+    assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
+    assert_true(coop_tensor_resident(b)); /* recomputed on the way: stays */
+    assert_false(coop_tensor_resident(c));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* The recomputable in-place path fails too: the old value's buffer taken
  * over, the callback fails, and both stay evicted. */
 static void a_failed_in_place_recompute_leaves_both_evicted(void **state)
@@ -1005,6 +1038,7 @@ int main(void)
         cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[1]),
         cmocka_unit_test(a_failed_recompute_names_the_call_and_the_tensors),
         cmocka_unit_test(no_room_names_the_call),
+        cmocka_unit_test(no_room_while_recomputing_names_the_tensor),
         cmocka_unit_test(a_failed_in_place_recompute_leaves_both_evicted),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[0]),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[1]),

@@ -805,12 +805,19 @@ static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictab
         snprintf(above, sizeof above, ", address range above the top %llu",
                  (unsigned long long)(s->reserved - s->top));
     }
+    /* recomputing (an access or pin, maybe deep in a chain): which tensor,
+     * and for which one the owner asked */
+    char who[REMAT_DESCRIBE_MAX + 16] = "";
+    if (r->num_frames) {
+        char name[REMAT_DESCRIBE_MAX];
+        snprintf(who, sizeof who, " to recompute %s", describe(r, t, name));
+    }
     return coop_set_error(
         COOP_ERR_NOMEM,
-        "%s: no room for %zu bytes: capacity %llu, allocated %lld of which %llu "
+        "%s: no room for %zu bytes%s: capacity %llu, allocated %lld of which %llu "
         "evictable, free %llu, largest free block %llu%s; evicting cannot free a contiguous "
         "range that large",
-        remat_call_name(r), t->size, (unsigned long long)a->params.capacity,
+        remat_call_name(r), t->size, who, (unsigned long long)a->params.capacity,
         (long long)r->pool->allocated_bytes.current, (unsigned long long)evictable,
         (unsigned long long)a->counters.free_bytes, (unsigned long long)arena_largest_free(a),
         above);
@@ -826,11 +833,11 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     coop_status st = COOP_OK;
     pool_lock(r->pool);
     uint64_t capacity = pool_arena(r->pool)->params.capacity;
-    if (t->size > capacity) { /* nothing to search for (and no rounding to wrap) */
+    if (t->size > capacity) {         /* nothing to search for (and no rounding to wrap) */
+        char who[REMAT_DESCRIBE_MAX]; /* a recomputed one after coop_set_capacity lowered it */
         st = coop_set_error(COOP_ERR_NOMEM,
-                            "%s: a tensor of %zu bytes is larger than the pool's "
-                            "capacity of %llu bytes",
-                            remat_call_name(r), t->size, (unsigned long long)capacity);
+                            "%s: %s is larger than the pool's capacity of %llu bytes",
+                            remat_call_name(r), describe(r, t, who), (unsigned long long)capacity);
         pool_unlock(r->pool);
         return st;
     }
