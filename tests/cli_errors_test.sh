@@ -399,6 +399,14 @@ expect 2 "--device '65537' is not a device number" $coop convert --device 65537 
 expect 2 "--device '' is not a device number" $coop convert --device '' "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "device 1 has no device_traces (1 devices recorded)" $coop convert --device 1 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
+# OUT the file IN names (by another path too, or IN as standard input): the
+# converted text replaced the input, a snapshot pickle lost for good
+cp "$traces/unet-train-step.trace.gz" "$tmp/same.trace.gz"
+expect 2 "same.trace.gz is the input $tmp/same.trace.gz" $coop convert "$tmp/same.trace.gz" "$tmp/same.trace.gz"
+expect 2 "is the input" $coop convert "$tmp/same.trace.gz" "$tmp/../$(basename "$tmp")/same.trace.gz"
+expect 2 "is the input" sh -c '"$0" convert - "$1" <"$1"' "$coop" "$tmp/same.trace.gz"
+cmp -s "$traces/unet-train-step.trace.gz" "$tmp/same.trace.gz" ||
+    { echo "FAIL: convert IN IN changed IN"; failures=$((failures + 1)); }
 
 expect 2 "cut.trace.gz:" $coop convert "$tmp/cut.trace.gz" "$tmp/x"
 expect 2 "truncated" $coop convert "$tmp/cut.trace.gz" "$tmp/x"
