@@ -397,6 +397,10 @@ expect 2 "--device 'x1' is not a device number" $coop convert --device x1 "$trac
 expect 2 "device 65536 has no device_traces" $coop convert --device 65536 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "--device '65537' is not a device number" $coop convert --device 65537 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "--device '' is not a device number" $coop convert --device '' "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+# the whole field, as bench's counts: strtol took leading spaces and a sign
+expect 2 "--device ' 1' is not a device number" $coop convert --device ' 1' "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+expect 2 "--device '+1' is not a device number" $coop convert --device +1 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+expect 2 "--device '-0' is not a device number" $coop convert --device -0 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "device 1 has no device_traces (1 devices recorded)" $coop convert --device 1 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
 # OUT the file IN names (by another path too, or IN as standard input): the

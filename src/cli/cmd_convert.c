@@ -15,6 +15,7 @@
 #include "status.h"
 #include "trace/input.h"
 #include "trace/spool.h"
+#include "trace/text_number.h"
 #include "trace/trace.h"
 
 static void usage(FILE *out)
@@ -45,12 +46,12 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && !strcmp(s + n - m, suffix);
 }
 
+/* The whole field, decimal or 0x hex, as bench's counts: strtol took
+ * leading spaces and a sign (" 1", "+1" and "-0" read as devices). */
 static int parse_device(const char *text, int *device)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < 0 || v > 1 << 16)
+    uint64_t v;
+    if (text_parse_u64(text, &v) != TEXT_NUMBER_OK || v > 1 << 16)
         return -1;
     *device = (int)v;
     return 0;
@@ -128,7 +129,9 @@ int cmd_convert(int argc, char **argv)
         switch (c) {
         case 'd':
             if (parse_device(optarg, &device) != 0) {
-                fprintf(stderr, "coop convert: --device '%s' is not a device number (0 to 65536)\n",
+                fprintf(stderr,
+                        "coop convert: --device '%s' is not a device number (0 to 65536, decimal "
+                        "or 0x hex)\n",
                         optarg);
                 return 2;
             }
