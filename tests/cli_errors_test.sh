@@ -62,9 +62,18 @@ expect 2 "coop replay: unknown option '-x'" $coop replay -xyz
 # a cluster after a valid option: the letter, not the option before it
 expect 2 "coop sim: unknown option '-x'" $coop sim --json -xh
 expect 2 "coop replay: unknown option '-z'" $coop replay --json -zq
-expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1
+# a value given to an option that takes none is said so (it read "unknown
+# option '--json=1'", an option the user had spelled right)
+expect 2 "coop sim: option '--json' takes no value, got '--json=1'" $coop sim --json=1
 # the argument after it is a path, not a short cluster, though it holds the option's letter
-expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1 "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "coop sim: option '--json' takes no value, got '--json=1'" $coop sim --json=1 "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "coop convert: option '--verbose' takes no value, got '--verb=1'" $coop convert --verb=1 "$traces/unet-train-step.trace.gz" "$tmp/x"
+# a prefix of two options is named with both (it read "unknown option '--p'")
+expect 2 "coop replay: option '--p' is ambiguous: --policy or --page" $coop replay --p coop "$traces/unet-train-step.trace.gz"
+# a misspelt option gets the nearest one
+expect 2 "coop bench: unknown option '--jsn'; did you mean '--json'?" $coop bench --jsn
+expect 2 "coop replay: unknown option '--polcy'; did you mean '--policy'?" $coop replay --polcy=coop
+expect 2 "coop sim: unknown option '--budgets'; did you mean '--budget'?" $coop sim --budgets 0.5
 # --help is the usage on stdout (0); an unknown option's message is followed by it
 if $coop sim --help >"$tmp/out" 2>"$tmp/err" && grep -q "^usage: coop sim" "$tmp/out" && [ ! -s "$tmp/err" ]; then
     echo "ok: coop sim --help"

@@ -554,11 +554,11 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         }
         case ':':
-            cli_getopt_error("coop bench", c, argv);
+            cli_getopt_error("coop bench", c, argv, longopts);
             usage(stderr);
             return 2;
         default:
-            cli_getopt_error("coop bench", c, argv);
+            cli_getopt_error("coop bench", c, argv, longopts);
             usage(stderr);
             return 2;
         }

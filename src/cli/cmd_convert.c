@@ -143,10 +143,10 @@ int cmd_convert(int argc, char **argv)
             usage(stdout);
             return 0;
         case ':':
-            cli_getopt_error("coop convert", c, argv);
+            cli_getopt_error("coop convert", c, argv, long_options);
             return 2;
         default:
-            cli_getopt_error("coop convert", c, argv);
+            cli_getopt_error("coop convert", c, argv, long_options);
             usage(stderr);
             return 2;
         }
