@@ -289,6 +289,13 @@ expect 2 "--floor does not take --seed" $coop bench --floor --seed=3
 expect 2 "coop bench: takes no arguments, got 'extra'" $coop bench extra
 expect 2 "coop bench: takes no arguments, got 'extra'" $coop bench -- extra
 expect 2 "coop bench: unknown option '-x'" $coop bench -x
+# --help names every form the parser takes: --latency takes --seed, convert -v
+$coop bench --help >"$tmp/out" 2>&1
+grep -qF -- "coop bench --latency [--json] [--seed N]" "$tmp/out" ||
+    { echo "FAIL: bench --help omits --latency's --seed"; failures=$((failures + 1)); }
+$coop convert --help >"$tmp/out" 2>&1
+grep -qF -- "-v, --verbose" "$tmp/out" ||
+    { echo "FAIL: convert --help omits -v"; failures=$((failures + 1)); }
 # -h is --help's short form: the usage on stdout, nothing run
 if $coop bench -h >"$tmp/out" 2>"$tmp/err" && head -1 "$tmp/out" | grep -q "^usage: coop bench" && [ ! -s "$tmp/err" ]; then
     echo "ok: coop bench -h"

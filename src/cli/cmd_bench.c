@@ -418,7 +418,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: coop bench [--json] [--batches N] [--live N[,N...]] [--seed N]\n"
             "                  [--only coop|jemalloc] [--capacity-gib N]\n"
-            "       coop bench --latency [--json]\n"
+            "       coop bench --latency [--json] [--seed N]\n"
             "       coop bench --floor [--json] [--live N[,N...]]\n"
             "\n"
             "Times malloc+free pairs (sizes log-uniform 512 B .. 256 MiB) on coop's host\n"
