@@ -278,6 +278,9 @@ expect 2 "--floor does not take --seed" $coop bench --floor --seed 3
 expect 2 "--floor does not take --only" $coop bench --floor --only coop
 expect 2 "--latency does not take --capacity-gib" $coop bench --latency --capacity-gib 1
 expect 2 "--only wants coop or jemalloc, got 'both'" $coop bench --only both
+# the capacity is coop's pool's: with --only jemalloc it was dropped without a word
+expect 2 "--capacity-gib sizes coop's pool, and --only jemalloc runs none" $coop bench --only jemalloc --capacity-gib 16
+expect 2 "--capacity-gib sizes coop's pool, and --only jemalloc runs none" $coop bench --capacity-gib 16 --only=jemalloc --live 1
 # getopt_long's conventions, as the other commands (its parser was bench's
 # own: "--batches=2" was an unknown option, and a stray word one too)
 expect 2 "coop bench: --batches needs a value" $coop bench --batches

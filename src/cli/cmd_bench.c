@@ -582,6 +582,12 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         fprintf(stderr, "coop bench: --latency and --floor are two different runs: give one\n");
         return 2;
     }
+    /* the capacity sizes coop's pool: jemalloc alone has none to size */
+    if (!o->latency && !o->floor && (o->given & GIVEN_CAPACITY) && !o->run_coop) {
+        fprintf(stderr, "coop bench: --capacity-gib sizes coop's pool, and --only jemalloc runs "
+                        "none\n");
+        return 2;
+    }
     unsigned takes = o->latency ? GIVEN_SEED : o->floor ? GIVEN_LIVE : ~0u;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
         if (o->given & names[k].flag & ~takes) {
