@@ -62,9 +62,18 @@ expect 2 "coop replay: unknown option '-x'" $coop replay -xyz
 # a cluster after a valid option: the letter, not the option before it
 expect 2 "coop sim: unknown option '-x'" $coop sim --json -xh
 expect 2 "coop replay: unknown option '-z'" $coop replay --json -zq
-expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1
+# a value given to an option that takes none is said so (it read "unknown
+# option '--json=1'", an option the user had spelled right)
+expect 2 "coop sim: option '--json' takes no value, got '--json=1'" $coop sim --json=1
 # the argument after it is a path, not a short cluster, though it holds the option's letter
-expect 2 "coop sim: unknown option '--json=1'" $coop sim --json=1 "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "coop sim: option '--json' takes no value, got '--json=1'" $coop sim --json=1 "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "coop convert: option '--verbose' takes no value, got '--verb=1'" $coop convert --verb=1 "$traces/unet-train-step.trace.gz" "$tmp/x"
+# a prefix of two options is named with both (it read "unknown option '--p'")
+expect 2 "coop replay: option '--p' is ambiguous: --policy or --page" $coop replay --p coop "$traces/unet-train-step.trace.gz"
+# a misspelt option gets the nearest one
+expect 2 "coop bench: unknown option '--jsn'; did you mean '--json'?" $coop bench --jsn
+expect 2 "coop replay: unknown option '--polcy'; did you mean '--policy'?" $coop replay --polcy=coop
+expect 2 "coop sim: unknown option '--budgets'; did you mean '--budget'?" $coop sim --budgets 0.5
 # --help is the usage on stdout (0); an unknown option's message is followed by it
 if $coop sim --help >"$tmp/out" 2>"$tmp/err" && grep -q "^usage: coop sim" "$tmp/out" && [ ! -s "$tmp/err" ]; then
     echo "ok: coop sim --help"
@@ -269,6 +278,9 @@ expect 2 "--floor does not take --seed" $coop bench --floor --seed 3
 expect 2 "--floor does not take --only" $coop bench --floor --only coop
 expect 2 "--latency does not take --capacity-gib" $coop bench --latency --capacity-gib 1
 expect 2 "--only wants coop or jemalloc, got 'both'" $coop bench --only both
+# the capacity is coop's pool's: with --only jemalloc it was dropped without a word
+expect 2 "--capacity-gib sizes coop's pool, and --only jemalloc runs none" $coop bench --only jemalloc --capacity-gib 16
+expect 2 "--capacity-gib sizes coop's pool, and --only jemalloc runs none" $coop bench --capacity-gib 16 --only=jemalloc --live 1
 # getopt_long's conventions, as the other commands (its parser was bench's
 # own: "--batches=2" was an unknown option, and a stray word one too)
 expect 2 "coop bench: --batches needs a value" $coop bench --batches
@@ -280,6 +292,13 @@ expect 2 "--floor does not take --seed" $coop bench --floor --seed=3
 expect 2 "coop bench: takes no arguments, got 'extra'" $coop bench extra
 expect 2 "coop bench: takes no arguments, got 'extra'" $coop bench -- extra
 expect 2 "coop bench: unknown option '-x'" $coop bench -x
+# --help names every form the parser takes: --latency takes --seed, convert -v
+$coop bench --help >"$tmp/out" 2>&1
+grep -qF -- "coop bench --latency [--json] [--seed N]" "$tmp/out" ||
+    { echo "FAIL: bench --help omits --latency's --seed"; failures=$((failures + 1)); }
+$coop convert --help >"$tmp/out" 2>&1
+grep -qF -- "-v, --verbose" "$tmp/out" ||
+    { echo "FAIL: convert --help omits -v"; failures=$((failures + 1)); }
 # -h is --help's short form: the usage on stdout, nothing run
 if $coop bench -h >"$tmp/out" 2>"$tmp/err" && head -1 "$tmp/out" | grep -q "^usage: coop bench" && [ ! -s "$tmp/err" ]; then
     echo "ok: coop bench -h"
@@ -397,8 +416,20 @@ expect 2 "--device 'x1' is not a device number" $coop convert --device x1 "$trac
 expect 2 "device 65536 has no device_traces" $coop convert --device 65536 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "--device '65537' is not a device number" $coop convert --device 65537 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "--device '' is not a device number" $coop convert --device '' "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+# the whole field, as bench's counts: strtol took leading spaces and a sign
+expect 2 "--device ' 1' is not a device number" $coop convert --device ' 1' "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+expect 2 "--device '+1' is not a device number" $coop convert --device +1 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+expect 2 "--device '-0' is not a device number" $coop convert --device -0 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "device 1 has no device_traces (1 devices recorded)" $coop convert --device 1 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
+# OUT the file IN names (by another path too, or IN as standard input): the
+# converted text replaced the input, a snapshot pickle lost for good
+cp "$traces/unet-train-step.trace.gz" "$tmp/same.trace.gz"
+expect 2 "same.trace.gz is the input $tmp/same.trace.gz" $coop convert "$tmp/same.trace.gz" "$tmp/same.trace.gz"
+expect 2 "is the input" $coop convert "$tmp/same.trace.gz" "$tmp/../$(basename "$tmp")/same.trace.gz"
+expect 2 "is the input" sh -c '"$0" convert - "$1" <"$1"' "$coop" "$tmp/same.trace.gz"
+cmp -s "$traces/unet-train-step.trace.gz" "$tmp/same.trace.gz" ||
+    { echo "FAIL: convert IN IN changed IN"; failures=$((failures + 1)); }
 
 expect 2 "cut.trace.gz:" $coop convert "$tmp/cut.trace.gz" "$tmp/x"
 expect 2 "truncated" $coop convert "$tmp/cut.trace.gz" "$tmp/x"

@@ -418,7 +418,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: coop bench [--json] [--batches N] [--live N[,N...]] [--seed N]\n"
             "                  [--only coop|jemalloc] [--capacity-gib N]\n"
-            "       coop bench --latency [--json]\n"
+            "       coop bench --latency [--json] [--seed N]\n"
             "       coop bench --floor [--json] [--live N[,N...]]\n"
             "\n"
             "Times malloc+free pairs (sizes log-uniform 512 B .. 256 MiB) on coop's host\n"
@@ -554,11 +554,11 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         }
         case ':':
-            cli_getopt_error("coop bench", c, argv);
+            cli_getopt_error("coop bench", c, argv, longopts);
             usage(stderr);
             return 2;
         default:
-            cli_getopt_error("coop bench", c, argv);
+            cli_getopt_error("coop bench", c, argv, longopts);
             usage(stderr);
             return 2;
         }
@@ -580,6 +580,12 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                  {GIVEN_CAPACITY, "--capacity-gib"}};
     if (o->latency && o->floor) {
         fprintf(stderr, "coop bench: --latency and --floor are two different runs: give one\n");
+        return 2;
+    }
+    /* the capacity sizes coop's pool: jemalloc alone has none to size */
+    if (!o->latency && !o->floor && (o->given & GIVEN_CAPACITY) && !o->run_coop) {
+        fprintf(stderr, "coop bench: --capacity-gib sizes coop's pool, and --only jemalloc runs "
+                        "none\n");
         return 2;
     }
     unsigned takes = o->latency ? GIVEN_SEED : o->floor ? GIVEN_LIVE : ~0u;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli_getopt.h"
@@ -14,6 +15,7 @@
 #include "status.h"
 #include "trace/input.h"
 #include "trace/spool.h"
+#include "trace/text_number.h"
 #include "trace/trace.h"
 
 static void usage(FILE *out)
@@ -29,10 +31,10 @@ static void usage(FILE *out)
                  "it, then renamed); a symbolic link OUT stays one, its target is replaced.\n"
                  "\n"
                  "options:\n"
-                 "  --device N   snapshots: read device N's history (default: the first\n"
-                 "               device with events)\n"
-                 "  --verbose    print what was converted to stderr\n"
-                 "  -h, --help   show this help\n"
+                 "  --device N     snapshots: read device N's history (default: the first\n"
+                 "                 device with events)\n"
+                 "  -v, --verbose  print what was converted to stderr\n"
+                 "  -h, --help     show this help\n"
                  "\n"
                  "exit status: 0 converted, 1 OUT could not be written or host memory ran out,\n"
                  "2 usage error or bad IN\n");
@@ -44,15 +46,26 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && !strcmp(s + n - m, suffix);
 }
 
+/* The whole field, decimal or 0x hex, as bench's counts: strtol took
+ * leading spaces and a sign (" 1", "+1" and "-0" read as devices). */
 static int parse_device(const char *text, int *device)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < 0 || v > 1 << 16)
+    uint64_t v;
+    if (text_parse_u64(text, &v) != TEXT_NUMBER_OK || v > 1 << 16)
         return -1;
     *device = (int)v;
     return 0;
+}
+
+/* Whether OUT is the file IN names (by another path, a link, or IN as
+ * standard input redirected from it): the converted text would replace
+ * the input, a snapshot pickle lost for good, and no user means that. */
+static bool out_is_the_input(const char *in, const char *out)
+{
+    struct stat si, so;
+    if (!strcmp(out, "-") || stat(out, &so) != 0 || stat(in, &si) != 0)
+        return false;
+    return si.st_dev == so.st_dev && si.st_ino == so.st_ino;
 }
 
 /* Writes through cli_output: a regular file OUT appears only when complete
@@ -116,7 +129,9 @@ int cmd_convert(int argc, char **argv)
         switch (c) {
         case 'd':
             if (parse_device(optarg, &device) != 0) {
-                fprintf(stderr, "coop convert: --device '%s' is not a device number (0 to 65536)\n",
+                fprintf(stderr,
+                        "coop convert: --device '%s' is not a device number (0 to 65536, decimal "
+                        "or 0x hex)\n",
                         optarg);
                 return 2;
             }
@@ -128,10 +143,10 @@ int cmd_convert(int argc, char **argv)
             usage(stdout);
             return 0;
         case ':':
-            cli_getopt_error("coop convert", c, argv);
+            cli_getopt_error("coop convert", c, argv, long_options);
             return 2;
         default:
-            cli_getopt_error("coop convert", c, argv);
+            cli_getopt_error("coop convert", c, argv, long_options);
             usage(stderr);
             return 2;
         }
@@ -153,6 +168,13 @@ int cmd_convert(int argc, char **argv)
     if (!cli_inputs_name_stdin("coop convert", argv + optind, 1))
         return 2;
 
+    if (out_is_the_input(paths[0], paths[1])) {
+        fprintf(stderr,
+                "coop convert: %s is the input %s: it would be replaced by its conversion; "
+                "give another OUT\n",
+                paths[1], paths[0]);
+        return 2;
+    }
     trace_format format;
     trace t;
     /* a directory or a missing file in the words sim and replay use */

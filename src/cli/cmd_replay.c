@@ -422,10 +422,10 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             usage(stdout);
             return 0;
         case ':':
-            cli_getopt_error("coop replay", c, argv);
+            cli_getopt_error("coop replay", c, argv, long_options);
             return 2;
         default:
-            cli_getopt_error("coop replay", c, argv);
+            cli_getopt_error("coop replay", c, argv, long_options);
             usage(stderr);
             return 2;
         }

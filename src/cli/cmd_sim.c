@@ -417,10 +417,10 @@ int cmd_sim(int argc, char **argv)
             usage(stdout);
             return 0;
         case ':':
-            cli_getopt_error("coop sim", c, argv);
+            cli_getopt_error("coop sim", c, argv, longopts);
             return 2;
         default:
-            cli_getopt_error("coop sim", c, argv);
+            cli_getopt_error("coop sim", c, argv, longopts);
             usage(stderr);
             return 2;
         }
