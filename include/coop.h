@@ -213,9 +213,10 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out);
 void coop_pool_destroy(coop_pool *pool);
 
 /* Allocates size bytes (rounded up to 512) for use on stream. Returns NULL and
- * sets *status (if non-NULL) on failure; size 0 returns NULL with COOP_OK.
- * flags: COOP_ALLOC_LOW or COOP_ALLOC_HIGH; other bits, and the stream
- * UINTPTR_MAX (reserved by the pool), are COOP_ERR_INVALID. A size above
+ * sets *status (if non-NULL) on failure. flags: COOP_ALLOC_LOW or
+ * COOP_ALLOC_HIGH; other bits, and the stream UINTPTR_MAX (reserved by the
+ * pool), are COOP_ERR_INVALID, at any size; otherwise size 0 returns NULL
+ * with COOP_OK. A size above
  * the capacity (SIZE_MAX too) is COOP_ERR_NOMEM at once. On out-of-memory (mapping would
  * exceed the capacity, or the device itself is full because memory is used
  * outside the pool and the driver refuses) the pool first releases the

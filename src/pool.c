@@ -513,8 +513,6 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
                             coop_status *status)
 {
     coop_status st = COOP_OK;
-    if (size == 0)
-        goto out;
     if (stream == COOP_STREAM_ANY) {
         st = reserved_stream("coop_malloc");
         goto out;
@@ -526,6 +524,8 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
                             flags, flags & ~(unsigned)COOP_ALLOC_HIGH);
         goto out;
     }
+    if (size == 0) /* after the checks: misuse is reported at size 0 too */
+        goto out;
     if ((uint64_t)size > pool->arena.params.capacity) {
         pool->num_ooms++;
         /* rounded as malloc would, short of wrapping: the top 511 sizes

@@ -129,6 +129,13 @@ static void test_size_zero_and_huge(void **state)
     coop_status st = COOP_ERR_CORRUPT;
     assert_null(coop_malloc(p, 0, 0, 0, &st));
     assert_int_equal(st, COOP_OK);
+    /* misuse is misuse at size 0 too: a caller's bad flags or stream are
+     * not hidden until its first non-empty request */
+    assert_null(coop_malloc(p, 0, 0, 4, &st));
+    assert_int_equal(st, COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "unknown bits 0x4"));
+    assert_null(coop_malloc(p, 0, COOP_STREAM_ANY, 0, &st));
+    assert_int_equal(st, COOP_ERR_INVALID);
     assert_null(coop_malloc(p, SIZE_MAX, 0, 0, &st));
     assert_int_equal(st, COOP_ERR_NOMEM);
     assert_non_null(strstr(coop_last_error(), "capacity 67108864"));
