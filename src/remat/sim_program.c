@@ -218,6 +218,12 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
         if ((st = lookup(b, in, in->name, "COPY_FROM destination", &t)) ||
             (st = lookup(b, in, in->src, "COPY_FROM source", &src)))
             return st;
+        /* onto the tensor it holds (a onto a): nothing changes. Released
+         * first, then got, the tensor lost its last handle in between: the
+         * peak's run banished it, the budgeted runs evicted it, and its next
+         * use rematerialized it (oom at ratio 1) */
+        if (t == src)
+            return COOP_OK;
         bind(b, in->name, src);
         b->refs[t]--;
         b->refs[src]++;
