@@ -512,6 +512,20 @@ int cmd_sim(int argc, char **argv)
                     budget_items[i]);
             return 2;
         }
+        /* one ratio written two ways (0.5, 0.50, 0x1p-1), or two that the
+         * rows print alike (row_real: 10 digits), gave two rows alike, as
+         * a ratio listed twice did; plot_sim.py refuses the second */
+        char shown[32], other[32];
+        snprintf(shown, sizeof shown, "%.10g", ratios[i]);
+        for (int j = 0; j < i; j++) {
+            snprintf(other, sizeof other, "%.10g", ratios[j]);
+            if (!strcmp(shown, other)) {
+                fprintf(stderr,
+                        "coop sim: budget ratios '%s' and '%s' are one ratio (%s in the rows)\n",
+                        budget_items[j], budget_items[i], shown);
+                return 2;
+            }
+        }
     }
     /* every log openable before the first row: a typo in the last path
      * should not wait for the runs of the logs before it */
