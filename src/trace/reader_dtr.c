@@ -399,7 +399,10 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
 
 static coop_status parse_line(parser *p, const char *text, size_t len)
 {
-    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+    /* JSON's whitespace, trailing or the whole line: a line of spaces or
+     * tabs is blank too (jansson said "'[' or '{' expected near end of file") */
+    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ' ||
+                   text[len - 1] == '\t'))
         len--;
     if (!len)
         return COOP_OK; /* blank lines carry nothing */
