@@ -471,6 +471,39 @@ static void a_result_listed_twice_is_an_error(void **state)
     dtr_log_free(&log);
 }
 
+/* A log with nothing to run after START (only annotations, or START after
+ * every op: the ops before it are not replayed) ran as a program of 0 bytes,
+ * 'ok' at every ratio with min_budget_ratio 0, as an empty file did before
+ * the reader refused it. */
+static void a_log_without_ops_is_an_error(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text, *error;
+    } cases[] = {
+        {"{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n",
+         "n.log: nothing to simulate: no CONSTANT, CALL or MUTATE after START (line 1)"},
+        {CONST("w", "100") CALL1("f", "\"w\"", "a", "10") RELEASE("a")
+             RELEASE("x") "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" RELEASE("y"),
+         "n.log: nothing to simulate: no CONSTANT, CALL or MUTATE after START (line 8)"},
+        {"{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"BACKWARD\"}\n" RELEASE("y"),
+         "n.log: nothing to simulate: no CONSTANT, CALL or MUTATE in the log"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dtr_log log;
+        sim_program p;
+        assert_int_equal(dtr_log_parse_buffer("n.log", cases[i].text, strlen(cases[i].text), &log),
+                         COOP_OK);
+        coop_status st = sim_program_build(&log, &p);
+        dtr_log_free(&log);
+        if (st == COOP_OK)
+            sim_program_free(&p);
+        if (st != COOP_ERR_INVALID || strcmp(coop_last_error(), cases[i].error))
+            fail_msg("case %zu: status %d, '%s', expected '%s'", i, (int)st, coop_last_error(),
+                     cases[i].error);
+    }
+}
+
 /* COPY_FROM a onto a (or onto any name already bound to its source's
  * tensor) changes nothing. It was compiled as a release of a, then a get:
  * the release dropped the storage's last handle, so the peak's run banished
@@ -1284,6 +1317,7 @@ int main(void)
         cmocka_unit_test(a_result_listed_twice_is_an_error),
         cmocka_unit_test(a_released_name_is_dead),
         cmocka_unit_test(a_copy_from_onto_itself_changes_nothing),
+        cmocka_unit_test(a_log_without_ops_is_an_error),
         cmocka_unit_test(too_many_edges_is_an_error),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),

@@ -392,6 +392,19 @@ coop_status sim_program_build(const dtr_log *log, sim_program *out)
         b.binding[i] = UNBOUND;
     for (size_t i = log->start; !st && i < log->num_instrs; i++)
         st = compile_instr(&b, &log->instrs[i]);
+    /* only annotations and releases to replay (or START after every op):
+     * a program of 0 bytes ran 'ok' at every ratio, as an empty file did */
+    if (!st && !out->num_ops) {
+        if (log->start)
+            st = coop_set_error(COOP_ERR_INVALID,
+                                "%s: nothing to simulate: no CONSTANT, CALL or MUTATE after "
+                                "START (line %" PRIu32 ")",
+                                path, log->instrs[log->start - 1].line);
+        else
+            st = coop_set_error(COOP_ERR_INVALID,
+                                "%s: nothing to simulate: no CONSTANT, CALL or MUTATE in the log",
+                                path);
+    }
     /* simrd's REMATERIALIZE output condition: pin what is still named */
     for (uint32_t i = 0; !st && i < b.num_bound; i++) {
         uint32_t t = b.binding[b.bind_order[i]];
