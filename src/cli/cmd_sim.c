@@ -365,7 +365,8 @@ int cmd_sim(int argc, char **argv)
                 char *end;
                 stable_step = strtod(optarg, &end);
                 /* 1e-4: at most 10^4 runs per log and policy */
-                if (end == optarg || *end || !(stable_step >= 1e-4 && stable_step <= 1.0)) {
+                if (end == optarg || *end || isspace((unsigned char)*optarg) ||
+                    !(stable_step >= 1e-4 && stable_step <= 1.0)) {
                     fprintf(stderr,
                             "coop sim: --stable-min-ratio's step must be a number in [0.0001, "
                             "1], not '%s'\n",
@@ -383,7 +384,9 @@ int cmd_sim(int argc, char **argv)
         case 'o': {
             char *end;
             overhead_limit = strtod(optarg, &end);
-            if (end == optarg || *end || !isfinite(overhead_limit) || !(overhead_limit >= 1.0)) {
+            /* strtod skips leading spaces, which --budget refuses */
+            if (end == optarg || *end || isspace((unsigned char)*optarg) ||
+                !isfinite(overhead_limit) || !(overhead_limit >= 1.0)) {
                 fprintf(stderr,
                         "coop sim: --overhead-limit must be a finite number >= 1, not '%s'\n",
                         optarg);
