@@ -222,7 +222,9 @@ static int int_field(parser *p, json_t *obj, const char *key, int64_t *out)
         char *end;
         errno = 0;
         long long x = strtoll(s, &end, 10);
-        if (*s && !*end && !errno) {
+        /* a decimal integer, as MEMORY and TIME: strtoll also took
+         * leading spaces and a plus sign */
+        if ((*s == '-' || (*s >= '0' && *s <= '9')) && !*end && !errno) {
             *out = x;
             return 0;
         }
