@@ -125,8 +125,15 @@ def min_ratio(v):
 
 
 def overhead(v):
-    """(base + recompute) / base: never below 1 (1 where base is 0)."""
-    return number(v) or (None if v >= 1 else "below 1 (total / base compute)")
+    """(base + recompute) / base: never below 1 (1 where base is 0), and
+    below 2^63: the recompute stops past 2^62 ns plus one op (under 2^61 ns)
+    and the base is 1 ns or more. A larger one (1.7e308) made plot_sim.py's
+    panel top infinite, a traceback in matplotlib's ticker."""
+    if number(v):
+        return number(v)
+    if v < 1:
+        return "below 1 (total / base compute)"
+    return None if v < 2**63 else "above 2^63 (coop's largest: (base + recompute) / base)"
 
 
 def non_negative(v):

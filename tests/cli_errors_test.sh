@@ -89,8 +89,15 @@ expect 2 "coop sim: no LOG given" $coop sim --policy dtr
 expect 2 "coop sim: --budget needs a value" $coop sim --budget
 expect 2 "budget ratio 'x'" $coop sim --budget x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "budget ratio ' 0.5' is not a number" $coop sim --budget " 0.5" "$traces/unet-train-step.ops.jsonl.gz"
+# strtod skips leading spaces: --budget and --partition refused them, these took them
+expect 2 "--overhead-limit must be a finite number >= 1, not ' 2'" $coop sim --overhead-limit " 2" "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not ' 0.5'" $coop sim "--stable-min-ratio= 0.5" "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "budget ratio '0.5' is listed twice" $coop sim --budget 0.5,0.5 "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "policy 'dtr' is listed twice" $coop sim --policy dtr,dtr "$traces/unet-train-step.ops.jsonl.gz"
+# one ratio written two ways (0.5, 0.50, 0x1p-1; or apart by less than the
+# rows' 10 digits) gave two rows alike, which plot_sim.py then refused
+expect 2 "budget ratios '0.5' and '0.50' are one ratio (0.5 in the rows)" $coop sim --budget 0.5,0.7,0.50 "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "budget ratios '0x1p-1' and '0.50000000001' are one ratio (0.5 in the rows)" $coop sim --budget 0x1p-1,0.50000000001 "$traces/unet-train-step.ops.jsonl.gz"
 # a ratio of 0 is outside (0, 1] (not a budget of 0 bytes), and a number must fill the item
 expect 2 "budget ratio '0' is not a number in (0, 1]" $coop sim --budget 0 "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "budget ratio '0.5x' is not a number in (0, 1]" $coop sim --budget 0.5x "$traces/unet-train-step.ops.jsonl.gz"

@@ -161,6 +161,26 @@ static void errors_name_the_line(void **state)
     /* no instructions: coop sim ran these as a program of 0 bytes */
     expect_error("", "bad.log: no instructions: the log is empty or blank");
     expect_error("\n\n\r\n", "bad.log: no instructions");
+    /* a line of spaces or tabs is blank too: it was "invalid JSON at column 3:
+     * '[' or '{' expected near end of file" */
+    expect_error(" \t \n\t\r\n", "bad.log: no instructions");
+    /* an ALIAS string is a decimal integer as MEMORY and TIME are: strtoll
+     * took leading spaces and a plus sign */
+    static const char *const aliases[] = {"\" -1\"", "\"+0\"", "\"\\t0\""};
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"4\"}\n"
+                 "{\"INSTRUCTION\":\"CALL\",\"NAME\":\"f\",\"ARGS\":[\"x\"],\"RESULT\":[\"y\"],"
+                 "\"TIME\":\"1\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"y\",\"MEMORY\":\"4\"}\n"
+                 "{\"INSTRUCTION\":\"ALIAS\",\"NAME\":\"y\",\"ALIAS\":%s}\n",
+                 aliases[i]);
+        expect_error(text, "bad.log:5: field ALIAS is not an integer");
+    }
+    expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n  \n{oops\n",
+                 "bad.log:3: invalid JSON");
     expect_error("{\"NAME\":\"x\"}\n", "bad.log:1: missing field INSTRUCTION");
     expect_error("[1,2]\n", "bad.log:1: line is not a JSON object");
     expect_error("{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"4\"}\n",

@@ -116,6 +116,9 @@ def bad_row_checks(d):
         ("overhead below 1", sim_row("a", "arena", "coop", 0.9, "ok", 0.5), ":1: overhead is 0.5, below 1"),
         ("overhead 1e400", sim_row("a", "arena", "coop", 0.9, "ok", "BIG").replace('"BIG"', "1e400"),
          ":1: overhead is Infinity, out of range"),
+        # a float's top (1.7e308 x 1.02) is infinite: matplotlib's ticker raised IndexError
+        ("overhead 1.7e308", sim_row("a", "arena", "coop", 0.9, "ok", 1.7e308),
+         ":1: overhead is 1.7e+308, above 2^63 (coop's largest: (base + recompute) / base)"),
         ("ratio 400 digits", sim_row("a", "arena", "coop", "BIG", "ok", 1.1).replace('"BIG"', "9" * 400),
          ":1: budget_ratio is 999"),
         ("a second row", good + good, ":2: a second row for a.log.gz arena coop at 0.9 (the first: line 1)"),

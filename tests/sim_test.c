@@ -471,6 +471,82 @@ static void a_result_listed_twice_is_an_error(void **state)
     dtr_log_free(&log);
 }
 
+/* A log with nothing to run after START (only annotations, or START after
+ * every op: the ops before it are not replayed) ran as a program of 0 bytes,
+ * 'ok' at every ratio with min_budget_ratio 0, as an empty file did before
+ * the reader refused it. */
+static void a_log_without_ops_is_an_error(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text, *error;
+    } cases[] = {
+        {"{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n",
+         "n.log: nothing to simulate: no CONSTANT, CALL or MUTATE after START (line 1)"},
+        {CONST("w", "100") CALL1("f", "\"w\"", "a", "10") RELEASE("a")
+             RELEASE("x") "{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"START\"}\n" RELEASE("y"),
+         "n.log: nothing to simulate: no CONSTANT, CALL or MUTATE after START (line 8)"},
+        {"{\"INSTRUCTION\":\"ANNOTATE\",\"ANNOTATION\":\"BACKWARD\"}\n" RELEASE("y"),
+         "n.log: nothing to simulate: no CONSTANT, CALL or MUTATE in the log"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dtr_log log;
+        sim_program p;
+        assert_int_equal(dtr_log_parse_buffer("n.log", cases[i].text, strlen(cases[i].text), &log),
+                         COOP_OK);
+        coop_status st = sim_program_build(&log, &p);
+        dtr_log_free(&log);
+        if (st == COOP_OK)
+            sim_program_free(&p);
+        if (st != COOP_ERR_INVALID || strcmp(coop_last_error(), cases[i].error))
+            fail_msg("case %zu: status %d, '%s', expected '%s'", i, (int)st, coop_last_error(),
+                     cases[i].error);
+    }
+}
+
+/* COPY_FROM a onto a (or onto any name already bound to its source's
+ * tensor) changes nothing. It was compiled as a release of a, then a get:
+ * the release dropped the storage's last handle, so the peak's run banished
+ * a and the budgeted runs evicted it, and the next use rematerialized it:
+ * oom at ratio 1 (the peak's own budget), no feasible ratio at all, and an
+ * overhead of 1.5 on a log without recomputation. */
+static void a_copy_from_onto_itself_changes_nothing(void **state)
+{
+    (void)state;
+#define HEAD CONST("w", "100") CALL1("f", "\"w\"", "a", "10")
+#define TAIL CALL1("g", "\"a\"", "b", "10")
+    static const char plain[] = HEAD TAIL,
+                      self[] =
+                          HEAD "{\"INSTRUCTION\":\"COPY_FROM\",\"DST\":\"a\",\"SRC\":\"a\"}\n" TAIL,
+                      copied[] =
+                          HEAD "{\"INSTRUCTION\":\"COPY\",\"DST\":\"c\",\"SRC\":\"a\"}\n"
+                               "{\"INSTRUCTION\":\"COPY_FROM\",\"DST\":\"c\",\"SRC\":\"a\"}\n" TAIL;
+#undef HEAD
+#undef TAIL
+    const char *texts[] = {plain, self, copied};
+    for (int memory = 0; memory < 2; memory++) {
+        sim_memory model = memory ? SIM_MEMORY_ARENA : SIM_MEMORY_IDEAL;
+        sim_options opt = sim_options_default(memory ? SIM_POLICY_COOP : SIM_POLICY_DTR, model);
+        for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+            dtr_log log;
+            sim_program p;
+            assert_int_equal(dtr_log_parse_buffer("s.log", texts[i], strlen(texts[i]), &log),
+                             COOP_OK);
+            assert_int_equal(sim_program_build(&log, &p), COOP_OK);
+            dtr_log_free(&log);
+            uint64_t peak = sim_peak(&p, model);
+            sim_outcome o = sim_run(&p, peak, &opt, 1.0);
+            if (o.result != SIM_OK || o.remat_ops || o.overhead != 1.0 ||
+                peak != (memory ? 1536u : 300u))
+                fail_msg(
+                    "case %zu, %s: result %d, %" PRIu64 " remat ops, overhead %g, peak %" PRIu64, i,
+                    memory ? "arena" : "ideal", (int)o.result, o.remat_ops, o.overhead, peak);
+            assert_true(sim_min_budget_ratio(&p, peak, &opt, 0.005) >= 0);
+            sim_program_free(&p);
+        }
+    }
+}
+
 /* An op's (input, output) pairs are its edges, and the program keeps their
  * positions in 32 bits: 2^16 arguments (one name repeated) and 2^15 results,
  * a line of 1 MiB, already give 2^31 pairs. A log with more than 2^32 (a few
@@ -1240,6 +1316,8 @@ int main(void)
         cmocka_unit_test(undefined_names_are_errors_with_lines),
         cmocka_unit_test(a_result_listed_twice_is_an_error),
         cmocka_unit_test(a_released_name_is_dead),
+        cmocka_unit_test(a_copy_from_onto_itself_changes_nothing),
+        cmocka_unit_test(a_log_without_ops_is_an_error),
         cmocka_unit_test(too_many_edges_is_an_error),
         cmocka_unit_test(min_budget_ratio_brackets_feasibility),
         cmocka_unit_test(arena_model_with_equal_blocks_matches_ideal),

@@ -365,7 +365,8 @@ int cmd_sim(int argc, char **argv)
                 char *end;
                 stable_step = strtod(optarg, &end);
                 /* 1e-4: at most 10^4 runs per log and policy */
-                if (end == optarg || *end || !(stable_step >= 1e-4 && stable_step <= 1.0)) {
+                if (end == optarg || *end || isspace((unsigned char)*optarg) ||
+                    !(stable_step >= 1e-4 && stable_step <= 1.0)) {
                     fprintf(stderr,
                             "coop sim: --stable-min-ratio's step must be a number in [0.0001, "
                             "1], not '%s'\n",
@@ -383,7 +384,9 @@ int cmd_sim(int argc, char **argv)
         case 'o': {
             char *end;
             overhead_limit = strtod(optarg, &end);
-            if (end == optarg || *end || !isfinite(overhead_limit) || !(overhead_limit >= 1.0)) {
+            /* strtod skips leading spaces, which --budget refuses */
+            if (end == optarg || *end || isspace((unsigned char)*optarg) ||
+                !isfinite(overhead_limit) || !(overhead_limit >= 1.0)) {
                 fprintf(stderr,
                         "coop sim: --overhead-limit must be a finite number >= 1, not '%s'\n",
                         optarg);
@@ -511,6 +514,20 @@ int cmd_sim(int argc, char **argv)
             fprintf(stderr, "coop sim: budget ratio '%s' is not a number in (0, 1]\n",
                     budget_items[i]);
             return 2;
+        }
+        /* one ratio written two ways (0.5, 0.50, 0x1p-1), or two that the
+         * rows print alike (row_real: 10 digits), gave two rows alike, as
+         * a ratio listed twice did; plot_sim.py refuses the second */
+        char shown[32], other[32];
+        snprintf(shown, sizeof shown, "%.10g", ratios[i]);
+        for (int j = 0; j < i; j++) {
+            snprintf(other, sizeof other, "%.10g", ratios[j]);
+            if (!strcmp(shown, other)) {
+                fprintf(stderr,
+                        "coop sim: budget ratios '%s' and '%s' are one ratio (%s in the rows)\n",
+                        budget_items[j], budget_items[i], shown);
+                return 2;
+            }
         }
     }
     /* every log openable before the first row: a typo in the last path

@@ -218,6 +218,12 @@ static coop_status compile_instr(builder *b, const dtr_instr *in)
         if ((st = lookup(b, in, in->name, "COPY_FROM destination", &t)) ||
             (st = lookup(b, in, in->src, "COPY_FROM source", &src)))
             return st;
+        /* onto the tensor it holds (a onto a): nothing changes. Released
+         * first, then got, the tensor lost its last handle in between: the
+         * peak's run banished it, the budgeted runs evicted it, and its next
+         * use rematerialized it (oom at ratio 1) */
+        if (t == src)
+            return COOP_OK;
         bind(b, in->name, src);
         b->refs[t]--;
         b->refs[src]++;
@@ -386,6 +392,19 @@ coop_status sim_program_build(const dtr_log *log, sim_program *out)
         b.binding[i] = UNBOUND;
     for (size_t i = log->start; !st && i < log->num_instrs; i++)
         st = compile_instr(&b, &log->instrs[i]);
+    /* only annotations and releases to replay (or START after every op):
+     * a program of 0 bytes ran 'ok' at every ratio, as an empty file did */
+    if (!st && !out->num_ops) {
+        if (log->start)
+            st = coop_set_error(COOP_ERR_INVALID,
+                                "%s: nothing to simulate: no CONSTANT, CALL or MUTATE after "
+                                "START (line %" PRIu32 ")",
+                                path, log->instrs[log->start - 1].line);
+        else
+            st = coop_set_error(COOP_ERR_INVALID,
+                                "%s: nothing to simulate: no CONSTANT, CALL or MUTATE in the log",
+                                path);
+    }
     /* simrd's REMATERIALIZE output condition: pin what is still named */
     for (uint32_t i = 0; !st && i < b.num_bound; i++) {
         uint32_t t = b.binding[b.bind_order[i]];

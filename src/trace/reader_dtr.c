@@ -222,7 +222,9 @@ static int int_field(parser *p, json_t *obj, const char *key, int64_t *out)
         char *end;
         errno = 0;
         long long x = strtoll(s, &end, 10);
-        if (*s && !*end && !errno) {
+        /* a decimal integer, as MEMORY and TIME: strtoll also took
+         * leading spaces and a plus sign */
+        if ((*s == '-' || (*s >= '0' && *s <= '9')) && !*end && !errno) {
             *out = x;
             return 0;
         }
@@ -399,7 +401,10 @@ static coop_status parse_call(parser *p, json_t *obj, dtr_kind kind)
 
 static coop_status parse_line(parser *p, const char *text, size_t len)
 {
-    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+    /* JSON's whitespace, trailing or the whole line: a line of spaces or
+     * tabs is blank too (jansson said "'[' or '{' expected near end of file") */
+    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' ' ||
+                   text[len - 1] == '\t'))
         len--;
     if (!len)
         return COOP_OK; /* blank lines carry nothing */
