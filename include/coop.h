@@ -633,7 +633,10 @@ typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
  * other than COOP_OK fails the access that asked for t with that status
  * (COOP_ERR_BACKEND if it is not one): t goes back to evicted, its buffer
  * freed, and the next access recomputes it; inputs already recomputed stay
- * resident. inputs may be NULL when num_inputs is 0. It is asked for any
+ * resident. When a libcoop call the callback made on the calling thread
+ * failed (a call of the context from inside: COOP_ERR_BUSY), the access's
+ * message ends with that call's own: "...; a call it made was refused:
+ * <its message>". inputs may be NULL when num_inputs is 0. It is asked for any
  * tensor a recomputation needs, the owner's released ones included (a
  * released tensor's buffer is freed at once, even one created not
  * evictable): a tensor the callback cannot rebuild from (producer, inputs),

@@ -26,6 +26,13 @@ typedef struct script {
     coop_tensor *victim; /* released or accessed from on_evict */
     coop_status nested;  /* what that call returned */
     bool destroy;        /* on_evict destroys the context (refused) */
+    /* the recompute callback accesses the tensor it recomputes (refused),
+     * keeps that call's message and returns its status */
+    bool access_itself;
+    char inner[1024];
+    /* or asks the pool for more than its capacity (refused), then fails
+     * with COOP_ERR_BACKEND */
+    coop_pool *pool;
 } script;
 
 static coop_status scripted_recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
@@ -36,6 +43,18 @@ static coop_status scripted_recompute(coop_tensor *t, void *producer, void *cons
     const char *p = producer;
     if (strlen(s->ran) + 1 < sizeof s->ran) /* the first ones (a long chain runs 20,000) */
         strncat(s->ran, p, 1);
+    if (s->access_itself) {
+        coop_status st = coop_tensor_access(s->r, t, NULL);
+        snprintf(s->inner, sizeof s->inner, "%s", coop_last_error());
+        return st;
+    }
+    if (s->pool) {
+        coop_status st;
+        void *q = coop_malloc(s->pool, 1u << 30, 0, 0, &st);
+        coop_free(s->pool, q); /* NULL: refused */
+        snprintf(s->inner, sizeof s->inner, "%s", coop_last_error());
+        return COOP_ERR_BACKEND;
+    }
     if (s->fail && strchr(s->fail, p[0]))
         return COOP_ERR_BACKEND;
     if (s->r) { /* calls the context from inside: refused */
@@ -145,6 +164,56 @@ static void a_failed_recompute_names_the_call_and_the_tensors(void **state)
     snprintf(want, sizeof want, "for tensor %p (%u bytes); it stays evicted", (void *)b,
              (unsigned)U);
     assert_true(error_says(want));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* A callback that fails because a call it made was refused: the outer
+ * message keeps the refused call's own words (what was refused, why).
+ * "the recompute callback failed (object is in use)" alone overwrote them
+ * (rev33-D, from an adversarial review). A plain failure adds nothing. */
+static void a_failed_recompute_quotes_the_refused_call(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *a, *b, *fill;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, 0, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    s.r = r;
+    s.access_itself = true;
+    assert_int_equal(coop_tensor_access(r, b, NULL), COOP_ERR_BUSY);
+    assert_true(
+        strncmp(s.inner, "coop_tensor_access: called from inside a coop_remat callback", 60) == 0);
+    char want[256];
+    snprintf(want, sizeof want,
+             "coop_tensor_access: the recompute callback failed (object is in use) for tensor %p "
+             "(%u bytes); it stays evicted and is recomputed at its next access; ",
+             (void *)b, (unsigned)U);
+    assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
+    assert_true(error_says(s.inner));
+    assert_false(coop_tensor_resident(b));
+    /* a refused call of the pool's, then a failure of the callback's own */
+    s.access_itself = false;
+    s.pool = pool;
+    assert_int_equal(coop_tensor_access(r, b, NULL), COOP_ERR_BACKEND);
+    assert_true(strncmp(s.inner, "out of memory", 13) == 0);
+    assert_true(error_says(s.inner));
+    /* no refused call: the message ends where it did */
+    s.pool = NULL;
+    s.r = NULL;
+    s.fail = "b";
+    coop_status st;
+    assert_null(coop_malloc(pool, 1u << 30, 0, 0, &st)); /* refused before the callback */
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_int_equal(coop_tensor_access(r, b, NULL), COOP_ERR_BACKEND);
+    const char *e = coop_last_error(), *end = "recomputed at its next access";
+    assert_string_equal(e + strlen(e) - strlen(end), end);
     assert_int_equal(coop_pool_check(pool), COOP_OK);
     coop_remat_destroy(r);
     coop_pool_destroy(pool);
@@ -1037,6 +1106,7 @@ int main(void)
         cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[0]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[1]),
         cmocka_unit_test(a_failed_recompute_names_the_call_and_the_tensors),
+        cmocka_unit_test(a_failed_recompute_quotes_the_refused_call),
         cmocka_unit_test(no_room_names_the_call),
         cmocka_unit_test(no_room_while_recomputing_names_the_tensor),
         cmocka_unit_test(a_failed_in_place_recompute_leaves_both_evicted),

@@ -677,9 +677,14 @@ static coop_status push_frame(coop_remat *r, coop_tensor *t)
 /* The recompute callback failed for t (placed, inputs pinned): t goes back
  * to evicted, its buffer freed (it holds whatever the callback left), so
  * that no access returns it as a value and the next one recomputes it. Its
- * eviction is nobody's news: the owner never had this buffer. */
-static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status failed)
+ * eviction is nobody's news: the owner never had this buffer. refused: a
+ * library call the callback made failed (coop_error_count moved), whose
+ * message, saying what was refused and why, the new one quotes. */
+static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status failed, bool refused)
 {
+    coop_error_kept inner;
+    if (refused)
+        coop_error_keep(&inner);
     pool_lock(r->pool);
     remat_evict_locked(r, t); /* a union-find node is kept for every resident tensor */
     pool_unlock(r->pool);
@@ -690,11 +695,12 @@ static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status f
     /* the call and the tensors (remat_describe): the one whose callback
      * failed may be an input deep in a chain, not the one asked for */
     char who[REMAT_DESCRIBE_MAX];
-    return coop_set_error(failed,
-                          "%s: the recompute callback failed (%s) for %s; it stays evicted and is "
-                          "recomputed at its next access",
-                          remat_call_name(r), coop_strerror(failed),
-                          remat_describe(r, t, true, who, sizeof who));
+    return coop_set_error(
+        failed,
+        "%s: the recompute callback failed (%s) for %s; it stays evicted and is "
+        "recomputed at its next access%s%s",
+        remat_call_name(r), coop_strerror(failed), remat_describe(r, t, true, who, sizeof who),
+        refused ? "; a call it made was refused: " : "", refused ? inner.text : "");
 }
 
 /* Ends the top frame: with every input pinned (st COOP_OK), places its
@@ -730,6 +736,7 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
         for (size_t i = 0; i < t->num_inputs; i++)
             ptrs[i] = t->inputs[i] == old ? t->ptr : t->inputs[i]->ptr;
         r->in_callback++;
+        uint64_t errors = coop_error_count();
         coop_status done =
             r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
         r->in_callback--;
@@ -741,7 +748,7 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
             r->stats.recompute_ns = saturating_add_u64(r->stats.recompute_ns, t->cost);
             t->last_access = r->clock;
         } else {
-            st = recompute_failed(r, t, done);
+            st = recompute_failed(r, t, done, coop_error_count() != errors);
         }
         for (size_t i = 0; i < t->num_inputs; i++)
             remat_unpin(r, t->inputs[i]);
