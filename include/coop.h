@@ -781,7 +781,11 @@ coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr);
  * count per handle: a tensor and its views each unpin only what they
  * pinned. A handle's pins outlive its release (the storage stays resident,
  * as a constant does): unpin is the one call a released handle takes, as
- * long as it holds pins. */
+ * long as it holds pins. A handle holds at most UINT32_MAX pins: one more
+ * is refused (COOP_ERR_BUSY, nothing changed, the message naming the
+ * tensor and the count). The storage's own count (pins through all its
+ * handles, plus those the library takes while an op reads it) is 64 bits
+ * and does not wrap. */
 coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr);
 /* Undoes one coop_tensor_pin through t; COOP_ERR_INVALID if t holds no pin
  * (another handle's pin is that handle's to undo). A storage that nothing

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "remat/remat_internal.h" /* pin counts set near their limit */
 #include "remat_block_fixture.h"
 
 /* A recompute callback that fails for the producers named in fail, and
@@ -729,6 +730,71 @@ static void pins_belong_to_their_handle(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A recompute callback that records the pin count of its first input's
+ * storage, as the recomputation holds it. */
+static uint64_t input_pins_seen;
+
+static coop_status record_input_pins(coop_tensor *t, void *producer, void *const *inputs, size_t n,
+                                     void *out, void *user)
+{
+    (void)producer, (void)inputs, (void)out, (void)user;
+    if (n)
+        input_pins_seen = t->inputs[0]->pins;
+    return COOP_OK;
+}
+
+/* Pin counts cannot wrap: a handle holding UINT32_MAX pins refuses
+ * another, naming the tensor and the count, and a storage's count (user
+ * pins through all its handles plus those of recomputations and creates
+ * in progress) goes past UINT32_MAX without wrapping to 0, which made a
+ * pinned tensor evictable while an op read it. Counts are set near the
+ * limit directly: four billion pin calls would take minutes (rev33-D). */
+static void pin_counts_do_not_wrap(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    coop_remat_config cfg = {
+        .policy = policy, .cheap_threshold = -1, .recompute = record_input_pins};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_tensor *a, *b, *f, *x;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    void *p;
+    assert_int_equal(coop_tensor_pin(r, a, &p), COOP_OK);
+    a->user_pins = UINT32_MAX;
+    a->pins = UINT32_MAX;
+    /* the handle's limit: refused, nothing changed */
+    assert_int_equal(coop_tensor_pin(r, a, &p), COOP_ERR_BUSY);
+    char want[160];
+    snprintf(want, sizeof want,
+             "coop_tensor_pin: tensor %p (%u bytes) is pinned 4294967295 times through this "
+             "handle already",
+             (void *)a, (unsigned)U);
+    assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
+    assert_int_equal(a->user_pins, UINT32_MAX);
+    assert_int_equal(a->pins, UINT32_MAX);
+    /* a create reading a pins it once more: past UINT32_MAX, so placing x
+     * cannot evict it */
+    assert_int_equal(coop_tensor_create(r, 4 * U, 10, "x", &a, 1, EV, &x), COOP_ERR_NOMEM);
+    assert_true(coop_tensor_resident(a));
+    assert_int_equal(a->pins, UINT32_MAX);
+    /* so does the recomputation of b (evicted by f) */
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &f), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_int_equal(coop_tensor_release(r, f), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, b, NULL), COOP_OK);
+    assert_true(input_pins_seen == (uint64_t)UINT32_MAX + 1);
+    assert_true(coop_tensor_resident(a));
+    assert_int_equal(a->pins, UINT32_MAX);
+    a->user_pins = 1;
+    a->pins = 1;
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_OK);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* Copy-on-write would move a pinned tensor to a new buffer and leave the
  * pinned one to the old value, unpinned: filling the pool then evicted it
  * while the pin was held. Refused (COOP_ERR_BUSY), nothing changed, for a
@@ -1123,6 +1189,8 @@ int main(void)
         cmocka_unit_test(a_nan_threshold_is_refused),
         cmocka_unit_test(create_refusals_name_the_call_and_argument),
         cmocka_unit_test(pins_belong_to_their_handle),
+        cmocka_unit_test_prestate(pin_counts_do_not_wrap, &policies[0]),
+        cmocka_unit_test_prestate(pin_counts_do_not_wrap, &policies[1]),
         cmocka_unit_test(released_handles_and_unbalanced_pins_change_nothing),
         cmocka_unit_test(context_refusals_name_the_argument),
         cmocka_unit_test_prestate(a_constant_held_by_a_view_is_not_evicted, &policies[0]),

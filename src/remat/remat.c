@@ -830,9 +830,13 @@ static coop_status tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
     coop_status st = enter(r, fn);
     if (st || (st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
         return st;
-    if (t->user_pins == UINT32_MAX || t->base->pins == UINT32_MAX)
-        return coop_set_error(COOP_ERR_BUSY, "%s: tensor pinned %u times already", fn,
-                              (unsigned)UINT32_MAX);
+    /* the storage's count is 64 bits and cannot get there (4 billion
+     * pins through each of 4 billion handles) */
+    if (t->user_pins == UINT32_MAX)
+        return coop_set_error(COOP_ERR_BUSY,
+                              "%s: tensor %p (%zu bytes) is pinned %lu times through this handle "
+                              "already, the most one handle holds; unpin it first",
+                              fn, (void *)t, t->size, (unsigned long)t->user_pins);
     if ((st = access_storage(r, t->base, ptr)))
         return st;
     remat_pin(r, t->base);
@@ -869,8 +873,8 @@ static coop_status tensor_unpin(coop_remat *r, coop_tensor *t)
     if (!t->user_pins)
         return coop_set_error(COOP_ERR_INVALID,
                               "%s: tensor (%p) is not pinned through this handle (its storage has "
-                              "%u pin%s)",
-                              fn, (void *)t, (unsigned)t->base->pins,
+                              "%llu pin%s)",
+                              fn, (void *)t, (unsigned long long)t->base->pins,
                               t->base->pins == 1 ? "" : "s");
     t->user_pins--;
     remat_unpin(r, t->base);
@@ -986,12 +990,12 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
      * evictable while the pin is held (outside callbacks, every pin of
      * the storage is a user's) */
     if (r->cfg.copy_on_write && t->base->pins)
-        return coop_set_error(COOP_ERR_BUSY,
-                              "%s: the storage of tensor (%p) is pinned (%u pin%s): copy-on-write "
-                              "would move it to a new buffer and leave the pinned one evictable; "
-                              "unpin it first",
-                              fn, (void *)t, (unsigned)t->base->pins,
-                              t->base->pins == 1 ? "" : "s");
+        return coop_set_error(
+            COOP_ERR_BUSY,
+            "%s: the storage of tensor (%p) is pinned (%llu pin%s): copy-on-write "
+            "would move it to a new buffer and leave the pinned one evictable; "
+            "unpin it first",
+            fn, (void *)t, (unsigned long long)t->base->pins, t->base->pins == 1 ? "" : "s");
     remat_maybe_collect(r); /* t and the inputs are held, so kept */
     coop_tensor *b = t->base;
     /* the inputs other than t's storage must be resident already, and stay
