@@ -761,11 +761,15 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
  * output); an output placed is not evicted to place the next. Each output
  * records cost_ns as its producer's cost (recomputing one reruns the op).
  * outs[i] receives them; on failure none is left (those placed are
- * released), but the tensors evicted to place them stay evicted (on_evict
- * told of them): the outputs are placed one by one, and a request is
- * refused at once only where one output alone exceeds the capacity, not
- * where their sum does. outs must not overlap inputs (COOP_ERR_INVALID:
- * the outputs would overwrite the inputs the op reads). */
+ * released). Outputs whose sizes, each rounded up to 512 bytes as the pool
+ * places them, add up past the pool's capacity are refused at once
+ * (COOP_ERR_NOMEM, the message giving the sum, the capacity and the number
+ * of outputs), before any eviction; so is one output above the capacity.
+ * Otherwise the outputs are placed one by one, and when one finds no room
+ * (the message names it: "output I of N (BYTES bytes)") the tensors evicted
+ * to place the earlier ones stay evicted (on_evict told of them). outs must
+ * not overlap inputs (COOP_ERR_INVALID: the outputs would overwrite the
+ * inputs the op reads). */
 coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
                                        uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
                                        size_t num_inputs, unsigned flags, coop_tensor **outs);

@@ -220,6 +220,51 @@ static void a_failed_recompute_quotes_the_refused_call(void **state)
     coop_pool_destroy(pool);
 }
 
+/* coop_tensor_create_outputs whose outputs, rounded to 512 bytes as the
+ * pool places them, add up past the capacity can never be placed (each
+ * output stays pinned while the next is placed): refused at once, nothing
+ * evicted. It evicted the tensors in the way of its first outputs (on_evict
+ * told) before failing (rev33-D). Another output that finds no room says
+ * which one. */
+static void outputs_past_the_capacity_evict_nothing(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, policy, &s);
+    coop_tensor *t[3], *outs[2] = {0}, *f;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, U, 10, "t", NULL, 0, EV, &t[i]), COOP_OK);
+    /* 4U bytes asked, 4U + 512 placed */
+    size_t sizes[2] = {2 * U + 1, 2 * U - 1};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 10, "o", NULL, 0, EV, outs),
+                     COOP_ERR_NOMEM);
+    char want[256];
+    snprintf(want, sizeof want,
+             "coop_tensor_create_outputs: the 2 outputs' sizes, each rounded up to 512 bytes, "
+             "add up to %u bytes, past the pool's capacity of %u bytes",
+             4 * U + 512, 4 * U);
+    assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
+    assert_int_equal(s.evictions_told, 0);
+    for (int i = 0; i < 3; i++)
+        assert_true(coop_tensor_resident(t[i]));
+    assert_null(outs[0]);
+    assert_null(outs[1]);
+    /* within the capacity, but f (not evictable) leaves no room for the
+     * second: named by its index and size */
+    assert_int_equal(coop_tensor_create(r, U, 10, "f", NULL, 0, 0, &f), COOP_OK);
+    size_t fit[2] = {U, 2 * U + 1};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, fit, 10, "o", NULL, 0, EV, outs),
+                     COOP_ERR_NOMEM);
+    snprintf(want, sizeof want,
+             "coop_tensor_create_outputs: no room for output 1 of 2 (%u bytes): ", 2 * U + 1);
+    assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
+    assert_null(outs[0]);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* Out of room deep inside a call says which call: the messages began
  * "coop_remat: no room" whether a create, a pin or an access (recomputing
  * an input) ran out (rev30-F). */
@@ -1174,6 +1219,8 @@ int main(void)
         cmocka_unit_test(a_failed_recompute_names_the_call_and_the_tensors),
         cmocka_unit_test(a_failed_recompute_quotes_the_refused_call),
         cmocka_unit_test(no_room_names_the_call),
+        cmocka_unit_test_prestate(outputs_past_the_capacity_evict_nothing, &policies[0]),
+        cmocka_unit_test_prestate(outputs_past_the_capacity_evict_nothing, &policies[1]),
         cmocka_unit_test(no_room_while_recomputing_names_the_tensor),
         cmocka_unit_test(a_failed_in_place_recompute_leaves_both_evicted),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[0]),

@@ -478,6 +478,36 @@ static __attribute__((cold, noinline)) coop_status outputs_host_nomem(const char
     return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory %s %s", fn, what, out);
 }
 
+/* Refuses outputs whose sizes, rounded up as the pool places them, add up
+ * past the pool's capacity: each output stays pinned while the next is
+ * placed, so no placement can hold them all, and placing the first ones
+ * would evict tensors (on_evict told) only to fail. One output larger than
+ * the capacity is remat_alloc's to refuse (nothing evicted either). */
+static coop_status check_outputs_fit(coop_remat *r, const char *fn, size_t n, const size_t *sizes)
+{
+    if (n < 2)
+        return COOP_OK;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t size = sizes[i]; /* rounded short of wrapping; the sum saturates */
+        uint64_t rounded = size > UINT64_MAX - (COOP_ALIGN - 1)
+                               ? UINT64_MAX
+                               : (size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
+        sum = saturating_add_u64(sum, rounded);
+    }
+    pool_lock(r->pool); /* coop_set_capacity may change it from another thread */
+    uint64_t capacity = pool_arena(r->pool)->params.capacity;
+    pool_unlock(r->pool);
+    if (sum <= capacity)
+        return COOP_OK;
+    return coop_set_error(COOP_ERR_NOMEM,
+                          "%s: the %zu outputs' sizes, each rounded up to %u bytes, add up to "
+                          "%s%llu bytes, past the pool's capacity of %llu bytes: no placement "
+                          "can hold them all (nothing evicted)",
+                          fn, n, (unsigned)COOP_ALIGN, sum == UINT64_MAX ? "at least " : "",
+                          (unsigned long long)sum, (unsigned long long)capacity);
+}
+
 /* coop_tensor_create_outputs, its messages naming fn (the public call),
  * the context claimed. single: the call is coop_tensor_create, whose one
  * output and its size are arguments of their own ("out", "size"). */
@@ -522,10 +552,14 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
     remat_maybe_collect(r); /* live inputs are kept */
     if ((st = check_resident(inputs, num_inputs, NULL, fn)))
         return st;
+    if (!single && (st = check_outputs_fit(r, fn, num_outputs, sizes)))
+        return st;
     touch(r, inputs, num_inputs);
     pin_all(r, inputs, num_inputs, true); /* the op reads them while its outputs are placed */
     size_t made = 0;
     for (; made < num_outputs; made++) {
+        r->placing_output = made;
+        r->placing_outputs = single ? 0 : num_outputs;
         coop_tensor *t = new_record(r);
         if (!t) {
             st = outputs_host_nomem(fn, single, "recording", made, num_outputs, sizes[made], 0);
@@ -547,6 +581,7 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
         remat_pin(r, t); /* placed: placing the next output must not evict it */
         outs[made] = t;
     }
+    r->placing_outputs = 0;
     pin_all(r, inputs, num_inputs, false);
     for (size_t i = 0; i < made; i++)
         remat_unpin(r, outs[i]);
