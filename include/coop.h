@@ -634,7 +634,10 @@ typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
  * other than COOP_OK fails the access that asked for t with that status
  * (COOP_ERR_BACKEND if it is not one): t goes back to evicted, its buffer
  * freed, and the next access recomputes it; inputs already recomputed stay
- * resident. inputs may be NULL when num_inputs is 0. It is asked for any
+ * resident. When a libcoop call the callback made on the calling thread
+ * failed (a call of the context from inside: COOP_ERR_BUSY), the access's
+ * message ends with that call's own: "...; a call it made was refused:
+ * <its message>". inputs may be NULL when num_inputs is 0. It is asked for any
  * tensor a recomputation needs, the owner's released ones included (a
  * released tensor's buffer is freed at once, even one created not
  * evictable): a tensor the callback cannot rebuild from (producer, inputs),
@@ -759,11 +762,15 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
  * output); an output placed is not evicted to place the next. Each output
  * records cost_ns as its producer's cost (recomputing one reruns the op).
  * outs[i] receives them; on failure none is left (those placed are
- * released), but the tensors evicted to place them stay evicted (on_evict
- * told of them): the outputs are placed one by one, and a request is
- * refused at once only where one output alone exceeds the capacity, not
- * where their sum does. outs must not overlap inputs (COOP_ERR_INVALID:
- * the outputs would overwrite the inputs the op reads). */
+ * released). Outputs whose sizes, each rounded up to 512 bytes as the pool
+ * places them, add up past the pool's capacity are refused at once
+ * (COOP_ERR_NOMEM, the message giving the sum, the capacity and the number
+ * of outputs), before any eviction; so is one output above the capacity.
+ * Otherwise the outputs are placed one by one, and when one finds no room
+ * (the message names it: "output I of N (BYTES bytes)") the tensors evicted
+ * to place the earlier ones stay evicted (on_evict told of them). outs must
+ * not overlap inputs (COOP_ERR_INVALID: the outputs would overwrite the
+ * inputs the op reads). */
 coop_status coop_tensor_create_outputs(coop_remat *r, size_t num_outputs, const size_t *sizes,
                                        uint64_t cost_ns, void *producer, coop_tensor *const *inputs,
                                        size_t num_inputs, unsigned flags, coop_tensor **outs);
@@ -779,7 +786,11 @@ coop_status coop_tensor_access(coop_remat *r, coop_tensor *t, void **ptr);
  * count per handle: a tensor and its views each unpin only what they
  * pinned. A handle's pins outlive its release (the storage stays resident,
  * as a constant does): unpin is the one call a released handle takes, as
- * long as it holds pins. */
+ * long as it holds pins. A handle holds at most UINT32_MAX pins: one more
+ * is refused (COOP_ERR_BUSY, nothing changed, the message naming the
+ * tensor and the count). The storage's own count (pins through all its
+ * handles, plus those the library takes while an op reads it) is 64 bits
+ * and does not wrap. */
 coop_status coop_tensor_pin(coop_remat *r, coop_tensor *t, void **ptr);
 /* Undoes one coop_tensor_pin through t; COOP_ERR_INVALID if t holds no pin
  * (another handle's pin is that handle's to undo). A storage that nothing

@@ -1,5 +1,6 @@
 /* Status strings, version, and the per-thread last error message. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,6 +38,10 @@ const char *coop_version(void)
 /* One message per thread: PyTorch calls the allocator from several threads.
  * Room for an out-of-memory message that quotes the driver's. */
 static _Thread_local char last_error[COOP_ERROR_MAX];
+/* Messages set on this thread (coop_error_count), kept and restored with
+ * the text: a failure that was dealt with and its message restored does
+ * not count. */
+static _Thread_local uint64_t errors_set;
 
 const char *coop_last_error(void)
 {
@@ -71,6 +76,12 @@ void coop_set_error_message(const char *fmt, ...)
     va_start(ap, fmt);
     coop_vformat_message(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    errors_set++;
+}
+
+uint64_t coop_error_count(void)
+{
+    return errors_set;
 }
 
 void coop_clear_error(void)
@@ -90,9 +101,11 @@ static void copy_message(char *to, const char *from)
 void coop_error_keep(coop_error_kept *kept)
 {
     copy_message(kept->text, last_error);
+    kept->count = errors_set;
 }
 
 void coop_error_restore(const coop_error_kept *kept)
 {
     copy_message(last_error, kept->text);
+    errors_set = kept->count;
 }

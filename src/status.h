@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "coop.h"
 
@@ -39,6 +40,13 @@ static inline coop_status coop_error_status(coop_status status)
  * given: after st = coop_set_error(COOP_ERR_..., ...), st is not COOP_OK. */
 #define coop_set_error(status, ...) (coop_set_error_message(__VA_ARGS__), coop_error_status(status))
 void coop_clear_error(void);
+/* How many messages coop_set_error has set on this thread, less those a
+ * coop_error_restore took back: unchanged across a stretch of calls, when
+ * none of them failed (a call that succeeds restores what it recovered
+ * from). The remat API compares it around a recompute callback to tell
+ * whether the callback's failure followed a refused library call, whose
+ * message it then quotes. */
+uint64_t coop_error_count(void);
 
 /* The size of the thread's message buffer, terminator included. */
 #define COOP_ERROR_MAX 1024
@@ -51,6 +59,7 @@ void coop_clear_error(void);
  * backend's message about something that was dealt with. */
 typedef struct coop_error_kept {
     char text[COOP_ERROR_MAX];
+    uint64_t count; /* coop_error_count */
 } coop_error_kept;
 
 void coop_error_keep(coop_error_kept *kept);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "remat/remat_internal.h" /* pin counts set near their limit */
 #include "remat_block_fixture.h"
 
 /* A recompute callback that fails for the producers named in fail, and
@@ -26,6 +27,13 @@ typedef struct script {
     coop_tensor *victim; /* released or accessed from on_evict */
     coop_status nested;  /* what that call returned */
     bool destroy;        /* on_evict destroys the context (refused) */
+    /* the recompute callback accesses the tensor it recomputes (refused),
+     * keeps that call's message and returns its status */
+    bool access_itself;
+    char inner[1024];
+    /* or asks the pool for more than its capacity (refused), then fails
+     * with COOP_ERR_BACKEND */
+    coop_pool *pool;
 } script;
 
 static coop_status scripted_recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
@@ -36,6 +44,18 @@ static coop_status scripted_recompute(coop_tensor *t, void *producer, void *cons
     const char *p = producer;
     if (strlen(s->ran) + 1 < sizeof s->ran) /* the first ones (a long chain runs 20,000) */
         strncat(s->ran, p, 1);
+    if (s->access_itself) {
+        coop_status st = coop_tensor_access(s->r, t, NULL);
+        snprintf(s->inner, sizeof s->inner, "%s", coop_last_error());
+        return st;
+    }
+    if (s->pool) {
+        coop_status st;
+        void *q = coop_malloc(s->pool, 1u << 30, 0, 0, &st);
+        coop_free(s->pool, q); /* NULL: refused */
+        snprintf(s->inner, sizeof s->inner, "%s", coop_last_error());
+        return COOP_ERR_BACKEND;
+    }
     if (s->fail && strchr(s->fail, p[0]))
         return COOP_ERR_BACKEND;
     if (s->r) { /* calls the context from inside: refused */
@@ -145,6 +165,101 @@ static void a_failed_recompute_names_the_call_and_the_tensors(void **state)
     snprintf(want, sizeof want, "for tensor %p (%u bytes); it stays evicted", (void *)b,
              (unsigned)U);
     assert_true(error_says(want));
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* A callback that fails because a call it made was refused: the outer
+ * message keeps the refused call's own words (what was refused, why).
+ * "the recompute callback failed (object is in use)" alone overwrote them
+ * (rev33-D, from an adversarial review). A plain failure adds nothing. */
+static void a_failed_recompute_quotes_the_refused_call(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *a, *b, *fill;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, 0, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &fill), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, fill), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    s.r = r;
+    s.access_itself = true;
+    assert_int_equal(coop_tensor_access(r, b, NULL), COOP_ERR_BUSY);
+    assert_true(
+        strncmp(s.inner, "coop_tensor_access: called from inside a coop_remat callback", 60) == 0);
+    char want[256];
+    snprintf(want, sizeof want,
+             "coop_tensor_access: the recompute callback failed (object is in use) for tensor %p "
+             "(%u bytes); it stays evicted and is recomputed at its next access; ",
+             (void *)b, (unsigned)U);
+    assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
+    assert_true(error_says(s.inner));
+    assert_false(coop_tensor_resident(b));
+    /* a refused call of the pool's, then a failure of the callback's own */
+    s.access_itself = false;
+    s.pool = pool;
+    assert_int_equal(coop_tensor_access(r, b, NULL), COOP_ERR_BACKEND);
+    assert_true(strncmp(s.inner, "out of memory", 13) == 0);
+    assert_true(error_says(s.inner));
+    /* no refused call: the message ends where it did */
+    s.pool = NULL;
+    s.r = NULL;
+    s.fail = "b";
+    coop_status st;
+    assert_null(coop_malloc(pool, 1u << 30, 0, 0, &st)); /* refused before the callback */
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    assert_int_equal(coop_tensor_access(r, b, NULL), COOP_ERR_BACKEND);
+    const char *e = coop_last_error(), *end = "recomputed at its next access";
+    assert_string_equal(e + strlen(e) - strlen(end), end);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* coop_tensor_create_outputs whose outputs, rounded to 512 bytes as the
+ * pool places them, add up past the capacity can never be placed (each
+ * output stays pinned while the next is placed): refused at once, nothing
+ * evicted. It evicted the tensors in the way of its first outputs (on_evict
+ * told) before failing (rev33-D). Another output that finds no room says
+ * which one. */
+static void outputs_past_the_capacity_evict_nothing(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, policy, &s);
+    coop_tensor *t[3], *outs[2] = {0}, *f;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, U, 10, "t", NULL, 0, EV, &t[i]), COOP_OK);
+    /* 4U bytes asked, 4U + 512 placed */
+    size_t sizes[2] = {2 * U + 1, 2 * U - 1};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 10, "o", NULL, 0, EV, outs),
+                     COOP_ERR_NOMEM);
+    char want[256];
+    snprintf(want, sizeof want,
+             "coop_tensor_create_outputs: the 2 outputs' sizes, each rounded up to 512 bytes, "
+             "add up to %u bytes, past the pool's capacity of %u bytes",
+             4 * U + 512, 4 * U);
+    assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
+    assert_int_equal(s.evictions_told, 0);
+    for (int i = 0; i < 3; i++)
+        assert_true(coop_tensor_resident(t[i]));
+    assert_null(outs[0]);
+    assert_null(outs[1]);
+    /* within the capacity, but f (not evictable) leaves no room for the
+     * second: named by its index and size */
+    assert_int_equal(coop_tensor_create(r, U, 10, "f", NULL, 0, 0, &f), COOP_OK);
+    size_t fit[2] = {U, 2 * U + 1};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, fit, 10, "o", NULL, 0, EV, outs),
+                     COOP_ERR_NOMEM);
+    snprintf(want, sizeof want,
+             "coop_tensor_create_outputs: no room for output 1 of 2 (%u bytes): ", 2 * U + 1);
+    assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
+    assert_null(outs[0]);
     assert_int_equal(coop_pool_check(pool), COOP_OK);
     coop_remat_destroy(r);
     coop_pool_destroy(pool);
@@ -660,6 +775,71 @@ static void pins_belong_to_their_handle(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A recompute callback that records the pin count of its first input's
+ * storage, as the recomputation holds it. */
+static uint64_t input_pins_seen;
+
+static coop_status record_input_pins(coop_tensor *t, void *producer, void *const *inputs, size_t n,
+                                     void *out, void *user)
+{
+    (void)producer, (void)inputs, (void)out, (void)user;
+    if (n)
+        input_pins_seen = t->inputs[0]->pins;
+    return COOP_OK;
+}
+
+/* Pin counts cannot wrap: a handle holding UINT32_MAX pins refuses
+ * another, naming the tensor and the count, and a storage's count (user
+ * pins through all its handles plus those of recomputations and creates
+ * in progress) goes past UINT32_MAX without wrapping to 0, which made a
+ * pinned tensor evictable while an op read it. Counts are set near the
+ * limit directly: four billion pin calls would take minutes (rev33-D). */
+static void pin_counts_do_not_wrap(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = pool_of(4);
+    coop_remat_config cfg = {
+        .policy = policy, .cheap_threshold = -1, .recompute = record_input_pins};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_tensor *a, *b, *f, *x;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", &a, 1, EV, &b), COOP_OK);
+    void *p;
+    assert_int_equal(coop_tensor_pin(r, a, &p), COOP_OK);
+    a->user_pins = UINT32_MAX;
+    a->pins = UINT32_MAX;
+    /* the handle's limit: refused, nothing changed */
+    assert_int_equal(coop_tensor_pin(r, a, &p), COOP_ERR_BUSY);
+    char want[160];
+    snprintf(want, sizeof want,
+             "coop_tensor_pin: tensor %p (%u bytes) is pinned 4294967295 times through this "
+             "handle already",
+             (void *)a, (unsigned)U);
+    assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
+    assert_int_equal(a->user_pins, UINT32_MAX);
+    assert_int_equal(a->pins, UINT32_MAX);
+    /* a create reading a pins it once more: past UINT32_MAX, so placing x
+     * cannot evict it */
+    assert_int_equal(coop_tensor_create(r, 4 * U, 10, "x", &a, 1, EV, &x), COOP_ERR_NOMEM);
+    assert_true(coop_tensor_resident(a));
+    assert_int_equal(a->pins, UINT32_MAX);
+    /* so does the recomputation of b (evicted by f) */
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "f", NULL, 0, 0, &f), COOP_OK);
+    assert_false(coop_tensor_resident(b));
+    assert_int_equal(coop_tensor_release(r, f), COOP_OK);
+    assert_int_equal(coop_tensor_access(r, b, NULL), COOP_OK);
+    assert_true(input_pins_seen == (uint64_t)UINT32_MAX + 1);
+    assert_true(coop_tensor_resident(a));
+    assert_int_equal(a->pins, UINT32_MAX);
+    a->user_pins = 1;
+    a->pins = 1;
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_OK);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* Copy-on-write would move a pinned tensor to a new buffer and leave the
  * pinned one to the old value, unpinned: filling the pool then evicted it
  * while the pin was held. Refused (COOP_ERR_BUSY), nothing changed, for a
@@ -1037,7 +1217,10 @@ int main(void)
         cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[0]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_the_tensor_evicted, &policies[1]),
         cmocka_unit_test(a_failed_recompute_names_the_call_and_the_tensors),
+        cmocka_unit_test(a_failed_recompute_quotes_the_refused_call),
         cmocka_unit_test(no_room_names_the_call),
+        cmocka_unit_test_prestate(outputs_past_the_capacity_evict_nothing, &policies[0]),
+        cmocka_unit_test_prestate(outputs_past_the_capacity_evict_nothing, &policies[1]),
         cmocka_unit_test(no_room_while_recomputing_names_the_tensor),
         cmocka_unit_test(a_failed_in_place_recompute_leaves_both_evicted),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[0]),
@@ -1053,6 +1236,8 @@ int main(void)
         cmocka_unit_test(a_nan_threshold_is_refused),
         cmocka_unit_test(create_refusals_name_the_call_and_argument),
         cmocka_unit_test(pins_belong_to_their_handle),
+        cmocka_unit_test_prestate(pin_counts_do_not_wrap, &policies[0]),
+        cmocka_unit_test_prestate(pin_counts_do_not_wrap, &policies[1]),
         cmocka_unit_test(released_handles_and_unbalanced_pins_change_nothing),
         cmocka_unit_test(context_refusals_name_the_argument),
         cmocka_unit_test_prestate(a_constant_held_by_a_view_is_not_evicted, &policies[0]),

@@ -478,6 +478,36 @@ static __attribute__((cold, noinline)) coop_status outputs_host_nomem(const char
     return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory %s %s", fn, what, out);
 }
 
+/* Refuses outputs whose sizes, rounded up as the pool places them, add up
+ * past the pool's capacity: each output stays pinned while the next is
+ * placed, so no placement can hold them all, and placing the first ones
+ * would evict tensors (on_evict told) only to fail. One output larger than
+ * the capacity is remat_alloc's to refuse (nothing evicted either). */
+static coop_status check_outputs_fit(coop_remat *r, const char *fn, size_t n, const size_t *sizes)
+{
+    if (n < 2)
+        return COOP_OK;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t size = sizes[i]; /* rounded short of wrapping; the sum saturates */
+        uint64_t rounded = size > UINT64_MAX - (COOP_ALIGN - 1)
+                               ? UINT64_MAX
+                               : (size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
+        sum = saturating_add_u64(sum, rounded);
+    }
+    pool_lock(r->pool); /* coop_set_capacity may change it from another thread */
+    uint64_t capacity = pool_arena(r->pool)->params.capacity;
+    pool_unlock(r->pool);
+    if (sum <= capacity)
+        return COOP_OK;
+    return coop_set_error(COOP_ERR_NOMEM,
+                          "%s: the %zu outputs' sizes, each rounded up to %u bytes, add up to "
+                          "%s%llu bytes, past the pool's capacity of %llu bytes: no placement "
+                          "can hold them all (nothing evicted)",
+                          fn, n, (unsigned)COOP_ALIGN, sum == UINT64_MAX ? "at least " : "",
+                          (unsigned long long)sum, (unsigned long long)capacity);
+}
+
 /* coop_tensor_create_outputs, its messages naming fn (the public call),
  * the context claimed. single: the call is coop_tensor_create, whose one
  * output and its size are arguments of their own ("out", "size"). */
@@ -522,10 +552,14 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
     remat_maybe_collect(r); /* live inputs are kept */
     if ((st = check_resident(inputs, num_inputs, NULL, fn)))
         return st;
+    if (!single && (st = check_outputs_fit(r, fn, num_outputs, sizes)))
+        return st;
     touch(r, inputs, num_inputs);
     pin_all(r, inputs, num_inputs, true); /* the op reads them while its outputs are placed */
     size_t made = 0;
     for (; made < num_outputs; made++) {
+        r->placing_output = made;
+        r->placing_outputs = single ? 0 : num_outputs;
         coop_tensor *t = new_record(r);
         if (!t) {
             st = outputs_host_nomem(fn, single, "recording", made, num_outputs, sizes[made], 0);
@@ -547,6 +581,7 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
         remat_pin(r, t); /* placed: placing the next output must not evict it */
         outs[made] = t;
     }
+    r->placing_outputs = 0;
     pin_all(r, inputs, num_inputs, false);
     for (size_t i = 0; i < made; i++)
         remat_unpin(r, outs[i]);
@@ -677,9 +712,14 @@ static coop_status push_frame(coop_remat *r, coop_tensor *t)
 /* The recompute callback failed for t (placed, inputs pinned): t goes back
  * to evicted, its buffer freed (it holds whatever the callback left), so
  * that no access returns it as a value and the next one recomputes it. Its
- * eviction is nobody's news: the owner never had this buffer. */
-static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status failed)
+ * eviction is nobody's news: the owner never had this buffer. refused: a
+ * library call the callback made failed (coop_error_count moved), whose
+ * message, saying what was refused and why, the new one quotes. */
+static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status failed, bool refused)
 {
+    coop_error_kept inner;
+    if (refused)
+        coop_error_keep(&inner);
     pool_lock(r->pool);
     remat_evict_locked(r, t); /* a union-find node is kept for every resident tensor */
     pool_unlock(r->pool);
@@ -690,11 +730,12 @@ static coop_status recompute_failed(coop_remat *r, coop_tensor *t, coop_status f
     /* the call and the tensors (remat_describe): the one whose callback
      * failed may be an input deep in a chain, not the one asked for */
     char who[REMAT_DESCRIBE_MAX];
-    return coop_set_error(failed,
-                          "%s: the recompute callback failed (%s) for %s; it stays evicted and is "
-                          "recomputed at its next access",
-                          remat_call_name(r), coop_strerror(failed),
-                          remat_describe(r, t, true, who, sizeof who));
+    return coop_set_error(
+        failed,
+        "%s: the recompute callback failed (%s) for %s; it stays evicted and is "
+        "recomputed at its next access%s%s",
+        remat_call_name(r), coop_strerror(failed), remat_describe(r, t, true, who, sizeof who),
+        refused ? "; a call it made was refused: " : "", refused ? inner.text : "");
 }
 
 /* Ends the top frame: with every input pinned (st COOP_OK), places its
@@ -730,6 +771,7 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
         for (size_t i = 0; i < t->num_inputs; i++)
             ptrs[i] = t->inputs[i] == old ? t->ptr : t->inputs[i]->ptr;
         r->in_callback++;
+        uint64_t errors = coop_error_count();
         coop_status done =
             r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
         r->in_callback--;
@@ -741,7 +783,7 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
             r->stats.recompute_ns = saturating_add_u64(r->stats.recompute_ns, t->cost);
             t->last_access = r->clock;
         } else {
-            st = recompute_failed(r, t, done);
+            st = recompute_failed(r, t, done, coop_error_count() != errors);
         }
         for (size_t i = 0; i < t->num_inputs; i++)
             remat_unpin(r, t->inputs[i]);
@@ -823,9 +865,13 @@ static coop_status tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
     coop_status st = enter(r, fn);
     if (st || (st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
         return st;
-    if (t->user_pins == UINT32_MAX || t->base->pins == UINT32_MAX)
-        return coop_set_error(COOP_ERR_BUSY, "%s: tensor pinned %u times already", fn,
-                              (unsigned)UINT32_MAX);
+    /* the storage's count is 64 bits and cannot get there (4 billion
+     * pins through each of 4 billion handles) */
+    if (t->user_pins == UINT32_MAX)
+        return coop_set_error(COOP_ERR_BUSY,
+                              "%s: tensor %p (%zu bytes) is pinned %lu times through this handle "
+                              "already, the most one handle holds; unpin it first",
+                              fn, (void *)t, t->size, (unsigned long)t->user_pins);
     if ((st = access_storage(r, t->base, ptr)))
         return st;
     remat_pin(r, t->base);
@@ -862,8 +908,8 @@ static coop_status tensor_unpin(coop_remat *r, coop_tensor *t)
     if (!t->user_pins)
         return coop_set_error(COOP_ERR_INVALID,
                               "%s: tensor (%p) is not pinned through this handle (its storage has "
-                              "%u pin%s)",
-                              fn, (void *)t, (unsigned)t->base->pins,
+                              "%llu pin%s)",
+                              fn, (void *)t, (unsigned long long)t->base->pins,
                               t->base->pins == 1 ? "" : "s");
     t->user_pins--;
     remat_unpin(r, t->base);
@@ -979,12 +1025,12 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
      * evictable while the pin is held (outside callbacks, every pin of
      * the storage is a user's) */
     if (r->cfg.copy_on_write && t->base->pins)
-        return coop_set_error(COOP_ERR_BUSY,
-                              "%s: the storage of tensor (%p) is pinned (%u pin%s): copy-on-write "
-                              "would move it to a new buffer and leave the pinned one evictable; "
-                              "unpin it first",
-                              fn, (void *)t, (unsigned)t->base->pins,
-                              t->base->pins == 1 ? "" : "s");
+        return coop_set_error(
+            COOP_ERR_BUSY,
+            "%s: the storage of tensor (%p) is pinned (%llu pin%s): copy-on-write "
+            "would move it to a new buffer and leave the pinned one evictable; "
+            "unpin it first",
+            fn, (void *)t, (unsigned long long)t->base->pins, t->base->pins == 1 ? "" : "s");
     remat_maybe_collect(r); /* t and the inputs are held, so kept */
     coop_tensor *b = t->base;
     /* the inputs other than t's storage must be resident already, and stay

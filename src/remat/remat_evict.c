@@ -806,18 +806,21 @@ static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictab
                  (unsigned long long)(s->reserved - s->top));
     }
     /* recomputing (an access or pin, maybe deep in a chain): which tensor,
-     * and for which one the owner asked */
-    char who[REMAT_DESCRIBE_MAX + 16] = "";
-    if (r->num_frames) {
-        char name[REMAT_DESCRIBE_MAX];
-        snprintf(who, sizeof who, " to recompute %s", describe(r, t, name));
-    }
+     * and for which one the owner asked; placing outputs: which one */
+    char what[REMAT_DESCRIBE_MAX + 48];
+    char name[REMAT_DESCRIBE_MAX];
+    if (r->num_frames)
+        snprintf(what, sizeof what, "%zu bytes to recompute %s", t->size, describe(r, t, name));
+    else if (r->placing_outputs)
+        snprintf(what, sizeof what, "%s", describe(r, t, name));
+    else
+        snprintf(what, sizeof what, "%zu bytes", t->size);
     return coop_set_error(
         COOP_ERR_NOMEM,
-        "%s: no room for %zu bytes%s: capacity %llu, allocated %lld of which %llu "
+        "%s: no room for %s: capacity %llu, allocated %lld of which %llu "
         "evictable, free %llu, largest free block %llu%s; evicting cannot free a contiguous "
         "range that large",
-        remat_call_name(r), t->size, who, (unsigned long long)a->params.capacity,
+        remat_call_name(r), what, (unsigned long long)a->params.capacity,
         (long long)r->pool->allocated_bytes.current, (unsigned long long)evictable,
         (unsigned long long)a->counters.free_bytes, (unsigned long long)arena_largest_free(a),
         above);

@@ -36,11 +36,15 @@ struct coop_tensor {
     size_t num_children, cap_children;
     void *ptr;            /* buffer while resident, else NULL */
     uint64_t last_access; /* logical clock */
-    uint32_t handles;     /* base: unreleased tensors on the storage (itself, views) */
-    uint32_t pins;        /* base: user pins plus pins of recomputations in progress */
-    uint32_t user_pins;   /* coop_tensor_pin calls through this handle not yet unpinned */
-    uint32_t uf;          /* union-find node while evicted, else REMAT_NONE */
-    uint32_t remats;      /* base: recompute callbacks run for it (coop's window cost) */
+    /* base: user pins (up to UINT32_MAX through each handle) plus those of
+     * recomputations and creates in progress (one per input slot of each
+     * frame: as many as host memory holds). 64 bits, so that no count of
+     * either can wrap it to 0, which would make a pinned storage evictable */
+    uint64_t pins;
+    uint32_t handles;   /* base: unreleased tensors on the storage (itself, views) */
+    uint32_t user_pins; /* coop_tensor_pin calls through this handle not yet unpinned */
+    uint32_t uf;        /* union-find node while evicted, else REMAT_NONE */
+    uint32_t remats;    /* base: recompute callbacks run for it (coop's window cost) */
     /* its producer is a recomputable in-place op: inputs[0] is its old value
      * (a hidden record), whose buffer a recomputation takes over */
     bool in_place;
@@ -104,6 +108,9 @@ struct coop_remat {
     uint32_t in_callback;
     remat_frame *frames; /* materialize's stack */
     size_t num_frames, cap_frames;
+    /* coop_tensor_create_outputs is placing output placing_output of
+     * placing_outputs (0: it is not), which its messages name */
+    size_t placing_output, placing_outputs;
     void **slots;
     size_t num_slots, cap_slots;
     coop_tensor *resident; /* list of resident base tensors */

@@ -14,7 +14,11 @@ const char *remat_describe(const coop_remat *r, const coop_tensor *t, bool recom
                            size_t size)
 {
     if (!recomputing) {
-        snprintf(buf, size, "a tensor of %zu bytes", t->size);
+        if (r->placing_outputs)
+            snprintf(buf, size, "output %zu of %zu (%zu bytes)", r->placing_output,
+                     r->placing_outputs, t->size);
+        else
+            snprintf(buf, size, "a tensor of %zu bytes", t->size);
         return buf;
     }
     const coop_tensor *asked = r->num_frames ? r->frames[0].t : t;
