@@ -26,7 +26,24 @@ typedef struct script {
     coop_tensor *victim; /* released or accessed from on_evict */
     coop_status nested;  /* what that call returned */
     bool destroy;        /* on_evict destroys the context (refused) */
+    coop_pool *pool;     /* the callbacks call the pool (allowed: no lock held) */
+    unsigned pool_calls; /* callbacks whose pool calls all answered as documented */
 } script;
+
+/* What a callback may do with the pool: allocate and free on another
+ * stream (out of memory is an answer too: the pool is full while room is
+ * made), read the statistics, check the invariants. Under the pool's lock
+ * any of these would wait for it forever. */
+static void call_the_pool(script *s)
+{
+    coop_status st;
+    void *p = coop_malloc(s->pool, 512, 7, 0, &st);
+    coop_stats stats;
+    coop_get_stats(s->pool, &stats);
+    if ((p || st == COOP_ERR_NOMEM) && coop_free(s->pool, p) == COOP_OK &&
+        coop_pool_check(s->pool) == COOP_OK)
+        s->pool_calls++;
+}
 
 static coop_status scripted_recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
                                       void *out, void *user)
@@ -36,6 +53,8 @@ static coop_status scripted_recompute(coop_tensor *t, void *producer, void *cons
     const char *p = producer;
     if (strlen(s->ran) + 1 < sizeof s->ran) /* the first ones (a long chain runs 20,000) */
         strncat(s->ran, p, 1);
+    if (s->pool)
+        call_the_pool(s);
     if (s->fail && strchr(s->fail, p[0]))
         return COOP_ERR_BACKEND;
     if (s->r) { /* calls the context from inside: refused */
@@ -50,6 +69,8 @@ static void count_eviction(coop_tensor *t, void *user)
     (void)t;
     script *s = user;
     s->evictions_told++;
+    if (s->pool)
+        call_the_pool(s);
     if (s->r && s->victim)
         s->nested = coop_tensor_release(s->r, s->victim);
     if (s->r && s->destroy)
@@ -792,6 +813,31 @@ static void callbacks_cannot_call_the_context(void **state)
     coop_pool_destroy(pool);
 }
 
+/* The callbacks may call the pool the context is over (coop.h): neither
+ * runs under the pool's lock. */
+static void callbacks_may_call_the_pool(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {.pool = pool};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *t[3], *big;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, U, 10, "t", NULL, 0, EV, &t[i]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 4 * U, 1, "B", NULL, 0, EV, &big), COOP_OK);
+    assert_int_equal(s.evictions_told, 3);
+    assert_int_equal(s.pool_calls, 3);
+    assert_int_equal(coop_tensor_access(r, t[0], NULL), COOP_OK); /* evicts B, recomputes t */
+    assert_int_equal(s.evictions_told, 4);
+    assert_int_equal(s.pool_calls, 5);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocation.current, 0);
+    coop_pool_destroy(pool);
+}
+
 /* coop_tensor_mutate keeps its inputs resident while it recomputes its
  * target: no room is then no room, not an input evicted and refused. */
 static void mutate_keeps_its_inputs(void **state)
@@ -1061,6 +1107,7 @@ int main(void)
         cmocka_unit_test_prestate(copy_on_write_refuses_a_pinned_tensor, &policies[1]),
         cmocka_unit_test(the_pool_refuses_a_tensors_buffer),
         cmocka_unit_test(callbacks_cannot_call_the_context),
+        cmocka_unit_test(callbacks_may_call_the_pool),
         cmocka_unit_test(a_callback_cannot_destroy_the_context),
         cmocka_unit_test(mutate_keeps_its_inputs),
         cmocka_unit_test(handles_from_the_latest_collection_stay_refused),
