@@ -627,7 +627,11 @@ enum {
  * _recomputes) and the statistics
  * (coop_remat_get_stats) but must not call the other functions that take
  * the context (coop_tensor_create and the others): such a call fails with
- * COOP_ERR_BUSY and changes nothing (coop_remat_destroy: see there). */
+ * COOP_ERR_BUSY and changes nothing (coop_remat_destroy: see there).
+ * Neither runs under the pool's lock: both may call the pool's own
+ * functions (coop_malloc of scratch memory, coop_free, coop_get_stats,
+ * coop_pool_check): on_evict runs once the tensor that needed the room
+ * is placed, the recompute callback once its tensor's buffer is. */
 typedef void (*coop_evict_fn)(coop_tensor *t, void *user);
 /* Recomputes t: runs producer reading inputs[i] (resident, pinned) and
  * writing out (t's new buffer of coop_tensor_size(t) bytes). A status

@@ -31,10 +31,27 @@ typedef struct script {
      * keeps that call's message and returns its status */
     bool access_itself;
     char inner[1024];
-    /* or asks the pool for more than its capacity (refused), then fails
+    /* or asks this pool for more than its capacity (refused), then fails
      * with COOP_ERR_BACKEND */
-    coop_pool *pool;
+    coop_pool *overask;
+    coop_pool *pool;     /* the callbacks call the pool (allowed: no lock held) */
+    unsigned pool_calls; /* callbacks whose pool calls all answered as documented */
 } script;
+
+/* What a callback may do with the pool: allocate and free on another
+ * stream (out of memory is an answer too: the pool is full while room is
+ * made), read the statistics, check the invariants. Under the pool's lock
+ * any of these would wait for it forever. */
+static void call_the_pool(script *s)
+{
+    coop_status st;
+    void *p = coop_malloc(s->pool, 512, 7, 0, &st);
+    coop_stats stats;
+    coop_get_stats(s->pool, &stats);
+    if ((p || st == COOP_ERR_NOMEM) && coop_free(s->pool, p) == COOP_OK &&
+        coop_pool_check(s->pool) == COOP_OK)
+        s->pool_calls++;
+}
 
 static coop_status scripted_recompute(coop_tensor *t, void *producer, void *const *inputs, size_t n,
                                       void *out, void *user)
@@ -49,13 +66,15 @@ static coop_status scripted_recompute(coop_tensor *t, void *producer, void *cons
         snprintf(s->inner, sizeof s->inner, "%s", coop_last_error());
         return st;
     }
-    if (s->pool) {
+    if (s->overask) {
         coop_status st;
-        void *q = coop_malloc(s->pool, 1u << 30, 0, 0, &st);
-        coop_free(s->pool, q); /* NULL: refused */
+        void *q = coop_malloc(s->overask, 1u << 30, 0, 0, &st);
+        coop_free(s->overask, q); /* NULL: refused */
         snprintf(s->inner, sizeof s->inner, "%s", coop_last_error());
         return COOP_ERR_BACKEND;
     }
+    if (s->pool)
+        call_the_pool(s);
     if (s->fail && strchr(s->fail, p[0]))
         return COOP_ERR_BACKEND;
     if (s->r) { /* calls the context from inside: refused */
@@ -70,6 +89,8 @@ static void count_eviction(coop_tensor *t, void *user)
     (void)t;
     script *s = user;
     s->evictions_told++;
+    if (s->pool)
+        call_the_pool(s);
     if (s->r && s->victim)
         s->nested = coop_tensor_release(s->r, s->victim);
     if (s->r && s->destroy)
@@ -201,12 +222,12 @@ static void a_failed_recompute_quotes_the_refused_call(void **state)
     assert_false(coop_tensor_resident(b));
     /* a refused call of the pool's, then a failure of the callback's own */
     s.access_itself = false;
-    s.pool = pool;
+    s.overask = pool;
     assert_int_equal(coop_tensor_access(r, b, NULL), COOP_ERR_BACKEND);
     assert_true(strncmp(s.inner, "out of memory", 13) == 0);
     assert_true(error_says(s.inner));
     /* no refused call: the message ends where it did */
-    s.pool = NULL;
+    s.overask = NULL;
     s.r = NULL;
     s.fail = "b";
     coop_status st;
@@ -972,6 +993,31 @@ static void callbacks_cannot_call_the_context(void **state)
     coop_pool_destroy(pool);
 }
 
+/* The callbacks may call the pool the context is over (coop.h): neither
+ * runs under the pool's lock. */
+static void callbacks_may_call_the_pool(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {.pool = pool};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *t[3], *big;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(coop_tensor_create(r, U, 10, "t", NULL, 0, EV, &t[i]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 4 * U, 1, "B", NULL, 0, EV, &big), COOP_OK);
+    assert_int_equal(s.evictions_told, 3);
+    assert_int_equal(s.pool_calls, 3);
+    assert_int_equal(coop_tensor_access(r, t[0], NULL), COOP_OK); /* evicts B, recomputes t */
+    assert_int_equal(s.evictions_told, 4);
+    assert_int_equal(s.pool_calls, 5);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocation.current, 0);
+    coop_pool_destroy(pool);
+}
+
 /* coop_tensor_mutate keeps its inputs resident while it recomputes its
  * target: no room is then no room, not an input evicted and refused. */
 static void mutate_keeps_its_inputs(void **state)
@@ -1246,6 +1292,7 @@ int main(void)
         cmocka_unit_test_prestate(copy_on_write_refuses_a_pinned_tensor, &policies[1]),
         cmocka_unit_test(the_pool_refuses_a_tensors_buffer),
         cmocka_unit_test(callbacks_cannot_call_the_context),
+        cmocka_unit_test(callbacks_may_call_the_pool),
         cmocka_unit_test(a_callback_cannot_destroy_the_context),
         cmocka_unit_test(mutate_keeps_its_inputs),
         cmocka_unit_test(handles_from_the_latest_collection_stay_refused),
