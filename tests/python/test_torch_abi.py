@@ -88,7 +88,7 @@ torch_record_stream = entry("coop_torch_record_stream", RecordStreamFn)
 # MALLOC_*, the locale) is the server's: a case whose environment differs
 # there gets a real interpreter (python_child below).
 FORK_SERVER = r"""
-import gc, json, os, runpy, signal, sys, types
+import gc, json, os, runpy, signal, sys, time, types
 try:
     import torch  # noqa: F401 (the import each case paid for)
 except ImportError:
@@ -106,8 +106,21 @@ while True:
     pid = os.fork()
     if pid == 0:
         break
-    _, status = os.waitpid(pid, 0)
-    print(os.waitstatus_to_exitcode(status), flush=True)
+    # The deadline is kept here too: a child that ignores or blocks SIGALRM
+    # (its code may, and so may a library it loads) would keep the suite
+    # waiting for good. A poll every 5 ms: a case's time is a second or so.
+    deadline = time.monotonic() + req["timeout"] + 1
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print(os.waitstatus_to_exitcode(status), flush=True)
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            print(-signal.SIGALRM, flush=True)
+            break
+        time.sleep(0.005)
 fd = os.open(os.devnull, os.O_RDONLY)
 os.dup2(fd, 0)
 os.close(fd)
@@ -120,7 +133,7 @@ os.environ.clear()
 os.environ.update(req["env"])
 if req["cwd"]:
     os.chdir(req["cwd"])
-signal.alarm(req["timeout"])  # subprocess.run's timeout: SIGALRM ends it
+signal.alarm(req["timeout"])  # subprocess.run's timeout: SIGALRM ends it (or the server)
 if req["script"]:
     sys.argv = [req["script"]] + req["args"]
     sys.path[0] = os.path.dirname(os.path.abspath(req["script"]))
@@ -2255,6 +2268,17 @@ class Run(unittest.TestCase):
                                capture_output=True, text=True, timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(r.stdout.strip(), want.strip(), opts + run)
+
+
+class ForkServer(unittest.TestCase):
+    def test_a_child_that_ignores_sigalrm_still_times_out(self):
+        # the server ends it 1 s past its timeout (the child's alarm is ignored)
+        code = "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\ntime.sleep(600)"
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+        with self.assertRaises(subprocess.TimeoutExpired):
+            python_child(code, env, timeout=1)
+        self.assertEqual(_startup_env(env), _startup_env(_server[1]))  # it was the server's child
+        self.assertEqual(python_child("print(6 * 7)", env).stdout, "42\n")  # the server still serves
 
 
 class Library(unittest.TestCase):
