@@ -360,8 +360,8 @@ typedef struct coop_stats {
     uint64_t num_ooms;          /* allocations that failed for lack of memory: once each */
     uint64_t num_maps,
         num_unmaps;     /* backend map / unmap calls (segment allocs / frees without VMM) */
-    uint64_t map_bytes; /* total bytes ever mapped (first mappings included); stops at
-                         * UINT64_MAX */
+    uint64_t map_bytes; /* total bytes ever mapped (first mappings included; without VMM,
+                         * the bytes of every segment allocated); stops at UINT64_MAX */
     uint64_t capacity;
     uint64_t free_bytes; /* sum of free blocks */
     uint64_t largest_free_block;

@@ -179,6 +179,7 @@ static void test_segments_malloc_split_fit_merge_release(void **state)
     expect_stat(s.inactive_split, 1, 1, 1, 0);
     expect_stat(s.inactive_split_bytes, 64512, 64512, 64512, 0);
     assert_int_equal(s.num_maps, 1);
+    assert_int_equal(s.map_bytes, 65536); /* without VMM: segment bytes */
 
     char *b = alloc(p, 40 * KiB, 0); /* best fit: the rest of segment 1 */
     assert_ptr_equal(b, a + 1024);
@@ -195,6 +196,7 @@ static void test_segments_malloc_split_fit_merge_release(void **state)
     expect_stat(s.reserved_bytes, 114688, 114688, 114688, 0);
     expect_stat(s.inactive_split, 1, 1, 1, 0);
     assert_int_equal(s.num_maps, 2);
+    assert_int_equal(s.map_bytes, 114688);
 
     /* freeing the whole-segment block: free, not split; reusing it is an
      * exact fit of an unsplit block: no split counter moves */

@@ -69,7 +69,8 @@ typedef struct sim_outcome {
     /* with check_caches: cached values checked, and those a fresh walk
      * disagreed with, or left invalid although still right */
     uint64_t cache_checks, cache_mismatches;
-    double frag_at_evict; /* mean free bytes / budget at eviction searches */
+    double frag_at_evict; /* mean over eviction searches of free bytes / budget (arena:
+                           * / the pool's capacity, the budget rounded down to 512 B) */
     uint64_t search_ns_p50, search_ns_p99;
 } sim_outcome;
 

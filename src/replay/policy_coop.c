@@ -86,7 +86,8 @@ static void coop_policy_stats(void *state, replay_policy_stats *out)
     *out = (replay_policy_stats){
         .reserved_bytes = (uint64_t)s.reserved_bytes.current,
         /* every byte that ever became reserved: page mappings (VMM) or whole
-         * segments (without VMM, where the pool's map_bytes stays 0) */
+         * segments (without VMM; the pool's map_bytes counts those too, but
+         * stops at UINT64_MAX where this stops at INT64_MAX) */
         .map_bytes = (uint64_t)s.reserved_bytes.allocated,
         .active_bytes = (uint64_t)s.allocated_bytes.current,
         .free_bytes = s.free_bytes,
