@@ -965,6 +965,12 @@ static void whole_fraction_in_conf(pk *p)
     defaults_with_conf(p, "pinned_num_register_threads:2,per_process_memory_fraction:1.0");
 }
 
+/* divisions of 1: round_size rounds by powers of two only for more than 1 */
+static void roundup_of_one(pk *p)
+{
+    roundup(p, 1);
+}
+
 /* a fraction that does not parse: nothing vouches for it */
 static void odd_fraction_in_conf(pk *p)
 {
@@ -1032,6 +1038,7 @@ static void test_allocator_settings(void **state)
         {fraction_in_conf, 1, TRACE_TORCH_MEMORY_FRACTION},
         {whole_fraction_in_conf, 1, 0},
         {odd_fraction_in_conf, 1, TRACE_TORCH_MEMORY_FRACTION},
+        {roundup_of_one, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pk p;

@@ -32,11 +32,19 @@ static bool expandable_segments_default(const pkl_value *v)
     return int_is(v, 0); /* False */
 }
 
+/* Divisions that round as the default does: round_size rounds to
+ * power-of-two divisions only for more than 1 (0 is the default, and 1,
+ * which PYTORCH_CUDA_ALLOC_CONF accepts, rounds to 512 bytes as well). */
+static bool no_divisions(const pkl_value *v)
+{
+    return int_is(v, 0) || int_is(v, 1);
+}
+
 /* No rounding to power-of-two divisions: PyTorch writes a dict of size
  * interval -> divisions, all 0 (older versions one number, 0). */
 static bool roundup_default(const pkl_value *v)
 {
-    if (int_is(v, 0))
+    if (no_divisions(v))
         return true;
     size_t first, step;
     if (v->kind == PKL_DICT) {
@@ -51,7 +59,7 @@ static bool roundup_default(const pkl_value *v)
     if (v->v.seq.len / step > TORCH_SETTINGS_MAX_ITEMS)
         return false;
     for (size_t i = first; i < v->v.seq.len; i += step)
-        if (!int_is(v->v.seq.items[i], 0))
+        if (!no_divisions(v->v.seq.items[i]))
             return false;
     return true;
 }
