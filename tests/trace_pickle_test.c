@@ -911,15 +911,21 @@ static void roundup(pk *p, int64_t divisions_of_1024)
     end_dict(p);
 }
 
-/* PyTorch's defaults, as the shared snapshots record them */
-static void default_settings(pk *p)
+/* PyTorch's defaults, the PYTORCH_CUDA_ALLOC_CONF string conf aside */
+static void defaults_with_conf(pk *p, const char *conf)
 {
-    key_str(p, "PYTORCH_CUDA_ALLOC_CONF", "");
+    key_str(p, "PYTORCH_CUDA_ALLOC_CONF", conf);
     key_int(p, "max_split_size", -1);
     binfloat(p, "garbage_collection_threshold", "\0\0\0\0\0\0\0\0");
     boolean(p, "expandable_segments", 0);
     key_int(p, "pinned_num_register_threads", 1);
     roundup(p, 0);
+}
+
+/* PyTorch's defaults, as the shared snapshots record them */
+static void default_settings(pk *p)
+{
+    defaults_with_conf(p, "");
 }
 
 static void expandable(pk *p)
@@ -943,6 +949,32 @@ static void all_off_default(pk *p)
     key_int(p, "max_split_size", 200 << 20);
     binfloat(p, "garbage_collection_threshold", "\x3f\xe3\x33\x33\x33\x33\x33\x33"); /* 0.6 */
     roundup(p, 4);
+}
+
+/* per_process_memory_fraction, which only PYTORCH_CUDA_ALLOC_CONF's string
+ * records (PyTorch 2.9+): every other setting at its default */
+static void fraction_in_conf(pk *p)
+{
+    defaults_with_conf(p, "garbage_collection_threshold:0.0, per_process_memory_fraction:0.5");
+}
+
+/* a fraction of 1 (the whole device) and other options of the string
+ * that change no placement: the defaults */
+static void whole_fraction_in_conf(pk *p)
+{
+    defaults_with_conf(p, "pinned_num_register_threads:2,per_process_memory_fraction:1.0");
+}
+
+/* divisions of 1: round_size rounds by powers of two only for more than 1 */
+static void roundup_of_one(pk *p)
+{
+    roundup(p, 1);
+}
+
+/* a fraction that does not parse: nothing vouches for it */
+static void odd_fraction_in_conf(pk *p)
+{
+    defaults_with_conf(p, "per_process_memory_fraction:half");
 }
 
 /* max_split_size as size_t's maximum, unsigned, and gc as int 0: defaults
@@ -1000,8 +1032,13 @@ static void test_allocator_settings(void **state)
         {written_by_coop, 0, 0}, /* coop's settings are not PyTorch's */
         {too_many_settings, 1,
          TRACE_TORCH_EXPANDABLE_SEGMENTS | TRACE_TORCH_MAX_SPLIT_SIZE |
-             TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS | TRACE_TORCH_GC_THRESHOLD},
+             TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS | TRACE_TORCH_GC_THRESHOLD |
+             TRACE_TORCH_MEMORY_FRACTION},
         {long_roundup, 1, TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS},
+        {fraction_in_conf, 1, TRACE_TORCH_MEMORY_FRACTION},
+        {whole_fraction_in_conf, 1, 0},
+        {odd_fraction_in_conf, 1, TRACE_TORCH_MEMORY_FRACTION},
+        {roundup_of_one, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pk p;
@@ -1019,6 +1056,8 @@ static void test_allocator_settings(void **state)
                         "expandable_segments");
     assert_string_equal(trace_torch_setting_name(TRACE_TORCH_GC_THRESHOLD),
                         "garbage_collection_threshold");
+    assert_string_equal(trace_torch_setting_name(TRACE_TORCH_MEMORY_FRACTION),
+                        "per_process_memory_fraction");
     assert_null(trace_torch_setting_name(1u << 20));
 }
 

@@ -42,12 +42,14 @@ typedef struct trace_event {
 /* PyTorch allocator settings that change where blocks go and what is
  * reserved (trace.torch_settings): replay's torch policy emulates PyTorch's
  * defaults only (unlimited max_split_size, no power-of-two rounding
- * divisions, no garbage collection threshold, no expandable segments). */
+ * divisions, no garbage collection threshold, no expandable segments, no
+ * per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF). */
 enum {
     TRACE_TORCH_EXPANDABLE_SEGMENTS = 1u << 0,
     TRACE_TORCH_MAX_SPLIT_SIZE = 1u << 1,
     TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS = 1u << 2,
     TRACE_TORCH_GC_THRESHOLD = 1u << 3,
+    TRACE_TORCH_MEMORY_FRACTION = 1u << 4,
 };
 
 typedef struct trace_segment {

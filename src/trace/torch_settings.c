@@ -1,5 +1,6 @@
 /* A snapshot's allocator_settings; see torch_settings.h. */
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trace/torch_settings.h"
@@ -31,11 +32,19 @@ static bool expandable_segments_default(const pkl_value *v)
     return int_is(v, 0); /* False */
 }
 
+/* Divisions that round as the default does: round_size rounds to
+ * power-of-two divisions only for more than 1 (0 is the default, and 1,
+ * which PYTORCH_CUDA_ALLOC_CONF accepts, rounds to 512 bytes as well). */
+static bool no_divisions(const pkl_value *v)
+{
+    return int_is(v, 0) || int_is(v, 1);
+}
+
 /* No rounding to power-of-two divisions: PyTorch writes a dict of size
  * interval -> divisions, all 0 (older versions one number, 0). */
 static bool roundup_default(const pkl_value *v)
 {
-    if (int_is(v, 0))
+    if (no_divisions(v))
         return true;
     size_t first, step;
     if (v->kind == PKL_DICT) {
@@ -50,20 +59,76 @@ static bool roundup_default(const pkl_value *v)
     if (v->v.seq.len / step > TORCH_SETTINGS_MAX_ITEMS)
         return false;
     for (size_t i = first; i < v->v.seq.len; i += step)
-        if (!int_is(v->v.seq.items[i], 0))
+        if (!no_divisions(v->v.seq.items[i]))
             return false;
     return true;
 }
 
+static bool conf_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* The PYTORCH_CUDA_ALLOC_CONF string (`key:value,...`, PyTorch 2.9 on) is
+ * the only record of per_process_memory_fraction, a cap on what the
+ * allocator may hold (its alloc_block refuses a segment or pages past it,
+ * and it turns garbage_collection_threshold on); the other keys that change
+ * placement have entries of their own. Default: no such option, or its last
+ * value 1 (the whole device). */
+static bool memory_fraction_default(const pkl_value *v)
+{
+    static const char key[] = "per_process_memory_fraction";
+    const size_t key_len = sizeof key - 1;
+    if (v->kind != PKL_STR)
+        return false;
+    const char *s = v->v.str.ptr;
+    size_t len = v->v.str.len;
+    bool is_default = true;
+    for (size_t at = 0; at + key_len <= len; at++) {
+        if (memcmp(s + at, key, key_len) != 0 ||
+            (at > 0 && s[at - 1] != ',' && !conf_space(s[at - 1])))
+            continue;
+        size_t i = at + key_len;
+        while (i < len && conf_space(s[i]))
+            i++;
+        if (i == len || s[i] != ':')
+            continue; /* a longer name: not this option */
+        size_t from = i + 1, to = from;
+        while (to < len && s[to] != ',')
+            to++;
+        while (from < to && conf_space(s[from]))
+            from++;
+        while (to > from && conf_space(s[to - 1]))
+            to--;
+        char value[32]; /* "1", "1.0", "1e0"...: longer is no number PyTorch takes */
+        bool fits = to - from < sizeof value;
+        if (fits) {
+            memcpy(value, s + from, to - from);
+            value[to - from] = '\0';
+        }
+        char *end = NULL;
+        double f = fits && to > from ? strtod(value, &end) : 0.0;
+        is_default = end && *end == '\0' && f == 1.0; /* the last one counts */
+    }
+    return is_default;
+}
+
+/* name: the setting's name (trace.h's TRACE_TORCH_* names); key: the
+ * allocator_settings key whose value is_default judges */
 static const struct {
     unsigned bit;
-    const char *name;
+    const char *name, *key;
     bool (*is_default)(const pkl_value *v);
 } settings[] = {
-    {TRACE_TORCH_EXPANDABLE_SEGMENTS, "expandable_segments", expandable_segments_default},
-    {TRACE_TORCH_MAX_SPLIT_SIZE, "max_split_size", max_split_size_default},
-    {TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS, "roundup_power2_divisions", roundup_default},
-    {TRACE_TORCH_GC_THRESHOLD, "garbage_collection_threshold", gc_threshold_default},
+    {TRACE_TORCH_EXPANDABLE_SEGMENTS, "expandable_segments", "expandable_segments",
+     expandable_segments_default},
+    {TRACE_TORCH_MAX_SPLIT_SIZE, "max_split_size", "max_split_size", max_split_size_default},
+    {TRACE_TORCH_ROUNDUP_POWER2_DIVISIONS, "roundup_power2_divisions", "roundup_power2_divisions",
+     roundup_default},
+    {TRACE_TORCH_GC_THRESHOLD, "garbage_collection_threshold", "garbage_collection_threshold",
+     gc_threshold_default},
+    {TRACE_TORCH_MEMORY_FRACTION, "per_process_memory_fraction", "PYTORCH_CUDA_ALLOC_CONF",
+     memory_fraction_default},
 };
 
 _Static_assert(2 + sizeof settings / sizeof settings[0] == TRACE_TORCH_SETTINGS_NUM_KEYS,
@@ -74,7 +139,7 @@ const char **trace_torch_settings_keys(const char **keys)
     *keys++ = "allocator_settings";
     *keys++ = "allocator";
     for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
-        *keys++ = settings[i].name;
+        *keys++ = settings[i].key;
     return keys;
 }
 
@@ -102,7 +167,7 @@ void trace_torch_settings_read(const pkl_value *root, trace *t)
         return;
     }
     for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
-        const pkl_value *v = pkl_dict_get(dict, settings[i].name);
+        const pkl_value *v = pkl_dict_get(dict, settings[i].key);
         if (v && !settings[i].is_default(v))
             t->torch_settings |= settings[i].bit;
     }

@@ -23,7 +23,7 @@ void trace_torch_settings_read(const pkl_value *root, trace *t);
  * prunes the values of all others (pkl_parse_pruned): written to
  * keys[0 .. TRACE_TORCH_SETTINGS_NUM_KEYS), from the table of settings it
  * reads; returns keys + TRACE_TORCH_SETTINGS_NUM_KEYS. */
-#define TRACE_TORCH_SETTINGS_NUM_KEYS 6
+#define TRACE_TORCH_SETTINGS_NUM_KEYS 7
 const char **trace_torch_settings_keys(const char **keys);
 
 #endif
