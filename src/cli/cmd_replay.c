@@ -279,6 +279,24 @@ static void warn_torch_settings(const replay_cli *cli, const char *path, const t
                                                                  : "");
 }
 
+/* A trace with no allocation or free after its live-at-start blocks measures
+ * only where those blocks go: most likely a snapshot dumped without a
+ * recorded history (its segments' blocks alone), which gave a table of
+ * 1-event rows without a word. Says so, and how to record one. */
+static void warn_no_history(const char *path, const trace *t)
+{
+    for (size_t i = t->num_live_at_start; i < t->num_events; i++) {
+        trace_event_kind k = t->events[i].kind;
+        if (k == TRACE_ALLOC || k == TRACE_FREE_REQUESTED || k == TRACE_FREE)
+            return;
+    }
+    fprintf(stderr,
+            "coop replay: %s: no allocation or free recorded after the %zu block%s live at the "
+            "start: only their placement is measured (a PyTorch snapshot holds a history only "
+            "if torch.cuda.memory._record_memory_history() ran before the model was built)\n",
+            path, t->num_live_at_start, t->num_live_at_start == 1 ? "" : "s");
+}
+
 /* Replays one file; rows are printed now (JSON) or kept for the table. */
 static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
 {
@@ -297,6 +315,7 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
     }
     res->rows = grown;
     warn_torch_settings(cli, path, &t);
+    warn_no_history(path, &t);
     size_t filled = 0;
     coop_status st = replay_measure(&t, cli->choices, cli->num_choices, &cli->opt,
                                     &grown[res->num_rows], &filled, &res->failed);
