@@ -82,12 +82,23 @@ static void usage(FILE *out)
             "                     are the library's own (coop_remat_stats)\n"
             "  -h, --help         this text\n"
             "\n"
-            "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
-            "thrash; on an oom or thrash row, overhead and the counters cover the run until\n"
-            "it stopped. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
-            "a tensor's neighbours: dtr, coop-comp) and blocks (blocks coop's window searches\n"
-            "visited). Exit status 0 when every log ran, 1 when a run failed, 2 on a usage\n"
-            "error or a log that cannot be read (file and line in the message).\n");
+            "Columns (JSON keys in docs/remat.md): ratio, the budget ratio; result ok, oom\n"
+            "(nothing left to evict) or thrash (recomputation past --overhead-limit);\n"
+            "overhead = (base + recompute) / base compute, 1 is free; evictions; remat_ops\n"
+            "(recomputed ops); search_p50 / search_p99, the median and 99th percentile CPU ns\n"
+            "of placing a request that did not fit; heur_evals (eviction-cost evaluations);\n"
+            "eq_walks (c_eq evaluations that walked a tensor's neighbours: dtr, coop-comp);\n"
+            "blocks (blocks coop's window searches visited); frag, the mean free share of the\n"
+            "budget at eviction searches; ffail, searches with enough free bytes but no hole\n"
+            "that fits (fragmentation); min_ratio, the smallest feasible ratio found by\n"
+            "bisection; stable, stable_min_ratio (--stable-min-ratio).\n"
+            "--engine lib adds searches (allocations that evicted) and what the API maps\n"
+            "only approximately: inplace (ops mutated in place), multi_call (ops of several\n"
+            "calls), views (aliasing results), zero_size (0-byte outputs). Lower is better for\n"
+            "overhead through ffail, and min_ratio ('none': no ratio runs, not even 1; '-':\n"
+            "not computed). On an oom or thrash row, overhead and the counters cover the run\n"
+            "until it stopped. Exit status 0 when every log ran, 1 when a run failed, 2 on a\n"
+            "usage error or a log that cannot be read (file and line in the message).\n");
 }
 
 /* The searches that end a row: the bisection's min_budget_ratio (have_min),
