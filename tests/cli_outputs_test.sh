@@ -276,6 +276,9 @@ columns_in_help() { # CMD ARGS...: the header line of CMD's table, each word in 
 columns_in_help replay --policy ideal "$traces/lstm-train-step.trace.gz"
 columns_in_help sim --policy dtr --budget 0.9 --stable-min-ratio=0.25 "$traces/unet-train-step.ops.jsonl.gz"
 columns_in_help sim --engine lib --policy dtr --budget 0.9 --no-min-ratio "$traces/unet-train-step.ops.jsonl.gz"
+columns_in_help bench --batches 1 --live 10
+columns_in_help bench --latency
+columns_in_help bench --floor --live 100
 # bench's rows: every kind
 for args in "bench --json --batches 1 --live 10" "bench --json --only coop --batches 1 --live 10" \
     "bench --floor --json --live 100" "bench --latency --json"; do
