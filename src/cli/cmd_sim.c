@@ -303,6 +303,23 @@ static void say_if_another_format(const char *path)
             path, what);
 }
 
+/* The table's header: the columns print_row writes. */
+static void print_header(bool lib, int log_width, bool want_stable)
+{
+    if (lib)
+        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s %8s %10s %9s "
+               "%9s %9s",
+               log_width, "log", "policy", "engine", "ratio", "result", "overhead", "evictions",
+               "remat_ops", "search_p50", "search_p99", "heur_evals", "frag", "ffail", "searches",
+               "inplace", "multi_call", "views", "zero_size", "min_ratio");
+    else
+        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s",
+               log_width, "log", "policy", "memory", "ratio", "result", "overhead", "evictions",
+               "remat_ops", "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag",
+               "ffail", "min_ratio");
+    printf(want_stable ? " %9s\n" : "\n", "stable");
+}
+
 /* A run that ended in an error (host memory ran out: the simulator's or the
  * pool's) ends the command, as in replay: the runs after it would fail
  * too, one message each, or measure a host short of memory. Says why
@@ -549,19 +566,8 @@ int cmd_sim(int argc, char **argv)
         return 2;
     int status = 0;
     int log_width = log_column_width(argv + optind, argc - optind);
-    if (!json && lib)
-        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s %8s %10s %9s "
-               "%9s %9s",
-               log_width, "log", "policy", "engine", "ratio", "result", "overhead", "evictions",
-               "remat_ops", "search_p50", "search_p99", "heur_evals", "frag", "ffail", "searches",
-               "inplace", "multi_call", "views", "zero_size", "min_ratio");
-    else if (!json)
-        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s",
-               log_width, "log", "policy", "memory", "ratio", "result", "overhead", "evictions",
-               "remat_ops", "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag",
-               "ffail", "min_ratio");
-    if (!json)
-        printf(want_stable ? " %9s\n" : "\n", "stable");
+    bool header_due = !json; /* printed above the first row: a log that
+                              * cannot be read gets no header alone */
     for (int a = optind; a < argc; a++) {
         sim_program prog;
         coop_status loaded = sim_program_load(argv[a], &prog);
@@ -621,6 +627,10 @@ int cmd_sim(int argc, char **argv)
                                     : sim_run(&prog, peak, &opt, ratios[k]);
                 if (o.result == SIM_ERROR)
                     return stop_on_error(&prog, prog.name, NULL, status);
+                if (header_due) {
+                    print_header(lib, log_width, want_stable);
+                    header_due = false;
+                }
                 print_row(json, log_width, prog.name, policy_items[i], memory, &o, lib ? &n : NULL,
                           &th);
                 /* each row is out as it is made; one that cannot be written
