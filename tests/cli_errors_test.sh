@@ -460,6 +460,14 @@ grep -q '"policy":"ideal"' "$tmp/out" || { echo "FAIL: no ideal row beside the s
 
 # --policy recorded on a trace without segments: no row, and a note why
 expect 0 "unet-train-step.trace.gz: no recorded row: the trace holds no recorded segments" $coop replay --policy recorded "$traces/unet-train-step.trace.gz"
+# a trace with no allocation or free (a snapshot dumped without
+# _record_memory_history(): only its live blocks): rows, and a note how to
+# record one; the empty trace too
+printf 'coop-trace 1\nL 0 4096 0\nL 1 8192 0\n' >"$tmp/liveonly.trace"
+expect 0 "liveonly.trace: no allocation or free recorded after the 2 blocks live at the start" $coop replay --policy ideal "$tmp/liveonly.trace"
+grep -qF "_record_memory_history()" "$tmp/err" || { echo "FAIL: no hint how to record a history: $(cat "$tmp/err")"; failures=$((failures + 1)); }
+printf 'coop-trace 1\n' >"$tmp/noevents.trace"
+expect 0 "noevents.trace: no allocation or free recorded after the 0 blocks" $coop replay --policy ideal "$tmp/noevents.trace"
 
 # Results that cannot be written are a failure (1), not a silent success.
 # expect_full MESSAGE CMD...: CMD with stdout on /dev/full exits 1 and says

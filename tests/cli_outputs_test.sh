@@ -259,6 +259,26 @@ for engine in sim lib; do
     [ "$rows" = 2 ] && ok "sim --engine $engine on a 0-byte peak: valid rows" ||
         fail "sim --engine $engine on a 0-byte peak: '$rows': $(tail -3 "$tmp/err")"
 done
+# every column of a table is explained in the command's --help, where the
+# table's reader looks first (replay's live_MiB, res/live, ...; sim's
+# search_p50, ffail, min_ratio, ...: rev33-I, several were not)
+columns_in_help() { # CMD ARGS...: the header line of CMD's table, each word in CMD --help
+    cmd=$1
+    shift
+    $coop "$cmd" --help >"$tmp/help" 2>&1
+    missing=""
+    for col in $($coop "$cmd" "$@" 2>/dev/null | head -1); do
+        grep -qF -- "$col" "$tmp/help" || missing="$missing $col"
+    done
+    [ -z "$missing" ] && ok "coop $cmd $*: every column in --help" ||
+        fail "coop $cmd $*: columns not in --help:$missing"
+}
+columns_in_help replay --policy ideal "$traces/lstm-train-step.trace.gz"
+columns_in_help sim --policy dtr --budget 0.9 --stable-min-ratio=0.25 "$traces/unet-train-step.ops.jsonl.gz"
+columns_in_help sim --engine lib --policy dtr --budget 0.9 --no-min-ratio "$traces/unet-train-step.ops.jsonl.gz"
+columns_in_help bench --batches 1 --live 10
+columns_in_help bench --latency
+columns_in_help bench --floor --live 100
 # bench's rows: every kind
 for args in "bench --json --batches 1 --live 10" "bench --json --only coop --batches 1 --live 10" \
     "bench --floor --json --live 100" "bench --latency --json"; do

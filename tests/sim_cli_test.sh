@@ -202,6 +202,14 @@ $coop sim --json --no-min-ratio --policy dtr --budget 0.9 "$data/sim_evict_once.
     "$tmp/bad.jsonl" >"$tmp/both" 2>&1
 head -1 "$tmp/both" | grep -q '^{"log":"sim_evict_once.jsonl"' &&
     tail -1 "$tmp/both" | grep -q 'bad.jsonl:1' || fail "a row and a later error: $(cat "$tmp/both")"
+# a table whose only log cannot be read is no table: no header without a
+# row (it printed one, then the error; rev33-I), and a good log after a bad
+# one gets the header once, above its rows
+$coop sim --policy dtr --budget 0.9 "$tmp/bad.jsonl" >"$tmp/out" 2>/dev/null
+[ ! -s "$tmp/out" ] || fail "a header for a log that was not read: $(cat "$tmp/out")"
+got=$($coop sim --no-min-ratio --policy dtr --budget 0.9 "$tmp/bad.jsonl" \
+    "$data/sim_evict_once.jsonl" 2>/dev/null | awk '{ print $1 }' | tr '\n' ' ')
+[ "$got" = "log sim_evict_once.jsonl " ] || fail "a bad log, then a good one: '$got'"
 [ "$failures" -eq 0 ] && echo "ok: small logs"
 # mutate: add_ writes a (1024 B) in place from b (1024 B). Copy-on-write
 # needs a third buffer, the peak of 3072 B; in place the two fit in 0.7 of

@@ -448,7 +448,18 @@ static void usage(FILE *out)
             "               each load; its growth is a floor for coop's. Also over\n"
             "               32- and 16-byte records with 8-byte slots: the floor\n"
             "               of a more compact allocator\n"
-            "  -h, --help   this text\n",
+            "  -h, --help   this text\n"
+            "\n"
+            "Columns: live_blocks; coop_ns_per_pair, jemalloc_ns_per_pair, the median ns of\n"
+            "one malloc+free pair; ratio, coop's over jemalloc's (below 1: coop is faster);\n"
+            "coop_footprint, jemalloc_footprint, bytes held at the end over the live bytes\n"
+            "(1: nothing held beyond them). --latency: buffer_bytes, ns_per_load. --floor:\n"
+            "layout (coop's 64-byte records and 16-byte slots, compact 32 and 8, minimal\n"
+            "16 and 8), record_b, slot_b, records_mb and map_mb (the arrays' sizes),\n"
+            "skeleton_ns_per_pair, and growth over the layout's first live count. Lower is\n"
+            "better in the timings, ratio, footprints and growth. Exit status: 0 ok, 1 the\n"
+            "run failed (host memory, an allocation) or the results could not be written,\n"
+            "2 usage error.\n",
             BATCH);
 }
 

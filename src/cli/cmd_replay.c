@@ -75,16 +75,16 @@ static void usage(FILE *out)
             "                    (default 2MiB)\n"
             "  -h, --help        this text\n"
             "\n"
-            "Figures: peak live and reserved bytes at --capacity; min_capacity, a "
-            "capacity that\n"
-            "runs the whole trace where 0.1%% less fails (bisection; a smaller one "
-            "may run too:\n"
-            "docs/replay.md); map_bytes, bytes mapped over the run at that capacity; "
-            "frag =\n"
-            "1 - largest_free/free_bytes at allocation times (mean weighted by "
-            "events, and max);\n"
-            "gmlake = 1 - peak_active/peak_reserved; "
-            "ns/op, the median time of one malloc or free.\n"
+            "Columns (each with its JSON key in docs/replay.md, \"Figures\"): events;\n"
+            "live_MiB and reserved_MiB, the peaks of requested bytes live and of device\n"
+            "memory held at --capacity (KiB when every trace is small), and res/live, their\n"
+            "ratio; min_cap_MiB, a capacity that runs the whole trace where 0.1%% less fails\n"
+            "(bisection; a smaller one may run too), OOM@N where --capacity ran out at event\n"
+            "N, and min_cap/live; map_MiB, bytes mapped over the run at min_cap; frag_mean,\n"
+            "frag_max: 1 - largest_free/free_bytes at allocation times (mean weighted by\n"
+            "events, and max); gmlake = 1 - peak_active/peak_reserved; ns/op, the median\n"
+            "time of one malloc or free. Lower is better in all but events; ideal's row is\n"
+            "the floor (ratios 1.000, no fragmentation). '-': not measured.\n"
             "Exit status: 0 ok, 1 a policy failed or the results could not be written, "
             "2 usage\n"
             "or input error.\n",
@@ -279,6 +279,24 @@ static void warn_torch_settings(const replay_cli *cli, const char *path, const t
                                                                  : "");
 }
 
+/* A trace with no allocation or free after its live-at-start blocks measures
+ * only where those blocks go: most likely a snapshot dumped without a
+ * recorded history (its segments' blocks alone), which gave a table of
+ * 1-event rows without a word. Says so, and how to record one. */
+static void warn_no_history(const char *path, const trace *t)
+{
+    for (size_t i = t->num_live_at_start; i < t->num_events; i++) {
+        trace_event_kind k = t->events[i].kind;
+        if (k == TRACE_ALLOC || k == TRACE_FREE_REQUESTED || k == TRACE_FREE)
+            return;
+    }
+    fprintf(stderr,
+            "coop replay: %s: no allocation or free recorded after the %zu block%s live at the "
+            "start: only their placement is measured (a PyTorch snapshot holds a history only "
+            "if torch.cuda.memory._record_memory_history() ran before the model was built)\n",
+            path, t->num_live_at_start, t->num_live_at_start == 1 ? "" : "s");
+}
+
 /* Replays one file; rows are printed now (JSON) or kept for the table. */
 static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
 {
@@ -297,6 +315,7 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
     }
     res->rows = grown;
     warn_torch_settings(cli, path, &t);
+    warn_no_history(path, &t);
     size_t filled = 0;
     coop_status st = replay_measure(&t, cli->choices, cli->num_choices, &cli->opt,
                                     &grown[res->num_rows], &filled, &res->failed);

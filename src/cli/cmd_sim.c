@@ -82,12 +82,23 @@ static void usage(FILE *out)
             "                     are the library's own (coop_remat_stats)\n"
             "  -h, --help         this text\n"
             "\n"
-            "overhead = (base + recompute) / base; result ok, oom (nothing left to evict) or\n"
-            "thrash; on an oom or thrash row, overhead and the counters cover the run until\n"
-            "it stopped. The table (not --json) also shows eq_walks (c_eq evaluations that walked\n"
-            "a tensor's neighbours: dtr, coop-comp) and blocks (blocks coop's window searches\n"
-            "visited). Exit status 0 when every log ran, 1 when a run failed, 2 on a usage\n"
-            "error or a log that cannot be read (file and line in the message).\n");
+            "Columns (JSON keys in docs/remat.md): ratio, the budget ratio; result ok, oom\n"
+            "(nothing left to evict) or thrash (recomputation past --overhead-limit);\n"
+            "overhead = (base + recompute) / base compute, 1 is free; evictions; remat_ops\n"
+            "(recomputed ops); search_p50 / search_p99, the median and 99th percentile CPU ns\n"
+            "of placing a request that did not fit; heur_evals (eviction-cost evaluations);\n"
+            "eq_walks (c_eq evaluations that walked a tensor's neighbours: dtr, coop-comp);\n"
+            "blocks (blocks coop's window searches visited); frag, the mean free share of the\n"
+            "budget at eviction searches; ffail, searches with enough free bytes but no hole\n"
+            "that fits (fragmentation); min_ratio, the smallest feasible ratio found by\n"
+            "bisection; stable, stable_min_ratio (--stable-min-ratio).\n"
+            "--engine lib adds searches (allocations that evicted) and what the API maps\n"
+            "only approximately: inplace (ops mutated in place), multi_call (ops of several\n"
+            "calls), views (aliasing results), zero_size (0-byte outputs). Lower is better for\n"
+            "overhead through ffail, and min_ratio ('none': no ratio runs, not even 1; '-':\n"
+            "not computed). On an oom or thrash row, overhead and the counters cover the run\n"
+            "until it stopped. Exit status 0 when every log ran, 1 when a run failed, 2 on a\n"
+            "usage error or a log that cannot be read (file and line in the message).\n");
 }
 
 /* The searches that end a row: the bisection's min_budget_ratio (have_min),
@@ -290,6 +301,23 @@ static void say_if_another_format(const char *path)
             "coop sim: %s is %s, an allocation trace: coop replay reads it; coop sim reads "
             "operator logs (DTR logs, the *.ops.jsonl.gz op traces)\n",
             path, what);
+}
+
+/* The table's header: the columns print_row writes. */
+static void print_header(bool lib, int log_width, bool want_stable)
+{
+    if (lib)
+        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s %8s %10s %9s "
+               "%9s %9s",
+               log_width, "log", "policy", "engine", "ratio", "result", "overhead", "evictions",
+               "remat_ops", "search_p50", "search_p99", "heur_evals", "frag", "ffail", "searches",
+               "inplace", "multi_call", "views", "zero_size", "min_ratio");
+    else
+        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s",
+               log_width, "log", "policy", "memory", "ratio", "result", "overhead", "evictions",
+               "remat_ops", "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag",
+               "ffail", "min_ratio");
+    printf(want_stable ? " %9s\n" : "\n", "stable");
 }
 
 /* A run that ended in an error (host memory ran out: the simulator's or the
@@ -538,19 +566,8 @@ int cmd_sim(int argc, char **argv)
         return 2;
     int status = 0;
     int log_width = log_column_width(argv + optind, argc - optind);
-    if (!json && lib)
-        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %6s %6s %9s %8s %10s %9s "
-               "%9s %9s",
-               log_width, "log", "policy", "engine", "ratio", "result", "overhead", "evictions",
-               "remat_ops", "search_p50", "search_p99", "heur_evals", "frag", "ffail", "searches",
-               "inplace", "multi_call", "views", "zero_size", "min_ratio");
-    else if (!json)
-        printf("%-*s %-9s %-6s %5s %-6s %8s %9s %9s %10s %10s %12s %10s %10s %6s %6s %9s",
-               log_width, "log", "policy", "memory", "ratio", "result", "overhead", "evictions",
-               "remat_ops", "search_p50", "search_p99", "heur_evals", "eq_walks", "blocks", "frag",
-               "ffail", "min_ratio");
-    if (!json)
-        printf(want_stable ? " %9s\n" : "\n", "stable");
+    bool header_due = !json; /* printed above the first row: a log that
+                              * cannot be read gets no header alone */
     for (int a = optind; a < argc; a++) {
         sim_program prog;
         coop_status loaded = sim_program_load(argv[a], &prog);
@@ -610,6 +627,10 @@ int cmd_sim(int argc, char **argv)
                                     : sim_run(&prog, peak, &opt, ratios[k]);
                 if (o.result == SIM_ERROR)
                     return stop_on_error(&prog, prog.name, NULL, status);
+                if (header_due) {
+                    print_header(lib, log_width, want_stable);
+                    header_due = false;
+                }
                 print_row(json, log_width, prog.name, policy_items[i], memory, &o, lib ? &n : NULL,
                           &th);
                 /* each row is out as it is made; one that cannot be written
