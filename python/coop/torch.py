@@ -497,6 +497,19 @@ def patch_torch(torch):
     return done
 
 
+def _require_cuda_build(torch, fn):
+    """A torch built without CUDA (CPU-only, ROCm) has the Python class
+    CUDAPluggableAllocator but not the binding it calls: its AttributeError
+    about torch._C would not say what is wrong."""
+    version = getattr(torch, "version", None)  # a stand-in may have none
+    if version is not None and getattr(version, "cuda", "?") is None:
+        raise RuntimeError(
+            "coop.torch.%s: this torch (%s) was built without CUDA (torch.version.cuda is "
+            "None): coop replaces PyTorch's CUDA allocator; install a CUDA build of PyTorch "
+            "(to study allocations without a GPU, see scripts/record_traces.py --workload "
+            "and coop replay)" % (fn, getattr(torch, "__version__", "?")))
+
+
 def install(conf=None, *, torch_module=None, patch=True):
     """Makes coop PyTorch's CUDA allocator (CUDAPluggableAllocator route).
 
@@ -533,6 +546,7 @@ def install(conf=None, *, torch_module=None, patch=True):
                 "coop.torch.install: this torch (%s) has no "
                 "torch.cuda.memory.CUDAPluggableAllocator (PyTorch >= 2.0 needed)"
                 % getattr(torch, "__version__", "?"))
+        _require_cuda_build(torch, "install")
         if torch.cuda.is_initialized():
             raise RuntimeError(
                 "coop.torch.install: CUDA is already initialized in this process, so PyTorch "
@@ -589,6 +603,7 @@ def mem_pool(conf=None, *, torch_module=None, **options):
     if not hasattr(torch.cuda, "MemPool"):
         raise RuntimeError("coop.torch.mem_pool: this torch (%s) has no torch.cuda.MemPool"
                            % getattr(torch, "__version__", "?"))
+    _require_cuda_build(torch, "mem_pool")
     with _state_lock:
         _apply_conf_locked(native.library(), conf, "mem_pool")
     allocator = torch.cuda.memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)

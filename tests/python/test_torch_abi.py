@@ -1323,9 +1323,10 @@ class Configuration(unittest.TestCase):
 class FakeTorch:
     """Just enough of the torch package for install() without a GPU."""
 
-    def __init__(self, initialized=False, pluggable=True, refuse=False):
+    def __init__(self, initialized=False, pluggable=True, refuse=False, cuda_build="12.8"):
         self.calls = []
         self.__version__ = "fake"
+        self.version = type("version", (), {"cuda": cuda_build})()
         outer = self
 
         class Handle:
@@ -1556,6 +1557,17 @@ class Install(unittest.TestCase):
         with self.assertRaises(RuntimeError) as cm:
             ctorch.install(torch_module=FakeTorch(pluggable=False))
         self.assertIn("CUDAPluggableAllocator", str(cm.exception))
+
+    def test_refuses_a_torch_built_without_cuda(self):
+        # a CPU-only build has the Python class, not the binding it calls
+        for call in (ctorch.install, ctorch.mem_pool):
+            fake = FakeTorch(cuda_build=None)
+            fake.cuda.MemPool = object
+            with self.assertRaises(RuntimeError) as cm:
+                call(torch_module=fake)
+            self.assertIn("was built without CUDA (torch.version.cuda is None)", str(cm.exception))
+            self.assertEqual(fake.calls, [])  # torch was not asked for anything
+        self.assertIsNone(ctorch.installed())
 
     @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_real_torch(self):
