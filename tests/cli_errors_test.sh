@@ -55,6 +55,22 @@ fi
 [ "$(wc -l <"$tmp/out")" -eq 1 ] || { echo "FAIL: coop --version is not one line: '$(cat "$tmp/out")'"; failures=$((failures + 1)); }
 expect 2 "unknown command 'bogus'" $coop bogus
 grep -q "^usage: coop COMMAND" "$tmp/err" || { echo "FAIL: no usage after an unknown command: $(cat "$tmp/err")"; failures=$((failures + 1)); }
+# 'coop help [COMMAND]' is --help's other spelling (git's and pip's)
+if $coop help >"$tmp/out" 2>"$tmp/err" && grep -q "^usage: coop COMMAND" "$tmp/out" && [ ! -s "$tmp/err" ]; then
+    echo "ok: coop help"
+else
+    echo "FAIL: coop help: $(cat "$tmp/out" "$tmp/err")"; failures=$((failures + 1))
+fi
+for command in replay sim convert bench; do
+    $coop "$command" --help >"$tmp/want" 2>&1
+    if $coop help "$command" >"$tmp/out" 2>"$tmp/err" && cmp -s "$tmp/out" "$tmp/want" && [ ! -s "$tmp/err" ]; then
+        echo "ok: coop help $command"
+    else
+        echo "FAIL: coop help $command is not coop $command --help: $(head -3 "$tmp/out" "$tmp/err")"; failures=$((failures + 1))
+    fi
+done
+expect 2 "coop help: unknown command 'bogus'" $coop help bogus
+expect 2 "coop help: one command at most, got 'sim' and 'bench'" $coop help sim bench
 
 expect 2 "coop sim: unknown option '--bogus'" $coop sim --bogus
 expect 2 "coop sim: unknown option '-x'" $coop sim -xyz

@@ -36,7 +36,7 @@ static void usage(FILE *out)
                  "  -v, --verbose  print what was converted to stderr\n"
                  "  -h, --help     show this help\n"
                  "\n"
-                 "exit status: 0 converted, 1 OUT could not be written or host memory ran out,\n"
+                 "Exit status: 0 converted, 1 OUT could not be written or host memory ran out,\n"
                  "2 usage error or bad IN\n");
 }
 

@@ -24,8 +24,38 @@ static void usage(FILE *out)
     fprintf(out, "usage: coop COMMAND [OPTIONS] [ARGS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\n'coop COMMAND --help' describes one command. 'coop replay' with no trace\n"
-                 "runs the bundled traces.\n");
+    fprintf(out, "\n'coop COMMAND --help' (or 'coop help COMMAND') describes one command.\n"
+                 "'coop replay' with no trace runs the bundled traces.\n");
+}
+
+static const command *find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(name, commands[i].name))
+            return &commands[i];
+    return NULL;
+}
+
+/* 'coop help [COMMAND]', as git and pip spell it: the usage, or the
+ * command's own --help. */
+static int help(int argc, char **argv)
+{
+    if (argc < 3) {
+        usage(stdout);
+        return cli_stdout_finish(NULL, 0);
+    }
+    if (argc > 3) {
+        fprintf(stderr, "coop help: one command at most, got '%s' and '%s'\n", argv[2], argv[3]);
+        return 2;
+    }
+    const command *c = find_command(argv[2]);
+    if (!c) {
+        fprintf(stderr, "coop help: unknown command '%s'\n", argv[2]);
+        usage(stderr);
+        return 2;
+    }
+    char *help_argv[] = {argv[2], "--help", NULL};
+    return cli_stdout_finish(c->name, c->run(2, help_argv));
 }
 
 int main(int argc, char **argv)
@@ -43,9 +73,11 @@ int main(int argc, char **argv)
         printf("coop %s\n", coop_version());
         return cli_stdout_finish(NULL, 0);
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return cli_stdout_finish(commands[i].name, commands[i].run(argc - 1, argv + 1));
+    if (!strcmp(argv[1], "help"))
+        return help(argc, argv);
+    const command *c = find_command(argv[1]);
+    if (c)
+        return cli_stdout_finish(c->name, c->run(argc - 1, argv + 1));
     fprintf(stderr, "coop: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
