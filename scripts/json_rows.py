@@ -11,6 +11,7 @@ verdict drawn from a wrong value."""
 
 import json
 import math
+import re
 import sys
 
 
@@ -47,7 +48,11 @@ def json_rows(path, prog, what, check=None):
                 try:
                     row = json.loads(raw.decode("utf-8"), parse_constant=no_constant)
                 except (ValueError, RecursionError) as e:
-                    die(prog, f"{path}:{n}: {what} ({e})")
+                    # a line of words: the table the same command prints without --json
+                    tool = re.search(r"(coop \w+) --json", what)
+                    hint = ("a table? run %s with --json; " % tool.group(1)
+                            if tool and raw[:1].isalpha() else "")
+                    die(prog, f"{path}:{n}: {what} ({hint}{e})")
                 if not isinstance(row, dict):
                     die(prog, f"{path}:{n}: {what} (a JSON {type(row).__name__}, not an object)")
                 why = check(row) if check else None

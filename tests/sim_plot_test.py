@@ -224,6 +224,14 @@ def main():
             if r.returncode != 2 or reason not in r.stderr or "Traceback" in r.stderr:
                 print("FAIL: line %r accepted or not named:" % line, r.returncode, r.stderr)
                 return 1
+        # coop sim's table, not its --json rows: the message says which flag
+        with open(bad, "w") as f:
+            f.write("log  policy  memory ratio result overhead\n")
+        r = subprocess.run([sys.executable, SCRIPT, bad, png], capture_output=True, text=True)
+        if r.returncode != 2 or "bad.jsonl:1: not a coop sim --json row (a table? run coop " \
+                "sim with --json; " not in r.stderr:
+            print("FAIL: a table without the --json hint:", r.returncode, r.stderr)
+            return 1
         # each used to end in a traceback
         with open(bad, "w") as f:
             f.write(ROW % ("coop", 0.9, "ok", "null"))
