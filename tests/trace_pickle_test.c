@@ -197,7 +197,7 @@ static void reference_snapshot(pk *p)
     entry(p, "free_requested", 0x1000, 512, 0, 1); /* alloc before recording */
     entry(p, "free_completed", 0x1000, 512, 0, 2);
     entry(p, "alloc", 0x2000, 1000, 0, 10);
-    entry(p, "alloc", 0x2000, 64, 7, 11); /* same address, other stream */
+    entry(p, "alloc", 0x8000, 64, 7, 11); /* other stream */
     entry(p, "segment_alloc", 0x10000, 2 << 20, 0, 12);
     entry(p, "free_requested", 0x2000, 1000, 0, 13);
     entry(p, "free_completed", 0x2000, 1000, 0, 14);
@@ -442,6 +442,64 @@ static void test_alloc_over_an_adopted_block(void **state)
     assert_null(t.events);
 }
 
+/* An alloc over a block the trace holds live (allocated, or free_requested
+ * without its free_completed), on its stream or another, at its address or
+ * overlapping it from either side: no allocator hands out bytes still in
+ * use, so each is refused at the alloc, naming both blocks. Adjacent blocks,
+ * and an alloc over a block once it is free_completed, are read. */
+static void test_alloc_over_a_live_block(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t first_addr, first_size, addr, size, stream;
+        int requested; /* the first block free_requested before the alloc */
+        const char *names;
+    } cases[] = {
+        {0x1000, 4096, 0x1800, 512, 0, 0,
+         "alloc of 0x1800 (stream 0, 512 bytes) overlaps 0x1000 (stream 0, 4096 bytes), "},
+        {0x1000, 4096, 0x1000, 512, 7, 0,
+         "alloc of 0x1000 (stream 7, 512 bytes) overlaps 0x1000 (stream 0, 4096 bytes), "},
+        {0x1800, 512, 0x1000, 4096, 1, 0,
+         "alloc of 0x1000 (stream 1, 4096 bytes) overlaps 0x1800 (stream 0, 512 bytes), "},
+        {0x1000, 4096, 0x1ff0, 4096, 1, 1,
+         "alloc of 0x1ff0 (stream 1, 4096 bytes) overlaps 0x1000 (stream 0, 4096 bytes), "},
+    };
+    pk p;
+    trace t;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        begin_device0_trace(&p);
+        entry(&p, "alloc", 0x90000, 512, 0, -1); /* beside them */
+        size_t first = p.n;
+        entry(&p, "alloc", cases[c].first_addr, cases[c].first_size, 0, -1);
+        if (cases[c].requested)
+            entry(&p, "free_requested", cases[c].first_addr, cases[c].first_size, 0, -1);
+        entry(&p, "alloc", cases[c].addr, cases[c].size, cases[c].stream, -1);
+        end_device0_trace(&p);
+        char at[80];
+        snprintf(at, sizeof at, "which the entry at byte %zu allocated", first);
+        fixture_expect_error(
+            read_bytes(p.b, p.n, 0, &t),
+            cases[c].requested ? "device_traces[0][3]: " : "device_traces[0][2]: ", cases[c].names,
+            at, cases[c].requested ? "free_requested but not free_completed" : "and not freed",
+            NULL);
+        assert_null(t.events);
+    }
+
+    /* adjacent blocks; allocated over once free_completed (another stream) */
+    begin_device0_trace(&p);
+    entry(&p, "alloc", 0x1000, 4096, 0, -1);
+    entry(&p, "alloc", 0x2000, 4096, 0, -1);
+    entry(&p, "alloc", 0x0f00, 256, 3, -1);
+    entry(&p, "free_requested", 0x1000, 4096, 0, -1);
+    entry(&p, "free_completed", 0x1000, 4096, 0, -1);
+    entry(&p, "alloc", 0x1800, 512, 1, -1);
+    entry(&p, "alloc", 0x1000, 2048, 2, -1);
+    end_device0_trace(&p);
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_events, 7);
+    trace_free(&t);
+}
+
 /* A free of a block the trace allocated and freed already (a second
  * free_completed, or free_requested then free_completed again) names no
  * block from before recording began: that block would overlap the trace's
@@ -574,8 +632,8 @@ static void test_free_of_no_block_from_before_recording(void **state)
     entry(&p, "free_completed", 0x2000, 0x1000, 0, -1);
     entry(&p, "free_completed", 0x3000, 0x1000, 0, -1);
     entry(&p, "alloc", 0x2000, 0x1000, 0, -1);
-    entry(&p, "alloc", 0x2800, 0x1000, 1, -1);
     entry(&p, "free_completed", 0x2000, 0x1000, 0, -1);
+    entry(&p, "alloc", 0x2800, 0x1000, 1, -1); /* over both, once 0x2000 is freed */
     entry(&p, "free_completed", 0x1000, 0x1000, 0, -1);
     end_device0_trace(&p);
     assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
@@ -2348,6 +2406,7 @@ int main(void)
         cmocka_unit_test(test_negative_stream),
         cmocka_unit_test(test_alloc_over_an_adopted_block),
         cmocka_unit_test(test_free_of_no_block_from_before_recording),
+        cmocka_unit_test(test_alloc_over_a_live_block),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),

@@ -16,6 +16,7 @@
 #include "trace/builder.h"
 #include "trace/id_map.h"
 #include "trace/input.h"
+#include "trace/live_ranges.h"
 #include "trace/pickle.h"
 #include "trace/torch_settings.h"
 #include "trace/trace.h"
@@ -45,6 +46,7 @@ typedef struct snapshot_reader {
     const char *path;
     trace_builder b;
     id_map blocks;          /* (addr, stream) -> live block */
+    live_ranges live;       /* the bytes of the blocks in blocks (check_overlap) */
     adopted_block *adopted; /* device_traces' adopted blocks, in order of their frees */
     size_t num_adopted, cap_adopted;
     const char *where; /* "device_traces[D][I]" or "segments[I]" of the entry being read */
@@ -211,6 +213,27 @@ static coop_status keep_adopted(snapshot_reader *r, const trace_event *ev)
     return COOP_OK;
 }
 
+/* Refuses the alloc ev if its bytes overlap a block live in the trace (on
+ * any stream, free_requested and waiting for its free_completed included):
+ * an allocator never hands out bytes still in use. O(log live blocks). */
+static coop_status check_overlap(const snapshot_reader *r, const trace_event *ev)
+{
+    const live_range *o = live_ranges_overlap(&r->live, ev->addr, last_byte(ev->addr, ev->size));
+    if (!o)
+        return COOP_OK;
+    const id_map_slot *s = id_map_find(&r->blocks, o->addr, o->stream);
+    unsigned long long o_size = s ? s->size : 0, o_at = s ? s->where : 0;
+    return bad(r,
+               "alloc of 0x%llx (stream %llu, %llu bytes) overlaps 0x%llx (stream %llu, %llu "
+               "bytes), which the entry at byte %llu allocated %s: an allocator does not hand "
+               "out a live block's bytes",
+               (unsigned long long)ev->addr, (unsigned long long)ev->stream,
+               (unsigned long long)ev->size, (unsigned long long)o->addr,
+               (unsigned long long)o->stream, o_size, o_at,
+               s && s->state == BLOCK_FREE_REQUESTED ? "and free_requested but not free_completed"
+                                                     : "and not freed");
+}
+
 static coop_status on_alloc(snapshot_reader *r, trace_event *ev)
 {
     id_map_slot *s = id_map_find(&r->blocks, ev->addr, ev->stream);
@@ -220,10 +243,12 @@ static coop_status on_alloc(snapshot_reader *r, trace_event *ev)
                    "and not freed",
                    (unsigned long long)ev->addr, (unsigned long long)s->where);
     }
-    coop_status st = trace_builder_new_id(&r->b, &ev->id);
-    if (st != COOP_OK)
+    coop_status st = check_overlap(r, ev);
+    if (st != COOP_OK || (st = trace_builder_new_id(&r->b, &ev->id)) != COOP_OK)
         return st;
-    if (!(s = id_map_insert(&r->blocks, ev->addr, ev->stream)))
+    if (!(s = id_map_insert(&r->blocks, ev->addr, ev->stream)) ||
+        live_ranges_insert(&r->live, ev->addr, last_byte(ev->addr, ev->size), ev->stream, ev->id) !=
+            0)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
     s->id = ev->id;
     s->state = BLOCK_ALLOCATED;
@@ -249,6 +274,7 @@ static coop_status on_free(snapshot_reader *r, trace_event *ev)
     } else {
         if (s) {
             ev->id = s->id;
+            live_ranges_remove(&r->live, ev->addr, s->id);
             id_map_remove(&r->blocks, s);
         } else if ((st = adopt_block(r, ev, 0, &ev->id)) != COOP_OK ||
                    (st = keep_adopted(r, ev)) != COOP_OK) {
@@ -776,6 +802,7 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
             trace_torch_settings_read(root, out);
         trace_builder_discard(&r.b);
         id_map_free(&r.blocks);
+        live_ranges_free(&r.live);
         free(r.adopted);
         pkl_arena_free(&arena);
     }
