@@ -500,6 +500,44 @@ static void test_alloc_over_a_live_block(void **state)
     trace_free(&t);
 }
 
+/* A block first seen by its free_requested was live from before recording
+ * until its free_completed: an alloc over it in between, at another address
+ * or on another stream, is refused at the alloc, naming the free_requested;
+ * after its free_completed it is read. */
+static void test_alloc_over_an_adopted_pending_block(void **state)
+{
+    (void)state;
+    pk p;
+    trace t;
+    for (int same_addr = 0; same_addr < 2; same_addr++) {
+        begin_device0_trace(&p);
+        entry(&p, "alloc", 0x90000, 512, 0, -1);
+        size_t requested = p.n;
+        entry(&p, "free_requested", 0x1000, 4096, 0, -1);
+        entry(&p, "alloc", same_addr ? 0x1000 : 0x1800, 512, 1, -1);
+        end_device0_trace(&p);
+        char at[200];
+        snprintf(at, sizeof at,
+                 "which the entry at byte %zu free_requested with no alloc before it "
+                 "(live since before recording began) and not free_completed",
+                 requested);
+        fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][2]: ",
+                             same_addr ? "alloc of 0x1000 (stream 1, 512 bytes) overlaps "
+                                       : "alloc of 0x1800 (stream 1, 512 bytes) overlaps ",
+                             "0x1000 (stream 0, 4096 bytes), ", at, NULL);
+        assert_null(t.events);
+    }
+
+    begin_device0_trace(&p);
+    entry(&p, "free_requested", 0x1000, 4096, 0, -1);
+    entry(&p, "free_completed", 0x1000, 4096, 0, -1);
+    entry(&p, "alloc", 0x1800, 512, 1, -1);
+    end_device0_trace(&p);
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_live_at_start, 1);
+    trace_free(&t);
+}
+
 /* A free of a block the trace allocated and freed already (a second
  * free_completed, or free_requested then free_completed again) names no
  * block from before recording began: that block would overlap the trace's
@@ -2407,6 +2445,7 @@ int main(void)
         cmocka_unit_test(test_alloc_over_an_adopted_block),
         cmocka_unit_test(test_free_of_no_block_from_before_recording),
         cmocka_unit_test(test_alloc_over_a_live_block),
+        cmocka_unit_test(test_alloc_over_an_adopted_pending_block),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),

@@ -21,7 +21,10 @@
 #include "trace/torch_settings.h"
 #include "trace/trace.h"
 
-enum { BLOCK_ALLOCATED = 1, BLOCK_FREE_REQUESTED = 2 };
+/* A live block's state in snapshot_reader.blocks: allocated by the trace,
+ * then free_requested; or first seen by its free_requested (adopted), live
+ * from before recording began until its free_completed. */
+enum { BLOCK_ALLOCATED = 1, BLOCK_FREE_REQUESTED = 2, BLOCK_ADOPTED_REQUESTED = 3 };
 
 /* Most keys an entry, segment or block dict may have. PyTorch writes at most
  * 12 (a segment); each key lookup scans the dict, and a memo reference can
@@ -165,6 +168,15 @@ static coop_status get_time(const snapshot_reader *r, const pkl_value *dict, int
     return COOP_OK;
 }
 
+/* The last byte of size bytes at addr (of one byte for size 0), at most
+ * 2^64-1. */
+static uint64_t last_byte(uint64_t addr, uint64_t size)
+{
+    if (!size)
+        return addr;
+    return size - 1 > UINT64_MAX - addr ? UINT64_MAX : addr + (size - 1);
+}
+
 /* A block freed (requested or completed) whose alloc came before the
  * recording: it becomes a live-at-start allocation. */
 static coop_status adopt_block(snapshot_reader *r, const trace_event *ev, uint8_t state,
@@ -189,17 +201,16 @@ static coop_status adopt_block(snapshot_reader *r, const trace_event *ev, uint8_
         s->state = state;
         s->size = ev->size;
         s->where = r->where_at;
+        /* Live until its free_completed, so no later alloc may overlap it
+         * (check_overlap). One that overlaps a live block already is not
+         * kept: an alloc before this free overlaps it, or another adopted
+         * block does, and check_adopted refuses either. */
+        uint64_t last = last_byte(ev->addr, ev->size);
+        if (!live_ranges_overlap(&r->live, ev->addr, last) &&
+            live_ranges_insert(&r->live, ev->addr, last, ev->stream, *id) != 0)
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
     }
     return COOP_OK;
-}
-
-/* The last byte of size bytes at addr (of one byte for size 0), at most
- * 2^64-1. */
-static uint64_t last_byte(uint64_t addr, uint64_t size)
-{
-    if (!size)
-        return addr;
-    return size - 1 > UINT64_MAX - addr ? UINT64_MAX : addr + (size - 1);
 }
 
 /* Keeps the block ev frees, adopted at this free, for check_adopted. */
@@ -223,15 +234,19 @@ static coop_status check_overlap(const snapshot_reader *r, const trace_event *ev
         return COOP_OK;
     const id_map_slot *s = id_map_find(&r->blocks, o->addr, o->stream);
     unsigned long long o_size = s ? s->size : 0, o_at = s ? s->where : 0;
-    return bad(r,
-               "alloc of 0x%llx (stream %llu, %llu bytes) overlaps 0x%llx (stream %llu, %llu "
-               "bytes), which the entry at byte %llu allocated %s: an allocator does not hand "
-               "out a live block's bytes",
-               (unsigned long long)ev->addr, (unsigned long long)ev->stream,
-               (unsigned long long)ev->size, (unsigned long long)o->addr,
-               (unsigned long long)o->stream, o_size, o_at,
-               s && s->state == BLOCK_FREE_REQUESTED ? "and free_requested but not free_completed"
-                                                     : "and not freed");
+    int state = s ? s->state : BLOCK_ALLOCATED;
+    return bad(
+        r,
+        "alloc of 0x%llx (stream %llu, %llu bytes) overlaps 0x%llx (stream %llu, %llu "
+        "bytes), which the entry at byte %llu %s: an allocator does not hand out a live "
+        "block's bytes",
+        (unsigned long long)ev->addr, (unsigned long long)ev->stream, (unsigned long long)ev->size,
+        (unsigned long long)o->addr, (unsigned long long)o->stream, o_size, o_at,
+        state == BLOCK_ADOPTED_REQUESTED
+            ? "free_requested with no alloc before it (live since before recording "
+              "began) and not free_completed"
+        : state == BLOCK_FREE_REQUESTED ? "allocated and free_requested but not free_completed"
+                                        : "allocated and not freed");
 }
 
 static coop_status on_alloc(snapshot_reader *r, trace_event *ev)
@@ -262,12 +277,12 @@ static coop_status on_free(snapshot_reader *r, trace_event *ev)
     id_map_slot *s = id_map_find(&r->blocks, ev->addr, ev->stream);
     coop_status st;
     if (ev->kind == TRACE_FREE_REQUESTED) {
-        if (s && s->state == BLOCK_FREE_REQUESTED)
+        if (s && s->state != BLOCK_ALLOCATED)
             return bad(r, "free_requested twice for one block (without free_completed)");
         if (s) {
             s->state = BLOCK_FREE_REQUESTED;
             ev->id = s->id;
-        } else if ((st = adopt_block(r, ev, BLOCK_FREE_REQUESTED, &ev->id)) != COOP_OK ||
+        } else if ((st = adopt_block(r, ev, BLOCK_ADOPTED_REQUESTED, &ev->id)) != COOP_OK ||
                    (st = keep_adopted(r, ev)) != COOP_OK) {
             return st;
         }
