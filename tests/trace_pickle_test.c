@@ -538,6 +538,108 @@ static void test_alloc_over_an_adopted_pending_block(void **state)
     trace_free(&t);
 }
 
+/* A snapshot whose one segment (1 MiB at 0) lists the blocks of blocks
+ * (address, size; all active_allocated, requested 64 bytes), after a trace
+ * of entries (action, addr, size; stream 0). Returns the byte offset of
+ * each block's dict in at. */
+typedef struct seg_case {
+    const char *name;
+    int64_t blocks[3][2];
+    struct {
+        const char *action;
+        int64_t addr, size;
+    } entries[3];
+    const char *error[3]; /* fragments of the error; none: read */
+} seg_case;
+
+static void segment_snapshot(pk *p, const seg_case *c, size_t at[3])
+{
+    begin_snapshot(p);
+    str(p, "segments");
+    begin_list(p);
+    begin_dict(p);
+    key_int(p, "device", 0);
+    key_int(p, "address", 0);
+    key_int(p, "total_size", 1 << 20);
+    key_int(p, "stream", 0);
+    str(p, "blocks");
+    begin_list(p);
+    for (size_t j = 0; j < 3 && c->blocks[j][1]; j++) {
+        at[j] = p->n;
+        block(p, c->blocks[j][0], c->blocks[j][1], 64, "active_allocated");
+    }
+    end_list(p);
+    end_dict(p);
+    end_list(p);
+    str(p, "device_traces");
+    begin_list(p);
+    begin_list(p);
+    for (size_t i = 0; i < 3 && c->entries[i].action; i++)
+        entry(p, c->entries[i].action, c->entries[i].addr, c->entries[i].size, 0, -1);
+    end_list(p);
+    end_list(p);
+    end_dict(p);
+    op(p, '.');
+}
+
+/* The final segments are one copy of the allocator's state: two of their
+ * allocated blocks never overlap, whether the trace allocated one of them
+ * or not. A block they list that the trace never allocated was live since
+ * before recording began, so it cannot overlap a block the trace holds live
+ * at its end (allocated, or first seen by a free_requested) either. Each is
+ * refused naming both blocks; blocks beside each other are read. */
+static void test_final_segments_overlap(void **state)
+{
+    (void)state;
+    static const seg_case cases[] = {
+        {"two listed blocks",
+         {{0x1000, 4096}, {0x1800, 512}},
+         {{"alloc", 0x90000, 512}},
+         {"segments[0].blocks[1]: block 0x1800 (512 bytes) overlaps 0x1000 (4096 bytes), "
+          "segments[0].blocks[0] at byte ",
+          "both allocated in the final segments"}},
+        {"a listed block the trace allocated",
+         {{0x1000, 4096}, {0x1800, 512}},
+         {{"alloc", 0x1000, 4096}},
+         {"segments[0].blocks[1]: block 0x1800 (512 bytes) overlaps 0x1000 (4096 bytes), "}},
+        {"a block the trace holds live, not listed",
+         {{0x1800, 512}},
+         {{"alloc", 0x1000, 4096}},
+         {"segments[0].blocks[0]: block 0x1800 (stream 0, 64 bytes), allocated here and never "
+          "in the trace (so live since before recording began), overlaps 0x1000 (stream 0, 4096 "
+          "bytes), which the entry at byte ",
+          "allocated and not freed"}},
+        {"a block first seen by its free_requested",
+         {{0x1800, 512}},
+         {{"free_requested", 0x1000, 4096}},
+         {"segments[0].blocks[0]: block 0x1800 (stream 0, 64 bytes), ",
+          "free_requested with no alloc before it"}},
+        {"beside each other",
+         {{0x1000, 4096}, {0x2000, 512}, {0x0f00, 256}},
+         {{"alloc", 0x1000, 4096}, {"alloc", 0x3000, 512}, {"free_requested", 0x3000, 512}},
+         {NULL}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pk p;
+        size_t at[3] = {0};
+        segment_snapshot(&p, &cases[c], at);
+        trace t;
+        coop_status st = read_bytes(p.b, p.n, 0, &t);
+        if (!cases[c].error[0]) {
+            if (st != COOP_OK)
+                fail_msg("%s: %s", cases[c].name, coop_last_error());
+            trace_free(&t);
+            continue;
+        }
+        char where[40];
+        snprintf(where, sizeof where, ": byte %zu: ", at[0x1800 == cases[c].blocks[0][0] ? 0 : 1]);
+        print_message("%s\n", cases[c].name);
+        fixture_expect_error(st, where, cases[c].error[0],
+                             cases[c].error[1] ? cases[c].error[1] : "", NULL);
+        assert_null(t.events);
+    }
+}
+
 /* A free of a block the trace allocated and freed already (a second
  * free_completed, or free_requested then free_completed again) names no
  * block from before recording began: that block would overlap the trace's
@@ -2446,6 +2548,7 @@ int main(void)
         cmocka_unit_test(test_free_of_no_block_from_before_recording),
         cmocka_unit_test(test_alloc_over_a_live_block),
         cmocka_unit_test(test_alloc_over_an_adopted_pending_block),
+        cmocka_unit_test(test_final_segments_overlap),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),
