@@ -27,7 +27,10 @@ def make_snapshot(rng):
     frames = [{"name": "forward", "filename": "model.py" * 40, "line": 54}]
     trace, live, segments = [], {}, []
     t = 1_700_000_000_000_000
-    addr_pool = [0x7F0000000000 + 512 * i for i in range(400)]
+    # 2^41 bytes apart: the largest block (2^40 + 3 bytes) overlaps no other,
+    # as an allocator's live blocks never do (the reader refuses that); one
+    # address is live on one stream at a time
+    addr_pool = [0x7F0000000000 + (i << 41) for i in range(400)]
     # blocks allocated before recording began: some freed in the trace,
     # some still allocated at the end. Each in a MiB of its own, below
     # addr_pool: such blocks were all live when recording began, so they
@@ -41,7 +44,8 @@ def make_snapshot(rng):
         r = rng.random()
         stream = rng.choice([0, 0, 0, 7, 2**63 + 5])
         if r < 0.45:
-            free = [a for a in addr_pool if (a, stream) not in live]
+            held = {k[0] for k in live}
+            free = [a for a in addr_pool if a not in held]
             if not free:
                 continue
             a = rng.choice(free)

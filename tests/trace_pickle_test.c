@@ -197,7 +197,7 @@ static void reference_snapshot(pk *p)
     entry(p, "free_requested", 0x1000, 512, 0, 1); /* alloc before recording */
     entry(p, "free_completed", 0x1000, 512, 0, 2);
     entry(p, "alloc", 0x2000, 1000, 0, 10);
-    entry(p, "alloc", 0x2000, 64, 7, 11); /* same address, other stream */
+    entry(p, "alloc", 0x8000, 64, 7, 11); /* other stream */
     entry(p, "segment_alloc", 0x10000, 2 << 20, 0, 12);
     entry(p, "free_requested", 0x2000, 1000, 0, 13);
     entry(p, "free_completed", 0x2000, 1000, 0, 14);
@@ -442,6 +442,204 @@ static void test_alloc_over_an_adopted_block(void **state)
     assert_null(t.events);
 }
 
+/* An alloc over a block the trace holds live (allocated, or free_requested
+ * without its free_completed), on its stream or another, at its address or
+ * overlapping it from either side: no allocator hands out bytes still in
+ * use, so each is refused at the alloc, naming both blocks. Adjacent blocks,
+ * and an alloc over a block once it is free_completed, are read. */
+static void test_alloc_over_a_live_block(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t first_addr, first_size, addr, size, stream;
+        int requested; /* the first block free_requested before the alloc */
+        const char *names;
+    } cases[] = {
+        {0x1000, 4096, 0x1800, 512, 0, 0,
+         "alloc of 0x1800 (stream 0, 512 bytes) overlaps 0x1000 (stream 0, 4096 bytes), "},
+        {0x1000, 4096, 0x1000, 512, 7, 0,
+         "alloc of 0x1000 (stream 7, 512 bytes) overlaps 0x1000 (stream 0, 4096 bytes), "},
+        {0x1800, 512, 0x1000, 4096, 1, 0,
+         "alloc of 0x1000 (stream 1, 4096 bytes) overlaps 0x1800 (stream 0, 512 bytes), "},
+        {0x1000, 4096, 0x1ff0, 4096, 1, 1,
+         "alloc of 0x1ff0 (stream 1, 4096 bytes) overlaps 0x1000 (stream 0, 4096 bytes), "},
+    };
+    pk p;
+    trace t;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        begin_device0_trace(&p);
+        entry(&p, "alloc", 0x90000, 512, 0, -1); /* beside them */
+        size_t first = p.n;
+        entry(&p, "alloc", cases[c].first_addr, cases[c].first_size, 0, -1);
+        if (cases[c].requested)
+            entry(&p, "free_requested", cases[c].first_addr, cases[c].first_size, 0, -1);
+        entry(&p, "alloc", cases[c].addr, cases[c].size, cases[c].stream, -1);
+        end_device0_trace(&p);
+        char at[80];
+        snprintf(at, sizeof at, "which the entry at byte %zu allocated", first);
+        fixture_expect_error(
+            read_bytes(p.b, p.n, 0, &t),
+            cases[c].requested ? "device_traces[0][3]: " : "device_traces[0][2]: ", cases[c].names,
+            at, cases[c].requested ? "free_requested but not free_completed" : "and not freed",
+            NULL);
+        assert_null(t.events);
+    }
+
+    /* adjacent blocks; allocated over once free_completed (another stream) */
+    begin_device0_trace(&p);
+    entry(&p, "alloc", 0x1000, 4096, 0, -1);
+    entry(&p, "alloc", 0x2000, 4096, 0, -1);
+    entry(&p, "alloc", 0x0f00, 256, 3, -1);
+    entry(&p, "free_requested", 0x1000, 4096, 0, -1);
+    entry(&p, "free_completed", 0x1000, 4096, 0, -1);
+    entry(&p, "alloc", 0x1800, 512, 1, -1);
+    entry(&p, "alloc", 0x1000, 2048, 2, -1);
+    end_device0_trace(&p);
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_events, 7);
+    trace_free(&t);
+}
+
+/* A block first seen by its free_requested was live from before recording
+ * until its free_completed: an alloc over it in between, at another address
+ * or on another stream, is refused at the alloc, naming the free_requested;
+ * after its free_completed it is read. */
+static void test_alloc_over_an_adopted_pending_block(void **state)
+{
+    (void)state;
+    pk p;
+    trace t;
+    for (int same_addr = 0; same_addr < 2; same_addr++) {
+        begin_device0_trace(&p);
+        entry(&p, "alloc", 0x90000, 512, 0, -1);
+        size_t requested = p.n;
+        entry(&p, "free_requested", 0x1000, 4096, 0, -1);
+        entry(&p, "alloc", same_addr ? 0x1000 : 0x1800, 512, 1, -1);
+        end_device0_trace(&p);
+        char at[200];
+        snprintf(at, sizeof at,
+                 "which the entry at byte %zu free_requested with no alloc before it "
+                 "(live since before recording began) and not free_completed",
+                 requested);
+        fixture_expect_error(read_bytes(p.b, p.n, 0, &t), "device_traces[0][2]: ",
+                             same_addr ? "alloc of 0x1000 (stream 1, 512 bytes) overlaps "
+                                       : "alloc of 0x1800 (stream 1, 512 bytes) overlaps ",
+                             "0x1000 (stream 0, 4096 bytes), ", at, NULL);
+        assert_null(t.events);
+    }
+
+    begin_device0_trace(&p);
+    entry(&p, "free_requested", 0x1000, 4096, 0, -1);
+    entry(&p, "free_completed", 0x1000, 4096, 0, -1);
+    entry(&p, "alloc", 0x1800, 512, 1, -1);
+    end_device0_trace(&p);
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    assert_int_equal(t.num_live_at_start, 1);
+    trace_free(&t);
+}
+
+/* A snapshot whose one segment (1 MiB at 0) lists the blocks of blocks
+ * (address, size; all active_allocated, requested 64 bytes), after a trace
+ * of entries (action, addr, size; stream 0). Returns the byte offset of
+ * each block's dict in at. */
+typedef struct seg_case {
+    const char *name;
+    int64_t blocks[3][2];
+    struct {
+        const char *action;
+        int64_t addr, size;
+    } entries[3];
+    const char *error[3]; /* fragments of the error; none: read */
+} seg_case;
+
+static void segment_snapshot(pk *p, const seg_case *c, size_t at[3])
+{
+    begin_snapshot(p);
+    str(p, "segments");
+    begin_list(p);
+    begin_dict(p);
+    key_int(p, "device", 0);
+    key_int(p, "address", 0);
+    key_int(p, "total_size", 1 << 20);
+    key_int(p, "stream", 0);
+    str(p, "blocks");
+    begin_list(p);
+    for (size_t j = 0; j < 3 && c->blocks[j][1]; j++) {
+        at[j] = p->n;
+        block(p, c->blocks[j][0], c->blocks[j][1], 64, "active_allocated");
+    }
+    end_list(p);
+    end_dict(p);
+    end_list(p);
+    str(p, "device_traces");
+    begin_list(p);
+    begin_list(p);
+    for (size_t i = 0; i < 3 && c->entries[i].action; i++)
+        entry(p, c->entries[i].action, c->entries[i].addr, c->entries[i].size, 0, -1);
+    end_list(p);
+    end_list(p);
+    end_dict(p);
+    op(p, '.');
+}
+
+/* The final segments are one copy of the allocator's state: two of their
+ * allocated blocks never overlap, whether the trace allocated one of them
+ * or not. A block they list that the trace never allocated was live since
+ * before recording began, so it cannot overlap a block the trace holds live
+ * at its end (allocated, or first seen by a free_requested) either. Each is
+ * refused naming both blocks; blocks beside each other are read. */
+static void test_final_segments_overlap(void **state)
+{
+    (void)state;
+    static const seg_case cases[] = {
+        {"two listed blocks",
+         {{0x1000, 4096}, {0x1800, 512}},
+         {{"alloc", 0x90000, 512}},
+         {"segments[0].blocks[1]: block 0x1800 (512 bytes) overlaps 0x1000 (4096 bytes), "
+          "segments[0].blocks[0] at byte ",
+          "both allocated in the final segments"}},
+        {"a listed block the trace allocated",
+         {{0x1000, 4096}, {0x1800, 512}},
+         {{"alloc", 0x1000, 4096}},
+         {"segments[0].blocks[1]: block 0x1800 (512 bytes) overlaps 0x1000 (4096 bytes), "}},
+        {"a block the trace holds live, not listed",
+         {{0x1800, 512}},
+         {{"alloc", 0x1000, 4096}},
+         {"segments[0].blocks[0]: block 0x1800 (stream 0, 64 bytes), allocated here and never "
+          "in the trace (so live since before recording began), overlaps 0x1000 (stream 0, 4096 "
+          "bytes), which the entry at byte ",
+          "allocated and not freed"}},
+        {"a block first seen by its free_requested",
+         {{0x1800, 512}},
+         {{"free_requested", 0x1000, 4096}},
+         {"segments[0].blocks[0]: block 0x1800 (stream 0, 64 bytes), ",
+          "free_requested with no alloc before it"}},
+        {"beside each other",
+         {{0x1000, 4096}, {0x2000, 512}, {0x0f00, 256}},
+         {{"alloc", 0x1000, 4096}, {"alloc", 0x3000, 512}, {"free_requested", 0x3000, 512}},
+         {NULL}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pk p;
+        size_t at[3] = {0};
+        segment_snapshot(&p, &cases[c], at);
+        trace t;
+        coop_status st = read_bytes(p.b, p.n, 0, &t);
+        if (!cases[c].error[0]) {
+            if (st != COOP_OK)
+                fail_msg("%s: %s", cases[c].name, coop_last_error());
+            trace_free(&t);
+            continue;
+        }
+        char where[40];
+        snprintf(where, sizeof where, ": byte %zu: ", at[0x1800 == cases[c].blocks[0][0] ? 0 : 1]);
+        print_message("%s\n", cases[c].name);
+        fixture_expect_error(st, where, cases[c].error[0],
+                             cases[c].error[1] ? cases[c].error[1] : "", NULL);
+        assert_null(t.events);
+    }
+}
+
 /* A free of a block the trace allocated and freed already (a second
  * free_completed, or free_requested then free_completed again) names no
  * block from before recording began: that block would overlap the trace's
@@ -574,8 +772,8 @@ static void test_free_of_no_block_from_before_recording(void **state)
     entry(&p, "free_completed", 0x2000, 0x1000, 0, -1);
     entry(&p, "free_completed", 0x3000, 0x1000, 0, -1);
     entry(&p, "alloc", 0x2000, 0x1000, 0, -1);
-    entry(&p, "alloc", 0x2800, 0x1000, 1, -1);
     entry(&p, "free_completed", 0x2000, 0x1000, 0, -1);
+    entry(&p, "alloc", 0x2800, 0x1000, 1, -1); /* over both, once 0x2000 is freed */
     entry(&p, "free_completed", 0x1000, 0x1000, 0, -1);
     end_device0_trace(&p);
     assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
@@ -2348,6 +2546,9 @@ int main(void)
         cmocka_unit_test(test_negative_stream),
         cmocka_unit_test(test_alloc_over_an_adopted_block),
         cmocka_unit_test(test_free_of_no_block_from_before_recording),
+        cmocka_unit_test(test_alloc_over_a_live_block),
+        cmocka_unit_test(test_alloc_over_an_adopted_pending_block),
+        cmocka_unit_test(test_final_segments_overlap),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),

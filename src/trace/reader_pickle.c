@@ -16,11 +16,15 @@
 #include "trace/builder.h"
 #include "trace/id_map.h"
 #include "trace/input.h"
+#include "trace/live_ranges.h"
 #include "trace/pickle.h"
 #include "trace/torch_settings.h"
 #include "trace/trace.h"
 
-enum { BLOCK_ALLOCATED = 1, BLOCK_FREE_REQUESTED = 2 };
+/* A live block's state in snapshot_reader.blocks: allocated by the trace,
+ * then free_requested; or first seen by its free_requested (adopted), live
+ * from before recording began until its free_completed. */
+enum { BLOCK_ALLOCATED = 1, BLOCK_FREE_REQUESTED = 2, BLOCK_ADOPTED_REQUESTED = 3 };
 
 /* Most keys an entry, segment or block dict may have. PyTorch writes at most
  * 12 (a segment); each key lookup scans the dict, and a memo reference can
@@ -41,12 +45,25 @@ typedef struct adopted_block {
 /* The initial capacity (items) of snapshot_reader.adopted, doubled when full. */
 #define ADOPTED_FIRST 64
 
+/* A block the final `segments` list as allocated (active_allocated or
+ * active_pending_free), for check_listed. */
+typedef struct listed_block {
+    uint64_t addr, last, size; /* its bytes in the segment: [addr, last], size of them */
+    uint64_t requested, stream;
+    uint64_t at;     /* its dict's byte offset */
+    size_t seg, blk; /* segments[seg].blocks[blk] */
+    int adopted;     /* never allocated in the trace: live since before recording */
+} listed_block;
+
 typedef struct snapshot_reader {
     const char *path;
     trace_builder b;
     id_map blocks;          /* (addr, stream) -> live block */
+    live_ranges live;       /* the bytes of the blocks in blocks (check_overlap) */
     adopted_block *adopted; /* device_traces' adopted blocks, in order of their frees */
     size_t num_adopted, cap_adopted;
+    listed_block *listed; /* the final segments' allocated blocks on the device */
+    size_t num_listed, cap_listed;
     const char *where; /* "device_traces[D][I]" or "segments[I]" of the entry being read */
     char where_buf[64];
     size_t where_at; /* its byte offset */
@@ -163,6 +180,15 @@ static coop_status get_time(const snapshot_reader *r, const pkl_value *dict, int
     return COOP_OK;
 }
 
+/* The last byte of size bytes at addr (of one byte for size 0), at most
+ * 2^64-1. */
+static uint64_t last_byte(uint64_t addr, uint64_t size)
+{
+    if (!size)
+        return addr;
+    return size - 1 > UINT64_MAX - addr ? UINT64_MAX : addr + (size - 1);
+}
+
 /* A block freed (requested or completed) whose alloc came before the
  * recording: it becomes a live-at-start allocation. */
 static coop_status adopt_block(snapshot_reader *r, const trace_event *ev, uint8_t state,
@@ -187,17 +213,16 @@ static coop_status adopt_block(snapshot_reader *r, const trace_event *ev, uint8_
         s->state = state;
         s->size = ev->size;
         s->where = r->where_at;
+        /* Live until its free_completed, so no later alloc may overlap it
+         * (check_overlap). One that overlaps a live block already is not
+         * kept: an alloc before this free overlaps it, or another adopted
+         * block does, and check_adopted refuses either. */
+        uint64_t last = last_byte(ev->addr, ev->size);
+        if (!live_ranges_overlap(&r->live, ev->addr, last) &&
+            live_ranges_insert(&r->live, ev->addr, last, ev->stream, *id) != 0)
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
     }
     return COOP_OK;
-}
-
-/* The last byte of size bytes at addr (of one byte for size 0), at most
- * 2^64-1. */
-static uint64_t last_byte(uint64_t addr, uint64_t size)
-{
-    if (!size)
-        return addr;
-    return size - 1 > UINT64_MAX - addr ? UINT64_MAX : addr + (size - 1);
 }
 
 /* Keeps the block ev frees, adopted at this free, for check_adopted. */
@@ -211,6 +236,37 @@ static coop_status keep_adopted(snapshot_reader *r, const trace_event *ev)
     return COOP_OK;
 }
 
+/* What became of the live block s since the entry at s->where, for
+ * messages ("allocated and not freed", ...). */
+static const char *live_state(const id_map_slot *s)
+{
+    int state = s ? s->state : BLOCK_ALLOCATED;
+    return state == BLOCK_ADOPTED_REQUESTED
+               ? "free_requested with no alloc before it (live since before recording began) and "
+                 "not free_completed"
+           : state == BLOCK_FREE_REQUESTED ? "allocated and free_requested but not free_completed"
+                                           : "allocated and not freed";
+}
+
+/* Refuses the alloc ev if its bytes overlap a block live in the trace (on
+ * any stream, free_requested and waiting for its free_completed included):
+ * an allocator never hands out bytes still in use. O(log live blocks). */
+static coop_status check_overlap(const snapshot_reader *r, const trace_event *ev)
+{
+    const live_range *o = live_ranges_overlap(&r->live, ev->addr, last_byte(ev->addr, ev->size));
+    if (!o)
+        return COOP_OK;
+    const id_map_slot *s = id_map_find(&r->blocks, o->addr, o->stream);
+    unsigned long long o_size = s ? s->size : 0, o_at = s ? s->where : 0;
+    return bad(r,
+               "alloc of 0x%llx (stream %llu, %llu bytes) overlaps 0x%llx (stream %llu, %llu "
+               "bytes), which the entry at byte %llu %s: an allocator does not hand out a live "
+               "block's bytes",
+               (unsigned long long)ev->addr, (unsigned long long)ev->stream,
+               (unsigned long long)ev->size, (unsigned long long)o->addr,
+               (unsigned long long)o->stream, o_size, o_at, live_state(s));
+}
+
 static coop_status on_alloc(snapshot_reader *r, trace_event *ev)
 {
     id_map_slot *s = id_map_find(&r->blocks, ev->addr, ev->stream);
@@ -220,10 +276,12 @@ static coop_status on_alloc(snapshot_reader *r, trace_event *ev)
                    "and not freed",
                    (unsigned long long)ev->addr, (unsigned long long)s->where);
     }
-    coop_status st = trace_builder_new_id(&r->b, &ev->id);
-    if (st != COOP_OK)
+    coop_status st = check_overlap(r, ev);
+    if (st != COOP_OK || (st = trace_builder_new_id(&r->b, &ev->id)) != COOP_OK)
         return st;
-    if (!(s = id_map_insert(&r->blocks, ev->addr, ev->stream)))
+    if (!(s = id_map_insert(&r->blocks, ev->addr, ev->stream)) ||
+        live_ranges_insert(&r->live, ev->addr, last_byte(ev->addr, ev->size), ev->stream, ev->id) !=
+            0)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
     s->id = ev->id;
     s->state = BLOCK_ALLOCATED;
@@ -237,18 +295,19 @@ static coop_status on_free(snapshot_reader *r, trace_event *ev)
     id_map_slot *s = id_map_find(&r->blocks, ev->addr, ev->stream);
     coop_status st;
     if (ev->kind == TRACE_FREE_REQUESTED) {
-        if (s && s->state == BLOCK_FREE_REQUESTED)
+        if (s && s->state != BLOCK_ALLOCATED)
             return bad(r, "free_requested twice for one block (without free_completed)");
         if (s) {
             s->state = BLOCK_FREE_REQUESTED;
             ev->id = s->id;
-        } else if ((st = adopt_block(r, ev, BLOCK_FREE_REQUESTED, &ev->id)) != COOP_OK ||
+        } else if ((st = adopt_block(r, ev, BLOCK_ADOPTED_REQUESTED, &ev->id)) != COOP_OK ||
                    (st = keep_adopted(r, ev)) != COOP_OK) {
             return st;
         }
     } else {
         if (s) {
             ev->id = s->id;
+            live_ranges_remove(&r->live, ev->addr, s->id);
             id_map_remove(&r->blocks, s);
         } else if ((st = adopt_block(r, ev, 0, &ev->id)) != COOP_OK ||
                    (st = keep_adopted(r, ev)) != COOP_OK) {
@@ -587,6 +646,70 @@ static coop_status check_adopted(snapshot_reader *r, const pkl_value *list, size
     return COOP_OK;
 }
 
+static int by_listed_addr(const void *pa, const void *pb)
+{
+    const listed_block *a = pa, *b = pb;
+    if (a->addr != b->addr)
+        return a->addr < b->addr ? -1 : 1;
+    return (a->at > b->at) - (a->at < b->at);
+}
+
+/* Names listed block l as the entry being read. */
+static void at_listed(snapshot_reader *r, const listed_block *l)
+{
+    snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu].blocks[%zu]", l->seg, l->blk);
+    r->where = r->where_buf;
+    r->where_at = l->at;
+}
+
+/* The final segments' allocated blocks against each other and the trace.
+ * PyTorch copies the segments under the device's lock in one go, so two of
+ * their blocks never overlap. A block they list that the trace never
+ * allocated is taken as live through the whole recording, so it cannot
+ * overlap a block the trace holds live at its end either (PyTorch copies
+ * the trace just before the segments, under a separate hold of the lock:
+ * only another thread's allocator calls in between could make that happen,
+ * and the trace would not say what they were). O(n log n) in the listed
+ * blocks, O(log live) each against the trace. */
+static coop_status check_listed(snapshot_reader *r)
+{
+    listed_block *l = r->listed;
+    size_t n = r->num_listed;
+    if (!n)
+        return COOP_OK;
+    qsort(l, n, sizeof *l, by_listed_addr);
+    for (size_t k = 0; k + 1 < n; k++)
+        if (l[k].last >= l[k + 1].addr) {
+            at_listed(r, &l[k + 1]);
+            return bad(r,
+                       "block 0x%llx (%llu bytes) overlaps 0x%llx (%llu bytes), "
+                       "segments[%zu].blocks[%zu] at byte %llu: both allocated in the final "
+                       "segments, one copy of the allocator's state, whose blocks never overlap",
+                       (unsigned long long)l[k + 1].addr, (unsigned long long)l[k + 1].size,
+                       (unsigned long long)l[k].addr, (unsigned long long)l[k].size, l[k].seg,
+                       l[k].blk, (unsigned long long)l[k].at);
+        }
+    for (size_t k = 0; k < n; k++) {
+        if (!l[k].adopted)
+            continue;
+        const live_range *o = live_ranges_overlap(&r->live, l[k].addr, l[k].last);
+        if (!o)
+            continue;
+        const id_map_slot *s = id_map_find(&r->blocks, o->addr, o->stream);
+        at_listed(r, &l[k]);
+        return bad(r,
+                   "block 0x%llx (stream %llu, %llu bytes), allocated here and never in the trace "
+                   "(so live since before recording began), overlaps 0x%llx (stream %llu, %llu "
+                   "bytes), which the entry at byte %llu %s, live at the trace's end but not "
+                   "listed here",
+                   (unsigned long long)l[k].addr, (unsigned long long)l[k].stream,
+                   (unsigned long long)l[k].requested, (unsigned long long)o->addr,
+                   (unsigned long long)o->stream, (unsigned long long)(s ? s->size : 0),
+                   (unsigned long long)(s ? s->where : 0), live_state(s));
+    }
+    return COOP_OK;
+}
+
 /* The final `segments`: the recorded allocator's reservations, and blocks
  * allocated before recording began that are still allocated at the end. */
 static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, uint64_t device)
@@ -649,12 +772,25 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
                 return st;
             /* Allocated at the end but never seen allocated: it was live
              * through the whole recording. */
-            if (!id_map_find(&r->blocks, ev.addr, ev.stream) &&
-                (st = adopt_block(r, &ev, 0, &ev.id)) != COOP_OK)
+            int adopted = !id_map_find(&r->blocks, ev.addr, ev.stream);
+            if (adopted && (st = adopt_block(r, &ev, 0, &ev.id)) != COOP_OK)
                 return st;
+            if (GROW_ARRAY(r->listed, r->cap_listed, r->num_listed + 1, ADOPTED_FIRST))
+                return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+            r->listed[r->num_listed++] = (listed_block){
+                .addr = ev.addr,
+                .last = last_byte(ev.addr, next_addr - ev.addr),
+                .size = next_addr - ev.addr,
+                .requested = ev.size,
+                .stream = ev.stream,
+                .at = blk->offset,
+                .seg = i,
+                .blk = j,
+                .adopted = adopted,
+            };
         }
     }
-    return COOP_OK;
+    return check_listed(r);
 }
 
 /* Picks the device: the one asked for, else the first with events. */
@@ -776,7 +912,9 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
             trace_torch_settings_read(root, out);
         trace_builder_discard(&r.b);
         id_map_free(&r.blocks);
+        live_ranges_free(&r.live);
         free(r.adopted);
+        free(r.listed);
         pkl_arena_free(&arena);
     }
     free(data);
