@@ -1,11 +1,13 @@
 #!/bin/sh
 # Checks what `make install` promises, on a build of this tree into a
 # temporary prefix: the library (shared and static), coop.h, coop.pc, the
-# coop command and the Python package. The README's C example, taken from
-# the README itself so the two cannot drift, is built with pkg-config
-# against the installed copy (shared, then static) and run; the installed
-# coop replays a bundled trace; the Python package loads the installed
-# library; `make uninstall` leaves no file behind.
+# coop command, the bundled traces and the Python package. The README's C
+# example, taken from the README itself so the two cannot drift, is built
+# with pkg-config against the installed copy (shared, then static) and run;
+# the installed coop replays a bundled trace, and with no TRACE replays the
+# bundled traces it installed in share/coop/traces (the source tree moved
+# away); the Python package loads the installed library; `make uninstall`
+# leaves no file, and none of coop's own directories, behind.
 #
 # Usage: scripts/check_install.sh
 #   Builds a copy of the tracked sources (the working tree's, as git lists
@@ -74,6 +76,15 @@ trace=$(ls "$src"/traces/*.trace.gz 2>/dev/null | head -1)
 check "the installed coop replays a bundled trace" \
     sh -c "LD_LIBRARY_PATH='$libdir' '$prefix/bin/coop' replay --json --policy coop '$trace' | grep -q '\"min_capacity_bytes\":[0-9]'"
 
+# without a TRACE, the installed coop replays the bundled traces it installed:
+# the source tree (which a build's binary also looks in) is moved away meanwhile
+bundled=$(ls "$src"/traces/*.trace.gz "$src"/traces/*.cuda.pickle.gz | wc -l)
+mv "$work/src" "$work/src-away"
+check "the installed coop replays its $bundled bundled traces without the source tree" \
+    sh -c "'$prefix/bin/coop' replay --json --policy coop >'$work/bundled.out' &&
+           test \$(grep -c '\"min_capacity_bytes\":[0-9]' '$work/bundled.out') -eq $bundled"
+mv "$work/src-away" "$work/src"
+
 pkg=$(find "$prefix" -name native.py -path '*/coop/*' | head -1)
 if [ -n "$pkg" ] && command -v python3 >/dev/null; then
     pydir=$(dirname "$(dirname "$pkg")")
@@ -84,8 +95,10 @@ else
 fi
 
 (cd "$work/src" && make uninstall) >"$work/uninstall.log" 2>&1
-left=$(find "$prefix" -type f ! -name '*.pyc' | sed "s|$prefix/||")
-check "make uninstall removes every installed file" test -z "$left"
+# files, and the directories of coop's own (share/coop, site-packages/coop)
+left=$(find "$prefix" \( -type f ! -name '*.pyc' \) -o \
+    \( -type d \( -name coop -o -path '*/coop/*' \) \) | sed "s|$prefix/||")
+check "make uninstall removes every installed file and coop's directories" test -z "$left"
 [ -z "$left" ] || printf '    left: %s\n' $left
 
 echo "check_install: $failures failed"
