@@ -1,6 +1,9 @@
 /*
  * coop: a fragmentation-aware GPU memory allocator with contiguous eviction.
  *
+ * This header needs C99 (or C++11; it is wrapped in extern "C"); libcoop
+ * itself is built as C11. scripts/check_install.sh compiles it both ways.
+ *
  * One pool per device keeps blocks in address order over one expandable
  * virtual range (or, without virtual memory management, over fixed segments).
  * All sizes are bytes, all costs nanoseconds. Every function is thread-safe

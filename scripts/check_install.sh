@@ -1,11 +1,16 @@
 #!/bin/sh
 # Checks what `make install` promises, on a build of this tree into a
 # temporary prefix: the library (shared and static), coop.h, coop.pc, the
-# coop command and the Python package. The README's C example, taken from
-# the README itself so the two cannot drift, is built with pkg-config
-# against the installed copy (shared, then static) and run; the installed
-# coop replays a bundled trace; the Python package loads the installed
-# library; `make uninstall` leaves no file behind.
+# coop command, the bundled traces and the Python package. The README's C
+# example, taken from the README itself so the two cannot drift, is built
+# with pkg-config against the installed copy (shared, then static) and run;
+# coop.h compiles as C99 and as C++17 (g++, clang++) with -pedantic -Werror,
+# and the header's, the library's and coop.pc's versions agree; libcoop.so
+# exports only what coop.h declares; the installed coop replays a bundled
+# trace, and with no TRACE replays the bundled traces it installed in
+# share/coop/traces (the source tree moved away); the Python package loads
+# the installed library; `make uninstall` leaves no file, and none of coop's
+# own directories, behind.
 #
 # Usage: scripts/check_install.sh
 #   Builds a copy of the tracked sources (the working tree's, as git lists
@@ -70,9 +75,60 @@ check "the example links statically (pkg-config --static)" \
            \$(pkg-config --cflags coop) '$libdir/libcoop.a' \$(pkg-config --static --libs-only-l coop | sed 's/-lcoop//')"
 check "the static example runs" run_example "$work/example-static"
 
+# coop.h as a C99 or C++ user includes it: first (self-contained), twice
+# (guarded), -pedantic -Werror; the C++ program (extern "C") links the
+# installed library and prints the versions of the header, the library and
+# coop.pc, which must agree
+cat >"$work/header.c" <<'EOF_C'
+#include <coop.h>
+#include <coop.h>
+#include <stdio.h>
+int main(void)
+{
+    coop_config cfg;
+    coop_config_default(&cfg);
+    printf("%d.%d.%d %s %s %d\n", COOP_VERSION_MAJOR, COOP_VERSION_MINOR,
+           COOP_VERSION_PATCH, COOP_VERSION_STRING, coop_version(), (int)cfg.backend);
+    return 0;
+}
+EOF_C
+check "coop.h compiles as C99 with -pedantic -Werror" \
+    sh -c "cc -std=c99 -pedantic -Wall -Wextra -Werror -Wstrict-prototypes -c '$work/header.c' \
+           -o /dev/null \$(pkg-config --cflags coop)"
+cxx_header() { # compiler: builds header.c as C++17, runs it, compares versions
+    "$1" -std=c++17 -pedantic -Wall -Wextra -Werror -x c++ "$work/header.c" -o "$work/header-cxx" \
+        $(pkg-config --cflags --libs coop) &&
+        v=$(pkg-config --modversion coop) && echo "coop.pc's Version: $v" &&
+        LD_LIBRARY_PATH=$libdir "$work/header-cxx" | tee /dev/stderr | grep -qx "$v $v $v 0"
+}
+for cxx in c++ clang++; do
+    command -v $cxx >/dev/null &&
+        check "coop.h compiles as C++17 ($cxx); header, libcoop.so and coop.pc versions agree" \
+            cxx_header $cxx
+done
+# the shared library exports the functions coop.h declares (lines that begin
+# with a type), nothing else: internal names would clash with the user's
+exports_declared() {
+    nm -D --defined-only "$libdir/libcoop.so" | awk '{ print $3 }' | sort >"$work/exports" &&
+        grep -E '^[a-z]' "$prefix/include/coop.h" | grep -v '^typedef' |
+        grep -oE '\bcoop_[a-z0-9_]+\(' | tr -d '(' | sort -u >"$work/declared" &&
+        test -s "$work/exports" && comm -23 "$work/exports" "$work/declared" | tee /dev/stderr |
+        awk 'END { exit NR != 0 }'
+}
+check "libcoop.so exports only functions coop.h declares" exports_declared
+
 trace=$(ls "$src"/traces/*.trace.gz 2>/dev/null | head -1)
 check "the installed coop replays a bundled trace" \
     sh -c "LD_LIBRARY_PATH='$libdir' '$prefix/bin/coop' replay --json --policy coop '$trace' | grep -q '\"min_capacity_bytes\":[0-9]'"
+
+# without a TRACE, the installed coop replays the bundled traces it installed:
+# the source tree (which a build's binary also looks in) is moved away meanwhile
+bundled=$(ls "$src"/traces/*.trace.gz "$src"/traces/*.cuda.pickle.gz | wc -l)
+mv "$work/src" "$work/src-away"
+check "the installed coop replays its $bundled bundled traces without the source tree" \
+    sh -c "'$prefix/bin/coop' replay --json --policy coop >'$work/bundled.out' &&
+           test \$(grep -c '\"min_capacity_bytes\":[0-9]' '$work/bundled.out') -eq $bundled"
+mv "$work/src-away" "$work/src"
 
 pkg=$(find "$prefix" -name native.py -path '*/coop/*' | head -1)
 if [ -n "$pkg" ] && command -v python3 >/dev/null; then
@@ -84,8 +140,10 @@ else
 fi
 
 (cd "$work/src" && make uninstall) >"$work/uninstall.log" 2>&1
-left=$(find "$prefix" -type f ! -name '*.pyc' | sed "s|$prefix/||")
-check "make uninstall removes every installed file" test -z "$left"
+# files, and the directories of coop's own (share/coop, site-packages/coop)
+left=$(find "$prefix" \( -type f ! -name '*.pyc' \) -o \
+    \( -type d \( -name coop -o -path '*/coop/*' \) \) | sed "s|$prefix/||")
+check "make uninstall removes every installed file and coop's directories" test -z "$left"
 [ -z "$left" ] || printf '    left: %s\n' $left
 
 echo "check_install: $failures failed"

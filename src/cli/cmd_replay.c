@@ -29,6 +29,10 @@
 #ifndef COOP_SRCDIR
 #define COOP_SRCDIR "."
 #endif
+/* where make install puts the bundled traces (PKGDATADIR/traces) */
+#ifndef COOP_PKGDATADIR
+#define COOP_PKGDATADIR "."
+#endif
 
 #define DEFAULT_CAPACITY (80ull << 30) /* an 80 GiB device */
 #define DEFAULT_PAGE (2ull << 20)      /* NVIDIA's physical page granularity */
@@ -50,12 +54,15 @@ static void usage(FILE *out)
             "simulated device and compares them. Without TRACE, replays the "
             "bundled traces\n"
             "(%s/traces/*.trace.gz, then the GPU snapshots "
-            "*.cuda.pickle.gz). A TRACE may\n"
-            "be a pipe, or '-' for standard input.\n"
+            "*.cuda.pickle.gz;\n"
+            "where that source tree is gone, the copies make install put "
+            "in\n"
+            "%s/traces). A TRACE may be a pipe, or '-' for standard "
+            "input.\n"
             "\n"
             "options:\n"
             "  --policy LIST     comma-separated policies (default: all):\n",
-            COOP_SRCDIR);
+            COOP_SRCDIR, COOP_PKGDATADIR);
     for (size_t i = 0; i < n; i++)
         fprintf(out, "                      %-16s %s\n", all[i]->name, all[i]->summary);
     fprintf(out,
@@ -163,11 +170,12 @@ static bool glob_bundled(const char *dir, glob_t *g)
     return false;
 }
 
-/* The bundled traces: the source tree's traces/, else traces/ beside the
- * binary. */
+/* The bundled traces: the source tree's traces/ (the build's own copy), else
+ * the ones make install put in PKGDATADIR/traces (an installed coop whose
+ * source tree was removed), else traces/ beside the binary. */
 static bool find_default_traces(glob_t *g)
 {
-    if (glob_bundled(COOP_SRCDIR, g))
+    if (glob_bundled(COOP_SRCDIR, g) || glob_bundled(COOP_PKGDATADIR, g))
         return true;
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -182,9 +190,9 @@ static bool find_default_traces(glob_t *g)
     fprintf(stderr,
             "coop replay: no bundled traces found (looked for "
             "%s/traces/*.trace.gz and *.cuda.pickle.gz,\n"
-            "and traces/ beside the coop binary); name trace files as "
-            "arguments\n",
-            COOP_SRCDIR);
+            "then in %s/traces and in traces/ beside the coop binary); name "
+            "trace files as arguments\n",
+            COOP_SRCDIR, COOP_PKGDATADIR);
     return false;
 }
 

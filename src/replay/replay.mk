@@ -51,8 +51,18 @@ EXTRA_DIST += tests/replay_plot_test.py
 # simulator"); a tool, not a test
 EXTRA_DIST += tests/replay_steady_trace.py
 
-# The bundled traces are found through the source tree (coop replay without arguments).
-coop_CPPFLAGS = $(AM_CPPFLAGS) -DCOOP_SRCDIR='"$(abs_top_srcdir)"'
+# The bundled traces (coop replay without arguments) are found through the
+# source tree, else where make install put them: an installed coop keeps
+# working once the tree it was built from is gone.
+coop_CPPFLAGS = $(AM_CPPFLAGS) -DCOOP_SRCDIR='"$(abs_top_srcdir)"' \
+	-DCOOP_PKGDATADIR='"$(pkgdatadir)"'
+tracesdir = $(pkgdatadir)/traces
+traces_DATA = traces/bert-train-step.trace.gz traces/densenet121-train-step.trace.gz \
+	traces/gpt2-train-step.trace.gz traces/lstm-train-step.trace.gz \
+	traces/resnet50-train-step.trace.gz traces/unet-train-step.trace.gz \
+	traces/bert-train-step.cuda.pickle.gz traces/densenet121-train-step.cuda.pickle.gz \
+	traces/gpt2-train-step.cuda.pickle.gz traces/lstm-train-step.cuda.pickle.gz \
+	traces/resnet50-train-step.cuda.pickle.gz traces/unet-train-step.cuda.pickle.gz
 
 if HAVE_CMOCKA
 check_PROGRAMS += tests/replay_cli_test tests/replay_snapshot_test

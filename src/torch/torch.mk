@@ -79,8 +79,4 @@ python/coop/_build_config.py: Makefile
 	echo '"""Written by make: where make install put libcoop.so."""' > $@ && \
 	echo 'LIBDIR = "$(libdir)"' >> $@
 CLEANFILES += python/coop/_build_config.py
-# automake's uninstall removes files only: the package's own directories
-# (coop/ and the __pycache__ that byte-compiling made) go too, when empty
-uninstall-hook:
-	rmdir "$(DESTDIR)$(coopdir)/__pycache__" "$(DESTDIR)$(coopdir)" 2>/dev/null || :
 endif
