@@ -14,7 +14,9 @@ import contextlib
 import errno
 import gzip
 import os
+import signal
 import tempfile
+import threading
 
 
 @contextlib.contextmanager
@@ -22,9 +24,11 @@ def replacing(path, compress=False):
     """A binary file for the new content of path, which replaces path only
     when the with block completes: a failed or interrupted write (a full
     disk, an exception, a signal) leaves the previous file, or none, never a
-    truncated one. The content goes to a fresh hidden file beside path
-    (mkstemp: a fixed PATH.tmp clobbered a file of that name; beside: the
-    rename stays on one file system), with the replaced file's permissions or
+    truncated one, nor the temporary file (SIGTERM and SIGHUP included: see
+    _catch_termination; the process still dies of the signal). The content
+    goes to a fresh hidden file beside path (mkstemp: a fixed PATH.tmp
+    clobbered a file of that name; beside: the rename stays on one file
+    system), with the replaced file's permissions or
     those open() gives a new file (not mkstemp's 0600, which would hide a
     shared trace from its readers), then renamed over path. A symbolic link
     path stays one: its target is replaced. With compress, what is written
@@ -47,8 +51,10 @@ def replacing(path, compress=False):
         return
     target = os.path.realpath(path)
     directory, base = os.path.split(target)
-    fd, tmp = tempfile.mkstemp(prefix="." + base + ".", dir=directory)
+    tmp = None
+    caught = _catch_termination()
     try:
+        fd, tmp = tempfile.mkstemp(prefix="." + base + ".", dir=directory)
         with os.fdopen(fd, "wb") as raw:
             try:
                 mode = os.stat(target).st_mode & 0o7777
@@ -63,11 +69,55 @@ def replacing(path, compress=False):
             else:
                 yield raw
         os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if isinstance(e, _Terminated) and caught:
+            # die of the signal, as the process would have without us: the
+            # status (128 + N in a shell) says how it ended
+            _restore(caught)
+            caught = None
+            os.kill(os.getpid(), e.signum)
+            raise SystemExit(128 + e.signum) from None  # were it blocked
         raise
+    finally:
+        if caught:
+            _restore(caught)
 
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the write was, so that replacing
+    removes its temporary file before the process ends."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(signum)
+
+
+def _catch_termination():
+    """SIGTERM and SIGHUP (kill, a batch system's time limit, a closed
+    terminal) end Python at once by default, with no finally run: the hidden
+    temporary file stayed beside the output. Where they have their default
+    action (a program's own handler is left alone) and this is the main
+    thread (the only one that may set handlers), they raise _Terminated for
+    the duration. Returns {signal: previous handler} to restore."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    caught = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            caught[sig] = signal.signal(sig, _raise_terminated)
+    return caught
+
+
+def _restore(caught):
+    for sig, handler in caught.items():
+        signal.signal(sig, handler)
 
 def save_figure(fig, path, **savefig_args):
     """A matplotlib figure saved as path through replacing: a failed or

@@ -6,7 +6,9 @@ the umask. Standard library only."""
 
 import gzip
 import os
+import signal
 import stat
+import subprocess
 import sys
 import tempfile
 import threading
@@ -79,6 +81,32 @@ class Replacing(unittest.TestCase):
         self.assertEqual(got, [b"through the pipe"])
         self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
         self.assertEqual(sorted(os.listdir(self.dir.name)), ["fifo"])
+
+    def test_a_terminated_write_leaves_no_temporary_file(self):
+        # SIGTERM (kill, a batch system's time limit) and SIGHUP (a closed
+        # terminal) end Python at once by default: no finally ran, and the
+        # hidden temporary file (a whole trace, 100 MB) stayed beside OUT
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            with open(self.path, "wb") as f:
+                f.write(b"old")
+            child = subprocess.Popen([sys.executable, "-c", (
+                "import sys; sys.path.insert(0, %r)\n"
+                "import atomic_file\n"
+                "with atomic_file.replacing(%r) as f:\n"
+                "    f.write(b'half')\n"
+                "    f.flush()\n"
+                "    print('writing', flush=True)\n"
+                "    sys.stdin.read()\n" % (atomic_file.__file__.rsplit("/", 1)[0], self.path))],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self.assertEqual(child.stdout.readline(), b"writing\n")
+            self.assertEqual(len(os.listdir(self.dir.name)), 2)  # out.gz and the temporary
+            child.send_signal(sig)
+            child.stdin.close()  # the write's end, were the signal ignored
+            self.assertEqual(child.wait(10), -sig)  # still ended by that signal
+            child.stdout.close()
+            with open(self.path, "rb") as f:
+                self.assertEqual(f.read(), b"old")
+            self.assertEqual(os.listdir(self.dir.name), ["out.gz"], signal.Signals(sig).name)
 
     def test_a_folder_is_refused_before_any_write(self):
         folder = os.path.join(self.dir.name, "folder")
