@@ -11,7 +11,8 @@ image appears whole or not at all (scripts/atomic_file.py): a failed save
 keeps the previous one. The timeline format is documented in
 src/replay/timeline.h.
 Exits 2, with one line on stderr, on a bad timeline or option (a --policy
-the timeline lacks) or an output that cannot be written. A bad timeline:
+the timeline lacks, an output that is the timeline itself) or an output
+that cannot be written. A bad timeline:
 a record with fields too many or too few, a number that is not unsigned
 or is past 2^64 - 1, a policy twice in one trace, s records out of order
 or past the trace's events, a block that ends before it starts or past
@@ -280,15 +281,21 @@ def main(argv):
         print(f"plot_replay: --policy: {', '.join(absent)} not in {args.timeline}", file=sys.stderr)
         return 2
     stem, ext = os.path.splitext(out)
-    taken = set()
+    paths = []
     for name, events, policies in traces:
         path = out if len(traces) == 1 else f"{stem}-{name}{ext or '.png'}"
         # two traces of one name (from two folders) drew over each other
         k = 2
-        while path in taken:
+        while path in paths:
             path = f"{stem}-{name}-{k}{ext or '.png'}"
             k += 1
-        taken.add(path)
+        paths.append(path)
+        if os.path.exists(path) and os.path.samefile(path, args.timeline):
+            # -o TIMELINE (or a link to it): the image replaced the timeline
+            print(f"plot_replay: -o {path}: is the timeline {args.timeline}: the image would "
+                  "replace it", file=sys.stderr)
+            return 2
+    for (name, events, policies), path in zip(traces, paths):
         try:
             plot_trace(name, events, policies, path, wanted, args.max_blocks)
         except OSError as e:

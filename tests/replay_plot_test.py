@@ -201,6 +201,27 @@ def output_checks(d):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "t.xyz: Format 'xyz' is not supported" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and os.listdir(out_dir) == ["t.png"], r.stderr
+    # -o the timeline itself (or a link to it): the image replaced the
+    # timeline (one with an extension matplotlib lacks was safe); refused before drawing (in-process: no second matplotlib)
+    import contextlib
+    import io
+    import plot_replay
+    with open(timeline, "rb") as f:
+        before = f.read()
+    timeline = os.path.join(d, "timeline")  # no extension: drawn as PNG
+    with open(timeline, "wb") as f:
+        f.write(before)
+    link = os.path.join(d, "link.txt")
+    os.symlink(timeline, link)
+    for out in (timeline, link):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            status = plot_replay.main([timeline, "-o", out])
+        assert status == 2 and err.getvalue() == (
+            "plot_replay: -o %s: is the timeline %s: the image would replace it\n"
+            % (out, timeline)), (status, err.getvalue())
+        with open(timeline, "rb") as f:
+            assert f.read() == before, "the timeline was overwritten"
 
 
 def missing_matplotlib_checks():
