@@ -4,13 +4,15 @@ policy, one panel per log (and memory model). Runs that thrashed, ran out
 of memory or failed (result "error") are drawn as crosses at the top of the
 panel. A row that is not a coop sim row (json_rows.SIM_ROW), or a second row
 of one log, memory model, policy and ratio, is refused.
-Exits 1, with one line, when the python3 running it has no matplotlib.
+Exits 2, with one line, on bad input or an OUT that cannot be written or is
+the results file itself; 1 when the python3 running it has no matplotlib.
 
-usage: coop sim --json ... > sim.jsonl   (exit 2 on bad input or an unwritable OUT)
+usage: coop sim --json ... > sim.jsonl
        scripts/plot_sim.py sim.jsonl out.png [--title TEXT]
 """
 import argparse
 import math
+import os
 import sys
 
 import atomic_file
@@ -97,6 +99,10 @@ def main():
     ap.add_argument("out", help="PNG to write")
     ap.add_argument("--title")
     args = ap.parse_args()
+    if (args.results != "-" and os.path.exists(args.out) and os.path.exists(args.results)
+            and os.path.samefile(args.out, args.results)):
+        # OUT named without an extension is drawn as PNG: it replaced the rows
+        die(f"{args.out}: is the results file {args.results}: the image would replace it")
     rows = load(args.results)
     try:
         plot(rows, args.out, args.title)

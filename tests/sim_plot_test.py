@@ -184,6 +184,34 @@ def output_checks(good, d):
     r = subprocess.run([sys.executable, SCRIPT, good, os.devnull], capture_output=True, text=True)
     if r.returncode != 0 or not stat.S_ISCHR(os.stat(os.devnull).st_mode):
         fails.append("%s as the output: exit %d, %r" % (os.devnull, r.returncode, r.stderr))
+    # OUT the results file itself (or a link to it), named without an
+    # extension (drawn as PNG): the image replaced the rows. In-process.
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    import plot_sim
+    rows = os.path.join(d, "rows")
+    with open(good, "rb") as f, open(rows, "wb") as g:
+        g.write(f.read())
+    link = os.path.join(d, "rows-link")
+    os.symlink(rows, link)
+    for out in (rows, link):
+        err = io.StringIO()
+        argv, sys.argv = sys.argv, ["plot_sim.py", rows, out]
+        try:
+            with contextlib.redirect_stderr(err):
+                plot_sim.main()
+            status = 0
+        except SystemExit as e:
+            status = e.code
+        finally:
+            sys.argv = argv
+        with open(rows, "rb") as f, open(good, "rb") as g:
+            kept = f.read() == g.read()
+        says = "plot_sim: %s: is the results file %s: the image would replace it\n" % (out, rows)
+        if status != 2 or err.getvalue() != says or not kept:
+            fails.append("OUT the results (%s): exit %s, %r, rows kept: %s"
+                         % (out, status, err.getvalue(), kept))
+            with open(good, "rb") as f, open(rows, "wb") as g:
+                g.write(f.read())
     return fails
 
 
