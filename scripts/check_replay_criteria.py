@@ -25,6 +25,7 @@ that breaks json_rows.REPLAY_ROW: a missing figure, a byte count
 that is negative, fractional or past 2^64, a recorded_by_coop that is not a boolean...).
 """
 import argparse
+import json
 import re
 import sys
 
@@ -36,8 +37,9 @@ def die(message):
 
 
 def load(path):
-    """{trace: {policy: row}}, each row held to json_rows.REPLAY_ROW."""
-    rows = {}
+    """{trace: {policy: row}}, each row held to json_rows.REPLAY_ROW, and
+    {(trace, policy): its line number}."""
+    rows, lines = {}, {}
     for lineno, r in json_rows.json_rows(path, "check_replay_criteria",
                                          "not a coop replay JSON row", json_rows.replay_row_error):
         mine = rows.setdefault(r["trace"], {})
@@ -48,9 +50,10 @@ def load(path):
                 f"({r.get('path') or 'two traces of that name?'}: check them in "
                 "separate runs)")
         mine[r["policy"]] = r
+        lines[r["trace"], r["policy"]] = lineno
         if not r["peak_live_bytes"]:  # every figure is held to it
             die(f"{path}:{lineno}: peak_live_bytes is 0, nothing to compare with")
-    return rows
+    return rows, lines
 
 
 MINIMALLOC_CSV = re.compile(r"\.csv(\.gz)?$")  # coop reads a .gz transparently
@@ -83,12 +86,12 @@ def main():
         results.append((ok, text))
         print(("ok   " if ok else "FAIL ") + text)
 
-    rows = load(args.main)
+    rows, lines = load(args.main)
     if not rows:
         die(f"{args.main}: no rows (run coop replay --json)")
     # --minimalloc read and held to its kind before any verdict: the main
     # file (or a snapshot's rows) given there was checked as CSVs and passed
-    mrows = load(args.minimalloc) if args.minimalloc else None
+    mrows = load(args.minimalloc)[0] if args.minimalloc else None
     if mrows is not None and not mrows:
         die(f"{args.minimalloc}: no rows (run coop replay --json --page 512)")
     minimalloc = []  # (trace, coop row, jemalloc row), checked below
@@ -98,12 +101,21 @@ def main():
                 "--page 512 on minimalloc's .csv files)")
         minimalloc.append((trace, need(mrows, trace, "coop", args.minimalloc),
                            need(mrows, trace, "jemalloc", args.minimalloc)))
-    for trace in sorted(rows):
-        coop = need(rows, trace, "coop", args.main)
+    for trace in sorted(rows):  # every row a check needs, before any verdict
+        need(rows, trace, "coop", args.main)
         torch = need(rows, trace, "torch", args.main)
-        jem = need(rows, trace, "jemalloc", args.main)
+        need(rows, trace, "jemalloc", args.main)
         if is_snapshot(trace):
             need(rows, trace, "recorded", args.main)
+        if ("recorded" in rows[trace] and not torch.get("recorded_by_coop")
+                and torch.get("torch_settings_default") is not False):
+            rec = rows[trace]["recorded"]["peak_reserved_bytes"]
+            if not rec:  # torch's is compared with it, as a ratio
+                die(f"{args.main}:{lines[trace, 'recorded']}: the recorded row of {trace} has no "
+                    f"peak_reserved_bytes ({json.dumps(rec)}), which torch's is compared with")
+    for trace in sorted(rows):
+        coop = rows[trace]["coop"]
+        torch, jem = rows[trace]["torch"], rows[trace]["jemalloc"]
         live = coop["peak_live_bytes"]
         cap = coop["min_capacity_bytes"]
         if cap is None:
@@ -132,9 +144,7 @@ def main():
             check(False, f"{trace}: torch-rec not comparable: the snapshot's allocator settings "
                          "are not PyTorch's defaults, which torch emulates")
         elif "recorded" in rows[trace]:
-            rec = rows[trace]["recorded"]["peak_reserved_bytes"]
-            if not rec:
-                die(f"{args.main}: the recorded row of {trace} has no peak_reserved_bytes")
+            rec = rows[trace]["recorded"]["peak_reserved_bytes"]  # not 0: checked above
             diff = ratio(torch["peak_reserved_bytes"], rec)
             check(diff is not None and abs(diff) <= 0.05,
                   f"{trace}: torch-rec torch peak reserved "

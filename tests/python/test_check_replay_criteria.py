@@ -147,10 +147,17 @@ class CheckReplayCriteria(unittest.TestCase):
         rows.append(row("s.pickle.gz", "recorded", cap=11 * GIB, ns=None, reserved=0))
         rc, _, err, _ = self.run_script(rows)
         self.assertEqual(rc, 2)
-        self.assertIn("recorded row of s.pickle.gz has no peak_reserved_bytes", err)
+        self.assertIn(":4: the recorded row of s.pickle.gz has no peak_reserved_bytes (0)", err)
         rc, _, err, _ = self.run_script([])
         self.assertEqual(rc, 2)
         self.assertIn("no rows", err)
+        # found before any verdict, the line named: after a good snapshot's
+        # six verdicts were printed, the second's zero came out as exit 2
+        first = good_trace("a.pickle.gz") + [row("a.pickle.gz", "recorded", cap=11 * GIB, ns=None)]
+        rc, out, err, path = self.run_script(first + rows)
+        self.assertEqual((rc, out), (2, ""))
+        self.assertEqual(err, f"check_replay_criteria: {path}:8: the recorded row of s.pickle.gz "
+                              "has no peak_reserved_bytes (0), which torch's is compared with\n")
 
     def test_minimalloc(self):
         mm = [row("A.1048576.csv", "coop", live=900000, cap=1048576, mapped=1048576),
