@@ -29,7 +29,9 @@ Usage:
   record_cuda_snapshot.py [--out-dir DIR] [--batch N] [--device cuda:0]
                           [--out FILE] [--dry-run] [MODEL ...]
 Exits 77 with a one-line message when no CUDA device is present (as the
-scripts in scripts/gpu/), 2 on bad arguments.
+scripts in scripts/gpu/), 2 on bad arguments (an unknown model, --batch below
+1, an --out-dir that cannot be made, an --out in a missing folder or that is
+a folder), all found before any model is built.
 """
 
 import argparse
@@ -96,6 +98,24 @@ def summarize(snap):
             actions[e["action"]] = actions.get(e["action"], 0) + 1
     reserved = sum(s["total_size"] for s in snap.get("segments", []))
     return {"events": events, "actions": actions, "final_reserved_bytes": reserved}
+
+
+def not_appendable(path):
+    """Why JSON lines cannot be appended to path, checked before any work
+    (no torch import, no recording), or None. The file is not created here:
+    a run that records nothing leaves none."""
+    if os.path.isdir(path):
+        return "Is a directory"
+    if os.path.exists(path):
+        return None if os.access(path, os.W_OK) else "Permission denied"
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.stat(parent)
+    except OSError as e:
+        return e.strerror
+    if not os.path.isdir(parent):
+        return "Not a directory"
+    return None if os.access(parent, os.W_OK) else "Permission denied"
 
 
 def emit(obj, out):
@@ -185,6 +205,10 @@ def main(argv=None):
     if opts.batch is not None and opts.batch < 1:
         # the builders read 0 as "the default"; a negative one failed in torch
         ap.error("--batch: %d is not a batch size (1 or more)" % opts.batch)
+    why = opts.out and not_appendable(opts.out)
+    if why:
+        # found by emit's open(out, "a"): a traceback after the recording
+        ap.error("--out %s: %s" % (opts.out, why))
 
     sys.path.insert(0, here)
     try:

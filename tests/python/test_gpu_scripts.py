@@ -451,6 +451,15 @@ class Arguments(unittest.TestCase):
                 self.assertEqual(r.returncode, 2, args)
                 self.assertIn(says, r.stderr, args)
                 self.assertNotIn("Traceback", r.stderr, args)
+            # --out in a missing folder or a folder: a traceback after the
+            # recording (minutes on a GPU) and its snapshot; now refused
+            # before torch is imported, nothing written
+            for out, says in ((os.path.join(d, "none", "x.jsonl"), "No such file or directory"),
+                              (d, "Is a directory"), (os.path.join(f.name, "x"), "Not a directory")):
+                r = run(RECORD, "--dry-run", "--out-dir", d, "--out", out, timeout=60)
+                self.assertEqual((r.returncode, r.stdout), (2, ""), (out, r.stderr))
+                self.assertTrue(r.stderr.endswith("error: --out %s: %s\n" % (out, says)), r.stderr)
+                self.assertEqual(os.listdir(d), [])
 
     def test_children_take_fraction_zero(self):
         """Full runs are children with --fraction 0.0 (no limit)."""
