@@ -16,7 +16,8 @@ live from the start.
 Handles both history APIs: torch >= 2.1 (_record_memory_history(enabled="all",
 context=..., stacks=..., max_entries=...), _dump_snapshot) and torch 2.0
 (_record_memory_history(True, trace_alloc_max_entries=...), _snapshot()); torch
-1.13's allocator has no allocation trace (device_traces), so it is refused.
+1.13's allocator has no allocation trace (device_traces), so it is refused
+(exit 1) before any model is built.
 
 Prints one JSON line per model (path, events by action, peaks, sizes, torch,
 GPU, the model's configuration); --out FILE appends them there too.
@@ -49,6 +50,29 @@ NO_CUDA_EXIT = 77
 # takes 2 to 5; torch's own _dump_snapshot writes Python's default (4 on the
 # Pythons torch supports today). Fixed so a newer Python changes nothing.
 PICKLE_PROTOCOL = 4
+
+
+def check_history_api(torch):
+    """Refuses, before any model is built (a build and a warm-up step take
+    minutes), a torch whose _record_memory_history takes neither the 2.1+
+    keywords nor 2.0's trace_alloc_max_entries: 1.13's (enabled, device)
+    records no allocation trace. A signature that cannot be read, or one
+    taking **kwargs (2.1+ passes a bool on to its legacy form), is left to
+    start_history."""
+    import inspect
+
+    record = getattr(torch.cuda.memory, "_record_memory_history", None)
+    try:
+        params = inspect.signature(record).parameters if record else {}
+    except (TypeError, ValueError):
+        return
+    if record and (any(p.kind == p.VAR_KEYWORD for p in params.values())
+                   or "max_entries" in params or "trace_alloc_max_entries" in params):
+        return
+    raise SystemExit(
+        "record_cuda_snapshot.py: torch %s has no allocation trace in its memory history "
+        "(needs torch >= 2.0)" % torch.__version__
+    )
 
 
 def start_history():
@@ -231,6 +255,7 @@ def main(argv=None):
             file=sys.stderr,
         )
         return NO_CUDA_EXIT
+    check_history_api(torch)
     for name in opts.models or models.ALL:
         record(name, opts.batch, opts.device, opts.out_dir, opts.out)
     return 0

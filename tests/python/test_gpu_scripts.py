@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import types
 import time
 import unittest
 from unittest import mock
@@ -493,6 +494,44 @@ class SnapshotWriter(unittest.TestCase):
             with open(path, "rb") as f:
                 self.assertEqual(f.read(), good)
             self.assertEqual(os.listdir(d), [os.path.basename(path)])
+
+    def test_a_torch_without_the_allocation_trace_is_refused_before_any_model(self):
+        """torch 1.13 has _record_memory_history(enabled, device) and no
+        allocation trace: start_history refused it, but only after the model
+        was built and its warm-up step run (minutes). A stand-in torch (a
+        GPU, that signature) and models (build must not be called)."""
+        spec = importlib.util.spec_from_file_location("record_cuda_snapshot", RECORD)
+        record = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(record)
+
+        def history_1_13(enabled, device=None):
+            raise AssertionError("history started")
+
+        cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 1,
+                                     memory=types.SimpleNamespace(
+                                         _record_memory_history=history_1_13))
+        torch = types.SimpleNamespace(__version__="1.13.1", cuda=cuda,
+                                      version=types.SimpleNamespace(cuda="11.7"))
+
+        def build(*args, **kwargs):
+            raise AssertionError("a model was built")
+
+        models = types.SimpleNamespace(check_recording=lambda *a: None, ALL=["resnet50"],
+                                       build=build)
+        err = io.StringIO()
+        with mock.patch.dict(sys.modules, {"torch": torch, "models": models}), \
+                contextlib.redirect_stderr(err):
+            with self.assertRaises(SystemExit) as e:
+                record.main(["--out-dir", tempfile.gettempdir()])
+        # SystemExit(message): the interpreter prints it and exits 1
+        self.assertEqual(e.exception.code, "record_cuda_snapshot.py: torch 1.13.1 has no "
+                         "allocation trace in its memory history (needs torch >= 2.0)")
+        self.assertEqual(err.getvalue(), "")
+        # 2.0's and 2.1's signatures pass (2.1+ takes enabled="all", *args, **kwargs)
+        for history in (lambda enabled, record_context=True, trace_alloc_max_entries=1: None,
+                        lambda enabled="all", *args, **kwargs: None):
+            cuda.memory._record_memory_history = history
+            record.check_history_api(torch)
 
     def test_gpu_scripts_keep_the_old_snapshot(self):
         """train_compare.py --snapshot and memory_viz_check.py wrote their
