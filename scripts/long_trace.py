@@ -17,7 +17,8 @@ EVENTS counts trace events (allocs and frees; DTR: lines of the log) and is
 rounded up to whole steps. OUT ending in .gz is gzip-compressed (level 1).
 OUT appears whole or not at all (scripts/atomic_file.py): a failed write
 keeps the previous file. Exits 2 on a bad argument or an OUT that cannot be
-made (a directory, a missing directory), 1 when a write fails.
+made (a directory, a missing directory) or is the shipped trace FORMAT
+repeats, 1 when a write fails.
 """
 import argparse
 import contextlib
@@ -249,6 +250,10 @@ def write_dtr(events, out):
     return len(head) + reps * len(step)
 
 
+# the shipped trace each format repeats (read whole before OUT is written)
+BASES = {"text": "unet-train-step.trace.gz", "minimalloc": "unet-train-step.trace.gz",
+         "pickle": "unet-train-step.cuda.pickle.gz", "dtr": "unet-train-step.ops.jsonl.gz"}
+
 WRITERS = {"text": write_text, "pickle": write_pickle, "minimalloc": write_minimalloc,
            "dtr": write_dtr}
 
@@ -287,6 +292,10 @@ def main(argv=None):
     why = unwritable(args.out)
     if why:
         ap.error("%s: %s" % (args.out, why))
+    base = os.path.join(TRACES, BASES[args.format])
+    if os.path.exists(args.out) and os.path.exists(base) and os.path.samefile(args.out, base):
+        # it was read whole, then replaced by its repetition
+        ap.error("%s: is the shipped trace %s repeats" % (args.out, args.format))
     try:
         n = WRITERS[args.format](args.events, args.out)
     except OSError as e:  # a full disk part-way: the previous OUT is kept

@@ -67,6 +67,32 @@ class LongTrace(unittest.TestCase):
         r = self.run_script("dtr", "100", "/dev/full")
         self.assert_refused(r, 1, "/dev/full: No space left on device")
 
+    def test_the_base_trace_is_not_an_output(self):
+        # OUT the shipped trace a format repeats (or a link to it): read
+        # whole, then replaced by its repetition. In-process, the writers
+        # stood in for: a failure here writes nothing.
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import contextlib
+        import io
+        from unittest import mock
+        import long_trace
+        link = os.path.join(self.dir.name, "link.gz")
+        base = os.path.join(long_trace.TRACES, "unet-train-step.trace.gz")
+        os.symlink(base, link)
+        wrote = []
+        fakes = {f: lambda events, out: wrote.append(out) or 1 for f in long_trace.WRITERS}
+        for fmt, out in (("text", base), ("minimalloc", link),
+                         ("pickle", os.path.join(long_trace.TRACES, "unet-train-step.cuda.pickle.gz")),
+                         ("dtr", os.path.join(long_trace.TRACES, "unet-train-step.ops.jsonl.gz"))):
+            with self.subTest(fmt=fmt), mock.patch.dict(long_trace.WRITERS, fakes):
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as e:
+                    long_trace.main([fmt, "100", out])
+                self.assertEqual(e.exception.code, 2)
+                self.assertIn("error: %s: is the shipped trace %s repeats\n" % (out, fmt),
+                              err.getvalue())
+        self.assertEqual(wrote, [])
+
     def test_a_failed_write_keeps_the_previous_output(self):
         for fmt, name in [("text", "t.trace"), ("minimalloc", "t.csv"), ("dtr", "t.ops.jsonl.gz"),
                           ("pickle", "t.pickle")]:
