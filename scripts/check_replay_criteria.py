@@ -75,9 +75,14 @@ def need(rows, trace, policy, path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("main", help="coop replay --json output for traces and snapshots")
-    ap.add_argument("--minimalloc", help="coop replay --json --page 512 output for the CSVs")
+    # the criteria and the exit status too, not the first line alone
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0],
+                                 epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("main", help="coop replay --json output for traces and snapshots "
+                    "('-': standard input)")
+    ap.add_argument("--minimalloc", help="coop replay --json --page 512 output for the CSVs "
+                    "('-': standard input)")
     args = ap.parse_args()
 
     results = []  # (ok, text)

@@ -34,6 +34,15 @@ class CheckReplayCriteria(unittest.TestCase):
     def run_script(self, rows, *extra, raw=None):
         return run_on_rows(self, SCRIPT, rows, *extra, raw=raw)
 
+    def test_help_says_the_criteria_exit_status_and_stdin(self):
+        # --help showed the docstring's first line only
+        import subprocess
+        out = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True,
+                             text=True).stdout
+        for says in ("capacity  coop min_capacity_bytes <= 1.02 x", "exits 1 if any check fails, 2 on",
+                     "('-': standard input)"):
+            self.assertIn(says, out)
+
     def test_all_met(self):
         rc, out, _, _ = self.run_script(good_trace())
         self.assertEqual(rc, 0, out)
