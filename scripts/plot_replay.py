@@ -267,7 +267,10 @@ def main(argv):
         ap.error(f"--max-blocks: {args.max_blocks} is not a positive count")
     try:
         traces = read_timeline(args.timeline)
-    except (OSError, TimelineError) as e:
+    except OSError as e:  # 'PATH: reason', as every other script says it
+        print(f"plot_replay: {args.timeline}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except TimelineError as e:
         print(f"plot_replay: {e}", file=sys.stderr)
         return 2
     if not traces:
@@ -275,6 +278,8 @@ def main(argv):
         return 2
     out = args.output or args.timeline + ".png"
     wanted = set(args.policy.split(",")) if args.policy else None
+    if wanted and "" in wanted:
+        ap.error(f"--policy {args.policy}: an empty name (a comma too many?)")
     absent = sorted((wanted or set()) - {p for _, _, policies in traces for p in policies})
     if absent:
         # drawn as nothing before: a misspelt name gave an empty figure

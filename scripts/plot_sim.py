@@ -13,7 +13,6 @@ usage: coop sim --json ... > sim.jsonl
 import argparse
 import math
 import os
-import sys
 
 import atomic_file
 import json_rows

@@ -276,7 +276,9 @@ def main():
         good = os.path.join(d, "t.txt")
         for args, says in (([good, "--policy", "torhc,torch", "-o", png], "--policy: torhc not in"),
                            ([good, "--max-blocks", "-5"], "--max-blocks: -5"),
-                           ([good, "-o", os.path.join(d, "none", "x.png")], "none/x.png: No such file")):
+                           ([good, "-o", os.path.join(d, "none", "x.png")], "none/x.png: No such file"),
+                           ([good, "--policy", "torch,"], "--policy torch,: an empty name"),
+                           ([os.path.join(d, "absent.txt")], "absent.txt: No such file or directory")):
             r = subprocess.run([sys.executable, SCRIPT] + args, capture_output=True, text=True)
             assert r.returncode == 2 and says in r.stderr, (args, r.returncode, r.stderr)
             assert "Traceback" not in r.stderr, r.stderr
