@@ -95,6 +95,13 @@ def add_parent_options(p):
 def start_parent(opts, script):
     """Applies --out and --deadline, and emits the environment line."""
     global _out_path, _deadline
+    if opts.out:  # refused at once, in one line: emit's open was a traceback
+        try:
+            with open(opts.out, "a"):
+                pass
+        except OSError as e:
+            print("%s: error: --out %s: %s" % (script, opts.out, e.strerror or e), file=sys.stderr)
+            sys.exit(2)
     _out_path = opts.out
     _deadline = time.monotonic() + opts.deadline if opts.deadline > 0 else None
     emit(dict(environment(opts.dry_run), script=script, summary="environment",

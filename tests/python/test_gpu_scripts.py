@@ -462,6 +462,15 @@ class Arguments(unittest.TestCase):
                 self.assertTrue(r.stderr.endswith("error: --out %s: %s\n" % (out, says)), r.stderr)
                 self.assertEqual(os.listdir(d), [])
 
+    def test_an_out_that_cannot_be_written_is_one_line(self):
+        # every parent script: a traceback from the first JSON line before
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "none", "x.jsonl")
+            r = run(TRAIN, "--dry-run", "--out", out, timeout=60)
+            self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+            self.assertEqual(r.stderr, "train_compare: error: --out %s: No such file or "
+                             "directory\n" % out)
+
     def test_children_take_fraction_zero(self):
         """Full runs are children with --fraction 0.0 (no limit)."""
         args = train_compare.parse(["--child", "--model", "resnet50", "--batch", "4",
