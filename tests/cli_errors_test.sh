@@ -90,6 +90,8 @@ expect 2 "coop replay: option '--p' is ambiguous: --policy or --page" $coop repl
 expect 2 "coop bench: unknown option '--jsn'; did you mean '--json'?" $coop bench --jsn
 expect 2 "coop replay: unknown option '--polcy'; did you mean '--policy'?" $coop replay --polcy=coop
 expect 2 "coop sim: unknown option '--budgets'; did you mean '--budget'?" $coop sim --budgets 0.5
+# two edits from a name of 4 letters: still near enough to name it
+expect 2 "coop sim: unknown option '--jsno'; did you mean '--json'?" $coop sim --jsno
 # --help is the usage on stdout (0); an unknown option's message is followed by it
 if $coop sim --help >"$tmp/out" 2>"$tmp/err" && grep -q "^usage: coop sim" "$tmp/out" && [ ! -s "$tmp/err" ]; then
     echo "ok: coop sim --help"
@@ -482,6 +484,14 @@ expect 0 "unet-train-step.trace.gz: no recorded row: the trace holds no recorded
 printf 'coop-trace 1\nL 0 4096 0\nL 1 8192 0\n' >"$tmp/liveonly.trace"
 expect 0 "liveonly.trace: no allocation or free recorded after the 2 blocks live at the start" $coop replay --policy ideal "$tmp/liveonly.trace"
 grep -qF "_record_memory_history()" "$tmp/err" || { echo "FAIL: no hint how to record a history: $(cat "$tmp/err")"; failures=$((failures + 1)); }
+# frees alone after them are a history: no note
+printf 'coop-trace 1\nL 0 4096 0\nF 0\n' >"$tmp/livefreed.trace"
+if $coop replay --policy ideal "$tmp/livefreed.trace" >"$tmp/out" 2>"$tmp/err" &&
+    ! grep -q "no allocation or free recorded" "$tmp/err"; then
+    echo "ok: a trace that frees its live blocks gets no note"
+else
+    echo "FAIL: a trace that frees its live blocks: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
 printf 'coop-trace 1\n' >"$tmp/noevents.trace"
 expect 0 "noevents.trace: no allocation or free recorded after the 0 blocks" $coop replay --policy ideal "$tmp/noevents.trace"
 

@@ -281,6 +281,21 @@ static void outputs_past_the_capacity_evict_nothing(void **state)
              "coop_tensor_create_outputs: no room for output 1 of 2 (%u bytes): ", 2 * U + 1);
     assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
     assert_null(outs[0]);
+    /* one output past the capacity: remat_alloc's refusal, naming it */
+    size_t one = 4 * U + 1;
+    assert_int_equal(coop_tensor_create_outputs(r, 1, &one, 10, "o", NULL, 0, EV, outs),
+                     COOP_ERR_NOMEM);
+    snprintf(want, sizeof want,
+             "coop_tensor_create_outputs: output 0 of 1 (%u bytes) is larger than the pool's "
+             "capacity of %u bytes",
+             4 * U + 1, 4 * U);
+    assert_string_equal(coop_last_error(), want);
+    /* outputs that add up to the capacity exactly are placed */
+    assert_int_equal(coop_tensor_release(r, f), COOP_OK);
+    size_t exact[2] = {2 * U, 2 * U - 511};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, exact, 10, "o", NULL, 0, EV, outs), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, outs[0]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, outs[1]), COOP_OK);
     assert_int_equal(coop_pool_check(pool), COOP_OK);
     coop_remat_destroy(r);
     coop_pool_destroy(pool);
@@ -829,8 +844,8 @@ static void pin_counts_do_not_wrap(void **state)
     void *p;
     assert_int_equal(coop_tensor_pin(r, a, &p), COOP_OK);
     a->user_pins = UINT32_MAX;
-    a->pins = UINT32_MAX;
-    /* the handle's limit: refused, nothing changed */
+    a->pins = (uint64_t)UINT32_MAX + 2; /* and two through views, not this handle's */
+    /* the handle's limit: refused, nothing changed, the handle's count said */
     assert_int_equal(coop_tensor_pin(r, a, &p), COOP_ERR_BUSY);
     char want[160];
     snprintf(want, sizeof want,
@@ -839,7 +854,8 @@ static void pin_counts_do_not_wrap(void **state)
              (void *)a, (unsigned)U);
     assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
     assert_int_equal(a->user_pins, UINT32_MAX);
-    assert_int_equal(a->pins, UINT32_MAX);
+    assert_true(a->pins == (uint64_t)UINT32_MAX + 2);
+    a->pins = UINT32_MAX;
     /* a create reading a pins it once more: past UINT32_MAX, so placing x
      * cannot evict it */
     assert_int_equal(coop_tensor_create(r, 4 * U, 10, "x", &a, 1, EV, &x), COOP_ERR_NOMEM);

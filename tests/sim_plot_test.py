@@ -119,6 +119,8 @@ def bad_row_checks(d):
         # a float's top (1.7e308 x 1.02) is infinite: matplotlib's ticker raised IndexError
         ("overhead 1.7e308", sim_row("a", "arena", "coop", 0.9, "ok", 1.7e308),
          ":1: overhead is 1.7e+308, above 2^63 (coop's largest: (base + recompute) / base)"),
+        ("overhead 1e19", sim_row("a", "arena", "coop", 0.9, "ok", 1e19),
+         ":1: overhead is 1e+19, above 2^63"),
         ("ratio 400 digits", sim_row("a", "arena", "coop", "BIG", "ok", 1.1).replace('"BIG"', "9" * 400),
          ":1: budget_ratio is 999"),
         ("a second row", good + good, ":2: a second row for a.log.gz arena coop at 0.9 (the first: line 1)"),
@@ -251,6 +253,9 @@ def main():
             r = subprocess.run([sys.executable, SCRIPT, bad, png], capture_output=True, text=True)
             if r.returncode != 2 or reason not in r.stderr or "Traceback" in r.stderr:
                 print("FAIL: line %r accepted or not named:" % line, r.returncode, r.stderr)
+                return 1
+            if "a table?" in r.stderr:  # JSON gone wrong, not words
+                print("FAIL: line %r taken for a table:" % line, r.stderr)
                 return 1
         # coop sim's table, not its --json rows: the message says which flag
         with open(bad, "w") as f:

@@ -75,6 +75,28 @@ static void test_message_cut_between_characters(void **state)
     coop_clear_error();
 }
 
+/* coop_error_count counts the messages set; a kept message restored takes
+ * back those set since (a failure dealt with is not counted), and a copy of
+ * the message is cut between characters, as the message itself. */
+static void test_error_count_and_copy(void **state)
+{
+    (void)state;
+    uint64_t n = coop_error_count();
+    assert_int_equal(coop_set_error(COOP_ERR_INVALID, "first \xc3\xa9"), COOP_ERR_INVALID);
+    assert_true(coop_error_count() == n + 1);
+    coop_error_kept kept;
+    coop_error_keep(&kept);
+    coop_set_error(COOP_ERR_BACKEND, "dealt with");
+    coop_set_error(COOP_ERR_BACKEND, "and again");
+    assert_true(coop_error_count() == n + 3);
+    coop_error_restore(&kept);
+    assert_true(coop_error_count() == n + 1);
+    assert_string_equal(coop_last_error(), "first \xc3\xa9");
+    char buf[8]; /* room for "first " and one byte of the two-byte 'e' */
+    coop_copy_last_error(buf, sizeof buf);
+    assert_string_equal(buf, "first ");
+}
+
 static void *set_in_thread(void *arg)
 {
     (void)arg;
@@ -103,6 +125,7 @@ int main(void)
         cmocka_unit_test(test_last_error),
         cmocka_unit_test(test_last_error_per_thread),
         cmocka_unit_test(test_message_cut_between_characters),
+        cmocka_unit_test(test_error_count_and_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

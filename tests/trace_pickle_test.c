@@ -463,6 +463,11 @@ static void test_alloc_over_a_live_block(void **state)
          "alloc of 0x1000 (stream 1, 4096 bytes) overlaps 0x1800 (stream 0, 512 bytes), "},
         {0x1000, 4096, 0x1ff0, 4096, 1, 1,
          "alloc of 0x1ff0 (stream 1, 4096 bytes) overlaps 0x1000 (stream 0, 4096 bytes), "},
+        /* by one byte: its first on the block's last, its last on the first */
+        {0x1000, 4096, 0x1fff, 512, 1, 0,
+         "alloc of 0x1fff (stream 1, 512 bytes) overlaps 0x1000 (stream 0, 4096 bytes), "},
+        {0x1000, 4096, 0x0e01, 512, 1, 0,
+         "alloc of 0xe01 (stream 1, 512 bytes) overlaps 0x1000 (stream 0, 4096 bytes), "},
     };
     pk p;
     trace t;
@@ -485,8 +490,11 @@ static void test_alloc_over_a_live_block(void **state)
         assert_null(t.events);
     }
 
-    /* adjacent blocks; allocated over once free_completed (another stream) */
+    /* adjacent blocks; allocated over once free_completed (another stream);
+     * a block of 0 bytes holds its address only */
     begin_device0_trace(&p);
+    entry(&p, "alloc", 0x8000, 0, 0, -1);
+    entry(&p, "alloc", 0x8001, 512, 1, -1);
     entry(&p, "alloc", 0x1000, 4096, 0, -1);
     entry(&p, "alloc", 0x2000, 4096, 0, -1);
     entry(&p, "alloc", 0x0f00, 256, 3, -1);
@@ -495,8 +503,9 @@ static void test_alloc_over_a_live_block(void **state)
     entry(&p, "alloc", 0x1800, 512, 1, -1);
     entry(&p, "alloc", 0x1000, 2048, 2, -1);
     end_device0_trace(&p);
-    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
-    assert_int_equal(t.num_events, 7);
+    if (read_bytes(p.b, p.n, 0, &t) != COOP_OK)
+        fail_msg("%s", coop_last_error());
+    assert_int_equal(t.num_events, 9);
     trace_free(&t);
 }
 
@@ -536,6 +545,35 @@ static void test_alloc_over_an_adopted_pending_block(void **state)
     assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
     assert_int_equal(t.num_live_at_start, 1);
     trace_free(&t);
+}
+
+/* A block first seen by its free_requested over one the trace holds live
+ * is refused (check_adopted, at the end), but until then the live block
+ * keeps its bytes: an alloc over them is refused at the alloc, naming the
+ * live block, whether the adopted one is free_completed by then or not. */
+static void test_adopted_over_a_live_block(void **state)
+{
+    (void)state;
+    pk p;
+    trace t;
+    for (int completed = 0; completed < 2; completed++) {
+        begin_device0_trace(&p);
+        size_t first = p.n;
+        entry(&p, "alloc", 0x1000, 4096, 0, -1);
+        entry(&p, "free_requested", 0x1000, 4096, 1, -1);
+        if (completed)
+            entry(&p, "free_completed", 0x1000, 4096, 1, -1);
+        entry(&p, "alloc", 0x1800, 512, 2, -1);
+        end_device0_trace(&p);
+        char at[80];
+        snprintf(at, sizeof at, "which the entry at byte %zu allocated and not freed", first);
+        fixture_expect_error(read_bytes(p.b, p.n, 0, &t),
+                             completed ? "device_traces[0][3]: " : "device_traces[0][2]: ",
+                             "alloc of 0x1800 (stream 2, 512 bytes) overlaps 0x1000 (stream 0, "
+                             "4096 bytes), ",
+                             at, NULL);
+        assert_null(t.events);
+    }
 }
 
 /* A snapshot whose one segment (1 MiB at 0) lists the blocks of blocks
@@ -614,6 +652,17 @@ static void test_final_segments_overlap(void **state)
          {{"free_requested", 0x1000, 4096}},
          {"segments[0].blocks[0]: block 0x1800 (stream 0, 64 bytes), ",
           "free_requested with no alloc before it"}},
+        {"by one byte",
+         {{0x1000, 4096}, {0x1fff, 512}},
+         {{"alloc", 0x90000, 512}},
+         {"segments[0].blocks[1]: block 0x1fff (512 bytes) overlaps 0x1000 (4096 bytes), "
+          "segments[0].blocks[0] at byte "}},
+        /* at one address: the later listed named at the earlier */
+        {"at one address",
+         {{0x1000, 4096}, {0x1000, 512}},
+         {{"alloc", 0x90000, 512}},
+         {"segments[0].blocks[1]: block 0x1000 (512 bytes) overlaps 0x1000 (4096 bytes), "
+          "segments[0].blocks[0] at byte "}},
         {"beside each other",
          {{0x1000, 4096}, {0x2000, 512}, {0x0f00, 256}},
          {{"alloc", 0x1000, 4096}, {"alloc", 0x3000, 512}, {"free_requested", 0x3000, 512}},
@@ -1175,6 +1224,38 @@ static void odd_fraction_in_conf(pk *p)
     defaults_with_conf(p, "per_process_memory_fraction:half");
 }
 
+/* the fraction given twice: the last one counts (here 1, spaces around
+ * its colon and after it) */
+static void last_fraction_counts(pk *p)
+{
+    defaults_with_conf(p, "per_process_memory_fraction:0.5, per_process_memory_fraction : 1.0 ");
+}
+
+/* longer option names that hold the fraction's: not it */
+static void other_options_named_alike(pk *p)
+{
+    defaults_with_conf(p, "my_per_process_memory_fraction:0.5,per_process_memory_fraction_x:0.5");
+}
+
+/* a number followed by more: no number PyTorch takes */
+static void fraction_with_a_tail(pk *p)
+{
+    defaults_with_conf(p, "per_process_memory_fraction:1x");
+}
+
+/* 1 after 40 spaces: the spaces are not the number's length */
+static void fraction_after_spaces(pk *p)
+{
+    defaults_with_conf(p, "per_process_memory_fraction:                                        1");
+}
+
+/* the conf string as an int: not what PyTorch writes, so nothing vouches */
+static void conf_not_a_string(pk *p)
+{
+    key_int(p, "PYTORCH_CUDA_ALLOC_CONF", 1);
+    key_int(p, "max_split_size", -1);
+}
+
 /* max_split_size as size_t's maximum, unsigned, and gc as int 0: defaults
  * too; expandable_segments as a string: not a value PyTorch writes */
 static void odd_forms(pk *p)
@@ -1237,6 +1318,11 @@ static void test_allocator_settings(void **state)
         {whole_fraction_in_conf, 1, 0},
         {odd_fraction_in_conf, 1, TRACE_TORCH_MEMORY_FRACTION},
         {roundup_of_one, 1, 0},
+        {last_fraction_counts, 1, 0},
+        {other_options_named_alike, 1, 0},
+        {fraction_with_a_tail, 1, TRACE_TORCH_MEMORY_FRACTION},
+        {fraction_after_spaces, 1, 0},
+        {conf_not_a_string, 1, TRACE_TORCH_MEMORY_FRACTION},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pk p;
@@ -2548,6 +2634,7 @@ int main(void)
         cmocka_unit_test(test_free_of_no_block_from_before_recording),
         cmocka_unit_test(test_alloc_over_a_live_block),
         cmocka_unit_test(test_alloc_over_an_adopted_pending_block),
+        cmocka_unit_test(test_adopted_over_a_live_block),
         cmocka_unit_test(test_final_segments_overlap),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),

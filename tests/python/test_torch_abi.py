@@ -1569,6 +1569,16 @@ class Install(unittest.TestCase):
             self.assertEqual(fake.calls, [])  # torch was not asked for anything
         self.assertIsNone(ctorch.installed())
 
+    def test_a_stand_in_without_version_cuda_is_not_taken_for_a_cpu_build(self):
+        # only torch.version.cuda None says so: a stand-in may have no
+        # version.cuda, or no version; the next check (CUDA initialized) speaks
+        for version in (type("version", (), {})(), None):
+            fake = FakeTorch(initialized=True)
+            fake.version = version
+            with self.assertRaises(RuntimeError) as cm:
+                ctorch.install(torch_module=fake)
+            self.assertIn("already initialized", str(cm.exception))
+
     @unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed for this interpreter")
     def test_real_torch(self):
         import torch as real
