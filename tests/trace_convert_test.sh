@@ -72,6 +72,17 @@ for v in --verbose -v; do
     grep -q "example.trace (text): 6 events, 2 ids, 1 live at start, 1 final segments -> $tmp/a.trace" \
         "$tmp/err" || fail "$v: $(cat "$tmp/err")"
 done
+# the '# from' comment is valid UTF-8 (text readers decode it): a long name is
+# cut between characters, a byte that is no UTF-8 written as '?'
+long=$(printf '%0199d' 0 | tr 0 a)é.trace
+cp "$data/example.trace" "$tmp/$long"
+expect_exit 0 $coop convert "$tmp/$long" "$tmp/long.trace"
+sed -n 2p "$tmp/long.trace" | iconv -f UTF-8 -t UTF-8 >/dev/null 2>&1 ||
+    fail "a long name cut inside a character: $(sed -n 2p "$tmp/long.trace" | od -c | tail -2)"
+cp "$data/example.trace" "$tmp/$(printf 'bad\377\303name.trace')"
+expect_exit 0 $coop convert "$tmp/$(printf 'bad\377\303name.trace')" "$tmp/bad-name.trace"
+grep -qx '# from bad??name.trace' "$tmp/bad-name.trace" ||
+    fail "a name that is no UTF-8: $(sed -n 2p "$tmp/bad-name.trace" | od -c | head -2)"
 # a device is written in place (no /dev/null.tmp)
 expect_exit 0 $coop convert "$data/example.trace" /dev/null
 
