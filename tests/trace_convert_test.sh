@@ -151,6 +151,23 @@ sys.stdout.buffer.write(pickle.dumps(snap, protocol=2))' >"$tmp/by-coop.pickle" 
     expect_exit 0 $coop replay --json --policy recorded "$tmp/by-coop.trace"
     grep -q '"recorded_by_coop":true' "$tmp/out" || fail "converted: $(cat "$tmp/out")"
     grep -q "recorded by coop" "$tmp/err" || fail "converted, no note: $(cat "$tmp/err")"
+    # a snapshot of several devices: the one read is said (the first with
+    # events, device 1 here), and the others with events are not dropped silently
+    python3 -c '
+import pickle, sys
+ev = lambda a: {"action": "alloc", "addr": a, "size": 512, "stream": 0}
+snap = {"segments": [], "device_traces": [[], [ev(0x1000)], [ev(0x2000), ev(0x3000)]]}
+sys.stdout.buffer.write(pickle.dumps(snap, protocol=2))' >"$tmp/devices.pickle" ||
+        fail "cannot write devices.pickle"
+    expect_exit 0 $coop convert -v "$tmp/devices.pickle" "$tmp/devices.trace"
+    grep -q "devices.pickle (pickle, device 1 of 3): 1 events" "$tmp/err" || fail "-v, 3 devices: $(cat "$tmp/err")"
+    expect_exit 0 $coop convert "$tmp/devices.pickle" "$tmp/devices.trace"
+    grep -q "devices.pickle: read device 1, the first with events; 1 other device has events too (--device N reads another)" \
+        "$tmp/err" || fail "3 devices, no note: $(cat "$tmp/err")"
+    expect_exit 0 $coop convert --device 2 "$tmp/devices.pickle" "$tmp/devices.trace"
+    [ ! -s "$tmp/err" ] || fail "--device 2 said: $(cat "$tmp/err")"
+    expect_exit 0 $coop convert -v "$tmp/by-coop.pickle" "$tmp/by-coop.trace"
+    grep -q "by-coop.pickle (pickle, device 0 of 1): 3 events" "$tmp/err" || fail "-v, 1 device: $(cat "$tmp/err")"
 fi
 
 # missing input; output that cannot be written (exit 1)
