@@ -72,6 +72,17 @@ for v in --verbose -v; do
     grep -q "example.trace (text): 6 events, 2 ids, 1 live at start, 1 final segments -> $tmp/a.trace" \
         "$tmp/err" || fail "$v: $(cat "$tmp/err")"
 done
+# the '# from' comment is valid UTF-8 (text readers decode it): a long name is
+# cut between characters, a byte that is no UTF-8 written as '?'
+long=$(printf '%0199d' 0 | tr 0 a)é.trace
+cp "$data/example.trace" "$tmp/$long"
+expect_exit 0 $coop convert "$tmp/$long" "$tmp/long.trace"
+sed -n 2p "$tmp/long.trace" | iconv -f UTF-8 -t UTF-8 >/dev/null 2>&1 ||
+    fail "a long name cut inside a character: $(sed -n 2p "$tmp/long.trace" | od -c | tail -2)"
+cp "$data/example.trace" "$tmp/$(printf 'bad\377\303name.trace')"
+expect_exit 0 $coop convert "$tmp/$(printf 'bad\377\303name.trace')" "$tmp/bad-name.trace"
+grep -qx '# from bad??name.trace' "$tmp/bad-name.trace" ||
+    fail "a name that is no UTF-8: $(sed -n 2p "$tmp/bad-name.trace" | od -c | head -2)"
 # a device is written in place (no /dev/null.tmp)
 expect_exit 0 $coop convert "$data/example.trace" /dev/null
 
@@ -140,6 +151,23 @@ sys.stdout.buffer.write(pickle.dumps(snap, protocol=2))' >"$tmp/by-coop.pickle" 
     expect_exit 0 $coop replay --json --policy recorded "$tmp/by-coop.trace"
     grep -q '"recorded_by_coop":true' "$tmp/out" || fail "converted: $(cat "$tmp/out")"
     grep -q "recorded by coop" "$tmp/err" || fail "converted, no note: $(cat "$tmp/err")"
+    # a snapshot of several devices: the one read is said (the first with
+    # events, device 1 here), and the others with events are not dropped silently
+    python3 -c '
+import pickle, sys
+ev = lambda a: {"action": "alloc", "addr": a, "size": 512, "stream": 0}
+snap = {"segments": [], "device_traces": [[], [ev(0x1000)], [ev(0x2000), ev(0x3000)]]}
+sys.stdout.buffer.write(pickle.dumps(snap, protocol=2))' >"$tmp/devices.pickle" ||
+        fail "cannot write devices.pickle"
+    expect_exit 0 $coop convert -v "$tmp/devices.pickle" "$tmp/devices.trace"
+    grep -q "devices.pickle (pickle, device 1 of 3): 1 events" "$tmp/err" || fail "-v, 3 devices: $(cat "$tmp/err")"
+    expect_exit 0 $coop convert "$tmp/devices.pickle" "$tmp/devices.trace"
+    grep -q "devices.pickle: read device 1, the first with events; 1 other device has events too (--device N reads another)" \
+        "$tmp/err" || fail "3 devices, no note: $(cat "$tmp/err")"
+    expect_exit 0 $coop convert --device 2 "$tmp/devices.pickle" "$tmp/devices.trace"
+    [ ! -s "$tmp/err" ] || fail "--device 2 said: $(cat "$tmp/err")"
+    expect_exit 0 $coop convert -v "$tmp/by-coop.pickle" "$tmp/by-coop.trace"
+    grep -q "by-coop.pickle (pickle, device 0 of 1): 3 events" "$tmp/err" || fail "-v, 1 device: $(cat "$tmp/err")"
 fi
 
 # missing input; output that cannot be written (exit 1)

@@ -32,7 +32,7 @@ static void usage(FILE *out)
                  "\n"
                  "options:\n"
                  "  --device N     snapshots: read device N's history (default: the first\n"
-                 "                 device with events)\n"
+                 "                 device with events; stderr says so when others have some)\n"
                  "  -v, --verbose  print what was converted to stderr\n"
                  "  -h, --help     show this help\n"
                  "\n"
@@ -195,12 +195,26 @@ int cmd_convert(int argc, char **argv)
         return st == COOP_ERR_HOST_NOMEM ? 1 : 2;
     }
     int rc = write_output(&t, paths[1]);
-    if (rc == 0 && verbose)
+    int snapshot = format == TRACE_FORMAT_PICKLE;
+    /* a snapshot holds one history per device and OUT one: the others'
+     * events are not in OUT, which a user picking none should hear */
+    size_t others = t.snapshot_devices_with_events - (t.snapshot_devices_with_events > 0);
+    if (rc == 0 && snapshot && device < 0 && others > 0)
         fprintf(stderr,
-                "coop convert: %s (%s): %zu events, %u ids, %zu live at start, %zu final "
+                "coop convert: %s: read device %zu, the first with events; %zu other device%s "
+                "events too (--device N reads another)\n",
+                paths[0], t.snapshot_device, others, others == 1 ? " has" : "s have");
+    if (rc == 0 && verbose) {
+        char device_read[64] = "";
+        if (snapshot)
+            snprintf(device_read, sizeof device_read, ", device %zu of %zu", t.snapshot_device,
+                     t.snapshot_num_devices);
+        fprintf(stderr,
+                "coop convert: %s (%s%s): %zu events, %u ids, %zu live at start, %zu final "
                 "segments -> %s\n",
-                paths[0], trace_format_name(format), t.num_events, t.num_ids, t.num_live_at_start,
-                t.num_final_segments, paths[1]);
+                paths[0], trace_format_name(format), device_read, t.num_events, t.num_ids,
+                t.num_live_at_start, t.num_final_segments, paths[1]);
+    }
     trace_free(&t);
     return rc;
 }

@@ -88,6 +88,10 @@ typedef struct trace {
      * "coop"), so its segments and `recorded` figures are coop's, and it has
      * no PyTorch settings (has_torch_settings 0) */
     int recorded_by_coop;
+    /* snapshots only: the device_traces index read, how many devices the
+     * snapshot lists, and how many of them have events (coop convert says
+     * which it read, and that others were left out) */
+    size_t snapshot_device, snapshot_num_devices, snapshot_devices_with_events;
 } trace;
 
 #endif

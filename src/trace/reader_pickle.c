@@ -66,7 +66,8 @@ typedef struct snapshot_reader {
     size_t num_listed, cap_listed;
     const char *where; /* "device_traces[D][I]" or "segments[I]" of the entry being read */
     char where_buf[64];
-    size_t where_at; /* its byte offset */
+    size_t where_at;                                 /* its byte offset */
+    size_t device, num_devices, devices_with_events; /* trace.snapshot_* */
 } snapshot_reader;
 
 /* An error about the entry being read: "PATH: byte N: WHERE: what". */
@@ -839,6 +840,12 @@ static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int 
     coop_status st = pick_device(r, traces, device_wanted, &device);
     if (st != COOP_OK)
         return st;
+    r->device = device;
+    r->num_devices = traces->v.seq.len;
+    for (size_t i = 0; i < traces->v.seq.len; i++) {
+        const pkl_value *t = traces->v.seq.items[i];
+        r->devices_with_events += t->kind == PKL_LIST && t->v.seq.len > 0;
+    }
     if (device < traces->v.seq.len) {
         const pkl_value *list = traces->v.seq.items[device];
         if (list->kind != PKL_LIST) {
@@ -908,8 +915,12 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
         st = read_snapshot(&r, root, device);
         if (st == COOP_OK)
             st = trace_builder_finish(&r.b, out);
-        if (st == COOP_OK) /* after finish, which zeroes *out */
+        if (st == COOP_OK) { /* after finish, which zeroes *out */
             trace_torch_settings_read(root, out);
+            out->snapshot_device = r.device;
+            out->snapshot_num_devices = r.num_devices;
+            out->snapshot_devices_with_events = r.devices_with_events;
+        }
         trace_builder_discard(&r.b);
         id_map_free(&r.blocks);
         live_ranges_free(&r.live);

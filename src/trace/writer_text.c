@@ -86,6 +86,46 @@ static void put_event(writer *w, const trace_event *e, int live)
     put(w, "\n");
 }
 
+/* The length of the UTF-8 character at s (1 to 4), or 0 where s starts no
+ * well-formed one (a stray or missing continuation byte, an overlong form, a
+ * surrogate, beyond U+10FFFF). */
+static size_t utf8_char_len(const unsigned char *s)
+{
+    size_t n = s[0] < 0x80                   ? 1
+               : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+               : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+               : s[0] >= 0xf0 && s[0] < 0xf5 ? 4
+                                             : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((n == 3 && s[0] == 0xe0 && s[1] < 0xa0) || (n == 3 && s[0] == 0xed && s[1] >= 0xa0) ||
+        (n == 4 && s[0] == 0xf0 && s[1] < 0x90) || (n == 4 && s[0] == 0xf4 && s[1] >= 0x90))
+        return 0;
+    return n;
+}
+
+/* The trace's name in the '# from' comment, at most 200 bytes: valid UTF-8
+ * (readers of text, Python's among them, decode the line), so the cut falls
+ * between characters and a byte of no character is '?'; a control
+ * character is '?' too, so a newline in the name starts no line. */
+static void put_name(writer *w, const char *name)
+{
+    const unsigned char *c = (const unsigned char *)name;
+    size_t written = 0;
+    while (*c) {
+        size_t n = utf8_char_len(c);
+        if (written + (n ? n : 1) > 200)
+            break;
+        if (n <= 1)
+            put(w, "%c", n && *c >= 0x20 && *c != 0x7f ? *c : '?');
+        else
+            put(w, "%.*s", (int)n, (const char *)c);
+        written += n ? n : 1;
+        c += n ? n : 1;
+    }
+}
+
 /* The writer relies on the canonical form: live-at-start allocations are
  * the first events, in live_at_start order. */
 static coop_status check_canonical(const trace *t, const char *path)
@@ -138,10 +178,8 @@ coop_status trace_write_text_to(const trace *t, const char *path, bool gzip)
 
     put(w, "coop-trace 1\n");
     if (t->name) {
-        /* a comment line: a newline in the name must not start a line */
         put(w, "# from ");
-        for (const char *c = t->name; *c && c - t->name < 200; c++)
-            put(w, "%c", (unsigned char)*c < 0x20 ? '?' : *c);
+        put_name(w, t->name);
         put(w, "\n");
     }
     put(w, "# %zu events, %" PRIu32 " ids, %zu live at start, %zu final segments\n", t->num_events,
