@@ -166,6 +166,13 @@ sys.stdout.buffer.write(pickle.dumps(snap, protocol=2))' >"$tmp/devices.pickle" 
         "$tmp/err" || fail "3 devices, no note: $(cat "$tmp/err")"
     expect_exit 0 $coop convert --device 2 "$tmp/devices.pickle" "$tmp/devices.trace"
     [ ! -s "$tmp/err" ] || fail "--device 2 said: $(cat "$tmp/err")"
+    # replay reads the same device, and says so too (its rows are one device's)
+    expect_exit 0 $coop replay --json --policy ideal "$tmp/devices.pickle"
+    grep -q '"events":1,' "$tmp/out" || fail "replay of 3 devices: $(cat "$tmp/out")"
+    grep -q "devices.pickle: read device 1, the first with events; 1 other device has events too (coop convert --device N, then replay its OUT, for another)" \
+        "$tmp/err" || fail "replay of 3 devices, no note: $(cat "$tmp/err")"
+    expect_exit 0 $coop replay --json --policy ideal "$tmp/devices.trace"
+    [ ! -s "$tmp/err" ] || fail "replay of one device's trace said: $(cat "$tmp/err")"
     expect_exit 0 $coop convert -v "$tmp/by-coop.pickle" "$tmp/by-coop.trace"
     grep -q "by-coop.pickle (pickle, device 0 of 1): 3 events" "$tmp/err" || fail "-v, 1 device: $(cat "$tmp/err")"
 fi
