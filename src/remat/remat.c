@@ -442,17 +442,24 @@ static coop_status check_resident(coop_tensor *const *inputs, size_t n, const co
     return COOP_OK;
 }
 
-static void pin_all(coop_remat *r, coop_tensor *const *inputs, size_t n, bool pin)
+/* An op's inputs (handles) stay resident while its outputs are placed:
+ * one pin on each input's storage, per input slot, undone by unpin_inputs
+ * with the same array. */
+static void pin_inputs(coop_remat *r, coop_tensor *const *inputs, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (pin)
-            remat_pin(r, inputs[i]->base);
-        else
-            remat_unpin(r, inputs[i]->base);
-    }
+    for (size_t i = 0; i < n; i++)
+        remat_pin(r, inputs[i]->base);
 }
 
-static void touch(coop_remat *r, coop_tensor *const *inputs, size_t n)
+static void unpin_inputs(coop_remat *r, coop_tensor *const *inputs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        remat_unpin(r, inputs[i]->base);
+}
+
+/* The op read its inputs now (their staleness restarts). Not remat_touch,
+ * which marks a tensor for the search index. */
+static void mark_inputs_read(coop_remat *r, coop_tensor *const *inputs, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         inputs[i]->base->last_access = r->clock;
@@ -554,8 +561,8 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
         return st;
     if (!single && (st = check_outputs_fit(r, fn, num_outputs, sizes)))
         return st;
-    touch(r, inputs, num_inputs);
-    pin_all(r, inputs, num_inputs, true); /* the op reads them while its outputs are placed */
+    mark_inputs_read(r, inputs, num_inputs);
+    pin_inputs(r, inputs, num_inputs); /* the op reads them while its outputs are placed */
     size_t made = 0;
     for (; made < num_outputs; made++) {
         r->placing_output = made;
@@ -582,7 +589,7 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
         outs[made] = t;
     }
     r->placing_outputs = 0;
-    pin_all(r, inputs, num_inputs, false);
+    unpin_inputs(r, inputs, num_inputs);
     for (size_t i = 0; i < made; i++)
         remat_unpin(r, outs[i]);
     if (st) {
@@ -680,6 +687,14 @@ static void **frame_slots(const coop_remat *r, const remat_frame *f)
     return r->slots ? r->slots + f->slot : NULL;
 }
 
+/* Pins input i of frame slots pinned, resident (it is read now). */
+static inline void pin_slot(coop_remat *r, void **pinned, size_t i, coop_tensor *in)
+{
+    remat_pin(r, in);
+    in->last_access = r->clock;
+    pinned[i] = in;
+}
+
 /* Pushes a frame to make base tensor t (not resident) resident: its
  * resident inputs are pinned at once, so that recomputing a missing one
  * cannot evict them (only to recompute them next), as DTR locks an op's
@@ -700,11 +715,9 @@ static coop_status push_frame(coop_remat *r, coop_tensor *t)
     r->num_slots += t->num_inputs;
     for (size_t i = 0; i < t->num_inputs; i++) {
         coop_tensor *in = t->inputs[i];
-        pinned[i] = in->ptr ? in : NULL;
-        if (in->ptr) {
-            remat_pin(r, in);
-            in->last_access = r->clock;
-        }
+        pinned[i] = NULL;
+        if (in->ptr)
+            pin_slot(r, pinned, i, in);
     }
     return COOP_OK;
 }
@@ -821,9 +834,7 @@ static coop_status materialize(coop_remat *r, coop_tensor *root)
         if (pinned[i]) {
             f->next++;
         } else if (in->ptr) { /* recomputed by its frame, or by an earlier input's */
-            remat_pin(r, in);
-            in->last_access = r->clock;
-            pinned[i] = in;
+            pin_slot(r, pinned, i, in);
             f->next++;
         } else {
             st = push_frame(r, in); /* moves frames and slots */
@@ -1094,9 +1105,9 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
         /* copy-on-write: old keeps the buffer, b gets a new one */
         remat_hand_over(r, b, old);
         remat_pin(r, old);
-        pin_all(r, inputs, num_inputs, true);
+        pin_inputs(r, inputs, num_inputs);
         st = remat_alloc(r, b);
-        pin_all(r, inputs, num_inputs, false);
+        unpin_inputs(r, inputs, num_inputs);
         remat_unpin(r, old);
         if (st) { /* no room (or host memory): as if the op was never recorded */
             undo_in_place(r, b, old, prev_cost, prev_producer, prev_in_place, prev_remats);
@@ -1105,7 +1116,7 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
         if (old_value)
             *old_value = old->ptr;
     }
-    touch(r, inputs, num_inputs);
+    mark_inputs_read(r, inputs, num_inputs);
     remat_advance_clock(r, cost_ns);
     b->last_access = r->clock;
     return COOP_OK;
