@@ -860,8 +860,6 @@ static coop_status access_storage(coop_remat *r, coop_tensor *b, void **ptr)
 static coop_status tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
 {
     static const char fn[] = "coop_tensor_access";
-    if (ptr)
-        *ptr = NULL;
     coop_status st = enter(r, fn);
     if (st || (st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
         return st;
@@ -871,8 +869,6 @@ static coop_status tensor_access(coop_remat *r, coop_tensor *t, void **ptr)
 static coop_status tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
 {
     static const char fn[] = "coop_tensor_pin";
-    if (ptr)
-        *ptr = NULL;
     coop_status st = enter(r, fn);
     if (st || (st = check_handle(r, t, fn, "tensor", SIZE_MAX)))
         return st;
@@ -1025,8 +1021,6 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
                                  coop_tensor *const *inputs, size_t num_inputs, void **old_value)
 {
     static const char fn[] = "coop_tensor_mutate";
-    if (old_value)
-        *old_value = NULL;
     coop_status st = enter(r, fn);
     if (st || (st = check_handle(r, t, fn, "tensor", SIZE_MAX)) || (st = check_cost(cost_ns, fn)) ||
         (st = check_inputs(r, inputs, num_inputs, fn)))
@@ -1123,6 +1117,10 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
 }
 
 /* ---- the public calls: each claims the context for its thread ----------- */
+
+/* The optional outputs (ptr, old_value) are cleared here, before the claim,
+ * so that every refusal, COOP_ERR_BUSY included, leaves them NULL; the
+ * functions above set them only on success. */
 
 coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
 {
