@@ -381,6 +381,33 @@ static void segment_cost(coop_remat *r, segment_victim *v)
     v->cost_per_byte = sum / (double)v->seg->reserved;
 }
 
+/* The bytes the pool takes for t: its size rounded up to COOP_ALIGN (t is
+ * at most the capacity, remat_alloc's first check, so this cannot wrap). */
+static inline uint64_t placed_bytes(const coop_tensor *t)
+{
+    return (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
+}
+
+/* Evicts t to make room (pool lock held), counted in the statistics;
+ * returns the free block now covering its range. */
+static arena_block *evict_for_room(coop_remat *r, coop_tensor *t)
+{
+    r->stats.evictions++;
+    return remat_evict_locked(r, t);
+}
+
+/* Asks the pool to place t (pool lock held). NULL with *st COOP_ERR_NOMEM
+ * when it has no room (evicting more may help), else with the pool's
+ * failure (metadata or backend: evicting more would not) in a message
+ * naming the call and t. */
+static void *try_place(coop_remat *r, coop_tensor *t, unsigned flags, coop_status *st)
+{
+    void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, st);
+    if (!ptr && *st != COOP_ERR_NOMEM)
+        *st = remat_placing_failed(r, t, *st);
+    return ptr;
+}
+
 /* t for a message (remat_describe): recomputing when materialize runs. */
 static const char *describe(const coop_remat *r, const coop_tensor *t, char who[REMAT_DESCRIBE_MAX])
 {
@@ -464,16 +491,11 @@ static void *alloc_in_segments(coop_remat *r, coop_tensor *t, unsigned flags, co
         for (arena_block *b = v[i].seg->first; b; b = b->next)
             if (b->state == COOP_BLOCK_ALLOCATED)
                 list[k++] = b->owner;
-        for (size_t j = 0; j < k; j++) {
-            remat_evict_locked(r, list[j]);
-            r->stats.evictions++;
-        }
-        ptr = pool_malloc_locked(r->pool, t->size, 0, flags, st);
-        if (!ptr && *st != COOP_ERR_NOMEM) {
-            /* the pool's metadata or backend failed: evicting more would not help */
-            *st = remat_placing_failed(r, t, *st);
+        for (size_t j = 0; j < k; j++)
+            evict_for_room(r, list[j]);
+        ptr = try_place(r, t, flags, st);
+        if (!ptr && *st != COOP_ERR_NOMEM)
             break;
-        }
     }
     free(list);
     free(v);
@@ -583,7 +605,7 @@ static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_
             n++;
             bytes += arena_lookup(a, (uintptr_t)c->ptr)->size;
         }
-    uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
+    uint64_t want = placed_bytes(t);
     const arena_block *top_run;
     if (!n || !could_fit(r, want, bytes) || !fits_in_range(r, want, &top_run))
         return NULL; /* *st stays COOP_ERR_NOMEM */
@@ -604,14 +626,10 @@ static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_
     qsort(v, n, sizeof *v, page_victims_order);
     void *ptr = NULL;
     for (size_t i = 0; i < n && !ptr; i++) {
-        remat_evict_locked(r, v[i].t);
-        r->stats.evictions++;
-        ptr = pool_malloc_locked(r->pool, t->size, 0, flags, st);
-        if (!ptr && *st != COOP_ERR_NOMEM) {
-            /* the pool's metadata or backend failed: evicting more would not help */
-            *st = remat_placing_failed(r, t, *st);
+        evict_for_room(r, v[i].t);
+        ptr = try_place(r, t, flags, st);
+        if (!ptr && *st != COOP_ERR_NOMEM)
             break;
-        }
     }
     free(v);
     return ptr;
@@ -622,7 +640,7 @@ static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_
  * when host memory ran out (before anything was evicted) or the pool failed. */
 static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop_status *st)
 {
-    uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
+    uint64_t want = placed_bytes(t);
     window w;
     remat_search_index_sync_locked(r); /* exact for this search */
     int found = window_search_indexed(pool_arena(r->pool), want, 0, WINDOW_PER_BYTE, window_cost,
@@ -667,10 +685,8 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         return NULL;
     }
     arena_block *merged = NULL;
-    for (size_t i = 0; i < n; i++) {
-        merged = remat_evict_locked(r, list[i]);
-        r->stats.evictions++;
-    }
+    for (size_t i = 0; i < n; i++)
+        merged = evict_for_room(r, list[i]);
     if (list != small)
         free(list);
     if (!merged || merged->state != COOP_BLOCK_FREE || merged->addr > w.addr ||
@@ -846,10 +862,8 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     }
     /* every refusal for room below ends in no_room's message */
     pool_set_quiet_oom(r->pool, true);
-    uint64_t want = (t->size + COOP_ALIGN - 1) / COOP_ALIGN * COOP_ALIGN;
-    void *ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
-    if (!ptr && st != COOP_ERR_NOMEM) /* the pool's metadata or backend failed */
-        st = remat_placing_failed(r, t, st);
+    uint64_t want = placed_bytes(t);
+    void *ptr = try_place(r, t, flags, &st);
     /* the search index catches up in batches at allocations that fit, so
      * that a search (the first above all: every tensor made so far is
      * dirty) brings up to date at most a batch */
@@ -896,15 +910,11 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
                     st = argmin_eviction_failed(r, t, evicted);
                     break;
                 }
-                remat_evict_locked(r, best);
-                r->stats.evictions++;
+                evict_for_room(r, best);
                 evicted++;
-                ptr = pool_malloc_locked(r->pool, t->size, 0, flags, &st);
-                if (!ptr && st != COOP_ERR_NOMEM) {
-                    /* the pool's metadata or backend failed: evicting more would not help */
-                    st = remat_placing_failed(r, t, st);
+                ptr = try_place(r, t, flags, &st);
+                if (!ptr && st != COOP_ERR_NOMEM)
                     break;
-                }
             }
         }
         r->stats.last_search_ns = thread_cpu_ns() - t0;
