@@ -808,6 +808,55 @@ static uint64_t freed_by_evicting(coop_remat *r, const coop_tensor *t)
     return arena_lookup(pool_arena(r->pool), (uintptr_t)t->ptr)->size + adjacent_free(r, t);
 }
 
+/* The argmin policies' search (pool lock held): evicts the policy's
+ * argmin, one tensor at a time, until the pool can place t. NULL with *st
+ * as alloc_in_window's; *evictable_left is then the evictable bytes left,
+ * for no_room's message. Nothing is evicted where evicting every
+ * evictable tensor could not make room (could_fit, then fits_in_segments
+ * or fits_in_range). */
+static void *alloc_by_argmin(coop_remat *r, coop_tensor *t, unsigned flags, coop_status *st,
+                             uint64_t *evictable_left)
+{
+    uint64_t want = placed_bytes(t);
+    remat_search_index_sync_locked(r); /* the evictable set, exact */
+    *evictable_left = evictable_bytes(r);
+    if (!could_fit(r, want, *evictable_left))
+        return NULL;
+    /* whether a run or whole segments (without VMM: fits_in_segments), or
+     * a run with the range above the top (with VMM: fits_in_range) could
+     * hold t is asked once, before the first eviction; not where evicting
+     * the first victim alone makes a free block that covers it (its block
+     * and the free ones beside it): the search needs no walk then, as most
+     * do */
+    bool asked_placeable = false;
+    size_t evicted = 0; /* by this search, for the message */
+    void *ptr = NULL;
+    while (!ptr) {
+        coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
+        if (!best) {
+            *evictable_left = 0; /* evicted them all */
+            break;
+        }
+        if (!asked_placeable) {
+            asked_placeable = true;
+            bool vmm = pool_arena(r->pool)->params.vmm;
+            if (freed_by_evicting(r, best) < want &&
+                !(vmm ? fits_in_range(r, want, NULL) : fits_in_segments(r, want)))
+                break; /* hopeless: nothing evicted */
+        }
+        if (remat_reserve_evictions(r, 1)) { /* else the owner would not hear of it */
+            *st = argmin_eviction_failed(r, t, evicted);
+            break;
+        }
+        evict_for_room(r, best);
+        evicted++;
+        ptr = try_place(r, t, flags, st);
+        if (!ptr && *st != COOP_ERR_NOMEM)
+            break;
+    }
+    return ptr;
+}
+
 /* The out-of-memory message, with what the user needs to act (pool lock
  * held). */
 static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictable)
@@ -882,40 +931,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         if (remat_policy_windowed(r->cfg.policy)) {
             ptr = alloc_in_window(r, t, flags, &st);
         } else {
-            remat_search_index_sync_locked(r); /* the evictable set, exact */
-            evictable_left = evictable_bytes(r);
-            bool hopeless = !could_fit(r, want, evictable_left);
-            /* whether a run or whole segments (without VMM:
-             * fits_in_segments), or a run with the range above the top
-             * (with VMM: fits_in_range) could hold t, asked before the
-             * first eviction; not where evicting the first victim alone
-             * makes a free block that covers it (its block and the free
-             * ones beside it): the search needs no walk then, as most do */
-            bool placeable = false;
-            size_t evicted = 0; /* by this search, for the message */
-            while (!ptr && !hopeless) {
-                coop_tensor *best = r->cands_on ? argmin_set(r) : argmin_resident(r);
-                if (!best) {
-                    evictable_left = 0; /* evicted them all */
-                    break;
-                }
-                if (!placeable) {
-                    placeable = true;
-                    bool vmm = pool_arena(r->pool)->params.vmm;
-                    if (freed_by_evicting(r, best) < want &&
-                        !(vmm ? fits_in_range(r, want, NULL) : fits_in_segments(r, want)))
-                        break; /* hopeless: nothing evicted */
-                }
-                if (remat_reserve_evictions(r, 1)) { /* else the owner would not hear of it */
-                    st = argmin_eviction_failed(r, t, evicted);
-                    break;
-                }
-                evict_for_room(r, best);
-                evicted++;
-                ptr = try_place(r, t, flags, &st);
-                if (!ptr && st != COOP_ERR_NOMEM)
-                    break;
-            }
+            ptr = alloc_by_argmin(r, t, flags, &st, &evictable_left);
         }
         r->stats.last_search_ns = thread_cpu_ns() - t0;
         r->stats.search_ns += r->stats.last_search_ns;
