@@ -1009,6 +1009,43 @@ static void callbacks_cannot_call_the_context(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A refused call changes nothing, not even the context's records: the
+ * collection of released records ran before create's and mutate's check
+ * that their inputs are resident, so a refused call could reclaim records
+ * (stats.records, records_reclaimed) and turn a stale handle's "released"
+ * into "reclaimed" (rev33-Q's review). Collection is due at every call here
+ * (collect_at 1). */
+static void refused_calls_collect_nothing(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    coop_tensor *a, *g, *big, *out = NULL;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "g", NULL, 0, EV, &g), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, g), COOP_OK); /* its record: garbage */
+    assert_int_equal(coop_tensor_create(r, 4 * U, 1, "B", NULL, 0, EV, &big), COOP_OK);
+    assert_false(coop_tensor_resident(a));
+    r->collect_at = 1;
+    coop_remat_stats before, after;
+    coop_remat_get_stats(r, &before);
+    assert_int_equal(coop_tensor_create(r, U, 1, "o", &a, 1, EV, &out), COOP_ERR_INVALID);
+    assert_null(out);
+    assert_int_equal(coop_tensor_mutate(r, big, 1, "m", &a, 1, NULL), COOP_ERR_INVALID);
+    coop_remat_get_stats(r, &after);
+    assert_int_equal(after.records, before.records);
+    assert_int_equal(after.records_reclaimed, before.records_reclaimed);
+    /* a call that goes ahead collects as before */
+    void *p;
+    assert_int_equal(coop_tensor_access(r, big, &p), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "o", &big, 1, EV, &out), COOP_ERR_NOMEM);
+    coop_remat_get_stats(r, &after);
+    assert_true(after.records_reclaimed > before.records_reclaimed);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* The callbacks may call the pool the context is over (coop.h): neither
  * runs under the pool's lock. */
 static void callbacks_may_call_the_pool(void **state)
@@ -1281,6 +1318,7 @@ int main(void)
         cmocka_unit_test(a_failed_recompute_names_the_call_and_the_tensors),
         cmocka_unit_test(a_failed_recompute_quotes_the_refused_call),
         cmocka_unit_test(no_room_names_the_call),
+        cmocka_unit_test(refused_calls_collect_nothing),
         cmocka_unit_test_prestate(outputs_past_the_capacity_evict_nothing, &policies[0]),
         cmocka_unit_test_prestate(outputs_past_the_capacity_evict_nothing, &policies[1]),
         cmocka_unit_test(no_room_while_recomputing_names_the_tensor),

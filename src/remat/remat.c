@@ -556,11 +556,12 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
                               (unsigned)COOP_TENSOR_CHEAP);
     if ((st = check_cost(cost_ns, fn)) || (st = check_inputs(r, inputs, num_inputs, fn)))
         return st;
-    remat_maybe_collect(r); /* live inputs are kept */
     if ((st = check_resident(inputs, num_inputs, NULL, fn)))
         return st;
     if (!single && (st = check_outputs_fit(r, fn, num_outputs, sizes)))
         return st;
+    /* after the checks: a refused call reclaims no record */
+    remat_maybe_collect(r); /* live inputs are kept */
     mark_inputs_read(r, inputs, num_inputs);
     pin_inputs(r, inputs, num_inputs); /* the op reads them while its outputs are placed */
     size_t made = 0;
@@ -1036,12 +1037,12 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
             "would move it to a new buffer and leave the pinned one evictable; "
             "unpin it first",
             fn, (void *)t, (unsigned long long)t->base->pins, t->base->pins == 1 ? "" : "s");
-    remat_maybe_collect(r); /* t and the inputs are held, so kept */
     coop_tensor *b = t->base;
     /* the inputs other than t's storage must be resident already, and stay
      * so while t is recomputed (create pins its inputs the same way) */
     if ((st = check_resident(inputs, num_inputs, b, fn)))
         return st;
+    remat_maybe_collect(r); /* after the checks; t and the inputs are held, so kept */
     for (size_t i = 0; i < num_inputs; i++)
         if (inputs[i]->base != b)
             remat_pin(r, inputs[i]->base);
