@@ -301,6 +301,41 @@ static void outputs_past_the_capacity_evict_nothing(void **state)
     coop_pool_destroy(pool);
 }
 
+/* After coop_tensor_create_outputs has placed its outputs, a later call
+ * out of room names no output: a copy-on-write coop_tensor_mutate that
+ * finds no room for the new value says its bytes, not "output 1 of 2"
+ * (the outputs being placed are forgotten once the loop ends). Nothing
+ * evictable: f and the outputs are not, the old value is pinned. */
+static void no_room_after_outputs_names_no_output(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat_config cfg = {.policy = COOP_REMAT_COOP,
+                             .cheap_threshold = -1,
+                             .copy_on_write = true,
+                             .recompute = recompute};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_tensor *f, *outs[2];
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "f", NULL, 0, 0, &f), COOP_OK);
+    size_t sizes[2] = {U, U};
+    assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 10, "o", NULL, 0, 0, outs), COOP_OK);
+    void *old = NULL, *data = coop_tensor_data(outs[0]);
+    assert_int_equal(coop_tensor_mutate(r, outs[0], 10, "m", NULL, 0, &old), COOP_ERR_NOMEM);
+    char want[320];
+    snprintf(want, sizeof want,
+             "coop_tensor_mutate: no room for %u bytes: capacity %u, allocated %u of which 0 "
+             "evictable, free 0, largest free block 0; evicting cannot free a contiguous range "
+             "that large",
+             U, 4 * U, 4 * U);
+    assert_string_equal(coop_last_error(), want);
+    assert_null(old);
+    assert_ptr_equal(coop_tensor_data(outs[0]), data);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* Out of room deep inside a call says which call: the messages began
  * "coop_remat: no room" whether a create, a pin or an access (recomputing
  * an input) ran out (rev30-F). */
@@ -1321,6 +1356,7 @@ int main(void)
         cmocka_unit_test(refused_calls_collect_nothing),
         cmocka_unit_test_prestate(outputs_past_the_capacity_evict_nothing, &policies[0]),
         cmocka_unit_test_prestate(outputs_past_the_capacity_evict_nothing, &policies[1]),
+        cmocka_unit_test(no_room_after_outputs_names_no_output),
         cmocka_unit_test(no_room_while_recomputing_names_the_tensor),
         cmocka_unit_test(a_failed_in_place_recompute_leaves_both_evicted),
         cmocka_unit_test_prestate(requests_that_cannot_fit_evict_nothing, &policies[0]),

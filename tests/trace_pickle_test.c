@@ -578,8 +578,9 @@ static void test_adopted_over_a_live_block(void **state)
 
 /* A snapshot whose one segment (1 MiB at 0) lists the blocks of blocks
  * (address, size; all active_allocated, requested 64 bytes), after a trace
- * of entries (action, addr, size; stream 0). Returns the byte offset of
- * each block's dict in at. */
+ * of entries (action, addr, size; stream 0); with split, blocks[split] on
+ * go in a second segment (1 MiB at 1 MiB). Returns the byte offset of each
+ * block's dict in at. */
 typedef struct seg_case {
     const char *name;
     int64_t blocks[3][2];
@@ -590,24 +591,27 @@ typedef struct seg_case {
     const char *error[3]; /* fragments of the error; none: read */
 } seg_case;
 
-static void segment_snapshot(pk *p, const seg_case *c, size_t at[3])
+static void segment_snapshot(pk *p, const seg_case *c, size_t split, size_t at[3])
 {
     begin_snapshot(p);
     str(p, "segments");
     begin_list(p);
-    begin_dict(p);
-    key_int(p, "device", 0);
-    key_int(p, "address", 0);
-    key_int(p, "total_size", 1 << 20);
-    key_int(p, "stream", 0);
-    str(p, "blocks");
-    begin_list(p);
-    for (size_t j = 0; j < 3 && c->blocks[j][1]; j++) {
-        at[j] = p->n;
-        block(p, c->blocks[j][0], c->blocks[j][1], 64, "active_allocated");
+    for (size_t from = 0, seg = 0; from < 3 && c->blocks[from][1]; seg++) {
+        size_t to = !seg && split ? split : 3;
+        begin_dict(p);
+        key_int(p, "device", 0);
+        key_int(p, "address", (int64_t)seg << 20);
+        key_int(p, "total_size", 1 << 20);
+        key_int(p, "stream", 0);
+        str(p, "blocks");
+        begin_list(p);
+        for (; from < to && c->blocks[from][1]; from++) {
+            at[from] = p->n;
+            block(p, c->blocks[from][0], c->blocks[from][1], 64, "active_allocated");
+        }
+        end_list(p);
+        end_dict(p);
     }
-    end_list(p);
-    end_dict(p);
     end_list(p);
     str(p, "device_traces");
     begin_list(p);
@@ -671,7 +675,7 @@ static void test_final_segments_overlap(void **state)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         pk p;
         size_t at[3] = {0};
-        segment_snapshot(&p, &cases[c], at);
+        segment_snapshot(&p, &cases[c], 0, at);
         trace t;
         coop_status st = read_bytes(p.b, p.n, 0, &t);
         if (!cases[c].error[0]) {
@@ -687,6 +691,31 @@ static void test_final_segments_overlap(void **state)
                              cases[c].error[1] ? cases[c].error[1] : "", NULL);
         assert_null(t.events);
     }
+}
+
+/* Two segments whose allocated blocks overlap: the message names each
+ * block by its own segment and index (segments[0].blocks[1] is the earlier
+ * block, segments[1].blocks[0] the later one, the one read). */
+static void test_final_segments_overlap_in_two_segments(void **state)
+{
+    (void)state;
+    static const seg_case c = {
+        .name = "in two segments",
+        .blocks = {{0x0800, 256}, {0x1000, 4096}, {0x1800, 512}},
+        .entries = {{"alloc", 0x90000, 512}},
+    };
+    pk p;
+    size_t at[3] = {0};
+    segment_snapshot(&p, &c, 2, at); /* blocks[2] in segments[1] */
+    trace t;
+    char where[40], earlier[80];
+    snprintf(where, sizeof where, ": byte %zu: ", at[2]);
+    snprintf(earlier, sizeof earlier, "segments[0].blocks[1] at byte %zu: ", at[1]);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), where,
+                         "segments[1].blocks[0]: block 0x1800 (512 bytes) overlaps 0x1000 "
+                         "(4096 bytes), ",
+                         earlier, "both allocated in the final segments", NULL);
+    assert_null(t.events);
 }
 
 /* A free of a block the trace allocated and freed already (a second
@@ -2636,6 +2665,7 @@ int main(void)
         cmocka_unit_test(test_alloc_over_an_adopted_pending_block),
         cmocka_unit_test(test_adopted_over_a_live_block),
         cmocka_unit_test(test_final_segments_overlap),
+        cmocka_unit_test(test_final_segments_overlap_in_two_segments),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),
