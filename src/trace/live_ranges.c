@@ -82,7 +82,7 @@ int live_ranges_insert(live_ranges *s, uint64_t addr, uint64_t last, uint64_t st
 
 void live_ranges_remove(live_ranges *s, uint64_t addr, uint32_t id)
 {
-    /* the node starting at addr is the first of hi: walk down to it */
+    /* ranges are disjoint, so at most one starts at addr: walk down to it */
     uint32_t *link = &s->root;
     while (*link && s->nodes[*link].addr != addr)
         link = s->nodes[*link].addr < addr ? &s->nodes[*link].right : &s->nodes[*link].left;

@@ -45,6 +45,9 @@ typedef struct adopted_block {
 /* The initial capacity (items) of snapshot_reader.adopted, doubled when full. */
 #define ADOPTED_FIRST 64
 
+/* The initial capacity (items) of snapshot_reader.listed, doubled when full. */
+#define LISTED_FIRST 64
+
 /* A block the final `segments` list as allocated (active_allocated or
  * active_pending_free), for check_listed. */
 typedef struct listed_block {
@@ -70,7 +73,7 @@ typedef struct snapshot_reader {
     const char *path;
     trace_builder b;
     id_map blocks;          /* (addr, stream) -> live block */
-    live_ranges live;       /* the bytes of the blocks in blocks (check_overlap) */
+    live_ranges live;       /* the bytes of blocks' (check_overlap, check_listed) */
     adopted_block *adopted; /* device_traces' adopted blocks, in order of their frees */
     size_t num_adopted, cap_adopted;
     listed_block *listed; /* the final segments' allocated blocks on the device */
@@ -229,8 +232,11 @@ static uint64_t last_byte(uint64_t addr, uint64_t size)
     return size - 1 > UINT64_MAX - addr ? UINT64_MAX : addr + (size - 1);
 }
 
-/* A block freed (requested or completed) whose alloc came before the
- * recording: it becomes a live-at-start allocation. */
+/* A block freed (requested or completed), or listed allocated in the final
+ * segments, whose alloc came before the recording: it becomes a
+ * live-at-start allocation. A nonzero state (BLOCK_ADOPTED_REQUESTED) keeps
+ * it in blocks and live until its free_completed; 0 keeps nothing (its free
+ * is this entry, or the trace has ended). */
 static coop_status adopt_block(snapshot_reader *r, const trace_event *ev, uint8_t state,
                                uint32_t *id)
 {
@@ -378,6 +384,16 @@ enum { NUM_ACTIONS = sizeof actions / sizeof actions[0] };
 _Static_assert(NUM_ACTIONS < 1 << ACTION_BITS, "an action's index and 'another str' fit");
 _Static_assert(ACTION_BITS + 2 * NUM_SUMMARY_KEYS <= 16, "a summary's tag fits");
 
+/* The index in actions of the action a str names, NUM_ACTIONS for none: what
+ * seal_entry keeps of an entry's action. */
+static unsigned action_index(const pkl_value *action)
+{
+    for (unsigned i = 0; i < NUM_ACTIONS; i++)
+        if (pkl_str_eq(action, actions[i].name))
+            return i;
+    return NUM_ACTIONS;
+}
+
 /* The keys the reader and trace_torch_settings_read look up, for seal_entry
  * (its ctx), with their lengths: it runs for every dict put in a list, each
  * stack frame's among them, and pkl_str_eq's strlen would double the read's
@@ -421,10 +437,7 @@ static int seal_entry(void *ctx, const pkl_value *dict, uint64_t summary[4], uin
             if (pkl_str_eq_len(key, sk->keys[j], sk->lens[NUM_SUMMARY_KEYS + j]))
                 return 0;
     }
-    unsigned bits = NUM_ACTIONS; /* a str that names no action */
-    for (unsigned i = 0; i < NUM_ACTIONS; i++)
-        if (pkl_str_eq(action, actions[i].name))
-            bits = i;
+    unsigned bits = action_index(action);
     for (size_t k = 0; k < NUM_SUMMARY_KEYS; k++) {
         const pkl_value *v = values[k];
         unsigned state = !v                    ? FIELD_ABSENT
@@ -445,11 +458,8 @@ static int seal_entry(void *ctx, const pkl_value *dict, uint64_t summary[4], uin
  * is not an allocation event, which adds no event). */
 static int action_kind(const pkl_value *action)
 {
-    int kind = -1;
-    for (size_t i = 0; i < NUM_ACTIONS; i++)
-        if (pkl_str_eq(action, actions[i].name))
-            kind = actions[i].kind;
-    return kind;
+    unsigned i = action_index(action);
+    return i < NUM_ACTIONS ? actions[i].kind : -1;
 }
 
 /* The trace_event_kind of an entry that read_entry accepted, -1 for one
@@ -513,8 +523,8 @@ static coop_status read_fields(snapshot_reader *r, const pkl_value *entry, int k
 }
 
 /* The index in list (device_traces[D]) of the entry that added the
- * builder's event: each entry does, but those entry_kind calls no
- * allocation event. Only for messages: it walks the list. */
+ * builder's event: every entry adds one but those whose entry_kind is -1.
+ * Only for messages: it walks the list. */
 static size_t entry_of_event(const pkl_value *list, size_t event)
 {
     size_t i = 0;
@@ -808,7 +818,7 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
             int adopted = !id_map_find(&r->blocks, ev.addr, ev.stream);
             if (adopted && (st = adopt_block(r, &ev, 0, &ev.id)) != COOP_OK)
                 return st;
-            if (GROW_ARRAY(r->listed, r->cap_listed, r->num_listed + 1, ADOPTED_FIRST))
+            if (GROW_ARRAY(r->listed, r->cap_listed, r->num_listed + 1, LISTED_FIRST))
                 return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
             r->listed[r->num_listed++] = (listed_block){
                 .addr = ev.addr,
