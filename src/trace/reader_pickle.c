@@ -756,82 +756,104 @@ static coop_status check_listed(snapshot_reader *r)
     return COOP_OK;
 }
 
+/* segments[seg].blocks[j] (blk), which starts at *next_addr unless it
+ * says (PyTorch 2.0 wrote no block "address"), on the segment's stream;
+ * *next_addr becomes its end. One allocated (active_allocated or
+ * active_pending_free) is kept for check_listed, and adopted if the trace
+ * did not allocate it. */
+static coop_status read_block(snapshot_reader *r, const pkl_value *blk, size_t seg, size_t j,
+                              uint64_t stream, uint64_t *next_addr)
+{
+    set_where(r, WHERE_BLOCK, seg, j, blk->offset);
+    coop_status st = small_dict(r, blk, "block");
+    if (st != COOP_OK)
+        return st;
+    trace_event ev = {.kind = TRACE_ALLOC, .addr = *next_addr, .stream = stream, .time_us = -1};
+    if ((st = get_u64(r, blk, "address", 0, 0, &ev.addr)) != COOP_OK ||
+        (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK)
+        return st;
+    uint64_t size = ev.size; /* the block's; ev.size becomes the request */
+    *next_addr = ev.addr + size;
+    const pkl_value *state = pkl_dict_get(blk, "state");
+    if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
+        return COOP_OK;
+    /* PyTorch 2.0 wrote no "requested_size" either: the request is the
+     * last "history" entry's "real_size". */
+    const pkl_value *history = pkl_dict_get(blk, "history");
+    if (!pkl_dict_get(blk, "requested_size") && history && history->kind == PKL_LIST &&
+        history->v.seq.len) {
+        const pkl_value *last = history->v.seq.items[history->v.seq.len - 1];
+        if ((st = small_dict(r, last, "history entry")) != COOP_OK ||
+            (st = get_size(r, last, "real_size", 0, &ev.size)) != COOP_OK)
+            return st;
+    }
+    if ((st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
+        return st;
+    /* Allocated at the end but never seen allocated: it was live through
+     * the whole recording. */
+    int adopted = !id_map_find(&r->blocks, ev.addr, ev.stream);
+    if (adopted && (st = adopt_block(r, &ev, 0, &ev.id)) != COOP_OK)
+        return st;
+    if (GROW_ARRAY(r->listed, r->cap_listed, r->num_listed + 1, LISTED_FIRST))
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+    r->listed[r->num_listed++] = (listed_block){
+        .addr = ev.addr,
+        .last = last_byte(ev.addr, size),
+        .size = size,
+        .requested = ev.size,
+        .stream = ev.stream,
+        .at = blk->offset,
+        .seg = seg,
+        .blk = j,
+        .adopted = adopted,
+    };
+    return COOP_OK;
+}
+
+/* segments[i] (seg): a reservation of the recorded allocator if on device,
+ * and its blocks (read_block). */
+static coop_status read_segment(snapshot_reader *r, const pkl_value *seg, size_t i, uint64_t device)
+{
+    set_where(r, WHERE_SEGMENT, i, 0, seg->offset);
+    coop_status st;
+    if ((st = small_dict(r, seg, "segment")) != COOP_OK ||
+        (st = not_shared(r, seg, "segment")) != COOP_OK)
+        return st;
+    uint64_t seg_device = device;
+    trace_segment s = {0};
+    if ((st = get_u64(r, seg, "device", 0, 0, &seg_device)) != COOP_OK ||
+        (st = get_u64(r, seg, "address", 1, 0, &s.addr)) != COOP_OK ||
+        (st = get_size(r, seg, "total_size", 1, &s.size)) != COOP_OK ||
+        (st = get_u64(r, seg, "stream", 0, 1, &s.stream)) != COOP_OK)
+        return st;
+    if (seg_device != device)
+        return COOP_OK;
+    if ((st = trace_builder_push_segment(&r->b, &s)) != COOP_OK)
+        return st;
+    const pkl_value *blocks = pkl_dict_get(seg, "blocks");
+    if (!blocks)
+        return COOP_OK;
+    if (blocks->kind != PKL_LIST)
+        return bad(r, "'%s' has type %s, expected list", "blocks", pkl_type_name(blocks));
+    if ((st = not_shared(r, blocks, "'blocks'")) != COOP_OK)
+        return st;
+    /* Blocks tile their segment in address order: PyTorch 2.0 wrote no
+     * block "address", and its _memory_viz adds up sizes. */
+    uint64_t next_addr = s.addr;
+    for (size_t j = 0; j < blocks->v.seq.len; j++)
+        if ((st = read_block(r, blocks->v.seq.items[j], i, j, s.stream, &next_addr)) != COOP_OK)
+            return st;
+    return COOP_OK;
+}
+
 /* The final `segments`: the recorded allocator's reservations, and blocks
  * allocated before recording began that are still allocated at the end. */
 static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, uint64_t device)
 {
     for (size_t i = 0; i < segments->v.seq.len; i++) {
-        const pkl_value *seg = segments->v.seq.items[i];
-        set_where(r, WHERE_SEGMENT, i, 0, seg->offset);
-        coop_status st;
-        if ((st = small_dict(r, seg, "segment")) != COOP_OK ||
-            (st = not_shared(r, seg, "segment")) != COOP_OK)
+        coop_status st = read_segment(r, segments->v.seq.items[i], i, device);
+        if (st != COOP_OK)
             return st;
-        uint64_t seg_device = device;
-        trace_segment s = {0};
-        if ((st = get_u64(r, seg, "device", 0, 0, &seg_device)) != COOP_OK ||
-            (st = get_u64(r, seg, "address", 1, 0, &s.addr)) != COOP_OK ||
-            (st = get_size(r, seg, "total_size", 1, &s.size)) != COOP_OK ||
-            (st = get_u64(r, seg, "stream", 0, 1, &s.stream)) != COOP_OK)
-            return st;
-        if (seg_device != device)
-            continue;
-        if ((st = trace_builder_push_segment(&r->b, &s)) != COOP_OK)
-            return st;
-        const pkl_value *blocks = pkl_dict_get(seg, "blocks");
-        if (!blocks)
-            continue;
-        if (blocks->kind != PKL_LIST)
-            return bad(r, "'%s' has type %s, expected list", "blocks", pkl_type_name(blocks));
-        if ((st = not_shared(r, blocks, "'blocks'")) != COOP_OK)
-            return st;
-        /* Blocks tile their segment in address order. PyTorch 2.0 wrote no
-         * block "address" (nor "requested_size": the request is the last
-         * "history" entry's "real_size"); its _memory_viz adds up sizes. */
-        uint64_t next_addr = s.addr;
-        for (size_t j = 0; j < blocks->v.seq.len; j++) {
-            const pkl_value *blk = blocks->v.seq.items[j];
-            set_where(r, WHERE_BLOCK, i, j, blk->offset);
-            if ((st = small_dict(r, blk, "block")) != COOP_OK)
-                return st;
-            trace_event ev = {.kind = TRACE_ALLOC, .stream = s.stream, .time_us = -1};
-            ev.addr = next_addr;
-            if ((st = get_u64(r, blk, "address", 0, 0, &ev.addr)) != COOP_OK ||
-                (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK)
-                return st;
-            next_addr = ev.addr + ev.size;
-            const pkl_value *state = pkl_dict_get(blk, "state");
-            if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
-                continue;
-            const pkl_value *history = pkl_dict_get(blk, "history");
-            if (!pkl_dict_get(blk, "requested_size") && history && history->kind == PKL_LIST &&
-                history->v.seq.len) {
-                const pkl_value *last = history->v.seq.items[history->v.seq.len - 1];
-                if ((st = small_dict(r, last, "history entry")) != COOP_OK ||
-                    (st = get_size(r, last, "real_size", 0, &ev.size)) != COOP_OK)
-                    return st;
-            }
-            if ((st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
-                return st;
-            /* Allocated at the end but never seen allocated: it was live
-             * through the whole recording. */
-            int adopted = !id_map_find(&r->blocks, ev.addr, ev.stream);
-            if (adopted && (st = adopt_block(r, &ev, 0, &ev.id)) != COOP_OK)
-                return st;
-            if (GROW_ARRAY(r->listed, r->cap_listed, r->num_listed + 1, LISTED_FIRST))
-                return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
-            r->listed[r->num_listed++] = (listed_block){
-                .addr = ev.addr,
-                .last = last_byte(ev.addr, next_addr - ev.addr),
-                .size = next_addr - ev.addr,
-                .requested = ev.size,
-                .stream = ev.stream,
-                .at = blk->offset,
-                .seg = i,
-                .blk = j,
-                .adopted = adopted,
-            };
-        }
     }
     return check_listed(r);
 }
