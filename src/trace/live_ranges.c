@@ -74,15 +74,19 @@ int live_ranges_insert(live_ranges *s, uint64_t addr, uint64_t last, uint64_t st
                      .stream = stream,
                      .id = id,
                      .prio = (uint32_t)trace_hash_mix(s->seed + n * 0x9e3779b97f4a7c15ull)};
-    uint32_t lo, hi;
-    split(s->nodes, s->root, addr, &lo, &hi);
-    s->root = merge(s->nodes, merge(s->nodes, lo, n), hi);
+    /* n goes where the search for addr meets the first node it outranks;
+     * that node's subtree, split around addr, becomes n's children. */
+    uint32_t *link = &s->root;
+    while (*link && s->nodes[*link].prio > s->nodes[n].prio)
+        link = s->nodes[*link].addr < addr ? &s->nodes[*link].right : &s->nodes[*link].left;
+    split(s->nodes, *link, addr, &s->nodes[n].left, &s->nodes[n].right);
+    *link = n;
     return 0;
 }
 
 void live_ranges_remove(live_ranges *s, uint64_t addr, uint32_t id)
 {
-    /* the node starting at addr is the first of hi: walk down to it */
+    /* ranges are disjoint, so at most one starts at addr: walk down to it */
     uint32_t *link = &s->root;
     while (*link && s->nodes[*link].addr != addr)
         link = s->nodes[*link].addr < addr ? &s->nodes[*link].right : &s->nodes[*link].left;

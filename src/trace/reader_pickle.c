@@ -45,6 +45,9 @@ typedef struct adopted_block {
 /* The initial capacity (items) of snapshot_reader.adopted, doubled when full. */
 #define ADOPTED_FIRST 64
 
+/* The initial capacity (items) of snapshot_reader.listed, doubled when full. */
+#define LISTED_FIRST 64
+
 /* A block the final `segments` list as allocated (active_allocated or
  * active_pending_free), for check_listed. */
 typedef struct listed_block {
@@ -55,20 +58,41 @@ typedef struct listed_block {
     int adopted;     /* never allocated in the trace: live since before recording */
 } listed_block;
 
+/* The place of the entry being read, named as bad's WHERE only when a
+ * message needs it: formatting "device_traces[D][I]" for each entry read
+ * cost 8% of a snapshot's conversion. */
+typedef enum where_kind {
+    WHERE_SNAPSHOT, /* the snapshot dict */
+    WHERE_DEVICE,   /* device_traces[i] */
+    WHERE_ENTRY,    /* device_traces[i][j] */
+    WHERE_SEGMENT,  /* segments[i] */
+    WHERE_BLOCK,    /* segments[i].blocks[j] */
+} where_kind;
+
 typedef struct snapshot_reader {
     const char *path;
     trace_builder b;
     id_map blocks;          /* (addr, stream) -> live block */
-    live_ranges live;       /* the bytes of the blocks in blocks (check_overlap) */
+    live_ranges live;       /* the bytes of blocks' (check_overlap, check_listed) */
     adopted_block *adopted; /* device_traces' adopted blocks, in order of their frees */
     size_t num_adopted, cap_adopted;
     listed_block *listed; /* the final segments' allocated blocks on the device */
     size_t num_listed, cap_listed;
-    const char *where; /* "device_traces[D][I]" or "segments[I]" of the entry being read */
-    char where_buf[64];
+    where_kind where;                                /* the entry being read: its kind, */
+    size_t where_i, where_j;                         /* its indices, */
     size_t where_at;                                 /* its byte offset */
     size_t device, num_devices, devices_with_events; /* trace.snapshot_* */
 } snapshot_reader;
+
+/* Makes the entry being read the one of kind at byte offset `byte` (i and j its
+ * indices, where kind has them). */
+static void set_where(snapshot_reader *r, where_kind kind, size_t i, size_t j, size_t byte)
+{
+    r->where = kind;
+    r->where_i = i;
+    r->where_j = j;
+    r->where_at = byte;
+}
 
 /* An error about the entry being read: "PATH: byte N: WHERE: what". */
 static coop_status bad(const snapshot_reader *r, const char *fmt, ...)
@@ -76,12 +100,30 @@ static coop_status bad(const snapshot_reader *r, const char *fmt, ...)
 
 static coop_status bad(const snapshot_reader *r, const char *fmt, ...)
 {
-    char what[512];
+    char what[512], where[64];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s: %s", r->path, r->where_at, r->where,
+    size_t i = r->where_i, j = r->where_j;
+    switch (r->where) {
+    case WHERE_SNAPSHOT:
+        snprintf(where, sizeof where, "snapshot");
+        break;
+    case WHERE_DEVICE:
+        snprintf(where, sizeof where, "device_traces[%zu]", i);
+        break;
+    case WHERE_ENTRY:
+        snprintf(where, sizeof where, "device_traces[%zu][%zu]", i, j);
+        break;
+    case WHERE_SEGMENT:
+        snprintf(where, sizeof where, "segments[%zu]", i);
+        break;
+    case WHERE_BLOCK:
+        snprintf(where, sizeof where, "segments[%zu].blocks[%zu]", i, j);
+        break;
+    }
+    return coop_set_error(COOP_ERR_INVALID, "%s: byte %zu: %s: %s", r->path, r->where_at, where,
                           what);
 }
 
@@ -190,8 +232,11 @@ static uint64_t last_byte(uint64_t addr, uint64_t size)
     return size - 1 > UINT64_MAX - addr ? UINT64_MAX : addr + (size - 1);
 }
 
-/* A block freed (requested or completed) whose alloc came before the
- * recording: it becomes a live-at-start allocation. */
+/* A block freed (requested or completed), or listed allocated in the final
+ * segments, whose alloc came before the recording: it becomes a
+ * live-at-start allocation. A nonzero state (BLOCK_ADOPTED_REQUESTED) keeps
+ * it in blocks and live until its free_completed; 0 keeps nothing (its free
+ * is this entry, or the trace has ended). */
 static coop_status adopt_block(snapshot_reader *r, const trace_event *ev, uint8_t state,
                                uint32_t *id)
 {
@@ -339,6 +384,16 @@ enum { NUM_ACTIONS = sizeof actions / sizeof actions[0] };
 _Static_assert(NUM_ACTIONS < 1 << ACTION_BITS, "an action's index and 'another str' fit");
 _Static_assert(ACTION_BITS + 2 * NUM_SUMMARY_KEYS <= 16, "a summary's tag fits");
 
+/* The index in actions of the action a str names, NUM_ACTIONS for none: what
+ * seal_entry keeps of an entry's action. */
+static unsigned action_index(const pkl_value *action)
+{
+    for (unsigned i = 0; i < NUM_ACTIONS; i++)
+        if (pkl_str_eq(action, actions[i].name))
+            return i;
+    return NUM_ACTIONS;
+}
+
 /* The keys the reader and trace_torch_settings_read look up, for seal_entry
  * (its ctx), with their lengths: it runs for every dict put in a list, each
  * stack frame's among them, and pkl_str_eq's strlen would double the read's
@@ -382,10 +437,7 @@ static int seal_entry(void *ctx, const pkl_value *dict, uint64_t summary[4], uin
             if (pkl_str_eq_len(key, sk->keys[j], sk->lens[NUM_SUMMARY_KEYS + j]))
                 return 0;
     }
-    unsigned bits = NUM_ACTIONS; /* a str that names no action */
-    for (unsigned i = 0; i < NUM_ACTIONS; i++)
-        if (pkl_str_eq(action, actions[i].name))
-            bits = i;
+    unsigned bits = action_index(action);
     for (size_t k = 0; k < NUM_SUMMARY_KEYS; k++) {
         const pkl_value *v = values[k];
         unsigned state = !v                    ? FIELD_ABSENT
@@ -406,11 +458,8 @@ static int seal_entry(void *ctx, const pkl_value *dict, uint64_t summary[4], uin
  * is not an allocation event, which adds no event). */
 static int action_kind(const pkl_value *action)
 {
-    int kind = -1;
-    for (size_t i = 0; i < NUM_ACTIONS; i++)
-        if (pkl_str_eq(action, actions[i].name))
-            kind = actions[i].kind;
-    return kind;
+    unsigned i = action_index(action);
+    return i < NUM_ACTIONS ? actions[i].kind : -1;
 }
 
 /* The trace_event_kind of an entry that read_entry accepted, -1 for one
@@ -474,8 +523,8 @@ static coop_status read_fields(snapshot_reader *r, const pkl_value *entry, int k
 }
 
 /* The index in list (device_traces[D]) of the entry that added the
- * builder's event: each entry does, but those entry_kind calls no
- * allocation event. Only for messages: it walks the list. */
+ * builder's event: every entry adds one but those whose entry_kind is -1.
+ * Only for messages: it walks the list. */
 static size_t entry_of_event(const pkl_value *list, size_t event)
 {
     size_t i = 0;
@@ -501,9 +550,7 @@ static coop_status adopted_conflict(snapshot_reader *r, const pkl_value *list, s
 {
     const trace_event *f = &r->b.events[a->event], *o = &r->b.events[other];
     size_t i = entry_of_event(list, a->event);
-    snprintf(r->where_buf, sizeof r->where_buf, "device_traces[%zu][%zu]", device, i);
-    r->where = r->where_buf;
-    r->where_at = i < list->v.seq.len ? list->v.seq.items[i]->offset : 0;
+    set_where(r, WHERE_ENTRY, device, i, i < list->v.seq.len ? list->v.seq.items[i]->offset : 0);
     const char *action = f->kind == TRACE_FREE ? "free_completed" : "free_requested";
     if (other_adopted && o->addr == f->addr && o->stream == f->stream) {
         /* The same block freed twice: if the trace allocated at its
@@ -658,9 +705,7 @@ static int by_listed_addr(const void *pa, const void *pb)
 /* Names listed block l as the entry being read. */
 static void at_listed(snapshot_reader *r, const listed_block *l)
 {
-    snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu].blocks[%zu]", l->seg, l->blk);
-    r->where = r->where_buf;
-    r->where_at = l->at;
+    set_where(r, WHERE_BLOCK, l->seg, l->blk, l->at);
 }
 
 /* The final segments' allocated blocks against each other and the trace.
@@ -711,85 +756,104 @@ static coop_status check_listed(snapshot_reader *r)
     return COOP_OK;
 }
 
+/* segments[seg].blocks[j] (blk), which starts at *next_addr unless it
+ * says (PyTorch 2.0 wrote no block "address"), on the segment's stream;
+ * *next_addr becomes its end. One allocated (active_allocated or
+ * active_pending_free) is kept for check_listed, and adopted if the trace
+ * did not allocate it. */
+static coop_status read_block(snapshot_reader *r, const pkl_value *blk, size_t seg, size_t j,
+                              uint64_t stream, uint64_t *next_addr)
+{
+    set_where(r, WHERE_BLOCK, seg, j, blk->offset);
+    coop_status st = small_dict(r, blk, "block");
+    if (st != COOP_OK)
+        return st;
+    trace_event ev = {.kind = TRACE_ALLOC, .addr = *next_addr, .stream = stream, .time_us = -1};
+    if ((st = get_u64(r, blk, "address", 0, 0, &ev.addr)) != COOP_OK ||
+        (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK)
+        return st;
+    uint64_t size = ev.size; /* the block's; ev.size becomes the request */
+    *next_addr = ev.addr + size;
+    const pkl_value *state = pkl_dict_get(blk, "state");
+    if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
+        return COOP_OK;
+    /* PyTorch 2.0 wrote no "requested_size" either: the request is the
+     * last "history" entry's "real_size". */
+    const pkl_value *history = pkl_dict_get(blk, "history");
+    if (!pkl_dict_get(blk, "requested_size") && history && history->kind == PKL_LIST &&
+        history->v.seq.len) {
+        const pkl_value *last = history->v.seq.items[history->v.seq.len - 1];
+        if ((st = small_dict(r, last, "history entry")) != COOP_OK ||
+            (st = get_size(r, last, "real_size", 0, &ev.size)) != COOP_OK)
+            return st;
+    }
+    if ((st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
+        return st;
+    /* Allocated at the end but never seen allocated: it was live through
+     * the whole recording. */
+    int adopted = !id_map_find(&r->blocks, ev.addr, ev.stream);
+    if (adopted && (st = adopt_block(r, &ev, 0, &ev.id)) != COOP_OK)
+        return st;
+    if (GROW_ARRAY(r->listed, r->cap_listed, r->num_listed + 1, LISTED_FIRST))
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+    r->listed[r->num_listed++] = (listed_block){
+        .addr = ev.addr,
+        .last = last_byte(ev.addr, size),
+        .size = size,
+        .requested = ev.size,
+        .stream = ev.stream,
+        .at = blk->offset,
+        .seg = seg,
+        .blk = j,
+        .adopted = adopted,
+    };
+    return COOP_OK;
+}
+
+/* segments[i] (seg): a reservation of the recorded allocator if on device,
+ * and its blocks (read_block). */
+static coop_status read_segment(snapshot_reader *r, const pkl_value *seg, size_t i, uint64_t device)
+{
+    set_where(r, WHERE_SEGMENT, i, 0, seg->offset);
+    coop_status st;
+    if ((st = small_dict(r, seg, "segment")) != COOP_OK ||
+        (st = not_shared(r, seg, "segment")) != COOP_OK)
+        return st;
+    uint64_t seg_device = device;
+    trace_segment s = {0};
+    if ((st = get_u64(r, seg, "device", 0, 0, &seg_device)) != COOP_OK ||
+        (st = get_u64(r, seg, "address", 1, 0, &s.addr)) != COOP_OK ||
+        (st = get_size(r, seg, "total_size", 1, &s.size)) != COOP_OK ||
+        (st = get_u64(r, seg, "stream", 0, 1, &s.stream)) != COOP_OK)
+        return st;
+    if (seg_device != device)
+        return COOP_OK;
+    if ((st = trace_builder_push_segment(&r->b, &s)) != COOP_OK)
+        return st;
+    const pkl_value *blocks = pkl_dict_get(seg, "blocks");
+    if (!blocks)
+        return COOP_OK;
+    if (blocks->kind != PKL_LIST)
+        return bad(r, "'%s' has type %s, expected list", "blocks", pkl_type_name(blocks));
+    if ((st = not_shared(r, blocks, "'blocks'")) != COOP_OK)
+        return st;
+    /* Blocks tile their segment in address order: PyTorch 2.0 wrote no
+     * block "address", and its _memory_viz adds up sizes. */
+    uint64_t next_addr = s.addr;
+    for (size_t j = 0; j < blocks->v.seq.len; j++)
+        if ((st = read_block(r, blocks->v.seq.items[j], i, j, s.stream, &next_addr)) != COOP_OK)
+            return st;
+    return COOP_OK;
+}
+
 /* The final `segments`: the recorded allocator's reservations, and blocks
  * allocated before recording began that are still allocated at the end. */
 static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, uint64_t device)
 {
     for (size_t i = 0; i < segments->v.seq.len; i++) {
-        const pkl_value *seg = segments->v.seq.items[i];
-        snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu]", i);
-        r->where = r->where_buf;
-        r->where_at = seg->offset;
-        coop_status st;
-        if ((st = small_dict(r, seg, "segment")) != COOP_OK ||
-            (st = not_shared(r, seg, "segment")) != COOP_OK)
+        coop_status st = read_segment(r, segments->v.seq.items[i], i, device);
+        if (st != COOP_OK)
             return st;
-        uint64_t seg_device = device;
-        trace_segment s = {0};
-        if ((st = get_u64(r, seg, "device", 0, 0, &seg_device)) != COOP_OK ||
-            (st = get_u64(r, seg, "address", 1, 0, &s.addr)) != COOP_OK ||
-            (st = get_size(r, seg, "total_size", 1, &s.size)) != COOP_OK ||
-            (st = get_u64(r, seg, "stream", 0, 1, &s.stream)) != COOP_OK)
-            return st;
-        if (seg_device != device)
-            continue;
-        if ((st = trace_builder_push_segment(&r->b, &s)) != COOP_OK)
-            return st;
-        const pkl_value *blocks = pkl_dict_get(seg, "blocks");
-        if (!blocks)
-            continue;
-        if (blocks->kind != PKL_LIST)
-            return bad(r, "'%s' has type %s, expected list", "blocks", pkl_type_name(blocks));
-        if ((st = not_shared(r, blocks, "'blocks'")) != COOP_OK)
-            return st;
-        /* Blocks tile their segment in address order. PyTorch 2.0 wrote no
-         * block "address" (nor "requested_size": the request is the last
-         * "history" entry's "real_size"); its _memory_viz adds up sizes. */
-        uint64_t next_addr = s.addr;
-        for (size_t j = 0; j < blocks->v.seq.len; j++) {
-            const pkl_value *blk = blocks->v.seq.items[j];
-            snprintf(r->where_buf, sizeof r->where_buf, "segments[%zu].blocks[%zu]", i, j);
-            r->where_at = blk->offset;
-            if ((st = small_dict(r, blk, "block")) != COOP_OK)
-                return st;
-            trace_event ev = {.kind = TRACE_ALLOC, .stream = s.stream, .time_us = -1};
-            ev.addr = next_addr;
-            if ((st = get_u64(r, blk, "address", 0, 0, &ev.addr)) != COOP_OK ||
-                (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK)
-                return st;
-            next_addr = ev.addr + ev.size;
-            const pkl_value *state = pkl_dict_get(blk, "state");
-            if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
-                continue;
-            const pkl_value *history = pkl_dict_get(blk, "history");
-            if (!pkl_dict_get(blk, "requested_size") && history && history->kind == PKL_LIST &&
-                history->v.seq.len) {
-                const pkl_value *last = history->v.seq.items[history->v.seq.len - 1];
-                if ((st = small_dict(r, last, "history entry")) != COOP_OK ||
-                    (st = get_size(r, last, "real_size", 0, &ev.size)) != COOP_OK)
-                    return st;
-            }
-            if ((st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
-                return st;
-            /* Allocated at the end but never seen allocated: it was live
-             * through the whole recording. */
-            int adopted = !id_map_find(&r->blocks, ev.addr, ev.stream);
-            if (adopted && (st = adopt_block(r, &ev, 0, &ev.id)) != COOP_OK)
-                return st;
-            if (GROW_ARRAY(r->listed, r->cap_listed, r->num_listed + 1, ADOPTED_FIRST))
-                return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
-            r->listed[r->num_listed++] = (listed_block){
-                .addr = ev.addr,
-                .last = last_byte(ev.addr, next_addr - ev.addr),
-                .size = next_addr - ev.addr,
-                .requested = ev.size,
-                .stream = ev.stream,
-                .at = blk->offset,
-                .seg = i,
-                .blk = j,
-                .adopted = adopted,
-            };
-        }
     }
     return check_listed(r);
 }
@@ -820,8 +884,7 @@ static coop_status pick_device(snapshot_reader *r, const pkl_value *traces, int 
 
 static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int device_wanted)
 {
-    r->where = "snapshot";
-    r->where_at = root->offset;
+    set_where(r, WHERE_SNAPSHOT, 0, 0, root->offset);
     if (root->kind != PKL_DICT)
         return bad(r, "the pickle holds a %s, expected the snapshot dict", pkl_type_name(root));
     const pkl_value *traces = pkl_dict_get(root, "device_traces");
@@ -849,16 +912,12 @@ static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int 
     if (device < traces->v.seq.len) {
         const pkl_value *list = traces->v.seq.items[device];
         if (list->kind != PKL_LIST) {
-            snprintf(r->where_buf, sizeof r->where_buf, "device_traces[%zu]", device);
-            r->where = r->where_buf;
-            r->where_at = list->offset;
+            set_where(r, WHERE_DEVICE, device, 0, list->offset);
             return bad(r, "has type %s, expected list", pkl_type_name(list));
         }
-        r->where = r->where_buf;
         for (size_t i = 0; i < list->v.seq.len; i++) {
             const pkl_value *entry = list->v.seq.items[i];
-            snprintf(r->where_buf, sizeof r->where_buf, "device_traces[%zu][%zu]", device, i);
-            r->where_at = entry->offset;
+            set_where(r, WHERE_ENTRY, device, i, entry->offset);
             r->b.where = entry->offset;
             if ((st = read_entry(r, entry)) != COOP_OK)
                 return st;
