@@ -9,7 +9,7 @@
 #   same values with the same lines, so that one COOP_TEST_SEED for the
 #   whole of make check reaches every randomized test.
 set -u
-programs="addr_map breaker_index free_index page_map pool random_model remat_cache remat_claim remat_collect remat_threads
+programs="addr_map breaker_index free_index live_ranges page_map pool random_model remat_cache remat_claim remat_collect remat_threads
 remat_values replay_free_ranges replay_max_treap replay_policy sim steady_state stress stress_torch_abi torch_abi torch_devices
 trace_id_map threads_api trace_pickle trace_read window"
 for p in $programs; do

@@ -56,6 +56,15 @@ tests_trace_id_map_test_SOURCES = tests/trace_id_map_test.c
 tests_trace_id_map_test_CFLAGS = $(TESTCFLAGS)
 tests_trace_id_map_test_LDADD = $(TESTLIBS)
 tests_trace_id_map_test_LDFLAGS = $(TESTLDFLAGS)
+
+# linked with the allocation wraps (tests/harden.mk) to fail the array's growth
+check_PROGRAMS += tests/live_ranges_test
+TESTS += tests/live_ranges_test
+tests_live_ranges_test_SOURCES = tests/live_ranges_test.c tests/host_alloc_fault.c \
+	tests/host_alloc_fault.h
+tests_live_ranges_test_CFLAGS = $(TESTCFLAGS) $(JANSSON_CFLAGS)
+tests_live_ranges_test_LDADD = $(TESTLIBS) $(JANSSON_LIBS)
+tests_live_ranges_test_LDFLAGS = $(TESTLDFLAGS) $(HOST_ALLOC_WRAP)
 endif
 TESTS += tests/trace_convert_test.sh
 if HAVE_PYTHON
