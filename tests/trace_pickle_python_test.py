@@ -74,16 +74,22 @@ def make_snapshot(rng):
         else:
             trace.append({"action": rng.choice(["snapshot", "something_new"]), "addr": 0,
                           "size": 0, "stream": 0, "time_us": t, "frames": []})
-    # final segments: every still-allocated block, one per segment
+    # final segments: every still-allocated block, one per segment of whole
+    # MiBs that its blocks tile (the reader refuses a block outside its
+    # segment, and segments that overlap: a MiB each for the blocks from
+    # before recording, 2^41 bytes apart for the others)
     for (a, stream), (state, size) in sorted(live.items()):
-        segments.append({"device": 0, "address": a, "total_size": 2 << 20, "stream": stream,
+        block_size = size + 511 & ~511
+        total = block_size + 0xFFFFF & ~0xFFFFF
+        blocks = [{"address": a, "size": block_size, "requested_size": size,
+                   "state": "active_allocated" if state == "A" else "active_pending_free",
+                   "frames": []}]
+        if total > block_size:
+            blocks.append({"address": a + block_size, "size": total - block_size,
+                           "requested_size": 0, "state": "inactive"})
+        segments.append({"device": 0, "address": a, "total_size": total, "stream": stream,
                          "segment_type": "large", "segment_pool_id": (0, 0), "frames": [],
-                         "blocks": [{"address": a, "size": size + 511 & ~511,
-                                     "requested_size": size,
-                                     "state": "active_allocated" if state == "A"
-                                     else "active_pending_free", "frames": []},
-                                    {"address": a + 0x100000, "size": 4096,
-                                     "requested_size": 0, "state": "inactive"}]})
+                         "blocks": blocks})
     segments.append({"device": 1, "address": 0x10, "total_size": 1, "stream": 0, "blocks": []})
     return {"segments": segments, "device_traces": [trace, []],
             "allocator_settings": {"expandable_segments": False, "max_split_size": -1,

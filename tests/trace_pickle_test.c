@@ -579,7 +579,7 @@ static void test_adopted_over_a_live_block(void **state)
 /* A snapshot whose one segment (1 MiB at 0) lists the blocks of blocks
  * (address, size; all active_allocated, requested 64 bytes), after a trace
  * of entries (action, addr, size; stream 0); with split, blocks[split] on
- * go in a second segment (1 MiB at 1 MiB). Returns the byte offset of each
+ * go in a second segment (1 MiB at seg1_addr). Returns the byte offset of each
  * block's dict in at. */
 typedef struct seg_case {
     const char *name;
@@ -591,7 +591,8 @@ typedef struct seg_case {
     const char *error[3]; /* fragments of the error; none: read */
 } seg_case;
 
-static void segment_snapshot(pk *p, const seg_case *c, size_t split, size_t at[3])
+static void segment_snapshot(pk *p, const seg_case *c, size_t split, int64_t seg1_addr,
+                             size_t at[3])
 {
     begin_snapshot(p);
     str(p, "segments");
@@ -600,7 +601,7 @@ static void segment_snapshot(pk *p, const seg_case *c, size_t split, size_t at[3
         size_t to = !seg && split ? split : 3;
         begin_dict(p);
         key_int(p, "device", 0);
-        key_int(p, "address", (int64_t)seg << 20);
+        key_int(p, "address", seg ? seg1_addr : 0);
         key_int(p, "total_size", 1 << 20);
         key_int(p, "stream", 0);
         str(p, "blocks");
@@ -675,7 +676,7 @@ static void test_final_segments_overlap(void **state)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         pk p;
         size_t at[3] = {0};
-        segment_snapshot(&p, &cases[c], 0, at);
+        segment_snapshot(&p, &cases[c], 0, 0, at);
         trace t;
         coop_status st = read_bytes(p.b, p.n, 0, &t);
         if (!cases[c].error[0]) {
@@ -699,6 +700,8 @@ static void test_final_segments_overlap(void **state)
 static void test_final_segments_overlap_in_two_segments(void **state)
 {
     (void)state;
+    /* segments[1] at 0x1000 overlaps segments[0] (refused too, see
+     * test_segments_overlap): the blocks' overlap, more precise, is named first */
     static const seg_case c = {
         .name = "in two segments",
         .blocks = {{0x0800, 256}, {0x1000, 4096}, {0x1800, 512}},
@@ -706,7 +709,7 @@ static void test_final_segments_overlap_in_two_segments(void **state)
     };
     pk p;
     size_t at[3] = {0};
-    segment_snapshot(&p, &c, 2, at); /* blocks[2] in segments[1] */
+    segment_snapshot(&p, &c, 2, 0x1000, at); /* blocks[2] in segments[1] */
     trace t;
     char where[40], earlier[80];
     snprintf(where, sizeof where, ": byte %zu: ", at[2]);
@@ -715,6 +718,152 @@ static void test_final_segments_overlap_in_two_segments(void **state)
                          "segments[1].blocks[0]: block 0x1800 (512 bytes) overlaps 0x1000 "
                          "(4096 bytes), ",
                          earlier, "both allocated in the final segments", NULL);
+    assert_null(t.events);
+}
+
+/* Segments of up to three blocks (address, size; 0 size: no more) each, the
+ * first inactive and the others active_allocated, after an empty trace;
+ * without_addresses, the blocks say no address (as PyTorch 2.0 wrote them).
+ * seg_at and blk_at get the byte offsets of the dicts. */
+typedef struct test_segment {
+    uint64_t addr;
+    int64_t size;
+    int64_t blocks[3][2];
+} test_segment;
+
+static void segments_snapshot(pk *p, const test_segment *segs, size_t n, int without_addresses,
+                              size_t seg_at[], size_t blk_at[][3])
+{
+    begin_snapshot(p);
+    str(p, "segments");
+    begin_list(p);
+    for (size_t i = 0; i < n; i++) {
+        seg_at[i] = p->n;
+        begin_dict(p);
+        key_int(p, "device", 0);
+        str(p, "address");
+        if (segs[i].addr > INT64_MAX)
+            big_unsigned(p, segs[i].addr);
+        else
+            integer(p, (int64_t)segs[i].addr);
+        key_int(p, "total_size", segs[i].size);
+        key_int(p, "stream", 0);
+        str(p, "blocks");
+        begin_list(p);
+        for (size_t j = 0; j < 3 && segs[i].blocks[j][1]; j++) {
+            blk_at[i][j] = p->n;
+            begin_dict(p);
+            if (!without_addresses)
+                key_int(p, "address", segs[i].blocks[j][0]);
+            key_int(p, "size", segs[i].blocks[j][1]);
+            key_int(p, "requested_size", segs[i].blocks[j][1]);
+            key_str(p, "state", j ? "active_allocated" : "inactive");
+            end_dict(p);
+        }
+        end_list(p);
+        end_dict(p);
+    }
+    end_list(p);
+    str(p, "device_traces");
+    begin_list(p);
+    begin_list(p);
+    end_list(p);
+    end_list(p);
+    end_dict(p);
+    op(p, '.');
+}
+
+/* PyTorch's segments are tiled by their blocks: a block (allocated or not)
+ * with a byte outside [segment address, address + total_size) is refused,
+ * naming the block and the segment's range; blocks up to the segment's
+ * last byte are read. */
+static void test_block_outside_its_segment(void **state)
+{
+    (void)state;
+    static const struct {
+        test_segment seg;
+        int without_addresses;
+        size_t bad_block; /* 3: read */
+        const char *what;
+    } cases[] = {
+        {{0x100000, 0x100000, {{0x0ff000, 0x1000}}}, 0, 0, "block 0xff000 (4096 bytes)"},
+        {{0x100000, 0x100000, {{0x100000, 0x1000}, {0x1ff000, 0x2000}}},
+         0,
+         1,
+         "block 0x1ff000 (8192 bytes)"},
+        {{0x100000, 0x100000, {{0x100000, 0x1000}, {0x200000, 512}}},
+         0,
+         1,
+         "block 0x200000 (512 bytes)"},
+        {{0x100000, 0x100000, {{0x300000, 512}}}, 0, 0, "block 0x300000 (512 bytes)"},
+        {{0x100000, 0x100000, {{0, 0x80000}, {0, 0x80000}, {0, 512}}},
+         1,
+         2,
+         "block 0x200000 (512 bytes)"},
+        {{0x100000, 0x100000, {{0x100000, 0x1000}, {0x101000, 0xff000}}}, 0, 3, NULL},
+        {{0x100000, 0x100000, {{0, 0x1000}, {0, 0xff000}}}, 1, 3, NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pk p;
+        size_t seg_at[1], blk_at[1][3];
+        segments_snapshot(&p, &cases[c].seg, 1, cases[c].without_addresses, seg_at, blk_at);
+        trace t;
+        if (cases[c].bad_block == 3) {
+            assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+            fixture_check_invariants(&t);
+            assert_int_equal(t.num_final_segments, 1);
+            trace_free(&t);
+            continue;
+        }
+        char where[80];
+        snprintf(where, sizeof where,
+                 ": byte %zu: segments[0].blocks[%zu]: ", blk_at[0][cases[c].bad_block],
+                 cases[c].bad_block);
+        fixture_expect_error(read_bytes(p.b, p.n, 0, &t), where, cases[c].what,
+                             " lies outside its segment [0x100000, 0x200000)", NULL);
+        assert_null(t.events);
+    }
+}
+
+/* Two segments are two reservations of the device's memory: they never
+ * share a byte (and the recorded reserved figure adds their sizes). Overlapping
+ * ones are refused naming both; segments beside each other are read. A
+ * segment running past 2^64 is refused. */
+static void test_segments_overlap(void **state)
+{
+    (void)state;
+    pk p;
+    trace t;
+    size_t seg_at[3], blk_at[3][3];
+    test_segment segs[3] = {
+        {0x400000, 0x100000, {{0x400000, 0x100000}}},
+        {0x100000, 0x200000, {{0x100000, 0x1000}, {0x101000, 0x1ff000}}},
+        {0x300000, 0x100000, {{0x300000, 0x100000}}},
+    };
+    segments_snapshot(&p, segs, 3, 0, seg_at, blk_at);
+    assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+    fixture_check_invariants(&t);
+    assert_int_equal(t.num_final_segments, 3);
+    trace_free(&t);
+
+    segs[2].addr = 0x2ff000; /* its first 4 KiB in segments[1] */
+    segs[2].blocks[0][0] = 0x2ff000;
+    segments_snapshot(&p, segs, 3, 0, seg_at, blk_at);
+    char where[40], other[80];
+    snprintf(where, sizeof where, ": byte %zu: segments[2]: ", seg_at[2]);
+    snprintf(other, sizeof other, "segments[1] at byte %zu", seg_at[1]);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), where,
+                         "segment [0x2ff000, 0x3ff000) overlaps [0x100000, 0x300000), ", other,
+                         NULL);
+    assert_null(t.events);
+
+    test_segment top = {UINT64_MAX - 0xfff, 0x2000, {{0, 0}}};
+    segments_snapshot(&p, &top, 1, 0, seg_at, blk_at);
+    snprintf(where, sizeof where, ": byte %zu: segments[0]: ", seg_at[0]);
+    fixture_expect_error(read_bytes(p.b, p.n, 0, &t), where,
+                         "segment 0xfffffffffffff000 (8192 bytes) runs past the end of the "
+                         "64-bit address space",
+                         NULL);
     assert_null(t.events);
 }
 
@@ -2666,6 +2815,8 @@ int main(void)
         cmocka_unit_test(test_adopted_over_a_live_block),
         cmocka_unit_test(test_final_segments_overlap),
         cmocka_unit_test(test_final_segments_overlap_in_two_segments),
+        cmocka_unit_test(test_block_outside_its_segment),
+        cmocka_unit_test(test_segments_overlap),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),
         cmocka_unit_test(test_self_reference),

@@ -48,6 +48,16 @@ typedef struct adopted_block {
 /* The initial capacity (items) of snapshot_reader.listed, doubled when full. */
 #define LISTED_FIRST 64
 
+/* The initial capacity (items) of snapshot_reader.seg_ranges, doubled when full. */
+#define SEG_RANGES_FIRST 16
+
+/* A segment of the final `segments` on the device, for check_segments. */
+typedef struct seg_range {
+    uint64_t addr, size; /* its bytes: [addr, addr + size), addr + size < 2^64 */
+    uint64_t at;         /* its dict's byte offset */
+    size_t seg;          /* segments[seg] */
+} seg_range;
+
 /* A block the final `segments` list as allocated (active_allocated or
  * active_pending_free), for check_listed. */
 typedef struct listed_block {
@@ -78,6 +88,8 @@ typedef struct snapshot_reader {
     size_t num_adopted, cap_adopted;
     listed_block *listed; /* the final segments' allocated blocks on the device */
     size_t num_listed, cap_listed;
+    seg_range *seg_ranges; /* the final segments on the device */
+    size_t num_seg_ranges, cap_seg_ranges;
     where_kind where;                                /* the entry being read: its kind, */
     size_t where_i, where_j;                         /* its indices, */
     size_t where_at;                                 /* its byte offset */
@@ -756,23 +768,71 @@ static coop_status check_listed(snapshot_reader *r)
     return COOP_OK;
 }
 
+static int by_seg_addr(const void *pa, const void *pb)
+{
+    const seg_range *a = pa, *b = pb;
+    if (a->addr != b->addr)
+        return a->addr < b->addr ? -1 : 1;
+    return (a->seg > b->seg) - (a->seg < b->seg);
+}
+
+/* The final segments against each other: each is a reservation of the
+ * device's memory (cudaMalloc'ed, or an expandable segment's own range of
+ * addresses), so two never share a byte, and the recorded reserved figure
+ * adds their sizes. Run after check_listed, whose message about two of
+ * their blocks says more. O(n log n). */
+static coop_status check_segments(snapshot_reader *r)
+{
+    seg_range *g = r->seg_ranges;
+    size_t n = r->num_seg_ranges;
+    if (n > 1)
+        qsort(g, n, sizeof *g, by_seg_addr);
+    /* sorted by address, a segment that overlaps a later one overlaps the
+     * next one with bytes, so comparing with the last seen suffices */
+    const seg_range *prev = NULL;
+    for (size_t k = 0; k < n; k++) {
+        if (!g[k].size)
+            continue;
+        if (prev && prev->addr + prev->size > g[k].addr) {
+            set_where(r, WHERE_SEGMENT, g[k].seg, 0, g[k].at);
+            return bad(r,
+                       "segment [0x%llx, 0x%llx) overlaps [0x%llx, 0x%llx), segments[%zu] at "
+                       "byte %llu: two reservations of the device's memory never share a byte",
+                       (unsigned long long)g[k].addr, (unsigned long long)(g[k].addr + g[k].size),
+                       (unsigned long long)prev->addr,
+                       (unsigned long long)(prev->addr + prev->size), prev->seg,
+                       (unsigned long long)prev->at);
+        }
+        prev = &g[k];
+    }
+    return COOP_OK;
+}
+
 /* segments[seg].blocks[j] (blk), which starts at *next_addr unless it
  * says (PyTorch 2.0 wrote no block "address"), on the segment's stream;
- * *next_addr becomes its end. One allocated (active_allocated or
- * active_pending_free) is kept for check_listed, and adopted if the trace
- * did not allocate it. */
+ * *next_addr becomes its end. Its bytes must lie in the segment (sg). One allocated
+ * (active_allocated or active_pending_free) is kept for check_listed, and adopted if the trace did
+ * not allocate it. */
 static coop_status read_block(snapshot_reader *r, const pkl_value *blk, size_t seg, size_t j,
-                              uint64_t stream, uint64_t *next_addr)
+                              const trace_segment *sg, uint64_t *next_addr)
 {
     set_where(r, WHERE_BLOCK, seg, j, blk->offset);
     coop_status st = small_dict(r, blk, "block");
     if (st != COOP_OK)
         return st;
-    trace_event ev = {.kind = TRACE_ALLOC, .addr = *next_addr, .stream = stream, .time_us = -1};
+    trace_event ev = {.kind = TRACE_ALLOC, .addr = *next_addr, .stream = sg->stream, .time_us = -1};
     if ((st = get_u64(r, blk, "address", 0, 0, &ev.addr)) != COOP_OK ||
         (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK)
         return st;
     uint64_t size = ev.size; /* the block's; ev.size becomes the request */
+    /* PyTorch's blocks tile their segment: one with a byte outside it is
+     * not a copy of the allocator's state (sg ends below 2^64, so the sums
+     * below do not wrap) */
+    if (ev.addr < sg->addr || ev.addr - sg->addr > sg->size ||
+        size > sg->size - (ev.addr - sg->addr))
+        return bad(r, "block 0x%llx (%llu bytes) lies outside its segment [0x%llx, 0x%llx)",
+                   (unsigned long long)ev.addr, (unsigned long long)size,
+                   (unsigned long long)sg->addr, (unsigned long long)(sg->addr + sg->size));
     *next_addr = ev.addr + size;
     const pkl_value *state = pkl_dict_get(blk, "state");
     if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
@@ -828,8 +888,15 @@ static coop_status read_segment(snapshot_reader *r, const pkl_value *seg, size_t
         return st;
     if (seg_device != device)
         return COOP_OK;
+    if (s.size > UINT64_MAX - s.addr)
+        return bad(r, "segment 0x%llx (%llu bytes) runs past the end of the 64-bit address space",
+                   (unsigned long long)s.addr, (unsigned long long)s.size);
     if ((st = trace_builder_push_segment(&r->b, &s)) != COOP_OK)
         return st;
+    if (GROW_ARRAY(r->seg_ranges, r->cap_seg_ranges, r->num_seg_ranges + 1, SEG_RANGES_FIRST))
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+    r->seg_ranges[r->num_seg_ranges++] =
+        (seg_range){.addr = s.addr, .size = s.size, .at = seg->offset, .seg = i};
     const pkl_value *blocks = pkl_dict_get(seg, "blocks");
     if (!blocks)
         return COOP_OK;
@@ -841,7 +908,7 @@ static coop_status read_segment(snapshot_reader *r, const pkl_value *seg, size_t
      * block "address", and its _memory_viz adds up sizes. */
     uint64_t next_addr = s.addr;
     for (size_t j = 0; j < blocks->v.seq.len; j++)
-        if ((st = read_block(r, blocks->v.seq.items[j], i, j, s.stream, &next_addr)) != COOP_OK)
+        if ((st = read_block(r, blocks->v.seq.items[j], i, j, &s, &next_addr)) != COOP_OK)
             return st;
     return COOP_OK;
 }
@@ -855,7 +922,8 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
         if (st != COOP_OK)
             return st;
     }
-    return check_listed(r);
+    coop_status st = check_listed(r);
+    return st != COOP_OK ? st : check_segments(r);
 }
 
 /* Picks the device: the one asked for, else the first with events. */
@@ -985,6 +1053,7 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
         live_ranges_free(&r.live);
         free(r.adopted);
         free(r.listed);
+        free(r.seg_ranges);
         pkl_arena_free(&arena);
     }
     free(data);
