@@ -89,8 +89,12 @@ class Replacing(unittest.TestCase):
         for sig in (signal.SIGTERM, signal.SIGHUP):
             with open(self.path, "wb") as f:
                 f.write(b"old")
+            # the child starts with both at their default action: under nohup
+            # (CI's runner) SIGHUP is inherited ignored, and an ignored signal
+            # stays ignored (atomic_file leaves it so), which is not this case
             child = subprocess.Popen([sys.executable, "-c", (
-                "import sys; sys.path.insert(0, %r)\n"
+                "import signal, sys; sys.path.insert(0, %r)\n"
+                "for s in (signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
                 "import atomic_file\n"
                 "with atomic_file.replacing(%r) as f:\n"
                 "    f.write(b'half')\n"
