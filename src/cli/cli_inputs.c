@@ -60,3 +60,14 @@ bool cli_inputs_name_stdin(const char *prog, char **paths, size_t n)
         }
     return true;
 }
+
+void cli_note_device_read(const char *prog, const char *path, size_t device,
+                          size_t devices_with_events, const char *another)
+{
+    if (devices_with_events < 2)
+        return;
+    size_t others = devices_with_events - 1;
+    fprintf(stderr,
+            "%s: %s: read device %zu, the first with events; %zu other device%s events too (%s)\n",
+            prog, path, device, others, others == 1 ? " has" : "s have", another);
+}

@@ -23,4 +23,12 @@ bool cli_inputs_readable(const char *prog, char *const *paths, size_t n);
  * is given and standard input is a terminal; the caller exits 2. */
 bool cli_inputs_name_stdin(const char *prog, char **paths, size_t n);
 
+/* A snapshot holds one history per device and a command reads one: where
+ * another device has events too (devices_with_events > 1), prints "PROG:
+ * PATH: read device D, the first with events; K other device(s) have
+ * events too (ANOTHER)" to stderr, ANOTHER saying how to read another.
+ * For a device picked by the first-with-events default only. */
+void cli_note_device_read(const char *prog, const char *path, size_t device,
+                          size_t devices_with_events, const char *another);
+
 #endif

@@ -196,14 +196,11 @@ int cmd_convert(int argc, char **argv)
     }
     int rc = write_output(&t, paths[1]);
     int snapshot = format == TRACE_FORMAT_PICKLE;
-    /* a snapshot holds one history per device and OUT one: the others'
-     * events are not in OUT, which a user picking none should hear */
-    size_t others = t.snapshot_devices_with_events - (t.snapshot_devices_with_events > 0);
-    if (rc == 0 && snapshot && device < 0 && others > 0)
-        fprintf(stderr,
-                "coop convert: %s: read device %zu, the first with events; %zu other device%s "
-                "events too (--device N reads another)\n",
-                paths[0], t.snapshot_device, others, others == 1 ? " has" : "s have");
+    /* OUT holds one device's history: the others' events are not in it,
+     * which a user picking none should hear */
+    if (rc == 0 && device < 0)
+        cli_note_device_read("coop convert", paths[0], t.snapshot_device,
+                             t.snapshot_devices_with_events, "--device N reads another");
     if (rc == 0 && verbose) {
         char device_read[64] = "";
         if (snapshot)

@@ -323,14 +323,9 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
     }
     res->rows = grown;
     warn_torch_settings(cli, path, &t);
-    /* a snapshot holds one history per device and the rows describe one:
-     * which, said where another has events too (as coop convert says it) */
-    if (t.snapshot_devices_with_events > 1)
-        fprintf(stderr,
-                "coop replay: %s: read device %zu, the first with events; %zu other device%s "
-                "events too (coop convert --device N, then replay its OUT, for another)\n",
-                path, t.snapshot_device, t.snapshot_devices_with_events - 1,
-                t.snapshot_devices_with_events == 2 ? " has" : "s have");
+    /* the rows describe one device's history (replay has no --device) */
+    cli_note_device_read("coop replay", path, t.snapshot_device, t.snapshot_devices_with_events,
+                         "coop convert --device N, then replay its OUT, for another");
     warn_no_history(path, &t);
     size_t filled = 0;
     coop_status st = replay_measure(&t, cli->choices, cli->num_choices, &cli->opt,
