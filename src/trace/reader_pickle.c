@@ -632,12 +632,19 @@ static coop_status adopted_conflict(snapshot_reader *r, const pkl_value *list, s
                action, addr, stream, size, o_at, o_addr, o_stream, o_size);
 }
 
+/* qsort's order by address, then by a second key (the order the entries
+ * were read): adopted, listed and segment records alike. */
+static int by_addr_then(uint64_t addr_a, uint64_t then_a, uint64_t addr_b, uint64_t then_b)
+{
+    if (addr_a != addr_b)
+        return addr_a < addr_b ? -1 : 1;
+    return (then_a > then_b) - (then_a < then_b);
+}
+
 static int by_addr_then_event(const void *pa, const void *pb)
 {
     const adopted_block *a = pa, *b = pb;
-    if (a->addr != b->addr)
-        return a->addr < b->addr ? -1 : 1;
-    return (a->event > b->event) - (a->event < b->event);
+    return by_addr_then(a->addr, a->event, b->addr, b->event);
 }
 
 /* The adopted blocks of device_traces[device] (list), its events read: each
@@ -709,9 +716,7 @@ static coop_status check_adopted(snapshot_reader *r, const pkl_value *list, size
 static int by_listed_addr(const void *pa, const void *pb)
 {
     const listed_block *a = pa, *b = pb;
-    if (a->addr != b->addr)
-        return a->addr < b->addr ? -1 : 1;
-    return (a->at > b->at) - (a->at < b->at);
+    return by_addr_then(a->addr, a->at, b->addr, b->at);
 }
 
 /* Names listed block l as the entry being read. */
@@ -771,9 +776,7 @@ static coop_status check_listed(snapshot_reader *r)
 static int by_seg_addr(const void *pa, const void *pb)
 {
     const seg_range *a = pa, *b = pb;
-    if (a->addr != b->addr)
-        return a->addr < b->addr ? -1 : 1;
-    return (a->seg > b->seg) - (a->seg < b->seg);
+    return by_addr_then(a->addr, a->seg, b->addr, b->seg);
 }
 
 /* The final segments against each other: each is a reservation of the
@@ -926,6 +929,12 @@ static coop_status read_segments(snapshot_reader *r, const pkl_value *segments, 
     return st != COOP_OK ? st : check_segments(r);
 }
 
+/* Whether device_traces[i] (t) holds events. */
+static int has_events(const pkl_value *t)
+{
+    return t->kind == PKL_LIST && t->v.seq.len > 0;
+}
+
 /* Picks the device: the one asked for, else the first with events. */
 static coop_status pick_device(snapshot_reader *r, const pkl_value *traces, int device, size_t *out)
 {
@@ -940,13 +949,11 @@ static coop_status pick_device(snapshot_reader *r, const pkl_value *traces, int 
         return COOP_OK;
     }
     *out = 0;
-    for (size_t i = 0; i < n; i++) {
-        const pkl_value *t = traces->v.seq.items[i];
-        if (t->kind == PKL_LIST && t->v.seq.len > 0) {
+    for (size_t i = 0; i < n; i++)
+        if (has_events(traces->v.seq.items[i])) {
             *out = i;
             break;
         }
-    }
     return COOP_OK;
 }
 
@@ -973,10 +980,8 @@ static coop_status read_snapshot(snapshot_reader *r, const pkl_value *root, int 
         return st;
     r->device = device;
     r->num_devices = traces->v.seq.len;
-    for (size_t i = 0; i < traces->v.seq.len; i++) {
-        const pkl_value *t = traces->v.seq.items[i];
-        r->devices_with_events += t->kind == PKL_LIST && t->v.seq.len > 0;
-    }
+    for (size_t i = 0; i < traces->v.seq.len; i++)
+        r->devices_with_events += has_events(traces->v.seq.items[i]);
     if (device < traces->v.seq.len) {
         const pkl_value *list = traces->v.seq.items[device];
         if (list->kind != PKL_LIST) {
