@@ -11,6 +11,7 @@
 
 #include "status.h"
 #include "trace/trace.h"
+#include "utf8.h"
 
 #define OUT_BUF ((size_t)1 << 16)
 
@@ -86,25 +87,6 @@ static void put_event(writer *w, const trace_event *e, int live)
     put(w, "\n");
 }
 
-/* The length of the UTF-8 character at s (1 to 4), or 0 where s starts no
- * well-formed one (a stray or missing continuation byte, an overlong form, a
- * surrogate, beyond U+10FFFF). */
-static size_t utf8_char_len(const unsigned char *s)
-{
-    size_t n = s[0] < 0x80                   ? 1
-               : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
-               : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
-               : s[0] >= 0xf0 && s[0] < 0xf5 ? 4
-                                             : 0;
-    for (size_t i = 1; i < n; i++)
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-    if ((n == 3 && s[0] == 0xe0 && s[1] < 0xa0) || (n == 3 && s[0] == 0xed && s[1] >= 0xa0) ||
-        (n == 4 && s[0] == 0xf0 && s[1] < 0x90) || (n == 4 && s[0] == 0xf4 && s[1] >= 0x90))
-        return 0;
-    return n;
-}
-
 /* The trace's name in the '# from' comment, at most 200 bytes: valid UTF-8
  * (readers of text, Python's among them, decode the line), so the cut falls
  * between characters and a byte of no character is '?'; a control
@@ -114,7 +96,7 @@ static void put_name(writer *w, const char *name)
     const unsigned char *c = (const unsigned char *)name;
     size_t written = 0;
     while (*c) {
-        size_t n = utf8_char_len(c);
+        size_t n = utf8_sequence_length(c); /* 0: a byte of no character */
         if (written + (n ? n : 1) > 200)
             break;
         if (n <= 1)
