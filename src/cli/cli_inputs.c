@@ -28,6 +28,17 @@ static bool a_pipe_again(const char *prog, char *const *paths, size_t i)
     return false;
 }
 
+const char *cli_input_named_by(const char *out, char *const *paths, size_t n)
+{
+    struct stat o, in;
+    if (!strcmp(out, "-") || stat(out, &o) != 0)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (stat(paths[i], &in) == 0 && in.st_dev == o.st_dev && in.st_ino == o.st_ino)
+            return paths[i];
+    return NULL;
+}
+
 bool cli_inputs_readable(const char *prog, char *const *paths, size_t n)
 {
     bool all = true;

@@ -23,6 +23,12 @@ bool cli_inputs_readable(const char *prog, char *const *paths, size_t n);
  * is given and standard input is a terminal; the caller exits 2. */
 bool cli_inputs_name_stdin(const char *prog, char **paths, size_t n);
 
+/* The input among paths that the output path out names (the same file by
+ * another path or a link, or an input '-' redirected from it), or NULL:
+ * writing out would replace that input, before it is read or for good.
+ * out "-" (standard output) and an out that does not exist name none. */
+const char *cli_input_named_by(const char *out, char *const *paths, size_t n);
+
 /* A snapshot holds one history per device and a command reads one: where
  * another device has events too (devices_with_events > 1), prints "PROG:
  * PATH: read device D, the first with events; K other device(s) have

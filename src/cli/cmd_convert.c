@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli_getopt.h"
@@ -55,17 +54,6 @@ static int parse_device(const char *text, int *device)
         return -1;
     *device = (int)v;
     return 0;
-}
-
-/* Whether OUT is the file IN names (by another path, a link, or IN as
- * standard input redirected from it): the converted text would replace
- * the input, a snapshot pickle lost for good, and no user means that. */
-static bool out_is_the_input(const char *in, const char *out)
-{
-    struct stat si, so;
-    if (!strcmp(out, "-") || stat(out, &so) != 0 || stat(in, &si) != 0)
-        return false;
-    return si.st_dev == so.st_dev && si.st_ino == so.st_ino;
 }
 
 /* Writes through cli_output: a regular file OUT appears only when complete
@@ -168,7 +156,9 @@ int cmd_convert(int argc, char **argv)
     if (!cli_inputs_name_stdin("coop convert", argv + optind, 1))
         return 2;
 
-    if (out_is_the_input(paths[0], paths[1])) {
+    /* the converted text would replace the input, a snapshot pickle lost
+     * for good, and no user means that */
+    if (cli_input_named_by(paths[1], paths, 1)) {
         fprintf(stderr,
                 "coop convert: %s is the input %s: it would be replaced by its conversion; "
                 "give another OUT\n",

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "byte_size.h"
@@ -368,18 +367,13 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
  * would empty the trace before it is read. */
 static bool timeline_is_a_trace(const char *timeline_path, char **paths, size_t num_paths)
 {
-    struct stat tl, tr;
-    if (stat(timeline_path, &tl) != 0)
-        return false; /* a new file cannot be a trace that exists */
-    for (size_t i = 0; i < num_paths; i++)
-        if (stat(paths[i], &tr) == 0 && tr.st_dev == tl.st_dev && tr.st_ino == tl.st_ino) {
-            fprintf(stderr,
-                    "coop replay: --timeline %s is the trace %s: it would be overwritten before "
-                    "it is read\n",
-                    timeline_path, paths[i]);
-            return true;
-        }
-    return false;
+    const char *named = cli_input_named_by(timeline_path, paths, num_paths);
+    if (named)
+        fprintf(stderr,
+                "coop replay: --timeline %s is the trace %s: it would be overwritten before it is "
+                "read\n",
+                timeline_path, named);
+    return named != NULL;
 }
 
 /* Parses the options into *cli; returns -1 to go on, else the exit status. */
