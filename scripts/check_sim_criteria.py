@@ -50,7 +50,7 @@ def load(path):
     too, is held to json_rows.SIM_ROW."""
     rows, first = {}, None
     for n, r in json_rows.json_rows(path, "check_sim_criteria", "not a coop sim --json row",
-                                    json_rows.sim_row_error):
+                                    json_rows.sim_row_error, table_of="coop sim"):
         # named here, before the second row of a cell the other engine gives
         engine = r.get("engine", "sim")
         first = first or (engine, n)

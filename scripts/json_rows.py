@@ -11,7 +11,6 @@ verdict drawn from a wrong value."""
 
 import json
 import math
-import re
 import sys
 
 
@@ -27,13 +26,15 @@ def no_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
-def json_rows(path, prog, what, check=None):
+def json_rows(path, prog, what, check=None, table_of=None):
     """Yields (line number, object) for each non-blank line of the file path
     ('-': standard input). A file that cannot be read ends the program with
     'PROG: PATH: reason', a line that is not a JSON object with 'PROG:
     PATH:N: WHAT (reason)' (bytes that are not UTF-8, NaN or Infinity, and
     nesting too deep for the parser included), and a row that check (say
-    sim_row_error) finds wrong with 'PROG: PATH:N: what check said'."""
+    sim_row_error) finds wrong with 'PROG: PATH:N: what check said'.
+    table_of: the command whose --json rows these are ('coop sim'): a line
+    of words, the table it prints without --json, is told to run it so."""
     try:
         # bytes, decoded a line at a time, so that a line that is not UTF-8
         # is named like any other bad line
@@ -48,10 +49,8 @@ def json_rows(path, prog, what, check=None):
                 try:
                     row = json.loads(raw.decode("utf-8"), parse_constant=no_constant)
                 except (ValueError, RecursionError) as e:
-                    # a line of words: the table the same command prints without --json
-                    tool = re.search(r"(coop \w+) --json", what)
-                    hint = ("a table? run %s with --json; " % tool.group(1)
-                            if tool and raw[:1].isalpha() else "")
+                    hint = ("a table? run %s with --json; " % table_of
+                            if table_of and raw[:1].isalpha() else "")
                     die(prog, f"{path}:{n}: {what} ({hint}{e})")
                 if not isinstance(row, dict):
                     die(prog, f"{path}:{n}: {what} (a JSON {type(row).__name__}, not an object)")

@@ -33,7 +33,7 @@ def load(path):
     whose lines would share a policy's name."""
     rows, seen, first = [], {}, None
     for n, row in json_rows.json_rows(path, "plot_sim", "not a coop sim --json row",
-                                      json_rows.sim_row_error):
+                                      json_rows.sim_row_error, table_of="coop sim"):
         engine = row.get("engine", "sim")  # as check_sim_criteria.py
         first = first or (engine, n)
         if engine != first[0]:
