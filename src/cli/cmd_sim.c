@@ -303,6 +303,16 @@ static void say_if_another_format(const char *path)
             path, what);
 }
 
+/* Whether text is a number in strtod's form, whole, into *out: not "" (strtod
+ * takes it as 0), nor with a leading space (strtod skips them) or anything
+ * after the number. The number options' one reading; each adds its range. */
+static bool whole_number(const char *text, double *out)
+{
+    char *end;
+    *out = strtod(text, &end);
+    return end != text && !*end && !isspace((unsigned char)*text);
+}
+
 /* The table's header: the columns print_row writes. */
 static void print_header(bool lib, int log_width, bool want_stable)
 {
@@ -390,10 +400,8 @@ int cmd_sim(int argc, char **argv)
         case 'S':
             want_stable = 1;
             if (optarg) {
-                char *end;
-                stable_step = strtod(optarg, &end);
                 /* 1e-4: at most 10^4 runs per log and policy */
-                if (end == optarg || *end || isspace((unsigned char)*optarg) ||
+                if (!whole_number(optarg, &stable_step) ||
                     !(stable_step >= 1e-4 && stable_step <= 1.0)) {
                     fprintf(stderr,
                             "coop sim: --stable-min-ratio's step must be a number in [0.0001, "
@@ -410,11 +418,8 @@ int cmd_sim(int argc, char **argv)
             no_eq_cache = 1;
             break;
         case 'o': {
-            char *end;
-            overhead_limit = strtod(optarg, &end);
-            /* strtod skips leading spaces, which --budget refuses */
-            if (end == optarg || *end || isspace((unsigned char)*optarg) ||
-                !isfinite(overhead_limit) || !(overhead_limit >= 1.0)) {
+            if (!whole_number(optarg, &overhead_limit) || !isfinite(overhead_limit) ||
+                !(overhead_limit >= 1.0)) {
                 fprintf(stderr,
                         "coop sim: --overhead-limit must be a finite number >= 1, not '%s'\n",
                         optarg);
@@ -430,12 +435,9 @@ int cmd_sim(int argc, char **argv)
             fprintf(stderr, "coop sim: --inplace takes on or off, not '%s'\n", optarg);
             return 2;
         case 't': {
-            char *end;
-            threshold_opt = !strcmp(optarg, "off") ? -1.0 : strtod(optarg, &end);
-            /* strtod takes "" (as 0) and leading spaces: neither is a threshold */
-            if (strcmp(optarg, "off") &&
-                (*end || end == optarg || isspace((unsigned char)*optarg) ||
-                 !(threshold_opt >= 0))) {
+            if (!strcmp(optarg, "off"))
+                threshold_opt = -1.0;
+            else if (!whole_number(optarg, &threshold_opt) || !(threshold_opt >= 0)) {
                 fprintf(stderr,
                         "coop sim: --partition takes off or a threshold >= 0 (ns/byte), "
                         "not '%s'\n",
@@ -535,10 +537,7 @@ int cmd_sim(int argc, char **argv)
                 fprintf(stderr, "coop sim: budget ratio '%s' is listed twice\n", budget_items[i]);
                 return 2;
             }
-        char *end;
-        ratios[i] = strtod(budget_items[i], &end);
-        if (*end || isspace((unsigned char)budget_items[i][0]) ||
-            !(ratios[i] > 0 && ratios[i] <= 1.0)) {
+        if (!whole_number(budget_items[i], &ratios[i]) || !(ratios[i] > 0 && ratios[i] <= 1.0)) {
             fprintf(stderr, "coop sim: budget ratio '%s' is not a number in (0, 1]\n",
                     budget_items[i]);
             return 2;
