@@ -353,12 +353,22 @@ expect 2 "--capacity '1.5G' is not a byte count above 0 such as" $coop replay --
 # refused later as a skipped policy, exit 1, naming other values)
 expect 2 "--page '1' is not a power of two from 512 bytes" $coop replay --policy coop --page 1 "$traces/unet-train-step.trace.gz"
 expect 2 "--page '256' is not a power of two from 512 bytes" $coop replay --policy coop --page 256 "$traces/unet-train-step.trace.gz"
-expect 2 "--page '0x8000000000000000' is not a power of two" $coop replay --policy coop --page 0x8000000000000000 "$traces/unet-train-step.trace.gz"
+expect 2 "--page '0x8000000000000000' is too large" $coop replay --policy coop --page 0x8000000000000000 "$traces/unet-train-step.trace.gz"
 # not a power of two, though above 512 (coop's pool refused it later, as a bad trace)
-expect 2 "--page '3000' is not a power of two from 512 bytes to 2^53" $coop replay --policy coop --page 3000 "$traces/unet-train-step.trace.gz"
-# the bounds themselves: 2^54 is refused for both, a page of 512 bytes and a capacity
-# of 2^54 - 1 taken
-expect 2 "--page '0x40000000000000' is not a power of two from 512 bytes to 2^53" $coop replay --policy coop --page 0x40000000000000 "$traces/unet-train-step.trace.gz"
+expect 2 "--page '3000' is not a power of two from 512 bytes to 2^44" $coop replay --policy coop --page 3000 "$traces/unet-train-step.trace.gz"
+# the bounds themselves: a page above 2^44 is refused (2^45 to 2^53 passed the check,
+# then coop's pool could not reserve 5 pages of address space: exit 1), 2^54 for the
+# capacity; a page of 512 bytes and a capacity of 2^54 - 1 taken
+expect 2 "--page '0x40000000000000' is too large: it must be at most 2^44 bytes (16 TiB)" $coop replay --policy coop --page 0x40000000000000 "$traces/unet-train-step.trace.gz"
+expect 2 "coop replay: --page '9007199254740992' is too large: it must be at most 2^44 bytes (16 TiB)" $coop replay --policy coop --page 9007199254740992 "$traces/unet-train-step.trace.gz"
+expect 2 "coop replay: --page '32T' is too large: it must be at most 2^44 bytes (16 TiB)" $coop replay --policy coop-segments --page 32T "$traces/unet-train-step.trace.gz"
+# 16 TiB itself is taken (coop-segments here: coop's 80 TiB reservation does not fit
+# the address space ASan leaves)
+if $coop replay --json --policy coop-segments --page 16T --capacity 16T "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err"; then
+    echo "ok: --page 16T is taken"
+else
+    echo "FAIL: --page 16T: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
 expect 2 "--capacity '0x40000000000000' is too large" $coop replay --policy ideal --capacity 0x40000000000000 "$traces/unet-train-step.trace.gz"
 if $coop replay --json --policy coop --page 512 "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err" &&
     $coop replay --json --policy ideal --capacity 0x3fffffffffffff "$traces/unet-train-step.trace.gz" >>"$tmp/out" 2>>"$tmp/err"; then
