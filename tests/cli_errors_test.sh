@@ -455,7 +455,13 @@ expect 2 "--device '' is not a device number" $coop convert --device '' "$traces
 expect 2 "--device ' 1' is not a device number" $coop convert --device ' 1' "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "--device '+1' is not a device number" $coop convert --device +1 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
 expect 2 "--device '-0' is not a device number" $coop convert --device -0 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
-expect 2 "device 1 has no device_traces (1 devices recorded)" $coop convert --device 1 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+expect 2 "device 1 has no device_traces: the snapshot records device 0 only" $coop convert --device 1 "$traces/unet-train-step.cuda.pickle.gz" "$tmp/x"
+# replay's --device is convert's: the same refusals, worded the same
+expect 2 "coop replay: --device '+1' is not a device number (0 to 65536, decimal or 0x hex)" $coop replay --policy ideal --device +1 "$traces/unet-train-step.cuda.pickle.gz"
+expect 2 "coop replay: --device '' is not a device number" $coop replay --policy ideal --device '' "$traces/unet-train-step.cuda.pickle.gz"
+expect 2 "coop replay: --device needs a value" $coop replay --policy ideal --device
+expect 2 "device 1 has no device_traces: the snapshot records device 0 only" $coop replay --policy ideal --device 1 "$traces/unet-train-step.cuda.pickle.gz"
+expect 2 "unet-train-step.trace.gz: --device applies to PyTorch snapshots only" $coop replay --policy ideal --device 0 "$traces/unet-train-step.trace.gz"
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
 # OUT the file IN names (by another path too, or IN as standard input): the
 # converted text replaced the input, a snapshot pickle lost for good

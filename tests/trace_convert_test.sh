@@ -169,8 +169,21 @@ sys.stdout.buffer.write(pickle.dumps(snap, protocol=2))' >"$tmp/devices.pickle" 
     # replay reads the same device, and says so too (its rows are one device's)
     expect_exit 0 $coop replay --json --policy ideal "$tmp/devices.pickle"
     grep -q '"events":1,' "$tmp/out" || fail "replay of 3 devices: $(cat "$tmp/out")"
-    grep -q "devices.pickle: read device 1, the first with events; 1 other device has events too (coop convert --device N, then replay its OUT, for another)" \
+    grep -q "devices.pickle: read device 1, the first with events; 1 other device has events too (--device N replays another)" \
         "$tmp/err" || fail "replay of 3 devices, no note: $(cat "$tmp/err")"
+    # --device picks the device replayed (convert's --device, shared), and says nothing
+    expect_exit 0 $coop replay --json --policy ideal --device 2 "$tmp/devices.pickle"
+    grep -q '"events":2,' "$tmp/out" || fail "replay --device 2: $(cat "$tmp/out")"
+    [ ! -s "$tmp/err" ] || fail "replay --device 2 said: $(cat "$tmp/err")"
+    expect_exit 0 $coop replay --json --policy ideal --device=1 "$tmp/devices.pickle"
+    grep -q '"events":1,' "$tmp/out" || fail "replay --device=1: $(cat "$tmp/out")"
+    # a device the snapshot does not have: refused naming those it has
+    expect_exit 2 $coop replay --policy ideal --device 3 "$tmp/devices.pickle"
+    grep -q "devices.pickle: device 3 has no device_traces: the snapshot records devices 0 to 2" \
+        "$tmp/err" || fail "replay --device 3: $(cat "$tmp/err")"
+    expect_exit 2 $coop convert --device 3 "$tmp/devices.pickle" "$tmp/x.trace"
+    grep -q "devices.pickle: device 3 has no device_traces: the snapshot records devices 0 to 2" \
+        "$tmp/err" || fail "convert --device 3: $(cat "$tmp/err")"
     expect_exit 0 $coop replay --json --policy ideal "$tmp/devices.trace"
     [ ! -s "$tmp/err" ] || fail "replay of one device's trace said: $(cat "$tmp/err")"
     expect_exit 0 $coop convert -v "$tmp/by-coop.pickle" "$tmp/by-coop.trace"

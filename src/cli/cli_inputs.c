@@ -7,6 +7,8 @@
 #include "cli/cli_inputs.h"
 #include "status.h"
 #include "trace/input.h"
+#include "trace/spool.h"
+#include "trace/text_number.h"
 
 /* Whether paths[i] is a pipe that an earlier path names too: the first
  * read takes all of it, and a second open of a named FIFO whose writer is
@@ -81,4 +83,36 @@ void cli_note_device_read(const char *prog, const char *path, size_t device,
     fprintf(stderr,
             "%s: %s: read device %zu, the first with events; %zu other device%s events too (%s)\n",
             prog, path, device, others, others == 1 ? " has" : "s have", another);
+}
+
+bool cli_parse_device(const char *prog, const char *text, int *device)
+{
+    uint64_t v;
+    if (text_parse_u64(text, &v) != TEXT_NUMBER_OK || v > 1 << 16) {
+        fprintf(stderr,
+                "%s: --device '%s' is not a device number (0 to 65536, decimal or 0x hex)\n", prog,
+                text);
+        return false;
+    }
+    *device = (int)v;
+    return true;
+}
+
+coop_status cli_read_trace(const char *path, int device, trace *out, trace_format *format)
+{
+    *out = (trace){0};
+    trace_format detected;
+    coop_status st = trace_detect_format(path, &detected);
+    if (st != COOP_OK)
+        return st;
+    if (format)
+        *format = detected;
+    if (device >= 0 && detected != TRACE_FORMAT_PICKLE)
+        st = coop_set_error(COOP_ERR_INVALID, "%s: --device applies to PyTorch snapshots only",
+                            path);
+    else /* the format known: read without detecting it again */
+        st = detected == TRACE_FORMAT_PICKLE ? trace_read_pickle_device(path, device, out)
+                                             : trace_read_as(path, detected, out);
+    trace_spool_drop(path); /* a pipe's copy, read whole now */
+    return st;
 }

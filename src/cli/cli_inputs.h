@@ -8,6 +8,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "status.h"
+#include "trace/trace.h"
+
 /* Whether every path can be opened for reading (trace_input_check) and no
  * pipe (FIFO, '-' as /dev/stdin) is named twice, for a pipe can be read once.
  * Prints "PROG: PATH: cannot open: reason" to stderr for each one that
@@ -36,5 +39,19 @@ const char *cli_input_named_by(const char *out, char *const *paths, size_t n);
  * For a device picked by the first-with-events default only. */
 void cli_note_device_read(const char *prog, const char *path, size_t device,
                           size_t devices_with_events, const char *another);
+
+/* --device's value, as coop convert and coop replay take it: the whole
+ * text, decimal or 0x hex, 0 to 65536 (strtol took leading spaces and a
+ * sign: " 1", "+1" and "-0" read as devices). True with *device set; else
+ * prints "PROG: --device 'TEXT' is not a device number (...)" to stderr
+ * and returns false (the caller exits 2). */
+bool cli_parse_device(const char *prog, const char *text, int *device);
+
+/* Reads the trace at path, its format detected (*format, where not NULL);
+ * device >= 0 reads that device of a PyTorch snapshot (trace_read_pickle_device),
+ * -1 the first with events. A device given for another format is
+ * COOP_ERR_INVALID, "PATH: --device applies to PyTorch snapshots only". A
+ * pipe's copy (spool.h) is dropped once read. */
+coop_status cli_read_trace(const char *path, int device, trace *out, trace_format *format);
 
 #endif

@@ -13,8 +13,6 @@
 #include "cli/commands.h"
 #include "status.h"
 #include "trace/input.h"
-#include "trace/spool.h"
-#include "trace/text_number.h"
 #include "trace/trace.h"
 
 static void usage(FILE *out)
@@ -43,17 +41,6 @@ static int ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && !strcmp(s + n - m, suffix);
-}
-
-/* The whole field, decimal or 0x hex, as bench's counts: strtol took
- * leading spaces and a sign (" 1", "+1" and "-0" read as devices). */
-static int parse_device(const char *text, int *device)
-{
-    uint64_t v;
-    if (text_parse_u64(text, &v) != TEXT_NUMBER_OK || v > 1 << 16)
-        return -1;
-    *device = (int)v;
-    return 0;
 }
 
 /* Writes through cli_output: a regular file OUT appears only when complete
@@ -116,13 +103,8 @@ int cmd_convert(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":hv", long_options, NULL)) != -1) {
         switch (c) {
         case 'd':
-            if (parse_device(optarg, &device) != 0) {
-                fprintf(stderr,
-                        "coop convert: --device '%s' is not a device number (0 to 65536, decimal "
-                        "or 0x hex)\n",
-                        optarg);
+            if (!cli_parse_device("coop convert", optarg, &device))
                 return 2;
-            }
             break;
         case 'v':
             verbose = 1;
@@ -165,21 +147,12 @@ int cmd_convert(int argc, char **argv)
                 paths[1], paths[0]);
         return 2;
     }
-    trace_format format;
-    trace t;
+    trace_format format = TRACE_FORMAT_TEXT;
+    trace t = {0};
     /* a directory or a missing file in the words sim and replay use */
     coop_status st = trace_input_check(paths[0]);
     if (st == COOP_OK)
-        st = trace_detect_format(paths[0], &format);
-    int detected = st == COOP_OK; /* a pipe's copy kept, to drop */
-    if (st == COOP_OK && device >= 0 && format != TRACE_FORMAT_PICKLE)
-        st = coop_set_error(COOP_ERR_INVALID, "%s: --device applies to PyTorch snapshots only",
-                            paths[0]);
-    if (st == COOP_OK) /* the format known: read without detecting it again */
-        st = format == TRACE_FORMAT_PICKLE ? trace_read_pickle_device(paths[0], device, &t)
-                                           : trace_read_as(paths[0], format, &t);
-    if (detected)
-        trace_spool_drop(paths[0]); /* a pipe's copy, read whole now */
+        st = cli_read_trace(paths[0], device, &t, &format);
     if (st != COOP_OK) { /* no host memory is the work failing (1), as in replay and sim */
         fprintf(stderr, "coop convert: %s\n", coop_last_error());
         return st == COOP_ERR_HOST_NOMEM ? 1 : 2;

@@ -44,7 +44,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: coop replay [--policy LIST] [--json] [--timeline FILE] "
             "[--capacity BYTES]\n"
-            "                   [--page BYTES] [TRACE ...]\n"
+            "                   [--page BYTES] [--device N] [TRACE ...]\n"
             "\n"
             "Replays allocation traces (PyTorch snapshot pickles, coop text "
             "traces, minimalloc\n"
@@ -79,6 +79,9 @@ static void usage(FILE *out)
             "  --page BYTES      page size for coop and coop-segments, a power of "
             "two from 512\n"
             "                    to 16TiB (default 2MiB)\n"
+            "  --device N        snapshots: replay device N's history (default: the first\n"
+            "                    device with events; stderr says so when others have some);\n"
+            "                    every TRACE must then be a PyTorch snapshot\n"
             "  -h, --help        this text\n"
             "\n"
             "Columns (each with its JSON key in docs/replay.md, \"Figures\"): events;\n"
@@ -209,6 +212,7 @@ typedef struct replay_cli {
     bool asked_recorded; /* --policy names recorded (not the default list) */
     bool json;
     const char *timeline_path; /* --timeline as given, or NULL */
+    int device;                /* --device, or -1: the first with events */
     replay_measure_options opt;
 } replay_cli;
 
@@ -316,7 +320,7 @@ static void warn_no_history(const char *path, const trace *t)
 static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
 {
     trace t;
-    coop_status read = trace_read(path, &t);
+    coop_status read = cli_read_trace(path, cli->device, &t, NULL);
     if (read != COOP_OK) /* no host memory is the work failing (1), not bad input */
         return stop(res, read == COOP_ERR_HOST_NOMEM ? 1 : 2, "coop replay: %s", coop_last_error());
     char **grown_names = realloc(res->names, (res->num_names + 1) * sizeof *grown_names);
@@ -330,9 +334,11 @@ static int replay_file(const replay_cli *cli, const char *path, replay_results *
     }
     res->rows = grown;
     warn_torch_settings(cli, path, &t);
-    /* the rows describe one device's history (replay has no --device) */
-    cli_note_device_read("coop replay", path, t.snapshot_device, t.snapshot_devices_with_events,
-                         "coop convert --device N, then replay its OUT, for another");
+    /* the rows describe one device's history: a device picked by default
+     * is said where others have events */
+    if (cli->device < 0)
+        cli_note_device_read("coop replay", path, t.snapshot_device, t.snapshot_devices_with_events,
+                             "--device N replays another");
     warn_no_history(path, &t);
     size_t filled = 0;
     coop_status st = replay_measure(&t, cli->choices, cli->num_choices, &cli->opt,
@@ -388,13 +394,10 @@ static bool timeline_is_a_trace(const char *timeline_path, char **paths, size_t 
 static int parse_options(int argc, char **argv, replay_cli *cli, const char **timeline_path)
 {
     static const struct option long_options[] = {
-        {"policy", required_argument, NULL, 'p'},
-        {"json", no_argument, NULL, 'j'},
-        {"timeline", required_argument, NULL, 't'},
-        {"capacity", required_argument, NULL, 'c'},
-        {"page", required_argument, NULL, 'g'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"policy", required_argument, NULL, 'p'},   {"json", no_argument, NULL, 'j'},
+        {"timeline", required_argument, NULL, 't'}, {"capacity", required_argument, NULL, 'c'},
+        {"page", required_argument, NULL, 'g'},     {"device", required_argument, NULL, 'd'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     const char *policy_list = NULL;
     const char *page_text = NULL;
@@ -457,6 +460,10 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             }
             page_text = optarg;
             break;
+        case 'd':
+            if (!cli_parse_device("coop replay", optarg, &cli->device))
+                return 2;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -496,7 +503,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
 
 int cmd_replay(int argc, char **argv)
 {
-    replay_cli cli = {.opt = {.capacity = DEFAULT_CAPACITY, .page = DEFAULT_PAGE}};
+    replay_cli cli = {.device = -1, .opt = {.capacity = DEFAULT_CAPACITY, .page = DEFAULT_PAGE}};
     const char *timeline_path = NULL;
     int rc = parse_options(argc, argv, &cli, &timeline_path);
     if (rc >= 0)

@@ -940,11 +940,17 @@ static coop_status pick_device(snapshot_reader *r, const pkl_value *traces, int 
 {
     size_t n = traces->v.seq.len;
     if (device >= 0) {
+        /* the devices it has, named: "(3 devices recorded)" left the user
+         * to work out that they are 0 to 2 */
+        if ((size_t)device >= n && n > 1)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s: device %d has no device_traces: the snapshot records "
+                                  "devices 0 to %zu",
+                                  r->path, device, n - 1);
         if ((size_t)device >= n)
             return coop_set_error(COOP_ERR_INVALID,
-                                  "%s: device %d has no device_traces (%zu "
-                                  "devices recorded)",
-                                  r->path, device, n);
+                                  "%s: device %d has no device_traces: the snapshot records %s",
+                                  r->path, device, n ? "device 0 only" : "no device");
         *out = (size_t)device;
         return COOP_OK;
     }
