@@ -112,6 +112,13 @@ expect 2 "--overhead-limit must be a finite number >= 1, not ' 2'" $coop sim --o
 expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not ' 0.5'" $coop sim "--stable-min-ratio= 0.5" "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "budget ratio '0.5' is listed twice" $coop sim --budget 0.5,0.5 "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "policy 'dtr' is listed twice" $coop sim --policy dtr,dtr "$traces/unet-train-step.ops.jsonl.gz"
+# one policy under two names (coop-live is coop's former name) gave two identical
+# rows, as a policy listed twice did
+expect 2 "coop sim: policies 'coop' and 'coop-live' are one policy (two names of it): their rows would be the same" $coop sim --memory arena --policy coop,coop-live "$traces/unet-train-step.ops.jsonl.gz"
+expect 2 "coop sim: policies 'coop-live' and 'coop' are one policy (two names of it)" $coop sim --memory arena --policy coop-live,dtr,coop "$traces/unet-train-step.ops.jsonl.gz"
+# compared as named: --inplace and --partition apply to both alike (and coop with
+# coop-nopart under --partition stays allowed: sim_cli_test runs it)
+expect 2 "coop sim: policies 'coop' and 'coop-live' are one policy" $coop sim --memory arena --inplace off --partition 0.5 --policy coop,coop-live "$traces/unet-train-step.ops.jsonl.gz"
 # one ratio written two ways (0.5, 0.50, 0x1p-1; or apart by less than the
 # rows' 10 digits) gave two rows alike, which plot_sim.py then refused
 expect 2 "budget ratios '0.5' and '0.50' are one ratio (0.5 in the rows)" $coop sim --budget 0.5,0.7,0.50 "$traces/unet-train-step.ops.jsonl.gz"

@@ -38,8 +38,9 @@ static void usage(FILE *out)
             "\n"
             "  --policy LIST      comma-separated: dtr, dtr-full, dtr-local, dte, lru, size, coop\n"
             "                     (arena only; costs a tensor by c_live, what recomputation\n"
-            "                     needs; coop-live is another name for it), and coop's\n"
-            "                     ablations coop-nopart (no cheap tensor partitioning),\n"
+            "                     needs; coop-live is another name for it, refused beside\n"
+            "                     it), and coop's ablations coop-nopart (no cheap tensor\n"
+            "                     partitioning),\n"
             "                     coop-cow (copy-on-write instead of recomputable in-place),\n"
             "                     coop-dte (DTE's score in the window), coop-sum (sum of\n"
             "                     window costs, not per byte), coop-eq (c_eq of union-find\n"
@@ -99,6 +100,17 @@ static void usage(FILE *out)
             "not computed). On an oom or thrash row, overhead and the counters cover the run\n"
             "until it stopped. Exit status 0 when every log ran, 1 when a run failed, 2 on a\n"
             "usage error or a log that cannot be read (file and line in the message).\n");
+}
+
+/* Whether two policy names parse to one policy and variant (coop-live is
+ * coop); the options not compared are the command line's, the same for
+ * all. */
+static bool same_policy(const sim_options *a, const sim_options *b)
+{
+    bool same_threshold = isnan(a->cheap_threshold) ? isnan(b->cheap_threshold)
+                                                    : a->cheap_threshold == b->cheap_threshold;
+    return a->policy == b->policy && a->inplace == b->inplace && same_threshold &&
+           a->window_cost == b->window_cost;
 }
 
 /* The searches that end a row: the bisection's min_budget_ratio (have_min),
@@ -495,7 +507,7 @@ int cmd_sim(int argc, char **argv)
     int nb = cli_split_list(budget_list, budget_items, MAX_ITEMS, "coop sim", "--budget");
     if (nb < 0)
         return 2;
-    sim_options options[MAX_ITEMS];
+    sim_options options[MAX_ITEMS], named[MAX_ITEMS]; /* named: before the overrides */
     double ratios[MAX_ITEMS];
     for (int i = 0; i < np; i++) {
         for (int j = 0; j < i; j++)
@@ -513,6 +525,19 @@ int cmd_sim(int argc, char **argv)
                     policy_items[i]);
             return 2;
         }
+        /* one policy under two names gave two rows alike, as a name
+         * listed twice did: refused the same way. Compared as named, before
+         * --inplace and --partition, which can make variants alike too
+         * (coop and coop-nopart under --partition; tests use that) */
+        named[i] = options[i];
+        for (int j = 0; j < i; j++)
+            if (same_policy(&named[j], &named[i])) {
+                fprintf(stderr,
+                        "coop sim: policies '%s' and '%s' are one policy (two names of it): "
+                        "their rows would be the same\n",
+                        policy_items[j], policy_items[i]);
+                return 2;
+            }
         if (inplace_opt >= 0)
             options[i].inplace = inplace_opt;
         options[i].plain_window_walk = plain_walk;
