@@ -29,6 +29,7 @@ import json
 import re
 import sys
 
+import interrupt  # noqa: F401  (Ctrl-C: one line, no traceback)
 import json_rows
 
 

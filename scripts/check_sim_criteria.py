@@ -35,6 +35,7 @@ The results come from, e.g.:
 import argparse
 import sys
 
+import interrupt  # noqa: F401  (Ctrl-C: one line, no traceback)
 import json_rows
 
 SLACK = 0.005

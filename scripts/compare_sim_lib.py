@@ -35,6 +35,7 @@ import sys
 import time
 
 import atomic_file
+import interrupt  # noqa: F401  (Ctrl-C: one line, no traceback)
 import json_rows
 
 

@@ -30,6 +30,7 @@ import struct
 import sys
 
 import atomic_file
+import interrupt  # noqa: F401  (Ctrl-C: one line, no traceback)
 
 TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "traces")
 ADDR_STRIDE = 1 << 36  # each repetition's addresses are shifted by this

@@ -32,6 +32,7 @@ import sys
 import traceback
 
 import atomic_file
+import interrupt  # noqa: F401  (Ctrl-C: one line, no traceback)
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -26,6 +26,7 @@ import re
 import sys
 
 import atomic_file
+import interrupt  # noqa: F401  (Ctrl-C: one line, no traceback)
 import pyplot_agg
 
 plt = pyplot_agg.pyplot("plot_replay.py")

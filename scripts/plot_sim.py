@@ -15,6 +15,7 @@ import math
 import os
 
 import atomic_file
+import interrupt  # noqa: F401  (Ctrl-C: one line, no traceback)
 import json_rows
 import pyplot_agg
 

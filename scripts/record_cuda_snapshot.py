@@ -44,6 +44,8 @@ import pickle
 import sys
 import time
 
+import interrupt  # noqa: F401  (Ctrl-C: one line, no traceback)
+
 MAX_ENTRIES = 2_000_000  # ring-buffer size: far above one step's events
 NO_CUDA_EXIT = 77
 # Pickle protocol of the files written: coop's reader (src/trace/pickle.c)

@@ -112,6 +112,7 @@ import zlib
 # the recording thread (OpenBLAS reads this when torch loads it).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import interrupt  # noqa: E402,F401  (Ctrl-C: one line, no traceback)
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402

@@ -23,6 +23,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import interrupt  # noqa: E402,F401  (Ctrl-C: one line, no traceback)
 import record_ops  # noqa: E402  (sets OPENBLAS_NUM_THREADS before torch loads)
 import models  # noqa: E402
 import torch  # noqa: E402

@@ -39,6 +39,7 @@ import time
 # One BLAS thread by default: gentle on a shared machine; allocations do not depend on it.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import interrupt  # noqa: E402,F401  (Ctrl-C: one line, no traceback)
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 

@@ -12,6 +12,10 @@ EXTRA_DIST += tests/python/test_check_sim_criteria.py
 # atomic_file.py, the scripts' writer: standard library only, always runs.
 TESTS += tests/python/test_atomic_file.py
 EXTRA_DIST += tests/python/test_atomic_file.py
+# interrupt.py: Ctrl-C in any script is one line, status 130, no partial
+# output. Standard library only, always runs.
+TESTS += tests/python/test_interrupt.py
+EXTRA_DIST += tests/python/test_interrupt.py
 # long_trace.py's command line and output (bad arguments, a failed write):
 # standard library only, always runs.
 TESTS += tests/python/test_long_trace.py

@@ -51,16 +51,25 @@ cp "$data/example.trace" "$tmp/-in.trace"
 head -n 1 "$tmp/-out.trace" | grep -qx "coop-trace 1" || fail "-- -in.trace -out.trace wrote no trace"
 
 # plain, compressed and standard output; converting a converted trace
-# changes nothing but the comment naming the source
+# changes nothing, not even the '# from' comment: it still names the
+# recording, not the intermediate file (it named a.trace.gz)
 expect_exit 0 $coop convert "$data/example.trace" "$tmp/a.trace"
 expect_exit 0 $coop convert "$data/example.trace" "$tmp/a.trace.gz"
 gzip -t "$tmp/a.trace.gz" || fail "a.trace.gz is not gzip"
 expect_exit 0 $coop convert "$tmp/a.trace.gz" -
 head -n 1 "$tmp/out" | grep -qx "coop-trace 1" || fail "stdout lacks the header"
-grep -v '^#' "$tmp/out" >"$tmp/b"
-grep -v '^#' "$tmp/a.trace" >"$tmp/c"
-cmp -s "$tmp/b" "$tmp/c" || fail "converting a converted trace changed it"
-[ "$(grep -c '^[LASRFUMNOE] ' "$tmp/c")" -eq 7 ] || fail "expected 7 event lines"
+cmp -s "$tmp/out" "$tmp/a.trace" ||
+    fail "converting a converted trace changed it: $(diff "$tmp/a.trace" "$tmp/out" | head -5)"
+[ "$(grep -c '^[LASRFUMNOE] ' "$tmp/out")" -eq 7 ] || fail "expected 7 event lines"
+# so does a snapshot's, converted twice (from standard input the second time)
+expect_exit 0 $coop convert - "$tmp/dev0-again.trace" <"$tmp/dev0.trace"
+sed -n 2p "$tmp/dev0-again.trace" | grep -qx '# from unet-train-step.cuda.pickle.gz' ||
+    fail "a converted snapshot converted again: $(sed -n 2p "$tmp/dev0-again.trace")"
+# only the line after the header names the source: a '# from' further on is
+# a comment like any other
+sed '3i # from elsewhere.trace' "$data/example.trace" >"$tmp/later-from.trace"
+expect_exit 0 $coop convert "$tmp/later-from.trace" -
+sed -n 2p "$tmp/out" | grep -qx '# from later-from.trace' || fail "a later '# from': $(sed -n 2p "$tmp/out")"
 # the file is written to a hidden .a.trace.XXXXXX beside it and renamed: none is left
 leftover=$(ls -A "$tmp" | grep '^\.a\.trace\.' || true)
 [ -z "$leftover" ] || fail "temporary file left behind: $leftover"

@@ -28,6 +28,7 @@ import time
 TOP = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 if os.path.join(TOP, "scripts") not in sys.path:
     sys.path.append(os.path.join(TOP, "scripts"))
+import interrupt  # noqa: E402,F401  (Ctrl-C: one line, no traceback)
 from atomic_file import replacing  # noqa: E402,F401  (the GPU scripts' output writer)
 from json_rows import json_line  # noqa: E402  (their JSON lines)
 NO_CUDA_EXIT = 77

@@ -15,6 +15,13 @@ import ctypes
 import os
 import sys
 
+# scripts/, for interrupt (Ctrl-C: one line, no traceback), as common.py
+# finds it for the other GPU scripts
+_SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _SCRIPTS not in sys.path:
+    sys.path.append(_SCRIPTS)
+import interrupt  # noqa: E402,F401
+
 NO_CUDA_EXIT = 77
 CUDA_SUCCESS = "CUDA_SUCCESS"
 CU_MEM_ALLOCATION_TYPE_PINNED = 1

@@ -58,6 +58,11 @@ typedef struct trace_segment {
 
 typedef struct trace {
     char *name; /* file name without directories */
+    /* text traces only: the NAME of the '# from NAME' line after the
+     * header, the trace this one was converted from (the recording); the
+     * writer names it rather than name, so a converted trace converted again
+     * still names the recording. NULL: name is the source. */
+    char *source;
     trace_event *events;
     size_t num_events;
     uint32_t num_ids;

@@ -1,6 +1,7 @@
 /* The coop text trace format (traces/README.md), read as a stream of lines. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "status.h"
@@ -47,6 +48,8 @@ typedef struct text_reader {
     trace_builder b;
     id_map ids; /* (file id, 0) -> live allocation */
     int seen_header;
+    uint64_t header_line;    /* its line number */
+    char *source;            /* the '# from' line's name (trace.source) */
     int seen_event;          /* an event other than L was read */
     int has_torch_settings;  /* a P torch line was read */
     int recorded_by_coop;    /* a P coop line was read */
@@ -155,6 +158,7 @@ static coop_status read_header(text_reader *r, char **fields, int n)
     if (n != 2 || strcmp(fields[1], "1") != 0)
         return trace_input_error(&r->in, "unsupported header (this coop reads 'coop-trace 1')");
     r->seen_header = 1;
+    r->header_line = r->in.line;
     return COOP_OK;
 }
 
@@ -193,6 +197,16 @@ static coop_status read_settings(text_reader *r, char **fields, int n)
 
 static coop_status read_line(text_reader *r, char *line)
 {
+    /* "# from NAME" right after the header, as the writer puts it: the
+     * trace this one was converted from, which a new conversion names in
+     * turn (trace.source). Elsewhere it is a comment like any other. */
+    static const char from[] = "# from ";
+    if (r->seen_header && r->in.line == r->header_line + 1 &&
+        !strncmp(line, from, sizeof from - 1) && line[sizeof from - 1]) {
+        if (!(r->source = strdup(line + sizeof from - 1)))
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+        return COOP_OK;
+    }
     char *fields[MAX_FIELDS + 1];
     int n = split(line, fields, MAX_FIELDS);
     if (n == 0)
@@ -296,7 +310,10 @@ coop_status trace_read_text(const char *path, trace *out)
         out->has_torch_settings = r.has_torch_settings;
         out->torch_settings = r.torch_settings;
         out->recorded_by_coop = r.recorded_by_coop;
+        out->source = r.source;
+        r.source = NULL;
     }
+    free(r.source);
     trace_builder_discard(&r.b);
     trace_input_close(&r.in);
     id_map_free(&r.ids);

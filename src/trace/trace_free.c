@@ -9,6 +9,7 @@ void trace_free(trace *t)
     if (!t)
         return;
     free(t->name);
+    free(t->source);
     free(t->events);
     free(t->live_at_start);
     free(t->final_segments);

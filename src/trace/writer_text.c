@@ -159,9 +159,10 @@ coop_status trace_write_text_to(const trace *t, const char *path, bool gzip)
     }
 
     put(w, "coop-trace 1\n");
-    if (t->name) {
+    const char *from = t->source ? t->source : t->name; /* the recording's */
+    if (from) {
         put(w, "# from ");
-        put_name(w, t->name);
+        put_name(w, from);
         put(w, "\n");
     }
     put(w, "# %zu events, %" PRIu32 " ids, %zu live at start, %zu final segments\n", t->num_events,

@@ -1,0 +1,32 @@
+"""Ctrl-C in a script: one line on stderr ("record_ops.py: interrupted")
+instead of Python's KeyboardInterrupt traceback, which said nothing the user
+did not know and hid the script's earlier messages. Importing this module is
+all a script does: every script under scripts/ imports it before its slow
+imports (torch takes seconds), the GPU scripts through scripts/gpu/common.py
+or driver_ctypes.py. Standard library only.
+
+Only what is printed changes. The KeyboardInterrupt still unwinds the script,
+so atomic_file.replacing removes its temporary file and leaves the previous
+output (or none), and the process still ends by SIGINT after the line (Python
+does so for an unhandled KeyboardInterrupt): a shell's status is 130, and a
+shell loop or make running the script stops too, which an exit(130) would not
+tell it (bash reads a normal exit as "the child handled the signal").
+"""
+
+import os
+import sys
+
+
+def _report(kind, value, traceback, previous=sys.excepthook):
+    if not issubclass(kind, KeyboardInterrupt):
+        previous(kind, value, traceback)
+        return
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python3"
+    try:
+        sys.stderr.write("%s: interrupted\n" % name)
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed or gone: nothing to tell
+        pass
+
+
+sys.excepthook = _report
