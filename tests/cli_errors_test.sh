@@ -469,6 +469,9 @@ expect 2 "coop replay: --device '' is not a device number" $coop replay --policy
 expect 2 "coop replay: --device needs a value" $coop replay --policy ideal --device
 expect 2 "device 1 has no device_traces: the snapshot records device 0 only" $coop replay --policy ideal --device 1 "$traces/unet-train-step.cuda.pickle.gz"
 expect 2 "unet-train-step.trace.gz: --device applies to PyTorch snapshots only" $coop replay --policy ideal --device 0 "$traces/unet-train-step.trace.gz"
+# without TRACE the bundled traces are replayed, text traces first: --device
+# was refused naming one of them, a file the user never gave
+expect 2 "coop replay: --device 0 needs TRACE arguments (PyTorch snapshots)" $coop replay --policy ideal --device 0
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
 # OUT the file IN names (by another path too, or IN as standard input): the
 # converted text replaced the input, a snapshot pickle lost for good

@@ -512,6 +512,15 @@ int cmd_replay(int argc, char **argv)
 
     glob_t bundled = {0};
     bool use_bundled = optind >= argc;
+    /* the bundled traces begin with text traces, which have no devices:
+     * the refusal named one of them, a file the user never gave */
+    if (use_bundled && cli.device >= 0) {
+        fprintf(stderr,
+                "coop replay: --device %d needs TRACE arguments (PyTorch snapshots): the bundled "
+                "traces replayed without them are one device's each\n",
+                cli.device);
+        return 2;
+    }
     if (use_bundled && !find_default_traces(&bundled))
         return 2;
     char **paths = use_bundled ? bundled.gl_pathv : argv + optind;
