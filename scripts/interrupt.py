@@ -27,7 +27,10 @@ import sys
 def _converted(kind, value):
     """Whether value is a KeyboardInterrupt that C++ code (torch's import)
     turned into a RuntimeError: the message is the original's name first."""
-    return issubclass(kind, RuntimeError) and str(value).startswith("KeyboardInterrupt")
+    try:
+        return issubclass(kind, RuntimeError) and str(value).startswith("KeyboardInterrupt")
+    except Exception:  # noqa: BLE001 - a __str__ that fails: not ours to report
+        return False
 
 
 def _report(kind, value, traceback, previous=sys.excepthook):
