@@ -384,6 +384,19 @@ else
     echo "FAIL: --page 512 or --capacity 2^54-1: $(cat "$tmp/err")"; failures=$((failures + 1))
 fi
 expect 2 "--capacity '18446744073709551615' is too large: it must be below 2^54" $coop replay --policy coop,torch --capacity 18446744073709551615 "$traces/unet-train-step.trace.gz"
+# coop and jemalloc reserve 4 x the capacity of address space in one mmap, and a
+# process has 2^47 bytes: above 2^44 (16 TiB) they passed the check, then each run
+# skipped them (exit 1, "cannot reserve 140737488355328 bytes"); refused when parsed,
+# naming the chosen policies that reserve. The others take it (their ranges are lazy).
+expect 2 "coop replay: --capacity '32T' is too large for coop: it reserves 4 times the capacity of address space" $coop replay --policy coop --capacity 32T "$traces/unet-train-step.trace.gz"
+expect 2 "--capacity '17T' is too large for jemalloc: it reserves 4 times" $coop replay --policy ideal,jemalloc --capacity 17T "$traces/unet-train-step.trace.gz"
+expect 2 "--capacity '0x100000000001' is too large for coop and jemalloc: they reserve 4 times the capacity of address space and a process has 2^47 bytes: at most 2^44 bytes (16 TiB) with them" $coop replay --capacity 0x100000000001 "$traces/unet-train-step.trace.gz"
+if $coop replay --json --policy ideal,torch,torch-expandable,coop-segments --capacity 32T "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err" &&
+    $coop replay --json --policy coop,jemalloc --capacity 16T "$traces/unet-train-step.trace.gz" >>"$tmp/out" 2>>"$tmp/err"; then
+    echo "ok: --capacity 32T without coop and jemalloc, 16T with them, are taken"
+else
+    echo "FAIL: --capacity 32T without coop and jemalloc or 16T with them: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
 # decimal, not octal: 08 was 'not a byte count', 010 was 8
 if $coop replay --json --policy ideal --capacity 08 "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err" &&
     $coop replay --json --policy ideal --capacity 0x10M "$traces/unet-train-step.trace.gz" >>"$tmp/out" 2>>"$tmp/err"; then
