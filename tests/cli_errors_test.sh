@@ -481,7 +481,14 @@ expect 2 "coop replay: --device '+1' is not a device number (0 to 65536, decimal
 expect 2 "coop replay: --device '' is not a device number" $coop replay --policy ideal --device '' "$traces/unet-train-step.cuda.pickle.gz"
 expect 2 "coop replay: --device needs a value" $coop replay --policy ideal --device
 expect 2 "device 1 has no device_traces: the snapshot records device 0 only" $coop replay --policy ideal --device 1 "$traces/unet-train-step.cuda.pickle.gz"
-expect 2 "unet-train-step.trace.gz: --device applies to PyTorch snapshots only" $coop replay --policy ideal --device 0 "$traces/unet-train-step.trace.gz"
+expect 2 "coop replay: --device 0 applies to PyTorch snapshots only, and $traces/unet-train-step.trace.gz is a text trace" $coop replay --policy ideal --device 0 "$traces/unet-train-step.trace.gz"
+# checked for every TRACE before the first row: a snapshot then a text trace
+# printed the snapshot's rows, then stopped at the text trace
+expect 2 "coop replay: --device 0 applies to PyTorch snapshots only, and $traces/unet-train-step.trace.gz is a text trace, not a snapshot" $coop replay --json --policy ideal --device 0 "$traces/unet-train-step.cuda.pickle.gz" "$traces/unet-train-step.trace.gz"
+[ -s "$tmp/out" ] && { echo "FAIL: --device 0 with a text trace printed rows: $(head -2 "$tmp/out")"; failures=$((failures + 1)); }
+# without TRACE the bundled traces, allocation traces among them: refused by
+# what it is (it stopped at the first bundled trace, naming a file nobody gave)
+expect 2 "coop replay: --device 0 applies to PyTorch snapshots only, and without TRACE the bundled traces are replayed, allocation traces among them: name snapshots" $coop replay --json --policy ideal --device 0
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
 # OUT the file IN names (by another path too, or IN as standard input): the
 # converted text replaced the input, a snapshot pickle lost for good

@@ -422,6 +422,43 @@ static bool capacity_fits_reservations(const replay_cli *cli, const char *capaci
     return false;
 }
 
+/* --device N reads device N of each PyTorch snapshot, and the other formats
+ * hold one device: whether every trace is a snapshot, checked before the
+ * first row (a snapshot then a text trace printed the snapshot's rows, then
+ * stopped). Without TRACE, the bundled traces hold allocation traces
+ * (*.trace.gz): refused as such rather than by the first one's name, a file
+ * the user never gave; reading device N of the bundled snapshots alone would
+ * drop the others without a word. A file whose format is unknown is left to
+ * its read, which names what is wrong with it. */
+static bool device_fits_traces(const replay_cli *cli, bool bundled, char **paths, size_t n)
+{
+    if (cli->device < 0)
+        return true;
+    if (bundled) {
+        fprintf(stderr,
+                "coop replay: --device %d applies to PyTorch snapshots only, and without TRACE the "
+                "bundled traces are replayed, allocation traces among them: name snapshots (such "
+                "as traces/*.cuda.pickle.gz)\n",
+                cli->device);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        trace_format format;
+        if (trace_detect_format(paths[i], &format) != COOP_OK) {
+            coop_clear_error();
+            continue;
+        }
+        if (format != TRACE_FORMAT_PICKLE) {
+            fprintf(stderr,
+                    "coop replay: --device %d applies to PyTorch snapshots only, and %s is a %s "
+                    "trace, not a snapshot\n",
+                    cli->device, paths[i], trace_format_name(format));
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Parses the options into *cli; returns -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, replay_cli *cli, const char **timeline_path)
 {
@@ -558,6 +595,11 @@ int cmd_replay(int argc, char **argv)
         return 2;
     if (!use_bundled && !cli_inputs_readable("coop replay", paths, num_paths))
         return 2;
+    if (!device_fits_traces(&cli, use_bundled, paths, num_paths)) {
+        if (use_bundled)
+            globfree(&bundled);
+        return 2;
+    }
     FILE *timeline = NULL;
     if (timeline_path && timeline_is_a_trace(timeline_path, paths, num_paths)) {
         if (use_bundled)
