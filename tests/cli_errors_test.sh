@@ -288,7 +288,7 @@ expect 2 "--batches wants 1..100000, got '-18446744073709551615'" \
     $coop bench --batches -18446744073709551615
 expect 2 "got ' 5'" $coop bench --batches ' 5'
 expect 2 "got '+5'" $coop bench --batches +5
-expect 2 "--capacity-gib wants 1..1048576, got '-18446744073709551615'" \
+expect 2 "--capacity-gib wants 1..32768 (coop's pool reserves twice the capacity of address space, and a process has 128 TiB), got '-18446744073709551615'" \
     $coop bench --capacity-gib -18446744073709551615
 expect 2 "--live wants counts 1..10^7 like 1000,10000, got ' -18446744073709551615'" \
     $coop bench --live ' -18446744073709551615'
@@ -304,8 +304,12 @@ expect 2 "--batches wants 1..100000, got '100001'" $coop bench --batches 100001
 expect 2 "--latency does not take --batches" $coop bench --latency --batches 100000
 expect 2 "--live wants counts 1..10^7 like 1000,10000, got '10000001'" $coop bench --live 10000001
 expect 2 "--latency does not take --live" $coop bench --latency --live 10000000
-expect 2 "--capacity-gib wants 1..1048576, got '1048577'" $coop bench --capacity-gib 1048577
-expect 2 "--floor does not take --capacity-gib" $coop bench --floor --capacity-gib 1048576
+# coop's pool reserves twice its capacity of address space, and a process has
+# 2^47 bytes: 32769 to 1048576 GiB passed, then "cannot reserve" (exit 1)
+expect 2 "--capacity-gib wants 1..32768 (coop's pool reserves twice the capacity of address space, and a process has 128 TiB), got '32769'" $coop bench --capacity-gib 32769
+expect 2 "--capacity-gib wants 1..32768" $coop bench --capacity-gib 65536 --live 1 --batches 1
+expect 2 "--capacity-gib wants 1..32768 (coop's pool reserves twice the capacity of address space, and a process has 128 TiB), got '1048576'" $coop bench --capacity-gib 1048576 --live 1 --batches 1
+expect 2 "--floor does not take --capacity-gib" $coop bench --floor --capacity-gib 32768
 expect 2 "--floor does not take --seed" $coop bench --floor --seed 3
 expect 2 "--floor does not take --only" $coop bench --floor --only coop
 expect 2 "--latency does not take --capacity-gib" $coop bench --latency --capacity-gib 1
