@@ -310,6 +310,13 @@ expect 2 "--capacity-gib wants 1..32768 (coop's pool reserves twice the capacity
 expect 2 "--capacity-gib wants 1..32768" $coop bench --capacity-gib 65536 --live 1 --batches 1
 expect 2 "--capacity-gib wants 1..32768 (coop's pool reserves twice the capacity of address space, and a process has 128 TiB), got '1048576'" $coop bench --capacity-gib 1048576 --live 1 --batches 1
 expect 2 "--floor does not take --capacity-gib" $coop bench --floor --capacity-gib 32768
+# a live count whose expected live bytes (count x the 20.4 MB mean size) exceed the
+# capacity ran out of it at run time (exit 1 after the table's header: --live 2000000
+# with the automatic 32 TiB after 3 s, --live 100 --capacity-gib 1 at once)
+expect 2 "coop bench: --live 2000000 expects about 37.1 TiB live (blocks of 20.4 MB on average), more than the capacity of 32 TiB (the most, for coop's pool and jemalloc's address space alike)" $coop bench --batches 1 --live 2000000
+expect 2 "coop bench: --live 100 expects about 1.9 GiB live (blocks of 20.4 MB on average), more than the capacity of 1 GiB (--capacity-gib 1)" $coop bench --batches 1 --live 1,100 --capacity-gib 1
+expect 2 "coop bench: --live 5000000 expects about 92.7 TiB live" $coop bench --only jemalloc --batches 1 --live 5000000
+[ -s "$tmp/out" ] && { echo "FAIL: --live 5000000 printed: $(head -2 "$tmp/out")"; failures=$((failures + 1)); }
 expect 2 "--floor does not take --seed" $coop bench --floor --seed 3
 expect 2 "--floor does not take --only" $coop bench --floor --only coop
 expect 2 "--latency does not take --capacity-gib" $coop bench --latency --capacity-gib 1

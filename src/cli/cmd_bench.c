@@ -431,7 +431,8 @@ static void usage(FILE *out)
             "               jemalloc_ns_per_pair, and each one's footprint over the live\n"
             "               bytes at the end (coop: mapped pages; jemalloc: extents held)\n"
             "  --batches N  timed batches per live count\n"
-            "  --live LIST  comma-separated live-block counts (at most 8)\n"
+            "  --live LIST  comma-separated live-block counts (at most 8), each of whose\n"
+            "               expected live bytes fit the capacity (up to about 1.7 million)\n"
             "  --seed N     random seed (default 1)\n"
             "  --only WHICH time only coop or only jemalloc (profiling; the other\n"
             "               column reads 0)\n"
@@ -462,6 +463,46 @@ static void usage(FILE *out)
             "run failed (host memory, an allocation) or the results could not be written,\n"
             "2 usage error.\n",
             BATCH);
+}
+
+/* The bytes live blocks hold on average: live x the mean of the log-uniform
+ * sizes, about 20.4 MB. */
+static double expected_live_bytes(size_t live)
+{
+    return (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE)) * (double)live;
+}
+
+/* Whether every --live count's expected live bytes fit the capacity: coop's
+ * pool's (--capacity-gib, else the automatic one, at most 32 TiB) and, for
+ * jemalloc, the same 32 TiB of address space. Beyond, the run could only
+ * run out at run time (exit 1 after the table's header: --live 2000000
+ * after 3 s, --live 100 --capacity-gib 1 at once; jemalloc at --live
+ * 5000000 mapped for minutes). Below, a capacity close to the expected
+ * bytes can still run out (fragmentation, the draws): an allocation failure
+ * with the pool's numbers. Says which count does not fit. */
+static bool live_fits_capacity(const bench_opts *o)
+{
+    bool given = o->run_coop && o->capacity;
+    uint64_t capacity = given ? o->capacity : AUTO_CAPACITY_MAX;
+    for (size_t k = 0; k < o->num_live; k++) {
+        double bytes = expected_live_bytes(o->live[k]);
+        if (bytes <= (double)capacity)
+            continue;
+        bool tib = bytes >= (double)(UINT64_C(1) << 40);
+        char why[64];
+        if (given)
+            snprintf(why, sizeof why, "--capacity-gib %llu", (unsigned long long)(capacity >> 30));
+        else
+            snprintf(why, sizeof why,
+                     "the most, for coop's pool and jemalloc's address space alike");
+        fprintf(stderr,
+                "coop bench: --live %zu expects about %.1f %s live (blocks of 20.4 MB on "
+                "average), more than the capacity of %llu %s (%s)\n",
+                o->live[k], bytes / (tib ? 1099511627776.0 : 1073741824.0), tib ? "TiB" : "GiB",
+                (unsigned long long)(capacity >> (given ? 30 : 40)), given ? "GiB" : "TiB", why);
+        return false;
+    }
+    return true;
 }
 
 /* A count from 1 to max, the whole field (decimal or 0x hex): strtoull took
@@ -613,6 +654,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                     o->latency ? "--latency" : "--floor", names[k].name);
             return 2;
         }
+    if (!o->latency && !o->floor && !live_fits_capacity(o))
+        return 2;
     return -1;
 }
 
@@ -622,8 +665,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
  * blocks did not: 'cannot reserve'). */
 static uint64_t auto_capacity(size_t live)
 {
-    double mean = (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE));
-    uint64_t cap = (uint64_t)(8.0 * mean * (double)live);
+    uint64_t cap = (uint64_t)(8.0 * expected_live_bytes(live));
     if (cap < (UINT64_C(1) << 40))
         return UINT64_C(1) << 40;
     return cap > AUTO_CAPACITY_MAX ? AUTO_CAPACITY_MAX : cap;
