@@ -356,6 +356,12 @@ expect 2 "got '010x'" $coop bench --seed 010x
 # comma lists: an empty item is an error in every command, never skipped
 expect 2 "--live: item 2 of '1000,' is empty" $coop bench --live 1000,
 expect 2 "--live: more than 8 items" $coop bench --live 1,2,3,4,5,6,7,8,9
+# a long list is shown cut, with its count: 5000 ratios made a 39 KB line
+long=$(awk 'BEGIN { for (i = 0; i < 100; i++) printf "%s0.5", (i ? "," : "") }')
+expect 2 "coop sim: --budget: more than 64 items in '$(echo "$long" | cut -c1-80)...' (100 items)" $coop sim --budget "$long" "$traces/unet-train-step.ops.jsonl.gz"
+[ "$(wc -c <"$tmp/err")" -lt 200 ] || { echo "FAIL: a 100-item --budget: $(wc -c <"$tmp/err") bytes on stderr"; failures=$((failures + 1)); }
+name=$(awk 'BEGIN { for (i = 0; i < 100; i++) printf "x" }')
+expect 2 "coop sim: --policy: item 2 of '$(echo "$name" | cut -c1-80)...' (3 items) is empty" $coop sim --policy "$name,,dtr" "$traces/unet-train-step.ops.jsonl.gz"
 # 8 items are the most, not too many (refused only after parsing: no run starts)
 expect 2 "--latency does not take --live" $coop bench --latency --live 1,2,3,4,5,6,7,8
 expect 2 "--policy: item 2 of 'dtr,,lru' is empty" $coop sim --policy dtr,,lru "$traces/unet-train-step.ops.jsonl.gz"
