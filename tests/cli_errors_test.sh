@@ -288,7 +288,7 @@ expect 2 "--batches wants 1..100000, got '-18446744073709551615'" \
     $coop bench --batches -18446744073709551615
 expect 2 "got ' 5'" $coop bench --batches ' 5'
 expect 2 "got '+5'" $coop bench --batches +5
-expect 2 "--capacity-gib wants 1..1048576, got '-18446744073709551615'" \
+expect 2 "--capacity-gib wants 1..32768 (coop's pool reserves twice the capacity of address space, and a process has 128 TiB), got '-18446744073709551615'" \
     $coop bench --capacity-gib -18446744073709551615
 expect 2 "--live wants counts 1..10^7 like 1000,10000, got ' -18446744073709551615'" \
     $coop bench --live ' -18446744073709551615'
@@ -304,8 +304,19 @@ expect 2 "--batches wants 1..100000, got '100001'" $coop bench --batches 100001
 expect 2 "--latency does not take --batches" $coop bench --latency --batches 100000
 expect 2 "--live wants counts 1..10^7 like 1000,10000, got '10000001'" $coop bench --live 10000001
 expect 2 "--latency does not take --live" $coop bench --latency --live 10000000
-expect 2 "--capacity-gib wants 1..1048576, got '1048577'" $coop bench --capacity-gib 1048577
-expect 2 "--floor does not take --capacity-gib" $coop bench --floor --capacity-gib 1048576
+# coop's pool reserves twice its capacity of address space, and a process has
+# 2^47 bytes: 32769 to 1048576 GiB passed, then "cannot reserve" (exit 1)
+expect 2 "--capacity-gib wants 1..32768 (coop's pool reserves twice the capacity of address space, and a process has 128 TiB), got '32769'" $coop bench --capacity-gib 32769
+expect 2 "--capacity-gib wants 1..32768" $coop bench --capacity-gib 65536 --live 1 --batches 1
+expect 2 "--capacity-gib wants 1..32768 (coop's pool reserves twice the capacity of address space, and a process has 128 TiB), got '1048576'" $coop bench --capacity-gib 1048576 --live 1 --batches 1
+expect 2 "--floor does not take --capacity-gib" $coop bench --floor --capacity-gib 32768
+# a live count whose expected live bytes (count x the 20.4 MB mean size) exceed the
+# capacity ran out of it at run time (exit 1 after the table's header: --live 2000000
+# with the automatic 32 TiB after 3 s, --live 100 --capacity-gib 1 at once)
+expect 2 "coop bench: --live 2000000 expects about 37.1 TiB live (blocks of 20.4 MB on average), more than the capacity of 32 TiB (the most, for coop's pool and jemalloc's address space alike)" $coop bench --batches 1 --live 2000000
+expect 2 "coop bench: --live 100 expects about 1.9 GiB live (blocks of 20.4 MB on average), more than the capacity of 1 GiB (--capacity-gib 1)" $coop bench --batches 1 --live 1,100 --capacity-gib 1
+expect 2 "coop bench: --live 5000000 expects about 92.7 TiB live" $coop bench --only jemalloc --batches 1 --live 5000000
+[ -s "$tmp/out" ] && { echo "FAIL: --live 5000000 printed: $(head -2 "$tmp/out")"; failures=$((failures + 1)); }
 expect 2 "--floor does not take --seed" $coop bench --floor --seed 3
 expect 2 "--floor does not take --only" $coop bench --floor --only coop
 expect 2 "--latency does not take --capacity-gib" $coop bench --latency --capacity-gib 1
@@ -345,6 +356,12 @@ expect 2 "got '010x'" $coop bench --seed 010x
 # comma lists: an empty item is an error in every command, never skipped
 expect 2 "--live: item 2 of '1000,' is empty" $coop bench --live 1000,
 expect 2 "--live: more than 8 items" $coop bench --live 1,2,3,4,5,6,7,8,9
+# a long list is shown cut, with its count: 5000 ratios made a 39 KB line
+long=$(awk 'BEGIN { for (i = 0; i < 100; i++) printf "%s0.5", (i ? "," : "") }')
+expect 2 "coop sim: --budget: more than 64 items in '$(echo "$long" | cut -c1-80)...' (100 items)" $coop sim --budget "$long" "$traces/unet-train-step.ops.jsonl.gz"
+[ "$(wc -c <"$tmp/err")" -lt 200 ] || { echo "FAIL: a 100-item --budget: $(wc -c <"$tmp/err") bytes on stderr"; failures=$((failures + 1)); }
+name=$(awk 'BEGIN { for (i = 0; i < 100; i++) printf "x" }')
+expect 2 "coop sim: --policy: item 2 of '$(echo "$name" | cut -c1-80)...' (3 items) is empty" $coop sim --policy "$name,,dtr" "$traces/unet-train-step.ops.jsonl.gz"
 # 8 items are the most, not too many (refused only after parsing: no run starts)
 expect 2 "--latency does not take --live" $coop bench --latency --live 1,2,3,4,5,6,7,8
 expect 2 "--policy: item 2 of 'dtr,,lru' is empty" $coop sim --policy dtr,,lru "$traces/unet-train-step.ops.jsonl.gz"
@@ -384,6 +401,19 @@ else
     echo "FAIL: --page 512 or --capacity 2^54-1: $(cat "$tmp/err")"; failures=$((failures + 1))
 fi
 expect 2 "--capacity '18446744073709551615' is too large: it must be below 2^54" $coop replay --policy coop,torch --capacity 18446744073709551615 "$traces/unet-train-step.trace.gz"
+# coop and jemalloc reserve 4 x the capacity of address space in one mmap, and a
+# process has 2^47 bytes: above 2^44 (16 TiB) they passed the check, then each run
+# skipped them (exit 1, "cannot reserve 140737488355328 bytes"); refused when parsed,
+# naming the chosen policies that reserve. The others take it (their ranges are lazy).
+expect 2 "coop replay: --capacity '32T' is too large for coop: it reserves 4 times the capacity of address space" $coop replay --policy coop --capacity 32T "$traces/unet-train-step.trace.gz"
+expect 2 "--capacity '17T' is too large for jemalloc: it reserves 4 times" $coop replay --policy ideal,jemalloc --capacity 17T "$traces/unet-train-step.trace.gz"
+expect 2 "--capacity '0x100000000001' is too large for coop and jemalloc: they reserve 4 times the capacity of address space and a process has 2^47 bytes: at most 2^44 bytes (16 TiB) with them" $coop replay --capacity 0x100000000001 "$traces/unet-train-step.trace.gz"
+if $coop replay --json --policy ideal,torch,torch-expandable,coop-segments --capacity 32T "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err" &&
+    $coop replay --json --policy coop,jemalloc --capacity 16T "$traces/unet-train-step.trace.gz" >>"$tmp/out" 2>>"$tmp/err"; then
+    echo "ok: --capacity 32T without coop and jemalloc, 16T with them, are taken"
+else
+    echo "FAIL: --capacity 32T without coop and jemalloc or 16T with them: $(cat "$tmp/err")"; failures=$((failures + 1))
+fi
 # decimal, not octal: 08 was 'not a byte count', 010 was 8
 if $coop replay --json --policy ideal --capacity 08 "$traces/unet-train-step.trace.gz" >"$tmp/out" 2>"$tmp/err" &&
     $coop replay --json --policy ideal --capacity 0x10M "$traces/unet-train-step.trace.gz" >>"$tmp/out" 2>>"$tmp/err"; then
@@ -468,10 +498,14 @@ expect 2 "coop replay: --device '+1' is not a device number (0 to 65536, decimal
 expect 2 "coop replay: --device '' is not a device number" $coop replay --policy ideal --device '' "$traces/unet-train-step.cuda.pickle.gz"
 expect 2 "coop replay: --device needs a value" $coop replay --policy ideal --device
 expect 2 "device 1 has no device_traces: the snapshot records device 0 only" $coop replay --policy ideal --device 1 "$traces/unet-train-step.cuda.pickle.gz"
-expect 2 "unet-train-step.trace.gz: --device applies to PyTorch snapshots only" $coop replay --policy ideal --device 0 "$traces/unet-train-step.trace.gz"
-# without TRACE the bundled traces are replayed, text traces first: --device
-# was refused naming one of them, a file the user never gave
-expect 2 "coop replay: --device 0 needs TRACE arguments (PyTorch snapshots)" $coop replay --policy ideal --device 0
+expect 2 "coop replay: --device 0 applies to PyTorch snapshots only, and $traces/unet-train-step.trace.gz is a text trace" $coop replay --policy ideal --device 0 "$traces/unet-train-step.trace.gz"
+# checked for every TRACE before the first row: a snapshot then a text trace
+# printed the snapshot's rows, then stopped at the text trace
+expect 2 "coop replay: --device 0 applies to PyTorch snapshots only, and $traces/unet-train-step.trace.gz is a text trace, not a snapshot" $coop replay --json --policy ideal --device 0 "$traces/unet-train-step.cuda.pickle.gz" "$traces/unet-train-step.trace.gz"
+[ -s "$tmp/out" ] && { echo "FAIL: --device 0 with a text trace printed rows: $(head -2 "$tmp/out")"; failures=$((failures + 1)); }
+# without TRACE the bundled traces, allocation traces among them: refused by
+# what it is (it stopped at the first bundled trace, naming a file nobody gave)
+expect 2 "coop replay: --device 0 applies to PyTorch snapshots only, and without TRACE the bundled traces are replayed, allocation traces among them: name snapshots" $coop replay --json --policy ideal --device 0
 expect 2 "bad.trace:3" $coop convert "$tmp/bad.trace" "$tmp/x"
 # OUT the file IN names (by another path too, or IN as standard input): the
 # converted text replaced the input, a snapshot pickle lost for good

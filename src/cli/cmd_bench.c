@@ -44,8 +44,9 @@
 #define MAX_SIZE (256.0 * 1024 * 1024)
 #define MAX_LIVE_COUNTS 8 /* --live takes at most this many counts */
 
-/* The most the automatic capacity (no --capacity-gib) reaches: 32 TiB, so
- * that its address space (twice that) fits a 47-bit user address space. */
+/* The most the capacity reaches, automatic or --capacity-gib: 32 TiB, so
+ * that its address space (twice that) fits a 47-bit user address space
+ * (the largest mapping measured was 85 TiB, 70 TiB under ASan). */
 #define AUTO_CAPACITY_MAX (UINT64_C(32) << 40)
 
 /* Options a run uses, to refuse those it would ignore (bench_opts.given). */
@@ -430,14 +431,15 @@ static void usage(FILE *out)
             "               jemalloc_ns_per_pair, and each one's footprint over the live\n"
             "               bytes at the end (coop: mapped pages; jemalloc: extents held)\n"
             "  --batches N  timed batches per live count\n"
-            "  --live LIST  comma-separated live-block counts (at most 8)\n"
+            "  --live LIST  comma-separated live-block counts (at most 8), each of whose\n"
+            "               expected live bytes fit the capacity (up to about 1.7 million)\n"
             "  --seed N     random seed (default 1)\n"
             "  --only WHICH time only coop or only jemalloc (profiling; the other\n"
             "               column reads 0)\n"
-            "  --capacity-gib N  simulated device size (default: 8 x the expected live\n"
-            "               bytes, from 1 TiB to 32 TiB, which holds about 1.6 million\n"
-            "               live blocks; valgrind needs 16 or less, enough for about\n"
-            "               600 live blocks: the mean size is about 20 MB)\n"
+            "  --capacity-gib N  simulated device size, 1 to 32768 (default: 8 x the\n"
+            "               expected live bytes, from 1 TiB to 32 TiB, which holds about\n"
+            "               1.6 million live blocks; valgrind needs 16 or less, enough for\n"
+            "               about 600 live blocks: the mean size is about 20 MB)\n"
             "  --latency    instead: nanoseconds per dependent load over random cache\n"
             "               lines of buffers of 256 KiB .. 64 MiB (what a cache miss on\n"
             "               allocator metadata of that size costs on this machine)\n"
@@ -461,6 +463,46 @@ static void usage(FILE *out)
             "run failed (host memory, an allocation) or the results could not be written,\n"
             "2 usage error.\n",
             BATCH);
+}
+
+/* The bytes live blocks hold on average: live x the mean of the log-uniform
+ * sizes, about 20.4 MB. */
+static double expected_live_bytes(size_t live)
+{
+    return (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE)) * (double)live;
+}
+
+/* Whether every --live count's expected live bytes fit the capacity: coop's
+ * pool's (--capacity-gib, else the automatic one, at most 32 TiB) and, for
+ * jemalloc, the same 32 TiB of address space. Beyond, the run could only
+ * run out at run time (exit 1 after the table's header: --live 2000000
+ * after 3 s, --live 100 --capacity-gib 1 at once; jemalloc at --live
+ * 5000000 mapped for minutes). Below, a capacity close to the expected
+ * bytes can still run out (fragmentation, the draws): an allocation failure
+ * with the pool's numbers. Says which count does not fit. */
+static bool live_fits_capacity(const bench_opts *o)
+{
+    bool given = o->run_coop && o->capacity;
+    uint64_t capacity = given ? o->capacity : AUTO_CAPACITY_MAX;
+    for (size_t k = 0; k < o->num_live; k++) {
+        double bytes = expected_live_bytes(o->live[k]);
+        if (bytes <= (double)capacity)
+            continue;
+        bool tib = bytes >= (double)(UINT64_C(1) << 40);
+        char why[64];
+        if (given)
+            snprintf(why, sizeof why, "--capacity-gib %llu", (unsigned long long)(capacity >> 30));
+        else
+            snprintf(why, sizeof why,
+                     "the most, for coop's pool and jemalloc's address space alike");
+        fprintf(stderr,
+                "coop bench: --live %zu expects about %.1f %s live (blocks of 20.4 MB on "
+                "average), more than the capacity of %llu %s (%s)\n",
+                o->live[k], bytes / (tib ? 1099511627776.0 : 1073741824.0), tib ? "TiB" : "GiB",
+                (unsigned long long)(capacity >> (given ? 30 : 40)), given ? "GiB" : "TiB", why);
+        return false;
+    }
+    return true;
 }
 
 /* A count from 1 to max, the whole field (decimal or 0x hex): strtoull took
@@ -526,8 +568,14 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         case 'c': {
             o->given |= GIVEN_CAPACITY;
             uint64_t n;
-            if (!parse_count(optarg, 1u << 20, &n)) {
-                fprintf(stderr, "coop bench: --capacity-gib wants 1..1048576, got '%s'\n", optarg);
+            /* at most AUTO_CAPACITY_MAX: the pool reserves twice its
+             * capacity (pool_config), and 32769 to 1048576 GiB passed here
+             * to fail as "cannot reserve" (exit 1) */
+            if (!parse_count(optarg, AUTO_CAPACITY_MAX >> 30, &n)) {
+                fprintf(stderr,
+                        "coop bench: --capacity-gib wants 1..32768 (coop's pool reserves twice "
+                        "the capacity of address space, and a process has 128 TiB), got '%s'\n",
+                        optarg);
                 return 2;
             }
             o->capacity = n << 30;
@@ -606,6 +654,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                     o->latency ? "--latency" : "--floor", names[k].name);
             return 2;
         }
+    if (!o->latency && !o->floor && !live_fits_capacity(o))
+        return 2;
     return -1;
 }
 
@@ -615,8 +665,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
  * blocks did not: 'cannot reserve'). */
 static uint64_t auto_capacity(size_t live)
 {
-    double mean = (MAX_SIZE - MIN_SIZE) / (log(MAX_SIZE) - log(MIN_SIZE));
-    uint64_t cap = (uint64_t)(8.0 * mean * (double)live);
+    uint64_t cap = (uint64_t)(8.0 * expected_live_bytes(live));
     if (cap < (UINT64_C(1) << 40))
         return UINT64_C(1) << 40;
     return cap > AUTO_CAPACITY_MAX ? AUTO_CAPACITY_MAX : cap;
@@ -631,9 +680,9 @@ static void pool_config(const bench_opts *o, size_t live, coop_config *c)
 }
 
 /* Creates and destroys each run's pool before anything is printed, so that
- * a capacity this machine cannot reserve (--capacity-gib 1048576 asks for
- * 2 PiB of address space) is one error line, not a table header and then
- * the error. */
+ * a capacity this machine cannot reserve (a smaller address space than
+ * x86-64's 128 TiB, as --capacity-gib 1048576 was before it was refused) is
+ * one error line, not a table header and then the error. */
 static bool pools_can_be_made(const bench_opts *o)
 {
     for (size_t k = 0; k < o->num_live; k++) {

@@ -73,9 +73,9 @@ static void usage(FILE *out)
             "                    placement (scripts/plot_replay.py draws it); FILE "
             "appears only\n"
             "                    once every trace is measured\n"
-            "  --capacity BYTES  device capacity (default 80GiB, below 16PiB); "
-            "decimal or 0x hex,\n"
-            "                    suffixes K, M, G, T (binary, any case), as COOP_ALLOC_CONF\n"
+            "  --capacity BYTES  device capacity (default 80GiB, below 16PiB; at most 16TiB\n"
+            "                    with coop or jemalloc); decimal or 0x hex, suffixes K, M,\n"
+            "                    G, T (binary, any case), as COOP_ALLOC_CONF\n"
             "  --page BYTES      page size for coop and coop-segments, a power of "
             "two from 512\n"
             "                    to 16TiB (default 2MiB)\n"
@@ -113,6 +113,14 @@ static void usage(FILE *out)
  * 5 * 2^45 does not, and 2^45 to 2^53 passed this check to fail each run
  * as a skipped policy (exit 1). */
 #define MAX_PAGE_OPTION ((uint64_t)1 << 44)
+
+/* With coop or jemalloc, --capacity is at most 2^44 bytes (16 TiB): each
+ * reserves 4 times its capacity of address space in one mmap (coop a page
+ * more to align it, jemalloc 1 GiB more), and a 64-bit Linux process gets
+ * 2^47 bytes. The largest mapping measured was 85 TiB, 70 TiB under ASan
+ * (2026-11-29): 64 TiB fits both; 32T passed the 2^54 check and then each
+ * run skipped them (exit 1). The other policies reserve nothing up front. */
+#define MAX_RESERVING_CAPACITY ((uint64_t)1 << 44)
 
 /* Splits LIST into choices: 0, else the exit status, said: 2 for an unknown
  * name or a malformed list, 1 for no host memory to copy it (that was a 2
@@ -390,6 +398,67 @@ static bool timeline_is_a_trace(const char *timeline_path, char **paths, size_t 
     return named != NULL;
 }
 
+/* Whether the chosen policies that reserve 4 times the capacity of address
+ * space up front (coop, jemalloc) can: else says so, naming them and the
+ * limit (MAX_RESERVING_CAPACITY). */
+static bool capacity_fits_reservations(const replay_cli *cli, const char *capacity_text)
+{
+    if (cli->opt.capacity <= MAX_RESERVING_CAPACITY)
+        return true;
+    const char *named[MAX_CHOICES];
+    size_t n = 0;
+    for (size_t i = 0; i < cli->num_choices; i++)
+        if (cli->choices[i].ops == &replay_policy_coop ||
+            cli->choices[i].ops == &replay_policy_jemalloc)
+            named[n++] = cli->choices[i].name;
+    if (!n)
+        return true;
+    fprintf(stderr,
+            "coop replay: --capacity '%s' is too large for %s%s%s: %s 4 times the capacity of "
+            "address space and a process has 2^47 bytes: at most 2^44 bytes (16 TiB) with %s "
+            "(the other policies take up to 2^54 - 1)\n",
+            capacity_text, named[0], n > 1 ? " and " : "", n > 1 ? named[1] : "",
+            n > 1 ? "they reserve" : "it reserves", n > 1 ? "them" : "it");
+    return false;
+}
+
+/* --device N reads device N of each PyTorch snapshot, and the other formats
+ * hold one device: whether every trace is a snapshot, checked before the
+ * first row (a snapshot then a text trace printed the snapshot's rows, then
+ * stopped). Without TRACE, the bundled traces hold allocation traces
+ * (*.trace.gz): refused as such rather than by the first one's name, a file
+ * the user never gave; reading device N of the bundled snapshots alone would
+ * drop the others without a word. A file whose format is unknown is left to
+ * its read, which names what is wrong with it. */
+static bool device_fits_traces(const replay_cli *cli, bool bundled, char **paths, size_t n)
+{
+    if (cli->device < 0)
+        return true;
+    if (bundled) {
+        fprintf(stderr,
+                "coop replay: --device %d applies to PyTorch snapshots only, and without TRACE the "
+                "bundled traces are replayed, allocation traces among them: name snapshots (such "
+                "as traces/*.cuda.pickle.gz)\n",
+                cli->device);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        trace_format format;
+        if (trace_detect_format(paths[i], &format) != COOP_OK) {
+            coop_clear_error();
+            continue;
+        }
+        if (format != TRACE_FORMAT_PICKLE) {
+            fprintf(stderr,
+                    "coop replay: --device %d applies to PyTorch snapshots only, and %s is a %s "
+                    "trace, not a snapshot\n",
+                    cli->device, paths[i], trace_format_name(format));
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Parses the options into *cli; returns -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, replay_cli *cli, const char **timeline_path)
 {
@@ -401,6 +470,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
     };
     const char *policy_list = NULL;
     const char *page_text = NULL;
+    const char *capacity_text = "80G"; /* DEFAULT_CAPACITY, as a user would write it */
     optind = 1;
     opterr = 0;
     int c;
@@ -439,6 +509,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
                         optarg);
                 return 2;
             }
+            capacity_text = optarg;
             break;
         case 'g':
             /* the host backend's pages: a power of two from 512 bytes */
@@ -498,7 +569,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
                 page_text);
         return 2;
     }
-    return -1;
+    return capacity_fits_reservations(cli, capacity_text) ? -1 : 2;
 }
 
 int cmd_replay(int argc, char **argv)
@@ -512,15 +583,6 @@ int cmd_replay(int argc, char **argv)
 
     glob_t bundled = {0};
     bool use_bundled = optind >= argc;
-    /* the bundled traces begin with text traces, which have no devices:
-     * the refusal named one of them, a file the user never gave */
-    if (use_bundled && cli.device >= 0) {
-        fprintf(stderr,
-                "coop replay: --device %d needs TRACE arguments (PyTorch snapshots): the bundled "
-                "traces replayed without them are one device's each\n",
-                cli.device);
-        return 2;
-    }
     if (use_bundled && !find_default_traces(&bundled))
         return 2;
     char **paths = use_bundled ? bundled.gl_pathv : argv + optind;
@@ -533,6 +595,11 @@ int cmd_replay(int argc, char **argv)
         return 2;
     if (!use_bundled && !cli_inputs_readable("coop replay", paths, num_paths))
         return 2;
+    if (!device_fits_traces(&cli, use_bundled, paths, num_paths)) {
+        if (use_bundled)
+            globfree(&bundled);
+        return 2;
+    }
     FILE *timeline = NULL;
     if (timeline_path && timeline_is_a_trace(timeline_path, paths, num_paths)) {
         if (use_bundled)
