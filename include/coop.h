@@ -716,7 +716,16 @@ typedef struct coop_remat_stats {
  * a size of 0 (or no outputs), unknown flags, a cost above
  * COOP_TENSOR_MAX_COST_NS; and with
  * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
- * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). The
+ * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). A
+ * call that fails past these checks (no room, out of host memory) leaves
+ * what it would have changed as it was: no tensor is marked read (the last
+ * accesses, and so the staleness the policies weigh, stay), the clock does
+ * not move, no pin stays, no record is left (coop_remat_stats.records).
+ * What it did on the way stays done: tensors evicted for room stay evicted
+ * (on_evict told, counted in evictions), and its search is counted
+ * (searches, search_ns, heuristic_evals, frag_failures, search_free_bytes),
+ * as work spent; records no recomputation can need may have been
+ * reclaimed (records_reclaimed). The
  * context is not thread-safe: one thread at a time (the pool's own calls
  * from other threads are fine; one thread may hand the context to
  * another between calls). Every call that takes the context or one of its

@@ -355,6 +355,28 @@ static coop_tensor *new_record(coop_remat *r)
     return t;
 }
 
+/* Frees the record of a failed call, which no handle names (it was never
+ * returned): its buffer (remat_discard_locked: no eviction), its links
+ * from its inputs, the record itself. The call then leaves the records and
+ * their count as it found them, rather than an unreachable record for the
+ * next collection. */
+static void discard_record(coop_remat *r, coop_tensor *t)
+{
+    pool_lock(r->pool);
+    remat_discard_locked(r, t);
+    pool_unlock(r->pool);
+    for (size_t i = t->num_inputs; i-- > 0;)
+        remove_last_child(t->inputs[i], t);
+    coop_tensor **link = &r->all; /* the newest records: at the head */
+    while (*link != t)
+        link = &(*link)->next_all;
+    *link = t->next_all;
+    r->num_records--;
+    free(t->inputs);
+    free(t->children);
+    free(t);
+}
+
 /* Sets t's producer: cost, opaque op and input bases (children links too).
  * first (an in-place op's old value, else NULL) is input 0, and stands for
  * t wherever t itself is among inputs: an in-place op that reads its own
@@ -561,10 +583,10 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
     if (!single && (st = check_outputs_fit(r, fn, num_outputs, sizes)))
         return st;
     /* after the checks: a refused call reclaims no record */
-    remat_maybe_collect(r); /* live inputs are kept */
-    mark_inputs_read(r, inputs, num_inputs);
+    remat_maybe_collect(r);            /* live inputs are kept */
     pin_inputs(r, inputs, num_inputs); /* the op reads them while its outputs are placed */
     size_t made = 0;
+    coop_tensor *failed = NULL; /* the output whose record or placement failed */
     for (; made < num_outputs; made++) {
         r->placing_output = made;
         r->placing_outputs = single ? 0 : num_outputs;
@@ -582,8 +604,7 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
         else
             st = remat_alloc(r, t);
         if (st) {
-            t->released = true; /* unreachable: the next collection reclaims it */
-            t->handles = 0;
+            failed = t;
             break;
         }
         remat_pin(r, t); /* placed: placing the next output must not evict it */
@@ -594,13 +615,19 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
     for (size_t i = 0; i < made; i++)
         remat_unpin(r, outs[i]);
     if (st) {
-        for (size_t i = 0; i < made; i++) {
-            coop_tensor_release(r, outs[i]); /* frees its buffer */
+        /* the op did not run: its records go (newest first), the inputs
+         * are not marked read, the clock stays (what was evicted to place
+         * the outputs stays evicted, coop.h) */
+        if (failed)
+            discard_record(r, failed);
+        for (size_t i = made; i-- > 0;) {
+            discard_record(r, outs[i]);
             outs[i] = NULL;
         }
         return st;
     }
-    remat_advance_clock(r, cost_ns); /* the op ran once */
+    mark_inputs_read(r, inputs, num_inputs); /* the op read them, at its start */
+    remat_advance_clock(r, cost_ns);         /* the op ran once */
     for (size_t i = 0; i < num_outputs; i++)
         outs[i]->last_access = r->clock;
     return COOP_OK;
@@ -844,12 +871,19 @@ static coop_status materialize(coop_remat *r, coop_tensor *root)
     return st;
 }
 
-/* access without the handle checks: b is a base tensor. */
-static coop_status access_storage(coop_remat *r, coop_tensor *b, void **ptr)
+/* Makes base tensor b resident (recomputing it as needed) without marking
+ * it read: a call that may still fail marks it at its end. */
+static coop_status make_resident(coop_remat *r, coop_tensor *b)
 {
     if (!b->ptr) /* it will evict to make room */
         remat_maybe_compact(r);
-    coop_status st = materialize(r, b);
+    return materialize(r, b);
+}
+
+/* access without the handle checks: b is a base tensor. */
+static coop_status access_storage(coop_remat *r, coop_tensor *b, void **ptr)
+{
+    coop_status st = make_resident(r, b);
     if (st)
         return st;
     b->last_access = r->clock;
@@ -995,7 +1029,8 @@ static coop_tensor **prepare_in_place(coop_tensor *b, coop_tensor *const *inputs
 
 /* Undoes a recorded in-place op whose copy-on-write placement failed
  * (b's buffer already handed to old): b takes its buffer, producer and
- * consumers back, and old is left as an unreachable released record. */
+ * consumers back; old is left with neither (nor a buffer), for
+ * discard_record. */
 static void undo_in_place(coop_remat *r, coop_tensor *b, coop_tensor *old, uint64_t cost,
                           void *producer, bool in_place, uint32_t remats)
 {
@@ -1046,7 +1081,7 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
     for (size_t i = 0; i < num_inputs; i++)
         if (inputs[i]->base != b)
             remat_pin(r, inputs[i]->base);
-    st = access_storage(r, b, NULL);
+    st = make_resident(r, b); /* marked read once the op is recorded */
     for (size_t i = 0; i < num_inputs; i++)
         if (inputs[i]->base != b)
             remat_unpin(r, inputs[i]->base);
@@ -1106,6 +1141,7 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
         remat_unpin(r, old);
         if (st) { /* no room (or host memory): as if the op was never recorded */
             undo_in_place(r, b, old, prev_cost, prev_producer, prev_in_place, prev_remats);
+            discard_record(r, old);
             return st;
         }
         if (old_value)

@@ -153,6 +153,17 @@ arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
     return merged;
 }
 
+void remat_discard_locked(coop_remat *r, coop_tensor *t)
+{
+    remat_search_index_drop_locked(r, t); /* reads t's block while it is there */
+    if (!t->ptr)
+        return;
+    pool_free_locked(r->pool, t->ptr, NULL);
+    t->ptr = NULL;
+    resident_unlink(r, t);
+    r->stats.resident_bytes -= t->size;
+}
+
 void remat_notify_victims(coop_remat *r)
 {
     r->in_callback++; /* the context's calls refuse to run from on_evict */

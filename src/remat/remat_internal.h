@@ -290,6 +290,9 @@ static inline void remat_touch(coop_remat *r, coop_tensor *t)
 /* Takes t out of both (pool lock held) before its buffer is freed or
  * handed over. */
 void remat_search_index_forget_locked(coop_remat *r, coop_tensor *t);
+/* Takes t out of both and out of the tensors touched (pool lock held):
+ * t's record is about to be freed (remat_discard_locked). */
+void remat_search_index_drop_locked(coop_remat *r, coop_tensor *t);
 /* Brings both up to date with the tensors touched (pool lock held): call
  * before a search. */
 void remat_search_index_sync_locked(coop_remat *r);
@@ -343,6 +346,11 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t);
 arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t);
 /* Marks t evicted without a buffer to free (an in-place op took it). */
 void remat_mark_evicted(coop_remat *r, coop_tensor *t);
+/* Undoes t's placement (pool lock held), as if it had never been made
+ * resident: its buffer freed without an eviction (no union-find class, no
+ * notice, no count), t out of the search index. For a record a failed
+ * call made and no handle names, freed next (remat.c's discard_record). */
+void remat_discard_locked(coop_remat *r, coop_tensor *t);
 
 /* Room in the union-find for n more nodes beyond one for every resident
  * tensor (num_resident): 0, or -1 when host memory ran out. */
