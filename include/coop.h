@@ -717,12 +717,16 @@ typedef struct coop_remat_stats {
  * COOP_TENSOR_MAX_COST_NS; and with
  * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
  * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). A
- * call that fails past these checks (no room, out of host memory) leaves
+ * call that fails past these checks (no room, out of host memory, a
+ * recompute callback's failure) leaves
  * what it would have changed as it was: no tensor is marked read (the last
  * accesses, and so the staleness the policies weigh, stay), the clock does
  * not move, no pin stays, no record is left (coop_remat_stats.records).
  * What it did on the way stays done: tensors evicted for room stay evicted
- * (on_evict told, counted in evictions), and its search is counted
+ * (on_evict told, counted in evictions), inputs recomputed on the way to
+ * the tensor asked for stay resident, valid (their callbacks ran: counted
+ * in recomputes, recompute_ns and the clock, and they read their own
+ * inputs), and its search is counted
  * (searches, search_ns, heuristic_evals, frag_failures, search_free_bytes),
  * as work spent; records no recomputation can need may have been
  * reclaimed (records_reclaimed). The

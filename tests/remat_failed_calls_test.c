@@ -154,6 +154,95 @@ static coop_status mutate_no_room(coop_remat *r, coop_tensor *const *t, bool *se
     return coop_tensor_mutate(r, t[0], 10, "m", &t[1], 1, NULL);
 }
 
+/* A recompute callback that fails for producer "y". */
+static coop_status fails_for_y(coop_tensor *t, void *producer, void *const *inputs, size_t n,
+                               void *out, void *user)
+{
+    (void)t, (void)inputs, (void)n, (void)out, (void)user;
+    return strcmp(producer, "y") ? COOP_OK : COOP_ERR_BACKEND;
+}
+
+typedef coop_status (*failing_access)(coop_remat *r, coop_tensor *x);
+
+/* x = op(a, y), both x and y evicted, a and b resident, b read after a;
+ * then (when not NULL) an access of x fails in y's recompute callback,
+ * after x's frame pinned a; then two kept tensors fill the pool, and e
+ * (1 block) must evict a or b: a, read longer ago, unless the failed
+ * access marked it read. Blocks: a y x b z, z released for room. */
+static void play_chain(coop_remat_policy policy, failing_access call, seen *after_call,
+                       seen *after_all)
+{
+    coop_pool *pool = pool_of(5);
+    coop_remat_config cfg = {.policy = policy, .cheap_threshold = -1, .recompute = fails_for_y};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_tensor *t[NT] = {0}, *z, *k;
+    enum { A, Y, X, B, K2, E };
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &t[A]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "y", NULL, 0, EV, &t[Y]), COOP_OK);
+    coop_tensor *ay[2] = {t[A], t[Y]};
+    assert_int_equal(coop_tensor_create(r, U, 1, "x", ay, 2, EV, &t[X]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "b", NULL, 0, EV, &t[B]), COOP_OK);
+    /* a read, the clock moved on, b read; then k evicts y and x, the only
+     * evictable tensors, and goes */
+    assert_int_equal(coop_tensor_pin(r, t[A], NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "z", NULL, 0, 0, &z), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, z), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, t[B], NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "k", NULL, 0, 0, &k), COOP_OK);
+    assert_false(coop_tensor_resident(t[X]) || coop_tensor_resident(t[Y]));
+    assert_int_equal(coop_tensor_unpin(r, t[A]), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, t[B]), COOP_OK);
+    assert_int_equal(coop_tensor_release(r, k), COOP_OK);
+    if (call) {
+        assert_int_equal(call(r, t[X]), COOP_ERR_BACKEND);
+        assert_false(coop_tensor_resident(t[X]) || coop_tensor_resident(t[Y]));
+    }
+    look(r, t, after_call);
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "k2", NULL, 0, 0, &t[K2]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "e1", NULL, 0, 0, &k), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "e", NULL, 0, EV, &t[E]), COOP_OK);
+    look(r, t, after_all);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+static coop_status access_x(coop_remat *r, coop_tensor *x)
+{
+    void *ptr = &ptr;
+    coop_status st = coop_tensor_access(r, x, &ptr);
+    assert_null(ptr);
+    return st;
+}
+
+static coop_status pin_x(coop_remat *r, coop_tensor *x)
+{
+    coop_status st = coop_tensor_pin(r, x, NULL);
+    /* no pin taken: an unpin is refused */
+    assert_int_equal(coop_tensor_unpin(r, x), COOP_ERR_INVALID);
+    return st;
+}
+
+static void a_failed_recompute_leaves_no_trace(void **state)
+{
+    const program *p = *state;
+    failing_access calls[] = {access_x, pin_x};
+    const char *names[] = {"access", "pin"};
+    for (int i = 0; i < 2; i++) {
+        seen before, plain, call_done, failed;
+        play_chain(p->policy, NULL, &before, &plain);
+        play_chain(p->policy, calls[i], &call_done, &failed);
+        char what[128];
+        snprintf(what, sizeof what, "%s failing in an input's recompute, policy %d, %s", names[i],
+                 (int)p->policy, "right after the call");
+        same(&before, &call_done, false, what);
+        snprintf(what, sizeof what, "%s failing in an input's recompute, policy %d, %s", names[i],
+                 (int)p->policy, "at the end");
+        same(&plain, &failed, false, what);
+    }
+}
+
 static const program programs[] = {
     {COOP_REMAT_COOP, false}, {COOP_REMAT_DTR, false}, {COOP_REMAT_LRU, false},
     {COOP_REMAT_COOP, true},  {COOP_REMAT_DTR, true},  {COOP_REMAT_LRU, true},
@@ -182,6 +271,9 @@ int main(void)
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[3]),
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[4]),
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[5]),
+        cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[0]),
+        cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[1]),
+        cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[2]),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

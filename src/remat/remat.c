@@ -251,6 +251,7 @@ void coop_remat_destroy(coop_remat *r)
     free(r->stack);
     free(r->frames);
     free(r->slots);
+    free(r->slot_clocks);
     free(r);
 }
 
@@ -715,12 +716,29 @@ static void **frame_slots(const coop_remat *r, const remat_frame *f)
     return r->slots ? r->slots + f->slot : NULL;
 }
 
-/* Pins input i of frame slots pinned, resident (it is read now). */
-static inline void pin_slot(coop_remat *r, void **pinned, size_t i, coop_tensor *in)
+/* Pins input i of frame f, resident. It is read now, if the frame's
+ * recompute callback succeeds: the clock is kept for finish_frame to mark
+ * it read (read_inputs), so that a recomputation that fails leaves its
+ * inputs' last accesses as they were. Nothing reads a pinned tensor's last
+ * access meanwhile (only an eviction candidate's is read). */
+static inline void pin_slot(coop_remat *r, const remat_frame *f, size_t i, coop_tensor *in)
 {
     remat_pin(r, in);
-    in->last_access = r->clock;
-    pinned[i] = in;
+    r->slots[f->slot + i] = in;
+    r->slot_clocks[f->slot + i] = r->clock;
+}
+
+/* Frame f's recompute callback succeeded: its inputs were read, each when
+ * it was pinned. The latest read stands: a frame above may have read the
+ * same input later, and finished first. */
+static void read_inputs(coop_remat *r, const remat_frame *f)
+{
+    const coop_tensor *t = f->t;
+    for (size_t i = 0; i < t->num_inputs; i++) {
+        uint64_t at = r->slot_clocks[f->slot + i];
+        if (t->inputs[i]->last_access < at)
+            t->inputs[i]->last_access = at;
+    }
 }
 
 /* Pushes a frame to make base tensor t (not resident) resident: its
@@ -730,7 +748,8 @@ static inline void pin_slot(coop_remat *r, void **pinned, size_t i, coop_tensor 
 static coop_status push_frame(coop_remat *r, coop_tensor *t)
 {
     if (GROW_ARRAY(r->frames, r->cap_frames, r->num_frames + 1, 16) ||
-        GROW_ARRAY(r->slots, r->cap_slots, r->num_slots + t->num_inputs, 64)) {
+        GROW_ARRAY(r->slots, r->cap_slots, r->num_slots + t->num_inputs, 64) ||
+        GROW_ARRAY(r->slot_clocks, r->cap_slot_clocks, r->num_slots + t->num_inputs, 64)) {
         char who[REMAT_DESCRIBE_MAX];
         return remat_host_nomem(r, "recomputing %s, chain depth %zu",
                                 remat_describe(r, t, true, who, sizeof who), r->num_frames + 1);
@@ -745,7 +764,7 @@ static coop_status push_frame(coop_remat *r, coop_tensor *t)
         coop_tensor *in = t->inputs[i];
         pinned[i] = NULL;
         if (in->ptr)
-            pin_slot(r, pinned, i, in);
+            pin_slot(r, f, i, in);
     }
     return COOP_OK;
 }
@@ -817,6 +836,7 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
             r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
         r->in_callback--;
         if (done == COOP_OK) {
+            read_inputs(r, f);
             remat_advance_clock(r, t->cost);
             r->stats.recomputes++;
             t->remats++;
@@ -862,7 +882,7 @@ static coop_status materialize(coop_remat *r, coop_tensor *root)
         if (pinned[i]) {
             f->next++;
         } else if (in->ptr) { /* recomputed by its frame, or by an earlier input's */
-            pin_slot(r, pinned, i, in);
+            pin_slot(r, f, i, in);
             f->next++;
         } else {
             st = push_frame(r, in); /* moves frames and slots */

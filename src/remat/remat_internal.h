@@ -113,6 +113,10 @@ struct coop_remat {
     size_t placing_output, placing_outputs;
     void **slots;
     size_t num_slots, cap_slots;
+    /* the clock when each slot's input was pinned: when the frame's op
+     * read it, if its recompute callback succeeds (remat.c's read_inputs) */
+    uint64_t *slot_clocks;
+    size_t cap_slot_clocks;
     coop_tensor *resident; /* list of resident base tensors */
     /* its length; the union-find always has room for that many more
      * nodes, so that evicting any of them (a release included, which
