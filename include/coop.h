@@ -787,7 +787,8 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
  * (COOP_ERR_NOMEM, the message giving the sum, the capacity and the number
  * of outputs), before any eviction; so is one output above the capacity.
  * Otherwise the outputs are placed one by one, and when one finds no room
- * (the message names it: "output I of N (BYTES bytes)") the tensors evicted
+ * (the message names it: "output I of N (BYTES bytes)", I counting
+ * from 1) the tensors evicted
  * to place the earlier ones stay evicted (on_evict told of them). outs must
  * not overlap inputs (COOP_ERR_INVALID: the outputs would overwrite the
  * inputs the op reads). */

@@ -488,7 +488,8 @@ static void mark_inputs_read(coop_remat *r, coop_tensor *const *inputs, size_t n
         inputs[i]->base->last_access = r->clock;
 }
 
-/* Out of host memory recording (what: "recording") output i of n for fn,
+/* Out of host memory recording (what: "recording") output i of n (from 0;
+ * named from 1) for fn,
  * or linking it to its inputs ("linking"): coop_tensor_create's one
  * output (single) is "a tensor of N bytes". */
 static __attribute__((cold, noinline)) coop_status outputs_host_nomem(const char *fn, bool single,
@@ -500,7 +501,7 @@ static __attribute__((cold, noinline)) coop_status outputs_host_nomem(const char
     if (single)
         snprintf(out, sizeof out, "a tensor of %zu bytes", size);
     else
-        snprintf(out, sizeof out, "output %zu of %zu (%zu bytes)", i, n, size);
+        snprintf(out, sizeof out, "output %zu of %zu (%zu bytes)", i + 1, n, size);
     if (!strcmp(what, "linking"))
         return coop_set_error(COOP_ERR_HOST_NOMEM,
                               "%s: out of host memory linking %s to its %zu %s", fn, out, inputs,

@@ -108,8 +108,9 @@ struct coop_remat {
     uint32_t in_callback;
     remat_frame *frames; /* materialize's stack */
     size_t num_frames, cap_frames;
-    /* coop_tensor_create_outputs is placing output placing_output of
-     * placing_outputs (0: it is not), which its messages name */
+    /* coop_tensor_create_outputs is placing output placing_output (from 0)
+     * of placing_outputs (0: it is not), which its messages name, counting
+     * from 1 ("output 1 of 2") */
     size_t placing_output, placing_outputs;
     void **slots;
     size_t num_slots, cap_slots;

@@ -15,7 +15,7 @@ const char *remat_describe(const coop_remat *r, const coop_tensor *t, bool recom
 {
     if (!recomputing) {
         if (r->placing_outputs)
-            snprintf(buf, size, "output %zu of %zu (%zu bytes)", r->placing_output,
+            snprintf(buf, size, "output %zu of %zu (%zu bytes)", r->placing_output + 1,
                      r->placing_outputs, t->size);
         else
             snprintf(buf, size, "a tensor of %zu bytes", t->size);
