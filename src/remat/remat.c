@@ -488,25 +488,17 @@ static void mark_inputs_read(coop_remat *r, coop_tensor *const *inputs, size_t n
         inputs[i]->base->last_access = r->clock;
 }
 
-/* Out of host memory recording (what: "recording") output i of n (from 0;
- * named from 1) for fn,
- * or linking it to its inputs ("linking"): coop_tensor_create's one
- * output (single) is "a tensor of N bytes". */
-static __attribute__((cold, noinline)) coop_status outputs_host_nomem(const char *fn, bool single,
-                                                                      const char *what, size_t i,
-                                                                      size_t n, size_t size,
-                                                                      size_t inputs)
+/* Out of host memory recording the output being placed (size bytes;
+ * named by remat_describe_new), or linking it to its inputs. */
+static __attribute__((cold, noinline)) coop_status
+output_host_nomem(const coop_remat *r, size_t size, bool linking, size_t inputs)
 {
-    char out[80];
-    if (single)
-        snprintf(out, sizeof out, "a tensor of %zu bytes", size);
-    else
-        snprintf(out, sizeof out, "output %zu of %zu (%zu bytes)", i + 1, n, size);
-    if (!strcmp(what, "linking"))
-        return coop_set_error(COOP_ERR_HOST_NOMEM,
-                              "%s: out of host memory linking %s to its %zu %s", fn, out, inputs,
-                              inputs == 1 ? "input" : "inputs");
-    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory %s %s", fn, what, out);
+    char out[REMAT_DESCRIBE_MAX];
+    remat_describe_new(r, size, out, sizeof out);
+    if (linking)
+        return remat_host_nomem(r, "linking %s to its %zu %s", out, inputs,
+                                inputs == 1 ? "input" : "inputs");
+    return remat_host_nomem(r, "recording %s", out);
 }
 
 /* Refuses outputs whose sizes, rounded up as the pool places them, add up
@@ -594,15 +586,14 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
         r->placing_outputs = single ? 0 : num_outputs;
         coop_tensor *t = new_record(r);
         if (!t) {
-            st = outputs_host_nomem(fn, single, "recording", made, num_outputs, sizes[made], 0);
+            st = output_host_nomem(r, sizes[made], false, 0);
             break;
         }
         t->size = sizes[made];
         t->flags = flags;
         t->handles = 1;
         if (set_producer(t, cost_ns, producer, NULL, inputs, num_inputs, NULL))
-            st = outputs_host_nomem(fn, single, "linking", made, num_outputs, sizes[made],
-                                    num_inputs);
+            st = output_host_nomem(r, sizes[made], true, num_inputs);
         else
             st = remat_alloc(r, t);
         if (st) {

@@ -381,7 +381,13 @@ static inline const char *remat_call_name(const coop_remat *r)
  * to be pushed as the first frame). Returns buf. */
 const char *remat_describe(const coop_remat *r, const coop_tensor *t, bool recomputing, char *buf,
                            size_t size);
-/* The length remat_describe needs. */
+/* How the call serving r names a new tensor of bytes (no record needed:
+ * a failed one has none): "output I of N (BYTES bytes)" while
+ * coop_tensor_create_outputs places output I (from 1) of N, else "a tensor
+ * of BYTES bytes". remat_describe's words when not recomputing. Returns
+ * buf. */
+const char *remat_describe_new(const coop_remat *r, size_t bytes, char *buf, size_t size);
+/* The length remat_describe and remat_describe_new need. */
 #define REMAT_DESCRIBE_MAX 128
 /* host memory ran out while the call serving r was doing what: the
  * message "<call>: out of host memory <what...>", formatted. */
