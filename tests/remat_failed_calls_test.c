@@ -71,6 +71,9 @@ static void same(const seen *a, const seen *b, bool searched, const char *what)
 typedef struct program {
     coop_remat_policy policy;
     bool copy_on_write;
+    /* every op's: 0 keeps the clock at its start, every last access equal,
+     * and the policies evict the tensor made resident earliest */
+    uint64_t cost;
 } program;
 
 static coop_remat *context_of(coop_pool *pool, const program *p)
@@ -97,16 +100,16 @@ static void play(const program *p, failing_call call, seen *after_call, seen *af
     coop_pool *pool = pool_of(4);
     coop_remat *r = context_of(pool, p);
     coop_tensor *t[NT] = {0};
-    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &t[0]), COOP_OK);
-    assert_int_equal(coop_tensor_create(r, U, 10, "b", NULL, 0, EV, &t[1]), COOP_OK);
-    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "c", NULL, 0, 0, &t[2]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, p->cost, "a", NULL, 0, EV, &t[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, p->cost, "b", NULL, 0, EV, &t[1]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U, p->cost, "c", NULL, 0, 0, &t[2]), COOP_OK);
     if (call)
         assert_int_not_equal(call(r, t, searched), COOP_OK);
     look(r, t, after_call);
     assert_int_equal(coop_tensor_release(r, t[2]), COOP_OK);
     t[2] = NULL;
-    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "d", NULL, 0, 0, &t[3]), COOP_OK);
-    assert_int_equal(coop_tensor_create(r, U, 10, "e", NULL, 0, EV, &t[4]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 2 * U, p->cost, "d", NULL, 0, 0, &t[3]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, p->cost, "e", NULL, 0, EV, &t[4]), COOP_OK);
     look(r, t, after_all);
     assert_int_equal(coop_pool_check(pool), COOP_OK);
     coop_remat_destroy(r);
@@ -244,8 +247,9 @@ static void a_failed_recompute_leaves_no_trace(void **state)
 }
 
 static const program programs[] = {
-    {COOP_REMAT_COOP, false}, {COOP_REMAT_DTR, false}, {COOP_REMAT_LRU, false},
-    {COOP_REMAT_COOP, true},  {COOP_REMAT_DTR, true},  {COOP_REMAT_LRU, true},
+    {COOP_REMAT_COOP, false, 10}, {COOP_REMAT_DTR, false, 10}, {COOP_REMAT_LRU, false, 10},
+    {COOP_REMAT_COOP, true, 10},  {COOP_REMAT_DTR, true, 10},  {COOP_REMAT_LRU, true, 10},
+    {COOP_REMAT_COOP, true, 0},   {COOP_REMAT_DTR, true, 0},   {COOP_REMAT_LRU, true, 0},
 };
 
 static void a_failed_create_leaves_no_trace(void **state)
@@ -271,6 +275,12 @@ int main(void)
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[3]),
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[4]),
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[5]),
+        cmocka_unit_test_prestate(a_failed_create_leaves_no_trace, (void *)&programs[6]),
+        cmocka_unit_test_prestate(a_failed_create_leaves_no_trace, (void *)&programs[7]),
+        cmocka_unit_test_prestate(a_failed_create_leaves_no_trace, (void *)&programs[8]),
+        cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[6]),
+        cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[7]),
+        cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[8]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[0]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[1]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[2]),

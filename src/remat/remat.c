@@ -1115,6 +1115,7 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
     void *prev_producer = b->producer;
     bool prev_in_place = b->in_place;
     uint32_t prev_remats = b->remats;
+    uint64_t prev_seq = b->resident_seq; /* how ties rank it (copy-on-write moves it) */
     /* old inherits b's producer and consumers; b becomes op(old, inputs) */
     old->size = b->size;
     old->flags = b->flags | COOP_TENSOR_EVICTABLE;
@@ -1153,6 +1154,7 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
         remat_unpin(r, old);
         if (st) { /* no room (or host memory): as if the op was never recorded */
             undo_in_place(r, b, old, prev_cost, prev_producer, prev_in_place, prev_remats);
+            remat_restore_resident_seq(r, b, prev_seq); /* not made resident again */
             discard_record(r, old);
             return st;
         }

@@ -399,7 +399,13 @@ coop_status remat_host_nomem(const coop_remat *r, const char *fmt, ...)
 coop_status remat_placing_failed(const coop_remat *r, const coop_tensor *t, coop_status st)
     __attribute__((cold));
 bool remat_evictable(const coop_tensor *t);
-/* Moves from's buffer (resident) to to, which must have none. */
+/* Gives resident t back the order of being made resident it had as seq
+ * (its resident_seq then), which ties between equal scores follow: after
+ * a hand-over undone (a copy-on-write coop_tensor_mutate that failed), as
+ * if t had never moved. O(resident tensors): failure paths only. */
+void remat_restore_resident_seq(coop_remat *r, coop_tensor *t, uint64_t seq);
+/* Moves from's buffer (resident) to to, which must have none; to is made
+ * resident now (the newest: a new resident_seq). */
 void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to);
 /* Runs on_evict for the victims collected, then forgets them. */
 void remat_notify_victims(coop_remat *r);
