@@ -488,17 +488,20 @@ static void mark_inputs_read(coop_remat *r, coop_tensor *const *inputs, size_t n
         inputs[i]->base->last_access = r->clock;
 }
 
-/* Out of host memory recording the output being placed (size bytes;
- * named by remat_describe_new), or linking it to its inputs. */
+/* fn ran out of host memory recording the output being placed (size
+ * bytes; named by remat_describe_new), or linking it to its inputs.
+ * coop_set_error here, not remat_host_nomem (another file): a static
+ * analyser sees that the status is not COOP_OK, as the caller relies on. */
 static __attribute__((cold, noinline)) coop_status
-output_host_nomem(const coop_remat *r, size_t size, bool linking, size_t inputs)
+output_host_nomem(const coop_remat *r, const char *fn, size_t size, bool linking, size_t inputs)
 {
     char out[REMAT_DESCRIBE_MAX];
     remat_describe_new(r, size, out, sizeof out);
     if (linking)
-        return remat_host_nomem(r, "linking %s to its %zu %s", out, inputs,
-                                inputs == 1 ? "input" : "inputs");
-    return remat_host_nomem(r, "recording %s", out);
+        return coop_set_error(COOP_ERR_HOST_NOMEM,
+                              "%s: out of host memory linking %s to its %zu %s", fn, out, inputs,
+                              inputs == 1 ? "input" : "inputs");
+    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory recording %s", fn, out);
 }
 
 /* Refuses outputs whose sizes, rounded up as the pool places them, add up
@@ -586,14 +589,14 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
         r->placing_outputs = single ? 0 : num_outputs;
         coop_tensor *t = new_record(r);
         if (!t) {
-            st = output_host_nomem(r, sizes[made], false, 0);
+            st = output_host_nomem(r, fn, sizes[made], false, 0);
             break;
         }
         t->size = sizes[made];
         t->flags = flags;
         t->handles = 1;
         if (set_producer(t, cost_ns, producer, NULL, inputs, num_inputs, NULL))
-            st = output_host_nomem(r, sizes[made], true, num_inputs);
+            st = output_host_nomem(r, fn, sizes[made], true, num_inputs);
         else
             st = remat_alloc(r, t);
         if (st) {
