@@ -716,7 +716,20 @@ typedef struct coop_remat_stats {
  * a size of 0 (or no outputs), unknown flags, a cost above
  * COOP_TENSOR_MAX_COST_NS; and with
  * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
- * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). The
+ * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). A
+ * call that fails past these checks (no room, out of host memory, a
+ * recompute callback's failure) leaves
+ * what it would have changed as it was: no tensor is marked read (the last
+ * accesses, and so the staleness the policies weigh, stay), the clock does
+ * not move, no pin stays, no record is left (coop_remat_stats.records).
+ * What it did on the way stays done: tensors evicted for room stay evicted
+ * (on_evict told, counted in evictions), inputs recomputed on the way to
+ * the tensor asked for stay resident, valid (their callbacks ran: counted
+ * in recomputes, recompute_ns and the clock, and they read their own
+ * inputs), and its search is counted
+ * (searches, search_ns, heuristic_evals, frag_failures, search_free_bytes),
+ * as work spent; records no recomputation can need may have been
+ * reclaimed (records_reclaimed). The
  * context is not thread-safe: one thread at a time (the pool's own calls
  * from other threads are fine; one thread may hand the context to
  * another between calls). Every call that takes the context or one of its
@@ -774,7 +787,8 @@ coop_status coop_tensor_create(coop_remat *r, size_t size, uint64_t cost_ns, voi
  * (COOP_ERR_NOMEM, the message giving the sum, the capacity and the number
  * of outputs), before any eviction; so is one output above the capacity.
  * Otherwise the outputs are placed one by one, and when one finds no room
- * (the message names it: "output I of N (BYTES bytes)") the tensors evicted
+ * (the message names it: "output I of N (BYTES bytes)", I counting
+ * from 1) the tensors evicted
  * to place the earlier ones stay evicted (on_evict told of them). outs must
  * not overlap inputs (COOP_ERR_INVALID: the outputs would overwrite the
  * inputs the op reads). */

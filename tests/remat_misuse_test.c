@@ -278,7 +278,7 @@ static void outputs_past_the_capacity_evict_nothing(void **state)
     assert_int_equal(coop_tensor_create_outputs(r, 2, fit, 10, "o", NULL, 0, EV, outs),
                      COOP_ERR_NOMEM);
     snprintf(want, sizeof want,
-             "coop_tensor_create_outputs: no room for output 1 of 2 (%u bytes): ", 2 * U + 1);
+             "coop_tensor_create_outputs: no room for output 2 of 2 (%u bytes): ", 2 * U + 1);
     assert_true(strncmp(coop_last_error(), want, strlen(want)) == 0);
     assert_null(outs[0]);
     /* one output past the capacity: remat_alloc's refusal, naming it */
@@ -286,7 +286,7 @@ static void outputs_past_the_capacity_evict_nothing(void **state)
     assert_int_equal(coop_tensor_create_outputs(r, 1, &one, 10, "o", NULL, 0, EV, outs),
                      COOP_ERR_NOMEM);
     snprintf(want, sizeof want,
-             "coop_tensor_create_outputs: output 0 of 1 (%u bytes) is larger than the pool's "
+             "coop_tensor_create_outputs: output 1 of 1 (%u bytes) is larger than the pool's "
              "capacity of %u bytes",
              4 * U + 1, 4 * U);
     assert_string_equal(coop_last_error(), want);
@@ -303,7 +303,7 @@ static void outputs_past_the_capacity_evict_nothing(void **state)
 
 /* After coop_tensor_create_outputs has placed its outputs, a later call
  * out of room names no output: a copy-on-write coop_tensor_mutate that
- * finds no room for the new value says its bytes, not "output 1 of 2"
+ * finds no room for the new value says its bytes, not "output 2 of 2"
  * (the outputs being placed are forgotten once the loop ends). Nothing
  * evictable: f and the outputs are not, the old value is pinned. */
 static void no_room_after_outputs_names_no_output(void **state)

@@ -251,6 +251,7 @@ void coop_remat_destroy(coop_remat *r)
     free(r->stack);
     free(r->frames);
     free(r->slots);
+    free(r->slot_clocks);
     free(r);
 }
 
@@ -353,6 +354,28 @@ static coop_tensor *new_record(coop_remat *r)
     r->all = t;
     r->num_records++;
     return t;
+}
+
+/* Frees the record of a failed call, which no handle names (it was never
+ * returned): its buffer (remat_discard_locked: no eviction), its links
+ * from its inputs, the record itself. The call then leaves the records and
+ * their count as it found them, rather than an unreachable record for the
+ * next collection. */
+static void discard_record(coop_remat *r, coop_tensor *t)
+{
+    pool_lock(r->pool);
+    remat_discard_locked(r, t);
+    pool_unlock(r->pool);
+    for (size_t i = t->num_inputs; i-- > 0;)
+        remove_last_child(t->inputs[i], t);
+    coop_tensor **link = &r->all; /* the newest records: at the head */
+    while (*link != t)
+        link = &(*link)->next_all;
+    *link = t->next_all;
+    r->num_records--;
+    free(t->inputs);
+    free(t->children);
+    free(t);
 }
 
 /* Sets t's producer: cost, opaque op and input bases (children links too).
@@ -465,24 +488,20 @@ static void mark_inputs_read(coop_remat *r, coop_tensor *const *inputs, size_t n
         inputs[i]->base->last_access = r->clock;
 }
 
-/* Out of host memory recording (what: "recording") output i of n for fn,
- * or linking it to its inputs ("linking"): coop_tensor_create's one
- * output (single) is "a tensor of N bytes". */
-static __attribute__((cold, noinline)) coop_status outputs_host_nomem(const char *fn, bool single,
-                                                                      const char *what, size_t i,
-                                                                      size_t n, size_t size,
-                                                                      size_t inputs)
+/* fn ran out of host memory recording the output being placed (size
+ * bytes; named by remat_describe_new), or linking it to its inputs.
+ * coop_set_error here, not remat_host_nomem (another file): a static
+ * analyser sees that the status is not COOP_OK, as the caller relies on. */
+static __attribute__((cold, noinline)) coop_status
+output_host_nomem(const coop_remat *r, const char *fn, size_t size, bool linking, size_t inputs)
 {
-    char out[80];
-    if (single)
-        snprintf(out, sizeof out, "a tensor of %zu bytes", size);
-    else
-        snprintf(out, sizeof out, "output %zu of %zu (%zu bytes)", i, n, size);
-    if (!strcmp(what, "linking"))
+    char out[REMAT_DESCRIBE_MAX];
+    remat_describe_new(r, size, out, sizeof out);
+    if (linking)
         return coop_set_error(COOP_ERR_HOST_NOMEM,
                               "%s: out of host memory linking %s to its %zu %s", fn, out, inputs,
                               inputs == 1 ? "input" : "inputs");
-    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory %s %s", fn, what, out);
+    return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of host memory recording %s", fn, out);
 }
 
 /* Refuses outputs whose sizes, rounded up as the pool places them, add up
@@ -561,29 +580,27 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
     if (!single && (st = check_outputs_fit(r, fn, num_outputs, sizes)))
         return st;
     /* after the checks: a refused call reclaims no record */
-    remat_maybe_collect(r); /* live inputs are kept */
-    mark_inputs_read(r, inputs, num_inputs);
+    remat_maybe_collect(r);            /* live inputs are kept */
     pin_inputs(r, inputs, num_inputs); /* the op reads them while its outputs are placed */
     size_t made = 0;
+    coop_tensor *failed = NULL; /* the output whose record or placement failed */
     for (; made < num_outputs; made++) {
         r->placing_output = made;
         r->placing_outputs = single ? 0 : num_outputs;
         coop_tensor *t = new_record(r);
         if (!t) {
-            st = outputs_host_nomem(fn, single, "recording", made, num_outputs, sizes[made], 0);
+            st = output_host_nomem(r, fn, sizes[made], false, 0);
             break;
         }
         t->size = sizes[made];
         t->flags = flags;
         t->handles = 1;
         if (set_producer(t, cost_ns, producer, NULL, inputs, num_inputs, NULL))
-            st = outputs_host_nomem(fn, single, "linking", made, num_outputs, sizes[made],
-                                    num_inputs);
+            st = output_host_nomem(r, fn, sizes[made], true, num_inputs);
         else
             st = remat_alloc(r, t);
         if (st) {
-            t->released = true; /* unreachable: the next collection reclaims it */
-            t->handles = 0;
+            failed = t;
             break;
         }
         remat_pin(r, t); /* placed: placing the next output must not evict it */
@@ -594,13 +611,19 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
     for (size_t i = 0; i < made; i++)
         remat_unpin(r, outs[i]);
     if (st) {
-        for (size_t i = 0; i < made; i++) {
-            coop_tensor_release(r, outs[i]); /* frees its buffer */
+        /* the op did not run: its records go (newest first), the inputs
+         * are not marked read, the clock stays (what was evicted to place
+         * the outputs stays evicted, coop.h) */
+        if (failed)
+            discard_record(r, failed);
+        for (size_t i = made; i-- > 0;) {
+            discard_record(r, outs[i]);
             outs[i] = NULL;
         }
         return st;
     }
-    remat_advance_clock(r, cost_ns); /* the op ran once */
+    mark_inputs_read(r, inputs, num_inputs); /* the op read them, at its start */
+    remat_advance_clock(r, cost_ns);         /* the op ran once */
     for (size_t i = 0; i < num_outputs; i++)
         outs[i]->last_access = r->clock;
     return COOP_OK;
@@ -688,12 +711,29 @@ static void **frame_slots(const coop_remat *r, const remat_frame *f)
     return r->slots ? r->slots + f->slot : NULL;
 }
 
-/* Pins input i of frame slots pinned, resident (it is read now). */
-static inline void pin_slot(coop_remat *r, void **pinned, size_t i, coop_tensor *in)
+/* Pins input i of frame f, resident. It is read now, if the frame's
+ * recompute callback succeeds: the clock is kept for finish_frame to mark
+ * it read (read_inputs), so that a recomputation that fails leaves its
+ * inputs' last accesses as they were. Nothing reads a pinned tensor's last
+ * access meanwhile (only an eviction candidate's is read). */
+static inline void pin_slot(coop_remat *r, const remat_frame *f, size_t i, coop_tensor *in)
 {
     remat_pin(r, in);
-    in->last_access = r->clock;
-    pinned[i] = in;
+    r->slots[f->slot + i] = in;
+    r->slot_clocks[f->slot + i] = r->clock;
+}
+
+/* Frame f's recompute callback succeeded: its inputs were read, each when
+ * it was pinned. The latest read stands: a frame above may have read the
+ * same input later, and finished first. */
+static void read_inputs(coop_remat *r, const remat_frame *f)
+{
+    const coop_tensor *t = f->t;
+    for (size_t i = 0; i < t->num_inputs; i++) {
+        uint64_t at = r->slot_clocks[f->slot + i];
+        if (t->inputs[i]->last_access < at)
+            t->inputs[i]->last_access = at;
+    }
 }
 
 /* Pushes a frame to make base tensor t (not resident) resident: its
@@ -703,7 +743,8 @@ static inline void pin_slot(coop_remat *r, void **pinned, size_t i, coop_tensor 
 static coop_status push_frame(coop_remat *r, coop_tensor *t)
 {
     if (GROW_ARRAY(r->frames, r->cap_frames, r->num_frames + 1, 16) ||
-        GROW_ARRAY(r->slots, r->cap_slots, r->num_slots + t->num_inputs, 64)) {
+        GROW_ARRAY(r->slots, r->cap_slots, r->num_slots + t->num_inputs, 64) ||
+        GROW_ARRAY(r->slot_clocks, r->cap_slot_clocks, r->num_slots + t->num_inputs, 64)) {
         char who[REMAT_DESCRIBE_MAX];
         return remat_host_nomem(r, "recomputing %s, chain depth %zu",
                                 remat_describe(r, t, true, who, sizeof who), r->num_frames + 1);
@@ -718,7 +759,7 @@ static coop_status push_frame(coop_remat *r, coop_tensor *t)
         coop_tensor *in = t->inputs[i];
         pinned[i] = NULL;
         if (in->ptr)
-            pin_slot(r, pinned, i, in);
+            pin_slot(r, f, i, in);
     }
     return COOP_OK;
 }
@@ -790,6 +831,7 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
             r->cfg.recompute(t, t->producer, ptrs, t->num_inputs, t->ptr, r->cfg.user);
         r->in_callback--;
         if (done == COOP_OK) {
+            read_inputs(r, f);
             remat_advance_clock(r, t->cost);
             r->stats.recomputes++;
             t->remats++;
@@ -835,7 +877,7 @@ static coop_status materialize(coop_remat *r, coop_tensor *root)
         if (pinned[i]) {
             f->next++;
         } else if (in->ptr) { /* recomputed by its frame, or by an earlier input's */
-            pin_slot(r, pinned, i, in);
+            pin_slot(r, f, i, in);
             f->next++;
         } else {
             st = push_frame(r, in); /* moves frames and slots */
@@ -844,12 +886,19 @@ static coop_status materialize(coop_remat *r, coop_tensor *root)
     return st;
 }
 
-/* access without the handle checks: b is a base tensor. */
-static coop_status access_storage(coop_remat *r, coop_tensor *b, void **ptr)
+/* Makes base tensor b resident (recomputing it as needed) without marking
+ * it read: a call that may still fail marks it at its end. */
+static coop_status make_resident(coop_remat *r, coop_tensor *b)
 {
     if (!b->ptr) /* it will evict to make room */
         remat_maybe_compact(r);
-    coop_status st = materialize(r, b);
+    return materialize(r, b);
+}
+
+/* access without the handle checks: b is a base tensor. */
+static coop_status access_storage(coop_remat *r, coop_tensor *b, void **ptr)
+{
+    coop_status st = make_resident(r, b);
     if (st)
         return st;
     b->last_access = r->clock;
@@ -995,7 +1044,8 @@ static coop_tensor **prepare_in_place(coop_tensor *b, coop_tensor *const *inputs
 
 /* Undoes a recorded in-place op whose copy-on-write placement failed
  * (b's buffer already handed to old): b takes its buffer, producer and
- * consumers back, and old is left as an unreachable released record. */
+ * consumers back; old is left with neither (nor a buffer), for
+ * discard_record. */
 static void undo_in_place(coop_remat *r, coop_tensor *b, coop_tensor *old, uint64_t cost,
                           void *producer, bool in_place, uint32_t remats)
 {
@@ -1046,7 +1096,7 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
     for (size_t i = 0; i < num_inputs; i++)
         if (inputs[i]->base != b)
             remat_pin(r, inputs[i]->base);
-    st = access_storage(r, b, NULL);
+    st = make_resident(r, b); /* marked read once the op is recorded */
     for (size_t i = 0; i < num_inputs; i++)
         if (inputs[i]->base != b)
             remat_unpin(r, inputs[i]->base);
@@ -1068,6 +1118,7 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
     void *prev_producer = b->producer;
     bool prev_in_place = b->in_place;
     uint32_t prev_remats = b->remats;
+    uint64_t prev_seq = b->resident_seq; /* how ties rank it (copy-on-write moves it) */
     /* old inherits b's producer and consumers; b becomes op(old, inputs) */
     old->size = b->size;
     old->flags = b->flags | COOP_TENSOR_EVICTABLE;
@@ -1106,6 +1157,8 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
         remat_unpin(r, old);
         if (st) { /* no room (or host memory): as if the op was never recorded */
             undo_in_place(r, b, old, prev_cost, prev_producer, prev_in_place, prev_remats);
+            remat_restore_resident_seq(r, b, prev_seq); /* not made resident again */
+            discard_record(r, old);
             return st;
         }
         if (old_value)

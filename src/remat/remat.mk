@@ -26,13 +26,17 @@ check_PROGRAMS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/
 	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test \
 	tests/remat_collect_test tests/remat_misuse_test tests/sim_outcome_test \
 	tests/remat_values_test tests/remat_streams_test tests/remat_degenerate_test \
-	tests/remat_example_test
+	tests/remat_example_test tests/remat_failed_calls_test
 TESTS += tests/union_find_test tests/dtr_log_test tests/sim_test tests/sim_reference_test \
 	tests/window_test tests/remat_test tests/breaker_index_test tests/remat_cost_test \
 	tests/sim_lib_test tests/remat_cache_test tests/sim_live_test tests/remat_live_test \
 	tests/remat_collect_test tests/remat_misuse_test tests/sim_outcome_test \
 	tests/remat_values_test tests/remat_streams_test tests/remat_degenerate_test \
-	tests/remat_example_test
+	tests/remat_example_test tests/remat_failed_calls_test
+tests_remat_failed_calls_test_SOURCES = tests/remat_failed_calls_test.c tests/remat_block_fixture.h
+tests_remat_failed_calls_test_CFLAGS = $(TESTCFLAGS)
+tests_remat_failed_calls_test_LDADD = $(TESTLIBS)
+tests_remat_failed_calls_test_LDFLAGS = $(TESTLDFLAGS)
 tests_remat_example_test_SOURCES = tests/remat_example_test.c
 tests_remat_example_test_CFLAGS = $(TESTCFLAGS)
 tests_remat_example_test_LDADD = $(TESTLIBS) -lm

@@ -153,6 +153,38 @@ arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t)
     return merged;
 }
 
+void remat_restore_resident_seq(coop_remat *r, coop_tensor *t, uint64_t seq)
+{
+    resident_unlink(r, t);
+    t->resident_seq = seq;
+    /* the list runs from the newest: t goes before the first older one */
+    coop_tensor *prev = NULL, *next = r->resident;
+    while (next && next->resident_seq > seq) {
+        prev = next;
+        next = next->next_resident;
+    }
+    t->prev_resident = prev;
+    t->next_resident = next;
+    if (prev)
+        prev->next_resident = t;
+    else
+        r->resident = t;
+    if (next)
+        next->prev_resident = t;
+    r->num_resident++;
+}
+
+void remat_discard_locked(coop_remat *r, coop_tensor *t)
+{
+    remat_search_index_drop_locked(r, t); /* reads t's block while it is there */
+    if (!t->ptr)
+        return;
+    pool_free_locked(r->pool, t->ptr, NULL);
+    t->ptr = NULL;
+    resident_unlink(r, t);
+    r->stats.resident_bytes -= t->size;
+}
+
 void remat_notify_victims(coop_remat *r)
 {
     r->in_callback++; /* the context's calls refuse to run from on_evict */

@@ -108,11 +108,16 @@ struct coop_remat {
     uint32_t in_callback;
     remat_frame *frames; /* materialize's stack */
     size_t num_frames, cap_frames;
-    /* coop_tensor_create_outputs is placing output placing_output of
-     * placing_outputs (0: it is not), which its messages name */
+    /* coop_tensor_create_outputs is placing output placing_output (from 0)
+     * of placing_outputs (0: it is not), which its messages name, counting
+     * from 1 ("output 1 of 2") */
     size_t placing_output, placing_outputs;
     void **slots;
     size_t num_slots, cap_slots;
+    /* the clock when each slot's input was pinned: when the frame's op
+     * read it, if its recompute callback succeeds (remat.c's read_inputs) */
+    uint64_t *slot_clocks;
+    size_t cap_slot_clocks;
     coop_tensor *resident; /* list of resident base tensors */
     /* its length; the union-find always has room for that many more
      * nodes, so that evicting any of them (a release included, which
@@ -290,6 +295,9 @@ static inline void remat_touch(coop_remat *r, coop_tensor *t)
 /* Takes t out of both (pool lock held) before its buffer is freed or
  * handed over. */
 void remat_search_index_forget_locked(coop_remat *r, coop_tensor *t);
+/* Takes t out of both and out of the tensors touched (pool lock held):
+ * t's record is about to be freed (remat_discard_locked). */
+void remat_search_index_drop_locked(coop_remat *r, coop_tensor *t);
 /* Brings both up to date with the tensors touched (pool lock held): call
  * before a search. */
 void remat_search_index_sync_locked(coop_remat *r);
@@ -343,6 +351,11 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t);
 arena_block *remat_evict_locked(coop_remat *r, coop_tensor *t);
 /* Marks t evicted without a buffer to free (an in-place op took it). */
 void remat_mark_evicted(coop_remat *r, coop_tensor *t);
+/* Undoes t's placement (pool lock held), as if it had never been made
+ * resident: its buffer freed without an eviction (no union-find class, no
+ * notice, no count), t out of the search index. For a record a failed
+ * call made and no handle names, freed next (remat.c's discard_record). */
+void remat_discard_locked(coop_remat *r, coop_tensor *t);
 
 /* Room in the union-find for n more nodes beyond one for every resident
  * tensor (num_resident): 0, or -1 when host memory ran out. */
@@ -368,7 +381,13 @@ static inline const char *remat_call_name(const coop_remat *r)
  * to be pushed as the first frame). Returns buf. */
 const char *remat_describe(const coop_remat *r, const coop_tensor *t, bool recomputing, char *buf,
                            size_t size);
-/* The length remat_describe needs. */
+/* How the call serving r names a new tensor of bytes (no record needed:
+ * a failed one has none): "output I of N (BYTES bytes)" while
+ * coop_tensor_create_outputs places output I (from 1) of N, else "a tensor
+ * of BYTES bytes". remat_describe's words when not recomputing. Returns
+ * buf. */
+const char *remat_describe_new(const coop_remat *r, size_t bytes, char *buf, size_t size);
+/* The length remat_describe and remat_describe_new need. */
 #define REMAT_DESCRIBE_MAX 128
 /* host memory ran out while the call serving r was doing what: the
  * message "<call>: out of host memory <what...>", formatted. */
@@ -380,7 +399,13 @@ coop_status remat_host_nomem(const coop_remat *r, const char *fmt, ...)
 coop_status remat_placing_failed(const coop_remat *r, const coop_tensor *t, coop_status st)
     __attribute__((cold));
 bool remat_evictable(const coop_tensor *t);
-/* Moves from's buffer (resident) to to, which must have none. */
+/* Gives resident t back the order of being made resident it had as seq
+ * (its resident_seq then), which ties between equal scores follow: after
+ * a hand-over undone (a copy-on-write coop_tensor_mutate that failed), as
+ * if t had never moved. O(resident tensors): failure paths only. */
+void remat_restore_resident_seq(coop_remat *r, coop_tensor *t, uint64_t seq);
+/* Moves from's buffer (resident) to to, which must have none; to is made
+ * resident now (the newest: a new resident_seq). */
 void remat_hand_over(coop_remat *r, coop_tensor *from, coop_tensor *to);
 /* Runs on_evict for the victims collected, then forgets them. */
 void remat_notify_victims(coop_remat *r);

@@ -10,17 +10,21 @@
 #include "remat/remat_internal.h"
 #include "status.h"
 
+const char *remat_describe_new(const coop_remat *r, size_t bytes, char *buf, size_t size)
+{
+    if (r->placing_outputs) /* counted from 1, as the reader counts */
+        snprintf(buf, size, "output %zu of %zu (%zu bytes)", r->placing_output + 1,
+                 r->placing_outputs, bytes);
+    else
+        snprintf(buf, size, "a tensor of %zu bytes", bytes);
+    return buf;
+}
+
 const char *remat_describe(const coop_remat *r, const coop_tensor *t, bool recomputing, char *buf,
                            size_t size)
 {
-    if (!recomputing) {
-        if (r->placing_outputs)
-            snprintf(buf, size, "output %zu of %zu (%zu bytes)", r->placing_output,
-                     r->placing_outputs, t->size);
-        else
-            snprintf(buf, size, "a tensor of %zu bytes", t->size);
-        return buf;
-    }
+    if (!recomputing)
+        return remat_describe_new(r, t->size, buf, size);
     const coop_tensor *asked = r->num_frames ? r->frames[0].t : t;
     if (asked == t)
         snprintf(buf, size, "tensor %p (%zu bytes)", (const void *)t, t->size);

@@ -33,6 +33,7 @@
  * resident list, and both when a change cannot be remembered.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "remat/remat_internal.h"
 
@@ -126,6 +127,21 @@ void remat_search_index_forget_locked(coop_remat *r, coop_tensor *t)
     arena_block *b = arena_lookup(pool_arena(r->pool), (uintptr_t)t->ptr);
     if (!b || breaker_index_remove(r->breakers, b))
         drop_breakers(r);
+}
+
+void remat_search_index_drop_locked(coop_remat *r, coop_tensor *t)
+{
+    remat_search_index_forget_locked(r, t);
+    if (!t->dirty)
+        return;
+    /* a failed call's record, rare: the list keeps its order */
+    for (size_t i = 0; i < r->num_dirty; i++)
+        if (r->dirty[i] == t) {
+            memmove(&r->dirty[i], &r->dirty[i + 1], (r->num_dirty - i - 1) * sizeof *r->dirty);
+            r->num_dirty--;
+            break;
+        }
+    t->dirty = false;
 }
 
 void remat_search_index_sync_locked(coop_remat *r)
