@@ -137,6 +137,27 @@ static void block(pk *p, int64_t addr, int64_t size, int64_t requested, const ch
     end_dict(p);
 }
 
+/* A segment's blocks tile it in address order (see
+ * test_blocks_tile_their_segment): fixtures whose blocks leave gaps list
+ * inactive blocks in them. tiled_block adds the one from *next (the end of
+ * the block before, or the segment's start) up to addr, if any, then the
+ * block, and sets *next to its end; fill_to adds the one up to end. */
+static void fill_to(pk *p, int64_t *next, int64_t end)
+{
+    if (end > *next) {
+        block(p, *next, end - *next, 0, "inactive");
+        *next = end;
+    }
+}
+
+static void tiled_block(pk *p, int64_t *next, int64_t addr, int64_t size, int64_t requested,
+                        const char *state)
+{
+    fill_to(p, next, addr);
+    block(p, addr, size, requested, state);
+    *next = addr + size;
+}
+
 /* Starts p afresh: a protocol-4 pickle whose top object is a dict (memo 0),
  * as PyTorch writes a snapshot. */
 static void begin_snapshot(pk *p)
@@ -179,9 +200,11 @@ static void reference_snapshot(pk *p)
     key_str(p, "segment_type", "large");
     str(p, "blocks");
     begin_list(p);
-    block(p, 0x2000, 512, 128, "active_allocated"); /* allocated in the trace */
-    block(p, 0x4000, 512, 300, "active_allocated"); /* never seen: live at start */
-    block(p, 0x5000, 4096, 0, "inactive");          /* free: ignored */
+    int64_t next = 0; /* inactive blocks between these, and to the end */
+    tiled_block(p, &next, 0x2000, 512, 128, "active_allocated"); /* allocated in the trace */
+    tiled_block(p, &next, 0x4000, 512, 300, "active_allocated"); /* never seen: live at start */
+    tiled_block(p, &next, 0x5000, 4096, 0, "inactive");          /* free: ignored */
+    fill_to(p, &next, 2 << 20);
     end_list(p);
     end_dict(p);
     begin_dict(p); /* another device: not read */
@@ -579,11 +602,14 @@ static void test_adopted_over_a_live_block(void **state)
 /* A snapshot whose one segment (1 MiB at 0) lists the blocks of blocks
  * (address, size; all active_allocated, requested 64 bytes), after a trace
  * of entries (action, addr, size; stream 0); with split, blocks[split] on
- * go in a second segment (1 MiB at seg1_addr). Returns the byte offset of each
- * block's dict in at. */
+ * go in a second segment (1 MiB at seg1_addr). Inactive blocks fill each
+ * segment's gaps (tiled_block), so a block at 0x1000 in the segment at 0 is
+ * its blocks[1]. Returns the byte offset of each block's dict in at. */
 typedef struct seg_case {
     const char *name;
     int64_t blocks[3][2];
+    size_t split;
+    int64_t seg1_addr;
     struct {
         const char *action;
         int64_t addr, size;
@@ -591,25 +617,28 @@ typedef struct seg_case {
     const char *error[3]; /* fragments of the error; none: read */
 } seg_case;
 
-static void segment_snapshot(pk *p, const seg_case *c, size_t split, int64_t seg1_addr,
-                             size_t at[3])
+static void segment_snapshot(pk *p, const seg_case *c, size_t at[3])
 {
     begin_snapshot(p);
     str(p, "segments");
     begin_list(p);
     for (size_t from = 0, seg = 0; from < 3 && c->blocks[from][1]; seg++) {
-        size_t to = !seg && split ? split : 3;
+        size_t to = !seg && c->split ? c->split : 3;
+        int64_t next = seg ? c->seg1_addr : 0;
         begin_dict(p);
         key_int(p, "device", 0);
-        key_int(p, "address", seg ? seg1_addr : 0);
+        key_int(p, "address", next);
         key_int(p, "total_size", 1 << 20);
         key_int(p, "stream", 0);
         str(p, "blocks");
         begin_list(p);
+        int64_t end = next + (1 << 20);
         for (; from < to && c->blocks[from][1]; from++) {
+            fill_to(p, &next, c->blocks[from][0]);
             at[from] = p->n;
-            block(p, c->blocks[from][0], c->blocks[from][1], 64, "active_allocated");
+            tiled_block(p, &next, c->blocks[from][0], c->blocks[from][1], 64, "active_allocated");
         }
+        fill_to(p, &next, end);
         end_list(p);
         end_dict(p);
     }
@@ -627,56 +656,79 @@ static void segment_snapshot(pk *p, const seg_case *c, size_t split, int64_t seg
 
 /* The final segments are one copy of the allocator's state: two of their
  * allocated blocks never overlap, whether the trace allocated one of them
- * or not. A block they list that the trace never allocated was live since
+ * or not. Within a segment they tile it (test_blocks_tile_their_segment), so
+ * two listed blocks overlap only in two segments that overlap (refused too,
+ * see test_segments_overlap, but the blocks' overlap, more precise, is named
+ * first). A block they list that the trace never allocated was live since
  * before recording began, so it cannot overlap a block the trace holds live
  * at its end (allocated, or first seen by a free_requested) either. Each is
- * refused naming both blocks; blocks beside each other are read. */
+ * refused naming both blocks (the later listed at the earlier); blocks
+ * beside each other, in one segment or two, are read. */
 static void test_final_segments_overlap(void **state)
 {
     (void)state;
     static const seg_case cases[] = {
         {"two listed blocks",
          {{0x1000, 4096}, {0x1800, 512}},
+         1,
+         0x1800,
          {{"alloc", 0x90000, 512}},
-         {"segments[0].blocks[1]: block 0x1800 (512 bytes) overlaps 0x1000 (4096 bytes), "
-          "segments[0].blocks[0] at byte ",
+         {"segments[1].blocks[0]: block 0x1800 (512 bytes) overlaps 0x1000 (4096 bytes), "
+          "segments[0].blocks[1] at byte ",
           "both allocated in the final segments"}},
         {"a listed block the trace allocated",
          {{0x1000, 4096}, {0x1800, 512}},
+         1,
+         0x1800,
          {{"alloc", 0x1000, 4096}},
-         {"segments[0].blocks[1]: block 0x1800 (512 bytes) overlaps 0x1000 (4096 bytes), "}},
+         {"segments[1].blocks[0]: block 0x1800 (512 bytes) overlaps 0x1000 (4096 bytes), "}},
         {"a block the trace holds live, not listed",
          {{0x1800, 512}},
+         0,
+         0,
          {{"alloc", 0x1000, 4096}},
-         {"segments[0].blocks[0]: block 0x1800 (stream 0, 64 bytes), allocated here and never "
+         {"segments[0].blocks[1]: block 0x1800 (stream 0, 64 bytes), allocated here and never "
           "in the trace (so live since before recording began), overlaps 0x1000 (stream 0, 4096 "
           "bytes), which the entry at byte ",
           "allocated and not freed"}},
         {"a block first seen by its free_requested",
          {{0x1800, 512}},
+         0,
+         0,
          {{"free_requested", 0x1000, 4096}},
-         {"segments[0].blocks[0]: block 0x1800 (stream 0, 64 bytes), ",
+         {"segments[0].blocks[1]: block 0x1800 (stream 0, 64 bytes), ",
           "free_requested with no alloc before it"}},
         {"by one byte",
          {{0x1000, 4096}, {0x1fff, 512}},
+         1,
+         0x1fff,
          {{"alloc", 0x90000, 512}},
-         {"segments[0].blocks[1]: block 0x1fff (512 bytes) overlaps 0x1000 (4096 bytes), "
-          "segments[0].blocks[0] at byte "}},
-        /* at one address: the later listed named at the earlier */
+         {"segments[1].blocks[0]: block 0x1fff (512 bytes) overlaps 0x1000 (4096 bytes), "
+          "segments[0].blocks[1] at byte "}},
         {"at one address",
          {{0x1000, 4096}, {0x1000, 512}},
+         1,
+         0x1000,
          {{"alloc", 0x90000, 512}},
-         {"segments[0].blocks[1]: block 0x1000 (512 bytes) overlaps 0x1000 (4096 bytes), "
-          "segments[0].blocks[0] at byte "}},
+         {"segments[1].blocks[0]: block 0x1000 (512 bytes) overlaps 0x1000 (4096 bytes), "
+          "segments[0].blocks[1] at byte "}},
         {"beside each other",
-         {{0x1000, 4096}, {0x2000, 512}, {0x0f00, 256}},
+         {{0x0f00, 256}, {0x1000, 4096}, {0x2000, 512}},
+         0,
+         0,
          {{"alloc", 0x1000, 4096}, {"alloc", 0x3000, 512}, {"free_requested", 0x3000, 512}},
+         {NULL}},
+        {"beside each other in two segments",
+         {{0xff000, 4096}, {0x100000, 512}},
+         1,
+         0x100000,
+         {{"alloc", 0xff000, 4096}},
          {NULL}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         pk p;
         size_t at[3] = {0};
-        segment_snapshot(&p, &cases[c], 0, 0, at);
+        segment_snapshot(&p, &cases[c], at);
         trace t;
         coop_status st = read_bytes(p.b, p.n, 0, &t);
         if (!cases[c].error[0]) {
@@ -685,18 +737,23 @@ static void test_final_segments_overlap(void **state)
             trace_free(&t);
             continue;
         }
-        char where[40];
-        snprintf(where, sizeof where, ": byte %zu: ", at[0x1800 == cases[c].blocks[0][0] ? 0 : 1]);
+        /* the later listed, named at the earlier */
+        int two = cases[c].blocks[1][1] != 0;
+        char where[40], earlier[40];
+        snprintf(where, sizeof where, ": byte %zu: ", at[two]);
+        snprintf(earlier, sizeof earlier, "at byte %zu: ", at[0]);
         print_message("%s\n", cases[c].name);
         fixture_expect_error(st, where, cases[c].error[0],
-                             cases[c].error[1] ? cases[c].error[1] : "", NULL);
+                             cases[c].error[1] ? cases[c].error[1] : "", two ? earlier : "", NULL);
         assert_null(t.events);
     }
 }
 
 /* Two segments whose allocated blocks overlap: the message names each
- * block by its own segment and index (segments[0].blocks[1] is the earlier
- * block, segments[1].blocks[0] the later one, the one read). */
+ * block by its own segment and index, which differ (segments[0].blocks[3]
+ * is the earlier block, after inactive ones below 0x800 and 0x1000, and
+ * segments[1].blocks[1] the later one, the one read, after the inactive one
+ * from its segment's start at 0x1000). */
 static void test_final_segments_overlap_in_two_segments(void **state)
 {
     (void)state;
@@ -705,17 +762,19 @@ static void test_final_segments_overlap_in_two_segments(void **state)
     static const seg_case c = {
         .name = "in two segments",
         .blocks = {{0x0800, 256}, {0x1000, 4096}, {0x1800, 512}},
+        .split = 2, /* blocks[2] in segments[1] */
+        .seg1_addr = 0x1000,
         .entries = {{"alloc", 0x90000, 512}},
     };
     pk p;
     size_t at[3] = {0};
-    segment_snapshot(&p, &c, 2, 0x1000, at); /* blocks[2] in segments[1] */
+    segment_snapshot(&p, &c, at);
     trace t;
     char where[40], earlier[80];
     snprintf(where, sizeof where, ": byte %zu: ", at[2]);
-    snprintf(earlier, sizeof earlier, "segments[0].blocks[1] at byte %zu: ", at[1]);
+    snprintf(earlier, sizeof earlier, "segments[0].blocks[3] at byte %zu: ", at[1]);
     fixture_expect_error(read_bytes(p.b, p.n, 0, &t), where,
-                         "segments[1].blocks[0]: block 0x1800 (512 bytes) overlaps 0x1000 "
+                         "segments[1].blocks[1]: block 0x1800 (512 bytes) overlaps 0x1000 "
                          "(4096 bytes), ",
                          earlier, "both allocated in the final segments", NULL);
     assert_null(t.events);
@@ -821,6 +880,86 @@ static void test_block_outside_its_segment(void **state)
                  cases[c].bad_block);
         fixture_expect_error(read_bytes(p.b, p.n, 0, &t), where, cases[c].what,
                              " lies outside its segment [0x100000, 0x200000)", NULL);
+        assert_null(t.events);
+    }
+}
+
+/* PyTorch lists a segment's blocks by following each block's successor from
+ * the segment's head: they tile it in address order. A block starting after
+ * its segment's start or the previous block's end (a gap), or before the
+ * previous block's end (an overlap, or a block listed twice), is refused naming the block and where
+ * it should start; blocks ending short of their segment's end, with or without addresses, are
+ * refused naming the segment's range and where they end (past it: test_block_outside_its_segment).
+ * A segment without blocks is read. */
+static void test_blocks_tile_their_segment(void **state)
+{
+    (void)state;
+    static const struct {
+        test_segment seg;
+        int without_addresses;
+        int bad_block; /* -1: the segment; -2: read */
+        const char *what;
+    } cases[] = {
+        {{0x100000, 0x100000, {{0x101000, 0xff000}}},
+         0,
+         0,
+         "block 0x101000 starts after its segment's start 0x100000, leaving a gap: "},
+        {{0x100000, 0x100000, {{0x100000, 0x1000}, {0x102000, 0xfe000}}},
+         0,
+         1,
+         "block 0x102000 starts after the previous one's end 0x101000, leaving a gap: "},
+        {{0x100000, 0x100000, {{0x100000, 0x2000}, {0x101000, 0xff000}}},
+         0,
+         1,
+         "block 0x101000 starts before the previous one's end 0x102000: "},
+        /* out of order: a block listed before a lower one leaves a gap
+         * before it (the lower one is never reached), first or not */
+        {{0x100000, 0x100000, {{0x101000, 0xff000}, {0x100000, 0x1000}}},
+         0,
+         0,
+         "block 0x101000 starts after its segment's start 0x100000, leaving a gap: "},
+        {{0x100000, 0x100000, {{0x100000, 0x1000}, {0x180000, 0x80000}, {0x101000, 0x7f000}}},
+         0,
+         1,
+         "block 0x180000 starts after the previous one's end 0x101000, leaving a gap: "},
+        /* listed twice: it starts before its own end */
+        {{0x100000, 0x100000, {{0x100000, 0x1000}, {0x101000, 0xff000}, {0x101000, 0xff000}}},
+         0,
+         2,
+         "block 0x101000 starts before the previous one's end 0x200000: "},
+        {{0x100000, 0x100000, {{0x100000, 0x1000}, {0x101000, 0x1000}}},
+         0,
+         -1,
+         "segment [0x100000, 0x200000)'s blocks end at 0x102000, short of its end: "},
+        {{0x100000, 0x100000, {{0, 0x1000}, {0, 0x1000}}},
+         1,
+         -1,
+         "segment [0x100000, 0x200000)'s blocks end at 0x102000, short of its end: "},
+        {{0x100000, 0x100000, {{0x100000, 0x100000}}}, 0, -2, NULL},
+        {{0x100000, 0x100000, {{0, 0}}}, 0, -2, NULL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pk p;
+        size_t seg_at[1], blk_at[1][3];
+        segments_snapshot(&p, &cases[c].seg, 1, cases[c].without_addresses, seg_at, blk_at);
+        trace t;
+        if (cases[c].bad_block == -2) {
+            assert_int_equal(read_bytes(p.b, p.n, 0, &t), COOP_OK);
+            fixture_check_invariants(&t);
+            assert_int_equal(t.num_final_segments, 1);
+            trace_free(&t);
+            continue;
+        }
+        char where[80];
+        if (cases[c].bad_block < 0)
+            snprintf(where, sizeof where, ": byte %zu: segments[0]: ", seg_at[0]);
+        else
+            snprintf(where, sizeof where,
+                     ": byte %zu: segments[0].blocks[%d]: ", blk_at[0][cases[c].bad_block],
+                     cases[c].bad_block);
+        print_message("case %zu\n", c);
+        fixture_expect_error(read_bytes(p.b, p.n, 0, &t), where, cases[c].what,
+                             "a segment's blocks tile it in address order", NULL);
         assert_null(t.events);
     }
 }
@@ -1117,7 +1256,7 @@ static void repeated_segment(pk *p, int share_segment)
     key_int(p, "total_size", 2 << 20);
     str(p, "blocks");
     begin_list(p); /* memo 3 */
-    block(p, 0x100000, 512, 512, "active_allocated");
+    block(p, 0x100000, 2 << 20, 512, "active_allocated");
     end_list(p);
     end_dict(p);
     if (share_segment) {
@@ -1612,6 +1751,10 @@ static void test_blocks_without_addresses(void **state)
     begin_dict(&p);
     key_int(&p, "size", 2048);
     key_str(&p, "state", "active_pending_free");
+    end_dict(&p);
+    begin_dict(&p); /* the rest of the segment */
+    key_int(&p, "size", (2 << 20) - 512 - 1024 - 2048);
+    key_str(&p, "state", "inactive");
     end_dict(&p);
     end_list(&p);
     end_dict(&p);
@@ -2171,8 +2314,8 @@ static void entries_as_segments(pk *p, int variant)
         begin_list(p);
         begin_dict(p);
         key_str(p, "action", "alloc");
-        key_int(p, "address", 0);
-        key_int(p, "total_size", 2 << 20);
+        key_int(p, "address", 0x4000);
+        key_int(p, "total_size", 512);
         str(p, "blocks");
         begin_list(p);
         begin_dict(p);
@@ -2211,7 +2354,7 @@ static void test_sealing_changes_nothing(void **state)
         if (as_block) {
             begin_dict(&p);
             key_int(&p, "address", 0);
-            key_int(&p, "total_size", 2 << 20);
+            key_int(&p, "total_size", 4096); /* the block's size: it tiles it */
             str(&p, "blocks");
             begin_list(&p);
         }
@@ -2816,6 +2959,7 @@ int main(void)
         cmocka_unit_test(test_final_segments_overlap),
         cmocka_unit_test(test_final_segments_overlap_in_two_segments),
         cmocka_unit_test(test_block_outside_its_segment),
+        cmocka_unit_test(test_blocks_tile_their_segment),
         cmocka_unit_test(test_segments_overlap),
         cmocka_unit_test(test_oom_of_any_size),
         cmocka_unit_test(test_live_at_start_order_and_first_device),

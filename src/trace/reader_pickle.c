@@ -727,13 +727,15 @@ static void at_listed(snapshot_reader *r, const listed_block *l)
 
 /* The final segments' allocated blocks against each other and the trace.
  * PyTorch copies the segments under the device's lock in one go, so two of
- * their blocks never overlap. A block they list that the trace never
- * allocated is taken as live through the whole recording, so it cannot
- * overlap a block the trace holds live at its end either (PyTorch copies
- * the trace just before the segments, under a separate hold of the lock:
- * only another thread's allocator calls in between could make that happen,
- * and the trace would not say what they were). O(n log n) in the listed
- * blocks, O(log live) each against the trace. */
+ * their blocks never overlap (within one segment read_block's tiling check
+ * rules that out already: here, two in overlapping segments). A block they
+ * list that the trace never allocated is taken as live through the whole
+ * recording, so it cannot overlap a block the trace holds live at its end
+ * either (PyTorch copies the trace just before the segments, under a
+ * separate hold of the lock: only another thread's allocator calls in
+ * between could make that happen, and the trace would not say what they
+ * were). O(n log n) in the listed blocks, O(log live) each against the
+ * trace. */
 static coop_status check_listed(snapshot_reader *r)
 {
     listed_block *l = r->listed;
@@ -813,7 +815,8 @@ static coop_status check_segments(snapshot_reader *r)
 
 /* segments[seg].blocks[j] (blk), which starts at *next_addr unless it
  * says (PyTorch 2.0 wrote no block "address"), on the segment's stream;
- * *next_addr becomes its end. Its bytes must lie in the segment (sg). One allocated
+ * *next_addr becomes its end. Its bytes must lie in the segment (sg), and
+ * it must start at *next_addr (read_segment checks the last one's end). One allocated
  * (active_allocated or active_pending_free) is kept for check_listed, and adopted if the trace did
  * not allocate it. */
 static coop_status read_block(snapshot_reader *r, const pkl_value *blk, size_t seg, size_t j,
@@ -836,6 +839,21 @@ static coop_status read_block(snapshot_reader *r, const pkl_value *blk, size_t s
         return bad(r, "block 0x%llx (%llu bytes) lies outside its segment [0x%llx, 0x%llx)",
                    (unsigned long long)ev.addr, (unsigned long long)size,
                    (unsigned long long)sg->addr, (unsigned long long)(sg->addr + sg->size));
+    /* ... and in address order, each starting where the one before ends
+     * (the segment's start for the first): PyTorch lists them by following
+     * each block's successor from the segment's head */
+    if (ev.addr != *next_addr) {
+        if (!j)
+            return bad(r,
+                       "block 0x%llx starts after its segment's start 0x%llx, leaving a gap: a "
+                       "segment's blocks tile it in address order",
+                       (unsigned long long)ev.addr, (unsigned long long)*next_addr);
+        return bad(r,
+                   "block 0x%llx starts %s the previous one's end 0x%llx%s: a segment's blocks "
+                   "tile it in address order",
+                   (unsigned long long)ev.addr, ev.addr > *next_addr ? "after" : "before",
+                   (unsigned long long)*next_addr, ev.addr > *next_addr ? ", leaving a gap" : "");
+    }
     *next_addr = ev.addr + size;
     const pkl_value *state = pkl_dict_get(blk, "state");
     if (!pkl_str_eq(state, "active_allocated") && !pkl_str_eq(state, "active_pending_free"))
@@ -913,6 +931,15 @@ static coop_status read_segment(snapshot_reader *r, const pkl_value *seg, size_t
     for (size_t j = 0; j < blocks->v.seq.len; j++)
         if ((st = read_block(r, blocks->v.seq.items[j], i, j, &s, &next_addr)) != COOP_OK)
             return st;
+    /* ... up to its end: bytes in no block belong to no state */
+    if (blocks->v.seq.len && next_addr != s.addr + s.size) {
+        set_where(r, WHERE_SEGMENT, i, 0, seg->offset);
+        return bad(r,
+                   "segment [0x%llx, 0x%llx)'s blocks end at 0x%llx, short of its end: a "
+                   "segment's blocks tile it in address order",
+                   (unsigned long long)s.addr, (unsigned long long)(s.addr + s.size),
+                   (unsigned long long)next_addr);
+    }
     return COOP_OK;
 }
 
