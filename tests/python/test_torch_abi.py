@@ -2280,9 +2280,11 @@ class Run(unittest.TestCase):
         interpreter dropped them: optimize 0, no dev mode, no warning filter)."""
         env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
         code = "import sys; print(sys.flags.optimize, sys.flags.dev_mode, sys.warnoptions)"
-        # (options, how coop.run is named after them): "-OOm coop.run" is "-OO"
+        # (options, how coop.run is named after them): "-OOm coop.run" and
+        # "-OOmcoop.run" are "-OO" (the second's -OO was dropped)
         for opts, run in ((["-O", "-X", "dev", "-W", "error"], ["-m", "coop.run"]),
-                          (["-O"], ["-mcoop.run"]), ([], ["-OOm", "coop.run"])):
+                          (["-O"], ["-mcoop.run"]), ([], ["-OOm", "coop.run"]),
+                          ([], ["-OOmcoop.run"])):
             direct = opts or ["-OO"]
             want = subprocess.run([sys.executable] + direct + ["-c", code], env=env,
                                   capture_output=True, text=True, timeout=60).stdout
