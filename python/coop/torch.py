@@ -178,9 +178,9 @@ def _apply_conf_locked(lib, conf, who):
 
 
 def _restore_conf_locked(lib, previous):
-    """Puts back the configuration an install(conf) found in force
-    (previous: the _applied_conf it found), when the install fails after
-    applying conf: an earlier install(conf)'s or mem_pool(conf)'s again,
+    """Puts back the configuration an install(conf) or mem_pool(conf) found
+    in force (previous: the _applied_conf it found), when the call fails
+    after applying conf: an earlier install(conf)'s or mem_pool(conf)'s again,
     else COOP_ALLOC_CONF's, read again (the settings' text cannot serve: its
     capacity:0 and page:0 for "the default" do not parse). A COOP_ALLOC_CONF
     that does not parse cannot be put back (a configuration that does not
@@ -595,7 +595,10 @@ def mem_pool(conf=None, *, torch_module=None, **options):
     torch.cuda.OutOfMemoryError when coop returns NULL. conf as install's:
     None keeps the configuration in force (install's, else COOP_ALLOC_CONF).
     options go to torch.cuda.MemPool after the allocator (use_on_oom,
-    no_split where the installed torch has them; it refuses others).
+    no_split where the installed torch has them; it refuses others). If
+    torch refuses the pool (CUDAPluggableAllocator or MemPool raises), its
+    error is raised and the configuration in force before the call is put
+    back, as install() does.
     """
     if torch_module is None:
         import torch as torch_module
@@ -604,10 +607,17 @@ def mem_pool(conf=None, *, torch_module=None, **options):
         raise RuntimeError("coop.torch.mem_pool: this torch (%s) has no torch.cuda.MemPool"
                            % getattr(torch, "__version__", "?"))
     _require_cuda_build(torch, "mem_pool")
+    lib = native.library()
     with _state_lock:
-        _apply_conf_locked(native.library(), conf, "mem_pool")
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
-    return torch.cuda.MemPool(allocator.allocator(), **options)
+        previous = _applied_conf
+        _apply_conf_locked(lib, conf, "mem_pool")
+        try:
+            allocator = torch.cuda.memory.CUDAPluggableAllocator(native.library_path(), MALLOC,
+                                                                 FREE)
+            return torch.cuda.MemPool(allocator.allocator(), **options)
+        except BaseException:
+            _restore_conf_locked(lib, previous)  # torch made no pool of coop's
+            raise
 
 
 def _pool(device):

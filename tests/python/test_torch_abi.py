@@ -1852,6 +1852,44 @@ class Install(unittest.TestCase):
         self.assertTrue(lines[4].startswith("backend:host,capacity:3221225472,"), lines[4])
         self.assertEqual(lines[5], "malloc True")
 
+    def test_mem_pool_that_torch_refuses_keeps_the_configuration_in_force(self):
+        """mem_pool(conf) whose MemPool torch refuses (an option it does not
+        take) raises torch's error and leaves the configuration as it was,
+        as a refused install(conf) does (conf stayed in force, and a later
+        install() used it instead of COOP_ALLOC_CONF)."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "def settings():\n"
+            "    b = ctypes.create_string_buffer(512)\n"
+            "    lib.coop_torch_settings(b, 512)\n"
+            "    return b.value.decode()\n"
+            "fake = FakeTorch()\n"
+            "def pool(handle, **options):\n"
+            "    if options:\n"
+            "        raise TypeError('MemPool() got an unexpected keyword argument')\n"
+            "    return 'pool'\n"
+            "fake.cuda.MemPool = pool\n"
+            "try:\n"
+            "    ctorch.mem_pool('backend:host,capacity:3G', torch_module=fake, bogus=1)\n"
+            "except TypeError as e:\n"
+            "    print('raised', e)\n"
+            "print(settings())\n"
+            "ctorch.mem_pool('backend:host,capacity:2G', torch_module=fake)\n"
+            "try:\n"
+            "    ctorch.mem_pool('backend:host,capacity:3G', torch_module=fake, bogus=1)\n"
+            "except TypeError as e:\n"
+            "    print('raised', e)\n"
+            "print(settings())\n" % HERE,
+            "backend:host,capacity:1G")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 4, r.stdout + r.stderr)
+        self.assertEqual(lines[0], "raised MemPool() got an unexpected keyword argument")
+        self.assertTrue(lines[1].startswith("backend:host,capacity:1073741824,"), lines[1])
+        self.assertEqual(lines[2], lines[0])
+        self.assertTrue(lines[3].startswith("backend:host,capacity:2147483648,"), lines[3])
+
     def test_a_later_install_patches_what_an_earlier_one_did_not(self):
         """install(patch=False), then install(): the second call patches torch
         (it returned the hooks and left torch unpatched). A second
