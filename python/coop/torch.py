@@ -96,13 +96,18 @@ def last_error():
 
 def _conf_bytes(conf):
     """conf as the C side takes it: a str without NUL (which would cut it
-    short there), else TypeError / ValueError naming it."""
+    short there) or lone surrogates (bytes that were not UTF-8), else
+    TypeError / ValueError naming it."""
     if not isinstance(conf, str):
         raise TypeError("coop.torch: the configuration must be a str such as "
                         "'capacity:8G,page:2M', not %s" % type(conf).__name__)
     if "\0" in conf:
         raise ValueError("coop.torch: the configuration %r holds a NUL character" % conf)
-    return conf.encode()
+    try:
+        return conf.encode()
+    except UnicodeEncodeError as e:  # a lone surrogate: os.environ's or sys.argv's for a byte
+        raise ValueError("coop.torch: the configuration %r holds %r at index %d, an undecodable "
+                         "byte (not UTF-8 text)" % (conf, conf[e.start], e.start)) from None
 
 
 def _configure(lib, conf):

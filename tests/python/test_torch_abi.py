@@ -1268,12 +1268,17 @@ class Configuration(unittest.TestCase):
         self.assertNotIn("already freed", r.stdout)
 
     def test_wrong_types_and_values_are_refused_by_name(self):
+        # a lone surrogate: an undecodable byte of the environment or the
+        # command line (os.environ, sys.argv) raised UnicodeEncodeError,
+        # which names neither coop nor the configuration
         for conf, error in ((b"backend:host", TypeError), (123, TypeError),
-                            ("backend:host\0capacity:12Q", ValueError)):
+                            ("backend:host\0capacity:12Q", ValueError),
+                            ("backend:host,capacity:\udcff", ValueError)):
             with self.subTest(conf=conf):
                 with self.assertRaises(error) as cm:
                     ctorch._conf_bytes(conf)
                 self.assertIn("configuration", str(cm.exception))
+                self.assertNotIsInstance(cm.exception, UnicodeError)
         for entries, error in ((1.7, TypeError), ("12", TypeError), (-1, ValueError)):
             with self.subTest(max_entries=entries):
                 with self.assertRaises(error):
