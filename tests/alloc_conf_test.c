@@ -231,6 +231,17 @@ static void test_bad_values_name_key_value_offset(void **state)
     parse_bad("history:", "''", "'history'", NULL);
     parse_bad("wait:sometimes", "'sometimes'", "'wait'", "true or false", NULL);
     parse_bad("capacity:", "''", "'capacity'", NULL);
+    /* sizes of 2^56 bytes or more: no pool takes them (coop_pool_create's
+     * limit), so they are refused here, by key, instead of parsing and
+     * failing every allocation (install() had succeeded) */
+    parse_bad("capacity:65536T", "'65536T'", "'capacity'", "byte 9", "below 2^56", NULL);
+    parse_bad("capacity:18446744073709551615", "'capacity'", "below 2^56", NULL);
+    parse_bad("page:0x100000000000000", "'page'", "below 2^56", NULL);
+    parse_bad("segment:65536Ti", "'segment'", "below 2^56", NULL);
+    parse_bad("min_split:65536T", "'min_split'", "below 2^56", NULL);
+    coop_alloc_conf conf = parse_ok("capacity:65535T,page:0x80000000000000,segment:65535T");
+    assert_true(conf.capacity == 65535 * TIB);
+    assert_true(conf.page_size == UINT64_C(1) << 55);
 }
 
 static void test_bad_syntax(void **state)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "byte_size.h"
 #include "status.h"
 #include "torch/alloc_conf.h"
@@ -95,6 +96,26 @@ static coop_status bad_value(const token *key, const token *value, const char *e
                           expected);
 }
 
+/* A size a pool can take: coop_pool_create refuses 2^BLOCK_SIZE_BITS and
+ * above, so such a value is refused here, naming its key, rather than
+ * parsing and then failing every allocation of every device. */
+static bool parse_size(const token *k, const token *v, uint64_t *out, coop_status *st)
+{
+    uint64_t bytes = 0;
+    if (!byte_size_parse(v->start, v->len, &bytes))
+        return false;
+    if (bytes >= UINT64_C(1) << BLOCK_SIZE_BITS) {
+        *st = coop_set_error(COOP_ERR_INVALID,
+                             "COOP_ALLOC_CONF: bad value '%.*s' for key '%.*s' at byte %zu: "
+                             "%ju bytes is too large (sizes must be below 2^%d, 64 PiB)",
+                             (int)v->len, v->start, (int)k->len, k->start, v->off, (uintmax_t)bytes,
+                             BLOCK_SIZE_BITS);
+        return false;
+    }
+    *out = bytes;
+    return true;
+}
+
 /* 0 is refused too (coop_config reads it as "the default"): "above 0" says so */
 #define SIZE_EXPECTED "a byte count above 0 such as 512M, 40G or 1Ti"
 /* the spellings parse_bool takes, all of them */
@@ -122,6 +143,7 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
     *seen |= 1u << index;
 
     uint64_t bytes = 0;
+    coop_status too_large = COOP_OK; /* parse_size's refusal, message set */
     const char *name = keys[index];
     if (strcmp(name, "backend") == 0) {
         if (token_is(v, "cuda"))
@@ -131,21 +153,21 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         else
             return bad_value(k, v, "cuda or host");
     } else if (strcmp(name, "capacity") == 0) {
-        if (!byte_size_parse(v->start, v->len, &conf->capacity))
-            return bad_value(k, v, SIZE_EXPECTED);
+        if (!parse_size(k, v, &conf->capacity, &too_large))
+            return too_large ? too_large : bad_value(k, v, SIZE_EXPECTED);
     } else if (strcmp(name, "fraction") == 0) {
         if (!parse_fraction(v, &conf->fraction))
             return bad_value(k, v, "a number in (0, 1] such as 0.8");
     } else if (strcmp(name, "page") == 0) {
-        if (!byte_size_parse(v->start, v->len, &bytes) || bytes < 512 || (bytes & (bytes - 1)))
-            return bad_value(k, v, "a power of two >= 512 such as 2M");
+        if (!parse_size(k, v, &bytes, &too_large) || bytes < 512 || (bytes & (bytes - 1)))
+            return too_large ? too_large : bad_value(k, v, "a power of two >= 512 such as 2M");
         conf->page_size = bytes;
     } else if (strcmp(name, "vmm") == 0) {
         if (!parse_bool(v, &conf->use_vmm))
             return bad_value(k, v, BOOL_EXPECTED);
     } else if (strcmp(name, "segment") == 0) {
-        if (!byte_size_parse(v->start, v->len, &conf->segment_size))
-            return bad_value(k, v, SIZE_EXPECTED);
+        if (!parse_size(k, v, &conf->segment_size, &too_large))
+            return too_large ? too_large : bad_value(k, v, SIZE_EXPECTED);
     } else if (strcmp(name, "placement") == 0) {
         if (token_is(v, "low"))
             conf->placement = COOP_ALLOC_LOW;
@@ -154,8 +176,9 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         else
             return bad_value(k, v, "low or high");
     } else if (strcmp(name, "min_split") == 0) {
-        if (!byte_size_parse(v->start, v->len, &bytes) || bytes % 512)
-            return bad_value(k, v, "a multiple of 512 bytes above 0 such as 512 or 1M");
+        if (!parse_size(k, v, &bytes, &too_large) || bytes % 512)
+            return too_large ? too_large
+                             : bad_value(k, v, "a multiple of 512 bytes above 0 such as 512 or 1M");
         conf->min_split = bytes;
     } else if (strcmp(name, "check") == 0) {
         if (!parse_bool(v, &conf->check))
