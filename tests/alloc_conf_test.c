@@ -104,6 +104,14 @@ static void test_every_key(void **state)
     snprintf(text, sizeof text, "history:%zu%zu", (size_t)SIZE_MAX / 10, (size_t)SIZE_MAX % 10 + 1);
     parse_bad(text, "'history'", NULL);
     assert_true(parse_ok("fraction:1").fraction == 1.0);
+    /* a subnormal fraction is in (0, 1]: strtod's ERANGE for it refused it
+     * as "expected a number in (0, 1]"; it is one page, as fraction 0 of
+     * set_per_process_memory_fraction is. Below the smallest double it
+     * reads as 0, refused as such. */
+    assert_true(parse_ok("fraction:1e-310").fraction == 1e-310);
+    assert_true(parse_ok("fraction:5e-324").fraction > 0.0);
+    parse_bad("fraction:1e-400", "'1e-400'", "(0, 1]", NULL);
+    parse_bad("fraction:1e400", "'1e400'", "(0, 1]", NULL);
 }
 
 /* Each spelling of a boolean: true/1/yes and false/0/no, in any case. */

@@ -1,6 +1,5 @@
 /* COOP_ALLOC_CONF parsing (see alloc_conf.h). */
 #include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +60,11 @@ static bool parse_fraction(const token *v, double *out)
     memcpy(buf, v->start, v->len);
     buf[v->len] = '\0';
     char *end = NULL;
-    errno = 0;
+    /* errno is not read: strtod's ERANGE for a subnormal (1e-310) would
+     * refuse a number in (0, 1]; past the doubles' range it gives 0 or
+     * inf, which the range check refuses */
     double f = c_numeric_strtod(buf, &end);
-    if (errno || *end != '\0' || !isfinite(f) || f <= 0.0 || f > 1.0)
+    if (*end != '\0' || !isfinite(f) || f <= 0.0 || f > 1.0)
         return false;
     *out = f;
     return true;
