@@ -126,6 +126,13 @@ def _normalized(lib, conf):
     return buf.value.decode(errors="replace") if st == native.OK else None
 
 
+def _normalize_error(lib, conf):
+    """The error naming the key or value of a conf that does not parse."""
+    buf = ctypes.create_string_buffer(1024)
+    lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
 def _settings(lib):
     """(status, text): the configuration in force, loading COOP_ALLOC_CONF if
     nothing set one yet (never re-reading it); text is the error if bad."""
@@ -161,13 +168,17 @@ def _apply_conf_locked(lib, conf, who):
     keeps the one in force (an earlier install(conf)'s, else COOP_ALLOC_CONF,
     which is read once) and only checks it. The configuration cannot change
     once a pool exists: a conf other than the one applied then raises
-    RuntimeError instead of being ignored. Caller holds _state_lock."""
+    RuntimeError instead of being ignored. A conf that does not parse
+    raises CoopConfigError, before or after. Caller holds _state_lock."""
     global _applied_conf
     if conf is None:
         _settings_in_force(lib)
         return
     _conf_bytes(conf)  # its type and characters, before any comparison
-    normalized = _comparable(_normalized(lib, conf))
+    normalized = _normalized(lib, conf)
+    if normalized is None:  # named as such even where a pool exists (not "fixed")
+        raise CoopConfigError(_normalize_error(lib, conf))
+    normalized = _comparable(normalized)
     if conf == _applied_conf or (_applied_conf is not None and normalized is not None
                                  and normalized == _comparable(_normalized(lib, _applied_conf))):
         return  # the same configuration, however spelt

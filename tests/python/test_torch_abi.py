@@ -1936,6 +1936,38 @@ class Install(unittest.TestCase):
             self.assertTrue(line.startswith("True coop.torch: device %s: " % bad), line)
             self.assertIn("outside 0..1 (torch counted 2 CUDA devices", line)
 
+    def test_a_bad_conf_after_first_use_is_named_bad(self):
+        """install(conf) / mem_pool(conf) with a conf that does not parse,
+        once coop has allocated, raise CoopConfigError naming the key or the
+        value, as before the first allocation: it was a RuntimeError saying
+        only that the configuration in force is fixed, as if the string were
+        good but late."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "fake.cuda.MemPool = lambda handle: 'pool'\n"
+            "ctorch.install(torch_module=fake, patch=False)\n"
+            "p = lib.coop_torch_malloc(4096, 0, None)\n"
+            "for call in (lambda: ctorch.install('bogus:1', torch_module=fake),\n"
+            "             lambda: ctorch.mem_pool('backend:host,capacity:12Q', torch_module=fake)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except ctorch.CoopConfigError as e:\n"
+            "        print('bad', e)\n"
+            "    except RuntimeError as e:\n"
+            "        print('refused', e)\n"
+            "lib.coop_torch_free(p, 4096, 0, None)\n" % HERE,
+            "backend:host,capacity:1G")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 2, r.stdout + r.stderr)
+        self.assertEqual(lines[0], "bad COOP_ALLOC_CONF: unknown key 'bogus' at byte 0 (known: "
+                         "backend, capacity, fraction, page, vmm, segment, placement, "
+                         "min_split, check, history, wait)")
+        self.assertTrue(lines[1].startswith("bad COOP_ALLOC_CONF: bad value '12Q' for key "
+                                            "'capacity' at byte 22"), lines[1])
+
     def test_install_conf_stays_until_replaced(self):
         """mem_pool() after install(conf) keeps install's configuration (it
         used to re-read COOP_ALLOC_CONF, here one that cannot work); a second
