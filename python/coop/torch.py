@@ -40,6 +40,8 @@ __all__ = [
     "last_error",
     "check_oom",
     "empty_cache",
+    "forget_stream",
+    "settings",
 ]
 
 # The ABI entry points and the CUDAPluggableAllocator setters they go to.

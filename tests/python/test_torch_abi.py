@@ -2435,6 +2435,18 @@ class Library(unittest.TestCase):
         self.assertNotIn("torch", sorted(k for k in ns if k != "__builtins__"))
         self.assertIs(ns["native"], native)
 
+    def test_star_import_of_coop_torch_gives_its_public_functions(self):
+        """from coop.torch import * gives every public function and class
+        coop.torch defines (forget_stream and settings, both in
+        docs/pytorch.md's summary, were missing from __all__)."""
+        public = {name for name, obj in vars(ctorch).items()
+                  if not name.startswith("_") and callable(obj)
+                  and getattr(obj, "__module__", None) == ctorch.__name__}
+        ns = {}
+        exec("from coop.torch import *", ns)
+        self.assertEqual(sorted(public - set(ns)), [])
+        self.assertIn("forget_stream", public)
+
     def test_absent_coop_library_is_named_absent(self):
         self.assertIn("tried: /nonexistent/libcoop.so (absent) (set COOP_LIBRARY",
                       self.library_error(COOP_LIBRARY="/nonexistent/libcoop.so"))
