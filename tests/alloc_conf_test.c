@@ -263,6 +263,12 @@ static void test_bad_syntax(void **state)
     parse_bad(":5", "missing key", NULL);
     parse_bad("check:true,check:false", "'check' given twice", NULL);
     parse_bad("capacity:1G,fraction:0.5", "exclusive", NULL);
+    /* control characters inside a key or value (trimming takes them at the
+     * ends only) are shown as \xNN: printed raw on stderr, a carriage
+     * return or an escape sequence hid or rewrote the message */
+    parse_bad("ca\x1b[2Jpacity:1G", "unknown key 'ca\\x1b[2Jpacity'", NULL);
+    parse_bad("capacity:1\rG", "bad value '1\\x0dG'", "'capacity'", NULL);
+    parse_bad("check\x7f", "'check\\x7f' at byte 0 has no value", NULL);
 }
 
 static void test_to_config(void **state)

@@ -1,6 +1,7 @@
 /* COOP_ALLOC_CONF parsing (see alloc_conf.h). */
 #include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "status.h"
 #include "torch/alloc_conf.h"
 #include "torch/c_numeric.h"
+#include "utf8.h"
 
 void coop_alloc_conf_default(coop_alloc_conf *conf)
 {
@@ -24,6 +26,30 @@ typedef struct token {
     size_t len;
     size_t off;
 } token;
+
+/* Room for a token shown in a message: the message holds no more. */
+#define SHOWN_MAX COOP_ERROR_MAX
+
+/* t's text for a message, control characters written \xNN (a newline or
+ * an escape inside a key or value: trimming takes them at the ends only),
+ * so that stderr shows what was given instead of obeying it; cut between
+ * UTF-8 characters where buf (SHOWN_MAX bytes) is full. Returns buf. */
+static const char *shown(const token *t, char *buf)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t->len; i++) {
+        unsigned char c = (unsigned char)t->start[i];
+        bool control = c < 0x20 || c == 0x7f;
+        if (k + (control ? 4 : 1) >= SHOWN_MAX)
+            break;
+        if (control)
+            k += (size_t)snprintf(buf + k, SHOWN_MAX - k, "\\x%02x", c);
+        else
+            buf[k++] = (char)c;
+    }
+    buf[utf8_whole_prefix(buf, k)] = '\0';
+    return buf;
+}
 
 static bool token_is(const token *t, const char *word)
 {
@@ -90,11 +116,10 @@ static bool parse_count(const token *v, size_t *out)
 
 static coop_status bad_value(const token *key, const token *value, const char *expected)
 {
+    char v[SHOWN_MAX], k[SHOWN_MAX];
     return coop_set_error(COOP_ERR_INVALID,
-                          "COOP_ALLOC_CONF: bad value '%.*s' for key '%.*s' at byte %zu: "
-                          "expected %s",
-                          (int)value->len, value->start, (int)key->len, key->start, value->off,
-                          expected);
+                          "COOP_ALLOC_CONF: bad value '%s' for key '%s' at byte %zu: expected %s",
+                          shown(value, v), shown(key, k), value->off, expected);
 }
 
 /* A size a pool can take: coop_pool_create refuses 2^BLOCK_SIZE_BITS and
@@ -106,10 +131,11 @@ static bool parse_size(const token *k, const token *v, uint64_t *out, coop_statu
     if (!byte_size_parse(v->start, v->len, &bytes))
         return false;
     if (bytes >= UINT64_C(1) << BLOCK_SIZE_BITS) {
+        char value[SHOWN_MAX], key[SHOWN_MAX];
         *st = coop_set_error(COOP_ERR_INVALID,
-                             "COOP_ALLOC_CONF: bad value '%.*s' for key '%.*s' at byte %zu: "
+                             "COOP_ALLOC_CONF: bad value '%s' for key '%s' at byte %zu: "
                              "%ju bytes is too large (sizes must be below 2^%d, 64 PiB)",
-                             (int)v->len, v->start, (int)k->len, k->start, v->off, (uintmax_t)bytes,
+                             shown(v, value), shown(k, key), v->off, (uintmax_t)bytes,
                              BLOCK_SIZE_BITS);
         return false;
     }
@@ -131,16 +157,16 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
     unsigned index = 0;
     while (index < sizeof keys / sizeof keys[0] && !token_is(k, keys[index]))
         index++;
+    char key[SHOWN_MAX];
     if (index == sizeof keys / sizeof keys[0])
         return coop_set_error(COOP_ERR_INVALID,
-                              "COOP_ALLOC_CONF: unknown key '%.*s' at byte %zu (known: backend, "
+                              "COOP_ALLOC_CONF: unknown key '%s' at byte %zu (known: backend, "
                               "capacity, fraction, page, vmm, segment, placement, min_split, "
                               "check, history, wait)",
-                              (int)k->len, k->start, k->off);
+                              shown(k, key), k->off);
     if (*seen & (1u << index))
-        return coop_set_error(COOP_ERR_INVALID,
-                              "COOP_ALLOC_CONF: key '%.*s' given twice (byte %zu)", (int)k->len,
-                              k->start, k->off);
+        return coop_set_error(COOP_ERR_INVALID, "COOP_ALLOC_CONF: key '%s' given twice (byte %zu)",
+                              shown(k, key), k->off);
     *seen |= 1u << index;
 
     uint64_t bytes = 0;
@@ -213,11 +239,12 @@ coop_status coop_alloc_conf_parse(const char *text, coop_alloc_conf *out)
         token item = trim(text, begin, end);
         if (item.len > 0) {
             const char *colon = memchr(item.start, ':', item.len);
+            char shown_item[SHOWN_MAX];
             if (!colon)
                 return coop_set_error(COOP_ERR_INVALID,
-                                      "COOP_ALLOC_CONF: '%.*s' at byte %zu has no value "
+                                      "COOP_ALLOC_CONF: '%s' at byte %zu has no value "
                                       "(expected key:value)",
-                                      (int)item.len, item.start, item.off);
+                                      shown(&item, shown_item), item.off);
             size_t colon_at = (size_t)(colon - text);
             token key = trim(text, item.off, colon_at);
             token value = trim(text, colon_at + 1, item.off + item.len);
