@@ -29,6 +29,7 @@ import math
 import os
 import re
 import sys
+import threading
 import traceback
 
 import atomic_file
@@ -474,15 +475,30 @@ class _ModuleView:
     Outside, sys.path and sys.modules are coop's again (coop's code
     imports models lazily, record_traces.record for one), with the modules
     the user's code imported from elsewhere (torch's, a library's) left
-    loaded for all."""
+    loaded for all. Threads may enter it at once (the user's own threads
+    calling the workload's methods): it is in force, for every thread of
+    the process, from the first one's entry to the last one's exit."""
 
     def __init__(self, path):
         self.folder = os.path.dirname(os.path.abspath(path))
         self.sys_path = None  # sys.path as the user's code last left it; None: never run
         self.modules = {}  # name -> module: this file's own modules, out of sys.modules between runs
-        self.depth = 0  # a method calling another enters once
+        self.depth = 0  # a method calling another enters once, and so do threads
+        # Threads of the user's (a prefetch thread calling self.batch()) may
+        # enter and leave at once: the view is in force while any is inside,
+        # put back when the last leaves. The lock guards the count and the
+        # saved state only; no user code runs under it.
+        self.lock = threading.Lock()
 
     def __enter__(self):
+        with self.lock:
+            return self._enter_locked()
+
+    def __exit__(self, *exc):
+        with self.lock:
+            return self._exit_locked()
+
+    def _enter_locked(self):
         if self.depth:
             self.depth += 1
             return self
@@ -506,7 +522,7 @@ class _ModuleView:
         sys.modules.update(self.modules)
         return self
 
-    def __exit__(self, *exc):
+    def _exit_locked(self):
         self.depth -= 1
         if self.depth:
             return False

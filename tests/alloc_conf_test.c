@@ -104,6 +104,14 @@ static void test_every_key(void **state)
     snprintf(text, sizeof text, "history:%zu%zu", (size_t)SIZE_MAX / 10, (size_t)SIZE_MAX % 10 + 1);
     parse_bad(text, "'history'", NULL);
     assert_true(parse_ok("fraction:1").fraction == 1.0);
+    /* a subnormal fraction is in (0, 1]: strtod's ERANGE for it refused it
+     * as "expected a number in (0, 1]"; it is one page, as fraction 0 of
+     * set_per_process_memory_fraction is. Below the smallest double it
+     * reads as 0, refused as such. */
+    assert_true(parse_ok("fraction:1e-310").fraction == 1e-310);
+    assert_true(parse_ok("fraction:5e-324").fraction > 0.0);
+    parse_bad("fraction:1e-400", "'1e-400'", "(0, 1]", NULL);
+    parse_bad("fraction:1e400", "'1e400'", "(0, 1]", NULL);
 }
 
 /* Each spelling of a boolean: true/1/yes and false/0/no, in any case. */
@@ -231,6 +239,17 @@ static void test_bad_values_name_key_value_offset(void **state)
     parse_bad("history:", "''", "'history'", NULL);
     parse_bad("wait:sometimes", "'sometimes'", "'wait'", "true or false", NULL);
     parse_bad("capacity:", "''", "'capacity'", NULL);
+    /* sizes of 2^56 bytes or more: no pool takes them (coop_pool_create's
+     * limit), so they are refused here, by key, instead of parsing and
+     * failing every allocation (install() had succeeded) */
+    parse_bad("capacity:65536T", "'65536T'", "'capacity'", "byte 9", "below 2^56", NULL);
+    parse_bad("capacity:18446744073709551615", "'capacity'", "below 2^56", NULL);
+    parse_bad("page:0x100000000000000", "'page'", "below 2^56", NULL);
+    parse_bad("segment:65536Ti", "'segment'", "below 2^56", NULL);
+    parse_bad("min_split:65536T", "'min_split'", "below 2^56", NULL);
+    coop_alloc_conf conf = parse_ok("capacity:65535T,page:0x80000000000000,segment:65535T");
+    assert_true(conf.capacity == 65535 * TIB);
+    assert_true(conf.page_size == UINT64_C(1) << 55);
 }
 
 static void test_bad_syntax(void **state)
@@ -244,6 +263,12 @@ static void test_bad_syntax(void **state)
     parse_bad(":5", "missing key", NULL);
     parse_bad("check:true,check:false", "'check' given twice", NULL);
     parse_bad("capacity:1G,fraction:0.5", "exclusive", NULL);
+    /* control characters inside a key or value (trimming takes them at the
+     * ends only) are shown as \xNN: printed raw on stderr, a carriage
+     * return or an escape sequence hid or rewrote the message */
+    parse_bad("ca\x1b[2Jpacity:1G", "unknown key 'ca\\x1b[2Jpacity'", NULL);
+    parse_bad("capacity:1\rG", "bad value '1\\x0dG'", "'capacity'", NULL);
+    parse_bad("check\x7f", "'check\\x7f' at byte 0 has no value", NULL);
 }
 
 static void test_to_config(void **state)

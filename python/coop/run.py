@@ -16,7 +16,7 @@ import sys
 
 
 # Options of the interpreter that take no value and may cluster before an
-# "m" (python -Om coop.run): "-Om" is "-O" then "-m".
+# "m" (python -Om coop.run, python -Omcoop.run): "-Om" is "-O" then "-m".
 _NO_VALUE = set("bBdEiIOPqRsSuvx")
 
 
@@ -30,6 +30,12 @@ def interpreter_options():
 
         return subprocess._args_from_interpreter_flags()
     opts = list(orig[1:len(orig) - len(argv)])
+    # "-OOmcoop.run": the module is in the same word as the options before
+    # it, which is where argv[0] stands, not among opts
+    named = orig[len(orig) - len(argv)]
+    flags = named[1:].split("m", 1)[0] if named.startswith("-") else ""
+    if flags and set(flags) <= _NO_VALUE and named[1 + len(flags):].startswith("m"):
+        opts.append("-" + flags)
     if opts and opts[-1] == "-m":
         opts.pop()
     elif opts and len(opts[-1]) > 2 and opts[-1][0] == "-" and opts[-1][-1] == "m" \

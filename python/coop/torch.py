@@ -40,6 +40,8 @@ __all__ = [
     "last_error",
     "check_oom",
     "empty_cache",
+    "forget_stream",
+    "settings",
 ]
 
 # The ABI entry points and the CUDAPluggableAllocator setters they go to.
@@ -96,13 +98,18 @@ def last_error():
 
 def _conf_bytes(conf):
     """conf as the C side takes it: a str without NUL (which would cut it
-    short there), else TypeError / ValueError naming it."""
+    short there) or lone surrogates (bytes that were not UTF-8), else
+    TypeError / ValueError naming it."""
     if not isinstance(conf, str):
         raise TypeError("coop.torch: the configuration must be a str such as "
                         "'capacity:8G,page:2M', not %s" % type(conf).__name__)
     if "\0" in conf:
         raise ValueError("coop.torch: the configuration %r holds a NUL character" % conf)
-    return conf.encode()
+    try:
+        return conf.encode()
+    except UnicodeEncodeError as e:  # a lone surrogate: os.environ's or sys.argv's for a byte
+        raise ValueError("coop.torch: the configuration %r holds %r at index %d, an undecodable "
+                         "byte (not UTF-8 text)" % (conf, conf[e.start], e.start)) from None
 
 
 def _configure(lib, conf):
@@ -119,6 +126,13 @@ def _normalized(lib, conf):
     buf = ctypes.create_string_buffer(512)
     st = lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
     return buf.value.decode(errors="replace") if st == native.OK else None
+
+
+def _normalize_error(lib, conf):
+    """The error naming the key or value of a conf that does not parse."""
+    buf = ctypes.create_string_buffer(1024)
+    lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
+    return buf.value.decode(errors="replace")
 
 
 def _settings(lib):
@@ -156,13 +170,17 @@ def _apply_conf_locked(lib, conf, who):
     keeps the one in force (an earlier install(conf)'s, else COOP_ALLOC_CONF,
     which is read once) and only checks it. The configuration cannot change
     once a pool exists: a conf other than the one applied then raises
-    RuntimeError instead of being ignored. Caller holds _state_lock."""
+    RuntimeError instead of being ignored. A conf that does not parse
+    raises CoopConfigError, before or after. Caller holds _state_lock."""
     global _applied_conf
     if conf is None:
         _settings_in_force(lib)
         return
     _conf_bytes(conf)  # its type and characters, before any comparison
-    normalized = _comparable(_normalized(lib, conf))
+    normalized = _normalized(lib, conf)
+    if normalized is None:  # named as such even where a pool exists (not "fixed")
+        raise CoopConfigError(_normalize_error(lib, conf))
+    normalized = _comparable(normalized)
     if conf == _applied_conf or (_applied_conf is not None and normalized is not None
                                  and normalized == _comparable(_normalized(lib, _applied_conf))):
         return  # the same configuration, however spelt
@@ -178,9 +196,9 @@ def _apply_conf_locked(lib, conf, who):
 
 
 def _restore_conf_locked(lib, previous):
-    """Puts back the configuration an install(conf) found in force
-    (previous: the _applied_conf it found), when the install fails after
-    applying conf: an earlier install(conf)'s or mem_pool(conf)'s again,
+    """Puts back the configuration an install(conf) or mem_pool(conf) found
+    in force (previous: the _applied_conf it found), when the call fails
+    after applying conf: an earlier install(conf)'s or mem_pool(conf)'s again,
     else COOP_ALLOC_CONF's, read again (the settings' text cannot serve: its
     capacity:0 and page:0 for "the default" do not parse). A COOP_ALLOC_CONF
     that does not parse cannot be put back (a configuration that does not
@@ -595,7 +613,10 @@ def mem_pool(conf=None, *, torch_module=None, **options):
     torch.cuda.OutOfMemoryError when coop returns NULL. conf as install's:
     None keeps the configuration in force (install's, else COOP_ALLOC_CONF).
     options go to torch.cuda.MemPool after the allocator (use_on_oom,
-    no_split where the installed torch has them; it refuses others).
+    no_split where the installed torch has them; it refuses others). If
+    torch refuses the pool (CUDAPluggableAllocator or MemPool raises), its
+    error is raised and the configuration in force before the call is put
+    back, as install() does.
     """
     if torch_module is None:
         import torch as torch_module
@@ -604,10 +625,17 @@ def mem_pool(conf=None, *, torch_module=None, **options):
         raise RuntimeError("coop.torch.mem_pool: this torch (%s) has no torch.cuda.MemPool"
                            % getattr(torch, "__version__", "?"))
     _require_cuda_build(torch, "mem_pool")
+    lib = native.library()
     with _state_lock:
-        _apply_conf_locked(native.library(), conf, "mem_pool")
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(native.library_path(), MALLOC, FREE)
-    return torch.cuda.MemPool(allocator.allocator(), **options)
+        previous = _applied_conf
+        _apply_conf_locked(lib, conf, "mem_pool")
+        try:
+            allocator = torch.cuda.memory.CUDAPluggableAllocator(native.library_path(), MALLOC,
+                                                                 FREE)
+            return torch.cuda.MemPool(allocator.allocator(), **options)
+        except BaseException:
+            _restore_conf_locked(lib, previous)  # torch made no pool of coop's
+            raise
 
 
 def _pool(device):

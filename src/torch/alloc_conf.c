@@ -1,14 +1,16 @@
 /* COOP_ALLOC_CONF parsing (see alloc_conf.h). */
 #include <ctype.h>
-#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "byte_size.h"
 #include "status.h"
 #include "torch/alloc_conf.h"
 #include "torch/c_numeric.h"
+#include "utf8.h"
 
 void coop_alloc_conf_default(coop_alloc_conf *conf)
 {
@@ -24,6 +26,30 @@ typedef struct token {
     size_t len;
     size_t off;
 } token;
+
+/* Room for a token shown in a message: the message holds no more. */
+#define SHOWN_MAX COOP_ERROR_MAX
+
+/* t's text for a message, control characters written \xNN (a newline or
+ * an escape inside a key or value: trimming takes them at the ends only),
+ * so that stderr shows what was given instead of obeying it; cut between
+ * UTF-8 characters where buf (SHOWN_MAX bytes) is full. Returns buf. */
+static const char *shown(const token *t, char *buf)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t->len; i++) {
+        unsigned char c = (unsigned char)t->start[i];
+        bool control = c < 0x20 || c == 0x7f;
+        if (k + (control ? 4 : 1) >= SHOWN_MAX)
+            break;
+        if (control)
+            k += (size_t)snprintf(buf + k, SHOWN_MAX - k, "\\x%02x", c);
+        else
+            buf[k++] = (char)c;
+    }
+    buf[utf8_whole_prefix(buf, k)] = '\0';
+    return buf;
+}
 
 static bool token_is(const token *t, const char *word)
 {
@@ -60,9 +86,11 @@ static bool parse_fraction(const token *v, double *out)
     memcpy(buf, v->start, v->len);
     buf[v->len] = '\0';
     char *end = NULL;
-    errno = 0;
+    /* errno is not read: strtod's ERANGE for a subnormal (1e-310) would
+     * refuse a number in (0, 1]; past the doubles' range it gives 0 or
+     * inf, which the range check refuses */
     double f = c_numeric_strtod(buf, &end);
-    if (errno || *end != '\0' || !isfinite(f) || f <= 0.0 || f > 1.0)
+    if (*end != '\0' || !isfinite(f) || f <= 0.0 || f > 1.0)
         return false;
     *out = f;
     return true;
@@ -88,11 +116,31 @@ static bool parse_count(const token *v, size_t *out)
 
 static coop_status bad_value(const token *key, const token *value, const char *expected)
 {
+    char v[SHOWN_MAX], k[SHOWN_MAX];
     return coop_set_error(COOP_ERR_INVALID,
-                          "COOP_ALLOC_CONF: bad value '%.*s' for key '%.*s' at byte %zu: "
-                          "expected %s",
-                          (int)value->len, value->start, (int)key->len, key->start, value->off,
-                          expected);
+                          "COOP_ALLOC_CONF: bad value '%s' for key '%s' at byte %zu: expected %s",
+                          shown(value, v), shown(key, k), value->off, expected);
+}
+
+/* A size a pool can take: coop_pool_create refuses 2^BLOCK_SIZE_BITS and
+ * above, so such a value is refused here, naming its key, rather than
+ * parsing and then failing every allocation of every device. */
+static bool parse_size(const token *k, const token *v, uint64_t *out, coop_status *st)
+{
+    uint64_t bytes = 0;
+    if (!byte_size_parse(v->start, v->len, &bytes))
+        return false;
+    if (bytes >= UINT64_C(1) << BLOCK_SIZE_BITS) {
+        char value[SHOWN_MAX], key[SHOWN_MAX];
+        *st = coop_set_error(COOP_ERR_INVALID,
+                             "COOP_ALLOC_CONF: bad value '%s' for key '%s' at byte %zu: "
+                             "%ju bytes is too large (sizes must be below 2^%d, 64 PiB)",
+                             shown(v, value), shown(k, key), v->off, (uintmax_t)bytes,
+                             BLOCK_SIZE_BITS);
+        return false;
+    }
+    *out = bytes;
+    return true;
 }
 
 /* 0 is refused too (coop_config reads it as "the default"): "above 0" says so */
@@ -109,19 +157,20 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
     unsigned index = 0;
     while (index < sizeof keys / sizeof keys[0] && !token_is(k, keys[index]))
         index++;
+    char key[SHOWN_MAX];
     if (index == sizeof keys / sizeof keys[0])
         return coop_set_error(COOP_ERR_INVALID,
-                              "COOP_ALLOC_CONF: unknown key '%.*s' at byte %zu (known: backend, "
+                              "COOP_ALLOC_CONF: unknown key '%s' at byte %zu (known: backend, "
                               "capacity, fraction, page, vmm, segment, placement, min_split, "
                               "check, history, wait)",
-                              (int)k->len, k->start, k->off);
+                              shown(k, key), k->off);
     if (*seen & (1u << index))
-        return coop_set_error(COOP_ERR_INVALID,
-                              "COOP_ALLOC_CONF: key '%.*s' given twice (byte %zu)", (int)k->len,
-                              k->start, k->off);
+        return coop_set_error(COOP_ERR_INVALID, "COOP_ALLOC_CONF: key '%s' given twice (byte %zu)",
+                              shown(k, key), k->off);
     *seen |= 1u << index;
 
     uint64_t bytes = 0;
+    coop_status too_large = COOP_OK; /* parse_size's refusal, message set */
     const char *name = keys[index];
     if (strcmp(name, "backend") == 0) {
         if (token_is(v, "cuda"))
@@ -131,21 +180,21 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         else
             return bad_value(k, v, "cuda or host");
     } else if (strcmp(name, "capacity") == 0) {
-        if (!byte_size_parse(v->start, v->len, &conf->capacity))
-            return bad_value(k, v, SIZE_EXPECTED);
+        if (!parse_size(k, v, &conf->capacity, &too_large))
+            return too_large ? too_large : bad_value(k, v, SIZE_EXPECTED);
     } else if (strcmp(name, "fraction") == 0) {
         if (!parse_fraction(v, &conf->fraction))
             return bad_value(k, v, "a number in (0, 1] such as 0.8");
     } else if (strcmp(name, "page") == 0) {
-        if (!byte_size_parse(v->start, v->len, &bytes) || bytes < 512 || (bytes & (bytes - 1)))
-            return bad_value(k, v, "a power of two >= 512 such as 2M");
+        if (!parse_size(k, v, &bytes, &too_large) || bytes < 512 || (bytes & (bytes - 1)))
+            return too_large ? too_large : bad_value(k, v, "a power of two >= 512 such as 2M");
         conf->page_size = bytes;
     } else if (strcmp(name, "vmm") == 0) {
         if (!parse_bool(v, &conf->use_vmm))
             return bad_value(k, v, BOOL_EXPECTED);
     } else if (strcmp(name, "segment") == 0) {
-        if (!byte_size_parse(v->start, v->len, &conf->segment_size))
-            return bad_value(k, v, SIZE_EXPECTED);
+        if (!parse_size(k, v, &conf->segment_size, &too_large))
+            return too_large ? too_large : bad_value(k, v, SIZE_EXPECTED);
     } else if (strcmp(name, "placement") == 0) {
         if (token_is(v, "low"))
             conf->placement = COOP_ALLOC_LOW;
@@ -154,8 +203,9 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         else
             return bad_value(k, v, "low or high");
     } else if (strcmp(name, "min_split") == 0) {
-        if (!byte_size_parse(v->start, v->len, &bytes) || bytes % 512)
-            return bad_value(k, v, "a multiple of 512 bytes above 0 such as 512 or 1M");
+        if (!parse_size(k, v, &bytes, &too_large) || bytes % 512)
+            return too_large ? too_large
+                             : bad_value(k, v, "a multiple of 512 bytes above 0 such as 512 or 1M");
         conf->min_split = bytes;
     } else if (strcmp(name, "check") == 0) {
         if (!parse_bool(v, &conf->check))
@@ -189,11 +239,12 @@ coop_status coop_alloc_conf_parse(const char *text, coop_alloc_conf *out)
         token item = trim(text, begin, end);
         if (item.len > 0) {
             const char *colon = memchr(item.start, ':', item.len);
+            char shown_item[SHOWN_MAX];
             if (!colon)
                 return coop_set_error(COOP_ERR_INVALID,
-                                      "COOP_ALLOC_CONF: '%.*s' at byte %zu has no value "
+                                      "COOP_ALLOC_CONF: '%s' at byte %zu has no value "
                                       "(expected key:value)",
-                                      (int)item.len, item.start, item.off);
+                                      shown(&item, shown_item), item.off);
             size_t colon_at = (size_t)(colon - text);
             token key = trim(text, item.off, colon_at);
             token value = trim(text, colon_at + 1, item.off + item.len);

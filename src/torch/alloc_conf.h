@@ -22,7 +22,9 @@
  *                           empty_cache (default true, as PyTorch); false where a
  *                           stream can be blocked on the host (coop_config.never_wait)
  *
- * Whitespace around keys and values is ignored; empty items (",,") are skipped.
+ * Byte values (capacity, page, segment, min_split) must be below 2^56, as
+ * coop_pool_create's. Whitespace around keys and values is ignored; empty
+ * items (",,") are skipped.
  * One configuration serves every device (no per-device keys, as in
  * PYTORCH_CUDA_ALLOC_CONF): capacity and fraction are each pool's own limit.
  */

@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 import weakref
 from unittest import mock
@@ -970,6 +971,45 @@ def find_coop():
         if os.access(c, os.X_OK):
             return c
     return None
+
+
+class ModuleViewThreadsTest(unittest.TestCase):
+    def test_threads_entering_one_view_leave_sys_path_as_it_was(self):
+        """A user's workload whose methods run on threads of its own (a
+        prefetch thread calling self.batch()) enters its file's view from
+        several threads at once. The view is in force while any of them is
+        inside and put back when the last leaves: its depth count and
+        saved state were unguarded, so two threads entering at once each
+        saved the other's sys.path, and exits raised AttributeError on the
+        state another thread had cleared (depth -1, sys.path left changed)."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "w.py")
+            open(path, "w").close()
+            view = models._ModuleView(path)
+            before, errors = list(sys.path), []
+            interval = sys.getswitchinterval()
+            sys.setswitchinterval(1e-6)  # switch threads often: the race shows at once
+
+            def worker():
+                try:
+                    for _ in range(300):
+                        with view:
+                            if d not in sys.path:
+                                errors.append("the view's folder was not on sys.path inside")
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(repr(e))
+
+            try:
+                threads = [threading.Thread(target=worker) for _ in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            finally:
+                sys.setswitchinterval(interval)
+            self.assertEqual(errors[:3], [])
+            self.assertEqual(view.depth, 0)
+            self.assertEqual(sys.path, before)
 
 
 class UserWorkloadTest(unittest.TestCase):

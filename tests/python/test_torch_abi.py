@@ -1268,12 +1268,17 @@ class Configuration(unittest.TestCase):
         self.assertNotIn("already freed", r.stdout)
 
     def test_wrong_types_and_values_are_refused_by_name(self):
+        # a lone surrogate: an undecodable byte of the environment or the
+        # command line (os.environ, sys.argv) raised UnicodeEncodeError,
+        # which names neither coop nor the configuration
         for conf, error in ((b"backend:host", TypeError), (123, TypeError),
-                            ("backend:host\0capacity:12Q", ValueError)):
+                            ("backend:host\0capacity:12Q", ValueError),
+                            ("backend:host,capacity:\udcff", ValueError)):
             with self.subTest(conf=conf):
                 with self.assertRaises(error) as cm:
                     ctorch._conf_bytes(conf)
                 self.assertIn("configuration", str(cm.exception))
+                self.assertNotIsInstance(cm.exception, UnicodeError)
         for entries, error in ((1.7, TypeError), ("12", TypeError), (-1, ValueError)):
             with self.subTest(max_entries=entries):
                 with self.assertRaises(error):
@@ -1852,6 +1857,44 @@ class Install(unittest.TestCase):
         self.assertTrue(lines[4].startswith("backend:host,capacity:3221225472,"), lines[4])
         self.assertEqual(lines[5], "malloc True")
 
+    def test_mem_pool_that_torch_refuses_keeps_the_configuration_in_force(self):
+        """mem_pool(conf) whose MemPool torch refuses (an option it does not
+        take) raises torch's error and leaves the configuration as it was,
+        as a refused install(conf) does (conf stayed in force, and a later
+        install() used it instead of COOP_ALLOC_CONF)."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "def settings():\n"
+            "    b = ctypes.create_string_buffer(512)\n"
+            "    lib.coop_torch_settings(b, 512)\n"
+            "    return b.value.decode()\n"
+            "fake = FakeTorch()\n"
+            "def pool(handle, **options):\n"
+            "    if options:\n"
+            "        raise TypeError('MemPool() got an unexpected keyword argument')\n"
+            "    return 'pool'\n"
+            "fake.cuda.MemPool = pool\n"
+            "try:\n"
+            "    ctorch.mem_pool('backend:host,capacity:3G', torch_module=fake, bogus=1)\n"
+            "except TypeError as e:\n"
+            "    print('raised', e)\n"
+            "print(settings())\n"
+            "ctorch.mem_pool('backend:host,capacity:2G', torch_module=fake)\n"
+            "try:\n"
+            "    ctorch.mem_pool('backend:host,capacity:3G', torch_module=fake, bogus=1)\n"
+            "except TypeError as e:\n"
+            "    print('raised', e)\n"
+            "print(settings())\n" % HERE,
+            "backend:host,capacity:1G")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 4, r.stdout + r.stderr)
+        self.assertEqual(lines[0], "raised MemPool() got an unexpected keyword argument")
+        self.assertTrue(lines[1].startswith("backend:host,capacity:1073741824,"), lines[1])
+        self.assertEqual(lines[2], lines[0])
+        self.assertTrue(lines[3].startswith("backend:host,capacity:2147483648,"), lines[3])
+
     def test_a_later_install_patches_what_an_earlier_one_did_not(self):
         """install(patch=False), then install(): the second call patches torch
         (it returned the hooks and left torch unpatched). A second
@@ -1892,6 +1935,38 @@ class Install(unittest.TestCase):
         for line, bad in zip(lines[1:], ("2", "'cuda:5'", "-1")):
             self.assertTrue(line.startswith("True coop.torch: device %s: " % bad), line)
             self.assertIn("outside 0..1 (torch counted 2 CUDA devices", line)
+
+    def test_a_bad_conf_after_first_use_is_named_bad(self):
+        """install(conf) / mem_pool(conf) with a conf that does not parse,
+        once coop has allocated, raise CoopConfigError naming the key or the
+        value, as before the first allocation: it was a RuntimeError saying
+        only that the configuration in force is fixed, as if the string were
+        good but late."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "fake.cuda.MemPool = lambda handle: 'pool'\n"
+            "ctorch.install(torch_module=fake, patch=False)\n"
+            "p = lib.coop_torch_malloc(4096, 0, None)\n"
+            "for call in (lambda: ctorch.install('bogus:1', torch_module=fake),\n"
+            "             lambda: ctorch.mem_pool('backend:host,capacity:12Q', torch_module=fake)):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except ctorch.CoopConfigError as e:\n"
+            "        print('bad', e)\n"
+            "    except RuntimeError as e:\n"
+            "        print('refused', e)\n"
+            "lib.coop_torch_free(p, 4096, 0, None)\n" % HERE,
+            "backend:host,capacity:1G")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 2, r.stdout + r.stderr)
+        self.assertEqual(lines[0], "bad COOP_ALLOC_CONF: unknown key 'bogus' at byte 0 (known: "
+                         "backend, capacity, fraction, page, vmm, segment, placement, "
+                         "min_split, check, history, wait)")
+        self.assertTrue(lines[1].startswith("bad COOP_ALLOC_CONF: bad value '12Q' for key "
+                                            "'capacity' at byte 22"), lines[1])
 
     def test_install_conf_stays_until_replaced(self):
         """mem_pool() after install(conf) keeps install's configuration (it
@@ -2280,9 +2355,11 @@ class Run(unittest.TestCase):
         interpreter dropped them: optimize 0, no dev mode, no warning filter)."""
         env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
         code = "import sys; print(sys.flags.optimize, sys.flags.dev_mode, sys.warnoptions)"
-        # (options, how coop.run is named after them): "-OOm coop.run" is "-OO"
+        # (options, how coop.run is named after them): "-OOm coop.run" and
+        # "-OOmcoop.run" are "-OO" (the second's -OO was dropped)
         for opts, run in ((["-O", "-X", "dev", "-W", "error"], ["-m", "coop.run"]),
-                          (["-O"], ["-mcoop.run"]), ([], ["-OOm", "coop.run"])):
+                          (["-O"], ["-mcoop.run"]), ([], ["-OOm", "coop.run"]),
+                          ([], ["-OOmcoop.run"])):
             direct = opts or ["-OO"]
             want = subprocess.run([sys.executable] + direct + ["-c", code], env=env,
                                   capture_output=True, text=True, timeout=60).stdout
@@ -2357,6 +2434,18 @@ class Library(unittest.TestCase):
         exec("from coop import *", ns)
         self.assertNotIn("torch", sorted(k for k in ns if k != "__builtins__"))
         self.assertIs(ns["native"], native)
+
+    def test_star_import_of_coop_torch_gives_its_public_functions(self):
+        """from coop.torch import * gives every public function and class
+        coop.torch defines (forget_stream and settings, both in
+        docs/pytorch.md's summary, were missing from __all__)."""
+        public = {name for name, obj in vars(ctorch).items()
+                  if not name.startswith("_") and callable(obj)
+                  and getattr(obj, "__module__", None) == ctorch.__name__}
+        ns = {}
+        exec("from coop.torch import *", ns)
+        self.assertEqual(sorted(public - set(ns)), [])
+        self.assertIn("forget_stream", public)
 
     def test_absent_coop_library_is_named_absent(self):
         self.assertIn("tried: /nonexistent/libcoop.so (absent) (set COOP_LIBRARY",
