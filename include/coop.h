@@ -411,8 +411,18 @@ typedef int (*coop_segment_visitor)(const coop_segment_info *segment, void *ctx)
 typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
 /* Visits every segment and block under the pool's lock: visitors must not
- * call back into the pool (nor destroy it), and must return (no longjmp,
- * pthread_exit or cancellation out of one). A visitor may fork() (see
+ * change the pool, and must return (no longjmp, pthread_exit or
+ * cancellation out of one). A visitor's call back into the pool it walks
+ * (on the walking thread) is detected: the calls that only read it
+ * (coop_get_stats, coop_pool_config, coop_pool_check, coop_backend_calls,
+ * a nested coop_walk) are answered, the pool as it stands; those that
+ * would change it (coop_malloc, coop_free, coop_record_stream,
+ * coop_empty_cache, coop_set_capacity, coop_forget_stream, the host stream
+ * holds, coop_inject_fault) fail with COOP_ERR_BUSY, nothing changed, the
+ * message "FN: called from inside a coop_walk visitor of this pool ...";
+ * coop_reset_peak_stats and coop_pool_destroy do nothing and set that
+ * message. Not detected: a remat context's calls over the walked pool and
+ * the PyTorch ABI's for its device wait for the walk, forever. A visitor may fork() (see
  * "Process lifecycle" at the top, and the cases there that deadlock): the
  * child goes on with the walk, and its copy of the pool is unlocked when
  * its coop_walk returns. A visitor may walk another pool. */

@@ -304,6 +304,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
     }
     arena_set_stream_idle(&pool->arena, pool_stream_idle, pool);
     pool_mutex_init(&pool->lock);
+    atomic_init(&pool->walks, 0);
     pool->created_pid = (int)getpid();
     pool_fork_register(pool);
     *out = pool;
@@ -314,6 +315,10 @@ void coop_pool_destroy(coop_pool *pool)
 {
     if (!pool)
         return;
+    if (pool_walked_here(pool)) { /* the walk goes on over it */
+        (void)pool_walk_reentry_error("coop_pool_destroy");
+        return;
+    }
     /* a forked child's copy: its backend makes no device call (the
      * events, pages and segments are the parent's), the rest is host
      * memory of this process, freed as usual */
@@ -352,9 +357,12 @@ void coop_pool_config(const coop_pool *pool, coop_config *out)
         return;
     }
     coop_pool *p = (coop_pool *)pool;
-    pool_lock(p);
+    bool walked = pool_walked_here(p); /* held for this thread's walk: read as it is */
+    if (!walked)
+        pool_lock(p);
     *out = p->config;
-    pool_unlock(p);
+    if (!walked)
+        pool_unlock(p);
 }
 
 /* ---- Allocation ---- */
@@ -589,8 +597,9 @@ COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, uns
             *status = st;
         return NULL;
     }
-    if (pool_forked(pool)) {
-        coop_status st = pool_forked_error(pool, "coop_malloc");
+    if (pool_forked(pool) || pool_walked_here(pool)) {
+        coop_status st = pool_forked(pool) ? pool_forked_error(pool, "coop_malloc")
+                                           : pool_walk_reentry_error("coop_malloc");
         if (status)
             *status = st;
         return NULL;
@@ -720,6 +729,8 @@ COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
      * parent's, and nothing here may reuse it */
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_free");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_free");
     pool_lock(pool);
     coop_status st = free_locked(pool, ptr, NULL, true);
     pool_after_op_locked(pool, "free");
@@ -780,6 +791,8 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
         return null_argument("coop_record_stream", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_record_stream");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_record_stream");
     pool_lock(pool);
     coop_status st = record_stream_locked(pool, ptr, stream);
     pool_after_op_locked(pool, "record_stream");
@@ -815,6 +828,8 @@ coop_status coop_empty_cache(coop_pool *pool)
         return null_argument("coop_empty_cache", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_empty_cache");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_empty_cache");
     pool_lock(pool);
     pool_settle_streams(pool, !pool->config.never_wait);
     uint64_t released;
@@ -832,6 +847,8 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
         return null_argument("coop_set_capacity", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_set_capacity");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_set_capacity");
     pool_lock(pool);
     coop_status st = COOP_OK;
     arena *a = &pool->arena;
@@ -900,6 +917,8 @@ static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream
         return null_argument(fn, "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, fn);
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error(fn);
     pool_lock(pool);
     coop_status st;
     if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
@@ -929,6 +948,8 @@ coop_status coop_inject_fault(coop_pool *pool, unsigned kinds, uint64_t nth)
         return null_argument("coop_inject_fault", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_inject_fault");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_inject_fault");
     if (kinds & ~(unsigned)COOP_FAULT_ALL)
         return coop_set_error(COOP_ERR_INVALID, "coop_inject_fault: unknown kinds %#x", kinds);
     pool_lock(pool);
@@ -941,8 +962,11 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds)
 {
     if (!pool)
         return 0;
-    pool_lock(pool);
+    bool walked = pool_walked_here(pool); /* held for this thread's walk: read as it is */
+    if (!walked)
+        pool_lock(pool);
     uint64_t n = coop_backend_fault_calls(pool->backend, kinds);
-    pool_unlock(pool);
+    if (!walked)
+        pool_unlock(pool);
     return n;
 }

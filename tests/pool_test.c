@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "coop.h"
@@ -1279,6 +1280,105 @@ static void test_walk_free_blocks_ask_for_nothing(void **state)
     for (int i = 1; i < 32; i += 2)
         assert_int_equal(coop_free(p, blocks[i]), COOP_OK);
     coop_pool_destroy(p);
+}
+
+/* A visitor calling back into the pool it walks (coop.h: it must not): the
+ * walk holds the pool's lock, so before this was detected a call that
+ * locks it waited for this thread forever (a single_thread pool, which has
+ * no lock, let it change the blocks under the walk). The calls that
+ * change the pool are refused with COOP_ERR_BUSY naming the call and the
+ * walk, nothing changed; the calls that only read it are answered. The
+ * alarm turns a regression (a deadlock) into a failure. */
+typedef struct reentry {
+    coop_pool *pool;
+    void *live, *pending;
+    coop_stats stats;
+    uint64_t calls;
+    int visits, nested_blocks;
+} reentry;
+
+static int count_one(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    ((reentry *)ctx)->nested_blocks++;
+    return 0;
+}
+
+#define EXPECT_REFUSED(call, fn)                                                                   \
+    do {                                                                                           \
+        assert_int_equal((call), COOP_ERR_BUSY);                                                   \
+        assert_non_null(strstr(coop_last_error(), fn ": called from inside a coop_walk visitor")); \
+    } while (0)
+
+static int call_back_in(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    reentry *r = ctx;
+    coop_pool *p = r->pool;
+    r->visits++;
+    coop_status st = COOP_OK;
+    assert_null(coop_malloc(p, 512, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_BUSY);
+    assert_non_null(
+        strstr(coop_last_error(), "coop_malloc: called from inside a coop_walk visitor"));
+    EXPECT_REFUSED(coop_free(p, r->live), "coop_free");
+    EXPECT_REFUSED(coop_free(p, r->pending), "coop_free");
+    EXPECT_REFUSED(coop_record_stream(p, r->live, 5), "coop_record_stream");
+    EXPECT_REFUSED(coop_empty_cache(p), "coop_empty_cache");
+    EXPECT_REFUSED(coop_set_capacity(p, 2 * MiB), "coop_set_capacity");
+    EXPECT_REFUSED(coop_forget_stream(p, 7), "coop_forget_stream");
+    EXPECT_REFUSED(coop_host_hold_stream(p, 7, false), "coop_host_hold_stream");
+    EXPECT_REFUSED(coop_host_busy_stream(p, 8), "coop_host_busy_stream");
+    EXPECT_REFUSED(coop_inject_fault(p, COOP_FAULT_MAP, 1), "coop_inject_fault");
+    coop_set_error_message("%s", "");
+    coop_reset_peak_stats(p); /* no status: the message says it was refused */
+    assert_non_null(strstr(coop_last_error(), "coop_reset_peak_stats: called from inside"));
+    coop_set_error_message("%s", "");
+    coop_pool_destroy(p); /* likewise: the walk goes on over a live pool */
+    assert_non_null(strstr(coop_last_error(), "coop_pool_destroy: called from inside"));
+    /* reading is answered, as it stood before the walk */
+    coop_stats s = stats_of(p);
+    assert_memory_equal(&s, &r->stats, sizeof s);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_ALL), r->calls);
+    coop_config c;
+    coop_pool_config(p, &c);
+    assert_int_equal(c.capacity, 64 * MiB);
+    assert_int_equal(coop_walk(p, NULL, count_one, r), COOP_OK);
+    return 1;
+}
+
+static void test_visitor_calling_back_in_is_refused(void **state)
+{
+    (void)state;
+    for (int single = 0; single < 2; single++) {
+        coop_config c = checked_config(64 * MiB);
+        c.single_thread = single;
+        coop_pool *p = create_or_fail(&c);
+        reentry r = {.pool = p};
+        r.live = coop_malloc(p, 4096, 0, 0, NULL);
+        r.pending = coop_malloc(p, 8192, 0, 0, NULL);
+        assert_int_equal(coop_record_stream(p, r.pending, 7), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+        assert_int_equal(coop_free(p, r.pending), COOP_OK);
+        r.stats = stats_of(p);
+        r.calls = coop_backend_calls(p, COOP_FAULT_ALL);
+        alarm(10);
+        assert_int_equal(coop_walk(p, NULL, call_back_in, &r), COOP_OK);
+        alarm(0);
+        assert_int_equal(r.visits, 1);
+        assert_int_equal(r.nested_blocks, 2); /* the live block and the pending one */
+        coop_stats after = stats_of(p);
+        assert_memory_equal(&after, &r.stats, sizeof after);
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+        /* the walk let the pool go: the calls work again */
+        void *x = coop_malloc(p, 512, 0, 0, NULL);
+        assert_non_null(x);
+        assert_int_equal(coop_free(p, x), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+        assert_int_equal(coop_free(p, r.live), COOP_OK);
+        coop_pool_destroy(p);
+    }
 }
 
 /* Mapping: pages stay mapped after free, empty_cache unmaps wholly free pages. */
@@ -2930,6 +3030,7 @@ int main(void)
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_walk_of_segments),
         cmocka_unit_test(test_walk_free_blocks_ask_for_nothing),
+        cmocka_unit_test(test_visitor_calling_back_in_is_refused),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_a_hopeless_request_leaves_the_cache_mapped),
