@@ -236,7 +236,9 @@ void coop_pool_destroy(coop_pool *pool);
  * best free block that needs none (or few enough) instead. The final message
  * (coop_last_error) gives the requested bytes, free bytes and the largest
  * free block, the bytes of pending frees if any (neither allocated nor
- * free), and the driver's message when the device refused. A stream is
+ * free), the free bytes kept for other streams not seen finished if any
+ * (counted free, usable on those streams only), and the driver's message
+ * when the device refused. A stream is
  * its handle's value: CUDA's per-thread default stream handle
  * (CU_STREAM_PER_THREAD) names another stream in each thread, and the pool
  * cannot tell them apart, so a block freed on it in one thread is reused at

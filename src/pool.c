@@ -420,6 +420,22 @@ static uint64_t footprint(const arena *a, bool with_pending)
     return bytes;
 }
 
+/* The free bytes kept for streams other than stream (and how many of them
+ * are mapped): tagged with a stream the out-of-memory path did not see
+ * finished (or next to such a block), they are usable on that stream only,
+ * and their pages stay mapped. Walks every block: for error messages only. */
+static void kept_for_others(const arena *a, coop_stream stream, uint64_t *bytes, uint64_t *mapped)
+{
+    *bytes = *mapped = 0;
+    for (const arena_segment *s = arena_first_segment(a); s; s = s->next)
+        for (const arena_block *b = s->first; b; b = b->next)
+            if (b->state == COOP_BLOCK_FREE && b->stream != COOP_STREAM_ANY &&
+                b->stream != stream) {
+                *bytes += b->size;
+                *mapped += arena_mapped_bytes_in(a, s, b->addr, b->size);
+            }
+}
+
 /* Says what a user needs to act: the request, the capacity and what is
  * mapped and allocated, the headroom (capacity minus what live blocks keep
  * mapped: at most this much more can ever be mapped without freeing), and
@@ -451,6 +467,19 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         snprintf(pending, sizeof pending,
                  ", pending frees %lld (freed blocks waiting for other streams' events)",
                  (long long)pending_bytes);
+    /* Free space another stream keeps counts in the free bytes, the
+     * largest block and the headroom, yet this stream cannot have it: said,
+     * or a request below all three reads as if it fitted. */
+    char others[256] = "";
+    uint64_t kept = 0, kept_mapped = 0;
+    if (from_arena)
+        kept_for_others(a, stream, &kept, &kept_mapped);
+    if (kept)
+        snprintf(others, sizeof others,
+                 "; %llu of the free bytes (%llu mapped) are kept for other streams not seen "
+                 "finished, usable on those streams only (coop_config.never_wait, or a stream "
+                 "blocked on the host)",
+                 (unsigned long long)kept, (unsigned long long)kept_mapped);
     char why[512] = "";
     if (from_arena && a->nomem == ARENA_NOMEM_DEVICE) /* copied: formatted into the same buffer */
         coop_format_message(why, sizeof why,
@@ -466,12 +495,12 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         COOP_ERR_NOMEM,
         "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "
         "mapped %llu, allocated %lld, headroom %llu (capacity minus the %llu bytes live blocks "
-        "keep mapped), free %llu in %zu blocks, largest free block %llu%s%s",
+        "keep mapped), free %llu in %zu blocks, largest free block %llu%s%s%s",
         size, (unsigned long long)rounded, (unsigned long)stream,
         (unsigned long long)a->params.capacity, (unsigned long long)a->reserved,
         (long long)pool->allocated_bytes.current, (unsigned long long)headroom,
         (unsigned long long)live, (unsigned long long)a->counters.free_bytes, a->index.count,
-        (unsigned long long)arena_largest_free(a), pending, why);
+        (unsigned long long)arena_largest_free(a), pending, others, why);
 }
 
 /* One more try of the out-of-memory path, after streams were settled: best

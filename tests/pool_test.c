@@ -1442,6 +1442,49 @@ static void test_capacity_reclaim_and_oom(void **state)
     coop_pool_destroy(p);
 }
 
+/* Out of memory beside free memory another stream keeps: stream 1's 8 MiB
+ * free block, its work not seen finished (held, or never_wait and busy),
+ * can neither be used on stream 0 nor unmapped. The message gave headroom
+ * 8 MiB and a largest free block of 8 MiB for a 6 MiB request, as if it
+ * fitted twice; it now says how many of the free bytes (and of their
+ * mapped ones) are kept for other streams, and that they are not usable
+ * on the requesting stream. */
+static void test_oom_names_free_memory_kept_for_other_streams(void **state)
+{
+    (void)state;
+    for (int never_wait = 0; never_wait < 2; never_wait++) {
+        coop_pool *p = make_pool_with(16 * MiB, true, never_wait);
+        coop_status st;
+        void *a = coop_malloc(p, 8 * MiB, 1, 0, &st);
+        assert_int_equal(coop_free(p, a), COOP_OK);
+        if (never_wait)
+            assert_int_equal(coop_host_busy_stream(p, 1), COOP_OK);
+        else
+            assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+        void *b = coop_malloc(p, 8 * MiB, 0, 0, &st);
+        assert_non_null(b);
+        coop_stats before = stats_of(p);
+        assert_null(coop_malloc(p, 6 * MiB, 0, 0, &st));
+        assert_int_equal(st, COOP_ERR_NOMEM);
+        const char *m = coop_last_error();
+        assert_non_null(strstr(m, "cannot allocate 6291456 bytes"));
+        assert_non_null(strstr(m, "largest free block 8388608"));
+        assert_non_null(strstr(m, "8388608 of the free bytes (8388608 mapped) are kept for other "
+                                  "streams not seen finished"));
+        coop_stats after = stats_of(p);
+        assert_int_equal(after.num_ooms, before.num_ooms + 1);
+        assert_int_equal(after.reserved_bytes.current, before.reserved_bytes.current);
+        assert_int_equal(after.free_bytes, before.free_bytes);
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+        void *c = coop_malloc(p, 6 * MiB, 0, 0, &st); /* stream 1 done: its block is anyone's */
+        assert_non_null(c);
+        assert_int_equal(coop_free(p, c), COOP_OK);
+        assert_int_equal(coop_free(p, b), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 /* A request that even every cached page would not make room for fails
  * with the cache as it was: a (4 MiB) freed and cached below g (10 MiB),
  * 8 MiB asked: it needs 8 MiB of new pages above g, 6 more than the
@@ -3031,6 +3074,7 @@ int main(void)
         cmocka_unit_test(test_walk_of_segments),
         cmocka_unit_test(test_walk_free_blocks_ask_for_nothing),
         cmocka_unit_test(test_visitor_calling_back_in_is_refused),
+        cmocka_unit_test(test_oom_names_free_memory_kept_for_other_streams),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_a_hopeless_request_leaves_the_cache_mapped),
