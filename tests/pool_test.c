@@ -1485,6 +1485,57 @@ static void test_oom_names_free_memory_kept_for_other_streams(void **state)
     }
 }
 
+/* A pending pointer (freed with a use on a held stream) misused at each
+ * step of a shrink and an empty_cache: every refusal is a double free
+ * naming the pending block, and changes nothing (statistics equal, checks
+ * pass); record_stream on it too; forgetting its stream is COOP_ERR_BUSY
+ * while held. Sizes near SIZE_MAX, whose rounding to 512 would wrap, are
+ * out of memory at once, with the numbers. Behaviour that held in review
+ * (rev34-H); kept as a regression test. */
+static void test_pending_pointer_misuse_changes_nothing(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(16 * MiB, true);
+    coop_status st;
+    char *live = coop_malloc(p, 2 * MiB, 0, 0, &st);
+    char *pend = coop_malloc(p, 2 * MiB, 0, 0, &st);
+    assert_int_equal(coop_record_stream(p, pend, 7), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+    assert_int_equal(coop_free(p, pend), COOP_OK);
+    for (int step = 0; step < 3; step++) {
+        if (step == 1) /* 4 MiB: the live block and the pending one keep theirs */
+            assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_OK);
+        if (step == 2)
+            assert_int_equal(coop_empty_cache(p), COOP_OK);
+        coop_stats before = stats_of(p);
+        assert_int_equal(coop_free(p, pend), COOP_ERR_DOUBLE_FREE);
+        assert_non_null(strstr(coop_last_error(), "pending on stream events"));
+        assert_int_equal(coop_free(p, pend + 512), COOP_ERR_DOUBLE_FREE);
+        assert_non_null(strstr(coop_last_error(), "lies in pending block"));
+        assert_int_equal(coop_record_stream(p, pend, 9), COOP_ERR_DOUBLE_FREE);
+        assert_int_equal(coop_forget_stream(p, 7), COOP_ERR_BUSY);
+        assert_int_equal(coop_free(p, live + 4096), COOP_ERR_INTERIOR_PTR);
+        const size_t huge[] = {SIZE_MAX, SIZE_MAX - 511, SIZE_MAX - 512};
+        for (size_t i = 0; i < 3; i++) {
+            assert_null(coop_malloc(p, huge[i], 0, 0, &st));
+            assert_int_equal(st, COOP_ERR_NOMEM);
+            assert_non_null(strstr(coop_last_error(), "18446744073709551104 rounded"));
+            assert_non_null(strstr(coop_last_error(), "largest free block"));
+        }
+        coop_stats after = stats_of(p);
+        after.num_ooms -= 3;
+        assert_memory_equal(&after, &before, sizeof after);
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+    }
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    assert_int_equal(coop_forget_stream(p, 7), COOP_OK); /* completes the pending free */
+    assert_int_equal(coop_free(p, pend), COOP_ERR_DOUBLE_FREE);
+    assert_non_null(strstr(coop_last_error(), "already freed"));
+    assert_int_equal(coop_free(p, live), COOP_OK);
+    assert_int_equal(stats_of(p).active_bytes.current, 0);
+    coop_pool_destroy(p);
+}
+
 /* A request that even every cached page would not make room for fails
  * with the cache as it was: a (4 MiB) freed and cached below g (10 MiB),
  * 8 MiB asked: it needs 8 MiB of new pages above g, 6 more than the
@@ -3075,6 +3126,7 @@ int main(void)
         cmocka_unit_test(test_walk_free_blocks_ask_for_nothing),
         cmocka_unit_test(test_visitor_calling_back_in_is_refused),
         cmocka_unit_test(test_oom_names_free_memory_kept_for_other_streams),
+        cmocka_unit_test(test_pending_pointer_misuse_changes_nothing),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_a_hopeless_request_leaves_the_cache_mapped),
