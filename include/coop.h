@@ -423,8 +423,9 @@ typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
  * holds, coop_inject_fault) fail with COOP_ERR_BUSY, nothing changed, the
  * message "FN: called from inside a coop_walk visitor of this pool ...";
  * coop_reset_peak_stats and coop_pool_destroy do nothing and set that
- * message. Not detected: a remat context's calls over the walked pool and
- * the PyTorch ABI's for its device wait for the walk, forever. A visitor may fork() (see
+ * message; so do the calls of a remat context over the pool (its
+ * COOP_ERR_BUSY refusals). Not detected: the PyTorch ABI's calls for the
+ * walked pool's device wait for the walk, forever. A visitor may fork() (see
  * "Process lifecycle" at the top, and the cases there that deadlock): the
  * child goes on with the walk, and its copy of the pool is unlocked when
  * its coop_walk returns. A visitor may walk another pool. */
@@ -727,7 +728,8 @@ typedef struct coop_remat_stats {
  * another context, a released tensor (see coop_tensor_release),
  * a size of 0 (or no outputs), unknown flags, a cost above
  * COOP_TENSOR_MAX_COST_NS; and with
- * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
+ * COOP_ERR_BUSY a call from inside a callback, or from inside a coop_walk
+ * visitor of the context's pool (see coop_walk). A tensor larger than the
  * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). The
  * context is not thread-safe: one thread at a time (the pool's own calls
  * from other threads are fine; one thread may hand the context to
