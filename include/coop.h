@@ -269,7 +269,11 @@ void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned fla
 coop_status coop_free(coop_pool *pool, void *ptr);
 
 /* Marks ptr as used on stream (besides its allocation stream; recording the
- * allocation stream is a no-op). Bad pointers give the statuses of coop_free
+ * allocation stream is a no-op, and so is a stream recorded already). A
+ * block may be recorded on any number of streams (20,000 tried): each is
+ * a comparison at every later record of the block and an event at its
+ * free; when host memory for one more runs out, COOP_ERR_HOST_NOMEM, the
+ * streams recorded before kept. Bad pointers give the statuses of coop_free
  * (NULL: COOP_ERR_FOREIGN_PTR); the stream UINTPTR_MAX is COOP_ERR_INVALID.
  * A coop_tensor's buffer is refused (COOP_ERR_INVALID): the remat API
  * places tensors on stream 0 and evicts them at once, which a pending
