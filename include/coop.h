@@ -236,7 +236,9 @@ void coop_pool_destroy(coop_pool *pool);
  * best free block that needs none (or few enough) instead. The final message
  * (coop_last_error) gives the requested bytes, free bytes and the largest
  * free block, the bytes of pending frees if any (neither allocated nor
- * free), and the driver's message when the device refused. A stream is
+ * free), the free bytes kept for other streams not seen finished if any
+ * (counted free, usable on those streams only), and the driver's message
+ * when the device refused. A stream is
  * its handle's value: CUDA's per-thread default stream handle
  * (CU_STREAM_PER_THREAD) names another stream in each thread, and the pool
  * cannot tell them apart, so a block freed on it in one thread is reused at
@@ -267,7 +269,11 @@ void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned fla
 coop_status coop_free(coop_pool *pool, void *ptr);
 
 /* Marks ptr as used on stream (besides its allocation stream; recording the
- * allocation stream is a no-op). Bad pointers give the statuses of coop_free
+ * allocation stream is a no-op, and so is a stream recorded already). A
+ * block may be recorded on any number of streams (20,000 tried): each is
+ * a comparison at every later record of the block and an event at its
+ * free; when host memory for one more runs out, COOP_ERR_HOST_NOMEM, the
+ * streams recorded before kept. Bad pointers give the statuses of coop_free
  * (NULL: COOP_ERR_FOREIGN_PTR); the stream UINTPTR_MAX is COOP_ERR_INVALID.
  * A coop_tensor's buffer is refused (COOP_ERR_INVALID): the remat API
  * places tensors on stream 0 and evicts them at once, which a pending
@@ -411,8 +417,19 @@ typedef int (*coop_segment_visitor)(const coop_segment_info *segment, void *ctx)
 typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
 /* Visits every segment and block under the pool's lock: visitors must not
- * call back into the pool (nor destroy it), and must return (no longjmp,
- * pthread_exit or cancellation out of one). A visitor may fork() (see
+ * change the pool, and must return (no longjmp, pthread_exit or
+ * cancellation out of one). A visitor's call back into the pool it walks
+ * (on the walking thread) is detected: the calls that only read it
+ * (coop_get_stats, coop_pool_config, coop_pool_check, coop_backend_calls,
+ * a nested coop_walk) are answered, the pool as it stands; those that
+ * would change it (coop_malloc, coop_free, coop_record_stream,
+ * coop_empty_cache, coop_set_capacity, coop_forget_stream, the host stream
+ * holds, coop_inject_fault) fail with COOP_ERR_BUSY, nothing changed, the
+ * message "FN: called from inside a coop_walk visitor of this pool ...";
+ * coop_reset_peak_stats and coop_pool_destroy do nothing and set that
+ * message; so do the calls of a remat context over the pool (its
+ * COOP_ERR_BUSY refusals). Not detected: the PyTorch ABI's calls for the
+ * walked pool's device wait for the walk, forever. A visitor may fork() (see
  * "Process lifecycle" at the top, and the cases there that deadlock): the
  * child goes on with the walk, and its copy of the pool is unlocked when
  * its coop_walk returns. A visitor may walk another pool. */
@@ -715,7 +732,8 @@ typedef struct coop_remat_stats {
  * another context, a released tensor (see coop_tensor_release),
  * a size of 0 (or no outputs), unknown flags, a cost above
  * COOP_TENSOR_MAX_COST_NS; and with
- * COOP_ERR_BUSY a call from inside a callback. A tensor larger than the
+ * COOP_ERR_BUSY a call from inside a callback, or from inside a coop_walk
+ * visitor of the context's pool (see coop_walk). A tensor larger than the
  * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). A
  * call that fails past these checks (no room, out of host memory, a
  * recompute callback's failure) leaves

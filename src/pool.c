@@ -304,6 +304,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
     }
     arena_set_stream_idle(&pool->arena, pool_stream_idle, pool);
     pool_mutex_init(&pool->lock);
+    atomic_init(&pool->walks, 0);
     pool->created_pid = (int)getpid();
     pool_fork_register(pool);
     *out = pool;
@@ -314,6 +315,10 @@ void coop_pool_destroy(coop_pool *pool)
 {
     if (!pool)
         return;
+    if (pool_walked_here(pool)) { /* the walk goes on over it */
+        (void)pool_walk_reentry_error("coop_pool_destroy");
+        return;
+    }
     /* a forked child's copy: its backend makes no device call (the
      * events, pages and segments are the parent's), the rest is host
      * memory of this process, freed as usual */
@@ -352,9 +357,12 @@ void coop_pool_config(const coop_pool *pool, coop_config *out)
         return;
     }
     coop_pool *p = (coop_pool *)pool;
-    pool_lock(p);
+    bool walked = pool_walked_here(p); /* held for this thread's walk: read as it is */
+    if (!walked)
+        pool_lock(p);
     *out = p->config;
-    pool_unlock(p);
+    if (!walked)
+        pool_unlock(p);
 }
 
 /* ---- Allocation ---- */
@@ -412,6 +420,22 @@ static uint64_t footprint(const arena *a, bool with_pending)
     return bytes;
 }
 
+/* The free bytes kept for streams other than stream (and how many of them
+ * are mapped): tagged with a stream the out-of-memory path did not see
+ * finished (or next to such a block), they are usable on that stream only,
+ * and their pages stay mapped. Walks every block: for error messages only. */
+static void kept_for_others(const arena *a, coop_stream stream, uint64_t *bytes, uint64_t *mapped)
+{
+    *bytes = *mapped = 0;
+    for (const arena_segment *s = arena_first_segment(a); s; s = s->next)
+        for (const arena_block *b = s->first; b; b = b->next)
+            if (b->state == COOP_BLOCK_FREE && b->stream != COOP_STREAM_ANY &&
+                b->stream != stream) {
+                *bytes += b->size;
+                *mapped += arena_mapped_bytes_in(a, s, b->addr, b->size);
+            }
+}
+
 /* Says what a user needs to act: the request, the capacity and what is
  * mapped and allocated, the headroom (capacity minus what live blocks keep
  * mapped: at most this much more can ever be mapped without freeing), and
@@ -443,6 +467,19 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         snprintf(pending, sizeof pending,
                  ", pending frees %lld (freed blocks waiting for other streams' events)",
                  (long long)pending_bytes);
+    /* Free space another stream keeps counts in the free bytes, the
+     * largest block and the headroom, yet this stream cannot have it: said,
+     * or a request below all three reads as if it fitted. */
+    char others[256] = "";
+    uint64_t kept = 0, kept_mapped = 0;
+    if (from_arena)
+        kept_for_others(a, stream, &kept, &kept_mapped);
+    if (kept)
+        snprintf(others, sizeof others,
+                 "; %llu of the free bytes (%llu mapped) are kept for other streams not seen "
+                 "finished, usable on those streams only (coop_config.never_wait, or a stream "
+                 "blocked on the host)",
+                 (unsigned long long)kept, (unsigned long long)kept_mapped);
     char why[512] = "";
     if (from_arena && a->nomem == ARENA_NOMEM_DEVICE) /* copied: formatted into the same buffer */
         coop_format_message(why, sizeof why,
@@ -458,12 +495,12 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         COOP_ERR_NOMEM,
         "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "
         "mapped %llu, allocated %lld, headroom %llu (capacity minus the %llu bytes live blocks "
-        "keep mapped), free %llu in %zu blocks, largest free block %llu%s%s",
+        "keep mapped), free %llu in %zu blocks, largest free block %llu%s%s%s",
         size, (unsigned long long)rounded, (unsigned long)stream,
         (unsigned long long)a->params.capacity, (unsigned long long)a->reserved,
         (long long)pool->allocated_bytes.current, (unsigned long long)headroom,
         (unsigned long long)live, (unsigned long long)a->counters.free_bytes, a->index.count,
-        (unsigned long long)arena_largest_free(a), pending, why);
+        (unsigned long long)arena_largest_free(a), pending, others, why);
 }
 
 /* One more try of the out-of-memory path, after streams were settled: best
@@ -589,8 +626,9 @@ COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, uns
             *status = st;
         return NULL;
     }
-    if (pool_forked(pool)) {
-        coop_status st = pool_forked_error(pool, "coop_malloc");
+    if (pool_forked(pool) || pool_walked_here(pool)) {
+        coop_status st = pool_forked(pool) ? pool_forked_error(pool, "coop_malloc")
+                                           : pool_walk_reentry_error("coop_malloc");
         if (status)
             *status = st;
         return NULL;
@@ -720,6 +758,8 @@ COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
      * parent's, and nothing here may reuse it */
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_free");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_free");
     pool_lock(pool);
     coop_status st = free_locked(pool, ptr, NULL, true);
     pool_after_op_locked(pool, "free");
@@ -780,6 +820,8 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
         return null_argument("coop_record_stream", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_record_stream");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_record_stream");
     pool_lock(pool);
     coop_status st = record_stream_locked(pool, ptr, stream);
     pool_after_op_locked(pool, "record_stream");
@@ -815,6 +857,8 @@ coop_status coop_empty_cache(coop_pool *pool)
         return null_argument("coop_empty_cache", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_empty_cache");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_empty_cache");
     pool_lock(pool);
     pool_settle_streams(pool, !pool->config.never_wait);
     uint64_t released;
@@ -832,6 +876,8 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
         return null_argument("coop_set_capacity", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_set_capacity");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_set_capacity");
     pool_lock(pool);
     coop_status st = COOP_OK;
     arena *a = &pool->arena;
@@ -900,6 +946,8 @@ static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream
         return null_argument(fn, "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, fn);
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error(fn);
     pool_lock(pool);
     coop_status st;
     if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
@@ -929,6 +977,8 @@ coop_status coop_inject_fault(coop_pool *pool, unsigned kinds, uint64_t nth)
         return null_argument("coop_inject_fault", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_inject_fault");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_inject_fault");
     if (kinds & ~(unsigned)COOP_FAULT_ALL)
         return coop_set_error(COOP_ERR_INVALID, "coop_inject_fault: unknown kinds %#x", kinds);
     pool_lock(pool);
@@ -941,8 +991,11 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds)
 {
     if (!pool)
         return 0;
-    pool_lock(pool);
+    bool walked = pool_walked_here(pool); /* held for this thread's walk: read as it is */
+    if (!walked)
+        pool_lock(pool);
     uint64_t n = coop_backend_fault_calls(pool->backend, kinds);
-    pool_unlock(pool);
+    if (!walked)
+        pool_unlock(pool);
     return n;
 }

@@ -51,13 +51,27 @@ coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_blo
         return null_argument("coop_walk", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_walk");
-    pool_lock(pool);
-    pool_walk_frame frame; /* a visitor may fork (pool_fork.h) */
+    bool nested = pool_walked_here(pool); /* a visitor's: the pool is held for it already */
+    if (!nested)
+        pool_lock(pool);
+    atomic_fetch_add_explicit(&pool->walks, 1, memory_order_relaxed);
+    pool_walk_frame frame; /* a visitor may fork (pool_fork.h), or call back in */
     pool_fork_walk_begin(&frame, pool);
     pool_walk_locked(pool, on_segment, on_block, ctx);
     pool_fork_walk_end(&frame);
-    pool_unlock(pool);
+    atomic_fetch_sub_explicit(&pool->walks, 1, memory_order_relaxed);
+    if (!nested)
+        pool_unlock(pool);
     return COOP_OK;
+}
+
+coop_status pool_walk_reentry_error(const char *fn)
+{
+    return coop_set_error(COOP_ERR_BUSY,
+                          "%s: called from inside a coop_walk visitor of this pool, which the "
+                          "walk holds: nothing changed (call it after coop_walk returns; the "
+                          "calls that only read the pool are answered in a visitor)",
+                          fn);
 }
 
 coop_status pool_check_locked(coop_pool *pool)
@@ -184,9 +198,12 @@ coop_status coop_pool_check(coop_pool *pool)
         return null_argument("coop_pool_check", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_pool_check");
-    pool_lock(pool);
+    bool walked = pool_walked_here(pool); /* held for this thread's walk: read as it is */
+    if (!walked)
+        pool_lock(pool);
     coop_status st = pool_check_locked(pool);
-    pool_unlock(pool);
+    if (!walked)
+        pool_unlock(pool);
     return st;
 }
 

@@ -27,9 +27,10 @@ void pool_fork_walk_end(pool_walk_frame *frame)
     walking = frame->outer;
 }
 
-/* Whether the forking thread holds p's lock for a walk (the handlers run on
- * the forking thread; in the child, its copy). */
-static bool walked_here(const coop_pool *p)
+/* Whether this thread holds p's lock for a walk: the fork handlers ask it
+ * on the forking thread (in the child, its copy); the entry points, for a
+ * visitor calling back in (pool_walked_here). */
+bool pool_fork_walked_here(const coop_pool *p)
 {
     for (const pool_walk_frame *f = walking; f; f = f->outer)
         if (f->pool == p)
@@ -46,7 +47,7 @@ static void prepare(void)
         h->outer_prepare();
     pthread_mutex_lock(&registry);
     for (coop_pool *p = first; p; p = p->fork_next)
-        if (!walked_here(p)) /* held already, by this thread's walk */
+        if (!pool_fork_walked_here(p)) /* held already, by this thread's walk */
             pool_lock(p);
     if (h)
         h->inner_prepare();
@@ -64,7 +65,7 @@ static void release(bool child)
             p->forked_pid = me;
             coop_backend_fault_forked(p->backend, p->created_pid, me);
         }
-        bool walked = walked_here(p);
+        bool walked = pool_fork_walked_here(p);
         if (child) /* nobody else is left to wait: unlocked, or the walk's */
             pool_mutex_reset(&p->lock, walked);
         else if (!walked) /* a walk keeps its lock until it returns */

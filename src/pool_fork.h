@@ -62,6 +62,9 @@ typedef struct pool_walk_frame {
 void pool_fork_walk_begin(pool_walk_frame *frame, coop_pool *pool);
 void pool_fork_walk_end(pool_walk_frame *frame);
 
+/* Whether this thread is inside a walk of pool (a frame names it). */
+bool pool_fork_walked_here(const coop_pool *pool);
+
 /* fn's error for a pool that pool_forked reports: COOP_ERR_UNSUPPORTED,
  * "FN: this CUDA pool was created in process P; CUDA cannot be used in a
  * forked child (process C)". */

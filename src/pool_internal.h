@@ -23,6 +23,7 @@
 #include "arena.h"
 #include "backend.h"
 #include "meta.h"
+#include "pool_fork.h"
 #include "pool_lock.h"
 #include "status.h"
 
@@ -88,6 +89,9 @@ struct coop_pool {
      * usable. Read first by every entry point (pool_forked), so a call
      * fails at once without the driver, and without a getpid per call. */
     int created_pid, forked_pid;
+    /* coop_walk's walks in progress (changed under the lock, read without
+     * it by every entry point): see pool_walked_here */
+    _Atomic unsigned walks;
     coop_config config;    /* as resolved at creation; capacity follows set_capacity */
     coop_backend *backend; /* fault wrapper around the device backend */
     meta_heap heap;
@@ -117,6 +121,21 @@ static inline bool pool_forked(const coop_pool *pool)
 {
     return __builtin_expect(pool->forked_pid != 0, 0);
 }
+
+/* Whether the calling thread is inside a coop_walk visitor of pool: that
+ * walk holds the pool's lock (a single_thread pool: its blocks, mid-walk),
+ * so a call that locked the pool again would wait for this thread forever.
+ * One relaxed load while no walk runs (the thread's own walks are asked
+ * only while one does: another thread's walk is waited for as usual). */
+static inline bool pool_walked_here(const coop_pool *pool)
+{
+    return __builtin_expect(atomic_load_explicit(&pool->walks, memory_order_relaxed) != 0, 0) &&
+           pool_fork_walked_here(pool);
+}
+
+/* fn's refusal from inside a visitor of the pool's walk (pool_walked_here):
+ * COOP_ERR_BUSY, nothing changed. */
+coop_status pool_walk_reentry_error(const char *fn);
 
 /* Quiet (true): an allocation refused for room returns COOP_ERR_NOMEM and
  * leaves the thread's message as it was, for a caller that retries and then

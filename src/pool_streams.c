@@ -394,6 +394,8 @@ coop_status coop_forget_stream(coop_pool *pool, coop_stream stream)
         return null_argument("coop_forget_stream", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_forget_stream");
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error("coop_forget_stream");
     if (stream == COOP_STREAM_ANY)
         return reserved_stream("coop_forget_stream");
     pool_lock(pool);

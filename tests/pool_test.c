@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "coop.h"
@@ -1281,6 +1282,105 @@ static void test_walk_free_blocks_ask_for_nothing(void **state)
     coop_pool_destroy(p);
 }
 
+/* A visitor calling back into the pool it walks (coop.h: it must not): the
+ * walk holds the pool's lock, so before this was detected a call that
+ * locks it waited for this thread forever (a single_thread pool, which has
+ * no lock, let it change the blocks under the walk). The calls that
+ * change the pool are refused with COOP_ERR_BUSY naming the call and the
+ * walk, nothing changed; the calls that only read it are answered. The
+ * alarm turns a regression (a deadlock) into a failure. */
+typedef struct reentry {
+    coop_pool *pool;
+    void *live, *pending;
+    coop_stats stats;
+    uint64_t calls;
+    int visits, nested_blocks;
+} reentry;
+
+static int count_one(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    ((reentry *)ctx)->nested_blocks++;
+    return 0;
+}
+
+#define EXPECT_REFUSED(call, fn)                                                                   \
+    do {                                                                                           \
+        assert_int_equal((call), COOP_ERR_BUSY);                                                   \
+        assert_non_null(strstr(coop_last_error(), fn ": called from inside a coop_walk visitor")); \
+    } while (0)
+
+static int call_back_in(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    reentry *r = ctx;
+    coop_pool *p = r->pool;
+    r->visits++;
+    coop_status st = COOP_OK;
+    assert_null(coop_malloc(p, 512, 0, 0, &st));
+    assert_int_equal(st, COOP_ERR_BUSY);
+    assert_non_null(
+        strstr(coop_last_error(), "coop_malloc: called from inside a coop_walk visitor"));
+    EXPECT_REFUSED(coop_free(p, r->live), "coop_free");
+    EXPECT_REFUSED(coop_free(p, r->pending), "coop_free");
+    EXPECT_REFUSED(coop_record_stream(p, r->live, 5), "coop_record_stream");
+    EXPECT_REFUSED(coop_empty_cache(p), "coop_empty_cache");
+    EXPECT_REFUSED(coop_set_capacity(p, 2 * MiB), "coop_set_capacity");
+    EXPECT_REFUSED(coop_forget_stream(p, 7), "coop_forget_stream");
+    EXPECT_REFUSED(coop_host_hold_stream(p, 7, false), "coop_host_hold_stream");
+    EXPECT_REFUSED(coop_host_busy_stream(p, 8), "coop_host_busy_stream");
+    EXPECT_REFUSED(coop_inject_fault(p, COOP_FAULT_MAP, 1), "coop_inject_fault");
+    coop_set_error_message("%s", "");
+    coop_reset_peak_stats(p); /* no status: the message says it was refused */
+    assert_non_null(strstr(coop_last_error(), "coop_reset_peak_stats: called from inside"));
+    coop_set_error_message("%s", "");
+    coop_pool_destroy(p); /* likewise: the walk goes on over a live pool */
+    assert_non_null(strstr(coop_last_error(), "coop_pool_destroy: called from inside"));
+    /* reading is answered, as it stood before the walk */
+    coop_stats s = stats_of(p);
+    assert_memory_equal(&s, &r->stats, sizeof s);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_backend_calls(p, COOP_FAULT_ALL), r->calls);
+    coop_config c;
+    coop_pool_config(p, &c);
+    assert_int_equal(c.capacity, 64 * MiB);
+    assert_int_equal(coop_walk(p, NULL, count_one, r), COOP_OK);
+    return 1;
+}
+
+static void test_visitor_calling_back_in_is_refused(void **state)
+{
+    (void)state;
+    for (int single = 0; single < 2; single++) {
+        coop_config c = checked_config(64 * MiB);
+        c.single_thread = single;
+        coop_pool *p = create_or_fail(&c);
+        reentry r = {.pool = p};
+        r.live = coop_malloc(p, 4096, 0, 0, NULL);
+        r.pending = coop_malloc(p, 8192, 0, 0, NULL);
+        assert_int_equal(coop_record_stream(p, r.pending, 7), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+        assert_int_equal(coop_free(p, r.pending), COOP_OK);
+        r.stats = stats_of(p);
+        r.calls = coop_backend_calls(p, COOP_FAULT_ALL);
+        alarm(10);
+        assert_int_equal(coop_walk(p, NULL, call_back_in, &r), COOP_OK);
+        alarm(0);
+        assert_int_equal(r.visits, 1);
+        assert_int_equal(r.nested_blocks, 2); /* the live block and the pending one */
+        coop_stats after = stats_of(p);
+        assert_memory_equal(&after, &r.stats, sizeof after);
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+        /* the walk let the pool go: the calls work again */
+        void *x = coop_malloc(p, 512, 0, 0, NULL);
+        assert_non_null(x);
+        assert_int_equal(coop_free(p, x), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+        assert_int_equal(coop_free(p, r.live), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 /* Mapping: pages stay mapped after free, empty_cache unmaps wholly free pages. */
 static void test_mapping_and_empty_cache(void **state)
 {
@@ -1339,6 +1439,100 @@ static void test_capacity_reclaim_and_oom(void **state)
     assert_int_equal(stats_of(p).num_ooms, 1);
     coop_free(p, b);
     coop_free(p, g);
+    coop_pool_destroy(p);
+}
+
+/* Out of memory beside free memory another stream keeps: stream 1's 8 MiB
+ * free block, its work not seen finished (held, or never_wait and busy),
+ * can neither be used on stream 0 nor unmapped. The message gave headroom
+ * 8 MiB and a largest free block of 8 MiB for a 6 MiB request, as if it
+ * fitted twice; it now says how many of the free bytes (and of their
+ * mapped ones) are kept for other streams, and that they are not usable
+ * on the requesting stream. */
+static void test_oom_names_free_memory_kept_for_other_streams(void **state)
+{
+    (void)state;
+    for (int never_wait = 0; never_wait < 2; never_wait++) {
+        coop_pool *p = make_pool_with(16 * MiB, true, never_wait);
+        coop_status st;
+        void *a = coop_malloc(p, 8 * MiB, 1, 0, &st);
+        assert_int_equal(coop_free(p, a), COOP_OK);
+        if (never_wait)
+            assert_int_equal(coop_host_busy_stream(p, 1), COOP_OK);
+        else
+            assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+        void *b = coop_malloc(p, 8 * MiB, 0, 0, &st);
+        assert_non_null(b);
+        coop_stats before = stats_of(p);
+        assert_null(coop_malloc(p, 6 * MiB, 0, 0, &st));
+        assert_int_equal(st, COOP_ERR_NOMEM);
+        const char *m = coop_last_error();
+        assert_non_null(strstr(m, "cannot allocate 6291456 bytes"));
+        assert_non_null(strstr(m, "largest free block 8388608"));
+        assert_non_null(strstr(m, "8388608 of the free bytes (8388608 mapped) are kept for other "
+                                  "streams not seen finished"));
+        coop_stats after = stats_of(p);
+        assert_int_equal(after.num_ooms, before.num_ooms + 1);
+        assert_int_equal(after.reserved_bytes.current, before.reserved_bytes.current);
+        assert_int_equal(after.free_bytes, before.free_bytes);
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+        assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+        void *c = coop_malloc(p, 6 * MiB, 0, 0, &st); /* stream 1 done: its block is anyone's */
+        assert_non_null(c);
+        assert_int_equal(coop_free(p, c), COOP_OK);
+        assert_int_equal(coop_free(p, b), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
+/* A pending pointer (freed with a use on a held stream) misused at each
+ * step of a shrink and an empty_cache: every refusal is a double free
+ * naming the pending block, and changes nothing (statistics equal, checks
+ * pass); record_stream on it too; forgetting its stream is COOP_ERR_BUSY
+ * while held. Sizes near SIZE_MAX, whose rounding to 512 would wrap, are
+ * out of memory at once, with the numbers. Behaviour that held in review
+ * (rev34-H); kept as a regression test. */
+static void test_pending_pointer_misuse_changes_nothing(void **state)
+{
+    (void)state;
+    coop_pool *p = make_pool(16 * MiB, true);
+    coop_status st;
+    char *live = coop_malloc(p, 2 * MiB, 0, 0, &st);
+    char *pend = coop_malloc(p, 2 * MiB, 0, 0, &st);
+    assert_int_equal(coop_record_stream(p, pend, 7), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 7, true), COOP_OK);
+    assert_int_equal(coop_free(p, pend), COOP_OK);
+    for (int step = 0; step < 3; step++) {
+        if (step == 1) /* 4 MiB: the live block and the pending one keep theirs */
+            assert_int_equal(coop_set_capacity(p, 4 * MiB), COOP_OK);
+        if (step == 2)
+            assert_int_equal(coop_empty_cache(p), COOP_OK);
+        coop_stats before = stats_of(p);
+        assert_int_equal(coop_free(p, pend), COOP_ERR_DOUBLE_FREE);
+        assert_non_null(strstr(coop_last_error(), "pending on stream events"));
+        assert_int_equal(coop_free(p, pend + 512), COOP_ERR_DOUBLE_FREE);
+        assert_non_null(strstr(coop_last_error(), "lies in pending block"));
+        assert_int_equal(coop_record_stream(p, pend, 9), COOP_ERR_DOUBLE_FREE);
+        assert_int_equal(coop_forget_stream(p, 7), COOP_ERR_BUSY);
+        assert_int_equal(coop_free(p, live + 4096), COOP_ERR_INTERIOR_PTR);
+        const size_t huge[] = {SIZE_MAX, SIZE_MAX - 511, SIZE_MAX - 512};
+        for (size_t i = 0; i < 3; i++) {
+            assert_null(coop_malloc(p, huge[i], 0, 0, &st));
+            assert_int_equal(st, COOP_ERR_NOMEM);
+            assert_non_null(strstr(coop_last_error(), "18446744073709551104 rounded"));
+            assert_non_null(strstr(coop_last_error(), "largest free block"));
+        }
+        coop_stats after = stats_of(p);
+        after.num_ooms -= 3;
+        assert_memory_equal(&after, &before, sizeof after);
+        assert_int_equal(coop_pool_check(p), COOP_OK);
+    }
+    assert_int_equal(coop_host_hold_stream(p, 7, false), COOP_OK);
+    assert_int_equal(coop_forget_stream(p, 7), COOP_OK); /* completes the pending free */
+    assert_int_equal(coop_free(p, pend), COOP_ERR_DOUBLE_FREE);
+    assert_non_null(strstr(coop_last_error(), "already freed"));
+    assert_int_equal(coop_free(p, live), COOP_OK);
+    assert_int_equal(stats_of(p).active_bytes.current, 0);
     coop_pool_destroy(p);
 }
 
@@ -2930,6 +3124,9 @@ int main(void)
         cmocka_unit_test(test_walk),
         cmocka_unit_test(test_walk_of_segments),
         cmocka_unit_test(test_walk_free_blocks_ask_for_nothing),
+        cmocka_unit_test(test_visitor_calling_back_in_is_refused),
+        cmocka_unit_test(test_oom_names_free_memory_kept_for_other_streams),
+        cmocka_unit_test(test_pending_pointer_misuse_changes_nothing),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
         cmocka_unit_test(test_a_hopeless_request_leaves_the_cache_mapped),

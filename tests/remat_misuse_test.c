@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "remat/remat_internal.h" /* pin counts set near their limit */
 #include "remat_block_fixture.h"
@@ -1232,6 +1233,61 @@ static void a_callback_cannot_destroy_the_context(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A coop_walk visitor calling a remat context over the walked pool: the
+ * walk holds the pool's lock, which the context's calls take, so each
+ * waited for this thread forever. Refused now as the pool's own calls are
+ * (COOP_ERR_BUSY naming the call and the walk, nothing changed);
+ * coop_remat_destroy does nothing and sets that message. The alarm turns a
+ * regression (a deadlock) into a failure. */
+typedef struct walk_calls {
+    coop_remat *r;
+    coop_tensor *t;
+    coop_status create, access, release;
+    bool destroy_refused;
+} walk_calls;
+
+static int call_the_context(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    walk_calls *w = ctx;
+    coop_tensor *t = NULL;
+    w->create = coop_tensor_create(w->r, U, 1, "w", NULL, 0, EV, &t);
+    assert_null(t);
+    assert_true(error_says("coop_tensor_create: called from inside a coop_walk visitor"));
+    w->access = coop_tensor_access(w->r, w->t, NULL);
+    w->release = coop_tensor_release(w->r, w->t);
+    coop_remat_destroy(w->r);
+    w->destroy_refused = error_says("coop_remat_destroy: called from inside a coop_walk visitor");
+    return 1;
+}
+
+static void a_walk_visitor_cannot_call_the_context(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    script s = {0};
+    coop_remat *r = scripted(pool, COOP_REMAT_COOP, &s);
+    walk_calls w = {.r = r};
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &w.t), COOP_OK);
+    coop_stats before;
+    coop_get_stats(pool, &before);
+    alarm(10);
+    assert_int_equal(coop_walk(pool, NULL, call_the_context, &w), COOP_OK);
+    alarm(0);
+    assert_int_equal(w.create, COOP_ERR_BUSY);
+    assert_int_equal(w.access, COOP_ERR_BUSY);
+    assert_int_equal(w.release, COOP_ERR_BUSY);
+    assert_true(w.destroy_refused);
+    coop_stats after;
+    coop_get_stats(pool, &after);
+    assert_memory_equal(&after, &before, sizeof after);
+    assert_true(coop_tensor_resident(w.t));
+    assert_int_equal(coop_tensor_access(r, w.t, NULL), COOP_OK); /* the context still works */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* A NaN partitioning threshold compares false with every cost per byte:
  * refused, rather than silently turning partitioning off. */
 static void a_nan_threshold_is_refused(void **state)
@@ -1384,6 +1440,7 @@ int main(void)
         cmocka_unit_test(callbacks_cannot_call_the_context),
         cmocka_unit_test(callbacks_may_call_the_pool),
         cmocka_unit_test(a_callback_cannot_destroy_the_context),
+        cmocka_unit_test(a_walk_visitor_cannot_call_the_context),
         cmocka_unit_test(mutate_keeps_its_inputs),
         cmocka_unit_test(handles_from_the_latest_collection_stay_refused),
         cmocka_unit_test_prestate(contexts_sharing_a_pool_keep_to_their_own, &policies[0]),

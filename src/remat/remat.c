@@ -124,6 +124,8 @@ static coop_status enter(const coop_remat *r, const char *fn)
                               fn);
     if (pool_forked(r->pool)) /* its every call would map, evict or free in the pool */
         return pool_forked_error(r->pool, fn);
+    if (pool_walked_here(r->pool)) /* its lock is the walk's: taking it would wait forever */
+        return pool_walk_reentry_error(fn);
     return COOP_OK;
 }
 
