@@ -314,6 +314,29 @@ def _apply_history(bound, clear_history, skip):
             _skip_periods = _skip_periods + [(now, skip)]
 
 
+def _skip_actions(value):
+    """skip_actions as a tuple of action names, checked as torch's binding
+    checks it (a list of str): a str alone is refused (TypeError), not
+    taken letter by letter, which skipped nothing without a word."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, bytearray)):
+        raise TypeError("coop.torch: _record_memory_history: skip_actions must be a list of "
+                        "action names, not a %s (%r; one action: [%r])"
+                        % (type(value).__name__, value, value if isinstance(value, str)
+                           else value.decode(errors="replace")))
+    try:
+        names = tuple(value)
+    except TypeError:
+        raise TypeError("coop.torch: _record_memory_history: skip_actions must be a list of "
+                        "action names, not %s" % type(value).__name__) from None
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError("coop.torch: _record_memory_history: skip_actions holds %r (%s), "
+                            "expected action names (str)" % (name, type(name).__name__))
+    return names
+
+
 def _skipped(event, periods):
     """Whether the period event was recorded in skips its action."""
     skip = frozenset()
@@ -418,7 +441,7 @@ def _history_replacement(memory, original):
             return  # torch leaves the CUDA allocator's history as it is
         names = [n for n in ("max_entries", "trace_alloc_max_entries") if n in sig.parameters]
         bound_, clear = _history_settings(given.get("enabled", enabled), names, given)
-        _apply_history(bound_, clear, given.get("skip_actions") or ())
+        _apply_history(bound_, clear, _skip_actions(given.get("skip_actions")))
 
     replacement.__signature__ = outer
     replacement.__name__ = replacement.__qualname__ = "_record_memory_history"

@@ -2183,6 +2183,20 @@ class TorchSignatures(unittest.TestCase):
         names = self.check_signatures(torch_stand_in(), accelerator=True)
         self.assertEqual(len(names), len(PATCHED) + len(PATCHED_ACCELERATOR))
 
+    def test_skip_actions_must_be_a_list_of_names(self):
+        """torch passes skip_actions to a binding taking a list of strings,
+        which refuses a str (TypeError); coop's iterated "alloc" by
+        character, skipping nothing, without a word. Refused before the
+        history is touched, naming the argument."""
+        torch = torch_stand_in()
+        ctorch.patch_torch(torch)
+        record = torch.cuda.memory._record_memory_history
+        for bad in ("alloc", b"alloc", ["alloc", 3], 7):
+            with self.subTest(skip_actions=bad):
+                with self.assertRaises(TypeError) as cm:
+                    record("all", skip_actions=bad)
+                self.assertIn("skip_actions", str(cm.exception))
+
     def test_calls_as_torch_2_11_takes_them(self):
         """On the stand-in: the readers torch builds on memory_stats report
         coop's pools; torch.accelerator's take device_index by position only;
