@@ -565,7 +565,10 @@ def install(conf=None, *, torch_module=None, patch=True):
     applied if coop has not allocated yet, else RuntimeError. If torch
     refuses the allocator (CUDAPluggableAllocator or change_current_allocator
     raises), its error is raised and the configuration in force before the
-    call is put back.
+    call is put back. If a step after torch took coop fails (device_count,
+    the patching), install() counts as done (installed() says so) and
+    raises RuntimeError saying torch now allocates with coop; a later
+    install() patches torch if this one did not.
     With patch (default), torch.cuda's memory statistics and snapshot
     functions report coop's pools (see patch_torch). torch_module is for
     tests (a stand-in for the torch package).
@@ -609,17 +612,31 @@ def install(conf=None, *, torch_module=None, patch=True):
         except BaseException:
             _restore_conf_locked(lib, previous)  # torch did not take coop
             raise
-        # torch's _cuda_customAllocator calls init (with a device count of 0)
-        # before any hook can be set; CUDA's lazy init calls the init hook
-        # again later (coop_torch_init is idempotent). Tell coop the device
-        # count now (a count query creates no CUDA context).
-        count = int(torch.cuda.device_count())
-        lib.coop_torch_init(count)
-        _device_limit = count if 0 < count <= _MAX_DEVICES else 0
-        if patch:
-            patch_torch(torch)
+        # torch allocates with coop from here on, whatever fails next: record
+        # it, so installed() says so and a later install() does not ask torch
+        # to swap an allocator again (it patches what this call did not)
         _installed = {"route": "allocator", "hooks": hooks, "allocator": allocator,
-                      "patched": bool(patch)}
+                      "patched": False}
+        step = "torch.cuda.device_count()"
+        try:
+            # torch's _cuda_customAllocator calls init (with a device count
+            # of 0) before any hook can be set; CUDA's lazy init calls the
+            # init hook again later (coop_torch_init is idempotent). Tell
+            # coop the device count now (a count query creates no CUDA
+            # context).
+            count = int(torch.cuda.device_count())
+            lib.coop_torch_init(count)
+            _device_limit = count if 0 < count <= _MAX_DEVICES else 0
+            if patch:
+                step = "patching torch.cuda's memory functions"
+                patch_torch(torch)
+                _installed["patched"] = True
+        except Exception as e:
+            raise RuntimeError(
+                "coop.torch.install: torch now allocates with coop (change_current_allocator "
+                "succeeded), but %s then failed (%s: %s)%s"
+                % (step, type(e).__name__, e,
+                   "; install() again retries the patching" if patch else "")) from e
         return list(hooks)
 
 

@@ -1857,6 +1857,50 @@ class Install(unittest.TestCase):
         self.assertTrue(lines[4].startswith("backend:host,capacity:3221225472,"), lines[4])
         self.assertEqual(lines[5], "malloc True")
 
+    def test_install_failing_after_torch_took_coop_says_so(self):
+        """A step after change_current_allocator raising (device_count, the
+        patching) left install() unrecorded while torch already allocated
+        with coop: installed() said None and a retry asked torch to swap a
+        used allocator. The error now says torch uses coop; install() is
+        recorded, and a later install() patches what the failed one did not."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "def broken():\n"
+            "    raise RuntimeError('device_count broke')\n"
+            "for step in ('count', 'patch'):\n"
+            "    fake = FakeTorch()\n"
+            "    if step == 'count':\n"
+            "        fake.cuda.device_count = broken\n"
+            "        patch = False\n"
+            "    else:\n"
+            "        real_patch, patch = ctorch.patch_torch, True\n"
+            "        def failing(torch):\n"
+            "            raise RuntimeError('patching broke')\n"
+            "        ctorch.patch_torch = failing\n"
+            "    try:\n"
+            "        ctorch.install(torch_module=fake, patch=patch)\n"
+            "        print('no error')\n"
+            "    except RuntimeError as e:\n"
+            "        print(e)\n"
+            "    print(ctorch.installed() is not None, fake.calls.count(('change',)))\n"
+            "    if step == 'patch':\n"
+            "        ctorch.patch_torch = real_patch\n"
+            "        ctorch.install(torch_module=fake)\n"
+            "        print(fake.calls.count(('change',)),\n"
+            "              fake.cuda.memory._dump_snapshot.__module__)\n"
+            "    ctorch._installed = None  # the next step's fake torch\n" % HERE,
+            "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(len(lines), 5, r.stdout)
+        for line, cause in ((lines[0], "device_count broke"), (lines[2], "patching broke")):
+            self.assertIn("torch now allocates with coop", line)
+            self.assertIn(cause, line)
+        self.assertEqual(lines[1], "True 1")
+        self.assertEqual(lines[3], "True 1")
+        self.assertEqual(lines[4], "1 coop.torch")
+
     def test_mem_pool_that_torch_refuses_keeps_the_configuration_in_force(self):
         """mem_pool(conf) whose MemPool torch refuses (an option it does not
         take) raises torch's error and leaves the configuration as it was,
