@@ -195,11 +195,27 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     if (!c->va_size)
         c->va_size = c->capacity > UINT64_MAX / 4 ? UINT64_MAX / 4 : 4 * c->capacity;
     c->va_size = round_up(c->va_size, c->page_size);
+    /* Values below 2^56 (check_size_fields) can reach it in whole pages:
+     * the message quotes the value given, which the caller can find, and
+     * then the rounded one that failed. */
     uint64_t size_limit = UINT64_C(1) << BLOCK_SIZE_BITS;
-    if (c->capacity >= size_limit || (c->use_vmm && c->va_size >= size_limit))
+    if (c->capacity >= size_limit)
         return coop_set_error(COOP_ERR_INVALID,
-                              "coop_pool_create: config.capacity %llu / va_size %llu: block "
-                              "sizes are limited to 2^%d bytes; choose less",
+                              "coop_pool_create: config.capacity %llu is %llu in whole %llu-byte "
+                              "pages: block sizes are limited to 2^%d bytes; choose less",
+                              (unsigned long long)in->capacity, (unsigned long long)c->capacity,
+                              (unsigned long long)c->page_size, BLOCK_SIZE_BITS);
+    if (c->use_vmm && c->va_size >= size_limit && in->va_size)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_pool_create: config.va_size %llu is %llu in whole %llu-byte "
+                              "pages: block sizes are limited to 2^%d bytes; choose less",
+                              (unsigned long long)in->va_size, (unsigned long long)c->va_size,
+                              (unsigned long long)c->page_size, BLOCK_SIZE_BITS);
+    if (c->use_vmm && c->va_size >= size_limit)
+        return coop_set_error(COOP_ERR_INVALID,
+                              "coop_pool_create: config.va_size 0 (4 x the capacity %llu = %llu) "
+                              "reaches 2^%d bytes, the limit of block sizes: set va_size below "
+                              "it (at least the capacity) or choose a smaller capacity",
                               (unsigned long long)c->capacity, (unsigned long long)c->va_size,
                               BLOCK_SIZE_BITS);
     /* A smaller reservation could never hold the capacity: allocations would

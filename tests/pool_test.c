@@ -2758,6 +2758,27 @@ static void test_config_limits(void **state)
     assert_null(p);
     assert_non_null(strstr(coop_last_error(), "config.capacity"));
     assert_non_null(strstr(coop_last_error(), "2^56"));
+    /* below 2^56 but rounded up to it: the message quotes the value given,
+     * then the rounded one (it quoted 2^56 alone, a value never given);
+     * a va_size the caller left 0 is named as the default's */
+    const uint64_t limit = UINT64_C(1) << 56;
+    for (int vmm = 0; vmm < 2; vmm++) {
+        coop_config_default(&c);
+        c.use_vmm = vmm;
+        c.capacity = limit - 1;
+        assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+        assert_non_null(strstr(coop_last_error(), "config.capacity 72057594037927935 is "
+                                                  "72057594037927936 in whole 2097152-byte pages"));
+    }
+    coop_config_default(&c);
+    c.capacity = (UINT64_C(1) << 54) + 1;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.va_size 0 (4 x the capacity "
+                                              "18014398511579136 = 72057594046316544)"));
+    c.va_size = limit - 1;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.va_size 72057594037927935 is "
+                                              "72057594037927936 in whole 2097152-byte pages"));
     coop_config_default(&c);
     c.capacity = 64 * MiB;
     c.va_size = UINT64_MAX;
