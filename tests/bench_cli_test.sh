@@ -115,5 +115,10 @@ rm -f "${TMPDIR:-/tmp}/coop-bench-$$"
 out=$($coop bench --help) || fail "--help exited $?"
 printf '%s\n' "$out" | head -1 | grep -q '^usage: coop bench' || fail "--help: $out"
 printf '%s\n' "$out" | grep -q '^ *live_blocks ' && fail "--help ran a benchmark: $out"
+# --batches' range and what a large one costs (it said neither)
+printf '%s\n' "$out" | grep -q -- '--batches N  timed batches per live count, 1\.\.100000' ||
+    fail "--help does not give --batches' range: $out"
+printf '%s\n' "$out" | grep -q 'host memory per live count' ||
+    fail "--help does not say what --batches costs: $out"
 [ "$failures" -eq 0 ] && echo "ok: --only, --seed, --capacity-gib, the ratio and --help"
 [ "$failures" -eq 0 ]
