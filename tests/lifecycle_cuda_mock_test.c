@@ -484,6 +484,52 @@ static void test_fork_destroy_with_the_event_cache_full(void **state)
     cuda_mock_assert_clean("after the parent destroyed its pool");
 }
 
+/* ---- a child forked inside a walk visitor ---- */
+
+/* The child goes on inside the visitor, its copy of the pool held for the
+ * walk: coop_remat_destroy, which a child may call on its copy of a CUDA
+ * pool (its records freed under the pool's lock), is refused there as in
+ * the parent, not a wait for the walk's lock (before: the alarm). */
+static int remat_destroy_in_the_walk(void *arg)
+{
+    parent_state *ps = arg;
+    coop_clear_error();
+    coop_remat_destroy(ps->remat);
+    CHECK(message_is(coop_last_error(),
+                     "coop_remat_destroy: called from inside a coop_walk visitor of this pool, "
+                     "which the walk holds: nothing changed (call it after coop_walk returns; "
+                     "the calls that only read the pool are answered in a visitor)"));
+    coop_stats s;
+    coop_get_stats(ps->pool, &s); /* answered from the walk's copy */
+    CHECK(s.allocation.current == 1);
+    return 0;
+}
+
+static int fork_in_visitor(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    in_fork_ok(remat_destroy_in_the_walk, ctx);
+    return 1;
+}
+
+static void test_fork_in_a_walk_visitor_refuses_remat_destroy(void **state)
+{
+    (void)state;
+    parent_state ps = {.pid = (int)getpid()};
+    coop_config c = cuda_config(true);
+    assert_int_equal(coop_pool_create(&c, &ps.pool), COOP_OK);
+    coop_remat_config rc = {.recompute = recompute};
+    assert_int_equal(coop_remat_create(ps.pool, &rc, &ps.remat), COOP_OK);
+    assert_int_equal(coop_tensor_create(ps.remat, 8192, 10, NULL, NULL, 0, 0, &ps.tensor), COOP_OK);
+    assert_int_equal(coop_walk(ps.pool, NULL, fork_in_visitor, &ps), COOP_OK);
+    void *p = NULL;
+    assert_int_equal(coop_tensor_access(ps.remat, ps.tensor, &p), COOP_OK);
+    assert_non_null(p);
+    coop_remat_destroy(ps.remat);
+    coop_pool_destroy(ps.pool);
+    cuda_mock_assert_clean("after the parent destroyed its pool");
+}
+
 int main(void)
 {
     cuda_mock_load("lifecycle_cuda_mock_test", COOP_TEST_BUILDDIR);
@@ -493,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_host_pool_beside_stays_usable_and_grandchild_refused),
         cmocka_unit_test(test_fork_refuses_the_torch_abi_on_cuda),
         cmocka_unit_test(test_fork_destroy_with_the_event_cache_full),
+        cmocka_unit_test(test_fork_in_a_walk_visitor_refuses_remat_destroy),
     };
     return cases_in_children("lifecycle_cuda_mock_test", tests, sizeof tests / sizeof tests[0], 60);
 }
