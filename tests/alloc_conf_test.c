@@ -269,6 +269,11 @@ static void test_bad_syntax(void **state)
     parse_bad("ca\x1b[2Jpacity:1G", "unknown key 'ca\\x1b[2Jpacity'", NULL);
     parse_bad("capacity:1\rG", "bad value '1\\x0dG'", "'capacity'", NULL);
     parse_bad("check\x7f", "'check\\x7f' at byte 0 has no value", NULL);
+    /* a byte that is not UTF-8 (Latin-1's e9) ending a key is shown, not
+     * dropped as if it were a character cut short: the message named a key
+     * 'capacit', one letter from a known key, that was never given */
+    parse_bad("capacit\xe9:1G", "unknown key 'capacit\xe9' at byte 0", NULL);
+    parse_bad("capacity:1\xe9", "bad value '1\xe9' for key 'capacity'", NULL);
 }
 
 static void test_to_config(void **state)

@@ -33,21 +33,30 @@ typedef struct token {
 /* t's text for a message, control characters written \xNN (a newline or
  * an escape inside a key or value: trimming takes them at the ends only),
  * so that stderr shows what was given instead of obeying it; cut between
- * UTF-8 characters where buf (SHOWN_MAX bytes) is full. Returns buf. */
+ * characters where buf (SHOWN_MAX bytes) is full: a UTF-8 character or an
+ * escape is copied whole or not at all, and a byte that is not UTF-8 as it
+ * is (a Latin-1 letter ending a key is shown, not taken for a character
+ * cut short). Returns buf. */
 static const char *shown(const token *t, char *buf)
 {
+    const unsigned char *p = (const unsigned char *)t->start;
     size_t k = 0;
-    for (size_t i = 0; i < t->len; i++) {
-        unsigned char c = (unsigned char)t->start[i];
-        bool control = c < 0x20 || c == 0x7f;
-        if (k + (control ? 4 : 1) >= SHOWN_MAX)
+    for (size_t i = 0; i < t->len;) {
+        bool control = p[i] < 0x20 || p[i] == 0x7f;
+        size_t n = p[i] >= 0x80 ? utf8_sequence_length(p + i) : 1;
+        if (control || !n || n > t->len - i)
+            n = 1;
+        if (k + (control ? 4 : n) >= SHOWN_MAX)
             break;
-        if (control)
-            k += (size_t)snprintf(buf + k, SHOWN_MAX - k, "\\x%02x", c);
-        else
-            buf[k++] = (char)c;
+        if (control) {
+            k += (size_t)snprintf(buf + k, SHOWN_MAX - k, "\\x%02x", p[i]);
+        } else {
+            memcpy(buf + k, p + i, n);
+            k += n;
+        }
+        i += n;
     }
-    buf[utf8_whole_prefix(buf, k)] = '\0';
+    buf[k] = '\0';
     return buf;
 }
 
