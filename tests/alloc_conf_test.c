@@ -276,6 +276,23 @@ static void test_bad_syntax(void **state)
     parse_bad("capacity:1\xe9", "bad value '1\xe9' for key 'capacity'", NULL);
 }
 
+/* A message quoting control characters longer than the message's buffer is
+ * cut between escapes: a cut inside "\x1b" left "\x1", which reads as the
+ * byte 01 (and "\" alone) */
+static void test_long_escaped_value_is_cut_between_escapes(void **state)
+{
+    (void)state;
+    char text[9 + 600 + 1] = "capacity:";
+    memset(text + 9, 0x1b, 600);
+    text[sizeof text - 1] = '\0';
+    parse_bad(text, "bad value '\\x1b\\x1b", NULL);
+    const char *msg = coop_last_error();
+    const char *last = strrchr(msg, '\\');
+    assert_non_null(last);
+    assert_string_equal(last, "\\x1b' for key 'capacity' at byte 9: expected a byte count "
+                              "above 0 such as 512M, 40G or 1Ti");
+}
+
 static void test_to_config(void **state)
 {
     (void)state;
@@ -333,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_byte_suffixes),
         cmocka_unit_test(test_bad_values_name_key_value_offset),
         cmocka_unit_test(test_bad_syntax),
+        cmocka_unit_test(test_long_escaped_value_is_cut_between_escapes),
         cmocka_unit_test(test_to_config),
         cmocka_unit_test(fraction_ignores_the_host_locale),
     };

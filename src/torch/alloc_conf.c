@@ -27,8 +27,13 @@ typedef struct token {
     size_t off;
 } token;
 
-/* Room for a token shown in a message: the message holds no more. */
-#define SHOWN_MAX COOP_ERROR_MAX
+/* Room for a token shown in a message. A message quotes at most two (a
+ * value and its key) in under 200 bytes of its own text, so two full ones
+ * still fit in COOP_ERROR_MAX: the message is never cut by its buffer,
+ * which would cut inside an escape ("\x1b" read as "\x1") and drop the
+ * text after the value. */
+#define SHOWN_MAX 384
+_Static_assert(2 * SHOWN_MAX + 200 < COOP_ERROR_MAX, "two shown tokens fit in a message");
 
 /* t's text for a message, control characters written \xNN (a newline or
  * an escape inside a key or value: trimming takes them at the ends only),
