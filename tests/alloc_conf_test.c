@@ -271,9 +271,14 @@ static void test_bad_syntax(void **state)
     parse_bad("check\x7f", "'check\\x7f' at byte 0 has no value", NULL);
     /* a byte that is not UTF-8 (Latin-1's e9) ending a key is shown, not
      * dropped as if it were a character cut short: the message named a key
-     * 'capacit', one letter from a known key, that was never given */
-    parse_bad("capacit\xe9:1G", "unknown key 'capacit\xe9' at byte 0", NULL);
-    parse_bad("capacity:1\xe9", "bad value '1\xe9' for key 'capacity'", NULL);
+     * 'capacit', one letter from a known key, that was never given. It is
+     * written \xNN, as are C1 controls (U+0080..U+009F, U+009B a terminal's
+     * CSI as ESC [ is), raw or as UTF-8; other UTF-8 text is shown as is */
+    parse_bad("capacit\xe9:1G", "unknown key 'capacit\\xe9' at byte 0", NULL);
+    parse_bad("capacity:1\xe9", "bad value '1\\xe9' for key 'capacity'", NULL);
+    parse_bad("capacity:1\xc2\x9b" "2Jx", "bad value '1\\xc2\\x9b2Jx'", NULL);
+    parse_bad("capacity:1\x9b" "2Jx", "bad value '1\\x9b2Jx'", NULL);
+    parse_bad("capacit\xc3\xa9\xc2\xa0:1G", "unknown key 'capacit\xc3\xa9\xc2\xa0'", NULL);
 }
 
 /* A message quoting control characters longer than the message's buffer is

@@ -37,28 +37,30 @@ _Static_assert(2 * SHOWN_MAX + 200 < COOP_ERROR_MAX, "two shown tokens fit in a 
 
 /* t's text for a message, control characters written \xNN (a newline or
  * an escape inside a key or value: trimming takes them at the ends only),
- * so that stderr shows what was given instead of obeying it; cut between
- * characters where buf (SHOWN_MAX bytes) is full: a UTF-8 character or an
- * escape is copied whole or not at all, and a byte that is not UTF-8 as it
- * is (a Latin-1 letter ending a key is shown, not taken for a character
- * cut short). Returns buf. */
+ * so that stderr shows what was given instead of obeying it: C0, DEL, and
+ * C1 (U+0080..U+009F: U+009B is a terminal's CSI, as ESC [ is), and a byte
+ * that is not UTF-8 (Latin-1's e9, or a raw C1 byte), which a message also
+ * could not carry as text (Python reads it as U+FFFD). Other UTF-8 text is
+ * shown as is. Cut where buf (SHOWN_MAX bytes) is full, between characters
+ * and escapes. Returns buf. */
 static const char *shown(const token *t, char *buf)
 {
     const unsigned char *p = (const unsigned char *)t->start;
     size_t k = 0;
     for (size_t i = 0; i < t->len;) {
-        bool control = p[i] < 0x20 || p[i] == 0x7f;
         size_t n = p[i] >= 0x80 ? utf8_sequence_length(p + i) : 1;
-        if (control || !n || n > t->len - i)
+        if (n > t->len - i)
+            n = 0;
+        bool escaped = p[i] < 0x20 || p[i] == 0x7f || n == 0 || (p[i] == 0xc2 && p[i + 1] < 0xa0);
+        if (!n)
             n = 1;
-        if (k + (control ? 4 : n) >= SHOWN_MAX)
+        if (k + (escaped ? 4 * n : n) >= SHOWN_MAX)
             break;
-        if (control) {
-            k += (size_t)snprintf(buf + k, SHOWN_MAX - k, "\\x%02x", p[i]);
-        } else {
-            memcpy(buf + k, p + i, n);
-            k += n;
-        }
+        for (size_t j = 0; j < n; j++)
+            if (escaped)
+                k += (size_t)snprintf(buf + k, SHOWN_MAX - k, "\\x%02x", p[i + j]);
+            else
+                buf[k++] = (char)p[i + j];
         i += n;
     }
     buf[k] = '\0';
