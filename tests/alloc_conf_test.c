@@ -269,6 +269,52 @@ static void test_bad_syntax(void **state)
     parse_bad("ca\x1b[2Jpacity:1G", "unknown key 'ca\\x1b[2Jpacity'", NULL);
     parse_bad("capacity:1\rG", "bad value '1\\x0dG'", "'capacity'", NULL);
     parse_bad("check\x7f", "'check\\x7f' at byte 0 has no value", NULL);
+    /* a byte that is not UTF-8 (Latin-1's e9) ending a key is shown, not
+     * dropped as if it were a character cut short: the message named a key
+     * 'capacit', one letter from a known key, that was never given. It is
+     * written \xNN, as are C1 controls (U+0080..U+009F, U+009B a terminal's
+     * CSI as ESC [ is), raw or as UTF-8; other UTF-8 text is shown as is */
+    parse_bad("capacit\xe9:1G", "unknown key 'capacit\\xe9' at byte 0", NULL);
+    parse_bad("capacity:1\xe9", "bad value '1\\xe9' for key 'capacity'", NULL);
+    parse_bad("capacity:1\xc2\x9b"
+              "2Jx",
+              "bad value '1\\xc2\\x9b2Jx'", NULL);
+    parse_bad("capacity:1\x9b"
+              "2Jx",
+              "bad value '1\\x9b2Jx'", NULL);
+    parse_bad("capacit\xc3\xa9\xc2\xa0:1G", "unknown key 'capacit\xc3\xa9\xc2\xa0'", NULL);
+}
+
+/* A message quoting control characters longer than the message's buffer is
+ * cut between escapes: a cut inside "\x1b" left "\x1", which reads as the
+ * byte 01 (and "\" alone) */
+static void test_long_escaped_value_is_cut_between_escapes(void **state)
+{
+    (void)state;
+    char text[9 + 600 + 1] = "capacity:";
+    memset(text + 9, 0x1b, 600);
+    text[sizeof text - 1] = '\0';
+    parse_bad(text, "bad value '\\x1b\\x1b", NULL);
+    const char *msg = coop_last_error();
+    const char *last = strrchr(msg, '\\');
+    assert_non_null(last);
+    assert_string_equal(last, "\\x1b' for key 'capacity' at byte 9: expected a byte count "
+                              "above 0 such as 512M, 40G or 1Ti");
+}
+
+/* coop.torch and the ABI's failed-malloc record keep a message in 512
+ * bytes: an unknown key of 200 escapes still leaves the known keys' list
+ * whole there (it was cut at 511 bytes, inside the list) */
+static void test_long_unknown_key_fits_in_512_bytes(void **state)
+{
+    (void)state;
+    char text[200 + 3] = "";
+    memset(text, 0x1b, 200);
+    memcpy(text + 200, ":1", 3);
+    parse_bad(text, "unknown key '\\x1b\\x1b", NULL);
+    const char *msg = coop_last_error();
+    assert_true(strlen(msg) < 512);
+    assert_non_null(strstr(msg, "check, history, wait)"));
 }
 
 static void test_to_config(void **state)
@@ -328,6 +374,8 @@ int main(void)
         cmocka_unit_test(test_byte_suffixes),
         cmocka_unit_test(test_bad_values_name_key_value_offset),
         cmocka_unit_test(test_bad_syntax),
+        cmocka_unit_test(test_long_escaped_value_is_cut_between_escapes),
+        cmocka_unit_test(test_long_unknown_key_fits_in_512_bytes),
         cmocka_unit_test(test_to_config),
         cmocka_unit_test(fraction_ignores_the_host_locale),
     };

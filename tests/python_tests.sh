@@ -29,6 +29,6 @@ if [ -z "$py" ]; then
     exit 77
 fi
 echo "python_tests: $("$py" --version 2>&1) ($py), $lib"
-COOP_LIBRARY="$lib" COOP_LAYOUT_PROGRAM="$(pwd)/tests/ctypes_layout" \
+COOP_LIBRARY="$lib" COOP_LAYOUT_PROGRAM="$(pwd)/tests/ctypes_layout" COOP_PROGRAM="$(pwd)/coop" \
     PYTHONPATH="$srcdir/python" PYTHONDONTWRITEBYTECODE=1 \
     exec "$py" "$srcdir/tests/python/test_torch_abi.py"

@@ -843,9 +843,13 @@ _STATES = {
 
 
 def _block_dict(b):
+    # "stream", which PyTorch's blocks lack (its segments have one stream
+    # each): one of coop's segments, a run of mapped pages, holds blocks of
+    # any stream, and coop convert reads each block's from here
     return {
         "address": b.address,
         "size": b.size,
+        "stream": b.stream,
         "requested_size": b.requested_size if b.state != native.BLOCK_FREE else 0,
         "state": _STATES.get(b.state, "inactive"),
         "frames": [],

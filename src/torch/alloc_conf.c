@@ -27,27 +27,46 @@ typedef struct token {
     size_t off;
 } token;
 
-/* Room for a token shown in a message: the message holds no more. */
-#define SHOWN_MAX COOP_ERROR_MAX
+/* Room for a token shown in a message. A message quotes at most two (a
+ * value and its key) in under 200 bytes of its own text, so two full ones
+ * still fit in COOP_ERROR_MAX: the message is never cut by its buffer,
+ * which would cut inside an escape ("\x1b" read as "\x1") and drop the
+ * text after the value. And one (an unknown key, a bad value of a known
+ * key) fits with it in the 512 bytes coop.torch and the ABI's failed-malloc
+ * record keep a message in. */
+#define SHOWN_MAX 256
+_Static_assert(2 * SHOWN_MAX + 200 < COOP_ERROR_MAX, "two shown tokens fit in a message");
+_Static_assert(SHOWN_MAX + 200 < 512, "one shown token fits in coop.torch's 512 bytes");
 
 /* t's text for a message, control characters written \xNN (a newline or
  * an escape inside a key or value: trimming takes them at the ends only),
- * so that stderr shows what was given instead of obeying it; cut between
- * UTF-8 characters where buf (SHOWN_MAX bytes) is full. Returns buf. */
+ * so that stderr shows what was given instead of obeying it: C0, DEL, and
+ * C1 (U+0080..U+009F: U+009B is a terminal's CSI, as ESC [ is), and a byte
+ * that is not UTF-8 (Latin-1's e9, or a raw C1 byte), which a message also
+ * could not carry as text (Python reads it as U+FFFD). Other UTF-8 text is
+ * shown as is. Cut where buf (SHOWN_MAX bytes) is full, between characters
+ * and escapes. Returns buf. */
 static const char *shown(const token *t, char *buf)
 {
+    const unsigned char *p = (const unsigned char *)t->start;
     size_t k = 0;
-    for (size_t i = 0; i < t->len; i++) {
-        unsigned char c = (unsigned char)t->start[i];
-        bool control = c < 0x20 || c == 0x7f;
-        if (k + (control ? 4 : 1) >= SHOWN_MAX)
+    for (size_t i = 0; i < t->len;) {
+        size_t n = p[i] >= 0x80 ? utf8_sequence_length(p + i) : 1;
+        if (n > t->len - i)
+            n = 0;
+        bool escaped = p[i] < 0x20 || p[i] == 0x7f || n == 0 || (p[i] == 0xc2 && p[i + 1] < 0xa0);
+        if (!n)
+            n = 1;
+        if (k + (escaped ? 4 * n : n) >= SHOWN_MAX)
             break;
-        if (control)
-            k += (size_t)snprintf(buf + k, SHOWN_MAX - k, "\\x%02x", c);
-        else
-            buf[k++] = (char)c;
+        for (size_t j = 0; j < n; j++)
+            if (escaped)
+                k += (size_t)snprintf(buf + k, SHOWN_MAX - k, "\\x%02x", p[i + j]);
+            else
+                buf[k++] = (char)p[i + j];
+        i += n;
     }
-    buf[utf8_whole_prefix(buf, k)] = '\0';
+    buf[k] = '\0';
     return buf;
 }
 

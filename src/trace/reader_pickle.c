@@ -814,7 +814,8 @@ static coop_status check_segments(snapshot_reader *r)
 }
 
 /* segments[seg].blocks[j] (blk), which starts at *next_addr unless it
- * says (PyTorch 2.0 wrote no block "address"), on the segment's stream;
+ * says (PyTorch 2.0 wrote no block "address"), on the segment's stream
+ * unless it says;
  * *next_addr becomes its end. Its bytes must lie in the segment (sg), and
  * it must start at *next_addr (read_segment checks the last one's end). One allocated
  * (active_allocated or active_pending_free) is kept for check_listed, and adopted if the trace did
@@ -827,8 +828,12 @@ static coop_status read_block(snapshot_reader *r, const pkl_value *blk, size_t s
     if (st != COOP_OK)
         return st;
     trace_event ev = {.kind = TRACE_ALLOC, .addr = *next_addr, .stream = sg->stream, .time_us = -1};
+    /* a block's own "stream" (coop.torch's snapshots: one of coop's
+     * segments, a run of mapped pages, holds blocks of any stream), else
+     * its segment's, as PyTorch's blocks have */
     if ((st = get_u64(r, blk, "address", 0, 0, &ev.addr)) != COOP_OK ||
-        (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK)
+        (st = get_size(r, blk, "size", 1, &ev.size)) != COOP_OK ||
+        (st = get_u64(r, blk, "stream", 0, 1, &ev.stream)) != COOP_OK)
         return st;
     uint64_t size = ev.size; /* the block's; ev.size becomes the request */
     /* PyTorch's blocks tile their segment: one with a byte outside it is

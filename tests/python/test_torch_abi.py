@@ -997,6 +997,38 @@ class SnapshotSegments(unittest.TestCase):
         self.assertEqual(r.stdout.splitlines(),
                          [f"active_pending_free 0 {2 << 20} True 5 large", "3 [0, 2] True"])
 
+    def test_coop_convert_reads_a_dump_of_blocks_on_two_streams(self):
+        """coop convert reads what dump_snapshot writes, where one segment
+        (a run of mapped pages) holds blocks of two streams: PyTorch's
+        segments have one stream, and each block was read as on the
+        segment's, so a block the trace allocated on the other stream was
+        taken for another one overlapping it."""
+        program = os.environ.get("COOP_PROGRAM")
+        if not program or not os.path.exists(program):
+            self.skipTest("COOP_PROGRAM (the coop program) is not built")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "s.pickle")
+            r = run_child(
+                "ctorch.record_history(1000, clear_history=True)\n"
+                "p = [lib.coop_torch_malloc(1 << 20, 0, ctypes.c_void_p(s)) for s in (0, 5, 0, 5)]\n"
+                "lib.coop_torch_free(p[2], 1 << 20, 0, None)\n"
+                "seg = ctorch.snapshot()['segments']\n"
+                "print(len(seg), sorted({b['address'] - seg[0]['address'] for s in seg\n"
+                "                        for b in s['blocks'] if b['state'] != 'inactive'}))\n"
+                "ctorch.dump_snapshot(%r)\n" % path,
+                "backend:host,capacity:64M,page:2M")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            # one segment: the blocks of both streams side by side
+            self.assertEqual(r.stdout.split(), ["1", "[0,", f"{1 << 20},", f"{3 << 20}]"])
+            c = subprocess.run([program, "convert", path, path + ".trace"], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(c.returncode, 0, c.stderr)
+            with open(path + ".trace") as f:
+                text = f.read()
+            # the allocations, each on its stream
+            streams = [int(line.split()[3]) for line in text.splitlines() if line.startswith("A ")]
+            self.assertEqual(streams, [0, 5, 0, 5], text)
+
     def test_segments_add_up_to_reserved_bytes(self):
         for conf in ("page:2M", "page:64K", "page:2M,vmm:false"):
             with self.subTest(conf=conf):
