@@ -246,6 +246,43 @@ static void a_failed_recompute_leaves_no_trace(void **state)
     }
 }
 
+/* coop_tensor_create_outputs whose second output finds no room: the first,
+ * placed already, goes with the call (its record and its buffer), nothing
+ * evicted for it. a (kept as input, pinned) and b (not evictable) leave
+ * 2 blocks free: output 1 (1 block) fits, output 2 (2 blocks) does not. */
+static void outputs_after_the_first(const program *p, bool fail, seen *s)
+{
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context_of(pool, p);
+    coop_tensor *t[NT] = {0};
+    assert_int_equal(coop_tensor_create(r, U, p->cost, "a", NULL, 0, EV, &t[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, p->cost, "b", NULL, 0, 0, &t[1]), COOP_OK);
+    if (fail) {
+        const size_t sizes[2] = {U, 2 * U};
+        coop_tensor *outs[2] = {0};
+        assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 10, "f", &t[0], 1, EV, outs),
+                         COOP_ERR_NOMEM);
+        assert_null(outs[0]);
+        assert_null(outs[1]);
+    }
+    look(r, t, s);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, 2 * U); /* a and b: output 1's block went */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+static void a_failed_create_outputs_frees_the_placed_ones(void **state)
+{
+    const program *p = *state;
+    seen plain, failed;
+    outputs_after_the_first(p, false, &plain);
+    outputs_after_the_first(p, true, &failed);
+    same(&plain, &failed, true, "create_outputs out of room at output 2");
+}
+
 static const program programs[] = {
     {COOP_REMAT_COOP, false, 10}, {COOP_REMAT_DTR, false, 10}, {COOP_REMAT_LRU, false, 10},
     {COOP_REMAT_COOP, true, 10},  {COOP_REMAT_DTR, true, 10},  {COOP_REMAT_LRU, true, 10},
@@ -281,6 +318,12 @@ int main(void)
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[6]),
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[7]),
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[8]),
+        cmocka_unit_test_prestate(a_failed_create_outputs_frees_the_placed_ones,
+                                  (void *)&programs[0]),
+        cmocka_unit_test_prestate(a_failed_create_outputs_frees_the_placed_ones,
+                                  (void *)&programs[1]),
+        cmocka_unit_test_prestate(a_failed_create_outputs_frees_the_placed_ones,
+                                  (void *)&programs[2]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[0]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[1]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[2]),
