@@ -283,6 +283,40 @@ static void a_failed_create_outputs_frees_the_placed_ones(void **state)
     same(&plain, &failed, true, "create_outputs out of room at output 2");
 }
 
+/* A recomputation that succeeds marks each input read at its latest read:
+ * x = op(a, y, w), y = op(z), w = op(a), x, y and w evicted. Accessing x
+ * pins a (x's frame), recomputes y, then w, which reads a later; x's frame
+ * finishing last must not set a's last access back to its pin. lru then
+ * evicts z (read only when y was recomputed), not a. */
+static void inputs_keep_their_latest_read(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(5);
+    coop_remat *r = context(pool, COOP_REMAT_LRU);
+    coop_tensor *a, *z, *y, *w, *x, *k, *e;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "z", NULL, 0, EV, &z), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "y", &z, 1, EV, &y), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "w", &a, 1, EV, &w), COOP_OK);
+    coop_tensor *ayw[3] = {a, y, w};
+    assert_int_equal(coop_tensor_create(r, U, 1, "x", ayw, 3, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, a, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, z, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "k", NULL, 0, 0, &k), COOP_OK);
+    assert_false(coop_tensor_resident(x) || coop_tensor_resident(y) || coop_tensor_resident(w));
+    assert_int_equal(coop_tensor_release(r, k), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, z), COOP_OK);
+    void *ptr;
+    assert_int_equal(coop_tensor_access(r, x, &ptr), COOP_OK);
+    assert_true(coop_tensor_resident(y) && coop_tensor_resident(w));
+    assert_int_equal(coop_tensor_create(r, U, 10, "e", NULL, 0, EV, &e), COOP_OK);
+    assert_true(coop_tensor_resident(a));
+    assert_false(coop_tensor_resident(z));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static const program programs[] = {
     {COOP_REMAT_COOP, false, 10}, {COOP_REMAT_DTR, false, 10}, {COOP_REMAT_LRU, false, 10},
     {COOP_REMAT_COOP, true, 10},  {COOP_REMAT_DTR, true, 10},  {COOP_REMAT_LRU, true, 10},
@@ -324,6 +358,7 @@ int main(void)
                                   (void *)&programs[1]),
         cmocka_unit_test_prestate(a_failed_create_outputs_frees_the_placed_ones,
                                   (void *)&programs[2]),
+        cmocka_unit_test(inputs_keep_their_latest_read),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[0]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[1]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[2]),
