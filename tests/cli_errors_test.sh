@@ -315,6 +315,8 @@ expect 2 "--floor does not take --capacity-gib" $coop bench --floor --capacity-g
 # with the automatic 32 TiB after 3 s, --live 100 --capacity-gib 1 at once)
 expect 2 "coop bench: --live 2000000 expects about 37.1 TiB live (blocks of 20.4 MB on average), more than the capacity of 32 TiB (the most, for coop's pool and jemalloc's address space alike)" $coop bench --batches 1 --live 2000000
 expect 2 "coop bench: --live 100 expects about 1.9 GiB live (blocks of 20.4 MB on average), more than the capacity of 1 GiB (--capacity-gib 1)" $coop bench --batches 1 --live 1,100 --capacity-gib 1
+# from 1 TiB up, the expected bytes are said in TiB (1.1, not 1126.4 GiB)
+expect 2 "coop bench: --live 60000 expects about 1.1 TiB live (blocks of 20.4 MB on average), more than the capacity of 1024 GiB (--capacity-gib 1024)" $coop bench --batches 1 --live 60000 --capacity-gib 1024
 expect 2 "coop bench: --live 5000000 expects about 92.7 TiB live" $coop bench --only jemalloc --batches 1 --live 5000000
 [ -s "$tmp/out" ] && { echo "FAIL: --live 5000000 printed: $(head -2 "$tmp/out")"; failures=$((failures + 1)); }
 expect 2 "--floor does not take --seed" $coop bench --floor --seed 3

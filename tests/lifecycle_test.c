@@ -134,6 +134,79 @@ static void test_fork_while_a_thread_holds_the_pool_lock(void **state)
     coop_pool_destroy(h.pool);
 }
 
+/* Another thread's call waits for a walk to end, also when the walk's
+ * visitor reads the pool (statistics, check, configuration, backend calls)
+ * or walks it again: those are answered without relocking (the walk holds
+ * the lock) and must not let it go either. The visitor gives the other
+ * thread 50 ms to get in; an allocation done before the walk returns is a
+ * walk that let the lock go (pass or fail does not depend on the timing:
+ * a lock that is held cannot be taken however long the wait). */
+typedef struct walk_hold {
+    coop_pool *pool;
+    bool reads;
+    atomic_bool started, done;
+    bool done_inside;
+    void *got;
+} walk_hold;
+
+static void *alloc_during_walk(void *arg)
+{
+    walk_hold *w = arg;
+    while (!atomic_load(&w->started))
+        sleep_ms(1);
+    w->got = coop_malloc(w->pool, 512, 0, 0, NULL);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static int visit_nothing(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    (void)ctx;
+    return 0;
+}
+
+static int read_then_wait(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    walk_hold *w = ctx;
+    if (w->reads) {
+        coop_stats s;
+        coop_get_stats(w->pool, &s);
+        coop_config c;
+        coop_pool_config(w->pool, &c);
+        assert_int_equal(coop_pool_check(w->pool), COOP_OK);
+        (void)coop_backend_calls(w->pool, COOP_FAULT_ALL);
+        assert_int_equal(coop_walk(w->pool, NULL, visit_nothing, NULL), COOP_OK);
+    }
+    atomic_store(&w->started, true);
+    for (int i = 0; i < 50 && !atomic_load(&w->done); i++)
+        sleep_ms(1);
+    w->done_inside = atomic_load(&w->done);
+    return 1;
+}
+
+static void test_a_walk_holds_the_pool_against_other_threads(void **state)
+{
+    (void)state;
+    for (int reads = 0; reads < 2; reads++) {
+        coop_pool *pool = host_pool();
+        void *live = coop_malloc(pool, 4096, 0, 0, NULL);
+        assert_non_null(live);
+        walk_hold w = {.pool = pool, .reads = reads};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, alloc_during_walk, &w), 0);
+        assert_int_equal(coop_walk(pool, NULL, read_then_wait, &w), COOP_OK);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        if (w.done_inside)
+            fail_msg("reads %d: another thread allocated while the walk ran", reads);
+        assert_non_null(w.got); /* once the walk let the pool go */
+        assert_int_equal(coop_free(pool, w.got), COOP_OK);
+        assert_int_equal(coop_free(pool, live), COOP_OK);
+        coop_pool_destroy(pool);
+    }
+}
+
 /* fork() from inside coop_walk's visitors: the walking thread holds the
  * pool's lock, which the prepare handler took too before the fix (the
  * fork, in the parent, then waited for itself forever). A visitor of pool
@@ -671,6 +744,7 @@ int main(void)
         cmocka_unit_test(test_fork_child_has_a_usable_copy_of_a_host_pool),
         cmocka_unit_test(test_fork_while_a_thread_holds_the_pool_lock),
         cmocka_unit_test(test_fork_inside_a_walk_visitor),
+        cmocka_unit_test(test_a_walk_holds_the_pool_against_other_threads),
         cmocka_unit_test(test_fork_while_a_thread_is_inside_a_remat_call),
         cmocka_unit_test(test_fork_while_a_thread_holds_the_torch_state_lock),
         cmocka_unit_test(test_fork_while_a_thread_holds_a_torch_order_lock),

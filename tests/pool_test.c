@@ -1485,6 +1485,53 @@ static void test_oom_names_free_memory_kept_for_other_streams(void **state)
     }
 }
 
+/* The clause counts only free blocks tagged with another stream: not a
+ * live block of another stream (l), not a free block of a stream seen
+ * finished (b, apart from the kept block), and their mapped bytes as
+ * mapped (b's block beside the kept one is kept with it, its pages
+ * released by the out-of-memory path); an out-of-memory with no such block,
+ * or on the kept blocks' own stream, has no clause. */
+static void test_oom_kept_for_others_counts_only_those(void **state)
+{
+    (void)state;
+    for (int beside = 0; beside < 2; beside++) {
+        coop_pool *p = make_pool(32 * MiB, true);
+        coop_status st;
+        assert_null(coop_malloc(p, 64 * MiB, 0, 0, &st));
+        assert_int_equal(st, COOP_ERR_NOMEM);
+        assert_null(strstr(coop_last_error(), "kept for other streams"));
+        void *b = beside ? NULL : coop_malloc(p, 8 * MiB, 0, 0, &st); /* this stream's */
+        void *l = coop_malloc(p, 2 * MiB, 2, 0, &st);                 /* another stream's */
+        if (beside)
+            b = coop_malloc(p, 8 * MiB, 0, 0, &st);   /* just below a */
+        void *a = coop_malloc(p, 8 * MiB, 1, 0, &st); /* kept for stream 1 once freed */
+        assert_non_null(b);
+        assert_non_null(l);
+        assert_non_null(a);
+        assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+        assert_int_equal(coop_free(p, a), COOP_OK);
+        assert_int_equal(coop_free(p, b), COOP_OK);
+        assert_null(coop_malloc(p, 24 * MiB, 3, 0, &st));
+        assert_int_equal(st, COOP_ERR_NOMEM);
+        const char *m = coop_last_error();
+        assert_non_null(strstr(m, "free 16777216 in 2 blocks"));
+        if (beside)
+            assert_non_null(strstr(m, "; 16777216 of the free bytes (8388608 mapped) are kept"));
+        else
+            assert_non_null(strstr(m, "; 8388608 of the free bytes (8388608 mapped) are kept"));
+        /* on stream 1 itself, its block is not kept for another */
+        if (!beside) {
+            assert_null(coop_malloc(p, 31 * MiB, 1, 0, &st));
+            assert_int_equal(st, COOP_ERR_NOMEM);
+            assert_non_null(strstr(coop_last_error(), "cannot allocate 32505856 bytes"));
+            assert_null(strstr(coop_last_error(), "kept for other streams"));
+        }
+        assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+        assert_int_equal(coop_free(p, l), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 /* A pending pointer (freed with a use on a held stream) misused at each
  * step of a shrink and an empty_cache: every refusal is a double free
  * naming the pending block, and changes nothing (statistics equal, checks
@@ -3147,6 +3194,7 @@ int main(void)
         cmocka_unit_test(test_walk_free_blocks_ask_for_nothing),
         cmocka_unit_test(test_visitor_calling_back_in_is_refused),
         cmocka_unit_test(test_oom_names_free_memory_kept_for_other_streams),
+        cmocka_unit_test(test_oom_kept_for_others_counts_only_those),
         cmocka_unit_test(test_pending_pointer_misuse_changes_nothing),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),

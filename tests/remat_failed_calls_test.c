@@ -246,6 +246,77 @@ static void a_failed_recompute_leaves_no_trace(void **state)
     }
 }
 
+/* coop_tensor_create_outputs whose second output finds no room: the first,
+ * placed already, goes with the call (its record and its buffer), nothing
+ * evicted for it. a (kept as input, pinned) and b (not evictable) leave
+ * 2 blocks free: output 1 (1 block) fits, output 2 (2 blocks) does not. */
+static void outputs_after_the_first(const program *p, bool fail, seen *s)
+{
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context_of(pool, p);
+    coop_tensor *t[NT] = {0};
+    assert_int_equal(coop_tensor_create(r, U, p->cost, "a", NULL, 0, EV, &t[0]), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, p->cost, "b", NULL, 0, 0, &t[1]), COOP_OK);
+    if (fail) {
+        const size_t sizes[2] = {U, 2 * U};
+        coop_tensor *outs[2] = {0};
+        assert_int_equal(coop_tensor_create_outputs(r, 2, sizes, 10, "f", &t[0], 1, EV, outs),
+                         COOP_ERR_NOMEM);
+        assert_null(outs[0]);
+        assert_null(outs[1]);
+    }
+    look(r, t, s);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.allocated_bytes.current, 2 * U); /* a and b: output 1's block went */
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+static void a_failed_create_outputs_frees_the_placed_ones(void **state)
+{
+    const program *p = *state;
+    seen plain, failed;
+    outputs_after_the_first(p, false, &plain);
+    outputs_after_the_first(p, true, &failed);
+    same(&plain, &failed, true, "create_outputs out of room at output 2");
+}
+
+/* A recomputation that succeeds marks each input read at its latest read:
+ * x = op(a, y, w), y = op(z), w = op(a), x, y and w evicted. Accessing x
+ * pins a (x's frame), recomputes y, then w, which reads a later; x's frame
+ * finishing last must not set a's last access back to its pin. lru then
+ * evicts z (read only when y was recomputed), not a. */
+static void inputs_keep_their_latest_read(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(5);
+    coop_remat *r = context(pool, COOP_REMAT_LRU);
+    coop_tensor *a, *z, *y, *w, *x, *k, *e;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 10, "z", NULL, 0, EV, &z), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "y", &z, 1, EV, &y), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, U, 1, "w", &a, 1, EV, &w), COOP_OK);
+    coop_tensor *ayw[3] = {a, y, w};
+    assert_int_equal(coop_tensor_create(r, U, 1, "x", ayw, 3, EV, &x), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, a, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, z, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 3 * U, 10, "k", NULL, 0, 0, &k), COOP_OK);
+    assert_false(coop_tensor_resident(x) || coop_tensor_resident(y) || coop_tensor_resident(w));
+    assert_int_equal(coop_tensor_release(r, k), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, a), COOP_OK);
+    assert_int_equal(coop_tensor_unpin(r, z), COOP_OK);
+    void *ptr;
+    assert_int_equal(coop_tensor_access(r, x, &ptr), COOP_OK);
+    assert_true(coop_tensor_resident(y) && coop_tensor_resident(w));
+    assert_int_equal(coop_tensor_create(r, U, 10, "e", NULL, 0, EV, &e), COOP_OK);
+    assert_true(coop_tensor_resident(a));
+    assert_false(coop_tensor_resident(z));
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 static const program programs[] = {
     {COOP_REMAT_COOP, false, 10}, {COOP_REMAT_DTR, false, 10}, {COOP_REMAT_LRU, false, 10},
     {COOP_REMAT_COOP, true, 10},  {COOP_REMAT_DTR, true, 10},  {COOP_REMAT_LRU, true, 10},
@@ -281,6 +352,13 @@ int main(void)
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[6]),
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[7]),
         cmocka_unit_test_prestate(a_failed_mutate_leaves_no_trace, (void *)&programs[8]),
+        cmocka_unit_test_prestate(a_failed_create_outputs_frees_the_placed_ones,
+                                  (void *)&programs[0]),
+        cmocka_unit_test_prestate(a_failed_create_outputs_frees_the_placed_ones,
+                                  (void *)&programs[1]),
+        cmocka_unit_test_prestate(a_failed_create_outputs_frees_the_placed_ones,
+                                  (void *)&programs[2]),
+        cmocka_unit_test(inputs_keep_their_latest_read),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[0]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[1]),
         cmocka_unit_test_prestate(a_failed_recompute_leaves_no_trace, (void *)&programs[2]),
