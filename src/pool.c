@@ -165,9 +165,23 @@ static coop_status make_backend(const coop_config *c, coop_backend **out)
     return coop_backend_fault_create(inner, out);
 }
 
+/* " (R in whole UNIT-byte WHAT)" in buf where the size given was
+ * rounded up to r, else "": a message quotes the value the caller gave
+ * first, which the caller can find, then the one that failed. */
+static const char *rounded(uint64_t given, uint64_t r, uint64_t unit, const char *what,
+                           char buf[64])
+{
+    buf[0] = '\0';
+    if (r != given)
+        snprintf(buf, 64, " (%llu in whole %llu-byte %s)", (unsigned long long)r,
+                 (unsigned long long)unit, what);
+    return buf;
+}
+
 /* Fills in defaults against the backend and validates the result. */
 static coop_status resolve_config(const coop_config *in, const coop_backend *be, coop_config *c)
 {
+    char note[64]; /* rounded()'s */
     *c = *in;
     c->use_vmm = in->use_vmm && be->has_vmm;
     if (!c->page_size)
@@ -223,9 +237,11 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
      * rather than silently raised, since the caller chose the value. */
     if (c->use_vmm && in->va_size && c->va_size < c->capacity)
         return coop_set_error(COOP_ERR_INVALID,
-                              "coop_pool_create: config.va_size %llu is below the capacity %llu: "
+                              "coop_pool_create: config.va_size %llu%s is below the capacity %llu: "
                               "the reserved range must hold the capacity (0 = 4 x capacity)",
-                              (unsigned long long)c->va_size, (unsigned long long)c->capacity);
+                              (unsigned long long)in->va_size,
+                              rounded(in->va_size, c->va_size, c->page_size, "pages", note),
+                              (unsigned long long)c->capacity);
     if (!c->segment_size)
         c->segment_size = 20 * MiB;
     c->segment_size = round_up(c->segment_size, c->page_size);
@@ -239,10 +255,11 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     uint64_t split_limit = c->use_vmm ? c->page_size : c->segment_size;
     if (c->min_split > split_limit)
         return coop_set_error(COOP_ERR_INVALID,
-                              "coop_pool_create: config.min_split %llu exceeds config.%s %llu: "
-                              "a remainder below min_split stays with the allocation, so it "
-                              "must be at most one %s",
-                              (unsigned long long)c->min_split,
+                              "coop_pool_create: config.min_split %llu%s exceeds config.%s "
+                              "%llu: a remainder below min_split stays with the allocation, so "
+                              "it must be at most one %s",
+                              (unsigned long long)in->min_split,
+                              rounded(in->min_split, c->min_split, COOP_ALIGN, "units", note),
                               c->use_vmm ? "page_size" : "segment_size",
                               (unsigned long long)split_limit, c->use_vmm ? "page" : "segment");
     return COOP_OK;

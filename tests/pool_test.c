@@ -2849,6 +2849,13 @@ static void test_config_limits(void **state)
         strstr(coop_last_error(), "config.min_split 134217728 exceeds config.page_size"));
     c.min_split = 2 * MiB + 512;
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    /* rounded up to 512 bytes (here to 2^56): quoted as given first, as
+     * the capacity is (it quoted 72057594037927936, a value never given) */
+    c.min_split = limit - 1;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(),
+                           "config.min_split 72057594037927935 (72057594037927936 "
+                           "in whole 512-byte units) exceeds config.page_size"));
     c.min_split = 2 * MiB; /* one page is enough */
     assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
     void *small = coop_malloc(p, 512, 0, 0, NULL);
@@ -2868,6 +2875,10 @@ static void test_config_limits(void **state)
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "va_size"));
     assert_non_null(strstr(coop_last_error(), "below the capacity"));
+    c.va_size = 32 * MiB + 1; /* quoted as given, then in whole pages */
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_non_null(strstr(coop_last_error(), "config.va_size 33554433 (35651584 in whole "
+                                              "2097152-byte pages) is below the capacity"));
     c.va_size = 64 * MiB; /* equal is enough */
     assert_int_equal(coop_pool_create(&c, &p), COOP_OK);
     void *a = coop_malloc(p, 64 * MiB, 0, 0, NULL);
