@@ -568,21 +568,21 @@ def install(conf=None, *, torch_module=None, patch=True):
     call is put back. If a step after torch took coop fails (device_count,
     the patching), install() counts as done (installed() says so) and
     raises RuntimeError saying torch now allocates with coop; a later
-    install() patches torch if this one did not.
+    install() retries the step that failed and those after it.
     With patch (default), torch.cuda's memory statistics and snapshot
     functions report coop's pools (see patch_torch). torch_module is for
     tests (a stand-in for the torch package).
     """
-    global _installed, _device_limit
+    global _installed
     if torch_module is None:
         import torch as torch_module
     torch = torch_module
     with _state_lock:
         if _installed is not None:
             _apply_conf_locked(native.library(), conf, "install")
-            if patch and not _installed["patched"]:  # an earlier install(patch=False)
-                patch_torch(torch)
-                _installed["patched"] = True
+            # what an earlier call did not do: patch=False, or a failure
+            # after torch took coop (device_count, the patching)
+            _finish_install_locked(torch, patch)
             return list(_installed["hooks"])
         memory = getattr(torch.cuda, "memory", None)
         if memory is None or not hasattr(memory, "CUDAPluggableAllocator"):
@@ -614,30 +614,39 @@ def install(conf=None, *, torch_module=None, patch=True):
             raise
         # torch allocates with coop from here on, whatever fails next: record
         # it, so installed() says so and a later install() does not ask torch
-        # to swap an allocator again (it patches what this call did not)
+        # to swap an allocator again (it does what this call did not)
         _installed = {"route": "allocator", "hooks": hooks, "allocator": allocator,
-                      "patched": False}
-        step = "torch.cuda.device_count()"
-        try:
+                      "counted": False, "patched": False}
+        _finish_install_locked(torch, patch)
+        return list(hooks)
+
+
+def _finish_install_locked(torch, patch):
+    """install()'s steps after torch took coop, those not done yet: tell
+    coop the device count, patch torch if asked to. A failure raises
+    RuntimeError saying torch allocates with coop; install() again retries."""
+    global _device_limit
+    step = "torch.cuda.device_count()"
+    try:
+        if not _installed["counted"]:
             # torch's _cuda_customAllocator calls init (with a device count
             # of 0) before any hook can be set; CUDA's lazy init calls the
             # init hook again later (coop_torch_init is idempotent). Tell
             # coop the device count now (a count query creates no CUDA
             # context).
             count = int(torch.cuda.device_count())
-            lib.coop_torch_init(count)
+            native.library().coop_torch_init(count)
             _device_limit = count if 0 < count <= _MAX_DEVICES else 0
-            if patch:
-                step = "patching torch.cuda's memory functions"
-                patch_torch(torch)
-                _installed["patched"] = True
-        except Exception as e:
-            raise RuntimeError(
-                "coop.torch.install: torch now allocates with coop (change_current_allocator "
-                "succeeded), but %s then failed (%s: %s)%s"
-                % (step, type(e).__name__, e,
-                   "; install() again retries the patching" if patch else "")) from e
-        return list(hooks)
+            _installed["counted"] = True
+        if patch and not _installed["patched"]:
+            step = "patching torch.cuda's memory functions"
+            patch_torch(torch)
+            _installed["patched"] = True
+    except Exception as e:
+        raise RuntimeError(
+            "coop.torch.install: torch now allocates with coop (change_current_allocator "
+            "succeeded), but %s then failed (%s: %s); install() again retries it"
+            % (step, type(e).__name__, e)) from e
 
 
 def installed():

@@ -1933,6 +1933,37 @@ class Install(unittest.TestCase):
         self.assertEqual(lines[3], "True 1")
         self.assertEqual(lines[4], "1 coop.torch")
 
+    def test_install_after_a_failed_device_count_counts_the_devices(self):
+        """install() again after device_count() raised (torch already took
+        coop) patched torch but never counted the devices: the device check
+        stayed at coop's 64 slots for good, so memory_stats(5) on 2 devices
+        gave empty statistics, not the DeviceError torch raises."""
+        r = run_child(
+            "sys.path.insert(0, %r)\n"
+            "from test_torch_abi import FakeTorch\n"
+            "fake = FakeTorch()\n"
+            "def broken():\n"
+            "    fake.cuda.device_count = lambda: 2  # the next call works\n"
+            "    raise RuntimeError('device_count broke')\n"
+            "fake.cuda.device_count = broken\n"
+            "try:\n"
+            "    ctorch.install(torch_module=fake)\n"
+            "except RuntimeError as e:\n"
+            "    print('device_count broke' in str(e))\n"
+            "ctorch.install(torch_module=fake)\n"
+            "try:\n"
+            "    ctorch.memory_stats(5)\n"
+            "    print('no error')\n"
+            "except ctorch.DeviceError as e:\n"
+            "    print(e)\n"
+            "print(fake.calls.count(('change',)))\n" % HERE,
+            "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.strip().splitlines()
+        self.assertEqual(lines[0], "True", r.stdout)
+        self.assertIn("torch counted 2 CUDA devices", lines[1])
+        self.assertEqual(lines[2], "1")
+
     def test_mem_pool_that_torch_refuses_keeps_the_configuration_in_force(self):
         """mem_pool(conf) whose MemPool torch refuses (an option it does not
         take) raises torch's error and leaves the configuration as it was,
