@@ -237,7 +237,9 @@ void coop_pool_destroy(coop_pool *pool);
  * (coop_last_error) gives the requested bytes, free bytes and the largest
  * free block, the bytes of pending frees if any (neither allocated nor
  * free), the free bytes kept for other streams not seen finished if any
- * (counted free, usable on those streams only), and the driver's message
+ * (counted free, usable on those streams only), apart from them those of
+ * streams seen finished kept beside such a block (naming this stream's own
+ * where it is the busy neighbour), and the driver's message
  * when the device refused. A stream is
  * its handle's value: CUDA's per-thread default stream handle
  * (CU_STREAM_PER_THREAD) names another stream in each thread, and the pool

@@ -253,6 +253,16 @@ coop_status pool_stream_idle(void *ctx, coop_stream stream, bool *idle)
     return stream_settled(pool, stream, !pool->config.never_wait, &busy, idle);
 }
 
+bool pool_stream_seen_finished(coop_pool *pool, coop_stream stream)
+{
+    coop_error_kept kept; /* a stream that cannot be asked counts as busy: no message */
+    coop_error_keep(&kept);
+    bool busy = false, done;
+    (void)stream_settled(pool, stream, false, &busy, &done);
+    coop_error_restore(&kept);
+    return done;
+}
+
 /* OOM path and empty_cache: processes the pending frees that can be; with
  * wait, waits for each stream's newest pending event, which releases all of
  * that stream's (a stream finishes its work in order); then
