@@ -165,15 +165,18 @@ static coop_status make_backend(const coop_config *c, coop_backend **out)
     return coop_backend_fault_create(inner, out);
 }
 
+/* rounded()'s note: two 20-digit numbers, WHAT and the words around them */
+#define ROUNDED_NOTE_MAX 96
+
 /* " (R in whole UNIT-byte WHAT)" in buf where the size given was
  * rounded up to r, else "": a message quotes the value the caller gave
  * first, which the caller can find, then the one that failed. */
 static const char *rounded(uint64_t given, uint64_t r, uint64_t unit, const char *what,
-                           char buf[64])
+                           char buf[ROUNDED_NOTE_MAX])
 {
     buf[0] = '\0';
     if (r != given)
-        snprintf(buf, 64, " (%llu in whole %llu-byte %s)", (unsigned long long)r,
+        snprintf(buf, ROUNDED_NOTE_MAX, " (%llu in whole %llu-byte %s)", (unsigned long long)r,
                  (unsigned long long)unit, what);
     return buf;
 }
@@ -181,7 +184,7 @@ static const char *rounded(uint64_t given, uint64_t r, uint64_t unit, const char
 /* Fills in defaults against the backend and validates the result. */
 static coop_status resolve_config(const coop_config *in, const coop_backend *be, coop_config *c)
 {
-    char note[64]; /* rounded()'s */
+    char note[ROUNDED_NOTE_MAX];
     *c = *in;
     c->use_vmm = in->use_vmm && be->has_vmm;
     if (!c->page_size)
