@@ -494,7 +494,9 @@ static bool borders_other_tag(const arena_block *b)
  * into a neighbouring free block of a stream not seen finished
  * (arena_retag_settled); *own counts those of them beside a free block of
  * stream itself, which its own work keeps apart. A finished stream's block
- * beside none was not settled (pool_alloc_in_locked does not): not counted.
+ * beside none is in busy: the attempt did not see its stream finished (its
+ * question failed, or the stream finished since; pool_alloc_in_locked
+ * does not settle), so it was not usable on stream.
  * Walks every block and asks each stream once (more past 16 of them): for
  * error messages only. */
 static void kept_for_others(coop_pool *pool, coop_stream stream, kept_bytes *busy,
@@ -523,12 +525,12 @@ static void kept_for_others(coop_pool *pool, coop_stream stream, kept_bytes *bus
                     finished[n++] = done;
                 }
             }
-            if (!done) {
-                add_kept(busy, a, s, b);
-            } else if (borders_other_tag(b)) {
+            if (done && borders_other_tag(b)) {
                 add_kept(beside, a, s, b);
                 if (borders_free_of(b, stream))
                     *own += b->size;
+            } else {
+                add_kept(busy, a, s, b);
             }
         }
 }

@@ -1602,6 +1602,45 @@ static void test_oom_names_a_finished_streams_block_kept_beside(void **state)
     }
 }
 
+/* A free block of a stream the out-of-memory path did not see finished
+ * (its question failed, or the stream finished only after it) and that the
+ * message's own question finds finished, beside no other stream's free
+ * block, stays tagged with its stream: it was not usable on this one, and
+ * counts as kept. One 16 MiB segment, b [0, 8M) freed on stream 0, l the
+ * rest live on stream 2, never_wait; the first event call of 4 MiB on
+ * stream 3 (the settle's record for stream 0) fails. The message said
+ * "free 8388608 in 1 blocks, largest free block 8388608" and nothing of b,
+ * as if 4 MiB fitted. */
+static void test_oom_counts_a_block_its_settle_did_not_see_finished(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(16 * MiB);
+    c.segment_size = 16 * MiB;
+    c.use_vmm = false;
+    c.never_wait = true;
+    coop_pool *p = create_or_fail(&c);
+    coop_status st;
+    void *b = coop_malloc(p, 8 * MiB, 0, 0, &st);
+    void *l = coop_malloc(p, 8 * MiB, 2, 0, &st);
+    assert_non_null(l);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 1), COOP_OK);
+    assert_null(coop_malloc(p, 4 * MiB, 3, 0, &st));
+    assert_int_equal(coop_inject_fault(p, COOP_FAULT_EVENT, 0), COOP_OK);
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    const char *m = coop_last_error();
+    assert_non_null(strstr(m, "free 8388608 in 1 blocks, largest free block 8388608; 8388608 of "
+                              "the free bytes (8388608 mapped) are kept for other streams not "
+                              "seen finished"));
+    assert_null(strstr(m, "of streams seen finished"));
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    void *again = coop_malloc(p, 4 * MiB, 3, 0, &st); /* asked again: stream 0 has finished */
+    assert_ptr_equal(again, b);
+    assert_int_equal(coop_free(p, again), COOP_OK);
+    assert_int_equal(coop_free(p, l), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* A pending pointer (freed with a use on a held stream) misused at each
  * step of a shrink and an empty_cache: every refusal is a double free
  * naming the pending block, and changes nothing (statistics equal, checks
@@ -3277,6 +3316,7 @@ int main(void)
         cmocka_unit_test(test_oom_names_free_memory_kept_for_other_streams),
         cmocka_unit_test(test_oom_kept_for_others_counts_only_those),
         cmocka_unit_test(test_oom_names_a_finished_streams_block_kept_beside),
+        cmocka_unit_test(test_oom_counts_a_block_its_settle_did_not_see_finished),
         cmocka_unit_test(test_pending_pointer_misuse_changes_nothing),
         cmocka_unit_test(test_mapping_and_empty_cache),
         cmocka_unit_test(test_capacity_reclaim_and_oom),
