@@ -393,12 +393,9 @@ void coop_pool_config(const coop_pool *pool, coop_config *out)
         return;
     }
     coop_pool *p = (coop_pool *)pool;
-    bool walked = pool_walked_here(p); /* held for this thread's walk: read as it is */
-    if (!walked)
-        pool_lock(p);
+    bool locked = pool_lock_read(p);
     *out = p->config;
-    if (!walked)
-        pool_unlock(p);
+    pool_unlock_read(p, locked);
 }
 
 /* ---- Allocation ---- */
@@ -742,11 +739,10 @@ COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, uns
             *status = st;
         return NULL;
     }
-    if (pool_forked(pool) || pool_walked_here(pool)) {
-        coop_status st = pool_forked(pool) ? pool_forked_error(pool, "coop_malloc")
-                                           : pool_walk_reentry_error("coop_malloc");
+    coop_status refused = pool_refuse_change(pool, "coop_malloc");
+    if (refused != COOP_OK) {
         if (status)
-            *status = st;
+            *status = refused;
         return NULL;
     }
     pool_lock(pool);
@@ -872,10 +868,9 @@ COOP_HOT coop_status coop_free(coop_pool *pool, void *ptr)
         return null_argument("coop_free", "pool");
     /* the block stays allocated in the child's copy: its memory is the
      * parent's, and nothing here may reuse it */
-    if (pool_forked(pool))
-        return pool_forked_error(pool, "coop_free");
-    if (pool_walked_here(pool))
-        return pool_walk_reentry_error("coop_free");
+    coop_status refused = pool_refuse_change(pool, "coop_free");
+    if (refused != COOP_OK)
+        return refused;
     pool_lock(pool);
     coop_status st = free_locked(pool, ptr, NULL, true);
     pool_after_op_locked(pool, "free");
@@ -934,10 +929,9 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
 {
     if (!pool)
         return null_argument("coop_record_stream", "pool");
-    if (pool_forked(pool))
-        return pool_forked_error(pool, "coop_record_stream");
-    if (pool_walked_here(pool))
-        return pool_walk_reentry_error("coop_record_stream");
+    coop_status refused = pool_refuse_change(pool, "coop_record_stream");
+    if (refused != COOP_OK)
+        return refused;
     pool_lock(pool);
     coop_status st = record_stream_locked(pool, ptr, stream);
     pool_after_op_locked(pool, "record_stream");
@@ -971,10 +965,9 @@ coop_status coop_empty_cache(coop_pool *pool)
 {
     if (!pool)
         return null_argument("coop_empty_cache", "pool");
-    if (pool_forked(pool))
-        return pool_forked_error(pool, "coop_empty_cache");
-    if (pool_walked_here(pool))
-        return pool_walk_reentry_error("coop_empty_cache");
+    coop_status refused = pool_refuse_change(pool, "coop_empty_cache");
+    if (refused != COOP_OK)
+        return refused;
     pool_lock(pool);
     pool_settle_streams(pool, !pool->config.never_wait);
     uint64_t released;
@@ -990,10 +983,9 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
 {
     if (!pool)
         return null_argument("coop_set_capacity", "pool");
-    if (pool_forked(pool))
-        return pool_forked_error(pool, "coop_set_capacity");
-    if (pool_walked_here(pool))
-        return pool_walk_reentry_error("coop_set_capacity");
+    coop_status refused = pool_refuse_change(pool, "coop_set_capacity");
+    if (refused != COOP_OK)
+        return refused;
     pool_lock(pool);
     coop_status st = COOP_OK;
     arena *a = &pool->arena;
@@ -1060,10 +1052,9 @@ static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream
 {
     if (!pool)
         return null_argument(fn, "pool");
-    if (pool_forked(pool))
-        return pool_forked_error(pool, fn);
-    if (pool_walked_here(pool))
-        return pool_walk_reentry_error(fn);
+    coop_status refused = pool_refuse_change(pool, fn);
+    if (refused != COOP_OK)
+        return refused;
     pool_lock(pool);
     coop_status st;
     if (!coop_backend_is_host(coop_backend_fault_inner(pool->backend)))
@@ -1091,10 +1082,9 @@ coop_status coop_inject_fault(coop_pool *pool, unsigned kinds, uint64_t nth)
 {
     if (!pool)
         return null_argument("coop_inject_fault", "pool");
-    if (pool_forked(pool))
-        return pool_forked_error(pool, "coop_inject_fault");
-    if (pool_walked_here(pool))
-        return pool_walk_reentry_error("coop_inject_fault");
+    coop_status refused = pool_refuse_change(pool, "coop_inject_fault");
+    if (refused != COOP_OK)
+        return refused;
     if (kinds & ~(unsigned)COOP_FAULT_ALL)
         return coop_set_error(COOP_ERR_INVALID, "coop_inject_fault: unknown kinds %#x", kinds);
     pool_lock(pool);
@@ -1107,11 +1097,8 @@ uint64_t coop_backend_calls(coop_pool *pool, unsigned kinds)
 {
     if (!pool)
         return 0;
-    bool walked = pool_walked_here(pool); /* held for this thread's walk: read as it is */
-    if (!walked)
-        pool_lock(pool);
+    bool locked = pool_lock_read(pool);
     uint64_t n = coop_backend_fault_calls(pool->backend, kinds);
-    if (!walked)
-        pool_unlock(pool);
+    pool_unlock_read(pool, locked);
     return n;
 }

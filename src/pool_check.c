@@ -51,17 +51,14 @@ coop_status coop_walk(coop_pool *pool, coop_segment_visitor on_segment, coop_blo
         return null_argument("coop_walk", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_walk");
-    bool nested = pool_walked_here(pool); /* a visitor's: the pool is held for it already */
-    if (!nested)
-        pool_lock(pool);
+    bool locked = pool_lock_read(pool); /* nested in a visitor's: held for it already */
     atomic_fetch_add_explicit(&pool->walks, 1, memory_order_relaxed);
     pool_walk_frame frame; /* a visitor may fork (pool_fork.h), or call back in */
     pool_fork_walk_begin(&frame, pool);
     pool_walk_locked(pool, on_segment, on_block, ctx);
     pool_fork_walk_end(&frame);
     atomic_fetch_sub_explicit(&pool->walks, 1, memory_order_relaxed);
-    if (!nested)
-        pool_unlock(pool);
+    pool_unlock_read(pool, locked);
     return COOP_OK;
 }
 
@@ -198,12 +195,9 @@ coop_status coop_pool_check(coop_pool *pool)
         return null_argument("coop_pool_check", "pool");
     if (pool_forked(pool))
         return pool_forked_error(pool, "coop_pool_check");
-    bool walked = pool_walked_here(pool); /* held for this thread's walk: read as it is */
-    if (!walked)
-        pool_lock(pool);
+    bool locked = pool_lock_read(pool);
     coop_status st = pool_check_locked(pool);
-    if (!walked)
-        pool_unlock(pool);
+    pool_unlock_read(pool, locked);
     return st;
 }
 

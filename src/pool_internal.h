@@ -137,6 +137,19 @@ static inline bool pool_walked_here(const coop_pool *pool)
  * COOP_ERR_BUSY, nothing changed. */
 coop_status pool_walk_reentry_error(const char *fn);
 
+/* fn's refusal where no call may change pool from here: a forked child's
+ * copy of a CUDA pool (pool_forked_error), or a visitor of this thread's
+ * walk of it (pool_walk_reentry_error); else COOP_OK. Every entry point
+ * that changes the pool asks it first. */
+static inline coop_status pool_refuse_change(const coop_pool *pool, const char *fn)
+{
+    if (pool_forked(pool))
+        return pool_forked_error(pool, fn);
+    if (pool_walked_here(pool))
+        return pool_walk_reentry_error(fn);
+    return COOP_OK;
+}
+
 /* Quiet (true): an allocation refused for room returns COOP_ERR_NOMEM and
  * leaves the thread's message as it was, for a caller that retries and then
  * writes its own (remat's searches, the simulator's arena): the pool's
@@ -161,6 +174,23 @@ static inline void pool_unlock(coop_pool *pool)
 {
     if (!pool->config.single_thread)
         pool_mutex_unlock(&pool->lock);
+}
+
+/* For a call that only reads pool: locks it, unless this thread's walk
+ * holds it already (a visitor reading the pool it walks is answered as the
+ * pool is). Returns whether it locked, for pool_unlock_read. */
+static inline bool pool_lock_read(coop_pool *pool)
+{
+    if (pool_walked_here(pool))
+        return false;
+    pool_lock(pool);
+    return true;
+}
+
+static inline void pool_unlock_read(coop_pool *pool, bool locked)
+{
+    if (locked)
+        pool_unlock(pool);
 }
 
 static inline arena *pool_arena(coop_pool *pool)

@@ -11,9 +11,7 @@ void coop_get_stats(coop_pool *pool, coop_stats *out)
         *out = (coop_stats){0};
         return;
     }
-    bool walked = pool_walked_here(pool); /* held for this thread's walk: read as it is */
-    if (!walked)
-        pool_lock(pool);
+    bool locked = pool_lock_read(pool);
     const arena *a = &pool->arena;
     *out = (coop_stats){
         .allocation = pool->allocation,
@@ -35,8 +33,7 @@ void coop_get_stats(coop_pool *pool, coop_stats *out)
         .largest_free_block = arena_largest_free(a),
         .num_free_blocks = a->index.count,
     };
-    if (!walked)
-        pool_unlock(pool);
+    pool_unlock_read(pool, locked);
     if (out->free_bytes)
         out->fragmentation = 1.0 - (double)out->largest_free_block / (double)out->free_bytes;
     if (out->allocated_bytes.current > 0)
@@ -48,14 +45,9 @@ void coop_reset_peak_stats(coop_pool *pool)
 {
     if (!pool)
         return;
-    if (pool_forked(pool)) { /* refused as the calls with a status: the message says why */
-        (void)pool_forked_error(pool, "coop_reset_peak_stats");
+    /* refused as the calls with a status: the message says why */
+    if (pool_refuse_change(pool, "coop_reset_peak_stats") != COOP_OK)
         return;
-    }
-    if (pool_walked_here(pool)) {
-        (void)pool_walk_reentry_error("coop_reset_peak_stats");
-        return;
-    }
     pool_lock(pool);
     coop_stat *all[] = {&pool->allocation,
                         &pool->active,

@@ -402,10 +402,9 @@ coop_status coop_forget_stream(coop_pool *pool, coop_stream stream)
 {
     if (!pool)
         return null_argument("coop_forget_stream", "pool");
-    if (pool_forked(pool))
-        return pool_forked_error(pool, "coop_forget_stream");
-    if (pool_walked_here(pool))
-        return pool_walk_reentry_error("coop_forget_stream");
+    coop_status refused = pool_refuse_change(pool, "coop_forget_stream");
+    if (refused != COOP_OK)
+        return refused;
     if (stream == COOP_STREAM_ANY)
         return reserved_stream("coop_forget_stream");
     pool_lock(pool);

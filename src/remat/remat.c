@@ -122,11 +122,9 @@ static coop_status enter(const coop_remat *r, const char *fn)
                               "%s: called from inside a coop_remat callback (on_evict or "
                               "recompute), which must not call the context's functions",
                               fn);
-    if (pool_forked(r->pool)) /* its every call would map, evict or free in the pool */
-        return pool_forked_error(r->pool, fn);
-    if (pool_walked_here(r->pool)) /* its lock is the walk's: taking it would wait forever */
-        return pool_walk_reentry_error(fn);
-    return COOP_OK;
+    /* its every call would map, evict or free in the pool, whose lock a
+     * walk of this thread would hold */
+    return pool_refuse_change(r->pool, fn);
 }
 
 /* The error for a handle check_handle refused, named as there. Formatted
