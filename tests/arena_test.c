@@ -205,6 +205,116 @@ static void test_stream_tags(void **state)
     close_arena();
 }
 
+/* A settled stream's free block beside a busy stream's free block is held
+ * apart: retagged "any stream" without merging into the busy one (which
+ * would make it wait for that stream), so every stream can use it. Blocks
+ * (4 KiB each): a1 [stream 1] a2 [stream 2] a3 [stream 1] g [in use]; a1
+ * and a3 freed on stream 1, a2 on stream 2; stream 1 settled, 2 busy. */
+static void test_settled_block_held_apart_from_a_busy_one(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *a1 = alloc(4 * KiB, 1, false);
+    arena_block *a2 = alloc(4 * KiB, 2, false);
+    arena_block *a3 = alloc(4 * KiB, 1, false);
+    arena_block *g = alloc(512, 1, false);
+    uintptr_t a1_addr = a1->addr, a2_addr = a2->addr, a3_addr = a3->addr;
+    release(a1, 1);
+    release(a2, 2);
+    release(a3, 1);
+    coop_stream settled[] = {1};
+    arena_retag_settled(&F.a, 1, settled, 1);
+    check();
+    assert_int_equal(F.a.index.count, 3); /* a1, a2, a3 apart */
+    assert_int_equal(a1->stream, COOP_STREAM_ANY);
+    assert_int_equal(a2->stream, 2);
+    assert_int_equal(a3->stream, COOP_STREAM_ANY);
+    /* a third stream takes a1 (lowest address of the best fits), then a3 */
+    arena_block *on3 = alloc(4 * KiB, 3, false);
+    assert_int_equal(on3->addr, a1_addr);
+    arena_block *on3b = alloc(4 * KiB, 3, false);
+    assert_int_equal(on3b->addr, a3_addr);
+    /* freed on stream 3 next to a2: tagged 3, apart from stream 2's */
+    release(on3, 3);
+    release(on3b, 3);
+    assert_int_equal(F.a.index.count, 3);
+    arena_retag_settled(&F.a, 3, (coop_stream[]){3}, 1);
+    check();
+    /* a free on the busy stream beside a held-apart block merges it, and the
+     * block of the same stream beyond it: a2 + a3 + g as stream 2's; a1,
+     * beside a2 only, stays apart */
+    release(g, 2);
+    assert_int_equal(F.a.index.count, 2);
+    assert_int_equal(a1->stream, COOP_STREAM_ANY);
+    assert_int_equal(a1->next->addr, a2_addr);
+    assert_int_equal(a1->next->stream, 2);
+    arena_block *on2 = alloc(8 * KiB + 512, 2, false);
+    assert_int_equal(on2->addr, a2_addr);
+    release(on2, 2);
+    close_arena();
+}
+
+/* arena_join_free merges a run that a held-apart block splits: [h any]
+ * [y stream 2], 4 KiB each, joined for stream 2 into one block of its tag;
+ * joined for stream 3 (y is not usable there) nothing changes. */
+static void test_join_free_merges_a_held_apart_run(void **state)
+{
+    (void)state;
+    open_arena(true, 16 * MiB, 64 * MiB, 512);
+    arena_block *h = alloc(4 * KiB, 1, false);
+    arena_block *y = alloc(4 * KiB, 2, false);
+    arena_block *g = alloc(512, 1, false);
+    uintptr_t base = h->addr;
+    release(h, 1);
+    release(y, 2);
+    arena_retag_settled(&F.a, 1, (coop_stream[]){1}, 1);
+    check();
+    assert_int_equal(F.a.index.count, 2);
+    assert_ptr_equal(arena_join_free(&F.a, h, 3), h);
+    check();
+    assert_int_equal(F.a.index.count, 2);
+    arena_block *j = arena_join_free(&F.a, y, 2);
+    check();
+    assert_int_equal(F.a.index.count, 1);
+    assert_int_equal(j->addr, base);
+    assert_int_equal(j->size, 8 * KiB);
+    assert_int_equal(j->stream, 2);
+    release(g, 1);
+    close_arena();
+}
+
+/* arena_join_apart joins a held-apart run only where the request then
+ * fits, and stops walking once a walk finds no block held apart. [h any]
+ * [y stream 2] [g in use], 4 KiB each. */
+static void test_join_apart_joins_only_what_fits(void **state)
+{
+    (void)state;
+    open_arena(false, 16 * MiB, 0, 2 * KiB);
+    arena_block *h = alloc(4 * KiB, 1, false);
+    arena_block *y = alloc(4 * KiB, 2, false);
+    arena_block *g = alloc(MiB - 8 * KiB, 1, false); /* the rest of the 1 MiB segment */
+    uintptr_t base = h->addr;
+    release(h, 1);
+    release(y, 2);
+    assert_false(F.a.maybe_apart);
+    arena_retag_settled(&F.a, 1, (coop_stream[]){1}, 1);
+    check();
+    assert_true(F.a.maybe_apart);
+    assert_false(arena_join_apart(&F.a, 2, 8 * KiB + 512)); /* too small together */
+    assert_false(arena_join_apart(&F.a, 3, 8 * KiB));       /* y is not usable on 3 */
+    assert_int_equal(F.a.index.count, 2);
+    assert_true(F.a.maybe_apart);
+    assert_true(arena_join_apart(&F.a, 2, 8 * KiB));
+    check();
+    assert_int_equal(F.a.index.count, 1);
+    assert_false(F.a.maybe_apart); /* no pair left: the next one does not walk */
+    arena_block *on2 = alloc(8 * KiB, 2, false);
+    assert_int_equal(on2->addr, base);
+    release(on2, 2);
+    release(g, 1);
+    close_arena();
+}
+
 static void test_alloc_in(void **state)
 {
     (void)state;
@@ -1162,25 +1272,36 @@ static void test_check_detects_each_corruption_vmm(void **state)
     int64_t split_peak = F.a.counters.inactive_split_bytes.peak;
     EXPECT_CAUGHT("counter inactive_split_bytes:", F.a.counters.inactive_split_bytes.peak = 0,
                   F.a.counters.inactive_split_bytes.peak = split_peak);
-    /* x freed tagged 5 next to y tagged 0: adjacent free blocks that are not
-     * mergeable are allowed; retagging x 0 makes them mergeable */
+    /* x freed tagged 5 next to y tagged 0: adjacent free blocks of
+     * different streams are allowed; retagging x 0 gives two adjacent blocks
+     * of the same tag, which would have merged */
     release(x, 5);
     assert_int_equal(x->state, COOP_BLOCK_FREE);
     assert_ptr_equal(x->next, y);
     EXPECT_CAUGHT(
-        "are adjacent and mergeable",
+        "are adjacent with the same stream tag",
         (free_index_remove(&F.a.index, &x->index_node),
          free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 0), x->stream = 0),
         (free_index_remove(&F.a.index, &x->index_node),
          free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 5), x->stream = 5));
-    /* so does retagging x ANY: a block of any stream merges with every tag */
-    EXPECT_CAUGHT("are adjacent and mergeable",
+    /* x tagged "any stream" beside y's stream: a missed merge, unless
+     * arena_retag_settled held a block apart (which flags the arena) */
+    EXPECT_CAUGHT("and no block was held apart",
                   (free_index_remove(&F.a.index, &x->index_node),
                    free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, COOP_STREAM_ANY),
                    x->stream = COOP_STREAM_ANY),
                   (free_index_remove(&F.a.index, &x->index_node),
                    free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 5),
                    x->stream = 5));
+    free_index_remove(&F.a.index, &x->index_node);
+    free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, COOP_STREAM_ANY);
+    x->stream = COOP_STREAM_ANY;
+    F.a.maybe_apart = true;
+    check();
+    F.a.maybe_apart = false;
+    free_index_remove(&F.a.index, &x->index_node);
+    free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 5);
+    x->stream = 5;
     release(g, 0);
     close_arena();
 }
@@ -1332,6 +1453,9 @@ int main(void)
         cmocka_unit_test(test_min_split),
         cmocka_unit_test(test_min_split_high),
         cmocka_unit_test(test_stream_tags),
+        cmocka_unit_test(test_settled_block_held_apart_from_a_busy_one),
+        cmocka_unit_test(test_join_free_merges_a_held_apart_run),
+        cmocka_unit_test(test_join_apart_joins_only_what_fits),
         cmocka_unit_test(test_alloc_in),
         cmocka_unit_test(test_reclaim_keeps_range_and_capacity),
         cmocka_unit_test(test_va_exhausted),
