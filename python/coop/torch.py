@@ -120,19 +120,20 @@ def _configure(lib, conf):
         raise native.CoopError(st, lib.coop_last_error().decode())
 
 
-def _normalized(lib, conf):
-    """conf as the library writes a configuration (every key, one spelling),
-    or None if it does not parse."""
-    buf = ctypes.create_string_buffer(512)
-    st = lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
-    return buf.value.decode(errors="replace") if st == native.OK else None
-
-
-def _normalize_error(lib, conf):
-    """The error naming the key or value of a conf that does not parse."""
+def _normalize(lib, conf):
+    """(True, conf as the library writes a configuration: every key, one
+    spelling), or (False, the error naming the key or value) if it does not
+    parse: one native call for both. 1024 bytes hold a whole message (two
+    quoted tokens of up to 256 bytes each and their words)."""
     buf = ctypes.create_string_buffer(1024)
-    lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
-    return buf.value.decode(errors="replace")
+    st = lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
+    return st == native.OK, buf.value.decode(errors="replace")
+
+
+def _normalized(lib, conf):
+    """conf as _normalize writes it, or None if it does not parse."""
+    ok, text = _normalize(lib, conf)
+    return text if ok else None
 
 
 def _settings(lib):
@@ -177,11 +178,11 @@ def _apply_conf_locked(lib, conf, who):
         _settings_in_force(lib)
         return
     _conf_bytes(conf)  # its type and characters, before any comparison
-    normalized = _normalized(lib, conf)
-    if normalized is None:  # named as such even where a pool exists (not "fixed")
-        raise CoopConfigError(_normalize_error(lib, conf))
+    ok, normalized = _normalize(lib, conf)
+    if not ok:  # named as such even where a pool exists (not "fixed")
+        raise CoopConfigError(normalized)
     normalized = _comparable(normalized)
-    if conf == _applied_conf or (_applied_conf is not None and normalized is not None
+    if conf == _applied_conf or (_applied_conf is not None
                                  and normalized == _comparable(_normalized(lib, _applied_conf))):
         return  # the same configuration, however spelt
     if _devices():
