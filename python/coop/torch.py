@@ -11,6 +11,7 @@ variable (``key:value,key:value``; see docs/pytorch.md).
 """
 
 import collections
+import collections.abc
 import ctypes
 import inspect
 import operator
@@ -317,8 +318,10 @@ def _apply_history(bound, clear_history, skip):
 
 def _skip_actions(value):
     """skip_actions as a tuple of action names, checked as torch's binding
-    checks it (a list of str): a str alone is refused (TypeError), not
-    taken letter by letter, which skipped nothing without a word."""
+    checks it (a sequence of str, list or tuple): a str alone is refused
+    (TypeError), not taken letter by letter, which skipped nothing without a
+    word; so are a set, a generator or another iterator, and a dict, which
+    coop took (torch refuses them)."""
     if value is None:
         return ()
     if isinstance(value, (str, bytes, bytearray)):
@@ -326,11 +329,13 @@ def _skip_actions(value):
                         "action names, not a %s (%r; one action: [%r])"
                         % (type(value).__name__, value, value if isinstance(value, str)
                            else value.decode(errors="replace")))
-    try:
-        names = tuple(value)
-    except TypeError:
+    if not isinstance(value, collections.abc.Sequence):
+        # torch's binding (a std::vector through pybind11) takes sequences
+        # only: a set has no order, an iterator can be read once
         raise TypeError("coop.torch: _record_memory_history: skip_actions must be a list of "
-                        "action names, not %s" % type(value).__name__) from None
+                        "action names, not a %s (as torch's: pass list(...) or sorted(...))"
+                        % type(value).__name__)
+    names = tuple(value)
     for name in names:
         if not isinstance(name, str):
             raise TypeError("coop.torch: _record_memory_history: skip_actions holds %r (%s), "
