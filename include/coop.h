@@ -420,8 +420,16 @@ typedef int (*coop_segment_visitor)(const coop_segment_info *segment, void *ctx)
 typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
 /* Visits every segment and block under the pool's lock: visitors must not
- * change the pool, and must return (no longjmp, pthread_exit or
- * cancellation out of one). A visitor's call back into the pool it walks
+ * change the pool, and must return normally: no longjmp, C++ exception,
+ * pthread_exit or cancellation out of one. coop_walk has no cleanup for
+ * such an exit and nothing detects it: the pool's lock stays held (other
+ * threads' calls on the pool wait forever), its count of running walks
+ * stays raised, and the thread's record of the walk points into the
+ * abandoned stack frame, which that thread's later calls on the pool, its
+ * walks of other pools and its fork() read: undefined (seen: a call that
+ * waits forever, a coop_malloc let through on a single_thread pool, then a
+ * crash in coop_free). The pool cannot be used or destroyed safely after
+ * that. A visitor's call back into the pool it walks
  * (on the walking thread) is detected: the calls that only read it
  * (coop_get_stats, coop_pool_config, coop_pool_check, coop_backend_calls,
  * a nested coop_walk) are answered, the pool as it stands; those that

@@ -6,8 +6,9 @@
  * ten), then optionally a binary unit K, M, G or T followed by nothing, "i",
  * "B" or "iB", or "B" alone; letters in any case ("Gb" is bytes too: a
  * capacity in bits makes no sense). Zero and values of 2^64 or more are
- * refused. Header-only because libcoop hides its internal symbols and the
- * command-line tools link against its shared build. */
+ * refused (byte_size_scan tells which). Header-only because libcoop hides
+ * its internal symbols and the command-line tools link against its shared
+ * build. */
 #ifndef COOP_BYTE_SIZE_H
 #define COOP_BYTE_SIZE_H
 
@@ -24,9 +25,17 @@ static inline unsigned byte_size_digit(int c)
     return isxdigit(c) ? (unsigned)(toupper(c) - 'A' + 10) : 16u;
 }
 
-/* Parses text[0..len) as a byte count into *out; false (and *out
- * untouched) if malformed, zero or out of range. */
-static inline bool byte_size_parse(const char *text, size_t len, uint64_t *out)
+/* What byte_size_scan made of a text */
+typedef enum {
+    BYTE_SIZE_OK,
+    BYTE_SIZE_MALFORMED, /* not the grammar, or zero */
+    BYTE_SIZE_TOO_LARGE, /* the grammar, but 2^64 bytes or more */
+} byte_size_result;
+
+/* Parses text[0..len) as a byte count into *out (untouched unless
+ * BYTE_SIZE_OK). Too large is told apart from malformed so that a reader
+ * can say "too large" for 99999999999999999999G rather than "not a size". */
+static inline byte_size_result byte_size_scan(const char *text, size_t len, uint64_t *out)
 {
     size_t i = 0;
     unsigned base = 10;
@@ -36,16 +45,18 @@ static inline bool byte_size_parse(const char *text, size_t len, uint64_t *out)
     }
     size_t first_digit = i;
     uint64_t value = 0;
+    bool overflow = false; /* digits read on to check the rest's grammar */
     for (; i < len; i++) {
         unsigned d = byte_size_digit((unsigned char)text[i]);
         if (d >= base)
             break;
         if (value > (UINT64_MAX - d) / base)
-            return false;
-        value = value * base + d;
+            overflow = true;
+        else
+            value = value * base + d;
     }
     if (i == first_digit)
-        return false;
+        return BYTE_SIZE_MALFORMED;
     unsigned shift = 0;
     if (i < len) {
         int unit = toupper((unsigned char)text[i]);
@@ -54,7 +65,7 @@ static inline bool byte_size_parse(const char *text, size_t len, uint64_t *out)
             if (unit == units[u])
                 shift = 10 * (u + 1);
         if (!shift && unit != 'B')
-            return false;
+            return BYTE_SIZE_MALFORMED;
         /* after the unit: "B" alone ends; K..T take an optional "i", then
          * an optional "B" */
         const char *rest = text + i + 1;
@@ -66,12 +77,20 @@ static inline bool byte_size_parse(const char *text, size_t len, uint64_t *out)
         if (shift && rest_len == 1 && toupper((unsigned char)*rest) == 'B')
             rest_len = 0;
         if (rest_len)
-            return false;
+            return BYTE_SIZE_MALFORMED;
     }
-    if (value == 0 || value > (UINT64_MAX >> shift))
-        return false;
+    if (overflow || value > (UINT64_MAX >> shift))
+        return BYTE_SIZE_TOO_LARGE;
+    if (value == 0)
+        return BYTE_SIZE_MALFORMED;
     *out = value << shift;
-    return true;
+    return BYTE_SIZE_OK;
+}
+
+/* byte_size_scan, true for BYTE_SIZE_OK: for readers with one message */
+static inline bool byte_size_parse(const char *text, size_t len, uint64_t *out)
+{
+    return byte_size_scan(text, len, out) == BYTE_SIZE_OK;
 }
 
 #endif

@@ -247,6 +247,27 @@ static void test_bad_values_name_key_value_offset(void **state)
     parse_bad("page:0x100000000000000", "'page'", "below 2^56", NULL);
     parse_bad("segment:65536Ti", "'segment'", "below 2^56", NULL);
     parse_bad("min_split:65536T", "'min_split'", "below 2^56", NULL);
+    /* past 2^64 too: a number too large is said to be, not to be no byte
+     * count ("expected a byte count above 0 such as 512M" read as if 'G'
+     * were misspelt) */
+    parse_bad("capacity:99999999999999999999G", "'99999999999999999999G'", "'capacity'",
+              "below 2^56", NULL);
+    parse_bad("segment:99999999999999999999", "'segment'", "below 2^56", NULL);
+    parse_bad("page:20000000T", "'page'", "below 2^56", NULL);
+    /* each message reads its prefix once: key, value, then what was expected */
+    static const char *const once[] = {"capacity:65536T", "capacity:99999999999999999999G",
+                                       "capacity:abc"};
+    for (size_t i = 0; i < sizeof once / sizeof once[0]; i++) {
+        coop_alloc_conf c;
+        assert_int_equal(coop_alloc_conf_parse(once[i], &c), COOP_ERR_INVALID);
+        const char *msg = coop_last_error();
+        const char *prefix = "COOP_ALLOC_CONF: bad value '";
+        assert_ptr_equal(strstr(msg, prefix), msg);
+        assert_null(strstr(msg + 1, "COOP_ALLOC_CONF"));
+        const char *expected = strstr(msg, ": expected ");
+        assert_non_null(expected);
+        assert_null(strstr(expected + 1, ": expected "));
+    }
     coop_alloc_conf conf = parse_ok("capacity:65535T,page:0x80000000000000,segment:65535T");
     assert_true(conf.capacity == 65535 * TIB);
     assert_true(conf.page_size == UINT64_C(1) << 55);

@@ -11,6 +11,7 @@ variable (``key:value,key:value``; see docs/pytorch.md).
 """
 
 import collections
+import collections.abc
 import ctypes
 import inspect
 import operator
@@ -120,19 +121,20 @@ def _configure(lib, conf):
         raise native.CoopError(st, lib.coop_last_error().decode())
 
 
-def _normalized(lib, conf):
-    """conf as the library writes a configuration (every key, one spelling),
-    or None if it does not parse."""
-    buf = ctypes.create_string_buffer(512)
-    st = lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
-    return buf.value.decode(errors="replace") if st == native.OK else None
-
-
-def _normalize_error(lib, conf):
-    """The error naming the key or value of a conf that does not parse."""
+def _normalize(lib, conf):
+    """(True, conf as the library writes a configuration: every key, one
+    spelling), or (False, the error naming the key or value) if it does not
+    parse: one native call for both. 1024 bytes hold a whole message (two
+    quoted tokens of up to 256 bytes each and their words)."""
     buf = ctypes.create_string_buffer(1024)
-    lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
-    return buf.value.decode(errors="replace")
+    st = lib.coop_torch_normalize_conf(_conf_bytes(conf), buf, len(buf))
+    return st == native.OK, buf.value.decode(errors="replace")
+
+
+def _normalized(lib, conf):
+    """conf as _normalize writes it, or None if it does not parse."""
+    ok, text = _normalize(lib, conf)
+    return text if ok else None
 
 
 def _settings(lib):
@@ -177,11 +179,11 @@ def _apply_conf_locked(lib, conf, who):
         _settings_in_force(lib)
         return
     _conf_bytes(conf)  # its type and characters, before any comparison
-    normalized = _normalized(lib, conf)
-    if normalized is None:  # named as such even where a pool exists (not "fixed")
-        raise CoopConfigError(_normalize_error(lib, conf))
+    ok, normalized = _normalize(lib, conf)
+    if not ok:  # named as such even where a pool exists (not "fixed")
+        raise CoopConfigError(normalized)
     normalized = _comparable(normalized)
-    if conf == _applied_conf or (_applied_conf is not None and normalized is not None
+    if conf == _applied_conf or (_applied_conf is not None
                                  and normalized == _comparable(_normalized(lib, _applied_conf))):
         return  # the same configuration, however spelt
     if _devices():
@@ -316,8 +318,10 @@ def _apply_history(bound, clear_history, skip):
 
 def _skip_actions(value):
     """skip_actions as a tuple of action names, checked as torch's binding
-    checks it (a list of str): a str alone is refused (TypeError), not
-    taken letter by letter, which skipped nothing without a word."""
+    checks it (a sequence of str, list or tuple): a str alone is refused
+    (TypeError), not taken letter by letter, which skipped nothing without a
+    word; so are a set, a generator or another iterator, and a dict, which
+    coop took (torch refuses them)."""
     if value is None:
         return ()
     if isinstance(value, (str, bytes, bytearray)):
@@ -325,11 +329,13 @@ def _skip_actions(value):
                         "action names, not a %s (%r; one action: [%r])"
                         % (type(value).__name__, value, value if isinstance(value, str)
                            else value.decode(errors="replace")))
-    try:
-        names = tuple(value)
-    except TypeError:
+    if not isinstance(value, collections.abc.Sequence):
+        # torch's binding (a std::vector through pybind11) takes sequences
+        # only: a set has no order, an iterator can be read once
         raise TypeError("coop.torch: _record_memory_history: skip_actions must be a list of "
-                        "action names, not %s" % type(value).__name__) from None
+                        "action names, not a %s (as torch's: pass list(...) or sorted(...))"
+                        % type(value).__name__)
+    names = tuple(value)
     for name in names:
         if not isinstance(name, str):
             raise TypeError("coop.torch: _record_memory_history: skip_actions holds %r (%s), "

@@ -107,12 +107,19 @@ coop_status cli_read_trace(const char *path, int device, trace *out, trace_forma
         return st;
     if (format)
         *format = detected;
-    if (device >= 0 && detected != TRACE_FORMAT_PICKLE)
+    return cli_read_trace_as(path, device, detected, out);
+}
+
+coop_status cli_read_trace_as(const char *path, int device, trace_format format, trace *out)
+{
+    *out = (trace){0};
+    coop_status st;
+    if (device >= 0 && format != TRACE_FORMAT_PICKLE)
         st = coop_set_error(COOP_ERR_INVALID, "%s: --device applies to PyTorch snapshots only",
                             path);
     else /* the format known: read without detecting it again */
-        st = detected == TRACE_FORMAT_PICKLE ? trace_read_pickle_device(path, device, out)
-                                             : trace_read_as(path, detected, out);
+        st = format == TRACE_FORMAT_PICKLE ? trace_read_pickle_device(path, device, out)
+                                           : trace_read_as(path, format, out);
     trace_spool_drop(path); /* a pipe's copy, read whole now */
     return st;
 }

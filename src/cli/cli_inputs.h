@@ -54,4 +54,9 @@ bool cli_parse_device(const char *prog, const char *text, int *device);
  * pipe's copy (spool.h) is dropped once read. */
 coop_status cli_read_trace(const char *path, int device, trace *out, trace_format *format);
 
+/* cli_read_trace for a path whose format the caller detected already
+ * (trace_detect_format succeeded: this drops the pipe's copy it kept), so
+ * that a file is not detected twice. */
+coop_status cli_read_trace_as(const char *path, int device, trace_format format, trace *out);
+
 #endif

@@ -324,11 +324,14 @@ static void warn_no_history(const char *path, const trace *t)
             path, t->num_live_at_start, t->num_live_at_start == 1 ? "" : "s");
 }
 
-/* Replays one file; rows are printed now (JSON) or kept for the table. */
-static int replay_file(const replay_cli *cli, const char *path, replay_results *res)
+/* Replays one file; rows are printed now (JSON) or kept for the table.
+ * snapshot: device_fits_traces found path a PyTorch snapshot (read as one,
+ * not detected again). */
+static int replay_file(const replay_cli *cli, const char *path, bool snapshot, replay_results *res)
 {
     trace t;
-    coop_status read = cli_read_trace(path, cli->device, &t, NULL);
+    coop_status read = snapshot ? cli_read_trace_as(path, cli->device, TRACE_FORMAT_PICKLE, &t)
+                                : cli_read_trace(path, cli->device, &t, NULL);
     if (read != COOP_OK) /* no host memory is the work failing (1), not bad input */
         return stop(res, read == COOP_ERR_HOST_NOMEM ? 1 : 2, "coop replay: %s", coop_last_error());
     char **grown_names = realloc(res->names, (res->num_names + 1) * sizeof *grown_names);
@@ -429,8 +432,12 @@ static bool capacity_fits_reservations(const replay_cli *cli, const char *capaci
  * (*.trace.gz): refused as such rather than by the first one's name, a file
  * the user never gave; reading device N of the bundled snapshots alone would
  * drop the others without a word. A file whose format is unknown is left to
- * its read, which names what is wrong with it. */
-static bool device_fits_traces(const replay_cli *cli, bool bundled, char **paths, size_t n)
+ * its read, which names what is wrong with it. snapshot[i] (n entries, all
+ * false on entry) is set where paths[i] was found a snapshot, so that
+ * replay_file does not detect its format again; its pipe's copy is kept
+ * until then. */
+static bool device_fits_traces(const replay_cli *cli, bool bundled, char **paths, size_t n,
+                               bool *snapshot)
 {
     if (cli->device < 0)
         return true;
@@ -455,6 +462,7 @@ static bool device_fits_traces(const replay_cli *cli, bool bundled, char **paths
                     cli->device, paths[i], trace_format_name(format));
             return false;
         }
+        snapshot[i] = true;
     }
     return true;
 }
@@ -595,17 +603,19 @@ int cmd_replay(int argc, char **argv)
         return 2;
     if (!use_bundled && !cli_inputs_readable("coop replay", paths, num_paths))
         return 2;
-    if (!device_fits_traces(&cli, use_bundled, paths, num_paths)) {
+    /* the traces --device found snapshots: each format detected once */
+    bool *snapshot = calloc(num_paths ? num_paths : 1, sizeof *snapshot);
+    if (!snapshot || !device_fits_traces(&cli, use_bundled, paths, num_paths, snapshot) ||
+        (timeline_path && timeline_is_a_trace(timeline_path, paths, num_paths))) {
+        rc = snapshot ? 2 : 1; /* no host memory is the work failing (1) */
+        if (!snapshot)
+            fprintf(stderr, "coop replay: out of host memory\n");
+        free(snapshot);
         if (use_bundled)
             globfree(&bundled);
-        return 2;
+        return rc;
     }
     FILE *timeline = NULL;
-    if (timeline_path && timeline_is_a_trace(timeline_path, paths, num_paths)) {
-        if (use_bundled)
-            globfree(&bundled);
-        return 2;
-    }
     /* The timeline goes to a temporary file beside it, renamed over it once
      * every trace is measured: a run stopped by a bad trace or a failed
      * write leaves the file that was there (cli_output.h). */
@@ -628,6 +638,7 @@ int cmd_replay(int argc, char **argv)
             if (tl_out.tmp)
                 close(tl_out.fd);
             cli_output_discard(&tl_out);
+            free(snapshot);
             if (use_bundled)
                 globfree(&bundled);
             return rc_open;
@@ -640,7 +651,8 @@ int cmd_replay(int argc, char **argv)
 
     replay_results res = {0};
     for (size_t i = 0; i < num_paths && rc == 0; i++)
-        rc = replay_file(&cli, paths[i], &res);
+        rc = replay_file(&cli, paths[i], snapshot[i], &res);
+    free(snapshot);
     bool all_measured = rc == 0;
     /* An error stops at its file; the files measured before it keep their
      * rows (JSON printed them already), then the error is said. */

@@ -227,12 +227,14 @@ void coop_remat_destroy(coop_remat *r)
     if (claim(r, "coop_remat_destroy", &taken))
         return; /* another thread is inside it: refused, the message set */
     bool forked = pool_forked(r->pool);
-    /* a forked child's copy is not refused as forked, but a walk of it
-     * (the child forked in a visitor) holds its lock, taken below */
-    if ((r->in_callback || !forked)
-            ? enter(r, "coop_remat_destroy") != COOP_OK
-            : pool_walked_here(r->pool) &&
-                  pool_walk_reentry_error("coop_remat_destroy") != COOP_OK) {
+    coop_status st = COOP_OK;
+    if (r->in_callback || !forked)
+        st = enter(r, "coop_remat_destroy");
+    else if (pool_walked_here(r->pool))
+        /* a forked child's copy is not refused as forked, but a walk of it
+         * (the child forked in a visitor) holds its lock, taken below */
+        st = pool_walk_reentry_error("coop_remat_destroy");
+    if (st != COOP_OK) {
         unclaim(r, taken);
         return;
     }

@@ -141,25 +141,21 @@ static coop_status bad_value(const token *key, const token *value, const char *e
                           shown(value, v), shown(key, k), value->off, expected);
 }
 
-/* A size a pool can take: coop_pool_create refuses 2^BLOCK_SIZE_BITS and
- * above, so such a value is refused here, naming its key, rather than
- * parsing and then failing every allocation of every device. */
-static bool parse_size(const token *k, const token *v, uint64_t *out, coop_status *st)
+/* A size a pool can take, or bad_value's refusal naming what was expected:
+ * coop_pool_create refuses 2^BLOCK_SIZE_BITS and above, so such a value is
+ * refused here, naming its key, rather than parsing and then failing every
+ * allocation of every device; so is one past 2^64 (too large, not "no size") */
+_Static_assert(BLOCK_SIZE_BITS == 56, "parse_size's message says 2^56");
+static coop_status parse_size(const token *k, const token *v, uint64_t *out, const char *expected)
 {
     uint64_t bytes = 0;
-    if (!byte_size_parse(v->start, v->len, &bytes))
-        return false;
-    if (bytes >= UINT64_C(1) << BLOCK_SIZE_BITS) {
-        char value[SHOWN_MAX], key[SHOWN_MAX];
-        *st = coop_set_error(COOP_ERR_INVALID,
-                             "COOP_ALLOC_CONF: bad value '%s' for key '%s' at byte %zu: "
-                             "%ju bytes is too large (sizes must be below 2^%d, 64 PiB)",
-                             shown(v, value), shown(k, key), v->off, (uintmax_t)bytes,
-                             BLOCK_SIZE_BITS);
-        return false;
-    }
+    byte_size_result r = byte_size_scan(v->start, v->len, &bytes);
+    if (r == BYTE_SIZE_MALFORMED)
+        return bad_value(k, v, expected);
+    if (r == BYTE_SIZE_TOO_LARGE || bytes >= UINT64_C(1) << BLOCK_SIZE_BITS)
+        return bad_value(k, v, "a size below 2^56 bytes (64 PiB)");
     *out = bytes;
-    return true;
+    return COOP_OK;
 }
 
 /* 0 is refused too (coop_config reads it as "the default"): "above 0" says so */
@@ -189,7 +185,7 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
     *seen |= 1u << index;
 
     uint64_t bytes = 0;
-    coop_status too_large = COOP_OK; /* parse_size's refusal, message set */
+    coop_status st = COOP_OK;
     const char *name = keys[index];
     if (strcmp(name, "backend") == 0) {
         if (token_is(v, "cuda"))
@@ -199,21 +195,22 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         else
             return bad_value(k, v, "cuda or host");
     } else if (strcmp(name, "capacity") == 0) {
-        if (!parse_size(k, v, &conf->capacity, &too_large))
-            return too_large ? too_large : bad_value(k, v, SIZE_EXPECTED);
+        return parse_size(k, v, &conf->capacity, SIZE_EXPECTED);
     } else if (strcmp(name, "fraction") == 0) {
         if (!parse_fraction(v, &conf->fraction))
             return bad_value(k, v, "a number in (0, 1] such as 0.8");
     } else if (strcmp(name, "page") == 0) {
-        if (!parse_size(k, v, &bytes, &too_large) || bytes < 512 || (bytes & (bytes - 1)))
-            return too_large ? too_large : bad_value(k, v, "a power of two >= 512 such as 2M");
+        static const char page_expected[] = "a power of two >= 512 such as 2M";
+        if ((st = parse_size(k, v, &bytes, page_expected)) != COOP_OK)
+            return st;
+        if (bytes < 512 || (bytes & (bytes - 1)))
+            return bad_value(k, v, page_expected);
         conf->page_size = bytes;
     } else if (strcmp(name, "vmm") == 0) {
         if (!parse_bool(v, &conf->use_vmm))
             return bad_value(k, v, BOOL_EXPECTED);
     } else if (strcmp(name, "segment") == 0) {
-        if (!parse_size(k, v, &conf->segment_size, &too_large))
-            return too_large ? too_large : bad_value(k, v, SIZE_EXPECTED);
+        return parse_size(k, v, &conf->segment_size, SIZE_EXPECTED);
     } else if (strcmp(name, "placement") == 0) {
         if (token_is(v, "low"))
             conf->placement = COOP_ALLOC_LOW;
@@ -222,9 +219,11 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
         else
             return bad_value(k, v, "low or high");
     } else if (strcmp(name, "min_split") == 0) {
-        if (!parse_size(k, v, &bytes, &too_large) || bytes % 512)
-            return too_large ? too_large
-                             : bad_value(k, v, "a multiple of 512 bytes above 0 such as 512 or 1M");
+        static const char split_expected[] = "a multiple of 512 bytes above 0 such as 512 or 1M";
+        if ((st = parse_size(k, v, &bytes, split_expected)) != COOP_OK)
+            return st;
+        if (bytes % 512)
+            return bad_value(k, v, split_expected);
         conf->min_split = bytes;
     } else if (strcmp(name, "check") == 0) {
         if (!parse_bool(v, &conf->check))

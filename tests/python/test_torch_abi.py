@@ -2304,6 +2304,26 @@ class TorchSignatures(unittest.TestCase):
                     record("all", skip_actions=bad)
                 self.assertIn("skip_actions", str(cm.exception))
 
+    def test_skip_actions_must_be_a_sequence(self):
+        """torch's binding takes skip_actions as a sequence (a std::vector
+        through pybind11, which refuses what is not a sequence): a set (no
+        order) and a generator or iterator (read once) are refused as there,
+        naming their type, not taken as coop took them; a tuple is taken as
+        there, and skips its actions."""
+        torch = torch_stand_in()
+        ctorch.patch_torch(torch)
+        record = torch.cuda.memory._record_memory_history
+        for bad, kind in (({"alloc"}, "set"), (frozenset({"alloc"}), "frozenset"),
+                          ((a for a in ["alloc"]), "generator"), (iter(["alloc"]), "list_iterator"),
+                          ({"alloc": 1}, "dict")):
+            with self.subTest(skip_actions=kind):
+                with self.assertRaises(TypeError) as cm:
+                    record("all", skip_actions=bad)
+                self.assertIn("skip_actions", str(cm.exception))
+                self.assertIn("not a %s" % kind, str(cm.exception))
+        self.assertEqual(ctorch._skip_actions(("alloc", "free_requested")),
+                         ("alloc", "free_requested"))
+
     def test_calls_as_torch_2_11_takes_them(self):
         """On the stand-in: the readers torch builds on memory_stats report
         coop's pools; torch.accelerator's take device_index by position only;
