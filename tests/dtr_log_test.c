@@ -158,6 +158,12 @@ static void errors_name_the_line(void **state)
                  constant, memory[i].value);
         expect_error(text, memory[i].want);
     }
+    /* a key given twice is ambiguous: jansson kept the last one, so this
+     * log's x was 99999999 bytes without a word */
+    expect_error("{\"INSTRUCTION\":\"CONSTANT\",\"NAME\":\"x\"}\n"
+                 "{\"INSTRUCTION\":\"MEMORY\",\"NAME\":\"x\",\"MEMORY\":\"16\",\"MEMORY\":"
+                 "\"99999999\"}\n",
+                 "bad.log:2: invalid JSON at column 57: duplicate object key near '\"MEMORY\"'");
     /* no instructions: coop sim ran these as a program of 0 bytes */
     expect_error("", "bad.log: no instructions: the log is empty or blank");
     expect_error("\n\n\r\n", "bad.log: no instructions");

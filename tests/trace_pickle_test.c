@@ -749,6 +749,56 @@ static void test_final_segments_overlap(void **state)
     }
 }
 
+/* A block the final segments list that the trace never allocated, over
+ * bytes a block of the trace held at some point (allocated and freed, or
+ * first seen by its free): it cannot have been live since before recording
+ * began, both blocks would have held those bytes at once. PyTorch copies
+ * the trace, then the segments under a second hold of the lock, so another
+ * thread allocated it in between: it is read as allocated after the trace's
+ * last entry. One over nothing the trace held stays live at start. */
+static void test_listed_block_over_a_freed_block(void **state)
+{
+    (void)state;
+    static const seg_case cases[] = {
+        {"over a block allocated and freed",
+         {{0x1800, 512}},
+         0,
+         0,
+         {{"alloc", 0x1000, 4096}, {"free_completed", 0x1000, 4096}, {"alloc", 0x90000, 512}},
+         {NULL}},
+        {"over a block first seen by its free",
+         {{0x1800, 512}},
+         0,
+         0,
+         {{"free_completed", 0x1000, 4096}, {"alloc", 0x90000, 512}},
+         {NULL}},
+        {"beside a freed block",
+         {{0x2000, 512}},
+         0,
+         0,
+         {{"alloc", 0x1000, 4096}, {"free_completed", 0x1000, 4096}},
+         {NULL}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pk p;
+        size_t at[3] = {0};
+        segment_snapshot(&p, &cases[c], at);
+        trace t;
+        coop_status st = read_bytes(p.b, p.n, 0, &t);
+        if (st != COOP_OK)
+            fail_msg("%s: %s", cases[c].name, coop_last_error());
+        print_message("%s\n", cases[c].name);
+        int after = c < 2;
+        size_t live = cases[c].entries[0].action[0] == 'f'; /* the adopted free's block */
+        assert_int_equal(t.num_live_at_start, live + !after);
+        const trace_event *e = after ? &t.events[t.num_events - 1] : &t.events[live];
+        assert_int_equal(e->kind, TRACE_ALLOC);
+        assert_int_equal(e->addr, cases[c].blocks[0][0]);
+        assert_int_equal(e->size, 64);
+        trace_free(&t);
+    }
+}
+
 /* Two segments whose allocated blocks overlap: the message names each
  * block by its own segment and index, which differ (segments[0].blocks[3]
  * is the earlier block, after inactive ones below 0x800 and 0x1000, and
@@ -2975,6 +3025,7 @@ int main(void)
         cmocka_unit_test(test_adopted_over_a_live_block),
         cmocka_unit_test(test_final_segments_overlap),
         cmocka_unit_test(test_final_segments_overlap_in_two_segments),
+        cmocka_unit_test(test_listed_block_over_a_freed_block),
         cmocka_unit_test(test_block_outside_its_segment),
         cmocka_unit_test(test_blocks_tile_their_segment),
         cmocka_unit_test(test_segments_overlap),

@@ -164,6 +164,17 @@ static void test_bad_lines(void **state)
         {"coop-trace 1\nS 1\n", ":2: missing fields on a S line", ""},
         {"coop-trace 1\nO\n", ":2: missing fields on a O line", ""},
         {"coop-trace 1\nE 1 2 3 4\n", ":2: too many fields on a E line", ""},
+        /* final segments are reservations of the device's memory, as the
+         * snapshot reader holds them: none past 2^64, no two sharing a byte
+         * (replay's recorded figure adds their sizes; both were read) */
+        {"coop-trace 1\nE 0xfffffffffffff000 8192\n",
+         ":2: E segment 0xfffffffffffff000 (8192 bytes) runs past the end of the 64-bit address "
+         "space",
+         ""},
+        {"coop-trace 1\nE 0x2000 8192\nA 1 2 3\nE 0x1000 8192 1\n",
+         ":2: E segment [0x2000, 0x4000) overlaps [0x1000, 0x3000), line 4: two reservations of "
+         "the device's memory never share a byte",
+         ""},
         {"coop-trace 1\nE 1 2 t=4\n", ":2: unknown key 't' on a E line", ""},
         {"coop-trace 1\nA 1 2 3 4 5 6 7 8 9 10 11 12 13\n", ":2: more than 12 fields", ""},
         {"coop-trace 1\nA 1 2 3", ":2: the last line has no newline", "truncated"},

@@ -410,7 +410,9 @@ static coop_status parse_line(parser *p, const char *text, size_t len)
         return COOP_OK; /* blank lines carry nothing */
     json_error_t jerr;
     unsigned long failed_before = json_alloc_failures();
-    json_t *obj = json_loadb(text, len, 0, &jerr);
+    /* a key given twice is refused: jansson would keep the last one, a
+     * MEMORY or NAME the line states two ways read as one of them silently */
+    json_t *obj = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (json_alloc_failures() != failed_before) { /* not the line's fault (json_alloc.h) */
         json_decref(obj);
         return fail_host(p);

@@ -4,7 +4,9 @@
  * The history is a ring buffer, so it may begin in the middle of the run:
  * a block freed without a recorded alloc, or allocated in the final
  * `segments` without one, was live before recording began. Such blocks
- * become live-at-start allocations, ordered by address.
+ * become live-at-start allocations, ordered by address; a listed one over
+ * bytes the trace's blocks held was allocated after the trace instead
+ * (place_unallocated).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -725,6 +727,90 @@ static void at_listed(snapshot_reader *r, const listed_block *l)
     set_where(r, WHERE_BLOCK, l->seg, l->blk, l->at);
 }
 
+/* The first of the n listed blocks l (sorted by address, none overlapping)
+ * that ends at or after first, and (*end) the first that starts after last:
+ * those in between overlap [first, last]. */
+static size_t listed_overlapping(const listed_block *l, size_t n, uint64_t first, uint64_t last,
+                                 size_t *end)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (l[mid].last < first)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t e = lo;
+    hi = n;
+    while (e < hi) {
+        size_t mid = e + (hi - e) / 2;
+        if (l[mid].addr <= last)
+            e = mid + 1;
+        else
+            hi = mid;
+    }
+    *end = e;
+    return lo;
+}
+
+/* The listed blocks the trace never allocated (check_listed has sorted them
+ * and refused any over a block live at the trace's end). Each becomes a
+ * live-at-start allocation, live through the whole recording, unless its
+ * bytes overlap a block the trace held at some point (allocated and freed,
+ * or first seen by its free): both cannot have held them at once, so it was
+ * allocated after the trace's last entry. PyTorch copies the trace, then the
+ * segments under a second hold of the lock, and another thread's alloc in
+ * between is one the trace does not hold: it becomes an alloc after the
+ * trace's events. Read as live at start, both blocks were counted live
+ * together. O((events + blocks) log blocks). */
+static coop_status place_unallocated(snapshot_reader *r)
+{
+    listed_block *l = r->listed;
+    size_t m = 0; /* those never allocated, moved to l[0 .. m), in order */
+    for (size_t k = 0; k < r->num_listed; k++)
+        if (l[k].adopted)
+            l[m++] = l[k];
+    if (!m)
+        return COOP_OK;
+    /* after[k] - after[k - 1]: how many of the trace's blocks start
+     * overlapping l[k] (a difference array: a trace block over many listed
+     * blocks costs two binary searches, not one step each) */
+    size_t *after = calloc(m + 1, sizeof *after);
+    if (!after)
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+    size_t end, lo;
+    for (size_t i = 0; i < r->b.num_events; i++) {
+        const trace_event *e = &r->b.events[i];
+        if (e->kind != TRACE_ALLOC)
+            continue;
+        lo = listed_overlapping(l, m, e->addr, last_byte(e->addr, e->size), &end);
+        after[lo] += lo < end;
+        after[end] -= lo < end;
+    }
+    for (size_t k = 0; k < r->num_adopted; k++) {
+        lo = listed_overlapping(l, m, r->adopted[k].addr, r->adopted[k].last, &end);
+        after[lo] += lo < end;
+        after[end] -= lo < end;
+    }
+    coop_status st = COOP_OK;
+    size_t over = 0;
+    for (size_t k = 0; k < m && st == COOP_OK; k++) {
+        over += after[k];
+        trace_event ev = {.kind = TRACE_ALLOC,
+                          .size = l[k].requested,
+                          .addr = l[k].addr,
+                          .stream = l[k].stream,
+                          .time_us = -1};
+        if (!over)
+            st = adopt_block(r, &ev, 0, &ev.id);
+        else if ((st = trace_builder_new_id(&r->b, &ev.id)) == COOP_OK)
+            st = trace_builder_push(&r->b, &ev);
+    }
+    free(after);
+    return st;
+}
+
 /* The final segments' allocated blocks against each other and the trace.
  * PyTorch copies the segments under the device's lock in one go, so two of
  * their blocks never overlap (within one segment read_block's tiling check
@@ -734,7 +820,8 @@ static void at_listed(snapshot_reader *r, const listed_block *l)
  * either (PyTorch copies the trace just before the segments, under a
  * separate hold of the lock: only another thread's allocator calls in
  * between could make that happen, and the trace would not say what they
- * were). O(n log n) in the listed blocks, O(log live) each against the
+ * were; one alloc in between, over bytes the trace freed, place_unallocated
+ * reads). O(n log n) in the listed blocks, O(log live) each against the
  * trace. */
 static coop_status check_listed(snapshot_reader *r)
 {
@@ -772,7 +859,7 @@ static coop_status check_listed(snapshot_reader *r)
                    (unsigned long long)o->stream, (unsigned long long)(s ? s->size : 0),
                    (unsigned long long)(s ? s->where : 0), live_state(s));
     }
-    return COOP_OK;
+    return place_unallocated(r);
 }
 
 static int by_seg_addr(const void *pa, const void *pb)
@@ -875,11 +962,9 @@ static coop_status read_block(snapshot_reader *r, const pkl_value *blk, size_t s
     }
     if ((st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
         return st;
-    /* Allocated at the end but never seen allocated: it was live through
-     * the whole recording. */
+    /* Allocated at the end but never seen allocated: live through the whole
+     * recording, or allocated after it (place_unallocated decides). */
     int adopted = !id_map_find(&r->blocks, ev.addr, ev.stream);
-    if (adopted && (st = adopt_block(r, &ev, 0, &ev.id)) != COOP_OK)
-        return st;
     if (GROW_ARRAY(r->listed, r->cap_listed, r->num_listed + 1, LISTED_FIRST))
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
     r->listed[r->num_listed++] = (listed_block){

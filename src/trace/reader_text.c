@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "growable.h"
 #include "status.h"
 #include "trace/builder.h"
 #include "trace/id_map.h"
@@ -42,6 +43,15 @@ static const line_kind line_kinds[] = {
     {'E', -1, 2, 3, 0, "E addr size [stream]"},
 };
 
+/* An E line (a final segment) and where it was, for check_e_lines. */
+typedef struct e_line {
+    uint64_t addr, size; /* addr + size <= 2^64 */
+    uint64_t line;
+} e_line;
+
+/* The initial capacity (items) of text_reader.e_lines, doubled when full. */
+#define E_LINES_FIRST 16
+
 typedef struct text_reader {
     const char *path;
     trace_input in;
@@ -54,6 +64,8 @@ typedef struct text_reader {
     int has_torch_settings;  /* a P torch line was read */
     int recorded_by_coop;    /* a P coop line was read */
     unsigned torch_settings; /* its TRACE_TORCH_* bits */
+    e_line *e_lines;         /* the E lines, for check_e_lines */
+    size_t num_e_lines, cap_e_lines;
 } text_reader;
 
 /* Splits line at spaces and tabs, up to a '#' that starts a field. */
@@ -262,6 +274,18 @@ static coop_status read_line(text_reader *r, char *line)
         r->seen_event = 1;
     if (k->kind < 0) {
         trace_segment seg = {.addr = nums[0], .size = nums[1], .stream = nums[2]};
+        /* a reservation of the device's memory, as the snapshot reader
+         * holds the segments it reads (check_e_lines: nor two sharing a
+         * byte) */
+        if (seg.size > UINT64_MAX - seg.addr)
+            return trace_input_error(
+                &r->in,
+                "E segment 0x%llx (%llu bytes) runs past the end of the 64-bit address space",
+                (unsigned long long)seg.addr, (unsigned long long)seg.size);
+        if (GROW_ARRAY(r->e_lines, r->cap_e_lines, r->num_e_lines + 1, E_LINES_FIRST))
+            return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
+        r->e_lines[r->num_e_lines++] =
+            (e_line){.addr = seg.addr, .size = seg.size, .line = r->in.line};
         return trace_builder_push_segment(&r->b, &seg);
     }
     ev.kind = (trace_event_kind)k->kind;
@@ -285,6 +309,43 @@ static coop_status read_line(text_reader *r, char *line)
     }
 }
 
+static int by_e_addr(const void *pa, const void *pb)
+{
+    const e_line *a = pa, *b = pb;
+    if (a->addr != b->addr)
+        return a->addr < b->addr ? -1 : 1;
+    return (a->line > b->line) - (a->line < b->line);
+}
+
+/* The E lines against each other: each is a reservation of the device's
+ * memory, so two never share a byte, and replay's recorded figure adds their
+ * sizes (two overlapping counted the shared bytes twice). The snapshot
+ * reader refuses the same segments (check_segments). O(n log n). */
+static coop_status check_e_lines(text_reader *r)
+{
+    e_line *g = r->e_lines;
+    size_t n = r->num_e_lines;
+    if (n > 1)
+        qsort(g, n, sizeof *g, by_e_addr);
+    /* sorted by address, one that overlaps a later one overlaps the next
+     * one with bytes */
+    const e_line *prev = NULL;
+    for (size_t k = 0; k < n; k++) {
+        if (!g[k].size)
+            continue;
+        if (prev && prev->addr + prev->size > g[k].addr)
+            return coop_set_error(
+                COOP_ERR_INVALID,
+                "%s:%llu: E segment [0x%llx, 0x%llx) overlaps [0x%llx, 0x%llx), line %llu: two "
+                "reservations of the device's memory never share a byte",
+                r->path, (unsigned long long)g[k].line, (unsigned long long)g[k].addr,
+                (unsigned long long)(g[k].addr + g[k].size), (unsigned long long)prev->addr,
+                (unsigned long long)(prev->addr + prev->size), (unsigned long long)prev->line);
+        prev = &g[k];
+    }
+    return COOP_OK;
+}
+
 coop_status trace_read_text(const char *path, trace *out)
 {
     *out = (trace){0};
@@ -305,6 +366,8 @@ coop_status trace_read_text(const char *path, trace *out)
         st = coop_set_error(COOP_ERR_INVALID, "%s:%llu: no 'coop-trace 1' header (empty trace)",
                             path, (unsigned long long)r.in.line + 1);
     if (st == COOP_OK)
+        st = check_e_lines(&r);
+    if (st == COOP_OK)
         st = trace_builder_finish(&r.b, out);
     if (st == COOP_OK) {
         out->has_torch_settings = r.has_torch_settings;
@@ -314,6 +377,7 @@ coop_status trace_read_text(const char *path, trace *out)
         r.source = NULL;
     }
     free(r.source);
+    free(r.e_lines);
     trace_builder_discard(&r.b);
     trace_input_close(&r.in);
     id_map_free(&r.ids);

@@ -57,7 +57,9 @@ coop_status trace_read_as(const char *path, trace_format format, trace *out);
  * address and stream), segment_alloc / segment_free / segment_map /
  * segment_unmap, oom; other actions are skipped. Blocks freed without a
  * recorded alloc, and blocks allocated in the final `segments` but never
- * allocated in the trace, are live at start (ordered by address); the final
+ * allocated in the trace, are live at start (ordered by address), except a
+ * listed one over bytes a block of the trace held: allocated after the
+ * trace (another thread's, between PyTorch's two copies); the final
  * `segments` become final_segments; `allocator_settings` set
  * has_torch_settings and torch_settings (torch_settings.h). Reads the first
  * device with events. */
