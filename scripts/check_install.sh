@@ -9,7 +9,8 @@
 # exports only what coop.h declares; the installed coop replays a bundled
 # trace, and with no TRACE replays the bundled traces it installed in
 # share/coop/traces (the source tree moved away); the Python package loads
-# the installed library; `make uninstall` leaves no file, and none of coop's
+# the installed library, and its record of the library's directory follows
+# the libdir make is given; `make uninstall` leaves no file, and none of coop's
 # own directories, behind.
 #
 # Usage: scripts/check_install.sh
@@ -135,6 +136,13 @@ if [ -n "$pkg" ] && command -v python3 >/dev/null; then
     pydir=$(dirname "$(dirname "$pkg")")
     check "the installed Python package loads the installed library" \
         sh -c "cd '$work' && env -u COOP_LIBRARY PYTHONPATH='$pydir' python3 -c 'import coop.native as n; print(n.library_path())' | grep -qx '$libdir/libcoop.so'"
+    # where the package looks for libcoop.so follows the libdir of the make
+    # that installs it: written at every install, not kept from an earlier one
+    # (a `make install prefix=DIR` before a plain `make install` left DIR in the
+    # package the second one installed)
+    check "the Python package's record of libdir follows the libdir make is given" \
+        sh -c "cd '$work/src' && make -s python/coop/_build_config.py libdir='$work/elsewhere' &&
+               grep -qx 'LIBDIR = \"$work/elsewhere\"' python/coop/_build_config.py"
 else
     echo "skip: no Python package installed (configure found no python3)"
 fi

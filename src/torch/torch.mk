@@ -74,9 +74,18 @@ coopdir = $(pythondir)/coop
 coop_PYTHON = python/coop/__init__.py python/coop/native.py python/coop/torch.py \
 	python/coop/run.py
 nodist_coop_PYTHON = python/coop/_build_config.py
-python/coop/_build_config.py: Makefile
+# Rewritten by every make that asks for it (install does), not only when the
+# Makefile changes: `make install prefix=DIR` gives another libdir without
+# changing the Makefile, and a copy kept from it would send a later plain
+# `make install`'s package to DIR's library. Replaced only when its text
+# changes, so a second install of the same libdir leaves it as it was.
+python/coop/_build_config.py: coop-build-config-always
 	$(AM_V_GEN)mkdir -p python/coop && \
-	echo '"""Written by make: where make install put libcoop.so."""' > $@ && \
-	echo 'LIBDIR = "$(libdir)"' >> $@
-CLEANFILES += python/coop/_build_config.py
+	{ echo '"""Written by make: where make install put libcoop.so."""' && \
+	  echo 'LIBDIR = "$(libdir)"'; } > $@.tmp && \
+	if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
+# no file, no recipe: make takes it as updated at every run (the FORCE idiom;
+# a .PHONY here, inside the conditional, is refused by automake)
+coop-build-config-always:
+CLEANFILES += python/coop/_build_config.py python/coop/_build_config.py.tmp
 endif
