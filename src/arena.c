@@ -1166,8 +1166,15 @@ bool arena_join_apart(arena *a, coop_stream stream, uint64_t size)
                 continue;
             }
             uint64_t run = 0;
-            for (arena_block *x = b; usable_on(x, stream); x = x->next)
+            const arena_block *x = b;
+            for (; usable_on(x, stream); x = x->next)
                 run += x->size;
+            /* VMM: the run at the top takes the range above it too (the
+             * pool extends the last free block there), where the capacity
+             * could hold the request beside the blocks in use (else the
+             * join would only take the space from other streams) */
+            if (!x && a->params.vmm && s->top - a->counters.free_bytes + size <= a->params.capacity)
+                run += s->reserved - s->top;
             if (run < size) {
                 seen = true; /* the pair stays apart */
                 while (usable_on(b->next, stream))
