@@ -260,12 +260,14 @@ static bool reclaim_falls_short(arena *a, const arena_segment *s, uint64_t want)
     uint64_t in_use = (s->top - a->counters.free_bytes + ps - 1) / ps * ps;
     if (a->reserved < in_use + want)
         return true;
-    if (a->maybe_apart) /* a block held apart: a run may be two free blocks */
-        return false;
     size_t tagged = 0;
     for (size_t i = 0; i < a->index.num_sets; i++)
         if (a->index.sets[i]->stream != a->index.any && a->index.sets[i]->count && ++tagged == 2)
             return false; /* free blocks of two streams may lie side by side */
+    /* a block held apart beside a stream's free block: a run may be two
+     * free blocks (none without a free block tagged with a stream) */
+    if (tagged && a->maybe_apart)
+        return false;
     const arena_block *last = s->last;
     uintptr_t top = s->base + s->top;
     bool last_free = last && last->state == COOP_BLOCK_FREE;
@@ -1166,8 +1168,15 @@ bool arena_join_apart(arena *a, coop_stream stream, uint64_t size)
                 continue;
             }
             uint64_t run = 0;
-            for (arena_block *x = b; usable_on(x, stream); x = x->next)
+            const arena_block *x = b;
+            for (; usable_on(x, stream); x = x->next)
                 run += x->size;
+            /* VMM: the run at the top takes the range above it too (the
+             * pool extends the last free block there), where the capacity
+             * could hold the request beside the blocks in use (else the
+             * join would only take the space from other streams) */
+            if (!x && a->params.vmm && s->top - a->counters.free_bytes + size <= a->params.capacity)
+                run += s->reserved - s->top;
             if (run < size) {
                 seen = true; /* the pair stays apart */
                 while (usable_on(b->next, stream))
@@ -1289,14 +1298,15 @@ static bool segment_idle_free(arena *a, const arena_segment *s, idle_memo *memo)
 bool arena_may_hold_free_segment(const arena *a)
 {
     if (a->index.count > (uint64_t)a->counters.inactive_split.current)
-        return true;    /* a free block with no neighbour: a whole segment */
-    if (a->maybe_apart) /* a block held apart and its neighbour */
-        return true;
+        return true; /* a free block with no neighbour: a whole segment */
     size_t tagged = 0;
     for (size_t i = 0; i < a->index.num_sets; i++)
         if (a->index.sets[i]->stream != a->index.any && a->index.sets[i]->count && ++tagged == 2)
             return true;
-    return false;
+    /* a block held apart and its neighbour, a stream's free block (none
+     * once no free block is tagged with a stream, whatever maybe_apart,
+     * which only arena_join_apart clears) */
+    return tagged && a->maybe_apart;
 }
 
 static coop_status reclaim_segments(arena *a, uint64_t want, uint64_t *released)

@@ -302,7 +302,10 @@ void arena_retag_any(arena *a, coop_stream stream);
 void arena_retag_settled(arena *a, coop_stream stream, const coop_stream *settled, size_t n);
 /* For a request of size bytes on stream that no free block fits: joins
  * (arena_join_free) each run of adjacent free blocks usable on stream, a
- * block held apart among them, that would fit it. Returns whether it
+ * block held apart among them, that would fit it (with VMM, the run at
+ * the top with the range above it, where the pool extends the last free
+ * block, if the capacity could hold the request beside the blocks in
+ * use). Returns whether it
  * joined one. Walks every block, unless no block was held apart since the
  * last walk that found none: for the out-of-memory path. */
 bool arena_join_apart(arena *a, coop_stream stream, uint64_t size);

@@ -960,6 +960,38 @@ static void test_reclaim_finds_every_free_segment(void **state)
     close_arena();
 }
 
+/* A block held apart lies beside a free block of a stream: once no free
+ * block is tagged with one (the busy stream took its block back), the
+ * counters again show that no segment is free, whatever maybe_apart says
+ * (it is cleared only by arena_join_apart, on the pool's out-of-memory
+ * path): reclaim_segments skips its walk. x (stream 1), y (stream 2), g in
+ * use (64, 32, 64 KiB), one 1 MiB segment; x and y freed, stream 1 settled: x held apart;
+ * stream 2 allocates y again. It answered true (a walk) from then on. */
+static void test_held_apart_block_alone_holds_no_free_segment(void **state)
+{
+    (void)state;
+    open_arena(false, 16 * MiB, 0, 512);
+    arena_block *x = alloc(64 * KiB, 1, false);
+    arena_block *y = alloc(32 * KiB, 2, false);
+    arena_block *g = alloc(64 * KiB, 0, false);
+    uintptr_t y_addr = y->addr;
+    assert_ptr_equal(arena_segment_of(&F.a, x->addr), arena_segment_of(&F.a, g->addr));
+    release(x, 1);
+    release(y, 2);
+    arena_retag_settled(&F.a, 1, (coop_stream[]){1}, 1);
+    check();
+    assert_true(F.a.maybe_apart);
+    assert_int_equal(x->stream, COOP_STREAM_ANY);
+    assert_true(arena_may_hold_free_segment(&F.a)); /* x and y: a run */
+    y = alloc(32 * KiB, 2, false);                  /* the best fit */
+    assert_int_equal(y->addr, y_addr);
+    check();
+    assert_false(arena_may_hold_free_segment(&F.a));
+    release(y, 2);
+    release(g, 0);
+    close_arena();
+}
+
 /* Without VMM, a new segment goes into the address order by its
  * neighbours where it borders one, by the ends of the list where it lies
  * beyond them: the host backend carves a, b, c each below the one before
@@ -1479,6 +1511,7 @@ int main(void)
         cmocka_unit_test(test_alloc_mapped_keeps_to_the_stream_rule),
         cmocka_unit_test(test_reclaim_remembers_a_busy_stream),
         cmocka_unit_test(test_reclaim_finds_every_free_segment),
+        cmocka_unit_test(test_held_apart_block_alone_holds_no_free_segment),
         cmocka_unit_test(test_segments_link_in_address_order),
         cmocka_unit_test(test_reclaim_skipped_where_no_free_block_holds_a_page),
         cmocka_unit_test(test_reclaim_counts_the_page_at_the_top),

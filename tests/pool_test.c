@@ -1590,6 +1590,42 @@ static void test_finished_streams_block_beside_a_busy_one_serves_every_stream(vo
     }
 }
 
+/* With VMM the run at the top of the range takes the range above it too
+ * (the pool extends the last free block there): a block held apart at the
+ * top, under a busy stream's free block, is joined for that stream's request
+ * when the run and the range above hold it. 16 MiB capacity, 64 KiB pages:
+ * l [0, 8M) live on stream 2, a [8M, 12M) freed on stream 1 (held), b
+ * [12M, 14M) freed on stream 0 (held apart at the settle). 8 MiB on stream
+ * 1 fits from a's start (2 MiB more mapped: 16 MiB); from b's (6 MiB more)
+ * it does not. It was out of memory: the join counted a and b alone. */
+static void test_held_apart_top_run_joins_with_the_range_above(void **state)
+{
+    (void)state;
+    coop_config c = checked_config(16 * MiB);
+    c.use_vmm = true;
+    c.page_size = 64 * KiB;
+    coop_pool *p = create_or_fail(&c);
+    coop_status st;
+    void *l = coop_malloc(p, 8 * MiB, 2, 0, &st);
+    void *a = coop_malloc(p, 4 * MiB, 1, 0, &st);
+    void *b = coop_malloc(p, 2 * MiB, 0, 0, &st);
+    assert_non_null(b);
+    assert_ptr_equal(a, (char *)l + 8 * MiB);
+    assert_ptr_equal(b, (char *)a + 4 * MiB);
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_free(p, a), COOP_OK);
+    assert_int_equal(coop_free(p, b), COOP_OK);
+    void *on1 = coop_malloc(p, 8 * MiB, 1, 0, &st);
+    assert_int_equal(st, COOP_OK);
+    assert_ptr_equal(on1, a);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    assert_int_equal(coop_free(p, on1), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    assert_int_equal(coop_free(p, l), COOP_OK);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+}
+
 /* A free block of a stream the out-of-memory path did not see finished
  * (its question failed, or the stream finished only after it) and that the
  * message's own question finds finished, beside no other stream's free
@@ -3304,6 +3340,7 @@ int main(void)
         cmocka_unit_test(test_oom_names_free_memory_kept_for_other_streams),
         cmocka_unit_test(test_oom_kept_for_others_counts_only_those),
         cmocka_unit_test(test_finished_streams_block_beside_a_busy_one_serves_every_stream),
+        cmocka_unit_test(test_held_apart_top_run_joins_with_the_range_above),
         cmocka_unit_test(test_oom_counts_a_block_its_settle_did_not_see_finished),
         cmocka_unit_test(test_pending_pointer_misuse_changes_nothing),
         cmocka_unit_test(test_mapping_and_empty_cache),
