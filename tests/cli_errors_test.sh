@@ -375,6 +375,11 @@ expect 2 "--capacity '12QB' is not a byte count" $coop replay --capacity 12QB "$
 # the message says what a byte count is (it said only "not a byte count", for 0 too)
 expect 2 "--capacity '0' is not a byte count above 0 such as 40G or 512MiB (decimal or 0x hex; units K, M, G, T" $coop replay --capacity 0 "$traces/unet-train-step.trace.gz"
 expect 2 "--capacity '1.5G' is not a byte count above 0 such as" $coop replay --capacity 1.5G "$traces/unet-train-step.trace.gz"
+# 2^64 bytes or more is too large, not malformed (it said "not a byte count", as
+# if the G were misspelt; COOP_ALLOC_CONF tells the two apart since rev35-A)
+expect 2 "coop replay: --capacity '99999999999999999999G' is too large: it must be below 2^54 bytes (16 PiB)" $coop replay --capacity 99999999999999999999G "$traces/unet-train-step.trace.gz"
+expect 2 "coop replay: --capacity '16777216T' is too large: it must be below 2^54 bytes (16 PiB)" $coop replay --capacity 16777216T "$traces/unet-train-step.trace.gz"
+expect 2 "coop replay: --page '99999999999999999999G' is too large: it must be at most 2^44 bytes (16 TiB)" $coop replay --policy coop --page 99999999999999999999G "$traces/unet-train-step.trace.gz"
 # --page and --capacity are checked where they are parsed (they were
 # refused later as a skipped policy, exit 1, naming other values)
 expect 2 "--page '1' is not a power of two from 512 bytes" $coop replay --policy coop --page 1 "$traces/unet-train-step.trace.gz"

@@ -94,6 +94,18 @@ for bad in "$tmp/tl" "$tmp/none/t" "$tmp/file/t"; do
     fi
 done
 [ "$(entries "$tmp/tl")" = "keep link skipped " ] || fail "a refused --timeline left: $(entries "$tmp/tl")"
+# convert's OUT alike: a path that cannot be opened is a bad argument (2, as
+# --timeline's above; it was 1, "the work failed"), a write that fails is 1
+for bad in "$tmp/tl" "$tmp/none/t" "$tmp/file/t"; do
+    $coop convert "$tmp/small.trace" "$bad" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    if [ "$got" -eq 2 ] && grep -q "coop convert: $bad: cannot write: " "$tmp/err" && [ ! -s "$tmp/out" ]; then
+        ok "convert to $bad -> 2: $(cat "$tmp/err")"
+    else
+        fail "convert to $bad: exit $got: $(cat "$tmp/err")"
+    fi
+done
+[ "$(entries "$tmp/tl")" = "keep link skipped " ] || fail "a refused convert OUT left: $(entries "$tmp/tl")"
 # a device is written directly (nothing to rename over)
 if $coop replay --policy ideal --timeline /dev/null "$tmp/small.trace" >/dev/null 2>"$tmp/err" &&
     [ -c /dev/null ]; then

@@ -117,13 +117,13 @@ expect_exit 0 $coop convert "$data/example.trace" "$tmp/zlink.trace.gz"
 gzip -t "$tmp/target.bin" 2>/dev/null || fail "a link OUT ending in .gz: its target is not gzip"
 [ "$(stat -c %a "$tmp/fresh.trace")" = 640 ] || fail "a new OUT ignores the umask: $(stat -c %a "$tmp/fresh.trace")"
 ln -s nowhere.trace "$tmp/dangling.trace"
-expect_exit 1 $coop convert "$data/example.trace" "$tmp/dangling.trace"
+expect_exit 2 $coop convert "$data/example.trace" "$tmp/dangling.trace"
 grep -q "dangling.trace: cannot write: a symbolic link to a file that does not exist" "$tmp/err" ||
     fail "dangling link: $(cat "$tmp/err")"
 
 # a link that cannot be followed for another reason says that reason
 ln -s loop.trace "$tmp/loop.trace"
-expect_exit 1 $coop convert "$data/example.trace" "$tmp/loop.trace"
+expect_exit 2 $coop convert "$data/example.trace" "$tmp/loop.trace"
 grep -q "loop.trace: cannot write: Too many levels of symbolic links" "$tmp/err" ||
     fail "a link to itself: $(cat "$tmp/err")"
 
@@ -199,13 +199,14 @@ sys.stdout.buffer.write(pickle.dumps(snap, protocol=2))' >"$tmp/devices.pickle" 
     grep -q "by-coop.pickle (pickle, device 0 of 1): 3 events" "$tmp/err" || fail "-v, 1 device: $(cat "$tmp/err")"
 fi
 
-# missing input; output that cannot be written (exit 1)
+# missing input; an OUT that cannot be opened (exit 2, a bad argument as
+# replay's --timeline; a write that fails is 1, below)
 expect_exit 2 $coop convert "$tmp/none" "$tmp/x"
 grep -q "none: cannot open" "$tmp/err" || fail "message: $(cat "$tmp/err")"
-expect_exit 1 $coop convert "$data/example.trace" "$tmp/no/such/dir/x.trace"
+expect_exit 2 $coop convert "$data/example.trace" "$tmp/no/such/dir/x.trace"
 grep -q "cannot write" "$tmp/err" || fail "message: $(cat "$tmp/err")"
 # --verbose says what was converted only when it was
-expect_exit 1 $coop convert --verbose "$data/example.trace" "$tmp/no/such/dir/x.trace"
+expect_exit 2 $coop convert --verbose "$data/example.trace" "$tmp/no/such/dir/x.trace"
 ! grep -q "events" "$tmp/err" || fail "--verbose on a failed write: $(cat "$tmp/err")"
 # a write that fails (a file size limit of 0) removes its temporary file
 mkdir "$tmp/limited"

@@ -33,8 +33,8 @@ static void usage(FILE *out)
                  "  -v, --verbose  print what was converted to stderr\n"
                  "  -h, --help     show this help\n"
                  "\n"
-                 "Exit status: 0 converted, 1 OUT could not be written or host memory ran out,\n"
-                 "2 usage error or bad IN\n");
+                 "Exit status: 0 converted, 1 writing OUT failed or host memory ran out,\n"
+                 "2 usage error, bad IN or an OUT that cannot be opened\n");
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -56,10 +56,15 @@ static int write_output(const trace *t, const char *out_path)
         return 0;
     }
     cli_output o;
+    errno = 0; /* ENOMEM after a failure: no host memory */
     const char *why = cli_output_open(&o, out_path);
     if (why) {
+        /* an OUT that cannot be opened (a directory, a missing directory,
+         * no permission) is a bad argument, 2, as replay's --timeline;
+         * no host memory is the work failing (1), as a write that fails */
+        int rc = errno == ENOMEM ? 1 : 2;
         fprintf(stderr, "coop convert: %s: cannot write: %s\n", out_path, why);
-        return 1;
+        return rc;
     }
     if (!o.tmp) { /* a device or a pipe: written directly */
         if (trace_write_text(t, out_path) != COOP_OK) {

@@ -501,8 +501,11 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             }
             *timeline_path = optarg;
             break;
-        case 'c':
-            if (!byte_size_parse(optarg, strlen(optarg), &cli->opt.capacity)) {
+        case 'c': {
+            /* 2^64 bytes or more (99999999999999999999G) is too large, as
+             * COOP_ALLOC_CONF says, not a misspelt byte count */
+            byte_size_result r = byte_size_scan(optarg, strlen(optarg), &cli->opt.capacity);
+            if (r == BYTE_SIZE_MALFORMED) {
                 /* say what one is: 0 and 1.5G read as byte counts to a user */
                 fprintf(stderr,
                         "coop replay: --capacity '%s' is not a byte count above 0 such as 40G or "
@@ -510,7 +513,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
                         optarg);
                 return 2;
             }
-            if (cli->opt.capacity >= MAX_BYTES_OPTION) {
+            if (r == BYTE_SIZE_TOO_LARGE || cli->opt.capacity >= MAX_BYTES_OPTION) {
                 fprintf(stderr,
                         "coop replay: --capacity '%s' is too large: it must be below 2^54 bytes "
                         "(16 PiB)\n",
@@ -519,17 +522,20 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             }
             capacity_text = optarg;
             break;
-        case 'g':
+        }
+        case 'g': {
             /* the host backend's pages: a power of two from 512 bytes */
-            if (!byte_size_parse(optarg, strlen(optarg), &cli->opt.page) ||
-                (cli->opt.page & (cli->opt.page - 1)) || cli->opt.page < 512) {
+            byte_size_result r = byte_size_scan(optarg, strlen(optarg), &cli->opt.page);
+            if (r == BYTE_SIZE_MALFORMED ||
+                (r == BYTE_SIZE_OK &&
+                 ((cli->opt.page & (cli->opt.page - 1)) || cli->opt.page < 512))) {
                 fprintf(stderr,
                         "coop replay: --page '%s' is not a power of two from 512 bytes to "
                         "2^44\n",
                         optarg);
                 return 2;
             }
-            if (cli->opt.page > MAX_PAGE_OPTION) {
+            if (r == BYTE_SIZE_TOO_LARGE || cli->opt.page > MAX_PAGE_OPTION) {
                 fprintf(stderr,
                         "coop replay: --page '%s' is too large: it must be at most 2^44 bytes "
                         "(16 TiB), as coop reserves 5 pages of address space and a process has "
@@ -539,6 +545,7 @@ static int parse_options(int argc, char **argv, replay_cli *cli, const char **ti
             }
             page_text = optarg;
             break;
+        }
         case 'd':
             if (!cli_parse_device("coop replay", optarg, &cli->device))
                 return 2;

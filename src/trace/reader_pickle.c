@@ -953,18 +953,42 @@ static coop_status read_block(snapshot_reader *r, const pkl_value *blk, size_t s
     /* PyTorch 2.0 wrote no "requested_size" either: the request is the
      * last "history" entry's "real_size". */
     const pkl_value *history = pkl_dict_get(blk, "history");
-    if (!pkl_dict_get(blk, "requested_size") && history && history->kind == PKL_LIST &&
-        history->v.seq.len) {
+    int requested = pkl_dict_get(blk, "requested_size") != NULL; /* the request is known */
+    if (!requested && history && history->kind == PKL_LIST && history->v.seq.len) {
         const pkl_value *last = history->v.seq.items[history->v.seq.len - 1];
         if ((st = small_dict(r, last, "history entry")) != COOP_OK ||
             (st = get_size(r, last, "real_size", 0, &ev.size)) != COOP_OK)
             return st;
+        requested = pkl_dict_get(last, "real_size") != NULL;
     }
     if ((st = get_size(r, blk, "requested_size", 0, &ev.size)) != COOP_OK)
         return st;
     /* Allocated at the end but never seen allocated: live through the whole
      * recording, or allocated after it (place_unallocated decides). */
-    int adopted = !id_map_find(&r->blocks, ev.addr, ev.stream);
+    const id_map_slot *s = id_map_find(&r->blocks, ev.addr, ev.stream);
+    int adopted = !s;
+    /* Seen allocated (or first freed) in the trace: PyTorch's alloc entry
+     * and the block's requested_size (history's real_size) are both the
+     * request, so the block is the trace's only if they agree (without
+     * either, if it holds the request). Otherwise that block was freed and
+     * this one allocated between PyTorch's copy of the trace and its copy
+     * of the segments (two holds of the lock): as for a listed block over
+     * one live at the trace's end (check_listed), neither copy says when,
+     * so the snapshot is refused rather than read as either block. */
+    if (s && (requested ? s->size != ev.size : s->size > size)) {
+        char req[48] = "";
+        if (requested)
+            snprintf(req, sizeof req, ", %llu requested", (unsigned long long)ev.size);
+        return bad(r,
+                   "block 0x%llx (stream %llu, %llu bytes%s) is at the address and on the stream "
+                   "of the block the entry at byte %llu allocated (%llu bytes requested) and did "
+                   "not free, but cannot be that block: it was freed and this one allocated "
+                   "between PyTorch's copies of the trace and of the segments, which neither "
+                   "records (take the snapshot again)",
+                   (unsigned long long)ev.addr, (unsigned long long)ev.stream,
+                   (unsigned long long)size, req, (unsigned long long)s->where,
+                   (unsigned long long)s->size);
+    }
     if (GROW_ARRAY(r->listed, r->cap_listed, r->num_listed + 1, LISTED_FIRST))
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
     r->listed[r->num_listed++] = (listed_block){
