@@ -227,9 +227,9 @@ void coop_pool_destroy(coop_pool *pool);
  * (counted in num_alloc_retries; with VMM, none where even every cached
  * page would leave too little room under the capacity: a request that
  * cannot fit leaves the cache as it was); then it makes the free blocks of idle
- * streams usable on any stream (a block next to a free block of a stream
- * still busy is held apart from it rather than merged into it, which would
- * make it the busy stream's) and retries, then (unless
+ * streams usable on any stream (except a block next to a free block of a
+ * stream still busy, which stays its own stream's: "any stream" would merge
+ * it into the busy stream's block) and retries, then (unless
  * coop_config.never_wait) waits for busy streams' pending frees and free
  * blocks, holding the pool's lock, and retries. Each retry after settling
  * streams, where the best fit's pages still cannot be mapped, takes the
@@ -237,11 +237,10 @@ void coop_pool_destroy(coop_pool *pool);
  * (coop_last_error) gives the requested bytes, free bytes and the largest
  * free block, the bytes of pending frees if any (neither allocated nor
  * free), the free bytes kept for other streams not seen finished if any
- * (counted free, usable on those streams only), and the driver's message
- * when the device refused. Before that message, free blocks held apart
- * that together with their neighbours would hold the request are merged
- * (the space joined takes this stream's tag) and the request retried. A
- * stream is
+ * (counted free, usable on those streams only), apart from them those of
+ * streams seen finished kept beside such a block (naming this stream's own
+ * where it is the busy neighbour), and the driver's message
+ * when the device refused. A stream is
  * its handle's value: CUDA's per-thread default stream handle
  * (CU_STREAM_PER_THREAD) names another stream in each thread, and the pool
  * cannot tell them apart, so a block freed on it in one thread is reused at

@@ -243,9 +243,9 @@ static coop_status unmap_pages(arena *a, arena_segment *s, size_t first, size_t 
  * touch, a page holding at most a page of their bytes. Then a bounded
  * look: a reclaim unmaps whole pages of runs of free
  * space, and where at most one stream tags free blocks (two of the same
- * or mergeable tags side by side would have merged) and none is held apart
- * (arena_retag_settled) a run below the top is one free block. So the whole pages inside free
- * blocks of a page or more (the free index's, in size order), and those of the run at the top (the
+ * or mergeable tags side by side would have merged) a run below the top is
+ * one free block. So the whole pages inside free blocks of a page or more
+ * (the free index's, in size order), and those of the run at the top (the
  * last block if free, and the range above the top, where pages are mapped
  * only by a map that failed part way), bound what it can release.
  * The counters' bound is loose where pages are larger than blocks
@@ -264,10 +264,6 @@ static bool reclaim_falls_short(arena *a, const arena_segment *s, uint64_t want)
     for (size_t i = 0; i < a->index.num_sets; i++)
         if (a->index.sets[i]->stream != a->index.any && a->index.sets[i]->count && ++tagged == 2)
             return false; /* free blocks of two streams may lie side by side */
-    /* a block held apart beside a stream's free block: a run may be two
-     * free blocks (none without a free block tagged with a stream) */
-    if (tagged && a->maybe_apart)
-        return false;
     const arena_block *last = s->last;
     uintptr_t top = s->base + s->top;
     bool last_free = last && last->state == COOP_BLOCK_FREE;
@@ -973,48 +969,22 @@ coop_status arena_alloc_mapped(arena *a, uint64_t size, coop_stream stream, bool
 
 /* ---- Release and coalescing ---- */
 
-/* Two address-adjacent free blocks, both indexed, as one tagged tag (lo's
- * record survives, re-indexed): the rare merges coalesce's single update
- * does not cover. */
-static arena_block *merge_indexed(arena *a, arena_block *lo, arena_block *hi, coop_stream tag)
-{
-    index_del(a, lo);
-    index_del(a, hi);
-    unlink_block(a, hi, NULL);
-    lo->size += hi->size;
-    drop_record(a, hi);
-    lo->stream = tag;
-    index_add(a, lo);
-    return lo;
-}
-
 /* b is free and outside the index: merge it with mergeable neighbours (the
- * lower block's record survives), then index the result. any_only: merge
- * only with neighbours tagged "any stream" (b is: a settled block held
- * apart from a busy stream's free neighbour, arena_retag_settled). When it merges,
+ * lower block's record survives), then index the result. When it merges,
  * the result replaces a merged neighbour in the free index in one update
  * (retagged if the merge changes the tag), and the free counters change by
  * their net amounts (as PyTorch's free_block does), instead of every merged
  * neighbour leaving the index and the counters and the result entering
  * them: one free-index update instead of two for a free that merges, the
  * case of most small frees on the bert trace. */
-COOP_HOT static COOP_INLINE arena_block *coalesce_with(arena *a, arena_block *b, bool any_only)
+COOP_HOT static arena_block *coalesce(arena *a, arena_block *b)
 {
     arena_block *p = b->prev, *n = b->next;
-    bool with_prev =
-        p && p->state == COOP_BLOCK_FREE &&
-        (any_only ? p->stream == COOP_STREAM_ANY : arena_tags_mergeable(p->stream, b->stream));
+    bool with_prev = p && p->state == COOP_BLOCK_FREE && arena_tags_mergeable(p->stream, b->stream);
     coop_stream tag = with_prev ? merged_tag(p->stream, b->stream) : b->stream;
-    bool with_next =
-        n && n->state == COOP_BLOCK_FREE &&
-        (any_only ? n->stream == COOP_STREAM_ANY : arena_tags_mergeable(n->stream, tag));
+    bool with_next = n && n->state == COOP_BLOCK_FREE && arena_tags_mergeable(n->stream, tag);
     if (with_next)
         tag = merged_tag(tag, n->stream);
-    /* A neighbour tagged "any stream" may be held apart from a free block
-     * of a stream beyond it (arena_retag_settled); merged into a block of
-     * that very stream, the result would lie beside it: merged too, below. */
-    arena_block *beyond_lo = with_prev && p->stream == COOP_STREAM_ANY ? p->prev : NULL;
-    arena_block *beyond_hi = with_next && n->stream == COOP_STREAM_ANY ? n->next : NULL;
     /* the indexed neighbour whose place in the index the result takes */
     arena_block *kept = with_prev ? p : n;
     if (!with_prev && !with_next) {
@@ -1057,18 +1027,7 @@ COOP_HOT static COOP_INLINE arena_block *coalesce_with(arena *a, arena_block *b,
     stat_add(&a->counters.inactive_split, (split_now ? 1 : 0) - split_before);
     stat_add(&a->counters.inactive_split_bytes,
              (split_now ? (int64_t)size : 0) - split_bytes_before);
-    if (__builtin_expect(tag != COOP_STREAM_ANY && (beyond_lo || beyond_hi), 0)) {
-        if (beyond_lo && beyond_lo->state == COOP_BLOCK_FREE && beyond_lo->stream == tag)
-            r = merge_indexed(a, beyond_lo, r, tag);
-        if (beyond_hi && beyond_hi->state == COOP_BLOCK_FREE && beyond_hi->stream == tag)
-            r = merge_indexed(a, r, beyond_hi, tag);
-    }
     return r;
-}
-
-COOP_HOT static arena_block *coalesce(arena *a, arena_block *b)
-{
-    return coalesce_with(a, b, false);
 }
 
 COOP_HOT arena_block *arena_release(arena *a, arena_block *b, coop_stream tag)
@@ -1104,22 +1063,32 @@ static bool borders_busy(const arena_block *b, const coop_stream *settled, size_
     return false;
 }
 
-/* arena_retag_settled, or (every) each block merged whatever its
+/* arena_retag_settled, or (every) each block retagged whatever its
  * neighbours. */
 static void retag(arena *a, coop_stream stream, const coop_stream *settled, size_t n, bool every)
 {
     if (stream == COOP_STREAM_ANY)
         return;
+    arena_block *kept = NULL; /* blocks that keep their tag, out of the index meanwhile */
     free_index_node *fn;
     while ((fn = free_index_first(&a->index, stream)) != NULL) {
         arena_block *b = BLOCK_OF(fn);
         index_del(a, b);
+        if (!every && borders_busy(b, settled, n)) {
+            /* Out of the index its tree links are unused: they chain the
+             * kept blocks. No other block of stream borders it (two would
+             * have merged), so no coalesce below reaches it. */
+            b->owner = kept;
+            kept = b;
+            continue;
+        }
         b->stream = COOP_STREAM_ANY;
-        /* beside a busy stream's free block, merged it would take that
-         * stream's tag: held apart, usable on every stream */
-        bool apart = !every && borders_busy(b, settled, n);
-        a->maybe_apart |= apart;
-        coalesce_with(a, b, apart);
+        coalesce(a, b);
+    }
+    while (kept) {
+        arena_block *b = kept;
+        kept = b->owner;
+        index_add(a, b);
     }
 }
 
@@ -1131,63 +1100,6 @@ void arena_retag_any(arena *a, coop_stream stream)
 void arena_retag_settled(arena *a, coop_stream stream, const coop_stream *settled, size_t n)
 {
     retag(a, stream, settled, n, false);
-}
-
-static inline bool usable_on(const arena_block *b, coop_stream stream)
-{
-    return b && b->state == COOP_BLOCK_FREE &&
-           (b->stream == stream || b->stream == COOP_STREAM_ANY);
-}
-
-arena_block *arena_join_free(arena *a, arena_block *b, coop_stream stream)
-{
-    arena_block *lo = b;
-    while (usable_on(lo->prev, stream))
-        lo = lo->prev;
-    coop_stream tag = lo->stream;
-    size_t joins = 0;
-    for (arena_block *x = lo; usable_on(x->next, stream); x = x->next, joins++)
-        tag = merged_tag(tag, x->next->stream);
-    while (joins--)
-        lo = merge_indexed(a, lo, lo->next, tag);
-    return lo;
-}
-
-bool arena_join_apart(arena *a, coop_stream stream, uint64_t size)
-{
-    if (!a->maybe_apart)
-        return false;
-    bool joined = false, seen = false;
-    for (arena_segment *s = a->first_segment; s; s = s->next)
-        for (arena_block *b = s->first; b; b = b->next) {
-            if (!usable_on(b, stream) || !usable_on(b->next, stream)) {
-                /* a pair apart, whatever the stream: the next walk is due */
-                seen |= b->state == COOP_BLOCK_FREE && b->next &&
-                        b->next->state == COOP_BLOCK_FREE &&
-                        (b->stream == COOP_STREAM_ANY || b->next->stream == COOP_STREAM_ANY);
-                continue;
-            }
-            uint64_t run = 0;
-            const arena_block *x = b;
-            for (; usable_on(x, stream); x = x->next)
-                run += x->size;
-            /* VMM: the run at the top takes the range above it too (the
-             * pool extends the last free block there), where the capacity
-             * could hold the request beside the blocks in use (else the
-             * join would only take the space from other streams) */
-            if (!x && a->params.vmm && s->top - a->counters.free_bytes + size <= a->params.capacity)
-                run += s->reserved - s->top;
-            if (run < size) {
-                seen = true; /* the pair stays apart */
-                while (usable_on(b->next, stream))
-                    b = b->next;
-                continue;
-            }
-            b = arena_join_free(a, b, stream);
-            joined = true;
-        }
-    a->maybe_apart = seen;
-    return joined;
 }
 
 void arena_forget_stream(arena *a, coop_stream stream)
@@ -1303,10 +1215,7 @@ bool arena_may_hold_free_segment(const arena *a)
     for (size_t i = 0; i < a->index.num_sets; i++)
         if (a->index.sets[i]->stream != a->index.any && a->index.sets[i]->count && ++tagged == 2)
             return true;
-    /* a block held apart and its neighbour, a stream's free block (none
-     * once no free block is tagged with a stream, whatever maybe_apart,
-     * which only arena_join_apart clears) */
-    return tagged && a->maybe_apart;
+    return false;
 }
 
 static coop_status reclaim_segments(arena *a, uint64_t want, uint64_t *released)

@@ -22,9 +22,8 @@
  * Invariants (checked by arena_check):
  *  - the blocks of a segment tile [seg->base, seg->base + seg->top) in address
  *    order, no gaps, no overlaps; sizes and addresses are multiples of 512;
- *  - no two address-adjacent free blocks have the same stream tag (free
- *    blocks of mergeable tags merge at once; a block tagged COOP_STREAM_ANY
- *    beside another stream's is one held apart, arena_retag_settled);
+ *  - no two address-adjacent free blocks are mergeable (same stream tag, or
+ *    one of them tagged COOP_STREAM_ANY);
  *  - every free block is in the free index exactly once, nothing else is;
  *  - every allocated or pending block start is in the address map exactly
  *    once, and nothing else is;
@@ -182,9 +181,6 @@ typedef struct arena {
     arena_params params;
     unsigned page_shift;         /* log2(params.page_size): page arithmetic without division */
     coop_stream reserved_stream; /* last stream whose free-index set is known to exist */
-    /* arena_retag_settled may have held a block apart since the last
-     * arena_join_apart that found none: that walk is skipped otherwise */
-    bool maybe_apart;
     arena_segment *first_segment, *last_segment;
     size_t num_segments;
     uint64_t reserved; /* bytes mapped (VMM) or in segments */
@@ -277,8 +273,8 @@ coop_status arena_reclaim(arena *a, uint64_t want, uintptr_t keep_lo, uintptr_t 
  * segment can be released or left out of a footprint): false only where
  * none can, from counters, no walk. Such a segment is one free block (a
  * free block with no neighbour, not counted as split), or free blocks
- * that did not merge because their tags are two streams other than "any",
- * or a block held apart (arena_retag_settled) and its neighbour. */
+ * that did not merge because their tags are two streams other than "any"
+ * (free blocks of mergeable tags side by side merge). */
 bool arena_may_hold_free_segment(const arena *a);
 /* Sets the answer arena_reclaim asks of a free block's stream. */
 static inline void arena_set_stream_idle(arena *a, arena_stream_idle_fn fn, void *ctx)
@@ -292,30 +288,11 @@ static inline void arena_set_stream_idle(arena *a, arena_stream_idle_fn fn, void
 void arena_retag_any(arena *a, coop_stream stream);
 /* The same, except a block next to a free block of a stream still at work
  * (tagged neither "any stream" nor one of the n streams in settled, the
- * streams seen finished, stream among them) is held apart from it: tagged
- * "any stream", it merges only with neighbours tagged so. Merged, it would
- * take the busy stream's tag and its space would wait for that stream;
- * held apart, every stream can use it. It stays apart until a free on the
- * busy stream lands beside it (coalescing then merges it into that
- * stream's block, as any "any stream" neighbour), the busy stream is seen
- * finished, or arena_join_free joins it. */
+ * streams seen finished, stream among them): that block keeps its tag.
+ * Retagged, it would merge into the busy stream's block and take its tag,
+ * and its space would then wait for that stream; kept, its own stream can
+ * still use it. */
 void arena_retag_settled(arena *a, coop_stream stream, const coop_stream *settled, size_t n);
-/* For a request of size bytes on stream that no free block fits: joins
- * (arena_join_free) each run of adjacent free blocks usable on stream, a
- * block held apart among them, that would fit it (with VMM, the run at
- * the top with the range above it, where the pool extends the last free
- * block, if the capacity could hold the request beside the blocks in
- * use). Returns whether it
- * joined one. Walks every block, unless no block was held apart since the
- * last walk that found none: for the out-of-memory path. */
-bool arena_join_apart(arena *a, coop_stream stream, uint64_t size);
-/* Merges the free block b with every free block adjacent to it, directly or
- * through others, usable on stream (tagged stream or "any stream"; b must
- * be): the run a free block held apart (arena_retag_settled) splits. The
- * result is tagged stream if one of them was, else "any stream". Returns
- * the free block now containing b's range. For a caller about to place an
- * allocation across the run (an evicted window). */
-arena_block *arena_join_free(arena *a, arena_block *b, coop_stream stream);
 
 /* Retags stream's free blocks as arena_retag_any does, then frees its
  * free-index set: for a stream its owner is about to destroy, when no

@@ -16,6 +16,11 @@ static bool fail(char *msg, size_t len, const char *fmt, ...)
     return false;
 }
 
+static inline bool mergeable(coop_stream a, coop_stream b)
+{
+    return a == b || a == COOP_STREAM_ANY || b == COOP_STREAM_ANY;
+}
+
 /* Pages overlapped by non-free blocks must be mapped (VMM). */
 static bool check_pages(const arena *a, const arena_segment *s, const arena_block *b, char *msg,
                         size_t len)
@@ -61,17 +66,8 @@ static bool check_segment(const arena *a, const arena_segment *s, char *msg, siz
             return fail(msg, len, "block %#lx (%s) is %s the address map", (unsigned long)b->addr,
                         is_free ? "free" : "in use", is_free ? "in" : "missing from");
         if (is_free) {
-            if (prev && prev->state == COOP_BLOCK_FREE && prev->stream == b->stream)
-                return fail(msg, len,
-                            "free blocks %#lx and %#lx are adjacent with the same stream tag",
-                            (unsigned long)prev->addr, (unsigned long)b->addr);
-            /* "any stream" beside another tag: only a block held apart
-             * (arena_retag_settled), which flags the arena */
-            if (prev && prev->state == COOP_BLOCK_FREE && !a->maybe_apart &&
-                (prev->stream == COOP_STREAM_ANY || b->stream == COOP_STREAM_ANY))
-                return fail(msg, len,
-                            "free blocks %#lx and %#lx are adjacent and mergeable (one tagged any "
-                            "stream), and no block was held apart",
+            if (prev && prev->state == COOP_BLOCK_FREE && mergeable(prev->stream, b->stream))
+                return fail(msg, len, "free blocks %#lx and %#lx are adjacent and mergeable",
                             (unsigned long)prev->addr, (unsigned long)b->addr);
             if (!free_index_contains(&a->index, &b->index_node) || b->index_node.size != b->size ||
                 b->index_node.addr != b->addr || b->index_node.stream != b->stream)

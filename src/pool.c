@@ -465,20 +465,71 @@ static void add_kept(kept_bytes *k, const arena *a, const arena_segment *s, cons
     k->mapped += arena_mapped_bytes_in(a, s, b->addr, b->size);
 }
 
-/* The free bytes usable on streams other than stream only: tagged with a
- * stream the out-of-memory path did not see finished (a stream seen
- * finished has its blocks retagged "any stream", those beside a busy
- * stream's free block held apart, arena_retag_settled), whose work may
- * still use them. Walks every block: for error messages only. */
-static kept_bytes kept_for_others(const coop_pool *pool, coop_stream stream)
+/* Whether a free neighbour of b is tagged with stream. */
+static bool borders_free_of(const arena_block *b, coop_stream stream)
+{
+    return (b->prev && b->prev->state == COOP_BLOCK_FREE && b->prev->stream == stream) ||
+           (b->next && b->next->state == COOP_BLOCK_FREE && b->next->stream == stream);
+}
+
+/* Whether a free neighbour of b is tagged with a stream, neither "any
+ * stream" nor b's own. */
+static bool borders_other_tag(const arena_block *b)
+{
+    const arena_block *side[2] = {b->prev, b->next};
+    for (int i = 0; i < 2; i++)
+        if (side[i] && side[i]->state == COOP_BLOCK_FREE && side[i]->stream != COOP_STREAM_ANY &&
+            side[i]->stream != b->stream)
+            return true;
+    return false;
+}
+
+/* The free bytes usable on streams other than stream only, in two parts.
+ * busy: tagged with a stream not seen finished (asked again here, without
+ * waiting); its work may still use them. beside: tagged with a stream seen
+ * finished, kept with that tag because "any stream" would merge the block
+ * into a neighbouring free block of a stream not seen finished
+ * (arena_retag_settled); *own counts those of them beside a free block of
+ * stream itself, which its own work keeps apart. A finished stream's block
+ * beside none is in busy: the attempt did not see its stream finished (its
+ * question failed, or the stream finished since; pool_alloc_in_locked
+ * does not settle), so it was not usable on stream.
+ * Walks every block and asks each stream once (more past 16 of them): for
+ * error messages only. */
+static void kept_for_others(coop_pool *pool, coop_stream stream, kept_bytes *busy,
+                            kept_bytes *beside, uint64_t *own)
 {
     const arena *a = &pool->arena;
-    kept_bytes kept = {0, 0};
+    *busy = *beside = (kept_bytes){0, 0};
+    *own = 0;
+    coop_stream asked[16];
+    bool finished[16];
+    size_t n = 0;
     for (const arena_segment *s = arena_first_segment(a); s; s = s->next)
-        for (const arena_block *b = s->first; b; b = b->next)
-            if (b->state == COOP_BLOCK_FREE && b->stream != COOP_STREAM_ANY && b->stream != stream)
-                add_kept(&kept, a, s, b);
-    return kept;
+        for (const arena_block *b = s->first; b; b = b->next) {
+            if (b->state != COOP_BLOCK_FREE || b->stream == COOP_STREAM_ANY || b->stream == stream)
+                continue;
+            size_t k = 0;
+            while (k < n && asked[k] != b->stream)
+                k++;
+            bool done;
+            if (k < n) {
+                done = finished[k];
+            } else {
+                done = pool_stream_seen_finished(pool, b->stream);
+                if (n < sizeof asked / sizeof asked[0]) {
+                    asked[n] = b->stream;
+                    finished[n++] = done;
+                }
+            }
+            if (done && borders_other_tag(b)) {
+                add_kept(beside, a, s, b);
+                if (borders_free_of(b, stream))
+                    *own += b->size;
+            } else {
+                add_kept(busy, a, s, b);
+            }
+        }
 }
 
 /* Says what a user needs to act: the request, the capacity and what is
@@ -515,14 +566,33 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
     /* Free space another stream keeps counts in the free bytes, the
      * largest block and the headroom, yet this stream cannot have it: said,
      * or a request below all three reads as if it fitted. */
-    char others[256] = "";
-    kept_bytes kept = from_arena ? kept_for_others(pool, stream) : (kept_bytes){0, 0};
+    char others[256] = "", kept_beside[320] = "";
+    kept_bytes kept = {0, 0}, beside = {0, 0};
+    uint64_t own = 0;
+    if (from_arena)
+        kept_for_others(pool, stream, &kept, &beside, &own);
     if (kept.bytes)
         snprintf(others, sizeof others,
                  "; %llu of the free bytes (%llu mapped) are kept for other streams not seen "
                  "finished, usable on those streams only (coop_config.never_wait, or a stream "
                  "blocked on the host)",
                  (unsigned long long)kept.bytes, (unsigned long long)kept.mapped);
+    /* A finished stream's block kept beside a busy one is not kept for a
+     * busy stream, and the busy one may be this very stream: said apart,
+     * last (a message cut at COOP_ERROR_MAX loses it, not the cause). */
+    if (beside.bytes) {
+        char whose[64] = "";
+        if (own == beside.bytes)
+            snprintf(whose, sizeof whose, " (this stream's own)");
+        else if (own)
+            snprintf(whose, sizeof whose, " (this stream's own for %llu of them)",
+                     (unsigned long long)own);
+        snprintf(kept_beside, sizeof kept_beside,
+                 "; %llu of the free bytes (%llu mapped) are of streams seen finished, kept with "
+                 "their stream beside a free block of a stream not seen finished%s, usable on "
+                 "their streams only",
+                 (unsigned long long)beside.bytes, (unsigned long long)beside.mapped, whose);
+    }
     char why[512] = "";
     if (from_arena && a->nomem == ARENA_NOMEM_DEVICE) /* copied: formatted into the same buffer */
         coop_format_message(why, sizeof why,
@@ -538,12 +608,12 @@ static coop_status oom_message(coop_pool *pool, size_t size, uint64_t rounded, c
         COOP_ERR_NOMEM,
         "out of memory: cannot allocate %zu bytes (%llu rounded) on stream %#lx: capacity %llu, "
         "mapped %llu, allocated %lld, headroom %llu (capacity minus the %llu bytes live blocks "
-        "keep mapped), free %llu in %zu blocks, largest free block %llu%s%s%s",
+        "keep mapped), free %llu in %zu blocks, largest free block %llu%s%s%s%s",
         size, (unsigned long long)rounded, (unsigned long)stream,
         (unsigned long long)a->params.capacity, (unsigned long long)a->reserved,
         (long long)pool->allocated_bytes.current, (unsigned long long)headroom,
         (unsigned long long)live, (unsigned long long)a->counters.free_bytes, a->index.count,
-        (unsigned long long)arena_largest_free(a), pending, others, why);
+        (unsigned long long)arena_largest_free(a), pending, others, why, kept_beside);
 }
 
 /* One more try of the out-of-memory path, after streams were settled: best
@@ -573,11 +643,6 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
             pool_settle_streams(pool, true);
             st = retry_alloc(pool, rounded, stream, high, &b, &reclaimed);
         }
-        /* free space held apart from a busy stream's (arena_retag_settled)
-         * joined where that makes room: the joined space takes this
-         * stream's tag */
-        if (st == COOP_ERR_NOMEM && arena_join_apart(&pool->arena, stream, rounded))
-            st = retry_alloc(pool, rounded, stream, high, &b, &reclaimed);
     }
     if (reclaimed)
         pool->num_alloc_retries++;

@@ -232,6 +232,12 @@ void pool_uses_free(coop_pool *pool, block_uses *u);
  * stream now has completed, waited for unless never_wait; the event's
  * failure (the stream then counts as busy) otherwise. */
 coop_status pool_stream_idle(void *ctx, coop_stream stream, bool *idle);
+/* Whether everything queued on stream so far has finished: an event
+ * recorded now and queried, never waited for (after pool_settle_streams,
+ * what it saw: a stream it waited for has finished). One that cannot be
+ * asked counts as not finished; the last error is kept. For out-of-memory
+ * messages. */
+bool pool_stream_seen_finished(coop_pool *pool, coop_stream stream);
 /* Out-of-memory path and empty_cache: processes pending frees (with wait,
  * after waiting for their events) and retags the free blocks of every
  * stream seen finished "any stream". Returns whether something was still

@@ -253,6 +253,16 @@ coop_status pool_stream_idle(void *ctx, coop_stream stream, bool *idle)
     return stream_settled(pool, stream, !pool->config.never_wait, &busy, idle);
 }
 
+bool pool_stream_seen_finished(coop_pool *pool, coop_stream stream)
+{
+    coop_error_kept kept; /* a stream that cannot be asked counts as busy: no message */
+    coop_error_keep(&kept);
+    bool busy = false, done;
+    (void)stream_settled(pool, stream, false, &busy, &done);
+    coop_error_restore(&kept);
+    return done;
+}
+
 /* OOM path and empty_cache: processes the pending frees that can be; with
  * wait, waits for each stream's newest pending event, which releases all of
  * that stream's (a stream finishes its work in order); then
@@ -278,11 +288,10 @@ bool pool_settle_streams(coop_pool *pool, bool wait)
         }
     }
     /* The streams seen finished first, then their blocks retagged: a
-     * block next to a free block of a stream still at work is held apart
-     * from it (arena_retag_settled), so it needs to know which streams
-     * finished. Without host memory for the list, every block is retagged
-     * and merged (its space may then wait for the busy neighbour's
-     * stream). */
+     * block next to a free block of a stream still at work keeps its tag
+     * (arena_retag_settled), so it needs to know which streams finished.
+     * Without host memory for the list, every block is retagged (its space
+     * may then wait for the busy neighbour's stream, as before). */
     const free_index *fi = &pool->arena.index;
     coop_stream small[16], *settled = small;
     size_t n = 0, cap = sizeof small / sizeof small[0];

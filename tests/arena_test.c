@@ -205,116 +205,6 @@ static void test_stream_tags(void **state)
     close_arena();
 }
 
-/* A settled stream's free block beside a busy stream's free block is held
- * apart: retagged "any stream" without merging into the busy one (which
- * would make it wait for that stream), so every stream can use it. Blocks
- * (4 KiB each): a1 [stream 1] a2 [stream 2] a3 [stream 1] g [in use]; a1
- * and a3 freed on stream 1, a2 on stream 2; stream 1 settled, 2 busy. */
-static void test_settled_block_held_apart_from_a_busy_one(void **state)
-{
-    (void)state;
-    open_arena(true, 16 * MiB, 64 * MiB, 512);
-    arena_block *a1 = alloc(4 * KiB, 1, false);
-    arena_block *a2 = alloc(4 * KiB, 2, false);
-    arena_block *a3 = alloc(4 * KiB, 1, false);
-    arena_block *g = alloc(512, 1, false);
-    uintptr_t a1_addr = a1->addr, a2_addr = a2->addr, a3_addr = a3->addr;
-    release(a1, 1);
-    release(a2, 2);
-    release(a3, 1);
-    coop_stream settled[] = {1};
-    arena_retag_settled(&F.a, 1, settled, 1);
-    check();
-    assert_int_equal(F.a.index.count, 3); /* a1, a2, a3 apart */
-    assert_int_equal(a1->stream, COOP_STREAM_ANY);
-    assert_int_equal(a2->stream, 2);
-    assert_int_equal(a3->stream, COOP_STREAM_ANY);
-    /* a third stream takes a1 (lowest address of the best fits), then a3 */
-    arena_block *on3 = alloc(4 * KiB, 3, false);
-    assert_int_equal(on3->addr, a1_addr);
-    arena_block *on3b = alloc(4 * KiB, 3, false);
-    assert_int_equal(on3b->addr, a3_addr);
-    /* freed on stream 3 next to a2: tagged 3, apart from stream 2's */
-    release(on3, 3);
-    release(on3b, 3);
-    assert_int_equal(F.a.index.count, 3);
-    arena_retag_settled(&F.a, 3, (coop_stream[]){3}, 1);
-    check();
-    /* a free on the busy stream beside a held-apart block merges it, and the
-     * block of the same stream beyond it: a2 + a3 + g as stream 2's; a1,
-     * beside a2 only, stays apart */
-    release(g, 2);
-    assert_int_equal(F.a.index.count, 2);
-    assert_int_equal(a1->stream, COOP_STREAM_ANY);
-    assert_int_equal(a1->next->addr, a2_addr);
-    assert_int_equal(a1->next->stream, 2);
-    arena_block *on2 = alloc(8 * KiB + 512, 2, false);
-    assert_int_equal(on2->addr, a2_addr);
-    release(on2, 2);
-    close_arena();
-}
-
-/* arena_join_free merges a run that a held-apart block splits: [h any]
- * [y stream 2], 4 KiB each, joined for stream 2 into one block of its tag;
- * joined for stream 3 (y is not usable there) nothing changes. */
-static void test_join_free_merges_a_held_apart_run(void **state)
-{
-    (void)state;
-    open_arena(true, 16 * MiB, 64 * MiB, 512);
-    arena_block *h = alloc(4 * KiB, 1, false);
-    arena_block *y = alloc(4 * KiB, 2, false);
-    arena_block *g = alloc(512, 1, false);
-    uintptr_t base = h->addr;
-    release(h, 1);
-    release(y, 2);
-    arena_retag_settled(&F.a, 1, (coop_stream[]){1}, 1);
-    check();
-    assert_int_equal(F.a.index.count, 2);
-    assert_ptr_equal(arena_join_free(&F.a, h, 3), h);
-    check();
-    assert_int_equal(F.a.index.count, 2);
-    arena_block *j = arena_join_free(&F.a, y, 2);
-    check();
-    assert_int_equal(F.a.index.count, 1);
-    assert_int_equal(j->addr, base);
-    assert_int_equal(j->size, 8 * KiB);
-    assert_int_equal(j->stream, 2);
-    release(g, 1);
-    close_arena();
-}
-
-/* arena_join_apart joins a held-apart run only where the request then
- * fits, and stops walking once a walk finds no block held apart. [h any]
- * [y stream 2] [g in use], 4 KiB each. */
-static void test_join_apart_joins_only_what_fits(void **state)
-{
-    (void)state;
-    open_arena(false, 16 * MiB, 0, 2 * KiB);
-    arena_block *h = alloc(4 * KiB, 1, false);
-    arena_block *y = alloc(4 * KiB, 2, false);
-    arena_block *g = alloc(MiB - 8 * KiB, 1, false); /* the rest of the 1 MiB segment */
-    uintptr_t base = h->addr;
-    release(h, 1);
-    release(y, 2);
-    assert_false(F.a.maybe_apart);
-    arena_retag_settled(&F.a, 1, (coop_stream[]){1}, 1);
-    check();
-    assert_true(F.a.maybe_apart);
-    assert_false(arena_join_apart(&F.a, 2, 8 * KiB + 512)); /* too small together */
-    assert_false(arena_join_apart(&F.a, 3, 8 * KiB));       /* y is not usable on 3 */
-    assert_int_equal(F.a.index.count, 2);
-    assert_true(F.a.maybe_apart);
-    assert_true(arena_join_apart(&F.a, 2, 8 * KiB));
-    check();
-    assert_int_equal(F.a.index.count, 1);
-    assert_false(F.a.maybe_apart); /* no pair left: the next one does not walk */
-    arena_block *on2 = alloc(8 * KiB, 2, false);
-    assert_int_equal(on2->addr, base);
-    release(on2, 2);
-    release(g, 1);
-    close_arena();
-}
-
 static void test_alloc_in(void **state)
 {
     (void)state;
@@ -960,38 +850,6 @@ static void test_reclaim_finds_every_free_segment(void **state)
     close_arena();
 }
 
-/* A block held apart lies beside a free block of a stream: once no free
- * block is tagged with one (the busy stream took its block back), the
- * counters again show that no segment is free, whatever maybe_apart says
- * (it is cleared only by arena_join_apart, on the pool's out-of-memory
- * path): reclaim_segments skips its walk. x (stream 1), y (stream 2), g in
- * use (64, 32, 64 KiB), one 1 MiB segment; x and y freed, stream 1 settled: x held apart;
- * stream 2 allocates y again. It answered true (a walk) from then on. */
-static void test_held_apart_block_alone_holds_no_free_segment(void **state)
-{
-    (void)state;
-    open_arena(false, 16 * MiB, 0, 512);
-    arena_block *x = alloc(64 * KiB, 1, false);
-    arena_block *y = alloc(32 * KiB, 2, false);
-    arena_block *g = alloc(64 * KiB, 0, false);
-    uintptr_t y_addr = y->addr;
-    assert_ptr_equal(arena_segment_of(&F.a, x->addr), arena_segment_of(&F.a, g->addr));
-    release(x, 1);
-    release(y, 2);
-    arena_retag_settled(&F.a, 1, (coop_stream[]){1}, 1);
-    check();
-    assert_true(F.a.maybe_apart);
-    assert_int_equal(x->stream, COOP_STREAM_ANY);
-    assert_true(arena_may_hold_free_segment(&F.a)); /* x and y: a run */
-    y = alloc(32 * KiB, 2, false);                  /* the best fit */
-    assert_int_equal(y->addr, y_addr);
-    check();
-    assert_false(arena_may_hold_free_segment(&F.a));
-    release(y, 2);
-    release(g, 0);
-    close_arena();
-}
-
 /* Without VMM, a new segment goes into the address order by its
  * neighbours where it borders one, by the ends of the list where it lies
  * beyond them: the host backend carves a, b, c each below the one before
@@ -1304,36 +1162,25 @@ static void test_check_detects_each_corruption_vmm(void **state)
     int64_t split_peak = F.a.counters.inactive_split_bytes.peak;
     EXPECT_CAUGHT("counter inactive_split_bytes:", F.a.counters.inactive_split_bytes.peak = 0,
                   F.a.counters.inactive_split_bytes.peak = split_peak);
-    /* x freed tagged 5 next to y tagged 0: adjacent free blocks of
-     * different streams are allowed; retagging x 0 gives two adjacent blocks
-     * of the same tag, which would have merged */
+    /* x freed tagged 5 next to y tagged 0: adjacent free blocks that are not
+     * mergeable are allowed; retagging x 0 makes them mergeable */
     release(x, 5);
     assert_int_equal(x->state, COOP_BLOCK_FREE);
     assert_ptr_equal(x->next, y);
     EXPECT_CAUGHT(
-        "are adjacent with the same stream tag",
+        "are adjacent and mergeable",
         (free_index_remove(&F.a.index, &x->index_node),
          free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 0), x->stream = 0),
         (free_index_remove(&F.a.index, &x->index_node),
          free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 5), x->stream = 5));
-    /* x tagged "any stream" beside y's stream: a missed merge, unless
-     * arena_retag_settled held a block apart (which flags the arena) */
-    EXPECT_CAUGHT("and no block was held apart",
+    /* so does retagging x ANY: a block of any stream merges with every tag */
+    EXPECT_CAUGHT("are adjacent and mergeable",
                   (free_index_remove(&F.a.index, &x->index_node),
                    free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, COOP_STREAM_ANY),
                    x->stream = COOP_STREAM_ANY),
                   (free_index_remove(&F.a.index, &x->index_node),
                    free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 5),
                    x->stream = 5));
-    free_index_remove(&F.a.index, &x->index_node);
-    free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, COOP_STREAM_ANY);
-    x->stream = COOP_STREAM_ANY;
-    F.a.maybe_apart = true;
-    check();
-    F.a.maybe_apart = false;
-    free_index_remove(&F.a.index, &x->index_node);
-    free_index_insert(&F.a.index, &x->index_node, x->size, x->addr, 5);
-    x->stream = 5;
     release(g, 0);
     close_arena();
 }
@@ -1485,9 +1332,6 @@ int main(void)
         cmocka_unit_test(test_min_split),
         cmocka_unit_test(test_min_split_high),
         cmocka_unit_test(test_stream_tags),
-        cmocka_unit_test(test_settled_block_held_apart_from_a_busy_one),
-        cmocka_unit_test(test_join_free_merges_a_held_apart_run),
-        cmocka_unit_test(test_join_apart_joins_only_what_fits),
         cmocka_unit_test(test_alloc_in),
         cmocka_unit_test(test_reclaim_keeps_range_and_capacity),
         cmocka_unit_test(test_va_exhausted),
@@ -1511,7 +1355,6 @@ int main(void)
         cmocka_unit_test(test_alloc_mapped_keeps_to_the_stream_rule),
         cmocka_unit_test(test_reclaim_remembers_a_busy_stream),
         cmocka_unit_test(test_reclaim_finds_every_free_segment),
-        cmocka_unit_test(test_held_apart_block_alone_holds_no_free_segment),
         cmocka_unit_test(test_segments_link_in_address_order),
         cmocka_unit_test(test_reclaim_skipped_where_no_free_block_holds_a_page),
         cmocka_unit_test(test_reclaim_counts_the_page_at_the_top),

@@ -543,47 +543,6 @@ static void a_busy_blocks_unmapped_pages_hold_no_capacity(void **state)
     coop_pool_destroy(pool);
 }
 
-/*
- * A block held apart inside a window (arena_retag_settled):
- *   [x][y][t0 c1][t1 c10][user 4U]
- * x freed on stream 6, y on stream 0 while stream 0 is held; 3U asked. The
- * out-of-memory path sees stream 6 finished: x, beside y (stream 0 still
- * at work), is retagged "any stream" without merging into y. Evicting t0
- * leaves x apart from y + t0; every policy joins them (the window's
- * placement, or the pool's retry, arena_join_apart) and places the tensor
- * at x, one eviction. Before, x kept stream 6's tag and windows ended at
- * it: t0 and t1 were evicted and the tensor placed at y.
- */
-static void held_apart_block_in_a_window(void **state)
-{
-    const param *p = *state;
-    coop_pool *pool = make_pool(p, 8, 0, false);
-    coop_remat *r = make_context(pool, p->policy);
-    coop_tensor *t[3] = {0};
-    void *x = user_block(pool, 1, 6);
-    void *y = user_block(pool, 1, 0);
-    t[0] = tensor(r, 1, 1, EV);
-    t[1] = tensor(r, 1, 10, EV);
-    void *user = user_block(pool, 4, USER);
-    at_unit(x, y, 1);
-    at_unit(x, coop_tensor_data(t[0]), 2);
-    at_unit(x, coop_tensor_data(t[1]), 3);
-    at_unit(x, user, 4);
-    assert_int_equal(coop_free(pool, x), COOP_OK);
-    assert_int_equal(coop_host_hold_stream(pool, 0, true), COOP_OK);
-    assert_int_equal(coop_free(pool, y), COOP_OK);
-    assert_int_equal(coop_tensor_create(r, 3 * U, 5, "n", NULL, 0, EV, &t[2]), COOP_OK);
-    assert_int_equal(evicted_count, 1);
-    assert_false(coop_tensor_resident(t[0]));
-    assert_true(coop_tensor_resident(t[1]));
-    assert_ptr_equal(coop_tensor_data(t[2]), x);
-    check_state(pool, r, t, 3, 0, 0, 4 * U);
-    assert_int_equal(coop_host_hold_stream(pool, 0, false), COOP_OK);
-    assert_int_equal(coop_free(pool, user), COOP_OK);
-    coop_remat_destroy(r);
-    coop_pool_destroy(pool);
-}
-
 typedef struct named_case {
     const char *name;
     CMUnitTestFunction fn;
@@ -614,7 +573,6 @@ int main(void)
         {"segment_pending_held", segment_pending_held, false},
         {"segment_pending_never_wait", segment_pending_never_wait, false},
         {"segment_pending_waited", segment_pending_waited, false},
-        {"held_apart_block_in_a_window", held_apart_block_in_a_window, true},
     };
     enum { NCASES = sizeof cases / sizeof cases[0] };
     static param params[2][8];

@@ -627,13 +627,6 @@ static int page_victims_order(const void *x, const void *y)
  * under the capacity, or no room in the address range (fits_in_range);
  * where only the run at the top can hold the request, its tensors go
  * first. NULL with *st as alloc_in_window's. */
-/* Whether the free block b (NULL: none) holds the whole window w. */
-static bool covers(const arena_block *b, const window *w)
-{
-    return b && b->state == COOP_BLOCK_FREE && b->addr <= w->addr &&
-           b->addr + b->size >= w->addr + w->size;
-}
-
 static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_status *st)
 {
     const arena *a = pool_arena(r->pool);
@@ -703,12 +696,8 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
             break;
     }
     /* free space alone, where the pool could not place the request: its
-     * pages could not be mapped (VMM; without VMM free space needs none),
-     * or a block held apart splits it (arena_retag_settled) */
-    arena_block *merged = NULL;
-    if (!n && w.first != w.last)
-        merged = arena_join_free(pool_arena(r->pool), w.first, REMAT_STREAM);
-    if (!n && !covers(merged, &w))
+     * pages could not be mapped (VMM; without VMM free space needs none) */
+    if (!n)
         return vmm ? alloc_by_pages(r, t, flags, st) : NULL;
     if (n > 32 && !(list = malloc(n * sizeof *list))) {
         *st = window_list_failed(r, t, n);
@@ -727,15 +716,13 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         *st = window_list_failed(r, t, n);
         return NULL;
     }
+    arena_block *merged = NULL;
     for (size_t i = 0; i < n; i++)
         merged = evict_for_room(r, list[i]);
     if (list != small)
         free(list);
-    /* a block held apart inside the window stays apart from the evicted
-     * space (arena_retag_settled): joined */
-    if (merged && merged->state == COOP_BLOCK_FREE && !covers(merged, &w))
-        merged = arena_join_free(pool_arena(r->pool), merged, REMAT_STREAM);
-    if (!covers(merged, &w))
+    if (!merged || merged->state != COOP_BLOCK_FREE || merged->addr > w.addr ||
+        merged->addr + merged->size < w.addr + w.size)
         return vmm ? alloc_by_pages(r, t, flags, st) : NULL;
     uintptr_t at = flags & COOP_ALLOC_HIGH ? w.addr + w.size - want : w.addr;
     arena_block *out;
