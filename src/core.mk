@@ -125,6 +125,14 @@ tests_segment_pressure_SOURCES = tests/segment_pressure.c
 tests_segment_pressure_CFLAGS = $(TESTCFLAGS)
 tests_segment_pressure_LDADD = libcoop.la
 tests_segment_pressure_LDFLAGS = -static
+# tests/stream_reuse_measure [OPS [SEED [CAPACITY_MIB]]]: out-of-memory
+# counts of a multi-stream workload, deterministic per seed (docs/
+# measured-host.md, "Free blocks between streams"); not a test either
+check_PROGRAMS += tests/stream_reuse_measure
+tests_stream_reuse_measure_SOURCES = tests/stream_reuse_measure.c
+tests_stream_reuse_measure_CFLAGS = $(TESTCFLAGS)
+tests_stream_reuse_measure_LDADD = libcoop.la -lm
+tests_stream_reuse_measure_LDFLAGS = -static
 
 # A process's lifecycle with pools alive: fork (with threads inside the
 # allocator), exit, late frees, short-lived threads; each case in a child.
