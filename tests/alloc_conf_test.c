@@ -171,7 +171,12 @@ static void test_byte_suffixes(void **state)
                  {"0x1000", 4096},
                  {"0X10M", 16 * MIB},
                  {"08", 8},
-                 {"0xffK", 255 * KIB}};
+                 {"0xffK", 255 * KIB},
+                 /* the largest of each form parses: the overflow and range
+                  * checks stop past 2^64 - 1, not at it */
+                 {"18446744073709551615", UINT64_MAX},
+                 {"0xffffffffffffffff", UINT64_MAX},
+                 {"16777215T", UINT64_MAX - (TIB - 1)}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint64_t v = 0;
         if (!byte_size_parse(cases[i].text, strlen(cases[i].text), &v))

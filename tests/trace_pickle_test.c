@@ -812,6 +812,64 @@ static void test_listed_block_over_a_freed_block(void **state)
     }
 }
 
+/* Each listed block is placed by its own overlap with the trace's blocks:
+ * one past a freed block stays live at start though the one before it is
+ * over that block, and an overlap of one byte at either end counts (a trace
+ * block's bytes are [addr, addr + size), a listed block's too). */
+static void test_listed_blocks_placed_by_their_own_overlap(void **state)
+{
+    (void)state;
+    static const struct {
+        seg_case c;
+        int after[2]; /* blocks[i] allocated after the trace, not live at start */
+    } cases[] = {
+        {{"one over a freed block, one past it",
+          {{0x1800, 512}, {0x4000, 512}},
+          0,
+          0,
+          {{"alloc", 0x1000, 4096}, {"free_completed", 0x1000, 4096}},
+          {NULL}},
+         {1, 0}},
+        {{"over the freed block's last byte",
+          {{0x1800, 512}},
+          0,
+          0,
+          {{"alloc", 0x1000, 0x801}, {"free_completed", 0x1000, 0x801}},
+          {NULL}},
+         {1}},
+        {{"its last byte over the freed block's first",
+          {{0x1000, 0x801}},
+          0,
+          0,
+          {{"alloc", 0x1800, 512}, {"free_completed", 0x1800, 512}},
+          {NULL}},
+         {1}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const seg_case *sc = &cases[c].c;
+        pk p;
+        size_t at[3] = {0};
+        segment_snapshot(&p, sc, at);
+        trace t;
+        print_message("%s\n", sc->name);
+        coop_status st = read_bytes(p.b, p.n, 0, &t);
+        if (st != COOP_OK)
+            fail_msg("%s: %s", sc->name, coop_last_error());
+        size_t live = 0, after = 0;
+        for (size_t i = 0; i < 3 && sc->blocks[i][1]; i++) {
+            /* live at start in address order, then the trace's two
+             * entries, then those allocated after it in address order */
+            const trace_event *e = cases[c].after[i] ? &t.events[t.num_live_at_start + 2 + after++]
+                                                     : &t.events[live++];
+            assert_int_equal(e->kind, TRACE_ALLOC);
+            assert_int_equal(e->addr, sc->blocks[i][0]);
+        }
+        assert_int_equal(t.num_live_at_start, live);
+        assert_int_equal(t.num_events, live + 2 + after);
+        trace_free(&t);
+    }
+}
+
 /* A listed block at the address and on the stream of a block the trace
  * allocated and never freed is that block only if its request is the
  * alloc's: PyTorch's alloc entry and the block's requested_size both hold
@@ -829,15 +887,24 @@ static void test_listed_block_of_another_size(void **state)
         const char *name;
         int64_t alloc, size, requested; /* requested -1: neither key written */
         const char *error;
+        int history; /* the request as history's last real_size, not requested_size */
     } cases[] = {
         {"another request", 100, 512, 200,
          "block 0x1000 (stream 0, 512 bytes, 200 requested) is at the address and on the "
-         "stream of the block the entry at byte "},
+         "stream of the block the entry at byte ",
+         0},
         {"a block smaller than the alloc, no requested_size", 1000, 512, -1,
          "block 0x1000 (stream 0, 512 bytes) is at the address and on the stream of the block "
-         "the entry at byte "},
-        {"the same request", 100, 512, 100, NULL},
-        {"no requested_size, the alloc within the block", 500, 512, -1, NULL},
+         "the entry at byte ",
+         0},
+        {"the same request", 100, 512, 100, NULL, 0},
+        {"no requested_size, the alloc within the block", 500, 512, -1, NULL, 0},
+        /* PyTorch 2.0's blocks: history's last real_size is the request */
+        {"another request in the history", 100, 512, 200,
+         "block 0x1000 (stream 0, 512 bytes, 200 requested) is at the address and on the "
+         "stream of the block the entry at byte ",
+         1},
+        {"the same request in the history", 100, 512, 100, NULL, 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         pk p;
@@ -856,8 +923,17 @@ static void test_listed_block_of_another_size(void **state)
         begin_dict(&p);
         key_int(&p, "address", 0x1000);
         key_int(&p, "size", cases[c].size);
-        if (cases[c].requested >= 0)
+        if (cases[c].requested >= 0 && !cases[c].history)
             key_int(&p, "requested_size", cases[c].requested);
+        if (cases[c].history) {
+            str(&p, "history");
+            begin_list(&p);
+            begin_dict(&p);
+            key_int(&p, "addr", 0x1000);
+            key_int(&p, "real_size", cases[c].requested);
+            end_dict(&p);
+            end_list(&p);
+        }
         key_str(&p, "state", "active_allocated");
         end_dict(&p);
         block(&p, 0x1000 + cases[c].size, (1 << 20) - 0x1000 - cases[c].size, 0, "inactive");
@@ -3121,6 +3197,7 @@ int main(void)
         cmocka_unit_test(test_final_segments_overlap),
         cmocka_unit_test(test_final_segments_overlap_in_two_segments),
         cmocka_unit_test(test_listed_block_over_a_freed_block),
+        cmocka_unit_test(test_listed_blocks_placed_by_their_own_overlap),
         cmocka_unit_test(test_listed_block_of_another_size),
         cmocka_unit_test(test_block_outside_its_segment),
         cmocka_unit_test(test_blocks_tile_their_segment),

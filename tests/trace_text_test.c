@@ -175,6 +175,9 @@ static void test_bad_lines(void **state)
          ":2: E segment [0x2000, 0x4000) overlaps [0x1000, 0x3000), line 4: two reservations of "
          "the device's memory never share a byte",
          ""},
+        /* each against the one before it in address order, not the first */
+        {"coop-trace 1\nE 0x1000 4096\nE 0x3000 8192\nE 0x4000 4096\n",
+         ":4: E segment [0x4000, 0x5000) overlaps [0x3000, 0x5000), line 3", ""},
         {"coop-trace 1\nE 1 2 t=4\n", ":2: unknown key 't' on a E line", ""},
         {"coop-trace 1\nA 1 2 3 4 5 6 7 8 9 10 11 12 13\n", ":2: more than 12 fields", ""},
         {"coop-trace 1\nA 1 2 3", ":2: the last line has no newline", "truncated"},
@@ -217,6 +220,24 @@ static void test_e_lines_anywhere(void **state)
     assert_int_equal(t.num_events, 3);
     assert_int_equal(t.num_final_segments, 2);
     assert_int_equal(t.final_segments[1].addr, 0x400000);
+    trace_free(&t);
+}
+
+/* E lines that share no byte are read: one whose end (addr + size) is
+ * 2^64 - 1, the largest end both readers take (the snapshot reader's
+ * check_segments too), and one of no bytes inside another (it reserves
+ * nothing). */
+static void test_e_lines_sharing_no_byte(void **state)
+{
+    (void)state;
+    trace t;
+    assert_int_equal(read_text("coop-trace 1\nE 0x1000 4096\nE 0x1800 0\n"
+                               "E 0xfffffffffffff000 4095\n",
+                               0, &t),
+                     COOP_OK);
+    assert_int_equal(t.num_final_segments, 3);
+    assert_int_equal(t.final_segments[2].addr, 0xfffffffffffff000);
+    assert_int_equal(t.final_segments[2].size, 4095);
     trace_free(&t);
 }
 
@@ -562,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_largest_size),
         cmocka_unit_test(test_e_lines_anywhere),
+        cmocka_unit_test(test_e_lines_sharing_no_byte),
         cmocka_unit_test(test_messages_cut_whole_characters),
         cmocka_unit_test(test_long_paths_shown_shortened),
     };
