@@ -45,7 +45,7 @@ static const line_kind line_kinds[] = {
 
 /* An E line (a final segment) and where it was, for check_e_lines. */
 typedef struct e_line {
-    uint64_t addr, size; /* addr + size <= 2^64 */
+    uint64_t addr, size; /* addr + size < 2^64 (an end of 2^64 is refused, as in reader_pickle) */
     uint64_t line;
 } e_line;
 
