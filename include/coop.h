@@ -91,6 +91,15 @@ extern "C" {
 /* Returns the library's version string (may differ from the header's). */
 const char *coop_version(void);
 
+/* Returns sizeof the public structure named type ("coop_config",
+ * "coop_stat", "coop_stats", "coop_block_info", "coop_segment_info",
+ * "coop_torch_event", "coop_torch_range", "coop_torch_snapshot") as this
+ * library was built, or 0 for NULL or another name. For bindings that
+ * mirror the structures (as python/coop/native.py does with ctypes): a
+ * library of another build may lay them out otherwise under the same
+ * version string. */
+size_t coop_abi_size(const char *type);
+
 /* ------------------------------------------------------------------------
  * Status values
  * ---------------------------------------------------------------------- */

@@ -1,5 +1,5 @@
 # core: status, metadata heap, backends (host, fault wrapper), arena, pool
-libcoop_la_SOURCES += src/status.c src/status.h src/utf8.h src/backend.h src/stat.h src/saturating.h src/growable.h src/byte_size.h \
+libcoop_la_SOURCES += src/status.c src/abi.c src/status.h src/utf8.h src/backend.h src/stat.h src/saturating.h src/growable.h src/byte_size.h \
 	src/meta.c src/meta.h src/free_index.c src/free_index.h src/hot_path.h \
 	src/addr_map.c src/addr_map.h src/page_map.c src/page_map.h \
 	src/arena.c src/arena_check.c src/arena.h \

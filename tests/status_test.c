@@ -33,6 +33,24 @@ static void test_strerror(void **state)
     assert_string_equal(coop_version(), COOP_VERSION_STRING);
 }
 
+/* coop_abi_size names every structure a binding mirrors, and nothing else. */
+static void test_abi_size(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_abi_size("coop_config"), sizeof(coop_config));
+    assert_int_equal(coop_abi_size("coop_stat"), sizeof(coop_stat));
+    assert_int_equal(coop_abi_size("coop_stats"), sizeof(coop_stats));
+    assert_int_equal(coop_abi_size("coop_block_info"), sizeof(coop_block_info));
+    assert_int_equal(coop_abi_size("coop_segment_info"), sizeof(coop_segment_info));
+    assert_int_equal(coop_abi_size("coop_torch_event"), sizeof(coop_torch_event));
+    assert_int_equal(coop_abi_size("coop_torch_range"), sizeof(coop_torch_range));
+    assert_int_equal(coop_abi_size("coop_torch_snapshot"), sizeof(coop_torch_snapshot));
+    assert_int_equal(coop_abi_size(NULL), 0);
+    assert_int_equal(coop_abi_size(""), 0);
+    assert_int_equal(coop_abi_size("coop_stats "), 0);
+    assert_int_equal(coop_abi_size("coop_pool"), 0); /* opaque */
+}
+
 /* The message keeps 1023 characters of a longer one; clearing empties it. */
 static void test_last_error(void **state)
 {
@@ -122,6 +140,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_abi_size),
         cmocka_unit_test(test_last_error),
         cmocka_unit_test(test_last_error_per_thread),
         cmocka_unit_test(test_message_cut_between_characters),

@@ -173,6 +173,7 @@ _SIGNATURES = {
     "coop_version": (ctypes.c_char_p, []),
     "coop_strerror": (ctypes.c_char_p, [ctypes.c_int]),
     "coop_last_error": (ctypes.c_char_p, []),
+    "coop_abi_size": (ctypes.c_size_t, [ctypes.c_char_p]),
     "coop_get_stats": (None, [_P, ctypes.POINTER(Stats)]),
     "coop_reset_peak_stats": (None, [_P]),
     "coop_pool_config": (None, [_P, ctypes.POINTER(Config)]),
@@ -233,6 +234,32 @@ def library_path():
     return _path
 
 
+# The structures this package mirrors, by their C names: a library whose
+# coop_abi_size differs for one of them was built from other headers.
+MIRRORS = {
+    "coop_config": Config,
+    "coop_stat": Stat,
+    "coop_stats": Stats,
+    "coop_block_info": BlockInfo,
+    "coop_segment_info": SegmentInfo,
+    "coop_torch_event": TorchEvent,
+    "coop_torch_range": TorchRange,
+    "coop_torch_snapshot": TorchSnapshot,
+}
+
+
+def _layout_mismatch(lib):
+    """The first mirror whose size differs from lib's structure, as text, or
+    None."""
+    lib.coop_abi_size.restype = ctypes.c_size_t
+    lib.coop_abi_size.argtypes = [ctypes.c_char_p]
+    for name, mirror in MIRRORS.items():
+        theirs, ours = lib.coop_abi_size(name.encode()), ctypes.sizeof(mirror)
+        if theirs != ours:
+            return f"its {name} is {theirs} bytes, this package's mirror {ours}"
+    return None
+
+
 def library():
     """The loaded libcoop (ctypes.CDLL), with argument types set."""
     global _lib, _lib_gil, _path
@@ -263,6 +290,11 @@ def library():
             if version != _PACKAGE_VERSION:  # its structures may not be these mirrors
                 tried.append(f"{cand} (libcoop {version}; this package is {_PACKAGE_VERSION}, "
                              "whose structures may not match it: use the package of "
+                             "the same build)")
+                continue
+            mismatch = _layout_mismatch(lib)
+            if mismatch:  # same version string, other headers (another build)
+                tried.append(f"{cand} (libcoop {version}, but {mismatch}: use the package of "
                              "the same build)")
                 continue
             for name, (restype, argtypes) in _SIGNATURES.items():

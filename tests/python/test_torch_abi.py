@@ -2552,6 +2552,32 @@ class Library(unittest.TestCase):
                       f"{_dl.coop_version().decode()}; this package is 0.0.9, ",
                       self.library_error("import coop\ncoop.__version__ = '0.0.9'\n"))
 
+    def test_library_of_another_layout_is_refused_by_name(self):
+        """A libcoop.so of this version whose structures differ in size from
+        the package's ctypes mirrors (another build's headers) is refused,
+        naming the structure and both sizes (it was used: a mirror shorter
+        than the structure is a buffer overrun in every coop_get_stats)."""
+        _dl.coop_abi_size.restype = ctypes.c_size_t
+        _dl.coop_abi_size.argtypes = [ctypes.c_char_p]
+        theirs = _dl.coop_abi_size(b"coop_stats")
+        self.assertGreater(theirs, 8)
+        prelude = ("import ctypes, coop.native\n"
+                   "class Short(ctypes.Structure):\n"
+                   "    _fields_ = [('x', ctypes.c_uint64)]\n"
+                   "coop.native.MIRRORS['coop_stats'] = Short\n")
+        self.assertIn(f"tried: {os.path.abspath(LIB_PATH)} (libcoop {coop.__version__}, but its "
+                      f"coop_stats is {theirs} bytes, this package's mirror 8: use the package "
+                      "of the same build)", self.library_error(prelude))
+
+    def test_every_mirror_matches_the_built_library(self):
+        """Each ctypes mirror is as large as the structure of the library
+        built beside it, and coop_abi_size knows every mirrored name."""
+        _dl.coop_abi_size.restype = ctypes.c_size_t
+        _dl.coop_abi_size.argtypes = [ctypes.c_char_p]
+        for name, mirror in native.MIRRORS.items():
+            self.assertEqual(_dl.coop_abi_size(name.encode()), ctypes.sizeof(mirror), name)
+        self.assertEqual(_dl.coop_abi_size(b"coop_pool"), 0)
+
     def test_the_version_is_one_in_every_place(self):
         """configure.ac's AC_INIT, coop.h's COOP_VERSION_STRING, the package's
         __version__ and the built library's coop_version() agree: the package
