@@ -327,6 +327,34 @@ static void test_long_length_strings(void **state)
     pkl_arena_free(&arena);
 }
 
+/* The tree's strings and bytes are copies: the snapshot reader frees the
+ * file's buffer (most of its memory) once parsed, before building the
+ * events. They used to point into the input, which this test saw fail. */
+static void test_strings_outlive_the_input(void **state)
+{
+    (void)state;
+    static const char text[] = "\x80\x04(\x8c\x05"
+                               "alloc\x94"
+                               "C\x02"
+                               "xy\x8c\x00"
+                               "h\x00l.";
+    unsigned char *b = malloc(sizeof text - 1);
+    assert_non_null(b);
+    memcpy(b, text, sizeof text - 1);
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    assert_int_equal(pkl_parse("v", b, sizeof text - 1, &arena, &root), COOP_OK);
+    memset(b, 'z', sizeof text - 1); /* what a freed, reused buffer may hold */
+    assert_true(root->kind == PKL_LIST && root->v.seq.len == 4);
+    assert_true(pkl_str_eq(root->v.seq.items[0], "alloc"));
+    assert_true(root->v.seq.items[1]->kind == PKL_BYTES && root->v.seq.items[1]->v.str.len == 2);
+    assert_memory_equal(root->v.seq.items[1]->v.str.ptr, "xy", 2);
+    assert_true(pkl_str_eq(root->v.seq.items[2], ""));
+    assert_true(pkl_str_eq(root->v.seq.items[3], "alloc")); /* the memo's, fetched */
+    pkl_arena_free(&arena);
+    free(b);
+}
+
 /* LONG1 of every width from 1 to 8 bytes is two's complement: all ones is
  * -1 and a lone top bit is -2^(8n-1), at 7 bytes as at 2 or 8. */
 static void test_long1_widths(void **state)
@@ -3208,6 +3236,7 @@ int main(void)
         cmocka_unit_test(test_memo_repeats_are_bounded),
         cmocka_unit_test(test_memory_is_bounded),
         cmocka_unit_test(test_long_length_strings),
+        cmocka_unit_test(test_strings_outlive_the_input),
         cmocka_unit_test(test_memo_and_marks_count_in_the_bound),
         cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_device_choice),

@@ -2,7 +2,7 @@
  * Reading trace files, compressed or not: every reader goes through here, so
  * `.gz` is transparent everywhere (zlib's gzread passes plain files through
  * unchanged). Two ways in: a line stream (text formats, bounded memory) and
- * the whole file at once (pickles, whose strings the parser points into).
+ * the whole file at once (pickles: the parse reads it twice, scanning its memo first).
  */
 #ifndef COOP_TRACE_INPUT_H
 #define COOP_TRACE_INPUT_H

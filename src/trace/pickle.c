@@ -18,10 +18,12 @@ struct pkl_chunk {
 
 #define CHUNK_BYTES ((size_t)1 << 20)
 
-static void *arena_alloc(pkl_arena *a, size_t n)
+/* n bytes (rounded up to 16) from the chunks of *chunks, a new chunk added
+ * to *bytes when the newest is full. */
+static void *chunk_alloc(pkl_chunk **chunks, size_t *bytes, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
-    pkl_chunk *c = a->chunks;
+    pkl_chunk *c = *chunks;
     if (!c || c->cap - c->used < n) {
         size_t cap = n > CHUNK_BYTES ? n : CHUNK_BYTES;
         c = malloc(sizeof *c + cap);
@@ -29,23 +31,33 @@ static void *arena_alloc(pkl_arena *a, size_t n)
             return NULL;
         c->cap = cap;
         c->used = 0;
-        c->next = a->chunks;
-        a->chunks = c;
-        a->bytes += cap;
+        c->next = *chunks;
+        *chunks = c;
+        *bytes += cap;
     }
     void *p = c->bytes + c->used;
     c->used += n;
     return p;
 }
 
-void pkl_arena_free(pkl_arena *arena)
+static void *arena_alloc(pkl_arena *a, size_t n)
 {
-    pkl_chunk *c = arena->chunks;
+    return chunk_alloc(&a->chunks, &a->bytes, n);
+}
+
+static void free_chunks(pkl_chunk *c)
+{
     while (c) {
         pkl_chunk *next = c->next;
         free(c);
         c = next;
     }
+}
+
+void pkl_arena_free(pkl_arena *arena)
+{
+    free_chunks(arena->chunks);
+    free_chunks(arena->str_chunks);
     *arena = (pkl_arena){0};
 }
 
@@ -71,6 +83,16 @@ static size_t array_class(size_t cap)
 {
     size_t k = 0;
     while (((size_t)4 << k) < cap)
+        k++;
+    return k;
+}
+
+/* Strings' copies (push_str) have capacities of 16 << k bytes, k their
+ * class: a pruned string's bytes go back to list k of free_strs. */
+static size_t str_class(size_t len)
+{
+    size_t k = 0;
+    while (((size_t)16 << k) < len)
         k++;
     return k;
 }
@@ -432,8 +454,13 @@ static void drop_items(machine *m, pkl_value *v)
             }
             give_back_array(m, cur->v.seq.items, cur->v.seq.cap);
         }
-        if (cur != v)
+        if (cur != v) {
+            if ((cur->kind == PKL_STR || cur->kind == PKL_BYTES) && cur->v.str.len &&
+                str_class(cur->v.str.len) < PKL_ARRAY_CLASSES)
+                arena_give_back(&m->arena->free_strs[str_class(cur->v.str.len)],
+                                (void *)cur->v.str.ptr);
             arena_give_back(&m->arena->free_nodes, cur);
+        }
         if (!pending)
             break;
         cur = pending;
@@ -515,11 +542,25 @@ static coop_status push_str(machine *m, pkl_kind kind, size_t len_bytes)
         return coop_set_error(
             COOP_ERR_INVALID, "%s: byte %zu: truncated: %s of %llu bytes, the file has %zu left",
             m->path, m->op_at, opcode_names[m->op], (unsigned long long)n, m->len - m->pos);
+    /* A copy, not a pointer into data: the caller may free the input once
+     * the parse is done (the reader's buffer is most of its memory then). */
     pkl_value *v = new_value(m, kind);
-    if (v) {
-        v->v.str.ptr = (const char *)m->data + m->pos;
-        v->v.str.len = (size_t)n;
+    if (!v)
+        return out_of_memory(m);
+    if (n) {
+        size_t k = str_class((size_t)n);
+        char *copy = k < PKL_ARRAY_CLASSES ? arena_reuse(&m->arena->free_strs[k]) : NULL;
+        if (!copy)
+            copy = chunk_alloc(&m->arena->str_chunks, &m->arena->str_bytes,
+                               k < PKL_ARRAY_CLASSES ? (size_t)16 << k : (size_t)n);
+        if (!copy)
+            return out_of_memory(m);
+        memcpy(copy, m->data + m->pos, (size_t)n);
+        v->v.str.ptr = copy;
+    } else {
+        v->v.str.ptr = "";
     }
+    v->v.str.len = (size_t)n;
     m->pos += (size_t)n;
     return push(m, v);
 }

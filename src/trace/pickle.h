@@ -7,9 +7,9 @@
  * BINPERSID, EXT1/2/4) is refused, as is every opcode such files do not use.
  *
  * The result is a tree of pkl_value nodes held in one arena (pkl_parse_pruned
- * leaves out what its caller says it never reads). Strings point
- * into the input buffer (not NUL-terminated), so the buffer must outlive the
- * tree. Memory is linear in the input: each node comes from one opcode, memo
+ * leaves out what its caller says it never reads). Strings are copies (not
+ * NUL-terminated) in the arena, so the input may be freed once the parse
+ * returns. Memory is linear in the input: each node comes from one opcode, memo
  * indices are bounded by the opcodes read so far, the whole is bounded at
  * PKL_MEMORY_PER_BYTE per input byte, and nothing recurses (a
  * memo can make a list contain itself; consumers walk fixed paths only).
@@ -78,6 +78,13 @@ typedef struct pkl_arena {
     size_t bytes;                         /* held in chunks, for the parse's memory bound */
     void *free_nodes;                     /* nodes of pruned items, for reuse */
     void *free_arrays[PKL_ARRAY_CLASSES]; /* item arrays pruned or outgrown, for reuse */
+    /* Copies of the input's strings and bytes, 16 << k bytes for a string
+     * of class k, outside the bound (at most 16 bytes per 3 input bytes, a
+     * 1-byte SHORT_BINUNICODE each; in practice a few: PyTorch memoizes its
+     * repeated strings, and pruned ones are reused): */
+    pkl_chunk *str_chunks;
+    size_t str_bytes;
+    void *free_strs[PKL_ARRAY_CLASSES]; /* copies of pruned strings, for reuse */
 } pkl_arena;
 
 /* The parse's memory bound: PKL_MEMORY_PER_BYTE bytes per input byte plus

@@ -1187,6 +1187,11 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
     for (size_t j = 0; keys[j]; j++)
         sk.lens[NUM_SUMMARY_KEYS + j] = strlen(keys[j]);
     st = pkl_parse_sealed(path, data, len, keys, seal ? seal_entry : NULL, &sk, &arena, &root);
+    /* The tree holds copies of its strings: the file's bytes (most of the
+     * reader's memory with frames) go before the events are built, which
+     * took the peak from file + tree + events to the larger of file + tree
+     * and tree + events (docs/replay.md, "The snapshot reader's memory"). */
+    free(data);
     if (st == COOP_OK) {
         snapshot_reader r = {.path = path};
         trace_builder_init(&r.b, path);
@@ -1208,7 +1213,6 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
         free(r.seg_ranges);
         pkl_arena_free(&arena);
     }
-    free(data);
     return st;
 }
 

@@ -59,7 +59,9 @@ static inline int pkl_same_but_pruned(const pkl_value *a, const pkl_value *b,
             break;
         case PKL_STR:
         case PKL_BYTES:
-            if (a->v.str.ptr != b->v.str.ptr || a->v.str.len != b->v.str.len)
+            /* each parse holds its own copy of the input's strings */
+            if (a->v.str.len != b->v.str.len ||
+                memcmp(a->v.str.ptr, b->v.str.ptr, a->v.str.len) != 0)
                 return 0;
             break;
         default:
