@@ -981,20 +981,20 @@ static void bisection_finds_the_threshold(void **unused)
     assert_int_equal(cap, 3 * MiB / 2);
     /* torch: the 20 MiB segment must fit, and the small request then needs a
      * 2 MiB segment: 22 MiB, unless the cached 20 MiB is released first
-     * (it is: wholly free), so 20 MiB. Found to within 0.1%. */
+     * (it is: wholly free), so 20 MiB, exactly: torch's step is 2 MiB,
+     * the granularity of its segments (to within 0.1% before). */
     assert_int_equal(
         replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, p.peak_live, GiB, &cap, &at),
         COOP_OK);
-    assert_true(cap >= 20 * MiB);
-    assert_true(cap <= 20 * MiB + 20 * MiB / 1000);
+    assert_int_equal(cap, 20 * MiB);
+    assert_true(run(&b, &replay_policy_torch, cap - 1).oom);
     assert_false(at.oom);
     assert_int_equal(at.map_bytes, 22 * MiB); /* 20 MiB, released, then 2 MiB */
     /* coop: whole 2 MiB pages; the 1.5 MiB block's page is reused */
     assert_int_equal(
         replay_min_capacity(&p, &replay_policy_coop, 2 * MiB, p.peak_live, GiB, &cap, &at),
         COOP_OK);
-    if (cap < 2 * MiB || cap > 2 * MiB + 2 * MiB / 1000)
-        fail_msg("coop min capacity %llu", (unsigned long long)cap);
+    assert_int_equal(cap, 2 * MiB); /* exact: its step is the page */
     assert_int_equal(at.map_bytes, 2 * MiB);
     /* an upper bound that does not fit is an error */
     assert_int_equal(replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, 1, 10 * MiB, &cap, &at),

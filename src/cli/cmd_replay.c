@@ -87,8 +87,9 @@ static void usage(FILE *out)
             "Columns (each with its JSON key in docs/replay.md, \"Figures\"): events;\n"
             "live_MiB and reserved_MiB, the peaks of requested bytes live and of device\n"
             "memory held at --capacity (KiB when every trace is small), and res/live, their\n"
-            "ratio; min_cap_MiB, a capacity that runs the whole trace where 0.1%% less fails\n"
-            "(bisection; a smaller one may run too), OOM@N where --capacity ran out at event\n"
+            "ratio; min_cap_MiB, a capacity that runs the whole trace where one step less\n"
+            "fails (bisection in steps: --page for coop and coop-segments, else 2 MiB; a\n"
+            "smaller one may run too), OOM@N where --capacity ran out at event\n"
             "N, and min_cap/live; map_MiB, bytes mapped over the run at min_cap; frag_mean,\n"
             "frag_max: 1 - largest_free/free_bytes at allocation times (mean weighted by\n"
             "events, and max); gmlake = 1 - peak_active/peak_reserved; ns/op, the median\n"
@@ -96,7 +97,9 @@ static void usage(FILE *out)
             "the floor (ratios 1.000, no fragmentation). '-': not measured.\n"
             "Exit status: 0 ok, 1 a policy failed or the results could not be written, "
             "2 usage\n"
-            "or input error.\n",
+            "or input error. A TRACE that cannot be opened is refused before any replay; a\n"
+            "bad trace is named and the other traces are still replayed (status 2 at the\n"
+            "end, no --timeline written), as in coop sim.\n",
             "recorded", "what PyTorch's allocator reserved (snapshots with segments)");
 }
 
@@ -657,19 +660,35 @@ int cmd_replay(int argc, char **argv)
     cli.opt.progress = isatty(STDERR_FILENO);
 
     replay_results res = {0};
-    for (size_t i = 0; i < num_paths && rc == 0; i++)
+    /* A bad trace (status 2) is named now and the others are replayed, as
+     * coop sim does with its logs: the batch's rule (README, "The coop
+     * command"). It stopped the run before, losing the rows of the traces
+     * after it. The work failing (1: host memory, a row or the timeline
+     * not written) still stops there: the rest would fail too. */
+    bool bad_input = false;
+    for (size_t i = 0; i < num_paths && rc == 0; i++) {
         rc = replay_file(&cli, paths[i], snapshot[i], &res);
+        if (rc == 2) {
+            fflush(stdout); /* JSON rows before it first where stdout and stderr meet */
+            fprintf(stderr, "%s\n", res.error);
+            res.error[0] = '\0';
+            bad_input = true;
+            rc = 0;
+        }
+    }
     free(snapshot);
-    bool all_measured = rc == 0;
-    /* An error stops at its file; the files measured before it keep their
-     * rows (JSON printed them already), then the error is said. */
-    if (!cli.json && (rc == 0 || res.num_rows))
+    bool all_measured = rc == 0 && !bad_input;
+    /* An error of the work stops at its file; the files measured before it
+     * keep their rows (JSON printed them already), then the error is said. */
+    if (!cli.json && (res.num_rows || (rc == 0 && !bad_input)))
         replay_report_table(stdout, res.rows, res.num_rows);
     if (rc && res.error[0]) {
         fflush(stdout); /* rows first where stdout and stderr meet */
         fprintf(stderr, "%s\n", res.error);
     }
-    if (rc == 0 && res.failed)
+    if (rc == 0 && bad_input)
+        rc = 2;
+    else if (rc == 0 && res.failed)
         rc = 1;
     for (size_t i = 0; i < res.num_names; i++)
         free(res.names[i]);
@@ -693,6 +712,9 @@ int cmd_replay(int argc, char **argv)
             cli_output_discard(&tl_out);
         if (!why && !written && complete)
             why = err ? strerror(err) : "write error";
+        if (bad_input && written)
+            fprintf(stderr, "coop replay: --timeline %s not written: a trace was refused (above)\n",
+                    timeline_path);
         if (why) {
             fprintf(stderr, "coop replay: writing --timeline %s failed: %s\n", timeline_path, why);
             rc = rc ? rc : 1;

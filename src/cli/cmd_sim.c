@@ -100,7 +100,9 @@ static void usage(FILE *out)
             "overhead through ffail, and min_ratio ('none': no ratio runs, not even 1; '-':\n"
             "not computed). On an oom or thrash row, overhead and the counters cover the run\n"
             "until it stopped. Exit status 0 when every log ran, 1 when a run failed, 2 on a\n"
-            "usage error or a log that cannot be read (file and line in the message).\n");
+            "usage error or a log that cannot be read (file and line in the message).\n"
+            "A LOG that cannot be opened is refused before any run; a bad log is named and\n"
+            "the other logs still run (status 2 at the end), as in coop replay.\n");
 }
 
 /* Whether two policy names parse to one policy and variant (coop-live is

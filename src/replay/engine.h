@@ -85,9 +85,10 @@ coop_status replay_run_trace(const replay_prepared *p, const replay_policy_ops *
                              replay_run *out);
 
 /* The smallest capacity in [lo, hi] at which the trace runs without OOM,
- * to within 0.1% (bisection; every probe is a fresh replay through the
- * policy's own retry path). The answer always runs, and one less than 0.1%
- * below it fails (unless the answer is lo); but feasibility need not be
+ * to the policy's capacity step (policy.h; bisection over its multiples,
+ * every probe a fresh replay through the policy's own retry path). The
+ * answer always runs, and the step's multiple below it fails (unless the
+ * answer is lo or hi); but feasibility need not be
  * monotone (releases on OOM and capacity-sized ranges change later
  * placements), so a smaller capacity may run too (tests/replay_policy_test.c:
  * expandable_feasibility_is_not_monotone). hi must pass (COOP_ERR_NOMEM

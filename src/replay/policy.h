@@ -51,6 +51,12 @@ typedef struct replay_policy_ops {
      * of the policy's state, for tests and fuzzers; COOP_OK, or
      * COOP_ERR_INVALID with a message naming the first broken one. */
     coop_status (*check)(void *state);
+    /* Optional (NULL: 1 byte): the step of replay_min_capacity's search
+     * for the given page, which probes its multiples only. Where every
+     * amount the policy holds against the capacity is a multiple of it (a
+     * capacity allows what it allows rounded down to one), the answer is
+     * exact; else it is within one step. */
+    uint64_t (*capacity_step)(uint64_t page);
 } replay_policy_ops;
 
 /* The placement policies (the `recorded` figures come from the trace itself,

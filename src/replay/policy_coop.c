@@ -105,6 +105,12 @@ static void coop_policy_destroy(void *state)
     free(p);
 }
 
+/* The pool's capacity is whole pages (create_pool rounds it down). */
+static uint64_t coop_capacity_step(uint64_t page)
+{
+    return page;
+}
+
 const replay_policy_ops replay_policy_coop = {
     .name = "coop",
     .summary = "libcoop: best fit over one virtual range, pages of --page mapped on demand",
@@ -113,6 +119,7 @@ const replay_policy_ops replay_policy_coop = {
     .free = coop_policy_free,
     .stats = coop_policy_stats,
     .destroy = coop_policy_destroy,
+    .capacity_step = coop_capacity_step,
 };
 
 const replay_policy_ops replay_policy_coop_segments = {
@@ -123,4 +130,5 @@ const replay_policy_ops replay_policy_coop_segments = {
     .free = coop_policy_free,
     .stats = coop_policy_stats,
     .destroy = coop_policy_destroy,
+    .capacity_step = coop_capacity_step,
 };

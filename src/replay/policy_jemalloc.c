@@ -370,6 +370,16 @@ static void jemalloc_destroy(void *state)
     free(s);
 }
 
+/* Commits are multiples of jemalloc's page (4 KiB on x86-64 Linux), so a
+ * 4 KiB step would be exact; but its search takes about 10 more probes per
+ * trace than 2 MiB (0.65 s for `coop replay` on the bundled traces against
+ * 0.51 s, 2026-11-29), so jemalloc's min_capacity is to within 2 MiB. */
+static uint64_t jemalloc_capacity_step(uint64_t page)
+{
+    (void)page;
+    return 2u << 20;
+}
+
 const replay_policy_ops replay_policy_jemalloc = {
     .name = "jemalloc",
     .summary = "jemalloc 5 in a private arena whose extent hooks hand out the device range",
@@ -378,4 +388,5 @@ const replay_policy_ops replay_policy_jemalloc = {
     .free = jemalloc_free,
     .stats = jemalloc_stats,
     .destroy = jemalloc_destroy,
+    .capacity_step = jemalloc_capacity_step,
 };
