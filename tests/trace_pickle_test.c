@@ -2812,12 +2812,60 @@ static void framed_snapshot(pk *p, int fetch_list)
     op(p, '.');
 }
 
-/* Parses bytes whole and pruned: the same status and message, and trees that
- * agree but for what was pruned (how many: *pruned, -1 on failure). */
+/* An input read back in pieces of varying sizes (1 to 37 bytes, or up to
+ * what the window asks for): pkl_parse_stream's second pass, the window
+ * refilled mid-opcode and mid-string. cut: bytes it loses (a file that
+ * changed between the passes). */
+typedef struct pieces {
+    const unsigned char *b;
+    size_t len, at, turn, cut;
+} pieces;
+
+static size_t piece_size(pieces *r, size_t cap)
+{
+    size_t n = 1 + (r->turn++ * 7919) % 37;
+    return n < cap ? n : cap;
+}
+
+static coop_status read_pieces(void *ctx, unsigned char *buf, size_t cap, size_t *got)
+{
+    pieces *r = ctx;
+    size_t n = piece_size(r, cap), left = r->len - r->cut - r->at;
+    *got = n < left ? n : left;
+    memcpy(buf, r->b + r->at, *got);
+    r->at += *got;
+    return COOP_OK;
+}
+
+/* pkl_parse_stream of b through a window of 256 bytes (its least), the scan
+ * fed in pieces of varying sizes: its status, and its tree in *root (the
+ * arena's). */
+static coop_status parse_streamed(const unsigned char *b, size_t len, size_t cut, pkl_arena *arena,
+                                  const pkl_value **root)
+{
+    pkl_scan scan = {.path = "p"};
+    pieces r = {.b = b, .len = len, .cut = cut};
+    for (size_t at = 0; at < len;) {
+        size_t n = piece_size(&r, len - at);
+        assert_int_equal(pkl_scan_feed(&scan, b + at, n), COOP_OK);
+        at += n;
+    }
+    size_t window = pkl_stream_window;
+    pkl_stream_window = 0;
+    coop_status st =
+        pkl_parse_stream("p", &scan, read_pieces, &r, read_keys, NULL, NULL, arena, root);
+    pkl_stream_window = window;
+    pkl_scan_free(&scan);
+    return st;
+}
+
+/* Parses bytes whole, pruned and pruned through a window (pkl_parse_stream):
+ * the same status and message, and trees that agree but for what was pruned
+ * (how many: *pruned, -1 on failure). */
 static void parse_both(const unsigned char *b, size_t len, int *pruned)
 {
-    pkl_arena whole = {0}, part = {0};
-    const pkl_value *a_root, *b_root;
+    pkl_arena whole = {0}, part = {0}, streamed = {0};
+    const pkl_value *a_root, *b_root, *c_root;
     char message[512];
     coop_status a_st = pkl_parse("p", b, len, &whole, &a_root);
     snprintf(message, sizeof message, "%s", a_st == COOP_OK ? "" : coop_last_error());
@@ -2828,8 +2876,17 @@ static void parse_both(const unsigned char *b, size_t len, int *pruned)
                  b_st == COOP_OK ? "" : coop_last_error());
     if (a_st == COOP_OK && !pkl_same_but_pruned(a_root, b_root, read_keys, pruned))
         fail_msg("the pruned tree differs from the whole one in what it keeps");
+    coop_status c_st = parse_streamed(b, len, 0, &streamed, &c_root);
+    if (a_st != c_st || (c_st != COOP_OK && strcmp(message, coop_last_error())))
+        fail_msg("whole: %d '%s'; streamed: %d '%s'", (int)a_st, message, (int)c_st,
+                 c_st == COOP_OK ? "" : coop_last_error());
+    int streamed_pruned;
+    if (a_st == COOP_OK && (!pkl_same_but_pruned(a_root, c_root, read_keys, &streamed_pruned) ||
+                            streamed_pruned != *pruned))
+        fail_msg("the streamed tree differs from the pruned one");
     pkl_arena_free(&whole);
     pkl_arena_free(&part);
+    pkl_arena_free(&streamed);
 }
 
 /* The values under a key the consumer does not read go, but not those a
@@ -3206,6 +3263,64 @@ static void test_scan_sees_the_highest_fetch_it_may(void **state)
     pkl_arena_free(&arena);
 }
 
+/* The parse through a window (pkl_parse_stream, what the snapshot reader
+ * uses on a regular file) against the parse of the whole input: every
+ * prefix of a snapshot with frames (each truncation message, with the
+ * bytes "the file has left" counted from the scan's length), strings longer
+ * than the window (copied a window at a time), and a file that changed
+ * between the passes, named as such. */
+static void test_stream_parse_is_the_same(void **state)
+{
+    (void)state;
+    pk p;
+    int pruned;
+    framed_snapshot(&p, 1);
+    for (size_t len = 0; len <= p.n; len++)
+        parse_both(p.b, len, &pruned);
+    assert_int_equal(pruned, 1);
+    /* {"frames": [str of 1000 bytes], "addr": BINUNICODE8 of 700}, then cut inside them */
+    pk q = {.n = 0};
+    op(&q, 0x80);
+    op(&q, 4);
+    op(&q, '}');
+    str(&q, "frames");
+    op(&q, ']');
+    op(&q, 'X');
+    unsigned char len4[4] = {1000 & 0xff, 1000 >> 8, 0, 0};
+    bytes(&q, len4, 4);
+    for (int i = 0; i < 1000; i++)
+        op(&q, (unsigned char)('a' + i % 26));
+    op(&q, 'a');
+    op(&q, 's');
+    str(&q, "addr");
+    op(&q, 0x8d);
+    unsigned char len8[8] = {700 & 0xff, 700 >> 8};
+    bytes(&q, len8, 8);
+    for (int i = 0; i < 700; i++)
+        op(&q, (unsigned char)('0' + i % 10));
+    op(&q, 's');
+    op(&q, '.');
+    for (size_t len = q.n; len-- > q.n - 760;)
+        parse_both(q.b, len, &pruned);
+    parse_both(q.b, q.n, &pruned);
+    assert_int_equal(pruned, 1);
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    assert_int_equal(parse_streamed(q.b, q.n, 0, &arena, &root), COOP_OK);
+    const pkl_value *addr = pkl_dict_get(root, "addr");
+    assert_true(addr->kind == PKL_STR && addr->v.str.len == 700);
+    assert_memory_equal(addr->v.str.ptr, q.b + q.n - 702, 700);
+    pkl_arena_free(&arena);
+    /* the second read ends 5 bytes early */
+    assert_int_equal(parse_streamed(q.b, q.n, 5, &arena, &root), COOP_ERR_INVALID);
+    char want[128];
+    snprintf(want, sizeof want,
+             "p: byte %zu: the file changed while it was read: %zu bytes the first time, %zu "
+             "the second",
+             q.n - 5, q.n, q.n - 5);
+    assert_string_equal(coop_last_error(), want);
+}
+
 int main(void)
 {
     test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
@@ -3259,6 +3374,7 @@ int main(void)
         cmocka_unit_test(test_scan_steps_over_frame_and_float),
         cmocka_unit_test(test_scan_reads_nothing_past_the_end),
         cmocka_unit_test(test_scan_sees_the_highest_fetch_it_may),
+        cmocka_unit_test(test_stream_parse_is_the_same),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

@@ -344,16 +344,21 @@ coop_status trace_input_line(trace_input *in, char **line, size_t *len)
     }
 }
 
-coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *len)
+/* trace_input_slurp's reads, into a buffer growing to hold the whole file
+ * (piece NULL) or, for trace_input_each, into one of SLURP_STEP bytes handed
+ * to piece after each read: the same reads of the same sizes (cap grows
+ * as the slurp's buffer would), so the same refusals at the same bytes. */
+static coop_status read_whole(const char *path,
+                              coop_status (*piece)(void *, const unsigned char *, size_t),
+                              void *ctx, unsigned char **data, size_t *len)
 {
-    *data = NULL;
     *len = 0;
     gzFile gz = NULL; /* set by open_gz; initialized for -O3's maybe-uninitialized */
     coop_status st = open_gz(path, &gz);
     if (st != COOP_OK)
         return st;
     size_t cap = (size_t)1 << 20, n = 0;
-    unsigned char *buf = malloc(cap + 1);
+    unsigned char *buf = malloc((piece ? SLURP_STEP : cap) + 1);
     for (;;) {
         if (!buf) {
             st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", path);
@@ -365,7 +370,7 @@ coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *le
                                     path, TRACE_INPUT_MAX_SLURP);
                 break;
             }
-            unsigned char *grown = realloc(buf, cap * 2 + 1);
+            unsigned char *grown = piece ? buf : realloc(buf, cap * 2 + 1);
             if (!grown) {
                 st =
                     coop_set_error(COOP_ERR_HOST_NOMEM,
@@ -378,7 +383,8 @@ coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *le
         /* reads of at most SLURP_STEP, so that an inflating stream is
          * caught within that much of the bomb limit */
         size_t want = cap - n < SLURP_STEP ? cap - n : SLURP_STEP;
-        int got = gzread(gz, buf + n, (unsigned)want);
+        unsigned char *to = piece ? buf : buf + n;
+        int got = gzread(gz, to, (unsigned)want);
         if (got <= 0) {
             st = gz_failure(gz, path, 0);
             if (st == COOP_OK && got < 0)
@@ -388,16 +394,71 @@ coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *le
         n += (size_t)got;
         if ((st = check_inflation(gz, path, 0)) != COOP_OK)
             break;
+        if (piece && (st = piece(ctx, to, (size_t)got)) != COOP_OK)
+            break;
     }
     gzclose(gz);
-    if (st != COOP_OK) {
+    if (st != COOP_OK || piece) {
         free(buf);
+        *len = st == COOP_OK ? n : 0;
         return st;
     }
     buf[n] = '\0';
     *data = buf;
     *len = n;
     return COOP_OK;
+}
+
+coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *len)
+{
+    *data = NULL;
+    return read_whole(path, NULL, NULL, data, len);
+}
+
+int trace_input_rereadable(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+coop_status trace_input_each(const char *path,
+                             coop_status (*piece)(void *ctx, const unsigned char *p, size_t n),
+                             void *ctx, size_t *len)
+{
+    return read_whole(path, piece, ctx, NULL, len);
+}
+
+coop_status trace_input_stream_open(trace_input_stream *s, const char *path)
+{
+    *s = (trace_input_stream){.path = path};
+    return open_gz(path, &s->gz);
+}
+
+coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, size_t cap,
+                                    size_t *got)
+{
+    *got = 0;
+    while (cap) {
+        unsigned want = cap < SLURP_STEP ? (unsigned)cap : (unsigned)SLURP_STEP;
+        int n = gzread(s->gz, buf, want);
+        if (n <= 0) {
+            coop_status st = gz_failure(s->gz, s->path, 0);
+            if (st == COOP_OK && n < 0)
+                st = coop_set_error(COOP_ERR_INVALID, "%s: read error", s->path);
+            return st;
+        }
+        *got += (size_t)n;
+        buf += n;
+        cap -= (size_t)n;
+    }
+    return COOP_OK;
+}
+
+void trace_input_stream_close(trace_input_stream *s)
+{
+    if (s->gz)
+        gzclose(s->gz);
+    s->gz = NULL;
 }
 
 coop_status trace_input_peek(const char *path, unsigned char *buf, size_t cap, size_t *len)

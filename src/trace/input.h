@@ -1,8 +1,9 @@
 /*
  * Reading trace files, compressed or not: every reader goes through here, so
  * `.gz` is transparent everywhere (zlib's gzread passes plain files through
- * unchanged). Two ways in: a line stream (text formats, bounded memory) and
- * the whole file at once (pickles: the parse reads it twice, scanning its memo first).
+ * unchanged). Three ways in: a line stream (text formats, bounded memory),
+ * the whole file at once (a pickle from a pipe), and a regular file read
+ * twice in pieces (a pickle: its memo scanned, then parsed through a window).
  */
 #ifndef COOP_TRACE_INPUT_H
 #define COOP_TRACE_INPUT_H
@@ -17,10 +18,12 @@
 /* Longest line the line reader accepts (bytes, newline excluded). */
 #define TRACE_INPUT_MAX_LINE ((size_t)1 << 20)
 
-/* Largest file trace_input_slurp loads (decompressed bytes): a guard against
- * gzip bombs; real snapshots are a few hundred MB at most. Parsing a pickle
- * takes up to PKL_MEMORY_PER_BYTE (24) bytes per byte on top, so 1 GiB
- * bounds a hostile file at about 25 GB where 4 GiB allowed 100. */
+/* Largest file trace_input_slurp loads and trace_input_each reads
+ * (decompressed bytes): a guard against gzip bombs; real snapshots are a
+ * few hundred MB at most. Parsing a pickle takes up to PKL_MEMORY_PER_BYTE
+ * (24) bytes per byte on top, so 1 GiB bounds a hostile file at about 25 GB
+ * where 4 GiB allowed 100. A file read twice rather than held leaves 24 of
+ * those 25 bytes: the limit stays. */
 #define TRACE_INPUT_MAX_SLURP ((size_t)1 << 30)
 
 /* A gzip stream that inflates to more than TRACE_INPUT_BOMB_RATIO times the
@@ -122,6 +125,36 @@ void trace_input_close(trace_input *in);
  * bytes, plus one NUL byte after the end. Errors as above, or a file larger
  * than TRACE_INPUT_MAX_SLURP (or inflating past TRACE_INPUT_BOMB_RATIO). */
 coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *len);
+
+/* Whether path is a regular file, which the snapshot reader reads twice
+ * rather than whole (a pipe, read once, is read whole: trace_input_slurp). */
+int trace_input_rereadable(const char *path);
+
+/* Reads all of path (decompressed) as trace_input_slurp does, with the same
+ * refusals at the same bytes (its limits included), but hands each piece
+ * read to piece instead of keeping it: memory is one piece (16 MiB at
+ * most). *len gets the bytes read. piece's error ends the read. */
+coop_status trace_input_each(const char *path,
+                             coop_status (*piece)(void *ctx, const unsigned char *p, size_t n),
+                             void *ctx, size_t *len);
+
+/* A file read again from its first (decompressed) byte, in pieces, after
+ * trace_input_each read it: no limits are checked again. */
+typedef struct trace_input_stream {
+    gzFile gz;
+    const char *path; /* borrowed */
+} trace_input_stream;
+
+/* Opens path. Errors: "PATH: cannot open: reason". */
+coop_status trace_input_stream_open(trace_input_stream *s, const char *path);
+
+/* Reads up to cap bytes into buf, *got of them (fewer only at the end of the
+ * file). Errors as trace_input_line's read errors, without a line. */
+coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, size_t cap,
+                                    size_t *got);
+
+/* Closes the file; safe on a zeroed or closed stream. */
+void trace_input_stream_close(trace_input_stream *s);
 
 /* Reads up to cap decompressed bytes from the start of path into buf (for
  * format detection); *len gets the count (less than cap at the end). */

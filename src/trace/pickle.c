@@ -245,7 +245,15 @@ static int runs_code(unsigned char op)
 
 typedef struct machine {
     const char *path;
-    const unsigned char *data;
+    /* The input's bytes [win_at, win_end) are at win (all of them when the
+     * parse is given the whole input; a window of wbuf over a stream read
+     * through read_fn otherwise, refilled by need()): */
+    const unsigned char *win;
+    size_t win_at, win_end;
+    unsigned char *wbuf;
+    size_t wcap;
+    pkl_read_fn read_fn;
+    void *read_ctx;
     size_t len, pos;
     size_t op_at; /* offset of the opcode being executed */
     unsigned char op;
@@ -296,8 +304,35 @@ static coop_status check_memory(const machine *m)
                           m->path, m->op_at, m->memory_limit, PKL_MEMORY_PER_BYTE);
 }
 
+/* Makes the input's bytes [pos, pos + n) readable at win (m->len - pos >= n
+ * and n <= wcap when streaming): moves what is left of the window to its
+ * start and reads more. The stream's length was known from its first pass
+ * (pkl_scan), so one ending early changed in between. */
+static coop_status need(machine *m, size_t n)
+{
+    if (m->pos + n <= m->win_end)
+        return COOP_OK;
+    size_t keep = m->win_end - m->pos;
+    memmove(m->wbuf, m->wbuf + (m->pos - m->win_at), keep);
+    m->win_at = m->pos;
+    while (m->win_end - m->win_at < n) {
+        size_t room = m->wcap - (m->win_end - m->win_at), left = m->len - m->win_end, got = 0;
+        coop_status st = m->read_fn(m->read_ctx, m->wbuf + (m->win_end - m->win_at),
+                                    room < left ? room : left, &got);
+        if (st != COOP_OK)
+            return st;
+        if (got == 0)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "%s: byte %zu: the file changed while it was read: %zu bytes "
+                                  "the first time, %zu the second",
+                                  m->path, m->win_end, m->len, m->win_end);
+        m->win_end += got;
+    }
+    return COOP_OK;
+}
+
 /* Argument bytes of the current opcode, or NULL (and an error) if the file
- * ends first. */
+ * ends first. Valid until the next take. */
 static const unsigned char *take(machine *m, size_t n, coop_status *st)
 {
     if (m->len - m->pos < n) {
@@ -307,7 +342,9 @@ static const unsigned char *take(machine *m, size_t n, coop_status *st)
                              m->path, m->op_at, opcode_names[m->op], n, m->len - m->pos);
         return NULL;
     }
-    const unsigned char *p = m->data + m->pos;
+    if ((*st = need(m, n)) != COOP_OK)
+        return NULL;
+    const unsigned char *p = m->win + (m->pos - m->win_at);
     m->pos += n;
     return p;
 }
@@ -555,13 +592,22 @@ static coop_status push_str(machine *m, pkl_kind kind, size_t len_bytes)
                                k < PKL_ARRAY_CLASSES ? (size_t)16 << k : (size_t)n);
         if (!copy)
             return out_of_memory(m);
-        memcpy(copy, m->data + m->pos, (size_t)n);
         v->v.str.ptr = copy;
+        v->v.str.len = 0; /* a node on no stack yet: nothing reads it if the copy fails */
+        for (size_t done = 0; done < n;) { /* a window at a time: a string may be longer */
+            size_t piece = (size_t)n - done, avail = m->win_end - m->pos;
+            if (piece > avail)
+                piece = avail ? avail : piece < m->wcap ? piece : m->wcap;
+            if ((st = need(m, piece)) != COOP_OK)
+                return st;
+            memcpy(copy + done, m->win + (m->pos - m->win_at), piece);
+            m->pos += piece;
+            done += piece;
+        }
     } else {
         v->v.str.ptr = "";
     }
     v->v.str.len = (size_t)n;
-    m->pos += (size_t)n;
     return push(m, v);
 }
 
@@ -853,46 +899,143 @@ static const unsigned char argument_of[256] = {
     [OP_BINUNICODE8] = ARG_PREFIXED + 8,
 };
 
-/* The memo entries the file's BINGETs fetch (m->fetched), read opcode by
- * opcode as step() will, up to STOP or to what step() will refuse (a
- * truncated argument, an opcode it does not run): the parse fails there, so
- * nothing after it matters. A fetch of an entry past the opcodes read so far
- * fails in memo_get too (the memo is no longer than that), which bounds the
- * bitmap to an eighth of a byte per opcode. */
-static coop_status scan_fetches(machine *m)
+/* One opcode of the scan (pkl_scan_feed): h holds it and its fixed
+ * argument or length bytes, at the input's byte at. */
+static inline coop_status scan_op(pkl_scan *s, const unsigned char *h, uint64_t at)
 {
-    const unsigned char *data = m->data; /* locals: the bitmap's stores alias all */
-    size_t len = m->len, pos = 0, ops = 0;
-    while (pos < len) {
-        unsigned arg = argument_of[data[pos++]];
-        size_t n = arg & 0xf;
-        ops++;
-        if (!arg || len - pos < n)
-            break;
-        if (arg & ARG_PREFIXED) {
-            uint64_t more = little_endian(data + pos, n);
-            pos += n;
-            if (more > len - pos)
-                break;
-            n = (size_t)more;
-        }
-        if (arg & ARG_GET) {
-            uint64_t index = little_endian(data + pos, n);
-            if (index < ops) {
-                size_t byte = (size_t)(index / 8), had = m->fetched_cap;
-                if (byte >= had) {
-                    if (GROW_ARRAY(m->fetched, m->fetched_cap, byte + 1, 4096))
-                        return coop_set_error(COOP_ERR_HOST_NOMEM,
-                                              "%s: byte %zu: out of memory (scanning the memo)",
-                                              m->path, pos - 1);
-                    memset(m->fetched + had, 0, m->fetched_cap - had);
-                }
-                m->fetched[byte] |= (unsigned char)(1u << (index % 8));
+    unsigned arg = argument_of[h[0]];
+    size_t n = arg & 0xf;
+    s->ops++;
+    if (arg & ARG_PREFIXED)
+        s->skip = little_endian(h + 1, n);
+    if (arg & ARG_GET) {
+        uint64_t index = little_endian(h + 1, n);
+        if (index < s->ops) {
+            size_t byte = (size_t)(index / 8), had = s->fetched_cap;
+            if (byte >= had) {
+                if (GROW_ARRAY(s->fetched, s->fetched_cap, byte + 1, 4096))
+                    return coop_set_error(COOP_ERR_HOST_NOMEM,
+                                          "%s: byte %llu: out of memory (scanning the memo)",
+                                          s->path, (unsigned long long)at);
+                memset(s->fetched + had, 0, s->fetched_cap - had);
             }
+            s->fetched[byte] |= (unsigned char)(1u << (index % 8));
         }
-        pos += n;
     }
     return COOP_OK;
+}
+
+/* The memo entries the file's BINGETs fetch (s->fetched), read opcode by
+ * opcode as step() will, up to STOP or to what step() will refuse (a
+ * truncated argument, an opcode it does not run): the parse fails there, so
+ * nothing after it matters (a file whose first byte is no PROTO is not
+ * scanned at all). A fetch of an entry past the opcodes read so far fails in
+ * memo_get too (the memo is no longer than that), which bounds the bitmap to
+ * an eighth of a byte per opcode. An opcode and its argument's first bytes
+ * may be split between pieces: they wait in s->head. */
+coop_status pkl_scan_feed(pkl_scan *s, const unsigned char *p, size_t n)
+{
+    uint64_t base = s->len;
+    if (base == 0 && n && p[0] != OP_PROTO)
+        s->ended = 1;
+    s->len += n;
+    coop_status st = COOP_OK;
+    for (size_t i = 0; i < n && !s->ended && st == COOP_OK;) {
+        if (s->skip) {
+            size_t k = s->skip < n - i ? (size_t)s->skip : n - i;
+            i += k;
+            s->skip -= k;
+            continue;
+        }
+        if (!s->head_len) {
+            unsigned arg = argument_of[p[i]];
+            size_t h = 1 + (arg & 0xf);
+            if (!arg) {
+                s->ended = 1;
+                break;
+            }
+            if (n - i >= h) { /* the whole opcode in this piece */
+                st = scan_op(s, p + i, base + i);
+                i += h;
+                continue;
+            }
+            s->head_need = (unsigned char)h;
+            s->head_at = base + i;
+        }
+        size_t want = (size_t)s->head_need - s->head_len;
+        size_t k = want < n - i ? want : n - i;
+        memcpy(s->head + s->head_len, p + i, k);
+        s->head_len = (unsigned char)(s->head_len + k);
+        i += k;
+        if (s->head_len == s->head_need) {
+            st = scan_op(s, s->head, s->head_at);
+            s->head_len = 0;
+        }
+    }
+    return st;
+}
+
+void pkl_scan_free(pkl_scan *s)
+{
+    free(s->fetched);
+    s->fetched = NULL;
+    s->fetched_cap = 0;
+}
+
+size_t pkl_stream_window = (size_t)1 << 20;
+
+/* The parse proper, from m's first byte (at m->win), for the machine set up
+ * by pkl_parse_sealed or pkl_parse_stream; frees what the machine holds and
+ * on failure the arena. */
+static coop_status run(machine *m, coop_status st, const pkl_value **root)
+{
+    const char *path = m->path;
+    if (st == COOP_OK && (m->len == 0 || m->win[0] != OP_PROTO))
+        st = coop_set_error(COOP_ERR_INVALID,
+                            "%s: byte 0: not a pickle of protocol 2 or later (first byte %s)", path,
+                            m->len ? "is not 0x80" : "missing: empty file");
+    if (st == COOP_OK && m->read_keys) {
+        size_t n = 0;
+        while (m->read_keys[n])
+            n++;
+        if (!(m->read_key_lens = malloc((n ? n : 1) * sizeof *m->read_key_lens)))
+            st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: byte 0: out of memory", path);
+        for (size_t i = 0; st == COOP_OK && i < n; i++)
+            m->read_key_lens[i] = strlen(m->read_keys[i]);
+    }
+    int done = 0;
+    while (st == COOP_OK && !done) {
+        if (m->pos >= m->len) {
+            st = coop_set_error(COOP_ERR_INVALID,
+                                "%s: byte %zu: truncated: the pickle ends without STOP", path,
+                                m->len);
+            break;
+        }
+        if ((st = need(m, 1)) != COOP_OK)
+            break;
+        m->op_at = m->pos;
+        m->op = m->win[m->pos++ - m->win_at];
+        m->ops++;
+        st = step(m, &done);
+    }
+    if (st == COOP_OK)
+        *root = m->stack[0];
+    else
+        pkl_arena_free(m->arena);
+    free(m->stack);
+    free(m->marks);
+    free(m->memo);
+    free(m->fetched);
+    free(m->read_key_lens);
+    free(m->wbuf);
+    return st;
+}
+
+static size_t memory_limit(size_t len)
+{
+    return len > (SIZE_MAX - PKL_MEMORY_BASE) / PKL_MEMORY_PER_BYTE
+               ? SIZE_MAX
+               : len * PKL_MEMORY_PER_BYTE + PKL_MEMORY_BASE;
 }
 
 coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, pkl_arena *arena,
@@ -913,54 +1056,52 @@ coop_status pkl_parse_sealed(const char *path, const unsigned char *data, size_t
 {
     *root = NULL;
     machine m = {.path = path,
-                 .data = data,
+                 .win = data,
+                 .win_end = len,
                  .len = len,
                  .arena = arena,
                  .read_keys = read_keys,
                  .seal = read_keys ? seal : NULL,
-                 .seal_ctx = seal_ctx};
-    m.memory_limit = len > (SIZE_MAX - PKL_MEMORY_BASE) / PKL_MEMORY_PER_BYTE
-                         ? SIZE_MAX
-                         : len * PKL_MEMORY_PER_BYTE + PKL_MEMORY_BASE;
+                 .seal_ctx = seal_ctx,
+                 .memory_limit = memory_limit(len)};
     coop_status st = COOP_OK;
-    if (len == 0 || data[0] != OP_PROTO)
-        st = coop_set_error(COOP_ERR_INVALID,
-                            "%s: byte 0: not a pickle of protocol 2 or later (first byte %s)", path,
-                            len ? "is not 0x80" : "missing: empty file");
-    if (st == COOP_OK && read_keys)
-        st = scan_fetches(&m);
-    if (st == COOP_OK && read_keys) {
-        size_t n = 0;
-        while (read_keys[n])
-            n++;
-        if (!(m.read_key_lens = malloc((n ? n : 1) * sizeof *m.read_key_lens)))
-            st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: byte 0: out of memory", path);
-        for (size_t i = 0; st == COOP_OK && i < n; i++)
-            m.read_key_lens[i] = strlen(read_keys[i]);
+    if (read_keys && len && data[0] == OP_PROTO) { /* else run() refuses it at byte 0 */
+        pkl_scan scan = {.path = path};
+        st = pkl_scan_feed(&scan, data, len);
+        m.fetched = scan.fetched;
+        m.fetched_cap = scan.fetched_cap;
     }
-    int done = 0;
-    while (st == COOP_OK && !done) {
-        if (m.pos >= m.len) {
-            st = coop_set_error(COOP_ERR_INVALID,
-                                "%s: byte %zu: truncated: the pickle ends without STOP", path,
-                                m.len);
-            break;
-        }
-        m.op_at = m.pos;
-        m.op = data[m.pos++];
-        m.ops++;
-        st = step(&m, &done);
+    return run(&m, st, root);
+}
+
+coop_status pkl_parse_stream(const char *path, pkl_scan *scan, pkl_read_fn read, void *read_ctx,
+                             const char *const *read_keys, pkl_seal_fn seal, void *seal_ctx,
+                             pkl_arena *arena, const pkl_value **root)
+{
+    *root = NULL;
+    machine m = {.path = path,
+                 .len = (size_t)scan->len,
+                 .read_fn = read,
+                 .read_ctx = read_ctx,
+                 .arena = arena,
+                 .read_keys = read_keys,
+                 .seal = read_keys ? seal : NULL,
+                 .seal_ctx = seal_ctx,
+                 .memory_limit = memory_limit((size_t)scan->len)};
+    if (read_keys) { /* the bitmap is the machine's now */
+        m.fetched = scan->fetched;
+        m.fetched_cap = scan->fetched_cap;
+        scan->fetched = NULL;
+        scan->fetched_cap = 0;
     }
-    if (st == COOP_OK)
-        *root = m.stack[0];
-    else
-        pkl_arena_free(arena);
-    free(m.stack);
-    free(m.marks);
-    free(m.memo);
-    free(m.fetched);
-    free(m.read_key_lens);
-    return st;
+    m.wcap = pkl_stream_window > 256 ? pkl_stream_window : 256; /* LONG1 takes up to 255 */
+    coop_status st = COOP_OK;
+    if (!(m.wbuf = malloc(m.wcap)))
+        st = coop_set_error(COOP_ERR_HOST_NOMEM, "%s: byte 0: out of memory", path);
+    m.win = m.wbuf;
+    if (st == COOP_OK && m.len)
+        st = need(&m, 1);
+    return run(&m, st, root);
 }
 
 /* ------------------------------------------------------------------------

@@ -139,6 +139,49 @@ coop_status pkl_parse_sealed(const char *path, const unsigned char *data, size_t
                              const char *const *read_keys, pkl_seal_fn seal, void *seal_ctx,
                              pkl_arena *arena, const pkl_value **root);
 
+/* A parse of an input not held whole (a large file read twice): its first
+ * pass, fed the input's bytes in pieces of any size, in order, counts them
+ * (len) and collects what pkl_parse_pruned scans for before it parses (the
+ * memo entries the BINGETs fetch). Zero it but for path, feed it, then give
+ * it to pkl_parse_stream; pkl_scan_free frees it either way. */
+typedef struct pkl_scan {
+    const char *path;      /* for messages */
+    uint64_t len;          /* bytes fed */
+    uint64_t skip;         /* bytes of the current opcode's string still to pass */
+    uint64_t head_at;      /* offset of the opcode in head */
+    size_t ops;            /* opcodes scanned */
+    unsigned char head[9]; /* an opcode and its argument (or length) bytes, split between pieces */
+    unsigned char head_len, head_need;
+    int ended; /* past what the parse will refuse: the rest is counted only */
+    unsigned char *fetched;
+    size_t fetched_cap;
+} pkl_scan;
+
+/* Feeds the input's next n bytes. Errors: "PATH: byte N: out of memory
+ * (scanning the memo)". */
+coop_status pkl_scan_feed(pkl_scan *s, const unsigned char *p, size_t n);
+
+void pkl_scan_free(pkl_scan *s);
+
+/* Reads the input's next bytes (the same bytes as the scan's, from the
+ * first) into buf[0..cap), *got of them (0 only at the end); errors its own. */
+typedef coop_status (*pkl_read_fn)(void *ctx, unsigned char *buf, size_t cap, size_t *got);
+
+/* The bytes of input pkl_parse_stream holds at a time (its window; at least
+ * 256 are used): 1 MiB. For tests, which make it small; set it while no
+ * parse runs. */
+extern size_t pkl_stream_window;
+
+/* pkl_parse_sealed of the input that scan was fed, read again through read
+ * (second pass) into a window of pkl_stream_window bytes: the same result,
+ * messages and byte offsets (the length and the memory bound are the
+ * scan's), and besides "PATH: byte N: the file changed while it was read:
+ * L bytes the first time, N the second" when read ends early. The tree's
+ * strings are copies, so only the window is held of the input. */
+coop_status pkl_parse_stream(const char *path, pkl_scan *scan, pkl_read_fn read, void *read_ctx,
+                             const char *const *read_keys, pkl_seal_fn seal, void *seal_ctx,
+                             pkl_arena *arena, const pkl_value **root);
+
 /* Frees every node; the arena is empty (reusable) afterwards. */
 void pkl_arena_free(pkl_arena *arena);
 

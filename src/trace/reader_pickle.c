@@ -1158,14 +1158,34 @@ static const char *const snapshot_keys[] = {
     "blocks",        "state",    "history", "requested_size", "real_size",
 };
 
+static coop_status scan_piece(void *ctx, const unsigned char *p, size_t n)
+{
+    return pkl_scan_feed(ctx, p, n);
+}
+
+static coop_status stream_read(void *ctx, unsigned char *buf, size_t cap, size_t *got)
+{
+    return trace_input_stream_read(ctx, buf, cap, got);
+}
+
 static coop_status read_pickle(const char *path, int device, int seal, trace *out)
 {
     *out = (trace){0};
-    unsigned char *data;
-    size_t len;
-    coop_status st = trace_input_slurp(path, &data, &len);
-    if (st != COOP_OK)
+    /* A regular file is read twice, never whole: a first pass counts its
+     * bytes and scans its memo (what pkl_parse_sealed scans before it
+     * parses), a second parses it through a window (pkl_parse_stream). A
+     * pipe is read once, whole. Same tree, messages and limits either way
+     * (docs/replay.md, "The snapshot reader's memory"). */
+    unsigned char *data = NULL;
+    size_t len = 0;
+    pkl_scan scan = {.path = path};
+    int stream = trace_input_rereadable(path);
+    coop_status st = stream ? trace_input_each(path, scan_piece, &scan, &len)
+                            : trace_input_slurp(path, &data, &len);
+    if (st != COOP_OK) {
+        pkl_scan_free(&scan);
         return st;
+    }
     /* What this reader and trace_torch_settings_read look up; every other
      * key's value (the frames of each entry and block) is pruned as it is
      * parsed, and each trace entry, once in its list, is sealed into its
@@ -1186,7 +1206,17 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
         sk.lens[k] = strlen(summary_keys[k]);
     for (size_t j = 0; keys[j]; j++)
         sk.lens[NUM_SUMMARY_KEYS + j] = strlen(keys[j]);
-    st = pkl_parse_sealed(path, data, len, keys, seal ? seal_entry : NULL, &sk, &arena, &root);
+    if (stream) {
+        trace_input_stream in;
+        st = trace_input_stream_open(&in, path);
+        if (st == COOP_OK)
+            st = pkl_parse_stream(path, &scan, stream_read, &in, keys, seal ? seal_entry : NULL,
+                                  &sk, &arena, &root);
+        trace_input_stream_close(&in);
+    } else {
+        st = pkl_parse_sealed(path, data, len, keys, seal ? seal_entry : NULL, &sk, &arena, &root);
+    }
+    pkl_scan_free(&scan);
     /* The tree holds copies of its strings: the file's bytes (most of the
      * reader's memory with frames) go before the events are built, which
      * took the peak from file + tree + events to the larger of file + tree
