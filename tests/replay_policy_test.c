@@ -1004,7 +1004,7 @@ static void bisection_finds_the_threshold(void **unused)
 }
 
 /* Feasibility is not monotone in the capacity, so the bisection's answer is
- * a capacity that runs, with the one 0.1% below it failing, and not always
+ * a capacity that runs, with the step's multiple below it failing, and not always
  * the smallest that runs. Under torch-expandable this trace runs in 140 and
  * 142 MiB, fails from 144 to 158 MiB and runs again from 160 MiB: the range
  * is 9/8 of the capacity (160 MiB of address space at 140 MiB, 180 MiB at
@@ -1515,7 +1515,7 @@ static void bisection_starts_at_the_main_runs_peak(void **unused)
 
 /* When a policy fits in exactly the peak of live bytes, the row's minimum is
  * that peak to the byte (min_cap/live 1.0000): the bisection's first probe
- * is the peak. A bisection from 0 would stop anywhere within 0.1% above it.
+ * is the peak. A bisection from 0 would stop anywhere within a step above it.
  * torch here: a cached 2 MiB small segment, then a 10 MiB block in its own
  * 10 MiB segment (12 MiB reserved at 1 GiB), which fits in 10 MiB once the
  * small segment is released. */
