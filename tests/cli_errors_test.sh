@@ -472,6 +472,15 @@ if head -1 "$tmp/both" | grep -q "bad.trace:3" && sed -n 2p "$tmp/both" | grep -
 else
     echo "FAIL: the table and the error: $(cat "$tmp/both")"; failures=$((failures + 1))
 fi
+# --json: each row is out before the next trace's error, where they meet in
+# one file (stdout is buffered there: the error came first, rev35-K mutant)
+$coop replay --json --policy ideal "$tmp/keep.trace" "$tmp/bad.trace" "$tmp/keep.trace" >"$tmp/both" 2>&1
+if sed -n 1p "$tmp/both" | grep -q '^{"trace":"keep.trace"' && sed -n 2p "$tmp/both" | grep -q "bad.trace:3" &&
+    sed -n 3p "$tmp/both" | grep -q '^{"trace":"keep.trace"' && [ "$(wc -l <"$tmp/both")" -eq 3 ]; then
+    echo "ok: --json: a row, the error, a row"
+else
+    echo "FAIL: --json rows and the error: $(cat "$tmp/both")"; failures=$((failures + 1))
+fi
 # JSON rows are out as each trace is measured: before the next trace's note
 $coop replay --json --policy ideal,recorded "$tmp/keep.trace" "$tmp/keep.trace" >"$tmp/both" 2>&1
 if sed -n 1p "$tmp/both" | grep -q "no recorded row" && sed -n 2p "$tmp/both" | grep -q '^{' &&

@@ -220,8 +220,6 @@ static void unreadable_traces_exit_two(void **unused)
     assert_int_equal(RUN("--policy", "ideal", path_in_dir("bad.trace")), 2);
 }
 
-/* An input error in a later file stops the run (exit 2) but keeps the table
- * of the files measured before it, and the error is still said. */
 /* A batch's rule, as coop sim's: a bad trace is named and the others are
  * still replayed, exit 2 at the end. Before, replay stopped at the first bad
  * trace (good, bad, good printed the first's rows only) while sim went on. */
@@ -249,6 +247,30 @@ static void bad_trace_among_good_ones_is_named_and_the_rest_replayed(void **unus
     assert_int_equal(RUN("--policy", "ideal", bad, good), 2);
     if (!strstr(slurp("out.txt"), "small.trace"))
         fail_msg("no table for small.trace: '%s'", slurp("out.txt"));
+}
+
+/* A bad trace among good ones leaves the --timeline file that was there
+ * (it would hold some traces' series only), and says so; a device written
+ * directly (no temporary file to drop) got the good traces' series, which
+ * the note said were "not written". Only a bad trace: no table header. */
+static void bad_trace_leaves_the_timeline(void **unused)
+{
+    (void)unused;
+    char good[256], bad[256], timeline[256];
+    snprintf(good, sizeof good, "%s", path_in_dir("small.trace"));
+    snprintf(bad, sizeof bad, "%s", path_in_dir("bad.trace"));
+    snprintf(timeline, sizeof timeline, "%s", path_in_dir("timeline.txt"));
+    write_file(timeline, "old\n");
+    assert_int_equal(RUN("--timeline", timeline, "--policy", "ideal", good, bad, good), 2);
+    assert_string_equal(slurp("timeline.txt"), "old\n");
+    if (!strstr(slurp("err.txt"), "timeline.txt not written: a trace was refused"))
+        fail_msg("the kept timeline is not said: '%s'", slurp("err.txt"));
+    assert_int_equal(RUN("--timeline", "/dev/null", "--policy", "ideal", good, bad), 2);
+    if (strstr(slurp("err.txt"), "not written") ||
+        !strstr(slurp("err.txt"), "--timeline /dev/null holds the traces replayed only"))
+        fail_msg("a device's timeline: '%s'", slurp("err.txt"));
+    assert_int_equal(RUN("--policy", "ideal", bad), 2);
+    assert_string_equal(slurp("out.txt"), "");
 }
 
 /* The error said after the table ("coop replay: " and the reader's
@@ -811,6 +833,7 @@ int main(void)
         cmocka_unit_test(bad_arguments_exit_two),
         cmocka_unit_test(unreadable_traces_exit_two),
         cmocka_unit_test(bad_trace_among_good_ones_is_named_and_the_rest_replayed),
+        cmocka_unit_test(bad_trace_leaves_the_timeline),
         cmocka_unit_test(long_path_error_is_cut_between_characters),
         cmocka_unit_test(traces_are_freed_one_by_one),
         cmocka_unit_test(json_rows_have_the_issue_keys),

@@ -996,15 +996,36 @@ static void bisection_finds_the_threshold(void **unused)
         COOP_OK);
     assert_int_equal(cap, 2 * MiB); /* exact: its step is the page */
     assert_int_equal(at.map_bytes, 2 * MiB);
+    /* bounds off the step (a --capacity of the user's, jemalloc's peak):
+     * the multiple between them is still probed, 20 MiB, not hi or a
+     * probe a step above lo (rev35-K mutants answered 20.9 and 20.5 MiB) */
+    assert_int_equal(replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, 37 * MiB / 2,
+                                         20 * MiB + 900 * 1024, &cap, &at),
+                     COOP_OK);
+    assert_int_equal(cap, 20 * MiB);
     /* an upper bound that does not fit is an error */
     assert_int_equal(replay_min_capacity(&p, &replay_policy_torch, 2 * MiB, 1, 10 * MiB, &cap, &at),
                      COOP_ERR_NOMEM);
     replay_prepared_free(&p);
     built_free(&b);
+    /* coop's step is --page, whatever it is: 1,000,000 bytes take 16 pages
+     * of 64 KiB (the pool's capacity is whole pages: the peak fails) */
+    built one = {0};
+    alloc_ev(&one, 0, 1000000);
+    assert_int_equal(replay_prepare(&one.t, &p), COOP_OK);
+    assert_int_equal(
+        replay_min_capacity(&p, &replay_policy_coop, 64 * 1024, p.peak_live, GiB, &cap, &at),
+        COOP_OK);
+    assert_int_equal(cap, 16 * 64 * 1024);
+    assert_int_equal(
+        replay_run_trace(&p, &replay_policy_coop, cap - 64 * 1024, 64 * 1024, NULL, &at), COOP_OK);
+    assert_true(at.oom);
+    replay_prepared_free(&p);
+    built_free(&one);
 }
 
 /* Feasibility is not monotone in the capacity, so the bisection's answer is
- * a capacity that runs, with the one 0.1% below it failing, and not always
+ * a capacity that runs, with the step's multiple below it failing, and not always
  * the smallest that runs. Under torch-expandable this trace runs in 140 and
  * 142 MiB, fails from 144 to 158 MiB and runs again from 160 MiB: the range
  * is 9/8 of the capacity (160 MiB of address space at 140 MiB, 180 MiB at
@@ -1515,7 +1536,7 @@ static void bisection_starts_at_the_main_runs_peak(void **unused)
 
 /* When a policy fits in exactly the peak of live bytes, the row's minimum is
  * that peak to the byte (min_cap/live 1.0000): the bisection's first probe
- * is the peak. A bisection from 0 would stop anywhere within 0.1% above it.
+ * is the peak. A bisection from 0 would stop anywhere within a step above it.
  * torch here: a cached 2 MiB small segment, then a 10 MiB block in its own
  * 10 MiB segment (12 MiB reserved at 1 GiB), which fits in 10 MiB once the
  * small segment is released. */

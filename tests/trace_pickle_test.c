@@ -355,6 +355,50 @@ static void test_strings_outlive_the_input(void **state)
     free(b);
 }
 
+/* The copies of pruned strings are reused: 40,000 entries {"frames":
+ * [20-byte string]} (the key memoized once, as PyTorch does), each list
+ * pruned as set, hold one chunk of copies, not 40,000 x 32 bytes (2 MiB of
+ * chunks; a rev35-K mutant that never gave the copies back). */
+static void test_pruned_strings_are_reused(void **state)
+{
+    (void)state;
+    enum { N = 40000 };
+    size_t cap = 16 + (size_t)N * 32, n = 0;
+    unsigned char *b = malloc(cap);
+    assert_non_null(b);
+    memcpy(b + n, "\x80\x04](", 4);
+    n += 4;
+    for (int i = 0; i < N; i++) {
+        if (i == 0) {
+            memcpy(b + n,
+                   "}\x8c\x06"
+                   "frames\x94",
+                   10);
+            n += 10;
+        } else {
+            memcpy(b + n, "}h\x00", 3);
+            n += 3;
+        }
+        b[n++] = ']';
+        b[n++] = 0x8c;
+        b[n++] = 20;
+        n += (size_t)snprintf((char *)b + n, 21, "frame-%014d", i);
+        memcpy(b + n, "as", 2);
+        n += 2;
+    }
+    memcpy(b + n, "e.", 2);
+    n += 2;
+    assert_true(n <= cap);
+    static const char *const read_keys[] = {"addr", NULL};
+    pkl_arena arena = {0};
+    const pkl_value *root;
+    assert_int_equal(pkl_parse_pruned("p", b, n, read_keys, &arena, &root), COOP_OK);
+    assert_true(root->kind == PKL_LIST && root->v.seq.len == N);
+    assert_int_equal(arena.str_bytes, (size_t)1 << 20);
+    pkl_arena_free(&arena);
+    free(b);
+}
+
 /* LONG1 of every width from 1 to 8 bytes is two's complement: all ones is
  * -1 and a lone top bit is -2^(8n-1), at 7 bytes as at 2 or 8. */
 static void test_long1_widths(void **state)
@@ -3352,6 +3396,7 @@ int main(void)
         cmocka_unit_test(test_memory_is_bounded),
         cmocka_unit_test(test_long_length_strings),
         cmocka_unit_test(test_strings_outlive_the_input),
+        cmocka_unit_test(test_pruned_strings_are_reused),
         cmocka_unit_test(test_memo_and_marks_count_in_the_bound),
         cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_device_choice),

@@ -99,7 +99,7 @@ static void usage(FILE *out)
             "2 usage\n"
             "or input error. A TRACE that cannot be opened is refused before any replay; a\n"
             "bad trace is named and the other traces are still replayed (status 2 at the\n"
-            "end, no --timeline written), as in coop sim.\n",
+            "end; a --timeline file is then not written), as in coop sim.\n",
             "recorded", "what PyTorch's allocator reserved (snapshots with segments)");
 }
 
@@ -706,15 +706,18 @@ int cmd_replay(int argc, char **argv)
             err = errno;
         }
         const char *why = NULL;
+        bool direct = !tl_out.tmp; /* a device or FIFO: written as it went */
         if (written && complete && tl_out.tmp)
             why = cli_output_commit(&tl_out);
         else
             cli_output_discard(&tl_out);
         if (!why && !written && complete)
             why = err ? strerror(err) : "write error";
+        /* a device or FIFO got the series of the traces replayed as they
+         * went: there is no file to hold back */
         if (bad_input && written)
-            fprintf(stderr, "coop replay: --timeline %s not written: a trace was refused (above)\n",
-                    timeline_path);
+            fprintf(stderr, "coop replay: --timeline %s %s: a trace was refused (above)\n",
+                    timeline_path, direct ? "holds the traces replayed only" : "not written");
         if (why) {
             fprintf(stderr, "coop replay: writing --timeline %s failed: %s\n", timeline_path, why);
             rc = rc ? rc : 1;

@@ -2568,6 +2568,14 @@ class Library(unittest.TestCase):
         self.assertIn(f"tried: {os.path.abspath(LIB_PATH)} (libcoop {coop.__version__}, but its "
                       f"coop_stats is {theirs} bytes, this package's mirror 8: use the package "
                       "of the same build)", self.library_error(prelude))
+        # a mirror longer than the library's structure is refused too: the
+        # package would read and write past what the library fills
+        prelude = ("import ctypes, coop.native\n"
+                   "class Long(ctypes.Structure):\n"
+                   f"    _fields_ = [('x', ctypes.c_char * {theirs + 8})]\n"
+                   "coop.native.MIRRORS['coop_stats'] = Long\n")
+        self.assertIn(f"but its coop_stats is {theirs} bytes, this package's mirror "
+                      f"{theirs + 8}: use the package", self.library_error(prelude))
 
     def test_every_mirror_matches_the_built_library(self):
         """Each ctypes mirror is as large as the structure of the library
@@ -2577,6 +2585,15 @@ class Library(unittest.TestCase):
         for name, mirror in native.MIRRORS.items():
             self.assertEqual(_dl.coop_abi_size(name.encode()), ctypes.sizeof(mirror), name)
         self.assertEqual(_dl.coop_abi_size(b"coop_pool"), 0)
+
+    def test_every_structure_is_mirrored(self):
+        """Every ctypes structure coop.native defines is in MIRRORS, checked
+        against the library when it loads: one left out would be used
+        unchecked."""
+        defined = {v for v in vars(native).values() if isinstance(v, type) and
+                   issubclass(v, ctypes.Structure) and v.__module__ == native.__name__}
+        self.assertGreater(len(defined), 0)
+        self.assertEqual(sorted(c.__name__ for c in defined - set(native.MIRRORS.values())), [])
 
     def test_the_version_is_one_in_every_place(self):
         """configure.ac's AC_INIT, coop.h's COOP_VERSION_STRING, the package's
