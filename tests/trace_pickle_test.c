@@ -11,6 +11,7 @@
 #include "trace_fixture.h"
 
 #include "fuzz/pickle_same.h"
+#include "trace/input.h"
 #include "trace/pickle.h"
 
 /* ------------------------------------------------------------------------
@@ -3365,6 +3366,48 @@ static void test_stream_parse_is_the_same(void **state)
     assert_string_equal(coop_last_error(), want);
 }
 
+/* What replaced_between_reads puts in place of the file: the same length,
+ * one byte of a frame's string changed. */
+static pk replacement;
+
+static void replace_file(const char *path)
+{
+    char tmp[320];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    fixture_write(tmp, replacement.b, replacement.n, 0);
+    assert_int_equal(rename(tmp, path), 0);
+}
+
+/* A regular file replaced between the reader's two reads (by one of the same
+ * length, so no read ends early) is refused as changed, not parsed as a mix
+ * of both: the scan's memo bitmap is the first file's. */
+static void test_a_file_replaced_between_reads(void **state)
+{
+    (void)state;
+    pk p;
+    framed_snapshot(&p, 1);
+    replacement = p;
+    unsigned char *name = memmem(replacement.b, replacement.n, "b.py", 4);
+    assert_non_null(name);
+    name[0] = 'c'; /* a frame's file name, "c.py" */
+    char path[300];
+    fixture_path(path, sizeof path, "replaced.pickle");
+    fixture_write(path, p.b, p.n, 0);
+    trace t;
+    trace_input_reread_hook = replace_file;
+    coop_status st = trace_read_pickle(path, &t);
+    trace_input_reread_hook = NULL;
+    if (st == COOP_OK)
+        trace_free(&t);
+    assert_int_equal(st, COOP_ERR_INVALID);
+    char want[400];
+    snprintf(want, sizeof want,
+             "%s: the file changed while it was read: replaced or modified between its first "
+             "read and its second",
+             path);
+    assert_string_equal(coop_last_error(), want);
+}
+
 int main(void)
 {
     test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
@@ -3420,6 +3463,7 @@ int main(void)
         cmocka_unit_test(test_scan_reads_nothing_past_the_end),
         cmocka_unit_test(test_scan_sees_the_highest_fetch_it_may),
         cmocka_unit_test(test_stream_parse_is_the_same),
+        cmocka_unit_test(test_a_file_replaced_between_reads),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

@@ -415,10 +415,9 @@ coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *le
     return read_whole(path, NULL, NULL, data, len);
 }
 
-int trace_input_rereadable(const char *path)
+int trace_input_rereadable(const char *path, struct stat *was)
 {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    return stat(path, was) == 0 && S_ISREG(was->st_mode);
 }
 
 coop_status trace_input_each(const char *path,
@@ -428,10 +427,30 @@ coop_status trace_input_each(const char *path,
     return read_whole(path, piece, ctx, NULL, len);
 }
 
-coop_status trace_input_stream_open(trace_input_stream *s, const char *path)
+void (*trace_input_reread_hook)(const char *path);
+
+coop_status trace_input_stream_open(trace_input_stream *s, const char *path, const struct stat *was)
 {
     *s = (trace_input_stream){.path = path};
-    return open_gz(path, &s->gz);
+    if (trace_input_reread_hook)
+        trace_input_reread_hook(path);
+    coop_status st = open_gz(path, &s->gz);
+    if (st != COOP_OK)
+        return st;
+    /* stat after the open: a file renamed over path in between shows as a
+     * change (at worst a needless refusal), never the other way round */
+    struct stat now;
+    if (stat(path, &now) != 0 || now.st_dev != was->st_dev || now.st_ino != was->st_ino ||
+        now.st_size != was->st_size || now.st_mtim.tv_sec != was->st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != was->st_mtim.tv_nsec) {
+        char shown[TRACE_INPUT_SHOWN_PATH];
+        trace_input_stream_close(s);
+        return coop_set_error(COOP_ERR_INVALID,
+                              "%s: the file changed while it was read: replaced or modified "
+                              "between its first read and its second",
+                              trace_input_shown_path(shown, path));
+    }
+    return COOP_OK;
 }
 
 coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, size_t cap,

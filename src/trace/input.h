@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "coop.h"
@@ -127,8 +128,10 @@ void trace_input_close(trace_input *in);
 coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *len);
 
 /* Whether path is a regular file, which the snapshot reader reads twice
- * rather than whole (a pipe, read once, is read whole: trace_input_slurp). */
-int trace_input_rereadable(const char *path);
+ * rather than whole (a pipe, read once, is read whole: trace_input_slurp);
+ * *was gets its stat(), taken before the first read, for
+ * trace_input_stream_open. */
+int trace_input_rereadable(const char *path, struct stat *was);
 
 /* Reads all of path (decompressed) as trace_input_slurp does, with the same
  * refusals at the same bytes (its limits included), but hands each piece
@@ -145,8 +148,19 @@ typedef struct trace_input_stream {
     const char *path; /* borrowed */
 } trace_input_stream;
 
-/* Opens path. Errors: "PATH: cannot open: reason". */
-coop_status trace_input_stream_open(trace_input_stream *s, const char *path);
+/* For tests: if set, called by trace_input_stream_open before it opens
+ * path again (where a test changes the file between the two reads). */
+extern void (*trace_input_reread_hook)(const char *path);
+
+/* Opens path again, which must still be the file that stat() gave *was
+ * (the same device, inode, size and modification time): a file replaced or
+ * written between the two reads is refused, as its second read would not
+ * match the first one's scan. Not seen: a write in place during the second
+ * read that keeps the length (its modification time is checked at the
+ * open). Errors: "PATH: cannot open: reason", "PATH: the file changed while
+ * it was read: replaced or modified between its first read and its second". */
+coop_status trace_input_stream_open(trace_input_stream *s, const char *path,
+                                    const struct stat *was);
 
 /* Reads up to cap bytes into buf, *got of them (fewer only at the end of the
  * file). Errors as trace_input_line's read errors, without a line. */

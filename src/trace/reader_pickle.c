@@ -1179,7 +1179,8 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
     unsigned char *data = NULL;
     size_t len = 0;
     pkl_scan scan = {.path = path};
-    int stream = trace_input_rereadable(path);
+    struct stat was;
+    int stream = trace_input_rereadable(path, &was);
     coop_status st = stream ? trace_input_each(path, scan_piece, &scan, &len)
                             : trace_input_slurp(path, &data, &len);
     if (st != COOP_OK) {
@@ -1208,7 +1209,7 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
         sk.lens[NUM_SUMMARY_KEYS + j] = strlen(keys[j]);
     if (stream) {
         trace_input_stream in;
-        st = trace_input_stream_open(&in, path);
+        st = trace_input_stream_open(&in, path, &was);
         if (st == COOP_OK)
             st = pkl_parse_stream(path, &scan, stream_read, &in, keys, seal ? seal_entry : NULL,
                                   &sk, &arena, &root);
