@@ -4,7 +4,9 @@
  * code-running opcode, malformed and truncated input, and random byte
  * mutations (seed printed; COOP_TEST_SEED replays one).
  */
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_seed.h"
@@ -3347,6 +3349,21 @@ static void test_stream_parse_is_the_same(void **state)
     op(&q, '.');
     for (size_t len = q.n; len-- > q.n - 760;)
         parse_both(q.b, len, &pruned);
+    /* LONG1 of 255 bytes (the most take() asks for at once) past the window's first bytes */
+    pk l = {.n = 0};
+    op(&l, 0x80);
+    op(&l, 4);
+    op(&l, ']');
+    for (int i = 0; i < 3; i++) {
+        op(&l, 0x8a);
+        op(&l, 255);
+        op(&l, (unsigned char)(7 + i));
+        for (int j = 1; j < 255; j++)
+            op(&l, 0);
+        op(&l, 'a');
+    }
+    op(&l, '.');
+    parse_both(l.b, l.n, &pruned);
     parse_both(q.b, q.n, &pruned);
     assert_int_equal(pruned, 1);
     pkl_arena arena = {0};
@@ -3366,21 +3383,37 @@ static void test_stream_parse_is_the_same(void **state)
     assert_string_equal(coop_last_error(), want);
 }
 
-/* What replaced_between_reads puts in place of the file: the same length,
- * one byte of a frame's string changed. */
+/* What test_a_file_replaced_between_reads puts in place of the file: the
+ * same length, one byte of a frame's string changed; written in place
+ * (in_place: the same inode, its modification time a second later) or
+ * renamed over it (another inode, the same modification time). */
 static pk replacement;
+static int in_place;
 
 static void replace_file(const char *path)
 {
+    struct stat was;
+    assert_int_equal(stat(path, &was), 0);
+    struct timespec times[2] = {was.st_atim, was.st_mtim};
     char tmp[320];
     snprintf(tmp, sizeof tmp, "%s.new", path);
-    fixture_write(tmp, replacement.b, replacement.n, 0);
-    assert_int_equal(rename(tmp, path), 0);
+    if (in_place) {
+        times[1].tv_sec++;
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        assert_int_equal(fwrite(replacement.b, 1, replacement.n, f), replacement.n);
+        assert_int_equal(fclose(f), 0);
+    } else {
+        fixture_write(tmp, replacement.b, replacement.n, 0);
+    }
+    assert_int_equal(utimensat(AT_FDCWD, in_place ? path : tmp, times, 0), 0);
+    if (!in_place)
+        assert_int_equal(rename(tmp, path), 0);
 }
 
-/* A regular file replaced between the reader's two reads (by one of the same
- * length, so no read ends early) is refused as changed, not parsed as a mix
- * of both: the scan's memo bitmap is the first file's. */
+/* A regular file replaced or written between the reader's two reads (with
+ * the same length, so no read ends early) is refused as changed, not parsed
+ * against the first file's memo scan. */
 static void test_a_file_replaced_between_reads(void **state)
 {
     (void)state;
@@ -3392,20 +3425,22 @@ static void test_a_file_replaced_between_reads(void **state)
     name[0] = 'c'; /* a frame's file name, "c.py" */
     char path[300];
     fixture_path(path, sizeof path, "replaced.pickle");
-    fixture_write(path, p.b, p.n, 0);
-    trace t;
-    trace_input_reread_hook = replace_file;
-    coop_status st = trace_read_pickle(path, &t);
-    trace_input_reread_hook = NULL;
-    if (st == COOP_OK)
-        trace_free(&t);
-    assert_int_equal(st, COOP_ERR_INVALID);
-    char want[400];
-    snprintf(want, sizeof want,
-             "%s: the file changed while it was read: replaced or modified between its first "
-             "read and its second",
-             path);
-    assert_string_equal(coop_last_error(), want);
+    for (in_place = 0; in_place < 2; in_place++) {
+        fixture_write(path, p.b, p.n, 0);
+        trace t;
+        trace_input_reread_hook = replace_file;
+        coop_status st = trace_read_pickle(path, &t);
+        trace_input_reread_hook = NULL;
+        if (st == COOP_OK)
+            trace_free(&t);
+        assert_int_equal(st, COOP_ERR_INVALID);
+        char want[400];
+        snprintf(want, sizeof want,
+                 "%s: the file changed while it was read: replaced or modified between its "
+                 "first read and its second",
+                 path);
+        assert_string_equal(coop_last_error(), want);
+    }
 }
 
 int main(void)
