@@ -398,7 +398,7 @@ static coop_status read_whole(const char *path,
             break;
     }
     gzclose(gz);
-    if (st != COOP_OK || piece) {
+    if (st != COOP_OK || piece || !data) { /* (data: NULL exactly when piece is not) */
         free(buf);
         *len = st == COOP_OK ? n : 0;
         return st;
