@@ -48,6 +48,17 @@ static coop_status gz_failure(gzFile gz, const char *path, uint64_t line)
     return coop_set_error(st, "%s: read error: %s", path, msg);
 }
 
+/* After a read that got nothing (got 0) or failed (got < 0), outside a
+ * line's context: zlib's failure if it records one, else a failed read is
+ * a bare read error and an empty one the stream's end (COOP_OK). */
+static coop_status short_read(gzFile gz, const char *path, int got)
+{
+    coop_status st = gz_failure(gz, path, 0);
+    if (st == COOP_OK && got < 0)
+        st = coop_set_error(COOP_ERR_INVALID, "%s: read error", path);
+    return st;
+}
+
 /* After a read: refuses a gzip stream inflating past TRACE_INPUT_BOMB_RATIO
  * (input.h). Plain files (zlib passes them through) are not limited. */
 static coop_status check_inflation(gzFile gz, const char *path, uint64_t line)
@@ -386,9 +397,7 @@ static coop_status read_whole(const char *path,
         unsigned char *to = piece ? buf : buf + n;
         int got = gzread(gz, to, (unsigned)want);
         if (got <= 0) {
-            st = gz_failure(gz, path, 0);
-            if (st == COOP_OK && got < 0)
-                st = coop_set_error(COOP_ERR_INVALID, "%s: read error", path);
+            st = short_read(gz, path, got);
             break;
         }
         n += (size_t)got;
@@ -460,12 +469,8 @@ coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, s
     while (cap) {
         unsigned want = cap < SLURP_STEP ? (unsigned)cap : (unsigned)SLURP_STEP;
         int n = gzread(s->gz, buf, want);
-        if (n <= 0) {
-            coop_status st = gz_failure(s->gz, s->path, 0);
-            if (st == COOP_OK && n < 0)
-                st = coop_set_error(COOP_ERR_INVALID, "%s: read error", s->path);
-            return st;
-        }
+        if (n <= 0)
+            return short_read(s->gz, s->path, n);
         *got += (size_t)n;
         buf += n;
         cap -= (size_t)n;
@@ -491,11 +496,9 @@ coop_status trace_input_peek(const char *path, unsigned char *buf, size_t cap, s
     /* A peek that got bytes is fine even if the stream breaks later: the
      * reader that reads the whole file reports that with its position. */
     if (got <= 0)
-        st = gz_failure(gz, path, 0);
+        st = short_read(gz, path, got);
     if (got > 0)
         *len = (size_t)got;
     gzclose(gz);
-    if (got < 0 && st == COOP_OK)
-        st = coop_set_error(COOP_ERR_INVALID, "%s: read error", path);
     return st;
 }
