@@ -1031,11 +1031,20 @@ static coop_status run(machine *m, coop_status st, const pkl_value **root)
     return st;
 }
 
-static size_t memory_limit(size_t len)
+/* A machine for an input of len bytes, before its bytes are given (whole,
+ * or through a window): what pkl_parse_sealed and pkl_parse_stream share. */
+static machine new_machine(const char *path, size_t len, const char *const *read_keys,
+                           pkl_seal_fn seal, void *seal_ctx, pkl_arena *arena)
 {
-    return len > (SIZE_MAX - PKL_MEMORY_BASE) / PKL_MEMORY_PER_BYTE
-               ? SIZE_MAX
-               : len * PKL_MEMORY_PER_BYTE + PKL_MEMORY_BASE;
+    return (machine){.path = path,
+                     .len = len,
+                     .arena = arena,
+                     .read_keys = read_keys,
+                     .seal = read_keys ? seal : NULL,
+                     .seal_ctx = seal_ctx,
+                     .memory_limit = len > (SIZE_MAX - PKL_MEMORY_BASE) / PKL_MEMORY_PER_BYTE
+                                         ? SIZE_MAX
+                                         : len * PKL_MEMORY_PER_BYTE + PKL_MEMORY_BASE};
 }
 
 coop_status pkl_parse(const char *path, const unsigned char *data, size_t len, pkl_arena *arena,
@@ -1055,15 +1064,9 @@ coop_status pkl_parse_sealed(const char *path, const unsigned char *data, size_t
                              pkl_arena *arena, const pkl_value **root)
 {
     *root = NULL;
-    machine m = {.path = path,
-                 .win = data,
-                 .win_end = len,
-                 .len = len,
-                 .arena = arena,
-                 .read_keys = read_keys,
-                 .seal = read_keys ? seal : NULL,
-                 .seal_ctx = seal_ctx,
-                 .memory_limit = memory_limit(len)};
+    machine m = new_machine(path, len, read_keys, seal, seal_ctx, arena);
+    m.win = data;
+    m.win_end = len;
     coop_status st = COOP_OK;
     if (read_keys && len && data[0] == OP_PROTO) { /* else run() refuses it at byte 0 */
         pkl_scan scan = {.path = path};
@@ -1079,15 +1082,9 @@ coop_status pkl_parse_stream(const char *path, pkl_scan *scan, pkl_read_fn read,
                              pkl_arena *arena, const pkl_value **root)
 {
     *root = NULL;
-    machine m = {.path = path,
-                 .len = (size_t)scan->len,
-                 .read_fn = read,
-                 .read_ctx = read_ctx,
-                 .arena = arena,
-                 .read_keys = read_keys,
-                 .seal = read_keys ? seal : NULL,
-                 .seal_ctx = seal_ctx,
-                 .memory_limit = memory_limit((size_t)scan->len)};
+    machine m = new_machine(path, (size_t)scan->len, read_keys, seal, seal_ctx, arena);
+    m.read_fn = read;
+    m.read_ctx = read_ctx;
     if (read_keys) { /* the bitmap is the machine's now */
         m.fetched = scan->fetched;
         m.fetched_cap = scan->fetched_cap;
