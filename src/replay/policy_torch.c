@@ -207,13 +207,6 @@ static void torch_destroy(void *state)
     free(s);
 }
 
-/* Every segment is a multiple of 2 MiB (torch_create), so reserved is. */
-static uint64_t torch_capacity_step(uint64_t page)
-{
-    (void)page;
-    return TORCH_ROUND_LARGE;
-}
-
 const replay_policy_ops replay_policy_torch = {
     .name = "torch",
     .summary = "emulation of PyTorch's CUDACachingAllocator (segments, best fit, split rules)",

@@ -357,16 +357,6 @@ static coop_status xs_check(void *state)
     return torch_blocks_check(&s->blocks, "torch-expandable", s->capacity);
 }
 
-/* Mapped bytes are whole 2 MiB or 20 MiB pages (map_front), so reserved is
- * a multiple of 2 MiB. The ranges are 9/8 of the capacity, not stepped: a
- * capacity between two multiples can lay blocks out otherwise (placement
- * only; what it may map is the lower multiple's). */
-static uint64_t xs_capacity_step(uint64_t page)
-{
-    (void)page;
-    return TORCH_ROUND_LARGE;
-}
-
 const replay_policy_ops replay_policy_torch_expandable = {
     .name = "torch-expandable",
     .summary = "emulation of PyTorch's allocator with expandable_segments:True (one growing "
@@ -377,5 +367,5 @@ const replay_policy_ops replay_policy_torch_expandable = {
     .stats = xs_stats,
     .destroy = xs_destroy,
     .check = xs_check,
-    .capacity_step = xs_capacity_step,
+    .capacity_step = torch_capacity_step,
 };

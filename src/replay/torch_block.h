@@ -113,6 +113,15 @@ void torch_blocks_each(const torch_blocks *t, void (*fn)(torch_block *, void *),
  * policy and the first broken rule otherwise. */
 coop_status torch_blocks_check(const torch_blocks *t, const char *policy, uint64_t capacity);
 
+/* replay_min_capacity's step for both emulations (replay_policy_ops
+ * capacity_step; page unused): what they hold against the capacity is a
+ * multiple of 2 MiB, segments (torch: every segment's size is) or mapped
+ * pages (torch-expandable: 2 MiB or 20 MiB). torch-expandable's ranges are
+ * 9/8 of the capacity, not stepped: a capacity between two multiples can
+ * lay blocks out otherwise (placement only; what it may map is the lower
+ * multiple's). */
+uint64_t torch_capacity_step(uint64_t page);
+
 /* Frees every record (the policy releases its segments first). */
 void torch_blocks_destroy(torch_blocks *t);
 
