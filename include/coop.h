@@ -100,6 +100,15 @@ const char *coop_version(void);
  * version string. */
 size_t coop_abi_size(const char *type);
 
+/* Returns offsetof the member named field in the public structure named
+ * type (one of coop_abi_size's names; field as coop.h spells it, e.g.
+ * coop_abi_offset("coop_torch_range", "size")) as this library was built,
+ * or SIZE_MAX ((size_t)-1: 0 is a real offset) for NULL, a type not listed
+ * there, or a field that structure lacks. Every member of every listed
+ * structure is known. With coop_abi_size, lets a binding check each mirrored
+ * field, not only the total: two fields of one width swapped keep the size. */
+size_t coop_abi_offset(const char *type, const char *field);
+
 /* ------------------------------------------------------------------------
  * Status values
  * ---------------------------------------------------------------------- */

@@ -51,6 +51,42 @@ static void test_abi_size(void **state)
     assert_int_equal(coop_abi_size("coop_pool"), 0); /* opaque */
 }
 
+/* coop_abi_offset gives each field's offsetof, by the names coop.h spells;
+ * SIZE_MAX (not 0, a real offset) for NULL, an unknown structure or field. */
+static void test_abi_offset(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_abi_offset("coop_torch_range", "address"),
+                     offsetof(coop_torch_range, address));
+    assert_int_equal(coop_abi_offset("coop_torch_range", "size"), offsetof(coop_torch_range, size));
+    assert_true(offsetof(coop_torch_range, size) > 0); /* a swap would show */
+    assert_int_equal(coop_abi_offset("coop_stat", "current"), 0);
+    assert_int_equal(coop_abi_offset("coop_stats", "reserved_over_allocated"),
+                     offsetof(coop_stats, reserved_over_allocated));
+    assert_int_equal(coop_abi_offset("coop_stats", "requested_bytes"),
+                     offsetof(coop_stats, requested_bytes));
+    assert_int_equal(coop_abi_offset("coop_config", "fault_nth"), offsetof(coop_config, fault_nth));
+    assert_int_equal(coop_abi_offset("coop_config", "never_wait"),
+                     offsetof(coop_config, never_wait));
+    assert_int_equal(coop_abi_offset("coop_block_info", "state"), offsetof(coop_block_info, state));
+    assert_int_equal(coop_abi_offset("coop_segment_info", "num_blocks"),
+                     offsetof(coop_segment_info, num_blocks));
+    assert_int_equal(coop_abi_offset("coop_torch_event", "device"),
+                     offsetof(coop_torch_event, device));
+    assert_int_equal(coop_abi_offset("coop_torch_snapshot", "ranges"),
+                     offsetof(coop_torch_snapshot, ranges));
+    /* a field of another structure, or of none, is unknown to this one */
+    assert_int_equal(coop_abi_offset("coop_torch_range", "device"), SIZE_MAX);
+    assert_int_equal(coop_abi_offset("coop_torch_range", "length"), SIZE_MAX);
+    assert_int_equal(coop_abi_offset("coop_torch_range", ""), SIZE_MAX);
+    assert_int_equal(coop_abi_offset("coop_torch_range", "size "), SIZE_MAX);
+    assert_int_equal(coop_abi_offset("coop_pool", "size"), SIZE_MAX); /* opaque */
+    assert_int_equal(coop_abi_offset("", "size"), SIZE_MAX);
+    assert_int_equal(coop_abi_offset(NULL, "size"), SIZE_MAX);
+    assert_int_equal(coop_abi_offset("coop_torch_range", NULL), SIZE_MAX);
+    assert_int_equal(coop_abi_offset(NULL, NULL), SIZE_MAX);
+}
+
 /* The message keeps 1023 characters of a longer one; clearing empties it. */
 static void test_last_error(void **state)
 {
@@ -141,6 +177,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strerror),
         cmocka_unit_test(test_abi_size),
+        cmocka_unit_test(test_abi_offset),
         cmocka_unit_test(test_last_error),
         cmocka_unit_test(test_last_error_per_thread),
         cmocka_unit_test(test_message_cut_between_characters),
