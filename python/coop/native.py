@@ -174,6 +174,7 @@ _SIGNATURES = {
     "coop_strerror": (ctypes.c_char_p, [ctypes.c_int]),
     "coop_last_error": (ctypes.c_char_p, []),
     "coop_abi_size": (ctypes.c_size_t, [ctypes.c_char_p]),
+    "coop_abi_offset": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_char_p]),
     "coop_get_stats": (None, [_P, ctypes.POINTER(Stats)]),
     "coop_reset_peak_stats": (None, [_P]),
     "coop_pool_config": (None, [_P, ctypes.POINTER(Config)]),
@@ -235,7 +236,8 @@ def library_path():
 
 
 # The structures this package mirrors, by their C names: a library whose
-# coop_abi_size differs for one of them was built from other headers.
+# coop_abi_size differs for one of them, or whose coop_abi_offset differs for
+# one of their fields, was built from other headers.
 MIRRORS = {
     "coop_config": Config,
     "coop_stat": Stat,
@@ -248,15 +250,28 @@ MIRRORS = {
 }
 
 
+_NO_OFFSET = ctypes.c_size_t(-1).value  # coop_abi_offset's "no such field"
+
+
 def _layout_mismatch(lib):
-    """The first mirror whose size differs from lib's structure, as text, or
-    None."""
-    lib.coop_abi_size.restype = ctypes.c_size_t
-    lib.coop_abi_size.argtypes = [ctypes.c_char_p]
+    """The first mirror whose size, or the first of its fields whose offset,
+    differs from lib's structure, as text, or None. Sizes alone miss two
+    fields of one width swapped."""
+    for fn in ("coop_abi_size", "coop_abi_offset"):
+        getattr(lib, fn).restype, getattr(lib, fn).argtypes = _SIGNATURES[fn]
     for name, mirror in MIRRORS.items():
         theirs, ours = lib.coop_abi_size(name.encode()), ctypes.sizeof(mirror)
         if theirs != ours:
             return f"its {name} is {theirs} bytes, this package's mirror {ours}"
+        for field, _ in mirror._fields_:
+            theirs = lib.coop_abi_offset(name.encode(), field.encode())
+            ours = getattr(mirror, field).offset
+            if theirs == _NO_OFFSET:
+                return (f"its {name} has no field {field} (this package's mirror has it "
+                        f"at offset {ours})")
+            if theirs != ours:
+                return (f"its {name}.{field} is at offset {theirs}, this package's "
+                        f"mirror's at {ours}")
     return None
 
 

@@ -2577,14 +2577,42 @@ class Library(unittest.TestCase):
         self.assertIn(f"but its coop_stats is {theirs} bytes, this package's mirror "
                       f"{theirs + 8}: use the package", self.library_error(prelude))
 
+    def test_library_with_fields_elsewhere_is_refused_by_name(self):
+        """A libcoop.so whose structures have the mirrors' sizes but a field
+        at another offset (two fields swapped, another build's headers) is
+        refused, naming the structure, the field and both offsets (it was
+        used: the size check alone let it through, and every read of that
+        field took another's bytes). A mirrored field the library lacks is
+        refused by name."""
+        prelude = ("import ctypes, coop.native\n"
+                   "class Swapped(ctypes.Structure):\n"
+                   "    _fields_ = [('size', ctypes.c_uint64), ('address', ctypes.c_size_t)]\n"
+                   "coop.native.MIRRORS['coop_torch_range'] = Swapped\n")
+        self.assertIn(f"tried: {os.path.abspath(LIB_PATH)} (libcoop {coop.__version__}, but its "
+                      "coop_torch_range.size is at offset 8, this package's mirror's at 0: use "
+                      "the package of the same build)", self.library_error(prelude))
+        prelude = ("import ctypes, coop.native\n"
+                   "class Renamed(ctypes.Structure):\n"
+                   "    _fields_ = [('address', ctypes.c_size_t), ('length', ctypes.c_uint64)]\n"
+                   "coop.native.MIRRORS['coop_torch_range'] = Renamed\n")
+        self.assertIn("but its coop_torch_range has no field length (this package's mirror "
+                      "has it at offset 8): use the package", self.library_error(prelude))
+
     def test_every_mirror_matches_the_built_library(self):
         """Each ctypes mirror is as large as the structure of the library
-        built beside it, and coop_abi_size knows every mirrored name."""
+        built beside it, each of its fields at that structure's offset, and
+        coop_abi_size and coop_abi_offset know every mirrored name."""
         _dl.coop_abi_size.restype = ctypes.c_size_t
         _dl.coop_abi_size.argtypes = [ctypes.c_char_p]
+        _dl.coop_abi_offset.restype = ctypes.c_size_t
+        _dl.coop_abi_offset.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
         for name, mirror in native.MIRRORS.items():
             self.assertEqual(_dl.coop_abi_size(name.encode()), ctypes.sizeof(mirror), name)
+            for field, _ in mirror._fields_:
+                self.assertEqual(_dl.coop_abi_offset(name.encode(), field.encode()),
+                                 getattr(mirror, field).offset, f"{name}.{field}")
         self.assertEqual(_dl.coop_abi_size(b"coop_pool"), 0)
+        self.assertEqual(_dl.coop_abi_offset(b"coop_pool", b"size"), ctypes.c_size_t(-1).value)
 
     def test_every_structure_is_mirrored(self):
         """Every ctypes structure coop.native defines is in MIRRORS, checked
