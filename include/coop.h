@@ -456,8 +456,23 @@ typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
  * message "FN: called from inside a coop_walk visitor of this pool ...";
  * coop_reset_peak_stats and coop_pool_destroy do nothing and set that
  * message; so do the calls of a remat context over the pool (its
- * COOP_ERR_BUSY refusals). Not detected: the PyTorch ABI's calls for the
- * walked pool's device wait for the walk, forever. A visitor may fork() (see
+ * COOP_ERR_BUSY refusals); so do the PyTorch ABI's calls for the walked
+ * pool's device (coop_torch_malloc, coop_torch_free,
+ * coop_torch_memory_fraction, coop_torch_snapshot_take: it only reads, but
+ * waits for the device's order lock, which another thread's free may hold
+ * while it waits for the walk) and those for every
+ * device (coop_torch_empty_cache, coop_torch_record_stream,
+ * coop_torch_forget_stream): COOP_ERR_BUSY before any of the ABI's locks,
+ * nothing changed, "FN: called from inside a coop_walk visitor of device
+ * D's pool ...", kept and printed as the ABI's other errors (see "PyTorch
+ * integration"; malloc's NULL is counted by coop_torch_failed_mallocs). A
+ * free naming another device still finds the pointer in the walked pool.
+ * Not detected: an ABI call for another device that takes the ABI's state
+ * lock (making that device's pool, its memory fraction, a limit waiting
+ * for frees, coop_torch_init, _configure, _settings, _record_history)
+ * waits forever if another thread holds that lock while it waits for the
+ * walked pool (coop_torch_memory_fraction of the walked device, or its
+ * limit's retry). A visitor may fork() (see
  * "Process lifecycle" at the top, and the cases there that deadlock): the
  * child goes on with the walk, and its copy of the pool is unlocked when
  * its coop_walk returns. A visitor may walk another pool. */
@@ -1106,7 +1121,8 @@ typedef struct coop_torch_snapshot {
 /* Takes device's snapshot (an empty one if it has no pool, as a device in
  * 0..63 at or past coop_torch_init's count never has). Free it with
  * coop_torch_snapshot_free (NULL is a no-op). COOP_ERR_INVALID for a
- * device outside 0..63 (*out NULL) or a NULL out. */
+ * device outside 0..63 (*out NULL) or a NULL out; COOP_ERR_BUSY (*out
+ * NULL) from inside a coop_walk visitor of device's pool (see coop_walk). */
 coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out);
 void coop_torch_snapshot_free(coop_torch_snapshot *snapshot);
 

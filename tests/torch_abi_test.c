@@ -806,6 +806,104 @@ static void test_eight_threads(void **state)
     }
 }
 
+/* coop.h (coop_walk): a visitor of a walk of device 0's pool calling the
+ * ABI for device 0 is refused, COOP_ERR_BUSY, naming the ABI function,
+ * nothing changed (no block, capacity, cache, stream or event): the hooks'
+ * refusals are kept for coop_torch_last_error, malloc's counted as a
+ * failed malloc; snapshot_take and forget_stream return theirs. A free
+ * given the wrong device still names the walked pool as the one holding
+ * the pointer, and another device's pool is served. Before the fix,
+ * coop_torch_free and coop_torch_snapshot_take waited forever for the
+ * pool's lock (taken directly, not through the pool's guarded entry
+ * points): the alarm turns that into a failure. */
+typedef struct abi_reentry {
+    void *live;
+    uint64_t failed;
+    int visits;
+} abi_reentry;
+
+static void expect_abi_refused(const char *fn)
+{
+    char msg[512];
+    coop_torch_last_error(msg, sizeof msg);
+    char want[128];
+    snprintf(want, sizeof want, "%s: called from inside a coop_walk visitor of device 0's pool",
+             fn);
+    assert_non_null(strstr(msg, want));
+}
+
+static int call_the_abi_back_in(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    abi_reentry *r = ctx;
+    if (r->visits++)
+        return 1;
+    assert_null(coop_torch_malloc(64, 0, STREAM(1)));
+    expect_abi_refused("coop_torch_malloc");
+    assert_int_equal(coop_torch_failed_mallocs(0, NULL, 0), r->failed + 1);
+    coop_torch_free(r->live, 4096, 0, STREAM(1));
+    expect_abi_refused("coop_torch_free");
+    coop_torch_memory_fraction(0.25, 0);
+    expect_abi_refused("coop_torch_memory_fraction");
+    coop_torch_record_stream(r->live, STREAM(9));
+    expect_abi_refused("coop_torch_record_stream");
+    coop_torch_empty_cache();
+    expect_abi_refused("coop_torch_empty_cache");
+    assert_int_equal(coop_torch_forget_stream(STREAM(1)), COOP_ERR_BUSY);
+    assert_non_null(strstr(coop_last_error(), "coop_torch_forget_stream: called from inside"));
+    coop_torch_snapshot *snap = (coop_torch_snapshot *)&snap;
+    assert_int_equal(coop_torch_snapshot_take(0, &snap), COOP_ERR_BUSY);
+    assert_null(snap);
+    assert_non_null(strstr(coop_last_error(), "coop_torch_snapshot_take: called from inside"));
+    /* the wrong device: device 1 has no such block, device 0's (walked,
+     * read as it stands) holds it */
+    coop_torch_free(r->live, 4096, 1, STREAM(1));
+    char msg[512];
+    coop_torch_last_error(msg, sizeof msg);
+    assert_non_null(strstr(msg, "device 0's pool holds it"));
+    /* another device's pool is not walked: served */
+    void *other = coop_torch_malloc(64, 1, STREAM(1));
+    assert_non_null(other);
+    coop_torch_free(other, 64, 1, STREAM(1));
+    return 1;
+}
+
+static void test_walk_visitor_calling_the_abi_is_refused(void **state)
+{
+    (void)state;
+    coop_torch_record_history(64);
+    abi_reentry r = {.live = coop_torch_malloc(4096, 0, STREAM(1))};
+    assert_non_null(r.live);
+    void *cached = coop_torch_malloc(3 * MIB, 1, STREAM(1));
+    assert_non_null(cached);
+    coop_torch_free(cached, 3 * MIB, 1, STREAM(1)); /* device 1's cache: mapped, free */
+    r.failed = coop_torch_failed_mallocs(0, NULL, 0);
+    coop_stats before0, before1, after;
+    coop_get_stats(coop_torch_pool(0), &before0);
+    coop_get_stats(coop_torch_pool(1), &before1);
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(0, &snap), COOP_OK);
+    size_t events = snap->num_events;
+    coop_torch_snapshot_free(snap);
+    alarm(10);
+    assert_int_equal(coop_walk(coop_torch_pool(0), NULL, call_the_abi_back_in, &r), COOP_OK);
+    alarm(0);
+    assert_int_equal(r.visits, 1);
+    coop_get_stats(coop_torch_pool(0), &after);
+    assert_memory_equal(&after, &before0, sizeof after);
+    coop_get_stats(coop_torch_pool(1), &after);
+    assert_int_equal(after.reserved_bytes.current, before1.reserved_bytes.current);
+    assert_int_equal(coop_torch_snapshot_take(0, &snap), COOP_OK);
+    assert_int_equal(snap->num_events, events); /* nothing recorded on device 0 */
+    coop_torch_snapshot_free(snap);
+    assert_int_equal(coop_pool_check(coop_torch_pool(0)), COOP_OK);
+    /* the walk let the pool go: the calls work again */
+    coop_torch_free(r.live, 4096, 0, STREAM(1));
+    coop_get_stats(coop_torch_pool(0), &after);
+    assert_int_equal(after.allocation.current, before0.allocation.current - 1);
+    coop_torch_record_history(0);
+}
+
 /* A message quoting a long COOP_ALLOC_CONF value is cut between UTF-8
  * characters wherever the ABI copies it: the parse error in buffers of
  * every size up to 520 (coop/torch.py's 512 included), and, in a child
@@ -867,6 +965,7 @@ int main(void)
         cmocka_unit_test(test_bad_device_numbers_change_nothing),
         cmocka_unit_test(test_text_outputs_truncate_to_size),
         cmocka_unit_test(test_eight_threads),
+        cmocka_unit_test(test_walk_visitor_calling_the_abi_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -366,6 +366,31 @@ coop_status torch_forked_device(const coop_pool *pool, int device, const char *f
                           fn, device, pool->created_pid, pool->forked_pid);
 }
 
+/* A coop_walk visitor calling the ABI for the device whose pool it walks
+ * (coop.h, coop_walk): the walk holds the pool's lock, which this layer
+ * takes itself (a free, a snapshot) or waits for behind its own locks
+ * (state_lock, an order lock) that other threads may hold while they wait
+ * for the walk. So each such call asks first, with the pool's one relaxed
+ * load (pool_walked_here), and fails before taking any lock. */
+coop_status torch_walked_error(const char *fn, int device)
+{
+    return coop_set_error(COOP_ERR_BUSY,
+                          "%s: called from inside a coop_walk visitor of device %d's pool, which "
+                          "the walk holds: nothing changed (call it after coop_walk returns)",
+                          fn, device);
+}
+
+/* The calls for every device: the first device whose pool this thread is
+ * walking, else -1, so that they refuse before changing any pool. */
+static int walked_device(void)
+{
+    const device_slot *all = slot(0); /* initialized once: then the array as it is */
+    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+        if (torch_walked_here(atomic_load_explicit(&all[i].pool, memory_order_acquire)))
+            return i;
+    return -1;
+}
+
 coop_pool *coop_torch_pool(int device)
 {
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
@@ -383,9 +408,12 @@ static void owner_of(const void *ptr, int device, char *buf, size_t size)
         coop_pool *pool = i == device ? NULL : coop_torch_pool(i);
         if (!pool)
             continue;
-        pool_lock(pool);
+        bool walked = pool_walked_here(pool); /* held for this thread's walk: read as it is */
+        if (!walked)
+            pool_lock(pool);
         bool held = arena_find_containing(pool_arena(pool), (uintptr_t)ptr) != NULL;
-        pool_unlock(pool);
+        if (!walked)
+            pool_unlock(pool);
         if (held) {
             snprintf(buf, size, "; device %d's pool holds it", i);
             return;
@@ -547,6 +575,8 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
         return NULL;
     coop_pool *pool = pool_for(device, "malloc");
     coop_status forked = torch_forked_device(pool, device, "coop_torch_malloc");
+    if (forked == COOP_OK && torch_walked_here(pool))
+        forked = torch_walked_error("coop_torch_malloc", device);
     if (forked != COOP_OK) /* before retry_limit, which would change the pool */
         report(forked);
     if (!pool || forked != COOP_OK) {
@@ -625,6 +655,10 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
      * tensors it inherited is no mistake */
     if (torch_forked_device(pool, device, "coop_torch_free") != COOP_OK) {
         remember();
+        return;
+    }
+    if (torch_walked_here(pool)) { /* before the order lock and the pool's */
+        report(torch_walked_error("coop_torch_free", device));
         return;
     }
     device_slot *s = slot(device);
@@ -706,6 +740,11 @@ void coop_torch_init(int device_count)
 
 void coop_torch_empty_cache(void)
 {
+    int walked = walked_device();
+    if (walked >= 0) {
+        report(torch_walked_error("coop_torch_empty_cache", walked));
+        return;
+    }
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
         coop_pool *pool = coop_torch_pool(i);
         coop_status forked = torch_forked_device(pool, i, "coop_torch_empty_cache");
@@ -724,6 +763,9 @@ coop_status coop_torch_forget_stream(void *stream)
 {
     if ((coop_stream)stream == COOP_STREAM_ANY) /* refused whether or not a pool exists */
         return reserved_stream("coop_torch_forget_stream");
+    int walked = walked_device();
+    if (walked >= 0)
+        return torch_walked_error("coop_torch_forget_stream", walked);
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
         coop_pool *pool = coop_torch_pool(i);
         coop_status st = torch_forked_device(pool, i, "coop_torch_forget_stream");
@@ -746,6 +788,10 @@ void coop_torch_memory_fraction(double fraction, int device)
     }
     if (!device_ok(device, "set_per_process_memory_fraction", ""))
         return;
+    if (torch_walked_here(coop_torch_pool(device))) { /* before state_lock */
+        report(torch_walked_error("coop_torch_memory_fraction", device));
+        return;
+    }
     pthread_mutex_lock(&state_lock);
     device_slot *s = slot(device);
     coop_pool *pool = coop_torch_pool(device);
@@ -774,6 +820,11 @@ void coop_torch_record_stream(void *ptr, void *stream)
 {
     if (!ptr)
         return;
+    int walked = walked_device(); /* ptr's device is not known */
+    if (walked >= 0) {
+        report(torch_walked_error("coop_torch_record_stream", walked));
+        return;
+    }
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++) {
         coop_pool *pool = coop_torch_pool(i);
         if (!pool)

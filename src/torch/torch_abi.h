@@ -3,6 +3,7 @@
 #define COOP_TORCH_ABI_H
 
 #include "coop.h"
+#include "pool_internal.h"
 #include "torch/history.h"
 
 /* Highest device index the ABI accepts, plus one. */
@@ -21,6 +22,17 @@ pthread_mutex_t *torch_abi_order_lock(int device);
  * device D's CUDA pool was created in process P; CUDA cannot be used in a
  * forked child (process C)"; COOP_OK otherwise. */
 coop_status torch_forked_device(const coop_pool *pool, int device, const char *fn);
+
+/* Whether this thread is inside a coop_walk visitor of pool (NULL: no),
+ * with one relaxed load while no walk runs (pool_walked_here), and fn's
+ * refusal then: COOP_ERR_BUSY, "FN: called from inside a coop_walk visitor
+ * of device D's pool ...". Asked before any of the ABI's locks: the walk
+ * holds the pool's, which they would wait for (coop.h, coop_walk). */
+static inline bool torch_walked_here(const coop_pool *pool)
+{
+    return pool && pool_walked_here(pool);
+}
+coop_status torch_walked_error(const char *fn, int device);
 
 /* For tests: if set, coop_torch_snapshot_take calls it between copying
  * device's blocks and copying its events (with what it holds then), so a

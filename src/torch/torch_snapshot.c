@@ -99,6 +99,10 @@ coop_status coop_torch_snapshot_take(int device, coop_torch_snapshot **out)
         torch_forked_device(coop_torch_pool(device), device, "coop_torch_snapshot_take");
     if (st != COOP_OK)
         return st;
+    /* before the order lock: another thread's free may hold it, waiting
+     * for the walk's lock of the pool */
+    if (torch_walked_here(coop_torch_pool(device)))
+        return torch_walked_error("coop_torch_snapshot_take", device);
     coop_torch_snapshot *snap = calloc(1, sizeof *snap);
     if (!snap)
         return coop_set_error(COOP_ERR_HOST_NOMEM, "coop torch: no host memory for a snapshot");
