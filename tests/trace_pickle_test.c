@@ -3462,6 +3462,34 @@ static void test_a_file_replaced_between_reads(void **state)
     trace_free(&ref);
 }
 
+/* The hash the second read is checked with (trace_input_hash): the same
+ * for the same bytes fed in any pieces (1 to 13 bytes, across its words),
+ * another for bytes with any one changed or one fewer. */
+static void test_reread_hash(void **state)
+{
+    (void)state;
+    unsigned char b[203];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < sizeof b; i++) {
+        x = x * 1103515245u + 12345u;
+        b[i] = (unsigned char)(x >> 16);
+    }
+    trace_input_hash whole = {0}, cut = {0}, shorter = {0};
+    trace_input_hash_bytes(&whole, b, sizeof b);
+    for (size_t at = 0, n = 1; at < sizeof b; at += n, n = n % 13 + 1)
+        trace_input_hash_bytes(&cut, b + at, at + n <= sizeof b ? n : sizeof b - at);
+    assert_true(trace_input_hash_equal(&whole, &cut));
+    trace_input_hash_bytes(&shorter, b, sizeof b - 1);
+    assert_false(trace_input_hash_equal(&whole, &shorter));
+    for (size_t i = 0; i < sizeof b; i++) {
+        trace_input_hash changed = {0};
+        b[i] ^= 0x80;
+        trace_input_hash_bytes(&changed, b, sizeof b);
+        b[i] ^= 0x80;
+        assert_false(trace_input_hash_equal(&whole, &changed));
+    }
+}
+
 /* What test_a_file_written_during_the_second_read does from inside the
  * second read: writes the file in place (same bytes, same length: only its
  * times show it) or changes the byte at file offset flip_at in the bytes
@@ -3484,7 +3512,7 @@ static void during_second_read(const char *path, unsigned char *b, size_t n)
 
 /* A file written in place during the second read, its length kept, is
  * refused once the read is done, the parse's tree dropped: seen by fstat on
- * the file held open, or, a write its times do not show, by the CRC-32 of
+ * the file held open, or, a write its times do not show, by the hash of
  * both reads, the bytes after the pickle's STOP included (read after the
  * parse). rev36-A: neither was seen, the trace read from bytes the scan did
  * not see. */
@@ -3583,6 +3611,7 @@ int main(void)
         cmocka_unit_test(test_scan_sees_the_highest_fetch_it_may),
         cmocka_unit_test(test_stream_parse_is_the_same),
         cmocka_unit_test(test_a_file_replaced_between_reads),
+        cmocka_unit_test(test_reread_hash),
         cmocka_unit_test(test_a_file_written_during_the_second_read),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

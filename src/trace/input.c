@@ -462,7 +462,42 @@ static coop_status open_held(trace_input_stream *s, gzFile *out)
     return COOP_OK;
 }
 
-/* trace_input_each's piece: the first read's CRC, then the caller's. */
+/* One word into the hash: a rotation and a multiplication by an odd
+ * constant (the golden ratio's fraction, 2^64 / phi) mix the bits upward and
+ * back down, each step a bijection of h and of w. */
+static uint64_t hash_word(uint64_t h, uint64_t w)
+{
+    return ((h << 23 | h >> 41) ^ w) * UINT64_C(0x9e3779b97f4a7c15);
+}
+
+void trace_input_hash_bytes(trace_input_hash *x, const unsigned char *p, size_t n)
+{
+    uint64_t w;
+    while (n && x->have) { /* the word the last piece began */
+        x->part[x->have++] = *p++;
+        n--;
+        if (x->have == 8) {
+            memcpy(&w, x->part, 8);
+            x->h = hash_word(x->h, w);
+            x->have = 0;
+        }
+    }
+    uint64_t h = x->h;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = hash_word(h, w);
+    }
+    x->h = h;
+    memcpy(x->part + x->have, p, n); /* n < 8 here, or have is 0 */
+    x->have += (unsigned)n;
+}
+
+int trace_input_hash_equal(const trace_input_hash *a, const trace_input_hash *b)
+{
+    return a->h == b->h && a->have == b->have && !memcmp(a->part, b->part, a->have);
+}
+
+/* trace_input_each's piece: the first read's hash, then the caller's. */
 typedef struct {
     trace_input_stream *s;
     coop_status (*piece)(void *ctx, const unsigned char *p, size_t n);
@@ -472,7 +507,7 @@ typedef struct {
 static coop_status count_piece(void *ctx, const unsigned char *p, size_t n)
 {
     each_piece *e = ctx;
-    e->s->crc = crc32(e->s->crc, p, (uInt)n); /* n <= SLURP_STEP */
+    trace_input_hash_bytes(&e->s->first, p, n);
     return e->piece(e->ctx, p, n);
 }
 
@@ -481,7 +516,7 @@ coop_status trace_input_each(trace_input_stream *s,
                              void *ctx, size_t *len)
 {
     *len = 0;
-    s->crc = crc32(0, NULL, 0);
+    s->first = (trace_input_hash){0};
     gzFile gz = NULL;
     coop_status st = open_held(s, &gz);
     if (st != COOP_OK)
@@ -499,7 +534,7 @@ void (*trace_input_second_read_hook)(const char *path, unsigned char *p, size_t 
  * time it gave before the first read. Not the change time: a rename over
  * the file's path (or a link) moves it without touching a byte. A write
  * that sets the modification time back, or falls in the tick of the one
- * before, is left to the CRC (trace_input_stream_finish). */
+ * before, is left to the hash (trace_input_stream_finish). */
 static int unchanged(const trace_input_stream *s)
 {
     struct stat now;
@@ -520,7 +555,7 @@ coop_status trace_input_stream_open(trace_input_stream *s)
     if (trace_input_reread_hook)
         trace_input_reread_hook(s->path);
     s->got = 0;
-    s->crc_again = crc32(0, NULL, 0);
+    s->second = (trace_input_hash){0};
     coop_status st = open_held(s, &s->gz);
     if (st != COOP_OK)
         return st;
@@ -540,7 +575,7 @@ coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, s
             return short_read(s->gz, s->path, n);
         if (trace_input_second_read_hook)
             trace_input_second_read_hook(s->path, buf, (size_t)n);
-        s->crc_again = crc32(s->crc_again, buf, (uInt)n);
+        trace_input_hash_bytes(&s->second, buf, (size_t)n);
         s->got += (uint64_t)n;
         *got += (size_t)n;
         buf += n;
@@ -567,7 +602,7 @@ coop_status trace_input_stream_finish(trace_input_stream *s)
     } while (got);
     if (!unchanged(s))
         return changed(s, "modified during its second read");
-    if (s->got != s->len || s->crc_again != s->crc)
+    if (s->got != s->len || !trace_input_hash_equal(&s->first, &s->second))
         return changed(s, "its second read did not give the bytes of its first");
     return COOP_OK;
 }
