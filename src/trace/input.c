@@ -359,15 +359,12 @@ coop_status trace_input_line(trace_input *in, char **line, size_t *len)
  * (piece NULL) or, for trace_input_each, into one of SLURP_STEP bytes handed
  * to piece after each read: the same reads of the same sizes (cap grows
  * as the slurp's buffer would), so the same refusals at the same bytes. */
-static coop_status read_whole(const char *path,
+static coop_status read_whole(const char *path, gzFile gz,
                               coop_status (*piece)(void *, const unsigned char *, size_t),
                               void *ctx, unsigned char **data, size_t *len)
 {
     *len = 0;
-    gzFile gz = NULL; /* set by open_gz; initialized for -O3's maybe-uninitialized */
-    coop_status st = open_gz(path, &gz);
-    if (st != COOP_OK)
-        return st;
+    coop_status st = COOP_OK;
     size_t cap = (size_t)1 << 20, n = 0;
     unsigned char *buf = malloc((piece ? SLURP_STEP : cap) + 1);
     for (;;) {
@@ -421,44 +418,149 @@ static coop_status read_whole(const char *path,
 coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *len)
 {
     *data = NULL;
-    return read_whole(path, NULL, NULL, data, len);
+    *len = 0;
+    gzFile gz = NULL; /* set by open_gz; initialized for -O3's maybe-uninitialized */
+    coop_status st = open_gz(path, &gz);
+    return st == COOP_OK ? read_whole(path, gz, NULL, NULL, data, len) : st;
 }
 
-int trace_input_rereadable(const char *path, struct stat *was)
+int trace_input_rereadable(trace_input_stream *s, const char *path)
 {
-    return stat(path, was) == 0 && S_ISREG(was->st_mode);
+    *s = (trace_input_stream){.path = path, .fd = -1};
+    struct stat named;
+    if (stat(path, &named) != 0 || !S_ISREG(named.st_mode))
+        return 0;
+    /* O_NONBLOCK: should a FIFO take the name since the stat, its open
+     * neither waits for a writer nor is kept (fstat below) */
+    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (s->fd < 0 || fstat(s->fd, &s->was) != 0 || !S_ISREG(s->was.st_mode)) {
+        trace_input_stream_close(s);
+        return 0;
+    }
+    return 1;
 }
 
-coop_status trace_input_each(const char *path,
+/* A read of the held file from its first byte, through a descriptor of its
+ * own (gzclose closes it) sharing the held one's offset: the reads are one
+ * after the other. */
+static coop_status open_held(trace_input_stream *s, gzFile *out)
+{
+    char shown[TRACE_INPUT_SHOWN_PATH];
+    int fd = -1;
+    errno = 0;
+    if (lseek(s->fd, 0, SEEK_SET) != 0 || (fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s",
+                              trace_input_shown_path(shown, s->path), strerror(errno));
+    gzFile gz = gzdopen(fd, "rb");
+    if (!gz) { /* zlib's state not allocated */
+        close(fd);
+        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: cannot open: out of host memory",
+                              trace_input_shown_path(shown, s->path));
+    }
+    gzbuffer(gz, 1u << 17);
+    *out = gz;
+    return COOP_OK;
+}
+
+/* One word into the hash: a rotation and a multiplication by an odd
+ * constant (the golden ratio's fraction, 2^64 / phi) mix the bits upward and
+ * back down, each step a bijection of h and of w. */
+static uint64_t hash_word(uint64_t h, uint64_t w)
+{
+    return ((h << 23 | h >> 41) ^ w) * UINT64_C(0x9e3779b97f4a7c15);
+}
+
+void trace_input_hash_bytes(trace_input_hash *x, const unsigned char *p, size_t n)
+{
+    uint64_t w;
+    while (n && x->have) { /* the word the last piece began */
+        x->part[x->have++] = *p++;
+        n--;
+        if (x->have == 8) {
+            memcpy(&w, x->part, 8);
+            x->h = hash_word(x->h, w);
+            x->have = 0;
+        }
+    }
+    uint64_t h = x->h;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = hash_word(h, w);
+    }
+    x->h = h;
+    memcpy(x->part + x->have, p, n); /* n < 8 here, or have is 0 */
+    x->have += (unsigned)n;
+}
+
+int trace_input_hash_equal(const trace_input_hash *a, const trace_input_hash *b)
+{
+    return a->h == b->h && a->have == b->have && !memcmp(a->part, b->part, a->have);
+}
+
+/* trace_input_each's piece: the first read's hash, then the caller's. */
+typedef struct {
+    trace_input_stream *s;
+    coop_status (*piece)(void *ctx, const unsigned char *p, size_t n);
+    void *ctx;
+} each_piece;
+
+static coop_status count_piece(void *ctx, const unsigned char *p, size_t n)
+{
+    each_piece *e = ctx;
+    trace_input_hash_bytes(&e->s->first, p, n);
+    return e->piece(e->ctx, p, n);
+}
+
+coop_status trace_input_each(trace_input_stream *s,
                              coop_status (*piece)(void *ctx, const unsigned char *p, size_t n),
                              void *ctx, size_t *len)
 {
-    return read_whole(path, piece, ctx, NULL, len);
+    *len = 0;
+    s->first = (trace_input_hash){0};
+    gzFile gz = NULL;
+    coop_status st = open_held(s, &gz);
+    if (st != COOP_OK)
+        return st;
+    each_piece e = {s, piece, ctx};
+    st = read_whole(s->path, gz, count_piece, &e, NULL, len);
+    s->len = *len;
+    return st;
 }
 
 void (*trace_input_reread_hook)(const char *path);
+void (*trace_input_second_read_hook)(const char *path, unsigned char *p, size_t n);
 
-coop_status trace_input_stream_open(trace_input_stream *s, const char *path, const struct stat *was)
+/* Whether fstat of the held file still gives the size and modification
+ * time it gave before the first read. Not the change time: a rename over
+ * the file's path (or a link) moves it without touching a byte. A write
+ * that sets the modification time back, or falls in the tick of the one
+ * before, is left to the hash (trace_input_stream_finish). */
+static int unchanged(const trace_input_stream *s)
 {
-    *s = (trace_input_stream){.path = path};
+    struct stat now;
+    return fstat(s->fd, &now) == 0 && now.st_size == s->was.st_size &&
+           now.st_mtim.tv_sec == s->was.st_mtim.tv_sec &&
+           now.st_mtim.tv_nsec == s->was.st_mtim.tv_nsec;
+}
+
+static coop_status changed(const trace_input_stream *s, const char *how)
+{
+    char shown[TRACE_INPUT_SHOWN_PATH];
+    return coop_set_error(COOP_ERR_INVALID, "%s: the file changed while it was read: %s",
+                          trace_input_shown_path(shown, s->path), how);
+}
+
+coop_status trace_input_stream_open(trace_input_stream *s)
+{
     if (trace_input_reread_hook)
-        trace_input_reread_hook(path);
-    coop_status st = open_gz(path, &s->gz);
+        trace_input_reread_hook(s->path);
+    s->got = 0;
+    s->second = (trace_input_hash){0};
+    coop_status st = open_held(s, &s->gz);
     if (st != COOP_OK)
         return st;
-    /* stat after the open: a file renamed over path in between shows as a
-     * change (at worst a needless refusal), never the other way round */
-    struct stat now;
-    if (stat(path, &now) != 0 || now.st_dev != was->st_dev || now.st_ino != was->st_ino ||
-        now.st_size != was->st_size || now.st_mtim.tv_sec != was->st_mtim.tv_sec ||
-        now.st_mtim.tv_nsec != was->st_mtim.tv_nsec) {
-        char shown[TRACE_INPUT_SHOWN_PATH];
-        trace_input_stream_close(s);
-        return coop_set_error(COOP_ERR_INVALID,
-                              "%s: the file changed while it was read: replaced or modified "
-                              "between its first read and its second",
-                              trace_input_shown_path(shown, path));
-    }
+    if (!unchanged(s))
+        return changed(s, "modified between its first read and its second");
     return COOP_OK;
 }
 
@@ -471,10 +573,37 @@ coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, s
         int n = gzread(s->gz, buf, want);
         if (n <= 0)
             return short_read(s->gz, s->path, n);
+        if (trace_input_second_read_hook)
+            trace_input_second_read_hook(s->path, buf, (size_t)n);
+        trace_input_hash_bytes(&s->second, buf, (size_t)n);
+        s->got += (uint64_t)n;
         *got += (size_t)n;
         buf += n;
         cap -= (size_t)n;
     }
+    return COOP_OK;
+}
+
+coop_status trace_input_stream_finish(trace_input_stream *s)
+{
+    /* the rest (the bytes after a pickle's STOP), and one byte past the
+     * first read's length: a file grown shows without being read to its
+     * end */
+    unsigned char rest[4096];
+    size_t got;
+    do {
+        uint64_t left = s->len + 1 - (s->got < s->len + 1 ? s->got : s->len + 1);
+        if (left == 0)
+            break;
+        coop_status st =
+            trace_input_stream_read(s, rest, left < sizeof rest ? (size_t)left : sizeof rest, &got);
+        if (st != COOP_OK)
+            return st;
+    } while (got);
+    if (!unchanged(s))
+        return changed(s, "modified during its second read");
+    if (s->got != s->len || !trace_input_hash_equal(&s->first, &s->second))
+        return changed(s, "its second read did not give the bytes of its first");
     return COOP_OK;
 }
 
@@ -483,6 +612,9 @@ void trace_input_stream_close(trace_input_stream *s)
     if (s->gz)
         gzclose(s->gz);
     s->gz = NULL;
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
 }
 
 coop_status trace_input_peek(const char *path, unsigned char *buf, size_t cap, size_t *len)

@@ -127,47 +127,100 @@ void trace_input_close(trace_input *in);
  * than TRACE_INPUT_MAX_SLURP (or inflating past TRACE_INPUT_BOMB_RATIO). */
 coop_status trace_input_slurp(const char *path, unsigned char **data, size_t *len);
 
-/* Whether path is a regular file, which the snapshot reader reads twice
- * rather than whole (a pipe, read once, is read whole: trace_input_slurp);
- * *was gets its stat(), taken before the first read, for
- * trace_input_stream_open. */
-int trace_input_rereadable(const char *path, struct stat *was);
+/* A running 64-bit hash of a byte stream, the same whatever pieces it is
+ * fed in: what the second read of a file is checked against the first
+ * with. A word changed always changes it (each step is a bijection of the
+ * hash so far and of the word). About a quarter of zlib's crc32's
+ * instructions: 2.0% more for `coop replay` of a snapshot, where crc32
+ * added 8.1% (docs/replay.md). */
+typedef struct trace_input_hash {
+    uint64_t h;
+    unsigned char part[8]; /* a word begun */
+    unsigned have;         /* bytes of it */
+} trace_input_hash;
 
-/* Reads all of path (decompressed) as trace_input_slurp does, with the same
- * refusals at the same bytes (its limits included), but hands each piece
- * read to piece instead of keeping it: memory is one piece (16 MiB at
- * most). *len gets the bytes read. piece's error ends the read. */
-coop_status trace_input_each(const char *path,
+/* A regular file the snapshot reader reads twice rather than whole (a pipe,
+ * read once, is read whole: trace_input_slurp), held open from before its
+ * first read to after its second: both reads read the one file descriptor
+ * (the second from offset 0 again), so they read the same file by
+ * construction. A file renamed over path in between is not seen: the file
+ * that was opened is read both times. A file written in place is refused
+ * as changed (trace_input_stream_open, trace_input_stream_finish). */
+typedef struct trace_input_stream {
+    const char *path;        /* borrowed */
+    int fd;                  /* the file, opened once; -1 when none is held */
+    gzFile gz;               /* the second read, on a dup of fd */
+    struct stat was;         /* fstat(fd) before the first read */
+    uint64_t len;            /* decompressed bytes of the first read */
+    uint64_t got;            /* of the second read so far */
+    trace_input_hash first;  /* of the first read's bytes */
+    trace_input_hash second; /* of the second read's so far */
+} trace_input_stream;
+
+/* Opens path into s if it is a regular file (1), held until
+ * trace_input_stream_close; 0 (nothing held, s closed) for anything else, or
+ * a regular file that cannot be opened: the caller reads path whole by name
+ * (trace_input_slurp), which reports why it cannot. Only a path that stat()
+ * shows as a regular file is opened (without blocking, and the descriptor
+ * checked with fstat): a FIFO opened to be looked at could show its writer
+ * its reader leaving. */
+int trace_input_rereadable(trace_input_stream *s, const char *path);
+
+/* Feeds n bytes at p to x (zeroed to start). */
+void trace_input_hash_bytes(trace_input_hash *x, const unsigned char *p, size_t n);
+
+/* Whether a and b were fed the same bytes (their lengths aside: a caller
+ * that needs them equal compares them). */
+int trace_input_hash_equal(const trace_input_hash *a, const trace_input_hash *b);
+
+/* Reads all of the held file (decompressed) as trace_input_slurp does, with
+ * the same refusals at the same bytes (its limits included), but hands each
+ * piece read to piece instead of keeping it: memory is one piece (16 MiB at
+ * most). *len gets the bytes read; s keeps their count and hash for the
+ * second read's end. piece's error ends the read. */
+coop_status trace_input_each(trace_input_stream *s,
                              coop_status (*piece)(void *ctx, const unsigned char *p, size_t n),
                              void *ctx, size_t *len);
 
-/* A file read again from its first (decompressed) byte, in pieces, after
- * trace_input_each read it: no limits are checked again. */
-typedef struct trace_input_stream {
-    gzFile gz;
-    const char *path; /* borrowed */
-} trace_input_stream;
-
-/* For tests: if set, called by trace_input_stream_open before it opens
- * path again (where a test changes the file between the two reads). */
+/* For tests: if set, called by trace_input_stream_open before it starts the
+ * second read (where a test changes the file between the two reads). */
 extern void (*trace_input_reread_hook)(const char *path);
 
-/* Opens path again, which must still be the file that stat() gave *was
- * (the same device, inode, size and modification time): a file replaced or
- * written between the two reads is refused, as its second read would not
- * match the first one's scan. Not seen: a write in place during the second
- * read that keeps the length (its modification time is checked at the
- * open). Errors: "PATH: cannot open: reason", "PATH: the file changed while
- * it was read: replaced or modified between its first read and its second". */
-coop_status trace_input_stream_open(trace_input_stream *s, const char *path,
-                                    const struct stat *was);
+/* For tests: if set, called with each piece the second read got, before it
+ * is hashed (where a test writes the file during the second
+ * read, or changes the bytes as a write the file's times did not show
+ * would). */
+extern void (*trace_input_second_read_hook)(const char *path, unsigned char *p, size_t n);
+
+/* Starts the second read of the held file, from its first (decompressed)
+ * byte: no limits are checked again. fstat of the descriptor must still give
+ * the size and modification time it gave before the first read: a
+ * file written (or truncated) between the two reads is refused, as its
+ * second read would not match the first one's scan. Errors: "PATH: cannot
+ * open: reason", "PATH: the file changed while it was read: modified between
+ * its first read and its second". */
+coop_status trace_input_stream_open(trace_input_stream *s);
 
 /* Reads up to cap bytes into buf, *got of them (fewer only at the end of the
  * file). Errors as trace_input_line's read errors, without a line. */
 coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, size_t cap,
                                     size_t *got);
 
-/* Closes the file; safe on a zeroed or closed stream. */
+/* Ends the second read, after its reader used what it wanted: reads what
+ * is left of the file (to one byte past the first read's length at most)
+ * and refuses a file written in place while it was read (the same length
+ * included): "PATH: the file changed while it was read: modified during its
+ * second read" (fstat's size or modification time moved since before the
+ * first read), "PATH: the file changed while it was read: its
+ * second read did not give the bytes of its first" (another length or
+ * hash: a write the modification time did not show, set back, in the
+ * clock tick of the one before, or on a file system with coarse times). Read errors as
+ * trace_input_stream_read's. The caller discards what it made of the
+ * second read on any error. */
+coop_status trace_input_stream_finish(trace_input_stream *s);
+
+/* Closes the second read and the held file; safe on a zeroed or closed
+ * stream and on one trace_input_rereadable did not hold. */
 void trace_input_stream_close(trace_input_stream *s);
 
 /* Reads up to cap decompressed bytes from the start of path into buf (for

@@ -1179,11 +1179,12 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
     unsigned char *data = NULL;
     size_t len = 0;
     pkl_scan scan = {.path = path};
-    struct stat was;
-    int stream = trace_input_rereadable(path, &was);
-    coop_status st = stream ? trace_input_each(path, scan_piece, &scan, &len)
+    trace_input_stream in; /* the regular file, held open for both reads */
+    int stream = trace_input_rereadable(&in, path);
+    coop_status st = stream ? trace_input_each(&in, scan_piece, &scan, &len)
                             : trace_input_slurp(path, &data, &len);
     if (st != COOP_OK) {
+        trace_input_stream_close(&in);
         pkl_scan_free(&scan);
         return st;
     }
@@ -1208,11 +1209,14 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
     for (size_t j = 0; keys[j]; j++)
         sk.lens[NUM_SUMMARY_KEYS + j] = strlen(keys[j]);
     if (stream) {
-        trace_input_stream in;
-        st = trace_input_stream_open(&in, path, &was);
+        st = trace_input_stream_open(&in);
         if (st == COOP_OK)
             st = pkl_parse_stream(path, &scan, stream_read, &in, keys, seal ? seal_entry : NULL,
                                   &sk, &arena, &root);
+        /* the file is checked once the parse is done with it: a tree
+         * parsed from a file written during the read is dropped */
+        if (st == COOP_OK && (st = trace_input_stream_finish(&in)) != COOP_OK)
+            pkl_arena_free(&arena);
         trace_input_stream_close(&in);
     } else {
         st = pkl_parse_sealed(path, data, len, keys, seal ? seal_entry : NULL, &sk, &arena, &root);
