@@ -258,10 +258,14 @@ for engine in sim lib; do
     bad=$(grep -v "$pattern.*}\$" "$tmp/rows")
     [ -z "$bad" ] || fail "$engine: not a row: $bad"
 done
-# the default policies, in order
+# the default policies, in order: DTR's own in the ideal model, the
+# paper's comparison in the arena
+got=$($coop sim --json --no-min-ratio --budget 1 "$tmp/four.jsonl" |
+    grep -o '"policy":"[a-z-]*"' | cut -d'"' -f4 | tr '\n' ' ')
+[ "$got" = "dtr dtr-full lru " ] || fail "sim's default policies, ideal: $got"
 got=$($coop sim --json --no-min-ratio --memory arena --budget 1 "$tmp/four.jsonl" |
     grep -o '"policy":"[a-z-]*"' | cut -d'"' -f4 | tr '\n' ' ')
-[ "$got" = "dtr dtr-full lru " ] || fail "sim's default policies: $got"
+[ "$got" = "coop dtr dte " ] || fail "sim's default policies, arena: $got"
 got=$($coop sim --engine lib --json --no-min-ratio --budget 1 "$tmp/four.jsonl" |
     grep -o '"policy":"[a-z-]*"' | cut -d'"' -f4 | tr '\n' ' ')
 [ "$got" = "coop coop-eq dtr dte " ] || fail "lib's default policies: $got"

@@ -46,7 +46,8 @@ static void usage(FILE *out)
             "                     window costs, not per byte), coop-eq (c_eq of union-find\n"
             "                     classes as each tensor's cost), coop-comp (c_comp, the\n"
             "                     whole evicted component: coop's cost before c_live)\n"
-            "                     (default dtr,dtr-full,lru; --engine lib:\n"
+            "                     (default: ideal dtr,dtr-full,lru, DTR's own; arena\n"
+            "                     coop,dtr,dte, the paper's comparison; --engine lib:\n"
             "                     coop,coop-eq,dtr,dte)\n"
             "  --memory MODEL     ideal: only the sum of resident bytes is limited (default);\n"
             "                     arena: every tensor is a block of libcoop's pool (host\n"
@@ -381,7 +382,7 @@ int cmd_sim(int argc, char **argv)
     /* the lists are split in place, in argv (no copy into a fixed buffer,
      * which cut lists of 512 characters or more short) or in these */
     char default_budgets[] = "0.9,0.7,0.5,0.3", default_sim_policies[] = "dtr,dtr-full,lru",
-         default_lib_policies[] = "coop,coop-eq,dtr,dte";
+         default_arena_policies[] = "coop,dtr,dte", default_lib_policies[] = "coop,coop-eq,dtr,dte";
     char *policy_list = NULL, *budget_list = default_budgets;
     const char *memory = NULL; /* ideal, or arena for --engine lib */
     const char *engine = "sim";
@@ -492,8 +493,12 @@ int cmd_sim(int argc, char **argv)
                 memory);
         return 2;
     }
-    if (!policy_list) /* the lib engine lacks dtr-full */
-        policy_list = lib ? default_lib_policies : default_sim_policies;
+    /* the lib engine lacks dtr-full; coop needs the arena, where it is what
+     * a run without --policy is for */
+    if (!policy_list)
+        policy_list = lib                        ? default_lib_policies
+                      : !strcmp(memory, "arena") ? default_arena_policies
+                                                 : default_sim_policies;
     sim_memory mem_model;
     if (!strcmp(memory, "ideal")) {
         mem_model = SIM_MEMORY_IDEAL;
