@@ -170,6 +170,22 @@ static void report(coop_status st)
         fprintf(stderr, "coop: %s [further '%s' errors are not printed]\n", msg, coop_strerror(st));
 }
 
+/* The device whose pool this thread is walking (its innermost such walk),
+ * else -1: one thread-local read while it walks nothing, as almost always
+ * (coop_torch_record_stream asks on every call; asking each device's pool,
+ * 64 loads, cost three quarters of that call), then each walk's pool
+ * against the devices'. */
+static int walked_device(void)
+{
+    for (const pool_walk_frame *f = pool_fork_walks(); f; f = f->outer) {
+        const device_slot *all = slot(0); /* initialized once: then the array as it is */
+        for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+            if (atomic_load_explicit(&all[i].pool, memory_order_acquire) == f->pool)
+                return i;
+    }
+    return -1;
+}
+
 size_t coop_torch_last_error(char *buf, size_t size)
 {
     pthread_mutex_lock(&error_lock);
@@ -378,17 +394,6 @@ coop_status torch_walked_error(const char *fn, int device)
                           "%s: called from inside a coop_walk visitor of device %d's pool, which "
                           "the walk holds: nothing changed (call it after coop_walk returns)",
                           fn, device);
-}
-
-/* The calls for every device: the first device whose pool this thread is
- * walking, else -1, so that they refuse before changing any pool. */
-static int walked_device(void)
-{
-    const device_slot *all = slot(0); /* initialized once: then the array as it is */
-    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
-        if (torch_walked_here(atomic_load_explicit(&all[i].pool, memory_order_acquire)))
-            return i;
-    return -1;
 }
 
 coop_pool *coop_torch_pool(int device)
