@@ -441,7 +441,8 @@ coop_pool *coop_torch_pool(int device)
 
 /* "; device N's pool holds it" into buf if a pool other than device's has
  * ptr in one of its blocks (a free given the wrong device number), else "".
- * For error messages only: it takes each pool's lock in turn. */
+ * For error messages only: it takes each pool's lock in turn, but for one
+ * this thread is walking (a free from a coop_walk visitor). */
 static void owner_of(const void *ptr, int device, char *buf, size_t size)
 {
     buf[0] = '\0';
@@ -449,12 +450,11 @@ static void owner_of(const void *ptr, int device, char *buf, size_t size)
         coop_pool *pool = i == device ? NULL : coop_torch_pool(i);
         if (!pool)
             continue;
-        bool walked = pool_walked_here(pool); /* held for this thread's walk: read as it is */
-        if (!walked)
-            pool_lock(pool);
+        /* a pool this thread walks: read as it stands, under the walk's
+         * lock (arena_find_containing changes nothing the walk follows) */
+        bool locked = pool_lock_read(pool);
         bool held = arena_find_containing(pool_arena(pool), (uintptr_t)ptr) != NULL;
-        if (!walked)
-            pool_unlock(pool);
+        pool_unlock_read(pool, locked);
         if (held) {
             snprintf(buf, size, "; device %d's pool holds it", i);
             return;
