@@ -467,12 +467,23 @@ typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
  * D's pool ...", kept and printed as the ABI's other errors (see "PyTorch
  * integration"; malloc's NULL is counted by coop_torch_failed_mallocs). A
  * free naming another device still finds the pointer in the walked pool.
- * Not detected: an ABI call for another device that takes the ABI's state
- * lock (making that device's pool, its memory fraction, a limit waiting
- * for frees, coop_torch_init, _configure, _settings, _record_history)
- * waits forever if another thread holds that lock while it waits for the
- * walked pool (coop_torch_memory_fraction of the walked device, or its
- * limit's retry). A visitor may fork() (see
+ * From a visitor of any device's pool, so are the ABI's calls, for any
+ * device, that would take its state lock, which another thread may hold
+ * while it waits for the walked pool (that device's memory fraction or
+ * limit retry): coop_torch_malloc where it would make the device's pool or
+ * try again its limit waiting for frees (the try is left for a malloc
+ * after the walk), coop_torch_memory_fraction, coop_torch_init,
+ * coop_torch_configure, coop_torch_settings (the message in its buffer
+ * too), coop_torch_record_history: COOP_ERR_BUSY before that lock,
+ * nothing changed, "FN: called from inside a coop_walk visitor of device
+ * D's pool, which the walk holds: ... takes the ABI's state lock ...". The
+ * others for another device are served (a malloc or free on its pool, a
+ * snapshot, with history on or off). Not detected: a fork() from another
+ * thread that began while the walk held its pool holds the ABI's locks,
+ * and the pools it reached first, until the walk ends: a visitor's call
+ * that needs one of them (another device's pool, or its order lock with
+ * history on) waits forever; as do two threads whose visitors each call
+ * into the pool the other walks. A visitor may fork() (see
  * "Process lifecycle" at the top, and the cases there that deadlock): the
  * child goes on with the walk, and its copy of the pool is unlocked when
  * its coop_walk returns. A visitor may walk another pool. */
@@ -963,7 +974,7 @@ void *coop_tensor_data(const coop_tensor *t);
 
 /* Allocates size bytes on device for use on stream. NULL for size 0 (as
  * PyTorch's own allocator) and on failure (out of memory, bad configuration,
- * no driver). */
+ * no driver, a call from a coop_walk visitor that coop_walk refuses). */
 void *coop_torch_malloc(size_t size, int device, void *stream);
 
 /* Frees ptr (size and stream as PyTorch recorded them at allocation; the
@@ -996,7 +1007,8 @@ void coop_torch_empty_cache(void);
  * the capacity is held at the bytes mapped now (the pool stops growing) and
  * lowered to the limit at the first allocation after frees allow it, or at
  * coop_torch_empty_cache. That is not an error (nothing is reported); a
- * fraction outside [0, 1] is. */
+ * fraction outside [0, 1] is, and so is a call from a coop_walk visitor of
+ * a device's pool (see coop_walk). */
 void coop_torch_memory_fraction(double fraction, int device);
 
 /* record_stream hook: ptr is also used on stream. A pointer no coop pool
@@ -1015,14 +1027,17 @@ coop_status coop_torch_forget_stream(void *stream);
 /* Sets the configuration from conf (COOP_ALLOC_CONF syntax; NULL = read the
  * environment variable). COOP_ERR_INVALID with a message naming the key and
  * value if it does not parse, and the configuration in force stays as it
- * was; COOP_ERR_BUSY once a pool exists. Its history
+ * was; COOP_ERR_BUSY once a pool exists, or from a coop_walk visitor of a
+ * device's pool (see coop_walk). Its history
  * key applies unless coop_torch_record_history has been called, whose
  * setting stays. */
 coop_status coop_torch_configure(const char *conf);
 
 /* The configuration in force, as key:value text (NUL-terminated, truncated
  * to size; an error message is cut between UTF-8 characters). Returns
- * COOP_ERR_INVALID with the parse error if it is bad.
+ * COOP_ERR_INVALID with the parse error if it is bad; COOP_ERR_BUSY, the
+ * message in buf, from a coop_walk visitor of a device's pool (see
+ * coop_walk).
  * For reading, not for COOP_ALLOC_CONF: a default is written as 0
  * (capacity:0, page:0, segment:0, min_split:0), which the parser refuses. */
 coop_status coop_torch_settings(char *buf, size_t size);

@@ -38,6 +38,11 @@ bool pool_fork_walked_here(const coop_pool *p)
     return false;
 }
 
+const pool_walk_frame *pool_fork_walks(void)
+{
+    return walking;
+}
+
 /* A pool created single_thread has no lock: its caller serializes it, and a
  * fork from another thread while it is in use is the caller's to avoid. */
 static void prepare(void)

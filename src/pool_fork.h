@@ -65,6 +65,11 @@ void pool_fork_walk_end(pool_walk_frame *frame);
 /* Whether this thread is inside a walk of pool (a frame names it). */
 bool pool_fork_walked_here(const coop_pool *pool);
 
+/* This thread's walks, innermost first; NULL (one thread-local read) when
+ * it walks nothing: for a caller asking about several pools at once (the
+ * PyTorch ABI's, torch_abi.c's walked_device). */
+const pool_walk_frame *pool_fork_walks(void);
+
 /* fn's error for a pool that pool_forked reports: COOP_ERR_UNSUPPORTED,
  * "FN: this CUDA pool was created in process P; CUDA cannot be used in a
  * forked child (process C)". */

@@ -13,6 +13,10 @@
  * - coop_torch_init lowering the device count while a malloc is between its
  *   device check and state_lock: pool_for checks the count again under the
  *   lock, so no pool is made on a device outside the new count.
+ * - A coop_walk visitor of device 0's pool calling the ABI for other
+ *   devices while another thread holds state_lock, waiting for the walked
+ *   pool (its memory fraction): each call that would take state_lock is
+ *   refused before it, the others are served.
  *
  * Each case runs in a child of its own (cases_in_children.h): the ABI's state
  * is per process. Forks, so it stays out of CI's ThreadSanitizer run.
@@ -37,6 +41,7 @@
 #include "torch/torch_abi.h"
 
 #define STREAM(n) ((void *)(uintptr_t)(n))
+#define MIB ((size_t)1 << 20)
 
 /* Seconds a case may run (a lock left held must fail it, not hang). */
 #define CASE_TIME_LIMIT 20
@@ -73,6 +78,9 @@ static pthread_mutex_t *learned;
 static _Atomic(pthread_mutex_t *) lower_at;
 static int lower_to;
 static atomic_bool lowered;
+/* signal_learned: once this thread holds learned, post holds_learned. */
+static _Thread_local bool signal_learned;
+static sem_t holds_learned;
 
 int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
 {
@@ -90,7 +98,12 @@ int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
         coop_torch_init(lower_to); /* takes m itself: disarmed first */
         atomic_store(&lowered, true);
     }
-    return __real_pthread_mutex_lock(m);
+    int rc = __real_pthread_mutex_lock(m);
+    if (signal_learned && m == learned) {
+        signal_learned = false;
+        sem_post(&holds_learned);
+    }
+    return rc;
 }
 
 static void *clear_history(void *arg)
@@ -179,6 +192,122 @@ static void test_init_lowers_the_count_during_a_malloc(void **state)
     coop_torch_free(p, 4096, 0, STREAM(0));
 }
 
+/* Thread B: device 0's memory fraction, which takes state_lock (posting
+ * holds_learned) and then waits, holding it, for device 0's pool. */
+static void *fraction_of_the_walked_device(void *arg)
+{
+    (void)arg;
+    signal_learned = true;
+    coop_torch_memory_fraction(0.5, 0);
+    return NULL;
+}
+
+static void expect_refused(const char *msg, const char *fn)
+{
+    char want[160];
+    snprintf(want, sizeof want, "%s: called from inside a coop_walk visitor of device 0's pool",
+             fn);
+    if (!strstr(msg, want))
+        fail_msg("wanted \"%s\" in \"%s\"", want, msg);
+    assert_non_null(strstr(msg, "state lock"));
+}
+
+static void expect_abi_refused(const char *fn)
+{
+    char msg[1024];
+    coop_torch_last_error(msg, sizeof msg);
+    expect_refused(msg, fn);
+}
+
+typedef struct other_devices {
+    pthread_t b;
+    int visits;
+    char settings[512];
+} other_devices;
+
+static int call_other_devices(const coop_block_info *block, void *ctx)
+{
+    (void)block;
+    other_devices *o = ctx;
+    if (o->visits++)
+        return 1;
+    assert_int_equal(pthread_create(&o->b, NULL, fraction_of_the_walked_device, NULL), 0);
+    while (sem_wait(&holds_learned) != 0)
+        continue;
+    /* B holds state_lock until it gets device 0's pool, which this walk
+     * holds: each call below that took state_lock would wait forever */
+    coop_torch_memory_fraction(0.25, 1);
+    expect_abi_refused("coop_torch_memory_fraction");
+    assert_null(coop_torch_malloc(4096, 2, STREAM(0))); /* no pool yet: making it */
+    expect_abi_refused("coop_torch_malloc");
+    assert_null(coop_torch_malloc(4096, 1, STREAM(0))); /* its limit, waiting for frees */
+    expect_abi_refused("coop_torch_malloc");
+    coop_torch_init(4);
+    expect_abi_refused("coop_torch_init");
+    coop_torch_record_history(64);
+    expect_abi_refused("coop_torch_record_history");
+    assert_int_equal(coop_torch_configure("backend:host"), COOP_ERR_BUSY);
+    expect_refused(coop_last_error(), "coop_torch_configure");
+    assert_int_equal(coop_torch_settings(o->settings, sizeof o->settings), COOP_ERR_BUSY);
+    expect_refused(o->settings, "coop_torch_settings");
+    /* device 3's pool exists and keeps no history: no state_lock */
+    void *p = coop_torch_malloc(4096, 3, STREAM(0));
+    assert_non_null(p);
+    coop_torch_free(p, 4096, 3, STREAM(0));
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(3, &snap), COOP_OK);
+    coop_torch_snapshot_free(snap);
+    return 1;
+}
+
+/* Before the fix the visitor's first call waited for state_lock, B for the
+ * walk: killed at CASE_TIME_LIMIT. */
+static void test_walk_visitor_refuses_what_takes_the_state_lock(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:64M,page:64K"), COOP_OK);
+    learn_lock = true;
+    coop_torch_init(0); /* its first lock is state_lock; 0 changes nothing */
+    assert_false(learn_lock);
+    assert_non_null(learned);
+    void *walked = coop_torch_malloc(4096, 0, STREAM(0));
+    assert_non_null(walked);
+    /* device 1: a limit waiting for frees, and a free since its try */
+    void *big = coop_torch_malloc(8 * MIB, 1, STREAM(0));
+    void *keep = coop_torch_malloc(8 * MIB, 1, STREAM(0));
+    assert_non_null(big);
+    assert_non_null(keep);
+    coop_torch_memory_fraction(0.0, 1);
+    coop_torch_free(big, 8 * MIB, 1, STREAM(0));
+    void *p = coop_torch_malloc(4096, 3, STREAM(0));
+    assert_non_null(p);
+    coop_torch_free(p, 4096, 3, STREAM(0));
+    coop_stats one, after;
+    coop_get_stats(coop_torch_pool(1), &one);
+    assert_int_equal(sem_init(&holds_learned, 0, 0), 0);
+
+    other_devices o = {.visits = 0};
+    assert_int_equal(coop_walk(coop_torch_pool(0), NULL, call_other_devices, &o), COOP_OK);
+    assert_int_equal(o.visits, 1);
+    assert_int_equal(pthread_join(o.b, NULL), 0);
+
+    /* B's fraction went through after the walk; the refused calls changed
+     * nothing */
+    coop_get_stats(coop_torch_pool(0), &after);
+    assert_int_equal(after.capacity, 32 * MIB);
+    coop_get_stats(coop_torch_pool(1), &after);
+    assert_int_equal(after.capacity, one.capacity);
+    assert_int_equal(after.reserved_bytes.current, one.reserved_bytes.current);
+    assert_null(coop_torch_pool(2));
+    assert_int_equal(coop_torch_failed_mallocs(2, NULL, 0), 1);
+    assert_false(atomic_load(&torch_abi_history(3)->enabled));
+    char buf[512];
+    assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);
+    assert_non_null(strstr(buf, "capacity:67108864"));
+    coop_torch_free(keep, 8 * MIB, 1, STREAM(0));
+    coop_torch_free(walked, 4096, 0, STREAM(0));
+}
+
 int main(void)
 {
     /* each case's own configuration, whatever the environment says */
@@ -186,6 +315,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fork_waits_for_a_history_clear),
         cmocka_unit_test(test_init_lowers_the_count_during_a_malloc),
+        cmocka_unit_test(test_walk_visitor_refuses_what_takes_the_state_lock),
     };
     return cases_in_children("torch_lock_seams_test", tests, sizeof tests / sizeof tests[0],
                              CASE_TIME_LIMIT);

@@ -170,6 +170,45 @@ static void report(coop_status st)
         fprintf(stderr, "coop: %s [further '%s' errors are not printed]\n", msg, coop_strerror(st));
 }
 
+/* The device whose pool this thread is walking (its innermost such walk),
+ * else -1: one thread-local read while it walks nothing, as almost always
+ * (coop_torch_record_stream asks on every call; asking each device's pool,
+ * 64 loads, cost three quarters of that call), then each walk's pool
+ * against the devices'. */
+static int walked_device(void)
+{
+    for (const pool_walk_frame *f = pool_fork_walks(); f; f = f->outer) {
+        const device_slot *all = slot(0); /* initialized once: then the array as it is */
+        for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
+            if (atomic_load_explicit(&all[i].pool, memory_order_acquire) == f->pool)
+                return i;
+    }
+    return -1;
+}
+
+/* fn's refusal from inside a coop_walk visitor of any device's pool
+ * (walked_device), asked before state_lock: another thread may hold
+ * state_lock while it waits for the walked pool (a memory fraction or a
+ * limit's retry on that device, which change it; a fork's prepare), so
+ * taking it here could wait forever, whichever device fn is for. step
+ * (of device, if >= 0): what needs the lock, for the message. COOP_OK,
+ * nothing set, when this thread walks no device's pool. */
+static coop_status refuse_state_lock_in_walk(const char *fn, const char *step, int device)
+{
+    int walked = walked_device();
+    if (walked < 0)
+        return COOP_OK;
+    char of[32] = "";
+    if (device >= 0)
+        snprintf(of, sizeof of, " of device %d", device);
+    return coop_set_error(COOP_ERR_BUSY,
+                          "%s: called from inside a coop_walk visitor of device %d's pool, which "
+                          "the walk holds: %s%s takes the ABI's state lock, which another thread "
+                          "may hold while it waits for the walk; nothing changed (call it after "
+                          "coop_walk returns)",
+                          fn, walked, step, of);
+}
+
 size_t coop_torch_last_error(char *buf, size_t size)
 {
     pthread_mutex_lock(&error_lock);
@@ -233,8 +272,10 @@ static coop_status ensure_conf_locked(void)
 
 coop_status coop_torch_configure(const char *text)
 {
+    coop_status st = refuse_state_lock_in_walk("coop_torch_configure", "it", -1);
+    if (st != COOP_OK)
+        return st;
     pthread_mutex_lock(&state_lock);
-    coop_status st;
     if (any_pool_locked())
         st = coop_set_error(COOP_ERR_BUSY, "coop torch: configure before the first allocation "
                                            "(a pool already exists)");
@@ -281,8 +322,14 @@ coop_status coop_torch_normalize_conf(const char *text, char *buf, size_t size)
 
 coop_status coop_torch_settings(char *buf, size_t size)
 {
+    coop_status st = refuse_state_lock_in_walk("coop_torch_settings", "it", -1);
+    if (st != COOP_OK) {
+        if (buf && size)
+            copy_message(buf, size, coop_last_error());
+        return st;
+    }
     pthread_mutex_lock(&state_lock);
-    coop_status st = ensure_conf_locked();
+    st = ensure_conf_locked();
     if (st == COOP_OK && buf && size) {
         format_conf(&conf, history_entries, buf, size);
     } else if (buf && size) {
@@ -294,6 +341,11 @@ coop_status coop_torch_settings(char *buf, size_t size)
 
 void coop_torch_record_history(size_t max_entries)
 {
+    coop_status st = refuse_state_lock_in_walk("coop_torch_record_history", "it", -1);
+    if (st != COOP_OK) {
+        report(st);
+        return;
+    }
     pthread_mutex_lock(&state_lock);
     history_by_api = true;
     set_history_locked(max_entries);
@@ -380,17 +432,6 @@ coop_status torch_walked_error(const char *fn, int device)
                           fn, device);
 }
 
-/* The calls for every device: the first device whose pool this thread is
- * walking, else -1, so that they refuse before changing any pool. */
-static int walked_device(void)
-{
-    const device_slot *all = slot(0); /* initialized once: then the array as it is */
-    for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
-        if (torch_walked_here(atomic_load_explicit(&all[i].pool, memory_order_acquire)))
-            return i;
-    return -1;
-}
-
 coop_pool *coop_torch_pool(int device)
 {
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
@@ -400,7 +441,8 @@ coop_pool *coop_torch_pool(int device)
 
 /* "; device N's pool holds it" into buf if a pool other than device's has
  * ptr in one of its blocks (a free given the wrong device number), else "".
- * For error messages only: it takes each pool's lock in turn. */
+ * For error messages only: it takes each pool's lock in turn, but for one
+ * this thread is walking (a free from a coop_walk visitor). */
 static void owner_of(const void *ptr, int device, char *buf, size_t size)
 {
     buf[0] = '\0';
@@ -408,12 +450,11 @@ static void owner_of(const void *ptr, int device, char *buf, size_t size)
         coop_pool *pool = i == device ? NULL : coop_torch_pool(i);
         if (!pool)
             continue;
-        bool walked = pool_walked_here(pool); /* held for this thread's walk: read as it is */
-        if (!walked)
-            pool_lock(pool);
+        /* a pool this thread walks: read as it stands, under the walk's
+         * lock (arena_find_containing changes nothing the walk follows) */
+        bool locked = pool_lock_read(pool);
         bool held = arena_find_containing(pool_arena(pool), (uintptr_t)ptr) != NULL;
-        if (!walked)
-            pool_unlock(pool);
+        pool_unlock_read(pool, locked);
         if (held) {
             snprintf(buf, size, "; device %d's pool holds it", i);
             return;
@@ -458,14 +499,20 @@ static coop_status create_pool_locked(int device, coop_pool **out)
     return COOP_OK;
 }
 
-/* Device's pool, created on first use; NULL (reported) on failure. */
-static coop_pool *pool_for(int device, const char *what)
+/* Device's pool, created on first use; NULL (reported) on failure. fn:
+ * the ABI call, for a refusal from inside a walk. */
+static coop_pool *pool_for(int device, const char *what, const char *fn)
 {
     if (!device_ok(device, what, ""))
         return NULL;
     coop_pool *pool = coop_torch_pool(device);
     if (pool)
         return pool;
+    coop_status busy = refuse_state_lock_in_walk(fn, "making the pool", device);
+    if (busy != COOP_OK) {
+        report(busy);
+        return NULL;
+    }
     pthread_mutex_lock(&state_lock);
     pool = coop_torch_pool(device);
     coop_status st = COOP_OK;
@@ -519,20 +566,29 @@ static coop_status apply_limit_locked(device_slot *s, coop_pool *pool, uint64_t 
 }
 
 /* Tries device's pending limit again if blocks were freed since the last
- * try (force: regardless, after empty_cache). */
-static void retry_limit(int device, coop_pool *pool, bool force)
+ * try (force: regardless, after empty_cache); its failure is reported.
+ * COOP_ERR_BUSY (not reported, the try left for later) where it would
+ * take state_lock from inside a walk: fn's refusal. */
+static coop_status retry_limit(int device, coop_pool *pool, bool force, const char *fn)
 {
     device_slot *s = slot(device);
     if (!atomic_load_explicit(&s->pending_limit, memory_order_relaxed))
-        return;
+        return COOP_OK;
+    if (!force && !atomic_load_explicit(&s->freed_since_try, memory_order_relaxed))
+        return COOP_OK;
+    /* before the flag is taken: the limit is tried after the walk */
+    coop_status st = refuse_state_lock_in_walk(fn, "the memory limit waiting for frees", device);
+    if (st != COOP_OK)
+        return st;
     if (!atomic_exchange(&s->freed_since_try, false) && !force)
-        return;
+        return COOP_OK;
     pthread_mutex_lock(&state_lock);
     uint64_t limit = atomic_load(&s->pending_limit); /* may have changed meanwhile */
-    coop_status st = limit ? apply_limit_locked(s, pool, limit) : COOP_OK;
+    st = limit ? apply_limit_locked(s, pool, limit) : COOP_OK;
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK)
         report(on_device(st, device, "memory limit", ""));
+    return COOP_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -573,7 +629,7 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
 {
     if (size == 0)
         return NULL;
-    coop_pool *pool = pool_for(device, "malloc");
+    coop_pool *pool = pool_for(device, "malloc", "coop_torch_malloc");
     coop_status forked = torch_forked_device(pool, device, "coop_torch_malloc");
     if (forked == COOP_OK && torch_walked_here(pool))
         forked = torch_walked_error("coop_torch_malloc", device);
@@ -583,8 +639,17 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
         count_failure(device);
         return NULL;
     }
-    retry_limit(device, pool, false);
     device_slot *s = slot(device);
+    /* asked here, the call only with a limit pending (rare), so that the
+     * hot path pays one load for it, as before retry_limit could refuse */
+    if (atomic_load_explicit(&s->pending_limit, memory_order_relaxed)) {
+        coop_status busy = retry_limit(device, pool, false, "coop_torch_malloc");
+        if (busy != COOP_OK) {
+            report(busy);
+            count_failure(device);
+            return NULL;
+        }
+    }
     bool ordered = torch_history_on(&s->history);
     if (ordered)
         pthread_mutex_lock(&s->order_lock);
@@ -710,6 +775,11 @@ void coop_torch_free(void *ptr, size_t size, int device, void *stream)
 
 void coop_torch_init(int device_count)
 {
+    coop_status st = refuse_state_lock_in_walk("coop_torch_init", "it", -1);
+    if (st != COOP_OK) {
+        report(st);
+        return;
+    }
     /* under state_lock, as pool creation, which checks the count again
      * there: a count can never leave out a pool made meanwhile */
     pthread_mutex_lock(&state_lock);
@@ -717,7 +787,6 @@ void coop_torch_init(int device_count)
     for (int i = 0; i < COOP_TORCH_MAX_DEVICES; i++)
         if (coop_torch_pool(i))
             has_pool = i;
-    coop_status st = COOP_OK;
     if (device_count < 0 || device_count > COOP_TORCH_MAX_DEVICES)
         st = coop_set_error(COOP_ERR_INVALID,
                             "coop torch: init with a device count of %d: it must be 1..%d; "
@@ -754,7 +823,8 @@ void coop_torch_empty_cache(void)
             coop_status st = coop_empty_cache(pool);
             if (st != COOP_OK)
                 report(on_device(st, i, "empty_cache", ""));
-            retry_limit(i, pool, true);
+            /* not refused: no walk, asked above */
+            (void)retry_limit(i, pool, true, "coop_torch_empty_cache");
         }
     }
 }
@@ -788,15 +858,19 @@ void coop_torch_memory_fraction(double fraction, int device)
     }
     if (!device_ok(device, "set_per_process_memory_fraction", ""))
         return;
-    if (torch_walked_here(coop_torch_pool(device))) { /* before state_lock */
-        report(torch_walked_error("coop_torch_memory_fraction", device));
+    coop_status st = torch_walked_here(coop_torch_pool(device)) /* before state_lock */
+                         ? torch_walked_error("coop_torch_memory_fraction", device)
+                         : refuse_state_lock_in_walk("coop_torch_memory_fraction",
+                                                     "setting the memory fraction", device);
+    if (st != COOP_OK) {
+        report(st);
         return;
     }
     pthread_mutex_lock(&state_lock);
     device_slot *s = slot(device);
     coop_pool *pool = coop_torch_pool(device);
     /* refused with the fraction as it was: nothing changed */
-    coop_status st = torch_forked_device(pool, device, "coop_torch_memory_fraction");
+    st = torch_forked_device(pool, device, "coop_torch_memory_fraction");
     if (st != COOP_OK) {
         pthread_mutex_unlock(&state_lock);
         report(st);
