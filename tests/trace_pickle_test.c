@@ -3560,6 +3560,74 @@ static void test_a_file_written_during_the_second_read(void **state)
     pkl_stream_window = window;
 }
 
+/* What test_a_change_that_breaks_the_parse does from inside the second
+ * read: the byte at file offset break_at becomes 0xff (no opcode) in the
+ * bytes read, as a write the file's times did not show would, and, with
+ * break_in_place, the file is written in place too (its byte kept: only
+ * its times show it). */
+static int break_in_place;
+static size_t break_at;
+
+static void break_second_read(const char *path, unsigned char *b, size_t n)
+{
+    if (break_in_place && second_read_at == 0) {
+        FILE *f = fopen(path, "r+b");
+        assert_non_null(f);
+        assert_int_equal(fwrite(b, 1, 1, f), 1); /* the byte it holds */
+        assert_int_equal(fclose(f), 0);
+    }
+    if (break_at >= second_read_at && break_at < second_read_at + n)
+        b[break_at - second_read_at] = 0xff;
+    second_read_at += n;
+}
+
+/* A write during the second read that makes its parse fail is reported as
+ * the change it is, not as the parse's error about bytes the file no longer
+ * holds (rev36-D: "byte N: ... opcode 0xff" for a file the user may find
+ * intact): seen by fstat (the times moved) or, where the times do not show
+ * it, by the hash of both reads, the file read to its end after the failed
+ * parse. A file that did not change keeps the parse's message. */
+static void test_a_change_that_breaks_the_parse(void **state)
+{
+    (void)state;
+    pk p;
+    framed_snapshot(&p, 1);
+    char path[300];
+    fixture_path(path, sizeof path, "broken.pickle");
+    unsigned char *name = memmem(p.b, p.n, "b.py", 4);
+    assert_non_null(name);
+    break_at = (size_t)(name - p.b) - 2; /* the string's opcode */
+    /* the message the parse gives for the byte broken in the file itself */
+    pk bad = p;
+    bad.b[break_at] = 0xff;
+    fixture_write(path, bad.b, bad.n, 0);
+    trace t;
+    assert_int_equal(trace_read_pickle(path, &t), COOP_ERR_INVALID);
+    char parse_error[400];
+    snprintf(parse_error, sizeof parse_error, "%s", coop_last_error());
+    assert_null(strstr(parse_error, "changed"));
+    for (int k = 0; k < 3; k++) {
+        break_in_place = k == 1;
+        second_read_at = 0;
+        fixture_write(path, k == 2 ? bad.b : p.b, p.n, 0);
+        struct timespec times[2] = {{.tv_sec = time(NULL) - 1}, {.tv_sec = time(NULL) - 1}};
+        assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+        trace_input_second_read_hook = break_second_read;
+        coop_status st = trace_read_pickle(path, &t);
+        trace_input_second_read_hook = NULL;
+        if (st == COOP_OK)
+            trace_free(&t);
+        assert_int_equal(st, COOP_ERR_INVALID);
+        char want[400];
+        snprintf(want, sizeof want, "%s: the file changed while it was read: %s", path,
+                 k == 1 ? "modified during its second read"
+                        : "its second read did not give the bytes of its first");
+        /* k 2: the file held 0xff there both times: no change, the parse's
+         * message */
+        assert_string_equal(coop_last_error(), k == 2 ? parse_error : want);
+    }
+}
+
 int main(void)
 {
     test_seed("trace_pickle_test", 20261121); /* a bad COOP_TEST_SEED fails before the tests */
@@ -3618,6 +3686,7 @@ int main(void)
         cmocka_unit_test(test_a_file_replaced_between_reads),
         cmocka_unit_test(test_reread_hash),
         cmocka_unit_test(test_a_file_written_during_the_second_read),
+        cmocka_unit_test(test_a_change_that_breaks_the_parse),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();
