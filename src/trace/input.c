@@ -584,11 +584,11 @@ coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, s
     return COOP_OK;
 }
 
-coop_status trace_input_stream_finish(trace_input_stream *s)
+/* Reads what is left of the held file, to one byte past the first read's
+ * length: the rest (the bytes after a pickle's STOP), and a file grown
+ * shows without being read to its end. */
+static coop_status read_rest(trace_input_stream *s)
 {
-    /* the rest (the bytes after a pickle's STOP), and one byte past the
-     * first read's length: a file grown shows without being read to its
-     * end */
     unsigned char rest[4096];
     size_t got;
     do {
@@ -600,11 +600,37 @@ coop_status trace_input_stream_finish(trace_input_stream *s)
         if (st != COOP_OK)
             return st;
     } while (got);
+    return COOP_OK;
+}
+
+/* Whether the file changed while it was read, as an error (COOP_OK if not
+ * seen), once read_rest is done: its times or size moved, or, where read
+ * gave the second read's end (read_rest succeeded), another length or
+ * hash. */
+static coop_status change_seen(const trace_input_stream *s, int read)
+{
     if (!unchanged(s))
         return changed(s, "modified during its second read");
-    if (s->got != s->len || !trace_input_hash_equal(&s->first, &s->second))
+    if (read && (s->got != s->len || !trace_input_hash_equal(&s->first, &s->second)))
         return changed(s, "its second read did not give the bytes of its first");
     return COOP_OK;
+}
+
+coop_status trace_input_stream_finish(trace_input_stream *s)
+{
+    coop_status st = read_rest(s);
+    return st != COOP_OK ? st : change_seen(s, 1);
+}
+
+coop_status trace_input_stream_failed(trace_input_stream *s, coop_status failed)
+{
+    coop_error_kept kept;
+    coop_error_keep(&kept);
+    coop_status change = change_seen(s, read_rest(s) == COOP_OK);
+    if (change != COOP_OK)
+        return change;
+    coop_error_restore(&kept);
+    return failed;
 }
 
 void trace_input_stream_close(trace_input_stream *s)

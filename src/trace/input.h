@@ -219,6 +219,14 @@ coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, s
  * second read on any error. */
 coop_status trace_input_stream_finish(trace_input_stream *s);
 
+/* After the second read's reader failed with failed (its message set),
+ * while the read was open: reads the rest of the file as
+ * trace_input_stream_finish does and returns its refusal of a file that
+ * changed while it was read, whose bytes the reader's error is about (a
+ * write that made them unparsable); else failed, its message kept (a read
+ * error of the rest is not reported: the reader's error stands). */
+coop_status trace_input_stream_failed(trace_input_stream *s, coop_status failed);
+
 /* Closes the second read and the held file; safe on a zeroed or closed
  * stream and on one trace_input_rereadable did not hold. */
 void trace_input_stream_close(trace_input_stream *s);

@@ -1210,13 +1210,18 @@ static coop_status read_pickle(const char *path, int device, int seal, trace *ou
         sk.lens[NUM_SUMMARY_KEYS + j] = strlen(keys[j]);
     if (stream) {
         st = trace_input_stream_open(&in);
-        if (st == COOP_OK)
+        if (st == COOP_OK) {
             st = pkl_parse_stream(path, &scan, stream_read, &in, keys, seal ? seal_entry : NULL,
                                   &sk, &arena, &root);
-        /* the file is checked once the parse is done with it: a tree
-         * parsed from a file written during the read is dropped */
-        if (st == COOP_OK && (st = trace_input_stream_finish(&in)) != COOP_OK)
-            pkl_arena_free(&arena);
+            /* the file is checked once the parse is done with it: a tree
+             * parsed from a file written during the read is dropped, and a
+             * parse that failed on bytes written during it is reported as
+             * the change */
+            if (st != COOP_OK)
+                st = trace_input_stream_failed(&in, st);
+            else if ((st = trace_input_stream_finish(&in)) != COOP_OK)
+                pkl_arena_free(&arena);
+        }
         trace_input_stream_close(&in);
     } else {
         st = pkl_parse_sealed(path, data, len, keys, seal ? seal_entry : NULL, &sk, &arena, &root);
