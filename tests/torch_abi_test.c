@@ -6,6 +6,7 @@
  */
 #include <limits.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -861,6 +862,8 @@ static int call_the_abi_back_in(const coop_block_info *b, void *ctx)
     char msg[512];
     coop_torch_last_error(msg, sizeof msg);
     assert_non_null(strstr(msg, "device 0's pool holds it"));
+    /* read without relocking: the walk's lock still held, not released */
+    assert_int_not_equal(atomic_load(&coop_torch_pool(0)->lock.state), 0);
     /* another device's pool is not walked: served */
     void *other = coop_torch_malloc(64, 1, STREAM(1));
     assert_non_null(other);
@@ -902,6 +905,200 @@ static void test_walk_visitor_calling_the_abi_is_refused(void **state)
     coop_get_stats(coop_torch_pool(0), &after);
     assert_int_equal(after.allocation.current, before0.allocation.current - 1);
     coop_torch_record_history(0);
+}
+
+/* The ABI refuses for its own devices' walks only (walked_device,
+ * torch_walked_here): a visitor of a pool made with coop_pool_create is
+ * served by every call; one nested inside a walk of device 0's pool is
+ * refused, naming device 0; with device 1's walk nested inside device 0's,
+ * the calls for every device name device 1 (the innermost walk); and a
+ * state-lock refusal says which device's step needed the lock. */
+typedef enum walk_case {
+    WALK_USER_POOL,   /* the user's pool alone */
+    WALK_0_THEN_USER, /* device 0's, the user's inside it */
+    WALK_0_THEN_1,    /* device 0's, device 1's inside it */
+    WALK_1,           /* device 1's alone */
+} walk_case;
+
+typedef struct nested_walk {
+    walk_case what;
+    coop_pool *user;
+    int depth;
+    int inner_visits;
+    char buf[512];
+} nested_walk;
+
+/* coop_torch_memory_fraction(2.0, 0)'s error, set before each walk */
+#define MARKER "memory fraction 2 for device 0 is not in [0, 1]"
+
+static void expect_last_error_has(const char *want)
+{
+    char msg[1024];
+    coop_torch_last_error(msg, sizeof msg);
+    if (!strstr(msg, want))
+        fail_msg("wanted \"%s\" in \"%s\"", want, msg);
+}
+
+static int abi_from_nested_walk(const coop_block_info *b, void *ctx);
+
+static void in_the_innermost_walk(nested_walk *w)
+{
+    w->inner_visits++;
+    switch (w->what) {
+    case WALK_USER_POOL: { /* every call served: the last error stays the marker */
+        void *p = coop_torch_malloc(4096, 0, STREAM(1));
+        assert_non_null(p);
+        coop_torch_record_stream(p, STREAM(2));
+        coop_torch_free(p, 4096, 0, STREAM(1));
+        coop_torch_memory_fraction(1.0, 0);
+        coop_torch_empty_cache();
+        assert_int_equal(coop_torch_forget_stream(STREAM(2)), COOP_OK);
+        coop_torch_snapshot *snap = NULL;
+        assert_int_equal(coop_torch_snapshot_take(0, &snap), COOP_OK);
+        coop_torch_snapshot_free(snap);
+        assert_int_equal(coop_torch_settings(w->buf, sizeof w->buf), COOP_OK);
+        expect_last_error_has(MARKER);
+        break;
+    }
+    case WALK_0_THEN_USER:
+        coop_torch_empty_cache();
+        expect_last_error_has(
+            "coop_torch_empty_cache: called from inside a coop_walk visitor of device 0's pool");
+        assert_int_equal(coop_torch_settings(w->buf, sizeof w->buf), COOP_ERR_BUSY);
+        assert_non_null(strstr(w->buf, "visitor of device 0's pool"));
+        break;
+    case WALK_0_THEN_1:
+        coop_torch_empty_cache();
+        expect_last_error_has(
+            "coop_torch_empty_cache: called from inside a coop_walk visitor of device 1's pool");
+        assert_int_equal(coop_torch_forget_stream(STREAM(1)), COOP_ERR_BUSY);
+        assert_non_null(strstr(coop_last_error(), "visitor of device 1's pool"));
+        break;
+    case WALK_1:
+        coop_torch_memory_fraction(0.5, 0);
+        expect_last_error_has("visitor of device 1's pool, which the walk holds: setting the "
+                              "memory fraction of device 0 takes the ABI's state lock");
+        break;
+    }
+}
+
+static int abi_from_nested_walk(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    nested_walk *w = ctx;
+    bool nests = (w->what == WALK_0_THEN_USER || w->what == WALK_0_THEN_1) && w->depth == 0;
+    if (!nests) {
+        in_the_innermost_walk(w);
+        return 1;
+    }
+    w->depth++;
+    coop_pool *inner = w->what == WALK_0_THEN_USER ? w->user : coop_torch_pool(1);
+    assert_int_equal(coop_walk(inner, NULL, abi_from_nested_walk, w), COOP_OK);
+    return 1;
+}
+
+static void test_walks_of_other_pools_and_nested_walks(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = 8 * MIB;
+    c.page_size = 64 * 1024;
+    coop_pool *user = NULL;
+    assert_int_equal(coop_pool_create(&c, &user), COOP_OK);
+    coop_status st;
+    void *u = coop_malloc(user, 4096, 0, COOP_ALLOC_LOW, &st);
+    assert_non_null(u);
+    void *one = coop_torch_malloc(4096, 1, STREAM(1)); /* a block for device 1's walk */
+    void *zero = coop_torch_malloc(4096, 0, STREAM(1));
+    assert_non_null(one);
+    assert_non_null(zero);
+    uint64_t failed = coop_torch_failed_mallocs(0, NULL, 0);
+    alarm(10);
+    for (walk_case what = WALK_USER_POOL; what <= WALK_1; what++) {
+        coop_torch_memory_fraction(2.0, 0); /* an error of our own: the marker */
+        expect_last_error_has(MARKER);
+        nested_walk w = {.what = what, .user = user};
+        coop_pool *outer = what == WALK_USER_POOL ? user
+                           : what == WALK_1       ? coop_torch_pool(1)
+                                                  : coop_torch_pool(0);
+        assert_int_equal(coop_walk(outer, NULL, abi_from_nested_walk, &w), COOP_OK);
+        assert_int_equal(w.inner_visits, 1);
+    }
+    alarm(0);
+    assert_int_equal(coop_torch_failed_mallocs(0, NULL, 0), failed);
+    coop_torch_free(zero, 4096, 0, STREAM(1));
+    coop_torch_free(one, 4096, 1, STREAM(1));
+    assert_int_equal(coop_free(user, u), COOP_OK);
+    coop_pool_destroy(user);
+}
+
+/* A visitor's refusal comes before the device's order lock: here thread B
+ * holds device 0's (history on), stopped in coop_torch_free's gap between
+ * that lock and the pool's, which the walk holds. A malloc, free or
+ * snapshot of device 0 from the visitor that took the order lock first
+ * would wait for B, B for the walk: the alarm fails that. */
+static sem_t in_free_gap;
+
+static void free_gap_posts(int device)
+{
+    (void)device;
+    torch_free_gap_hook = NULL;
+    sem_post(&in_free_gap);
+}
+
+static void *free_on_device_0(void *p)
+{
+    coop_torch_free(p, 4096, 0, STREAM(1));
+    return NULL;
+}
+
+typedef struct order_held {
+    void *freed_by_b, *live;
+    pthread_t b;
+    int visits;
+} order_held;
+
+static int abi_while_b_holds_the_order_lock(const coop_block_info *b, void *ctx)
+{
+    (void)b;
+    order_held *o = ctx;
+    if (o->visits++)
+        return 1;
+    torch_free_gap_hook = free_gap_posts;
+    assert_int_equal(pthread_create(&o->b, NULL, free_on_device_0, o->freed_by_b), 0);
+    while (sem_wait(&in_free_gap) != 0)
+        continue;
+    assert_null(coop_torch_malloc(64, 0, STREAM(1)));
+    expect_abi_refused("coop_torch_malloc");
+    coop_torch_free(o->live, 4096, 0, STREAM(1));
+    expect_abi_refused("coop_torch_free");
+    coop_torch_snapshot *snap = NULL;
+    assert_int_equal(coop_torch_snapshot_take(0, &snap), COOP_ERR_BUSY);
+    return 1;
+}
+
+static void test_walk_refusals_come_before_the_order_lock(void **state)
+{
+    (void)state;
+    coop_torch_record_history(64);
+    assert_int_equal(sem_init(&in_free_gap, 0, 0), 0);
+    order_held o = {.freed_by_b = coop_torch_malloc(4096, 0, STREAM(1)),
+                    .live = coop_torch_malloc(4096, 0, STREAM(1))};
+    assert_non_null(o.freed_by_b);
+    assert_non_null(o.live);
+    coop_stats before, after;
+    coop_get_stats(coop_torch_pool(0), &before);
+    alarm(10);
+    assert_int_equal(coop_walk(coop_torch_pool(0), NULL, abi_while_b_holds_the_order_lock, &o),
+                     COOP_OK);
+    assert_int_equal(pthread_join(o.b, NULL), 0);
+    alarm(0);
+    coop_get_stats(coop_torch_pool(0), &after); /* B's free only */
+    assert_int_equal(after.allocation.current, before.allocation.current - 1);
+    coop_torch_free(o.live, 4096, 0, STREAM(1));
+    coop_torch_record_history(0);
+    sem_destroy(&in_free_gap);
 }
 
 /* A message quoting a long COOP_ALLOC_CONF value is cut between UTF-8
@@ -966,6 +1163,8 @@ int main(void)
         cmocka_unit_test(test_text_outputs_truncate_to_size),
         cmocka_unit_test(test_eight_threads),
         cmocka_unit_test(test_walk_visitor_calling_the_abi_is_refused),
+        cmocka_unit_test(test_walks_of_other_pools_and_nested_walks),
+        cmocka_unit_test(test_walk_refusals_come_before_the_order_lock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

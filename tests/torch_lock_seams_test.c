@@ -17,6 +17,8 @@
  *   devices while another thread holds state_lock, waiting for the walked
  *   pool (its memory fraction): each call that would take state_lock is
  *   refused before it, the others are served.
+ * - A visitor's refusal printed on stderr (a fresh child: the first error
+ *   of its kind).
  *
  * Each case runs in a child of its own (cases_in_children.h): the ABI's state
  * is per process. Forks, so it stays out of CI's ThreadSanitizer run.
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -202,6 +205,16 @@ static void *fraction_of_the_walked_device(void *arg)
     return NULL;
 }
 
+/* apply_limit_locked's refusals to lower each device's capacity to its
+ * limit (torch_limit_refused_hook): a count of the limit's tries. */
+static atomic_int limit_tries[8];
+
+static void count_limit_try(int device)
+{
+    if (device >= 0 && device < 8)
+        atomic_fetch_add(&limit_tries[device], 1);
+}
+
 static void expect_refused(const char *msg, const char *fn)
 {
     char want[160];
@@ -210,6 +223,16 @@ static void expect_refused(const char *msg, const char *fn)
     if (!strstr(msg, want))
         fail_msg("wanted \"%s\" in \"%s\"", want, msg);
     assert_non_null(strstr(msg, "state lock"));
+}
+
+static void expect_abi_refused_by_walk(const char *fn)
+{
+    char msg[1024], want[160];
+    coop_torch_last_error(msg, sizeof msg);
+    snprintf(want, sizeof want, "%s: called from inside a coop_walk visitor of device 0's pool",
+             fn);
+    if (!strstr(msg, want))
+        fail_msg("wanted \"%s\" in \"%s\"", want, msg);
 }
 
 static void expect_abi_refused(const char *fn)
@@ -241,7 +264,14 @@ static int call_other_devices(const coop_block_info *block, void *ctx)
     assert_null(coop_torch_malloc(4096, 2, STREAM(0))); /* no pool yet: making it */
     expect_abi_refused("coop_torch_malloc");
     assert_null(coop_torch_malloc(4096, 1, STREAM(0))); /* its limit, waiting for frees */
-    expect_abi_refused("coop_torch_malloc");
+    char msg[1024];
+    coop_torch_last_error(msg, sizeof msg);
+    expect_refused(msg, "coop_torch_malloc");
+    assert_non_null(strstr(msg, "the memory limit waiting for frees of device 1 takes"));
+    /* device 4's limit waits for frees, none since its try: no state_lock */
+    void *q = coop_torch_malloc(4096, 4, STREAM(0));
+    assert_non_null(q);
+    coop_torch_free(q, 4096, 4, STREAM(0));
     coop_torch_init(4);
     expect_abi_refused("coop_torch_init");
     coop_torch_record_history(64);
@@ -282,8 +312,17 @@ static void test_walk_visitor_refuses_what_takes_the_state_lock(void **state)
     void *p = coop_torch_malloc(4096, 3, STREAM(0));
     assert_non_null(p);
     coop_torch_free(p, 4096, 3, STREAM(0));
+    /* device 4: a limit waiting for frees, none since its try, and a
+     * cached block to serve a malloc under the held capacity */
+    void *cached4 = coop_torch_malloc(4096, 4, STREAM(0));
+    void *keep4 = coop_torch_malloc(8 * MIB, 4, STREAM(0));
+    assert_non_null(cached4);
+    assert_non_null(keep4);
+    coop_torch_free(cached4, 4096, 4, STREAM(0));
+    coop_torch_memory_fraction(0.0, 4);
     coop_stats one, after;
     coop_get_stats(coop_torch_pool(1), &one);
+    torch_limit_refused_hook = count_limit_try;
     assert_int_equal(sem_init(&holds_learned, 0, 0), 0);
 
     other_devices o = {.visits = 0};
@@ -300,12 +339,68 @@ static void test_walk_visitor_refuses_what_takes_the_state_lock(void **state)
     assert_int_equal(after.reserved_bytes.current, one.reserved_bytes.current);
     assert_null(coop_torch_pool(2));
     assert_int_equal(coop_torch_failed_mallocs(2, NULL, 0), 1);
+    assert_int_equal(coop_torch_failed_mallocs(1, NULL, 0), 1); /* the limit's refusal */
+    assert_int_equal(coop_torch_failed_mallocs(4, NULL, 0), 0);
+    /* the refused try was left for the next malloc (its free flag kept) */
+    assert_int_equal(atomic_load(&limit_tries[1]), 0);
+    void *q = coop_torch_malloc(4096, 1, STREAM(0)); /* NULL: the limit leaves no room */
+    assert_int_equal(atomic_load(&limit_tries[1]), 1);
+    coop_torch_free(q, 4096, 1, STREAM(0));
+    /* empty_cache tries device 4's limit though nothing was freed since
+     * (r4's malloc took the flag the visitor's free set) */
+    void *r4 = coop_torch_malloc(4096, 4, STREAM(0));
+    int tries4 = atomic_load(&limit_tries[4]);
+    coop_torch_empty_cache();
+    assert_int_equal(atomic_load(&limit_tries[4]), tries4 + 1);
+    coop_torch_free(r4, 4096, 4, STREAM(0));
+    torch_limit_refused_hook = NULL;
+    coop_torch_free(keep4, 8 * MIB, 4, STREAM(0));
     assert_false(atomic_load(&torch_abi_history(3)->enabled));
     char buf[512];
     assert_int_equal(coop_torch_settings(buf, sizeof buf), COOP_OK);
     assert_non_null(strstr(buf, "capacity:67108864"));
     coop_torch_free(keep, 8 * MIB, 1, STREAM(0));
     coop_torch_free(walked, 4096, 0, STREAM(0));
+}
+
+/* A visitor's refusal is reported as the hooks' other errors are: kept
+ * for coop_torch_last_error and printed, the first of its kind (a fresh
+ * child: none printed before). */
+static int free_from_the_visitor(const coop_block_info *block, void *ctx)
+{
+    (void)block;
+    coop_torch_free(ctx, 4096, 0, STREAM(0));
+    return 1;
+}
+
+static void test_walk_refusal_is_printed(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:64M,page:64K"), COOP_OK);
+    void *p = coop_torch_malloc(4096, 0, STREAM(0));
+    assert_non_null(p);
+    FILE *err = tmpfile();
+    assert_non_null(err);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_true(dup2(fileno(err), 2) >= 0);
+    coop_status st = coop_walk(coop_torch_pool(0), NULL, free_from_the_visitor, p);
+    assert_true(dup2(saved, 2) >= 0);
+    close(saved);
+    assert_int_equal(st, COOP_OK);
+    char text[1024];
+    rewind(err);
+    size_t n = fread(text, 1, sizeof text - 1, err);
+    text[n] = '\0';
+    fclose(err);
+    if (!strstr(text, "coop: coop_torch_free: called from inside a coop_walk visitor of device "
+                      "0's pool"))
+        fail_msg("stderr: \"%s\"", text);
+    expect_abi_refused_by_walk("coop_torch_free");
+    coop_torch_free(p, 4096, 0, STREAM(0)); /* after the walk: served */
+    coop_stats stats;
+    coop_get_stats(coop_torch_pool(0), &stats);
+    assert_int_equal(stats.allocation.current, 0);
 }
 
 int main(void)
@@ -316,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_fork_waits_for_a_history_clear),
         cmocka_unit_test(test_init_lowers_the_count_during_a_malloc),
         cmocka_unit_test(test_walk_visitor_refuses_what_takes_the_state_lock),
+        cmocka_unit_test(test_walk_refusal_is_printed),
     };
     return cases_in_children("torch_lock_seams_test", tests, sizeof tests / sizeof tests[0],
                              CASE_TIME_LIMIT);
