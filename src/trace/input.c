@@ -26,11 +26,15 @@ static coop_status gz_failure(gzFile gz, const char *path, uint64_t line)
     const char *msg = gzerror(gz, &err);
     if (err == Z_OK)
         return COOP_OK;
-    /* zlib's own messages start with the path it was given: drop it, the
+    /* zlib's own messages start with the path it was given, or "<fd:N>"
+     * for a descriptor (gzdopen: the held file, a kept pipe): drop it, the
      * message names the file once, below */
     size_t n = strlen(path);
     if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
         msg += n + 2;
+    else if (strncmp(msg, "<fd:", 4) == 0 && msg[n = strcspn(msg, ">")] == '>' &&
+             msg[n + 1] == ':' && msg[n + 2] == ' ')
+        msg += n + 3;
     /* zlib's buffers not allocated is no fault of the file's (exit 1, not
      * the 2 of bad input) */
     coop_status st = COOP_ERR_INVALID;
