@@ -622,8 +622,11 @@ static coop_status change_seen(const trace_input_stream *s, int read)
 
 coop_status trace_input_stream_finish(trace_input_stream *s)
 {
+    /* a read of the rest that fails (a gzip file cut during the read) is
+     * still checked with fstat: the change is what went wrong */
     coop_status st = read_rest(s);
-    return st != COOP_OK ? st : change_seen(s, 1);
+    coop_status change = change_seen(s, st == COOP_OK);
+    return change != COOP_OK ? change : st;
 }
 
 coop_status trace_input_stream_failed(trace_input_stream *s, coop_status failed)
