@@ -3389,6 +3389,30 @@ static void test_stream_parse_is_the_same(void **state)
     assert_string_equal(coop_last_error(), want);
 }
 
+/* st and the message of trace_read_pickle(path, t) refusing a file that
+ * changed while it was read, how being the message's end (t freed if it
+ * was read after all, so that the assertion, not a leak, reports it). */
+static void assert_changed(coop_status st, trace *t, const char *path, const char *how)
+{
+    if (st == COOP_OK)
+        trace_free(t);
+    assert_int_equal(st, COOP_ERR_INVALID);
+    char want[400];
+    snprintf(want, sizeof want, "%s: the file changed while it was read: %s", path, how);
+    assert_string_equal(coop_last_error(), want);
+}
+
+/* Writes the byte b holds over the file's first byte, in place: the
+ * same bytes, only the file's times moved (a hook's write during the
+ * second read). */
+static void rewrite_first_byte(const char *path, const unsigned char *b)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, 1, f), 1);
+    assert_int_equal(fclose(f), 0);
+}
+
 /* What test_a_file_replaced_between_reads puts in place of the file: written
  * in place (in_place: the same inode, its modification time a second later)
  * or renamed over it (another inode, the same modification time). */
@@ -3455,15 +3479,7 @@ static void test_a_file_replaced_between_reads(void **state)
             trace_free(&t);
             continue;
         }
-        if (st == COOP_OK)
-            trace_free(&t);
-        assert_int_equal(st, COOP_ERR_INVALID);
-        char want[400];
-        snprintf(want, sizeof want,
-                 "%s: the file changed while it was read: modified between its first read and "
-                 "its second",
-                 path);
-        assert_string_equal(coop_last_error(), want);
+        assert_changed(st, &t, path, "modified between its first read and its second");
     }
     trace_free(&ref);
 }
@@ -3513,12 +3529,8 @@ static size_t flip_at, second_read_at;
 
 static void during_second_read(const char *path, unsigned char *b, size_t n)
 {
-    if (write_in_place && second_read_at == 0) {
-        FILE *f = fopen(path, "r+b");
-        assert_non_null(f);
-        assert_int_equal(fwrite(b, 1, 1, f), 1); /* the byte it holds */
-        assert_int_equal(fclose(f), 0);
-    }
+    if (write_in_place && second_read_at == 0)
+        rewrite_first_byte(path, b);
     if (!write_in_place && flip_at >= second_read_at && flip_at < second_read_at + n)
         b[flip_at - second_read_at] ^= 1;
     second_read_at += n;
@@ -3556,15 +3568,10 @@ static void test_a_file_written_during_the_second_read(void **state)
         trace_input_second_read_hook = during_second_read;
         coop_status st = trace_read_pickle(path, &t);
         trace_input_second_read_hook = NULL;
-        if (st == COOP_OK)
-            trace_free(&t);
-        assert_int_equal(st, COOP_ERR_INVALID);
+        assert_changed(st, &t, path,
+                       write_in_place ? "modified during its second read"
+                                      : "its second read did not give the bytes of its first");
         assert_int_equal(second_read_at, p.n); /* read to its end */
-        char want[400];
-        snprintf(want, sizeof want, "%s: the file changed while it was read: %s", path,
-                 write_in_place ? "modified during its second read"
-                                : "its second read did not give the bytes of its first");
-        assert_string_equal(coop_last_error(), want);
     }
     pkl_stream_window = window;
 }
@@ -3579,12 +3586,8 @@ static size_t break_at;
 
 static void break_second_read(const char *path, unsigned char *b, size_t n)
 {
-    if (break_in_place && second_read_at == 0) {
-        FILE *f = fopen(path, "r+b");
-        assert_non_null(f);
-        assert_int_equal(fwrite(b, 1, 1, f), 1); /* the byte it holds */
-        assert_int_equal(fclose(f), 0);
-    }
+    if (break_in_place && second_read_at == 0)
+        rewrite_first_byte(path, b);
     if (break_at >= second_read_at && break_at < second_read_at + n)
         b[break_at - second_read_at] = 0xff;
     second_read_at += n;
@@ -3682,15 +3685,7 @@ static void test_a_change_fstat_shows_between_reads(void **state)
                 trace_free(&t);
             continue;
         }
-        if (st == COOP_OK)
-            trace_free(&t);
-        assert_int_equal(st, COOP_ERR_INVALID);
-        char want[400];
-        snprintf(want, sizeof want,
-                 "%s: the file changed while it was read: modified between its first read and "
-                 "its second",
-                 path);
-        assert_string_equal(coop_last_error(), want);
+        assert_changed(st, &t, path, "modified between its first read and its second");
     }
 }
 
@@ -3815,13 +3810,7 @@ static void test_a_gzip_file_cut_during_the_second_read(void **state)
     coop_status st = trace_read_pickle(path, &t);
     trace_input_second_read_hook = NULL;
     pkl_stream_window = window;
-    if (st == COOP_OK)
-        trace_free(&t);
-    assert_int_equal(st, COOP_ERR_INVALID);
-    char want[400];
-    snprintf(want, sizeof want,
-             "%s: the file changed while it was read: modified during its second read", path);
-    assert_string_equal(coop_last_error(), want);
+    assert_changed(st, &t, path, "modified during its second read");
 }
 
 static int open_descriptors(void)
