@@ -1020,8 +1020,10 @@ void coop_torch_record_stream(void *ptr, void *stream);
  * application destroys a stream of its own (torch.cuda.ExternalStream);
  * the first failure is returned (coop_last_error says why) and the pools
  * after it are left as they were. The stream UINTPTR_MAX is
- * COOP_ERR_INVALID, pools or not. Without it, each stream handle the pools
- * have seen keeps host memory for good (see coop_forget_stream). */
+ * COOP_ERR_INVALID, pools or not. COOP_ERR_BUSY, no pool changed, from a
+ * coop_walk visitor of a device's pool (see coop_walk). Without it, each
+ * stream handle the pools have seen keeps host memory for good (see
+ * coop_forget_stream). */
 coop_status coop_torch_forget_stream(void *stream);
 
 /* Sets the configuration from conf (COOP_ALLOC_CONF syntax; NULL = read the
@@ -1057,7 +1059,8 @@ size_t coop_torch_last_error(char *buf, size_t size);
 
 /* How many coop_torch_malloc calls on device returned NULL since the process
  * started, for any reason (out of memory, a configuration or pool that could
- * not be created, no driver; size 0 is not a failure), and the last one's
+ * not be created, no driver, a call from a coop_walk visitor that coop_walk
+ * refuses; size 0 is not a failure), and the last one's
  * message, copied to buf (NUL-terminated, truncated to size between UTF-8
  * characters; empty if none).
  * 0 for a device outside 0..63 (the ABI serves at most 64 devices); a
@@ -1077,7 +1080,9 @@ coop_pool *coop_torch_pool(int device);
  * allocation as well as after it. The ring's memory grows
  * with the events recorded (up to max_entries), so any bound is accepted and
  * costs nothing until used; if the host has no memory to grow it, it keeps
- * the last events it has room for and reports that once. */
+ * the last events it has room for and reports that once. From a coop_walk
+ * visitor of a device's pool it changes nothing and reports COOP_ERR_BUSY
+ * (see coop_walk). */
 void coop_torch_record_history(size_t max_entries);
 
 /* Drops the events recorded on every device; recording stays on or off. A

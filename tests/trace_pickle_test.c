@@ -3389,6 +3389,30 @@ static void test_stream_parse_is_the_same(void **state)
     assert_string_equal(coop_last_error(), want);
 }
 
+/* st and the message of trace_read_pickle(path, t) refusing a file that
+ * changed while it was read, how being the message's end (t freed if it
+ * was read after all, so that the assertion, not a leak, reports it). */
+static void assert_changed(coop_status st, trace *t, const char *path, const char *how)
+{
+    if (st == COOP_OK)
+        trace_free(t);
+    assert_int_equal(st, COOP_ERR_INVALID);
+    char want[400];
+    snprintf(want, sizeof want, "%s: the file changed while it was read: %s", path, how);
+    assert_string_equal(coop_last_error(), want);
+}
+
+/* Writes the byte b holds over the file's first byte, in place: the
+ * same bytes, only the file's times moved (a hook's write during the
+ * second read). */
+static void rewrite_first_byte(const char *path, const unsigned char *b)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, 1, f), 1);
+    assert_int_equal(fclose(f), 0);
+}
+
 /* What test_a_file_replaced_between_reads puts in place of the file: written
  * in place (in_place: the same inode, its modification time a second later)
  * or renamed over it (another inode, the same modification time). */
@@ -3455,15 +3479,7 @@ static void test_a_file_replaced_between_reads(void **state)
             trace_free(&t);
             continue;
         }
-        if (st == COOP_OK)
-            trace_free(&t);
-        assert_int_equal(st, COOP_ERR_INVALID);
-        char want[400];
-        snprintf(want, sizeof want,
-                 "%s: the file changed while it was read: modified between its first read and "
-                 "its second",
-                 path);
-        assert_string_equal(coop_last_error(), want);
+        assert_changed(st, &t, path, "modified between its first read and its second");
     }
     trace_free(&ref);
 }
@@ -3513,12 +3529,8 @@ static size_t flip_at, second_read_at;
 
 static void during_second_read(const char *path, unsigned char *b, size_t n)
 {
-    if (write_in_place && second_read_at == 0) {
-        FILE *f = fopen(path, "r+b");
-        assert_non_null(f);
-        assert_int_equal(fwrite(b, 1, 1, f), 1); /* the byte it holds */
-        assert_int_equal(fclose(f), 0);
-    }
+    if (write_in_place && second_read_at == 0)
+        rewrite_first_byte(path, b);
     if (!write_in_place && flip_at >= second_read_at && flip_at < second_read_at + n)
         b[flip_at - second_read_at] ^= 1;
     second_read_at += n;
@@ -3556,15 +3568,10 @@ static void test_a_file_written_during_the_second_read(void **state)
         trace_input_second_read_hook = during_second_read;
         coop_status st = trace_read_pickle(path, &t);
         trace_input_second_read_hook = NULL;
-        if (st == COOP_OK)
-            trace_free(&t);
-        assert_int_equal(st, COOP_ERR_INVALID);
+        assert_changed(st, &t, path,
+                       write_in_place ? "modified during its second read"
+                                      : "its second read did not give the bytes of its first");
         assert_int_equal(second_read_at, p.n); /* read to its end */
-        char want[400];
-        snprintf(want, sizeof want, "%s: the file changed while it was read: %s", path,
-                 write_in_place ? "modified during its second read"
-                                : "its second read did not give the bytes of its first");
-        assert_string_equal(coop_last_error(), want);
     }
     pkl_stream_window = window;
 }
@@ -3579,12 +3586,8 @@ static size_t break_at;
 
 static void break_second_read(const char *path, unsigned char *b, size_t n)
 {
-    if (break_in_place && second_read_at == 0) {
-        FILE *f = fopen(path, "r+b");
-        assert_non_null(f);
-        assert_int_equal(fwrite(b, 1, 1, f), 1); /* the byte it holds */
-        assert_int_equal(fclose(f), 0);
-    }
+    if (break_in_place && second_read_at == 0)
+        rewrite_first_byte(path, b);
     if (break_at >= second_read_at && break_at < second_read_at + n)
         b[break_at - second_read_at] = 0xff;
     second_read_at += n;
@@ -3682,15 +3685,7 @@ static void test_a_change_fstat_shows_between_reads(void **state)
                 trace_free(&t);
             continue;
         }
-        if (st == COOP_OK)
-            trace_free(&t);
-        assert_int_equal(st, COOP_ERR_INVALID);
-        char want[400];
-        snprintf(want, sizeof want,
-                 "%s: the file changed while it was read: modified between its first read and "
-                 "its second",
-                 path);
-        assert_string_equal(coop_last_error(), want);
+        assert_changed(st, &t, path, "modified between its first read and its second");
     }
 }
 
@@ -3729,6 +3724,93 @@ static void test_a_long_rest_after_stop(void **state)
     assert_non_null(strstr(coop_last_error(), "its second read did not give the bytes"));
     pkl_stream_window = window;
     trace_free(&ref);
+}
+
+/* A gzip snapshot, framed_snapshot then `junk` bytes of noise after its
+ * STOP (incompressible: the compressed file is as long), written to path;
+ * its compressed length in *len. */
+static void gzip_snapshot_with_junk(const char *path, size_t junk, size_t *len)
+{
+    pk p;
+    framed_snapshot(&p, 1);
+    unsigned char *all = malloc(p.n + junk);
+    assert_non_null(all);
+    memcpy(all, p.b, p.n);
+    uint32_t x = 2463534242u;
+    for (size_t i = 0; i < junk; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        all[p.n + i] = (unsigned char)x;
+    }
+    fixture_write(path, all, p.n + junk, 1);
+    free(all);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    *len = (size_t)sb.st_size;
+}
+
+/* zlib's error in a gzip snapshot names the file once, as for any other
+ * input: the reader reads it through a descriptor, whose zlib name,
+ * "<fd:N>", is not the path (rev36-G: "PATH: read error: <fd:4>: incorrect
+ * data check", since rev36-A held the file open). */
+static void test_a_gzip_error_names_the_file(void **state)
+{
+    (void)state;
+    char path[300];
+    fixture_path(path, sizeof path, "crc.pickle.gz");
+    size_t len;
+    gzip_snapshot_with_junk(path, 0, &len);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)len - 6, SEEK_SET), 0); /* the CRC-32 trailer */
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, (long)len - 6, SEEK_SET), 0);
+    assert_int_equal(fputc(c ^ 0xff, f), c ^ 0xff);
+    assert_int_equal(fclose(f), 0);
+    trace t;
+    coop_status st = trace_read_pickle(path, &t);
+    if (st == COOP_OK)
+        trace_free(&t);
+    assert_int_equal(st, COOP_ERR_INVALID);
+    char want[400];
+    snprintf(want, sizeof want, "%s: read error: incorrect data check", path);
+    assert_string_equal(coop_last_error(), want);
+}
+
+/* What test_a_gzip_file_cut_during_the_second_read does at the second
+ * read's first piece: cuts the file's last 20,000 bytes (of the noise,
+ * which zlib has not read yet). */
+static void cut_at_second_read(const char *path, unsigned char *b, size_t n)
+{
+    (void)b;
+    if (second_read_at == 0) {
+        struct stat sb;
+        assert_int_equal(stat(path, &sb), 0);
+        assert_int_equal(truncate(path, sb.st_size - 20000), 0);
+    }
+    second_read_at += n;
+}
+
+/* A gzip file cut during the second read, after the parse's STOP: zlib's
+ * read of the rest fails ("file is truncated"), and fstat shows the change,
+ * which is what is reported, as for a plain file (rev36-G: the read error
+ * was returned without asking fstat). */
+static void test_a_gzip_file_cut_during_the_second_read(void **state)
+{
+    (void)state;
+    char path[300];
+    fixture_path(path, sizeof path, "cut.pickle.gz");
+    size_t len;
+    gzip_snapshot_with_junk(path, 1000000, &len);
+    assert_true(len > 1000000); /* more than zlib reads ahead (384 KiB) */
+    size_t window = pkl_stream_window;
+    pkl_stream_window = 256;
+    second_read_at = 0;
+    trace t;
+    trace_input_second_read_hook = cut_at_second_read;
+    coop_status st = trace_read_pickle(path, &t);
+    trace_input_second_read_hook = NULL;
+    pkl_stream_window = window;
+    assert_changed(st, &t, path, "modified during its second read");
 }
 
 static int open_descriptors(void)
@@ -3858,6 +3940,8 @@ int main(void)
         cmocka_unit_test(test_a_change_fstat_shows_between_reads),
         cmocka_unit_test(test_a_long_rest_after_stop),
         cmocka_unit_test(test_no_descriptor_left_open),
+        cmocka_unit_test(test_a_gzip_error_names_the_file),
+        cmocka_unit_test(test_a_gzip_file_cut_during_the_second_read),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fixture_cleanup();

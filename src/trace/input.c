@@ -26,11 +26,15 @@ static coop_status gz_failure(gzFile gz, const char *path, uint64_t line)
     const char *msg = gzerror(gz, &err);
     if (err == Z_OK)
         return COOP_OK;
-    /* zlib's own messages start with the path it was given: drop it, the
+    /* zlib's own messages start with the path it was given, or "<fd:N>"
+     * for a descriptor (gzdopen: the held file, a kept pipe): drop it, the
      * message names the file once, below */
     size_t n = strlen(path);
     if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
         msg += n + 2;
+    else if (strncmp(msg, "<fd:", 4) == 0 && msg[n = strcspn(msg, ">")] == '>' &&
+             msg[n + 1] == ':' && msg[n + 2] == ' ')
+        msg += n + 3;
     /* zlib's buffers not allocated is no fault of the file's (exit 1, not
      * the 2 of bad input) */
     coop_status st = COOP_ERR_INVALID;
@@ -618,8 +622,11 @@ static coop_status change_seen(const trace_input_stream *s, int read)
 
 coop_status trace_input_stream_finish(trace_input_stream *s)
 {
+    /* a read of the rest that fails (a gzip file cut during the read) is
+     * still checked with fstat: the change is what went wrong */
     coop_status st = read_rest(s);
-    return st != COOP_OK ? st : change_seen(s, 1);
+    coop_status change = change_seen(s, st == COOP_OK);
+    return change != COOP_OK ? change : st;
 }
 
 coop_status trace_input_stream_failed(trace_input_stream *s, coop_status failed)

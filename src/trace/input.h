@@ -215,8 +215,9 @@ coop_status trace_input_stream_read(trace_input_stream *s, unsigned char *buf, s
  * second read did not give the bytes of its first" (another length or
  * hash: a write the modification time did not show, set back, in the
  * clock tick of the one before, or on a file system with coarse times). Read errors as
- * trace_input_stream_read's. The caller discards what it made of the
- * second read on any error. */
+ * trace_input_stream_read's where fstat shows no change (a gzip file cut
+ * during the read fails its read, and is reported as changed). The caller
+ * discards what it made of the second read on any error. */
 coop_status trace_input_stream_finish(trace_input_stream *s);
 
 /* After the second read's reader failed with failed (its message set),
