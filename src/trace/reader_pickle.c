@@ -19,6 +19,7 @@
 #include "trace/id_map.h"
 #include "trace/input.h"
 #include "trace/live_ranges.h"
+#include "trace/segment_overlap.h"
 #include "trace/pickle.h"
 #include "trace/torch_settings.h"
 #include "trace/trace.h"
@@ -53,13 +54,6 @@ typedef struct adopted_block {
 /* The initial capacity (items) of snapshot_reader.seg_ranges, doubled when full. */
 #define SEG_RANGES_FIRST 16
 
-/* A segment of the final `segments` on the device, for check_segments. */
-typedef struct seg_range {
-    uint64_t addr, size; /* its bytes: [addr, addr + size), addr + size < 2^64 */
-    uint64_t at;         /* its dict's byte offset */
-    size_t seg;          /* segments[seg] */
-} seg_range;
-
 /* A block the final `segments` list as allocated (active_allocated or
  * active_pending_free), for check_listed. */
 typedef struct listed_block {
@@ -90,7 +84,7 @@ typedef struct snapshot_reader {
     size_t num_adopted, cap_adopted;
     listed_block *listed; /* the final segments' allocated blocks on the device */
     size_t num_listed, cap_listed;
-    seg_range *seg_ranges; /* the final segments on the device */
+    trace_segment_seen *seg_ranges; /* the final segments on the device (order: index) */
     size_t num_seg_ranges, cap_seg_ranges;
     where_kind where;                                /* the entry being read: its kind, */
     size_t where_i, where_j;                         /* its indices, */
@@ -862,42 +856,21 @@ static coop_status check_listed(snapshot_reader *r)
     return place_unallocated(r);
 }
 
-static int by_seg_addr(const void *pa, const void *pb)
-{
-    const seg_range *a = pa, *b = pb;
-    return by_addr_then(a->addr, a->seg, b->addr, b->seg);
-}
-
-/* The final segments against each other: each is a reservation of the
- * device's memory (cudaMalloc'ed, or an expandable segment's own range of
- * addresses), so two never share a byte, and the recorded reserved figure
- * adds their sizes. Run after check_listed, whose message about two of
- * their blocks says more. O(n log n). */
+/* The final segments against each other (segment_overlap.h). Run after
+ * check_listed, whose message about two of their blocks says more. */
 static coop_status check_segments(snapshot_reader *r)
 {
-    seg_range *g = r->seg_ranges;
-    size_t n = r->num_seg_ranges;
-    if (n > 1)
-        qsort(g, n, sizeof *g, by_seg_addr);
-    /* sorted by address, a segment that overlaps a later one overlaps the
-     * next one with bytes, so comparing with the last seen suffices */
-    const seg_range *prev = NULL;
-    for (size_t k = 0; k < n; k++) {
-        if (!g[k].size)
-            continue;
-        if (prev && prev->addr + prev->size > g[k].addr) {
-            set_where(r, WHERE_SEGMENT, g[k].seg, 0, g[k].at);
-            return bad(r,
-                       "segment [0x%llx, 0x%llx) overlaps [0x%llx, 0x%llx), segments[%zu] at "
-                       "byte %llu: two reservations of the device's memory never share a byte",
-                       (unsigned long long)g[k].addr, (unsigned long long)(g[k].addr + g[k].size),
-                       (unsigned long long)prev->addr,
-                       (unsigned long long)(prev->addr + prev->size), prev->seg,
-                       (unsigned long long)prev->at);
-        }
-        prev = &g[k];
-    }
-    return COOP_OK;
+    const trace_segment_seen *prev,
+        *g = trace_segments_overlap(r->seg_ranges, r->num_seg_ranges, &prev);
+    if (!g)
+        return COOP_OK;
+    set_where(r, WHERE_SEGMENT, (size_t)g->order, 0, g->at);
+    return bad(r,
+               "segment [0x%llx, 0x%llx) overlaps [0x%llx, 0x%llx), segments[%zu] at byte %llu: "
+               "two reservations of the device's memory never share a byte",
+               (unsigned long long)g->addr, (unsigned long long)(g->addr + g->size),
+               (unsigned long long)prev->addr, (unsigned long long)(prev->addr + prev->size),
+               (size_t)prev->order, (unsigned long long)prev->at);
 }
 
 /* segments[seg].blocks[j] (blk), which starts at *next_addr unless it
@@ -1031,7 +1004,7 @@ static coop_status read_segment(snapshot_reader *r, const pkl_value *seg, size_t
     if (GROW_ARRAY(r->seg_ranges, r->cap_seg_ranges, r->num_seg_ranges + 1, SEG_RANGES_FIRST))
         return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
     r->seg_ranges[r->num_seg_ranges++] =
-        (seg_range){.addr = s.addr, .size = s.size, .at = seg->offset, .seg = i};
+        (trace_segment_seen){.addr = s.addr, .size = s.size, .order = i, .at = seg->offset};
     const pkl_value *blocks = pkl_dict_get(seg, "blocks");
     if (!blocks)
         return COOP_OK;

@@ -9,6 +9,7 @@
 #include "trace/builder.h"
 #include "trace/id_map.h"
 #include "trace/input.h"
+#include "trace/segment_overlap.h"
 #include "trace/text_number.h"
 #include "trace/trace.h"
 
@@ -43,12 +44,6 @@ static const line_kind line_kinds[] = {
     {'E', -1, 2, 3, 0, "E addr size [stream]"},
 };
 
-/* An E line (a final segment) and where it was, for check_e_lines. */
-typedef struct e_line {
-    uint64_t addr, size; /* addr + size < 2^64 (an end of 2^64 is refused, as in reader_pickle) */
-    uint64_t line;
-} e_line;
-
 /* The initial capacity (items) of text_reader.e_lines, doubled when full. */
 #define E_LINES_FIRST 16
 
@@ -58,13 +53,13 @@ typedef struct text_reader {
     trace_builder b;
     id_map ids; /* (file id, 0) -> live allocation */
     int seen_header;
-    uint64_t header_line;    /* its line number */
-    char *source;            /* the '# from' line's name (trace.source) */
-    int seen_event;          /* an event other than L was read */
-    int has_torch_settings;  /* a P torch line was read */
-    int recorded_by_coop;    /* a P coop line was read */
-    unsigned torch_settings; /* its TRACE_TORCH_* bits */
-    e_line *e_lines;         /* the E lines, for check_e_lines */
+    uint64_t header_line;        /* its line number */
+    char *source;                /* the '# from' line's name (trace.source) */
+    int seen_event;              /* an event other than L was read */
+    int has_torch_settings;      /* a P torch line was read */
+    int recorded_by_coop;        /* a P coop line was read */
+    unsigned torch_settings;     /* its TRACE_TORCH_* bits */
+    trace_segment_seen *e_lines; /* the E lines (order: line), for check_e_lines */
     size_t num_e_lines, cap_e_lines;
 } text_reader;
 
@@ -285,7 +280,7 @@ static coop_status read_line(text_reader *r, char *line)
         if (GROW_ARRAY(r->e_lines, r->cap_e_lines, r->num_e_lines + 1, E_LINES_FIRST))
             return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: out of memory", r->path);
         r->e_lines[r->num_e_lines++] =
-            (e_line){.addr = seg.addr, .size = seg.size, .line = r->in.line};
+            (trace_segment_seen){.addr = seg.addr, .size = seg.size, .order = r->in.line};
         return trace_builder_push_segment(&r->b, &seg);
     }
     ev.kind = (trace_event_kind)k->kind;
@@ -309,41 +304,20 @@ static coop_status read_line(text_reader *r, char *line)
     }
 }
 
-static int by_e_addr(const void *pa, const void *pb)
-{
-    const e_line *a = pa, *b = pb;
-    if (a->addr != b->addr)
-        return a->addr < b->addr ? -1 : 1;
-    return (a->line > b->line) - (a->line < b->line);
-}
-
-/* The E lines against each other: each is a reservation of the device's
- * memory, so two never share a byte, and replay's recorded figure adds their
- * sizes (two overlapping counted the shared bytes twice). The snapshot
- * reader refuses the same segments (check_segments). O(n log n). */
+/* The E lines against each other (segment_overlap.h): replay's recorded
+ * figure adds their sizes (two overlapping counted the shared bytes twice). */
 static coop_status check_e_lines(text_reader *r)
 {
-    e_line *g = r->e_lines;
-    size_t n = r->num_e_lines;
-    if (n > 1)
-        qsort(g, n, sizeof *g, by_e_addr);
-    /* sorted by address, one that overlaps a later one overlaps the next
-     * one with bytes */
-    const e_line *prev = NULL;
-    for (size_t k = 0; k < n; k++) {
-        if (!g[k].size)
-            continue;
-        if (prev && prev->addr + prev->size > g[k].addr)
-            return coop_set_error(
-                COOP_ERR_INVALID,
-                "%s:%llu: E segment [0x%llx, 0x%llx) overlaps [0x%llx, 0x%llx), line %llu: two "
-                "reservations of the device's memory never share a byte",
-                r->path, (unsigned long long)g[k].line, (unsigned long long)g[k].addr,
-                (unsigned long long)(g[k].addr + g[k].size), (unsigned long long)prev->addr,
-                (unsigned long long)(prev->addr + prev->size), (unsigned long long)prev->line);
-        prev = &g[k];
-    }
-    return COOP_OK;
+    const trace_segment_seen *prev, *g = trace_segments_overlap(r->e_lines, r->num_e_lines, &prev);
+    if (!g)
+        return COOP_OK;
+    return coop_set_error(
+        COOP_ERR_INVALID,
+        "%s:%llu: E segment [0x%llx, 0x%llx) overlaps [0x%llx, 0x%llx), line %llu: two "
+        "reservations of the device's memory never share a byte",
+        r->path, (unsigned long long)g->order, (unsigned long long)g->addr,
+        (unsigned long long)(g->addr + g->size), (unsigned long long)prev->addr,
+        (unsigned long long)(prev->addr + prev->size), (unsigned long long)prev->order);
 }
 
 coop_status trace_read_text(const char *path, trace *out)

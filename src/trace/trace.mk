@@ -3,6 +3,7 @@ libcooptools_la_SOURCES += src/trace/event.h src/trace/trace.h src/trace/trace_f
 	src/trace/input.h src/trace/input.c \
 	src/trace/hash_seed.h src/trace/id_map.h src/trace/id_map.c \
 	src/trace/live_ranges.h src/trace/live_ranges.c \
+	src/trace/segment_overlap.h src/trace/segment_overlap.c \
 	src/trace/builder.h src/trace/builder.c \
 	src/trace/text_number.h src/trace/text_number.c \
 	src/trace/pickle.h src/trace/pickle.c \
