@@ -81,27 +81,44 @@ static coop_status check_inflation(gzFile gz, const char *path, uint64_t line)
                           TRACE_INPUT_BOMB_RATIO);
 }
 
-static coop_status open_gz(const char *path, gzFile *out)
+/* A zlib stream just opened (gz), or why it could not be: zlib's state not
+ * allocated (errno ENOMEM, or none), or the file's own errno. */
+static coop_status gz_opened(gzFile gz, const char *path, gzFile *out)
 {
-    int kept; /* a pipe read once already (spool.h) */
-    coop_status st = trace_spool_open(path, &kept);
-    if (st != COOP_OK)
-        return st;
-    errno = 0;
-    gzFile gz = kept >= 0 ? gzdopen(kept, "rb") : gzopen(path, "rb");
-    if (!gz && kept >= 0) {
-        int err = errno;
-        close(kept);
-        errno = err;
-    }
     char shown[TRACE_INPUT_SHOWN_PATH];
-    if (!gz) /* zlib's state not allocated: errno ENOMEM, or none */
+    if (!gz)
         return coop_set_error(errno && errno != ENOMEM ? COOP_ERR_INVALID : COOP_ERR_HOST_NOMEM,
                               "%s: cannot open: %s", trace_input_shown_path(shown, path),
                               errno && errno != ENOMEM ? strerror(errno) : "out of host memory");
     gzbuffer(gz, 1u << 17);
     *out = gz;
     return COOP_OK;
+}
+
+/* A zlib stream reading fd (path's), which it owns from then on: closed
+ * here when zlib cannot take it. */
+static coop_status gz_over_fd(int fd, const char *path, gzFile *out)
+{
+    errno = 0;
+    gzFile gz = gzdopen(fd, "rb");
+    if (!gz) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return gz_opened(gz, path, out);
+}
+
+static coop_status open_gz(const char *path, gzFile *out)
+{
+    int kept; /* a pipe read once already (spool.h) */
+    coop_status st = trace_spool_open(path, &kept);
+    if (st != COOP_OK)
+        return st;
+    if (kept >= 0)
+        return gz_over_fd(kept, path, out);
+    errno = 0;
+    return gz_opened(gzopen(path, "rb"), path, out);
 }
 
 const char *trace_input_shown_path(char out[TRACE_INPUT_SHOWN_PATH], const char *path)
@@ -449,21 +466,14 @@ int trace_input_rereadable(trace_input_stream *s, const char *path)
  * after the other. */
 static coop_status open_held(trace_input_stream *s, gzFile *out)
 {
-    char shown[TRACE_INPUT_SHOWN_PATH];
     int fd = -1;
     errno = 0;
-    if (lseek(s->fd, 0, SEEK_SET) != 0 || (fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0)) < 0)
+    if (lseek(s->fd, 0, SEEK_SET) != 0 || (fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        char shown[TRACE_INPUT_SHOWN_PATH];
         return coop_set_error(COOP_ERR_INVALID, "%s: cannot open: %s",
                               trace_input_shown_path(shown, s->path), strerror(errno));
-    gzFile gz = gzdopen(fd, "rb");
-    if (!gz) { /* zlib's state not allocated */
-        close(fd);
-        return coop_set_error(COOP_ERR_HOST_NOMEM, "%s: cannot open: out of host memory",
-                              trace_input_shown_path(shown, s->path));
     }
-    gzbuffer(gz, 1u << 17);
-    *out = gz;
-    return COOP_OK;
+    return gz_over_fd(fd, s->path, out);
 }
 
 /* One word into the hash: a rotation and a multiplication by an odd
@@ -596,9 +606,9 @@ static coop_status read_rest(trace_input_stream *s)
     unsigned char rest[4096];
     size_t got;
     do {
-        uint64_t left = s->len + 1 - (s->got < s->len + 1 ? s->got : s->len + 1);
-        if (left == 0)
+        if (s->got > s->len)
             break;
+        uint64_t left = s->len + 1 - s->got;
         coop_status st =
             trace_input_stream_read(s, rest, left < sizeof rest ? (size_t)left : sizeof rest, &got);
         if (st != COOP_OK)
