@@ -19,8 +19,8 @@
 #include "trace/id_map.h"
 #include "trace/input.h"
 #include "trace/live_ranges.h"
-#include "trace/segment_overlap.h"
 #include "trace/pickle.h"
+#include "trace/segment_overlap.h"
 #include "trace/torch_settings.h"
 #include "trace/trace.h"
 
