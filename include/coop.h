@@ -159,8 +159,9 @@ typedef struct coop_config {
     coop_backend_kind backend;
     int device;            /* CUDA device ordinal (ignored by the host backend) */
     uint64_t capacity;     /* most bytes mapped at once; 0 = device's total (CUDA) or 80 GiB
-                            * (host: the simulated device is this size); rounded up to pages,
-                            * but not past the device's last whole page */
+                            * (host: the simulated device is this size, in whole pages: 64 GiB
+                            * of 32 GiB pages; a page above 80 GiB is refused); rounded up to
+                            * pages, but not past the device's last whole page */
     uint64_t page_size;    /* physical mapping granularity: a power of two >= 512, with VMM a
                             * multiple of the backend's; 0 = backend's (2 MiB). The CUDA
                             * backend backs each page with one physical allocation: the

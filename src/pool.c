@@ -146,7 +146,16 @@ static coop_status make_backend(const coop_config *c, coop_backend **out)
     switch (c->backend) {
     case COOP_BACKEND_HOST: {
         uint64_t ps = c->page_size ? c->page_size : 2 * MiB;
-        uint64_t device = c->capacity ? round_up(c->capacity, ps) : 80 * GiB;
+        /* Capacity 0: the 80 GiB device up to its last whole page, as a
+         * CUDA device's capacity stops there (coop.h); the host backend
+         * simulates whole pages only. */
+        uint64_t device = c->capacity ? round_up(c->capacity, ps) : 80 * GiB / ps * ps;
+        if (device == 0)
+            return coop_set_error(COOP_ERR_INVALID,
+                                  "coop_pool_create: config.page_size %llu is larger than the "
+                                  "host backend's default device of %llu bytes (config.capacity "
+                                  "0): set config.capacity, or a smaller page",
+                                  (unsigned long long)ps, (unsigned long long)(80 * GiB));
         st = coop_backend_host_create(device, ps, c->use_vmm, &inner);
         break;
     }

@@ -2811,6 +2811,32 @@ static void test_bad_config(void **state)
     coop_pool_destroy(p);
 }
 
+/* coop_config.capacity 0 on the host backend: the simulated device of
+ * 80 GiB, the capacity "rounded up to pages, but not past the device's last
+ * whole page". A page that does not divide 80 GiB gives its last whole page
+ * (was: refused, COOP_ERR_INVALID in the host backend's words, naming no
+ * config field); a page above 80 GiB is refused naming config.page_size.
+ * Nothing is allocated: the pages are large. */
+static void test_default_host_device_keeps_its_whole_pages(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.page_size = UINT64_C(32) << 30; /* 80 GiB holds two such pages */
+    c.va_size = UINT64_C(64) << 30;
+    coop_pool *p = create_or_fail(&c);
+    coop_config got;
+    coop_pool_config(p, &got);
+    assert_int_equal(got.capacity, UINT64_C(64) << 30);
+    assert_int_equal(coop_pool_check(p), COOP_OK);
+    coop_pool_destroy(p);
+    c.page_size = UINT64_C(128) << 30;
+    c.va_size = 0;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(coop_last_error(), "coop_pool_create: config.page_size 137438953472"));
+}
+
 /* A remainder below min_split stays with the allocation; when that tail lies
  * in a page nothing has mapped yet, the allocation must map it too (the
  * checker requires every page of an in-use block to be mapped and counted).
@@ -3355,6 +3381,7 @@ int main(void)
         cmocka_unit_test(test_cumulative_stats_saturate),
         cmocka_unit_test(test_map_bytes_saturate),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_default_host_device_keeps_its_whole_pages),
         cmocka_unit_test(test_single_thread),
         cmocka_unit_test(test_no_metadata_leak),
         cmocka_unit_test(test_check_detects_each_corruption),
