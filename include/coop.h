@@ -341,13 +341,16 @@ coop_status coop_forget_stream(coop_pool *pool, coop_stream stream);
  * range reserved at creation (coop_config.va_size, which cannot grow: create
  * the pool with a larger va_size to raise the capacity further). Lowering it
  * below the mapped bytes completes the pending frees whose events are done
- * (without waiting for the others), then releases free pages / segments
- * whose streams have finished (waiting for them unless
- * coop_config.never_wait); COOP_ERR_NOMEM if more stays mapped than the new
- * capacity: pages that live blocks keep, pages of pending frees (blocks
- * waiting for other streams' events), and free pages cached for streams not
- * seen finished (coop_config.never_wait, or a stream blocked on the host),
- * each given in the message. On any error the capacity stays as it was. */
+ * (without waiting for the others); then a capacity below the pages that
+ * live blocks and the remaining pending frees keep is COOP_ERR_NOMEM at
+ * once, the cached pages kept (releasing them could not reach it).
+ * Otherwise it releases free pages / segments whose streams have finished
+ * (waiting for them unless coop_config.never_wait); COOP_ERR_NOMEM if more
+ * stays mapped than the new capacity: free pages cached for streams not
+ * seen finished (coop_config.never_wait, or a stream blocked on the host).
+ * Either message gives the pages live blocks keep, those of pending frees
+ * (blocks waiting for other streams' events) and the cached ones. On any
+ * error the capacity stays as it was. */
 coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity);
 
 /* The pool's configuration as resolved at creation (defaults filled in),

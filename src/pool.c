@@ -988,6 +988,55 @@ coop_status coop_empty_cache(coop_pool *pool)
     return st;
 }
 
+/* coop_set_capacity below the mapped bytes: completes the pending frees
+ * whose events are done and releases cached memory down to c, or says by
+ * cause what stays mapped above it. */
+static coop_status lower_capacity_locked(coop_pool *pool, uint64_t c)
+{
+    arena *a = &pool->arena;
+    pool_process_pending_locked(pool);
+    /* Releasing never frees what live blocks and pending frees keep
+     * mapped: below that, refused with the cache kept, as a malloc that
+     * cannot fit keeps it (a refused call changes nothing). */
+    uint64_t allocated = footprint(a, false), kept = footprint(a, true);
+    if (c < kept)
+        return coop_set_error(
+            COOP_ERR_NOMEM,
+            "coop_set_capacity: capacity %llu is below the %llu bytes still mapped: live blocks "
+            "keep %llu mapped, pending frees (blocks waiting for other streams' events) %llu "
+            "more, and %llu are free space cached, not released: the live blocks and pending "
+            "frees alone exceed the capacity; capacity stays %llu",
+            (unsigned long long)c, (unsigned long long)a->reserved, (unsigned long long)allocated,
+            (unsigned long long)(kept - allocated), (unsigned long long)(a->reserved - kept),
+            (unsigned long long)a->params.capacity);
+    uint64_t released;
+    coop_status st = arena_reclaim(a, a->reserved - c, 0, 0, &released);
+    if (st != COOP_OK)
+        return release_failed(st, "coop_set_capacity", a->params.capacity);
+    if (c >= a->reserved)
+        return COOP_OK;
+    if (a->idle_failure != COOP_OK)
+        return coop_set_error(a->idle_failure,
+                              "coop_set_capacity: capacity %llu is below the %llu bytes still "
+                              "mapped: %s; capacity stays %llu",
+                              (unsigned long long)c, (unsigned long long)a->reserved,
+                              a->idle_failure_why, (unsigned long long)a->params.capacity);
+    /* What could not be released, by cause: the user frees live blocks,
+     * but waits for streams (or stops blocking them) for the rest, which
+     * reclaim skipped because queued work may still use it. */
+    allocated = footprint(a, false);
+    kept = footprint(a, true);
+    return coop_set_error(
+        COOP_ERR_NOMEM,
+        "coop_set_capacity: capacity %llu is below the %llu bytes still mapped: live blocks "
+        "keep %llu mapped, pending frees (blocks waiting for other streams' events) %llu more, "
+        "and %llu are free space cached for streams not seen finished (coop_config.never_wait, "
+        "or a stream blocked on the host); capacity stays %llu",
+        (unsigned long long)c, (unsigned long long)a->reserved, (unsigned long long)allocated,
+        (unsigned long long)(kept - allocated), (unsigned long long)(a->reserved - kept),
+        (unsigned long long)a->params.capacity);
+}
+
 coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
 {
     if (!pool)
@@ -1018,34 +1067,7 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
                             (unsigned long long)c, (unsigned long long)a->params.va_size,
                             (unsigned long long)a->params.capacity);
     } else if (c < a->reserved) {
-        pool_process_pending_locked(pool);
-        uint64_t released;
-        st = arena_reclaim(a, a->reserved - c, 0, 0, &released);
-        if (st != COOP_OK)
-            st = release_failed(st, "coop_set_capacity", a->params.capacity);
-        else if (c < a->reserved && a->idle_failure != COOP_OK)
-            st = coop_set_error(a->idle_failure,
-                                "coop_set_capacity: capacity %llu is below the %llu bytes still "
-                                "mapped: %s; capacity stays %llu",
-                                (unsigned long long)c, (unsigned long long)a->reserved,
-                                a->idle_failure_why, (unsigned long long)a->params.capacity);
-        else if (st == COOP_OK && c < a->reserved) {
-            /* What could not be released, by cause: the user frees live
-             * blocks, but waits for streams (or stops blocking them) for the
-             * rest, which reclaim skipped because queued work may still use
-             * it. */
-            uint64_t allocated = footprint(a, false), live = footprint(a, true);
-            st = coop_set_error(
-                COOP_ERR_NOMEM,
-                "coop_set_capacity: capacity %llu is below the %llu bytes still mapped: live "
-                "blocks keep %llu mapped, pending frees (blocks waiting for other streams' "
-                "events) %llu more, and %llu are free space cached for streams not seen "
-                "finished (coop_config.never_wait, or a stream blocked on the host); capacity "
-                "stays %llu",
-                (unsigned long long)c, (unsigned long long)a->reserved,
-                (unsigned long long)allocated, (unsigned long long)(live - allocated),
-                (unsigned long long)(a->reserved - live), (unsigned long long)a->params.capacity);
-        }
+        st = lower_capacity_locked(pool, c);
     }
     if (st == COOP_OK)
         a->params.capacity = pool->config.capacity = c;

@@ -2192,6 +2192,39 @@ static void test_segment_rule_follows_the_capacity(void **state)
     coop_pool_destroy(p);
 }
 
+/* A capacity below what live blocks and pending frees keep mapped cannot be
+ * reached by releasing anything: it is refused with the cache kept, as a
+ * malloc that cannot fit keeps it (was: every cached page of a finished
+ * stream unmapped, then COOP_ERR_NOMEM: the refused call emptied the
+ * cache). A capacity the release can reach still releases. */
+static void test_unreachable_capacity_keeps_the_cache(void **state)
+{
+    (void)state;
+    for (int vmm = 0; vmm < 2; vmm++) {
+        coop_pool *p = make_pool(64 * MiB, vmm); /* 30 MiB: a segment of its own */
+        void *cached = coop_malloc(p, 30 * MiB, 1, 0, NULL);
+        void *live = coop_malloc(p, 30 * MiB, 0, 0, NULL);
+        assert_non_null(cached);
+        assert_non_null(live);
+        assert_int_equal(coop_free(p, cached), COOP_OK);
+        coop_stats before = stats_of(p);
+        assert_int_equal(coop_set_capacity(p, 16 * MiB), COOP_ERR_NOMEM);
+        coop_stats after = stats_of(p);
+        assert_int_equal(after.reserved_bytes.current, before.reserved_bytes.current);
+        assert_int_equal(after.num_unmaps, before.num_unmaps);
+        assert_int_equal(after.free_bytes, before.free_bytes);
+        assert_int_equal(after.capacity, 64 * MiB);
+        const char *m = coop_last_error();
+        assert_non_null(strstr(m, "live blocks keep 31457280 mapped"));
+        assert_non_null(strstr(m, "31457280 are free space cached, not released"));
+        assert_non_null(strstr(m, "capacity stays 67108864"));
+        assert_int_equal(coop_set_capacity(p, 32 * MiB), COOP_OK); /* releases the cache */
+        assert_int_equal(stats_of(p).reserved_bytes.current, 30 * MiB);
+        assert_int_equal(coop_free(p, live), COOP_OK);
+        coop_pool_destroy(p);
+    }
+}
+
 /* When lowering the capacity fails, the message says what holds the pages:
  * live blocks, pending frees, or free space cached for a stream still
  * running. It used to blame live blocks for all of it (the review's r04:
@@ -3359,6 +3392,7 @@ int main(void)
         cmocka_unit_test(test_set_capacity_rounds_and_refusals_keep_it),
         cmocka_unit_test(test_a_failed_release_names_the_call),
         cmocka_unit_test(test_set_capacity_says_what_holds_pages),
+        cmocka_unit_test(test_unreachable_capacity_keeps_the_cache),
         cmocka_unit_test(test_segments),
         cmocka_unit_test(test_adjacent_segments_never_merge),
         cmocka_unit_test(test_segments_oom_message_and_retry),

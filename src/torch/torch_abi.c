@@ -530,7 +530,8 @@ static coop_pool *pool_for(int device, const char *what, const char *fn)
 }
 
 /* Applies a memory limit (bytes) to device's pool. If live blocks keep more
- * mapped than that (coop_set_capacity refuses, after releasing the cache),
+ * mapped than that (coop_set_capacity refuses; it releases the cache first
+ * only where that could reach the limit),
  * the limit waits in pending_limit and the capacity is held at the bytes
  * mapped now, so the pool stops growing; allocations after frees try the
  * limit again. Not an error, so nothing is reported: torch's fraction too
