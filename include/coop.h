@@ -436,7 +436,9 @@ typedef struct coop_segment_info {
 } coop_segment_info;
 
 /* Called once per segment, then once per block of it in address order.
- * Return non-zero to stop the walk. */
+ * Return non-zero to stop the whole walk (no further segment or block);
+ * coop_walk still returns COOP_OK: the value is not passed on, so a visitor
+ * that must report an error leaves it in ctx. */
 typedef int (*coop_segment_visitor)(const coop_segment_info *segment, void *ctx);
 typedef int (*coop_block_visitor)(const coop_block_info *block, void *ctx);
 
