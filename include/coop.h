@@ -388,8 +388,11 @@ typedef struct coop_stats {
                                  * drops at coop_free with allocated_bytes, even when the
                                  * block stays pending (PyTorch's drops when the block is
                                  * released, with active_bytes) */
-    uint64_t num_alloc_retries; /* allocations that had to release memory and retry: once
-                                 * each, failed or not; not a request above the capacity */
+    uint64_t num_alloc_retries; /* allocations that took the out-of-memory path (release
+                                 * cached memory, settle streams, retry: coop_malloc): once
+                                 * each, failed or not, and whether or not anything was
+                                 * released (a request that cannot fit even with the cache
+                                 * released counts); not a request above the capacity */
     uint64_t num_ooms;          /* allocations that failed for lack of memory: once each */
     uint64_t num_maps,
         num_unmaps;     /* backend map / unmap calls (segment allocs / frees without VMM) */
