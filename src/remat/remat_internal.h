@@ -163,6 +163,9 @@ struct coop_remat {
     coop_tensor **stack; /* traversal stack of the component walks */
     size_t cap_stack;
     uint64_t comp_walks; /* components walked (each again only once forgotten) */
+    /* child links an in-place op read to move its target's producer links
+     * to the old value (remat.c's redirect; tests: linear in the ops) */
+    uint64_t link_scans;
     coop_remat_stats stats;
 };
 
