@@ -148,6 +148,13 @@ mv "$work/src" "$work/src-away"
 check "the installed coop replays its $bundled bundled traces without the source tree" \
     sh -c "'$prefix/bin/coop' replay --json --policy coop >'$work/bundled.out' &&
            test \$(grep -c '\"min_capacity_bytes\":[0-9]' '$work/bundled.out') -eq $bundled"
+# and the coop that `make install prefix=DIR` put in DIR finds DIR's copies,
+# share/coop/traces beside its bin/, the configured prefix's moved away too
+mv "$prefix/share/coop" "$work/share-away"
+check "the coop installed with prefix=DIR replays DIR's bundled traces without the source tree" \
+    sh -c "'$moved/bin/coop' replay --json --policy coop >'$work/bundled.out' &&
+           test \$(grep -c '\"min_capacity_bytes\":[0-9]' '$work/bundled.out') -eq $bundled"
+mv "$work/share-away" "$prefix/share/coop"
 mv "$work/src-away" "$work/src"
 
 pkg=$(find "$prefix" -name native.py -path '*/coop/*' | head -1)
