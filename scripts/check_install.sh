@@ -91,6 +91,9 @@ moved_example() {
 }
 check "make install prefix=DIR: coop.pc names DIR; the example builds against it and runs" \
     moved_example
+check "coop.pc keeps a prefix with sed's special characters (&, |) as given" \
+    sh -c "cd '$work/src' && make -s coop.pc prefix='/opt/a&b|c' >/dev/null &&
+           grep -qx 'prefix=/opt/a&b|c' coop.pc && make -s coop.pc >/dev/null"
 check "make install DESTDIR=D: coop.pc under D names the configured prefix" \
     sh -c "cd '$work/src' && make install-pkgconfigDATA DESTDIR='$work/dest' >/dev/null &&
            grep -qx 'prefix=$prefix' '$work/dest$libdir/pkgconfig/coop.pc'"
