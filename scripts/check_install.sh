@@ -60,8 +60,8 @@ awk '/^## Using libcoop from C/ { section = 1 }
 check "the README's C example is found" test -s "$work/example.c"
 
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
-run_example() { # binary
-    LD_LIBRARY_PATH=$libdir "$1" >"$work/example.out" &&
+run_example() { # binary [libdir, the installed one's by default]
+    LD_LIBRARY_PATH=${2:-$libdir} "$1" >"$work/example.out" &&
         grep -q '^expected OOM: .*' "$work/example.out" &&
         grep -q '^allocated 314572800 B' "$work/example.out" &&
         grep -q '^second free: ' "$work/example.out" &&
@@ -75,6 +75,28 @@ check "the example links statically (pkg-config --static)" \
     sh -c "cc -std=c11 '$work/example.c' -o '$work/example-static' \
            \$(pkg-config --cflags coop) '$libdir/libcoop.a' \$(pkg-config --static --libs-only-l coop | sed 's/-lcoop//')"
 check "the static example runs" run_example "$work/example-static"
+
+# `make install prefix=DIR` (another prefix than configure's, the GNU way):
+# coop.pc names DIR, so plain pkg-config builds the example against DIR's copy
+# (coop.pc was configure's, naming the configured prefix); DESTDIR stages the
+# files without entering coop.pc, whose prefix stays the one installed to
+moved=$work/moved
+moved_example() {
+    (cd "$work/src" && make install prefix="$moved") >"$work/moved.log" 2>&1 &&
+        got=$(PKG_CONFIG_PATH=$moved/lib/pkgconfig pkg-config --variable=libdir coop) &&
+        echo "coop.pc's libdir: $got" && test "$got" = "$moved/lib" &&
+        cc -std=c11 "$work/example.c" -o "$work/example-moved" \
+            $(PKG_CONFIG_PATH=$moved/lib/pkgconfig pkg-config --cflags --libs coop) &&
+        run_example "$work/example-moved" "$moved/lib"
+}
+check "make install prefix=DIR: coop.pc names DIR; the example builds against it and runs" \
+    moved_example
+check "coop.pc keeps a prefix with sed's special characters (&, |) as given" \
+    sh -c "cd '$work/src' && make -s coop.pc prefix='/opt/a&b|c' >/dev/null &&
+           grep -qx 'prefix=/opt/a&b|c' coop.pc && make -s coop.pc >/dev/null"
+check "make install DESTDIR=D: coop.pc under D names the configured prefix" \
+    sh -c "cd '$work/src' && make install-pkgconfigDATA DESTDIR='$work/dest' >/dev/null &&
+           grep -qx 'prefix=$prefix' '$work/dest$libdir/pkgconfig/coop.pc'"
 
 # coop.h as a C99 or C++ user includes it: first (self-contained), twice
 # (guarded), -pedantic -Werror; the C++ program (extern "C") links the
@@ -129,6 +151,13 @@ mv "$work/src" "$work/src-away"
 check "the installed coop replays its $bundled bundled traces without the source tree" \
     sh -c "'$prefix/bin/coop' replay --json --policy coop >'$work/bundled.out' &&
            test \$(grep -c '\"min_capacity_bytes\":[0-9]' '$work/bundled.out') -eq $bundled"
+# and the coop that `make install prefix=DIR` put in DIR finds DIR's copies,
+# share/coop/traces beside its bin/, the configured prefix's moved away too
+mv "$prefix/share/coop" "$work/share-away"
+check "the coop installed with prefix=DIR replays DIR's bundled traces without the source tree" \
+    sh -c "'$moved/bin/coop' replay --json --policy coop >'$work/bundled.out' &&
+           test \$(grep -c '\"min_capacity_bytes\":[0-9]' '$work/bundled.out') -eq $bundled"
+mv "$work/share-away" "$prefix/share/coop"
 mv "$work/src-away" "$work/src"
 
 pkg=$(find "$prefix" -name native.py -path '*/coop/*' | head -1)

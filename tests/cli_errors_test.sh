@@ -148,6 +148,9 @@ expect 2 "budget ratio '1e-7' gives an arena of 0 bytes (175 of the peak's 17573
 [ ! -s "$tmp/out" ] || { echo "FAIL: a refused budget printed a row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
 expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not '0'" $coop sim --stable-min-ratio=0 "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not 'x'" $coop sim --stable-min-ratio=x "$traces/unet-train-step.ops.jsonl.gz"
+# the step is optional, so it takes '=': given after a space it became a LOG
+# that "cannot open", which did not say why
+expect 2 "'0.1' is read as a LOG: give the step as --stable-min-ratio=0.1" $coop sim --stable-min-ratio 0.1 "$traces/unet-train-step.ops.jsonl.gz"
 # a number must fill the value, for the step and the threshold as for the others
 expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not '0.05x'" $coop sim --stable-min-ratio=0.05x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--partition takes off or a threshold >= 0 (ns/byte), not '1e-2x'" $coop sim --partition 1e-2x "$traces/unet-train-step.ops.jsonl.gz"

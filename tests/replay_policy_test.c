@@ -1934,6 +1934,21 @@ static void report_table_uses_mib_from_64_mib(void **unused)
     assert_non_null(strstr(written(row_table, &row), "live_KiB"));
 }
 
+/* The unit follows the trace's size, not only what was reserved: a large
+ * trace that ran out of --capacity at once (reserved 0, live 1 GiB) still
+ * prints in MiB, as `coop replay --capacity 1k` on a bundled trace does. */
+static void report_table_unit_counts_live_bytes(void **unused)
+{
+    (void)unused;
+    replay_row row = {.trace = "t",
+                      .policy = "coop",
+                      .peak_live = 1024 * MiB,
+                      .peak_reserved = 0,
+                      .oom = true,
+                      .oom_event = 0};
+    assert_non_null(strstr(written(row_table, &row), "live_MiB"));
+}
+
 static void timeline_trace_line(FILE *f, const void *name)
 {
     assert_true(replay_timeline_trace(f, name, 3));
@@ -2018,6 +2033,7 @@ int main(void)
         cmocka_unit_test(recorded_message_names_the_events_own_line),
         cmocka_unit_test(report_json_names_each_figure),
         cmocka_unit_test(report_table_uses_mib_from_64_mib),
+        cmocka_unit_test(report_table_unit_counts_live_bytes),
         cmocka_unit_test(timeline_names_have_no_white_space),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

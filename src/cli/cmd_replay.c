@@ -56,8 +56,8 @@ static void usage(FILE *out)
             "*.cuda.pickle.gz;\n"
             "where that source tree is gone, the copies make install put "
             "in\n"
-            "%s/traces). A TRACE may be a pipe, or '-' for standard "
-            "input.\n"
+            "%s/traces, or in ../share/coop/traces beside the coop binary).\n"
+            "A TRACE may be a pipe, or '-' for standard input.\n"
             "\n"
             "options:\n"
             "  --policy LIST     comma-separated policies (default: all):\n",
@@ -193,7 +193,10 @@ static bool glob_bundled(const char *dir, glob_t *g)
 
 /* The bundled traces: the source tree's traces/ (the build's own copy), else
  * the ones make install put in PKGDATADIR/traces (an installed coop whose
- * source tree was removed), else traces/ beside the binary. */
+ * source tree was removed), else ../share/coop/traces from the binary's
+ * folder (`make install prefix=DIR` on a build configured for another
+ * prefix: DIR/bin/coop and DIR/share/coop/traces, PKGDATADIR naming the
+ * configured prefix), else traces/ beside the binary. */
 static bool find_default_traces(glob_t *g)
 {
     if (glob_bundled(COOP_SRCDIR, g) || glob_bundled(COOP_PKGDATADIR, g))
@@ -205,14 +208,16 @@ static bool find_default_traces(glob_t *g)
         char *slash = strrchr(exe, '/');
         if (slash)
             *slash = '\0';
-        if (glob_bundled(exe, g))
+        char share[PATH_MAX]; /* as exe, so the patterns of both fit */
+        int n = snprintf(share, sizeof share, "%s/../share/coop", exe);
+        if ((n > 0 && (size_t)n < sizeof share && glob_bundled(share, g)) || glob_bundled(exe, g))
             return true;
     }
     fprintf(stderr,
             "coop replay: no bundled traces found (looked for "
             "%s/traces/*.trace.gz and *.cuda.pickle.gz,\n"
-            "then in %s/traces and in traces/ beside the coop binary); name "
-            "trace files as arguments\n",
+            "then in %s/traces, and in ../share/coop/traces and traces/ beside the coop "
+            "binary); name trace files as arguments\n",
             COOP_SRCDIR, COOP_PKGDATADIR);
     return false;
 }

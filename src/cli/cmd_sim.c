@@ -387,6 +387,7 @@ int cmd_sim(int argc, char **argv)
     const char *memory = NULL; /* ideal, or arena for --engine lib */
     const char *engine = "sim";
     int json = 0, want_min = 1, want_stable = 0;
+    bool stable_bare = false; /* --stable-min-ratio without =STEP */
     double stable_step = SIM_STABLE_STEP;
     double overhead_limit = 2.0, threshold_opt = NAN;
     int inplace_opt = -1, plain_walk = 0, no_eq_cache = 0;
@@ -415,6 +416,7 @@ int cmd_sim(int argc, char **argv)
             break;
         case 'S':
             want_stable = 1;
+            stable_bare = !optarg;
             if (optarg) {
                 /* 1e-4: at most 10^4 runs per log and policy */
                 if (!whole_number(optarg, &stable_step) ||
@@ -594,6 +596,19 @@ int cmd_sim(int argc, char **argv)
      * should not wait for the runs of the logs before it */
     if (!cli_inputs_name_stdin("coop sim", argv + optind, (size_t)(argc - optind)))
         return 2;
+    /* STEP is optional, so it is attached with '=': "--stable-min-ratio 0.1"
+     * makes 0.1 a LOG, and "0.1: cannot open" alone did not say why */
+    for (int i = optind; stable_bare && i < argc; i++) {
+        double step;
+        struct stat st;
+        if (whole_number(argv[i], &step) && stat(argv[i], &st)) {
+            fprintf(stderr,
+                    "coop sim: '%s' is read as a LOG: give the step as "
+                    "--stable-min-ratio=%s\n",
+                    argv[i], argv[i]);
+            return 2;
+        }
+    }
     if (!cli_inputs_readable("coop sim", argv + optind, (size_t)(argc - optind)))
         return 2;
     int status = 0;

@@ -25,7 +25,8 @@ static void usage(FILE *out)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n'coop COMMAND --help' (or 'coop help COMMAND') describes one command.\n"
-                 "'coop replay' with no trace runs the bundled traces.\n");
+                 "'coop replay' with no trace runs the bundled traces.\n"
+                 "'coop --version' prints the version.\n");
 }
 
 static const command *find_command(const char *name)

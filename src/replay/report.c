@@ -171,9 +171,14 @@ void replay_report_table(FILE *out, const replay_row *rows, size_t count)
     size_t width[NUM_COLUMNS];
     char cells[NUM_COLUMNS][CELL];
     uint64_t largest = 0;
-    for (size_t i = 0; i < count; i++)
+    /* a trace is small by its live bytes too: one that ran out of
+     * --capacity at once reserved nothing, and 1.7 GB live read as KiB */
+    for (size_t i = 0; i < count; i++) {
         if (rows[i].peak_reserved > largest)
             largest = rows[i].peak_reserved;
+        if (rows[i].peak_live > largest)
+            largest = rows[i].peak_live;
+    }
     bool small = largest < (64u << 20);
     unit_bytes = small ? 1024.0 : 1048576.0;
     const char *const *headers = small ? headers_kib : headers_mib;
