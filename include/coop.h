@@ -1049,8 +1049,11 @@ coop_status coop_torch_configure(const char *conf);
  * COOP_ERR_INVALID with the parse error if it is bad; COOP_ERR_BUSY, the
  * message in buf, from a coop_walk visitor of a device's pool (see
  * coop_walk).
- * For reading, not for COOP_ALLOC_CONF: a default is written as 0
- * (capacity:0, page:0, segment:0, min_split:0), which the parser refuses. */
+ * The text is a configuration: coop_torch_configure and COOP_ALLOC_CONF take
+ * it back, meaning the same. A byte key left at its default (the device's
+ * or the pool's) is written "default" (capacity:default, page:default,
+ * segment:default, min_split:default), which the parser reads as the key
+ * left out (0 there is refused: it reads as zero bytes). */
 coop_status coop_torch_settings(char *buf, size_t size);
 
 /* conf (COOP_ALLOC_CONF syntax) parsed and written back as

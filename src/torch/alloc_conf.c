@@ -187,6 +187,14 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
     uint64_t bytes = 0;
     coop_status st = COOP_OK;
     const char *name = keys[index];
+    /* "default" for the byte keys whose default is the device's or the
+     * pool's (0 in coop_alloc_conf): the spelling coop_torch_settings
+     * writes for them, so that its text parses back; 0 itself stays
+     * refused, as it reads as zero bytes */
+    bool byte_key = strcmp(name, "capacity") == 0 || strcmp(name, "page") == 0 ||
+                    strcmp(name, "segment") == 0 || strcmp(name, "min_split") == 0;
+    if (byte_key && token_is(v, "default"))
+        return COOP_OK;
     if (strcmp(name, "backend") == 0) {
         if (token_is(v, "cuda"))
             conf->backend = COOP_BACKEND_CUDA;
