@@ -546,13 +546,14 @@ static coop_pool *pool_for(int device, const char *what, const char *fn)
     return pool;
 }
 
-/* Applies a memory limit (bytes) to device's pool. If live blocks keep more
- * mapped than that (coop_set_capacity refuses; it releases the cache first
- * only where that could reach the limit),
- * the limit waits in pending_limit and the capacity is held at the bytes
- * mapped now, so the pool stops growing; allocations after frees try the
- * limit again. Not an error, so nothing is reported: torch's fraction too
- * applies to later allocations only. Caller holds state_lock. */
+/* Applies a memory limit (bytes) to device's pool. If live blocks and
+ * pending frees keep more mapped than that (coop_set_capacity refuses; it
+ * releases the cache first only where that could reach the limit), the
+ * limit waits in pending_limit and the capacity is held at the bytes
+ * mapped now, cache included, so the pool stops growing; allocations
+ * after frees try the limit again. Not an error, so nothing is reported:
+ * torch's fraction too applies to later allocations only and empties no
+ * cache. Caller holds state_lock. */
 static coop_status apply_limit_locked(device_slot *s, coop_pool *pool, uint64_t limit)
 {
     /* Pending before the try: a free after the try's hold of the pool's lock
