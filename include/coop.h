@@ -1012,12 +1012,19 @@ void coop_torch_empty_cache(void);
  * capacity (COOP_ALLOC_CONF's capacity, else the device's memory; 0 leaves
  * one page, the smallest capacity a pool has). Applied at creation when the
  * pool does not exist yet. As in PyTorch, the limit applies to later
- * allocations and frees nothing in use: below what live blocks keep mapped,
- * the capacity is held at the bytes mapped now (the pool stops growing) and
- * lowered to the limit at the first allocation after frees allow it, or at
- * coop_torch_empty_cache. That is not an error (nothing is reported); a
- * fraction outside [0, 1] is, and so is a call from a coop_walk visitor of
- * a device's pool (see coop_walk). */
+ * allocations and frees nothing in use. A limit at or above the pages that
+ * live blocks and pending frees (blocks waiting for other streams' events)
+ * keep mapped applies at once, releasing cached pages down to it (as
+ * coop_set_capacity). Below them, the capacity is held at the bytes mapped
+ * now, cached free pages included (none is released: torch's fraction does
+ * not empty its cache either), so the pool stops growing but still reuses
+ * its cache; the limit is tried again at the first allocation after a
+ * free, and at coop_torch_empty_cache (which releases the cache first, so
+ * a limit still out of reach then holds the capacity at the pages that
+ * stay mapped). With wait:false, cached pages of streams not seen finished
+ * are kept, and the capacity is held likewise. None of that is an error
+ * (nothing is reported); a fraction outside [0, 1] (NaN included) is, and
+ * so is a call from a coop_walk visitor of a device's pool (see coop_walk). */
 void coop_torch_memory_fraction(double fraction, int device);
 
 /* record_stream hook: ptr is also used on stream. A pointer no coop pool
@@ -1049,8 +1056,11 @@ coop_status coop_torch_configure(const char *conf);
  * COOP_ERR_INVALID with the parse error if it is bad; COOP_ERR_BUSY, the
  * message in buf, from a coop_walk visitor of a device's pool (see
  * coop_walk).
- * For reading, not for COOP_ALLOC_CONF: a default is written as 0
- * (capacity:0, page:0, segment:0, min_split:0), which the parser refuses. */
+ * The text is a configuration: coop_torch_configure and COOP_ALLOC_CONF take
+ * it back, meaning the same. A byte key left at its default (the device's
+ * or the pool's) is written "default" (capacity:default, page:default,
+ * segment:default, min_split:default), which the parser reads as the key
+ * left out (0 there is refused: it reads as zero bytes). */
 coop_status coop_torch_settings(char *buf, size_t size);
 
 /* conf (COOP_ALLOC_CONF syntax) parsed and written back as

@@ -288,7 +288,11 @@ static void test_bad_syntax(void **state)
     parse_bad("vmm:true, history", "'history'", "byte 10", "no value", NULL);
     parse_bad(":5", "missing key", NULL);
     parse_bad("check:true,check:false", "'check' given twice", NULL);
-    parse_bad("capacity:1G,fraction:0.5", "exclusive", NULL);
+    /* where each is, as every other refusal says where */
+    parse_bad("capacity:1G,fraction:0.5", "exclusive", "'capacity' (byte 0)",
+              "'fraction' (byte 12)", NULL);
+    parse_bad("vmm:true, FRACTION:0.5,capacity:1G", "'FRACTION' (byte 10)", "'capacity' (byte 23)",
+              NULL);
     /* control characters inside a key or value (trimming takes them at the
      * ends only) are shown as \xNN: printed raw on stderr, a carriage
      * return or an escape sequence hid or rewrote the message */

@@ -183,6 +183,36 @@ static void test_fraction_below_use_applies_after_frees(void **state)
     assert_int_equal(device_stats(0).capacity, 1024 * MIB);
 }
 
+/* A fraction below what live blocks keep holds the capacity at the bytes
+ * mapped, cached free pages included: none is released (torch's fraction
+ * does not empty its cache either), and the cache is reused; empty_cache
+ * releases it and holds the capacity at what stays mapped. */
+static void test_a_held_limit_keeps_the_cache(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,capacity:1G,page:2M"), COOP_OK);
+    void *live = coop_torch_malloc(300 * MIB, 0, STREAM(0));
+    void *cached = coop_torch_malloc(300 * MIB, 0, STREAM(0));
+    assert_non_null(live);
+    assert_non_null(cached);
+    coop_torch_free(cached, 300 * MIB, 0, STREAM(0));
+    coop_torch_memory_fraction(0.25, 0); /* 256 MiB < 300 MiB live */
+    coop_stats held = device_stats(0);
+    assert_int_equal(held.capacity, 600 * MIB);
+    assert_int_equal(held.reserved_bytes.current, 600 * MIB);
+    assert_int_equal(held.num_unmaps, 0);
+    void *reuse = coop_torch_malloc(200 * MIB, 0, STREAM(0)); /* from the cache */
+    assert_non_null(reuse);
+    assert_int_equal(device_stats(0).reserved_bytes.current, 600 * MIB);
+    coop_torch_free(reuse, 200 * MIB, 0, STREAM(0));
+    coop_torch_empty_cache(); /* the limit still out of reach: held lower */
+    assert_int_equal(device_stats(0).capacity, 300 * MIB);
+    assert_int_equal(device_stats(0).reserved_bytes.current, 300 * MIB);
+    coop_torch_free(live, 300 * MIB, 0, STREAM(0));
+    coop_torch_empty_cache();
+    assert_int_equal(device_stats(0).capacity, 256 * MIB);
+}
+
 /* The block freed by free_at_refusal (once). */
 static void *refused_with;
 
@@ -435,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_record_history_outlasts_the_lazy_load),
         cmocka_unit_test(test_record_history_outlasts_configure),
         cmocka_unit_test(test_fraction_below_use_applies_after_frees),
+        cmocka_unit_test(test_a_held_limit_keeps_the_cache),
         cmocka_unit_test(test_free_at_the_refusal_is_not_lost),
         cmocka_unit_test(test_an_applied_fraction_leaves_nothing_pending),
         cmocka_unit_test(test_empty_cache_applies_a_waiting_limit),

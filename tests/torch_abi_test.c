@@ -78,14 +78,16 @@ static void test_normalized_text_has_a_fraction_only_when_given(void **state)
     (void)state;
     char buf[256];
     assert_int_equal(coop_torch_normalize_conf("backend:host", buf, sizeof buf), COOP_OK);
-    assert_string_equal(buf, "backend:host,capacity:0,page:0,vmm:true,segment:0,placement:low,"
-                             "min_split:0,check:false,history:0,wait:true");
+    assert_string_equal(buf, "backend:host,capacity:default,page:default,vmm:true,"
+                             "segment:default,placement:low,min_split:default,check:false,"
+                             "history:0,wait:true");
     assert_int_equal(coop_torch_normalize_conf("fraction:0.5", buf, sizeof buf), COOP_OK);
-    assert_string_equal(buf, "backend:cuda,capacity:0,fraction:0.5,page:0,vmm:true,segment:0,"
-                             "placement:low,min_split:0,check:false,history:0,wait:true");
+    assert_string_equal(buf, "backend:cuda,capacity:default,fraction:0.5,page:default,vmm:true,"
+                             "segment:default,placement:low,min_split:default,check:false,"
+                             "history:0,wait:true");
     /* NULL text: the defaults; no buffer (NULL or size 0): the status only */
     assert_int_equal(coop_torch_normalize_conf(NULL, buf, sizeof buf), COOP_OK);
-    assert_non_null(strstr(buf, "backend:cuda,capacity:0,page:0"));
+    assert_non_null(strstr(buf, "backend:cuda,capacity:default,page:default"));
     assert_int_equal(coop_torch_normalize_conf("bogus:1", NULL, 64), COOP_ERR_INVALID);
     assert_non_null(strstr(coop_last_error(), "bogus"));
     assert_int_equal(coop_torch_normalize_conf("backend:host", buf, 0), COOP_OK);
@@ -121,6 +123,40 @@ static void test_normalized_fraction_reads_back_exactly(void **state)
         assert_int_equal(coop_torch_normalize_conf(conf, b, sizeof b), COOP_OK);
         assert_string_equal(a, b);
     }
+}
+
+/* The settings' text is a configuration: given back to
+ * coop_torch_configure (COOP_ALLOC_CONF, a snapshot's allocator_settings
+ * copied by a user) it parses and means the same, defaults included
+ * ("default", where 0 would read as zero bytes and is refused). */
+static void test_settings_text_round_trips(void **state)
+{
+    (void)state;
+    const char *const confs[] = {
+        "backend:host",
+        "fraction:0.3,vmm:false,placement:high",
+        "backend:host,capacity:1G,page:2M,segment:4M,min_split:1K,check:1,history:true,wait:no",
+    };
+    char before[256], text[256], again[256];
+    assert_int_equal(coop_torch_settings(before, sizeof before), COOP_OK);
+    for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
+        assert_int_equal(coop_torch_normalize_conf(confs[i], text, sizeof text), COOP_OK);
+        if (coop_torch_normalize_conf(text, again, sizeof again) != COOP_OK)
+            fail_msg("'%s' written as '%s', which does not parse: %s", confs[i], text, again);
+        assert_string_equal(again, text);
+        assert_int_equal(coop_torch_configure(text), COOP_OK);
+        assert_int_equal(coop_torch_settings(again, sizeof again), COOP_OK);
+        assert_string_equal(again, text);
+    }
+    /* default is the key left out, for the keys whose default is the
+     * device's or the pool's; 0 stays refused */
+    assert_int_equal(
+        coop_torch_normalize_conf("capacity:DEFAULT, page : default", text, sizeof text), COOP_OK);
+    assert_int_equal(coop_torch_normalize_conf("", again, sizeof again), COOP_OK);
+    assert_string_equal(text, again);
+    assert_int_equal(coop_torch_normalize_conf("capacity:0", text, sizeof text), COOP_ERR_INVALID);
+    assert_int_equal(coop_torch_normalize_conf("vmm:default", text, sizeof text), COOP_ERR_INVALID);
+    assert_int_equal(coop_torch_configure(before), COOP_OK);
 }
 
 static void test_pools_per_device(void **state)
@@ -1150,6 +1186,7 @@ int main(void)
         cmocka_unit_test(test_configure_rejects_then_accepts),
         cmocka_unit_test(test_normalized_text_has_a_fraction_only_when_given),
         cmocka_unit_test(test_normalized_fraction_reads_back_exactly),
+        cmocka_unit_test(test_settings_text_round_trips),
         cmocka_unit_test(test_pools_per_device),
         cmocka_unit_test(test_history_ring_keeps_the_last_events),
         cmocka_unit_test(test_snapshot_walks_blocks),

@@ -201,8 +201,8 @@ def _restore_conf_locked(lib, previous):
     """Puts back the configuration an install(conf) or mem_pool(conf) found
     in force (previous: the _applied_conf it found), when the call fails
     after applying conf: an earlier install(conf)'s or mem_pool(conf)'s again,
-    else COOP_ALLOC_CONF's, read again (the settings' text cannot serve: its
-    capacity:0 and page:0 for "the default" do not parse). A COOP_ALLOC_CONF
+    else COOP_ALLOC_CONF's, read again (what the caller gave, rather than
+    the settings' normalized text, which would parse too). A COOP_ALLOC_CONF
     that does not parse cannot be put back (a configuration that does not
     parse is never set), so conf stays in force then. Caller holds
     _state_lock."""

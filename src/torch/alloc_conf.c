@@ -187,6 +187,14 @@ static coop_status apply(coop_alloc_conf *conf, const token *k, const token *v, 
     uint64_t bytes = 0;
     coop_status st = COOP_OK;
     const char *name = keys[index];
+    /* "default" for the byte keys whose default is the device's or the
+     * pool's (0 in coop_alloc_conf): the spelling coop_torch_settings
+     * writes for them, so that its text parses back; 0 itself stays
+     * refused, as it reads as zero bytes */
+    bool byte_key = strcmp(name, "capacity") == 0 || strcmp(name, "page") == 0 ||
+                    strcmp(name, "segment") == 0 || strcmp(name, "min_split") == 0;
+    if (byte_key && token_is(v, "default"))
+        return COOP_OK;
     if (strcmp(name, "backend") == 0) {
         if (token_is(v, "cuda"))
             conf->backend = COOP_BACKEND_CUDA;
@@ -248,6 +256,8 @@ coop_status coop_alloc_conf_parse(const char *text, coop_alloc_conf *out)
     coop_alloc_conf conf;
     coop_alloc_conf_default(&conf);
     unsigned seen = 0;
+    /* the capacity and fraction keys as given, for the message when both are */
+    token capacity_key = {NULL, 0, 0}, fraction_key = {NULL, 0, 0};
     size_t n = text ? strlen(text) : 0;
     size_t begin = 0;
     while (begin < n) {
@@ -273,12 +283,21 @@ coop_status coop_alloc_conf_parse(const char *text, coop_alloc_conf *out)
             coop_status st = apply(&conf, &key, &value, &seen);
             if (st != COOP_OK)
                 return st;
+            if (token_is(&key, "capacity"))
+                capacity_key = key;
+            else if (token_is(&key, "fraction"))
+                fraction_key = key;
         }
         begin = end + 1;
     }
-    if (conf.capacity && conf.fraction > 0.0)
+    if (conf.capacity && conf.fraction > 0.0) {
+        char c[SHOWN_MAX], f[SHOWN_MAX];
         return coop_set_error(COOP_ERR_INVALID,
-                              "COOP_ALLOC_CONF: capacity and fraction are exclusive: give one");
+                              "COOP_ALLOC_CONF: '%s' (byte %zu) and '%s' (byte %zu) are "
+                              "exclusive: give one",
+                              shown(&capacity_key, c), capacity_key.off, shown(&fraction_key, f),
+                              fraction_key.off);
+    }
     *out = conf;
     return COOP_OK;
 }

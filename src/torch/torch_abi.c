@@ -291,19 +291,36 @@ coop_status coop_torch_configure(const char *text)
     return st;
 }
 
+/* A byte key's value as format_conf writes it into buf: "default" for 0
+ * (unset), which the parser reads back as unset, where "0" would be
+ * refused. Returns buf. */
+static const char *bytes_or_default(uint64_t bytes, char *buf, size_t size)
+{
+    if (bytes)
+        snprintf(buf, size, "%ju", (uintmax_t)bytes);
+    else
+        snprintf(buf, size, "default");
+    return buf;
+}
+
 /* c as key:value text, every key, in one order and spelling (history: the
- * bound given, which for the settings in force is the one in force). */
+ * bound given, which for the settings in force is the one in force); it
+ * parses back as c (coop_torch_configure takes it). */
 static void format_conf(const coop_alloc_conf *c, size_t history, char *buf, size_t size)
 {
     char fraction[sizeof ",fraction:" + C_NUMERIC_G_MAX] = "";
     if (c->fraction > 0.0)
         c_numeric_format_g(fraction, sizeof fraction, ",fraction:", c->fraction);
+    char capacity[24], page[24], segment[24], min_split[24]; /* 2^64 has 20 digits */
     snprintf(buf, size,
-             "backend:%s,capacity:%ju%s,page:%ju,vmm:%s,segment:%ju,placement:%s,"
-             "min_split:%ju,check:%s,history:%zu,wait:%s",
-             c->backend == COOP_BACKEND_HOST ? "host" : "cuda", (uintmax_t)c->capacity, fraction,
-             (uintmax_t)c->page_size, c->use_vmm ? "true" : "false", (uintmax_t)c->segment_size,
-             c->placement == COOP_ALLOC_HIGH ? "high" : "low", (uintmax_t)c->min_split,
+             "backend:%s,capacity:%s%s,page:%s,vmm:%s,segment:%s,placement:%s,"
+             "min_split:%s,check:%s,history:%zu,wait:%s",
+             c->backend == COOP_BACKEND_HOST ? "host" : "cuda",
+             bytes_or_default(c->capacity, capacity, sizeof capacity), fraction,
+             bytes_or_default(c->page_size, page, sizeof page), c->use_vmm ? "true" : "false",
+             bytes_or_default(c->segment_size, segment, sizeof segment),
+             c->placement == COOP_ALLOC_HIGH ? "high" : "low",
+             bytes_or_default(c->min_split, min_split, sizeof min_split),
              c->check ? "true" : "false", history, c->never_wait ? "false" : "true");
 }
 
@@ -529,13 +546,14 @@ static coop_pool *pool_for(int device, const char *what, const char *fn)
     return pool;
 }
 
-/* Applies a memory limit (bytes) to device's pool. If live blocks keep more
- * mapped than that (coop_set_capacity refuses; it releases the cache first
- * only where that could reach the limit),
- * the limit waits in pending_limit and the capacity is held at the bytes
- * mapped now, so the pool stops growing; allocations after frees try the
- * limit again. Not an error, so nothing is reported: torch's fraction too
- * applies to later allocations only. Caller holds state_lock. */
+/* Applies a memory limit (bytes) to device's pool. If live blocks and
+ * pending frees keep more mapped than that (coop_set_capacity refuses; it
+ * releases the cache first only where that could reach the limit), the
+ * limit waits in pending_limit and the capacity is held at the bytes
+ * mapped now, cache included, so the pool stops growing; allocations
+ * after frees try the limit again. Not an error, so nothing is reported:
+ * torch's fraction too applies to later allocations only and empties no
+ * cache. Caller holds state_lock. */
 static coop_status apply_limit_locked(device_slot *s, coop_pool *pool, uint64_t limit)
 {
     /* Pending before the try: a free after the try's hold of the pool's lock

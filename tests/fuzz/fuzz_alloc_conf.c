@@ -38,6 +38,19 @@ static void check_accepted(const coop_alloc_conf *c, const char *text)
         fail("bad backend", text);
 }
 
+/* The normalized text (coop_torch_settings' spelling) parses back to
+ * itself: a user may give it to COOP_ALLOC_CONF again. */
+static void check_round_trip(const char *text)
+{
+    char once[512], twice[512];
+    if (coop_torch_normalize_conf(text, once, sizeof once) != COOP_OK)
+        fail("accepted by the parser, refused by coop_torch_normalize_conf", text);
+    if (coop_torch_normalize_conf(once, twice, sizeof twice) != COOP_OK)
+        fail("normalized text does not parse back", text);
+    if (strcmp(once, twice) != 0)
+        fail("normalized text normalizes to another text", text);
+}
+
 /* A host pool from the parsed settings: created or refused with a reason. */
 static void try_pool(const coop_alloc_conf *c, const char *text)
 {
@@ -84,6 +97,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
             fail("a refused string changed the output", text);
     } else {
         check_accepted(&conf, text);
+        check_round_trip(text);
         try_pool(&conf, text);
     }
     uint64_t bytes;
