@@ -91,12 +91,16 @@ moved_example() {
 }
 check "make install prefix=DIR: coop.pc names DIR; the example builds against it and runs" \
     moved_example
-check "coop.pc keeps a prefix with sed's special characters (&, |) as given" \
-    sh -c "cd '$work/src' && make -s coop.pc prefix='/opt/a&b|c' >/dev/null &&
-           grep -qx 'prefix=/opt/a&b|c' coop.pc && make -s coop.pc >/dev/null"
+check "coop.pc keeps a prefix with sed's special characters (&, |, \\) as given" \
+    sh -c "cd '$work/src' && make -s coop.pc prefix='/opt/a&b|c\\d' >/dev/null &&
+           grep -qxF 'prefix=/opt/a&b|c\\d' coop.pc && make -s coop.pc >/dev/null"
+# and its other paths stay relative to the prefix, for --define-prefix
 check "make install DESTDIR=D: coop.pc under D names the configured prefix" \
     sh -c "cd '$work/src' && make install-pkgconfigDATA DESTDIR='$work/dest' >/dev/null &&
-           grep -qx 'prefix=$prefix' '$work/dest$libdir/pkgconfig/coop.pc'"
+           pc='$work/dest$libdir/pkgconfig/coop.pc' && grep -qx 'prefix=$prefix' \"\$pc\" &&
+           grep -qxF 'exec_prefix=\${prefix}' \"\$pc\" &&
+           grep -qxF 'libdir=\${exec_prefix}/lib' \"\$pc\" &&
+           grep -qxF 'includedir=\${prefix}/include' \"\$pc\""
 
 # coop.h as a C99 or C++ user includes it: first (self-contained), twice
 # (guarded), -pedantic -Werror; the C++ program (extern "C") links the

@@ -42,7 +42,8 @@ if $coop -h >"$tmp/out" 2>"$tmp/err" && grep -q "^usage: coop COMMAND" "$tmp/out
 else
     echo "FAIL: coop -h: $(cat "$tmp/out" "$tmp/err")"; failures=$((failures + 1))
 fi
-# the usage lists every command
+# the usage lists every command, and says how to get the version
+grep -qF "'coop --version' prints the version." "$tmp/out" || { echo "FAIL: coop -h does not name --version: $(cat "$tmp/out")"; failures=$((failures + 1)); }
 for command in replay sim convert bench; do
     grep -q "^  $command " "$tmp/out" || { echo "FAIL: coop -h does not list $command: $(cat "$tmp/out")"; failures=$((failures + 1)); }
 done
@@ -151,6 +152,15 @@ expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not 'x'" $c
 # the step is optional, so it takes '=': given after a space it became a LOG
 # that "cannot open", which did not say why
 expect 2 "'0.1' is read as a LOG: give the step as --stable-min-ratio=0.1" $coop sim --stable-min-ratio 0.1 "$traces/unet-train-step.ops.jsonl.gz"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || { echo "FAIL: the step's hint is not the only line: $(cat "$tmp/err")"; failures=$((failures + 1)); }
+# only a bare --stable-min-ratio, only a number, only a file that is not
+# there gets the hint: a file named 0.1 is a LOG (mutants S01, S04, S05,
+# S07, docs/mutation-testing.md)
+expect 2 "coop sim: 0.2: cannot open" $coop sim --stable-min-ratio=0.1 0.2
+expect 2 "coop sim: nosuch.log: cannot open" $coop sim --stable-min-ratio nosuch.log
+: >"$tmp/0.1"
+case $coop in /*) abs_coop=$coop ;; *) abs_coop=$PWD/$coop ;; esac
+expect 2 "coop sim: 0.1: no instructions" sh -c 'cd "$1" && exec "$2" sim --stable-min-ratio 0.1' sh "$tmp" "$abs_coop"
 # a number must fill the value, for the step and the threshold as for the others
 expect 2 "--stable-min-ratio's step must be a number in [0.0001, 1], not '0.05x'" $coop sim --stable-min-ratio=0.05x "$traces/unet-train-step.ops.jsonl.gz"
 expect 2 "--partition takes off or a threshold >= 0 (ns/byte), not '1e-2x'" $coop sim --partition 1e-2x "$traces/unet-train-step.ops.jsonl.gz"

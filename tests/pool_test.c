@@ -2223,6 +2223,26 @@ static void test_unreachable_capacity_keeps_the_cache(void **state)
         assert_int_equal(coop_free(p, live), COOP_OK);
         coop_pool_destroy(p);
     }
+    /* Pending frees count as kept (mutant P05, docs/mutation-testing.md):
+     * 4 MiB live, 4 MiB waiting for held stream 1, 10 MiB cached for stream
+     * 0; 6 MiB is below the 8 kept, so the cache stays. */
+    coop_pool *p = make_pool_with(64 * MiB, true, true);
+    void *cached = coop_malloc(p, 10 * MiB, 0, 0, NULL);
+    void *live = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    void *pend = coop_malloc(p, 4 * MiB, 0, 0, NULL);
+    assert_int_equal(coop_free(p, cached), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(p, 1, true), COOP_OK);
+    assert_int_equal(coop_record_stream(p, pend, 1), COOP_OK);
+    assert_int_equal(coop_free(p, pend), COOP_OK);
+    coop_stats before = stats_of(p);
+    assert_int_equal(coop_set_capacity(p, 6 * MiB), COOP_ERR_NOMEM);
+    assert_int_equal(stats_of(p).num_unmaps, before.num_unmaps);
+    assert_int_equal(stats_of(p).reserved_bytes.current, before.reserved_bytes.current);
+    assert_non_null(strstr(coop_last_error(), "other streams' events) 4194304 more, and 10485760 "
+                                              "are free space cached, not released"));
+    assert_int_equal(coop_host_hold_stream(p, 1, false), COOP_OK);
+    assert_int_equal(coop_free(p, live), COOP_OK);
+    coop_pool_destroy(p);
 }
 
 /* When lowering the capacity fails, the message says what holds the pages:
@@ -2868,6 +2888,7 @@ static void test_default_host_device_keeps_its_whole_pages(void **state)
     assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_INVALID);
     assert_null(p);
     assert_non_null(strstr(coop_last_error(), "coop_pool_create: config.page_size 137438953472"));
+    assert_non_null(strstr(coop_last_error(), "default device of 85899345920 bytes"));
 }
 
 /* A remainder below min_split stays with the allocation; when that tail lies
