@@ -1023,7 +1023,8 @@ void coop_torch_empty_cache(void);
  * a limit still out of reach then holds the capacity at the pages that
  * stay mapped). With wait:false, cached pages of streams not seen finished
  * are kept, and the capacity is held likewise. None of that is an error
- * (nothing is reported); a fraction outside [0, 1] (NaN included) is, and
+ * (nothing is reported); an out-of-memory while a limit waits says, after
+ * the pool's figures, which limit is pending and the capacity held; a fraction outside [0, 1] (NaN included) is, and
  * so is a call from a coop_walk visitor of a device's pool (see coop_walk). */
 void coop_torch_memory_fraction(double fraction, int device);
 

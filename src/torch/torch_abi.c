@@ -644,6 +644,25 @@ uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size)
     return n;
 }
 
+/* An out-of-memory's detail while a memory limit waits for frees (or ""):
+ * the capacity the message quotes is the one held, and without a word the
+ * limit behind it, which the caller set and will get once blocks are
+ * freed, reads as if it had been lost. Failure path only. */
+static void held_limit(coop_status st, device_slot *s, coop_pool *pool, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    uint64_t limit = atomic_load(&s->pending_limit);
+    if (st != COOP_ERR_NOMEM || !limit)
+        return;
+    coop_stats stats;
+    coop_get_stats(pool, &stats);
+    snprintf(buf, size,
+             "; a memory limit of %llu bytes (coop_torch_memory_fraction) is pending: live "
+             "blocks and pending frees keep more mapped, so the capacity is held at %llu "
+             "until frees let the limit apply",
+             (unsigned long long)limit, (unsigned long long)stats.capacity);
+}
+
 void *coop_torch_malloc(size_t size, int device, void *stream)
 {
     if (size == 0)
@@ -678,8 +697,11 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
         /* reported and counted first: recording may set an error of its own */
         char what[64];
         snprintf(what, sizeof what, "malloc of %zu bytes", size);
-        report(on_device(st != COOP_OK ? st : coop_set_error(COOP_ERR_NOMEM, "returned nothing"),
-                         device, what, ""));
+        if (st == COOP_OK)
+            st = coop_set_error(COOP_ERR_NOMEM, "returned nothing");
+        char held[256];
+        held_limit(st, s, pool, held, sizeof held);
+        report(on_device(st, device, what, held));
         count_failure(device);
         if (torch_history_on(&s->history)) {
             /* torch's OOM entry carries the device's free memory
