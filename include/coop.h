@@ -1023,8 +1023,10 @@ void coop_torch_empty_cache(void);
  * a limit still out of reach then holds the capacity at the pages that
  * stay mapped). With wait:false, cached pages of streams not seen finished
  * are kept, and the capacity is held likewise. None of that is an error
- * (nothing is reported); a fraction outside [0, 1] (NaN included) is, and
- * so is a call from a coop_walk visitor of a device's pool (see coop_walk). */
+ * (nothing is reported; an out-of-memory while a limit waits says, after
+ * the pool's figures, which limit is pending and the capacity held); a
+ * fraction outside [0, 1] (NaN included) is, and so is a call from a
+ * coop_walk visitor of a device's pool (see coop_walk). */
 void coop_torch_memory_fraction(double fraction, int device);
 
 /* record_stream hook: ptr is also used on stream. A pointer no coop pool
@@ -1086,6 +1088,14 @@ size_t coop_torch_last_error(char *buf, size_t size);
  * malloc refused because device is at or past coop_torch_init's count is
  * counted on that device, as the caller named it. */
 uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size);
+
+/* coop_torch_failed_mallocs, and the last failure's status in *status
+ * (when status is not NULL; COOP_OK if none), read with the count and the
+ * message at once: COOP_ERR_NOMEM for out of memory, another status for a
+ * failure that is not (COOP_ERR_NO_DRIVER, a configuration the device
+ * refuses: COOP_ERR_INVALID, COOP_ERR_BUSY from a coop_walk visitor, ...),
+ * so that a caller can tell them apart without reading the message. */
+uint64_t coop_torch_failed_malloc_status(int device, char *buf, size_t size, coop_status *status);
 
 /* Device's pool if it has been created, else NULL (never creates one).
  * Valid until process exit: the ABI never destroys its pools. */

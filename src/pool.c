@@ -277,11 +277,8 @@ static coop_status resolve_config(const coop_config *in, const coop_backend *be,
     return COOP_OK;
 }
 
-coop_status coop_pool_create(const coop_config *config, coop_pool **out)
+static coop_status pool_create(const coop_config *config, coop_pool **out)
 {
-    if (!out)
-        return coop_set_error(COOP_ERR_INVALID, "coop_pool_create: out is NULL");
-    *out = NULL;
     coop_config defaults;
     if (!config) {
         coop_config_default(&defaults);
@@ -354,6 +351,17 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
     pool_fork_register(pool);
     *out = pool;
     return COOP_OK;
+}
+
+/* Under the call's name, whatever failed: a backend's refusal (a
+ * reservation of the address space, the driver) names only itself. */
+coop_status coop_pool_create(const coop_config *config, coop_pool **out)
+{
+    if (!out)
+        return coop_set_error(COOP_ERR_INVALID, "coop_pool_create: out is NULL");
+    *out = NULL;
+    coop_status st = pool_create(config, out);
+    return st == COOP_OK ? COOP_OK : coop_error_in("coop_pool_create", st);
 }
 
 void coop_pool_destroy(coop_pool *pool)
@@ -641,7 +649,8 @@ static coop_status retry_alloc(coop_pool *pool, uint64_t rounded, coop_stream st
 /* From arena_alloc's first answer on, when that was not a plain success:
  * the out-of-memory retry, the counts and the status. */
 static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, bool high,
-                           coop_status st, arena_block *b, bool reclaimed, coop_status *status)
+                           coop_status st, arena_block *b, bool reclaimed, coop_status *status,
+                           const char *fn)
 {
     uint64_t rounded = round_up((uint64_t)size, COOP_ALIGN);
     if (st == COOP_ERR_NOMEM) {
@@ -661,6 +670,8 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
     }
     if (st == COOP_OK)
         count_alloc(pool, b, size);
+    else if (fn)
+        st = coop_error_in(fn, st);
     if (status)
         *status = st;
     return b ? (void *)b->addr : NULL;
@@ -669,7 +680,7 @@ static void *malloc_finish(coop_pool *pool, size_t size, coop_stream stream, boo
 /* Size 0, bad arguments, a request above the capacity, and pending frees
  * to process first; then as malloc_locked. */
 static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
-                            coop_status *status)
+                            coop_status *status, const char *fn)
 {
     coop_status st = COOP_OK;
     if (stream == COOP_STREAM_ANY) {
@@ -701,8 +712,10 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
         pool_process_pending_locked(pool);
     st = arena_alloc(&pool->arena, round_up((uint64_t)size, COOP_ALIGN), stream, high, &b,
                      &reclaimed);
-    return malloc_finish(pool, size, stream, high, st, b, reclaimed, status);
+    return malloc_finish(pool, size, stream, high, st, b, reclaimed, status, fn);
 out:
+    if (st != COOP_OK && fn)
+        st = coop_error_in(fn, st);
     if (status)
         *status = st;
     return NULL;
@@ -714,19 +727,19 @@ out:
  * nothing pending, the arena allocates at once) is one straight path; the
  * rest is out of line. */
 static COOP_INLINE void *malloc_locked(coop_pool *pool, size_t size, coop_stream stream,
-                                       unsigned flags, coop_status *status)
+                                       unsigned flags, coop_status *status, const char *fn)
 {
     if (__builtin_expect((uint64_t)size - 1 >= pool->arena.params.capacity ||
                              stream == COOP_STREAM_ANY || (flags & ~(unsigned)COOP_ALLOC_HIGH) ||
                              pool->pending,
                          0))
-        return malloc_checked(pool, size, stream, flags, status);
+        return malloc_checked(pool, size, stream, flags, status, fn);
     arena_block *b = NULL;
     bool high = flags & COOP_ALLOC_HIGH, reclaimed = false;
     coop_status st = arena_alloc(&pool->arena, round_up((uint64_t)size, COOP_ALIGN), stream, high,
                                  &b, &reclaimed);
     if (__builtin_expect(st != COOP_OK || reclaimed, 0))
-        return malloc_finish(pool, size, stream, high, st, b, reclaimed, status);
+        return malloc_finish(pool, size, stream, high, st, b, reclaimed, status, fn);
     count_alloc(pool, b, size);
     if (status)
         *status = COOP_OK;
@@ -736,7 +749,7 @@ static COOP_INLINE void *malloc_locked(coop_pool *pool, size_t size, coop_stream
 COOP_HOT void *pool_malloc_locked(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
                                   coop_status *status)
 {
-    return malloc_locked(pool, size, stream, flags, status);
+    return malloc_locked(pool, size, stream, flags, status, NULL); /* callers name their call */
 }
 
 COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, unsigned flags,
@@ -755,7 +768,7 @@ COOP_HOT void *coop_malloc(coop_pool *pool, size_t size, coop_stream stream, uns
         return NULL;
     }
     pool_lock(pool);
-    void *p = malloc_locked(pool, size, stream, flags, status);
+    void *p = malloc_locked(pool, size, stream, flags, status, "coop_malloc");
     pool_after_op_locked(pool, "malloc");
     pool_unlock(pool);
     return p;
@@ -945,7 +958,7 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
     coop_status st = record_stream_locked(pool, ptr, stream);
     pool_after_op_locked(pool, "record_stream");
     pool_unlock(pool);
-    return st;
+    return st == COOP_OK ? COOP_OK : coop_error_in("coop_record_stream", st);
 }
 
 /* ---- Cache and capacity ---- */
@@ -985,7 +998,7 @@ coop_status coop_empty_cache(coop_pool *pool)
         st = release_failed(st, "coop_empty_cache", 0);
     pool_after_op_locked(pool, "empty_cache");
     pool_unlock(pool);
-    return st;
+    return st == COOP_OK ? COOP_OK : coop_error_in("coop_empty_cache", st);
 }
 
 /* coop_set_capacity below the mapped bytes: completes the pending frees
@@ -1073,7 +1086,7 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
         a->params.capacity = pool->config.capacity = c;
     pool_after_op_locked(pool, "set_capacity");
     pool_unlock(pool);
-    return st;
+    return st == COOP_OK ? COOP_OK : coop_error_in("coop_set_capacity", st);
 }
 
 /* ---- Test controls ---- */
@@ -1096,7 +1109,7 @@ static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream
     else
         st = pool->backend->ops->hold_stream(pool->backend, stream, hold, busy);
     pool_unlock(pool);
-    return st;
+    return st == COOP_OK ? COOP_OK : coop_error_in(fn, st);
 }
 
 coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold)

@@ -98,6 +98,17 @@ static void copy_message(char *to, const char *from)
     memcpy(to, from, strlen(from) + 1);
 }
 
+coop_status coop_error_in(const char *fn, coop_status st)
+{
+    size_t n = strlen(fn);
+    if (strncmp(last_error, fn, n) == 0 && (last_error[n] == ':' || last_error[n] == '('))
+        return st;
+    char detail[COOP_ERROR_MAX];
+    copy_message(detail, last_error[0] ? last_error : coop_strerror(st));
+    coop_format_message(last_error, sizeof last_error, "%s: %s", fn, detail);
+    return st;
+}
+
 void coop_error_keep(coop_error_kept *kept)
 {
     copy_message(kept->text, last_error);

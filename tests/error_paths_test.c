@@ -377,11 +377,14 @@ static uint64_t sweep(const call_case *c, bool vmm, fault_kind kind)
                          coop_strerror(expected_status(kind)), coop_last_error());
             if (!coop_last_error()[0])
                 fail_msg("%s: %s without a message", where, coop_strerror(st));
-            /* a remat call's refusal names the call (its case's name up
-             * to a colon), whatever failed deep inside it */
+            /* a refusal names the call (its case's name up to a colon,
+             * then ':' or coop_free's "(ptr)"), whatever failed deep inside
+             * it: a backend's or the metadata heap's message alone does not
+             * say which call the user made */
             size_t call = strcspn(c->name, ":");
-            if ((!strncmp(c->name, "coop_tensor_", 12) || !strncmp(c->name, "coop_remat_", 11)) &&
-                (strncmp(coop_last_error(), c->name, call) || coop_last_error()[call] != ':'))
+            char after_name = coop_last_error()[call];
+            if (strncmp(coop_last_error(), c->name, call) ||
+                (after_name != ':' && after_name != '('))
                 fail_msg("%s: the message does not name the call: %s", where, coop_last_error());
             if (f.pool) {
                 if (coop_pool_check(f.pool) != COOP_OK)

@@ -3351,10 +3351,28 @@ static void test_check_detects_each_pending_corruption(void **state)
     coop_pool_destroy(p);
 }
 
+/* The host backend cannot reserve 4 x 2^50 bytes of address space (a
+ * process has 2^47): its message, under the call's name (it used to start
+ * "cannot reserve ...", naming no call). */
+static void test_reservation_failure_names_the_call(void **state)
+{
+    (void)state;
+    coop_config c;
+    coop_config_default(&c);
+    c.capacity = UINT64_C(1) << 50;
+    coop_pool *p = NULL;
+    assert_int_equal(coop_pool_create(&c, &p), COOP_ERR_NOMEM);
+    assert_null(p);
+    const char *msg = coop_last_error();
+    assert_true(strncmp(msg, "coop_pool_create: cannot reserve ", 33) == 0);
+    assert_non_null(strstr(msg, "host backend: cannot reserve"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_reservation_failure_names_the_call),
         cmocka_unit_test(test_absorbed_remainder_is_mapped),
         cmocka_unit_test(test_null_handles),
         cmocka_unit_test(test_free_when_event_record_fails),

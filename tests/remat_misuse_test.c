@@ -225,7 +225,7 @@ static void a_failed_recompute_quotes_the_refused_call(void **state)
     s.access_itself = false;
     s.overask = pool;
     assert_int_equal(coop_tensor_access(r, b, NULL), COOP_ERR_BACKEND);
-    assert_true(strncmp(s.inner, "out of memory", 13) == 0);
+    assert_true(strncmp(s.inner, "coop_malloc: out of memory", 26) == 0); /* the call named */
     assert_true(error_says(s.inner));
     /* no refused call: the message ends where it did */
     s.overask = NULL;

@@ -162,9 +162,13 @@ static void test_fraction_below_use_applies_after_frees(void **state)
     size_t error_after_fraction = coop_torch_last_error(NULL, 0);
     coop_stats held = device_stats(0);
     void *grows = coop_torch_malloc(64 * MIB, 0, STREAM(0)); /* needs new pages */
+    char grows_why[1024];
+    coop_torch_failed_mallocs(0, grows_why, sizeof grows_why);
     for (int i = 0; i < 600; i++)
         coop_torch_free(live[i], MIB, 0, STREAM(0));
     void *above = coop_torch_malloc(512 * MIB, 0, STREAM(0)); /* applies the limit first */
+    char above_why[1024];
+    coop_torch_failed_mallocs(0, above_why, sizeof above_why);
     coop_stats limited = device_stats(0);
     void *below = coop_torch_malloc(200 * MIB, 0, STREAM(0));
     const char *err = capture_end(&c);
@@ -175,9 +179,19 @@ static void test_fraction_below_use_applies_after_frees(void **state)
     assert_null(above);
     assert_int_equal(limited.capacity, 256 * MIB);
     assert_non_null(below);
-    /* the first out-of-memory was printed, and nothing about the fraction */
-    if (!strstr(err, "67108864 bytes") || strstr(err, "fraction") || strstr(err, "capacity 268"))
+    /* the first out-of-memory was printed, and no error of the fraction's
+     * own (error_after_fraction); that out-of-memory quotes the held
+     * capacity and says which limit waits behind it (it used to quote the
+     * capacity alone), the one after the limit applied no more */
+    if (!strstr(err, "67108864 bytes") || strstr(err, "capacity 268"))
         fail_msg("stderr: '%s'", err);
+    if (!strstr(grows_why, "capacity 629145600") ||
+        !strstr(grows_why, "a memory limit of 268435456 bytes (coop_torch_memory_fraction) is "
+                           "pending") ||
+        !strstr(grows_why, "the capacity is held at 629145600"))
+        fail_msg("held limit's out-of-memory: '%s'", grows_why);
+    if (!strstr(above_why, "capacity 268435456") || strstr(above_why, "pending:"))
+        fail_msg("applied limit's out-of-memory: '%s'", above_why);
     coop_torch_free(below, 200 * MIB, 0, STREAM(0));
     coop_torch_memory_fraction(1.0, 0);
     assert_int_equal(device_stats(0).capacity, 1024 * MIB);

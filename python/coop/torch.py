@@ -27,6 +27,7 @@ __all__ = [
     "CoopConfigError",
     "DeviceError",
     "OutOfMemoryError",
+    "AllocationError",
     "install",
     "installed",
     "patch_torch",
@@ -87,6 +88,19 @@ def _torch_oom_base():
 
 class OutOfMemoryError(_torch_oom_base()):
     """coop could not satisfy an allocation; the message has the numbers."""
+
+
+class AllocationError(native.CoopError):
+    """An allocation failed for a reason other than out of memory: no CUDA
+    driver, a configuration the device refuses when the pool is made, a
+    call from a coop_walk visitor. check_oom() raises it; .status is the
+    coop_status (coop.native.ERR_*), .device the device. Not an
+    OutOfMemoryError: code that frees memory or shrinks a batch on
+    out-of-memory has nothing to retry here."""
+
+    def __init__(self, status, device, message):
+        super().__init__(status, message)
+        self.device = device
 
 
 def last_error():
@@ -1071,25 +1085,31 @@ def forget_stream(stream):
 
 
 def check_oom(device=None):
-    """Raises OutOfMemoryError if an allocation on device (None = any) failed
-    since the last check, with that device's last failure: out of memory, or
-    a pool that could not be made (a configuration the device refuses, no
-    CUDA driver). With the CUDAPluggableAllocator route PyTorch does not
-    check the allocator's result, so call this where a failed allocation
-    would otherwise go unnoticed (e.g. after each step). Threads may call it
-    at once: each failure is raised in one of them."""
+    """Raises if an allocation on device (None = any) failed since the last
+    check, with that device's last failure: OutOfMemoryError for out of
+    memory (COOP_ERR_NOMEM), AllocationError (a native.CoopError, .status
+    and .device set) for any other failure, such as a pool that could not
+    be made (a configuration the device refuses, no CUDA driver). With the
+    CUDAPluggableAllocator route PyTorch does not check the allocator's
+    result, so call this where a failed allocation would otherwise go
+    unnoticed (e.g. after each step). Threads may call it at once: each
+    failure is raised in one of them."""
     lib = native.library()
     devices = range(_MAX_DEVICES) if device is None else [_device_index(device)]
     buf = ctypes.create_string_buffer(1024)
+    status = ctypes.c_int(0)
     for d in devices:
         # the count read, compared and stored in one step: threads checking
         # at once raise a failure once, and never store an older count over
-        # a newer one (which would raise its failures again)
+        # a newer one (which would raise its failures again); the status
+        # is read with the count and the message (one call, one lock)
         with _state_lock:
-            n = lib.coop_torch_failed_mallocs(d, buf, len(buf))
+            n = lib.coop_torch_failed_malloc_status(d, buf, len(buf), ctypes.byref(status))
             if n <= _oom_seen.get(d, 0):
                 continue
             _oom_seen[d] = n
             what = buf.value.decode(errors="replace")
-        kind = "out of memory" if "out of memory" in what else "allocation failed"
-        raise OutOfMemoryError("coop: %s on device %d: %s" % (kind, d, what))
+        if status.value == native.ERR_NOMEM:
+            raise OutOfMemoryError("coop: out of memory on device %d: %s" % (d, what))
+        raise AllocationError(status.value, d,
+                              "coop: allocation failed on device %d: %s" % (d, what))

@@ -47,6 +47,7 @@ typedef struct device_slot {
      * a pool that could not be created is not silent */
     _Atomic uint64_t failed_mallocs;
     char failure[512];
+    coop_status failure_status; /* the last failure's, with its message */
 } device_slot;
 
 static device_slot slots[COOP_TORCH_MAX_DEVICES];
@@ -516,18 +517,23 @@ static coop_status create_pool_locked(int device, coop_pool **out)
     return COOP_OK;
 }
 
-/* Device's pool, created on first use; NULL (reported) on failure. fn:
- * the ABI call, for a refusal from inside a walk. */
-static coop_pool *pool_for(int device, const char *what, const char *fn)
+/* Device's pool, created on first use; NULL (reported) on failure, its
+ * status in *failed (set on failure only: check_oom tells out of memory
+ * from the rest by it). fn: the ABI call, for a refusal from inside a
+ * walk. */
+static coop_pool *pool_for(int device, const char *what, const char *fn, coop_status *failed)
 {
-    if (!device_ok(device, what, ""))
+    if (!device_ok(device, what, "")) {
+        *failed = COOP_ERR_INVALID;
         return NULL;
+    }
     coop_pool *pool = coop_torch_pool(device);
     if (pool)
         return pool;
     coop_status busy = refuse_state_lock_in_walk(fn, "making the pool", device);
     if (busy != COOP_OK) {
         report(busy);
+        *failed = busy;
         return NULL;
     }
     pthread_mutex_lock(&state_lock);
@@ -541,6 +547,7 @@ static coop_pool *pool_for(int device, const char *what, const char *fn)
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK) {
         report(st);
+        *failed = st;
         return NULL;
     }
     return pool;
@@ -618,21 +625,24 @@ static coop_status retry_limit(int device, coop_pool *pool, bool force, const ch
  * (coop_last_error, set by whatever failed). Both change under error_lock,
  * so coop_torch_failed_mallocs never pairs the newest message with the
  * count before it. */
-static void count_failure(int device)
+static void count_failure(int device, coop_status st)
 {
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
         return;
     device_slot *s = slot(device);
     pthread_mutex_lock(&error_lock);
     copy_message(s->failure, sizeof s->failure, coop_last_error());
+    s->failure_status = st;
     atomic_fetch_add(&s->failed_mallocs, 1);
     pthread_mutex_unlock(&error_lock);
 }
 
-uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size)
+uint64_t coop_torch_failed_malloc_status(int device, char *buf, size_t size, coop_status *status)
 {
     if (buf && size)
         buf[0] = '\0';
+    if (status)
+        *status = COOP_OK;
     if (device < 0 || device >= COOP_TORCH_MAX_DEVICES)
         return 0;
     device_slot *s = slot(device);
@@ -640,22 +650,49 @@ uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size)
     uint64_t n = atomic_load(&s->failed_mallocs);
     if (buf && size)
         copy_message(buf, size, s->failure);
+    if (status)
+        *status = s->failure_status;
     pthread_mutex_unlock(&error_lock);
     return n;
+}
+
+uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size)
+{
+    return coop_torch_failed_malloc_status(device, buf, size, NULL);
+}
+
+/* An out-of-memory's detail while a memory limit waits for frees (or ""):
+ * the capacity the message quotes is the one held, and without a word the
+ * limit behind it, which the caller set and will get once blocks are
+ * freed, reads as if it had been lost. Failure path only. */
+static void held_limit(coop_status st, device_slot *s, coop_pool *pool, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    uint64_t limit = atomic_load(&s->pending_limit);
+    if (st != COOP_ERR_NOMEM || !limit)
+        return;
+    coop_stats stats;
+    coop_get_stats(pool, &stats);
+    snprintf(buf, size,
+             "; a memory limit of %llu bytes (coop_torch_memory_fraction) is pending: live "
+             "blocks and pending frees keep more mapped, so the capacity is held at %llu "
+             "until frees let the limit apply",
+             (unsigned long long)limit, (unsigned long long)stats.capacity);
 }
 
 void *coop_torch_malloc(size_t size, int device, void *stream)
 {
     if (size == 0)
         return NULL;
-    coop_pool *pool = pool_for(device, "malloc", "coop_torch_malloc");
+    coop_status failed = COOP_OK;
+    coop_pool *pool = pool_for(device, "malloc", "coop_torch_malloc", &failed);
     coop_status forked = torch_forked_device(pool, device, "coop_torch_malloc");
     if (forked == COOP_OK && torch_walked_here(pool))
         forked = torch_walked_error("coop_torch_malloc", device);
     if (forked != COOP_OK) /* before retry_limit, which would change the pool */
         report(forked);
     if (!pool || forked != COOP_OK) {
-        count_failure(device);
+        count_failure(device, pool ? forked : failed);
         return NULL;
     }
     device_slot *s = slot(device);
@@ -665,7 +702,7 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
         coop_status busy = retry_limit(device, pool, false, "coop_torch_malloc");
         if (busy != COOP_OK) {
             report(busy);
-            count_failure(device);
+            count_failure(device, busy);
             return NULL;
         }
     }
@@ -678,9 +715,12 @@ void *coop_torch_malloc(size_t size, int device, void *stream)
         /* reported and counted first: recording may set an error of its own */
         char what[64];
         snprintf(what, sizeof what, "malloc of %zu bytes", size);
-        report(on_device(st != COOP_OK ? st : coop_set_error(COOP_ERR_NOMEM, "returned nothing"),
-                         device, what, ""));
-        count_failure(device);
+        if (st == COOP_OK)
+            st = coop_set_error(COOP_ERR_NOMEM, "returned nothing");
+        char held[256];
+        held_limit(st, s, pool, held, sizeof held);
+        report(on_device(st, device, what, held));
+        count_failure(device, st);
         if (torch_history_on(&s->history)) {
             /* torch's OOM entry carries the device's free memory
              * (device_free), where coop's counterpart is what the pool may

@@ -1138,16 +1138,39 @@ class Configuration(unittest.TestCase):
 
     def test_check_oom_raises_for_a_pool_that_cannot_be_made(self):
         """min_split above the page parses but no pool can be made: every
-        malloc fails, and check_oom says why (no pool has a num_ooms)."""
+        malloc fails, and check_oom says why (no pool has a num_ooms), as an
+        AllocationError with the status, not an out-of-memory (it was
+        OutOfMemoryError for any failure)."""
         r = run_child("assert lib.coop_torch_malloc(64, 0, None) is None\n"
                       "try:\n    ctorch.check_oom()\n"
-                      "except ctorch.OutOfMemoryError as e:\n    print('raised', e)\n"
+                      "except ctorch.OutOfMemoryError as e:\n    print('oom', e)\n"
+                      "except ctorch.AllocationError as e:\n"
+                      "    print('raised', e.status, e.device, isinstance(e, native.CoopError), e)\n"
                       "ctorch.check_oom()  # once per failure\n"
                       "print('quiet')\n", "backend:host,page:2M,min_split:4M")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("raised coop: allocation failed on device 0:", r.stdout)
+        self.assertIn("raised %d 0 True coop: allocation failed on device 0:" % native.ERR_INVALID,
+                      r.stdout)
         self.assertIn("min_split", r.stdout)
+        self.assertNotIn("oom", r.stdout)
         self.assertTrue(r.stdout.rstrip().endswith("quiet"), r.stdout)
+
+    def test_check_oom_raises_no_driver_apart_from_out_of_memory(self):
+        """The CUDA backend where no driver loads: the malloc fails with
+        COOP_ERR_NO_DRIVER, which check_oom raises as AllocationError (it
+        was OutOfMemoryError, caught by code that retries with a smaller
+        batch); AllocationError is no OutOfMemoryError."""
+        r = run_child("assert lib.coop_torch_malloc(64, 0, None) is None\n"
+                      "try:\n    ctorch.check_oom()\n"
+                      "except ctorch.OutOfMemoryError as e:\n    print('oom', e)\n"
+                      "except ctorch.AllocationError as e:\n    print('raised', e.status, e)\n"
+                      "print(issubclass(ctorch.AllocationError, ctorch.OutOfMemoryError))\n",
+                      "backend:cuda", {"COOP_CUDA_DRIVER": "/nonexistent/libcuda.so.1"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised %d coop: allocation failed on device 0:" % native.ERR_NO_DRIVER,
+                      r.stdout)
+        self.assertIn("no CUDA driver", r.stdout)
+        self.assertEqual(r.stdout.splitlines()[-1], "False")
 
     def test_record_memory_history_bounds(self):
         """_record_memory_history's bounds as the settings show them: 100000
@@ -1284,6 +1307,17 @@ class Configuration(unittest.TestCase):
             "backend:host,capacity:64M")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("raised coop: out of memory on device 3:", r.stdout)
+
+    def test_check_oom_raises_out_of_memory_as_out_of_memory(self):
+        """A real out-of-memory stays OutOfMemoryError, not AllocationError."""
+        r = run_child(
+            "assert lib.coop_torch_malloc(1 << 40, 0, None) is None\n"
+            "try:\n    ctorch.check_oom(0)\n"
+            "except ctorch.AllocationError as e:\n    print('other', e)\n"
+            "except ctorch.OutOfMemoryError as e:\n    print('raised', e)\n",
+            "backend:host,capacity:64M")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised coop: out of memory on device 0:", r.stdout)
 
     def test_check_oom_names_its_own_devices_failure(self):
         """An out-of-memory on device 1, then a double free on device 0: the
