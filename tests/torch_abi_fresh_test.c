@@ -197,6 +197,34 @@ static void test_fraction_below_use_applies_after_frees(void **state)
     assert_int_equal(device_stats(0).capacity, 1024 * MIB);
 }
 
+/* The held limit's note survives in the failed-malloc record with a GPU's
+ * figures: an 80 GiB device's 11-digit byte counts and a stream that is a
+ * heap address. The record kept 512 bytes, and this message is over 530:
+ * check_oom raised it cut at "... held at 42951770112 until". */
+static void test_a_held_limits_note_survives_gpu_sized_figures(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,page:2M"), COOP_OK);
+    void *stream = (void *)(uintptr_t)0x55d5c3a1b2c0u;
+    for (int i = 0; i < 40; i++)
+        assert_non_null(coop_torch_malloc(1024 * MIB + 512, 0, stream));
+    coop_torch_memory_fraction(0.25, 0); /* below use: held */
+    capture c;
+    capture_begin(&c);
+    void *p = coop_torch_malloc(1234567890, 0, stream);
+    capture_end(&c);
+    assert_null(p);
+    char why[1024];
+    coop_status st = COOP_OK;
+    coop_torch_failed_malloc_status(0, why, sizeof why, &st);
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    if (!strstr(why, "capacity 42951770112") ||
+        !strstr(why,
+                "a memory limit of 21474836480 bytes (coop_torch_memory_fraction) is pending") ||
+        !strstr(why, "until frees let the limit apply"))
+        fail_msg("held limit's out-of-memory: '%s'", why);
+}
+
 /* A fraction below what live blocks keep holds the capacity at the bytes
  * mapped, cached free pages included: none is released (torch's fraction
  * does not empty its cache either), and the cache is reused; empty_cache
@@ -479,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_record_history_outlasts_the_lazy_load),
         cmocka_unit_test(test_record_history_outlasts_configure),
         cmocka_unit_test(test_fraction_below_use_applies_after_frees),
+        cmocka_unit_test(test_a_held_limits_note_survives_gpu_sized_figures),
         cmocka_unit_test(test_a_held_limit_keeps_the_cache),
         cmocka_unit_test(test_free_at_the_refusal_is_not_lost),
         cmocka_unit_test(test_an_applied_fraction_leaves_nothing_pending),

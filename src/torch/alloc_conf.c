@@ -32,8 +32,7 @@ typedef struct token {
  * still fit in COOP_ERROR_MAX: the message is never cut by its buffer,
  * which would cut inside an escape ("\x1b" read as "\x1") and drop the
  * text after the value. And one (an unknown key, a bad value of a known
- * key) fits with it in the 512 bytes coop.torch and the ABI's failed-malloc
- * record keep a message in. */
+ * key) fits with it in the 512 bytes coop.torch keeps a message in. */
 #define SHOWN_MAX 256
 _Static_assert(2 * SHOWN_MAX + 200 < COOP_ERROR_MAX, "two shown tokens fit in a message");
 _Static_assert(SHOWN_MAX + 200 < 512, "one shown token fits in coop.torch's 512 bytes");

@@ -44,9 +44,11 @@ typedef struct device_slot {
     /* mallocs that returned NULL on this device, for any reason (out of
      * memory, a configuration or pool that failed, no driver), and the last
      * one's message (under error_lock): coop.torch.check_oom reads them, so
-     * a pool that could not be created is not silent */
+     * a pool that could not be created is not silent. The message in full,
+     * as coop_last_error keeps it: an out-of-memory with a GPU's figures
+     * and a held limit's note runs past 512 bytes, which cut the note */
     _Atomic uint64_t failed_mallocs;
-    char failure[512];
+    char failure[COOP_ERROR_MAX];
     coop_status failure_status; /* the last failure's, with its message */
 } device_slot;
 
