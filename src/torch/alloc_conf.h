@@ -24,8 +24,9 @@
  *
  * Byte values (capacity, page, segment, min_split) must be below 2^56, as
  * coop_pool_create's; "default" for one of them is the key left out (the
- * spelling coop_torch_settings writes, so that its text parses back). Whitespace around keys and values is ignored; empty
- * items (",,") are skipped.
+ * spelling coop_torch_settings writes, so that its text parses back).
+ * Whitespace around keys and values is ignored; empty items (",,") are
+ * skipped.
  * One configuration serves every device (no per-device keys, as in
  * PYTORCH_CUDA_ALLOC_CONF): capacity and fraction are each pool's own limit.
  */
