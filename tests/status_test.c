@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <pthread.h>
 #include <cmocka.h>
@@ -151,6 +152,37 @@ static void test_error_count_and_copy(void **state)
     assert_string_equal(buf, "first ");
 }
 
+/* coop_error_in puts the call's name before the message once: not again
+ * when the message begins with it (followed by ':' or '(', as "coop_free(PTR)"), before any
+ * other message, a longer name or another name of its length included;
+ * an empty message becomes coop_strerror's words; the message is not
+ * counted as a new one. */
+static void test_error_in_names_the_call_once(void **state)
+{
+    (void)state;
+    char want[256];
+    coop_clear_error();
+    uint64_t n = coop_error_count();
+    assert_int_equal(coop_error_in("coop_f", COOP_ERR_NOMEM), COOP_ERR_NOMEM);
+    snprintf(want, sizeof want, "coop_f: %s", coop_strerror(COOP_ERR_NOMEM));
+    assert_string_equal(coop_last_error(), want);
+    assert_true(coop_error_count() == n);
+    static const char *const named[] = {"coop_f: bad", "coop_f(0x10): bad"};
+    for (size_t i = 0; i < 2; i++) {
+        coop_set_error(COOP_ERR_INVALID, "%s", named[i]);
+        assert_int_equal(coop_error_in("coop_f", COOP_ERR_INVALID), COOP_ERR_INVALID);
+        assert_string_equal(coop_last_error(), named[i]);
+    }
+    static const char *const other[] = {"coop_fx: bad", "driver: bad", "driver(x): bad"};
+    for (size_t i = 0; i < 3; i++) {
+        coop_set_error(COOP_ERR_BACKEND, "%s", other[i]);
+        coop_error_in("coop_f", COOP_ERR_BACKEND);
+        snprintf(want, sizeof want, "coop_f: %s", other[i]);
+        assert_string_equal(coop_last_error(), want);
+    }
+    coop_clear_error();
+}
+
 static void *set_in_thread(void *arg)
 {
     (void)arg;
@@ -182,6 +214,7 @@ int main(void)
         cmocka_unit_test(test_last_error_per_thread),
         cmocka_unit_test(test_message_cut_between_characters),
         cmocka_unit_test(test_error_count_and_copy),
+        cmocka_unit_test(test_error_in_names_the_call_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -164,6 +164,11 @@ static void test_fraction_below_use_applies_after_frees(void **state)
     void *grows = coop_torch_malloc(64 * MIB, 0, STREAM(0)); /* needs new pages */
     char grows_why[1024];
     coop_torch_failed_mallocs(0, grows_why, sizeof grows_why);
+    /* a failure that is not out of memory: the limit is not its cause */
+    void *reserved = coop_torch_malloc(MIB, 0, (void *)UINTPTR_MAX); /* COOP_STREAM_ANY */
+    char reserved_why[1024];
+    coop_status reserved_st = COOP_OK;
+    coop_torch_failed_malloc_status(0, reserved_why, sizeof reserved_why, &reserved_st);
     for (int i = 0; i < 600; i++)
         coop_torch_free(live[i], MIB, 0, STREAM(0));
     void *above = coop_torch_malloc(512 * MIB, 0, STREAM(0)); /* applies the limit first */
@@ -190,6 +195,10 @@ static void test_fraction_below_use_applies_after_frees(void **state)
                            "pending") ||
         !strstr(grows_why, "the capacity is held at 629145600"))
         fail_msg("held limit's out-of-memory: '%s'", grows_why);
+    assert_null(reserved);
+    assert_int_equal(reserved_st, COOP_ERR_INVALID);
+    if (!strstr(reserved_why, "coop_malloc") || strstr(reserved_why, "memory limit"))
+        fail_msg("held limit's refused stream: '%s'", reserved_why);
     if (!strstr(above_why, "capacity 268435456") || strstr(above_why, "pending:"))
         fail_msg("applied limit's out-of-memory: '%s'", above_why);
     coop_torch_free(below, 200 * MIB, 0, STREAM(0));

@@ -148,6 +148,13 @@ static void test_settings_text_round_trips(void **state)
         assert_int_equal(coop_torch_settings(again, sizeof again), COOP_OK);
         assert_string_equal(again, text);
     }
+    /* each byte key written with its own value (format_conf's buffers) */
+    assert_int_equal(coop_torch_normalize_conf(confs[2], text, sizeof text), COOP_OK);
+    static const char *const bytes[] = {",capacity:1073741824,", ",page:2097152,",
+                                        ",segment:4194304,", ",min_split:1024,"};
+    for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; i++)
+        if (!strstr(text, bytes[i]))
+            fail_msg("'%s' written as '%s', without '%s'", confs[2], text, bytes[i]);
     /* default is the key left out, for the keys whose default is the
      * device's or the pool's; 0 stays refused */
     assert_int_equal(
@@ -782,6 +789,12 @@ static void test_text_outputs_truncate_to_size(void **state)
     assert_int_equal(coop_torch_last_error(NULL, 0), length);
 
     assert_null(coop_torch_malloc(64, 4, STREAM(1))); /* counted on device 4 */
+    coop_status why = COOP_ERR_NOMEM; /* a device past the count: not out of memory */
+    coop_torch_failed_malloc_status(4, NULL, 0, &why);
+    assert_int_equal(why, COOP_ERR_INVALID);
+    why = COOP_ERR_NOMEM; /* none counted outside 0..63: COOP_OK */
+    assert_int_equal(coop_torch_failed_malloc_status(-1, NULL, 0, &why), 0);
+    assert_int_equal(why, COOP_OK);
     uint64_t failed = coop_torch_failed_mallocs(4, full, sizeof full);
     assert_true(failed > 0 && strlen(full) > sizeof buf);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -878,6 +891,9 @@ static int call_the_abi_back_in(const coop_block_info *b, void *ctx)
     assert_null(coop_torch_malloc(64, 0, STREAM(1)));
     expect_abi_refused("coop_torch_malloc");
     assert_int_equal(coop_torch_failed_mallocs(0, NULL, 0), r->failed + 1);
+    coop_status why = COOP_OK; /* the walk's refusal: not out of memory */
+    assert_int_equal(coop_torch_failed_malloc_status(0, NULL, 0, &why), r->failed + 1);
+    assert_int_equal(why, COOP_ERR_BUSY);
     coop_torch_free(r->live, 4096, 0, STREAM(1));
     expect_abi_refused("coop_torch_free");
     coop_torch_memory_fraction(0.25, 0);

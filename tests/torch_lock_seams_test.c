@@ -263,11 +263,17 @@ static int call_other_devices(const coop_block_info *block, void *ctx)
     expect_abi_refused("coop_torch_memory_fraction");
     assert_null(coop_torch_malloc(4096, 2, STREAM(0))); /* no pool yet: making it */
     expect_abi_refused("coop_torch_malloc");
+    coop_status why = COOP_OK; /* kept with the failure: busy, not out of memory */
+    coop_torch_failed_malloc_status(2, NULL, 0, &why);
+    assert_int_equal(why, COOP_ERR_BUSY);
     assert_null(coop_torch_malloc(4096, 1, STREAM(0))); /* its limit, waiting for frees */
     char msg[1024];
     coop_torch_last_error(msg, sizeof msg);
     expect_refused(msg, "coop_torch_malloc");
     assert_non_null(strstr(msg, "the memory limit waiting for frees of device 1 takes"));
+    why = COOP_OK;
+    coop_torch_failed_malloc_status(1, NULL, 0, &why);
+    assert_int_equal(why, COOP_ERR_BUSY);
     /* device 4's limit waits for frees, none since its try: no state_lock */
     void *q = coop_torch_malloc(4096, 4, STREAM(0));
     assert_non_null(q);

@@ -1138,10 +1138,10 @@ class Configuration(unittest.TestCase):
 
     def test_check_oom_raises_for_a_pool_that_cannot_be_made(self):
         """min_split above the page parses but no pool can be made: every
-        malloc fails, and check_oom says why (no pool has a num_ooms), as an
-        AllocationError with the status, not an out-of-memory (it was
-        OutOfMemoryError for any failure)."""
-        r = run_child("assert lib.coop_torch_malloc(64, 0, None) is None\n"
+        malloc fails (device 1's here: .device names it), and check_oom says
+        why (no pool has a num_ooms), as an AllocationError with the status,
+        not an out-of-memory (it was OutOfMemoryError for any failure)."""
+        r = run_child("assert lib.coop_torch_malloc(64, 1, None) is None\n"
                       "try:\n    ctorch.check_oom()\n"
                       "except ctorch.OutOfMemoryError as e:\n    print('oom', e)\n"
                       "except ctorch.AllocationError as e:\n"
@@ -1149,7 +1149,7 @@ class Configuration(unittest.TestCase):
                       "ctorch.check_oom()  # once per failure\n"
                       "print('quiet')\n", "backend:host,page:2M,min_split:4M")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("raised %d 0 True coop: allocation failed on device 0:" % native.ERR_INVALID,
+        self.assertIn("raised %d 1 True coop: allocation failed on device 1:" % native.ERR_INVALID,
                       r.stdout)
         self.assertIn("min_split", r.stdout)
         self.assertNotIn("oom", r.stdout)
