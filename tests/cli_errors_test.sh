@@ -567,8 +567,16 @@ grep -q '"policy":"ideal"' "$tmp/out" || { echo "FAIL: no ideal row beside the s
 [ "$(grep -o 'segbad.trace' "$tmp/err" | wc -l)" -eq 1 ] ||
     { echo "FAIL: the message names the file more than once: $(cat "$tmp/err")"; failures=$((failures + 1)); }
 
-# --policy recorded on a trace without segments: no row, and a note why
-expect 0 "unet-train-step.trace.gz: no recorded row: the trace holds no recorded segments" $coop replay --policy recorded "$traces/unet-train-step.trace.gz"
+# --policy recorded on a trace without segments: no row, and a note why;
+# every policy asked for having no row on every trace is an input error (2,
+# no table: a header alone, exit 0, read as a run that measured nothing);
+# one row anywhere keeps 0 (rev37-I: exit 0 with a header alone)
+expect 2 "unet-train-step.trace.gz: no recorded row: the trace holds no recorded segments" $coop replay --policy recorded "$traces/unet-train-step.trace.gz"
+grep -qF "no row: no policy asked for" "$tmp/err" && [ ! -s "$tmp/out" ] ||
+    { echo "FAIL: no rows: $(cat "$tmp/out" "$tmp/err")"; failures=$((failures + 1)); }
+expect 2 "no row: no policy asked for" $coop replay --json --policy recorded "$traces/unet-train-step.trace.gz" "$traces/unet-train-step.trace.gz"
+expect 0 "no recorded row" $coop replay --policy ideal,recorded "$traces/unet-train-step.trace.gz"
+grep -q "^unet-train-step.trace.gz " "$tmp/out" || { echo "FAIL: no ideal row: $(cat "$tmp/out")"; failures=$((failures + 1)); }
 # a trace with no allocation or free (a snapshot dumped without
 # _record_memory_history(): only its live blocks): rows, and a note how to
 # record one; the empty trace too

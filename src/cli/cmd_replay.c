@@ -683,15 +683,23 @@ int cmd_replay(int argc, char **argv)
     }
     free(snapshot);
     bool all_measured = rc == 0 && !bad_input;
+    /* Every policy asked for had no row on every trace (recorded alone on
+     * traces without recorded segments, each said above): the input cannot
+     * answer the question, status 2 and no table. A header alone, exit 0,
+     * read as a run that measured nothing. */
+    bool no_row = all_measured && !res.num_rows && !res.failed && num_paths > 0;
     /* An error of the work stops at its file; the files measured before it
      * keep their rows (JSON printed them already), then the error is said. */
-    if (!cli.json && (res.num_rows || (rc == 0 && !bad_input)))
+    if (!cli.json && (res.num_rows || (all_measured && !no_row)))
         replay_report_table(stdout, res.rows, res.num_rows);
     if (rc && res.error[0]) {
         fflush(stdout); /* rows first where stdout and stderr meet */
         fprintf(stderr, "%s\n", res.error);
     }
-    if (rc == 0 && bad_input)
+    if (no_row)
+        fprintf(stderr, "coop replay: no row: no policy asked for has one for %s (above)\n",
+                num_paths > 1 ? "any of the traces" : "the trace");
+    if (rc == 0 && (bad_input || no_row))
         rc = 2;
     else if (rc == 0 && res.failed)
         rc = 1;
