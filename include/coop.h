@@ -1094,7 +1094,10 @@ uint64_t coop_torch_failed_mallocs(int device, char *buf, size_t size);
  * message at once: COOP_ERR_NOMEM for out of memory, another status for a
  * failure that is not (COOP_ERR_NO_DRIVER, a configuration the device
  * refuses: COOP_ERR_INVALID, COOP_ERR_BUSY from a coop_walk visitor, ...),
- * so that a caller can tell them apart without reading the message. */
+ * so that a caller can tell them apart without reading the message. A pool
+ * that could not be made is never COOP_ERR_NOMEM here: coop_pool_create's
+ * COOP_ERR_NOMEM (the address space it reserves, refused) is recorded as
+ * COOP_ERR_BACKEND, as no free of the caller's could help. */
 uint64_t coop_torch_failed_malloc_status(int device, char *buf, size_t size, coop_status *status);
 
 /* Device's pool if it has been created, else NULL (never creates one).

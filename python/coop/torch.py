@@ -92,8 +92,9 @@ class OutOfMemoryError(_torch_oom_base()):
 
 class AllocationError(native.CoopError):
     """An allocation failed for a reason other than out of memory: no CUDA
-    driver, a configuration the device refuses when the pool is made, a
-    call from a coop_walk visitor. check_oom() raises it; .status is the
+    driver, a configuration the device refuses when the pool is made, the
+    address space the pool reserves refused (.status ERR_BACKEND), a call
+    from a coop_walk visitor. check_oom() raises it; .status is the
     coop_status (coop.native.ERR_*), .device the device. Not an
     OutOfMemoryError: code that frees memory or shrinks a batch on
     out-of-memory has nothing to retry here."""
@@ -1089,7 +1090,9 @@ def check_oom(device=None):
     check, with that device's last failure: OutOfMemoryError for out of
     memory (COOP_ERR_NOMEM), AllocationError (a native.CoopError, .status
     and .device set) for any other failure, such as a pool that could not
-    be made (a configuration the device refuses, no CUDA driver). With the
+    be made (a configuration the device refuses, no CUDA driver, its
+    address space refused: .status ERR_BACKEND, as no tensor's free could
+    help where the device has no pool yet). With the
     CUDAPluggableAllocator route PyTorch does not check the allocator's
     result, so call this where a failed allocation would otherwise go
     unnoticed (e.g. after each step). Threads may call it at once: each

@@ -521,8 +521,12 @@ static coop_status create_pool_locked(int device, coop_pool **out)
 
 /* Device's pool, created on first use; NULL (reported) on failure, its
  * status in *failed (set on failure only: check_oom tells out of memory
- * from the rest by it). fn: the ABI call, for a refusal from inside a
- * walk. */
+ * from the rest by it). A pool that cannot be made is never out of memory
+ * there: making one maps no device memory, so its COOP_ERR_NOMEM is the
+ * address space it reserves (or the driver refusing the reservation or
+ * context), and with no pool the device holds no block of coop's whose
+ * free could help; *failed is COOP_ERR_BACKEND for it (the message says
+ * what was refused). fn: the ABI call, for a refusal from inside a walk. */
 static coop_pool *pool_for(int device, const char *what, const char *fn, coop_status *failed)
 {
     if (!device_ok(device, what, "")) {
@@ -549,7 +553,7 @@ static coop_pool *pool_for(int device, const char *what, const char *fn, coop_st
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK) {
         report(st);
-        *failed = st;
+        *failed = st == COOP_ERR_NOMEM ? COOP_ERR_BACKEND : st; /* only creation gives NOMEM */
         return NULL;
     }
     return pool;

@@ -1155,6 +1155,27 @@ class Configuration(unittest.TestCase):
         self.assertNotIn("oom", r.stdout)
         self.assertTrue(r.stdout.rstrip().endswith("quiet"), r.stdout)
 
+    def test_check_oom_raises_address_space_for_a_pool_apart_from_out_of_memory(self):
+        """A pool whose address space cannot be reserved (RLIMIT_AS below
+        the 4 x capacity it reserves): coop_pool_create's COOP_ERR_NOMEM is
+        no out-of-memory a caller can retry (the device has no pool, so no
+        tensor of coop's to free): the ABI records COOP_ERR_BACKEND and
+        check_oom raises AllocationError (it was OutOfMemoryError)."""
+        r = run_child("import resource\n"
+                      "vm = [int(l.split()[1]) for l in open('/proc/self/status')\n"
+                      "      if l.startswith('VmSize:')][0] * 1024\n"
+                      "resource.setrlimit(resource.RLIMIT_AS, (vm + (4 << 30), resource.RLIM_INFINITY))\n"
+                      "assert lib.coop_torch_malloc(64, 0, None) is None\n"
+                      "try:\n    ctorch.check_oom()\n"
+                      "except ctorch.OutOfMemoryError as e:\n    print('oom', e)\n"
+                      "except ctorch.AllocationError as e:\n    print('raised', e.status, e)\n",
+                      "backend:host,capacity:16G")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("raised %d coop: allocation failed on device 0:" % native.ERR_BACKEND,
+                      r.stdout)
+        self.assertIn("address space", r.stdout)
+        self.assertNotIn("oom", r.stdout)
+
     def test_check_oom_raises_no_driver_apart_from_out_of_memory(self):
         """The CUDA backend where no driver loads: the malloc fails with
         COOP_ERR_NO_DRIVER, which check_oom raises as AllocationError (it
