@@ -234,6 +234,66 @@ static void test_a_held_limits_note_survives_gpu_sized_figures(void **state)
         fail_msg("held limit's out-of-memory: '%s'", why);
 }
 
+/* The held limit's note survives a pool message long enough to fill the
+ * record: GPU-sized figures, pending frees, free bytes kept for a stream
+ * not seen finished (a host hold), a finished stream's beside them and
+ * this stream's own give a message of over 1000 bytes, and
+ * "coop torch: malloc ... on device 0: " before it and the note after it
+ * passed COOP_ERROR_MAX: the note was cut (rev37-I: "... until frees le").
+ * The pool message is shortened instead, "..." where it is cut (asked for:
+ * were the pool's message shorter, this case would no longer test the cut
+ * and must be made longer). */
+static void test_a_held_limits_note_survives_a_long_pool_message(void **state)
+{
+    (void)state;
+    assert_int_equal(coop_torch_configure("backend:host,page:2M"), COOP_OK);
+    void *stream = (void *)(uintptr_t)0xfffffffffff0c000u;
+    void *other = (void *)(uintptr_t)0x55d5c3a1b4c0u;
+    for (int i = 0; i < 30; i++)
+        assert_non_null(coop_torch_malloc(1024 * MIB + 512, 0, stream));
+    void *third = (void *)(uintptr_t)0x55d5c3a1b6c0u;
+    void *kept = coop_torch_malloc(10240 * MIB + 512, 0, other);
+    void *beside = coop_torch_malloc(10240 * MIB + 512, 0, third);
+    void *own = coop_torch_malloc(1024 * MIB + 512, 0, stream);
+    void *pending = coop_torch_malloc(10240 * MIB + 512, 0, stream);
+    assert_non_null(kept);
+    assert_non_null(beside);
+    assert_non_null(own);
+    assert_non_null(pending);
+    coop_torch_record_stream(pending, other);
+    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)other, true), COOP_OK);
+    coop_torch_free(kept, 10240 * MIB + 512, 0, other);
+    coop_torch_free(beside, 10240 * MIB + 512, 0, third);
+    /* held too: its free block stays its own, beside the third's */
+    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)stream, true), COOP_OK);
+    coop_torch_free(own, 1024 * MIB + 512, 0, stream);
+    coop_torch_free(pending, 10240 * MIB + 512, 0, stream);
+    coop_torch_memory_fraction(0.25, 0); /* below use: held */
+    capture c;
+    capture_begin(&c);
+    void *p = coop_torch_malloc(25000000000, 0, stream);
+    capture_end(&c);
+    assert_null(p);
+    char why[1024];
+    coop_status st = COOP_OK;
+    coop_torch_failed_malloc_status(0, why, sizeof why, &st);
+    assert_int_equal(st, COOP_ERR_NOMEM);
+    if (!strstr(why, "coop torch: malloc of 25000000000 bytes on device 0: ") ||
+        !strstr(why, "...; a memory limit") ||
+        !strstr(why,
+                "a memory limit of 21474836480 bytes (coop_torch_memory_fraction) is pending") ||
+        !strstr(why, "until frees let the limit apply"))
+        fail_msg("held limit's out-of-memory (%zu bytes), ending: '%s'", strlen(why),
+                 why + (strlen(why) > 400 ? strlen(why) - 400 : 0));
+    char last[1024];
+    coop_torch_last_error(last, sizeof last);
+    if (!strstr(last, "until frees let the limit apply"))
+        fail_msg("last error: '%s'", last);
+    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)other, false), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)stream, false),
+                     COOP_OK);
+}
+
 /* A fraction below what live blocks keep holds the capacity at the bytes
  * mapped, cached free pages included: none is released (torch's fraction
  * does not empty its cache either), and the cache is reused; empty_cache
@@ -517,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_record_history_outlasts_configure),
         cmocka_unit_test(test_fraction_below_use_applies_after_frees),
         cmocka_unit_test(test_a_held_limits_note_survives_gpu_sized_figures),
+        cmocka_unit_test(test_a_held_limits_note_survives_a_long_pool_message),
         cmocka_unit_test(test_a_held_limit_keeps_the_cache),
         cmocka_unit_test(test_free_at_the_refusal_is_not_lost),
         cmocka_unit_test(test_an_applied_fraction_leaves_nothing_pending),

@@ -420,12 +420,29 @@ static bool device_ok(int device, const char *what, const char *detail)
 /* Puts "coop torch: WHAT on device D: " before the thread's message (st's),
  * and detail after it: the pool's own messages do not know their device,
  * and with more than one a report (stderr, coop_torch_last_error) must say
- * which. */
+ * which. The whole is at most COOP_ERROR_MAX - 1 bytes: the pool's message
+ * is cut to make room for detail (a held limit's note, which says why the
+ * capacity quoted is not the limit set), "..." where it is cut; cut at the
+ * end, a long out-of-memory (pending frees, bytes kept for other streams)
+ * lost the note. */
 static coop_status on_device(coop_status st, int device, const char *what, const char *detail)
 {
-    char msg[1024];
-    copy_message(msg, sizeof msg, coop_last_error());
-    return coop_set_error(st, "coop torch: %s on device %d: %s%s", what, device, msg, detail);
+    char prefix[128];
+    coop_format_message(prefix, sizeof prefix, "coop torch: %s on device %d: ", what, device);
+    size_t fixed = strlen(prefix) + strlen(detail);
+    size_t room = fixed < COOP_ERROR_MAX - 1 ? COOP_ERROR_MAX - 1 - fixed : 0;
+    static const char cut[] = "...";
+    char msg[COOP_ERROR_MAX];
+    const char *pool_msg = coop_last_error();
+    if (strlen(pool_msg) <= room) {
+        copy_message(msg, sizeof msg, pool_msg);
+    } else if (room >= sizeof cut) {
+        copy_message(msg, room - (sizeof cut - 1) + 1, pool_msg); /* between UTF-8 characters */
+        memcpy(msg + strlen(msg), cut, sizeof cut);
+    } else {
+        msg[0] = '\0';
+    }
+    return coop_set_error(st, "%s%s%s", prefix, msg, detail);
 }
 
 coop_status torch_forked_device(const coop_pool *pool, int device, const char *fn)
