@@ -180,9 +180,9 @@ static int teardown(void **state)
 {
     (void)state;
     const char *names[] = {
-        "small.trace",   "bad.trace",         "empty.trace",         "two.trace",
-        "segment.trace", "expandable.pickle", "default.pickle",      "out.txt",
-        "err.txt",       "timeline.txt",      "freed-segment.trace", "by-coop.trace"};
+        "small.trace",        "bad.trace",           "empty.trace",  "two.trace", "segment.trace",
+        "expandable.pickle",  "default.pickle",      "out.txt",      "err.txt",   "timeline.txt",
+        "fresh-timeline.txt", "freed-segment.trace", "by-coop.trace"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(path_in_dir(names[i]));
     rmdir(dir);
@@ -271,6 +271,30 @@ static void bad_trace_leaves_the_timeline(void **unused)
         fail_msg("a device's timeline: '%s'", slurp("err.txt"));
     assert_int_equal(RUN("--policy", "ideal", bad), 2);
     assert_string_equal(slurp("out.txt"), "");
+}
+
+/* No row for any trace (--policy recorded on a trace without recorded
+ * segments: status 2, no table) writes no --timeline either, as a bad
+ * trace does: an old file keeps its contents, a new one is not made, and
+ * that is said (rev37-J: a header alone was written). */
+static void no_row_leaves_the_timeline(void **unused)
+{
+    (void)unused;
+    char good[256], timeline[256], fresh[256];
+    snprintf(good, sizeof good, "%s", path_in_dir("small.trace"));
+    snprintf(timeline, sizeof timeline, "%s", path_in_dir("timeline.txt"));
+    snprintf(fresh, sizeof fresh, "%s", path_in_dir("fresh-timeline.txt"));
+    write_file(timeline, "old\n");
+    assert_int_equal(RUN("--timeline", timeline, "--policy", "recorded", good), 2);
+    assert_string_equal(slurp("timeline.txt"), "old\n");
+    if (!strstr(slurp("err.txt"), "timeline.txt not written: no policy asked for has a row"))
+        fail_msg("the kept timeline is not said: '%s'", slurp("err.txt"));
+    assert_int_equal(RUN("--timeline", fresh, "--policy", "recorded", good), 2);
+    assert_int_equal(access(fresh, F_OK), -1);
+    assert_int_equal(RUN("--timeline", "/dev/null", "--policy", "recorded", good), 2);
+    if (!strstr(slurp("err.txt"),
+                "--timeline /dev/null holds no series: no policy asked for has a row"))
+        fail_msg("a device's timeline: '%s'", slurp("err.txt"));
 }
 
 /* The error said after the table ("coop replay: " and the reader's
@@ -834,6 +858,7 @@ int main(void)
         cmocka_unit_test(unreadable_traces_exit_two),
         cmocka_unit_test(bad_trace_among_good_ones_is_named_and_the_rest_replayed),
         cmocka_unit_test(bad_trace_leaves_the_timeline),
+        cmocka_unit_test(no_row_leaves_the_timeline),
         cmocka_unit_test(long_path_error_is_cut_between_characters),
         cmocka_unit_test(traces_are_freed_one_by_one),
         cmocka_unit_test(json_rows_have_the_issue_keys),

@@ -709,8 +709,10 @@ int cmd_replay(int argc, char **argv)
     free(res.rows);
     if (timeline) {
         /* kept when every trace was measured (a skipped policy, status 1,
-         * has no series, as it has no row); else the old file stays */
-        bool complete = all_measured;
+         * has no series, as it has no row); else the old file stays. No row
+         * at all (status 2) writes none either: a header alone read as a
+         * run that measured nothing (rev37-J). */
+        bool complete = all_measured && !no_row;
         bool written = !ferror(timeline); /* a failed write stopped the run: said */
         int err = 0;
         errno = 0;
@@ -731,6 +733,9 @@ int cmd_replay(int argc, char **argv)
         if (bad_input && written)
             fprintf(stderr, "coop replay: --timeline %s %s: a trace was refused (above)\n",
                     timeline_path, direct ? "holds the traces replayed only" : "not written");
+        else if (no_row && written)
+            fprintf(stderr, "coop replay: --timeline %s %s: no policy asked for has a row\n",
+                    timeline_path, direct ? "holds no series" : "not written");
         if (why) {
             fprintf(stderr, "coop replay: writing --timeline %s failed: %s\n", timeline_path, why);
             rc = rc ? rc : 1;
