@@ -569,8 +569,10 @@ static coop_pool *pool_for(int device, const char *what, const char *fn, coop_st
         st = on_device(st, device, what, "");
     pthread_mutex_unlock(&state_lock);
     if (st != COOP_OK) {
-        report(st);
-        *failed = st == COOP_ERR_NOMEM ? COOP_ERR_BACKEND : st; /* only creation gives NOMEM */
+        /* only creation gives NOMEM; printed as what it is recorded as, so
+         * that it does not use up the first real out-of-memory's print */
+        *failed = st == COOP_ERR_NOMEM ? COOP_ERR_BACKEND : st;
+        report(*failed);
         return NULL;
     }
     return pool;
