@@ -1001,6 +1001,23 @@ coop_status coop_empty_cache(coop_pool *pool)
     return st == COOP_OK ? COOP_OK : coop_error_in("coop_empty_cache", st);
 }
 
+/* coop_set_capacity's refusal when c is below what stays mapped, by cause:
+ * the user frees live blocks, but waits for streams (or stops blocking
+ * them) for pending frees, and cached says why the free space cached is
+ * still mapped. */
+static coop_status capacity_kept(const arena *a, uint64_t c, const char *cached)
+{
+    uint64_t allocated = footprint(a, false), kept = footprint(a, true);
+    return coop_set_error(
+        COOP_ERR_NOMEM,
+        "coop_set_capacity: capacity %llu is below the %llu bytes still mapped: live blocks "
+        "keep %llu mapped, pending frees (blocks waiting for other streams' events) %llu more, "
+        "and %llu are free space cached%s; capacity stays %llu",
+        (unsigned long long)c, (unsigned long long)a->reserved, (unsigned long long)allocated,
+        (unsigned long long)(kept - allocated), (unsigned long long)(a->reserved - kept), cached,
+        (unsigned long long)a->params.capacity);
+}
+
 /* coop_set_capacity below the mapped bytes: completes the pending frees
  * whose events are done and releases cached memory down to c, or says by
  * cause what stays mapped above it. */
@@ -1011,17 +1028,10 @@ static coop_status lower_capacity_locked(coop_pool *pool, uint64_t c)
     /* Releasing never frees what live blocks and pending frees keep
      * mapped: below that, refused with the cache kept, as a malloc that
      * cannot fit keeps it (a refused call changes nothing). */
-    uint64_t allocated = footprint(a, false), kept = footprint(a, true);
-    if (c < kept)
-        return coop_set_error(
-            COOP_ERR_NOMEM,
-            "coop_set_capacity: capacity %llu is below the %llu bytes still mapped: live blocks "
-            "keep %llu mapped, pending frees (blocks waiting for other streams' events) %llu "
-            "more, and %llu are free space cached, not released: the live blocks and pending "
-            "frees alone exceed the capacity; capacity stays %llu",
-            (unsigned long long)c, (unsigned long long)a->reserved, (unsigned long long)allocated,
-            (unsigned long long)(kept - allocated), (unsigned long long)(a->reserved - kept),
-            (unsigned long long)a->params.capacity);
+    if (c < footprint(a, true))
+        return capacity_kept(a, c,
+                             ", not released: the live blocks and pending frees alone exceed "
+                             "the capacity");
     uint64_t released;
     coop_status st = arena_reclaim(a, a->reserved - c, 0, 0, &released);
     if (st != COOP_OK)
@@ -1034,20 +1044,11 @@ static coop_status lower_capacity_locked(coop_pool *pool, uint64_t c)
                               "mapped: %s; capacity stays %llu",
                               (unsigned long long)c, (unsigned long long)a->reserved,
                               a->idle_failure_why, (unsigned long long)a->params.capacity);
-    /* What could not be released, by cause: the user frees live blocks,
-     * but waits for streams (or stops blocking them) for the rest, which
-     * reclaim skipped because queued work may still use it. */
-    allocated = footprint(a, false);
-    kept = footprint(a, true);
-    return coop_set_error(
-        COOP_ERR_NOMEM,
-        "coop_set_capacity: capacity %llu is below the %llu bytes still mapped: live blocks "
-        "keep %llu mapped, pending frees (blocks waiting for other streams' events) %llu more, "
-        "and %llu are free space cached for streams not seen finished (coop_config.never_wait, "
-        "or a stream blocked on the host); capacity stays %llu",
-        (unsigned long long)c, (unsigned long long)a->reserved, (unsigned long long)allocated,
-        (unsigned long long)(kept - allocated), (unsigned long long)(a->reserved - kept),
-        (unsigned long long)a->params.capacity);
+    /* the rest is cached for streams reclaim skipped, because queued work
+     * may still use it */
+    return capacity_kept(a, c,
+                         " for streams not seen finished (coop_config.never_wait, or a stream "
+                         "blocked on the host)");
 }
 
 coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
