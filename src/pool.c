@@ -361,7 +361,7 @@ coop_status coop_pool_create(const coop_config *config, coop_pool **out)
         return coop_set_error(COOP_ERR_INVALID, "coop_pool_create: out is NULL");
     *out = NULL;
     coop_status st = pool_create(config, out);
-    return st == COOP_OK ? COOP_OK : coop_error_in("coop_pool_create", st);
+    return coop_error_in("coop_pool_create", st);
 }
 
 void coop_pool_destroy(coop_pool *pool)
@@ -714,7 +714,7 @@ static void *malloc_checked(coop_pool *pool, size_t size, coop_stream stream, un
                      &reclaimed);
     return malloc_finish(pool, size, stream, high, st, b, reclaimed, status, fn);
 out:
-    if (st != COOP_OK && fn)
+    if (fn)
         st = coop_error_in(fn, st);
     if (status)
         *status = st;
@@ -958,7 +958,7 @@ coop_status coop_record_stream(coop_pool *pool, void *ptr, coop_stream stream)
     coop_status st = record_stream_locked(pool, ptr, stream);
     pool_after_op_locked(pool, "record_stream");
     pool_unlock(pool);
-    return st == COOP_OK ? COOP_OK : coop_error_in("coop_record_stream", st);
+    return coop_error_in("coop_record_stream", st);
 }
 
 /* ---- Cache and capacity ---- */
@@ -998,7 +998,7 @@ coop_status coop_empty_cache(coop_pool *pool)
         st = release_failed(st, "coop_empty_cache", 0);
     pool_after_op_locked(pool, "empty_cache");
     pool_unlock(pool);
-    return st == COOP_OK ? COOP_OK : coop_error_in("coop_empty_cache", st);
+    return coop_error_in("coop_empty_cache", st);
 }
 
 /* coop_set_capacity's refusal when c is below what stays mapped, by cause:
@@ -1087,7 +1087,7 @@ coop_status coop_set_capacity(coop_pool *pool, uint64_t capacity)
         a->params.capacity = pool->config.capacity = c;
     pool_after_op_locked(pool, "set_capacity");
     pool_unlock(pool);
-    return st == COOP_OK ? COOP_OK : coop_error_in("coop_set_capacity", st);
+    return coop_error_in("coop_set_capacity", st);
 }
 
 /* ---- Test controls ---- */
@@ -1110,7 +1110,7 @@ static coop_status host_hold(coop_pool *pool, const char *fn, coop_stream stream
     else
         st = pool->backend->ops->hold_stream(pool->backend, stream, hold, busy);
     pool_unlock(pool);
-    return st == COOP_OK ? COOP_OK : coop_error_in(fn, st);
+    return coop_error_in(fn, st);
 }
 
 coop_status coop_host_hold_stream(coop_pool *pool, coop_stream stream, bool hold)

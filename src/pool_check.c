@@ -198,7 +198,7 @@ coop_status coop_pool_check(coop_pool *pool)
     bool locked = pool_lock_read(pool);
     coop_status st = pool_check_locked(pool);
     pool_unlock_read(pool, locked);
-    return st == COOP_OK ? COOP_OK : coop_error_in("coop_pool_check", st);
+    return coop_error_in("coop_pool_check", st);
 }
 
 void pool_check_or_abort_locked(coop_pool *pool, const char *op)

@@ -411,5 +411,5 @@ coop_status coop_forget_stream(coop_pool *pool, coop_stream stream)
     coop_status st = forget_stream_locked(pool, stream);
     pool_after_op_locked(pool, "forget_stream");
     pool_unlock(pool);
-    return st == COOP_OK ? COOP_OK : coop_error_in("coop_forget_stream", st);
+    return coop_error_in("coop_forget_stream", st);
 }

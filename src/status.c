@@ -100,6 +100,8 @@ static void copy_message(char *to, const char *from)
 
 coop_status coop_error_in(const char *fn, coop_status st)
 {
+    if (st == COOP_OK)
+        return COOP_OK;
     size_t n = strlen(fn);
     if (strncmp(last_error, fn, n) == 0 && (last_error[n] == ':' || last_error[n] == '('))
         return st;

@@ -40,11 +40,13 @@ static inline coop_status coop_error_status(coop_status status)
  * given: after st = coop_set_error(COOP_ERR_..., ...), st is not COOP_OK. */
 #define coop_set_error(status, ...) (coop_set_error_message(__VA_ARGS__), coop_error_status(status))
 void coop_clear_error(void);
-/* Puts "fn: " before the thread's message, unless it begins with fn
- * already (followed by ':' or '('), and returns st: a public call's
- * failure names the call, whatever part of the library (a backend, the
- * arena) wrote the detail. An empty message becomes coop_strerror(st).
- * Failure paths only; not counted as a new message (coop_error_count). */
+/* Returns st; where st is a failure, first puts "fn: " before the
+ * thread's message, unless it begins with fn already (followed by ':' or
+ * '('): a public call's failure names the call, whatever part of the
+ * library (a backend, the arena) wrote the detail. An empty message
+ * becomes coop_strerror(st). COOP_OK touches nothing, so a call returns
+ * its status through it. Not counted as a new message (coop_error_count).
+ * Kept off the malloc/free fast paths. */
 coop_status coop_error_in(const char *fn, coop_status st);
 /* How many messages coop_set_error has set on this thread, less those a
  * coop_error_restore took back: unchanged across a stretch of calls, when

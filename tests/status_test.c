@@ -180,6 +180,10 @@ static void test_error_in_names_the_call_once(void **state)
         snprintf(want, sizeof want, "coop_f: %s", other[i]);
         assert_string_equal(coop_last_error(), want);
     }
+    /* a success passes through untouched: calls return their status by it */
+    coop_set_error(COOP_ERR_INVALID, "driver: earlier");
+    assert_int_equal(coop_error_in("coop_f", COOP_OK), COOP_OK);
+    assert_string_equal(coop_last_error(), "driver: earlier");
     coop_clear_error();
 }
 
