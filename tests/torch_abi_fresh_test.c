@@ -206,6 +206,22 @@ static void test_fraction_below_use_applies_after_frees(void **state)
     assert_int_equal(device_stats(0).capacity, 1024 * MIB);
 }
 
+/* A memory fraction of 0.25 set below use (so held), then a malloc of
+ * size on stream that cannot fit: out of memory, its failed-malloc record
+ * in why (of why_size bytes). */
+static void out_of_memory_under_a_held_limit(size_t size, void *stream, char *why, size_t why_size)
+{
+    coop_torch_memory_fraction(0.25, 0); /* below use: held */
+    capture c;
+    capture_begin(&c);
+    void *p = coop_torch_malloc(size, 0, stream);
+    capture_end(&c);
+    assert_null(p);
+    coop_status st = COOP_OK;
+    coop_torch_failed_malloc_status(0, why, why_size, &st);
+    assert_int_equal(st, COOP_ERR_NOMEM);
+}
+
 /* The held limit's note survives in the failed-malloc record with a GPU's
  * figures: an 80 GiB device's 11-digit byte counts and a stream that is a
  * heap address. The record kept 512 bytes, and this message is over 530:
@@ -217,16 +233,8 @@ static void test_a_held_limits_note_survives_gpu_sized_figures(void **state)
     void *stream = (void *)(uintptr_t)0x55d5c3a1b2c0u;
     for (int i = 0; i < 40; i++)
         assert_non_null(coop_torch_malloc(1024 * MIB + 512, 0, stream));
-    coop_torch_memory_fraction(0.25, 0); /* below use: held */
-    capture c;
-    capture_begin(&c);
-    void *p = coop_torch_malloc(1234567890, 0, stream);
-    capture_end(&c);
-    assert_null(p);
     char why[1024];
-    coop_status st = COOP_OK;
-    coop_torch_failed_malloc_status(0, why, sizeof why, &st);
-    assert_int_equal(st, COOP_ERR_NOMEM);
+    out_of_memory_under_a_held_limit(1234567890, stream, why, sizeof why);
     if (!strstr(why, "capacity 42951770112") ||
         !strstr(why,
                 "a memory limit of 21474836480 bytes (coop_torch_memory_fraction) is pending") ||
@@ -268,16 +276,8 @@ static void test_a_held_limits_note_survives_a_long_pool_message(void **state)
     assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)stream, true), COOP_OK);
     coop_torch_free(own, 1024 * MIB + 512, 0, stream);
     coop_torch_free(pending, 10240 * MIB + 512, 0, stream);
-    coop_torch_memory_fraction(0.25, 0); /* below use: held */
-    capture c;
-    capture_begin(&c);
-    void *p = coop_torch_malloc(25000000000, 0, stream);
-    capture_end(&c);
-    assert_null(p);
     char why[1024];
-    coop_status st = COOP_OK;
-    coop_torch_failed_malloc_status(0, why, sizeof why, &st);
-    assert_int_equal(st, COOP_ERR_NOMEM);
+    out_of_memory_under_a_held_limit(25000000000, stream, why, sizeof why);
     if (!strstr(why, "coop torch: malloc of 25000000000 bytes on device 0: ") ||
         !strstr(why, "...; a memory limit") ||
         !strstr(why,
