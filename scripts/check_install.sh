@@ -94,6 +94,18 @@ check "make install prefix=DIR: coop.pc names DIR; the example builds against it
 check "coop.pc keeps a prefix with sed's special characters (&, |, \\) as given" \
     sh -c "cd '$work/src' && make -s coop.pc prefix='/opt/a&b|c\\d' >/dev/null &&
            grep -qxF 'prefix=/opt/a&b|c\\d' coop.pc && make -s coop.pc >/dev/null"
+# libtool's install breaks on a space or a ' in a path (after installing part):
+# make install and configure refuse such a path with a message, first
+refused_quote() {
+    (cd "$work/src" && ! make install prefix="$work/it's here" >"$work/quote.log" 2>&1) &&
+        grep -q "coop.pc: cannot install under a path with a space or '" "$work/quote.log" &&
+        test ! -e "$work/it's here" &&
+        (cd "$work/src" && ! ./configure --prefix="$work/a b" >"$work/quote.log" 2>&1) &&
+        grep -q "configure: error: cannot install under a path with a space" "$work/quote.log" &&
+        test -f "$work/src/config.status" && (cd "$work/src" && make -s coop.pc >/dev/null)
+}
+check "make install prefix=DIR and configure refuse a DIR with a ' or a space, installing nothing" \
+    refused_quote
 # and its other paths stay relative to the prefix, for --define-prefix
 check "make install DESTDIR=D: coop.pc under D names the configured prefix" \
     sh -c "cd '$work/src' && make install-pkgconfigDATA DESTDIR='$work/dest' >/dev/null &&

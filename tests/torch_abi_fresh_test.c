@@ -242,20 +242,15 @@ static void test_a_held_limits_note_survives_gpu_sized_figures(void **state)
         fail_msg("held limit's out-of-memory: '%s'", why);
 }
 
-/* The held limit's note survives a pool message long enough to fill the
- * record: GPU-sized figures, pending frees, free bytes kept for a stream
- * not seen finished (a host hold), a finished stream's beside them and
- * this stream's own give a message of over 1000 bytes, and
- * "coop torch: malloc ... on device 0: " before it and the note after it
- * passed COOP_ERROR_MAX: the note was cut (rev37-I: "... until frees le").
- * The pool message is shortened instead, "..." where it is cut (asked for:
- * were the pool's message shorter, this case would no longer test the cut
- * and must be made longer). */
-static void test_a_held_limits_note_survives_a_long_pool_message(void **state)
+/* Fills device 0 for a long out-of-memory message on stream, whose figures
+ * do not depend on stream's value: GPU-sized blocks, pending frees, free
+ * bytes kept for a stream not seen finished (a host hold), a finished
+ * stream's beside them and stream's own; then a held limit and a malloc of
+ * 25000000000 bytes on stream, its failed-malloc record in why. Releases
+ * the holds. */
+static void out_of_memory_after_a_long_pool_message(void *stream, char *why, size_t why_size)
 {
-    (void)state;
     assert_int_equal(coop_torch_configure("backend:host,page:2M"), COOP_OK);
-    void *stream = (void *)(uintptr_t)0xfffffffffff0c000u;
     void *other = (void *)(uintptr_t)0x55d5c3a1b4c0u;
     for (int i = 0; i < 30; i++)
         assert_non_null(coop_torch_malloc(1024 * MIB + 512, 0, stream));
@@ -276,10 +271,33 @@ static void test_a_held_limits_note_survives_a_long_pool_message(void **state)
     assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)stream, true), COOP_OK);
     coop_torch_free(own, 1024 * MIB + 512, 0, stream);
     coop_torch_free(pending, 10240 * MIB + 512, 0, stream);
+    out_of_memory_under_a_held_limit(25000000000, stream, why, why_size);
+    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)other, false), COOP_OK);
+    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)stream, false),
+                     COOP_OK);
+}
+
+/* The start every such record has, and the held limit's note it ends with. */
+static const char long_message_start[] = "coop torch: malloc of 25000000000 bytes on device 0: ";
+static const char held_note[] =
+    "; a memory limit of 21474836480 bytes (coop_torch_memory_fraction) is pending: live blocks "
+    "and pending frees keep more mapped, so the capacity is held at 65500348416 until frees let "
+    "the limit apply";
+
+/* The held limit's note survives a pool message long enough to fill the
+ * record: with a stream printed in 18 characters, the pool's message (790
+ * bytes), "coop torch: malloc ... on device 0: " before it and the note
+ * after it passed COOP_ERROR_MAX: the note was cut (rev37-I:
+ * "... until frees le"). The pool message is shortened instead, "..."
+ * where it is cut (asked for: were the pool's message shorter, this case
+ * would no longer test the cut and must be made longer). */
+static void test_a_held_limits_note_survives_a_long_pool_message(void **state)
+{
+    (void)state;
     char why[1024];
-    out_of_memory_under_a_held_limit(25000000000, stream, why, sizeof why);
-    if (!strstr(why, "coop torch: malloc of 25000000000 bytes on device 0: ") ||
-        !strstr(why, "...; a memory limit") ||
+    out_of_memory_after_a_long_pool_message((void *)(uintptr_t)0xfffffffffff0c000u, why,
+                                            sizeof why);
+    if (!strstr(why, long_message_start) || !strstr(why, "...; a memory limit") ||
         !strstr(why,
                 "a memory limit of 21474836480 bytes (coop_torch_memory_fraction) is pending") ||
         !strstr(why, "until frees let the limit apply"))
@@ -292,9 +310,35 @@ static void test_a_held_limits_note_survives_a_long_pool_message(void **state)
     coop_torch_last_error(last, sizeof last);
     if (!strstr(last, "until frees let the limit apply"))
         fail_msg("last error: '%s'", last);
-    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)other, false), COOP_OK);
-    assert_int_equal(coop_host_hold_stream(coop_torch_pool(0), (coop_stream)stream, false),
-                     COOP_OK);
+}
+
+/* A pool message exactly the room the start and the note leave is kept
+ * whole, not cut (rev37-J's J12: made "<", a mutant no test killed, it lost
+ * its last 3 bytes to "..."). Stream 0, printed "0" (%#lx), is 17
+ * characters shorter than the case above's, which the message was over the
+ * room by: asked for, as the whole record filling COOP_ERROR_MAX - 1 bytes
+ * with no "...", so that a change of the figures cannot leave this case
+ * testing nothing. */
+static void test_a_pool_message_exactly_the_room_left_is_whole(void **state)
+{
+    (void)state;
+    char why[1024];
+    out_of_memory_after_a_long_pool_message((void *)(uintptr_t)0, why, sizeof why);
+    size_t len = strlen(why);
+    size_t note = sizeof held_note - 1;
+    if (strncmp(why, long_message_start, sizeof long_message_start - 1) != 0 || len < note ||
+        strcmp(why + len - note, held_note) != 0)
+        fail_msg("held limit's out-of-memory (%zu bytes): '%s'", len, why);
+    if (strstr(why, "..."))
+        fail_msg("a pool message exactly the room left was cut (%zu bytes), ending: '%s'", len,
+                 why + (len > 400 ? len - 400 : 0));
+    /* the room exactly: were the figures to change, the pool's message
+     * must be made that much longer or shorter for this case to test it */
+    assert_int_equal(len, sizeof why - 1);
+    if (!strstr(why, "on stream 0: ") ||
+        !strstr(why, "kept with their stream beside a free block of a stream not seen finished "
+                     "(this stream's own), usable on their streams only; a memory limit"))
+        fail_msg("pool message: '%s'", why);
 }
 
 /* A fraction below what live blocks keep holds the capacity at the bytes
@@ -581,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_fraction_below_use_applies_after_frees),
         cmocka_unit_test(test_a_held_limits_note_survives_gpu_sized_figures),
         cmocka_unit_test(test_a_held_limits_note_survives_a_long_pool_message),
+        cmocka_unit_test(test_a_pool_message_exactly_the_room_left_is_whole),
         cmocka_unit_test(test_a_held_limit_keeps_the_cache),
         cmocka_unit_test(test_free_at_the_refusal_is_not_lost),
         cmocka_unit_test(test_an_applied_fraction_leaves_nothing_pending),

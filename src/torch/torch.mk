@@ -78,11 +78,13 @@ nodist_coop_PYTHON = python/coop/_build_config.py
 # Makefile changes: `make install prefix=DIR` gives another libdir without
 # changing the Makefile, and a copy kept from it would send a later plain
 # `make install`'s package to DIR's library. Replaced only when its text
-# changes, so a second install of the same libdir leaves it as it was.
+# changes, so a second install of the same libdir leaves it as it was. The
+# path is in double quotes, as in automake's install rules (a ' in it broke
+# single quotes), and a \ or " in it is escaped for Python's string.
 python/coop/_build_config.py: coop-build-config-always
-	$(AM_V_GEN)mkdir -p python/coop && \
+	$(AM_V_GEN)mkdir -p python/coop && l="$(libdir)" && \
 	{ echo '"""Written by make: where make install put libcoop.so."""' && \
-	  echo 'LIBDIR = "$(libdir)"'; } > $@.tmp && \
+	  printf 'LIBDIR = "%s"\n' "$$(printf '%s\n' "$$l" | sed 's/[\\"]/\\&/g')"; } > $@.tmp && \
 	if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
 # no file, no recipe: make takes it as updated at every run (the FORCE idiom;
 # a .PHONY here, inside the conditional, is refused by automake)
