@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 #include <cmocka.h>
@@ -302,6 +303,101 @@ static void the_bound_sum_survives_a_huge_cost(void **state)
     coop_pool_destroy(f.pool);
 }
 
+/* A cost computed as a walk of one step per unit (a c_live walk through
+ * evicted tensors of cost 1), stopping once past limit: the steps taken
+ * are counted in *ctx. */
+static double walked_cost(void *o, const arena_block *b, void *ctx, double limit, bool *complete)
+{
+    (void)b;
+    double c = ((owner *)o)->cost, sum = 0;
+    if (c < 0)
+        return c;
+    while (sum < c) {
+        (*(int *)ctx)++;
+        sum = sum + 1 > c ? c : sum + 1;
+        if (sum > limit) {
+            *complete = sum == c;
+            return sum;
+        }
+    }
+    return sum;
+}
+
+/* The same walk in full, as window_search_indexed's cost. */
+static double owner_cost_walked(void *o, const arena_block *b, void *ctx)
+{
+    bool complete = true;
+    return walked_cost(o, b, ctx, INFINITY, &complete);
+}
+
+/* One step of the walk: at most the cost, the cost itself for 0 or 1. */
+static double one_step(void *o, const arena_block *b, void *ctx, bool *exact)
+{
+    (void)b;
+    (void)ctx;
+    double c = ((owner *)o)->cost;
+    if (c < 0)
+        return c;
+    *exact = c <= 1;
+    return c < 1 ? c : 1;
+}
+
+/* A far looser bound: a 64th of a step (exact for cost 0), so that
+ * window_search_lazy's first rounds reach little and cut most walks. */
+static double eighth_step(void *o, const arena_block *b, void *ctx, bool *exact)
+{
+    (void)b;
+    (void)ctx;
+    double c = ((owner *)o)->cost;
+    if (c < 0)
+        return c;
+    *exact = c == 0;
+    return c < 0.015625 ? c : 0.015625;
+}
+
+/* window_search_lazy: the same window as evaluating every block in full,
+ * but the dear block's walk stops soon after its window is out of reach
+ * (the one-step bounds cannot tell the blocks apart, so the plain search
+ * walks all of it). */
+static void lazy_search_cuts_a_dear_walk(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {3, 1000, 2, 5, FREE, 4};
+    build(&f, costs, 6);
+    for (int obj = WINDOW_SUM; obj <= WINDOW_PER_BYTE; obj++) {
+        window_scratch scratch = {0};
+        window plain, lazy;
+        int steps_plain = 0, steps_lazy = 0;
+        pool_lock(f.pool);
+        const arena *a = pool_arena(f.pool);
+        for (uint64_t size = UNIT; size <= 2 * UNIT; size += UNIT) {
+            steps_plain = steps_lazy = 0;
+            assert_int_equal(window_search_indexed(a, size, 0, (window_objective)obj,
+                                                   owner_cost_walked, one_step, &steps_plain, NULL,
+                                                   &scratch, &plain),
+                             0);
+            assert_int_equal(window_search_lazy(a, size, 0, (window_objective)obj, walked_cost,
+                                                one_step, &steps_lazy, NULL, &scratch, &lazy),
+                             0);
+            assert_int_equal(lazy.addr, plain.addr);
+            assert_int_equal(lazy.size, plain.size);
+            assert_true(lazy.cost == plain.cost);
+            /* one unit: the free block; two: it and the block after it
+             * (0 + 4, against 5 + 0, 2 + 5, 1000 + 2 and 3 + 1000) */
+            assert_int_equal(lazy.addr, (uintptr_t)f.ptr[4]);
+            assert_true(lazy.cost == (size == UNIT ? 0 : 4));
+            if (size == UNIT)
+                continue; /* only zero bounds can reach 0: nothing dear walked */
+            assert_true(steps_plain >= 1000); /* the dear block walked in full */
+            assert_true(steps_lazy < 100);
+        }
+        pool_unlock(f.pool);
+        window_scratch_free(&scratch);
+    }
+    coop_pool_destroy(f.pool);
+}
+
 /* Randomized: the search against every run of the arena (brute force).
  * Each trial tiles a 64-unit segment with blocks of 1-3 units, frees some
  * (neighbours coalesce), pins some, leaves some without an owner and gives
@@ -313,7 +409,9 @@ static void the_bound_sum_survives_a_huge_cost(void **state)
  * smallest cost / bytes; lowest address on ties. The answer must not
  * change with a lower bound (half the cost, or the cost itself marked
  * exact) nor with the breakers indexed (window_search_indexed; a quarter
- * of them left out of the index, which may only cost time). */
+ * of them left out of the index, which may only cost time), nor when the
+ * cost is a walk that stops early (window_search_lazy, with those bounds,
+ * one step of the walk or a 64th of one). */
 #define RANDOM_UNITS 64
 #define RANDOM_TRIALS 3000
 
@@ -448,14 +546,19 @@ static void random_arenas_match_brute_force(void **state)
             for (arena_block *b = arena_first_segment(a)->first; b; b = b->next)
                 if (block_cost(b) == WINDOW_BLOCKED && below(4))
                     assert_int_equal(breaker_index_add(&breakers, b), 0);
-            for (int variant = 0; variant < 4; variant++) {
-                int bounded = variant & 1, indexed = variant >> 1;
+            for (int variant = 0; variant < 12; variant++) {
+                int bounded = variant & 1, indexed = (variant >> 1) & 1, lazy = variant >> 2;
+                window_bound_fn lazy_bound = lazy == 1 ? one_step : eighth_step;
                 window_scratch scratch = {0};
                 window w;
                 int evals = 0;
-                int got = window_search_indexed(a, size, 0, (window_objective)obj, owner_cost,
-                                                bounded ? random_bound : NULL, &evals,
-                                                indexed ? &breakers : NULL, &scratch, &w);
+                int got = lazy
+                              ? window_search_lazy(a, size, 0, (window_objective)obj, walked_cost,
+                                                   bounded ? random_bound : lazy_bound, &evals,
+                                                   indexed ? &breakers : NULL, &scratch, &w)
+                              : window_search_indexed(a, size, 0, (window_objective)obj, owner_cost,
+                                                      bounded ? random_bound : NULL, &evals,
+                                                      indexed ? &breakers : NULL, &scratch, &w);
                 window_scratch_free(&scratch);
                 if (got != want)
                     fail_msg("trial %d, objective %d, variant %d, size %ju: search %d, brute "
@@ -510,6 +613,7 @@ int main(void)
         cmocka_unit_test(exact_bounds_are_not_evaluated),
         cmocka_unit_test(the_running_sum_survives_a_huge_cost),
         cmocka_unit_test(the_bound_sum_survives_a_huge_cost),
+        cmocka_unit_test(lazy_search_cuts_a_dear_walk),
         cmocka_unit_test(random_arenas_match_brute_force),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -257,6 +257,23 @@ static double window_cost(void *owner, const arena_block *b, void *ctx)
     return (double)remat_component_compute(r, t) * coop_cost_weight(t->remats, stale);
 }
 
+/* window_cost of COOP_REMAT_COOP as far as window_search_lazy needs it:
+ * c_live's walks stop once the cost passes limit (remat_live_compute_upto).
+ * Counted as an evaluation either way. */
+static double window_cost_upto(void *owner, const arena_block *b, void *ctx, double limit,
+                               bool *complete)
+{
+    (void)b;
+    coop_remat *r = ctx;
+    coop_tensor *t = owner;
+    *complete = true;
+    if (!window_may_evict(r, t))
+        return WINDOW_BLOCKED;
+    r->stats.heuristic_evals++;
+    double weight = coop_cost_weight(t->remats, coop_cost_staleness(r->clock, t->last_access));
+    return (double)remat_live_compute_upto(r, t, weight, limit, complete) * weight;
+}
+
 /* window_cost without the neighbourhood walk: a lower bound (c_eq and
  * c_comp are at least the tensor's own cost: classes and costs are never
  * negative; c_live at least its own cost plus its evicted inputs and held
@@ -675,8 +692,15 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
     uint64_t want = placed_bytes(t);
     window w;
     remat_search_index_sync_locked(r); /* exact for this search */
-    int found = window_search_indexed(pool_arena(r->pool), want, 0, WINDOW_PER_BYTE, window_cost,
-                                      window_bound, r, r->breakers, &r->scratch, &w);
+    /* c_live's walks can be long (a dear tensor behind a long evicted
+     * region): its windows are evaluated lazily, each walk only as far as
+     * its window could still win; the other costs read cached classes */
+    int found =
+        r->cfg.policy == COOP_REMAT_COOP
+            ? window_search_lazy(pool_arena(r->pool), want, 0, WINDOW_PER_BYTE, window_cost_upto,
+                                 window_bound, r, r->breakers, &r->scratch, &w)
+            : window_search_indexed(pool_arena(r->pool), want, 0, WINDOW_PER_BYTE, window_cost,
+                                    window_bound, r, r->breakers, &r->scratch, &w);
     if (found == -2) {
         char who[REMAT_DESCRIBE_MAX];
         *st = remat_host_nomem(r, "searching a window for %s", describe(r, t, who));

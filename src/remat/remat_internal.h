@@ -273,6 +273,13 @@ int remat_stack_push(coop_remat *r, size_t *len, coop_tensor *t);
  * <= c_comp. Out of host memory a walk stops early and the value is a
  * lower bound. */
 int64_t remat_live_compute(coop_remat *r, coop_tensor *t);
+/* remat_live_compute as far as needed to tell whether c_live x weight is at
+ * most limit: c_live with *complete set when it is; otherwise perhaps a
+ * partial sum, with *complete false, whose product with weight is above
+ * limit (the walks stop there: one tensor's walk through a long evicted
+ * chain need not finish to lose). weight > 0, or limit INFINITY. */
+int64_t remat_live_compute_upto(coop_remat *r, coop_tensor *t, double weight, double limit,
+                                bool *complete);
 /* A lower bound of c_live from t's neighbours alone (O(neighbours), no
  * walk): t's cost plus its distinct evicted inputs and its distinct held
  * evicted children. *exact when t has no evicted neighbour, where c_live

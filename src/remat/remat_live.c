@@ -29,13 +29,18 @@
  * (remat_live_bound: the first step of both walks), exact for a tensor
  * with no evicted neighbour.
  */
+#include <math.h>
+
 #include "remat/remat_internal.h"
 
 /* The summed cost of the evicted tensors reachable from t through evicted
  * tensors in one direction (forward: children, else producer inputs),
  * counting in the forward direction only those still held. t itself is
- * never counted. Out of host memory the walk stops: a lower bound. */
-static int64_t region_compute(coop_remat *r, coop_tensor *t, bool forward)
+ * never counted. The walk stops, *cut set, as soon as (base + the sum) x
+ * weight exceeds limit (never when limit is infinite). Out of host memory
+ * it stops too: a lower bound. */
+static int64_t region_compute(coop_remat *r, coop_tensor *t, bool forward, int64_t base,
+                              double weight, double limit, bool *cut)
 {
     uint32_t mark = remat_next_mark(r);
     int64_t c = 0;
@@ -52,8 +57,15 @@ static int64_t region_compute(coop_remat *r, coop_tensor *t, bool forward)
             if (m->mark == mark || !remat_is_evicted(m))
                 continue;
             m->mark = mark;
-            if (!forward || m->handles)
+            if (!forward || m->handles) {
                 c = uf_value_add(c, (int64_t)m->cost);
+                /* the caller's value is (double)(base + c) x weight: stop
+                 * once that is past limit, whatever follows adds to it */
+                if ((double)uf_value_add(base, c) * weight > limit) {
+                    *cut = true;
+                    return c;
+                }
+            }
             if (remat_stack_push(r, &len, m))
                 return c;
         }
@@ -61,10 +73,25 @@ static int64_t region_compute(coop_remat *r, coop_tensor *t, bool forward)
     return c;
 }
 
+int64_t remat_live_compute_upto(coop_remat *r, coop_tensor *t, double weight, double limit,
+                                bool *complete)
+{
+    bool cut = false;
+    int64_t c = (int64_t)t->cost;
+    if (!((double)c * weight > limit))
+        c = uf_value_add(c, region_compute(r, t, false, c, weight, limit, &cut));
+    else
+        cut = true;
+    if (!cut)
+        c = uf_value_add(c, region_compute(r, t, true, c, weight, limit, &cut));
+    *complete = !cut;
+    return c;
+}
+
 int64_t remat_live_compute(coop_remat *r, coop_tensor *t)
 {
-    int64_t c = uf_value_add((int64_t)t->cost, region_compute(r, t, false));
-    return uf_value_add(c, region_compute(r, t, true));
+    bool complete;
+    return remat_live_compute_upto(r, t, 0, INFINITY, &complete);
 }
 
 int64_t remat_live_bound(coop_remat *r, coop_tensor *t, bool *exact)

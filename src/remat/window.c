@@ -38,6 +38,10 @@ int window_scratch_reserve(window_scratch *s, size_t n)
     if (!sz)
         return -1;
     s->sizes = sz;
+    uint8_t *cu = realloc(s->cuts, cap * sizeof *cu);
+    if (!cu)
+        return -1;
+    s->cuts = cu;
     /* write the new parts once: their pages are then mapped before a
      * search walks into them */
     size_t old = s->cap;
@@ -46,6 +50,7 @@ int window_scratch_reserve(window_scratch *s, size_t n)
     memset(s->blocks + old, 0, (cap - old) * sizeof *s->blocks);
     memset(s->cands + old, 0, (cap - old) * sizeof *s->cands);
     memset(s->sizes + old, 0, (cap - old) * sizeof *s->sizes);
+    memset(s->cuts + old, 0, (cap - old) * sizeof *s->cuts);
     s->cap = cap;
     return 0;
 }
@@ -61,6 +66,22 @@ static bool key_above(window_objective objective, double sum, uint64_t bytes, do
     return objective == WINDOW_PER_BYTE ? sum > limit * (double)bytes : sum > limit;
 }
 
+/* How many times a block's evaluation may be cut in one search before it is
+ * evaluated in full: a cut walk is walked again from the start when its
+ * window comes back into reach (each time at least twice as far), so this
+ * bounds a block's walks at nine. */
+#define MAX_CUTS 8
+
+/* window_search_lazy's first round reaches this multiple of the smallest
+ * bound key, and each further round this multiple of the last; MAX_ROUNDS
+ * rounds with a finite reach come before one without. A reach too short
+ * fails rounds whose cut walks are then walked again; one too long walks
+ * dear tensors far. 16 and 2 against 8 and 3, 4 and 4, 32 and 2, 8 and 1,
+ * 64 and 1: the fewest instructions in searches over five runs of `coop
+ * sim --engine lib` (docs/remat.md, section 4b, "Lazy evaluation"). */
+#define CUT_HEADROOM 16.0
+#define MAX_ROUNDS 2
+
 /* One search: the blocks walked (blocks[0 .. n), bounds in lower[], exact
  * costs or NAN in costs[]) and the minimal covering windows found
  * (cands[0 .. num_cands), in the order of their right ends; cands[seed]
@@ -70,12 +91,22 @@ typedef struct search {
     coop_stream stream; /* free blocks usable: tagged it or COOP_STREAM_ANY */
     window_objective objective;
     window_cost_fn cost;
+    window_cost_upto_fn cost_upto; /* window_search_lazy's, else NULL */
     window_bound_fn bound;
     void *ctx;
     window_scratch *scratch;
     window *out;
     size_t n, num_cands, seed;
 } search;
+
+/* The whole cost of b's owner, from whichever cost function the search has. */
+static double full_cost(const search *q, const arena_block *b)
+{
+    if (q->cost)
+        return q->cost(b->owner, b, q->ctx);
+    bool complete = true;
+    return q->cost_upto(b->owner, b, q->ctx, INFINITY, &complete);
+}
 
 /* The two-pointer pass over the blocks from first up to stop (exclusive,
  * NULL: the segment's end), a run starting empty at first: records, for
@@ -131,7 +162,7 @@ static int scan(search *q, arena_block *first, const arena_block *stop)
                     ex = lb;
             } else {
                 evals++;
-                lb = ex = q->cost(b->owner, b, q->ctx);
+                lb = ex = full_cost(q, b);
             }
         } else {
             lb = WINDOW_BLOCKED;
@@ -209,7 +240,7 @@ static double block_cost(search *q, size_t i)
     window_scratch *s = q->scratch;
     if (isnan(s->costs[i])) {
         q->out->evals++;
-        s->costs[i] = q->cost(s->blocks[i]->owner, s->blocks[i], q->ctx);
+        s->costs[i] = full_cost(q, s->blocks[i]);
         if (s->costs[i] < s->lower[i]) /* inconsistent callbacks: trust the bound */
             s->costs[i] = s->lower[i];
     }
@@ -238,32 +269,88 @@ static double exact_value(const exact_sum *e)
     return v < 0 ? 0 : v; /* costs are >= 0; what rounding is left stays at 0 */
 }
 
-/* The candidate with the smallest exact key, ties to the earliest right end
- * (the plain pass's choice). The candidate with the smallest bound is
- * evaluated first and sets the best key; then one pass over the candidates
- * in order evaluates only those whose bound can still reach the best key,
- * keeping the exact sum of [head, tail) incrementally (heads and tails
- * only advance), so each block's cost is evaluated at most once. -1 if
- * there is no candidate. */
-static int choose(search *q, window_candidate *best, double *best_cost)
+/* Evaluates block i for a window that can take at most room more cost
+ * (INFINITY: no limit): true with costs[i] set when its cost is known,
+ * false when the evaluation was cut (cost_upto stopped above room; a walk
+ * cut before goes at least twice as far again), lower[i] then raised to
+ * the value reached. */
+static bool block_cost_within(search *q, size_t i, double room)
 {
     window_scratch *s = q->scratch;
-    if (!q->num_cands)
-        return -1;
-    *best = s->cands[q->seed];
-    *best_cost = 0;
-    for (size_t i = best->head; i < best->tail; i++)
-        *best_cost += block_cost(q, i);
-    double best_key = key_of(q->objective, *best_cost, best->size);
-    /* the loop's state in locals (the block_cost calls could alias it as far
-     * as the compiler knows); most candidates only take the first test */
+    if (!isnan(s->costs[i]))
+        return true;
+    if (!q->cost_upto || room == INFINITY || s->cuts[i] >= MAX_CUTS) {
+        block_cost(q, i);
+        return true;
+    }
+    double limit = s->cuts[i] && room < 2 * s->lower[i] ? 2 * s->lower[i] : room;
+    bool complete = true;
+    const arena_block *b = s->blocks[i];
+    double v = q->cost_upto(b->owner, b, q->ctx, limit, &complete);
+    q->out->evals++;
+    if (complete) {
+        s->costs[i] = v < s->lower[i] ? s->lower[i] : v; /* inconsistent: trust the bound */
+        return true;
+    }
+    s->cuts[i]++;
+    if (v > s->lower[i])
+        s->lower[i] = v;
+    return false;
+}
+
+/* The cost a window of bytes may reach under the key limit. */
+static double room_of(window_objective objective, double limit, uint64_t bytes)
+{
+    return objective == WINDOW_PER_BYTE && limit < INFINITY ? limit * (double)bytes : limit;
+}
+
+/* One round of choose under reach, a key no window above which is worth
+ * knowing exactly in this round (INFINITY: every window the bounds allow,
+ * each block evaluated in full). The seed candidate is evaluated first and
+ * sets the best key; then one pass over the candidates in order evaluates
+ * only those whose bound can still reach the best key or reach, keeping
+ * the exact sum of [head, tail) incrementally (heads and tails only
+ * advance), so each block is evaluated once unless cut. A block whose
+ * evaluation was cut (reach finite, window_search_lazy) is a hole: its
+ * window is out of reach; later windows holding it count its raised bound,
+ * and try it again only while they are within reach. true and *best_k
+ * when the best window known exactly is within reach (then no window cut
+ * or skipped can beat it). */
+static bool choose_within(search *q, double reach, size_t *best_k, double *best_cost)
+{
+    window_scratch *s = q->scratch;
     const window_candidate *cands = s->cands;
     const size_t num_cands = q->num_cands;
     const window_objective objective = q->objective;
-    double limit = best_key * (1 + BOUND_SLACK);
-    size_t best_k = q->seed, best_tail = best->tail;
+    double *lower = s->lower, *costs = s->costs;
+    const window_candidate *seed = &cands[q->seed];
+    double best_key = INFINITY, limit = reach * (1 + BOUND_SLACK);
+    size_t best_tail = SIZE_MAX;
+    *best_k = SIZE_MAX;
+    /* the seed, its blocks at their bounds until evaluated */
+    double run = 0, plain = 0;
+    bool known = true;
+    for (size_t i = seed->head; i < seed->tail; i++)
+        run += isnan(costs[i]) ? lower[i] : costs[i];
+    for (size_t i = seed->head; i < seed->tail && known; i++) {
+        double before = isnan(costs[i]) ? lower[i] : costs[i];
+        known = block_cost_within(q, i, room_of(objective, limit, seed->size) - (run - before));
+        run += (known ? costs[i] : lower[i]) - before;
+        plain += known ? costs[i] : 0;
+    }
+    if (known) {
+        *best_cost = plain;
+        best_key = key_of(objective, plain, seed->size);
+        best_tail = seed->tail;
+        *best_k = q->seed;
+        limit = (best_key < reach ? best_key : reach) * (1 + BOUND_SLACK);
+    }
+    /* the loop's state in locals (the evaluations could alias it as far as
+     * the compiler knows); most candidates only take the first test */
     size_t ev_head = 0, ev_tail = 0; /* sum = exact costs of blocks[ev_head .. ev_tail) */
     exact_sum sum = {0, 0};
+    size_t holes = 0;    /* blocks of [ev_head, ev_tail) whose cost is unknown */
+    double hole_sum = 0; /* their bounds */
     for (size_t k = 0; k < num_cands; k++) {
         const window_candidate *c = &cands[k];
         if (key_above(objective, c->lower_sum, c->size, limit))
@@ -271,22 +358,134 @@ static int choose(search *q, window_candidate *best, double *best_cost)
         if (c->head >= ev_tail) {
             ev_head = ev_tail = c->head;
             sum = (exact_sum){0, 0};
+            holes = 0;
+            hole_sum = 0;
         }
-        for (; ev_head < c->head; ev_head++)
-            exact_add(&sum, -s->costs[ev_head]);
-        for (; ev_tail < c->tail; ev_tail++)
-            exact_add(&sum, block_cost(q, ev_tail));
+        for (; ev_head < c->head; ev_head++) {
+            if (isnan(costs[ev_head])) {
+                holes--;
+                hole_sum -= lower[ev_head];
+            } else {
+                exact_add(&sum, -costs[ev_head]);
+            }
+        }
+        double room = room_of(objective, limit, c->size);
+        for (; ev_tail < c->tail; ev_tail++) {
+            double left = q->cost_upto ? room - (exact_value(&sum) + hole_sum) : INFINITY;
+            if (block_cost_within(q, ev_tail, left)) {
+                exact_add(&sum, costs[ev_tail]);
+            } else {
+                holes++;
+                hole_sum += lower[ev_tail];
+            }
+        }
+        /* holes left by earlier windows or just now: tried again while
+         * the window is within reach */
+        for (size_t i = c->head; holes && i < c->tail; i++) {
+            if (!isnan(costs[i]))
+                continue;
+            double before = lower[i];
+            if (exact_value(&sum) + hole_sum > room)
+                break;
+            if (block_cost_within(q, i, room - (exact_value(&sum) + hole_sum - before))) {
+                holes--;
+                hole_sum -= before;
+                exact_add(&sum, costs[i]);
+            } else {
+                hole_sum += lower[i] - before;
+            }
+        }
+        if (holes)
+            continue;
         double cost = exact_value(&sum);
         double key = key_of(objective, cost, c->size);
         if (key < best_key || (key == best_key && c->tail < best_tail)) {
             best_key = key;
-            limit = best_key * (1 + BOUND_SLACK);
+            limit = (best_key < reach ? best_key : reach) * (1 + BOUND_SLACK);
             *best_cost = cost;
-            best_k = k;
+            *best_k = k;
             best_tail = c->tail;
         }
     }
-    *best = cands[best_k];
+    /* a window known exactly but above reach may lose to one cut under it */
+    return *best_k != SIZE_MAX && best_key <= reach * (1 + BOUND_SLACK);
+}
+
+/* The candidate with the smallest exact key, ties to the earliest right end
+ * (the plain pass's choice): one round of choose_within with no reach. With
+ * a cost that can stop early (window_search_lazy), rounds with a growing
+ * reach, from CUT_HEADROOM times the seed's bound key, the last one
+ * without: a window whose exact key is within a round's reach is the best
+ * of all (those above it cannot beat it), so the first round that knows one
+ * decides. -1 if there is no candidate. */
+static int choose(search *q, window_candidate *best, double *best_cost)
+{
+    window_scratch *s = q->scratch;
+    if (!q->num_cands)
+        return -1;
+    size_t best_k = SIZE_MAX;
+    if (q->cost_upto) {
+        for (size_t i = 0; i < q->n; i++)
+            s->cuts[i] = 0;
+        const window_candidate *seed = &s->cands[q->seed];
+        double reach = CUT_HEADROOM * key_of(q->objective, seed->lower_sum, seed->size);
+        for (int round = 0; round < MAX_ROUNDS && reach > 0 && reach < INFINITY; round++) {
+            if (choose_within(q, reach, &best_k, best_cost))
+                break;
+            best_k = SIZE_MAX; /* none, or one a window cut may beat */
+            reach *= CUT_HEADROOM;
+        }
+    }
+    if (best_k == SIZE_MAX)
+        choose_within(q, INFINITY, &best_k, best_cost);
+    *best = s->cands[best_k];
+    return 0;
+}
+
+/* The pass over every segment (over the gaps between breakers' runs when
+ * breakers is not NULL), then the choice; window_search_indexed's result. */
+static int run_search(search *q, const arena *a, const breaker_index *breakers)
+{
+    window *out = q->out;
+    uint64_t size = q->size;
+    size_t r = 0; /* next breaker run, address order (segments are too) */
+    for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
+        if (!breakers) {
+            if (scan(q, seg->first, NULL))
+                return -2;
+            continue;
+        }
+        uintptr_t seg_end = seg->base + seg->top;
+        while (r < breakers->len && breakers->runs[r].start < seg->base)
+            r++; /* below this segment: none while the runs' blocks are allocated */
+        /* the gaps between the segment's runs: [gap_start, gap_end) */
+        uintptr_t gap_start = seg->base;
+        arena_block *gap_first = seg->first;
+        for (;;) {
+            int last_gap = r >= breakers->len || breakers->runs[r].start >= seg_end;
+            uintptr_t gap_end = last_gap ? seg_end : breakers->runs[r].start;
+            const arena_block *stop = last_gap ? NULL : breakers->runs[r].first;
+            out->runs_skipped += !last_gap;
+            if (gap_end - gap_start >= size && gap_first && gap_first != stop &&
+                scan(q, gap_first, stop))
+                return -2;
+            if (last_gap)
+                break;
+            gap_start = breakers->runs[r].end;
+            gap_first = breakers->runs[r].last->next;
+            r++;
+        }
+    }
+    window_candidate best;
+    double best_cost = 0;
+    if (choose(q, &best, &best_cost))
+        return -1;
+    window_scratch *scratch = q->scratch;
+    out->first = scratch->blocks[best.head];
+    out->last = scratch->blocks[best.tail - 1];
+    out->addr = out->first->addr;
+    out->size = best.size;
+    out->cost = best_cost;
     return 0;
 }
 
@@ -303,45 +502,32 @@ int window_search_indexed(const arena *a, uint64_t size, coop_stream stream,
                           window *out)
 {
     *out = (window){.cost = -1};
-    search q = {size, stream, objective, cost, bound, ctx, scratch, out, 0, 0, 0};
-    size_t r = 0; /* next breaker run, address order (segments are too) */
-    for (arena_segment *seg = arena_first_segment(a); seg; seg = seg->next) {
-        if (!breakers) {
-            if (scan(&q, seg->first, NULL))
-                return -2;
-            continue;
-        }
-        uintptr_t seg_end = seg->base + seg->top;
-        while (r < breakers->len && breakers->runs[r].start < seg->base)
-            r++; /* below this segment: none while the runs' blocks are allocated */
-        /* the gaps between the segment's runs: [gap_start, gap_end) */
-        uintptr_t gap_start = seg->base;
-        arena_block *gap_first = seg->first;
-        for (;;) {
-            int last_gap = r >= breakers->len || breakers->runs[r].start >= seg_end;
-            uintptr_t gap_end = last_gap ? seg_end : breakers->runs[r].start;
-            const arena_block *stop = last_gap ? NULL : breakers->runs[r].first;
-            out->runs_skipped += !last_gap;
-            if (gap_end - gap_start >= size && gap_first && gap_first != stop &&
-                scan(&q, gap_first, stop))
-                return -2;
-            if (last_gap)
-                break;
-            gap_start = breakers->runs[r].end;
-            gap_first = breakers->runs[r].last->next;
-            r++;
-        }
-    }
-    window_candidate best;
-    double best_cost;
-    if (choose(&q, &best, &best_cost))
-        return -1;
-    out->first = scratch->blocks[best.head];
-    out->last = scratch->blocks[best.tail - 1];
-    out->addr = out->first->addr;
-    out->size = best.size;
-    out->cost = best_cost;
-    return 0;
+    search q = {.size = size,
+                .stream = stream,
+                .objective = objective,
+                .cost = cost,
+                .bound = bound,
+                .ctx = ctx,
+                .scratch = scratch,
+                .out = out};
+    return run_search(&q, a, breakers);
+}
+
+int window_search_lazy(const arena *a, uint64_t size, coop_stream stream,
+                       window_objective objective, window_cost_upto_fn cost_upto,
+                       window_bound_fn bound, void *ctx, const breaker_index *breakers,
+                       window_scratch *scratch, window *out)
+{
+    *out = (window){.cost = -1};
+    search q = {.size = size,
+                .stream = stream,
+                .objective = objective,
+                .cost_upto = cost_upto,
+                .bound = bound,
+                .ctx = ctx,
+                .scratch = scratch,
+                .out = out};
+    return run_search(&q, a, breakers);
 }
 
 void window_scratch_free(window_scratch *s)
@@ -351,5 +537,6 @@ void window_scratch_free(window_scratch *s)
     free(s->blocks);
     free(s->cands);
     free(s->sizes);
+    free(s->cuts);
     *s = (window_scratch){0};
 }

@@ -73,14 +73,25 @@ typedef struct window_candidate {
     double lower_sum;
 } window_candidate;
 
+/* The cost of evicting the owner of an allocated block, computed only as
+ * far as a search needs it: the cost itself with *complete set, when it is
+ * at most limit (always when limit is INFINITY); otherwise it may stop
+ * early and return, with *complete false, a value above limit and at most
+ * the cost. For costs that walk a tensor graph (c_live), where one
+ * expensive tensor's walk can be the whole search. */
+typedef double (*window_cost_upto_fn)(void *owner, const arena_block *block, void *ctx,
+                                      double limit, bool *complete);
+
 /* Scratch memory reused across searches (the blocks walked, their sizes,
- * bounds and exact costs, the candidate windows). Zero-initialize;
- * window_scratch_free at end. */
+ * bounds and exact costs, the candidate windows; for window_search_lazy
+ * how often each block's evaluation was cut).
+ * Zero-initialize; window_scratch_free at end. */
 typedef struct window_scratch {
     double *costs, *lower;
     arena_block **blocks;
     uint64_t *sizes;
     window_candidate *cands;
+    uint8_t *cuts;
     size_t cap;
 } window_scratch;
 
@@ -112,6 +123,24 @@ int window_search_indexed(const arena *a, uint64_t size, coop_stream stream,
                           window_objective objective, window_cost_fn cost, window_bound_fn bound,
                           void *ctx, const breaker_index *breakers, window_scratch *scratch,
                           window *out);
+
+/* window_search_indexed with a cost that can stop early, for costs whose
+ * evaluation is a walk that can be long (c_live): rounds of the same
+ * choice, the first reaching keys up to CUT_HEADROOM (window.c) times the
+ * smallest bound key, the next that again times, the last without limit;
+ * in each, every block is evaluated only as far as its window could still
+ * reach the round's limit or the best exact key found (a cut walk that is
+ * needed again goes at least twice as far, and in full after MAX_CUTS
+ * cuts). A round decides when the best window it knows exactly is within
+ * its reach: no window cut or left out can then beat it. The same window
+ * as window_search_indexed with cost_upto's full value as the cost; only a
+ * window's exact sum may differ in its last bits where a block cut earlier
+ * is added later (tests/window_test compares both with a brute force).
+ * out->evals counts every call of cost_upto, cut ones included. */
+int window_search_lazy(const arena *a, uint64_t size, coop_stream stream,
+                       window_objective objective, window_cost_upto_fn cost_upto,
+                       window_bound_fn bound, void *ctx, const breaker_index *breakers,
+                       window_scratch *scratch, window *out);
 
 void window_scratch_free(window_scratch *s);
 
