@@ -451,6 +451,47 @@ static void the_hole_sum_survives_a_huge_cost(void **state)
     coop_pool_destroy(f.pool);
 }
 
+/* A bound above the cost for the block of cost 1 (inconsistent callbacks),
+ * half the cost for the others. */
+static double bound_above_one(void *o, const arena_block *b, void *ctx, bool *exact)
+{
+    (void)b;
+    (void)ctx;
+    (void)exact;
+    double c = ((owner *)o)->cost;
+    return c < 0 ? c : c == 1 ? 2 : c / 2;
+}
+
+/* Callbacks that contradict each other (a bound above the cost): the lazy
+ * search trusts the bound as the plain one does, so both take the same
+ * window at the same cost (the block of cost 1 read as 2, under the 3 and
+ * 4 beside it). */
+static void lazy_search_trusts_a_bound_above_the_cost(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {3, 1, 4};
+    build(&f, costs, 3);
+    window_scratch scratch = {0};
+    window plain, lazy;
+    int evals = 0;
+    pool_lock(f.pool);
+    const arena *a = pool_arena(f.pool);
+    assert_int_equal(window_search_indexed(a, UNIT, 0, WINDOW_SUM, owner_cost, bound_above_one,
+                                           &evals, NULL, &scratch, &plain),
+                     0);
+    assert_int_equal(window_search_lazy(a, UNIT, 0, WINDOW_SUM, jump_cost, bound_above_one, &evals,
+                                        NULL, &scratch, &lazy),
+                     0);
+    pool_unlock(f.pool);
+    window_scratch_free(&scratch);
+    assert_int_equal(plain.addr, (uintptr_t)f.ptr[1]);
+    assert_true(plain.cost == 2);
+    assert_int_equal(lazy.addr, plain.addr);
+    assert_true(lazy.cost == plain.cost);
+    coop_pool_destroy(f.pool);
+}
+
 /* Randomized: the search against every run of the arena (brute force).
  * Each trial tiles a 64-unit segment with blocks of 1-3 units, frees some
  * (neighbours coalesce), pins some, leaves some without an owner and gives
@@ -668,6 +709,7 @@ int main(void)
         cmocka_unit_test(the_bound_sum_survives_a_huge_cost),
         cmocka_unit_test(lazy_search_cuts_a_dear_walk),
         cmocka_unit_test(the_hole_sum_survives_a_huge_cost),
+        cmocka_unit_test(lazy_search_trusts_a_bound_above_the_cost),
         cmocka_unit_test(random_arenas_match_brute_force),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
