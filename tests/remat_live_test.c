@@ -26,6 +26,7 @@
  * not counting G, or H, or not walking through R, would make it evict Y
  * second.
  */
+#include <math.h>
 #include <string.h>
 
 #include "remat/remat_internal.h"
@@ -127,6 +128,45 @@ static void c_live_counts_what_recomputation_needs(void **state)
     destroy(&gr);
 }
 
+/* c_live as far as a window search needs it (remat_live_compute_upto):
+ * Y's walks are 10 (own), + 5 (P) + 50 (G) backward, + 100 (H) forward.
+ * Whole when c_live x weight is at most the limit, equal included; else
+ * cut as soon as the running value x weight passes it (never before), the
+ * forward walk not started after a cut backward one. */
+static void c_live_upto_stops_once_past_the_limit(void **state)
+{
+    (void)state;
+    graph gr;
+    build(&gr, COOP_REMAT_COOP);
+    bool complete = false;
+    assert_int_equal(remat_live_compute_upto(gr.r, gr.y, 1, INFINITY, &complete), 165);
+    assert_true(complete);
+    complete = false;
+    assert_int_equal(remat_live_compute_upto(gr.r, gr.y, 1, 165, &complete), 165);
+    assert_true(complete);
+    assert_int_equal(remat_live_compute_upto(gr.r, gr.y, 1, 164, &complete), 165);
+    assert_false(complete);
+    complete = true;
+    assert_int_equal(remat_live_compute_upto(gr.r, gr.y, 1, 64, &complete), 65); /* at G */
+    assert_false(complete);
+    complete = true;
+    /* own cost exactly the limit: the walk starts, and stops at P */
+    assert_int_equal(remat_live_compute_upto(gr.r, gr.y, 1, 10, &complete), 15);
+    assert_false(complete);
+    complete = true;
+    assert_int_equal(remat_live_compute_upto(gr.r, gr.y, 1, 9, &complete), 10); /* own cost */
+    assert_false(complete);
+    /* the weight scales the value compared: 65 x 2 passes 100 at G, 15 x 2
+     * does not at P */
+    complete = true;
+    assert_int_equal(remat_live_compute_upto(gr.r, gr.y, 2, 100, &complete), 65);
+    assert_false(complete);
+    complete = false;
+    assert_int_equal(remat_live_compute_upto(gr.r, gr.y, 0.5, 82.5, &complete), 165);
+    assert_true(complete);
+    destroy(&gr);
+}
+
 /* "Held" is any unreleased tensor on the storage: a view keeps H counted
  * after its base is released; releasing the view too drops it. */
 static void a_view_keeps_a_descendant_held(void **state)
@@ -194,6 +234,7 @@ int main(void)
     static const window_case live = {COOP_REMAT_COOP, 0, 2};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(c_live_counts_what_recomputation_needs),
+        cmocka_unit_test(c_live_upto_stops_once_past_the_limit),
         cmocka_unit_test(a_view_keeps_a_descendant_held),
         cmocka_unit_test_prestate(the_window_follows_the_policy_s_cost, (void *)&comp),
         cmocka_unit_test_prestate(the_window_follows_the_policy_s_cost, (void *)&live),

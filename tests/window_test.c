@@ -398,6 +398,100 @@ static void lazy_search_cuts_a_dear_walk(void **state)
     coop_pool_destroy(f.pool);
 }
 
+/* A cost that, past limit, stops at once and reports the whole cost as
+ * the value reached (allowed: above limit, at most the cost), the way a
+ * c_live walk that meets one dear evicted tensor jumps far past it. */
+static double jump_cost(void *o, const arena_block *b, void *ctx, double limit, bool *complete)
+{
+    (void)b;
+    (void)ctx;
+    double c = ((owner *)o)->cost;
+    if (c > limit)
+        *complete = false;
+    return c;
+}
+
+/* 0 for costs up to 1, else a twentieth (never exact). */
+static double flat_bound(void *o, const arena_block *b, void *ctx, bool *exact)
+{
+    (void)b;
+    (void)ctx;
+    (void)exact;
+    double c = ((owner *)o)->cost;
+    return c < 0 ? c : c <= 1 ? 0 : 0.05;
+}
+
+/* The lazy pass's sum of the holes' bounds drifts like the running sums
+ * above: the seed (0.9 + 0.9) sets the limit 1.8; 5 and then the dear
+ * 2^53 + ... are cut (their bounds raised to the costs), 0.5 too in the next
+ * window; once 5 and the dear one have left, a plain sum read the holes as
+ * 2 (5 + B rounds up twice) instead of 0.5, so [0.5, 1.25] (1.75, the
+ * cheapest) looked past the limit and was skipped for the seed. */
+static void the_hole_sum_survives_a_huge_cost(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {5, 1e16 + 2, 0.5, 1.25, 7, 7, 0.9, 0.9};
+    build(&f, costs, 8);
+    window_scratch scratch = {0};
+    window w;
+    int evals = 0;
+    pool_lock(f.pool);
+    assert_int_equal(window_search_indexed(pool_arena(f.pool), 2 * UNIT, 0, WINDOW_SUM, owner_cost,
+                                           flat_bound, &evals, NULL, &scratch, &w),
+                     0);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[2]); /* the plain search's, as a check */
+    assert_int_equal(window_search_lazy(pool_arena(f.pool), 2 * UNIT, 0, WINDOW_SUM, jump_cost,
+                                        flat_bound, &evals, NULL, &scratch, &w),
+                     0);
+    pool_unlock(f.pool);
+    window_scratch_free(&scratch);
+    assert_int_equal(w.addr, (uintptr_t)f.ptr[2]);
+    assert_true(w.cost == 1.75);
+    coop_pool_destroy(f.pool);
+}
+
+/* A bound above the cost for the block of cost 1 (inconsistent callbacks),
+ * half the cost for the others. */
+static double bound_above_one(void *o, const arena_block *b, void *ctx, bool *exact)
+{
+    (void)b;
+    (void)ctx;
+    (void)exact;
+    double c = ((owner *)o)->cost;
+    return c < 0 ? c : c == 1 ? 2 : c / 2;
+}
+
+/* Callbacks that contradict each other (a bound above the cost): the lazy
+ * search trusts the bound as the plain one does, so both take the same
+ * window at the same cost (the block of cost 1 read as 2, under the 3 and
+ * 4 beside it). */
+static void lazy_search_trusts_a_bound_above_the_cost(void **state)
+{
+    (void)state;
+    fixture f = {0};
+    const double costs[] = {3, 1, 4};
+    build(&f, costs, 3);
+    window_scratch scratch = {0};
+    window plain, lazy;
+    int evals = 0;
+    pool_lock(f.pool);
+    const arena *a = pool_arena(f.pool);
+    assert_int_equal(window_search_indexed(a, UNIT, 0, WINDOW_SUM, owner_cost, bound_above_one,
+                                           &evals, NULL, &scratch, &plain),
+                     0);
+    assert_int_equal(window_search_lazy(a, UNIT, 0, WINDOW_SUM, jump_cost, bound_above_one, &evals,
+                                        NULL, &scratch, &lazy),
+                     0);
+    pool_unlock(f.pool);
+    window_scratch_free(&scratch);
+    assert_int_equal(plain.addr, (uintptr_t)f.ptr[1]);
+    assert_true(plain.cost == 2);
+    assert_int_equal(lazy.addr, plain.addr);
+    assert_true(lazy.cost == plain.cost);
+    coop_pool_destroy(f.pool);
+}
+
 /* Randomized: the search against every run of the arena (brute force).
  * Each trial tiles a 64-unit segment with blocks of 1-3 units, frees some
  * (neighbours coalesce), pins some, leaves some without an owner and gives
@@ -614,6 +708,8 @@ int main(void)
         cmocka_unit_test(the_running_sum_survives_a_huge_cost),
         cmocka_unit_test(the_bound_sum_survives_a_huge_cost),
         cmocka_unit_test(lazy_search_cuts_a_dear_walk),
+        cmocka_unit_test(the_hole_sum_survives_a_huge_cost),
+        cmocka_unit_test(lazy_search_trusts_a_bound_above_the_cost),
         cmocka_unit_test(random_arenas_match_brute_force),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -349,8 +349,11 @@ static bool choose_within(search *q, double reach, size_t *best_k, double *best_
      * the compiler knows); most candidates only take the first test */
     size_t ev_head = 0, ev_tail = 0; /* sum = exact costs of blocks[ev_head .. ev_tail) */
     exact_sum sum = {0, 0};
-    size_t holes = 0;    /* blocks of [ev_head, ev_tail) whose cost is unknown */
-    double hole_sum = 0; /* their bounds */
+    size_t holes = 0; /* blocks of [ev_head, ev_tail) whose cost is unknown */
+    /* their bounds, summed as sum is: a cut raises a hole's bound to the
+     * value its walk reached, which can be far above the window's room, and
+     * a plain sum that held one kept its rounding error after it left */
+    exact_sum hole_sum = {0, 0};
     for (size_t k = 0; k < num_cands; k++) {
         const window_candidate *c = &cands[k];
         if (key_above(objective, c->lower_sum, c->size, limit))
@@ -359,24 +362,25 @@ static bool choose_within(search *q, double reach, size_t *best_k, double *best_
             ev_head = ev_tail = c->head;
             sum = (exact_sum){0, 0};
             holes = 0;
-            hole_sum = 0;
+            hole_sum = (exact_sum){0, 0};
         }
         for (; ev_head < c->head; ev_head++) {
             if (isnan(costs[ev_head])) {
                 holes--;
-                hole_sum -= lower[ev_head];
+                exact_add(&hole_sum, -lower[ev_head]);
             } else {
                 exact_add(&sum, -costs[ev_head]);
             }
         }
         double room = room_of(objective, limit, c->size);
         for (; ev_tail < c->tail; ev_tail++) {
-            double left = q->cost_upto ? room - (exact_value(&sum) + hole_sum) : INFINITY;
+            double left =
+                q->cost_upto ? room - (exact_value(&sum) + exact_value(&hole_sum)) : INFINITY;
             if (block_cost_within(q, ev_tail, left)) {
                 exact_add(&sum, costs[ev_tail]);
             } else {
                 holes++;
-                hole_sum += lower[ev_tail];
+                exact_add(&hole_sum, lower[ev_tail]);
             }
         }
         /* holes left by earlier windows or just now: tried again while
@@ -384,15 +388,15 @@ static bool choose_within(search *q, double reach, size_t *best_k, double *best_
         for (size_t i = c->head; holes && i < c->tail; i++) {
             if (!isnan(costs[i]))
                 continue;
-            double before = lower[i];
-            if (exact_value(&sum) + hole_sum > room)
+            double before = lower[i], taken = exact_value(&sum) + exact_value(&hole_sum);
+            if (taken > room)
                 break;
-            if (block_cost_within(q, i, room - (exact_value(&sum) + hole_sum - before))) {
+            exact_add(&hole_sum, -before);
+            if (block_cost_within(q, i, room - (taken - before))) {
                 holes--;
-                hole_sum -= before;
                 exact_add(&sum, costs[i]);
             } else {
-                hole_sum += lower[i] - before;
+                exact_add(&hole_sum, lower[i]);
             }
         }
         if (holes)
