@@ -279,7 +279,10 @@ static bool block_cost_within(search *q, size_t i, double room)
     window_scratch *s = q->scratch;
     if (!isnan(s->costs[i]))
         return true;
-    if (!q->cost_upto || room == INFINITY || s->cuts[i] >= MAX_CUTS) {
+    /* !(room < INFINITY): also a NaN room (an infinite cost taken from an
+     * infinite one), which no limit could be compared with: in full, so the
+     * last round, whose rooms start infinite, always knows its seed */
+    if (!q->cost_upto || !(room < INFINITY) || s->cuts[i] >= MAX_CUTS) {
         block_cost(q, i);
         return true;
     }
