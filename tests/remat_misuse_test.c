@@ -951,6 +951,33 @@ static void pin_counts_do_not_wrap(void **state)
     coop_pool_destroy(pool);
 }
 
+/* The refusal of a pin past a view's limit names the storage's size: a
+ * view has no size of its own (its record's is 0), and the message said
+ * "(0 bytes)" (rev38-C's review). */
+static void a_views_pin_limit_names_the_storage_size(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, COOP_REMAT_DTR);
+    coop_tensor *a, *v;
+    void *p;
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, a, &v), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, v, &p), COOP_OK);
+    v->user_pins = UINT32_MAX; /* as pin_counts_do_not_wrap: not four billion calls */
+    assert_int_equal(coop_tensor_pin(r, v, &p), COOP_ERR_BUSY);
+    char want[128];
+    snprintf(want, sizeof want, "coop_tensor_pin: tensor %p (%u bytes) is pinned 4294967295 times",
+             (void *)v, 2 * U);
+    if (strncmp(coop_last_error(), want, strlen(want)) != 0)
+        fail_msg("got \"%s\", want \"%s...\"", coop_last_error(), want);
+    v->user_pins = 1;
+    assert_int_equal(coop_tensor_unpin(r, v), COOP_OK);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* Copy-on-write would move a pinned tensor to a new buffer and leave the
  * pinned one to the old value, unpinned: filling the pool then evicted it
  * while the pin was held. Refused (COOP_ERR_BUSY), nothing changed, for a
@@ -1469,6 +1496,7 @@ int main(void)
         cmocka_unit_test(pins_belong_to_their_handle),
         cmocka_unit_test_prestate(pin_counts_do_not_wrap, &policies[0]),
         cmocka_unit_test_prestate(pin_counts_do_not_wrap, &policies[1]),
+        cmocka_unit_test(a_views_pin_limit_names_the_storage_size),
         cmocka_unit_test(released_handles_and_unbalanced_pins_change_nothing),
         cmocka_unit_test(context_refusals_name_the_argument),
         cmocka_unit_test_prestate(a_constant_held_by_a_view_is_not_evicted, &policies[0]),

@@ -931,11 +931,11 @@ static coop_status tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
         return st;
     /* the storage's count is 64 bits and cannot get there (4 billion
      * pins through each of 4 billion handles) */
-    if (t->user_pins == UINT32_MAX)
+    if (t->user_pins == UINT32_MAX) /* the size: its storage's (a view has none) */
         return coop_set_error(COOP_ERR_BUSY,
                               "%s: tensor %p (%zu bytes) is pinned %lu times through this handle "
                               "already, the most one handle holds; unpin it first",
-                              fn, (void *)t, t->size, (unsigned long)t->user_pins);
+                              fn, (void *)t, t->base->size, (unsigned long)t->user_pins);
     if ((st = access_storage(r, t->base, ptr)))
         return st;
     remat_pin(r, t->base);
