@@ -945,8 +945,8 @@ coop_status coop_tensor_release(coop_remat *r, coop_tensor *t);
  * The tensor's bytes as created. */
 size_t coop_tensor_size(const coop_tensor *t);
 /* How often t's storage has been recomputed (recompute callbacks run for it;
- * views: their base's). An in-place op starts the count afresh for t's new
- * value; the old value keeps the history. */
+ * views: their base's), stopping at UINT32_MAX. An in-place op starts the
+ * count afresh for t's new value; the old value keeps the history. */
 uint32_t coop_tensor_recomputes(const coop_tensor *t);
 /* Whether its storage holds a buffer now. */
 bool coop_tensor_resident(const coop_tensor *t);

@@ -1042,6 +1042,33 @@ static void refused_creates_leave_their_outputs_null(void **state)
     coop_pool_destroy(pool);
 }
 
+/* A storage's recompute count (coop_tensor_recomputes, and COOP_COMP's
+ * window cost, 1 + 0.1 x recomputes) stops at UINT32_MAX: it wrapped to
+ * 0, making the most recomputed tensor look never recomputed (rev38-C's
+ * review). Set near the limit directly, as the pin counts above. */
+static void recompute_counts_do_not_wrap(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(2);
+    coop_remat *r = context(pool, COOP_REMAT_COOP_COMP);
+    coop_tensor *a, *b;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    a->remats = UINT32_MAX - 1;
+    for (int i = 0; i < 2; i++) { /* b evicts a, then a's access evicts b */
+        assert_int_equal(coop_tensor_create(r, 2 * U, 1, "b", NULL, 0, EV, &b), COOP_OK);
+        assert_false(coop_tensor_resident(a));
+        assert_int_equal(coop_tensor_release(r, b), COOP_OK);
+        assert_int_equal(coop_tensor_access(r, a, NULL), COOP_OK);
+    }
+    assert_int_equal(coop_tensor_recomputes(a), UINT32_MAX);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.recomputes, 2);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* Copy-on-write would move a pinned tensor to a new buffer and leave the
  * pinned one to the old value, unpinned: filling the pool then evicted it
  * while the pin was held. Refused (COOP_ERR_BUSY), nothing changed, for a
@@ -1562,6 +1589,7 @@ int main(void)
         cmocka_unit_test_prestate(pin_counts_do_not_wrap, &policies[1]),
         cmocka_unit_test(a_views_pin_limit_names_the_storage_size),
         cmocka_unit_test(refused_creates_leave_their_outputs_null),
+        cmocka_unit_test(recompute_counts_do_not_wrap),
         cmocka_unit_test(released_handles_and_unbalanced_pins_change_nothing),
         cmocka_unit_test(context_refusals_name_the_argument),
         cmocka_unit_test_prestate(a_constant_held_by_a_view_is_not_evicted, &policies[0]),

@@ -851,7 +851,10 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
             read_inputs(r, f);
             remat_advance_clock(r, t->cost);
             r->stats.recomputes++;
-            t->remats++;
+            /* stops at UINT32_MAX: wrapped, the most recomputed tensor
+             * would read as never recomputed (COOP_COMP's window cost) */
+            if (t->remats < UINT32_MAX)
+                t->remats++;
             /* saturating, as the clock: 2^16 recomputes at the cost cap wrapped it */
             r->stats.recompute_ns = saturating_add_u64(r->stats.recompute_ns, t->cost);
             t->last_access = r->clock;
