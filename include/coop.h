@@ -796,7 +796,10 @@ typedef struct coop_remat_stats {
  * a size of 0 (or no outputs), unknown flags, a cost above
  * COOP_TENSOR_MAX_COST_NS; and with
  * COOP_ERR_BUSY a call from inside a callback, or from inside a coop_walk
- * visitor of the context's pool (see coop_walk). A tensor larger than the
+ * visitor of the context's pool (see coop_walk). Every refusal and failure
+ * leaves the outputs given NULL: *out of coop_tensor_create and
+ * coop_tensor_alias, outs[i] of coop_tensor_create_outputs (unless outs
+ * overlaps inputs: refused, the inputs not written), *ptr, *old_value. A tensor larger than the
  * pool's capacity is COOP_ERR_NOMEM at once (nothing evicted for it). A
  * call that fails past these checks (no room, out of host memory, a
  * recompute callback's failure) leaves
@@ -942,8 +945,8 @@ coop_status coop_tensor_release(coop_remat *r, coop_tensor *t);
  * The tensor's bytes as created. */
 size_t coop_tensor_size(const coop_tensor *t);
 /* How often t's storage has been recomputed (recompute callbacks run for it;
- * views: their base's). An in-place op starts the count afresh for t's new
- * value; the old value keeps the history. */
+ * views: their base's), stopping at UINT32_MAX. An in-place op starts the
+ * count afresh for t's new value; the old value keeps the history. */
 uint32_t coop_tensor_recomputes(const coop_tensor *t);
 /* Whether its storage holds a buffer now. */
 bool coop_tensor_resident(const coop_tensor *t);

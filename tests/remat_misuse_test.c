@@ -951,6 +951,124 @@ static void pin_counts_do_not_wrap(void **state)
     coop_pool_destroy(pool);
 }
 
+/* The refusal of a pin past a view's limit names the storage's size: a
+ * view has no size of its own (its record's is 0), and the message said
+ * "(0 bytes)" (rev38-C's review). */
+static void a_views_pin_limit_names_the_storage_size(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat *r = context(pool, COOP_REMAT_DTR);
+    coop_tensor *a, *v;
+    void *p;
+    assert_int_equal(coop_tensor_create(r, 2 * U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    assert_int_equal(coop_tensor_alias(r, a, &v), COOP_OK);
+    assert_int_equal(coop_tensor_pin(r, v, &p), COOP_OK);
+    v->user_pins = UINT32_MAX; /* as pin_counts_do_not_wrap: not four billion calls */
+    assert_int_equal(coop_tensor_pin(r, v, &p), COOP_ERR_BUSY);
+    char want[128];
+    snprintf(want, sizeof want, "coop_tensor_pin: tensor %p (%u bytes) is pinned 4294967295 times",
+             (void *)v, 2 * U);
+    if (strncmp(coop_last_error(), want, strlen(want)) != 0)
+        fail_msg("got \"%s\", want \"%s...\"", coop_last_error(), want);
+    v->user_pins = 1;
+    assert_int_equal(coop_tensor_unpin(r, v), COOP_OK);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* Every refusal of create, create_outputs and alias leaves *out (outs[i])
+ * NULL, as the later checks did: the refusals before them (a NULL context,
+ * a call from a callback) left whatever the caller's variable held, which
+ * a caller testing it for NULL took for a tensor (rev38-C's review). outs
+ * overlapping inputs is still left alone: the caller's inputs stay. */
+static coop_remat *nested_r;
+static coop_tensor *nested_out[2];
+static coop_status nested_st[3];
+
+static void create_from_on_evict(coop_tensor *t, void *user)
+{
+    (void)t, (void)user;
+    size_t sizes[2] = {U, U};
+    nested_out[0] = nested_out[1] = (coop_tensor *)&nested_r; /* not NULL */
+    nested_st[0] = coop_tensor_create(nested_r, U, 1, "x", NULL, 0, EV, &nested_out[0]);
+    nested_st[1] = coop_tensor_create_outputs(nested_r, 2, sizes, 1, "x", NULL, 0, EV, nested_out);
+    nested_out[1] = (coop_tensor *)&nested_r;
+    nested_st[2] = coop_tensor_alias(nested_r, t, &nested_out[1]);
+}
+
+static void refused_creates_leave_their_outputs_null(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(4);
+    coop_remat_config cfg = {.policy = COOP_REMAT_DTR,
+                             .cheap_threshold = -1,
+                             .recompute = recompute,
+                             .on_evict = create_from_on_evict};
+    coop_remat *r;
+    assert_int_equal(coop_remat_create(pool, &cfg, &r), COOP_OK);
+    coop_tensor *a, *b, *junk = (coop_tensor *)&cfg, *outs[2] = {junk, junk}, *v = junk;
+    size_t sizes[2] = {U, U};
+    assert_int_equal(coop_tensor_create(r, 4 * U, 1, "a", NULL, 0, EV, &a), COOP_OK);
+    /* a NULL context */
+    coop_tensor *o = junk;
+    assert_int_equal(coop_tensor_create(NULL, U, 1, "x", NULL, 0, EV, &o), COOP_ERR_INVALID);
+    assert_null(o);
+    assert_int_equal(coop_tensor_create_outputs(NULL, 2, sizes, 1, "x", NULL, 0, EV, outs),
+                     COOP_ERR_INVALID);
+    assert_null(outs[0]);
+    assert_null(outs[1]);
+    assert_int_equal(coop_tensor_alias(NULL, a, &v), COOP_ERR_INVALID);
+    assert_null(v);
+    /* from on_evict (b's placement evicts a) */
+    nested_r = r;
+    assert_int_equal(coop_tensor_create(r, 4 * U, 1, "b", NULL, 0, EV, &b), COOP_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(nested_st[i], COOP_ERR_BUSY);
+    assert_null(nested_out[0]);
+    assert_null(nested_out[1]);
+    /* outs overlapping inputs: refused, the inputs kept */
+    coop_tensor *io[2] = {b, b};
+    assert_int_equal(coop_tensor_create(r, U, 1, "x", io, 2, EV, &io[1]), COOP_ERR_INVALID);
+    assert_ptr_equal(io[1], b);
+    assert_int_equal(coop_tensor_create(NULL, U, 1, "x", io, 2, EV, &io[1]), COOP_ERR_INVALID);
+    assert_ptr_equal(io[1], b);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.records, 2);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
+/* A storage's recompute count (coop_tensor_recomputes, and COOP_COMP's
+ * window cost, 1 + 0.1 x recomputes) stops at UINT32_MAX: it wrapped to
+ * 0, making the most recomputed tensor look never recomputed (rev38-C's
+ * review). Set near the limit directly, as the pin counts above. */
+static void recompute_counts_do_not_wrap(void **state)
+{
+    (void)state;
+    coop_pool *pool = pool_of(2);
+    coop_remat *r = context(pool, COOP_REMAT_COOP_COMP);
+    coop_tensor *a, *b;
+    assert_int_equal(coop_tensor_create(r, U, 10, "a", NULL, 0, EV, &a), COOP_OK);
+    a->remats = UINT32_MAX - 1;
+    for (int i = 0; i < 2; i++) { /* b evicts a, then a's access evicts b */
+        assert_int_equal(coop_tensor_create(r, 2 * U, 1, "b", NULL, 0, EV, &b), COOP_OK);
+        assert_false(coop_tensor_resident(a));
+        assert_int_equal(coop_tensor_release(r, b), COOP_OK);
+        assert_int_equal(coop_tensor_access(r, a, NULL), COOP_OK);
+    }
+    assert_int_equal(coop_tensor_recomputes(a), UINT32_MAX);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.recomputes, 2);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* Copy-on-write would move a pinned tensor to a new buffer and leave the
  * pinned one to the old value, unpinned: filling the pool then evicted it
  * while the pin was held. Refused (COOP_ERR_BUSY), nothing changed, for a
@@ -1469,6 +1587,9 @@ int main(void)
         cmocka_unit_test(pins_belong_to_their_handle),
         cmocka_unit_test_prestate(pin_counts_do_not_wrap, &policies[0]),
         cmocka_unit_test_prestate(pin_counts_do_not_wrap, &policies[1]),
+        cmocka_unit_test(a_views_pin_limit_names_the_storage_size),
+        cmocka_unit_test(refused_creates_leave_their_outputs_null),
+        cmocka_unit_test(recompute_counts_do_not_wrap),
         cmocka_unit_test(released_handles_and_unbalanced_pins_change_nothing),
         cmocka_unit_test(context_refusals_name_the_argument),
         cmocka_unit_test_prestate(a_constant_held_by_a_view_is_not_evicted, &policies[0]),

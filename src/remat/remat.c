@@ -541,6 +541,16 @@ static coop_status check_outputs_fit(coop_remat *r, const char *fn, size_t n, co
                           (unsigned long long)sum, (unsigned long long)capacity);
 }
 
+/* Whether the outs array (n outputs) overlaps the inputs array. Compared
+ * as integers: relational operators on unrelated arrays are undefined. */
+static bool outs_overlap_inputs(coop_tensor *const *outs, size_t n, coop_tensor *const *inputs,
+                                size_t num_inputs)
+{
+    uintptr_t o = (uintptr_t)outs, in = (uintptr_t)inputs;
+    return num_inputs && inputs && o < in + num_inputs * sizeof *inputs &&
+           in < o + n * sizeof *outs;
+}
+
 /* coop_tensor_create_outputs, its messages naming fn (the public call),
  * the context claimed. single: the call is coop_tensor_create, whose one
  * output and its size are arguments of their own ("out", "size"). */
@@ -559,14 +569,9 @@ static coop_status create_outputs_claimed(coop_remat *r, const char *fn, bool si
                                              : "sizes is NULL");
     if ((st = check_input_array(inputs, num_inputs, fn))) /* before the overlap test */
         return st;
-    /* compared as integers: relational operators on unrelated arrays are
-     * undefined */
-    uintptr_t o = (uintptr_t)outs, in = (uintptr_t)inputs;
-    if (num_inputs && o < in + num_inputs * sizeof *inputs && in < o + num_outputs * sizeof *outs)
+    if (outs_overlap_inputs(outs, num_outputs, inputs, num_inputs))
         return coop_set_error(COOP_ERR_INVALID, "%s: %s overlaps inputs", fn,
                               single ? "out" : "outs");
-    for (size_t i = 0; i < num_outputs; i++)
-        outs[i] = NULL;
     for (size_t i = 0; i < num_outputs; i++)
         if (!sizes[i]) {
             if (single)
@@ -642,6 +647,12 @@ static coop_status create_outputs(coop_remat *r, bool single, size_t num_outputs
                                   coop_tensor **outs)
 {
     const char *fn = single ? "coop_tensor_create" : "coop_tensor_create_outputs";
+    /* every refusal leaves the outputs NULL, those before the context's
+     * checks too (a NULL context, a callback's call, another thread's);
+     * outs overlapping inputs is refused without writing the inputs */
+    if (outs && !outs_overlap_inputs(outs, num_outputs, inputs, num_inputs))
+        for (size_t i = 0; i < num_outputs; i++)
+            outs[i] = NULL;
     bool taken;
     coop_status st = claim(r, fn, &taken);
     if (st)
@@ -677,7 +688,6 @@ static coop_status tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **
         return st;
     if (!out)
         return coop_set_error(COOP_ERR_INVALID, "%s: out is NULL", fn);
-    *out = NULL;
     /* the handle given must be live; its storage's root may have been
      * released while views (this one) still name the storage */
     if ((st = check_handle(r, base, fn, "base", SIZE_MAX)))
@@ -841,7 +851,10 @@ static coop_status finish_frame(coop_remat *r, coop_status st)
             read_inputs(r, f);
             remat_advance_clock(r, t->cost);
             r->stats.recomputes++;
-            t->remats++;
+            /* stops at UINT32_MAX: wrapped, the most recomputed tensor
+             * would read as never recomputed (COOP_COMP's window cost) */
+            if (t->remats < UINT32_MAX)
+                t->remats++;
             /* saturating, as the clock: 2^16 recomputes at the cost cap wrapped it */
             r->stats.recompute_ns = saturating_add_u64(r->stats.recompute_ns, t->cost);
             t->last_access = r->clock;
@@ -931,11 +944,11 @@ static coop_status tensor_pin(coop_remat *r, coop_tensor *t, void **ptr)
         return st;
     /* the storage's count is 64 bits and cannot get there (4 billion
      * pins through each of 4 billion handles) */
-    if (t->user_pins == UINT32_MAX)
+    if (t->user_pins == UINT32_MAX) /* the size: its storage's (a view has none) */
         return coop_set_error(COOP_ERR_BUSY,
                               "%s: tensor %p (%zu bytes) is pinned %lu times through this handle "
                               "already, the most one handle holds; unpin it first",
-                              fn, (void *)t, t->size, (unsigned long)t->user_pins);
+                              fn, (void *)t, t->base->size, (unsigned long)t->user_pins);
     if ((st = access_storage(r, t->base, ptr)))
         return st;
     remat_pin(r, t->base);
@@ -1189,12 +1202,15 @@ static coop_status tensor_mutate(coop_remat *r, coop_tensor *t, uint64_t cost_ns
 
 /* ---- the public calls: each claims the context for its thread ----------- */
 
-/* The optional outputs (ptr, old_value) are cleared here, before the claim,
- * so that every refusal, COOP_ERR_BUSY included, leaves them NULL; the
- * functions above set them only on success. */
+/* The outputs (ptr, old_value, alias's out; create's in create_outputs)
+ * are cleared here, before the claim, so that every refusal, COOP_ERR_BUSY
+ * included, leaves them NULL; the functions above set them only on
+ * success. */
 
 coop_status coop_tensor_alias(coop_remat *r, coop_tensor *base, coop_tensor **out)
 {
+    if (out)
+        *out = NULL;
     bool taken;
     coop_status st = claim(r, "coop_tensor_alias", &taken);
     if (st)
