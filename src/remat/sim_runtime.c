@@ -323,7 +323,10 @@ static int compute_op(sim_runtime *rt, uint32_t t, bool remat, const bool *take_
     if (remat) {
         rt->stats.remat_compute += op->cost;
         rt->stats.remat_ops++;
-        rt->storages[p->tensors[t].storage].remats++;
+        /* stops at UINT32_MAX, as the library's count (remat.c): wrapped,
+         * the most recomputed storage would read as never recomputed */
+        if (rt->storages[p->tensors[t].storage].remats < UINT32_MAX)
+            rt->storages[p->tensors[t].storage].remats++;
     } else {
         rt->stats.model_compute += op->cost;
     }
