@@ -791,19 +791,26 @@ static uint64_t evictable_bytes(coop_remat *r)
     return bytes;
 }
 
-/* The mapped bytes of the free blocks of busy streams (tagged neither the
- * context's stream nor any stream): cached for work still queued, nothing
- * the context can evict or the pool reclaim. A walk, but only where such a
- * block exists (the free index has a non-empty set of another stream): a
- * pool of one stream pays a look at its sets. */
-static uint64_t busy_free_bytes(const arena *a)
+/* Whether a free block of a busy stream (tagged neither the context's
+ * stream nor any stream) exists: the free index has a non-empty set of
+ * another stream. A look at its sets. */
+static bool any_busy_free(const arena *a)
 {
     bool any = false;
     for (size_t i = 0; i < a->index.num_sets && !any; i++) {
         coop_stream s = a->index.sets[i]->stream;
         any = !arena_tags_mergeable(s, REMAT_STREAM) && a->index.sets[i]->count;
     }
-    if (!any)
+    return any;
+}
+
+/* The mapped bytes of the free blocks of busy streams: cached for work
+ * still queued, nothing the context can evict or the pool reclaim. A walk,
+ * but only where such a block exists (any_busy_free): a pool of one stream
+ * pays a look at its sets. */
+static uint64_t busy_free_bytes(const arena *a)
+{
+    if (!any_busy_free(a))
         return 0;
     uint64_t bytes = 0;
     for (const arena_segment *seg = arena_first_segment(a); seg; seg = seg->next)
@@ -913,11 +920,52 @@ static void *alloc_by_argmin(coop_remat *r, coop_tensor *t, unsigned flags, coop
     return ptr;
 }
 
+/* For no_room: the free bytes the context cannot take (a busy stream's
+ * free blocks, which the out-of-memory path did not retag) and the pending
+ * frees, which the free and allocated figures leave out; "" where there
+ * are none. Without it a busy stream's block read as free space larger than
+ * the request ("largest free block" above what "cannot" be freed). A walk
+ * over the blocks, on failure only and where such a block exists. */
+static void kept_elsewhere(coop_remat *r, char *buf, size_t size)
+{
+    const arena *a = pool_arena(r->pool);
+    uint64_t kept = 0, mapped = 0, largest = 0;
+    if (any_busy_free(a))
+        for (const arena_segment *seg = arena_first_segment(a); seg; seg = seg->next)
+            for (const arena_block *b = seg->first; b; b = b->next) {
+                if (b->state != COOP_BLOCK_FREE)
+                    continue;
+                if (free_for_context(b)) {
+                    largest = b->size > largest ? b->size : largest;
+                    continue;
+                }
+                kept += b->size;
+                mapped += arena_mapped_bytes_in(a, seg, b->addr, b->size);
+            }
+    int64_t pending = r->pool->active_bytes.current - r->pool->allocated_bytes.current;
+    char part[96] = "";
+    if (pending > 0)
+        snprintf(part, sizeof part,
+                 ", pending frees %lld (freed blocks waiting for other streams' events)",
+                 (long long)pending);
+    if (kept)
+        snprintf(buf, size,
+                 "%s; %llu of the free bytes (%llu mapped) are kept for other streams not seen "
+                 "finished, usable on those only: the largest free block this context can take "
+                 "is %llu",
+                 part, (unsigned long long)kept, (unsigned long long)mapped,
+                 (unsigned long long)largest);
+    else
+        snprintf(buf, size, "%s", part);
+}
+
 /* The out-of-memory message, with what the user needs to act (pool lock
  * held). */
 static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictable)
 {
     const arena *a = pool_arena(r->pool);
+    char elsewhere[320];
+    kept_elsewhere(r, elsewhere, sizeof elsewhere);
     /* with VMM the free blocks tile only up to the top: the address range
      * above it is free too, and the one that binds where it is short */
     char above[64] = "";
@@ -939,12 +987,12 @@ static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictab
     return coop_set_error(
         COOP_ERR_NOMEM,
         "%s: no room for %s: capacity %llu, allocated %lld of which %llu "
-        "evictable, free %llu, largest free block %llu%s; evicting cannot free a contiguous "
-        "range that large",
+        "evictable, free %llu, largest free block %llu%s%s; evicting cannot free a "
+        "contiguous range that large",
         remat_call_name(r), what, (unsigned long long)a->params.capacity,
         (long long)r->pool->allocated_bytes.current, (unsigned long long)evictable,
         (unsigned long long)a->counters.free_bytes, (unsigned long long)arena_largest_free(a),
-        above);
+        above, elsewhere);
 }
 
 coop_status remat_alloc(coop_remat *r, coop_tensor *t)
