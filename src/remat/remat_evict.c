@@ -684,6 +684,52 @@ static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_
     return ptr;
 }
 
+/* With VMM, a window the search does not see: the shortest run of blocks
+ * ending at the top, each free for the context or one of its evictable
+ * tensors, that holds want bytes with the address range above the top (the
+ * pool extends a free last block over it). Asked only where that range is
+ * short of want, the tiled range near va_size (else it holds the request
+ * alone, and what binds is the capacity: alloc_by_pages). true where such a
+ * run holds a tensor and the capacity left maps the pages above the top it
+ * needs: *first its lowest block, *cost its tensors' window
+ * costs summed, *bytes its bytes with the range above (the per-byte key a
+ * window of those bytes would have). */
+static bool top_window(coop_remat *r, uint64_t want, arena_block **first, double *cost,
+                       uint64_t *bytes)
+{
+    const arena_segment *s = arena_first_segment(pool_arena(r->pool));
+    uint64_t held = s->reserved - s->top;
+    if (held >= want)
+        return false;
+    double sum = 0;
+    size_t tensors = 0;
+    arena_block *low = NULL;
+    for (arena_block *b = s->last; b && held < want; b = b->prev) {
+        if (!block_could_go(r, b))
+            return false;
+        held += b->size;
+        if (b->state == COOP_BLOCK_ALLOCATED) {
+            sum += window_cost(b->owner, b, r);
+            tensors++;
+        }
+        low = b;
+    }
+    if (held < want || !tensors)
+        return false;
+    /* the pages above the top it needs, within the capacity left: else
+     * placing there would evict more (by pages) where the search's window
+     * needs no page mapped */
+    const arena *a = pool_arena(r->pool);
+    uint64_t ps = a->params.page_size, run = held - (s->reserved - s->top);
+    uint64_t pages = (want - run + ps - 1) / ps * ps;
+    if (a->params.capacity < a->reserved || pages > a->params.capacity - a->reserved)
+        return false;
+    *first = low;
+    *cost = sum;
+    *bytes = held;
+    return true;
+}
+
 /* Coop: evict the cheapest covering window, allocate inside it. NULL with
  * *st COOP_ERR_NOMEM when no window covers t, another status (message set)
  * when host memory ran out (before anything was evicted) or the pool failed. */
@@ -710,6 +756,18 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         return vmm ? alloc_by_pages(r, t, flags, st) : alloc_in_segments(r, t, flags, st);
     if (found)
         return NULL;
+    /* the run at the top with the range above, where it is cheaper per
+     * byte than the search's window: the search looked only below the top
+     * and, where va_size binds, evicted a dear window for a cheap run */
+    arena_block *top_first;
+    double top_cost;
+    uint64_t top_bytes;
+    bool at_top = vmm && top_window(r, want, &top_first, &top_cost, &top_bytes) &&
+                  top_cost / (double)top_bytes < w.cost / (double)w.size;
+    if (at_top) {
+        w.first = top_first;
+        w.last = arena_first_segment(pool_arena(r->pool))->last;
+    }
     /* collect first: freeing coalesces blocks under the walk */
     size_t n = 0;
     coop_tensor *small[32], **list = small;
@@ -745,6 +803,10 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         merged = evict_for_room(r, list[i]);
     if (list != small)
         free(list);
+    if (at_top) { /* the pool places it over the freed run and the range above */
+        void *ptr = try_place(r, t, flags, st);
+        return ptr || *st != COOP_ERR_NOMEM ? ptr : alloc_by_pages(r, t, flags, st);
+    }
     if (!merged || merged->state != COOP_BLOCK_FREE || merged->addr > w.addr ||
         merged->addr + merged->size < w.addr + w.size)
         return vmm ? alloc_by_pages(r, t, flags, st) : NULL;
