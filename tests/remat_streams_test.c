@@ -543,6 +543,56 @@ static void a_busy_blocks_unmapped_pages_hold_no_capacity(void **state)
     coop_pool_destroy(pool);
 }
 
+/*
+ * The no-room message accounts for the free bytes the context cannot take:
+ *   [ta][busy 6U][tb]
+ * 4U asked. The 6U are a busy stream's free block (held), or a pending
+ * block (a user's, recorded on the busy stream, freed). Nothing can make
+ * room. The message said "free 49152, largest free block 49152; evicting
+ * cannot free a contiguous range that large" for a 32768-byte request (the
+ * busy stream's block read as free space the context could use), and left
+ * a pending block's bytes out of every figure; it now says how much of the
+ * free space other streams keep, the largest free block the context's
+ * stream can take, and the pending frees.
+ */
+static void no_room_says_what_other_streams_keep(void **state)
+{
+    const param *p = *state;
+    static const coop_remat_policy policies[2] = {COOP_REMAT_COOP, COOP_REMAT_DTR};
+    for (int k = 0; k < 2; k++)
+        for (busy_block what = BUSY_FREE; what <= BUSY_PENDING; what++) {
+            coop_pool *pool = make_pool(p, 8, 0, false);
+            coop_remat *r = make_context(pool, policies[k]);
+            coop_tensor *t[3] = {0};
+            t[0] = tensor(r, 1, 10, EV);
+            void *busy = user_block(pool, 6, busy_stream_of(what));
+            t[1] = tensor(r, 1, 10, EV);
+            at_unit(coop_tensor_data(t[0]), busy, 1);
+            at_unit(coop_tensor_data(t[0]), coop_tensor_data(t[1]), 7);
+            make_busy(pool, busy, what, BUSY_HELD);
+            assert_int_equal(coop_tensor_create(r, 4 * U, 5, "n", NULL, 0, EV, &t[2]),
+                             COOP_ERR_NOMEM);
+            const char *m = coop_last_error();
+            assert_int_equal(evicted_count, 0);
+            if (what == BUSY_FREE) {
+                assert_non_null(strstr(m, "free 49152, largest free block 49152"));
+                if (!strstr(m, "; 49152 of the free bytes (49152 mapped) are kept for other "
+                               "streams not seen finished, usable on those only: the largest "
+                               "free block this context can take is 0;"))
+                    fail_msg("%s: %s", policy_name(policies[k]), m);
+            } else {
+                assert_non_null(strstr(m, "free 0, largest free block 0"));
+                if (!strstr(m, ", pending frees 49152 (freed blocks waiting for other streams' "
+                               "events);"))
+                    fail_msg("%s: %s", policy_name(policies[k]), m);
+            }
+            check_state(pool, r, t, 3, (uintptr_t)busy, (uintptr_t)busy + 6 * U, 0);
+            assert_int_equal(coop_host_hold_stream(pool, OTHER, false), COOP_OK);
+            coop_remat_destroy(r);
+            coop_pool_destroy(pool);
+        }
+}
+
 typedef struct named_case {
     const char *name;
     CMUnitTestFunction fn;
@@ -577,8 +627,8 @@ int main(void)
     enum { NCASES = sizeof cases / sizeof cases[0] };
     static param params[2][8];
     /* every case under every policy and pool kind, named "case/policy/kind" */
-    static struct CMUnitTest tests[NCASES * 16 + 12];
-    static char names[NCASES * 16 + 12][96];
+    static struct CMUnitTest tests[NCASES * 16 + 14];
+    static char names[NCASES * 16 + 14][96];
     size_t n = 0;
     for (int v = 0; v < 2; v++)
         for (int k = 0; k < 8; k++) {
@@ -604,6 +654,13 @@ int main(void)
                  v ? "vmm" : "segments");
         tests[n] = (struct CMUnitTest){names[n], dte_ignores_a_busy_block_before_a_tensor, NULL,
                                        NULL, &params[v][5]};
+        n++;
+    }
+    for (int v = 0; v < 2; v++) {
+        snprintf(names[n], sizeof names[n], "no_room_says_what_other_streams_keep/%s",
+                 v ? "vmm" : "segments");
+        tests[n] = (struct CMUnitTest){names[n], no_room_says_what_other_streams_keep, NULL, NULL,
+                                       &params[v][0]};
         n++;
     }
     for (int k = 0; k < 8; k++) { /* VMM only: pages */

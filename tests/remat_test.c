@@ -509,6 +509,43 @@ static void coop_evicts_a_window_and_places_inside(void **state)
     coop_pool_destroy(pool);
 }
 
+/* With VMM, where the address range binds (va_size = capacity = 32 KiB):
+ * [dear 16 KiB][cheap 8 KiB], 8 KiB above the top, 16 KiB asked. The pool
+ * extends a free last block over the range above the top, so evicting
+ * cheap alone makes room there; the window search looks only below the
+ * top, and its cheapest window per byte, [dear, cheap], evicted both (a
+ * cost of 10^6 ns for a 1 ns choice). Every window policy. */
+static void coop_takes_the_run_at_the_top_with_the_range_above(void **state)
+{
+    (void)state;
+    static const coop_remat_policy policies[3] = {COOP_REMAT_COOP, COOP_REMAT_COOP_EQ,
+                                                  COOP_REMAT_COOP_COMP};
+    for (int k = 0; k < 3; k++) {
+        coop_pool *pool = vmm_pool(32 * KiB, 32 * KiB);
+        journal j;
+        coop_remat *r = context(pool, &j, policies[k], false);
+        coop_tensor *dear, *cheap, *x;
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 1000000, "D", NULL, 0, EV, &dear),
+                         COOP_OK);
+        assert_int_equal(coop_tensor_create(r, 8 * KiB, 1, "C", NULL, 0, EV, &cheap), COOP_OK);
+        void *where = coop_tensor_data(cheap);
+        assert_ptr_equal((char *)coop_tensor_data(dear) + 16 * KiB, where);
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+        if (!coop_tensor_resident(dear))
+            fail_msg("policy %d evicted the dear tensor (%s evicted)", (int)policies[k], j.evicted);
+        assert_false(coop_tensor_resident(cheap));
+        assert_ptr_equal(coop_tensor_data(x), where);
+        coop_remat_stats st;
+        coop_remat_get_stats(r, &st);
+        assert_int_equal(st.searches, 1);
+        assert_int_equal(st.evictions, 1);
+        assert_string_equal(j.evicted, "x");
+        assert_int_equal(coop_pool_check(pool), COOP_OK);
+        coop_remat_destroy(r);
+        coop_pool_destroy(pool);
+    }
+}
+
 /* Without VMM every tensor of half a segment or more gets a segment of its
  * own (8 KiB tensors, 16 KiB segments), and a window cannot span two
  * segments: a 20 KiB tensor in a full 64 KiB pool finds no window. Coop
@@ -1478,6 +1515,7 @@ int main(void)
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[0]),
         cmocka_unit_test_prestate(inplace_op_reading_its_target_reads_the_old_value, &modes[1]),
         cmocka_unit_test(coop_evicts_a_window_and_places_inside),
+        cmocka_unit_test(coop_takes_the_run_at_the_top_with_the_range_above),
         cmocka_unit_test(coop_evicts_whole_segments_without_vmm),
         cmocka_unit_test(coop_evicts_segments_by_cost_per_byte),
         cmocka_unit_test(coop_evicts_no_segment_for_a_request_that_cannot_fit),

@@ -684,6 +684,52 @@ static void *alloc_by_pages(coop_remat *r, coop_tensor *t, unsigned flags, coop_
     return ptr;
 }
 
+/* With VMM, a window the search does not see: the shortest run of blocks
+ * ending at the top, each free for the context or one of its evictable
+ * tensors, that holds want bytes with the address range above the top (the
+ * pool extends a free last block over it). Asked only where that range is
+ * short of want, the tiled range near va_size (else it holds the request
+ * alone, and what binds is the capacity: alloc_by_pages). true where such a
+ * run holds a tensor and the capacity left maps the pages above the top it
+ * needs: *first its lowest block, *cost its tensors' window
+ * costs summed, *bytes its bytes with the range above (the per-byte key a
+ * window of those bytes would have). */
+static bool top_window(coop_remat *r, uint64_t want, arena_block **first, double *cost,
+                       uint64_t *bytes)
+{
+    const arena_segment *s = arena_first_segment(pool_arena(r->pool));
+    uint64_t held = s->reserved - s->top;
+    if (held >= want)
+        return false;
+    double sum = 0;
+    size_t tensors = 0;
+    arena_block *low = NULL;
+    for (arena_block *b = s->last; b && held < want; b = b->prev) {
+        if (!block_could_go(r, b))
+            return false;
+        held += b->size;
+        if (b->state == COOP_BLOCK_ALLOCATED) {
+            sum += window_cost(b->owner, b, r);
+            tensors++;
+        }
+        low = b;
+    }
+    if (held < want || !tensors)
+        return false;
+    /* the pages above the top it needs, within the capacity left: else
+     * placing there would evict more (by pages) where the search's window
+     * needs no page mapped */
+    const arena *a = pool_arena(r->pool);
+    uint64_t ps = a->params.page_size, run = held - (s->reserved - s->top);
+    uint64_t pages = (want - run + ps - 1) / ps * ps;
+    if (a->params.capacity < a->reserved || pages > a->params.capacity - a->reserved)
+        return false;
+    *first = low;
+    *cost = sum;
+    *bytes = held;
+    return true;
+}
+
 /* Coop: evict the cheapest covering window, allocate inside it. NULL with
  * *st COOP_ERR_NOMEM when no window covers t, another status (message set)
  * when host memory ran out (before anything was evicted) or the pool failed. */
@@ -710,6 +756,18 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         return vmm ? alloc_by_pages(r, t, flags, st) : alloc_in_segments(r, t, flags, st);
     if (found)
         return NULL;
+    /* the run at the top with the range above, where it is cheaper per
+     * byte than the search's window: the search looked only below the top
+     * and, where va_size binds, evicted a dear window for a cheap run */
+    arena_block *top_first;
+    double top_cost;
+    uint64_t top_bytes;
+    bool at_top = vmm && top_window(r, want, &top_first, &top_cost, &top_bytes) &&
+                  top_cost / (double)top_bytes < w.cost / (double)w.size;
+    if (at_top) {
+        w.first = top_first;
+        w.last = arena_first_segment(pool_arena(r->pool))->last;
+    }
     /* collect first: freeing coalesces blocks under the walk */
     size_t n = 0;
     coop_tensor *small[32], **list = small;
@@ -745,6 +803,10 @@ static void *alloc_in_window(coop_remat *r, coop_tensor *t, unsigned flags, coop
         merged = evict_for_room(r, list[i]);
     if (list != small)
         free(list);
+    if (at_top) { /* the pool places it over the freed run and the range above */
+        void *ptr = try_place(r, t, flags, st);
+        return ptr || *st != COOP_ERR_NOMEM ? ptr : alloc_by_pages(r, t, flags, st);
+    }
     if (!merged || merged->state != COOP_BLOCK_FREE || merged->addr > w.addr ||
         merged->addr + merged->size < w.addr + w.size)
         return vmm ? alloc_by_pages(r, t, flags, st) : NULL;
@@ -791,19 +853,26 @@ static uint64_t evictable_bytes(coop_remat *r)
     return bytes;
 }
 
-/* The mapped bytes of the free blocks of busy streams (tagged neither the
- * context's stream nor any stream): cached for work still queued, nothing
- * the context can evict or the pool reclaim. A walk, but only where such a
- * block exists (the free index has a non-empty set of another stream): a
- * pool of one stream pays a look at its sets. */
-static uint64_t busy_free_bytes(const arena *a)
+/* Whether a free block of a busy stream (tagged neither the context's
+ * stream nor any stream) exists: the free index has a non-empty set of
+ * another stream. A look at its sets. */
+static bool any_busy_free(const arena *a)
 {
     bool any = false;
     for (size_t i = 0; i < a->index.num_sets && !any; i++) {
         coop_stream s = a->index.sets[i]->stream;
         any = !arena_tags_mergeable(s, REMAT_STREAM) && a->index.sets[i]->count;
     }
-    if (!any)
+    return any;
+}
+
+/* The mapped bytes of the free blocks of busy streams: cached for work
+ * still queued, nothing the context can evict or the pool reclaim. A walk,
+ * but only where such a block exists (any_busy_free): a pool of one stream
+ * pays a look at its sets. */
+static uint64_t busy_free_bytes(const arena *a)
+{
+    if (!any_busy_free(a))
         return 0;
     uint64_t bytes = 0;
     for (const arena_segment *seg = arena_first_segment(a); seg; seg = seg->next)
@@ -913,11 +982,52 @@ static void *alloc_by_argmin(coop_remat *r, coop_tensor *t, unsigned flags, coop
     return ptr;
 }
 
+/* For no_room: the free bytes the context cannot take (a busy stream's
+ * free blocks, which the out-of-memory path did not retag) and the pending
+ * frees, which the free and allocated figures leave out; "" where there
+ * are none. Without it a busy stream's block read as free space larger than
+ * the request ("largest free block" above what "cannot" be freed). A walk
+ * over the blocks, on failure only and where such a block exists. */
+static void kept_elsewhere(coop_remat *r, char *buf, size_t size)
+{
+    const arena *a = pool_arena(r->pool);
+    uint64_t kept = 0, mapped = 0, largest = 0;
+    if (any_busy_free(a))
+        for (const arena_segment *seg = arena_first_segment(a); seg; seg = seg->next)
+            for (const arena_block *b = seg->first; b; b = b->next) {
+                if (b->state != COOP_BLOCK_FREE)
+                    continue;
+                if (free_for_context(b)) {
+                    largest = b->size > largest ? b->size : largest;
+                    continue;
+                }
+                kept += b->size;
+                mapped += arena_mapped_bytes_in(a, seg, b->addr, b->size);
+            }
+    int64_t pending = r->pool->active_bytes.current - r->pool->allocated_bytes.current;
+    char part[96] = "";
+    if (pending > 0)
+        snprintf(part, sizeof part,
+                 ", pending frees %lld (freed blocks waiting for other streams' events)",
+                 (long long)pending);
+    if (kept)
+        snprintf(buf, size,
+                 "%s; %llu of the free bytes (%llu mapped) are kept for other streams not seen "
+                 "finished, usable on those only: the largest free block this context can take "
+                 "is %llu",
+                 part, (unsigned long long)kept, (unsigned long long)mapped,
+                 (unsigned long long)largest);
+    else
+        snprintf(buf, size, "%s", part);
+}
+
 /* The out-of-memory message, with what the user needs to act (pool lock
  * held). */
 static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictable)
 {
     const arena *a = pool_arena(r->pool);
+    char elsewhere[320];
+    kept_elsewhere(r, elsewhere, sizeof elsewhere);
     /* with VMM the free blocks tile only up to the top: the address range
      * above it is free too, and the one that binds where it is short */
     char above[64] = "";
@@ -939,12 +1049,12 @@ static coop_status no_room(coop_remat *r, const coop_tensor *t, uint64_t evictab
     return coop_set_error(
         COOP_ERR_NOMEM,
         "%s: no room for %s: capacity %llu, allocated %lld of which %llu "
-        "evictable, free %llu, largest free block %llu%s; evicting cannot free a contiguous "
-        "range that large",
+        "evictable, free %llu, largest free block %llu%s%s; evicting cannot free a "
+        "contiguous range that large",
         remat_call_name(r), what, (unsigned long long)a->params.capacity,
         (long long)r->pool->allocated_bytes.current, (unsigned long long)evictable,
         (unsigned long long)a->counters.free_bytes, (unsigned long long)arena_largest_free(a),
-        above);
+        above, elsewhere);
 }
 
 coop_status remat_alloc(coop_remat *r, coop_tensor *t)
