@@ -393,7 +393,10 @@ typedef struct coop_stats {
                                  * each, failed or not, and whether or not anything was
                                  * released (a request that cannot fit even with the cache
                                  * released counts); not a request above the capacity */
-    uint64_t num_ooms;          /* allocations that failed for lack of memory: once each */
+    uint64_t num_ooms;          /* allocations that failed for lack of memory: once each.
+                                 * Both count a remat context's allocation
+                                 * (coop_tensor_create, a recomputation) once,
+                                 * however many evictions and tries it took */
     uint64_t num_maps,
         num_unmaps;     /* backend map / unmap calls (segment allocs / frees without VMM) */
     uint64_t map_bytes; /* total bytes ever mapped (first mappings included; without VMM,

@@ -509,6 +509,49 @@ static void coop_evicts_a_window_and_places_inside(void **state)
     coop_pool_destroy(pool);
 }
 
+/* The pool's num_alloc_retries and num_ooms count a remat allocation once,
+ * as coop.h defines them for any allocation: once if it took the
+ * out-of-memory path, once if it failed. The searches try the pool after
+ * every eviction (argmin policies) or once per window; those tries are the
+ * context's, not the caller's allocations (rev38-E: one create that evicted
+ * three tensors counted 4 and 4 under dtr and lru, 1 and 1 under coop). */
+static void pool_counts_each_allocation_once(void **state)
+{
+    coop_remat_policy policy = *(coop_remat_policy *)*state;
+    coop_pool *pool = small_pool();
+    journal j;
+    coop_remat *r = context(pool, &j, policy, false);
+    coop_tensor *t[4], *x, *y;
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(coop_tensor_create(r, 16 * KiB, 10 + (uint64_t)i, "T", NULL, 0, EV, &t[i]),
+                         COOP_OK);
+    coop_stats ps;
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.num_alloc_retries, 0);
+    /* 48 KiB: three evictions */
+    assert_int_equal(coop_tensor_create(r, 48 * KiB, 1, "X", NULL, 0, EV, &x), COOP_OK);
+    coop_remat_stats st;
+    coop_remat_get_stats(r, &st);
+    assert_int_equal(st.evictions, 3);
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.num_alloc_retries, 1);
+    assert_int_equal(ps.num_ooms, 0);
+    /* everything pinned: refused, once */
+    assert_int_equal(coop_tensor_pin(r, x, NULL), COOP_OK);
+    assert_int_equal(coop_tensor_create(r, 32 * KiB, 1, "Y", NULL, 0, EV, &y), COOP_ERR_NOMEM);
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.num_alloc_retries, 2);
+    assert_int_equal(ps.num_ooms, 1);
+    /* above the capacity: refused before any try, still a failed allocation */
+    assert_int_equal(coop_tensor_create(r, 128 * KiB, 1, "Y", NULL, 0, EV, &y), COOP_ERR_NOMEM);
+    coop_get_stats(pool, &ps);
+    assert_int_equal(ps.num_ooms, 2);
+    assert_int_equal(coop_tensor_unpin(r, x), COOP_OK);
+    assert_int_equal(coop_pool_check(pool), COOP_OK);
+    coop_remat_destroy(r);
+    coop_pool_destroy(pool);
+}
+
 /* With VMM, where the address range binds (va_size = capacity = 32 KiB):
  * [dear 16 KiB][cheap 8 KiB], 8 KiB above the top, 16 KiB asked. The pool
  * extends a free last block over the range above the top, so evicting
@@ -1503,6 +1546,14 @@ int main(void)
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[5]),
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[6]),
         cmocka_unit_test_prestate(evicts_and_recomputes_recursively, &policies[7]),
+        cmocka_unit_test_prestate(pool_counts_each_allocation_once, &policies[0]),
+        cmocka_unit_test_prestate(pool_counts_each_allocation_once, &policies[1]),
+        cmocka_unit_test_prestate(pool_counts_each_allocation_once, &policies[2]),
+        cmocka_unit_test_prestate(pool_counts_each_allocation_once, &policies[3]),
+        cmocka_unit_test_prestate(pool_counts_each_allocation_once, &policies[4]),
+        cmocka_unit_test_prestate(pool_counts_each_allocation_once, &policies[5]),
+        cmocka_unit_test_prestate(pool_counts_each_allocation_once, &policies[6]),
+        cmocka_unit_test_prestate(pool_counts_each_allocation_once, &policies[7]),
         cmocka_unit_test(pinned_tensors_stay),
         cmocka_unit_test(one_op_with_several_outputs),
         cmocka_unit_test(recomputing_an_input_keeps_the_resident_ones),

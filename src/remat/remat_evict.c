@@ -1069,6 +1069,7 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     uint64_t capacity = pool_arena(r->pool)->params.capacity;
     if (t->size > capacity) {         /* nothing to search for (and no rounding to wrap) */
         char who[REMAT_DESCRIBE_MAX]; /* a recomputed one after coop_set_capacity lowered it */
+        r->pool->num_ooms++;          /* a failed allocation, as the pool counts its own */
         st = coop_set_error(COOP_ERR_NOMEM,
                             "%s: %s is larger than the pool's capacity of %llu bytes",
                             remat_call_name(r), describe(r, t, who), (unsigned long long)capacity);
@@ -1077,6 +1078,9 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
     }
     /* every refusal for room below ends in no_room's message */
     pool_set_quiet_oom(r->pool, true);
+    /* the pool counts each of the tries below (one per eviction for the
+     * argmin policies); the caller made one allocation (coop.h: once each) */
+    uint64_t retries = r->pool->num_alloc_retries, ooms = r->pool->num_ooms;
     uint64_t want = placed_bytes(t);
     void *ptr = try_place(r, t, flags, &st);
     /* the search index catches up in batches at allocations that fit, so
@@ -1109,6 +1113,8 @@ coop_status remat_alloc(coop_remat *r, coop_tensor *t)
         remat_make_resident(r, t, ptr);
         st = COOP_OK;
     }
+    r->pool->num_alloc_retries = retries + (r->pool->num_alloc_retries != retries);
+    r->pool->num_ooms = ooms + (st == COOP_ERR_NOMEM);
     pool_set_quiet_oom(r->pool, false);
     pool_unlock(r->pool);
     remat_notify_victims(r);
