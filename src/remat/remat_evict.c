@@ -237,29 +237,9 @@ static inline bool window_may_evict(const coop_remat *r, const coop_tensor *t)
     return t->owner == r && remat_evictable(t);
 }
 
-/* Window cost of a block's tensor: COOP_REMAT_COOP c_live (remat_live.c)
- * x (1 + 0.1 x remats) / staleness (coop_cost.h), COOP_REMAT_COOP_COMP the
- * same with c_comp, COOP_REMAT_COOP_EQ c_eq / staleness; the search
- * divides their sum by the window's bytes. */
-static double window_cost(void *owner, const arena_block *b, void *ctx)
-{
-    (void)b;
-    coop_remat *r = ctx;
-    coop_tensor *t = owner;
-    if (!window_may_evict(r, t))
-        return WINDOW_BLOCKED;
-    r->stats.heuristic_evals++;
-    uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
-    if (r->cfg.policy == COOP_REMAT_COOP_EQ)
-        return (double)remat_eq_compute(r, t) / (double)stale;
-    if (r->cfg.policy == COOP_REMAT_COOP)
-        return (double)remat_live_compute(r, t) * coop_cost_weight(t->remats, stale);
-    return (double)remat_component_compute(r, t) * coop_cost_weight(t->remats, stale);
-}
-
-/* window_cost of COOP_REMAT_COOP as far as window_search_lazy needs it:
- * c_live's walks stop once the cost passes limit (remat_live_compute_upto).
- * Counted as an evaluation either way. */
+/* COOP_REMAT_COOP's window cost (window_cost) as far as window_search_lazy
+ * needs it: c_live's walks stop once the cost passes limit
+ * (remat_live_compute_upto). Counted as an evaluation either way. */
 static double window_cost_upto(void *owner, const arena_block *b, void *ctx, double limit,
                                bool *complete)
 {
@@ -272,6 +252,27 @@ static double window_cost_upto(void *owner, const arena_block *b, void *ctx, dou
     r->stats.heuristic_evals++;
     double weight = coop_cost_weight(t->remats, coop_cost_staleness(r->clock, t->last_access));
     return (double)remat_live_compute_upto(r, t, weight, limit, complete) * weight;
+}
+
+/* Window cost of a block's tensor: COOP_REMAT_COOP c_live (remat_live.c)
+ * x (1 + 0.1 x remats) / staleness (coop_cost.h), COOP_REMAT_COOP_COMP the
+ * same with c_comp, COOP_REMAT_COOP_EQ c_eq / staleness; the search
+ * divides their sum by the window's bytes. */
+static double window_cost(void *owner, const arena_block *b, void *ctx)
+{
+    coop_remat *r = ctx;
+    if (r->cfg.policy == COOP_REMAT_COOP) { /* c_live walked in full */
+        bool complete;
+        return window_cost_upto(owner, b, ctx, INFINITY, &complete);
+    }
+    coop_tensor *t = owner;
+    if (!window_may_evict(r, t))
+        return WINDOW_BLOCKED;
+    r->stats.heuristic_evals++;
+    uint64_t stale = coop_cost_staleness(r->clock, t->last_access);
+    if (r->cfg.policy == COOP_REMAT_COOP_EQ)
+        return (double)remat_eq_compute(r, t) / (double)stale;
+    return (double)remat_component_compute(r, t) * coop_cost_weight(t->remats, stale);
 }
 
 /* window_cost without the neighbourhood walk: a lower bound (c_eq and

@@ -304,7 +304,7 @@ static bool block_cost_within(search *q, size_t i, double room)
 /* The cost a window of bytes may reach under the key limit. */
 static double room_of(window_objective objective, double limit, uint64_t bytes)
 {
-    return objective == WINDOW_PER_BYTE && limit < INFINITY ? limit * (double)bytes : limit;
+    return objective == WINDOW_PER_BYTE ? limit * (double)bytes : limit; /* INFINITY stays */
 }
 
 /* One round of choose under reach, a key no window above which is worth
